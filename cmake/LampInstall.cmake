@@ -1,0 +1,20 @@
+include(CMakePackageConfigHelpers)
+
+install(TARGETS lamp EXPORT lampTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY include/lamp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+set(LAMP_CONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/lamp)
+install(EXPORT lampTargets NAMESPACE lamp:: DESTINATION ${LAMP_CONFIG_DIR})
+configure_package_config_file(cmake/lampConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/lampConfig.cmake
+  INSTALL_DESTINATION ${LAMP_CONFIG_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/lampConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES
+  ${CMAKE_CURRENT_BINARY_DIR}/lampConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/lampConfigVersion.cmake
+  DESTINATION ${LAMP_CONFIG_DIR})

@@ -1,0 +1,11 @@
+# Warnings for lamp's own targets only; never through global CMAKE_CXX_FLAGS.
+function(lamp_set_warnings target)
+  if(MSVC)
+    target_compile_options(${target} PRIVATE /W4)
+  else()
+    target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  endif()
+  if(LAMP_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE $<IF:$<CXX_COMPILER_ID:MSVC>,/WX,-Werror>)
+  endif()
+endfunction()

@@ -1,0 +1,48 @@
+#pragma once
+
+/// \file
+/// Small named switches for the process-wide knobs ATen already has, and what
+/// this LibTorch build can compute in low precision.
+
+#include <torch/types.h>
+
+namespace lamp {
+
+/// Turns cuDNN's benchmark mode on or off (Python's
+/// `torch.backends.cudnn.benchmark`). With it, cuDNN times its algorithms for
+/// every new input shape and keeps the fastest. A no-op without CUDA; never
+/// throws.
+void set_cudnn_benchmark(bool enabled);
+
+/// Whether cuDNN benchmark mode is on.
+bool cudnn_benchmark();
+
+/// Allows or forbids TF32 tensor-core math for FP32 convolutions (cuDNN) and
+/// matrix multiplications (cuBLAS), as Python's
+/// `torch.backends.cudnn.allow_tf32` and `torch.backends.cuda.matmul.allow_tf32`
+/// together. Every FP32-vs-mixed-precision comparison should state this
+/// setting. A no-op without CUDA; never throws.
+void set_tf32(bool enabled);
+
+/// Whether TF32 is allowed for both cuDNN convolutions and cuBLAS matmuls.
+bool tf32();
+
+/// Whether this LibTorch can run FP16 convolutions and matrix multiplications
+/// on `device`. True on CUDA when a GPU is present. On CPU it is found out once
+/// per process by running a tiny FP16 conv2d and linear: LibTorch 1.13 has no
+/// CPU kernels for them ("slow_conv2d_cpu" not implemented for 'Half').
+bool fp16_compute_available(const torch::Device& device);
+
+/// Whether a CUDA GPU can be used by this process (false for CPU-only builds).
+bool cuda_available();
+
+/// Peak bytes allocated through the CUDA caching allocator (as Python's
+/// `torch.cuda.max_memory_allocated`) on `device` since the last
+/// reset_peak_device_memory(); 0 without CUDA.
+int64_t peak_device_memory(const torch::Device& device);
+
+/// Resets the peak counters of the CUDA caching allocator on `device`; a no-op
+/// without CUDA.
+void reset_peak_device_memory(const torch::Device& device);
+
+} // namespace lamp

@@ -1,0 +1,202 @@
+#pragma once
+
+/// \file
+/// Dynamic loss scaling with `torch.amp.GradScaler`'s semantics, plus bounds,
+/// hysteresis, a static mode and overflow diagnostics.
+
+#include <torch/arg.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace lamp {
+
+/// Options of GradScaler. Where Python's GradScaler has the knob, the name and
+/// the default are Python's.
+struct GradScalerOptions {
+  /// Scale before the first update.
+  TORCH_ARG(double, init_scale) = 65536.0;
+  /// Factor applied after `growth_interval` consecutive finite steps (> 1).
+  TORCH_ARG(double, growth_factor) = 2.0;
+  /// Factor applied on backoff (in (0, 1)).
+  TORCH_ARG(double, backoff_factor) = 0.5;
+  /// Consecutive finite steps before the scale grows.
+  TORCH_ARG(int64_t, growth_interval) = 2000;
+  /// A disabled scaler is a no-op: scale() returns its input, step() just
+  /// steps.
+  TORCH_ARG(bool, enabled) = true;
+  /// The scale never backs off below this (Apex's `min_loss_scale`).
+  TORCH_ARG(double, min_scale) = 0.0;
+  /// The scale never grows above this (Apex's `max_loss_scale`).
+  TORCH_ARG(double, max_scale) = std::numeric_limits<double>::infinity();
+  /// Back off only on the N-th consecutive overflowing step, and on every
+  /// overflowing step after it until a finite step resets the count
+  /// (DeepSpeed's `hysteresis`). Every overflowing step is skipped
+  /// regardless. 1 is exactly PyTorch's rule.
+  TORCH_ARG(int64_t, hysteresis) = 1;
+  /// false: a static loss scale; update() never changes it, but steps with
+  /// non-finite gradients are still skipped.
+  TORCH_ARG(bool, dynamic) = true;
+  /// Allow unscaling FP16 gradients in place. Python refuses them ("Attempting
+  /// to unscale FP16 gradients."): unscaled FP16 gradients lose their small
+  /// values again. Keep FP32 master gradients (lamp::MasterWeights) instead.
+  TORCH_ARG(bool, allow_fp16_grads) = false;
+  /// On a step with non-finite gradients, record which parameters had them
+  /// (see GradScaler::last_overflow()). Costs a host sync per unscale, so off
+  /// by default.
+  TORCH_ARG(bool, diagnose_overflow) = false;
+};
+
+/// Dynamic loss scaling, as Python's `torch.amp.GradScaler`:
+///
+///  1. `scale(loss)` multiplies the loss by the scale S before backward, so
+///     small gradients survive FP16;
+///  2. `unscale_(optimizer)` (optional, e.g. before gradient clipping) checks
+///     the optimizer's gradients for inf/NaN and divides them by S in place;
+///  3. `step(optimizer)` unscales if not done yet, then calls
+///     `optimizer.step()` only if every gradient was finite;
+///  4. `update()` adjusts S: an overflow backs it off and resets the growth
+///     count; `growth_interval` finite steps in a row grow it.
+///
+/// Each optimizer goes READY -> UNSCALED -> STEPPED and back to READY on
+/// update(); unscale_() twice, or after step(), is an error, as in Python.
+/// Several losses (scale each), several optimizers (unscale_/step each, one
+/// update) and gradient accumulation (scale every micro-batch, step once) all
+/// work.
+///
+/// Unlike Python 1.13's `torch.cuda.amp.GradScaler`, the scaler is active on
+/// every device. On CUDA it uses ATen's fused kernels
+/// (`_amp_foreach_non_finite_check_and_unscale_`, `_amp_update_scale_`); on
+/// CPU, and for what those kernels cannot do (BF16 gradients, bounds,
+/// hysteresis), a portable path with identical results. Neither syncs with
+/// the host except step(), which reads the found-inf flag as Python does.
+///
+/// Example:
+/// \code
+///   lamp::GradScaler scaler;
+///   for (auto& batch : loader) {
+///     optimizer.zero_grad();
+///     torch::Tensor loss;
+///     {
+///       lamp::Autocast autocast(torch::kCUDA);
+///       loss = torch::nll_loss(model->forward(batch.data), batch.target);
+///     }
+///     scaler.scale(loss).backward();
+///     scaler.unscale_(optimizer);  // optional: clip true gradients
+///     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+///     bool stepped = scaler.step(optimizer);
+///     scaler.update();
+///   }
+/// \endcode
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// `outputs * scale`. The scale tensor is created on the first call, on the
+  /// outputs' device.
+  torch::Tensor scale(const torch::Tensor& outputs);
+  /// \overload for several losses or outputs.
+  std::vector<torch::Tensor> scale(const std::vector<torch::Tensor>& outputs);
+
+  /// Divides the optimizer's gradients by the scale in place and records
+  /// whether any was inf/NaN.
+  void unscale_(torch::optim::Optimizer& optimizer);
+
+  /// Unscales if needed, then steps the optimizer unless a gradient was
+  /// non-finite. Returns whether the optimizer stepped.
+  bool step(torch::optim::Optimizer& optimizer);
+
+  /// Adjusts the scale from this iteration's overflow checks (all optimizers
+  /// together) and resets every optimizer to READY.
+  void update();
+  /// Sets the scale to `new_scale` instead (Python's `update(new_scale)`).
+  void update(double new_scale);
+
+  /// The current scale (syncs with the device); the init scale before the
+  /// first scale(); 1.0 when disabled.
+  double get_scale() const;
+  /// The device tensor holding the scale (undefined before the first scale()).
+  const torch::Tensor& scale_tensor() const { return scale_; }
+  /// Consecutive finite steps since the last growth or overflow.
+  int64_t growth_tracker() const;
+  bool is_enabled() const { return options_.enabled(); }
+  const GradScalerOptions& options() const { return options_; }
+
+  /// Optimizer steps taken / skipped for non-finite gradients by step().
+  int64_t steps_taken() const { return steps_taken_; }
+  int64_t steps_skipped() const { return steps_skipped_; }
+  /// Whether the last step() skipped the optimizer.
+  bool last_step_skipped() const { return last_step_skipped_; }
+
+  /// Names parameters for last_overflow(), e.g. with `model->named_parameters()`
+  /// or with MasterWeights' masters paired with the model's names.
+  void set_parameter_names(const std::vector<std::string>& names,
+                           const std::vector<torch::Tensor>& params);
+  /// With `diagnose_overflow`, the parameters whose gradients were non-finite
+  /// in the latest unscale that found any (unnamed ones appear as
+  /// "param_groups[g].params[i]").
+  const std::vector<std::string>& last_overflow() const {
+    return last_overflow_;
+  }
+
+  /// Saves the state under Python's state-dict keys (`scale`, `growth_factor`,
+  /// `backoff_factor`, `growth_interval`, `_growth_tracker`) plus lamp's own
+  /// (`min_scale`, `max_scale`, `hysteresis`, `_overflow_count`, `dynamic`).
+  /// A disabled scaler saves nothing, as Python's returns an empty dict.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Loads what save() (or the same keys from Python) wrote.
+  void load(torch::serialize::InputArchive& archive);
+
+ private:
+  enum class Stage { kReady, kUnscaled, kStepped };
+  struct OptimizerState {
+    Stage stage = Stage::kReady;
+    std::map<std::string, torch::Tensor> found_inf_per_device;
+  };
+
+  void lazy_init(const torch::Device& device);
+  void check_initialized(const char* caller) const;
+  bool uses_fused_update() const;
+  void record_overflow(torch::optim::Optimizer& optimizer);
+
+  GradScalerOptions options_;
+  torch::Tensor scale_;           // FP32, 1 element
+  torch::Tensor growth_tracker_;  // int32, 1 element
+  torch::Tensor overflow_count_;  // int32, 1 element (hysteresis)
+  double init_scale_;
+  int64_t init_growth_tracker_ = 0;
+  int64_t init_overflow_count_ = 0;
+  std::unordered_map<const torch::optim::Optimizer*, OptimizerState> states_;
+  std::unordered_map<const c10::TensorImpl*, std::string> names_;
+  std::vector<std::string> last_overflow_;
+  int64_t steps_taken_ = 0;
+  int64_t steps_skipped_ = 0;
+  bool last_step_skipped_ = false;
+};
+
+namespace detail {
+/// The portable found-inf check and unscale: for every tensor, found_inf = 1
+/// if it holds an inf/NaN, and tensor *= inv_scale (computed in FP32, as
+/// ATen's kernel). Same contract as `at::_amp_foreach_non_finite_check_and_unscale_`.
+void non_finite_check_and_unscale_(std::vector<torch::Tensor>& tensors,
+                                   torch::Tensor& found_inf,
+                                   const torch::Tensor& inv_scale);
+/// The portable scale update with lamp's bounds and hysteresis; with
+/// min_scale 0, max_scale inf and hysteresis 1 it equals
+/// `at::_amp_update_scale_` bit for bit. All arguments are 1-element device
+/// tensors; nothing syncs with the host.
+void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
+                   torch::Tensor& overflow_count, const torch::Tensor& found_inf,
+                   double growth_factor, double backoff_factor,
+                   int64_t growth_interval, double min_scale, double max_scale,
+                   int64_t hysteresis);
+} // namespace detail
+
+} // namespace lamp

@@ -1,0 +1,135 @@
+#pragma once
+
+/// \file
+/// One object that turns a model, an optimizer and a precision mode into a
+/// correct mixed-precision training step.
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lamp/grad_scaler.h"
+#include "lamp/half.h"
+#include "lamp/master_weights.h"
+#include "lamp/precision.h"
+
+namespace lamp {
+
+/// Options of TrainStep.
+struct TrainStepOptions {
+  /* implicit */ TrainStepOptions(Precision precision = Precision::kFP32)
+      : precision_(precision) {}
+
+  /// The precision mode (see lamp::Precision).
+  TORCH_ARG(Precision, precision);
+  /// Micro-batches whose gradients are summed before one optimizer step; each
+  /// micro-batch's loss is divided by this.
+  TORCH_ARG(int64_t, accumulation_steps) = 1;
+  /// Clip the global L2 norm of the (unscaled) gradients to this; 0 = off.
+  TORCH_ARG(double, max_grad_norm) = 0.0;
+  /// The loss scaler's options, used by the FP16 modes ("amp", "half"); the
+  /// BF16 and FP32 modes run with a disabled scaler.
+  TORCH_ARG(GradScalerOptions, scaler) = {};
+  /// Conversion options of the "half"/"bf16" modes; the dtype comes from the
+  /// precision.
+  TORCH_ARG(HalfOptions, half) = {};
+  /// In the modes without loss scaling ("fp32", "tf32", "amp-bf16", "bf16"),
+  /// still check the gradients and skip optimizer steps with inf/NaN (a
+  /// static scaler at scale 1). Costs one host sync per step.
+  TORCH_ARG(bool, skip_non_finite) = false;
+  /// Keep the master weights in one flat buffer ("half"/"bf16").
+  TORCH_ARG(bool, flat_master) = false;
+};
+
+/// Builds the optimizer over the parameters TrainStep hands it: the model's
+/// own, or the FP32 master copies in the "half"/"bf16" modes.
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
+    std::vector<torch::Tensor> params)>;
+
+/// What one TrainStep::step() call did.
+struct StepResult {
+  /// This micro-batch's loss as loss_fn returned it (detached, unscaled).
+  torch::Tensor loss;
+  /// Whether the optimizer stepped in this call.
+  bool optimizer_stepped = false;
+  /// Whether this call ended an accumulation cycle but skipped the optimizer
+  /// because a gradient was inf/NaN.
+  bool skipped = false;
+  /// The loss scale after this call (1 without loss scaling).
+  double scale = 1.0;
+};
+
+/// A complete mixed-precision training step:
+///
+///  1. at the start of an accumulation cycle, the model's gradients are reset;
+///  2. `loss_fn` runs (under lamp::Autocast in the AMP modes); its loss, over
+///     `accumulation_steps`, is scaled and back-propagated;
+///  3. at the end of the cycle: gradients go to the FP32 masters ("half",
+///     "bf16"), are unscaled and clipped if asked, the optimizer steps unless
+///     a gradient was non-finite, the scale is updated, and the masters are
+///     copied back into the model.
+///
+/// In "half"/"bf16" the model is converted in place (lamp::convert_network,
+/// BatchNorm kept FP32) and the optimizer is built over the master weights;
+/// feed it inputs through cast_input(). "fp32" turns TF32 off and "tf32" on
+/// (CUDA). FP16 modes on a device without FP16 kernels (CPU in LibTorch 1.13)
+/// are refused at construction with a message naming the BF16 alternatives.
+///
+/// Example:
+/// \code
+///   auto net = MyNet();
+///   lamp::TrainStep train(net.ptr(),
+///       [](std::vector<torch::Tensor> params) {
+///         return std::make_unique<torch::optim::SGD>(
+///             params, torch::optim::SGDOptions(0.1).momentum(0.9));
+///       },
+///       lamp::TrainStepOptions(lamp::Precision::kHalf).max_grad_norm(5.0));
+///   for (auto& batch : loader) {
+///     auto result = train.step([&] {
+///       auto logits = net->forward(train.cast_input(batch.data));
+///       return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch.target);
+///     });
+///   }
+/// \endcode
+class TrainStep {
+ public:
+  TrainStep(std::shared_ptr<torch::nn::Module> model,
+            const OptimizerFactory& make_optimizer,
+            TrainStepOptions options = {});
+
+  /// Runs one micro-batch: forward and loss through `loss_fn`, backward, and
+  /// at the end of an accumulation cycle the optimizer step.
+  StepResult step(const std::function<torch::Tensor()>& loss_fn);
+
+  /// `input` cast to the model's dtype in "half"/"bf16" (floating tensors
+  /// only); unchanged otherwise.
+  torch::Tensor cast_input(const torch::Tensor& input) const;
+
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  GradScaler& scaler() { return scaler_; }
+  /// The master weights in "half"/"bf16"; nullptr otherwise.
+  MasterWeights* master_weights() { return master_.get(); }
+  const TrainStepOptions& options() const { return options_; }
+  const torch::Device& device() const { return device_; }
+
+  /// Saves model, master weights, optimizer, scaler and the position inside
+  /// the accumulation cycle.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Loads what save() wrote, for a TrainStep built the same way.
+  void load(torch::serialize::InputArchive& archive);
+
+ private:
+  std::shared_ptr<torch::nn::Module> model_;
+  TrainStepOptions options_;
+  torch::Device device_;
+  std::unique_ptr<MasterWeights> master_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  GradScaler scaler_;
+  int64_t micro_step_ = 0;
+};
+
+} // namespace lamp

@@ -1,0 +1,56 @@
+#include "lamp/backends.h"
+
+#include <ATen/Context.h>
+#include <torch/torch.h>
+
+#include "lamp/autocast.h"
+
+namespace lamp {
+
+void set_cudnn_benchmark(bool enabled) {
+  at::globalContext().setBenchmarkCuDNN(enabled);
+}
+
+bool cudnn_benchmark() { return at::globalContext().benchmarkCuDNN(); }
+
+void set_tf32(bool enabled) {
+  at::globalContext().setAllowTF32CuDNN(enabled);
+  at::globalContext().setAllowTF32CuBLAS(enabled);
+}
+
+bool tf32() {
+  return at::globalContext().allowTF32CuDNN() &&
+      at::globalContext().allowTF32CuBLAS();
+}
+
+namespace {
+
+bool probe_cpu_fp16_compute() {
+  torch::NoGradGuard no_grad;
+  // Autocast would recast the probe's FP16 inputs to BF16 and hide the answer.
+  Autocast no_autocast(torch::kCPU, c10::nullopt, /*enabled=*/false);
+  try {
+    const auto options = torch::TensorOptions().dtype(torch::kHalf);
+    torch::conv2d(torch::ones({1, 1, 3, 3}, options),
+                  torch::ones({1, 1, 2, 2}, options));
+    torch::linear(torch::ones({2, 2}, options), torch::ones({2, 2}, options));
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
+} // namespace
+
+bool fp16_compute_available(const torch::Device& device) {
+  if (device.is_cuda()) {
+    return cuda_available();
+  }
+  if (device.is_cpu()) {
+    static const bool available = probe_cpu_fp16_compute();
+    return available;
+  }
+  return false;
+}
+
+} // namespace lamp

@@ -1,0 +1,404 @@
+#include "lamp/grad_scaler.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "detail/compat.h"
+
+namespace lamp {
+namespace detail {
+
+void non_finite_check_and_unscale_(std::vector<torch::Tensor>& tensors,
+                                   torch::Tensor& found_inf,
+                                   const torch::Tensor& inv_scale) {
+  for (auto& t : tensors) {
+    found_inf.masked_fill_(torch::isfinite(t).all().logical_not(), 1.0);
+    // ATen's kernel multiplies in FP32 (double for double tensors) and rounds
+    // once to the tensor's dtype; inf and NaN stay what they are.
+    if (t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16) {
+      t.copy_(t.to(torch::kFloat).mul_(inv_scale));
+    } else {
+      t.mul_(inv_scale);
+    }
+  }
+}
+
+void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
+                   torch::Tensor& overflow_count, const torch::Tensor& found_inf,
+                   double growth_factor, double backoff_factor,
+                   int64_t growth_interval, double min_scale, double max_scale,
+                   int64_t hysteresis) {
+  const auto inf = found_inf.ne(0);
+  // Consecutive overflows, saturating at `hysteresis`; a finite step resets.
+  const auto count = torch::where(inf, (overflow_count + 1).clamp_max(hysteresis),
+                                  torch::zeros_like(overflow_count));
+  const auto backoff = inf.logical_and(count.ge(hysteresis));
+
+  // As ATen's _amp_update_scale_: products in double, rounded once to FP32.
+  const auto scale64 = scale.to(torch::kDouble);
+  const auto backed_off =
+      (scale64 * backoff_factor).clamp_min(min_scale).to(torch::kFloat);
+  const auto successful = growth_tracker + 1;
+  const auto interval_reached = successful.eq(growth_interval);
+  const auto grown =
+      (scale64 * growth_factor).clamp_max(max_scale).to(torch::kFloat);
+  const auto grow = inf.logical_not()
+                        .logical_and(interval_reached)
+                        .logical_and(torch::isfinite(grown));
+
+  const auto new_scale =
+      torch::where(backoff, backed_off, torch::where(grow, grown, scale));
+  const auto new_tracker =
+      torch::where(inf.logical_or(interval_reached),
+                   torch::zeros_like(growth_tracker), successful);
+  scale.copy_(new_scale);
+  growth_tracker.copy_(new_tracker);
+  overflow_count.copy_(count);
+}
+
+} // namespace detail
+
+namespace {
+
+bool fused_kernels_for(const torch::Device& device, torch::ScalarType dtype) {
+  const bool device_ok =
+      device.is_cuda() || (device.is_cpu() && detail::kCpuAmpKernels);
+  // ATen's CUDA unscale kernel has no BF16 path; BF16 takes the portable one.
+  return device_ok && (dtype == torch::kFloat || dtype == torch::kHalf);
+}
+
+} // namespace
+
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(std::move(options)), init_scale_(options_.init_scale()) {
+  const auto& o = options_;
+  TORCH_CHECK(std::isfinite(o.init_scale()) && o.init_scale() > 0,
+              "lamp::GradScaler: init_scale must be finite and positive, got ",
+              o.init_scale(), ".");
+  TORCH_CHECK(o.growth_factor() > 1.0,
+              "lamp::GradScaler: growth_factor must be > 1.0, got ",
+              o.growth_factor(), ".");
+  TORCH_CHECK(o.backoff_factor() > 0.0 && o.backoff_factor() < 1.0,
+              "lamp::GradScaler: backoff_factor must be in (0, 1), got ",
+              o.backoff_factor(), ".");
+  TORCH_CHECK(o.growth_interval() > 0,
+              "lamp::GradScaler: growth_interval must be positive, got ",
+              o.growth_interval(), ".");
+  TORCH_CHECK(o.hysteresis() >= 1,
+              "lamp::GradScaler: hysteresis must be >= 1 (1 is PyTorch's "
+              "rule), got ", o.hysteresis(), ".");
+  TORCH_CHECK(o.min_scale() >= 0 && o.min_scale() <= o.max_scale(),
+              "lamp::GradScaler: need 0 <= min_scale <= max_scale, got "
+              "min_scale=", o.min_scale(), " and max_scale=", o.max_scale(), ".");
+  TORCH_CHECK(o.init_scale() >= o.min_scale() && o.init_scale() <= o.max_scale(),
+              "lamp::GradScaler: init_scale ", o.init_scale(),
+              " lies outside [min_scale, max_scale] = [", o.min_scale(), ", ",
+              o.max_scale(), "].");
+}
+
+void GradScaler::lazy_init(const torch::Device& device) {
+  const auto options = torch::TensorOptions().device(device);
+  scale_ = torch::full({}, init_scale_, options.dtype(torch::kFloat));
+  growth_tracker_ = torch::full({}, init_growth_tracker_, options.dtype(torch::kInt));
+  overflow_count_ = torch::full({}, init_overflow_count_, options.dtype(torch::kInt));
+}
+
+void GradScaler::check_initialized(const char* caller) const {
+  TORCH_CHECK(scale_.defined(), "lamp::GradScaler::", caller,
+              "() was called before scale(): the scaler has no scale yet. Call "
+              "scaler.scale(loss).backward() earlier in the iteration.");
+}
+
+torch::Tensor GradScaler::scale(const torch::Tensor& outputs) {
+  if (!options_.enabled()) {
+    return outputs;
+  }
+  TORCH_CHECK(outputs.defined(), "lamp::GradScaler::scale: undefined tensor.");
+  if (!scale_.defined()) {
+    lazy_init(outputs.device());
+  }
+  return outputs * scale_.to(outputs.device(), /*non_blocking=*/true);
+}
+
+std::vector<torch::Tensor> GradScaler::scale(
+    const std::vector<torch::Tensor>& outputs) {
+  std::vector<torch::Tensor> scaled;
+  scaled.reserve(outputs.size());
+  for (const auto& output : outputs) {
+    scaled.push_back(scale(output));
+  }
+  return scaled;
+}
+
+void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled()) {
+    return;
+  }
+  check_initialized("unscale_");
+  auto& state = states_[&optimizer];
+  TORCH_CHECK(state.stage != Stage::kUnscaled,
+              "lamp::GradScaler::unscale_() has already been called on this "
+              "optimizer since the last update().");
+  TORCH_CHECK(state.stage != Stage::kStepped,
+              "lamp::GradScaler::unscale_() is being called after step(); call "
+              "update() first.");
+
+  // Python's rule: the inverse is computed in double, then used in FP32.
+  const auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
+  const auto found_inf = torch::zeros({}, scale_.options());
+
+  // Gradients grouped by device, then dtype: one kernel call per group.
+  std::map<std::string, std::map<torch::ScalarType, std::vector<torch::Tensor>>>
+      groups;
+  std::map<std::string, torch::Device> devices;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& param : group.params()) {
+      if (!param.grad().defined()) {
+        continue;
+      }
+      auto grad = param.grad();
+      TORCH_CHECK(options_.allow_fp16_grads() || grad.scalar_type() != torch::kHalf,
+                  "lamp::GradScaler: attempting to unscale FP16 gradients. "
+                  "Unscaled FP16 gradients lose their small values; give the "
+                  "optimizer FP32 master weights (lamp::MasterWeights), or set "
+                  "GradScalerOptions().allow_fp16_grads(true).");
+      if (grad.is_sparse()) {
+        if (grad.scalar_type() == torch::kHalf) {
+          // Coalescing sums duplicate indices, which could overflow FP16.
+          param.mutable_grad() = grad.coalesce();
+          grad = param.grad();
+        }
+        grad = grad._values();
+      }
+      const auto key = grad.device().str();
+      devices.emplace(key, grad.device());
+      groups[key][grad.scalar_type()].push_back(grad);
+    }
+  }
+
+  state.found_inf_per_device.clear();
+  for (auto& by_device : groups) {
+    const auto& device = devices.at(by_device.first);
+    auto device_found_inf = found_inf.to(device, /*non_blocking=*/true, /*copy=*/true);
+    const auto device_inv_scale = inv_scale.to(device, /*non_blocking=*/true);
+    for (auto& by_dtype : by_device.second) {
+      if (fused_kernels_for(device, by_dtype.first)) {
+        at::_amp_foreach_non_finite_check_and_unscale_(
+            by_dtype.second, device_found_inf, device_inv_scale);
+      } else {
+        detail::non_finite_check_and_unscale_(by_dtype.second, device_found_inf,
+                                              device_inv_scale);
+      }
+    }
+    state.found_inf_per_device.emplace(by_device.first, device_found_inf);
+  }
+  state.stage = Stage::kUnscaled;
+  if (options_.diagnose_overflow()) {
+    record_overflow(optimizer);
+  }
+}
+
+void GradScaler::record_overflow(torch::optim::Optimizer& optimizer) {
+  const auto& found = states_.at(&optimizer).found_inf_per_device;
+  bool any = false;
+  for (const auto& item : found) {
+    any = any || item.second.item<float>() != 0.0f;
+  }
+  if (!any) {
+    return;
+  }
+  last_overflow_.clear();
+  auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& grad = params[i].grad();
+      if (!grad.defined() ||
+          torch::isfinite(grad.is_sparse() ? grad._values() : grad)
+              .all()
+              .item<bool>()) {
+        continue;
+      }
+      const auto named = names_.find(params[i].unsafeGetTensorImpl());
+      last_overflow_.push_back(
+          named != names_.end()
+              ? named->second
+              : "param_groups[" + std::to_string(g) + "].params[" +
+                  std::to_string(i) + "]");
+    }
+  }
+}
+
+bool GradScaler::step(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled()) {
+    optimizer.step();
+    ++steps_taken_;
+    last_step_skipped_ = false;
+    return true;
+  }
+  check_initialized("step");
+  TORCH_CHECK(states_[&optimizer].stage != Stage::kStepped,
+              "lamp::GradScaler::step() has already been called since the last "
+              "update().");
+  if (states_[&optimizer].stage == Stage::kReady) {
+    unscale_(optimizer);
+  }
+  auto& state = states_.at(&optimizer);
+  TORCH_CHECK(!state.found_inf_per_device.empty(),
+              "lamp::GradScaler::step: no inf checks were recorded for this "
+              "optimizer because none of its parameters has a gradient. Call "
+              "backward() on the scaled loss before step().");
+  // The one host sync of the step, as in Python: the skip decision.
+  float found_inf = 0.0f;
+  for (const auto& item : state.found_inf_per_device) {
+    found_inf += item.second.item<float>();
+  }
+  const bool stepped = found_inf == 0.0f;
+  if (stepped) {
+    optimizer.step();
+    ++steps_taken_;
+  } else {
+    ++steps_skipped_;
+  }
+  last_step_skipped_ = !stepped;
+  state.stage = Stage::kStepped;
+  return stepped;
+}
+
+bool GradScaler::uses_fused_update() const {
+  const bool python_rule = options_.hysteresis() == 1 &&
+      options_.min_scale() == 0.0 && std::isinf(options_.max_scale());
+  return python_rule &&
+      (scale_.is_cuda() || (scale_.is_cpu() && detail::kCpuAmpKernels));
+}
+
+void GradScaler::update() {
+  if (!options_.enabled()) {
+    return;
+  }
+  check_initialized("update");
+  std::vector<torch::Tensor> found_infs;
+  for (const auto& state : states_) {
+    for (const auto& item : state.second.found_inf_per_device) {
+      found_infs.push_back(item.second.to(scale_.device(), /*non_blocking=*/true));
+    }
+  }
+  TORCH_CHECK(!found_infs.empty(),
+              "lamp::GradScaler::update: no inf checks were recorded prior to "
+              "update(); call step() (or unscale_()) for at least one "
+              "optimizer in this iteration.");
+  auto found_inf = found_infs[0];
+  for (size_t i = 1; i < found_infs.size(); ++i) {
+    found_inf = found_inf + found_infs[i];
+  }
+  if (options_.dynamic()) {
+    if (uses_fused_update()) {
+      at::_amp_update_scale_(scale_, growth_tracker_, found_inf,
+                             options_.growth_factor(), options_.backoff_factor(),
+                             options_.growth_interval());
+    } else {
+      detail::update_scale_(scale_, growth_tracker_, overflow_count_, found_inf,
+                            options_.growth_factor(), options_.backoff_factor(),
+                            options_.growth_interval(), options_.min_scale(),
+                            options_.max_scale(), options_.hysteresis());
+    }
+  }
+  states_.clear();
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled()) {
+    return;
+  }
+  check_initialized("update");
+  TORCH_CHECK(std::isfinite(new_scale) && new_scale > 0,
+              "lamp::GradScaler::update: new_scale must be finite and "
+              "positive, got ", new_scale, ".");
+  scale_.fill_(new_scale);
+  states_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled()) {
+    return 1.0;
+  }
+  return scale_.defined() ? static_cast<double>(scale_.item<float>())
+                          : init_scale_;
+}
+
+int64_t GradScaler::growth_tracker() const {
+  return growth_tracker_.defined() ? growth_tracker_.item<int>()
+                                   : init_growth_tracker_;
+}
+
+void GradScaler::set_parameter_names(const std::vector<std::string>& names,
+                                     const std::vector<torch::Tensor>& params) {
+  TORCH_CHECK(names.size() == params.size(),
+              "lamp::GradScaler::set_parameter_names: ", names.size(),
+              " names for ", params.size(), " parameters.");
+  for (size_t i = 0; i < names.size(); ++i) {
+    names_[params[i].unsafeGetTensorImpl()] = names[i];
+  }
+}
+
+void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+  if (!options_.enabled()) {
+    return;
+  }
+  archive.write("scale", c10::IValue(get_scale()));
+  archive.write("growth_factor", c10::IValue(options_.growth_factor()));
+  archive.write("backoff_factor", c10::IValue(options_.backoff_factor()));
+  archive.write("growth_interval", c10::IValue(options_.growth_interval()));
+  archive.write("_growth_tracker", c10::IValue(growth_tracker()));
+  archive.write("min_scale", c10::IValue(options_.min_scale()));
+  archive.write("max_scale", c10::IValue(options_.max_scale()));
+  archive.write("hysteresis", c10::IValue(options_.hysteresis()));
+  archive.write("_overflow_count",
+                c10::IValue(overflow_count_.defined()
+                                ? static_cast<int64_t>(overflow_count_.item<int>())
+                                : init_overflow_count_));
+  archive.write("dynamic", c10::IValue(options_.dynamic()));
+}
+
+void GradScaler::load(torch::serialize::InputArchive& archive) {
+  if (!options_.enabled()) {
+    return;
+  }
+  c10::IValue value;
+  TORCH_CHECK(archive.try_read("scale", value),
+              "lamp::GradScaler::load: the archive has no 'scale', possibly "
+              "because it was saved from a disabled GradScaler.");
+  init_scale_ = value.toDouble();
+  archive.read("growth_factor", value);
+  options_.growth_factor(value.toDouble());
+  archive.read("backoff_factor", value);
+  options_.backoff_factor(value.toDouble());
+  archive.read("growth_interval", value);
+  options_.growth_interval(value.toInt());
+  archive.read("_growth_tracker", value);
+  init_growth_tracker_ = value.toInt();
+  // lamp's own keys are optional, so a state saved by Python loads too.
+  if (archive.try_read("min_scale", value)) {
+    options_.min_scale(value.toDouble());
+  }
+  if (archive.try_read("max_scale", value)) {
+    options_.max_scale(value.toDouble());
+  }
+  if (archive.try_read("hysteresis", value)) {
+    options_.hysteresis(value.toInt());
+  }
+  if (archive.try_read("_overflow_count", value)) {
+    init_overflow_count_ = value.toInt();
+  }
+  if (archive.try_read("dynamic", value)) {
+    options_.dynamic(value.toBool());
+  }
+  if (scale_.defined()) {
+    scale_.fill_(init_scale_);
+    growth_tracker_.fill_(init_growth_tracker_);
+    overflow_count_.fill_(init_overflow_count_);
+  }
+}
+
+} // namespace lamp

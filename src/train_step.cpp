@@ -1,0 +1,213 @@
+#include "lamp/train_step.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "lamp/autocast.h"
+#include "lamp/backends.h"
+
+namespace lamp {
+namespace {
+
+torch::Device model_device(const torch::nn::Module& model) {
+  const auto params = model.parameters();
+  TORCH_CHECK(!params.empty(),
+              "lamp::TrainStep: the model has no parameters to train.");
+  const auto device = params[0].device();
+  for (const auto& p : params) {
+    TORCH_CHECK(p.device() == device,
+                "lamp::TrainStep: the model's parameters are on several "
+                "devices (", device, " and ", p.device(),
+                "); move the model to one device with model->to(device) "
+                "first.");
+  }
+  return device;
+}
+
+std::vector<torch::Tensor> optimizer_params(torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> params;
+  for (auto& group : optimizer.param_groups()) {
+    params.insert(params.end(), group.params().begin(), group.params().end());
+  }
+  return params;
+}
+
+void check_mode_runs_on(Precision precision, const torch::Device& device) {
+  if (!uses_fp16(precision)) {
+    return;
+  }
+  TORCH_CHECK(fp16_compute_available(device) &&
+                  (precision != Precision::kAMP ||
+                   Autocast::is_supported(device.type(), torch::kHalf)),
+              "lamp::TrainStep: precision '", to_string(precision),
+              "' runs FP16 convolutions and matmuls, which this LibTorch "
+              "cannot run on ", device,
+              ". Use precision 'amp-bf16' or 'bf16' on CPU, or train on a "
+              "CUDA device.");
+}
+
+GradScalerOptions scaler_options(const TrainStepOptions& options) {
+  if (uses_loss_scaling(options.precision())) {
+    return options.scaler();
+  }
+  if (options.skip_non_finite()) {
+    return GradScalerOptions(options.scaler()).init_scale(1.0).dynamic(false)
+        .min_scale(0.0).max_scale(std::numeric_limits<double>::infinity())
+        .enabled(true);
+  }
+  return GradScalerOptions().enabled(false);
+}
+
+} // namespace
+
+TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
+                     const OptimizerFactory& make_optimizer,
+                     TrainStepOptions options)
+    : model_(std::move(model)),
+      options_(std::move(options)),
+      device_(torch::kCPU),
+      scaler_(scaler_options(options_)) {
+  TORCH_CHECK(model_ != nullptr, "lamp::TrainStep: the model is null.");
+  TORCH_CHECK(make_optimizer != nullptr,
+              "lamp::TrainStep: no optimizer factory given.");
+  TORCH_CHECK(options_.accumulation_steps() >= 1,
+              "lamp::TrainStep: accumulation_steps must be >= 1, got ",
+              options_.accumulation_steps(), ".");
+  TORCH_CHECK(std::isfinite(options_.max_grad_norm()) &&
+                  options_.max_grad_norm() >= 0,
+              "lamp::TrainStep: max_grad_norm must be finite and >= 0 (0 "
+              "turns clipping off), got ", options_.max_grad_norm(), ".");
+  device_ = model_device(*model_);
+  const auto precision = options_.precision();
+  check_mode_runs_on(precision, device_);
+  if (device_.is_cuda() &&
+      (precision == Precision::kFP32 || precision == Precision::kTF32)) {
+    set_tf32(precision == Precision::kTF32);
+  }
+
+  const auto named = model_->named_parameters();
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  for (const auto& item : named) {
+    if (item.value().requires_grad()) {
+      names.push_back(item.key());
+      params.push_back(item.value());
+    }
+  }
+  if (const auto dtype = model_dtype(precision)) {
+    options_.half().dtype(*dtype);
+    convert_network(*model_, options_.half());
+    master_ = std::make_unique<MasterWeights>(params, options_.flat_master());
+    params = master_->master_params();
+  }
+  scaler_.set_parameter_names(names, params);
+  optimizer_ = make_optimizer(params);
+  TORCH_CHECK(optimizer_ != nullptr,
+              "lamp::TrainStep: the optimizer factory returned null.");
+}
+
+torch::Tensor TrainStep::cast_input(const torch::Tensor& input) const {
+  const auto dtype = model_dtype(options_.precision());
+  if (!dtype || !input.is_floating_point()) {
+    return input;
+  }
+  return input.to(*dtype);
+}
+
+StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
+  if (micro_step_ == 0) {
+    for (auto& p : model_->parameters()) {
+      p.mutable_grad() = torch::Tensor();
+    }
+  }
+  torch::Tensor loss;
+  {
+    c10::optional<Autocast> autocast;
+    if (const auto dtype = autocast_dtype(options_.precision())) {
+      autocast.emplace(device_.type(), *dtype);
+    }
+    loss = loss_fn();
+  }
+  TORCH_CHECK(loss.defined() && loss.numel() == 1,
+              "lamp::TrainStep::step: loss_fn must return a one-element loss "
+              "tensor, got ", (loss.defined() ? loss.sizes() : at::IntArrayRef{}),
+              ".");
+  const auto accumulation = options_.accumulation_steps();
+  scaler_.scale(accumulation > 1 ? loss / static_cast<double>(accumulation)
+                                 : loss)
+      .backward();
+
+  StepResult result;
+  result.loss = loss.detach();
+  if (++micro_step_ < accumulation) {
+    result.scale = scaler_.get_scale();
+    return result;
+  }
+  micro_step_ = 0;
+  if (master_) {
+    master_->model_grads_to_master_grads();
+  }
+  if (options_.max_grad_norm() > 0) {
+    scaler_.unscale_(*optimizer_);
+    torch::nn::utils::clip_grad_norm_(optimizer_params(*optimizer_),
+                                      options_.max_grad_norm());
+  }
+  const bool stepped = scaler_.step(*optimizer_);
+  scaler_.update();
+  if (stepped && master_) {
+    master_->master_params_to_model_params();
+  }
+  result.optimizer_stepped = stepped;
+  result.skipped = !stepped;
+  result.scale = scaler_.get_scale();
+  return result;
+}
+
+void TrainStep::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("precision", c10::IValue(to_string(options_.precision())));
+  archive.write("micro_step", c10::IValue(micro_step_));
+  torch::serialize::OutputArchive model_archive;
+  model_->save(model_archive);
+  archive.write("model", model_archive);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer_->save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  torch::serialize::OutputArchive scaler_archive;
+  scaler_.save(scaler_archive);
+  archive.write("scaler", scaler_archive);
+  if (master_) {
+    torch::serialize::OutputArchive master_archive;
+    master_->save(master_archive);
+    archive.write("master_weights", master_archive);
+  }
+}
+
+void TrainStep::load(torch::serialize::InputArchive& archive) {
+  c10::IValue value;
+  archive.read("precision", value);
+  TORCH_CHECK(value.toStringRef() == to_string(options_.precision()),
+              "lamp::TrainStep::load: the checkpoint was saved with precision '",
+              value.toStringRef(), "' but this TrainStep uses '",
+              to_string(options_.precision()),
+              "'; resume with the same precision.");
+  archive.read("micro_step", value);
+  micro_step_ = value.toInt();
+  torch::serialize::InputArchive model_archive;
+  archive.read("model", model_archive);
+  model_->load(model_archive);
+  torch::serialize::InputArchive optimizer_archive;
+  archive.read("optimizer", optimizer_archive);
+  optimizer_->load(optimizer_archive);
+  torch::serialize::InputArchive scaler_archive;
+  archive.read("scaler", scaler_archive);
+  scaler_.load(scaler_archive);
+  if (master_) {
+    torch::serialize::InputArchive master_archive;
+    archive.read("master_weights", master_archive);
+    master_->load(master_archive);
+  }
+}
+
+} // namespace lamp

@@ -1,0 +1,59 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "lamp/backends.h"
+#include "test_util.h"
+
+namespace {
+
+TEST(Backends, SwitchesSetAndReportTheirState) {
+  const bool benchmark = lamp::cudnn_benchmark();
+  const bool tf32 = lamp::tf32();
+  lamp::set_cudnn_benchmark(true);
+  EXPECT_TRUE(lamp::cudnn_benchmark());
+  lamp::set_cudnn_benchmark(false);
+  EXPECT_FALSE(lamp::cudnn_benchmark());
+  lamp::set_tf32(true);
+  EXPECT_TRUE(lamp::tf32());
+  lamp::set_tf32(false);
+  EXPECT_FALSE(lamp::tf32());
+  lamp::set_cudnn_benchmark(benchmark);
+  lamp::set_tf32(tf32);
+}
+
+TEST(Backends, Fp16ProbeAgreesWithAnFp16Convolution) {
+  const auto x = torch::ones({1, 2, 4, 4}, torch::kHalf);
+  const auto w = torch::ones({3, 2, 3, 3}, torch::kHalf);
+  if (lamp::fp16_compute_available(torch::kCPU)) {
+    const auto y = torch::conv2d(x, w);
+    EXPECT_EQ(y.scalar_type(), torch::kHalf);
+    EXPECT_EQ(y[0][0][0][0].item<float>(), 18.0f);
+  } else {
+    EXPECT_THROW(torch::conv2d(x, w), c10::Error);
+  }
+}
+
+TEST(Backends, CudaQueriesAreSafeWithoutAGpu) {
+  if (lamp::cuda_available()) {
+    EXPECT_TRUE(lamp::fp16_compute_available(torch::kCUDA));
+    return;
+  }
+  EXPECT_FALSE(lamp::fp16_compute_available(torch::kCUDA));
+  EXPECT_EQ(lamp::peak_device_memory(torch::kCUDA), 0);
+  lamp::reset_peak_device_memory(torch::kCUDA);  // must not throw
+}
+
+TEST(Backends, PeakDeviceMemoryCountsAllocations_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const torch::Device device(torch::kCUDA, 0);
+  lamp::reset_peak_device_memory(device);
+  const int64_t before = lamp::peak_device_memory(device);
+  {
+    auto big = torch::empty({64 << 20}, torch::TensorOptions().device(device));
+    EXPECT_GE(lamp::peak_device_memory(device), before + (256 << 20));
+  }
+  lamp::reset_peak_device_memory(device);
+  EXPECT_LT(lamp::peak_device_memory(device), before + (256 << 20));
+}
+
+} // namespace

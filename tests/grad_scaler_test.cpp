@@ -1,0 +1,450 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "lamp/grad_scaler.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp_test::BitEqual;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// One parameter and an optimizer over it. Each scripted step gives the
+// parameter a scaled gradient of ones, or a non-finite one.
+struct Rig {
+  explicit Rig(torch::Device device = torch::kCPU,
+               torch::Dtype dtype = torch::kFloat, double momentum = 0.0)
+      : w(torch::ones({3}, torch::TensorOptions().device(device).dtype(dtype))
+              .requires_grad_()),
+        opt(std::vector<torch::Tensor>{w},
+            torch::optim::SGDOptions(1.0).momentum(momentum)) {}
+  void set_grad(float value) {
+    w.mutable_grad() = torch::full({3}, value, w.options());
+  }
+  torch::Tensor w;
+  torch::optim::SGD opt;
+};
+
+// One iteration of the Python recipe with a gradient of `value * scale`.
+bool scripted_step(lamp::GradScaler& scaler, Rig& rig, float value) {
+  const auto scale = scaler.scale(torch::ones({}, rig.w.device()));
+  rig.set_grad(value * scale.item<float>());
+  const bool stepped = scaler.step(rig.opt);
+  scaler.update();
+  return stepped;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "no error; expected one containing '" << fragment << "'";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GradScaler, DefaultsArePythons) {
+  lamp::GradScalerOptions o;
+  EXPECT_EQ(o.init_scale(), 65536.0);
+  EXPECT_EQ(o.growth_factor(), 2.0);
+  EXPECT_EQ(o.backoff_factor(), 0.5);
+  EXPECT_EQ(o.growth_interval(), 2000);
+  EXPECT_TRUE(o.enabled());
+  EXPECT_EQ(o.hysteresis(), 1);
+  lamp::GradScaler scaler;
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  EXPECT_FALSE(scaler.scale_tensor().defined());
+}
+
+TEST(GradScaler, ScaleMultipliesByTheScale) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(1024));
+  const auto scaled = scaler.scale(torch::tensor({2.0f, -0.5f}));
+  EXPECT_TRUE(BitEqual(scaled, torch::tensor({2048.0f, -512.0f})));
+  const auto both = scaler.scale({torch::tensor(1.0f), torch::tensor(3.0f)});
+  EXPECT_EQ(both[1].item<float>(), 3072.0f);
+}
+
+// Golden sequence worked out by hand from PyTorch's rule
+// (torch/csrc/.../AmpKernels: backoff on inf, grow after growth_interval
+// consecutive finite steps).
+TEST(GradScaler, FollowsPyTorchsScaleAndTrackerSequence) {
+  lamp::GradScaler scaler(
+      lamp::GradScalerOptions().init_scale(8).growth_interval(3));
+  Rig rig;
+  const std::string pattern = "FFFFIFFFIIFFF";
+  const std::vector<double> scales = {8, 8, 16, 16, 8, 8, 8, 16, 8, 4, 4, 4, 8};
+  const std::vector<int64_t> trackers = {1, 2, 0, 1, 0, 1, 2, 0, 0, 0, 1, 2, 0};
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const bool finite = pattern[i] == 'F';
+    EXPECT_EQ(scripted_step(scaler, rig, finite ? 1.0f : kInf), finite) << i;
+    EXPECT_EQ(scaler.get_scale(), scales[i]) << "step " << i;
+    EXPECT_EQ(scaler.growth_tracker(), trackers[i]) << "step " << i;
+  }
+  EXPECT_EQ(scaler.steps_taken(), 10);
+  EXPECT_EQ(scaler.steps_skipped(), 3);
+}
+
+TEST(GradScaler, BacksOffAndSkipsOnInfOrNaNLeavingOptimizerUntouched) {
+  for (float bad : {kInf, -kInf, kNaN}) {
+    lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(256));
+    Rig rig(torch::kCPU, torch::kFloat, /*momentum=*/0.9);
+    Rig reference(torch::kCPU, torch::kFloat, 0.9);
+    lamp::GradScaler reference_scaler(lamp::GradScalerOptions().init_scale(128));
+    ASSERT_TRUE(scripted_step(scaler, rig, 0.5f));
+    ASSERT_TRUE(scripted_step(reference_scaler, reference, 0.5f));
+    const auto before = rig.w.detach().clone();
+    EXPECT_FALSE(scripted_step(scaler, rig, bad));
+    EXPECT_TRUE(scaler.last_step_skipped());
+    EXPECT_EQ(scaler.get_scale(), 128.0);
+    EXPECT_TRUE(BitEqual(rig.w.detach(), before));
+    // The momentum buffer is untouched too: the next step matches an
+    // optimizer that never saw the bad step.
+    ASSERT_TRUE(scripted_step(scaler, rig, 0.25f));
+    ASSERT_TRUE(scripted_step(reference_scaler, reference, 0.25f));
+    EXPECT_TRUE(BitEqual(rig.w.detach(), reference.w.detach()));
+  }
+}
+
+TEST(GradScaler, UnscalesGradientsExactly) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(4096));
+  Rig rig;
+  scaler.scale(torch::ones({}));
+  rig.w.mutable_grad() = torch::tensor({4096.0f, -2048.0f, 1.0f});
+  scaler.unscale_(rig.opt);
+  EXPECT_TRUE(BitEqual(rig.w.grad(),
+                       torch::tensor({1.0f, -0.5f, 1.0f / 4096.0f})));
+}
+
+TEST(GradScaler, MinAndMaxScaleBoundTheScale) {
+  lamp::GradScaler low(lamp::GradScalerOptions().init_scale(4).min_scale(2));
+  Rig rig;
+  scripted_step(low, rig, kInf);
+  EXPECT_EQ(low.get_scale(), 2.0);
+  EXPECT_FALSE(scripted_step(low, rig, kInf));
+  EXPECT_EQ(low.get_scale(), 2.0);
+
+  lamp::GradScaler high(
+      lamp::GradScalerOptions().init_scale(4).max_scale(8).growth_interval(1));
+  scripted_step(high, rig, 1.0f);
+  EXPECT_EQ(high.get_scale(), 8.0);
+  scripted_step(high, rig, 1.0f);
+  EXPECT_EQ(high.get_scale(), 8.0);
+
+  EXPECT_THROW(lamp::GradScaler(lamp::GradScalerOptions().min_scale(1e6)),
+               c10::Error);
+}
+
+TEST(GradScaler, GrowthThatWouldOverflowFP32IsRefused) {
+  const double huge = std::ldexp(1.0, 127);  // 2^128 is inf in FP32
+  lamp::GradScaler scaler(
+      lamp::GradScalerOptions().init_scale(huge).growth_interval(1));
+  Rig rig;
+  scripted_step(scaler, rig, 0.0f);
+  EXPECT_EQ(scaler.get_scale(), huge);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+}
+
+TEST(GradScaler, HysteresisBacksOffOnTheNthConsecutiveOverflow) {
+  lamp::GradScaler scaler(
+      lamp::GradScalerOptions().init_scale(64).hysteresis(3).growth_interval(100));
+  Rig rig;
+  const std::string pattern = "IIIIFIII";
+  const std::vector<double> scales = {64, 64, 32, 16, 16, 16, 16, 8};
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const bool finite = pattern[i] == 'F';
+    EXPECT_EQ(scripted_step(scaler, rig, finite ? 1.0f : kInf), finite) << i;
+    EXPECT_EQ(scaler.get_scale(), scales[i]) << "step " << i;
+    EXPECT_EQ(scaler.growth_tracker(), finite ? 1 : 0) << "step " << i;
+  }
+  EXPECT_EQ(scaler.steps_skipped(), 7);
+}
+
+TEST(GradScaler, StaticModeKeepsTheScaleButStillSkips) {
+  lamp::GradScaler scaler(
+      lamp::GradScalerOptions().init_scale(128).dynamic(false).growth_interval(1));
+  Rig rig;
+  EXPECT_TRUE(scripted_step(scaler, rig, 1.0f));
+  EXPECT_TRUE(scripted_step(scaler, rig, 1.0f));
+  EXPECT_FALSE(scripted_step(scaler, rig, kNaN));
+  EXPECT_EQ(scaler.get_scale(), 128.0);
+}
+
+TEST(GradScaler, UpdateWithNewScaleSetsIt) {
+  lamp::GradScaler scaler;
+  Rig rig;
+  scripted_step(scaler, rig, 1.0f);
+  scaler.update(2.0);
+  EXPECT_EQ(scaler.get_scale(), 2.0);
+  EXPECT_THROW(scaler.update(-1.0), c10::Error);
+}
+
+TEST(GradScaler, StateErrorsMatchPython) {
+  Rig rig;
+  lamp::GradScaler fresh;
+  expect_error([&] { fresh.step(rig.opt); }, "before scale()");
+  expect_error([&] { fresh.unscale_(rig.opt); }, "before scale()");
+
+  lamp::GradScaler scaler;
+  scaler.scale(torch::ones({}));
+  expect_error([&] { scaler.update(); }, "no inf checks were recorded");
+  rig.set_grad(1.0f);
+  scaler.unscale_(rig.opt);
+  expect_error([&] { scaler.unscale_(rig.opt); }, "already been called");
+  scaler.step(rig.opt);
+  expect_error([&] { scaler.unscale_(rig.opt); }, "after step()");
+  expect_error([&] { scaler.step(rig.opt); }, "already been called");
+  scaler.update();
+  rig.set_grad(1.0f);
+  EXPECT_TRUE(scaler.step(rig.opt));  // READY again after update()
+  scaler.update();
+
+  Rig no_grads;
+  no_grads.w.mutable_grad() = torch::Tensor();
+  expect_error([&] { scaler.step(no_grads.opt); }, "none of its parameters");
+}
+
+TEST(GradScaler, SaveLoadRoundTripUsesPythonsKeys) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions()
+                              .init_scale(32)
+                              .growth_interval(5)
+                              .growth_factor(3)
+                              .backoff_factor(0.25)
+                              .hysteresis(2));
+  Rig rig;
+  for (float v : {1.0f, 1.0f, kInf, kInf, 1.0f}) {
+    scripted_step(scaler, rig, v);
+  }
+  ASSERT_EQ(scaler.get_scale(), 8.0);
+  ASSERT_EQ(scaler.growth_tracker(), 1);
+  std::stringstream stream;
+  {
+    torch::serialize::OutputArchive archive;
+    scaler.save(archive);
+    archive.save_to(stream);
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from(stream);
+  c10::IValue value;
+  archive.read("scale", value);
+  EXPECT_EQ(value.toDouble(), 8.0);
+  archive.read("growth_factor", value);
+  EXPECT_EQ(value.toDouble(), 3.0);
+  archive.read("backoff_factor", value);
+  EXPECT_EQ(value.toDouble(), 0.25);
+  archive.read("growth_interval", value);
+  EXPECT_EQ(value.toInt(), 5);
+  archive.read("_growth_tracker", value);
+  EXPECT_EQ(value.toInt(), 1);
+
+  for (bool initialised : {false, true}) {
+    lamp::GradScaler restored;
+    if (initialised) {
+      restored.scale(torch::ones({}));
+    }
+    restored.load(archive);
+    EXPECT_EQ(restored.get_scale(), 8.0);
+    EXPECT_EQ(restored.growth_tracker(), 1);
+    EXPECT_EQ(restored.options().growth_interval(), 5);
+    EXPECT_EQ(restored.options().backoff_factor(), 0.25);
+    EXPECT_EQ(restored.options().hysteresis(), 2);
+    // Same future: four more finite steps grow the scale by 3.
+    Rig r;
+    for (int i = 0; i < 4; ++i) {
+      scripted_step(restored, r, 1.0f);
+    }
+    EXPECT_EQ(restored.get_scale(), 24.0);
+  }
+}
+
+TEST(GradScaler, DisabledScalerIsANoOp) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().enabled(false));
+  const auto loss = torch::tensor(3.0f);
+  EXPECT_TRUE(scaler.scale(loss).is_same(loss));
+  EXPECT_EQ(scaler.get_scale(), 1.0);
+  Rig rig;
+  rig.set_grad(kInf);
+  EXPECT_TRUE(scaler.step(rig.opt));  // no checks at all, as in Python
+  scaler.update();
+  torch::serialize::OutputArchive out;
+  scaler.save(out);
+  std::stringstream stream;
+  out.save_to(stream);
+  torch::serialize::InputArchive in;
+  in.load_from(stream);
+  lamp::GradScaler enabled;
+  expect_error([&] { enabled.load(in); }, "disabled GradScaler");
+}
+
+TEST(GradScaler, RefusesFp16GradientsUnlessAllowed) {
+  Rig rig(torch::kCPU, torch::kHalf);
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(1024));
+  scaler.scale(torch::ones({}));
+  rig.set_grad(1024.0f);
+  expect_error([&] { scaler.unscale_(rig.opt); }, "FP16 gradients");
+
+  lamp::GradScaler allowing(
+      lamp::GradScalerOptions().init_scale(1024).allow_fp16_grads(true));
+  allowing.scale(torch::ones({}));
+  allowing.unscale_(rig.opt);
+  EXPECT_TRUE(BitEqual(rig.w.grad(), torch::ones({3}, torch::kHalf)));
+}
+
+TEST(GradScaler, UnscalesBf16Gradients) {
+  Rig rig(torch::kCPU, torch::kBFloat16);
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(1024));
+  EXPECT_TRUE(scripted_step(scaler, rig, 0.5f));
+  EXPECT_TRUE(BitEqual(rig.w.detach(), torch::full({3}, 0.5, torch::kBFloat16)));
+  EXPECT_FALSE(scripted_step(scaler, rig, kInf));
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+}
+
+TEST(GradScaler, SeveralOptimizersShareOneUpdate) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(16));
+  Rig a, b;
+  scaler.scale(torch::ones({}));
+  a.set_grad(16.0f);
+  b.set_grad(kInf);
+  EXPECT_TRUE(scaler.step(a.opt));
+  EXPECT_FALSE(scaler.step(b.opt));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 8.0);
+  EXPECT_TRUE(BitEqual(a.w.detach(), torch::zeros({3})));
+  EXPECT_TRUE(BitEqual(b.w.detach(), torch::ones({3})));
+}
+
+TEST(GradScaler, AccumulatesGradientsOfSeveralLosses) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(512));
+  Rig rig;
+  const auto x1 = torch::tensor({1.0f, 2.0f, 3.0f});
+  const auto x2 = torch::tensor({0.5f, -1.0f, 0.25f});
+  scaler.scale((rig.w * x1).sum()).backward();
+  scaler.scale((rig.w * x2).sum()).backward();
+  EXPECT_TRUE(scaler.step(rig.opt));
+  scaler.update();
+  EXPECT_TRUE(BitEqual(rig.w.detach(), 1 - (x1 + x2)));
+}
+
+TEST(GradScaler, OverflowDiagnosticsNameTheParameters) {
+  auto a = torch::ones({2}).requires_grad_();
+  auto b = torch::ones({2}).requires_grad_();
+  torch::optim::SGD opt(std::vector<torch::Tensor>{a, b}, 0.1);
+  lamp::GradScaler scaler(lamp::GradScalerOptions().diagnose_overflow(true));
+  scaler.scale(torch::ones({}));
+  a.mutable_grad() = torch::ones({2});
+  b.mutable_grad() = torch::tensor({1.0f, kNaN});
+  EXPECT_FALSE(scaler.step(opt));
+  scaler.update();
+  EXPECT_EQ(scaler.last_overflow(),
+            std::vector<std::string>{"param_groups[0].params[1]"});
+  scaler.set_parameter_names({"fc.weight", "fc.bias"}, {a, b});
+  a.mutable_grad() = torch::full({2}, kInf);
+  b.mutable_grad() = torch::ones({2});
+  EXPECT_FALSE(scaler.step(opt));
+  EXPECT_EQ(scaler.last_overflow(), std::vector<std::string>{"fc.weight"});
+}
+
+// The portable paths against ATen's own kernels where this LibTorch has them
+// on CPU (LibTorch >= 2.4); 1.13 has them for CUDA only.
+TEST(GradScaler, PortableUpdateEqualsATenKernelBitForBit) {
+  auto probe_scale = torch::ones({});
+  auto probe_tracker = torch::zeros({}, torch::kInt);
+  try {
+    at::_amp_update_scale_(probe_scale, probe_tracker, torch::zeros({}), 2.0,
+                           0.5, 10);
+  } catch (const c10::Error&) {
+    GTEST_SKIP() << "this LibTorch has no CPU _amp_update_scale_ kernel";
+  }
+  torch::manual_seed(0);
+  const auto infs = torch::rand({300}).lt(0.3);
+  auto scale_a = torch::full({}, 1000.0f), scale_b = scale_a.clone();
+  auto tracker_a = torch::zeros({}, torch::kInt), tracker_b = tracker_a.clone();
+  auto overflows = torch::zeros({}, torch::kInt);
+  for (int64_t i = 0; i < infs.numel(); ++i) {
+    const auto found = infs[i].to(torch::kFloat);
+    at::_amp_update_scale_(scale_a, tracker_a, found, 1.7, 0.3, 3);
+    lamp::detail::update_scale_(scale_b, tracker_b, overflows, found, 1.7, 0.3,
+                                3, 0.0, std::numeric_limits<double>::infinity(),
+                                1);
+    ASSERT_TRUE(BitEqual(scale_b, scale_a)) << "step " << i;
+    ASSERT_TRUE(BitEqual(tracker_b, tracker_a)) << "step " << i;
+  }
+}
+
+TEST(GradScaler, PortableUnscaleEqualsATenKernelBitForBit) {
+  for (auto dtype : {torch::kFloat, torch::kHalf}) {
+    torch::manual_seed(1);
+    std::vector<torch::Tensor> a = {torch::randn({64}).mul(3000).to(dtype),
+                                    torch::randn({7, 5}).to(dtype)};
+    a[1][2][3] = kInf;
+    std::vector<torch::Tensor> b = {a[0].clone(), a[1].clone()};
+    auto found_a = torch::zeros({}), found_b = torch::zeros({});
+    const auto inv = torch::full({}, 1.0f / 3000.0f);
+    try {
+      at::_amp_foreach_non_finite_check_and_unscale_(a, found_a, inv);
+    } catch (const c10::Error&) {
+      GTEST_SKIP() << "this LibTorch has no CPU "
+                      "_amp_foreach_non_finite_check_and_unscale_ kernel";
+    }
+    lamp::detail::non_finite_check_and_unscale_(b, found_b, inv);
+    EXPECT_EQ(found_a.item<float>(), 1.0f);
+    EXPECT_TRUE(BitEqual(found_b, found_a));
+    EXPECT_TRUE(BitEqual(b[0], a[0]));
+    EXPECT_TRUE(BitEqual(b[1], a[1]));
+  }
+}
+
+TEST(GradScaler, PortableUnscaleFindsNonFiniteValues) {
+  std::vector<torch::Tensor> grads = {torch::tensor({2.0f, 4.0f}),
+                                      torch::tensor({8.0f, kNaN}, torch::kFloat)
+                                          .to(torch::kBFloat16)};
+  auto found = torch::zeros({});
+  lamp::detail::non_finite_check_and_unscale_(grads, found,
+                                              torch::full({}, 0.5f));
+  EXPECT_EQ(found.item<float>(), 1.0f);
+  EXPECT_TRUE(BitEqual(grads[0], torch::tensor({1.0f, 2.0f})));
+  EXPECT_EQ(grads[1][0].item<float>(), 4.0f);
+  std::vector<torch::Tensor> finite = {torch::tensor({1.0f})};
+  auto none = torch::zeros({});
+  lamp::detail::non_finite_check_and_unscale_(finite, none, torch::ones({}));
+  EXPECT_EQ(none.item<float>(), 0.0f);
+}
+
+TEST(GradScaler, FollowsTheSameSequenceOnGpu_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    lamp::GradScaler scaler(
+        lamp::GradScalerOptions().init_scale(8).growth_interval(3));
+    Rig rig(torch::kCUDA, dtype);
+    const std::string pattern = "FFFFIFFFIIFFF";
+    const std::vector<double> scales = {8, 8, 16, 16, 8, 8, 8,
+                                        16, 8, 4, 4, 4, 8};
+    for (size_t i = 0; i < pattern.size(); ++i) {
+      const bool finite = pattern[i] == 'F';
+      EXPECT_EQ(scripted_step(scaler, rig, finite ? 1.0f : kInf), finite);
+      EXPECT_EQ(scaler.get_scale(), scales[i]) << dtype << " step " << i;
+    }
+    EXPECT_TRUE(scaler.scale_tensor().is_cuda());
+  }
+}
+
+TEST(GradScaler, BoundsAndHysteresisOnGpu_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  lamp::GradScaler scaler(
+      lamp::GradScalerOptions().init_scale(64).hysteresis(3).growth_interval(100));
+  Rig rig(torch::kCUDA);
+  const std::vector<double> scales = {64, 64, 32, 16, 16, 16, 16, 8};
+  const std::string pattern = "IIIIFIII";
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    scripted_step(scaler, rig, pattern[i] == 'F' ? 1.0f : kInf);
+    EXPECT_EQ(scaler.get_scale(), scales[i]) << "step " << i;
+  }
+}
+
+} // namespace

@@ -1,0 +1,208 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "lamp/master_weights.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp_test::BitEqual;
+
+// Low-precision "model parameters" with gradients, as after a backward pass.
+std::vector<torch::Tensor> half_params_with_grads(torch::Dtype dtype,
+                                                  uint64_t seed) {
+  torch::manual_seed(seed);
+  std::vector<torch::Tensor> params = {
+      torch::randn({4, 3}).to(dtype).requires_grad_(),
+      torch::randn({5}).to(dtype).requires_grad_(),
+      torch::randn({2, 2, 3}).requires_grad_()};  // an FP32 one, like BatchNorm
+  for (auto& p : params) {
+    p.mutable_grad() = (torch::randn(p.sizes()) * 1024).to(p.scalar_type());
+  }
+  return params;
+}
+
+TEST(MasterWeights, CopiesAreFP32LeavesWithTheModelsValues) {
+  for (bool flat : {false, true}) {
+    auto params = half_params_with_grads(torch::kHalf, 1);
+    lamp::MasterWeights master(params, flat);
+    ASSERT_EQ(master.master_params().size(), params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& m = master.master_params()[i];
+      EXPECT_EQ(m.scalar_type(), torch::kFloat);
+      EXPECT_TRUE(m.is_leaf());
+      EXPECT_TRUE(m.requires_grad());
+      EXPECT_TRUE(BitEqual(m.detach(), params[i].detach().to(torch::kFloat)));
+      EXPECT_NE(m.data_ptr(), params[i].data_ptr()) << "must be a copy";
+    }
+    EXPECT_EQ(master.flat(), flat);
+  }
+}
+
+TEST(MasterWeights, FlatMastersAreViewsOfOneBuffer) {
+  auto params = half_params_with_grads(torch::kBFloat16, 2);
+  lamp::MasterWeights master(params, /*flat=*/true);
+  const auto& buffer = master.flat_buffer();
+  ASSERT_TRUE(buffer.defined());
+  EXPECT_EQ(buffer.numel(), 12 + 5 + 12);
+  auto* base = buffer.data_ptr<float>();
+  int64_t offset = 0;
+  for (const auto& m : master.master_params()) {
+    EXPECT_EQ(m.data_ptr<float>(), base + offset);
+    offset += m.numel();
+  }
+  master.model_grads_to_master_grads();
+  EXPECT_EQ(master.master_params()[1].grad().data_ptr<float>(),
+            master.flat_grad_buffer().data_ptr<float>() + 12);
+}
+
+TEST(MasterWeights, GradientCopyWithAndWithoutUnscale) {
+  for (bool flat : {false, true}) {
+    auto params = half_params_with_grads(torch::kHalf, 3);
+    lamp::MasterWeights master(params, flat);
+    master.model_grads_to_master_grads();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(BitEqual(master.master_params()[i].grad(),
+                           params[i].grad().to(torch::kFloat)));
+    }
+    // A power-of-two scale unscales exactly.
+    master.model_grads_to_master_grads(/*loss_scale=*/1024.0);
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(BitEqual(master.master_params()[i].grad(),
+                           params[i].grad().to(torch::kFloat) / 1024));
+    }
+    EXPECT_THROW(master.model_grads_to_master_grads(0.0), c10::Error);
+  }
+}
+
+TEST(MasterWeights, MissingModelGradLeavesMasterWithoutOneAndUnchanged) {
+  for (bool flat : {false, true}) {
+    auto params = half_params_with_grads(torch::kHalf, 4);
+    params[1].mutable_grad() = torch::Tensor();
+    lamp::MasterWeights master(params, flat);
+    const auto before = master.master_params()[1].detach().clone();
+    master.model_grads_to_master_grads();
+    EXPECT_FALSE(master.master_params()[1].grad().defined());
+    EXPECT_TRUE(master.master_params()[0].grad().defined());
+    torch::optim::SGD sgd(master.master_params(), 0.1);
+    sgd.step();
+    EXPECT_TRUE(BitEqual(master.master_params()[1].detach(), before));
+  }
+}
+
+TEST(MasterWeights, RoundTripBackToTheModel) {
+  for (bool flat : {false, true}) {
+    auto params = half_params_with_grads(torch::kBFloat16, 5);
+    lamp::MasterWeights master(params, flat);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& m : master.master_params()) {
+        m.add_(0.25);
+      }
+    }
+    master.master_params_to_model_params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(params[i].scalar_type(), i == 2 ? torch::kFloat : torch::kBFloat16);
+      EXPECT_TRUE(BitEqual(params[i].detach(), master.master_params()[i]
+                                                   .detach()
+                                                   .to(params[i].scalar_type())));
+    }
+  }
+}
+
+TEST(MasterWeights, FlatAndPerTensorGiveIdenticalTraining) {
+  auto a = half_params_with_grads(torch::kHalf, 6);
+  auto b = half_params_with_grads(torch::kHalf, 6);
+  lamp::MasterWeights per_tensor(a, false), flat(b, true);
+  torch::optim::SGD sgd_a(per_tensor.master_params(),
+                          torch::optim::SGDOptions(0.01).momentum(0.9));
+  torch::optim::SGD sgd_b(flat.master_params(),
+                          torch::optim::SGDOptions(0.01).momentum(0.9));
+  for (int step = 0; step < 3; ++step) {
+    per_tensor.model_grads_to_master_grads(512.0);
+    flat.model_grads_to_master_grads(512.0);
+    sgd_a.step();
+    sgd_b.step();
+    per_tensor.master_params_to_model_params();
+    flat.master_params_to_model_params();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(BitEqual(per_tensor.master_params()[i].detach(),
+                         flat.master_params()[i].detach()));
+    EXPECT_TRUE(BitEqual(a[i].detach(), b[i].detach()));
+  }
+}
+
+TEST(MasterWeights, SaveAndLoadKeepTheSameTensors) {
+  auto params = half_params_with_grads(torch::kHalf, 7);
+  lamp::MasterWeights master(params, true);
+  const auto saved = master.master_params()[0].detach().clone();
+  std::stringstream stream;
+  {
+    torch::serialize::OutputArchive archive;
+    master.save(archive);
+    archive.save_to(stream);
+  }
+  const auto* impl = master.master_params()[0].unsafeGetTensorImpl();
+  {
+    torch::NoGradGuard no_grad;
+    master.master_params()[0].fill_(3.0);
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from(stream);
+  master.load(archive);
+  EXPECT_TRUE(BitEqual(master.master_params()[0].detach(), saved));
+  EXPECT_EQ(master.master_params()[0].unsafeGetTensorImpl(), impl);
+}
+
+TEST(MasterWeights, RejectsEmptyAndNonFloatingParameters) {
+  EXPECT_THROW(lamp::MasterWeights({}), c10::Error);
+  EXPECT_THROW(lamp::MasterWeights({torch::arange(3)}), c10::Error);
+}
+
+TEST(Fp16Util, PrepParamListsSkipsFrozenParameters) {
+  torch::nn::Linear linear(3, 2);
+  linear->bias.requires_grad_(false);
+  auto lists = lamp::prep_param_lists(*linear);
+  ASSERT_EQ(lists.first.size(), 1u);
+  ASSERT_EQ(lists.second.size(), 1u);
+  EXPECT_TRUE(lists.first[0].is_same(linear->weight));
+  EXPECT_EQ(lists.second[0].scalar_type(), torch::kFloat);
+  auto flat = lamp::prep_param_lists(*linear, /*flat_master=*/true);
+  ASSERT_EQ(flat.second.size(), 1u);
+  EXPECT_EQ(flat.second[0].numel(), 6);
+  EXPECT_TRUE(flat.second[0].grad().defined());
+}
+
+TEST(Fp16Util, CopyFunctionsMatchApexInBothLayouts) {
+  torch::nn::Linear linear(3, 2);
+  linear->to(torch::kHalf);
+  for (bool flat : {false, true}) {
+    auto lists = lamp::prep_param_lists(*linear, flat);
+    linear->weight.mutable_grad() = torch::full({2, 3}, 2.0, torch::kHalf);
+    linear->bias.mutable_grad() = torch::full({2}, -1.0, torch::kHalf);
+    lamp::model_grads_to_master_grads(lists.first, lists.second, flat);
+    if (flat) {
+      EXPECT_TRUE(BitEqual(lists.second[0].grad(),
+                           torch::cat({torch::full({6}, 2.0), torch::full({2}, -1.0)})));
+    } else {
+      EXPECT_TRUE(BitEqual(lists.second[1].grad(), torch::full({2}, -1.0)));
+    }
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& m : lists.second) {
+        m.fill_(0.5);
+      }
+    }
+    lamp::master_params_to_model_params(lists.first, lists.second, flat);
+    EXPECT_TRUE(BitEqual(linear->bias.detach(), torch::full({2}, 0.5, torch::kHalf)));
+    EXPECT_TRUE(BitEqual(linear->weight.detach(), torch::full({2, 3}, 0.5, torch::kHalf)));
+  }
+  auto lists = lamp::prep_param_lists(*linear);
+  EXPECT_THROW(lamp::model_grads_to_master_grads(lists.first, {lists.second[0]}),
+               c10::Error);
+}
+
+} // namespace

@@ -1,0 +1,92 @@
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "lamp/backends.h"
+
+namespace lamp_test {
+
+/// NaN-aware closeness, with the failing values in the message.
+inline ::testing::AssertionResult AllClose(const torch::Tensor& actual,
+                                           const torch::Tensor& expected,
+                                           double rtol, double atol) {
+  if (actual.sizes() != expected.sizes()) {
+    return ::testing::AssertionFailure()
+        << "shape " << actual.sizes() << " != " << expected.sizes();
+  }
+  const auto a = actual.to(torch::kDouble);
+  const auto e = expected.to(torch::kDouble);
+  if (torch::allclose(a, e, rtol, atol, /*equal_nan=*/true)) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+      << "max |actual - expected| = "
+      << (a - e).abs().nan_to_num(0).max().item<double>() << " (rtol " << rtol
+      << ", atol " << atol << ")";
+}
+
+/// Same dtype, same shape, same bits (NaN payloads aside).
+inline ::testing::AssertionResult BitEqual(const torch::Tensor& actual,
+                                           const torch::Tensor& expected) {
+  if (actual.scalar_type() != expected.scalar_type()) {
+    return ::testing::AssertionFailure()
+        << "dtype " << actual.scalar_type() << " != " << expected.scalar_type();
+  }
+  return AllClose(actual, expected, 0.0, 0.0);
+}
+
+/// A small ResNet-style conv net with BatchNorm, for conversion and training.
+struct SmallNetImpl : torch::nn::Module {
+  explicit SmallNetImpl(int64_t classes = 4)
+      : conv1(torch::nn::Conv2dOptions(3, 8, 3).padding(1).bias(false)),
+        bn1(8),
+        conv2(torch::nn::Conv2dOptions(8, 16, 3).stride(2).padding(1).bias(false)),
+        bn2(16),
+        fc(16, classes) {
+    register_module("conv1", conv1);
+    register_module("bn1", bn1);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+    register_module("fc", fc);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto y = torch::relu(bn1(conv1(x)));
+    y = torch::relu(bn2(conv2(y)));
+    y = torch::adaptive_avg_pool2d(y, {1, 1}).flatten(1);
+    return fc(y);
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(SmallNet);
+
+/// A fixed synthetic classification problem: noisy images whose per-channel
+/// offsets decide the label through a fixed random "teacher" projection.
+struct Problem {
+  torch::Tensor images;
+  torch::Tensor labels;
+};
+
+inline Problem make_problem(int64_t n, int64_t classes, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto offsets = torch::randn({n, 3, 1, 1});
+  auto images = torch::randn({n, 3, 8, 8}) + 2 * offsets;
+  auto teacher = torch::randn({3, classes});
+  auto labels = offsets.flatten(1).mm(teacher).argmax(1);
+  return {images, labels};
+}
+
+#define LAMP_SKIP_WITHOUT_CUDA()                                   \
+  do {                                                             \
+    if (!lamp::cuda_available()) {                                 \
+      GTEST_SKIP() << "no CUDA GPU in this process";               \
+    }                                                              \
+  } while (0)
+
+} // namespace lamp_test

@@ -40,7 +40,33 @@ bool probe_cpu_fp16_compute() {
   }
 }
 
+bool probe_cpu_mixed_dtype_norm(torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  Autocast no_autocast(torch::kCPU, c10::nullopt, /*enabled=*/false);
+  try {
+    const auto x = torch::ones({2, 4}, dtype);
+    torch::layer_norm(x, {4}, torch::ones({4}), torch::zeros({4}));
+    torch::group_norm(x, 2, torch::ones({4}), torch::zeros({4}));
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
 } // namespace
+
+bool mixed_dtype_norm_available(const torch::Device& device,
+                                torch::Dtype dtype) {
+  if (device.is_cuda()) {
+    return true;
+  }
+  if (!device.is_cpu()) {
+    return false;
+  }
+  static const bool half = probe_cpu_mixed_dtype_norm(torch::kHalf);
+  static const bool bfloat16 = probe_cpu_mixed_dtype_norm(torch::kBFloat16);
+  return dtype == torch::kHalf ? half : dtype == torch::kBFloat16 && bfloat16;
+}
 
 bool fp16_compute_available(const torch::Device& device) {
   if (device.is_cuda()) {

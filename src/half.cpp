@@ -27,6 +27,12 @@ bool is_batchnorm(const torch::nn::Module& m) {
       dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m) != nullptr;
 }
 
+// LayerNorm and GroupNorm kept in FP32 must accept low-precision inputs.
+bool needs_mixed_dtype_kernels(const torch::nn::Module& m) {
+  return dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
+      dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr;
+}
+
 bool is_other_norm(const torch::nn::Module& m) {
   return dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
       dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr ||
@@ -75,6 +81,25 @@ bool keep_fp32(const torch::nn::Module& module, const std::string& name,
       (options.keep_fp32() && options.keep_fp32()(name, module));
 }
 
+void check_kept_norms_can_run(const torch::nn::Module& module,
+                              const std::string& name,
+                              const HalfOptions& options) {
+  if (needs_mixed_dtype_kernels(module)) {
+    for (const auto& p : module.parameters()) {
+      TORCH_CHECK(mixed_dtype_norm_available(p.device(), options.dtype()),
+                  "lamp::network_to_half: keep_norm_fp32 would keep '", name,
+                  "' in FP32, but this LibTorch's LayerNorm/GroupNorm on ",
+                  p.device(), " cannot take ", options.dtype(),
+                  " inputs with FP32 parameters. Use keep_norm_fp32(false) "
+                  "here, or convert the model after moving it to CUDA.");
+    }
+    return;
+  }
+  for (const auto& child : module.named_children()) {
+    check_kept_norms_can_run(*child.value(), join(name, child.key()), options);
+  }
+}
+
 void convert_subtree(torch::nn::Module& module, const std::string& name,
                      const HalfOptions& options) {
   if (keep_fp32(module, name, options)) {
@@ -102,6 +127,9 @@ void batchnorm_to_float(torch::nn::Module& module) {
 torch::nn::Module& convert_network(torch::nn::Module& module,
                                    const HalfOptions& options) {
   detail::check_half_dtype(options.dtype(), "lamp::network_to_half");
+  if (options.keep_norm_fp32()) {
+    check_kept_norms_can_run(module, "", options);  // before changing anything
+  }
   torch::NoGradGuard no_grad;
   convert_subtree(module, "", options);
   return module;

@@ -88,7 +88,27 @@ TEST_P(NetworkToHalfDtype, ConvertsEveryTensorAndKeepsBatchNormFP32) {
 
 TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
   Zoo zoo;
-  lamp::network_to_half(zoo, lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
+  const auto options = lamp::HalfOptions(GetParam()).keep_norm_fp32(true);
+  if (!lamp::mixed_dtype_norm_available(torch::kCPU, GetParam())) {
+    try {
+      lamp::network_to_half(zoo, options);
+      FAIL() << "kept a LayerNorm in FP32 that cannot take low-precision input";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("keep_norm_fp32 would keep 'ln'"),
+                std::string::npos)
+          << e.what();
+    }
+    for (const auto& item : dtypes(*zoo)) {  // refused before any change
+      EXPECT_TRUE(item.second == torch::kFloat || item.second == torch::kLong)
+          << item.first;
+    }
+    return;
+  }
+  lamp::network_to_half(zoo, options);
+  // The kept norms run on low-precision input.
+  const auto x = torch::randn({2, 4}).to(GetParam());
+  EXPECT_EQ(zoo->ln(x).scalar_type(), GetParam());
+  EXPECT_EQ(zoo->gn(x).scalar_type(), GetParam());
   for (const auto& item : dtypes(*zoo)) {
     const auto& name = item.first;
     if (name.find("num_batches_tracked") != std::string::npos) {

@@ -79,12 +79,19 @@ TEST(TrainStep, RefusesFp16ModesWithoutFp16Kernels) {
   for (auto precision : {Precision::kAMP, Precision::kHalf}) {
     SmallNet model;
     if (fp16_runs_on_cpu(precision)) {
-      lamp::TrainStep step(model.ptr(), sgd(0.1), precision);
-      EXPECT_TRUE(step.step([&] {
-                        return model->forward(step.cast_input(
-                                   torch::randn({2, 3, 8, 8}))).to(torch::kFloat).sum();
-                      })
-                      .optimizer_stepped);
+      // A modest scale keeps this one step's FP16 gradients finite.
+      lamp::TrainStep step(
+          model.ptr(), sgd(0.1),
+          lamp::TrainStepOptions(precision).scaler(
+              lamp::GradScalerOptions().init_scale(1024)));
+      const auto result = step.step([&] {
+        return model->forward(step.cast_input(torch::randn({2, 3, 8, 8})))
+            .to(torch::kFloat)
+            .pow(2)
+            .mean();
+      });
+      EXPECT_TRUE(result.optimizer_stepped) << lamp::to_string(precision);
+      EXPECT_EQ(result.scale, 1024.0);
       continue;
     }
     try {

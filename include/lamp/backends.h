@@ -33,6 +33,13 @@ bool tf32();
 /// CPU kernels for them ("slow_conv2d_cpu" not implemented for 'Half').
 bool fp16_compute_available(const torch::Device& device);
 
+/// Whether LayerNorm and GroupNorm on `device` accept `dtype` (FP16/BF16)
+/// inputs with FP32 parameters, which HalfOptions::keep_norm_fp32 relies on.
+/// LibTorch 1.13's CPU kernels do not ("expected scalar type BFloat16 but
+/// found Float"); 2.x's and CUDA's do. Found out once per process and dtype
+/// by running the two ops on tiny tensors.
+bool mixed_dtype_norm_available(const torch::Device& device, torch::Dtype dtype);
+
 /// Whether a CUDA GPU can be used by this process (false for CPU-only builds).
 bool cuda_available();
 

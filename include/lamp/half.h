@@ -31,7 +31,11 @@ struct HalfOptions {
   /// Keep BatchNorm1d/2d/3d (affine or not) in FP32: weight, bias and running
   /// statistics. BatchNorm statistics over a batch need FP32's range.
   TORCH_ARG(bool, keep_batchnorm_fp32) = true;
-  /// Also keep LayerNorm, GroupNorm and InstanceNorm1d/2d/3d in FP32.
+  /// Also keep LayerNorm, GroupNorm and InstanceNorm1d/2d/3d in FP32. Needs
+  /// LayerNorm/GroupNorm kernels that take low-precision inputs with FP32
+  /// parameters (CUDA, LibTorch 2.x CPU; not LibTorch 1.13's CPU): see
+  /// lamp::mixed_dtype_norm_available(). Where they are missing, conversion
+  /// refuses with an error instead of a model that fails at forward.
   TORCH_ARG(bool, keep_norm_fp32) = false;
   /// Keep any module for which this returns true (and its subtree) in FP32.
   TORCH_ARG(KeepPredicate, keep_fp32) = nullptr;

@@ -80,7 +80,7 @@ int run(const Config& config) {
     });
     if (step == 1 || step == config.steps || step % 10 == 0) {
       std::printf("step %4d  loss %.4f  scale %g%s\n", step,
-                  result.loss.item<double>(), result.scale,
+                  result.loss.item<double>(), result.scale.item<double>(),
                   result.skipped ? "  (skipped: non-finite gradients)" : "");
     }
   }

@@ -32,14 +32,16 @@ torch::Dtype Autocast::current_dtype(torch::DeviceType device_type) {
 
 Autocast::Autocast(torch::DeviceType device_type,
                    c10::optional<torch::Dtype> dtype, bool enabled,
-                   bool cache_enabled)
+                   c10::optional<bool> cache_enabled)
     : device_type_(device_type),
-      dtype_(dtype.has_value() ? *dtype : default_dtype(device_type)),
+      dtype_(dtype.has_value() ? *dtype : detail::autocast_dtype(device_type)),
       enabled_(enabled) {
   // Everything is checked before the first state change, so a refused guard
-  // leaves the thread's autocast state untouched.
-  TORCH_CHECK(is_supported(device_type_, dtype_), "lamp::Autocast: autocast on ",
-              device_type_, " cannot run in ", dtype_,
+  // leaves the thread's autocast state untouched. As in Python, a disabled
+  // guard does not care about the dtype.
+  TORCH_CHECK(!enabled_ || is_supported(device_type_, dtype_),
+              "lamp::Autocast: autocast on ", device_type_, " cannot run in ",
+              dtype_,
               (device_type_ == torch::kCPU && dtype_ == torch::kHalf
                    ? " with this LibTorch (CPU autocast supports FP16 from "
                      "LibTorch 2.4 on); use torch::kBFloat16 on CPU"
@@ -50,9 +52,14 @@ Autocast::Autocast(torch::DeviceType device_type,
   prev_cache_enabled_ = at::autocast::is_autocast_cache_enabled();
 
   detail::set_autocast_enabled(device_type_, enabled_);
-  detail::set_autocast_dtype(device_type_, dtype_);
+  // A disabled guard's dtype only matters to guards nested inside it; ATen
+  // refuses to store one the device cannot do, so such a dtype is not set.
+  if (is_supported(device_type_, dtype_)) {
+    detail::set_autocast_dtype(device_type_, dtype_);
+  }
   at::autocast::increment_nesting();
-  at::autocast::set_autocast_cache_enabled(cache_enabled);
+  at::autocast::set_autocast_cache_enabled(
+      cache_enabled.value_or(prev_cache_enabled_));
 }
 
 Autocast::~Autocast() {

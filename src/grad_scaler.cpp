@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "detail/compat.h"
@@ -11,7 +12,11 @@ namespace detail {
 
 void non_finite_check_and_unscale_(std::vector<torch::Tensor>& tensors,
                                    torch::Tensor& found_inf,
-                                   const torch::Tensor& inv_scale) {
+                                   const torch::Tensor& inv_scale_in) {
+  TORCH_CHECK(found_inf.numel() == 1 && inv_scale_in.numel() == 1,
+              "lamp::detail::non_finite_check_and_unscale_: found_inf and "
+              "inv_scale must have one element each.");
+  const auto inv_scale = inv_scale_in.reshape({});
   for (auto& t : tensors) {
     found_inf.masked_fill_(torch::isfinite(t).all().logical_not(), 1.0);
     // ATen's kernel multiplies in FP32 (double for double tensors) and rounds
@@ -29,6 +34,10 @@ void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
                    double growth_factor, double backoff_factor,
                    int64_t growth_interval, double min_scale, double max_scale,
                    int64_t hysteresis) {
+  TORCH_CHECK(scale.numel() == 1 && growth_tracker.numel() == 1 &&
+                  overflow_count.numel() == 1 && found_inf.numel() == 1,
+              "lamp::detail::update_scale_: every state tensor must have one "
+              "element.");
   const auto inf = found_inf.ne(0);
   // Consecutive overflows, saturating at `hysteresis`; a finite step resets.
   const auto count = torch::where(inf, (overflow_count + 1).clamp_max(hysteresis),
@@ -37,8 +46,9 @@ void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
 
   // As ATen's _amp_update_scale_: products in double, rounded once to FP32.
   const auto scale64 = scale.to(torch::kDouble);
-  const auto backed_off =
-      (scale64 * backoff_factor).clamp_min(min_scale).to(torch::kFloat);
+  // Backing off never raises the scale, even one set below min_scale.
+  const auto backed_off = torch::minimum(
+      scale64, (scale64 * backoff_factor).clamp_min(min_scale)).to(torch::kFloat);
   const auto successful = growth_tracker + 1;
   const auto interval_reached = successful.eq(growth_interval);
   const auto grown =
@@ -68,33 +78,33 @@ bool fused_kernels_for(const torch::Device& device, torch::ScalarType dtype) {
   return device_ok && (dtype == torch::kFloat || dtype == torch::kHalf);
 }
 
+void check_options(const GradScalerOptions& o, double scale, const char* caller) {
+  TORCH_CHECK(std::isfinite(scale) && scale > 0, caller,
+              ": the scale must be finite and positive, got ", scale, ".");
+  TORCH_CHECK(o.growth_factor() > 1.0, caller,
+              ": growth_factor must be > 1.0, got ", o.growth_factor(), ".");
+  TORCH_CHECK(o.backoff_factor() > 0.0 && o.backoff_factor() < 1.0, caller,
+              ": backoff_factor must be in (0, 1), got ", o.backoff_factor(),
+              ".");
+  TORCH_CHECK(o.growth_interval() > 0, caller,
+              ": growth_interval must be positive, got ", o.growth_interval(),
+              ".");
+  TORCH_CHECK(o.hysteresis() >= 1, caller,
+              ": hysteresis must be >= 1 (1 is PyTorch's rule), got ",
+              o.hysteresis(), ".");
+  TORCH_CHECK(o.min_scale() >= 0 && o.min_scale() <= o.max_scale(), caller,
+              ": need 0 <= min_scale <= max_scale, got min_scale=",
+              o.min_scale(), " and max_scale=", o.max_scale(), ".");
+  TORCH_CHECK(scale >= o.min_scale() && scale <= o.max_scale(), caller,
+              ": the scale ", scale, " lies outside [min_scale, max_scale] = [",
+              o.min_scale(), ", ", o.max_scale(), "].");
+}
+
 } // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
     : options_(std::move(options)), init_scale_(options_.init_scale()) {
-  const auto& o = options_;
-  TORCH_CHECK(std::isfinite(o.init_scale()) && o.init_scale() > 0,
-              "lamp::GradScaler: init_scale must be finite and positive, got ",
-              o.init_scale(), ".");
-  TORCH_CHECK(o.growth_factor() > 1.0,
-              "lamp::GradScaler: growth_factor must be > 1.0, got ",
-              o.growth_factor(), ".");
-  TORCH_CHECK(o.backoff_factor() > 0.0 && o.backoff_factor() < 1.0,
-              "lamp::GradScaler: backoff_factor must be in (0, 1), got ",
-              o.backoff_factor(), ".");
-  TORCH_CHECK(o.growth_interval() > 0,
-              "lamp::GradScaler: growth_interval must be positive, got ",
-              o.growth_interval(), ".");
-  TORCH_CHECK(o.hysteresis() >= 1,
-              "lamp::GradScaler: hysteresis must be >= 1 (1 is PyTorch's "
-              "rule), got ", o.hysteresis(), ".");
-  TORCH_CHECK(o.min_scale() >= 0 && o.min_scale() <= o.max_scale(),
-              "lamp::GradScaler: need 0 <= min_scale <= max_scale, got "
-              "min_scale=", o.min_scale(), " and max_scale=", o.max_scale(), ".");
-  TORCH_CHECK(o.init_scale() >= o.min_scale() && o.init_scale() <= o.max_scale(),
-              "lamp::GradScaler: init_scale ", o.init_scale(),
-              " lies outside [min_scale, max_scale] = [", o.min_scale(), ", ",
-              o.max_scale(), "].");
+  check_options(options_, init_scale_, "lamp::GradScaler");
 }
 
 void GradScaler::lazy_init(const torch::Device& device) {
@@ -144,6 +154,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
               "lamp::GradScaler::unscale_() is being called after step(); call "
               "update() first.");
 
+  torch::NoGradGuard no_grad;  // as Python's _unscale_grads_
   // Python's rule: the inverse is computed in double, then used in FP32.
   const auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
   const auto found_inf = torch::zeros({}, scale_.options());
@@ -200,6 +211,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
 }
 
 void GradScaler::record_overflow(torch::optim::Optimizer& optimizer) {
+  torch::NoGradGuard no_grad;
   const auto& found = states_.at(&optimizer).found_inf_per_device;
   bool any = false;
   for (const auto& item : found) {
@@ -222,8 +234,8 @@ void GradScaler::record_overflow(torch::optim::Optimizer& optimizer) {
       }
       const auto named = names_.find(params[i].unsafeGetTensorImpl());
       last_overflow_.push_back(
-          named != names_.end()
-              ? named->second
+          named != names_.end() && !named->second.first.expired()
+              ? named->second.second
               : "param_groups[" + std::to_string(g) + "].params[" +
                   std::to_string(i) + "]");
     }
@@ -315,7 +327,8 @@ void GradScaler::update(double new_scale) {
   TORCH_CHECK(std::isfinite(new_scale) && new_scale > 0,
               "lamp::GradScaler::update: new_scale must be finite and "
               "positive, got ", new_scale, ".");
-  scale_.fill_(new_scale);
+  scale_.fill_(std::min(std::max(new_scale, options_.min_scale()),
+                        options_.max_scale()));
   states_.clear();
 }
 
@@ -338,7 +351,11 @@ void GradScaler::set_parameter_names(const std::vector<std::string>& names,
               "lamp::GradScaler::set_parameter_names: ", names.size(),
               " names for ", params.size(), " parameters.");
   for (size_t i = 0; i < names.size(); ++i) {
-    names_[params[i].unsafeGetTensorImpl()] = names[i];
+    // The weak reference keeps the TensorImpl's memory (not its data) from
+    // being reused by another tensor while the name is registered.
+    names_.insert_or_assign(
+        params[i].unsafeGetTensorImpl(),
+        std::make_pair(WeakTensorImpl(params[i].getIntrusivePtr()), names[i]));
   }
 }
 
@@ -361,6 +378,25 @@ void GradScaler::save(torch::serialize::OutputArchive& archive) const {
   archive.write("dynamic", c10::IValue(options_.dynamic()));
 }
 
+namespace {
+// Python stores e.g. growth_factor=2 as an int: accept any number.
+double read_number(torch::serialize::InputArchive& archive, const char* key) {
+  c10::IValue value;
+  archive.read(key, value);
+  TORCH_CHECK(value.isDouble() || value.isInt(), "lamp::GradScaler::load: '",
+              key, "' is not a number in this archive.");
+  return value.isDouble() ? value.toDouble() : static_cast<double>(value.toInt());
+}
+
+int64_t read_integer(torch::serialize::InputArchive& archive, const char* key) {
+  c10::IValue value;
+  archive.read(key, value);
+  TORCH_CHECK(value.isInt(), "lamp::GradScaler::load: '", key,
+              "' is not an integer in this archive.");
+  return value.toInt();
+}
+} // namespace
+
 void GradScaler::load(torch::serialize::InputArchive& archive) {
   if (!options_.enabled()) {
     return;
@@ -369,31 +405,41 @@ void GradScaler::load(torch::serialize::InputArchive& archive) {
   TORCH_CHECK(archive.try_read("scale", value),
               "lamp::GradScaler::load: the archive has no 'scale', possibly "
               "because it was saved from a disabled GradScaler.");
-  init_scale_ = value.toDouble();
-  archive.read("growth_factor", value);
-  options_.growth_factor(value.toDouble());
-  archive.read("backoff_factor", value);
-  options_.backoff_factor(value.toDouble());
-  archive.read("growth_interval", value);
-  options_.growth_interval(value.toInt());
-  archive.read("_growth_tracker", value);
-  init_growth_tracker_ = value.toInt();
+  // Everything is read and checked before anything changes.
+  GradScalerOptions options = options_;
+  const double scale = read_number(archive, "scale");
+  options.growth_factor(read_number(archive, "growth_factor"));
+  options.backoff_factor(read_number(archive, "backoff_factor"));
+  options.growth_interval(read_integer(archive, "growth_interval"));
+  const int64_t tracker = read_integer(archive, "_growth_tracker");
+  int64_t overflow_count = 0;
   // lamp's own keys are optional, so a state saved by Python loads too.
   if (archive.try_read("min_scale", value)) {
-    options_.min_scale(value.toDouble());
+    options.min_scale(read_number(archive, "min_scale"));
   }
   if (archive.try_read("max_scale", value)) {
-    options_.max_scale(value.toDouble());
+    options.max_scale(read_number(archive, "max_scale"));
   }
   if (archive.try_read("hysteresis", value)) {
-    options_.hysteresis(value.toInt());
+    options.hysteresis(read_integer(archive, "hysteresis"));
   }
   if (archive.try_read("_overflow_count", value)) {
-    init_overflow_count_ = value.toInt();
+    overflow_count = read_integer(archive, "_overflow_count");
   }
   if (archive.try_read("dynamic", value)) {
-    options_.dynamic(value.toBool());
+    TORCH_CHECK(value.isBool(),
+                "lamp::GradScaler::load: 'dynamic' is not a bool.");
+    options.dynamic(value.toBool());
   }
+  check_options(options, scale, "lamp::GradScaler::load");
+  TORCH_CHECK(tracker >= 0 && overflow_count >= 0,
+              "lamp::GradScaler::load: negative counters in the archive.");
+
+  options_ = options;
+  init_scale_ = scale;
+  init_growth_tracker_ = tracker;
+  init_overflow_count_ = overflow_count;
+  states_.clear();
   if (scale_.defined()) {
     scale_.fill_(init_scale_);
     growth_tracker_.fill_(init_growth_tracker_);

@@ -3,6 +3,7 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/instancenorm.h>
 #include <torch/nn/modules/normalization.h>
+#include <torch/nn/modules/rnn.h>
 #include <torch/utils.h>
 #include <torch/version.h>
 
@@ -60,6 +61,15 @@ void cast_own_tensors(torch::nn::Module& module, torch::Dtype dtype) {
   }
   for (auto& item : module.named_buffers(/*recurse=*/false)) {
     cast_tensor(item.value(), dtype);
+  }
+  // As Apex's convert_network: cuDNN wants an RNN's weights in one
+  // contiguous block again after they were replaced.
+  if (auto* lstm = dynamic_cast<torch::nn::LSTMImpl*>(&module)) {
+    lstm->flatten_parameters();
+  } else if (auto* gru = dynamic_cast<torch::nn::GRUImpl*>(&module)) {
+    gru->flatten_parameters();
+  } else if (auto* rnn = dynamic_cast<torch::nn::RNNImpl*>(&module)) {
+    rnn->flatten_parameters();
   }
 }
 

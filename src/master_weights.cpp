@@ -30,10 +30,24 @@ void check_pairing(const std::vector<torch::Tensor>& model_params,
                 ": with flat_master, master_params must hold the one flat "
                 "tensor made by prep_param_lists(model, true); got ",
                 master_params.size(), " tensors.");
-  } else {
-    TORCH_CHECK(model_params.size() == master_params.size(), caller,
-                ": model_params has ", model_params.size(),
-                " tensors but master_params has ", master_params.size(),
+    int64_t numel = 0;
+    for (const auto& p : model_params) {
+      numel += p.numel();
+    }
+    TORCH_CHECK(master_params[0].numel() == numel, caller,
+                ": the flat master holds ", master_params[0].numel(),
+                " values but the model parameters hold ", numel,
+                "; pass the two lists returned by prep_param_lists().");
+    return;
+  }
+  TORCH_CHECK(model_params.size() == master_params.size(), caller,
+              ": model_params has ", model_params.size(),
+              " tensors but master_params has ", master_params.size(),
+              "; pass the two lists returned by prep_param_lists().");
+  for (size_t i = 0; i < model_params.size(); ++i) {
+    TORCH_CHECK(model_params[i].sizes() == master_params[i].sizes(), caller,
+                ": model parameter ", i, " has shape ", model_params[i].sizes(),
+                " but its master has shape ", master_params[i].sizes(),
                 "; pass the two lists returned by prep_param_lists().");
   }
 }
@@ -76,7 +90,10 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params, bool flat)
     // one buffer.
     master_.push_back(
         flat_buffer_.narrow(0, offset, n).view(p.sizes()).requires_grad_(true));
-    flat_grad_views_.push_back(flat_grad_.narrow(0, offset, n).view(p.sizes()));
+    // Detached: optimizers' zero_grad() detaches gradients in place, which
+    // autograd refuses for views.
+    flat_grad_views_.push_back(
+        flat_grad_.narrow(0, offset, n).view(p.sizes()).detach());
     offset += n;
   }
 }

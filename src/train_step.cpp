@@ -68,7 +68,8 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
     : model_(std::move(model)),
       options_(std::move(options)),
       device_(torch::kCPU),
-      scaler_(scaler_options(options_)) {
+      scaler_(scaler_options(options_)),
+      unit_scale_(torch::ones({})) {
   TORCH_CHECK(model_ != nullptr, "lamp::TrainStep: the model is null.");
   TORCH_CHECK(make_optimizer != nullptr,
               "lamp::TrainStep: no optimizer factory given.");
@@ -142,7 +143,7 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
   StepResult result;
   result.loss = loss.detach();
   if (++micro_step_ < accumulation) {
-    result.scale = scaler_.get_scale();
+    result.scale = current_scale();
     return result;
   }
   micro_step_ = 0;
@@ -161,13 +162,21 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
   }
   result.optimizer_stepped = stepped;
   result.skipped = !stepped;
-  result.scale = scaler_.get_scale();
+  result.scale = current_scale();
   return result;
 }
 
+torch::Tensor TrainStep::current_scale() const {
+  // A copy: the scaler updates its own tensor in place on later steps.
+  return scaler_.is_enabled() ? scaler_.scale_tensor().clone() : unit_scale_;
+}
+
 void TrainStep::save(torch::serialize::OutputArchive& archive) const {
+  TORCH_CHECK(micro_step_ == 0, "lamp::TrainStep::save: called after ",
+              micro_step_, " of ", options_.accumulation_steps(),
+              " accumulated micro-batches; the partial gradients would be "
+              "lost. Save after the step() that ends the cycle.");
   archive.write("precision", c10::IValue(to_string(options_.precision())));
-  archive.write("micro_step", c10::IValue(micro_step_));
   torch::serialize::OutputArchive model_archive;
   model_->save(model_archive);
   archive.write("model", model_archive);
@@ -192,8 +201,7 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
               value.toStringRef(), "' but this TrainStep uses '",
               to_string(options_.precision()),
               "'; resume with the same precision.");
-  archive.read("micro_step", value);
-  micro_step_ = value.toInt();
+  micro_step_ = 0;
   torch::serialize::InputArchive model_archive;
   archive.read("model", model_archive);
   model_->load(model_archive);

@@ -52,8 +52,42 @@ TEST(Autocast, RestoresStateWhenAnExceptionLeavesTheScope) {
   } catch (const std::runtime_error&) {
   }
   EXPECT_FALSE(Autocast::is_enabled(torch::kCPU));
-  // The nesting count came back to zero as well: a new outermost guard
-  // starts with an empty cache (see ClearsTheCastCacheAtTheOutermostExit).
+  // The nesting count came back to zero as well.
+  EXPECT_EQ(at::autocast::increment_nesting(), 1);
+  EXPECT_EQ(at::autocast::decrement_nesting(), 0);
+}
+
+// Autocast state is plain thread-local data, so the CUDA settings can be
+// checked without a GPU.
+TEST(Autocast, InheritsDtypeAndCacheFlagFromTheEnclosingGuard) {
+  ASSERT_EQ(Autocast::current_dtype(torch::kCUDA), torch::kHalf);
+  {
+    Autocast outer(torch::kCUDA, torch::kBFloat16, true, /*cache_enabled=*/false);
+    {
+      Autocast inner(torch::kCUDA);
+      EXPECT_EQ(inner.dtype(), torch::kBFloat16);
+      EXPECT_EQ(Autocast::current_dtype(torch::kCUDA), torch::kBFloat16);
+      EXPECT_FALSE(at::autocast::is_autocast_cache_enabled());
+      {
+        Autocast fp16(torch::kCUDA, torch::kHalf, true, /*cache_enabled=*/true);
+        EXPECT_EQ(Autocast::current_dtype(torch::kCUDA), torch::kHalf);
+        EXPECT_TRUE(at::autocast::is_autocast_cache_enabled());
+      }
+      EXPECT_EQ(Autocast::current_dtype(torch::kCUDA), torch::kBFloat16);
+      EXPECT_FALSE(at::autocast::is_autocast_cache_enabled());
+    }
+  }
+  EXPECT_EQ(Autocast::current_dtype(torch::kCUDA), torch::kHalf);
+  EXPECT_TRUE(at::autocast::is_autocast_cache_enabled());
+  EXPECT_FALSE(Autocast::is_enabled(torch::kCUDA));
+}
+
+TEST(Autocast, DisabledGuardAcceptsAnyDtype) {
+  for (auto dtype : {torch::kFloat, torch::kHalf, torch::kDouble}) {
+    Autocast off(torch::kCPU, dtype, /*enabled=*/false);
+    EXPECT_FALSE(Autocast::is_enabled(torch::kCPU));
+  }
+  EXPECT_EQ(Autocast::current_dtype(torch::kCPU), torch::kBFloat16);
 }
 
 TEST(Autocast, ConvRunsInBf16AndTheWeightGradientStaysFP32) {

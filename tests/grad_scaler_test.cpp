@@ -139,6 +139,25 @@ TEST(GradScaler, MinAndMaxScaleBoundTheScale) {
 
   EXPECT_THROW(lamp::GradScaler(lamp::GradScalerOptions().min_scale(1e6)),
                c10::Error);
+
+  // update(new_scale) respects the bounds, and a scale set by hand below
+  // min_scale is never raised by a backoff.
+  lamp::GradScaler bounded(
+      lamp::GradScalerOptions().init_scale(16).min_scale(4).max_scale(64));
+  scripted_step(bounded, rig, 1.0f);
+  bounded.update(1000.0);
+  EXPECT_EQ(bounded.get_scale(), 64.0);
+  bounded.update(1.0);
+  EXPECT_EQ(bounded.get_scale(), 4.0);
+}
+
+TEST(GradScaler, PortableUpdateNeverRaisesTheScaleOnBackoff) {
+  auto scale = torch::full({}, 1.0f);
+  auto tracker = torch::zeros({}, torch::kInt);
+  auto overflows = torch::zeros({}, torch::kInt);
+  lamp::detail::update_scale_(scale, tracker, overflows, torch::ones({}), 2.0,
+                              0.5, 10, /*min_scale=*/8.0, 1e9, 1);
+  EXPECT_EQ(scale.item<float>(), 1.0f);
 }
 
 TEST(GradScaler, GrowthThatWouldOverflowFP32IsRefused) {
@@ -263,6 +282,38 @@ TEST(GradScaler, SaveLoadRoundTripUsesPythonsKeys) {
   }
 }
 
+TEST(GradScaler, LoadAcceptsPythonIntegersAndRejectsInvalidState) {
+  auto archive_with = [](double scale, c10::IValue growth_factor,
+                         int64_t interval) {
+    torch::serialize::OutputArchive out;
+    out.write("scale", c10::IValue(scale));
+    out.write("growth_factor", growth_factor);
+    out.write("backoff_factor", c10::IValue(0.5));
+    out.write("growth_interval", c10::IValue(interval));
+    out.write("_growth_tracker", c10::IValue(int64_t{3}));
+    std::stringstream stream;
+    out.save_to(stream);
+    auto in = std::make_shared<torch::serialize::InputArchive>();
+    in->load_from(stream);
+    return in;
+  };
+  lamp::GradScaler scaler;
+  // Python's GradScaler(growth_factor=2) stores an int.
+  scaler.load(*archive_with(512.0, c10::IValue(int64_t{3}), 7));
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(scaler.options().growth_factor(), 3.0);
+  EXPECT_EQ(scaler.growth_tracker(), 3);
+  expect_error([&] { scaler.load(*archive_with(-1.0, c10::IValue(2.0), 7)); },
+               "finite and positive");
+  expect_error([&] { scaler.load(*archive_with(8.0, c10::IValue(0.5), 7)); },
+               "growth_factor");
+  expect_error([&] { scaler.load(*archive_with(8.0, c10::IValue(2.0), 0)); },
+               "growth_interval");
+  // Refused loads change nothing.
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(scaler.options().growth_interval(), 7);
+}
+
 TEST(GradScaler, DisabledScalerIsANoOp) {
   lamp::GradScaler scaler(lamp::GradScalerOptions().enabled(false));
   const auto loss = torch::tensor(3.0f);
@@ -378,7 +429,7 @@ TEST(GradScaler, PortableUpdateEqualsATenKernelBitForBit) {
 }
 
 TEST(GradScaler, PortableUnscaleEqualsATenKernelBitForBit) {
-  for (auto dtype : {torch::kFloat, torch::kHalf}) {
+  for (auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
     torch::manual_seed(1);
     std::vector<torch::Tensor> a = {torch::randn({64}).mul(3000).to(dtype),
                                     torch::randn({7, 5}).to(dtype)};
@@ -410,10 +461,13 @@ TEST(GradScaler, PortableUnscaleFindsNonFiniteValues) {
   EXPECT_EQ(found.item<float>(), 1.0f);
   EXPECT_TRUE(BitEqual(grads[0], torch::tensor({1.0f, 2.0f})));
   EXPECT_EQ(grads[1][0].item<float>(), 4.0f);
-  std::vector<torch::Tensor> finite = {torch::tensor({1.0f})};
-  auto none = torch::zeros({});
-  lamp::detail::non_finite_check_and_unscale_(finite, none, torch::ones({}));
+  // One-element state tensors of any shape, as ATen's contract allows.
+  std::vector<torch::Tensor> finite = {torch::tensor(2.0f)};
+  auto none = torch::zeros({1});
+  lamp::detail::non_finite_check_and_unscale_(finite, none,
+                                              torch::full({1}, 0.5f));
   EXPECT_EQ(none.item<float>(), 0.0f);
+  EXPECT_EQ(finite[0].item<float>(), 1.0f);
 }
 
 TEST(GradScaler, FollowsTheSameSequenceOnGpu_CUDA) {

@@ -151,6 +151,14 @@ TEST(NetworkToHalf, SequentialHoldsTheSameObjectAndParameters) {
   EXPECT_EQ(model->conv1->weight.scalar_type(), torch::kBFloat16);
 }
 
+TEST(NetworkToHalf, ConvertsRecurrentLayers) {
+  torch::nn::LSTM lstm(torch::nn::LSTMOptions(4, 8).num_layers(2));
+  lamp::convert_network(*lstm, torch::kHalf);
+  for (const auto& p : lstm->parameters()) {
+    EXPECT_EQ(p.scalar_type(), torch::kHalf);
+  }
+}
+
 TEST(NetworkToHalf, CastsExistingGradients) {
   SmallNet model;
   model->fc->weight.mutable_grad() = torch::ones_like(model->fc->weight);

@@ -58,6 +58,22 @@ TEST(MasterWeights, FlatMastersAreViewsOfOneBuffer) {
             master.flat_grad_buffer().data_ptr<float>() + 12);
 }
 
+// Optimizers detach gradients in place in zero_grad(); the flat gradient
+// views must allow it, iteration after iteration.
+TEST(MasterWeights, FlatGradientsSurviveOptimizerZeroGrad) {
+  auto params = half_params_with_grads(torch::kHalf, 8);
+  lamp::MasterWeights master(params, /*flat=*/true);
+  torch::optim::SGD sgd(master.master_params(), 0.1);
+  for (int step = 0; step < 3; ++step) {
+    master.model_grads_to_master_grads();
+    sgd.step();
+    sgd.zero_grad();
+  }
+  master.model_grads_to_master_grads();
+  EXPECT_TRUE(BitEqual(master.master_params()[0].grad(),
+                       params[0].grad().to(torch::kFloat)));
+}
+
 TEST(MasterWeights, GradientCopyWithAndWithoutUnscale) {
   for (bool flat : {false, true}) {
     auto params = half_params_with_grads(torch::kHalf, 3);
@@ -202,6 +218,13 @@ TEST(Fp16Util, CopyFunctionsMatchApexInBothLayouts) {
   }
   auto lists = lamp::prep_param_lists(*linear);
   EXPECT_THROW(lamp::model_grads_to_master_grads(lists.first, {lists.second[0]}),
+               c10::Error);
+  // Shapes must pair up: copy_ would otherwise broadcast silently.
+  EXPECT_THROW(lamp::master_params_to_model_params(
+                   {linear->bias}, {torch::zeros({3, 2})}),
+               c10::Error);
+  EXPECT_THROW(lamp::master_params_to_model_params(
+                   lists.first, {torch::zeros({7})}, /*flat_master=*/true),
                c10::Error);
 }
 

@@ -17,13 +17,18 @@ namespace lamp {
 /// nesting level, clears the cast cache when the outermost guard ends, and
 /// restores the saved state. Autocast state is thread-local, so is the guard.
 ///
-/// - `dtype` defaults to the device's autocast default: BF16 on CPU, FP16 on
-///   CUDA.
+/// - `dtype` defaults, as in Python, to the thread's current autocast dtype
+///   for the device: the device's default (BF16 on CPU, FP16 on CUDA) unless
+///   an enclosing guard chose another.
+/// - `cache_enabled` defaults, as in Python 2.x, to the current cache flag
+///   (on unless an enclosing guard turned it off).
 /// - `enabled = false` switches autocast *off* inside an enclosing enabled
-///   guard, as `torch.autocast(enabled=False)` does.
-/// - A dtype the device's autocast cannot do (anything but FP16/BF16; FP16 on
-///   CPU with LibTorch < 2.4) is a `TORCH_CHECK` error raised before any state
-///   changes. Devices other than CPU and CUDA are refused the same way.
+///   guard, as `torch.autocast(enabled=False)` does; so
+///   `Autocast guard(device, dtype, use_amp)` is the way to make AMP optional.
+/// - An enabled guard with a dtype the device's autocast cannot do (anything
+///   but FP16/BF16; FP16 on CPU with LibTorch < 2.4) is a `TORCH_CHECK`
+///   error raised before any state changes. Devices other than CPU and CUDA
+///   are refused the same way.
 ///
 /// Example:
 /// \code
@@ -42,7 +47,8 @@ class Autocast {
  public:
   explicit Autocast(torch::DeviceType device_type,
                     c10::optional<torch::Dtype> dtype = c10::nullopt,
-                    bool enabled = true, bool cache_enabled = true);
+                    bool enabled = true,
+                    c10::optional<bool> cache_enabled = c10::nullopt);
   ~Autocast();
 
   Autocast(const Autocast&) = delete;

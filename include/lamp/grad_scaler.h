@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace lamp {
@@ -38,8 +39,8 @@ struct GradScalerOptions {
   TORCH_ARG(double, max_scale) = std::numeric_limits<double>::infinity();
   /// Back off only on the N-th consecutive overflowing step, and on every
   /// overflowing step after it until a finite step resets the count
-  /// (DeepSpeed's `hysteresis`). Every overflowing step is skipped
-  /// regardless. 1 is exactly PyTorch's rule.
+  /// (DeepSpeed's `hysteresis` with `consecutive_hysteresis=True`). Every
+  /// overflowing step is skipped regardless. 1 is exactly PyTorch's rule.
   TORCH_ARG(int64_t, hysteresis) = 1;
   /// false: a static loss scale; update() never changes it, but steps with
   /// non-finite gradients are still skipped.
@@ -116,7 +117,8 @@ class GradScaler {
   /// Adjusts the scale from this iteration's overflow checks (all optimizers
   /// together) and resets every optimizer to READY.
   void update();
-  /// Sets the scale to `new_scale` instead (Python's `update(new_scale)`).
+  /// Sets the scale to `new_scale` instead (Python's `update(new_scale)`),
+  /// clamped to [min_scale, max_scale].
   void update(double new_scale);
 
   /// The current scale (syncs with the device); the init scale before the
@@ -174,7 +176,10 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;
   int64_t init_overflow_count_ = 0;
   std::unordered_map<const torch::optim::Optimizer*, OptimizerState> states_;
-  std::unordered_map<const c10::TensorImpl*, std::string> names_;
+  using WeakTensorImpl =
+      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  std::unordered_map<const c10::TensorImpl*, std::pair<WeakTensorImpl, std::string>>
+      names_;
   std::vector<std::string> last_overflow_;
   int64_t steps_taken_ = 0;
   int64_t steps_skipped_ = 0;
@@ -184,7 +189,8 @@ class GradScaler {
 namespace detail {
 /// The portable found-inf check and unscale: for every tensor, found_inf = 1
 /// if it holds an inf/NaN, and tensor *= inv_scale (computed in FP32, as
-/// ATen's kernel). Same contract as `at::_amp_foreach_non_finite_check_and_unscale_`.
+/// ATen's kernel). Same contract as `at::_amp_foreach_non_finite_check_and_unscale_`:
+/// found_inf and inv_scale are one-element FP32 tensors on the tensors' device.
 void non_finite_check_and_unscale_(std::vector<torch::Tensor>& tensors,
                                    torch::Tensor& found_inf,
                                    const torch::Tensor& inv_scale);

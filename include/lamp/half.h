@@ -69,7 +69,10 @@ TORCH_MODULE(InputCast);
 /// gradients are cast with them. Returns `module`.
 ///
 /// This is the conversion half of network_to_half(), for models that are not
-/// a `TORCH_MODULE` holder or whose inputs are cast elsewhere.
+/// a `TORCH_MODULE` holder or whose inputs are cast elsewhere. Like fastai's
+/// recipe it keeps every BatchNorm in FP32, affine or not (Apex's
+/// `convert_network` keeps only affine ones); RNN, LSTM and GRU weights are
+/// re-flattened for cuDNN afterwards, as Apex does.
 torch::nn::Module& convert_network(torch::nn::Module& module,
                                    const HalfOptions& options = {});
 

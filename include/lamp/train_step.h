@@ -59,8 +59,10 @@ struct StepResult {
   /// Whether this call ended an accumulation cycle but skipped the optimizer
   /// because a gradient was inf/NaN.
   bool skipped = false;
-  /// The loss scale after this call (1 without loss scaling).
-  double scale = 1.0;
+  /// The loss scale after this call: a 0-dim FP32 tensor (on the training
+  /// device with loss scaling; a CPU 1 without). Reading it
+  /// (`.item<double>()`) syncs with the device, so step() leaves that to you.
+  torch::Tensor scale;
 };
 
 /// A complete mixed-precision training step:
@@ -116,19 +118,23 @@ class TrainStep {
   const TrainStepOptions& options() const { return options_; }
   const torch::Device& device() const { return device_; }
 
-  /// Saves model, master weights, optimizer, scaler and the position inside
-  /// the accumulation cycle.
+  /// Saves model, master weights, optimizer and scaler. Only between
+  /// optimizer steps: a checkpoint in the middle of an accumulation cycle
+  /// would lose the gradients accumulated so far, so it is refused.
   void save(torch::serialize::OutputArchive& archive) const;
   /// Loads what save() wrote, for a TrainStep built the same way.
   void load(torch::serialize::InputArchive& archive);
 
  private:
+  torch::Tensor current_scale() const;
+
   std::shared_ptr<torch::nn::Module> model_;
   TrainStepOptions options_;
   torch::Device device_;
   std::unique_ptr<MasterWeights> master_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   GradScaler scaler_;
+  torch::Tensor unit_scale_;
   int64_t micro_step_ = 0;
 };
 

@@ -1,0 +1,105 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/test.sh and scripts/quickstart.sh. Source it, do
+# not run it. Everything here is a function or a variable prefixed lamp_/LAMP_.
+
+# The repository root, whatever the caller's working directory.
+LAMP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Debian packages every build needs.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
+                     libgtest-dev zlib1g-dev nlohmann-json3-dev)
+
+lamp_log() { printf '==> %s\n' "$*" >&2; }
+lamp_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Seconds since the epoch, for elapsed-time reports.
+lamp_now() { date +%s; }
+
+# All cores of this machine.
+lamp_nproc() { nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2; }
+
+# lamp_ensure_packages PKG...: installs the Debian packages that are missing.
+# Only runs apt-get when something is missing; without root it prints the
+# command to run and exits 1.
+lamp_ensure_packages() {
+  if ! command -v dpkg >/dev/null 2>&1; then
+    lamp_log "dpkg not found: not a Debian system, assuming these are installed: $*"
+    return 0
+  fi
+  local missing=() pkg
+  for pkg in "$@"; do
+    if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
+      missing+=("$pkg")
+    fi
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    return 0
+  fi
+  local install=(apt-get install -y --no-install-recommends "${missing[@]}")
+  if [ "$(id -u)" -ne 0 ]; then
+    printf 'error: these Debian packages are missing: %s\n' "${missing[*]}" >&2
+    printf 'Install them as root, then run this script again:\n' >&2
+    printf '  apt-get update && DEBIAN_FRONTEND=noninteractive %s\n' "${install[*]}" >&2
+    exit 1
+  fi
+  lamp_log "Installing missing Debian packages: ${missing[*]}"
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive "${install[@]}"
+}
+
+# lamp_ensure_torch_wheel: makes sure a virtual environment holds PyPI's torch
+# wheel (a CUDA-built LibTorch) and sets LAMP_TORCH_WHEEL_ROOT to the LibTorch
+# folder inside it. Honours LAMP_TORCH_VERSION (default 2.11.0),
+# LAMP_TORCH_VENV (default ~/.cache/lamp/torch-<version>) and LAMP_PYTHON (the
+# interpreter that creates the environment, default python3).
+lamp_ensure_torch_wheel() {
+  local version="${LAMP_TORCH_VERSION:-2.11.0}"
+  local venv="${LAMP_TORCH_VENV:-$HOME/.cache/lamp/torch-$version}"
+  local python="$venv/bin/python"
+  local have=""
+  if [ -x "$python" ]; then
+    have="$("$python" -W ignore -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"
+  fi
+  if [ "$have" != "$version" ]; then
+    lamp_log "Installing torch==$version from PyPI into $venv (${have:+found $have; }a few GB)"
+    local start
+    start="$(lamp_now)"
+    if [ ! -x "$python" ]; then
+      mkdir -p "$(dirname "$venv")"
+      "${LAMP_PYTHON:-python3}" -m venv "$venv"
+    fi
+    "$venv/bin/pip" install --disable-pip-version-check "torch==$version"
+    lamp_log "torch==$version installed in $(( $(lamp_now) - start )) s"
+  else
+    lamp_log "Using torch $version from $venv"
+  fi
+  LAMP_TORCH_WHEEL_ROOT="$("$python" -W ignore -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+  LAMP_TORCH_WHEEL_VERSION="$("$python" -W ignore -c 'import torch; print(torch.__version__)')"
+  export LAMP_TORCH_WHEEL_ROOT LAMP_TORCH_WHEEL_VERSION
+}
+
+# lamp_ensure_nvcc: the wheel's LibTorch is built with CUDA and its CMake
+# config looks for the CUDA toolkit; put /usr/local/cuda/bin on PATH if nvcc is
+# not found otherwise.
+lamp_ensure_nvcc() {
+  if [ -n "${CUDACXX:-}" ] || command -v nvcc >/dev/null 2>&1; then
+    return 0
+  fi
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="/usr/local/cuda/bin:$PATH"
+    return 0
+  fi
+  lamp_die "the torch wheel's LibTorch is built with CUDA and its CMake config needs the CUDA toolkit (nvcc), which was not found on PATH nor in /usr/local/cuda. Install the CUDA toolkit, or set CUDACXX to nvcc's path."
+}
+
+# lamp_configure_and_build BUILD_DIR JOBS [CMAKE_ARGS...]: a Release build of
+# the repository in BUILD_DIR with JOBS parallel compile jobs.
+lamp_configure_and_build() {
+  local build="$1" jobs="$2"
+  shift 2
+  lamp_log "Configuring $build"
+  cmake -S "$LAMP_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@"
+  lamp_log "Building $build with $jobs jobs"
+  cmake --build "$build" --parallel "$jobs"
+}

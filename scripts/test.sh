@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Builds lamp and runs its tests against one or both LibTorch builds,
+# installing what is missing first. See --help.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$LAMP_ROOT"
+
+usage() {
+  cat <<EOF
+Usage: scripts/test.sh [--torch debian|wheel|both] [--build-dir DIR] [--jobs N]
+
+Builds lamp (Release) and runs its tests with ctest.
+
+  --torch debian   Debian's libtorch-dev (LibTorch 1.13, CPU only); the default
+  --torch wheel    the LibTorch inside PyPI's torch wheel (CUDA-built), installed
+                   into a virtual environment on first use
+  --torch both     debian, then wheel; fails if either fails
+  --build-dir DIR  build folder (default build/test-<torch>; with both, DIR-debian
+                   and DIR-wheel)
+  --jobs N         parallel compile jobs (default: all cores, $(lamp_nproc));
+                   ctest runs at most 2 tests at once
+  -h, --help       this help
+
+Environment:
+  LAMP_TORCH          same as --torch
+  LAMP_TORCH_VERSION  torch wheel version (default 2.11.0)
+  LAMP_TORCH_VENV     its virtual environment (default ~/.cache/lamp/torch-<version>)
+  LAMP_PYTHON         interpreter that creates the environment (default python3)
+
+Missing Debian packages are installed with apt-get (root only).
+EOF
+}
+
+torch="${LAMP_TORCH:-debian}"
+build_dir=""
+jobs="$(lamp_nproc)"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torch) [ $# -ge 2 ] || lamp_die "--torch needs a value"; torch="$2"; shift 2 ;;
+    --torch=*) torch="${1#*=}"; shift ;;
+    --build-dir) [ $# -ge 2 ] || lamp_die "--build-dir needs a value"; build_dir="$2"; shift 2 ;;
+    --build-dir=*) build_dir="${1#*=}"; shift ;;
+    --jobs|-j) [ $# -ge 2 ] || lamp_die "--jobs needs a value"; jobs="$2"; shift 2 ;;
+    --jobs=*) jobs="${1#*=}"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; lamp_die "unknown argument: $1" ;;
+  esac
+done
+case "$torch" in
+  debian|wheel|both) ;;
+  *) lamp_die "--torch must be debian, wheel or both, got '$torch'" ;;
+esac
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || lamp_die "--jobs must be a positive integer, got '$jobs'"
+
+if [ "$torch" = both ]; then
+  # Each LibTorch runs in its own process, so one failing does not stop the
+  # other and `set -e` keeps working inside each.
+  summary="$(mktemp)"
+  trap 'rm -f "$summary"' EXIT
+  status=0
+  for t in debian wheel; do
+    args=(--torch "$t" --jobs "$jobs")
+    [ -z "$build_dir" ] || args+=(--build-dir "$build_dir-$t")
+    LAMP_SUMMARY_FILE="$summary" bash "$LAMP_ROOT/scripts/test.sh" "${args[@]}" || status=1
+  done
+  echo
+  cat "$summary"
+  exit "$status"
+fi
+
+build="${build_dir:-build/test-$torch}"
+ctest_jobs=$(( jobs < 2 ? jobs : 2 ))
+start="$(lamp_now)"
+step="installing dependencies"
+libtorch="LibTorch ($torch)"
+
+summarize() {
+  local rc=$? line
+  if [ "$rc" -eq 0 ]; then
+    line="PASSED  $libtorch: built and tested in $build in $(( $(lamp_now) - start )) s"
+  else
+    line="FAILED  $libtorch: $step failed after $(( $(lamp_now) - start )) s (exit $rc)"
+  fi
+  echo "$line"
+  [ -z "${LAMP_SUMMARY_FILE:-}" ] || echo "$line" >>"$LAMP_SUMMARY_FILE"
+}
+trap summarize EXIT
+
+lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3-venv
+
+cmake_args=()
+if [ "$torch" = wheel ]; then
+  lamp_ensure_torch_wheel
+  lamp_ensure_nvcc
+  libtorch="LibTorch $LAMP_TORCH_WHEEL_VERSION (torch wheel)"
+  # The LibTorch's own folder first: TorchConfig's find_library would otherwise
+  # pick Debian's libc10 from the system paths.
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$LAMP_TORCH_WHEEL_ROOT;$LAMP_TORCH_WHEEL_ROOT/share/cmake")
+else
+  libtorch="LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?') (Debian)"
+fi
+
+step="configure/build"
+lamp_configure_and_build "$build" "$jobs" "${cmake_args[@]}"
+
+step="ctest"
+lamp_log "Running the tests ($ctest_jobs at a time)"
+ctest --test-dir "$build" --output-on-failure -j"$ctest_jobs"

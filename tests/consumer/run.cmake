@@ -1,0 +1,77 @@
+# The find-package test: installs a built lamp into a prefix, builds the
+# consumer project (LAMP_SOURCE_DIR/tests/consumer) against it with
+# find_package(lamp), and runs the program.
+#
+#   cmake -DLAMP_SOURCE_DIR=<lamp source> -DLAMP_BINARY_DIR=<lamp build>
+#         -DWORK_DIR=<scratch folder> [-DTORCH_PREFIX_PATH=<list>]
+#         [-DCMAKE_BUILD_TYPE=Release] [-DCMAKE_CXX_COMPILER=<lamp's compiler>]
+#         -P run.cmake
+#
+# TORCH_PREFIX_PATH is the `;`-separated CMAKE_PREFIX_PATH lamp was configured
+# with (empty for Debian's LibTorch; "<torch>;<torch>/share/cmake" for the
+# wheel's), so the consumer finds the same LibTorch.
+
+cmake_minimum_required(VERSION 3.18)
+
+foreach(_var LAMP_SOURCE_DIR LAMP_BINARY_DIR WORK_DIR)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    message(FATAL_ERROR "run.cmake: pass -D${_var}=<path>.")
+  endif()
+endforeach()
+if(NOT DEFINED CMAKE_BUILD_TYPE OR CMAKE_BUILD_TYPE STREQUAL "")
+  set(CMAKE_BUILD_TYPE Release)
+endif()
+
+set(_prefix "${WORK_DIR}/prefix")
+set(_build "${WORK_DIR}/build")
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# Runs one step; on failure, stops with the step's whole output.
+function(_lamp_consumer_step name)
+  execute_process(COMMAND ${ARGN}
+    RESULT_VARIABLE _rc
+    OUTPUT_VARIABLE _out
+    ERROR_VARIABLE _out)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "lamp consumer test: ${name} failed (${_rc}):\n${_out}")
+  endif()
+  set(_lamp_consumer_output "${_out}" PARENT_SCOPE)
+endfunction()
+
+_lamp_consumer_step("installing lamp"
+  "${CMAKE_COMMAND}" --install "${LAMP_BINARY_DIR}" --prefix "${_prefix}")
+
+# The prefix path is a list; passed through execute_process as one -D argument
+# it would be split at its semicolons, so it goes in an initial-cache file.
+set(_prefix_path "${_prefix}")
+if(NOT "${TORCH_PREFIX_PATH}" STREQUAL "")
+  list(APPEND _prefix_path ${TORCH_PREFIX_PATH})
+endif()
+file(WRITE "${WORK_DIR}/initial-cache.cmake"
+  "set(CMAKE_PREFIX_PATH [==[${_prefix_path}]==] CACHE STRING \"\")\n"
+  "set(CMAKE_BUILD_TYPE [==[${CMAKE_BUILD_TYPE}]==] CACHE STRING \"\")\n")
+if(NOT "${CMAKE_CXX_COMPILER}" STREQUAL "")
+  file(APPEND "${WORK_DIR}/initial-cache.cmake"
+    "set(CMAKE_CXX_COMPILER [==[${CMAKE_CXX_COMPILER}]==] CACHE FILEPATH \"\")\n")
+endif()
+
+_lamp_consumer_step("configuring the consumer"
+  "${CMAKE_COMMAND}" -C "${WORK_DIR}/initial-cache.cmake"
+  -S "${LAMP_SOURCE_DIR}/tests/consumer" -B "${_build}")
+_lamp_consumer_step("building the consumer"
+  "${CMAKE_COMMAND}" --build "${_build}" --config "${CMAKE_BUILD_TYPE}")
+
+# Single-config generators put the program in the build folder, multi-config
+# ones in a per-configuration subfolder.
+set(_program "${_build}/lamp_consumer")
+if(NOT EXISTS "${_program}" AND EXISTS "${_build}/${CMAKE_BUILD_TYPE}/lamp_consumer")
+  set(_program "${_build}/${CMAKE_BUILD_TYPE}/lamp_consumer")
+endif()
+_lamp_consumer_step("running the consumer" "${_program}")
+if(NOT _lamp_consumer_output MATCHES "lamp consumer OK")
+  message(FATAL_ERROR
+    "lamp consumer test: the program did not report success:\n${_lamp_consumer_output}")
+endif()
+string(STRIP "${_lamp_consumer_output}" _lamp_consumer_output)
+message(STATUS "${_lamp_consumer_output}")

@@ -3,6 +3,8 @@
 #include <ATen/Context.h>
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
 #include "lamp/autocast.h"
 
 namespace lamp {
@@ -66,6 +68,14 @@ bool mixed_dtype_norm_available(const torch::Device& device,
   static const bool half = probe_cpu_mixed_dtype_norm(torch::kHalf);
   static const bool bfloat16 = probe_cpu_mixed_dtype_norm(torch::kBFloat16);
   return dtype == torch::kHalf ? half : dtype == torch::kBFloat16 && bfloat16;
+}
+
+int64_t peak_host_memory() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) {
+    return 0;
+  }
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux: kilobytes
 }
 
 bool fp16_compute_available(const torch::Device& device) {

@@ -52,4 +52,12 @@ int64_t peak_device_memory(const torch::Device& device);
 /// without CUDA.
 void reset_peak_device_memory(const torch::Device& device);
 
+/// Waits for the work queued on `device` (CUDA); returns at once on CPU. For
+/// timing, never inside a training step.
+void synchronize(const torch::Device& device);
+
+/// Peak resident memory of this process in bytes (the CPU counterpart of
+/// peak_device_memory()); 0 where the OS does not report it.
+int64_t peak_host_memory();
+
 } // namespace lamp

@@ -9,4 +9,6 @@ int64_t peak_device_memory(const torch::Device&) { return 0; }
 
 void reset_peak_device_memory(const torch::Device&) {}
 
+void synchronize(const torch::Device&) {}
+
 } // namespace lamp

@@ -1,6 +1,7 @@
 // Built only when the LibTorch found has CUDA: it includes CUDA headers.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "lamp/backends.h"
 
@@ -21,6 +22,13 @@ int64_t peak_device_memory(const torch::Device& device) {
   const auto stats =
       c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
   return stats.allocated_bytes[0].peak;
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda() && cuda_available()) {
+    c10::cuda::CUDAGuard guard(cuda_index(device));
+    c10::cuda::device_synchronize();
+  }
 }
 
 void reset_peak_device_memory(const torch::Device& device) {

@@ -1,0 +1,238 @@
+#include "classifier_program.h"
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+namespace lamp_examples {
+namespace {
+
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
+// A one-line progress bar with rate and ETA, redrawn in place on a terminal.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
+  void update(const lamp::training::BatchProgress& p) {
+    if (!enabled_) {
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (p.batch == 1) {
+      start_ = now;
+      images_ = 0;
+    }
+    images_ += p.images;
+    if (p.batch != p.batches &&
+        now - last_ < std::chrono::milliseconds(100)) {
+      return;
+    }
+    last_ = now;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const double rate = seconds > 0 ? images_ / seconds : 0.0;
+    const double eta = p.batch > 0 ? seconds * (p.batches - p.batch) / p.batch : 0.0;
+    const int width = 30;
+    const int filled = static_cast<int>(width * p.batch / p.batches);
+    std::string bar(filled, '=');
+    bar.resize(width, ' ');
+    std::fprintf(stdout, "\r  epoch %lld [%s] %lld/%lld  %.0f img/s  ETA %.0f s ",
+                 static_cast<long long>(p.epoch), bar.c_str(),
+                 static_cast<long long>(p.batch), static_cast<long long>(p.batches),
+                 rate, eta);
+    std::fflush(stdout);
+  }
+  void finish() {
+    if (enabled_) {
+      std::fprintf(stdout, "\r%*s\r", 100, "");
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  bool enabled_;
+  std::chrono::steady_clock::time_point start_, last_;
+  int64_t images_ = 0;
+};
+
+torch::Device resolve_device(const std::string& name) {
+  if (name.empty()) {
+    return lamp::cuda_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  }
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error&) {
+    TORCH_CHECK(false, "--device '", name, "' is not a device; use cpu, cuda or cuda:N.");
+  }
+  TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device '", name,
+              "': only cpu and cuda devices are supported.");
+  TORCH_CHECK(!device.is_cuda() || lamp::cuda_available(), "--device ", name,
+              ": no CUDA GPU is available to this process (or this LibTorch "
+              "was built without CUDA); use --device cpu.");
+  return device;
+}
+
+} // namespace
+
+void add_options(CLI::App& app, ProgramConfig& c) {
+  app.add_option("--model", c.model, "network")
+      ->check(CLI::IsMember(c.models))->capture_default_str();
+  app.add_option("--precision", c.precision,
+                 "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)")
+      ->check(CLI::IsMember(
+          {"fp32", "tf32", "amp", "amp-bf16", "half", "fp16", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--fp16", c.fp16, "same as --precision half (the seed's flag)");
+  app.add_option("--epochs", c.epochs, "epochs")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "images per step")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--eval-batch-size", c.eval_batch_size, "images per evaluation batch")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", c.lr, "peak learning rate (SGD)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "L2 weight decay")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--schedule", c.schedule, "onecycle | cosine | constant")
+      ->check(CLI::IsMember({"onecycle", "cosine", "constant"}))->capture_default_str();
+  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark, "let cuDNN pick its fastest algorithms");
+  app.add_flag("--channels-last", c.channels_last, "NHWC memory format for images and model");
+  app.add_option("--data", c.data, "dataset directory")->capture_default_str();
+  app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda when available)");
+  app.add_option("--seed", c.seed, "seed of initialisation, data order and augmentation")
+      ->capture_default_str();
+  app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here after every epoch");
+  app.add_option("--resume", c.resume, "resume from this checkpoint");
+  app.add_option("--log-json", c.log_json, "append one JSON object per epoch to this file");
+  app.add_option("--max-steps", c.max_steps, "stop after this many steps (smoke runs)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-progress", c.progress, "no progress bar");
+}
+
+std::pair<std::vector<double>, std::vector<double>> channel_stats(
+    const torch::Tensor& images) {
+  std::vector<double> mean, std;
+  for (int64_t c = 0; c < images.size(1); ++c) {
+    const auto x = images.select(1, c).to(torch::kDouble).div_(255.0);
+    mean.push_back(x.mean().item<double>());
+    std.push_back(x.std().item<double>());
+  }
+  return {mean, std};
+}
+
+void run(const ProgramConfig& config, const RunSpec& spec) {
+  const auto device = resolve_device(config.device);
+  const auto precision =
+      lamp::parse_precision(config.fp16 ? std::string("half") : config.precision);
+  TORCH_CHECK(!config.fp16 || config.precision == "fp32" || config.precision == "half" ||
+                  config.precision == "fp16",
+              "--fp16 and --precision ", config.precision,
+              " contradict each other; give one of them.");
+  lamp::set_cudnn_benchmark(config.cudnn_benchmark);
+  torch::manual_seed(config.seed);
+
+  auto model = spec.make_model(config.model);
+  model.module->to(device);
+  if (config.channels_last) {
+    for (auto& p : model.module->parameters()) {
+      if (p.dim() == 4) {
+        p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+      }
+    }
+  }
+  auto train_options = lamp::data::LoaderOptions(config.batch_size)
+                           .seed(config.seed)
+                           .crop_padding(spec.crop_padding)
+                           .horizontal_flip(spec.horizontal_flip)
+                           .mean(spec.mean)
+                           .std(spec.std)
+                           .channels_last(config.channels_last);
+  auto test_options = lamp::data::LoaderOptions(config.eval_batch_size)
+                          .shuffle(false)
+                          .mean(spec.mean)
+                          .std(spec.std)
+                          .channels_last(config.channels_last);
+  lamp::training::ClassifierTrainer trainer(
+      model.module, model.forward, config.model,
+      lamp::data::DeviceLoader(spec.train, device, train_options),
+      lamp::data::DeviceLoader(spec.test, device, test_options),
+      lamp::training::TrainerOptions()
+          .precision(precision)
+          .epochs(config.epochs)
+          .lr(config.lr)
+          .momentum(config.momentum)
+          .weight_decay(config.weight_decay)
+          .schedule(lamp::training::parse_schedule(config.schedule))
+          .eval_batch_size(config.eval_batch_size)
+          .max_steps(config.max_steps)
+          .checkpoint(config.checkpoint)
+          .resume(config.resume));
+
+  std::unique_ptr<std::ofstream> log;
+  if (!config.log_json.empty()) {
+    log = std::make_unique<std::ofstream>(config.log_json, std::ios::app);
+    TORCH_CHECK(log->good(), "--log-json: cannot write to ", config.log_json, ".");
+  }
+  std::printf("%s: %s, %s on %s, %lld train / %lld test images, batch %lld, "
+              "%lld epochs%s\n",
+              spec.program.c_str(), config.model.c_str(),
+              lamp::to_string(precision).c_str(), device.str().c_str(),
+              static_cast<long long>(spec.train.images.size(0)),
+              static_cast<long long>(spec.test.images.size(0)),
+              static_cast<long long>(config.batch_size),
+              static_cast<long long>(config.epochs),
+              trainer.start_epoch() > 0
+                  ? (", resuming at epoch " + std::to_string(trainer.start_epoch() + 1)).c_str()
+                  : "");
+  std::fflush(stdout);
+  ProgressBar bar(config.progress && isatty(STDOUT_FILENO));
+  trainer.fit(
+      [&](const lamp::training::EpochStats& s) {
+        bar.finish();
+        std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%%  "
+                    "%.2f s  %.0f img/s  peak %s  scale %g  skipped %lld\n",
+                    static_cast<long long>(s.epoch), static_cast<long long>(config.epochs),
+                    s.train_loss, s.test_loss, 100.0 * s.test_accuracy, s.seconds,
+                    s.images_per_second, mib(s.peak_memory_bytes).c_str(), s.loss_scale,
+                    static_cast<long long>(s.skipped_steps));
+        std::fflush(stdout);
+        if (log) {
+          nlohmann::json line = {
+              {"program", spec.program}, {"model", config.model},
+              {"precision", lamp::to_string(precision)}, {"device", device.str()},
+              {"batch_size", config.batch_size}, {"epoch", s.epoch},
+              {"steps", s.steps}, {"global_step", s.global_step},
+              {"train_loss", s.train_loss}, {"test_loss", s.test_loss},
+              {"test_accuracy", s.test_accuracy}, {"seconds", s.seconds},
+              {"images_per_second", s.images_per_second},
+              {"peak_memory_bytes", s.peak_memory_bytes},
+              {"loss_scale", s.loss_scale}, {"skipped_steps", s.skipped_steps},
+              {"lr", s.lr}};
+          *log << line.dump() << "\n";
+          log->flush();
+        }
+      },
+      [&](const lamp::training::BatchProgress& p) { bar.update(p); });
+}
+
+int guarded_main(const std::string& program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    std::cerr << program << ": error: " << e.what_without_backtrace() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << program << ": error: " << e.what() << "\n";
+  }
+  return 1;
+}
+
+} // namespace lamp_examples

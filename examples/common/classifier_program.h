@@ -1,0 +1,70 @@
+#pragma once
+
+// The part train_cifar10 and train_mnist share: the CLI options, printing,
+// the JSON log, and the run itself (which the library does).
+
+#include <CLI/CLI.hpp>
+#include <lamp/lamp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lamp_examples {
+
+struct ProgramConfig {
+  std::string model;
+  std::vector<std::string> models;  // the valid --model values
+  std::string precision = "fp32";
+  bool fp16 = false;                // the seed's spelling of --precision half
+  int64_t epochs = 10;
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 1000;
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  std::string schedule = "onecycle";
+  bool cudnn_benchmark = false;
+  bool channels_last = false;
+  std::string data;
+  std::string device;               // default: cuda when available, else cpu
+  uint64_t seed = 0;
+  std::string checkpoint;
+  std::string resume;
+  std::string log_json;
+  int64_t max_steps = 0;
+  bool progress = true;
+};
+
+/// Binds every shared flag to `config` (defaults are whatever `config` holds).
+void add_options(CLI::App& app, ProgramConfig& config);
+
+/// A model built for the run, and how to call it.
+struct BuiltModel {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+struct RunSpec {
+  std::string program;  // for messages
+  lamp::data::Dataset train;
+  lamp::data::Dataset test;
+  std::function<BuiltModel(const std::string& name)> make_model;
+  std::vector<double> mean, std;
+  int64_t crop_padding = 0;
+  bool horizontal_flip = false;
+};
+
+/// Resolves the device, builds model, loaders and trainer, trains and prints
+/// one line per epoch. Throws c10::Error / std::exception on bad input.
+void run(const ProgramConfig& config, const RunSpec& spec);
+
+/// Wraps main's body: prints errors as "<program>: error: ..." and returns 1.
+int guarded_main(const std::string& program, const std::function<int()>& body);
+
+/// Per-channel mean and standard deviation of uint8 images, in [0, 1] units.
+std::pair<std::vector<double>, std::vector<double>> channel_stats(
+    const torch::Tensor& images);
+
+} // namespace lamp_examples

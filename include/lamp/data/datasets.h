@@ -1,0 +1,139 @@
+#pragma once
+
+/// \file
+/// Image-classification datasets read whole into memory (CIFAR-10's binary
+/// version, MNIST / Fashion-MNIST IDX files), and an adapter that serves them
+/// to LibTorch's own `torch::data` DataLoader.
+
+#include <torch/data/datasets/base.h>
+#include <torch/data/example.h>
+#include <torch/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lamp {
+namespace data {
+
+/// A whole dataset in memory, on the CPU: `images` uint8 `[N, C, H, W]`,
+/// `labels` int64 `[N]`.
+struct Dataset {
+  torch::Tensor images;
+  torch::Tensor labels;
+
+  /// N, the number of examples (0 when `labels` is undefined).
+  int64_t size() const;
+};
+
+/// Reads CIFAR-10's *binary* version
+/// (https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz, extracted so
+/// that the `.bin` files lie directly in `directory`).
+///
+/// `train = true` reads `data_batch_1.bin` ... `data_batch_5.bin` in that
+/// order (50,000 images), `train = false` reads `test_batch.bin` (10,000).
+/// Each record is 1 label byte (0-9) followed by 3072 pixel bytes: the R, G
+/// and B planes, each 32x32 row-major. The result has images
+/// `[N, 3, 32, 32]` uint8 and labels `[N]` int64.
+///
+/// Example:
+/// \code
+///   auto train = lamp::data::read_cifar10("data/cifar-10-batches-bin", true);
+///   // train.images: [50000, 3, 32, 32] uint8, train.labels: [50000] int64
+/// \endcode
+///
+/// \warning The Python version (`cifar-10-python.tar.gz`: pickled
+/// `data_batch_1` without `.bin`, `batches.meta`) is a different format; it
+/// is refused with an error that says so.
+///
+/// Throws c10::Error when a file is missing (naming every file looked for and
+/// where to get the archive), empty, not a whole number of 3073-byte records,
+/// unreadable, or holds a label above 9.
+Dataset read_cifar10(const std::string& directory, bool train);
+
+/// The files read_cifar10() expects in `directory` (full paths, in reading
+/// order), for messages and tools.
+std::vector<std::string> cifar10_files(const std::string& directory,
+                                       bool train);
+
+/// Reads one IDX file (the MNIST format), plain or gzip-compressed. gzip is
+/// recognised by its magic bytes `0x1f 0x8b`, not by the file's name.
+///
+/// The (decompressed) file is: the magic `0x00 0x00 <type> <ndims>`, then
+/// `ndims` big-endian int32 sizes, then exactly the product of the sizes in
+/// data bytes. Only type `0x08` (unsigned byte) is supported. Returns a uint8
+/// tensor with those sizes.
+///
+/// Throws c10::Error on a missing or unreadable file, a corrupt or truncated
+/// gzip stream, a wrong magic, an unsupported type code, a truncated header or
+/// data, or trailing bytes beyond what the sizes describe.
+torch::Tensor read_idx(const std::string& path);
+
+/// Reads MNIST or Fashion-MNIST from `directory`, which holds
+/// `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+/// `t10k-images-idx3-ubyte` and `t10k-labels-idx1-ubyte`, each plain or with a
+/// `.gz` suffix (whichever exists; the plain one when both do). Debian's
+/// `dataset-fashion-mnist` ships the `.gz` ones in
+/// `/usr/share/datasets/fashion-mnist` (see default_fashion_mnist_directory()).
+///
+/// Returns images `[N, 1, H, W]` uint8 (28x28 for MNIST; any HxW is accepted)
+/// and labels `[N]` int64, the label bytes as stored.
+///
+/// Example:
+/// \code
+///   auto dir = lamp::data::default_fashion_mnist_directory();
+///   auto test = lamp::data::read_mnist(dir, /*train=*/false);
+///   // test.images: [10000, 1, 28, 28] uint8
+/// \endcode
+///
+/// Throws c10::Error when a file is missing (naming every name looked for),
+/// when read_idx() fails, when the images file is not 3-dimensional or the
+/// labels file not 1-dimensional, or when their counts differ or are zero.
+Dataset read_mnist(const std::string& directory, bool train);
+
+/// `/usr/share/datasets/fashion-mnist` (Debian's `dataset-fashion-mnist`) if
+/// that directory exists, else "".
+std::string default_fashion_mnist_directory();
+
+/// Serves a Dataset to LibTorch's `torch::data` DataLoader: example `i` is
+/// `{image, label}` with `image` float `[C, H, W]` equal to
+/// `(images[i] / 255 - mean[c]) / std[c]` per channel `c`, and `label` the
+/// int64 scalar `labels[i]`. The uint8 images stay as they are in memory;
+/// each get() converts one image.
+
+///
+/// Example:
+/// \code
+///   lamp::data::TensorImageDataset train(
+///       lamp::data::read_mnist(dir, true), {0.2860}, {0.3530});
+///   auto loader = torch::data::make_data_loader(
+///       train.map(torch::data::transforms::Stack<>()),
+///       torch::data::DataLoaderOptions(128));
+///   for (auto& batch : *loader) { /* batch.data: [128, 1, 28, 28] float */ }
+/// \endcode
+class TensorImageDataset
+    : public torch::data::datasets::Dataset<TensorImageDataset> {
+ public:
+  /// Checks that `data` is uint8 `[N, C, H, W]` with int64 labels `[N]` on
+  /// the CPU, and that `mean` and `std` hold C values each (`std` positive).
+  TensorImageDataset(lamp::data::Dataset data, std::vector<double> mean,
+                     std::vector<double> std);
+
+  /// The normalised image and the label of example `index` (< N).
+  torch::data::Example<> get(size_t index) override;
+
+  /// N.
+  c10::optional<size_t> size() const override;
+
+  /// The uint8 images and int64 labels as given.
+  const lamp::data::Dataset& data() const { return data_; }
+
+ private:
+  lamp::data::Dataset data_;
+  torch::Tensor mean_; // float [C, 1, 1]
+  torch::Tensor std_;  // float [C, 1, 1]
+};
+
+} // namespace data
+} // namespace lamp

@@ -1,0 +1,166 @@
+#pragma once
+
+/// \file
+/// CIFAR-style ResNets (He et al. 2016, "Deep Residual Learning for Image
+/// Recognition"), as used by kuangliu/pytorch-cifar and by the
+/// kentaroy47/pytorch-cifar10-fp16 seed, with kuangliu's module names so that
+/// state-dict keys match theirs ("layer2.0.shortcut.0.weight", "linear.bias").
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lamp {
+namespace models {
+
+/// The residual block of ResNet18/34: two 3x3 convolutions (no bias), each
+/// followed by BatchNorm, with a ReLU after the first and after the residual
+/// addition. Output has `planes * kExpansion` channels.
+///
+/// Children: "conv1", "bn1", "conv2", "bn2", and, when the stride is not 1 or
+/// the channel count changes, "shortcut": a Sequential of a 1x1 convolution
+/// (stride `stride`, no bias) and a BatchNorm ("shortcut.0", "shortcut.1").
+/// Otherwise the shortcut is the identity and is not registered.
+class BasicBlockImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+
+  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  torch::Tensor forward(torch::Tensor x);
+
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Conv2d conv2{nullptr};
+  torch::nn::BatchNorm2d bn2{nullptr};
+  /// Empty (`is_empty()`) when the shortcut is the identity.
+  torch::nn::Sequential shortcut{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+/// The residual block of ResNet50/101/152: 1x1 (reduce to `planes`), 3x3
+/// (stride `stride`, the "ResNet v1.5" placement used by kuangliu and
+/// torchvision), 1x1 (expand to `planes * kExpansion`), each without bias and
+/// followed by BatchNorm, ReLU after the first two and after the residual
+/// addition.
+///
+/// Children: "conv1", "bn1", "conv2", "bn2", "conv3", "bn3", and "shortcut"
+/// (1x1 convolution + BatchNorm) when the shape changes, as in BasicBlockImpl.
+class BottleneckImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  torch::Tensor forward(torch::Tensor x);
+
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Conv2d conv2{nullptr};
+  torch::nn::BatchNorm2d bn2{nullptr};
+  torch::nn::Conv2d conv3{nullptr};
+  torch::nn::BatchNorm2d bn3{nullptr};
+  /// Empty (`is_empty()`) when the shortcut is the identity.
+  torch::nn::Sequential shortcut{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+/// Options of ResNetImpl.
+struct ResNetOptions {
+  /* implicit */ ResNetOptions(std::vector<int64_t> blocks = {2, 2, 2, 2},
+                               bool bottleneck = false)
+      : blocks_(std::move(blocks)), bottleneck_(bottleneck) {}
+
+  /// Residual blocks per stage; exactly four positive counts
+  /// (ResNet18: {2, 2, 2, 2}).
+  TORCH_ARG(std::vector<int64_t>, blocks);
+  /// BottleneckImpl blocks (expansion 4) instead of BasicBlockImpl
+  /// (expansion 1).
+  TORCH_ARG(bool, bottleneck);
+  /// Outputs of the final linear layer.
+  TORCH_ARG(int64_t, num_classes) = 10;
+  /// Channels of the input images (3 for CIFAR, 1 for (Fashion-)MNIST).
+  TORCH_ARG(int64_t, in_channels) = 3;
+};
+
+/// A CIFAR-style ResNet.
+///
+/// Steps of forward():
+///  1. stem: 3x3 convolution (stride 1, padding 1, no bias) to 64 channels,
+///     BatchNorm, ReLU; no max-pool, so 32x32 inputs keep their resolution;
+///  2. four stages of 64/128/256/512 planes ("layer1".."layer4", each a
+///     Sequential of blocks named "0", "1", ...); the first block of stages
+///     2-4 has stride 2;
+///  3. adaptive average pooling to 1x1, flatten, linear ("linear") from
+///     512 * expansion features to `num_classes` logits.
+///
+/// Children: "conv1", "bn1", "layer1".."layer4", "linear". Any input size of
+/// at least 8x8 works (28x28 MNIST images too), thanks to the adaptive pool.
+///
+/// Example:
+/// \code
+///   auto model = lamp::models::resnet18();
+///   torch::Tensor logits = model->forward(torch::randn({8, 3, 32, 32}));
+///   auto bf16 = lamp::network_to_half(model,
+///                                     lamp::HalfOptions(torch::kBFloat16));
+/// \endcode
+///
+/// \warning forward() returns logits, not log-probabilities: train with
+/// cross_entropy (after `.to(torch::kFloat)` for a converted model).
+class ResNetImpl : public torch::nn::Module {
+ public:
+  explicit ResNetImpl(const ResNetOptions& options);
+  ResNetImpl(const std::vector<int64_t>& blocks, bool bottleneck,
+             int64_t num_classes = 10, int64_t in_channels = 3);
+
+  /// `x` is [N, in_channels, H, W]; returns [N, num_classes] logits.
+  torch::Tensor forward(torch::Tensor x);
+
+  const ResNetOptions& options() const { return options_; }
+
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Sequential layer1{nullptr};
+  torch::nn::Sequential layer2{nullptr};
+  torch::nn::Sequential layer3{nullptr};
+  torch::nn::Sequential layer4{nullptr};
+  torch::nn::Linear linear{nullptr};
+
+ private:
+  ResNetOptions options_;
+};
+TORCH_MODULE(ResNet);
+
+/// ResNet18: {2, 2, 2, 2} basic blocks; 11,173,962 parameters for 10 classes.
+ResNet resnet18(int64_t num_classes = 10, int64_t in_channels = 3);
+/// ResNet34: {3, 4, 6, 3} basic blocks; 21,282,122 parameters for 10 classes.
+ResNet resnet34(int64_t num_classes = 10, int64_t in_channels = 3);
+/// ResNet50: {3, 4, 6, 3} bottlenecks; 23,520,842 parameters for 10 classes.
+ResNet resnet50(int64_t num_classes = 10, int64_t in_channels = 3);
+/// ResNet101: {3, 4, 23, 3} bottlenecks; 42,512,970 parameters for 10 classes.
+ResNet resnet101(int64_t num_classes = 10, int64_t in_channels = 3);
+/// ResNet152: {3, 8, 36, 3} bottlenecks; 58,156,618 parameters for 10
+/// classes.
+ResNet resnet152(int64_t num_classes = 10, int64_t in_channels = 3);
+
+/// Builds a ResNet by name: "resnet18", "resnet34", "resnet50", "resnet101"
+/// or "resnet152". Anything else is a TORCH_CHECK error listing the valid
+/// names.
+ResNet make_resnet(const std::string& name, int64_t num_classes = 10,
+                   int64_t in_channels = 3);
+
+/// The names make_resnet() accepts, smallest first.
+const std::vector<std::string>& resnet_names();
+
+/// Number of trainable parameters (those with requires_grad) in `module`'s
+/// tree, as `sum(p.numel() for p in model.parameters() if p.requires_grad)`.
+int64_t count_parameters(const torch::nn::Module& module);
+
+} // namespace models
+} // namespace lamp

@@ -1,0 +1,133 @@
+#pragma once
+
+/// \file
+/// The training loop of lamp's programs, for users' classifiers too: a
+/// TrainStep, a DeviceLoader, a learning-rate schedule, evaluation,
+/// checkpoints that resume exactly.
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lamp/data/datasets.h"
+#include "lamp/data/loader.h"
+#include "lamp/precision.h"
+#include "lamp/train_step.h"
+#include "lamp/training/schedule.h"
+
+namespace lamp {
+namespace training {
+
+/// Options of ClassifierTrainer.
+struct TrainerOptions {
+  /// Precision mode (lamp::Precision).
+  TORCH_ARG(Precision, precision) = Precision::kFP32;
+  TORCH_ARG(int64_t, epochs) = 10;
+  /// Peak learning rate of SGD.
+  TORCH_ARG(double, lr) = 0.1;
+  TORCH_ARG(double, momentum) = 0.9;
+  TORCH_ARG(double, weight_decay) = 5e-4;
+  TORCH_ARG(bool, nesterov) = true;
+  TORCH_ARG(Schedule, schedule) = Schedule::kOneCycle;
+  /// Clip the global gradient norm (0 = off).
+  TORCH_ARG(double, max_grad_norm) = 0.0;
+  /// Stop after this many optimizer steps in total (0 = no limit): smoke runs.
+  TORCH_ARG(int64_t, max_steps) = 0;
+  /// Images per evaluation batch.
+  TORCH_ARG(int64_t, eval_batch_size) = 1000;
+  /// Write a checkpoint here after every epoch (atomically: temp file, then
+  /// rename); empty = none.
+  TORCH_ARG(std::string, checkpoint) = "";
+  /// Resume from this checkpoint; empty = start fresh.
+  TORCH_ARG(std::string, resume) = "";
+  /// Abort when this many consecutive optimizer steps were skipped for
+  /// non-finite gradients, or the loss stayed non-finite this long.
+  TORCH_ARG(int64_t, divergence_patience) = 100;
+};
+
+/// What one epoch did.
+struct EpochStats {
+  int64_t epoch = 0;          ///< 1-based
+  int64_t steps = 0;          ///< optimizer steps in this epoch
+  int64_t global_step = 0;    ///< optimizer steps so far, all epochs
+  double train_loss = 0;      ///< mean training loss
+  double test_loss = 0;
+  double test_accuracy = 0;   ///< in [0, 1]
+  double seconds = 0;         ///< training time of the epoch (no evaluation)
+  double images_per_second = 0;
+  int64_t peak_memory_bytes = 0;  ///< device memory on CUDA, RSS on CPU
+  double loss_scale = 1.0;
+  int64_t skipped_steps = 0;  ///< in this epoch
+  double lr = 0;              ///< at the end of the epoch
+};
+
+/// Progress inside an epoch, for progress bars.
+struct BatchProgress {
+  int64_t epoch = 0;  ///< 1-based
+  int64_t batch = 0;  ///< 1-based
+  int64_t batches = 0;
+  int64_t images = 0;  ///< images in this batch
+};
+
+/// Trains a classifier with cross-entropy on a DeviceLoader:
+///  1. each step sets the scheduled learning rate, takes a batch on the
+///     device and runs a lamp::TrainStep in the chosen precision;
+///  2. after each epoch it evaluates on the test set (under the same
+///     precision), reports EpochStats and writes the checkpoint;
+///  3. resuming loads model, master weights, optimizer, scaler and the
+///     position, and continues exactly: the data order and augmentation of an
+///     epoch depend only on (seed, epoch).
+///
+/// Errors: a loss that stays non-finite or steps that keep overflowing for
+/// `divergence_patience` steps stop training with an error naming the epoch
+/// and what to change; the last checkpoint is left untouched.
+class ClassifierTrainer {
+ public:
+  using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+
+  /// `model` must already be on `train_loader`'s device; `forward` runs it
+  /// (logits or log-probabilities). `model_name` is stored in checkpoints and
+  /// checked on resume.
+  ClassifierTrainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
+                    std::string model_name, data::DeviceLoader train_loader,
+                    data::DeviceLoader test_loader, TrainerOptions options);
+
+  /// Runs the remaining epochs; `on_epoch` gets each epoch's stats,
+  /// `on_batch` (optional) each batch's progress.
+  std::vector<EpochStats> fit(
+      const std::function<void(const EpochStats&)>& on_epoch = nullptr,
+      const std::function<void(const BatchProgress&)>& on_batch = nullptr);
+
+  /// Test loss and accuracy of the current model.
+  std::pair<double, double> evaluate();
+
+  /// The first epoch fit() will run (0-based; > 0 after resuming).
+  int64_t start_epoch() const { return start_epoch_; }
+  TrainStep& train_step() { return *step_; }
+  const TrainerOptions& options() const { return options_; }
+
+  /// Writes a checkpoint (model, master weights, optimizer, scaler, epoch,
+  /// step) to `path` atomically.
+  void save_checkpoint(const std::string& path) const;
+  /// Loads one written by save_checkpoint() for the same model and precision.
+  void load_checkpoint(const std::string& path);
+
+ private:
+  std::shared_ptr<torch::nn::Module> model_;
+  Forward forward_;
+  std::string model_name_;
+  data::DeviceLoader train_loader_;
+  data::DeviceLoader test_loader_;
+  TrainerOptions options_;
+  std::unique_ptr<TrainStep> step_;
+  int64_t start_epoch_ = 0;
+  int64_t global_step_ = 0;
+};
+
+} // namespace training
+} // namespace lamp

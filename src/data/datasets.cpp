@@ -1,0 +1,583 @@
+#include "lamp/data/datasets.h"
+
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+namespace lamp {
+namespace data {
+namespace {
+
+constexpr int64_t kCifarImageBytes = 3 * 32 * 32;
+constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;
+constexpr int64_t kCifarClasses = 10;
+constexpr const char* kCifarBinaryUrl =
+    "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz";
+constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
+
+std::string join(const std::vector<std::string>& items,
+                 const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += (i == 0 ? "" : separator) + items[i];
+  }
+  return out;
+}
+
+std::string hex_byte(uint8_t b) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "0x%02x", static_cast<unsigned>(b));
+  return text;
+}
+
+// POSIX calls rather than std::filesystem: the PyTorch 2.x wheels export
+// their own, older copy of libstdc++'s std::filesystem from libtorch.so and
+// libtorch_cpu.so, which then replaces the system one in the whole program
+// (pytorch/pytorch#133437); its remove_all() crashes with the 2.11 wheel.
+
+enum class PathKind { kMissing, kFile, kDirectory, kOther };
+
+PathKind path_kind(const std::string& path, uint64_t* size = nullptr) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return PathKind::kMissing;
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (size != nullptr) {
+      *size = static_cast<uint64_t>(st.st_size);
+    }
+    return PathKind::kFile;
+  }
+  return S_ISDIR(st.st_mode) ? PathKind::kDirectory : PathKind::kOther;
+}
+
+bool regular_file_exists(const std::string& path) {
+  return path_kind(path) == PathKind::kFile;
+}
+
+bool directory_exists(const std::string& path) {
+  return path_kind(path) == PathKind::kDirectory;
+}
+
+std::string join_path(const std::string& directory, const std::string& name) {
+  if (directory.empty()) {
+    return name;
+  }
+  return directory.back() == '/' ? directory + name : directory + "/" + name;
+}
+
+// "'dir' holds a, b, c": what a directory does hold, for "file not found"
+// messages (the usual mistake is one directory level too high or too low).
+std::string describe_directory(const std::string& directory) {
+  if (!directory_exists(directory)) {
+    return "The directory " + quoted(directory) + " does not exist";
+  }
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(directory.c_str())) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") {
+        names.push_back(name);
+      }
+    }
+    ::closedir(dir);
+  }
+  if (names.empty()) {
+    return "The directory " + quoted(directory) + " is empty";
+  }
+  std::sort(names.begin(), names.end());
+  constexpr size_t kShown = 12;
+  const size_t more = names.size() > kShown ? names.size() - kShown : 0;
+  names.resize(std::min(names.size(), kShown));
+  std::string text = quoted(directory) + " holds " + join(names, ", ");
+  if (more > 0) {
+    text += " and " + std::to_string(more) + " more";
+  }
+  return text;
+}
+
+// The size of the regular file at `path`; a clear error when there is none.
+uint64_t regular_file_size(const std::string& path, const char* caller) {
+  uint64_t size = 0;
+  const PathKind kind = path_kind(path, &size);
+  TORCH_CHECK(kind != PathKind::kMissing, caller, ": the file ", quoted(path),
+              " does not exist (or cannot be accessed).");
+  TORCH_CHECK(kind == PathKind::kFile, caller, ": ", quoted(path),
+              " is not a regular file; pass the path of the data file itself.");
+  return size;
+}
+
+// Reads the whole of `path` (`size` bytes, as measured before) into `dst` in
+// one read.
+void read_whole_file(const std::string& path, uint64_t size, uint8_t* dst,
+                     const char* caller) {
+  std::ifstream in(path, std::ios::binary);
+  TORCH_CHECK(in.is_open(), caller, ": cannot open ", quoted(path),
+              " for reading; check that it exists and is readable.");
+  TORCH_CHECK(
+      size <=
+          static_cast<uint64_t>(std::numeric_limits<std::streamsize>::max()),
+      caller, ": ", quoted(path), " is too large (", size, " bytes) to read.");
+  const auto wanted = static_cast<std::streamsize>(size);
+  if (wanted > 0) {
+    in.read(reinterpret_cast<char*>(dst), wanted);
+  }
+  TORCH_CHECK(in.gcount() == wanted, caller, ": read only ", in.gcount(),
+              " of the ", size, " bytes of ", quoted(path),
+              "; the file changed while being read or the disk failed.");
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path,
+                                     const char* caller) {
+  const uint64_t size = regular_file_size(path, caller);
+  TORCH_CHECK(size <= std::numeric_limits<size_t>::max(), caller, ": ",
+              quoted(path), " is too large (", size, " bytes) to read.");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  read_whole_file(path, size, bytes.data(), caller);
+  return bytes;
+}
+
+bool has_gzip_magic(const std::vector<uint8_t>& bytes, size_t offset = 0) {
+  return bytes.size() >= offset + 2 && bytes[offset] == 0x1f &&
+         bytes[offset + 1] == 0x8b;
+}
+
+// Closes a z_stream on every path out of gunzip(), errors included.
+struct InflateEnd {
+  z_stream* stream;
+  ~InflateEnd() { inflateEnd(stream); }
+};
+
+// Decompresses a whole gzip file held in memory. Several gzip members one
+// after another (what `cat a.gz b.gz` makes) decompress to their
+// concatenation, as with gunzip.
+std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
+                            const std::string& path) {
+  const char* caller = "lamp::data::read_idx";
+  z_stream stream{};
+  // 15 + 16: a 32 KiB window and a gzip header and trailer (not zlib's).
+  int ret = inflateInit2(&stream, 15 + 16);
+  TORCH_CHECK(ret == Z_OK, caller, ": zlib's inflateInit2 failed (",
+              stream.msg ? stream.msg : zError(ret), ") before decompressing ",
+              quoted(path), ".");
+  InflateEnd end{&stream};
+
+  // Start from the size the last member's trailer records (ISIZE, modulo
+  // 2^32), bounded by deflate's largest ratio (~1032:1) so that a corrupt
+  // trailer cannot make us allocate absurdly; grow by doubling if it is short.
+  size_t capacity = size_t{1} << 16;
+  if (compressed.size() >= 18) {
+    const uint8_t* t = compressed.data() + compressed.size() - 4;
+    const uint64_t isize = uint64_t{t[0]} | uint64_t{t[1]} << 8 |
+                           uint64_t{t[2]} << 16 | uint64_t{t[3]} << 24;
+    const uint64_t bound = static_cast<uint64_t>(compressed.size()) * 1032;
+    capacity = std::max<uint64_t>(capacity, std::min(isize, bound) + 1);
+  }
+  std::vector<uint8_t> out(capacity);
+
+  size_t in_pos = 0;
+  size_t out_pos = 0;
+  while (true) {
+    if (out_pos == out.size()) {
+      out.resize(out.size() * 2);
+    }
+    // zlib counts in uInt: feed files beyond 4 GiB in pieces.
+    const auto in_chunk = static_cast<uInt>(
+        std::min<size_t>(compressed.size() - in_pos, UINT_MAX));
+    const auto out_chunk =
+        static_cast<uInt>(std::min<size_t>(out.size() - out_pos, UINT_MAX));
+    stream.next_in = const_cast<Bytef*>(compressed.data() + in_pos);
+    stream.avail_in = in_chunk;
+    stream.next_out = out.data() + out_pos;
+    stream.avail_out = out_chunk;
+    ret = inflate(&stream, Z_NO_FLUSH);
+    in_pos += in_chunk - stream.avail_in;
+    out_pos += out_chunk - stream.avail_out;
+
+    if (ret == Z_STREAM_END) {
+      if (in_pos == compressed.size()) {
+        break;
+      }
+      TORCH_CHECK(has_gzip_magic(compressed, in_pos), caller, ": ",
+                  quoted(path), " has ", compressed.size() - in_pos,
+                  " bytes of trailing data after the end of its gzip stream; "
+                  "the file is corrupt: download it again.");
+      ret = inflateReset(&stream);
+      TORCH_CHECK(ret == Z_OK, caller, ": zlib's inflateReset failed (",
+                  zError(ret), ") in ", quoted(path), ".");
+      continue;
+    }
+    if (ret == Z_OK) {
+      continue;
+    }
+    // Z_BUF_ERROR means no progress was possible: with output space left,
+    // the input ran out before the end of the stream.
+    if (ret == Z_BUF_ERROR && stream.avail_out == 0) {
+      continue;
+    }
+    TORCH_CHECK(ret != Z_BUF_ERROR, caller, ": the gzip stream in ",
+                quoted(path), " is truncated: it ends after ",
+                compressed.size(), " compressed bytes (", out_pos,
+                " decompressed) without the end-of-stream marker; the file "
+                "is incomplete: download it again.");
+    TORCH_CHECK(ret != Z_MEM_ERROR, caller,
+                ": zlib ran out of memory decompressing ", quoted(path), ".");
+    TORCH_CHECK(false, caller, ": the gzip stream in ", quoted(path),
+                " is corrupt (zlib: ", stream.msg ? stream.msg : zError(ret),
+                ", after ", in_pos,
+                " compressed bytes); download the file again.");
+  }
+  out.resize(out_pos);
+  return out;
+}
+
+const char* idx_type_name(uint8_t code) {
+  switch (code) {
+    case 0x08:
+      return "unsigned byte";
+    case 0x09:
+      return "signed byte";
+    case 0x0B:
+      return "int16";
+    case 0x0C:
+      return "int32";
+    case 0x0D:
+      return "float32";
+    case 0x0E:
+      return "float64";
+    default:
+      return "not an IDX type";
+  }
+}
+
+// Parses a whole IDX file held in memory (`where` names it in messages) into
+// a uint8 tensor.
+torch::Tensor parse_idx(const uint8_t* bytes, uint64_t size,
+                        const std::string& where) {
+  const char* caller = "lamp::data::read_idx";
+  TORCH_CHECK(size >= 4, caller, ": ", where, " holds ", size,
+              " bytes, too few for the 4-byte IDX magic (0x00 0x00 <type> "
+              "<ndims>); it is truncated or not an IDX file.");
+  TORCH_CHECK(bytes[0] == 0 && bytes[1] == 0, caller, ": ", where,
+              " starts with the bytes ", hex_byte(bytes[0]), " ",
+              hex_byte(bytes[1]), " ", hex_byte(bytes[2]), " ",
+              hex_byte(bytes[3]),
+              ", not the IDX magic 0x00 0x00 <type> <ndims>: wrong magic, "
+              "it is not an IDX (MNIST-format) file.");
+  TORCH_CHECK(bytes[2] == 0x08, caller, ": ", where,
+              " has the unsupported IDX type code ", hex_byte(bytes[2]), " (",
+              idx_type_name(bytes[2]),
+              "): lamp reads only 0x08 (unsigned "
+              "byte), the type of MNIST's images and labels.");
+  const int ndims = bytes[3];
+  TORCH_CHECK(ndims >= 1, caller, ": ", where,
+              " declares 0 dimensions; an IDX file of images or labels has "
+              "at least one.");
+  const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndims);
+  TORCH_CHECK(size >= header, caller, ": ", where,
+              " is truncated: its magic declares ", ndims,
+              " dimensions, a header of ", header, " bytes, but it holds only ",
+              size, " bytes.");
+  std::vector<int64_t> sizes;
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (int d = 0; d < ndims; ++d) {
+    const uint8_t* p = bytes + 4 + 4 * d;
+    const uint64_t n = uint64_t{p[0]} << 24 | uint64_t{p[1]} << 16 |
+                       uint64_t{p[2]} << 8 | uint64_t{p[3]};
+    TORCH_CHECK(n <= static_cast<uint64_t>(INT32_MAX), caller, ": ", where,
+                " gives dimension ", d, " the size ", n,
+                ", beyond the format's int32 range; the header is corrupt.");
+    sizes.push_back(static_cast<int64_t>(n));
+    if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / n) {
+      overflow = true;
+    }
+    numel *= n;
+  }
+  const uint64_t available = size - header;
+  TORCH_CHECK(!overflow && numel <= available, caller, ": ", where,
+              " is truncated: its sizes ", torch::IntArrayRef(sizes), " need ",
+              overflow ? std::string("more than 2^64") : std::to_string(numel),
+              " data bytes but only ", available, " follow the ", header,
+              "-byte header; the file is incomplete: download it again.");
+  TORCH_CHECK(numel == available, caller, ": ", where, " holds ",
+              available - numel, " bytes more than its sizes ",
+              torch::IntArrayRef(sizes), " describe (", numel,
+              " data bytes after the ", header,
+              "-byte header): the sizes are inconsistent with the file "
+              "length, so the file is corrupt or not an IDX file.");
+  auto tensor = torch::empty(sizes, torch::kUInt8);
+  if (numel > 0) {
+    std::memcpy(tensor.data_ptr<uint8_t>(), bytes + header,
+                static_cast<size_t>(numel));
+  }
+  return tensor;
+}
+
+std::string cifar_missing_message(const std::string& directory, bool train,
+                                  const std::vector<std::string>& files,
+                                  const std::vector<std::string>& missing) {
+  std::ostringstream m;
+  m << "lamp::data::read_cifar10: " << (train ? "train" : "test")
+    << " data not found in " << quoted(directory) << ": missing "
+    << join(missing, ", ") << " (it looks for " << join(files, ", ") << "). "
+    << describe_directory(directory) << ". ";
+  // The Python version of the archive has pickled batches without ".bin"
+  // and a pickled batches.meta (the binary one has batches.meta.txt).
+  for (const auto& d :
+       {directory, join_path(directory, "cifar-10-batches-py")}) {
+    for (const char* name : {"data_batch_1", "test_batch", "batches.meta"}) {
+      if (regular_file_exists(join_path(d, name))) {
+        m << "Found " << quoted(join_path(d, name))
+          << ": that is CIFAR-10's Python version (cifar-10-python.tar.gz, "
+             "pickled batches), which lamp cannot read; it needs the binary "
+             "version. ";
+        break;
+      }
+    }
+  }
+  const auto extracted = join_path(directory, "cifar-10-batches-bin");
+  if (directory_exists(extracted)) {
+    m << "The extracted archive is in " << quoted(extracted)
+      << ": pass that directory. ";
+  }
+  m << "Download the CIFAR-10 *binary* version, " << kCifarBinaryUrl
+    << ", and extract it (tar xzf cifar-10-binary.tar.gz, which makes "
+       "cifar-10-batches-bin/) so that the .bin files lie directly in the "
+       "directory you pass.";
+  return m.str();
+}
+
+std::vector<std::string> cifar10_names(bool train) {
+  if (!train) {
+    return {"test_batch.bin"};
+  }
+  std::vector<std::string> names;
+  for (int i = 1; i <= 5; ++i) {
+    names.push_back("data_batch_" + std::to_string(i) + ".bin");
+  }
+  return names;
+}
+
+} // namespace
+
+int64_t Dataset::size() const {
+  return labels.defined() ? labels.size(0) : 0;
+}
+
+std::vector<std::string> cifar10_files(const std::string& directory,
+                                       bool train) {
+  std::vector<std::string> files;
+  for (const auto& name : cifar10_names(train)) {
+    files.push_back(join_path(directory, name));
+  }
+  return files;
+}
+
+Dataset read_cifar10(const std::string& directory, bool train) {
+  const char* caller = "lamp::data::read_cifar10";
+  const auto names = cifar10_names(train);
+  const auto files = cifar10_files(directory, train);
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!regular_file_exists(files[i])) {
+      missing.push_back(names[i]);
+    }
+  }
+  TORCH_CHECK(missing.empty(),
+              cifar_missing_message(directory, train, files, missing));
+
+  std::vector<int64_t> records; // per file
+  int64_t total_records = 0;
+  for (const auto& f : files) {
+    const uint64_t size = regular_file_size(f, caller);
+    TORCH_CHECK(size > 0, caller, ": ", quoted(f),
+                " is empty; extract cifar-10-binary.tar.gz (", kCifarBinaryUrl,
+                ") again.");
+    TORCH_CHECK(
+        size % kCifarRecordBytes == 0, caller, ": ", quoted(f), " has ", size,
+        " bytes, not a multiple of 3073 (1 label byte + 3072 pixel bytes per "
+        "record), so it is not a CIFAR-10 binary batch",
+        size % (kCifarRecordBytes + 1) == 0
+            ? " (it is a multiple of 3074, CIFAR-100's record size, which "
+              "lamp does not read)"
+            : "",
+        "; extract cifar-10-binary.tar.gz (", kCifarBinaryUrl, ") again.");
+    records.push_back(static_cast<int64_t>(size / kCifarRecordBytes));
+    total_records += records.back();
+  }
+
+  // All files into one buffer, then one pass to split labels from pixels.
+  auto raw = torch::empty({total_records, kCifarRecordBytes}, torch::kUInt8);
+  uint8_t* dst = raw.data_ptr<uint8_t>();
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto bytes = static_cast<uint64_t>(records[i] * kCifarRecordBytes);
+    read_whole_file(files[i], bytes, dst, caller);
+    dst += bytes;
+  }
+
+  auto labels = raw.select(1, 0).to(torch::kLong);
+  const auto bad = (labels >= kCifarClasses).nonzero();
+  if (bad.numel() > 0) {
+    int64_t record = bad[0][0].item<int64_t>();
+    const int64_t label = labels[record].item<int64_t>();
+    size_t file = 0;
+    while (record >= records[file]) {
+      record -= records[file++];
+    }
+    TORCH_CHECK(false, caller, ": record ", record, " of ", quoted(files[file]),
+                " (byte offset ", record * kCifarRecordBytes, ") has label ",
+                label,
+                ", but CIFAR-10's labels are 0-9; the file is corrupt or "
+                "not a CIFAR-10 binary batch: extract cifar-10-binary.tar.gz (",
+                kCifarBinaryUrl, ") again.");
+  }
+  auto images = raw.narrow(1, 1, kCifarImageBytes)
+                    .reshape({total_records, 3, 32, 32})
+                    .contiguous();
+  return {std::move(images), std::move(labels)};
+}
+
+torch::Tensor read_idx(const std::string& path) {
+  const auto bytes = read_file_bytes(path, "lamp::data::read_idx");
+  if (has_gzip_magic(bytes)) {
+    const auto raw = gunzip(bytes, path);
+    return parse_idx(raw.data(), raw.size(),
+                     "the decompressed contents of " + quoted(path));
+  }
+  return parse_idx(bytes.data(), bytes.size(), quoted(path));
+}
+
+Dataset read_mnist(const std::string& directory, bool train) {
+  const char* caller = "lamp::data::read_mnist";
+  const std::string split = train ? "train" : "t10k";
+  const std::string names[2] = {split + "-images-idx3-ubyte",
+                                split + "-labels-idx1-ubyte"};
+  std::string paths[2];
+  std::vector<std::string> looked_for;
+  std::vector<std::string> missing;
+  for (int i = 0; i < 2; ++i) {
+    const auto plain = join_path(directory, names[i]);
+    const auto gz = plain + ".gz";
+    looked_for.push_back(plain);
+    looked_for.push_back(gz);
+    if (regular_file_exists(plain)) {
+      paths[i] = plain;
+    } else if (regular_file_exists(gz)) {
+      paths[i] = gz;
+    } else {
+      missing.push_back(names[i] + "[.gz]");
+    }
+  }
+  TORCH_CHECK(missing.empty(), caller, ": ", (train ? "train" : "test"),
+              " data not found in ", quoted(directory), ": missing ",
+              join(missing, " and "), " (it looks for ", join(looked_for, ", "),
+              "). ", describe_directory(directory),
+              ". For Fashion-MNIST install Debian's dataset-fashion-mnist "
+              "(apt-get install dataset-fashion-mnist, into ",
+              kDebianFashionMnist,
+              "); for MNIST put the four files of "
+              "http://yann.lecun.com/exdb/mnist/ (gzipped or not) in the "
+              "directory.");
+
+  auto images = read_idx(paths[0]);
+  auto labels = read_idx(paths[1]);
+  TORCH_CHECK(images.dim() == 3, caller, ": ", quoted(paths[0]), " has sizes ",
+              images.sizes(),
+              "; an images file must be 3-dimensional [N, H, "
+              "W] (idx3). Check that the files are not swapped.");
+  TORCH_CHECK(labels.dim() == 1, caller, ": ", quoted(paths[1]), " has sizes ",
+              labels.sizes(),
+              "; a labels file must be 1-dimensional [N] "
+              "(idx1). Check that the files are not swapped.");
+  TORCH_CHECK(images.size(0) == labels.size(0), caller, ": ", quoted(paths[0]),
+              " holds ", images.size(0), " images but ", quoted(paths[1]),
+              " holds ", labels.size(0),
+              " labels; the counts must match: use files of the same split "
+              "and dataset.");
+  TORCH_CHECK(images.size(0) > 0, caller, ": ", quoted(paths[0]),
+              " holds no images.");
+  TORCH_CHECK(images.size(1) > 0 && images.size(2) > 0, caller, ": ",
+              quoted(paths[0]), " has empty images of ", images.size(1), "x",
+              images.size(2), " pixels.");
+  return {images.unsqueeze(1), labels.to(torch::kLong)};
+}
+
+std::string default_fashion_mnist_directory() {
+  return directory_exists(kDebianFashionMnist) ? kDebianFashionMnist : "";
+}
+
+TensorImageDataset::TensorImageDataset(lamp::data::Dataset data,
+                                       std::vector<double> mean,
+                                       std::vector<double> std)
+    : data_(std::move(data)) {
+  const char* caller = "lamp::data::TensorImageDataset";
+  const auto& images = data_.images;
+  const auto& labels = data_.labels;
+  TORCH_CHECK(images.defined() && labels.defined(), caller,
+              ": the dataset's images or labels are undefined; pass what "
+              "read_cifar10() or read_mnist() returns.");
+  TORCH_CHECK(images.dim() == 4 && images.scalar_type() == torch::kUInt8,
+              caller, ": images must be uint8 [N, C, H, W], got ",
+              images.scalar_type(), " ", images.sizes(), ".");
+  TORCH_CHECK(labels.dim() == 1 && labels.scalar_type() == torch::kLong, caller,
+              ": labels must be int64 [N], got ", labels.scalar_type(), " ",
+              labels.sizes(), "; convert them with .to(torch::kLong).");
+  TORCH_CHECK(images.size(0) == labels.size(0), caller, ": ", images.size(0),
+              " images but ", labels.size(0),
+              " labels; the counts must match.");
+  TORCH_CHECK(images.device().is_cpu() && labels.device().is_cpu(), caller,
+              ": images and labels must be on the CPU (the DataLoader moves "
+              "batches, not the dataset); got ",
+              images.device(), " and ", labels.device(), ".");
+  const int64_t channels = images.size(1);
+  TORCH_CHECK(static_cast<int64_t>(mean.size()) == channels &&
+                  static_cast<int64_t>(std.size()) == channels,
+              caller, ": the images have ", channels,
+              " channels, so mean and std need ", channels,
+              " values each; got ", mean.size(), " and ", std.size(), ".");
+  for (int64_t c = 0; c < channels; ++c) {
+    TORCH_CHECK(std::isfinite(mean[c]), caller, ": mean[", c, "] is ", mean[c],
+                "; it must be finite.");
+    TORCH_CHECK(std::isfinite(std[c]) && std[c] > 0, caller, ": std[", c,
+                "] is ", std[c], "; it must be finite and positive.");
+  }
+  mean_ = torch::from_blob(mean.data(), {channels, 1, 1}, torch::kDouble)
+              .to(torch::kFloat);
+  std_ = torch::from_blob(std.data(), {channels, 1, 1}, torch::kDouble)
+             .to(torch::kFloat);
+}
+
+torch::data::Example<> TensorImageDataset::get(size_t index) {
+  const int64_t n = data_.size();
+  TORCH_CHECK(index < static_cast<size_t>(n),
+              "lamp::data::TensorImageDataset::get: index ", index,
+              " is out of range for a dataset of ", n, " examples.");
+  const auto i = static_cast<int64_t>(index);
+  auto image =
+      data_.images[i].to(torch::kFloat).div_(255).sub_(mean_).div_(std_);
+  return {std::move(image), data_.labels[i]};
+}
+
+c10::optional<size_t> TensorImageDataset::size() const {
+  return static_cast<size_t>(data_.size());
+}
+
+} // namespace data
+} // namespace lamp

@@ -1,0 +1,158 @@
+#include "lamp/data/loader.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+namespace lamp {
+namespace data {
+namespace {
+
+// Independent streams for the order and for each batch's augmentation, all
+// derived from (seed, epoch[, batch]) with a 64-bit mix (SplitMix64's
+// finaliser), so nothing depends on how many numbers were drawn before.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+at::Generator generator_for(uint64_t seed, int64_t epoch, int64_t stream) {
+  return at::make_generator<at::CPUGeneratorImpl>(
+      mix(mix(mix(seed) ^ static_cast<uint64_t>(epoch)) ^
+          static_cast<uint64_t>(stream)));
+}
+
+torch::Tensor channel_tensor(const std::vector<double>& values,
+                             const torch::Device& device) {
+  return torch::tensor(values, torch::kDouble)
+      .to(torch::kFloat)
+      .view({1, -1, 1, 1})
+      .to(device);
+}
+
+} // namespace
+
+DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
+                           LoaderOptions options)
+    : options_(std::move(options)), device_(device) {
+  TORCH_CHECK(data.images.defined() && data.images.dim() == 4 &&
+                  data.images.scalar_type() == torch::kByte,
+              "lamp::data::DeviceLoader: images must be a uint8 tensor [N, C, "
+              "H, W], got ",
+              (data.images.defined() ? data.images.sizes() : at::IntArrayRef{}),
+              ".");
+  TORCH_CHECK(data.labels.defined() && data.labels.dim() == 1 &&
+                  data.labels.size(0) == data.images.size(0),
+              "lamp::data::DeviceLoader: need one label per image (",
+              data.images.size(0), " images).");
+  TORCH_CHECK(data.images.size(0) > 0, "lamp::data::DeviceLoader: the dataset is empty.");
+  TORCH_CHECK(options_.batch_size() > 0,
+              "lamp::data::DeviceLoader: batch_size must be positive, got ",
+              options_.batch_size(), ".");
+  TORCH_CHECK(options_.crop_padding() >= 0,
+              "lamp::data::DeviceLoader: crop_padding must be >= 0.");
+  const int64_t channels = data.images.size(1);
+  TORCH_CHECK(options_.mean().size() == options_.std().size() &&
+                  (options_.mean().empty() ||
+                   static_cast<int64_t>(options_.mean().size()) == channels),
+              "lamp::data::DeviceLoader: mean and std need one value per "
+              "channel (", channels, "), got ", options_.mean().size(), " and ",
+              options_.std().size(), ".");
+  for (double s : options_.std()) {
+    TORCH_CHECK(s > 0, "lamp::data::DeviceLoader: std values must be positive.");
+  }
+  TORCH_CHECK(options_.dtype() == torch::kFloat || options_.dtype() == torch::kHalf ||
+                  options_.dtype() == torch::kBFloat16,
+              "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or "
+              "kBFloat16, got ", options_.dtype(), ".");
+  TORCH_CHECK(!options_.drop_last() || data.images.size(0) >= options_.batch_size(),
+              "lamp::data::DeviceLoader: drop_last with batch_size ",
+              options_.batch_size(), " leaves no batch of the ",
+              data.images.size(0), " samples.");
+  images_ = data.images.contiguous().to(device_);
+  labels_ = data.labels.to(torch::kLong).to(device_);
+  if (!options_.mean().empty()) {
+    mean_ = channel_tensor(options_.mean(), device_);
+    std::vector<double> inv;
+    for (double s : options_.std()) {
+      inv.push_back(1.0 / s);
+    }
+    inv_std_ = channel_tensor(inv, device_);
+  }
+  set_epoch(0);
+}
+
+int64_t DeviceLoader::batches_per_epoch() const {
+  const int64_t n = size(), b = options_.batch_size();
+  return options_.drop_last() ? n / b : (n + b - 1) / b;
+}
+
+void DeviceLoader::set_epoch(int64_t epoch) {
+  TORCH_CHECK(epoch >= 0, "lamp::data::DeviceLoader::set_epoch: epoch must be >= 0.");
+  if (epoch == epoch_) {
+    return;
+  }
+  epoch_ = epoch;
+  if (options_.shuffle()) {
+    auto generator = generator_for(options_.seed(), epoch, /*stream=*/-1);
+    order_ = torch::randperm(size(), generator, torch::kLong).to(device_);
+  } else {
+    order_ = torch::arange(size(), torch::TensorOptions().dtype(torch::kLong).device(device_));
+  }
+}
+
+Batch DeviceLoader::batch(int64_t index) const {
+  TORCH_CHECK(index >= 0 && index < batches_per_epoch(),
+              "lamp::data::DeviceLoader::batch: index ", index,
+              " is outside this epoch's ", batches_per_epoch(), " batches.");
+  const int64_t start = index * options_.batch_size();
+  const int64_t end = std::min(start + options_.batch_size(), size());
+  const auto idx = order_.slice(0, start, end);
+  auto images = augment(images_.index_select(0, idx), index);
+  auto x = images.to(torch::kFloat).mul_(1.0 / 255.0);
+  if (mean_.defined()) {
+    x.sub_(mean_).mul_(inv_std_);
+  }
+  x = x.to(options_.dtype());
+  if (options_.channels_last()) {
+    x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  }
+  return {x, labels_.index_select(0, idx)};
+}
+
+torch::Tensor DeviceLoader::augment(const torch::Tensor& images,
+                                    int64_t index) const {
+  const int64_t pad = options_.crop_padding();
+  if (pad == 0 && !options_.horizontal_flip()) {
+    return images;
+  }
+  const int64_t b = images.size(0), c = images.size(1), h = images.size(2),
+                w = images.size(3);
+  // The random numbers are drawn on the CPU (a few per image) so that a
+  // batch is the same on every device; the pixels never leave the device.
+  auto generator = generator_for(options_.seed(), epoch_, index);
+  const auto long_cpu = torch::TensorOptions().dtype(torch::kLong);
+  auto dy = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);
+  auto dx = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);
+  auto flip = options_.horizontal_flip()
+      ? torch::randint(0, 2, {b}, generator, long_cpu).to(torch::kBool)
+      : torch::zeros({b}, torch::kBool);
+  dy = dy.to(device_);
+  dx = dx.to(device_);
+  flip = flip.to(device_);
+
+  const auto padded =
+      pad > 0 ? torch::constant_pad_nd(images, {pad, pad, pad, pad}, 0) : images;
+  const auto on_device = torch::TensorOptions().dtype(torch::kLong).device(device_);
+  const auto rows = dy.view({b, 1}) + torch::arange(h, on_device).view({1, h});
+  const auto ascending = torch::arange(w, on_device).view({1, w});
+  const auto cols = dx.view({b, 1}) +
+      torch::where(flip.view({b, 1}), (w - 1) - ascending, ascending);
+  const int64_t wp = padded.size(3);
+  auto out = padded.gather(2, rows.view({b, 1, h, 1}).expand({b, c, h, wp}));
+  return out.gather(3, cols.view({b, 1, 1, w}).expand({b, c, h, w}));
+}
+
+} // namespace data
+} // namespace lamp

@@ -1,0 +1,217 @@
+#include "lamp/models/resnet.h"
+
+#include <torch/types.h>
+
+#include <sstream>
+#include <utility>
+
+namespace lamp {
+namespace models {
+namespace {
+
+torch::nn::Conv2d conv3x3(int64_t in_planes, int64_t out_planes,
+                          int64_t stride) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in_planes, out_planes, 3)
+                               .stride(stride)
+                               .padding(1)
+                               .bias(false));
+}
+
+torch::nn::Conv2d conv1x1(int64_t in_planes, int64_t out_planes,
+                          int64_t stride) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in_planes, out_planes, 1)
+                               .stride(stride)
+                               .bias(false));
+}
+
+// kuangliu's projection shortcut; an empty holder means the identity.
+torch::nn::Sequential make_shortcut(int64_t in_planes, int64_t out_planes,
+                                    int64_t stride) {
+  if (stride == 1 && in_planes == out_planes) {
+    return torch::nn::Sequential(nullptr);
+  }
+  return torch::nn::Sequential(conv1x1(in_planes, out_planes, stride),
+                               torch::nn::BatchNorm2d(out_planes));
+}
+
+template <typename Block>
+torch::nn::Sequential make_stage(int64_t& in_planes, int64_t planes,
+                                 int64_t num_blocks, int64_t stride) {
+  torch::nn::Sequential stage;
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    stage->push_back(Block(in_planes, planes, i == 0 ? stride : 1));
+    in_planes = planes * Block::Impl::kExpansion;
+  }
+  return stage;
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::ostringstream out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out << (i == 0 ? "" : ", ") << names[i];
+  }
+  return out.str();
+}
+
+} // namespace
+
+BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes,
+                               int64_t stride)
+    : conv1(register_module("conv1", conv3x3(in_planes, planes, stride))),
+      bn1(register_module("bn1", torch::nn::BatchNorm2d(planes))),
+      conv2(register_module("conv2", conv3x3(planes, planes, 1))),
+      bn2(register_module("bn2", torch::nn::BatchNorm2d(planes))),
+      shortcut(make_shortcut(in_planes, planes * kExpansion, stride)) {
+  if (!shortcut.is_empty()) {
+    register_module("shortcut", shortcut);
+  }
+}
+
+torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+  auto out = torch::relu(bn1->forward(conv1->forward(x)));
+  out = bn2->forward(conv2->forward(out));
+  // Out of place: `out` and `x` are saved for backward by bn2 and the
+  // shortcut, so an in-place add or ReLU would corrupt the autograd graph.
+  out = out + (shortcut.is_empty() ? x : shortcut->forward(x));
+  return torch::relu(out);
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes,
+                               int64_t stride)
+    : conv1(register_module("conv1", conv1x1(in_planes, planes, 1))),
+      bn1(register_module("bn1", torch::nn::BatchNorm2d(planes))),
+      conv2(register_module("conv2", conv3x3(planes, planes, stride))),
+      bn2(register_module("bn2", torch::nn::BatchNorm2d(planes))),
+      conv3(register_module("conv3", conv1x1(planes, planes * kExpansion, 1))),
+      bn3(register_module("bn3", torch::nn::BatchNorm2d(planes * kExpansion))),
+      shortcut(make_shortcut(in_planes, planes * kExpansion, stride)) {
+  if (!shortcut.is_empty()) {
+    register_module("shortcut", shortcut);
+  }
+}
+
+torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
+  auto out = torch::relu(bn1->forward(conv1->forward(x)));
+  out = torch::relu(bn2->forward(conv2->forward(out)));
+  out = bn3->forward(conv3->forward(out));
+  out = out + (shortcut.is_empty() ? x : shortcut->forward(x));
+  return torch::relu(out);
+}
+
+ResNetImpl::ResNetImpl(const std::vector<int64_t>& blocks, bool bottleneck,
+                       int64_t num_classes, int64_t in_channels)
+    : ResNetImpl(ResNetOptions(blocks, bottleneck)
+                     .num_classes(num_classes)
+                     .in_channels(in_channels)) {}
+
+ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
+  const auto& blocks = options_.blocks();
+  TORCH_CHECK(blocks.size() == 4,
+              "lamp::models::ResNet: blocks must hold one count per stage, "
+              "four in all (ResNet18: {2, 2, 2, 2}), got ",
+              blocks.size(), ".");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    TORCH_CHECK(blocks[i] >= 1, "lamp::models::ResNet: blocks[", i,
+                "] must be at least 1, got ", blocks[i], ".");
+  }
+  TORCH_CHECK(options_.num_classes() >= 1,
+              "lamp::models::ResNet: num_classes must be at least 1, got ",
+              options_.num_classes(), ".");
+  TORCH_CHECK(options_.in_channels() >= 1,
+              "lamp::models::ResNet: in_channels must be at least 1, got ",
+              options_.in_channels(), ".");
+
+  conv1 = register_module("conv1", conv3x3(options_.in_channels(), 64, 1));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
+  int64_t in_planes = 64;
+  const auto stage = [&](int64_t planes, int64_t num_blocks, int64_t stride) {
+    return options_.bottleneck()
+               ? make_stage<Bottleneck>(in_planes, planes, num_blocks, stride)
+               : make_stage<BasicBlock>(in_planes, planes, num_blocks, stride);
+  };
+  layer1 = register_module("layer1", stage(64, blocks[0], 1));
+  layer2 = register_module("layer2", stage(128, blocks[1], 2));
+  layer3 = register_module("layer3", stage(256, blocks[2], 2));
+  layer4 = register_module("layer4", stage(512, blocks[3], 2));
+  linear = register_module(
+      "linear", torch::nn::Linear(in_planes, options_.num_classes()));
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == options_.in_channels(),
+              "lamp::models::ResNet: input must be [N, ",
+              options_.in_channels(), ", H, W] (in_channels ",
+              options_.in_channels(), "), got ", x.sizes(), ".");
+  auto out = torch::relu(bn1->forward(conv1->forward(x)));
+  out = layer1->forward(out);
+  out = layer2->forward(out);
+  out = layer3->forward(out);
+  out = layer4->forward(out);
+  out = torch::adaptive_avg_pool2d(out, {1, 1}).flatten(1);
+  return linear->forward(out);
+}
+
+ResNet resnet18(int64_t num_classes, int64_t in_channels) {
+  return ResNet(std::vector<int64_t>{2, 2, 2, 2}, false, num_classes,
+                in_channels);
+}
+
+ResNet resnet34(int64_t num_classes, int64_t in_channels) {
+  return ResNet(std::vector<int64_t>{3, 4, 6, 3}, false, num_classes,
+                in_channels);
+}
+
+ResNet resnet50(int64_t num_classes, int64_t in_channels) {
+  return ResNet(std::vector<int64_t>{3, 4, 6, 3}, true, num_classes,
+                in_channels);
+}
+
+ResNet resnet101(int64_t num_classes, int64_t in_channels) {
+  return ResNet(std::vector<int64_t>{3, 4, 23, 3}, true, num_classes,
+                in_channels);
+}
+
+ResNet resnet152(int64_t num_classes, int64_t in_channels) {
+  return ResNet(std::vector<int64_t>{3, 8, 36, 3}, true, num_classes,
+                in_channels);
+}
+
+const std::vector<std::string>& resnet_names() {
+  static const std::vector<std::string> names = {
+      "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};
+  return names;
+}
+
+ResNet make_resnet(const std::string& name, int64_t num_classes,
+                   int64_t in_channels) {
+  if (name == "resnet18") {
+    return resnet18(num_classes, in_channels);
+  }
+  if (name == "resnet34") {
+    return resnet34(num_classes, in_channels);
+  }
+  if (name == "resnet50") {
+    return resnet50(num_classes, in_channels);
+  }
+  if (name == "resnet101") {
+    return resnet101(num_classes, in_channels);
+  }
+  if (name == "resnet152") {
+    return resnet152(num_classes, in_channels);
+  }
+  TORCH_CHECK(false, "lamp::models::make_resnet: unknown model '", name,
+              "'; valid names are ", join_names(resnet_names()), ".");
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) {
+      count += p.numel();
+    }
+  }
+  return count;
+}
+
+} // namespace models
+} // namespace lamp

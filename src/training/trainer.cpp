@@ -1,0 +1,263 @@
+#include "lamp/training/trainer.h"
+
+#include <torch/torch.h>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "lamp/autocast.h"
+#include "lamp/backends.h"
+
+namespace lamp {
+namespace training {
+namespace {
+
+namespace F = torch::nn::functional;
+constexpr const char* kFormat = "lamp-classifier-trainer-1";
+
+OptimizerFactory sgd_factory(const TrainerOptions& o) {
+  return [o](std::vector<torch::Tensor> params) {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(params), torch::optim::SGDOptions(o.lr())
+                               .momentum(o.momentum())
+                               .weight_decay(o.weight_decay())
+                               .nesterov(o.nesterov() && o.momentum() > 0));
+  };
+}
+
+// POSIX calls rather than std::filesystem: the torch wheel's libtorch exports
+// its own copy of std::filesystem, which breaks programs that use the
+// system's (pytorch/pytorch#133437).
+bool is_directory(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+void check_writable_parent(const std::string& path, const char* what) {
+  const auto slash = path.find_last_of('/');
+  const std::string parent =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  TORCH_CHECK(is_directory(parent), "lamp: the ", what, " folder ", parent,
+              " does not exist; create it or choose another path for ", path,
+              ".");
+}
+
+} // namespace
+
+ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
+                                     Forward forward, std::string model_name,
+                                     data::DeviceLoader train_loader,
+                                     data::DeviceLoader test_loader,
+                                     TrainerOptions options)
+    : model_(std::move(model)),
+      forward_(std::move(forward)),
+      model_name_(std::move(model_name)),
+      train_loader_(std::move(train_loader)),
+      test_loader_(std::move(test_loader)),
+      options_(std::move(options)) {
+  const auto& o = options_;
+  TORCH_CHECK(o.epochs() > 0, "lamp: epochs must be positive, got ", o.epochs(), ".");
+  TORCH_CHECK(o.lr() > 0 && std::isfinite(o.lr()),
+              "lamp: the learning rate must be positive, got ", o.lr(), ".");
+  TORCH_CHECK(o.momentum() >= 0 && o.weight_decay() >= 0,
+              "lamp: momentum and weight decay must be >= 0.");
+  TORCH_CHECK(o.max_steps() >= 0, "lamp: max_steps must be >= 0 (0 = no limit).");
+  TORCH_CHECK(o.divergence_patience() > 0, "lamp: divergence_patience must be positive.");
+  TORCH_CHECK(forward_ != nullptr, "lamp: no forward function given.");
+  if (!o.checkpoint().empty()) {
+    check_writable_parent(o.checkpoint(), "checkpoint");
+  }
+  step_ = std::make_unique<TrainStep>(
+      model_, sgd_factory(o),
+      TrainStepOptions(o.precision()).max_grad_norm(o.max_grad_norm()));
+  TORCH_CHECK(step_->device() == train_loader_.device(),
+              "lamp: the model is on ", step_->device(),
+              " but the training data on ", train_loader_.device(),
+              "; build the loaders for the model's device.");
+  if (!o.resume().empty()) {
+    load_checkpoint(o.resume());
+  }
+}
+
+std::vector<EpochStats> ClassifierTrainer::fit(
+    const std::function<void(const EpochStats&)>& on_epoch,
+    const std::function<void(const BatchProgress&)>& on_batch) {
+  const auto& o = options_;
+  const auto device = train_loader_.device();
+  const int64_t batches = train_loader_.batches_per_epoch();
+  // The schedule spans all epochs even when max_steps stops early, so that a
+  // run cut short and resumed follows the same learning rates.
+  const int64_t total_steps = o.epochs() * batches;
+  const int64_t patience = o.divergence_patience();
+  std::vector<EpochStats> history;
+  for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
+    if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
+      break;
+    }
+    train_loader_.set_epoch(epoch);
+    model_->train();
+    reset_peak_device_memory(device);
+    synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+
+    EpochStats stats;
+    stats.epoch = epoch + 1;
+    const auto float_on_device = torch::TensorOptions().device(device);
+    auto loss_sum = torch::zeros({}, float_on_device.dtype(torch::kDouble));
+    auto non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
+    int64_t consecutive_skips = 0, images = 0, window = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
+        break;
+      }
+      stats.lr = learning_rate(o.schedule(), o.lr(), global_step_, total_steps);
+      set_learning_rate(step_->optimizer(), stats.lr);
+      const auto batch = train_loader_.batch(i);
+      const auto result = step_->step([&] {
+        const auto output = forward_(step_->cast_input(batch.images));
+        return F::cross_entropy(output.to(torch::kFloat), batch.labels);
+      });
+      loss_sum += result.loss;
+      non_finite += torch::isfinite(result.loss).logical_not();
+      images += batch.labels.size(0);
+      ++stats.steps;
+      ++global_step_;
+      if (result.skipped) {
+        ++stats.skipped_steps;
+        ++consecutive_skips;
+      } else {
+        consecutive_skips = 0;
+      }
+      TORCH_CHECK(consecutive_skips < patience, "lamp: training diverged in epoch ",
+                  epoch + 1, ": ", patience,
+                  " optimizer steps in a row had inf/NaN gradients (loss scale "
+                  "now ", step_->scaler().get_scale(),
+                  "). Lower the learning rate (--lr), clip gradients, or train "
+                  "in bf16/amp-bf16.");
+      // A loss that stays non-finite for a whole window: read once per window.
+      if (++window == patience) {
+        TORCH_CHECK(non_finite.item<int64_t>() < patience,
+                    "lamp: training diverged in epoch ", epoch + 1,
+                    ": the loss was inf/NaN for ", patience,
+                    " steps in a row. Lower the learning rate (--lr) or clip "
+                    "gradients.");
+        non_finite.zero_();
+        window = 0;
+      }
+      if (on_batch) {
+        on_batch({epoch + 1, i + 1, batches, batch.labels.size(0)});
+      }
+    }
+    synchronize(device);
+    stats.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats.global_step = global_step_;
+    stats.train_loss = stats.steps > 0 ? loss_sum.item<double>() / stats.steps : 0.0;
+    stats.images_per_second = stats.seconds > 0 ? images / stats.seconds : 0.0;
+    stats.peak_memory_bytes =
+        device.is_cuda() ? peak_device_memory(device) : peak_host_memory();
+    stats.loss_scale = step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
+    const auto eval = evaluate();
+    stats.test_loss = eval.first;
+    stats.test_accuracy = eval.second;
+    const bool epoch_complete = stats.steps == batches;
+    if (epoch_complete) {
+      start_epoch_ = epoch + 1;
+      if (!o.checkpoint().empty()) {
+        save_checkpoint(o.checkpoint());
+      }
+    }
+    history.push_back(stats);
+    if (on_epoch) {
+      on_epoch(stats);
+    }
+  }
+  return history;
+}
+
+std::pair<double, double> ClassifierTrainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  c10::optional<Autocast> autocast;
+  if (const auto dtype = autocast_dtype(options_.precision())) {
+    autocast.emplace(test_loader_.device().type(), *dtype);
+  }
+  const auto on_device = torch::TensorOptions().device(test_loader_.device());
+  auto loss_sum = torch::zeros({}, on_device.dtype(torch::kDouble));
+  auto correct = torch::zeros({}, on_device.dtype(torch::kLong));
+  for (int64_t i = 0; i < test_loader_.batches_per_epoch(); ++i) {
+    const auto batch = test_loader_.batch(i);
+    const auto output =
+        forward_(step_->cast_input(batch.images)).to(torch::kFloat);
+    loss_sum += F::cross_entropy(output, batch.labels,
+                                 F::CrossEntropyFuncOptions().reduction(torch::kSum));
+    correct += output.argmax(1).eq(batch.labels).sum();
+  }
+  model_->train();
+  const double n = static_cast<double>(test_loader_.size());
+  return {loss_sum.item<double>() / n, correct.item<int64_t>() / n};
+}
+
+void ClassifierTrainer::save_checkpoint(const std::string& path) const {
+  torch::serialize::OutputArchive archive;
+  archive.write("format", c10::IValue(std::string(kFormat)));
+  archive.write("model_name", c10::IValue(model_name_));
+  archive.write("next_epoch", c10::IValue(start_epoch_));
+  archive.write("global_step", c10::IValue(global_step_));
+  archive.write("seed", c10::IValue(static_cast<int64_t>(train_loader_.options().seed())));
+  torch::serialize::OutputArchive step_archive;
+  step_->save(step_archive);
+  archive.write("train_step", step_archive);
+  // Written next to the target and renamed over it: a crash mid-write leaves
+  // the previous checkpoint intact.
+  const std::string temporary = path + ".partial";
+  archive.save_to(temporary);
+  TORCH_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0,
+              "lamp: could not move the new checkpoint ", temporary, " over ",
+              path, ": ", std::strerror(errno), ".");
+}
+
+void ClassifierTrainer::load_checkpoint(const std::string& path) {
+  TORCH_CHECK(is_regular_file(path), "lamp: no checkpoint at ",
+              path, " to resume from.");
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "lamp: ", path, " is not a readable lamp checkpoint (",
+                e.what_without_backtrace(), ").");
+  }
+  c10::IValue value;
+  TORCH_CHECK(archive.try_read("format", value) && value.isString() &&
+                  value.toStringRef() == kFormat,
+              "lamp: ", path, " is not a checkpoint written by lamp's trainer.");
+  archive.read("model_name", value);
+  TORCH_CHECK(value.toStringRef() == model_name_, "lamp: ", path,
+              " holds a '", value.toStringRef(), "' model but this run trains '",
+              model_name_, "'; resume with the same --model.");
+  archive.read("seed", value);
+  TORCH_CHECK(value.toInt() == static_cast<int64_t>(train_loader_.options().seed()),
+              "lamp: ", path, " was trained with seed ", value.toInt(),
+              " but this run uses ", train_loader_.options().seed(),
+              "; resume with the same --seed to continue the same data order.");
+  torch::serialize::InputArchive step_archive;
+  archive.read("train_step", step_archive);
+  step_->load(step_archive);
+  archive.read("next_epoch", value);
+  start_epoch_ = value.toInt();
+  archive.read("global_step", value);
+  global_step_ = value.toInt();
+}
+
+} // namespace training
+} // namespace lamp

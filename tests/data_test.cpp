@@ -1,0 +1,632 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ftw.h>
+#include <sys/stat.h>
+
+#include "lamp/data/datasets.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp_test::AllClose;
+using lamp_test::BitEqual;
+using Bytes = std::vector<uint8_t>;
+
+// POSIX rather than std::filesystem, whose copy exported by the PyTorch 2.x
+// wheels crashes in remove_all() (pytorch/pytorch#133437).
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return std::remove(path);
+}
+
+// A fresh, uniquely named directory for one test (mkdtemp under
+// ::testing::TempDir()), removed with its contents when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string base = ::testing::TempDir();
+    if (base.empty() || base.back() != '/') {
+      base += '/';
+    }
+    std::string name = base + "lamp_data_" + info->test_suite_name() + "_" +
+                       info->name() + "_XXXXXX";
+    if (::mkdtemp(&name[0]) == nullptr) {
+      throw std::runtime_error("mkdtemp failed for " + name);
+    }
+    path_ = name;
+  }
+  ~TempDir() { ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& str() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_file(const std::string& path, const Bytes& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    throw std::runtime_error("cannot write " + path);
+  }
+}
+
+// Writes `bytes` gzip-compressed with zlib; mode "ab" appends a second gzip
+// member to an existing file.
+void write_gzip(const std::string& path, const Bytes& bytes,
+                const char* mode = "wb") {
+  gzFile f = gzopen(path.c_str(), mode);
+  if (f == nullptr) {
+    throw std::runtime_error("gzopen failed for " + path);
+  }
+  const int written =
+      bytes.empty()
+          ? 0
+          : gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  const int closed = gzclose(f);
+  if (written != static_cast<int>(bytes.size()) || closed != Z_OK) {
+    throw std::runtime_error("gzwrite/gzclose failed for " + path);
+  }
+}
+
+Bytes read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), {});
+}
+
+// An IDX file of unsigned bytes: 0x00 0x00 0x08 <ndims>, big-endian int32
+// sizes, then the data.
+Bytes idx_bytes(const std::vector<uint32_t>& sizes, const Bytes& data) {
+  Bytes out = {0x00, 0x00, 0x08, static_cast<uint8_t>(sizes.size())};
+  for (uint32_t s : sizes) {
+    out.push_back(static_cast<uint8_t>(s >> 24));
+    out.push_back(static_cast<uint8_t>(s >> 16));
+    out.push_back(static_cast<uint8_t>(s >> 8));
+    out.push_back(static_cast<uint8_t>(s));
+  }
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+Bytes counting_bytes(size_t n, uint8_t start = 0) {
+  Bytes out(n);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<uint8_t>(start + i);
+  }
+  return out;
+}
+
+// The uint8 tensor holding `data` with `sizes` (the IDX file's meaning).
+torch::Tensor as_tensor(const Bytes& data, std::vector<int64_t> sizes) {
+  return torch::tensor(std::vector<int64_t>(data.begin(), data.end()))
+      .to(torch::kUInt8)
+      .reshape(sizes);
+}
+
+void expect_error(const std::function<void()>& f,
+                  std::initializer_list<std::string> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << *fragments.begin()
+                  << "'";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    for (const auto& fragment : fragments) {
+      EXPECT_NE(what.find(fragment), std::string::npos)
+          << "missing '" << fragment << "' in: " << e.what_without_backtrace();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- CIFAR-10
+
+// Pixel (c, y, x) of CIFAR record `r` in these tests: distinct per plane,
+// row and column, so a swapped plane or transposed image shows.
+uint8_t cifar_pixel(int64_t r, int64_t c, int64_t y, int64_t x) {
+  return static_cast<uint8_t>((r * 31 + c * 100 + y * 7 + x * 3) % 256);
+}
+
+// Records first..first+labels.size()-1 in CIFAR-10's binary format: a label
+// byte, then R, G and B planes of 32x32 bytes, each row-major.
+Bytes cifar_records(int64_t first, const std::vector<uint8_t>& labels) {
+  Bytes out;
+  for (size_t k = 0; k < labels.size(); ++k) {
+    const int64_t r = first + static_cast<int64_t>(k);
+    Bytes record(3073);
+    record[0] = labels[k];
+    for (int64_t c = 0; c < 3; ++c) {
+      for (int64_t y = 0; y < 32; ++y) {
+        for (int64_t x = 0; x < 32; ++x) {
+          record[1 + c * 1024 + y * 32 + x] = cifar_pixel(r, c, y, x);
+        }
+      }
+    }
+    out.insert(out.end(), record.begin(), record.end());
+  }
+  return out;
+}
+
+// The same pixels computed as a tensor [n, 3, 32, 32].
+torch::Tensor expected_cifar_images(int64_t n) {
+  auto r = torch::arange(n).view({n, 1, 1, 1});
+  auto c = torch::arange(3).view({1, 3, 1, 1});
+  auto y = torch::arange(32).view({1, 1, 32, 1});
+  auto x = torch::arange(32).view({1, 1, 1, 32});
+  return (r * 31 + c * 100 + y * 7 + x * 3).remainder(256).to(torch::kUInt8);
+}
+
+TEST(Cifar10, FilesAreTheFiveTrainBatchesOrTheTestBatch) {
+  const auto train = lamp::data::cifar10_files("/data/cifar", true);
+  ASSERT_EQ(train.size(), 5u);
+  EXPECT_EQ(train[0], "/data/cifar/data_batch_1.bin");
+  EXPECT_EQ(train[4], "/data/cifar/data_batch_5.bin");
+  EXPECT_EQ(lamp::data::cifar10_files("/data/cifar/", false),
+            std::vector<std::string>{"/data/cifar/test_batch.bin"});
+}
+
+TEST(Cifar10, DecodesTrainBatchesInOrder) {
+  TempDir dir;
+  // 2 + 3 + 1 + 2 + 2 records, labels 0..9 in order across the five files.
+  const std::vector<std::vector<uint8_t>> labels = {
+      {0, 1}, {2, 3, 4}, {5}, {6, 7}, {8, 9}};
+  int64_t first = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    write_file(dir.file("data_batch_" + std::to_string(i + 1) + ".bin"),
+               cifar_records(first, labels[i]));
+    first += static_cast<int64_t>(labels[i].size());
+  }
+  const auto data = lamp::data::read_cifar10(dir.str(), /*train=*/true);
+  EXPECT_EQ(data.size(), 10);
+  EXPECT_TRUE(BitEqual(data.images, expected_cifar_images(10)));
+  EXPECT_TRUE(BitEqual(data.labels, torch::arange(10)));
+  EXPECT_TRUE(data.images.is_contiguous());
+  // Record 4 (the second of data_batch_2.bin), row 2, column 5:
+  // 4*31 + 2*7 + 5*3 = 153 in R, +100 in G, +200 (mod 256) in B.
+  EXPECT_EQ(data.images[4][0][2][5].item<int64_t>(), 153);
+  EXPECT_EQ(data.images[4][1][2][5].item<int64_t>(), 253);
+  EXPECT_EQ(data.images[4][2][2][5].item<int64_t>(), 97);
+  EXPECT_EQ(data.labels[4].item<int64_t>(), 4);
+}
+
+TEST(Cifar10, DecodesTheTestBatch) {
+  TempDir dir;
+  write_file(dir.file("test_batch.bin"), cifar_records(0, {9, 0, 5}));
+  const auto data = lamp::data::read_cifar10(dir.str(), /*train=*/false);
+  ASSERT_EQ(data.images.sizes(), torch::IntArrayRef({3, 3, 32, 32}));
+  EXPECT_EQ(data.images.scalar_type(), torch::kUInt8);
+  EXPECT_EQ(data.labels.scalar_type(), torch::kLong);
+  EXPECT_TRUE(BitEqual(data.images, expected_cifar_images(3)));
+  EXPECT_TRUE(BitEqual(data.labels, torch::tensor({9, 0, 5}, torch::kLong)));
+  // Record 2, row 31, column 31: 62 + 217 + 93 = 372 -> 116 in R.
+  EXPECT_EQ(data.images[2][0][31][31].item<int64_t>(), 116);
+  EXPECT_EQ(data.images[2][1][31][31].item<int64_t>(), 216);
+  EXPECT_EQ(data.images[2][2][31][31].item<int64_t>(), 60);
+}
+
+TEST(Cifar10, MissingFilesNameEveryFileAndTheBinaryArchive) {
+  TempDir dir;
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), true); },
+               {dir.str(), "missing data_batch_1.bin, data_batch_2.bin",
+                dir.file("data_batch_5.bin"),
+                "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
+                "*binary* version", "is empty"});
+  for (int i : {1, 2, 4, 5}) {
+    write_file(dir.file("data_batch_" + std::to_string(i) + ".bin"),
+               cifar_records(0, {1}));
+  }
+  expect_error(
+      [&] { lamp::data::read_cifar10(dir.str(), true); },
+      {"missing data_batch_3.bin (it looks for", dir.file("data_batch_1.bin")});
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), false); },
+               {"missing test_batch.bin", "cifar-10-binary.tar.gz"});
+  expect_error([&] { lamp::data::read_cifar10(dir.file("nowhere"), false); },
+               {"does not exist"});
+}
+
+TEST(Cifar10, RecognisesThePythonVersion) {
+  TempDir dir;
+  write_file(dir.file("data_batch_1"), {0x80, 0x02}); // a pickle
+  write_file(dir.file("batches.meta"), {0x80, 0x02});
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), true); },
+               {"Python version", "cifar-10-binary.tar.gz"});
+}
+
+TEST(Cifar10, PointsIntoTheExtractedArchiveFolder) {
+  TempDir dir;
+  ASSERT_EQ(::mkdir(dir.file("cifar-10-batches-bin").c_str(), 0755), 0);
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), false); },
+               {dir.file("cifar-10-batches-bin"), "pass that directory"});
+}
+
+TEST(Cifar10, RejectsFilesThatAreNotWholeRecords) {
+  TempDir dir;
+  auto bytes = cifar_records(0, {1, 2});
+  bytes.pop_back(); // truncated by one byte
+  write_file(dir.file("test_batch.bin"), bytes);
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), false); },
+               {"6145 bytes, not a multiple of 3073", "test_batch.bin"});
+  write_file(dir.file("test_batch.bin"), Bytes(2 * 3074, 0));
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), false); },
+               {"not a multiple of 3073", "CIFAR-100"});
+  write_file(dir.file("test_batch.bin"), {});
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), false); },
+               {"test_batch.bin' is empty"});
+}
+
+TEST(Cifar10, RejectsLabelsAboveNine) {
+  TempDir dir;
+  for (int i = 1; i <= 5; ++i) {
+    write_file(dir.file("data_batch_" + std::to_string(i) + ".bin"),
+               cifar_records(0, {3, static_cast<uint8_t>(i == 3 ? 10 : 9)}));
+  }
+  expect_error(
+      [&] { lamp::data::read_cifar10(dir.str(), true); },
+      {"record 1 of", "data_batch_3.bin", "has label 10", "labels are 0-9"});
+}
+
+// --------------------------------------------------------------------- IDX
+
+TEST(Idx, ReadsPlainFiles) {
+  TempDir dir;
+  const auto data = counting_bytes(2 * 3 * 4, 250); // wraps past 255
+  write_file(dir.file("images"), idx_bytes({2, 3, 4}, data));
+  const auto images = lamp::data::read_idx(dir.file("images"));
+  EXPECT_TRUE(BitEqual(images, as_tensor(data, {2, 3, 4})));
+  EXPECT_EQ(images[0][0][0].item<int64_t>(), 250);
+  EXPECT_EQ(images[1][2][3].item<int64_t>(), (250 + 23) % 256);
+
+  write_file(dir.file("labels"), idx_bytes({5}, {7, 0, 9, 1, 255}));
+  EXPECT_TRUE(BitEqual(lamp::data::read_idx(dir.file("labels")),
+                       as_tensor({7, 0, 9, 1, 255}, {5})));
+
+  write_file(dir.file("empty"), idx_bytes({0, 28, 28}, {}));
+  EXPECT_EQ(lamp::data::read_idx(dir.file("empty")).sizes(),
+            torch::IntArrayRef({0, 28, 28}));
+}
+
+TEST(Idx, ReadsGzipFilesByTheirMagicNotTheirName) {
+  TempDir dir;
+  const auto data = counting_bytes(3 * 28 * 28, 17);
+  const auto expected = as_tensor(data, {3, 28, 28});
+  write_gzip(dir.file("images.gz"), idx_bytes({3, 28, 28}, data));
+  write_gzip(dir.file("images-no-suffix"), idx_bytes({3, 28, 28}, data));
+  write_file(dir.file("plain-named.gz"), idx_bytes({3, 28, 28}, data));
+  ASSERT_EQ(read_bytes(dir.file("images-no-suffix"))[0], 0x1f);
+  EXPECT_TRUE(BitEqual(lamp::data::read_idx(dir.file("images.gz")), expected));
+  EXPECT_TRUE(
+      BitEqual(lamp::data::read_idx(dir.file("images-no-suffix")), expected));
+  EXPECT_TRUE(
+      BitEqual(lamp::data::read_idx(dir.file("plain-named.gz")), expected));
+}
+
+TEST(Idx, ReadsConcatenatedGzipMembersAsOneFile) {
+  TempDir dir;
+  const auto file = idx_bytes({4, 100}, counting_bytes(400));
+  const Bytes head(file.begin(), file.begin() + 150);
+  const Bytes tail(file.begin() + 150, file.end());
+  write_gzip(dir.file("two-members.gz"), head, "wb");
+  write_gzip(dir.file("two-members.gz"), tail, "ab");
+  EXPECT_TRUE(BitEqual(lamp::data::read_idx(dir.file("two-members.gz")),
+                       as_tensor(counting_bytes(400), {4, 100})));
+}
+
+TEST(Idx, RejectsWrongMagicAndUnsupportedTypes) {
+  TempDir dir;
+  write_file(dir.file("text"), {'h', 'e', 'l', 'l', 'o', '!', '!', '!'});
+  expect_error([&] { lamp::data::read_idx(dir.file("text")); },
+               {"wrong magic", "0x68 0x65 0x6c 0x6c", dir.file("text")});
+  auto ints = idx_bytes({2}, Bytes(8, 0));
+  ints[2] = 0x0C;
+  write_file(dir.file("ints"), ints);
+  expect_error([&] { lamp::data::read_idx(dir.file("ints")); },
+               {"unsupported IDX type code 0x0c (int32)", "0x08"});
+  write_file(dir.file("scalar"), {0, 0, 8, 0, 42});
+  expect_error([&] { lamp::data::read_idx(dir.file("scalar")); },
+               {"0 dimensions"});
+  write_file(dir.file("tiny"), {0, 0});
+  expect_error([&] { lamp::data::read_idx(dir.file("tiny")); },
+               {"too few for the 4-byte IDX magic"});
+}
+
+TEST(Idx, RejectsTruncatedFiles) {
+  TempDir dir;
+  auto header = idx_bytes({60000, 28, 28}, {});
+  header.resize(10); // cut inside the sizes
+  write_file(dir.file("header"), header);
+  expect_error([&] { lamp::data::read_idx(dir.file("header")); },
+               {"is truncated", "a header of 16 bytes", "only 10 bytes"});
+  write_file(dir.file("data"), idx_bytes({3, 28, 28}, Bytes(2 * 28 * 28, 1)));
+  expect_error(
+      [&] { lamp::data::read_idx(dir.file("data")); },
+      {"is truncated", "[3, 28, 28] need 2352 data bytes", "only 1568 follow"});
+  // Sizes whose product overflows 64 bits.
+  write_file(dir.file("huge"),
+             idx_bytes({0x7fffffff, 0x7fffffff, 0x7fffffff}, {1}));
+  expect_error([&] { lamp::data::read_idx(dir.file("huge")); },
+               {"is truncated", "more than 2^64"});
+  write_file(dir.file("negative"), idx_bytes({0x80000000u}, {1}));
+  expect_error([&] { lamp::data::read_idx(dir.file("negative")); },
+               {"int32 range"});
+}
+
+TEST(Idx, RejectsSizesInconsistentWithTheFileLength) {
+  TempDir dir;
+  write_file(dir.file("long"), idx_bytes({2, 2}, Bytes(7, 0)));
+  expect_error([&] { lamp::data::read_idx(dir.file("long")); },
+               {"holds 3 bytes more than its sizes [2, 2]",
+                "inconsistent with the file length"});
+  write_gzip(dir.file("long.gz"), idx_bytes({2, 2}, Bytes(5, 0)));
+  expect_error([&] { lamp::data::read_idx(dir.file("long.gz")); },
+               {"the decompressed contents of", "1 bytes more"});
+}
+
+TEST(Idx, RejectsCorruptOrTruncatedGzip) {
+  TempDir dir;
+  write_gzip(dir.file("good.gz"), idx_bytes({50}, counting_bytes(50)));
+  const auto good = read_bytes(dir.file("good.gz"));
+  ASSERT_GT(good.size(), 30u);
+
+  auto bad_crc = good;
+  bad_crc[bad_crc.size() - 8] ^= 0xff; // the trailer's CRC-32
+  write_file(dir.file("bad-crc.gz"), bad_crc);
+  expect_error([&] { lamp::data::read_idx(dir.file("bad-crc.gz")); },
+               {"gzip stream in", "is corrupt", "incorrect data check"});
+
+  auto bad_method = good;
+  bad_method[2] = 7; // compression method 8 (deflate) is the only one
+  write_file(dir.file("bad-method.gz"), bad_method);
+  expect_error([&] { lamp::data::read_idx(dir.file("bad-method.gz")); },
+               {"is corrupt", "unknown compression method"});
+
+  write_file(dir.file("cut.gz"), Bytes(good.begin(), good.end() - 12));
+  expect_error([&] { lamp::data::read_idx(dir.file("cut.gz")); },
+               {"is truncated", "without the end-of-stream marker"});
+
+  write_file(dir.file("magic-only.gz"), {0x1f, 0x8b});
+  expect_error([&] { lamp::data::read_idx(dir.file("magic-only.gz")); },
+               {"is truncated"});
+
+  auto trailing = good;
+  trailing.push_back('x');
+  write_file(dir.file("trailing.gz"), trailing);
+  expect_error([&] { lamp::data::read_idx(dir.file("trailing.gz")); },
+               {"1 bytes of trailing data"});
+}
+
+TEST(Idx, RejectsMissingFilesAndDirectories) {
+  TempDir dir;
+  expect_error([&] { lamp::data::read_idx(dir.file("absent")); },
+               {dir.file("absent"), "does not exist"});
+  expect_error([&] { lamp::data::read_idx(dir.str()); },
+               {"is not a regular file"});
+}
+
+// ------------------------------------------------------------------- MNIST
+
+TEST(Mnist, ReadsPlainAndGzippedFiles) {
+  TempDir dir;
+  const auto train_images = counting_bytes(4 * 28 * 28, 3);
+  write_gzip(dir.file("train-images-idx3-ubyte.gz"),
+             idx_bytes({4, 28, 28}, train_images));
+  write_file(dir.file("train-labels-idx1-ubyte"), idx_bytes({4}, {3, 1, 4, 1}));
+  const auto test_images = counting_bytes(2 * 28 * 28, 99);
+  write_file(dir.file("t10k-images-idx3-ubyte"),
+             idx_bytes({2, 28, 28}, test_images));
+  write_gzip(dir.file("t10k-labels-idx1-ubyte.gz"), idx_bytes({2}, {9, 0}));
+
+  const auto train = lamp::data::read_mnist(dir.str(), /*train=*/true);
+  EXPECT_EQ(train.size(), 4);
+  EXPECT_TRUE(BitEqual(train.images, as_tensor(train_images, {4, 1, 28, 28})));
+  EXPECT_TRUE(
+      BitEqual(train.labels, torch::tensor({3, 1, 4, 1}, torch::kLong)));
+
+  const auto test = lamp::data::read_mnist(dir.str(), /*train=*/false);
+  EXPECT_TRUE(BitEqual(test.images, as_tensor(test_images, {2, 1, 28, 28})));
+  EXPECT_TRUE(BitEqual(test.labels, torch::tensor({9, 0}, torch::kLong)));
+}
+
+TEST(Mnist, PrefersThePlainFileWhenBothExist) {
+  TempDir dir;
+  write_file(dir.file("t10k-images-idx3-ubyte"),
+             idx_bytes({2, 28, 28}, Bytes(2 * 28 * 28, 1)));
+  write_gzip(dir.file("t10k-images-idx3-ubyte.gz"),
+             idx_bytes({3, 28, 28}, Bytes(3 * 28 * 28, 2)));
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({2}, {0, 1}));
+  const auto test = lamp::data::read_mnist(dir.str(), false);
+  EXPECT_EQ(test.size(), 2);
+  EXPECT_EQ(test.images.max().item<int64_t>(), 1);
+}
+
+TEST(Mnist, AcceptsAnyImageSize) {
+  TempDir dir;
+  write_file(dir.file("t10k-images-idx3-ubyte"),
+             idx_bytes({2, 5, 7}, counting_bytes(70)));
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({2}, {0, 1}));
+  const auto test = lamp::data::read_mnist(dir.str(), false);
+  EXPECT_TRUE(
+      BitEqual(test.images, as_tensor(counting_bytes(70), {2, 1, 5, 7})));
+}
+
+TEST(Mnist, MissingFilesNameEveryNameLookedFor) {
+  TempDir dir;
+  write_file(dir.file("train-labels-idx1-ubyte"), idx_bytes({1}, {0}));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), true); },
+               {"train data not found in '" + dir.str(),
+                "missing train-images-idx3-ubyte[.gz] (it looks for",
+                dir.file("train-images-idx3-ubyte"),
+                dir.file("train-images-idx3-ubyte.gz"),
+                dir.file("train-labels-idx1-ubyte.gz"),
+                "holds train-labels-idx1-ubyte", "dataset-fashion-mnist"});
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {"missing t10k-images-idx3-ubyte[.gz] and "
+                "t10k-labels-idx1-ubyte[.gz]"});
+}
+
+TEST(Mnist, RejectsMismatchedCountsAndWrongRanks) {
+  TempDir dir;
+  write_file(dir.file("t10k-images-idx3-ubyte"),
+             idx_bytes({3, 28, 28}, Bytes(3 * 28 * 28, 0)));
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({2}, {0, 1}));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {"holds 3 images but", "holds 2 labels"});
+
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({3, 1}, {0, 1, 2}));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {"must be 1-dimensional"});
+
+  write_file(dir.file("t10k-images-idx3-ubyte"),
+             idx_bytes({3, 784}, Bytes(3 * 784, 0)));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {"must be 3-dimensional", "[3, 784]"});
+
+  write_file(dir.file("t10k-images-idx3-ubyte"), idx_bytes({0, 28, 28}, {}));
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({0}, {}));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {"holds no images"});
+}
+
+TEST(Mnist, DefaultFashionMnistDirectoryIsDebiansWhenInstalled) {
+  const bool installed = is_directory("/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(lamp::data::default_fashion_mnist_directory(),
+            installed ? "/usr/share/datasets/fashion-mnist" : "");
+}
+
+TEST(Mnist, ReadsDebiansFashionMnist) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (!is_directory(dir)) {
+    GTEST_SKIP() << dir << " is absent (apt-get install dataset-fashion-mnist)";
+  }
+  const auto train = lamp::data::read_mnist(dir, /*train=*/true);
+  ASSERT_EQ(train.images.sizes(), torch::IntArrayRef({60000, 1, 28, 28}));
+  EXPECT_EQ(train.images.scalar_type(), torch::kUInt8);
+  ASSERT_EQ(train.labels.sizes(), torch::IntArrayRef({60000}));
+  EXPECT_EQ(train.labels.scalar_type(), torch::kLong);
+  EXPECT_EQ(train.labels.min().item<int64_t>(), 0);
+  EXPECT_EQ(train.labels.max().item<int64_t>(), 9);
+  // Fashion-MNIST is balanced: 6,000 training images per class.
+  EXPECT_TRUE(BitEqual(torch::bincount(train.labels),
+                       torch::full({10}, 6000, torch::kLong)));
+  // Images are not blank: Fashion-MNIST's mean pixel is about 72.9 (0.286).
+  EXPECT_NEAR(train.images.to(torch::kDouble).mean().item<double>(), 72.94,
+              0.1);
+
+  const auto test = lamp::data::read_mnist(dir, /*train=*/false);
+  ASSERT_EQ(test.images.sizes(), torch::IntArrayRef({10000, 1, 28, 28}));
+  ASSERT_EQ(test.labels.sizes(), torch::IntArrayRef({10000}));
+  EXPECT_EQ(test.labels.min().item<int64_t>(), 0);
+  EXPECT_EQ(test.labels.max().item<int64_t>(), 9);
+  EXPECT_TRUE(BitEqual(torch::bincount(test.labels),
+                       torch::full({10}, 1000, torch::kLong)));
+}
+
+// ------------------------------------------------------ TensorImageDataset
+
+// Two 3-channel 2x2 images, pixel value (n*12 + c*4 + i) * 7.
+lamp::data::Dataset small_dataset() {
+  auto images = (torch::arange(2 * 3 * 2 * 2) * 7).to(torch::kUInt8);
+  return {images.view({2, 3, 2, 2}), torch::tensor({4, 2}, torch::kLong)};
+}
+
+TEST(TensorImageDataset, ScalesToUnitRangeThenNormalisesPerChannel) {
+  const std::vector<double> mean = {0.5, 0.25, 0.0};
+  const std::vector<double> std = {0.5, 0.25, 2.0};
+  lamp::data::TensorImageDataset dataset(small_dataset(), mean, std);
+  ASSERT_TRUE(dataset.size().has_value());
+  EXPECT_EQ(*dataset.size(), 2u);
+  for (size_t n = 0; n < 2; ++n) {
+    const auto example = dataset.get(n);
+    EXPECT_EQ(example.data.scalar_type(), torch::kFloat);
+    ASSERT_EQ(example.data.sizes(), torch::IntArrayRef({3, 2, 2}));
+    auto expected = small_dataset().images[n].to(torch::kDouble) / 255;
+    for (int64_t c = 0; c < 3; ++c) {
+      expected[c] = (expected[c] - mean[c]) / std[c];
+    }
+    EXPECT_TRUE(AllClose(example.data, expected, 1e-6, 1e-6));
+    EXPECT_EQ(example.target.scalar_type(), torch::kLong);
+    EXPECT_EQ(example.target.dim(), 0);
+  }
+  // Golden values by hand: image 1, channel 1, pixel 0 is (12 + 4) * 7 = 112:
+  // (112 / 255 - 0.25) / 0.25 = 0.756863; channel 2, pixel 3 is 161:
+  // 161 / 255 / 2 = 0.315686.
+  const auto second = dataset.get(1);
+  EXPECT_NEAR(second.data[1][0][0].item<double>(), 0.756863, 1e-6);
+  EXPECT_NEAR(second.data[2][1][1].item<double>(), 0.315686, 1e-6);
+  EXPECT_EQ(second.target.item<int64_t>(), 2);
+  EXPECT_EQ(dataset.get(0).target.item<int64_t>(), 4);
+}
+
+TEST(TensorImageDataset, ServesLibTorchsDataLoader) {
+  lamp::data::TensorImageDataset dataset(small_dataset(), {0, 0, 0}, {1, 1, 1});
+  auto loader =
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+          dataset.map(torch::data::transforms::Stack<>()),
+          torch::data::DataLoaderOptions().batch_size(2));
+  int batches = 0;
+  for (auto& batch : *loader) {
+    ++batches;
+    ASSERT_EQ(batch.data.sizes(), torch::IntArrayRef({2, 3, 2, 2}));
+    EXPECT_TRUE(AllClose(batch.data,
+                         small_dataset().images.to(torch::kFloat) / 255, 1e-6,
+                         1e-7));
+    EXPECT_TRUE(BitEqual(batch.target, torch::tensor({4, 2}, torch::kLong)));
+  }
+  EXPECT_EQ(batches, 1);
+}
+
+TEST(TensorImageDataset, RejectsBadInputs) {
+  expect_error(
+      [] { lamp::data::TensorImageDataset(small_dataset(), {0.5}, {0.5}); },
+      {"3 channels", "need 3 values each"});
+  expect_error(
+      [] {
+        lamp::data::TensorImageDataset(small_dataset(), {0, 0, 0}, {1, 0, 1});
+      },
+      {"std[1] is 0", "finite and positive"});
+  expect_error(
+      [] {
+        auto data = small_dataset();
+        data.images = data.images.to(torch::kFloat);
+        lamp::data::TensorImageDataset(data, {0, 0, 0}, {1, 1, 1});
+      },
+      {"images must be uint8 [N, C, H, W]"});
+  expect_error(
+      [] {
+        auto data = small_dataset();
+        data.labels = data.labels.to(torch::kInt);
+        lamp::data::TensorImageDataset(data, {0, 0, 0}, {1, 1, 1});
+      },
+      {"labels must be int64", "to(torch::kLong)"});
+  expect_error(
+      [] {
+        auto data = small_dataset();
+        data.labels = torch::tensor({1}, torch::kLong);
+        lamp::data::TensorImageDataset(data, {0, 0, 0}, {1, 1, 1});
+      },
+      {"2 images but 1 labels"});
+  lamp::data::TensorImageDataset dataset(small_dataset(), {0, 0, 0}, {1, 1, 1});
+  expect_error([&] { dataset.get(2); },
+               {"index 2 is out of range", "2 examples"});
+}
+
+} // namespace

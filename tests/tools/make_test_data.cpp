@@ -1,0 +1,98 @@
+// Writes small datasets in the exact on-disk formats the programs read, for
+// their smoke tests:
+//   DIR/cifar/data_batch_{1..5}.bin, test_batch.bin  (CIFAR-10 binary)
+//   DIR/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz  (IDX, gzip)
+// Each image is a noisy pattern whose brightness depends on its label, so a
+// few steps of training have something to learn. No LibTorch: it builds fast.
+#include <zlib.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+namespace {
+
+std::mt19937 rng(12345);
+
+uint8_t pixel(int label) {
+  std::uniform_int_distribution<int> noise(-30, 30);
+  return static_cast<uint8_t>(std::max(0, std::min(255, 20 + 22 * label + noise(rng))));
+}
+
+bool write_cifar(const std::string& path, int records) {
+  std::ofstream out(path, std::ios::binary);
+  for (int r = 0; r < records; ++r) {
+    const int label = r % 10;
+    out.put(static_cast<char>(label));
+    for (int i = 0; i < 3072; ++i) {
+      out.put(static_cast<char>(pixel(label)));
+    }
+  }
+  return out.good();
+}
+
+void put_be32(std::vector<uint8_t>& v, uint32_t x) {
+  v.push_back(static_cast<uint8_t>(x >> 24));
+  v.push_back(static_cast<uint8_t>(x >> 16));
+  v.push_back(static_cast<uint8_t>(x >> 8));
+  v.push_back(static_cast<uint8_t>(x));
+}
+
+bool write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile file = gzopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    return false;
+  }
+  const int written = gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
+  return gzclose(file) == Z_OK && written == static_cast<int>(bytes.size());
+}
+
+bool write_mnist(const std::string& dir, const std::string& prefix, int count) {
+  std::vector<uint8_t> images = {0, 0, 8, 3}, labels = {0, 0, 8, 1};
+  put_be32(images, count);
+  put_be32(images, 28);
+  put_be32(images, 28);
+  put_be32(labels, count);
+  for (int n = 0; n < count; ++n) {
+    const int label = n % 10;
+    labels.push_back(static_cast<uint8_t>(label));
+    for (int i = 0; i < 28 * 28; ++i) {
+      images.push_back(pixel(label));
+    }
+  }
+  return write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", images) &&
+      write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", labels);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string root = argv[1];
+  const std::string cifar = root + "/cifar", mnist = root + "/mnist";
+  for (const auto& dir : {root, cifar, mnist}) {
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      std::perror(dir.c_str());
+      return 1;
+    }
+  }
+  bool ok = true;
+  for (int i = 1; i <= 5; ++i) {
+    ok = ok && write_cifar(cifar + "/data_batch_" + std::to_string(i) + ".bin", 16);
+  }
+  ok = ok && write_cifar(cifar + "/test_batch.bin", 20);
+  ok = ok && write_mnist(mnist, "train", 200) && write_mnist(mnist, "t10k", 100);
+  if (!ok) {
+    std::fprintf(stderr, "make_test_data: could not write the files under %s\n", root.c_str());
+    return 1;
+  }
+  std::printf("test data written to %s\n", root.c_str());
+  return 0;
+}

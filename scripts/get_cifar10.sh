@@ -155,9 +155,10 @@ verify() {
   sum="$(md5sum -- "$archive" | cut -d' ' -f1)"
   if [ "$sum" != "$MD5" ]; then
     rm -f -- "$archive"
-    printf 'error: %s has MD5 %s, expected %s: the file is corrupt, truncated or not the\n' "$archive" "$sum" "$MD5" >&2
-    printf 'binary version of CIFAR-10 (cifar-10-python.tar.gz and the MATLAB version do not work). It has been deleted.\n' >&2
-    printf 'Run this script again to download it anew.\n' >&2
+    printf 'error: %s has MD5 %s, expected %s.\n' "$archive" "$sum" "$MD5" >&2
+    printf 'It is corrupt, truncated, or not the binary version of CIFAR-10\n' >&2
+    printf '(cifar-10-python.tar.gz and the MATLAB version are other formats), and has\n' >&2
+    printf 'been deleted. Run this script again to download it anew.\n' >&2
     manual_steps
     exit 1
   fi

@@ -9,7 +9,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$LAMP_ROOT"
 
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-  echo "Usage: scripts/quickstart.sh [ARGS for train_mnist...]"
+  echo "Usage: scripts/quickstart.sh [extra flags for train_mnist / train_cifar10...]"
+  echo "Builds lamp (Release) and trains in fp32, amp-bf16 and bf16, side by side."
+  echo "LAMP_QUICKSTART_EPOCHS sets the epochs per run (default 2)."
   exit 0
 fi
 
@@ -19,13 +21,41 @@ build=build/release
 lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" dataset-fashion-mnist
 lamp_configure_and_build "$build" "$(lamp_nproc)" -DLAMP_BUILD_TESTS=OFF
 
-if [ ! -x "$build/examples/train_mnist" ]; then
-  lamp_log "lamp is built in $build. The real-data training programs (train_mnist on Fashion-MNIST, train_cifar10) come with the examples milestone."
-  lamp_log "Meanwhile, a demo on SYNTHETIC data: train_step_demo in fp32 and in mixed precision (bf16 on this CPU)."
-  for precision in fp32 bf16; do
-    "$build/examples/train_step_demo" --precision "$precision" --steps 60
-  done
-  exit 0
+runs=runs/quickstart
+mkdir -p "$runs"
+
+# The last epoch's FIELD from a JSON-lines log written by --log-json.
+field() { tail -n 1 "$1" | sed -E "s/.*\"$2\":([^,}]*).*/\1/"; }
+
+cifar=data/cifar-10-batches-bin
+if [ -f "$cifar/data_batch_1.bin" ]; then
+  program=train_cifar10
+  args=(--data "$cifar" --epochs "${LAMP_QUICKSTART_EPOCHS:-2}")
+  lamp_log "CIFAR-10 found in $cifar: training a ResNet18 with train_cifar10"
+else
+  program=train_mnist
+  args=(--data "$data" --epochs "${LAMP_QUICKSTART_EPOCHS:-2}")
+  lamp_log "No CIFAR-10 in $cifar (scripts/get_cifar10.sh fetches it): training the MNIST CNN on Debian's Fashion-MNIST ($data)"
 fi
-lamp_log "Training on Fashion-MNIST from $data"
-exec "$build/examples/train_mnist" --data "$data" "$@"
+
+# FP32 against mixed precision. This build uses Debian's CPU LibTorch, whose
+# mixed precision is BF16: autocast (amp-bf16) and the converted network with
+# FP32 master weights (bf16).
+modes=(fp32 amp-bf16 bf16)
+for mode in "${modes[@]}"; do
+  log="$runs/$program-$mode.jsonl"
+  rm -f "$log"
+  lamp_log "$program --precision $mode ${args[*]}"
+  "$build/examples/$program" --precision "$mode" --log-json "$log" "${args[@]}" "$@"
+done
+
+echo
+printf '%-10s %14s %14s %12s %14s\n' precision "test accuracy" "s/epoch" "images/s" "peak memory"
+for mode in "${modes[@]}"; do
+  log="$runs/$program-$mode.jsonl"
+  printf '%-10s %13.2f%% %14.2f %12.0f %10.0f MiB\n' "$mode" \
+    "$(awk "BEGIN{print 100*$(field "$log" test_accuracy)}")" \
+    "$(field "$log" seconds)" "$(field "$log" images_per_second)" \
+    "$(awk "BEGIN{print $(field "$log" peak_memory_bytes)/1048576}")"
+done
+echo "(last epoch of each run; logs in $runs/)"

@@ -1,5 +1,6 @@
 #include "lamp/training/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <sys/stat.h>
@@ -215,6 +216,9 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   archive.write("next_epoch", c10::IValue(start_epoch_));
   archive.write("global_step", c10::IValue(global_step_));
   archive.write("seed", c10::IValue(static_cast<int64_t>(train_loader_.options().seed())));
+  // The data order and augmentation come from (seed, epoch); the global CPU
+  // generator (weight init, dropout in users' models) is saved as well.
+  archive.write("cpu_rng_state", at::detail::getDefaultCPUGenerator().get_state());
   torch::serialize::OutputArchive step_archive;
   step_->save(step_archive);
   archive.write("train_step", step_archive);
@@ -253,6 +257,10 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   torch::serialize::InputArchive step_archive;
   archive.read("train_step", step_archive);
   step_->load(step_archive);
+  torch::Tensor rng_state;
+  archive.read("cpu_rng_state", rng_state);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle
+  generator.set_state(rng_state);
   archive.read("next_epoch", value);
   start_epoch_ = value.toInt();
   archive.read("global_step", value);

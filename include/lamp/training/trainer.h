@@ -112,7 +112,7 @@ class ClassifierTrainer {
   const TrainerOptions& options() const { return options_; }
 
   /// Writes a checkpoint (model, master weights, optimizer, scaler, epoch,
-  /// step) to `path` atomically.
+  /// step, the global CPU generator's state) to `path` atomically.
   void save_checkpoint(const std::string& path) const;
   /// Loads one written by save_checkpoint() for the same model and precision.
   void load_checkpoint(const std::string& path);

@@ -151,53 +151,64 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
   return linear->forward(out);
 }
 
+namespace {
+
+// He et al.'s depths: blocks per stage and the block type.
+struct Depth {
+  const char* name;
+  std::vector<int64_t> blocks;
+  bool bottleneck;
+};
+
+const std::vector<Depth>& depths() {
+  static const std::vector<Depth> table = {
+      {"resnet18", {2, 2, 2, 2}, false},
+      {"resnet34", {3, 4, 6, 3}, false},
+      {"resnet50", {3, 4, 6, 3}, true},
+      {"resnet101", {3, 4, 23, 3}, true},
+      {"resnet152", {3, 8, 36, 3}, true}};
+  return table;
+}
+
+} // namespace
+
 ResNet resnet18(int64_t num_classes, int64_t in_channels) {
-  return ResNet(std::vector<int64_t>{2, 2, 2, 2}, false, num_classes,
-                in_channels);
+  return make_resnet("resnet18", num_classes, in_channels);
 }
 
 ResNet resnet34(int64_t num_classes, int64_t in_channels) {
-  return ResNet(std::vector<int64_t>{3, 4, 6, 3}, false, num_classes,
-                in_channels);
+  return make_resnet("resnet34", num_classes, in_channels);
 }
 
 ResNet resnet50(int64_t num_classes, int64_t in_channels) {
-  return ResNet(std::vector<int64_t>{3, 4, 6, 3}, true, num_classes,
-                in_channels);
+  return make_resnet("resnet50", num_classes, in_channels);
 }
 
 ResNet resnet101(int64_t num_classes, int64_t in_channels) {
-  return ResNet(std::vector<int64_t>{3, 4, 23, 3}, true, num_classes,
-                in_channels);
+  return make_resnet("resnet101", num_classes, in_channels);
 }
 
 ResNet resnet152(int64_t num_classes, int64_t in_channels) {
-  return ResNet(std::vector<int64_t>{3, 8, 36, 3}, true, num_classes,
-                in_channels);
+  return make_resnet("resnet152", num_classes, in_channels);
 }
 
 const std::vector<std::string>& resnet_names() {
-  static const std::vector<std::string> names = {
-      "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& depth : depths()) {
+      out.emplace_back(depth.name);
+    }
+    return out;
+  }();
   return names;
 }
 
 ResNet make_resnet(const std::string& name, int64_t num_classes,
                    int64_t in_channels) {
-  if (name == "resnet18") {
-    return resnet18(num_classes, in_channels);
-  }
-  if (name == "resnet34") {
-    return resnet34(num_classes, in_channels);
-  }
-  if (name == "resnet50") {
-    return resnet50(num_classes, in_channels);
-  }
-  if (name == "resnet101") {
-    return resnet101(num_classes, in_channels);
-  }
-  if (name == "resnet152") {
-    return resnet152(num_classes, in_channels);
+  for (const auto& depth : depths()) {
+    if (name == depth.name) {
+      return ResNet(depth.blocks, depth.bottleneck, num_classes, in_channels);
+    }
   }
   TORCH_CHECK(false, "lamp::models::make_resnet: unknown model '", name,
               "'; valid names are ", join_names(resnet_names()), ".");

@@ -5,7 +5,10 @@
 
 #include <sys/resource.h>
 
+#include <fstream>
+
 #include "lamp/autocast.h"
+#include "detail/cuda_name.h"
 
 namespace lamp {
 
@@ -68,6 +71,23 @@ bool mixed_dtype_norm_available(const torch::Device& device,
   static const bool half = probe_cpu_mixed_dtype_norm(torch::kHalf);
   static const bool bfloat16 = probe_cpu_mixed_dtype_norm(torch::kBFloat16);
   return dtype == torch::kHalf ? half : dtype == torch::kBFloat16 && bfloat16;
+}
+
+std::string device_name(const torch::Device& device) {
+  if (device.is_cuda()) {
+    return detail::cuda_device_name(device);
+  }
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) {
+        return line.substr(colon + 2);
+      }
+    }
+  }
+  return "cpu";
 }
 
 int64_t peak_host_memory() {

@@ -6,6 +6,8 @@
 
 #include <torch/types.h>
 
+#include <string>
+
 namespace lamp {
 
 /// Turns cuDNN's benchmark mode on or off (Python's
@@ -55,6 +57,10 @@ void reset_peak_device_memory(const torch::Device& device);
 /// Waits for the work queued on `device` (CUDA); returns at once on CPU. For
 /// timing, never inside a training step.
 void synchronize(const torch::Device& device);
+
+/// A human-readable name of the device: the GPU's name, or the CPU's model
+/// name from /proc/cpuinfo ("cpu" when unknown).
+std::string device_name(const torch::Device& device);
 
 /// Peak resident memory of this process in bytes (the CPU counterpart of
 /// peak_device_memory()); 0 where the OS does not report it.

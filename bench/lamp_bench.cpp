@@ -1,0 +1,231 @@
+// Training-step throughput of lamp's models, in the precision modes given:
+//
+//   lamp_bench --model resnet18 --batch-size 128 --precision fp32,amp,half \
+//              --channels-last --cudnn-benchmark --json results.json
+//
+// Method: a fixed synthetic batch already on the device (speed does not
+// depend on pixel values), `--warmup` untimed steps, then `--steps` timed
+// steps between two device synchronisations. Reported: images/s, seconds per
+// `--epoch-images` epoch, peak memory (CUDA allocator, or RSS on CPU),
+// achieved TFLOP/s from the analytic FLOP count and, with --matmul-peak, the
+// fraction of a large matmul's TFLOP/s measured on the same device.
+#include <CLI/CLI.hpp>
+#include <lamp/lamp.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace {
+
+struct Config {
+  std::string model = "resnet18";
+  int64_t batch_size = 128;
+  std::string precisions = "fp32,amp-bf16,bf16";
+  bool channels_last = false;
+  bool cudnn_benchmark = false;
+  std::string device;
+  int64_t warmup = 5;
+  int64_t steps = 20;
+  int64_t epoch_images = 0;  // 0: 50,000 (CIFAR-10) or 60,000 (cnn)
+  std::string json;
+  bool matmul_peak = false;
+  bool report_precision = false;
+};
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream stream(list);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// TFLOP/s of a large square matmul in `dtype`: the achievable ceiling.
+double matmul_tflops(const torch::Device& device, torch::Dtype dtype) {
+  const int64_t n = device.is_cuda() ? 8192 : 1024;
+  const auto options = torch::TensorOptions().device(device).dtype(dtype);
+  const auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+  torch::mm(a, b);
+  lamp::synchronize(device);
+  const int reps = device.is_cuda() ? 20 : 3;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) torch::mm(a, b);
+  lamp::synchronize(device);
+  return 2.0 * n * n * n * reps / seconds_since(start) / 1e12;
+}
+
+nlohmann::json run_one(const Config& c, const std::string& precision_name,
+                       const torch::Device& device) {
+  nlohmann::json result = {{"model", c.model}, {"batch_size", c.batch_size},
+                           {"precision", precision_name},
+                           {"channels_last", c.channels_last},
+                           {"cudnn_benchmark", c.cudnn_benchmark},
+                           {"steps", c.steps}, {"warmup", c.warmup},
+                           {"skipped", nullptr}};
+  const bool cnn = c.model == "cnn";
+  const int64_t channels = cnn ? 1 : 3, side = cnn ? 28 : 32;
+  const int64_t epoch_images = c.epoch_images > 0 ? c.epoch_images : (cnn ? 60000 : 50000);
+  result["epoch_images"] = epoch_images;
+  torch::manual_seed(0);
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  if (cnn) {
+    lamp::models::MnistCNN net(10, channels);
+    module = net.ptr();
+    forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
+  } else {
+    auto net = lamp::models::make_resnet(c.model, 10, channels);
+    module = net.ptr();
+    forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
+  }
+  module->to(device);
+  const auto memory_format =
+      c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  for (auto& p : module->parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(memory_format));
+  }
+  std::unique_ptr<lamp::TrainStep> step;
+  try {
+    step = std::make_unique<lamp::TrainStep>(
+        module,
+        [](std::vector<torch::Tensor> params) {
+          return std::make_unique<torch::optim::SGD>(
+              std::move(params),
+              torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(5e-4));
+        },
+        lamp::parse_precision(precision_name));
+  } catch (const c10::Error& e) {
+    result["skipped"] = e.what_without_backtrace();
+    return result;
+  }
+  // The batch is made once, on the device, already in the model's dtype.
+  const auto images = step->cast_input(
+      torch::randn({c.batch_size, channels, side, side}, torch::TensorOptions().device(device))
+          .contiguous(memory_format));
+  const auto labels = torch::randint(0, 10, {c.batch_size},
+                                     torch::TensorOptions().device(device).dtype(torch::kLong));
+  const auto loss_fn = [&] {
+    return torch::nn::functional::cross_entropy(forward(images).to(torch::kFloat), labels);
+  };
+  lamp::reset_peak_device_memory(device);
+  for (int64_t i = 0; i < c.warmup; ++i) step->step(loss_fn);
+  lamp::synchronize(device);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < c.steps; ++i) step->step(loss_fn);
+  lamp::synchronize(device);
+  const double seconds = seconds_since(start);
+  const double images_per_second = c.steps * c.batch_size / seconds;
+  result["seconds"] = seconds;
+  result["images_per_second"] = images_per_second;
+  result["seconds_per_epoch"] = epoch_images / images_per_second;
+  result["peak_memory_bytes"] =
+      device.is_cuda() ? lamp::peak_device_memory(device) : lamp::peak_host_memory();
+  result["tflops"] = images_per_second *
+      static_cast<double>(lamp::models::training_flops(c.model, channels, side, side)) / 1e12;
+  result["skipped_steps"] = step->scaler().steps_skipped();
+  if (c.report_precision) {
+    std::cout << "precision report, " << c.model << " in " << precision_name << ":\n"
+              << lamp::precision_report(*module).to_string();
+  }
+  return result;
+}
+
+std::string today() {
+  char text[16];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(text, sizeof(text), "%Y-%m-%d", std::gmtime(&now));
+  return text;
+}
+
+int run(const Config& c) {
+  torch::Device device(torch::kCPU);
+  if (c.device.empty()) {
+    device = lamp::cuda_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  } else {
+    device = torch::Device(c.device);
+  }
+  TORCH_CHECK(!device.is_cuda() || lamp::cuda_available(), "--device ", c.device,
+              ": no CUDA GPU is available to this process.");
+  lamp::set_cudnn_benchmark(c.cudnn_benchmark);
+  nlohmann::json out = {{"tool", "lamp"},
+                        {"torch_version", TORCH_VERSION},
+                        {"device", device.str()},
+                        {"device_name", lamp::device_name(device)},
+                        {"date", today()},
+                        {"results", nlohmann::json::array()}};
+  if (c.matmul_peak) {
+    out["matmul_tflops_bf16"] = matmul_tflops(device, torch::kBFloat16);
+    out["matmul_tflops_fp32"] = matmul_tflops(device, torch::kFloat);
+  }
+  for (const auto& precision : split(c.precisions)) {
+    lamp::parse_precision(precision);  // a clear error for a bad name, up front
+  }
+  for (const auto& precision : split(c.precisions)) {
+    auto result = run_one(c, precision, device);
+    if (result["skipped"].is_null()) {
+      std::printf("%-9s %-9s batch %4lld  %9.1f img/s  %8.2f s/epoch  %7.3f TFLOP/s  peak %.0f MiB\n",
+                  c.model.c_str(), precision.c_str(), static_cast<long long>(c.batch_size),
+                  result["images_per_second"].get<double>(),
+                  result["seconds_per_epoch"].get<double>(), result["tflops"].get<double>(),
+                  result["peak_memory_bytes"].get<int64_t>() / 1048576.0);
+    } else {
+      std::printf("%-9s %-9s skipped: %s\n", c.model.c_str(), precision.c_str(),
+                  result["skipped"].get<std::string>().c_str());
+    }
+    std::fflush(stdout);
+    out["results"].push_back(result);
+  }
+  if (!c.json.empty()) {
+    std::ofstream file(c.json);
+    TORCH_CHECK(file.good(), "--json: cannot write ", c.json, ".");
+    file << out.dump(2) << "\n";
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"lamp_bench: training-step throughput in lamp's precision modes"};
+  std::vector<std::string> models = lamp::models::resnet_names();
+  models.push_back("cnn");
+  app.add_option("--model", c.model, "cnn or resnet18..resnet152")
+      ->check(CLI::IsMember(models))->capture_default_str();
+  app.add_option("--batch-size", c.batch_size)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--precision", c.precisions, "comma-separated: fp32,tf32,amp,amp-bf16,half,bf16")
+      ->capture_default_str();
+  app.add_flag("--channels-last", c.channels_last);
+  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark);
+  app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda when available)");
+  app.add_option("--warmup", c.warmup, "untimed steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--steps", c.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--epoch-images", c.epoch_images, "images per epoch (default 50000, cnn 60000)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--json", c.json, "write the results here");
+  app.add_flag("--matmul-peak", c.matmul_peak, "also measure a large matmul's TFLOP/s");
+  app.add_flag("--report-precision", c.report_precision,
+               "print each model's parameter/buffer dtypes after the run");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(c);
+  } catch (const c10::Error& e) {
+    std::cerr << "lamp_bench: error: " << e.what_without_backtrace() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "lamp_bench: error: " << e.what() << "\n";
+  }
+  return 1;
+}

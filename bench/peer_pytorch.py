@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""The Python PyTorch peer of lamp_bench: the same training step, timed the
+same way, so lamp's C++ numbers can be compared with PyTorch eager (or
+torch.compile) on one machine in one run.
+
+Models: the CIFAR-style ResNet18/34/50 (3x3 stem, stride 1, no max-pool) and
+the MNIST CNN, with lamp's module names and parameter counts (checked at
+startup). Data: one fixed synthetic batch, already on the device. Step: SGD
+(lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4), zero_grad(set_to_none),
+forward, cross_entropy on FP32 logits, backward, step.
+
+Precision modes (lamp's names):
+  fp32      FP32, TF32 off (cuBLAS and cuDNN)
+  tf32      FP32 weights, TF32 on (cuBLAS and cuDNN)
+  amp       torch.autocast(float16) + dynamic loss scaling (GradScaler)
+  amp-bf16  torch.autocast(bfloat16), no scaling
+  half      fastai's network_to_half: FP16 model, BatchNorm FP32, input cast to
+            FP16, FP32 master weights in the optimizer, dynamic loss scaling
+  bf16      the same in bfloat16, no scaling
+amp/amp-bf16/half/bf16 leave TF32 at PyTorch's defaults (cuDNN on, cuBLAS
+off). A mode the device cannot run with this torch (FP16 on CPU with torch
+1.13) is reported as skipped, with the reason.
+
+Only the standard library and torch are needed (torch 1.13 or 2.x).
+"""
+
+import argparse
+import contextlib
+import datetime
+import gc
+import json
+import platform
+import resource
+import sys
+import time
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+PRECISIONS = ("fp32", "tf32", "amp", "amp-bf16", "half", "bf16")
+MODELS = ("resnet18", "resnet34", "resnet50", "cnn")
+
+# lamp's counts (include/lamp/models/*.h) for 10 classes; a mismatch means the
+# two tools would not be timing the same network.
+EXPECTED_PARAMETERS = {
+    "resnet18": 11173962,
+    "resnet34": 21282122,
+    "resnet50": 23520842,
+    "cnn": 28938,
+}
+
+
+# ---------------------------------------------------------------------------
+# Models (the same layers and names as lamp's C++ ones)
+# ---------------------------------------------------------------------------
+
+
+def _projection(in_planes, out_planes, stride):
+    """The 1x1 convolution + BatchNorm shortcut, or None for the identity."""
+    if stride == 1 and in_planes == out_planes:
+        return None
+    return nn.Sequential(
+        nn.Conv2d(in_planes, out_planes, 1, stride=stride, bias=False),
+        nn.BatchNorm2d(out_planes),
+    )
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, in_planes, planes, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1,
+                               bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1,
+                               bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.shortcut = _projection(in_planes, planes * self.expansion, stride)
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out = out + (x if self.shortcut is None else self.shortcut(x))
+        return F.relu(out)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, in_planes, planes, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1,
+                               bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * self.expansion, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.shortcut = _projection(in_planes, planes * self.expansion, stride)
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        out = out + (x if self.shortcut is None else self.shortcut(x))
+        return F.relu(out)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, blocks, num_classes=10, in_channels=3):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1,
+                               bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.in_planes = 64
+        self.layer1 = self._stage(block, 64, blocks[0], 1)
+        self.layer2 = self._stage(block, 128, blocks[1], 2)
+        self.layer3 = self._stage(block, 256, blocks[2], 2)
+        self.layer4 = self._stage(block, 512, blocks[3], 2)
+        self.linear = nn.Linear(512 * block.expansion, num_classes)
+
+    def _stage(self, block, planes, num_blocks, stride):
+        layers = []
+        for i in range(num_blocks):
+            layers.append(block(self.in_planes, planes, stride if i == 0 else 1))
+            self.in_planes = planes * block.expansion
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
+        out = F.adaptive_avg_pool2d(out, 1).flatten(1)
+        return self.linear(out)
+
+
+class MnistCNN(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 16, 5, padding=2)
+        self.conv2 = nn.Conv2d(16, 32, 5, padding=2)
+        self.fc = nn.Linear(32 * 7 * 7, num_classes)
+
+    def forward(self, x):
+        out = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        out = F.max_pool2d(F.relu(self.conv2(out)), 2)
+        return F.log_softmax(self.fc(out.flatten(1)), dim=1)
+
+
+def make_model(name):
+    if name == "resnet18":
+        return ResNet(BasicBlock, (2, 2, 2, 2))
+    if name == "resnet34":
+        return ResNet(BasicBlock, (3, 4, 6, 3))
+    if name == "resnet50":
+        return ResNet(Bottleneck, (3, 4, 6, 3))
+    if name == "cnn":
+        return MnistCNN()
+    raise ValueError("unknown model %r; valid names are %s"
+                     % (name, ", ".join(MODELS)))
+
+
+def count_parameters(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def input_shape(model_name):
+    return (1, 28, 28) if model_name == "cnn" else (3, 32, 32)
+
+
+# ---------------------------------------------------------------------------
+# Precision machinery
+# ---------------------------------------------------------------------------
+
+
+def autocast_dtype(precision):
+    return {"amp": torch.float16, "amp-bf16": torch.bfloat16}.get(precision)
+
+
+def model_dtype(precision):
+    return {"half": torch.float16, "bf16": torch.bfloat16}.get(precision)
+
+
+def uses_loss_scaling(precision):
+    return precision in ("amp", "half")
+
+
+def network_to_half(model, dtype):
+    """fastai's network_to_half, in place: everything to `dtype`, then every
+    BatchNorm back to FP32 (cuDNN and ATen take low-precision inputs with
+    FP32 BatchNorm weights). The input is cast by the caller."""
+    model.to(dtype)
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.float()
+    return model
+
+
+class MasterWeights:
+    """FP32 copies of the model's parameters for the optimizer (Micikevicius
+    et al. 2018; Apex's prep_param_lists): gradients are copied model ->
+    master after backward, weights master -> model after the step."""
+
+    def __init__(self, params):
+        self.model_params = [p for p in params if p.requires_grad]
+        self.master_params = []
+        for p in self.model_params:
+            master = p.detach().clone().float().requires_grad_(True)
+            master.grad = torch.zeros_like(master)
+            self.master_params.append(master)
+
+    def model_grads_to_master_grads(self):
+        model_grads = []
+        master_grads = []
+        for p, m in zip(self.model_params, self.master_params):
+            if p.grad is None:
+                m.grad.zero_()
+            else:
+                model_grads.append(p.grad)
+                master_grads.append(m.grad)
+        _copy_all(master_grads, model_grads)
+
+    def master_params_to_model_params(self):
+        with torch.no_grad():
+            _copy_all(self.model_params, self.master_params)
+
+
+def _copy_all(dst, src):
+    if not dst:
+        return
+    if hasattr(torch, "_foreach_copy_"):
+        # One fused launch per dtype group instead of one per tensor.
+        torch._foreach_copy_(dst, src)
+    else:
+        for d, s in zip(dst, src):
+            d.copy_(s)
+
+
+class PortableGradScaler:
+    """Dynamic loss scaling where torch has no GradScaler for the device
+    (CPU before torch 2.3): PyTorch's defaults and rule (scale 2**16, halve
+    and skip the step on inf/NaN, double after 2000 finite steps). It reads
+    the overflow flag on the host, one sync per step."""
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0,
+                 backoff_factor=0.5, growth_interval=2000):
+        self._scale = init_scale
+        self._growth_factor = growth_factor
+        self._backoff_factor = backoff_factor
+        self._growth_interval = growth_interval
+        self._growth_tracker = 0
+        self._found_inf = False
+
+    def scale(self, loss):
+        return loss * self._scale
+
+    def step(self, optimizer):
+        grads = [p.grad for group in optimizer.param_groups
+                 for p in group["params"] if p.grad is not None]
+        inv_scale = 1.0 / self._scale
+        finite = True
+        for g in grads:
+            g.mul_(inv_scale)
+            finite = finite and bool(torch.isfinite(g).all())
+        self._found_inf = not finite
+        if finite:
+            optimizer.step()
+
+    def update(self):
+        if self._found_inf:
+            self._scale *= self._backoff_factor
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker += 1
+            if self._growth_tracker == self._growth_interval:
+                self._scale *= self._growth_factor
+                self._growth_tracker = 0
+
+
+def make_grad_scaler(device):
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device)  # torch >= 2.3
+    if device == "cuda":
+        return torch.cuda.amp.GradScaler()
+    return PortableGradScaler()
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def unsupported_reason(precision, device):
+    """Why this torch cannot run `precision` on `device`, or None. Probes the
+    operations the models use instead of trusting version numbers."""
+    x = torch.randn(2, 4, 8, 8, device=device)
+    w = torch.randn(4, 4, 3, 3, device=device)
+    name = {"amp": "FP16 autocast", "amp-bf16": "BF16 autocast",
+            "half": "FP16 compute", "bf16": "BF16 compute"}.get(precision)
+    dtype = autocast_dtype(precision)
+    if dtype is not None:
+        try:
+            # torch 1.13 refuses (RuntimeError) or warns and disables
+            # autocast for a dtype the device cannot autocast to.
+            with warnings.catch_warnings(record=True):
+                warnings.simplefilter("always")
+                with torch.autocast(device, dtype=dtype):
+                    y = F.conv2d(x, w, padding=1)
+        except RuntimeError as error:
+            return ("%s is not supported on %s by torch %s (%s); use "
+                    "amp-bf16 or bf16 on CPU"
+                    % (name, device, torch.__version__, _first_line(error)))
+        if y.dtype != dtype:
+            return ("%s is not supported on %s by torch %s (autocast left "
+                    "convolutions in %s); use amp-bf16 or bf16 on CPU"
+                    % (name, device, torch.__version__,
+                       str(y.dtype).replace("torch.", "")))
+        return None
+    dtype = model_dtype(precision)
+    if dtype is not None:
+        try:
+            xh = x.to(dtype).requires_grad_(True)
+            y = F.conv2d(xh, w.to(dtype), padding=1)
+            y = F.batch_norm(y, torch.zeros(4, device=device),
+                             torch.ones(4, device=device),
+                             torch.ones(4, device=device),
+                             torch.zeros(4, device=device), training=True)
+            y = F.max_pool2d(F.relu(y), 2).flatten(1)
+            y = F.linear(y, torch.randn(3, y.shape[1], device=device).to(dtype))
+            y.float().sum().backward()
+        except (RuntimeError, NotImplementedError) as error:
+            return ("%s is not implemented on %s in torch %s (%s); use bf16 "
+                    "or amp-bf16 on CPU"
+                    % (name, device, torch.__version__, _first_line(error)))
+    return None
+
+
+def set_tf32(precision, defaults):
+    if precision == "fp32":
+        matmul, cudnn = False, False
+    elif precision == "tf32":
+        matmul, cudnn = True, True
+    else:
+        matmul, cudnn = defaults
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = cudnn
+
+
+# ---------------------------------------------------------------------------
+# One configuration
+# ---------------------------------------------------------------------------
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_memory_bytes(device):
+    if device == "cuda":
+        return int(torch.cuda.max_memory_allocated())
+    # ru_maxrss is in KiB on Linux; the process's peak so far.
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def build_step(args, precision):
+    """Returns step(), a closure over the model, optimizer, scaler and the
+    synthetic batch that performs one training step."""
+    device = args.device
+    torch.manual_seed(0)
+    model = make_model(args.model)
+    expected = EXPECTED_PARAMETERS[args.model]
+    got = count_parameters(model)
+    assert got == expected, ("%s has %d parameters, lamp's has %d"
+                             % (args.model, got, expected))
+    model.to(device)
+    model.train()
+    half_dtype = model_dtype(precision)
+    if half_dtype is not None:
+        network_to_half(model, half_dtype)
+    memory_format = (torch.channels_last if args.channels_last
+                     else torch.contiguous_format)
+    if args.channels_last:
+        model.to(memory_format=memory_format)
+
+    master = MasterWeights(model.parameters()) if half_dtype is not None \
+        else None
+    params = master.master_params if master else list(model.parameters())
+    optimizer = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True,
+                                weight_decay=5e-4)
+    scaler = make_grad_scaler(device) if uses_loss_scaling(precision) \
+        else None
+    forward = torch.compile(model) if args.compile else model
+
+    generator = torch.Generator().manual_seed(1)
+    shape = (args.batch_size,) + input_shape(args.model)
+    images = torch.randn(shape, generator=generator).to(device)
+    images = images.contiguous(memory_format=memory_format)
+    labels = torch.randint(0, 10, (args.batch_size,),
+                           generator=generator).to(device)
+    amp_dtype = autocast_dtype(precision)
+
+    def autocast():
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device, dtype=amp_dtype)
+
+    def step():
+        if master:
+            # The low-precision gradients; the masters' are overwritten.
+            model.zero_grad(set_to_none=True)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            x = images.to(half_dtype) if half_dtype is not None else images
+            logits = forward(x)
+            loss = F.cross_entropy(logits.float(), labels)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        if master:
+            master.model_grads_to_master_grads()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        if master:
+            # Unconditional: after a skipped step the masters are unchanged,
+            # and the copy avoids a host sync on the overflow flag.
+            master.master_params_to_model_params()
+
+    return step
+
+
+def run_configuration(args, precision, tf32_defaults):
+    result = {
+        "model": args.model,
+        "batch_size": args.batch_size,
+        "precision": precision,
+        "channels_last": args.channels_last,
+        "cudnn_benchmark": args.cudnn_benchmark,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "seconds": None,
+        "images_per_second": None,
+        "seconds_per_epoch": None,
+        "epoch_images": args.epoch_images,
+        "peak_memory_bytes": None,
+        "skipped": None,
+    }
+    device = args.device
+    if device == "cuda":
+        set_tf32(precision, tf32_defaults)
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
+        result["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
+        result["tf32_cudnn"] = torch.backends.cudnn.allow_tf32
+    reason = unsupported_reason(precision, device)
+    if reason is not None:
+        result["skipped"] = reason
+        return result
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        step = build_step(args, precision)
+        for _ in range(args.warmup):
+            step()
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    except (RuntimeError, NotImplementedError) as error:
+        message = _first_line(error)
+        if "out of memory" in message:
+            result["skipped"] = "out of memory: " + message
+        elif "not implemented for" in message or "not supported" in message:
+            result["skipped"] = ("not supported by torch %s on %s: %s"
+                                 % (torch.__version__, device, message))
+        else:
+            raise
+        gc.collect()
+        return result
+
+    images_per_second = args.steps * args.batch_size / seconds
+    result.update({
+        "seconds": seconds,
+        "images_per_second": images_per_second,
+        "seconds_per_epoch": args.epoch_images / images_per_second,
+        "peak_memory_bytes": peak_memory_bytes(device),
+    })
+    del step
+    gc.collect()
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Command line and output
+# ---------------------------------------------------------------------------
+
+
+def device_name(device):
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def describe(result):
+    layout = "channels_last" if result["channels_last"] else "NCHW"
+    head = "%s b%d %s %s cudnn.benchmark=%s" % (
+        result["model"], result["batch_size"], result["precision"], layout,
+        "on" if result["cudnn_benchmark"] else "off")
+    if result["skipped"]:
+        return head + ": skipped (%s)" % result["skipped"]
+    return head + (": %d steps in %.3f s, %.1f images/s, %.2f s/epoch "
+                   "(%d images), peak memory %.1f MiB" % (
+                       result["steps"], result["seconds"],
+                       result["images_per_second"],
+                       result["seconds_per_epoch"], result["epoch_images"],
+                       result["peak_memory_bytes"] / 2.0 ** 20))
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1, got %s" % text)
+    return value
+
+
+def non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0, got %s" % text)
+    return value
+
+
+def precision_list(text):
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    aliases = {"fp16": "half"}
+    names = [aliases.get(name, name) for name in names]
+    for name in names:
+        if name not in PRECISIONS:
+            raise argparse.ArgumentTypeError(
+                "unknown precision %r; valid names are %s"
+                % (name, ", ".join(PRECISIONS)))
+    if not names:
+        raise argparse.ArgumentTypeError("no precision given")
+    return names
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Time lamp's benchmark training step in Python PyTorch "
+                    "(eager, or torch.compile with --compile).")
+    parser.add_argument("--model", choices=MODELS, default="resnet18")
+    parser.add_argument("--batch-size", type=positive_int, default=128)
+    parser.add_argument("--precision", type=precision_list, default=["fp32"],
+                        help="comma-separated list of " + ", ".join(PRECISIONS))
+    parser.add_argument("--channels-last", action="store_true",
+                        help="model and input in channels_last (NHWC)")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="torch.backends.cudnn.benchmark = True")
+    parser.add_argument("--compile", action="store_true",
+                        help="wrap the model in torch.compile (torch >= 2)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="default: cuda when available, else cpu")
+    parser.add_argument("--warmup", type=non_negative_int, default=5,
+                        help="untimed steps first (default 5)")
+    parser.add_argument("--steps", type=positive_int, default=20,
+                        help="timed steps (default 20)")
+    parser.add_argument("--epoch-images", type=positive_int, default=None,
+                        help="images per epoch for s/epoch (default 50000; "
+                             "60000 for cnn)")
+    parser.add_argument("--json", metavar="PATH",
+                        help="write the results as JSON to PATH")
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="torch.set_num_threads(N) (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch %s sees no CUDA device"
+                     % torch.__version__)
+    if args.compile and not hasattr(torch, "compile"):
+        parser.error("--compile needs torch >= 2.0 (torch.compile); this is "
+                     "torch %s" % torch.__version__)
+    if args.epoch_images is None:
+        args.epoch_images = 60000 if args.model == "cnn" else 50000
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    for name, expected in EXPECTED_PARAMETERS.items():
+        got = count_parameters(make_model(name))
+        if got != expected:
+            sys.exit("peer_pytorch.py: %s has %d parameters but lamp's has "
+                     "%d; the architectures differ" % (name, got, expected))
+    tf32_defaults = (torch.backends.cuda.matmul.allow_tf32,
+                     torch.backends.cudnn.allow_tf32)
+
+    report = {
+        "tool": "pytorch-compile" if args.compile else "pytorch-eager",
+        "torch_version": torch.__version__,
+        "device": args.device,
+        "device_name": device_name(args.device),
+        "date": datetime.datetime.now(datetime.timezone.utc)
+                .strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "threads": torch.get_num_threads(),
+        "python_version": platform.python_version(),
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": (torch.backends.cudnn.version()
+                          if torch.backends.cudnn.is_available() else None),
+        "results": [],
+    }
+    print("%s: torch %s, %s (%s), %d threads" % (
+        report["tool"], report["torch_version"], report["device"],
+        report["device_name"], report["threads"]), flush=True)
+    for precision in args.precision:
+        result = run_configuration(args, precision, tf32_defaults)
+        report["results"].append(result)
+        print(describe(result), flush=True)
+
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(report, out, indent=2)
+            out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

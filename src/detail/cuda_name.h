@@ -1,0 +1,12 @@
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+
+namespace lamp {
+namespace detail {
+/// The CUDA device's name (src/cuda/); "no CUDA" in CPU-only builds.
+std::string cuda_device_name(const torch::Device& device);
+} // namespace detail
+} // namespace lamp

@@ -1,0 +1,71 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "lamp/half.h"
+#include "lamp/models/flops.h"
+#include "lamp/models/resnet.h"
+#include "lamp/report.h"
+
+namespace {
+
+// The anchors of the project's reference table (CIFAR shape, 10 classes):
+// ResNet18 1.111, ResNet34 2.319, ResNet50 2.596 forward GFLOP per image,
+// i.e. 0.167 / 0.348 / 0.389 training PFLOP per 50,000-image epoch.
+TEST(Flops, MatchThePublishedCifarResNetCounts) {
+  EXPECT_NEAR(lamp::models::forward_flops("resnet18") / 1e9, 1.111, 0.0005);
+  EXPECT_NEAR(lamp::models::forward_flops("resnet34") / 1e9, 2.319, 0.0005);
+  EXPECT_NEAR(lamp::models::forward_flops("resnet50") / 1e9, 2.596, 0.0005);
+  EXPECT_NEAR(lamp::models::training_flops("resnet18") * 50000 / 1e15, 0.167, 0.0005);
+  EXPECT_NEAR(lamp::models::training_flops("resnet50") * 50000 / 1e15, 0.389, 0.0005);
+}
+
+// The MNIST CNN by hand: conv1 2*1*16*25*28*28 + conv2 2*16*32*25*14*14 +
+// linear 2*1568*10.
+TEST(Flops, CountTheMnistCnnLayerByLayer) {
+  EXPECT_EQ(lamp::models::forward_flops("cnn", 1, 28, 28),
+            2 * 1 * 16 * 25 * 28 * 28 + 2 * 16 * 32 * 25 * 14 * 14 + 2 * 1568 * 10);
+  EXPECT_THROW(lamp::models::forward_flops("vgg16"), c10::Error);
+}
+
+TEST(PrecisionReport, ShowsBatchNormKeptFp32AndConvsInLowPrecision) {
+  auto model = lamp::models::resnet18();
+  lamp::network_to_half(model, torch::kBFloat16);
+  const auto report = lamp::precision_report(*model);
+  int batchnorm = 0, weights = 0;
+  for (const auto& row : report.tensors) {
+    const bool in_bn = row.module.find("BatchNorm") != std::string::npos;
+    if (row.name.find("num_batches_tracked") != std::string::npos) {
+      EXPECT_EQ(row.dtype, torch::kLong) << row.name;
+      EXPECT_FALSE(row.kept_fp32);
+    } else if (in_bn) {
+      EXPECT_EQ(row.dtype, torch::kFloat) << row.name;
+      EXPECT_TRUE(row.kept_fp32) << row.name;
+      ++batchnorm;
+    } else {
+      EXPECT_EQ(row.dtype, torch::kBFloat16) << row.name;  // conv and linear
+      ++weights;
+    }
+  }
+  EXPECT_EQ(batchnorm, 20 * 4);  // 20 BatchNorms: weight, bias, mean, var
+  EXPECT_EQ(weights, 21 + 1);    // 20 convs + linear weight + linear bias
+  EXPECT_EQ(report.kept_fp32_tensors, 80);
+  EXPECT_EQ(report.low_precision_tensors, 22);
+  int64_t floating = 0;
+  for (const auto& t : model->parameters()) floating += t.numel();
+  for (const auto& t : model->buffers()) floating += t.is_floating_point() ? t.numel() : 0;
+  EXPECT_EQ(report.numel_by_dtype.at("BFloat16") + report.numel_by_dtype.at("Float"),
+            floating);
+  EXPECT_EQ(report.numel_by_dtype.at("Long"), 20);  // num_batches_tracked
+  const auto text = report.to_string();
+  EXPECT_NE(text.find("(kept FP32)"), std::string::npos);
+  EXPECT_NE(text.find("22 low-precision tensors, 80 kept in FP32"), std::string::npos);
+}
+
+TEST(PrecisionReport, FullFp32ModelHasNothingKept) {
+  auto model = lamp::models::resnet18();
+  const auto report = lamp::precision_report(*model);
+  EXPECT_EQ(report.kept_fp32_tensors, 0);
+  EXPECT_EQ(report.low_precision_tensors, 0);
+}
+
+} // namespace

@@ -137,8 +137,14 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
       static_cast<double>(lamp::models::training_flops(c.model, channels, side, side)) / 1e12;
   result["skipped_steps"] = step->scaler().steps_skipped();
   if (c.report_precision) {
+    // One more training step, observed: which dtype each conv/matmul ran in.
+    const auto ops = lamp::op_precision_report([&] { step->step(loss_fn); });
+    for (const auto& op : ops.calls) {
+      result["op_dtypes"][op.first] = op.second;
+    }
     std::cout << "precision report, " << c.model << " in " << precision_name << ":\n"
-              << lamp::precision_report(*module).to_string();
+              << lamp::precision_report(*module).to_string()
+              << "ops of one training step:\n" << ops.to_string();
   }
   return result;
 }
@@ -218,7 +224,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", c.json, "write the results here");
   app.add_flag("--matmul-peak", c.matmul_peak, "also measure a large matmul's TFLOP/s");
   app.add_flag("--report-precision", c.report_precision,
-               "print each model's parameter/buffer dtypes after the run");
+               "print each model's parameter/buffer dtypes and the dtypes its "
+               "convolutions/matmuls ran in during one training step");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c);

@@ -2,7 +2,11 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <ATen/record_function.h>
+
 #include <cstdio>
+#include <cstring>
+#include <mutex>
 #include <sstream>
 
 namespace lamp {
@@ -77,6 +81,93 @@ std::string PrecisionReport::to_string() const {
   out << " " << low_precision_tensors << " low-precision tensors, "
       << kept_fp32_tensors << " kept in FP32\n";
   return out.str();
+}
+
+namespace {
+
+// RecordFunction callbacks are plain function pointers: the counts being
+// collected live here, guarded for the autograd engine's threads.
+std::mutex op_mutex;
+OpPrecisionReport* op_target = nullptr;
+
+bool counted_op(const char* name) {
+  static const char* const ops[] = {"aten::convolution", "aten::convolution_backward",
+                                    "aten::mm", "aten::addmm", "aten::bmm"};
+  for (const char* op : ops) {
+    if (std::strcmp(name, op) == 0) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  if (name == nullptr || !counted_op(name)) {
+    return nullptr;
+  }
+  for (const auto& input : fn.inputs()) {
+    if (input.isTensor() && input.toTensor().defined()) {
+      std::lock_guard<std::mutex> lock(op_mutex);
+      if (op_target != nullptr) {
+        ++op_target->calls[name][c10::toString(input.toTensor().scalar_type())];
+      }
+      break;
+    }
+  }
+  return nullptr;
+}
+
+} // namespace
+
+int64_t OpPrecisionReport::count(const std::string& op, torch::Dtype dtype) const {
+  const auto by_op = calls.find(op);
+  if (by_op == calls.end()) return 0;
+  const auto by_dtype = by_op->second.find(c10::toString(dtype));
+  return by_dtype == by_op->second.end() ? 0 : by_dtype->second;
+}
+
+int64_t OpPrecisionReport::total(torch::Dtype dtype) const {
+  int64_t sum = 0;
+  for (const auto& op : calls) {
+    sum += count(op.first, dtype);
+  }
+  return sum;
+}
+
+std::string OpPrecisionReport::to_string() const {
+  std::ostringstream out;
+  for (const auto& op : calls) {
+    out << op.first << ":";
+    for (const auto& dtype : op.second) {
+      out << " " << dtype.first << " " << dtype.second;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+OpPrecisionReport op_precision_report(const std::function<void()>& fn) {
+  OpPrecisionReport report;
+  {
+    std::lock_guard<std::mutex> lock(op_mutex);
+    TORCH_CHECK(op_target == nullptr,
+                "lamp::op_precision_report: another report is already being "
+                "collected in this process.");
+    op_target = &report;
+  }
+  const auto handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(on_op_start).needsInputs(true));
+  try {
+    fn();
+  } catch (...) {
+    at::removeCallback(handle);
+    std::lock_guard<std::mutex> lock(op_mutex);
+    op_target = nullptr;
+    throw;
+  }
+  at::removeCallback(handle);
+  std::lock_guard<std::mutex> lock(op_mutex);
+  op_target = nullptr;
+  return report;
 }
 
 } // namespace lamp

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "lamp/autocast.h"
 #include "lamp/half.h"
 #include "lamp/models/flops.h"
 #include "lamp/models/resnet.h"
@@ -66,6 +67,34 @@ TEST(PrecisionReport, FullFp32ModelHasNothingKept) {
   const auto report = lamp::precision_report(*model);
   EXPECT_EQ(report.kept_fp32_tensors, 0);
   EXPECT_EQ(report.low_precision_tensors, 0);
+}
+
+// One training step of a small conv net: in amp-bf16 its convolutions (forward
+// and backward) run in BF16; in fp32 in Float.
+TEST(OpPrecisionReport, CountsBf16ConvolutionsUnderCpuAutocast) {
+  torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)),
+                            torch::nn::BatchNorm2d(4), torch::nn::ReLU(),
+                            torch::nn::Flatten(), torch::nn::Linear(4 * 6 * 6, 2));
+  const auto x = torch::randn({2, 3, 8, 8});
+  const auto step = [&](bool amp) {
+    torch::Tensor loss;
+    {
+      c10::optional<lamp::Autocast> autocast;
+      if (amp) autocast.emplace(torch::kCPU);
+      loss = net->forward(x).to(torch::kFloat).sum();
+    }
+    loss.backward();
+  };
+  const auto amp = lamp::op_precision_report([&] { step(true); });
+  EXPECT_EQ(amp.count("aten::convolution", torch::kBFloat16), 1) << amp.to_string();
+  EXPECT_EQ(amp.count("aten::convolution", torch::kFloat), 0) << amp.to_string();
+  EXPECT_GE(amp.total(torch::kBFloat16), 2) << amp.to_string();  // + the linear's matmul
+  const auto fp32 = lamp::op_precision_report([&] { step(false); });
+  EXPECT_EQ(fp32.count("aten::convolution", torch::kFloat), 1) << fp32.to_string();
+  EXPECT_EQ(fp32.total(torch::kBFloat16), 0) << fp32.to_string();
+  // The observer is gone afterwards.
+  const auto nothing = lamp::op_precision_report([] {});
+  EXPECT_TRUE(nothing.calls.empty());
 }
 
 } // namespace

@@ -116,6 +116,9 @@ void add_options(CLI::App& app, ProgramConfig& c) {
   app.add_option("--max-steps", c.max_steps, "stop after this many steps (smoke runs)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-progress", c.progress, "no progress bar");
+  app.add_flag("--report-precision", c.report_precision,
+               "before training, print every parameter's and buffer's dtype "
+               "and the dtypes of the convolutions/matmuls of one evaluation pass");
 }
 
 std::pair<std::vector<double>, std::vector<double>> channel_stats(
@@ -177,6 +180,13 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
           .checkpoint(config.checkpoint)
           .resume(config.resume));
 
+  if (config.report_precision) {
+    // Evaluation changes nothing, so observing it leaves the run as it was.
+    const auto ops = lamp::op_precision_report([&] { trainer.evaluate(); });
+    std::printf("%s\nops of one evaluation pass:\n%s\n",
+                lamp::precision_report(*model.module).to_string().c_str(),
+                ops.to_string().c_str());
+  }
   std::unique_ptr<std::ofstream> log;
   if (!config.log_json.empty()) {
     log = std::make_unique<std::ofstream>(config.log_json, std::ios::app);

@@ -35,6 +35,7 @@ struct ProgramConfig {
   std::string log_json;
   int64_t max_steps = 0;
   bool progress = true;
+  bool report_precision = false;
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).

@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,5 +44,33 @@ struct PrecisionReport {
 ///   std::cout << lamp::precision_report(*model).to_string();
 /// \endcode
 PrecisionReport precision_report(const torch::nn::Module& module);
+
+/// How many convolutions and matrix multiplications ran in which dtype while
+/// a piece of code ran: the op-level answer to "did it run in half precision".
+struct OpPrecisionReport {
+  /// op name ("aten::convolution", "aten::convolution_backward", "aten::mm",
+  /// "aten::addmm", "aten::bmm") -> dtype name of its first tensor input ->
+  /// calls.
+  std::map<std::string, std::map<std::string, int64_t>> calls;
+
+  /// Calls of `op` whose first input had `dtype` (0 when none).
+  int64_t count(const std::string& op, torch::Dtype dtype) const;
+  /// Calls of every counted op in `dtype`.
+  int64_t total(torch::Dtype dtype) const;
+  std::string to_string() const;
+};
+
+/// Runs `fn` (e.g. one training step) and counts its convolution and matmul
+/// calls per input dtype, through ATen's RecordFunction observers (the layer
+/// under LibTorch's profiler), on every thread, so autograd's backward ops
+/// count too. Under autocast the op is seen after the cast: an AMP step shows
+/// its convolutions in FP16/BF16.
+///
+/// Example:
+/// \code
+///   auto ops = lamp::op_precision_report([&] { train.step(loss_fn); });
+///   std::cout << ops.to_string();  // aten::convolution BFloat16 2 ...
+/// \endcode
+OpPrecisionReport op_precision_report(const std::function<void()>& fn);
 
 } // namespace lamp

@@ -1,0 +1,379 @@
+#!/usr/bin/env bash
+# Times lamp's C++ training step (lamp_bench) and the same step in Python
+# PyTorch (bench/peer_pytorch.py) on the same configurations, on this machine,
+# and writes bench/results/<device>-<date>.json and .md. See bench/README.md.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: bench/run.sh [options]
+
+  --device cpu|cuda  where to run (default: cuda when nvidia-smi lists a GPU)
+  --quick            only the MNIST CNN configurations, few steps (smoke test)
+  --steps N          timed steps for every configuration (default: per config)
+  --warmup N         untimed steps for every configuration (default: per config)
+  --out DIR          results folder (default: bench/results)
+  -h, --help         this text
+
+Environment:
+  LAMP_BENCH         the C++ benchmark (default build/release/bench/lamp_bench)
+  LAMP_PYTHON_TORCH  Python with torch for the peer (default /usr/bin/python3);
+                     without torch the PyTorch columns read "not run (no torch)"
+EOF
+}
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+device=""
+quick=0
+steps_override=""
+warmup_override=""
+out_dir="bench/results"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) device="${2:?--device needs cpu or cuda}"; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --steps) steps_override="${2:?--steps needs a number}"; shift 2 ;;
+    --warmup) warmup_override="${2:?--warmup needs a number}"; shift 2 ;;
+    --out) out_dir="${2:?--out needs a folder}"; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+if [ -z "$device" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    device=cuda
+  else
+    device=cpu
+  fi
+fi
+case "$device" in
+  cpu | cuda) ;;
+  *) echo "run.sh: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
+esac
+
+bench="${LAMP_BENCH:-build/release/bench/lamp_bench}"
+if [ ! -x "$bench" ]; then
+  echo "run.sh: no lamp benchmark at '$bench'; build it (cmake --build" \
+    "build/release --target lamp_bench) or set LAMP_BENCH" >&2
+  exit 1
+fi
+
+python="${LAMP_PYTHON_TORCH:-/usr/bin/python3}"
+peer_status=ok
+if ! "$python" -c 'import torch' >/dev/null 2>&1; then
+  peer_status="not run (no torch)"
+elif [ "$device" = cuda ] &&
+  ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  peer_status="not run (torch without CUDA)"
+fi
+compile_status="$peer_status"
+if [ "$peer_status" = ok ] &&
+  ! "$python" -c 'import sys, torch; sys.exit(0 if hasattr(torch, "compile") else 1)' >/dev/null 2>&1; then
+  compile_status="not run (torch < 2, no torch.compile)"
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+manifest="$work/manifest.tsv"
+: >"$manifest"
+runs=0
+failures=0
+
+# run_tool TOOL MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP STEPS
+# runs one tool on one configuration and adds a line to the manifest.
+run_tool() {
+  local tool="$1" model="$2" batch="$3" precision="$4" cl="$5" cb="$6"
+  local warmup="${warmup_override:-$7}" steps="${steps_override:-$8}"
+  local epoch_images=50000
+  [ "$model" = cnn ] && epoch_images=60000
+  runs=$((runs + 1))
+  local json="$work/$runs-$tool.json"
+  local args=(--model "$model" --batch-size "$batch" --precision "$precision"
+    --device "$device" --warmup "$warmup" --steps "$steps"
+    --epoch-images "$epoch_images" --json "$json")
+  [ "$cl" = 1 ] && args+=(--channels-last)
+  [ "$cb" = 1 ] && args+=(--cudnn-benchmark)
+  local status=ok
+  case "$tool" in
+    lamp) ;;
+    pytorch-eager) status="$peer_status" ;;
+    pytorch-compile) status="$compile_status"; args+=(--compile) ;;
+  esac
+  if [ "$status" = ok ]; then
+    echo "== $tool: ${args[*]}" >&2
+    local rc=0
+    if [ "$tool" = lamp ]; then
+      "$bench" "${args[@]}" || rc=$?
+    else
+      "$python" bench/peer_pytorch.py "${args[@]}" || rc=$?
+    fi
+    if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
+      status="failed (exit $rc)"
+      failures=$((failures + 1))
+      echo "== $tool failed (exit $rc)" >&2
+    fi
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$model" "$batch" \
+    "$precision" "$cl" "$cb" "$status" "$json" >>"$manifest"
+}
+
+# both MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP STEPS
+both() {
+  run_tool lamp "$@"
+  run_tool pytorch-eager "$@"
+}
+
+cnn_modes=(fp32 amp-bf16 bf16)
+if [ "$quick" = 1 ]; then
+  for p in "${cnn_modes[@]}"; do both cnn 64 "$p" 0 0 1 5; done
+elif [ "$device" = cpu ]; then
+  for p in "${cnn_modes[@]}"; do both cnn 64 "$p" 0 0 3 30; done
+  for p in "${cnn_modes[@]}"; do both resnet18 32 "$p" 0 0 1 3; done
+else
+  for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
+    read -r model batch <<<"$config"
+    for p in fp32 tf32 amp amp-bf16 half bf16; do
+      both "$model" "$batch" "$p" 1 1 10 30
+    done
+    run_tool pytorch-compile "$model" "$batch" amp 1 1 10 30
+  done
+  # cuDNN autotuning on its own: the default NCHW layout, benchmark off / on.
+  for p in fp32 amp; do
+    for cb in 0 1; do both resnet18 128 "$p" 0 "$cb" 10 30; done
+  done
+fi
+
+mkdir -p "$out_dir"
+suffix=""
+[ "$quick" = 1 ] && suffix="-quick"
+python3 - "$manifest" "$out_dir" "$device" "$suffix" "$python" <<'PYEOF'
+"""Joins the per-configuration JSON files of run.sh into one JSON report and
+a markdown table. Standard library only (no torch)."""
+import datetime
+import json
+import os
+import re
+import sys
+
+manifest_path, out_dir, device, suffix, peer_python = sys.argv[1:6]
+TOOLS = ("lamp", "pytorch-eager", "pytorch-compile")
+KEY = ("model", "batch_size", "precision", "channels_last", "cudnn_benchmark")
+SEED = [  # kentaroy47/pytorch-cifar10-fp16, RTX 2080 Ti, s/epoch
+    {"model": "resnet18", "batch_size": 128, "fp32": 15.0, "fp16": 10.0},
+    {"model": "resnet50", "batch_size": 512, "fp32": 58.0, "fp16": 27.0},
+]
+
+headers = {}  # tool -> the tool's top-level JSON fields
+rows = {}     # key -> {"key": {...}, tool: result or {"status": ...}}
+order = []
+with open(manifest_path) as manifest:
+    for line in manifest:
+        tool, model, batch, precision, cl, cb, status, path = \
+            line.rstrip("\n").split("\t")
+        key = (model, int(batch), precision, cl == "1", cb == "1")
+        if key not in rows:
+            rows[key] = {"key": dict(zip(KEY, key))}
+            order.append(key)
+        entry = {"status": status}
+        if status == "ok":
+            with open(path) as f:
+                report = json.load(f)
+            headers.setdefault(tool, {k: v for k, v in report.items()
+                                      if k != "results"})
+            for result in report["results"]:
+                if result["precision"] == precision:
+                    entry = dict(result, status="ok")
+        rows[key][tool] = entry
+
+first = next(iter(headers.values()), {})
+device_name = first.get("device_name", device)
+date = datetime.datetime.now(datetime.timezone.utc)
+slug = "cpu" if device == "cpu" else \
+    re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or device
+stem = os.path.join(out_dir, "%s-%s%s" % (slug, date.strftime("%Y-%m-%d"),
+                                          suffix))
+
+
+def seconds(entry):
+    if entry and entry.get("status") == "ok" and not entry.get("skipped"):
+        return entry.get("seconds_per_epoch")
+    return None
+
+
+notes = []
+
+
+def cell_time(entry):
+    if entry is None:
+        return "-"
+    if entry.get("status") != "ok":
+        return entry["status"]
+    if entry.get("skipped"):
+        notes.append(entry["skipped"])
+        return "skipped [%d]" % len(notes)
+    s = entry["seconds_per_epoch"]
+    return "%.2f s" % s if s < 100 else "%.0f s" % s
+
+
+def cell_memory(entry):
+    if seconds(entry) is None or entry.get("peak_memory_bytes") is None:
+        return "-"
+    return "%.0f MiB" % (entry["peak_memory_bytes"] / 2.0 ** 20)
+
+
+def ratio(numerator, denominator):
+    if numerator is None or denominator is None or denominator <= 0:
+        return "-"
+    return "%.2fx" % (numerator / denominator)
+
+
+def mode_text(key, tool="pytorch-eager"):
+    parts = [key[2]]
+    if key[3]:
+        parts.append("channels_last")
+    if key[4]:
+        parts.append("cudnn.benchmark")
+    text = ", ".join(parts)
+    if tool == "pytorch-compile":
+        text += " (PyTorch: torch.compile)"
+    return text
+
+
+def lamp_fp32(key):
+    row = rows.get((key[0], key[1], "fp32", key[3], key[4]))
+    return seconds(row.get("lamp")) if row else None
+
+
+table = []
+for key in order:
+    row = rows[key]
+    for tool in ("pytorch-eager", "pytorch-compile"):
+        if tool not in row:
+            continue
+        lamp, peer = row.get("lamp"), row[tool]
+        table.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            key[0], key[1], mode_text(key, tool), cell_time(lamp),
+            cell_time(peer), ratio(seconds(peer), seconds(lamp)),
+            ratio(lamp_fp32(key), seconds(lamp)), cell_memory(lamp),
+            cell_memory(peer)))
+
+
+def find(model, batch, precision, tool="lamp"):
+    """The seed-comparable result: channels_last + benchmark first."""
+    for cl, cb in ((True, True), (False, True), (False, False)):
+        row = rows.get((model, batch, precision, cl, cb))
+        if row and seconds(row.get(tool)) is not None:
+            return seconds(row[tool])
+    return None
+
+
+def fmt(s):
+    return "-" if s is None else ("%.2f s" % s if s < 100 else "%.0f s" % s)
+
+
+seed_rows = []
+seed_json = []
+for seed in SEED:
+    m, b = seed["model"], seed["batch_size"]
+    ours = {p: find(m, b, p) for p in ("fp32", "tf32", "half", "amp")}
+    seed_json.append(dict(seed, lamp=ours))
+    seed_rows.append("| %s | %d | %.0f s | %.0f s | %.2fx | %s | %s | %s | %s "
+                     "| %s | %s |" % (
+                         m, b, seed["fp32"], seed["fp16"],
+                         seed["fp32"] / seed["fp16"], fmt(ours["fp32"]),
+                         fmt(ours["tf32"]), fmt(ours["half"]),
+                         ratio(ours["fp32"], ours["half"]), fmt(ours["amp"]),
+                         ratio(ours["fp32"], ours["amp"])))
+
+
+def version(tool):
+    h = headers.get(tool)
+    if h:
+        return "torch %s" % h.get("torch_version", "?")
+    statuses = {rows[k][tool]["status"] for k in order if tool in rows[k]}
+    return ", ".join(sorted(statuses)) or "not run"
+
+
+steps = sorted({(r.get("warmup"), r.get("steps")) for k in order
+                for t in TOOLS for r in [rows[k].get(t)]
+                if r and r.get("status") == "ok" and r.get("steps")})
+lines = [
+    "# lamp vs PyTorch: one training step, same configurations",
+    "",
+    "- Device: %s (%s)" % (device_name, device),
+    "- lamp: %s" % ("lamp_bench, LibTorch %s" % headers["lamp"].get(
+        "torch_version", "?") if "lamp" in headers else version("lamp")),
+    "- PyTorch eager: %s (%s)" % (version("pytorch-eager"), peer_python),
+]
+if any("pytorch-compile" in rows[k] for k in order):
+    lines.append("- PyTorch torch.compile: %s" % version("pytorch-compile"))
+lines += [
+    "- Date: %s" % date.strftime("%Y-%m-%d %H:%M UTC"),
+]
+threads = ", ".join("%s %s" % (t, headers[t]["threads"]) for t in TOOLS
+                    if headers.get(t, {}).get("threads") is not None)
+if device == "cpu" and threads:
+    lines.append("- Threads: " + threads)
+lines += [
+    "- TF32: off in fp32 rows, on in tf32 rows (cuBLAS and cuDNN); the other "
+    "modes keep PyTorch's defaults (cuDNN TF32 on, cuBLAS off)"
+    + ("; irrelevant on CPU" if device == "cpu" else ""),
+    "- Step: one synthetic batch resident on the device (no data loading), "
+    "SGD lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4; "
+    "(warmup, timed) steps: %s; s/epoch = epoch images (CIFAR-10 50,000, "
+    "MNIST 60,000) / images per second"
+    % ", ".join("(%s, %s)" % s for s in steps),
+    "- Peak memory: %s" % ("torch.cuda.max_memory_allocated per configuration"
+                           if device == "cuda" else
+                           "peak RSS of the process (one process per run)"),
+    "",
+    "| model | batch | mode | s/epoch (lamp) | s/epoch (PyTorch) "
+    "| lamp speed-up vs PyTorch | speed-up vs lamp fp32 | peak memory (lamp) "
+    "| peak memory (PyTorch) |",
+    "|---|---|---|---|---|---|---|---|---|",
+] + table
+if notes:
+    lines += [""] + ["[%d] %s" % (i + 1, n) for i, n in enumerate(notes)]
+lines += [
+    "",
+    "## Beside the seed's numbers",
+    "",
+    "The seed (kentaroy47/pytorch-cifar10-fp16) timed whole CIFAR-10 epochs "
+    "on an RTX 2080 Ti, data loading included; its FP16 is pure half with "
+    "FP32 BatchNorm and no master weights or loss scaling. lamp's columns "
+    "are this run's synthetic-batch epochs on %s (channels_last and "
+    "cudnn.benchmark where measured); '-' where this run has no such "
+    "configuration." % device_name,
+    "",
+    "| model | batch | seed FP32 (2080 Ti) | seed FP16 (2080 Ti) "
+    "| seed speed-up | lamp fp32 | lamp tf32 | lamp half "
+    "| lamp half vs fp32 | lamp amp | lamp amp vs fp32 |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+] + seed_rows
+
+merged = {
+    "date": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "device": device,
+    "device_name": device_name,
+    "tools": {t: headers.get(t) or {"status": version(t)} for t in TOOLS
+              if any(t in rows[k] for k in order)},
+    "rows": [dict(rows[k]["key"], **{t: rows[k][t] for t in TOOLS
+                                     if t in rows[k]}) for k in order],
+    "seed": seed_json,
+}
+with open(stem + ".json", "w") as f:
+    json.dump(merged, f, indent=2)
+    f.write("\n")
+with open(stem + ".md", "w") as f:
+    f.write("\n".join(lines) + "\n")
+print("\n".join(lines))
+print("\nwrote %s.json and %s.md" % (stem, stem))
+PYEOF
+
+if [ "$failures" -gt 0 ]; then
+  echo "run.sh: $failures of $runs runs failed" >&2
+  exit 1
+fi

@@ -171,6 +171,7 @@ int run(const Config& c) {
                         {"device", device.str()},
                         {"device_name", lamp::device_name(device)},
                         {"date", today()},
+                        {"threads", at::get_num_threads()},
                         {"results", nlohmann::json::array()}};
   if (c.matmul_peak) {
     out["matmul_tflops_bf16"] = matmul_tflops(device, torch::kBFloat16);

@@ -130,8 +130,10 @@ cnn_modes=(fp32 amp-bf16 bf16)
 if [ "$quick" = 1 ]; then
   for p in "${cnn_modes[@]}"; do both cnn 64 "$p" 0 0 1 5; done
 elif [ "$device" = cpu ]; then
-  for p in "${cnn_modes[@]}"; do both cnn 64 "$p" 0 0 3 30; done
-  for p in "${cnn_modes[@]}"; do both resnet18 32 "$p" 0 0 1 3; done
+  # A CNN step takes ~10 ms on a CPU: 400 timed steps (seconds, not tenths)
+  # keep run-to-run noise to a few percent.
+  for p in "${cnn_modes[@]}"; do both cnn 64 "$p" 0 0 20 400; done
+  for p in "${cnn_modes[@]}"; do both resnet18 32 "$p" 0 0 2 10; done
 else
   for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
     read -r model batch <<<"$config"

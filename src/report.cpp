@@ -1,6 +1,7 @@
 #include "lamp/report.h"
 
 #include <c10/core/ScalarType.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <ATen/record_function.h>
 
@@ -106,6 +107,18 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   }
   for (const auto& input : fn.inputs()) {
     if (input.isTensor() && input.toTensor().defined()) {
+      // Under autocast these ops are dispatched twice: first with their FP32
+      // inputs into autocast's kernel, which casts them and calls the op again
+      // with the autocast key excluded. Count only the call that computes:
+      // the one made while the key is excluded (inside autocast's kernel, or
+      // with autocast off, which is how ATen switches it off).
+      const auto& tensor = input.toTensor();
+      const auto autocast_key = tensor.is_cuda() ? c10::DispatchKey::AutocastCUDA
+                                                 : c10::DispatchKey::AutocastCPU;
+      if ((tensor.is_cpu() || tensor.is_cuda()) &&
+          !c10::impl::tls_is_dispatch_key_excluded(autocast_key)) {
+        return nullptr;
+      }
       std::lock_guard<std::mutex> lock(op_mutex);
       if (op_target != nullptr) {
         ++op_target->calls[name][c10::toString(input.toTensor().scalar_type())];

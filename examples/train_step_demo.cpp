@@ -1,5 +1,5 @@
-// Trains a small conv net with BatchNorm on a synthetic problem with
-// lamp::TrainStep, in the precision given on the command line:
+// Trains lamp's MNIST CNN on a synthetic problem with lamp::TrainStep, in
+// the precision given on the command line:
 //
 //   train_step_demo --precision amp-bf16 --steps 100
 //
@@ -25,43 +25,21 @@ struct Config {
   uint64_t seed = 0;
 };
 
-struct NetImpl : torch::nn::Module {
-  NetImpl()
-      : conv1(torch::nn::Conv2dOptions(3, 16, 3).padding(1).bias(false)),
-        bn1(16),
-        conv2(torch::nn::Conv2dOptions(16, 32, 3).stride(2).padding(1).bias(false)),
-        bn2(32),
-        fc(32, 4) {
-    register_module("conv1", conv1);
-    register_module("bn1", bn1);
-    register_module("conv2", conv2);
-    register_module("bn2", bn2);
-    register_module("fc", fc);
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto y = torch::relu(bn1(conv1(x)));
-    y = torch::relu(bn2(conv2(y)));
-    return fc(torch::adaptive_avg_pool2d(y, {1, 1}).flatten(1));
-  }
-  torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
-  torch::nn::Conv2d conv2;
-  torch::nn::BatchNorm2d bn2;
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(Net);
 
 int run(const Config& config) {
   const torch::Device device(config.device);
   const auto precision = lamp::parse_precision(config.precision);
   torch::manual_seed(config.seed);
 
-  // Labels follow each image's per-channel offset through a fixed projection.
-  const auto offsets = torch::randn({config.batch_size, 3, 1, 1});
-  const auto images = (torch::randn({config.batch_size, 3, 16, 16}) + 2 * offsets).to(device);
-  const auto labels = offsets.flatten(1).mm(torch::randn({3, 4})).argmax(1).to(device);
+  // Ten classes by brightness: each image is noise plus an offset whose
+  // bucket is the label.
+  const auto offsets = torch::rand({config.batch_size}) * 10;
+  const auto images =
+      ((torch::randn({config.batch_size, 1, 28, 28}) + offsets.view({-1, 1, 1, 1}) - 5) / 3)
+          .to(device);
+  const auto labels = offsets.floor().clamp(0, 9).to(torch::kLong).to(device);
 
-  Net net;
+  lamp::models::MnistCNN net;
   net->to(device);
   lamp::TrainStep train(
       net.ptr(),
@@ -75,8 +53,8 @@ int run(const Config& config) {
   lamp::StepResult result;
   for (int step = 1; step <= config.steps; ++step) {
     result = train.step([&] {
-      const auto logits = net->forward(train.cast_input(images));
-      return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+      const auto log_probs = net->forward(train.cast_input(images));
+      return torch::nn::functional::nll_loss(log_probs.to(torch::kFloat), labels);
     });
     if (step == 1 || step == config.steps || step % 10 == 0) {
       std::printf("step %4d  loss %.4f  scale %g%s\n", step,
@@ -97,7 +75,7 @@ int run(const Config& config) {
 
 int main(int argc, char** argv) {
   Config config;
-  CLI::App app{"Train a small CNN on synthetic data with lamp::TrainStep"};
+  CLI::App app{"Train lamp's MNIST CNN on synthetic data with lamp::TrainStep"};
   app.add_option("--precision", config.precision, "fp32|tf32|amp|amp-bf16|half|bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "amp", "amp-bf16", "half", "fp16", "bf16"}))
       ->capture_default_str();

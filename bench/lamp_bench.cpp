@@ -1,6 +1,6 @@
 // Training-step throughput of lamp's models, in the precision modes given:
 //
-//   lamp_bench --model resnet18 --batch-size 128 --precision fp32,amp,half \
+//   lamp_bench --model resnet18 --batch-size 128 --precision fp32,amp,half
 //              --channels-last --cudnn-benchmark --json results.json
 //
 // Method: a fixed synthetic batch already on the device (speed does not

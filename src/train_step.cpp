@@ -81,6 +81,9 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
               "lamp::TrainStep: max_grad_norm must be finite and >= 0 (0 "
               "turns clipping off), got ", options_.max_grad_norm(), ".");
   device_ = model_device(*model_);
+  // Listed once: the step resets their gradients without walking the tree.
+  // (Conversion keeps parameter identity, so the list stays valid.)
+  model_params_ = model_->parameters();
   const auto precision = options_.precision();
   check_mode_runs_on(precision, device_);
   if (device_.is_cuda() &&
@@ -119,7 +122,7 @@ torch::Tensor TrainStep::cast_input(const torch::Tensor& input) const {
 
 StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
   if (micro_step_ == 0) {
-    for (auto& p : model_->parameters()) {
+    for (auto& p : model_params_) {
       p.mutable_grad() = torch::Tensor();
     }
   }

@@ -129,6 +129,7 @@ class TrainStep {
   torch::Tensor current_scale() const;
 
   std::shared_ptr<torch::nn::Module> model_;
+  std::vector<torch::Tensor> model_params_;
   TrainStepOptions options_;
   torch::Device device_;
   std::unique_ptr<MasterWeights> master_;

@@ -13,6 +13,7 @@
 #include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/resnet.h"
+#include "lamp/ops.h"
 #include "lamp/precision.h"
 #include "lamp/report.h"
 #include "lamp/train_step.h"

@@ -2,6 +2,8 @@
 
 #include <torch/types.h>
 
+#include "lamp/ops.h"
+
 namespace lamp {
 namespace models {
 
@@ -28,8 +30,10 @@ torch::Tensor MnistCNNImpl::forward(torch::Tensor x) {
                   x.size(3) == 28,
               "lamp::models::MnistCNN: input must be [N, ", in_channels_,
               ", 28, 28], got ", x.sizes(), ".");
-  auto out = torch::max_pool2d(torch::relu(conv1->forward(x)), {2, 2});
-  out = torch::max_pool2d(torch::relu(conv2->forward(out)), {2, 2});
+  // relu then max_pool2d, fused (lamp/ops.h): the same values and gradients
+  // in one pass over each activation.
+  auto out = ops::relu_max_pool2d(conv1->forward(x), 2);
+  out = ops::relu_max_pool2d(conv2->forward(out), 2);
   out = fc->forward(out.flatten(1));
   return torch::log_softmax(out, /*dim=*/1);
 }

@@ -23,6 +23,9 @@ namespace models {
 ///  3. flatten, "fc": 32 * 7 * 7 -> `num_classes`;
 ///  4. log_softmax over dim 1.
 ///
+/// ReLU and max-pool run as one fused op on CPU (lamp::ops::relu_max_pool2d:
+/// the same values and gradients as the two stock ops, in one pass).
+///
 /// Children: "conv1", "conv2", "fc" (28,938 parameters for 1 channel and 10
 /// classes). No BatchNorm: network_to_half() converts all of it.
 ///

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "detail/compat.h"
+#include "lamp/distributed.h"
 
 namespace lamp {
 namespace detail {
@@ -203,6 +204,14 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
       }
     }
     state.found_inf_per_device.emplace(by_device.first, device_found_inf);
+  }
+  if (process_group_ && process_group_->is_distributed()) {
+    // std::map: the same device order on every rank.
+    for (auto& item : state.found_inf_per_device) {
+      auto on_group = item.second.to(process_group_->device());
+      process_group_->all_reduce_(on_group, distributed::ReduceOp::kMax);
+      item.second.copy_(on_group);
+    }
   }
   state.stage = Stage::kUnscaled;
   if (options_.diagnose_overflow()) {

@@ -100,9 +100,24 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
       params.push_back(item.value());
     }
   }
-  if (const auto dtype = model_dtype(precision)) {
+  const auto dtype = model_dtype(precision);
+  if (dtype) {
     options_.half().dtype(*dtype);
     convert_network(*model_, options_.half());
+  }
+  const auto& group = options_.process_group();
+  if (group && group->is_distributed()) {
+    TORCH_CHECK(group->device() == device_, "lamp::TrainStep: the model is on ",
+                device_, " but the process group communicates on ",
+                group->device(), ".");
+    // After the conversion, so that replicas synchronise in the dtype they
+    // train in; before the master copy, which then starts from rank 0's
+    // weights.
+    data_parallel_ = std::make_unique<distributed::DataParallel>(
+        model_, group, options_.data_parallel());
+    scaler_.set_process_group(group);
+  }
+  if (dtype) {
     master_ = std::make_unique<MasterWeights>(params, options_.flat_master());
     params = master_->master_params();
   }
@@ -128,6 +143,9 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
   }
   torch::Tensor loss;
   {
+    if (data_parallel_) {
+      data_parallel_->before_forward();
+    }
     c10::optional<Autocast> autocast;
     if (const auto dtype = autocast_dtype(options_.precision())) {
       autocast.emplace(device_.type(), *dtype);
@@ -139,6 +157,10 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
               "tensor, got ", (loss.defined() ? loss.sizes() : at::IntArrayRef{}),
               ".");
   const auto accumulation = options_.accumulation_steps();
+  if (data_parallel_) {
+    // Only the backward that ends an accumulation cycle communicates.
+    data_parallel_->set_sync(micro_step_ + 1 == accumulation);
+  }
   scaler_.scale(accumulation > 1 ? loss / static_cast<double>(accumulation)
                                  : loss)
       .backward();
@@ -150,6 +172,9 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
     return result;
   }
   micro_step_ = 0;
+  if (data_parallel_) {
+    data_parallel_->finish_gradient_sync();
+  }
   if (master_) {
     master_->model_grads_to_master_grads();
   }

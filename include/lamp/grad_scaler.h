@@ -12,12 +12,17 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace lamp {
+
+namespace distributed {
+class ProcessGroup;
+} // namespace distributed
 
 /// Options of GradScaler. Where Python's GradScaler has the knob, the name and
 /// the default are Python's.
@@ -148,6 +153,15 @@ class GradScaler {
     return last_overflow_;
   }
 
+  /// Data-parallel training: unscale_() all-reduces (max) its found-inf flags
+  /// over `group`, so that every rank skips or steps together and the scale
+  /// stays the same on all ranks even where only one rank overflowed. Every
+  /// rank must then call unscale_/step for the same optimizers in the same
+  /// order. nullptr (the default) or a one-process group: no communication.
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
+    process_group_ = std::move(group);
+  }
+
   /// Saves the state under Python's state-dict keys (`scale`, `growth_factor`,
   /// `backoff_factor`, `growth_interval`, `_growth_tracker`) plus lamp's own
   /// (`min_scale`, `max_scale`, `hysteresis`, `_overflow_count`, `dynamic`).
@@ -181,6 +195,7 @@ class GradScaler {
   std::unordered_map<const c10::TensorImpl*, std::pair<WeakTensorImpl, std::string>>
       names_;
   std::vector<std::string> last_overflow_;
+  std::shared_ptr<distributed::ProcessGroup> process_group_;
   int64_t steps_taken_ = 0;
   int64_t steps_skipped_ = 0;
   bool last_step_skipped_ = false;

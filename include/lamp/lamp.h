@@ -7,6 +7,7 @@
 #include "lamp/backends.h"
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
+#include "lamp/distributed.h"
 #include "lamp/grad_scaler.h"
 #include "lamp/half.h"
 #include "lamp/master_weights.h"

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "lamp/distributed.h"
 #include "lamp/grad_scaler.h"
 #include "lamp/half.h"
 #include "lamp/master_weights.h"
@@ -43,6 +44,15 @@ struct TrainStepOptions {
   TORCH_ARG(bool, skip_non_finite) = false;
   /// Keep the master weights in one flat buffer ("half"/"bf16").
   TORCH_ARG(bool, flat_master) = false;
+  /// Data-parallel training over this process group (see
+  /// lamp/distributed.h): rank 0's weights are broadcast at construction,
+  /// gradients are averaged over the ranks in buckets during backward, and
+  /// the scaler's overflow flags are all-reduced so that every rank skips or
+  /// steps together. nullptr or a one-process group: plain training.
+  TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>, process_group) = nullptr;
+  /// Bucket size, buffer broadcast and gradient communication dtype of the
+  /// data-parallel synchronisation.
+  TORCH_ARG(distributed::DataParallelOptions, data_parallel) = {};
 };
 
 /// Builds the optimizer over the parameters TrainStep hands it: the model's
@@ -115,6 +125,9 @@ class TrainStep {
   GradScaler& scaler() { return scaler_; }
   /// The master weights in "half"/"bf16"; nullptr otherwise.
   MasterWeights* master_weights() { return master_.get(); }
+  /// The gradient synchroniser when training data-parallel; nullptr
+  /// otherwise.
+  distributed::DataParallel* data_parallel() { return data_parallel_.get(); }
   const TrainStepOptions& options() const { return options_; }
   const torch::Device& device() const { return device_; }
 
@@ -133,6 +146,7 @@ class TrainStep {
   TrainStepOptions options_;
   torch::Device device_;
   std::unique_ptr<MasterWeights> master_;
+  std::unique_ptr<distributed::DataParallel> data_parallel_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   GradScaler scaler_;
   torch::Tensor unit_scale_;

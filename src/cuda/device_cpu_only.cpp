@@ -1,6 +1,7 @@
 // The CUDA queries of lamp/backends.h for a LibTorch built without CUDA.
 #include "lamp/backends.h"
 #include "detail/cuda_name.h"
+#include "detail/distributed_backend.h"
 
 namespace lamp {
 
@@ -16,4 +17,17 @@ namespace detail {
 std::string cuda_device_name(const torch::Device&) { return "no CUDA"; }
 } // namespace detail
 
+} // namespace lamp
+
+namespace lamp {
+namespace detail {
+
+c10::intrusive_ptr<C10dBackend> make_nccl_backend(
+    const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds) {
+  TORCH_CHECK(false, "lamp::distributed: the NCCL backend needs a LibTorch "
+              "built with CUDA and NCCL; this one has no CUDA. Use backend "
+              "gloo on the CPU.");
+}
+
+} // namespace detail
 } // namespace lamp

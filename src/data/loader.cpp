@@ -47,6 +47,14 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
               "lamp::data::DeviceLoader: need one label per image (",
               data.images.size(0), " images).");
   TORCH_CHECK(data.images.size(0) > 0, "lamp::data::DeviceLoader: the dataset is empty.");
+  TORCH_CHECK(options_.num_shards() >= 1 && options_.shard() >= 0 &&
+                  options_.shard() < options_.num_shards(),
+              "lamp::data::DeviceLoader: shard ", options_.shard(),
+              " must be in [0, num_shards = ", options_.num_shards(), ").");
+  TORCH_CHECK(options_.num_shards() <= data.labels.size(0),
+              "lamp::data::DeviceLoader: ", options_.num_shards(),
+              " shards of a dataset of ", data.labels.size(0),
+              " samples would leave some empty.");
   TORCH_CHECK(options_.batch_size() > 0,
               "lamp::data::DeviceLoader: batch_size must be positive, got ",
               options_.batch_size(), ".");
@@ -83,8 +91,13 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
   set_epoch(0);
 }
 
+int64_t DeviceLoader::samples_per_epoch() const {
+  const int64_t shards = options_.num_shards();
+  return (size() + shards - 1) / shards;
+}
+
 int64_t DeviceLoader::batches_per_epoch() const {
-  const int64_t n = size(), b = options_.batch_size();
+  const int64_t n = samples_per_epoch(), b = options_.batch_size();
   return options_.drop_last() ? n / b : (n + b - 1) / b;
 }
 
@@ -100,6 +113,14 @@ void DeviceLoader::set_epoch(int64_t epoch) {
   } else {
     order_ = torch::arange(size(), torch::TensorOptions().dtype(torch::kLong).device(device_));
   }
+  const int64_t shards = options_.num_shards();
+  if (shards > 1) {
+    const int64_t padded = samples_per_epoch() * shards;
+    if (padded > size()) {
+      order_ = torch::cat({order_, order_.slice(0, 0, padded - size())});
+    }
+    order_ = order_.slice(0, options_.shard(), padded, shards);
+  }
 }
 
 Batch DeviceLoader::batch(int64_t index) const {
@@ -107,7 +128,7 @@ Batch DeviceLoader::batch(int64_t index) const {
               "lamp::data::DeviceLoader::batch: index ", index,
               " is outside this epoch's ", batches_per_epoch(), " batches.");
   const int64_t start = index * options_.batch_size();
-  const int64_t end = std::min(start + options_.batch_size(), size());
+  const int64_t end = std::min(start + options_.batch_size(), samples_per_epoch());
   const auto idx = order_.slice(0, start, end);
   auto images = augment(images_.index_select(0, idx), index);
   auto x = images.to(torch::kFloat).mul_(1.0 / 255.0);
@@ -131,7 +152,9 @@ torch::Tensor DeviceLoader::augment(const torch::Tensor& images,
                 w = images.size(3);
   // The random numbers are drawn on the CPU (a few per image) so that a
   // batch is the same on every device; the pixels never leave the device.
-  auto generator = generator_for(options_.seed(), epoch_, index);
+  // Each shard its own augmentation stream (the same as before for one).
+  auto generator = generator_for(options_.seed(), epoch_,
+                                 index * options_.num_shards() + options_.shard());
   const auto long_cpu = torch::TensorOptions().dtype(torch::kLong);
   auto dy = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);
   auto dx = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);

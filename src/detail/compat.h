@@ -88,3 +88,24 @@ inline void set_autocast_dtype(c10::DeviceType device_type,
 
 } // namespace detail
 } // namespace lamp
+
+// c10d's backends are ProcessGroup subclasses in LibTorch 1.13 and Backend
+// subclasses (under a ProcessGroup front) from 2.0; both have the allreduce /
+// broadcast calls lamp uses. Only the distributed sources ask for this part.
+#ifdef LAMP_COMPAT_C10D
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+namespace lamp {
+namespace detail {
+using C10dBackend = c10d::Backend;
+} // namespace detail
+} // namespace lamp
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+namespace lamp {
+namespace detail {
+using C10dBackend = c10d::ProcessGroup;
+} // namespace detail
+} // namespace lamp
+#endif
+#endif // LAMP_COMPAT_C10D

@@ -41,6 +41,14 @@ struct LoaderOptions {
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat;
   /// Produce images in channels_last memory format.
   TORCH_ARG(bool, channels_last) = false;
+  /// Data-parallel sharding (Python's DistributedSampler): every epoch's
+  /// permutation is the same on all ranks (same seed), padded by repeating
+  /// its first samples to a multiple of num_shards, and shard `shard` takes
+  /// every num_shards-th sample from position `shard`. The shards of an
+  /// epoch are disjoint (but for the padding), cover the dataset, and have
+  /// the same size, so every rank runs the same number of steps.
+  TORCH_ARG(int64_t, num_shards) = 1;
+  TORCH_ARG(int64_t, shard) = 0;
 };
 
 /// One batch: images [B, C, H, W] in the loader's dtype, labels int64 [B],
@@ -81,8 +89,10 @@ class DeviceLoader {
   DeviceLoader(const Dataset& data, const torch::Device& device,
                LoaderOptions options = {});
 
-  /// Number of samples.
+  /// Number of samples in the dataset.
   int64_t size() const { return labels_.size(0); }
+  /// Samples this loader serves per epoch: size(), or its shard's size.
+  int64_t samples_per_epoch() const;
   int64_t batches_per_epoch() const;
   const LoaderOptions& options() const { return options_; }
   const torch::Device& device() const { return device_; }
@@ -90,7 +100,7 @@ class DeviceLoader {
   /// Selects the epoch whose order and augmentation batch() serves.
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return epoch_; }
-  /// This epoch's sample order (int64, on the device).
+  /// This epoch's sample order (this shard's, int64, on the device).
   const torch::Tensor& order() const { return order_; }
 
   /// Batch `index` (0 <= index < batches_per_epoch()) of the current epoch.

@@ -1,0 +1,189 @@
+// One rank of the two-process data-parallel tests; tests/CMakeLists.txt
+// starts two of these through run_ranks.sh (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT as torchrun sets them), each running the same test.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lamp/distributed.h"
+#include "lamp/grad_scaler.h"
+#include "lamp/models/mnist_cnn.h"
+#include "lamp/train_step.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp::distributed::ProcessGroup;
+using lamp::distributed::ProcessGroupOptions;
+using lamp_test::AllClose;
+using lamp_test::BitEqual;
+
+std::shared_ptr<ProcessGroup> group(std::chrono::milliseconds timeout =
+                                        std::chrono::seconds(60)) {
+  auto g = ProcessGroup::from_environment(torch::kCPU,
+                                          ProcessGroupOptions().timeout(timeout));
+  EXPECT_EQ(g->world_size(), 2) << "run through run_ranks.sh 2";
+  EXPECT_EQ(g->backend(), "gloo");
+  return g;
+}
+
+// Rank 0's copy of `t`, on every rank.
+torch::Tensor from_rank0(ProcessGroup& g, const torch::Tensor& t) {
+  auto copy = t.detach().clone();
+  g.broadcast_(copy, 0);
+  return copy;
+}
+
+lamp::OptimizerFactory sgd() {
+  return [](std::vector<torch::Tensor> params) {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(params), torch::optim::SGDOptions(0.05).momentum(0.9));
+  };
+}
+
+// Two ranks on the two halves of a batch end with the parameters of one
+// process trained on the whole batch, identical on both ranks.
+void expect_matches_one_process(lamp::Precision precision,
+                                lamp::distributed::DataParallelOptions dp,
+                                double rtol, double atol,
+                                int64_t min_buckets) {
+  auto g = group();
+  torch::manual_seed(0);
+  lamp::models::MnistCNN replica;
+  torch::manual_seed(0);
+  lamp::models::MnistCNN reference;
+  if (g->rank() == 1) {
+    // A different start on rank 1: the broadcast must replace it.
+    torch::NoGradGuard no_grad;
+    for (auto& p : replica->parameters()) p.add_(1.0);
+  }
+  lamp::TrainStep distributed_step(
+      replica.ptr(), sgd(),
+      lamp::TrainStepOptions(precision).process_group(g).data_parallel(dp));
+  lamp::TrainStep single_step(reference.ptr(), sgd(),
+                              lamp::TrainStepOptions(precision));
+  ASSERT_NE(distributed_step.data_parallel(), nullptr);
+  EXPECT_GE(distributed_step.data_parallel()->bucket_count(), min_buckets);
+
+  torch::manual_seed(1);
+  const auto images = torch::randn({16, 1, 28, 28});
+  const auto labels = torch::randint(0, 10, {16}, torch::kLong);
+  const auto half = images.narrow(0, 8 * g->rank(), 8);
+  const auto half_labels = labels.narrow(0, 8 * g->rank(), 8);
+  for (int step = 0; step < 5; ++step) {
+    distributed_step.step([&] {
+      return torch::nll_loss(
+          replica->forward(distributed_step.cast_input(half)).to(torch::kFloat),
+          half_labels);
+    });
+    single_step.step([&] {
+      return torch::nll_loss(
+          reference->forward(single_step.cast_input(images)).to(torch::kFloat),
+          labels);
+    });
+  }
+  const auto mine = replica->parameters();
+  const auto expected = reference->parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i]))) << "parameter " << i;
+    EXPECT_TRUE(AllClose(mine[i], expected[i], rtol, atol)) << "parameter " << i;
+  }
+}
+
+TEST(TwoRanks, MatchOneProcessOnTheWholeBatch) {
+  // FP32: only the order of the sums differs (the mean over 16 samples vs
+  // the mean of two means over 8, and the convolutions' reductions); after 5
+  // steps that stays within a few FP32 ulps of the weights' size.
+  expect_matches_one_process(lamp::Precision::kFP32, {}, 1e-5, 1e-6, 1);
+}
+
+TEST(TwoRanks, SeveralBucketsGiveTheSameResult) {
+  // 0.02 MiB buckets split the 28,938 parameters (113 KiB) into several.
+  expect_matches_one_process(
+      lamp::Precision::kFP32,
+      lamp::distributed::DataParallelOptions().bucket_cap_mb(0.02), 1e-5, 1e-6,
+      3);
+}
+
+TEST(TwoRanks, Bf16ModelAndBf16CommunicationStayClose) {
+  // bf16: BF16 weights and gradients (communicated in BF16) with FP32
+  // masters. Both runs round to BF16 in different places (the half-batch
+  // gradients and their average vs the whole-batch gradient), so they agree
+  // to BF16's precision (2^-8 relative) rather than bit for bit.
+  expect_matches_one_process(lamp::Precision::kBF16, {}, 2e-2, 2e-3, 1);
+}
+
+TEST(TwoRanks, InfOnOneRankSkipsTheStepOnBoth) {
+  auto g = group();
+  auto w = torch::ones({4}, torch::requires_grad());
+  torch::optim::SGD optimizer({w}, torch::optim::SGDOptions(0.1));
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(1024.0));
+  scaler.set_process_group(g);
+  // Step 1: rank 1's gradient has an inf, rank 0's is finite. No gradient
+  // all-reduce here: only the scaler's flag can tell rank 0.
+  scaler.scale((w * 2).sum()).backward();
+  if (g->rank() == 1) {
+    torch::NoGradGuard no_grad;
+    w.mutable_grad()[0] = std::numeric_limits<float>::infinity();
+  }
+  EXPECT_FALSE(scaler.step(optimizer));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_TRUE(BitEqual(w.detach(), torch::ones({4})));
+  // Step 2: finite everywhere: both step, identically.
+  optimizer.zero_grad();
+  scaler.scale((w * 2).sum()).backward();
+  EXPECT_TRUE(scaler.step(optimizer));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_TRUE(BitEqual(w.detach(), torch::full({4}, 0.8f)));
+  EXPECT_EQ(scaler.steps_skipped(), 1);
+}
+
+TEST(TwoRanks, BroadcastsRankZerosBuffersBeforeForward) {
+  auto g = group();
+  torch::manual_seed(g->rank());  // different weights and buffers per rank
+  lamp_test::SmallNet net;
+  lamp::distributed::DataParallel dp(net.ptr(), g);
+  for (const auto& p : net->parameters()) {
+    EXPECT_TRUE(BitEqual(p, from_rank0(*g, p)));
+  }
+  {
+    torch::NoGradGuard no_grad;
+    net->bn1->running_mean.fill_(static_cast<float>(g->rank() + 1));
+  }
+  dp.before_forward();
+  EXPECT_TRUE(BitEqual(net->bn1->running_mean, torch::ones({8})));
+}
+
+TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
+  auto g = group(std::chrono::seconds(10));
+  g->barrier();
+  if (g->rank() == 1) {
+    std::_Exit(0);  // gone without a word, like a crashed rank
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto t = torch::ones({4});
+  try {
+    // The peer may need a moment to be gone; keep talking until it fails.
+    for (int i = 0; i < 100; ++i) {
+      g->all_reduce_(t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "all_reduce_ kept succeeding with rank 1 gone";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 of 2"), std::string::npos)
+        << e.what();
+  }
+  const double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+  EXPECT_LT(seconds, 30.0);
+}
+
+} // namespace

@@ -2,10 +2,10 @@
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/torch.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -69,7 +69,8 @@ c10::optional<Environment> Environment::from_env() {
   if (!rank && !world) {
     return c10::nullopt;
   }
-  TORCH_CHECK(rank && world, "lamp::distributed: ", (rank ? "RANK" : "WORLD_SIZE"),
+  TORCH_CHECK(rank && world,
+              "lamp::distributed: ", (rank ? "RANK" : "WORLD_SIZE"),
               " is set but ", (rank ? "WORLD_SIZE" : "RANK"),
               " is not. Start the program with torchrun, which sets both, or "
               "unset both for a single-process run.");
@@ -88,10 +89,12 @@ c10::optional<Environment> Environment::from_env() {
                 "at MASTER_ADDR:MASTER_PORT (torchrun sets both).");
     env.master_addr = *addr;
     env.master_port = parse_int("MASTER_PORT", *port, 1);
-    TORCH_CHECK(env.master_port <= 65535, "lamp::distributed: MASTER_PORT=",
-                env.master_port, " is not a TCP port (1-65535).");
+    TORCH_CHECK(env.master_port <= 65535,
+                "lamp::distributed: MASTER_PORT=", env.master_port,
+                " is not a TCP port (1-65535).");
   }
-  env.agent_store = getenv_string("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+  env.agent_store =
+      getenv_string("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
   env.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0);
   return env;
 }
@@ -160,9 +163,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(
   return create(*env, device, std::move(options));
 }
 
-std::shared_ptr<ProcessGroup> ProcessGroup::create(const Environment& env,
-                                                   torch::Device device,
-                                                   ProcessGroupOptions options) {
+std::shared_ptr<ProcessGroup> ProcessGroup::create(
+    const Environment& env, torch::Device device, ProcessGroupOptions options) {
   TORCH_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
               "lamp::distributed::ProcessGroup::create: rank ", env.rank,
               " is outside world size ", env.world_size, ".");
@@ -178,11 +180,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const Environment& env,
               "'; use auto, gloo or nccl.");
   TORCH_CHECK(backend != "nccl" || device.is_cuda(),
               "lamp::distributed: the NCCL backend communicates CUDA tensors, "
-              "but the device is ", device, ". Use backend gloo for the CPU.");
+              "but the device is ",
+              device, ". Use backend gloo for the CPU.");
   TORCH_CHECK(backend != "gloo" || device.is_cpu(),
               "lamp::distributed: lamp's Gloo backend communicates CPU "
-              "tensors, but the device is ", device,
-              ". Use backend nccl (or auto) for CUDA.");
+              "tensors, but the device is ",
+              device, ". Use backend nccl (or auto) for CUDA.");
 
   auto group = std::make_shared<ProcessGroup>(device);
   group->rank_ = env.rank;
@@ -194,13 +197,16 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const Environment& env,
   }
   group->backend_name_ = backend;
   group->impl_ = std::make_unique<Impl>();
-  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string where =
+      env.master_addr + ":" + std::to_string(env.master_port);
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
     store_options.isServer = !env.agent_store && env.rank == 0;
-    store_options.numWorkers = env.agent_store ? c10::nullopt
-        : decltype(store_options.numWorkers)(static_cast<size_t>(env.world_size));
+    store_options.numWorkers = env.agent_store
+                                   ? c10::nullopt
+                                   : decltype(store_options.numWorkers)(
+                                         static_cast<size_t>(env.world_size));
     store_options.waitWorkers = !env.agent_store;
     store_options.timeout = options.timeout();
     store_options.multiTenant = true;
@@ -215,10 +221,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const Environment& env,
     store->setTimeout(options.timeout());
     group->impl_->store = store;
     if (backend == "gloo") {
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout());
+      auto gloo_options =
+          c10d::ProcessGroupGloo::Options::create(options.timeout());
       const auto interface = getenv_string("GLOO_SOCKET_IFNAME");
       gloo_options->devices.push_back(
-          interface ? c10d::ProcessGroupGloo::createDeviceForInterface(*interface)
+          interface ? c10d::ProcessGroupGloo::createDeviceForInterface(
+                          *interface)
                     : c10d::ProcessGroupGloo::createDefaultDevice());
       group->impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(
           store, env.rank, env.world_size, gloo_options);
@@ -227,13 +235,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const Environment& env,
           store, env.rank, env.world_size, options.timeout());
     }
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "lamp::distributed: rank ", env.rank, " of ",
-                env.world_size, " could not join the process group at ", where,
-                " (", backend, ", timeout ", options.timeout().count() / 1000.0,
-                " s): ", e.what_without_backtrace(),
-                ". Check that every rank was started (torchrun "
-                "--nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is "
-                "reachable from this host, and that no other job uses the port.");
+    TORCH_CHECK(
+        false, "lamp::distributed: rank ", env.rank, " of ", env.world_size,
+        " could not join the process group at ", where, " (", backend,
+        ", timeout ", options.timeout().count() / 1000.0,
+        " s): ", e.what_without_backtrace(),
+        ". Check that every rank was started (torchrun "
+        "--nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is "
+        "reachable from this host, and that no other job uses the port.");
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "lamp::distributed: rank ", env.rank, " of ",
                 env.world_size, " could not join the process group at ", where,
@@ -246,11 +255,16 @@ void ProcessGroup::all_reduce_(torch::Tensor& tensor, ReduceOp op) {
   if (!is_distributed()) {
     return;
   }
-  TORCH_CHECK(tensor.device() == device_, "lamp::distributed::all_reduce_: "
-              "the tensor is on ", tensor.device(), " but the group "
-              "communicates on ", device_, ".");
+  TORCH_CHECK(tensor.device() == device_,
+              "lamp::distributed::all_reduce_: "
+              "the tensor is on ",
+              tensor.device(),
+              " but the group "
+              "communicates on ",
+              device_, ".");
   const bool staged = needs_fp32_reduction(backend_name_, tensor);
-  std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat) : tensor};
+  std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat)
+                                            : tensor};
   try {
     impl_->backend->allreduce(tensors, reduce_options(op))->wait();
   } catch (const std::exception& e) {
@@ -267,7 +281,8 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::all_reduce_async_(
     return std::make_unique<DoneWork>();
   }
   const bool staged = needs_fp32_reduction(backend_name_, tensor);
-  std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat) : tensor};
+  std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat)
+                                            : tensor};
   return std::make_unique<WorkHandle>(
       impl_->backend->allreduce(tensors, reduce_options(ReduceOp::kSum)),
       staged ? tensors[0] : torch::Tensor(), tensor);
@@ -277,8 +292,10 @@ void ProcessGroup::broadcast_(torch::Tensor& tensor, int root) {
   if (!is_distributed()) {
     return;
   }
-  TORCH_CHECK(root >= 0 && root < world_size_, "lamp::distributed::broadcast_: "
-              "root ", root, " is outside world size ", world_size_, ".");
+  TORCH_CHECK(root >= 0 && root < world_size_,
+              "lamp::distributed::broadcast_: "
+              "root ",
+              root, " is outside world size ", world_size_, ".");
   // A copy of bits: 16-bit types travel as Half (Gloo has no BF16/int16).
   std::vector<torch::Tensor> tensors{
       tensor.element_size() == 2 ? tensor.view(torch::kHalf) : tensor};
@@ -298,7 +315,8 @@ void ProcessGroup::fail_collective(const char* what,
               " of ", world_size_, " (", backend_name_, "): ",
               c10_error ? c10_error->what_without_backtrace() : error.what(),
               ". Another rank has probably exited or stopped answering (the "
-              "timeout is ", timeout_.count() / 1000.0, " s); see its output.");
+              "timeout is ",
+              timeout_.count() / 1000.0, " s); see its output.");
 }
 
 void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root) {
@@ -389,11 +407,13 @@ struct DataParallel::Impl {
     }
     auto& bucket = buckets[bucket_of[index]];
     TORCH_CHECK(!bucket.work, "lamp::distributed::DataParallel: parameter ",
-                index, " received a second gradient after its bucket's "
+                index,
+                " received a second gradient after its bucket's "
                 "all-reduce had started. Call backward once per step (or "
                 "set_sync(false) for all but the last of several).");
     const auto& grad = params[index].grad();
-    auto slice = bucket.buffer.narrow(0, offset_of[index], params[index].numel());
+    auto slice =
+        bucket.buffer.narrow(0, offset_of[index], params[index].numel());
     if (grad.defined()) {
       slice.copy_(grad.reshape(-1));
     } else {
@@ -420,12 +440,16 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
                            std::shared_ptr<ProcessGroup> group,
                            DataParallelOptions options)
     : impl_(std::make_shared<Impl>()), group_(std::move(group)) {
-  TORCH_CHECK(model != nullptr, "lamp::distributed::DataParallel: the model "
+  TORCH_CHECK(model != nullptr,
+              "lamp::distributed::DataParallel: the model "
               "is null.");
-  TORCH_CHECK(group_ != nullptr, "lamp::distributed::DataParallel: the "
+  TORCH_CHECK(group_ != nullptr,
+              "lamp::distributed::DataParallel: the "
               "process group is null.");
-  TORCH_CHECK(options.bucket_cap_mb() > 0, "lamp::distributed::DataParallel: "
-              "bucket_cap_mb must be positive, got ", options.bucket_cap_mb(), ".");
+  TORCH_CHECK(options.bucket_cap_mb() > 0,
+              "lamp::distributed::DataParallel: "
+              "bucket_cap_mb must be positive, got ",
+              options.bucket_cap_mb(), ".");
   const auto comm = options.communication_dtype();
   TORCH_CHECK(!comm || *comm == torch::kHalf || *comm == torch::kBFloat16 ||
                   *comm == torch::kFloat,
@@ -436,9 +460,13 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   impl.options = options;
   for (auto& p : model->parameters()) {
     if (p.requires_grad()) {
-      TORCH_CHECK(p.device() == group_->device(), "lamp::distributed::"
-                  "DataParallel: a parameter is on ", p.device(), " but the "
-                  "process group communicates on ", group_->device(),
+      TORCH_CHECK(p.device() == group_->device(),
+                  "lamp::distributed::"
+                  "DataParallel: a parameter is on ",
+                  p.device(),
+                  " but the "
+                  "process group communicates on ",
+                  group_->device(),
                   "; move the model to the group's device first.");
       impl.params.push_back(p);
     }
@@ -458,22 +486,24 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   impl.bucket_of.resize(impl.params.size());
   impl.offset_of.resize(impl.params.size());
   impl.ready.assign(impl.params.size(), false);
-  std::map<int, size_t> open_bucket;  // param dtype -> bucket index
+  std::map<int, size_t> open_bucket; // param dtype -> bucket index
   std::vector<int64_t> bucket_numel;
   std::vector<torch::Dtype> bucket_dtype;
   for (size_t k = impl.params.size(); k-- > 0;) {
     const auto& p = impl.params[k];
     const auto dtype = p.scalar_type();
-    const auto comm_dtype =
-        (comm && dtype == torch::kFloat) ? *comm : static_cast<torch::Dtype>(dtype);
+    const auto comm_dtype = (comm && dtype == torch::kFloat)
+                                ? *comm
+                                : static_cast<torch::Dtype>(dtype);
     const int64_t bytes =
         p.numel() * static_cast<int64_t>(torch::elementSize(comm_dtype));
     auto it = open_bucket.find(static_cast<int>(dtype));
     if (it == open_bucket.end() ||
         (bucket_numel[it->second] > 0 &&
-         bucket_numel[it->second] *
-                     static_cast<int64_t>(torch::elementSize(bucket_dtype[it->second])) +
-                 bytes > cap_bytes)) {
+         bucket_numel[it->second] * static_cast<int64_t>(torch::elementSize(
+                                        bucket_dtype[it->second])) +
+                 bytes >
+             cap_bytes)) {
       impl.buckets.emplace_back();
       bucket_numel.push_back(0);
       bucket_dtype.push_back(comm_dtype);
@@ -499,14 +529,15 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   std::weak_ptr<Impl> weak = impl_;
   for (size_t k = 0; k < impl.params.size(); ++k) {
     auto accumulator = torch::autograd::impl::grad_accumulator(impl.params[k]);
-    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [weak, k](const torch::autograd::variable_list& outputs,
-                  const torch::autograd::variable_list& /*inputs*/) {
-          if (auto alive = weak.lock()) {
-            alive->mark_ready(k);
-          }
-          return outputs;
-        }));
+    accumulator->add_post_hook(
+        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [weak, k](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list& /*inputs*/) {
+              if (auto alive = weak.lock()) {
+                alive->mark_ready(k);
+              }
+              return outputs;
+            }));
     impl.accumulators.push_back(std::move(accumulator));
   }
 }
@@ -537,7 +568,8 @@ void DataParallel::finish_gradient_sync() {
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t k = bucket.params[j];
       if (!impl.ready[k]) {
-        bucket.buffer.narrow(0, bucket.offsets[j], impl.params[k].numel()).zero_();
+        bucket.buffer.narrow(0, bucket.offsets[j], impl.params[k].numel())
+            .zero_();
         impl.ready[k] = true;
       }
     }

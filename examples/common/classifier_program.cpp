@@ -1,8 +1,8 @@
 #include "classifier_program.h"
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -32,22 +32,23 @@ class ProgressBar {
       images_ = 0;
     }
     images_ += p.images;
-    if (p.batch != p.batches &&
-        now - last_ < std::chrono::milliseconds(100)) {
+    if (p.batch != p.batches && now - last_ < std::chrono::milliseconds(100)) {
       return;
     }
     last_ = now;
     const double seconds = std::chrono::duration<double>(now - start_).count();
     const double rate = seconds > 0 ? images_ / seconds : 0.0;
-    const double eta = p.batch > 0 ? seconds * (p.batches - p.batch) / p.batch : 0.0;
+    const double eta =
+        p.batch > 0 ? seconds * (p.batches - p.batch) / p.batch : 0.0;
     const int width = 30;
     const int filled = static_cast<int>(width * p.batch / p.batches);
     std::string bar(filled, '=');
     bar.resize(width, ' ');
-    std::fprintf(stdout, "\r  epoch %lld [%s] %lld/%lld  %.0f img/s  ETA %.0f s ",
+    std::fprintf(stdout,
+                 "\r  epoch %lld [%s] %lld/%lld  %.0f img/s  ETA %.0f s ",
                  static_cast<long long>(p.epoch), bar.c_str(),
-                 static_cast<long long>(p.batch), static_cast<long long>(p.batches),
-                 rate, eta);
+                 static_cast<long long>(p.batch),
+                 static_cast<long long>(p.batches), rate, eta);
     std::fflush(stdout);
   }
   void finish() {
@@ -65,13 +66,15 @@ class ProgressBar {
 
 torch::Device resolve_device(const std::string& name) {
   if (name.empty()) {
-    return lamp::cuda_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    return lamp::cuda_available() ? torch::Device(torch::kCUDA)
+                                  : torch::Device(torch::kCPU);
   }
   torch::Device device(torch::kCPU);
   try {
     device = torch::Device(name);
   } catch (const c10::Error&) {
-    TORCH_CHECK(false, "--device '", name, "' is not a device; use cpu, cuda or cuda:N.");
+    TORCH_CHECK(false, "--device '", name,
+                "' is not a device; use cpu, cuda or cuda:N.");
   }
   TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device '", name,
               "': only cpu and cuda devices are supported.");
@@ -85,40 +88,59 @@ torch::Device resolve_device(const std::string& name) {
 
 void add_options(CLI::App& app, ProgramConfig& c) {
   app.add_option("--model", c.model, "network")
-      ->check(CLI::IsMember(c.models))->capture_default_str();
+      ->check(CLI::IsMember(c.models))
+      ->capture_default_str();
   app.add_option("--precision", c.precision,
                  "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)")
       ->check(CLI::IsMember(
           {"fp32", "tf32", "amp", "amp-bf16", "half", "fp16", "bf16"}))
       ->capture_default_str();
   app.add_flag("--fp16", c.fp16, "same as --precision half (the seed's flag)");
-  app.add_option("--epochs", c.epochs, "epochs")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "images per step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--eval-batch-size", c.eval_batch_size, "images per evaluation batch")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--lr", c.lr, "peak learning rate (SGD)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov)")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "L2 weight decay")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--schedule", c.schedule, "onecycle | cosine | constant")
-      ->check(CLI::IsMember({"onecycle", "cosine", "constant"}))->capture_default_str();
-  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark, "let cuDNN pick its fastest algorithms");
-  app.add_flag("--channels-last", c.channels_last, "NHWC memory format for images and model");
-  app.add_option("--data", c.data, "dataset directory")->capture_default_str();
-  app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda when available)");
-  app.add_option("--seed", c.seed, "seed of initialisation, data order and augmentation")
+  app.add_option("--epochs", c.epochs, "epochs")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here after every epoch");
+  app.add_option("--batch-size", c.batch_size, "images per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--eval-batch-size", c.eval_batch_size,
+                 "images per evaluation batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--lr", c.lr, "peak learning rate (SGD)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "L2 weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--schedule", c.schedule, "onecycle | cosine | constant")
+      ->check(CLI::IsMember({"onecycle", "cosine", "constant"}))
+      ->capture_default_str();
+  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
+               "let cuDNN pick its fastest algorithms");
+  app.add_flag("--channels-last", c.channels_last,
+               "NHWC memory format for images and model");
+  app.add_option("--data", c.data, "dataset directory")->capture_default_str();
+  app.add_option("--device", c.device,
+                 "cpu, cuda or cuda:N (default: cuda when available)");
+  app.add_option("--seed", c.seed,
+                 "seed of initialisation, data order and augmentation")
+      ->capture_default_str();
+  app.add_option("--checkpoint", c.checkpoint,
+                 "write a checkpoint here after every epoch");
   app.add_option("--resume", c.resume, "resume from this checkpoint");
-  app.add_option("--log-json", c.log_json, "append one JSON object per epoch to this file");
-  app.add_option("--max-steps", c.max_steps, "stop after this many steps (smoke runs)")
+  app.add_option("--log-json", c.log_json,
+                 "append one JSON object per epoch to this file");
+  app.add_option("--max-steps", c.max_steps,
+                 "stop after this many steps (smoke runs)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-progress", c.progress, "no progress bar");
-  app.add_flag("--report-precision", c.report_precision,
-               "before training, print every parameter's and buffer's dtype "
-               "and the dtypes of the convolutions/matmuls of one evaluation pass");
+  app.add_flag(
+      "--report-precision", c.report_precision,
+      "before training, print every parameter's and buffer's dtype "
+      "and the dtypes of the convolutions/matmuls of one evaluation pass");
 }
 
 std::pair<std::vector<double>, std::vector<double>> channel_stats(
@@ -133,11 +155,16 @@ std::pair<std::vector<double>, std::vector<double>> channel_stats(
 }
 
 void run(const ProgramConfig& config, const RunSpec& spec) {
-  const auto device = resolve_device(config.device);
-  const auto precision =
-      lamp::parse_precision(config.fp16 ? std::string("half") : config.precision);
-  TORCH_CHECK(!config.fp16 || config.precision == "fp32" || config.precision == "half" ||
-                  config.precision == "fp16",
+  // Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
+  // otherwise a single-process group.
+  auto group = lamp::distributed::ProcessGroup::from_environment(
+      resolve_device(config.device));
+  const auto device = group->device();
+  const bool main_rank = group->is_main();
+  const auto precision = lamp::parse_precision(config.fp16 ? std::string("half")
+                                                           : config.precision);
+  TORCH_CHECK(!config.fp16 || config.precision == "fp32" ||
+                  config.precision == "half" || config.precision == "fp16",
               "--fp16 and --precision ", config.precision,
               " contradict each other; give one of them.");
   lamp::set_cudnn_benchmark(config.cudnn_benchmark);
@@ -158,7 +185,9 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                            .horizontal_flip(spec.horizontal_flip)
                            .mean(spec.mean)
                            .std(spec.std)
-                           .channels_last(config.channels_last);
+                           .channels_last(config.channels_last)
+                           .num_shards(group->world_size())
+                           .shard(group->rank());
   auto test_options = lamp::data::LoaderOptions(config.eval_batch_size)
                           .shuffle(false)
                           .mean(spec.mean)
@@ -178,9 +207,10 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
           .eval_batch_size(config.eval_batch_size)
           .max_steps(config.max_steps)
           .checkpoint(config.checkpoint)
-          .resume(config.resume));
+          .resume(config.resume)
+          .process_group(group));
 
-  if (config.report_precision) {
+  if (config.report_precision && main_rank) {
     // Evaluation changes nothing, so observing it leaves the run as it was.
     const auto ops = lamp::op_precision_report([&] { trainer.evaluate(); });
     std::printf("%s\nops of one evaluation pass:\n%s\n",
@@ -188,45 +218,67 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                 ops.to_string().c_str());
   }
   std::unique_ptr<std::ofstream> log;
-  if (!config.log_json.empty()) {
+  if (!config.log_json.empty() && main_rank) {
     log = std::make_unique<std::ofstream>(config.log_json, std::ios::app);
-    TORCH_CHECK(log->good(), "--log-json: cannot write to ", config.log_json, ".");
+    TORCH_CHECK(log->good(), "--log-json: cannot write to ", config.log_json,
+                ".");
   }
-  std::printf("%s: %s, %s on %s, %lld train / %lld test images, batch %lld, "
-              "%lld epochs%s\n",
-              spec.program.c_str(), config.model.c_str(),
-              lamp::to_string(precision).c_str(), device.str().c_str(),
-              static_cast<long long>(spec.train.images.size(0)),
-              static_cast<long long>(spec.test.images.size(0)),
-              static_cast<long long>(config.batch_size),
-              static_cast<long long>(config.epochs),
-              trainer.start_epoch() > 0
-                  ? (", resuming at epoch " + std::to_string(trainer.start_epoch() + 1)).c_str()
-                  : "");
-  std::fflush(stdout);
-  ProgressBar bar(config.progress && isatty(STDOUT_FILENO));
+  if (main_rank) {
+    std::printf(
+        "%s: %s, %s on %s, %lld train / %lld test images, batch %lld, "
+        "%lld epochs%s%s\n",
+        spec.program.c_str(), config.model.c_str(),
+        lamp::to_string(precision).c_str(), device.str().c_str(),
+        static_cast<long long>(spec.train.images.size(0)),
+        static_cast<long long>(spec.test.images.size(0)),
+        static_cast<long long>(config.batch_size),
+        static_cast<long long>(config.epochs),
+        trainer.start_epoch() > 0 ? (", resuming at epoch " +
+                                     std::to_string(trainer.start_epoch() + 1))
+                                        .c_str()
+                                  : "",
+        group->is_distributed()
+            ? (", data-parallel over " + std::to_string(group->world_size()) +
+               " ranks (" + group->backend() + "), batch per rank")
+                  .c_str()
+            : "");
+    std::fflush(stdout);
+  }
+  ProgressBar bar(main_rank && config.progress && isatty(STDOUT_FILENO));
   trainer.fit(
       [&](const lamp::training::EpochStats& s) {
+        if (!main_rank) {
+          return;
+        }
         bar.finish();
-        std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%%  "
-                    "%.2f s  %.0f img/s  peak %s  scale %g  skipped %lld\n",
-                    static_cast<long long>(s.epoch), static_cast<long long>(config.epochs),
-                    s.train_loss, s.test_loss, 100.0 * s.test_accuracy, s.seconds,
-                    s.images_per_second, mib(s.peak_memory_bytes).c_str(), s.loss_scale,
-                    static_cast<long long>(s.skipped_steps));
+        std::printf(
+            "epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%% "
+            " "
+            "%.2f s  %.0f img/s  peak %s  scale %g  skipped %lld\n",
+            static_cast<long long>(s.epoch),
+            static_cast<long long>(config.epochs), s.train_loss, s.test_loss,
+            100.0 * s.test_accuracy, s.seconds, s.images_per_second,
+            mib(s.peak_memory_bytes).c_str(), s.loss_scale,
+            static_cast<long long>(s.skipped_steps));
         std::fflush(stdout);
         if (log) {
-          nlohmann::json line = {
-              {"program", spec.program}, {"model", config.model},
-              {"precision", lamp::to_string(precision)}, {"device", device.str()},
-              {"batch_size", config.batch_size}, {"epoch", s.epoch},
-              {"steps", s.steps}, {"global_step", s.global_step},
-              {"train_loss", s.train_loss}, {"test_loss", s.test_loss},
-              {"test_accuracy", s.test_accuracy}, {"seconds", s.seconds},
-              {"images_per_second", s.images_per_second},
-              {"peak_memory_bytes", s.peak_memory_bytes},
-              {"loss_scale", s.loss_scale}, {"skipped_steps", s.skipped_steps},
-              {"lr", s.lr}};
+          nlohmann::json line = {{"program", spec.program},
+                                 {"model", config.model},
+                                 {"precision", lamp::to_string(precision)},
+                                 {"device", device.str()},
+                                 {"batch_size", config.batch_size},
+                                 {"epoch", s.epoch},
+                                 {"steps", s.steps},
+                                 {"global_step", s.global_step},
+                                 {"train_loss", s.train_loss},
+                                 {"test_loss", s.test_loss},
+                                 {"test_accuracy", s.test_accuracy},
+                                 {"seconds", s.seconds},
+                                 {"images_per_second", s.images_per_second},
+                                 {"peak_memory_bytes", s.peak_memory_bytes},
+                                 {"loss_scale", s.loss_scale},
+                                 {"skipped_steps", s.skipped_steps},
+                                 {"lr", s.lr}};
           *log << line.dump() << "\n";
           log->flush();
         }

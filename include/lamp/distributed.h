@@ -68,7 +68,8 @@ enum class ReduceOp { kSum, kMax, kMin };
 ///
 /// Example:
 /// \code
-///   auto group = lamp::distributed::ProcessGroup::from_environment(torch::kCPU);
+///   auto group =
+///   lamp::distributed::ProcessGroup::from_environment(torch::kCPU);
 ///   torch::Tensor correct = torch::tensor({hits}, torch::kDouble);
 ///   group->all_reduce_(correct);  // summed over ranks
 ///   if (group->rank() == 0) std::cout << correct.item<double>() << "\n";

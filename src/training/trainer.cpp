@@ -80,7 +80,9 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   }
   step_ = std::make_unique<TrainStep>(
       model_, sgd_factory(o),
-      TrainStepOptions(o.precision()).max_grad_norm(o.max_grad_norm()));
+      TrainStepOptions(o.precision())
+          .max_grad_norm(o.max_grad_norm())
+          .process_group(o.process_group()));
   TORCH_CHECK(step_->device() == train_loader_.device(),
               "lamp: the model is on ", step_->device(),
               " but the training data on ", train_loader_.device(),
@@ -159,6 +161,14 @@ std::vector<EpochStats> ClassifierTrainer::fit(
         on_batch({epoch + 1, i + 1, batches, batch.labels.size(0)});
       }
     }
+    const auto& group = o.process_group();
+    if (group && group->is_distributed()) {
+      // All ranks together: the mean of the ranks' mean losses, every
+      // rank's images.
+      group->all_reduce_(loss_sum);
+      loss_sum.div_(group->world_size());
+      images *= group->world_size();
+    }
     synchronize(device);
     stats.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -174,7 +184,8 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     const bool epoch_complete = stats.steps == batches;
     if (epoch_complete) {
       start_epoch_ = epoch + 1;
-      if (!o.checkpoint().empty()) {
+      if (!o.checkpoint().empty() &&
+          (!o.process_group() || o.process_group()->is_main())) {
         save_checkpoint(o.checkpoint());
       }
     }
@@ -196,7 +207,12 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
   const auto on_device = torch::TensorOptions().device(test_loader_.device());
   auto loss_sum = torch::zeros({}, on_device.dtype(torch::kDouble));
   auto correct = torch::zeros({}, on_device.dtype(torch::kLong));
-  for (int64_t i = 0; i < test_loader_.batches_per_epoch(); ++i) {
+  // Data-parallel: rank r evaluates batches r, r + world, ...; the sums
+  // are then added up over the ranks (each test image counted once).
+  const auto& group = options_.process_group();
+  const int64_t ranks = group ? group->world_size() : 1;
+  const int64_t rank = group ? group->rank() : 0;
+  for (int64_t i = rank; i < test_loader_.batches_per_epoch(); i += ranks) {
     const auto batch = test_loader_.batch(i);
     const auto output =
         forward_(step_->cast_input(batch.images)).to(torch::kFloat);
@@ -205,6 +221,12 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
     correct += output.argmax(1).eq(batch.labels).sum();
   }
   model_->train();
+  if (ranks > 1) {
+    group->all_reduce_(loss_sum);
+    auto correct_double = correct.to(torch::kDouble);
+    group->all_reduce_(correct_double);
+    correct = correct_double.to(torch::kLong);
+  }
   const double n = static_cast<double>(test_loader_.size());
   return {loss_sum.item<double>() / n, correct.item<int64_t>() / n};
 }

@@ -23,10 +23,10 @@ using lamp::distributed::ProcessGroupOptions;
 using lamp_test::AllClose;
 using lamp_test::BitEqual;
 
-std::shared_ptr<ProcessGroup> group(std::chrono::milliseconds timeout =
-                                        std::chrono::seconds(60)) {
-  auto g = ProcessGroup::from_environment(torch::kCPU,
-                                          ProcessGroupOptions().timeout(timeout));
+std::shared_ptr<ProcessGroup> group(
+    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  auto g = ProcessGroup::from_environment(
+      torch::kCPU, ProcessGroupOptions().timeout(timeout));
   EXPECT_EQ(g->world_size(), 2) << "run through run_ranks.sh 2";
   EXPECT_EQ(g->backend(), "gloo");
   return g;
@@ -50,8 +50,7 @@ lamp::OptimizerFactory sgd() {
 // process trained on the whole batch, identical on both ranks.
 void expect_matches_one_process(lamp::Precision precision,
                                 lamp::distributed::DataParallelOptions dp,
-                                double rtol, double atol,
-                                int64_t min_buckets) {
+                                double rtol, double atol, int64_t min_buckets) {
   auto g = group();
   torch::manual_seed(0);
   lamp::models::MnistCNN replica;
@@ -60,7 +59,8 @@ void expect_matches_one_process(lamp::Precision precision,
   if (g->rank() == 1) {
     // A different start on rank 1: the broadcast must replace it.
     torch::NoGradGuard no_grad;
-    for (auto& p : replica->parameters()) p.add_(1.0);
+    for (auto& p : replica->parameters())
+      p.add_(1.0);
   }
   lamp::TrainStep distributed_step(
       replica.ptr(), sgd(),
@@ -90,8 +90,10 @@ void expect_matches_one_process(lamp::Precision precision,
   const auto mine = replica->parameters();
   const auto expected = reference->parameters();
   for (size_t i = 0; i < mine.size(); ++i) {
-    EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i]))) << "parameter " << i;
-    EXPECT_TRUE(AllClose(mine[i], expected[i], rtol, atol)) << "parameter " << i;
+    EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i])))
+        << "parameter " << i;
+    EXPECT_TRUE(AllClose(mine[i], expected[i], rtol, atol))
+        << "parameter " << i;
   }
 }
 
@@ -147,7 +149,7 @@ TEST(TwoRanks, InfOnOneRankSkipsTheStepOnBoth) {
 
 TEST(TwoRanks, BroadcastsRankZerosBuffersBeforeForward) {
   auto g = group();
-  torch::manual_seed(g->rank());  // different weights and buffers per rank
+  torch::manual_seed(g->rank()); // different weights and buffers per rank
   lamp_test::SmallNet net;
   lamp::distributed::DataParallel dp(net.ptr(), g);
   for (const auto& p : net->parameters()) {
@@ -165,7 +167,7 @@ TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
   auto g = group(std::chrono::seconds(10));
   g->barrier();
   if (g->rank() == 1) {
-    std::_Exit(0);  // gone without a word, like a crashed rank
+    std::_Exit(0); // gone without a word, like a crashed rank
   }
   const auto start = std::chrono::steady_clock::now();
   auto t = torch::ones({4});
@@ -180,9 +182,9 @@ TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
     EXPECT_NE(std::string(e.what()).find("rank 0 of 2"), std::string::npos)
         << e.what();
   }
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   EXPECT_LT(seconds, 30.0);
 }
 

@@ -17,6 +17,7 @@
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
 #include "lamp/precision.h"
+#include "lamp/distributed.h"
 #include "lamp/train_step.h"
 #include "lamp/training/schedule.h"
 
@@ -48,6 +49,13 @@ struct TrainerOptions {
   /// Abort when this many consecutive optimizer steps were skipped for
   /// non-finite gradients, or the loss stayed non-finite this long.
   TORCH_ARG(int64_t, divergence_patience) = 100;
+  /// Data-parallel training (lamp/distributed.h): each rank trains on its
+  /// shard of the training data (give the train loader
+  /// LoaderOptions::num_shards/shard), gradients are averaged over the
+  /// ranks, evaluation is split over the ranks and summed, train loss and
+  /// images/s are reported for all ranks together, and only rank 0 writes
+  /// the checkpoint. nullptr or a one-process group: a single process.
+  TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>, process_group) = nullptr;
 };
 
 /// What one epoch did.

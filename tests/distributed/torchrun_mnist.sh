@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# train_mnist started by torchrun with two CPU ranks (Gloo) on Fashion-MNIST:
+# it must reach the single-process accuracy band (>= 88% after 2 epochs) and
+# only rank 0 may log. Exit 77 (ctest: skipped) where /usr/bin/python3 has no
+# torch (torchrun comes with Debian's python3-torch).
+# Usage: torchrun_mnist.sh <train_mnist> <log.jsonl>
+set -euo pipefail
+program="$1"
+log="$2"
+if ! /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null; then
+  echo "skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
+  exit 77
+fi
+rm -f "$log"
+port=$((20000 + RANDOM % 40000))
+# --redirects 1 --tee 1: Debian's torchrun 1.13 on Python 3.11 fails on its
+# default (no redirection); this sends stdout to its log files and the console.
+/usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \
+  --master_port "$port" --redirects 1 --tee 1 --no_python \
+  "$program" --precision amp-bf16 --epochs 2 --device cpu --no-progress \
+  --log-json "$log"
+lines=$(wc -l <"$log")
+if [ "$lines" -ne 2 ]; then
+  echo "expected 2 JSON lines (rank 0 only, one per epoch), got $lines" >&2
+  exit 1
+fi
+/usr/bin/python3 - "$log" <<'PY'
+import json, sys
+last = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+accuracy = last["test_accuracy"]
+print("final test accuracy: %.4f (required: >= 0.88)" % accuracy)
+sys.exit(0 if accuracy >= 0.88 else 1)
+PY

@@ -11,6 +11,15 @@ if ! /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null; then
   echo "skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
   exit 77
 fi
+# torchrun's agent serves the TCPStore the ranks meet at; its wire protocol
+# changed between 1.13 and 2.x, so the program must use the same LibTorch
+# as that torchrun (Debian's 1.13).
+torch_version=$(/usr/bin/python3 -c "import torch; print(torch.__version__.split('+')[0][:4])")
+libraries=$(ldd "$program")
+if [[ "$libraries" != *"libtorch_cpu.so.${torch_version}"* ]]; then
+  echo "skipped: $program does not use the LibTorch of /usr/bin/python3's torchrun (${torch_version})"
+  exit 77
+fi
 rm -f "$log"
 port=$((20000 + RANDOM % 40000))
 # --redirects 1 --tee 1: Debian's torchrun 1.13 on Python 3.11 fails on its

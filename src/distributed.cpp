@@ -375,6 +375,13 @@ struct DataParallel::Impl {
   DataParallelOptions options;
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> buffers;
+  // One flat staging tensor per buffer dtype, made once: the per-step
+  // broadcast then allocates nothing.
+  struct BufferGroup {
+    torch::Tensor flat;
+    std::vector<torch::Tensor> members;
+  };
+  std::vector<BufferGroup> buffer_groups;
   std::vector<size_t> bucket_of;  // per parameter
   std::vector<int64_t> offset_of; // per parameter, within its bucket
   std::vector<bool> ready;        // per parameter, in this backward
@@ -479,6 +486,25 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
     state.insert(state.end(), impl.buffers.begin(), impl.buffers.end());
     group_->broadcast_(state, 0);
   }
+  {
+    std::map<int, size_t> group_of_dtype;
+    for (const auto& b : impl.buffers) {
+      const int key = static_cast<int>(b.scalar_type());
+      auto it = group_of_dtype.find(key);
+      if (it == group_of_dtype.end()) {
+        it = group_of_dtype.emplace(key, impl.buffer_groups.size()).first;
+        impl.buffer_groups.emplace_back();
+      }
+      impl.buffer_groups[it->second].members.push_back(b);
+    }
+    for (auto& g : impl.buffer_groups) {
+      int64_t numel = 0;
+      for (const auto& b : g.members)
+        numel += b.numel();
+      g.flat = torch::empty({numel},
+                            g.members[0].options().device(group_->device()));
+    }
+  }
 
   // Buckets: reverse registration order, one dtype each, up to the cap.
   const int64_t cap_bytes =
@@ -545,8 +571,26 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
 DataParallel::~DataParallel() = default;
 
 void DataParallel::before_forward() {
-  if (impl_->options.broadcast_buffers() && !impl_->buffers.empty()) {
-    group_->broadcast_(impl_->buffers, 0);
+  if (!impl_->options.broadcast_buffers() || !group_->is_distributed()) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  const bool root = group_->rank() == 0;
+  for (auto& g : impl_->buffer_groups) {
+    int64_t offset = 0;
+    if (root) {
+      for (const auto& b : g.members) {
+        g.flat.narrow(0, offset, b.numel()).view_as(b).copy_(b);
+        offset += b.numel();
+      }
+    }
+    group_->broadcast_(g.flat, 0);
+    if (!root) {
+      for (auto& b : g.members) {
+        b.copy_(g.flat.narrow(0, offset, b.numel()).view_as(b));
+        offset += b.numel();
+      }
+    }
   }
 }
 

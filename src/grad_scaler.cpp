@@ -208,6 +208,10 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   if (process_group_ && process_group_->is_distributed()) {
     // std::map: the same device order on every rank.
     for (auto& item : state.found_inf_per_device) {
+      if (item.second.device() == process_group_->device()) {
+        process_group_->all_reduce_(item.second, distributed::ReduceOp::kMax);
+        continue;
+      }
       auto on_group = item.second.to(process_group_->device());
       process_group_->all_reduce_(on_group, distributed::ReduceOp::kMax);
       item.second.copy_(on_group);

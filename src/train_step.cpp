@@ -49,7 +49,7 @@ void check_mode_runs_on(Precision precision, const torch::Device& device) {
 }
 
 GradScalerOptions scaler_options(const TrainStepOptions& options) {
-  if (uses_loss_scaling(options.precision())) {
+  if (uses_loss_scaling(options.precision()) || options.force_loss_scaling()) {
     return options.scaler();
   }
   if (options.skip_non_finite()) {

@@ -282,6 +282,40 @@ TEST(GradScaler, SaveLoadRoundTripUsesPythonsKeys) {
   }
 }
 
+// With hysteresis 2, one overflow is pending at the checkpoint: the restored
+// scaler must back off on the next overflow, as the original does.
+TEST(GradScaler, SaveLoadKeepsThePendingOverflowCount) {
+  const auto options =
+      lamp::GradScalerOptions().init_scale(64).hysteresis(2).growth_interval(100);
+  lamp::GradScaler original(options);
+  Rig rig;
+  scripted_step(original, rig, 1.0f);
+  scripted_step(original, rig, kInf);  // 1 of 2: no backoff yet
+  ASSERT_EQ(original.get_scale(), 64.0);
+  std::stringstream stream;
+  {
+    torch::serialize::OutputArchive archive;
+    original.save(archive);
+    archive.save_to(stream);
+  }
+  const std::string saved = stream.str();
+  for (bool initialised : {false, true}) {
+    std::stringstream copy(saved);
+    torch::serialize::InputArchive archive;
+    archive.load_from(copy);
+    lamp::GradScaler restored(options);
+    if (initialised) {
+      restored.scale(torch::ones({}));
+    }
+    restored.load(archive);
+    Rig r;
+    EXPECT_FALSE(scripted_step(restored, r, kInf));
+    EXPECT_EQ(restored.get_scale(), 32.0) << "initialised " << initialised;
+  }
+  EXPECT_FALSE(scripted_step(original, rig, kInf));
+  EXPECT_EQ(original.get_scale(), 32.0);
+}
+
 TEST(GradScaler, LoadAcceptsPythonIntegersAndRejectsInvalidState) {
   auto archive_with = [](double scale, c10::IValue growth_factor,
                          int64_t interval) {
@@ -401,53 +435,150 @@ TEST(GradScaler, OverflowDiagnosticsNameTheParameters) {
   EXPECT_EQ(scaler.last_overflow(), std::vector<std::string>{"fc.weight"});
 }
 
-// The portable paths against ATen's own kernels where this LibTorch has them
-// on CPU (LibTorch >= 2.4); 1.13 has them for CUDA only.
-TEST(GradScaler, PortableUpdateEqualsATenKernelBitForBit) {
-  auto probe_scale = torch::ones({});
-  auto probe_tracker = torch::zeros({}, torch::kInt);
-  try {
-    at::_amp_update_scale_(probe_scale, probe_tracker, torch::zeros({}), 2.0,
-                           0.5, 10);
-  } catch (const c10::Error&) {
-    GTEST_SKIP() << "this LibTorch has no CPU _amp_update_scale_ kernel";
+// PyTorch's scale update, written out from ATen's kernel
+// (aten/src/ATen/native/cuda/AmpKernels.cu, `amp_update_scale_cuda_kernel`,
+// and its CPU twin from 2.3 on): the scale is FP32, the factors double, each
+// product is computed in double and rounded once to FP32; growth is dropped
+// when the grown scale is not finite.
+struct ReferenceUpdate {
+  float scale;
+  int32_t tracker = 0;
+  void operator()(bool found_inf, double growth, double backoff,
+                  int32_t interval) {
+    if (found_inf) {
+      scale = static_cast<float>(static_cast<double>(scale) * backoff);
+      tracker = 0;
+      return;
+    }
+    const int32_t successful = tracker + 1;
+    if (successful == interval) {
+      const auto grown = static_cast<float>(static_cast<double>(scale) * growth);
+      if (std::isfinite(grown)) {
+        scale = grown;
+      }
+      tracker = 0;
+    } else {
+      tracker = successful;
+    }
   }
-  torch::manual_seed(0);
-  const auto infs = torch::rand({300}).lt(0.3);
-  auto scale_a = torch::full({}, 1000.0f), scale_b = scale_a.clone();
-  auto tracker_a = torch::zeros({}, torch::kInt), tracker_b = tracker_a.clone();
-  auto overflows = torch::zeros({}, torch::kInt);
-  for (int64_t i = 0; i < infs.numel(); ++i) {
-    const auto found = infs[i].to(torch::kFloat);
-    at::_amp_update_scale_(scale_a, tracker_a, found, 1.7, 0.3, 3);
-    lamp::detail::update_scale_(scale_b, tracker_b, overflows, found, 1.7, 0.3,
-                                3, 0.0, std::numeric_limits<double>::infinity(),
-                                1);
-    ASSERT_TRUE(BitEqual(scale_b, scale_a)) << "step " << i;
-    ASSERT_TRUE(BitEqual(tracker_b, tracker_a)) << "step " << i;
+};
+
+bool has_cpu_amp_update_kernel() {
+  auto scale = torch::ones({});
+  auto tracker = torch::zeros({}, torch::kInt);
+  try {
+    at::_amp_update_scale_(scale, tracker, torch::zeros({}), 2.0, 0.5, 10);
+    return true;
+  } catch (const c10::Error&) {
+    return false;
   }
 }
 
-TEST(GradScaler, PortableUnscaleEqualsATenKernelBitForBit) {
+// lamp's portable update against the reference rule on every LibTorch, and
+// against ATen's own CPU kernel where this LibTorch has one (1.13 has it for
+// CUDA only). Factors that round (1.7, 0.3) and a scale driven to the top of
+// FP32's range, where growth is refused, are part of the sequences.
+TEST(GradScaler, PortableUpdateEqualsPyTorchsRuleBitForBit) {
+  const bool aten = has_cpu_amp_update_kernel();
+  for (const float init : {1000.0f, 1e37f}) {
+    torch::manual_seed(0);
+    const auto infs = torch::rand({300}).lt(init > 1e30f ? 0.02 : 0.3);
+    ReferenceUpdate reference{init};
+    auto scale_a = torch::full({}, init), scale_b = scale_a.clone();
+    auto tracker_a = torch::zeros({}, torch::kInt), tracker_b = tracker_a.clone();
+    auto overflows = torch::zeros({}, torch::kInt);
+    bool refused_growth = false;
+    for (int64_t i = 0; i < infs.numel(); ++i) {
+      const bool inf = infs[i].item<bool>();
+      const auto found = torch::full({}, inf ? 1.0f : 0.0f);
+      const float before = reference.scale;
+      reference(inf, 1.7, 0.3, 3);
+      refused_growth = refused_growth ||
+          (!inf && reference.tracker == 0 && reference.scale == before);
+      lamp::detail::update_scale_(scale_b, tracker_b, overflows, found, 1.7,
+                                  0.3, 3, 0.0,
+                                  std::numeric_limits<double>::infinity(), 1);
+      ASSERT_EQ(scale_b.item<float>(), reference.scale) << "step " << i;
+      ASSERT_EQ(tracker_b.item<int>(), reference.tracker) << "step " << i;
+      if (aten) {
+        at::_amp_update_scale_(scale_a, tracker_a, found, 1.7, 0.3, 3);
+        ASSERT_TRUE(BitEqual(scale_b, scale_a)) << "step " << i;
+        ASSERT_TRUE(BitEqual(tracker_b, tracker_a)) << "step " << i;
+      }
+    }
+    EXPECT_EQ(refused_growth, init > 1e30f);
+  }
+  if (!aten) {
+    std::cout << "[ note     ] no CPU _amp_update_scale_ in this LibTorch: "
+                 "compared with the reference rule only\n";
+  }
+}
+
+// ATen's unscale, element by element: multiply in FP32 (the inverse scale is
+// an FP32 number), round once to the tensor's dtype; found_inf is set when
+// any element is inf or NaN.
+template <typename T>
+torch::Tensor reference_unscale(const torch::Tensor& t, float inv, bool& found) {
+  auto out = t.contiguous().clone();
+  auto* data = out.data_ptr<T>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const float v = static_cast<float>(data[i]);
+    found = found || !std::isfinite(v);
+    data[i] = static_cast<T>(v * inv);
+  }
+  return out;
+}
+
+torch::Tensor reference_unscale(const torch::Tensor& t, float inv, bool& found) {
+  switch (t.scalar_type()) {
+    case torch::kHalf:
+      return reference_unscale<c10::Half>(t, inv, found);
+    case torch::kBFloat16:
+      return reference_unscale<c10::BFloat16>(t, inv, found);
+    default:
+      return reference_unscale<float>(t, inv, found);
+  }
+}
+
+// lamp's portable unscale against the reference rule on every LibTorch, and
+// against ATen's CPU kernel where this LibTorch has one.
+TEST(GradScaler, PortableUnscaleEqualsPyTorchsRuleBitForBit) {
+  bool aten = true;
   for (auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
     torch::manual_seed(1);
+    // Values that round differently in FP16/BF16 after the multiply, an inf,
+    // and an inverse scale that is not a power of two.
     std::vector<torch::Tensor> a = {torch::randn({64}).mul(3000).to(dtype),
                                     torch::randn({7, 5}).to(dtype)};
     a[1][2][3] = kInf;
     std::vector<torch::Tensor> b = {a[0].clone(), a[1].clone()};
-    auto found_a = torch::zeros({}), found_b = torch::zeros({});
-    const auto inv = torch::full({}, 1.0f / 3000.0f);
+    const float inv_value = 1.0f / 3000.0f;
+    const auto inv = torch::full({}, inv_value);
+    bool found_reference = false;
+    const auto expected0 = reference_unscale(a[0], inv_value, found_reference);
+    const auto expected1 = reference_unscale(a[1], inv_value, found_reference);
+    auto found_b = torch::zeros({});
+    lamp::detail::non_finite_check_and_unscale_(b, found_b, inv);
+    EXPECT_TRUE(found_reference);
+    EXPECT_EQ(found_b.item<float>(), 1.0f) << dtype;
+    EXPECT_TRUE(BitEqual(b[0], expected0)) << dtype;
+    EXPECT_TRUE(BitEqual(b[1], expected1)) << dtype;
+    EXPECT_FALSE(BitEqual(b[0], a[0])) << dtype;  // it did change them
+
+    auto found_a = torch::zeros({});
     try {
       at::_amp_foreach_non_finite_check_and_unscale_(a, found_a, inv);
     } catch (const c10::Error&) {
-      GTEST_SKIP() << "this LibTorch has no CPU "
-                      "_amp_foreach_non_finite_check_and_unscale_ kernel";
+      aten = false;
+      continue;
     }
-    lamp::detail::non_finite_check_and_unscale_(b, found_b, inv);
-    EXPECT_EQ(found_a.item<float>(), 1.0f);
-    EXPECT_TRUE(BitEqual(found_b, found_a));
-    EXPECT_TRUE(BitEqual(b[0], a[0]));
-    EXPECT_TRUE(BitEqual(b[1], a[1]));
+    EXPECT_TRUE(BitEqual(found_b, found_a)) << dtype;
+    EXPECT_TRUE(BitEqual(b[0], a[0])) << dtype;
+    EXPECT_TRUE(BitEqual(b[1], a[1])) << dtype;
+  }
+  if (!aten) {
+    std::cout << "[ note     ] no CPU _amp_foreach_non_finite_check_and_unscale_"
+                 " in this LibTorch: compared with the reference rule only\n";
   }
 }
 

@@ -86,25 +86,34 @@ TEST_P(NetworkToHalfDtype, ConvertsEveryTensorAndKeepsBatchNormFP32) {
   }
 }
 
-TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
-  Zoo zoo;
-  const auto options = lamp::HalfOptions(GetParam()).keep_norm_fp32(true);
-  if (!lamp::mixed_dtype_norm_available(torch::kCPU, GetParam())) {
-    try {
-      lamp::network_to_half(zoo, options);
-      FAIL() << "kept a LayerNorm in FP32 that cannot take low-precision input";
-    } catch (const c10::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("keep_norm_fp32 would keep 'ln'"),
-                std::string::npos)
-          << e.what();
-    }
-    for (const auto& item : dtypes(*zoo)) {  // refused before any change
-      EXPECT_TRUE(item.second == torch::kFloat || item.second == torch::kLong)
-          << item.first;
-    }
-    return;
+TEST_P(NetworkToHalfDtype, KeepNormFP32RefusesNormsThatCannotTakeLowPrecision) {
+  if (lamp::mixed_dtype_norm_available(torch::kCPU, GetParam())) {
+    GTEST_SKIP() << "this LibTorch's LayerNorm/GroupNorm take " << GetParam()
+                 << " input with FP32 parameters on CPU: nothing to refuse";
   }
-  lamp::network_to_half(zoo, options);
+  Zoo zoo;
+  try {
+    lamp::network_to_half(zoo, lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
+    FAIL() << "kept a LayerNorm in FP32 that cannot take low-precision input";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keep_norm_fp32 would keep 'ln'"),
+              std::string::npos)
+        << e.what();
+  }
+  for (const auto& item : dtypes(*zoo)) {  // refused before any change
+    EXPECT_TRUE(item.second == torch::kFloat || item.second == torch::kLong)
+        << item.first;
+  }
+}
+
+TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
+  if (!lamp::mixed_dtype_norm_available(torch::kCPU, GetParam())) {
+    GTEST_SKIP() << "this LibTorch's LayerNorm/GroupNorm cannot take "
+                 << GetParam() << " input with FP32 parameters on CPU (see "
+                    "KeepNormFP32RefusesNormsThatCannotTakeLowPrecision)";
+  }
+  Zoo zoo;
+  lamp::network_to_half(zoo, lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
   // The kept norms run on low-precision input.
   const auto x = torch::randn({2, 4}).to(GetParam());
   EXPECT_EQ(zoo->ln(x).scalar_type(), GetParam());
@@ -119,6 +128,35 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
         name == "head.1.weight" || name == "head.1.bias" ||
         name == "head.1.running_mean" || name == "head.1.running_var";
     EXPECT_EQ(item.second, kept ? torch::kFloat : GetParam()) << name;
+  }
+}
+
+// InstanceNorm needs no mixed-dtype LayerNorm/GroupNorm kernel, so this runs
+// on every LibTorch: with keep_norm_fp32 its affine parameters and running
+// statistics stay FP32 (and the rest is converted); without, they convert.
+TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsInstanceNorm) {
+  for (bool keep : {true, false}) {
+    torch::nn::Sequential net(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)),
+        torch::nn::InstanceNorm1d(
+            torch::nn::InstanceNorm1dOptions(4).affine(true).track_running_stats(true)),
+        torch::nn::InstanceNorm2d(
+            torch::nn::InstanceNorm2dOptions(4).affine(true).track_running_stats(true)),
+        torch::nn::InstanceNorm3d(
+            torch::nn::InstanceNorm3dOptions(4).affine(true).track_running_stats(true)));
+    lamp::convert_network(*net, lamp::HalfOptions(GetParam()).keep_norm_fp32(keep));
+    const auto got = dtypes(*net);
+    ASSERT_EQ(got.size(), 2u + 3u * 5u);
+    for (const auto& item : got) {
+      const auto& name = item.first;
+      torch::Dtype expected = GetParam();
+      if (name.find("num_batches_tracked") != std::string::npos) {
+        expected = torch::kLong;
+      } else if (keep && !starts_with(name, "0.")) {
+        expected = torch::kFloat;
+      }
+      EXPECT_EQ(item.second, expected) << name << " keep " << keep;
+    }
   }
 }
 

@@ -132,15 +132,25 @@ TEST(ReluMaxPool2d, SameResultWithSeveralThreads) {
 }
 
 TEST(ReluMaxPool2d, KeepsOneBytePerOutputNotTheActivation) {
-  // Inference (no grad) and training give the same output.
-  const auto x = tricky_input({2, 4, 8, 8}, torch::kFloat, false, 5);
-  torch::Tensor no_grad;
-  {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto x = tricky_input({2, 4, 8, 8}, dtype, false, 5)
+                       .requires_grad_();
+    const auto out = lamp::ops::relu_max_pool2d(x, 2);
+    const auto saved = lamp::ops::detail::relu_max_pool2d_saved_tensors(out);
+    ASSERT_EQ(saved.size(), 1u) << dtype;
+    EXPECT_EQ(saved[0].scalar_type(), torch::kByte);
+    EXPECT_EQ(saved[0].sizes(), out.sizes());
+    EXPECT_EQ(saved[0].numel() * saved[0].element_size(), out.numel());
+    // Inference records nothing; the stock fallback is not the fused node.
     torch::NoGradGuard guard;
-    no_grad = lamp::ops::relu_max_pool2d(x, 2);
+    EXPECT_TRUE(lamp::ops::detail::relu_max_pool2d_saved_tensors(
+                    lamp::ops::relu_max_pool2d(x, 2)).empty());
   }
-  auto y = x.clone().requires_grad_();
-  EXPECT_TRUE(BitEqual(no_grad, lamp::ops::relu_max_pool2d(y, 2).detach()));
+  const auto nhwc = torch::randn({1, 2, 4, 4})
+                        .contiguous(torch::MemoryFormat::ChannelsLast)
+                        .requires_grad_();
+  EXPECT_TRUE(lamp::ops::detail::relu_max_pool2d_saved_tensors(
+                  lamp::ops::relu_max_pool2d(nhwc, 2)).empty());
 }
 
 TEST(ReluMaxPool2d, FallsBackToStockOpsWhereNotFused) {

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "lamp/autocast.h"
 #include "lamp/half.h"
 #include "lamp/models/flops.h"
@@ -67,6 +71,28 @@ TEST(PrecisionReport, FullFp32ModelHasNothingKept) {
   const auto report = lamp::precision_report(*model);
   EXPECT_EQ(report.kept_fp32_tensors, 0);
   EXPECT_EQ(report.low_precision_tensors, 0);
+  // Every parameter and buffer has a row, in FP32 (num_batches_tracked in
+  // int64), none of them "kept": nothing was converted around them.
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  for (const auto& item : model->named_buffers()) names.push_back(item.key());
+  ASSERT_EQ(report.tensors.size(), names.size());
+  ASSERT_EQ(names.size(), 62u + 60u);  // 20 convs, 20 BN x 2, fc x 2; 20 BN x 3
+  int64_t parameters = 0;
+  for (const auto& row : report.tensors) {
+    EXPECT_NE(std::find(names.begin(), names.end(), row.name), names.end())
+        << row.name;
+    const bool counter = row.name.find("num_batches_tracked") != std::string::npos;
+    EXPECT_EQ(row.dtype, counter ? torch::kLong : torch::kFloat) << row.name;
+    EXPECT_EQ(row.is_buffer, counter || row.name.find("running_") != std::string::npos)
+        << row.name;
+    EXPECT_FALSE(row.kept_fp32) << row.name;
+    EXPECT_GT(row.numel, 0) << row.name;
+    parameters += row.is_buffer ? 0 : row.numel;
+  }
+  EXPECT_EQ(parameters, 11173962);  // the CIFAR ResNet18's published count
+  EXPECT_EQ(report.numel_by_dtype.count("BFloat16"), 0u);
+  EXPECT_EQ(report.numel_by_dtype.count("Half"), 0u);
 }
 
 // One training step of a small conv net: in amp-bf16 its convolutions (forward

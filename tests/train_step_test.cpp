@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "lamp/backends.h"
@@ -25,15 +27,23 @@ bool fp16_runs_on_cpu(Precision p) {
   return !lamp::uses_fp16(p) || lamp::fp16_compute_available(torch::kCPU);
 }
 
-// Trains SmallNet on the fixed synthetic problem; returns the mean loss of
-// the last `tail` steps and the first step's loss.
-std::pair<double, double> train(Precision precision, int steps,
-                                torch::Device device = torch::kCPU) {
+// A static loss scale of 1024 through TrainStep: exact for finite gradients
+// (a power of two), and it exercises scale, unscale and skip in every mode,
+// also where FP16 cannot run.
+lamp::TrainStepOptions static_scaling(Precision precision, double scale = 1024) {
+  return lamp::TrainStepOptions(precision).force_loss_scaling(true).scaler(
+      lamp::GradScalerOptions().init_scale(scale).dynamic(false));
+}
+
+// Trains SmallNet on the fixed synthetic problem; returns the first step's
+// loss and the mean loss of the last `tail` steps.
+std::pair<double, double> train(const lamp::TrainStepOptions& options,
+                                int steps, torch::Device device = torch::kCPU) {
   const auto problem = lamp_test::make_problem(256, 4, 0);
   torch::manual_seed(1);
   SmallNet model;
   model->to(device);
-  lamp::TrainStep step(model.ptr(), sgd(0.05), precision);
+  lamp::TrainStep step(model.ptr(), sgd(0.05), options);
   double first = 0, tail_sum = 0;
   const int tail = 5;
   for (int i = 0; i < steps; ++i) {
@@ -51,29 +61,123 @@ std::pair<double, double> train(Precision precision, int steps,
   return {first, tail_sum / tail};
 }
 
-// fp32, amp-bf16 and bf16 train the same net on the same data to nearby
-// losses. BF16 keeps 8 significant bits (relative rounding up to 2^-9 per
-// op), so the trajectories drift apart a little; measured on LibTorch 1.13
-// CPU: loss 1.357 -> 0.2126, with the BF16 modes within 1.1e-4 of FP32. The
-// bound, 0.02 (about 10% of the final loss, a few BF16 ulps of the logits
-// compounded), leaves room for other CPUs and LibTorch builds yet fails a
-// mode that loses small updates (no master weights) or trains wrongly.
-TEST(TrainStep, CpuModesConvergeToTheFp32Loss) {
+#define LAMP_SKIP_WITHOUT_FP16_CPU_KERNELS(precision)                        \
+  do {                                                                       \
+    if (!fp16_runs_on_cpu(precision)) {                                      \
+      GTEST_SKIP() << "'" << lamp::to_string(precision)                      \
+                   << "' needs FP16 CPU kernels, which this LibTorch lacks " \
+                      "(see RefusesFp16ModesWithoutFp16Kernels)";            \
+    }                                                                        \
+  } while (0)
+
+class TrainStepMode : public ::testing::TestWithParam<Precision> {};
+
+std::string mode_name(const ::testing::TestParamInfo<Precision>& info) {
+  auto name = lamp::to_string(info.param);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+// Every mode trains the same net on the same data to nearby losses. BF16
+// keeps 8 significant bits (relative rounding up to 2^-9 per op), so the
+// trajectories drift apart a little; measured on LibTorch 1.13 CPU: loss
+// 1.357 -> 0.2126, with the BF16 modes within 1.1e-4 of FP32. The bound,
+// 0.02 (about 10% of the final loss, a few BF16 ulps of the logits
+// compounded), leaves room for FP16, other CPUs and LibTorch builds yet
+// fails a mode that loses small updates (no master weights) or trains
+// wrongly.
+TEST_P(TrainStepMode, ConvergesToTheFp32Loss) {
+  const auto precision = GetParam();
+  LAMP_SKIP_WITHOUT_FP16_CPU_KERNELS(precision);
   const auto fp32 = train(Precision::kFP32, 60);
   EXPECT_LT(fp32.second, 0.5 * fp32.first);
-  for (auto precision : {Precision::kAMPBF16, Precision::kBF16,
-                         Precision::kAMP, Precision::kHalf}) {
-    if (!fp16_runs_on_cpu(precision)) {
-      continue;  // refused by design; see RefusesFp16ModesWithoutFp16Kernels
-    }
-    const auto result = train(precision, 60);
-    std::cout << "[ loss     ] " << lamp::to_string(precision) << ": first "
-              << result.first << ", last " << result.second << " (fp32 "
-              << fp32.second << ")\n";
-    EXPECT_LT(result.second, 0.5 * result.first) << lamp::to_string(precision);
-    EXPECT_NEAR(result.second, fp32.second, 0.02) << lamp::to_string(precision);
+  const auto result = train(precision, 60);
+  std::cout << "[ loss     ] " << lamp::to_string(precision) << ": first "
+            << result.first << ", last " << result.second << " (fp32 "
+            << fp32.second << ")\n";
+  EXPECT_LT(result.second, 0.5 * result.first);
+  EXPECT_NEAR(result.second, fp32.second, 0.02);
+}
+
+// Clipping sees the true (unscaled) gradients: with SGD at lr 1 and no
+// momentum the parameters (the masters in "half"/"bf16") move by exactly the
+// clipped gradient, whatever the loss scale.
+void expect_clipped_update(Precision precision, torch::Device device) {
+  torch::nn::Linear linear(4, 1);
+  linear->to(device);
+  lamp::TrainStep step(linear.ptr(), sgd(1.0, /*momentum=*/0.0),
+                       static_scaling(precision).max_grad_norm(0.5));
+  const auto params = step.master_weights() != nullptr
+      ? step.master_weights()->master_params()
+      : std::vector<torch::Tensor>{linear->weight, linear->bias};
+  const auto w0 = params[0].detach().clone();
+  const auto b0 = params[1].detach().clone();
+  const auto result = step.step([&] {
+    return linear(step.cast_input(torch::full({1, 4}, 3.0, device)))
+        .to(torch::kFloat)
+        .sum();
+  });
+  ASSERT_TRUE(result.optimizer_stepped) << lamp::to_string(precision);
+  EXPECT_EQ(result.scale.item<double>(), 1024.0);
+  // The gradient is (3, 3, 3, 3, 1), norm sqrt(37) ~ 6.08, clipped to 0.5.
+  // Unclipped, or clipped before unscaling (to 0.5 / 1024), it is far off.
+  const auto moved = torch::cat({(params[0].detach() - w0).flatten(),
+                                 params[1].detach() - b0});
+  EXPECT_NEAR(moved.norm().item<double>(), 0.5, 1e-5)
+      << lamp::to_string(precision);
+}
+
+TEST_P(TrainStepMode, ClipsTheUnscaledGradientNorm) {
+  LAMP_SKIP_WITHOUT_FP16_CPU_KERNELS(GetParam());
+  expect_clipped_update(GetParam(), torch::kCPU);
+}
+
+// The scale really multiplies the loss: a gradient of 1e36 is finite, but
+// times 1024 it overflows FP32, so the step is skipped, and a dynamic scaler
+// backs off.
+TEST_P(TrainStepMode, ForcedLossScalingSkipsOverflowingSteps) {
+  const auto precision = GetParam();
+  LAMP_SKIP_WITHOUT_FP16_CPU_KERNELS(precision);
+  for (bool dynamic : {false, true}) {
+    torch::nn::Linear linear(2, 1);
+    auto options = static_scaling(precision);
+    options.scaler().dynamic(dynamic);
+    lamp::TrainStep step(linear.ptr(), sgd(1e-3, 0.0), options);
+    const auto before = linear->weight.detach().clone();
+    const auto result = step.step([&] {
+      return linear(step.cast_input(torch::ones({1, 2}))).to(torch::kFloat).sum() *
+          1e36;
+    });
+    EXPECT_TRUE(result.skipped) << "dynamic " << dynamic;
+    EXPECT_FALSE(result.optimizer_stepped);
+    EXPECT_TRUE(BitEqual(linear->weight.detach(), before));
+    EXPECT_EQ(result.scale.item<double>(), dynamic ? 512.0 : 1024.0);
+    EXPECT_EQ(step.scaler().steps_skipped(), 1);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(, TrainStepMode,
+                         ::testing::Values(Precision::kFP32, Precision::kAMP,
+                                           Precision::kAMPBF16, Precision::kHalf,
+                                           Precision::kBF16),
+                         mode_name);
+
+
+// In the modes with FP32's exponent range, a static power-of-two scale with
+// finite gradients is exact: the same losses as an unscaled run, bit for bit.
+// (Not in FP16, where the scale changes which gradients underflow: that is
+// what it is for.)
+class TrainStepWideRangeMode : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(TrainStepWideRangeMode, StaticLossScalingIsExact) {
+  const auto precision = GetParam();
+  EXPECT_EQ(train(static_scaling(precision), 12), train(precision, 12));
+}
+
+INSTANTIATE_TEST_SUITE_P(, TrainStepWideRangeMode,
+                         ::testing::Values(Precision::kFP32, Precision::kAMPBF16,
+                                           Precision::kBF16),
+                         mode_name);
 
 TEST(TrainStep, RefusesFp16ModesWithoutFp16Kernels) {
   for (auto precision : {Precision::kAMP, Precision::kHalf}) {
@@ -182,63 +286,112 @@ TEST(TrainStep, SkipsNonFiniteStepsWhenAsked) {
   EXPECT_EQ(step.scaler().steps_skipped(), 1);
 }
 
-TEST(TrainStep, ClipsTheUnscaledGradientNorm) {
+TEST(TrainStep, RefusesANegativeMaxGradNorm) {
   torch::nn::Linear linear(4, 1);
-  const auto w0 = linear->weight.detach().clone();
-  const auto b0 = linear->bias.detach().clone();
-  lamp::TrainStep step(
-      linear.ptr(), sgd(1.0, /*momentum=*/0.0),
-      lamp::TrainStepOptions(Precision::kFP32).max_grad_norm(0.5));
-  step.step([&] { return linear(torch::full({1, 4}, 100.0)).sum(); });
-  // SGD with lr 1 moves the parameters by exactly the clipped gradient.
-  const auto moved = torch::cat({(linear->weight.detach() - w0).flatten(),
-                                 linear->bias.detach() - b0});
-  EXPECT_NEAR(moved.norm().item<double>(), 0.5, 1e-5);
   EXPECT_THROW(lamp::TrainStep(linear.ptr(), sgd(1.0),
                                lamp::TrainStepOptions().max_grad_norm(-1)),
                c10::Error);
 }
 
-TEST(TrainStep, SaveAndLoadResumeBitIdentically) {
+// A resume case: a precision and what its scaler does.
+struct ResumeCase {
+  std::string name;
+  lamp::TrainStepOptions options;
+};
+
+lamp::TrainStepOptions dynamic_scaling(lamp::TrainStepOptions options) {
+  // Growth every 2 finite steps and hysteresis 2: the scale, the growth
+  // tracker and the overflow count all change within a few steps.
+  return options.scaler(lamp::GradScalerOptions().init_scale(1024)
+                            .growth_interval(2).hysteresis(2));
+}
+
+class TrainStepResume : public ::testing::TestWithParam<ResumeCase> {};
+
+// Save after 3 steps, resume in a fresh TrainStep over a differently
+// initialised model: the next 3 steps give the same losses and scales, bit for
+// bit, as running straight on. Where a scaler is on, steps 2 and 3 overflow
+// (loss times inf): at the checkpoint the scale has grown once and one
+// overflow is pending, so the resumed scaler backs off on step 3 only if its
+// whole state (scale, tracker, overflow count) was saved.
+TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
+  const auto& options = GetParam().options;
+  LAMP_SKIP_WITHOUT_FP16_CPU_KERNELS(options.precision());
   const auto problem = lamp_test::make_problem(64, 4, 2);
-  auto run = [&](lamp::TrainStep& step, SmallNet& model, int steps) {
-    std::vector<float> losses;
-    for (int i = 0; i < steps; ++i) {
-      losses.push_back(step.step([&] {
-                             return torch::nn::functional::cross_entropy(
-                                 model->forward(step.cast_input(problem.images))
-                                     .to(torch::kFloat),
-                                 problem.labels);
-                           })
-                           .loss.item<float>());
+  const bool scaler_on = lamp::uses_loss_scaling(options.precision()) ||
+      options.force_loss_scaling() || options.skip_non_finite();
+  struct Trace {
+    std::vector<float> losses, scales;
+  };
+  auto run = [&](lamp::TrainStep& step, SmallNet& model, int from, int to) {
+    Trace trace;
+    for (int i = from; i < to; ++i) {
+      const bool overflow = scaler_on && (i == 2 || i == 3);
+      const auto result = step.step([&] {
+        const auto loss = torch::nn::functional::cross_entropy(
+            model->forward(step.cast_input(problem.images)).to(torch::kFloat),
+            problem.labels);
+        return overflow ? loss * std::numeric_limits<float>::infinity() : loss;
+      });
+      EXPECT_EQ(result.skipped, overflow) << "step " << i;
+      trace.losses.push_back(result.loss.item<float>());
+      trace.scales.push_back(result.scale.item<float>());
     }
-    return losses;
+    return trace;
   };
   torch::manual_seed(4);
   SmallNet model;
-  lamp::TrainStep step(model.ptr(), sgd(0.05), Precision::kBF16);
-  run(step, model, 3);
+  lamp::TrainStep step(model.ptr(), sgd(0.05), options);
+  run(step, model, 0, 3);
   std::stringstream checkpoint;
   {
     torch::serialize::OutputArchive archive;
     step.save(archive);
     archive.save_to(checkpoint);
   }
-  const auto straight = run(step, model, 3);
+  const auto straight = run(step, model, 3, 6);
 
   torch::manual_seed(99);  // a different initialisation, overwritten by load
   SmallNet resumed_model;
-  lamp::TrainStep resumed(resumed_model.ptr(), sgd(0.05), Precision::kBF16);
+  lamp::TrainStep resumed(resumed_model.ptr(), sgd(0.05), options);
   torch::serialize::InputArchive archive;
   archive.load_from(checkpoint);
   resumed.load(archive);
-  const auto continued = run(resumed, resumed_model, 3);
-  EXPECT_EQ(continued, straight);
+  const auto continued = run(resumed, resumed_model, 3, 6);
+  EXPECT_EQ(continued.losses, straight.losses);
+  EXPECT_EQ(continued.scales, straight.scales);
+  if (options.force_loss_scaling() ||
+      lamp::uses_loss_scaling(options.precision())) {
+    // 1024, grown to 2048 after steps 0-1; the 2nd overflow in a row (step
+    // 3) backs off to 1024; steps 4-5 grow it again.
+    EXPECT_EQ(straight.scales, (std::vector<float>{1024, 1024, 2048}));
+  }
 
   SmallNet other;
-  lamp::TrainStep fp32(other.ptr(), sgd(0.05), Precision::kFP32);
-  EXPECT_THROW(fp32.load(archive), c10::Error);
+  lamp::TrainStep different(
+      other.ptr(), sgd(0.05),
+      options.precision() == Precision::kFP32 ? Precision::kBF16
+                                              : Precision::kFP32);
+  EXPECT_THROW(different.load(archive), c10::Error);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    , TrainStepResume,
+    ::testing::Values(
+        ResumeCase{"fp32", Precision::kFP32},
+        ResumeCase{"amp_bf16", Precision::kAMPBF16},
+        ResumeCase{"bf16", Precision::kBF16},
+        ResumeCase{"amp", dynamic_scaling(Precision::kAMP)},
+        ResumeCase{"half", dynamic_scaling(Precision::kHalf)},
+        ResumeCase{"amp_bf16_scaled",
+                   dynamic_scaling(lamp::TrainStepOptions(Precision::kAMPBF16)
+                                       .force_loss_scaling(true))},
+        ResumeCase{"bf16_scaled",
+                   dynamic_scaling(lamp::TrainStepOptions(Precision::kBF16)
+                                       .force_loss_scaling(true))},
+        ResumeCase{"bf16_skip_non_finite",
+                   lamp::TrainStepOptions(Precision::kBF16).skip_non_finite(true)}),
+    [](const auto& info) { return info.param.name; });
 
 TEST(TrainStep, RefusesToSaveInTheMiddleOfAnAccumulationCycle) {
   torch::nn::Linear linear(2, 1);
@@ -260,6 +413,14 @@ TEST(TrainStep, AmpAndHalfTrainOnGpu_CUDA) {
     const auto result = train(precision, 60, torch::kCUDA);
     EXPECT_LT(result.second, 0.5 * result.first) << lamp::to_string(precision);
     EXPECT_NEAR(result.second, fp32.second, 0.02) << lamp::to_string(precision);
+  }
+}
+
+TEST(TrainStep, ClipsTheUnscaledGradientNormOnGpu_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  for (auto precision : {Precision::kFP32, Precision::kAMP, Precision::kHalf,
+                         Precision::kAMPBF16, Precision::kBF16}) {
+    expect_clipped_update(precision, torch::kCUDA);
   }
 }
 

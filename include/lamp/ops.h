@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace lamp {
 namespace ops {
@@ -50,6 +51,15 @@ torch::Tensor relu_max_pool2d(const torch::Tensor& input, int64_t kernel_size);
 /// Whether relu_max_pool2d() takes its fused path for this input and kernel
 /// size (otherwise it runs the stock composition).
 bool relu_max_pool2d_is_fused(const torch::Tensor& input, int64_t kernel_size);
+
+namespace detail {
+/// The tensors the fused relu_max_pool2d keeps for backward, read from
+/// `output.grad_fn()` (for tests and memory accounting): one uint8 tensor of
+/// output's shape. Empty when `output` does not come from the fused path with
+/// autograd recording.
+std::vector<torch::Tensor> relu_max_pool2d_saved_tensors(
+    const torch::Tensor& output);
+} // namespace detail
 
 } // namespace ops
 } // namespace lamp

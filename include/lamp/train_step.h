@@ -33,8 +33,15 @@ struct TrainStepOptions {
   /// Clip the global L2 norm of the (unscaled) gradients to this; 0 = off.
   TORCH_ARG(double, max_grad_norm) = 0.0;
   /// The loss scaler's options, used by the FP16 modes ("amp", "half"); the
-  /// BF16 and FP32 modes run with a disabled scaler.
+  /// BF16 and FP32 modes run with a disabled scaler unless
+  /// `force_loss_scaling` is set.
   TORCH_ARG(GradScalerOptions, scaler) = {};
+  /// Scale the loss with `scaler()`'s options in every mode, also in those
+  /// whose range does not need it ("fp32", "tf32", "amp-bf16", "bf16"). E.g.
+  /// to reproduce an FP16 run's scale schedule in BF16, or to test the
+  /// scaling path on a CPU without FP16 kernels. Takes precedence over
+  /// `skip_non_finite`.
+  TORCH_ARG(bool, force_loss_scaling) = false;
   /// Conversion options of the "half"/"bf16" modes; the dtype comes from the
   /// precision.
   TORCH_ARG(HalfOptions, half) = {};

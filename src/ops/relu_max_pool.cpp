@@ -428,6 +428,20 @@ bool relu_max_pool2d_is_fused(const torch::Tensor& input, int64_t kernel_size) {
          input.size(2) >= kernel_size && input.size(3) >= kernel_size;
 }
 
+namespace detail {
+
+std::vector<torch::Tensor> relu_max_pool2d_saved_tensors(
+    const torch::Tensor& output) {
+  const auto* node = dynamic_cast<const torch::autograd::CppNode<ReluMaxPool2d>*>(
+      output.defined() ? output.grad_fn().get() : nullptr);
+  if (node == nullptr) {
+    return {};
+  }
+  return node->ctx_.get_saved_variables();
+}
+
+} // namespace detail
+
 torch::Tensor relu_max_pool2d(const torch::Tensor& input, int64_t kernel_size) {
   TORCH_CHECK(input.defined(),
               "lamp::ops::relu_max_pool2d: the input is an "

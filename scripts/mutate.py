@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Measures the test suite's strength: plants each bug of a mutant list in a
+scratch copy of the repository, one at a time, rebuilds incrementally and
+reports which bugs the suite caught. Run it through scripts/mutate.sh, which
+installs what the build needs and picks the LibTorch."""
+
+import argparse
+import configparser
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+
+def log(msg):
+    print(f"==> {msg}", file=sys.stderr, flush=True)
+
+
+def die(msg):
+    print(f"mutate: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def tracked_files(root):
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], check=True,
+                             capture_output=True).stdout
+        return [f for f in out.decode().split("\0") if f]
+    except (OSError, subprocess.CalledProcessError):
+        die(f"{root} is not a git checkout; the scratch copy takes its tracked files")
+
+
+def sync_tree(root, files, dest):
+    """Copies the tracked files into dest, leaving unchanged files (and their
+    timestamps) alone so that the scratch build stays incremental."""
+    for rel in files:
+        src, dst = os.path.join(root, rel), os.path.join(dest, rel)
+        if not os.path.isfile(src):
+            continue  # deleted in the work tree
+        with open(src, "rb") as f:
+            data = f.read()
+        if os.path.isfile(dst):
+            with open(dst, "rb") as f:
+                if f.read() == data:
+                    continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(src, dst)
+
+
+def load_mutants(path, only):
+    parser = configparser.ConfigParser(interpolation=None, comment_prefixes=("#",),
+                                       inline_comment_prefixes=None)
+    parser.optionxform = str
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser.read_file(f)
+    except (OSError, configparser.Error) as e:
+        die(f"cannot read the mutant list {path}: {e}")
+    mutants = []
+    for name in parser.sections():
+        section = parser[name]
+        missing = [k for k in ("file", "find", "replace") if k not in section]
+        if missing:
+            die(f"{path}: [{name}] lacks {', '.join(missing)}")
+        if only and not re.search(only, name):
+            continue
+        mutants.append({"name": name, "file": section["file"],
+                        "find": section["find"], "replace": section["replace"],
+                        "tests": section.get("tests", "")})
+    if not mutants:
+        die(f"no mutant in {path}" + (f" matches --only '{only}'" if only else ""))
+    return mutants
+
+
+def run(cmd, log_path, cwd=None, timeout=None):
+    with open(log_path, "w", encoding="utf-8") as out:
+        try:
+            return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\nmutate: timed out after {timeout} s\n")
+            return 124
+
+
+def failed_tests(build):
+    path = os.path.join(build, "Testing", "Temporary", "LastTestsFailed.log")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip().split(":", 1)[-1] for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+def ctest(build, args, log_path, jobs, test_timeout):
+    failed_log = os.path.join(build, "Testing", "Temporary", "LastTestsFailed.log")
+    if os.path.exists(failed_log):
+        os.remove(failed_log)
+    cmd = ["ctest", "--test-dir", build, "-j", str(jobs), "--timeout",
+           str(test_timeout), "--stop-on-failure", "-LE", "consumer"] + args
+    rc = run(cmd, log_path)
+    return rc, failed_tests(build)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--work", required=True, help="scratch folder (copy and build)")
+    ap.add_argument("--list", required=True, help="mutant list (INI)")
+    ap.add_argument("--only", default="", help="regex of mutant names to run")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--test-timeout", type=int, default=300)
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("cmake_args", nargs="*")
+    a = ap.parse_args()
+
+    mutants = load_mutants(a.list, a.only)
+    src = os.path.join(a.work, "src")
+    build = os.path.join(a.work, "build")
+    logs = os.path.join(a.work, "logs")
+    os.makedirs(logs, exist_ok=True)
+    files = tracked_files(a.root)
+    log(f"Copying the repository into {src}")
+    sync_tree(a.root, files, src)
+    for m in mutants:  # every mutant must apply to the current sources
+        path = os.path.join(src, m["file"])
+        if not os.path.isfile(path):
+            die(f"[{m['name']}]: no file {m['file']}")
+        with open(path, encoding="utf-8") as f:
+            count = f.read().count(m["find"])
+        if count != 1:
+            die(f"[{m['name']}]: '{m['find']}' occurs {count} times in {m['file']} "
+                "(must be exactly once); update the mutant list for the current code")
+
+    ctest_jobs = min(a.jobs, 2)
+    if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
+        log(f"Configuring {build}")
+        if run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+               + a.cmake_args, os.path.join(logs, "configure.log")) != 0:
+            die(f"configure failed; see {logs}/configure.log")
+    build_cmd = ["cmake", "--build", build, "--parallel", str(a.jobs)]
+    log("Building the unmutated sources")
+    if run(build_cmd, os.path.join(logs, "baseline-build.log")) != 0:
+        die(f"the unmutated build failed; see {logs}/baseline-build.log")
+    if not a.no_baseline:
+        log("Running the whole suite on the unmutated sources")
+        rc, failed = ctest(build, [], os.path.join(logs, "baseline-test.log"),
+                           ctest_jobs, a.test_timeout)
+        if rc != 0:
+            die(f"the suite fails without any mutant ({', '.join(failed) or 'see log'}); "
+                f"fix that first. Log: {logs}/baseline-test.log")
+
+    results = []
+    for i, m in enumerate(mutants, 1):
+        path = os.path.join(src, m["file"])
+        with open(path, encoding="utf-8") as f:
+            original = f.read()
+        log(f"[{i}/{len(mutants)}] {m['name']}: {m['file']}")
+        start = time.time()
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(original.replace(m["find"], m["replace"], 1))
+            if run(build_cmd, os.path.join(logs, f"{m['name']}-build.log")) != 0:
+                verdict, by = "no-build", ["(does not compile: fix the mutant)"]
+            else:
+                by = []
+                if m["tests"]:
+                    rc, by = ctest(build, ["-R", m["tests"]],
+                                   os.path.join(logs, f"{m['name']}-hinted.log"),
+                                   ctest_jobs, a.test_timeout)
+                    if rc != 0 and not by:
+                        by = [f"(ctest exit {rc})"]
+                if not by:
+                    rc, by = ctest(build, [], os.path.join(logs, f"{m['name']}-all.log"),
+                                   ctest_jobs, a.test_timeout)
+                    if rc != 0 and not by:
+                        by = [f"(ctest exit {rc})"]
+                verdict = "caught" if by else "SURVIVED"
+        finally:
+            # Writing the original back gives it a new timestamp, so the next
+            # build recompiles it.
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(original)
+        elapsed = time.time() - start
+        results.append((m["name"], verdict, by, elapsed))
+        log(f"    {verdict} in {elapsed:.0f} s" + (f" by {', '.join(by[:3])}" if by else ""))
+
+    caught = sum(1 for r in results if r[1] == "caught")
+    lines = [f"{'mutant':38} {'verdict':9} {'s':>5}  caught by"]
+    for name, verdict, by, elapsed in results:
+        shown = ", ".join(by[:2]) + (f" (+{len(by) - 2})" if len(by) > 2 else "")
+        lines.append(f"{name:38} {verdict:9} {elapsed:5.0f}  {shown}")
+    lines.append(f"mutants: {caught} caught, {len(results) - caught} not caught, "
+                 f"of {len(results)}")
+    report = "\n".join(lines)
+    print(report)
+    with open(os.path.join(a.work, "report.txt"), "w", encoding="utf-8") as f:
+        f.write(report + "\n")
+    return 0 if caught == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

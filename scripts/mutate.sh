@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Measures how strong the test suite is: plants the bugs listed in
+# tests/mutants.ini one at a time in a scratch copy, rebuilds incrementally and
+# reports which ones the suite caught. See --help. Not part of scripts/test.sh:
+# a full run rebuilds once per mutant (about half an hour on 2 cores).
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$LAMP_ROOT"
+
+usage() {
+  cat <<EOF
+Usage: scripts/mutate.sh [--torch debian|wheel] [--only REGEX] [--list FILE]
+                         [--work DIR] [--jobs N] [--no-baseline]
+
+Plants each bug of the mutant list in a scratch copy of the repository (its
+git-tracked files, with your uncommitted changes), one at a time, rebuilds and
+runs the tests (first the ones the mutant names, then, if they pass, the whole
+suite but the package-consumer test). Prints one line per mutant and the score;
+exits 1 when a mutant survives, 2 on a usage or set-up error.
+
+  --torch debian|wheel  the LibTorch to build against (default debian)
+  --only REGEX          only the mutants whose names match
+  --list FILE           the mutant list (default tests/mutants.ini)
+  --work DIR            scratch folder (default build/mutate-<torch>); kept
+                        between runs so that later runs build incrementally;
+                        per-mutant logs in DIR/logs, the table in DIR/report.txt
+  --jobs N              parallel compile jobs (default $(lamp_nproc))
+  --no-baseline         skip the check that the suite passes unmutated
+  -h, --help            this help
+EOF
+}
+
+torch=debian
+only=""
+list="$LAMP_ROOT/tests/mutants.ini"
+work=""
+jobs="$(lamp_nproc)"
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torch) [ $# -ge 2 ] || lamp_die "--torch needs a value"; torch="$2"; shift 2 ;;
+    --only) [ $# -ge 2 ] || lamp_die "--only needs a value"; only="$2"; shift 2 ;;
+    --list) [ $# -ge 2 ] || lamp_die "--list needs a value"; list="$2"; shift 2 ;;
+    --work) [ $# -ge 2 ] || lamp_die "--work needs a value"; work="$2"; shift 2 ;;
+    --jobs|-j) [ $# -ge 2 ] || lamp_die "--jobs needs a value"; jobs="$2"; shift 2 ;;
+    --no-baseline) extra+=(--no-baseline); shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; lamp_die "unknown argument: $1" ;;
+  esac
+done
+case "$torch" in
+  debian|wheel) ;;
+  *) lamp_die "--torch must be debian or wheel, got '$torch'" ;;
+esac
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || lamp_die "--jobs must be a positive integer, got '$jobs'"
+[ -f "$list" ] || lamp_die "no mutant list at $list"
+work="${work:-build/mutate-$torch}"
+
+lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3 git
+cmake_args=()
+if [ "$torch" = wheel ]; then
+  lamp_ensure_torch_wheel
+  lamp_ensure_nvcc
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$LAMP_TORCH_WHEEL_ROOT;$LAMP_TORCH_WHEEL_ROOT/share/cmake")
+fi
+
+exec python3 "$LAMP_ROOT/scripts/mutate.py" --root "$LAMP_ROOT" --work "$work" \
+  --list "$list" --only "$only" --jobs "$jobs" "${extra[@]}" -- "${cmake_args[@]}"

@@ -37,6 +37,8 @@ struct Config {
   std::string json;
   bool matmul_peak = false;
   bool report_precision = false;
+  std::string optimizer = "sgd";
+  std::string optimizer_impl = "auto";
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -101,10 +103,17 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   try {
     step = std::make_unique<lamp::TrainStep>(
         module,
-        [](std::vector<torch::Tensor> params) {
-          return std::make_unique<torch::optim::SGD>(
+        [&c](std::vector<torch::Tensor> params) {
+          // The training programs' defaults (SGD: Nesterov momentum 0.9).
+          return lamp::optim::make_optimizer(
               std::move(params),
-              torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(5e-4));
+              lamp::optim::OptimizerConfig()
+                  .name(c.optimizer)
+                  .lr(c.optimizer == "sgd" ? 0.1 : 1e-3)
+                  .momentum(0.9)
+                  .nesterov(true)
+                  .weight_decay(5e-4)
+                  .implementation(lamp::optim::parse_implementation(c.optimizer_impl)));
         },
         lamp::parse_precision(precision_name));
   } catch (const c10::Error& e) {
@@ -136,6 +145,10 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   result["tflops"] = images_per_second *
       static_cast<double>(lamp::models::training_flops(c.model, channels, side, side)) / 1e12;
   result["skipped_steps"] = step->scaler().steps_skipped();
+  result["optimizer"] = c.optimizer;
+  if (const auto* amp = dynamic_cast<const lamp::optim::AmpStep*>(&step->optimizer())) {
+    result["sync_free_step"] = amp->skips_on_device();
+  }
   if (c.report_precision) {
     // One more training step, observed: which dtype each conv/matmul ran in.
     const auto ops = lamp::op_precision_report([&] { step->step(loss_fn); });
@@ -224,6 +237,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--json", c.json, "write the results here");
   app.add_flag("--matmul-peak", c.matmul_peak, "also measure a large matmul's TFLOP/s");
+  app.add_option("--optimizer", c.optimizer, "sgd | adam | adamw")
+      ->check(CLI::IsMember(lamp::optim::optimizer_names()))->capture_default_str();
+  app.add_option("--optimizer-impl", c.optimizer_impl,
+                 "auto | fused | foreach | per-tensor (lamp::optim::Implementation)")
+      ->check(CLI::IsMember({"auto", "fused", "foreach", "per-tensor"}))->capture_default_str();
   app.add_flag("--report-precision", c.report_precision,
                "print each model's parameter/buffer dtypes and the dtypes its "
                "convolutions/matmuls ran in during one training step");

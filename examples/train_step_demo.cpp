@@ -44,7 +44,7 @@ int run(const Config& config) {
   lamp::TrainStep train(
       net.ptr(),
       [&](std::vector<torch::Tensor> params) {
-        return std::make_unique<torch::optim::SGD>(
+        return std::make_unique<lamp::optim::SGD>(
             params, torch::optim::SGDOptions(config.lr).momentum(0.9));
       },
       lamp::TrainStepOptions(precision).max_grad_norm(5.0));
@@ -59,7 +59,7 @@ int run(const Config& config) {
     if (step == 1 || step == config.steps || step % 10 == 0) {
       std::printf("step %4d  loss %.4f  scale %g%s\n", step,
                   result.loss.item<double>(), result.scale.item<double>(),
-                  result.skipped ? "  (skipped: non-finite gradients)" : "");
+                  result.skipped() ? "  (skipped: non-finite gradients)" : "");
     }
   }
   const double seconds =

@@ -89,7 +89,9 @@ def failed_tests(build):
     path = os.path.join(build, "Testing", "Temporary", "LastTestsFailed.log")
     try:
         with open(path, encoding="utf-8") as f:
-            return [line.strip().split(":", 1)[-1] for line in f if line.strip()]
+            # Parameterised tests carry "  # GetParam() = ..." in their names.
+            return [line.strip().split(":", 1)[-1].split("  #")[0]
+                    for line in f if line.strip()]
     except OSError:
         return []
 

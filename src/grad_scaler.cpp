@@ -7,6 +7,7 @@
 
 #include "detail/compat.h"
 #include "lamp/distributed.h"
+#include "lamp/optim/optimizer.h"
 
 namespace lamp {
 namespace detail {
@@ -147,6 +148,11 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
     return;
   }
   check_initialized("unscale_");
+  check_and_unscale(optimizer, /*unscale=*/true);
+}
+
+void GradScaler::check_and_unscale(torch::optim::Optimizer& optimizer,
+                                   bool unscale) {
   auto& state = states_[&optimizer];
   TORCH_CHECK(state.stage != Stage::kUnscaled,
               "lamp::GradScaler::unscale_() has already been called on this "
@@ -157,7 +163,11 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
 
   torch::NoGradGuard no_grad;  // as Python's _unscale_grads_
   // Python's rule: the inverse is computed in double, then used in FP32.
-  const auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
+  // Only checking (the fused optimizers unscale themselves): Python's
+  // _check_inf_per_device runs the same kernel with an inverse of 1.
+  const auto inv_scale = unscale
+      ? scale_.to(torch::kDouble).reciprocal().to(torch::kFloat)
+      : torch::ones({}, scale_.options());
   const auto found_inf = torch::zeros({}, scale_.options());
 
   // Gradients grouped by device, then dtype: one kernel call per group.
@@ -217,7 +227,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
       item.second.copy_(on_group);
     }
   }
-  state.stage = Stage::kUnscaled;
+  state.stage = unscale ? Stage::kUnscaled : Stage::kChecked;
   if (options_.diagnose_overflow()) {
     record_overflow(optimizer);
   }
@@ -256,39 +266,98 @@ void GradScaler::record_overflow(torch::optim::Optimizer& optimizer) {
 }
 
 bool GradScaler::step(torch::optim::Optimizer& optimizer) {
+  return step_async(optimizer).item<float>() == 0.0f;
+}
+
+namespace {
+// The one device of the optimizer's gradients, or nullopt when they are on
+// several (or none has a gradient).
+c10::optional<torch::Device> gradient_device(torch::optim::Optimizer& optimizer) {
+  c10::optional<torch::Device> device;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) {
+        continue;
+      }
+      if (device && *device != p.grad().device()) {
+        return c10::nullopt;
+      }
+      device = p.grad().device();
+    }
+  }
+  return device;
+}
+} // namespace
+
+torch::Tensor GradScaler::step_async(torch::optim::Optimizer& optimizer) {
   if (!options_.enabled()) {
     optimizer.step();
     ++steps_taken_;
-    last_step_skipped_ = false;
-    return true;
+    last_found_inf_ = torch::zeros({});
+    return last_found_inf_;
   }
   check_initialized("step");
   TORCH_CHECK(states_[&optimizer].stage != Stage::kStepped,
               "lamp::GradScaler::step() has already been called since the last "
               "update().");
+  auto* on_device = dynamic_cast<optim::AmpStep*>(&optimizer);
+  const auto device = gradient_device(optimizer);
+  const bool sync_free = options_.sync_free() && on_device != nullptr &&
+      on_device->skips_on_device() && device.has_value();
   if (states_[&optimizer].stage == Stage::kReady) {
-    unscale_(optimizer);
+    // The fused optimizers divide by the scale themselves: only check.
+    check_and_unscale(optimizer, /*unscale=*/!sync_free);
   }
   auto& state = states_.at(&optimizer);
   TORCH_CHECK(!state.found_inf_per_device.empty(),
               "lamp::GradScaler::step: no inf checks were recorded for this "
               "optimizer because none of its parameters has a gradient. Call "
               "backward() on the scaled loss before step().");
-  // The one host sync of the step, as in Python: the skip decision.
-  float found_inf = 0.0f;
-  for (const auto& item : state.found_inf_per_device) {
-    found_inf += item.second.item<float>();
-  }
-  const bool stepped = found_inf == 0.0f;
-  if (stepped) {
-    optimizer.step();
-    ++steps_taken_;
+  torch::Tensor found_inf;
+  if (sync_free) {
+    // Unscale (unless unscale_() did), skip and count on the device.
+    found_inf = state.found_inf_per_device.begin()->second;
+    on_device->step_scaled(
+        state.stage == Stage::kChecked ? scale_.to(*device) : torch::Tensor(),
+        found_inf);
+    if (!device_skipped_.defined()) {
+      device_skipped_ = torch::zeros({}, scale_.options());
+    }
+    device_skipped_.add_(found_inf.to(scale_.device(), /*non_blocking=*/true));
+    ++device_steps_;
   } else {
-    ++steps_skipped_;
+    // The one host sync of the step, as in Python: the skip decision.
+    float any = 0.0f;
+    for (const auto& item : state.found_inf_per_device) {
+      any += item.second.item<float>();
+    }
+    const bool stepped = any == 0.0f;
+    if (stepped) {
+      optimizer.step();
+      ++steps_taken_;
+    } else {
+      ++steps_skipped_;
+    }
+    found_inf = torch::full({}, stepped ? 0.0f : 1.0f);
   }
-  last_step_skipped_ = !stepped;
+  last_found_inf_ = found_inf;
   state.stage = Stage::kStepped;
-  return stepped;
+  return found_inf;
+}
+
+int64_t GradScaler::steps_skipped() const {
+  return steps_skipped_ +
+      (device_skipped_.defined()
+           ? static_cast<int64_t>(device_skipped_.item<float>())
+           : 0);
+}
+
+int64_t GradScaler::steps_taken() const {
+  return steps_taken_ + device_steps_ - (steps_skipped() - steps_skipped_);
+}
+
+bool GradScaler::last_step_skipped() const {
+  return last_found_inf_.defined() && last_found_inf_.item<float>() != 0.0f;
 }
 
 bool GradScaler::uses_fused_update() const {

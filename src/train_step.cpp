@@ -7,6 +7,7 @@
 
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
+#include "lamp/optim/clip.h"
 
 namespace lamp {
 namespace {
@@ -180,16 +181,17 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
   }
   if (options_.max_grad_norm() > 0) {
     scaler_.unscale_(*optimizer_);
-    torch::nn::utils::clip_grad_norm_(optimizer_params(*optimizer_),
-                                      options_.max_grad_norm());
+    // lamp's clip keeps the norm on the device (LibTorch's returns a double).
+    optim::clip_grad_norm_(optimizer_params(*optimizer_), options_.max_grad_norm());
   }
-  const bool stepped = scaler_.step(*optimizer_);
+  result.found_inf = scaler_.step_async(*optimizer_);
   scaler_.update();
-  if (stepped && master_) {
+  if (master_) {
+    // A skipped step left the masters as they were: copying them again is
+    // harmless, and needs no host read of the overflow flag.
     master_->master_params_to_model_params();
   }
-  result.optimizer_stepped = stepped;
-  result.skipped = !stepped;
+  result.cycle_ended = true;
   result.scale = current_scale();
   return result;
 }

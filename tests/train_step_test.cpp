@@ -117,7 +117,7 @@ void expect_clipped_update(Precision precision, torch::Device device) {
         .to(torch::kFloat)
         .sum();
   });
-  ASSERT_TRUE(result.optimizer_stepped) << lamp::to_string(precision);
+  ASSERT_TRUE(result.optimizer_stepped()) << lamp::to_string(precision);
   EXPECT_EQ(result.scale.item<double>(), 1024.0);
   // The gradient is (3, 3, 3, 3, 1), norm sqrt(37) ~ 6.08, clipped to 0.5.
   // Unclipped, or clipped before unscaling (to 0.5 / 1024), it is far off.
@@ -148,8 +148,8 @@ TEST_P(TrainStepMode, ForcedLossScalingSkipsOverflowingSteps) {
       return linear(step.cast_input(torch::ones({1, 2}))).to(torch::kFloat).sum() *
           1e36;
     });
-    EXPECT_TRUE(result.skipped) << "dynamic " << dynamic;
-    EXPECT_FALSE(result.optimizer_stepped);
+    EXPECT_TRUE(result.skipped()) << "dynamic " << dynamic;
+    EXPECT_FALSE(result.optimizer_stepped());
     EXPECT_TRUE(BitEqual(linear->weight.detach(), before));
     EXPECT_EQ(result.scale.item<double>(), dynamic ? 512.0 : 1024.0);
     EXPECT_EQ(step.scaler().steps_skipped(), 1);
@@ -194,7 +194,7 @@ TEST(TrainStep, RefusesFp16ModesWithoutFp16Kernels) {
             .pow(2)
             .mean();
       });
-      EXPECT_TRUE(result.optimizer_stepped) << lamp::to_string(precision);
+      EXPECT_TRUE(result.optimizer_stepped()) << lamp::to_string(precision);
       EXPECT_EQ(result.scale.item<double>(), 1024.0);
       continue;
     }
@@ -231,7 +231,7 @@ TEST(TrainStep, Bf16ModeConvertsTheModelAndOptimizesFp32Masters) {
         .pow(2)
         .mean();
   });
-  EXPECT_TRUE(result.optimizer_stepped);
+  EXPECT_TRUE(result.optimizer_stepped());
   EXPECT_EQ(result.scale.item<double>(), 1.0);
   EXPECT_FALSE(BitEqual(model->fc->weight.detach(), before));
   // The model holds the masters' values, rounded to BF16 (fc.bias is the
@@ -256,13 +256,13 @@ TEST(TrainStep, AccumulationMatchesOneLargeBatch) {
   lamp::TrainStep small(b.ptr(), sgd(0.1),
                         lamp::TrainStepOptions(Precision::kFP32).accumulation_steps(2));
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(big.step([&] { return torch::mse_loss(a(x), y); }).optimizer_stepped);
+    EXPECT_TRUE(big.step([&] { return torch::mse_loss(a(x), y); }).optimizer_stepped());
     EXPECT_FALSE(small.step([&] {
                         return torch::mse_loss(b(x.slice(0, 0, 8)), y.slice(0, 0, 8));
-                      }).optimizer_stepped);
+                      }).optimizer_stepped());
     EXPECT_TRUE(small.step([&] {
                        return torch::mse_loss(b(x.slice(0, 8, 16)), y.slice(0, 8, 16));
-                     }).optimizer_stepped);
+                     }).optimizer_stepped());
   }
   // Summation order differs (two halves vs one reduction): FP32 rounding,
   // a few ulps on values of order 1.
@@ -280,8 +280,8 @@ TEST(TrainStep, SkipsNonFiniteStepsWhenAsked) {
     auto out = model->forward(step.cast_input(torch::randn({2, 3, 8, 8})));
     return out.to(torch::kFloat).sum() * std::numeric_limits<float>::infinity();
   });
-  EXPECT_FALSE(result.optimizer_stepped);
-  EXPECT_TRUE(result.skipped);
+  EXPECT_FALSE(result.optimizer_stepped());
+  EXPECT_TRUE(result.skipped());
   EXPECT_TRUE(BitEqual(model->conv1->weight.detach(), before));
   EXPECT_EQ(step.scaler().steps_skipped(), 1);
 }
@@ -333,7 +333,7 @@ TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
             problem.labels);
         return overflow ? loss * std::numeric_limits<float>::infinity() : loss;
       });
-      EXPECT_EQ(result.skipped, overflow) << "step " << i;
+      EXPECT_EQ(result.skipped(), overflow) << "step " << i;
       trace.losses.push_back(result.loss.item<float>());
       trace.scales.push_back(result.scale.item<float>());
     }

@@ -106,13 +106,19 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                  "images per evaluation batch")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--lr", c.lr, "peak learning rate (SGD)")
+  app.add_option("--optimizer", c.optimizer,
+                 "sgd | adam | adamw (fused kernels where available)")
+      ->check(CLI::IsMember(lamp::optim::optimizer_names()))
+      ->capture_default_str();
+  app.add_option("--lr", c.lr,
+                 "peak learning rate (e.g. 1e-3 for adam/adamw)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "L2 weight decay")
+  app.add_option("--weight-decay", c.weight_decay,
+                 "L2 weight decay (decoupled for adamw)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--schedule", c.schedule, "onecycle | cosine | constant")
@@ -200,6 +206,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
       lamp::training::TrainerOptions()
           .precision(precision)
           .epochs(config.epochs)
+          .optimizer(config.optimizer)
           .lr(config.lr)
           .momentum(config.momentum)
           .weight_decay(config.weight_decay)

@@ -21,6 +21,7 @@ struct ProgramConfig {
   int64_t epochs = 10;
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
+  std::string optimizer = "sgd";
   double lr = 0.05;
   double momentum = 0.9;
   double weight_decay = 5e-4;

@@ -58,6 +58,12 @@ struct GradScalerOptions {
   /// (see GradScaler::last_overflow()). Costs a host sync per unscale, so off
   /// by default.
   TORCH_ARG(bool, diagnose_overflow) = false;
+  /// With an optimizer that can skip on the device (lamp::optim's SGD, Adam
+  /// and AdamW on their fused kernels: optim::AmpStep), step() hands it the
+  /// scale and the overflow flag instead of unscaling, reading the flag on
+  /// the host and calling step(): a training step then never waits for the
+  /// GPU. false: always the synchronous path. Same results either way.
+  TORCH_ARG(bool, sync_free) = true;
 };
 
 /// Dynamic loss scaling, as Python's `torch.amp.GradScaler`:
@@ -116,8 +122,17 @@ class GradScaler {
   void unscale_(torch::optim::Optimizer& optimizer);
 
   /// Unscales if needed, then steps the optimizer unless a gradient was
-  /// non-finite. Returns whether the optimizer stepped.
+  /// non-finite. Returns whether the optimizer stepped, which reads the
+  /// overflow flag on the host; step_async() does not.
   bool step(torch::optim::Optimizer& optimizer);
+  /// step() without waiting for the device where the optimizer can skip on
+  /// it (optim::AmpStep::skips_on_device() and `sync_free`): the gradients
+  /// are only checked here; the optimizer divides them by the scale and
+  /// skips the step where the flag is set, all on the device. Other
+  /// optimizers take the synchronous path (unscale, read the flag, step).
+  /// Returns the overflow flag, a one-element FP32 tensor: 1 where the step
+  /// was skipped.
+  torch::Tensor step_async(torch::optim::Optimizer& optimizer);
 
   /// Adjusts the scale from this iteration's overflow checks (all optimizers
   /// together) and resets every optimizer to READY.
@@ -136,11 +151,14 @@ class GradScaler {
   bool is_enabled() const { return options_.enabled(); }
   const GradScalerOptions& options() const { return options_; }
 
-  /// Optimizer steps taken / skipped for non-finite gradients by step().
-  int64_t steps_taken() const { return steps_taken_; }
-  int64_t steps_skipped() const { return steps_skipped_; }
-  /// Whether the last step() skipped the optimizer.
-  bool last_step_skipped() const { return last_step_skipped_; }
+  /// Optimizer steps taken / skipped for non-finite gradients by step() and
+  /// step_async(). Exact for both paths; after sync-free steps reading them
+  /// syncs with the device (the counts are kept there).
+  int64_t steps_taken() const;
+  int64_t steps_skipped() const;
+  /// Whether the last step() skipped the optimizer (a host read after a
+  /// sync-free step).
+  bool last_step_skipped() const;
 
   /// Names parameters for last_overflow(), e.g. with `model->named_parameters()`
   /// or with MasterWeights' masters paired with the model's names.
@@ -171,7 +189,9 @@ class GradScaler {
   void load(torch::serialize::InputArchive& archive);
 
  private:
-  enum class Stage { kReady, kUnscaled, kStepped };
+  // kChecked: the gradients were checked for inf/NaN but not unscaled (the
+  // sync-free step unscales inside the optimizer).
+  enum class Stage { kReady, kChecked, kUnscaled, kStepped };
   struct OptimizerState {
     Stage stage = Stage::kReady;
     std::map<std::string, torch::Tensor> found_inf_per_device;
@@ -181,6 +201,7 @@ class GradScaler {
   void check_initialized(const char* caller) const;
   bool uses_fused_update() const;
   void record_overflow(torch::optim::Optimizer& optimizer);
+  void check_and_unscale(torch::optim::Optimizer& optimizer, bool unscale);
 
   GradScalerOptions options_;
   torch::Tensor scale_;           // FP32, 1 element
@@ -196,9 +217,13 @@ class GradScaler {
       names_;
   std::vector<std::string> last_overflow_;
   std::shared_ptr<distributed::ProcessGroup> process_group_;
+  // Counts of the synchronous path (host) and of the sync-free path (the
+  // number of steps on the host, the skipped ones summed on the device).
   int64_t steps_taken_ = 0;
   int64_t steps_skipped_ = 0;
-  bool last_step_skipped_ = false;
+  int64_t device_steps_ = 0;
+  torch::Tensor device_skipped_;
+  torch::Tensor last_found_inf_;
 };
 
 namespace detail {

@@ -67,19 +67,32 @@ struct TrainStepOptions {
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
     std::vector<torch::Tensor> params)>;
 
-/// What one TrainStep::step() call did.
+/// What one TrainStep::step() call did. Nothing in it has been read on the
+/// host: where the step ran sync-free, skipped() and `scale` are device
+/// values, and reading them waits for the device.
 struct StepResult {
   /// This micro-batch's loss as loss_fn returned it (detached, unscaled).
   torch::Tensor loss;
-  /// Whether the optimizer stepped in this call.
-  bool optimizer_stepped = false;
-  /// Whether this call ended an accumulation cycle but skipped the optimizer
-  /// because a gradient was inf/NaN.
-  bool skipped = false;
+  /// Whether this call ended an accumulation cycle, i.e. called the
+  /// optimizer (whose step may still have been skipped).
+  bool cycle_ended = false;
+  /// The step's overflow flag, a one-element FP32 tensor (1: skipped for
+  /// inf/NaN gradients; always 0 without a scaler); undefined when the cycle
+  /// did not end.
+  torch::Tensor found_inf;
   /// The loss scale after this call: a 0-dim FP32 tensor (on the training
-  /// device with loss scaling; a CPU 1 without). Reading it
-  /// (`.item<double>()`) syncs with the device, so step() leaves that to you.
+  /// device with loss scaling; a CPU 1 without).
   torch::Tensor scale;
+
+  /// Whether this call ended a cycle but skipped the optimizer step because
+  /// a gradient was inf/NaN (reads `found_inf`).
+  bool skipped() const {
+    return cycle_ended && found_inf.item<float>() != 0.0f;
+  }
+  /// Whether the optimizer stepped in this call (reads `found_inf`).
+  bool optimizer_stepped() const {
+    return cycle_ended && found_inf.item<float>() == 0.0f;
+  }
 };
 
 /// A complete mixed-precision training step:
@@ -92,6 +105,12 @@ struct StepResult {
 ///     a gradient was non-finite, the scale is updated, and the masters are
 ///     copied back into the model.
 ///
+/// With one of lamp::optim's optimizers on its fused kernels (the default
+/// where the LibTorch has them), nothing in a step waits for the device: the
+/// skip decision, the scale update and the clipping coefficient stay there
+/// (GradScaler::step_async, optim::clip_grad_norm_). Other optimizers take
+/// the synchronous path, one host read of the overflow flag per step.
+///
 /// In "half"/"bf16" the model is converted in place (lamp::convert_network,
 /// BatchNorm kept FP32) and the optimizer is built over the master weights;
 /// feed it inputs through cast_input(). "fp32" turns TF32 off and "tf32" on
@@ -103,7 +122,7 @@ struct StepResult {
 ///   auto net = MyNet();
 ///   lamp::TrainStep train(net.ptr(),
 ///       [](std::vector<torch::Tensor> params) {
-///         return std::make_unique<torch::optim::SGD>(
+///         return std::make_unique<lamp::optim::SGD>(
 ///             params, torch::optim::SGDOptions(0.1).momentum(0.9));
 ///       },
 ///       lamp::TrainStepOptions(lamp::Precision::kHalf).max_grad_norm(5.0));

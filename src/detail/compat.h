@@ -8,6 +8,7 @@
 // LibTorch 2.4 replaced them with device-generic ones taking a DeviceType; the
 // old names still compile there but warn.
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
@@ -19,6 +20,9 @@
 #else
 #define LAMP_TORCH_DEVICE_GENERIC_AUTOCAST 0
 #endif
+
+#include <string>
+#include <vector>
 
 namespace lamp {
 namespace detail {
@@ -83,6 +87,97 @@ inline void set_autocast_dtype(c10::DeviceType device_type,
   } else {
     at::autocast::set_autocast_gpu_dtype(dtype);
   }
+#endif
+}
+
+// ---------------------------------------------------------------- optimizers
+//
+// ATen's fused optimizer kernels (_fused_sgd_, _fused_adam_, _fused_adamw_),
+// with grad_scale/found_inf and a tensor learning rate, exist for CUDA and
+// CPU from LibTorch 2.4 on (1.13 has only a CUDA _fused_adam_, without
+// AdamW, SGD or a tensor lr): lamp uses them from 2.4 on and its foreach or
+// per-tensor paths before.
+
+/// _fused_sgd_ / _fused_adam_ / _fused_adamw_ on CPU and CUDA.
+constexpr bool kFusedOptimizers = LAMP_TORCH_DEVICE_GENERIC_AUTOCAST;
+
+/// The key of a parameter in torch::optim::Optimizer::state(): a string of
+/// the TensorImpl's address in 1.13, the address itself from 2.0 on.
+#if TORCH_VERSION_MAJOR >= 2
+inline void* optimizer_state_key(const at::Tensor& param) {
+  return param.unsafeGetTensorImpl();
+}
+#else
+inline std::string optimizer_state_key(const at::Tensor& param) {
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+}
+#endif
+
+inline void fused_sgd_(at::TensorList params, at::TensorList grads,
+                       at::TensorList momentum_buffers, double weight_decay,
+                       double momentum, double lr, const at::Tensor& lr_tensor,
+                       double dampening,
+                       bool nesterov, bool is_first_step,
+                       const at::Tensor& grad_scale,
+                       const at::Tensor& found_inf) {
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  const auto scale = grad_scale.defined()
+      ? c10::optional<at::Tensor>(grad_scale) : c10::nullopt;
+  const auto inf = found_inf.defined()
+      ? c10::optional<at::Tensor>(found_inf) : c10::nullopt;
+  if (lr_tensor.defined()) {
+    at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum,
+                    lr_tensor, dampening, nesterov, /*maximize=*/false,
+                    is_first_step, scale, inf);
+  } else {
+    at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr,
+                    dampening, nesterov, /*maximize=*/false, is_first_step,
+                    scale, inf);
+  }
+#else
+  (void)params, (void)grads, (void)momentum_buffers, (void)weight_decay,
+      (void)momentum, (void)lr, (void)lr_tensor, (void)dampening, (void)nesterov,
+      (void)is_first_step, (void)grad_scale, (void)found_inf;
+  TORCH_INTERNAL_ASSERT(false, "fused SGD needs LibTorch >= 2.4");
+#endif
+}
+
+/// _fused_adam_ (decoupled_weight_decay false) or _fused_adamw_ (true).
+inline void fused_adam_(bool decoupled_weight_decay, at::TensorList params,
+                        at::TensorList grads, at::TensorList exp_avgs,
+                        at::TensorList exp_avg_sqs,
+                        at::TensorList max_exp_avg_sqs,
+                        at::TensorList state_steps, double lr,
+                        const at::Tensor& lr_tensor, double beta1, double beta2, double weight_decay,
+                        double eps, bool amsgrad, const at::Tensor& grad_scale,
+                        const at::Tensor& found_inf) {
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  const auto scale = grad_scale.defined()
+      ? c10::optional<at::Tensor>(grad_scale) : c10::nullopt;
+  const auto inf = found_inf.defined()
+      ? c10::optional<at::Tensor>(found_inf) : c10::nullopt;
+  const auto call = [&](const auto& learning_rate) {
+    if (decoupled_weight_decay) {
+      at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                        state_steps, learning_rate, beta1, beta2, weight_decay,
+                        eps, amsgrad, /*maximize=*/false, scale, inf);
+    } else {
+      at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                       state_steps, learning_rate, beta1, beta2, weight_decay,
+                       eps, amsgrad, /*maximize=*/false, scale, inf);
+    }
+  };
+  if (lr_tensor.defined()) {
+    call(lr_tensor);
+  } else {
+    call(lr);
+  }
+#else
+  (void)decoupled_weight_decay, (void)params, (void)grads, (void)exp_avgs,
+      (void)exp_avg_sqs, (void)max_exp_avg_sqs, (void)state_steps, (void)lr,
+      (void)lr_tensor, (void)beta1, (void)beta2, (void)weight_decay, (void)eps, (void)amsgrad,
+      (void)grad_scale, (void)found_inf;
+  TORCH_INTERNAL_ASSERT(false, "fused Adam needs LibTorch >= 2.4");
 #endif
 }
 

@@ -13,6 +13,7 @@
 
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
+#include "lamp/optim/optimizer.h"
 
 namespace lamp {
 namespace training {
@@ -21,13 +22,17 @@ namespace {
 namespace F = torch::nn::functional;
 constexpr const char* kFormat = "lamp-classifier-trainer-1";
 
-OptimizerFactory sgd_factory(const TrainerOptions& o) {
-  return [o](std::vector<torch::Tensor> params) {
-    return std::make_unique<torch::optim::SGD>(
-        std::move(params), torch::optim::SGDOptions(o.lr())
-                               .momentum(o.momentum())
-                               .weight_decay(o.weight_decay())
-                               .nesterov(o.nesterov() && o.momentum() > 0));
+OptimizerFactory optimizer_factory(const TrainerOptions& o) {
+  // Nesterov needs momentum; Adam's betas stay at their defaults.
+  const auto config = optim::OptimizerConfig()
+                          .name(o.optimizer())
+                          .lr(o.lr())
+                          .momentum(o.momentum())
+                          .nesterov(o.nesterov() && o.momentum() > 0)
+                          .weight_decay(o.weight_decay())
+                          .implementation(o.optimizer_implementation());
+  return [config](std::vector<torch::Tensor> params) {
+    return optim::make_optimizer(std::move(params), config);
   };
 }
 
@@ -79,7 +84,7 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
     check_writable_parent(o.checkpoint(), "checkpoint");
   }
   step_ = std::make_unique<TrainStep>(
-      model_, sgd_factory(o),
+      model_, optimizer_factory(o),
       TrainStepOptions(o.precision())
           .max_grad_norm(o.max_grad_norm())
           .process_group(o.process_group()));
@@ -118,7 +123,13 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     const auto float_on_device = torch::TensorOptions().device(device);
     auto loss_sum = torch::zeros({}, float_on_device.dtype(torch::kDouble));
     auto non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
-    int64_t consecutive_skips = 0, images = 0, window = 0;
+    // Skipped steps are counted on the device (a sync-free step's flag lives
+    // there) and read once per window of `patience` steps, like the loss.
+    const auto flags_on_device = float_on_device.dtype(torch::kFloat);
+    auto skipped = torch::zeros({}, flags_on_device);
+    auto consecutive_skips = torch::zeros({}, flags_on_device);
+    auto longest_skip_run = torch::zeros({}, flags_on_device);
+    int64_t images = 0, window = 0;
     for (int64_t i = 0; i < batches; ++i) {
       if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
         break;
@@ -135,20 +146,22 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       images += batch.labels.size(0);
       ++stats.steps;
       ++global_step_;
-      if (result.skipped) {
-        ++stats.skipped_steps;
-        ++consecutive_skips;
-      } else {
-        consecutive_skips = 0;
+      if (result.cycle_ended) {
+        const auto flag = result.found_inf.to(device, /*non_blocking=*/true);
+        skipped += flag;
+        consecutive_skips.add_(flag).mul_(flag);
+        torch::maximum_out(longest_skip_run, longest_skip_run, consecutive_skips);
       }
-      TORCH_CHECK(consecutive_skips < patience, "lamp: training diverged in epoch ",
-                  epoch + 1, ": ", patience,
-                  " optimizer steps in a row had inf/NaN gradients (loss scale "
-                  "now ", step_->scaler().get_scale(),
-                  "). Lower the learning rate (--lr), clip gradients, or train "
-                  "in bf16/amp-bf16.");
-      // A loss that stays non-finite for a whole window: read once per window.
+      // Divergence, read once per window: a run of `patience` skipped steps,
+      // or a loss that stayed non-finite for the whole window.
       if (++window == patience) {
+        TORCH_CHECK(longest_skip_run.item<float>() < patience,
+                    "lamp: training diverged in epoch ", epoch + 1, ": ",
+                    patience,
+                    " optimizer steps in a row had inf/NaN gradients (loss "
+                    "scale now ", step_->scaler().get_scale(),
+                    "). Lower the learning rate (--lr), clip gradients, or "
+                    "train in bf16/amp-bf16.");
         TORCH_CHECK(non_finite.item<int64_t>() < patience,
                     "lamp: training diverged in epoch ", epoch + 1,
                     ": the loss was inf/NaN for ", patience,
@@ -173,6 +186,7 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     stats.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stats.global_step = global_step_;
+    stats.skipped_steps = static_cast<int64_t>(skipped.item<float>());
     stats.train_loss = stats.steps > 0 ? loss_sum.item<double>() / stats.steps : 0.0;
     stats.images_per_second = stats.seconds > 0 ? images / stats.seconds : 0.0;
     stats.peak_memory_bytes =
@@ -235,6 +249,7 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(std::string(kFormat)));
   archive.write("model_name", c10::IValue(model_name_));
+  archive.write("optimizer", c10::IValue(options_.optimizer()));
   archive.write("next_epoch", c10::IValue(start_epoch_));
   archive.write("global_step", c10::IValue(global_step_));
   archive.write("seed", c10::IValue(static_cast<int64_t>(train_loader_.options().seed())));
@@ -271,6 +286,13 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   TORCH_CHECK(value.toStringRef() == model_name_, "lamp: ", path,
               " holds a '", value.toStringRef(), "' model but this run trains '",
               model_name_, "'; resume with the same --model.");
+  // Checkpoints from before --optimizer existed were all SGD.
+  const std::string optimizer =
+      archive.try_read("optimizer", value) ? value.toStringRef() : "sgd";
+  TORCH_CHECK(optimizer == options_.optimizer(), "lamp: ", path,
+              " was trained with the '", optimizer,
+              "' optimizer but this run uses '", options_.optimizer(),
+              "'; resume with --optimizer ", optimizer, ".");
   archive.read("seed", value);
   TORCH_CHECK(value.toInt() == static_cast<int64_t>(train_loader_.options().seed()),
               "lamp: ", path, " was trained with seed ", value.toInt(),

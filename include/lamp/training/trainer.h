@@ -16,8 +16,9 @@
 
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
-#include "lamp/precision.h"
 #include "lamp/distributed.h"
+#include "lamp/optim/optimizer.h"
+#include "lamp/precision.h"
 #include "lamp/train_step.h"
 #include "lamp/training/schedule.h"
 
@@ -29,9 +30,17 @@ struct TrainerOptions {
   /// Precision mode (lamp::Precision).
   TORCH_ARG(Precision, precision) = Precision::kFP32;
   TORCH_ARG(int64_t, epochs) = 10;
-  /// Peak learning rate of SGD.
+  /// The optimizer: "sgd", "adam" or "adamw" (lamp::optim, fused where the
+  /// LibTorch has the kernels).
+  TORCH_ARG(std::string, optimizer) = "sgd";
+  /// How the optimizer runs (lamp::optim::Implementation).
+  TORCH_ARG(optim::Implementation, optimizer_implementation) =
+      optim::Implementation::kAuto;
+  /// Peak learning rate.
   TORCH_ARG(double, lr) = 0.1;
+  /// SGD's momentum (Nesterov when `nesterov`).
   TORCH_ARG(double, momentum) = 0.9;
+  /// L2 penalty (SGD, Adam) or decoupled decay (AdamW).
   TORCH_ARG(double, weight_decay) = 5e-4;
   TORCH_ARG(bool, nesterov) = true;
   TORCH_ARG(Schedule, schedule) = Schedule::kOneCycle;

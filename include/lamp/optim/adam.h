@@ -1,0 +1,94 @@
+#pragma once
+
+/// \file
+/// Adam and AdamW: torch::optim's update rules, run by fused, multi-tensor or
+/// per-tensor kernels.
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "lamp/optim/optimizer.h"
+
+namespace lamp {
+namespace optim {
+namespace detail {
+/// The step counts of the fused path, one FP32 tensor per parameter on its
+/// device (the fused kernels read the step of the bias corrections there):
+/// parameter -> (parameter, its device step count).
+using DeviceSteps =
+    std::unordered_map<const c10::TensorImpl*,
+                       std::pair<torch::Tensor, torch::Tensor>>;
+} // namespace detail
+
+/// A drop-in torch::optim::Adam (same options, param groups, state and
+/// checkpoint format) run by ATen's fused kernel where the LibTorch has it
+/// (see Implementation), with GradScaler's scale and overflow flag taken on
+/// the device (AmpStep).
+///
+/// The update (torch::optim's), per parameter p with gradient g at step t:
+///  1. g += weight_decay * p;
+///  2. m = beta1 * m + (1 - beta1) * g; v = beta2 * v + (1 - beta2) * g^2
+///     (AMSGrad: v_max = max(v_max, v), used in place of v below);
+///  3. p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+///
+/// With the fused kernels the step count t lives on the device (a skipped
+/// step does not count); save() writes it back into the state's `step`.
+class Adam : public torch::optim::Adam, public AmpStep {
+ public:
+  Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+       torch::optim::AdamOptions defaults = {},
+       Implementation implementation = Implementation::kAuto);
+  explicit Adam(std::vector<torch::Tensor> params,
+                torch::optim::AdamOptions defaults = {},
+                Implementation implementation = Implementation::kAuto);
+
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+  bool skips_on_device() const override;
+  void step_scaled(const torch::Tensor& grad_scale,
+                   const torch::Tensor& found_inf) override;
+
+  Implementation requested_implementation() const { return implementation_; }
+  Implementation implementation() const;
+
+ private:
+  Implementation implementation_;
+  mutable detail::DeviceSteps device_steps_;
+};
+
+/// AdamW (decoupled weight decay): as lamp::optim::Adam, but step 1 is
+/// p *= 1 - lr * weight_decay instead of an L2 term in the gradient
+/// (torch::optim::AdamW's rule; its default weight_decay is 1e-2).
+class AdamW : public torch::optim::AdamW, public AmpStep {
+ public:
+  AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+        torch::optim::AdamWOptions defaults = {},
+        Implementation implementation = Implementation::kAuto);
+  explicit AdamW(std::vector<torch::Tensor> params,
+                 torch::optim::AdamWOptions defaults = {},
+                 Implementation implementation = Implementation::kAuto);
+
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+  bool skips_on_device() const override;
+  void step_scaled(const torch::Tensor& grad_scale,
+                   const torch::Tensor& found_inf) override;
+
+  Implementation requested_implementation() const { return implementation_; }
+  Implementation implementation() const;
+
+ private:
+  Implementation implementation_;
+  mutable detail::DeviceSteps device_steps_;
+};
+
+} // namespace optim
+} // namespace lamp

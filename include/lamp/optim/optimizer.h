@@ -1,0 +1,91 @@
+#pragma once
+
+/// \file
+/// What lamp's optimizers (lamp::optim::SGD, Adam, AdamW) have in common: how
+/// they run their update, and the on-device step that GradScaler uses to
+/// skip overflowing steps without a host sync.
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lamp {
+namespace optim {
+
+/// How a lamp optimizer runs its update. Every implementation follows
+/// torch::optim's update rule; they differ in how many kernels they launch
+/// and in rounding (see each one).
+enum class Implementation {
+  /// kFused where this LibTorch has the fused kernels for the parameters'
+  /// device and dtype (LibTorch >= 2.4, CPU or CUDA), otherwise kForEach on
+  /// CUDA and kPerTensor on CPU.
+  kAuto,
+  /// ATen's fused kernels (`_fused_sgd_`, `_fused_adam_`, `_fused_adamw_`):
+  /// one kernel launch per (device, dtype) group of parameters, computed in
+  /// FP32 (the "opmath" type), with unscaling and the skip decision inside
+  /// the kernel. Rounds differently from torch::optim in the last bits.
+  kFused,
+  /// Multi-tensor `at::_foreach_*` ops (Python's default): a few launches
+  /// per (device, dtype) group, the same elementwise math as torch::optim.
+  kForEach,
+  /// torch::optim's own per-parameter loop: bit for bit torch::optim.
+  kPerTensor,
+};
+
+/// "auto", "fused", "foreach", "per-tensor".
+std::string to_string(Implementation implementation);
+/// Parses to_string()'s spellings; anything else is an error listing them.
+Implementation parse_implementation(const std::string& name);
+
+/// The step GradScaler calls for an optimizer that can take the loss
+/// scaler's state on the device: unscaling, the skip decision and the state
+/// updates then need no host sync, so a training step can run ahead of the
+/// GPU (and be captured in a CUDA graph). lamp's SGD, Adam and AdamW
+/// implement it; GradScaler falls back to its synchronous unscale, read and
+/// step for every other optimizer.
+class AmpStep {
+ public:
+  virtual ~AmpStep() = default;
+
+  /// Whether step_scaled() decides on the device, without a host sync, for
+  /// the optimizer's current parameters (true with the fused kernels).
+  virtual bool skips_on_device() const = 0;
+
+  /// One optimizer step over gradients that may still be scaled:
+  ///  1. where `grad_scale` is defined, every gradient is divided by it (in
+  ///     place, so after the step the gradients are the unscaled ones);
+  ///  2. where `found_inf` is non-zero the whole step is skipped: parameters
+  ///     and optimizer state (momentum, moments, step counts) stay as they
+  ///     were.
+  /// Both are one-element FP32 tensors on the parameters' device.
+  virtual void step_scaled(const torch::Tensor& grad_scale,
+                           const torch::Tensor& found_inf) = 0;
+};
+
+/// What the training programs and lamp_bench configure: one of "sgd",
+/// "adam", "adamw" with its hyper-parameters, built by make_optimizer().
+struct OptimizerConfig {
+  /// "sgd", "adam" or "adamw".
+  TORCH_ARG(std::string, name) = "sgd";
+  TORCH_ARG(double, lr) = 0.1;
+  /// SGD's momentum (Adam's betas stay at their defaults, 0.9 and 0.999).
+  TORCH_ARG(double, momentum) = 0.9;
+  TORCH_ARG(bool, nesterov) = false;
+  /// L2 penalty for SGD and Adam, decoupled decay for AdamW.
+  TORCH_ARG(double, weight_decay) = 0.0;
+  TORCH_ARG(Implementation, implementation) = Implementation::kAuto;
+};
+
+/// The optimizer names make_optimizer() accepts.
+const std::vector<std::string>& optimizer_names();
+
+/// Builds lamp::optim::SGD, Adam or AdamW over `params` from `config`; an
+/// unknown name is an error listing the valid ones.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    std::vector<torch::Tensor> params, const OptimizerConfig& config);
+
+} // namespace optim
+} // namespace lamp

@@ -1,0 +1,260 @@
+#include "lamp/optim/adam.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "detail/compat.h"
+#include "optim/internal.h"
+
+namespace lamp {
+namespace optim {
+namespace {
+
+// One rule for Adam and AdamW: torch::optim's, which differ only in where the
+// weight decay goes (L2 term in the gradient vs decoupled decay of p).
+template <typename Options, typename State>
+struct Rule {
+  static constexpr bool kDecoupled =
+      std::is_same<Options, torch::optim::AdamWOptions>::value;
+  static constexpr const char* kCaller =
+      kDecoupled ? "lamp::optim::AdamW" : "lamp::optim::Adam";
+
+  // The state of `p`, created as torch::optim creates it (step 0, zero
+  // moments in p's memory format).
+  static State& state_of(torch::optim::Optimizer& optimizer,
+                         const torch::Tensor& p, bool amsgrad) {
+    auto& state = optimizer.state();
+    const auto key = lamp::detail::optimizer_state_key(p);
+    auto it = state.find(key);
+    if (it == state.end()) {
+      auto created = std::make_unique<State>();
+      created->step(0);
+      created->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      created->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      if (amsgrad) {
+        created->max_exp_avg_sq(
+            torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      }
+      it = state.emplace(key, std::move(created)).first;
+    }
+    return static_cast<State&>(*it->second);
+  }
+
+  static void sync_steps_to_host(torch::optim::Optimizer& optimizer,
+                                 detail::DeviceSteps& steps) {
+    auto& state = optimizer.state();
+    for (const auto& item : steps) {
+      const auto it = state.find(lamp::detail::optimizer_state_key(item.second.first));
+      if (it != state.end()) {
+        static_cast<State&>(*it->second)
+            .step(static_cast<int64_t>(item.second.second.template item<float>()));
+      }
+    }
+    steps.clear();
+  }
+
+  static void fused(torch::optim::Optimizer& optimizer,
+                    detail::DeviceSteps& device_steps,
+                    const torch::Tensor& grad_scale,
+                    const torch::Tensor& found_inf) {
+    for (auto& group : optimizer.param_groups()) {
+      const auto& o = static_cast<const Options&>(group.options());
+      for (auto& item : internal::buckets(group, kCaller)) {
+        auto& params = item.second.params;
+        std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+        for (const auto& p : params) {
+          auto& state = state_of(optimizer, p, o.amsgrad());
+          exp_avgs.push_back(state.exp_avg());
+          exp_avg_sqs.push_back(state.exp_avg_sq());
+          if (o.amsgrad()) {
+            max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+          }
+          auto& entry = device_steps[p.unsafeGetTensorImpl()];
+          if (!entry.second.defined()) {
+            entry = {p, torch::full({}, static_cast<float>(state.step()),
+                                    p.options().dtype(torch::kFloat))};
+          }
+          steps.push_back(entry.second);
+        }
+        // As Python's fused Adam: count the step on the device, and take it
+        // back where the step was skipped.
+        at::_foreach_add_(steps, 1);
+        lamp::detail::fused_adam_(kDecoupled, params, item.second.grads, exp_avgs,
+                            exp_avg_sqs, max_exp_avg_sqs, steps, o.lr(), {},
+                            std::get<0>(o.betas()), std::get<1>(o.betas()),
+                            o.weight_decay(), o.eps(), o.amsgrad(), grad_scale,
+                            found_inf);
+        if (found_inf.defined()) {
+          const std::vector<torch::Tensor> flags(steps.size(), found_inf);
+          at::_foreach_sub_(steps, flags);
+        }
+      }
+    }
+  }
+
+  static void foreach(torch::optim::Optimizer& optimizer) {
+    for (auto& group : optimizer.param_groups()) {
+      const auto& o = static_cast<const Options&>(group.options());
+      const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+      for (auto& item : internal::buckets(group, kCaller)) {
+        auto& params = item.second.params;
+        std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+        std::vector<at::Scalar> bias2_sqrt, neg_step_size;
+        for (const auto& p : params) {
+          auto& state = state_of(optimizer, p, o.amsgrad());
+          state.step(state.step() + 1);
+          const double bias1 = 1 - std::pow(beta1, state.step());
+          const double bias2 = 1 - std::pow(beta2, state.step());
+          bias2_sqrt.emplace_back(std::sqrt(bias2));
+          neg_step_size.emplace_back(-o.lr() / bias1);
+          exp_avgs.push_back(state.exp_avg());
+          exp_avg_sqs.push_back(state.exp_avg_sq());
+          if (o.amsgrad()) {
+            max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+          }
+        }
+        std::vector<torch::Tensor> grads = item.second.grads;
+        if (o.weight_decay() != 0) {
+          if (kDecoupled) {
+            at::_foreach_mul_(params, 1 - o.lr() * o.weight_decay());
+          } else {
+            grads = at::_foreach_add(grads, params, o.weight_decay());
+          }
+        }
+        at::_foreach_mul_(exp_avgs, beta1);
+        at::_foreach_add_(exp_avgs, grads, 1 - beta1);
+        at::_foreach_mul_(exp_avg_sqs, beta2);
+        at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
+        if (o.amsgrad()) {
+          for (size_t i = 0; i < params.size(); ++i) {
+            torch::max_out(max_exp_avg_sqs[i], exp_avg_sqs[i], max_exp_avg_sqs[i]);
+          }
+        }
+        auto denom = at::_foreach_sqrt(o.amsgrad() ? max_exp_avg_sqs : exp_avg_sqs);
+        at::_foreach_div_(denom, bias2_sqrt);
+        at::_foreach_add_(denom, o.eps());
+        at::_foreach_addcdiv_(params, exp_avgs, denom, neg_step_size);
+      }
+    }
+  }
+};
+
+using AdamRule = Rule<torch::optim::AdamOptions, torch::optim::AdamParamState>;
+using AdamWRule = Rule<torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
+
+// One step of `Base` (torch::optim::Adam or AdamW) through `implementation`.
+template <typename R, typename Base>
+void run(Base& optimizer, Implementation implementation,
+         detail::DeviceSteps& device_steps, const torch::Tensor& grad_scale,
+         const torch::Tensor& found_inf) {
+  if (implementation != Implementation::kFused) {
+    if (!internal::prepare_scaled_step(optimizer, grad_scale, found_inf)) {
+      return;
+    }
+    // The counts the fused path kept on the device go back to the state.
+    R::sync_steps_to_host(optimizer, device_steps);
+  }
+  torch::NoGradGuard no_grad;
+  switch (implementation) {
+    case Implementation::kPerTensor:
+      optimizer.Base::step();
+      return;
+    case Implementation::kForEach:
+      R::foreach(optimizer);
+      return;
+    default:
+      R::fused(optimizer, device_steps, grad_scale, found_inf);
+  }
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------- Adam
+
+Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+           torch::optim::AdamOptions defaults, Implementation implementation)
+    : torch::optim::Adam(std::move(param_groups), std::move(defaults)),
+      implementation_(implementation) {}
+
+Adam::Adam(std::vector<torch::Tensor> params, torch::optim::AdamOptions defaults,
+           Implementation implementation)
+    : torch::optim::Adam(std::move(params), std::move(defaults)),
+      implementation_(implementation) {}
+
+Implementation Adam::implementation() const {
+  return internal::resolve(implementation_, *this, AdamRule::kCaller);
+}
+
+bool Adam::skips_on_device() const {
+  return implementation() == Implementation::kFused;
+}
+
+torch::Tensor Adam::step(LossClosure closure) {
+  auto loss = internal::run_closure(closure);
+  run<AdamRule, torch::optim::Adam>(*this, implementation(), device_steps_, {}, {});
+  return loss;
+}
+
+void Adam::step_scaled(const torch::Tensor& grad_scale,
+                       const torch::Tensor& found_inf) {
+  run<AdamRule, torch::optim::Adam>(*this, implementation(), device_steps_,
+                                    grad_scale, found_inf);
+}
+
+void Adam::save(torch::serialize::OutputArchive& archive) const {
+  AdamRule::sync_steps_to_host(const_cast<Adam&>(*this), device_steps_);
+  torch::optim::Adam::save(archive);
+}
+
+void Adam::load(torch::serialize::InputArchive& archive) {
+  device_steps_.clear();
+  torch::optim::Adam::load(archive);
+}
+
+// --------------------------------------------------------------------- AdamW
+
+AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+             torch::optim::AdamWOptions defaults, Implementation implementation)
+    : torch::optim::AdamW(std::move(param_groups), std::move(defaults)),
+      implementation_(implementation) {}
+
+AdamW::AdamW(std::vector<torch::Tensor> params,
+             torch::optim::AdamWOptions defaults, Implementation implementation)
+    : torch::optim::AdamW(std::move(params), std::move(defaults)),
+      implementation_(implementation) {}
+
+Implementation AdamW::implementation() const {
+  return internal::resolve(implementation_, *this, AdamWRule::kCaller);
+}
+
+bool AdamW::skips_on_device() const {
+  return implementation() == Implementation::kFused;
+}
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  auto loss = internal::run_closure(closure);
+  run<AdamWRule, torch::optim::AdamW>(*this, implementation(), device_steps_, {},
+                                      {});
+  return loss;
+}
+
+void AdamW::step_scaled(const torch::Tensor& grad_scale,
+                        const torch::Tensor& found_inf) {
+  run<AdamWRule, torch::optim::AdamW>(*this, implementation(), device_steps_,
+                                      grad_scale, found_inf);
+}
+
+void AdamW::save(torch::serialize::OutputArchive& archive) const {
+  AdamWRule::sync_steps_to_host(const_cast<AdamW&>(*this), device_steps_);
+  torch::optim::AdamW::save(archive);
+}
+
+void AdamW::load(torch::serialize::InputArchive& archive) {
+  device_steps_.clear();
+  torch::optim::AdamW::load(archive);
+}
+
+} // namespace optim
+} // namespace lamp

@@ -1,0 +1,53 @@
+#include "lamp/optim/clip.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+namespace lamp {
+namespace optim {
+
+torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
+                              double max_norm) {
+  TORCH_CHECK(std::isfinite(max_norm) && max_norm > 0,
+              "lamp::optim::clip_grad_norm_: max_norm must be finite and "
+              "positive, got ", max_norm, ".");
+  torch::NoGradGuard no_grad;
+  std::map<std::string, std::vector<torch::Tensor>> grads;
+  std::vector<std::string> order;  // devices in the order first seen
+  for (const auto& p : params) {
+    const auto& grad = p.grad();
+    if (!grad.defined()) {
+      continue;
+    }
+    TORCH_CHECK(!grad.is_sparse(), "lamp::optim::clip_grad_norm_: sparse "
+                "gradients are not supported.");
+    const auto key = grad.device().str();
+    if (grads.find(key) == grads.end()) {
+      order.push_back(key);
+    }
+    grads[key].push_back(grad);
+  }
+  if (order.empty()) {
+    return torch::zeros({});
+  }
+  const auto device = grads[order[0]][0].device();
+  std::vector<torch::Tensor> partial;
+  for (const auto& key : order) {
+    const auto norms = at::_foreach_norm(grads[key], 2);
+    partial.push_back(torch::stack(norms).norm().to(device));
+  }
+  const auto total = partial.size() == 1 ? partial[0] : torch::stack(partial).norm();
+  const auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (const auto& key : order) {
+    auto& list = grads[key];
+    const auto on_device = coefficient.to(list[0].device());
+    at::_foreach_mul_(list, std::vector<torch::Tensor>(list.size(), on_device));
+  }
+  return total;
+}
+
+} // namespace optim
+} // namespace lamp

@@ -1,0 +1,53 @@
+#pragma once
+
+// What lamp's optimizers share: choosing the implementation, grouping
+// parameters for the multi-tensor kernels, and the fallback for a scaled
+// step on the paths without on-device skipping.
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lamp/optim/optimizer.h"
+
+namespace lamp {
+namespace optim {
+namespace internal {
+
+/// The parameters of one param group that have gradients, grouped by
+/// (device, dtype): the fused and foreach kernels take one such group per
+/// call.
+struct Bucket {
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> grads;
+};
+std::map<std::pair<std::string, torch::ScalarType>, Bucket> buckets(
+    torch::optim::OptimizerParamGroup& group, const char* caller);
+
+/// Whether the fused kernels apply to every parameter of `optimizer` that
+/// has a gradient (or, before the first backward, every parameter).
+bool fused_applies(const torch::optim::Optimizer& optimizer);
+
+/// kAuto resolved for `optimizer`'s current parameters; kFused where it does
+/// not apply is an error naming `caller`.
+Implementation resolve(Implementation requested,
+                       const torch::optim::Optimizer& optimizer,
+                       const char* caller);
+
+/// For the paths that cannot skip on the device: reads `found_inf` (a host
+/// sync on CUDA) and, when it is zero, divides the gradients by
+/// `grad_scale` (if defined). Returns whether the step should run.
+bool prepare_scaled_step(torch::optim::Optimizer& optimizer,
+                         const torch::Tensor& grad_scale,
+                         const torch::Tensor& found_inf);
+
+/// Runs `closure` with grad mode on, as torch::optim's step does.
+torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure);
+
+} // namespace internal
+} // namespace optim
+} // namespace lamp

@@ -1,0 +1,177 @@
+#include "lamp/optim/optimizer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "detail/compat.h"
+#include "lamp/optim/adam.h"
+#include "lamp/optim/sgd.h"
+#include "optim/internal.h"
+
+namespace lamp {
+namespace optim {
+
+std::string to_string(Implementation implementation) {
+  switch (implementation) {
+    case Implementation::kAuto:
+      return "auto";
+    case Implementation::kFused:
+      return "fused";
+    case Implementation::kForEach:
+      return "foreach";
+    case Implementation::kPerTensor:
+      return "per-tensor";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown lamp::optim::Implementation");
+}
+
+Implementation parse_implementation(const std::string& name) {
+  for (auto implementation : {Implementation::kAuto, Implementation::kFused,
+                              Implementation::kForEach,
+                              Implementation::kPerTensor}) {
+    if (name == to_string(implementation)) {
+      return implementation;
+    }
+  }
+  TORCH_CHECK(false, "lamp::optim: unknown optimizer implementation '", name,
+              "'; valid ones are auto, fused, foreach and per-tensor.");
+}
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = {"sgd", "adam", "adamw"};
+  return names;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    std::vector<torch::Tensor> params, const OptimizerConfig& config) {
+  const auto& name = config.name();
+  if (name == "sgd") {
+    return std::make_unique<SGD>(
+        std::move(params),
+        torch::optim::SGDOptions(config.lr())
+            .momentum(config.momentum())
+            .nesterov(config.nesterov())
+            .weight_decay(config.weight_decay()),
+        config.implementation());
+  }
+  if (name == "adam") {
+    return std::make_unique<Adam>(
+        std::move(params),
+        torch::optim::AdamOptions(config.lr()).weight_decay(config.weight_decay()),
+        config.implementation());
+  }
+  if (name == "adamw") {
+    return std::make_unique<AdamW>(
+        std::move(params),
+        torch::optim::AdamWOptions(config.lr()).weight_decay(config.weight_decay()),
+        config.implementation());
+  }
+  TORCH_CHECK(false, "lamp::optim::make_optimizer: unknown optimizer '", name,
+              "'; valid ones are sgd, adam and adamw.");
+}
+
+namespace internal {
+
+std::map<std::pair<std::string, torch::ScalarType>, Bucket> buckets(
+    torch::optim::OptimizerParamGroup& group, const char* caller) {
+  std::map<std::pair<std::string, torch::ScalarType>, Bucket> out;
+  for (auto& p : group.params()) {
+    const auto& grad = p.grad();
+    if (!grad.defined()) {
+      continue;
+    }
+    TORCH_CHECK(!grad.is_sparse(), caller,
+                ": sparse gradients are not supported; use a dense "
+                "embedding or torch::optim's SparseAdam.");
+    auto& bucket = out[{p.device().str(), p.scalar_type()}];
+    bucket.params.push_back(p);
+    bucket.grads.push_back(grad);
+  }
+  return out;
+}
+
+namespace {
+
+bool fused_kernel_for(const torch::Tensor& t) {
+  const auto dtype = t.scalar_type();
+  return (t.is_cuda() || t.is_cpu()) && !t.is_sparse() &&
+         (dtype == torch::kFloat || dtype == torch::kDouble ||
+          dtype == torch::kHalf || dtype == torch::kBFloat16);
+}
+
+} // namespace
+
+bool fused_applies(const torch::optim::Optimizer& optimizer) {
+  if (!lamp::detail::kFusedOptimizers) {
+    return false;
+  }
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (!fused_kernel_for(p) ||
+          (p.grad().defined() && !fused_kernel_for(p.grad()))) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+Implementation resolve(Implementation requested,
+                       const torch::optim::Optimizer& optimizer,
+                       const char* caller) {
+  const bool fused = fused_applies(optimizer);
+  if (requested == Implementation::kFused) {
+    TORCH_CHECK(fused, caller,
+                ": the fused implementation needs ATen's fused optimizer "
+                "kernels (LibTorch >= 2.4) and dense float, double, half or "
+                "bfloat16 parameters on CPU or CUDA; use "
+                "Implementation::kAuto, kForEach or kPerTensor here.");
+    return requested;
+  }
+  if (requested != Implementation::kAuto) {
+    return requested;
+  }
+  if (fused) {
+    return Implementation::kFused;
+  }
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.is_cuda()) {
+        return Implementation::kForEach;
+      }
+    }
+  }
+  return Implementation::kPerTensor;
+}
+
+bool prepare_scaled_step(torch::optim::Optimizer& optimizer,
+                         const torch::Tensor& grad_scale,
+                         const torch::Tensor& found_inf) {
+  if (found_inf.defined() && found_inf.item<float>() != 0.0f) {
+    return false;
+  }
+  if (grad_scale.defined()) {
+    torch::NoGradGuard no_grad;
+    for (auto& group : optimizer.param_groups()) {
+      for (auto& p : group.params()) {
+        if (p.grad().defined()) {
+          p.mutable_grad().div_(grad_scale.to(p.device()));
+        }
+      }
+    }
+  }
+  return true;
+}
+
+torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
+  if (!closure) {
+    return {};
+  }
+  torch::AutoGradMode enable_grad(true);
+  return closure();
+}
+
+} // namespace internal
+} // namespace optim
+} // namespace lamp

@@ -1,0 +1,438 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lamp/grad_scaler.h"
+#include "lamp/optim/adam.h"
+#include "lamp/optim/clip.h"
+#include "lamp/optim/optimizer.h"
+#include "lamp/optim/sgd.h"
+#include "lamp/train_step.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp::optim::Implementation;
+using lamp_test::AllClose;
+using lamp_test::BitEqual;
+using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(
+    std::vector<torch::optim::OptimizerParamGroup>)>;
+
+bool fused_available() {
+  torch::Tensor p = torch::zeros({1}, torch::requires_grad());
+  lamp::optim::SGD sgd({p}, torch::optim::SGDOptions(0.1));
+  return sgd.implementation() == Implementation::kFused;
+}
+
+#define LAMP_SKIP_WITHOUT_FUSED()                                              \
+  do {                                                                         \
+    if (!fused_available()) {                                                  \
+      GTEST_SKIP() << "this LibTorch has no fused CPU optimizer kernels "      \
+                      "(they arrived in 2.4)";                                 \
+    }                                                                          \
+  } while (0)
+
+// Three parameters of different shapes in two param groups (the second with
+// its own learning rate), with fixed initial values.
+std::vector<torch::Tensor> make_params() {
+  torch::manual_seed(7);
+  return {torch::randn({5, 3}).requires_grad_(), torch::randn({3}).requires_grad_(),
+          torch::randn({2, 2, 3}).requires_grad_()};
+}
+
+std::vector<torch::optim::OptimizerParamGroup> groups_of(
+    const std::vector<torch::Tensor>& params,
+    const torch::optim::OptimizerOptions& second) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{params[0], params[1]});
+  groups.emplace_back(std::vector<torch::Tensor>{params[2]}, second.clone());
+  return groups;
+}
+
+// Gradients of a fixed quadratic bowl plus seeded noise: they depend on the
+// current parameters, as in training, and stay well-conditioned.
+void set_grads(const std::vector<torch::Tensor>& params, int step) {
+  torch::manual_seed(1000 + step);
+  for (const auto& p : params) {
+    p.mutable_grad() = (0.3 * p.detach() + 0.1 * torch::randn(p.sizes()));
+  }
+}
+
+// Runs `steps` steps of the optimizer `make` builds; returns the parameters.
+std::vector<torch::Tensor> trajectory(const Factory& make,
+                                      const torch::optim::OptimizerOptions& second,
+                                      int steps) {
+  auto params = make_params();
+  auto optimizer = make(groups_of(params, second));
+  for (int i = 0; i < steps; ++i) {
+    set_grads(params, i);
+    optimizer->step();
+  }
+  return params;
+}
+
+struct Case {
+  std::string name;
+  Factory reference;                                     // torch::optim
+  std::function<Factory(Implementation)> lamp_factory;  // lamp::optim
+  std::shared_ptr<torch::optim::OptimizerOptions> second_group;
+};
+
+template <typename Torch, typename Lamp, typename Options>
+Case make_case(const std::string& name, const Options& options, double second_lr) {
+  auto second = std::make_shared<Options>(options);
+  second->set_lr(second_lr);
+  return {name,
+          [options](std::vector<torch::optim::OptimizerParamGroup> groups) {
+            return std::make_unique<Torch>(std::move(groups), options);
+          },
+          [options](Implementation implementation) -> Factory {
+            return [options, implementation](
+                       std::vector<torch::optim::OptimizerParamGroup> groups) {
+              return std::make_unique<Lamp>(std::move(groups), options,
+                                            implementation);
+            };
+          },
+          second};
+}
+
+std::vector<Case> cases() {
+  using torch::optim::AdamOptions;
+  using torch::optim::AdamWOptions;
+  using torch::optim::SGDOptions;
+  return {
+      make_case<torch::optim::SGD, lamp::optim::SGD>("sgd_plain", SGDOptions(0.1), 0.05),
+      make_case<torch::optim::SGD, lamp::optim::SGD>(
+          "sgd_momentum_wd", SGDOptions(0.1).momentum(0.9).weight_decay(1e-2), 0.05),
+      make_case<torch::optim::SGD, lamp::optim::SGD>(
+          "sgd_nesterov", SGDOptions(0.05).momentum(0.8).nesterov(true).weight_decay(5e-4),
+          0.2),
+      make_case<torch::optim::SGD, lamp::optim::SGD>(
+          "sgd_dampening", SGDOptions(0.1).momentum(0.9).dampening(0.3), 0.01),
+      make_case<torch::optim::Adam, lamp::optim::Adam>("adam", AdamOptions(1e-2), 3e-3),
+      make_case<torch::optim::Adam, lamp::optim::Adam>(
+          "adam_amsgrad_wd", AdamOptions(1e-2).amsgrad(true).weight_decay(1e-2), 3e-3),
+      make_case<torch::optim::AdamW, lamp::optim::AdamW>("adamw", AdamWOptions(1e-2), 3e-3),
+      make_case<torch::optim::AdamW, lamp::optim::AdamW>(
+          "adamw_amsgrad", AdamWOptions(1e-2).amsgrad(true).weight_decay(0.1), 3e-3),
+  };
+}
+
+class OptimCase : public ::testing::TestWithParam<Case> {};
+
+// The per-tensor path is torch::optim's own loop, and the foreach path runs
+// the same elementwise ops on lists: both equal torch::optim bit for bit over
+// 60 steps, in both param groups.
+TEST_P(OptimCase, PerTensorAndForEachEqualTorchOptimBitForBit) {
+  const auto& c = GetParam();
+  const auto expected = trajectory(c.reference, *c.second_group, 60);
+  for (auto implementation : {Implementation::kPerTensor, Implementation::kForEach}) {
+    const auto got = trajectory(c.lamp_factory(implementation), *c.second_group, 60);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(BitEqual(got[i], expected[i]))
+          << lamp::optim::to_string(implementation) << " param " << i;
+    }
+  }
+}
+
+// ATen's fused kernels compute the same rule in one pass with FP32 opmath
+// (fused multiply-adds, the bias corrections from an FP32 step count), so
+// the last bits differ. Over 60 steps of parameters of order 1 the measured
+// difference is ~1e-6; 1e-5 relative + 1e-6 absolute is a few FP32 ulps per
+// step compounded, and still fails any wrong term (a missing bias correction
+// or weight decay moves them by > 1e-3).
+TEST_P(OptimCase, FusedFollowsTorchOptim) {
+  LAMP_SKIP_WITHOUT_FUSED();
+  const auto& c = GetParam();
+  const auto expected = trajectory(c.reference, *c.second_group, 60);
+  const auto got = trajectory(c.lamp_factory(Implementation::kFused),
+                              *c.second_group, 60);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(AllClose(got[i], expected[i], 1e-5, 1e-6)) << "param " << i;
+  }
+}
+
+// A checkpoint of a lamp optimizer is a torch::optim checkpoint: train 20
+// steps with lamp, load into torch::optim and go on; the result equals 40
+// steps of torch::optim (exactly for per-tensor, to the fused tolerance).
+TEST_P(OptimCase, CheckpointsAreTorchOptimCheckpoints) {
+  const auto& c = GetParam();
+  const auto expected = trajectory(c.reference, *c.second_group, 40);
+  for (auto implementation : {Implementation::kPerTensor, Implementation::kFused}) {
+    if (implementation == Implementation::kFused && !fused_available()) {
+      continue;  // the per-tensor round trip still ran; FusedFollowsTorchOptim skips
+    }
+    auto params = make_params();
+    auto lamp_optimizer = c.lamp_factory(implementation)(groups_of(params, *c.second_group));
+    for (int i = 0; i < 20; ++i) {
+      set_grads(params, i);
+      lamp_optimizer->step();
+    }
+    std::stringstream stream;
+    {
+      torch::serialize::OutputArchive archive;
+      lamp_optimizer->save(archive);
+      archive.save_to(stream);
+    }
+    auto torch_optimizer = c.reference(groups_of(params, *c.second_group));
+    torch::serialize::InputArchive archive;
+    archive.load_from(stream);
+    torch_optimizer->load(archive);
+    for (int i = 20; i < 40; ++i) {
+      set_grads(params, i);
+      torch_optimizer->step();
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (implementation == Implementation::kPerTensor) {
+        EXPECT_TRUE(BitEqual(params[i], expected[i])) << "param " << i;
+      } else {
+        EXPECT_TRUE(AllClose(params[i], expected[i], 1e-5, 1e-6)) << "param " << i;
+      }
+    }
+  }
+}
+
+// step_scaled(grad_scale, found_inf): a flagged step changes nothing (no
+// parameter, no state: the following steps equal those of an optimizer that
+// never saw it, even for SGD's first-step momentum with dampening), and a
+// scaled gradient is divided by the scale (a power of two: exact).
+TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
+  const auto& c = GetParam();
+  for (auto implementation : {Implementation::kPerTensor, Implementation::kForEach,
+                              Implementation::kFused}) {
+    if (implementation == Implementation::kFused && !fused_available()) {
+      continue;
+    }
+    auto reference = trajectory(c.lamp_factory(implementation), *c.second_group, 6);
+    auto params = make_params();
+    auto optimizer = c.lamp_factory(implementation)(groups_of(params, *c.second_group));
+    auto* scaled = dynamic_cast<lamp::optim::AmpStep*>(optimizer.get());
+    ASSERT_NE(scaled, nullptr);
+    const auto scale = torch::full({}, 1024.0f);
+    const auto clean = torch::zeros({});
+    const auto inf = torch::ones({});
+    int taken = 0;
+    for (int i = 0; i < 9; ++i) {
+      const bool skip = i == 0 || i == 4 || i == 5;  // the very first one too
+      if (skip) {
+        for (auto& p : params) {
+          p.mutable_grad() = torch::full(p.sizes(), std::numeric_limits<float>::infinity());
+        }
+        scaled->step_scaled(scale, inf);
+        continue;
+      }
+      set_grads(params, taken++);
+      for (auto& p : params) {
+        p.mutable_grad().mul_(1024);
+      }
+      scaled->step_scaled(scale, clean);
+    }
+    ASSERT_EQ(taken, 6);
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(BitEqual(params[i], reference[i]))
+          << lamp::optim::to_string(implementation) << " param " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, OptimCase, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
+  LAMP_SKIP_WITHOUT_FUSED();
+  auto params = make_params();
+  lamp::optim::Adam adam(params, torch::optim::AdamOptions(1e-2),
+                         Implementation::kFused);
+  for (int i = 0; i < 7; ++i) {
+    set_grads(params, i);
+    adam.step_scaled(torch::Tensor(), torch::full({}, i % 3 == 1 ? 1.0f : 0.0f));
+  }
+  std::stringstream stream;
+  {
+    torch::serialize::OutputArchive archive;
+    adam.save(archive);
+    archive.save_to(stream);
+  }
+  ASSERT_EQ(adam.state().size(), params.size());
+  for (const auto& item : adam.state()) {
+    const auto& state =
+        static_cast<const torch::optim::AdamParamState&>(*item.second);
+    EXPECT_EQ(state.step(), 5);  // 7 steps, 2 skipped (i = 1, 4)
+  }
+  // And the checkpoint says so too: a torch::optim::Adam loading it agrees.
+  torch::optim::Adam reference(params, torch::optim::AdamOptions(1e-2));
+  torch::serialize::InputArchive archive;
+  archive.load_from(stream);
+  reference.load(archive);
+  for (const auto& item : reference.state()) {
+    EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*item.second).step(), 5);
+  }
+}
+
+TEST(Optim, ImplementationsAreChosenAndRefusedClearly) {
+  torch::Tensor p = torch::zeros({2}, torch::requires_grad());
+  lamp::optim::SGD sgd({p}, torch::optim::SGDOptions(0.1));
+  EXPECT_EQ(sgd.requested_implementation(), Implementation::kAuto);
+  EXPECT_EQ(sgd.skips_on_device(), fused_available());
+  EXPECT_EQ(lamp::optim::parse_implementation("foreach"), Implementation::kForEach);
+  EXPECT_EQ(lamp::optim::to_string(Implementation::kPerTensor), "per-tensor");
+  EXPECT_THROW(lamp::optim::parse_implementation("apex"), c10::Error);
+  // Integer parameters have no fused kernel: kFused is refused with a message
+  // that names the alternatives, kAuto falls back.
+  torch::Tensor ints = torch::zeros({2}, torch::kLong);
+  lamp::optim::SGD int_sgd({ints}, torch::optim::SGDOptions(0.1), Implementation::kFused);
+  try {
+    int_sgd.step();
+    FAIL() << "fused SGD accepted int64 parameters";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Implementation::kAuto"), std::string::npos)
+        << e.what();
+  }
+  lamp::optim::SGD auto_sgd({ints}, torch::optim::SGDOptions(0.1));
+  EXPECT_EQ(auto_sgd.implementation(), Implementation::kPerTensor);
+}
+
+TEST(Optim, MakeOptimizerBuildsEachByName) {
+  auto params = make_params();
+  const auto config = lamp::optim::OptimizerConfig().lr(0.01).weight_decay(1e-3);
+  auto sgd = lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("sgd"));
+  auto* as_sgd = dynamic_cast<lamp::optim::SGD*>(sgd.get());
+  ASSERT_NE(as_sgd, nullptr);
+  EXPECT_EQ(static_cast<const torch::optim::SGDOptions&>(as_sgd->defaults()).momentum(), 0.9);
+  EXPECT_NE(dynamic_cast<lamp::optim::Adam*>(
+                lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("adam"))
+                    .get()),
+            nullptr);
+  auto adamw = lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("adamw"));
+  auto* as_adamw = dynamic_cast<lamp::optim::AdamW*>(adamw.get());
+  ASSERT_NE(as_adamw, nullptr);
+  EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(as_adamw->defaults()).weight_decay(), 1e-3);
+  EXPECT_EQ(lamp::optim::optimizer_names(), (std::vector<std::string>{"sgd", "adam", "adamw"}));
+  try {
+    lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("lamb"));
+    FAIL() << "accepted an unknown optimizer";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sgd, adam and adamw"), std::string::npos);
+  }
+}
+
+// lamp's clip keeps the norm on the device and scales like LibTorch's.
+TEST(Optim, ClipGradNormMatchesLibTorchs) {
+  for (double max_norm : {0.5, 100.0}) {
+    auto a = make_params(), b = make_params();
+    set_grads(a, 3);
+    set_grads(b, 3);
+    a[1].mutable_grad() = torch::Tensor();  // no gradient: ignored
+    b[1].mutable_grad() = torch::Tensor();
+    const double expected = torch::nn::utils::clip_grad_norm_(a, max_norm);
+    const auto got = lamp::optim::clip_grad_norm_(b, max_norm);
+    EXPECT_EQ(got.dim(), 0);
+    // _foreach_norm may sum in another order than Tensor::norm: FP32 ulps.
+    EXPECT_NEAR(got.item<double>(), expected, 1e-6 * expected);
+    for (size_t i : {0u, 2u}) {
+      EXPECT_TRUE(AllClose(b[i].grad(), a[i].grad(), 1e-6, 1e-7)) << i;
+    }
+    EXPECT_FALSE(b[1].grad().defined());
+  }
+  EXPECT_THROW(lamp::optim::clip_grad_norm_(make_params(), 0.0), c10::Error);
+}
+
+// The sync-free path (the fused optimizer unscales and skips on the device)
+// and the synchronous one (unscale, read the flag, step) give the same
+// weights, scales and counts, bit for bit, through overflows and growth.
+TEST(Optim, SyncFreeScalerEqualsTheSynchronousPath) {
+  LAMP_SKIP_WITHOUT_FUSED();
+  for (const std::string name : {"sgd", "adam", "adamw"}) {
+    std::vector<std::vector<torch::Tensor>> finals;
+    std::vector<std::vector<double>> scales;
+    std::vector<int64_t> skipped;
+    for (bool sync_free : {true, false}) {
+      auto params = make_params();
+      auto optimizer = lamp::optim::make_optimizer(
+          params, lamp::optim::OptimizerConfig().name(name).lr(0.01));
+      lamp::GradScaler scaler(lamp::GradScalerOptions()
+                                  .init_scale(1024)
+                                  .growth_interval(3)
+                                  .sync_free(sync_free));
+      std::vector<double> seen;
+      for (int i = 0; i < 20; ++i) {
+        const auto scale = scaler.scale(torch::ones({}));
+        set_grads(params, i);
+        for (auto& p : params) {
+          p.mutable_grad().mul_(scale);
+          if (i % 7 == 3) {
+            p.mutable_grad()[0] = std::numeric_limits<float>::infinity();
+          }
+        }
+        if (i % 5 == 2) {
+          scaler.unscale_(*optimizer);  // e.g. before clipping
+        }
+        const auto found_inf = scaler.step_async(*optimizer);
+        EXPECT_EQ(found_inf.item<float>(), i % 7 == 3 ? 1.0f : 0.0f) << name << i;
+        scaler.update();
+        seen.push_back(scaler.get_scale());
+      }
+      finals.push_back(params);
+      scales.push_back(seen);
+      skipped.push_back(scaler.steps_skipped());
+      EXPECT_EQ(scaler.steps_taken() + scaler.steps_skipped(), 20);
+      EXPECT_FALSE(scaler.last_step_skipped());
+    }
+    EXPECT_EQ(scales[0], scales[1]) << name;
+    EXPECT_EQ(skipped[0], 3) << name;  // i = 3, 10, 17
+    EXPECT_EQ(skipped[1], 3) << name;
+    for (size_t i = 0; i < finals[0].size(); ++i) {
+      EXPECT_TRUE(BitEqual(finals[0][i], finals[1][i])) << name << " param " << i;
+    }
+  }
+}
+
+// TrainStep with a fused optimizer runs the sync-free path: the result's
+// overflow flag is a tensor, the counts are exact, and the weights equal the
+// per-tensor optimizer's to the fused tolerance.
+TEST(Optim, TrainStepRunsTheSyncFreePathWithFusedOptimizers) {
+  LAMP_SKIP_WITHOUT_FUSED();
+  std::vector<std::vector<torch::Tensor>> weights;
+  for (auto implementation : {Implementation::kFused, Implementation::kPerTensor}) {
+    torch::manual_seed(3);
+    lamp_test::SmallNet model;
+    lamp::TrainStep step(
+        model.ptr(),
+        [&](std::vector<torch::Tensor> params) {
+          return std::make_unique<lamp::optim::SGD>(
+              std::move(params), torch::optim::SGDOptions(0.05).momentum(0.9),
+              implementation);
+        },
+        lamp::TrainStepOptions(lamp::Precision::kBF16)
+            .force_loss_scaling(true)
+            .max_grad_norm(1.0)
+            .scaler(lamp::GradScalerOptions().init_scale(256).growth_interval(4)));
+    EXPECT_EQ(dynamic_cast<lamp::optim::AmpStep&>(step.optimizer()).skips_on_device(),
+              implementation == Implementation::kFused);
+    const auto problem = lamp_test::make_problem(32, 4, 1);
+    for (int i = 0; i < 10; ++i) {
+      const auto result = step.step([&] {
+        auto loss = torch::nn::functional::cross_entropy(
+            model->forward(step.cast_input(problem.images)).to(torch::kFloat),
+            problem.labels);
+        return i == 6 ? loss * std::numeric_limits<float>::infinity() : loss;
+      });
+      ASSERT_TRUE(result.found_inf.defined());
+      EXPECT_EQ(result.skipped(), i == 6);
+    }
+    EXPECT_EQ(step.scaler().steps_skipped(), 1);
+    EXPECT_EQ(step.scaler().steps_taken(), 9);
+    EXPECT_EQ(step.scaler().get_scale(), 256.0);  // grew at 4, backed off at 6, 7..9
+    weights.push_back(step.master_weights()->master_params());
+  }
+  for (size_t i = 0; i < weights[0].size(); ++i) {
+    EXPECT_TRUE(AllClose(weights[0][i], weights[1][i], 1e-5, 1e-6)) << i;
+  }
+}
+
+} // namespace

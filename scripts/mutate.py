@@ -69,10 +69,15 @@ def load_mutants(path, only):
             continue
         mutants.append({"name": name, "file": section["file"],
                         "find": section["find"], "replace": section["replace"],
-                        "tests": section.get("tests", "")})
+                        "tests": section.get("tests", ""),
+                        "min_torch": section.get("min_torch", "")})
     if not mutants:
         die(f"no mutant in {path}" + (f" matches --only '{only}'" if only else ""))
     return mutants
+
+
+def version_tuple(text):
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
 
 
 def run(cmd, log_path, cwd=None, timeout=None):
@@ -115,6 +120,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--test-timeout", type=int, default=300)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--torch-version", default="",
+                    help="the LibTorch's version: mutants whose min_torch is newer "
+                         "are listed as not applicable")
     ap.add_argument("cmake_args", nargs="*")
     a = ap.parse_args()
 
@@ -156,6 +164,12 @@ def main():
 
     results = []
     for i, m in enumerate(mutants, 1):
+        if m["min_torch"] and a.torch_version and \
+                version_tuple(a.torch_version) < version_tuple(m["min_torch"]):
+            log(f"[{i}/{len(mutants)}] {m['name']}: not applicable "
+                f"(the code runs with LibTorch >= {m['min_torch']} only)")
+            results.append((m["name"], "n/a", [f"(needs LibTorch >= {m['min_torch']})"], 0.0))
+            continue
         path = os.path.join(src, m["file"])
         with open(path, encoding="utf-8") as f:
             original = f.read()
@@ -190,17 +204,19 @@ def main():
         log(f"    {verdict} in {elapsed:.0f} s" + (f" by {', '.join(by[:3])}" if by else ""))
 
     caught = sum(1 for r in results if r[1] == "caught")
+    applicable = sum(1 for r in results if r[1] != "n/a")
     lines = [f"{'mutant':38} {'verdict':9} {'s':>5}  caught by"]
     for name, verdict, by, elapsed in results:
         shown = ", ".join(by[:2]) + (f" (+{len(by) - 2})" if len(by) > 2 else "")
         lines.append(f"{name:38} {verdict:9} {elapsed:5.0f}  {shown}")
-    lines.append(f"mutants: {caught} caught, {len(results) - caught} not caught, "
-                 f"of {len(results)}")
+    lines.append(f"mutants: {caught} caught, {applicable - caught} not caught, "
+                 f"of {applicable} applicable ({len(results) - applicable} need a "
+                 f"newer LibTorch); LibTorch {a.torch_version or '?'}")
     report = "\n".join(lines)
     print(report)
     with open(os.path.join(a.work, "report.txt"), "w", encoding="utf-8") as f:
         f.write(report + "\n")
-    return 0 if caught == len(results) else 1
+    return 0 if caught == applicable else 1
 
 
 if __name__ == "__main__":

@@ -64,7 +64,11 @@ if [ "$torch" = wheel ]; then
   lamp_ensure_torch_wheel
   lamp_ensure_nvcc
   cmake_args+=("-DCMAKE_PREFIX_PATH=$LAMP_TORCH_WHEEL_ROOT;$LAMP_TORCH_WHEEL_ROOT/share/cmake")
+  torch_version="$LAMP_TORCH_WHEEL_VERSION"
+else
+  torch_version="$(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '')"
 fi
 
 exec python3 "$LAMP_ROOT/scripts/mutate.py" --root "$LAMP_ROOT" --work "$work" \
-  --list "$list" --only "$only" --jobs "$jobs" "${extra[@]}" -- "${cmake_args[@]}"
+  --list "$list" --only "$only" --jobs "$jobs" --torch-version "$torch_version" \
+  "${extra[@]}" -- "${cmake_args[@]}"

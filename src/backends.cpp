@@ -18,6 +18,14 @@ void set_cudnn_benchmark(bool enabled) {
 
 bool cudnn_benchmark() { return at::globalContext().benchmarkCuDNN(); }
 
+void set_cudnn_benchmark_limit(int limit) {
+  TORCH_CHECK(limit >= 0, "lamp::set_cudnn_benchmark_limit: the limit must be "
+              ">= 0 (0 tries every algorithm), got ", limit, ".");
+  at::globalContext().setBenchmarkLimitCuDNN(limit);
+}
+
+int cudnn_benchmark_limit() { return at::globalContext().benchmarkLimitCuDNN(); }
+
 void set_tf32(bool enabled) {
   at::globalContext().setAllowTF32CuDNN(enabled);
   at::globalContext().setAllowTF32CuBLAS(enabled);

@@ -56,4 +56,15 @@ TEST(Backends, PeakDeviceMemoryCountsAllocations_CUDA) {
   EXPECT_LT(lamp::peak_device_memory(device), before + (256 << 20));
 }
 
+TEST(Backends, CudnnBenchmarkLimitRoundTripsAndRefusesNegatives) {
+  const int before = lamp::cudnn_benchmark_limit();
+  lamp::set_cudnn_benchmark_limit(3);
+  EXPECT_EQ(lamp::cudnn_benchmark_limit(), 3);
+  lamp::set_cudnn_benchmark_limit(0);  // 0: try every algorithm
+  EXPECT_EQ(lamp::cudnn_benchmark_limit(), 0);
+  EXPECT_THROW(lamp::set_cudnn_benchmark_limit(-1), c10::Error);
+  EXPECT_EQ(lamp::cudnn_benchmark_limit(), 0);
+  lamp::set_cudnn_benchmark_limit(before);
+}
+
 } // namespace

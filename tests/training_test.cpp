@@ -4,8 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
+#include "lamp/optim/adam.h"
+#include "lamp/optim/sgd.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "test_util.h"
@@ -65,7 +69,8 @@ struct Run {
   std::unique_ptr<ClassifierTrainer> trainer;
 };
 
-std::unique_ptr<Run> make_run(lamp::Precision precision, TrainerOptions options) {
+std::unique_ptr<Run> make_run(lamp::Precision precision, TrainerOptions options,
+                              double lr = 0.05) {
   auto run = std::make_unique<Run>();
   torch::manual_seed(5);
   run->model = lamp_test::SmallNet();
@@ -80,7 +85,7 @@ std::unique_ptr<Run> make_run(lamp::Precision precision, TrainerOptions options)
       lamp::data::DeviceLoader(image_problem(false), torch::kCPU,
                                lamp::data::LoaderOptions(64).shuffle(false)
                                    .mean({0.5, 0.5, 0.5}).std({0.2, 0.2, 0.2})),
-      options.precision(precision).lr(0.05));
+      options.precision(precision).lr(lr));
   return run;
 }
 
@@ -136,6 +141,73 @@ TEST(ClassifierTrainer, ReportsEpochStatistics) {
   EXPECT_GT(stats.back().peak_memory_bytes, 0);
   EXPECT_EQ(stats.back().steps, 6);
   EXPECT_EQ(stats.back().loss_scale, 1.0);
+  // The run's first step and first evaluation are warm-up, timed apart.
+  EXPECT_GT(stats[0].warmup_seconds, 0.0);
+  EXPECT_EQ(stats[1].warmup_seconds, 0.0);
+  EXPECT_EQ(stats[2].warmup_seconds, 0.0);
+}
+
+// Each optimizer trains the small problem from the same start, and a
+// checkpoint remembers which one it was: resuming with another is refused.
+TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
+  const auto checkpoint = temp_path("optimizer.pt");
+  for (const std::string name : {"sgd", "adam", "adamw"}) {
+    auto run = make_run(lamp::Precision::kAMPBF16,
+                        TrainerOptions().epochs(3).optimizer(name).checkpoint(
+                            name == "adam" ? checkpoint : ""),
+                        name == "sgd" ? 0.05 : 0.01);
+    auto& optimizer = run->trainer->train_step().optimizer();
+    EXPECT_EQ(dynamic_cast<lamp::optim::SGD*>(&optimizer) != nullptr, name == "sgd");
+    EXPECT_EQ(dynamic_cast<lamp::optim::Adam*>(&optimizer) != nullptr, name == "adam");
+    EXPECT_EQ(dynamic_cast<lamp::optim::AdamW*>(&optimizer) != nullptr, name == "adamw");
+    const auto stats = run->trainer->fit();
+    EXPECT_LT(stats.back().train_loss, stats.front().train_loss) << name;
+    EXPECT_GT(stats.back().test_accuracy, 0.5) << name;  // chance: 0.25
+  }
+  try {
+    make_run(lamp::Precision::kAMPBF16,
+             TrainerOptions().epochs(4).optimizer("sgd").resume(checkpoint));
+    FAIL() << "resumed an Adam checkpoint with SGD";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resume with --optimizer adam"),
+              std::string::npos)
+        << e.what();
+  }
+  std::remove(checkpoint.c_str());
+}
+
+// Skipped steps are counted per epoch (on the device, read at its end), and
+// a skipped step leaves the weights finite.
+TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
+  auto run = make_run(lamp::Precision::kBF16,
+                      TrainerOptions().epochs(2).skip_non_finite(true));
+  int64_t training_calls = 0;
+  auto model = run->model;
+  run->trainer = std::make_unique<ClassifierTrainer>(
+      model.ptr(),
+      [model, &training_calls](const torch::Tensor& x) mutable {
+        auto out = model->forward(x);
+        // Training steps 2 and 4 of the first epoch (of 6) overflow.
+        if (model->is_training() && (++training_calls == 2 || training_calls == 4)) {
+          out = out * std::numeric_limits<float>::infinity();
+        }
+        return out;
+      },
+      "smallnet",
+      lamp::data::DeviceLoader(image_problem(true), torch::kCPU,
+                               lamp::data::LoaderOptions(32).seed(9)),
+      lamp::data::DeviceLoader(image_problem(false), torch::kCPU,
+                               lamp::data::LoaderOptions(64).shuffle(false)),
+      TrainerOptions().epochs(2).precision(lamp::Precision::kBF16).lr(0.05)
+          .skip_non_finite(true));
+  const auto stats = run->trainer->fit();
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].skipped_steps, 2);
+  EXPECT_EQ(stats[1].skipped_steps, 0);
+  EXPECT_TRUE(std::isfinite(stats[1].train_loss));
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  }
 }
 
 TEST(ClassifierTrainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {

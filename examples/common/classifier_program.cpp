@@ -12,6 +12,12 @@
 namespace lamp_examples {
 namespace {
 
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*f", digits, value);
+  return text;
+}
+
 std::string mib(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.1f MiB", bytes / (1024.0 * 1024.0));
@@ -126,6 +132,15 @@ void add_options(CLI::App& app, ProgramConfig& c) {
       ->capture_default_str();
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
                "let cuDNN pick its fastest algorithms");
+  app.add_option("--cudnn-benchmark-limit", c.cudnn_benchmark_limit,
+                 "algorithms cuDNN's benchmark mode tries per shape (0 = all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--drop-last", c.drop_last,
+                 "drop the last partial training batch: auto (on CUDA, where "
+                 "a new shape means autotuning and a new graph), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_flag("--channels-last", c.channels_last,
                "NHWC memory format for images and model");
   app.add_option("--data", c.data, "dataset directory")->capture_default_str();
@@ -174,6 +189,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
               "--fp16 and --precision ", config.precision,
               " contradict each other; give one of them.");
   lamp::set_cudnn_benchmark(config.cudnn_benchmark);
+  lamp::set_cudnn_benchmark_limit(static_cast<int>(config.cudnn_benchmark_limit));
   torch::manual_seed(config.seed);
 
   auto model = spec.make_model(config.model);
@@ -192,6 +208,8 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                            .mean(spec.mean)
                            .std(spec.std)
                            .channels_last(config.channels_last)
+                           .drop_last(config.drop_last == "on" ||
+                                      (config.drop_last == "auto" && device.is_cuda()))
                            .num_shards(group->world_size())
                            .shard(group->rank());
   auto test_options = lamp::data::LoaderOptions(config.eval_batch_size)
@@ -261,12 +279,15 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
         std::printf(
             "epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%% "
             " "
-            "%.2f s  %.0f img/s  peak %s  scale %g  skipped %lld\n",
+            "%.2f s  %.0f img/s  peak %s  scale %g  skipped %lld%s\n",
             static_cast<long long>(s.epoch),
             static_cast<long long>(config.epochs), s.train_loss, s.test_loss,
             100.0 * s.test_accuracy, s.seconds, s.images_per_second,
             mib(s.peak_memory_bytes).c_str(), s.loss_scale,
-            static_cast<long long>(s.skipped_steps));
+            static_cast<long long>(s.skipped_steps),
+            s.warmup_seconds > 0
+                ? ("  warm-up " + fixed(s.warmup_seconds, 2) + " s").c_str()
+                : "");
         std::fflush(stdout);
         if (log) {
           nlohmann::json line = {{"program", spec.program},
@@ -281,6 +302,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                                  {"test_loss", s.test_loss},
                                  {"test_accuracy", s.test_accuracy},
                                  {"seconds", s.seconds},
+                                 {"warmup_seconds", s.warmup_seconds},
                                  {"images_per_second", s.images_per_second},
                                  {"peak_memory_bytes", s.peak_memory_bytes},
                                  {"loss_scale", s.loss_scale},

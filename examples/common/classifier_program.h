@@ -27,6 +27,8 @@ struct ProgramConfig {
   double weight_decay = 5e-4;
   std::string schedule = "onecycle";
   bool cudnn_benchmark = false;
+  int64_t cudnn_benchmark_limit = 10;  // cuDNN's own default
+  std::string drop_last = "auto";
   bool channels_last = false;
   std::string data;
   std::string device;               // default: cuda when available, else cpu

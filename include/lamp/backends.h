@@ -19,6 +19,13 @@ void set_cudnn_benchmark(bool enabled);
 /// Whether cuDNN benchmark mode is on.
 bool cudnn_benchmark();
 
+/// How many of cuDNN's algorithms benchmark mode tries per new shape
+/// (Python's `torch.backends.cudnn.benchmark_limit`; default 10, 0 = all).
+/// Lower is a shorter first epoch, higher may find a faster algorithm.
+/// Negative values are an error.
+void set_cudnn_benchmark_limit(int limit);
+int cudnn_benchmark_limit();
+
 /// Allows or forbids TF32 tensor-core math for FP32 convolutions (cuDNN) and
 /// matrix multiplications (cuBLAS), as Python's
 /// `torch.backends.cudnn.allow_tf32` and `torch.backends.cuda.matmul.allow_tf32`

@@ -87,6 +87,7 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       model_, optimizer_factory(o),
       TrainStepOptions(o.precision())
           .max_grad_norm(o.max_grad_norm())
+          .skip_non_finite(o.skip_non_finite())
           .process_group(o.process_group()));
   TORCH_CHECK(step_->device() == train_loader_.device(),
               "lamp: the model is on ", step_->device(),
@@ -129,7 +130,7 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     auto skipped = torch::zeros({}, flags_on_device);
     auto consecutive_skips = torch::zeros({}, flags_on_device);
     auto longest_skip_run = torch::zeros({}, flags_on_device);
-    int64_t images = 0, window = 0;
+    int64_t images = 0, window = 0, warmup_images = 0;
     for (int64_t i = 0; i < batches; ++i) {
       if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
         break;
@@ -137,10 +138,21 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       stats.lr = learning_rate(o.schedule(), o.lr(), global_step_, total_steps);
       set_learning_rate(step_->optimizer(), stats.lr);
       const auto batch = train_loader_.batch(i);
+      // The run's first step (cuDNN autotuning, allocator and cache warm-up)
+      // is timed on its own: reported as warm-up, not in the steady rate.
+      const bool warmup_step = !warmed_up_;
+      const auto step_start = std::chrono::steady_clock::now();
       const auto result = step_->step([&] {
         const auto output = forward_(step_->cast_input(batch.images));
         return F::cross_entropy(output.to(torch::kFloat), batch.labels);
       });
+      if (warmup_step) {
+        synchronize(device);
+        stats.warmup_seconds += std::chrono::duration<double>(
+            std::chrono::steady_clock::now() - step_start).count();
+        warmup_images = batch.labels.size(0);
+        warmed_up_ = true;
+      }
       loss_sum += result.loss;
       non_finite += torch::isfinite(result.loss).logical_not();
       images += batch.labels.size(0);
@@ -185,6 +197,10 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     synchronize(device);
     stats.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (stats.warmup_seconds > 0 && stats.steps > 1) {
+      stats.seconds -= stats.warmup_seconds;
+      images -= warmup_images;
+    }
     stats.global_step = global_step_;
     stats.skipped_steps = static_cast<int64_t>(skipped.item<float>());
     stats.train_loss = stats.steps > 0 ? loss_sum.item<double>() / stats.steps : 0.0;
@@ -192,7 +208,14 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     stats.peak_memory_bytes =
         device.is_cuda() ? peak_device_memory(device) : peak_host_memory();
     stats.loss_scale = step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
+    const auto eval_start = std::chrono::steady_clock::now();
+    const bool first_evaluation = !evaluated_;
     const auto eval = evaluate();
+    if (first_evaluation) {
+      // The first evaluation meets the evaluation shapes first (autotuning).
+      stats.warmup_seconds += std::chrono::duration<double>(
+          std::chrono::steady_clock::now() - eval_start).count();
+    }
     stats.test_loss = eval.first;
     stats.test_accuracy = eval.second;
     const bool epoch_complete = stats.steps == batches;
@@ -226,15 +249,31 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
   const auto& group = options_.process_group();
   const int64_t ranks = group ? group->world_size() : 1;
   const int64_t rank = group ? group->rank() : 0;
+  // On CUDA every evaluation batch has the same shape: the last one is padded
+  // with zero images whose outputs are dropped (eval-mode BatchNorm treats
+  // each image alone), so cuDNN autotunes once instead of twice.
+  const int64_t full = test_loader_.options().batch_size();
+  const bool pad = test_loader_.device().is_cuda();
   for (int64_t i = rank; i < test_loader_.batches_per_epoch(); i += ranks) {
     const auto batch = test_loader_.batch(i);
-    const auto output =
-        forward_(step_->cast_input(batch.images)).to(torch::kFloat);
+    auto images = batch.images;
+    const int64_t n = images.size(0);
+    if (pad && n < full) {
+      auto padding_sizes = images.sizes().vec();
+      padding_sizes[0] = full - n;
+      images = torch::cat({images, torch::zeros(padding_sizes, images.options())})
+                   .contiguous(images.suggest_memory_format());
+    }
+    auto output = forward_(step_->cast_input(images)).to(torch::kFloat);
+    if (output.size(0) != n) {
+      output = output.slice(0, 0, n);
+    }
     loss_sum += F::cross_entropy(output, batch.labels,
                                  F::CrossEntropyFuncOptions().reduction(torch::kSum));
     correct += output.argmax(1).eq(batch.labels).sum();
   }
   model_->train();
+  evaluated_ = true;
   if (ranks > 1) {
     group->all_reduce_(loss_sum);
     auto correct_double = correct.to(torch::kDouble);

@@ -44,6 +44,9 @@ struct TrainerOptions {
   TORCH_ARG(double, weight_decay) = 5e-4;
   TORCH_ARG(bool, nesterov) = true;
   TORCH_ARG(Schedule, schedule) = Schedule::kOneCycle;
+  /// In the modes without loss scaling, still skip optimizer steps with
+  /// inf/NaN gradients (TrainStepOptions::skip_non_finite).
+  TORCH_ARG(bool, skip_non_finite) = false;
   /// Clip the global gradient norm (0 = off).
   TORCH_ARG(double, max_grad_norm) = 0.0;
   /// Stop after this many optimizer steps in total (0 = no limit): smoke runs.
@@ -75,7 +78,13 @@ struct EpochStats {
   double train_loss = 0;      ///< mean training loss
   double test_loss = 0;
   double test_accuracy = 0;   ///< in [0, 1]
-  double seconds = 0;         ///< training time of the epoch (no evaluation)
+  /// Training time of the epoch (no evaluation), without `warmup_seconds`.
+  double seconds = 0;
+  /// The first epoch of a run: the time of its first training step and of
+  /// its first evaluation batch, where cuDNN autotunes (benchmark mode) and
+  /// caches warm up; 0 in later epochs. Reported apart so that `seconds`
+  /// and images/s are the steady rate.
+  double warmup_seconds = 0;
   double images_per_second = 0;
   int64_t peak_memory_bytes = 0;  ///< device memory on CUDA, RSS on CPU
   double loss_scale = 1.0;
@@ -142,6 +151,8 @@ class ClassifierTrainer {
   data::DeviceLoader test_loader_;
   TrainerOptions options_;
   std::unique_ptr<TrainStep> step_;
+  bool warmed_up_ = false;   // the run's first training step has been timed
+  bool evaluated_ = false;   // the first evaluation (warm-up) has run
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
 };

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -39,6 +40,8 @@ struct Config {
   bool report_precision = false;
   std::string optimizer = "sgd";
   std::string optimizer_impl = "auto";
+  bool cuda_graph = false;
+  double min_seconds = 0.0;
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -115,7 +118,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
                   .weight_decay(5e-4)
                   .implementation(lamp::optim::parse_implementation(c.optimizer_impl)));
         },
-        lamp::parse_precision(precision_name));
+        lamp::TrainStepOptions(lamp::parse_precision(precision_name)).cuda_graph(c.cuda_graph));
   } catch (const c10::Error& e) {
     result["skipped"] = e.what_without_backtrace();
     return result;
@@ -126,17 +129,31 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
           .contiguous(memory_format));
   const auto labels = torch::randint(0, 10, {c.batch_size},
                                      torch::TensorOptions().device(device).dtype(torch::kLong));
-  const auto loss_fn = [&] {
-    return torch::nn::functional::cross_entropy(forward(images).to(torch::kFloat), labels);
+  const auto batch_loss = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::nn::functional::cross_entropy(forward(x).to(torch::kFloat), y);
   };
+  // The batch form of step(): the one a CUDA graph can capture (eager
+  // otherwise, the same work).
+  const auto run_step = [&] { return step->step(images, labels, batch_loss); };
   lamp::reset_peak_device_memory(device);
-  for (int64_t i = 0; i < c.warmup; ++i) step->step(loss_fn);
+  for (int64_t i = 0; i < c.warmup; ++i) run_step();
   lamp::synchronize(device);
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < c.steps; ++i) step->step(loss_fn);
-  lamp::synchronize(device);
-  const double seconds = seconds_since(start);
-  const double images_per_second = c.steps * c.batch_size / seconds;
+  // Calibrated: at least --min-seconds of timed steps, so that launch jitter
+  // and clock changes average out.
+  int64_t steps = c.steps;
+  double seconds = 0;
+  while (true) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < steps; ++i) run_step();
+    lamp::synchronize(device);
+    seconds = seconds_since(start);
+    if (seconds >= c.min_seconds || steps >= 100000) {
+      break;
+    }
+    steps = static_cast<int64_t>(steps * 1.2 * c.min_seconds / std::max(seconds, 1e-6)) + 1;
+  }
+  const double images_per_second = steps * c.batch_size / seconds;
+  result["steps"] = steps;
   result["seconds"] = seconds;
   result["images_per_second"] = images_per_second;
   result["seconds_per_epoch"] = epoch_images / images_per_second;
@@ -146,12 +163,13 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
       static_cast<double>(lamp::models::training_flops(c.model, channels, side, side)) / 1e12;
   result["skipped_steps"] = step->scaler().steps_skipped();
   result["optimizer"] = c.optimizer;
+  result["cuda_graph"] = c.cuda_graph;
   if (const auto* amp = dynamic_cast<const lamp::optim::AmpStep*>(&step->optimizer())) {
     result["sync_free_step"] = amp->skips_on_device();
   }
   if (c.report_precision) {
     // One more training step, observed: which dtype each conv/matmul ran in.
-    const auto ops = lamp::op_precision_report([&] { step->step(loss_fn); });
+    const auto ops = lamp::op_precision_report([&] { run_step(); });
     for (const auto& op : ops.calls) {
       result["op_dtypes"][op.first] = op.second;
     }
@@ -233,6 +251,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda when available)");
   app.add_option("--warmup", c.warmup, "untimed steps")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--steps", c.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--min-seconds", c.min_seconds,
+                 "time at least this long: more steps than --steps when they are faster")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--epoch-images", c.epoch_images, "images per epoch (default 50000, cnn 60000)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--json", c.json, "write the results here");
@@ -242,6 +263,8 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer-impl", c.optimizer_impl,
                  "auto | fused | foreach | per-tensor (lamp::optim::Implementation)")
       ->check(CLI::IsMember({"auto", "fused", "foreach", "per-tensor"}))->capture_default_str();
+  app.add_flag("--cuda-graph", c.cuda_graph,
+               "replay the step as a CUDA graph (TrainStepOptions::cuda_graph)");
   app.add_flag("--report-precision", c.report_precision,
                "print each model's parameter/buffer dtypes and the dtypes its "
                "convolutions/matmuls ran in during one training step");

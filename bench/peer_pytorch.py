@@ -388,11 +388,22 @@ def build_step(args, precision):
     master = MasterWeights(model.parameters()) if half_dtype is not None \
         else None
     params = master.master_params if master else list(model.parameters())
+    # Python's default is foreach on CUDA; "fused" and "for-loop" are the
+    # other two implementations of the same rule.
+    kwargs = {}
+    if args.optimizer_impl == "fused":
+        kwargs["fused"] = True
+    elif args.optimizer_impl == "for-loop":
+        kwargs["foreach"] = False
     optimizer = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True,
-                                weight_decay=5e-4)
+                                weight_decay=5e-4, **kwargs)
     scaler = make_grad_scaler(device) if uses_loss_scaling(precision) \
         else None
-    forward = torch.compile(model) if args.compile else model
+    if args.compile:
+        forward = torch.compile(model) if args.compile_mode == "default" \
+            else torch.compile(model, mode=args.compile_mode)
+    else:
+        forward = model
 
     generator = torch.Generator().manual_seed(1)
     shape = (args.batch_size,) + input_shape(args.model)
@@ -475,16 +486,25 @@ def run_configuration(args, precision, tf32_defaults):
         for _ in range(args.warmup):
             step()
         synchronize(device)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        synchronize(device)
-        seconds = time.perf_counter() - start
-    except (RuntimeError, NotImplementedError) as error:
+        steps = args.steps
+        while True:
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            synchronize(device)
+            seconds = time.perf_counter() - start
+            # Calibrated: at least --min-seconds of timed steps, so that
+            # launch jitter and clock steps average out.
+            if seconds >= args.min_seconds or steps >= 100000:
+                break
+            steps = int(steps * 1.2 * args.min_seconds / max(seconds, 1e-6)) + 1
+        result["steps"] = steps
+    except (RuntimeError, NotImplementedError, TypeError) as error:
         message = _first_line(error)
         if "out of memory" in message:
             result["skipped"] = "out of memory: " + message
-        elif "not implemented for" in message or "not supported" in message:
+        elif ("not implemented for" in message or "not supported" in message
+              or isinstance(error, TypeError)):
             result["skipped"] = ("not supported by torch %s on %s: %s"
                                  % (torch.__version__, device, message))
         else:
@@ -492,7 +512,7 @@ def run_configuration(args, precision, tf32_defaults):
         gc.collect()
         return result
 
-    images_per_second = args.steps * args.batch_size / seconds
+    images_per_second = steps * args.batch_size / seconds
     result.update({
         "seconds": seconds,
         "images_per_second": images_per_second,
@@ -579,6 +599,17 @@ def parse_args(argv):
                         help="torch.backends.cudnn.benchmark = True")
     parser.add_argument("--compile", action="store_true",
                         help="wrap the model in torch.compile (torch >= 2)")
+    parser.add_argument("--compile-mode", default="default",
+                        choices=("default", "reduce-overhead", "max-autotune"),
+                        help="torch.compile's mode (reduce-overhead: CUDA "
+                             "graphs)")
+    parser.add_argument("--optimizer-impl", default="foreach",
+                        choices=("foreach", "fused", "for-loop"),
+                        help="torch.optim.SGD's implementation (default "
+                             "foreach, Python's default on CUDA)")
+    parser.add_argument("--min-seconds", type=float, default=0.0,
+                        help="time at least this long: more steps than "
+                             "--steps when they are faster (default 0)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when available, else cpu")
     parser.add_argument("--warmup", type=non_negative_int, default=5,
@@ -620,6 +651,8 @@ def main(argv=None):
 
     report = {
         "tool": "pytorch-compile" if args.compile else "pytorch-eager",
+        "compile_mode": args.compile_mode if args.compile else None,
+        "optimizer_impl": args.optimizer_impl,
         "torch_version": torch.__version__,
         "device": args.device,
         "device_name": device_name(args.device),

@@ -12,6 +12,11 @@ Usage: bench/run.sh [options]
   --quick            only the MNIST CNN configurations, few steps (smoke test)
   --steps N          timed steps for every configuration (default: per config)
   --warmup N         untimed steps for every configuration (default: per config)
+  --repeats N        runs of every configuration, tools alternating (default:
+                     3 on CUDA, 1 on CPU); the report shows the median and the
+                     spread (max - min) / median
+  --min-seconds S    time at least S seconds of steps per run (default 2 on
+                     CUDA, 0 on CPU): more steps than --steps when faster
   --out DIR          results folder (default: bench/results)
   -h, --help         this text
 
@@ -29,6 +34,8 @@ device=""
 quick=0
 steps_override=""
 warmup_override=""
+repeats=""
+min_seconds=""
 out_dir="bench/results"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,6 +43,8 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --steps) steps_override="${2:?--steps needs a number}"; shift 2 ;;
     --warmup) warmup_override="${2:?--warmup needs a number}"; shift 2 ;;
+    --repeats) repeats="${2:?--repeats needs a number}"; shift 2 ;;
+    --min-seconds) min_seconds="${2:?--min-seconds needs a number}"; shift 2 ;;
     --out) out_dir="${2:?--out needs a folder}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -53,6 +62,14 @@ case "$device" in
   cpu | cuda) ;;
   *) echo "run.sh: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
 esac
+if [ "$device" = cuda ]; then
+  repeats="${repeats:-3}"
+  min_seconds="${min_seconds:-2}"
+else
+  repeats="${repeats:-1}"
+  min_seconds="${min_seconds:-0}"
+fi
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --repeats must be a positive integer" >&2; exit 2; }
 
 bench="${LAMP_BENCH:-build/release/bench/lamp_bench}"
 if [ ! -x "$bench" ]; then
@@ -83,47 +100,67 @@ runs=0
 failures=0
 
 # run_tool TOOL MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP STEPS
-# runs one tool on one configuration and adds a line to the manifest.
+#          [REPEAT]
+# runs one tool on one configuration and adds a line to the manifest. Tools:
+# lamp (eager step), lamp-graph (the step as a CUDA graph), pytorch-eager
+# (foreach SGD), pytorch-fused (fused SGD), pytorch-compile (torch.compile),
+# pytorch-compile-ro (torch.compile mode="reduce-overhead": CUDA graphs).
 run_tool() {
   local tool="$1" model="$2" batch="$3" precision="$4" cl="$5" cb="$6"
   local warmup="${warmup_override:-$7}" steps="${steps_override:-$8}"
+  local repeat="${9:-1}"
   local epoch_images=50000
   [ "$model" = cnn ] && epoch_images=60000
   runs=$((runs + 1))
   local json="$work/$runs-$tool.json"
   local args=(--model "$model" --batch-size "$batch" --precision "$precision"
     --device "$device" --warmup "$warmup" --steps "$steps"
-    --epoch-images "$epoch_images" --json "$json")
+    --min-seconds "$min_seconds" --epoch-images "$epoch_images" --json "$json")
   [ "$cl" = 1 ] && args+=(--channels-last)
   [ "$cb" = 1 ] && args+=(--cudnn-benchmark)
   local status=ok
   case "$tool" in
     lamp) ;;
+    lamp-graph) args+=(--cuda-graph) ;;
     pytorch-eager) status="$peer_status" ;;
+    pytorch-fused) status="$peer_status"; args+=(--optimizer-impl fused) ;;
     pytorch-compile) status="$compile_status"; args+=(--compile) ;;
+    pytorch-compile-ro)
+      status="$compile_status"; args+=(--compile --compile-mode reduce-overhead) ;;
   esac
   if [ "$status" = ok ]; then
-    echo "== $tool: ${args[*]}" >&2
+    echo "== $tool (run $repeat): ${args[*]}" >&2
     local rc=0
-    if [ "$tool" = lamp ]; then
-      "$bench" "${args[@]}" || rc=$?
-    else
-      "$python" bench/peer_pytorch.py "${args[@]}" || rc=$?
-    fi
+    case "$tool" in
+      lamp*) "$bench" "${args[@]}" || rc=$? ;;
+      *) "$python" bench/peer_pytorch.py "${args[@]}" || rc=$? ;;
+    esac
     if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
       status="failed (exit $rc)"
       failures=$((failures + 1))
       echo "== $tool failed (exit $rc)" >&2
     fi
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$model" "$batch" \
-    "$precision" "$cl" "$cb" "$status" "$json" >>"$manifest"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$model" "$batch" \
+    "$precision" "$cl" "$cb" "$status" "$json" "$repeat" >>"$manifest"
 }
 
-# both MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP STEPS
+# each "TOOLS" MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP STEPS:
+# every tool of the list on one configuration, $repeats times, the tools
+# alternating so that a drift of the machine spreads over all of them.
+each() {
+  local tools="$1"
+  shift
+  local r tool
+  for r in $(seq 1 "$repeats"); do
+    for tool in $tools; do
+      run_tool "$tool" "$@" "$r"
+    done
+  done
+}
+
 both() {
-  run_tool lamp "$@"
-  run_tool pytorch-eager "$@"
+  each "lamp pytorch-eager" "$@"
 }
 
 cnn_modes=(fp32 amp-bf16 bf16)
@@ -135,33 +172,38 @@ elif [ "$device" = cpu ]; then
   for p in "${cnn_modes[@]}"; do both cnn 64 "$p" 0 0 20 400; done
   for p in "${cnn_modes[@]}"; do both resnet18 32 "$p" 0 0 2 10; done
 else
+  # The targets' configurations: amp with channels_last and cudnn.benchmark,
+  # every tool; fp32 beside them for the memory and mixed-precision ratios.
+  all_tools="lamp lamp-graph pytorch-eager pytorch-fused pytorch-compile pytorch-compile-ro"
   for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
     read -r model batch <<<"$config"
-    for p in fp32 tf32 amp amp-bf16 half bf16; do
-      both "$model" "$batch" "$p" 1 1 10 30
-    done
-    run_tool pytorch-compile "$model" "$batch" amp 1 1 10 30
+    each "$all_tools" "$model" "$batch" amp 1 1 10 30
   done
-  # cuDNN autotuning on its own: the default NCHW layout, benchmark off / on.
-  for p in fp32 amp; do
-    for cb in 0 1; do both resnet18 128 "$p" 0 "$cb" 10 30; done
-  done
+  run_tool lamp resnet50 512 fp32 1 1 5 10
+  run_tool lamp resnet18 128 fp32 1 1 5 30
 fi
 
 mkdir -p "$out_dir"
 suffix=""
 [ "$quick" = 1 ] && suffix="-quick"
 python3 - "$manifest" "$out_dir" "$device" "$suffix" "$python" <<'PYEOF'
-"""Joins the per-configuration JSON files of run.sh into one JSON report and
-a markdown table. Standard library only (no torch)."""
+"""Joins the per-run JSON files of run.sh into one JSON report and markdown
+tables: per configuration and tool, the median of the repeated runs and their
+spread. Standard library only (no torch)."""
 import datetime
 import json
 import os
 import re
+import statistics
 import sys
 
 manifest_path, out_dir, device, suffix, peer_python = sys.argv[1:6]
-TOOLS = ("lamp", "pytorch-eager", "pytorch-compile")
+TOOLS = ("lamp", "lamp-graph", "pytorch-eager", "pytorch-fused",
+         "pytorch-compile", "pytorch-compile-ro")
+TITLES = {"lamp": "lamp", "lamp-graph": "lamp (CUDA graph)",
+          "pytorch-eager": "PyTorch eager", "pytorch-fused": "eager, fused SGD",
+          "pytorch-compile": "torch.compile",
+          "pytorch-compile-ro": "torch.compile reduce-overhead"}
 KEY = ("model", "batch_size", "precision", "channels_last", "cudnn_benchmark")
 SEED = [  # kentaroy47/pytorch-cifar10-fp16, RTX 2080 Ti, s/epoch
     {"model": "resnet18", "batch_size": 128, "fp32": 15.0, "fp16": 10.0},
@@ -169,15 +211,14 @@ SEED = [  # kentaroy47/pytorch-cifar10-fp16, RTX 2080 Ti, s/epoch
 ]
 
 headers = {}  # tool -> the tool's top-level JSON fields
-rows = {}     # key -> {"key": {...}, tool: result or {"status": ...}}
+runs = {}     # (key, tool) -> [result or {"status": ...}] over the repeats
 order = []
 with open(manifest_path) as manifest:
     for line in manifest:
-        tool, model, batch, precision, cl, cb, status, path = \
+        tool, model, batch, precision, cl, cb, status, path, repeat = \
             line.rstrip("\n").split("\t")
         key = (model, int(batch), precision, cl == "1", cb == "1")
-        if key not in rows:
-            rows[key] = {"key": dict(zip(KEY, key))}
+        if key not in order:
             order.append(key)
         entry = {"status": status}
         if status == "ok":
@@ -188,7 +229,33 @@ with open(manifest_path) as manifest:
             for result in report["results"]:
                 if result["precision"] == precision:
                     entry = dict(result, status="ok")
-        rows[key][tool] = entry
+        runs.setdefault((key, tool), []).append(entry)
+
+
+def ok(entry):
+    return bool(entry) and entry.get("status") == "ok" and \
+        not entry.get("skipped") and entry.get("images_per_second")
+
+
+def summary(entries):
+    """The median run (by images/s) with the spread of all runs."""
+    good = sorted((e for e in entries if ok(e)),
+                  key=lambda e: e["images_per_second"])
+    if not good:
+        return entries[0]
+    median = dict(good[(len(good) - 1) // 2])
+    rates = [e["images_per_second"] for e in good]
+    median["images_per_second"] = statistics.median(rates)
+    median["seconds_per_epoch"] = median["epoch_images"] / \
+        median["images_per_second"]
+    median["runs_images_per_second"] = rates
+    median["spread"] = (max(rates) - min(rates)) / statistics.median(rates)
+    return median
+
+
+rows = {key: {"key": dict(zip(KEY, key))} for key in order}
+for (key, tool), entries in runs.items():
+    rows[key][tool] = summary(entries)
 
 first = next(iter(headers.values()), {})
 device_name = first.get("device_name", device)
@@ -197,18 +264,18 @@ slug = "cpu" if device == "cpu" else \
     re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or device
 stem = os.path.join(out_dir, "%s-%s%s" % (slug, date.strftime("%Y-%m-%d"),
                                           suffix))
-
-
-def seconds(entry):
-    if entry and entry.get("status") == "ok" and not entry.get("skipped"):
-        return entry.get("seconds_per_epoch")
-    return None
-
-
 notes = []
 
 
-def cell_time(entry):
+def rate(entry):
+    return entry["images_per_second"] if ok(entry) else None
+
+
+def seconds(entry):
+    return entry["seconds_per_epoch"] if ok(entry) else None
+
+
+def cell_rate(entry):
     if entry is None:
         return "-"
     if entry.get("status") != "ok":
@@ -216,12 +283,14 @@ def cell_time(entry):
     if entry.get("skipped"):
         notes.append(entry["skipped"])
         return "skipped [%d]" % len(notes)
-    s = entry["seconds_per_epoch"]
-    return "%.2f s" % s if s < 100 else "%.0f s" % s
+    text = "%.0f" % entry["images_per_second"]
+    if len(entry.get("runs_images_per_second", [])) > 1:
+        text += " (±%.1f%%)" % (50 * entry["spread"])
+    return text
 
 
 def cell_memory(entry):
-    if seconds(entry) is None or entry.get("peak_memory_bytes") is None:
+    if not ok(entry) or entry.get("peak_memory_bytes") is None:
         return "-"
     return "%.0f MiB" % (entry["peak_memory_bytes"] / 2.0 ** 20)
 
@@ -232,35 +301,34 @@ def ratio(numerator, denominator):
     return "%.2fx" % (numerator / denominator)
 
 
-def mode_text(key, tool="pytorch-eager"):
+def mode_text(key):
     parts = [key[2]]
     if key[3]:
         parts.append("channels_last")
     if key[4]:
         parts.append("cudnn.benchmark")
-    text = ", ".join(parts)
-    if tool == "pytorch-compile":
-        text += " (PyTorch: torch.compile)"
-    return text
+    return ", ".join(parts)
 
 
-def lamp_fp32(key):
-    row = rows.get((key[0], key[1], "fp32", key[3], key[4]))
-    return seconds(row.get("lamp")) if row else None
-
-
+present = [t for t in TOOLS if any(t in rows[k] for k in order)]
 table = []
 for key in order:
     row = rows[key]
-    for tool in ("pytorch-eager", "pytorch-compile"):
-        if tool not in row:
-            continue
-        lamp, peer = row.get("lamp"), row[tool]
-        table.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-            key[0], key[1], mode_text(key, tool), cell_time(lamp),
-            cell_time(peer), ratio(seconds(peer), seconds(lamp)),
-            ratio(lamp_fp32(key), seconds(lamp)), cell_memory(lamp),
-            cell_memory(peer)))
+    lamp_best = max([r for r in (rate(row.get("lamp")), rate(row.get("lamp-graph")))
+                     if r is not None], default=None)
+    compiled = max([r for r in (rate(row.get("pytorch-compile")),
+                                rate(row.get("pytorch-compile-ro")))
+                    if r is not None], default=None)
+    fp32 = rows.get((key[0], key[1], "fp32", key[3], key[4]), {}).get("lamp")
+    table.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
+        key[0], key[1], mode_text(key),
+        " | ".join(cell_rate(row.get(t)) for t in present),
+        ratio(lamp_best, rate(row.get("pytorch-eager"))),
+        ratio(lamp_best, compiled), cell_memory(row.get("lamp")),
+        "%s (%s)" % (cell_memory(fp32), ratio(
+            (row.get("lamp") or {}).get("peak_memory_bytes"),
+            (fp32 or {}).get("peak_memory_bytes"))) if ok(fp32) and key[2] != "fp32"
+        else "-"))
 
 
 def find(model, batch, precision, tool="lamp"):
@@ -295,25 +363,24 @@ def version(tool):
     h = headers.get(tool)
     if h:
         return "torch %s" % h.get("torch_version", "?")
-    statuses = {rows[k][tool]["status"] for k in order if tool in rows[k]}
+    statuses = {e["status"] for (k, t), es in runs.items() if t == tool
+                for e in es}
     return ", ".join(sorted(statuses)) or "not run"
 
 
-steps = sorted({(r.get("warmup"), r.get("steps")) for k in order
-                for t in TOOLS for r in [rows[k].get(t)]
-                if r and r.get("status") == "ok" and r.get("steps")})
+repeats = max((len(es) for es in runs.values()), default=1)
+steps = sorted({(r.get("warmup"), r.get("steps")) for es in runs.values()
+                for r in es if ok(r) and r.get("steps")})
 lines = [
     "# lamp vs PyTorch: one training step, same configurations",
     "",
     "- Device: %s (%s)" % (device_name, device),
     "- lamp: %s" % ("lamp_bench, LibTorch %s" % headers["lamp"].get(
         "torch_version", "?") if "lamp" in headers else version("lamp")),
-    "- PyTorch eager: %s (%s)" % (version("pytorch-eager"), peer_python),
-]
-if any("pytorch-compile" in rows[k] for k in order):
-    lines.append("- PyTorch torch.compile: %s" % version("pytorch-compile"))
-lines += [
+    "- PyTorch: %s (%s)" % (version("pytorch-eager"), peer_python),
     "- Date: %s" % date.strftime("%Y-%m-%d %H:%M UTC"),
+    "- Runs: %d per configuration and tool, tools alternating; each cell is "
+    "the median images/s, (± half the spread max - min, relative)" % repeats,
 ]
 threads = ", ".join("%s %s" % (t, headers[t]["threads"]) for t in TOOLS
                     if headers.get(t, {}).get("threads") is not None)
@@ -324,18 +391,18 @@ lines += [
     "modes keep PyTorch's defaults (cuDNN TF32 on, cuBLAS off)"
     + ("; irrelevant on CPU" if device == "cpu" else ""),
     "- Step: one synthetic batch resident on the device (no data loading), "
-    "SGD lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4; "
-    "(warmup, timed) steps: %s; s/epoch = epoch images (CIFAR-10 50,000, "
-    "MNIST 60,000) / images per second"
+    "SGD lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4 (lamp: "
+    "lamp::optim::SGD, fused where available); (warmup, timed) steps: %s"
     % ", ".join("(%s, %s)" % s for s in steps),
-    "- Peak memory: %s" % ("torch.cuda.max_memory_allocated per configuration"
+    "- Peak memory: %s" % ("torch.cuda.max_memory_allocated per run"
                            if device == "cuda" else
                            "peak RSS of the process (one process per run)"),
     "",
-    "| model | batch | mode | s/epoch (lamp) | s/epoch (PyTorch) "
-    "| lamp speed-up vs PyTorch | speed-up vs lamp fp32 | peak memory (lamp) "
-    "| peak memory (PyTorch) |",
-    "|---|---|---|---|---|---|---|---|---|",
+    "| model | batch | mode | %s | best lamp vs PyTorch eager "
+    "| best lamp vs best compiled | peak memory (lamp) "
+    "| lamp fp32 memory (ratio) |" % " | ".join(
+        TITLES[t] + " img/s" for t in present),
+    "|---|---|---|%s---|---|---|---|" % ("---|" * len(present)),
 ] + table
 if notes:
     lines += [""] + ["[%d] %s" % (i + 1, n) for i, n in enumerate(notes)]
@@ -346,9 +413,8 @@ lines += [
     "The seed (kentaroy47/pytorch-cifar10-fp16) timed whole CIFAR-10 epochs "
     "on an RTX 2080 Ti, data loading included; its FP16 is pure half with "
     "FP32 BatchNorm and no master weights or loss scaling. lamp's columns "
-    "are this run's synthetic-batch epochs on %s (channels_last and "
-    "cudnn.benchmark where measured); '-' where this run has no such "
-    "configuration." % device_name,
+    "are this run's synthetic-batch epochs on %s; '-' where this run has no "
+    "such configuration." % device_name,
     "",
     "| model | batch | seed FP32 (2080 Ti) | seed FP16 (2080 Ti) "
     "| seed speed-up | lamp fp32 | lamp tf32 | lamp half "
@@ -360,8 +426,8 @@ merged = {
     "date": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
     "device": device,
     "device_name": device_name,
-    "tools": {t: headers.get(t) or {"status": version(t)} for t in TOOLS
-              if any(t in rows[k] for k in order)},
+    "repeats": repeats,
+    "tools": {t: headers.get(t) or {"status": version(t)} for t in present},
     "rows": [dict(rows[k]["key"], **{t: rows[k][t] for t in TOOLS
                                      if t in rows[k]}) for k in order],
     "seed": seed_json,

@@ -3,11 +3,14 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <sstream>
 #include <limits>
 
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
+#include "detail/cuda_graph.h"
 #include "lamp/optim/clip.h"
+#include "lamp/optim/optimizer.h"
 
 namespace lamp {
 namespace {
@@ -128,6 +131,8 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
               "lamp::TrainStep: the optimizer factory returned null.");
 }
 
+TrainStep::~TrainStep() = default;
+
 torch::Tensor TrainStep::cast_input(const torch::Tensor& input) const {
   const auto dtype = model_dtype(options_.precision());
   if (!dtype || !input.is_floating_point()) {
@@ -149,7 +154,11 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
     }
     c10::optional<Autocast> autocast;
     if (const auto dtype = autocast_dtype(options_.precision())) {
-      autocast.emplace(device_.type(), *dtype);
+      // A captured step cannot use autocast's cast cache: its FP16 weight
+      // copies would be made once, at capture, and never again.
+      autocast.emplace(device_.type(), *dtype, /*enabled=*/true,
+                       options_.cuda_graph() ? c10::optional<bool>(false)
+                                             : c10::nullopt);
     }
     loss = loss_fn();
   }
@@ -193,6 +202,95 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
   }
   result.cycle_ended = true;
   result.scale = current_scale();
+  return result;
+}
+
+namespace {
+
+std::string shape_key(const torch::Tensor& input, const torch::Tensor& target) {
+  std::ostringstream key;
+  key << input.sizes() << input.scalar_type() << input.device() << '/'
+      << target.sizes() << target.scalar_type() << target.device();
+  return key.str();
+}
+
+} // namespace
+
+void TrainStep::check_graph_capturable() {
+  const char* fix = " Use TrainStepOptions().cuda_graph(false) (--cuda-graph off).";
+  TORCH_CHECK(device_.is_cuda(), "lamp::TrainStep: cuda_graph needs a CUDA "
+              "device; the model is on ", device_, ".", fix);
+  TORCH_CHECK(options_.accumulation_steps() == 1, "lamp::TrainStep: "
+              "cuda_graph captures whole optimizer steps; accumulation_steps ",
+              options_.accumulation_steps(), " is not supported with it.", fix);
+  TORCH_CHECK(data_parallel_ == nullptr, "lamp::TrainStep: cuda_graph does not "
+              "capture data-parallel communication yet.", fix);
+  TORCH_CHECK(options_.graph_warmup_steps() >= 1, "lamp::TrainStep: "
+              "graph_warmup_steps must be >= 1, got ",
+              options_.graph_warmup_steps(), ".");
+  auto* on_device = dynamic_cast<optim::AmpStep*>(optimizer_.get());
+  TORCH_CHECK(on_device != nullptr && on_device->skips_on_device(),
+              "lamp::TrainStep: cuda_graph needs an optimizer whose step runs "
+              "on the device without host reads: one of lamp::optim's SGD, "
+              "Adam or AdamW on its fused kernels (LibTorch >= 2.4).", fix);
+  TORCH_CHECK(!scaler_.is_enabled() ||
+                  (scaler_.options().sync_free() &&
+                   !scaler_.options().diagnose_overflow()),
+              "lamp::TrainStep: cuda_graph needs a sync-free GradScaler "
+              "(sync_free true, diagnose_overflow false).", fix);
+  // The warm-up steps create the learning-rate tensors the graph reads.
+  on_device->set_device_lr(true);
+  if (!graph_pool_) {
+    graph_pool_ = detail::new_graph_pool();
+  }
+  graph_checked_ = true;
+}
+
+StepResult TrainStep::step(const torch::Tensor& input, const torch::Tensor& target,
+                           const BatchLossFn& loss_fn) {
+  TORCH_CHECK(loss_fn != nullptr, "lamp::TrainStep::step: no loss function given.");
+  if (!options_.cuda_graph()) {
+    return step([&] { return loss_fn(cast_input(input), target); });
+  }
+  if (!graph_checked_) {
+    check_graph_capturable();
+  }
+  auto& entry = graphs_[shape_key(input, target)];
+  if (entry.eager_steps < options_.graph_warmup_steps()) {
+    ++entry.eager_steps;
+    StepResult result;
+    detail::run_on_side_stream(device_, [&] {
+      result = step([&] { return loss_fn(cast_input(input), target); });
+    });
+    return result;
+  }
+  if (!entry.graph) {
+    entry.input = input.clone();
+    entry.target = target.clone();
+    // The captured backward allocates the gradients from the graph's pool,
+    // where they stay for the replays.
+    for (auto& p : model_params_) {
+      p.mutable_grad() = torch::Tensor();
+    }
+    entry.graph = detail::capture_graph(device_, *graph_pool_, [&] {
+      const auto result =
+          step([&] { return loss_fn(cast_input(entry.input), entry.target); });
+      entry.loss = result.loss;
+      entry.found_inf = result.found_inf;
+      entry.scale = result.scale;
+    });
+    scaler_.count_graph_steps(-1);  // the capture ran nothing
+  }
+  entry.input.copy_(input, /*non_blocking=*/true);
+  entry.target.copy_(target, /*non_blocking=*/true);
+  dynamic_cast<optim::AmpStep&>(*optimizer_).refresh_device_lr();
+  entry.graph->replay();
+  scaler_.count_graph_steps(1);
+  StepResult result;
+  result.loss = entry.loss.clone();
+  result.found_inf = entry.found_inf.clone();
+  result.scale = entry.scale.clone();
+  result.cycle_ended = true;
   return result;
 }
 

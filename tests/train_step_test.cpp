@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "lamp/backends.h"
+#include "lamp/optim/sgd.h"
 #include "lamp/train_step.h"
 #include "test_util.h"
 
@@ -421,6 +422,114 @@ TEST(TrainStep, ClipsTheUnscaledGradientNormOnGpu_CUDA) {
   for (auto precision : {Precision::kFP32, Precision::kAMP, Precision::kHalf,
                          Precision::kAMPBF16, Precision::kBF16}) {
     expect_clipped_update(precision, torch::kCUDA);
+  }
+}
+
+// The batch form of step() is the closure form with cast_input applied.
+TEST(TrainStep, BatchStepEqualsTheClosureStep) {
+  const auto problem = lamp_test::make_problem(32, 4, 5);
+  std::vector<torch::Tensor> weights;
+  for (bool batch_form : {true, false}) {
+    torch::manual_seed(8);
+    SmallNet model;
+    lamp::TrainStep step(model.ptr(), sgd(0.05), Precision::kBF16);
+    for (int i = 0; i < 3; ++i) {
+      if (batch_form) {
+        step.step(problem.images, problem.labels,
+                  [&](const torch::Tensor& x, const torch::Tensor& y) {
+                    EXPECT_EQ(x.scalar_type(), torch::kBFloat16);
+                    return torch::nn::functional::cross_entropy(
+                        model->forward(x).to(torch::kFloat), y);
+                  });
+      } else {
+        step.step([&] {
+          return torch::nn::functional::cross_entropy(
+              model->forward(step.cast_input(problem.images)).to(torch::kFloat),
+              problem.labels);
+        });
+      }
+    }
+    weights.push_back(model->fc->weight.detach().clone());
+  }
+  EXPECT_TRUE(BitEqual(weights[0], weights[1]));
+}
+
+// What a CUDA graph cannot capture is refused with the reason, before any
+// step runs.
+TEST(TrainStep, CudaGraphIsRefusedWhereItCannotRun) {
+  SmallNet model;
+  lamp::TrainStep step(model.ptr(), sgd(0.05),
+                       lamp::TrainStepOptions(Precision::kFP32).cuda_graph(true));
+  const auto before = model->fc->weight.detach().clone();
+  try {
+    step.step(torch::randn({2, 3, 8, 8}), torch::zeros({2}, torch::kLong),
+              [&](const torch::Tensor& x, const torch::Tensor& y) {
+                return torch::nn::functional::cross_entropy(model->forward(x), y);
+              });
+    FAIL() << "a CUDA graph was accepted for a CPU model";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuda_graph needs a CUDA device"), std::string::npos) << what;
+    EXPECT_NE(what.find("cuda_graph(false)"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(BitEqual(model->fc->weight.detach(), before));
+}
+
+// Graph and eager steps give the same weights over 50 steps with a forced
+// overflow (skipped on the device, the scale backing off) and a learning
+// rate change in the middle (read from the optimizer's device tensor).
+TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const auto problem = lamp_test::make_problem(64, 4, 6);
+  const auto images = problem.images.to(torch::kCUDA);
+  const auto labels = problem.labels.to(torch::kCUDA);
+  for (auto precision : {Precision::kAMP, Precision::kHalf, Precision::kBF16}) {
+    std::vector<std::vector<torch::Tensor>> weights;
+    std::vector<int64_t> skipped;
+    for (bool graph : {true, false}) {
+      torch::manual_seed(9);
+      SmallNet model;
+      model->to(torch::kCUDA);
+      lamp::TrainStep step(
+          model.ptr(),
+          [](std::vector<torch::Tensor> params) {
+            return std::make_unique<lamp::optim::SGD>(
+                std::move(params), torch::optim::SGDOptions(0.05).momentum(0.9));
+          },
+          lamp::TrainStepOptions(precision)
+              .cuda_graph(graph)
+              .max_grad_norm(2.0)
+              .force_loss_scaling(true)
+              .scaler(lamp::GradScalerOptions().init_scale(1024).growth_interval(10)));
+      for (int i = 0; i < 50; ++i) {
+        if (i == 25) {
+          for (auto& group : step.optimizer().param_groups()) {
+            group.options().set_lr(0.01);
+          }
+        }
+        // The overflow comes with the data (a graph replays the loss
+        // function as captured: a constant in it would stay the same).
+        const auto input = i == 30 ? images * std::numeric_limits<float>::infinity()
+                                   : images;
+        step.step(input, labels, [&](const torch::Tensor& x, const torch::Tensor& y) {
+          return torch::nn::functional::cross_entropy(
+              model->forward(x).to(torch::kFloat), y);
+        });
+      }
+      std::vector<torch::Tensor> w;
+      for (const auto& p : model->parameters()) w.push_back(p.detach().cpu());
+      weights.push_back(w);
+      skipped.push_back(step.scaler().steps_skipped());
+      EXPECT_EQ(step.scaler().steps_taken() + step.scaler().steps_skipped(), 50);
+      EXPECT_EQ(step.scaler().steps_skipped(), 1) << lamp::to_string(precision);
+    }
+    EXPECT_EQ(skipped[0], skipped[1]) << lamp::to_string(precision);
+    for (size_t i = 0; i < weights[0].size(); ++i) {
+      // The same kernels in the same order; only cuDNN's choice of
+      // algorithm may differ between the two runs (a few ulps).
+      EXPECT_TRUE(lamp_test::AllClose(weights[0][i], weights[1][i], 1e-3, 1e-5))
+          << lamp::to_string(precision) << " parameter " << i;
+    }
   }
 }
 

@@ -136,6 +136,9 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                  "algorithms cuDNN's benchmark mode tries per shape (0 = all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_flag("--cuda-graph", c.cuda_graph,
+               "capture the training step in CUDA graphs (CUDA, fused "
+               "optimizer; experimental)");
   app.add_option("--drop-last", c.drop_last,
                  "drop the last partial training batch: auto (on CUDA, where "
                  "a new shape means autotuning and a new graph), on, off")
@@ -225,6 +228,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
           .precision(precision)
           .epochs(config.epochs)
           .optimizer(config.optimizer)
+          .cuda_graph(config.cuda_graph)
           .lr(config.lr)
           .momentum(config.momentum)
           .weight_decay(config.weight_decay)

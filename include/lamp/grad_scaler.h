@@ -159,6 +159,12 @@ class GradScaler {
   /// Whether the last step() skipped the optimizer (a host read after a
   /// sync-free step).
   bool last_step_skipped() const;
+  /// For a sync-free step captured in a CUDA graph: the capture counted one
+  /// step that did not run (call count_graph_steps(-1) after capturing), and
+  /// each replay runs one that nothing counted on the host (call
+  /// count_graph_steps(1) per replay). The skipped ones are counted on the
+  /// device by the graph itself.
+  void count_graph_steps(int64_t steps) { device_steps_ += steps; }
 
   /// Names parameters for last_overflow(), e.g. with `model->named_parameters()`
   /// or with MasterWeights' masters paired with the model's names.

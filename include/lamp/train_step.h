@@ -9,7 +9,10 @@
 #include <torch/serialize/archive.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "lamp/distributed.h"
@@ -19,6 +22,11 @@
 #include "lamp/precision.h"
 
 namespace lamp {
+
+namespace detail {
+class CapturedGraph;
+using GraphPool = std::pair<uint64_t, uint64_t>;
+} // namespace detail
 
 /// Options of TrainStep.
 struct TrainStepOptions {
@@ -60,6 +68,22 @@ struct TrainStepOptions {
   /// Bucket size, buffer broadcast and gradient communication dtype of the
   /// data-parallel synchronisation.
   TORCH_ARG(distributed::DataParallelOptions, data_parallel) = {};
+  /// Run the batch form of step() as CUDA graphs: after `graph_warmup_steps`
+  /// eager steps per input shape (on a side stream), the whole step (zeroing
+  /// the gradients, forward under autocast, scaled backward, master-gradient
+  /// copy, unscale and clip, the fused optimizer step with its on-device
+  /// skip, the scale update and the master-to-model copy) is captured once
+  /// and replayed: one launch per step instead of hundreds. Needs a CUDA
+  /// device, one of lamp::optim's optimizers on its fused kernels, no
+  /// accumulation, no data-parallel group, and a loss function that never
+  /// reads a value on the host; anything else is refused with the reason.
+  /// Graphs of different shapes share one memory pool. Off by default: it
+  /// has not been verified on a GPU yet.
+  TORCH_ARG(bool, cuda_graph) = false;
+  /// Eager steps per input shape before its graph is captured (>= 1: they
+  /// create the optimizer state, the scaler's tensors and cuDNN's choices
+  /// outside the capture).
+  TORCH_ARG(int64_t, graph_warmup_steps) = 3;
 };
 
 /// Builds the optimizer over the parameters TrainStep hands it: the model's
@@ -138,10 +162,22 @@ class TrainStep {
   TrainStep(std::shared_ptr<torch::nn::Module> model,
             const OptimizerFactory& make_optimizer,
             TrainStepOptions options = {});
+  ~TrainStep();
 
   /// Runs one micro-batch: forward and loss through `loss_fn`, backward, and
   /// at the end of an accumulation cycle the optimizer step.
   StepResult step(const std::function<torch::Tensor()>& loss_fn);
+
+  /// The loss of one batch: `input` already cast (cast_input), `target` as
+  /// given.
+  using BatchLossFn = std::function<torch::Tensor(const torch::Tensor& input,
+                                                  const torch::Tensor& target)>;
+
+  /// One step on a batch: loss_fn(cast_input(input), target) as in
+  /// step(loss_fn). With `cuda_graph`, the step is captured per input shape
+  /// and replayed from static copies of `input` and `target`.
+  StepResult step(const torch::Tensor& input, const torch::Tensor& target,
+                  const BatchLossFn& loss_fn);
 
   /// `input` cast to the model's dtype in "half"/"bf16" (floating tensors
   /// only); unchanged otherwise.
@@ -166,6 +202,15 @@ class TrainStep {
 
  private:
   torch::Tensor current_scale() const;
+  void check_graph_capturable();
+
+  // One captured step per input shape (CUDA graphs).
+  struct Graph {
+    int64_t eager_steps = 0;
+    torch::Tensor input, target;              // static inputs
+    torch::Tensor loss, found_inf, scale;     // static outputs
+    std::unique_ptr<detail::CapturedGraph> graph;
+  };
 
   std::shared_ptr<torch::nn::Module> model_;
   std::vector<torch::Tensor> model_params_;
@@ -177,6 +222,9 @@ class TrainStep {
   GradScaler scaler_;
   torch::Tensor unit_scale_;
   int64_t micro_step_ = 0;
+  std::map<std::string, Graph> graphs_;
+  c10::optional<detail::GraphPool> graph_pool_;
+  bool graph_checked_ = false;
 };
 
 } // namespace lamp

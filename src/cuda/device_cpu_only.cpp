@@ -31,3 +31,31 @@ c10::intrusive_ptr<C10dBackend> make_nccl_backend(
 
 } // namespace detail
 } // namespace lamp
+
+// CUDA graphs need CUDA.
+#include "detail/cuda_graph.h"
+
+namespace lamp {
+namespace detail {
+
+namespace {
+[[noreturn]] void no_cuda_graphs() {
+  TORCH_CHECK(false, "lamp::TrainStep: cuda_graph needs a LibTorch built with "
+              "CUDA and a CUDA device; this LibTorch has no CUDA. Use "
+              "cuda_graph(false).");
+}
+} // namespace
+
+GraphPool new_graph_pool() { no_cuda_graphs(); }
+
+void run_on_side_stream(const torch::Device&, const std::function<void()>&) {
+  no_cuda_graphs();
+}
+
+std::unique_ptr<CapturedGraph> capture_graph(const torch::Device&, GraphPool,
+                                             const std::function<void()>&) {
+  no_cuda_graphs();
+}
+
+} // namespace detail
+} // namespace lamp

@@ -55,14 +55,18 @@ struct Rule {
     steps.clear();
   }
 
+  template <typename LrOn>
   static void fused(torch::optim::Optimizer& optimizer,
-                    detail::DeviceSteps& device_steps,
+                    detail::DeviceSteps& device_steps, const LrOn& lr_on,
                     const torch::Tensor& grad_scale,
                     const torch::Tensor& found_inf) {
-    for (auto& group : optimizer.param_groups()) {
+    auto& groups = optimizer.param_groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      auto& group = groups[g];
       const auto& o = static_cast<const Options&>(group.options());
       for (auto& item : internal::buckets(group, kCaller)) {
         auto& params = item.second.params;
+        const auto lr = lr_on(g, o.lr(), params[0].device());
         std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
         for (const auto& p : params) {
           auto& state = state_of(optimizer, p, o.amsgrad());
@@ -82,7 +86,7 @@ struct Rule {
         // back where the step was skipped.
         at::_foreach_add_(steps, 1);
         lamp::detail::fused_adam_(kDecoupled, params, item.second.grads, exp_avgs,
-                            exp_avg_sqs, max_exp_avg_sqs, steps, o.lr(), {},
+                            exp_avg_sqs, max_exp_avg_sqs, steps, o.lr(), lr,
                             std::get<0>(o.betas()), std::get<1>(o.betas()),
                             o.weight_decay(), o.eps(), o.amsgrad(), grad_scale,
                             found_inf);
@@ -144,11 +148,12 @@ struct Rule {
 using AdamRule = Rule<torch::optim::AdamOptions, torch::optim::AdamParamState>;
 using AdamWRule = Rule<torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
 
-// One step of `Base` (torch::optim::Adam or AdamW) through `implementation`.
-template <typename R, typename Base>
+// One step of `Base` (torch::optim::Adam or AdamW) through `implementation`;
+// `lr_on(group, lr, device)` is the group's device learning rate (or none).
+template <typename R, typename Base, typename LrOn>
 void run(Base& optimizer, Implementation implementation,
-         detail::DeviceSteps& device_steps, const torch::Tensor& grad_scale,
-         const torch::Tensor& found_inf) {
+         detail::DeviceSteps& device_steps, const LrOn& lr_on,
+         const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
   if (implementation != Implementation::kFused) {
     if (!internal::prepare_scaled_step(optimizer, grad_scale, found_inf)) {
       return;
@@ -165,7 +170,7 @@ void run(Base& optimizer, Implementation implementation,
       R::foreach(optimizer);
       return;
     default:
-      R::fused(optimizer, device_steps, grad_scale, found_inf);
+      R::fused(optimizer, device_steps, lr_on, grad_scale, found_inf);
   }
 }
 
@@ -193,14 +198,22 @@ bool Adam::skips_on_device() const {
 
 torch::Tensor Adam::step(LossClosure closure) {
   auto loss = internal::run_closure(closure);
-  run<AdamRule, torch::optim::Adam>(*this, implementation(), device_steps_, {}, {});
+  step_scaled({}, {});
   return loss;
 }
 
 void Adam::step_scaled(const torch::Tensor& grad_scale,
                        const torch::Tensor& found_inf) {
-  run<AdamRule, torch::optim::Adam>(*this, implementation(), device_steps_,
-                                    grad_scale, found_inf);
+  run<AdamRule, torch::optim::Adam>(
+      *this, implementation(), device_steps_,
+      [this](size_t group, double lr, const torch::Device& device) {
+        return device_lr_for(group, lr, device);
+      },
+      grad_scale, found_inf);
+}
+
+void Adam::refresh_device_lr() {
+  AmpStep::refresh_device_lr(*this);
 }
 
 void Adam::save(torch::serialize::OutputArchive& archive) const {
@@ -235,15 +248,22 @@ bool AdamW::skips_on_device() const {
 
 torch::Tensor AdamW::step(LossClosure closure) {
   auto loss = internal::run_closure(closure);
-  run<AdamWRule, torch::optim::AdamW>(*this, implementation(), device_steps_, {},
-                                      {});
+  step_scaled({}, {});
   return loss;
 }
 
 void AdamW::step_scaled(const torch::Tensor& grad_scale,
                         const torch::Tensor& found_inf) {
-  run<AdamWRule, torch::optim::AdamW>(*this, implementation(), device_steps_,
-                                      grad_scale, found_inf);
+  run<AdamWRule, torch::optim::AdamW>(
+      *this, implementation(), device_steps_,
+      [this](size_t group, double lr, const torch::Device& device) {
+        return device_lr_for(group, lr, device);
+      },
+      grad_scale, found_inf);
+}
+
+void AdamW::refresh_device_lr() {
+  AmpStep::refresh_device_lr(*this);
 }
 
 void AdamW::save(torch::serialize::OutputArchive& archive) const {

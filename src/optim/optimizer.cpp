@@ -71,6 +71,33 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
               "'; valid ones are sgd, adam and adamw.");
 }
 
+void AmpStep::set_device_lr(bool enabled) {
+  device_lr_enabled_ = enabled;
+  device_lr_.clear();
+}
+
+torch::Tensor AmpStep::device_lr_for(size_t group, double lr,
+                                     const torch::Device& device) {
+  if (!device_lr_enabled_) {
+    return {};
+  }
+  auto& tensor = device_lr_[{group, device.str()}];
+  if (!tensor.defined()) {
+    tensor = torch::full({}, lr, torch::TensorOptions().device(device).dtype(torch::kFloat));
+  }
+  return tensor;
+}
+
+void AmpStep::refresh_device_lr(const torch::optim::Optimizer& self) {
+  const auto& groups = self.param_groups();
+  for (auto& item : device_lr_) {
+    const size_t group = item.first.first;
+    TORCH_CHECK(group < groups.size(), "lamp::optim: param group ", group,
+                " has a device learning rate but no longer exists.");
+    item.second.fill_(groups[group].options().get_lr());
+  }
+}
+
 namespace internal {
 
 std::map<std::pair<std::string, torch::ScalarType>, Bucket> buckets(

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "detail/compat.h"
 #include "optim/internal.h"
 
@@ -68,13 +70,15 @@ void foreach_group(torch::optim::Optimizer& optimizer,
 
 void fused_group(torch::optim::Optimizer& optimizer,
                  torch::optim::OptimizerParamGroup& group,
+                 const std::function<torch::Tensor(const torch::Device&)>& lr_on,
                  const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
   const auto& o = static_cast<const SGDOptions&>(group.options());
   for (auto& item : internal::buckets(group, kCaller)) {
     auto& params = item.second.params;
     auto& grads = item.second.grads;
+    const auto lr = lr_on(params[0].device());
     if (o.momentum() == 0) {
-      lamp::detail::fused_sgd_(params, grads, {}, o.weight_decay(), 0.0, o.lr(), {},
+      lamp::detail::fused_sgd_(params, grads, {}, o.weight_decay(), 0.0, o.lr(), lr,
                          o.dampening(), o.nesterov(), false, grad_scale,
                          found_inf);
       continue;
@@ -95,7 +99,7 @@ void fused_group(torch::optim::Optimizer& optimizer,
     }
     if (!p_old.empty()) {
       lamp::detail::fused_sgd_(p_old, g_old, b_old, o.weight_decay(), o.momentum(),
-                         o.lr(), {}, o.dampening(), o.nesterov(),
+                         o.lr(), lr, o.dampening(), o.nesterov(),
                          /*is_first_step=*/false, grad_scale, found_inf);
     }
     if (p_new.empty()) {
@@ -112,7 +116,7 @@ void fused_group(torch::optim::Optimizer& optimizer,
       b_new.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     }
     lamp::detail::fused_sgd_(p_new, g_new, b_new, o.weight_decay(), o.momentum(),
-                       o.lr(), {}, o.dampening(), o.nesterov(),
+                       o.lr(), lr, o.dampening(), o.nesterov(),
                        /*is_first_step=*/true, grad_scale, torch::Tensor());
     for (size_t i = 0; i < p_new.size(); ++i) {
       register_buffer(optimizer, p_new[i], b_new[i]);
@@ -167,11 +171,23 @@ void SGD::run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
         foreach_group(*this, group);
       }
       return;
-    default:
-      for (auto& group : param_groups()) {
-        fused_group(*this, group, grad_scale, found_inf);
+    default: {
+      auto& groups = param_groups();
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const double group_lr = groups[g].options().get_lr();
+        fused_group(
+            *this, groups[g],
+            [&](const torch::Device& device) {
+              return device_lr_for(g, group_lr, device);
+            },
+            grad_scale, found_inf);
       }
+    }
   }
+}
+
+void SGD::refresh_device_lr() {
+  AmpStep::refresh_device_lr(*this);
 }
 
 } // namespace optim

@@ -88,6 +88,7 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       TrainStepOptions(o.precision())
           .max_grad_norm(o.max_grad_norm())
           .skip_non_finite(o.skip_non_finite())
+          .cuda_graph(o.cuda_graph())
           .process_group(o.process_group()));
   TORCH_CHECK(step_->device() == train_loader_.device(),
               "lamp: the model is on ", step_->device(),
@@ -142,10 +143,11 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       // is timed on its own: reported as warm-up, not in the steady rate.
       const bool warmup_step = !warmed_up_;
       const auto step_start = std::chrono::steady_clock::now();
-      const auto result = step_->step([&] {
-        const auto output = forward_(step_->cast_input(batch.images));
-        return F::cross_entropy(output.to(torch::kFloat), batch.labels);
-      });
+      const auto result = step_->step(
+          batch.images, batch.labels,
+          [&](const torch::Tensor& images, const torch::Tensor& labels) {
+            return F::cross_entropy(forward_(images).to(torch::kFloat), labels);
+          });
       if (warmup_step) {
         synchronize(device);
         stats.warmup_seconds += std::chrono::duration<double>(

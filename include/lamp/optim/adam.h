@@ -53,6 +53,7 @@ class Adam : public torch::optim::Adam, public AmpStep {
   bool skips_on_device() const override;
   void step_scaled(const torch::Tensor& grad_scale,
                    const torch::Tensor& found_inf) override;
+  void refresh_device_lr() override;
 
   Implementation requested_implementation() const { return implementation_; }
   Implementation implementation() const;
@@ -81,6 +82,7 @@ class AdamW : public torch::optim::AdamW, public AmpStep {
   bool skips_on_device() const override;
   void step_scaled(const torch::Tensor& grad_scale,
                    const torch::Tensor& found_inf) override;
+  void refresh_device_lr() override;
 
   Implementation requested_implementation() const { return implementation_; }
   Implementation implementation() const;

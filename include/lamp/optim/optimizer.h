@@ -8,8 +8,10 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lamp {
@@ -63,6 +65,29 @@ class AmpStep {
   /// Both are one-element FP32 tensors on the parameters' device.
   virtual void step_scaled(const torch::Tensor& grad_scale,
                            const torch::Tensor& found_inf) = 0;
+
+  /// For CUDA graphs: with `enabled`, the fused step reads each param
+  /// group's learning rate from a one-element FP32 tensor on the parameters'
+  /// device (the fused kernels' tensor-lr form) instead of baking the host
+  /// value into the launch, so that a captured step follows schedule changes
+  /// once refresh_device_lr() has copied the groups' current values there.
+  void set_device_lr(bool enabled);
+  bool device_lr() const { return device_lr_enabled_; }
+  /// Copies every param group's current learning rate into its device
+  /// tensor: one small fill per group and device, no host sync. Call it
+  /// before replaying a captured step.
+  virtual void refresh_device_lr() = 0;
+
+ protected:
+  /// The learning-rate tensor of param group `group` on `device`, made from
+  /// `lr` the first time; undefined while device_lr() is off.
+  torch::Tensor device_lr_for(size_t group, double lr,
+                              const torch::Device& device);
+  void refresh_device_lr(const torch::optim::Optimizer& self);
+
+ private:
+  bool device_lr_enabled_ = false;
+  std::map<std::pair<size_t, std::string>, torch::Tensor> device_lr_;
 };
 
 /// What the training programs and lamp_bench configure: one of "sgd",

@@ -50,6 +50,7 @@ class SGD : public torch::optim::SGD, public AmpStep {
   bool skips_on_device() const override;
   void step_scaled(const torch::Tensor& grad_scale,
                    const torch::Tensor& found_inf) override;
+  void refresh_device_lr() override;
 
   /// The implementation requested at construction.
   Implementation requested_implementation() const { return implementation_; }

@@ -47,6 +47,9 @@ struct TrainerOptions {
   /// In the modes without loss scaling, still skip optimizer steps with
   /// inf/NaN gradients (TrainStepOptions::skip_non_finite).
   TORCH_ARG(bool, skip_non_finite) = false;
+  /// Train in CUDA graphs (TrainStepOptions::cuda_graph; CUDA only, not yet
+  /// verified on a GPU).
+  TORCH_ARG(bool, cuda_graph) = false;
   /// Clip the global gradient norm (0 = off).
   TORCH_ARG(double, max_grad_norm) = 0.0;
   /// Stop after this many optimizer steps in total (0 = no limit): smoke runs.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "lamp/backends.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/sgd.h"
 #include "lamp/training/schedule.h"
@@ -102,8 +103,15 @@ bool exists(const std::string& path) {
 
 // The resume contract: 2 epochs straight == 1 epoch, checkpoint,
 // a new process-like start from the checkpoint, 1 more epoch: bit-identical.
-TEST(ClassifierTrainer, ResumeContinuesBitIdentically) {
-  for (auto precision : {lamp::Precision::kFP32, lamp::Precision::kBF16}) {
+class ClassifierTrainerResume : public ::testing::TestWithParam<lamp::Precision> {};
+
+TEST_P(ClassifierTrainerResume, ResumeContinuesBitIdentically) {
+  const auto precision = GetParam();
+  if (lamp::uses_fp16(precision) && !lamp::fp16_compute_available(torch::kCPU)) {
+    GTEST_SKIP() << lamp::to_string(precision)
+                 << " needs FP16 CPU kernels, which this LibTorch lacks";
+  }
+  {
     const auto checkpoint = temp_path(lamp::to_string(precision) + ".pt");
     auto straight = make_run(precision, TrainerOptions().epochs(2));
     const auto full = straight->trainer->fit();
@@ -126,6 +134,13 @@ TEST(ClassifierTrainer, ResumeContinuesBitIdentically) {
     std::remove(checkpoint.c_str());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(, ClassifierTrainerResume,
+                         ::testing::Values(lamp::Precision::kFP32,
+                                           lamp::Precision::kBF16,
+                                           lamp::Precision::kAMP,
+                                           lamp::Precision::kHalf),
+                         [](const auto& info) { return lamp::to_string(info.param); });
 
 TEST(ClassifierTrainer, ReportsEpochStatistics) {
   auto run = make_run(lamp::Precision::kAMPBF16, TrainerOptions().epochs(3));

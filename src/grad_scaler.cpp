@@ -180,7 +180,10 @@ void GradScaler::check_and_unscale(torch::optim::Optimizer& optimizer,
         continue;
       }
       auto grad = param.grad();
-      TORCH_CHECK(options_.allow_fp16_grads() || grad.scalar_type() != torch::kHalf,
+      // Only checking (the fused optimizers unscale in FP32 themselves), as
+      // Python's _check_inf_per_device, accepts FP16 gradients.
+      TORCH_CHECK(!unscale || options_.allow_fp16_grads() ||
+                      grad.scalar_type() != torch::kHalf,
                   "lamp::GradScaler: attempting to unscale FP16 gradients. "
                   "Unscaled FP16 gradients lose their small values; give the "
                   "optimizer FP32 master weights (lamp::MasterWeights), or set "

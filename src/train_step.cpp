@@ -193,6 +193,15 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
     // lamp's clip keeps the norm on the device (LibTorch's returns a double).
     optim::clip_grad_norm_(optimizer_params(*optimizer_), options_.max_grad_norm());
   }
+  if (!capturing_) {
+    // Eager steps read the device learning rates too (set for CUDA graphs):
+    // bring them up to the param groups' values. A capture must not: the
+    // fill would be recorded with today's value and replayed forever.
+    if (auto* on_device = dynamic_cast<optim::AmpStep*>(optimizer_.get());
+        on_device != nullptr && on_device->device_lr()) {
+      on_device->refresh_device_lr();
+    }
+  }
   result.found_inf = scaler_.step_async(*optimizer_);
   scaler_.update();
   if (master_) {
@@ -265,20 +274,30 @@ StepResult TrainStep::step(const torch::Tensor& input, const torch::Tensor& targ
     return result;
   }
   if (!entry.graph) {
-    entry.input = input.clone();
-    entry.target = target.clone();
+    // On the device: the captured step reads them there; each replay copies
+    // the caller's batch in first (from wherever it is).
+    entry.input = input.to(device_).clone();
+    entry.target = target.to(device_).clone();
     // The captured backward allocates the gradients from the graph's pool,
     // where they stay for the replays.
     for (auto& p : model_params_) {
       p.mutable_grad() = torch::Tensor();
     }
-    entry.graph = detail::capture_graph(device_, *graph_pool_, [&] {
-      const auto result =
-          step([&] { return loss_fn(cast_input(entry.input), entry.target); });
-      entry.loss = result.loss;
-      entry.found_inf = result.found_inf;
-      entry.scale = result.scale;
-    });
+    capturing_ = true;
+    try {
+      entry.graph = detail::capture_graph(device_, *graph_pool_, [&] {
+        const auto result =
+            step([&] { return loss_fn(cast_input(entry.input), entry.target); });
+        entry.loss = result.loss;
+        entry.found_inf = result.found_inf;
+        entry.scale = result.scale;
+      });
+    } catch (...) {
+      capturing_ = false;
+      graphs_.erase(shape_key(input, target));
+      throw;
+    }
+    capturing_ = false;
     scaler_.count_graph_steps(-1);  // the capture ran nothing
   }
   entry.input.copy_(input, /*non_blocking=*/true);
@@ -322,6 +341,9 @@ void TrainStep::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void TrainStep::load(torch::serialize::InputArchive& archive) {
+  // Captured graphs hold the old parameters' and state's memory: each shape
+  // warms up and is captured again after a load.
+  graphs_.clear();
   c10::IValue value;
   archive.read("precision", value);
   TORCH_CHECK(value.toStringRef() == to_string(options_.precision()),

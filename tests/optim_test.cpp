@@ -270,7 +270,20 @@ TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
         static_cast<const torch::optim::AdamParamState&>(*item.second);
     EXPECT_EQ(state.step(), 5);  // 7 steps, 2 skipped (i = 1, 4)
   }
-  // And the checkpoint says so too: a torch::optim::Adam loading it agrees.
+  // Saving leaves the device counts in use (a captured graph holds them):
+  // two more taken steps, saved again, count 7.
+  for (int i = 7; i < 9; ++i) {
+    set_grads(params, i);
+    adam.step_scaled(torch::Tensor(), torch::zeros({}));
+  }
+  {
+    torch::serialize::OutputArchive again;
+    adam.save(again);
+  }
+  for (const auto& item : adam.state()) {
+    EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*item.second).step(), 7);
+  }
+  // And the first checkpoint says 5: a torch::optim::Adam loading it agrees.
   torch::optim::Adam reference(params, torch::optim::AdamOptions(1e-2));
   torch::serialize::InputArchive archive;
   archive.load_from(stream);
@@ -439,6 +452,33 @@ TEST(Optim, TrainStepRunsTheSyncFreePathWithFusedOptimizers) {
   for (size_t i = 0; i < weights[0].size(); ++i) {
     EXPECT_TRUE(AllClose(weights[0][i], weights[1][i], 1e-5, 1e-6)) << i;
   }
+}
+
+// With device learning rates on (what the CUDA-graph mode sets), eager steps
+// still follow the param groups' learning rate: TrainStep refreshes the
+// device copies before each step.
+TEST(Optim, DeviceLearningRatesFollowTheParamGroups) {
+  LAMP_SKIP_WITHOUT_FUSED();
+  std::vector<torch::Tensor> weights;
+  for (bool device_lr : {true, false}) {
+    torch::manual_seed(3);
+    torch::nn::Linear model(4, 2);
+    lamp::TrainStep step(
+        model.ptr(),
+        [](std::vector<torch::Tensor> params) {
+          return std::make_unique<lamp::optim::SGD>(
+              std::move(params), torch::optim::SGDOptions(0.1).momentum(0.9));
+        },
+        lamp::TrainStepOptions(lamp::Precision::kFP32));
+    auto& optimizer = dynamic_cast<lamp::optim::SGD&>(step.optimizer());
+    optimizer.set_device_lr(device_lr);
+    for (int i = 0; i < 6; ++i) {
+      optimizer.param_groups()[0].options().set_lr(0.1 / (i + 1));
+      step.step([&] { return model(torch::ones({3, 4}) * i).pow(2).mean(); });
+    }
+    weights.push_back(model->weight.detach().clone());
+  }
+  EXPECT_TRUE(BitEqual(weights[0], weights[1]));
 }
 
 } // namespace

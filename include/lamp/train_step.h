@@ -225,6 +225,7 @@ class TrainStep {
   std::map<std::string, Graph> graphs_;
   c10::optional<detail::GraphPool> graph_pool_;
   bool graph_checked_ = false;
+  bool capturing_ = false;
 };
 
 } // namespace lamp

@@ -42,8 +42,10 @@ struct Rule {
     return static_cast<State&>(*it->second);
   }
 
-  static void sync_steps_to_host(torch::optim::Optimizer& optimizer,
-                                 detail::DeviceSteps& steps) {
+  // Writes the device step counts into the state's `step` (a host read each);
+  // the device counts stay in use (a captured CUDA graph holds them).
+  static void write_steps_to_host(torch::optim::Optimizer& optimizer,
+                                  const detail::DeviceSteps& steps) {
     auto& state = optimizer.state();
     for (const auto& item : steps) {
       const auto it = state.find(lamp::detail::optimizer_state_key(item.second.first));
@@ -52,6 +54,12 @@ struct Rule {
             .step(static_cast<int64_t>(item.second.second.template item<float>()));
       }
     }
+  }
+
+  // Leaving the fused path: the counts go back to the state for good.
+  static void sync_steps_to_host(torch::optim::Optimizer& optimizer,
+                                 detail::DeviceSteps& steps) {
+    write_steps_to_host(optimizer, steps);
     steps.clear();
   }
 
@@ -217,7 +225,7 @@ void Adam::refresh_device_lr() {
 }
 
 void Adam::save(torch::serialize::OutputArchive& archive) const {
-  AdamRule::sync_steps_to_host(const_cast<Adam&>(*this), device_steps_);
+  AdamRule::write_steps_to_host(const_cast<Adam&>(*this), device_steps_);
   torch::optim::Adam::save(archive);
 }
 
@@ -267,7 +275,7 @@ void AdamW::refresh_device_lr() {
 }
 
 void AdamW::save(torch::serialize::OutputArchive& archive) const {
-  AdamWRule::sync_steps_to_host(const_cast<AdamW&>(*this), device_steps_);
+  AdamWRule::write_steps_to_host(const_cast<AdamW&>(*this), device_steps_);
   torch::optim::AdamW::save(archive);
 }
 

@@ -105,19 +105,31 @@ void fused_group(torch::optim::Optimizer& optimizer,
     if (p_new.empty()) {
       continue;
     }
-    // A first step that overflows must leave no buffer behind (Python's
-    // fused SGD keeps an uninitialised one): so the first step reads the
-    // flag on the host, once, and registers the buffers only when it runs.
-    if (found_inf.defined() && found_inf.item<float>() != 0.0f) {
-      continue;
-    }
     std::vector<torch::Tensor> b_new;
     for (const auto& p : p_new) {
       b_new.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     }
-    lamp::detail::fused_sgd_(p_new, g_new, b_new, o.weight_decay(), o.momentum(),
-                       o.lr(), lr, o.dampening(), o.nesterov(),
-                       /*is_first_step=*/true, grad_scale, torch::Tensor());
+    if (o.dampening() == 0) {
+      // From a zero buffer the ordinary update is the first step's
+      // (momentum * 0 + g = g), and a skipped step leaves the zeros, so the
+      // next one is again a first step: exact, with no host read (Python's
+      // fused SGD would keep an uninitialised buffer here).
+      lamp::detail::fused_sgd_(p_new, g_new, b_new, o.weight_decay(),
+                               o.momentum(), o.lr(), lr, o.dampening(),
+                               o.nesterov(), /*is_first_step=*/false,
+                               grad_scale, found_inf);
+    } else {
+      // With dampening the first step differs from the update of a zero
+      // buffer: it reads the overflow flag on the host, once, and registers
+      // the buffers only when it runs.
+      if (found_inf.defined() && found_inf.item<float>() != 0.0f) {
+        continue;
+      }
+      lamp::detail::fused_sgd_(p_new, g_new, b_new, o.weight_decay(),
+                               o.momentum(), o.lr(), lr, o.dampening(),
+                               o.nesterov(), /*is_first_step=*/true,
+                               grad_scale, torch::Tensor());
+    }
     for (size_t i = 0; i < p_new.size(); ++i) {
       register_buffer(optimizer, p_new[i], b_new[i]);
     }

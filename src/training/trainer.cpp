@@ -94,6 +94,8 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
               "lamp: the model is on ", step_->device(),
               " but the training data on ", train_loader_.device(),
               "; build the loaders for the model's device.");
+  warmup_steps_left_ =
+      o.cuda_graph() ? step_->options().graph_warmup_steps() + 1 : 1;
   if (!o.resume().empty()) {
     load_checkpoint(o.resume());
   }
@@ -132,6 +134,15 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     auto consecutive_skips = torch::zeros({}, flags_on_device);
     auto longest_skip_run = torch::zeros({}, flags_on_device);
     int64_t images = 0, window = 0, warmup_images = 0;
+    const auto check_skip_run = [&](int64_t at_epoch) {
+      TORCH_CHECK(longest_skip_run.item<float>() < patience,
+                  "lamp: training diverged in epoch ", at_epoch + 1, ": ",
+                  patience,
+                  " optimizer steps in a row had inf/NaN gradients (loss "
+                  "scale now ", step_->scaler().get_scale(),
+                  "). Lower the learning rate (--lr), clip gradients, or "
+                  "train in bf16/amp-bf16.");
+    };
     for (int64_t i = 0; i < batches; ++i) {
       if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
         break;
@@ -139,9 +150,10 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       stats.lr = learning_rate(o.schedule(), o.lr(), global_step_, total_steps);
       set_learning_rate(step_->optimizer(), stats.lr);
       const auto batch = train_loader_.batch(i);
-      // The run's first step (cuDNN autotuning, allocator and cache warm-up)
-      // is timed on its own: reported as warm-up, not in the steady rate.
-      const bool warmup_step = !warmed_up_;
+      // The run's first step (cuDNN autotuning, allocator and cache warm-up;
+      // with CUDA graphs also the eager warm-up steps and the capture) is
+      // timed on its own: reported as warm-up, not in the steady rate.
+      const bool warmup_step = warmup_steps_left_ > 0;
       const auto step_start = std::chrono::steady_clock::now();
       const auto result = step_->step(
           batch.images, batch.labels,
@@ -152,8 +164,8 @@ std::vector<EpochStats> ClassifierTrainer::fit(
         synchronize(device);
         stats.warmup_seconds += std::chrono::duration<double>(
             std::chrono::steady_clock::now() - step_start).count();
-        warmup_images = batch.labels.size(0);
-        warmed_up_ = true;
+        warmup_images += batch.labels.size(0);
+        --warmup_steps_left_;
       }
       loss_sum += result.loss;
       non_finite += torch::isfinite(result.loss).logical_not();
@@ -169,13 +181,7 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       // Divergence, read once per window: a run of `patience` skipped steps,
       // or a loss that stayed non-finite for the whole window.
       if (++window == patience) {
-        TORCH_CHECK(longest_skip_run.item<float>() < patience,
-                    "lamp: training diverged in epoch ", epoch + 1, ": ",
-                    patience,
-                    " optimizer steps in a row had inf/NaN gradients (loss "
-                    "scale now ", step_->scaler().get_scale(),
-                    "). Lower the learning rate (--lr), clip gradients, or "
-                    "train in bf16/amp-bf16.");
+        check_skip_run(epoch);
         TORCH_CHECK(non_finite.item<int64_t>() < patience,
                     "lamp: training diverged in epoch ", epoch + 1,
                     ": the loss was inf/NaN for ", patience,
@@ -188,6 +194,13 @@ std::vector<EpochStats> ClassifierTrainer::fit(
         on_batch({epoch + 1, i + 1, batches, batch.labels.size(0)});
       }
     }
+    synchronize(device);
+    stats.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (stats.warmup_seconds > 0 && images > warmup_images) {
+      stats.seconds -= stats.warmup_seconds;
+      images -= warmup_images;
+    }
     const auto& group = o.process_group();
     if (group && group->is_distributed()) {
       // All ranks together: the mean of the ranks' mean losses, every
@@ -196,15 +209,9 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       loss_sum.div_(group->world_size());
       images *= group->world_size();
     }
-    synchronize(device);
-    stats.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (stats.warmup_seconds > 0 && stats.steps > 1) {
-      stats.seconds -= stats.warmup_seconds;
-      images -= warmup_images;
-    }
     stats.global_step = global_step_;
     stats.skipped_steps = static_cast<int64_t>(skipped.item<float>());
+    check_skip_run(epoch);  // a run that reached `patience` in the last window
     stats.train_loss = stats.steps > 0 ? loss_sum.item<double>() / stats.steps : 0.0;
     stats.images_per_second = stats.seconds > 0 ? images / stats.seconds : 0.0;
     stats.peak_memory_bytes =

@@ -57,11 +57,12 @@ class AmpStep {
   virtual bool skips_on_device() const = 0;
 
   /// One optimizer step over gradients that may still be scaled:
-  ///  1. where `grad_scale` is defined, every gradient is divided by it (in
-  ///     place, so after the step the gradients are the unscaled ones);
-  ///  2. where `found_inf` is non-zero the whole step is skipped: parameters
+  ///  1. where `found_inf` is non-zero the whole step is skipped: parameters
   ///     and optimizer state (momentum, moments, step counts) stay as they
-  ///     were.
+  ///     were, and the gradients stay scaled;
+  ///  2. otherwise, where `grad_scale` is defined, every gradient is divided
+  ///     by it (in place: after the step they are the unscaled ones), then
+  ///     the update runs.
   /// Both are one-element FP32 tensors on the parameters' device.
   virtual void step_scaled(const torch::Tensor& grad_scale,
                            const torch::Tensor& found_inf) = 0;

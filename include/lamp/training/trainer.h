@@ -154,7 +154,7 @@ class ClassifierTrainer {
   data::DeviceLoader test_loader_;
   TrainerOptions options_;
   std::unique_ptr<TrainStep> step_;
-  bool warmed_up_ = false;   // the run's first training step has been timed
+  int64_t warmup_steps_left_ = 1;  // steps of the run still timed as warm-up
   bool evaluated_ = false;   // the first evaluation (warm-up) has run
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;

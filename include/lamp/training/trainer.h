@@ -83,9 +83,10 @@ struct EpochStats {
   double test_accuracy = 0;   ///< in [0, 1]
   /// Training time of the epoch (no evaluation), without `warmup_seconds`.
   double seconds = 0;
-  /// The first epoch of a run: the time of its first training step and of
-  /// its first evaluation batch, where cuDNN autotunes (benchmark mode) and
-  /// caches warm up; 0 in later epochs. Reported apart so that `seconds`
+  /// The first epoch of a run: the time of its first training step (with
+  /// CUDA graphs: its eager warm-up steps and the capture) and of its first
+  /// evaluation, where cuDNN autotunes (benchmark mode) and caches warm up;
+  /// 0 in later epochs. Reported apart so that `seconds`
   /// and images/s are the steady rate.
   double warmup_seconds = 0;
   double images_per_second = 0;

@@ -113,6 +113,11 @@ inline std::string optimizer_state_key(const at::Tensor& param) {
 }
 #endif
 
+/// An undefined tensor as nullopt: the fused kernels' optional arguments.
+inline c10::optional<at::Tensor> optional_tensor(const at::Tensor& tensor) {
+  return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
+}
+
 inline void fused_sgd_(at::TensorList params, at::TensorList grads,
                        at::TensorList momentum_buffers, double weight_decay,
                        double momentum, double lr, const at::Tensor& lr_tensor,
@@ -121,10 +126,8 @@ inline void fused_sgd_(at::TensorList params, at::TensorList grads,
                        const at::Tensor& grad_scale,
                        const at::Tensor& found_inf) {
 #if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
-  const auto scale = grad_scale.defined()
-      ? c10::optional<at::Tensor>(grad_scale) : c10::nullopt;
-  const auto inf = found_inf.defined()
-      ? c10::optional<at::Tensor>(found_inf) : c10::nullopt;
+  const auto scale = optional_tensor(grad_scale);
+  const auto inf = optional_tensor(found_inf);
   if (lr_tensor.defined()) {
     at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum,
                     lr_tensor, dampening, nesterov, /*maximize=*/false,
@@ -152,10 +155,8 @@ inline void fused_adam_(bool decoupled_weight_decay, at::TensorList params,
                         double eps, bool amsgrad, const at::Tensor& grad_scale,
                         const at::Tensor& found_inf) {
 #if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
-  const auto scale = grad_scale.defined()
-      ? c10::optional<at::Tensor>(grad_scale) : c10::nullopt;
-  const auto inf = found_inf.defined()
-      ? c10::optional<at::Tensor>(found_inf) : c10::nullopt;
+  const auto scale = optional_tensor(grad_scale);
+  const auto inf = optional_tensor(found_inf);
   const auto call = [&](const auto& learning_rate) {
     if (decoupled_weight_decay) {
       at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,

@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <map>
 
 #include "lamp/backends.h"
 #include "lamp/optim/adam.h"
@@ -14,12 +17,19 @@
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "test_util.h"
+#include "trainer_util.h"
 
 namespace {
 
 using lamp::training::ClassifierTrainer;
 using lamp::training::Schedule;
 using lamp::training::TrainerOptions;
+using lamp_test::exists;
+using lamp_test::image_problem;
+using lamp_test::error_of;
+using lamp_test::file_bytes;
+using lamp_test::make_run;
+using lamp_test::temp_path;
 
 // Golden values from PyTorch 1.13's torch.optim.lr_scheduler.OneCycleLR
 // (max_lr=0.1, total_steps=20, defaults), printed with %.17g.
@@ -52,55 +62,6 @@ TEST(Schedule, CosineConstantAndParsing) {
   EXPECT_DOUBLE_EQ(sgd.param_groups()[0].options().get_lr(), 0.025);
 }
 
-// A small uint8 image problem the SmallNet can learn in a few epochs: the
-// first 192 images train, the last 64 test (same labelling rule).
-lamp::data::Dataset image_problem(bool train) {
-  torch::manual_seed(1);
-  const int64_t n = 256;
-  auto offsets = torch::randn({n, 3, 1, 1});
-  auto images = (128 + 40 * offsets + 20 * torch::randn({n, 3, 8, 8}))
-                    .clamp(0, 255).to(torch::kByte);
-  auto labels = offsets.flatten(1).mm(torch::randn({3, 4})).argmax(1);
-  const int64_t start = train ? 0 : 192, end = train ? 192 : n;
-  return {images.slice(0, start, end), labels.slice(0, start, end)};
-}
-
-struct Run {
-  lamp_test::SmallNet model;
-  std::unique_ptr<ClassifierTrainer> trainer;
-};
-
-std::unique_ptr<Run> make_run(lamp::Precision precision, TrainerOptions options,
-                              double lr = 0.05) {
-  auto run = std::make_unique<Run>();
-  torch::manual_seed(5);
-  run->model = lamp_test::SmallNet();
-  auto model = run->model;
-  const auto loader_options = lamp::data::LoaderOptions(32).seed(9).crop_padding(1)
-                                  .horizontal_flip(true).mean({0.5, 0.5, 0.5})
-                                  .std({0.2, 0.2, 0.2});
-  run->trainer = std::make_unique<ClassifierTrainer>(
-      model.ptr(), [model](const torch::Tensor& x) mutable { return model->forward(x); },
-      "smallnet",
-      lamp::data::DeviceLoader(image_problem(true), torch::kCPU, loader_options),
-      lamp::data::DeviceLoader(image_problem(false), torch::kCPU,
-                               lamp::data::LoaderOptions(64).shuffle(false)
-                                   .mean({0.5, 0.5, 0.5}).std({0.2, 0.2, 0.2})),
-      options.precision(precision).lr(lr));
-  return run;
-}
-
-// POSIX, not std::filesystem (see src/training/trainer.cpp).
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "lamp_training_test_" + std::to_string(::getpid()) +
-      "_" + name;
-}
-
-bool exists(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0;
-}
-
 // The resume contract: 2 epochs straight == 1 epoch, checkpoint,
 // a new process-like start from the checkpoint, 1 more epoch: bit-identical.
 class ClassifierTrainerResume : public ::testing::TestWithParam<lamp::Precision> {};
@@ -121,7 +82,6 @@ TEST_P(ClassifierTrainerResume, ResumeContinuesBitIdentically) {
     auto first = make_run(precision, TrainerOptions().epochs(2).max_steps(6)
                                          .checkpoint(checkpoint));
     ASSERT_EQ(first->trainer->fit().size(), 1u);
-    EXPECT_FALSE(exists(checkpoint + ".partial"));
     EXPECT_TRUE(exists(checkpoint));
     auto resumed = make_run(precision, TrainerOptions().epochs(2).resume(checkpoint));
     EXPECT_EQ(resumed->trainer->start_epoch(), 1);
@@ -219,6 +179,9 @@ TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
   ASSERT_EQ(stats.size(), 2u);
   EXPECT_EQ(stats[0].skipped_steps, 2);
   EXPECT_EQ(stats[1].skipped_steps, 0);
+  // The skipped steps' NaN losses are counted, not averaged in.
+  EXPECT_EQ(stats[0].non_finite_losses, 2);
+  EXPECT_TRUE(std::isfinite(stats[0].train_loss));
   EXPECT_TRUE(std::isfinite(stats[1].train_loss));
   for (const auto& p : model->parameters()) {
     EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
@@ -256,6 +219,144 @@ TEST(ClassifierTrainer, RefusesBadCheckpointsAndPaths) {
   EXPECT_THROW(make_run(lamp::Precision::kFP32, TrainerOptions().resume(checkpoint)),
                c10::Error);
   std::remove(checkpoint.c_str());
+}
+
+// Divergence is counted across epochs, and an epoch that ends with a NaN
+// mean loss ends the run: 6 steps per epoch, far below the patience of 100,
+// used to train NaN to the end and write the NaN weights over the
+// checkpoint.
+TEST(ClassifierTrainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
+  const auto checkpoint = temp_path("diverge.pt");
+  const auto options = TrainerOptions().epochs(3).checkpoint(checkpoint);
+  make_run(lamp::Precision::kFP32, TrainerOptions(options).max_steps(6))
+      ->trainer->fit();
+  const auto good = file_bytes(checkpoint);
+  ASSERT_FALSE(good.empty());
+  auto run = make_run(lamp::Precision::kFP32,
+                      TrainerOptions(options).resume(checkpoint));
+  {
+    torch::NoGradGuard no_grad;
+    run->model->fc->weight.fill_(std::numeric_limits<float>::quiet_NaN());
+  }
+  const auto message = error_of([&] { run->trainer->fit(); });
+  EXPECT_NE(message.find("training diverged in epoch 2"), std::string::npos) << message;
+  EXPECT_NE(message.find(checkpoint + " was left as it was"), std::string::npos)
+      << message;
+  EXPECT_EQ(file_bytes(checkpoint), good);
+  // Nor can a direct save write NaN weights over it.
+  const auto refused = error_of([&] { run->trainer->save_checkpoint(checkpoint); });
+  EXPECT_NE(refused.find("has inf/NaN values; the previous checkpoint was left"),
+            std::string::npos) << refused;
+  EXPECT_EQ(file_bytes(checkpoint), good);
+  run.reset();
+  std::remove(checkpoint.c_str());
+}
+
+// A resumed run must repeat the settings the checkpoint was trained with;
+// the error names the flag and the value to give.
+TEST(ClassifierTrainer, ResumeRefusesChangedSettingsNamingTheFlag) {
+  const auto checkpoint = temp_path("settings.pt");
+  const auto options = TrainerOptions().epochs(2).max_steps(6).checkpoint(checkpoint);
+  make_run(lamp::Precision::kAMPBF16, options)->trainer->fit();
+  const auto resume = TrainerOptions().epochs(2).resume(checkpoint);
+  const auto refusal = [&](TrainerOptions changed, double lr, int64_t batch) {
+    return error_of([&] { make_run(lamp::Precision::kAMPBF16, changed, lr, batch); });
+  };
+  EXPECT_NE(refusal(resume, 0.05, 16).find("resume with --batch-size 32"),
+            std::string::npos);
+  EXPECT_NE(refusal(resume, 0.1, 32).find("resume with --lr 0.05"), std::string::npos);
+  EXPECT_NE(refusal(TrainerOptions(resume).epochs(3), 0.05, 32)
+                .find("resume with --epochs 2"),
+            std::string::npos);
+  EXPECT_NE(refusal(TrainerOptions(resume).schedule(Schedule::kCosine), 0.05, 32)
+                .find("resume with --schedule onecycle"),
+            std::string::npos);
+  EXPECT_NE(refusal(TrainerOptions(resume).momentum(0.5), 0.05, 32)
+                .find("resume with --momentum 0.9"),
+            std::string::npos);
+  EXPECT_EQ(refusal(resume, 0.05, 32), "");
+  std::remove(checkpoint.c_str());
+}
+
+// Resuming a finished run trains nothing (the program says so).
+TEST(ClassifierTrainer, ResumingAFinishedRunTrainsNothing) {
+  const auto checkpoint = temp_path("finished.pt");
+  make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1).checkpoint(checkpoint))
+      ->trainer->fit();
+  auto resumed = make_run(lamp::Precision::kFP32,
+                          TrainerOptions().epochs(1).resume(checkpoint));
+  EXPECT_EQ(resumed->trainer->start_epoch(), 1);
+  EXPECT_TRUE(resumed->trainer->fit().empty());
+  std::remove(checkpoint.c_str());
+}
+
+// Hand-made checkpoints (valid checksum, bad fields): every field is checked
+// for presence, type and range before anything changes.
+TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
+  const auto checkpoint = temp_path("fields.pt");
+  const auto forged = temp_path("forged.pt");
+  const auto options = TrainerOptions().epochs(2).max_steps(6);
+  make_run(lamp::Precision::kFP32, TrainerOptions(options).checkpoint(checkpoint))
+      ->trainer->fit();
+  auto source = make_run(lamp::Precision::kFP32,
+                         TrainerOptions(options).resume(checkpoint));
+  torch::serialize::InputArchive original;
+  lamp::training::load_checked_archive(original, checkpoint);
+  const std::vector<std::string> keys = {
+      "format", "model_name", "optimizer", "precision", "batch_size",
+      "epochs", "lr", "schedule", "momentum", "weight_decay", "train_images",
+      "steps_per_epoch", "next_epoch", "global_step", "seed"};
+  // Writes the checkpoint's fields with `changes` (a None value drops one).
+  const auto forge = [&](const std::map<std::string, c10::IValue>& changes) {
+    torch::serialize::OutputArchive archive;
+    for (const auto& key : keys) {
+      c10::IValue value;
+      ASSERT_TRUE(original.try_read(key, value)) << key;
+      const auto change = changes.find(key);
+      if (change != changes.end()) {
+        value = change->second;
+      }
+      if (!value.isNone()) {
+        archive.write(key, value);
+      }
+    }
+    torch::Tensor rng;
+    original.read("cpu_rng_state", rng);
+    archive.write("cpu_rng_state", rng);
+    torch::serialize::OutputArchive step;
+    source->trainer->train_step().save(step);
+    archive.write("train_step", step);
+    lamp::training::save_checked_archive(archive, forged);
+  };
+  const auto resume_error = [&]() {
+    return error_of([&] {
+      make_run(lamp::Precision::kFP32, TrainerOptions(options).resume(forged));
+    });
+  };
+  forge({});
+  EXPECT_EQ(resume_error(), "");
+  const int64_t huge = int64_t{1} << 62;
+  for (const auto& [key, value] : std::map<std::string, c10::IValue>{
+           {"next_epoch", c10::IValue(huge)},
+           {"next_epoch", c10::IValue(int64_t{-1})}}) {
+    forge({{key, value}});
+    EXPECT_NE(resume_error().find("cannot reach; the checkpoint is damaged"),
+              std::string::npos) << key << " " << value;
+  }
+  forge({{"global_step", c10::IValue(int64_t{-5})}});
+  EXPECT_NE(resume_error().find("cannot reach"), std::string::npos);
+  forge({{"next_epoch", c10::IValue(std::string("1"))}});
+  EXPECT_NE(resume_error().find("'next_epoch' is not an integer"), std::string::npos);
+  forge({{"model_name", c10::IValue(int64_t{3})}});
+  EXPECT_NE(resume_error().find("'model_name' is not a string"), std::string::npos);
+  forge({{"lr", c10::IValue()}});
+  EXPECT_NE(resume_error().find("has no 'lr' field"), std::string::npos);
+  forge({{"train_images", c10::IValue(int64_t{50000})}});
+  EXPECT_NE(resume_error().find("resume with the same --data"), std::string::npos);
+  forge({{"steps_per_epoch", c10::IValue(int64_t{7})}});
+  EXPECT_NE(resume_error().find("7 steps per epoch"), std::string::npos);
+  std::remove(checkpoint.c_str());
+  std::remove(forged.c_str());
 }
 
 } // namespace

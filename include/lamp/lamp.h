@@ -22,6 +22,7 @@
 #include "lamp/precision.h"
 #include "lamp/report.h"
 #include "lamp/train_step.h"
+#include "lamp/training/checkpoint_file.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "lamp/version.h"

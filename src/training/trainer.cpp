@@ -6,21 +6,23 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <cerrno>
-#include <cstring>
 #include <limits>
 
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
 #include "lamp/optim/optimizer.h"
+#include "lamp/training/checkpoint_file.h"
 
 namespace lamp {
 namespace training {
 namespace {
 
 namespace F = torch::nn::functional;
-constexpr const char* kFormat = "lamp-classifier-trainer-1";
+// 2: checksummed (checkpoint_file.h), with the run's settings, which a resume
+// must repeat.
+constexpr const char* kFormat = "lamp-classifier-trainer-2";
 
 OptimizerFactory optimizer_factory(const TrainerOptions& o) {
   // Nesterov needs momentum; Adam's betas stay at their defaults.
@@ -39,23 +41,82 @@ OptimizerFactory optimizer_factory(const TrainerOptions& o) {
 // POSIX calls rather than std::filesystem: the torch wheel's libtorch exports
 // its own copy of std::filesystem, which breaks programs that use the
 // system's (pytorch/pytorch#133437).
-bool is_directory(const std::string& path) {
+bool exists(const std::string& path) {
   struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+  return ::stat(path.c_str(), &info) == 0;
 }
 
-bool is_regular_file(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+// A double as text that reads back as the same double ("0.05", not
+// "0.050000000000000003", unless that is needed to tell two apart).
+std::string exact(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.15g", value);
+  if (std::strtod(text, nullptr) != value) {
+    std::snprintf(text, sizeof(text), "%.17g", value);
+  }
+  return text;
 }
 
-void check_writable_parent(const std::string& path, const char* what) {
-  const auto slash = path.find_last_of('/');
-  const std::string parent =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  TORCH_CHECK(is_directory(parent), "lamp: the ", what, " folder ", parent,
-              " does not exist; create it or choose another path for ", path,
-              ".");
+// Typed reads of a checkpoint's fields: a missing or mistyped field is named,
+// never an IValue assert.
+class FieldReader {
+ public:
+  FieldReader(torch::serialize::InputArchive& archive, const std::string& path)
+      : archive_(archive), path_(path) {}
+
+  c10::IValue field(const char* key) {
+    c10::IValue value;
+    TORCH_CHECK(archive_.try_read(key, value), "lamp: ", path_, " has no '",
+                key, "' field; it is not a complete checkpoint of this lamp.");
+    return value;
+  }
+  int64_t integer(const char* key) {
+    const auto value = field(key);
+    TORCH_CHECK(value.isInt(), "lamp: ", path_, ": '", key,
+                "' is not an integer; the checkpoint is damaged.");
+    return value.toInt();
+  }
+  double real(const char* key) {
+    const auto value = field(key);
+    TORCH_CHECK(value.isDouble(), "lamp: ", path_, ": '", key,
+                "' is not a number; the checkpoint is damaged.");
+    return value.toDouble();
+  }
+  std::string text(const char* key) {
+    const auto value = field(key);
+    TORCH_CHECK(value.isString(), "lamp: ", path_, ": '", key,
+                "' is not a string; the checkpoint is damaged.");
+    return value.toStringRef();
+  }
+
+  /// A setting the resumed run must repeat: `flag` names it for the user.
+  void same(const char* flag, const std::string& stored, const std::string& now) {
+    TORCH_CHECK(stored == now, "lamp: ", path_, " was trained with ", flag,
+                " ", stored, " but this run uses ", now, "; resume with ",
+                flag, " ", stored,
+                " (a resumed run continues the same schedule and data order).");
+  }
+
+ private:
+  torch::serialize::InputArchive& archive_;
+  const std::string& path_;
+};
+
+// The first parameter or floating-point buffer with inf/NaN values, as
+// "parameter 'fc.weight'", or "" when all are finite.
+std::string first_non_finite(const torch::nn::Module& model) {
+  for (const auto& item : model.named_parameters()) {
+    if (!torch::isfinite(item.value()).all().item<bool>()) {
+      return "parameter '" + item.key() + "'";
+    }
+  }
+  for (const auto& item : model.named_buffers()) {
+    const auto& b = item.value();
+    if (b.is_floating_point() && !torch::isfinite(b).all().item<bool>()) {
+      return "buffer '" + item.key() + "'";
+    }
+  }
+  return "";
 }
 
 } // namespace
@@ -80,8 +141,20 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   TORCH_CHECK(o.max_steps() >= 0, "lamp: max_steps must be >= 0 (0 = no limit).");
   TORCH_CHECK(o.divergence_patience() > 0, "lamp: divergence_patience must be positive.");
   TORCH_CHECK(forward_ != nullptr, "lamp: no forward function given.");
-  if (!o.checkpoint().empty()) {
-    check_writable_parent(o.checkpoint(), "checkpoint");
+  const int64_t batches = train_loader_.batches_per_epoch();
+  TORCH_CHECK(batches > 0, "lamp: the training loader has no batches (",
+              train_loader_.samples_per_epoch(), " samples per epoch, batch size ",
+              train_loader_.options().batch_size(),
+              ", drop_last); use a smaller batch size.");
+  TORCH_CHECK(o.epochs() <= std::numeric_limits<int64_t>::max() / batches,
+              "lamp: ", o.epochs(), " epochs of ", batches,
+              " steps overflow the step counter; use fewer epochs.");
+  const auto& group = o.process_group();
+  if (!o.checkpoint().empty() && (!group || group->is_main())) {
+    // Before any training: a bad path, an unwritable folder or another run
+    // writing the same checkpoint fail now, not after the first epoch.
+    check_checkpoint_path(o.checkpoint(), "checkpoint");
+    lock_ = std::make_unique<CheckpointLock>(o.checkpoint());
   }
   step_ = std::make_unique<TrainStep>(
       model_, optimizer_factory(o),
@@ -111,6 +184,35 @@ std::vector<EpochStats> ClassifierTrainer::fit(
   // run cut short and resumed follows the same learning rates.
   const int64_t total_steps = o.epochs() * batches;
   const int64_t patience = o.divergence_patience();
+  const auto float_on_device = torch::TensorOptions().device(device);
+  // Divergence is tracked across epochs, so that it is caught however short
+  // the epochs are: skipped steps and non-finite losses are counted on the
+  // device (a sync-free step's flag lives there) and read once per window of
+  // `patience` steps and at the end of each epoch.
+  const auto flags_on_device = float_on_device.dtype(torch::kFloat);
+  auto consecutive_skips = torch::zeros({}, flags_on_device);
+  auto longest_skip_run = torch::zeros({}, flags_on_device);
+  auto non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
+  int64_t window = 0;
+  const auto diverged = [&](int64_t at_epoch, const std::string& why,
+                            const std::string& fix) {
+    TORCH_CHECK(false, "lamp: training diverged in epoch ", at_epoch + 1, ": ",
+                why, ". ", fix,
+                o.checkpoint().empty()
+                    ? std::string()
+                    : " The checkpoint " + o.checkpoint() +
+                          " was left as it was.");
+  };
+  const auto check_skip_run = [&](int64_t at_epoch) {
+    if (longest_skip_run.item<float>() >= patience) {
+      diverged(at_epoch,
+               std::to_string(patience) +
+                   " optimizer steps in a row had inf/NaN gradients (loss "
+                   "scale now " + exact(step_->scaler().get_scale()) + ")",
+               "Lower the learning rate (--lr), clip gradients, or train in "
+               "bf16/amp-bf16.");
+    }
+  };
   std::vector<EpochStats> history;
   for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
     if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
@@ -124,25 +226,10 @@ std::vector<EpochStats> ClassifierTrainer::fit(
 
     EpochStats stats;
     stats.epoch = epoch + 1;
-    const auto float_on_device = torch::TensorOptions().device(device);
     auto loss_sum = torch::zeros({}, float_on_device.dtype(torch::kDouble));
-    auto non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
-    // Skipped steps are counted on the device (a sync-free step's flag lives
-    // there) and read once per window of `patience` steps, like the loss.
-    const auto flags_on_device = float_on_device.dtype(torch::kFloat);
+    auto epoch_non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
     auto skipped = torch::zeros({}, flags_on_device);
-    auto consecutive_skips = torch::zeros({}, flags_on_device);
-    auto longest_skip_run = torch::zeros({}, flags_on_device);
-    int64_t images = 0, window = 0, warmup_images = 0;
-    const auto check_skip_run = [&](int64_t at_epoch) {
-      TORCH_CHECK(longest_skip_run.item<float>() < patience,
-                  "lamp: training diverged in epoch ", at_epoch + 1, ": ",
-                  patience,
-                  " optimizer steps in a row had inf/NaN gradients (loss "
-                  "scale now ", step_->scaler().get_scale(),
-                  "). Lower the learning rate (--lr), clip gradients, or "
-                  "train in bf16/amp-bf16.");
-    };
+    int64_t images = 0, warmup_images = 0;
     for (int64_t i = 0; i < batches; ++i) {
       if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
         break;
@@ -167,8 +254,13 @@ std::vector<EpochStats> ClassifierTrainer::fit(
         warmup_images += batch.labels.size(0);
         --warmup_steps_left_;
       }
-      loss_sum += result.loss;
-      non_finite += torch::isfinite(result.loss).logical_not();
+      // The epoch's loss is the mean of its finite losses: a step skipped
+      // for overflow is not training on garbage; one that trains on it
+      // leaves non-finite weights, checked at the end of the epoch.
+      const auto bad_loss = torch::isfinite(result.loss).logical_not();
+      loss_sum += result.loss.nan_to_num(0.0, 0.0, 0.0);
+      non_finite += bad_loss;
+      epoch_non_finite += bad_loss;
       images += batch.labels.size(0);
       ++stats.steps;
       ++global_step_;
@@ -182,11 +274,12 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       // or a loss that stayed non-finite for the whole window.
       if (++window == patience) {
         check_skip_run(epoch);
-        TORCH_CHECK(non_finite.item<int64_t>() < patience,
-                    "lamp: training diverged in epoch ", epoch + 1,
-                    ": the loss was inf/NaN for ", patience,
-                    " steps in a row. Lower the learning rate (--lr) or clip "
-                    "gradients.");
+        if (non_finite.item<int64_t>() >= patience) {
+          diverged(epoch,
+                   "the loss was inf/NaN for " + std::to_string(patience) +
+                       " steps in a row",
+                   "Lower the learning rate (--lr) or clip gradients.");
+        }
         non_finite.zero_();
         window = 0;
       }
@@ -212,7 +305,25 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     stats.global_step = global_step_;
     stats.skipped_steps = static_cast<int64_t>(skipped.item<float>());
     check_skip_run(epoch);  // a run that reached `patience` in the last window
-    stats.train_loss = stats.steps > 0 ? loss_sum.item<double>() / stats.steps : 0.0;
+    stats.non_finite_losses = epoch_non_finite.item<int64_t>();
+    const int64_t finite_steps = stats.steps - stats.non_finite_losses;
+    stats.train_loss = finite_steps > 0 ? loss_sum.item<double>() / finite_steps : 0.0;
+    // However few its steps: an epoch without a finite loss, or with a
+    // non-finite mean, or that leaves inf/NaN weights, ends the run before
+    // evaluation and checkpoint.
+    if (stats.steps > 0 && (finite_steps == 0 || !std::isfinite(stats.train_loss))) {
+      diverged(epoch,
+               finite_steps == 0 ? "the loss was inf/NaN in all its " +
+                                       std::to_string(stats.steps) + " steps"
+                                 : "its mean training loss is " + exact(stats.train_loss),
+               "Lower the learning rate (--lr), clip gradients, or train in "
+               "bf16/amp-bf16.");
+    }
+    const auto bad = first_non_finite(*model_);
+    if (!bad.empty()) {
+      diverged(epoch, bad + " has inf/NaN values",
+               "Lower the learning rate (--lr) or clip gradients.");
+    }
     stats.images_per_second = stats.seconds > 0 ? images / stats.seconds : 0.0;
     stats.peak_memory_bytes =
         device.is_cuda() ? peak_device_memory(device) : peak_host_memory();
@@ -227,6 +338,12 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     }
     stats.test_loss = eval.first;
     stats.test_accuracy = eval.second;
+    // Finite but huge weights show here: their logits overflow.
+    if (!std::isfinite(stats.test_loss)) {
+      diverged(epoch, "the test loss is " + exact(stats.test_loss) +
+                          " (the model's outputs overflow)",
+               "Lower the learning rate (--lr) or clip gradients.");
+    }
     const bool epoch_complete = stats.steps == batches;
     if (epoch_complete) {
       start_epoch_ = epoch + 1;
@@ -294,10 +411,25 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
 }
 
 void ClassifierTrainer::save_checkpoint(const std::string& path) const {
+  // A diverged model never replaces a good checkpoint.
+  const auto bad = first_non_finite(*model_);
+  TORCH_CHECK(bad.empty(), "lamp: not writing the checkpoint ", path, ": ", bad,
+              " has inf/NaN values; the previous checkpoint was left as it was.");
+  const auto& o = options_;
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(std::string(kFormat)));
   archive.write("model_name", c10::IValue(model_name_));
-  archive.write("optimizer", c10::IValue(options_.optimizer()));
+  archive.write("optimizer", c10::IValue(o.optimizer()));
+  archive.write("precision", c10::IValue(to_string(o.precision())));
+  // The settings a resumed run must repeat to continue the same run.
+  archive.write("batch_size", c10::IValue(train_loader_.options().batch_size()));
+  archive.write("epochs", c10::IValue(o.epochs()));
+  archive.write("lr", c10::IValue(o.lr()));
+  archive.write("schedule", c10::IValue(to_string(o.schedule())));
+  archive.write("momentum", c10::IValue(o.momentum()));
+  archive.write("weight_decay", c10::IValue(o.weight_decay()));
+  archive.write("train_images", c10::IValue(train_loader_.size()));
+  archive.write("steps_per_epoch", c10::IValue(train_loader_.batches_per_epoch()));
   archive.write("next_epoch", c10::IValue(start_epoch_));
   archive.write("global_step", c10::IValue(global_step_));
   archive.write("seed", c10::IValue(static_cast<int64_t>(train_loader_.options().seed())));
@@ -307,56 +439,73 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   torch::serialize::OutputArchive step_archive;
   step_->save(step_archive);
   archive.write("train_step", step_archive);
-  // Written next to the target and renamed over it: a crash mid-write leaves
-  // the previous checkpoint intact.
-  const std::string temporary = path + ".partial";
-  archive.save_to(temporary);
-  TORCH_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0,
-              "lamp: could not move the new checkpoint ", temporary, " over ",
-              path, ": ", std::strerror(errno), ".");
+  save_checked_archive(archive, path);
 }
 
 void ClassifierTrainer::load_checkpoint(const std::string& path) {
-  TORCH_CHECK(is_regular_file(path), "lamp: no checkpoint at ",
-              path, " to resume from.");
+  TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path, " to resume from.");
   torch::serialize::InputArchive archive;
+  load_checked_archive(archive, path);
+  // Everything is read and checked before anything of this run changes.
+  FieldReader read(archive, path);
+  const auto format = read.text("format");
+  TORCH_CHECK(format == kFormat, "lamp: ", path, " is a '", format,
+              "' checkpoint, not one of lamp's trainer ('", kFormat, "').");
+  const auto model_name = read.text("model_name");
+  TORCH_CHECK(model_name == model_name_, "lamp: ", path, " holds a '",
+              model_name, "' model but this run trains '", model_name_,
+              "'; resume with the same --model.");
+  const auto& o = options_;
+  const auto train_images = read.integer("train_images");
+  TORCH_CHECK(train_images == train_loader_.size(), "lamp: ", path,
+              " was trained on ", train_images,
+              " training images but this run's dataset has ",
+              train_loader_.size(), "; resume with the same --data.");
+  read.same("--precision", read.text("precision"), to_string(o.precision()));
+  read.same("--optimizer", read.text("optimizer"), o.optimizer());
+  read.same("--batch-size", std::to_string(read.integer("batch_size")),
+            std::to_string(train_loader_.options().batch_size()));
+  read.same("--epochs", std::to_string(read.integer("epochs")),
+            std::to_string(o.epochs()));
+  read.same("--lr", exact(read.real("lr")), exact(o.lr()));
+  read.same("--schedule", read.text("schedule"), to_string(o.schedule()));
+  read.same("--momentum", exact(read.real("momentum")), exact(o.momentum()));
+  read.same("--weight-decay", exact(read.real("weight_decay")),
+            exact(o.weight_decay()));
+  read.same("--seed", std::to_string(static_cast<uint64_t>(read.integer("seed"))),
+            std::to_string(train_loader_.options().seed()));
+  const int64_t batches = train_loader_.batches_per_epoch();
+  const auto steps_per_epoch = read.integer("steps_per_epoch");
+  TORCH_CHECK(steps_per_epoch == batches, "lamp: ", path, " was trained with ",
+              steps_per_epoch, " steps per epoch but this run has ", batches,
+              " (another --drop-last or number of ranks); resume with the "
+              "same settings.");
+  // Written only after complete epochs: the position is (epoch, epoch*steps).
+  const auto next_epoch = read.integer("next_epoch");
+  const auto global_step = read.integer("global_step");
+  TORCH_CHECK(next_epoch >= 1 && next_epoch <= o.epochs() &&
+                  global_step == next_epoch * batches,
+              "lamp: ", path, " is at epoch ", next_epoch, ", step ",
+              global_step, ", which a run of ", o.epochs(), " epochs of ",
+              batches, " steps cannot reach; the checkpoint is damaged.");
+  torch::Tensor rng_state;
   try {
-    archive.load_from(path);
+    archive.read("cpu_rng_state", rng_state);
+    // On a scratch generator first: a bad state must not half-change ours.
+    at::detail::createCPUGenerator().set_state(rng_state);
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "lamp: ", path, " is not a readable lamp checkpoint (",
+    TORCH_CHECK(false, "lamp: ", path,
+                ": the saved random number generator state is damaged (",
                 e.what_without_backtrace(), ").");
   }
-  c10::IValue value;
-  TORCH_CHECK(archive.try_read("format", value) && value.isString() &&
-                  value.toStringRef() == kFormat,
-              "lamp: ", path, " is not a checkpoint written by lamp's trainer.");
-  archive.read("model_name", value);
-  TORCH_CHECK(value.toStringRef() == model_name_, "lamp: ", path,
-              " holds a '", value.toStringRef(), "' model but this run trains '",
-              model_name_, "'; resume with the same --model.");
-  // Checkpoints from before --optimizer existed were all SGD.
-  const std::string optimizer =
-      archive.try_read("optimizer", value) ? value.toStringRef() : "sgd";
-  TORCH_CHECK(optimizer == options_.optimizer(), "lamp: ", path,
-              " was trained with the '", optimizer,
-              "' optimizer but this run uses '", options_.optimizer(),
-              "'; resume with --optimizer ", optimizer, ".");
-  archive.read("seed", value);
-  TORCH_CHECK(value.toInt() == static_cast<int64_t>(train_loader_.options().seed()),
-              "lamp: ", path, " was trained with seed ", value.toInt(),
-              " but this run uses ", train_loader_.options().seed(),
-              "; resume with the same --seed to continue the same data order.");
   torch::serialize::InputArchive step_archive;
-  archive.read("train_step", step_archive);
+  TORCH_CHECK(archive.try_read("train_step", step_archive), "lamp: ", path,
+              " has no 'train_step' state; the checkpoint is damaged.");
   step_->load(step_archive);
-  torch::Tensor rng_state;
-  archive.read("cpu_rng_state", rng_state);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle
   generator.set_state(rng_state);
-  archive.read("next_epoch", value);
-  start_epoch_ = value.toInt();
-  archive.read("global_step", value);
-  global_step_ = value.toInt();
+  start_epoch_ = next_epoch;
+  global_step_ = global_step;
 }
 
 } // namespace training

@@ -20,6 +20,7 @@
 #include "lamp/optim/optimizer.h"
 #include "lamp/precision.h"
 #include "lamp/train_step.h"
+#include "lamp/training/checkpoint_file.h"
 #include "lamp/training/schedule.h"
 
 namespace lamp {
@@ -56,13 +57,18 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, max_steps) = 0;
   /// Images per evaluation batch.
   TORCH_ARG(int64_t, eval_batch_size) = 1000;
-  /// Write a checkpoint here after every epoch (atomically: temp file, then
-  /// rename); empty = none.
+  /// Write a checkpoint here after every complete epoch; empty = none. The
+  /// write is atomic and durable and the file checksummed
+  /// (checkpoint_file.h); the path is locked against other runs for the
+  /// trainer's lifetime, and checked (folder writable, not a device or FIFO)
+  /// before training.
   TORCH_ARG(std::string, checkpoint) = "";
   /// Resume from this checkpoint; empty = start fresh.
   TORCH_ARG(std::string, resume) = "";
   /// Abort when this many consecutive optimizer steps were skipped for
-  /// non-finite gradients, or the loss stayed non-finite this long.
+  /// non-finite gradients, or the loss stayed non-finite this long, counted
+  /// across epochs. (An epoch whose mean loss or weights are not finite ends
+  /// the run whatever its length.)
   TORCH_ARG(int64_t, divergence_patience) = 100;
   /// Data-parallel training (lamp/distributed.h): each rank trains on its
   /// shard of the training data (give the train loader
@@ -78,7 +84,11 @@ struct EpochStats {
   int64_t epoch = 0;          ///< 1-based
   int64_t steps = 0;          ///< optimizer steps in this epoch
   int64_t global_step = 0;    ///< optimizer steps so far, all epochs
-  double train_loss = 0;      ///< mean training loss
+  /// Mean training loss over the steps whose loss was finite.
+  double train_loss = 0;
+  /// Steps whose loss was inf/NaN (skipped by loss scaling or
+  /// skip_non_finite; a run of them stops training, see ClassifierTrainer).
+  int64_t non_finite_losses = 0;
   double test_loss = 0;
   double test_accuracy = 0;   ///< in [0, 1]
   /// Training time of the epoch (no evaluation), without `warmup_seconds`.
@@ -114,8 +124,17 @@ struct BatchProgress {
 ///     epoch depend only on (seed, epoch).
 ///
 /// Errors: a loss that stays non-finite or steps that keep overflowing for
-/// `divergence_patience` steps stop training with an error naming the epoch
-/// and what to change; the last checkpoint is left untouched.
+/// `divergence_patience` steps (across epochs), or an epoch that ends with a
+/// non-finite mean loss or non-finite weights, stop training with an error
+/// naming the epoch and what to change; the last checkpoint is left
+/// untouched, and a checkpoint with non-finite weights is never written.
+///
+/// Resuming checks the checkpoint's checksum and that this run repeats its
+/// model, dataset size, precision, optimizer, batch size, epochs, learning
+/// rate, schedule, momentum, weight decay and seed (an error names the
+/// differing flag), then every tensor's shape and dtype (TrainStep::load),
+/// before anything changes. A checkpoint of a finished run resumes with
+/// start_epoch() == epochs: fit() then trains nothing.
 class ClassifierTrainer {
  public:
   using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
@@ -142,9 +161,12 @@ class ClassifierTrainer {
   const TrainerOptions& options() const { return options_; }
 
   /// Writes a checkpoint (model, master weights, optimizer, scaler, epoch,
-  /// step, the global CPU generator's state) to `path` atomically.
+  /// step, the global CPU generator's state, the run's settings) to `path`
+  /// with save_checked_archive(): atomically, durably, checksummed. Refuses
+  /// a model with inf/NaN weights.
   void save_checkpoint(const std::string& path) const;
-  /// Loads one written by save_checkpoint() for the same model and precision.
+  /// Loads one written by save_checkpoint() for the same model and settings;
+  /// all or nothing (see the class comment).
   void load_checkpoint(const std::string& path);
 
  private:
@@ -155,6 +177,7 @@ class ClassifierTrainer {
   data::DeviceLoader test_loader_;
   TrainerOptions options_;
   std::unique_ptr<TrainStep> step_;
+  std::unique_ptr<CheckpointLock> lock_;  // on options_.checkpoint()
   int64_t warmup_steps_left_ = 1;  // steps of the run still timed as warm-up
   bool evaluated_ = false;   // the first evaluation (warm-up) has run
   int64_t start_epoch_ = 0;

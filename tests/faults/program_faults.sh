@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Program-level fault injection for train_mnist (ctest label `faults`):
+#   program_faults.sh TRAIN_MNIST MAKE_TEST_DATA LIBLAMP_FAIL_IO WORK_DIR [KILLS]
+# Every case checks the exit code, that the message names the problem, and
+# that the last good checkpoint is byte-identical afterwards. Prints one line
+# per case and a summary; exits 1 if any case failed.
+set -uo pipefail
+
+train="$1" make_data="$2" shim="$3" work="$4" kills="${5:-20}"
+rm -rf "$work" && mkdir -p "$work" || exit 1
+"$make_data" "$work/data" > /dev/null || { echo "cannot make test data"; exit 1; }
+
+passed=0 failed=0
+pass() { echo "ok    $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL  $1"; failed=$((failed + 1)); }
+
+# Settings every run of one checkpoint repeats (200 training images, batch
+# 128: 2 steps per epoch); the extreme-flag runs start from `data` alone.
+data=(--data "$work/data/mnist" --no-progress)
+common=("${data[@]}" --precision fp32 --eval-batch-size 100)
+
+# run NAME EXPECTED_EXIT PATTERN -- command...: runs it, output in $work/NAME.log.
+run() {
+  local name="$1" expected="$2" pattern="$3"
+  shift 4
+  "$@" > "$work/$name.log" 2>&1
+  local rc=$?
+  if [ "$expected" = nonzero ]; then
+    [ "$rc" -ne 0 ] || { fail "$name: exit 0, expected an error"; return 1; }
+    [ "$rc" -lt 128 ] || { fail "$name: killed by signal $((rc - 128))"; return 1; }
+  elif [ "$rc" -ne "$expected" ]; then
+    fail "$name: exit $rc, expected $expected"; sed 's/^/      /' "$work/$name.log" | tail -5
+    return 1
+  fi
+  if ! grep -qE -- "$pattern" "$work/$name.log"; then
+    fail "$name: output lacks '$pattern'"; sed 's/^/      /' "$work/$name.log" | tail -5
+    return 1
+  fi
+  return 0
+}
+
+same_bytes() { cmp -s "$1" "$2"; }
+no_temporaries() { ! ls "$1".tmp-* > /dev/null 2>&1; }
+
+# A good checkpoint after epoch 1 of 3.
+ck="$work/ck.pt"
+if ! run good 0 "epoch 1/3" -- "$train" "${common[@]}" --epochs 3 --max-steps 2 \
+    --checkpoint "$ck"; then
+  echo "no good checkpoint to protect; stopping"; exit 1
+fi
+cp "$ck" "$work/good.pt"
+size=$(stat -c %s "$ck")
+
+# A full disk during the epoch-2 checkpoint, at several offsets of the file.
+for at in 0 1 $((size / 3)) $((size / 2)) $((size - 100)) $((size - 1)); do
+  name="full_disk_at_$at"
+  if run "$name" 1 "No space left on device" -- env LD_PRELOAD="$shim" \
+      LAMP_FAULT_PATH="$ck" LAMP_FAULT_WRITE_AFTER="$at" \
+      "$train" "${common[@]}" --epochs 3 --max-steps 4 --checkpoint "$ck" --resume "$ck"; then
+    if same_bytes "$ck" "$work/good.pt" && no_temporaries "$ck"; then pass "$name"
+    else fail "$name: checkpoint changed or temporary file left"; fi
+  fi
+done
+for which in FSYNC CLOSE; do
+  name="failing_${which,,}"
+  if run "$name" 1 "Input/output error" -- env LD_PRELOAD="$shim" \
+      LAMP_FAULT_PATH="$ck" "LAMP_FAULT_$which=1" \
+      "$train" "${common[@]}" --epochs 3 --max-steps 4 --checkpoint "$ck" --resume "$ck"; then
+    if same_bytes "$ck" "$work/good.pt" && no_temporaries "$ck"; then pass "$name"
+    else fail "$name: checkpoint changed or temporary file left"; fi
+  fi
+done
+
+# An unwritable checkpoint folder fails before the first epoch.
+name=unwritable_folder
+if run "$name" 1 "cannot create the lock file" -- env LD_PRELOAD="$shim" \
+    LAMP_FAULT_PATH="$work/new.pt" LAMP_FAULT_OPEN=1 \
+    "$train" "${common[@]}" --epochs 3 --checkpoint "$work/new.pt"; then
+  if grep -q "^epoch 1/" "$work/$name.log"; then fail "$name: trained an epoch first"
+  else pass "$name"; fi
+fi
+
+# Devices and FIFOs are refused, and stay what they were.
+mkfifo "$work/fifo.pt"
+for target in /dev/full /dev/null "$work/fifo.pt"; do
+  name="checkpoint_$(basename "$target")"
+  if run "$name" 1 "is not a regular file" -- \
+      "$train" "${common[@]}" --epochs 1 --checkpoint "$target"; then
+    if [ -c "$target" ] || [ -p "$target" ]; then pass "$name"
+    else fail "$name: $target was replaced"; fi
+  fi
+done
+
+# A second live run on the same checkpoint is refused, naming the first.
+"$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt" \
+    > "$work/first_run.log" 2>&1 &
+first=$!
+for _ in $(seq 100); do [ -s "$work/shared.pt.lock" ] && break; sleep 0.1; done
+name=second_run_refused
+if run "$name" 1 "another run \(pid $first\)" -- \
+    "$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt"; then
+  pass "$name"
+fi
+kill -9 "$first" 2> /dev/null; wait "$first" 2> /dev/null
+
+# kill -9 at random points, during training and during checkpoint writes
+# (slowed down, so that a fair share of the kills land in one): after each,
+# the checkpoint must load, and the next run takes over the stale lock.
+RANDOM=7
+k="$work/killed.pt"
+in_write=0 loadable=0
+for i in $(seq "$kills"); do
+  resume=()
+  [ -e "$k" ] && resume=(--resume "$k")
+  env LD_PRELOAD="$shim" LAMP_FAULT_PATH="$k" LAMP_FAULT_WRITE_CHUNK=8192 \
+      LAMP_FAULT_WRITE_DELAY_US=3000 \
+      "$train" "${common[@]}" --epochs 1000 --checkpoint "$k" "${resume[@]}" \
+      > "$work/kill_$i.log" 2>&1 &
+  pid=$!
+  sleep "$(printf '1.%02d' $((RANDOM % 100)))"
+  kill -9 "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+  ls "$k".tmp-* > /dev/null 2>&1 && in_write=$((in_write + 1))
+  [ -e "$k" ] || continue
+  if "$train" "${common[@]}" --epochs 1000 --checkpoint "$k" --resume "$k" \
+      --max-steps 1 > "$work/kill_${i}_check.log" 2>&1; then
+    loadable=$((loadable + 1))
+  else
+    fail "kill $i: the checkpoint no longer loads"; sed 's/^/      /' "$work/kill_${i}_check.log" | tail -3
+  fi
+done
+if [ -e "$k" ]; then
+  pass "kill -9 x$kills ($in_write during a checkpoint write): the checkpoint loaded after $loadable"
+else
+  fail "kill -9: no run lived long enough to write a checkpoint"
+fi
+
+# Damage: 64 bytes in the middle set to 0xFF, a truncated file.
+cp "$work/good.pt" "$work/flipped.pt"
+printf '\xff%.0s' $(seq 64) |
+  dd of="$work/flipped.pt" bs=1 seek=$((size / 2)) conv=notrunc 2> /dev/null
+run damaged_flipped 1 "is damaged" -- "$train" "${common[@]}" --epochs 3 \
+    --resume "$work/flipped.pt" && pass damaged_flipped
+head -c $((size / 2)) "$work/good.pt" > "$work/truncated.pt"
+run damaged_truncated 1 "is damaged" -- "$train" "${common[@]}" --epochs 3 \
+    --resume "$work/truncated.pt" && pass damaged_truncated
+
+# A resume that changes a setting is refused, naming the flag.
+run changed_batch_size 1 "resume with --batch-size 128" -- "$train" "${common[@]}" \
+    --epochs 3 --batch-size 16 --resume "$work/good.pt" && pass changed_batch_size
+# Divergence in short epochs (2 steps, patience 100) stops, writes nothing.
+name=diverges_in_short_epochs
+if run "$name" 1 "training diverged in epoch" -- "$train" "${common[@]}" \
+    --lr 1e12 --epochs 2 --checkpoint "$work/nan.pt"; then
+  if [ -e "$work/nan.pt" ]; then fail "$name: wrote a checkpoint"; else pass "$name"; fi
+fi
+# Flags at their extremes: refused with a message naming the flag, never a
+# crash or a silent run.
+while read -r flag value pattern; do
+  run "extreme_${flag#--}" nonzero "$pattern" -- "$train" "${data[@]}" \
+      "$flag" "$value" && pass "extreme $flag $value"
+done <<'FLAGS'
+--epochs 99999999999999999999 epochs
+--batch-size 9223372036854775807 batch
+--eval-batch-size 9223372036854775807 batch
+--lr 1e309 (learning rate|lr)
+--max-steps -1 max-steps
+--seed 18446744073709551616 seed
+FLAGS
+
+echo "program faults: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

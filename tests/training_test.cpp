@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lamp/backends.h"
 #include "lamp/optim/adam.h"
@@ -240,6 +243,29 @@ TEST(ClassifierTrainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {
     EXPECT_NE(std::string(e.what()).find("training diverged"), std::string::npos)
         << e.what();
   }
+}
+
+// A wrongly typed field is lamp's error naming it, not an IValue assertion
+// that asks for a PyTorch bug report.
+TEST(ClassifierTrainer, RefusesWronglyTypedCheckpointFields) {
+  const auto checkpoint = temp_path("typed.pt");
+  const std::vector<std::pair<std::string, c10::IValue>> fields = {
+      {"model_name", c10::IValue(int64_t{7})},
+      {"seed", c10::IValue(std::string("9"))}};
+  for (size_t wrong = 0; wrong < fields.size(); ++wrong) {
+    torch::serialize::OutputArchive archive;
+    archive.write("format", c10::IValue(std::string("lamp-classifier-trainer-1")));
+    archive.write("model_name", wrong == 0 ? fields[0].second
+                                           : c10::IValue(std::string("smallnet")));
+    archive.write("seed", wrong == 1 ? fields[1].second : c10::IValue(int64_t{9}));
+    archive.save_to(checkpoint);
+    lamp_test::expect_error(
+        [&] { make_run(lamp::Precision::kFP32, TrainerOptions().resume(checkpoint)); },
+        "'" + fields[wrong].first + "' has type " +
+            fields[wrong].second.tagKind() + " in the archive where " +
+            (wrong == 0 ? "a string" : "an integer") + " is expected");
+  }
+  std::remove(checkpoint.c_str());
 }
 
 TEST(ClassifierTrainer, RefusesBadCheckpointsAndPaths) {

@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string>
 
+#include "detail/archive.h"
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
 #include "lamp/optim/optimizer.h"
@@ -326,37 +328,48 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
     TORCH_CHECK(false, "lamp: ", path, " is not a readable lamp checkpoint (",
                 e.what_without_backtrace(), ").");
   }
+  const std::string where_string = "lamp: " + path;
+  const char* where = where_string.c_str();
   c10::IValue value;
   TORCH_CHECK(archive.try_read("format", value) && value.isString() &&
                   value.toStringRef() == kFormat,
               "lamp: ", path, " is not a checkpoint written by lamp's trainer.");
-  archive.read("model_name", value);
-  TORCH_CHECK(value.toStringRef() == model_name_, "lamp: ", path,
-              " holds a '", value.toStringRef(), "' model but this run trains '",
-              model_name_, "'; resume with the same --model.");
+  // Everything is read and checked before the first part is loaded.
+  const auto model_name =
+      lamp::detail::read_string(archive, "model_name", where);
+  TORCH_CHECK(model_name == model_name_, "lamp: ", path, " holds a '",
+              model_name, "' model but this run trains '", model_name_,
+              "'; resume with the same --model.");
   // Checkpoints from before --optimizer existed were all SGD.
-  const std::string optimizer =
-      archive.try_read("optimizer", value) ? value.toStringRef() : "sgd";
+  const std::string optimizer = archive.try_read("optimizer", value)
+      ? lamp::detail::read_string(archive, "optimizer", where)
+      : "sgd";
   TORCH_CHECK(optimizer == options_.optimizer(), "lamp: ", path,
               " was trained with the '", optimizer,
               "' optimizer but this run uses '", options_.optimizer(),
               "'; resume with --optimizer ", optimizer, ".");
-  archive.read("seed", value);
-  TORCH_CHECK(value.toInt() == static_cast<int64_t>(train_loader_.options().seed()),
-              "lamp: ", path, " was trained with seed ", value.toInt(),
+  const int64_t seed = lamp::detail::read_int(archive, "seed", where);
+  TORCH_CHECK(seed == static_cast<int64_t>(train_loader_.options().seed()),
+              "lamp: ", path, " was trained with seed ", seed,
               " but this run uses ", train_loader_.options().seed(),
               "; resume with the same --seed to continue the same data order.");
-  torch::serialize::InputArchive step_archive;
-  archive.read("train_step", step_archive);
-  step_->load(step_archive);
+  const int64_t next_epoch =
+      lamp::detail::read_int(archive, "next_epoch", where);
+  const int64_t global_step =
+      lamp::detail::read_int(archive, "global_step", where);
   torch::Tensor rng_state;
-  archive.read("cpu_rng_state", rng_state);
+  TORCH_CHECK(archive.try_read("cpu_rng_state", rng_state), "lamp: ", path,
+              " has no 'cpu_rng_state'; it is corrupt.");
+  // A generator of its own takes the state first: set_state refuses a
+  // malformed one there, before anything of this run has changed.
+  at::detail::createCPUGenerator().set_state(rng_state);
+  torch::serialize::InputArchive step_archive;
+  lamp::detail::read_archive(archive, "train_step", step_archive, where);
+  step_->load(step_archive);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle
   generator.set_state(rng_state);
-  archive.read("next_epoch", value);
-  start_epoch_ = value.toInt();
-  archive.read("global_step", value);
-  global_step_ = value.toInt();
+  start_epoch_ = next_epoch;
+  global_step_ = global_step;
 }
 
 } // namespace training

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
+#include "detail/archive.h"
 #include "detail/compat.h"
 #include "lamp/distributed.h"
 #include "lamp/optim/optimizer.h"
@@ -83,17 +86,29 @@ bool fused_kernels_for(const torch::Device& device, torch::ScalarType dtype) {
 void check_options(const GradScalerOptions& o, double scale, const char* caller) {
   TORCH_CHECK(std::isfinite(scale) && scale > 0, caller,
               ": the scale must be finite and positive, got ", scale, ".");
-  TORCH_CHECK(o.growth_factor() > 1.0, caller,
-              ": growth_factor must be > 1.0, got ", o.growth_factor(), ".");
+  // The scale lives in an FP32 tensor, made at the first scale().
+  TORCH_CHECK(scale <= std::numeric_limits<float>::max() &&
+                  static_cast<float>(scale) > 0.0f,
+              caller, ": the scale ", scale, " is not representable in "
+              "float32 (the dtype of the scale tensor); use a scale in [",
+              std::numeric_limits<float>::denorm_min(), ", ",
+              std::numeric_limits<float>::max(), "].");
+  TORCH_CHECK(std::isfinite(o.growth_factor()) && o.growth_factor() > 1.0,
+              caller, ": growth_factor must be finite and > 1.0, got ",
+              o.growth_factor(), ".");
   TORCH_CHECK(o.backoff_factor() > 0.0 && o.backoff_factor() < 1.0, caller,
               ": backoff_factor must be in (0, 1), got ", o.backoff_factor(),
               ".");
-  TORCH_CHECK(o.growth_interval() > 0, caller,
-              ": growth_interval must be positive, got ", o.growth_interval(),
-              ".");
-  TORCH_CHECK(o.hysteresis() >= 1, caller,
-              ": hysteresis must be >= 1 (1 is PyTorch's rule), got ",
-              o.hysteresis(), ".");
+  // The growth tracker and the overflow count are int32 tensors, as in
+  // PyTorch: they count up to growth_interval and hysteresis.
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  TORCH_CHECK(o.growth_interval() > 0 && o.growth_interval() <= kInt32Max,
+              caller, ": growth_interval must be in [1, ", kInt32Max,
+              "] (the growth tracker is an int32 tensor), got ",
+              o.growth_interval(), ".");
+  TORCH_CHECK(o.hysteresis() >= 1 && o.hysteresis() <= kInt32Max, caller,
+              ": hysteresis must be in [1, ", kInt32Max,
+              "] (1 is PyTorch's rule), got ", o.hysteresis(), ".");
   TORCH_CHECK(o.min_scale() >= 0 && o.min_scale() <= o.max_scale(), caller,
               ": need 0 <= min_scale <= max_scale, got min_scale=",
               o.min_scale(), " and max_scale=", o.max_scale(), ".");
@@ -463,62 +478,53 @@ void GradScaler::save(torch::serialize::OutputArchive& archive) const {
   archive.write("dynamic", c10::IValue(options_.dynamic()));
 }
 
-namespace {
-// Python stores e.g. growth_factor=2 as an int: accept any number.
-double read_number(torch::serialize::InputArchive& archive, const char* key) {
-  c10::IValue value;
-  archive.read(key, value);
-  TORCH_CHECK(value.isDouble() || value.isInt(), "lamp::GradScaler::load: '",
-              key, "' is not a number in this archive.");
-  return value.isDouble() ? value.toDouble() : static_cast<double>(value.toInt());
-}
-
-int64_t read_integer(torch::serialize::InputArchive& archive, const char* key) {
-  c10::IValue value;
-  archive.read(key, value);
-  TORCH_CHECK(value.isInt(), "lamp::GradScaler::load: '", key,
-              "' is not an integer in this archive.");
-  return value.toInt();
-}
-} // namespace
-
 void GradScaler::load(torch::serialize::InputArchive& archive) {
   if (!options_.enabled()) {
     return;
   }
+  constexpr const char* kCaller = "lamp::GradScaler::load";
   c10::IValue value;
   TORCH_CHECK(archive.try_read("scale", value),
               "lamp::GradScaler::load: the archive has no 'scale', possibly "
               "because it was saved from a disabled GradScaler.");
   // Everything is read and checked before anything changes.
   GradScalerOptions options = options_;
-  const double scale = read_number(archive, "scale");
-  options.growth_factor(read_number(archive, "growth_factor"));
-  options.backoff_factor(read_number(archive, "backoff_factor"));
-  options.growth_interval(read_integer(archive, "growth_interval"));
-  const int64_t tracker = read_integer(archive, "_growth_tracker");
+  const double scale = detail::read_number(archive, "scale", kCaller);
+  options.growth_factor(detail::read_number(archive, "growth_factor", kCaller));
+  options.backoff_factor(
+      detail::read_number(archive, "backoff_factor", kCaller));
+  options.growth_interval(
+      detail::read_int(archive, "growth_interval", kCaller));
+  const int64_t tracker = detail::read_int(archive, "_growth_tracker", kCaller);
   int64_t overflow_count = 0;
   // lamp's own keys are optional, so a state saved by Python loads too.
   if (archive.try_read("min_scale", value)) {
-    options.min_scale(read_number(archive, "min_scale"));
+    options.min_scale(detail::read_number(archive, "min_scale", kCaller));
   }
   if (archive.try_read("max_scale", value)) {
-    options.max_scale(read_number(archive, "max_scale"));
+    options.max_scale(detail::read_number(archive, "max_scale", kCaller));
   }
   if (archive.try_read("hysteresis", value)) {
-    options.hysteresis(read_integer(archive, "hysteresis"));
+    options.hysteresis(detail::read_int(archive, "hysteresis", kCaller));
   }
   if (archive.try_read("_overflow_count", value)) {
-    overflow_count = read_integer(archive, "_overflow_count");
+    overflow_count = detail::read_int(archive, "_overflow_count", kCaller);
   }
   if (archive.try_read("dynamic", value)) {
-    TORCH_CHECK(value.isBool(),
-                "lamp::GradScaler::load: 'dynamic' is not a bool.");
-    options.dynamic(value.toBool());
+    options.dynamic(detail::read_bool(archive, "dynamic", kCaller));
   }
-  check_options(options, scale, "lamp::GradScaler::load");
-  TORCH_CHECK(tracker >= 0 && overflow_count >= 0,
-              "lamp::GradScaler::load: negative counters in the archive.");
+  check_options(options, scale, kCaller);
+  // update() resets the tracker when it reaches growth_interval: one at or
+  // beyond it would never reset, and the scale would never grow again.
+  TORCH_CHECK(tracker >= 0 && tracker < options.growth_interval(), kCaller,
+              ": _growth_tracker is ", tracker,
+              ", outside [0, growth_interval=", options.growth_interval(),
+              "); the state is corrupt or from another scaler.");
+  // The count saturates at hysteresis.
+  TORCH_CHECK(overflow_count >= 0 && overflow_count <= options.hysteresis(),
+              kCaller, ": _overflow_count is ", overflow_count,
+              ", outside [0, hysteresis=", options.hysteresis(),
+              "]; the state is corrupt or from another scaler.");
 
   options_ = options;
   init_scale_ = scale;
@@ -526,6 +532,7 @@ void GradScaler::load(torch::serialize::InputArchive& archive) {
   init_overflow_count_ = overflow_count;
   states_.clear();
   if (scale_.defined()) {
+    // In place: the checks above keep every value within its tensor's dtype.
     scale_.fill_(init_scale_);
     growth_tracker_.fill_(init_growth_tracker_);
     overflow_count_.fill_(init_overflow_count_);

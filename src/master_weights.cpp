@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
+
+#include "detail/archive.h"
 
 namespace lamp {
 namespace {
@@ -157,22 +160,40 @@ void MasterWeights::save(torch::serialize::OutputArchive& archive) const {
   }
 }
 
+void MasterWeights::set_parameter_names(std::vector<std::string> names) {
+  TORCH_CHECK(names.size() == model_.size(),
+              "lamp::MasterWeights::set_parameter_names: ", names.size(),
+              " names for ", model_.size(), " parameters; give one name per "
+              "parameter, in the order the parameters were given.");
+  names_ = std::move(names);
+}
+
+std::vector<torch::Tensor> MasterWeights::read(
+    torch::serialize::InputArchive& archive) const {
+  constexpr const char* kCaller = "lamp::MasterWeights::load";
+  const int64_t count = detail::read_int(archive, "count", kCaller);
+  TORCH_CHECK(count == static_cast<int64_t>(master_.size()), kCaller,
+              ": the archive holds ", count, " master tensors but this model "
+              "has ", master_.size(), "; load a checkpoint saved from the same "
+              "model.");
+  std::vector<torch::Tensor> saved(master_.size());
+  for (size_t i = 0; i < master_.size(); ++i) {
+    std::string what = "master tensor " + std::to_string(i);
+    if (!names_.empty()) {
+      what += " ('" + names_[i] + "')";
+    }
+    saved[i] = detail::read_checked_tensor(archive, std::to_string(i),
+                                           master_[i], what, /*finite=*/true,
+                                           kCaller);
+  }
+  return saved;
+}
+
 void MasterWeights::load(torch::serialize::InputArchive& archive) {
-  c10::IValue count;
-  archive.read("count", count);
-  TORCH_CHECK(count.toInt() == static_cast<int64_t>(master_.size()),
-              "lamp::MasterWeights::load: the archive holds ", count.toInt(),
-              " master tensors but this model has ", master_.size(),
-              "; load a checkpoint saved from the same model.");
+  const auto saved = read(archive);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < master_.size(); ++i) {
-    torch::Tensor saved;
-    archive.read(std::to_string(i), saved);
-    TORCH_CHECK(saved.sizes() == master_[i].sizes(),
-                "lamp::MasterWeights::load: master tensor ", i, " has shape ",
-                saved.sizes(), " in the archive but ", master_[i].sizes(),
-                " in this model; load a checkpoint saved from the same model.");
-    master_[i].copy_(saved);
+    master_[i].copy_(saved[i]);
   }
 }
 

@@ -3,11 +3,14 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <sstream>
 #include <limits>
+#include <sstream>
+#include <string>
+#include <unordered_map>
 
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
+#include "detail/archive.h"
 #include "detail/cuda_graph.h"
 #include "lamp/optim/clip.h"
 #include "lamp/optim/optimizer.h"
@@ -104,6 +107,10 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
       params.push_back(item.value());
     }
   }
+  TORCH_CHECK(!params.empty(), "lamp::TrainStep: the model has no trainable "
+              "parameters (all ", named.size(), " have requires_grad=false); "
+              "set requires_grad_(true) on the ones to train before building "
+              "the TrainStep.");
   const auto dtype = model_dtype(precision);
   if (dtype) {
     options_.half().dtype(*dtype);
@@ -123,9 +130,13 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   }
   if (dtype) {
     master_ = std::make_unique<MasterWeights>(params, options_.flat_master());
+    master_->set_parameter_names(names);
     params = master_->master_params();
   }
   scaler_.set_parameter_names(names, params);
+  for (size_t i = 0; i < params.size(); ++i) {
+    param_names_.emplace(params[i].unsafeGetTensorImpl(), names[i]);
+  }
   optimizer_ = make_optimizer(params);
   TORCH_CHECK(optimizer_ != nullptr,
               "lamp::TrainStep: the optimizer factory returned null.");
@@ -340,30 +351,151 @@ void TrainStep::save(torch::serialize::OutputArchive& archive) const {
   }
 }
 
+namespace {
+
+constexpr const char* kLoadCaller = "lamp::TrainStep::load";
+
+// Module::save's layout: a module's own parameters and buffers under their
+// names, then one archive per serializable child. Module::load would take
+// any shape (it replaces each tensor), so every one is checked first.
+void check_module_archive(const torch::nn::Module& module,
+                          torch::serialize::InputArchive& archive,
+                          const std::string& prefix) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    if (p.value().defined()) {
+      detail::read_checked_tensor(archive, p.key(), p.value(),
+                                  "model parameter '" + prefix + p.key() + "'",
+                                  /*finite=*/true, kLoadCaller);
+    }
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    if (b.value().defined()) {
+      detail::read_checked_tensor(archive, b.key(), b.value(),
+                                  "model buffer '" + prefix + b.key() + "'",
+                                  /*finite=*/false, kLoadCaller);
+    }
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) {
+      continue;
+    }
+    torch::serialize::InputArchive child_archive;
+    detail::read_archive(archive, child.key(), child_archive, kLoadCaller);
+    check_module_archive(*child.value(), child_archive,
+                         prefix + child.key() + ".");
+  }
+}
+
+int64_t read_size(torch::serialize::InputArchive& archive,
+                  const std::string& key) {
+  torch::Tensor size;
+  TORCH_CHECK(archive.try_read(key, size) && size.numel() == 1 &&
+                  !size.is_floating_point(),
+              kLoadCaller, ": the optimizer state has no integer '", key,
+              "'; it is corrupt or was written by another optimizer.");
+  return size.item<int64_t>();
+}
+
+// The layout of LibTorch's optimizers (all but LBFGS, and lamp's, which
+// derive from them): "param_groups" holds the groups' count and each group's
+// parameter keys, "state" one archive of state tensors per key. LibTorch's
+// load checks the group sizes one group at a time, after it has loaded the
+// ones before, and never the state's shapes.
+void check_optimizer_archive(
+    const torch::optim::Optimizer& optimizer,
+    torch::serialize::InputArchive& archive,
+    const std::unordered_map<const c10::TensorImpl*, std::string>& names) {
+  c10::IValue version;
+  if (!archive.try_read("pytorch_version", version) ||
+      dynamic_cast<const torch::optim::LBFGS*>(&optimizer) != nullptr) {
+    return;  // another layout, left to the optimizer's own load
+  }
+  torch::serialize::InputArchive groups_archive;
+  torch::serialize::InputArchive state_archive;
+  detail::read_archive(archive, "param_groups", groups_archive, kLoadCaller);
+  detail::read_archive(archive, "state", state_archive, kLoadCaller);
+  const auto& groups = optimizer.param_groups();
+  const int64_t saved_groups = read_size(groups_archive, "param_groups/size");
+  TORCH_CHECK(saved_groups == static_cast<int64_t>(groups.size()), kLoadCaller,
+              ": the optimizer state holds ", saved_groups, " parameter "
+              "groups but the optimizer has ", groups.size(), "; build the "
+              "optimizer the same way as the one saved.");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    torch::serialize::InputArchive group_archive;
+    detail::read_archive(groups_archive, "param_groups/" + std::to_string(g),
+                         group_archive, kLoadCaller);
+    const auto& params = groups[g].params();
+    const int64_t saved_params = read_size(group_archive, "params/size");
+    TORCH_CHECK(saved_params == static_cast<int64_t>(params.size()),
+                kLoadCaller, ": parameter group ", g, " of the optimizer "
+                "state holds ", saved_params, " parameters but the "
+                "optimizer's has ", params.size(), "; build the optimizer "
+                "the same way as the one saved.");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto key = detail::read_string(
+          group_archive, "params/" + std::to_string(i), kLoadCaller);
+      torch::serialize::InputArchive param_state;
+      if (!state_archive.try_read(key, param_state)) {
+        continue;  // no state yet for this parameter
+      }
+      const auto named = names.find(params[i].unsafeGetTensorImpl());
+      const std::string param = named != names.end()
+          ? "'" + named->second + "'"
+          : "param_groups[" + std::to_string(g) + "].params[" +
+              std::to_string(i) + "]";
+      for (const auto& field : param_state.keys()) {
+        c10::IValue value;
+        if (param_state.try_read(field, value) && value.isTensor()) {
+          detail::check_saved_tensor(
+              value.toTensor(), params[i],
+              "optimizer state '" + field + "' of " + param,
+              /*finite=*/true, kLoadCaller);
+        }
+      }
+    }
+  }
+}
+
+} // namespace
+
 void TrainStep::load(torch::serialize::InputArchive& archive) {
+  // Every part is read and checked before the first is loaded: a refused
+  // checkpoint leaves model, optimizer, scaler and master weights as they
+  // were.
+  const auto precision =
+      detail::read_string(archive, "precision", kLoadCaller);
+  TORCH_CHECK(precision == to_string(options_.precision()),
+              "lamp::TrainStep::load: the checkpoint was saved with precision '",
+              precision, "' but this TrainStep uses '",
+              to_string(options_.precision()),
+              "'; resume with the same precision.");
+  torch::serialize::InputArchive model_archive;
+  detail::read_archive(archive, "model", model_archive, kLoadCaller);
+  check_module_archive(*model_, model_archive, "");
+  torch::serialize::InputArchive optimizer_archive;
+  detail::read_archive(archive, "optimizer", optimizer_archive, kLoadCaller);
+  check_optimizer_archive(*optimizer_, optimizer_archive, param_names_);
+  torch::serialize::InputArchive scaler_archive;
+  detail::read_archive(archive, "scaler", scaler_archive, kLoadCaller);
+  // A scaler with the same options runs all of load()'s checks.
+  GradScaler(scaler_.options()).load(scaler_archive);
+  torch::serialize::InputArchive master_archive;
+  if (master_) {
+    detail::read_archive(archive, "master_weights", master_archive,
+                         kLoadCaller);
+    master_->read(master_archive);
+  }
+
   // Captured graphs hold the old parameters' and state's memory: each shape
   // warms up and is captured again after a load.
   graphs_.clear();
-  c10::IValue value;
-  archive.read("precision", value);
-  TORCH_CHECK(value.toStringRef() == to_string(options_.precision()),
-              "lamp::TrainStep::load: the checkpoint was saved with precision '",
-              value.toStringRef(), "' but this TrainStep uses '",
-              to_string(options_.precision()),
-              "'; resume with the same precision.");
   micro_step_ = 0;
-  torch::serialize::InputArchive model_archive;
-  archive.read("model", model_archive);
-  model_->load(model_archive);
-  torch::serialize::InputArchive optimizer_archive;
-  archive.read("optimizer", optimizer_archive);
+  // The optimizer first: what its load may still refuse (an option of the
+  // wrong type) it refuses before changing anything.
   optimizer_->load(optimizer_archive);
-  torch::serialize::InputArchive scaler_archive;
-  archive.read("scaler", scaler_archive);
+  model_->load(model_archive);
   scaler_.load(scaler_archive);
   if (master_) {
-    torch::serialize::InputArchive master_archive;
-    archive.read("master_weights", master_archive);
     master_->load(master_archive);
   }
 }

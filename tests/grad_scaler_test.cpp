@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -12,6 +13,7 @@
 namespace {
 
 using lamp_test::BitEqual;
+using lamp_test::expect_error;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
@@ -38,16 +40,6 @@ bool scripted_step(lamp::GradScaler& scaler, Rig& rig, float value) {
   const bool stepped = scaler.step(rig.opt);
   scaler.update();
   return stepped;
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error; expected one containing '" << fragment << "'";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << e.what();
-  }
 }
 
 TEST(GradScaler, DefaultsArePythons) {
@@ -346,6 +338,115 @@ TEST(GradScaler, LoadAcceptsPythonIntegersAndRejectsInvalidState) {
   // Refused loads change nothing.
   EXPECT_EQ(scaler.get_scale(), 512.0);
   EXPECT_EQ(scaler.options().growth_interval(), 7);
+}
+
+// A state archive with Python's keys and lamp's; `changes` replaces or adds
+// values.
+std::shared_ptr<torch::serialize::InputArchive> state_archive(
+    const std::map<std::string, c10::IValue>& changes) {
+  std::map<std::string, c10::IValue> values = {
+      {"scale", c10::IValue(256.0)},
+      {"growth_factor", c10::IValue(2.0)},
+      {"backoff_factor", c10::IValue(0.5)},
+      {"growth_interval", c10::IValue(int64_t{2000})},
+      {"_growth_tracker", c10::IValue(int64_t{3})},
+      {"hysteresis", c10::IValue(int64_t{2})},
+      {"_overflow_count", c10::IValue(int64_t{1})}};
+  for (const auto& change : changes) {
+    values[change.first] = change.second;
+  }
+  torch::serialize::OutputArchive out;
+  for (const auto& value : values) {
+    out.write(value.first, value.second);
+  }
+  return lamp_test::reopened(out);
+}
+
+// Every field is checked before any is assigned: a refused load leaves scale,
+// tracker, overflow count and options as they were, whether or not the
+// scaler has made its tensors yet. The tracker and the overflow count live in
+// int32 tensors and must lie where update() can bring them back to zero.
+TEST(GradScaler, RefusedLoadLeavesTheWholeStateAsItWas) {
+  const std::vector<std::pair<std::map<std::string, c10::IValue>, std::string>>
+      corrupt = {
+          {{{"_growth_tracker", c10::IValue(int64_t{1} << 40)}},
+           "_growth_tracker is 1099511627776, outside [0, growth_interval=2000)"},
+          {{{"_growth_tracker", c10::IValue(int64_t{5000})}},
+           "_growth_tracker is 5000"},
+          {{{"_growth_tracker", c10::IValue(int64_t{2000})}},
+           "_growth_tracker is 2000"},
+          {{{"_growth_tracker", c10::IValue(int64_t{-1})}},
+           "_growth_tracker is -1"},
+          {{{"growth_interval", c10::IValue(int64_t{1} << 40)},
+            {"_growth_tracker", c10::IValue(int64_t{1} << 35)}},
+           "growth_interval"},
+          {{{"_overflow_count", c10::IValue(int64_t{3})}},
+           "_overflow_count is 3, outside [0, hysteresis=2]"},
+          {{{"_overflow_count", c10::IValue(int64_t{-1})}},
+           "_overflow_count is -1"},
+          {{{"scale", c10::IValue(1e300)}}, "float32"},
+          {{{"scale", c10::IValue(1e-50)}}, "float32"},
+          {{{"scale", c10::IValue(std::nan(""))}}, "finite and positive"},
+          {{{"growth_factor", c10::IValue(1.0)}}, "growth_factor"},
+          {{{"backoff_factor", c10::IValue(1.5)}}, "backoff_factor"},
+          {{{"hysteresis", c10::IValue(int64_t{0})}}, "hysteresis"},
+          {{{"growth_factor", c10::IValue(std::string("2"))}},
+           "'growth_factor' has type String in the archive where a number is "
+           "expected"},
+          {{{"_growth_tracker", c10::IValue(2.0)}},
+           "'_growth_tracker' has type Double in the archive where an integer "
+           "is expected"},
+          {{{"dynamic", c10::IValue(int64_t{1})}},
+           "'dynamic' has type Int in the archive where a bool is expected"},
+      };
+  const auto options = lamp::GradScalerOptions()
+                           .init_scale(64)
+                           .growth_interval(7)
+                           .growth_factor(4)
+                           .backoff_factor(0.25)
+                           .hysteresis(3);
+  for (bool initialised : {false, true}) {
+    lamp::GradScaler scaler(options);
+    if (initialised) {
+      Rig rig;
+      scripted_step(scaler, rig, 1.0f);
+      scripted_step(scaler, rig, kInf);  // pending: one overflow of three
+    }
+    const double scale = scaler.get_scale();
+    const int64_t tracker = scaler.growth_tracker();
+    for (const auto& item : corrupt) {
+      expect_error([&] { scaler.load(*state_archive(item.first)); },
+                   item.second);
+      EXPECT_EQ(scaler.get_scale(), scale) << item.second;
+      EXPECT_EQ(scaler.growth_tracker(), tracker) << item.second;
+      EXPECT_EQ(scaler.options().growth_interval(), 7) << item.second;
+      EXPECT_EQ(scaler.options().growth_factor(), 4.0) << item.second;
+      EXPECT_EQ(scaler.options().backoff_factor(), 0.25) << item.second;
+      EXPECT_EQ(scaler.options().hysteresis(), 3) << item.second;
+    }
+    if (initialised) {
+      // The pending overflow survived: two more overflows back off once.
+      Rig rig;
+      EXPECT_FALSE(scripted_step(scaler, rig, kInf));
+      EXPECT_EQ(scaler.get_scale(), 64.0);
+      EXPECT_FALSE(scripted_step(scaler, rig, kInf));
+      EXPECT_EQ(scaler.get_scale(), 16.0);
+    }
+  }
+}
+
+// A scale FP32 cannot hold is refused by load (and the constructor), not by
+// the first scale() that tries to make the tensor.
+TEST(GradScaler, ScaleOutsideFloat32IsRefusedWhereItIsGiven) {
+  lamp::GradScaler fresh;
+  expect_error([&] { fresh.load(*state_archive({{"scale", c10::IValue(1e300)}})); },
+               "lamp::GradScaler::load: the scale 1e+300 is not representable "
+               "in float32");
+  EXPECT_EQ(fresh.get_scale(), 65536.0);
+  EXPECT_EQ(fresh.scale(torch::ones({})).item<float>(), 65536.0f);
+  expect_error(
+      [] { lamp::GradScaler(lamp::GradScalerOptions().init_scale(1e39)); },
+      "lamp::GradScaler: the scale 1e+39 is not representable in float32");
 }
 
 TEST(GradScaler, DisabledScalerIsANoOp) {

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <sstream>
+#include <string>
 
 #include "lamp/master_weights.h"
 #include "test_util.h"
@@ -9,6 +11,7 @@
 namespace {
 
 using lamp_test::BitEqual;
+using lamp_test::expect_error;
 
 // Low-precision "model parameters" with gradients, as after a backward pass.
 std::vector<torch::Tensor> half_params_with_grads(torch::Dtype dtype,
@@ -171,6 +174,71 @@ TEST(MasterWeights, SaveAndLoadKeepTheSameTensors) {
   master.load(archive);
   EXPECT_TRUE(BitEqual(master.master_params()[0].detach(), saved));
   EXPECT_EQ(master.master_params()[0].unsafeGetTensorImpl(), impl);
+}
+
+// A MasterWeights archive: "count" and one tensor per index.
+std::shared_ptr<torch::serialize::InputArchive> masters_archive(
+    const c10::IValue& count, const std::vector<torch::Tensor>& tensors) {
+  torch::serialize::OutputArchive out;
+  out.write("count", count);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.write(std::to_string(i), tensors[i]);
+  }
+  return lamp_test::reopened(out);
+}
+
+// Every tensor is checked (shape, dtype, finite values) before the first is
+// copied: a refused load leaves all masters as they were.
+TEST(MasterWeights, RefusedLoadChangesNoMaster) {
+  for (bool flat : {false, true}) {
+    lamp::MasterWeights master(half_params_with_grads(torch::kHalf, 3), flat);
+    std::vector<torch::Tensor> before;
+    std::vector<torch::Tensor> good;
+    for (const auto& m : master.master_params()) {
+      before.push_back(m.detach().clone());
+      good.push_back(torch::full(m.sizes(), 0.5f));
+    }
+    auto with = [&](size_t i, const torch::Tensor& t) {
+      auto tensors = good;
+      tensors[i] = t;
+      return tensors;
+    };
+    const c10::IValue three(int64_t{3});
+    auto nan = good[1].clone();
+    nan[2] = std::numeric_limits<float>::quiet_NaN();
+    auto inf = good[2].clone();
+    inf[1][0][0] = -std::numeric_limits<float>::infinity();
+    const std::vector<std::pair<std::shared_ptr<torch::serialize::InputArchive>,
+                                std::string>>
+        corrupt = {
+            {masters_archive(three, with(1, nan)),
+             "lamp::MasterWeights::load: master tensor 1 holds non-finite "
+             "values (NaN or inf)"},
+            {masters_archive(three, with(2, inf)),
+             "master tensor 2 holds non-finite values"},
+            {masters_archive(three, with(2, torch::zeros({2, 3, 2}))),
+             "master tensor 2 has shape [2, 3, 2] in the archive but [2, 2, 3] "
+             "here"},
+            {masters_archive(three, with(1, good[1].to(torch::kDouble))),
+             "master tensor 1 has dtype double in the archive but float here"},
+            {masters_archive(three, {good[0], good[1]}),
+             "the archive has no master tensor 2"},
+            {masters_archive(c10::IValue(int64_t{2}), good),
+             "the archive holds 2 master tensors but this model has 3"},
+            {masters_archive(c10::IValue(std::string("3")), good),
+             "lamp::MasterWeights::load: 'count' has type String in the "
+             "archive where an integer is expected"},
+        };
+    for (const auto& item : corrupt) {
+      expect_error([&] { master.load(*item.first); }, item.second);
+      for (size_t i = 0; i < before.size(); ++i) {
+        EXPECT_TRUE(BitEqual(master.master_params()[i].detach(), before[i]))
+            << "master " << i << " after: " << item.second;
+      }
+    }
+    master.load(*masters_archive(three, good));
+    EXPECT_TRUE(BitEqual(master.master_params()[1].detach(), good[1]));
+  }
 }
 
 TEST(MasterWeights, RejectsEmptyAndNonFloatingParameters) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <memory>
+#include <sstream>
 #include <string>
 
 #include "lamp/backends.h"
@@ -80,6 +83,28 @@ inline Problem make_problem(int64_t n, int64_t classes, uint64_t seed) {
   auto teacher = torch::randn({3, classes});
   auto labels = offsets.flatten(1).mm(teacher).argmax(1);
   return {images, labels};
+}
+
+/// What `out` holds, read back: an archive as load() functions see it.
+inline std::shared_ptr<torch::serialize::InputArchive> reopened(
+    torch::serialize::OutputArchive& out) {
+  std::stringstream stream;
+  out.save_to(stream);
+  auto in = std::make_shared<torch::serialize::InputArchive>();
+  in->load_from(stream);
+  return in;
+}
+
+/// `f` throws a c10::Error whose message contains `fragment`.
+inline void expect_error(const std::function<void()>& f,
+                         const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << fragment << "'";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << e.what();
+  }
 }
 
 #define LAMP_SKIP_WITHOUT_CUDA()                                   \

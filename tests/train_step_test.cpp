@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <map>
 #include <sstream>
+#include <string>
 
 #include "lamp/backends.h"
 #include "lamp/optim/sgd.h"
@@ -15,6 +18,7 @@ namespace {
 
 using lamp::Precision;
 using lamp_test::BitEqual;
+using lamp_test::expect_error;
 using lamp_test::SmallNet;
 
 lamp::OptimizerFactory sgd(double lr, double momentum = 0.9) {
@@ -404,6 +408,228 @@ TEST(TrainStep, RefusesToSaveInTheMiddleOfAnAccumulationCycle) {
   EXPECT_THROW(step.save(archive), c10::Error);
   step.step(loss);
   step.save(archive);  // the cycle ended: fine
+}
+
+// In every mode the same message, at construction: not MasterWeights' "no
+// parameters given", nor autograd's complaint at the first backward.
+TEST(TrainStep, RefusesAModelWithoutTrainableParameters) {
+  for (const auto precision :
+       {Precision::kFP32, Precision::kAMPBF16, Precision::kBF16}) {
+    torch::nn::Linear linear(3, 2);
+    for (auto& p : linear->parameters()) {
+      p.requires_grad_(false);
+    }
+    expect_error(
+        [&] { lamp::TrainStep(linear.ptr(), sgd(0.1), precision); },
+        "lamp::TrainStep: the model has no trainable parameters (all 2 have "
+        "requires_grad=false)");
+    EXPECT_EQ(linear->weight.scalar_type(), torch::kFloat)
+        << "converted before refusing, in " << lamp::to_string(precision);
+  }
+}
+
+// A SmallNet with `classes` outputs and its TrainStep after two steps (so
+// that momentum buffers exist), with the scaler on in every mode.
+struct Trained {
+  Trained(Precision precision, int64_t classes, uint64_t seed)
+      : model(classes) {
+    torch::manual_seed(seed);
+    model = SmallNet(classes);
+    step = std::make_unique<lamp::TrainStep>(
+        model.ptr(), sgd(0.05),
+        lamp::TrainStepOptions(precision).force_loss_scaling(true).scaler(
+            lamp::GradScalerOptions().init_scale(256).growth_interval(3)));
+    const auto problem = lamp_test::make_problem(16, classes, seed);
+    for (int i = 0; i < 2; ++i) {
+      step->step([&] {
+        return torch::nn::functional::cross_entropy(
+            model->forward(step->cast_input(problem.images)).to(torch::kFloat),
+            problem.labels);
+      });
+    }
+  }
+  std::string checkpoint() const {
+    torch::serialize::OutputArchive archive;
+    step->save(archive);
+    std::stringstream stream;
+    archive.save_to(stream);
+    return stream.str();
+  }
+  // The momentum buffer of the optimizer's parameter that trains `name`.
+  torch::Tensor momentum(const std::string& name) {
+    auto trained = model->named_parameters()[name];
+    if (auto* master = step->master_weights()) {
+      const auto& params = master->model_params();
+      const auto at = std::find_if(params.begin(), params.end(),
+                                   [&](const auto& p) { return p.is_same(trained); });
+      trained = master->master_params()[at - params.begin()];
+    }
+    // The state's keys are the parameters' TensorImpl addresses (a string
+    // in LibTorch 1.13, a pointer in 2.x): both print the same way.
+    std::ostringstream wanted;
+    wanted << trained.unsafeGetTensorImpl();
+    for (auto& item : step->optimizer().state()) {
+      std::ostringstream key;
+      key << item.first;
+      if (key.str() == wanted.str()) {
+        return dynamic_cast<torch::optim::SGDParamState&>(*item.second)
+            .momentum_buffer();
+      }
+    }
+    return {};
+  }
+  SmallNet model;
+  std::unique_ptr<lamp::TrainStep> step;
+};
+
+// Everything TrainStep::load may change, copied: model parameters and
+// buffers, master weights, optimizer state, the scaler's scale and tracker.
+struct Snapshot {
+  explicit Snapshot(Trained& t) {
+    for (const auto& p : t.model->parameters()) {
+      tensors.push_back(p.detach().clone());
+    }
+    for (const auto& b : t.model->buffers()) {
+      tensors.push_back(b.clone());
+    }
+    if (auto* master = t.step->master_weights()) {
+      for (const auto& m : master->master_params()) {
+        tensors.push_back(m.detach().clone());
+      }
+    }
+    for (const auto& item : t.step->optimizer().state()) {
+      std::ostringstream key;
+      key << item.first;
+      momentum[key.str()] =
+          dynamic_cast<torch::optim::SGDParamState&>(*item.second)
+              .momentum_buffer()
+              .clone();
+    }
+    scale = t.step->scaler().get_scale();
+    tracker = t.step->scaler().growth_tracker();
+  }
+  void expect_equal(const Snapshot& after, const std::string& context) const {
+    ASSERT_EQ(after.tensors.size(), tensors.size()) << context;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      EXPECT_TRUE(BitEqual(after.tensors[i], tensors[i]))
+          << "tensor " << i << " after: " << context;
+    }
+    ASSERT_EQ(after.momentum.size(), momentum.size()) << context;
+    for (const auto& item : momentum) {
+      ASSERT_EQ(after.momentum.count(item.first), 1u) << context;
+      EXPECT_TRUE(BitEqual(after.momentum.at(item.first), item.second))
+          << "momentum after: " << context;
+    }
+    EXPECT_EQ(after.scale, scale) << context;
+    EXPECT_EQ(after.tracker, tracker) << context;
+  }
+  std::vector<torch::Tensor> tensors;
+  std::map<std::string, torch::Tensor> momentum;
+  double scale = 0;
+  int64_t tracker = 0;
+};
+
+void load(lamp::TrainStep& step, const std::string& checkpoint) {
+  std::stringstream stream(checkpoint);
+  torch::serialize::InputArchive archive;
+  archive.load_from(stream);
+  step.load(archive);
+}
+
+// Loading into a model of another size would reshape fc silently (Module's
+// own load does): every tensor is compared with the live one first.
+TEST(TrainStep, LoadRefusesAnotherModelsShapesAndChangesNothing) {
+  for (const auto precision : {Precision::kFP32, Precision::kBF16}) {
+    const std::string mode = lamp::to_string(precision);
+    const auto checkpoint = Trained(precision, 3, 1).checkpoint();
+    Trained live(precision, 4, 2);
+    const Snapshot before(live);
+    expect_error([&] { load(*live.step, checkpoint); },
+                 "lamp::TrainStep::load: model parameter 'fc.weight' has shape "
+                 "[3, 16] in the archive but [4, 16] here");
+    before.expect_equal(Snapshot(live), mode);
+    EXPECT_EQ(live.model->fc->weight.sizes(), (std::vector<int64_t>{4, 16}));
+  }
+}
+
+// A checkpoint written after training diverged (or damaged) is refused with
+// the tensor's name, and a refused load changes nothing: every part is read
+// and checked before the first is loaded.
+TEST(TrainStep, LoadRefusesNonFiniteOrCorruptStateAndChangesNothing) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  struct Corruption {
+    std::string fragment;
+    std::function<std::string(Trained&)> checkpoint;
+    bool needs_master;
+  };
+  const std::vector<Corruption> corruptions = {
+      {"lamp::TrainStep::load: model parameter 'fc.weight' holds non-finite "
+       "values (NaN or inf) in the archive",
+       [](Trained& t) {
+         torch::NoGradGuard no_grad;
+         t.model->fc->weight[1][2] = kNaN;
+         return t.checkpoint();
+       },
+       false},
+      {"lamp::TrainStep::load: optimizer state 'momentum_buffer' of "
+       "'conv2.weight' holds non-finite values",
+       [](Trained& t) {
+         t.momentum("conv2.weight")[0][0][0][0] = kInf;
+         return t.checkpoint();
+       },
+       false},
+      {"lamp::MasterWeights::load: master tensor 7 ('fc.bias') holds "
+       "non-finite values",
+       [](Trained& t) {
+         torch::NoGradGuard no_grad;
+         t.step->master_weights()->master_params()[7][0] = -kInf;
+         return t.checkpoint();
+       },
+       true},
+      {"lamp::GradScaler::load: _growth_tracker is 5, outside [0, "
+       "growth_interval=3)",
+       [](Trained& t) {
+         // TrainStep::save's layout, with the scaler's tracker out of range.
+         torch::serialize::OutputArchive archive;
+         archive.write("precision",
+                       c10::IValue(lamp::to_string(t.step->options().precision())));
+         torch::serialize::OutputArchive model, optimizer, scaler, master;
+         t.model->save(model);
+         archive.write("model", model);
+         t.step->optimizer().save(optimizer);
+         archive.write("optimizer", optimizer);
+         scaler.write("scale", c10::IValue(t.step->scaler().get_scale()));
+         scaler.write("growth_factor", c10::IValue(2.0));
+         scaler.write("backoff_factor", c10::IValue(0.5));
+         scaler.write("growth_interval", c10::IValue(int64_t{3}));
+         scaler.write("_growth_tracker", c10::IValue(int64_t{5}));
+         archive.write("scaler", scaler);
+         if (auto* m = t.step->master_weights()) {
+           m->save(master);
+           archive.write("master_weights", master);
+         }
+         std::stringstream stream;
+         archive.save_to(stream);
+         return stream.str();
+       },
+       false},
+  };
+  for (const auto precision : {Precision::kFP32, Precision::kBF16}) {
+    for (const auto& corruption : corruptions) {
+      if (corruption.needs_master && precision == Precision::kFP32) {
+        continue;
+      }
+      const std::string context =
+          lamp::to_string(precision) + ": " + corruption.fragment;
+      Trained source(precision, 4, 1);
+      const auto checkpoint = corruption.checkpoint(source);
+      Trained live(precision, 4, 2);
+      const Snapshot before(live);
+      expect_error([&] { load(*live.step, checkpoint); }, corruption.fragment);
+      before.expect_equal(Snapshot(live), context);
+    }
+  }
 }
 
 TEST(TrainStep, AmpAndHalfTrainOnGpu_CUDA) {

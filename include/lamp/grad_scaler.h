@@ -191,7 +191,10 @@ class GradScaler {
   /// (`min_scale`, `max_scale`, `hysteresis`, `_overflow_count`, `dynamic`).
   /// A disabled scaler saves nothing, as Python's returns an empty dict.
   void save(torch::serialize::OutputArchive& archive) const;
-  /// Loads what save() (or the same keys from Python) wrote.
+  /// Loads what save() (or the same keys from Python) wrote. Every field is
+  /// checked first (its type; a scale that FP32 holds; the options' ranges;
+  /// `_growth_tracker` in [0, growth_interval), `_overflow_count` in
+  /// [0, hysteresis]): a refused load leaves the scaler as it was.
   void load(torch::serialize::InputArchive& archive);
 
  private:

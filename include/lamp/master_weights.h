@@ -8,6 +8,7 @@
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -68,11 +69,20 @@ class MasterWeights {
   /// parameter's dtype).
   void master_params_to_model_params();
 
+  /// Names the parameters, in the order they were given (e.g. the keys of
+  /// `model->named_parameters()`), for load()'s messages.
+  void set_parameter_names(std::vector<std::string> names);
+
   /// Writes the FP32 master values; they are saved, never rebuilt from FP16.
   void save(torch::serialize::OutputArchive& archive) const;
-  /// Reads what save() wrote into the existing master tensors (same count and
-  /// shapes), keeping the optimizer's references to them valid.
+  /// Reads what save() wrote into the existing master tensors, keeping the
+  /// optimizer's references to them valid. Every tensor is checked before
+  /// the first is copied (the count; each one's shape and dtype; no NaN or
+  /// inf): a refused load leaves the masters as they were.
   void load(torch::serialize::InputArchive& archive);
+  /// load()'s reading and checking alone: the saved tensors, with nothing
+  /// changed.
+  std::vector<torch::Tensor> read(torch::serialize::InputArchive& archive) const;
 
  private:
   std::vector<torch::Tensor> model_;
@@ -80,6 +90,7 @@ class MasterWeights {
   torch::Tensor flat_buffer_;
   torch::Tensor flat_grad_;
   std::vector<torch::Tensor> flat_grad_views_;
+  std::vector<std::string> names_;  // empty: unnamed
 };
 
 /// Apex's `prep_param_lists(model, flat_master)`: the parameters of `model`

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -140,6 +141,8 @@ struct StepResult {
 /// feed it inputs through cast_input(). "fp32" turns TF32 off and "tf32" on
 /// (CUDA). FP16 modes on a device without FP16 kernels (CPU in LibTorch 1.13)
 /// are refused at construction with a message naming the BF16 alternatives.
+/// The optimizer gets the parameters that require grad; a model without any
+/// is refused at construction.
 ///
 /// Example:
 /// \code
@@ -197,7 +200,12 @@ class TrainStep {
   /// optimizer steps: a checkpoint in the middle of an accumulation cycle
   /// would lose the gradients accumulated so far, so it is refused.
   void save(torch::serialize::OutputArchive& archive) const;
-  /// Loads what save() wrote, for a TrainStep built the same way.
+  /// Loads what save() wrote, for a TrainStep built the same way. Every part
+  /// is checked before the first is loaded: each tensor's shape and dtype
+  /// against the live one (model parameters and buffers, master weights,
+  /// optimizer state), no NaN or inf in weights, masters or optimizer state,
+  /// and the scaler's fields. A refused checkpoint leaves model, optimizer,
+  /// scaler and master weights as they were; the message names the tensor.
   void load(torch::serialize::InputArchive& archive);
 
  private:
@@ -219,6 +227,8 @@ class TrainStep {
   std::unique_ptr<MasterWeights> master_;
   std::unique_ptr<distributed::DataParallel> data_parallel_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  // The optimizer's parameters (masters in "half"/"bf16") by model name.
+  std::unordered_map<const c10::TensorImpl*, std::string> param_names_;
   GradScaler scaler_;
   torch::Tensor unit_scale_;
   int64_t micro_step_ = 0;

@@ -6,7 +6,7 @@
 
 #include "lamp/backends.h"
 #include "detail/cuda_name.h"
-#include "detail/distributed_backend.h"
+#include "detail/distributed_backend.h"  // with detail/compat.h
 
 namespace lamp {
 
@@ -22,6 +22,7 @@ int64_t peak_device_memory(const torch::Device& device) {
   if (!device.is_cuda() || !cuda_available()) {
     return 0;
   }
+  detail::lazy_init_cuda();
   const auto stats =
       c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
   return stats.allocated_bytes[0].peak;
@@ -45,6 +46,7 @@ void synchronize(const torch::Device& device) {
 
 void reset_peak_device_memory(const torch::Device& device) {
   if (device.is_cuda() && cuda_available()) {
+    detail::lazy_init_cuda();
     c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index(device));
   }
 }

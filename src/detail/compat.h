@@ -118,6 +118,21 @@ inline c10::optional<at::Tensor> optional_tensor(const at::Tensor& tensor) {
   return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
 }
 
+/// Initialises CUDA once per process, as Python's torch.cuda._lazy_init()
+/// does before its memory statistics: the CUDA caching allocator only knows
+/// the devices after this (LibTorch 2.x refuses the statistics of a device
+/// it does not know with "Invalid device argument"). The first CUDA tensor
+/// does the same; nothing happens on a second call. LibTorch 2.6 renamed
+/// lazyInitCUDA() to lazyInitDevice(kCUDA) (the old name warns).
+inline void lazy_init_cuda() {
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+#else
+  at::globalContext().lazyInitCUDA();
+#endif
+}
+
 inline void fused_sgd_(at::TensorList params, at::TensorList grads,
                        at::TensorList momentum_buffers, double weight_decay,
                        double momentum, double lr, const at::Tensor& lr_tensor,

@@ -230,8 +230,9 @@ void Adam::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void Adam::load(torch::serialize::InputArchive& archive) {
-  device_steps_.clear();
+  // After the load: one that throws keeps the device step counts.
   torch::optim::Adam::load(archive);
+  device_steps_.clear();
 }
 
 // --------------------------------------------------------------------- AdamW
@@ -280,8 +281,9 @@ void AdamW::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void AdamW::load(torch::serialize::InputArchive& archive) {
-  device_steps_.clear();
+  // After the load: one that throws keeps the device step counts.
   torch::optim::AdamW::load(archive);
+  device_steps_.clear();
 }
 
 } // namespace optim

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "detail/archive.h"
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
 #include "lamp/optim/optimizer.h"
@@ -57,36 +58,24 @@ std::string exact(double value) {
   return text;
 }
 
-// Typed reads of a checkpoint's fields: a missing or mistyped field is named,
-// never an IValue assert.
+// Typed reads of a checkpoint's fields (detail/archive.h), and the check
+// that a setting is the same as in the run that wrote it.
 class FieldReader {
  public:
   FieldReader(torch::serialize::InputArchive& archive, const std::string& path)
-      : archive_(archive), path_(path) {}
+      : archive_(archive), where_("lamp: " + path), path_(path) {}
 
-  c10::IValue field(const char* key) {
-    c10::IValue value;
-    TORCH_CHECK(archive_.try_read(key, value), "lamp: ", path_, " has no '",
-                key, "' field; it is not a complete checkpoint of this lamp.");
-    return value;
-  }
   int64_t integer(const char* key) {
-    const auto value = field(key);
-    TORCH_CHECK(value.isInt(), "lamp: ", path_, ": '", key,
-                "' is not an integer; the checkpoint is damaged.");
-    return value.toInt();
+    return detail::read_int(archive_, key, where_.c_str());
   }
   double real(const char* key) {
-    const auto value = field(key);
-    TORCH_CHECK(value.isDouble(), "lamp: ", path_, ": '", key,
-                "' is not a number; the checkpoint is damaged.");
-    return value.toDouble();
+    return detail::read_number(archive_, key, where_.c_str());
   }
   std::string text(const char* key) {
-    const auto value = field(key);
-    TORCH_CHECK(value.isString(), "lamp: ", path_, ": '", key,
-                "' is not a string; the checkpoint is damaged.");
-    return value.toStringRef();
+    return detail::read_string(archive_, key, where_.c_str());
+  }
+  void section(const char* key, torch::serialize::InputArchive& part) {
+    detail::read_archive(archive_, key, part, where_.c_str());
   }
 
   /// A setting the resumed run must repeat: `flag` names it for the user.
@@ -99,6 +88,7 @@ class FieldReader {
 
  private:
   torch::serialize::InputArchive& archive_;
+  const std::string where_;
   const std::string& path_;
 };
 
@@ -499,8 +489,7 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
                 e.what_without_backtrace(), ").");
   }
   torch::serialize::InputArchive step_archive;
-  TORCH_CHECK(archive.try_read("train_step", step_archive), "lamp: ", path,
-              " has no 'train_step' state; the checkpoint is damaged.");
+  read.section("train_step", step_archive);
   step_->load(step_archive);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle
   generator.set_state(rng_state);

@@ -91,6 +91,20 @@ for target in /dev/full /dev/null "$work/fifo.pt"; do
   fi
 done
 
+# The JSON log: devices and FIFOs refused before training (a FIFO without a
+# reader used to hang the run), a full disk under the log an error, not a
+# run that exits 0 without its log.
+mkfifo "$work/log.fifo"
+for target in /dev/full "$work/log.fifo"; do
+  name="log_json_$(basename "$target")"
+  run "$name" 1 "not a regular file" -- timeout 60 \
+      "$train" "${common[@]}" --epochs 1 --log-json "$target" && pass "$name"
+done
+name=log_json_full_disk
+run "$name" 1 "log.jsonl" -- env LD_PRELOAD="$shim" \
+    LAMP_FAULT_PATH="$work/log.jsonl" LAMP_FAULT_WRITE_AFTER=0 \
+    "$train" "${common[@]}" --epochs 1 --log-json "$work/log.jsonl" && pass "$name"
+
 # A second live run on the same checkpoint is refused, naming the first.
 "$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt" \
     > "$work/first_run.log" 2>&1 &

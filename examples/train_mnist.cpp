@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
     spec.program = "train_mnist";
     spec.train = lamp::data::read_mnist(config.data, /*train=*/true);
     spec.test = lamp::data::read_mnist(config.data, /*train=*/false);
-    std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(spec.train.images);
+    std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(
+        spec.train.images, "the training images of '" + config.data + "'");
     const int64_t channels = spec.train.images.size(1);
     spec.make_model = [channels](const std::string& name) -> lamp_examples::BuiltModel {
       if (name == "cnn") {

@@ -28,6 +28,9 @@ struct Config {
 
 int run(const Config& config) {
   const torch::Device device(config.device);
+  TORCH_CHECK(!device.is_cpu() || !device.has_index() || device.index() == 0,
+              "--device ", config.device,
+              ": there is only one CPU device; use --device cpu.");
   const auto precision = lamp::parse_precision(config.precision);
   torch::manual_seed(config.seed);
 
@@ -91,7 +94,8 @@ int main(int argc, char** argv) {
   try {
     return run(config);
   } catch (const c10::Error& e) {
-    std::cerr << "train_step_demo: " << e.what_without_backtrace() << "\n";
+    std::cerr << "train_step_demo: error: " << e.what_without_backtrace()
+              << "\n";
     return 1;
   }
 }

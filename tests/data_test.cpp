@@ -2,6 +2,8 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +15,7 @@
 
 #include <ftw.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "lamp/data/datasets.h"
 #include "test_util.h"
@@ -122,6 +125,26 @@ torch::Tensor as_tensor(const Bytes& data, std::vector<int64_t> sizes) {
   return torch::tensor(std::vector<int64_t>(data.begin(), data.end()))
       .to(torch::kUInt8)
       .reshape(sizes);
+}
+
+// The machine's physical memory, the bound the readers check sizes against.
+uint64_t physical_memory_bytes() {
+  return static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+         static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
+}
+
+// At least 100 GiB and four times the physical memory: a size no reader may
+// try to allocate.
+uint64_t more_than_memory() {
+  return std::max<uint64_t>(uint64_t{100} << 30, 4 * physical_memory_bytes());
+}
+
+// Writes `head`, then extends the file with a hole to `size` bytes: a sparse
+// file that costs no disk space. False where the file system refuses.
+bool write_sparse_file(const std::string& path, const Bytes& head,
+                       uint64_t size) {
+  write_file(path, head);
+  return ::truncate(path.c_str(), static_cast<off_t>(size)) == 0;
 }
 
 void expect_error(const std::function<void()>& f,
@@ -285,6 +308,22 @@ TEST(Cifar10, RejectsLabelsAboveNine) {
       {"record 1 of", "data_batch_3.bin", "has label 10", "labels are 0-9"});
 }
 
+// A sparse test_batch.bin of 100 GiB or more (a whole number of records):
+// refused, naming the file and its size, before anything is allocated.
+TEST(Cifar10, RefusesFilesLargerThanMemory) {
+  TempDir dir;
+  const uint64_t records = more_than_memory() / 3073 + 1;
+  if (!write_sparse_file(dir.file("test_batch.bin"), cifar_records(0, {1}),
+                         records * 3073)) {
+    GTEST_SKIP() << "the file system refuses a sparse file of "
+                 << records * 3073 << " bytes";
+  }
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), false); },
+               {"test_batch.bin' is ", std::to_string(records * 3073),
+                "more than this machine's", "of memory",
+                "a CIFAR-10 batch is 30,730,000 bytes"});
+}
+
 // --------------------------------------------------------------------- IDX
 
 TEST(Idx, ReadsPlainFiles) {
@@ -379,6 +418,38 @@ TEST(Idx, RejectsSizesInconsistentWithTheFileLength) {
   write_gzip(dir.file("long.gz"), idx_bytes({2, 2}, Bytes(5, 0)));
   expect_error([&] { lamp::data::read_idx(dir.file("long.gz")); },
                {"the decompressed contents of", "1 bytes more"});
+}
+
+// A sparse IDX file whose header and length agree on 100 GiB or more of
+// images: refused by its header, before the file is read.
+TEST(Idx, RefusesASparseFileLargerThanMemory) {
+  TempDir dir;
+  const uint32_t count =
+      static_cast<uint32_t>(more_than_memory() / (1000 * 1000) + 1);
+  const auto header = idx_bytes({count, 1000, 1000}, {});
+  if (!write_sparse_file(dir.file("huge"), header,
+                         header.size() + uint64_t{count} * 1000 * 1000)) {
+    GTEST_SKIP() << "the file system refuses a sparse file of that size";
+  }
+  expect_error(
+      [&] { lamp::data::read_idx(dir.file("huge")); },
+      {dir.file("huge"),
+       "declares the sizes [" + std::to_string(count) + ", 1000, 1000]",
+       "more than this machine's", "of memory"});
+}
+
+// A gzip file whose header declares more than the memory holds is refused
+// after decompressing the header, not after decompressing (or failing to
+// allocate) the rest.
+TEST(Idx, RefusesAGzipHeaderDeclaringMoreThanMemory) {
+  TempDir dir;
+  const uint32_t count =
+      static_cast<uint32_t>(more_than_memory() / (1000 * 1000) + 1);
+  write_gzip(dir.file("huge.gz"),
+             idx_bytes({count, 1000, 1000}, Bytes(1 << 16, 0)));
+  expect_error([&] { lamp::data::read_idx(dir.file("huge.gz")); },
+               {"the header of the decompressed contents of", "huge.gz",
+                "more than this machine's"});
 }
 
 TEST(Idx, RejectsCorruptOrTruncatedGzip) {
@@ -504,6 +575,22 @@ TEST(Mnist, RejectsMismatchedCountsAndWrongRanks) {
   write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({0}, {}));
   expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
                {"holds no images"});
+}
+
+// Every label is checked when the files are read, not when a bad one is
+// first drawn into a batch.
+TEST(Mnist, RejectsLabelsAboveNineNamingTheFileAndRecord) {
+  TempDir dir;
+  write_file(dir.file("t10k-images-idx3-ubyte"),
+             idx_bytes({20, 28, 28}, Bytes(20 * 28 * 28, 1)));
+  Bytes labels(20, 9);
+  labels[17] = 200;
+  labels[18] = 10;
+  write_gzip(dir.file("t10k-labels-idx1-ubyte.gz"), idx_bytes({20}, labels));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {dir.file("t10k-labels-idx1-ubyte.gz") +
+                    "': label 200 at record 17 is outside 0..9",
+                "the file is corrupt or not MNIST-format labels"});
 }
 
 TEST(Mnist, DefaultFashionMnistDirectoryIsDebiansWhenInstalled) {

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <limits>
+#include <string>
+
 #include "lamp/data/loader.h"
 #include "test_util.h"
 
@@ -133,6 +137,57 @@ TEST(DeviceLoader, RejectsInconsistentOptions) {
                c10::Error);
   EXPECT_THROW(DeviceLoader({data.images.to(torch::kFloat), data.labels}, torch::kCPU),
                c10::Error);
+}
+
+// The message of the c10::Error `f` throws; "" when it throws none.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
+// A batch larger than an epoch would be one short batch (or, with
+// drop_last, none); the limit is the shard's size when sharded.
+TEST(DeviceLoader, RefusesABatchLargerThanAnEpoch) {
+  const auto data = indexed(10);
+  EXPECT_NE(
+      error_of([&] { DeviceLoader(data, torch::kCPU, LoaderOptions(11)); })
+          .find("batch_size 11 is larger than the 10 samples an epoch "
+                "serves (10 samples); use a batch_size of at most 10."),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              DeviceLoader(data, torch::kCPU,
+                           LoaderOptions(std::numeric_limits<int64_t>::max()));
+            }).find("is larger than the 10 samples"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              DeviceLoader(data, torch::kCPU,
+                           LoaderOptions(5).drop_last(true).num_shards(3));
+            }).find("the 4 samples an epoch serves (10 samples in 3 shards)"),
+            std::string::npos);
+  // The whole epoch in one batch is fine.
+  EXPECT_EQ(
+      DeviceLoader(data, torch::kCPU, LoaderOptions(10)).batches_per_epoch(),
+      1);
+  EXPECT_EQ(DeviceLoader(data, torch::kCPU,
+                         LoaderOptions(4).drop_last(true).num_shards(3))
+                .batches_per_epoch(),
+            1);
+}
+
+// Constant images give a zero std; the message says which channel and why.
+TEST(DeviceLoader, NamesTheChannelOfAZeroStd) {
+  const auto what = error_of([] {
+    DeviceLoader(indexed(10, 3), torch::kCPU,
+                 LoaderOptions(4).mean({0.5, 0.5, 0.5}).std({0.2, 0.0, 0.2}));
+  });
+  EXPECT_NE(what.find("std[1] is 0"), std::string::npos) << what;
+  EXPECT_NE(what.find("channel 1 of the images has the same value everywhere"),
+            std::string::npos)
+      << what;
 }
 
 TEST(DeviceLoader, GpuBatchesEqualCpuBatches_CUDA) {

@@ -1,7 +1,8 @@
 # Runs a program and checks how it ended, for ctest:
-#   cmake -DEXPECT=failure|accuracy -DPATTERN=<regex> [-DMIN_ACCURACY=0.88
+#   cmake -DEXPECT=failure|success|accuracy -DPATTERN=<regex> [-DMIN_ACCURACY=0.88
 #         -DLOG=<json lines file>] -DCOMMAND=<program;args...> -P run_expecting.cmake
 # failure:  the program must exit non-zero and print PATTERN (its message).
+# success:  the program must exit 0 and print PATTERN.
 # accuracy: the program must exit 0 and the last JSON line of LOG must have
 #           test_accuracy >= MIN_ACCURACY.
 cmake_minimum_required(VERSION 3.19)  # string(JSON)
@@ -13,6 +14,13 @@ message("${out}${err}")
 if(EXPECT STREQUAL "failure")
   if(rc EQUAL 0)
     message(FATAL_ERROR "expected a non-zero exit, got 0")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${PATTERN}")
+    message(FATAL_ERROR "expected the output to match '${PATTERN}'")
+  endif()
+elseif(EXPECT STREQUAL "success")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "expected exit status 0, got ${rc}")
   endif()
   if(NOT "${out}${err}" MATCHES "${PATTERN}")
     message(FATAL_ERROR "expected the output to match '${PATTERN}'")
@@ -29,5 +37,5 @@ elseif(EXPECT STREQUAL "accuracy")
     message(FATAL_ERROR "test accuracy ${accuracy} is below ${MIN_ACCURACY}")
   endif()
 else()
-  message(FATAL_ERROR "EXPECT must be failure or accuracy")
+  message(FATAL_ERROR "EXPECT must be failure, success or accuracy")
 endif()

@@ -1,16 +1,23 @@
 #include "classifier_program.h"
 
+#include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 namespace lamp_examples {
 namespace {
+
+constexpr int64_t kMaxEpochs = 1000000;
 
 std::string fixed(double value, int digits) {
   char text[64];
@@ -84,11 +91,66 @@ torch::Device resolve_device(const std::string& name) {
   }
   TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device '", name,
               "': only cpu and cuda devices are supported.");
+  TORCH_CHECK(!device.is_cpu() || !device.has_index() || device.index() == 0,
+              "--device ", name,
+              ": there is only one CPU device (LibTorch uses all cores through "
+              "it); use --device cpu.");
   TORCH_CHECK(!device.is_cuda() || lamp::cuda_available(), "--device ", name,
               ": no CUDA GPU is available to this process (or this LibTorch "
               "was built without CUDA); use --device cpu.");
   return device;
 }
+
+// The --log-json file: one JSON object per line, every write checked, so a
+// full disk or a vanished file stops the run instead of losing the log.
+class JsonLog {
+ public:
+  // Refuses what is not (or would not become) a regular file before opening
+  // it: opening a FIFO without a reader blocks forever, and a device such as
+  // /dev/full or /dev/null would swallow the log.
+  explicit JsonLog(const std::string& path) : path_(path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      TORCH_CHECK(S_ISREG(st.st_mode), "--log-json ", path,
+                  " exists and is not a regular file (a ",
+                  file_kind(st.st_mode),
+                  "); give the path of a JSON Lines file to append to.");
+    }
+    errno = 0;
+    out_.open(path, std::ios::app);
+    TORCH_CHECK(out_.is_open(), "--log-json: cannot open ", path,
+                " for appending (", std::strerror(errno),
+                "); check that its folder exists and is writable.");
+  }
+
+  void write(const nlohmann::json& line) {
+    errno = 0;
+    out_ << line.dump() << "\n";
+    out_.flush();
+    TORCH_CHECK(out_.good(), "--log-json: writing to ", path_, " failed (",
+                errno != 0 ? std::strerror(errno) : "stream error",
+                "); the log is incomplete. Free space on its disk or give "
+                "another --log-json.");
+  }
+
+ private:
+  static const char* file_kind(mode_t mode) {
+    if (S_ISDIR(mode))
+      return "directory";
+    if (S_ISFIFO(mode))
+      return "FIFO";
+    if (S_ISCHR(mode))
+      return "character device";
+    if (S_ISBLK(mode))
+      return "block device";
+    if (S_ISSOCK(mode))
+      return "socket";
+    return "special file";
+  }
+
+  std::string path_;
+  std::ofstream out_;
+};
 
 } // namespace
 
@@ -102,14 +164,18 @@ void add_options(CLI::App& app, ProgramConfig& c) {
           {"fp32", "tf32", "amp", "amp-bf16", "half", "fp16", "bf16"}))
       ->capture_default_str();
   app.add_flag("--fp16", c.fp16, "same as --precision half (the seed's flag)");
-  app.add_option("--epochs", c.epochs, "epochs")
-      ->check(CLI::PositiveNumber)
+  // At most a million epochs: epochs times steps per epoch (the length of
+  // the learning-rate schedule) then stays far inside int64.
+  app.add_option("--epochs", c.epochs, "epochs (1 to 1000000)")
+      ->check(CLI::Range(int64_t{1}, kMaxEpochs))
       ->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "images per step")
+  app.add_option("--batch-size", c.batch_size,
+                 "images per step (at most the training images, per rank)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--eval-batch-size", c.eval_batch_size,
-                 "images per evaluation batch")
+                 "images per evaluation batch (larger than the test set: the "
+                 "whole test set in one batch)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--optimizer", c.optimizer,
@@ -134,7 +200,7 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                "let cuDNN pick its fastest algorithms");
   app.add_option("--cudnn-benchmark-limit", c.cudnn_benchmark_limit,
                  "algorithms cuDNN's benchmark mode tries per shape (0 = all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, int64_t{INT_MAX}))
       ->capture_default_str();
   app.add_flag("--cuda-graph", c.cuda_graph,
                "capture the training step in CUDA graphs (CUDA, fused "
@@ -146,7 +212,15 @@ void add_options(CLI::App& app, ProgramConfig& c) {
       ->capture_default_str();
   app.add_flag("--channels-last", c.channels_last,
                "NHWC memory format for images and model");
-  app.add_option("--data", c.data, "dataset directory")->capture_default_str();
+  app.add_option("--data", c.data, "dataset directory")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            return value.empty()
+                       ? "the folder name is empty; give the dataset folder"
+                       : "";
+          },
+          "DIR"))
+      ->capture_default_str();
   app.add_option("--device", c.device,
                  "cpu, cuda or cuda:N (default: cuda when available)");
   app.add_option("--seed", c.seed,
@@ -168,12 +242,16 @@ void add_options(CLI::App& app, ProgramConfig& c) {
 }
 
 std::pair<std::vector<double>, std::vector<double>> channel_stats(
-    const torch::Tensor& images) {
+    const torch::Tensor& images, const std::string& what) {
   std::vector<double> mean, std;
   for (int64_t c = 0; c < images.size(1); ++c) {
     const auto x = images.select(1, c).to(torch::kDouble).div_(255.0);
     mean.push_back(x.mean().item<double>());
     std.push_back(x.std().item<double>());
+    TORCH_CHECK(std.back() > 0, what, " have zero variance in channel ", c,
+                " (every pixel is ", static_cast<int>(mean.back() * 255 + 0.5),
+                ", e.g. all black), so they cannot be normalised; the data is "
+                "blank or corrupt.");
   }
   return {mean, std};
 }
@@ -204,6 +282,19 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
       }
     }
   }
+  // The flags' limits, said in the flags' words before the loaders say them
+  // in the library's.
+  const int64_t world = group->world_size();
+  const int64_t train_images = spec.train.size();
+  const int64_t per_rank = train_images / world + (train_images % world != 0);
+  TORCH_CHECK(config.batch_size <= per_rank, "--batch-size ", config.batch_size,
+              " is larger than the ", train_images, " training images",
+              world > 1 ? " (" + std::to_string(per_rank) + " per rank)"
+                        : std::string(),
+              "; use --batch-size ", per_rank, " or less.");
+  // One evaluation batch can hold at most the whole test set.
+  const int64_t eval_batch_size =
+      std::min(config.eval_batch_size, spec.test.size());
   auto train_options = lamp::data::LoaderOptions(config.batch_size)
                            .seed(config.seed)
                            .crop_padding(spec.crop_padding)
@@ -215,14 +306,26 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                                       (config.drop_last == "auto" && device.is_cuda()))
                            .num_shards(group->world_size())
                            .shard(group->rank());
-  auto test_options = lamp::data::LoaderOptions(config.eval_batch_size)
+  auto test_options = lamp::data::LoaderOptions(eval_batch_size)
                           .shuffle(false)
                           .mean(spec.mean)
                           .std(spec.std)
                           .channels_last(config.channels_last);
+  lamp::data::DeviceLoader train_loader(spec.train, device, train_options);
+  // --epochs is at most kMaxEpochs, so this holds unless a dataset has
+  // billions of batches; the schedule's length must fit int64.
+  TORCH_CHECK(config.epochs <= std::numeric_limits<int64_t>::max() /
+                                   train_loader.batches_per_epoch(),
+              "--epochs ", config.epochs, " times ",
+              train_loader.batches_per_epoch(),
+              " steps per epoch overflows the step count; use fewer epochs.");
+  const int64_t total_steps = config.epochs * train_loader.batches_per_epoch();
+  TORCH_CHECK(config.max_steps <= total_steps, "--max-steps ", config.max_steps,
+              " is more than the run's ", total_steps, " steps (",
+              config.epochs, " epochs of ", train_loader.batches_per_epoch(),
+              "); give at most ", total_steps, ", or 0 for no limit.");
   lamp::training::ClassifierTrainer trainer(
-      model.module, model.forward, config.model,
-      lamp::data::DeviceLoader(spec.train, device, train_options),
+      model.module, model.forward, config.model, std::move(train_loader),
       lamp::data::DeviceLoader(spec.test, device, test_options),
       lamp::training::TrainerOptions()
           .precision(precision)
@@ -233,12 +336,27 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
           .momentum(config.momentum)
           .weight_decay(config.weight_decay)
           .schedule(lamp::training::parse_schedule(config.schedule))
-          .eval_batch_size(config.eval_batch_size)
+          .eval_batch_size(eval_batch_size)
           .max_steps(config.max_steps)
           .checkpoint(config.checkpoint)
           .resume(config.resume)
           .process_group(group));
 
+  if (trainer.start_epoch() >= config.epochs) {
+    if (main_rank) {
+      const auto done = std::to_string(trainer.start_epoch());
+      const auto epochs = std::to_string(config.epochs);
+      std::printf(
+          "%s: the run is complete (%s in %s); nothing to train.\n",
+          spec.program.c_str(),
+          trainer.start_epoch() == config.epochs
+              ? (done + " of " + epochs + " epochs").c_str()
+              : (done + " epochs, more than --epochs " + epochs).c_str(),
+          config.resume.c_str());
+      std::fflush(stdout);
+    }
+    return;
+  }
   if (config.report_precision && main_rank) {
     // Evaluation changes nothing, so observing it leaves the run as it was.
     const auto ops = lamp::op_precision_report([&] { trainer.evaluate(); });
@@ -246,11 +364,9 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                 lamp::precision_report(*model.module).to_string().c_str(),
                 ops.to_string().c_str());
   }
-  std::unique_ptr<std::ofstream> log;
+  std::unique_ptr<JsonLog> log;
   if (!config.log_json.empty() && main_rank) {
-    log = std::make_unique<std::ofstream>(config.log_json, std::ios::app);
-    TORCH_CHECK(log->good(), "--log-json: cannot write to ", config.log_json,
-                ".");
+    log = std::make_unique<JsonLog>(config.log_json);
   }
   if (main_rank) {
     std::printf(
@@ -312,8 +428,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                                  {"loss_scale", s.loss_scale},
                                  {"skipped_steps", s.skipped_steps},
                                  {"lr", s.lr}};
-          *log << line.dump() << "\n";
-          log->flush();
+          log->write(line);
         }
       },
       [&](const lamp::training::BatchProgress& p) { bar.update(p); });

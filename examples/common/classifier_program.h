@@ -62,14 +62,19 @@ struct RunSpec {
 };
 
 /// Resolves the device, builds model, loaders and trainer, trains and prints
-/// one line per epoch. Throws c10::Error / std::exception on bad input.
+/// one line per epoch; when the checkpoint resumed from has already trained
+/// all of config.epochs, says so and returns. Throws c10::Error /
+/// std::exception on bad input.
 void run(const ProgramConfig& config, const RunSpec& spec);
 
 /// Wraps main's body: prints errors as "<program>: error: ..." and returns 1.
 int guarded_main(const std::string& program, const std::function<int()>& body);
 
 /// Per-channel mean and standard deviation of uint8 images, in [0, 1] units.
+/// Throws when a channel has zero variance (blank images cannot be
+/// normalised); `what` names the images in that message ("the training
+/// images of 'data/mnist'").
 std::pair<std::vector<double>, std::vector<double>> channel_stats(
-    const torch::Tensor& images);
+    const torch::Tensor& images, const std::string& what);
 
 } // namespace lamp_examples

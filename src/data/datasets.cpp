@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace lamp {
 namespace data {
@@ -23,6 +24,9 @@ namespace {
 constexpr int64_t kCifarImageBytes = 3 * 32 * 32;
 constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;
 constexpr int64_t kCifarClasses = 10;
+constexpr int64_t kMnistClasses = 10;
+// The largest IDX header: the magic and 255 big-endian int32 sizes.
+constexpr uint64_t kIdxMaxHeaderBytes = 4 + 4 * 255;
 constexpr const char* kCifarBinaryUrl =
     "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz";
 constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
@@ -44,6 +48,42 @@ std::string hex_byte(uint8_t b) {
   char text[8];
   std::snprintf(text, sizeof(text), "0x%02x", static_cast<unsigned>(b));
   return text;
+}
+
+// The machine's physical memory in bytes, or the largest uint64_t when the
+// system does not say. A dataset is read whole into memory, so a file (or a
+// decompressed stream) larger than this is corrupt, not data: refusing it up
+// front replaces std::bad_alloc or an allocator failure deep inside ATen.
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) {
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+// "1.5 GiB (1610612736 bytes)".
+std::string byte_count(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 6) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) {
+    return std::to_string(bytes) + " bytes";
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.1f %s (%llu bytes)", value, units[unit],
+                static_cast<unsigned long long>(bytes));
+  return text;
+}
+
+// "this machine's 23.4 GiB (...) of memory".
+std::string memory_text() {
+  return "this machine's " + byte_count(physical_memory_bytes()) + " of memory";
 }
 
 // POSIX calls rather than std::filesystem: the PyTorch 2.x wheels export
@@ -123,8 +163,8 @@ uint64_t regular_file_size(const std::string& path, const char* caller) {
   return size;
 }
 
-// Reads the whole of `path` (`size` bytes, as measured before) into `dst` in
-// one read.
+// Reads the first `size` bytes of `path` (all of it when `size` is the size
+// measured before) into `dst` in one read.
 void read_whole_file(const std::string& path, uint64_t size, uint8_t* dst,
                      const char* caller) {
   std::ifstream in(path, std::ios::binary);
@@ -143,9 +183,9 @@ void read_whole_file(const std::string& path, uint64_t size, uint8_t* dst,
               "; the file changed while being read or the disk failed.");
 }
 
-std::vector<uint8_t> read_file_bytes(const std::string& path,
+// The first `size` bytes of `path`.
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t size,
                                      const char* caller) {
-  const uint64_t size = regular_file_size(path, caller);
   TORCH_CHECK(size <= std::numeric_limits<size_t>::max(), caller, ": ",
               quoted(path), " is too large (", size, " bytes) to read.");
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
@@ -166,9 +206,13 @@ struct InflateEnd {
 
 // Decompresses a whole gzip file held in memory. Several gzip members one
 // after another (what `cat a.gz b.gz` makes) decompress to their
-// concatenation, as with gunzip.
+// concatenation, as with gunzip. At most `limit` bytes come out: with
+// `prefix`, the first `limit` bytes (fewer when the stream is shorter) and
+// the rest is left compressed; without, a longer stream is an error (the
+// caller sets `limit` above what the IDX header describes).
 std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
-                            const std::string& path) {
+                            const std::string& path, uint64_t limit,
+                            bool prefix) {
   const char* caller = "lamp::data::read_idx";
   z_stream stream{};
   // 15 + 16: a 32 KiB window and a gzip header and trailer (not zlib's).
@@ -178,24 +222,19 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
               quoted(path), ".");
   InflateEnd end{&stream};
 
-  // Start from the size the last member's trailer records (ISIZE, modulo
-  // 2^32), bounded by deflate's largest ratio (~1032:1) so that a corrupt
-  // trailer cannot make us allocate absurdly; grow by doubling if it is short.
-  size_t capacity = size_t{1} << 16;
-  if (compressed.size() >= 18) {
-    const uint8_t* t = compressed.data() + compressed.size() - 4;
-    const uint64_t isize = uint64_t{t[0]} | uint64_t{t[1]} << 8 |
-                           uint64_t{t[2]} << 16 | uint64_t{t[3]} << 24;
-    const uint64_t bound = static_cast<uint64_t>(compressed.size()) * 1032;
-    capacity = std::max<uint64_t>(capacity, std::min(isize, bound) + 1);
-  }
-  std::vector<uint8_t> out(capacity);
-
+  TORCH_INTERNAL_ASSERT(limit <= std::numeric_limits<size_t>::max());
+  std::vector<uint8_t> out(static_cast<size_t>(limit));
   size_t in_pos = 0;
   size_t out_pos = 0;
   while (true) {
     if (out_pos == out.size()) {
-      out.resize(out.size() * 2);
+      if (prefix) {
+        break;
+      }
+      TORCH_CHECK(false, caller, ": the gzip stream in ", quoted(path),
+                  " decompresses to more than ", limit,
+                  " bytes, more than its IDX header describes; the file is "
+                  "corrupt: download it again.");
     }
     // zlib counts in uInt: feed files beyond 4 GiB in pieces.
     const auto in_chunk = static_cast<uInt>(
@@ -266,10 +305,29 @@ const char* idx_type_name(uint8_t code) {
   }
 }
 
-// Parses a whole IDX file held in memory (`where` names it in messages) into
-// a uint8 tensor.
-torch::Tensor parse_idx(const uint8_t* bytes, uint64_t size,
-                        const std::string& where) {
+// What an IDX header declares.
+struct IdxHeader {
+  std::vector<int64_t> sizes;
+  uint64_t header_bytes = 0;
+  uint64_t data_bytes = 0; // the product of the sizes
+  bool overflow = false;   // the product exceeds 2^64
+
+  // "[60000, 28, 28], 44.9 MiB (47040000 bytes) of data".
+  std::string describe() const {
+    std::ostringstream text;
+    text << torch::IntArrayRef(sizes) << ", "
+         << (overflow ? std::string("more than 2^64 bytes")
+                      : byte_count(data_bytes))
+         << " of data";
+    return text.str();
+  }
+};
+
+// Parses the header at the start of an IDX file (`where` names it in
+// messages); `bytes` holds its first `size` bytes (the whole file, or at
+// least kIdxMaxHeaderBytes of it).
+IdxHeader parse_idx_header(const uint8_t* bytes, uint64_t size,
+                           const std::string& where) {
   const char* caller = "lamp::data::read_idx";
   TORCH_CHECK(size >= 4, caller, ": ", where, " holds ", size,
               " bytes, too few for the 4-byte IDX magic (0x00 0x00 <type> "
@@ -289,14 +347,13 @@ torch::Tensor parse_idx(const uint8_t* bytes, uint64_t size,
   TORCH_CHECK(ndims >= 1, caller, ": ", where,
               " declares 0 dimensions; an IDX file of images or labels has "
               "at least one.");
-  const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndims);
-  TORCH_CHECK(size >= header, caller, ": ", where,
+  IdxHeader header;
+  header.header_bytes = 4 + 4 * static_cast<uint64_t>(ndims);
+  TORCH_CHECK(size >= header.header_bytes, caller, ": ", where,
               " is truncated: its magic declares ", ndims,
-              " dimensions, a header of ", header, " bytes, but it holds only ",
-              size, " bytes.");
-  std::vector<int64_t> sizes;
+              " dimensions, a header of ", header.header_bytes,
+              " bytes, but it holds only ", size, " bytes.");
   uint64_t numel = 1;
-  bool overflow = false;
   for (int d = 0; d < ndims; ++d) {
     const uint8_t* p = bytes + 4 + 4 * d;
     const uint64_t n = uint64_t{p[0]} << 24 | uint64_t{p[1]} << 16 |
@@ -304,28 +361,60 @@ torch::Tensor parse_idx(const uint8_t* bytes, uint64_t size,
     TORCH_CHECK(n <= static_cast<uint64_t>(INT32_MAX), caller, ": ", where,
                 " gives dimension ", d, " the size ", n,
                 ", beyond the format's int32 range; the header is corrupt.");
-    sizes.push_back(static_cast<int64_t>(n));
+    header.sizes.push_back(static_cast<int64_t>(n));
     if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / n) {
-      overflow = true;
+      header.overflow = true;
     }
     numel *= n;
   }
-  const uint64_t available = size - header;
-  TORCH_CHECK(!overflow && numel <= available, caller, ": ", where,
-              " is truncated: its sizes ", torch::IntArrayRef(sizes), " need ",
-              overflow ? std::string("more than 2^64") : std::to_string(numel),
-              " data bytes but only ", available, " follow the ", header,
-              "-byte header; the file is incomplete: download it again.");
+  header.data_bytes = numel;
+  return header;
+}
+
+// Checks that an IDX file of `size` bytes holds exactly the data its header
+// declares.
+void check_idx_length(const IdxHeader& header, uint64_t size,
+                      const std::string& where) {
+  const char* caller = "lamp::data::read_idx";
+  const uint64_t available = size - header.header_bytes;
+  const uint64_t numel = header.data_bytes;
+  TORCH_CHECK(
+      !header.overflow && numel <= available, caller, ": ", where,
+      " is truncated: its sizes ", torch::IntArrayRef(header.sizes), " need ",
+      header.overflow ? std::string("more than 2^64") : std::to_string(numel),
+      " data bytes but only ", available, " follow the ", header.header_bytes,
+      "-byte header; the file is incomplete: download it again.");
   TORCH_CHECK(numel == available, caller, ": ", where, " holds ",
               available - numel, " bytes more than its sizes ",
-              torch::IntArrayRef(sizes), " describe (", numel,
-              " data bytes after the ", header,
+              torch::IntArrayRef(header.sizes), " describe (", numel,
+              " data bytes after the ", header.header_bytes,
               "-byte header): the sizes are inconsistent with the file "
               "length, so the file is corrupt or not an IDX file.");
-  auto tensor = torch::empty(sizes, torch::kUInt8);
-  if (numel > 0) {
-    std::memcpy(tensor.data_ptr<uint8_t>(), bytes + header,
-                static_cast<size_t>(numel));
+}
+
+// Refuses, before anything is allocated, an IDX header that declares more
+// data than this machine could hold.
+void check_idx_fits_in_memory(const IdxHeader& header,
+                              const std::string& where) {
+  const uint64_t memory = physical_memory_bytes();
+  TORCH_CHECK(!header.overflow && header.data_bytes <= memory,
+              "lamp::data::read_idx: the header of ", where,
+              " declares the sizes ", header.describe(), ", more than ",
+              memory_text(),
+              "; the header is corrupt or this is not an MNIST-format file "
+              "(MNIST's largest file holds 47,040,000 data bytes).");
+}
+
+// Parses a whole IDX file held in memory (`where` names it in messages) into
+// a uint8 tensor.
+torch::Tensor parse_idx(const uint8_t* bytes, uint64_t size,
+                        const std::string& where) {
+  const auto header = parse_idx_header(bytes, size, where);
+  check_idx_length(header, size, where);
+  auto tensor = torch::empty(header.sizes, torch::kUInt8);
+  if (header.data_bytes > 0) {
+    std::memcpy(tensor.data_ptr<uint8_t>(), bytes + header.header_bytes,
+                static_cast<size_t>(header.data_bytes));
   }
   return tensor;
 }
@@ -405,6 +494,8 @@ Dataset read_cifar10(const std::string& directory, bool train) {
 
   std::vector<int64_t> records; // per file
   int64_t total_records = 0;
+  uint64_t largest = 0;
+  size_t largest_file = 0;
   for (const auto& f : files) {
     const uint64_t size = regular_file_size(f, caller);
     TORCH_CHECK(size > 0, caller, ": ", quoted(f),
@@ -419,9 +510,24 @@ Dataset read_cifar10(const std::string& directory, bool train) {
               "lamp does not read)"
             : "",
         "; extract cifar-10-binary.tar.gz (", kCifarBinaryUrl, ") again.");
+    if (size > largest) {
+      largest = size;
+      largest_file = records.size();
+    }
     records.push_back(static_cast<int64_t>(size / kCifarRecordBytes));
     total_records += records.back();
   }
+  // Before allocating: a sparse or corrupt file can claim any size.
+  const auto total_bytes =
+      static_cast<uint64_t>(total_records) * kCifarRecordBytes;
+  TORCH_CHECK(total_bytes <= physical_memory_bytes(), caller, ": ",
+              quoted(files[largest_file]), " is ", byte_count(largest),
+              " (the ", files.size(), " files hold ", byte_count(total_bytes),
+              "), more than ", memory_text(),
+              "; a CIFAR-10 batch is 30,730,000 bytes (10,000 records), so "
+              "the file is corrupt or not a CIFAR-10 batch: extract "
+              "cifar-10-binary.tar.gz (",
+              kCifarBinaryUrl, ") again.");
 
   // All files into one buffer, then one pass to split labels from pixels.
   auto raw = torch::empty({total_records, kCifarRecordBytes}, torch::kUInt8);
@@ -455,13 +561,38 @@ Dataset read_cifar10(const std::string& directory, bool train) {
 }
 
 torch::Tensor read_idx(const std::string& path) {
-  const auto bytes = read_file_bytes(path, "lamp::data::read_idx");
-  if (has_gzip_magic(bytes)) {
-    const auto raw = gunzip(bytes, path);
-    return parse_idx(raw.data(), raw.size(),
-                     "the decompressed contents of " + quoted(path));
+  const char* caller = "lamp::data::read_idx";
+  const uint64_t size = regular_file_size(path, caller);
+  // The header first: it says how much data follows, so a file that cannot
+  // be an IDX file, or that could not fit in memory, is refused before
+  // anything large is allocated (a sparse file can claim terabytes).
+  const auto head =
+      read_file_bytes(path, std::min(size, kIdxMaxHeaderBytes), caller);
+  if (!has_gzip_magic(head)) {
+    const auto header =
+        parse_idx_header(head.data(), head.size(), quoted(path));
+    check_idx_length(header, size, quoted(path));
+    check_idx_fits_in_memory(header, quoted(path));
+    const auto bytes = read_file_bytes(path, size, caller);
+    return parse_idx(bytes.data(), bytes.size(), quoted(path));
   }
-  return parse_idx(bytes.data(), bytes.size(), quoted(path));
+  TORCH_CHECK(size <= physical_memory_bytes(), caller, ": ", quoted(path),
+              " is a gzip file of ", byte_count(size), ", more than ",
+              memory_text(),
+              "; MNIST-format files are tens of megabytes, so this one is "
+              "corrupt or not MNIST data.");
+  const auto compressed = read_file_bytes(path, size, caller);
+  const std::string where = "the decompressed contents of " + quoted(path);
+  const auto start = gunzip(compressed, path, kIdxMaxHeaderBytes, true);
+  const auto header = parse_idx_header(start.data(), start.size(), where);
+  check_idx_fits_in_memory(header, where);
+  // Room for what the header declares and a little more, so that a few
+  // bytes too many are counted in parse_idx's message.
+  constexpr uint64_t kSlack = uint64_t{1} << 20;
+  const auto raw =
+      gunzip(compressed, path, header.header_bytes + header.data_bytes + kSlack,
+             false);
+  return parse_idx(raw.data(), raw.size(), where);
 }
 
 Dataset read_mnist(const std::string& directory, bool train) {
@@ -496,26 +627,38 @@ Dataset read_mnist(const std::string& directory, bool train) {
               "http://yann.lecun.com/exdb/mnist/ (gzipped or not) in the "
               "directory.");
 
-  auto images = read_idx(paths[0]);
-  auto labels = read_idx(paths[1]);
-  TORCH_CHECK(images.dim() == 3, caller, ": ", quoted(paths[0]), " has sizes ",
-              images.sizes(),
+  // Named copies: std::quoted's overload for a non-const string would win
+  // over quoted() for the elements of `paths`.
+  const std::string images_path = paths[0];
+  const std::string labels_path = paths[1];
+  auto images = read_idx(images_path);
+  auto labels = read_idx(labels_path);
+  TORCH_CHECK(images.dim() == 3, caller, ": ", quoted(images_path),
+              " has sizes ", images.sizes(),
               "; an images file must be 3-dimensional [N, H, "
               "W] (idx3). Check that the files are not swapped.");
-  TORCH_CHECK(labels.dim() == 1, caller, ": ", quoted(paths[1]), " has sizes ",
-              labels.sizes(),
+  TORCH_CHECK(labels.dim() == 1, caller, ": ", quoted(labels_path),
+              " has sizes ", labels.sizes(),
               "; a labels file must be 1-dimensional [N] "
               "(idx1). Check that the files are not swapped.");
-  TORCH_CHECK(images.size(0) == labels.size(0), caller, ": ", quoted(paths[0]),
-              " holds ", images.size(0), " images but ", quoted(paths[1]),
-              " holds ", labels.size(0),
+  TORCH_CHECK(images.size(0) == labels.size(0), caller, ": ",
+              quoted(images_path), " holds ", images.size(0), " images but ",
+              quoted(labels_path), " holds ", labels.size(0),
               " labels; the counts must match: use files of the same split "
               "and dataset.");
-  TORCH_CHECK(images.size(0) > 0, caller, ": ", quoted(paths[0]),
+  TORCH_CHECK(images.size(0) > 0, caller, ": ", quoted(images_path),
               " holds no images.");
   TORCH_CHECK(images.size(1) > 0 && images.size(2) > 0, caller, ": ",
-              quoted(paths[0]), " has empty images of ", images.size(1), "x",
+              quoted(images_path), " has empty images of ", images.size(1), "x",
               images.size(2), " pixels.");
+  const auto bad = (labels >= kMnistClasses).nonzero();
+  if (bad.numel() > 0) {
+    const int64_t record = bad[0][0].item<int64_t>();
+    TORCH_CHECK(false, caller, ": ", quoted(labels_path), ": label ",
+                labels[record].item<int64_t>(), " at record ", record,
+                " is outside 0..", kMnistClasses - 1,
+                "; the file is corrupt or not MNIST-format labels.");
+  }
   return {images.unsqueeze(1), labels.to(torch::kLong)};
 }
 

@@ -3,6 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <string>
+
 namespace lamp {
 namespace data {
 namespace {
@@ -29,6 +32,12 @@ torch::Tensor channel_tensor(const std::vector<double>& values,
       .to(torch::kFloat)
       .view({1, -1, 1, 1})
       .to(device);
+}
+
+// Samples per shard: the dataset padded to a multiple of the shard count
+// (1 <= shards <= samples, checked before).
+int64_t shard_size(int64_t samples, int64_t shards) {
+  return samples / shards + (samples % shards != 0 ? 1 : 0);
 }
 
 } // namespace
@@ -67,17 +76,30 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
               "lamp::data::DeviceLoader: mean and std need one value per "
               "channel (", channels, "), got ", options_.mean().size(), " and ",
               options_.std().size(), ".");
-  for (double s : options_.std()) {
-    TORCH_CHECK(s > 0, "lamp::data::DeviceLoader: std values must be positive.");
+  for (size_t c = 0; c < options_.std().size(); ++c) {
+    const double s = options_.std()[c];
+    TORCH_CHECK(std::isfinite(s) && s > 0, "lamp::data::DeviceLoader: std[", c,
+                "] is ", s,
+                "; every std must be finite and positive (a zero std means "
+                "channel ",
+                c, " of the images has the same value everywhere).");
   }
   TORCH_CHECK(options_.dtype() == torch::kFloat || options_.dtype() == torch::kHalf ||
                   options_.dtype() == torch::kBFloat16,
               "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or "
               "kBFloat16, got ", options_.dtype(), ".");
-  TORCH_CHECK(!options_.drop_last() || data.images.size(0) >= options_.batch_size(),
-              "lamp::data::DeviceLoader: drop_last with batch_size ",
-              options_.batch_size(), " leaves no batch of the ",
-              data.images.size(0), " samples.");
+  // A larger batch would be one short batch under another name (or, with
+  // drop_last, none).
+  const int64_t samples = data.labels.size(0);
+  const int64_t per_epoch = shard_size(samples, options_.num_shards());
+  TORCH_CHECK(options_.batch_size() <= per_epoch,
+              "lamp::data::DeviceLoader: batch_size ", options_.batch_size(),
+              " is larger than the ", per_epoch, " samples an epoch serves (",
+              samples, " samples",
+              options_.num_shards() > 1
+                  ? " in " + std::to_string(options_.num_shards()) + " shards"
+                  : std::string(),
+              "); use a batch_size of at most ", per_epoch, ".");
   images_ = data.images.contiguous().to(device_);
   labels_ = data.labels.to(torch::kLong).to(device_);
   if (!options_.mean().empty()) {
@@ -92,13 +114,13 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
 }
 
 int64_t DeviceLoader::samples_per_epoch() const {
-  const int64_t shards = options_.num_shards();
-  return (size() + shards - 1) / shards;
+  return shard_size(size(), options_.num_shards());
 }
 
 int64_t DeviceLoader::batches_per_epoch() const {
   const int64_t n = samples_per_epoch(), b = options_.batch_size();
-  return options_.drop_last() ? n / b : (n + b - 1) / b;
+  // Not (n + b - 1) / b, which overflows for b near INT64_MAX.
+  return n / b + (!options_.drop_last() && n % b != 0 ? 1 : 0);
 }
 
 void DeviceLoader::set_epoch(int64_t epoch) {

@@ -2,16 +2,21 @@
 // their smoke tests:
 //   DIR/cifar/data_batch_{1..5}.bin, test_batch.bin  (CIFAR-10 binary)
 //   DIR/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz  (IDX, gzip)
+//   DIR/mnist-blank/...  the same, every pixel 0 (data that cannot be
+//                        normalised)
 // Each image is a noisy pattern whose brightness depends on its label, so a
 // few steps of training have something to learn. No LibTorch: it builds fast.
 #include <zlib.h>
 
+#include <sys/stat.h>
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 namespace {
@@ -51,7 +56,8 @@ bool write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   return gzclose(file) == Z_OK && written == static_cast<int>(bytes.size());
 }
 
-bool write_mnist(const std::string& dir, const std::string& prefix, int count) {
+bool write_mnist(const std::string& dir, const std::string& prefix, int count,
+                 bool blank = false) {
   std::vector<uint8_t> images = {0, 0, 8, 3}, labels = {0, 0, 8, 1};
   put_be32(images, count);
   put_be32(images, 28);
@@ -61,23 +67,43 @@ bool write_mnist(const std::string& dir, const std::string& prefix, int count) {
     const int label = n % 10;
     labels.push_back(static_cast<uint8_t>(label));
     for (int i = 0; i < 28 * 28; ++i) {
-      images.push_back(pixel(label));
+      images.push_back(blank ? 0 : pixel(label));
     }
   }
   return write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", images) &&
       write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", labels);
 }
 
+void usage(std::FILE* to, const char* program) {
+  std::fprintf(to,
+               "usage: %s OUTPUT_DIR\n"
+               "Writes small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets "
+               "under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist and "
+               "OUTPUT_DIR/mnist-blank.\n",
+               program);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 ||
+                    std::strcmp(argv[1], "-h") == 0)) {
+    usage(stdout, argv[0]);
+    return 0;
+  }
+  // A name starting with '-' is a mistyped option, not a folder to create.
+  if (argc != 2 || argv[1][0] == '-' || argv[1][0] == '\0') {
+    if (argc == 2) {
+      std::fprintf(stderr, "%s: '%s' is not an output folder\n", argv[0],
+                   argv[1]);
+    }
+    usage(stderr, argv[0]);
     return 2;
   }
   const std::string root = argv[1];
-  const std::string cifar = root + "/cifar", mnist = root + "/mnist";
-  for (const auto& dir : {root, cifar, mnist}) {
+  const std::string cifar = root + "/cifar", mnist = root + "/mnist",
+                    blank = root + "/mnist-blank";
+  for (const auto& dir : {root, cifar, mnist, blank}) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       std::perror(dir.c_str());
       return 1;
@@ -89,6 +115,8 @@ int main(int argc, char** argv) {
   }
   ok = ok && write_cifar(cifar + "/test_batch.bin", 20);
   ok = ok && write_mnist(mnist, "train", 200) && write_mnist(mnist, "t10k", 100);
+  ok = ok && write_mnist(blank, "train", 20, /*blank=*/true) &&
+       write_mnist(blank, "t10k", 10, /*blank=*/true);
   if (!ok) {
     std::fprintf(stderr, "make_test_data: could not write the files under %s\n", root.c_str());
     return 1;

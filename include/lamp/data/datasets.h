@@ -49,7 +49,8 @@ struct Dataset {
 ///
 /// Throws c10::Error when a file is missing (naming every file looked for and
 /// where to get the archive), empty, not a whole number of 3073-byte records,
-/// unreadable, or holds a label above 9.
+/// unreadable, or holds a label above 9, and when the files together are
+/// larger than the machine's physical memory (checked before allocating).
 Dataset read_cifar10(const std::string& directory, bool train);
 
 /// The files read_cifar10() expects in `directory` (full paths, in reading
@@ -67,7 +68,10 @@ std::vector<std::string> cifar10_files(const std::string& directory,
 ///
 /// Throws c10::Error on a missing or unreadable file, a corrupt or truncated
 /// gzip stream, a wrong magic, an unsupported type code, a truncated header or
-/// data, or trailing bytes beyond what the sizes describe.
+/// data, trailing bytes beyond what the sizes describe, or sizes (or a
+/// compressed file) larger than the machine's physical memory. The header is
+/// read and checked first, so a corrupt or sparse file claiming terabytes is
+/// refused before anything large is allocated.
 torch::Tensor read_idx(const std::string& path);
 
 /// Reads MNIST or Fashion-MNIST from `directory`, which holds
@@ -78,7 +82,7 @@ torch::Tensor read_idx(const std::string& path);
 /// `/usr/share/datasets/fashion-mnist` (see default_fashion_mnist_directory()).
 ///
 /// Returns images `[N, 1, H, W]` uint8 (28x28 for MNIST; any HxW is accepted)
-/// and labels `[N]` int64, the label bytes as stored.
+/// and labels `[N]` int64, the label bytes as stored (0-9).
 ///
 /// Example:
 /// \code
@@ -89,7 +93,8 @@ torch::Tensor read_idx(const std::string& path);
 ///
 /// Throws c10::Error when a file is missing (naming every name looked for),
 /// when read_idx() fails, when the images file is not 3-dimensional or the
-/// labels file not 1-dimensional, or when their counts differ or are zero.
+/// labels file not 1-dimensional, when their counts differ or are zero, or
+/// when a label is above 9 (naming the file and the record).
 Dataset read_mnist(const std::string& directory, bool train);
 
 /// `/usr/share/datasets/fashion-mnist` (Debian's `dataset-fashion-mnist`) if

@@ -19,7 +19,8 @@ namespace data {
 struct LoaderOptions {
   /* implicit */ LoaderOptions(int64_t batch_size = 128)
       : batch_size_(batch_size) {}
-  /// Images per batch.
+  /// Images per batch: at least 1, at most the samples an epoch serves
+  /// (DeviceLoader::samples_per_epoch(), the dataset or its shard).
   TORCH_ARG(int64_t, batch_size);
   /// Reshuffle every epoch (from `seed` and the epoch number).
   TORCH_ARG(bool, shuffle) = true;
@@ -86,6 +87,10 @@ struct Batch {
 /// \endcode
 class DeviceLoader {
  public:
+  /// Throws c10::Error on an empty or malformed dataset and on options that
+  /// do not fit it: a batch_size above samples_per_epoch(), a bad shard,
+  /// mean/std without one finite value per channel or a std that is not
+  /// positive.
   DeviceLoader(const Dataset& data, const torch::Device& device,
                LoaderOptions options = {});
 

@@ -154,6 +154,20 @@ class JsonLog {
 
 } // namespace
 
+// CLI11 converts an out-of-range or negative value for a uint64_t to a
+// wrapped or saturated number without a word: check the text first.
+const CLI::Validator kUnsignedInteger(
+    [](std::string& text) -> std::string {
+      const bool digits =
+          !text.empty() && text.size() <= 20 &&
+          text.find_first_not_of("0123456789") == std::string::npos;
+      if (digits && (text.size() < 20 || text <= "18446744073709551615")) {
+        return "";
+      }
+      return "'" + text + "' is not an integer in 0..18446744073709551615";
+    },
+    "UINT64");
+
 void add_options(CLI::App& app, ProgramConfig& c) {
   app.add_option("--model", c.model, "network")
       ->check(CLI::IsMember(c.models))
@@ -225,6 +239,7 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                  "cpu, cuda or cuda:N (default: cuda when available)");
   app.add_option("--seed", c.seed,
                  "seed of initialisation, data order and augmentation")
+      ->check(kUnsignedInteger)
       ->capture_default_str();
   app.add_option("--checkpoint", c.checkpoint,
                  "write a checkpoint here after every epoch");

@@ -257,6 +257,25 @@ TEST(ClassifierTrainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
   std::remove(checkpoint.c_str());
 }
 
+// Steps skipped for inf gradients (the loss stays finite) are counted across
+// epochs: 8 in a row stop the run in its second epoch of 6 steps.
+TEST(ClassifierTrainer, SkippedStepsCountAcrossEpochs) {
+  auto run = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(3)
+                                                  .skip_non_finite(true)
+                                                  .divergence_patience(8));
+  run->model->fc->weight.register_hook([](const torch::Tensor& grad) {
+    return grad * std::numeric_limits<float>::infinity();
+  });
+  std::vector<int64_t> finished;
+  const auto message = error_of([&] {
+    run->trainer->fit([&](const auto& stats) { finished.push_back(stats.epoch); });
+  });
+  EXPECT_NE(message.find("training diverged in epoch 2: 8 optimizer steps in a "
+                         "row had inf/NaN gradients"),
+            std::string::npos) << message;
+  EXPECT_EQ(finished, std::vector<int64_t>{1});
+}
+
 // A resumed run must repeat the settings the checkpoint was trained with;
 // the error names the flag and the value to give.
 TEST(ClassifierTrainer, ResumeRefusesChangedSettingsNamingTheFlag) {

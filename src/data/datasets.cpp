@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "detail/memory.h"
+
 namespace lamp {
 namespace data {
 namespace {
@@ -50,19 +52,6 @@ std::string hex_byte(uint8_t b) {
   return text;
 }
 
-// The machine's physical memory in bytes, or the largest uint64_t when the
-// system does not say. A dataset is read whole into memory, so a file (or a
-// decompressed stream) larger than this is corrupt, not data: refusing it up
-// front replaces std::bad_alloc or an allocator failure deep inside ATen.
-uint64_t physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page_size = ::sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page_size <= 0) {
-    return std::numeric_limits<uint64_t>::max();
-  }
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
-}
-
 // "1.5 GiB (1610612736 bytes)".
 std::string byte_count(uint64_t bytes) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -83,7 +72,7 @@ std::string byte_count(uint64_t bytes) {
 
 // "this machine's 23.4 GiB (...) of memory".
 std::string memory_text() {
-  return "this machine's " + byte_count(physical_memory_bytes()) + " of memory";
+  return "this machine's " + byte_count(lamp::detail::physical_memory_bytes()) + " of memory";
 }
 
 // POSIX calls rather than std::filesystem: the PyTorch 2.x wheels export
@@ -396,7 +385,7 @@ void check_idx_length(const IdxHeader& header, uint64_t size,
 // data than this machine could hold.
 void check_idx_fits_in_memory(const IdxHeader& header,
                               const std::string& where) {
-  const uint64_t memory = physical_memory_bytes();
+  const uint64_t memory = lamp::detail::physical_memory_bytes();
   TORCH_CHECK(!header.overflow && header.data_bytes <= memory,
               "lamp::data::read_idx: the header of ", where,
               " declares the sizes ", header.describe(), ", more than ",
@@ -520,7 +509,7 @@ Dataset read_cifar10(const std::string& directory, bool train) {
   // Before allocating: a sparse or corrupt file can claim any size.
   const auto total_bytes =
       static_cast<uint64_t>(total_records) * kCifarRecordBytes;
-  TORCH_CHECK(total_bytes <= physical_memory_bytes(), caller, ": ",
+  TORCH_CHECK(total_bytes <= lamp::detail::physical_memory_bytes(), caller, ": ",
               quoted(files[largest_file]), " is ", byte_count(largest),
               " (the ", files.size(), " files hold ", byte_count(total_bytes),
               "), more than ", memory_text(),
@@ -576,7 +565,7 @@ torch::Tensor read_idx(const std::string& path) {
     const auto bytes = read_file_bytes(path, size, caller);
     return parse_idx(bytes.data(), bytes.size(), quoted(path));
   }
-  TORCH_CHECK(size <= physical_memory_bytes(), caller, ": ", quoted(path),
+  TORCH_CHECK(size <= lamp::detail::physical_memory_bytes(), caller, ": ", quoted(path),
               " is a gzip file of ", byte_count(size), ", more than ",
               memory_text(),
               "; MNIST-format files are tens of megabytes, so this one is "

@@ -1,5 +1,7 @@
 #include "lamp/training/checkpoint_file.h"
 
+#include "detail/memory.h"
+
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -137,16 +139,11 @@ std::string read_regular_file(const std::string& path) {
               ": ", reason(errno), ".");
   TORCH_CHECK(S_ISREG(info.st_mode), "lamp: ", path,
               " is not a regular file; give the path of a checkpoint file.");
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page_size = ::sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page_size > 0) {
-    const double memory = static_cast<double>(pages) * page_size;
-    TORCH_CHECK(static_cast<double>(info.st_size) < memory, "lamp: ", path,
-                " is ", info.st_size, " bytes, more than this machine's ",
-                static_cast<int64_t>(memory),
-                " bytes of memory: it is not a checkpoint lamp wrote, or it "
-                "is damaged.");
-  }
+  const uint64_t memory = lamp::detail::physical_memory_bytes();
+  TORCH_CHECK(static_cast<uint64_t>(info.st_size) < memory, "lamp: ", path,
+              " is ", info.st_size, " bytes, more than this machine's ", memory,
+              " bytes of memory: it is not a checkpoint lamp wrote, or it is "
+              "damaged.");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, "lamp: cannot open ", path, ": ", reason(errno), ".");
   std::string bytes(static_cast<size_t>(info.st_size), '\0');

@@ -182,7 +182,10 @@ std::vector<EpochStats> ClassifierTrainer::fit(
   const auto flags_on_device = float_on_device.dtype(torch::kFloat);
   auto consecutive_skips = torch::zeros({}, flags_on_device);
   auto longest_skip_run = torch::zeros({}, flags_on_device);
+  // Non-finite losses of the whole fit, one device counter: a window's and an
+  // epoch's counts are differences of its host reads.
   auto non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
+  int64_t non_finite_at_window = 0;
   int64_t window = 0;
   const auto diverged = [&](int64_t at_epoch, const std::string& why,
                             const std::string& fix) {
@@ -217,7 +220,7 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     EpochStats stats;
     stats.epoch = epoch + 1;
     auto loss_sum = torch::zeros({}, float_on_device.dtype(torch::kDouble));
-    auto epoch_non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
+    const int64_t non_finite_at_epoch = non_finite.item<int64_t>();
     auto skipped = torch::zeros({}, flags_on_device);
     int64_t images = 0, warmup_images = 0;
     for (int64_t i = 0; i < batches; ++i) {
@@ -250,7 +253,6 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       const auto bad_loss = torch::isfinite(result.loss).logical_not();
       loss_sum += result.loss.nan_to_num(0.0, 0.0, 0.0);
       non_finite += bad_loss;
-      epoch_non_finite += bad_loss;
       images += batch.labels.size(0);
       ++stats.steps;
       ++global_step_;
@@ -264,13 +266,14 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       // or a loss that stayed non-finite for the whole window.
       if (++window == patience) {
         check_skip_run(epoch);
-        if (non_finite.item<int64_t>() >= patience) {
+        const int64_t seen = non_finite.item<int64_t>();
+        if (seen - non_finite_at_window >= patience) {
           diverged(epoch,
                    "the loss was inf/NaN for " + std::to_string(patience) +
                        " steps in a row",
                    "Lower the learning rate (--lr) or clip gradients.");
         }
-        non_finite.zero_();
+        non_finite_at_window = seen;
         window = 0;
       }
       if (on_batch) {
@@ -295,7 +298,7 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     stats.global_step = global_step_;
     stats.skipped_steps = static_cast<int64_t>(skipped.item<float>());
     check_skip_run(epoch);  // a run that reached `patience` in the last window
-    stats.non_finite_losses = epoch_non_finite.item<int64_t>();
+    stats.non_finite_losses = non_finite.item<int64_t>() - non_finite_at_epoch;
     const int64_t finite_steps = stats.steps - stats.non_finite_losses;
     stats.train_loss = finite_steps > 0 ? loss_sum.item<double>() / finite_steps : 0.0;
     // However few its steps: an epoch without a finite loss, or with a

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Times lamp's C++ training step (lamp_bench) and the same step in Python
 # PyTorch (bench/peer_pytorch.py) on the same configurations, on this machine,
-# and writes bench/results/<device>-<date>.json and .md. See bench/README.md.
+# and writes bench/results/<device>-<date>.json and .md, and a bar chart of
+# images/s, .png (scripts/plot.py --bench; skipped without matplotlib). See
+# bench/README.md.
 set -euo pipefail
 
 usage() {
@@ -17,7 +19,9 @@ Usage: bench/run.sh [options]
                      spread (max - min) / median
   --min-seconds S    time at least S seconds of steps per run (default 2 on
                      CUDA, 0 on CPU): more steps than --steps when faster
-  --out DIR          results folder (default: bench/results)
+  --out DIR          results folder (default: bench/results); the .json and
+                     .md reports, and a .png bar chart of images/s when
+                     /usr/bin/python3 has matplotlib (python3-matplotlib)
   -h, --help         this text
 
 Environment:
@@ -186,7 +190,7 @@ fi
 mkdir -p "$out_dir"
 suffix=""
 [ "$quick" = 1 ] && suffix="-quick"
-python3 - "$manifest" "$out_dir" "$device" "$suffix" "$python" <<'PYEOF'
+python3 - "$manifest" "$out_dir" "$device" "$suffix" "$python" "$work/stem" <<'PYEOF'
 """Joins the per-run JSON files of run.sh into one JSON report and markdown
 tables: per configuration and tool, the median of the repeated runs and their
 spread. Standard library only (no torch)."""
@@ -197,7 +201,7 @@ import re
 import statistics
 import sys
 
-manifest_path, out_dir, device, suffix, peer_python = sys.argv[1:6]
+manifest_path, out_dir, device, suffix, peer_python, stem_path = sys.argv[1:7]
 TOOLS = ("lamp", "lamp-graph", "pytorch-eager", "pytorch-fused",
          "pytorch-compile", "pytorch-compile-ro")
 TITLES = {"lamp": "lamp", "lamp-graph": "lamp (CUDA graph)",
@@ -439,9 +443,32 @@ with open(stem + ".md", "w") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))
 print("\nwrote %s.json and %s.md" % (stem, stem))
+with open(stem_path, "w") as f:
+    f.write(stem)
 PYEOF
+
+# The bar chart beside them, by scripts/plot.py with Debian's python3 (its
+# interpreter, where python3-matplotlib installs). Without matplotlib the
+# JSON and markdown stand alone.
+stem="$(cat "$work/stem")"
+plot_python=/usr/bin/python3
+chart_status=0
+if why="$("$plot_python" -c 'import matplotlib' 2>&1)"; then
+  if ! "$plot_python" scripts/plot.py --bench "$stem.json" >/dev/null; then
+    echo "run.sh: drawing $stem.png failed (the JSON and markdown are" \
+      "written)" >&2
+    chart_status=1
+  else
+    echo "wrote $stem.png"
+  fi
+else
+  echo "run.sh: bar chart skipped: $plot_python cannot import matplotlib" \
+    "(${why##*$'\n'}); apt-get install python3-matplotlib to get" \
+    "$stem.png" >&2
+fi
 
 if [ "$failures" -gt 0 ]; then
   echo "run.sh: $failures of $runs runs failed" >&2
   exit 1
 fi
+exit "$chart_status"

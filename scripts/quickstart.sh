@@ -10,7 +10,8 @@ cd "$LAMP_ROOT"
 
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
   echo "Usage: scripts/quickstart.sh [extra flags for train_mnist / train_cifar10...]"
-  echo "Builds lamp (Release) and trains in fp32, amp-bf16 and bf16, side by side."
+  echo "Builds lamp (Release) and trains in fp32, amp-bf16 and bf16, side by side;"
+  echo "charts of the three runs land in runs/quickstart/ (scripts/plot.py)."
   echo "LAMP_QUICKSTART_EPOCHS sets the epochs per run (default 2)."
   exit 0
 fi
@@ -18,7 +19,7 @@ fi
 data=/usr/share/datasets/fashion-mnist
 build=build/release
 
-lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" dataset-fashion-mnist
+lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" dataset-fashion-mnist python3-matplotlib
 lamp_configure_and_build "$build" "$(lamp_nproc)" -DLAMP_BUILD_TESTS=OFF
 
 runs=runs/quickstart
@@ -59,3 +60,14 @@ for mode in "${modes[@]}"; do
     "$(awk "BEGIN{print $(field "$log" peak_memory_bytes)/1048576}")"
 done
 echo "(last epoch of each run; logs in $runs/)"
+
+# The three runs overlaid: loss, test accuracy and loss scale per epoch. The
+# charts are an extra; the runs and their logs stand without them.
+logs=()
+for mode in "${modes[@]}"; do logs+=("$runs/$program-$mode.jsonl"); done
+lamp_log "Plotting the three runs: scripts/plot.py --out $runs ${logs[*]}"
+if charts="$(scripts/plot.py --out "$runs" --title "$program" "${logs[@]}")"; then
+  echo "charts: ${charts//$'\n'/ }"
+else
+  lamp_log "no charts (see the error above); the logs are in $runs/"
+fi

@@ -88,7 +88,7 @@ summarize() {
 }
 trap summarize EXIT
 
-lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3-venv
+lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3-venv python3-matplotlib
 
 cmake_args=()
 if [ "$torch" = wheel ]; then

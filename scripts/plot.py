@@ -1,0 +1,430 @@
+#!/usr/bin/python3
+"""Draws lamp's training logs and benchmark results as PNG charts.
+
+  scripts/plot.py [--out DIR] [--title T] LOG.jsonl...
+  scripts/plot.py --bench [--out DIR] [--title T] RESULTS.json...
+
+Training logs are the JSON Lines files the training programs write with
+--log-json. One chart per quantity, every run of every file overlaid:
+
+  <name>loss.png        train and test loss per epoch
+  <name>accuracy.png    test accuracy per epoch
+  <name>loss-scale.png  loss scale per epoch (log axis)
+  <name>step-loss.png   training loss per logged step (only when the logs
+                        hold "step" records)
+
+<name> is the log's file name without .jsonl and a dash when one log is
+given, nothing when several are. A log holds "run", "epoch" and "step"
+records (the "record" field; lines without it are epoch records, the format
+before run headers) and may hold several runs: records are grouped by
+"run_id", or, in logs without one, a new run starts where "epoch" goes down
+or starts again at 1. Each run is named by its precision, plus its model,
+program or device where those differ between the runs.
+
+--bench reads bench/run.sh's bench/results/<device>-<date>.json and writes a
+bar chart of images per second per configuration and tool,
+<device>-<date>.png, beside it (or in --out DIR).
+
+The shebang is Debian's interpreter, the one python3-matplotlib installs
+into. Exit status: 0 when every chart was written, 1 on a bad or missing
+input or without matplotlib, 2 on a usage error.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+# What names a run: its precision, then these where runs differ in them, then
+# (only for runs that are still alike) the other settings.
+NAME_FIELDS = ("model", "program", "device")
+OTHER_FIELDS = ("batch_size", "optimizer", "lr", "schedule", "seed")
+INSTALL_HINT = "apt-get install python3-matplotlib"
+
+
+class PlotError(Exception):
+    """A problem with the inputs or the environment, reported in one line."""
+
+
+def load_matplotlib():
+    """pyplot on the Agg backend (files only, no display needed)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise PlotError("matplotlib is not available to %s (%s); on Debian "
+                        "install it with: %s" %
+                        (sys.executable, e, INSTALL_HINT)) from None
+    return plt
+
+
+def folder(path):
+    """The folder of a file, "." for a bare name."""
+    return os.path.dirname(path) or "."
+
+
+def read_text(path):
+    if not os.path.exists(path):
+        raise PlotError("%s: no such file" % path)
+    if not os.path.isfile(path):
+        raise PlotError("%s: not a regular file" % path)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+# training logs
+
+class Run:
+    """One training run: its header fields and its epoch and step records."""
+
+    def __init__(self, path, run_id):
+        self.path = path
+        self.run_id = run_id
+        self.header = {}
+        self.epochs = []
+        self.steps = []
+        self.label = ""
+
+    def field(self, name):
+        """A setting of the run: from its header, else its first epoch."""
+        if name in self.header:
+            return self.header[name]
+        for record in self.epochs:
+            if name in record:
+                return record[name]
+        return None
+
+
+def read_records(path):
+    """The JSON objects of a JSON Lines file, with their line numbers."""
+    records = []
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            raise PlotError("%s:%d: not JSON (%s); every line of a --log-json "
+                            "file is one JSON object" % (path, number, e)) \
+                from None
+        if not isinstance(record, dict):
+            raise PlotError("%s:%d: a JSON %s, not an object; every line of a "
+                            "--log-json file is one JSON object" %
+                            (path, number, type(record).__name__))
+        records.append((number, record))
+    if not records:
+        raise PlotError("%s: empty log, no records; it fills once the run "
+                        "started with --log-json %s has finished an epoch" %
+                        (path, path))
+    return records
+
+
+def read_runs(path):
+    """The runs of one log, in the order they start."""
+    runs = {}
+    order = []
+    last_epoch = None
+    legacy = 0  # runs without run_id so far
+
+    def run_for(key):
+        if key not in runs:
+            runs[key] = Run(path, key if isinstance(key, str) else None)
+            order.append(key)
+        return runs[key]
+
+    for number, record in read_records(path):
+        kind = record.get("record", "epoch")
+        if "run_id" in record:
+            run = run_for(str(record["run_id"]))
+        else:
+            epoch = record.get("epoch")
+            if kind == "epoch" and isinstance(epoch, (int, float)):
+                if last_epoch is None or epoch <= last_epoch:
+                    legacy += 1
+                last_epoch = epoch
+            run = run_for(max(legacy, 1))
+        if kind == "run":
+            run.header = record
+        elif kind == "epoch":
+            if not isinstance(record.get("epoch"), (int, float)):
+                raise PlotError("%s:%d: an epoch record without a numeric "
+                                "\"epoch\" field" % (path, number))
+            run.epochs.append(record)
+        elif kind == "step":
+            if not isinstance(record.get("global_step"), (int, float)):
+                raise PlotError("%s:%d: a step record without a numeric "
+                                "\"global_step\" field" % (path, number))
+            run.steps.append(record)
+        # Other record kinds are for other readers; the charts skip them.
+    return [runs[key] for key in order]
+
+
+def name_runs(runs):
+    """Labels each run by its precision and the settings that tell it apart
+    from the others; the run's number where nothing does."""
+
+    def differs(field, group):
+        return len({json.dumps(r.field(field)) for r in group
+                    if r.field(field) is not None}) > 1
+
+    def describe(run, fields, with_names):
+        return [("%s %s" % (f, run.field(f)) if with_names
+                 else str(run.field(f)))
+                for f in fields if run.field(f) is not None]
+
+    shown = [f for f in NAME_FIELDS if differs(f, runs)]
+    for run in runs:
+        run.label = ", ".join([str(run.field("precision") or "run")] +
+                              describe(run, shown, False))
+    for label in {r.label for r in runs}:
+        alike = [r for r in runs if r.label == label]
+        extra = [f for f in OTHER_FIELDS if differs(f, alike)]
+        for run in alike:
+            run.label = ", ".join([label] + describe(run, extra, True))
+    labels = [r.label for r in runs]
+    for i, run in enumerate(runs):
+        if labels.count(labels[i]) > 1:
+            run.label += " #%d" % labels[:i + 1].count(labels[i])
+
+
+def number(value):
+    """A float for a JSON value; NaN for null (a non-finite loss is written
+    as null) or anything else that is not a number."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def series(records, x, y, scale=1.0):
+    xs = [number(r.get(x)) for r in records]
+    ys = [number(r.get(y)) * scale for r in records]
+    return xs, ys
+
+
+def epoch_figure(plt, title, ylabel, log=False):
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    ax.set_title(title)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    return fig, ax
+
+
+def save(plt, fig, ax, path):
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_logs(paths, out_dir, title):
+    runs = [run for path in paths for run in read_runs(path)]
+    if not any(run.epochs for run in runs):
+        raise PlotError("no epoch records in %s: nothing to plot (a log gets "
+                        "one after every epoch of a run with --log-json)" %
+                        ", ".join(paths))
+    name_runs(runs)
+    plt = load_matplotlib()
+    stem = ""
+    if len(paths) == 1:
+        base = os.path.basename(paths[0])
+        stem = (base[:-len(".jsonl")] if base.endswith(".jsonl")
+                else os.path.splitext(base)[0]) + "-"
+    prefix = title + ": " if title else ""
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    written = []
+
+    def color(i):
+        return colors[i % len(colors)]
+
+    fig, ax = epoch_figure(plt, prefix + "loss per epoch", "loss")
+    for i, run in enumerate(runs):
+        if run.epochs:
+            ax.plot(*series(run.epochs, "epoch", "train_loss"), "o-",
+                    color=color(i), label=run.label + " train")
+            ax.plot(*series(run.epochs, "epoch", "test_loss"), "s--",
+                    color=color(i), label=run.label + " test")
+    written.append(save(plt, fig, ax,
+                        os.path.join(out_dir, stem + "loss.png")))
+
+    fig, ax = epoch_figure(plt, prefix + "test accuracy per epoch",
+                           "test accuracy (%)")
+    for i, run in enumerate(runs):
+        if run.epochs:
+            ax.plot(*series(run.epochs, "epoch", "test_accuracy", 100.0),
+                    "o-", color=color(i), label=run.label)
+    written.append(save(plt, fig, ax,
+                        os.path.join(out_dir, stem + "accuracy.png")))
+
+    fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each epoch",
+                           "loss scale", log=True)
+    for i, run in enumerate(runs):
+        xs, ys = series(run.epochs, "epoch", "loss_scale")
+        ys = [y if y > 0 else math.nan for y in ys]  # no log of 0
+        if run.epochs:
+            ax.plot(xs, ys, "o-", color=color(i), label=run.label)
+    written.append(save(plt, fig, ax,
+                        os.path.join(out_dir, stem + "loss-scale.png")))
+
+    if any(run.steps for run in runs):
+        fig, ax = epoch_figure(plt, prefix + "training loss per logged step",
+                               "loss")
+        ax.set_xlabel("step (all epochs)")
+        for i, run in enumerate(runs):
+            if run.steps:
+                ax.plot(*series(run.steps, "global_step", "loss"), "-",
+                        color=color(i), label=run.label)
+        written.append(save(plt, fig, ax,
+                            os.path.join(out_dir, stem + "step-loss.png")))
+    return written
+
+
+# benchmark results
+
+def config_name(row):
+    parts = ["batch %s" % row.get("batch_size", "?"),
+             str(row.get("precision", "?"))]
+    if row.get("channels_last"):
+        parts.append("channels_last")
+    if row.get("cudnn_benchmark"):
+        parts.append("cudnn.benchmark")
+    return "\n".join(parts)
+
+
+def read_bench(path):
+    try:
+        report = json.loads(read_text(path))
+    except ValueError as e:
+        raise PlotError("%s: not JSON (%s); give the .json that bench/run.sh "
+                        "wrote" % (path, e)) from None
+    rows = report.get("rows") if isinstance(report, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise PlotError("%s: no \"rows\" with results; give the .json that "
+                        "bench/run.sh wrote" % path)
+    return report
+
+
+def plot_bench(path, out_dir, title):
+    """A bar chart of images/s: one panel per model (their rates differ by
+    orders of magnitude), one group per configuration, one bar per tool; the
+    whiskers span the repeated runs."""
+    report = read_bench(path)
+    rows = report["rows"]
+    tools = [t for t in report.get("tools") or {}
+             if any(isinstance(r.get(t), dict) for r in rows)]
+    if not tools:
+        raise PlotError("%s: the rows name no tool (\"tools\" is empty or "
+                        "missing); give the .json that bench/run.sh wrote" %
+                        path)
+    plt = load_matplotlib()
+    from matplotlib.patches import Patch
+    models = []
+    for row in rows:
+        if row.get("model") not in models:
+            models.append(row.get("model"))
+    fig, axes = plt.subplots(1, len(models), squeeze=False, dpi=100,
+                             figsize=(max(6, 3 + 2.2 * len(rows)), 5))
+    width = 0.8 / len(tools)
+    for ax, model in zip(axes[0], models):
+        group = [r for r in rows if r.get("model") == model]
+        for t, tool in enumerate(tools):
+            xs, ys, low, high = [], [], [], []
+            for g, row in enumerate(group):
+                entry = row.get(tool) or {}
+                rate = entry.get("images_per_second")
+                x = g + (t - (len(tools) - 1) / 2) * width
+                if entry.get("status") != "ok" or entry.get("skipped") or \
+                        not isinstance(rate, (int, float)):
+                    if entry:  # "not run (no torch)" -> "not run"
+                        why = "skipped" if entry.get("status") == "ok" \
+                            else str(entry.get("status")).split(" (")[0]
+                        ax.annotate(why, (x, 0), ha="center", va="bottom",
+                                    fontsize="x-small", rotation=90)
+                    continue
+                rates = entry.get("runs_images_per_second") or [rate]
+                xs.append(x)
+                ys.append(rate)
+                low.append(rate - min(rates))
+                high.append(max(rates) - rate)
+            spread = any(low) or any(high)
+            bars = ax.bar(xs, ys, width, yerr=[low, high] if spread else None,
+                          capsize=2, color="C%d" % t)
+            ax.bar_label(bars, fmt="%.0f", fontsize="x-small", padding=2)
+        ax.set_xlim(-0.5, len(group) - 0.5)
+        ax.set_xticks(range(len(group)))
+        ax.set_xticklabels([config_name(r) for r in group], fontsize="small")
+        ax.set_ylabel("images/s (higher is better)")
+        ax.set_title(str(model))
+        ax.margins(y=0.15)
+        ax.grid(True, axis="y", alpha=0.3)
+    # Handles of their own: a tool without a single bar still gets its entry.
+    fig.legend([Patch(color="C%d" % t) for t in range(len(tools))], tools,
+               loc="upper right", fontsize="small")
+    when = str(report.get("date", ""))[:10]
+    fig.suptitle((title + ": " if title else "") + "training-step throughput, "
+                 "%s (%s)%s" % (report.get("device_name", "?"),
+                                report.get("device", "?"),
+                                ", " + when if when else ""))
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    out = os.path.join(out_dir, stem + ".png")
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+# main
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="plot.py",
+        description="Draws PNG charts of lamp training logs (--log-json "
+        "files: loss, test accuracy and loss scale per epoch, loss per "
+        "logged step) or, with --bench, of bench/run.sh results (images/s "
+        "per configuration and tool). Prints the paths it wrote.")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="training logs (JSON Lines, several runs each "
+                        "allowed; all overlaid), or with --bench the .json "
+                        "files of bench/run.sh")
+    parser.add_argument("--bench", action="store_true",
+                        help="the files are bench/run.sh results: one bar "
+                        "chart each, named like the file with .png")
+    parser.add_argument("--out", metavar="DIR",
+                        help="folder for the PNGs (created if missing; "
+                        "default: the folder of the first log, or of each "
+                        "bench result)")
+    parser.add_argument("--title", default="",
+                        help="put before every chart's title")
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    try:
+        if args.out:
+            if os.path.exists(args.out) and not os.path.isdir(args.out):
+                raise PlotError("--out %s exists and is not a folder; give a "
+                                "folder for the PNGs" % args.out)
+            os.makedirs(args.out, exist_ok=True)
+        if args.bench:
+            for path in args.files:
+                read_bench(path)  # every input checked before any drawing
+            written = [plot_bench(path, args.out or folder(path), args.title)
+                       for path in args.files]
+        else:
+            written = plot_logs(args.files, args.out or folder(args.files[0]),
+                                args.title)
+    except (PlotError, OSError) as e:
+        print("plot.py: error: %s" % e, file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

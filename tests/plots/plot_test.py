@@ -1,0 +1,354 @@
+"""Specification of scripts/plot.py: the charts it draws from training logs
+(new and old --log-json formats, several runs per file, step records) and
+from bench/run.sh results, read back pixel by pixel, and its errors.
+
+Run by ctest (label plots) with the interpreter that has matplotlib:
+  python3 tests/plots/plot_test.py
+"""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import matplotlib.image
+except ImportError as e:
+    # scripts/test.sh installs matplotlib, so its absence is a failure here.
+    sys.exit("plot_test: matplotlib is not available to %s (%s); install it "
+             "with: apt-get install python3-matplotlib" % (sys.executable, e))
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+PLOT = os.path.join(ROOT, "scripts", "plot.py")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# matplotlib's default colour cycle (tab10), in plotting order.
+COLORS = [(0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e), (0x2c, 0xa0, 0x2c),
+          (0xd6, 0x27, 0x28)]
+
+
+def load_plot_module():
+    spec = importlib.util.spec_from_file_location("plot", PLOT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plot = load_plot_module()
+
+
+def write_jsonl(path, records):
+    with open(path, "w") as f:
+        for record in records:
+            f.write((record if isinstance(record, str) else json.dumps(record))
+                    + "\n")
+    return path
+
+
+def new_run(run_id, precision, loss0, scale, model="cnn", epochs=3,
+            steps_per_log=4):
+    """Records of one run in the current schema: header, steps, epochs."""
+    time = "2026-11-23T02:37:00.123Z"
+    records = [{"record": "run", "run_id": run_id, "time": time,
+                "program": "train_mnist", "command_line": ["train_mnist"],
+                "lamp_version": "0.1.0", "torch_version": "1.13.1",
+                "cuda": None, "device": "cpu", "model": model,
+                "precision": precision, "optimizer": "sgd", "batch_size": 128,
+                "epochs": epochs, "lr": 0.05, "schedule": "onecycle",
+                "seed": 0, "train_images": 60000, "test_images": 10000}]
+    step = 0
+    for epoch in range(1, epochs + 1):
+        for _ in range(steps_per_log):
+            step += 10
+            records.append({"record": "step", "run_id": run_id, "time": time,
+                            "epoch": epoch, "global_step": step,
+                            "loss": loss0 * 20.0 / (20 + step),
+                            "images_per_second": 5000.0, "loss_scale": scale,
+                            "lr": 0.05, "skipped_steps": 0})
+        records.append({"record": "epoch", "run_id": run_id, "time": time,
+                        "program": "train_mnist", "model": model,
+                        "precision": precision, "device": "cpu",
+                        "batch_size": 128, "epoch": epoch,
+                        "steps": 10 * steps_per_log, "global_step": step,
+                        "train_loss": loss0 / epoch,
+                        "test_loss": 1.2 * loss0 / epoch,
+                        "test_accuracy": 0.9 - 0.3 * loss0 / epoch,
+                        "seconds": 10.0, "warmup_seconds": 0.5,
+                        "images_per_second": 5000.0,
+                        "peak_memory_bytes": 1 << 29,
+                        "loss_scale": scale * 2 ** epoch,
+                        "skipped_steps": 0, "lr": 0.05})
+    return records
+
+
+def old_epochs(precision, loss0, epochs, scale=1.0):
+    """Epoch records in the format before run headers (no "record")."""
+    return [{"program": "train_mnist", "model": "cnn", "precision": precision,
+             "device": "cpu", "batch_size": 128, "epoch": e,
+             "train_loss": loss0 / e, "test_loss": 1.1 * loss0 / e,
+             "test_accuracy": 0.85 - 0.2 * loss0 / e, "loss_scale": scale}
+            for e in epochs]
+
+
+def run_plot(*args, env=None):
+    return subprocess.run([sys.executable, PLOT] + list(args), env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+class Image:
+    """A PNG read back, with the checks every chart must pass."""
+
+    def __init__(self, test, path):
+        test.assertTrue(os.path.isfile(path), path + " was not written")
+        with open(path, "rb") as f:
+            test.assertEqual(f.read(8), PNG_SIGNATURE, path + " is no PNG")
+        test.assertGreater(os.path.getsize(path), 5000, path)
+        self.pixels = matplotlib.image.imread(path)[:, :, :3]
+        height, width = self.pixels.shape[:2]
+        test.assertGreaterEqual(width, 400, path)
+        test.assertGreaterEqual(height, 300, path)
+        test.assertGreater(float(self.pixels.std()), 0.01,
+                           path + " is a single colour")
+
+    def count(self, rgb):
+        """Pixels within a small distance of the colour rgb (0..255)."""
+        target = [c / 255.0 for c in rgb]
+        distance = abs(self.pixels - target).max(axis=2)
+        return int((distance < 0.06).sum())
+
+
+class PlotLogs(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.tmp = self.dir.name
+        # Two runs of the current schema in one file, their records
+        # interleaved as two processes appending to one log would write them.
+        amp = new_run("r-amp", "amp", 2.0, 1024.0)
+        bf16 = new_run("r-bf16", "bf16", 1.6, 1.0)
+        self.new = write_jsonl(os.path.join(self.tmp, "new.jsonl"),
+                               amp[:5] + bf16 + amp[5:])
+        # The old format: two runs, the second starting again at epoch 1.
+        old = old_epochs("fp32", 1.3, [1, 2]) + \
+            old_epochs("fp32", 0.9, [1, 2, 3], 8.0)
+        old[3]["train_loss"] = None
+        self.old = write_jsonl(os.path.join(self.tmp, "old.jsonl"), old)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_draws_every_run_of_every_file_in_its_own_colour(self):
+        out = os.path.join(self.tmp, "charts")
+        result = run_plot("--out", out, "--title", "synthetic", self.new,
+                          self.old)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        names = ["loss.png", "accuracy.png", "loss-scale.png", "step-loss.png"]
+        self.assertEqual(result.stdout.split(),
+                         [os.path.join(out, n) for n in names])
+        for name in names[:3]:
+            image = Image(self, os.path.join(out, name))
+            for i, rgb in enumerate(COLORS):  # amp, bf16, fp32 #1, fp32 #2
+                self.assertGreater(image.count(rgb), 300,
+                                   "%s: run %d's curve is missing" % (name, i))
+        steps = Image(self, os.path.join(out, "step-loss.png"))
+        for rgb in COLORS[:2]:  # only the new-format runs have steps
+            self.assertGreater(steps.count(rgb), 300)
+        self.assertLess(steps.count(COLORS[2]), 20)
+
+    def test_charts_of_one_log_carry_its_name_and_no_steps_no_step_chart(self):
+        result = run_plot(self.old)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.split(), [
+            os.path.join(self.tmp, "old-" + n)
+            for n in ("loss.png", "accuracy.png", "loss-scale.png")])
+        Image(self, os.path.join(self.tmp, "old-loss.png"))
+
+    def test_groups_records_by_run_id(self):
+        runs = plot.read_runs(self.new)
+        self.assertEqual([r.run_id for r in runs], ["r-amp", "r-bf16"])
+        self.assertEqual([len(r.epochs) for r in runs], [3, 3])
+        self.assertEqual([len(r.steps) for r in runs], [12, 12])
+        self.assertEqual(runs[0].header["precision"], "amp")
+
+    def test_old_logs_start_a_run_where_the_epoch_goes_down_or_repeats(self):
+        path = write_jsonl(os.path.join(self.tmp, "o.jsonl"),
+                           old_epochs("fp32", 1.0, [1, 2, 3]) +
+                           old_epochs("fp32", 1.0, [2, 3]) +
+                           old_epochs("fp32", 1.0, [3]) +
+                           old_epochs("fp32", 1.0, [1]))
+        runs = plot.read_runs(path)
+        self.assertEqual([[e["epoch"] for e in r.epochs] for r in runs],
+                         [[1, 2, 3], [2, 3], [3], [1]])
+
+    def test_a_resumed_old_log_stays_one_run(self):
+        path = write_jsonl(os.path.join(self.tmp, "o.jsonl"),
+                           old_epochs("bf16", 1.0, [1, 2]) +
+                           old_epochs("bf16", 1.0, [3, 4]))
+        self.assertEqual(len(plot.read_runs(path)), 1)
+
+    def test_names_runs_by_precision_and_what_differs(self):
+        same = plot.read_runs(self.new) + plot.read_runs(self.old)
+        plot.name_runs(same)
+        self.assertEqual([r.label for r in same],
+                         ["amp", "bf16", "fp32 #1", "fp32 #2"])
+        path = write_jsonl(os.path.join(self.tmp, "m.jsonl"),
+                           new_run("a", "bf16", 1.0, 1.0) +
+                           new_run("b", "bf16", 1.0, 1.0, model="resnet18"))
+        runs = plot.read_runs(path)
+        plot.name_runs(runs)
+        self.assertEqual([r.label for r in runs],
+                         ["bf16, cnn", "bf16, resnet18"])
+        lr = new_run("c", "bf16", 1.0, 1.0)
+        lr[0]["lr"] = 0.1
+        runs = plot.read_runs(write_jsonl(os.path.join(self.tmp, "l.jsonl"),
+                                          new_run("a", "bf16", 1.0, 1.0) + lr))
+        plot.name_runs(runs)
+        self.assertEqual([r.label for r in runs],
+                         ["bf16, lr 0.05", "bf16, lr 0.1"])
+        runs = plot.read_runs(write_jsonl(
+            os.path.join(self.tmp, "l3.jsonl"),
+            new_run("a", "bf16", 1.0, 1.0) + lr + new_run("d", "bf16", 1.0,
+                                                          1.0)))
+        plot.name_runs(runs)
+        self.assertEqual([r.label for r in runs],
+                         ["bf16, lr 0.05 #1", "bf16, lr 0.1",
+                          "bf16, lr 0.05 #2"])
+
+    def test_a_null_loss_is_a_gap_not_an_error(self):
+        # setUp's old log has one (a non-finite loss is written as null); the
+        # drawing tests draw it.
+        runs = plot.read_runs(self.old)
+        xs, ys = plot.series(runs[1].epochs, "epoch", "train_loss")
+        self.assertEqual(xs, [1.0, 2.0, 3.0])
+        self.assertTrue(math.isnan(ys[1]))
+        self.assertEqual(ys[2], 0.3)
+
+    def expect_error(self, args, *messages, code=1, env=None):
+        result = run_plot(*args, env=env)
+        self.assertEqual(result.returncode, code, result.stderr)
+        for message in messages:
+            self.assertIn(message, result.stderr)
+        self.assertEqual(result.stdout, "")
+
+    def test_a_line_that_is_not_json_names_file_and_line(self):
+        path = write_jsonl(os.path.join(self.tmp, "bad.jsonl"),
+                           old_epochs("fp32", 1.0, [1, 2]) +
+                           ["{\"epoch\": 3,"])
+        self.expect_error([path], path + ":3: not JSON")
+        path = write_jsonl(os.path.join(self.tmp, "list.jsonl"), [[1, 2]])
+        self.expect_error([path], path + ":1: a JSON list, not an object")
+
+    def test_missing_and_empty_files_and_logs_without_epochs_fail(self):
+        missing = os.path.join(self.tmp, "missing.jsonl")
+        self.expect_error([self.new, missing], missing + ": no such file")
+        empty = write_jsonl(os.path.join(self.tmp, "empty.jsonl"), ["", " "])
+        self.expect_error([empty], empty + ": empty log")
+        header = write_jsonl(os.path.join(self.tmp, "header.jsonl"),
+                             new_run("h", "fp32", 1.0, 1.0)[:1])
+        self.expect_error([header], "no epoch records in " + header)
+        self.expect_error(["--out", self.new, self.old],
+                          "--out %s exists and is not a folder" % self.new)
+
+    def test_usage_errors_exit_2(self):
+        self.expect_error([], "usage: plot.py", code=2)
+        self.expect_error(["--colour", "red", self.old], "usage: plot.py",
+                          code=2)
+        result = run_plot("--help")
+        self.assertEqual(result.returncode, 0)
+        self.assertIn("--bench", result.stdout)
+
+    def test_without_matplotlib_it_says_what_to_install(self):
+        fake = os.path.join(self.tmp, "fake", "matplotlib")
+        os.makedirs(fake)
+        with open(os.path.join(fake, "__init__.py"), "w") as f:
+            f.write("raise ImportError('No module named matplotlib')\n")
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(fake))
+        self.expect_error([self.old], "apt-get install python3-matplotlib",
+                          env=env)
+        self.expect_error(["--bench", write_bench(self.tmp)],
+                          "apt-get install python3-matplotlib", env=env)
+
+
+def write_bench(folder):
+    """A bench/run.sh report: two models, two tools, one entry skipped and
+    one with three repeated runs."""
+    def entry(rate, **extra):
+        return dict({"images_per_second": rate, "status": "ok",
+                     "skipped": None}, **extra)
+
+    def row(model, batch, precision, lamp, peer):
+        return {"model": model, "batch_size": batch, "precision": precision,
+                "channels_last": model == "resnet18",
+                "cudnn_benchmark": False, "lamp": lamp,
+                "pytorch-eager": peer}
+
+    report = {"date": "2026-11-22T07:59:23Z", "device": "cpu",
+              "device_name": "Test CPU", "repeats": 3,
+              "tools": {"lamp": {"tool": "lamp"},
+                        "pytorch-eager": {"tool": "pytorch-eager"}},
+              "rows": [row("cnn", 64, "fp32", entry(4871.0), entry(4324.0)),
+                       row("cnn", 64, "bf16",
+                           entry(9502.0, runs_images_per_second=[
+                               9100.0, 9502.0, 9700.0]),
+                           entry(None, skipped="no FP16 on CPU")),
+                       row("resnet18", 32, "fp32", entry(33.0), entry(33.3)),
+                       row("resnet18", 32, "bf16", entry(71.6),
+                           {"status": "not run (no torch)"})],
+              "seed": []}
+    path = os.path.join(folder, "cpu-2026-11-22.json")
+    with open(path, "w") as f:
+        json.dump(report, f)
+    return path
+
+
+class PlotBench(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.tmp = self.dir.name
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_draws_a_bar_per_tool_and_configuration_beside_the_json(self):
+        path = write_bench(self.tmp)
+        result = run_plot("--bench", path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        png = os.path.join(self.tmp, "cpu-2026-11-22.png")
+        self.assertEqual(result.stdout.split(), [png])
+        image = Image(self, png)
+        self.assertGreater(image.count(COLORS[0]), 5000, "no lamp bars")
+        self.assertGreater(image.count(COLORS[1]), 5000, "no PyTorch bars")
+
+    def test_a_tool_that_never_ran_keeps_its_legend_entry(self):
+        path = write_bench(self.tmp)
+        with open(path) as f:
+            report = json.load(f)
+        for row in report["rows"]:
+            row["pytorch-eager"] = {"status": "not run (no torch)"}
+        with open(path, "w") as f:
+            json.dump(report, f)
+        result = run_plot("--bench", path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        image = Image(self, os.path.join(self.tmp, "cpu-2026-11-22.png"))
+        self.assertGreater(image.count(COLORS[0]), 5000)
+        self.assertGreater(image.count(COLORS[1]), 50, "no legend patch")
+        self.assertLess(image.count(COLORS[1]), 1000, "bars that never ran")
+
+    def test_bad_results_fail(self):
+        path = os.path.join(self.tmp, "bad.json")
+        with open(path, "w") as f:
+            f.write("{\"rows\": [")
+        result = run_plot("--bench", path)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(path + ": not JSON", result.stderr)
+        with open(path, "w") as f:
+            json.dump({"rows": []}, f)
+        result = run_plot("--bench", path)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no \"rows\" with results", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -23,6 +23,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/cli.h"
+
 namespace {
 
 struct Config {
@@ -188,14 +190,7 @@ std::string today() {
 }
 
 int run(const Config& c) {
-  torch::Device device(torch::kCPU);
-  if (c.device.empty()) {
-    device = lamp::cuda_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  } else {
-    device = torch::Device(c.device);
-  }
-  TORCH_CHECK(!device.is_cuda() || lamp::cuda_available(), "--device ", c.device,
-              ": no CUDA GPU is available to this process.");
+  const auto device = lamp_examples::resolve_device(c.device);
   lamp::set_cudnn_benchmark(c.cudnn_benchmark);
   nlohmann::json out = {{"tool", "lamp"},
                         {"torch_version", TORCH_VERSION},
@@ -238,24 +233,35 @@ int run(const Config& c) {
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"lamp_bench: training-step throughput in lamp's precision modes"};
+  CLI::App app{"Training-step throughput of lamp's models in its precision modes", "lamp_bench"};
   std::vector<std::string> models = lamp::models::resnet_names();
   models.push_back("cnn");
   app.add_option("--model", c.model, "cnn or resnet18..resnet152")
       ->check(CLI::IsMember(models))->capture_default_str();
-  app.add_option("--batch-size", c.batch_size)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", c.batch_size)->check(lamp_examples::integer_at_least(1))->capture_default_str();
   app.add_option("--precision", c.precisions, "comma-separated: fp32,tf32,amp,amp-bf16,half,bf16")
+      ->check(CLI::Validator(
+          [](std::string& list) -> std::string {
+            const auto& valid = lamp_examples::precision_flag_values();
+            for (const auto& name : split(list)) {
+              if (std::find(valid.begin(), valid.end(), name) == valid.end()) {
+                return name + " not in {" + CLI::detail::join(valid, ",") + "}";
+              }
+            }
+            return split(list).empty() ? "no precision given" : "";
+          },
+          ""))
       ->capture_default_str();
   app.add_flag("--channels-last", c.channels_last);
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark);
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda when available)");
-  app.add_option("--warmup", c.warmup, "untimed steps")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--steps", c.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", c.warmup, "untimed steps")->check(lamp_examples::integer_at_least(0))->capture_default_str();
+  app.add_option("--steps", c.steps, "timed steps")->check(lamp_examples::integer_at_least(1))->capture_default_str();
   app.add_option("--min-seconds", c.min_seconds,
                  "time at least this long: more steps than --steps when they are faster")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--epoch-images", c.epoch_images, "images per epoch (default 50000, cnn 60000)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(lamp_examples::non_negative_real())->capture_default_str();
+  app.add_option("--epoch-images", c.epoch_images, "images per epoch, 0 = 50000 (cnn: 60000)")
+      ->check(lamp_examples::integer_at_least(0))->capture_default_str();
   app.add_option("--json", c.json, "write the results here");
   app.add_flag("--matmul-peak", c.matmul_peak, "also measure a large matmul's TFLOP/s");
   app.add_option("--optimizer", c.optimizer, "sgd | adam | adamw")
@@ -268,13 +274,10 @@ int main(int argc, char** argv) {
   app.add_flag("--report-precision", c.report_precision,
                "print each model's parameter/buffer dtypes and the dtypes its "
                "convolutions/matmuls ran in during one training step");
-  CLI11_PARSE(app, argc, argv);
-  try {
-    return run(c);
-  } catch (const c10::Error& e) {
-    std::cerr << "lamp_bench: error: " << e.what_without_backtrace() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "lamp_bench: error: " << e.what() << "\n";
+  lamp_examples::add_version_flag(app, "lamp_bench");
+  const int status = lamp_examples::parse_command_line(app, "lamp_bench", argc, argv);
+  if (status >= 0) {
+    return status;
   }
-  return 1;
+  return lamp_examples::guarded_main("lamp_bench", [&] { return run(c); });
 }

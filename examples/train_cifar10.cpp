@@ -15,24 +15,22 @@ int main(int argc, char** argv) {
   config.batch_size = lamp::cuda_available() ? 512 : 128;
   config.lr = 0.2;
   config.data = "data/cifar-10-batches-bin";
-  CLI::App app{"Train a ResNet on CIFAR-10 with lamp (get the data: scripts/get_cifar10.sh)"};
-  lamp_examples::add_options(app, config);
-  CLI11_PARSE(app, argc, argv);
-  return lamp_examples::guarded_main("train_cifar10", [&] {
-    lamp_examples::RunSpec spec;
-    spec.program = "train_cifar10";
-    spec.train = lamp::data::read_cifar10(config.data, /*train=*/true);
-    spec.test = lamp::data::read_cifar10(config.data, /*train=*/false);
-    // The usual CIFAR-10 statistics and augmentation (4-pixel crop, flip).
-    spec.mean = {0.4914, 0.4822, 0.4465};
-    spec.std = {0.2470, 0.2435, 0.2616};
-    spec.crop_padding = 4;
-    spec.horizontal_flip = true;
-    spec.make_model = [](const std::string& name) -> lamp_examples::BuiltModel {
-      auto net = lamp::models::make_resnet(name, 10, 3);
-      return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
-    };
-    lamp_examples::run(config, spec);
-    return 0;
-  });
+  return lamp_examples::program_main(
+      argc, argv, "train_cifar10",
+      "Train a ResNet on CIFAR-10 with lamp (get the data: scripts/get_cifar10.sh)",
+      config, [&config] {
+        lamp_examples::RunSpec spec;
+        spec.train = lamp::data::read_cifar10(config.data, /*train=*/true);
+        spec.test = lamp::data::read_cifar10(config.data, /*train=*/false);
+        // The usual CIFAR-10 statistics and augmentation (4-pixel crop, flip).
+        spec.mean = {0.4914, 0.4822, 0.4465};
+        spec.std = {0.2470, 0.2435, 0.2616};
+        spec.crop_padding = 4;
+        spec.horizontal_flip = true;
+        spec.make_model = [](const std::string& name) -> lamp_examples::BuiltModel {
+          auto net = lamp::models::make_resnet(name, 10, 3);
+          return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+        };
+        return spec;
+      });
 }

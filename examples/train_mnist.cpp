@@ -15,29 +15,27 @@ int main(int argc, char** argv) {
   config.batch_size = 128;
   config.lr = 0.05;
   config.data = lamp::data::default_fashion_mnist_directory();
-  CLI::App app{"Train on MNIST-format data (default: Debian's Fashion-MNIST) with lamp"};
-  lamp_examples::add_options(app, config);
-  CLI11_PARSE(app, argc, argv);
-  return lamp_examples::guarded_main("train_mnist", [&] {
-    TORCH_CHECK(!config.data.empty(),
-                "no --data directory given and Debian's Fashion-MNIST is not "
-                "installed (apt-get install dataset-fashion-mnist).");
-    lamp_examples::RunSpec spec;
-    spec.program = "train_mnist";
-    spec.train = lamp::data::read_mnist(config.data, /*train=*/true);
-    spec.test = lamp::data::read_mnist(config.data, /*train=*/false);
-    std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(
-        spec.train.images, "the training images of '" + config.data + "'");
-    const int64_t channels = spec.train.images.size(1);
-    spec.make_model = [channels](const std::string& name) -> lamp_examples::BuiltModel {
-      if (name == "cnn") {
-        lamp::models::MnistCNN net(10, channels);
-        return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
-      }
-      auto net = lamp::models::make_resnet(name, 10, channels);
-      return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
-    };
-    lamp_examples::run(config, spec);
-    return 0;
-  });
+  return lamp_examples::program_main(
+      argc, argv, "train_mnist",
+      "Train on MNIST-format data (default: Debian's Fashion-MNIST) with lamp",
+      config, [&config] {
+        TORCH_CHECK(!config.data.empty(),
+                    "no --data directory given and Debian's Fashion-MNIST is "
+                    "not installed (apt-get install dataset-fashion-mnist).");
+        lamp_examples::RunSpec spec;
+        spec.train = lamp::data::read_mnist(config.data, /*train=*/true);
+        spec.test = lamp::data::read_mnist(config.data, /*train=*/false);
+        std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(
+            spec.train.images, "the training images of '" + config.data + "'");
+        const int64_t channels = spec.train.images.size(1);
+        spec.make_model = [channels](const std::string& name) -> lamp_examples::BuiltModel {
+          if (name == "cnn") {
+            lamp::models::MnistCNN net(10, channels);
+            return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+          }
+          auto net = lamp::models::make_resnet(name, 10, channels);
+          return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+        };
+        return spec;
+      });
 }

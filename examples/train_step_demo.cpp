@@ -6,31 +6,28 @@
 // It shows the whole library in use: network_to_half and master weights
 // ("half", "bf16"), Autocast ("amp", "amp-bf16") and GradScaler ("amp",
 // "half"), all behind one step() call.
-#include <CLI/CLI.hpp>
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
-#include <iostream>
+
+#include "common/cli.h"
 
 namespace {
 
 struct Config {
   std::string precision = "fp32";
   std::string device = "cpu";
-  int steps = 50;
-  int batch_size = 64;
+  int64_t steps = 50;
+  int64_t batch_size = 64;
   double lr = 0.05;
   uint64_t seed = 0;
 };
 
 
 int run(const Config& config) {
-  const torch::Device device(config.device);
-  TORCH_CHECK(!device.is_cpu() || !device.has_index() || device.index() == 0,
-              "--device ", config.device,
-              ": there is only one CPU device; use --device cpu.");
+  const auto device = lamp_examples::resolve_device(config.device);
   const auto precision = lamp::parse_precision(config.precision);
   torch::manual_seed(config.seed);
 
@@ -54,22 +51,22 @@ int run(const Config& config) {
 
   const auto start = std::chrono::steady_clock::now();
   lamp::StepResult result;
-  for (int step = 1; step <= config.steps; ++step) {
+  for (int64_t step = 1; step <= config.steps; ++step) {
     result = train.step([&] {
       const auto log_probs = net->forward(train.cast_input(images));
       return torch::nn::functional::nll_loss(log_probs.to(torch::kFloat), labels);
     });
     if (step == 1 || step == config.steps || step % 10 == 0) {
-      std::printf("step %4d  loss %.4f  scale %g%s\n", step,
+      std::printf("step %4lld  loss %.4f  scale %g%s\n", static_cast<long long>(step),
                   result.loss.item<double>(), result.scale.item<double>(),
                   result.skipped() ? "  (skipped: non-finite gradients)" : "");
     }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%s on %s: %d steps in %.3f s, final loss %.4f, %lld skipped\n",
+  std::printf("%s on %s: %lld steps in %.3f s, final loss %.4f, %lld skipped\n",
               lamp::to_string(precision).c_str(), device.str().c_str(),
-              config.steps, seconds, result.loss.item<double>(),
+              static_cast<long long>(config.steps), seconds, result.loss.item<double>(),
               static_cast<long long>(train.scaler().steps_skipped()));
   return 0;
 }
@@ -77,25 +74,26 @@ int run(const Config& config) {
 } // namespace
 
 int main(int argc, char** argv) {
+  namespace cli = lamp_examples;
   Config config;
-  CLI::App app{"Train lamp's MNIST CNN on synthetic data with lamp::TrainStep"};
-  app.add_option("--precision", config.precision, "fp32|tf32|amp|amp-bf16|half|bf16")
-      ->check(CLI::IsMember({"fp32", "tf32", "amp", "amp-bf16", "half", "fp16", "bf16"}))
+  CLI::App app{"Train lamp's MNIST CNN on synthetic data with lamp::TrainStep",
+               "train_step_demo"};
+  app.add_option("--precision", config.precision, "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)")
+      ->check(CLI::IsMember(cli::precision_flag_values()))
       ->capture_default_str();
   app.add_option("--device", config.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--steps", config.steps, "optimizer steps")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(cli::integer_in(1, 1000000000))->capture_default_str();
   app.add_option("--batch-size", config.batch_size, "images per step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(cli::integer_in(1, 1 << 20))->capture_default_str();
   app.add_option("--lr", config.lr, "SGD learning rate")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seed", config.seed, "random seed")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  try {
-    return run(config);
-  } catch (const c10::Error& e) {
-    std::cerr << "train_step_demo: error: " << e.what_without_backtrace()
-              << "\n";
-    return 1;
+      ->check(cli::positive_real())->capture_default_str();
+  app.add_option("--seed", config.seed, "random seed")
+      ->check(cli::unsigned_integer())->capture_default_str();
+  cli::add_version_flag(app, "train_step_demo");
+  const int status = cli::parse_command_line(app, "train_step_demo", argc, argv);
+  if (status >= 0) {
+    return status;
   }
+  return cli::guarded_main("train_step_demo", [&] { return run(config); });
 }

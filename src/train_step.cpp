@@ -67,10 +67,26 @@ GradScalerOptions scaler_options(const TrainStepOptions& options) {
   return GradScalerOptions().enabled(false);
 }
 
+// The unnamed factory as a named one (null stays null, for the check).
+NamedOptimizerFactory ignoring_names(const OptimizerFactory& make_optimizer) {
+  if (!make_optimizer) {
+    return nullptr;
+  }
+  return [make_optimizer](const NamedParameters& params) {
+    return make_optimizer(params.values());
+  };
+}
+
 } // namespace
 
 TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
                      const OptimizerFactory& make_optimizer,
+                     TrainStepOptions options)
+    : TrainStep(std::move(model), ignoring_names(make_optimizer),
+                std::move(options)) {}
+
+TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
+                     const NamedOptimizerFactory& make_optimizer,
                      TrainStepOptions options)
     : model_(std::move(model)),
       options_(std::move(options)),
@@ -137,7 +153,11 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   for (size_t i = 0; i < params.size(); ++i) {
     param_names_.emplace(params[i].unsafeGetTensorImpl(), names[i]);
   }
-  optimizer_ = make_optimizer(params);
+  NamedParameters named_params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    named_params.insert(names[i], params[i]);
+  }
+  optimizer_ = make_optimizer(named_params);
   TORCH_CHECK(optimizer_ != nullptr,
               "lamp::TrainStep: the optimizer factory returned null.");
 }

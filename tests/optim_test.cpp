@@ -482,3 +482,39 @@ TEST(Optim, DeviceLearningRatesFollowTheParamGroups) {
 }
 
 } // namespace
+
+// No bias decay: the tensors of at most one dimension (biases, norms' weights
+// and biases) go to a second param group without weight decay. With zero
+// gradients only weight decay moves a tensor, so only the decayed one moves.
+TEST(Optim, NoBiasDecayLeavesBiasesAndNormsUndecayed) {
+  for (const std::string name : {"sgd", "adam", "adamw"}) {
+    SCOPED_TRACE(name);
+    auto weight = torch::ones({3, 2}).requires_grad_();
+    auto bias = torch::ones({3}).requires_grad_();
+    const auto config = lamp::optim::OptimizerConfig()
+                            .name(name)
+                            .lr(0.1)
+                            .momentum(0.0)
+                            .weight_decay(0.5)
+                            .no_bias_decay(true);
+    auto optimizer = lamp::optim::make_optimizer({bias, weight}, config);
+    const auto& groups = optimizer->param_groups();
+    ASSERT_EQ(groups.size(), 2u);
+    ASSERT_EQ(groups[0].params().size(), 1u);
+    EXPECT_TRUE(groups[0].params()[0].is_same(weight));
+    ASSERT_EQ(groups[1].params().size(), 1u);
+    EXPECT_TRUE(groups[1].params()[0].is_same(bias));
+    weight.mutable_grad() = torch::zeros_like(weight);
+    bias.mutable_grad() = torch::zeros_like(bias);
+    optimizer->step();
+    EXPECT_TRUE(weight.lt(1.0).all().item<bool>()) << weight;
+    EXPECT_TRUE(torch::equal(bias, torch::ones({3}))) << bias;
+    // Off, or with no decay at all: one group, as torch::optim.
+    EXPECT_EQ(lamp::optim::make_optimizer({bias, weight},
+                                          lamp::optim::OptimizerConfig(config).no_bias_decay(false))
+                  ->param_groups().size(), 1u);
+    EXPECT_EQ(lamp::optim::make_optimizer({bias, weight},
+                                          lamp::optim::OptimizerConfig(config).weight_decay(0.0))
+                  ->param_groups().size(), 1u);
+  }
+}

@@ -760,3 +760,47 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
 }
 
 } // namespace
+
+// A named factory gets every trainable parameter's name in named_parameters()
+// order with the tensor the optimizer trains: the model's own in fp32, the
+// FP32 master copy in bf16. Groups chosen by name reach the optimizer.
+TEST(TrainStep, NamedFactoryGetsNamesAndTheTensorsItTrains) {
+  for (auto precision : {lamp::Precision::kFP32, lamp::Precision::kBF16}) {
+    SCOPED_TRACE(lamp::to_string(precision));
+    torch::manual_seed(0);
+    SmallNet net;
+    const auto model_params = net->named_parameters();
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> tensors;
+    lamp::TrainStep step(
+        net.ptr(),
+        [&](const lamp::NamedParameters& named) {
+          std::vector<torch::Tensor> head, body;
+          for (const auto& item : named) {
+            names.push_back(item.key());
+            tensors.push_back(item.value());
+            (item.key().rfind("fc.", 0) == 0 ? head : body).push_back(item.value());
+          }
+          std::vector<torch::optim::OptimizerParamGroup> groups;
+          groups.emplace_back(body);
+          groups.emplace_back(head, std::make_unique<torch::optim::SGDOptions>(0.5));
+          return std::make_unique<lamp::optim::SGD>(groups, torch::optim::SGDOptions(0.1));
+        },
+        lamp::TrainStepOptions(precision));
+    EXPECT_EQ(names, model_params.keys());
+    ASSERT_EQ(tensors.size(), model_params.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      EXPECT_EQ(tensors[i].scalar_type(), torch::kFloat) << names[i];
+      EXPECT_EQ(tensors[i].sizes(), model_params[names[i]].sizes()) << names[i];
+      const bool is_model_param = tensors[i].is_same(model_params[names[i]]);
+      EXPECT_EQ(is_model_param, precision == lamp::Precision::kFP32) << names[i];
+      if (precision == lamp::Precision::kBF16) {
+        EXPECT_TRUE(tensors[i].is_same(step.master_weights()->master_params()[i]));
+      }
+    }
+    const auto& groups = step.optimizer().param_groups();
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(groups[1].params().size(), 2u);  // fc.weight, fc.bias
+    EXPECT_EQ(groups[1].options().get_lr(), 0.5);
+  }
+}

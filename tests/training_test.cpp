@@ -388,3 +388,61 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
 }
 
 } // namespace
+
+// Accumulation and clipping reach the TrainStep: 6 batches per epoch with 3
+// accumulation steps are 2 optimizer steps (Adam counts them); every batch is
+// reported with its step, learning rate and loss (a device tensor). An
+// accumulation that does not divide the epoch is refused with the divisors.
+TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
+  const auto options = TrainerOptions()
+                           .epochs(1)
+                           .optimizer("adam")
+                           .optimizer_implementation(lamp::optim::Implementation::kPerTensor)
+                           .accumulation_steps(3)
+                           .max_grad_norm(1.0);
+  auto run = make_run(lamp::Precision::kFP32, options, 1e-3);
+  auto& step = run->trainer->train_step();
+  EXPECT_EQ(step.options().accumulation_steps(), 3);
+  EXPECT_EQ(step.options().max_grad_norm(), 1.0);
+  std::vector<lamp::training::BatchProgress> seen;
+  run->trainer->fit(nullptr, [&](const lamp::training::BatchProgress& p) { seen.push_back(p); });
+  ASSERT_EQ(seen.size(), 6u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].global_step, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(seen[i].batch, static_cast<int64_t>(i) + 1);
+    EXPECT_GT(seen[i].lr, 0.0);
+    ASSERT_TRUE(seen[i].loss.defined());
+    EXPECT_TRUE(std::isfinite(seen[i].loss.item<double>()));
+    EXPECT_EQ(seen[i].warmup, i == 0);
+  }
+  ASSERT_FALSE(step.optimizer().state().empty());
+  for (const auto& item : step.optimizer().state()) {
+    EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*item.second).step(), 2);
+  }
+  const auto refused = error_of([&] {
+    make_run(lamp::Precision::kFP32, TrainerOptions(options).accumulation_steps(4), 1e-3);
+  });
+  EXPECT_NE(refused.find("4 accumulation steps do not divide the 6 batches of an "
+                         "epoch"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("use one of 1, 2, 3, 6,"), std::string::npos) << refused;
+}
+
+// The new settings are stored and a resume must repeat them.
+TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationOrBiasDecay) {
+  const auto checkpoint = temp_path("accumulation.pt");
+  const auto options =
+      TrainerOptions().epochs(2).max_steps(6).accumulation_steps(2).no_bias_decay(true);
+  make_run(lamp::Precision::kFP32, TrainerOptions(options).checkpoint(checkpoint))
+      ->trainer->fit();
+  const auto resume = TrainerOptions(options).max_steps(0).resume(checkpoint);
+  EXPECT_EQ(error_of([&] { make_run(lamp::Precision::kFP32, resume); }), "");
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kFP32, TrainerOptions(resume).accumulation_steps(3));
+            }).find("resume with --accumulation-steps 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kFP32, TrainerOptions(resume).no_bias_decay(false));
+            }).find("was trained with --no-bias-decay; resume with it"),
+            std::string::npos);
+  std::remove(checkpoint.c_str());
+}

@@ -1,18 +1,26 @@
 #include "classifier_program.h"
 
+#include <lamp/version.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <random>
 
 namespace lamp_examples {
 namespace {
@@ -31,75 +39,97 @@ std::string mib(int64_t bytes) {
   return text;
 }
 
-// A one-line progress bar with rate and ETA, redrawn in place on a terminal.
-class ProgressBar {
- public:
-  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
-  void update(const lamp::training::BatchProgress& p) {
-    if (!enabled_) {
-      return;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (p.batch == 1) {
-      start_ = now;
-      images_ = 0;
-    }
-    images_ += p.images;
-    if (p.batch != p.batches && now - last_ < std::chrono::milliseconds(100)) {
-      return;
-    }
-    last_ = now;
-    const double seconds = std::chrono::duration<double>(now - start_).count();
-    const double rate = seconds > 0 ? images_ / seconds : 0.0;
-    const double eta =
-        p.batch > 0 ? seconds * (p.batches - p.batch) / p.batch : 0.0;
-    const int width = 30;
-    const int filled = static_cast<int>(width * p.batch / p.batches);
-    std::string bar(filled, '=');
-    bar.resize(width, ' ');
-    std::fprintf(stdout,
-                 "\r  epoch %lld [%s] %lld/%lld  %.0f img/s  ETA %.0f s ",
-                 static_cast<long long>(p.epoch), bar.c_str(),
-                 static_cast<long long>(p.batch),
-                 static_cast<long long>(p.batches), rate, eta);
-    std::fflush(stdout);
+// Seconds as "1:05" or "1:02:03" for ETAs.
+std::string clock_time(double seconds) {
+  const auto total = static_cast<long long>(std::max(0.0, seconds) + 0.5);
+  char text[32];
+  if (total >= 3600) {
+    std::snprintf(text, sizeof(text), "%lld:%02lld:%02lld", total / 3600,
+                  total / 60 % 60, total % 60);
+  } else {
+    std::snprintf(text, sizeof(text), "%lld:%02lld", total / 60, total % 60);
   }
-  void finish() {
-    if (enabled_) {
-      std::fprintf(stdout, "\r%*s\r", 100, "");
-      std::fflush(stdout);
+  return text;
+}
+
+// The current time in UTC as ISO 8601 with milliseconds.
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[80];  // room for any int the compiler cannot rule out
+  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
+                utc.tm_min, utc.tm_sec, static_cast<int>(millis));
+  return text;
+}
+
+// A run's id: its start time, the process id and 32 random bits, so that
+// runs appended to one log file can be told apart.
+std::string new_run_id() {
+  std::string id = utc_now();
+  id.erase(std::remove_if(id.begin(), id.end(),
+                          [](char c) { return c == '-' || c == ':'; }),
+           id.end());
+  id = id.substr(0, id.find('.')) + "Z";
+  char tail[32];
+  std::snprintf(tail, sizeof(tail), "-%d-%08x", static_cast<int>(getpid()),
+                static_cast<unsigned>(std::random_device{}()));
+  return id + tail;
+}
+
+// The terminal's width in columns (stderr's), COLUMNS, or 80.
+int terminal_width() {
+  struct winsize size {};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) {
+    return size.ws_col;
+  }
+  if (const char* columns = std::getenv("COLUMNS")) {
+    const int n = std::atoi(columns);
+    if (n > 0) {
+      return n;
     }
+  }
+  return 80;
+}
+
+// The mean of the finite losses and the images of a stretch of steps, summed
+// on the device: reading it is one host sync, paid only when shown.
+class LossWindow {
+ public:
+  void add(const lamp::training::BatchProgress& p) {
+    const auto loss = p.loss.to(torch::kDouble);
+    const auto finite = torch::isfinite(loss);
+    if (!sum_.defined()) {
+      sum_ = torch::zeros({2}, loss.options());
+    }
+    sum_[0] += torch::where(finite, loss, torch::zeros_like(loss));
+    sum_[1] += finite;
+    images_ += p.images;
+  }
+  // {mean finite loss (NaN when none was finite), images}, then restarts.
+  std::pair<double, int64_t> take() {
+    double mean = std::numeric_limits<double>::quiet_NaN();
+    if (sum_.defined()) {
+      const auto host = sum_.cpu();
+      const double count = host[1].item<double>();
+      if (count > 0) {
+        mean = host[0].item<double>() / count;
+      }
+      sum_.zero_();
+    }
+    const int64_t images = images_;
+    images_ = 0;
+    return {mean, images};
   }
 
  private:
-  bool enabled_;
-  std::chrono::steady_clock::time_point start_, last_;
+  torch::Tensor sum_;
   int64_t images_ = 0;
 };
-
-torch::Device resolve_device(const std::string& name) {
-  if (name.empty()) {
-    return lamp::cuda_available() ? torch::Device(torch::kCUDA)
-                                  : torch::Device(torch::kCPU);
-  }
-  torch::Device device(torch::kCPU);
-  try {
-    device = torch::Device(name);
-  } catch (const c10::Error&) {
-    TORCH_CHECK(false, "--device '", name,
-                "' is not a device; use cpu, cuda or cuda:N.");
-  }
-  TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device '", name,
-              "': only cpu and cuda devices are supported.");
-  TORCH_CHECK(!device.is_cpu() || !device.has_index() || device.index() == 0,
-              "--device ", name,
-              ": there is only one CPU device (LibTorch uses all cores through "
-              "it); use --device cpu.");
-  TORCH_CHECK(!device.is_cuda() || lamp::cuda_available(), "--device ", name,
-              ": no CUDA GPU is available to this process (or this LibTorch "
-              "was built without CUDA); use --device cpu.");
-  return device;
-}
 
 // The --log-json file: one JSON object per line, every write checked, so a
 // full disk or a vanished file stops the run instead of losing the log.
@@ -108,7 +138,8 @@ class JsonLog {
   // Refuses what is not (or would not become) a regular file before opening
   // it: opening a FIFO without a reader blocks forever, and a device such as
   // /dev/full or /dev/null would swallow the log.
-  explicit JsonLog(const std::string& path) : path_(path) {
+  JsonLog(const std::string& path, std::string run_id)
+      : path_(path), run_id_(std::move(run_id)) {
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) {
       TORCH_CHECK(S_ISREG(st.st_mode), "--log-json ", path,
@@ -123,7 +154,13 @@ class JsonLog {
                 "); check that its folder exists and is writable.");
   }
 
-  void write(const nlohmann::json& line) {
+  // One record: {"record": kind, "run_id": ..., "time": ..., fields...}.
+  void write(const char* kind, const nlohmann::ordered_json& fields) {
+    nlohmann::ordered_json line = {
+        {"record", kind}, {"run_id", run_id_}, {"time", utc_now()}};
+    for (const auto& item : fields.items()) {
+      line[item.key()] = item.value();
+    }
     errno = 0;
     out_ << line.dump() << "\n";
     out_.flush();
@@ -149,24 +186,165 @@ class JsonLog {
   }
 
   std::string path_;
+  std::string run_id_;
   std::ofstream out_;
 };
 
-} // namespace
+// Progress inside an epoch, as people expect from tqdm:
+//  - on a terminal, a bar on stderr fitted to its width, redrawn at most ten
+//    times a second: batches, running loss, img/s, loss scale, ETA;
+//  - every `log_every` steps (or, on a non-terminal without --log-every,
+//    every 30 s) a plain line on stdout, and with --log-json a "step" record;
+//  - clear() erases the bar before any other output (epoch lines, errors).
+class Progress {
+ public:
+  Progress(bool bar, bool timed_lines, int64_t log_every, bool show_scale,
+           int64_t epochs, JsonLog* log)
+      : bar_(bar),
+        timed_lines_(timed_lines),
+        log_every_(log_every),
+        show_scale_(show_scale),
+        epochs_(epochs),
+        log_(log) {}
 
-// CLI11 converts an out-of-range or negative value for a uint64_t to a
-// wrapped or saturated number without a word: check the text first.
-const CLI::Validator kUnsignedInteger(
-    [](std::string& text) -> std::string {
-      const bool digits =
-          !text.empty() && text.size() <= 20 &&
-          text.find_first_not_of("0123456789") == std::string::npos;
-      if (digits && (text.size() < 20 || text <= "18446744073709551615")) {
-        return "";
+  // An error unwinding through the run erases the bar before it is printed.
+  ~Progress() { clear(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  bool active() const { return bar_ || timed_lines_ || log_every_ > 0; }
+
+  void update(const lamp::training::BatchProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.batch == 1) {
+      epoch_start_ = line_start_ = last_line_ = now;
+      epoch_images_ = 0;
+    }
+    epoch_images_ += p.images;
+    if (bar_) {
+      bar_window_.add(p);
+    }
+    if (log_every_ > 0 || timed_lines_) {
+      if (p.batch == 1) {
+        line_window_.take();  // a line covers steps of one epoch only
       }
-      return "'" + text + "' is not an integer in 0..18446744073709551615";
-    },
-    "UINT64");
+      line_window_.add(p);
+      if (log_every_ > 0 ? p.global_step % log_every_ == 0
+                         : now - last_line_ >= std::chrono::seconds(30)) {
+        write_line(p, now);
+      }
+    }
+    if (bar_ && (p.batch == p.batches ||
+                 now - last_draw_ >= std::chrono::milliseconds(100))) {
+      draw(p, now);
+    }
+  }
+
+  void clear() {
+    if (drawn_) {
+      std::fprintf(stderr, "\r%*s\r", terminal_width() - 1, "");
+      std::fflush(stderr);
+      drawn_ = false;
+    }
+  }
+
+ private:
+  static double seconds(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  }
+
+  std::string scale_text(const lamp::training::BatchProgress& p) const {
+    return show_scale_ && p.loss_scale.defined()
+               ? "scale " + short_number(p.loss_scale.item<double>())
+               : "";
+  }
+
+  void write_line(const lamp::training::BatchProgress& p,
+                  std::chrono::steady_clock::time_point now) {
+    const auto window = line_window_.take();
+    const double elapsed = seconds(now - line_start_);
+    const double rate = elapsed > 0 ? window.second / elapsed : 0.0;
+    const auto scale = scale_text(p);
+    clear();
+    std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %s%s%s\n",
+                static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
+                static_cast<long long>(p.batch), static_cast<long long>(p.batches),
+                window.first, rate, short_number(p.lr).c_str(),
+                scale.empty() ? "" : "  ", scale.c_str());
+    std::fflush(stdout);
+    if (log_ && log_every_ > 0) {
+      log_->write("step", {{"epoch", p.epoch},
+                           {"batch", p.batch},
+                           {"global_step", p.global_step},
+                           {"loss", window.first},
+                           {"images_per_second", rate},
+                           {"loss_scale", p.loss_scale.defined()
+                                              ? p.loss_scale.item<double>()
+                                              : 1.0},
+                           {"lr", p.lr},
+                           {"warmup", p.warmup}});
+    }
+    line_start_ = last_line_ = now;
+  }
+
+  void draw(const lamp::training::BatchProgress& p,
+            std::chrono::steady_clock::time_point now) {
+    last_draw_ = now;
+    const double elapsed = seconds(now - epoch_start_);
+    const double rate = elapsed > 0 ? epoch_images_ / elapsed : 0.0;
+    const double eta = elapsed * (p.batches - p.batch) / p.batch;
+    const double loss = bar_window_.take().first;
+    const auto left = "epoch " + std::to_string(p.epoch) + "/" + std::to_string(epochs_);
+    // The parts after the bar, dropped from the end while they do not fit.
+    std::vector<std::string> parts = {
+        std::to_string(p.batch) + "/" + std::to_string(p.batches),
+        "loss " + (std::isfinite(loss) ? fixed(loss, 4) : std::string("nan")),
+        fixed(rate, 0) + " img/s", scale_text(p), "ETA " + clock_time(eta)};
+    const int width = terminal_width() - 1;
+    std::string right;
+    for (const auto& part : parts) {
+      if (!part.empty()) {
+        right += " " + part;
+      }
+    }
+    while (static_cast<int>(left.size() + right.size()) + 12 > width &&
+           right.find(' ', 1) != std::string::npos) {
+      right.erase(right.rfind(' '));
+    }
+    const int bar_width =
+        width - static_cast<int>(left.size() + right.size()) - 3;
+    std::string line = left;
+    if (bar_width >= 5) {
+      const int filled = static_cast<int>(bar_width * p.batch / p.batches);
+      std::string bar(filled, '=');
+      if (filled < bar_width) {
+        bar += '>';
+      }
+      bar.resize(bar_width, ' ');
+      line += " [" + bar + "]";
+    }
+    line += right;
+    line.resize(std::min<size_t>(line.size(), width));
+    std::fprintf(stderr, "\r%-*s", width, line.c_str());
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  const bool bar_;
+  const bool timed_lines_;
+  const int64_t log_every_;
+  const bool show_scale_;
+  const int64_t epochs_;
+  JsonLog* log_;
+  LossWindow bar_window_, line_window_;
+  std::chrono::steady_clock::time_point epoch_start_, line_start_, last_line_,
+      last_draw_;
+  int64_t epoch_images_ = 0;
+  bool drawn_ = false;
+};
+
+
+} // namespace
 
 void add_options(CLI::App& app, ProgramConfig& c) {
   app.add_option("--model", c.model, "network")
@@ -174,23 +352,22 @@ void add_options(CLI::App& app, ProgramConfig& c) {
       ->capture_default_str();
   app.add_option("--precision", c.precision,
                  "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)")
-      ->check(CLI::IsMember(
-          {"fp32", "tf32", "amp", "amp-bf16", "half", "fp16", "bf16"}))
+      ->check(CLI::IsMember(precision_flag_values()))
       ->capture_default_str();
   app.add_flag("--fp16", c.fp16, "same as --precision half (the seed's flag)");
   // At most a million epochs: epochs times steps per epoch (the length of
   // the learning-rate schedule) then stays far inside int64.
-  app.add_option("--epochs", c.epochs, "epochs (1 to 1000000)")
-      ->check(CLI::Range(int64_t{1}, kMaxEpochs))
+  app.add_option("--epochs", c.epochs, "epochs, 1..1000000")
+      ->check(integer_in(1, kMaxEpochs))
       ->capture_default_str();
   app.add_option("--batch-size", c.batch_size,
                  "images per step (at most the training images, per rank)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
   app.add_option("--eval-batch-size", c.eval_batch_size,
                  "images per evaluation batch (larger than the test set: the "
                  "whole test set in one batch)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
   app.add_option("--optimizer", c.optimizer,
                  "sgd | adam | adamw (fused kernels where available)")
@@ -198,14 +375,26 @@ void add_options(CLI::App& app, ProgramConfig& c) {
       ->capture_default_str();
   app.add_option("--lr", c.lr,
                  "peak learning rate (e.g. 1e-3 for adam/adamw)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_real())
       ->capture_default_str();
-  app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov)")
-      ->check(CLI::Range(0.0, 1.0))
+  app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov), in [0, 1]")
+      ->check(real_in(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay,
                  "L2 weight decay (decoupled for adamw)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_real())
+      ->capture_default_str();
+  app.add_flag("--no-bias-decay", c.no_bias_decay,
+               "no weight decay on biases and norm parameters (tensors of at "
+               "most one dimension)");
+  app.add_option("--max-grad-norm", c.max_grad_norm,
+                 "clip the gradients' global L2 norm to this (0 = off)")
+      ->check(non_negative_real())
+      ->capture_default_str();
+  app.add_option("--accumulation-steps", c.accumulation_steps,
+                 "batches per optimizer step (gradients summed), 1..1048576; "
+                 "must divide the batches per epoch")
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--schedule", c.schedule, "onecycle | cosine | constant")
       ->check(CLI::IsMember({"onecycle", "cosine", "constant"}))
@@ -214,7 +403,7 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                "let cuDNN pick its fastest algorithms");
   app.add_option("--cudnn-benchmark-limit", c.cudnn_benchmark_limit,
                  "algorithms cuDNN's benchmark mode tries per shape (0 = all)")
-      ->check(CLI::Range(int64_t{0}, int64_t{INT_MAX}))
+      ->check(integer_in(0, INT_MAX))
       ->capture_default_str();
   app.add_flag("--cuda-graph", c.cuda_graph,
                "capture the training step in CUDA graphs (CUDA, fused "
@@ -239,17 +428,26 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                  "cpu, cuda or cuda:N (default: cuda when available)");
   app.add_option("--seed", c.seed,
                  "seed of initialisation, data order and augmentation")
-      ->check(kUnsignedInteger)
+      ->check(unsigned_integer())
       ->capture_default_str();
   app.add_option("--checkpoint", c.checkpoint,
                  "write a checkpoint here after every epoch");
   app.add_option("--resume", c.resume, "resume from this checkpoint");
   app.add_option("--log-json", c.log_json,
-                 "append one JSON object per epoch to this file");
+                 "append JSON Lines records to this file: a run header, one "
+                 "per epoch, one per --log-every steps");
+  app.add_option("--log-every", c.log_every,
+                 "every N steps print a progress line (and with --log-json "
+                 "write a step record); 0 = a line every 30 s when the output "
+                 "is not a terminal")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   app.add_option("--max-steps", c.max_steps,
-                 "stop after this many steps (smoke runs)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_flag("!--no-progress", c.progress, "no progress bar");
+                 "stop after this many steps, 0 = no limit (smoke runs)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+  app.add_flag_callback("--no-progress", [&c] { c.progress = false; },
+                        "no progress bar or timed progress lines");
   app.add_flag(
       "--report-precision", c.report_precision,
       "before training, print every parameter's and buffer's dtype "
@@ -350,6 +548,9 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
           .lr(config.lr)
           .momentum(config.momentum)
           .weight_decay(config.weight_decay)
+          .no_bias_decay(config.no_bias_decay)
+          .max_grad_norm(config.max_grad_norm)
+          .accumulation_steps(config.accumulation_steps)
           .schedule(lamp::training::parse_schedule(config.schedule))
           .eval_batch_size(eval_batch_size)
           .max_steps(config.max_steps)
@@ -381,7 +582,34 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   }
   std::unique_ptr<JsonLog> log;
   if (!config.log_json.empty() && main_rank) {
-    log = std::make_unique<JsonLog>(config.log_json);
+    log = std::make_unique<JsonLog>(config.log_json, new_run_id());
+    const auto cuda = lamp::cuda_versions();
+    log->write("run", {{"program", spec.program},
+                       {"command_line", config.command_line},
+                       {"lamp_version", LAMP_VERSION},
+                       {"torch_version", TORCH_VERSION},
+                       {"cuda", cuda.empty() ? nlohmann::ordered_json(nullptr)
+                                             : nlohmann::ordered_json(cuda)},
+                       {"device", device.str()},
+                       {"device_name", lamp::device_name(device)},
+                       {"world_size", group->world_size()},
+                       {"model", config.model},
+                       {"precision", lamp::to_string(precision)},
+                       {"optimizer", config.optimizer},
+                       {"batch_size", config.batch_size},
+                       {"accumulation_steps", config.accumulation_steps},
+                       {"epochs", config.epochs},
+                       {"lr", config.lr},
+                       {"schedule", config.schedule},
+                       {"momentum", config.momentum},
+                       {"weight_decay", config.weight_decay},
+                       {"no_bias_decay", config.no_bias_decay},
+                       {"max_grad_norm", config.max_grad_norm},
+                       {"seed", config.seed},
+                       {"train_images", spec.train.size()},
+                       {"test_images", spec.test.size()},
+                       {"start_epoch", trainer.start_epoch() + 1},
+                       {"resume", config.resume}});
   }
   if (main_rank) {
     std::printf(
@@ -404,13 +632,21 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
             : "");
     std::fflush(stdout);
   }
-  ProgressBar bar(main_rank && config.progress && isatty(STDOUT_FILENO));
+  // The bar goes to stderr when it is a terminal; plain progress lines to
+  // stdout, every --log-every steps, or every 30 s when stdout is not a
+  // terminal (a CI log, `| tee`).
+  Progress progress(main_rank && config.progress && isatty(STDERR_FILENO),
+                    main_rank && config.progress && !isatty(STDOUT_FILENO),
+                    main_rank ? config.log_every : 0,
+                    trainer.train_step().scaler().is_enabled(), config.epochs,
+                    log.get());
+
   trainer.fit(
       [&](const lamp::training::EpochStats& s) {
         if (!main_rank) {
           return;
         }
-        bar.finish();
+        progress.clear();
         std::printf(
             "epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%% "
             " "
@@ -425,7 +661,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                 : "");
         std::fflush(stdout);
         if (log) {
-          nlohmann::json line = {{"program", spec.program},
+          log->write("epoch", {{"program", spec.program},
                                  {"model", config.model},
                                  {"precision", lamp::to_string(precision)},
                                  {"device", device.str()},
@@ -442,22 +678,36 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                                  {"peak_memory_bytes", s.peak_memory_bytes},
                                  {"loss_scale", s.loss_scale},
                                  {"skipped_steps", s.skipped_steps},
-                                 {"lr", s.lr}};
-          log->write(line);
+                                 {"non_finite_losses", s.non_finite_losses},
+                                 {"lr", s.lr}});
         }
       },
-      [&](const lamp::training::BatchProgress& p) { bar.update(p); });
+      progress.active() ? std::function<void(const lamp::training::BatchProgress&)>(
+                              [&](const lamp::training::BatchProgress& p) {
+                                progress.update(p);
+                              })
+                        : nullptr);
 }
 
-int guarded_main(const std::string& program, const std::function<int()>& body) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    std::cerr << program << ": error: " << e.what_without_backtrace() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << program << ": error: " << e.what() << "\n";
+int program_main(int argc, char** argv, const std::string& program,
+                 const std::string& description, ProgramConfig& config,
+                 const std::function<RunSpec()>& make_spec) {
+  CLI::App app{description, program};
+  add_options(app, config);
+  add_version_flag(app, program);
+  const int status = parse_command_line(app, program, argc, argv);
+  if (status >= 0) {
+    return status;
   }
-  return 1;
+  config.command_line.assign(argv, argv + argc);
+  return guarded_main(
+      program,
+      [&] {
+        auto spec = make_spec();
+        spec.program = program;
+        run(config, spec);
+        return 0;
+      });
 }
 
 } // namespace lamp_examples

@@ -1,10 +1,12 @@
 #pragma once
 
-// The part train_cifar10 and train_mnist share: the CLI options, printing,
-// the JSON log, and the run itself (which the library does).
+// The part train_cifar10 and train_mnist share: the CLI options, progress,
+// printing, the JSON log, and the run itself (which the library does).
 
 #include <CLI/CLI.hpp>
 #include <lamp/lamp.h>
+
+#include "cli.h"
 
 #include <functional>
 #include <memory>
@@ -25,6 +27,9 @@ struct ProgramConfig {
   double lr = 0.05;
   double momentum = 0.9;
   double weight_decay = 5e-4;
+  bool no_bias_decay = false;
+  double max_grad_norm = 0.0;
+  int64_t accumulation_steps = 1;
   std::string schedule = "onecycle";
   bool cudnn_benchmark = false;
   int64_t cudnn_benchmark_limit = 10;  // cuDNN's own default
@@ -38,8 +43,10 @@ struct ProgramConfig {
   std::string resume;
   std::string log_json;
   int64_t max_steps = 0;
+  int64_t log_every = 0;
   bool progress = true;
   bool report_precision = false;
+  std::vector<std::string> command_line;  // for the log's run record
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).
@@ -67,8 +74,13 @@ struct RunSpec {
 /// std::exception on bad input.
 void run(const ProgramConfig& config, const RunSpec& spec);
 
-/// Wraps main's body: prints errors as "<program>: error: ..." and returns 1.
-int guarded_main(const std::string& program, const std::function<int()>& body);
+/// A training program's whole main(): parses the flags into `config` (whose
+/// fields hold the program's defaults) with the conventions of cli.h, then
+/// builds the data with `make_spec` and calls run(); returns the exit status
+/// (0, 1 for errors while running, 2 for usage errors).
+int program_main(int argc, char** argv, const std::string& program,
+                 const std::string& description, ProgramConfig& config,
+                 const std::function<RunSpec()>& make_spec);
 
 /// Per-channel mean and standard deviation of uint8 images, in [0, 1] units.
 /// Throws when a channel has zero variance (blank images cannot be

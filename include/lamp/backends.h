@@ -69,6 +69,11 @@ void synchronize(const torch::Device& device);
 /// name from /proc/cpuinfo ("cpu" when unknown).
 std::string device_name(const torch::Device& device);
 
+/// The CUDA toolkit this LibTorch was built with and the cuDNN it loaded,
+/// as "CUDA 13.0, cuDNN 9.19.0" (cuDNN only when present); "" for a LibTorch
+/// built without CUDA. Needs no GPU.
+std::string cuda_versions();
+
 /// Peak resident memory of this process in bytes (the CPU counterpart of
 /// peak_device_memory()); 0 where the OS does not report it.
 int64_t peak_host_memory();

@@ -92,6 +92,27 @@ struct TrainStepOptions {
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
     std::vector<torch::Tensor> params)>;
 
+/// The same with each parameter's name in the model ("layer1.0.bn1.weight"),
+/// in named_parameters() order, for param groups chosen by name (another
+/// learning rate for the head, no weight decay for some layers):
+///
+/// \code
+///   lamp::TrainStep step(model, [](const lamp::NamedParameters& named) {
+///     std::vector<torch::Tensor> head, body;
+///     for (const auto& p : named) {
+///       (p.key().rfind("fc.", 0) == 0 ? head : body).push_back(p.value());
+///     }
+///     std::vector<torch::optim::OptimizerParamGroup> groups;
+///     groups.emplace_back(body);
+///     groups.emplace_back(head, std::make_unique<torch::optim::SGDOptions>(0.1));
+///     return std::make_unique<lamp::optim::SGD>(groups, torch::optim::SGDOptions(0.01));
+///   });
+/// \endcode
+using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
+using NamedOptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(
+        const NamedParameters& params)>;
+
 /// What one TrainStep::step() call did. Nothing in it has been read on the
 /// host: where the step ran sync-free, skipped() and `scale` are device
 /// values, and reading them waits for the device.
@@ -164,6 +185,10 @@ class TrainStep {
  public:
   TrainStep(std::shared_ptr<torch::nn::Module> model,
             const OptimizerFactory& make_optimizer,
+            TrainStepOptions options = {});
+  /// With the parameters' names (NamedOptimizerFactory); otherwise the same.
+  TrainStep(std::shared_ptr<torch::nn::Module> model,
+            const NamedOptimizerFactory& make_optimizer,
             TrainStepOptions options = {});
   ~TrainStep();
 

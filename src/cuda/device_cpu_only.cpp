@@ -7,6 +7,8 @@ namespace lamp {
 
 bool cuda_available() { return false; }
 
+std::string cuda_versions() { return ""; }
+
 int64_t peak_device_memory(const torch::Device&) { return 0; }
 
 void reset_peak_device_memory(const torch::Device&) {}

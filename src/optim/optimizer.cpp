@@ -43,28 +43,61 @@ const std::vector<std::string>& optimizer_names() {
   return names;
 }
 
+namespace {
+
+// One param group, or two under no_bias_decay: the parameters with at most
+// one dimension (biases, the weights and biases of norms) in a group of
+// their own with no weight decay. Both use `defaults`' other options.
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> param_groups(
+    std::vector<torch::Tensor> params, const Options& defaults,
+    const OptimizerConfig& config) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!config.no_bias_decay() || config.weight_decay() == 0) {
+    groups.emplace_back(std::move(params), std::make_unique<Options>(defaults));
+    return groups;
+  }
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : params) {
+    (p.dim() <= 1 ? no_decay : decay).push_back(std::move(p));
+  }
+  if (!decay.empty()) {
+    groups.emplace_back(std::move(decay), std::make_unique<Options>(defaults));
+  }
+  if (!no_decay.empty()) {
+    auto options = std::make_unique<Options>(defaults);
+    options->weight_decay(0.0);
+    groups.emplace_back(std::move(no_decay), std::move(options));
+  }
+  return groups;
+}
+
+} // namespace
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     std::vector<torch::Tensor> params, const OptimizerConfig& config) {
   const auto& name = config.name();
   if (name == "sgd") {
+    const auto defaults = torch::optim::SGDOptions(config.lr())
+                              .momentum(config.momentum())
+                              .nesterov(config.nesterov())
+                              .weight_decay(config.weight_decay());
     return std::make_unique<SGD>(
-        std::move(params),
-        torch::optim::SGDOptions(config.lr())
-            .momentum(config.momentum())
-            .nesterov(config.nesterov())
-            .weight_decay(config.weight_decay()),
+        param_groups(std::move(params), defaults, config), defaults,
         config.implementation());
   }
   if (name == "adam") {
+    const auto defaults =
+        torch::optim::AdamOptions(config.lr()).weight_decay(config.weight_decay());
     return std::make_unique<Adam>(
-        std::move(params),
-        torch::optim::AdamOptions(config.lr()).weight_decay(config.weight_decay()),
+        param_groups(std::move(params), defaults, config), defaults,
         config.implementation());
   }
   if (name == "adamw") {
+    const auto defaults =
+        torch::optim::AdamWOptions(config.lr()).weight_decay(config.weight_decay());
     return std::make_unique<AdamW>(
-        std::move(params),
-        torch::optim::AdamWOptions(config.lr()).weight_decay(config.weight_decay()),
+        param_groups(std::move(params), defaults, config), defaults,
         config.implementation());
   }
   TORCH_CHECK(false, "lamp::optim::make_optimizer: unknown optimizer '", name,

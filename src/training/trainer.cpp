@@ -33,6 +33,7 @@ OptimizerFactory optimizer_factory(const TrainerOptions& o) {
                           .momentum(o.momentum())
                           .nesterov(o.nesterov() && o.momentum() > 0)
                           .weight_decay(o.weight_decay())
+                          .no_bias_decay(o.no_bias_decay())
                           .implementation(o.optimizer_implementation());
   return [config](std::vector<torch::Tensor> params) {
     return optim::make_optimizer(std::move(params), config);
@@ -73,6 +74,18 @@ class FieldReader {
   }
   std::string text(const char* key) {
     return detail::read_string(archive_, key, where_.c_str());
+  }
+  /// A setting added to the format later: `fallback` (what runs did before
+  /// it was stored) where the checkpoint predates it.
+  int64_t integer_or(const char* key, int64_t fallback) {
+    c10::IValue value;
+    return archive_.try_read(key, value) ? integer(key) : fallback;
+  }
+  bool boolean_or(const char* key, bool fallback) {
+    c10::IValue value;
+    return archive_.try_read(key, value)
+               ? detail::read_bool(archive_, key, where_.c_str())
+               : fallback;
   }
   void section(const char* key, torch::serialize::InputArchive& part) {
     detail::read_archive(archive_, key, part, where_.c_str());
@@ -130,12 +143,30 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
               "lamp: momentum and weight decay must be >= 0.");
   TORCH_CHECK(o.max_steps() >= 0, "lamp: max_steps must be >= 0 (0 = no limit).");
   TORCH_CHECK(o.divergence_patience() > 0, "lamp: divergence_patience must be positive.");
+  TORCH_CHECK(o.accumulation_steps() >= 1,
+              "lamp: accumulation_steps must be >= 1, got ",
+              o.accumulation_steps(), ".");
   TORCH_CHECK(forward_ != nullptr, "lamp: no forward function given.");
   const int64_t batches = train_loader_.batches_per_epoch();
   TORCH_CHECK(batches > 0, "lamp: the training loader has no batches (",
               train_loader_.samples_per_epoch(), " samples per epoch, batch size ",
               train_loader_.options().batch_size(),
               ", drop_last); use a smaller batch size.");
+  if (batches % o.accumulation_steps() != 0) {
+    std::string divisors;
+    for (int64_t d = 1; d <= std::min<int64_t>(batches, 64); ++d) {
+      if (batches % d == 0) {
+        divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+      }
+    }
+    TORCH_CHECK(false, "lamp: ", o.accumulation_steps(),
+                " accumulation steps do not divide the ", batches,
+                " batches of an epoch, so an epoch (and its checkpoint) would "
+                "end inside an accumulation cycle; use one of ", divisors,
+                batches > 64 ? ", ..." : "",
+                ", or another batch size (or drop_last) that makes the "
+                "batches per epoch a multiple of it.");
+  }
   TORCH_CHECK(o.epochs() <= std::numeric_limits<int64_t>::max() / batches,
               "lamp: ", o.epochs(), " epochs of ", batches,
               " steps overflow the step counter; use fewer epochs.");
@@ -150,6 +181,7 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       model_, optimizer_factory(o),
       TrainStepOptions(o.precision())
           .max_grad_norm(o.max_grad_norm())
+          .accumulation_steps(o.accumulation_steps())
           .skip_non_finite(o.skip_non_finite())
           .cuda_graph(o.cuda_graph())
           .process_group(o.process_group()));
@@ -277,7 +309,17 @@ std::vector<EpochStats> ClassifierTrainer::fit(
         window = 0;
       }
       if (on_batch) {
-        on_batch({epoch + 1, i + 1, batches, batch.labels.size(0)});
+        BatchProgress progress;
+        progress.epoch = epoch + 1;
+        progress.batch = i + 1;
+        progress.batches = batches;
+        progress.images = batch.labels.size(0);
+        progress.global_step = global_step_;
+        progress.lr = stats.lr;
+        progress.loss = result.loss;
+        progress.loss_scale = result.scale;
+        progress.warmup = warmup_step;
+        on_batch(progress);
       }
     }
     synchronize(device);
@@ -421,6 +463,8 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   archive.write("schedule", c10::IValue(to_string(o.schedule())));
   archive.write("momentum", c10::IValue(o.momentum()));
   archive.write("weight_decay", c10::IValue(o.weight_decay()));
+  archive.write("no_bias_decay", c10::IValue(o.no_bias_decay()));
+  archive.write("accumulation_steps", c10::IValue(o.accumulation_steps()));
   archive.write("train_images", c10::IValue(train_loader_.size()));
   archive.write("steps_per_epoch", c10::IValue(train_loader_.batches_per_epoch()));
   archive.write("next_epoch", c10::IValue(start_epoch_));
@@ -465,6 +509,14 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   read.same("--momentum", exact(read.real("momentum")), exact(o.momentum()));
   read.same("--weight-decay", exact(read.real("weight_decay")),
             exact(o.weight_decay()));
+  const bool no_bias_decay = read.boolean_or("no_bias_decay", false);
+  TORCH_CHECK(no_bias_decay == o.no_bias_decay(), "lamp: ", path,
+              " was trained ", no_bias_decay ? "with" : "without",
+              " --no-bias-decay; resume ", no_bias_decay ? "with" : "without",
+              " it (a resumed run continues the same optimizer).");
+  read.same("--accumulation-steps",
+            std::to_string(read.integer_or("accumulation_steps", 1)),
+            std::to_string(o.accumulation_steps()));
   read.same("--seed", std::to_string(static_cast<uint64_t>(read.integer("seed"))),
             std::to_string(train_loader_.options().seed()));
   const int64_t batches = train_loader_.batches_per_epoch();

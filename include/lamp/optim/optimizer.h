@@ -102,14 +102,21 @@ struct OptimizerConfig {
   TORCH_ARG(bool, nesterov) = false;
   /// L2 penalty for SGD and Adam, decoupled decay for AdamW.
   TORCH_ARG(double, weight_decay) = 0.0;
+  /// "No bias decay": the parameters with at most one dimension (biases and
+  /// the weights and biases of BatchNorm, LayerNorm, GroupNorm) get no weight
+  /// decay, in a second param group; the others get `weight_decay`. What
+  /// users of AdamW usually want. Off: one group, all decayed, as
+  /// torch::optim.
+  TORCH_ARG(bool, no_bias_decay) = false;
   TORCH_ARG(Implementation, implementation) = Implementation::kAuto;
 };
 
 /// The optimizer names make_optimizer() accepts.
 const std::vector<std::string>& optimizer_names();
 
-/// Builds lamp::optim::SGD, Adam or AdamW over `params` from `config`; an
-/// unknown name is an error listing the valid ones.
+/// Builds lamp::optim::SGD, Adam or AdamW over `params` from `config` (one
+/// param group, or two with no_bias_decay: the decayed parameters first);
+/// an unknown name is an error listing the valid ones.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     std::vector<torch::Tensor> params, const OptimizerConfig& config);
 

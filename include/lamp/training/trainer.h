@@ -44,6 +44,9 @@ struct TrainerOptions {
   /// L2 penalty (SGD, Adam) or decoupled decay (AdamW).
   TORCH_ARG(double, weight_decay) = 5e-4;
   TORCH_ARG(bool, nesterov) = true;
+  /// No weight decay on biases and norm parameters
+  /// (optim::OptimizerConfig::no_bias_decay).
+  TORCH_ARG(bool, no_bias_decay) = false;
   TORCH_ARG(Schedule, schedule) = Schedule::kOneCycle;
   /// In the modes without loss scaling, still skip optimizer steps with
   /// inf/NaN gradients (TrainStepOptions::skip_non_finite).
@@ -51,8 +54,15 @@ struct TrainerOptions {
   /// Train in CUDA graphs (TrainStepOptions::cuda_graph; CUDA only, not yet
   /// verified on a GPU).
   TORCH_ARG(bool, cuda_graph) = false;
-  /// Clip the global gradient norm (0 = off).
+  /// Clip the global L2 norm of the unscaled gradients to this before each
+  /// optimizer step (0 = off; TrainStepOptions::max_grad_norm).
   TORCH_ARG(double, max_grad_norm) = 0.0;
+  /// Batches whose gradients are summed before one optimizer step
+  /// (TrainStepOptions::accumulation_steps): the effective batch is
+  /// accumulation_steps times the loader's. It must divide the batches per
+  /// epoch, so that every epoch (and checkpoint) ends on an optimizer step.
+  /// Steps, max_steps and the schedule count batches.
+  TORCH_ARG(int64_t, accumulation_steps) = 1;
   /// Stop after this many optimizer steps in total (0 = no limit): smoke runs.
   TORCH_ARG(int64_t, max_steps) = 0;
   /// Images per evaluation batch.
@@ -106,12 +116,22 @@ struct EpochStats {
   double lr = 0;              ///< at the end of the epoch
 };
 
-/// Progress inside an epoch, for progress bars.
+/// Progress inside an epoch, for progress bars and step logs.
 struct BatchProgress {
   int64_t epoch = 0;  ///< 1-based
   int64_t batch = 0;  ///< 1-based
   int64_t batches = 0;
   int64_t images = 0;  ///< images in this batch
+  int64_t global_step = 0;  ///< batches trained so far, all epochs, this one included
+  double lr = 0;            ///< the learning rate of this step
+  /// This batch's loss (FP32, unscaled) and the loss scale after its step,
+  /// one-element tensors on the training device, not read: reading them
+  /// waits for the device, so read them only when showing them (a redraw,
+  /// every N steps), never every step.
+  torch::Tensor loss;
+  torch::Tensor loss_scale;
+  /// Whether this batch is timed as warm-up (EpochStats::warmup_seconds).
+  bool warmup = false;
 };
 
 /// Trains a classifier with cross-entropy on a DeviceLoader:
@@ -131,7 +151,8 @@ struct BatchProgress {
 ///
 /// Resuming checks the checkpoint's checksum and that this run repeats its
 /// model, dataset size, precision, optimizer, batch size, epochs, learning
-/// rate, schedule, momentum, weight decay and seed (an error names the
+/// rate, schedule, momentum, weight decay, no-bias-decay, accumulation steps
+/// and seed (an error names the
 /// differing flag), then every tensor's shape and dtype (TrainStep::load),
 /// before anything changes. A checkpoint of a finished run resumes with
 /// start_epoch() == epochs: fit() then trains nothing.

@@ -1,0 +1,229 @@
+#include "cli.h"
+
+#include <c10/util/Exception.h>
+#include <lamp/backends.h>
+#include <lamp/precision.h>
+#include <lamp/version.h>
+#include <torch/types.h>
+#include <torch/version.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+
+namespace lamp_examples {
+namespace {
+
+// The whole of `text` as a decimal integer (optional sign); false for
+// anything else, including values beyond int64.
+bool parse_integer(const std::string& text, int64_t& value) {
+  if (text.empty() || text.find_first_not_of("+-0123456789") != std::string::npos) {
+    return false;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size()) {
+    return false;
+  }
+  value = parsed;
+  return true;
+}
+
+// The message for text that parse_integer() refuses.
+std::string not_an_integer(const std::string& text) {
+  const bool digits =
+      !text.empty() && text.find_first_not_of("+-0123456789") == std::string::npos;
+  return "'" + text + "' is not an integer" +
+         (digits ? " that fits in 64 bits" : "");
+}
+
+bool parse_real(const std::string& text, double& value) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) {
+    return false;
+  }
+  char* end = nullptr;
+  errno = 0;
+  value = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && errno != ERANGE &&
+         std::isfinite(value);
+}
+
+std::string one_line(std::string text) {
+  for (auto& c : text) {
+    if (c == '\n' || c == '\r') {
+      c = ' ';
+    }
+  }
+  while (!text.empty() && text.back() == ' ') {
+    text.pop_back();
+  }
+  return text;
+}
+
+} // namespace
+
+std::string short_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+const std::vector<std::string>& precision_flag_values() {
+  static const std::vector<std::string> values = [] {
+    auto names = lamp::precision_names();
+    names.push_back("fp16");
+    return names;
+  }();
+  return values;
+}
+
+std::string version_line() {
+  std::string line = "lamp " LAMP_VERSION ", LibTorch " TORCH_VERSION;
+  const auto cuda = lamp::cuda_versions();
+  if (!cuda.empty()) {
+    line += ", " + cuda;
+  }
+  return line;
+}
+
+void add_version_flag(CLI::App& app, const std::string& program) {
+  app.set_version_flag(
+      "--version", [program] { return program + " " + version_line(); },
+      "print the versions of lamp, LibTorch, CUDA and cuDNN and exit");
+}
+
+int parse_command_line(CLI::App& app, const std::string& program, int argc,
+                       char** argv) {
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << program << ": error: " << one_line(e.what()) << " (see "
+              << program << " --help)" << std::endl;
+    return kUsageError;
+  }
+}
+
+torch::Device resolve_device(const std::string& name) {
+  if (name.empty()) {
+    return lamp::cuda_available() ? torch::Device(torch::kCUDA)
+                                  : torch::Device(torch::kCPU);
+  }
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error&) {
+    TORCH_CHECK(false, "--device '", name,
+                "' is not a device; use cpu, cuda or cuda:N.");
+  }
+  TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device '", name,
+              "': only cpu and cuda devices are supported.");
+  TORCH_CHECK(!device.is_cpu() || !device.has_index() || device.index() == 0,
+              "--device ", name,
+              ": there is only one CPU device (LibTorch uses all cores through "
+              "it); use --device cpu.");
+  TORCH_CHECK(!device.is_cuda() || lamp::cuda_available(), "--device ", name,
+              ": no CUDA GPU is available to this process (or this LibTorch "
+              "was built without CUDA); use --device cpu.");
+  return device;
+}
+
+int guarded_main(const std::string& program, const std::function<int()>& body) {
+  std::string message;
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  std::cout.flush();
+  std::cerr << program << ": error: " << message << std::endl;
+  return kRuntimeError;
+}
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!parse_integer(text, value)) {
+          return not_an_integer(text);
+        }
+        if (value < lo || value > hi) {
+          return text + " is out of range: give an integer in " + range;
+        }
+        return "";
+      },
+      "");
+}
+
+CLI::Validator integer_at_least(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!parse_integer(text, value)) {
+          return not_an_integer(text);
+        }
+        if (value < lo) {
+          return text + " is out of range: give an integer of at least " +
+                 std::to_string(lo);
+        }
+        return "";
+      },
+      "");
+}
+
+// CLI11 converts an out-of-range or negative value for a uint64_t to a
+// wrapped or saturated number without a word: check the text first.
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits =
+            !text.empty() && text.size() <= 20 &&
+            text.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && (text.size() < 20 || text <= "18446744073709551615")) {
+          return "";
+        }
+        return "'" + text + "' is not an integer in 0..18446744073709551615";
+      },
+      "");
+}
+
+CLI::Validator real_in(double lo, double hi, bool lo_open) {
+  std::string range;
+  if (hi == std::numeric_limits<double>::infinity()) {
+    range = (lo_open ? "> " : ">= ") + short_number(lo);
+  } else {
+    range = (lo_open ? "(" : "[") + short_number(lo) + ", " + short_number(hi) + "]";
+  }
+  return CLI::Validator(
+      [lo, hi, lo_open, range](std::string& text) -> std::string {
+        double value = 0;
+        if (!parse_real(text, value)) {
+          return "'" + text + "' is not a finite number";
+        }
+        if (value < lo || (lo_open && value == lo) || value > hi) {
+          return text + " is out of range: give a number " +
+                 (range[0] == '>' ? range : "in " + range);
+        }
+        return "";
+      },
+      "");
+}
+
+CLI::Validator positive_real() {
+  return real_in(0.0, std::numeric_limits<double>::infinity(), /*lo_open=*/true);
+}
+
+CLI::Validator non_negative_real() {
+  return real_in(0.0, std::numeric_limits<double>::infinity());
+}
+
+} // namespace lamp_examples

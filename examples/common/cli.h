@@ -1,0 +1,70 @@
+#pragma once
+
+// Command-line conventions shared by lamp's programs (train_cifar10,
+// train_mnist, train_step_demo, lamp_bench): argparse's exit codes and
+// one-line messages, --version, and validators whose messages read well.
+//
+//   usage errors   one line "PROGRAM: error: ..." on stderr, exit 2
+//   runtime errors one line "PROGRAM: error: ..." on stderr, exit 1
+//   --help         the flags with their defaults on stdout, exit 0
+//   --version      lamp's, LibTorch's (and CUDA's, cuDNN's) versions, exit 0
+
+#include <CLI/CLI.hpp>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace lamp_examples {
+
+/// The exit status of a usage error (a bad flag or value), as argparse's.
+constexpr int kUsageError = 2;
+/// The exit status of an error while running.
+constexpr int kRuntimeError = 1;
+
+/// A number as printf's %g: "1e-05", "0.05", "65536" (not "0.000010" or
+/// 309 digits of DBL_MAX).
+std::string short_number(double value);
+
+/// The spellings --precision accepts: lamp::precision_names() and "fp16"
+/// (the same as "half").
+const std::vector<std::string>& precision_flag_values();
+
+/// "lamp 0.1.0, LibTorch 2.11.0, CUDA 13.0, cuDNN 9.19.0" (CUDA and cuDNN
+/// only where this LibTorch has them), for --version and logs.
+std::string version_line();
+
+/// Adds --version (prints "PROGRAM " + version_line() and exits 0).
+void add_version_flag(CLI::App& app, const std::string& program);
+
+/// Parses the command line. Returns -1 when the program should go on;
+/// otherwise the exit status: 0 after --help or --version, kUsageError after
+/// a usage error, which is printed as one line on stderr:
+/// "PROGRAM: error: --epochs: 'abc' is not an integer (see PROGRAM --help)".
+int parse_command_line(CLI::App& app, const std::string& program, int argc,
+                       char** argv);
+
+/// The device named by --device: "" is cuda when a GPU is available, else
+/// cpu; otherwise cpu, cuda or cuda:N, each checked (a clear error for
+/// "tpu", "cpu:1", or cuda without a GPU).
+torch::Device resolve_device(const std::string& name);
+
+/// Runs the program's body: a c10::Error or std::exception is printed as
+/// "PROGRAM: error: ..." and gives kRuntimeError.
+int guarded_main(const std::string& program, const std::function<int()>& body);
+
+/// Validators with readable messages: the text is checked as a number of
+/// the right kind first ("'abc' is not an integer"), then the range, written
+/// as people write it ("give an integer in 1..1000000"). They add nothing to
+/// --help's type column ("INT=30"): say the range in the option's help.
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+CLI::Validator integer_at_least(int64_t lo);
+CLI::Validator unsigned_integer();  ///< 0..2^64-1, for uint64_t options
+/// A finite real number in [lo, hi]; `lo_open` excludes lo (for "> 0").
+CLI::Validator real_in(double lo, double hi, bool lo_open = false);
+CLI::Validator positive_real();
+CLI::Validator non_negative_real();
+
+} // namespace lamp_examples

@@ -299,7 +299,9 @@ class Progress {
     std::vector<std::string> parts = {
         std::to_string(p.batch) + "/" + std::to_string(p.batches),
         "loss " + (std::isfinite(loss) ? fixed(loss, 4) : std::string("nan")),
-        fixed(rate, 0) + " img/s", scale_text(p), "ETA " + clock_time(eta)};
+        // Nothing is timed yet after the first batch (as tqdm's "?").
+        (p.batch > 1 ? fixed(rate, 0) : std::string("?")) + " img/s",
+        scale_text(p), "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
     const int width = terminal_width() - 1;
     std::string right;
     for (const auto& part : parts) {

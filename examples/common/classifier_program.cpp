@@ -243,6 +243,9 @@ void add_options(CLI::App& app, ProgramConfig& c) {
       ->capture_default_str();
   app.add_option("--checkpoint", c.checkpoint,
                  "write a checkpoint here after every epoch");
+  app.add_option("--export-state-dict", c.export_state_dict,
+                 "after training, write the weights here as a Python "
+                 "state_dict (FP32) for torch.load + model.load_state_dict");
   app.add_option("--resume", c.resume, "resume from this checkpoint");
   app.add_option("--log-json", c.log_json,
                  "append one JSON object per epoch to this file");
@@ -280,6 +283,10 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   const bool main_rank = group->is_main();
   const auto precision = lamp::parse_precision(config.fp16 ? std::string("half")
                                                            : config.precision);
+  if (!config.export_state_dict.empty() && main_rank) {
+    lamp::training::check_writable_path(config.export_state_dict,
+                                        "--export-state-dict");
+  }
   TORCH_CHECK(!config.fp16 || config.precision == "fp32" ||
                   config.precision == "half" || config.precision == "fp16",
               "--fp16 and --precision ", config.precision,
@@ -447,6 +454,12 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
         }
       },
       [&](const lamp::training::BatchProgress& p) { bar.update(p); });
+  if (!config.export_state_dict.empty() && main_rank) {
+    lamp::models::export_state_dict(
+        *model.module, config.model, config.export_state_dict,
+        lamp::models::StateDictOptions().master_weights(
+            trainer.train_step().master_weights()));
+  }
 }
 
 int guarded_main(const std::string& program, const std::function<int()>& body) {

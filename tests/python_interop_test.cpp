@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,7 @@ void interop(const std::vector<std::string>& args) {
   }
   const auto result = run(command);
   EXPECT_EQ(result.first, 0) << command << "\n" << result.second;
+  std::cout << result.second;  // what the script measured, for the log
 }
 
 TEST(PythonInterop, PythonScalerStateLoadsInLamp) {

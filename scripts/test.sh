@@ -102,6 +102,13 @@ else
   libtorch="LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?') (Debian)"
 fi
 
+# The Python interop tests need a Python with torch: the torch wheel's
+# environment, for both LibTorch builds, when it exists.
+venv_python="${LAMP_TORCH_VENV:-$HOME/.cache/lamp/torch-${LAMP_TORCH_VERSION:-2.11.0}}/bin/python"
+if [ -x "$venv_python" ]; then
+  cmake_args+=("-DLAMP_PYTHON_TORCH=$venv_python")
+fi
+
 step="configure/build"
 lamp_configure_and_build "$build" "$jobs" "${cmake_args[@]}"
 

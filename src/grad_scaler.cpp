@@ -11,6 +11,7 @@
 #include "detail/compat.h"
 #include "lamp/distributed.h"
 #include "lamp/optim/optimizer.h"
+#include "lamp/training/checkpoint_file.h"
 
 namespace lamp {
 namespace detail {
@@ -459,70 +460,123 @@ void GradScaler::set_parameter_names(const std::vector<std::string>& names,
   }
 }
 
-void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+c10::Dict<std::string, c10::IValue> GradScaler::state(
+    bool with_lamp_keys) const {
+  // Dict<_, IValue> has no default constructor: it needs the value type.
+  auto state = c10::impl::toTypedDict<std::string, c10::IValue>(
+      c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
   if (!options_.enabled()) {
-    return;
+    return state;
   }
-  archive.write("scale", c10::IValue(get_scale()));
-  archive.write("growth_factor", c10::IValue(options_.growth_factor()));
-  archive.write("backoff_factor", c10::IValue(options_.backoff_factor()));
-  archive.write("growth_interval", c10::IValue(options_.growth_interval()));
-  archive.write("_growth_tracker", c10::IValue(growth_tracker()));
-  archive.write("min_scale", c10::IValue(options_.min_scale()));
-  archive.write("max_scale", c10::IValue(options_.max_scale()));
-  archive.write("hysteresis", c10::IValue(options_.hysteresis()));
-  archive.write("_overflow_count",
-                c10::IValue(overflow_count_.defined()
-                                ? static_cast<int64_t>(overflow_count_.item<int>())
-                                : init_overflow_count_));
-  archive.write("dynamic", c10::IValue(options_.dynamic()));
+  state.insert("scale", get_scale());
+  state.insert("growth_factor", options_.growth_factor());
+  state.insert("backoff_factor", options_.backoff_factor());
+  state.insert("growth_interval", options_.growth_interval());
+  state.insert("_growth_tracker", growth_tracker());
+  if (with_lamp_keys) {
+    state.insert("min_scale", options_.min_scale());
+    state.insert("max_scale", options_.max_scale());
+    state.insert("hysteresis", options_.hysteresis());
+    state.insert("_overflow_count",
+                 overflow_count_.defined()
+                     ? static_cast<int64_t>(overflow_count_.item<int>())
+                     : init_overflow_count_);
+    state.insert("dynamic", options_.dynamic());
+  }
+  return state;
+}
+
+void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+  for (const auto& item : state(/*with_lamp_keys=*/true)) {
+    archive.write(item.key(), item.value());
+  }
+}
+
+c10::Dict<std::string, c10::IValue> GradScaler::state_dict() const {
+  auto full = state(/*with_lamp_keys=*/true);
+  if (full.empty()) {
+    return full;
+  }
+  // Python's keys alone where lamp's hold what Python's scaler does anyway,
+  // so that a default scaler's file equals Python's.
+  const bool as_python =
+      full.at("min_scale").toDouble() == 0.0 &&
+      std::isinf(full.at("max_scale").toDouble()) &&
+      full.at("hysteresis").toInt() == 1 &&
+      full.at("_overflow_count").toInt() == 0 && full.at("dynamic").toBool();
+  return as_python ? state(/*with_lamp_keys=*/false) : full;
 }
 
 void GradScaler::load(torch::serialize::InputArchive& archive) {
+  load_from(archive, "lamp::GradScaler::load");
+}
+
+void GradScaler::load_state_dict(
+    const c10::Dict<std::string, c10::IValue>& state) {
+  detail::DictReader reader(c10::impl::toGenericDict(state));
+  load_from(reader, "lamp::GradScaler::load_state_dict");
+}
+
+void GradScaler::save_state_dict(const std::string& path) const {
+  training::check_checkpoint_path(path, "lamp::GradScaler::save_state_dict");
+  training::save_pickle(state_dict(), path);
+}
+
+void GradScaler::load_state_dict(const std::string& path) {
+  constexpr const char* kCaller = "lamp::GradScaler::load_state_dict";
+  const c10::IValue value = training::load_pickle(path, kCaller);
+  TORCH_CHECK(value.isGenericDict(), kCaller, ": ", path, " holds a ",
+              value.tagKind(), ", not a dict; write it with "
+              "torch.save(scaler.state_dict(), path).");
+  detail::DictReader reader(value.toGenericDict());
+  load_from(reader, kCaller);
+}
+
+template <typename Source>
+void GradScaler::load_from(Source& source, const char* caller) {
   if (!options_.enabled()) {
     return;
   }
-  constexpr const char* kCaller = "lamp::GradScaler::load";
   c10::IValue value;
-  TORCH_CHECK(archive.try_read("scale", value),
-              "lamp::GradScaler::load: the archive has no 'scale', possibly "
-              "because it was saved from a disabled GradScaler.");
+  TORCH_CHECK(source.try_read("scale", value), caller,
+              ": the state has no 'scale', possibly because it was saved "
+              "from a disabled GradScaler (whose state is empty).");
   // Everything is read and checked before anything changes.
   GradScalerOptions options = options_;
-  const double scale = detail::read_number(archive, "scale", kCaller);
-  options.growth_factor(detail::read_number(archive, "growth_factor", kCaller));
+  const double scale = detail::read_number(source, "scale", caller);
+  options.growth_factor(detail::read_number(source, "growth_factor", caller));
   options.backoff_factor(
-      detail::read_number(archive, "backoff_factor", kCaller));
+      detail::read_number(source, "backoff_factor", caller));
   options.growth_interval(
-      detail::read_int(archive, "growth_interval", kCaller));
-  const int64_t tracker = detail::read_int(archive, "_growth_tracker", kCaller);
+      detail::read_int(source, "growth_interval", caller));
+  const int64_t tracker = detail::read_int(source, "_growth_tracker", caller);
   int64_t overflow_count = 0;
   // lamp's own keys are optional, so a state saved by Python loads too.
-  if (archive.try_read("min_scale", value)) {
-    options.min_scale(detail::read_number(archive, "min_scale", kCaller));
+  if (source.try_read("min_scale", value)) {
+    options.min_scale(detail::read_number(source, "min_scale", caller));
   }
-  if (archive.try_read("max_scale", value)) {
-    options.max_scale(detail::read_number(archive, "max_scale", kCaller));
+  if (source.try_read("max_scale", value)) {
+    options.max_scale(detail::read_number(source, "max_scale", caller));
   }
-  if (archive.try_read("hysteresis", value)) {
-    options.hysteresis(detail::read_int(archive, "hysteresis", kCaller));
+  if (source.try_read("hysteresis", value)) {
+    options.hysteresis(detail::read_int(source, "hysteresis", caller));
   }
-  if (archive.try_read("_overflow_count", value)) {
-    overflow_count = detail::read_int(archive, "_overflow_count", kCaller);
+  if (source.try_read("_overflow_count", value)) {
+    overflow_count = detail::read_int(source, "_overflow_count", caller);
   }
-  if (archive.try_read("dynamic", value)) {
-    options.dynamic(detail::read_bool(archive, "dynamic", kCaller));
+  if (source.try_read("dynamic", value)) {
+    options.dynamic(detail::read_bool(source, "dynamic", caller));
   }
-  check_options(options, scale, kCaller);
+  check_options(options, scale, caller);
   // update() resets the tracker when it reaches growth_interval: one at or
   // beyond it would never reset, and the scale would never grow again.
-  TORCH_CHECK(tracker >= 0 && tracker < options.growth_interval(), kCaller,
+  TORCH_CHECK(tracker >= 0 && tracker < options.growth_interval(), caller,
               ": _growth_tracker is ", tracker,
               ", outside [0, growth_interval=", options.growth_interval(),
               "); the state is corrupt or from another scaler.");
   // The count saturates at hysteresis.
   TORCH_CHECK(overflow_count >= 0 && overflow_count <= options.hysteresis(),
-              kCaller, ": _overflow_count is ", overflow_count,
+              caller, ": _overflow_count is ", overflow_count,
               ", outside [0, hysteresis=", options.hysteresis(),
               "]; the state is corrupt or from another scaler.");
 

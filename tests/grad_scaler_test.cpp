@@ -1,13 +1,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <string>
 
 #include "lamp/grad_scaler.h"
+#include "lamp/training/checkpoint_file.h"
 #include "test_util.h"
 
 namespace {
@@ -466,6 +470,130 @@ TEST(GradScaler, DisabledScalerIsANoOp) {
   in.load_from(stream);
   lamp::GradScaler enabled;
   expect_error([&] { enabled.load(in); }, "disabled GradScaler");
+}
+
+// Python's scaler.state_dict(): its keys and types, and lamp's keys only
+// where the scaler does what Python's cannot.
+TEST(GradScaler, StateDictHasPythonsKeysAndTypes) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(32));
+  Rig rig;
+  scripted_step(scaler, rig, 1.0f);
+  const auto state = scaler.state_dict();
+  std::vector<std::string> keys;
+  for (const auto& item : state) {
+    keys.push_back(item.key());
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"scale", "growth_factor",
+                                            "backoff_factor", "growth_interval",
+                                            "_growth_tracker"}));
+  EXPECT_TRUE(state.at("scale").isDouble());
+  EXPECT_EQ(state.at("scale").toDouble(), 32.0);
+  EXPECT_TRUE(state.at("growth_factor").isDouble());
+  EXPECT_TRUE(state.at("backoff_factor").isDouble());
+  EXPECT_EQ(state.at("growth_interval").toInt(), 2000);
+  EXPECT_EQ(state.at("_growth_tracker").toInt(), 1);
+
+  for (const auto& options :
+       {lamp::GradScalerOptions().hysteresis(2),
+        lamp::GradScalerOptions().min_scale(1),
+        lamp::GradScalerOptions().max_scale(1 << 20),
+        lamp::GradScalerOptions().dynamic(false)}) {
+    EXPECT_EQ(lamp::GradScaler(options).state_dict().size(), 10u);
+  }
+  EXPECT_EQ(lamp::GradScaler(lamp::GradScalerOptions().enabled(false))
+                .state_dict()
+                .size(),
+            0u);
+}
+
+// save_state_dict()/load_state_dict(path) keep all of lamp's state, the
+// pending overflow of hysteresis included, as save()/load() do.
+TEST(GradScaler, StateDictFileKeepsTheWholeState) {
+  const auto options = lamp::GradScalerOptions()
+                           .init_scale(64)
+                           .hysteresis(2)
+                           .growth_interval(100)
+                           .min_scale(2)
+                           .max_scale(4096);
+  lamp::GradScaler original(options);
+  Rig rig;
+  scripted_step(original, rig, 1.0f);
+  scripted_step(original, rig, kInf);  // 1 of 2: no backoff yet
+  const auto path = ::testing::TempDir() + "lamp_scaler_state_" +
+                    std::to_string(::getpid()) + ".pt";
+  original.save_state_dict(path);
+  for (bool initialised : {false, true}) {
+    lamp::GradScaler restored;
+    if (initialised) {
+      restored.scale(torch::ones({}));
+    }
+    restored.load_state_dict(path);
+    EXPECT_EQ(restored.get_scale(), 64.0);
+    EXPECT_EQ(restored.growth_tracker(), 0);
+    EXPECT_EQ(restored.options().growth_interval(), 100);
+    EXPECT_EQ(restored.options().hysteresis(), 2);
+    EXPECT_EQ(restored.options().min_scale(), 2.0);
+    EXPECT_EQ(restored.options().max_scale(), 4096.0);
+    Rig r;
+    EXPECT_FALSE(scripted_step(restored, r, kInf));
+    EXPECT_EQ(restored.get_scale(), 32.0) << "initialised " << initialised;
+  }
+  std::remove(path.c_str());
+}
+
+// load_state_dict runs load()'s checks: a refused state changes nothing.
+TEST(GradScaler, LoadStateDictIsCheckedAndAllOrNothing) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(64));
+  const auto with = [&](const std::string& key, const c10::IValue& value) {
+    auto state = scaler.state_dict();
+    state.insert_or_assign(key, value);
+    return state;
+  };
+  const std::vector<std::pair<c10::Dict<std::string, c10::IValue>, std::string>>
+      corrupt = {
+          {with("_growth_tracker", int64_t{2000}),
+           "lamp::GradScaler::load_state_dict: _growth_tracker is 2000"},
+          {with("scale", 1e300), "not representable in float32"},
+          {with("growth_factor", std::string("2")),
+           "'growth_factor' has type String"},
+          {with("hysteresis", int64_t{0}), "hysteresis"},
+          {lamp::GradScaler(lamp::GradScalerOptions().enabled(false))
+               .state_dict(),
+           "disabled GradScaler"},
+      };
+  for (const auto& item : corrupt) {
+    expect_error([&] { scaler.load_state_dict(item.first); }, item.second);
+    EXPECT_EQ(scaler.get_scale(), 64.0) << item.second;
+    EXPECT_EQ(scaler.options().growth_factor(), 2.0) << item.second;
+    EXPECT_EQ(scaler.options().hysteresis(), 1) << item.second;
+  }
+  // Python writes growth_factor=2 as an int when given one.
+  scaler.load_state_dict(with("growth_factor", int64_t{3}));
+  EXPECT_EQ(scaler.options().growth_factor(), 3.0);
+}
+
+TEST(GradScaler, LoadStateDictNamesFilesItCannotRead) {
+  const auto dir = ::testing::TempDir() + "lamp_scaler_files_" +
+                   std::to_string(::getpid());
+  lamp::GradScaler scaler;
+  // A string literal picks the file overload.
+  expect_error([&] { scaler.load_state_dict("/nonexistent/lamp-scaler.pt"); },
+               "cannot read /nonexistent/lamp-scaler.pt");
+  // An archive of save() is read by InputArchive and load() instead.
+  const auto archive_path = dir + "-archive.pt";
+  torch::serialize::OutputArchive archive;
+  scaler.save(archive);
+  archive.save_to(archive_path);
+  expect_error([&] { scaler.load_state_dict(archive_path); },
+               "is read with torch::serialize::InputArchive");
+  const auto list_path = dir + "-list.pt";
+  lamp::training::save_pickle(c10::List<int64_t>({1, 2}), list_path);
+  expect_error([&] { scaler.load_state_dict(list_path); }, "not a dict");
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  expect_error([&] { scaler.save_state_dict(dir + "/missing/scaler.pt"); },
+               "does not exist");
+  std::remove(archive_path.c_str());
+  std::remove(list_path.c_str());
 }
 
 TEST(GradScaler, RefusesFp16GradientsUnlessAllowed) {

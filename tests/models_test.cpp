@@ -1,14 +1,20 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "lamp/half.h"
+#include "lamp/master_weights.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/resnet.h"
+#include "lamp/models/state_dict.h"
+#include "lamp/training/checkpoint_file.h"
 #include "test_util.h"
 
 namespace {
@@ -328,6 +334,130 @@ TEST(Models, CountParametersSkipsFrozenParameters) {
   EXPECT_EQ(count_parameters(*model), all - 16 * 25);
   torch::nn::Sequential empty;
   EXPECT_EQ(count_parameters(*empty), 0);
+}
+
+TEST(Models, ResnetOptionsAreWhatMakeResnetBuilds) {
+  const auto options = lamp::models::resnet_options("resnet50", 7, 1);
+  EXPECT_EQ(options.blocks(), (std::vector<int64_t>{3, 4, 6, 3}));
+  EXPECT_TRUE(options.bottleneck());
+  EXPECT_EQ(options.num_classes(), 7);
+  EXPECT_EQ(options.in_channels(), 1);
+  EXPECT_FALSE(lamp::models::resnet_options("resnet34").bottleneck());
+  lamp_test::expect_error([] { lamp::models::resnet_options("resnet19"); },
+                          "valid names are resnet18, resnet34");
+}
+
+// ------------------------------------------------------- Python state_dict
+
+// Python's Module.state_dict order for a BatchNorm model: each module's
+// parameters, then its buffers, then its children.
+TEST(PythonStateDict, HasPythonsKeysInPythonsOrderInFp32) {
+  torch::manual_seed(0);
+  auto model = lamp::models::resnet18();
+  auto half = lamp::network_to_half(model, lamp::HalfOptions(torch::kBFloat16));
+  const auto state = lamp::models::python_state_dict(*half, "resnet18");
+  std::vector<std::string> keys;
+  for (const auto& item : state) {
+    keys.push_back(item.key());
+  }
+  ASSERT_EQ(keys.size(),
+            model->named_parameters().size() + model->named_buffers().size());
+  EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 7),
+            (std::vector<std::string>{
+                "conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
+                "bn1.running_var", "bn1.num_batches_tracked",
+                "layer1.0.conv1.weight"}));
+  EXPECT_TRUE(has(keys, "layer2.0.shortcut.0.weight"));
+  EXPECT_TRUE(has(keys, "layer2.0.shortcut.1.num_batches_tracked"));
+  EXPECT_FALSE(has(keys, "layer1.0.shortcut.0.weight"));  // the identity
+  EXPECT_EQ(keys.back(), "linear.bias");
+  const auto live = model->named_parameters();
+  for (const auto& item : state) {
+    const auto& tensor = item.value();
+    EXPECT_TRUE(tensor.device().is_cpu()) << item.key();
+    EXPECT_EQ(tensor.scalar_type(),
+              item.key().find("num_batches_tracked") != std::string::npos
+                  ? torch::kLong
+                  : torch::kFloat)
+        << item.key();
+    if (const auto* p = live.find(item.key())) {
+      EXPECT_TRUE(lamp_test::BitEqual(tensor, p->to(torch::kFloat)))
+          << item.key();
+      EXPECT_NE(tensor.data_ptr(), p->data_ptr()) << item.key();
+    }
+  }
+  // fp32(false): the model's own dtypes (BF16 convolutions, FP32 BatchNorm).
+  const auto kept = lamp::models::python_state_dict(
+      *model, "resnet18", lamp::models::StateDictOptions().fp32(false));
+  EXPECT_EQ(kept.at("conv1.weight").scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(kept.at("bn1.weight").scalar_type(), torch::kFloat);
+}
+
+// With master weights the FP32 values are the masters', not the BF16
+// model's rounded copies.
+TEST(PythonStateDict, TakesParametersFromTheMasterWeights) {
+  torch::manual_seed(0);
+  lamp::models::MnistCNN model;
+  lamp::convert_network(*model, lamp::HalfOptions(torch::kBFloat16));
+  lamp::MasterWeights masters(model->parameters());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& master : masters.master_params()) {
+      master.add_(1e-4);  // below BF16's resolution near most weights
+    }
+  }
+  const auto state = lamp::models::python_state_dict(
+      *model, "cnn", lamp::models::StateDictOptions().master_weights(&masters));
+  const auto names = parameter_names(*model);
+  ASSERT_EQ(static_cast<size_t>(state.size()), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_TRUE(lamp_test::BitEqual(state.at(names[i]),
+                                    masters.master_params()[i]))
+        << names[i];
+  }
+}
+
+TEST(PythonStateDict, RefusesWhatPythonsModelsDoNotHave) {
+  auto resnet = lamp::models::resnet18();
+  lamp::models::MnistCNN cnn;
+  lamp_test::expect_error(
+      [&] { lamp::models::python_state_dict(*resnet, "vgg16"); },
+      "no Python model is named 'vgg16'; valid names are cnn, resnet18");
+  lamp_test::expect_error(
+      [&] { lamp::models::python_state_dict(*resnet, "cnn"); },
+      "needs a lamp::models::MnistCNN");
+  lamp_test::expect_error(
+      [&] { lamp::models::python_state_dict(*cnn, "resnet18"); },
+      "needs a lamp::models::ResNet");
+  lamp_test::expect_error(
+      [&] { lamp::models::python_state_dict(*resnet, "resnet34"); },
+      "not a resnet34");
+  cnn->register_module("dropout", torch::nn::Dropout(0.5));
+  lamp_test::expect_error(
+      [&] { lamp::models::python_state_dict(*cnn, "cnn"); },
+      "module 'dropout' is a torch::nn::Dropout");
+}
+
+TEST(PythonStateDict, ExportWritesAFileThatLoadsBack) {
+  torch::manual_seed(0);
+  lamp::models::MnistCNN model;
+  const auto path = ::testing::TempDir() + "lamp_export_" +
+                    std::to_string(::getpid()) + ".pt";
+  lamp::models::export_state_dict(*model, "cnn", path);
+  const auto loaded = lamp::training::load_pickle(path, "test");
+  ASSERT_TRUE(loaded.isGenericDict());
+  const auto dict = loaded.toGenericDict();
+  const auto expected = lamp::models::python_state_dict(*model, "cnn");
+  ASSERT_EQ(dict.size(), expected.size());
+  for (const auto& item : expected) {
+    EXPECT_TRUE(lamp_test::BitEqual(dict.at(item.key()).toTensor(),
+                                    item.value()))
+        << item.key();
+  }
+  lamp_test::expect_error(
+      [&] { lamp::models::export_state_dict(*model, "cnn", path + ".d/x.pt"); },
+      "does not exist");
+  std::remove(path.c_str());
 }
 
 } // namespace

@@ -17,6 +17,7 @@
 #include "lamp/backends.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/sgd.h"
+#include "lamp/training/checkpoint_file.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "test_util.h"
@@ -385,6 +386,42 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   EXPECT_NE(resume_error().find("7 steps per epoch"), std::string::npos);
   std::remove(checkpoint.c_str());
   std::remove(forged.c_str());
+}
+
+TEST(CheckpointFile, CheckWritablePathRefusesFoldersThatCannotTakeAFile) {
+  const auto path = temp_path("writable.pt");
+  lamp::training::check_writable_path(path, "--export-state-dict");
+  EXPECT_FALSE(exists(path));  // the probe file is gone
+  EXPECT_NE(error_of([&] {
+              lamp::training::check_writable_path(path + ".d/x.pt",
+                                                  "--export-state-dict");
+            }).find("--export-state-dict"),
+            std::string::npos);
+  // Even root cannot create files in /proc.
+  const auto message = error_of([] {
+    lamp::training::check_writable_path("/proc/lamp_export.pt",
+                                        "--export-state-dict");
+  });
+  EXPECT_NE(message.find("cannot create a file in its folder"),
+            std::string::npos)
+      << message;
+}
+
+TEST(CheckpointFile, PickleFilesRoundTrip) {
+  const auto path = temp_path("pickle.pt");
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("x", torch::arange(4, torch::kFloat));
+  dict.insert("n", torch::tensor(int64_t{7}));
+  lamp::training::save_pickle(dict, path);
+  const auto back = lamp::training::load_pickle(path, "test").toGenericDict();
+  EXPECT_TRUE(torch::equal(back.at("x").toTensor(), torch::arange(4, torch::kFloat)));
+  EXPECT_EQ(back.at("n").toTensor().item<int64_t>(), 7);
+  std::ofstream(path, std::ios::trunc) << "not a zip";
+  EXPECT_NE(error_of([&] { lamp::training::load_pickle(path, "caller"); })
+                .find("caller: " + path + " is not a file written by Python's "
+                      "torch.save"),
+            std::string::npos);
+  std::remove(path.c_str());
 }
 
 } // namespace

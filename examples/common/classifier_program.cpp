@@ -434,6 +434,9 @@ void add_options(CLI::App& app, ProgramConfig& c) {
       ->capture_default_str();
   app.add_option("--checkpoint", c.checkpoint,
                  "write a checkpoint here after every epoch");
+  app.add_option("--export-state-dict", c.export_state_dict,
+                 "after training, write the weights here as a Python "
+                 "state_dict (FP32) for torch.load + model.load_state_dict");
   app.add_option("--resume", c.resume, "resume from this checkpoint");
   app.add_option("--log-json", c.log_json,
                  "append JSON Lines records to this file: a run header, one "
@@ -480,6 +483,10 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   const bool main_rank = group->is_main();
   const auto precision = lamp::parse_precision(config.fp16 ? std::string("half")
                                                            : config.precision);
+  if (!config.export_state_dict.empty() && main_rank) {
+    lamp::training::check_writable_path(config.export_state_dict,
+                                        "--export-state-dict");
+  }
   TORCH_CHECK(!config.fp16 || config.precision == "fp32" ||
                   config.precision == "half" || config.precision == "fp16",
               "--fp16 and --precision ", config.precision,
@@ -689,6 +696,12 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                                 progress.update(p);
                               })
                         : nullptr);
+  if (!config.export_state_dict.empty() && main_rank) {
+    lamp::models::export_state_dict(
+        *model.module, config.model, config.export_state_dict,
+        lamp::models::StateDictOptions().master_weights(
+            trainer.train_step().master_weights()));
+  }
 }
 
 int program_main(int argc, char** argv, const std::string& program,

@@ -40,6 +40,7 @@ struct ProgramConfig {
   std::string device;               // default: cuda when available, else cpu
   uint64_t seed = 0;
   std::string checkpoint;
+  std::string export_state_dict;
   std::string resume;
   std::string log_json;
   int64_t max_steps = 0;

@@ -4,6 +4,8 @@
 /// Dynamic loss scaling with `torch.amp.GradScaler`'s semantics, plus bounds,
 /// hysteresis, a static mode and overflow diagnostics.
 
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
@@ -186,16 +188,55 @@ class GradScaler {
     process_group_ = std::move(group);
   }
 
-  /// Saves the state under Python's state-dict keys (`scale`, `growth_factor`,
-  /// `backoff_factor`, `growth_interval`, `_growth_tracker`) plus lamp's own
-  /// (`min_scale`, `max_scale`, `hysteresis`, `_overflow_count`, `dynamic`).
-  /// A disabled scaler saves nothing, as Python's returns an empty dict.
+  /// Saves the state into a torch::serialize archive (lamp's checkpoints)
+  /// under Python's state-dict keys (`scale`,
+  /// `growth_factor`, `backoff_factor`, `growth_interval`, `_growth_tracker`)
+  /// plus lamp's own (`min_scale`, `max_scale`, `hysteresis`,
+  /// `_overflow_count`, `dynamic`). A disabled scaler saves nothing, as
+  /// Python's returns an empty dict. Python cannot read these archives: use
+  /// save_state_dict() for a file that Python's `torch.load` reads.
   void save(torch::serialize::OutputArchive& archive) const;
-  /// Loads what save() (or the same keys from Python) wrote. Every field is
-  /// checked first (its type; a scale that FP32 holds; the options' ranges;
-  /// `_growth_tracker` in [0, growth_interval), `_overflow_count` in
-  /// [0, hysteresis]): a refused load leaves the scaler as it was.
+  /// Loads what save() wrote. Every field is checked first (its type; a
+  /// scale that FP32 holds; the options' ranges; `_growth_tracker` in
+  /// [0, growth_interval), `_overflow_count` in [0, hysteresis]): a refused
+  /// load leaves the scaler as it was. lamp's own keys are optional; a
+  /// missing one keeps this scaler's option.
   void load(torch::serialize::InputArchive& archive);
+
+  /// Python's `scaler.state_dict()`: the keys and types of
+  /// `torch.amp.GradScaler` (`scale` float, `growth_factor` float,
+  /// `backoff_factor` float, `growth_interval` int, `_growth_tracker` int);
+  /// {} when disabled. lamp's own keys (as save() writes them) are added
+  /// only when the scaler uses what Python's lacks: min_scale > 0, a finite
+  /// max_scale, hysteresis > 1 or a pending overflow count, or a static
+  /// scale. Python's `load_state_dict` ignores them (and then behaves as
+  /// Python's scaler); lamp's restores them.
+  c10::Dict<std::string, c10::IValue> state_dict() const;
+  /// Python's `scaler.load_state_dict(state)`: loads a state_dict() (or
+  /// Python's), checked as load() does, all or nothing. A disabled scaler
+  /// ignores it; an enabled one refuses an empty state (that of a disabled
+  /// scaler), as Python does.
+  void load_state_dict(const c10::Dict<std::string, c10::IValue>& state);
+
+  /// Writes state_dict() in the format of Python's `torch.save`, atomically
+  /// (training::save_pickle()), so that Python resumes from it:
+  /// \code
+  ///   scaler = torch.amp.GradScaler("cuda")
+  ///   scaler.load_state_dict(torch.load("scaler.pt"))
+  /// \endcode
+  void save_state_dict(const std::string& path) const;
+  /// Reads a file written by Python's `torch.save(scaler.state_dict(), path)`
+  /// (or by save_state_dict()) and loads it as load_state_dict() does.
+  /// An archive file of save() is not such a file (InputArchive reads it);
+  /// the error says so.
+  ///
+  /// Example:
+  /// \code
+  ///   // Python: torch.save(scaler.state_dict(), "scaler.pt")
+  ///   lamp::GradScaler scaler;
+  ///   scaler.load_state_dict("scaler.pt");
+  /// \endcode
+  void load_state_dict(const std::string& path);
 
  private:
   // kChecked: the gradients were checked for inf/NaN but not unscaled (the
@@ -211,6 +252,12 @@ class GradScaler {
   bool uses_fused_update() const;
   void record_overflow(torch::optim::Optimizer& optimizer);
   void check_and_unscale(torch::optim::Optimizer& optimizer, bool unscale);
+  // The state under every key (with_lamp_keys) or Python's only.
+  c10::Dict<std::string, c10::IValue> state(bool with_lamp_keys) const;
+  // load()'s checks and assignment, from an archive or a dict
+  // (detail::DictReader); defined and instantiated in grad_scaler.cpp.
+  template <typename Source>
+  void load_from(Source& source, const char* caller);
 
   GradScalerOptions options_;
   torch::Tensor scale_;           // FP32, 1 element

@@ -14,6 +14,7 @@
 #include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/resnet.h"
+#include "lamp/models/state_dict.h"
 #include "lamp/ops.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/clip.h"

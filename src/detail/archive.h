@@ -4,22 +4,45 @@
 // check everything before they change anything. IValue's toInt() and
 // toStringRef() on a value of another type fail with an internal assertion
 // that asks for a PyTorch bug report; these name the key and the types.
+// The value reads take any source with InputArchive's
+// `bool try_read(const std::string&, c10::IValue&)`: an archive, or a
+// DictReader over a dict that torch::pickle_load returned (Python's format).
 
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include <string>
+#include <utility>
 
 namespace lamp {
 namespace detail {
 
-inline c10::IValue read_value(torch::serialize::InputArchive& archive,
-                              const std::string& key, const char* caller) {
+template <typename Source>
+c10::IValue read_value(Source& archive, const std::string& key,
+                       const char* caller) {
   c10::IValue value;
   TORCH_CHECK(archive.try_read(key, value), caller, ": the archive has no '",
               key, "'; it is corrupt or was written by something else.");
   return value;
 }
+
+/// A dict of string keys (a state read with torch::pickle_load) as a source
+/// for the read functions above.
+class DictReader {
+ public:
+  explicit DictReader(c10::impl::GenericDict dict) : dict_(std::move(dict)) {}
+  bool try_read(const std::string& key, c10::IValue& value) const {
+    const auto it = dict_.find(c10::IValue(key));
+    if (it == dict_.end()) {
+      return false;
+    }
+    value = it->value();
+    return true;
+  }
+
+ private:
+  c10::impl::GenericDict dict_;
+};
 
 inline void check_type(bool matches, const c10::IValue& value,
                        const std::string& key, const char* expected,
@@ -30,31 +53,33 @@ inline void check_type(bool matches, const c10::IValue& value,
               "something else.");
 }
 
-inline int64_t read_int(torch::serialize::InputArchive& archive,
-                        const std::string& key, const char* caller) {
+template <typename Source>
+int64_t read_int(Source& archive, const std::string& key, const char* caller) {
   const auto value = read_value(archive, key, caller);
   check_type(value.isInt(), value, key, "an integer", caller);
   return value.toInt();
 }
 
 /// A double or an integer (Python writes `growth_factor=2` as an int).
-inline double read_number(torch::serialize::InputArchive& archive,
-                          const std::string& key, const char* caller) {
+template <typename Source>
+double read_number(Source& archive, const std::string& key,
+                   const char* caller) {
   const auto value = read_value(archive, key, caller);
   check_type(value.isDouble() || value.isInt(), value, key, "a number", caller);
   return value.isDouble() ? value.toDouble()
                           : static_cast<double>(value.toInt());
 }
 
-inline bool read_bool(torch::serialize::InputArchive& archive,
-                      const std::string& key, const char* caller) {
+template <typename Source>
+bool read_bool(Source& archive, const std::string& key, const char* caller) {
   const auto value = read_value(archive, key, caller);
   check_type(value.isBool(), value, key, "a bool", caller);
   return value.toBool();
 }
 
-inline std::string read_string(torch::serialize::InputArchive& archive,
-                               const std::string& key, const char* caller) {
+template <typename Source>
+std::string read_string(Source& archive, const std::string& key,
+                        const char* caller) {
   const auto value = read_value(archive, key, caller);
   check_type(value.isString(), value, key, "a string", caller);
   return value.toStringRef();

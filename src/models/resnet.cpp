@@ -203,15 +203,22 @@ const std::vector<std::string>& resnet_names() {
   return names;
 }
 
-ResNet make_resnet(const std::string& name, int64_t num_classes,
-                   int64_t in_channels) {
+ResNetOptions resnet_options(const std::string& name, int64_t num_classes,
+                             int64_t in_channels) {
   for (const auto& depth : depths()) {
     if (name == depth.name) {
-      return ResNet(depth.blocks, depth.bottleneck, num_classes, in_channels);
+      return ResNetOptions(depth.blocks, depth.bottleneck)
+          .num_classes(num_classes)
+          .in_channels(in_channels);
     }
   }
   TORCH_CHECK(false, "lamp::models::make_resnet: unknown model '", name,
               "'; valid names are ", join_names(resnet_names()), ".");
+}
+
+ResNet make_resnet(const std::string& name, int64_t num_classes,
+                   int64_t in_channels) {
+  return ResNet(resnet_options(name, num_classes, in_channels));
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

@@ -2,6 +2,9 @@
 
 #include "detail/memory.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -132,6 +135,14 @@ bool reads_back_the_same(int fd, const std::string& bytes) {
   return true;
 }
 
+// A name next to `path` that no other write uses, with the infix that
+// remove_stale_temporaries() looks for.
+std::string temporary_name(const std::string& path) {
+  static std::atomic<uint64_t> writes{0};
+  return path + kTemporaryInfix + std::to_string(::getpid()) + "-" +
+         std::to_string(++writes);
+}
+
 // The whole of a regular file, checked against the memory there is to hold it.
 std::string read_regular_file(const std::string& path) {
   struct stat info {};
@@ -221,12 +232,21 @@ void check_checkpoint_path(const std::string& path, const std::string& what) {
   }
 }
 
+void check_writable_path(const std::string& path, const std::string& what) {
+  check_checkpoint_path(path, what);
+  const std::string temporary = temporary_name(path);
+  const int fd =
+      ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  TORCH_CHECK(fd >= 0, "lamp: ", what, " ", path, ": cannot create a file in "
+              "its folder (", reason(errno), "); make the folder writable or "
+              "choose another path.");
+  ::close(fd);
+  ::unlink(temporary.c_str());
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   check_checkpoint_path(path, "file");
-  static std::atomic<uint64_t> writes{0};
-  const std::string temporary = path + kTemporaryInfix +
-                                std::to_string(::getpid()) + "-" +
-                                std::to_string(++writes);
+  const std::string temporary = temporary_name(path);
   const int fd =
       ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) {
@@ -288,6 +308,56 @@ void save_checked_archive(torch::serialize::OutputArchive& archive,
     return size;
   });
   write_file_atomically(path, bytes);
+}
+
+void save_pickle(const c10::IValue& value, const std::string& path) {
+  // torch::pickle_save, less its type tags: it marks typed dicts with
+  // torch.jit._pickle.restore_type_tag, a global that Python's torch.load
+  // refuses by default since torch 2.6 (weights_only). Without the tags,
+  // LibTorch reads the dict back with Any as its key and value types.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&pickle](const char* data, size_t size) {
+        pickle.insert(pickle.end(), data, data + size);
+      },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
+      /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
+      /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::string bytes;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(
+        [&bytes](const void* data, size_t size) {
+          bytes.append(static_cast<const char*>(data), size);
+          return size;
+        });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(),
+                                       pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  }
+  write_file_atomically(path, bytes);
+}
+
+c10::IValue load_pickle(const std::string& path, const std::string& what) {
+  const std::string bytes = read_regular_file(path);
+  std::string error;
+  try {
+    return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    // A damaged zip can make the reader throw anything (see below).
+    error = e.what();
+  }
+  // torch::save archives and TorchScript modules keep their pickle under
+  // "constants.pkl"/"data.pkl" next to code, which pickle_load does not read
+  // as a plain torch.save file.
+  TORCH_CHECK(false, what, ": ", path, " is not a file written by Python's "
+              "torch.save (", error, "). A torch::serialize archive (a "
+              "lamp checkpoint, torch::save's files) is read with "
+              "torch::serialize::InputArchive or torch::load instead.");
 }
 
 void load_checked_archive(torch::serialize::InputArchive& archive,

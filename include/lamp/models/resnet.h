@@ -155,6 +155,11 @@ ResNet resnet152(int64_t num_classes = 10, int64_t in_channels = 3);
 ResNet make_resnet(const std::string& name, int64_t num_classes = 10,
                    int64_t in_channels = 3);
 
+/// The options make_resnet() builds `name` with (its blocks and block type);
+/// the same error for an unknown name.
+ResNetOptions resnet_options(const std::string& name, int64_t num_classes = 10,
+                             int64_t in_channels = 3);
+
 /// The names make_resnet() accepts, smallest first.
 const std::vector<std::string>& resnet_names();
 

@@ -10,10 +10,13 @@
 ///  - save_checked_archive() / load_checked_archive() wrap a
 ///    torch::serialize archive in an envelope that stores the payload's size
 ///    and CRC-32, checked before anything is read from it;
-///  - CheckpointLock keeps two live runs from writing the same checkpoint.
+///  - CheckpointLock keeps two live runs from writing the same checkpoint;
+///  - save_pickle() / load_pickle() write and read the files of Python's
+///    `torch.save` (state dicts for Python).
 
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <ATen/core/ivalue.h>
 
 #include <cstdint>
 #include <string>
@@ -27,6 +30,12 @@ namespace training {
 /// link, which renaming a new file over would replace). `what` names the
 /// path in messages (e.g. "--checkpoint").
 void check_checkpoint_path(const std::string& path, const std::string& what);
+
+/// check_checkpoint_path(), and that a file can be created in the folder
+/// (it creates and removes an empty temporary one): for a file written at the
+/// end of a run, checked before the run starts. Throws c10::Error naming
+/// `what`, the path and the system's reason.
+void check_writable_path(const std::string& path, const std::string& what);
 
 /// Replaces `path` with `bytes` atomically and durably (see the file comment).
 /// Throws c10::Error naming the path and the system's reason (e.g. "No space
@@ -43,6 +52,22 @@ void save_checked_archive(torch::serialize::OutputArchive& archive,
 /// throws c10::Error naming the path and the damage, whatever the damage.
 void load_checked_archive(torch::serialize::InputArchive& archive,
                           const std::string& path);
+
+/// Writes `value` in the format of Python's `torch.save` (a zip holding a
+/// pickle: torch::pickle_save) with write_file_atomically(), for files that
+/// Python reads with `torch.load(path)`, weights_only (its default) included:
+/// dicts, strings, numbers, bools and tensors (written from the CPU with
+/// their dtype) load there. \warning Typed lists (`c10::List<int64_t>`) are
+/// written as calls to torch.jit helpers that weights_only refuses; use
+/// tensors instead.
+void save_pickle(const c10::IValue& value, const std::string& path);
+
+/// Reads a file written by Python's `torch.save` or by save_pickle()
+/// (torch::pickle_load), tensors on the CPU. Throws c10::Error naming the
+/// path when it cannot be read or is not such a file: a torch::serialize
+/// archive (checkpoints, torch::save's files) is refused with a message
+/// saying so. `what` names the caller in messages.
+c10::IValue load_pickle(const std::string& path, const std::string& what);
 
 /// CRC-32 (zlib's, the polynomial of gzip and zip) of `size` bytes.
 uint32_t crc32(const void* data, size_t size);

@@ -1,0 +1,145 @@
+"""The Python side of lamp's Python interop tests (tests/python_interop_test.cpp).
+
+Each command writes what Python writes, or checks what lamp wrote, with the
+real torch; it exits 0 when the check holds and prints the difference and
+exits 1 when it does not.
+
+  write_scaler PATH        torch.save of a torch.amp.GradScaler's state_dict
+                           after two finite steps (init_scale=1024,
+                           growth_factor=3, backoff_factor=0.25,
+                           growth_interval=7: scale 1024, tracker 2)
+  write_disabled_scaler PATH   torch.save of a disabled scaler's state ({})
+  check_scaler PATH JSON   torch.load(PATH) equals the dict JSON (types
+                           included), and GradScaler.load_state_dict accepts
+                           it and gives back its Python keys
+  check_loads NAME STATE   bench/peer_pytorch.py's model NAME loads the
+                           state_dict STATE (strict), FP32 and int64 on the CPU
+  check_model NAME STATE IO   bench/peer_pytorch.py's model NAME loads the
+                           state_dict STATE (strict); in eval mode its output
+                           on IO's "input" matches IO's "output"
+"""
+
+import json
+import math
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+# Importing bench/peer_pytorch.py leaves no __pycache__ in the source tree.
+sys.dont_write_bytecode = True
+
+PYTHON_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval",
+               "_growth_tracker")
+
+
+def fail(message):
+    print("lamp_interop.py: " + message, flush=True)
+    sys.exit(1)
+
+
+def write_scaler(path):
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_factor=3.0,
+                                  backoff_factor=0.25, growth_interval=7)
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        scaler.scale((param * 2).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    state = scaler.state_dict()
+    if state["_growth_tracker"] != 2 or state["scale"] != 1024.0:
+        fail("unexpected Python state %r" % state)
+    torch.save(state, path)
+
+
+def write_disabled_scaler(path):
+    torch.save(torch.amp.GradScaler("cpu", enabled=False).state_dict(), path)
+
+
+def same(a, b):
+    """Equal values of the same Python type (1 == 1.0 is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isinf(a):
+        return a == b
+    return a == b
+
+
+def check_scaler(path, expected_json):
+    expected = json.loads(expected_json)
+    # JSON has no inf: lamp's max_scale comes as the string "inf".
+    expected = {k: float(v) if v == "inf" else v for k, v in expected.items()}
+    state = torch.load(path)  # weights_only, torch's default since 2.6
+    if not isinstance(state, dict):
+        fail("torch.load gave a %s, not a dict" % type(state).__name__)
+    if list(state) != list(expected) or not all(
+            same(state[k], expected[k]) for k in expected):
+        fail("torch.load gave %r, expected %r" % (state, expected))
+    scaler = torch.amp.GradScaler("cpu")
+    if not state:
+        return
+    scaler.load_state_dict(state)
+    back = scaler.state_dict()
+    python_part = {k: state[k] for k in PYTHON_KEYS}
+    if back != python_part:
+        fail("GradScaler.load_state_dict then state_dict gave %r, expected %r"
+             % (back, python_part))
+
+
+def load_model(name, state_path):
+    import peer_pytorch
+
+    state = torch.load(state_path)
+    for key, tensor in state.items():
+        want = torch.int64 if key.endswith("num_batches_tracked") else torch.float32
+        if tensor.dtype != want or tensor.device.type != "cpu":
+            fail("%s is %s on %s, expected %s on cpu"
+                 % (key, tensor.dtype, tensor.device, want))
+    model = peer_pytorch.make_model(name)
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def check_loads(name, state_path):
+    load_model(name, state_path)
+
+
+def check_model(name, state_path, io_path):
+    model = load_model(name, state_path)
+    model.eval()
+    io = torch.load(io_path)
+    with torch.no_grad():
+        output = model(io["input"])
+    expected = io["output"]
+    # FP32 on the CPU: the same operations, but another LibTorch's kernels
+    # may sum in another order; float32 rounding then differs by a few ulps
+    # per layer, far below 1e-5 of the outputs' size.
+    atol = 1e-5 * max(1.0, expected.abs().max().item())
+    if not torch.allclose(output, expected, rtol=1e-5, atol=atol):
+        fail("%s: max |python - lamp| = %g (atol %g)"
+             % (name, (output - expected).abs().max().item(), atol))
+    print("%s: max |python - lamp| = %g" % (name, (output - expected).abs().max().item()))
+
+
+def main(argv):
+    commands = {
+        "write_scaler": (write_scaler, 1),
+        "write_disabled_scaler": (write_disabled_scaler, 1),
+        "check_scaler": (check_scaler, 2),
+        "check_loads": (check_loads, 2),
+        "check_model": (check_model, 3),
+    }
+    if len(argv) < 2 or argv[1] not in commands or \
+            len(argv) - 2 != commands[argv[1]][1]:
+        print(__doc__)
+        return 2
+    commands[argv[1]][0](*argv[2:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,215 @@
+// lamp against real Python torch, both ways: scaler states written by
+// torch.save load in lamp and the other way round, and exported state_dicts
+// load into bench/peer_pytorch.py's models and give lamp's outputs. The
+// interpreter is LAMP_PYTHON_TORCH (the environment variable, else the CMake
+// cache variable of that name); without one that imports torch, every test
+// here is skipped, never passed.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "lamp/grad_scaler.h"
+#include "lamp/models/mnist_cnn.h"
+#include "lamp/models/resnet.h"
+#include "lamp/models/state_dict.h"
+#include "lamp/training/checkpoint_file.h"
+#include "test_util.h"
+#include "trainer_util.h"
+
+namespace {
+
+using lamp_test::expect_error;
+using lamp_test::temp_path;
+
+std::string python() {
+  const char* env = std::getenv("LAMP_PYTHON_TORCH");
+  return env != nullptr ? env : LAMP_PYTHON_TORCH;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  }
+  return out + "'";
+}
+
+// Runs `command` with the shell; its exit status and output together.
+std::pair<int, std::string> run(const std::string& command) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) {
+    return {-1, "popen failed"};
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    output.append(buffer, n);
+  }
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// Why there is no Python with torch to test against ("" when there is one),
+// asked once.
+const std::string& missing_python() {
+  static const std::string reason = [] {
+    if (python().empty()) {
+      return std::string(
+          "LAMP_PYTHON_TORCH is empty (no Python with torch "
+          "was found at configure time)");
+    }
+    const auto result = run(quoted(python()) + " -W ignore -c 'import torch'");
+    return result.first == 0 ? std::string()
+                             : "LAMP_PYTHON_TORCH=" + python() +
+                                   " cannot import torch: " + result.second;
+  }();
+  return reason;
+}
+
+#define LAMP_SKIP_WITHOUT_PYTHON_TORCH() \
+  do {                                   \
+    if (!missing_python().empty()) {     \
+      GTEST_SKIP() << missing_python();  \
+    }                                    \
+  } while (0)
+
+// tests/python/lamp_interop.py COMMAND ARGS...; fails the test with the
+// script's output when it fails.
+void interop(const std::vector<std::string>& args) {
+  std::string command =
+      quoted(python()) + " -W ignore " +
+      quoted(std::string(LAMP_SOURCE_DIR) + "/tests/python/lamp_interop.py");
+  for (const auto& arg : args) {
+    command += " " + quoted(arg);
+  }
+  const auto result = run(command);
+  EXPECT_EQ(result.first, 0) << command << "\n" << result.second;
+  std::cout << result.second;  // what the script measured, for the log
+}
+
+TEST(PythonInterop, PythonScalerStateLoadsInLamp) {
+  LAMP_SKIP_WITHOUT_PYTHON_TORCH();
+  const auto path = temp_path("python_scaler.pt");
+  interop({"write_scaler", path});
+  // What Python wrote: a plain dict of Python's keys and types.
+  const auto state = lamp::training::load_pickle(path, "test");
+  ASSERT_TRUE(state.isGenericDict()) << state.tagKind();
+  EXPECT_EQ(state.toGenericDict().size(), 5u);
+
+  lamp::GradScaler scaler(lamp::GradScalerOptions().hysteresis(2));
+  scaler.load_state_dict(path);
+  EXPECT_EQ(scaler.get_scale(), 1024.0);
+  EXPECT_EQ(scaler.growth_tracker(), 2);
+  EXPECT_EQ(scaler.options().growth_factor(), 3.0);
+  EXPECT_EQ(scaler.options().backoff_factor(), 0.25);
+  EXPECT_EQ(scaler.options().growth_interval(), 7);
+  // Keys Python does not have keep this scaler's options.
+  EXPECT_EQ(scaler.options().hysteresis(), 2);
+  std::remove(path.c_str());
+}
+
+TEST(PythonInterop, LampScalerStateLoadsInPython) {
+  LAMP_SKIP_WITHOUT_PYTHON_TORCH();
+  const auto path = temp_path("lamp_scaler.pt");
+  lamp::GradScaler scaler(lamp::GradScalerOptions()
+                              .init_scale(512)
+                              .growth_factor(4)
+                              .backoff_factor(0.125)
+                              .growth_interval(9));
+  auto param = torch::ones({3}, torch::requires_grad());
+  torch::optim::SGD optimizer({param}, 0.1);
+  for (int i = 0; i < 3; ++i) {
+    optimizer.zero_grad();
+    scaler.scale((param * 2).sum()).backward();
+    scaler.step(optimizer);
+    scaler.update();
+  }
+  ASSERT_EQ(scaler.growth_tracker(), 3);
+  // A scaler with Python's behaviour writes exactly Python's dict.
+  scaler.save_state_dict(path);
+  interop({"check_scaler", path,
+           R"({"scale": 512.0, "growth_factor": 4.0, "backoff_factor": 0.125,)"
+           R"( "growth_interval": 9, "_growth_tracker": 3})"});
+
+  // lamp's own keys, where used, come after Python's; Python ignores them.
+  lamp::GradScaler hysteresis(lamp::GradScalerOptions().hysteresis(3));
+  hysteresis.save_state_dict(path);
+  interop({"check_scaler", path,
+           R"({"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5,)"
+           R"( "growth_interval": 2000, "_growth_tracker": 0,)"
+           R"( "min_scale": 0.0, "max_scale": "inf", "hysteresis": 3,)"
+           R"( "_overflow_count": 0, "dynamic": true})"});
+  std::remove(path.c_str());
+}
+
+TEST(PythonInterop, DisabledScalerStatesAreEmptyBothWays) {
+  LAMP_SKIP_WITHOUT_PYTHON_TORCH();
+  const auto path = temp_path("disabled_scaler.pt");
+  lamp::GradScaler disabled(lamp::GradScalerOptions().enabled(false));
+  disabled.save_state_dict(path);
+  interop({"check_scaler", path, "{}"});
+
+  interop({"write_disabled_scaler", path});
+  lamp::GradScaler enabled;
+  expect_error([&] { enabled.load_state_dict(path); }, "disabled GradScaler");
+  EXPECT_EQ(enabled.get_scale(), 65536.0);
+  disabled.load_state_dict(path); // a no-op, as in Python
+  std::remove(path.c_str());
+}
+
+// Exports `model` (moved off its initial BatchNorm statistics by a few
+// training-mode passes) and checks that Python's model of that name, loaded
+// with it, gives lamp's eval-mode outputs on the same input.
+void expect_same_outputs_in_python(
+    torch::nn::Module& model,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+    const std::string& name, std::vector<int64_t> input_shape) {
+  torch::NoGradGuard no_grad;
+  model.train();
+  for (int i = 0; i < 3; ++i) {
+    forward(torch::randn(input_shape));
+  }
+  model.eval();
+  const auto input = torch::randn(input_shape);
+  const auto output = forward(input);
+  const auto state_path = temp_path(name + "_state_dict.pt");
+  const auto io_path = temp_path(name + "_io.pt");
+  lamp::models::export_state_dict(model, name, state_path);
+  c10::Dict<std::string, torch::Tensor> io;
+  io.insert("input", input);
+  io.insert("output", output);
+  lamp::training::save_pickle(io, io_path);
+  interop({"check_model", name, state_path, io_path});
+  std::remove(state_path.c_str());
+  std::remove(io_path.c_str());
+}
+
+TEST(PythonInterop, ExportedCnnGivesLampsOutputsInPython) {
+  LAMP_SKIP_WITHOUT_PYTHON_TORCH();
+  torch::manual_seed(1);
+  lamp::models::MnistCNN model;
+  expect_same_outputs_in_python(
+      *model, [&](const torch::Tensor& x) { return model->forward(x); }, "cnn",
+      {4, 1, 28, 28});
+}
+
+TEST(PythonInterop, ExportedResNetsGiveLampsOutputsInPython) {
+  LAMP_SKIP_WITHOUT_PYTHON_TORCH();
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    SCOPED_TRACE(name);
+    torch::manual_seed(2);
+    auto model = lamp::models::make_resnet(name);
+    expect_same_outputs_in_python(
+        *model, [&](const torch::Tensor& x) { return model->forward(x); }, name,
+        {2, 3, 32, 32});
+  }
+}
+
+} // namespace

@@ -1,18 +1,53 @@
 # Facts about the LibTorch that find_package(Torch) found, for the rest of the build:
-#   LAMP_TORCH_VERSION  e.g. 1.13.0 or 2.11.0
+#   LAMP_TORCH_VERSION  e.g. 1.13.0 or 2.11.0, as its headers say (TORCH_VERSION)
+#   LAMP_TORCH_PACKAGE  the Debian package holding it and that package's version,
+#                       e.g. "libtorch-dev 1.13.1+dfsg-4"; empty when it is not
+#                       a Debian package's. Debian's libtorch-dev 1.13.1 has
+#                       headers that say 1.13.0.
+#   LAMP_TORCH_REALPATH its install prefix with symbolic links resolved
 #   LAMP_WITH_CUDA      ON when that LibTorch was built with CUDA
+# lamp_version_from_header(<header> <PREFIX> <out>): "MAJOR.MINOR.PATCH" from
+# the header's #define <PREFIX>_MAJOR/_MINOR/_PATCH, or "" when it has none.
+function(lamp_version_from_header header prefix out)
+  set(_version "")
+  file(STRINGS "${header}" _lines REGEX "#define ${prefix}_(MAJOR|MINOR|PATCH) ")
+  if(_lines)
+    string(REGEX REPLACE ".*MAJOR ([0-9]+).*" "\\1" _major "${_lines}")
+    string(REGEX REPLACE ".*MINOR ([0-9]+).*" "\\1" _minor "${_lines}")
+    string(REGEX REPLACE ".*PATCH ([0-9]+).*" "\\1" _patch "${_lines}")
+    set(_version "${_major}.${_minor}.${_patch}")
+  endif()
+  set(${out} "${_version}" PARENT_SCOPE)
+endfunction()
+
+# lamp_debian_package(<file> <out>): "<package> <version>" of the Debian
+# package that installed <file>, or "" (not Debian's, or no dpkg-query).
+function(lamp_debian_package file out)
+  set(_package "")
+  find_program(LAMP_DPKG_QUERY dpkg-query)
+  mark_as_advanced(LAMP_DPKG_QUERY)
+  if(LAMP_DPKG_QUERY AND EXISTS "${file}")
+    get_filename_component(_real "${file}" REALPATH)
+    execute_process(COMMAND "${LAMP_DPKG_QUERY}" -S "${_real}"
+                    OUTPUT_VARIABLE _owner ERROR_QUIET RESULT_VARIABLE _rc)
+    if(_rc EQUAL 0 AND _owner MATCHES "^([^:, ]+)(:[^:, ]+)?: ")
+      set(_name "${CMAKE_MATCH_1}")
+      execute_process(COMMAND "${LAMP_DPKG_QUERY}" -W "-f=\${Version}" "${_name}"
+                      OUTPUT_VARIABLE _version ERROR_QUIET RESULT_VARIABLE _rc)
+      if(_rc EQUAL 0 AND NOT _version STREQUAL "")
+        set(_package "${_name} ${_version}")
+      endif()
+    endif()
+  endif()
+  set(${out} "${_package}" PARENT_SCOPE)
+endfunction()
+
 function(lamp_torch_info)
   set(_version "")
   foreach(_dir IN LISTS TORCH_INCLUDE_DIRS)
     foreach(_candidate "${_dir}/torch/headeronly/version.h" "${_dir}/torch/version.h")
       if(NOT _version AND EXISTS "${_candidate}")
-        file(STRINGS "${_candidate}" _lines REGEX "#define TORCH_VERSION_(MAJOR|MINOR|PATCH) ")
-        if(_lines)
-          string(REGEX REPLACE ".*MAJOR ([0-9]+).*" "\\1" _major "${_lines}")
-          string(REGEX REPLACE ".*MINOR ([0-9]+).*" "\\1" _minor "${_lines}")
-          string(REGEX REPLACE ".*PATCH ([0-9]+).*" "\\1" _patch "${_lines}")
-          set(_version "${_major}.${_minor}.${_patch}")
-        endif()
+        lamp_version_from_header("${_candidate}" TORCH_VERSION _version)
       endif()
     endforeach()
   endforeach()
@@ -39,7 +74,19 @@ function(lamp_torch_info)
       endif()
     endif()
   endforeach()
+  get_filename_component(_realpath "${TORCH_INSTALL_PREFIX}" REALPATH)
+  set(_package "")
+  if(_realpath MATCHES "^/usr(/|$)")
+    lamp_debian_package("${Torch_DIR}/TorchConfig.cmake" _package)
+  endif()
   set(LAMP_TORCH_VERSION "${_version}" PARENT_SCOPE)
+  set(LAMP_TORCH_PACKAGE "${_package}" PARENT_SCOPE)
+  set(LAMP_TORCH_REALPATH "${_realpath}" PARENT_SCOPE)
   set(LAMP_WITH_CUDA ${_cuda} PARENT_SCOPE)
-  message(STATUS "lamp: LibTorch ${_version} at ${TORCH_INSTALL_PREFIX}, CUDA: ${_cuda}")
+  if(_package)
+    set(_described "${_version} (version in its headers; Debian package ${_package})")
+  else()
+    set(_described "${_version} (version in its headers)")
+  endif()
+  message(STATUS "lamp: LibTorch ${_described} at ${TORCH_INSTALL_PREFIX}, CUDA: ${_cuda}")
 endfunction()

@@ -9,7 +9,7 @@ cd "$LAMP_ROOT"
 
 usage() {
   cat <<EOF
-Usage: scripts/test.sh [--torch debian|wheel|both] [--build-dir DIR] [--jobs N]
+Usage: scripts/test.sh [--torch debian|wheel|both] [--gloo auto|on|off] [--build-dir DIR] [--jobs N]
 
 Builds lamp (Release) and runs its tests with ctest.
 
@@ -17,6 +17,9 @@ Builds lamp (Release) and runs its tests with ctest.
   --torch wheel    the LibTorch inside PyPI's torch wheel (CUDA-built), installed
                    into a virtual environment on first use
   --torch both     debian, then wheel; fails if either fails
+  --gloo MODE      lamp's Gloo backend (CMake's LAMP_WITH_GLOO): auto (the
+                   default: where its headers are found), on, or off (the
+                   build a torch wheel gets on a machine without libgloo-dev)
   --build-dir DIR  build folder (default build/test-<torch>; with both, DIR-debian
                    and DIR-wheel)
   --jobs N         parallel compile jobs (default: all cores, $(lamp_nproc));
@@ -25,6 +28,7 @@ Builds lamp (Release) and runs its tests with ctest.
 
 Environment:
   LAMP_TORCH          same as --torch
+  LAMP_GLOO           same as --gloo
   LAMP_TORCH_VERSION  torch wheel version (default 2.11.0)
   LAMP_TORCH_VENV     its virtual environment (default ~/.cache/lamp/torch-<version>)
   LAMP_PYTHON         interpreter that creates the environment (default python3)
@@ -34,12 +38,15 @@ EOF
 }
 
 torch="${LAMP_TORCH:-debian}"
+gloo="${LAMP_GLOO:-auto}"
 build_dir=""
 jobs="$(lamp_nproc)"
 while [ $# -gt 0 ]; do
   case "$1" in
     --torch) [ $# -ge 2 ] || lamp_die "--torch needs a value"; torch="$2"; shift 2 ;;
     --torch=*) torch="${1#*=}"; shift ;;
+    --gloo) [ $# -ge 2 ] || lamp_die "--gloo needs a value"; gloo="$2"; shift 2 ;;
+    --gloo=*) gloo="${1#*=}"; shift ;;
     --build-dir) [ $# -ge 2 ] || lamp_die "--build-dir needs a value"; build_dir="$2"; shift 2 ;;
     --build-dir=*) build_dir="${1#*=}"; shift ;;
     --jobs|-j) [ $# -ge 2 ] || lamp_die "--jobs needs a value"; jobs="$2"; shift 2 ;;
@@ -52,6 +59,10 @@ case "$torch" in
   debian|wheel|both) ;;
   *) lamp_die "--torch must be debian, wheel or both, got '$torch'" ;;
 esac
+case "$gloo" in
+  auto|on|off) ;;
+  *) lamp_die "--gloo must be auto, on or off, got '$gloo'" ;;
+esac
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || lamp_die "--jobs must be a positive integer, got '$jobs'"
 
 if [ "$torch" = both ]; then
@@ -59,9 +70,13 @@ if [ "$torch" = both ]; then
   # other and `set -e` keeps working inside each.
   summary="$(mktemp)"
   trap 'rm -f "$summary"' EXIT
+  # The wheel's environment first: its Python (torch) runs the Python interop
+  # tests of both builds.
+  lamp_ensure_packages python3-venv
+  lamp_ensure_torch_wheel
   status=0
   for t in debian wheel; do
-    args=(--torch "$t" --jobs "$jobs")
+    args=(--torch "$t" --gloo "$gloo" --jobs "$jobs")
     [ -z "$build_dir" ] || args+=(--build-dir "$build_dir-$t")
     LAMP_SUMMARY_FILE="$summary" bash "$LAMP_ROOT/scripts/test.sh" "${args[@]}" || status=1
   done
@@ -90,7 +105,7 @@ trap summarize EXIT
 
 lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3-venv python3-matplotlib
 
-cmake_args=()
+cmake_args=("-DLAMP_WITH_GLOO=${gloo^^}")
 if [ "$torch" = wheel ]; then
   lamp_ensure_torch_wheel
   lamp_ensure_nvcc
@@ -101,6 +116,8 @@ if [ "$torch" = wheel ]; then
 else
   libtorch="LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?') (Debian)"
 fi
+
+[ "$gloo" = auto ] || libtorch="$libtorch, Gloo $gloo"
 
 # The Python interop tests need a Python with torch: the torch wheel's
 # environment, for both LibTorch builds, when it exists.

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <sys/resource.h>
 
@@ -79,6 +80,16 @@ bool mixed_dtype_norm_available(const torch::Device& device,
   static const bool half = probe_cpu_mixed_dtype_norm(torch::kHalf);
   static const bool bfloat16 = probe_cpu_mixed_dtype_norm(torch::kBFloat16);
   return dtype == torch::kHalf ? half : dtype == torch::kBFloat16 && bfloat16;
+}
+
+std::string libtorch_version() {
+  // LAMP_TORCH_PACKAGE: the Debian package and version CMake found holding
+  // this LibTorch (cmake/LampTorchInfo.cmake), or "".
+  const std::string package = LAMP_TORCH_PACKAGE;
+  if (package.empty()) {
+    return TORCH_VERSION;
+  }
+  return std::string(TORCH_VERSION) + " (Debian package " + package + ")";
 }
 
 std::string device_name(const torch::Device& device) {

@@ -4,7 +4,6 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cerrno>
@@ -186,6 +185,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
               "lamp::distributed: lamp's Gloo backend communicates CPU "
               "tensors, but the device is ",
               device, ". Use backend nccl (or auto) for CUDA.");
+  // Before the rendezvous, so that no rank waits for one that cannot come.
+  // Gloo asked for by name fails even for one process: the program would
+  // fail as soon as it runs with more. "auto" needs Gloo only for more.
+  TORCH_CHECK(backend != "gloo" || gloo_available() ||
+                  (options.backend() == "auto" && env.world_size == 1),
+              "lamp::distributed: cannot use Gloo for backend '",
+              options.backend(), "' on ", device, " with WORLD_SIZE=",
+              env.world_size, ": ", detail::kNoGlooMessage);
 
   auto group = std::make_shared<ProcessGroup>(device);
   group->rank_ = env.rank;
@@ -221,15 +228,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
     store->setTimeout(options.timeout());
     group->impl_->store = store;
     if (backend == "gloo") {
-      auto gloo_options =
-          c10d::ProcessGroupGloo::Options::create(options.timeout());
-      const auto interface = getenv_string("GLOO_SOCKET_IFNAME");
-      gloo_options->devices.push_back(
-          interface ? c10d::ProcessGroupGloo::createDeviceForInterface(
-                          *interface)
-                    : c10d::ProcessGroupGloo::createDefaultDevice());
-      group->impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          store, env.rank, env.world_size, gloo_options);
+      group->impl_->backend = detail::make_gloo_backend(
+          store, env.rank, env.world_size, options.timeout());
     } else {
       group->impl_->backend = detail::make_nccl_backend(
           store, env.rank, env.world_size, options.timeout());

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/version.h>
+
+#include <string>
 
 #include "lamp/backends.h"
 #include "test_util.h"
@@ -65,6 +68,23 @@ TEST(Backends, CudnnBenchmarkLimitRoundTripsAndRefusesNegatives) {
   EXPECT_THROW(lamp::set_cudnn_benchmark_limit(-1), c10::Error);
   EXPECT_EQ(lamp::cudnn_benchmark_limit(), 0);
   lamp::set_cudnn_benchmark_limit(before);
+}
+
+// LAMP_TEST_TORCH_PACKAGE: what CMake found (dpkg-query) holding the
+// LibTorch, e.g. "libtorch-dev 1.13.1+dfsg-4", or "" for a torch wheel.
+TEST(Backends, LibtorchVersionGivesTheHeadersVersionAndTheDebianPackage) {
+  const std::string version = lamp::libtorch_version();
+  const std::string package = LAMP_TEST_TORCH_PACKAGE;
+  if (package.empty()) {
+    EXPECT_EQ(version, TORCH_VERSION);
+  } else {
+    EXPECT_EQ(version,
+              std::string(TORCH_VERSION) + " (Debian package " + package + ")");
+    // Debian's package of this LibTorch is libtorch-dev (from libtorch1.13's
+    // source package), with its own version after the name.
+    EXPECT_EQ(package.rfind("libtorch", 0), 0u) << package;
+    EXPECT_NE(package.find(' '), std::string::npos) << package;
+  }
 }
 
 } // namespace

@@ -49,6 +49,13 @@ bool fp16_compute_available(const torch::Device& device);
 /// by running the two ops on tiny tensors.
 bool mixed_dtype_norm_available(const torch::Device& device, torch::Dtype dtype);
 
+/// The LibTorch lamp was built with, for reports: the version its headers
+/// give (TORCH_VERSION), followed, for a Debian package's LibTorch, by the
+/// package and its version, e.g. "1.13.0 (Debian package libtorch-dev
+/// 1.13.1+dfsg-4)". Debian's libtorch-dev 1.13.1 has headers that say 1.13.0;
+/// the package's version is read by CMake (dpkg-query) when lamp is built.
+std::string libtorch_version();
+
 /// Whether a CUDA GPU can be used by this process (false for CPU-only builds).
 bool cuda_available();
 

@@ -46,9 +46,18 @@ struct Environment {
   static c10::optional<Environment> from_env();
 };
 
+/// Whether this lamp was built with c10d's Gloo backend (CPU collectives).
+/// CMake builds it where Gloo's headers are found (LAMP_WITH_GLOO=AUTO, the
+/// default): Debian's libgloo-dev has them, PyPI's torch wheel does not.
+/// Without Gloo, ProcessGroup::create() refuses backend "gloo", and "auto" on
+/// the CPU for more than one process, with an error saying so; NCCL (CUDA)
+/// and single-process runs work as usual.
+bool gloo_available();
+
 /// How the process group is set up.
 struct ProcessGroupOptions {
   /// "auto" (NCCL for a CUDA device, Gloo for the CPU), "gloo" or "nccl".
+  /// Gloo needs a lamp built with it (gloo_available()).
   TORCH_ARG(std::string, backend) = "auto";
   /// How long a collective or the rendezvous waits for the other ranks
   /// before failing with an error (instead of hanging on a dead rank).

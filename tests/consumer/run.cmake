@@ -10,6 +10,12 @@
 # TORCH_PREFIX_PATH is the `;`-separated CMAKE_PREFIX_PATH lamp was configured
 # with (empty for Debian's LibTorch; "<torch>;<torch>/share/cmake" for the
 # wheel's), so the consumer finds the same LibTorch.
+#
+# With -DOTHER_TORCH_DIR=<folder holding another LibTorch's TorchConfig.cmake>
+# the consumer is configured with that LibTorch instead (Torch_DIR), and
+# find_package(lamp) must refuse it with a message naming both LibTorchs.
+# OTHER_TORCH_DIR=NONE, or a folder without TorchConfig.cmake: the test
+# prints "lamp consumer test skipped" (ctest's SKIP_REGULAR_EXPRESSION).
 
 cmake_minimum_required(VERSION 3.18)
 
@@ -20,6 +26,12 @@ foreach(_var LAMP_SOURCE_DIR LAMP_BINARY_DIR WORK_DIR)
 endforeach()
 if(NOT DEFINED CMAKE_BUILD_TYPE OR CMAKE_BUILD_TYPE STREQUAL "")
   set(CMAKE_BUILD_TYPE Release)
+endif()
+
+if(DEFINED OTHER_TORCH_DIR AND NOT EXISTS "${OTHER_TORCH_DIR}/TorchConfig.cmake")
+  message("lamp consumer test skipped: no other LibTorch on this machine "
+          "(OTHER_TORCH_DIR='${OTHER_TORCH_DIR}')")
+  return()
 endif()
 
 set(_prefix "${WORK_DIR}/prefix")
@@ -54,6 +66,34 @@ file(WRITE "${WORK_DIR}/initial-cache.cmake"
 if(NOT "${CMAKE_CXX_COMPILER}" STREQUAL "")
   file(APPEND "${WORK_DIR}/initial-cache.cmake"
     "set(CMAKE_CXX_COMPILER [==[${CMAKE_CXX_COMPILER}]==] CACHE FILEPATH \"\")\n")
+endif()
+
+
+if(DEFINED OTHER_TORCH_DIR)
+  # Only lamp's prefix, and the other LibTorch by its Torch_DIR. A torch
+  # wheel's TorchConfig looks for the CUDA toolkit (nvcc), as in lib.sh.
+  file(WRITE "${WORK_DIR}/initial-cache.cmake"
+    "set(CMAKE_PREFIX_PATH [==[${_prefix}]==] CACHE STRING \"\")\n"
+    "set(Torch_DIR [==[${OTHER_TORCH_DIR}]==] CACHE PATH \"\")\n")
+  find_program(_nvcc nvcc)
+  if(NOT _nvcc AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(ENV{PATH} "/usr/local/cuda/bin:$ENV{PATH}")
+  endif()
+  execute_process(COMMAND "${CMAKE_COMMAND}" -C "${WORK_DIR}/initial-cache.cmake"
+                  -S "${LAMP_SOURCE_DIR}/tests/consumer" -B "${_build}"
+                  RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+  # CMake wraps long messages: compare with the line breaks taken out.
+  string(REGEX REPLACE "[ \t\r\n]+" " " _flat "${_out}")
+  if(_rc EQUAL 0 OR NOT _flat MATCHES "lamp was built with LibTorch .* but find_package\\(Torch\\) found LibTorch"
+     OR NOT _flat MATCHES "CMAKE_PREFIX_PATH")
+    message(FATAL_ERROR
+      "lamp consumer test: configuring the consumer with the LibTorch at "
+      "${OTHER_TORCH_DIR} should have failed with lamp's message naming both "
+      "LibTorchs (exit ${_rc}):\n${_out}")
+  endif()
+  string(REGEX MATCH "lamp was built with LibTorch .* rebuild lamp against the LibTorch at [^ ]*" _line "${_flat}")
+  message(STATUS "refused as expected: ${_line}")
+  return()
 endif()
 
 _lamp_consumer_step("configuring the consumer"

@@ -194,6 +194,7 @@ int run(const Config& c) {
   lamp::set_cudnn_benchmark(c.cudnn_benchmark);
   nlohmann::json out = {{"tool", "lamp"},
                         {"torch_version", TORCH_VERSION},
+                        {"libtorch", lamp::libtorch_version()},
                         {"device", device.str()},
                         {"device_name", lamp::device_name(device)},
                         {"date", today()},

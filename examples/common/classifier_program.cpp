@@ -597,6 +597,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                        {"command_line", config.command_line},
                        {"lamp_version", LAMP_VERSION},
                        {"torch_version", TORCH_VERSION},
+                       {"libtorch", lamp::libtorch_version()},
                        {"cuda", cuda.empty() ? nlohmann::ordered_json(nullptr)
                                              : nlohmann::ordered_json(cuda)},
                        {"device", device.str()},

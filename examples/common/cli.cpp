@@ -5,7 +5,6 @@
 #include <lamp/precision.h>
 #include <lamp/version.h>
 #include <torch/types.h>
-#include <torch/version.h>
 
 #include <cerrno>
 #include <cmath>
@@ -82,7 +81,7 @@ const std::vector<std::string>& precision_flag_values() {
 }
 
 std::string version_line() {
-  std::string line = "lamp " LAMP_VERSION ", LibTorch " TORCH_VERSION;
+  std::string line = "lamp " LAMP_VERSION ", LibTorch " + lamp::libtorch_version();
   const auto cuda = lamp::cuda_versions();
   if (!cuda.empty()) {
     line += ", " + cuda;

@@ -33,7 +33,9 @@ std::string short_number(double value);
 const std::vector<std::string>& precision_flag_values();
 
 /// "lamp 0.1.0, LibTorch 2.11.0, CUDA 13.0, cuDNN 9.19.0" (CUDA and cuDNN
-/// only where this LibTorch has them), for --version and logs.
+/// only where this LibTorch has them; Debian's LibTorch adds its package:
+/// "LibTorch 1.13.0 (Debian package libtorch-dev 1.13.1+dfsg-4)"), for
+/// --version.
 std::string version_line();
 
 /// Adds --version (prints "PROGRAM " + version_line() and exits 0).

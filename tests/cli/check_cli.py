@@ -62,6 +62,7 @@ def conventions(programs):
         r = run([program, "--version"])
         if r.returncode != 0 or not re.fullmatch(
                 rf"{name} lamp \d+\.\d+\.\d+, LibTorch \d+\.\d+\.\d+"
+                r"( \(Debian package libtorch-dev [^)]+\))?"
                 r"(, CUDA \d+\.\d+(, cuDNN \d+\.\d+\.\d+)?)?\n", r.stdout):
             fail(f"{name} --version: exit {r.returncode}, {r.stdout!r}")
         print("  " + r.stdout.strip())

@@ -205,7 +205,8 @@ def epoch_figure(plt, title, ylabel, log=False):
     ax.set_title(title)
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    # Whole epochs only, even for a one-epoch run (one tick is enough).
+    ax.xaxis.get_major_locator().set_params(integer=True, min_n_ticks=1)
     if log:
         ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)

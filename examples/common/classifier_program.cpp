@@ -266,10 +266,10 @@ class Progress {
     const double rate = elapsed > 0 ? window.second / elapsed : 0.0;
     const auto scale = scale_text(p);
     clear();
-    std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %s%s%s\n",
+    std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %.4g%s%s\n",
                 static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
                 static_cast<long long>(p.batch), static_cast<long long>(p.batches),
-                window.first, rate, short_number(p.lr).c_str(),
+                window.first, rate, p.lr,
                 scale.empty() ? "" : "  ", scale.c_str());
     std::fflush(stdout);
     if (log_ && log_every_ > 0) {

@@ -452,6 +452,15 @@ TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
     EXPECT_TRUE(std::isfinite(seen[i].loss.item<double>()));
     EXPECT_EQ(seen[i].warmup, i == 0);
   }
+  // The running totals are the trainer's live ones: at the end they hold
+  // the epoch's sum of (finite) losses and no non-finite one.
+  double sum = 0;
+  for (const auto& p : seen) {
+    sum += p.loss.item<double>();
+  }
+  EXPECT_NEAR(seen.back().epoch_loss_sum.item<double>(), sum, 1e-9 * std::abs(sum));
+  EXPECT_EQ(seen.back().non_finite_losses.item<int64_t>(), 0);
+  EXPECT_EQ(seen.front().non_finite_before_epoch, 0);
   ASSERT_FALSE(step.optimizer().state().empty());
   for (const auto& item : step.optimizer().state()) {
     EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*item.second).step(), 2);

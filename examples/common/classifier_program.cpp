@@ -96,38 +96,44 @@ int terminal_width() {
   return 80;
 }
 
-// The mean of the finite losses and the images of a stretch of steps, summed
-// on the device: reading it is one host sync, paid only when shown.
+// The mean of the finite losses and the images of a stretch of steps inside
+// one epoch, as differences of the trainer's running totals
+// (BatchProgress::epoch_loss_sum, non_finite_losses): nothing is added to the
+// steps; take() reads the device once.
 class LossWindow {
  public:
   void add(const lamp::training::BatchProgress& p) {
-    const auto loss = p.loss.to(torch::kDouble);
-    const auto finite = torch::isfinite(loss);
-    if (!sum_.defined()) {
-      sum_ = torch::zeros({2}, loss.options());
+    if (p.batch == 1) {  // the epoch's sum starts again: so does the window
+      sum_at_ = 0;
+      non_finite_at_ = p.non_finite_before_epoch;
+      batch_at_ = 0;
+      images_ = 0;
     }
-    sum_[0] += torch::where(finite, loss, torch::zeros_like(loss));
-    sum_[1] += finite;
     images_ += p.images;
   }
-  // {mean finite loss (NaN when none was finite), images}, then restarts.
-  std::pair<double, int64_t> take() {
-    double mean = std::numeric_limits<double>::quiet_NaN();
-    if (sum_.defined()) {
-      const auto host = sum_.cpu();
-      const double count = host[1].item<double>();
-      if (count > 0) {
-        mean = host[0].item<double>() / count;
-      }
-      sum_.zero_();
-    }
+  // {mean finite loss (NaN when none was finite), images} since the last
+  // take() in this epoch.
+  std::pair<double, int64_t> take(const lamp::training::BatchProgress& p) {
+    const auto host = torch::stack({p.epoch_loss_sum.to(torch::kDouble),
+                                    p.non_finite_losses.to(torch::kDouble)})
+                          .cpu();
+    const double sum = host[0].item<double>();
+    const auto non_finite = static_cast<int64_t>(host[1].item<double>());
+    const int64_t finite = (p.batch - batch_at_) - (non_finite - non_finite_at_);
+    const double mean = finite > 0 ? (sum - sum_at_) / finite
+                                   : std::numeric_limits<double>::quiet_NaN();
     const int64_t images = images_;
+    sum_at_ = sum;
+    non_finite_at_ = non_finite;
+    batch_at_ = p.batch;
     images_ = 0;
     return {mean, images};
   }
 
  private:
-  torch::Tensor sum_;
+  double sum_at_ = 0;
+  int64_t non_finite_at_ = 0;
+  int64_t batch_at_ = 0;
   int64_t images_ = 0;
 };
 
@@ -225,10 +231,7 @@ class Progress {
       bar_window_.add(p);
     }
     if (log_every_ > 0 || timed_lines_) {
-      if (p.batch == 1) {
-        line_window_.take();  // a line covers steps of one epoch only
-      }
-      line_window_.add(p);
+      line_window_.add(p);  // a line covers steps of one epoch only
       if (log_every_ > 0 ? p.global_step % log_every_ == 0
                          : now - last_line_ >= std::chrono::seconds(30)) {
         write_line(p, now);
@@ -261,7 +264,7 @@ class Progress {
 
   void write_line(const lamp::training::BatchProgress& p,
                   std::chrono::steady_clock::time_point now) {
-    const auto window = line_window_.take();
+    const auto window = line_window_.take(p);
     const double elapsed = seconds(now - line_start_);
     const double rate = elapsed > 0 ? window.second / elapsed : 0.0;
     const auto scale = scale_text(p);
@@ -293,7 +296,7 @@ class Progress {
     const double elapsed = seconds(now - epoch_start_);
     const double rate = elapsed > 0 ? epoch_images_ / elapsed : 0.0;
     const double eta = elapsed * (p.batches - p.batch) / p.batch;
-    const double loss = bar_window_.take().first;
+    const double loss = bar_window_.take(p).first;
     const auto left = "epoch " + std::to_string(p.epoch) + "/" + std::to_string(epochs_);
     // The parts after the bar, dropped from the end while they do not fit.
     std::vector<std::string> parts = {

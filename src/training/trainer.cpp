@@ -318,6 +318,9 @@ std::vector<EpochStats> ClassifierTrainer::fit(
         progress.lr = stats.lr;
         progress.loss = result.loss;
         progress.loss_scale = result.scale;
+        progress.epoch_loss_sum = loss_sum;
+        progress.non_finite_losses = non_finite;
+        progress.non_finite_before_epoch = non_finite_at_epoch;
         progress.warmup = warmup_step;
         on_batch(progress);
       }

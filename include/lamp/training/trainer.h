@@ -130,6 +130,15 @@ struct BatchProgress {
   /// every N steps), never every step.
   torch::Tensor loss;
   torch::Tensor loss_scale;
+  /// The trainer's own running totals, live (updated in place by the
+  /// following steps) and on the device: the sum of this epoch's finite
+  /// losses so far (FP64), and the non-finite losses since fit() began
+  /// (int64; `non_finite_before_epoch` of them before this epoch). A mean
+  /// loss over any stretch of steps is a difference of two reads, so a
+  /// display adds no work to the steps it does not draw.
+  torch::Tensor epoch_loss_sum;
+  torch::Tensor non_finite_losses;
+  int64_t non_finite_before_epoch = 0;
   /// Whether this batch is timed as warm-up (EpochStats::warmup_seconds).
   bool warmup = false;
 };

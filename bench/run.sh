@@ -133,7 +133,7 @@ run_tool() {
       status="$compile_status"; args+=(--compile --compile-mode reduce-overhead) ;;
   esac
   if [ "$status" = ok ]; then
-    echo "== $tool (run $repeat): ${args[*]}" >&2
+    echo "== [$(date +%T)] $tool (run $repeat): ${args[*]}" >&2
     local rc=0
     case "$tool" in
       lamp*) "$bench" "${args[@]}" || rc=$? ;;

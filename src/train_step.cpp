@@ -79,6 +79,28 @@ NamedOptimizerFactory ignoring_names(const OptimizerFactory& make_optimizer) {
 
 } // namespace
 
+std::string to_string(CudaGraphMode mode) {
+  switch (mode) {
+    case CudaGraphMode::kOff:
+      return "off";
+    case CudaGraphMode::kOn:
+      return "on";
+    case CudaGraphMode::kAuto:
+      return "auto";
+  }
+  TORCH_CHECK(false, "lamp: unknown CudaGraphMode ", static_cast<int>(mode), ".");
+}
+
+CudaGraphMode parse_cuda_graph_mode(const std::string& name) {
+  for (auto mode : {CudaGraphMode::kOff, CudaGraphMode::kOn, CudaGraphMode::kAuto}) {
+    if (name == to_string(mode)) {
+      return mode;
+    }
+  }
+  TORCH_CHECK(false, "lamp: unknown CUDA-graph mode '", name,
+              "'; use off, on or auto.");
+}
+
 TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
                      const OptimizerFactory& make_optimizer,
                      TrainStepOptions options)
@@ -160,6 +182,9 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   optimizer_ = make_optimizer(named_params);
   TORCH_CHECK(optimizer_ != nullptr,
               "lamp::TrainStep: the optimizer factory returned null.");
+  graph_enabled_ = options_.cuda_graph() == CudaGraphMode::kOn ||
+                   (options_.cuda_graph() == CudaGraphMode::kAuto &&
+                    cuda_graph_unavailable_reason().empty());
 }
 
 TrainStep::~TrainStep() = default;
@@ -188,8 +213,8 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
       // A captured step cannot use autocast's cast cache: its FP16 weight
       // copies would be made once, at capture, and never again.
       autocast.emplace(device_.type(), *dtype, /*enabled=*/true,
-                       options_.cuda_graph() ? c10::optional<bool>(false)
-                                             : c10::nullopt);
+                       graph_enabled_ ? c10::optional<bool>(false)
+                                      : c10::nullopt);
     }
     loss = loss_fn();
   }
@@ -256,28 +281,38 @@ std::string shape_key(const torch::Tensor& input, const torch::Tensor& target) {
 
 } // namespace
 
+std::string TrainStep::cuda_graph_unavailable_reason() const {
+  std::ostringstream why;
+  const auto* on_device = dynamic_cast<const optim::AmpStep*>(optimizer_.get());
+  // The device last: the other reasons hold everywhere (and are testable on
+  // a CPU).
+  if (options_.accumulation_steps() != 1) {
+    why << "CUDA graphs capture whole optimizer steps; accumulation_steps "
+        << options_.accumulation_steps() << " is not supported with them.";
+  } else if (data_parallel_ != nullptr) {
+    why << "CUDA graphs do not capture data-parallel communication yet.";
+  } else if (on_device == nullptr || !on_device->skips_on_device()) {
+    why << "CUDA graphs need an optimizer whose step runs on the device "
+           "without host reads: one of lamp::optim's SGD, Adam or AdamW on "
+           "its fused kernels (LibTorch >= 2.4).";
+  } else if (scaler_.is_enabled() && (!scaler_.options().sync_free() ||
+                                      scaler_.options().diagnose_overflow())) {
+    why << "CUDA graphs need a sync-free GradScaler (sync_free true, "
+           "diagnose_overflow false).";
+  } else if (!device_.is_cuda()) {
+    why << "CUDA graphs need a CUDA device; the model is on " << device_ << ".";
+  }
+  return why.str();
+}
+
 void TrainStep::check_graph_capturable() {
-  const char* fix = " Use TrainStepOptions().cuda_graph(false) (--cuda-graph off).";
-  TORCH_CHECK(device_.is_cuda(), "lamp::TrainStep: cuda_graph needs a CUDA "
-              "device; the model is on ", device_, ".", fix);
-  TORCH_CHECK(options_.accumulation_steps() == 1, "lamp::TrainStep: "
-              "cuda_graph captures whole optimizer steps; accumulation_steps ",
-              options_.accumulation_steps(), " is not supported with it.", fix);
-  TORCH_CHECK(data_parallel_ == nullptr, "lamp::TrainStep: cuda_graph does not "
-              "capture data-parallel communication yet.", fix);
+  const auto reason = cuda_graph_unavailable_reason();
+  TORCH_CHECK(reason.empty(), "lamp::TrainStep: cuda_graph: ", reason,
+              " Use TrainStepOptions().cuda_graph(false) (--cuda-graph off).");
   TORCH_CHECK(options_.graph_warmup_steps() >= 1, "lamp::TrainStep: "
               "graph_warmup_steps must be >= 1, got ",
               options_.graph_warmup_steps(), ".");
   auto* on_device = dynamic_cast<optim::AmpStep*>(optimizer_.get());
-  TORCH_CHECK(on_device != nullptr && on_device->skips_on_device(),
-              "lamp::TrainStep: cuda_graph needs an optimizer whose step runs "
-              "on the device without host reads: one of lamp::optim's SGD, "
-              "Adam or AdamW on its fused kernels (LibTorch >= 2.4).", fix);
-  TORCH_CHECK(!scaler_.is_enabled() ||
-                  (scaler_.options().sync_free() &&
-                   !scaler_.options().diagnose_overflow()),
-              "lamp::TrainStep: cuda_graph needs a sync-free GradScaler "
-              "(sync_free true, diagnose_overflow false).", fix);
   // The warm-up steps create the learning-rate tensors the graph reads.
   on_device->set_device_lr(true);
   if (!graph_pool_) {
@@ -289,7 +324,7 @@ void TrainStep::check_graph_capturable() {
 StepResult TrainStep::step(const torch::Tensor& input, const torch::Tensor& target,
                            const BatchLossFn& loss_fn) {
   TORCH_CHECK(loss_fn != nullptr, "lamp::TrainStep::step: no loss function given.");
-  if (!options_.cuda_graph()) {
+  if (!graph_enabled_) {
     return step([&] { return loss_fn(cast_input(input), target); });
   }
   if (!graph_checked_) {
@@ -342,6 +377,13 @@ StepResult TrainStep::step(const torch::Tensor& input, const torch::Tensor& targ
   result.scale = entry.scale.clone();
   result.cycle_ended = true;
   return result;
+}
+
+int64_t TrainStep::cuda_graph_pool_bytes() const {
+  if (!graph_pool_ || graphs_.empty()) {
+    return 0;
+  }
+  return detail::graph_pool_held_bytes(device_, *graph_pool_);
 }
 
 torch::Tensor TrainStep::current_scale() const {

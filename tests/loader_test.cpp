@@ -199,6 +199,9 @@ TEST(DeviceLoader, GpuBatchesEqualCpuBatches_CUDA) {
                            .mean({0.5, 0.5, 0.5}).std({0.25, 0.25, 0.25});
   DeviceLoader cpu(data, torch::kCPU, options), gpu(data, torch::kCUDA, options);
   EXPECT_TRUE(gpu.batch(0).images.is_cuda());
+  // torch::kCUDA resolved to the device with its index, as tensors name it.
+  EXPECT_EQ(gpu.device(), gpu.batch(0).images.device());
+  EXPECT_TRUE(gpu.device().has_index());
   EXPECT_TRUE(BitEqual(gpu.batch(0).images.cpu(), cpu.batch(0).images));
   EXPECT_TRUE(BitEqual(gpu.batch(0).labels.cpu(), cpu.batch(0).labels));
 }

@@ -680,25 +680,103 @@ TEST(TrainStep, BatchStepEqualsTheClosureStep) {
   EXPECT_TRUE(BitEqual(weights[0], weights[1]));
 }
 
-// What a CUDA graph cannot capture is refused with the reason, before any
-// step runs.
-TEST(TrainStep, CudaGraphIsRefusedWhereItCannotRun) {
-  SmallNet model;
-  lamp::TrainStep step(model.ptr(), sgd(0.05),
-                       lamp::TrainStepOptions(Precision::kFP32).cuda_graph(true));
-  const auto before = model->fc->weight.detach().clone();
-  try {
-    step.step(torch::randn({2, 3, 8, 8}), torch::zeros({2}, torch::kLong),
-              [&](const torch::Tensor& x, const torch::Tensor& y) {
-                return torch::nn::functional::cross_entropy(model->forward(x), y);
-              });
-    FAIL() << "a CUDA graph was accepted for a CPU model";
-  } catch (const c10::Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("cuda_graph needs a CUDA device"), std::string::npos) << what;
-    EXPECT_NE(what.find("cuda_graph(false)"), std::string::npos) << what;
+lamp::OptimizerFactory lamp_sgd(lamp::optim::Implementation implementation) {
+  return [=](std::vector<torch::Tensor> params) {
+    return std::make_unique<lamp::optim::SGD>(
+        std::move(params), torch::optim::SGDOptions(0.05).momentum(0.9),
+        implementation);
+  };
+}
+
+// What a CUDA graph cannot capture is named by cuda_graph_unavailable_reason:
+// kAuto then runs eager steps, kOn refuses the first step with the reason
+// and the fix, before anything changed.
+TEST(TrainStep, CudaGraphReasonsAutoFallsBackOnRefuses) {
+  struct Case {
+    const char* name;
+    lamp::OptimizerFactory optimizer;
+    lamp::TrainStepOptions options;
+    const char* reason;
+  };
+  // Fused kernels on the CPU: LibTorch >= 2.4.
+  const bool fused_on_cpu =
+      lamp::optim::SGD({torch::zeros({2}, torch::requires_grad())},
+                       torch::optim::SGDOptions(0.1))
+          .implementation() == lamp::optim::Implementation::kFused;
+  std::vector<Case> cases = {
+      {"accumulation", lamp_sgd(lamp::optim::Implementation::kAuto),
+       lamp::TrainStepOptions(Precision::kFP32).accumulation_steps(2),
+       "accumulation_steps 2 is not supported"},
+      {"torch::optim", sgd(0.05), lamp::TrainStepOptions(Precision::kFP32),
+       "one of lamp::optim's SGD, Adam or AdamW on its fused kernels"},
+      {"foreach", lamp_sgd(lamp::optim::Implementation::kForEach),
+       lamp::TrainStepOptions(Precision::kFP32),
+       "one of lamp::optim's SGD, Adam or AdamW on its fused kernels"},
+  };
+  if (fused_on_cpu) {
+    cases.push_back({"diagnosing scaler", lamp_sgd(lamp::optim::Implementation::kFused),
+                     lamp::TrainStepOptions(Precision::kFP32).force_loss_scaling(true)
+                         .scaler(lamp::GradScalerOptions().diagnose_overflow(true)),
+                     "sync-free GradScaler"});
+    cases.push_back({"cpu", lamp_sgd(lamp::optim::Implementation::kFused),
+                     lamp::TrainStepOptions(Precision::kFP32),
+                     "CUDA graphs need a CUDA device; the model is on cpu"});
   }
-  EXPECT_TRUE(BitEqual(model->fc->weight.detach(), before));
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    for (auto mode : {lamp::CudaGraphMode::kOff, lamp::CudaGraphMode::kAuto,
+                      lamp::CudaGraphMode::kOn}) {
+      SCOPED_TRACE(lamp::to_string(mode));
+      torch::manual_seed(0);
+      SmallNet model;
+      lamp::TrainStep step(model.ptr(), c.optimizer,
+                           lamp::TrainStepOptions(c.options).cuda_graph(mode));
+      EXPECT_NE(step.cuda_graph_unavailable_reason().find(c.reason), std::string::npos)
+          << step.cuda_graph_unavailable_reason();
+      EXPECT_EQ(step.cuda_graph_enabled(), mode == lamp::CudaGraphMode::kOn);
+      EXPECT_EQ(step.cuda_graph_pool_bytes(), 0);
+      const auto before = model->fc->weight.detach().clone();
+      const auto run = [&] {
+        return step.step(torch::randn({2, 3, 8, 8}), torch::zeros({2}, torch::kLong),
+                         [&](const torch::Tensor& x, const torch::Tensor& y) {
+                           return torch::nn::functional::cross_entropy(model->forward(x), y);
+                         });
+      };
+      if (mode == lamp::CudaGraphMode::kOn) {
+        try {
+          run();
+          FAIL() << "a CUDA graph was accepted";
+        } catch (const c10::Error& e) {
+          const std::string what = e.what();
+          EXPECT_NE(what.find(c.reason), std::string::npos) << what;
+          EXPECT_NE(what.find("cuda_graph(false)"), std::string::npos) << what;
+        }
+        EXPECT_TRUE(BitEqual(model->fc->weight.detach(), before));
+      } else {
+        // An eager step: the weights move (or, accumulating, the gradients
+        // fill) and no graph memory is held.
+        run();
+        const bool changed = !BitEqual(model->fc->weight.detach(), before);
+        EXPECT_EQ(changed, c.options.accumulation_steps() == 1);
+        EXPECT_EQ(step.cuda_graph_pool_bytes(), 0);
+      }
+    }
+  }
+}
+
+TEST(TrainStep, CudaGraphModeNames) {
+  for (auto mode : {lamp::CudaGraphMode::kOff, lamp::CudaGraphMode::kOn,
+                    lamp::CudaGraphMode::kAuto}) {
+    EXPECT_EQ(lamp::parse_cuda_graph_mode(lamp::to_string(mode)), mode);
+  }
+  EXPECT_EQ(lamp::to_string(lamp::CudaGraphMode::kAuto), "auto");
+  EXPECT_EQ(lamp::TrainStepOptions().cuda_graph(), lamp::CudaGraphMode::kOff);
+  EXPECT_EQ(lamp::TrainStepOptions().cuda_graph(true).cuda_graph(), lamp::CudaGraphMode::kOn);
+  EXPECT_EQ(lamp::TrainStepOptions().cuda_graph(lamp::CudaGraphMode::kAuto)
+                .cuda_graph(false).cuda_graph(),
+            lamp::CudaGraphMode::kOff);
+  expect_error([] { lamp::parse_cuda_graph_mode("yes"); },
+               "unknown CUDA-graph mode 'yes'; use off, on or auto");
 }
 
 // Graph and eager steps give the same weights over 50 steps with a forced
@@ -710,51 +788,58 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
   const auto images = problem.images.to(torch::kCUDA);
   const auto labels = problem.labels.to(torch::kCUDA);
   for (auto precision : {Precision::kAMP, Precision::kHalf, Precision::kBF16}) {
-    std::vector<std::vector<torch::Tensor>> weights;
-    std::vector<int64_t> skipped;
-    for (bool graph : {true, false}) {
-      torch::manual_seed(9);
-      SmallNet model;
-      model->to(torch::kCUDA);
-      lamp::TrainStep step(
-          model.ptr(),
-          [](std::vector<torch::Tensor> params) {
-            return std::make_unique<lamp::optim::SGD>(
-                std::move(params), torch::optim::SGDOptions(0.05).momentum(0.9));
-          },
-          lamp::TrainStepOptions(precision)
-              .cuda_graph(graph)
-              .max_grad_norm(2.0)
-              .force_loss_scaling(true)
-              .scaler(lamp::GradScalerOptions().init_scale(1024).growth_interval(10)));
-      for (int i = 0; i < 50; ++i) {
-        if (i == 25) {
-          for (auto& group : step.optimizer().param_groups()) {
-            group.options().set_lr(0.01);
+    for (const std::string optimizer : {"sgd", "adamw"}) {
+      SCOPED_TRACE(optimizer);
+      std::vector<std::vector<torch::Tensor>> weights;
+      std::vector<int64_t> skipped;
+      for (bool graph : {true, false}) {
+        torch::manual_seed(9);
+        SmallNet model;
+        model->to(torch::kCUDA);
+        lamp::TrainStep step(
+            model.ptr(),
+            [&](std::vector<torch::Tensor> params) {
+              return lamp::optim::make_optimizer(
+                  std::move(params), lamp::optim::OptimizerConfig()
+                                         .name(optimizer)
+                                         .lr(optimizer == "sgd" ? 0.05 : 1e-3)
+                                         .momentum(0.9)
+                                         .weight_decay(1e-2));
+            },
+            lamp::TrainStepOptions(precision)
+                .cuda_graph(graph)
+                .max_grad_norm(2.0)
+                .force_loss_scaling(true)
+                .scaler(lamp::GradScalerOptions().init_scale(1024).growth_interval(10)));
+        for (int i = 0; i < 50; ++i) {
+          if (i == 25) {
+            for (auto& group : step.optimizer().param_groups()) {
+              group.options().set_lr(0.01);
+            }
           }
+          // The overflow comes with the data (a graph replays the loss
+          // function as captured: a constant in it would stay the same).
+          const auto input = i == 30 ? images * std::numeric_limits<float>::infinity()
+                                     : images;
+          step.step(input, labels, [&](const torch::Tensor& x, const torch::Tensor& y) {
+            return torch::nn::functional::cross_entropy(
+                model->forward(x).to(torch::kFloat), y);
+          });
         }
-        // The overflow comes with the data (a graph replays the loss
-        // function as captured: a constant in it would stay the same).
-        const auto input = i == 30 ? images * std::numeric_limits<float>::infinity()
-                                   : images;
-        step.step(input, labels, [&](const torch::Tensor& x, const torch::Tensor& y) {
-          return torch::nn::functional::cross_entropy(
-              model->forward(x).to(torch::kFloat), y);
-        });
+        std::vector<torch::Tensor> w;
+        for (const auto& p : model->parameters()) w.push_back(p.detach().cpu());
+        weights.push_back(w);
+        skipped.push_back(step.scaler().steps_skipped());
+        EXPECT_EQ(step.scaler().steps_taken() + step.scaler().steps_skipped(), 50);
+        EXPECT_EQ(step.scaler().steps_skipped(), 1) << lamp::to_string(precision);
       }
-      std::vector<torch::Tensor> w;
-      for (const auto& p : model->parameters()) w.push_back(p.detach().cpu());
-      weights.push_back(w);
-      skipped.push_back(step.scaler().steps_skipped());
-      EXPECT_EQ(step.scaler().steps_taken() + step.scaler().steps_skipped(), 50);
-      EXPECT_EQ(step.scaler().steps_skipped(), 1) << lamp::to_string(precision);
-    }
-    EXPECT_EQ(skipped[0], skipped[1]) << lamp::to_string(precision);
-    for (size_t i = 0; i < weights[0].size(); ++i) {
-      // The same kernels in the same order; only cuDNN's choice of
-      // algorithm may differ between the two runs (a few ulps).
-      EXPECT_TRUE(lamp_test::AllClose(weights[0][i], weights[1][i], 1e-3, 1e-5))
-          << lamp::to_string(precision) << " parameter " << i;
+      EXPECT_EQ(skipped[0], skipped[1]) << lamp::to_string(precision);
+      for (size_t i = 0; i < weights[0].size(); ++i) {
+        // The same kernels in the same order; only cuDNN's choice of
+        // algorithm may differ between the two runs (a few ulps).
+        EXPECT_TRUE(lamp_test::AllClose(weights[0][i], weights[1][i], 1e-3, 1e-5))
+            << lamp::to_string(precision) << " parameter " << i;
+      }
     }
   }
 }

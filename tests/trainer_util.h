@@ -41,10 +41,12 @@ struct Run {
 
 inline std::unique_ptr<Run> make_run(lamp::Precision precision,
                                      TrainerOptions options, double lr = 0.05,
-                                     int64_t batch_size = 32) {
+                                     int64_t batch_size = 32,
+                                     torch::Device device = torch::kCPU) {
   auto run = std::make_unique<Run>();
   torch::manual_seed(5);
   run->model = SmallNet();
+  run->model->to(device);
   auto model = run->model;
   const auto loader_options = lamp::data::LoaderOptions(batch_size).seed(9).crop_padding(1)
                                   .horizontal_flip(true).mean({0.5, 0.5, 0.5})
@@ -52,8 +54,8 @@ inline std::unique_ptr<Run> make_run(lamp::Precision precision,
   run->trainer = std::make_unique<ClassifierTrainer>(
       model.ptr(), [model](const torch::Tensor& x) mutable { return model->forward(x); },
       "smallnet",
-      lamp::data::DeviceLoader(image_problem(true), torch::kCPU, loader_options),
-      lamp::data::DeviceLoader(image_problem(false), torch::kCPU,
+      lamp::data::DeviceLoader(image_problem(true), device, loader_options),
+      lamp::data::DeviceLoader(image_problem(false), device,
                                lamp::data::LoaderOptions(64).shuffle(false)
                                    .mean({0.5, 0.5, 0.5}).std({0.2, 0.2, 0.2})),
       options.precision(precision).lr(lr));

@@ -126,6 +126,41 @@ TEST(ClassifierTrainer, ReportsEpochStatistics) {
   EXPECT_EQ(stats[2].warmup_seconds, 0.0);
 }
 
+// The trainer's default, CudaGraphMode::kAuto: eager steps on the CPU (and
+// the reason), CUDA graphs on a GPU, where they train as eager steps do and
+// their pool's memory is in the peak of the epochs after the capture.
+TEST(ClassifierTrainer, CudaGraphsWhereTheyApply_CUDA) {
+  auto cpu = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1));
+  EXPECT_EQ(cpu->trainer->options().cuda_graph(), lamp::CudaGraphMode::kAuto);
+  EXPECT_FALSE(cpu->trainer->train_step().cuda_graph_enabled());
+  EXPECT_FALSE(cpu->trainer->train_step().cuda_graph_unavailable_reason().empty());
+  if (!lamp::cuda_available()) {
+    GTEST_SKIP() << "no CUDA GPU: the GPU half of this test did not run";
+  }
+  std::vector<std::vector<lamp::training::EpochStats>> stats;
+  for (auto mode : {lamp::CudaGraphMode::kAuto, lamp::CudaGraphMode::kOff}) {
+    auto run = make_run(lamp::Precision::kAMP, TrainerOptions().epochs(3).cuda_graph(mode),
+                        0.05, 32, torch::kCUDA);
+    auto& step = run->trainer->train_step();
+    EXPECT_EQ(step.cuda_graph_enabled(), mode == lamp::CudaGraphMode::kAuto)
+        << step.cuda_graph_unavailable_reason();
+    stats.push_back(run->trainer->fit());
+    if (mode == lamp::CudaGraphMode::kAuto) {
+      EXPECT_GT(step.cuda_graph_pool_bytes(), 0);
+      EXPECT_GT(stats.back()[2].peak_memory_bytes, step.cuda_graph_pool_bytes());
+    } else {
+      EXPECT_EQ(step.cuda_graph_pool_bytes(), 0);
+    }
+  }
+  for (size_t e = 0; e < 3; ++e) {
+    // The same steps on the same data: only cuDNN's algorithm choices may
+    // differ between the runs (a few FP16 ulps, amplified by training).
+    EXPECT_NEAR(stats[0][e].train_loss, stats[1][e].train_loss,
+                2e-2 * stats[1][e].train_loss) << "epoch " << e + 1;
+  }
+  EXPECT_GT(stats[0][2].test_accuracy, 0.5);
+}
+
 // Each optimizer trains the small problem from the same start, and a
 // checkpoint remembers which one it was: resuming with another is refused.
 TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {

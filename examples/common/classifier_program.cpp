@@ -410,9 +410,13 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                  "algorithms cuDNN's benchmark mode tries per shape (0 = all)")
       ->check(integer_in(0, INT_MAX))
       ->capture_default_str();
-  app.add_flag("--cuda-graph", c.cuda_graph,
-               "capture the training step in CUDA graphs (CUDA, fused "
-               "optimizer; experimental)");
+  app.add_option("--cuda-graph", c.cuda_graph,
+                 "capture the training step in CUDA graphs: auto (where they "
+                 "apply: CUDA, fused optimizer, no accumulation, one process; "
+                 "the reason is printed where not), on (refuse a run where "
+                 "they cannot), off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option("--drop-last", c.drop_last,
                  "drop the last partial training batch: auto (on CUDA, where "
                  "a new shape means autotuning and a new graph), on, off")
@@ -556,7 +560,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
           .precision(precision)
           .epochs(config.epochs)
           .optimizer(config.optimizer)
-          .cuda_graph(config.cuda_graph)
+          .cuda_graph(lamp::parse_cuda_graph_mode(config.cuda_graph))
           .lr(config.lr)
           .momentum(config.momentum)
           .weight_decay(config.weight_decay)
@@ -618,6 +622,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                        {"weight_decay", config.weight_decay},
                        {"no_bias_decay", config.no_bias_decay},
                        {"max_grad_norm", config.max_grad_norm},
+                       {"cuda_graph", trainer.train_step().cuda_graph_enabled()},
                        {"seed", config.seed},
                        {"train_images", spec.train.size()},
                        {"test_images", spec.test.size()},
@@ -625,9 +630,10 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
                        {"resume", config.resume}});
   }
   if (main_rank) {
+    const auto& step = trainer.train_step();
     std::printf(
         "%s: %s, %s on %s, %lld train / %lld test images, batch %lld, "
-        "%lld epochs%s%s\n",
+        "%lld epochs%s%s%s\n",
         spec.program.c_str(), config.model.c_str(),
         lamp::to_string(precision).c_str(), device.str().c_str(),
         static_cast<long long>(spec.train.images.size(0)),
@@ -642,7 +648,13 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
             ? (", data-parallel over " + std::to_string(group->world_size()) +
                " ranks (" + group->backend() + "), batch per rank")
                   .c_str()
-            : "");
+            : "",
+        step.cuda_graph_enabled() ? ", CUDA graphs" : "");
+    if (device.is_cuda() && !step.cuda_graph_enabled() &&
+        config.cuda_graph == "auto") {
+      std::printf("%s: CUDA graphs off: %s\n", spec.program.c_str(),
+                  step.cuda_graph_unavailable_reason().c_str());
+    }
     std::fflush(stdout);
   }
   // The bar goes to stderr when it is a terminal; plain progress lines to

@@ -34,7 +34,7 @@ struct ProgramConfig {
   bool cudnn_benchmark = false;
   int64_t cudnn_benchmark_limit = 10;  // cuDNN's own default
   std::string drop_last = "auto";
-  bool cuda_graph = false;
+  std::string cuda_graph = "auto";
   bool channels_last = false;
   std::string data;
   std::string device;               // default: cuda when available, else cpu

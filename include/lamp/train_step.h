@@ -29,6 +29,22 @@ class CapturedGraph;
 using GraphPool = std::pair<uint64_t, uint64_t>;
 } // namespace detail
 
+/// Whether TrainStep's batch form of step() runs as CUDA graphs.
+enum class CudaGraphMode {
+  /// Eager steps.
+  kOff,
+  /// CUDA graphs; a step that cannot be captured is refused with the reason.
+  kOn,
+  /// CUDA graphs where they apply (TrainStep::cuda_graph_unavailable_reason()
+  /// is empty), eager steps otherwise.
+  kAuto,
+};
+
+/// "off", "on" or "auto".
+std::string to_string(CudaGraphMode mode);
+/// Parses "off", "on" or "auto"; anything else is refused with the list.
+CudaGraphMode parse_cuda_graph_mode(const std::string& name);
+
 /// Options of TrainStep.
 struct TrainStepOptions {
   /* implicit */ TrainStepOptions(Precision precision = Precision::kFP32)
@@ -77,14 +93,28 @@ struct TrainStepOptions {
   /// and replayed: one launch per step instead of hundreds. Needs a CUDA
   /// device, one of lamp::optim's optimizers on its fused kernels, no
   /// accumulation, no data-parallel group, and a loss function that never
-  /// reads a value on the host; anything else is refused with the reason.
-  /// Graphs of different shapes share one memory pool. Off by default: it
-  /// has not been verified on a GPU yet.
-  TORCH_ARG(bool, cuda_graph) = false;
+  /// reads a value on the host (see TrainStep::cuda_graph_unavailable_reason).
+  /// With kOn anything else is refused with the reason at the first step;
+  /// kAuto falls back to eager steps. Graphs of different shapes share one
+  /// memory pool. Off by default here, because a loss function that reads a
+  /// value on the host cannot be captured; lamp's trainer defaults to kAuto.
+  /// `cuda_graph(true)` / `cuda_graph(false)` are kOn / kOff.
+ public:
+  TrainStepOptions& cuda_graph(CudaGraphMode mode) {
+    cuda_graph_ = mode;
+    return *this;
+  }
+  TrainStepOptions& cuda_graph(bool on) {
+    return cuda_graph(on ? CudaGraphMode::kOn : CudaGraphMode::kOff);
+  }
+  CudaGraphMode cuda_graph() const { return cuda_graph_; }
   /// Eager steps per input shape before its graph is captured (>= 1: they
   /// create the optimizer state, the scaler's tensors and cuDNN's choices
   /// outside the capture).
   TORCH_ARG(int64_t, graph_warmup_steps) = 3;
+
+ private:
+  CudaGraphMode cuda_graph_ = CudaGraphMode::kOff;
 };
 
 /// Builds the optimizer over the parameters TrainStep hands it: the model's
@@ -221,6 +251,21 @@ class TrainStep {
   const TrainStepOptions& options() const { return options_; }
   const torch::Device& device() const { return device_; }
 
+  /// Whether the batch form of step() runs as CUDA graphs: options'
+  /// cuda_graph kOn, or kAuto where cuda_graph_unavailable_reason() is empty.
+  bool cuda_graph_enabled() const { return graph_enabled_; }
+  /// Why this step cannot run as CUDA graphs ("" when it can): a CPU model,
+  /// accumulation_steps > 1, a data-parallel group, an optimizer that is not
+  /// one of lamp::optim's on its fused kernels, or a scaler that reads the
+  /// device (diagnose_overflow, or sync_free off). The loss function is not
+  /// judged: one that reads the host fails at capture, with a message.
+  std::string cuda_graph_unavailable_reason() const;
+  /// Device memory the captured graphs hold between replays beyond live
+  /// tensors (their intermediates, in the graphs' private pool): the caching
+  /// allocator counts it as reserved, not allocated, so a peak of allocated
+  /// memory taken after the capture misses it. 0 before any capture.
+  int64_t cuda_graph_pool_bytes() const;
+
   /// Saves model, master weights, optimizer and scaler. Only between
   /// optimizer steps: a checkpoint in the middle of an accumulation cycle
   /// would lose the gradients accumulated so far, so it is refused.
@@ -259,6 +304,7 @@ class TrainStep {
   int64_t micro_step_ = 0;
   std::map<std::string, Graph> graphs_;
   c10::optional<detail::GraphPool> graph_pool_;
+  bool graph_enabled_ = false;
   bool graph_checked_ = false;
   bool capturing_ = false;
 };

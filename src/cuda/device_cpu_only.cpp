@@ -59,5 +59,7 @@ std::unique_ptr<CapturedGraph> capture_graph(const torch::Device&, GraphPool,
   no_cuda_graphs();
 }
 
+int64_t graph_pool_held_bytes(const torch::Device&, GraphPool) { return 0; }
+
 } // namespace detail
 } // namespace lamp

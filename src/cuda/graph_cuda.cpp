@@ -1,6 +1,7 @@
 // Built only when the LibTorch found has CUDA: CUDA graphs for TrainStep.
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -80,6 +81,23 @@ std::unique_ptr<CapturedGraph> capture_graph(const torch::Device& device,
   }
   wait_for(side, current);
   return captured;
+}
+
+int64_t graph_pool_held_bytes(const torch::Device& device, GraphPool pool) {
+  TORCH_CHECK(device.is_cuda(), "lamp: graph pools live on CUDA devices, got ",
+              device, ".");
+  const auto index =
+      device.has_index() ? device.index() : c10::cuda::current_device();
+  int64_t held = 0;
+  for (const auto& segment : c10::cuda::CUDACachingAllocator::snapshot().segments) {
+    if (segment.device == index &&
+        segment.owner_private_pool_id.first == pool.first &&
+        segment.owner_private_pool_id.second == pool.second) {
+      held += static_cast<int64_t>(segment.total_size) -
+              static_cast<int64_t>(segment.allocated_size);
+    }
+  }
+  return held;
 }
 
 } // namespace detail

@@ -101,6 +101,9 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                   : std::string(),
               "); use a batch_size of at most ", per_epoch, ".");
   images_ = data.images.contiguous().to(device_);
+  // "cuda" as the tensors say it, "cuda:0": the trainer compares it with the
+  // model's parameters' device.
+  device_ = images_.device();
   labels_ = data.labels.to(torch::kLong).to(device_);
   if (!options_.mean().empty()) {
     mean_ = channel_tensor(options_.mean(), device_);

@@ -40,5 +40,11 @@ std::unique_ptr<CapturedGraph> capture_graph(const torch::Device& device,
                                              GraphPool pool,
                                              const std::function<void()>& body);
 
+/// Device memory that `pool` holds beyond live tensors: what the captures in
+/// it freed (their intermediates), which replays reuse. The caching
+/// allocator counts it as reserved, not allocated, so peak_device_memory()
+/// misses it after the capture.
+int64_t graph_pool_held_bytes(const torch::Device& device, GraphPool pool);
+
 } // namespace detail
 } // namespace lamp

@@ -189,8 +189,9 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
               "lamp: the model is on ", step_->device(),
               " but the training data on ", train_loader_.device(),
               "; build the loaders for the model's device.");
-  warmup_steps_left_ =
-      o.cuda_graph() ? step_->options().graph_warmup_steps() + 1 : 1;
+  warmup_steps_left_ = step_->cuda_graph_enabled()
+                           ? step_->options().graph_warmup_steps() + 1
+                           : 1;
   if (!o.resume().empty()) {
     load_checkpoint(o.resume());
   }
@@ -246,6 +247,9 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     train_loader_.set_epoch(epoch);
     model_->train();
     reset_peak_device_memory(device);
+    // Graphs captured before this epoch hold their intermediates outside the
+    // allocated count; a capture in this epoch is in its peak already.
+    const bool graphs_before_epoch = step_->cuda_graph_pool_bytes() > 0;
     synchronize(device);
     const auto start = std::chrono::steady_clock::now();
 
@@ -364,7 +368,10 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     }
     stats.images_per_second = stats.seconds > 0 ? images / stats.seconds : 0.0;
     stats.peak_memory_bytes =
-        device.is_cuda() ? peak_device_memory(device) : peak_host_memory();
+        device.is_cuda()
+            ? peak_device_memory(device) +
+                  (graphs_before_epoch ? step_->cuda_graph_pool_bytes() : 0)
+            : peak_host_memory();
     stats.loss_scale = step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
     const auto eval_start = std::chrono::steady_clock::now();
     const bool first_evaluation = !evaluated_;

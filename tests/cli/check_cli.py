@@ -105,6 +105,8 @@ def conventions(programs):
                  r"--momentum: 1\.5 is out of range: give a number in \[0, 1\]"),
                 (["--accumulation-steps", "0"],
                  r"--accumulation-steps: 0 is out of range"),
+                (["--cuda-graph", "yes"], r"--cuda-graph: yes not in \{auto,on,off\}"),
+                (["--cuda-graph"], r"--cuda-graph"),
             ]
         for args, pattern in cases:
             expect_usage_error(program, args, pattern)
@@ -180,9 +182,11 @@ def logs(train_mnist, data, work):
     for key in ("command_line", "lamp_version", "torch_version", "cuda",
                 "device", "model", "precision", "optimizer", "batch_size",
                 "epochs", "lr", "schedule", "seed", "train_images",
-                "test_images"):
+                "test_images", "cuda_graph"):
         if key not in header:
             fail(f"the run record has no '{key}': {header}")
+    if header["cuda_graph"] is not False:  # a CPU run: eager steps
+        fail(f"cuda_graph {header['cuda_graph']!r} on the CPU")
     if header["command_line"][1:] != args[1:]:
         fail(f"command_line {header['command_line']} is not {args}")
     steps = [r for r in records[:7] if r["record"] == "step"]

@@ -100,6 +100,8 @@ class DeviceLoader {
   int64_t samples_per_epoch() const;
   int64_t batches_per_epoch() const;
   const LoaderOptions& options() const { return options_; }
+  /// The device the batches are on, with its index ("cuda" given: "cuda:0"
+  /// when that is the current device).
   const torch::Device& device() const { return device_; }
 
   /// Selects the epoch whose order and augmentation batch() serves.

@@ -51,9 +51,12 @@ struct TrainerOptions {
   /// In the modes without loss scaling, still skip optimizer steps with
   /// inf/NaN gradients (TrainStepOptions::skip_non_finite).
   TORCH_ARG(bool, skip_non_finite) = false;
-  /// Train in CUDA graphs (TrainStepOptions::cuda_graph; CUDA only, not yet
-  /// verified on a GPU).
-  TORCH_ARG(bool, cuda_graph) = false;
+  /// Train in CUDA graphs (TrainStepOptions::cuda_graph): kAuto (the
+  /// default) where they apply (CUDA, a fused lamp::optim optimizer, no
+  /// accumulation, one process), kOn to refuse a run where they cannot,
+  /// kOff for eager steps. train_step().cuda_graph_enabled() and
+  /// cuda_graph_unavailable_reason() say what was chosen and why.
+  TORCH_ARG(CudaGraphMode, cuda_graph) = CudaGraphMode::kAuto;
   /// Clip the global L2 norm of the unscaled gradients to this before each
   /// optimizer step (0 = off; TrainStepOptions::max_grad_norm).
   TORCH_ARG(double, max_grad_norm) = 0.0;
@@ -110,7 +113,10 @@ struct EpochStats {
   /// and images/s are the steady rate.
   double warmup_seconds = 0;
   double images_per_second = 0;
-  int64_t peak_memory_bytes = 0;  ///< device memory on CUDA, RSS on CPU
+  /// On CUDA the most memory allocated to tensors during the epoch's
+  /// training, plus what CUDA graphs captured in an earlier epoch hold
+  /// (TrainStep::cuda_graph_pool_bytes); on the CPU the process's peak RSS.
+  int64_t peak_memory_bytes = 0;
   double loss_scale = 1.0;
   int64_t skipped_steps = 0;  ///< in this epoch
   double lr = 0;              ///< at the end of the epoch

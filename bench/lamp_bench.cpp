@@ -16,6 +16,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -43,6 +44,7 @@ struct Config {
   std::string optimizer = "sgd";
   std::string optimizer_impl = "auto";
   bool cuda_graph = false;
+  int64_t repeats = 1;
   double min_seconds = 0.0;
 };
 
@@ -141,7 +143,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   for (int64_t i = 0; i < c.warmup; ++i) run_step();
   lamp::synchronize(device);
   // Calibrated: at least --min-seconds of timed steps, so that launch jitter
-  // and clock changes average out.
+  // and clock changes average out. The repeats reuse the calibrated count.
   int64_t steps = c.steps;
   double seconds = 0;
   while (true) {
@@ -154,10 +156,21 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     }
     steps = static_cast<int64_t>(steps * 1.2 * c.min_seconds / std::max(seconds, 1e-6)) + 1;
   }
-  const double images_per_second = steps * c.batch_size / seconds;
+  std::vector<double> rates = {steps * c.batch_size / seconds};
+  for (int64_t r = 1; r < c.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < steps; ++i) run_step();
+    lamp::synchronize(device);
+    rates.push_back(steps * c.batch_size / seconds_since(start));
+  }
+  // The median repeat (the lower middle one of an even count).
+  auto sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  const double images_per_second = sorted[(sorted.size() - 1) / 2];
   result["steps"] = steps;
-  result["seconds"] = seconds;
+  result["seconds"] = steps * c.batch_size / images_per_second;
   result["images_per_second"] = images_per_second;
+  result["repeats_images_per_second"] = rates;
   result["seconds_per_epoch"] = epoch_images / images_per_second;
   result["peak_memory_bytes"] =
       device.is_cuda() ? lamp::peak_device_memory(device) : lamp::peak_host_memory();
@@ -261,6 +274,10 @@ int main(int argc, char** argv) {
   app.add_option("--min-seconds", c.min_seconds,
                  "time at least this long: more steps than --steps when they are faster")
       ->check(lamp_examples::non_negative_real())->capture_default_str();
+  app.add_option("--repeats", c.repeats,
+                 "timed runs of the calibrated step count after one warm-up; the "
+                 "median is reported, every run in the JSON")
+      ->check(lamp_examples::integer_in(1, 100))->capture_default_str();
   app.add_option("--epoch-images", c.epoch_images, "images per epoch, 0 = 50000 (cnn: 60000)")
       ->check(lamp_examples::integer_at_least(0))->capture_default_str();
   app.add_option("--json", c.json, "write the results here");

@@ -478,9 +478,12 @@ def run_configuration(args, precision, tf32_defaults):
         return result
 
     gc.collect()
+    baseline = 0
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        # What an earlier tool of this process still holds is not this one's.
+        baseline = int(torch.cuda.memory_allocated())
     try:
         step = build_step(args, precision)
         for _ in range(args.warmup):
@@ -498,7 +501,17 @@ def run_configuration(args, precision, tf32_defaults):
             if seconds >= args.min_seconds or steps >= 100000:
                 break
             steps = int(steps * 1.2 * args.min_seconds / max(seconds, 1e-6)) + 1
+        # More runs of the calibrated count, back to back after the one
+        # warm-up (and compilation): the median is reported.
+        rates = [steps * args.batch_size / seconds]
+        for _ in range(1, args.repeats):
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            synchronize(device)
+            rates.append(steps * args.batch_size / (time.perf_counter() - start))
         result["steps"] = steps
+        result["repeats_images_per_second"] = rates
     except (RuntimeError, NotImplementedError, TypeError) as error:
         message = _first_line(error)
         if "out of memory" in message:
@@ -512,15 +525,22 @@ def run_configuration(args, precision, tf32_defaults):
         gc.collect()
         return result
 
-    images_per_second = steps * args.batch_size / seconds
+    images_per_second = sorted(rates)[(len(rates) - 1) // 2]
     result.update({
-        "seconds": seconds,
+        "seconds": steps * args.batch_size / images_per_second,
         "images_per_second": images_per_second,
         "seconds_per_epoch": args.epoch_images / images_per_second,
-        "peak_memory_bytes": peak_memory_bytes(device),
+        "peak_memory_bytes": peak_memory_bytes(device) - baseline,
     })
     del step
     gc.collect()
+    if args.compile:
+        # The compiled graphs (and reduce-overhead's CUDA graph pool) go
+        # with the model, before the next tool of this process runs.
+        torch._dynamo.reset()
+        gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return result
 
 
@@ -585,6 +605,34 @@ def precision_list(text):
     return names
 
 
+# The tools --tools names: (compile, compile mode, optimizer implementation).
+TOOLS = {
+    "pytorch-eager": (False, "default", "foreach"),
+    "pytorch-fused": (False, "default", "fused"),
+    "pytorch-compile": (True, "default", "foreach"),
+    "pytorch-compile-ro": (True, "reduce-overhead", "foreach"),
+}
+
+
+def tool_list(text):
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in TOOLS:
+            raise argparse.ArgumentTypeError(
+                "unknown tool %r; valid names are %s"
+                % (name, ", ".join(TOOLS)))
+    if not names:
+        raise argparse.ArgumentTypeError("no tool given")
+    return names
+
+
+def tool_name(args):
+    for name, settings in TOOLS.items():
+        if settings == (args.compile, args.compile_mode, args.optimizer_impl):
+            return name
+    return "pytorch-compile" if args.compile else "pytorch-eager"
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description="Time lamp's benchmark training step in Python PyTorch "
@@ -619,6 +667,14 @@ def parse_args(argv):
     parser.add_argument("--epoch-images", type=positive_int, default=None,
                         help="images per epoch for s/epoch (default 50000; "
                              "60000 for cnn)")
+    parser.add_argument("--repeats", type=positive_int, default=1,
+                        help="timed runs of the calibrated step count after "
+                             "one warm-up; the median is reported (default 1)")
+    parser.add_argument("--tools", type=tool_list, default=None,
+                        help="comma-separated tools to run one after the "
+                             "other in this process, sharing its start-up: "
+                             + ", ".join(TOOLS) + " (instead of --compile, "
+                             "--compile-mode and --optimizer-impl)")
     parser.add_argument("--json", metavar="PATH",
                         help="write the results as JSON to PATH")
     parser.add_argument("--threads", type=positive_int, default=None,
@@ -629,7 +685,12 @@ def parse_args(argv):
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch %s sees no CUDA device"
                      % torch.__version__)
-    if args.compile and not hasattr(torch, "compile"):
+    if args.tools and (args.compile or args.compile_mode != "default" or
+                       args.optimizer_impl != "foreach"):
+        parser.error("--tools replaces --compile, --compile-mode and "
+                     "--optimizer-impl; give one or the other")
+    uses_compile = args.compile or any(TOOLS[t][0] for t in args.tools or ())
+    if uses_compile and not hasattr(torch, "compile"):
         parser.error("--compile needs torch >= 2.0 (torch.compile); this is "
                      "torch %s" % torch.__version__)
     if args.epoch_images is None:
@@ -650,7 +711,7 @@ def main(argv=None):
                      torch.backends.cudnn.allow_tf32)
 
     report = {
-        "tool": "pytorch-compile" if args.compile else "pytorch-eager",
+        "tool": ",".join(args.tools) if args.tools else tool_name(args),
         "compile_mode": args.compile_mode if args.compile else None,
         "optimizer_impl": args.optimizer_impl,
         "torch_version": torch.__version__,
@@ -668,10 +729,17 @@ def main(argv=None):
     print("%s: torch %s, %s (%s), %d threads" % (
         report["tool"], report["torch_version"], report["device"],
         report["device_name"], report["threads"]), flush=True)
-    for precision in args.precision:
-        result = run_configuration(args, precision, tf32_defaults)
-        report["results"].append(result)
-        print(describe(result), flush=True)
+    tools = args.tools or [tool_name(args)]
+    for tool in tools:
+        tool_args = argparse.Namespace(**vars(args))
+        if args.tools:
+            (tool_args.compile, tool_args.compile_mode,
+             tool_args.optimizer_impl) = TOOLS[tool]
+        for precision in args.precision:
+            result = run_configuration(tool_args, precision, tf32_defaults)
+            result["tool"] = tool
+            report["results"].append(result)
+            print("%s: %s" % (tool, describe(result)), flush=True)
 
     if args.json:
         with open(args.json, "w") as out:

@@ -14,9 +14,10 @@ Usage: bench/run.sh [options]
   --quick            only the MNIST CNN configurations, few steps (smoke test)
   --steps N          timed steps for every configuration (default: per config)
   --warmup N         untimed steps for every configuration (default: per config)
-  --repeats N        runs of every configuration, tools alternating (default:
-                     3 on CUDA, 1 on CPU); the report shows the median and the
-                     spread (max - min) / median
+  --repeats N        timed runs of every configuration and tool, back to back
+                     after one warm-up (default: 3 on CUDA, 1 on CPU); the
+                     report shows the median and the spread (max - min) /
+                     median
   --min-seconds S    time at least S seconds of steps per run (default 2 on
                      CUDA, 0 on CPU): more steps than --steps when faster
   --out DIR          results folder (default: bench/results); the .json and
@@ -103,68 +104,92 @@ manifest="$work/manifest.tsv"
 runs=0
 failures=0
 
-# run_tool TOOL MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP STEPS
-#          [REPEAT]
-# runs one tool on one configuration and adds a line to the manifest. Tools:
-# lamp (eager step), lamp-graph (the step as a CUDA graph), pytorch-eager
-# (foreach SGD), pytorch-fused (fused SGD), pytorch-compile (torch.compile),
-# pytorch-compile-ro (torch.compile mode="reduce-overhead": CUDA graphs).
-run_tool() {
-  local tool="$1" model="$2" batch="$3" precision="$4" cl="$5" cb="$6"
+# run_tools "TOOLS" MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP
+#           STEPS
+# runs every tool of the list on one configuration and adds a line per tool
+# to the manifest. Tools: lamp (eager step), lamp-graph (the step as a CUDA
+# graph), pytorch-eager (foreach SGD), pytorch-fused (fused SGD),
+# pytorch-compile (torch.compile), pytorch-compile-ro (torch.compile
+# mode="reduce-overhead": CUDA graphs). Each lamp tool is one lamp_bench
+# process; the PyTorch tools share one Python process, one after the other.
+# Every tool warms up once (cuDNN autotuning, compilation, graph capture),
+# calibrates its step count to --min-seconds, and times that count $repeats
+# times back to back: start-up, autotuning and compilation are paid once per
+# tool instead of once per timed run (they were two thirds of a run's time).
+run_tools() {
+  local tools="$1" model="$2" batch="$3" precision="$4" cl="$5" cb="$6"
   local warmup="${warmup_override:-$7}" steps="${steps_override:-$8}"
-  local repeat="${9:-1}"
   local epoch_images=50000
   [ "$model" = cnn ] && epoch_images=60000
-  runs=$((runs + 1))
-  local json="$work/$runs-$tool.json"
   local args=(--model "$model" --batch-size "$batch" --precision "$precision"
     --device "$device" --warmup "$warmup" --steps "$steps"
-    --min-seconds "$min_seconds" --epoch-images "$epoch_images" --json "$json")
+    --min-seconds "$min_seconds" --repeats "$repeats"
+    --epoch-images "$epoch_images")
   [ "$cl" = 1 ] && args+=(--channels-last)
   [ "$cb" = 1 ] && args+=(--cudnn-benchmark)
-  local status=ok
-  case "$tool" in
-    lamp) ;;
-    lamp-graph) args+=(--cuda-graph) ;;
-    pytorch-eager) status="$peer_status" ;;
-    pytorch-fused) status="$peer_status"; args+=(--optimizer-impl fused) ;;
-    pytorch-compile) status="$compile_status"; args+=(--compile) ;;
-    pytorch-compile-ro)
-      status="$compile_status"; args+=(--compile --compile-mode reduce-overhead) ;;
-  esac
-  if [ "$status" = ok ]; then
-    echo "== [$(date +%T)] $tool (run $repeat): ${args[*]}" >&2
-    local rc=0
+  local tool status json peers=() peer_statuses=()
+  for tool in $tools; do
     case "$tool" in
-      lamp*) "$bench" "${args[@]}" || rc=$? ;;
-      *) "$python" bench/peer_pytorch.py "${args[@]}" || rc=$? ;;
+      lamp | lamp-graph)
+        runs=$((runs + 1))
+        json="$work/$runs-$tool.json"
+        local extra=()
+        [ "$tool" = lamp-graph ] && extra=(--cuda-graph)
+        run_one "$tool" "$json" "$bench" "${args[@]}" "${extra[@]}" --json "$json"
+        record "$tool" "$model" "$batch" "$precision" "$cl" "$cb" "$json" ;;
+      pytorch-compile | pytorch-compile-ro) peers+=("$tool"); peer_statuses+=("$compile_status") ;;
+      *) peers+=("$tool"); peer_statuses+=("$peer_status") ;;
     esac
-    if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
-      status="failed (exit $rc)"
-      failures=$((failures + 1))
-      echo "== $tool failed (exit $rc)" >&2
-    fi
+  done
+  [ ${#peers[@]} -eq 0 ] && return
+  local runnable=() i
+  for i in "${!peers[@]}"; do
+    [ "${peer_statuses[$i]}" = ok ] && runnable+=("${peers[$i]}")
+  done
+  runs=$((runs + 1))
+  json="$work/$runs-pytorch.json"
+  if [ ${#runnable[@]} -gt 0 ]; then
+    local list
+    list=$(IFS=,; echo "${runnable[*]}")
+    run_one "$list" "$json" "$python" bench/peer_pytorch.py "${args[@]}" \
+      --tools "$list" --json "$json"
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$model" "$batch" \
-    "$precision" "$cl" "$cb" "$status" "$json" "$repeat" >>"$manifest"
-}
-
-# each "TOOLS" MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP STEPS:
-# every tool of the list on one configuration, $repeats times, the tools
-# alternating so that a drift of the machine spreads over all of them.
-each() {
-  local tools="$1"
-  shift
-  local r tool
-  for r in $(seq 1 "$repeats"); do
-    for tool in $tools; do
-      run_tool "$tool" "$@" "$r"
-    done
+  for i in "${!peers[@]}"; do
+    if [ "${peer_statuses[$i]}" = ok ]; then
+      record "${peers[$i]}" "$model" "$batch" "$precision" "$cl" "$cb" "$json"
+    else
+      status="${peer_statuses[$i]}" record "${peers[$i]}" "$model" "$batch" \
+        "$precision" "$cl" "$cb" "$json"
+    fi
   done
 }
 
+# run_one LABEL JSON COMMAND...: runs a benchmark process; a failure (or no
+# JSON written) marks the tools of this run as failed in the manifest.
+declare -A failed=()
+run_one() {
+  local label="$1" json="$2"
+  shift 2
+  echo "== [$(date +%T)] $label: ${*:2}" >&2
+  local rc=0
+  "$@" || rc=$?
+  if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
+    failed[$json]="failed (exit $rc)"
+    failures=$((failures + 1))
+    echo "== $label failed (exit $rc)" >&2
+  fi
+}
+
+# record TOOL MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK JSON: one
+# manifest line (status from $status when set, else the run's outcome).
+record() {
+  local line_status="${status:-${failed[$7]:-ok}}"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" \
+    "$line_status" "$7" >>"$manifest"
+}
+
 both() {
-  each "lamp pytorch-eager" "$@"
+  run_tools "lamp pytorch-eager" "$@"
 }
 
 cnn_modes=(fp32 amp-bf16 bf16)
@@ -181,10 +206,10 @@ else
   all_tools="lamp lamp-graph pytorch-eager pytorch-fused pytorch-compile pytorch-compile-ro"
   for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
     read -r model batch <<<"$config"
-    each "$all_tools" "$model" "$batch" amp 1 1 10 30
+    run_tools "$all_tools" "$model" "$batch" amp 1 1 10 30
   done
-  run_tool lamp resnet50 512 fp32 1 1 5 10
-  run_tool lamp resnet18 128 fp32 1 1 5 30
+  run_tools lamp resnet50 512 fp32 1 1 5 10
+  run_tools lamp resnet18 128 fp32 1 1 5 30
 fi
 
 mkdir -p "$out_dir"
@@ -219,7 +244,7 @@ runs = {}     # (key, tool) -> [result or {"status": ...}] over the repeats
 order = []
 with open(manifest_path) as manifest:
     for line in manifest:
-        tool, model, batch, precision, cl, cb, status, path, repeat = \
+        tool, model, batch, precision, cl, cb, status, path = \
             line.rstrip("\n").split("\t")
         key = (model, int(batch), precision, cl == "1", cb == "1")
         if key not in order:
@@ -231,7 +256,9 @@ with open(manifest_path) as manifest:
             headers.setdefault(tool, {k: v for k, v in report.items()
                                       if k != "results"})
             for result in report["results"]:
-                if result["precision"] == precision:
+                # A process of several tools tags each result with its own.
+                if result["precision"] == precision and \
+                        result.get("tool", tool) == tool:
                     entry = dict(result, status="ok")
         runs.setdefault((key, tool), []).append(entry)
 
@@ -242,13 +269,16 @@ def ok(entry):
 
 
 def summary(entries):
-    """The median run (by images/s) with the spread of all runs."""
+    """The median timed run (by images/s) with the spread of all of them:
+    each entry's repeats_images_per_second, or its one rate."""
     good = sorted((e for e in entries if ok(e)),
                   key=lambda e: e["images_per_second"])
     if not good:
         return entries[0]
     median = dict(good[(len(good) - 1) // 2])
-    rates = [e["images_per_second"] for e in good]
+    rates = [rate for e in good
+             for rate in e.get("repeats_images_per_second",
+                               [e["images_per_second"]])]
     median["images_per_second"] = statistics.median(rates)
     median["seconds_per_epoch"] = median["epoch_images"] / \
         median["images_per_second"]
@@ -372,7 +402,8 @@ def version(tool):
     return ", ".join(sorted(statuses)) or "not run"
 
 
-repeats = max((len(es) for es in runs.values()), default=1)
+repeats = max((len(summary(es).get("runs_images_per_second", [None]))
+               for es in runs.values()), default=1)
 steps = sorted({(r.get("warmup"), r.get("steps")) for es in runs.values()
                 for r in es if ok(r) and r.get("steps")})
 lines = [
@@ -383,8 +414,10 @@ lines = [
         "torch_version", "?") if "lamp" in headers else version("lamp")),
     "- PyTorch: %s (%s)" % (version("pytorch-eager"), peer_python),
     "- Date: %s" % date.strftime("%Y-%m-%d %H:%M UTC"),
-    "- Runs: %d per configuration and tool, tools alternating; each cell is "
-    "the median images/s, (± half the spread max - min, relative)" % repeats,
+    "- Runs: each tool warms up once per configuration (cuDNN autotuning, "
+    "compilation, graph capture), then times %d run(s) of at least the "
+    "calibrated step count back to back; each cell is the median images/s "
+    "(± half the spread max - min, relative)" % repeats,
 ]
 threads = ", ".join("%s %s" % (t, headers[t]["threads"]) for t in TOOLS
                     if headers.get(t, {}).get("threads") is not None)

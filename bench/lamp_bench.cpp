@@ -89,17 +89,9 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   const int64_t epoch_images = c.epoch_images > 0 ? c.epoch_images : (cnn ? 60000 : 50000);
   result["epoch_images"] = epoch_images;
   torch::manual_seed(0);
-  std::shared_ptr<torch::nn::Module> module;
-  std::function<torch::Tensor(const torch::Tensor&)> forward;
-  if (cnn) {
-    lamp::models::MnistCNN net(10, channels);
-    module = net.ptr();
-    forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
-  } else {
-    auto net = lamp::models::make_resnet(c.model, 10, channels);
-    module = net.ptr();
-    forward = [net](const torch::Tensor& x) mutable { return net->forward(x); };
-  }
+  const auto model = lamp::models::make_model(c.model, 10, channels);
+  const auto& module = model.module;
+  const auto& forward = model.forward;
   module->to(device);
   const auto memory_format =
       c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
@@ -248,8 +240,7 @@ int run(const Config& c) {
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"Training-step throughput of lamp's models in its precision modes", "lamp_bench"};
-  std::vector<std::string> models = lamp::models::resnet_names();
-  models.push_back("cnn");
+  const auto& models = lamp::models::model_names();
   app.add_option("--model", c.model, "cnn or resnet18..resnet152")
       ->check(CLI::IsMember(models))->capture_default_str();
   app.add_option("--batch-size", c.batch_size)->check(lamp_examples::integer_at_least(1))->capture_default_str();

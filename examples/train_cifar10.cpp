@@ -27,9 +27,8 @@ int main(int argc, char** argv) {
         spec.std = {0.2470, 0.2435, 0.2616};
         spec.crop_padding = 4;
         spec.horizontal_flip = true;
-        spec.make_model = [](const std::string& name) -> lamp_examples::BuiltModel {
-          auto net = lamp::models::make_resnet(name, 10, 3);
-          return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+        spec.make_model = [](const std::string& name) {
+          return lamp::models::make_model(name, 10, 3);
         };
         return spec;
       });

@@ -28,13 +28,8 @@ int main(int argc, char** argv) {
         std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(
             spec.train.images, "the training images of '" + config.data + "'");
         const int64_t channels = spec.train.images.size(1);
-        spec.make_model = [channels](const std::string& name) -> lamp_examples::BuiltModel {
-          if (name == "cnn") {
-            lamp::models::MnistCNN net(10, channels);
-            return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
-          }
-          auto net = lamp::models::make_resnet(name, 10, channels);
-          return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+        spec.make_model = [channels](const std::string& name) {
+          return lamp::models::make_model(name, 10, channels);
         };
         return spec;
       });

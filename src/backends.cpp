@@ -32,6 +32,17 @@ void set_tf32(bool enabled) {
   at::globalContext().setAllowTF32CuBLAS(enabled);
 }
 
+Tf32Guard::Tf32Guard(bool enabled)
+    : cudnn_(at::globalContext().allowTF32CuDNN()),
+      cublas_(at::globalContext().allowTF32CuBLAS()) {
+  set_tf32(enabled);
+}
+
+Tf32Guard::~Tf32Guard() {
+  at::globalContext().setAllowTF32CuDNN(cudnn_);
+  at::globalContext().setAllowTF32CuBLAS(cublas_);
+}
+
 bool tf32() {
   return at::globalContext().allowTF32CuDNN() &&
       at::globalContext().allowTF32CuBLAS();

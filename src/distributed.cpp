@@ -13,8 +13,26 @@
 #include <utility>
 
 #include "detail/distributed_backend.h"
+#include "lamp/grad_scaler.h"
 
 namespace lamp {
+
+void GradScaler::set_process_group(
+    std::shared_ptr<distributed::ProcessGroup> group) {
+  if (!group || !group->is_distributed()) {
+    set_found_inf_reduction(nullptr);
+    return;
+  }
+  set_found_inf_reduction([group](torch::Tensor& found_inf) {
+    if (found_inf.device() == group->device()) {
+      group->all_reduce_(found_inf, distributed::ReduceOp::kMax);
+      return;
+    }
+    auto on_group = found_inf.to(group->device());
+    group->all_reduce_(on_group, distributed::ReduceOp::kMax);
+    found_inf.copy_(on_group);
+  });
+}
 namespace distributed {
 namespace {
 

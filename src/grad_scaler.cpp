@@ -9,7 +9,6 @@
 
 #include "detail/archive.h"
 #include "detail/compat.h"
-#include "lamp/distributed.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/training/checkpoint_file.h"
 
@@ -234,16 +233,10 @@ void GradScaler::check_and_unscale(torch::optim::Optimizer& optimizer,
     }
     state.found_inf_per_device.emplace(by_device.first, device_found_inf);
   }
-  if (process_group_ && process_group_->is_distributed()) {
-    // std::map: the same device order on every rank.
+  if (found_inf_reduction_) {
+    // std::map: the same device order in every process.
     for (auto& item : state.found_inf_per_device) {
-      if (item.second.device() == process_group_->device()) {
-        process_group_->all_reduce_(item.second, distributed::ReduceOp::kMax);
-        continue;
-      }
-      auto on_group = item.second.to(process_group_->device());
-      process_group_->all_reduce_(on_group, distributed::ReduceOp::kMax);
-      item.second.copy_(on_group);
+      found_inf_reduction_(item.second);
     }
   }
   state.stage = unscale ? Stage::kUnscaled : Stage::kChecked;

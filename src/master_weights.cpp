@@ -153,10 +153,20 @@ void MasterWeights::master_params_to_model_params() {
   lamp::master_params_to_model_params(model_, master_, /*flat_master=*/false);
 }
 
+namespace {
+// Named masters are saved under their parameters' names, marked so; older
+// archives (and unnamed masters) use positions "0", "1", ...
+constexpr const char* kKeyedBy = "keyed_by";
+} // namespace
+
 void MasterWeights::save(torch::serialize::OutputArchive& archive) const {
   archive.write("count", c10::IValue(static_cast<int64_t>(master_.size())));
+  if (!names_.empty()) {
+    archive.write(kKeyedBy, c10::IValue(std::string("name")));
+  }
   for (size_t i = 0; i < master_.size(); ++i) {
-    archive.write(std::to_string(i), master_[i].detach());
+    archive.write(names_.empty() ? std::to_string(i) : names_[i],
+                  master_[i].detach());
   }
 }
 
@@ -176,15 +186,25 @@ std::vector<torch::Tensor> MasterWeights::read(
               ": the archive holds ", count, " master tensors but this model "
               "has ", master_.size(), "; load a checkpoint saved from the same "
               "model.");
+  c10::IValue keyed_by;
+  const bool by_name = archive.try_read(kKeyedBy, keyed_by);
+  if (by_name) {
+    TORCH_CHECK(keyed_by.isString() && keyed_by.toStringRef() == "name",
+                kCaller, ": the archive's '", kKeyedBy, "' is not \"name\"; it "
+                "is corrupt or was written by a newer lamp.");
+    TORCH_CHECK(!names_.empty(), kCaller, ": the archive keys the master "
+                "tensors by parameter name, but these master weights have no "
+                "names; call set_parameter_names() before load().");
+  }
   std::vector<torch::Tensor> saved(master_.size());
   for (size_t i = 0; i < master_.size(); ++i) {
     std::string what = "master tensor " + std::to_string(i);
     if (!names_.empty()) {
       what += " ('" + names_[i] + "')";
     }
-    saved[i] = detail::read_checked_tensor(archive, std::to_string(i),
-                                           master_[i], what, /*finite=*/true,
-                                           kCaller);
+    saved[i] = detail::read_checked_tensor(
+        archive, by_name ? names_[i] : std::to_string(i), master_[i], what,
+        /*finite=*/true, kCaller);
   }
   return saved;
 }

@@ -61,4 +61,18 @@ bool uses_fp16(Precision precision) {
   return precision == Precision::kAMP || precision == Precision::kHalf;
 }
 
+PrecisionPolicy precision_policy(Precision precision) {
+  PrecisionPolicy policy;
+  policy.precision = precision;
+  policy.autocast_dtype = autocast_dtype(precision);
+  policy.model_dtype = model_dtype(precision);
+  policy.master_weights = uses_master_weights(precision);
+  policy.loss_scaling = uses_loss_scaling(precision);
+  policy.fp16_math = uses_fp16(precision);
+  if (precision == Precision::kFP32 || precision == Precision::kTF32) {
+    policy.tf32 = precision == Precision::kTF32;
+  }
+  return policy;
+}
+
 } // namespace lamp

@@ -41,22 +41,24 @@ std::vector<torch::Tensor> optimizer_params(torch::optim::Optimizer& optimizer) 
   return params;
 }
 
-void check_mode_runs_on(Precision precision, const torch::Device& device) {
-  if (!uses_fp16(precision)) {
+void check_mode_runs_on(const PrecisionPolicy& policy,
+                        const torch::Device& device) {
+  if (!policy.fp16_math) {
     return;
   }
   TORCH_CHECK(fp16_compute_available(device) &&
-                  (precision != Precision::kAMP ||
-                   Autocast::is_supported(device.type(), torch::kHalf)),
-              "lamp::TrainStep: precision '", to_string(precision),
+                  (!policy.autocast_dtype ||
+                   Autocast::is_supported(device.type(), *policy.autocast_dtype)),
+              "lamp::TrainStep: precision '", to_string(policy.precision),
               "' runs FP16 convolutions and matmuls, which this LibTorch "
               "cannot run on ", device,
               ". Use precision 'amp-bf16' or 'bf16' on CPU, or train on a "
               "CUDA device.");
 }
 
-GradScalerOptions scaler_options(const TrainStepOptions& options) {
-  if (uses_loss_scaling(options.precision()) || options.force_loss_scaling()) {
+GradScalerOptions scaler_options(const TrainStepOptions& options,
+                                 const PrecisionPolicy& policy) {
+  if (policy.loss_scaling || options.force_loss_scaling()) {
     return options.scaler();
   }
   if (options.skip_non_finite()) {
@@ -113,7 +115,8 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
     : model_(std::move(model)),
       options_(std::move(options)),
       device_(torch::kCPU),
-      scaler_(scaler_options(options_)),
+      policy_(precision_policy(options_.precision())),
+      scaler_(scaler_options(options_, policy_)),
       unit_scale_(torch::ones({})) {
   TORCH_CHECK(model_ != nullptr, "lamp::TrainStep: the model is null.");
   TORCH_CHECK(make_optimizer != nullptr,
@@ -129,11 +132,10 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   // Listed once: the step resets their gradients without walking the tree.
   // (Conversion keeps parameter identity, so the list stays valid.)
   model_params_ = model_->parameters();
-  const auto precision = options_.precision();
-  check_mode_runs_on(precision, device_);
-  if (device_.is_cuda() &&
-      (precision == Precision::kFP32 || precision == Precision::kTF32)) {
-    set_tf32(precision == Precision::kTF32);
+  check_mode_runs_on(policy_, device_);
+  const auto tf32 = options_.tf32() ? options_.tf32() : policy_.tf32;
+  if (device_.is_cuda() && tf32) {
+    tf32_ = std::make_unique<Tf32Guard>(*tf32);
   }
 
   const auto named = model_->named_parameters();
@@ -149,7 +151,7 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
               "parameters (all ", named.size(), " have requires_grad=false); "
               "set requires_grad_(true) on the ones to train before building "
               "the TrainStep.");
-  const auto dtype = model_dtype(precision);
+  const auto dtype = policy_.model_dtype;
   if (dtype) {
     options_.half().dtype(*dtype);
     convert_network(*model_, options_.half());
@@ -190,7 +192,7 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
 TrainStep::~TrainStep() = default;
 
 torch::Tensor TrainStep::cast_input(const torch::Tensor& input) const {
-  const auto dtype = model_dtype(options_.precision());
+  const auto& dtype = policy_.model_dtype;
   if (!dtype || !input.is_floating_point()) {
     return input;
   }
@@ -209,7 +211,7 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
       data_parallel_->before_forward();
     }
     c10::optional<Autocast> autocast;
-    if (const auto dtype = autocast_dtype(options_.precision())) {
+    if (const auto& dtype = policy_.autocast_dtype) {
       // A captured step cannot use autocast's cast cache: its FP16 weight
       // copies would be made once, at capture, and never again.
       autocast.emplace(device_.type(), *dtype, /*enabled=*/true,

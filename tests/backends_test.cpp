@@ -24,6 +24,29 @@ TEST(Backends, SwitchesSetAndReportTheirState) {
   lamp::set_tf32(tf32);
 }
 
+// The guard sets both switches and restores each as it found it, nested.
+TEST(Backends, Tf32GuardRestoresEachSwitch) {
+  auto& context = at::globalContext();
+  const bool cudnn = context.allowTF32CuDNN(), cublas = context.allowTF32CuBLAS();
+  context.setAllowTF32CuDNN(true);
+  context.setAllowTF32CuBLAS(false);
+  {
+    lamp::Tf32Guard off(false);
+    EXPECT_FALSE(context.allowTF32CuDNN());
+    EXPECT_FALSE(context.allowTF32CuBLAS());
+    {
+      lamp::Tf32Guard on(true);
+      EXPECT_TRUE(lamp::tf32());
+    }
+    EXPECT_FALSE(context.allowTF32CuDNN());
+    EXPECT_FALSE(context.allowTF32CuBLAS());
+  }
+  EXPECT_TRUE(context.allowTF32CuDNN());
+  EXPECT_FALSE(context.allowTF32CuBLAS());
+  context.setAllowTF32CuDNN(cudnn);
+  context.setAllowTF32CuBLAS(cublas);
+}
+
 TEST(Backends, Fp16ProbeAgreesWithAnFp16Convolution) {
   const auto x = torch::ones({1, 2, 4, 4}, torch::kHalf);
   const auto w = torch::ones({3, 2, 3, 3}, torch::kHalf);

@@ -521,6 +521,18 @@ TEST(GradScaler, StateDictFileKeepsTheWholeState) {
   scripted_step(original, rig, kInf);  // 1 of 2: no backoff yet
   const auto path = ::testing::TempDir() + "lamp_scaler_state_" +
                     std::to_string(::getpid()) + ".pt";
+  {
+    // torch::save / torch::load, as for a module or an optimizer: the whole
+    // state, lamp's own fields too.
+    torch::save(original, path);
+    lamp::GradScaler loaded(options);
+    torch::load(loaded, path);
+    EXPECT_EQ(loaded.get_scale(), original.get_scale());
+    EXPECT_EQ(loaded.growth_tracker(), original.growth_tracker());
+    Rig r;
+    EXPECT_FALSE(scripted_step(loaded, r, kInf));  // the saved 1 of 2 + this one
+    EXPECT_EQ(loaded.get_scale(), 32.0);
+  }
   original.save_state_dict(path);
   for (bool initialised : {false, true}) {
     lamp::GradScaler restored;
@@ -631,6 +643,34 @@ TEST(GradScaler, SeveralOptimizersShareOneUpdate) {
   EXPECT_EQ(scaler.get_scale(), 8.0);
   EXPECT_TRUE(BitEqual(a.w.detach(), torch::zeros({3})));
   EXPECT_TRUE(BitEqual(b.w.detach(), torch::ones({3})));
+}
+
+// The found-inf reduction sees every unscale's flag and what it leaves
+// decides: another process's overflow (a reduction that raises the flag)
+// skips this one's finite step and backs the scale off; none set: as before.
+TEST(GradScaler, FoundInfReductionDecidesTheStep) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(16));
+  std::vector<float> seen;
+  bool other_overflowed = true;
+  scaler.set_found_inf_reduction([&](torch::Tensor& found_inf) {
+    EXPECT_EQ(found_inf.numel(), 1);
+    EXPECT_EQ(found_inf.scalar_type(), torch::kFloat);
+    seen.push_back(found_inf.item<float>());
+    if (other_overflowed) {
+      found_inf.fill_(1.0);
+    }
+  });
+  Rig rig;
+  EXPECT_FALSE(scripted_step(scaler, rig, 1.0f));
+  EXPECT_EQ(scaler.get_scale(), 8.0);
+  EXPECT_TRUE(BitEqual(rig.w.detach(), torch::ones({3})));
+  other_overflowed = false;
+  EXPECT_TRUE(scripted_step(scaler, rig, 1.0f));
+  EXPECT_FALSE(scripted_step(scaler, rig, kInf));
+  EXPECT_EQ(seen, (std::vector<float>{0.0f, 0.0f, 1.0f}));
+  scaler.set_found_inf_reduction(nullptr);
+  EXPECT_TRUE(scripted_step(scaler, rig, 1.0f));
+  EXPECT_EQ(seen.size(), 3u);
 }
 
 TEST(GradScaler, AccumulatesGradientsOfSeveralLosses) {

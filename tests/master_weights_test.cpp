@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -42,6 +43,94 @@ TEST(MasterWeights, CopiesAreFP32LeavesWithTheModelsValues) {
     }
     EXPECT_EQ(master.flat(), flat);
   }
+}
+
+// torch::save / torch::load round-trip the FP32 values (not re-made from
+// the FP16 model), into the existing master tensors.
+TEST(MasterWeights, TorchSaveAndLoadKeepTheFp32Values) {
+  for (bool flat : {false, true}) {
+    auto params = half_params_with_grads(torch::kHalf, 1);
+    lamp::MasterWeights saved(params, flat);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& m : saved.master_params()) {
+        m.add_(1e-4);  // below FP16's resolution near 1: only FP32 keeps it
+      }
+    }
+    std::stringstream stream;
+    torch::save(saved, stream);
+    lamp::MasterWeights loaded(params, flat);
+    const auto before = loaded.master_params()[0].data_ptr();
+    torch::load(loaded, stream);
+    EXPECT_EQ(loaded.master_params()[0].data_ptr(), before);
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(BitEqual(loaded.master_params()[i].detach(),
+                           saved.master_params()[i].detach()));
+      EXPECT_FALSE(BitEqual(loaded.master_params()[i].detach(),
+                            params[i].detach().to(torch::kFloat)));
+    }
+  }
+}
+
+// Named masters are saved under their names and found by name, also when
+// the parameters come in another order; lamp 0.1's positional archives still
+// load (by position); a named archive needs named masters.
+TEST(MasterWeights, NamedArchivesKeyByNameAndPositionalOnesStillLoad) {
+  const auto params = half_params_with_grads(torch::kHalf, 1);
+  const std::vector<std::string> names = {"fc.weight", "fc.bias", "bn.weight"};
+  lamp::MasterWeights named(params, /*flat=*/false);
+  named.set_parameter_names(names);
+  lamp::MasterWeights unnamed(params, /*flat=*/false);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      named.master_params()[i].fill_(static_cast<double>(i + 1));
+      unnamed.master_params()[i].fill_(static_cast<double>(10 * (i + 1)));
+    }
+  }
+  std::stringstream by_name, by_position;
+  torch::save(named, by_name);
+  torch::save(unnamed, by_position);
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from(by_name);
+    const auto keys = archive.keys();
+    for (const auto& name : names) {
+      EXPECT_NE(std::find(keys.begin(), keys.end(), name), keys.end()) << name;
+    }
+    by_name.clear();
+    by_name.seekg(0);
+  }
+  // The same parameters, listed in reverse.
+  const std::vector<torch::Tensor> reversed(params.rbegin(), params.rend());
+  lamp::MasterWeights loaded(reversed, /*flat=*/false);
+  loaded.set_parameter_names({names.rbegin(), names.rend()});
+  torch::load(loaded, by_name);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(loaded.master_params()[params.size() - 1 - i].min().item<float>(),
+              static_cast<float>(i + 1)) << names[i];
+  }
+  // A positional archive into named masters: by position.
+  lamp::MasterWeights old(params, /*flat=*/false);
+  old.set_parameter_names(names);
+  torch::load(old, by_position);
+  EXPECT_EQ(old.master_params()[2].min().item<float>(), 30.0f);
+  // A named archive into unnamed masters, or with a name missing: refused,
+  // unchanged.
+  by_name.clear();
+  by_name.seekg(0);
+  lamp::MasterWeights anonymous(params, /*flat=*/false);
+  expect_error([&] { torch::load(anonymous, by_name); },
+               "keys the master tensors by parameter name, but these master "
+               "weights have no names");
+  by_name.clear();
+  by_name.seekg(0);
+  lamp::MasterWeights renamed(params, /*flat=*/false);
+  renamed.set_parameter_names({"fc.weight", "fc.bias", "norm.weight"});
+  expect_error([&] { torch::load(renamed, by_name); },
+               "the archive has no master tensor 2 ('norm.weight')");
+  EXPECT_TRUE(BitEqual(renamed.master_params()[0].detach(),
+                       params[0].detach().to(torch::kFloat)));
 }
 
 TEST(MasterWeights, FlatMastersAreViewsOfOneBuffer) {

@@ -11,7 +11,9 @@
 
 #include "lamp/half.h"
 #include "lamp/master_weights.h"
+#include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
+#include "lamp/models/registry.h"
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
 #include "lamp/training/checkpoint_file.h"
@@ -128,6 +130,37 @@ TEST(ResNet, ParameterCountsMatchThePublishedOnes) {
   EXPECT_EQ(count_parameters(*lamp::models::resnet18()), 11173962);
   EXPECT_EQ(count_parameters(*lamp::models::resnet34()), 21282122);
   EXPECT_EQ(count_parameters(*lamp::models::resnet50()), 23520842);
+}
+
+// The registry builds every name (the module and a forward that runs it),
+// with the FLOP table and the model table the same, and refuses others with
+// the list.
+TEST(Registry, BuildsEveryNamedModel) {
+  ASSERT_EQ(lamp::models::model_names(),
+            (std::vector<std::string>{"cnn", "resnet18", "resnet34", "resnet50",
+                                      "resnet101", "resnet152"}));
+  for (const auto& name : lamp::models::model_names()) {
+    SCOPED_TRACE(name);
+    const bool cnn = name == "cnn";
+    const int64_t channels = cnn ? 1 : 3, side = cnn ? 28 : 32;
+    torch::manual_seed(0);
+    auto model = lamp::models::make_model(name, 7, channels);
+    ASSERT_NE(model.module, nullptr);
+    if (!cnn) {
+      EXPECT_EQ(count_parameters(*model.module),
+                count_parameters(*lamp::models::make_resnet(name, 7, channels)));
+    }
+    model.module->eval();
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(model.forward(torch::randn({2, channels, side, side})).sizes(),
+              (std::vector<int64_t>{2, 7}));
+    EXPECT_GT(lamp::models::forward_flops(name, channels, side, side), 0);
+  }
+  lamp_test::expect_error([] { lamp::models::make_model("vgg16"); },
+                          "unknown model 'vgg16'; valid names are cnn, resnet18, "
+                          "resnet34, resnet50, resnet101, resnet152.");
+  lamp_test::expect_error([] { lamp::models::forward_flops("vgg16"); },
+                          "valid names are cnn, resnet18");
 }
 
 TEST(ResNet, MakeResnetBuildsEveryNamedDepth) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <iterator>
+
 #include "lamp/precision.h"
 
 namespace {
@@ -39,6 +41,38 @@ TEST(Precision, ModesHaveTheDocumentedIngredients) {
   EXPECT_TRUE(lamp::uses_master_weights(Precision::kBF16));
   EXPECT_FALSE(lamp::uses_master_weights(Precision::kAMP));
   EXPECT_FALSE(lamp::uses_fp16(Precision::kFP32));
+}
+
+// The policy, mode by mode, in full: what TrainStep, the trainer and the
+// programs read.
+TEST(Precision, PolicyOfEachMode) {
+  struct Row {
+    Precision precision;
+    c10::optional<torch::Dtype> autocast, model;
+    bool master, scaling, fp16;
+    c10::optional<bool> tf32;
+  };
+  const auto none = c10::optional<torch::Dtype>();
+  const Row rows[] = {
+      {Precision::kFP32, none, none, false, false, false, false},
+      {Precision::kTF32, none, none, false, false, false, true},
+      {Precision::kAMP, torch::kHalf, none, false, true, true, c10::nullopt},
+      {Precision::kAMPBF16, torch::kBFloat16, none, false, false, false, c10::nullopt},
+      {Precision::kHalf, none, torch::kHalf, true, true, true, c10::nullopt},
+      {Precision::kBF16, none, torch::kBFloat16, true, false, false, c10::nullopt},
+  };
+  ASSERT_EQ(std::size(rows), lamp::precision_names().size());
+  for (const auto& row : rows) {
+    SCOPED_TRACE(lamp::to_string(row.precision));
+    const auto policy = lamp::precision_policy(row.precision);
+    EXPECT_EQ(policy.precision, row.precision);
+    EXPECT_EQ(policy.autocast_dtype, row.autocast);
+    EXPECT_EQ(policy.model_dtype, row.model);
+    EXPECT_EQ(policy.master_weights, row.master);
+    EXPECT_EQ(policy.loss_scaling, row.scaling);
+    EXPECT_EQ(policy.fp16_math, row.fp16);
+    EXPECT_EQ(policy.tf32, row.tf32);
+  }
 }
 
 } // namespace

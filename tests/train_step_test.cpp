@@ -349,19 +349,13 @@ TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
   lamp::TrainStep step(model.ptr(), sgd(0.05), options);
   run(step, model, 0, 3);
   std::stringstream checkpoint;
-  {
-    torch::serialize::OutputArchive archive;
-    step.save(archive);
-    archive.save_to(checkpoint);
-  }
+  torch::save(step, checkpoint);  // TrainStep::save, as for a module
   const auto straight = run(step, model, 3, 6);
 
   torch::manual_seed(99);  // a different initialisation, overwritten by load
   SmallNet resumed_model;
   lamp::TrainStep resumed(resumed_model.ptr(), sgd(0.05), options);
-  torch::serialize::InputArchive archive;
-  archive.load_from(checkpoint);
-  resumed.load(archive);
+  torch::load(resumed, checkpoint);
   const auto continued = run(resumed, resumed_model, 3, 6);
   EXPECT_EQ(continued.losses, straight.losses);
   EXPECT_EQ(continued.scales, straight.scales);
@@ -377,6 +371,10 @@ TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
       other.ptr(), sgd(0.05),
       options.precision() == Precision::kFP32 ? Precision::kBF16
                                               : Precision::kFP32);
+  checkpoint.clear();
+  checkpoint.seekg(0);
+  torch::serialize::InputArchive archive;
+  archive.load_from(checkpoint);
   EXPECT_THROW(different.load(archive), c10::Error);
 }
 
@@ -777,6 +775,69 @@ TEST(TrainStep, CudaGraphModeNames) {
             lamp::CudaGraphMode::kOff);
   expect_error([] { lamp::parse_cuda_graph_mode("yes"); },
                "unknown CUDA-graph mode 'yes'; use off, on or auto");
+}
+
+// The step's policy is the mode's, and what it casts inputs to and whether
+// it scales follow it.
+TEST(TrainStep, FollowsItsPrecisionPolicy) {
+  for (auto precision : {Precision::kFP32, Precision::kAMPBF16, Precision::kBF16}) {
+    SCOPED_TRACE(lamp::to_string(precision));
+    SmallNet model;
+    lamp::TrainStep step(model.ptr(), sgd(0.05), precision);
+    const auto expected = lamp::precision_policy(precision);
+    EXPECT_EQ(step.policy().model_dtype, expected.model_dtype);
+    EXPECT_EQ(step.policy().autocast_dtype, expected.autocast_dtype);
+    EXPECT_EQ(step.cast_input(torch::ones({1})).scalar_type(),
+              expected.model_dtype.value_or(torch::kFloat));
+    EXPECT_EQ(step.scaler().is_enabled(), expected.loss_scaling);
+    EXPECT_EQ(step.master_weights() != nullptr, expected.master_weights);
+  }
+}
+
+// TF32 is a CUDA switch: a CPU TrainStep leaves it as it is, whatever the
+// precision or option.
+TEST(TrainStep, Tf32IsLeftAloneOnCpu) {
+  for (bool before : {true, false}) {
+    lamp::set_tf32(before);
+    for (const auto& options : {lamp::TrainStepOptions(Precision::kFP32),
+                                lamp::TrainStepOptions(Precision::kTF32),
+                                lamp::TrainStepOptions(Precision::kFP32).tf32(!before)}) {
+      SmallNet model;
+      lamp::TrainStep step(model.ptr(), sgd(0.05), options);
+      EXPECT_EQ(lamp::tf32(), before);
+    }
+  }
+  lamp::set_tf32(false);
+}
+
+// TF32 follows the precision (or the explicit option) while a CUDA
+// TrainStep lives, and is restored when it goes away.
+TEST(TrainStep, Tf32FollowsThePrecisionAndIsRestored_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  struct Case {
+    lamp::TrainStepOptions options;
+    bool tf32_inside;
+  };
+  const Case cases[] = {
+      {lamp::TrainStepOptions(Precision::kFP32), false},
+      {lamp::TrainStepOptions(Precision::kTF32), true},
+      {lamp::TrainStepOptions(Precision::kFP32).tf32(true), true},
+      {lamp::TrainStepOptions(Precision::kAMP), true},  // left as it was
+  };
+  for (bool before : {true, false}) {
+    for (const auto& c : cases) {
+      lamp::set_tf32(before);
+      {
+        SmallNet model;
+        model->to(torch::kCUDA);
+        lamp::TrainStep step(model.ptr(), sgd(0.05), c.options);
+        const bool expected =
+            c.options.precision() == Precision::kAMP ? before : c.tf32_inside;
+        EXPECT_EQ(lamp::tf32(), expected) << lamp::to_string(c.options.precision());
+      }
+      EXPECT_EQ(lamp::tf32(), before);
+    }
+  }
 }
 
 // Graph and eager steps give the same weights over 50 steps with a forced

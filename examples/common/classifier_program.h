@@ -54,10 +54,7 @@ struct ProgramConfig {
 void add_options(CLI::App& app, ProgramConfig& config);
 
 /// A model built for the run, and how to call it.
-struct BuiltModel {
-  std::shared_ptr<torch::nn::Module> module;
-  std::function<torch::Tensor(const torch::Tensor&)> forward;
-};
+using BuiltModel = lamp::models::NamedModel;
 
 struct RunSpec {
   std::string program;  // for messages

@@ -36,6 +36,28 @@ void set_tf32(bool enabled);
 /// Whether TF32 is allowed for both cuDNN convolutions and cuBLAS matmuls.
 bool tf32();
 
+/// Sets TF32 (set_tf32) for its lifetime, then restores the cuDNN and cuBLAS
+/// settings it found, each as it was. The setting is LibTorch's, for the
+/// whole process: guards must end in the reverse order of their creation.
+///
+/// \code
+///   {
+///     lamp::Tf32Guard no_tf32(false);  // an exact FP32 comparison
+///     ...
+///   }                                  // TF32 as before
+/// \endcode
+class Tf32Guard {
+ public:
+  explicit Tf32Guard(bool enabled);
+  ~Tf32Guard();
+  Tf32Guard(const Tf32Guard&) = delete;
+  Tf32Guard& operator=(const Tf32Guard&) = delete;
+
+ private:
+  bool cudnn_;
+  bool cublas_;
+};
+
 /// Whether this LibTorch can run FP16 convolutions and matrix multiplications
 /// on `device`. True on CUDA when a GPU is present. On CPU it is found out once
 /// per process by running a tiny FP16 conv2d and linear: LibTorch 1.13 has no

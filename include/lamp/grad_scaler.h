@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -179,14 +180,25 @@ class GradScaler {
     return last_overflow_;
   }
 
-  /// Data-parallel training: unscale_() all-reduces (max) its found-inf flags
-  /// over `group`, so that every rank skips or steps together and the scale
-  /// stays the same on all ranks even where only one rank overflowed. Every
-  /// rank must then call unscale_/step for the same optimizers in the same
-  /// order. nullptr (the default) or a one-process group: no communication.
-  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
-    process_group_ = std::move(group);
+  /// Reduces a found-inf flag across processes, in place: the flag is a
+  /// one-element FP32 tensor on the gradients' device, 1 where an inf/NaN was
+  /// found; after the call it must hold the maximum over all processes.
+  using FoundInfReduction = std::function<void(torch::Tensor& found_inf)>;
+  /// unscale_() passes each device's found-inf flag (in device order) to
+  /// `reduce`, so that every process skips or steps together and the scale
+  /// stays the same everywhere even where only one overflowed. nullptr (the
+  /// default): no reduction. The scaler itself knows nothing of process
+  /// groups; set_process_group() sets such a reduction.
+  void set_found_inf_reduction(FoundInfReduction reduce) {
+    found_inf_reduction_ = std::move(reduce);
   }
+
+  /// Data-parallel training: the found-inf reduction of `group`, an
+  /// all-reduce (max) over its ranks. Every rank must then call
+  /// unscale_/step for the same optimizers in the same order. nullptr or a
+  /// one-process group: no reduction. (Defined with lamp's process groups,
+  /// in lamp/distributed.h's library part.)
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group);
 
   /// Saves the state into a torch::serialize archive (lamp's checkpoints)
   /// under Python's state-dict keys (`scale`,
@@ -272,7 +284,7 @@ class GradScaler {
   std::unordered_map<const c10::TensorImpl*, std::pair<WeakTensorImpl, std::string>>
       names_;
   std::vector<std::string> last_overflow_;
-  std::shared_ptr<distributed::ProcessGroup> process_group_;
+  FoundInfReduction found_inf_reduction_;
   // Counts of the synchronous path (host) and of the sync-free path (the
   // number of steps on the host, the skipped ones summed on the device).
   int64_t steps_taken_ = 0;
@@ -281,6 +293,20 @@ class GradScaler {
   torch::Tensor device_skipped_;
   torch::Tensor last_found_inf_;
 };
+
+/// `torch::save(scaler, path)` and `torch::load(scaler, path)`, and `archive
+/// << scaler` / `archive >> scaler` in a checkpoint of your own: save() and
+/// load().
+inline torch::serialize::OutputArchive& operator<<(
+    torch::serialize::OutputArchive& archive, const GradScaler& scaler) {
+  scaler.save(archive);
+  return archive;
+}
+inline torch::serialize::InputArchive& operator>>(
+    torch::serialize::InputArchive& archive, GradScaler& scaler) {
+  scaler.load(archive);
+  return archive;
+}
 
 namespace detail {
 /// The portable found-inf check and unscale: for every tensor, found_inf = 1

@@ -13,6 +13,7 @@
 #include "lamp/master_weights.h"
 #include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
+#include "lamp/models/registry.h"
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
 #include "lamp/ops.h"

@@ -70,10 +70,15 @@ class MasterWeights {
   void master_params_to_model_params();
 
   /// Names the parameters, in the order they were given (e.g. the keys of
-  /// `model->named_parameters()`), for load()'s messages.
+  /// `model->named_parameters()`): save() then keys the tensors by name, and
+  /// load() finds them by name (also after the parameters' order changed)
+  /// and names them in its messages.
   void set_parameter_names(std::vector<std::string> names);
 
   /// Writes the FP32 master values; they are saved, never rebuilt from FP16.
+  /// Keys: the parameters' names when set_parameter_names() was called,
+  /// else their positions "0", "1", ... (what lamp 0.1 wrote; load() reads
+  /// both).
   void save(torch::serialize::OutputArchive& archive) const;
   /// Reads what save() wrote into the existing master tensors, keeping the
   /// optimizer's references to them valid. Every tensor is checked before
@@ -92,6 +97,19 @@ class MasterWeights {
   std::vector<torch::Tensor> flat_grad_views_;
   std::vector<std::string> names_;  // empty: unnamed
 };
+
+/// `torch::save(master, path)` / `torch::load(master, path)` and the archive
+/// operators: MasterWeights::save() and load().
+inline torch::serialize::OutputArchive& operator<<(
+    torch::serialize::OutputArchive& archive, const MasterWeights& master) {
+  master.save(archive);
+  return archive;
+}
+inline torch::serialize::InputArchive& operator>>(
+    torch::serialize::InputArchive& archive, MasterWeights& master) {
+  master.load(archive);
+  return archive;
+}
 
 /// Apex's `prep_param_lists(model, flat_master)`: the parameters of `model`
 /// that require grad, and their FP32 master copies (with `flat_master`, a

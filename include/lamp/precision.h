@@ -50,4 +50,30 @@ bool uses_loss_scaling(Precision precision);
 /// Whether the mode runs FP16 math ("amp", "half").
 bool uses_fp16(Precision precision);
 
+/// Everything a precision mode decides, computed once (precision_policy());
+/// TrainStep, the trainer and the programs read it instead of deriving
+/// each part from the mode again.
+struct PrecisionPolicy {
+  Precision precision = Precision::kFP32;
+  /// The dtype of the autocast region of the forward pass and evaluation
+  /// ("amp": FP16, "amp-bf16": BF16); nullopt: no autocast.
+  c10::optional<torch::Dtype> autocast_dtype;
+  /// The dtype network_to_half converts the model (and TrainStep casts
+  /// floating inputs) to ("half": FP16, "bf16": BF16); nullopt: unchanged.
+  c10::optional<torch::Dtype> model_dtype;
+  /// FP32 master weights behind a converted model ("half", "bf16").
+  bool master_weights = false;
+  /// Dynamic loss scaling ("amp", "half").
+  bool loss_scaling = false;
+  /// FP16 convolutions and matmuls ("amp", "half"), which LibTorch 1.13
+  /// cannot run on a CPU.
+  bool fp16_math = false;
+  /// The TF32 setting the mode implies on CUDA ("fp32": off, "tf32": on);
+  /// nullopt: the mode leaves it as it is.
+  c10::optional<bool> tf32;
+};
+
+/// The policy of `precision`.
+PrecisionPolicy precision_policy(Precision precision);
+
 } // namespace lamp

@@ -24,6 +24,8 @@
 
 namespace lamp {
 
+class Tf32Guard;
+
 namespace detail {
 class CapturedGraph;
 using GraphPool = std::pair<uint64_t, uint64_t>;
@@ -76,6 +78,12 @@ struct TrainStepOptions {
   TORCH_ARG(bool, skip_non_finite) = false;
   /// Keep the master weights in one flat buffer ("half"/"bf16").
   TORCH_ARG(bool, flat_master) = false;
+  /// TF32 for FP32 convolutions and matmuls on CUDA while this TrainStep
+  /// exists. Unset: from the precision ("fp32" off, "tf32" on, the other
+  /// modes leave it as it is). The setting is LibTorch's, for the whole
+  /// process; the TrainStep restores the one it found when it is destroyed
+  /// (lamp::Tf32Guard). No effect on CPU models.
+  TORCH_ARG(c10::optional<bool>, tf32) = c10::nullopt;
   /// Data-parallel training over this process group (see
   /// lamp/distributed.h): rank 0's weights are broadcast at construction,
   /// gradients are averaged over the ranks in buckets during backward, and
@@ -190,7 +198,8 @@ struct StepResult {
 /// In "half"/"bf16" the model is converted in place (lamp::convert_network,
 /// BatchNorm kept FP32) and the optimizer is built over the master weights;
 /// feed it inputs through cast_input(). "fp32" turns TF32 off and "tf32" on
-/// (CUDA). FP16 modes on a device without FP16 kernels (CPU in LibTorch 1.13)
+/// (CUDA; TrainStepOptions::tf32, undone when the TrainStep is destroyed).
+/// FP16 modes on a device without FP16 kernels (CPU in LibTorch 1.13)
 /// are refused at construction with a message naming the BF16 alternatives.
 /// The optimizer gets the parameters that require grad; a model without any
 /// is refused at construction.
@@ -249,6 +258,8 @@ class TrainStep {
   /// otherwise.
   distributed::DataParallel* data_parallel() { return data_parallel_.get(); }
   const TrainStepOptions& options() const { return options_; }
+  /// What the precision mode decides (precision_policy()).
+  const PrecisionPolicy& policy() const { return policy_; }
   const torch::Device& device() const { return device_; }
 
   /// Whether the batch form of step() runs as CUDA graphs: options'
@@ -293,6 +304,7 @@ class TrainStep {
   std::shared_ptr<torch::nn::Module> model_;
   std::vector<torch::Tensor> model_params_;
   TrainStepOptions options_;
+  PrecisionPolicy policy_;
   torch::Device device_;
   std::unique_ptr<MasterWeights> master_;
   std::unique_ptr<distributed::DataParallel> data_parallel_;
@@ -304,9 +316,23 @@ class TrainStep {
   int64_t micro_step_ = 0;
   std::map<std::string, Graph> graphs_;
   c10::optional<detail::GraphPool> graph_pool_;
+  std::unique_ptr<Tf32Guard> tf32_;
   bool graph_enabled_ = false;
   bool graph_checked_ = false;
   bool capturing_ = false;
 };
+
+/// `torch::save(step, path)` / `torch::load(step, path)` and the archive
+/// operators: TrainStep::save() and load().
+inline torch::serialize::OutputArchive& operator<<(
+    torch::serialize::OutputArchive& archive, const TrainStep& step) {
+  step.save(archive);
+  return archive;
+}
+inline torch::serialize::InputArchive& operator>>(
+    torch::serialize::InputArchive& archive, TrainStep& step) {
+  step.load(archive);
+  return archive;
+}
 
 } // namespace lamp

@@ -4,6 +4,9 @@
 
 #include <vector>
 
+#include "lamp/models/registry.h"
+#include "lamp/models/resnet.h"
+
 namespace lamp {
 namespace models {
 namespace {
@@ -51,14 +54,20 @@ int64_t forward_flops(const std::string& model, int64_t in_channels,
         conv(16, 32, 5, height / 2, width / 2) +
         2 * 32 * (height / 4) * (width / 4) * num_classes;
   }
-  if (model == "resnet18") return resnet_flops({2, 2, 2, 2}, false, in_channels, height, width, num_classes);
-  if (model == "resnet34") return resnet_flops({3, 4, 6, 3}, false, in_channels, height, width, num_classes);
-  if (model == "resnet50") return resnet_flops({3, 4, 6, 3}, true, in_channels, height, width, num_classes);
-  if (model == "resnet101") return resnet_flops({3, 4, 23, 3}, true, in_channels, height, width, num_classes);
-  if (model == "resnet152") return resnet_flops({3, 8, 36, 3}, true, in_channels, height, width, num_classes);
+  for (const auto& name : resnet_names()) {
+    if (model == name) {
+      // The depth table the ResNets are built from (resnet_options).
+      const auto options = resnet_options(name, num_classes, in_channels);
+      return resnet_flops(options.blocks(), options.bottleneck(), in_channels,
+                          height, width, num_classes);
+    }
+  }
+  std::string valid;
+  for (const auto& name : model_names()) {
+    valid += (valid.empty() ? "" : ", ") + name;
+  }
   TORCH_CHECK(false, "lamp::models::forward_flops: unknown model '", model,
-              "'; valid names are cnn, resnet18, resnet34, resnet50, resnet101 "
-              "and resnet152.");
+              "'; valid names are ", valid, ".");
 }
 
 } // namespace models

@@ -409,7 +409,7 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
   c10::optional<Autocast> autocast;
-  if (const auto dtype = autocast_dtype(options_.precision())) {
+  if (const auto& dtype = step_->policy().autocast_dtype) {
     autocast.emplace(test_loader_.device().type(), *dtype);
   }
   const auto on_device = torch::TensorOptions().device(test_loader_.device());

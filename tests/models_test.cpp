@@ -160,6 +160,7 @@ TEST(Registry, BuildsEveryNamedModel) {
                           "unknown model 'vgg16'; valid names are cnn, resnet18, "
                           "resnet34, resnet50, resnet101, resnet152.");
   lamp_test::expect_error([] { lamp::models::forward_flops("vgg16"); },
+                          "lamp::models::forward_flops: unknown model 'vgg16'; "
                           "valid names are cnn, resnet18");
 }
 

@@ -54,20 +54,11 @@ int64_t forward_flops(const std::string& model, int64_t in_channels,
         conv(16, 32, 5, height / 2, width / 2) +
         2 * 32 * (height / 4) * (width / 4) * num_classes;
   }
-  for (const auto& name : resnet_names()) {
-    if (model == name) {
-      // The depth table the ResNets are built from (resnet_options).
-      const auto options = resnet_options(name, num_classes, in_channels);
-      return resnet_flops(options.blocks(), options.bottleneck(), in_channels,
-                          height, width, num_classes);
-    }
-  }
-  std::string valid;
-  for (const auto& name : model_names()) {
-    valid += (valid.empty() ? "" : ", ") + name;
-  }
-  TORCH_CHECK(false, "lamp::models::forward_flops: unknown model '", model,
-              "'; valid names are ", valid, ".");
+  check_model_name(model, "lamp::models::forward_flops");
+  // The depth table the ResNets are built from (resnet_options).
+  const auto options = resnet_options(model, num_classes, in_channels);
+  return resnet_flops(options.blocks(), options.bottleneck(), in_channels,
+                      height, width, num_classes);
 }
 
 } // namespace models

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/resnet.h"
 
@@ -18,23 +20,25 @@ const std::vector<std::string>& model_names() {
   return names;
 }
 
+void check_model_name(const std::string& name, const std::string& caller) {
+  const auto& names = model_names();
+  if (std::find(names.begin(), names.end(), name) != names.end()) {
+    return;
+  }
+  std::string valid;
+  for (const auto& n : names) {
+    valid += (valid.empty() ? "" : ", ") + n;
+  }
+  TORCH_CHECK(false, caller, ": unknown model '", name, "'; valid names are ",
+              valid, ".");
+}
+
 NamedModel make_model(const std::string& name, int64_t num_classes,
                       int64_t in_channels) {
+  check_model_name(name, "lamp::models::make_model");
   if (name == "cnn") {
     MnistCNN net(num_classes, in_channels);
     return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
-  }
-  bool known = false;
-  for (const auto& resnet : resnet_names()) {
-    known = known || resnet == name;
-  }
-  if (!known) {
-    std::string valid;
-    for (const auto& n : model_names()) {
-      valid += (valid.empty() ? "" : ", ") + n;
-    }
-    TORCH_CHECK(false, "lamp::models::make_model: unknown model '", name,
-                "'; valid names are ", valid, ".");
   }
   auto net = make_resnet(name, num_classes, in_channels);
   return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};

@@ -26,6 +26,10 @@ struct NamedModel {
 /// "cnn" (MnistCNN), then resnet_names() ("resnet18" ... "resnet152").
 const std::vector<std::string>& model_names();
 
+/// Refuses a name that is not in model_names(), with `caller` and the list
+/// of valid names in the message.
+void check_model_name(const std::string& name, const std::string& caller);
+
 /// Builds the named model. An unknown name is an error listing
 /// model_names().
 ///

@@ -114,8 +114,8 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
                      TrainStepOptions options)
     : model_(std::move(model)),
       options_(std::move(options)),
-      device_(torch::kCPU),
       policy_(precision_policy(options_.precision())),
+      device_(torch::kCPU),
       scaler_(scaler_options(options_, policy_)),
       unit_scale_(torch::ones({})) {
   TORCH_CHECK(model_ != nullptr, "lamp::TrainStep: the model is null.");

@@ -111,10 +111,26 @@ def ctest(build, args, log_path, jobs, test_timeout):
     return rc, failed_tests(build)
 
 
+def check_applies(m, root):
+    """Stops with a message unless mutant m's text is in its file exactly once."""
+    path = os.path.join(root, m["file"])
+    if not os.path.isfile(path):
+        die(f"[{m['name']}]: no file {m['file']}")
+    with open(path, encoding="utf-8") as f:
+        count = f.read().count(m["find"])
+    if count != 1:
+        die(f"[{m['name']}]: '{m['find']}' occurs {count} times in {m['file']} "
+            "(must be exactly once); update the mutant list for the current code")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--root", required=True)
-    ap.add_argument("--work", required=True, help="scratch folder (copy and build)")
+    ap.add_argument("--work", help="scratch folder (copy and build); not needed "
+                                  "with --check")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every mutant applies to the sources "
+                         "under --root (its text found exactly once), and exit")
     ap.add_argument("--list", required=True, help="mutant list (INI)")
     ap.add_argument("--only", default="", help="regex of mutant names to run")
     ap.add_argument("--jobs", type=int, default=2)
@@ -127,6 +143,13 @@ def main():
     a = ap.parse_args()
 
     mutants = load_mutants(a.list, a.only)
+    if a.check:
+        for m in mutants:
+            check_applies(m, a.root)
+        print(f"mutate.py: all {len(mutants)} mutants of {a.list} apply to {a.root}")
+        return 0
+    if not a.work:
+        ap.error("--work is required (except with --check)")
     src = os.path.join(a.work, "src")
     build = os.path.join(a.work, "build")
     logs = os.path.join(a.work, "logs")
@@ -135,14 +158,7 @@ def main():
     log(f"Copying the repository into {src}")
     sync_tree(a.root, files, src)
     for m in mutants:  # every mutant must apply to the current sources
-        path = os.path.join(src, m["file"])
-        if not os.path.isfile(path):
-            die(f"[{m['name']}]: no file {m['file']}")
-        with open(path, encoding="utf-8") as f:
-            count = f.read().count(m["find"])
-        if count != 1:
-            die(f"[{m['name']}]: '{m['find']}' occurs {count} times in {m['file']} "
-                "(must be exactly once); update the mutant list for the current code")
+        check_applies(m, src)
 
     ctest_jobs = min(a.jobs, 2)
     if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):

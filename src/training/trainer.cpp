@@ -3,13 +3,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
+#include "data/files.h"
 #include "detail/archive.h"
 #include "lamp/autocast.h"
 #include "lamp/backends.h"
@@ -40,12 +39,9 @@ OptimizerFactory optimizer_factory(const TrainerOptions& o) {
   };
 }
 
-// POSIX calls rather than std::filesystem: the torch wheel's libtorch exports
-// its own copy of std::filesystem, which breaks programs that use the
-// system's (pytorch/pytorch#133437).
+// Anything at `path` (data/files.h: POSIX, not std::filesystem).
 bool exists(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0;
+  return data::internal::path_kind(path) != data::internal::PathKind::kMissing;
 }
 
 // A double as text that reads back as the same double ("0.05", not

@@ -1,0 +1,175 @@
+#include "data/files.h"
+
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "detail/memory.h"
+
+namespace lamp {
+namespace data {
+namespace internal {
+
+std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
+
+std::string join(const std::vector<std::string>& items,
+                 const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += (i == 0 ? "" : separator) + items[i];
+  }
+  return out;
+}
+
+std::string hex_byte(uint8_t b) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "0x%02x", static_cast<unsigned>(b));
+  return text;
+}
+
+// "1.5 GiB (1610612736 bytes)".
+std::string byte_count(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 6) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) {
+    return std::to_string(bytes) + " bytes";
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.1f %s (%llu bytes)", value, units[unit],
+                static_cast<unsigned long long>(bytes));
+  return text;
+}
+
+// "this machine's 23.4 GiB (...) of memory".
+std::string memory_text() {
+  return "this machine's " + byte_count(lamp::detail::physical_memory_bytes()) + " of memory";
+}
+
+// POSIX calls rather than std::filesystem: the PyTorch 2.x wheels export
+// their own, older copy of libstdc++'s std::filesystem from libtorch.so and
+// libtorch_cpu.so, which then replaces the system one in the whole program
+// (pytorch/pytorch#133437); its remove_all() crashes with the 2.11 wheel.
+
+PathKind path_kind(const std::string& path, uint64_t* size) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return PathKind::kMissing;
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (size != nullptr) {
+      *size = static_cast<uint64_t>(st.st_size);
+    }
+    return PathKind::kFile;
+  }
+  return S_ISDIR(st.st_mode) ? PathKind::kDirectory : PathKind::kOther;
+}
+
+bool regular_file_exists(const std::string& path) {
+  return path_kind(path) == PathKind::kFile;
+}
+
+bool directory_exists(const std::string& path) {
+  return path_kind(path) == PathKind::kDirectory;
+}
+
+std::string join_path(const std::string& directory, const std::string& name) {
+  if (directory.empty()) {
+    return name;
+  }
+  return directory.back() == '/' ? directory + name : directory + "/" + name;
+}
+
+// "'dir' holds a, b, c": what a directory does hold, for "file not found"
+// messages (the usual mistake is one directory level too high or too low).
+std::string describe_directory(const std::string& directory) {
+  if (!directory_exists(directory)) {
+    return "The directory " + quoted(directory) + " does not exist";
+  }
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(directory.c_str())) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") {
+        names.push_back(name);
+      }
+    }
+    ::closedir(dir);
+  }
+  if (names.empty()) {
+    return "The directory " + quoted(directory) + " is empty";
+  }
+  std::sort(names.begin(), names.end());
+  constexpr size_t kShown = 12;
+  const size_t more = names.size() > kShown ? names.size() - kShown : 0;
+  names.resize(std::min(names.size(), kShown));
+  std::string text = quoted(directory) + " holds " + join(names, ", ");
+  if (more > 0) {
+    text += " and " + std::to_string(more) + " more";
+  }
+  return text;
+}
+
+// The size of the regular file at `path`; a clear error when there is none.
+uint64_t regular_file_size(const std::string& path, const char* caller) {
+  uint64_t size = 0;
+  const PathKind kind = path_kind(path, &size);
+  TORCH_CHECK(kind != PathKind::kMissing, caller, ": the file ", quoted(path),
+              " does not exist (or cannot be accessed).");
+  TORCH_CHECK(kind == PathKind::kFile, caller, ": ", quoted(path),
+              " is not a regular file; pass the path of the data file itself.");
+  return size;
+}
+
+// Reads the first `size` bytes of `path` (all of it when `size` is the size
+// measured before) into `dst` in one read.
+void read_whole_file(const std::string& path, uint64_t size, uint8_t* dst,
+                     const char* caller) {
+  std::ifstream in(path, std::ios::binary);
+  TORCH_CHECK(in.is_open(), caller, ": cannot open ", quoted(path),
+              " for reading; check that it exists and is readable.");
+  TORCH_CHECK(
+      size <=
+          static_cast<uint64_t>(std::numeric_limits<std::streamsize>::max()),
+      caller, ": ", quoted(path), " is too large (", size, " bytes) to read.");
+  const auto wanted = static_cast<std::streamsize>(size);
+  if (wanted > 0) {
+    in.read(reinterpret_cast<char*>(dst), wanted);
+  }
+  TORCH_CHECK(in.gcount() == wanted, caller, ": read only ", in.gcount(),
+              " of the ", size, " bytes of ", quoted(path),
+              "; the file changed while being read or the disk failed.");
+}
+
+// The first `size` bytes of `path`.
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t size,
+                                     const char* caller) {
+  TORCH_CHECK(size <= std::numeric_limits<size_t>::max(), caller, ": ",
+              quoted(path), " is too large (", size, " bytes) to read.");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  read_whole_file(path, size, bytes.data(), caller);
+  return bytes;
+}
+
+} // namespace internal
+} // namespace data
+} // namespace lamp

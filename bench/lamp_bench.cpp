@@ -9,20 +9,20 @@
 // `--epoch-images` epoch, peak memory (CUDA allocator, or RSS on CPU),
 // achieved TFLOP/s from the analytic FLOP count and, with --matmul-peak, the
 // fraction of a large matmul's TFLOP/s measured on the same device.
-#include <CLI/CLI.hpp>
 #include <lamp/lamp.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <vector>
 
 #include "common/cli.h"
 
@@ -37,7 +37,7 @@ struct Config {
   std::string device;
   int64_t warmup = 5;
   int64_t steps = 20;
-  int64_t epoch_images = 0;  // 0: 50,000 (CIFAR-10) or 60,000 (cnn)
+  int64_t epoch_images = 0; // 0: 50,000 (CIFAR-10) or 60,000 (cnn)
   std::string json;
   bool matmul_peak = false;
   bool report_precision = false;
@@ -53,50 +53,55 @@ std::vector<std::string> split(const std::string& list) {
   std::stringstream stream(list);
   std::string item;
   while (std::getline(stream, item, ',')) {
-    if (!item.empty()) out.push_back(item);
+    if (!item.empty())
+      out.push_back(item);
   }
   return out;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 // TFLOP/s of a large square matmul in `dtype`: the achievable ceiling.
 double matmul_tflops(const torch::Device& device, torch::Dtype dtype) {
   const int64_t n = device.is_cuda() ? 8192 : 1024;
   const auto options = torch::TensorOptions().device(device).dtype(dtype);
-  const auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+  const auto a = torch::randn({n, n}, options),
+             b = torch::randn({n, n}, options);
   torch::mm(a, b);
   lamp::synchronize(device);
   const int reps = device.is_cuda() ? 20 : 3;
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) torch::mm(a, b);
+  for (int i = 0; i < reps; ++i)
+    torch::mm(a, b);
   lamp::synchronize(device);
   return 2.0 * n * n * n * reps / seconds_since(start) / 1e12;
 }
 
 nlohmann::json run_one(const Config& c, const std::string& precision_name,
                        const torch::Device& device) {
-  nlohmann::json result = {{"model", c.model}, {"batch_size", c.batch_size},
+  nlohmann::json result = {{"model", c.model},
+                           {"batch_size", c.batch_size},
                            {"precision", precision_name},
                            {"channels_last", c.channels_last},
                            {"cudnn_benchmark", c.cudnn_benchmark},
-                           {"steps", c.steps}, {"warmup", c.warmup},
+                           {"steps", c.steps},
+                           {"warmup", c.warmup},
                            {"skipped", nullptr}};
   const bool cnn = c.model == "cnn";
   const int64_t channels = cnn ? 1 : 3, side = cnn ? 28 : 32;
-  const int64_t epoch_images = c.epoch_images > 0 ? c.epoch_images : (cnn ? 60000 : 50000);
+  const int64_t epoch_images =
+      c.epoch_images > 0 ? c.epoch_images : (cnn ? 60000 : 50000);
   result["epoch_images"] = epoch_images;
   torch::manual_seed(0);
   const auto model = lamp::models::make_model(c.model, 10, channels);
   const auto& module = model.module;
   const auto& forward = model.forward;
   module->to(device);
-  const auto memory_format =
-      c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
-  for (auto& p : module->parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(memory_format));
+  if (c.channels_last) {
+    lamp::models::to_channels_last(*module);
   }
   std::unique_ptr<lamp::TrainStep> step;
   try {
@@ -112,27 +117,34 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
                   .momentum(0.9)
                   .nesterov(true)
                   .weight_decay(5e-4)
-                  .implementation(lamp::optim::parse_implementation(c.optimizer_impl)));
+                  .implementation(
+                      lamp::optim::parse_implementation(c.optimizer_impl)));
         },
-        lamp::TrainStepOptions(lamp::parse_precision(precision_name)).cuda_graph(c.cuda_graph));
+        lamp::TrainStepOptions(lamp::parse_precision(precision_name))
+            .cuda_graph(c.cuda_graph));
   } catch (const c10::Error& e) {
     result["skipped"] = e.what_without_backtrace();
     return result;
   }
   // The batch is made once, on the device, already in the model's dtype.
   const auto images = step->cast_input(
-      torch::randn({c.batch_size, channels, side, side}, torch::TensorOptions().device(device))
-          .contiguous(memory_format));
-  const auto labels = torch::randint(0, 10, {c.batch_size},
-                                     torch::TensorOptions().device(device).dtype(torch::kLong));
+      torch::randn({c.batch_size, channels, side, side},
+                   torch::TensorOptions().device(device))
+          .contiguous(c.channels_last ? torch::MemoryFormat::ChannelsLast
+                                      : torch::MemoryFormat::Contiguous));
+  const auto labels =
+      torch::randint(0, 10, {c.batch_size},
+                     torch::TensorOptions().device(device).dtype(torch::kLong));
   const auto batch_loss = [&](const torch::Tensor& x, const torch::Tensor& y) {
-    return torch::nn::functional::cross_entropy(forward(x).to(torch::kFloat), y);
+    return torch::nn::functional::cross_entropy(forward(x).to(torch::kFloat),
+                                                y);
   };
   // The batch form of step(): the one a CUDA graph can capture (eager
   // otherwise, the same work).
   const auto run_step = [&] { return step->step(images, labels, batch_loss); };
   lamp::reset_peak_device_memory(device);
-  for (int64_t i = 0; i < c.warmup; ++i) run_step();
+  for (int64_t i = 0; i < c.warmup; ++i)
+    run_step();
   lamp::synchronize(device);
   // Calibrated: at least --min-seconds of timed steps, so that launch jitter
   // and clock changes average out. The repeats reuse the calibrated count.
@@ -140,18 +152,22 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   double seconds = 0;
   while (true) {
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < steps; ++i) run_step();
+    for (int64_t i = 0; i < steps; ++i)
+      run_step();
     lamp::synchronize(device);
     seconds = seconds_since(start);
     if (seconds >= c.min_seconds || steps >= 100000) {
       break;
     }
-    steps = static_cast<int64_t>(steps * 1.2 * c.min_seconds / std::max(seconds, 1e-6)) + 1;
+    steps = static_cast<int64_t>(steps * 1.2 * c.min_seconds /
+                                 std::max(seconds, 1e-6)) +
+            1;
   }
   std::vector<double> rates = {steps * c.batch_size / seconds};
   for (int64_t r = 1; r < c.repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < steps; ++i) run_step();
+    for (int64_t i = 0; i < steps; ++i)
+      run_step();
     lamp::synchronize(device);
     rates.push_back(steps * c.batch_size / seconds_since(start));
   }
@@ -164,14 +180,18 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   result["images_per_second"] = images_per_second;
   result["repeats_images_per_second"] = rates;
   result["seconds_per_epoch"] = epoch_images / images_per_second;
-  result["peak_memory_bytes"] =
-      device.is_cuda() ? lamp::peak_device_memory(device) : lamp::peak_host_memory();
+  result["peak_memory_bytes"] = device.is_cuda()
+                                    ? lamp::peak_device_memory(device)
+                                    : lamp::peak_host_memory();
   result["tflops"] = images_per_second *
-      static_cast<double>(lamp::models::training_flops(c.model, channels, side, side)) / 1e12;
+                     static_cast<double>(lamp::models::training_flops(
+                         c.model, channels, side, side)) /
+                     1e12;
   result["skipped_steps"] = step->scaler().steps_skipped();
   result["optimizer"] = c.optimizer;
   result["cuda_graph"] = c.cuda_graph;
-  if (const auto* amp = dynamic_cast<const lamp::optim::AmpStep*>(&step->optimizer())) {
+  if (const auto* amp =
+          dynamic_cast<const lamp::optim::AmpStep*>(&step->optimizer())) {
     result["sync_free_step"] = amp->skips_on_device();
   }
   if (c.report_precision) {
@@ -180,9 +200,11 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     for (const auto& op : ops.calls) {
       result["op_dtypes"][op.first] = op.second;
     }
-    std::cout << "precision report, " << c.model << " in " << precision_name << ":\n"
+    std::cout << "precision report, " << c.model << " in " << precision_name
+              << ":\n"
               << lamp::precision_report(*module).to_string()
-              << "ops of one training step:\n" << ops.to_string();
+              << "ops of one training step:\n"
+              << ops.to_string();
   }
   return result;
 }
@@ -210,16 +232,20 @@ int run(const Config& c) {
     out["matmul_tflops_fp32"] = matmul_tflops(device, torch::kFloat);
   }
   for (const auto& precision : split(c.precisions)) {
-    lamp::parse_precision(precision);  // a clear error for a bad name, up front
+    lamp::parse_precision(precision); // a clear error for a bad name, up front
   }
   for (const auto& precision : split(c.precisions)) {
     auto result = run_one(c, precision, device);
     if (result["skipped"].is_null()) {
-      std::printf("%-9s %-9s batch %4lld  %9.1f img/s  %8.2f s/epoch  %7.3f TFLOP/s  peak %.0f MiB\n",
-                  c.model.c_str(), precision.c_str(), static_cast<long long>(c.batch_size),
-                  result["images_per_second"].get<double>(),
-                  result["seconds_per_epoch"].get<double>(), result["tflops"].get<double>(),
-                  result["peak_memory_bytes"].get<int64_t>() / 1048576.0);
+      std::printf(
+          "%-9s %-9s batch %4lld  %9.1f img/s  %8.2f s/epoch  %7.3f TFLOP/s  "
+          "peak %.0f MiB\n",
+          c.model.c_str(), precision.c_str(),
+          static_cast<long long>(c.batch_size),
+          result["images_per_second"].get<double>(),
+          result["seconds_per_epoch"].get<double>(),
+          result["tflops"].get<double>(),
+          result["peak_memory_bytes"].get<int64_t>() / 1048576.0);
     } else {
       std::printf("%-9s %-9s skipped: %s\n", c.model.c_str(), precision.c_str(),
                   result["skipped"].get<std::string>().c_str());
@@ -239,12 +265,18 @@ int run(const Config& c) {
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"Training-step throughput of lamp's models in its precision modes", "lamp_bench"};
+  CLI::App app{
+      "Training-step throughput of lamp's models in its precision modes",
+      "lamp_bench"};
   const auto& models = lamp::models::model_names();
   app.add_option("--model", c.model, "cnn or resnet18..resnet152")
-      ->check(CLI::IsMember(models))->capture_default_str();
-  app.add_option("--batch-size", c.batch_size)->check(lamp_examples::integer_at_least(1))->capture_default_str();
-  app.add_option("--precision", c.precisions, "comma-separated: fp32,tf32,amp,amp-bf16,half,bf16")
+      ->check(CLI::IsMember(models))
+      ->capture_default_str();
+  app.add_option("--batch-size", c.batch_size)
+      ->check(lamp_examples::integer_at_least(1))
+      ->capture_default_str();
+  app.add_option("--precision", c.precisions,
+                 "comma-separated: fp32,tf32,amp,amp-bf16,half,bf16")
       ->check(CLI::Validator(
           [](std::string& list) -> std::string {
             const auto& valid = lamp_examples::precision_flag_values();
@@ -259,32 +291,49 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--channels-last", c.channels_last);
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark);
-  app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda when available)");
-  app.add_option("--warmup", c.warmup, "untimed steps")->check(lamp_examples::integer_at_least(0))->capture_default_str();
-  app.add_option("--steps", c.steps, "timed steps")->check(lamp_examples::integer_at_least(1))->capture_default_str();
+  app.add_option("--device", c.device,
+                 "cpu, cuda or cuda:N (default: cuda when available)");
+  app.add_option("--warmup", c.warmup, "untimed steps")
+      ->check(lamp_examples::integer_at_least(0))
+      ->capture_default_str();
+  app.add_option("--steps", c.steps, "timed steps")
+      ->check(lamp_examples::integer_at_least(1))
+      ->capture_default_str();
   app.add_option("--min-seconds", c.min_seconds,
-                 "time at least this long: more steps than --steps when they are faster")
-      ->check(lamp_examples::non_negative_real())->capture_default_str();
-  app.add_option("--repeats", c.repeats,
-                 "timed runs of the calibrated step count after one warm-up; the "
-                 "median is reported, every run in the JSON")
-      ->check(lamp_examples::integer_in(1, 100))->capture_default_str();
-  app.add_option("--epoch-images", c.epoch_images, "images per epoch, 0 = 50000 (cnn: 60000)")
-      ->check(lamp_examples::integer_at_least(0))->capture_default_str();
+                 "time at least this long: more steps than --steps when they "
+                 "are faster")
+      ->check(lamp_examples::non_negative_real())
+      ->capture_default_str();
+  app.add_option(
+         "--repeats", c.repeats,
+         "timed runs of the calibrated step count after one warm-up; the "
+         "median is reported, every run in the JSON")
+      ->check(lamp_examples::integer_in(1, 100))
+      ->capture_default_str();
+  app.add_option("--epoch-images", c.epoch_images,
+                 "images per epoch, 0 = 50000 (cnn: 60000)")
+      ->check(lamp_examples::integer_at_least(0))
+      ->capture_default_str();
   app.add_option("--json", c.json, "write the results here");
-  app.add_flag("--matmul-peak", c.matmul_peak, "also measure a large matmul's TFLOP/s");
+  app.add_flag("--matmul-peak", c.matmul_peak,
+               "also measure a large matmul's TFLOP/s");
   app.add_option("--optimizer", c.optimizer, "sgd | adam | adamw")
-      ->check(CLI::IsMember(lamp::optim::optimizer_names()))->capture_default_str();
-  app.add_option("--optimizer-impl", c.optimizer_impl,
-                 "auto | fused | foreach | per-tensor (lamp::optim::Implementation)")
-      ->check(CLI::IsMember({"auto", "fused", "foreach", "per-tensor"}))->capture_default_str();
-  app.add_flag("--cuda-graph", c.cuda_graph,
-               "replay the step as a CUDA graph (TrainStepOptions::cuda_graph)");
+      ->check(CLI::IsMember(lamp::optim::optimizer_names()))
+      ->capture_default_str();
+  app.add_option(
+         "--optimizer-impl", c.optimizer_impl,
+         "auto | fused | foreach | per-tensor (lamp::optim::Implementation)")
+      ->check(CLI::IsMember({"auto", "fused", "foreach", "per-tensor"}))
+      ->capture_default_str();
+  app.add_flag(
+      "--cuda-graph", c.cuda_graph,
+      "replay the step as a CUDA graph (TrainStepOptions::cuda_graph)");
   app.add_flag("--report-precision", c.report_precision,
                "print each model's parameter/buffer dtypes and the dtypes its "
                "convolutions/matmuls ran in during one training step");
   lamp_examples::add_version_flag(app, "lamp_bench");
-  const int status = lamp_examples::parse_command_line(app, "lamp_bench", argc, argv);
+  const int status =
+      lamp_examples::parse_command_line(app, "lamp_bench", argc, argv);
   if (status >= 0) {
     return status;
   }

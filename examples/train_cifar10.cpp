@@ -2,7 +2,8 @@
 // precision modes:
 //
 //   train_cifar10 --model resnet50 --fp16
-//   train_cifar10 --model resnet18 --precision amp --channels-last --cudnn-benchmark
+//   train_cifar10 --model resnet18 --precision amp --channels-last
+//   --cudnn-benchmark
 #include <lamp/lamp.h>
 
 #include "common/classifier_program.h"
@@ -17,7 +18,8 @@ int main(int argc, char** argv) {
   config.data = "data/cifar-10-batches-bin";
   return lamp_examples::program_main(
       argc, argv, "train_cifar10",
-      "Train a ResNet on CIFAR-10 with lamp (get the data: scripts/get_cifar10.sh)",
+      "Train a ResNet on CIFAR-10 with lamp (get the data: "
+      "scripts/get_cifar10.sh)",
       config, [&config] {
         lamp_examples::RunSpec spec;
         spec.train = lamp::data::read_cifar10(config.data, /*train=*/true);

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 
 #include "common/cli.h"
 
@@ -25,7 +26,6 @@ struct Config {
   uint64_t seed = 0;
 };
 
-
 int run(const Config& config) {
   const auto device = lamp_examples::resolve_device(config.device);
   const auto precision = lamp::parse_precision(config.precision);
@@ -34,13 +34,25 @@ int run(const Config& config) {
   // Ten classes by brightness: each image is noise plus an offset whose
   // bucket is the label.
   const auto offsets = torch::rand({config.batch_size}) * 10;
-  const auto images =
-      ((torch::randn({config.batch_size, 1, 28, 28}) + offsets.view({-1, 1, 1, 1}) - 5) / 3)
-          .to(device);
+  const auto images = ((torch::randn({config.batch_size, 1, 28, 28}) +
+                        offsets.view({-1, 1, 1, 1}) - 5) /
+                       3)
+                          .to(device);
   const auto labels = offsets.floor().clamp(0, 9).to(torch::kLong).to(device);
 
   lamp::models::MnistCNN net;
   net->to(device);
+  // fastai's recipe in "half"/"bf16": network_to_half converts the network
+  // (BatchNorm stays FP32) and puts an input cast in front, so the loss
+  // closure feeds FP32 images; TrainStep finds the model converted.
+  std::function<torch::Tensor(const torch::Tensor&)> forward =
+      [net](const torch::Tensor& x) mutable { return net->forward(x); };
+  if (const auto dtype = lamp::precision_policy(precision).model_dtype) {
+    auto half_net = lamp::network_to_half(net, lamp::HalfOptions(*dtype));
+    forward = [half_net](const torch::Tensor& x) mutable {
+      return half_net->forward(x);
+    };
+  }
   lamp::TrainStep train(
       net.ptr(),
       [&](std::vector<torch::Tensor> params) {
@@ -53,20 +65,24 @@ int run(const Config& config) {
   lamp::StepResult result;
   for (int64_t step = 1; step <= config.steps; ++step) {
     result = train.step([&] {
-      const auto log_probs = net->forward(train.cast_input(images));
-      return torch::nn::functional::nll_loss(log_probs.to(torch::kFloat), labels);
+      const auto log_probs = forward(images);
+      return torch::nn::functional::nll_loss(log_probs.to(torch::kFloat),
+                                             labels);
     });
     if (step == 1 || step == config.steps || step % 10 == 0) {
-      std::printf("step %4lld  loss %.4f  scale %g%s\n", static_cast<long long>(step),
-                  result.loss.item<double>(), result.scale.item<double>(),
+      std::printf("step %4lld  loss %.4f  scale %g%s\n",
+                  static_cast<long long>(step), result.loss.item<double>(),
+                  result.scale.item<double>(),
                   result.skipped() ? "  (skipped: non-finite gradients)" : "");
     }
   }
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   std::printf("%s on %s: %lld steps in %.3f s, final loss %.4f, %lld skipped\n",
               lamp::to_string(precision).c_str(), device.str().c_str(),
-              static_cast<long long>(config.steps), seconds, result.loss.item<double>(),
+              static_cast<long long>(config.steps), seconds,
+              result.loss.item<double>(),
               static_cast<long long>(train.scaler().steps_skipped()));
   return 0;
 }
@@ -78,20 +94,27 @@ int main(int argc, char** argv) {
   Config config;
   CLI::App app{"Train lamp's MNIST CNN on synthetic data with lamp::TrainStep",
                "train_step_demo"};
-  app.add_option("--precision", config.precision, "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)")
+  app.add_option("--precision", config.precision,
+                 "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)")
       ->check(CLI::IsMember(cli::precision_flag_values()))
       ->capture_default_str();
-  app.add_option("--device", config.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--device", config.device, "cpu, cuda or cuda:N")
+      ->capture_default_str();
   app.add_option("--steps", config.steps, "optimizer steps")
-      ->check(cli::integer_in(1, 1000000000))->capture_default_str();
+      ->check(cli::integer_in(1, 1000000000))
+      ->capture_default_str();
   app.add_option("--batch-size", config.batch_size, "images per step")
-      ->check(cli::integer_in(1, 1 << 20))->capture_default_str();
+      ->check(cli::integer_in(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--lr", config.lr, "SGD learning rate")
-      ->check(cli::positive_real())->capture_default_str();
+      ->check(cli::positive_real())
+      ->capture_default_str();
   app.add_option("--seed", config.seed, "random seed")
-      ->check(cli::unsigned_integer())->capture_default_str();
+      ->check(cli::unsigned_integer())
+      ->capture_default_str();
   cli::add_version_flag(app, "train_step_demo");
-  const int status = cli::parse_command_line(app, "train_step_demo", argc, argv);
+  const int status =
+      cli::parse_command_line(app, "train_step_demo", argc, argv);
   if (status >= 0) {
     return status;
   }

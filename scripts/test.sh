@@ -103,7 +103,7 @@ summarize() {
 }
 trap summarize EXIT
 
-lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3-venv python3-matplotlib
+lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3-venv python3-matplotlib clang-format
 
 cmake_args=("-DLAMP_WITH_GLOO=${gloo^^}")
 if [ "$torch" = wheel ]; then

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "lamp/autocast.h"
+#include "lamp/amp/autocast.h"
 #include "test_util.h"
 
 namespace {
@@ -62,7 +62,8 @@ TEST(Autocast, RestoresStateWhenAnExceptionLeavesTheScope) {
 TEST(Autocast, InheritsDtypeAndCacheFlagFromTheEnclosingGuard) {
   ASSERT_EQ(Autocast::current_dtype(torch::kCUDA), torch::kHalf);
   {
-    Autocast outer(torch::kCUDA, torch::kBFloat16, true, /*cache_enabled=*/false);
+    Autocast outer(torch::kCUDA, torch::kBFloat16, true,
+                   /*cache_enabled=*/false);
     {
       Autocast inner(torch::kCUDA);
       EXPECT_EQ(inner.dtype(), torch::kBFloat16);
@@ -103,9 +104,9 @@ TEST(Autocast, ConvRunsInBf16AndTheWeightGradientStaysFP32) {
   y.to(torch::kFloat).sum().backward();
   EXPECT_EQ(conv->weight.grad().scalar_type(), torch::kFloat);
   // Same math as an explicit BF16 conv, to BF16's resolution (2^-8 relative).
-  const auto reference = torch::conv2d(x.to(torch::kBFloat16),
-                                       conv->weight.to(torch::kBFloat16),
-                                       conv->bias.to(torch::kBFloat16));
+  const auto reference =
+      torch::conv2d(x.to(torch::kBFloat16), conv->weight.to(torch::kBFloat16),
+                    conv->bias.to(torch::kBFloat16));
   EXPECT_TRUE(lamp_test::AllClose(y, reference, 1e-2, 1e-2));
 }
 
@@ -124,7 +125,7 @@ TEST(Autocast, ClearsTheCastCacheAtTheOutermostExit) {
       w.mul_(2);
     }
     {
-      Autocast inner(torch::kCPU);  // nested: the cache survives its end
+      Autocast inner(torch::kCPU); // nested: the cache survives its end
     }
     stale = torch::mm(x, w).sum().item<float>();
   }
@@ -170,8 +171,9 @@ TEST(Autocast, RefusesUnsupportedDtypesAndDevicesBeforeChangingState) {
 TEST(Autocast, StateIsPerThread) {
   Autocast guard(torch::kCPU);
   bool other_thread_enabled = true;
-  std::thread([&] { other_thread_enabled = Autocast::is_enabled(torch::kCPU); })
-      .join();
+  std::thread([&] {
+    other_thread_enabled = Autocast::is_enabled(torch::kCPU);
+  }).join();
   EXPECT_FALSE(other_thread_enabled);
 }
 

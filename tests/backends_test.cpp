@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "lamp/backends.h"
+#include "lamp/platform/backends.h"
 #include "test_util.h"
 
 namespace {
@@ -27,7 +27,8 @@ TEST(Backends, SwitchesSetAndReportTheirState) {
 // The guard sets both switches and restores each as it found it, nested.
 TEST(Backends, Tf32GuardRestoresEachSwitch) {
   auto& context = at::globalContext();
-  const bool cudnn = context.allowTF32CuDNN(), cublas = context.allowTF32CuBLAS();
+  const bool cudnn = context.allowTF32CuDNN(),
+             cublas = context.allowTF32CuBLAS();
   context.setAllowTF32CuDNN(true);
   context.setAllowTF32CuBLAS(false);
   {
@@ -66,7 +67,7 @@ TEST(Backends, CudaQueriesAreSafeWithoutAGpu) {
   }
   EXPECT_FALSE(lamp::fp16_compute_available(torch::kCUDA));
   EXPECT_EQ(lamp::peak_device_memory(torch::kCUDA), 0);
-  lamp::reset_peak_device_memory(torch::kCUDA);  // must not throw
+  lamp::reset_peak_device_memory(torch::kCUDA); // must not throw
 }
 
 TEST(Backends, PeakDeviceMemoryCountsAllocations_CUDA) {
@@ -86,7 +87,7 @@ TEST(Backends, CudnnBenchmarkLimitRoundTripsAndRefusesNegatives) {
   const int before = lamp::cudnn_benchmark_limit();
   lamp::set_cudnn_benchmark_limit(3);
   EXPECT_EQ(lamp::cudnn_benchmark_limit(), 3);
-  lamp::set_cudnn_benchmark_limit(0);  // 0: try every algorithm
+  lamp::set_cudnn_benchmark_limit(0); // 0: try every algorithm
   EXPECT_EQ(lamp::cudnn_benchmark_limit(), 0);
   EXPECT_THROW(lamp::set_cudnn_benchmark_limit(-1), c10::Error);
   EXPECT_EQ(lamp::cudnn_benchmark_limit(), 0);

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <string>
 
-#include "lamp/grad_scaler.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/amp/grad_scaler.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "test_util.h"
 
 namespace {
@@ -92,7 +92,8 @@ TEST(GradScaler, BacksOffAndSkipsOnInfOrNaNLeavingOptimizerUntouched) {
     lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(256));
     Rig rig(torch::kCPU, torch::kFloat, /*momentum=*/0.9);
     Rig reference(torch::kCPU, torch::kFloat, 0.9);
-    lamp::GradScaler reference_scaler(lamp::GradScalerOptions().init_scale(128));
+    lamp::GradScaler reference_scaler(
+        lamp::GradScalerOptions().init_scale(128));
     ASSERT_TRUE(scripted_step(scaler, rig, 0.5f));
     ASSERT_TRUE(scripted_step(reference_scaler, reference, 0.5f));
     const auto before = rig.w.detach().clone();
@@ -114,8 +115,8 @@ TEST(GradScaler, UnscalesGradientsExactly) {
   scaler.scale(torch::ones({}));
   rig.w.mutable_grad() = torch::tensor({4096.0f, -2048.0f, 1.0f});
   scaler.unscale_(rig.opt);
-  EXPECT_TRUE(BitEqual(rig.w.grad(),
-                       torch::tensor({1.0f, -0.5f, 1.0f / 4096.0f})));
+  EXPECT_TRUE(
+      BitEqual(rig.w.grad(), torch::tensor({1.0f, -0.5f, 1.0f / 4096.0f})));
 }
 
 TEST(GradScaler, MinAndMaxScaleBoundTheScale) {
@@ -157,7 +158,7 @@ TEST(GradScaler, PortableUpdateNeverRaisesTheScaleOnBackoff) {
 }
 
 TEST(GradScaler, GrowthThatWouldOverflowFP32IsRefused) {
-  const double huge = std::ldexp(1.0, 127);  // 2^128 is inf in FP32
+  const double huge = std::ldexp(1.0, 127); // 2^128 is inf in FP32
   lamp::GradScaler scaler(
       lamp::GradScalerOptions().init_scale(huge).growth_interval(1));
   Rig rig;
@@ -168,7 +169,8 @@ TEST(GradScaler, GrowthThatWouldOverflowFP32IsRefused) {
 
 TEST(GradScaler, HysteresisBacksOffOnTheNthConsecutiveOverflow) {
   lamp::GradScaler scaler(
-      lamp::GradScalerOptions().init_scale(64).hysteresis(3).growth_interval(100));
+      lamp::GradScalerOptions().init_scale(64).hysteresis(3).growth_interval(
+          100));
   Rig rig;
   const std::string pattern = "IIIIFIII";
   const std::vector<double> scales = {64, 64, 32, 16, 16, 16, 16, 8};
@@ -183,7 +185,8 @@ TEST(GradScaler, HysteresisBacksOffOnTheNthConsecutiveOverflow) {
 
 TEST(GradScaler, StaticModeKeepsTheScaleButStillSkips) {
   lamp::GradScaler scaler(
-      lamp::GradScalerOptions().init_scale(128).dynamic(false).growth_interval(1));
+      lamp::GradScalerOptions().init_scale(128).dynamic(false).growth_interval(
+          1));
   Rig rig;
   EXPECT_TRUE(scripted_step(scaler, rig, 1.0f));
   EXPECT_TRUE(scripted_step(scaler, rig, 1.0f));
@@ -217,7 +220,7 @@ TEST(GradScaler, StateErrorsMatchPython) {
   expect_error([&] { scaler.step(rig.opt); }, "already been called");
   scaler.update();
   rig.set_grad(1.0f);
-  EXPECT_TRUE(scaler.step(rig.opt));  // READY again after update()
+  EXPECT_TRUE(scaler.step(rig.opt)); // READY again after update()
   scaler.update();
 
   Rig no_grads;
@@ -282,11 +285,12 @@ TEST(GradScaler, SaveLoadRoundTripUsesPythonsKeys) {
 // scaler must back off on the next overflow, as the original does.
 TEST(GradScaler, SaveLoadKeepsThePendingOverflowCount) {
   const auto options =
-      lamp::GradScalerOptions().init_scale(64).hysteresis(2).growth_interval(100);
+      lamp::GradScalerOptions().init_scale(64).hysteresis(2).growth_interval(
+          100);
   lamp::GradScaler original(options);
   Rig rig;
   scripted_step(original, rig, 1.0f);
-  scripted_step(original, rig, kInf);  // 1 of 2: no backoff yet
+  scripted_step(original, rig, kInf); // 1 of 2: no backoff yet
   ASSERT_EQ(original.get_scale(), 64.0);
   std::stringstream stream;
   {
@@ -374,7 +378,8 @@ TEST(GradScaler, RefusedLoadLeavesTheWholeStateAsItWas) {
   const std::vector<std::pair<std::map<std::string, c10::IValue>, std::string>>
       corrupt = {
           {{{"_growth_tracker", c10::IValue(int64_t{1} << 40)}},
-           "_growth_tracker is 1099511627776, outside [0, growth_interval=2000)"},
+           "_growth_tracker is 1099511627776, outside [0, "
+           "growth_interval=2000)"},
           {{{"_growth_tracker", c10::IValue(int64_t{5000})}},
            "_growth_tracker is 5000"},
           {{{"_growth_tracker", c10::IValue(int64_t{2000})}},
@@ -414,7 +419,7 @@ TEST(GradScaler, RefusedLoadLeavesTheWholeStateAsItWas) {
     if (initialised) {
       Rig rig;
       scripted_step(scaler, rig, 1.0f);
-      scripted_step(scaler, rig, kInf);  // pending: one overflow of three
+      scripted_step(scaler, rig, kInf); // pending: one overflow of three
     }
     const double scale = scaler.get_scale();
     const int64_t tracker = scaler.growth_tracker();
@@ -443,9 +448,12 @@ TEST(GradScaler, RefusedLoadLeavesTheWholeStateAsItWas) {
 // the first scale() that tries to make the tensor.
 TEST(GradScaler, ScaleOutsideFloat32IsRefusedWhereItIsGiven) {
   lamp::GradScaler fresh;
-  expect_error([&] { fresh.load(*state_archive({{"scale", c10::IValue(1e300)}})); },
-               "lamp::GradScaler::load: the scale 1e+300 is not representable "
-               "in float32");
+  expect_error(
+      [&] {
+        fresh.load(*state_archive({{"scale", c10::IValue(1e300)}}));
+      },
+      "lamp::GradScaler::load: the scale 1e+300 is not representable "
+      "in float32");
   EXPECT_EQ(fresh.get_scale(), 65536.0);
   EXPECT_EQ(fresh.scale(torch::ones({})).item<float>(), 65536.0f);
   expect_error(
@@ -460,7 +468,7 @@ TEST(GradScaler, DisabledScalerIsANoOp) {
   EXPECT_EQ(scaler.get_scale(), 1.0);
   Rig rig;
   rig.set_grad(kInf);
-  EXPECT_TRUE(scaler.step(rig.opt));  // no checks at all, as in Python
+  EXPECT_TRUE(scaler.step(rig.opt)); // no checks at all, as in Python
   scaler.update();
   torch::serialize::OutputArchive out;
   scaler.save(out);
@@ -493,11 +501,10 @@ TEST(GradScaler, StateDictHasPythonsKeysAndTypes) {
   EXPECT_EQ(state.at("growth_interval").toInt(), 2000);
   EXPECT_EQ(state.at("_growth_tracker").toInt(), 1);
 
-  for (const auto& options :
-       {lamp::GradScalerOptions().hysteresis(2),
-        lamp::GradScalerOptions().min_scale(1),
-        lamp::GradScalerOptions().max_scale(1 << 20),
-        lamp::GradScalerOptions().dynamic(false)}) {
+  for (const auto& options : {lamp::GradScalerOptions().hysteresis(2),
+                              lamp::GradScalerOptions().min_scale(1),
+                              lamp::GradScalerOptions().max_scale(1 << 20),
+                              lamp::GradScalerOptions().dynamic(false)}) {
     EXPECT_EQ(lamp::GradScaler(options).state_dict().size(), 10u);
   }
   EXPECT_EQ(lamp::GradScaler(lamp::GradScalerOptions().enabled(false))
@@ -518,7 +525,7 @@ TEST(GradScaler, StateDictFileKeepsTheWholeState) {
   lamp::GradScaler original(options);
   Rig rig;
   scripted_step(original, rig, 1.0f);
-  scripted_step(original, rig, kInf);  // 1 of 2: no backoff yet
+  scripted_step(original, rig, kInf); // 1 of 2: no backoff yet
   const auto path = ::testing::TempDir() + "lamp_scaler_state_" +
                     std::to_string(::getpid()) + ".pt";
   {
@@ -530,7 +537,7 @@ TEST(GradScaler, StateDictFileKeepsTheWholeState) {
     EXPECT_EQ(loaded.get_scale(), original.get_scale());
     EXPECT_EQ(loaded.growth_tracker(), original.growth_tracker());
     Rig r;
-    EXPECT_FALSE(scripted_step(loaded, r, kInf));  // the saved 1 of 2 + this one
+    EXPECT_FALSE(scripted_step(loaded, r, kInf)); // the saved 1 of 2 + this one
     EXPECT_EQ(loaded.get_scale(), 32.0);
   }
   original.save_state_dict(path);
@@ -585,8 +592,8 @@ TEST(GradScaler, LoadStateDictIsCheckedAndAllOrNothing) {
 }
 
 TEST(GradScaler, LoadStateDictNamesFilesItCannotRead) {
-  const auto dir = ::testing::TempDir() + "lamp_scaler_files_" +
-                   std::to_string(::getpid());
+  const auto dir =
+      ::testing::TempDir() + "lamp_scaler_files_" + std::to_string(::getpid());
   lamp::GradScaler scaler;
   // A string literal picks the file overload.
   expect_error([&] { scaler.load_state_dict("/nonexistent/lamp-scaler.pt"); },
@@ -599,7 +606,7 @@ TEST(GradScaler, LoadStateDictNamesFilesItCannotRead) {
   expect_error([&] { scaler.load_state_dict(archive_path); },
                "is read with torch::serialize::InputArchive");
   const auto list_path = dir + "-list.pt";
-  lamp::training::save_pickle(c10::List<int64_t>({1, 2}), list_path);
+  lamp::save_pickle(c10::List<int64_t>({1, 2}), list_path);
   expect_error([&] { scaler.load_state_dict(list_path); }, "not a dict");
   EXPECT_EQ(scaler.get_scale(), 65536.0);
   expect_error([&] { scaler.save_state_dict(dir + "/missing/scaler.pt"); },
@@ -626,7 +633,8 @@ TEST(GradScaler, UnscalesBf16Gradients) {
   Rig rig(torch::kCPU, torch::kBFloat16);
   lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(1024));
   EXPECT_TRUE(scripted_step(scaler, rig, 0.5f));
-  EXPECT_TRUE(BitEqual(rig.w.detach(), torch::full({3}, 0.5, torch::kBFloat16)));
+  EXPECT_TRUE(
+      BitEqual(rig.w.detach(), torch::full({3}, 0.5, torch::kBFloat16)));
   EXPECT_FALSE(scripted_step(scaler, rig, kInf));
   EXPECT_EQ(scaler.get_scale(), 512.0);
 }
@@ -721,7 +729,8 @@ struct ReferenceUpdate {
     }
     const int32_t successful = tracker + 1;
     if (successful == interval) {
-      const auto grown = static_cast<float>(static_cast<double>(scale) * growth);
+      const auto grown =
+          static_cast<float>(static_cast<double>(scale) * growth);
       if (std::isfinite(grown)) {
         scale = grown;
       }
@@ -754,7 +763,8 @@ TEST(GradScaler, PortableUpdateEqualsPyTorchsRuleBitForBit) {
     const auto infs = torch::rand({300}).lt(init > 1e30f ? 0.02 : 0.3);
     ReferenceUpdate reference{init};
     auto scale_a = torch::full({}, init), scale_b = scale_a.clone();
-    auto tracker_a = torch::zeros({}, torch::kInt), tracker_b = tracker_a.clone();
+    auto tracker_a = torch::zeros({}, torch::kInt),
+         tracker_b = tracker_a.clone();
     auto overflows = torch::zeros({}, torch::kInt);
     bool refused_growth = false;
     for (int64_t i = 0; i < infs.numel(); ++i) {
@@ -762,8 +772,8 @@ TEST(GradScaler, PortableUpdateEqualsPyTorchsRuleBitForBit) {
       const auto found = torch::full({}, inf ? 1.0f : 0.0f);
       const float before = reference.scale;
       reference(inf, 1.7, 0.3, 3);
-      refused_growth = refused_growth ||
-          (!inf && reference.tracker == 0 && reference.scale == before);
+      refused_growth = refused_growth || (!inf && reference.tracker == 0 &&
+                                          reference.scale == before);
       lamp::detail::update_scale_(scale_b, tracker_b, overflows, found, 1.7,
                                   0.3, 3, 0.0,
                                   std::numeric_limits<double>::infinity(), 1);
@@ -787,7 +797,8 @@ TEST(GradScaler, PortableUpdateEqualsPyTorchsRuleBitForBit) {
 // an FP32 number), round once to the tensor's dtype; found_inf is set when
 // any element is inf or NaN.
 template <typename T>
-torch::Tensor reference_unscale(const torch::Tensor& t, float inv, bool& found) {
+torch::Tensor reference_unscale(const torch::Tensor& t, float inv,
+                                bool& found) {
   auto out = t.contiguous().clone();
   auto* data = out.data_ptr<T>();
   for (int64_t i = 0; i < out.numel(); ++i) {
@@ -798,7 +809,8 @@ torch::Tensor reference_unscale(const torch::Tensor& t, float inv, bool& found) 
   return out;
 }
 
-torch::Tensor reference_unscale(const torch::Tensor& t, float inv, bool& found) {
+torch::Tensor reference_unscale(const torch::Tensor& t, float inv,
+                                bool& found) {
   switch (t.scalar_type()) {
     case torch::kHalf:
       return reference_unscale<c10::Half>(t, inv, found);
@@ -832,7 +844,7 @@ TEST(GradScaler, PortableUnscaleEqualsPyTorchsRuleBitForBit) {
     EXPECT_EQ(found_b.item<float>(), 1.0f) << dtype;
     EXPECT_TRUE(BitEqual(b[0], expected0)) << dtype;
     EXPECT_TRUE(BitEqual(b[1], expected1)) << dtype;
-    EXPECT_FALSE(BitEqual(b[0], a[0])) << dtype;  // it did change them
+    EXPECT_FALSE(BitEqual(b[0], a[0])) << dtype; // it did change them
 
     auto found_a = torch::zeros({});
     try {
@@ -846,15 +858,16 @@ TEST(GradScaler, PortableUnscaleEqualsPyTorchsRuleBitForBit) {
     EXPECT_TRUE(BitEqual(b[1], a[1])) << dtype;
   }
   if (!aten) {
-    std::cout << "[ note     ] no CPU _amp_foreach_non_finite_check_and_unscale_"
-                 " in this LibTorch: compared with the reference rule only\n";
+    std::cout
+        << "[ note     ] no CPU _amp_foreach_non_finite_check_and_unscale_"
+           " in this LibTorch: compared with the reference rule only\n";
   }
 }
 
 TEST(GradScaler, PortableUnscaleFindsNonFiniteValues) {
-  std::vector<torch::Tensor> grads = {torch::tensor({2.0f, 4.0f}),
-                                      torch::tensor({8.0f, kNaN}, torch::kFloat)
-                                          .to(torch::kBFloat16)};
+  std::vector<torch::Tensor> grads = {
+      torch::tensor({2.0f, 4.0f}),
+      torch::tensor({8.0f, kNaN}, torch::kFloat).to(torch::kBFloat16)};
   auto found = torch::zeros({});
   lamp::detail::non_finite_check_and_unscale_(grads, found,
                                               torch::full({}, 0.5f));
@@ -877,8 +890,8 @@ TEST(GradScaler, FollowsTheSameSequenceOnGpu_CUDA) {
         lamp::GradScalerOptions().init_scale(8).growth_interval(3));
     Rig rig(torch::kCUDA, dtype);
     const std::string pattern = "FFFFIFFFIIFFF";
-    const std::vector<double> scales = {8, 8, 16, 16, 8, 8, 8,
-                                        16, 8, 4, 4, 4, 8};
+    const std::vector<double> scales = {8,  8, 16, 16, 8, 8, 8,
+                                        16, 8, 4,  4,  4, 8};
     for (size_t i = 0; i < pattern.size(); ++i) {
       const bool finite = pattern[i] == 'F';
       EXPECT_EQ(scripted_step(scaler, rig, finite ? 1.0f : kInf), finite);
@@ -891,7 +904,8 @@ TEST(GradScaler, FollowsTheSameSequenceOnGpu_CUDA) {
 TEST(GradScaler, BoundsAndHysteresisOnGpu_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   lamp::GradScaler scaler(
-      lamp::GradScalerOptions().init_scale(64).hysteresis(3).growth_interval(100));
+      lamp::GradScalerOptions().init_scale(64).hysteresis(3).growth_interval(
+          100));
   Rig rig(torch::kCUDA);
   const std::vector<double> scales = {64, 64, 32, 16, 16, 16, 16, 8};
   const std::string pattern = "IIIIFIII";

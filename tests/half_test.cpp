@@ -4,8 +4,8 @@
 #include <map>
 #include <string>
 
-#include "lamp/half.h"
-#include "lamp/master_weights.h"
+#include "lamp/amp/half.h"
+#include "lamp/amp/master_weights.h"
 #include "test_util.h"
 
 namespace {
@@ -22,8 +22,11 @@ struct ZooImpl : torch::nn::Module {
         bn3d(torch::nn::BatchNorm3dOptions(4)),
         ln(torch::nn::LayerNormOptions({4})),
         gn(torch::nn::GroupNormOptions(2, 4)),
-        in2d(torch::nn::InstanceNorm2dOptions(4).affine(true).track_running_stats(true)),
-        head(torch::nn::Sequential(torch::nn::Linear(4, 2), torch::nn::BatchNorm1d(2))) {
+        in2d(torch::nn::InstanceNorm2dOptions(4)
+                 .affine(true)
+                 .track_running_stats(true)),
+        head(torch::nn::Sequential(torch::nn::Linear(4, 2),
+                                   torch::nn::BatchNorm1d(2))) {
     register_module("conv", conv);
     register_module("linear", linear);
     register_module("bn1d", bn1d);
@@ -73,12 +76,12 @@ TEST_P(NetworkToHalfDtype, ConvertsEveryTensorAndKeepsBatchNormFP32) {
       });
   auto net = lamp::network_to_half(zoo, options);
   const auto got = dtypes(*zoo);
-  ASSERT_EQ(got.size(), 33u);  // every parameter and buffer, checked below
+  ASSERT_EQ(got.size(), 33u); // every parameter and buffer, checked below
   for (const auto& item : got) {
     const auto& name = item.first;
     torch::Dtype expected = low;
     if (name.find("num_batches_tracked") != std::string::npos) {
-      expected = torch::kLong;  // integer buffers keep their dtype
+      expected = torch::kLong; // integer buffers keep their dtype
     } else if (starts_with(name, "bn") || starts_with(name, "head.")) {
       expected = torch::kFloat;
     }
@@ -93,14 +96,15 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32RefusesNormsThatCannotTakeLowPrecision) {
   }
   Zoo zoo;
   try {
-    lamp::network_to_half(zoo, lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
+    lamp::network_to_half(zoo,
+                          lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
     FAIL() << "kept a LayerNorm in FP32 that cannot take low-precision input";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("keep_norm_fp32 would keep 'ln'"),
               std::string::npos)
         << e.what();
   }
-  for (const auto& item : dtypes(*zoo)) {  // refused before any change
+  for (const auto& item : dtypes(*zoo)) { // refused before any change
     EXPECT_TRUE(item.second == torch::kFloat || item.second == torch::kLong)
         << item.first;
   }
@@ -109,11 +113,13 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32RefusesNormsThatCannotTakeLowPrecision) {
 TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
   if (!lamp::mixed_dtype_norm_available(torch::kCPU, GetParam())) {
     GTEST_SKIP() << "this LibTorch's LayerNorm/GroupNorm cannot take "
-                 << GetParam() << " input with FP32 parameters on CPU (see "
+                 << GetParam()
+                 << " input with FP32 parameters on CPU (see "
                     "KeepNormFP32RefusesNormsThatCannotTakeLowPrecision)";
   }
   Zoo zoo;
-  lamp::network_to_half(zoo, lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
+  lamp::network_to_half(zoo,
+                        lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
   // The kept norms run on low-precision input.
   const auto x = torch::randn({2, 4}).to(GetParam());
   EXPECT_EQ(zoo->ln(x).scalar_type(), GetParam());
@@ -124,9 +130,10 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
       continue;
     }
     const bool kept = starts_with(name, "bn") || starts_with(name, "ln.") ||
-        starts_with(name, "gn.") || starts_with(name, "in2d.") ||
-        name == "head.1.weight" || name == "head.1.bias" ||
-        name == "head.1.running_mean" || name == "head.1.running_var";
+                      starts_with(name, "gn.") || starts_with(name, "in2d.") ||
+                      name == "head.1.weight" || name == "head.1.bias" ||
+                      name == "head.1.running_mean" ||
+                      name == "head.1.running_var";
     EXPECT_EQ(item.second, kept ? torch::kFloat : GetParam()) << name;
   }
 }
@@ -138,13 +145,17 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsInstanceNorm) {
   for (bool keep : {true, false}) {
     torch::nn::Sequential net(
         torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)),
-        torch::nn::InstanceNorm1d(
-            torch::nn::InstanceNorm1dOptions(4).affine(true).track_running_stats(true)),
-        torch::nn::InstanceNorm2d(
-            torch::nn::InstanceNorm2dOptions(4).affine(true).track_running_stats(true)),
-        torch::nn::InstanceNorm3d(
-            torch::nn::InstanceNorm3dOptions(4).affine(true).track_running_stats(true)));
-    lamp::convert_network(*net, lamp::HalfOptions(GetParam()).keep_norm_fp32(keep));
+        torch::nn::InstanceNorm1d(torch::nn::InstanceNorm1dOptions(4)
+                                      .affine(true)
+                                      .track_running_stats(true)),
+        torch::nn::InstanceNorm2d(torch::nn::InstanceNorm2dOptions(4)
+                                      .affine(true)
+                                      .track_running_stats(true)),
+        torch::nn::InstanceNorm3d(torch::nn::InstanceNorm3dOptions(4)
+                                      .affine(true)
+                                      .track_running_stats(true)));
+    lamp::convert_network(*net,
+                          lamp::HalfOptions(GetParam()).keep_norm_fp32(keep));
     const auto got = dtypes(*net);
     ASSERT_EQ(got.size(), 2u + 3u * 5u);
     for (const auto& item : got) {
@@ -163,8 +174,8 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsInstanceNorm) {
 INSTANTIATE_TEST_SUITE_P(, NetworkToHalfDtype,
                          ::testing::Values(torch::kHalf, torch::kBFloat16),
                          [](const auto& info) {
-                           return std::string(info.param == torch::kHalf ? "FP16"
-                                                                         : "BF16");
+                           return std::string(
+                               info.param == torch::kHalf ? "FP16" : "BF16");
                          });
 
 TEST(NetworkToHalf, KeepBatchnormFalseConvertsBatchNormToo) {
@@ -263,7 +274,8 @@ TEST(NetworkToHalf, Bf16NetworkWithBatchNormTrainsOnCPU) {
     }
     auto logits = net->forward(problem.images);
     ASSERT_EQ(logits.scalar_type(), torch::kBFloat16);
-    auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), problem.labels);
+    auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat),
+                                                     problem.labels);
     loss.backward();
     ASSERT_EQ(model->conv1->weight.grad().scalar_type(), torch::kBFloat16);
     ASSERT_EQ(model->bn1->weight.grad().scalar_type(), torch::kFloat);
@@ -278,7 +290,7 @@ TEST(NetworkToHalf, Bf16NetworkWithBatchNormTrainsOnCPU) {
 
 TEST(NetworkToHalf, Fp16ForwardOnCpuRunsOrFailsWithLampsMessage) {
   SmallNet model;
-  auto net = lamp::network_to_half(model);  // converting always works
+  auto net = lamp::network_to_half(model); // converting always works
   const auto x = torch::randn({2, 3, 8, 8});
   if (lamp::fp16_compute_available(torch::kCPU)) {
     EXPECT_EQ(net->forward(x).scalar_type(), torch::kHalf);
@@ -289,7 +301,8 @@ TEST(NetworkToHalf, Fp16ForwardOnCpuRunsOrFailsWithLampsMessage) {
     FAIL() << "an FP16 forward ran on CPU without FP16 kernels";
   } catch (const c10::Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("lamp::InputCast: FP16 convolutions"), std::string::npos)
+    EXPECT_NE(what.find("lamp::InputCast: FP16 convolutions"),
+              std::string::npos)
         << what;
     EXPECT_NE(what.find("kBFloat16"), std::string::npos) << what;
   }

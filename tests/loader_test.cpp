@@ -15,10 +15,14 @@ using lamp::data::LoaderOptions;
 using lamp_test::BitEqual;
 
 // n images whose pixels all equal their index (mod 256), labelled by index.
-lamp::data::Dataset indexed(int64_t n, int64_t c = 1, int64_t h = 4, int64_t w = 4) {
+lamp::data::Dataset indexed(int64_t n, int64_t c = 1, int64_t h = 4,
+                            int64_t w = 4) {
   auto labels = torch::arange(n);
-  auto images = labels.remainder(256).to(torch::kByte).view({n, 1, 1, 1})
-                    .expand({n, c, h, w}).contiguous();
+  auto images = labels.remainder(256)
+                    .to(torch::kByte)
+                    .view({n, 1, 1, 1})
+                    .expand({n, c, h, w})
+                    .contiguous();
   return {images, labels};
 }
 
@@ -36,11 +40,11 @@ TEST(DeviceLoader, ServesEveryIndexOncePerEpochInASeededOrder) {
   EXPECT_EQ(loader.batches_per_epoch(), 11);
   const auto first = epoch_labels(loader);
   EXPECT_TRUE(BitEqual(std::get<0>(first.sort()), torch::arange(103)));
-  EXPECT_FALSE(BitEqual(first, torch::arange(103)));  // shuffled
+  EXPECT_FALSE(BitEqual(first, torch::arange(103))); // shuffled
   loader.set_epoch(1);
   const auto second = epoch_labels(loader);
   EXPECT_TRUE(BitEqual(std::get<0>(second.sort()), torch::arange(103)));
-  EXPECT_FALSE(BitEqual(second, first));  // reshuffled per epoch
+  EXPECT_FALSE(BitEqual(second, first)); // reshuffled per epoch
   // Same seed and epoch, same order, whatever happened before.
   DeviceLoader again(data, torch::kCPU, LoaderOptions(10).seed(7));
   again.set_epoch(5);
@@ -50,8 +54,9 @@ TEST(DeviceLoader, ServesEveryIndexOncePerEpochInASeededOrder) {
   EXPECT_FALSE(BitEqual(epoch_labels(other_seed), first));
   // Images travel with their labels.
   const auto batch = loader.batch(3);
-  EXPECT_TRUE(lamp_test::AllClose(batch.images.select(1, 0).select(1, 0).select(1, 0),
-                                  batch.labels.to(torch::kFloat) / 255.0f, 0, 1e-6));
+  EXPECT_TRUE(
+      lamp_test::AllClose(batch.images.select(1, 0).select(1, 0).select(1, 0),
+                          batch.labels.to(torch::kFloat) / 255.0f, 0, 1e-6));
 }
 
 TEST(DeviceLoader, DropLastAndNoShuffle) {
@@ -66,11 +71,15 @@ TEST(DeviceLoader, DropLastAndNoShuffle) {
 // or not: checked against all (dy, dx, flip) candidates.
 TEST(DeviceLoader, CropAndFlipMovePixelsExactly) {
   const int64_t n = 16, h = 6, w = 5, pad = 2;
-  auto images = torch::arange(n * 2 * h * w).remainder(251).add(1)
-                    .to(torch::kByte).view({n, 2, h, w});
+  auto images = torch::arange(n * 2 * h * w)
+                    .remainder(251)
+                    .add(1)
+                    .to(torch::kByte)
+                    .view({n, 2, h, w});
   const lamp::data::Dataset data{images, torch::arange(n)};
-  DeviceLoader loader(data, torch::kCPU,
-                      LoaderOptions(8).crop_padding(pad).horizontal_flip(true).seed(3));
+  DeviceLoader loader(
+      data, torch::kCPU,
+      LoaderOptions(8).crop_padding(pad).horizontal_flip(true).seed(3));
   int flipped = 0, shifted = 0;
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     const auto batch = loader.batch(b);
@@ -78,7 +87,8 @@ TEST(DeviceLoader, CropAndFlipMovePixelsExactly) {
     ASSERT_EQ(batch.images.scalar_type(), torch::kFloat);
     for (int64_t i = 0; i < 8; ++i) {
       const auto original = images[batch.labels[i].item<int64_t>()];
-      const auto padded = torch::constant_pad_nd(original, {pad, pad, pad, pad}, 0);
+      const auto padded =
+          torch::constant_pad_nd(original, {pad, pad, pad, pad}, 0);
       const auto got = (batch.images[i] * 255).round().to(torch::kByte);
       bool found = false;
       for (int64_t dy = 0; dy <= 2 * pad && !found; ++dy) {
@@ -103,9 +113,11 @@ TEST(DeviceLoader, CropAndFlipMovePixelsExactly) {
 
 TEST(DeviceLoader, AugmentationIsReproducibleFromTheSeed) {
   torch::manual_seed(0);
-  const lamp::data::Dataset data{torch::randint(0, 256, {40, 3, 32, 32}).to(torch::kByte),
-                                 torch::arange(40)};
-  const auto options = LoaderOptions(16).crop_padding(4).horizontal_flip(true).seed(11);
+  const lamp::data::Dataset data{
+      torch::randint(0, 256, {40, 3, 32, 32}).to(torch::kByte),
+      torch::arange(40)};
+  const auto options =
+      LoaderOptions(16).crop_padding(4).horizontal_flip(true).seed(11);
   DeviceLoader a(data, torch::kCPU, options), b(data, torch::kCPU, options);
   a.set_epoch(2);
   b.set_epoch(2);
@@ -115,11 +127,15 @@ TEST(DeviceLoader, AugmentationIsReproducibleFromTheSeed) {
 }
 
 TEST(DeviceLoader, NormalisesCastsAndUsesChannelsLast) {
-  auto images = torch::full({4, 2, 3, 3}, 51, torch::kByte);  // 0.2 after /255
+  auto images = torch::full({4, 2, 3, 3}, 51, torch::kByte); // 0.2 after /255
   const lamp::data::Dataset data{images, torch::zeros({4}, torch::kLong)};
   DeviceLoader loader(data, torch::kCPU,
-                      LoaderOptions(4).shuffle(false).mean({0.1, 0.2}).std({0.5, 0.25})
-                          .dtype(torch::kBFloat16).channels_last(true));
+                      LoaderOptions(4)
+                          .shuffle(false)
+                          .mean({0.1, 0.2})
+                          .std({0.5, 0.25})
+                          .dtype(torch::kBFloat16)
+                          .channels_last(true));
   const auto batch = loader.batch(0);
   EXPECT_EQ(batch.images.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(batch.images.is_contiguous(torch::MemoryFormat::ChannelsLast));
@@ -130,13 +146,16 @@ TEST(DeviceLoader, NormalisesCastsAndUsesChannelsLast) {
 
 TEST(DeviceLoader, RejectsInconsistentOptions) {
   const auto data = indexed(10, 3);
-  EXPECT_THROW(DeviceLoader(data, torch::kCPU, LoaderOptions(4).mean({0.5}).std({0.5})),
-               c10::Error);
+  EXPECT_THROW(
+      DeviceLoader(data, torch::kCPU, LoaderOptions(4).mean({0.5}).std({0.5})),
+      c10::Error);
   EXPECT_THROW(DeviceLoader(data, torch::kCPU, LoaderOptions(0)), c10::Error);
-  EXPECT_THROW(DeviceLoader(data, torch::kCPU, LoaderOptions(4).dtype(torch::kDouble)),
-               c10::Error);
-  EXPECT_THROW(DeviceLoader({data.images.to(torch::kFloat), data.labels}, torch::kCPU),
-               c10::Error);
+  EXPECT_THROW(
+      DeviceLoader(data, torch::kCPU, LoaderOptions(4).dtype(torch::kDouble)),
+      c10::Error);
+  EXPECT_THROW(
+      DeviceLoader({data.images.to(torch::kFloat), data.labels}, torch::kCPU),
+      c10::Error);
 }
 
 // The message of the c10::Error `f` throws; "" when it throws none.
@@ -193,11 +212,16 @@ TEST(DeviceLoader, NamesTheChannelOfAZeroStd) {
 TEST(DeviceLoader, GpuBatchesEqualCpuBatches_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   torch::manual_seed(0);
-  const lamp::data::Dataset data{torch::randint(0, 256, {40, 3, 32, 32}).to(torch::kByte),
-                                 torch::arange(40)};
-  const auto options = LoaderOptions(16).crop_padding(4).horizontal_flip(true)
-                           .mean({0.5, 0.5, 0.5}).std({0.25, 0.25, 0.25});
-  DeviceLoader cpu(data, torch::kCPU, options), gpu(data, torch::kCUDA, options);
+  const lamp::data::Dataset data{
+      torch::randint(0, 256, {40, 3, 32, 32}).to(torch::kByte),
+      torch::arange(40)};
+  const auto options = LoaderOptions(16)
+                           .crop_padding(4)
+                           .horizontal_flip(true)
+                           .mean({0.5, 0.5, 0.5})
+                           .std({0.25, 0.25, 0.25});
+  DeviceLoader cpu(data, torch::kCPU, options),
+      gpu(data, torch::kCUDA, options);
   EXPECT_TRUE(gpu.batch(0).images.is_cuda());
   // torch::kCUDA resolved to the device with its index, as tensors name it.
   EXPECT_EQ(gpu.device(), gpu.batch(0).images.device());

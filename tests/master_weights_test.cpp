@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "lamp/master_weights.h"
+#include "lamp/amp/master_weights.h"
 #include "test_util.h"
 
 namespace {
@@ -21,7 +21,7 @@ std::vector<torch::Tensor> half_params_with_grads(torch::Dtype dtype,
   std::vector<torch::Tensor> params = {
       torch::randn({4, 3}).to(dtype).requires_grad_(),
       torch::randn({5}).to(dtype).requires_grad_(),
-      torch::randn({2, 2, 3}).requires_grad_()};  // an FP32 one, like BatchNorm
+      torch::randn({2, 2, 3}).requires_grad_()}; // an FP32 one, like BatchNorm
   for (auto& p : params) {
     p.mutable_grad() = (torch::randn(p.sizes()) * 1024).to(p.scalar_type());
   }
@@ -54,7 +54,7 @@ TEST(MasterWeights, TorchSaveAndLoadKeepTheFp32Values) {
     {
       torch::NoGradGuard no_grad;
       for (auto& m : saved.master_params()) {
-        m.add_(1e-4);  // below FP16's resolution near 1: only FP32 keeps it
+        m.add_(1e-4); // below FP16's resolution near 1: only FP32 keeps it
       }
     }
     std::stringstream stream;
@@ -108,7 +108,8 @@ TEST(MasterWeights, NamedArchivesKeyByNameAndPositionalOnesStillLoad) {
   torch::load(loaded, by_name);
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_EQ(loaded.master_params()[params.size() - 1 - i].min().item<float>(),
-              static_cast<float>(i + 1)) << names[i];
+              static_cast<float>(i + 1))
+        << names[i];
   }
   // A positional archive into named masters: by position.
   lamp::MasterWeights old(params, /*flat=*/false);
@@ -212,10 +213,11 @@ TEST(MasterWeights, RoundTripBackToTheModel) {
     }
     master.master_params_to_model_params();
     for (size_t i = 0; i < params.size(); ++i) {
-      EXPECT_EQ(params[i].scalar_type(), i == 2 ? torch::kFloat : torch::kBFloat16);
-      EXPECT_TRUE(BitEqual(params[i].detach(), master.master_params()[i]
-                                                   .detach()
-                                                   .to(params[i].scalar_type())));
+      EXPECT_EQ(params[i].scalar_type(),
+                i == 2 ? torch::kFloat : torch::kBFloat16);
+      EXPECT_TRUE(BitEqual(
+          params[i].detach(),
+          master.master_params()[i].detach().to(params[i].scalar_type())));
     }
   }
 }
@@ -297,8 +299,8 @@ TEST(MasterWeights, RefusedLoadChangesNoMaster) {
     nan[2] = std::numeric_limits<float>::quiet_NaN();
     auto inf = good[2].clone();
     inf[1][0][0] = -std::numeric_limits<float>::infinity();
-    const std::vector<std::pair<std::shared_ptr<torch::serialize::InputArchive>,
-                                std::string>>
+    const std::vector<
+        std::pair<std::shared_ptr<torch::serialize::InputArchive>, std::string>>
         corrupt = {
             {masters_archive(three, with(1, nan)),
              "lamp::MasterWeights::load: master tensor 1 holds non-finite "
@@ -358,8 +360,9 @@ TEST(Fp16Util, CopyFunctionsMatchApexInBothLayouts) {
     linear->bias.mutable_grad() = torch::full({2}, -1.0, torch::kHalf);
     lamp::model_grads_to_master_grads(lists.first, lists.second, flat);
     if (flat) {
-      EXPECT_TRUE(BitEqual(lists.second[0].grad(),
-                           torch::cat({torch::full({6}, 2.0), torch::full({2}, -1.0)})));
+      EXPECT_TRUE(BitEqual(
+          lists.second[0].grad(),
+          torch::cat({torch::full({6}, 2.0), torch::full({2}, -1.0)})));
     } else {
       EXPECT_TRUE(BitEqual(lists.second[1].grad(), torch::full({2}, -1.0)));
     }
@@ -370,15 +373,18 @@ TEST(Fp16Util, CopyFunctionsMatchApexInBothLayouts) {
       }
     }
     lamp::master_params_to_model_params(lists.first, lists.second, flat);
-    EXPECT_TRUE(BitEqual(linear->bias.detach(), torch::full({2}, 0.5, torch::kHalf)));
-    EXPECT_TRUE(BitEqual(linear->weight.detach(), torch::full({2, 3}, 0.5, torch::kHalf)));
+    EXPECT_TRUE(
+        BitEqual(linear->bias.detach(), torch::full({2}, 0.5, torch::kHalf)));
+    EXPECT_TRUE(BitEqual(linear->weight.detach(),
+                         torch::full({2, 3}, 0.5, torch::kHalf)));
   }
   auto lists = lamp::prep_param_lists(*linear);
-  EXPECT_THROW(lamp::model_grads_to_master_grads(lists.first, {lists.second[0]}),
-               c10::Error);
+  EXPECT_THROW(
+      lamp::model_grads_to_master_grads(lists.first, {lists.second[0]}),
+      c10::Error);
   // Shapes must pair up: copy_ would otherwise broadcast silently.
-  EXPECT_THROW(lamp::master_params_to_model_params(
-                   {linear->bias}, {torch::zeros({3, 2})}),
+  EXPECT_THROW(lamp::master_params_to_model_params({linear->bias},
+                                                   {torch::zeros({3, 2})}),
                c10::Error);
   EXPECT_THROW(lamp::master_params_to_model_params(
                    lists.first, {torch::zeros({7})}, /*flat_master=*/true),

@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "lamp/half.h"
-#include "lamp/master_weights.h"
+#include "lamp/amp/half.h"
+#include "lamp/amp/master_weights.h"
 #include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/registry.h"
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "test_util.h"
 
 namespace {
@@ -147,8 +147,9 @@ TEST(Registry, BuildsEveryNamedModel) {
     auto model = lamp::models::make_model(name, 7, channels);
     ASSERT_NE(model.module, nullptr);
     if (!cnn) {
-      EXPECT_EQ(count_parameters(*model.module),
-                count_parameters(*lamp::models::make_resnet(name, 7, channels)));
+      EXPECT_EQ(
+          count_parameters(*model.module),
+          count_parameters(*lamp::models::make_resnet(name, 7, channels)));
     }
     model.module->eval();
     torch::NoGradGuard no_grad;
@@ -156,12 +157,60 @@ TEST(Registry, BuildsEveryNamedModel) {
               (std::vector<int64_t>{2, 7}));
     EXPECT_GT(lamp::models::forward_flops(name, channels, side, side), 0);
   }
-  lamp_test::expect_error([] { lamp::models::make_model("vgg16"); },
-                          "unknown model 'vgg16'; valid names are cnn, resnet18, "
-                          "resnet34, resnet50, resnet101, resnet152.");
+  lamp_test::expect_error(
+      [] { lamp::models::make_model("vgg16"); },
+      "unknown model 'vgg16'; valid names are cnn, resnet18, "
+      "resnet34, resnet50, resnet101, resnet152.");
   lamp_test::expect_error([] { lamp::models::forward_flops("vgg16"); },
                           "lamp::models::forward_flops: unknown model 'vgg16'; "
                           "valid names are cnn, resnet18");
+}
+
+// network_to_half for a named model: converted in place (BatchNorm kept
+// FP32), the input cast in front of the forward, the parameter names and
+// objects unchanged.
+TEST(Registry, NetworkToHalfCastsTheInputAndKeepsTheNames) {
+  torch::manual_seed(0);
+  auto model = lamp::models::make_model("resnet18", 10, 3);
+  const auto names_before = model.module->named_parameters().keys();
+  const auto fc_before = model.module->named_parameters()["linear.weight"];
+  auto half = lamp::models::network_to_half(model, torch::kBFloat16);
+  EXPECT_EQ(half.module.get(), model.module.get());
+  EXPECT_EQ(half.module->named_parameters().keys(), names_before);
+  for (const auto& p : half.module->named_parameters()) {
+    SCOPED_TRACE(p.key());
+    const bool bn = p.key().find("bn") != std::string::npos ||
+                    p.key().find("shortcut.1") != std::string::npos;
+    EXPECT_EQ(p.value().scalar_type(), bn ? torch::kFloat : torch::kBFloat16);
+  }
+  EXPECT_TRUE(
+      half.module->named_parameters()["linear.weight"].is_same(fc_before));
+  half.module->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 3, 32, 32});
+  const auto out = half.forward(x); // FP32 in: the forward casts
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(lamp_test::BitEqual(out, model.forward(x.to(torch::kBFloat16))));
+  lamp_test::expect_error(
+      [] { lamp::models::network_to_half(lamp::models::NamedModel{}); },
+      "the model has no module or no forward function");
+}
+
+TEST(Registry, ToChannelsLastKeepsTheParameterObjects) {
+  auto model = lamp::models::make_model("resnet18", 10, 3);
+  const auto conv = model.module->named_parameters()["conv1.weight"];
+  const auto bias = model.module->named_parameters()["linear.bias"];
+  const auto values = conv.detach().clone();
+  EXPECT_EQ(&lamp::models::to_channels_last(*model.module), model.module.get());
+  for (const auto& p : model.module->parameters()) {
+    EXPECT_TRUE(p.dim() == 4
+                    ? p.is_contiguous(torch::MemoryFormat::ChannelsLast)
+                    : p.is_contiguous());
+  }
+  EXPECT_TRUE(model.module->named_parameters()["conv1.weight"].is_same(conv));
+  EXPECT_TRUE(conv.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(lamp_test::BitEqual(conv, values));
+  EXPECT_TRUE(bias.is_contiguous());
 }
 
 TEST(ResNet, MakeResnetBuildsEveryNamedDepth) {
@@ -397,13 +446,13 @@ TEST(PythonStateDict, HasPythonsKeysInPythonsOrderInFp32) {
   ASSERT_EQ(keys.size(),
             model->named_parameters().size() + model->named_buffers().size());
   EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 7),
-            (std::vector<std::string>{
-                "conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
-                "bn1.running_var", "bn1.num_batches_tracked",
-                "layer1.0.conv1.weight"}));
+            (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias",
+                                      "bn1.running_mean", "bn1.running_var",
+                                      "bn1.num_batches_tracked",
+                                      "layer1.0.conv1.weight"}));
   EXPECT_TRUE(has(keys, "layer2.0.shortcut.0.weight"));
   EXPECT_TRUE(has(keys, "layer2.0.shortcut.1.num_batches_tracked"));
-  EXPECT_FALSE(has(keys, "layer1.0.shortcut.0.weight"));  // the identity
+  EXPECT_FALSE(has(keys, "layer1.0.shortcut.0.weight")); // the identity
   EXPECT_EQ(keys.back(), "linear.bias");
   const auto live = model->named_parameters();
   for (const auto& item : state) {
@@ -437,7 +486,7 @@ TEST(PythonStateDict, TakesParametersFromTheMasterWeights) {
   {
     torch::NoGradGuard no_grad;
     for (auto& master : masters.master_params()) {
-      master.add_(1e-4);  // below BF16's resolution near most weights
+      master.add_(1e-4); // below BF16's resolution near most weights
     }
   }
   const auto state = lamp::models::python_state_dict(
@@ -445,8 +494,8 @@ TEST(PythonStateDict, TakesParametersFromTheMasterWeights) {
   const auto names = parameter_names(*model);
   ASSERT_EQ(static_cast<size_t>(state.size()), names.size());
   for (size_t i = 0; i < names.size(); ++i) {
-    EXPECT_TRUE(lamp_test::BitEqual(state.at(names[i]),
-                                    masters.master_params()[i]))
+    EXPECT_TRUE(
+        lamp_test::BitEqual(state.at(names[i]), masters.master_params()[i]))
         << names[i];
   }
 }
@@ -467,9 +516,8 @@ TEST(PythonStateDict, RefusesWhatPythonsModelsDoNotHave) {
       [&] { lamp::models::python_state_dict(*resnet, "resnet34"); },
       "not a resnet34");
   cnn->register_module("dropout", torch::nn::Dropout(0.5));
-  lamp_test::expect_error(
-      [&] { lamp::models::python_state_dict(*cnn, "cnn"); },
-      "module 'dropout' is a torch::nn::Dropout");
+  lamp_test::expect_error([&] { lamp::models::python_state_dict(*cnn, "cnn"); },
+                          "module 'dropout' is a torch::nn::Dropout");
 }
 
 TEST(PythonStateDict, ExportWritesAFileThatLoadsBack) {
@@ -478,14 +526,14 @@ TEST(PythonStateDict, ExportWritesAFileThatLoadsBack) {
   const auto path = ::testing::TempDir() + "lamp_export_" +
                     std::to_string(::getpid()) + ".pt";
   lamp::models::export_state_dict(*model, "cnn", path);
-  const auto loaded = lamp::training::load_pickle(path, "test");
+  const auto loaded = lamp::load_pickle(path, "test");
   ASSERT_TRUE(loaded.isGenericDict());
   const auto dict = loaded.toGenericDict();
   const auto expected = lamp::models::python_state_dict(*model, "cnn");
   ASSERT_EQ(dict.size(), expected.size());
   for (const auto& item : expected) {
-    EXPECT_TRUE(lamp_test::BitEqual(dict.at(item.key()).toTensor(),
-                                    item.value()))
+    EXPECT_TRUE(
+        lamp_test::BitEqual(dict.at(item.key()).toTensor(), item.value()))
         << item.key();
   }
   lamp_test::expect_error(

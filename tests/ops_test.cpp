@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "lamp/backends.h"
 #include "lamp/models/mnist_cnn.h"
-#include "lamp/ops.h"
+#include "lamp/models/relu_max_pool.h"
+#include "lamp/platform/backends.h"
 #include "test_util.h"
 
 namespace {
@@ -133,8 +133,7 @@ TEST(ReluMaxPool2d, SameResultWithSeveralThreads) {
 
 TEST(ReluMaxPool2d, KeepsOneBytePerOutputNotTheActivation) {
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    const auto x = tricky_input({2, 4, 8, 8}, dtype, false, 5)
-                       .requires_grad_();
+    const auto x = tricky_input({2, 4, 8, 8}, dtype, false, 5).requires_grad_();
     const auto out = lamp::ops::relu_max_pool2d(x, 2);
     const auto saved = lamp::ops::detail::relu_max_pool2d_saved_tensors(out);
     ASSERT_EQ(saved.size(), 1u) << dtype;
@@ -144,13 +143,15 @@ TEST(ReluMaxPool2d, KeepsOneBytePerOutputNotTheActivation) {
     // Inference records nothing; the stock fallback is not the fused node.
     torch::NoGradGuard guard;
     EXPECT_TRUE(lamp::ops::detail::relu_max_pool2d_saved_tensors(
-                    lamp::ops::relu_max_pool2d(x, 2)).empty());
+                    lamp::ops::relu_max_pool2d(x, 2))
+                    .empty());
   }
   const auto nhwc = torch::randn({1, 2, 4, 4})
                         .contiguous(torch::MemoryFormat::ChannelsLast)
                         .requires_grad_();
   EXPECT_TRUE(lamp::ops::detail::relu_max_pool2d_saved_tensors(
-                  lamp::ops::relu_max_pool2d(nhwc, 2)).empty());
+                  lamp::ops::relu_max_pool2d(nhwc, 2))
+                  .empty());
 }
 
 TEST(ReluMaxPool2d, FallsBackToStockOpsWhereNotFused) {

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "lamp/grad_scaler.h"
+#include "lamp/amp/grad_scaler.h"
+#include "lamp/amp/train_step.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/clip.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/optim/sgd.h"
-#include "lamp/train_step.h"
 #include "test_util.h"
 
 namespace {
@@ -30,19 +30,20 @@ bool fused_available() {
   return sgd.implementation() == Implementation::kFused;
 }
 
-#define LAMP_SKIP_WITHOUT_FUSED()                                              \
-  do {                                                                         \
-    if (!fused_available()) {                                                  \
-      GTEST_SKIP() << "this LibTorch has no fused CPU optimizer kernels "      \
-                      "(they arrived in 2.4)";                                 \
-    }                                                                          \
+#define LAMP_SKIP_WITHOUT_FUSED()                                         \
+  do {                                                                    \
+    if (!fused_available()) {                                             \
+      GTEST_SKIP() << "this LibTorch has no fused CPU optimizer kernels " \
+                      "(they arrived in 2.4)";                            \
+    }                                                                     \
   } while (0)
 
 // Three parameters of different shapes in two param groups (the second with
 // its own learning rate), with fixed initial values.
 std::vector<torch::Tensor> make_params() {
   torch::manual_seed(7);
-  return {torch::randn({5, 3}).requires_grad_(), torch::randn({3}).requires_grad_(),
+  return {torch::randn({5, 3}).requires_grad_(),
+          torch::randn({3}).requires_grad_(),
           torch::randn({2, 2, 3}).requires_grad_()};
 }
 
@@ -65,9 +66,9 @@ void set_grads(const std::vector<torch::Tensor>& params, int step) {
 }
 
 // Runs `steps` steps of the optimizer `make` builds; returns the parameters.
-std::vector<torch::Tensor> trajectory(const Factory& make,
-                                      const torch::optim::OptimizerOptions& second,
-                                      int steps) {
+std::vector<torch::Tensor> trajectory(
+    const Factory& make, const torch::optim::OptimizerOptions& second,
+    int steps) {
   auto params = make_params();
   auto optimizer = make(groups_of(params, second));
   for (int i = 0; i < steps; ++i) {
@@ -79,13 +80,14 @@ std::vector<torch::Tensor> trajectory(const Factory& make,
 
 struct Case {
   std::string name;
-  Factory reference;                                     // torch::optim
-  std::function<Factory(Implementation)> lamp_factory;  // lamp::optim
+  Factory reference;                                   // torch::optim
+  std::function<Factory(Implementation)> lamp_factory; // lamp::optim
   std::shared_ptr<torch::optim::OptimizerOptions> second_group;
 };
 
 template <typename Torch, typename Lamp, typename Options>
-Case make_case(const std::string& name, const Options& options, double second_lr) {
+Case make_case(const std::string& name, const Options& options,
+               double second_lr) {
   auto second = std::make_shared<Options>(options);
   second->set_lr(second_lr);
   return {name,
@@ -107,20 +109,27 @@ std::vector<Case> cases() {
   using torch::optim::AdamWOptions;
   using torch::optim::SGDOptions;
   return {
-      make_case<torch::optim::SGD, lamp::optim::SGD>("sgd_plain", SGDOptions(0.1), 0.05),
+      make_case<torch::optim::SGD, lamp::optim::SGD>("sgd_plain",
+                                                     SGDOptions(0.1), 0.05),
       make_case<torch::optim::SGD, lamp::optim::SGD>(
-          "sgd_momentum_wd", SGDOptions(0.1).momentum(0.9).weight_decay(1e-2), 0.05),
+          "sgd_momentum_wd", SGDOptions(0.1).momentum(0.9).weight_decay(1e-2),
+          0.05),
       make_case<torch::optim::SGD, lamp::optim::SGD>(
-          "sgd_nesterov", SGDOptions(0.05).momentum(0.8).nesterov(true).weight_decay(5e-4),
+          "sgd_nesterov",
+          SGDOptions(0.05).momentum(0.8).nesterov(true).weight_decay(5e-4),
           0.2),
       make_case<torch::optim::SGD, lamp::optim::SGD>(
           "sgd_dampening", SGDOptions(0.1).momentum(0.9).dampening(0.3), 0.01),
-      make_case<torch::optim::Adam, lamp::optim::Adam>("adam", AdamOptions(1e-2), 3e-3),
+      make_case<torch::optim::Adam, lamp::optim::Adam>("adam",
+                                                       AdamOptions(1e-2), 3e-3),
       make_case<torch::optim::Adam, lamp::optim::Adam>(
-          "adam_amsgrad_wd", AdamOptions(1e-2).amsgrad(true).weight_decay(1e-2), 3e-3),
-      make_case<torch::optim::AdamW, lamp::optim::AdamW>("adamw", AdamWOptions(1e-2), 3e-3),
+          "adam_amsgrad_wd", AdamOptions(1e-2).amsgrad(true).weight_decay(1e-2),
+          3e-3),
       make_case<torch::optim::AdamW, lamp::optim::AdamW>(
-          "adamw_amsgrad", AdamWOptions(1e-2).amsgrad(true).weight_decay(0.1), 3e-3),
+          "adamw", AdamWOptions(1e-2), 3e-3),
+      make_case<torch::optim::AdamW, lamp::optim::AdamW>(
+          "adamw_amsgrad", AdamWOptions(1e-2).amsgrad(true).weight_decay(0.1),
+          3e-3),
   };
 }
 
@@ -132,8 +141,10 @@ class OptimCase : public ::testing::TestWithParam<Case> {};
 TEST_P(OptimCase, PerTensorAndForEachEqualTorchOptimBitForBit) {
   const auto& c = GetParam();
   const auto expected = trajectory(c.reference, *c.second_group, 60);
-  for (auto implementation : {Implementation::kPerTensor, Implementation::kForEach}) {
-    const auto got = trajectory(c.lamp_factory(implementation), *c.second_group, 60);
+  for (auto implementation :
+       {Implementation::kPerTensor, Implementation::kForEach}) {
+    const auto got =
+        trajectory(c.lamp_factory(implementation), *c.second_group, 60);
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_TRUE(BitEqual(got[i], expected[i]))
           << lamp::optim::to_string(implementation) << " param " << i;
@@ -152,14 +163,16 @@ TEST_P(OptimCase, FusedFollowsTorchOptim) {
   LAMP_SKIP_WITHOUT_FUSED();
   const auto& c = GetParam();
   const auto expected = trajectory(c.reference, *c.second_group, 60);
-  const auto got = trajectory(c.lamp_factory(Implementation::kFused),
-                              *c.second_group, 60);
+  const auto got =
+      trajectory(c.lamp_factory(Implementation::kFused), *c.second_group, 60);
   double largest = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(AllClose(got[i], expected[i], 1e-5, 1e-6)) << "param " << i;
-    largest = std::max(largest, (got[i] - expected[i]).abs().max().item<double>());
+    largest =
+        std::max(largest, (got[i] - expected[i]).abs().max().item<double>());
   }
-  std::cout << "[ fused    ] " << c.name << ": max |fused - torch::optim| after "
+  std::cout << "[ fused    ] " << c.name
+            << ": max |fused - torch::optim| after "
             << "60 steps = " << largest << "\n";
 }
 
@@ -169,12 +182,15 @@ TEST_P(OptimCase, FusedFollowsTorchOptim) {
 TEST_P(OptimCase, CheckpointsAreTorchOptimCheckpoints) {
   const auto& c = GetParam();
   const auto expected = trajectory(c.reference, *c.second_group, 40);
-  for (auto implementation : {Implementation::kPerTensor, Implementation::kFused}) {
+  for (auto implementation :
+       {Implementation::kPerTensor, Implementation::kFused}) {
     if (implementation == Implementation::kFused && !fused_available()) {
-      continue;  // the per-tensor round trip still ran; FusedFollowsTorchOptim skips
+      continue; // the per-tensor round trip still ran; FusedFollowsTorchOptim
+                // skips
     }
     auto params = make_params();
-    auto lamp_optimizer = c.lamp_factory(implementation)(groups_of(params, *c.second_group));
+    auto lamp_optimizer =
+        c.lamp_factory(implementation)(groups_of(params, *c.second_group));
     for (int i = 0; i < 20; ++i) {
       set_grads(params, i);
       lamp_optimizer->step();
@@ -197,7 +213,8 @@ TEST_P(OptimCase, CheckpointsAreTorchOptimCheckpoints) {
       if (implementation == Implementation::kPerTensor) {
         EXPECT_TRUE(BitEqual(params[i], expected[i])) << "param " << i;
       } else {
-        EXPECT_TRUE(AllClose(params[i], expected[i], 1e-5, 1e-6)) << "param " << i;
+        EXPECT_TRUE(AllClose(params[i], expected[i], 1e-5, 1e-6))
+            << "param " << i;
       }
     }
   }
@@ -209,14 +226,17 @@ TEST_P(OptimCase, CheckpointsAreTorchOptimCheckpoints) {
 // scaled gradient is divided by the scale (a power of two: exact).
 TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
   const auto& c = GetParam();
-  for (auto implementation : {Implementation::kPerTensor, Implementation::kForEach,
-                              Implementation::kFused}) {
+  for (auto implementation :
+       {Implementation::kPerTensor, Implementation::kForEach,
+        Implementation::kFused}) {
     if (implementation == Implementation::kFused && !fused_available()) {
       continue;
     }
-    auto reference = trajectory(c.lamp_factory(implementation), *c.second_group, 6);
+    auto reference =
+        trajectory(c.lamp_factory(implementation), *c.second_group, 6);
     auto params = make_params();
-    auto optimizer = c.lamp_factory(implementation)(groups_of(params, *c.second_group));
+    auto optimizer =
+        c.lamp_factory(implementation)(groups_of(params, *c.second_group));
     auto* scaled = dynamic_cast<lamp::optim::AmpStep*>(optimizer.get());
     ASSERT_NE(scaled, nullptr);
     const auto scale = torch::full({}, 1024.0f);
@@ -224,10 +244,11 @@ TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
     const auto inf = torch::ones({});
     int taken = 0;
     for (int i = 0; i < 9; ++i) {
-      const bool skip = i == 0 || i == 4 || i == 5;  // the very first one too
+      const bool skip = i == 0 || i == 4 || i == 5; // the very first one too
       if (skip) {
         for (auto& p : params) {
-          p.mutable_grad() = torch::full(p.sizes(), std::numeric_limits<float>::infinity());
+          p.mutable_grad() =
+              torch::full(p.sizes(), std::numeric_limits<float>::infinity());
         }
         scaled->step_scaled(scale, inf);
         continue;
@@ -256,7 +277,8 @@ TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
                          Implementation::kFused);
   for (int i = 0; i < 7; ++i) {
     set_grads(params, i);
-    adam.step_scaled(torch::Tensor(), torch::full({}, i % 3 == 1 ? 1.0f : 0.0f));
+    adam.step_scaled(torch::Tensor(),
+                     torch::full({}, i % 3 == 1 ? 1.0f : 0.0f));
   }
   std::stringstream stream;
   {
@@ -268,7 +290,7 @@ TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
   for (const auto& item : adam.state()) {
     const auto& state =
         static_cast<const torch::optim::AdamParamState&>(*item.second);
-    EXPECT_EQ(state.step(), 5);  // 7 steps, 2 skipped (i = 1, 4)
+    EXPECT_EQ(state.step(), 5); // 7 steps, 2 skipped (i = 1, 4)
   }
   // Saving leaves the device counts in use (a captured graph holds them):
   // two more taken steps, saved again, count 7.
@@ -281,7 +303,9 @@ TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
     adam.save(again);
   }
   for (const auto& item : adam.state()) {
-    EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*item.second).step(), 7);
+    EXPECT_EQ(
+        static_cast<const torch::optim::AdamParamState&>(*item.second).step(),
+        7);
   }
   // And the first checkpoint says 5: a torch::optim::Adam loading it agrees.
   torch::optim::Adam reference(params, torch::optim::AdamOptions(1e-2));
@@ -289,7 +313,9 @@ TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
   archive.load_from(stream);
   reference.load(archive);
   for (const auto& item : reference.state()) {
-    EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*item.second).step(), 5);
+    EXPECT_EQ(
+        static_cast<const torch::optim::AdamParamState&>(*item.second).step(),
+        5);
   }
 }
 
@@ -298,18 +324,21 @@ TEST(Optim, ImplementationsAreChosenAndRefusedClearly) {
   lamp::optim::SGD sgd({p}, torch::optim::SGDOptions(0.1));
   EXPECT_EQ(sgd.requested_implementation(), Implementation::kAuto);
   EXPECT_EQ(sgd.skips_on_device(), fused_available());
-  EXPECT_EQ(lamp::optim::parse_implementation("foreach"), Implementation::kForEach);
+  EXPECT_EQ(lamp::optim::parse_implementation("foreach"),
+            Implementation::kForEach);
   EXPECT_EQ(lamp::optim::to_string(Implementation::kPerTensor), "per-tensor");
   EXPECT_THROW(lamp::optim::parse_implementation("apex"), c10::Error);
   // Integer parameters have no fused kernel: kFused is refused with a message
   // that names the alternatives, kAuto falls back.
   torch::Tensor ints = torch::zeros({2}, torch::kLong);
-  lamp::optim::SGD int_sgd({ints}, torch::optim::SGDOptions(0.1), Implementation::kFused);
+  lamp::optim::SGD int_sgd({ints}, torch::optim::SGDOptions(0.1),
+                           Implementation::kFused);
   try {
     int_sgd.step();
     FAIL() << "fused SGD accepted int64 parameters";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Implementation::kAuto"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("Implementation::kAuto"),
+              std::string::npos)
         << e.what();
   }
   lamp::optim::SGD auto_sgd({ints}, torch::optim::SGDOptions(0.1));
@@ -318,25 +347,36 @@ TEST(Optim, ImplementationsAreChosenAndRefusedClearly) {
 
 TEST(Optim, MakeOptimizerBuildsEachByName) {
   auto params = make_params();
-  const auto config = lamp::optim::OptimizerConfig().lr(0.01).weight_decay(1e-3);
-  auto sgd = lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("sgd"));
+  const auto config =
+      lamp::optim::OptimizerConfig().lr(0.01).weight_decay(1e-3);
+  auto sgd = lamp::optim::make_optimizer(
+      params, lamp::optim::OptimizerConfig(config).name("sgd"));
   auto* as_sgd = dynamic_cast<lamp::optim::SGD*>(sgd.get());
   ASSERT_NE(as_sgd, nullptr);
-  EXPECT_EQ(static_cast<const torch::optim::SGDOptions&>(as_sgd->defaults()).momentum(), 0.9);
+  EXPECT_EQ(static_cast<const torch::optim::SGDOptions&>(as_sgd->defaults())
+                .momentum(),
+            0.9);
   EXPECT_NE(dynamic_cast<lamp::optim::Adam*>(
-                lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("adam"))
+                lamp::optim::make_optimizer(
+                    params, lamp::optim::OptimizerConfig(config).name("adam"))
                     .get()),
             nullptr);
-  auto adamw = lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("adamw"));
+  auto adamw = lamp::optim::make_optimizer(
+      params, lamp::optim::OptimizerConfig(config).name("adamw"));
   auto* as_adamw = dynamic_cast<lamp::optim::AdamW*>(adamw.get());
   ASSERT_NE(as_adamw, nullptr);
-  EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(as_adamw->defaults()).weight_decay(), 1e-3);
-  EXPECT_EQ(lamp::optim::optimizer_names(), (std::vector<std::string>{"sgd", "adam", "adamw"}));
+  EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(as_adamw->defaults())
+                .weight_decay(),
+            1e-3);
+  EXPECT_EQ(lamp::optim::optimizer_names(),
+            (std::vector<std::string>{"sgd", "adam", "adamw"}));
   try {
-    lamp::optim::make_optimizer(params, lamp::optim::OptimizerConfig(config).name("lamb"));
+    lamp::optim::make_optimizer(
+        params, lamp::optim::OptimizerConfig(config).name("lamb"));
     FAIL() << "accepted an unknown optimizer";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sgd, adam and adamw"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("sgd, adam and adamw"),
+              std::string::npos);
   }
 }
 
@@ -346,7 +386,7 @@ TEST(Optim, ClipGradNormMatchesLibTorchs) {
     auto a = make_params(), b = make_params();
     set_grads(a, 3);
     set_grads(b, 3);
-    a[1].mutable_grad() = torch::Tensor();  // no gradient: ignored
+    a[1].mutable_grad() = torch::Tensor(); // no gradient: ignored
     b[1].mutable_grad() = torch::Tensor();
     const double expected = torch::nn::utils::clip_grad_norm_(a, max_norm);
     const auto got = lamp::optim::clip_grad_norm_(b, max_norm);
@@ -389,10 +429,11 @@ TEST(Optim, SyncFreeScalerEqualsTheSynchronousPath) {
           }
         }
         if (i % 5 == 2) {
-          scaler.unscale_(*optimizer);  // e.g. before clipping
+          scaler.unscale_(*optimizer); // e.g. before clipping
         }
         const auto found_inf = scaler.step_async(*optimizer);
-        EXPECT_EQ(found_inf.item<float>(), i % 7 == 3 ? 1.0f : 0.0f) << name << i;
+        EXPECT_EQ(found_inf.item<float>(), i % 7 == 3 ? 1.0f : 0.0f)
+            << name << i;
         scaler.update();
         seen.push_back(scaler.get_scale());
       }
@@ -403,10 +444,11 @@ TEST(Optim, SyncFreeScalerEqualsTheSynchronousPath) {
       EXPECT_FALSE(scaler.last_step_skipped());
     }
     EXPECT_EQ(scales[0], scales[1]) << name;
-    EXPECT_EQ(skipped[0], 3) << name;  // i = 3, 10, 17
+    EXPECT_EQ(skipped[0], 3) << name; // i = 3, 10, 17
     EXPECT_EQ(skipped[1], 3) << name;
     for (size_t i = 0; i < finals[0].size(); ++i) {
-      EXPECT_TRUE(BitEqual(finals[0][i], finals[1][i])) << name << " param " << i;
+      EXPECT_TRUE(BitEqual(finals[0][i], finals[1][i]))
+          << name << " param " << i;
     }
   }
 }
@@ -417,7 +459,8 @@ TEST(Optim, SyncFreeScalerEqualsTheSynchronousPath) {
 TEST(Optim, TrainStepRunsTheSyncFreePathWithFusedOptimizers) {
   LAMP_SKIP_WITHOUT_FUSED();
   std::vector<std::vector<torch::Tensor>> weights;
-  for (auto implementation : {Implementation::kFused, Implementation::kPerTensor}) {
+  for (auto implementation :
+       {Implementation::kFused, Implementation::kPerTensor}) {
     torch::manual_seed(3);
     lamp_test::SmallNet model;
     lamp::TrainStep step(
@@ -430,9 +473,11 @@ TEST(Optim, TrainStepRunsTheSyncFreePathWithFusedOptimizers) {
         lamp::TrainStepOptions(lamp::Precision::kBF16)
             .force_loss_scaling(true)
             .max_grad_norm(1.0)
-            .scaler(lamp::GradScalerOptions().init_scale(256).growth_interval(4)));
-    EXPECT_EQ(dynamic_cast<lamp::optim::AmpStep&>(step.optimizer()).skips_on_device(),
-              implementation == Implementation::kFused);
+            .scaler(
+                lamp::GradScalerOptions().init_scale(256).growth_interval(4)));
+    EXPECT_EQ(
+        dynamic_cast<lamp::optim::AmpStep&>(step.optimizer()).skips_on_device(),
+        implementation == Implementation::kFused);
     const auto problem = lamp_test::make_problem(32, 4, 1);
     for (int i = 0; i < 10; ++i) {
       const auto result = step.step([&] {
@@ -446,7 +491,8 @@ TEST(Optim, TrainStepRunsTheSyncFreePathWithFusedOptimizers) {
     }
     EXPECT_EQ(step.scaler().steps_skipped(), 1);
     EXPECT_EQ(step.scaler().steps_taken(), 9);
-    EXPECT_EQ(step.scaler().get_scale(), 256.0);  // grew at 4, backed off at 6, 7..9
+    EXPECT_EQ(step.scaler().get_scale(),
+              256.0); // grew at 4, backed off at 6, 7..9
     weights.push_back(step.master_weights()->master_params());
   }
   for (size_t i = 0; i < weights[0].size(); ++i) {
@@ -510,11 +556,17 @@ TEST(Optim, NoBiasDecayLeavesBiasesAndNormsUndecayed) {
     EXPECT_TRUE(weight.lt(1.0).all().item<bool>()) << weight;
     EXPECT_TRUE(torch::equal(bias, torch::ones({3}))) << bias;
     // Off, or with no decay at all: one group, as torch::optim.
-    EXPECT_EQ(lamp::optim::make_optimizer({bias, weight},
-                                          lamp::optim::OptimizerConfig(config).no_bias_decay(false))
-                  ->param_groups().size(), 1u);
-    EXPECT_EQ(lamp::optim::make_optimizer({bias, weight},
-                                          lamp::optim::OptimizerConfig(config).weight_decay(0.0))
-                  ->param_groups().size(), 1u);
+    EXPECT_EQ(lamp::optim::make_optimizer(
+                  {bias, weight},
+                  lamp::optim::OptimizerConfig(config).no_bias_decay(false))
+                  ->param_groups()
+                  .size(),
+              1u);
+    EXPECT_EQ(lamp::optim::make_optimizer(
+                  {bias, weight},
+                  lamp::optim::OptimizerConfig(config).weight_decay(0.0))
+                  ->param_groups()
+                  .size(),
+              1u);
   }
 }

@@ -2,7 +2,7 @@
 
 #include <iterator>
 
-#include "lamp/precision.h"
+#include "lamp/amp/precision.h"
 
 namespace {
 
@@ -57,9 +57,11 @@ TEST(Precision, PolicyOfEachMode) {
       {Precision::kFP32, none, none, false, false, false, false},
       {Precision::kTF32, none, none, false, false, false, true},
       {Precision::kAMP, torch::kHalf, none, false, true, true, c10::nullopt},
-      {Precision::kAMPBF16, torch::kBFloat16, none, false, false, false, c10::nullopt},
+      {Precision::kAMPBF16, torch::kBFloat16, none, false, false, false,
+       c10::nullopt},
       {Precision::kHalf, none, torch::kHalf, true, true, true, c10::nullopt},
-      {Precision::kBF16, none, torch::kBFloat16, true, false, false, c10::nullopt},
+      {Precision::kBF16, none, torch::kBFloat16, true, false, false,
+       c10::nullopt},
   };
   ASSERT_EQ(std::size(rows), lamp::precision_names().size());
   for (const auto& row : rows) {

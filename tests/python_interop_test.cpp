@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "lamp/grad_scaler.h"
+#include "lamp/amp/grad_scaler.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "test_util.h"
 #include "trainer_util.h"
 
@@ -91,7 +91,7 @@ void interop(const std::vector<std::string>& args) {
   }
   const auto result = run(command);
   EXPECT_EQ(result.first, 0) << command << "\n" << result.second;
-  std::cout << result.second;  // what the script measured, for the log
+  std::cout << result.second; // what the script measured, for the log
 }
 
 TEST(PythonInterop, PythonScalerStateLoadsInLamp) {
@@ -99,7 +99,7 @@ TEST(PythonInterop, PythonScalerStateLoadsInLamp) {
   const auto path = temp_path("python_scaler.pt");
   interop({"write_scaler", path});
   // What Python wrote: a plain dict of Python's keys and types.
-  const auto state = lamp::training::load_pickle(path, "test");
+  const auto state = lamp::load_pickle(path, "test");
   ASSERT_TRUE(state.isGenericDict()) << state.tagKind();
   EXPECT_EQ(state.toGenericDict().size(), 5u);
 
@@ -185,7 +185,7 @@ void expect_same_outputs_in_python(
   c10::Dict<std::string, torch::Tensor> io;
   io.insert("input", input);
   io.insert("output", output);
-  lamp::training::save_pickle(io, io_path);
+  lamp::save_pickle(io, io_path);
   interop({"check_model", name, state_path, io_path});
   std::remove(state_path.c_str());
   std::remove(io_path.c_str());

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "lamp/backends.h"
+#include "lamp/platform/backends.h"
 
 namespace lamp_test {
 
@@ -18,7 +18,7 @@ inline ::testing::AssertionResult AllClose(const torch::Tensor& actual,
                                            double rtol, double atol) {
   if (actual.sizes() != expected.sizes()) {
     return ::testing::AssertionFailure()
-        << "shape " << actual.sizes() << " != " << expected.sizes();
+           << "shape " << actual.sizes() << " != " << expected.sizes();
   }
   const auto a = actual.to(torch::kDouble);
   const auto e = expected.to(torch::kDouble);
@@ -26,17 +26,17 @@ inline ::testing::AssertionResult AllClose(const torch::Tensor& actual,
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure()
-      << "max |actual - expected| = "
-      << (a - e).abs().nan_to_num(0).max().item<double>() << " (rtol " << rtol
-      << ", atol " << atol << ")";
+         << "max |actual - expected| = "
+         << (a - e).abs().nan_to_num(0).max().item<double>() << " (rtol "
+         << rtol << ", atol " << atol << ")";
 }
 
 /// Same dtype, same shape, same bits (NaN payloads aside).
 inline ::testing::AssertionResult BitEqual(const torch::Tensor& actual,
                                            const torch::Tensor& expected) {
   if (actual.scalar_type() != expected.scalar_type()) {
-    return ::testing::AssertionFailure()
-        << "dtype " << actual.scalar_type() << " != " << expected.scalar_type();
+    return ::testing::AssertionFailure() << "dtype " << actual.scalar_type()
+                                         << " != " << expected.scalar_type();
   }
   return AllClose(actual, expected, 0.0, 0.0);
 }
@@ -46,7 +46,8 @@ struct SmallNetImpl : torch::nn::Module {
   explicit SmallNetImpl(int64_t classes = 4)
       : conv1(torch::nn::Conv2dOptions(3, 8, 3).padding(1).bias(false)),
         bn1(8),
-        conv2(torch::nn::Conv2dOptions(8, 16, 3).stride(2).padding(1).bias(false)),
+        conv2(torch::nn::Conv2dOptions(8, 16, 3).stride(2).padding(1).bias(
+            false)),
         bn2(16),
         fc(16, classes) {
     register_module("conv1", conv1);
@@ -107,11 +108,11 @@ inline void expect_error(const std::function<void()>& f,
   }
 }
 
-#define LAMP_SKIP_WITHOUT_CUDA()                                   \
-  do {                                                             \
-    if (!lamp::cuda_available()) {                                 \
-      GTEST_SKIP() << "no CUDA GPU in this process";               \
-    }                                                              \
+#define LAMP_SKIP_WITHOUT_CUDA()                     \
+  do {                                               \
+    if (!lamp::cuda_available()) {                   \
+      GTEST_SKIP() << "no CUDA GPU in this process"; \
+    }                                                \
   } while (0)
 
 } // namespace lamp_test

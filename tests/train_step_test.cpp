@@ -9,9 +9,9 @@
 #include <sstream>
 #include <string>
 
-#include "lamp/backends.h"
+#include "lamp/amp/train_step.h"
 #include "lamp/optim/sgd.h"
-#include "lamp/train_step.h"
+#include "lamp/platform/backends.h"
 #include "test_util.h"
 
 namespace {
@@ -35,7 +35,8 @@ bool fp16_runs_on_cpu(Precision p) {
 // A static loss scale of 1024 through TrainStep: exact for finite gradients
 // (a power of two), and it exercises scale, unscale and skip in every mode,
 // also where FP16 cannot run.
-lamp::TrainStepOptions static_scaling(Precision precision, double scale = 1024) {
+lamp::TrainStepOptions static_scaling(Precision precision,
+                                      double scale = 1024) {
   return lamp::TrainStepOptions(precision).force_loss_scaling(true).scaler(
       lamp::GradScalerOptions().init_scale(scale).dynamic(false));
 }
@@ -60,8 +61,10 @@ std::pair<double, double> train(const lamp::TrainStepOptions& options,
           model->forward(step.cast_input(x)).to(torch::kFloat), y);
     });
     const double loss = result.loss.item<double>();
-    if (i == 0) first = loss;
-    if (i >= steps - tail) tail_sum += loss;
+    if (i == 0)
+      first = loss;
+    if (i >= steps - tail)
+      tail_sum += loss;
   }
   return {first, tail_sum / tail};
 }
@@ -112,9 +115,10 @@ void expect_clipped_update(Precision precision, torch::Device device) {
   linear->to(device);
   lamp::TrainStep step(linear.ptr(), sgd(1.0, /*momentum=*/0.0),
                        static_scaling(precision).max_grad_norm(0.5));
-  const auto params = step.master_weights() != nullptr
-      ? step.master_weights()->master_params()
-      : std::vector<torch::Tensor>{linear->weight, linear->bias};
+  const auto params =
+      step.master_weights() != nullptr
+          ? step.master_weights()->master_params()
+          : std::vector<torch::Tensor>{linear->weight, linear->bias};
   const auto w0 = params[0].detach().clone();
   const auto b0 = params[1].detach().clone();
   const auto result = step.step([&] {
@@ -126,8 +130,8 @@ void expect_clipped_update(Precision precision, torch::Device device) {
   EXPECT_EQ(result.scale.item<double>(), 1024.0);
   // The gradient is (3, 3, 3, 3, 1), norm sqrt(37) ~ 6.08, clipped to 0.5.
   // Unclipped, or clipped before unscaling (to 0.5 / 1024), it is far off.
-  const auto moved = torch::cat({(params[0].detach() - w0).flatten(),
-                                 params[1].detach() - b0});
+  const auto moved = torch::cat(
+      {(params[0].detach() - w0).flatten(), params[1].detach() - b0});
   EXPECT_NEAR(moved.norm().item<double>(), 0.5, 1e-5)
       << lamp::to_string(precision);
 }
@@ -150,8 +154,10 @@ TEST_P(TrainStepMode, ForcedLossScalingSkipsOverflowingSteps) {
     lamp::TrainStep step(linear.ptr(), sgd(1e-3, 0.0), options);
     const auto before = linear->weight.detach().clone();
     const auto result = step.step([&] {
-      return linear(step.cast_input(torch::ones({1, 2}))).to(torch::kFloat).sum() *
-          1e36;
+      return linear(step.cast_input(torch::ones({1, 2})))
+                 .to(torch::kFloat)
+                 .sum() *
+             1e36;
     });
     EXPECT_TRUE(result.skipped()) << "dynamic " << dynamic;
     EXPECT_FALSE(result.optimizer_stepped());
@@ -163,10 +169,9 @@ TEST_P(TrainStepMode, ForcedLossScalingSkipsOverflowingSteps) {
 
 INSTANTIATE_TEST_SUITE_P(, TrainStepMode,
                          ::testing::Values(Precision::kFP32, Precision::kAMP,
-                                           Precision::kAMPBF16, Precision::kHalf,
-                                           Precision::kBF16),
+                                           Precision::kAMPBF16,
+                                           Precision::kHalf, Precision::kBF16),
                          mode_name);
-
 
 // In the modes with FP32's exponent range, a static power-of-two scale with
 // finite gradients is exact: the same losses as an unscaled run, bit for bit.
@@ -180,7 +185,8 @@ TEST_P(TrainStepWideRangeMode, StaticLossScalingIsExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(, TrainStepWideRangeMode,
-                         ::testing::Values(Precision::kFP32, Precision::kAMPBF16,
+                         ::testing::Values(Precision::kFP32,
+                                           Precision::kAMPBF16,
                                            Precision::kBF16),
                          mode_name);
 
@@ -189,10 +195,9 @@ TEST(TrainStep, RefusesFp16ModesWithoutFp16Kernels) {
     SmallNet model;
     if (fp16_runs_on_cpu(precision)) {
       // A modest scale keeps this one step's FP16 gradients finite.
-      lamp::TrainStep step(
-          model.ptr(), sgd(0.1),
-          lamp::TrainStepOptions(precision).scaler(
-              lamp::GradScalerOptions().init_scale(1024)));
+      lamp::TrainStep step(model.ptr(), sgd(0.1),
+                           lamp::TrainStepOptions(precision).scaler(
+                               lamp::GradScalerOptions().init_scale(1024)));
       const auto result = step.step([&] {
         return model->forward(step.cast_input(torch::randn({2, 3, 8, 8})))
             .to(torch::kFloat)
@@ -241,9 +246,10 @@ TEST(TrainStep, Bf16ModeConvertsTheModelAndOptimizesFp32Masters) {
   EXPECT_FALSE(BitEqual(model->fc->weight.detach(), before));
   // The model holds the masters' values, rounded to BF16 (fc.bias is the
   // last parameter).
-  EXPECT_TRUE(BitEqual(model->fc->bias.detach(),
-                       step.master_weights()->master_params().back().detach()
-                           .to(torch::kBFloat16)));
+  EXPECT_TRUE(
+      BitEqual(model->fc->bias.detach(),
+               step.master_weights()->master_params().back().detach().to(
+                   torch::kBFloat16)));
 }
 
 // Two micro-batches of 8 with accumulation_steps(2) equal one batch of 16.
@@ -258,16 +264,24 @@ TEST(TrainStep, AccumulationMatchesOneLargeBatch) {
     b->bias.copy_(a->bias);
   }
   lamp::TrainStep big(a.ptr(), sgd(0.1), Precision::kFP32);
-  lamp::TrainStep small(b.ptr(), sgd(0.1),
-                        lamp::TrainStepOptions(Precision::kFP32).accumulation_steps(2));
+  lamp::TrainStep small(
+      b.ptr(), sgd(0.1),
+      lamp::TrainStepOptions(Precision::kFP32).accumulation_steps(2));
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(big.step([&] { return torch::mse_loss(a(x), y); }).optimizer_stepped());
-    EXPECT_FALSE(small.step([&] {
-                        return torch::mse_loss(b(x.slice(0, 0, 8)), y.slice(0, 0, 8));
-                      }).optimizer_stepped());
-    EXPECT_TRUE(small.step([&] {
-                       return torch::mse_loss(b(x.slice(0, 8, 16)), y.slice(0, 8, 16));
-                     }).optimizer_stepped());
+    EXPECT_TRUE(
+        big.step([&] { return torch::mse_loss(a(x), y); }).optimizer_stepped());
+    EXPECT_FALSE(small
+                     .step([&] {
+                       return torch::mse_loss(b(x.slice(0, 0, 8)),
+                                              y.slice(0, 0, 8));
+                     })
+                     .optimizer_stepped());
+    EXPECT_TRUE(small
+                    .step([&] {
+                      return torch::mse_loss(b(x.slice(0, 8, 16)),
+                                             y.slice(0, 8, 16));
+                    })
+                    .optimizer_stepped());
   }
   // Summation order differs (two halves vs one reduction): FP32 rounding,
   // a few ulps on values of order 1.
@@ -307,8 +321,9 @@ struct ResumeCase {
 lamp::TrainStepOptions dynamic_scaling(lamp::TrainStepOptions options) {
   // Growth every 2 finite steps and hysteresis 2: the scale, the growth
   // tracker and the overflow count all change within a few steps.
-  return options.scaler(lamp::GradScalerOptions().init_scale(1024)
-                            .growth_interval(2).hysteresis(2));
+  return options.scaler(
+      lamp::GradScalerOptions().init_scale(1024).growth_interval(2).hysteresis(
+          2));
 }
 
 class TrainStepResume : public ::testing::TestWithParam<ResumeCase> {};
@@ -324,7 +339,8 @@ TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
   LAMP_SKIP_WITHOUT_FP16_CPU_KERNELS(options.precision());
   const auto problem = lamp_test::make_problem(64, 4, 2);
   const bool scaler_on = lamp::uses_loss_scaling(options.precision()) ||
-      options.force_loss_scaling() || options.skip_non_finite();
+                         options.force_loss_scaling() ||
+                         options.skip_non_finite();
   struct Trace {
     std::vector<float> losses, scales;
   };
@@ -349,10 +365,10 @@ TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
   lamp::TrainStep step(model.ptr(), sgd(0.05), options);
   run(step, model, 0, 3);
   std::stringstream checkpoint;
-  torch::save(step, checkpoint);  // TrainStep::save, as for a module
+  torch::save(step, checkpoint); // TrainStep::save, as for a module
   const auto straight = run(step, model, 3, 6);
 
-  torch::manual_seed(99);  // a different initialisation, overwritten by load
+  torch::manual_seed(99); // a different initialisation, overwritten by load
   SmallNet resumed_model;
   lamp::TrainStep resumed(resumed_model.ptr(), sgd(0.05), options);
   torch::load(resumed, checkpoint);
@@ -367,10 +383,10 @@ TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
   }
 
   SmallNet other;
-  lamp::TrainStep different(
-      other.ptr(), sgd(0.05),
-      options.precision() == Precision::kFP32 ? Precision::kBF16
-                                              : Precision::kFP32);
+  lamp::TrainStep different(other.ptr(), sgd(0.05),
+                            options.precision() == Precision::kFP32
+                                ? Precision::kBF16
+                                : Precision::kFP32);
   checkpoint.clear();
   checkpoint.seekg(0);
   torch::serialize::InputArchive archive;
@@ -392,8 +408,9 @@ INSTANTIATE_TEST_SUITE_P(
         ResumeCase{"bf16_scaled",
                    dynamic_scaling(lamp::TrainStepOptions(Precision::kBF16)
                                        .force_loss_scaling(true))},
-        ResumeCase{"bf16_skip_non_finite",
-                   lamp::TrainStepOptions(Precision::kBF16).skip_non_finite(true)}),
+        ResumeCase{
+            "bf16_skip_non_finite",
+            lamp::TrainStepOptions(Precision::kBF16).skip_non_finite(true)}),
     [](const auto& info) { return info.param.name; });
 
 TEST(TrainStep, RefusesToSaveInTheMiddleOfAnAccumulationCycle) {
@@ -405,7 +422,7 @@ TEST(TrainStep, RefusesToSaveInTheMiddleOfAnAccumulationCycle) {
   torch::serialize::OutputArchive archive;
   EXPECT_THROW(step.save(archive), c10::Error);
   step.step(loss);
-  step.save(archive);  // the cycle ended: fine
+  step.save(archive); // the cycle ended: fine
 }
 
 // In every mode the same message, at construction: not MasterWeights' "no
@@ -458,8 +475,9 @@ struct Trained {
     auto trained = model->named_parameters()[name];
     if (auto* master = step->master_weights()) {
       const auto& params = master->model_params();
-      const auto at = std::find_if(params.begin(), params.end(),
-                                   [&](const auto& p) { return p.is_same(trained); });
+      const auto at =
+          std::find_if(params.begin(), params.end(),
+                       [&](const auto& p) { return p.is_same(trained); });
       trained = master->master_params()[at - params.begin()];
     }
     // The state's keys are the parameters' TensorImpl addresses (a string
@@ -590,8 +608,9 @@ TEST(TrainStep, LoadRefusesNonFiniteOrCorruptStateAndChangesNothing) {
        [](Trained& t) {
          // TrainStep::save's layout, with the scaler's tracker out of range.
          torch::serialize::OutputArchive archive;
-         archive.write("precision",
-                       c10::IValue(lamp::to_string(t.step->options().precision())));
+         archive.write(
+             "precision",
+             c10::IValue(lamp::to_string(t.step->options().precision())));
          torch::serialize::OutputArchive model, optimizer, scaler, master;
          t.model->save(model);
          archive.write("model", model);
@@ -633,8 +652,8 @@ TEST(TrainStep, LoadRefusesNonFiniteOrCorruptStateAndChangesNothing) {
 TEST(TrainStep, AmpAndHalfTrainOnGpu_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const auto fp32 = train(Precision::kFP32, 60, torch::kCUDA);
-  for (auto precision : {Precision::kAMP, Precision::kHalf,
-                         Precision::kAMPBF16, Precision::kBF16}) {
+  for (auto precision : {Precision::kAMP, Precision::kHalf, Precision::kAMPBF16,
+                         Precision::kBF16}) {
     const auto result = train(precision, 60, torch::kCUDA);
     EXPECT_LT(result.second, 0.5 * result.first) << lamp::to_string(precision);
     EXPECT_NEAR(result.second, fp32.second, 0.02) << lamp::to_string(precision);
@@ -712,10 +731,12 @@ TEST(TrainStep, CudaGraphReasonsAutoFallsBackOnRefuses) {
        "one of lamp::optim's SGD, Adam or AdamW on its fused kernels"},
   };
   if (fused_on_cpu) {
-    cases.push_back({"diagnosing scaler", lamp_sgd(lamp::optim::Implementation::kFused),
-                     lamp::TrainStepOptions(Precision::kFP32).force_loss_scaling(true)
-                         .scaler(lamp::GradScalerOptions().diagnose_overflow(true)),
-                     "sync-free GradScaler"});
+    cases.push_back(
+        {"diagnosing scaler", lamp_sgd(lamp::optim::Implementation::kFused),
+         lamp::TrainStepOptions(Precision::kFP32)
+             .force_loss_scaling(true)
+             .scaler(lamp::GradScalerOptions().diagnose_overflow(true)),
+         "sync-free GradScaler"});
     cases.push_back({"cpu", lamp_sgd(lamp::optim::Implementation::kFused),
                      lamp::TrainStepOptions(Precision::kFP32),
                      "CUDA graphs need a CUDA device; the model is on cpu"});
@@ -729,16 +750,18 @@ TEST(TrainStep, CudaGraphReasonsAutoFallsBackOnRefuses) {
       SmallNet model;
       lamp::TrainStep step(model.ptr(), c.optimizer,
                            lamp::TrainStepOptions(c.options).cuda_graph(mode));
-      EXPECT_NE(step.cuda_graph_unavailable_reason().find(c.reason), std::string::npos)
+      EXPECT_NE(step.cuda_graph_unavailable_reason().find(c.reason),
+                std::string::npos)
           << step.cuda_graph_unavailable_reason();
       EXPECT_EQ(step.cuda_graph_enabled(), mode == lamp::CudaGraphMode::kOn);
       EXPECT_EQ(step.cuda_graph_pool_bytes(), 0);
       const auto before = model->fc->weight.detach().clone();
       const auto run = [&] {
-        return step.step(torch::randn({2, 3, 8, 8}), torch::zeros({2}, torch::kLong),
-                         [&](const torch::Tensor& x, const torch::Tensor& y) {
-                           return torch::nn::functional::cross_entropy(model->forward(x), y);
-                         });
+        return step.step(
+            torch::randn({2, 3, 8, 8}), torch::zeros({2}, torch::kLong),
+            [&](const torch::Tensor& x, const torch::Tensor& y) {
+              return torch::nn::functional::cross_entropy(model->forward(x), y);
+            });
       };
       if (mode == lamp::CudaGraphMode::kOn) {
         try {
@@ -769,9 +792,12 @@ TEST(TrainStep, CudaGraphModeNames) {
   }
   EXPECT_EQ(lamp::to_string(lamp::CudaGraphMode::kAuto), "auto");
   EXPECT_EQ(lamp::TrainStepOptions().cuda_graph(), lamp::CudaGraphMode::kOff);
-  EXPECT_EQ(lamp::TrainStepOptions().cuda_graph(true).cuda_graph(), lamp::CudaGraphMode::kOn);
-  EXPECT_EQ(lamp::TrainStepOptions().cuda_graph(lamp::CudaGraphMode::kAuto)
-                .cuda_graph(false).cuda_graph(),
+  EXPECT_EQ(lamp::TrainStepOptions().cuda_graph(true).cuda_graph(),
+            lamp::CudaGraphMode::kOn);
+  EXPECT_EQ(lamp::TrainStepOptions()
+                .cuda_graph(lamp::CudaGraphMode::kAuto)
+                .cuda_graph(false)
+                .cuda_graph(),
             lamp::CudaGraphMode::kOff);
   expect_error([] { lamp::parse_cuda_graph_mode("yes"); },
                "unknown CUDA-graph mode 'yes'; use off, on or auto");
@@ -780,7 +806,8 @@ TEST(TrainStep, CudaGraphModeNames) {
 // The step's policy is the mode's, and what it casts inputs to and whether
 // it scales follow it.
 TEST(TrainStep, FollowsItsPrecisionPolicy) {
-  for (auto precision : {Precision::kFP32, Precision::kAMPBF16, Precision::kBF16}) {
+  for (auto precision :
+       {Precision::kFP32, Precision::kAMPBF16, Precision::kBF16}) {
     SCOPED_TRACE(lamp::to_string(precision));
     SmallNet model;
     lamp::TrainStep step(model.ptr(), sgd(0.05), precision);
@@ -799,9 +826,10 @@ TEST(TrainStep, FollowsItsPrecisionPolicy) {
 TEST(TrainStep, Tf32IsLeftAloneOnCpu) {
   for (bool before : {true, false}) {
     lamp::set_tf32(before);
-    for (const auto& options : {lamp::TrainStepOptions(Precision::kFP32),
-                                lamp::TrainStepOptions(Precision::kTF32),
-                                lamp::TrainStepOptions(Precision::kFP32).tf32(!before)}) {
+    for (const auto& options :
+         {lamp::TrainStepOptions(Precision::kFP32),
+          lamp::TrainStepOptions(Precision::kTF32),
+          lamp::TrainStepOptions(Precision::kFP32).tf32(!before)}) {
       SmallNet model;
       lamp::TrainStep step(model.ptr(), sgd(0.05), options);
       EXPECT_EQ(lamp::tf32(), before);
@@ -822,7 +850,7 @@ TEST(TrainStep, Tf32FollowsThePrecisionAndIsRestored_CUDA) {
       {lamp::TrainStepOptions(Precision::kFP32), false},
       {lamp::TrainStepOptions(Precision::kTF32), true},
       {lamp::TrainStepOptions(Precision::kFP32).tf32(true), true},
-      {lamp::TrainStepOptions(Precision::kAMP), true},  // left as it was
+      {lamp::TrainStepOptions(Precision::kAMP), true}, // left as it was
   };
   for (bool before : {true, false}) {
     for (const auto& c : cases) {
@@ -833,7 +861,8 @@ TEST(TrainStep, Tf32FollowsThePrecisionAndIsRestored_CUDA) {
         lamp::TrainStep step(model.ptr(), sgd(0.05), c.options);
         const bool expected =
             c.options.precision() == Precision::kAMP ? before : c.tf32_inside;
-        EXPECT_EQ(lamp::tf32(), expected) << lamp::to_string(c.options.precision());
+        EXPECT_EQ(lamp::tf32(), expected)
+            << lamp::to_string(c.options.precision());
       }
       EXPECT_EQ(lamp::tf32(), before);
     }
@@ -871,7 +900,9 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
                 .cuda_graph(graph)
                 .max_grad_norm(2.0)
                 .force_loss_scaling(true)
-                .scaler(lamp::GradScalerOptions().init_scale(1024).growth_interval(10)));
+                .scaler(
+                    lamp::GradScalerOptions().init_scale(1024).growth_interval(
+                        10)));
         for (int i = 0; i < 50; ++i) {
           if (i == 25) {
             for (auto& group : step.optimizer().param_groups()) {
@@ -880,25 +911,31 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
           }
           // The overflow comes with the data (a graph replays the loss
           // function as captured: a constant in it would stay the same).
-          const auto input = i == 30 ? images * std::numeric_limits<float>::infinity()
-                                     : images;
-          step.step(input, labels, [&](const torch::Tensor& x, const torch::Tensor& y) {
-            return torch::nn::functional::cross_entropy(
-                model->forward(x).to(torch::kFloat), y);
-          });
+          const auto input =
+              i == 30 ? images * std::numeric_limits<float>::infinity()
+                      : images;
+          step.step(input, labels,
+                    [&](const torch::Tensor& x, const torch::Tensor& y) {
+                      return torch::nn::functional::cross_entropy(
+                          model->forward(x).to(torch::kFloat), y);
+                    });
         }
         std::vector<torch::Tensor> w;
-        for (const auto& p : model->parameters()) w.push_back(p.detach().cpu());
+        for (const auto& p : model->parameters())
+          w.push_back(p.detach().cpu());
         weights.push_back(w);
         skipped.push_back(step.scaler().steps_skipped());
-        EXPECT_EQ(step.scaler().steps_taken() + step.scaler().steps_skipped(), 50);
-        EXPECT_EQ(step.scaler().steps_skipped(), 1) << lamp::to_string(precision);
+        EXPECT_EQ(step.scaler().steps_taken() + step.scaler().steps_skipped(),
+                  50);
+        EXPECT_EQ(step.scaler().steps_skipped(), 1)
+            << lamp::to_string(precision);
       }
       EXPECT_EQ(skipped[0], skipped[1]) << lamp::to_string(precision);
       for (size_t i = 0; i < weights[0].size(); ++i) {
         // The same kernels in the same order; only cuDNN's choice of
         // algorithm may differ between the two runs (a few ulps).
-        EXPECT_TRUE(lamp_test::AllClose(weights[0][i], weights[1][i], 1e-3, 1e-5))
+        EXPECT_TRUE(
+            lamp_test::AllClose(weights[0][i], weights[1][i], 1e-3, 1e-5))
             << lamp::to_string(precision) << " parameter " << i;
       }
     }
@@ -925,12 +962,15 @@ TEST(TrainStep, NamedFactoryGetsNamesAndTheTensorsItTrains) {
           for (const auto& item : named) {
             names.push_back(item.key());
             tensors.push_back(item.value());
-            (item.key().rfind("fc.", 0) == 0 ? head : body).push_back(item.value());
+            (item.key().rfind("fc.", 0) == 0 ? head : body)
+                .push_back(item.value());
           }
           std::vector<torch::optim::OptimizerParamGroup> groups;
           groups.emplace_back(body);
-          groups.emplace_back(head, std::make_unique<torch::optim::SGDOptions>(0.5));
-          return std::make_unique<lamp::optim::SGD>(groups, torch::optim::SGDOptions(0.1));
+          groups.emplace_back(head,
+                              std::make_unique<torch::optim::SGDOptions>(0.5));
+          return std::make_unique<lamp::optim::SGD>(
+              groups, torch::optim::SGDOptions(0.1));
         },
         lamp::TrainStepOptions(precision));
     EXPECT_EQ(names, model_params.keys());
@@ -939,14 +979,209 @@ TEST(TrainStep, NamedFactoryGetsNamesAndTheTensorsItTrains) {
       EXPECT_EQ(tensors[i].scalar_type(), torch::kFloat) << names[i];
       EXPECT_EQ(tensors[i].sizes(), model_params[names[i]].sizes()) << names[i];
       const bool is_model_param = tensors[i].is_same(model_params[names[i]]);
-      EXPECT_EQ(is_model_param, precision == lamp::Precision::kFP32) << names[i];
+      EXPECT_EQ(is_model_param, precision == lamp::Precision::kFP32)
+          << names[i];
       if (precision == lamp::Precision::kBF16) {
-        EXPECT_TRUE(tensors[i].is_same(step.master_weights()->master_params()[i]));
+        EXPECT_TRUE(
+            tensors[i].is_same(step.master_weights()->master_params()[i]));
       }
     }
     const auto& groups = step.optimizer().param_groups();
     ASSERT_EQ(groups.size(), 2u);
-    EXPECT_EQ(groups[1].params().size(), 2u);  // fc.weight, fc.bias
+    EXPECT_EQ(groups[1].params().size(), 2u); // fc.weight, fc.bias
     EXPECT_EQ(groups[1].options().get_lr(), 0.5);
   }
+}
+
+namespace {
+
+// A GradientSync that records what TrainStep asks of it, in order, and can
+// claim an overflow on another replica.
+struct RecordingSync final : lamp::GradientSync {
+  std::vector<std::string>* events;
+  torch::Device on;
+  bool other_replica_overflows = false;
+
+  RecordingSync(std::vector<std::string>* e, torch::Device d)
+      : events(e), on(d) {}
+  void before_forward() override { events->push_back("forward"); }
+  void set_sync(bool sync) override {
+    events->push_back(sync ? "sync" : "no_sync");
+  }
+  void finish_gradient_sync() override { events->push_back("finish"); }
+  void reduce_found_inf(torch::Tensor& found_inf) override {
+    events->push_back("found_inf");
+    if (other_replica_overflows) {
+      found_inf.fill_(1.0);
+    }
+  }
+  torch::Device device() const override { return on; }
+};
+
+} // namespace
+
+TEST(TrainStep, CallsItsGradientSyncInStepOrder) {
+  const auto problem = lamp_test::make_problem(16, 4, 3);
+  std::vector<std::string> events;
+  torch::manual_seed(2);
+  SmallNet model;
+  torch::Dtype dtype_seen = torch::kFloat;
+  lamp::TrainStep step(
+      model.ptr(), sgd(0.05),
+      static_scaling(Precision::kBF16)
+          .accumulation_steps(2)
+          .gradient_sync([&](const std::shared_ptr<torch::nn::Module>& m) {
+            // Built after the conversion: replicas synchronise BF16 weights.
+            EXPECT_EQ(m.get(), model.ptr().get());
+            dtype_seen = model->fc->weight.scalar_type();
+            // Before the master copy: what the sync does to the weights
+            // (rank 0's broadcast) is what the masters start from.
+            torch::NoGradGuard no_grad;
+            model->fc->weight.fill_(0.5);
+            return std::make_unique<RecordingSync>(&events, torch::kCPU);
+          }));
+  EXPECT_EQ(dtype_seen, torch::kBFloat16);
+  ASSERT_NE(step.gradient_sync(), nullptr);
+  ASSERT_NE(step.master_weights(), nullptr);
+  EXPECT_TRUE(step.master_weights()->master_params().size() > 0);
+  bool found_fc = false;
+  for (const auto& master : step.master_weights()->master_params()) {
+    if (master.sizes() == model->fc->weight.sizes()) {
+      EXPECT_TRUE(torch::all(master == 0.5).item<bool>());
+      found_fc = true;
+    }
+  }
+  EXPECT_TRUE(found_fc);
+  for (int i = 0; i < 4; ++i) {
+    step.step(problem.images, problem.labels,
+              [&](const torch::Tensor& x, const torch::Tensor& y) {
+                return torch::nn::functional::cross_entropy(
+                    model->forward(x).to(torch::kFloat), y);
+              });
+  }
+  const std::vector<std::string> cycle = {"forward", "no_sync", "forward",
+                                          "sync",    "finish",  "found_inf"};
+  std::vector<std::string> expected = cycle;
+  expected.insert(expected.end(), cycle.begin(), cycle.end());
+  EXPECT_EQ(events, expected);
+}
+
+TEST(TrainStep, AnOverflowOnAnotherReplicaSkipsTheStepHere) {
+  const auto problem = lamp_test::make_problem(16, 4, 3);
+  std::vector<std::string> events;
+  RecordingSync* sync = nullptr;
+  torch::manual_seed(2);
+  SmallNet model;
+  lamp::TrainStep step(
+      model.ptr(), sgd(0.05),
+      lamp::TrainStepOptions(Precision::kFP32)
+          .force_loss_scaling(true)
+          .scaler(lamp::GradScalerOptions().init_scale(1024.0))
+          .gradient_sync([&](const std::shared_ptr<torch::nn::Module>&) {
+            auto made = std::make_unique<RecordingSync>(&events, torch::kCPU);
+            sync = made.get();
+            return made;
+          }));
+  ASSERT_NE(sync, nullptr);
+  // CUDA graphs do not capture the communication.
+  EXPECT_NE(step.cuda_graph_unavailable_reason().find("gradient synchroniser"),
+            std::string::npos)
+      << step.cuda_graph_unavailable_reason();
+  const auto loss = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::nn::functional::cross_entropy(model->forward(x), y);
+  };
+  const auto before = model->fc->weight.detach().clone();
+  sync->other_replica_overflows = true;
+  auto result = step.step(problem.images, problem.labels, loss);
+  EXPECT_TRUE(result.skipped()); // this replica's gradients were finite
+  EXPECT_TRUE(BitEqual(model->fc->weight, before));
+  EXPECT_EQ(result.scale.item<double>(), 512.0);
+  sync->other_replica_overflows = false;
+  result = step.step(problem.images, problem.labels, loss);
+  EXPECT_TRUE(result.optimizer_stepped());
+  EXPECT_FALSE(BitEqual(model->fc->weight, before));
+}
+
+TEST(TrainStep, GradientSyncOnAnotherDeviceOrNoneAtAll) {
+  SmallNet model;
+  std::vector<std::string> events;
+  expect_error(
+      [&] {
+        lamp::TrainStep step(
+            model.ptr(), sgd(0.05),
+            lamp::TrainStepOptions(Precision::kFP32)
+                .gradient_sync([&](const std::shared_ptr<torch::nn::Module>&) {
+                  return std::make_unique<RecordingSync>(
+                      &events, torch::Device(torch::kCUDA, 0));
+                }));
+      },
+      "gradient synchroniser communicates on cuda:0");
+  // A factory may decline (a one-process group): plain training.
+  lamp::TrainStep plain(
+      model.ptr(), sgd(0.05),
+      lamp::TrainStepOptions(Precision::kFP32)
+          .gradient_sync([](const std::shared_ptr<torch::nn::Module>&) {
+            return std::unique_ptr<lamp::GradientSync>();
+          }));
+  EXPECT_EQ(plain.gradient_sync(), nullptr);
+}
+
+TEST(TrainStep, ForwardCastsAndAutocastsAsTheStepDoes) {
+  const auto x = torch::randn({2, 3, 8, 8});
+  {
+    SmallNet model;
+    lamp::TrainStep step(model.ptr(), sgd(0.05), Precision::kBF16);
+    torch::Dtype seen = torch::kFloat;
+    const auto out = step.forward(
+        [&](const torch::Tensor& input) {
+          seen = input.scalar_type();
+          return model->forward(input);
+        },
+        x);
+    EXPECT_EQ(seen, torch::kBFloat16);
+    EXPECT_TRUE(BitEqual(out, model->forward(x.to(torch::kBFloat16))));
+  }
+  {
+    SmallNet model;
+    lamp::TrainStep step(model.ptr(), sgd(0.05), Precision::kAMPBF16);
+    const auto a = torch::randn({2, 2});
+    // Under the step's autocast, a matmul of FP32 tensors runs in BF16.
+    const auto out =
+        step.forward([&](const torch::Tensor& input) { return input.mm(a); },
+                     torch::randn({2, 2}));
+    EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(torch::randn({2, 2}).mm(a).scalar_type(), torch::kFloat);
+  }
+}
+
+TEST(TrainStep, ANetworkToHalfModelTrainsLikeTheStepsOwnConversion) {
+  // The seed's recipe (network_to_half, whose InputCast casts the inputs)
+  // and TrainStep's own conversion with cast_input: the same steps.
+  const auto problem = lamp_test::make_problem(32, 4, 5);
+  std::vector<torch::Tensor> weights;
+  for (bool converted_by_caller : {true, false}) {
+    torch::manual_seed(8);
+    SmallNet model;
+    std::function<torch::Tensor(const torch::Tensor&)> forward;
+    if (converted_by_caller) {
+      auto half = lamp::network_to_half(model, torch::kBFloat16);
+      forward = [half](const torch::Tensor& x) mutable {
+        return half->forward(x);
+      };
+    }
+    lamp::TrainStep step(model.ptr(), sgd(0.05), Precision::kBF16);
+    for (int i = 0; i < 3; ++i) {
+      step.step([&] {
+        const auto logits =
+            converted_by_caller
+                ? forward(problem.images)
+                : model->forward(step.cast_input(problem.images));
+        return torch::nn::functional::cross_entropy(logits.to(torch::kFloat),
+                                                    problem.labels);
+      });
+    }
+    EXPECT_EQ(model->fc->weight.scalar_type(), torch::kBFloat16);
+    weights.push_back(model->fc->weight.detach().clone());
+  }
+  EXPECT_TRUE(BitEqual(weights[0], weights[1]));
 }

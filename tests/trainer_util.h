@@ -28,7 +28,8 @@ inline lamp::data::Dataset image_problem(bool train) {
   const int64_t n = 256;
   auto offsets = torch::randn({n, 3, 1, 1});
   auto images = (128 + 40 * offsets + 20 * torch::randn({n, 3, 8, 8}))
-                    .clamp(0, 255).to(torch::kByte);
+                    .clamp(0, 255)
+                    .to(torch::kByte);
   auto labels = offsets.flatten(1).mm(torch::randn({3, 4})).argmax(1);
   const int64_t start = train ? 0 : 192, end = train ? 192 : n;
   return {images.slice(0, start, end), labels.slice(0, start, end)};
@@ -48,16 +49,22 @@ inline std::unique_ptr<Run> make_run(lamp::Precision precision,
   run->model = SmallNet();
   run->model->to(device);
   auto model = run->model;
-  const auto loader_options = lamp::data::LoaderOptions(batch_size).seed(9).crop_padding(1)
-                                  .horizontal_flip(true).mean({0.5, 0.5, 0.5})
+  const auto loader_options = lamp::data::LoaderOptions(batch_size)
+                                  .seed(9)
+                                  .crop_padding(1)
+                                  .horizontal_flip(true)
+                                  .mean({0.5, 0.5, 0.5})
                                   .std({0.2, 0.2, 0.2});
   run->trainer = std::make_unique<ClassifierTrainer>(
-      model.ptr(), [model](const torch::Tensor& x) mutable { return model->forward(x); },
+      model.ptr(),
+      [model](const torch::Tensor& x) mutable { return model->forward(x); },
       "smallnet",
       lamp::data::DeviceLoader(image_problem(true), device, loader_options),
       lamp::data::DeviceLoader(image_problem(false), device,
-                               lamp::data::LoaderOptions(64).shuffle(false)
-                                   .mean({0.5, 0.5, 0.5}).std({0.2, 0.2, 0.2})),
+                               lamp::data::LoaderOptions(64)
+                                   .shuffle(false)
+                                   .mean({0.5, 0.5, 0.5})
+                                   .std({0.2, 0.2, 0.2})),
       options.precision(precision).lr(lr));
   return run;
 }
@@ -65,8 +72,8 @@ inline std::unique_ptr<Run> make_run(lamp::Precision precision,
 // POSIX, not std::filesystem (see src/training/trainer.cpp;
 // the pid keeps parallel test processes apart).
 inline std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "lamp_training_test_" + std::to_string(::getpid()) +
-      "_" + name;
+  return ::testing::TempDir() + "lamp_training_test_" +
+         std::to_string(::getpid()) + "_" + name;
 }
 
 inline bool exists(const std::string& path) {

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "lamp/backends.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/sgd.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/backends.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "test_util.h"
@@ -28,10 +28,10 @@ namespace {
 using lamp::training::ClassifierTrainer;
 using lamp::training::Schedule;
 using lamp::training::TrainerOptions;
-using lamp_test::exists;
-using lamp_test::image_problem;
 using lamp_test::error_of;
+using lamp_test::exists;
 using lamp_test::file_bytes;
+using lamp_test::image_problem;
 using lamp_test::make_run;
 using lamp_test::temp_path;
 
@@ -39,24 +39,28 @@ using lamp_test::temp_path;
 // (max_lr=0.1, total_steps=20, defaults), printed with %.17g.
 TEST(Schedule, OneCycleMatchesPyTorch) {
   const std::vector<double> expected = {
-      0.0040000000000000036, 0.013167184270002533, 0.037167184270002526,
-      0.066832815729997469,  0.090832815729997476, 0.10000000000000001,
-      0.098746400623508743,  0.095048463201347383, 0.089091617757105002,
-      0.081174565394976306,  0.071694300179130088, 0.06112620219362893,
-      0.050000200000000002,  0.038874197806371073, 0.028306099820869922,
-      0.018825834605023701,  0.010908782242895003, 0.0049519367986526289,
+      0.0040000000000000036, 0.013167184270002533,  0.037167184270002526,
+      0.066832815729997469,  0.090832815729997476,  0.10000000000000001,
+      0.098746400623508743,  0.095048463201347383,  0.089091617757105002,
+      0.081174565394976306,  0.071694300179130088,  0.06112620219362893,
+      0.050000200000000002,  0.038874197806371073,  0.028306099820869922,
+      0.018825834605023701,  0.010908782242895003,  0.0049519367986526289,
       0.0012539993764912555, 3.9999999999999998e-07};
   for (int64_t step = 0; step < 20; ++step) {
-    EXPECT_NEAR(lamp::training::learning_rate(Schedule::kOneCycle, 0.1, step, 20),
-                expected[step], 1e-15)
+    EXPECT_NEAR(
+        lamp::training::learning_rate(Schedule::kOneCycle, 0.1, step, 20),
+        expected[step], 1e-15)
         << "step " << step;
   }
 }
 
 TEST(Schedule, CosineConstantAndParsing) {
-  EXPECT_DOUBLE_EQ(lamp::training::learning_rate(Schedule::kCosine, 0.2, 0, 10), 0.2);
-  EXPECT_NEAR(lamp::training::learning_rate(Schedule::kCosine, 0.2, 5, 10), 0.1, 1e-12);
-  EXPECT_DOUBLE_EQ(lamp::training::learning_rate(Schedule::kConstant, 0.3, 9, 10), 0.3);
+  EXPECT_DOUBLE_EQ(lamp::training::learning_rate(Schedule::kCosine, 0.2, 0, 10),
+                   0.2);
+  EXPECT_NEAR(lamp::training::learning_rate(Schedule::kCosine, 0.2, 5, 10), 0.1,
+              1e-12);
+  EXPECT_DOUBLE_EQ(
+      lamp::training::learning_rate(Schedule::kConstant, 0.3, 9, 10), 0.3);
   EXPECT_EQ(lamp::training::parse_schedule("cosine"), Schedule::kCosine);
   EXPECT_EQ(lamp::training::to_string(Schedule::kOneCycle), "onecycle");
   EXPECT_THROW(lamp::training::parse_schedule("step"), c10::Error);
@@ -68,11 +72,13 @@ TEST(Schedule, CosineConstantAndParsing) {
 
 // The resume contract: 2 epochs straight == 1 epoch, checkpoint,
 // a new process-like start from the checkpoint, 1 more epoch: bit-identical.
-class ClassifierTrainerResume : public ::testing::TestWithParam<lamp::Precision> {};
+class ClassifierTrainerResume
+    : public ::testing::TestWithParam<lamp::Precision> {};
 
 TEST_P(ClassifierTrainerResume, ResumeContinuesBitIdentically) {
   const auto precision = GetParam();
-  if (lamp::uses_fp16(precision) && !lamp::fp16_compute_available(torch::kCPU)) {
+  if (lamp::uses_fp16(precision) &&
+      !lamp::fp16_compute_available(torch::kCPU)) {
     GTEST_SKIP() << lamp::to_string(precision)
                  << " needs FP16 CPU kernels, which this LibTorch lacks";
   }
@@ -83,28 +89,31 @@ TEST_P(ClassifierTrainerResume, ResumeContinuesBitIdentically) {
     ASSERT_EQ(full.size(), 2u);
     EXPECT_LT(full[1].train_loss, full[0].train_loss);
 
-    auto first = make_run(precision, TrainerOptions().epochs(2).max_steps(6)
-                                         .checkpoint(checkpoint));
+    auto first = make_run(
+        precision,
+        TrainerOptions().epochs(2).max_steps(6).checkpoint(checkpoint));
     ASSERT_EQ(first->trainer->fit().size(), 1u);
     EXPECT_TRUE(exists(checkpoint));
-    auto resumed = make_run(precision, TrainerOptions().epochs(2).resume(checkpoint));
+    auto resumed =
+        make_run(precision, TrainerOptions().epochs(2).resume(checkpoint));
     EXPECT_EQ(resumed->trainer->start_epoch(), 1);
     const auto rest = resumed->trainer->fit();
     ASSERT_EQ(rest.size(), 1u);
     EXPECT_EQ(rest[0].epoch, 2);
-    EXPECT_EQ(rest[0].train_loss, full[1].train_loss) << lamp::to_string(precision);
-    EXPECT_EQ(rest[0].test_loss, full[1].test_loss) << lamp::to_string(precision);
+    EXPECT_EQ(rest[0].train_loss, full[1].train_loss)
+        << lamp::to_string(precision);
+    EXPECT_EQ(rest[0].test_loss, full[1].test_loss)
+        << lamp::to_string(precision);
     EXPECT_EQ(rest[0].global_step, full[1].global_step);
     std::remove(checkpoint.c_str());
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(, ClassifierTrainerResume,
-                         ::testing::Values(lamp::Precision::kFP32,
-                                           lamp::Precision::kBF16,
-                                           lamp::Precision::kAMP,
-                                           lamp::Precision::kHalf),
-                         [](const auto& info) { return lamp::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    , ClassifierTrainerResume,
+    ::testing::Values(lamp::Precision::kFP32, lamp::Precision::kBF16,
+                      lamp::Precision::kAMP, lamp::Precision::kHalf),
+    [](const auto& info) { return lamp::to_string(info.param); });
 
 TEST(ClassifierTrainer, ReportsEpochStatistics) {
   auto run = make_run(lamp::Precision::kAMPBF16, TrainerOptions().epochs(3));
@@ -115,7 +124,7 @@ TEST(ClassifierTrainer, ReportsEpochStatistics) {
       [&](const lamp::training::BatchProgress&) { ++batches; });
   EXPECT_EQ(seen, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(batches, 3 * 6);
-  EXPECT_GT(stats.back().test_accuracy, 0.5);  // 4 classes: chance is 0.25
+  EXPECT_GT(stats.back().test_accuracy, 0.5); // 4 classes: chance is 0.25
   EXPECT_GT(stats.back().images_per_second, 0);
   EXPECT_GT(stats.back().peak_memory_bytes, 0);
   EXPECT_EQ(stats.back().steps, 6);
@@ -133,21 +142,24 @@ TEST(ClassifierTrainer, CudaGraphsWhereTheyApply_CUDA) {
   auto cpu = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1));
   EXPECT_EQ(cpu->trainer->options().cuda_graph(), lamp::CudaGraphMode::kAuto);
   EXPECT_FALSE(cpu->trainer->train_step().cuda_graph_enabled());
-  EXPECT_FALSE(cpu->trainer->train_step().cuda_graph_unavailable_reason().empty());
+  EXPECT_FALSE(
+      cpu->trainer->train_step().cuda_graph_unavailable_reason().empty());
   if (!lamp::cuda_available()) {
     GTEST_SKIP() << "no CUDA GPU: the GPU half of this test did not run";
   }
   std::vector<std::vector<lamp::training::EpochStats>> stats;
   for (auto mode : {lamp::CudaGraphMode::kAuto, lamp::CudaGraphMode::kOff}) {
-    auto run = make_run(lamp::Precision::kAMP, TrainerOptions().epochs(3).cuda_graph(mode),
-                        0.05, 32, torch::kCUDA);
+    auto run = make_run(lamp::Precision::kAMP,
+                        TrainerOptions().epochs(3).cuda_graph(mode), 0.05, 32,
+                        torch::kCUDA);
     auto& step = run->trainer->train_step();
     EXPECT_EQ(step.cuda_graph_enabled(), mode == lamp::CudaGraphMode::kAuto)
         << step.cuda_graph_unavailable_reason();
     stats.push_back(run->trainer->fit());
     if (mode == lamp::CudaGraphMode::kAuto) {
       EXPECT_GT(step.cuda_graph_pool_bytes(), 0);
-      EXPECT_GT(stats.back()[2].peak_memory_bytes, step.cuda_graph_pool_bytes());
+      EXPECT_GT(stats.back()[2].peak_memory_bytes,
+                step.cuda_graph_pool_bytes());
     } else {
       EXPECT_EQ(step.cuda_graph_pool_bytes(), 0);
     }
@@ -156,7 +168,8 @@ TEST(ClassifierTrainer, CudaGraphsWhereTheyApply_CUDA) {
     // The same steps on the same data: only cuDNN's algorithm choices may
     // differ between the runs (a few FP16 ulps, amplified by training).
     EXPECT_NEAR(stats[0][e].train_loss, stats[1][e].train_loss,
-                2e-2 * stats[1][e].train_loss) << "epoch " << e + 1;
+                2e-2 * stats[1][e].train_loss)
+        << "epoch " << e + 1;
   }
   EXPECT_GT(stats[0][2].test_accuracy, 0.5);
 }
@@ -171,12 +184,15 @@ TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
                             name == "adam" ? checkpoint : ""),
                         name == "sgd" ? 0.05 : 0.01);
     auto& optimizer = run->trainer->train_step().optimizer();
-    EXPECT_EQ(dynamic_cast<lamp::optim::SGD*>(&optimizer) != nullptr, name == "sgd");
-    EXPECT_EQ(dynamic_cast<lamp::optim::Adam*>(&optimizer) != nullptr, name == "adam");
-    EXPECT_EQ(dynamic_cast<lamp::optim::AdamW*>(&optimizer) != nullptr, name == "adamw");
+    EXPECT_EQ(dynamic_cast<lamp::optim::SGD*>(&optimizer) != nullptr,
+              name == "sgd");
+    EXPECT_EQ(dynamic_cast<lamp::optim::Adam*>(&optimizer) != nullptr,
+              name == "adam");
+    EXPECT_EQ(dynamic_cast<lamp::optim::AdamW*>(&optimizer) != nullptr,
+              name == "adamw");
     const auto stats = run->trainer->fit();
     EXPECT_LT(stats.back().train_loss, stats.front().train_loss) << name;
-    EXPECT_GT(stats.back().test_accuracy, 0.5) << name;  // chance: 0.25
+    EXPECT_GT(stats.back().test_accuracy, 0.5) << name; // chance: 0.25
   }
   try {
     make_run(lamp::Precision::kAMPBF16,
@@ -202,7 +218,8 @@ TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
       [model, &training_calls](const torch::Tensor& x) mutable {
         auto out = model->forward(x);
         // Training steps 2 and 4 of the first epoch (of 6) overflow.
-        if (model->is_training() && (++training_calls == 2 || training_calls == 4)) {
+        if (model->is_training() &&
+            (++training_calls == 2 || training_calls == 4)) {
           out = out * std::numeric_limits<float>::infinity();
         }
         return out;
@@ -212,7 +229,10 @@ TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
                                lamp::data::LoaderOptions(32).seed(9)),
       lamp::data::DeviceLoader(image_problem(false), torch::kCPU,
                                lamp::data::LoaderOptions(64).shuffle(false)),
-      TrainerOptions().epochs(2).precision(lamp::Precision::kBF16).lr(0.05)
+      TrainerOptions()
+          .epochs(2)
+          .precision(lamp::Precision::kBF16)
+          .lr(0.05)
           .skip_non_finite(true));
   const auto stats = run->trainer->fit();
   ASSERT_EQ(stats.size(), 2u);
@@ -239,7 +259,8 @@ TEST(ClassifierTrainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {
     run->trainer->fit();
     FAIL() << "trained on with a NaN loss";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("training diverged"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("training diverged"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -248,17 +269,20 @@ TEST(ClassifierTrainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {
 // that asks for a PyTorch bug report.
 TEST(ClassifierTrainer, RefusesBadCheckpointsAndPaths) {
   const auto missing = temp_path("missing.pt");
-  EXPECT_THROW(make_run(lamp::Precision::kFP32, TrainerOptions().resume(missing)),
-               c10::Error);
+  EXPECT_THROW(
+      make_run(lamp::Precision::kFP32, TrainerOptions().resume(missing)),
+      c10::Error);
   EXPECT_THROW(make_run(lamp::Precision::kFP32,
                         TrainerOptions().checkpoint("/nonexistent-dir/x.pt")),
                c10::Error);
   const auto checkpoint = temp_path("bf16.pt");
-  auto run = make_run(lamp::Precision::kBF16, TrainerOptions().epochs(1).checkpoint(checkpoint));
+  auto run = make_run(lamp::Precision::kBF16,
+                      TrainerOptions().epochs(1).checkpoint(checkpoint));
   run->trainer->fit();
   // Another precision cannot resume it.
-  EXPECT_THROW(make_run(lamp::Precision::kFP32, TrainerOptions().resume(checkpoint)),
-               c10::Error);
+  EXPECT_THROW(
+      make_run(lamp::Precision::kFP32, TrainerOptions().resume(checkpoint)),
+      c10::Error);
   std::remove(checkpoint.c_str());
 }
 
@@ -280,14 +304,18 @@ TEST(ClassifierTrainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
     run->model->fc->weight.fill_(std::numeric_limits<float>::quiet_NaN());
   }
   const auto message = error_of([&] { run->trainer->fit(); });
-  EXPECT_NE(message.find("training diverged in epoch 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("training diverged in epoch 2"), std::string::npos)
+      << message;
   EXPECT_NE(message.find(checkpoint + " was left as it was"), std::string::npos)
       << message;
   EXPECT_EQ(file_bytes(checkpoint), good);
   // Nor can a direct save write NaN weights over it.
-  const auto refused = error_of([&] { run->trainer->save_checkpoint(checkpoint); });
-  EXPECT_NE(refused.find("has inf/NaN values; the previous checkpoint was left"),
-            std::string::npos) << refused;
+  const auto refused =
+      error_of([&] { run->trainer->save_checkpoint(checkpoint); });
+  EXPECT_NE(
+      refused.find("has inf/NaN values; the previous checkpoint was left"),
+      std::string::npos)
+      << refused;
   EXPECT_EQ(file_bytes(checkpoint), good);
   run.reset();
   std::remove(checkpoint.c_str());
@@ -296,19 +324,21 @@ TEST(ClassifierTrainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
 // Steps skipped for inf gradients (the loss stays finite) are counted across
 // epochs: 8 in a row stop the run in its second epoch of 6 steps.
 TEST(ClassifierTrainer, SkippedStepsCountAcrossEpochs) {
-  auto run = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(3)
-                                                  .skip_non_finite(true)
-                                                  .divergence_patience(8));
+  auto run = make_run(
+      lamp::Precision::kFP32,
+      TrainerOptions().epochs(3).skip_non_finite(true).divergence_patience(8));
   run->model->fc->weight.register_hook([](const torch::Tensor& grad) {
     return grad * std::numeric_limits<float>::infinity();
   });
   std::vector<int64_t> finished;
   const auto message = error_of([&] {
-    run->trainer->fit([&](const auto& stats) { finished.push_back(stats.epoch); });
+    run->trainer->fit(
+        [&](const auto& stats) { finished.push_back(stats.epoch); });
   });
   EXPECT_NE(message.find("training diverged in epoch 2: 8 optimizer steps in a "
                          "row had inf/NaN gradients"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   EXPECT_EQ(finished, std::vector<int64_t>{1});
 }
 
@@ -316,21 +346,25 @@ TEST(ClassifierTrainer, SkippedStepsCountAcrossEpochs) {
 // the error names the flag and the value to give.
 TEST(ClassifierTrainer, ResumeRefusesChangedSettingsNamingTheFlag) {
   const auto checkpoint = temp_path("settings.pt");
-  const auto options = TrainerOptions().epochs(2).max_steps(6).checkpoint(checkpoint);
+  const auto options =
+      TrainerOptions().epochs(2).max_steps(6).checkpoint(checkpoint);
   make_run(lamp::Precision::kAMPBF16, options)->trainer->fit();
   const auto resume = TrainerOptions().epochs(2).resume(checkpoint);
   const auto refusal = [&](TrainerOptions changed, double lr, int64_t batch) {
-    return error_of([&] { make_run(lamp::Precision::kAMPBF16, changed, lr, batch); });
+    return error_of(
+        [&] { make_run(lamp::Precision::kAMPBF16, changed, lr, batch); });
   };
   EXPECT_NE(refusal(resume, 0.05, 16).find("resume with --batch-size 32"),
             std::string::npos);
-  EXPECT_NE(refusal(resume, 0.1, 32).find("resume with --lr 0.05"), std::string::npos);
+  EXPECT_NE(refusal(resume, 0.1, 32).find("resume with --lr 0.05"),
+            std::string::npos);
   EXPECT_NE(refusal(TrainerOptions(resume).epochs(3), 0.05, 32)
                 .find("resume with --epochs 2"),
             std::string::npos);
-  EXPECT_NE(refusal(TrainerOptions(resume).schedule(Schedule::kCosine), 0.05, 32)
-                .find("resume with --schedule onecycle"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(TrainerOptions(resume).schedule(Schedule::kCosine), 0.05, 32)
+          .find("resume with --schedule onecycle"),
+      std::string::npos);
   EXPECT_NE(refusal(TrainerOptions(resume).momentum(0.5), 0.05, 32)
                 .find("resume with --momentum 0.9"),
             std::string::npos);
@@ -341,7 +375,8 @@ TEST(ClassifierTrainer, ResumeRefusesChangedSettingsNamingTheFlag) {
 // Resuming a finished run trains nothing (the program says so).
 TEST(ClassifierTrainer, ResumingAFinishedRunTrainsNothing) {
   const auto checkpoint = temp_path("finished.pt");
-  make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1).checkpoint(checkpoint))
+  make_run(lamp::Precision::kFP32,
+           TrainerOptions().epochs(1).checkpoint(checkpoint))
       ->trainer->fit();
   auto resumed = make_run(lamp::Precision::kFP32,
                           TrainerOptions().epochs(1).resume(checkpoint));
@@ -356,16 +391,18 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   const auto checkpoint = temp_path("fields.pt");
   const auto forged = temp_path("forged.pt");
   const auto options = TrainerOptions().epochs(2).max_steps(6);
-  make_run(lamp::Precision::kFP32, TrainerOptions(options).checkpoint(checkpoint))
+  make_run(lamp::Precision::kFP32,
+           TrainerOptions(options).checkpoint(checkpoint))
       ->trainer->fit();
   auto source = make_run(lamp::Precision::kFP32,
                          TrainerOptions(options).resume(checkpoint));
   torch::serialize::InputArchive original;
-  lamp::training::load_checked_archive(original, checkpoint);
+  lamp::load_checked_archive(original, checkpoint);
   const std::vector<std::string> keys = {
-      "format", "model_name", "optimizer", "precision", "batch_size",
-      "epochs", "lr", "schedule", "momentum", "weight_decay", "train_images",
-      "steps_per_epoch", "next_epoch", "global_step", "seed"};
+      "format",     "model_name",   "optimizer",    "precision",
+      "batch_size", "epochs",       "lr",           "schedule",
+      "momentum",   "weight_decay", "train_images", "steps_per_epoch",
+      "next_epoch", "global_step",  "seed"};
   // Writes the checkpoint's fields with `changes` (a None value drops one).
   const auto forge = [&](const std::map<std::string, c10::IValue>& changes) {
     torch::serialize::OutputArchive archive;
@@ -386,7 +423,7 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
     torch::serialize::OutputArchive step;
     source->trainer->train_step().save(step);
     archive.write("train_step", step);
-    lamp::training::save_checked_archive(archive, forged);
+    lamp::save_checked_archive(archive, forged);
   };
   const auto resume_error = [&]() {
     return error_of([&] {
@@ -401,7 +438,8 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
            {"next_epoch", c10::IValue(int64_t{-1})}}) {
     forge({{key, value}});
     EXPECT_NE(resume_error().find("cannot reach; the checkpoint is damaged"),
-              std::string::npos) << key << " " << value;
+              std::string::npos)
+        << key << " " << value;
   }
   forge({{"global_step", c10::IValue(int64_t{-5})}});
   EXPECT_NE(resume_error().find("cannot reach"), std::string::npos);
@@ -416,7 +454,8 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   forge({{"lr", c10::IValue()}});
   EXPECT_NE(resume_error().find("has no 'lr'"), std::string::npos);
   forge({{"train_images", c10::IValue(int64_t{50000})}});
-  EXPECT_NE(resume_error().find("resume with the same --data"), std::string::npos);
+  EXPECT_NE(resume_error().find("resume with the same --data"),
+            std::string::npos);
   forge({{"steps_per_epoch", c10::IValue(int64_t{7})}});
   EXPECT_NE(resume_error().find("7 steps per epoch"), std::string::npos);
   std::remove(checkpoint.c_str());
@@ -425,17 +464,16 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
 
 TEST(CheckpointFile, CheckWritablePathRefusesFoldersThatCannotTakeAFile) {
   const auto path = temp_path("writable.pt");
-  lamp::training::check_writable_path(path, "--export-state-dict");
-  EXPECT_FALSE(exists(path));  // the probe file is gone
+  lamp::check_writable_path(path, "--export-state-dict");
+  EXPECT_FALSE(exists(path)); // the probe file is gone
   EXPECT_NE(error_of([&] {
-              lamp::training::check_writable_path(path + ".d/x.pt",
-                                                  "--export-state-dict");
+              lamp::check_writable_path(path + ".d/x.pt",
+                                        "--export-state-dict");
             }).find("--export-state-dict"),
             std::string::npos);
   // Even root cannot create files in /proc.
   const auto message = error_of([] {
-    lamp::training::check_writable_path("/proc/lamp_export.pt",
-                                        "--export-state-dict");
+    lamp::check_writable_path("/proc/lamp_export.pt", "--export-state-dict");
   });
   EXPECT_NE(message.find("cannot create a file in its folder"),
             std::string::npos)
@@ -447,13 +485,15 @@ TEST(CheckpointFile, PickleFilesRoundTrip) {
   c10::Dict<std::string, torch::Tensor> dict;
   dict.insert("x", torch::arange(4, torch::kFloat));
   dict.insert("n", torch::tensor(int64_t{7}));
-  lamp::training::save_pickle(dict, path);
-  const auto back = lamp::training::load_pickle(path, "test").toGenericDict();
-  EXPECT_TRUE(torch::equal(back.at("x").toTensor(), torch::arange(4, torch::kFloat)));
+  lamp::save_pickle(dict, path);
+  const auto back = lamp::load_pickle(path, "test").toGenericDict();
+  EXPECT_TRUE(
+      torch::equal(back.at("x").toTensor(), torch::arange(4, torch::kFloat)));
   EXPECT_EQ(back.at("n").toTensor().item<int64_t>(), 7);
   std::ofstream(path, std::ios::trunc) << "not a zip";
-  EXPECT_NE(error_of([&] { lamp::training::load_pickle(path, "caller"); })
-                .find("caller: " + path + " is not a file written by Python's "
+  EXPECT_NE(error_of([&] { lamp::load_pickle(path, "caller"); })
+                .find("caller: " + path +
+                      " is not a file written by Python's "
                       "torch.save"),
             std::string::npos);
   std::remove(path.c_str());
@@ -466,18 +506,21 @@ TEST(CheckpointFile, PickleFilesRoundTrip) {
 // reported with its step, learning rate and loss (a device tensor). An
 // accumulation that does not divide the epoch is refused with the divisors.
 TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
-  const auto options = TrainerOptions()
-                           .epochs(1)
-                           .optimizer("adam")
-                           .optimizer_implementation(lamp::optim::Implementation::kPerTensor)
-                           .accumulation_steps(3)
-                           .max_grad_norm(1.0);
+  const auto options =
+      TrainerOptions()
+          .epochs(1)
+          .optimizer("adam")
+          .optimizer_implementation(lamp::optim::Implementation::kPerTensor)
+          .accumulation_steps(3)
+          .max_grad_norm(1.0);
   auto run = make_run(lamp::Precision::kFP32, options, 1e-3);
   auto& step = run->trainer->train_step();
   EXPECT_EQ(step.options().accumulation_steps(), 3);
   EXPECT_EQ(step.options().max_grad_norm(), 1.0);
   std::vector<lamp::training::BatchProgress> seen;
-  run->trainer->fit(nullptr, [&](const lamp::training::BatchProgress& p) { seen.push_back(p); });
+  run->trainer->fit(nullptr, [&](const lamp::training::BatchProgress& p) {
+    seen.push_back(p);
+  });
   ASSERT_EQ(seen.size(), 6u);
   for (size_t i = 0; i < seen.size(); ++i) {
     EXPECT_EQ(seen[i].global_step, static_cast<int64_t>(i) + 1);
@@ -493,36 +536,50 @@ TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
   for (const auto& p : seen) {
     sum += p.loss.item<double>();
   }
-  EXPECT_NEAR(seen.back().epoch_loss_sum.item<double>(), sum, 1e-9 * std::abs(sum));
+  EXPECT_NEAR(seen.back().epoch_loss_sum.item<double>(), sum,
+              1e-9 * std::abs(sum));
   EXPECT_EQ(seen.back().non_finite_losses.item<int64_t>(), 0);
   EXPECT_EQ(seen.front().non_finite_before_epoch, 0);
   ASSERT_FALSE(step.optimizer().state().empty());
   for (const auto& item : step.optimizer().state()) {
-    EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*item.second).step(), 2);
+    EXPECT_EQ(
+        static_cast<const torch::optim::AdamParamState&>(*item.second).step(),
+        2);
   }
   const auto refused = error_of([&] {
-    make_run(lamp::Precision::kFP32, TrainerOptions(options).accumulation_steps(4), 1e-3);
+    make_run(lamp::Precision::kFP32,
+             TrainerOptions(options).accumulation_steps(4), 1e-3);
   });
-  EXPECT_NE(refused.find("4 accumulation steps do not divide the 6 batches of an "
-                         "epoch"), std::string::npos) << refused;
-  EXPECT_NE(refused.find("use one of 1, 2, 3, 6,"), std::string::npos) << refused;
+  EXPECT_NE(
+      refused.find("4 accumulation steps do not divide the 6 batches of an "
+                   "epoch"),
+      std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("use one of 1, 2, 3, 6,"), std::string::npos)
+      << refused;
 }
 
 // The new settings are stored and a resume must repeat them.
 TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationOrBiasDecay) {
   const auto checkpoint = temp_path("accumulation.pt");
-  const auto options =
-      TrainerOptions().epochs(2).max_steps(6).accumulation_steps(2).no_bias_decay(true);
-  make_run(lamp::Precision::kFP32, TrainerOptions(options).checkpoint(checkpoint))
+  const auto options = TrainerOptions()
+                           .epochs(2)
+                           .max_steps(6)
+                           .accumulation_steps(2)
+                           .no_bias_decay(true);
+  make_run(lamp::Precision::kFP32,
+           TrainerOptions(options).checkpoint(checkpoint))
       ->trainer->fit();
   const auto resume = TrainerOptions(options).max_steps(0).resume(checkpoint);
   EXPECT_EQ(error_of([&] { make_run(lamp::Precision::kFP32, resume); }), "");
   EXPECT_NE(error_of([&] {
-              make_run(lamp::Precision::kFP32, TrainerOptions(resume).accumulation_steps(3));
+              make_run(lamp::Precision::kFP32,
+                       TrainerOptions(resume).accumulation_steps(3));
             }).find("resume with --accumulation-steps 2"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              make_run(lamp::Precision::kFP32, TrainerOptions(resume).no_bias_decay(false));
+              make_run(lamp::Precision::kFP32,
+                       TrainerOptions(resume).no_bias_decay(false));
             }).find("was trained with --no-bias-decay; resume with it"),
             std::string::npos);
   std::remove(checkpoint.c_str());

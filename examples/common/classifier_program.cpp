@@ -57,10 +57,12 @@ std::string utc_now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          now.time_since_epoch()).count() % 1000;
+                          now.time_since_epoch())
+                          .count() %
+                      1000;
   std::tm utc{};
   gmtime_r(&seconds, &utc);
-  char text[80];  // room for any int the compiler cannot rule out
+  char text[80]; // room for any int the compiler cannot rule out
   std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
                 utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
                 utc.tm_min, utc.tm_sec, static_cast<int>(millis));
@@ -103,7 +105,7 @@ int terminal_width() {
 class LossWindow {
  public:
   void add(const lamp::training::BatchProgress& p) {
-    if (p.batch == 1) {  // the epoch's sum starts again: so does the window
+    if (p.batch == 1) { // the epoch's sum starts again: so does the window
       sum_at_ = 0;
       non_finite_at_ = p.non_finite_before_epoch;
       batch_at_ = 0;
@@ -119,7 +121,8 @@ class LossWindow {
                           .cpu();
     const double sum = host[0].item<double>();
     const auto non_finite = static_cast<int64_t>(host[1].item<double>());
-    const int64_t finite = (p.batch - batch_at_) - (non_finite - non_finite_at_);
+    const int64_t finite =
+        (p.batch - batch_at_) - (non_finite - non_finite_at_);
     const double mean = finite > 0 ? (sum - sum_at_) / finite
                                    : std::numeric_limits<double>::quiet_NaN();
     const int64_t images = images_;
@@ -231,7 +234,7 @@ class Progress {
       bar_window_.add(p);
     }
     if (log_every_ > 0 || timed_lines_) {
-      line_window_.add(p);  // a line covers steps of one epoch only
+      line_window_.add(p); // a line covers steps of one epoch only
       if (log_every_ > 0 ? p.global_step % log_every_ == 0
                          : now - last_line_ >= std::chrono::seconds(30)) {
         write_line(p, now);
@@ -269,23 +272,23 @@ class Progress {
     const double rate = elapsed > 0 ? window.second / elapsed : 0.0;
     const auto scale = scale_text(p);
     clear();
-    std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %.4g%s%s\n",
-                static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
-                static_cast<long long>(p.batch), static_cast<long long>(p.batches),
-                window.first, rate, p.lr,
-                scale.empty() ? "" : "  ", scale.c_str());
+    std::printf(
+        "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %.4g%s%s\n",
+        static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
+        static_cast<long long>(p.batch), static_cast<long long>(p.batches),
+        window.first, rate, p.lr, scale.empty() ? "" : "  ", scale.c_str());
     std::fflush(stdout);
     if (log_ && log_every_ > 0) {
-      log_->write("step", {{"epoch", p.epoch},
-                           {"batch", p.batch},
-                           {"global_step", p.global_step},
-                           {"loss", window.first},
-                           {"images_per_second", rate},
-                           {"loss_scale", p.loss_scale.defined()
-                                              ? p.loss_scale.item<double>()
-                                              : 1.0},
-                           {"lr", p.lr},
-                           {"warmup", p.warmup}});
+      log_->write("step",
+                  {{"epoch", p.epoch},
+                   {"batch", p.batch},
+                   {"global_step", p.global_step},
+                   {"loss", window.first},
+                   {"images_per_second", rate},
+                   {"loss_scale",
+                    p.loss_scale.defined() ? p.loss_scale.item<double>() : 1.0},
+                   {"lr", p.lr},
+                   {"warmup", p.warmup}});
     }
     line_start_ = last_line_ = now;
   }
@@ -297,14 +300,16 @@ class Progress {
     const double rate = elapsed > 0 ? epoch_images_ / elapsed : 0.0;
     const double eta = elapsed * (p.batches - p.batch) / p.batch;
     const double loss = bar_window_.take(p).first;
-    const auto left = "epoch " + std::to_string(p.epoch) + "/" + std::to_string(epochs_);
+    const auto left =
+        "epoch " + std::to_string(p.epoch) + "/" + std::to_string(epochs_);
     // The parts after the bar, dropped from the end while they do not fit.
     std::vector<std::string> parts = {
         std::to_string(p.batch) + "/" + std::to_string(p.batches),
         "loss " + (std::isfinite(loss) ? fixed(loss, 4) : std::string("nan")),
         // Nothing is timed yet after the first batch (as tqdm's "?").
         (p.batch > 1 ? fixed(rate, 0) : std::string("?")) + " img/s",
-        scale_text(p), "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
+        scale_text(p),
+        "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
     const int width = terminal_width() - 1;
     std::string right;
     for (const auto& part : parts) {
@@ -348,7 +353,6 @@ class Progress {
   bool drawn_ = false;
 };
 
-
 } // namespace
 
 void add_options(CLI::App& app, ProgramConfig& c) {
@@ -378,8 +382,7 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                  "sgd | adam | adamw (fused kernels where available)")
       ->check(CLI::IsMember(lamp::optim::optimizer_names()))
       ->capture_default_str();
-  app.add_option("--lr", c.lr,
-                 "peak learning rate (e.g. 1e-3 for adam/adamw)")
+  app.add_option("--lr", c.lr, "peak learning rate (e.g. 1e-3 for adam/adamw)")
       ->check(positive_real())
       ->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov), in [0, 1]")
@@ -458,8 +461,9 @@ void add_options(CLI::App& app, ProgramConfig& c) {
                  "stop after this many steps, 0 = no limit (smoke runs)")
       ->check(integer_at_least(0))
       ->capture_default_str();
-  app.add_flag_callback("--no-progress", [&c] { c.progress = false; },
-                        "no progress bar or timed progress lines");
+  app.add_flag_callback(
+      "--no-progress", [&c] { c.progress = false; },
+      "no progress bar or timed progress lines");
   app.add_flag(
       "--report-precision", c.report_precision,
       "before training, print every parameter's and buffer's dtype "
@@ -491,25 +495,28 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   const auto precision = lamp::parse_precision(config.fp16 ? std::string("half")
                                                            : config.precision);
   if (!config.export_state_dict.empty() && main_rank) {
-    lamp::training::check_writable_path(config.export_state_dict,
-                                        "--export-state-dict");
+    lamp::check_writable_path(config.export_state_dict, "--export-state-dict");
   }
   TORCH_CHECK(!config.fp16 || config.precision == "fp32" ||
                   config.precision == "half" || config.precision == "fp16",
               "--fp16 and --precision ", config.precision,
               " contradict each other; give one of them.");
   lamp::set_cudnn_benchmark(config.cudnn_benchmark);
-  lamp::set_cudnn_benchmark_limit(static_cast<int>(config.cudnn_benchmark_limit));
+  lamp::set_cudnn_benchmark_limit(
+      static_cast<int>(config.cudnn_benchmark_limit));
   torch::manual_seed(config.seed);
 
   auto model = spec.make_model(config.model);
   model.module->to(device);
   if (config.channels_last) {
-    for (auto& p : model.module->parameters()) {
-      if (p.dim() == 4) {
-        p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
-      }
-    }
+    lamp::models::to_channels_last(*model.module);
+  }
+  // "half"/"bf16": fastai's network_to_half, BatchNorm kept FP32, with the
+  // input cast in front of the forward (the trainer's TrainStep then finds
+  // the model converted). The parameter names stay the model's own.
+  if (const auto dtype = lamp::precision_policy(precision).model_dtype) {
+    model = lamp::models::network_to_half(std::move(model),
+                                          lamp::HalfOptions(*dtype));
   }
   // The flags' limits, said in the flags' words before the loaders say them
   // in the library's.
@@ -524,17 +531,18 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   // One evaluation batch can hold at most the whole test set.
   const int64_t eval_batch_size =
       std::min(config.eval_batch_size, spec.test.size());
-  auto train_options = lamp::data::LoaderOptions(config.batch_size)
-                           .seed(config.seed)
-                           .crop_padding(spec.crop_padding)
-                           .horizontal_flip(spec.horizontal_flip)
-                           .mean(spec.mean)
-                           .std(spec.std)
-                           .channels_last(config.channels_last)
-                           .drop_last(config.drop_last == "on" ||
-                                      (config.drop_last == "auto" && device.is_cuda()))
-                           .num_shards(group->world_size())
-                           .shard(group->rank());
+  auto train_options =
+      lamp::data::LoaderOptions(config.batch_size)
+          .seed(config.seed)
+          .crop_padding(spec.crop_padding)
+          .horizontal_flip(spec.horizontal_flip)
+          .mean(spec.mean)
+          .std(spec.std)
+          .channels_last(config.channels_last)
+          .drop_last(config.drop_last == "on" ||
+                     (config.drop_last == "auto" && device.is_cuda()))
+          .num_shards(group->world_size())
+          .shard(group->rank());
   auto test_options = lamp::data::LoaderOptions(eval_batch_size)
                           .shuffle(false)
                           .mean(spec.mean)
@@ -600,34 +608,35 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   if (!config.log_json.empty() && main_rank) {
     log = std::make_unique<JsonLog>(config.log_json, new_run_id());
     const auto cuda = lamp::cuda_versions();
-    log->write("run", {{"program", spec.program},
-                       {"command_line", config.command_line},
-                       {"lamp_version", LAMP_VERSION},
-                       {"torch_version", TORCH_VERSION},
-                       {"libtorch", lamp::libtorch_version()},
-                       {"cuda", cuda.empty() ? nlohmann::ordered_json(nullptr)
-                                             : nlohmann::ordered_json(cuda)},
-                       {"device", device.str()},
-                       {"device_name", lamp::device_name(device)},
-                       {"world_size", group->world_size()},
-                       {"model", config.model},
-                       {"precision", lamp::to_string(precision)},
-                       {"optimizer", config.optimizer},
-                       {"batch_size", config.batch_size},
-                       {"accumulation_steps", config.accumulation_steps},
-                       {"epochs", config.epochs},
-                       {"lr", config.lr},
-                       {"schedule", config.schedule},
-                       {"momentum", config.momentum},
-                       {"weight_decay", config.weight_decay},
-                       {"no_bias_decay", config.no_bias_decay},
-                       {"max_grad_norm", config.max_grad_norm},
-                       {"cuda_graph", trainer.train_step().cuda_graph_enabled()},
-                       {"seed", config.seed},
-                       {"train_images", spec.train.size()},
-                       {"test_images", spec.test.size()},
-                       {"start_epoch", trainer.start_epoch() + 1},
-                       {"resume", config.resume}});
+    log->write("run",
+               {{"program", spec.program},
+                {"command_line", config.command_line},
+                {"lamp_version", LAMP_VERSION},
+                {"torch_version", TORCH_VERSION},
+                {"libtorch", lamp::libtorch_version()},
+                {"cuda", cuda.empty() ? nlohmann::ordered_json(nullptr)
+                                      : nlohmann::ordered_json(cuda)},
+                {"device", device.str()},
+                {"device_name", lamp::device_name(device)},
+                {"world_size", group->world_size()},
+                {"model", config.model},
+                {"precision", lamp::to_string(precision)},
+                {"optimizer", config.optimizer},
+                {"batch_size", config.batch_size},
+                {"accumulation_steps", config.accumulation_steps},
+                {"epochs", config.epochs},
+                {"lr", config.lr},
+                {"schedule", config.schedule},
+                {"momentum", config.momentum},
+                {"weight_decay", config.weight_decay},
+                {"no_bias_decay", config.no_bias_decay},
+                {"max_grad_norm", config.max_grad_norm},
+                {"cuda_graph", trainer.train_step().cuda_graph_enabled()},
+                {"seed", config.seed},
+                {"train_images", spec.train.size()},
+                {"test_images", spec.test.size()},
+                {"start_epoch", trainer.start_epoch() + 1},
+                {"resume", config.resume}});
   }
   if (main_rank) {
     const auto& step = trainer.train_step();
@@ -687,31 +696,32 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
         std::fflush(stdout);
         if (log) {
           log->write("epoch", {{"program", spec.program},
-                                 {"model", config.model},
-                                 {"precision", lamp::to_string(precision)},
-                                 {"device", device.str()},
-                                 {"batch_size", config.batch_size},
-                                 {"epoch", s.epoch},
-                                 {"steps", s.steps},
-                                 {"global_step", s.global_step},
-                                 {"train_loss", s.train_loss},
-                                 {"test_loss", s.test_loss},
-                                 {"test_accuracy", s.test_accuracy},
-                                 {"seconds", s.seconds},
-                                 {"warmup_seconds", s.warmup_seconds},
-                                 {"images_per_second", s.images_per_second},
-                                 {"peak_memory_bytes", s.peak_memory_bytes},
-                                 {"loss_scale", s.loss_scale},
-                                 {"skipped_steps", s.skipped_steps},
-                                 {"non_finite_losses", s.non_finite_losses},
-                                 {"lr", s.lr}});
+                               {"model", config.model},
+                               {"precision", lamp::to_string(precision)},
+                               {"device", device.str()},
+                               {"batch_size", config.batch_size},
+                               {"epoch", s.epoch},
+                               {"steps", s.steps},
+                               {"global_step", s.global_step},
+                               {"train_loss", s.train_loss},
+                               {"test_loss", s.test_loss},
+                               {"test_accuracy", s.test_accuracy},
+                               {"seconds", s.seconds},
+                               {"warmup_seconds", s.warmup_seconds},
+                               {"images_per_second", s.images_per_second},
+                               {"peak_memory_bytes", s.peak_memory_bytes},
+                               {"loss_scale", s.loss_scale},
+                               {"skipped_steps", s.skipped_steps},
+                               {"non_finite_losses", s.non_finite_losses},
+                               {"lr", s.lr}});
         }
       },
-      progress.active() ? std::function<void(const lamp::training::BatchProgress&)>(
-                              [&](const lamp::training::BatchProgress& p) {
-                                progress.update(p);
-                              })
-                        : nullptr);
+      progress.active()
+          ? std::function<void(const lamp::training::BatchProgress&)>(
+                [&](const lamp::training::BatchProgress& p) {
+                  progress.update(p);
+                })
+          : nullptr);
   if (!config.export_state_dict.empty() && main_rank) {
     lamp::models::export_state_dict(
         *model.module, config.model, config.export_state_dict,
@@ -731,14 +741,12 @@ int program_main(int argc, char** argv, const std::string& program,
     return status;
   }
   config.command_line.assign(argv, argv + argc);
-  return guarded_main(
-      program,
-      [&] {
-        auto spec = make_spec();
-        spec.program = program;
-        run(config, spec);
-        return 0;
-      });
+  return guarded_main(program, [&] {
+    auto spec = make_spec();
+    spec.program = program;
+    run(config, spec);
+    return 0;
+  });
 }
 
 } // namespace lamp_examples

@@ -3,8 +3,8 @@
 // The part train_cifar10 and train_mnist share: the CLI options, progress,
 // printing, the JSON log, and the run itself (which the library does).
 
-#include <CLI/CLI.hpp>
 #include <lamp/lamp.h>
+#include <CLI/CLI.hpp>
 
 #include "cli.h"
 
@@ -17,9 +17,9 @@ namespace lamp_examples {
 
 struct ProgramConfig {
   std::string model;
-  std::vector<std::string> models;  // the valid --model values
+  std::vector<std::string> models; // the valid --model values
   std::string precision = "fp32";
-  bool fp16 = false;                // the seed's spelling of --precision half
+  bool fp16 = false; // the seed's spelling of --precision half
   int64_t epochs = 10;
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
@@ -32,12 +32,12 @@ struct ProgramConfig {
   int64_t accumulation_steps = 1;
   std::string schedule = "onecycle";
   bool cudnn_benchmark = false;
-  int64_t cudnn_benchmark_limit = 10;  // cuDNN's own default
+  int64_t cudnn_benchmark_limit = 10; // cuDNN's own default
   std::string drop_last = "auto";
   std::string cuda_graph = "auto";
   bool channels_last = false;
   std::string data;
-  std::string device;               // default: cuda when available, else cpu
+  std::string device; // default: cuda when available, else cpu
   uint64_t seed = 0;
   std::string checkpoint;
   std::string export_state_dict;
@@ -47,7 +47,7 @@ struct ProgramConfig {
   int64_t log_every = 0;
   bool progress = true;
   bool report_precision = false;
-  std::vector<std::string> command_line;  // for the log's run record
+  std::vector<std::string> command_line; // for the log's run record
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).
@@ -57,7 +57,7 @@ void add_options(CLI::App& app, ProgramConfig& config);
 using BuiltModel = lamp::models::NamedModel;
 
 struct RunSpec {
-  std::string program;  // for messages
+  std::string program; // for messages
   lamp::data::Dataset train;
   lamp::data::Dataset test;
   std::function<BuiltModel(const std::string& name)> make_model;

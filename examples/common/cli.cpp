@@ -1,8 +1,8 @@
 #include "cli.h"
 
 #include <c10/util/Exception.h>
-#include <lamp/backends.h>
-#include <lamp/precision.h>
+#include <lamp/amp/precision.h>
+#include <lamp/platform/backends.h>
 #include <lamp/version.h>
 #include <torch/types.h>
 
@@ -19,7 +19,8 @@ namespace {
 // The whole of `text` as a decimal integer (optional sign); false for
 // anything else, including values beyond int64.
 bool parse_integer(const std::string& text, int64_t& value) {
-  if (text.empty() || text.find_first_not_of("+-0123456789") != std::string::npos) {
+  if (text.empty() ||
+      text.find_first_not_of("+-0123456789") != std::string::npos) {
     return false;
   }
   char* end = nullptr;
@@ -34,8 +35,8 @@ bool parse_integer(const std::string& text, int64_t& value) {
 
 // The message for text that parse_integer() refuses.
 std::string not_an_integer(const std::string& text) {
-  const bool digits =
-      !text.empty() && text.find_first_not_of("+-0123456789") == std::string::npos;
+  const bool digits = !text.empty() && text.find_first_not_of("+-0123456789") ==
+                                           std::string::npos;
   return "'" + text + "' is not an integer" +
          (digits ? " that fits in 64 bits" : "");
 }
@@ -81,7 +82,8 @@ const std::vector<std::string>& precision_flag_values() {
 }
 
 std::string version_line() {
-  std::string line = "lamp " LAMP_VERSION ", LibTorch " + lamp::libtorch_version();
+  std::string line =
+      "lamp " LAMP_VERSION ", LibTorch " + lamp::libtorch_version();
   const auto cuda = lamp::cuda_versions();
   if (!cuda.empty()) {
     line += ", " + cuda;
@@ -100,7 +102,7 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
   try {
     app.parse(argc, argv);
     return -1;
-  } catch (const CLI::Success& e) {  // --help, --version
+  } catch (const CLI::Success& e) { // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << program << ": error: " << one_line(e.what()) << " (see "
@@ -200,7 +202,8 @@ CLI::Validator real_in(double lo, double hi, bool lo_open) {
   if (hi == std::numeric_limits<double>::infinity()) {
     range = (lo_open ? "> " : ">= ") + short_number(lo);
   } else {
-    range = (lo_open ? "(" : "[") + short_number(lo) + ", " + short_number(hi) + "]";
+    range = (lo_open ? "(" : "[") + short_number(lo) + ", " + short_number(hi) +
+            "]";
   }
   return CLI::Validator(
       [lo, hi, lo_open, range](std::string& text) -> std::string {
@@ -218,7 +221,8 @@ CLI::Validator real_in(double lo, double hi, bool lo_open) {
 }
 
 CLI::Validator positive_real() {
-  return real_in(0.0, std::numeric_limits<double>::infinity(), /*lo_open=*/true);
+  return real_in(0.0, std::numeric_limits<double>::infinity(),
+                 /*lo_open=*/true);
 }
 
 CLI::Validator non_negative_real() {

@@ -9,8 +9,8 @@
 //   --help         the flags with their defaults on stdout, exit 0
 //   --version      lamp's, LibTorch's (and CUDA's, cuDNN's) versions, exit 0
 
-#include <CLI/CLI.hpp>
 #include <torch/types.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -63,7 +63,7 @@ int guarded_main(const std::string& program, const std::function<int()>& body);
 /// --help's type column ("INT=30"): say the range in the option's help.
 CLI::Validator integer_in(int64_t lo, int64_t hi);
 CLI::Validator integer_at_least(int64_t lo);
-CLI::Validator unsigned_integer();  ///< 0..2^64-1, for uint64_t options
+CLI::Validator unsigned_integer(); ///< 0..2^64-1, for uint64_t options
 /// A finite real number in [lo, hi]; `lo_open` excludes lo (for "> 0").
 CLI::Validator real_in(double lo, double hi, bool lo_open = false);
 CLI::Validator positive_real();

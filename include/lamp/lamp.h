@@ -1,30 +1,34 @@
 #pragma once
 
 /// \file
-/// Everything lamp offers, in namespace `lamp`.
+/// Everything lamp offers, in namespace `lamp`. The folders are its layers,
+/// each using only those below it: platform/ (backends, device queries,
+/// checkpoint files), amp/ (the mixed-precision core) with optim/, then
+/// distributed/, data/ and models/, and training/ on top.
 
-#include "lamp/autocast.h"
-#include "lamp/backends.h"
+#include "lamp/amp/autocast.h"
+#include "lamp/amp/grad_scaler.h"
+#include "lamp/amp/gradient_sync.h"
+#include "lamp/amp/half.h"
+#include "lamp/amp/master_weights.h"
+#include "lamp/amp/precision.h"
+#include "lamp/amp/report.h"
+#include "lamp/amp/train_step.h"
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
 #include "lamp/distributed.h"
-#include "lamp/grad_scaler.h"
-#include "lamp/half.h"
-#include "lamp/master_weights.h"
 #include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/registry.h"
+#include "lamp/models/relu_max_pool.h"
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
-#include "lamp/ops.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/clip.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/optim/sgd.h"
-#include "lamp/precision.h"
-#include "lamp/report.h"
-#include "lamp/train_step.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/backends.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "lamp/version.h"

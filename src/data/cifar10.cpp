@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "data/files.h"
-#include "detail/memory.h"
+#include "platform/memory.h"
 
 // CIFAR-10, binary version.
 
@@ -131,8 +131,8 @@ Dataset read_cifar10(const std::string& directory, bool train) {
   // Before allocating: a sparse or corrupt file can claim any size.
   const auto total_bytes =
       static_cast<uint64_t>(total_records) * kCifarRecordBytes;
-  TORCH_CHECK(total_bytes <= lamp::detail::physical_memory_bytes(), caller, ": ",
-              quoted(files[largest_file]), " is ", byte_count(largest),
+  TORCH_CHECK(total_bytes <= lamp::detail::physical_memory_bytes(), caller,
+              ": ", quoted(files[largest_file]), " is ", byte_count(largest),
               " (the ", files.size(), " files hold ", byte_count(total_bytes),
               "), more than ", memory_text(),
               "; a CIFAR-10 batch is 30,730,000 bytes (10,000 records), so "

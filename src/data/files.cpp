@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "detail/memory.h"
+#include "platform/memory.h"
 
 namespace lamp {
 namespace data {
@@ -62,7 +62,8 @@ std::string byte_count(uint64_t bytes) {
 
 // "this machine's 23.4 GiB (...) of memory".
 std::string memory_text() {
-  return "this machine's " + byte_count(lamp::detail::physical_memory_bytes()) + " of memory";
+  return "this machine's " + byte_count(lamp::detail::physical_memory_bytes()) +
+         " of memory";
 }
 
 // POSIX calls rather than std::filesystem: the PyTorch 2.x wheels export

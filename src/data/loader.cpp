@@ -55,7 +55,8 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                   data.labels.size(0) == data.images.size(0),
               "lamp::data::DeviceLoader: need one label per image (",
               data.images.size(0), " images).");
-  TORCH_CHECK(data.images.size(0) > 0, "lamp::data::DeviceLoader: the dataset is empty.");
+  TORCH_CHECK(data.images.size(0) > 0,
+              "lamp::data::DeviceLoader: the dataset is empty.");
   TORCH_CHECK(options_.num_shards() >= 1 && options_.shard() >= 0 &&
                   options_.shard() < options_.num_shards(),
               "lamp::data::DeviceLoader: shard ", options_.shard(),
@@ -74,7 +75,8 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                   (options_.mean().empty() ||
                    static_cast<int64_t>(options_.mean().size()) == channels),
               "lamp::data::DeviceLoader: mean and std need one value per "
-              "channel (", channels, "), got ", options_.mean().size(), " and ",
+              "channel (",
+              channels, "), got ", options_.mean().size(), " and ",
               options_.std().size(), ".");
   for (size_t c = 0; c < options_.std().size(); ++c) {
     const double s = options_.std()[c];
@@ -84,10 +86,12 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                 "channel ",
                 c, " of the images has the same value everywhere).");
   }
-  TORCH_CHECK(options_.dtype() == torch::kFloat || options_.dtype() == torch::kHalf ||
+  TORCH_CHECK(options_.dtype() == torch::kFloat ||
+                  options_.dtype() == torch::kHalf ||
                   options_.dtype() == torch::kBFloat16,
               "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or "
-              "kBFloat16, got ", options_.dtype(), ".");
+              "kBFloat16, got ",
+              options_.dtype(), ".");
   // A larger batch would be one short batch under another name (or, with
   // drop_last, none).
   const int64_t samples = data.labels.size(0);
@@ -127,7 +131,8 @@ int64_t DeviceLoader::batches_per_epoch() const {
 }
 
 void DeviceLoader::set_epoch(int64_t epoch) {
-  TORCH_CHECK(epoch >= 0, "lamp::data::DeviceLoader::set_epoch: epoch must be >= 0.");
+  TORCH_CHECK(epoch >= 0,
+              "lamp::data::DeviceLoader::set_epoch: epoch must be >= 0.");
   if (epoch == epoch_) {
     return;
   }
@@ -136,7 +141,8 @@ void DeviceLoader::set_epoch(int64_t epoch) {
     auto generator = generator_for(options_.seed(), epoch, /*stream=*/-1);
     order_ = torch::randperm(size(), generator, torch::kLong).to(device_);
   } else {
-    order_ = torch::arange(size(), torch::TensorOptions().dtype(torch::kLong).device(device_));
+    order_ = torch::arange(
+        size(), torch::TensorOptions().dtype(torch::kLong).device(device_));
   }
   const int64_t shards = options_.num_shards();
   if (shards > 1) {
@@ -153,7 +159,8 @@ Batch DeviceLoader::batch(int64_t index) const {
               "lamp::data::DeviceLoader::batch: index ", index,
               " is outside this epoch's ", batches_per_epoch(), " batches.");
   const int64_t start = index * options_.batch_size();
-  const int64_t end = std::min(start + options_.batch_size(), samples_per_epoch());
+  const int64_t end =
+      std::min(start + options_.batch_size(), samples_per_epoch());
   const auto idx = order_.slice(0, start, end);
   auto images = augment(images_.index_select(0, idx), index);
   auto x = images.to(torch::kFloat).mul_(1.0 / 255.0);
@@ -178,24 +185,29 @@ torch::Tensor DeviceLoader::augment(const torch::Tensor& images,
   // The random numbers are drawn on the CPU (a few per image) so that a
   // batch is the same on every device; the pixels never leave the device.
   // Each shard its own augmentation stream (the same as before for one).
-  auto generator = generator_for(options_.seed(), epoch_,
-                                 index * options_.num_shards() + options_.shard());
+  auto generator =
+      generator_for(options_.seed(), epoch_,
+                    index * options_.num_shards() + options_.shard());
   const auto long_cpu = torch::TensorOptions().dtype(torch::kLong);
   auto dy = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);
   auto dx = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);
-  auto flip = options_.horizontal_flip()
-      ? torch::randint(0, 2, {b}, generator, long_cpu).to(torch::kBool)
-      : torch::zeros({b}, torch::kBool);
+  auto flip =
+      options_.horizontal_flip()
+          ? torch::randint(0, 2, {b}, generator, long_cpu).to(torch::kBool)
+          : torch::zeros({b}, torch::kBool);
   dy = dy.to(device_);
   dx = dx.to(device_);
   flip = flip.to(device_);
 
   const auto padded =
-      pad > 0 ? torch::constant_pad_nd(images, {pad, pad, pad, pad}, 0) : images;
-  const auto on_device = torch::TensorOptions().dtype(torch::kLong).device(device_);
+      pad > 0 ? torch::constant_pad_nd(images, {pad, pad, pad, pad}, 0)
+              : images;
+  const auto on_device =
+      torch::TensorOptions().dtype(torch::kLong).device(device_);
   const auto rows = dy.view({b, 1}) + torch::arange(h, on_device).view({1, h});
   const auto ascending = torch::arange(w, on_device).view({1, w});
-  const auto cols = dx.view({b, 1}) +
+  const auto cols =
+      dx.view({b, 1}) +
       torch::where(flip.view({b, 1}), (w - 1) - ascending, ascending);
   const int64_t wp = padded.size(3);
   auto out = padded.gather(2, rows.view({b, 1, h, 1}).expand({b, c, h, wp}));

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "data/files.h"
-#include "detail/memory.h"
+#include "platform/memory.h"
 
 // IDX files (MNIST, Fashion-MNIST), plain or gzip-compressed.
 
@@ -277,9 +277,9 @@ torch::Tensor read_idx(const std::string& path) {
     const auto bytes = read_file_bytes(path, size, caller);
     return parse_idx(bytes.data(), bytes.size(), quoted(path));
   }
-  TORCH_CHECK(size <= lamp::detail::physical_memory_bytes(), caller, ": ", quoted(path),
-              " is a gzip file of ", byte_count(size), ", more than ",
-              memory_text(),
+  TORCH_CHECK(size <= lamp::detail::physical_memory_bytes(), caller, ": ",
+              quoted(path), " is a gzip file of ", byte_count(size),
+              ", more than ", memory_text(),
               "; MNIST-format files are tens of megabytes, so this one is "
               "corrupt or not MNIST data.");
   const auto compressed = read_file_bytes(path, size, caller);

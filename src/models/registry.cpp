@@ -38,10 +38,34 @@ NamedModel make_model(const std::string& name, int64_t num_classes,
   check_model_name(name, "lamp::models::make_model");
   if (name == "cnn") {
     MnistCNN net(num_classes, in_channels);
-    return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+    return {net.ptr(),
+            [net](const torch::Tensor& x) mutable { return net->forward(x); }};
   }
   auto net = make_resnet(name, num_classes, in_channels);
-  return {net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+  return {net.ptr(),
+          [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+}
+
+torch::nn::Module& to_channels_last(torch::nn::Module& module) {
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) {
+      p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+    }
+  }
+  return module;
+}
+
+NamedModel network_to_half(NamedModel model, const HalfOptions& options) {
+  TORCH_CHECK(model.module != nullptr && model.forward != nullptr,
+              "lamp::models::network_to_half: the model has no module or no "
+              "forward function.");
+  convert_network(*model.module, options);
+  InputCast cast(options.dtype());
+  model.forward = [cast, forward = std::move(model.forward)](
+                      const torch::Tensor& x) mutable {
+    return forward(cast->forward(x));
+  };
+  return model;
 }
 
 } // namespace models

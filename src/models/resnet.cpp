@@ -161,12 +161,11 @@ struct Depth {
 };
 
 const std::vector<Depth>& depths() {
-  static const std::vector<Depth> table = {
-      {"resnet18", {2, 2, 2, 2}, false},
-      {"resnet34", {3, 4, 6, 3}, false},
-      {"resnet50", {3, 4, 6, 3}, true},
-      {"resnet101", {3, 4, 23, 3}, true},
-      {"resnet152", {3, 8, 36, 3}, true}};
+  static const std::vector<Depth> table = {{"resnet18", {2, 2, 2, 2}, false},
+                                           {"resnet34", {3, 4, 6, 3}, false},
+                                           {"resnet50", {3, 4, 6, 3}, true},
+                                           {"resnet101", {3, 4, 23, 3}, true},
+                                           {"resnet152", {3, 8, 36, 3}, true}};
   return table;
 }
 

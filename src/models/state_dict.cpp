@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "lamp/half.h"
-#include "lamp/master_weights.h"
+#include "lamp/amp/half.h"
+#include "lamp/amp/master_weights.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/resnet.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/checkpoint_file.h"
 
 namespace lamp {
 namespace models {
@@ -36,22 +36,24 @@ void check_model(const torch::nn::Module& model, const std::string& name) {
   if (name == "cnn") {
     TORCH_CHECK(dynamic_cast<const MnistCNNImpl*>(&model) != nullptr, kCaller,
                 ": model_name 'cnn' is Python's MnistCNN, which needs a "
-                "lamp::models::MnistCNN, got a ", model.name(),
-                "; pass the name the model was built with.");
+                "lamp::models::MnistCNN, got a ",
+                model.name(), "; pass the name the model was built with.");
     return;
   }
   const auto* resnet = dynamic_cast<const ResNetImpl*>(&model);
   TORCH_CHECK(resnet != nullptr, kCaller, ": model_name '", name,
               "' is Python's ResNet, which needs a lamp::models::ResNet, "
-              "got a ", model.name(), "; pass the name the model was built "
+              "got a ",
+              model.name(),
+              "; pass the name the model was built "
               "with.");
   const auto expected = resnet_options(name);
   TORCH_CHECK(resnet->options().blocks() == expected.blocks() &&
                   resnet->options().bottleneck() == expected.bottleneck(),
               kCaller, ": the model is a ResNet with blocks ",
               c10::IntArrayRef(resnet->options().blocks()),
-              resnet->options().bottleneck() ? " (bottleneck)" : "",
-              ", not a ", name, "; pass the name the model was built with.");
+              resnet->options().bottleneck() ? " (bottleneck)" : "", ", not a ",
+              name, "; pass the name the model was built with.");
 }
 
 // The module types that have a counterpart of the same name and layout in
@@ -109,8 +111,8 @@ class Collector {
     if (master != masters_.end()) {
       TORCH_CHECK(master->second.sizes() == tensor.sizes(), kCaller,
                   ": the master weight of '", key, "' has shape ",
-                  master->second.sizes(), " but the parameter ",
-                  tensor.sizes(), "; pass the master weights of this model.");
+                  master->second.sizes(), " but the parameter ", tensor.sizes(),
+                  "; pass the master weights of this model.");
       source = master->second;
     }
     auto dtype = source.scalar_type();
@@ -159,8 +161,8 @@ c10::Dict<std::string, torch::Tensor> python_state_dict(
 void export_state_dict(const torch::nn::Module& model,
                        const std::string& model_name, const std::string& path,
                        const StateDictOptions& options) {
-  training::check_checkpoint_path(path, "lamp::models::export_state_dict");
-  training::save_pickle(python_state_dict(model, model_name, options), path);
+  check_checkpoint_path(path, "lamp::models::export_state_dict");
+  save_pickle(python_state_dict(model, model_name, options), path);
 }
 
 } // namespace models

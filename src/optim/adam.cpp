@@ -5,8 +5,8 @@
 #include <cmath>
 #include <type_traits>
 
-#include "detail/compat.h"
 #include "optim/internal.h"
+#include "platform/compat.h"
 
 namespace lamp {
 namespace optim {
@@ -48,10 +48,12 @@ struct Rule {
                                   const detail::DeviceSteps& steps) {
     auto& state = optimizer.state();
     for (const auto& item : steps) {
-      const auto it = state.find(lamp::detail::optimizer_state_key(item.second.first));
+      const auto it =
+          state.find(lamp::detail::optimizer_state_key(item.second.first));
       if (it != state.end()) {
         static_cast<State&>(*it->second)
-            .step(static_cast<int64_t>(item.second.second.template item<float>()));
+            .step(static_cast<int64_t>(
+                item.second.second.template item<float>()));
       }
     }
   }
@@ -75,7 +77,8 @@ struct Rule {
       for (auto& item : internal::buckets(group, kCaller)) {
         auto& params = item.second.params;
         const auto lr = lr_on(g, o.lr(), params[0].device());
-        std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+        std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+            steps;
         for (const auto& p : params) {
           auto& state = state_of(optimizer, p, o.amsgrad());
           exp_avgs.push_back(state.exp_avg());
@@ -93,11 +96,11 @@ struct Rule {
         // As Python's fused Adam: count the step on the device, and take it
         // back where the step was skipped.
         at::_foreach_add_(steps, 1);
-        lamp::detail::fused_adam_(kDecoupled, params, item.second.grads, exp_avgs,
-                            exp_avg_sqs, max_exp_avg_sqs, steps, o.lr(), lr,
-                            std::get<0>(o.betas()), std::get<1>(o.betas()),
-                            o.weight_decay(), o.eps(), o.amsgrad(), grad_scale,
-                            found_inf);
+        lamp::detail::fused_adam_(kDecoupled, params, item.second.grads,
+                                  exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+                                  o.lr(), lr, std::get<0>(o.betas()),
+                                  std::get<1>(o.betas()), o.weight_decay(),
+                                  o.eps(), o.amsgrad(), grad_scale, found_inf);
         if (found_inf.defined()) {
           const std::vector<torch::Tensor> flags(steps.size(), found_inf);
           at::_foreach_sub_(steps, flags);
@@ -106,10 +109,11 @@ struct Rule {
     }
   }
 
-  static void foreach(torch::optim::Optimizer& optimizer) {
+  static void foreach (torch::optim::Optimizer& optimizer) {
     for (auto& group : optimizer.param_groups()) {
       const auto& o = static_cast<const Options&>(group.options());
-      const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+      const double beta1 = std::get<0>(o.betas()),
+                   beta2 = std::get<1>(o.betas());
       for (auto& item : internal::buckets(group, kCaller)) {
         auto& params = item.second.params;
         std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
@@ -141,10 +145,12 @@ struct Rule {
         at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
         if (o.amsgrad()) {
           for (size_t i = 0; i < params.size(); ++i) {
-            torch::max_out(max_exp_avg_sqs[i], exp_avg_sqs[i], max_exp_avg_sqs[i]);
+            torch::max_out(max_exp_avg_sqs[i], exp_avg_sqs[i],
+                           max_exp_avg_sqs[i]);
           }
         }
-        auto denom = at::_foreach_sqrt(o.amsgrad() ? max_exp_avg_sqs : exp_avg_sqs);
+        auto denom =
+            at::_foreach_sqrt(o.amsgrad() ? max_exp_avg_sqs : exp_avg_sqs);
         at::_foreach_div_(denom, bias2_sqrt);
         at::_foreach_add_(denom, o.eps());
         at::_foreach_addcdiv_(params, exp_avgs, denom, neg_step_size);
@@ -154,7 +160,8 @@ struct Rule {
 };
 
 using AdamRule = Rule<torch::optim::AdamOptions, torch::optim::AdamParamState>;
-using AdamWRule = Rule<torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
+using AdamWRule =
+    Rule<torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
 
 // One step of `Base` (torch::optim::Adam or AdamW) through `implementation`;
 // `lr_on(group, lr, device)` is the group's device learning rate (or none).
@@ -175,7 +182,7 @@ void run(Base& optimizer, Implementation implementation,
       optimizer.Base::step();
       return;
     case Implementation::kForEach:
-      R::foreach(optimizer);
+      R::foreach (optimizer);
       return;
     default:
       R::fused(optimizer, device_steps, lr_on, grad_scale, found_inf);
@@ -191,8 +198,8 @@ Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
     : torch::optim::Adam(std::move(param_groups), std::move(defaults)),
       implementation_(implementation) {}
 
-Adam::Adam(std::vector<torch::Tensor> params, torch::optim::AdamOptions defaults,
-           Implementation implementation)
+Adam::Adam(std::vector<torch::Tensor> params,
+           torch::optim::AdamOptions defaults, Implementation implementation)
     : torch::optim::Adam(std::move(params), std::move(defaults)),
       implementation_(implementation) {}
 

@@ -13,16 +13,18 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
                               double max_norm) {
   TORCH_CHECK(std::isfinite(max_norm) && max_norm > 0,
               "lamp::optim::clip_grad_norm_: max_norm must be finite and "
-              "positive, got ", max_norm, ".");
+              "positive, got ",
+              max_norm, ".");
   torch::NoGradGuard no_grad;
   std::map<std::string, std::vector<torch::Tensor>> grads;
-  std::vector<std::string> order;  // devices in the order first seen
+  std::vector<std::string> order; // devices in the order first seen
   for (const auto& p : params) {
     const auto& grad = p.grad();
     if (!grad.defined()) {
       continue;
     }
-    TORCH_CHECK(!grad.is_sparse(), "lamp::optim::clip_grad_norm_: sparse "
+    TORCH_CHECK(!grad.is_sparse(),
+                "lamp::optim::clip_grad_norm_: sparse "
                 "gradients are not supported.");
     const auto key = grad.device().str();
     if (grads.find(key) == grads.end()) {
@@ -39,7 +41,8 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
     const auto norms = at::_foreach_norm(grads[key], 2);
     partial.push_back(torch::stack(norms).norm().to(device));
   }
-  const auto total = partial.size() == 1 ? partial[0] : torch::stack(partial).norm();
+  const auto total =
+      partial.size() == 1 ? partial[0] : torch::stack(partial).norm();
   const auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
   for (const auto& key : order) {
     auto& list = grads[key];

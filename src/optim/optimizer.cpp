@@ -4,10 +4,10 @@
 
 #include <algorithm>
 
-#include "detail/compat.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/sgd.h"
 #include "optim/internal.h"
+#include "platform/compat.h"
 
 namespace lamp {
 namespace optim {
@@ -27,9 +27,9 @@ std::string to_string(Implementation implementation) {
 }
 
 Implementation parse_implementation(const std::string& name) {
-  for (auto implementation : {Implementation::kAuto, Implementation::kFused,
-                              Implementation::kForEach,
-                              Implementation::kPerTensor}) {
+  for (auto implementation :
+       {Implementation::kAuto, Implementation::kFused, Implementation::kForEach,
+        Implementation::kPerTensor}) {
     if (name == to_string(implementation)) {
       return implementation;
     }
@@ -87,15 +87,15 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
         config.implementation());
   }
   if (name == "adam") {
-    const auto defaults =
-        torch::optim::AdamOptions(config.lr()).weight_decay(config.weight_decay());
+    const auto defaults = torch::optim::AdamOptions(config.lr())
+                              .weight_decay(config.weight_decay());
     return std::make_unique<Adam>(
         param_groups(std::move(params), defaults, config), defaults,
         config.implementation());
   }
   if (name == "adamw") {
-    const auto defaults =
-        torch::optim::AdamWOptions(config.lr()).weight_decay(config.weight_decay());
+    const auto defaults = torch::optim::AdamWOptions(config.lr())
+                              .weight_decay(config.weight_decay());
     return std::make_unique<AdamW>(
         param_groups(std::move(params), defaults, config), defaults,
         config.implementation());
@@ -116,7 +116,8 @@ torch::Tensor AmpStep::device_lr_for(size_t group, double lr,
   }
   auto& tensor = device_lr_[{group, device.str()}];
   if (!tensor.defined()) {
-    tensor = torch::full({}, lr, torch::TensorOptions().device(device).dtype(torch::kFloat));
+    tensor = torch::full(
+        {}, lr, torch::TensorOptions().device(device).dtype(torch::kFloat));
   }
   return tensor;
 }

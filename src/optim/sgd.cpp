@@ -4,8 +4,8 @@
 
 #include <functional>
 
-#include "detail/compat.h"
 #include "optim/internal.h"
+#include "platform/compat.h"
 
 namespace lamp {
 namespace optim {
@@ -17,12 +17,13 @@ using torch::optim::SGDParamState;
 constexpr const char* kCaller = "lamp::optim::SGD";
 
 // The momentum buffer of `p`, or an undefined tensor when it has none yet.
-torch::Tensor buffer_of(torch::optim::Optimizer& optimizer, const torch::Tensor& p) {
+torch::Tensor buffer_of(torch::optim::Optimizer& optimizer,
+                        const torch::Tensor& p) {
   auto& state = optimizer.state();
   const auto it = state.find(lamp::detail::optimizer_state_key(p));
   return it == state.end()
-      ? torch::Tensor()
-      : static_cast<SGDParamState&>(*it->second).momentum_buffer();
+             ? torch::Tensor()
+             : static_cast<SGDParamState&>(*it->second).momentum_buffer();
 }
 
 void register_buffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p,
@@ -68,19 +69,20 @@ void foreach_group(torch::optim::Optimizer& optimizer,
   }
 }
 
-void fused_group(torch::optim::Optimizer& optimizer,
-                 torch::optim::OptimizerParamGroup& group,
-                 const std::function<torch::Tensor(const torch::Device&)>& lr_on,
-                 const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+void fused_group(
+    torch::optim::Optimizer& optimizer,
+    torch::optim::OptimizerParamGroup& group,
+    const std::function<torch::Tensor(const torch::Device&)>& lr_on,
+    const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
   const auto& o = static_cast<const SGDOptions&>(group.options());
   for (auto& item : internal::buckets(group, kCaller)) {
     auto& params = item.second.params;
     auto& grads = item.second.grads;
     const auto lr = lr_on(params[0].device());
     if (o.momentum() == 0) {
-      lamp::detail::fused_sgd_(params, grads, {}, o.weight_decay(), 0.0, o.lr(), lr,
-                         o.dampening(), o.nesterov(), false, grad_scale,
-                         found_inf);
+      lamp::detail::fused_sgd_(params, grads, {}, o.weight_decay(), 0.0, o.lr(),
+                               lr, o.dampening(), o.nesterov(), false,
+                               grad_scale, found_inf);
       continue;
     }
     // The kernel's is_first_step (buffer = gradient) holds for a whole call:
@@ -98,9 +100,10 @@ void fused_group(torch::optim::Optimizer& optimizer,
       }
     }
     if (!p_old.empty()) {
-      lamp::detail::fused_sgd_(p_old, g_old, b_old, o.weight_decay(), o.momentum(),
-                         o.lr(), lr, o.dampening(), o.nesterov(),
-                         /*is_first_step=*/false, grad_scale, found_inf);
+      lamp::detail::fused_sgd_(p_old, g_old, b_old, o.weight_decay(),
+                               o.momentum(), o.lr(), lr, o.dampening(),
+                               o.nesterov(),
+                               /*is_first_step=*/false, grad_scale, found_inf);
     }
     if (p_new.empty()) {
       continue;
@@ -127,8 +130,8 @@ void fused_group(torch::optim::Optimizer& optimizer,
       }
       lamp::detail::fused_sgd_(p_new, g_new, b_new, o.weight_decay(),
                                o.momentum(), o.lr(), lr, o.dampening(),
-                               o.nesterov(), /*is_first_step=*/true,
-                               grad_scale, torch::Tensor());
+                               o.nesterov(), /*is_first_step=*/true, grad_scale,
+                               torch::Tensor());
     }
     for (size_t i = 0; i < p_new.size(); ++i) {
       register_buffer(optimizer, p_new[i], b_new[i]);

@@ -19,9 +19,12 @@ double cosine(double from, double to, double t) {
 } // namespace
 
 Schedule parse_schedule(const std::string& name) {
-  if (name == "constant") return Schedule::kConstant;
-  if (name == "cosine") return Schedule::kCosine;
-  if (name == "onecycle") return Schedule::kOneCycle;
+  if (name == "constant")
+    return Schedule::kConstant;
+  if (name == "cosine")
+    return Schedule::kCosine;
+  if (name == "onecycle")
+    return Schedule::kOneCycle;
   TORCH_CHECK(false, "lamp: unknown learning-rate schedule '", name,
               "'; valid schedules are constant, cosine and onecycle.");
 }
@@ -42,7 +45,8 @@ double learning_rate(Schedule schedule, double peak_lr, int64_t step,
                      int64_t total_steps) {
   TORCH_CHECK(total_steps > 0 && step >= 0,
               "lamp::training::learning_rate: need step >= 0 and total_steps "
-              "> 0, got ", step, " and ", total_steps, ".");
+              "> 0, got ",
+              step, " and ", total_steps, ".");
   step = std::min(step, total_steps - 1);
   switch (schedule) {
     case Schedule::kConstant:
@@ -56,10 +60,12 @@ double learning_rate(Schedule schedule, double peak_lr, int64_t step,
       const double final_lr = initial / 1e4;
       const double warmup_end = 0.3 * total_steps - 1;
       if (step <= warmup_end) {
-        return cosine(initial, peak_lr, warmup_end > 0 ? step / warmup_end : 1.0);
+        return cosine(initial, peak_lr,
+                      warmup_end > 0 ? step / warmup_end : 1.0);
       }
       const double rest = (total_steps - 1) - warmup_end;
-      return cosine(peak_lr, final_lr, rest > 0 ? (step - warmup_end) / rest : 1.0);
+      return cosine(peak_lr, final_lr,
+                    rest > 0 ? (step - warmup_end) / rest : 1.0);
     }
   }
   return peak_lr;

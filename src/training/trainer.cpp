@@ -9,11 +9,10 @@
 #include <limits>
 
 #include "data/files.h"
-#include "detail/archive.h"
-#include "lamp/autocast.h"
-#include "lamp/backends.h"
 #include "lamp/optim/optimizer.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/backends.h"
+#include "lamp/platform/checkpoint_file.h"
+#include "platform/archive.h"
 
 namespace lamp {
 namespace training {
@@ -55,7 +54,7 @@ std::string exact(double value) {
   return text;
 }
 
-// Typed reads of a checkpoint's fields (detail/archive.h), and the check
+// Typed reads of a checkpoint's fields (platform/archive.h), and the check
 // that a setting is the same as in the run that wrote it.
 class FieldReader {
  public:
@@ -88,10 +87,11 @@ class FieldReader {
   }
 
   /// A setting the resumed run must repeat: `flag` names it for the user.
-  void same(const char* flag, const std::string& stored, const std::string& now) {
-    TORCH_CHECK(stored == now, "lamp: ", path_, " was trained with ", flag,
-                " ", stored, " but this run uses ", now, "; resume with ",
-                flag, " ", stored,
+  void same(const char* flag, const std::string& stored,
+            const std::string& now) {
+    TORCH_CHECK(stored == now, "lamp: ", path_, " was trained with ", flag, " ",
+                stored, " but this run uses ", now, "; resume with ", flag, " ",
+                stored,
                 " (a resumed run continues the same schedule and data order).");
   }
 
@@ -132,20 +132,24 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       test_loader_(std::move(test_loader)),
       options_(std::move(options)) {
   const auto& o = options_;
-  TORCH_CHECK(o.epochs() > 0, "lamp: epochs must be positive, got ", o.epochs(), ".");
+  TORCH_CHECK(o.epochs() > 0, "lamp: epochs must be positive, got ", o.epochs(),
+              ".");
   TORCH_CHECK(o.lr() > 0 && std::isfinite(o.lr()),
               "lamp: the learning rate must be positive, got ", o.lr(), ".");
   TORCH_CHECK(o.momentum() >= 0 && o.weight_decay() >= 0,
               "lamp: momentum and weight decay must be >= 0.");
-  TORCH_CHECK(o.max_steps() >= 0, "lamp: max_steps must be >= 0 (0 = no limit).");
-  TORCH_CHECK(o.divergence_patience() > 0, "lamp: divergence_patience must be positive.");
+  TORCH_CHECK(o.max_steps() >= 0,
+              "lamp: max_steps must be >= 0 (0 = no limit).");
+  TORCH_CHECK(o.divergence_patience() > 0,
+              "lamp: divergence_patience must be positive.");
   TORCH_CHECK(o.accumulation_steps() >= 1,
               "lamp: accumulation_steps must be >= 1, got ",
               o.accumulation_steps(), ".");
   TORCH_CHECK(forward_ != nullptr, "lamp: no forward function given.");
   const int64_t batches = train_loader_.batches_per_epoch();
   TORCH_CHECK(batches > 0, "lamp: the training loader has no batches (",
-              train_loader_.samples_per_epoch(), " samples per epoch, batch size ",
+              train_loader_.samples_per_epoch(),
+              " samples per epoch, batch size ",
               train_loader_.options().batch_size(),
               ", drop_last); use a smaller batch size.");
   if (batches % o.accumulation_steps() != 0) {
@@ -158,8 +162,8 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
     TORCH_CHECK(false, "lamp: ", o.accumulation_steps(),
                 " accumulation steps do not divide the ", batches,
                 " batches of an epoch, so an epoch (and its checkpoint) would "
-                "end inside an accumulation cycle; use one of ", divisors,
-                batches > 64 ? ", ..." : "",
+                "end inside an accumulation cycle; use one of ",
+                divisors, batches > 64 ? ", ..." : "",
                 ", or another batch size (or drop_last) that makes the "
                 "batches per epoch a multiple of it.");
   }
@@ -180,7 +184,7 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
           .accumulation_steps(o.accumulation_steps())
           .skip_non_finite(o.skip_non_finite())
           .cuda_graph(o.cuda_graph())
-          .process_group(o.process_group()));
+          .gradient_sync(distributed::data_parallel(o.process_group())));
   TORCH_CHECK(step_->device() == train_loader_.device(),
               "lamp: the model is on ", step_->device(),
               " but the training data on ", train_loader_.device(),
@@ -220,17 +224,17 @@ std::vector<EpochStats> ClassifierTrainer::fit(
                             const std::string& fix) {
     TORCH_CHECK(false, "lamp: training diverged in epoch ", at_epoch + 1, ": ",
                 why, ". ", fix,
-                o.checkpoint().empty()
-                    ? std::string()
-                    : " The checkpoint " + o.checkpoint() +
-                          " was left as it was.");
+                o.checkpoint().empty() ? std::string()
+                                       : " The checkpoint " + o.checkpoint() +
+                                             " was left as it was.");
   };
   const auto check_skip_run = [&](int64_t at_epoch) {
     if (longest_skip_run.item<float>() >= patience) {
       diverged(at_epoch,
                std::to_string(patience) +
                    " optimizer steps in a row had inf/NaN gradients (loss "
-                   "scale now " + exact(step_->scaler().get_scale()) + ")",
+                   "scale now " +
+                   exact(step_->scaler().get_scale()) + ")",
                "Lower the learning rate (--lr), clip gradients, or train in "
                "bf16/amp-bf16.");
     }
@@ -274,8 +278,10 @@ std::vector<EpochStats> ClassifierTrainer::fit(
           });
       if (warmup_step) {
         synchronize(device);
-        stats.warmup_seconds += std::chrono::duration<double>(
-            std::chrono::steady_clock::now() - step_start).count();
+        stats.warmup_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          step_start)
+                .count();
         warmup_images += batch.labels.size(0);
         --warmup_steps_left_;
       }
@@ -292,7 +298,8 @@ std::vector<EpochStats> ClassifierTrainer::fit(
         const auto flag = result.found_inf.to(device, /*non_blocking=*/true);
         skipped += flag;
         consecutive_skips.add_(flag).mul_(flag);
-        torch::maximum_out(longest_skip_run, longest_skip_run, consecutive_skips);
+        torch::maximum_out(longest_skip_run, longest_skip_run,
+                           consecutive_skips);
       }
       // Divergence, read once per window: a run of `patience` skipped steps,
       // or a loss that stayed non-finite for the whole window.
@@ -327,7 +334,8 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     }
     synchronize(device);
     stats.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     if (stats.warmup_seconds > 0 && images > warmup_images) {
       stats.seconds -= stats.warmup_seconds;
       images -= warmup_images;
@@ -342,18 +350,21 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     }
     stats.global_step = global_step_;
     stats.skipped_steps = static_cast<int64_t>(skipped.item<float>());
-    check_skip_run(epoch);  // a run that reached `patience` in the last window
+    check_skip_run(epoch); // a run that reached `patience` in the last window
     stats.non_finite_losses = non_finite.item<int64_t>() - non_finite_at_epoch;
     const int64_t finite_steps = stats.steps - stats.non_finite_losses;
-    stats.train_loss = finite_steps > 0 ? loss_sum.item<double>() / finite_steps : 0.0;
+    stats.train_loss =
+        finite_steps > 0 ? loss_sum.item<double>() / finite_steps : 0.0;
     // However few its steps: an epoch without a finite loss, or with a
     // non-finite mean, or that leaves inf/NaN weights, ends the run before
     // evaluation and checkpoint.
-    if (stats.steps > 0 && (finite_steps == 0 || !std::isfinite(stats.train_loss))) {
+    if (stats.steps > 0 &&
+        (finite_steps == 0 || !std::isfinite(stats.train_loss))) {
       diverged(epoch,
-               finite_steps == 0 ? "the loss was inf/NaN in all its " +
-                                       std::to_string(stats.steps) + " steps"
-                                 : "its mean training loss is " + exact(stats.train_loss),
+               finite_steps == 0
+                   ? "the loss was inf/NaN in all its " +
+                         std::to_string(stats.steps) + " steps"
+                   : "its mean training loss is " + exact(stats.train_loss),
                "Lower the learning rate (--lr), clip gradients, or train in "
                "bf16/amp-bf16.");
     }
@@ -368,21 +379,24 @@ std::vector<EpochStats> ClassifierTrainer::fit(
             ? peak_device_memory(device) +
                   (graphs_before_epoch ? step_->cuda_graph_pool_bytes() : 0)
             : peak_host_memory();
-    stats.loss_scale = step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
+    stats.loss_scale =
+        step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
     const auto eval_start = std::chrono::steady_clock::now();
     const bool first_evaluation = !evaluated_;
     const auto eval = evaluate();
     if (first_evaluation) {
       // The first evaluation meets the evaluation shapes first (autotuning).
       stats.warmup_seconds += std::chrono::duration<double>(
-          std::chrono::steady_clock::now() - eval_start).count();
+                                  std::chrono::steady_clock::now() - eval_start)
+                                  .count();
     }
     stats.test_loss = eval.first;
     stats.test_accuracy = eval.second;
     // Finite but huge weights show here: their logits overflow.
     if (!std::isfinite(stats.test_loss)) {
-      diverged(epoch, "the test loss is " + exact(stats.test_loss) +
-                          " (the model's outputs overflow)",
+      diverged(epoch,
+               "the test loss is " + exact(stats.test_loss) +
+                   " (the model's outputs overflow)",
                "Lower the learning rate (--lr) or clip gradients.");
     }
     const bool epoch_complete = stats.steps == batches;
@@ -404,10 +418,6 @@ std::vector<EpochStats> ClassifierTrainer::fit(
 std::pair<double, double> ClassifierTrainer::evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
-  c10::optional<Autocast> autocast;
-  if (const auto& dtype = step_->policy().autocast_dtype) {
-    autocast.emplace(test_loader_.device().type(), *dtype);
-  }
   const auto on_device = torch::TensorOptions().device(test_loader_.device());
   auto loss_sum = torch::zeros({}, on_device.dtype(torch::kDouble));
   auto correct = torch::zeros({}, on_device.dtype(torch::kLong));
@@ -428,15 +438,18 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
     if (pad && n < full) {
       auto padding_sizes = images.sizes().vec();
       padding_sizes[0] = full - n;
-      images = torch::cat({images, torch::zeros(padding_sizes, images.options())})
-                   .contiguous(images.suggest_memory_format());
+      images =
+          torch::cat({images, torch::zeros(padding_sizes, images.options())})
+              .contiguous(images.suggest_memory_format());
     }
-    auto output = forward_(step_->cast_input(images)).to(torch::kFloat);
+    // Cast and autocast as the training step runs the model.
+    auto output = step_->forward(forward_, images).to(torch::kFloat);
     if (output.size(0) != n) {
       output = output.slice(0, 0, n);
     }
-    loss_sum += F::cross_entropy(output, batch.labels,
-                                 F::CrossEntropyFuncOptions().reduction(torch::kSum));
+    loss_sum +=
+        F::cross_entropy(output, batch.labels,
+                         F::CrossEntropyFuncOptions().reduction(torch::kSum));
     correct += output.argmax(1).eq(batch.labels).sum();
   }
   model_->train();
@@ -454,8 +467,9 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
 void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   // A diverged model never replaces a good checkpoint.
   const auto bad = first_non_finite(*model_);
-  TORCH_CHECK(bad.empty(), "lamp: not writing the checkpoint ", path, ": ", bad,
-              " has inf/NaN values; the previous checkpoint was left as it was.");
+  TORCH_CHECK(
+      bad.empty(), "lamp: not writing the checkpoint ", path, ": ", bad,
+      " has inf/NaN values; the previous checkpoint was left as it was.");
   const auto& o = options_;
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(std::string(kFormat)));
@@ -463,7 +477,8 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   archive.write("optimizer", c10::IValue(o.optimizer()));
   archive.write("precision", c10::IValue(to_string(o.precision())));
   // The settings a resumed run must repeat to continue the same run.
-  archive.write("batch_size", c10::IValue(train_loader_.options().batch_size()));
+  archive.write("batch_size",
+                c10::IValue(train_loader_.options().batch_size()));
   archive.write("epochs", c10::IValue(o.epochs()));
   archive.write("lr", c10::IValue(o.lr()));
   archive.write("schedule", c10::IValue(to_string(o.schedule())));
@@ -472,13 +487,17 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   archive.write("no_bias_decay", c10::IValue(o.no_bias_decay()));
   archive.write("accumulation_steps", c10::IValue(o.accumulation_steps()));
   archive.write("train_images", c10::IValue(train_loader_.size()));
-  archive.write("steps_per_epoch", c10::IValue(train_loader_.batches_per_epoch()));
+  archive.write("steps_per_epoch",
+                c10::IValue(train_loader_.batches_per_epoch()));
   archive.write("next_epoch", c10::IValue(start_epoch_));
   archive.write("global_step", c10::IValue(global_step_));
-  archive.write("seed", c10::IValue(static_cast<int64_t>(train_loader_.options().seed())));
+  archive.write(
+      "seed",
+      c10::IValue(static_cast<int64_t>(train_loader_.options().seed())));
   // The data order and augmentation come from (seed, epoch); the global CPU
   // generator (weight init, dropout in users' models) is saved as well.
-  archive.write("cpu_rng_state", at::detail::getDefaultCPUGenerator().get_state());
+  archive.write("cpu_rng_state",
+                at::detail::getDefaultCPUGenerator().get_state());
   torch::serialize::OutputArchive step_archive;
   step_->save(step_archive);
   archive.write("train_step", step_archive);
@@ -486,7 +505,8 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
 }
 
 void ClassifierTrainer::load_checkpoint(const std::string& path) {
-  TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path, " to resume from.");
+  TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path,
+              " to resume from.");
   torch::serialize::InputArchive archive;
   load_checked_archive(archive, path);
   // Everything is read and checked before anything of this run changes.
@@ -523,7 +543,8 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   read.same("--accumulation-steps",
             std::to_string(read.integer_or("accumulation_steps", 1)),
             std::to_string(o.accumulation_steps()));
-  read.same("--seed", std::to_string(static_cast<uint64_t>(read.integer("seed"))),
+  read.same("--seed",
+            std::to_string(static_cast<uint64_t>(read.integer("seed"))),
             std::to_string(train_loader_.options().seed()));
   const int64_t batches = train_loader_.batches_per_epoch();
   const auto steps_per_epoch = read.integer("steps_per_epoch");
@@ -552,7 +573,7 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   torch::serialize::InputArchive step_archive;
   read.section("train_step", step_archive);
   step_->load(step_archive);
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle
+  at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
   generator.set_state(rng_state);
   start_epoch_ = next_epoch;
   global_step_ = global_step;

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "lamp/amp/grad_scaler.h"
+#include "lamp/amp/train_step.h"
 #include "lamp/distributed.h"
-#include "lamp/grad_scaler.h"
 #include "lamp/models/mnist_cnn.h"
-#include "lamp/train_step.h"
 #include "test_util.h"
 
 namespace {
@@ -64,11 +64,14 @@ void expect_matches_one_process(lamp::Precision precision,
   }
   lamp::TrainStep distributed_step(
       replica.ptr(), sgd(),
-      lamp::TrainStepOptions(precision).process_group(g).data_parallel(dp));
+      lamp::TrainStepOptions(precision).gradient_sync(
+          lamp::distributed::data_parallel(g, dp)));
   lamp::TrainStep single_step(reference.ptr(), sgd(),
                               lamp::TrainStepOptions(precision));
-  ASSERT_NE(distributed_step.data_parallel(), nullptr);
-  EXPECT_GE(distributed_step.data_parallel()->bucket_count(), min_buckets);
+  auto* data_parallel = dynamic_cast<lamp::distributed::DataParallel*>(
+      distributed_step.gradient_sync());
+  ASSERT_NE(data_parallel, nullptr);
+  EXPECT_GE(data_parallel->bucket_count(), min_buckets);
 
   torch::manual_seed(1);
   const auto images = torch::randn({16, 1, 28, 28});
@@ -125,7 +128,7 @@ TEST(TwoRanks, InfOnOneRankSkipsTheStepOnBoth) {
   auto w = torch::ones({4}, torch::requires_grad());
   torch::optim::SGD optimizer({w}, torch::optim::SGDOptions(0.1));
   lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(1024.0));
-  scaler.set_process_group(g);
+  scaler.set_found_inf_reduction(lamp::distributed::found_inf_reduction(g));
   // Step 1: rank 1's gradient has an inf, rank 0's is finite. No gradient
   // all-reduce here: only the scaler's flag can tell rank 0.
   scaler.scale((w * 2).sum()).backward();

@@ -1,6 +1,6 @@
 // What a process group does with and without c10d's Gloo backend. Built into
 // lamp_tests (Gloo as configured) and, in builds with Gloo, into
-// lamp_without_gloo_tests, which links src/distributed_gloo.cpp compiled with
+// lamp_without_gloo_tests, which links src/distributed/gloo.cpp compiled with
 // LAMP_WITH_GLOO=0 in front of lamp: the build without Gloo is tested too.
 // LAMP_TEST_EXPECT_GLOO says which of the two this program is.
 #include <gtest/gtest.h>
@@ -50,8 +50,10 @@ TEST(Gloo, AskedForByNameFailsWithoutIt) {
   if (lamp::distributed::gloo_available()) {
     create(); // one process: nothing to set up
   } else {
-    expect_error(create, "cannot use Gloo for backend 'gloo' on cpu with "
-                         "WORLD_SIZE=1: " + std::string(kNoGloo));
+    expect_error(create,
+                 "cannot use Gloo for backend 'gloo' on cpu with "
+                 "WORLD_SIZE=1: " +
+                     std::string(kNoGloo));
   }
 }
 
@@ -72,10 +74,10 @@ TEST(Gloo, AutoOnTheCpuWithTwoRanksFailsAtOnceWithoutIt) {
       },
       "cannot use Gloo for backend 'auto' on cpu with WORLD_SIZE=2: " +
           std::string(kNoGloo));
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          start)
-                .count(),
-            10.0);
+  EXPECT_LT(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      10.0);
 }
 
 } // namespace

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "trainer_util.h"
 
 extern "C" int lamp_fail_io_loaded(void) __attribute__((weak));
@@ -31,7 +31,6 @@ using lamp::training::TrainerOptions;
 using lamp_test::error_of;
 using lamp_test::file_bytes;
 using lamp_test::make_run;
-
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -72,7 +71,6 @@ class Fault {
  private:
   const char* name_;
 };
-
 
 // Each test in its own folder, holding a good checkpoint of one epoch.
 class CheckpointFaults : public ::testing::Test {
@@ -123,15 +121,17 @@ TEST_F(CheckpointFaults, FullDiskAtAnyOffsetKeepsTheLastCheckpoint) {
     offsets.insert(n);
   }
   for (size_t n = size - 64; n < size; n += 7) {
-    offsets.insert(n);  // the zip's central directory and end record
+    offsets.insert(n); // the zip's central directory and end record
   }
   for (const size_t n : offsets) {
     const Fault fault(checkpoint_, "LAMP_FAULT_WRITE_AFTER", std::to_string(n));
-    const auto message = error_of([&] { run_->trainer->save_checkpoint(checkpoint_); });
+    const auto message =
+        error_of([&] { run_->trainer->save_checkpoint(checkpoint_); });
     EXPECT_NE(message.find("No space left on device"), std::string::npos)
         << "at byte " << n << ": " << message;
     EXPECT_NE(message.find(checkpoint_ + " keeps its previous content"),
-              std::string::npos) << message;
+              std::string::npos)
+        << message;
     expect_intact("full at byte " + std::to_string(n));
   }
   EXPECT_GE(offsets.size(), 60u);
@@ -146,12 +146,15 @@ TEST_F(CheckpointFaults, FullDiskAtAnyOffsetKeepsTheLastCheckpoint) {
 TEST_F(CheckpointFaults, FailingSyncOrCloseKeepsTheLastCheckpoint) {
   for (const char* which : {"LAMP_FAULT_FSYNC", "LAMP_FAULT_CLOSE"}) {
     const Fault fault(checkpoint_, which, "1");
-    const auto message = error_of([&] { run_->trainer->save_checkpoint(checkpoint_); });
+    const auto message =
+        error_of([&] { run_->trainer->save_checkpoint(checkpoint_); });
     EXPECT_NE(message.find("Input/output error"), std::string::npos)
         << which << ": " << message;
-    EXPECT_NE(message.find(std::string(which) == "LAMP_FAULT_FSYNC" ? "fsync"
-                                                                    : "closing"),
-              std::string::npos) << message;
+    EXPECT_NE(
+        message.find(std::string(which) == "LAMP_FAULT_FSYNC" ? "fsync"
+                                                              : "closing"),
+        std::string::npos)
+        << message;
     expect_intact(which);
   }
 }
@@ -159,12 +162,14 @@ TEST_F(CheckpointFaults, FailingSyncOrCloseKeepsTheLastCheckpoint) {
 // The folder is checked before training: no epoch is spent on a run whose
 // checkpoint cannot be written.
 TEST_F(CheckpointFaults, UnwritableFolderFailsBeforeTraining) {
-  run_.reset();  // releases the lock
+  run_.reset(); // releases the lock
   const Fault fault(checkpoint_, "LAMP_FAULT_OPEN", "1");
   const auto message =
       error_of([&] { make_run(lamp::Precision::kAMPBF16, options()); });
-  EXPECT_NE(message.find("cannot create the lock file " + checkpoint_ + ".lock"),
-            std::string::npos) << message;
+  EXPECT_NE(
+      message.find("cannot create the lock file " + checkpoint_ + ".lock"),
+      std::string::npos)
+      << message;
   EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
   EXPECT_EQ(file_bytes(checkpoint_), good_);
 }
@@ -176,14 +181,17 @@ TEST_F(CheckpointFaults, ASecondRunOnTheSameCheckpointIsRefused) {
   const auto message = error_of([&] {
     make_run(lamp::Precision::kAMPBF16, options().resume(checkpoint_));
   });
-  EXPECT_NE(message.find("another run (pid " + std::to_string(::getpid()) + ")"),
-            std::string::npos) << message;
+  EXPECT_NE(
+      message.find("another run (pid " + std::to_string(::getpid()) + ")"),
+      std::string::npos)
+      << message;
   expect_intact("refused second run");
 
   run_.reset();
   EXPECT_EQ(folder_entries(folder_), std::set<std::string>{"run.pt"});
-  write_bytes(checkpoint_ + ".lock", "999999");          // a dead run's lock
-  write_bytes(checkpoint_ + ".tmp-999999-1", "partial");  // its half-written file
+  write_bytes(checkpoint_ + ".lock", "999999"); // a dead run's lock
+  write_bytes(checkpoint_ + ".tmp-999999-1",
+              "partial"); // its half-written file
   run_ = make_run(lamp::Precision::kAMPBF16, options().resume(checkpoint_));
   EXPECT_EQ(file_bytes(checkpoint_ + ".lock"), std::to_string(::getpid()));
   expect_intact("stale lock taken over");
@@ -196,13 +204,15 @@ TEST_F(CheckpointFaults, NonRegularCheckpointPathsAreRefused) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const std::string link = folder_ + "/link.pt";
   ASSERT_EQ(::symlink(checkpoint_.c_str(), link.c_str()), 0);
-  for (const std::string& path : {std::string("/dev/full"), std::string("/dev/null"),
-                                 fifo, link, folder_}) {
+  for (const std::string& path :
+       {std::string("/dev/full"), std::string("/dev/null"), fifo, link,
+        folder_}) {
     const auto message = error_of([&] {
       make_run(lamp::Precision::kAMPBF16, TrainerOptions().checkpoint(path));
     });
     EXPECT_NE(message.find(path + " exists and is not a regular file"),
-              std::string::npos) << message;
+              std::string::npos)
+        << message;
   }
   struct stat info {};
   ASSERT_EQ(::stat("/dev/full", &info), 0);
@@ -214,8 +224,9 @@ TEST_F(CheckpointFaults, NonRegularCheckpointPathsAreRefused) {
 // was one the reader never uses (zip padding) and the state loads exactly.
 TEST_F(CheckpointFaults, DamageAnywhereIsDetectedOrHarmless) {
   run_.reset();
-  const auto reference = make_run(lamp::Precision::kAMPBF16,
-                                  TrainerOptions().epochs(2).resume(checkpoint_));
+  const auto reference =
+      make_run(lamp::Precision::kAMPBF16,
+               TrainerOptions().epochs(2).resume(checkpoint_));
   const auto damaged = folder_ + "/damaged.pt";
   int detected = 0, harmless = 0;
   const auto check = [&](const std::string& bytes, const std::string& what) {
@@ -227,11 +238,13 @@ TEST_F(CheckpointFaults, DamageAnywhereIsDetectedOrHarmless) {
     });
     if (!message.empty()) {
       ++detected;
-      EXPECT_NE(message.find(damaged), std::string::npos) << what << ": " << message;
+      EXPECT_NE(message.find(damaged), std::string::npos)
+          << what << ": " << message;
       return;
     }
     ++harmless;
-    EXPECT_EQ(loaded->trainer->start_epoch(), reference->trainer->start_epoch());
+    EXPECT_EQ(loaded->trainer->start_epoch(),
+              reference->trainer->start_epoch());
     const auto expected = reference->model->parameters();
     const auto actual = loaded->model->parameters();
     for (size_t i = 0; i < expected.size(); ++i) {
@@ -253,7 +266,8 @@ TEST_F(CheckpointFaults, DamageAnywhereIsDetectedOrHarmless) {
   check(flipped, "64 bytes flipped");
   auto filled = good_;
   std::fill(filled.begin() + static_cast<std::ptrdiff_t>(size / 3),
-            filled.begin() + static_cast<std::ptrdiff_t>(size / 3 + 4096), '\xff');
+            filled.begin() + static_cast<std::ptrdiff_t>(size / 3 + 4096),
+            '\xff');
   check(filled, "4 KiB of 0xFF");
   for (const size_t keep : {size_t{0}, size_t{100}, size / 2, size - 1}) {
     check(good_.substr(0, keep), "truncated to " + std::to_string(keep));

@@ -26,7 +26,9 @@
 #include <unistd.h>
 
 /* Lets a test check that it runs with this library preloaded. */
-int lamp_fail_io_loaded(void) { return 1; }
+int lamp_fail_io_loaded(void) {
+  return 1;
+}
 
 static const char* pattern(void) {
   const char* p = getenv("LAMP_FAULT_PATH");
@@ -65,9 +67,9 @@ typedef int (*open_fn)(const char*, int, ...);
 typedef int (*openat_fn)(int, const char*, int, ...);
 
 /* The next definition of `name` (libc's), looked up once. */
-#define REAL(name, type) \
-  static type real = NULL; \
-  if (real == NULL) { \
+#define REAL(name, type)                 \
+  static type real = NULL;               \
+  if (real == NULL) {                    \
     real = (type)dlsym(RTLD_NEXT, name); \
   }
 
@@ -128,13 +130,13 @@ static int refuse_open(const char* path, int flags) {
 }
 
 /* The optional mode argument of the open calls. */
-#define MODE_ARGUMENT(flags, mode)                                  \
-  mode_t mode = 0;                                                  \
-  if (((flags) & (O_CREAT | O_TMPFILE)) != 0) {                     \
-    va_list args;                                                   \
-    va_start(args, flags);                                          \
-    mode = (mode_t)va_arg(args, int);                               \
-    va_end(args);                                                   \
+#define MODE_ARGUMENT(flags, mode)              \
+  mode_t mode = 0;                              \
+  if (((flags) & (O_CREAT | O_TMPFILE)) != 0) { \
+    va_list args;                               \
+    va_start(args, flags);                      \
+    mode = (mode_t)va_arg(args, int);           \
+    va_end(args);                               \
   }
 
 int open(const char* path, int flags, ...) {

@@ -25,7 +25,8 @@ std::mt19937 rng(12345);
 
 uint8_t pixel(int label) {
   std::uniform_int_distribution<int> noise(-30, 30);
-  return static_cast<uint8_t>(std::max(0, std::min(255, 20 + 22 * label + noise(rng))));
+  return static_cast<uint8_t>(
+      std::max(0, std::min(255, 20 + 22 * label + noise(rng))));
 }
 
 bool write_cifar(const std::string& path, int records) {
@@ -52,7 +53,8 @@ bool write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   if (file == nullptr) {
     return false;
   }
-  const int written = gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
+  const int written =
+      gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
   return gzclose(file) == Z_OK && written == static_cast<int>(bytes.size());
 }
 
@@ -71,7 +73,7 @@ bool write_mnist(const std::string& dir, const std::string& prefix, int count,
     }
   }
   return write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", images) &&
-      write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", labels);
+         write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", labels);
 }
 
 void usage(std::FILE* to, const char* program) {
@@ -111,14 +113,17 @@ int main(int argc, char** argv) {
   }
   bool ok = true;
   for (int i = 1; i <= 5; ++i) {
-    ok = ok && write_cifar(cifar + "/data_batch_" + std::to_string(i) + ".bin", 16);
+    ok = ok &&
+         write_cifar(cifar + "/data_batch_" + std::to_string(i) + ".bin", 16);
   }
   ok = ok && write_cifar(cifar + "/test_batch.bin", 20);
-  ok = ok && write_mnist(mnist, "train", 200) && write_mnist(mnist, "t10k", 100);
+  ok =
+      ok && write_mnist(mnist, "train", 200) && write_mnist(mnist, "t10k", 100);
   ok = ok && write_mnist(blank, "train", 20, /*blank=*/true) &&
        write_mnist(blank, "t10k", 10, /*blank=*/true);
   if (!ok) {
-    std::fprintf(stderr, "make_test_data: could not write the files under %s\n", root.c_str());
+    std::fprintf(stderr, "make_test_data: could not write the files under %s\n",
+                 root.c_str());
     return 1;
   }
   std::printf("test data written to %s\n", root.c_str());

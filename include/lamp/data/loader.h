@@ -119,9 +119,9 @@ class DeviceLoader {
 
   LoaderOptions options_;
   torch::Device device_;
-  torch::Tensor images_;  // uint8 [N, C, H, W] on device_
-  torch::Tensor labels_;  // int64 [N] on device_
-  torch::Tensor mean_;    // [1, C, 1, 1] float on device_, or undefined
+  torch::Tensor images_; // uint8 [N, C, H, W] on device_
+  torch::Tensor labels_; // int64 [N] on device_
+  torch::Tensor mean_;   // [1, C, 1, 1] float on device_, or undefined
   torch::Tensor inv_std_;
   torch::Tensor order_;
   int64_t epoch_ = -1;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "lamp/amp/half.h"
+
 namespace lamp {
 namespace models {
 
@@ -40,6 +42,27 @@ void check_model_name(const std::string& name, const std::string& caller);
 /// \endcode
 NamedModel make_model(const std::string& name, int64_t num_classes = 10,
                       int64_t in_channels = 3);
+
+/// Puts every 4-D parameter of `module`'s tree (convolution weights) in
+/// channels_last memory format, in place (`set_data`: the same parameter
+/// objects, so optimizers and references stay valid). Feed it channels_last
+/// inputs too (data::LoaderOptions::channels_last). Returns `module`.
+torch::nn::Module& to_channels_last(torch::nn::Module& module);
+
+/// lamp::network_to_half() for a model built by name: converts
+/// `model.module` in place (convert_network: FP16 or BF16, BatchNorm kept
+/// FP32) and puts an InputCast in front of its forward, so callers feed FP32
+/// data and never cast inputs themselves. The module keeps its parameter
+/// names (network_to_half's Sequential would prefix them with "1."), so
+/// checkpoints and state dicts read the same in every mode.
+///
+/// \code
+///   auto model = lamp::models::make_model("resnet18");
+///   model = lamp::models::network_to_half(model,
+///   lamp::HalfOptions(torch::kBFloat16)); auto logits =
+///   model.forward(fp32_images).to(torch::kFloat);
+/// \endcode
+NamedModel network_to_half(NamedModel model, const HalfOptions& options = {});
 
 } // namespace models
 } // namespace lamp

@@ -58,7 +58,7 @@ c10::Dict<std::string, torch::Tensor> python_state_dict(
     const StateDictOptions& options = {});
 
 /// Writes python_state_dict() to `path` in the format of Python's
-/// `torch.save`, atomically (training::save_pickle(): a failed write leaves
+/// `torch.save`, atomically (save_pickle(): a failed write leaves
 /// `path` as it was).
 ///
 /// Example:

@@ -19,9 +19,8 @@ namespace detail {
 /// The step counts of the fused path, one FP32 tensor per parameter on its
 /// device (the fused kernels read the step of the bias corrections there):
 /// parameter -> (parameter, its device step count).
-using DeviceSteps =
-    std::unordered_map<const c10::TensorImpl*,
-                       std::pair<torch::Tensor, torch::Tensor>>;
+using DeviceSteps = std::unordered_map<const c10::TensorImpl*,
+                                       std::pair<torch::Tensor, torch::Tensor>>;
 } // namespace detail
 
 /// A drop-in torch::optim::Adam (same options, param groups, state and

@@ -12,11 +12,11 @@ namespace lamp {
 namespace training {
 
 enum class Schedule {
-  kConstant,  ///< "constant": the peak learning rate throughout.
-  kCosine,    ///< "cosine": cosine decay from the peak to 0.
-  kOneCycle,  ///< "onecycle": PyTorch's OneCycleLR defaults: from peak/25 up
-              ///< to the peak over the first 30% (cosine), then down to
-              ///< peak/(25*1e4) (cosine).
+  kConstant, ///< "constant": the peak learning rate throughout.
+  kCosine,   ///< "cosine": cosine decay from the peak to 0.
+  kOneCycle, ///< "onecycle": PyTorch's OneCycleLR defaults: from peak/25 up
+             ///< to the peak over the first 30% (cosine), then down to
+             ///< peak/(25*1e4) (cosine).
 };
 
 /// Parses "constant", "cosine", "onecycle"; anything else is an error that

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "lamp/amp/precision.h"
+#include "lamp/amp/train_step.h"
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
 #include "lamp/distributed.h"
 #include "lamp/optim/optimizer.h"
-#include "lamp/precision.h"
-#include "lamp/train_step.h"
-#include "lamp/training/checkpoint_file.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "lamp/training/schedule.h"
 
 namespace lamp {
@@ -35,8 +35,8 @@ struct TrainerOptions {
   /// LibTorch has the kernels).
   TORCH_ARG(std::string, optimizer) = "sgd";
   /// How the optimizer runs (lamp::optim::Implementation).
-  TORCH_ARG(optim::Implementation, optimizer_implementation) =
-      optim::Implementation::kAuto;
+  TORCH_ARG(optim::Implementation,
+            optimizer_implementation) = optim::Implementation::kAuto;
   /// Peak learning rate.
   TORCH_ARG(double, lr) = 0.1;
   /// SGD's momentum (Nesterov when `nesterov`).
@@ -89,21 +89,22 @@ struct TrainerOptions {
   /// ranks, evaluation is split over the ranks and summed, train loss and
   /// images/s are reported for all ranks together, and only rank 0 writes
   /// the checkpoint. nullptr or a one-process group: a single process.
-  TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>, process_group) = nullptr;
+  TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>,
+            process_group) = nullptr;
 };
 
 /// What one epoch did.
 struct EpochStats {
-  int64_t epoch = 0;          ///< 1-based
-  int64_t steps = 0;          ///< optimizer steps in this epoch
-  int64_t global_step = 0;    ///< optimizer steps so far, all epochs
+  int64_t epoch = 0;       ///< 1-based
+  int64_t steps = 0;       ///< optimizer steps in this epoch
+  int64_t global_step = 0; ///< optimizer steps so far, all epochs
   /// Mean training loss over the steps whose loss was finite.
   double train_loss = 0;
   /// Steps whose loss was inf/NaN (skipped by loss scaling or
   /// skip_non_finite; a run of them stops training, see ClassifierTrainer).
   int64_t non_finite_losses = 0;
   double test_loss = 0;
-  double test_accuracy = 0;   ///< in [0, 1]
+  double test_accuracy = 0; ///< in [0, 1]
   /// Training time of the epoch (no evaluation), without `warmup_seconds`.
   double seconds = 0;
   /// The first epoch of a run: the time of its first training step (with
@@ -118,18 +119,19 @@ struct EpochStats {
   /// (TrainStep::cuda_graph_pool_bytes); on the CPU the process's peak RSS.
   int64_t peak_memory_bytes = 0;
   double loss_scale = 1.0;
-  int64_t skipped_steps = 0;  ///< in this epoch
-  double lr = 0;              ///< at the end of the epoch
+  int64_t skipped_steps = 0; ///< in this epoch
+  double lr = 0;             ///< at the end of the epoch
 };
 
 /// Progress inside an epoch, for progress bars and step logs.
 struct BatchProgress {
-  int64_t epoch = 0;  ///< 1-based
-  int64_t batch = 0;  ///< 1-based
+  int64_t epoch = 0; ///< 1-based
+  int64_t batch = 0; ///< 1-based
   int64_t batches = 0;
-  int64_t images = 0;  ///< images in this batch
-  int64_t global_step = 0;  ///< batches trained so far, all epochs, this one included
-  double lr = 0;            ///< the learning rate of this step
+  int64_t images = 0; ///< images in this batch
+  int64_t global_step =
+      0;         ///< batches trained so far, all epochs, this one included
+  double lr = 0; ///< the learning rate of this step
   /// This batch's loss (FP32, unscaled) and the loss scale after its step,
   /// one-element tensors on the training device, not read: reading them
   /// waits for the device, so read them only when showing them (a redraw,
@@ -213,9 +215,9 @@ class ClassifierTrainer {
   data::DeviceLoader test_loader_;
   TrainerOptions options_;
   std::unique_ptr<TrainStep> step_;
-  std::unique_ptr<CheckpointLock> lock_;  // on options_.checkpoint()
-  int64_t warmup_steps_left_ = 1;  // steps of the run still timed as warm-up
-  bool evaluated_ = false;   // the first evaluation (warm-up) has run
+  std::unique_ptr<CheckpointLock> lock_; // on options_.checkpoint()
+  int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
+  bool evaluated_ = false;        // the first evaluation (warm-up) has run
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
 };

@@ -1,0 +1,51 @@
+#pragma once
+
+/// \file
+/// What TrainStep asks of data-parallel training, without knowing how the
+/// replicas communicate. lamp::distributed::DataParallel implements it over a
+/// process group (lamp/distributed/data_parallel.h); another transport
+/// implements these five calls.
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+
+namespace lamp {
+
+/// Keeps the gradients of model replicas (one per process) equal. TrainStep
+/// calls, per micro-batch: before_forward(); set_sync(last micro-batch of the
+/// accumulation cycle); the backward; and at the end of a cycle
+/// finish_gradient_sync() before the optimizer step. Its GradScaler
+/// combines the overflow flags with reduce_found_inf(), so that every
+/// replica skips or steps together.
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+
+  /// Before each forward (e.g. broadcast rank 0's BatchNorm statistics).
+  virtual void before_forward() = 0;
+  /// Whether the coming backward synchronises; false for the micro-batches
+  /// whose gradients only accumulate.
+  virtual void set_sync(bool sync) = 0;
+  /// After the backward that ends a cycle: afterwards every replica's .grad
+  /// holds the average over the replicas.
+  virtual void finish_gradient_sync() = 0;
+  /// Replaces `found_inf` (a one-element FP32 tensor, 1 where this replica
+  /// saw an inf/NaN gradient) in place by its maximum over the replicas.
+  virtual void reduce_found_inf(torch::Tensor& found_inf) = 0;
+  /// The device the replicas communicate on; TrainStep refuses a model on
+  /// another.
+  virtual torch::Device device() const = 0;
+};
+
+/// Builds the GradientSync for TrainStep's model, or nullptr for plain
+/// training (e.g. a one-process group). TrainStep calls it after the
+/// precision conversion (replicas synchronise in the dtype they train in)
+/// and before the FP32 master copy (which then starts from the synchronised
+/// weights).
+using GradientSyncFactory = std::function<std::unique_ptr<GradientSync>(
+    const std::shared_ptr<torch::nn::Module>& model)>;
+
+} // namespace lamp

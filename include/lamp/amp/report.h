@@ -1,0 +1,77 @@
+#pragma once
+
+/// \file
+/// Did it really run in half precision? A per-tensor dtype report.
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lamp {
+
+/// One parameter or buffer of a module tree.
+struct TensorPrecision {
+  std::string name; ///< qualified name, e.g. "layer1.0.bn1.weight"
+  std::string
+      module; ///< the owning module's type, e.g. "torch::nn::BatchNorm2dImpl"
+  bool is_buffer = false;
+  torch::Dtype dtype = torch::kFloat;
+  int64_t numel = 0;
+  /// A floating-point tensor left in FP32 in a tree that also holds FP16/BF16
+  /// tensors (what network_to_half keeps, BatchNorm by default).
+  bool kept_fp32 = false;
+};
+
+/// Every parameter and buffer of a module tree with its dtype.
+struct PrecisionReport {
+  std::vector<TensorPrecision> tensors;
+  /// Elements per dtype name ("Float", "BFloat16", "Long", ...).
+  std::map<std::string, int64_t> numel_by_dtype;
+  int64_t kept_fp32_tensors = 0;
+  int64_t low_precision_tensors = 0; ///< FP16 or BF16
+
+  /// A fixed-width table, one row per tensor, then the totals.
+  std::string to_string() const;
+};
+
+/// The dtype of every parameter and buffer of `module`, which were kept in
+/// FP32, and totals. Example:
+/// \code
+///   auto net = lamp::network_to_half(model, torch::kBFloat16);
+///   std::cout << lamp::precision_report(*model).to_string();
+/// \endcode
+PrecisionReport precision_report(const torch::nn::Module& module);
+
+/// How many convolutions and matrix multiplications ran in which dtype while
+/// a piece of code ran: the op-level answer to "did it run in half precision".
+struct OpPrecisionReport {
+  /// op name ("aten::convolution", "aten::convolution_backward", "aten::mm",
+  /// "aten::addmm", "aten::bmm") -> dtype name of its first tensor input ->
+  /// calls.
+  std::map<std::string, std::map<std::string, int64_t>> calls;
+
+  /// Calls of `op` whose first input had `dtype` (0 when none).
+  int64_t count(const std::string& op, torch::Dtype dtype) const;
+  /// Calls of every counted op in `dtype`.
+  int64_t total(torch::Dtype dtype) const;
+  std::string to_string() const;
+};
+
+/// Runs `fn` (e.g. one training step) and counts its convolution and matmul
+/// calls per input dtype, through ATen's RecordFunction observers (the layer
+/// under LibTorch's profiler), on every thread, so autograd's backward ops
+/// count too. Under autocast the op is seen after the cast: an AMP step shows
+/// its convolutions in FP16/BF16.
+///
+/// Example:
+/// \code
+///   auto ops = lamp::op_precision_report([&] { train.step(loss_fn); });
+///   std::cout << ops.to_string();  // aten::convolution BFloat16 2 ...
+/// \endcode
+OpPrecisionReport op_precision_report(const std::function<void()>& fn);
+
+} // namespace lamp

@@ -1,0 +1,361 @@
+#pragma once
+
+/// \file
+/// One object that turns a model, an optimizer and a precision mode into a
+/// correct mixed-precision training step.
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "lamp/amp/grad_scaler.h"
+#include "lamp/amp/gradient_sync.h"
+#include "lamp/amp/half.h"
+#include "lamp/amp/master_weights.h"
+#include "lamp/amp/precision.h"
+
+namespace lamp {
+
+class Tf32Guard;
+
+namespace detail {
+class CapturedGraph;
+using GraphPool = std::pair<uint64_t, uint64_t>;
+} // namespace detail
+
+/// Whether TrainStep's batch form of step() runs as CUDA graphs.
+enum class CudaGraphMode {
+  /// Eager steps.
+  kOff,
+  /// CUDA graphs; a step that cannot be captured is refused with the reason.
+  kOn,
+  /// CUDA graphs where they apply (TrainStep::cuda_graph_unavailable_reason()
+  /// is empty), eager steps otherwise.
+  kAuto,
+};
+
+/// "off", "on" or "auto".
+std::string to_string(CudaGraphMode mode);
+/// Parses "off", "on" or "auto"; anything else is refused with the list.
+CudaGraphMode parse_cuda_graph_mode(const std::string& name);
+
+/// Options of TrainStep.
+struct TrainStepOptions {
+  /* implicit */ TrainStepOptions(Precision precision = Precision::kFP32)
+      : precision_(precision) {}
+
+  /// The precision mode (see lamp::Precision).
+  TORCH_ARG(Precision, precision);
+  /// Micro-batches whose gradients are summed before one optimizer step; each
+  /// micro-batch's loss is divided by this.
+  TORCH_ARG(int64_t, accumulation_steps) = 1;
+  /// Clip the global L2 norm of the (unscaled) gradients to this; 0 = off.
+  TORCH_ARG(double, max_grad_norm) = 0.0;
+  /// The loss scaler's options, used by the FP16 modes ("amp", "half"); the
+  /// BF16 and FP32 modes run with a disabled scaler unless
+  /// `force_loss_scaling` is set.
+  TORCH_ARG(GradScalerOptions, scaler) = {};
+  /// Scale the loss with `scaler()`'s options in every mode, also in those
+  /// whose range does not need it ("fp32", "tf32", "amp-bf16", "bf16"). E.g.
+  /// to reproduce an FP16 run's scale schedule in BF16, or to test the
+  /// scaling path on a CPU without FP16 kernels. Takes precedence over
+  /// `skip_non_finite`.
+  TORCH_ARG(bool, force_loss_scaling) = false;
+  /// Conversion options of the "half"/"bf16" modes; the dtype comes from the
+  /// precision.
+  TORCH_ARG(HalfOptions, half) = {};
+  /// In the modes without loss scaling ("fp32", "tf32", "amp-bf16", "bf16"),
+  /// still check the gradients and skip optimizer steps with inf/NaN (a
+  /// static scaler at scale 1). Costs one host sync per step.
+  TORCH_ARG(bool, skip_non_finite) = false;
+  /// Keep the master weights in one flat buffer ("half"/"bf16").
+  TORCH_ARG(bool, flat_master) = false;
+  /// TF32 for FP32 convolutions and matmuls on CUDA while this TrainStep
+  /// exists. Unset: from the precision ("fp32" off, "tf32" on, the other
+  /// modes leave it as it is). The setting is LibTorch's, for the whole
+  /// process; the TrainStep restores the one it found when it is destroyed
+  /// (lamp::Tf32Guard). No effect on CPU models.
+  TORCH_ARG(c10::optional<bool>, tf32) = c10::nullopt;
+  /// Data-parallel training: builds the GradientSync that keeps this
+  /// replica's gradients equal to the others' (lamp/amp/gradient_sync.h).
+  /// For a process group:
+  /// `gradient_sync(lamp::distributed::data_parallel(group))` (see
+  /// lamp/distributed/data_parallel.h): rank 0's weights are broadcast at
+  /// construction, gradients are averaged over the ranks in buckets during
+  /// backward, and the scaler's overflow flags are combined so that every
+  /// rank skips or steps together. nullptr, or a factory that returns
+  /// nullptr: plain training.
+  TORCH_ARG(GradientSyncFactory, gradient_sync) = nullptr;
+  /// Run the batch form of step() as CUDA graphs: after `graph_warmup_steps`
+  /// eager steps per input shape (on a side stream), the whole step (zeroing
+  /// the gradients, forward under autocast, scaled backward, master-gradient
+  /// copy, unscale and clip, the fused optimizer step with its on-device
+  /// skip, the scale update and the master-to-model copy) is captured once
+  /// and replayed: one launch per step instead of hundreds. Needs a CUDA
+  /// device, one of lamp::optim's optimizers on its fused kernels, no
+  /// accumulation, no gradient synchroniser (data-parallel), and a loss
+  /// function that never reads a value on the host (see
+  /// TrainStep::cuda_graph_unavailable_reason). With kOn anything else is
+  /// refused with the reason at the first step; kAuto falls back to eager
+  /// steps. Graphs of different shapes share one memory pool. Off by default
+  /// here, because a loss function that reads a value on the host cannot be
+  /// captured; lamp's trainer defaults to kAuto. `cuda_graph(true)` /
+  /// `cuda_graph(false)` are kOn / kOff.
+ public:
+  TrainStepOptions& cuda_graph(CudaGraphMode mode) {
+    cuda_graph_ = mode;
+    return *this;
+  }
+  TrainStepOptions& cuda_graph(bool on) {
+    return cuda_graph(on ? CudaGraphMode::kOn : CudaGraphMode::kOff);
+  }
+  CudaGraphMode cuda_graph() const { return cuda_graph_; }
+  /// Eager steps per input shape before its graph is captured (>= 1: they
+  /// create the optimizer state, the scaler's tensors and cuDNN's choices
+  /// outside the capture).
+  TORCH_ARG(int64_t, graph_warmup_steps) = 3;
+
+ private:
+  CudaGraphMode cuda_graph_ = CudaGraphMode::kOff;
+};
+
+/// Builds the optimizer over the parameters TrainStep hands it: the model's
+/// own, or the FP32 master copies in the "half"/"bf16" modes.
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
+    std::vector<torch::Tensor> params)>;
+
+/// The same with each parameter's name in the model ("layer1.0.bn1.weight"),
+/// in named_parameters() order, for param groups chosen by name (another
+/// learning rate for the head, no weight decay for some layers):
+///
+/// \code
+///   lamp::TrainStep step(model, [](const lamp::NamedParameters& named) {
+///     std::vector<torch::Tensor> head, body;
+///     for (const auto& p : named) {
+///       (p.key().rfind("fc.", 0) == 0 ? head : body).push_back(p.value());
+///     }
+///     std::vector<torch::optim::OptimizerParamGroup> groups;
+///     groups.emplace_back(body);
+///     groups.emplace_back(head,
+///     std::make_unique<torch::optim::SGDOptions>(0.1)); return
+///     std::make_unique<lamp::optim::SGD>(groups,
+///     torch::optim::SGDOptions(0.01));
+///   });
+/// \endcode
+using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
+using NamedOptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(
+        const NamedParameters& params)>;
+
+/// What one TrainStep::step() call did. Nothing in it has been read on the
+/// host: where the step ran sync-free, skipped() and `scale` are device
+/// values, and reading them waits for the device.
+struct StepResult {
+  /// This micro-batch's loss as loss_fn returned it (detached, unscaled).
+  torch::Tensor loss;
+  /// Whether this call ended an accumulation cycle, i.e. called the
+  /// optimizer (whose step may still have been skipped).
+  bool cycle_ended = false;
+  /// The step's overflow flag, a one-element FP32 tensor (1: skipped for
+  /// inf/NaN gradients; always 0 without a scaler); undefined when the cycle
+  /// did not end.
+  torch::Tensor found_inf;
+  /// The loss scale after this call: a 0-dim FP32 tensor (on the training
+  /// device with loss scaling; a CPU 1 without).
+  torch::Tensor scale;
+
+  /// Whether this call ended a cycle but skipped the optimizer step because
+  /// a gradient was inf/NaN (reads `found_inf`).
+  bool skipped() const {
+    return cycle_ended && found_inf.item<float>() != 0.0f;
+  }
+  /// Whether the optimizer stepped in this call (reads `found_inf`).
+  bool optimizer_stepped() const {
+    return cycle_ended && found_inf.item<float>() == 0.0f;
+  }
+};
+
+/// A complete mixed-precision training step:
+///
+///  1. at the start of an accumulation cycle, the model's gradients are reset;
+///  2. `loss_fn` runs (under lamp::Autocast in the AMP modes); its loss, over
+///     `accumulation_steps`, is scaled and back-propagated;
+///  3. at the end of the cycle: gradients go to the FP32 masters ("half",
+///     "bf16"), are unscaled and clipped if asked, the optimizer steps unless
+///     a gradient was non-finite, the scale is updated, and the masters are
+///     copied back into the model.
+///
+/// With one of lamp::optim's optimizers on its fused kernels (the default
+/// where the LibTorch has them), nothing in a step waits for the device: the
+/// skip decision, the scale update and the clipping coefficient stay there
+/// (GradScaler::step_async, optim::clip_grad_norm_). Other optimizers take
+/// the synchronous path, one host read of the overflow flag per step.
+///
+/// In "half"/"bf16" the model is converted in place (lamp::convert_network,
+/// BatchNorm kept FP32; a model network_to_half() converted already stays as
+/// it is) and the optimizer is built over the master weights. Inputs are
+/// cast in one place: the batch form of step() and forward() cast them; a
+/// closure given to step(loss_fn) runs a model that casts its own
+/// (network_to_half's output), or calls cast_input(). "fp32" turns TF32 off
+/// and "tf32" on
+/// (CUDA; TrainStepOptions::tf32, undone when the TrainStep is destroyed).
+/// FP16 modes on a device without FP16 kernels (CPU in LibTorch 1.13)
+/// are refused at construction with a message naming the BF16 alternatives.
+/// The optimizer gets the parameters that require grad; a model without any
+/// is refused at construction.
+///
+/// Example:
+/// \code
+///   auto net = MyNet();
+///   lamp::TrainStep train(net.ptr(),
+///       [](std::vector<torch::Tensor> params) {
+///         return std::make_unique<lamp::optim::SGD>(
+///             params, torch::optim::SGDOptions(0.1).momentum(0.9));
+///       },
+///       lamp::TrainStepOptions(lamp::Precision::kHalf).max_grad_norm(5.0));
+///   for (auto& batch : loader) {
+///     auto result = train.step(
+///         batch.data, batch.target,
+///         [&](const torch::Tensor& input, const torch::Tensor& target) {
+///           return torch::nn::functional::cross_entropy(
+///               net->forward(input).to(torch::kFloat), target);
+///         });
+///   }
+/// \endcode
+class TrainStep {
+ public:
+  TrainStep(std::shared_ptr<torch::nn::Module> model,
+            const OptimizerFactory& make_optimizer,
+            TrainStepOptions options = {});
+  /// With the parameters' names (NamedOptimizerFactory); otherwise the same.
+  TrainStep(std::shared_ptr<torch::nn::Module> model,
+            const NamedOptimizerFactory& make_optimizer,
+            TrainStepOptions options = {});
+  ~TrainStep();
+
+  /// Runs one micro-batch: forward and loss through `loss_fn`, backward, and
+  /// at the end of an accumulation cycle the optimizer step.
+  StepResult step(const std::function<torch::Tensor()>& loss_fn);
+
+  /// The loss of one batch: `input` already cast (cast_input), `target` as
+  /// given.
+  using BatchLossFn = std::function<torch::Tensor(const torch::Tensor& input,
+                                                  const torch::Tensor& target)>;
+
+  /// One step on a batch: loss_fn(cast_input(input), target) as in
+  /// step(loss_fn). With `cuda_graph`, the step is captured per input shape
+  /// and replayed from static copies of `input` and `target`.
+  StepResult step(const torch::Tensor& input, const torch::Tensor& target,
+                  const BatchLossFn& loss_fn);
+
+  /// `input` cast to the model's dtype in "half"/"bf16" (floating tensors
+  /// only); unchanged otherwise. The batch form of step() and forward() call
+  /// it; a closure passed to step(loss_fn) needs it only for a model that
+  /// does not cast its own inputs (network_to_half's output does).
+  torch::Tensor cast_input(const torch::Tensor& input) const;
+
+  /// A forward pass as the step runs it, for evaluation and inference:
+  /// `forward(cast_input(input))` under the mode's autocast. Gradients are
+  /// recorded as the caller's guards say (wrap it in a torch::NoGradGuard to
+  /// evaluate). The output is in the model's dtype: FP16/BF16 in the
+  /// low-precision modes, so compute losses on `.to(torch::kFloat)`.
+  torch::Tensor forward(
+      const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+      const torch::Tensor& input) const;
+
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  GradScaler& scaler() { return scaler_; }
+  /// The master weights in "half"/"bf16"; nullptr otherwise.
+  MasterWeights* master_weights() { return master_.get(); }
+  /// The gradient synchroniser when training data-parallel (a
+  /// lamp::distributed::DataParallel from distributed::data_parallel());
+  /// nullptr otherwise.
+  GradientSync* gradient_sync() { return gradient_sync_.get(); }
+  const TrainStepOptions& options() const { return options_; }
+  /// What the precision mode decides (precision_policy()).
+  const PrecisionPolicy& policy() const { return policy_; }
+  const torch::Device& device() const { return device_; }
+
+  /// Whether the batch form of step() runs as CUDA graphs: options'
+  /// cuda_graph kOn, or kAuto where cuda_graph_unavailable_reason() is empty.
+  bool cuda_graph_enabled() const { return graph_enabled_; }
+  /// Why this step cannot run as CUDA graphs ("" when it can): a CPU model,
+  /// accumulation_steps > 1, a gradient synchroniser (data-parallel), an
+  /// optimizer that is not one of lamp::optim's on its fused kernels, or a
+  /// scaler that reads the device (diagnose_overflow, or sync_free off). The
+  /// loss function is not judged: one that reads the host fails at capture,
+  /// with a message.
+  std::string cuda_graph_unavailable_reason() const;
+  /// Device memory the captured graphs hold between replays beyond live
+  /// tensors (their intermediates, in the graphs' private pool): the caching
+  /// allocator counts it as reserved, not allocated, so a peak of allocated
+  /// memory taken after the capture misses it. 0 before any capture.
+  int64_t cuda_graph_pool_bytes() const;
+
+  /// Saves model, master weights, optimizer and scaler. Only between
+  /// optimizer steps: a checkpoint in the middle of an accumulation cycle
+  /// would lose the gradients accumulated so far, so it is refused.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Loads what save() wrote, for a TrainStep built the same way. Every part
+  /// is checked before the first is loaded: each tensor's shape and dtype
+  /// against the live one (model parameters and buffers, master weights,
+  /// optimizer state), no NaN or inf in weights, masters or optimizer state,
+  /// and the scaler's fields. A refused checkpoint leaves model, optimizer,
+  /// scaler and master weights as they were; the message names the tensor.
+  void load(torch::serialize::InputArchive& archive);
+
+ private:
+  torch::Tensor current_scale() const;
+  void check_graph_capturable();
+
+  // One captured step per input shape (CUDA graphs).
+  struct Graph {
+    int64_t eager_steps = 0;
+    torch::Tensor input, target;          // static inputs
+    torch::Tensor loss, found_inf, scale; // static outputs
+    std::unique_ptr<detail::CapturedGraph> graph;
+  };
+
+  std::shared_ptr<torch::nn::Module> model_;
+  std::vector<torch::Tensor> model_params_;
+  TrainStepOptions options_;
+  PrecisionPolicy policy_;
+  torch::Device device_;
+  std::unique_ptr<MasterWeights> master_;
+  std::unique_ptr<GradientSync> gradient_sync_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  // The optimizer's parameters (masters in "half"/"bf16") by model name.
+  std::unordered_map<const c10::TensorImpl*, std::string> param_names_;
+  GradScaler scaler_;
+  torch::Tensor unit_scale_;
+  int64_t micro_step_ = 0;
+  std::map<std::string, Graph> graphs_;
+  c10::optional<detail::GraphPool> graph_pool_;
+  std::unique_ptr<Tf32Guard> tf32_;
+  bool graph_enabled_ = false;
+  bool graph_checked_ = false;
+  bool capturing_ = false;
+};
+
+/// `torch::save(step, path)` / `torch::load(step, path)` and the archive
+/// operators: TrainStep::save() and load().
+inline torch::serialize::OutputArchive& operator<<(
+    torch::serialize::OutputArchive& archive, const TrainStep& step) {
+  step.save(archive);
+  return archive;
+}
+inline torch::serialize::InputArchive& operator>>(
+    torch::serialize::InputArchive& archive, TrainStep& step) {
+  step.load(archive);
+  return archive;
+}
+
+} // namespace lamp

@@ -1,0 +1,111 @@
+#pragma once
+
+/// \file
+/// Data-parallel gradient averaging with DDP's semantics
+/// (DistributedDataParallel), the lamp::GradientSync that TrainStep uses for
+/// training over a process group.
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+
+#include <c10/util/Optional.h>
+#include <torch/arg.h>
+
+#include "lamp/amp/gradient_sync.h"
+#include "lamp/distributed/process_group.h"
+
+namespace lamp {
+namespace distributed {
+
+/// How DataParallel synchronises gradients.
+struct DataParallelOptions {
+  /// Gradient bucket size in MiB (DDP's bucket_cap_mb): all-reduces of about
+  /// this size start as soon as their gradients are ready during backward.
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  /// Broadcast rank 0's buffers (BatchNorm running statistics) before every
+  /// forward, as DDP's broadcast_buffers=True does. Off: each rank keeps its
+  /// own statistics (they then differ between ranks).
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  /// Communicate FP32 gradients in this dtype (kHalf or kBFloat16: half the
+  /// bytes), averaged before the cast, restored to FP32 after (Python's
+  /// fp16_compress_hook / bf16_compress_hook). nullopt: in their own dtype.
+  TORCH_ARG(c10::optional<torch::Dtype>, communication_dtype) = c10::nullopt;
+};
+
+/// Data-parallel gradient averaging for one model replica per rank, with
+/// DDP's semantics:
+///  1. construction broadcasts rank 0's parameters and buffers, so every
+///     rank starts from the same weights;
+///  2. before each forward (before_forward()), rank 0's buffers are
+///     broadcast (broadcast_buffers);
+///  3. during backward, a hook after each parameter's gradient accumulation
+///     copies the gradient (divided by the world size) into its bucket;
+///     a full bucket's all-reduce starts at once, in the same bucket order on
+///     every rank, overlapping the rest of backward;
+///  4. finish_gradient_sync() waits for the buckets and writes the averaged
+///     gradients back into the parameters' .grad. A parameter that got no
+///     gradient in this backward counts as zero, so that every rank steps
+///     identically (it then has a zero .grad after the sync).
+/// Buckets hold parameters of one dtype and device, filled in reverse
+/// registration order (roughly the order backward produces gradients).
+/// With gradient accumulation, call set_sync(false) for the micro-steps
+/// whose gradients only accumulate (DDP's no_sync()).
+///
+/// Example (TrainStep does all of this when given
+/// `gradient_sync(lamp::distributed::data_parallel(group))`):
+/// \code
+///   lamp::distributed::DataParallel dp(model.ptr(), group);
+///   dp.before_forward();
+///   loss.backward();
+///   dp.finish_gradient_sync();
+///   optimizer.step();
+/// \endcode
+class DataParallel final : public GradientSync {
+ public:
+  DataParallel(std::shared_ptr<torch::nn::Module> model,
+               std::shared_ptr<ProcessGroup> group,
+               DataParallelOptions options = {});
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  /// Broadcasts rank 0's buffers when broadcast_buffers is on.
+  void before_forward() override;
+  /// Whether the next backward synchronises (true by default).
+  void set_sync(bool sync) override;
+  /// Waits for every bucket and writes the averaged gradients; a no-op after
+  /// a backward with set_sync(false).
+  void finish_gradient_sync() override;
+  /// The maximum of `found_inf` over the ranks (found_inf_reduction()).
+  void reduce_found_inf(torch::Tensor& found_inf) override;
+  /// The process group's device.
+  torch::Device device() const override { return group_->device(); }
+
+  int64_t bucket_count() const;
+  const ProcessGroup& group() const { return *group_; }
+
+ private:
+  struct Impl;
+  // Shared with the gradient hooks, which outlive this object on the
+  // model's parameters and check that it is still there.
+  std::shared_ptr<Impl> impl_;
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+/// TrainStep's GradientSync over `group`: a DataParallel with `options`
+/// for the model, or none (plain training) for nullptr or a one-process
+/// group.
+///
+/// \code
+///   lamp::TrainStep step(model, make_optimizer,
+///       lamp::TrainStepOptions(lamp::Precision::kAmp)
+///           .gradient_sync(lamp::distributed::data_parallel(group)));
+/// \endcode
+GradientSyncFactory data_parallel(std::shared_ptr<ProcessGroup> group,
+                                  DataParallelOptions options = {});
+
+} // namespace distributed
+} // namespace lamp

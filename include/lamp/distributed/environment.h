@@ -1,0 +1,38 @@
+#pragma once
+
+/// \file
+/// The environment `torchrun` gives each process: rank, world size, where
+/// the ranks meet.
+
+#include <c10/util/Optional.h>
+
+#include <string>
+
+namespace lamp {
+namespace distributed {
+
+/// What `torchrun` (torch.distributed.run) sets in each process it starts.
+struct Environment {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  /// torchrun's agent already serves the TCPStore at master_addr:port
+  /// (TORCHELASTIC_USE_AGENT_STORE=True); otherwise rank 0 serves it.
+  bool agent_store = false;
+  /// TORCHELASTIC_RESTART_COUNT: the key prefix of this attempt in the
+  /// agent's store.
+  int restart_count = 0;
+
+  /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+  /// MASTER_PORT (and torchrun's agent-store variables). Without RANK and
+  /// WORLD_SIZE: nullopt (a plain single-process run). A partial or
+  /// malformed set (RANK without WORLD_SIZE, RANK >= WORLD_SIZE, a port that
+  /// is not a number, ...) throws, naming the variable.
+  static c10::optional<Environment> from_env();
+};
+
+} // namespace distributed
+} // namespace lamp

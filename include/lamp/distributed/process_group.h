@@ -1,0 +1,140 @@
+#pragma once
+
+/// \file
+/// A process group on LibTorch's own distributed engine (c10d, the layer
+/// under Python's torch.distributed), set up from torchrun's environment,
+/// with the collectives data-parallel training needs.
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "lamp/distributed/environment.h"
+
+namespace lamp {
+namespace distributed {
+
+/// Whether this lamp was built with c10d's Gloo backend (CPU collectives).
+/// CMake builds it where Gloo's headers are found (LAMP_WITH_GLOO=AUTO, the
+/// default): Debian's libgloo-dev has them, PyPI's torch wheel does not.
+/// Without Gloo, ProcessGroup::create() refuses backend "gloo", and "auto" on
+/// the CPU for more than one process, with an error saying so; NCCL (CUDA)
+/// and single-process runs work as usual.
+bool gloo_available();
+
+/// How the process group is set up.
+struct ProcessGroupOptions {
+  /// "auto" (NCCL for a CUDA device, Gloo for the CPU), "gloo" or "nccl".
+  /// Gloo needs a lamp built with it (gloo_available()).
+  TORCH_ARG(std::string, backend) = "auto";
+  /// How long a collective or the rendezvous waits for the other ranks
+  /// before failing with an error (instead of hanging on a dead rank).
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(10);
+};
+
+/// The reduction of all_reduce_().
+enum class ReduceOp { kSum, kMax, kMin };
+
+/// One process's handle on a group of `world_size()` processes (ranks).
+///
+/// Made from torchrun's environment (from_environment) or explicitly
+/// (create). A group of one process runs no communication: every collective
+/// returns its input, so a program is written once and runs unchanged alone
+/// or under torchrun. Collectives are called by every rank in the same
+/// order; tensors live on the group's device (CUDA for NCCL, CPU for Gloo).
+///
+/// Example:
+/// \code
+///   auto group =
+///   lamp::distributed::ProcessGroup::from_environment(torch::kCPU);
+///   torch::Tensor correct = torch::tensor({hits}, torch::kDouble);
+///   group->all_reduce_(correct);  // summed over ranks
+///   if (group->rank() == 0) std::cout << correct.item<double>() << "\n";
+/// \endcode
+class ProcessGroup {
+ public:
+  /// A single-process group (rank 0 of 1) on `device`.
+  explicit ProcessGroup(torch::Device device = torch::kCPU);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  /// From Environment::from_env(); a single-process group when torchrun's
+  /// variables are absent. For a CUDA `device` without an index the device
+  /// becomes cuda:LOCAL_RANK.
+  static std::shared_ptr<ProcessGroup> from_environment(
+      torch::Device device, ProcessGroupOptions options = {});
+
+  /// Rendezvous through a TCPStore at env.master_addr:env.master_port, then
+  /// the Gloo or NCCL backend. Fails with an error naming the address, the
+  /// ranks and the timeout when the other ranks do not arrive in time.
+  static std::shared_ptr<ProcessGroup> create(const Environment& env,
+                                              torch::Device device,
+                                              ProcessGroupOptions options = {});
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  /// More than one rank.
+  bool is_distributed() const { return world_size_ > 1; }
+  /// Rank 0: the one that prints, logs and writes checkpoints.
+  bool is_main() const { return rank_ == 0; }
+  const torch::Device& device() const { return device_; }
+  /// "gloo", "nccl", or "none" for a single process.
+  const std::string& backend() const { return backend_name_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// In-place reduction of a dense tensor over all ranks; blocks until done.
+  void all_reduce_(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  /// In place: every rank gets `root`'s values.
+  void broadcast_(torch::Tensor& tensor, int root = 0);
+  /// Broadcasts several tensors of any dtypes (flattened per dtype into one
+  /// message each).
+  void broadcast_(std::vector<torch::Tensor> tensors, int root = 0);
+  /// Waits until every rank has called barrier().
+  void barrier();
+
+  /// An all-reduce (sum) that runs in the background; wait() blocks until it
+  /// is done and rethrows its error. Used for overlapping gradient buckets.
+  class Work {
+   public:
+    virtual ~Work() = default;
+    virtual void wait() = 0;
+  };
+  std::unique_ptr<Work> all_reduce_async_(torch::Tensor& tensor);
+
+ private:
+  [[noreturn]] void fail_collective(const char* what,
+                                    const std::exception& error) const;
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  torch::Device device_;
+  std::string backend_name_ = "none";
+  std::chrono::milliseconds timeout_{0};
+};
+
+/// A GradScaler found-inf reduction (GradScaler::set_found_inf_reduction)
+/// that takes the maximum of the overflow flag over `group`'s ranks, so that
+/// every rank skips or steps together; nullptr (no reduction) for a
+/// one-process group or nullptr.
+///
+/// \code
+///   scaler.set_found_inf_reduction(lamp::distributed::found_inf_reduction(group));
+/// \endcode
+std::function<void(torch::Tensor&)> found_inf_reduction(
+    std::shared_ptr<ProcessGroup> group);
+
+} // namespace distributed
+} // namespace lamp

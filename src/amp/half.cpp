@@ -1,0 +1,178 @@
+#include "lamp/amp/half.h"
+
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/instancenorm.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/modules/rnn.h>
+#include <torch/utils.h>
+#include <torch/version.h>
+
+#include "lamp/platform/backends.h"
+
+namespace lamp {
+namespace detail {
+
+void check_half_dtype(torch::Dtype dtype, const char* caller) {
+  TORCH_CHECK(dtype == torch::kHalf || dtype == torch::kBFloat16, caller,
+              ": dtype must be torch::kHalf or torch::kBFloat16, got ", dtype,
+              ".");
+}
+
+} // namespace detail
+
+namespace {
+
+bool is_batchnorm(const torch::nn::Module& m) {
+  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m) != nullptr;
+}
+
+// LayerNorm and GroupNorm kept in FP32 must accept low-precision inputs.
+bool needs_mixed_dtype_kernels(const torch::nn::Module& m) {
+  return dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr;
+}
+
+bool is_other_norm(const torch::nn::Module& m) {
+  return dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&m) != nullptr;
+}
+
+// Casts one floating-point parameter or buffer in place (same TensorImpl, so
+// optimizers and other references see the change), with its gradient.
+void cast_tensor(torch::Tensor tensor, torch::Dtype dtype) {
+  if (!tensor.defined() || !tensor.is_floating_point() ||
+      tensor.scalar_type() == dtype) {
+    return;
+  }
+  tensor.set_data(tensor.to(dtype));
+  if (tensor.grad().defined()) {
+    tensor.mutable_grad() = tensor.grad().to(dtype);
+  }
+}
+
+void cast_own_tensors(torch::nn::Module& module, torch::Dtype dtype) {
+  for (auto& item : module.named_parameters(/*recurse=*/false)) {
+    cast_tensor(item.value(), dtype);
+  }
+  for (auto& item : module.named_buffers(/*recurse=*/false)) {
+    cast_tensor(item.value(), dtype);
+  }
+  // As Apex's convert_network: cuDNN wants an RNN's weights in one
+  // contiguous block again after they were replaced.
+  if (auto* lstm = dynamic_cast<torch::nn::LSTMImpl*>(&module)) {
+    lstm->flatten_parameters();
+  } else if (auto* gru = dynamic_cast<torch::nn::GRUImpl*>(&module)) {
+    gru->flatten_parameters();
+  } else if (auto* rnn = dynamic_cast<torch::nn::RNNImpl*>(&module)) {
+    rnn->flatten_parameters();
+  }
+}
+
+void cast_subtree(torch::nn::Module& module, torch::Dtype dtype) {
+  cast_own_tensors(module, dtype);
+  for (auto& child : module.children()) {
+    cast_subtree(*child, dtype);
+  }
+}
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+bool keep_fp32(const torch::nn::Module& module, const std::string& name,
+               const HalfOptions& options) {
+  return (options.keep_batchnorm_fp32() && is_batchnorm(module)) ||
+         (options.keep_norm_fp32() && is_other_norm(module)) ||
+         (options.keep_fp32() && options.keep_fp32()(name, module));
+}
+
+void check_kept_norms_can_run(const torch::nn::Module& module,
+                              const std::string& name,
+                              const HalfOptions& options) {
+  if (needs_mixed_dtype_kernels(module)) {
+    for (const auto& p : module.parameters()) {
+      TORCH_CHECK(mixed_dtype_norm_available(p.device(), options.dtype()),
+                  "lamp::network_to_half: keep_norm_fp32 would keep '", name,
+                  "' in FP32, but this LibTorch's LayerNorm/GroupNorm on ",
+                  p.device(), " cannot take ", options.dtype(),
+                  " inputs with FP32 parameters. Use keep_norm_fp32(false) "
+                  "here, or convert the model after moving it to CUDA.");
+    }
+    return;
+  }
+  for (const auto& child : module.named_children()) {
+    check_kept_norms_can_run(*child.value(), join(name, child.key()), options);
+  }
+}
+
+void convert_subtree(torch::nn::Module& module, const std::string& name,
+                     const HalfOptions& options) {
+  if (keep_fp32(module, name, options)) {
+    cast_subtree(module, torch::kFloat);
+    return;
+  }
+  cast_own_tensors(module, options.dtype());
+  for (auto& child : module.named_children()) {
+    convert_subtree(*child.value(), join(name, child.key()), options);
+  }
+}
+
+void batchnorm_to_float(torch::nn::Module& module) {
+  if (is_batchnorm(module)) {
+    cast_subtree(module, torch::kFloat);
+    return;
+  }
+  for (auto& child : module.children()) {
+    batchnorm_to_float(*child);
+  }
+}
+
+} // namespace
+
+torch::nn::Module& convert_network(torch::nn::Module& module,
+                                   const HalfOptions& options) {
+  detail::check_half_dtype(options.dtype(), "lamp::network_to_half");
+  if (options.keep_norm_fp32()) {
+    check_kept_norms_can_run(module, "", options); // before changing anything
+  }
+  torch::NoGradGuard no_grad;
+  convert_subtree(module, "", options);
+  return module;
+}
+
+torch::nn::Module& bn_convert_float(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  batchnorm_to_float(module);
+  return module;
+}
+
+InputCastImpl::InputCastImpl(torch::Dtype dtype) : dtype_(dtype) {
+  detail::check_half_dtype(dtype, "lamp::InputCast");
+}
+
+torch::Tensor InputCastImpl::forward(const torch::Tensor& input) {
+  if (!input.is_floating_point()) {
+    return input;
+  }
+  TORCH_CHECK(
+      !(dtype_ == torch::kHalf && input.device().is_cpu() &&
+        !fp16_compute_available(input.device())),
+      "lamp::InputCast: FP16 convolutions and matrix multiplications are not "
+      "implemented on CPU in this LibTorch (",
+      TORCH_VERSION,
+      "), so an FP16 network cannot run here. Convert with "
+      "lamp::HalfOptions(torch::kBFloat16) (precision 'bf16' or 'amp-bf16'), "
+      "or run on a CUDA device.");
+  return input.to(dtype_);
+}
+
+void InputCastImpl::pretty_print(std::ostream& stream) const {
+  stream << "lamp::InputCast(dtype=" << dtype_ << ")";
+}
+
+} // namespace lamp

@@ -1,0 +1,310 @@
+#include "lamp/amp/master_weights.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "platform/archive.h"
+
+namespace lamp {
+namespace {
+
+std::vector<torch::Tensor> flattened(
+    const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    flat.push_back(t.detach().reshape({-1}));
+  }
+  return flat;
+}
+
+torch::Tensor fp32_leaf_copy(const torch::Tensor& param) {
+  return param.detach()
+      .to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true)
+      .requires_grad_(true);
+}
+
+void check_pairing(const std::vector<torch::Tensor>& model_params,
+                   const std::vector<torch::Tensor>& master_params,
+                   bool flat_master, const char* caller) {
+  if (flat_master) {
+    TORCH_CHECK(master_params.size() == 1, caller,
+                ": with flat_master, master_params must hold the one flat "
+                "tensor made by prep_param_lists(model, true); got ",
+                master_params.size(), " tensors.");
+    int64_t numel = 0;
+    for (const auto& p : model_params) {
+      numel += p.numel();
+    }
+    TORCH_CHECK(master_params[0].numel() == numel, caller,
+                ": the flat master holds ", master_params[0].numel(),
+                " values but the model parameters hold ", numel,
+                "; pass the two lists returned by prep_param_lists().");
+    return;
+  }
+  TORCH_CHECK(model_params.size() == master_params.size(), caller,
+              ": model_params has ", model_params.size(),
+              " tensors but master_params has ", master_params.size(),
+              "; pass the two lists returned by prep_param_lists().");
+  for (size_t i = 0; i < model_params.size(); ++i) {
+    TORCH_CHECK(model_params[i].sizes() == master_params[i].sizes(), caller,
+                ": model parameter ", i, " has shape ", model_params[i].sizes(),
+                " but its master has shape ", master_params[i].sizes(),
+                "; pass the two lists returned by prep_param_lists().");
+  }
+}
+
+} // namespace
+
+MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params, bool flat)
+    : model_(std::move(model_params)) {
+  TORCH_CHECK(!model_.empty(),
+              "lamp::MasterWeights: no parameters given; pass the model's "
+              "parameters(), e.g. MasterWeights(model->parameters()).");
+  for (size_t i = 0; i < model_.size(); ++i) {
+    TORCH_CHECK(model_[i].defined() && model_[i].is_floating_point(),
+                "lamp::MasterWeights: parameter ", i,
+                " is undefined or not floating point; master weights are made "
+                "for floating-point parameters only.");
+    TORCH_CHECK(!flat || model_[i].device() == model_[0].device(),
+                "lamp::MasterWeights: flat=true needs every parameter on one "
+                "device, but parameter ",
+                i, " is on ", model_[i].device(), " and parameter 0 on ",
+                model_[0].device(), "; use flat=false.");
+  }
+  torch::NoGradGuard no_grad;
+  if (!flat) {
+    master_.reserve(model_.size());
+    for (const auto& p : model_) {
+      master_.push_back(fp32_leaf_copy(p));
+    }
+    return;
+  }
+  const auto options =
+      torch::TensorOptions().dtype(torch::kFloat).device(model_[0].device());
+  flat_buffer_ = torch::cat(flattened(model_)).to(torch::kFloat);
+  flat_grad_ = torch::zeros_like(flat_buffer_, options);
+  int64_t offset = 0;
+  for (const auto& p : model_) {
+    const int64_t n = p.numel();
+    // Views of a buffer that does not require grad are leaves: they can
+    // require grad themselves and be optimised, while updates land in the
+    // one buffer.
+    master_.push_back(
+        flat_buffer_.narrow(0, offset, n).view(p.sizes()).requires_grad_(true));
+    // Detached: optimizers' zero_grad() detaches gradients in place, which
+    // autograd refuses for views.
+    flat_grad_views_.push_back(
+        flat_grad_.narrow(0, offset, n).view(p.sizes()).detach());
+    offset += n;
+  }
+}
+
+void MasterWeights::model_grads_to_master_grads(double loss_scale) {
+  TORCH_CHECK(std::isfinite(loss_scale) && loss_scale > 0,
+              "lamp::MasterWeights::model_grads_to_master_grads: loss_scale "
+              "must be finite and positive, got ",
+              loss_scale, ".");
+  torch::NoGradGuard no_grad;
+  // Same unscale factor as GradScaler: 1/scale computed in double, applied in
+  // FP32.
+  const float inv_scale = static_cast<float>(1.0 / loss_scale);
+  bool all_defined = true;
+  for (const auto& p : model_) {
+    all_defined = all_defined && p.grad().defined();
+  }
+  if (flat() && all_defined) {
+    std::vector<torch::Tensor> grads;
+    grads.reserve(model_.size());
+    for (const auto& p : model_) {
+      grads.push_back(p.grad().reshape({-1}));
+    }
+    flat_grad_.copy_(torch::cat(grads));
+    if (inv_scale != 1.0f) {
+      flat_grad_.mul_(inv_scale);
+    }
+    for (size_t i = 0; i < master_.size(); ++i) {
+      master_[i].mutable_grad() = flat_grad_views_[i];
+    }
+    return;
+  }
+  if (flat()) {
+    for (size_t i = 0; i < master_.size(); ++i) {
+      master_[i].mutable_grad() =
+          model_[i].grad().defined() ? flat_grad_views_[i] : torch::Tensor();
+    }
+  }
+  lamp::model_grads_to_master_grads(model_, master_, /*flat_master=*/false);
+  if (inv_scale != 1.0f) {
+    std::vector<torch::Tensor> grads;
+    for (const auto& m : master_) {
+      if (m.grad().defined()) {
+        grads.push_back(m.grad());
+      }
+    }
+    if (!grads.empty()) {
+      torch::_foreach_mul_(grads, inv_scale);
+    }
+  }
+}
+
+void MasterWeights::master_params_to_model_params() {
+  lamp::master_params_to_model_params(model_, master_, /*flat_master=*/false);
+}
+
+namespace {
+// Named masters are saved under their parameters' names, marked so; older
+// archives (and unnamed masters) use positions "0", "1", ...
+constexpr const char* kKeyedBy = "keyed_by";
+} // namespace
+
+void MasterWeights::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("count", c10::IValue(static_cast<int64_t>(master_.size())));
+  if (!names_.empty()) {
+    archive.write(kKeyedBy, c10::IValue(std::string("name")));
+  }
+  for (size_t i = 0; i < master_.size(); ++i) {
+    archive.write(names_.empty() ? std::to_string(i) : names_[i],
+                  master_[i].detach());
+  }
+}
+
+void MasterWeights::set_parameter_names(std::vector<std::string> names) {
+  TORCH_CHECK(names.size() == model_.size(),
+              "lamp::MasterWeights::set_parameter_names: ", names.size(),
+              " names for ", model_.size(),
+              " parameters; give one name per "
+              "parameter, in the order the parameters were given.");
+  names_ = std::move(names);
+}
+
+std::vector<torch::Tensor> MasterWeights::read(
+    torch::serialize::InputArchive& archive) const {
+  constexpr const char* kCaller = "lamp::MasterWeights::load";
+  const int64_t count = detail::read_int(archive, "count", kCaller);
+  TORCH_CHECK(count == static_cast<int64_t>(master_.size()), kCaller,
+              ": the archive holds ", count,
+              " master tensors but this model "
+              "has ",
+              master_.size(),
+              "; load a checkpoint saved from the same "
+              "model.");
+  c10::IValue keyed_by;
+  const bool by_name = archive.try_read(kKeyedBy, keyed_by);
+  if (by_name) {
+    TORCH_CHECK(keyed_by.isString() && keyed_by.toStringRef() == "name",
+                kCaller, ": the archive's '", kKeyedBy,
+                "' is not \"name\"; it "
+                "is corrupt or was written by a newer lamp.");
+    TORCH_CHECK(!names_.empty(), kCaller,
+                ": the archive keys the master "
+                "tensors by parameter name, but these master weights have no "
+                "names; call set_parameter_names() before load().");
+  }
+  std::vector<torch::Tensor> saved(master_.size());
+  for (size_t i = 0; i < master_.size(); ++i) {
+    std::string what = "master tensor " + std::to_string(i);
+    if (!names_.empty()) {
+      what += " ('" + names_[i] + "')";
+    }
+    saved[i] = detail::read_checked_tensor(
+        archive, by_name ? names_[i] : std::to_string(i), master_[i], what,
+        /*finite=*/true, kCaller);
+  }
+  return saved;
+}
+
+void MasterWeights::load(torch::serialize::InputArchive& archive) {
+  const auto saved = read(archive);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < master_.size(); ++i) {
+    master_[i].copy_(saved[i]);
+  }
+}
+
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>
+prep_param_lists(const torch::nn::Module& model, bool flat_master) {
+  std::vector<torch::Tensor> model_params;
+  for (const auto& p : model.parameters()) {
+    if (p.requires_grad()) {
+      model_params.push_back(p);
+    }
+  }
+  TORCH_CHECK(!model_params.empty(),
+              "lamp::prep_param_lists: the model has no parameter that "
+              "requires grad.");
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> master_params;
+  if (flat_master) {
+    auto master = torch::cat(flattened(model_params))
+                      .to(torch::kFloat)
+                      .requires_grad_(true);
+    master.mutable_grad() = torch::empty_like(master);
+    master_params.push_back(master);
+  } else {
+    for (const auto& p : model_params) {
+      master_params.push_back(fp32_leaf_copy(p));
+    }
+  }
+  return {model_params, master_params};
+}
+
+void model_grads_to_master_grads(
+    const std::vector<torch::Tensor>& model_params,
+    const std::vector<torch::Tensor>& master_params, bool flat_master) {
+  check_pairing(model_params, master_params, flat_master,
+                "lamp::model_grads_to_master_grads");
+  torch::NoGradGuard no_grad;
+  if (flat_master) {
+    std::vector<torch::Tensor> grads;
+    for (size_t i = 0; i < model_params.size(); ++i) {
+      TORCH_CHECK(model_params[i].grad().defined(),
+                  "lamp::model_grads_to_master_grads: with flat_master every "
+                  "model parameter needs a gradient, but parameter ",
+                  i, " has none.");
+      grads.push_back(model_params[i].grad().reshape({-1}));
+    }
+    auto master = master_params[0];
+    if (!master.grad().defined()) {
+      master.mutable_grad() = torch::empty_like(master);
+    }
+    master.grad().copy_(torch::cat(grads));
+    return;
+  }
+  for (size_t i = 0; i < model_params.size(); ++i) {
+    auto master = master_params[i];
+    const auto& grad = model_params[i].grad();
+    if (!grad.defined()) {
+      master.mutable_grad() = torch::Tensor();
+      continue;
+    }
+    if (!master.grad().defined()) {
+      master.mutable_grad() = torch::empty_like(master);
+    }
+    master.grad().copy_(grad);
+  }
+}
+
+void master_params_to_model_params(
+    const std::vector<torch::Tensor>& model_params,
+    const std::vector<torch::Tensor>& master_params, bool flat_master) {
+  check_pairing(model_params, master_params, flat_master,
+                "lamp::master_params_to_model_params");
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (size_t i = 0; i < model_params.size(); ++i) {
+    auto model = model_params[i];
+    if (flat_master) {
+      const int64_t n = model.numel();
+      model.copy_(master_params[0].narrow(0, offset, n).view(model.sizes()));
+      offset += n;
+    } else {
+      model.copy_(master_params[i]);
+    }
+  }
+}
+
+} // namespace lamp

@@ -1,0 +1,192 @@
+#include "lamp/amp/report.h"
+
+#include <c10/core/ScalarType.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <ATen/record_function.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+namespace lamp {
+namespace {
+
+bool is_low_precision(torch::Dtype dtype) {
+  return dtype == torch::kHalf || dtype == torch::kBFloat16;
+}
+
+void collect(const torch::nn::Module& module, const std::string& prefix,
+             PrecisionReport& report) {
+  const auto add = [&](const std::string& name, const torch::Tensor& t,
+                       bool buffer) {
+    if (!t.defined()) {
+      return;
+    }
+    TensorPrecision row;
+    row.name = prefix.empty() ? name : prefix + "." + name;
+    row.module = module.name();
+    row.is_buffer = buffer;
+    row.dtype = t.scalar_type();
+    row.numel = t.numel();
+    report.tensors.push_back(row);
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    add(p.key(), p.value(), false);
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    add(b.key(), b.value(), true);
+  }
+  for (const auto& child : module.named_children()) {
+    collect(*child.value(),
+            prefix.empty() ? child.key() : prefix + "." + child.key(), report);
+  }
+}
+
+} // namespace
+
+PrecisionReport precision_report(const torch::nn::Module& module) {
+  PrecisionReport report;
+  collect(module, "", report);
+  bool any_low = false;
+  for (const auto& row : report.tensors) {
+    any_low = any_low || is_low_precision(row.dtype);
+  }
+  for (auto& row : report.tensors) {
+    row.kept_fp32 = any_low && row.dtype == torch::kFloat;
+    report.kept_fp32_tensors += row.kept_fp32;
+    report.low_precision_tensors += is_low_precision(row.dtype);
+    report.numel_by_dtype[c10::toString(row.dtype)] += row.numel;
+  }
+  return report;
+}
+
+std::string PrecisionReport::to_string() const {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-40s %-9s %-8s %10s  %s\n", "tensor",
+                "dtype", "kind", "elements", "module");
+  out << line;
+  for (const auto& row : tensors) {
+    std::snprintf(line, sizeof(line), "%-40s %-9s %-8s %10lld  %s%s\n",
+                  row.name.c_str(), c10::toString(row.dtype),
+                  row.is_buffer ? "buffer" : "param",
+                  static_cast<long long>(row.numel), row.module.c_str(),
+                  row.kept_fp32 ? "  (kept FP32)" : "");
+    out << line;
+  }
+  out << "totals:";
+  for (const auto& item : numel_by_dtype) {
+    out << " " << item.first << " " << item.second << " elements;";
+  }
+  out << " " << low_precision_tensors << " low-precision tensors, "
+      << kept_fp32_tensors << " kept in FP32\n";
+  return out.str();
+}
+
+namespace {
+
+// RecordFunction callbacks are plain function pointers: the counts being
+// collected live here, guarded for the autograd engine's threads.
+std::mutex op_mutex;
+OpPrecisionReport* op_target = nullptr;
+
+bool counted_op(const char* name) {
+  static const char* const ops[] = {"aten::convolution",
+                                    "aten::convolution_backward", "aten::mm",
+                                    "aten::addmm", "aten::bmm"};
+  for (const char* op : ops) {
+    if (std::strcmp(name, op) == 0)
+      return true;
+  }
+  return false;
+}
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  if (name == nullptr || !counted_op(name)) {
+    return nullptr;
+  }
+  for (const auto& input : fn.inputs()) {
+    if (input.isTensor() && input.toTensor().defined()) {
+      // Under autocast these ops are dispatched twice: first with their FP32
+      // inputs into autocast's kernel, which casts them and calls the op again
+      // with the autocast key excluded. Count only the call that computes:
+      // the one made while the key is excluded (inside autocast's kernel, or
+      // with autocast off, which is how ATen switches it off).
+      const auto& tensor = input.toTensor();
+      const auto autocast_key = tensor.is_cuda()
+                                    ? c10::DispatchKey::AutocastCUDA
+                                    : c10::DispatchKey::AutocastCPU;
+      if ((tensor.is_cpu() || tensor.is_cuda()) &&
+          !c10::impl::tls_is_dispatch_key_excluded(autocast_key)) {
+        return nullptr;
+      }
+      std::lock_guard<std::mutex> lock(op_mutex);
+      if (op_target != nullptr) {
+        ++op_target->calls[name][c10::toString(input.toTensor().scalar_type())];
+      }
+      break;
+    }
+  }
+  return nullptr;
+}
+
+} // namespace
+
+int64_t OpPrecisionReport::count(const std::string& op,
+                                 torch::Dtype dtype) const {
+  const auto by_op = calls.find(op);
+  if (by_op == calls.end())
+    return 0;
+  const auto by_dtype = by_op->second.find(c10::toString(dtype));
+  return by_dtype == by_op->second.end() ? 0 : by_dtype->second;
+}
+
+int64_t OpPrecisionReport::total(torch::Dtype dtype) const {
+  int64_t sum = 0;
+  for (const auto& op : calls) {
+    sum += count(op.first, dtype);
+  }
+  return sum;
+}
+
+std::string OpPrecisionReport::to_string() const {
+  std::ostringstream out;
+  for (const auto& op : calls) {
+    out << op.first << ":";
+    for (const auto& dtype : op.second) {
+      out << " " << dtype.first << " " << dtype.second;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+OpPrecisionReport op_precision_report(const std::function<void()>& fn) {
+  OpPrecisionReport report;
+  {
+    std::lock_guard<std::mutex> lock(op_mutex);
+    TORCH_CHECK(op_target == nullptr,
+                "lamp::op_precision_report: another report is already being "
+                "collected in this process.");
+    op_target = &report;
+  }
+  const auto handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(on_op_start).needsInputs(true));
+  try {
+    fn();
+  } catch (...) {
+    at::removeCallback(handle);
+    std::lock_guard<std::mutex> lock(op_mutex);
+    op_target = nullptr;
+    throw;
+  }
+  at::removeCallback(handle);
+  std::lock_guard<std::mutex> lock(op_mutex);
+  op_target = nullptr;
+  return report;
+}
+
+} // namespace lamp

@@ -1,0 +1,314 @@
+#include "lamp/distributed/data_parallel.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace lamp {
+namespace distributed {
+
+namespace {
+
+struct Bucket {
+  std::vector<size_t> params;   // indices into DataParallel::Impl::params
+  std::vector<int64_t> offsets; // element offset of each in `buffer`
+  torch::Tensor buffer;         // flat, in the communication dtype
+  int64_t pending = 0;          // parameters not yet ready in this backward
+  std::unique_ptr<ProcessGroup::Work> work;
+};
+
+} // namespace
+
+struct DataParallel::Impl {
+  std::shared_ptr<ProcessGroup> group;
+  DataParallelOptions options;
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> buffers;
+  // One flat staging tensor per buffer dtype, made once: the per-step
+  // broadcast then allocates nothing.
+  struct BufferGroup {
+    torch::Tensor flat;
+    std::vector<torch::Tensor> members;
+  };
+  std::vector<BufferGroup> buffer_groups;
+  std::vector<size_t> bucket_of;  // per parameter
+  std::vector<int64_t> offset_of; // per parameter, within its bucket
+  std::vector<bool> ready;        // per parameter, in this backward
+  std::vector<Bucket> buckets;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  size_t next_bucket = 0;
+  bool sync = true;
+  std::mutex mutex;
+
+  void launch(Bucket& bucket) {
+    // Averaged before the sum (DDP and the compress hooks divide first).
+    bucket.buffer.div_(group->world_size());
+    bucket.work = group->all_reduce_async_(bucket.buffer);
+  }
+
+  // Buckets start in index order on every rank (Gloo and NCCL need the same
+  // collective order everywhere), each as soon as it and those before it
+  // are full.
+  void launch_ready_buckets() {
+    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
+      launch(buckets[next_bucket]);
+      ++next_bucket;
+    }
+  }
+
+  void mark_ready(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!sync) {
+      return;
+    }
+    auto& bucket = buckets[bucket_of[index]];
+    TORCH_CHECK(!bucket.work, "lamp::distributed::DataParallel: parameter ",
+                index,
+                " received a second gradient after its bucket's "
+                "all-reduce had started. Call backward once per step (or "
+                "set_sync(false) for all but the last of several).");
+    const auto& grad = params[index].grad();
+    auto slice =
+        bucket.buffer.narrow(0, offset_of[index], params[index].numel());
+    if (grad.defined()) {
+      slice.copy_(grad.reshape(-1));
+    } else {
+      slice.zero_();
+    }
+    if (!ready[index]) {
+      ready[index] = true;
+      --bucket.pending;
+    }
+    launch_ready_buckets();
+  }
+
+  void reset() {
+    std::fill(ready.begin(), ready.end(), false);
+    for (auto& bucket : buckets) {
+      bucket.pending = static_cast<int64_t>(bucket.params.size());
+      bucket.work.reset();
+    }
+    next_bucket = 0;
+  }
+};
+
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
+                           std::shared_ptr<ProcessGroup> group,
+                           DataParallelOptions options)
+    : impl_(std::make_shared<Impl>()), group_(std::move(group)) {
+  TORCH_CHECK(model != nullptr,
+              "lamp::distributed::DataParallel: the model "
+              "is null.");
+  TORCH_CHECK(group_ != nullptr,
+              "lamp::distributed::DataParallel: the "
+              "process group is null.");
+  TORCH_CHECK(options.bucket_cap_mb() > 0,
+              "lamp::distributed::DataParallel: "
+              "bucket_cap_mb must be positive, got ",
+              options.bucket_cap_mb(), ".");
+  const auto comm = options.communication_dtype();
+  TORCH_CHECK(!comm || *comm == torch::kHalf || *comm == torch::kBFloat16 ||
+                  *comm == torch::kFloat,
+              "lamp::distributed::DataParallel: communication_dtype must be "
+              "kHalf, kBFloat16 or kFloat.");
+  auto& impl = *impl_;
+  impl.group = group_;
+  impl.options = options;
+  for (auto& p : model->parameters()) {
+    if (p.requires_grad()) {
+      TORCH_CHECK(p.device() == group_->device(),
+                  "lamp::distributed::"
+                  "DataParallel: a parameter is on ",
+                  p.device(),
+                  " but the "
+                  "process group communicates on ",
+                  group_->device(),
+                  "; move the model to the group's device first.");
+      impl.params.push_back(p);
+    }
+  }
+  impl.buffers = model->buffers();
+
+  // 1. Every rank starts from rank 0's weights and buffers.
+  {
+    std::vector<torch::Tensor> state = impl.params;
+    state.insert(state.end(), impl.buffers.begin(), impl.buffers.end());
+    group_->broadcast_(state, 0);
+  }
+  {
+    std::map<int, size_t> group_of_dtype;
+    for (const auto& b : impl.buffers) {
+      const int key = static_cast<int>(b.scalar_type());
+      auto it = group_of_dtype.find(key);
+      if (it == group_of_dtype.end()) {
+        it = group_of_dtype.emplace(key, impl.buffer_groups.size()).first;
+        impl.buffer_groups.emplace_back();
+      }
+      impl.buffer_groups[it->second].members.push_back(b);
+    }
+    for (auto& g : impl.buffer_groups) {
+      int64_t numel = 0;
+      for (const auto& b : g.members)
+        numel += b.numel();
+      g.flat = torch::empty({numel},
+                            g.members[0].options().device(group_->device()));
+    }
+  }
+
+  // Buckets: reverse registration order, one dtype each, up to the cap.
+  const int64_t cap_bytes =
+      static_cast<int64_t>(options.bucket_cap_mb() * 1024.0 * 1024.0);
+  impl.bucket_of.resize(impl.params.size());
+  impl.offset_of.resize(impl.params.size());
+  impl.ready.assign(impl.params.size(), false);
+  std::map<int, size_t> open_bucket; // param dtype -> bucket index
+  std::vector<int64_t> bucket_numel;
+  std::vector<torch::Dtype> bucket_dtype;
+  for (size_t k = impl.params.size(); k-- > 0;) {
+    const auto& p = impl.params[k];
+    const auto dtype = p.scalar_type();
+    const auto comm_dtype = (comm && dtype == torch::kFloat)
+                                ? *comm
+                                : static_cast<torch::Dtype>(dtype);
+    const int64_t bytes =
+        p.numel() * static_cast<int64_t>(torch::elementSize(comm_dtype));
+    auto it = open_bucket.find(static_cast<int>(dtype));
+    if (it == open_bucket.end() ||
+        (bucket_numel[it->second] > 0 &&
+         bucket_numel[it->second] * static_cast<int64_t>(torch::elementSize(
+                                        bucket_dtype[it->second])) +
+                 bytes >
+             cap_bytes)) {
+      impl.buckets.emplace_back();
+      bucket_numel.push_back(0);
+      bucket_dtype.push_back(comm_dtype);
+      open_bucket[static_cast<int>(dtype)] = impl.buckets.size() - 1;
+      it = open_bucket.find(static_cast<int>(dtype));
+    }
+    auto& bucket = impl.buckets[it->second];
+    impl.bucket_of[k] = it->second;
+    impl.offset_of[k] = bucket_numel[it->second];
+    bucket.params.push_back(k);
+    bucket.offsets.push_back(bucket_numel[it->second]);
+    bucket_numel[it->second] += p.numel();
+  }
+  for (size_t b = 0; b < impl.buckets.size(); ++b) {
+    impl.buckets[b].buffer = torch::zeros(
+        {bucket_numel[b]},
+        torch::TensorOptions().dtype(bucket_dtype[b]).device(group_->device()));
+  }
+  impl.reset();
+
+  // Hooks after each parameter's gradient accumulation (DDP's place for
+  // them): the .grad they read is the complete one for this backward.
+  std::weak_ptr<Impl> weak = impl_;
+  for (size_t k = 0; k < impl.params.size(); ++k) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(impl.params[k]);
+    accumulator->add_post_hook(
+        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [weak, k](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list& /*inputs*/) {
+              if (auto alive = weak.lock()) {
+                alive->mark_ready(k);
+              }
+              return outputs;
+            }));
+    impl.accumulators.push_back(std::move(accumulator));
+  }
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::before_forward() {
+  if (!impl_->options.broadcast_buffers() || !group_->is_distributed()) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  const bool root = group_->rank() == 0;
+  for (auto& g : impl_->buffer_groups) {
+    int64_t offset = 0;
+    if (root) {
+      for (const auto& b : g.members) {
+        g.flat.narrow(0, offset, b.numel()).view_as(b).copy_(b);
+        offset += b.numel();
+      }
+    }
+    group_->broadcast_(g.flat, 0);
+    if (!root) {
+      for (auto& b : g.members) {
+        b.copy_(g.flat.narrow(0, offset, b.numel()).view_as(b));
+        offset += b.numel();
+      }
+    }
+  }
+}
+
+void DataParallel::set_sync(bool sync) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->sync = sync;
+}
+
+void DataParallel::finish_gradient_sync() {
+  auto& impl = *impl_;
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  if (!impl.sync) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  // Parameters without a gradient in this backward count as zero.
+  for (size_t b = impl.next_bucket; b < impl.buckets.size(); ++b) {
+    auto& bucket = impl.buckets[b];
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      const size_t k = bucket.params[j];
+      if (!impl.ready[k]) {
+        bucket.buffer.narrow(0, bucket.offsets[j], impl.params[k].numel())
+            .zero_();
+        impl.ready[k] = true;
+      }
+    }
+    bucket.pending = 0;
+  }
+  impl.launch_ready_buckets();
+  for (auto& bucket : impl.buckets) {
+    bucket.work->wait();
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      auto& p = impl.params[bucket.params[j]];
+      auto averaged =
+          bucket.buffer.narrow(0, bucket.offsets[j], p.numel()).view_as(p);
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(averaged);
+      } else {
+        p.mutable_grad() = averaged.to(p.scalar_type(), /*non_blocking=*/false,
+                                       /*copy=*/true);
+      }
+    }
+  }
+  impl.reset();
+}
+
+int64_t DataParallel::bucket_count() const {
+  return static_cast<int64_t>(impl_->buckets.size());
+}
+
+void DataParallel::reduce_found_inf(torch::Tensor& found_inf) {
+  found_inf_reduction(group_)(found_inf);
+}
+
+GradientSyncFactory data_parallel(std::shared_ptr<ProcessGroup> group,
+                                  DataParallelOptions options) {
+  return [group = std::move(group),
+          options](const std::shared_ptr<torch::nn::Module>& model)
+             -> std::unique_ptr<GradientSync> {
+    if (!group || !group->is_distributed()) {
+      return nullptr;
+    }
+    return std::make_unique<DataParallel>(model, group, options);
+  };
+}
+
+} // namespace distributed
+} // namespace lamp

@@ -1,0 +1,503 @@
+#include "lamp/platform/checkpoint_file.h"
+
+#include "platform/memory.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+namespace lamp {
+namespace {
+
+// What the envelope around a checked archive holds.
+constexpr const char* kEnvelope = "lamp-checked-archive-1";
+constexpr const char* kEnvelopeKey = "lamp_envelope";
+
+std::string reason(int error) {
+  return std::strerror(error);
+}
+
+std::string parent_folder(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) {
+    return ".";
+  }
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Temporary files are named PATH.tmp-<pid>-<n>: unique per process and write,
+// so two writers never share one, and recognisable, so that the holder of the
+// lock can remove those a killed run left behind.
+constexpr const char* kTemporaryInfix = ".tmp-";
+
+// Closes and removes a temporary file unless release()d: every failure path
+// of write_file_atomically() leaves nothing behind.
+class TemporaryFile {
+ public:
+  TemporaryFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~TemporaryFile() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
+    if (!released_) {
+      ::unlink(path_.c_str());
+    }
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  /// Closes the file, returning close()'s errno (0 on success).
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc == 0 ? 0 : errno;
+  }
+  void release() { released_ = true; }
+
+ private:
+  std::string path_;
+  int fd_;
+  bool released_ = false;
+};
+
+[[noreturn]] void write_failed(const std::string& path, const std::string& what,
+                               int error) {
+  TORCH_CHECK(false, "lamp: could not write ", path, ": ", what, ": ",
+              reason(error), ". ", path,
+              " keeps its previous content; free space or choose another "
+              "folder, then run again.");
+}
+
+// Writes all of `size` bytes, retrying short writes and EINTR; returns 0 or
+// the errno of the write that failed, with `written` the bytes that made it.
+int write_all(int fd, const char* data, size_t size, size_t& written) {
+  // Chunks of 16 MiB: a signal or a slow device interrupts little at a time.
+  constexpr size_t kChunk = size_t{16} << 20;
+  written = 0;
+  while (written < size) {
+    const ssize_t n =
+        ::write(fd, data + written, std::min(kChunk, size - written));
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return errno;
+    }
+    if (n == 0) {
+      return EIO;
+    }
+    written += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// Reads the file back and compares it with what was written: the data that
+// reached the file system, not the buffer, is what a resume will see.
+bool reads_back_the_same(int fd, const std::string& bytes) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 ||
+      static_cast<uint64_t>(info.st_size) != bytes.size()) {
+    return false;
+  }
+  std::string chunk(size_t{1} << 20, '\0');
+  size_t offset = 0;
+  while (offset < bytes.size()) {
+    const size_t want = std::min(chunk.size(), bytes.size() - offset);
+    const ssize_t n = ::pread(fd, &chunk[0], want, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0 || std::memcmp(chunk.data(), bytes.data() + offset,
+                              static_cast<size_t>(n)) != 0) {
+      return false;
+    }
+    offset += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A name next to `path` that no other write uses, with the infix that
+// remove_stale_temporaries() looks for.
+std::string temporary_name(const std::string& path) {
+  static std::atomic<uint64_t> writes{0};
+  return path + kTemporaryInfix + std::to_string(::getpid()) + "-" +
+         std::to_string(++writes);
+}
+
+// The whole of a regular file, checked against the memory there is to hold it.
+std::string read_regular_file(const std::string& path) {
+  struct stat info {};
+  TORCH_CHECK(::stat(path.c_str(), &info) == 0, "lamp: cannot read ", path,
+              ": ", reason(errno), ".");
+  TORCH_CHECK(S_ISREG(info.st_mode), "lamp: ", path,
+              " is not a regular file; give the path of a checkpoint file.");
+  const uint64_t memory = lamp::detail::physical_memory_bytes();
+  TORCH_CHECK(static_cast<uint64_t>(info.st_size) < memory, "lamp: ", path,
+              " is ", info.st_size, " bytes, more than this machine's ", memory,
+              " bytes of memory: it is not a checkpoint lamp wrote, or it is "
+              "damaged.");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "lamp: cannot open ", path, ": ", reason(errno), ".");
+  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  size_t offset = 0;
+  int error = 0;
+  while (offset < bytes.size()) {
+    const ssize_t n = ::read(fd, &bytes[offset], bytes.size() - offset);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      error = n < 0 ? errno : 0;
+      break;
+    }
+    offset += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  TORCH_CHECK(offset == bytes.size(), "lamp: cannot read ", path, " (", offset,
+              " of ", bytes.size(), " bytes",
+              error != 0 ? ": " + reason(error) : std::string(), ").");
+  return bytes;
+}
+
+// Removes PATH.tmp-* files in PATH's folder: called by the lock's holder,
+// when no other live run can be writing one.
+void remove_stale_temporaries(const std::string& path) {
+  const std::string prefix = base_name(path) + kTemporaryInfix;
+  const std::string folder = parent_folder(path);
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) {
+    return;
+  }
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) == 0) {
+      ::unlink((folder + "/" + name).c_str());
+    }
+  }
+  ::closedir(dir);
+}
+
+} // namespace
+
+uint32_t crc32(const void* data, size_t size) {
+  // zlib's crc32 takes an unsigned int length: larger buffers in pieces.
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const auto* bytes = static_cast<const Bytef*>(data);
+  while (size > 0) {
+    const auto n = static_cast<uInt>(
+        std::min<size_t>(size, std::numeric_limits<uInt>::max()));
+    crc = ::crc32(crc, bytes, n);
+    bytes += n;
+    size -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void check_checkpoint_path(const std::string& path, const std::string& what) {
+  TORCH_CHECK(!path.empty(), "lamp: ", what, " is empty; give a file path.");
+  const std::string folder = parent_folder(path);
+  struct stat info {};
+  TORCH_CHECK(::stat(folder.c_str(), &info) == 0 && S_ISDIR(info.st_mode),
+              "lamp: ", what, " ", path, ": the folder ", folder,
+              " does not exist; create it or choose another path.");
+  if (::lstat(path.c_str(), &info) == 0) {
+    TORCH_CHECK(S_ISREG(info.st_mode), "lamp: ", what, " ", path,
+                " exists and is not a regular file (",
+                S_ISLNK(info.st_mode)    ? "a symbolic link"
+                : S_ISDIR(info.st_mode)  ? "a folder"
+                : S_ISFIFO(info.st_mode) ? "a FIFO"
+                : S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)
+                    ? "a device"
+                    : "a special file",
+                "); lamp writes a new file and renames it over the old one, "
+                "which would replace it. Give the path of a regular file.");
+  }
+}
+
+void check_writable_path(const std::string& path, const std::string& what) {
+  check_checkpoint_path(path, what);
+  const std::string temporary = temporary_name(path);
+  const int fd =
+      ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  TORCH_CHECK(fd >= 0, "lamp: ", what, " ", path,
+              ": cannot create a file in "
+              "its folder (",
+              reason(errno),
+              "); make the folder writable or "
+              "choose another path.");
+  ::close(fd);
+  ::unlink(temporary.c_str());
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  check_checkpoint_path(path, "file");
+  const std::string temporary = temporary_name(path);
+  const int fd =
+      ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    write_failed(path, "cannot create " + temporary, errno);
+  }
+  TemporaryFile file(temporary, fd);
+  size_t written = 0;
+  if (const int error = write_all(fd, bytes.data(), bytes.size(), written)) {
+    write_failed(path,
+                 "wrote " + std::to_string(written) + " of " +
+                     std::to_string(bytes.size()) + " bytes to " + temporary,
+                 error);
+  }
+  if (::fsync(fd) != 0) {
+    write_failed(path, "fsync of " + temporary + " failed", errno);
+  }
+  TORCH_CHECK(reads_back_the_same(fd, bytes), "lamp: could not write ", path,
+              ": ", temporary,
+              " does not read back as written (the storage lost or changed "
+              "data). ",
+              path, " keeps its previous content.");
+  if (const int error = file.close()) {
+    write_failed(path, "closing " + temporary + " failed", error);
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    write_failed(path, "cannot rename " + temporary + " over it", errno);
+  }
+  file.release();
+  // The rename is durable once the folder is: fsync it (file systems that
+  // cannot sync a folder say EINVAL, and have nothing to sync).
+  const int dir =
+      ::open(parent_folder(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    const int rc = ::fsync(dir);
+    const int error = errno;
+    ::close(dir);
+    TORCH_CHECK(rc == 0 || error == EINVAL, "lamp: wrote ", path,
+                " but could not sync its folder: ", reason(error),
+                "; the new file may not survive a power loss.");
+  }
+}
+
+void save_checked_archive(torch::serialize::OutputArchive& archive,
+                          const std::string& path) {
+  std::string payload;
+  archive.save_to([&payload](const void* data, size_t size) {
+    payload.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::serialize::OutputArchive envelope;
+  envelope.write(kEnvelopeKey, c10::IValue(std::string(kEnvelope)));
+  envelope.write("payload_bytes",
+                 c10::IValue(static_cast<int64_t>(payload.size())));
+  envelope.write(
+      "payload_crc32",
+      c10::IValue(static_cast<int64_t>(crc32(payload.data(), payload.size()))));
+  envelope.write(
+      "payload",
+      torch::from_blob(&payload[0], {static_cast<int64_t>(payload.size())},
+                       torch::kUInt8));
+  std::string bytes;
+  envelope.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  write_file_atomically(path, bytes);
+}
+
+void save_pickle(const c10::IValue& value, const std::string& path) {
+  // torch::pickle_save, less its type tags: it marks typed dicts with
+  // torch.jit._pickle.restore_type_tag, a global that Python's torch.load
+  // refuses by default since torch 2.6 (weights_only). Without the tags,
+  // LibTorch reads the dict back with Any as its key and value types.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&pickle](const char* data, size_t size) {
+        pickle.insert(pickle.end(), data, data + size);
+      },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
+      /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
+      /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::string bytes;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(
+        [&bytes](const void* data, size_t size) {
+          bytes.append(static_cast<const char*>(data), size);
+          return size;
+        });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(),
+                                       pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  }
+  write_file_atomically(path, bytes);
+}
+
+c10::IValue load_pickle(const std::string& path, const std::string& what) {
+  const std::string bytes = read_regular_file(path);
+  std::string error;
+  try {
+    return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    // A damaged zip can make the reader throw anything (see below).
+    error = e.what();
+  }
+  // torch::save archives and TorchScript modules keep their pickle under
+  // "constants.pkl"/"data.pkl" next to code, which pickle_load does not read
+  // as a plain torch.save file.
+  TORCH_CHECK(false, what, ": ", path,
+              " is not a file written by Python's "
+              "torch.save (",
+              error,
+              "). A torch::serialize archive (a "
+              "lamp checkpoint, torch::save's files) is read with "
+              "torch::serialize::InputArchive or torch::load instead.");
+}
+
+void load_checked_archive(torch::serialize::InputArchive& archive,
+                          const std::string& path) {
+  const std::string bytes = read_regular_file(path);
+  torch::serialize::InputArchive envelope;
+  // A damaged zip can make the reader throw anything, including bad_alloc
+  // for a size read from flipped bits: all of it means "damaged".
+  const auto damaged = [&path](const std::string& what) {
+    TORCH_CHECK(false, "lamp: ", path,
+                " is damaged or not a checkpoint written by lamp (", what,
+                "). Resume from an intact copy or start a new run.");
+  };
+  try {
+    envelope.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+  } catch (const c10::Error& e) {
+    damaged(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    damaged(e.what());
+  }
+  c10::IValue value;
+  if (!envelope.try_read(kEnvelopeKey, value)) {
+    // An archive without the envelope: lamp's first checkpoint format.
+    TORCH_CHECK(!envelope.try_read("format", value) || !value.isString(),
+                "lamp: ", path, " is a '", value.toStringRef(),
+                "' checkpoint from an earlier lamp, written without a "
+                "checksum; this lamp resumes only checkpoints it can verify. "
+                "Start a new run.");
+    damaged("no lamp envelope");
+  }
+  if (!value.isString() || value.toStringRef() != kEnvelope) {
+    damaged("unknown envelope");
+  }
+  c10::IValue size_value, crc_value;
+  torch::Tensor payload;
+  try {
+    envelope.read("payload_bytes", size_value);
+    envelope.read("payload_crc32", crc_value);
+    envelope.read("payload", payload);
+  } catch (const c10::Error& e) {
+    damaged(e.what_without_backtrace());
+  }
+  if (!size_value.isInt() || !crc_value.isInt() ||
+      payload.scalar_type() != torch::kUInt8 || payload.dim() != 1 ||
+      !payload.is_contiguous()) {
+    damaged("malformed envelope");
+  }
+  if (payload.numel() != size_value.toInt()) {
+    damaged("the payload has " + std::to_string(payload.numel()) +
+            " bytes, the envelope says " + std::to_string(size_value.toInt()));
+  }
+  const uint32_t crc =
+      crc32(payload.data_ptr(), static_cast<size_t>(payload.numel()));
+  if (static_cast<int64_t>(crc) != crc_value.toInt()) {
+    damaged("checksum mismatch: CRC-32 " + std::to_string(crc) +
+            " where the checkpoint recorded " +
+            std::to_string(crc_value.toInt()));
+  }
+  try {
+    archive.load_from(static_cast<const char*>(payload.data_ptr()),
+                      static_cast<size_t>(payload.numel()),
+                      torch::Device(torch::kCPU));
+  } catch (const c10::Error& e) {
+    damaged(e.what_without_backtrace());
+  }
+}
+
+CheckpointLock::CheckpointLock(const std::string& path)
+    : lock_path_(path + ".lock") {
+  check_checkpoint_path(path, "checkpoint");
+  // The lock file may be removed by its previous holder between our open and
+  // our flock: then the lock is on a file no one else will find, so open the
+  // path again until the file locked is the one the path names.
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    TORCH_CHECK(fd_ >= 0, "lamp: cannot create the lock file ", lock_path_,
+                " for the checkpoint ", path, ": ", reason(errno),
+                ". Checkpoints are written into that folder; make it writable "
+                "or choose another path.");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      char owner[32] = {0};
+      const ssize_t n = ::pread(fd_, owner, sizeof(owner) - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      TORCH_CHECK(
+          error != EWOULDBLOCK, "lamp: another run (pid ",
+          n > 0 ? std::string(owner, static_cast<size_t>(n)) : "unknown",
+          ") is writing checkpoints to ", path,
+          "; two runs would overwrite each other's. Wait for it to end "
+          "or choose another checkpoint path.");
+      TORCH_CHECK(false, "lamp: cannot lock ", lock_path_, ": ", reason(error),
+                  ".");
+    }
+    struct stat held {
+    }, named{};
+    if (::fstat(fd_, &held) == 0 && ::stat(lock_path_.c_str(), &named) == 0 &&
+        held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
+      break;
+    }
+    ::close(fd_);
+    fd_ = -1;
+    TORCH_CHECK(attempt < 100, "lamp: cannot take the lock ", lock_path_,
+                ": it keeps being replaced by another process.");
+  }
+  // Held: any temporary file beside the checkpoint is a killed run's.
+  remove_stale_temporaries(path);
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) !=
+                                      static_cast<ssize_t>(pid.size())) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    TORCH_CHECK(false, "lamp: cannot write the lock file ", lock_path_, ": ",
+                reason(error),
+                ". Free space or choose another checkpoint folder.");
+  }
+}
+
+CheckpointLock::~CheckpointLock() {
+  if (fd_ >= 0) {
+    // Removed while still held, so no other run can take a lock on a file
+    // that is about to disappear and then find the folder without one.
+    ::unlink(lock_path_.c_str());
+    ::close(fd_);
+  }
+}
+
+} // namespace lamp

@@ -1,0 +1,223 @@
+#pragma once
+
+// The one place where lamp branches on the LibTorch version. Everything else
+// calls these functions and constants.
+//
+// LibTorch 1.13 has per-device autocast functions (is_enabled/set_enabled for
+// CUDA, is_cpu_enabled/set_cpu_enabled for CPU,
+// get/set_autocast_{gpu,cpu}_dtype). LibTorch 2.4 replaced them with
+// device-generic ones taking a DeviceType; the old names still compile there
+// but warn.
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define LAMP_TORCH_DEVICE_GENERIC_AUTOCAST 1
+#else
+#define LAMP_TORCH_DEVICE_GENERIC_AUTOCAST 0
+#endif
+
+#include <string>
+#include <vector>
+
+namespace lamp {
+namespace detail {
+
+/// CPU autocast accepts FP16 (LibTorch 1.13 only knows BF16 there).
+constexpr bool kCpuAutocastSupportsHalf = LAMP_TORCH_DEVICE_GENERIC_AUTOCAST;
+
+/// ATen has CPU kernels for _amp_foreach_non_finite_check_and_unscale_ and
+/// _amp_update_scale_ (1.13 has them for CUDA only).
+constexpr bool kCpuAmpKernels = LAMP_TORCH_DEVICE_GENERIC_AUTOCAST;
+
+inline void check_autocast_device(c10::DeviceType device_type) {
+  TORCH_CHECK(device_type == c10::DeviceType::CPU ||
+                  device_type == c10::DeviceType::CUDA,
+              "lamp::Autocast: device type ", device_type,
+              " is not supported; use torch::kCPU or torch::kCUDA.");
+}
+
+inline bool autocast_enabled(c10::DeviceType device_type) {
+  check_autocast_device(device_type);
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  return at::autocast::is_autocast_enabled(device_type);
+#else
+  return device_type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled()
+                                             : at::autocast::is_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType device_type, bool enabled) {
+  check_autocast_device(device_type);
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  at::autocast::set_autocast_enabled(device_type, enabled);
+#else
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+  } else {
+    at::autocast::set_enabled(enabled);
+  }
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType device_type) {
+  check_autocast_device(device_type);
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  return at::autocast::get_autocast_dtype(device_type);
+#else
+  return device_type == c10::DeviceType::CPU
+             ? at::autocast::get_autocast_cpu_dtype()
+             : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType device_type,
+                               at::ScalarType dtype) {
+  check_autocast_device(device_type);
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  at::autocast::set_autocast_dtype(device_type, dtype);
+#else
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+#endif
+}
+
+// ---------------------------------------------------------------- optimizers
+//
+// ATen's fused optimizer kernels (_fused_sgd_, _fused_adam_, _fused_adamw_),
+// with grad_scale/found_inf and a tensor learning rate, exist for CUDA and
+// CPU from LibTorch 2.4 on (1.13 has only a CUDA _fused_adam_, without
+// AdamW, SGD or a tensor lr): lamp uses them from 2.4 on and its foreach or
+// per-tensor paths before.
+
+/// _fused_sgd_ / _fused_adam_ / _fused_adamw_ on CPU and CUDA.
+constexpr bool kFusedOptimizers = LAMP_TORCH_DEVICE_GENERIC_AUTOCAST;
+
+/// The key of a parameter in torch::optim::Optimizer::state(): a string of
+/// the TensorImpl's address in 1.13, the address itself from 2.0 on.
+#if TORCH_VERSION_MAJOR >= 2
+inline void* optimizer_state_key(const at::Tensor& param) {
+  return param.unsafeGetTensorImpl();
+}
+#else
+inline std::string optimizer_state_key(const at::Tensor& param) {
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+}
+#endif
+
+/// An undefined tensor as nullopt: the fused kernels' optional arguments.
+inline c10::optional<at::Tensor> optional_tensor(const at::Tensor& tensor) {
+  return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
+}
+
+/// Initialises CUDA once per process, as Python's torch.cuda._lazy_init()
+/// does before its memory statistics: the CUDA caching allocator only knows
+/// the devices after this (LibTorch 2.x refuses the statistics of a device
+/// it does not know with "Invalid device argument"). The first CUDA tensor
+/// does the same; nothing happens on a second call. LibTorch 2.6 renamed
+/// lazyInitCUDA() to lazyInitDevice(kCUDA) (the old name warns).
+inline void lazy_init_cuda() {
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+#else
+  at::globalContext().lazyInitCUDA();
+#endif
+}
+
+inline void fused_sgd_(at::TensorList params, at::TensorList grads,
+                       at::TensorList momentum_buffers, double weight_decay,
+                       double momentum, double lr, const at::Tensor& lr_tensor,
+                       double dampening, bool nesterov, bool is_first_step,
+                       const at::Tensor& grad_scale,
+                       const at::Tensor& found_inf) {
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  const auto scale = optional_tensor(grad_scale);
+  const auto inf = optional_tensor(found_inf);
+  if (lr_tensor.defined()) {
+    at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum,
+                    lr_tensor, dampening, nesterov, /*maximize=*/false,
+                    is_first_step, scale, inf);
+  } else {
+    at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr,
+                    dampening, nesterov, /*maximize=*/false, is_first_step,
+                    scale, inf);
+  }
+#else
+  (void)params, (void)grads, (void)momentum_buffers, (void)weight_decay,
+      (void)momentum, (void)lr, (void)lr_tensor, (void)dampening,
+      (void)nesterov, (void)is_first_step, (void)grad_scale, (void)found_inf;
+  TORCH_INTERNAL_ASSERT(false, "fused SGD needs LibTorch >= 2.4");
+#endif
+}
+
+/// _fused_adam_ (decoupled_weight_decay false) or _fused_adamw_ (true).
+inline void fused_adam_(bool decoupled_weight_decay, at::TensorList params,
+                        at::TensorList grads, at::TensorList exp_avgs,
+                        at::TensorList exp_avg_sqs,
+                        at::TensorList max_exp_avg_sqs,
+                        at::TensorList state_steps, double lr,
+                        const at::Tensor& lr_tensor, double beta1, double beta2,
+                        double weight_decay, double eps, bool amsgrad,
+                        const at::Tensor& grad_scale,
+                        const at::Tensor& found_inf) {
+#if LAMP_TORCH_DEVICE_GENERIC_AUTOCAST
+  const auto scale = optional_tensor(grad_scale);
+  const auto inf = optional_tensor(found_inf);
+  const auto call = [&](const auto& learning_rate) {
+    if (decoupled_weight_decay) {
+      at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                        state_steps, learning_rate, beta1, beta2, weight_decay,
+                        eps, amsgrad, /*maximize=*/false, scale, inf);
+    } else {
+      at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                       state_steps, learning_rate, beta1, beta2, weight_decay,
+                       eps, amsgrad, /*maximize=*/false, scale, inf);
+    }
+  };
+  if (lr_tensor.defined()) {
+    call(lr_tensor);
+  } else {
+    call(lr);
+  }
+#else
+  (void)decoupled_weight_decay, (void)params, (void)grads, (void)exp_avgs,
+      (void)exp_avg_sqs, (void)max_exp_avg_sqs, (void)state_steps, (void)lr,
+      (void)lr_tensor, (void)beta1, (void)beta2, (void)weight_decay, (void)eps,
+      (void)amsgrad, (void)grad_scale, (void)found_inf;
+  TORCH_INTERNAL_ASSERT(false, "fused Adam needs LibTorch >= 2.4");
+#endif
+}
+
+} // namespace detail
+} // namespace lamp
+
+// c10d's backends are ProcessGroup subclasses in LibTorch 1.13 and Backend
+// subclasses (under a ProcessGroup front) from 2.0; both have the allreduce /
+// broadcast calls lamp uses. Only the distributed sources ask for this part.
+#ifdef LAMP_COMPAT_C10D
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+namespace lamp {
+namespace detail {
+using C10dBackend = c10d::Backend;
+} // namespace detail
+} // namespace lamp
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+namespace lamp {
+namespace detail {
+using C10dBackend = c10d::ProcessGroup;
+} // namespace detail
+} // namespace lamp
+#endif
+#endif // LAMP_COMPAT_C10D

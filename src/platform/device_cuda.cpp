@@ -1,0 +1,74 @@
+// Built only when the LibTorch found has CUDA: it includes CUDA headers.
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda.h> // CUDA_VERSION
+
+#include "lamp/platform/backends.h"
+#include "platform/cuda_name.h"
+
+namespace lamp {
+
+bool cuda_available() {
+  return c10::cuda::device_count() > 0;
+}
+
+std::string cuda_versions() {
+  // CUDA_VERSION is the toolkit's (13000 for 13.0); cuDNN's runtime version
+  // is major * 10000 + minor * 100 + patch from cuDNN 9 on (major * 1000 +
+  // minor * 100 + patch before).
+  std::string text = "CUDA " + std::to_string(CUDA_VERSION / 1000) + "." +
+                     std::to_string(CUDA_VERSION % 1000 / 10);
+  const auto& hooks = at::detail::getCUDAHooks();
+  if (hooks.hasCuDNN()) {
+    const long v = hooks.versionCuDNN();
+    const long major = v >= 90000 ? v / 10000 : v / 1000;
+    const long minor = v >= 90000 ? v / 100 % 100 : v / 100 % 10;
+    text += ", cuDNN " + std::to_string(major) + "." + std::to_string(minor) +
+            "." + std::to_string(v % 100);
+  }
+  return text;
+}
+
+namespace {
+c10::DeviceIndex cuda_index(const torch::Device& device) {
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+} // namespace
+
+int64_t peak_device_memory(const torch::Device& device) {
+  if (!device.is_cuda() || !cuda_available()) {
+    return 0;
+  }
+  detail::lazy_init_cuda();
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
+  return stats.allocated_bytes[0].peak;
+}
+
+namespace detail {
+std::string cuda_device_name(const torch::Device& device) {
+  if (!cuda_available()) {
+    return "no CUDA GPU";
+  }
+  return at::cuda::getDeviceProperties(cuda_index(device))->name;
+}
+} // namespace detail
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda() && cuda_available()) {
+    c10::cuda::CUDAGuard guard(cuda_index(device));
+    c10::cuda::device_synchronize();
+  }
+}
+
+void reset_peak_device_memory(const torch::Device& device) {
+  if (device.is_cuda() && cuda_available()) {
+    detail::lazy_init_cuda();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index(device));
+  }
+}
+
+} // namespace lamp

@@ -1,0 +1,107 @@
+// Built only when the LibTorch found has CUDA: CUDA graphs for TrainStep.
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "platform/cuda_graph.h"
+
+namespace lamp {
+namespace detail {
+namespace {
+
+class CudaGraph : public CapturedGraph {
+ public:
+  at::cuda::CUDAGraph graph;
+  void replay() override { graph.replay(); }
+};
+
+// Makes `waiter` wait for the work queued so far on `producer`.
+void wait_for(const c10::cuda::CUDAStream& producer,
+              const c10::cuda::CUDAStream& waiter) {
+  at::cuda::CUDAEvent event;
+  event.record(producer);
+  event.block(waiter);
+}
+
+} // namespace
+
+GraphPool new_graph_pool() {
+  const auto id = at::cuda::graph_pool_handle();
+  return {id.first, id.second};
+}
+
+void run_on_side_stream(const torch::Device& device,
+                        const std::function<void()>& body) {
+  TORCH_CHECK(device.is_cuda(), "lamp: a side stream needs a CUDA device, got ",
+              device, ".");
+  c10::cuda::CUDAGuard device_guard(device);
+  const auto current = c10::cuda::getCurrentCUDAStream();
+  const auto side = c10::cuda::getStreamFromPool(false, current.device_index());
+  wait_for(current, side);
+  {
+    c10::cuda::CUDAStreamGuard stream_guard(side);
+    body();
+  }
+  wait_for(side, current);
+}
+
+std::unique_ptr<CapturedGraph> capture_graph(
+    const torch::Device& device, GraphPool pool,
+    const std::function<void()>& body) {
+  TORCH_CHECK(device.is_cuda(), "lamp: CUDA graphs need a CUDA device, got ",
+              device, ".");
+  c10::cuda::CUDAGuard device_guard(device);
+  auto captured = std::make_unique<CudaGraph>();
+  const auto current = c10::cuda::getCurrentCUDAStream();
+  // Capture is not allowed on the legacy default stream.
+  const auto side = c10::cuda::getStreamFromPool(false, current.device_index());
+  wait_for(current, side);
+  {
+    c10::cuda::CUDAStreamGuard stream_guard(side);
+    captured->graph.capture_begin({pool.first, pool.second});
+    try {
+      body();
+    } catch (const std::exception& e) {
+      try {
+        captured->graph.capture_end();
+      } catch (...) {
+        // The capture is invalid anyway; report what the step did.
+      }
+      TORCH_CHECK(false,
+                  "lamp::TrainStep: the training step could not be "
+                  "captured in a CUDA graph: ",
+                  e.what(),
+                  " A captured step must not wait for the GPU: no .item(), "
+                  "printing of tensors or host copies in the loss function, no "
+                  "GradScaler diagnose_overflow. Use "
+                  "TrainStepOptions().cuda_graph(false) (--cuda-graph off) "
+                  "for such a step.");
+    }
+    captured->graph.capture_end();
+  }
+  wait_for(side, current);
+  return captured;
+}
+
+int64_t graph_pool_held_bytes(const torch::Device& device, GraphPool pool) {
+  TORCH_CHECK(device.is_cuda(), "lamp: graph pools live on CUDA devices, got ",
+              device, ".");
+  const auto index =
+      device.has_index() ? device.index() : c10::cuda::current_device();
+  int64_t held = 0;
+  for (const auto& segment :
+       c10::cuda::CUDACachingAllocator::snapshot().segments) {
+    if (segment.device == index &&
+        segment.owner_private_pool_id.first == pool.first &&
+        segment.owner_private_pool_id.second == pool.second) {
+      held += static_cast<int64_t>(segment.total_size) -
+              static_cast<int64_t>(segment.allocated_size);
+    }
+  }
+  return held;
+}
+
+} // namespace detail
+} // namespace lamp

@@ -7,6 +7,7 @@
 #include <cuda.h> // CUDA_VERSION
 
 #include "lamp/platform/backends.h"
+#include "platform/compat.h"
 #include "platform/cuda_name.h"
 
 namespace lamp {

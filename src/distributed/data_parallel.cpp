@@ -99,7 +99,9 @@ struct DataParallel::Impl {
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
                            std::shared_ptr<ProcessGroup> group,
                            DataParallelOptions options)
-    : impl_(std::make_shared<Impl>()), group_(std::move(group)) {
+    : impl_(std::make_shared<Impl>()),
+      group_(std::move(group)),
+      reduce_found_inf_(found_inf_reduction(group_)) {
   TORCH_CHECK(model != nullptr,
               "lamp::distributed::DataParallel: the model "
               "is null.");
@@ -295,7 +297,10 @@ int64_t DataParallel::bucket_count() const {
 }
 
 void DataParallel::reduce_found_inf(torch::Tensor& found_inf) {
-  found_inf_reduction(group_)(found_inf);
+  // Made once, at construction: no std::function per step.
+  if (reduce_found_inf_) {
+    reduce_found_inf_(found_inf);
+  }
 }
 
 GradientSyncFactory data_parallel(std::shared_ptr<ProcessGroup> group,

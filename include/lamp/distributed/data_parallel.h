@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <c10/util/Optional.h>
@@ -93,6 +94,8 @@ class DataParallel final : public GradientSync {
   // model's parameters and check that it is still there.
   std::shared_ptr<Impl> impl_;
   std::shared_ptr<ProcessGroup> group_;
+  // found_inf_reduction(group_); empty for a one-process group.
+  std::function<void(torch::Tensor&)> reduce_found_inf_;
 };
 
 /// TrainStep's GradientSync over `group`: a DataParallel with `options`

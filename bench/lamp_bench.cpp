@@ -108,17 +108,16 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     step = std::make_unique<lamp::TrainStep>(
         module,
         [&c](std::vector<torch::Tensor> params) {
-          // The training programs' defaults (SGD: Nesterov momentum 0.9).
+          // OptimizerOptions' defaults (the training programs' too), with
+          // Adam's usual learning rate.
+          auto options = lamp::optim::OptimizerOptions().name(c.optimizer);
+          if (c.optimizer != "sgd") {
+            options.lr(1e-3);
+          }
           return lamp::optim::make_optimizer(
               std::move(params),
-              lamp::optim::OptimizerConfig()
-                  .name(c.optimizer)
-                  .lr(c.optimizer == "sgd" ? 0.1 : 1e-3)
-                  .momentum(0.9)
-                  .nesterov(true)
-                  .weight_decay(5e-4)
-                  .implementation(
-                      lamp::optim::parse_implementation(c.optimizer_impl)));
+              options.implementation(
+                  lamp::optim::parse_implementation(c.optimizer_impl)));
         },
         lamp::TrainStepOptions(lamp::parse_precision(precision_name))
             .cuda_graph(c.cuda_graph));
@@ -238,8 +237,7 @@ int run(const Config& c) {
     auto result = run_one(c, precision, device);
     if (result["skipped"].is_null()) {
       std::printf(
-          "%-9s %-9s batch %4lld  %9.1f img/s  %8.2f s/epoch  %7.3f TFLOP/s  "
-          "peak %.0f MiB\n",
+          "%-9s %-9s batch %4lld  %9.1f img/s  %8.2f s/epoch  %7.3f TFLOP/s  peak %.0f MiB\n",
           c.model.c_str(), precision.c_str(),
           static_cast<long long>(c.batch_size),
           result["images_per_second"].get<double>(),
@@ -299,15 +297,14 @@ int main(int argc, char** argv) {
   app.add_option("--steps", c.steps, "timed steps")
       ->check(lamp_examples::integer_at_least(1))
       ->capture_default_str();
-  app.add_option("--min-seconds", c.min_seconds,
-                 "time at least this long: more steps than --steps when they "
-                 "are faster")
+  app.add_option(
+         "--min-seconds", c.min_seconds,
+         "time at least this long: more steps than --steps when they are faster")
       ->check(lamp_examples::non_negative_real())
       ->capture_default_str();
   app.add_option(
          "--repeats", c.repeats,
-         "timed runs of the calibrated step count after one warm-up; the "
-         "median is reported, every run in the JSON")
+         "timed runs of the calibrated step count after one warm-up; the median is reported, every run in the JSON")
       ->check(lamp_examples::integer_in(1, 100))
       ->capture_default_str();
   app.add_option("--epoch-images", c.epoch_images,
@@ -328,9 +325,9 @@ int main(int argc, char** argv) {
   app.add_flag(
       "--cuda-graph", c.cuda_graph,
       "replay the step as a CUDA graph (TrainStepOptions::cuda_graph)");
-  app.add_flag("--report-precision", c.report_precision,
-               "print each model's parameter/buffer dtypes and the dtypes its "
-               "convolutions/matmuls ran in during one training step");
+  app.add_flag(
+      "--report-precision", c.report_precision,
+      "print each model's parameter/buffer dtypes and the dtypes its convolutions/matmuls ran in during one training step");
   lamp_examples::add_version_flag(app, "lamp_bench");
   const int status =
       lamp_examples::parse_command_line(app, "lamp_bench", argc, argv);

@@ -18,3 +18,23 @@ install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/lampConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/lampConfigVersion.cmake
   DESTINATION ${LAMP_CONFIG_DIR})
+
+# pkg-config, for builds without CMake.
+include(cmake/LampPkgConfig.cmake)
+lamp_write_pkg_config(${CMAKE_CURRENT_BINARY_DIR}/lamp.pc)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/lamp.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The documents, with docs/ kept as a folder so that the links between
+# README.md, CHANGELOG.md and docs/*.md still work. The guide's pages only
+# (docs/api/ is Doxygen's input); a page added later is picked up when the
+# build configures again, which it does by itself (CONFIGURE_DEPENDS).
+file(GLOB _lamp_doc_pages CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/docs/*.md")
+install(FILES LICENSE README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR} OPTIONAL)
+if(_lamp_doc_pages)
+  install(FILES ${_lamp_doc_pages} DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
+endif()
+
+# cpack: Debian's liblamp-dev package, or a tarball.
+include(cmake/LampPackaging.cmake)

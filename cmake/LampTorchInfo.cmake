@@ -90,3 +90,50 @@ function(lamp_torch_info)
   endif()
   message(STATUS "lamp: LibTorch ${_described} at ${TORCH_INSTALL_PREFIX}, CUDA: ${_cuda}")
 endfunction()
+
+# lamp_torch_link_libraries(<out>): what lamp links for LibTorch, as imported
+# targets only. TORCH_LIBRARIES mixes TorchConfig's targets (torch,
+# torch_library) with absolute paths it found with find_library (libc10.so,
+# libc10_cuda.so, and for a CUDA wheel the toolkit's libnvrtc.so); linked as
+# they are, those paths would be written into the installed lampTargets.cmake
+# and tie every consumer to this machine's files. An absolute path is replaced
+# by the imported target (from Caffe2Targets.cmake) for the same file; one with
+# no such target is left out, as lamp's code calls nothing in it (NVRTC is
+# loaded by LibTorch itself when its JIT needs it). A consumer's
+# find_package(Torch) (lampConfig.cmake) defines the same targets for its own
+# LibTorch.
+function(lamp_torch_link_libraries out)
+  set(_targets "")
+  set(_left_out "")
+  foreach(_lib IN LISTS TORCH_LIBRARIES)
+    if(TARGET "${_lib}")
+      list(APPEND _targets "${_lib}")
+      continue()
+    endif()
+    set(_found "")
+    if(IS_ABSOLUTE "${_lib}" AND _lib MATCHES "/lib([^/]+)\\.(so|a|dylib)[^/]*$")
+      set(_name "${CMAKE_MATCH_1}")
+      if(TARGET "${_name}")
+        set(_found "${_name}")
+      endif()
+    endif()
+    if(_found)
+      list(APPEND _targets "${_found}")
+    else()
+      list(APPEND _left_out "${_lib}")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES _targets)
+  if(NOT "torch" IN_LIST _targets)
+    message(FATAL_ERROR
+      "lamp: the LibTorch at ${TORCH_INSTALL_PREFIX} defines no imported target "
+      "'torch' (TORCH_LIBRARIES='${TORCH_LIBRARIES}'); lamp needs a LibTorch "
+      "whose TorchConfig.cmake loads Caffe2Targets.cmake (LibTorch 1.13 or later).")
+  endif()
+  if(_left_out)
+    list(JOIN _left_out ", " _left_out)
+    message(STATUS "lamp: links LibTorch as ${_targets}; not linked from TORCH_LIBRARIES "
+                   "(no imported target, unused by lamp): ${_left_out}")
+  endif()
+  set(${out} "${_targets}" PARENT_SCOPE)
+endfunction()

@@ -18,8 +18,7 @@ int main(int argc, char** argv) {
   config.data = "data/cifar-10-batches-bin";
   return lamp_examples::program_main(
       argc, argv, "train_cifar10",
-      "Train a ResNet on CIFAR-10 with lamp (get the data: "
-      "scripts/get_cifar10.sh)",
+      "Train a ResNet on CIFAR-10 with lamp (get the data: scripts/get_cifar10.sh)",
       config, [&config] {
         lamp_examples::RunSpec spec;
         spec.train = lamp::data::read_cifar10(config.data, /*train=*/true);

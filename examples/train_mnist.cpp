@@ -19,9 +19,9 @@ int main(int argc, char** argv) {
       argc, argv, "train_mnist",
       "Train on MNIST-format data (default: Debian's Fashion-MNIST) with lamp",
       config, [&config] {
-        TORCH_CHECK(!config.data.empty(),
-                    "no --data directory given and Debian's Fashion-MNIST is "
-                    "not installed (apt-get install dataset-fashion-mnist).");
+        TORCH_CHECK(
+            !config.data.empty(),
+            "no --data directory given and Debian's Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist).");
         lamp_examples::RunSpec spec;
         spec.train = lamp::data::read_mnist(config.data, /*train=*/true);
         spec.test = lamp::data::read_mnist(config.data, /*train=*/false);

@@ -24,9 +24,9 @@ ALLOWED = {
     "models": {"platform", "amp"},
     "training": {"platform", "amp", "optim", "distributed", "data", "models"},
 }
-# Top-level headers of include/lamp/ (the umbrella lamp.h, distributed.h,
-# version.h and the forwarding headers of lamp 0.1's paths) belong to the
-# layers they include: including one is an arrow to each of those.
+# Top-level headers of include/lamp/ (the umbrella lamp.h, distributed.h and
+# version.h) belong to the layers they include: including one is an arrow to
+# each of those.
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -70,7 +70,7 @@ def main():
                 continue
             rel = path.relative_to(base).parts
             if len(rel) < 2:
-                continue  # include/lamp/*.h: umbrella, version, forwarding
+                continue  # include/lamp/*.h: the umbrellas and version.h
             layer = rel[0]
             if layer not in ALLOWED:
                 bad.append(f"{path.relative_to(args.root)}: folder '{layer}' "

@@ -5,10 +5,13 @@
 # The repository root, whatever the caller's working directory.
 LAMP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Debian packages every build needs.
+# Debian packages every build needs (pkg-config: the packaging.pkg_config
+# test; doxygen: the API reference, target docs; the Debian package test
+# uses dpkg-deb, which every Debian system has).
 # shellcheck disable=SC2034  # used by the scripts that source this file
 LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
-                     libgtest-dev zlib1g-dev nlohmann-json3-dev)
+                     libgtest-dev zlib1g-dev nlohmann-json3-dev pkg-config
+                     doxygen)
 
 lamp_log() { printf '==> %s\n' "$*" >&2; }
 lamp_die() { printf 'error: %s\n' "$*" >&2; exit 1; }

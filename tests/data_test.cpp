@@ -549,9 +549,9 @@ TEST(Mnist, MissingFilesNameEveryNameLookedFor) {
                 dir.file("train-images-idx3-ubyte.gz"),
                 dir.file("train-labels-idx1-ubyte.gz"),
                 "holds train-labels-idx1-ubyte", "dataset-fashion-mnist"});
-  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
-               {"missing t10k-images-idx3-ubyte[.gz] and "
-                "t10k-labels-idx1-ubyte[.gz]"});
+  expect_error(
+      [&] { lamp::data::read_mnist(dir.str(), false); },
+      {"missing t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]"});
 }
 
 TEST(Mnist, RejectsMismatchedCountsAndWrongRanks) {

@@ -107,8 +107,8 @@ TEST(ProcessGroup, AMissingRankFailsWithinTheTimeout) {
   // Rank 0 of 2 alone: the rendezvous gives up after the timeout with an
   // error naming the address, instead of waiting forever.
   if (!lamp::distributed::gloo_available()) {
-    GTEST_SKIP() << "the CPU rendezvous needs Gloo; without it "
-                    "Gloo.AutoOnTheCpuWithTwoRanksFailsAtOnceWithoutIt applies";
+    GTEST_SKIP()
+        << "the CPU rendezvous needs Gloo; without it Gloo.AutoOnTheCpuWithTwoRanksFailsAtOnceWithoutIt applies";
   }
   Environment env;
   env.world_size = 2;

@@ -375,39 +375,35 @@ std::shared_ptr<torch::serialize::InputArchive> state_archive(
 // scaler has made its tensors yet. The tracker and the overflow count live in
 // int32 tensors and must lie where update() can bring them back to zero.
 TEST(GradScaler, RefusedLoadLeavesTheWholeStateAsItWas) {
-  const std::vector<std::pair<std::map<std::string, c10::IValue>, std::string>>
-      corrupt = {
-          {{{"_growth_tracker", c10::IValue(int64_t{1} << 40)}},
-           "_growth_tracker is 1099511627776, outside [0, "
-           "growth_interval=2000)"},
-          {{{"_growth_tracker", c10::IValue(int64_t{5000})}},
-           "_growth_tracker is 5000"},
-          {{{"_growth_tracker", c10::IValue(int64_t{2000})}},
-           "_growth_tracker is 2000"},
-          {{{"_growth_tracker", c10::IValue(int64_t{-1})}},
-           "_growth_tracker is -1"},
-          {{{"growth_interval", c10::IValue(int64_t{1} << 40)},
-            {"_growth_tracker", c10::IValue(int64_t{1} << 35)}},
-           "growth_interval"},
-          {{{"_overflow_count", c10::IValue(int64_t{3})}},
-           "_overflow_count is 3, outside [0, hysteresis=2]"},
-          {{{"_overflow_count", c10::IValue(int64_t{-1})}},
-           "_overflow_count is -1"},
-          {{{"scale", c10::IValue(1e300)}}, "float32"},
-          {{{"scale", c10::IValue(1e-50)}}, "float32"},
-          {{{"scale", c10::IValue(std::nan(""))}}, "finite and positive"},
-          {{{"growth_factor", c10::IValue(1.0)}}, "growth_factor"},
-          {{{"backoff_factor", c10::IValue(1.5)}}, "backoff_factor"},
-          {{{"hysteresis", c10::IValue(int64_t{0})}}, "hysteresis"},
-          {{{"growth_factor", c10::IValue(std::string("2"))}},
-           "'growth_factor' has type String in the archive where a number is "
-           "expected"},
-          {{{"_growth_tracker", c10::IValue(2.0)}},
-           "'_growth_tracker' has type Double in the archive where an integer "
-           "is expected"},
-          {{{"dynamic", c10::IValue(int64_t{1})}},
-           "'dynamic' has type Int in the archive where a bool is expected"},
-      };
+  const std::vector<std::pair<std::map<std::string, c10::IValue>, std::string>> corrupt = {
+      {{{"_growth_tracker", c10::IValue(int64_t{1} << 40)}},
+       "_growth_tracker is 1099511627776, outside [0, growth_interval=2000)"},
+      {{{"_growth_tracker", c10::IValue(int64_t{5000})}},
+       "_growth_tracker is 5000"},
+      {{{"_growth_tracker", c10::IValue(int64_t{2000})}},
+       "_growth_tracker is 2000"},
+      {{{"_growth_tracker", c10::IValue(int64_t{-1})}},
+       "_growth_tracker is -1"},
+      {{{"growth_interval", c10::IValue(int64_t{1} << 40)},
+        {"_growth_tracker", c10::IValue(int64_t{1} << 35)}},
+       "growth_interval"},
+      {{{"_overflow_count", c10::IValue(int64_t{3})}},
+       "_overflow_count is 3, outside [0, hysteresis=2]"},
+      {{{"_overflow_count", c10::IValue(int64_t{-1})}},
+       "_overflow_count is -1"},
+      {{{"scale", c10::IValue(1e300)}}, "float32"},
+      {{{"scale", c10::IValue(1e-50)}}, "float32"},
+      {{{"scale", c10::IValue(std::nan(""))}}, "finite and positive"},
+      {{{"growth_factor", c10::IValue(1.0)}}, "growth_factor"},
+      {{{"backoff_factor", c10::IValue(1.5)}}, "backoff_factor"},
+      {{{"hysteresis", c10::IValue(int64_t{0})}}, "hysteresis"},
+      {{{"growth_factor", c10::IValue(std::string("2"))}},
+       "'growth_factor' has type String in the archive where a number is expected"},
+      {{{"_growth_tracker", c10::IValue(2.0)}},
+       "'_growth_tracker' has type Double in the archive where an integer is expected"},
+      {{{"dynamic", c10::IValue(int64_t{1})}},
+       "'dynamic' has type Int in the archive where a bool is expected"},
+  };
   const auto options = lamp::GradScalerOptions()
                            .init_scale(64)
                            .growth_interval(7)
@@ -452,8 +448,7 @@ TEST(GradScaler, ScaleOutsideFloat32IsRefusedWhereItIsGiven) {
       [&] {
         fresh.load(*state_archive({{"scale", c10::IValue(1e300)}}));
       },
-      "lamp::GradScaler::load: the scale 1e+300 is not representable "
-      "in float32");
+      "lamp::GradScaler::load: the scale 1e+300 is not representable in float32");
   EXPECT_EQ(fresh.get_scale(), 65536.0);
   EXPECT_EQ(fresh.scale(torch::ones({})).item<float>(), 65536.0f);
   expect_error(
@@ -788,8 +783,8 @@ TEST(GradScaler, PortableUpdateEqualsPyTorchsRuleBitForBit) {
     EXPECT_EQ(refused_growth, init > 1e30f);
   }
   if (!aten) {
-    std::cout << "[ note     ] no CPU _amp_update_scale_ in this LibTorch: "
-                 "compared with the reference rule only\n";
+    std::cout
+        << "[ note     ] no CPU _amp_update_scale_ in this LibTorch: compared with the reference rule only\n";
   }
 }
 
@@ -859,8 +854,7 @@ TEST(GradScaler, PortableUnscaleEqualsPyTorchsRuleBitForBit) {
   }
   if (!aten) {
     std::cout
-        << "[ note     ] no CPU _amp_foreach_non_finite_check_and_unscale_"
-           " in this LibTorch: compared with the reference rule only\n";
+        << "[ note     ] no CPU _amp_foreach_non_finite_check_and_unscale_ in this LibTorch: compared with the reference rule only\n";
   }
 }
 

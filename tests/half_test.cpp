@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "lamp/amp/half.h"
@@ -112,10 +113,9 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32RefusesNormsThatCannotTakeLowPrecision) {
 
 TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
   if (!lamp::mixed_dtype_norm_available(torch::kCPU, GetParam())) {
-    GTEST_SKIP() << "this LibTorch's LayerNorm/GroupNorm cannot take "
-                 << GetParam()
-                 << " input with FP32 parameters on CPU (see "
-                    "KeepNormFP32RefusesNormsThatCannotTakeLowPrecision)";
+    GTEST_SKIP()
+        << "this LibTorch's LayerNorm/GroupNorm cannot take " << GetParam()
+        << " input with FP32 parameters on CPU (see KeepNormFP32RefusesNormsThatCannotTakeLowPrecision)";
   }
   Zoo zoo;
   lamp::network_to_half(zoo,
@@ -186,15 +186,24 @@ TEST(NetworkToHalf, KeepBatchnormFalseConvertsBatchNormToo) {
   EXPECT_EQ(zoo->bn1d->num_batches_tracked.scalar_type(), torch::kLong);
 }
 
-TEST(NetworkToHalf, SequentialHoldsTheSameObjectAndParameters) {
+TEST(NetworkToHalf, HoldsTheSameObjectAndKeepsTheParameterNames) {
   SmallNet model;
   const auto before = model->conv1->weight.unsafeGetTensorImpl();
+  const auto names = model->named_parameters().keys();
   auto net = lamp::network_to_half(model, torch::kBFloat16);
-  ASSERT_EQ(net->size(), 2u);
-  EXPECT_EQ(net->ptr(1).get(), model.ptr().get());
-  auto cast = net->ptr<lamp::InputCastImpl>(0);
-  ASSERT_NE(cast, nullptr);
-  EXPECT_EQ(cast->dtype(), torch::kBFloat16);
+  EXPECT_EQ(net->model().get(), model.ptr().get());
+  EXPECT_EQ(net->dtype(), torch::kBFloat16);
+  EXPECT_EQ(net->named_parameters().keys(), names);
+  EXPECT_TRUE(
+      net->named_parameters()["conv1.weight"].is_same(model->conv1->weight));
+  std::ostringstream printed;
+  printed << *net;
+  EXPECT_EQ(printed.str().rfind("lamp::HalfNetwork(dtype=BFloat16)", 0), 0u)
+      << printed.str();
+  // FP32 input is cast in front of the model's forward.
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(net->forward(torch::randn({2, 3, 8, 8})).scalar_type(),
+            torch::kBFloat16);
   // Converted in place: same parameter object, new dtype.
   EXPECT_EQ(model->conv1->weight.unsafeGetTensorImpl(), before);
   EXPECT_EQ(model->conv1->weight.scalar_type(), torch::kBFloat16);

@@ -173,9 +173,9 @@ std::string error_of(const std::function<void()>& f) {
 TEST(DeviceLoader, RefusesABatchLargerThanAnEpoch) {
   const auto data = indexed(10);
   EXPECT_NE(
-      error_of([&] { DeviceLoader(data, torch::kCPU, LoaderOptions(11)); })
-          .find("batch_size 11 is larger than the 10 samples an epoch "
-                "serves (10 samples); use a batch_size of at most 10."),
+      error_of([&] {
+        DeviceLoader(data, torch::kCPU, LoaderOptions(11));
+      }).find("batch_size 11 is larger than the 10 samples an epoch serves (10 samples); use a batch_size of at most 10."),
       std::string::npos);
   EXPECT_NE(error_of([&] {
               DeviceLoader(data, torch::kCPU,

@@ -121,9 +121,9 @@ TEST(MasterWeights, NamedArchivesKeyByNameAndPositionalOnesStillLoad) {
   by_name.clear();
   by_name.seekg(0);
   lamp::MasterWeights anonymous(params, /*flat=*/false);
-  expect_error([&] { torch::load(anonymous, by_name); },
-               "keys the master tensors by parameter name, but these master "
-               "weights have no names");
+  expect_error(
+      [&] { torch::load(anonymous, by_name); },
+      "keys the master tensors by parameter name, but these master weights have no names");
   by_name.clear();
   by_name.seekg(0);
   lamp::MasterWeights renamed(params, /*flat=*/false);
@@ -303,13 +303,11 @@ TEST(MasterWeights, RefusedLoadChangesNoMaster) {
         std::pair<std::shared_ptr<torch::serialize::InputArchive>, std::string>>
         corrupt = {
             {masters_archive(three, with(1, nan)),
-             "lamp::MasterWeights::load: master tensor 1 holds non-finite "
-             "values (NaN or inf)"},
+             "lamp::MasterWeights::load: master tensor 1 holds non-finite values (NaN or inf)"},
             {masters_archive(three, with(2, inf)),
              "master tensor 2 holds non-finite values"},
             {masters_archive(three, with(2, torch::zeros({2, 3, 2}))),
-             "master tensor 2 has shape [2, 3, 2] in the archive but [2, 2, 3] "
-             "here"},
+             "master tensor 2 has shape [2, 3, 2] in the archive but [2, 2, 3] here"},
             {masters_archive(three, with(1, good[1].to(torch::kDouble))),
              "master tensor 1 has dtype double in the archive but float here"},
             {masters_archive(three, {good[0], good[1]}),
@@ -317,8 +315,7 @@ TEST(MasterWeights, RefusedLoadChangesNoMaster) {
             {masters_archive(c10::IValue(int64_t{2}), good),
              "the archive holds 2 master tensors but this model has 3"},
             {masters_archive(c10::IValue(std::string("3")), good),
-             "lamp::MasterWeights::load: 'count' has type String in the "
-             "archive where an integer is expected"},
+             "lamp::MasterWeights::load: 'count' has type String in the archive where an integer is expected"},
         };
     for (const auto& item : corrupt) {
       expect_error([&] { master.load(*item.first); }, item.second);

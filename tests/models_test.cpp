@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,13 +54,13 @@ torch::Tensor labels(std::vector<int64_t> values,
 // One training-mode forward and backward with an FP32 loss (cross-entropy on
 // logits, NLL on log-probabilities); every parameter must receive a finite
 // gradient of its own dtype.
-void expect_forward_backward(torch::nn::Sequential model,
-                             const torch::Tensor& images,
+template <typename Model>
+void expect_forward_backward(Model model, const torch::Tensor& images,
                              const torch::Tensor& targets,
                              torch::Dtype output_dtype,
                              bool log_probabilities = false) {
   model->train();
-  const auto out = model->forward(images);
+  const torch::Tensor out = model->forward(images);
   ASSERT_EQ(out.scalar_type(), output_dtype);
   ASSERT_EQ(out.sizes(), (std::vector<int64_t>{images.size(0), 10}));
   const auto logits = out.to(torch::kFloat);
@@ -68,7 +69,7 @@ void expect_forward_backward(torch::nn::Sequential model,
                         : torch::nn::functional::cross_entropy(logits, targets);
   loss.backward();
   for (const auto& item : model->named_parameters()) {
-    const auto& grad = item.value().grad();
+    const torch::Tensor& grad = item.value().grad();
     ASSERT_TRUE(grad.defined()) << item.key();
     EXPECT_EQ(grad.scalar_type(), item.value().scalar_type()) << item.key();
     EXPECT_TRUE(torch::isfinite(grad).all().item<bool>()) << item.key();
@@ -159,41 +160,54 @@ TEST(Registry, BuildsEveryNamedModel) {
   }
   lamp_test::expect_error(
       [] { lamp::models::make_model("vgg16"); },
-      "unknown model 'vgg16'; valid names are cnn, resnet18, "
-      "resnet34, resnet50, resnet101, resnet152.");
-  lamp_test::expect_error([] { lamp::models::forward_flops("vgg16"); },
-                          "lamp::models::forward_flops: unknown model 'vgg16'; "
-                          "valid names are cnn, resnet18");
+      "unknown model 'vgg16'; valid names are cnn, resnet18, resnet34, resnet50, resnet101, resnet152.");
+  lamp_test::expect_error(
+      [] { lamp::models::forward_flops("vgg16"); },
+      "lamp::models::forward_flops: unknown model 'vgg16'; valid names are cnn, resnet18");
 }
 
 // network_to_half for a named model: converted in place (BatchNorm kept
 // FP32), the input cast in front of the forward, the parameter names and
-// objects unchanged.
+// objects unchanged, in the module and in the HalfNetwork around it.
 TEST(Registry, NetworkToHalfCastsTheInputAndKeepsTheNames) {
   torch::manual_seed(0);
   auto model = lamp::models::make_model("resnet18", 10, 3);
   const auto names_before = model.module->named_parameters().keys();
+  const auto buffers_before = model.module->named_buffers().keys();
   const auto fc_before = model.module->named_parameters()["linear.weight"];
-  auto half = lamp::models::network_to_half(model, torch::kBFloat16);
-  EXPECT_EQ(half.module.get(), model.module.get());
-  EXPECT_EQ(half.module->named_parameters().keys(), names_before);
-  for (const auto& p : half.module->named_parameters()) {
+  auto half =
+      lamp::network_to_half(model.module, model.forward, torch::kBFloat16);
+  EXPECT_EQ(half->model().get(), model.module.get());
+  EXPECT_EQ(half->named_parameters().keys(), names_before);
+  EXPECT_EQ(half->named_buffers().keys(), buffers_before);
+  EXPECT_EQ(model.module->named_parameters().keys(), names_before);
+  for (const auto& p : half->named_parameters()) {
     SCOPED_TRACE(p.key());
     const bool bn = p.key().find("bn") != std::string::npos ||
                     p.key().find("shortcut.1") != std::string::npos;
     EXPECT_EQ(p.value().scalar_type(), bn ? torch::kFloat : torch::kBFloat16);
   }
-  EXPECT_TRUE(
-      half.module->named_parameters()["linear.weight"].is_same(fc_before));
-  half.module->eval();
+  EXPECT_TRUE(half->named_parameters()["linear.weight"].is_same(fc_before));
+  // eval() reaches the model itself, whose forward the HalfNetwork runs.
+  half->eval();
+  EXPECT_FALSE(model.module->is_training());
   torch::NoGradGuard no_grad;
   const auto x = torch::randn({2, 3, 32, 32});
-  const auto out = half.forward(x); // FP32 in: the forward casts
+  const auto out = half->forward(x); // FP32 in: the forward casts
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(lamp_test::BitEqual(out, model.forward(x.to(torch::kBFloat16))));
-  lamp_test::expect_error(
-      [] { lamp::models::network_to_half(lamp::models::NamedModel{}); },
-      "the model has no module or no forward function");
+  // The same state dict as the model: saved from one, loaded into the other.
+  std::stringstream saved;
+  torch::save(half, saved);
+  auto other = lamp::models::make_model("resnet18", 10, 3);
+  lamp::convert_network(*other.module, torch::kBFloat16);
+  torch::serialize::InputArchive archive;
+  archive.load_from(saved);
+  other.module->load(archive);
+  EXPECT_TRUE(lamp_test::BitEqual(
+      other.module->named_parameters()["linear.weight"], fc_before));
+  lamp_test::expect_error([] { lamp::network_to_half(nullptr, nullptr); },
+                          "the model is null");
 }
 
 TEST(Registry, ToChannelsLastKeepsTheParameterObjects) {

@@ -348,9 +348,9 @@ TEST(Optim, ImplementationsAreChosenAndRefusedClearly) {
 TEST(Optim, MakeOptimizerBuildsEachByName) {
   auto params = make_params();
   const auto config =
-      lamp::optim::OptimizerConfig().lr(0.01).weight_decay(1e-3);
+      lamp::optim::OptimizerOptions().lr(0.01).weight_decay(1e-3);
   auto sgd = lamp::optim::make_optimizer(
-      params, lamp::optim::OptimizerConfig(config).name("sgd"));
+      params, lamp::optim::OptimizerOptions(config).name("sgd"));
   auto* as_sgd = dynamic_cast<lamp::optim::SGD*>(sgd.get());
   ASSERT_NE(as_sgd, nullptr);
   EXPECT_EQ(static_cast<const torch::optim::SGDOptions&>(as_sgd->defaults())
@@ -358,11 +358,11 @@ TEST(Optim, MakeOptimizerBuildsEachByName) {
             0.9);
   EXPECT_NE(dynamic_cast<lamp::optim::Adam*>(
                 lamp::optim::make_optimizer(
-                    params, lamp::optim::OptimizerConfig(config).name("adam"))
+                    params, lamp::optim::OptimizerOptions(config).name("adam"))
                     .get()),
             nullptr);
   auto adamw = lamp::optim::make_optimizer(
-      params, lamp::optim::OptimizerConfig(config).name("adamw"));
+      params, lamp::optim::OptimizerOptions(config).name("adamw"));
   auto* as_adamw = dynamic_cast<lamp::optim::AdamW*>(adamw.get());
   ASSERT_NE(as_adamw, nullptr);
   EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(as_adamw->defaults())
@@ -372,7 +372,7 @@ TEST(Optim, MakeOptimizerBuildsEachByName) {
             (std::vector<std::string>{"sgd", "adam", "adamw"}));
   try {
     lamp::optim::make_optimizer(
-        params, lamp::optim::OptimizerConfig(config).name("lamb"));
+        params, lamp::optim::OptimizerOptions(config).name("lamb"));
     FAIL() << "accepted an unknown optimizer";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("sgd, adam and adamw"),
@@ -413,7 +413,7 @@ TEST(Optim, SyncFreeScalerEqualsTheSynchronousPath) {
     for (bool sync_free : {true, false}) {
       auto params = make_params();
       auto optimizer = lamp::optim::make_optimizer(
-          params, lamp::optim::OptimizerConfig().name(name).lr(0.01));
+          params, lamp::optim::OptimizerOptions().name(name).lr(0.01));
       lamp::GradScaler scaler(lamp::GradScalerOptions()
                                   .init_scale(1024)
                                   .growth_interval(3)
@@ -532,12 +532,44 @@ TEST(Optim, DeviceLearningRatesFollowTheParamGroups) {
 // No bias decay: the tensors of at most one dimension (biases, norms' weights
 // and biases) go to a second param group without weight decay. With zero
 // gradients only weight decay moves a tensor, so only the decayed one moves.
+// The recipe's defaults live in OptimizerOptions alone (the trainer and the
+// programs read them from there), and what torch::optim would refuse or
+// silently misuse is refused with the option's name.
+TEST(Optim, OptimizerOptionsHoldTheRecipeAndRefuseBadValues) {
+  const lamp::optim::OptimizerOptions defaults;
+  EXPECT_EQ(defaults.name(), "sgd");
+  EXPECT_EQ(defaults.lr(), 0.1);
+  EXPECT_EQ(defaults.momentum(), 0.9);
+  EXPECT_TRUE(defaults.nesterov());
+  EXPECT_EQ(defaults.weight_decay(), 5e-4);
+  auto params = make_params();
+  // Nesterov without momentum: plain SGD, where torch::optim would throw.
+  auto sgd = lamp::optim::make_optimizer(
+      params, lamp::optim::OptimizerOptions().momentum(0.0));
+  EXPECT_FALSE(
+      static_cast<const torch::optim::SGDOptions&>(sgd->defaults()).nesterov());
+  for (const double lr : {0.0, -1.0, std::nan("")}) {
+    try {
+      lamp::optim::make_optimizer(params,
+                                  lamp::optim::OptimizerOptions().lr(lr));
+      FAIL() << "accepted lr " << lr;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("OptimizerOptions::lr"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(lamp::optim::make_optimizer(
+                   params, lamp::optim::OptimizerOptions().weight_decay(-1)),
+               c10::Error);
+}
+
 TEST(Optim, NoBiasDecayLeavesBiasesAndNormsUndecayed) {
   for (const std::string name : {"sgd", "adam", "adamw"}) {
     SCOPED_TRACE(name);
     auto weight = torch::ones({3, 2}).requires_grad_();
     auto bias = torch::ones({3}).requires_grad_();
-    const auto config = lamp::optim::OptimizerConfig()
+    const auto config = lamp::optim::OptimizerOptions()
                             .name(name)
                             .lr(0.1)
                             .momentum(0.0)
@@ -558,13 +590,13 @@ TEST(Optim, NoBiasDecayLeavesBiasesAndNormsUndecayed) {
     // Off, or with no decay at all: one group, as torch::optim.
     EXPECT_EQ(lamp::optim::make_optimizer(
                   {bias, weight},
-                  lamp::optim::OptimizerConfig(config).no_bias_decay(false))
+                  lamp::optim::OptimizerOptions(config).no_bias_decay(false))
                   ->param_groups()
                   .size(),
               1u);
     EXPECT_EQ(lamp::optim::make_optimizer(
                   {bias, weight},
-                  lamp::optim::OptimizerConfig(config).weight_decay(0.0))
+                  lamp::optim::OptimizerOptions(config).weight_decay(0.0))
                   ->param_groups()
                   .size(),
               1u);

@@ -62,8 +62,7 @@ const std::string& missing_python() {
   static const std::string reason = [] {
     if (python().empty()) {
       return std::string(
-          "LAMP_PYTHON_TORCH is empty (no Python with torch "
-          "was found at configure time)");
+          "LAMP_PYTHON_TORCH is empty (no Python with torch was found at configure time)");
     }
     const auto result = run(quoted(python()) + " -W ignore -c 'import torch'");
     return result.first == 0 ? std::string()

@@ -252,6 +252,31 @@ TEST(TrainStep, Bf16ModeConvertsTheModelAndOptimizesFp32Masters) {
                    torch::kBFloat16)));
 }
 
+// A model network_to_half() already converted trains in the mode it was
+// converted for, keeping its names; one converted for another mode is
+// refused with the parameter, its dtype and what to pass instead.
+TEST(TrainStep, ChecksTheConversionOfAConvertedModel) {
+  SmallNet model;
+  auto half = lamp::network_to_half(model, torch::kBFloat16);
+  lamp::TrainStep step(half.ptr(), sgd(0.1), Precision::kBF16);
+  EXPECT_EQ(model->conv1->weight.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(model->bn1->weight.scalar_type(), torch::kFloat);
+  for (auto precision : {Precision::kFP32, Precision::kAMPBF16}) {
+    SCOPED_TRACE(lamp::to_string(precision));
+    SmallNet converted;
+    lamp::network_to_half(converted, torch::kBFloat16);
+    lamp_test::expect_error(
+        [&] { lamp::TrainStep(converted.ptr(), sgd(0.1), precision); },
+        "parameter 'conv1.weight' is BFloat16 but precision '" +
+            lamp::to_string(precision) + "' trains FP32 parameters");
+  }
+  SmallNet fp16;
+  lamp::convert_network(*fp16, torch::kHalf);
+  lamp_test::expect_error(
+      [&] { lamp::TrainStep(fp16.ptr(), sgd(0.1), Precision::kBF16); },
+      "is Half but precision 'bf16' converts the model to BFloat16");
+}
+
 // Two micro-batches of 8 with accumulation_steps(2) equal one batch of 16.
 TEST(TrainStep, AccumulationMatchesOneLargeBatch) {
   torch::manual_seed(3);
@@ -436,8 +461,7 @@ TEST(TrainStep, RefusesAModelWithoutTrainableParameters) {
     }
     expect_error(
         [&] { lamp::TrainStep(linear.ptr(), sgd(0.1), precision); },
-        "lamp::TrainStep: the model has no trainable parameters (all 2 have "
-        "requires_grad=false)");
+        "lamp::TrainStep: the model has no trainable parameters (all 2 have requires_grad=false)");
     EXPECT_EQ(linear->weight.scalar_type(), torch::kFloat)
         << "converted before refusing, in " << lamp::to_string(precision);
   }
@@ -560,9 +584,9 @@ TEST(TrainStep, LoadRefusesAnotherModelsShapesAndChangesNothing) {
     const auto checkpoint = Trained(precision, 3, 1).checkpoint();
     Trained live(precision, 4, 2);
     const Snapshot before(live);
-    expect_error([&] { load(*live.step, checkpoint); },
-                 "lamp::TrainStep::load: model parameter 'fc.weight' has shape "
-                 "[3, 16] in the archive but [4, 16] here");
+    expect_error(
+        [&] { load(*live.step, checkpoint); },
+        "lamp::TrainStep::load: model parameter 'fc.weight' has shape [3, 16] in the archive but [4, 16] here");
     before.expect_equal(Snapshot(live), mode);
     EXPECT_EQ(live.model->fc->weight.sizes(), (std::vector<int64_t>{4, 16}));
   }
@@ -580,31 +604,27 @@ TEST(TrainStep, LoadRefusesNonFiniteOrCorruptStateAndChangesNothing) {
     bool needs_master;
   };
   const std::vector<Corruption> corruptions = {
-      {"lamp::TrainStep::load: model parameter 'fc.weight' holds non-finite "
-       "values (NaN or inf) in the archive",
+      {"lamp::TrainStep::load: model parameter 'fc.weight' holds non-finite values (NaN or inf) in the archive",
        [](Trained& t) {
          torch::NoGradGuard no_grad;
          t.model->fc->weight[1][2] = kNaN;
          return t.checkpoint();
        },
        false},
-      {"lamp::TrainStep::load: optimizer state 'momentum_buffer' of "
-       "'conv2.weight' holds non-finite values",
+      {"lamp::TrainStep::load: optimizer state 'momentum_buffer' of 'conv2.weight' holds non-finite values",
        [](Trained& t) {
          t.momentum("conv2.weight")[0][0][0][0] = kInf;
          return t.checkpoint();
        },
        false},
-      {"lamp::MasterWeights::load: master tensor 7 ('fc.bias') holds "
-       "non-finite values",
+      {"lamp::MasterWeights::load: master tensor 7 ('fc.bias') holds non-finite values",
        [](Trained& t) {
          torch::NoGradGuard no_grad;
          t.step->master_weights()->master_params()[7][0] = -kInf;
          return t.checkpoint();
        },
        true},
-      {"lamp::GradScaler::load: _growth_tracker is 5, outside [0, "
-       "growth_interval=3)",
+      {"lamp::GradScaler::load: _growth_tracker is 5, outside [0, growth_interval=3)",
        [](Trained& t) {
          // TrainStep::save's layout, with the scaler's tracker out of range.
          torch::serialize::OutputArchive archive;
@@ -799,8 +819,9 @@ TEST(TrainStep, CudaGraphModeNames) {
                 .cuda_graph(false)
                 .cuda_graph(),
             lamp::CudaGraphMode::kOff);
-  expect_error([] { lamp::parse_cuda_graph_mode("yes"); },
-               "unknown CUDA-graph mode 'yes'; use off, on or auto");
+  expect_error(
+      [] { lamp::parse_cuda_graph_mode("yes"); },
+      "unknown CUDA-graph mode 'yes'; valid CUDA-graph modes are off, on and auto.");
 }
 
 // The step's policy is the mode's, and what it casts inputs to and whether
@@ -890,7 +911,7 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
             model.ptr(),
             [&](std::vector<torch::Tensor> params) {
               return lamp::optim::make_optimizer(
-                  std::move(params), lamp::optim::OptimizerConfig()
+                  std::move(params), lamp::optim::OptimizerOptions()
                                          .name(optimizer)
                                          .lr(optimizer == "sgd" ? 0.05 : 1e-3)
                                          .momentum(0.9)

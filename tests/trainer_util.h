@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -40,6 +42,24 @@ struct Run {
   std::unique_ptr<ClassifierTrainer> trainer;
 };
 
+// `options` changed by `change`: nested options (step(), optimizer()) in one
+// expression.
+inline TrainerOptions with(TrainerOptions options,
+                           const std::function<void(TrainerOptions&)>& change) {
+  change(options);
+  return options;
+}
+
+// How the programs name settings in messages: a key's flag ("batch_size" ->
+// "--batch-size").
+inline std::string flag_name(const std::string& key, const std::string&) {
+  std::string flag = "--" + key;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// A trainer on image_problem(); its messages name settings as the programs
+// do (flag_name) unless `options` names them itself.
 inline std::unique_ptr<Run> make_run(lamp::Precision precision,
                                      TrainerOptions options, double lr = 0.05,
                                      int64_t batch_size = 32,
@@ -65,7 +85,13 @@ inline std::unique_ptr<Run> make_run(lamp::Precision precision,
                                    .shuffle(false)
                                    .mean({0.5, 0.5, 0.5})
                                    .std({0.2, 0.2, 0.2})),
-      options.precision(precision).lr(lr));
+      with(options, [&](TrainerOptions& o) {
+        o.step().precision(precision);
+        o.optimizer().lr(lr);
+        if (!o.option_name()) {
+          o.option_name(flag_name);
+        }
+      }));
   return run;
 }
 

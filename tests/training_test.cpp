@@ -34,6 +34,7 @@ using lamp_test::file_bytes;
 using lamp_test::image_problem;
 using lamp_test::make_run;
 using lamp_test::temp_path;
+using lamp_test::with;
 
 // Golden values from PyTorch 1.13's torch.optim.lr_scheduler.OneCycleLR
 // (max_lr=0.1, total_steps=20, defaults), printed with %.17g.
@@ -140,7 +141,8 @@ TEST(ClassifierTrainer, ReportsEpochStatistics) {
 // their pool's memory is in the peak of the epochs after the capture.
 TEST(ClassifierTrainer, CudaGraphsWhereTheyApply_CUDA) {
   auto cpu = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1));
-  EXPECT_EQ(cpu->trainer->options().cuda_graph(), lamp::CudaGraphMode::kAuto);
+  EXPECT_EQ(cpu->trainer->options().step().cuda_graph(),
+            lamp::CudaGraphMode::kAuto);
   EXPECT_FALSE(cpu->trainer->train_step().cuda_graph_enabled());
   EXPECT_FALSE(
       cpu->trainer->train_step().cuda_graph_unavailable_reason().empty());
@@ -150,8 +152,9 @@ TEST(ClassifierTrainer, CudaGraphsWhereTheyApply_CUDA) {
   std::vector<std::vector<lamp::training::EpochStats>> stats;
   for (auto mode : {lamp::CudaGraphMode::kAuto, lamp::CudaGraphMode::kOff}) {
     auto run = make_run(lamp::Precision::kAMP,
-                        TrainerOptions().epochs(3).cuda_graph(mode), 0.05, 32,
-                        torch::kCUDA);
+                        with(TrainerOptions().epochs(3),
+                             [&](auto& o) { o.step().cuda_graph(mode); }),
+                        0.05, 32, torch::kCUDA);
     auto& step = run->trainer->train_step();
     EXPECT_EQ(step.cuda_graph_enabled(), mode == lamp::CudaGraphMode::kAuto)
         << step.cuda_graph_unavailable_reason();
@@ -180,8 +183,9 @@ TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
   const auto checkpoint = temp_path("optimizer.pt");
   for (const std::string name : {"sgd", "adam", "adamw"}) {
     auto run = make_run(lamp::Precision::kAMPBF16,
-                        TrainerOptions().epochs(3).optimizer(name).checkpoint(
-                            name == "adam" ? checkpoint : ""),
+                        with(TrainerOptions().epochs(3).checkpoint(
+                                 name == "adam" ? checkpoint : ""),
+                             [&](auto& o) { o.optimizer().name(name); }),
                         name == "sgd" ? 0.05 : 0.01);
     auto& optimizer = run->trainer->train_step().optimizer();
     EXPECT_EQ(dynamic_cast<lamp::optim::SGD*>(&optimizer) != nullptr,
@@ -196,7 +200,8 @@ TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
   }
   try {
     make_run(lamp::Precision::kAMPBF16,
-             TrainerOptions().epochs(4).optimizer("sgd").resume(checkpoint));
+             with(TrainerOptions().epochs(4).resume(checkpoint),
+                  [](auto& o) { o.optimizer().name("sgd"); }));
     FAIL() << "resumed an Adam checkpoint with SGD";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("resume with --optimizer adam"),
@@ -210,7 +215,8 @@ TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
 // a skipped step leaves the weights finite.
 TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
   auto run = make_run(lamp::Precision::kBF16,
-                      TrainerOptions().epochs(2).skip_non_finite(true));
+                      with(TrainerOptions().epochs(2),
+                           [](auto& o) { o.step().skip_non_finite(true); }));
   int64_t training_calls = 0;
   auto model = run->model;
   run->trainer = std::make_unique<ClassifierTrainer>(
@@ -229,11 +235,10 @@ TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
                                lamp::data::LoaderOptions(32).seed(9)),
       lamp::data::DeviceLoader(image_problem(false), torch::kCPU,
                                lamp::data::LoaderOptions(64).shuffle(false)),
-      TrainerOptions()
-          .epochs(2)
-          .precision(lamp::Precision::kBF16)
-          .lr(0.05)
-          .skip_non_finite(true));
+      with(TrainerOptions(lamp::Precision::kBF16).epochs(2), [](auto& o) {
+        o.optimizer().lr(0.05);
+        o.step().skip_non_finite(true);
+      }));
   const auto stats = run->trainer->fit();
   ASSERT_EQ(stats.size(), 2u);
   EXPECT_EQ(stats[0].skipped_steps, 2);
@@ -324,9 +329,9 @@ TEST(ClassifierTrainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
 // Steps skipped for inf gradients (the loss stays finite) are counted across
 // epochs: 8 in a row stop the run in its second epoch of 6 steps.
 TEST(ClassifierTrainer, SkippedStepsCountAcrossEpochs) {
-  auto run = make_run(
-      lamp::Precision::kFP32,
-      TrainerOptions().epochs(3).skip_non_finite(true).divergence_patience(8));
+  auto run = make_run(lamp::Precision::kFP32,
+                      with(TrainerOptions().epochs(3).divergence_patience(8),
+                           [](auto& o) { o.step().skip_non_finite(true); }));
   run->model->fc->weight.register_hook([](const torch::Tensor& grad) {
     return grad * std::numeric_limits<float>::infinity();
   });
@@ -335,9 +340,10 @@ TEST(ClassifierTrainer, SkippedStepsCountAcrossEpochs) {
     run->trainer->fit(
         [&](const auto& stats) { finished.push_back(stats.epoch); });
   });
-  EXPECT_NE(message.find("training diverged in epoch 2: 8 optimizer steps in a "
-                         "row had inf/NaN gradients"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find(
+          "training diverged in epoch 2: 8 optimizer steps in a row had inf/NaN gradients"),
+      std::string::npos)
       << message;
   EXPECT_EQ(finished, std::vector<int64_t>{1});
 }
@@ -365,7 +371,8 @@ TEST(ClassifierTrainer, ResumeRefusesChangedSettingsNamingTheFlag) {
       refusal(TrainerOptions(resume).schedule(Schedule::kCosine), 0.05, 32)
           .find("resume with --schedule onecycle"),
       std::string::npos);
-  EXPECT_NE(refusal(TrainerOptions(resume).momentum(0.5), 0.05, 32)
+  EXPECT_NE(refusal(with(resume, [](auto& o) { o.optimizer().momentum(0.5); }),
+                    0.05, 32)
                 .find("resume with --momentum 0.9"),
             std::string::npos);
   EXPECT_EQ(refusal(resume, 0.05, 32), "");
@@ -444,13 +451,15 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   forge({{"global_step", c10::IValue(int64_t{-5})}});
   EXPECT_NE(resume_error().find("cannot reach"), std::string::npos);
   forge({{"next_epoch", c10::IValue(std::string("1"))}});
-  EXPECT_NE(resume_error().find("'next_epoch' has type String in the archive "
-                                "where an integer is expected"),
-            std::string::npos);
+  EXPECT_NE(
+      resume_error().find(
+          "'next_epoch' has type String in the archive where an integer is expected"),
+      std::string::npos);
   forge({{"model_name", c10::IValue(int64_t{3})}});
-  EXPECT_NE(resume_error().find("'model_name' has type Int in the archive "
-                                "where a string is expected"),
-            std::string::npos);
+  EXPECT_NE(
+      resume_error().find(
+          "'model_name' has type Int in the archive where a string is expected"),
+      std::string::npos);
   forge({{"lr", c10::IValue()}});
   EXPECT_NE(resume_error().find("has no 'lr'"), std::string::npos);
   forge({{"train_images", c10::IValue(int64_t{50000})}});
@@ -493,8 +502,7 @@ TEST(CheckpointFile, PickleFilesRoundTrip) {
   std::ofstream(path, std::ios::trunc) << "not a zip";
   EXPECT_NE(error_of([&] { lamp::load_pickle(path, "caller"); })
                 .find("caller: " + path +
-                      " is not a file written by Python's "
-                      "torch.save"),
+                      " is not a file written by Python's torch.save"),
             std::string::npos);
   std::remove(path.c_str());
 }
@@ -506,13 +514,11 @@ TEST(CheckpointFile, PickleFilesRoundTrip) {
 // reported with its step, learning rate and loss (a device tensor). An
 // accumulation that does not divide the epoch is refused with the divisors.
 TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
-  const auto options =
-      TrainerOptions()
-          .epochs(1)
-          .optimizer("adam")
-          .optimizer_implementation(lamp::optim::Implementation::kPerTensor)
-          .accumulation_steps(3)
-          .max_grad_norm(1.0);
+  const auto options = with(TrainerOptions().epochs(1), [](auto& o) {
+    o.optimizer().name("adam").implementation(
+        lamp::optim::Implementation::kPerTensor);
+    o.step().accumulation_steps(3).max_grad_norm(1.0);
+  });
   auto run = make_run(lamp::Precision::kFP32, options, 1e-3);
   auto& step = run->trainer->train_step();
   EXPECT_EQ(step.options().accumulation_steps(), 3);
@@ -548,38 +554,83 @@ TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
   }
   const auto refused = error_of([&] {
     make_run(lamp::Precision::kFP32,
-             TrainerOptions(options).accumulation_steps(4), 1e-3);
+             with(options, [](auto& o) { o.step().accumulation_steps(4); }),
+             1e-3);
   });
-  EXPECT_NE(
-      refused.find("4 accumulation steps do not divide the 6 batches of an "
-                   "epoch"),
-      std::string::npos)
+  EXPECT_NE(refused.find(
+                "4 accumulation steps do not divide the 6 batches of an epoch"),
+            std::string::npos)
       << refused;
   EXPECT_NE(refused.find("use one of 1, 2, 3, 6,"), std::string::npos)
       << refused;
 }
 
+// Without TrainerOptions::option_name the library names its own options;
+// the table of settings is what both writing and checking read.
+TEST(ClassifierTrainer, MessagesNameLibraryOptionsUnlessToldOtherwise) {
+  const auto checkpoint = temp_path("library_names.pt");
+  const auto library_names = [](const std::string&, const std::string& name) {
+    return name;
+  };
+  make_run(lamp::Precision::kFP32,
+           TrainerOptions().epochs(2).max_steps(6).checkpoint(checkpoint))
+      ->trainer->fit();
+  const auto resume =
+      TrainerOptions().epochs(2).resume(checkpoint).option_name(library_names);
+  EXPECT_NE(
+      error_of([&] {
+        make_run(lamp::Precision::kFP32, resume, 0.1);
+      }).find("was trained with TrainerOptions::optimizer().lr 0.05 but this run uses 0.1; resume with TrainerOptions::optimizer().lr 0.05"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kBF16, resume);
+            }).find("resume with TrainerOptions::step().precision fp32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kFP32, with(resume, [](auto& o) {
+                         o.optimizer().name("adam");
+                       }));
+            }).find("resume with TrainerOptions::optimizer().name sgd"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kFP32, resume, 0.05, 16);
+            }).find("resume with LoaderOptions::batch_size 32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kFP32,
+                       TrainerOptions().epochs(0).option_name(library_names));
+            }).find("TrainerOptions::epochs must be positive, got 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kFP32, resume, -1.0);
+            }).find("TrainerOptions::optimizer().lr must be positive"),
+            std::string::npos);
+  std::remove(checkpoint.c_str());
+}
+
 // The new settings are stored and a resume must repeat them.
 TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationOrBiasDecay) {
   const auto checkpoint = temp_path("accumulation.pt");
-  const auto options = TrainerOptions()
-                           .epochs(2)
-                           .max_steps(6)
-                           .accumulation_steps(2)
-                           .no_bias_decay(true);
+  const auto options =
+      with(TrainerOptions().epochs(2).max_steps(6), [](auto& o) {
+        o.step().accumulation_steps(2);
+        o.optimizer().no_bias_decay(true);
+      });
   make_run(lamp::Precision::kFP32,
            TrainerOptions(options).checkpoint(checkpoint))
       ->trainer->fit();
   const auto resume = TrainerOptions(options).max_steps(0).resume(checkpoint);
   EXPECT_EQ(error_of([&] { make_run(lamp::Precision::kFP32, resume); }), "");
   EXPECT_NE(error_of([&] {
-              make_run(lamp::Precision::kFP32,
-                       TrainerOptions(resume).accumulation_steps(3));
+              make_run(lamp::Precision::kFP32, with(resume, [](auto& o) {
+                         o.step().accumulation_steps(3);
+                       }));
             }).find("resume with --accumulation-steps 2"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              make_run(lamp::Precision::kFP32,
-                       TrainerOptions(resume).no_bias_decay(false));
+              make_run(lamp::Precision::kFP32, with(resume, [](auto& o) {
+                         o.optimizer().no_bias_decay(false);
+                       }));
             }).find("was trained with --no-bias-decay; resume with it"),
             std::string::npos);
   std::remove(checkpoint.c_str());

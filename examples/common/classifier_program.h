@@ -1,57 +1,19 @@
 #pragma once
 
-// The part train_cifar10 and train_mnist share: the CLI options, progress,
-// printing, the JSON log, and the run itself (which the library does).
+// The part train_cifar10 and train_mnist share: the run itself (which the
+// library does), composed of the options (options.h), the progress display
+// (progress.h) and the JSON log (json_log.h).
 
 #include <lamp/lamp.h>
-#include <CLI/CLI.hpp>
 
-#include "cli.h"
+#include "options.h"
 
 #include <functional>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lamp_examples {
-
-struct ProgramConfig {
-  std::string model;
-  std::vector<std::string> models; // the valid --model values
-  std::string precision = "fp32";
-  bool fp16 = false; // the seed's spelling of --precision half
-  int64_t epochs = 10;
-  int64_t batch_size = 128;
-  int64_t eval_batch_size = 1000;
-  std::string optimizer = "sgd";
-  double lr = 0.05;
-  double momentum = 0.9;
-  double weight_decay = 5e-4;
-  bool no_bias_decay = false;
-  double max_grad_norm = 0.0;
-  int64_t accumulation_steps = 1;
-  std::string schedule = "onecycle";
-  bool cudnn_benchmark = false;
-  int64_t cudnn_benchmark_limit = 10; // cuDNN's own default
-  std::string drop_last = "auto";
-  std::string cuda_graph = "auto";
-  bool channels_last = false;
-  std::string data;
-  std::string device; // default: cuda when available, else cpu
-  uint64_t seed = 0;
-  std::string checkpoint;
-  std::string export_state_dict;
-  std::string resume;
-  std::string log_json;
-  int64_t max_steps = 0;
-  int64_t log_every = 0;
-  bool progress = true;
-  bool report_precision = false;
-  std::vector<std::string> command_line; // for the log's run record
-};
-
-/// Binds every shared flag to `config` (defaults are whatever `config` holds).
-void add_options(CLI::App& app, ProgramConfig& config);
 
 /// A model built for the run, and how to call it.
 using BuiltModel = lamp::models::NamedModel;

@@ -125,13 +125,13 @@ torch::Device resolve_device(const std::string& name) {
   }
   TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device '", name,
               "': only cpu and cuda devices are supported.");
-  TORCH_CHECK(!device.is_cpu() || !device.has_index() || device.index() == 0,
-              "--device ", name,
-              ": there is only one CPU device (LibTorch uses all cores through "
-              "it); use --device cpu.");
-  TORCH_CHECK(!device.is_cuda() || lamp::cuda_available(), "--device ", name,
-              ": no CUDA GPU is available to this process (or this LibTorch "
-              "was built without CUDA); use --device cpu.");
+  TORCH_CHECK(
+      !device.is_cpu() || !device.has_index() || device.index() == 0,
+      "--device ", name,
+      ": there is only one CPU device (LibTorch uses all cores through it); use --device cpu.");
+  TORCH_CHECK(
+      !device.is_cuda() || lamp::cuda_available(), "--device ", name,
+      ": no CUDA GPU is available to this process (or this LibTorch was built without CUDA); use --device cpu.");
   return device;
 }
 

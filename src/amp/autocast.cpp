@@ -39,14 +39,13 @@ Autocast::Autocast(torch::DeviceType device_type,
   // Everything is checked before the first state change, so a refused guard
   // leaves the thread's autocast state untouched. As in Python, a disabled
   // guard does not care about the dtype.
-  TORCH_CHECK(!enabled_ || is_supported(device_type_, dtype_),
-              "lamp::Autocast: autocast on ", device_type_, " cannot run in ",
-              dtype_,
-              (device_type_ == torch::kCPU && dtype_ == torch::kHalf
-                   ? " with this LibTorch (CPU autocast supports FP16 from "
-                     "LibTorch 2.4 on); use torch::kBFloat16 on CPU"
-                   : "; use torch::kHalf or torch::kBFloat16"),
-              ".");
+  TORCH_CHECK(
+      !enabled_ || is_supported(device_type_, dtype_),
+      "lamp::Autocast: autocast on ", device_type_, " cannot run in ", dtype_,
+      (device_type_ == torch::kCPU && dtype_ == torch::kHalf
+           ? " with this LibTorch (CPU autocast supports FP16 from LibTorch 2.4 on); use torch::kBFloat16 on CPU"
+           : "; use torch::kHalf or torch::kBFloat16"),
+      ".");
   prev_enabled_ = detail::autocast_enabled(device_type_);
   prev_dtype_ = detail::autocast_dtype(device_type_);
   prev_cache_enabled_ = at::autocast::is_autocast_cache_enabled();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "amp/grad_scaler_options.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "platform/archive.h"
@@ -18,9 +19,9 @@ namespace detail {
 void non_finite_check_and_unscale_(std::vector<torch::Tensor>& tensors,
                                    torch::Tensor& found_inf,
                                    const torch::Tensor& inv_scale_in) {
-  TORCH_CHECK(found_inf.numel() == 1 && inv_scale_in.numel() == 1,
-              "lamp::detail::non_finite_check_and_unscale_: found_inf and "
-              "inv_scale must have one element each.");
+  TORCH_CHECK(
+      found_inf.numel() == 1 && inv_scale_in.numel() == 1,
+      "lamp::detail::non_finite_check_and_unscale_: found_inf and inv_scale must have one element each.");
   const auto inv_scale = inv_scale_in.reshape({});
   for (auto& t : tensors) {
     found_inf.masked_fill_(torch::isfinite(t).all().logical_not(), 1.0);
@@ -40,10 +41,10 @@ void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
                    const torch::Tensor& found_inf, double growth_factor,
                    double backoff_factor, int64_t growth_interval,
                    double min_scale, double max_scale, int64_t hysteresis) {
-  TORCH_CHECK(scale.numel() == 1 && growth_tracker.numel() == 1 &&
-                  overflow_count.numel() == 1 && found_inf.numel() == 1,
-              "lamp::detail::update_scale_: every state tensor must have one "
-              "element.");
+  TORCH_CHECK(
+      scale.numel() == 1 && growth_tracker.numel() == 1 &&
+          overflow_count.numel() == 1 && found_inf.numel() == 1,
+      "lamp::detail::update_scale_: every state tensor must have one element.");
   const auto inf = found_inf.ne(0);
   // Consecutive overflows, saturating at `hysteresis`; a finite step resets.
   const auto count =
@@ -86,18 +87,22 @@ bool fused_kernels_for(const torch::Device& device, torch::ScalarType dtype) {
   return device_ok && (dtype == torch::kFloat || dtype == torch::kHalf);
 }
 
+} // namespace
+
+namespace detail {
+
 void check_options(const GradScalerOptions& o, double scale,
                    const char* caller) {
   TORCH_CHECK(std::isfinite(scale) && scale > 0, caller,
               ": the scale must be finite and positive, got ", scale, ".");
   // The scale lives in an FP32 tensor, made at the first scale().
-  TORCH_CHECK(scale <= std::numeric_limits<float>::max() &&
-                  static_cast<float>(scale) > 0.0f,
-              caller, ": the scale ", scale,
-              " is not representable in "
-              "float32 (the dtype of the scale tensor); use a scale in [",
-              std::numeric_limits<float>::denorm_min(), ", ",
-              std::numeric_limits<float>::max(), "].");
+  TORCH_CHECK(
+      scale <= std::numeric_limits<float>::max() &&
+          static_cast<float>(scale) > 0.0f,
+      caller, ": the scale ", scale,
+      " is not representable in float32 (the dtype of the scale tensor); use a scale in [",
+      std::numeric_limits<float>::denorm_min(), ", ",
+      std::numeric_limits<float>::max(), "].");
   TORCH_CHECK(std::isfinite(o.growth_factor()) && o.growth_factor() > 1.0,
               caller, ": growth_factor must be finite and > 1.0, got ",
               o.growth_factor(), ".");
@@ -122,11 +127,11 @@ void check_options(const GradScalerOptions& o, double scale,
               o.min_scale(), ", ", o.max_scale(), "].");
 }
 
-} // namespace
+} // namespace detail
 
 GradScaler::GradScaler(GradScalerOptions options)
     : options_(std::move(options)), init_scale_(options_.init_scale()) {
-  check_options(options_, init_scale_, "lamp::GradScaler");
+  detail::check_options(options_, init_scale_, "lamp::GradScaler");
 }
 
 void GradScaler::lazy_init(const torch::Device& device) {
@@ -139,9 +144,9 @@ void GradScaler::lazy_init(const torch::Device& device) {
 }
 
 void GradScaler::check_initialized(const char* caller) const {
-  TORCH_CHECK(scale_.defined(), "lamp::GradScaler::", caller,
-              "() was called before scale(): the scaler has no scale yet. Call "
-              "scaler.scale(loss).backward() earlier in the iteration.");
+  TORCH_CHECK(
+      scale_.defined(), "lamp::GradScaler::", caller,
+      "() was called before scale(): the scaler has no scale yet. Call scaler.scale(loss).backward() earlier in the iteration.");
 }
 
 torch::Tensor GradScaler::scale(const torch::Tensor& outputs) {
@@ -176,12 +181,12 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
 void GradScaler::check_and_unscale(torch::optim::Optimizer& optimizer,
                                    bool unscale) {
   auto& state = states_[&optimizer];
-  TORCH_CHECK(state.stage != Stage::kUnscaled,
-              "lamp::GradScaler::unscale_() has already been called on this "
-              "optimizer since the last update().");
-  TORCH_CHECK(state.stage != Stage::kStepped,
-              "lamp::GradScaler::unscale_() is being called after step(); call "
-              "update() first.");
+  TORCH_CHECK(
+      state.stage != Stage::kUnscaled,
+      "lamp::GradScaler::unscale_() has already been called on this optimizer since the last update().");
+  TORCH_CHECK(
+      state.stage != Stage::kStepped,
+      "lamp::GradScaler::unscale_() is being called after step(); call update() first.");
 
   torch::NoGradGuard no_grad; // as Python's _unscale_grads_
   // Python's rule: the inverse is computed in double, then used in FP32.
@@ -204,12 +209,10 @@ void GradScaler::check_and_unscale(torch::optim::Optimizer& optimizer,
       auto grad = param.grad();
       // Only checking (the fused optimizers unscale in FP32 themselves), as
       // Python's _check_inf_per_device, accepts FP16 gradients.
-      TORCH_CHECK(!unscale || options_.allow_fp16_grads() ||
-                      grad.scalar_type() != torch::kHalf,
-                  "lamp::GradScaler: attempting to unscale FP16 gradients. "
-                  "Unscaled FP16 gradients lose their small values; give the "
-                  "optimizer FP32 master weights (lamp::MasterWeights), or set "
-                  "GradScalerOptions().allow_fp16_grads(true).");
+      TORCH_CHECK(
+          !unscale || options_.allow_fp16_grads() ||
+              grad.scalar_type() != torch::kHalf,
+          "lamp::GradScaler: attempting to unscale FP16 gradients. Unscaled FP16 gradients lose their small values; give the optimizer FP32 master weights (lamp::MasterWeights), or set GradScalerOptions().allow_fp16_grads(true).");
       if (grad.is_sparse()) {
         if (grad.scalar_type() == torch::kHalf) {
           // Coalescing sums duplicate indices, which could overflow FP16.
@@ -318,9 +321,9 @@ torch::Tensor GradScaler::step_async(torch::optim::Optimizer& optimizer) {
     return last_found_inf_;
   }
   check_initialized("step");
-  TORCH_CHECK(states_[&optimizer].stage != Stage::kStepped,
-              "lamp::GradScaler::step() has already been called since the last "
-              "update().");
+  TORCH_CHECK(
+      states_[&optimizer].stage != Stage::kStepped,
+      "lamp::GradScaler::step() has already been called since the last update().");
   auto* on_device = dynamic_cast<optim::AmpStep*>(&optimizer);
   const auto device = gradient_device(optimizer);
   const bool sync_free = options_.sync_free() && on_device != nullptr &&
@@ -330,10 +333,9 @@ torch::Tensor GradScaler::step_async(torch::optim::Optimizer& optimizer) {
     check_and_unscale(optimizer, /*unscale=*/!sync_free);
   }
   auto& state = states_.at(&optimizer);
-  TORCH_CHECK(!state.found_inf_per_device.empty(),
-              "lamp::GradScaler::step: no inf checks were recorded for this "
-              "optimizer because none of its parameters has a gradient. Call "
-              "backward() on the scaled loss before step().");
+  TORCH_CHECK(
+      !state.found_inf_per_device.empty(),
+      "lamp::GradScaler::step: no inf checks were recorded for this optimizer because none of its parameters has a gradient. Call backward() on the scaled loss before step().");
   torch::Tensor found_inf;
   if (sync_free) {
     // Unscale (unless unscale_() did), skip and count on the device.
@@ -343,9 +345,10 @@ torch::Tensor GradScaler::step_async(torch::optim::Optimizer& optimizer) {
         found_inf);
     if (!device_skipped_.defined()) {
       device_skipped_ = torch::zeros({}, scale_.options());
+      device_steps_ = torch::zeros({}, scale_.options().dtype(torch::kLong));
     }
     device_skipped_.add_(found_inf.to(scale_.device(), /*non_blocking=*/true));
-    ++device_steps_;
+    device_steps_.add_(1);
   } else {
     // The one host sync of the step, as in Python: the skip decision.
     float any = 0.0f;
@@ -374,7 +377,9 @@ int64_t GradScaler::steps_skipped() const {
 }
 
 int64_t GradScaler::steps_taken() const {
-  return steps_taken_ + device_steps_ - (steps_skipped() - steps_skipped_);
+  const int64_t device_steps =
+      device_steps_.defined() ? device_steps_.item<int64_t>() : 0;
+  return steps_taken_ + device_steps - (steps_skipped() - steps_skipped_);
 }
 
 bool GradScaler::last_step_skipped() const {
@@ -401,10 +406,9 @@ void GradScaler::update() {
           item.second.to(scale_.device(), /*non_blocking=*/true));
     }
   }
-  TORCH_CHECK(!found_infs.empty(),
-              "lamp::GradScaler::update: no inf checks were recorded prior to "
-              "update(); call step() (or unscale_()) for at least one "
-              "optimizer in this iteration.");
+  TORCH_CHECK(
+      !found_infs.empty(),
+      "lamp::GradScaler::update: no inf checks were recorded prior to update(); call step() (or unscale_()) for at least one optimizer in this iteration.");
   auto found_inf = found_infs[0];
   for (size_t i = 1; i < found_infs.size(); ++i) {
     found_inf = found_inf + found_infs[i];
@@ -429,10 +433,10 @@ void GradScaler::update(double new_scale) {
     return;
   }
   check_initialized("update");
-  TORCH_CHECK(std::isfinite(new_scale) && new_scale > 0,
-              "lamp::GradScaler::update: new_scale must be finite and "
-              "positive, got ",
-              new_scale, ".");
+  TORCH_CHECK(
+      std::isfinite(new_scale) && new_scale > 0,
+      "lamp::GradScaler::update: new_scale must be finite and positive, got ",
+      new_scale, ".");
   scale_.fill_(std::min(std::max(new_scale, options_.min_scale()),
                         options_.max_scale()));
   states_.clear();
@@ -462,138 +466,6 @@ void GradScaler::set_parameter_names(const std::vector<std::string>& names,
     names_.insert_or_assign(
         params[i].unsafeGetTensorImpl(),
         std::make_pair(WeakTensorImpl(params[i].getIntrusivePtr()), names[i]));
-  }
-}
-
-c10::Dict<std::string, c10::IValue> GradScaler::state(
-    bool with_lamp_keys) const {
-  // Dict<_, IValue> has no default constructor: it needs the value type.
-  auto state = c10::impl::toTypedDict<std::string, c10::IValue>(
-      c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
-  if (!options_.enabled()) {
-    return state;
-  }
-  state.insert("scale", get_scale());
-  state.insert("growth_factor", options_.growth_factor());
-  state.insert("backoff_factor", options_.backoff_factor());
-  state.insert("growth_interval", options_.growth_interval());
-  state.insert("_growth_tracker", growth_tracker());
-  if (with_lamp_keys) {
-    state.insert("min_scale", options_.min_scale());
-    state.insert("max_scale", options_.max_scale());
-    state.insert("hysteresis", options_.hysteresis());
-    state.insert("_overflow_count",
-                 overflow_count_.defined()
-                     ? static_cast<int64_t>(overflow_count_.item<int>())
-                     : init_overflow_count_);
-    state.insert("dynamic", options_.dynamic());
-  }
-  return state;
-}
-
-void GradScaler::save(torch::serialize::OutputArchive& archive) const {
-  for (const auto& item : state(/*with_lamp_keys=*/true)) {
-    archive.write(item.key(), item.value());
-  }
-}
-
-c10::Dict<std::string, c10::IValue> GradScaler::state_dict() const {
-  auto full = state(/*with_lamp_keys=*/true);
-  if (full.empty()) {
-    return full;
-  }
-  // Python's keys alone where lamp's hold what Python's scaler does anyway,
-  // so that a default scaler's file equals Python's.
-  const bool as_python = full.at("min_scale").toDouble() == 0.0 &&
-                         std::isinf(full.at("max_scale").toDouble()) &&
-                         full.at("hysteresis").toInt() == 1 &&
-                         full.at("_overflow_count").toInt() == 0 &&
-                         full.at("dynamic").toBool();
-  return as_python ? state(/*with_lamp_keys=*/false) : full;
-}
-
-void GradScaler::load(torch::serialize::InputArchive& archive) {
-  load_from(archive, "lamp::GradScaler::load");
-}
-
-void GradScaler::load_state_dict(
-    const c10::Dict<std::string, c10::IValue>& state) {
-  detail::DictReader reader(c10::impl::toGenericDict(state));
-  load_from(reader, "lamp::GradScaler::load_state_dict");
-}
-
-void GradScaler::save_state_dict(const std::string& path) const {
-  check_checkpoint_path(path, "lamp::GradScaler::save_state_dict");
-  save_pickle(state_dict(), path);
-}
-
-void GradScaler::load_state_dict(const std::string& path) {
-  constexpr const char* kCaller = "lamp::GradScaler::load_state_dict";
-  const c10::IValue value = load_pickle(path, kCaller);
-  TORCH_CHECK(value.isGenericDict(), kCaller, ": ", path, " holds a ",
-              value.tagKind(),
-              ", not a dict; write it with "
-              "torch.save(scaler.state_dict(), path).");
-  detail::DictReader reader(value.toGenericDict());
-  load_from(reader, kCaller);
-}
-
-template <typename Source>
-void GradScaler::load_from(Source& source, const char* caller) {
-  if (!options_.enabled()) {
-    return;
-  }
-  c10::IValue value;
-  TORCH_CHECK(source.try_read("scale", value), caller,
-              ": the state has no 'scale', possibly because it was saved "
-              "from a disabled GradScaler (whose state is empty).");
-  // Everything is read and checked before anything changes.
-  GradScalerOptions options = options_;
-  const double scale = detail::read_number(source, "scale", caller);
-  options.growth_factor(detail::read_number(source, "growth_factor", caller));
-  options.backoff_factor(detail::read_number(source, "backoff_factor", caller));
-  options.growth_interval(detail::read_int(source, "growth_interval", caller));
-  const int64_t tracker = detail::read_int(source, "_growth_tracker", caller);
-  int64_t overflow_count = 0;
-  // lamp's own keys are optional, so a state saved by Python loads too.
-  if (source.try_read("min_scale", value)) {
-    options.min_scale(detail::read_number(source, "min_scale", caller));
-  }
-  if (source.try_read("max_scale", value)) {
-    options.max_scale(detail::read_number(source, "max_scale", caller));
-  }
-  if (source.try_read("hysteresis", value)) {
-    options.hysteresis(detail::read_int(source, "hysteresis", caller));
-  }
-  if (source.try_read("_overflow_count", value)) {
-    overflow_count = detail::read_int(source, "_overflow_count", caller);
-  }
-  if (source.try_read("dynamic", value)) {
-    options.dynamic(detail::read_bool(source, "dynamic", caller));
-  }
-  check_options(options, scale, caller);
-  // update() resets the tracker when it reaches growth_interval: one at or
-  // beyond it would never reset, and the scale would never grow again.
-  TORCH_CHECK(tracker >= 0 && tracker < options.growth_interval(), caller,
-              ": _growth_tracker is ", tracker,
-              ", outside [0, growth_interval=", options.growth_interval(),
-              "); the state is corrupt or from another scaler.");
-  // The count saturates at hysteresis.
-  TORCH_CHECK(overflow_count >= 0 && overflow_count <= options.hysteresis(),
-              caller, ": _overflow_count is ", overflow_count,
-              ", outside [0, hysteresis=", options.hysteresis(),
-              "]; the state is corrupt or from another scaler.");
-
-  options_ = options;
-  init_scale_ = scale;
-  init_growth_tracker_ = tracker;
-  init_overflow_count_ = overflow_count;
-  states_.clear();
-  if (scale_.defined()) {
-    // In place: the checks above keep every value within its tensor's dtype.
-    scale_.fill_(init_scale_);
-    growth_tracker_.fill_(init_growth_tracker_);
-    overflow_count_.fill_(init_overflow_count_);
   }
 }
 

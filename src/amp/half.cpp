@@ -96,12 +96,12 @@ void check_kept_norms_can_run(const torch::nn::Module& module,
                               const HalfOptions& options) {
   if (needs_mixed_dtype_kernels(module)) {
     for (const auto& p : module.parameters()) {
-      TORCH_CHECK(mixed_dtype_norm_available(p.device(), options.dtype()),
-                  "lamp::network_to_half: keep_norm_fp32 would keep '", name,
-                  "' in FP32, but this LibTorch's LayerNorm/GroupNorm on ",
-                  p.device(), " cannot take ", options.dtype(),
-                  " inputs with FP32 parameters. Use keep_norm_fp32(false) "
-                  "here, or convert the model after moving it to CUDA.");
+      TORCH_CHECK(
+          mixed_dtype_norm_available(p.device(), options.dtype()),
+          "lamp::network_to_half: keep_norm_fp32 would keep '", name,
+          "' in FP32, but this LibTorch's LayerNorm/GroupNorm on ", p.device(),
+          " cannot take ", options.dtype(),
+          " inputs with FP32 parameters. Use keep_norm_fp32(false) here, or convert the model after moving it to CUDA.");
     }
     return;
   }
@@ -162,17 +162,58 @@ torch::Tensor InputCastImpl::forward(const torch::Tensor& input) {
   TORCH_CHECK(
       !(dtype_ == torch::kHalf && input.device().is_cpu() &&
         !fp16_compute_available(input.device())),
-      "lamp::InputCast: FP16 convolutions and matrix multiplications are not "
-      "implemented on CPU in this LibTorch (",
+      "lamp::InputCast: FP16 convolutions and matrix multiplications are not implemented on CPU in this LibTorch (",
       TORCH_VERSION,
-      "), so an FP16 network cannot run here. Convert with "
-      "lamp::HalfOptions(torch::kBFloat16) (precision 'bf16' or 'amp-bf16'), "
-      "or run on a CUDA device.");
+      "), so an FP16 network cannot run here. Convert with lamp::HalfOptions(torch::kBFloat16) (precision 'bf16' or 'amp-bf16'), or run on a CUDA device.");
   return input.to(dtype_);
 }
 
 void InputCastImpl::pretty_print(std::ostream& stream) const {
   stream << "lamp::InputCast(dtype=" << dtype_ << ")";
+}
+
+HalfNetworkImpl::HalfNetworkImpl(
+    std::shared_ptr<torch::nn::Module> model,
+    std::function<torch::Tensor(const torch::Tensor&)> forward,
+    torch::Dtype dtype)
+    : model_(std::move(model)), forward_(std::move(forward)), cast_(dtype) {
+  TORCH_CHECK(
+      model_ != nullptr && forward_ != nullptr,
+      "lamp::network_to_half: the model or its forward function is null.");
+  // The model's own tensors and children under their own names: the same
+  // objects, so the names, the state dict and the checkpoints are the
+  // model's.
+  for (const auto& item : model_->named_parameters(/*recurse=*/false)) {
+    register_parameter(item.key(), item.value(), item.value().requires_grad());
+  }
+  for (const auto& item : model_->named_buffers(/*recurse=*/false)) {
+    register_buffer(item.key(), item.value());
+  }
+  for (const auto& item : model_->named_children()) {
+    register_module(item.key(), item.value());
+  }
+}
+
+torch::Tensor HalfNetworkImpl::forward(const torch::Tensor& input) {
+  return forward_(cast_->forward(input));
+}
+
+void HalfNetworkImpl::train(bool on) {
+  torch::nn::Module::train(on);
+  model_->train(on);
+}
+
+void HalfNetworkImpl::pretty_print(std::ostream& stream) const {
+  stream << "lamp::HalfNetwork(dtype=" << dtype() << ")";
+}
+
+HalfNetwork network_to_half(
+    std::shared_ptr<torch::nn::Module> model,
+    std::function<torch::Tensor(const torch::Tensor&)> forward,
+    const HalfOptions& options) {
+  TORCH_CHECK(model != nullptr, "lamp::network_to_half: the model is null.");
+  convert_network(*model, options);
+  return HalfNetwork(std::move(model), std::move(forward), options.dtype());
 }
 
 } // namespace lamp

@@ -31,10 +31,10 @@ void check_pairing(const std::vector<torch::Tensor>& model_params,
                    const std::vector<torch::Tensor>& master_params,
                    bool flat_master, const char* caller) {
   if (flat_master) {
-    TORCH_CHECK(master_params.size() == 1, caller,
-                ": with flat_master, master_params must hold the one flat "
-                "tensor made by prep_param_lists(model, true); got ",
-                master_params.size(), " tensors.");
+    TORCH_CHECK(
+        master_params.size() == 1, caller,
+        ": with flat_master, master_params must hold the one flat tensor made by prep_param_lists(model, true); got ",
+        master_params.size(), " tensors.");
     int64_t numel = 0;
     for (const auto& p : model_params) {
       numel += p.numel();
@@ -61,19 +61,19 @@ void check_pairing(const std::vector<torch::Tensor>& model_params,
 
 MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params, bool flat)
     : model_(std::move(model_params)) {
-  TORCH_CHECK(!model_.empty(),
-              "lamp::MasterWeights: no parameters given; pass the model's "
-              "parameters(), e.g. MasterWeights(model->parameters()).");
+  TORCH_CHECK(
+      !model_.empty(),
+      "lamp::MasterWeights: no parameters given; pass the model's parameters(), e.g. MasterWeights(model->parameters()).");
   for (size_t i = 0; i < model_.size(); ++i) {
-    TORCH_CHECK(model_[i].defined() && model_[i].is_floating_point(),
-                "lamp::MasterWeights: parameter ", i,
-                " is undefined or not floating point; master weights are made "
-                "for floating-point parameters only.");
-    TORCH_CHECK(!flat || model_[i].device() == model_[0].device(),
-                "lamp::MasterWeights: flat=true needs every parameter on one "
-                "device, but parameter ",
-                i, " is on ", model_[i].device(), " and parameter 0 on ",
-                model_[0].device(), "; use flat=false.");
+    TORCH_CHECK(
+        model_[i].defined() && model_[i].is_floating_point(),
+        "lamp::MasterWeights: parameter ", i,
+        " is undefined or not floating point; master weights are made for floating-point parameters only.");
+    TORCH_CHECK(
+        !flat || model_[i].device() == model_[0].device(),
+        "lamp::MasterWeights: flat=true needs every parameter on one device, but parameter ",
+        i, " is on ", model_[i].device(), " and parameter 0 on ",
+        model_[0].device(), "; use flat=false.");
   }
   torch::NoGradGuard no_grad;
   if (!flat) {
@@ -104,10 +104,10 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params, bool flat)
 }
 
 void MasterWeights::model_grads_to_master_grads(double loss_scale) {
-  TORCH_CHECK(std::isfinite(loss_scale) && loss_scale > 0,
-              "lamp::MasterWeights::model_grads_to_master_grads: loss_scale "
-              "must be finite and positive, got ",
-              loss_scale, ".");
+  TORCH_CHECK(
+      std::isfinite(loss_scale) && loss_scale > 0,
+      "lamp::MasterWeights::model_grads_to_master_grads: loss_scale must be finite and positive, got ",
+      loss_scale, ".");
   torch::NoGradGuard no_grad;
   // Same unscale factor as GradScaler: 1/scale computed in double, applied in
   // FP32.
@@ -173,11 +173,11 @@ void MasterWeights::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void MasterWeights::set_parameter_names(std::vector<std::string> names) {
-  TORCH_CHECK(names.size() == model_.size(),
-              "lamp::MasterWeights::set_parameter_names: ", names.size(),
-              " names for ", model_.size(),
-              " parameters; give one name per "
-              "parameter, in the order the parameters were given.");
+  TORCH_CHECK(
+      names.size() == model_.size(),
+      "lamp::MasterWeights::set_parameter_names: ", names.size(), " names for ",
+      model_.size(),
+      " parameters; give one name per parameter, in the order the parameters were given.");
   names_ = std::move(names);
 }
 
@@ -187,22 +187,18 @@ std::vector<torch::Tensor> MasterWeights::read(
   const int64_t count = detail::read_int(archive, "count", kCaller);
   TORCH_CHECK(count == static_cast<int64_t>(master_.size()), kCaller,
               ": the archive holds ", count,
-              " master tensors but this model "
-              "has ",
-              master_.size(),
-              "; load a checkpoint saved from the same "
-              "model.");
+              " master tensors but this model has ", master_.size(),
+              "; load a checkpoint saved from the same model.");
   c10::IValue keyed_by;
   const bool by_name = archive.try_read(kKeyedBy, keyed_by);
   if (by_name) {
-    TORCH_CHECK(keyed_by.isString() && keyed_by.toStringRef() == "name",
-                kCaller, ": the archive's '", kKeyedBy,
-                "' is not \"name\"; it "
-                "is corrupt or was written by a newer lamp.");
-    TORCH_CHECK(!names_.empty(), kCaller,
-                ": the archive keys the master "
-                "tensors by parameter name, but these master weights have no "
-                "names; call set_parameter_names() before load().");
+    TORCH_CHECK(
+        keyed_by.isString() && keyed_by.toStringRef() == "name", kCaller,
+        ": the archive's '", kKeyedBy,
+        "' is not \"name\"; it is corrupt or was written by a newer lamp.");
+    TORCH_CHECK(
+        !names_.empty(), kCaller,
+        ": the archive keys the master tensors by parameter name, but these master weights have no names; call set_parameter_names() before load().");
   }
   std::vector<torch::Tensor> saved(master_.size());
   for (size_t i = 0; i < master_.size(); ++i) {
@@ -233,9 +229,9 @@ prep_param_lists(const torch::nn::Module& model, bool flat_master) {
       model_params.push_back(p);
     }
   }
-  TORCH_CHECK(!model_params.empty(),
-              "lamp::prep_param_lists: the model has no parameter that "
-              "requires grad.");
+  TORCH_CHECK(
+      !model_params.empty(),
+      "lamp::prep_param_lists: the model has no parameter that requires grad.");
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> master_params;
   if (flat_master) {
@@ -261,10 +257,10 @@ void model_grads_to_master_grads(
   if (flat_master) {
     std::vector<torch::Tensor> grads;
     for (size_t i = 0; i < model_params.size(); ++i) {
-      TORCH_CHECK(model_params[i].grad().defined(),
-                  "lamp::model_grads_to_master_grads: with flat_master every "
-                  "model parameter needs a gradient, but parameter ",
-                  i, " has none.");
+      TORCH_CHECK(
+          model_params[i].grad().defined(),
+          "lamp::model_grads_to_master_grads: with flat_master every model parameter needs a gradient, but parameter ",
+          i, " has none.");
       grads.push_back(model_params[i].grad().reshape({-1}));
     }
     auto master = master_params[0];

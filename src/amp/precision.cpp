@@ -4,29 +4,28 @@
 
 namespace lamp {
 
+const NameTable<Precision>& precision_table() {
+  static const NameTable<Precision> table("precision", "precisions",
+                                          {{"fp32", Precision::kFP32},
+                                           {"tf32", Precision::kTF32},
+                                           {"amp", Precision::kAMP},
+                                           {"amp-bf16", Precision::kAMPBF16},
+                                           {"half", Precision::kHalf},
+                                           {"fp16", Precision::kHalf},
+                                           {"bf16", Precision::kBF16}});
+  return table;
+}
+
 const std::vector<std::string>& precision_names() {
-  static const std::vector<std::string> names = {"fp32",     "tf32", "amp",
-                                                 "amp-bf16", "half", "bf16"};
-  return names;
+  return precision_table().names();
 }
 
 Precision parse_precision(const std::string& name) {
-  const auto& names = precision_names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (name == names[i]) {
-      return static_cast<Precision>(i);
-    }
-  }
-  if (name == "fp16") {
-    return Precision::kHalf;
-  }
-  TORCH_CHECK(false, "lamp: unknown precision '", name,
-              "'; valid precisions are fp32, tf32, amp, amp-bf16, half (or "
-              "fp16) and bf16.");
+  return precision_table().parse(name);
 }
 
 std::string to_string(Precision precision) {
-  return precision_names().at(static_cast<size_t>(precision));
+  return precision_table().name(precision);
 }
 
 c10::optional<torch::Dtype> autocast_dtype(Precision precision) {

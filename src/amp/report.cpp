@@ -168,9 +168,9 @@ OpPrecisionReport op_precision_report(const std::function<void()>& fn) {
   OpPrecisionReport report;
   {
     std::lock_guard<std::mutex> lock(op_mutex);
-    TORCH_CHECK(op_target == nullptr,
-                "lamp::op_precision_report: another report is already being "
-                "collected in this process.");
+    TORCH_CHECK(
+        op_target == nullptr,
+        "lamp::op_precision_report: another report is already being collected in this process.");
     op_target = &report;
   }
   const auto handle = at::addGlobalCallback(

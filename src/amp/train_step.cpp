@@ -8,12 +8,12 @@
 #include <string>
 #include <unordered_map>
 
+#include "amp/graph_step.h"
 #include "lamp/amp/autocast.h"
 #include "lamp/optim/clip.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
 #include "platform/archive.h"
-#include "platform/cuda_graph.h"
 
 namespace lamp {
 namespace {
@@ -24,12 +24,11 @@ torch::Device model_device(const torch::nn::Module& model) {
               "lamp::TrainStep: the model has no parameters to train.");
   const auto device = params[0].device();
   for (const auto& p : params) {
-    TORCH_CHECK(p.device() == device,
-                "lamp::TrainStep: the model's parameters are on several "
-                "devices (",
-                device, " and ", p.device(),
-                "); move the model to one device with model->to(device) "
-                "first.");
+    TORCH_CHECK(
+        p.device() == device,
+        "lamp::TrainStep: the model's parameters are on several devices (",
+        device, " and ", p.device(),
+        "); move the model to one device with model->to(device) first.");
   }
   return device;
 }
@@ -53,11 +52,9 @@ void check_mode_runs_on(const PrecisionPolicy& policy,
           (!policy.autocast_dtype ||
            Autocast::is_supported(device.type(), *policy.autocast_dtype)),
       "lamp::TrainStep: precision '", to_string(policy.precision),
-      "' runs FP16 convolutions and matmuls, which this LibTorch "
-      "cannot run on ",
+      "' runs FP16 convolutions and matmuls, which this LibTorch cannot run on ",
       device,
-      ". Use precision 'amp-bf16' or 'bf16' on CPU, or train on a "
-      "CUDA device.");
+      ". Use precision 'amp-bf16' or 'bf16' on CPU, or train on a CUDA device.");
 }
 
 GradScalerOptions scaler_options(const TrainStepOptions& options,
@@ -76,6 +73,29 @@ GradScalerOptions scaler_options(const TrainStepOptions& options,
   return GradScalerOptions().enabled(false);
 }
 
+// The model's floating parameters must be FP32, or already in the dtype the
+// mode converts to (a model network_to_half() converted): a low-precision
+// model in an FP32-parameter mode would train without master weights, and
+// one in the other low-precision dtype would be converted twice.
+void check_model_dtype(const torch::nn::Module& model,
+                       const PrecisionPolicy& policy) {
+  for (const auto& item : model.named_parameters()) {
+    const auto dtype = item.value().scalar_type();
+    if (!item.value().is_floating_point() || dtype == torch::kFloat ||
+        dtype == torch::kDouble ||
+        (policy.model_dtype && dtype == *policy.model_dtype)) {
+      continue;
+    }
+    TORCH_CHECK(
+        false, "lamp::TrainStep: parameter '", item.key(), "' is ", dtype,
+        " but precision '", to_string(policy.precision), "' ",
+        policy.model_dtype ? std::string("converts the model to ") +
+                                 c10::toString(*policy.model_dtype)
+                           : std::string("trains FP32 parameters"),
+        "; pass the FP32 model (TrainStep converts it, keeping BatchNorm in FP32), or choose the precision the model was converted for ('half' for Half, 'bf16' for BFloat16).");
+  }
+}
+
 // The unnamed factory as a named one (null stays null, for the check).
 NamedOptimizerFactory ignoring_names(const OptimizerFactory& make_optimizer) {
   if (!make_optimizer) {
@@ -88,28 +108,21 @@ NamedOptimizerFactory ignoring_names(const OptimizerFactory& make_optimizer) {
 
 } // namespace
 
+const NameTable<CudaGraphMode>& cuda_graph_mode_table() {
+  static const NameTable<CudaGraphMode> table("CUDA-graph mode",
+                                              "CUDA-graph modes",
+                                              {{"off", CudaGraphMode::kOff},
+                                               {"on", CudaGraphMode::kOn},
+                                               {"auto", CudaGraphMode::kAuto}});
+  return table;
+}
+
 std::string to_string(CudaGraphMode mode) {
-  switch (mode) {
-    case CudaGraphMode::kOff:
-      return "off";
-    case CudaGraphMode::kOn:
-      return "on";
-    case CudaGraphMode::kAuto:
-      return "auto";
-  }
-  TORCH_CHECK(false, "lamp: unknown CudaGraphMode ", static_cast<int>(mode),
-              ".");
+  return cuda_graph_mode_table().name(mode);
 }
 
 CudaGraphMode parse_cuda_graph_mode(const std::string& name) {
-  for (auto mode :
-       {CudaGraphMode::kOff, CudaGraphMode::kOn, CudaGraphMode::kAuto}) {
-    if (name == to_string(mode)) {
-      return mode;
-    }
-  }
-  TORCH_CHECK(false, "lamp: unknown CUDA-graph mode '", name,
-              "'; use off, on or auto.");
+  return cuda_graph_mode_table().parse(name);
 }
 
 TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
@@ -135,8 +148,7 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
               options_.accumulation_steps(), ".");
   TORCH_CHECK(
       std::isfinite(options_.max_grad_norm()) && options_.max_grad_norm() >= 0,
-      "lamp::TrainStep: max_grad_norm must be finite and >= 0 (0 "
-      "turns clipping off), got ",
+      "lamp::TrainStep: max_grad_norm must be finite and >= 0 (0 turns clipping off), got ",
       options_.max_grad_norm(), ".");
   device_ = model_device(*model_);
   // Listed once: the step resets their gradients without walking the tree.
@@ -157,13 +169,12 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
       params.push_back(item.value());
     }
   }
-  TORCH_CHECK(!params.empty(),
-              "lamp::TrainStep: the model has no trainable "
-              "parameters (all ",
-              named.size(),
-              " have requires_grad=false); "
-              "set requires_grad_(true) on the ones to train before building "
-              "the TrainStep.");
+  TORCH_CHECK(
+      !params.empty(),
+      "lamp::TrainStep: the model has no trainable parameters (all ",
+      named.size(),
+      " have requires_grad=false); set requires_grad_(true) on the ones to train before building the TrainStep.");
+  check_model_dtype(*model_, policy_);
   const auto dtype = policy_.model_dtype;
   if (dtype) {
     options_.half().dtype(*dtype);
@@ -180,8 +191,7 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
                 "lamp::TrainStep: the model is on ", device_,
                 " but its gradient synchroniser communicates on ",
                 gradient_sync_->device(),
-                "; build the process group for the "
-                "model's device.");
+                "; build the process group for the model's device.");
     auto* sync = gradient_sync_.get();
     scaler_.set_found_inf_reduction([sync](torch::Tensor& found_inf) {
       sync->reduce_found_inf(found_inf);
@@ -249,10 +259,10 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
     }
     loss = loss_fn();
   }
-  TORCH_CHECK(loss.defined() && loss.numel() == 1,
-              "lamp::TrainStep::step: loss_fn must return a one-element loss "
-              "tensor, got ",
-              (loss.defined() ? loss.sizes() : at::IntArrayRef{}), ".");
+  TORCH_CHECK(
+      loss.defined() && loss.numel() == 1,
+      "lamp::TrainStep::step: loss_fn must return a one-element loss tensor, got ",
+      (loss.defined() ? loss.sizes() : at::IntArrayRef{}), ".");
   const auto accumulation = options_.accumulation_steps();
   if (gradient_sync_) {
     // Only the backward that ends an accumulation cycle communicates.
@@ -281,7 +291,7 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
     optim::clip_grad_norm_(optimizer_params(*optimizer_),
                            options_.max_grad_norm());
   }
-  if (!capturing_) {
+  if (!graphs_ || !graphs_->capturing()) {
     // Eager steps read the device learning rates too (set for CUDA graphs):
     // bring them up to the param groups' values. A capture must not: the
     // fill would be recorded with today's value and replayed forever.
@@ -302,17 +312,6 @@ StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
   return result;
 }
 
-namespace {
-
-std::string shape_key(const torch::Tensor& input, const torch::Tensor& target) {
-  std::ostringstream key;
-  key << input.sizes() << input.scalar_type() << input.device() << '/'
-      << target.sizes() << target.scalar_type() << target.device();
-  return key.str();
-}
-
-} // namespace
-
 std::string TrainStep::cuda_graph_unavailable_reason() const {
   std::ostringstream why;
   const auto* on_device = dynamic_cast<const optim::AmpStep*>(optimizer_.get());
@@ -322,16 +321,12 @@ std::string TrainStep::cuda_graph_unavailable_reason() const {
     why << "CUDA graphs capture whole optimizer steps; accumulation_steps "
         << options_.accumulation_steps() << " is not supported with them.";
   } else if (gradient_sync_ != nullptr) {
-    why << "CUDA graphs do not capture data-parallel communication (a "
-           "gradient synchroniser) yet.";
+    why << "CUDA graphs do not capture data-parallel communication (a gradient synchroniser) yet.";
   } else if (on_device == nullptr || !on_device->skips_on_device()) {
-    why << "CUDA graphs need an optimizer whose step runs on the device "
-           "without host reads: one of lamp::optim's SGD, Adam or AdamW on "
-           "its fused kernels (LibTorch >= 2.4).";
+    why << "CUDA graphs need an optimizer whose step runs on the device without host reads: one of lamp::optim's SGD, Adam or AdamW on its fused kernels (LibTorch >= 2.4).";
   } else if (scaler_.is_enabled() && (!scaler_.options().sync_free() ||
                                       scaler_.options().diagnose_overflow())) {
-    why << "CUDA graphs need a sync-free GradScaler (sync_free true, "
-           "diagnose_overflow false).";
+    why << "CUDA graphs need a sync-free GradScaler (sync_free true, diagnose_overflow false).";
   } else if (!device_.is_cuda()) {
     why << "CUDA graphs need a CUDA device; the model is on " << device_ << ".";
   }
@@ -343,16 +338,13 @@ void TrainStep::check_graph_capturable() {
   TORCH_CHECK(reason.empty(), "lamp::TrainStep: cuda_graph: ", reason,
               " Use TrainStepOptions().cuda_graph(false) (--cuda-graph off).");
   TORCH_CHECK(options_.graph_warmup_steps() >= 1,
-              "lamp::TrainStep: "
-              "graph_warmup_steps must be >= 1, got ",
+              "lamp::TrainStep: graph_warmup_steps must be >= 1, got ",
               options_.graph_warmup_steps(), ".");
   auto* on_device = dynamic_cast<optim::AmpStep*>(optimizer_.get());
   // The warm-up steps create the learning-rate tensors the graph reads.
   on_device->set_device_lr(true);
-  if (!graph_pool_) {
-    graph_pool_ = detail::new_graph_pool();
-  }
-  graph_checked_ = true;
+  graphs_ = std::make_unique<detail::GraphStep>(device_,
+                                                options_.graph_warmup_steps());
 }
 
 StepResult TrainStep::step(const torch::Tensor& input,
@@ -360,66 +352,29 @@ StepResult TrainStep::step(const torch::Tensor& input,
                            const BatchLossFn& loss_fn) {
   TORCH_CHECK(loss_fn != nullptr,
               "lamp::TrainStep::step: no loss function given.");
+  const auto eager = [&](const torch::Tensor& in, const torch::Tensor& tgt) {
+    return step([&] { return loss_fn(cast_input(in), tgt); });
+  };
   if (!graph_enabled_) {
-    return step([&] { return loss_fn(cast_input(input), target); });
+    return eager(input, target);
   }
-  if (!graph_checked_) {
+  if (!graphs_) {
     check_graph_capturable();
   }
-  auto& entry = graphs_[shape_key(input, target)];
-  if (entry.eager_steps < options_.graph_warmup_steps()) {
-    ++entry.eager_steps;
-    StepResult result;
-    detail::run_on_side_stream(device_, [&] {
-      result = step([&] { return loss_fn(cast_input(input), target); });
-    });
-    return result;
-  }
-  if (!entry.graph) {
-    // On the device: the captured step reads them there; each replay copies
-    // the caller's batch in first (from wherever it is).
-    entry.input = input.to(device_).clone();
-    entry.target = target.to(device_).clone();
-    // The captured backward allocates the gradients from the graph's pool,
-    // where they stay for the replays.
-    for (auto& p : model_params_) {
-      p.mutable_grad() = torch::Tensor();
-    }
-    capturing_ = true;
-    try {
-      entry.graph = detail::capture_graph(device_, *graph_pool_, [&] {
-        const auto result = step(
-            [&] { return loss_fn(cast_input(entry.input), entry.target); });
-        entry.loss = result.loss;
-        entry.found_inf = result.found_inf;
-        entry.scale = result.scale;
-      });
-    } catch (...) {
-      capturing_ = false;
-      graphs_.erase(shape_key(input, target));
-      throw;
-    }
-    capturing_ = false;
-    scaler_.count_graph_steps(-1); // the capture ran nothing
-  }
-  entry.input.copy_(input, /*non_blocking=*/true);
-  entry.target.copy_(target, /*non_blocking=*/true);
-  dynamic_cast<optim::AmpStep&>(*optimizer_).refresh_device_lr();
-  entry.graph->replay();
-  scaler_.count_graph_steps(1);
-  StepResult result;
-  result.loss = entry.loss.clone();
-  result.found_inf = entry.found_inf.clone();
-  result.scale = entry.scale.clone();
-  result.cycle_ended = true;
-  return result;
+  return graphs_->step(
+      input, target, eager,
+      [&] {
+        // The captured backward allocates the gradients from the graph's
+        // pool, where they stay for the replays.
+        for (auto& p : model_params_) {
+          p.mutable_grad() = torch::Tensor();
+        }
+      },
+      [&] { dynamic_cast<optim::AmpStep&>(*optimizer_).refresh_device_lr(); });
 }
 
 int64_t TrainStep::cuda_graph_pool_bytes() const {
-  if (!graph_pool_ || graphs_.empty()) {
-    return 0;
-  }
-  return detail::graph_pool_held_bytes(device_, *graph_pool_);
+  return graphs_ ? graphs_->pool_bytes() : 0;
 }
 
 torch::Tensor TrainStep::current_scale() const {
@@ -428,10 +383,10 @@ torch::Tensor TrainStep::current_scale() const {
 }
 
 void TrainStep::save(torch::serialize::OutputArchive& archive) const {
-  TORCH_CHECK(micro_step_ == 0, "lamp::TrainStep::save: called after ",
-              micro_step_, " of ", options_.accumulation_steps(),
-              " accumulated micro-batches; the partial gradients would be "
-              "lost. Save after the step() that ends the cycle.");
+  TORCH_CHECK(
+      micro_step_ == 0, "lamp::TrainStep::save: called after ", micro_step_,
+      " of ", options_.accumulation_steps(),
+      " accumulated micro-batches; the partial gradients would be lost. Save after the step() that ends the cycle.");
   archive.write("precision", c10::IValue(to_string(options_.precision())));
   torch::serialize::OutputArchive model_archive;
   model_->save(model_archive);
@@ -450,118 +405,7 @@ void TrainStep::save(torch::serialize::OutputArchive& archive) const {
 }
 
 namespace {
-
 constexpr const char* kLoadCaller = "lamp::TrainStep::load";
-
-// Module::save's layout: a module's own parameters and buffers under their
-// names, then one archive per serializable child. Module::load would take
-// any shape (it replaces each tensor), so every one is checked first.
-void check_module_archive(const torch::nn::Module& module,
-                          torch::serialize::InputArchive& archive,
-                          const std::string& prefix) {
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
-    if (p.value().defined()) {
-      detail::read_checked_tensor(archive, p.key(), p.value(),
-                                  "model parameter '" + prefix + p.key() + "'",
-                                  /*finite=*/true, kLoadCaller);
-    }
-  }
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
-    if (b.value().defined()) {
-      detail::read_checked_tensor(archive, b.key(), b.value(),
-                                  "model buffer '" + prefix + b.key() + "'",
-                                  /*finite=*/false, kLoadCaller);
-    }
-  }
-  for (const auto& child : module.named_children()) {
-    if (!child.value()->is_serializable()) {
-      continue;
-    }
-    torch::serialize::InputArchive child_archive;
-    detail::read_archive(archive, child.key(), child_archive, kLoadCaller);
-    check_module_archive(*child.value(), child_archive,
-                         prefix + child.key() + ".");
-  }
-}
-
-int64_t read_size(torch::serialize::InputArchive& archive,
-                  const std::string& key) {
-  torch::Tensor size;
-  TORCH_CHECK(archive.try_read(key, size) && size.numel() == 1 &&
-                  !size.is_floating_point(),
-              kLoadCaller, ": the optimizer state has no integer '", key,
-              "'; it is corrupt or was written by another optimizer.");
-  return size.item<int64_t>();
-}
-
-// The layout of LibTorch's optimizers (all but LBFGS, and lamp's, which
-// derive from them): "param_groups" holds the groups' count and each group's
-// parameter keys, "state" one archive of state tensors per key. LibTorch's
-// load checks the group sizes one group at a time, after it has loaded the
-// ones before, and never the state's shapes.
-void check_optimizer_archive(
-    const torch::optim::Optimizer& optimizer,
-    torch::serialize::InputArchive& archive,
-    const std::unordered_map<const c10::TensorImpl*, std::string>& names) {
-  c10::IValue version;
-  if (!archive.try_read("pytorch_version", version) ||
-      dynamic_cast<const torch::optim::LBFGS*>(&optimizer) != nullptr) {
-    return; // another layout, left to the optimizer's own load
-  }
-  torch::serialize::InputArchive groups_archive;
-  torch::serialize::InputArchive state_archive;
-  detail::read_archive(archive, "param_groups", groups_archive, kLoadCaller);
-  detail::read_archive(archive, "state", state_archive, kLoadCaller);
-  const auto& groups = optimizer.param_groups();
-  const int64_t saved_groups = read_size(groups_archive, "param_groups/size");
-  TORCH_CHECK(saved_groups == static_cast<int64_t>(groups.size()), kLoadCaller,
-              ": the optimizer state holds ", saved_groups,
-              " parameter "
-              "groups but the optimizer has ",
-              groups.size(),
-              "; build the "
-              "optimizer the same way as the one saved.");
-  for (size_t g = 0; g < groups.size(); ++g) {
-    torch::serialize::InputArchive group_archive;
-    detail::read_archive(groups_archive, "param_groups/" + std::to_string(g),
-                         group_archive, kLoadCaller);
-    const auto& params = groups[g].params();
-    const int64_t saved_params = read_size(group_archive, "params/size");
-    TORCH_CHECK(saved_params == static_cast<int64_t>(params.size()),
-                kLoadCaller, ": parameter group ", g,
-                " of the optimizer "
-                "state holds ",
-                saved_params,
-                " parameters but the "
-                "optimizer's has ",
-                params.size(),
-                "; build the optimizer "
-                "the same way as the one saved.");
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto key = detail::read_string(
-          group_archive, "params/" + std::to_string(i), kLoadCaller);
-      torch::serialize::InputArchive param_state;
-      if (!state_archive.try_read(key, param_state)) {
-        continue; // no state yet for this parameter
-      }
-      const auto named = names.find(params[i].unsafeGetTensorImpl());
-      const std::string param = named != names.end()
-                                    ? "'" + named->second + "'"
-                                    : "param_groups[" + std::to_string(g) +
-                                          "].params[" + std::to_string(i) + "]";
-      for (const auto& field : param_state.keys()) {
-        c10::IValue value;
-        if (param_state.try_read(field, value) && value.isTensor()) {
-          detail::check_saved_tensor(
-              value.toTensor(), params[i],
-              "optimizer state '" + field + "' of " + param,
-              /*finite=*/true, kLoadCaller);
-        }
-      }
-    }
-  }
-}
-
 } // namespace
 
 void TrainStep::load(torch::serialize::InputArchive& archive) {
@@ -576,10 +420,11 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
       "'; resume with the same precision.");
   torch::serialize::InputArchive model_archive;
   detail::read_archive(archive, "model", model_archive, kLoadCaller);
-  check_module_archive(*model_, model_archive, "");
+  detail::check_module_archive(*model_, model_archive, "", kLoadCaller);
   torch::serialize::InputArchive optimizer_archive;
   detail::read_archive(archive, "optimizer", optimizer_archive, kLoadCaller);
-  check_optimizer_archive(*optimizer_, optimizer_archive, param_names_);
+  detail::check_optimizer_archive(*optimizer_, optimizer_archive, param_names_,
+                                  kLoadCaller);
   torch::serialize::InputArchive scaler_archive;
   detail::read_archive(archive, "scaler", scaler_archive, kLoadCaller);
   // A scaler with the same options runs all of load()'s checks.
@@ -593,7 +438,9 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
 
   // Captured graphs hold the old parameters' and state's memory: each shape
   // warms up and is captured again after a load.
-  graphs_.clear();
+  if (graphs_) {
+    graphs_->clear();
+  }
   micro_step_ = 0;
   // The optimizer first: what its load may still refuse (an option of the
   // wrong type) it refuses before changing anything.

@@ -49,9 +49,7 @@ std::string cifar_missing_message(const std::string& directory, bool train,
     for (const char* name : {"data_batch_1", "test_batch", "batches.meta"}) {
       if (regular_file_exists(join_path(d, name))) {
         m << "Found " << quoted(join_path(d, name))
-          << ": that is CIFAR-10's Python version (cifar-10-python.tar.gz, "
-             "pickled batches), which lamp cannot read; it needs the binary "
-             "version. ";
+          << ": that is CIFAR-10's Python version (cifar-10-python.tar.gz, pickled batches), which lamp cannot read; it needs the binary version. ";
         break;
       }
     }
@@ -62,9 +60,7 @@ std::string cifar_missing_message(const std::string& directory, bool train,
       << ": pass that directory. ";
   }
   m << "Download the CIFAR-10 *binary* version, " << kCifarBinaryUrl
-    << ", and extract it (tar xzf cifar-10-binary.tar.gz, which makes "
-       "cifar-10-batches-bin/) so that the .bin files lie directly in the "
-       "directory you pass.";
+    << ", and extract it (tar xzf cifar-10-binary.tar.gz, which makes cifar-10-batches-bin/) so that the .bin files lie directly in the directory you pass.";
   return m.str();
 }
 
@@ -114,11 +110,9 @@ Dataset read_cifar10(const std::string& directory, bool train) {
                 ") again.");
     TORCH_CHECK(
         size % kCifarRecordBytes == 0, caller, ": ", quoted(f), " has ", size,
-        " bytes, not a multiple of 3073 (1 label byte + 3072 pixel bytes per "
-        "record), so it is not a CIFAR-10 binary batch",
+        " bytes, not a multiple of 3073 (1 label byte + 3072 pixel bytes per record), so it is not a CIFAR-10 binary batch",
         size % (kCifarRecordBytes + 1) == 0
-            ? " (it is a multiple of 3074, CIFAR-100's record size, which "
-              "lamp does not read)"
+            ? " (it is a multiple of 3074, CIFAR-100's record size, which lamp does not read)"
             : "",
         "; extract cifar-10-binary.tar.gz (", kCifarBinaryUrl, ") again.");
     if (size > largest) {
@@ -131,14 +125,13 @@ Dataset read_cifar10(const std::string& directory, bool train) {
   // Before allocating: a sparse or corrupt file can claim any size.
   const auto total_bytes =
       static_cast<uint64_t>(total_records) * kCifarRecordBytes;
-  TORCH_CHECK(total_bytes <= lamp::detail::physical_memory_bytes(), caller,
-              ": ", quoted(files[largest_file]), " is ", byte_count(largest),
-              " (the ", files.size(), " files hold ", byte_count(total_bytes),
-              "), more than ", memory_text(),
-              "; a CIFAR-10 batch is 30,730,000 bytes (10,000 records), so "
-              "the file is corrupt or not a CIFAR-10 batch: extract "
-              "cifar-10-binary.tar.gz (",
-              kCifarBinaryUrl, ") again.");
+  TORCH_CHECK(
+      total_bytes <= lamp::detail::physical_memory_bytes(), caller, ": ",
+      quoted(files[largest_file]), " is ", byte_count(largest), " (the ",
+      files.size(), " files hold ", byte_count(total_bytes), "), more than ",
+      memory_text(),
+      "; a CIFAR-10 batch is 30,730,000 bytes (10,000 records), so the file is corrupt or not a CIFAR-10 batch: extract cifar-10-binary.tar.gz (",
+      kCifarBinaryUrl, ") again.");
 
   // All files into one buffer, then one pass to split labels from pixels.
   auto raw = torch::empty({total_records, kCifarRecordBytes}, torch::kUInt8);
@@ -158,12 +151,11 @@ Dataset read_cifar10(const std::string& directory, bool train) {
     while (record >= records[file]) {
       record -= records[file++];
     }
-    TORCH_CHECK(false, caller, ": record ", record, " of ", quoted(files[file]),
-                " (byte offset ", record * kCifarRecordBytes, ") has label ",
-                label,
-                ", but CIFAR-10's labels are 0-9; the file is corrupt or "
-                "not a CIFAR-10 binary batch: extract cifar-10-binary.tar.gz (",
-                kCifarBinaryUrl, ") again.");
+    TORCH_CHECK(
+        false, caller, ": record ", record, " of ", quoted(files[file]),
+        " (byte offset ", record * kCifarRecordBytes, ") has label ", label,
+        ", but CIFAR-10's labels are 0-9; the file is corrupt or not a CIFAR-10 binary batch: extract cifar-10-binary.tar.gz (",
+        kCifarBinaryUrl, ") again.");
   }
   auto images = raw.narrow(1, 1, kCifarImageBytes)
                     .reshape({total_records, 3, 32, 32})

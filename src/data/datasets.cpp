@@ -21,9 +21,9 @@ TensorImageDataset::TensorImageDataset(lamp::data::Dataset data,
   const char* caller = "lamp::data::TensorImageDataset";
   const auto& images = data_.images;
   const auto& labels = data_.labels;
-  TORCH_CHECK(images.defined() && labels.defined(), caller,
-              ": the dataset's images or labels are undefined; pass what "
-              "read_cifar10() or read_mnist() returns.");
+  TORCH_CHECK(
+      images.defined() && labels.defined(), caller,
+      ": the dataset's images or labels are undefined; pass what read_cifar10() or read_mnist() returns.");
   TORCH_CHECK(images.dim() == 4 && images.scalar_type() == torch::kUInt8,
               caller, ": images must be uint8 [N, C, H, W], got ",
               images.scalar_type(), " ", images.sizes(), ".");
@@ -33,10 +33,10 @@ TensorImageDataset::TensorImageDataset(lamp::data::Dataset data,
   TORCH_CHECK(images.size(0) == labels.size(0), caller, ": ", images.size(0),
               " images but ", labels.size(0),
               " labels; the counts must match.");
-  TORCH_CHECK(images.device().is_cpu() && labels.device().is_cpu(), caller,
-              ": images and labels must be on the CPU (the DataLoader moves "
-              "batches, not the dataset); got ",
-              images.device(), " and ", labels.device(), ".");
+  TORCH_CHECK(
+      images.device().is_cpu() && labels.device().is_cpu(), caller,
+      ": images and labels must be on the CPU (the DataLoader moves batches, not the dataset); got ",
+      images.device(), " and ", labels.device(), ".");
   const int64_t channels = images.size(1);
   TORCH_CHECK(static_cast<int64_t>(mean.size()) == channels &&
                   static_cast<int64_t>(std.size()) == channels,

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "platform/paths.h"
+
 namespace lamp {
 namespace data {
 namespace internal {
@@ -21,11 +23,12 @@ std::string byte_count(uint64_t bytes);
 // "this machine's 23.4 GiB (...) of memory".
 std::string memory_text();
 
-enum class PathKind { kMissing, kFile, kDirectory, kOther };
-PathKind path_kind(const std::string& path, uint64_t* size = nullptr);
-bool regular_file_exists(const std::string& path);
-bool directory_exists(const std::string& path);
-std::string join_path(const std::string& directory, const std::string& name);
+// Paths and file kinds: platform/paths.h.
+using ::lamp::detail::directory_exists;
+using ::lamp::detail::join_path;
+using ::lamp::detail::path_kind;
+using ::lamp::detail::PathKind;
+using ::lamp::detail::regular_file_exists;
 // "'dir' holds a, b, c": what a directory does hold, for "file not found"
 // messages (the usual mistake is one directory level too high or too low).
 std::string describe_directory(const std::string& directory);

@@ -45,12 +45,11 @@ int64_t shard_size(int64_t samples, int64_t shards) {
 DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                            LoaderOptions options)
     : options_(std::move(options)), device_(device) {
-  TORCH_CHECK(data.images.defined() && data.images.dim() == 4 &&
-                  data.images.scalar_type() == torch::kByte,
-              "lamp::data::DeviceLoader: images must be a uint8 tensor [N, C, "
-              "H, W], got ",
-              (data.images.defined() ? data.images.sizes() : at::IntArrayRef{}),
-              ".");
+  TORCH_CHECK(
+      data.images.defined() && data.images.dim() == 4 &&
+          data.images.scalar_type() == torch::kByte,
+      "lamp::data::DeviceLoader: images must be a uint8 tensor [N, C, H, W], got ",
+      (data.images.defined() ? data.images.sizes() : at::IntArrayRef{}), ".");
   TORCH_CHECK(data.labels.defined() && data.labels.dim() == 1 &&
                   data.labels.size(0) == data.images.size(0),
               "lamp::data::DeviceLoader: need one label per image (",
@@ -71,27 +70,25 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
   TORCH_CHECK(options_.crop_padding() >= 0,
               "lamp::data::DeviceLoader: crop_padding must be >= 0.");
   const int64_t channels = data.images.size(1);
-  TORCH_CHECK(options_.mean().size() == options_.std().size() &&
-                  (options_.mean().empty() ||
-                   static_cast<int64_t>(options_.mean().size()) == channels),
-              "lamp::data::DeviceLoader: mean and std need one value per "
-              "channel (",
-              channels, "), got ", options_.mean().size(), " and ",
-              options_.std().size(), ".");
+  TORCH_CHECK(
+      options_.mean().size() == options_.std().size() &&
+          (options_.mean().empty() ||
+           static_cast<int64_t>(options_.mean().size()) == channels),
+      "lamp::data::DeviceLoader: mean and std need one value per channel (",
+      channels, "), got ", options_.mean().size(), " and ",
+      options_.std().size(), ".");
   for (size_t c = 0; c < options_.std().size(); ++c) {
     const double s = options_.std()[c];
-    TORCH_CHECK(std::isfinite(s) && s > 0, "lamp::data::DeviceLoader: std[", c,
-                "] is ", s,
-                "; every std must be finite and positive (a zero std means "
-                "channel ",
-                c, " of the images has the same value everywhere).");
+    TORCH_CHECK(
+        std::isfinite(s) && s > 0, "lamp::data::DeviceLoader: std[", c, "] is ",
+        s, "; every std must be finite and positive (a zero std means channel ",
+        c, " of the images has the same value everywhere).");
   }
-  TORCH_CHECK(options_.dtype() == torch::kFloat ||
-                  options_.dtype() == torch::kHalf ||
-                  options_.dtype() == torch::kBFloat16,
-              "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or "
-              "kBFloat16, got ",
-              options_.dtype(), ".");
+  TORCH_CHECK(
+      options_.dtype() == torch::kFloat || options_.dtype() == torch::kHalf ||
+          options_.dtype() == torch::kBFloat16,
+      "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or kBFloat16, got ",
+      options_.dtype(), ".");
   // A larger batch would be one short batch under another name (or, with
   // drop_last, none).
   const int64_t samples = data.labels.size(0);

@@ -71,10 +71,10 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
       if (prefix) {
         break;
       }
-      TORCH_CHECK(false, caller, ": the gzip stream in ", quoted(path),
-                  " decompresses to more than ", limit,
-                  " bytes, more than its IDX header describes; the file is "
-                  "corrupt: download it again.");
+      TORCH_CHECK(
+          false, caller, ": the gzip stream in ", quoted(path),
+          " decompresses to more than ", limit,
+          " bytes, more than its IDX header describes; the file is corrupt: download it again.");
     }
     // zlib counts in uInt: feed files beyond 4 GiB in pieces.
     const auto in_chunk = static_cast<uInt>(
@@ -93,10 +93,10 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
       if (in_pos == compressed.size()) {
         break;
       }
-      TORCH_CHECK(has_gzip_magic(compressed, in_pos), caller, ": ",
-                  quoted(path), " has ", compressed.size() - in_pos,
-                  " bytes of trailing data after the end of its gzip stream; "
-                  "the file is corrupt: download it again.");
+      TORCH_CHECK(
+          has_gzip_magic(compressed, in_pos), caller, ": ", quoted(path),
+          " has ", compressed.size() - in_pos,
+          " bytes of trailing data after the end of its gzip stream; the file is corrupt: download it again.");
       ret = inflateReset(&stream);
       TORCH_CHECK(ret == Z_OK, caller, ": zlib's inflateReset failed (",
                   zError(ret), ") in ", quoted(path), ".");
@@ -110,11 +110,11 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
     if (ret == Z_BUF_ERROR && stream.avail_out == 0) {
       continue;
     }
-    TORCH_CHECK(ret != Z_BUF_ERROR, caller, ": the gzip stream in ",
-                quoted(path), " is truncated: it ends after ",
-                compressed.size(), " compressed bytes (", out_pos,
-                " decompressed) without the end-of-stream marker; the file "
-                "is incomplete: download it again.");
+    TORCH_CHECK(
+        ret != Z_BUF_ERROR, caller, ": the gzip stream in ", quoted(path),
+        " is truncated: it ends after ", compressed.size(),
+        " compressed bytes (", out_pos,
+        " decompressed) without the end-of-stream marker; the file is incomplete: download it again.");
     TORCH_CHECK(ret != Z_MEM_ERROR, caller,
                 ": zlib ran out of memory decompressing ", quoted(path), ".");
     TORCH_CHECK(false, caller, ": the gzip stream in ", quoted(path),
@@ -169,24 +169,23 @@ struct IdxHeader {
 IdxHeader parse_idx_header(const uint8_t* bytes, uint64_t size,
                            const std::string& where) {
   const char* caller = "lamp::data::read_idx";
-  TORCH_CHECK(size >= 4, caller, ": ", where, " holds ", size,
-              " bytes, too few for the 4-byte IDX magic (0x00 0x00 <type> "
-              "<ndims>); it is truncated or not an IDX file.");
-  TORCH_CHECK(bytes[0] == 0 && bytes[1] == 0, caller, ": ", where,
-              " starts with the bytes ", hex_byte(bytes[0]), " ",
-              hex_byte(bytes[1]), " ", hex_byte(bytes[2]), " ",
-              hex_byte(bytes[3]),
-              ", not the IDX magic 0x00 0x00 <type> <ndims>: wrong magic, "
-              "it is not an IDX (MNIST-format) file.");
-  TORCH_CHECK(bytes[2] == 0x08, caller, ": ", where,
-              " has the unsupported IDX type code ", hex_byte(bytes[2]), " (",
-              idx_type_name(bytes[2]),
-              "): lamp reads only 0x08 (unsigned "
-              "byte), the type of MNIST's images and labels.");
+  TORCH_CHECK(
+      size >= 4, caller, ": ", where, " holds ", size,
+      " bytes, too few for the 4-byte IDX magic (0x00 0x00 <type> <ndims>); it is truncated or not an IDX file.");
+  TORCH_CHECK(
+      bytes[0] == 0 && bytes[1] == 0, caller, ": ", where,
+      " starts with the bytes ", hex_byte(bytes[0]), " ", hex_byte(bytes[1]),
+      " ", hex_byte(bytes[2]), " ", hex_byte(bytes[3]),
+      ", not the IDX magic 0x00 0x00 <type> <ndims>: wrong magic, it is not an IDX (MNIST-format) file.");
+  TORCH_CHECK(
+      bytes[2] == 0x08, caller, ": ", where,
+      " has the unsupported IDX type code ", hex_byte(bytes[2]), " (",
+      idx_type_name(bytes[2]),
+      "): lamp reads only 0x08 (unsigned byte), the type of MNIST's images and labels.");
   const int ndims = bytes[3];
-  TORCH_CHECK(ndims >= 1, caller, ": ", where,
-              " declares 0 dimensions; an IDX file of images or labels has "
-              "at least one.");
+  TORCH_CHECK(
+      ndims >= 1, caller, ": ", where,
+      " declares 0 dimensions; an IDX file of images or labels has at least one.");
   IdxHeader header;
   header.header_bytes = 4 + 4 * static_cast<uint64_t>(ndims);
   TORCH_CHECK(size >= header.header_bytes, caller, ": ", where,
@@ -224,12 +223,11 @@ void check_idx_length(const IdxHeader& header, uint64_t size,
       header.overflow ? std::string("more than 2^64") : std::to_string(numel),
       " data bytes but only ", available, " follow the ", header.header_bytes,
       "-byte header; the file is incomplete: download it again.");
-  TORCH_CHECK(numel == available, caller, ": ", where, " holds ",
-              available - numel, " bytes more than its sizes ",
-              torch::IntArrayRef(header.sizes), " describe (", numel,
-              " data bytes after the ", header.header_bytes,
-              "-byte header): the sizes are inconsistent with the file "
-              "length, so the file is corrupt or not an IDX file.");
+  TORCH_CHECK(
+      numel == available, caller, ": ", where, " holds ", available - numel,
+      " bytes more than its sizes ", torch::IntArrayRef(header.sizes),
+      " describe (", numel, " data bytes after the ", header.header_bytes,
+      "-byte header): the sizes are inconsistent with the file length, so the file is corrupt or not an IDX file.");
 }
 
 // Refuses, before anything is allocated, an IDX header that declares more
@@ -237,12 +235,11 @@ void check_idx_length(const IdxHeader& header, uint64_t size,
 void check_idx_fits_in_memory(const IdxHeader& header,
                               const std::string& where) {
   const uint64_t memory = lamp::detail::physical_memory_bytes();
-  TORCH_CHECK(!header.overflow && header.data_bytes <= memory,
-              "lamp::data::read_idx: the header of ", where,
-              " declares the sizes ", header.describe(), ", more than ",
-              memory_text(),
-              "; the header is corrupt or this is not an MNIST-format file "
-              "(MNIST's largest file holds 47,040,000 data bytes).");
+  TORCH_CHECK(
+      !header.overflow && header.data_bytes <= memory,
+      "lamp::data::read_idx: the header of ", where, " declares the sizes ",
+      header.describe(), ", more than ", memory_text(),
+      "; the header is corrupt or this is not an MNIST-format file (MNIST's largest file holds 47,040,000 data bytes).");
 }
 
 // Parses a whole IDX file held in memory (`where` names it in messages) into
@@ -277,11 +274,10 @@ torch::Tensor read_idx(const std::string& path) {
     const auto bytes = read_file_bytes(path, size, caller);
     return parse_idx(bytes.data(), bytes.size(), quoted(path));
   }
-  TORCH_CHECK(size <= lamp::detail::physical_memory_bytes(), caller, ": ",
-              quoted(path), " is a gzip file of ", byte_count(size),
-              ", more than ", memory_text(),
-              "; MNIST-format files are tens of megabytes, so this one is "
-              "corrupt or not MNIST data.");
+  TORCH_CHECK(
+      size <= lamp::detail::physical_memory_bytes(), caller, ": ", quoted(path),
+      " is a gzip file of ", byte_count(size), ", more than ", memory_text(),
+      "; MNIST-format files are tens of megabytes, so this one is corrupt or not MNIST data.");
   const auto compressed = read_file_bytes(path, size, caller);
   const std::string where = "the decompressed contents of " + quoted(path);
   const auto start = gunzip(compressed, path, kIdxMaxHeaderBytes, true);
@@ -317,16 +313,14 @@ Dataset read_mnist(const std::string& directory, bool train) {
       missing.push_back(names[i] + "[.gz]");
     }
   }
-  TORCH_CHECK(missing.empty(), caller, ": ", (train ? "train" : "test"),
-              " data not found in ", quoted(directory), ": missing ",
-              join(missing, " and "), " (it looks for ", join(looked_for, ", "),
-              "). ", describe_directory(directory),
-              ". For Fashion-MNIST install Debian's dataset-fashion-mnist "
-              "(apt-get install dataset-fashion-mnist, into ",
-              kDebianFashionMnist,
-              "); for MNIST put the four files of "
-              "http://yann.lecun.com/exdb/mnist/ (gzipped or not) in the "
-              "directory.");
+  TORCH_CHECK(
+      missing.empty(), caller, ": ", (train ? "train" : "test"),
+      " data not found in ", quoted(directory), ": missing ",
+      join(missing, " and "), " (it looks for ", join(looked_for, ", "), "). ",
+      describe_directory(directory),
+      ". For Fashion-MNIST install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist, into ",
+      kDebianFashionMnist,
+      "); for MNIST put the four files of http://yann.lecun.com/exdb/mnist/ (gzipped or not) in the directory.");
 
   // Named copies: std::quoted's overload for a non-const string would win
   // over quoted() for the elements of `paths`.
@@ -334,19 +328,19 @@ Dataset read_mnist(const std::string& directory, bool train) {
   const std::string labels_path = paths[1];
   auto images = read_idx(images_path);
   auto labels = read_idx(labels_path);
-  TORCH_CHECK(images.dim() == 3, caller, ": ", quoted(images_path),
-              " has sizes ", images.sizes(),
-              "; an images file must be 3-dimensional [N, H, "
-              "W] (idx3). Check that the files are not swapped.");
-  TORCH_CHECK(labels.dim() == 1, caller, ": ", quoted(labels_path),
-              " has sizes ", labels.sizes(),
-              "; a labels file must be 1-dimensional [N] "
-              "(idx1). Check that the files are not swapped.");
-  TORCH_CHECK(images.size(0) == labels.size(0), caller, ": ",
-              quoted(images_path), " holds ", images.size(0), " images but ",
-              quoted(labels_path), " holds ", labels.size(0),
-              " labels; the counts must match: use files of the same split "
-              "and dataset.");
+  TORCH_CHECK(
+      images.dim() == 3, caller, ": ", quoted(images_path), " has sizes ",
+      images.sizes(),
+      "; an images file must be 3-dimensional [N, H, W] (idx3). Check that the files are not swapped.");
+  TORCH_CHECK(
+      labels.dim() == 1, caller, ": ", quoted(labels_path), " has sizes ",
+      labels.sizes(),
+      "; a labels file must be 1-dimensional [N] (idx1). Check that the files are not swapped.");
+  TORCH_CHECK(
+      images.size(0) == labels.size(0), caller, ": ", quoted(images_path),
+      " holds ", images.size(0), " images but ", quoted(labels_path), " holds ",
+      labels.size(0),
+      " labels; the counts must match: use files of the same split and dataset.");
   TORCH_CHECK(images.size(0) > 0, caller, ": ", quoted(images_path),
               " holds no images.");
   TORCH_CHECK(images.size(1) > 0 && images.size(2) > 0, caller, ": ",

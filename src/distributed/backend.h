@@ -29,8 +29,7 @@ c10::intrusive_ptr<C10dBackend> make_gloo_backend(
 /// Why a Gloo process group cannot be made in a build without Gloo, and what
 /// to do.
 constexpr const char* kNoGlooMessage =
-    "this lamp was built without Gloo (no gloo headers were found at build "
-    "time); install libgloo-dev and rebuild, or use nccl on CUDA.";
+    "this lamp was built without Gloo (no gloo headers were found at build time); install libgloo-dev and rebuild, or use nccl on CUDA.";
 
 } // namespace detail
 } // namespace lamp

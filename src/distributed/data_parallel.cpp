@@ -66,11 +66,9 @@ struct DataParallel::Impl {
       return;
     }
     auto& bucket = buckets[bucket_of[index]];
-    TORCH_CHECK(!bucket.work, "lamp::distributed::DataParallel: parameter ",
-                index,
-                " received a second gradient after its bucket's "
-                "all-reduce had started. Call backward once per step (or "
-                "set_sync(false) for all but the last of several).");
+    TORCH_CHECK(
+        !bucket.work, "lamp::distributed::DataParallel: parameter ", index,
+        " received a second gradient after its bucket's all-reduce had started. Call backward once per step (or set_sync(false) for all but the last of several).");
     const auto& grad = params[index].grad();
     auto slice =
         bucket.buffer.narrow(0, offset_of[index], params[index].numel());
@@ -103,31 +101,26 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
       group_(std::move(group)),
       reduce_found_inf_(found_inf_reduction(group_)) {
   TORCH_CHECK(model != nullptr,
-              "lamp::distributed::DataParallel: the model "
-              "is null.");
+              "lamp::distributed::DataParallel: the model is null.");
   TORCH_CHECK(group_ != nullptr,
-              "lamp::distributed::DataParallel: the "
-              "process group is null.");
-  TORCH_CHECK(options.bucket_cap_mb() > 0,
-              "lamp::distributed::DataParallel: "
-              "bucket_cap_mb must be positive, got ",
-              options.bucket_cap_mb(), ".");
+              "lamp::distributed::DataParallel: the process group is null.");
+  TORCH_CHECK(
+      options.bucket_cap_mb() > 0,
+      "lamp::distributed::DataParallel: bucket_cap_mb must be positive, got ",
+      options.bucket_cap_mb(), ".");
   const auto comm = options.communication_dtype();
-  TORCH_CHECK(!comm || *comm == torch::kHalf || *comm == torch::kBFloat16 ||
-                  *comm == torch::kFloat,
-              "lamp::distributed::DataParallel: communication_dtype must be "
-              "kHalf, kBFloat16 or kFloat.");
+  TORCH_CHECK(
+      !comm || *comm == torch::kHalf || *comm == torch::kBFloat16 ||
+          *comm == torch::kFloat,
+      "lamp::distributed::DataParallel: communication_dtype must be kHalf, kBFloat16 or kFloat.");
   auto& impl = *impl_;
   impl.group = group_;
   impl.options = options;
   for (auto& p : model->parameters()) {
     if (p.requires_grad()) {
       TORCH_CHECK(p.device() == group_->device(),
-                  "lamp::distributed::"
-                  "DataParallel: a parameter is on ",
-                  p.device(),
-                  " but the "
-                  "process group communicates on ",
+                  "lamp::distributed::DataParallel: a parameter is on ",
+                  p.device(), " but the process group communicates on ",
                   group_->device(),
                   "; move the model to the group's device first.");
       impl.params.push_back(p);

@@ -22,12 +22,12 @@ int parse_int(const char* name, const std::string& text, int min_value) {
   errno = 0;
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
-  TORCH_CHECK(errno == 0 && end != text.c_str() && *end == '\0' &&
-                  value >= min_value && value <= 1 << 30,
-              "lamp::distributed: environment variable ", name, "='", text,
-              "' is not an integer >= ", min_value,
-              ". Start the program with torchrun, or set RANK, WORLD_SIZE, "
-              "MASTER_ADDR and MASTER_PORT yourself.");
+  TORCH_CHECK(
+      errno == 0 && end != text.c_str() && *end == '\0' && value >= min_value &&
+          value <= 1 << 30,
+      "lamp::distributed: environment variable ", name, "='", text,
+      "' is not an integer >= ", min_value,
+      ". Start the program with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself.");
   return static_cast<int>(value);
 }
 
@@ -44,11 +44,10 @@ c10::optional<Environment> Environment::from_env() {
   if (!rank && !world) {
     return c10::nullopt;
   }
-  TORCH_CHECK(rank && world,
-              "lamp::distributed: ", (rank ? "RANK" : "WORLD_SIZE"),
-              " is set but ", (rank ? "WORLD_SIZE" : "RANK"),
-              " is not. Start the program with torchrun, which sets both, or "
-              "unset both for a single-process run.");
+  TORCH_CHECK(
+      rank && world, "lamp::distributed: ", (rank ? "RANK" : "WORLD_SIZE"),
+      " is set but ", (rank ? "WORLD_SIZE" : "RANK"),
+      " is not. Start the program with torchrun, which sets both, or unset both for a single-process run.");
   Environment env;
   env.rank = parse_int("RANK", *rank, 0);
   env.world_size = parse_int("WORLD_SIZE", *world, 1);
@@ -59,9 +58,9 @@ c10::optional<Environment> Environment::from_env() {
   if (env.world_size > 1) {
     const auto addr = getenv_string("MASTER_ADDR");
     const auto port = getenv_string("MASTER_PORT");
-    TORCH_CHECK(addr && port, "lamp::distributed: WORLD_SIZE=", env.world_size,
-                " but MASTER_ADDR or MASTER_PORT is not set; the ranks meet "
-                "at MASTER_ADDR:MASTER_PORT (torchrun sets both).");
+    TORCH_CHECK(
+        addr && port, "lamp::distributed: WORLD_SIZE=", env.world_size,
+        " but MASTER_ADDR or MASTER_PORT is not set; the ranks meet at MASTER_ADDR:MASTER_PORT (torchrun sets both).");
     env.master_addr = *addr;
     env.master_port = parse_int("MASTER_PORT", *port, 1);
     TORCH_CHECK(env.master_port <= 65535,

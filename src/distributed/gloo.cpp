@@ -3,7 +3,7 @@
 // (cmake/LampGloo.cmake) compiles this file with LAMP_WITH_GLOO=1 where it
 // found them and with LAMP_WITH_GLOO=0 otherwise. This is the only place
 // that tells the two builds apart.
-#include "lamp/distributed.h"
+#include "lamp/distributed/process_group.h"
 
 #include "distributed/backend.h"
 

@@ -27,12 +27,9 @@ c10::intrusive_ptr<C10dBackend> make_nccl_backend(
   (void)rank;
   (void)world_size;
   (void)timeout;
-  TORCH_CHECK(false,
-              "lamp::distributed: this lamp was built without NCCL "
-              "(the LibTorch has no CUDA or no USE_C10D_NCCL, or nccl.h was "
-              "not found). "
-              "Rebuild lamp with NCCL's headers on the include path, or use "
-              "backend gloo.");
+  TORCH_CHECK(
+      false,
+      "lamp::distributed: this lamp was built without NCCL (the LibTorch has no CUDA or no USE_C10D_NCCL, or nccl.h was not found). Rebuild lamp with NCCL's headers on the include path, or use backend gloo.");
 #endif
 }
 

@@ -98,9 +98,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
   TORCH_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
               "lamp::distributed::ProcessGroup::create: rank ", env.rank,
               " is outside world size ", env.world_size, ".");
-  TORCH_CHECK(options.timeout().count() > 0,
-              "lamp::distributed::ProcessGroup::create: the timeout must be "
-              "positive.");
+  TORCH_CHECK(
+      options.timeout().count() > 0,
+      "lamp::distributed::ProcessGroup::create: the timeout must be positive.");
   std::string backend = options.backend();
   if (backend == "auto") {
     backend = device.is_cuda() ? "nccl" : "gloo";
@@ -108,14 +108,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
   TORCH_CHECK(backend == "gloo" || backend == "nccl",
               "lamp::distributed: unknown backend '", options.backend(),
               "'; use auto, gloo or nccl.");
-  TORCH_CHECK(backend != "nccl" || device.is_cuda(),
-              "lamp::distributed: the NCCL backend communicates CUDA tensors, "
-              "but the device is ",
-              device, ". Use backend gloo for the CPU.");
-  TORCH_CHECK(backend != "gloo" || device.is_cpu(),
-              "lamp::distributed: lamp's Gloo backend communicates CPU "
-              "tensors, but the device is ",
-              device, ". Use backend nccl (or auto) for CUDA.");
+  TORCH_CHECK(
+      backend != "nccl" || device.is_cuda(),
+      "lamp::distributed: the NCCL backend communicates CUDA tensors, but the device is ",
+      device, ". Use backend gloo for the CPU.");
+  TORCH_CHECK(
+      backend != "gloo" || device.is_cpu(),
+      "lamp::distributed: lamp's Gloo backend communicates CPU tensors, but the device is ",
+      device, ". Use backend nccl (or auto) for CUDA.");
   // Before the rendezvous, so that no rank waits for one that cannot come.
   // Gloo asked for by name fails even for one process: the program would
   // fail as soon as it runs with more. "auto" needs Gloo only for more.
@@ -172,9 +172,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
         " could not join the process group at ", where, " (", backend,
         ", timeout ", options.timeout().count() / 1000.0,
         " s): ", e.what_without_backtrace(),
-        ". Check that every rank was started (torchrun "
-        "--nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is "
-        "reachable from this host, and that no other job uses the port.");
+        ". Check that every rank was started (torchrun --nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is reachable from this host, and that no other job uses the port.");
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "lamp::distributed: rank ", env.rank, " of ",
                 env.world_size, " could not join the process group at ", where,
@@ -188,12 +186,8 @@ void ProcessGroup::all_reduce_(torch::Tensor& tensor, ReduceOp op) {
     return;
   }
   TORCH_CHECK(tensor.device() == device_,
-              "lamp::distributed::all_reduce_: "
-              "the tensor is on ",
-              tensor.device(),
-              " but the group "
-              "communicates on ",
-              device_, ".");
+              "lamp::distributed::all_reduce_: the tensor is on ",
+              tensor.device(), " but the group communicates on ", device_, ".");
   const bool staged = needs_fp32_reduction(backend_name_, tensor);
   std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat)
                                             : tensor};
@@ -225,9 +219,8 @@ void ProcessGroup::broadcast_(torch::Tensor& tensor, int root) {
     return;
   }
   TORCH_CHECK(root >= 0 && root < world_size_,
-              "lamp::distributed::broadcast_: "
-              "root ",
-              root, " is outside world size ", world_size_, ".");
+              "lamp::distributed::broadcast_: root ", root,
+              " is outside world size ", world_size_, ".");
   // A copy of bits: 16-bit types travel as Half (Gloo has no BF16/int16).
   std::vector<torch::Tensor> tensors{
       tensor.element_size() == 2 ? tensor.view(torch::kHalf) : tensor};
@@ -243,12 +236,12 @@ void ProcessGroup::broadcast_(torch::Tensor& tensor, int root) {
 void ProcessGroup::fail_collective(const char* what,
                                    const std::exception& error) const {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
-  TORCH_CHECK(false, "lamp::distributed: ", what, " failed on rank ", rank_,
-              " of ", world_size_, " (", backend_name_, "): ",
-              c10_error ? c10_error->what_without_backtrace() : error.what(),
-              ". Another rank has probably exited or stopped answering (the "
-              "timeout is ",
-              timeout_.count() / 1000.0, " s); see its output.");
+  TORCH_CHECK(
+      false, "lamp::distributed: ", what, " failed on rank ", rank_, " of ",
+      world_size_, " (", backend_name_,
+      "): ", c10_error ? c10_error->what_without_backtrace() : error.what(),
+      ". Another rank has probably exited or stopped answering (the timeout is ",
+      timeout_.count() / 1000.0, " s); see its output.");
 }
 
 void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root) {

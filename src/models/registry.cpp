@@ -55,18 +55,5 @@ torch::nn::Module& to_channels_last(torch::nn::Module& module) {
   return module;
 }
 
-NamedModel network_to_half(NamedModel model, const HalfOptions& options) {
-  TORCH_CHECK(model.module != nullptr && model.forward != nullptr,
-              "lamp::models::network_to_half: the model has no module or no "
-              "forward function.");
-  convert_network(*model.module, options);
-  InputCast cast(options.dtype());
-  model.forward = [cast, forward = std::move(model.forward)](
-                      const torch::Tensor& x) mutable {
-    return forward(cast->forward(x));
-  };
-  return model;
-}
-
 } // namespace models
 } // namespace lamp

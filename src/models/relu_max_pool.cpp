@@ -390,12 +390,9 @@ struct ReluMaxPool2d : public torch::autograd::Function<ReluMaxPool2d> {
       torch::autograd::variable_list grad_outputs) {
     const auto& grad = grad_outputs[0];
     // The engine runs backward with grad mode on only for create_graph=true.
-    TORCH_CHECK(!torch::GradMode::is_enabled(),
-                "lamp::ops::relu_max_pool2d is differentiable once: its "
-                "backward cannot build a graph for higher-order gradients "
-                "(backward/grad with create_graph=true). Use "
-                "torch::max_pool2d(torch::relu(x), {k, k}) where you need "
-                "them.");
+    TORCH_CHECK(
+        !torch::GradMode::is_enabled(),
+        "lamp::ops::relu_max_pool2d is differentiable once: its backward cannot build a graph for higher-order gradients (backward/grad with create_graph=true). Use torch::max_pool2d(torch::relu(x), {k, k}) where you need them.");
     const auto window_index = ctx->get_saved_variables()[0];
     const int64_t k = ctx->saved_data["kernel_size"].toInt();
     const auto sizes = ctx->saved_data["input_sizes"].toIntVector();
@@ -445,12 +442,11 @@ std::vector<torch::Tensor> relu_max_pool2d_saved_tensors(
 
 torch::Tensor relu_max_pool2d(const torch::Tensor& input, int64_t kernel_size) {
   TORCH_CHECK(input.defined(),
-              "lamp::ops::relu_max_pool2d: the input is an "
-              "undefined tensor.");
-  TORCH_CHECK(kernel_size >= 1,
-              "lamp::ops::relu_max_pool2d: kernel_size "
-              "must be at least 1, got ",
-              kernel_size, ".");
+              "lamp::ops::relu_max_pool2d: the input is an undefined tensor.");
+  TORCH_CHECK(
+      kernel_size >= 1,
+      "lamp::ops::relu_max_pool2d: kernel_size must be at least 1, got ",
+      kernel_size, ".");
   if (!relu_max_pool2d_is_fused(input, kernel_size)) {
     return torch::max_pool2d(torch::relu(input), {kernel_size, kernel_size});
   }

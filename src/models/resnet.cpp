@@ -106,10 +106,10 @@ ResNetImpl::ResNetImpl(const std::vector<int64_t>& blocks, bool bottleneck,
 
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   const auto& blocks = options_.blocks();
-  TORCH_CHECK(blocks.size() == 4,
-              "lamp::models::ResNet: blocks must hold one count per stage, "
-              "four in all (ResNet18: {2, 2, 2, 2}), got ",
-              blocks.size(), ".");
+  TORCH_CHECK(
+      blocks.size() == 4,
+      "lamp::models::ResNet: blocks must hold one count per stage, four in all (ResNet18: {2, 2, 2, 2}), got ",
+      blocks.size(), ".");
   for (size_t i = 0; i < blocks.size(); ++i) {
     TORCH_CHECK(blocks[i] >= 1, "lamp::models::ResNet: blocks[", i,
                 "] must be at least 1, got ", blocks[i], ".");

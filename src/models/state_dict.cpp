@@ -18,9 +18,12 @@ namespace {
 
 constexpr const char* kCaller = "lamp::models::python_state_dict";
 
-// network_to_half() returns Sequential(InputCast, model); Python's model is
-// the second child.
+// network_to_half() returns a HalfNetwork around the model (lamp 0.2's, a
+// Sequential(InputCast, model)); Python's model is the one inside.
 const torch::nn::Module& unwrap(const torch::nn::Module& model) {
+  if (const auto* half = dynamic_cast<const HalfNetworkImpl*>(&model)) {
+    return *half->model();
+  }
   if (const auto* sequential =
           dynamic_cast<const torch::nn::SequentialImpl*>(&model)) {
     const auto children = sequential->children();
@@ -34,19 +37,17 @@ const torch::nn::Module& unwrap(const torch::nn::Module& model) {
 
 void check_model(const torch::nn::Module& model, const std::string& name) {
   if (name == "cnn") {
-    TORCH_CHECK(dynamic_cast<const MnistCNNImpl*>(&model) != nullptr, kCaller,
-                ": model_name 'cnn' is Python's MnistCNN, which needs a "
-                "lamp::models::MnistCNN, got a ",
-                model.name(), "; pass the name the model was built with.");
+    TORCH_CHECK(
+        dynamic_cast<const MnistCNNImpl*>(&model) != nullptr, kCaller,
+        ": model_name 'cnn' is Python's MnistCNN, which needs a lamp::models::MnistCNN, got a ",
+        model.name(), "; pass the name the model was built with.");
     return;
   }
   const auto* resnet = dynamic_cast<const ResNetImpl*>(&model);
-  TORCH_CHECK(resnet != nullptr, kCaller, ": model_name '", name,
-              "' is Python's ResNet, which needs a lamp::models::ResNet, "
-              "got a ",
-              model.name(),
-              "; pass the name the model was built "
-              "with.");
+  TORCH_CHECK(
+      resnet != nullptr, kCaller, ": model_name '", name,
+      "' is Python's ResNet, which needs a lamp::models::ResNet, got a ",
+      model.name(), "; pass the name the model was built with.");
   const auto expected = resnet_options(name);
   TORCH_CHECK(resnet->options().blocks() == expected.blocks() &&
                   resnet->options().bottleneck() == expected.bottleneck(),
@@ -85,12 +86,12 @@ class Collector {
   // Python's Module.state_dict order: a module's parameters, its buffers,
   // then its children, depth first.
   void collect(const torch::nn::Module& module, const std::string& prefix) {
-    TORCH_CHECK(has_python_counterpart(module), kCaller, ": module '",
-                prefix.empty() ? std::string("(root)")
-                               : prefix.substr(0, prefix.size() - 1),
-                "' is a ", module.name(), ", which Python's '", model_name_,
-                "' (bench/peer_pytorch.py) does not have; only lamp's "
-                "MnistCNN and ResNet, as lamp builds them, can be exported.");
+    TORCH_CHECK(
+        has_python_counterpart(module), kCaller, ": module '",
+        prefix.empty() ? std::string("(root)")
+                       : prefix.substr(0, prefix.size() - 1),
+        "' is a ", module.name(), ", which Python's '", model_name_,
+        "' (bench/peer_pytorch.py) does not have; only lamp's MnistCNN and ResNet, as lamp builds them, can be exported.");
     for (const auto& item : module.named_parameters(/*recurse=*/false)) {
       add(prefix + item.key(), item.value());
     }

@@ -11,10 +11,10 @@ namespace optim {
 
 torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
                               double max_norm) {
-  TORCH_CHECK(std::isfinite(max_norm) && max_norm > 0,
-              "lamp::optim::clip_grad_norm_: max_norm must be finite and "
-              "positive, got ",
-              max_norm, ".");
+  TORCH_CHECK(
+      std::isfinite(max_norm) && max_norm > 0,
+      "lamp::optim::clip_grad_norm_: max_norm must be finite and positive, got ",
+      max_norm, ".");
   torch::NoGradGuard no_grad;
   std::map<std::string, std::vector<torch::Tensor>> grads;
   std::vector<std::string> order; // devices in the order first seen
@@ -23,9 +23,9 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
     if (!grad.defined()) {
       continue;
     }
-    TORCH_CHECK(!grad.is_sparse(),
-                "lamp::optim::clip_grad_norm_: sparse "
-                "gradients are not supported.");
+    TORCH_CHECK(
+        !grad.is_sparse(),
+        "lamp::optim::clip_grad_norm_: sparse gradients are not supported.");
     const auto key = grad.device().str();
     if (grads.find(key) == grads.end()) {
       order.push_back(key);

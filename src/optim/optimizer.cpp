@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "lamp/optim/adam.h"
 #include "lamp/optim/sgd.h"
@@ -12,35 +13,39 @@
 namespace lamp {
 namespace optim {
 
+const NameTable<Implementation>& implementation_table() {
+  static const NameTable<Implementation> table(
+      "optimizer implementation", "optimizer implementations",
+      {{"auto", Implementation::kAuto},
+       {"fused", Implementation::kFused},
+       {"foreach", Implementation::kForEach},
+       {"per-tensor", Implementation::kPerTensor}});
+  return table;
+}
+
 std::string to_string(Implementation implementation) {
-  switch (implementation) {
-    case Implementation::kAuto:
-      return "auto";
-    case Implementation::kFused:
-      return "fused";
-    case Implementation::kForEach:
-      return "foreach";
-    case Implementation::kPerTensor:
-      return "per-tensor";
-  }
-  TORCH_INTERNAL_ASSERT(false, "unknown lamp::optim::Implementation");
+  return implementation_table().name(implementation);
 }
 
 Implementation parse_implementation(const std::string& name) {
-  for (auto implementation :
-       {Implementation::kAuto, Implementation::kFused, Implementation::kForEach,
-        Implementation::kPerTensor}) {
-    if (name == to_string(implementation)) {
-      return implementation;
-    }
-  }
-  TORCH_CHECK(false, "lamp::optim: unknown optimizer implementation '", name,
-              "'; valid ones are auto, fused, foreach and per-tensor.");
+  return implementation_table().parse(name);
 }
 
+namespace {
+
+enum class Kind { kSGD, kAdam, kAdamW };
+
+const NameTable<Kind>& optimizer_table() {
+  static const NameTable<Kind> table(
+      "optimizer", "optimizers",
+      {{"sgd", Kind::kSGD}, {"adam", Kind::kAdam}, {"adamw", Kind::kAdamW}});
+  return table;
+}
+
+} // namespace
+
 const std::vector<std::string>& optimizer_names() {
-  static const std::vector<std::string> names = {"sgd", "adam", "adamw"};
-  return names;
+  return optimizer_table().names();
 }
 
 namespace {
@@ -51,9 +56,9 @@ namespace {
 template <typename Options>
 std::vector<torch::optim::OptimizerParamGroup> param_groups(
     std::vector<torch::Tensor> params, const Options& defaults,
-    const OptimizerConfig& config) {
+    const OptimizerOptions& options) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!config.no_bias_decay() || config.weight_decay() == 0) {
+  if (!options.no_bias_decay() || options.weight_decay() == 0) {
     groups.emplace_back(std::move(params), std::make_unique<Options>(defaults));
     return groups;
   }
@@ -75,33 +80,44 @@ std::vector<torch::optim::OptimizerParamGroup> param_groups(
 } // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
-    std::vector<torch::Tensor> params, const OptimizerConfig& config) {
-  const auto& name = config.name();
-  if (name == "sgd") {
-    const auto defaults = torch::optim::SGDOptions(config.lr())
-                              .momentum(config.momentum())
-                              .nesterov(config.nesterov())
-                              .weight_decay(config.weight_decay());
-    return std::make_unique<SGD>(
-        param_groups(std::move(params), defaults, config), defaults,
-        config.implementation());
+    std::vector<torch::Tensor> params, const OptimizerOptions& options) {
+  const auto kind = optimizer_table().parse(options.name());
+  TORCH_CHECK(
+      options.lr() > 0 && std::isfinite(options.lr()),
+      "lamp::optim::make_optimizer: OptimizerOptions::lr must be a positive finite number, got ",
+      options.lr(), ".");
+  TORCH_CHECK(
+      options.momentum() >= 0 && options.weight_decay() >= 0,
+      "lamp::optim::make_optimizer: OptimizerOptions::momentum and weight_decay must be >= 0, got ",
+      options.momentum(), " and ", options.weight_decay(), ".");
+  switch (kind) {
+    case Kind::kSGD: {
+      // Nesterov needs momentum (torch::optim refuses it without).
+      const auto defaults =
+          torch::optim::SGDOptions(options.lr())
+              .momentum(options.momentum())
+              .nesterov(options.nesterov() && options.momentum() > 0)
+              .weight_decay(options.weight_decay());
+      return std::make_unique<SGD>(
+          param_groups(std::move(params), defaults, options), defaults,
+          options.implementation());
+    }
+    case Kind::kAdam: {
+      const auto defaults = torch::optim::AdamOptions(options.lr())
+                                .weight_decay(options.weight_decay());
+      return std::make_unique<Adam>(
+          param_groups(std::move(params), defaults, options), defaults,
+          options.implementation());
+    }
+    case Kind::kAdamW: {
+      const auto defaults = torch::optim::AdamWOptions(options.lr())
+                                .weight_decay(options.weight_decay());
+      return std::make_unique<AdamW>(
+          param_groups(std::move(params), defaults, options), defaults,
+          options.implementation());
+    }
   }
-  if (name == "adam") {
-    const auto defaults = torch::optim::AdamOptions(config.lr())
-                              .weight_decay(config.weight_decay());
-    return std::make_unique<Adam>(
-        param_groups(std::move(params), defaults, config), defaults,
-        config.implementation());
-  }
-  if (name == "adamw") {
-    const auto defaults = torch::optim::AdamWOptions(config.lr())
-                              .weight_decay(config.weight_decay());
-    return std::make_unique<AdamW>(
-        param_groups(std::move(params), defaults, config), defaults,
-        config.implementation());
-  }
-  TORCH_CHECK(false, "lamp::optim::make_optimizer: unknown optimizer '", name,
-              "'; valid ones are sgd, adam and adamw.");
+  TORCH_INTERNAL_ASSERT(false, "lamp::optim::make_optimizer: unhandled kind");
 }
 
 void AmpStep::set_device_lr(bool enabled) {
@@ -142,9 +158,9 @@ std::map<std::pair<std::string, torch::ScalarType>, Bucket> buckets(
     if (!grad.defined()) {
       continue;
     }
-    TORCH_CHECK(!grad.is_sparse(), caller,
-                ": sparse gradients are not supported; use a dense "
-                "embedding or torch::optim's SparseAdam.");
+    TORCH_CHECK(
+        !grad.is_sparse(), caller,
+        ": sparse gradients are not supported; use a dense embedding or torch::optim's SparseAdam.");
     auto& bucket = out[{p.device().str(), p.scalar_type()}];
     bucket.params.push_back(p);
     bucket.grads.push_back(grad);
@@ -183,11 +199,9 @@ Implementation resolve(Implementation requested,
                        const char* caller) {
   const bool fused = fused_applies(optimizer);
   if (requested == Implementation::kFused) {
-    TORCH_CHECK(fused, caller,
-                ": the fused implementation needs ATen's fused optimizer "
-                "kernels (LibTorch >= 2.4) and dense float, double, half or "
-                "bfloat16 parameters on CPU or CUDA; use "
-                "Implementation::kAuto, kForEach or kPerTensor here.");
+    TORCH_CHECK(
+        fused, caller,
+        ": the fused implementation needs ATen's fused optimizer kernels (LibTorch >= 2.4) and dense float, double, half or bfloat16 parameters on CPU or CUDA; use Implementation::kAuto, kForEach or kPerTensor here.");
     return requested;
   }
   if (requested != Implementation::kAuto) {

@@ -8,10 +8,13 @@
 // `bool try_read(const std::string&, c10::IValue&)`: an archive, or a
 // DictReader over a dict that torch::pickle_load returned (Python's format).
 
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace lamp {
@@ -47,10 +50,10 @@ class DictReader {
 inline void check_type(bool matches, const c10::IValue& value,
                        const std::string& key, const char* expected,
                        const char* caller) {
-  TORCH_CHECK(matches, caller, ": '", key, "' has type ", value.tagKind(),
-              " in the archive where ", expected,
-              " is expected; the archive is corrupt or was written by "
-              "something else.");
+  TORCH_CHECK(
+      matches, caller, ": '", key, "' has type ", value.tagKind(),
+      " in the archive where ", expected,
+      " is expected; the archive is corrupt or was written by something else.");
 }
 
 template <typename Source>
@@ -91,8 +94,7 @@ inline void read_archive(torch::serialize::InputArchive& archive,
                          const char* caller) {
   TORCH_CHECK(archive.try_read(key, part), caller, ": the archive has no '",
               key,
-              "' section; it is corrupt or was written by something "
-              "else.");
+              "' section; it is corrupt or was written by something else.");
 }
 
 /// Checks a tensor read from an archive against the live one it is about to
@@ -104,18 +106,15 @@ inline void check_saved_tensor(const torch::Tensor& saved,
                                const char* caller) {
   TORCH_CHECK(saved.sizes() == live.sizes(), caller, ": ", what, " has shape ",
               saved.sizes(), " in the archive but ", live.sizes(),
-              " here; load a checkpoint saved from the same "
-              "model.");
+              " here; load a checkpoint saved from the same model.");
   TORCH_CHECK(saved.dtype() == live.dtype(), caller, ": ", what, " has dtype ",
               saved.dtype(), " in the archive but ", live.dtype(),
-              " here; load a checkpoint saved with the same "
-              "precision.");
-  TORCH_CHECK(!finite || !saved.is_floating_point() ||
-                  torch::isfinite(saved).all().item<bool>(),
-              caller, ": ", what,
-              " holds non-finite values (NaN or inf) in "
-              "the archive; it was saved after training diverged, or is "
-              "corrupt. Load an earlier checkpoint.");
+              " here; load a checkpoint saved with the same precision.");
+  TORCH_CHECK(
+      !finite || !saved.is_floating_point() ||
+          torch::isfinite(saved).all().item<bool>(),
+      caller, ": ", what,
+      " holds non-finite values (NaN or inf) in the archive; it was saved after training diverged, or is corrupt. Load an earlier checkpoint.");
 }
 
 /// The tensor under `key`, checked against `live` as check_saved_tensor()
@@ -130,6 +129,28 @@ inline torch::Tensor read_checked_tensor(
   check_saved_tensor(saved, live, what, finite, caller);
   return saved;
 }
+
+/// Checks every parameter and buffer that `module.load(archive)` would
+/// replace, recursively, before anything is replaced: present, the same shape
+/// and dtype as the live tensor, and parameters finite. Module::load would
+/// take any shape. `prefix` starts the names in messages ("" at the root).
+void check_module_archive(const torch::nn::Module& module,
+                          torch::serialize::InputArchive& archive,
+                          const std::string& prefix, const char* caller);
+
+/// Checks an optimizer archive in LibTorch's layout (every optimizer but
+/// LBFGS, and lamp's) against `optimizer` before optimizer.load() changes
+/// anything: the number of groups and of parameters per group, and each
+/// state tensor's shape, dtype and finiteness against its parameter.
+/// LibTorch's load checks the group sizes one group at a time, after it has
+/// loaded the ones before, and never the state's shapes. `names` names the
+/// parameters in messages (unnamed: "param_groups[g].params[i]"). Archives
+/// in another layout are left to the optimizer's own load.
+void check_optimizer_archive(
+    const torch::optim::Optimizer& optimizer,
+    torch::serialize::InputArchive& archive,
+    const std::unordered_map<const c10::TensorImpl*, std::string>& names,
+    const char* caller);
 
 } // namespace detail
 } // namespace lamp

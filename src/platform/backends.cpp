@@ -23,10 +23,10 @@ bool cudnn_benchmark() {
 }
 
 void set_cudnn_benchmark_limit(int limit) {
-  TORCH_CHECK(limit >= 0,
-              "lamp::set_cudnn_benchmark_limit: the limit must be "
-              ">= 0 (0 tries every algorithm), got ",
-              limit, ".");
+  TORCH_CHECK(
+      limit >= 0,
+      "lamp::set_cudnn_benchmark_limit: the limit must be >= 0 (0 tries every algorithm), got ",
+      limit, ".");
   at::globalContext().setBenchmarkLimitCuDNN(limit);
 }
 

@@ -1,6 +1,7 @@
 #include "lamp/platform/checkpoint_file.h"
 
 #include "platform/memory.h"
+#include "platform/paths.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
@@ -31,18 +32,8 @@ std::string reason(int error) {
   return std::strerror(error);
 }
 
-std::string parent_folder(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) {
-    return ".";
-  }
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
+using detail::base_name;
+using detail::parent_folder;
 
 // Temporary files are named PATH.tmp-<pid>-<n>: unique per process and write,
 // so two writers never share one, and recognisable, so that the holder of the
@@ -83,10 +74,10 @@ class TemporaryFile {
 
 [[noreturn]] void write_failed(const std::string& path, const std::string& what,
                                int error) {
-  TORCH_CHECK(false, "lamp: could not write ", path, ": ", what, ": ",
-              reason(error), ". ", path,
-              " keeps its previous content; free space or choose another "
-              "folder, then run again.");
+  TORCH_CHECK(
+      false, "lamp: could not write ", path, ": ", what, ": ", reason(error),
+      ". ", path,
+      " keeps its previous content; free space or choose another folder, then run again.");
 }
 
 // Writes all of `size` bytes, retrying short writes and EINTR; returns 0 or
@@ -153,10 +144,10 @@ std::string read_regular_file(const std::string& path) {
   TORCH_CHECK(S_ISREG(info.st_mode), "lamp: ", path,
               " is not a regular file; give the path of a checkpoint file.");
   const uint64_t memory = lamp::detail::physical_memory_bytes();
-  TORCH_CHECK(static_cast<uint64_t>(info.st_size) < memory, "lamp: ", path,
-              " is ", info.st_size, " bytes, more than this machine's ", memory,
-              " bytes of memory: it is not a checkpoint lamp wrote, or it is "
-              "damaged.");
+  TORCH_CHECK(
+      static_cast<uint64_t>(info.st_size) < memory, "lamp: ", path, " is ",
+      info.st_size, " bytes, more than this machine's ", memory,
+      " bytes of memory: it is not a checkpoint lamp wrote, or it is damaged.");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, "lamp: cannot open ", path, ": ", reason(errno), ".");
   std::string bytes(static_cast<size_t>(info.st_size), '\0');
@@ -222,16 +213,15 @@ void check_checkpoint_path(const std::string& path, const std::string& what) {
               "lamp: ", what, " ", path, ": the folder ", folder,
               " does not exist; create it or choose another path.");
   if (::lstat(path.c_str(), &info) == 0) {
-    TORCH_CHECK(S_ISREG(info.st_mode), "lamp: ", what, " ", path,
-                " exists and is not a regular file (",
-                S_ISLNK(info.st_mode)    ? "a symbolic link"
-                : S_ISDIR(info.st_mode)  ? "a folder"
-                : S_ISFIFO(info.st_mode) ? "a FIFO"
-                : S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)
-                    ? "a device"
-                    : "a special file",
-                "); lamp writes a new file and renames it over the old one, "
-                "which would replace it. Give the path of a regular file.");
+    TORCH_CHECK(
+        S_ISREG(info.st_mode), "lamp: ", what, " ", path,
+        " exists and is not a regular file (",
+        S_ISLNK(info.st_mode)                            ? "a symbolic link"
+        : S_ISDIR(info.st_mode)                          ? "a folder"
+        : S_ISFIFO(info.st_mode)                         ? "a FIFO"
+        : S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode) ? "a device"
+                                                         : "a special file",
+        "); lamp writes a new file and renames it over the old one, which would replace it. Give the path of a regular file.");
   }
 }
 
@@ -241,11 +231,8 @@ void check_writable_path(const std::string& path, const std::string& what) {
   const int fd =
       ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   TORCH_CHECK(fd >= 0, "lamp: ", what, " ", path,
-              ": cannot create a file in "
-              "its folder (",
-              reason(errno),
-              "); make the folder writable or "
-              "choose another path.");
+              ": cannot create a file in its folder (", reason(errno),
+              "); make the folder writable or choose another path.");
   ::close(fd);
   ::unlink(temporary.c_str());
 }
@@ -269,11 +256,11 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   if (::fsync(fd) != 0) {
     write_failed(path, "fsync of " + temporary + " failed", errno);
   }
-  TORCH_CHECK(reads_back_the_same(fd, bytes), "lamp: could not write ", path,
-              ": ", temporary,
-              " does not read back as written (the storage lost or changed "
-              "data). ",
-              path, " keeps its previous content.");
+  TORCH_CHECK(
+      reads_back_the_same(fd, bytes), "lamp: could not write ", path, ": ",
+      temporary,
+      " does not read back as written (the storage lost or changed data). ",
+      path, " keeps its previous content.");
   if (const int error = file.close()) {
     write_failed(path, "closing " + temporary + " failed", error);
   }
@@ -365,13 +352,10 @@ c10::IValue load_pickle(const std::string& path, const std::string& what) {
   // torch::save archives and TorchScript modules keep their pickle under
   // "constants.pkl"/"data.pkl" next to code, which pickle_load does not read
   // as a plain torch.save file.
-  TORCH_CHECK(false, what, ": ", path,
-              " is not a file written by Python's "
-              "torch.save (",
-              error,
-              "). A torch::serialize archive (a "
-              "lamp checkpoint, torch::save's files) is read with "
-              "torch::serialize::InputArchive or torch::load instead.");
+  TORCH_CHECK(
+      false, what, ": ", path,
+      " is not a file written by Python's torch.save (", error,
+      "). A torch::serialize archive (a lamp checkpoint, torch::save's files) is read with torch::serialize::InputArchive or torch::load instead.");
 }
 
 void load_checked_archive(torch::serialize::InputArchive& archive,
@@ -395,11 +379,10 @@ void load_checked_archive(torch::serialize::InputArchive& archive,
   c10::IValue value;
   if (!envelope.try_read(kEnvelopeKey, value)) {
     // An archive without the envelope: lamp's first checkpoint format.
-    TORCH_CHECK(!envelope.try_read("format", value) || !value.isString(),
-                "lamp: ", path, " is a '", value.toStringRef(),
-                "' checkpoint from an earlier lamp, written without a "
-                "checksum; this lamp resumes only checkpoints it can verify. "
-                "Start a new run.");
+    TORCH_CHECK(
+        !envelope.try_read("format", value) || !value.isString(),
+        "lamp: ", path, " is a '", value.toStringRef(),
+        "' checkpoint from an earlier lamp, written without a checksum; this lamp resumes only checkpoints it can verify. Start a new run.");
     damaged("no lamp envelope");
   }
   if (!value.isString() || value.toStringRef() != kEnvelope) {
@@ -447,10 +430,10 @@ CheckpointLock::CheckpointLock(const std::string& path)
   // path again until the file locked is the one the path names.
   for (int attempt = 0;; ++attempt) {
     fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    TORCH_CHECK(fd_ >= 0, "lamp: cannot create the lock file ", lock_path_,
-                " for the checkpoint ", path, ": ", reason(errno),
-                ". Checkpoints are written into that folder; make it writable "
-                "or choose another path.");
+    TORCH_CHECK(
+        fd_ >= 0, "lamp: cannot create the lock file ", lock_path_,
+        " for the checkpoint ", path, ": ", reason(errno),
+        ". Checkpoints are written into that folder; make it writable or choose another path.");
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
       char owner[32] = {0};
@@ -461,8 +444,7 @@ CheckpointLock::CheckpointLock(const std::string& path)
           error != EWOULDBLOCK, "lamp: another run (pid ",
           n > 0 ? std::string(owner, static_cast<size_t>(n)) : "unknown",
           ") is writing checkpoints to ", path,
-          "; two runs would overwrite each other's. Wait for it to end "
-          "or choose another checkpoint path.");
+          "; two runs would overwrite each other's. Wait for it to end or choose another checkpoint path.");
       TORCH_CHECK(false, "lamp: cannot lock ", lock_path_, ": ", reason(error),
                   ".");
     }

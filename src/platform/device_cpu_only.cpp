@@ -37,10 +37,9 @@ namespace detail {
 
 namespace {
 [[noreturn]] void no_cuda_graphs() {
-  TORCH_CHECK(false,
-              "lamp::TrainStep: cuda_graph needs a LibTorch built with "
-              "CUDA and a CUDA device; this LibTorch has no CUDA. Use "
-              "cuda_graph(false).");
+  TORCH_CHECK(
+      false,
+      "lamp::TrainStep: cuda_graph needs a LibTorch built with CUDA and a CUDA device; this LibTorch has no CUDA. Use cuda_graph(false).");
 }
 } // namespace
 

@@ -69,15 +69,11 @@ std::unique_ptr<CapturedGraph> capture_graph(
       } catch (...) {
         // The capture is invalid anyway; report what the step did.
       }
-      TORCH_CHECK(false,
-                  "lamp::TrainStep: the training step could not be "
-                  "captured in a CUDA graph: ",
-                  e.what(),
-                  " A captured step must not wait for the GPU: no .item(), "
-                  "printing of tensors or host copies in the loss function, no "
-                  "GradScaler diagnose_overflow. Use "
-                  "TrainStepOptions().cuda_graph(false) (--cuda-graph off) "
-                  "for such a step.");
+      TORCH_CHECK(
+          false,
+          "lamp::TrainStep: the training step could not be captured in a CUDA graph: ",
+          e.what(),
+          " A captured step must not wait for the GPU: no .item(), printing of tensors or host copies in the loss function, no GradScaler diagnose_overflow. Use TrainStepOptions().cuda_graph(false) (--cuda-graph off) for such a step.");
     }
     captured->graph.capture_end();
   }

@@ -18,35 +18,28 @@ double cosine(double from, double to, double t) {
 
 } // namespace
 
+const NameTable<Schedule>& schedule_table() {
+  static const NameTable<Schedule> table("learning-rate schedule", "schedules",
+                                         {{"onecycle", Schedule::kOneCycle},
+                                          {"cosine", Schedule::kCosine},
+                                          {"constant", Schedule::kConstant}});
+  return table;
+}
+
 Schedule parse_schedule(const std::string& name) {
-  if (name == "constant")
-    return Schedule::kConstant;
-  if (name == "cosine")
-    return Schedule::kCosine;
-  if (name == "onecycle")
-    return Schedule::kOneCycle;
-  TORCH_CHECK(false, "lamp: unknown learning-rate schedule '", name,
-              "'; valid schedules are constant, cosine and onecycle.");
+  return schedule_table().parse(name);
 }
 
 std::string to_string(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::kConstant:
-      return "constant";
-    case Schedule::kCosine:
-      return "cosine";
-    case Schedule::kOneCycle:
-      return "onecycle";
-  }
-  return "?";
+  return schedule_table().name(schedule);
 }
 
 double learning_rate(Schedule schedule, double peak_lr, int64_t step,
                      int64_t total_steps) {
-  TORCH_CHECK(total_steps > 0 && step >= 0,
-              "lamp::training::learning_rate: need step >= 0 and total_steps "
-              "> 0, got ",
-              step, " and ", total_steps, ".");
+  TORCH_CHECK(
+      total_steps > 0 && step >= 0,
+      "lamp::training::learning_rate: need step >= 0 and total_steps > 0, got ",
+      step, " and ", total_steps, ".");
   step = std::min(step, total_steps - 1);
   switch (schedule) {
     case Schedule::kConstant:

@@ -5,120 +5,53 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 
-#include "data/files.h"
+#include "lamp/distributed/data_parallel.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "platform/archive.h"
+#include "platform/paths.h"
+#include "training/divergence_watch.h"
+#include "training/run_settings.h"
 
 namespace lamp {
 namespace training {
 namespace {
 
 namespace F = torch::nn::functional;
+using detail::DivergenceWatch;
+using detail::exact;
+using detail::first_non_finite;
+
 // 2: checksummed (checkpoint_file.h), with the run's settings, which a resume
 // must repeat.
 constexpr const char* kFormat = "lamp-classifier-trainer-2";
 
-OptimizerFactory optimizer_factory(const TrainerOptions& o) {
-  // Nesterov needs momentum; Adam's betas stay at their defaults.
-  const auto config = optim::OptimizerConfig()
-                          .name(o.optimizer())
-                          .lr(o.lr())
-                          .momentum(o.momentum())
-                          .nesterov(o.nesterov() && o.momentum() > 0)
-                          .weight_decay(o.weight_decay())
-                          .no_bias_decay(o.no_bias_decay())
-                          .implementation(o.optimizer_implementation());
-  return [config](std::vector<torch::Tensor> params) {
-    return optim::make_optimizer(std::move(params), config);
+NamedOptimizerFactory optimizer_factory(const optim::OptimizerOptions& o) {
+  return [o](const NamedParameters& params) {
+    return optim::make_optimizer(params.values(), o);
   };
 }
 
 // Anything at `path` (data/files.h: POSIX, not std::filesystem).
 bool exists(const std::string& path) {
-  return data::internal::path_kind(path) != data::internal::PathKind::kMissing;
+  return lamp::detail::path_kind(path) != lamp::detail::PathKind::kMissing;
 }
 
-// A double as text that reads back as the same double ("0.05", not
-// "0.050000000000000003", unless that is needed to tell two apart).
-std::string exact(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.15g", value);
-  if (std::strtod(text, nullptr) != value) {
-    std::snprintf(text, sizeof(text), "%.17g", value);
-  }
-  return text;
-}
-
-// Typed reads of a checkpoint's fields (platform/archive.h), and the check
-// that a setting is the same as in the run that wrote it.
-class FieldReader {
- public:
-  FieldReader(torch::serialize::InputArchive& archive, const std::string& path)
-      : archive_(archive), where_("lamp: " + path), path_(path) {}
-
-  int64_t integer(const char* key) {
-    return detail::read_int(archive_, key, where_.c_str());
-  }
-  double real(const char* key) {
-    return detail::read_number(archive_, key, where_.c_str());
-  }
-  std::string text(const char* key) {
-    return detail::read_string(archive_, key, where_.c_str());
-  }
-  /// A setting added to the format later: `fallback` (what runs did before
-  /// it was stored) where the checkpoint predates it.
-  int64_t integer_or(const char* key, int64_t fallback) {
-    c10::IValue value;
-    return archive_.try_read(key, value) ? integer(key) : fallback;
-  }
-  bool boolean_or(const char* key, bool fallback) {
-    c10::IValue value;
-    return archive_.try_read(key, value)
-               ? detail::read_bool(archive_, key, where_.c_str())
-               : fallback;
-  }
-  void section(const char* key, torch::serialize::InputArchive& part) {
-    detail::read_archive(archive_, key, part, where_.c_str());
-  }
-
-  /// A setting the resumed run must repeat: `flag` names it for the user.
-  void same(const char* flag, const std::string& stored,
-            const std::string& now) {
-    TORCH_CHECK(stored == now, "lamp: ", path_, " was trained with ", flag, " ",
-                stored, " but this run uses ", now, "; resume with ", flag, " ",
-                stored,
-                " (a resumed run continues the same schedule and data order).");
-  }
-
- private:
-  torch::serialize::InputArchive& archive_;
-  const std::string where_;
-  const std::string& path_;
-};
-
-// The first parameter or floating-point buffer with inf/NaN values, as
-// "parameter 'fc.weight'", or "" when all are finite.
-std::string first_non_finite(const torch::nn::Module& model) {
-  for (const auto& item : model.named_parameters()) {
-    if (!torch::isfinite(item.value()).all().item<bool>()) {
-      return "parameter '" + item.key() + "'";
-    }
-  }
-  for (const auto& item : model.named_buffers()) {
-    const auto& b = item.value();
-    if (b.is_floating_point() && !torch::isfinite(b).all().item<bool>()) {
-      return "buffer '" + item.key() + "'";
-    }
-  }
-  return "";
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 } // namespace
+
+std::string name_option(const TrainerOptions& options, const std::string& key,
+                        const std::string& library_name) {
+  return options.option_name() ? options.option_name()(key, library_name)
+                               : library_name;
+}
 
 ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
                                      Forward forward, std::string model_name,
@@ -132,40 +65,56 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       test_loader_(std::move(test_loader)),
       options_(std::move(options)) {
   const auto& o = options_;
-  TORCH_CHECK(o.epochs() > 0, "lamp: epochs must be positive, got ", o.epochs(),
-              ".");
-  TORCH_CHECK(o.lr() > 0 && std::isfinite(o.lr()),
-              "lamp: the learning rate must be positive, got ", o.lr(), ".");
-  TORCH_CHECK(o.momentum() >= 0 && o.weight_decay() >= 0,
-              "lamp: momentum and weight decay must be >= 0.");
+  const auto name = [&](const char* key, const char* library_name) {
+    return name_option(o, key, library_name);
+  };
+  TORCH_CHECK(o.epochs() > 0,
+              "lamp: ", name("epochs", "TrainerOptions::epochs"),
+              " must be positive, got ", o.epochs(), ".");
   TORCH_CHECK(o.max_steps() >= 0,
-              "lamp: max_steps must be >= 0 (0 = no limit).");
-  TORCH_CHECK(o.divergence_patience() > 0,
-              "lamp: divergence_patience must be positive.");
-  TORCH_CHECK(o.accumulation_steps() >= 1,
-              "lamp: accumulation_steps must be >= 1, got ",
-              o.accumulation_steps(), ".");
+              "lamp: ", name("max_steps", "TrainerOptions::max_steps"),
+              " must be >= 0 (0 = no limit), got ", o.max_steps(), ".");
+  TORCH_CHECK(
+      o.divergence_patience() > 0, "lamp: ",
+      name("divergence_patience", "TrainerOptions::divergence_patience"),
+      " must be positive, got ", o.divergence_patience(), ".");
+  // Before the step converts the model (make_optimizer checks them too,
+  // after the conversion).
+  const auto& optimizer = o.optimizer();
+  TORCH_CHECK(optimizer.lr() > 0 && std::isfinite(optimizer.lr()),
+              "lamp: ", name("lr", "TrainerOptions::optimizer().lr"),
+              " must be positive and finite, got ", optimizer.lr(), ".");
+  TORCH_CHECK(
+      optimizer.momentum() >= 0 && optimizer.weight_decay() >= 0,
+      "lamp: ", name("momentum", "TrainerOptions::optimizer().momentum"),
+      " and ", name("weight_decay", "TrainerOptions::optimizer().weight_decay"),
+      " must be >= 0, got ", optimizer.momentum(), " and ",
+      optimizer.weight_decay(), ".");
+  const int64_t accumulation = o.step().accumulation_steps();
+  TORCH_CHECK(
+      accumulation >= 1, "lamp: ",
+      name("accumulation_steps", "TrainerOptions::step().accumulation_steps"),
+      " must be >= 1, got ", accumulation, ".");
   TORCH_CHECK(forward_ != nullptr, "lamp: no forward function given.");
   const int64_t batches = train_loader_.batches_per_epoch();
   TORCH_CHECK(batches > 0, "lamp: the training loader has no batches (",
-              train_loader_.samples_per_epoch(),
-              " samples per epoch, batch size ",
+              train_loader_.samples_per_epoch(), " samples per epoch, ",
+              name("batch_size", "LoaderOptions::batch_size"), " ",
               train_loader_.options().batch_size(),
               ", drop_last); use a smaller batch size.");
-  if (batches % o.accumulation_steps() != 0) {
+  if (batches % accumulation != 0) {
     std::string divisors;
     for (int64_t d = 1; d <= std::min<int64_t>(batches, 64); ++d) {
       if (batches % d == 0) {
         divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
       }
     }
-    TORCH_CHECK(false, "lamp: ", o.accumulation_steps(),
-                " accumulation steps do not divide the ", batches,
-                " batches of an epoch, so an epoch (and its checkpoint) would "
-                "end inside an accumulation cycle; use one of ",
-                divisors, batches > 64 ? ", ..." : "",
-                ", or another batch size (or drop_last) that makes the "
-                "batches per epoch a multiple of it.");
+    TORCH_CHECK(
+        false, "lamp: ", accumulation, " accumulation steps do not divide the ",
+        batches,
+        " batches of an epoch, so an epoch (and its checkpoint) would end inside an accumulation cycle; use one of ",
+        divisors, batches > 64 ? ", ..." : "",
+        ", or another batch size (or drop_last) that makes the batches per epoch a multiple of it.");
   }
   TORCH_CHECK(o.epochs() <= std::numeric_limits<int64_t>::max() / batches,
               "lamp: ", o.epochs(), " epochs of ", batches,
@@ -178,13 +127,9 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
     lock_ = std::make_unique<CheckpointLock>(o.checkpoint());
   }
   step_ = std::make_unique<TrainStep>(
-      model_, optimizer_factory(o),
-      TrainStepOptions(o.precision())
-          .max_grad_norm(o.max_grad_norm())
-          .accumulation_steps(o.accumulation_steps())
-          .skip_non_finite(o.skip_non_finite())
-          .cuda_graph(o.cuda_graph())
-          .gradient_sync(distributed::data_parallel(o.process_group())));
+      model_, optimizer_factory(o.optimizer()),
+      TrainStepOptions(o.step()).gradient_sync(
+          distributed::data_parallel(o.process_group())));
   TORCH_CHECK(step_->device() == train_loader_.device(),
               "lamp: the model is on ", step_->device(),
               " but the training data on ", train_loader_.device(),
@@ -197,222 +142,181 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   }
 }
 
+// One epoch in progress: its stats and the running sums behind them.
+struct ClassifierTrainer::EpochRun {
+  int64_t epoch = 0; // 0-based
+  int64_t batches = 0;
+  int64_t total_steps = 0;
+  EpochStats stats;
+  torch::Tensor loss_sum; // FP64, on the device: finite losses
+  int64_t non_finite_before = 0;
+  int64_t images = 0;
+  int64_t warmup_images = 0;
+  bool graphs_before_epoch = false;
+  std::chrono::steady_clock::time_point start;
+};
+
 std::vector<EpochStats> ClassifierTrainer::fit(
     const std::function<void(const EpochStats&)>& on_epoch,
     const std::function<void(const BatchProgress&)>& on_batch) {
   const auto& o = options_;
   const auto device = train_loader_.device();
-  const int64_t batches = train_loader_.batches_per_epoch();
-  // The schedule spans all epochs even when max_steps stops early, so that a
-  // run cut short and resumed follows the same learning rates.
-  const int64_t total_steps = o.epochs() * batches;
-  const int64_t patience = o.divergence_patience();
-  const auto float_on_device = torch::TensorOptions().device(device);
   // Divergence is tracked across epochs, so that it is caught however short
-  // the epochs are: skipped steps and non-finite losses are counted on the
-  // device (a sync-free step's flag lives there) and read once per window of
-  // `patience` steps and at the end of each epoch.
-  const auto flags_on_device = float_on_device.dtype(torch::kFloat);
-  auto consecutive_skips = torch::zeros({}, flags_on_device);
-  auto longest_skip_run = torch::zeros({}, flags_on_device);
-  // Non-finite losses of the whole fit, one device counter: a window's and an
-  // epoch's counts are differences of its host reads.
-  auto non_finite = torch::zeros({}, float_on_device.dtype(torch::kLong));
-  int64_t non_finite_at_window = 0;
-  int64_t window = 0;
-  const auto diverged = [&](int64_t at_epoch, const std::string& why,
-                            const std::string& fix) {
-    TORCH_CHECK(false, "lamp: training diverged in epoch ", at_epoch + 1, ": ",
-                why, ". ", fix,
-                o.checkpoint().empty() ? std::string()
-                                       : " The checkpoint " + o.checkpoint() +
-                                             " was left as it was.");
-  };
-  const auto check_skip_run = [&](int64_t at_epoch) {
-    if (longest_skip_run.item<float>() >= patience) {
-      diverged(at_epoch,
-               std::to_string(patience) +
-                   " optimizer steps in a row had inf/NaN gradients (loss "
-                   "scale now " +
-                   exact(step_->scaler().get_scale()) + ")",
-               "Lower the learning rate (--lr), clip gradients, or train in "
-               "bf16/amp-bf16.");
-    }
-  };
+  // the epochs are.
+  DivergenceWatch watch(device, o, step_->scaler());
   std::vector<EpochStats> history;
   for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
     if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
       break;
     }
-    train_loader_.set_epoch(epoch);
-    model_->train();
-    reset_peak_device_memory(device);
-    // Graphs captured before this epoch hold their intermediates outside the
-    // allocated count; a capture in this epoch is in its peak already.
-    const bool graphs_before_epoch = step_->cuda_graph_pool_bytes() > 0;
-    synchronize(device);
-    const auto start = std::chrono::steady_clock::now();
-
-    EpochStats stats;
-    stats.epoch = epoch + 1;
-    auto loss_sum = torch::zeros({}, float_on_device.dtype(torch::kDouble));
-    const int64_t non_finite_at_epoch = non_finite.item<int64_t>();
-    auto skipped = torch::zeros({}, flags_on_device);
-    int64_t images = 0, warmup_images = 0;
-    for (int64_t i = 0; i < batches; ++i) {
-      if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
-        break;
-      }
-      stats.lr = learning_rate(o.schedule(), o.lr(), global_step_, total_steps);
-      set_learning_rate(step_->optimizer(), stats.lr);
-      const auto batch = train_loader_.batch(i);
-      // The run's first step (cuDNN autotuning, allocator and cache warm-up;
-      // with CUDA graphs also the eager warm-up steps and the capture) is
-      // timed on its own: reported as warm-up, not in the steady rate.
-      const bool warmup_step = warmup_steps_left_ > 0;
-      const auto step_start = std::chrono::steady_clock::now();
-      const auto result = step_->step(
-          batch.images, batch.labels,
-          [&](const torch::Tensor& images, const torch::Tensor& labels) {
-            return F::cross_entropy(forward_(images).to(torch::kFloat), labels);
-          });
-      if (warmup_step) {
-        synchronize(device);
-        stats.warmup_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          step_start)
-                .count();
-        warmup_images += batch.labels.size(0);
-        --warmup_steps_left_;
-      }
-      // The epoch's loss is the mean of its finite losses: a step skipped
-      // for overflow is not training on garbage; one that trains on it
-      // leaves non-finite weights, checked at the end of the epoch.
-      const auto bad_loss = torch::isfinite(result.loss).logical_not();
-      loss_sum += result.loss.nan_to_num(0.0, 0.0, 0.0);
-      non_finite += bad_loss;
-      images += batch.labels.size(0);
-      ++stats.steps;
-      ++global_step_;
-      if (result.cycle_ended) {
-        const auto flag = result.found_inf.to(device, /*non_blocking=*/true);
-        skipped += flag;
-        consecutive_skips.add_(flag).mul_(flag);
-        torch::maximum_out(longest_skip_run, longest_skip_run,
-                           consecutive_skips);
-      }
-      // Divergence, read once per window: a run of `patience` skipped steps,
-      // or a loss that stayed non-finite for the whole window.
-      if (++window == patience) {
-        check_skip_run(epoch);
-        const int64_t seen = non_finite.item<int64_t>();
-        if (seen - non_finite_at_window >= patience) {
-          diverged(epoch,
-                   "the loss was inf/NaN for " + std::to_string(patience) +
-                       " steps in a row",
-                   "Lower the learning rate (--lr) or clip gradients.");
-        }
-        non_finite_at_window = seen;
-        window = 0;
-      }
-      if (on_batch) {
-        BatchProgress progress;
-        progress.epoch = epoch + 1;
-        progress.batch = i + 1;
-        progress.batches = batches;
-        progress.images = batch.labels.size(0);
-        progress.global_step = global_step_;
-        progress.lr = stats.lr;
-        progress.loss = result.loss;
-        progress.loss_scale = result.scale;
-        progress.epoch_loss_sum = loss_sum;
-        progress.non_finite_losses = non_finite;
-        progress.non_finite_before_epoch = non_finite_at_epoch;
-        progress.warmup = warmup_step;
-        on_batch(progress);
-      }
-    }
-    synchronize(device);
-    stats.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (stats.warmup_seconds > 0 && images > warmup_images) {
-      stats.seconds -= stats.warmup_seconds;
-      images -= warmup_images;
-    }
-    const auto& group = o.process_group();
-    if (group && group->is_distributed()) {
-      // All ranks together: the mean of the ranks' mean losses, every
-      // rank's images.
-      group->all_reduce_(loss_sum);
-      loss_sum.div_(group->world_size());
-      images *= group->world_size();
-    }
-    stats.global_step = global_step_;
-    stats.skipped_steps = static_cast<int64_t>(skipped.item<float>());
-    check_skip_run(epoch); // a run that reached `patience` in the last window
-    stats.non_finite_losses = non_finite.item<int64_t>() - non_finite_at_epoch;
-    const int64_t finite_steps = stats.steps - stats.non_finite_losses;
-    stats.train_loss =
-        finite_steps > 0 ? loss_sum.item<double>() / finite_steps : 0.0;
-    // However few its steps: an epoch without a finite loss, or with a
-    // non-finite mean, or that leaves inf/NaN weights, ends the run before
-    // evaluation and checkpoint.
-    if (stats.steps > 0 &&
-        (finite_steps == 0 || !std::isfinite(stats.train_loss))) {
-      diverged(epoch,
-               finite_steps == 0
-                   ? "the loss was inf/NaN in all its " +
-                         std::to_string(stats.steps) + " steps"
-                   : "its mean training loss is " + exact(stats.train_loss),
-               "Lower the learning rate (--lr), clip gradients, or train in "
-               "bf16/amp-bf16.");
-    }
-    const auto bad = first_non_finite(*model_);
-    if (!bad.empty()) {
-      diverged(epoch, bad + " has inf/NaN values",
-               "Lower the learning rate (--lr) or clip gradients.");
-    }
-    stats.images_per_second = stats.seconds > 0 ? images / stats.seconds : 0.0;
-    stats.peak_memory_bytes =
-        device.is_cuda()
-            ? peak_device_memory(device) +
-                  (graphs_before_epoch ? step_->cuda_graph_pool_bytes() : 0)
-            : peak_host_memory();
-    stats.loss_scale =
-        step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
-    const auto eval_start = std::chrono::steady_clock::now();
-    const bool first_evaluation = !evaluated_;
-    const auto eval = evaluate();
-    if (first_evaluation) {
-      // The first evaluation meets the evaluation shapes first (autotuning).
-      stats.warmup_seconds += std::chrono::duration<double>(
-                                  std::chrono::steady_clock::now() - eval_start)
-                                  .count();
-    }
-    stats.test_loss = eval.first;
-    stats.test_accuracy = eval.second;
-    // Finite but huge weights show here: their logits overflow.
-    if (!std::isfinite(stats.test_loss)) {
-      diverged(epoch,
-               "the test loss is " + exact(stats.test_loss) +
-                   " (the model's outputs overflow)",
-               "Lower the learning rate (--lr) or clip gradients.");
-    }
-    const bool epoch_complete = stats.steps == batches;
-    if (epoch_complete) {
-      start_epoch_ = epoch + 1;
-      if (!o.checkpoint().empty() &&
-          (!o.process_group() || o.process_group()->is_main())) {
-        save_checkpoint(o.checkpoint());
-      }
-    }
-    history.push_back(stats);
+    EpochRun run;
+    run.epoch = epoch;
+    run.batches = train_loader_.batches_per_epoch();
+    // The schedule spans all epochs even when max_steps stops early, so that
+    // a run cut short and resumed follows the same learning rates.
+    run.total_steps = o.epochs() * run.batches;
+    train_epoch(run, watch, on_batch);
+    finish_epoch(run, watch);
+    evaluate_epoch(run, watch);
+    end_epoch(run.stats);
+    history.push_back(run.stats);
     if (on_epoch) {
-      on_epoch(stats);
+      on_epoch(run.stats);
     }
   }
   return history;
+}
+
+void ClassifierTrainer::train_epoch(
+    EpochRun& run, DivergenceWatch& watch,
+    const std::function<void(const BatchProgress&)>& on_batch) {
+  const auto& o = options_;
+  const auto device = train_loader_.device();
+  train_loader_.set_epoch(run.epoch);
+  model_->train();
+  reset_peak_device_memory(device);
+  // Graphs captured before this epoch hold their intermediates outside the
+  // allocated count; a capture in this epoch is in its peak already.
+  run.graphs_before_epoch = step_->cuda_graph_pool_bytes() > 0;
+  watch.begin_epoch();
+  run.stats.epoch = run.epoch + 1;
+  run.loss_sum = torch::zeros(
+      {}, torch::TensorOptions().device(device).dtype(torch::kDouble));
+  run.non_finite_before = watch.read_non_finite_losses();
+  synchronize(device);
+  run.start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < run.batches; ++i) {
+    if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
+      break;
+    }
+    auto& stats = run.stats;
+    stats.lr = learning_rate(o.schedule(), o.optimizer().lr(), global_step_,
+                             run.total_steps);
+    set_learning_rate(step_->optimizer(), stats.lr);
+    const auto batch = train_loader_.batch(i);
+    // The run's first step (cuDNN autotuning, allocator and cache warm-up;
+    // with CUDA graphs also the eager warm-up steps and the capture) is
+    // timed on its own: reported as warm-up, not in the steady rate.
+    const bool warmup_step = warmup_steps_left_ > 0;
+    const auto step_start = std::chrono::steady_clock::now();
+    const auto result = step_->step(
+        batch.images, batch.labels,
+        [&](const torch::Tensor& images, const torch::Tensor& labels) {
+          return F::cross_entropy(forward_(images).to(torch::kFloat), labels);
+        });
+    if (warmup_step) {
+      synchronize(device);
+      stats.warmup_seconds += seconds_since(step_start);
+      run.warmup_images += batch.labels.size(0);
+      --warmup_steps_left_;
+    }
+    // The epoch's loss is the mean of its finite losses: a step skipped for
+    // overflow is not training on garbage; one that trains on it leaves
+    // non-finite weights, checked at the end of the epoch.
+    run.loss_sum += result.loss.nan_to_num(0.0, 0.0, 0.0);
+    run.images += batch.labels.size(0);
+    ++stats.steps;
+    ++global_step_;
+    watch.record(run.epoch, result);
+    if (on_batch) {
+      BatchProgress progress;
+      progress.epoch = run.epoch + 1;
+      progress.batch = i + 1;
+      progress.batches = run.batches;
+      progress.images = batch.labels.size(0);
+      progress.global_step = global_step_;
+      progress.lr = stats.lr;
+      progress.loss = result.loss;
+      progress.loss_scale = result.scale;
+      progress.epoch_loss_sum = run.loss_sum;
+      progress.non_finite_losses = watch.non_finite_losses();
+      progress.non_finite_before_epoch = run.non_finite_before;
+      progress.warmup = warmup_step;
+      on_batch(progress);
+    }
+  }
+}
+
+void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
+  const auto device = train_loader_.device();
+  auto& stats = run.stats;
+  synchronize(device);
+  stats.seconds = seconds_since(run.start);
+  if (stats.warmup_seconds > 0 && run.images > run.warmup_images) {
+    stats.seconds -= stats.warmup_seconds;
+    run.images -= run.warmup_images;
+  }
+  const auto& group = options_.process_group();
+  if (group && group->is_distributed()) {
+    // All ranks together: the mean of the ranks' mean losses, every rank's
+    // images.
+    group->all_reduce_(run.loss_sum);
+    run.loss_sum.div_(group->world_size());
+    run.images *= group->world_size();
+  }
+  stats.global_step = global_step_;
+  stats.skipped_steps = watch.read_epoch_skipped();
+  stats.non_finite_losses =
+      watch.read_non_finite_losses() - run.non_finite_before;
+  const int64_t finite_steps = stats.steps - stats.non_finite_losses;
+  stats.train_loss =
+      finite_steps > 0 ? run.loss_sum.item<double>() / finite_steps : 0.0;
+  watch.check_epoch(run.epoch, stats.steps, stats.non_finite_losses,
+                    stats.train_loss, *model_);
+  stats.images_per_second =
+      stats.seconds > 0 ? run.images / stats.seconds : 0.0;
+  stats.peak_memory_bytes =
+      device.is_cuda()
+          ? peak_device_memory(device) +
+                (run.graphs_before_epoch ? step_->cuda_graph_pool_bytes() : 0)
+          : peak_host_memory();
+  stats.loss_scale =
+      step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
+}
+
+void ClassifierTrainer::evaluate_epoch(EpochRun& run, DivergenceWatch& watch) {
+  const auto eval_start = std::chrono::steady_clock::now();
+  const bool first_evaluation = !evaluated_;
+  const auto eval = evaluate();
+  if (first_evaluation) {
+    // The first evaluation meets the evaluation shapes first (autotuning).
+    run.stats.warmup_seconds += seconds_since(eval_start);
+  }
+  run.stats.test_loss = eval.first;
+  run.stats.test_accuracy = eval.second;
+  watch.check_test_loss(run.epoch, run.stats.test_loss);
+}
+
+void ClassifierTrainer::end_epoch(const EpochStats& stats) {
+  if (stats.steps != train_loader_.batches_per_epoch()) {
+    return; // cut short by max_steps: no checkpoint inside an epoch
+  }
+  start_epoch_ = stats.epoch;
+  const auto& o = options_;
+  if (!o.checkpoint().empty() &&
+      (!o.process_group() || o.process_group()->is_main())) {
+    save_checkpoint(o.checkpoint());
+  }
 }
 
 std::pair<double, double> ClassifierTrainer::evaluate() {
@@ -474,26 +378,13 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(std::string(kFormat)));
   archive.write("model_name", c10::IValue(model_name_));
-  archive.write("optimizer", c10::IValue(o.optimizer()));
-  archive.write("precision", c10::IValue(to_string(o.precision())));
   // The settings a resumed run must repeat to continue the same run.
-  archive.write("batch_size",
-                c10::IValue(train_loader_.options().batch_size()));
-  archive.write("epochs", c10::IValue(o.epochs()));
-  archive.write("lr", c10::IValue(o.lr()));
-  archive.write("schedule", c10::IValue(to_string(o.schedule())));
-  archive.write("momentum", c10::IValue(o.momentum()));
-  archive.write("weight_decay", c10::IValue(o.weight_decay()));
-  archive.write("no_bias_decay", c10::IValue(o.no_bias_decay()));
-  archive.write("accumulation_steps", c10::IValue(o.accumulation_steps()));
+  detail::write_run_settings(archive, {o, train_loader_.options()});
   archive.write("train_images", c10::IValue(train_loader_.size()));
   archive.write("steps_per_epoch",
                 c10::IValue(train_loader_.batches_per_epoch()));
   archive.write("next_epoch", c10::IValue(start_epoch_));
   archive.write("global_step", c10::IValue(global_step_));
-  archive.write(
-      "seed",
-      c10::IValue(static_cast<int64_t>(train_loader_.options().seed())));
   // The data order and augmentation come from (seed, epoch); the global CPU
   // generator (weight init, dropout in users' models) is saved as well.
   archive.write("cpu_rng_state",
@@ -510,51 +401,38 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   torch::serialize::InputArchive archive;
   load_checked_archive(archive, path);
   // Everything is read and checked before anything of this run changes.
-  FieldReader read(archive, path);
-  const auto format = read.text("format");
+  const std::string where = "lamp: " + path;
+  const auto integer = [&](const char* key) {
+    return lamp::detail::read_int(archive, key, where.c_str());
+  };
+  const auto format =
+      lamp::detail::read_string(archive, "format", where.c_str());
   TORCH_CHECK(format == kFormat, "lamp: ", path, " is a '", format,
               "' checkpoint, not one of lamp's trainer ('", kFormat, "').");
-  const auto model_name = read.text("model_name");
+  const auto model_name =
+      lamp::detail::read_string(archive, "model_name", where.c_str());
+  const auto& o = options_;
   TORCH_CHECK(model_name == model_name_, "lamp: ", path, " holds a '",
               model_name, "' model but this run trains '", model_name_,
-              "'; resume with the same --model.");
-  const auto& o = options_;
-  const auto train_images = read.integer("train_images");
+              "'; resume with the same ", name_option(o, "model", "model name"),
+              ".");
+  const auto train_images = integer("train_images");
   TORCH_CHECK(train_images == train_loader_.size(), "lamp: ", path,
               " was trained on ", train_images,
               " training images but this run's dataset has ",
-              train_loader_.size(), "; resume with the same --data.");
-  read.same("--precision", read.text("precision"), to_string(o.precision()));
-  read.same("--optimizer", read.text("optimizer"), o.optimizer());
-  read.same("--batch-size", std::to_string(read.integer("batch_size")),
-            std::to_string(train_loader_.options().batch_size()));
-  read.same("--epochs", std::to_string(read.integer("epochs")),
-            std::to_string(o.epochs()));
-  read.same("--lr", exact(read.real("lr")), exact(o.lr()));
-  read.same("--schedule", read.text("schedule"), to_string(o.schedule()));
-  read.same("--momentum", exact(read.real("momentum")), exact(o.momentum()));
-  read.same("--weight-decay", exact(read.real("weight_decay")),
-            exact(o.weight_decay()));
-  const bool no_bias_decay = read.boolean_or("no_bias_decay", false);
-  TORCH_CHECK(no_bias_decay == o.no_bias_decay(), "lamp: ", path,
-              " was trained ", no_bias_decay ? "with" : "without",
-              " --no-bias-decay; resume ", no_bias_decay ? "with" : "without",
-              " it (a resumed run continues the same optimizer).");
-  read.same("--accumulation-steps",
-            std::to_string(read.integer_or("accumulation_steps", 1)),
-            std::to_string(o.accumulation_steps()));
-  read.same("--seed",
-            std::to_string(static_cast<uint64_t>(read.integer("seed"))),
-            std::to_string(train_loader_.options().seed()));
+              train_loader_.size(), "; resume with the same ",
+              name_option(o, "data", "training dataset"), ".");
+  detail::check_run_settings(archive, path, {o, train_loader_.options()});
   const int64_t batches = train_loader_.batches_per_epoch();
-  const auto steps_per_epoch = read.integer("steps_per_epoch");
+  const auto steps_per_epoch = integer("steps_per_epoch");
   TORCH_CHECK(steps_per_epoch == batches, "lamp: ", path, " was trained with ",
               steps_per_epoch, " steps per epoch but this run has ", batches,
-              " (another --drop-last or number of ranks); resume with the "
-              "same settings.");
+              " (another ",
+              name_option(o, "drop_last", "LoaderOptions::drop_last"),
+              " or number of ranks); resume with the same settings.");
   // Written only after complete epochs: the position is (epoch, epoch*steps).
-  const auto next_epoch = read.integer("next_epoch");
-  const auto global_step = read.integer("global_step");
+  const auto next_epoch = integer("next_epoch");
+  const auto global_step = integer("global_step");
   TORCH_CHECK(next_epoch >= 1 && next_epoch <= o.epochs() &&
                   global_step == next_epoch * batches,
               "lamp: ", path, " is at epoch ", next_epoch, ", step ",
@@ -571,7 +449,8 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
                 e.what_without_backtrace(), ").");
   }
   torch::serialize::InputArchive step_archive;
-  read.section("train_step", step_archive);
+  lamp::detail::read_archive(archive, "train_step", step_archive,
+                             where.c_str());
   step_->load(step_archive);
   at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
   generator.set_state(rng_state);

@@ -2,8 +2,10 @@
 """Checks the command-line conventions of lamp's programs (ctest runs it).
 
   check_cli.py conventions PROGRAM...     usage errors, --help, --version
-  check_cli.py flag-table README PROGRAM... the README's flag table lists
-                                          exactly the flags of --help
+  check_cli.py flag-table PAGE PROGRAM...  the flag table of the Markdown
+                                          PAGE (docs/programs.md), under its
+                                          "Flags" heading, lists exactly the
+                                          flags of the programs' --help
   check_cli.py logs TRAIN_MNIST DATA_DIR WORK_DIR
                                           --log-every lines, the JSON log's
                                           run/step/epoch records
@@ -126,12 +128,34 @@ def help_flags(program):
     return flags
 
 
-def flag_table(readme, programs):
-    text = open(readme, encoding="utf-8").read()
-    section = text.split("### Flags", 1)[1].split("\n### ", 1)[0]
+def flag_table_section(page):
+    """The text under the page's "Flags" heading, up to the next heading of
+    the same or a higher level (lines in code blocks are no headings)."""
+    level, section, fence = None, [], None
+    for line in open(page, encoding="utf-8").read().splitlines():
+        m = re.match(r"^(`{3,}|~{3,})", line)
+        if m and (fence is None or line.startswith(fence)):
+            fence = None if fence else m.group(1)
+        heading = None if fence else re.match(r"^(#{1,6}) (.*?)\s*$", line)
+        if level is None:
+            if heading and heading.group(2) == "Flags":
+                level = len(heading.group(1))
+        elif heading and len(heading.group(1)) <= level:
+            break
+        else:
+            section.append(line)
+    if level is None:
+        fail(f"{page} has no 'Flags' heading")
+    return "\n".join(section)
+
+
+def flag_table(page, programs):
+    name = os.path.basename(page)
     table = set()
-    for row in re.findall(r"^\| (.*?) \|", section, re.M):
+    for row in re.findall(r"^\| (.*?) \|", flag_table_section(page), re.M):
         table |= set(re.findall(r"`(--[a-z0-9-]+)", row))
+    if not table:
+        fail(f"the 'Flags' section of {page} has no table of flags")
     flags = set()
     for program in programs:
         flags |= help_flags(program)
@@ -140,9 +164,9 @@ def flag_table(readme, programs):
     missing = sorted(flags - table)
     extra = sorted(table - flags)
     if missing or extra:
-        fail(f"README's flag table and --help differ: not in the table "
+        fail(f"{name}'s flag table and --help differ: not in the table "
              f"{missing}, not in --help {extra}")
-    print(f"  {len(flags)} flags, the same in README.md and --help")
+    print(f"  {len(flags)} flags, the same in {name} and --help")
 
 
 def read_records(path):

@@ -1,5 +1,6 @@
 // Uses an installed lamp through <lamp/lamp.h>: converts a small network to
-// BF16 with BatchNorm kept in FP32, runs it, and builds a GradScaler.
+// BF16 with BatchNorm kept in FP32, runs it, builds a GradScaler, and checks
+// that the library is the version of the headers.
 
 #include <lamp/lamp.h>
 #include <torch/torch.h>
@@ -7,6 +8,7 @@
 #include <exception>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 namespace {
@@ -58,7 +60,14 @@ int main() {
       throw std::runtime_error("GradScaler did not start at a scale of 65536");
     }
 
-    std::cout << "lamp consumer OK " << LAMP_VERSION << std::endl;
+    // Headers and library of the same install.
+    if (std::string(lamp::version()) != LAMP_VERSION) {
+      throw std::runtime_error(std::string("lamp's headers are ") +
+                               LAMP_VERSION + " but its library is " +
+                               lamp::version());
+    }
+
+    std::cout << "lamp consumer OK " << lamp::version() << std::endl;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "lamp consumer FAILED: " << e.what() << std::endl;

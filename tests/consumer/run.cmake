@@ -7,6 +7,9 @@
 #         [-DCMAKE_BUILD_TYPE=Release] [-DCMAKE_CXX_COMPILER=<lamp's compiler>]
 #         -P run.cmake
 #
+# With -DLAMP_PREFIX=<folder> (instead of LAMP_BINARY_DIR) the consumer uses
+# the lamp already installed there (e.g. an unpacked Debian package's usr/).
+#
 # TORCH_PREFIX_PATH is the `;`-separated CMAKE_PREFIX_PATH lamp was configured
 # with (empty for Debian's LibTorch; "<torch>;<torch>/share/cmake" for the
 # wheel's), so the consumer finds the same LibTorch.
@@ -19,7 +22,11 @@
 
 cmake_minimum_required(VERSION 3.18)
 
-foreach(_var LAMP_SOURCE_DIR LAMP_BINARY_DIR WORK_DIR)
+set(_required LAMP_SOURCE_DIR WORK_DIR)
+if(NOT DEFINED LAMP_PREFIX)
+  list(APPEND _required LAMP_BINARY_DIR)
+endif()
+foreach(_var IN LISTS _required)
   if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
     message(FATAL_ERROR "run.cmake: pass -D${_var}=<path>.")
   endif()
@@ -51,8 +58,12 @@ function(_lamp_consumer_step name)
   set(_lamp_consumer_output "${_out}" PARENT_SCOPE)
 endfunction()
 
-_lamp_consumer_step("installing lamp"
-  "${CMAKE_COMMAND}" --install "${LAMP_BINARY_DIR}" --prefix "${_prefix}")
+if(DEFINED LAMP_PREFIX)
+  set(_prefix "${LAMP_PREFIX}")
+else()
+  _lamp_consumer_step("installing lamp"
+    "${CMAKE_COMMAND}" --install "${LAMP_BINARY_DIR}" --prefix "${_prefix}")
+endif()
 
 # The prefix path is a list; passed through execute_process as one -D argument
 # it would be split at its semicolons, so it goes in an initial-cache file.

@@ -24,8 +24,7 @@ using lamp::distributed::ProcessGroupOptions;
 using lamp_test::expect_error;
 
 const char* const kNoGloo =
-    "this lamp was built without Gloo (no gloo headers were found at build "
-    "time); install libgloo-dev and rebuild, or use nccl on CUDA";
+    "this lamp was built without Gloo (no gloo headers were found at build time); install libgloo-dev and rebuild, or use nccl on CUDA";
 
 TEST(Gloo, AvailableAsConfigured) {
   EXPECT_EQ(lamp::distributed::gloo_available(), LAMP_TEST_EXPECT_GLOO != 0);
@@ -50,17 +49,17 @@ TEST(Gloo, AskedForByNameFailsWithoutIt) {
   if (lamp::distributed::gloo_available()) {
     create(); // one process: nothing to set up
   } else {
-    expect_error(create,
-                 "cannot use Gloo for backend 'gloo' on cpu with "
-                 "WORLD_SIZE=1: " +
-                     std::string(kNoGloo));
+    expect_error(
+        create,
+        "cannot use Gloo for backend 'gloo' on cpu with WORLD_SIZE=1: " +
+            std::string(kNoGloo));
   }
 }
 
 TEST(Gloo, AutoOnTheCpuWithTwoRanksFailsAtOnceWithoutIt) {
   if (lamp::distributed::gloo_available()) {
-    GTEST_SKIP() << "Gloo is built in: the two-rank tests (label "
-                    "distributed) run it";
+    GTEST_SKIP()
+        << "Gloo is built in: the two-rank tests (label distributed) run it";
   }
   Environment env;
   env.world_size = 2;

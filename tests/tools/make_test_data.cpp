@@ -77,12 +77,10 @@ bool write_mnist(const std::string& dir, const std::string& prefix, int count,
 }
 
 void usage(std::FILE* to, const char* program) {
-  std::fprintf(to,
-               "usage: %s OUTPUT_DIR\n"
-               "Writes small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets "
-               "under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist and "
-               "OUTPUT_DIR/mnist-blank.\n",
-               program);
+  std::fprintf(
+      to,
+      "usage: %s OUTPUT_DIR\nWrites small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist and OUTPUT_DIR/mnist-blank.\n",
+      program);
 }
 
 } // namespace

@@ -45,10 +45,15 @@ namespace lamp {
 /// or updated weights are not re-cast.
 class Autocast {
  public:
+  /// Saves the thread's autocast state for `device_type`, then sets
+  /// `enabled`, `dtype` and `cache_enabled` (defaults: see above). Refuses,
+  /// with the state untouched, an enabled guard whose dtype the device cannot
+  /// autocast to.
   explicit Autocast(torch::DeviceType device_type,
                     c10::optional<torch::Dtype> dtype = c10::nullopt,
                     bool enabled = true,
                     c10::optional<bool> cache_enabled = c10::nullopt);
+  /// Restores the state saved by the constructor.
   ~Autocast();
 
   Autocast(const Autocast&) = delete;
@@ -56,8 +61,11 @@ class Autocast {
   Autocast(Autocast&&) = delete;
   Autocast& operator=(Autocast&&) = delete;
 
+  /// The device type whose autocast state the guard sets.
   torch::DeviceType device_type() const { return device_type_; }
+  /// The autocast dtype inside the guard (the default resolved).
   torch::Dtype dtype() const { return dtype_; }
+  /// Whether autocast is on inside the guard.
   bool enabled() const { return enabled_; }
 
   /// The autocast dtype a device uses when none is given: BF16 on CPU, FP16

@@ -108,12 +108,17 @@ struct GradScalerOptions {
 /// \endcode
 class GradScaler {
  public:
+  /// A scaler with `options`, checked here: TORCH_CHECK error for an
+  /// init_scale that is not finite, positive and representable in FP32, a
+  /// growth_factor <= 1, a backoff_factor outside (0, 1), a growth_interval
+  /// or hysteresis outside [1, 2^31 - 1], or an init_scale outside
+  /// [min_scale, max_scale]. No tensor is made before the first scale().
   explicit GradScaler(GradScalerOptions options = {});
 
   /// `outputs * scale`. The scale tensor is created on the first call, on the
   /// outputs' device.
   torch::Tensor scale(const torch::Tensor& outputs);
-  /// \overload for several losses or outputs.
+  /// scale() of each of several losses or outputs, in order.
   std::vector<torch::Tensor> scale(const std::vector<torch::Tensor>& outputs);
 
   /// Divides the optimizer's gradients by the scale in place and records
@@ -147,25 +152,25 @@ class GradScaler {
   const torch::Tensor& scale_tensor() const { return scale_; }
   /// Consecutive finite steps since the last growth or overflow.
   int64_t growth_tracker() const;
+  /// GradScalerOptions::enabled. A disabled scaler is Python's
+  /// `enabled=False`: scale() returns its input, step() just steps the
+  /// optimizer, unscale_() and update() do nothing.
   bool is_enabled() const { return options_.enabled(); }
+  /// The options the scaler was made with.
   const GradScalerOptions& options() const { return options_; }
 
   /// Optimizer steps taken / skipped for non-finite gradients by step() and
   /// step_async(). Exact for both paths; after sync-free steps reading them
-  /// syncs with the device (the counts are kept there).
+  /// syncs with the device (the counts are kept there, so a sync-free step
+  /// captured in a CUDA graph counts once per replay, not at the capture).
   int64_t steps_taken() const;
+  /// Optimizer steps skipped for non-finite gradients; see steps_taken().
   int64_t steps_skipped() const;
   /// Whether the last step() skipped the optimizer (a host read after a
   /// sync-free step).
   bool last_step_skipped() const;
-  /// For a sync-free step captured in a CUDA graph: the capture counted one
-  /// step that did not run (call count_graph_steps(-1) after capturing), and
-  /// each replay runs one that nothing counted on the host (call
-  /// count_graph_steps(1) per replay). The skipped ones are counted on the
-  /// device by the graph itself.
-  void count_graph_steps(int64_t steps) { device_steps_ += steps; }
 
-  /// Names parameters for last_overflow(), e.g. with
+  /// Names parameters for last_overflow(), for example with
   /// `model->named_parameters()` or with MasterWeights' masters paired with the
   /// model's names.
   void set_parameter_names(const std::vector<std::string>& names,
@@ -283,7 +288,9 @@ class GradScaler {
   // number of steps on the host, the skipped ones summed on the device).
   int64_t steps_taken_ = 0;
   int64_t steps_skipped_ = 0;
-  int64_t device_steps_ = 0;
+  // Sync-free steps run and skipped, counted by kernels on the device (which
+  // a CUDA graph replays).
+  torch::Tensor device_steps_;
   torch::Tensor device_skipped_;
   torch::Tensor last_found_inf_;
 };
@@ -296,6 +303,8 @@ inline torch::serialize::OutputArchive& operator<<(
   scaler.save(archive);
   return archive;
 }
+/// Reads `scaler` from `archive` with GradScaler::load(): what
+/// `torch::load(scaler, path)` calls.
 inline torch::serialize::InputArchive& operator>>(
     torch::serialize::InputArchive& archive, GradScaler& scaler) {
   scaler.load(archive);

@@ -41,7 +41,7 @@ class GradientSync {
 };
 
 /// Builds the GradientSync for TrainStep's model, or nullptr for plain
-/// training (e.g. a one-process group). TrainStep calls it after the
+/// training (as for a one-process group). TrainStep calls it after the
 /// precision conversion (replicas synchronise in the dtype they train in)
 /// and before the FP32 master copy (which then starts from the synchronised
 /// weights).

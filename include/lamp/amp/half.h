@@ -6,7 +6,6 @@
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
 #include <functional>
@@ -23,6 +22,8 @@ struct HalfOptions {
   using KeepPredicate = std::function<bool(const std::string& qualified_name,
                                            const torch::nn::Module& module)>;
 
+  /// Options converting to `dtype` with the defaults below; implicit, so that
+  /// a dtype converts to options: `network_to_half(model, torch::kBFloat16)`.
   /* implicit */ HalfOptions(torch::Dtype dtype = torch::kHalf)
       : dtype_(dtype) {}
 
@@ -50,15 +51,23 @@ struct HalfOptions {
 /// ATen.
 class InputCastImpl : public torch::nn::Cloneable<InputCastImpl> {
  public:
+  /// A cast to `dtype`: torch::kHalf or torch::kBFloat16, anything else is a
+  /// TORCH_CHECK error.
   explicit InputCastImpl(torch::Dtype dtype = torch::kHalf);
+  /// Nothing to reset: the module has no parameters or buffers.
   void reset() override {}
+  /// `input` cast to dtype() if it is floating point (a copy unless it is
+  /// already), else `input` itself.
   torch::Tensor forward(const torch::Tensor& input);
+  /// The dtype floating-point inputs are cast to.
   torch::Dtype dtype() const { return dtype_; }
+  /// Prints `lamp::InputCast(dtype=Half)` (or BFloat16).
   void pretty_print(std::ostream& stream) const override;
 
  private:
   torch::Dtype dtype_;
 };
+/// The module holder of InputCastImpl: `InputCast(torch::kBFloat16)`.
 TORCH_MODULE(InputCast);
 
 /// Casts, in place, every floating-point parameter and buffer of `module`'s
@@ -80,9 +89,50 @@ torch::nn::Module& convert_network(torch::nn::Module& module,
 /// tree back to FP32 (parameters and floating buffers). Returns `module`.
 torch::nn::Module& bn_convert_float(torch::nn::Module& module);
 
-/// fastai's `network_to_half`: converts `model` in place with
-/// convert_network() and returns `Sequential(InputCast(dtype), model)`. The
-/// Sequential holds the very same module object, not a copy.
+/// The model network_to_half() returns: `model` converted in place, behind
+/// an input cast. It registers the model's own parameters, buffers and
+/// children under their names, so that its named_parameters(), state dict
+/// and checkpoints read exactly as the model's (fastai's Sequential would
+/// prefix every name with "1."); train()/eval() reach the model too.
+class HalfNetworkImpl : public torch::nn::Module {
+ public:
+  /// Wraps `model` (already converted) with `forward` running it, behind an
+  /// InputCast to `dtype`.
+  HalfNetworkImpl(std::shared_ptr<torch::nn::Module> model,
+                  std::function<torch::Tensor(const torch::Tensor&)> forward,
+                  torch::Dtype dtype);
+  /// `forward` of the model on `input` cast to dtype() (floating inputs;
+  /// others pass unchanged).
+  torch::Tensor forward(const torch::Tensor& input);
+  /// The dtype inputs are cast to: torch::kHalf or torch::kBFloat16.
+  torch::Dtype dtype() const { return cast_->dtype(); }
+  /// The converted model.
+  const std::shared_ptr<torch::nn::Module>& model() const { return model_; }
+  /// Sets training mode on this module, its children and the model itself.
+  void train(bool on = true) override;
+  /// Prints `lamp::HalfNetwork(dtype=Half)` (or BFloat16).
+  void pretty_print(std::ostream& stream) const override;
+
+ private:
+  std::shared_ptr<torch::nn::Module> model_;
+  std::function<torch::Tensor(const torch::Tensor&)> forward_;
+  InputCast cast_;
+};
+/// The module holder of HalfNetworkImpl, as network_to_half() returns it.
+TORCH_MODULE(HalfNetwork);
+
+/// network_to_half() for a module whose forward is a separate function (a
+/// model built by name, lamp::models::make_model()); see the overloads
+/// below.
+HalfNetwork network_to_half(
+    std::shared_ptr<torch::nn::Module> model,
+    std::function<torch::Tensor(const torch::Tensor&)> forward,
+    const HalfOptions& options = {});
+
+/// fastai's `network_to_half`, keeping parameter names: converts `model` in
+/// place with convert_network() and returns it behind an InputCast, as a
+/// HalfNetwork that holds the very same module object, not a copy, and
+/// names its parameters as the model does.
 ///
 /// Steps:
 ///  1. every floating parameter and buffer goes to FP16 (or BF16);
@@ -101,22 +151,27 @@ torch::nn::Module& bn_convert_float(torch::nn::Module& module);
 ///
 /// \warning The output is low precision: compute the loss in FP32
 /// (`.to(torch::kFloat)`), and train with lamp::MasterWeights and a
-/// lamp::GradScaler. Parameters' gradients are FP16 and stay *scaled* until
-/// copied to the master weights and unscaled there.
+/// lamp::GradScaler (lamp::TrainStep does both). Parameters' gradients are
+/// FP16 and stay *scaled* until copied to the master weights and unscaled
+/// there.
 /// \warning A module kept in FP32 receives low-precision inputs. BatchNorm
 /// handles that (cuDNN and ATen accept FP16/BF16 input with FP32 statistics);
 /// other kept modules must cast their input themselves.
 template <typename ModuleType>
-torch::nn::Sequential network_to_half(torch::nn::ModuleHolder<ModuleType> model,
-                                      const HalfOptions& options = {}) {
-  convert_network(*model, options);
-  return torch::nn::Sequential(InputCast(options.dtype()), std::move(model));
+HalfNetwork network_to_half(torch::nn::ModuleHolder<ModuleType> model,
+                            const HalfOptions& options = {}) {
+  auto module = model.ptr();
+  return network_to_half(
+      module,
+      [model](const torch::Tensor& x) mutable { return model->forward(x); },
+      options);
 }
 
-/// \overload for a module held by `std::shared_ptr`.
+/// network_to_half() for a module held by a `std::shared_ptr` (made with
+/// `std::make_shared` rather than a `TORCH_MODULE` holder).
 template <typename ModuleType>
-torch::nn::Sequential network_to_half(std::shared_ptr<ModuleType> model,
-                                      const HalfOptions& options = {}) {
+HalfNetwork network_to_half(std::shared_ptr<ModuleType> model,
+                            const HalfOptions& options = {}) {
   return network_to_half(torch::nn::ModuleHolder<ModuleType>(std::move(model)),
                          options);
 }

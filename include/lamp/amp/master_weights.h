@@ -15,7 +15,7 @@
 namespace lamp {
 
 /// Holds an FP32 copy of a low-precision model's parameters for the optimizer
-/// to update (Micikevicius et al. 2018: updates smaller than FP16's resolution
+/// to update (Micikevicius et al., 2018: updates smaller than FP16's resolution
 /// vanish when applied to FP16 weights).
 ///
 /// One training step with it:
@@ -54,6 +54,7 @@ class MasterWeights {
   const std::vector<torch::Tensor>& master_params() const { return master_; }
   /// The model's parameters, as given.
   const std::vector<torch::Tensor>& model_params() const { return model_; }
+  /// Whether the masters live in one flat buffer (constructed with `flat`).
   bool flat() const { return flat_buffer_.defined(); }
   /// The one FP32 buffer behind master_params() (undefined unless flat).
   const torch::Tensor& flat_buffer() const { return flat_buffer_; }
@@ -69,7 +70,7 @@ class MasterWeights {
   /// parameter's dtype).
   void master_params_to_model_params();
 
-  /// Names the parameters, in the order they were given (e.g. the keys of
+  /// Names the parameters, in the order they were given (such as the keys of
   /// `model->named_parameters()`): save() then keys the tensors by name, and
   /// load() finds them by name (also after the parameters' order changed)
   /// and names them in its messages.
@@ -106,6 +107,8 @@ inline torch::serialize::OutputArchive& operator<<(
   master.save(archive);
   return archive;
 }
+/// Reads `master` from `archive` with MasterWeights::load(): what
+/// `torch::load(master, path)` calls.
 inline torch::serialize::InputArchive& operator>>(
     torch::serialize::InputArchive& archive, MasterWeights& master) {
   master.load(archive);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "lamp/platform/names.h"
+
 namespace lamp {
 
 /// How a training step runs.
@@ -21,6 +23,11 @@ enum class Precision {
             ///< loss scaling (the seed's `--fp16`).
   kBF16,    ///< "bf16": network_to_half BF16 + FP32 master weights.
 };
+
+/// The spellings of the precision modes: "fp32", "tf32", "amp", "amp-bf16",
+/// "half" (alias "fp16") and "bf16". Parsing, printing, messages and the
+/// programs' `--precision` check all read it.
+const NameTable<Precision>& precision_table();
 
 /// Parses "fp32", "tf32", "amp", "amp-bf16", "half", "bf16", and "fp16" as
 /// another spelling of "half". Anything else is a TORCH_CHECK error listing
@@ -54,6 +61,7 @@ bool uses_fp16(Precision precision);
 /// TrainStep, the trainer and the programs read it instead of deriving
 /// each part from the mode again.
 struct PrecisionPolicy {
+  /// The mode this policy was computed for.
   Precision precision = Precision::kFP32;
   /// The dtype of the autocast region of the forward pass and evaluation
   /// ("amp": FP16, "amp-bf16": BF16); nullopt: no autocast.

@@ -15,11 +15,14 @@ namespace lamp {
 
 /// One parameter or buffer of a module tree.
 struct TensorPrecision {
-  std::string name; ///< qualified name, e.g. "layer1.0.bn1.weight"
+  std::string name; ///< qualified name, like "layer1.0.bn1.weight"
   std::string
-      module; ///< the owning module's type, e.g. "torch::nn::BatchNorm2dImpl"
+      module; ///< the owning module's type, like "torch::nn::BatchNorm2dImpl"
+  /// A buffer (BatchNorm's running statistics, ...) rather than a parameter.
   bool is_buffer = false;
+  /// The tensor's dtype.
   torch::Dtype dtype = torch::kFloat;
+  /// Number of elements.
   int64_t numel = 0;
   /// A floating-point tensor left in FP32 in a tree that also holds FP16/BF16
   /// tensors (what network_to_half keeps, BatchNorm by default).
@@ -28,9 +31,12 @@ struct TensorPrecision {
 
 /// Every parameter and buffer of a module tree with its dtype.
 struct PrecisionReport {
+  /// Module by module, depth first from the root (the order of
+  /// named_children()); in each module its parameters, then its buffers.
   std::vector<TensorPrecision> tensors;
   /// Elements per dtype name ("Float", "BFloat16", "Long", ...).
   std::map<std::string, int64_t> numel_by_dtype;
+  /// Tensors with TensorPrecision::kept_fp32 set.
   int64_t kept_fp32_tensors = 0;
   int64_t low_precision_tensors = 0; ///< FP16 or BF16
 
@@ -58,10 +64,11 @@ struct OpPrecisionReport {
   int64_t count(const std::string& op, torch::Dtype dtype) const;
   /// Calls of every counted op in `dtype`.
   int64_t total(torch::Dtype dtype) const;
+  /// One line per op, in name order: `aten::convolution: BFloat16 2 Float 1`.
   std::string to_string() const;
 };
 
-/// Runs `fn` (e.g. one training step) and counts its convolution and matmul
+/// Runs `fn` (one training step, say) and counts its convolution and matmul
 /// calls per input dtype, through ATen's RecordFunction observers (the layer
 /// under LibTorch's profiler), on every thread, so autograd's backward ops
 /// count too. Under autocast the op is seen after the cast: an AMP step shows
@@ -70,7 +77,7 @@ struct OpPrecisionReport {
 /// Example:
 /// \code
 ///   auto ops = lamp::op_precision_report([&] { train.step(loss_fn); });
-///   std::cout << ops.to_string();  // aten::convolution BFloat16 2 ...
+///   std::cout << ops.to_string();  // aten::convolution: BFloat16 2 ...
 /// \endcode
 OpPrecisionReport op_precision_report(const std::function<void()>& fn);
 

@@ -9,7 +9,6 @@
 #include <torch/serialize/archive.h>
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -21,14 +20,14 @@
 #include "lamp/amp/half.h"
 #include "lamp/amp/master_weights.h"
 #include "lamp/amp/precision.h"
+#include "lamp/platform/names.h"
 
 namespace lamp {
 
 class Tf32Guard;
 
 namespace detail {
-class CapturedGraph;
-using GraphPool = std::pair<uint64_t, uint64_t>;
+class GraphStep;
 } // namespace detail
 
 /// Whether TrainStep's batch form of step() runs as CUDA graphs.
@@ -42,6 +41,8 @@ enum class CudaGraphMode {
   kAuto,
 };
 
+/// The spellings of the CUDA-graph modes: "off", "on", "auto".
+const NameTable<CudaGraphMode>& cuda_graph_mode_table();
 /// "off", "on" or "auto".
 std::string to_string(CudaGraphMode mode);
 /// Parses "off", "on" or "auto"; anything else is refused with the list.
@@ -49,6 +50,8 @@ CudaGraphMode parse_cuda_graph_mode(const std::string& name);
 
 /// Options of TrainStep.
 struct TrainStepOptions {
+  /// Options for `precision`, every other field at its default; implicit,
+  /// so that a precision converts to options.
   /* implicit */ TrainStepOptions(Precision precision = Precision::kFP32)
       : precision_(precision) {}
 
@@ -114,9 +117,11 @@ struct TrainStepOptions {
     cuda_graph_ = mode;
     return *this;
   }
+  /// cuda_graph(CudaGraphMode): true is kOn, false kOff.
   TrainStepOptions& cuda_graph(bool on) {
     return cuda_graph(on ? CudaGraphMode::kOn : CudaGraphMode::kOff);
   }
+  /// The CUDA-graph mode (kOff by default).
   CudaGraphMode cuda_graph() const { return cuda_graph_; }
   /// Eager steps per input shape before its graph is captured (>= 1: they
   /// create the optimizer state, the scaler's tensors and cuDNN's choices
@@ -132,7 +137,10 @@ struct TrainStepOptions {
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
     std::vector<torch::Tensor> params)>;
 
-/// The same with each parameter's name in the model ("layer1.0.bn1.weight"),
+/// A model's parameters by qualified name ("layer1.0.bn1.weight"), in
+/// named_parameters() order.
+using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
+/// OptimizerFactory with each parameter's name ("layer1.0.bn1.weight"),
 /// in named_parameters() order, for param groups chosen by name (another
 /// learning rate for the head, no weight decay for some layers):
 ///
@@ -144,13 +152,12 @@ using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
 ///     }
 ///     std::vector<torch::optim::OptimizerParamGroup> groups;
 ///     groups.emplace_back(body);
-///     groups.emplace_back(head,
-///     std::make_unique<torch::optim::SGDOptions>(0.1)); return
-///     std::make_unique<lamp::optim::SGD>(groups,
-///     torch::optim::SGDOptions(0.01));
+///     groups.emplace_back(
+///         head, std::make_unique<torch::optim::SGDOptions>(0.1));
+///     return std::make_unique<lamp::optim::SGD>(
+///         groups, torch::optim::SGDOptions(0.01));
 ///   });
 /// \endcode
-using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 using NamedOptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(
         const NamedParameters& params)>;
@@ -161,7 +168,7 @@ using NamedOptimizerFactory =
 struct StepResult {
   /// This micro-batch's loss as loss_fn returned it (detached, unscaled).
   torch::Tensor loss;
-  /// Whether this call ended an accumulation cycle, i.e. called the
+  /// Whether this call ended an accumulation cycle, that is, called the
   /// optimizer (whose step may still have been skipped).
   bool cycle_ended = false;
   /// The step's overflow flag, a one-element FP32 tensor (1: skipped for
@@ -232,6 +239,12 @@ struct StepResult {
 /// \endcode
 class TrainStep {
  public:
+  /// Prepares `model` (on one device, with trainable parameters) for
+  /// `options`' precision mode: converts it in "half"/"bf16", builds the
+  /// gradient synchroniser, the master weights and then the optimizer with
+  /// `make_optimizer`. TORCH_CHECK error for a null model or factory, a
+  /// model with parameters on several devices or none that require grad,
+  /// options out of range, or an FP16 mode the device cannot run.
   TrainStep(std::shared_ptr<torch::nn::Module> model,
             const OptimizerFactory& make_optimizer,
             TrainStepOptions options = {});
@@ -271,7 +284,10 @@ class TrainStep {
       const std::function<torch::Tensor(const torch::Tensor&)>& forward,
       const torch::Tensor& input) const;
 
+  /// The optimizer make_optimizer built (over the master weights in
+  /// "half"/"bf16").
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  /// The loss scaler; disabled in the modes that do not scale the loss.
   GradScaler& scaler() { return scaler_; }
   /// The master weights in "half"/"bf16"; nullptr otherwise.
   MasterWeights* master_weights() { return master_.get(); }
@@ -279,9 +295,11 @@ class TrainStep {
   /// lamp::distributed::DataParallel from distributed::data_parallel());
   /// nullptr otherwise.
   GradientSync* gradient_sync() { return gradient_sync_.get(); }
+  /// The options the step was made with.
   const TrainStepOptions& options() const { return options_; }
   /// What the precision mode decides (precision_policy()).
   const PrecisionPolicy& policy() const { return policy_; }
+  /// The device of the model's parameters, where the step runs.
   const torch::Device& device() const { return device_; }
 
   /// Whether the batch form of step() runs as CUDA graphs: options'
@@ -316,14 +334,6 @@ class TrainStep {
   torch::Tensor current_scale() const;
   void check_graph_capturable();
 
-  // One captured step per input shape (CUDA graphs).
-  struct Graph {
-    int64_t eager_steps = 0;
-    torch::Tensor input, target;          // static inputs
-    torch::Tensor loss, found_inf, scale; // static outputs
-    std::unique_ptr<detail::CapturedGraph> graph;
-  };
-
   std::shared_ptr<torch::nn::Module> model_;
   std::vector<torch::Tensor> model_params_;
   TrainStepOptions options_;
@@ -337,12 +347,10 @@ class TrainStep {
   GradScaler scaler_;
   torch::Tensor unit_scale_;
   int64_t micro_step_ = 0;
-  std::map<std::string, Graph> graphs_;
-  c10::optional<detail::GraphPool> graph_pool_;
+  // The CUDA graphs, made by the first batch step that may capture.
+  std::unique_ptr<detail::GraphStep> graphs_;
   std::unique_ptr<Tf32Guard> tf32_;
   bool graph_enabled_ = false;
-  bool graph_checked_ = false;
-  bool capturing_ = false;
 };
 
 /// `torch::save(step, path)` / `torch::load(step, path)` and the archive
@@ -352,6 +360,8 @@ inline torch::serialize::OutputArchive& operator<<(
   step.save(archive);
   return archive;
 }
+/// Reads `step` from `archive` with TrainStep::load(): what
+/// `torch::load(step, path)` calls.
 inline torch::serialize::InputArchive& operator>>(
     torch::serialize::InputArchive& archive, TrainStep& step) {
   step.load(archive);

@@ -20,7 +20,9 @@ namespace data {
 /// A whole dataset in memory, on the CPU: `images` uint8 `[N, C, H, W]`,
 /// `labels` int64 `[N]`.
 struct Dataset {
+  /// uint8 [N, C, H, W], pixel values 0-255, on the CPU.
   torch::Tensor images;
+  /// int64 [N], the class of each image (0-9 for the readers here).
   torch::Tensor labels;
 
   /// N, the number of examples (0 when `labels` is undefined).
@@ -106,7 +108,6 @@ std::string default_fashion_mnist_directory();
 /// `(images[i] / 255 - mean[c]) / std[c]` per channel `c`, and `label` the
 /// int64 scalar `labels[i]`. The uint8 images stay as they are in memory;
 /// each get() converts one image.
-
 ///
 /// Example:
 /// \code

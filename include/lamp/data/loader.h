@@ -17,6 +17,8 @@ namespace data {
 
 /// Options of DeviceLoader.
 struct LoaderOptions {
+  /// Options with `batch_size` images per batch and every other field at its
+  /// default; implicit, so that a batch size converts to options.
   /* implicit */ LoaderOptions(int64_t batch_size = 128)
       : batch_size_(batch_size) {}
   /// Images per batch: at least 1, at most the samples an epoch serves
@@ -36,6 +38,8 @@ struct LoaderOptions {
   /// Per-channel mean and standard deviation, in [0, 1] pixel units; images
   /// become (x / 255 - mean) / std. Empty: just x / 255.
   TORCH_ARG(std::vector<double>, mean) = {};
+  /// Per-channel standard deviation, in the same units; empty exactly when
+  /// `mean` is, every value finite and positive.
   TORCH_ARG(std::vector<double>, std) = {};
   /// dtype of the produced images (kFloat, or kHalf/kBFloat16 to feed a
   /// converted network directly).
@@ -49,13 +53,17 @@ struct LoaderOptions {
   /// epoch are disjoint (but for the padding), cover the dataset, and have
   /// the same size, so every rank runs the same number of steps.
   TORCH_ARG(int64_t, num_shards) = 1;
+  /// This process's shard, 0 <= shard < num_shards: usually its rank.
   TORCH_ARG(int64_t, shard) = 0;
 };
 
 /// One batch: images [B, C, H, W] in the loader's dtype, labels int64 [B],
 /// both on the loader's device.
 struct Batch {
+  /// [B, C, H, W], augmented, scaled, normalised and cast to
+  /// LoaderOptions::dtype; channels_last when the options ask for it.
   torch::Tensor images;
+  /// int64 [B], the class of each image.
   torch::Tensor labels;
 };
 
@@ -98,7 +106,10 @@ class DeviceLoader {
   int64_t size() const { return labels_.size(0); }
   /// Samples this loader serves per epoch: size(), or its shard's size.
   int64_t samples_per_epoch() const;
+  /// Batches per epoch: samples_per_epoch() / batch_size, rounded up, or
+  /// down with drop_last.
   int64_t batches_per_epoch() const;
+  /// The options the loader was made with.
   const LoaderOptions& options() const { return options_; }
   /// The device the batches are on, with its index ("cuda" given: "cuda:0"
   /// when that is the current device).
@@ -106,6 +117,8 @@ class DeviceLoader {
 
   /// Selects the epoch whose order and augmentation batch() serves.
   void set_epoch(int64_t epoch);
+  /// The epoch batch() serves: 0 after construction, then the last
+  /// set_epoch() argument.
   int64_t epoch() const { return epoch_; }
   /// This epoch's sample order (this shard's, int64, on the device).
   const torch::Tensor& order() const { return order_; }

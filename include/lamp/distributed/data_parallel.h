@@ -66,6 +66,12 @@ struct DataParallelOptions {
 /// \endcode
 class DataParallel final : public GradientSync {
  public:
+  /// Registers the gradient hooks on `model`'s trainable parameters and
+  /// broadcasts rank 0's parameters and buffers: a collective, so every rank
+  /// constructs its DataParallel at the same point. TORCH_CHECK error for a
+  /// null model or group, a bucket_cap_mb that is not positive, a
+  /// communication_dtype other than kHalf, kBFloat16 or kFloat, or a
+  /// trainable parameter that is not on the group's device.
   DataParallel(std::shared_ptr<torch::nn::Module> model,
                std::shared_ptr<ProcessGroup> group,
                DataParallelOptions options = {});
@@ -85,7 +91,10 @@ class DataParallel final : public GradientSync {
   /// The process group's device.
   torch::Device device() const override { return group_->device(); }
 
+  /// Number of gradient buckets (each one all-reduce per backward), from
+  /// the parameters' sizes, dtypes and bucket_cap_mb.
   int64_t bucket_count() const;
+  /// The process group the gradients are averaged over.
   const ProcessGroup& group() const { return *group_; }
 
  private:
@@ -104,7 +113,7 @@ class DataParallel final : public GradientSync {
 ///
 /// \code
 ///   lamp::TrainStep step(model, make_optimizer,
-///       lamp::TrainStepOptions(lamp::Precision::kAmp)
+///       lamp::TrainStepOptions(lamp::Precision::kAMP)
 ///           .gradient_sync(lamp::distributed::data_parallel(group)));
 /// \endcode
 GradientSyncFactory data_parallel(std::shared_ptr<ProcessGroup> group,

@@ -13,11 +13,18 @@ namespace distributed {
 
 /// What `torchrun` (torch.distributed.run) sets in each process it starts.
 struct Environment {
+  /// RANK: this process's global rank, 0 <= rank < world_size.
   int rank = 0;
+  /// WORLD_SIZE: the number of processes in the job.
   int world_size = 1;
+  /// LOCAL_RANK: the rank among the processes on this machine, which picks
+  /// its CUDA device.
   int local_rank = 0;
+  /// LOCAL_WORLD_SIZE: the number of processes on this machine.
   int local_world_size = 1;
+  /// MASTER_ADDR: the host of the TCPStore where the ranks meet.
   std::string master_addr = "127.0.0.1";
+  /// MASTER_PORT: the TCPStore's port.
   int master_port = 29500;
   /// torchrun's agent already serves the TCPStore at master_addr:port
   /// (TORCHELASTIC_USE_AGENT_STORE=True); otherwise rank 0 serves it.

@@ -40,7 +40,8 @@ struct ProcessGroupOptions {
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(10);
 };
 
-/// The reduction of all_reduce_().
+/// The reduction of all_reduce_(): kSum adds the ranks' values, kMax and
+/// kMin take their elementwise maximum or minimum.
 enum class ReduceOp { kSum, kMax, kMin };
 
 /// One process's handle on a group of `world_size()` processes (ranks).
@@ -53,8 +54,8 @@ enum class ReduceOp { kSum, kMax, kMin };
 ///
 /// Example:
 /// \code
-///   auto group =
-///   lamp::distributed::ProcessGroup::from_environment(torch::kCPU);
+///   auto group = lamp::distributed::ProcessGroup::from_environment(
+///       torch::kCPU);
 ///   torch::Tensor correct = torch::tensor({hits}, torch::kDouble);
 ///   group->all_reduce_(correct);  // summed over ranks
 ///   if (group->rank() == 0) std::cout << correct.item<double>() << "\n";
@@ -80,16 +81,22 @@ class ProcessGroup {
                                               torch::Device device,
                                               ProcessGroupOptions options = {});
 
+  /// This process's rank, 0 <= rank() < world_size().
   int rank() const { return rank_; }
+  /// Number of processes in the group (1 for a single process).
   int world_size() const { return world_size_; }
+  /// This process's rank among those on its machine (torchrun's LOCAL_RANK):
+  /// the CUDA device index it uses.
   int local_rank() const { return local_rank_; }
   /// More than one rank.
   bool is_distributed() const { return world_size_ > 1; }
   /// Rank 0: the one that prints, logs and writes checkpoints.
   bool is_main() const { return rank_ == 0; }
+  /// The device the collectives' tensors live on.
   const torch::Device& device() const { return device_; }
   /// "gloo", "nccl", or "none" for a single process.
   const std::string& backend() const { return backend_name_; }
+  /// ProcessGroupOptions::timeout of the group; 0 for a single process.
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   /// In-place reduction of a dense tensor over all ranks; blocks until done.
@@ -107,8 +114,15 @@ class ProcessGroup {
   class Work {
    public:
     virtual ~Work() = default;
+    /// Blocks until the all-reduce is done and its sum is in the tensor;
+    /// throws the collective's error (a failed or timed-out rank). A second
+    /// call does nothing.
     virtual void wait() = 0;
   };
+  /// Starts summing `tensor` over all ranks, in place, and returns at once;
+  /// `tensor` holds the sum once Work::wait() returns, and must not be used
+  /// before. BF16 is reduced in FP32 on Gloo. A single process gets a Work
+  /// that is already done.
   std::unique_ptr<Work> all_reduce_async_(torch::Tensor& tensor);
 
  private:
@@ -131,7 +145,8 @@ class ProcessGroup {
 /// one-process group or nullptr.
 ///
 /// \code
-///   scaler.set_found_inf_reduction(lamp::distributed::found_inf_reduction(group));
+///   scaler.set_found_inf_reduction(
+///       lamp::distributed::found_inf_reduction(group));
 /// \endcode
 std::function<void(torch::Tensor&)> found_inf_reduction(
     std::shared_ptr<ProcessGroup> group);

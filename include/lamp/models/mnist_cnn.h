@@ -41,23 +41,32 @@ namespace models {
 /// log-probabilities changes nothing) at the cost of a second log_softmax.
 class MnistCNNImpl : public torch::nn::Module {
  public:
+  /// Builds and registers the children for `in_channels`-channel 28x28
+  /// images and `num_classes` classes; TORCH_CHECK error unless both are at
+  /// least 1.
   explicit MnistCNNImpl(int64_t num_classes = 10, int64_t in_channels = 1);
 
   /// `x` is [N, in_channels, 28, 28]; returns [N, num_classes]
   /// log-probabilities.
   torch::Tensor forward(torch::Tensor x);
 
+  /// Outputs of forward() per image.
   int64_t num_classes() const { return num_classes_; }
+  /// Channels of the input images (1 for MNIST and Fashion-MNIST).
   int64_t in_channels() const { return in_channels_; }
 
+  /// 5x5 convolution, `in_channels` -> 16, padding 2.
   torch::nn::Conv2d conv1{nullptr};
+  /// 5x5 convolution, 16 -> 32, padding 2.
   torch::nn::Conv2d conv2{nullptr};
+  /// Classifier: 32 * 7 * 7 features -> `num_classes`.
   torch::nn::Linear fc{nullptr};
 
  private:
   int64_t num_classes_;
   int64_t in_channels_;
 };
+/// The module holder of MnistCNNImpl: `model->forward(x)`.
 TORCH_MODULE(MnistCNN);
 
 } // namespace models

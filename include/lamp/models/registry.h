@@ -21,7 +21,11 @@ namespace models {
 /// A model built by name: the module (for TrainStep, checkpoints and
 /// conversion) and its forward pass.
 struct NamedModel {
+  /// The module tree: what to move to a device, convert, hand to the
+  /// optimizer and checkpoint. forward runs this very object.
   std::shared_ptr<torch::nn::Module> module;
+  /// Images [N, C, H, W] -> [N, num_classes]: log-probabilities for "cnn",
+  /// logits for the ResNets.
   std::function<torch::Tensor(const torch::Tensor&)> forward;
 };
 
@@ -49,20 +53,18 @@ NamedModel make_model(const std::string& name, int64_t num_classes = 10,
 /// inputs too (data::LoaderOptions::channels_last). Returns `module`.
 torch::nn::Module& to_channels_last(torch::nn::Module& module);
 
-/// lamp::network_to_half() for a model built by name: converts
-/// `model.module` in place (convert_network: FP16 or BF16, BatchNorm kept
-/// FP32) and puts an InputCast in front of its forward, so callers feed FP32
-/// data and never cast inputs themselves. The module keeps its parameter
-/// names (network_to_half's Sequential would prefix them with "1."), so
-/// checkpoints and state dicts read the same in every mode.
-///
-/// \code
-///   auto model = lamp::models::make_model("resnet18");
-///   model = lamp::models::network_to_half(model,
-///   lamp::HalfOptions(torch::kBFloat16)); auto logits =
-///   model.forward(fp32_images).to(torch::kFloat);
-/// \endcode
-NamedModel network_to_half(NamedModel model, const HalfOptions& options = {});
+/// lamp 0.2's network_to_half() for a model built by name: converts
+/// `model.module` in place and puts an InputCast in front of its forward.
+/// lamp::network_to_half() now keeps parameter names itself; use it.
+[[deprecated(
+    "use lamp::network_to_half(model.module, model.forward, options), which keeps parameter names")]] inline NamedModel
+network_to_half(NamedModel model, const HalfOptions& options = {}) {
+  auto half = lamp::network_to_half(model.module, model.forward, options);
+  model.forward = [half](const torch::Tensor& x) mutable {
+    return half->forward(x);
+  };
+  return model;
+}
 
 } // namespace models
 } // namespace lamp

@@ -1,7 +1,7 @@
 #pragma once
 
 /// \file
-/// CIFAR-style ResNets (He et al. 2016, "Deep Residual Learning for Image
+/// CIFAR-style ResNets (He et al., 2016, "Deep Residual Learning for Image
 /// Recognition"), as used by kuangliu/pytorch-cifar and by the
 /// kentaroy47/pytorch-cifar10-fp16 seed, with kuangliu's module names so that
 /// state-dict keys match theirs ("layer2.0.shortcut.0.weight", "linear.bias").
@@ -31,18 +31,30 @@ namespace models {
 /// Otherwise the shortcut is the identity and is not registered.
 class BasicBlockImpl : public torch::nn::Module {
  public:
+  /// Output channels per plane: the block outputs `planes` channels.
   static constexpr int64_t kExpansion = 1;
 
+  /// A block from `in_planes` input channels to `planes` output channels;
+  /// `stride` 2 halves the height and width (rounding up), in conv1 and in
+  /// the shortcut.
   BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  /// `x` is [N, in_planes, H, W]; returns [N, planes, H / stride,
+  /// W / stride] (rounded up), after the final ReLU.
   torch::Tensor forward(torch::Tensor x);
 
+  /// 3x3 convolution, `in_planes` -> `planes`, stride `stride`, padding 1.
   torch::nn::Conv2d conv1{nullptr};
+  /// BatchNorm of conv1's output.
   torch::nn::BatchNorm2d bn1{nullptr};
+  /// 3x3 convolution, `planes` -> `planes`, stride 1, padding 1.
   torch::nn::Conv2d conv2{nullptr};
+  /// BatchNorm of conv2's output, before the residual addition.
   torch::nn::BatchNorm2d bn2{nullptr};
   /// Empty (`is_empty()`) when the shortcut is the identity.
   torch::nn::Sequential shortcut{nullptr};
 };
+/// The module holder of BasicBlockImpl (a shared pointer to it, as for every
+/// torch::nn module): `block->forward(x)`.
 TORCH_MODULE(BasicBlock);
 
 /// The residual block of ResNet50/101/152: 1x1 (reduce to `planes`), 3x3
@@ -55,24 +67,38 @@ TORCH_MODULE(BasicBlock);
 /// (1x1 convolution + BatchNorm) when the shape changes, as in BasicBlockImpl.
 class BottleneckImpl : public torch::nn::Module {
  public:
+  /// Output channels per plane: the block outputs `planes * 4` channels.
   static constexpr int64_t kExpansion = 4;
 
+  /// A block from `in_planes` input channels to `planes * kExpansion` output
+  /// channels through a `planes`-channel bottleneck; `stride` 2 halves the
+  /// height and width (rounding up), in conv2 and in the shortcut.
   BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  /// `x` is [N, in_planes, H, W]; returns [N, planes * kExpansion,
+  /// H / stride, W / stride] (rounded up), after the final ReLU.
   torch::Tensor forward(torch::Tensor x);
 
+  /// 1x1 convolution, `in_planes` -> `planes`.
   torch::nn::Conv2d conv1{nullptr};
+  /// BatchNorm of conv1's output.
   torch::nn::BatchNorm2d bn1{nullptr};
+  /// 3x3 convolution, `planes` -> `planes`, stride `stride`, padding 1.
   torch::nn::Conv2d conv2{nullptr};
+  /// BatchNorm of conv2's output.
   torch::nn::BatchNorm2d bn2{nullptr};
+  /// 1x1 convolution, `planes` -> `planes * kExpansion`.
   torch::nn::Conv2d conv3{nullptr};
+  /// BatchNorm of conv3's output, before the residual addition.
   torch::nn::BatchNorm2d bn3{nullptr};
   /// Empty (`is_empty()`) when the shortcut is the identity.
   torch::nn::Sequential shortcut{nullptr};
 };
+/// The module holder of BottleneckImpl: `block->forward(x)`.
 TORCH_MODULE(Bottleneck);
 
 /// Options of ResNetImpl.
 struct ResNetOptions {
+  /// ResNet18's layout by default; num_classes 10 and in_channels 3 until set.
   /* implicit */ ResNetOptions(std::vector<int64_t> blocks = {2, 2, 2, 2},
                                bool bottleneck = false)
       : blocks_(std::move(blocks)), bottleneck_(bottleneck) {}
@@ -115,26 +141,40 @@ struct ResNetOptions {
 /// cross_entropy (after `.to(torch::kFloat)` for a converted model).
 class ResNetImpl : public torch::nn::Module {
  public:
+  /// Builds and registers every child. TORCH_CHECK error unless `blocks`
+  /// holds four counts of at least 1 and num_classes and in_channels are at
+  /// least 1.
   explicit ResNetImpl(const ResNetOptions& options);
+  /// The same, with the options given one by one.
   ResNetImpl(const std::vector<int64_t>& blocks, bool bottleneck,
              int64_t num_classes = 10, int64_t in_channels = 3);
 
-  /// `x` is [N, in_channels, H, W]; returns [N, num_classes] logits.
+  /// `x` is [N, in_channels, H, W]; returns [N, num_classes] logits. Another
+  /// shape is a TORCH_CHECK error that names the expected one.
   torch::Tensor forward(torch::Tensor x);
 
+  /// The options the network was built with.
   const ResNetOptions& options() const { return options_; }
 
+  /// Stem: 3x3 convolution, `in_channels` -> 64, stride 1, padding 1.
   torch::nn::Conv2d conv1{nullptr};
+  /// BatchNorm of the stem.
   torch::nn::BatchNorm2d bn1{nullptr};
+  /// Stage 1: `blocks[0]` blocks of 64 planes, stride 1.
   torch::nn::Sequential layer1{nullptr};
+  /// Stage 2: `blocks[1]` blocks of 128 planes; the first has stride 2.
   torch::nn::Sequential layer2{nullptr};
+  /// Stage 3: `blocks[2]` blocks of 256 planes; the first has stride 2.
   torch::nn::Sequential layer3{nullptr};
+  /// Stage 4: `blocks[3]` blocks of 512 planes; the first has stride 2.
   torch::nn::Sequential layer4{nullptr};
+  /// Classifier: 512 * kExpansion features -> `num_classes` logits.
   torch::nn::Linear linear{nullptr};
 
  private:
   ResNetOptions options_;
 };
+/// The module holder of ResNetImpl: `model->forward(x)`.
 TORCH_MODULE(ResNet);
 
 /// ResNet18: {2, 2, 2, 2} basic blocks; 11,173,962 parameters for 10 classes.

@@ -20,6 +20,7 @@ namespace models {
 
 /// Options of python_state_dict() and export_state_dict().
 struct StateDictOptions {
+  /// The type of master_weights: a pointer the options do not own.
   using MasterWeightsPtr = const MasterWeights*;
 
   /// Floating-point tensors in FP32, as a Python model has them before any

@@ -38,15 +38,28 @@ using DeviceSteps = std::unordered_map<const c10::TensorImpl*,
 /// step does not count); save() writes it back into the state's `step`.
 class Adam : public torch::optim::Adam, public AmpStep {
  public:
+  /// As torch::optim::Adam's constructor (which checks the options), plus
+  /// the implementation of the step. kFused where the fused kernels do not
+  /// apply is a TORCH_CHECK error at the first step() or implementation()
+  /// call, not here: the parameters may still move to their device.
   Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
        torch::optim::AdamOptions defaults = {},
        Implementation implementation = Implementation::kAuto);
+  /// The same, with one param group holding `params`.
   explicit Adam(std::vector<torch::Tensor> params,
                 torch::optim::AdamOptions defaults = {},
                 Implementation implementation = Implementation::kAuto);
 
+  /// One update of every parameter with a gradient, through implementation().
+  /// `closure`, if given, runs first with grad mode on (as in torch::optim)
+  /// and its loss is returned; otherwise returns an undefined tensor.
   torch::Tensor step(LossClosure closure = nullptr) override;
+  /// torch::optim::Adam's format, with the step counts the fused path keeps
+  /// on the device copied back into each parameter's `step` first (a host
+  /// sync), so that a checkpoint loads into torch::optim::Adam too.
   void save(torch::serialize::OutputArchive& archive) const override;
+  /// Reads torch::optim::Adam's format (torch::optim::Adam's checkpoints
+  /// too); the fused path then starts from the loaded step counts.
   void load(torch::serialize::InputArchive& archive) override;
 
   bool skips_on_device() const override;
@@ -54,7 +67,9 @@ class Adam : public torch::optim::Adam, public AmpStep {
                    const torch::Tensor& found_inf) override;
   void refresh_device_lr() override;
 
+  /// The implementation requested at construction.
   Implementation requested_implementation() const { return implementation_; }
+  /// What step() runs for the current parameters (kAuto resolved).
   Implementation implementation() const;
 
  private:
@@ -67,15 +82,24 @@ class Adam : public torch::optim::Adam, public AmpStep {
 /// (torch::optim::AdamW's rule; its default weight_decay is 1e-2).
 class AdamW : public torch::optim::AdamW, public AmpStep {
  public:
+  /// As torch::optim::AdamW's constructor (which checks the options), plus
+  /// the implementation of the step; kFused is checked as in Adam.
   AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
         torch::optim::AdamWOptions defaults = {},
         Implementation implementation = Implementation::kAuto);
+  /// The same, with one param group holding `params`.
   explicit AdamW(std::vector<torch::Tensor> params,
                  torch::optim::AdamWOptions defaults = {},
                  Implementation implementation = Implementation::kAuto);
 
+  /// One update of every parameter with a gradient, through implementation().
+  /// `closure`, if given, runs first with grad mode on (as in torch::optim)
+  /// and its loss is returned; otherwise returns an undefined tensor.
   torch::Tensor step(LossClosure closure = nullptr) override;
+  /// torch::optim::AdamW's format, with the device step counts copied back
+  /// first, as Adam::save().
   void save(torch::serialize::OutputArchive& archive) const override;
+  /// Reads torch::optim::AdamW's format, as Adam::load().
   void load(torch::serialize::InputArchive& archive) override;
 
   bool skips_on_device() const override;
@@ -83,7 +107,9 @@ class AdamW : public torch::optim::AdamW, public AmpStep {
                    const torch::Tensor& found_inf) override;
   void refresh_device_lr() override;
 
+  /// The implementation requested at construction.
   Implementation requested_implementation() const { return implementation_; }
+  /// What step() runs for the current parameters (kAuto resolved).
   Implementation implementation() const;
 
  private:

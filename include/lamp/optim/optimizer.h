@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "lamp/platform/names.h"
+
 namespace lamp {
 namespace optim {
 
@@ -37,6 +39,9 @@ enum class Implementation {
   kPerTensor,
 };
 
+/// The spellings of the implementations: "auto", "fused", "foreach",
+/// "per-tensor".
+const NameTable<Implementation>& implementation_table();
 /// "auto", "fused", "foreach", "per-tensor".
 std::string to_string(Implementation implementation);
 /// Parses to_string()'s spellings; anything else is an error listing them.
@@ -73,6 +78,8 @@ class AmpStep {
   /// value into the launch, so that a captured step follows schedule changes
   /// once refresh_device_lr() has copied the groups' current values there.
   void set_device_lr(bool enabled);
+  /// Whether the fused step reads its learning rates from device tensors
+  /// (set_device_lr()); off by default.
   bool device_lr() const { return device_lr_enabled_; }
   /// Copies every param group's current learning rate into its device
   /// tensor: one small fill per group and device, no host sync. Call it
@@ -84,6 +91,9 @@ class AmpStep {
   /// `lr` the first time; undefined while device_lr() is off.
   torch::Tensor device_lr_for(size_t group, double lr,
                               const torch::Device& device);
+  /// refresh_device_lr() for an optimizer whose param groups are `self`'s
+  /// (the optimizer itself): what the overrides call. A device tensor of a
+  /// param group that no longer exists is a TORCH_CHECK error.
   void refresh_device_lr(const torch::optim::Optimizer& self);
 
  private:
@@ -91,34 +101,50 @@ class AmpStep {
   std::map<std::pair<size_t, std::string>, torch::Tensor> device_lr_;
 };
 
-/// What the training programs and lamp_bench configure: one of "sgd",
-/// "adam", "adamw" with its hyper-parameters, built by make_optimizer().
-struct OptimizerConfig {
-  /// "sgd", "adam" or "adamw".
+/// An optimizer by name, with its hyper-parameters: what the trainer
+/// (TrainerOptions::optimizer), the training programs and lamp_bench
+/// configure, built by make_optimizer(). The defaults are the CIFAR-10
+/// ResNet recipe (SGD, lr 0.1, Nesterov momentum 0.9, weight decay 5e-4), and
+/// they are the only defaults of these hyper-parameters in lamp: the trainer
+/// and the programs take theirs from here.
+struct OptimizerOptions {
+  /// "sgd", "adam" or "adamw" (optimizer_names()).
   TORCH_ARG(std::string, name) = "sgd";
+  /// Learning rate (the peak of a schedule); > 0.
   TORCH_ARG(double, lr) = 0.1;
-  /// SGD's momentum (Adam's betas stay at their defaults, 0.9 and 0.999).
+  /// SGD's momentum, >= 0 (Adam's betas stay at their defaults, 0.9 and
+  /// 0.999).
   TORCH_ARG(double, momentum) = 0.9;
-  TORCH_ARG(bool, nesterov) = false;
-  /// L2 penalty for SGD and Adam, decoupled decay for AdamW.
-  TORCH_ARG(double, weight_decay) = 0.0;
+  /// Nesterov momentum for SGD; has no effect while momentum is 0.
+  TORCH_ARG(bool, nesterov) = true;
+  /// L2 penalty for SGD and Adam, decoupled decay for AdamW; >= 0.
+  TORCH_ARG(double, weight_decay) = 5e-4;
   /// "No bias decay": the parameters with at most one dimension (biases and
   /// the weights and biases of BatchNorm, LayerNorm, GroupNorm) get no weight
   /// decay, in a second param group; the others get `weight_decay`. What
   /// users of AdamW usually want. Off: one group, all decayed, as
   /// torch::optim.
   TORCH_ARG(bool, no_bias_decay) = false;
+  /// How the update runs (fused, foreach or per-tensor kernels).
   TORCH_ARG(Implementation, implementation) = Implementation::kAuto;
 };
+
+/// lamp 0.2's name of OptimizerOptions, whose defaults were then
+/// nesterov false and weight_decay 0.
+using OptimizerConfig [[deprecated(
+    "use lamp::optim::OptimizerOptions (note its recipe defaults: nesterov true, weight_decay 5e-4)")]] =
+    OptimizerOptions;
 
 /// The optimizer names make_optimizer() accepts.
 const std::vector<std::string>& optimizer_names();
 
-/// Builds lamp::optim::SGD, Adam or AdamW over `params` from `config` (one
+/// Builds lamp::optim::SGD, Adam or AdamW over `params` from `options` (one
 /// param group, or two with no_bias_decay: the decayed parameters first);
-/// an unknown name is an error listing the valid ones.
+/// an unknown name is an error listing the valid ones, and so is a
+/// learning rate that is not positive and finite or a negative momentum or
+/// weight decay.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
-    std::vector<torch::Tensor> params, const OptimizerConfig& config);
+    std::vector<torch::Tensor> params, const OptimizerOptions& options);
 
 } // namespace optim
 } // namespace lamp

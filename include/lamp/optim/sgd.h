@@ -39,12 +39,20 @@ namespace optim {
 /// \endcode
 class SGD : public torch::optim::SGD, public AmpStep {
  public:
+  /// As torch::optim::SGD's constructor (which checks the options), plus the
+  /// implementation of the step. kFused where the fused kernels do not apply
+  /// is a TORCH_CHECK error at the first step() or implementation() call,
+  /// not here: the parameters may still move to their device.
   SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups,
       torch::optim::SGDOptions defaults,
       Implementation implementation = Implementation::kAuto);
+  /// The same, with one param group holding `params`.
   SGD(std::vector<torch::Tensor> params, torch::optim::SGDOptions defaults,
       Implementation implementation = Implementation::kAuto);
 
+  /// One update of every parameter with a gradient, through implementation().
+  /// `closure`, if given, runs first with grad mode on (as in torch::optim)
+  /// and its loss is returned; otherwise returns an undefined tensor.
   torch::Tensor step(LossClosure closure = nullptr) override;
 
   bool skips_on_device() const override;

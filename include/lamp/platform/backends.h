@@ -24,6 +24,7 @@ bool cudnn_benchmark();
 /// Lower is a shorter first epoch, higher may find a faster algorithm.
 /// Negative values are an error.
 void set_cudnn_benchmark_limit(int limit);
+/// The number of algorithms benchmark mode tries per new shape (0 = all).
 int cudnn_benchmark_limit();
 
 /// Allows or forbids TF32 tensor-core math for FP32 convolutions (cuDNN) and
@@ -49,7 +50,9 @@ bool tf32();
 /// \endcode
 class Tf32Guard {
  public:
+  /// Saves the cuDNN and cuBLAS TF32 settings, then calls set_tf32(enabled).
   explicit Tf32Guard(bool enabled);
+  /// Puts back the two settings saved by the constructor.
   ~Tf32Guard();
   Tf32Guard(const Tf32Guard&) = delete;
   Tf32Guard& operator=(const Tf32Guard&) = delete;
@@ -75,7 +78,7 @@ bool mixed_dtype_norm_available(const torch::Device& device,
 
 /// The LibTorch lamp was built with, for reports: the version its headers
 /// give (TORCH_VERSION), followed, for a Debian package's LibTorch, by the
-/// package and its version, e.g. "1.13.0 (Debian package libtorch-dev
+/// package and its version: "1.13.0 (Debian package libtorch-dev
 /// 1.13.1+dfsg-4)". Debian's libtorch-dev 1.13.1 has headers that say 1.13.0;
 /// the package's version is read by CMake (dpkg-query) when lamp is built.
 std::string libtorch_version();

@@ -81,11 +81,15 @@ uint32_t crc32(const void* data, size_t size);
 /// pid) or the lock file cannot be created (naming the reason).
 class CheckpointLock {
  public:
+  /// Takes the lock on checkpoint `path` (the lock file is `path` + ".lock");
+  /// `path` is checked first as check_checkpoint_path() does.
   explicit CheckpointLock(const std::string& path);
+  /// Removes the lock file, then releases the lock.
   ~CheckpointLock();
   CheckpointLock(const CheckpointLock&) = delete;
   CheckpointLock& operator=(const CheckpointLock&) = delete;
 
+  /// The lock file: the checkpoint path + ".lock".
   const std::string& lock_path() const { return lock_path_; }
 
  private:

@@ -8,9 +8,13 @@
 #include <cstdint>
 #include <string>
 
+#include "lamp/platform/names.h"
+
 namespace lamp {
 namespace training {
 
+/// How the learning rate moves over a run, from the peak learning rate
+/// (TrainerOptions::lr) and the run's total steps; see learning_rate().
 enum class Schedule {
   kConstant, ///< "constant": the peak learning rate throughout.
   kCosine,   ///< "cosine": cosine decay from the peak to 0.
@@ -19,9 +23,14 @@ enum class Schedule {
              ///< peak/(25*1e4) (cosine).
 };
 
+/// The spellings of the schedules, in the order the programs list them:
+/// "onecycle", "cosine", "constant".
+const NameTable<Schedule>& schedule_table();
 /// Parses "constant", "cosine", "onecycle"; anything else is an error that
 /// lists them.
 Schedule parse_schedule(const std::string& name);
+/// The name parse_schedule() reads back: "constant", "cosine" or
+/// "onecycle".
 std::string to_string(Schedule schedule);
 
 /// The learning rate at `step` (0-based) of `total_steps` for a peak of

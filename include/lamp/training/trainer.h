@@ -18,7 +18,7 @@
 #include "lamp/amp/train_step.h"
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
-#include "lamp/distributed.h"
+#include "lamp/distributed/process_group.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "lamp/training/schedule.h"
@@ -26,46 +26,46 @@
 namespace lamp {
 namespace training {
 
-/// Options of ClassifierTrainer.
+/// Names a setting in a message: (key, library name) -> the name to print.
+using OptionNamer = std::function<std::string(const std::string& key,
+                                              const std::string& library_name)>;
+
+/// Options of ClassifierTrainer. The step's and the optimizer's options are
+/// nested, not copied: `step` is a TrainStepOptions (precision, accumulation,
+/// clipping, skip_non_finite, CUDA graphs, the scaler's options) and
+/// `optimizer` an optim::OptimizerOptions (name, lr, momentum, weight decay,
+/// ...), each with its own defaults. Example:
+///
+/// \code
+/// auto options = lamp::training::TrainerOptions(lamp::Precision::kAMPBF16)
+///                    .epochs(5)
+///                    .checkpoint("run.pt");
+/// options.optimizer().lr(0.05);
+/// options.step().max_grad_norm(1.0);
+/// \endcode
 struct TrainerOptions {
-  /// Precision mode (lamp::Precision).
-  TORCH_ARG(Precision, precision) = Precision::kFP32;
+  /// Options for `precision`; the step runs CUDA graphs where they apply
+  /// (cuda_graph kAuto, where TrainStepOptions alone defaults to kOff).
+  /* implicit */ TrainerOptions(Precision precision = Precision::kFP32)
+      : step_(TrainStepOptions(precision).cuda_graph(CudaGraphMode::kAuto)) {}
+
+  /// The training step: precision, accumulation_steps (batches whose
+  /// gradients are summed before one optimizer step; it must divide the
+  /// batches per epoch, so that every epoch and checkpoint ends on an
+  /// optimizer step; steps, max_steps and the schedule count batches),
+  /// max_grad_norm, skip_non_finite, cuda_graph (kAuto here: CUDA graphs on
+  /// CUDA with a fused lamp::optim optimizer, no accumulation, one process;
+  /// train_step().cuda_graph_enabled() and cuda_graph_unavailable_reason()
+  /// say what was chosen and why) and the scaler's options. Its
+  /// gradient_sync is the trainer's to set (from `process_group`).
+  TORCH_ARG(TrainStepOptions, step);
+  /// The optimizer, built by optim::make_optimizer(); `lr` is the peak of the
+  /// schedule.
+  TORCH_ARG(optim::OptimizerOptions, optimizer);
+  /// Passes over the training data.
   TORCH_ARG(int64_t, epochs) = 10;
-  /// The optimizer: "sgd", "adam" or "adamw" (lamp::optim, fused where the
-  /// LibTorch has the kernels).
-  TORCH_ARG(std::string, optimizer) = "sgd";
-  /// How the optimizer runs (lamp::optim::Implementation).
-  TORCH_ARG(optim::Implementation,
-            optimizer_implementation) = optim::Implementation::kAuto;
-  /// Peak learning rate.
-  TORCH_ARG(double, lr) = 0.1;
-  /// SGD's momentum (Nesterov when `nesterov`).
-  TORCH_ARG(double, momentum) = 0.9;
-  /// L2 penalty (SGD, Adam) or decoupled decay (AdamW).
-  TORCH_ARG(double, weight_decay) = 5e-4;
-  TORCH_ARG(bool, nesterov) = true;
-  /// No weight decay on biases and norm parameters
-  /// (optim::OptimizerConfig::no_bias_decay).
-  TORCH_ARG(bool, no_bias_decay) = false;
+  /// How the learning rate moves from step to step.
   TORCH_ARG(Schedule, schedule) = Schedule::kOneCycle;
-  /// In the modes without loss scaling, still skip optimizer steps with
-  /// inf/NaN gradients (TrainStepOptions::skip_non_finite).
-  TORCH_ARG(bool, skip_non_finite) = false;
-  /// Train in CUDA graphs (TrainStepOptions::cuda_graph): kAuto (the
-  /// default) where they apply (CUDA, a fused lamp::optim optimizer, no
-  /// accumulation, one process), kOn to refuse a run where they cannot,
-  /// kOff for eager steps. train_step().cuda_graph_enabled() and
-  /// cuda_graph_unavailable_reason() say what was chosen and why.
-  TORCH_ARG(CudaGraphMode, cuda_graph) = CudaGraphMode::kAuto;
-  /// Clip the global L2 norm of the unscaled gradients to this before each
-  /// optimizer step (0 = off; TrainStepOptions::max_grad_norm).
-  TORCH_ARG(double, max_grad_norm) = 0.0;
-  /// Batches whose gradients are summed before one optimizer step
-  /// (TrainStepOptions::accumulation_steps): the effective batch is
-  /// accumulation_steps times the loader's. It must divide the batches per
-  /// epoch, so that every epoch (and checkpoint) ends on an optimizer step.
-  /// Steps, max_steps and the schedule count batches.
-  TORCH_ARG(int64_t, accumulation_steps) = 1;
   /// Stop after this many optimizer steps in total (0 = no limit): smoke runs.
   TORCH_ARG(int64_t, max_steps) = 0;
   /// Images per evaluation batch.
@@ -91,7 +91,18 @@ struct TrainerOptions {
   /// the checkpoint. nullptr or a one-process group: a single process.
   TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>,
             process_group) = nullptr;
+  /// How the trainer's messages name a setting, given its key ("lr",
+  /// "batch_size", "precision", "optimizer", "model", "data", ...) and the
+  /// library's name for it ("TrainerOptions::optimizer().lr"). Unset: the
+  /// library's name. A program passes its flags' names ("--lr").
+  TORCH_ARG(OptionNamer, option_name) = nullptr;
 };
+
+/// The name a message of `options`' trainer uses for setting `key`, whose
+/// library name is `library_name`: options.option_name()'s answer, or
+/// `library_name` when it is unset.
+std::string name_option(const TrainerOptions& options, const std::string& key,
+                        const std::string& library_name);
 
 /// What one epoch did.
 struct EpochStats {
@@ -103,6 +114,7 @@ struct EpochStats {
   /// Steps whose loss was inf/NaN (skipped by loss scaling or
   /// skip_non_finite; a run of them stops training, see ClassifierTrainer).
   int64_t non_finite_losses = 0;
+  /// Mean cross-entropy per test image, after the epoch.
   double test_loss = 0;
   double test_accuracy = 0; ///< in [0, 1]
   /// Training time of the epoch (no evaluation), without `warmup_seconds`.
@@ -113,11 +125,14 @@ struct EpochStats {
   /// 0 in later epochs. Reported apart so that `seconds`
   /// and images/s are the steady rate.
   double warmup_seconds = 0;
+  /// Training images per second over `seconds`, warm-up excluded; with a
+  /// process group, of all ranks together.
   double images_per_second = 0;
   /// On CUDA the most memory allocated to tensors during the epoch's
   /// training, plus what CUDA graphs captured in an earlier epoch hold
   /// (TrainStep::cuda_graph_pool_bytes); on the CPU the process's peak RSS.
   int64_t peak_memory_bytes = 0;
+  /// GradScaler's scale at the end of the epoch; 1 without loss scaling.
   double loss_scale = 1.0;
   int64_t skipped_steps = 0; ///< in this epoch
   double lr = 0;             ///< at the end of the epoch
@@ -127,6 +142,7 @@ struct EpochStats {
 struct BatchProgress {
   int64_t epoch = 0; ///< 1-based
   int64_t batch = 0; ///< 1-based
+  /// Batches per epoch: the last `batch` of this epoch.
   int64_t batches = 0;
   int64_t images = 0; ///< images in this batch
   int64_t global_step =
@@ -137,6 +153,8 @@ struct BatchProgress {
   /// waits for the device, so read them only when showing them (a redraw,
   /// every N steps), never every step.
   torch::Tensor loss;
+  /// The loss scale after this batch's step (see `loss`); 1 without loss
+  /// scaling.
   torch::Tensor loss_scale;
   /// The trainer's own running totals, live (updated in place by the
   /// following steps) and on the device: the sum of this epoch's finite
@@ -145,11 +163,18 @@ struct BatchProgress {
   /// loss over any stretch of steps is a difference of two reads, so a
   /// display adds no work to the steps it does not draw.
   torch::Tensor epoch_loss_sum;
+  /// Non-finite losses since fit() began, live on the device (int64; see
+  /// `epoch_loss_sum`).
   torch::Tensor non_finite_losses;
+  /// How many of `non_finite_losses` came before this epoch (a host value).
   int64_t non_finite_before_epoch = 0;
   /// Whether this batch is timed as warm-up (EpochStats::warmup_seconds).
   bool warmup = false;
 };
+
+namespace detail {
+class DivergenceWatch;
+} // namespace detail
 
 /// Trains a classifier with cross-entropy on a DeviceLoader:
 ///  1. each step sets the scheduled learning rate, takes a batch on the
@@ -169,12 +194,15 @@ struct BatchProgress {
 /// Resuming checks the checkpoint's checksum and that this run repeats its
 /// model, dataset size, precision, optimizer, batch size, epochs, learning
 /// rate, schedule, momentum, weight decay, no-bias-decay, accumulation steps
-/// and seed (an error names the
-/// differing flag), then every tensor's shape and dtype (TrainStep::load),
+/// and seed (an error names the differing setting, through
+/// TrainerOptions::option_name), then every tensor's shape and dtype
+/// (TrainStep::load),
 /// before anything changes. A checkpoint of a finished run resumes with
 /// start_epoch() == epochs: fit() then trains nothing.
 class ClassifierTrainer {
  public:
+  /// The model's forward pass: images [N, C, H, W] -> [N, classes] logits or
+  /// log-probabilities (models::NamedModel::forward).
   using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
 
   /// `model` must already be on `train_loader`'s device; `forward` runs it
@@ -195,7 +223,10 @@ class ClassifierTrainer {
 
   /// The first epoch fit() will run (0-based; > 0 after resuming).
   int64_t start_epoch() const { return start_epoch_; }
+  /// The TrainStep that runs each step: its optimizer, scaler and master
+  /// weights.
   TrainStep& train_step() { return *step_; }
+  /// The options the trainer was made with.
   const TrainerOptions& options() const { return options_; }
 
   /// Writes a checkpoint (model, master weights, optimizer, scaler, epoch,
@@ -220,6 +251,13 @@ class ClassifierTrainer {
   bool evaluated_ = false;        // the first evaluation (warm-up) has run
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
+
+  struct EpochRun;
+  void train_epoch(EpochRun& run, detail::DivergenceWatch& watch,
+                   const std::function<void(const BatchProgress&)>& on_batch);
+  void finish_epoch(EpochRun& run, detail::DivergenceWatch& watch);
+  void evaluate_epoch(EpochRun& run, detail::DivergenceWatch& watch);
+  void end_epoch(const EpochStats& stats);
 };
 
 } // namespace training

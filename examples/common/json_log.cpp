@@ -1,0 +1,170 @@
+#include "json_log.h"
+
+#include <lamp/version.h>
+#include <sys/stat.h>
+#include <torch/version.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <utility>
+
+namespace lamp_examples {
+namespace {
+
+// The current time in UTC as ISO 8601 with milliseconds.
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          now.time_since_epoch())
+                          .count() %
+                      1000;
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[80]; // room for any int the compiler cannot rule out
+  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
+                utc.tm_min, utc.tm_sec, static_cast<int>(millis));
+  return text;
+}
+
+// A run's id: its start time, the process id and 32 random bits, so that
+// runs appended to one log file can be told apart.
+std::string new_run_id() {
+  std::string id = utc_now();
+  id.erase(std::remove_if(id.begin(), id.end(),
+                          [](char c) { return c == '-' || c == ':'; }),
+           id.end());
+  id = id.substr(0, id.find('.')) + "Z";
+  char tail[32];
+  std::snprintf(tail, sizeof(tail), "-%d-%08x", static_cast<int>(getpid()),
+                static_cast<unsigned>(std::random_device{}()));
+  return id + tail;
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "directory";
+  if (S_ISFIFO(mode))
+    return "FIFO";
+  if (S_ISCHR(mode))
+    return "character device";
+  if (S_ISBLK(mode))
+    return "block device";
+  if (S_ISSOCK(mode))
+    return "socket";
+  return "special file";
+}
+
+} // namespace
+
+JsonLog::JsonLog(const ProgramConfig& config, RunFacts facts)
+    : path_(config.log_json),
+      run_id_(new_run_id()),
+      facts_(std::move(facts)),
+      model_(config.model),
+      batch_size_(config.batch_size) {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0) {
+    TORCH_CHECK(S_ISREG(st.st_mode), "--log-json ", path_,
+                " exists and is not a regular file (a ", file_kind(st.st_mode),
+                "); give the path of a JSON Lines file to append to.");
+  }
+  errno = 0;
+  out_.open(path_, std::ios::app);
+  TORCH_CHECK(out_.is_open(), "--log-json: cannot open ", path_,
+              " for appending (", std::strerror(errno),
+              "); check that its folder exists and is writable.");
+  write_run(config);
+}
+
+void JsonLog::write_run(const ProgramConfig& config) {
+  const auto cuda = lamp::cuda_versions();
+  write("run", {{"program", facts_.program},
+                {"command_line", config.command_line},
+                {"lamp_version", LAMP_VERSION},
+                {"torch_version", TORCH_VERSION},
+                {"libtorch", lamp::libtorch_version()},
+                {"cuda", cuda.empty() ? nlohmann::ordered_json(nullptr)
+                                      : nlohmann::ordered_json(cuda)},
+                {"device", facts_.device.str()},
+                {"device_name", lamp::device_name(facts_.device)},
+                {"world_size", facts_.world_size},
+                {"model", config.model},
+                {"precision", lamp::to_string(facts_.precision)},
+                {"optimizer", config.optimizer},
+                {"batch_size", config.batch_size},
+                {"accumulation_steps", config.accumulation_steps},
+                {"epochs", config.epochs},
+                {"lr", config.lr},
+                {"schedule", config.schedule},
+                {"momentum", config.momentum},
+                {"weight_decay", config.weight_decay},
+                {"no_bias_decay", config.no_bias_decay},
+                {"max_grad_norm", config.max_grad_norm},
+                {"cuda_graph", facts_.cuda_graph},
+                {"seed", config.seed},
+                {"train_images", facts_.train_images},
+                {"test_images", facts_.test_images},
+                {"start_epoch", facts_.start_epoch + 1},
+                {"resume", config.resume}});
+}
+
+void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
+  write("epoch", {{"program", facts_.program},
+                  {"model", model_},
+                  {"precision", lamp::to_string(facts_.precision)},
+                  {"device", facts_.device.str()},
+                  {"batch_size", batch_size_},
+                  {"epoch", s.epoch},
+                  {"steps", s.steps},
+                  {"global_step", s.global_step},
+                  {"train_loss", s.train_loss},
+                  {"test_loss", s.test_loss},
+                  {"test_accuracy", s.test_accuracy},
+                  {"seconds", s.seconds},
+                  {"warmup_seconds", s.warmup_seconds},
+                  {"images_per_second", s.images_per_second},
+                  {"peak_memory_bytes", s.peak_memory_bytes},
+                  {"loss_scale", s.loss_scale},
+                  {"skipped_steps", s.skipped_steps},
+                  {"non_finite_losses", s.non_finite_losses},
+                  {"lr", s.lr}});
+}
+
+void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
+                         double images_per_second) {
+  write("step", {{"epoch", p.epoch},
+                 {"batch", p.batch},
+                 {"global_step", p.global_step},
+                 {"loss", loss},
+                 {"images_per_second", images_per_second},
+                 {"loss_scale",
+                  p.loss_scale.defined() ? p.loss_scale.item<double>() : 1.0},
+                 {"lr", p.lr},
+                 {"warmup", p.warmup}});
+}
+
+void JsonLog::write(const char* kind, const nlohmann::ordered_json& fields) {
+  nlohmann::ordered_json line = {
+      {"record", kind}, {"run_id", run_id_}, {"time", utc_now()}};
+  for (const auto& item : fields.items()) {
+    line[item.key()] = item.value();
+  }
+  errno = 0;
+  out_ << line.dump() << "\n";
+  out_.flush();
+  TORCH_CHECK(
+      out_.good(), "--log-json: writing to ", path_, " failed (",
+      errno != 0 ? std::strerror(errno) : "stream error",
+      "); the log is incomplete. Free space on its disk or give another --log-json.");
+}
+
+} // namespace lamp_examples

@@ -1,0 +1,65 @@
+#pragma once
+
+// The --log-json file of train_cifar10 and train_mnist: JSON Lines records
+// of a run (its header, one per epoch, one per --log-every steps), every
+// write checked.
+
+#include <lamp/lamp.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include "options.h"
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace lamp_examples {
+
+/// What the records say about a run besides its flags.
+struct RunFacts {
+  std::string program;
+  torch::Device device = torch::kCPU;
+  int64_t world_size = 1;
+  lamp::Precision precision = lamp::Precision::kFP32;
+  bool cuda_graph = false; ///< whether the steps run in CUDA graphs
+  int64_t train_images = 0;
+  int64_t test_images = 0;
+  int64_t start_epoch = 0; ///< the first epoch trained, 0-based
+};
+
+/// The --log-json file: one JSON object per line, {"record": kind,
+/// "run_id": ..., "time": ..., fields...}, appended. The run id (start time,
+/// process id, 32 random bits) tells apart runs appended to one file.
+///
+/// \warning Every write is checked and throws when it fails, so that a full
+/// disk or a vanished file stops the run instead of losing the log.
+class JsonLog {
+ public:
+  /// Opens config.log_json for appending and writes the "run" record (the
+  /// flags, versions, device, data). Refuses what is not (or would not
+  /// become) a regular file before opening it: opening a FIFO without a
+  /// reader blocks forever, and a device such as /dev/full or /dev/null
+  /// would swallow the log.
+  JsonLog(const ProgramConfig& config, RunFacts facts);
+
+  /// An "epoch" record: the epoch's statistics.
+  void write_epoch(const lamp::training::EpochStats& stats);
+
+  /// A "step" record: the mean finite loss and the throughput of the steps
+  /// since the last one.
+  void write_step(const lamp::training::BatchProgress& progress, double loss,
+                  double images_per_second);
+
+ private:
+  void write_run(const ProgramConfig& config);
+  void write(const char* kind, const nlohmann::ordered_json& fields);
+
+  std::string path_;
+  std::string run_id_;
+  std::ofstream out_;
+  RunFacts facts_;
+  std::string model_;
+  int64_t batch_size_ = 0;
+};
+
+} // namespace lamp_examples

@@ -1,0 +1,196 @@
+#include "options.h"
+
+#include "cli.h"
+
+#include <algorithm>
+#include <climits>
+#include <set>
+#include <utility>
+
+namespace lamp_examples {
+namespace {
+
+// At most a million epochs: epochs times steps per epoch (the length of the
+// learning-rate schedule) then stays far inside int64.
+constexpr int64_t kMaxEpochs = 1000000;
+
+// A flag with a value: its check, and its default shown in --help.
+template <typename T>
+void add_checked(CLI::App& app, const std::string& name, T& field,
+                 const std::string& help, const CLI::Validator& check) {
+  app.add_option(name, field, help)->check(check)->capture_default_str();
+}
+
+// What is trained, in which precision, for how long, in which batches.
+void add_model_options(CLI::App& app, ProgramConfig& c) {
+  add_checked(app, "--model", c.model, "network", CLI::IsMember(c.models));
+  add_checked(app, "--precision", c.precision,
+              "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)",
+              CLI::IsMember(precision_flag_values()));
+  app.add_flag("--fp16", c.fp16, "same as --precision half (the seed's flag)");
+  add_checked(app, "--epochs", c.epochs, "epochs, 1..1000000",
+              integer_in(1, kMaxEpochs));
+  add_checked(app, "--batch-size", c.batch_size,
+              "images per step (at most the training images, per rank)",
+              integer_at_least(1));
+  add_checked(
+      app, "--eval-batch-size", c.eval_batch_size,
+      "images per evaluation batch (larger than the test set: the whole test set in one batch)",
+      integer_at_least(1));
+}
+
+// The optimizer, its hyperparameters and the learning-rate schedule.
+void add_optimizer_options(CLI::App& app, ProgramConfig& c) {
+  add_checked(app, "--optimizer", c.optimizer,
+              "sgd | adam | adamw (fused kernels where available)",
+              CLI::IsMember(lamp::optim::optimizer_names()));
+  add_checked(app, "--lr", c.lr,
+              "peak learning rate (e.g. 1e-3 for adam/adamw)", positive_real());
+  add_checked(app, "--momentum", c.momentum,
+              "SGD momentum (Nesterov), in [0, 1]", real_in(0.0, 1.0));
+  add_checked(app, "--weight-decay", c.weight_decay,
+              "L2 weight decay (decoupled for adamw)", non_negative_real());
+  app.add_flag(
+      "--no-bias-decay", c.no_bias_decay,
+      "no weight decay on biases and norm parameters (tensors of at most one dimension)");
+  add_checked(app, "--max-grad-norm", c.max_grad_norm,
+              "clip the gradients' global L2 norm to this (0 = off)",
+              non_negative_real());
+  add_checked(
+      app, "--accumulation-steps", c.accumulation_steps,
+      "batches per optimizer step (gradients summed), 1..1048576; must divide the batches per epoch",
+      integer_in(1, 1 << 20));
+  add_checked(app, "--schedule", c.schedule, "onecycle | cosine | constant",
+              CLI::IsMember({"onecycle", "cosine", "constant"}));
+}
+
+// How fast the steps run: cuDNN, CUDA graphs, fixed shapes, memory format.
+void add_speed_options(CLI::App& app, ProgramConfig& c) {
+  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
+               "let cuDNN pick its fastest algorithms");
+  add_checked(app, "--cudnn-benchmark-limit", c.cudnn_benchmark_limit,
+              "algorithms cuDNN's benchmark mode tries per shape (0 = all)",
+              integer_in(0, INT_MAX));
+  add_checked(
+      app, "--cuda-graph", c.cuda_graph,
+      "capture the training step in CUDA graphs: auto (where they apply: CUDA, fused optimizer, no accumulation, one process; the reason is printed where not), on (refuse a run where they cannot), off",
+      CLI::IsMember({"auto", "on", "off"}));
+  add_checked(
+      app, "--drop-last", c.drop_last,
+      "drop the last partial training batch: auto (on CUDA, where a new shape means autotuning and a new graph), on, off",
+      CLI::IsMember({"auto", "on", "off"}));
+  app.add_flag("--channels-last", c.channels_last,
+               "NHWC memory format for images and model");
+}
+
+// Where the run reads and writes: data, device, seed, checkpoints, exported
+// weights.
+void add_input_output_options(CLI::App& app, ProgramConfig& c) {
+  add_checked(
+      app, "--data", c.data, "dataset directory",
+      CLI::Validator(
+          [](std::string& value) -> std::string {
+            return value.empty()
+                       ? "the folder name is empty; give the dataset folder"
+                       : "";
+          },
+          "DIR"));
+  app.add_option("--device", c.device,
+                 "cpu, cuda or cuda:N (default: cuda when available)");
+  add_checked(app, "--seed", c.seed,
+              "seed of initialisation, data order and augmentation",
+              unsigned_integer());
+  app.add_option("--checkpoint", c.checkpoint,
+                 "write a checkpoint here after every epoch");
+  app.add_option(
+      "--export-state-dict", c.export_state_dict,
+      "after training, write the weights here as a Python state_dict (FP32) for torch.load + model.load_state_dict");
+  app.add_option("--resume", c.resume, "resume from this checkpoint");
+}
+
+// What the run reports while it trains, and when it stops early.
+void add_report_options(CLI::App& app, ProgramConfig& c) {
+  app.add_option(
+      "--log-json", c.log_json,
+      "append JSON Lines records to this file: a run header, one per epoch, one per --log-every steps");
+  add_checked(
+      app, "--log-every", c.log_every,
+      "every N steps print a progress line (and with --log-json write a step record); 0 = a line every 30 s when the output is not a terminal",
+      integer_at_least(0));
+  add_checked(app, "--max-steps", c.max_steps,
+              "stop after this many steps, 0 = no limit (smoke runs)",
+              integer_at_least(0));
+  app.add_flag_callback(
+      "--no-progress", [&c] { c.progress = false; },
+      "no progress bar or timed progress lines");
+  app.add_flag(
+      "--report-precision", c.report_precision,
+      "before training, print every parameter's and buffer's dtype and the dtypes of the convolutions/matmuls of one evaluation pass");
+}
+
+// How the library's messages name a setting: by its flag where the programs
+// have one ("batch_size" -> "--batch-size"), else by the library's name.
+std::string flag_name(const std::string& key, const std::string& library_name) {
+  static const std::set<std::string> flags = {
+      "accumulation_steps", "batch_size", "data",
+      "drop_last",          "epochs",     "lr",
+      "max_steps",          "model",      "momentum",
+      "no_bias_decay",      "optimizer",  "precision",
+      "schedule",           "seed",       "weight_decay"};
+  if (flags.count(key) == 0) {
+    return library_name;
+  }
+  std::string flag = "--" + key;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+} // namespace
+
+void add_options(CLI::App& app, ProgramConfig& config) {
+  // --help lists the flags in this order.
+  add_model_options(app, config);
+  add_optimizer_options(app, config);
+  add_speed_options(app, config);
+  add_input_output_options(app, config);
+  add_report_options(app, config);
+}
+
+lamp::Precision precision_from(const ProgramConfig& config) {
+  return lamp::parse_precision(config.fp16 ? std::string("half")
+                                           : config.precision);
+}
+
+void check_flag_combination(const ProgramConfig& config) {
+  TORCH_CHECK(!config.fp16 || config.precision == "fp32" ||
+                  config.precision == "half" || config.precision == "fp16",
+              "--fp16 and --precision ", config.precision,
+              " contradict each other; give one of them.");
+}
+
+lamp::training::TrainerOptions trainer_options_from(
+    const ProgramConfig& config, int64_t eval_batch_size,
+    std::shared_ptr<lamp::distributed::ProcessGroup> group) {
+  auto options = lamp::training::TrainerOptions(precision_from(config))
+                     .epochs(config.epochs)
+                     .schedule(lamp::training::parse_schedule(config.schedule))
+                     .eval_batch_size(eval_batch_size)
+                     .max_steps(config.max_steps)
+                     .checkpoint(config.checkpoint)
+                     .resume(config.resume)
+                     .process_group(std::move(group))
+                     .option_name(flag_name);
+  options.step()
+      .cuda_graph(lamp::parse_cuda_graph_mode(config.cuda_graph))
+      .max_grad_norm(config.max_grad_norm)
+      .accumulation_steps(config.accumulation_steps);
+  options.optimizer()
+      .name(config.optimizer)
+      .lr(config.lr)
+      .momentum(config.momentum)
+      .weight_decay(config.weight_decay)
+      .no_bias_decay(config.no_bias_decay);
+  return options;
+}
+
+} // namespace lamp_examples

@@ -1,0 +1,73 @@
+#pragma once
+
+// The options of train_cifar10 and train_mnist: the flags (declared with
+// their defaults, help and checks) and the one translation of them into the
+// library's options.
+
+#include <lamp/lamp.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lamp_examples {
+
+/// Every flag the training programs share; the fields' values are the
+/// defaults --help shows (each program sets its own before add_options()).
+struct ProgramConfig {
+  std::string model;
+  std::vector<std::string> models; // the valid --model values
+  std::string precision = "fp32";
+  bool fp16 = false; // the seed's spelling of --precision half
+  int64_t epochs = 10;
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 1000;
+  std::string optimizer = "sgd";
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  bool no_bias_decay = false;
+  double max_grad_norm = 0.0;
+  int64_t accumulation_steps = 1;
+  std::string schedule = "onecycle";
+  bool cudnn_benchmark = false;
+  int64_t cudnn_benchmark_limit = 10; // cuDNN's own default
+  std::string drop_last = "auto";
+  std::string cuda_graph = "auto";
+  bool channels_last = false;
+  std::string data;
+  std::string device; // default: cuda when available, else cpu
+  uint64_t seed = 0;
+  std::string checkpoint;
+  std::string export_state_dict;
+  std::string resume;
+  std::string log_json;
+  int64_t max_steps = 0;
+  int64_t log_every = 0;
+  bool progress = true;
+  bool report_precision = false;
+  std::vector<std::string> command_line; // for the log's run record
+};
+
+/// Binds every shared flag to `config` (defaults are whatever `config` holds).
+void add_options(CLI::App& app, ProgramConfig& config);
+
+/// The precision mode --precision (or --fp16) names.
+lamp::Precision precision_from(const ProgramConfig& config);
+
+/// Refuses flags that contradict each other (--fp16 with another
+/// --precision), naming both.
+void check_flag_combination(const ProgramConfig& config);
+
+/// The one place where the program's options become the library's: the
+/// trainer's, with the training step's (step()) and the optimizer's
+/// (optimizer()) nested in them; the trainer's messages name the settings by
+/// their flags ("--lr"). `eval_batch_size` is --eval-batch-size capped at the
+/// test set; `group` is the run's process group.
+lamp::training::TrainerOptions trainer_options_from(
+    const ProgramConfig& config, int64_t eval_batch_size,
+    std::shared_ptr<lamp::distributed::ProcessGroup> group);
+
+} // namespace lamp_examples

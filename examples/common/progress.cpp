@@ -1,0 +1,243 @@
+#include "progress.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace lamp_examples {
+namespace {
+
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*f", digits, value);
+  return text;
+}
+
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
+// Seconds as "1:05" or "1:02:03" for ETAs.
+std::string clock_time(double seconds) {
+  const auto total = static_cast<long long>(std::max(0.0, seconds) + 0.5);
+  char text[32];
+  if (total >= 3600) {
+    std::snprintf(text, sizeof(text), "%lld:%02lld:%02lld", total / 3600,
+                  total / 60 % 60, total % 60);
+  } else {
+    std::snprintf(text, sizeof(text), "%lld:%02lld", total / 60, total % 60);
+  }
+  return text;
+}
+
+// The terminal's width in columns (stderr's), COLUMNS, or 80.
+int terminal_width() {
+  struct winsize size {};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) {
+    return size.ws_col;
+  }
+  if (const char* columns = std::getenv("COLUMNS")) {
+    const int n = std::atoi(columns);
+    if (n > 0) {
+      return n;
+    }
+  }
+  return 80;
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// The bar's line: "epoch E/N [=====>    ] parts...", the parts after the bar
+// dropped from the end while they do not fit in `width` columns, the bar
+// left out where fewer than 5 columns remain for it.
+std::string bar_line(const std::string& left,
+                     const std::vector<std::string>& parts, int64_t batch,
+                     int64_t batches, int width) {
+  std::string right;
+  for (const auto& part : parts) {
+    if (!part.empty()) {
+      right += " " + part;
+    }
+  }
+  while (static_cast<int>(left.size() + right.size()) + 12 > width &&
+         right.find(' ', 1) != std::string::npos) {
+    right.erase(right.rfind(' '));
+  }
+  const int bar_width =
+      width - static_cast<int>(left.size() + right.size()) - 3;
+  std::string line = left;
+  if (bar_width >= 5) {
+    const int filled = static_cast<int>(bar_width * batch / batches);
+    std::string bar(filled, '=');
+    if (filled < bar_width) {
+      bar += '>';
+    }
+    bar.resize(bar_width, ' ');
+    line += " [" + bar + "]";
+  }
+  line += right;
+  line.resize(std::min<size_t>(line.size(), width));
+  return line;
+}
+
+} // namespace
+
+void LossWindow::add(const lamp::training::BatchProgress& p) {
+  if (p.batch == 1) { // the epoch's sum starts again: so does the window
+    sum_at_ = 0;
+    non_finite_at_ = p.non_finite_before_epoch;
+    batch_at_ = 0;
+    images_ = 0;
+  }
+  images_ += p.images;
+}
+
+std::pair<double, int64_t> LossWindow::take(
+    const lamp::training::BatchProgress& p) {
+  const auto host = torch::stack({p.epoch_loss_sum.to(torch::kDouble),
+                                  p.non_finite_losses.to(torch::kDouble)})
+                        .cpu();
+  const double sum = host[0].item<double>();
+  const auto non_finite = static_cast<int64_t>(host[1].item<double>());
+  const int64_t finite = (p.batch - batch_at_) - (non_finite - non_finite_at_);
+  const double mean = finite > 0 ? (sum - sum_at_) / finite
+                                 : std::numeric_limits<double>::quiet_NaN();
+  const int64_t images = images_;
+  sum_at_ = sum;
+  non_finite_at_ = non_finite;
+  batch_at_ = p.batch;
+  images_ = 0;
+  return {mean, images};
+}
+
+Progress::Progress(bool bar, bool timed_lines, int64_t log_every,
+                   bool show_scale, int64_t epochs, JsonLog* log)
+    : bar_(bar),
+      timed_lines_(timed_lines),
+      log_every_(log_every),
+      show_scale_(show_scale),
+      epochs_(epochs),
+      log_(log) {}
+
+Progress Progress::for_program(const ProgramConfig& config, bool main_rank,
+                               bool show_scale, JsonLog* log) {
+  return Progress(main_rank && config.progress && isatty(STDERR_FILENO),
+                  main_rank && config.progress && !isatty(STDOUT_FILENO),
+                  main_rank ? config.log_every : 0, show_scale, config.epochs,
+                  log);
+}
+
+std::function<void(const lamp::training::BatchProgress&)> Progress::on_batch() {
+  if (!active()) {
+    return nullptr;
+  }
+  return [this](const lamp::training::BatchProgress& p) { update(p); };
+}
+
+void Progress::update(const lamp::training::BatchProgress& p) {
+  const auto now = std::chrono::steady_clock::now();
+  if (p.batch == 1) {
+    epoch_start_ = line_start_ = last_line_ = now;
+    epoch_images_ = 0;
+  }
+  epoch_images_ += p.images;
+  if (bar_) {
+    bar_window_.add(p);
+  }
+  if (log_every_ > 0 || timed_lines_) {
+    line_window_.add(p); // a line covers steps of one epoch only
+    if (log_every_ > 0 ? p.global_step % log_every_ == 0
+                       : now - last_line_ >= std::chrono::seconds(30)) {
+      write_line(p, now);
+    }
+  }
+  if (bar_ && (p.batch == p.batches ||
+               now - last_draw_ >= std::chrono::milliseconds(100))) {
+    draw(p, now);
+  }
+}
+
+void Progress::print_epoch(const lamp::training::EpochStats& s) {
+  clear();
+  std::printf(
+      "epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%%  %.2f s  %.0f img/s  peak %s  scale %g  skipped %lld%s\n",
+      static_cast<long long>(s.epoch), static_cast<long long>(epochs_),
+      s.train_loss, s.test_loss, 100.0 * s.test_accuracy, s.seconds,
+      s.images_per_second, mib(s.peak_memory_bytes).c_str(), s.loss_scale,
+      static_cast<long long>(s.skipped_steps),
+      s.warmup_seconds > 0
+          ? ("  warm-up " + fixed(s.warmup_seconds, 2) + " s").c_str()
+          : "");
+  std::fflush(stdout);
+}
+
+void Progress::clear() {
+  if (drawn_) {
+    std::fprintf(stderr, "\r%*s\r", terminal_width() - 1, "");
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+}
+
+std::string Progress::scale_text(const lamp::training::BatchProgress& p) const {
+  return show_scale_ && p.loss_scale.defined()
+             ? "scale " + short_number(p.loss_scale.item<double>())
+             : "";
+}
+
+void Progress::write_line(const lamp::training::BatchProgress& p,
+                          std::chrono::steady_clock::time_point now) {
+  const auto window = line_window_.take(p);
+  const double elapsed = seconds(now - line_start_);
+  const double rate = elapsed > 0 ? window.second / elapsed : 0.0;
+  const auto scale = scale_text(p);
+  clear();
+  std::printf(
+      "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %.4g%s%s\n",
+      static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
+      static_cast<long long>(p.batch), static_cast<long long>(p.batches),
+      window.first, rate, p.lr, scale.empty() ? "" : "  ", scale.c_str());
+  std::fflush(stdout);
+  if (log_ && log_every_ > 0) {
+    log_->write_step(p, window.first, rate);
+  }
+  line_start_ = last_line_ = now;
+}
+
+void Progress::draw(const lamp::training::BatchProgress& p,
+                    std::chrono::steady_clock::time_point now) {
+  last_draw_ = now;
+  const double elapsed = seconds(now - epoch_start_);
+  const double rate = elapsed > 0 ? epoch_images_ / elapsed : 0.0;
+  const double eta = elapsed * (p.batches - p.batch) / p.batch;
+  const double loss = bar_window_.take(p).first;
+  const auto left =
+      "epoch " + std::to_string(p.epoch) + "/" + std::to_string(epochs_);
+  const std::vector<std::string> parts = {
+      std::to_string(p.batch) + "/" + std::to_string(p.batches),
+      "loss " + (std::isfinite(loss) ? fixed(loss, 4) : std::string("nan")),
+      // Nothing is timed yet after the first batch (as tqdm's "?").
+      (p.batch > 1 ? fixed(rate, 0) : std::string("?")) + " img/s",
+      scale_text(p),
+      "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
+  const int width = terminal_width() - 1;
+  std::fprintf(stderr, "\r%-*s", width,
+               bar_line(left, parts, p.batch, p.batches, width).c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+} // namespace lamp_examples

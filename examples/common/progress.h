@@ -1,0 +1,95 @@
+#pragma once
+
+// What train_cifar10 and train_mnist show while they train: the progress bar,
+// the progress lines and the line per epoch.
+
+#include <lamp/lamp.h>
+
+#include "json_log.h"
+#include "options.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+namespace lamp_examples {
+
+/// The mean of the finite losses and the images of a stretch of steps inside
+/// one epoch, as differences of the trainer's running totals
+/// (BatchProgress::epoch_loss_sum, non_finite_losses): nothing is added to
+/// the steps; take() reads the device once.
+class LossWindow {
+ public:
+  void add(const lamp::training::BatchProgress& p);
+  /// {mean finite loss (NaN when none was finite), images} since the last
+  /// take() in this epoch.
+  std::pair<double, int64_t> take(const lamp::training::BatchProgress& p);
+
+ private:
+  double sum_at_ = 0;
+  int64_t non_finite_at_ = 0;
+  int64_t batch_at_ = 0;
+  int64_t images_ = 0;
+};
+
+/// Progress inside an epoch, as people expect from tqdm:
+///  - on a terminal, a bar on stderr fitted to its width, redrawn at most ten
+///    times a second: batches, running loss, img/s, loss scale, ETA;
+///  - every `log_every` steps (or, on a non-terminal without --log-every,
+///    every 30 s) a plain line on stdout, and with --log-json a "step"
+///    record;
+///  - after each epoch, its line on stdout;
+///  - clear() erases the bar before any other output (epoch lines, errors).
+class Progress {
+ public:
+  Progress(bool bar, bool timed_lines, int64_t log_every, bool show_scale,
+           int64_t epochs, JsonLog* log);
+
+  /// The display the program's flags ask for: the bar on stderr when it is a
+  /// terminal; plain lines on stdout every --log-every steps, or every 30 s
+  /// when stdout is not a terminal (a CI log, `| tee`); nothing on ranks
+  /// other than the main one. `show_scale`: the run scales its loss.
+  static Progress for_program(const ProgramConfig& config, bool main_rank,
+                              bool show_scale, JsonLog* log);
+
+  /// An error unwinding through the run erases the bar before it is printed.
+  ~Progress() { clear(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  bool active() const { return bar_ || timed_lines_ || log_every_ > 0; }
+
+  /// The trainer's per-batch callback: update(), or nullptr when inactive
+  /// (the trainer then reads nothing per batch).
+  std::function<void(const lamp::training::BatchProgress&)> on_batch();
+
+  void update(const lamp::training::BatchProgress& p);
+
+  /// Erases the bar and prints the epoch's line on stdout.
+  void print_epoch(const lamp::training::EpochStats& s);
+
+  void clear();
+
+ private:
+  std::string scale_text(const lamp::training::BatchProgress& p) const;
+  void write_line(const lamp::training::BatchProgress& p,
+                  std::chrono::steady_clock::time_point now);
+  void draw(const lamp::training::BatchProgress& p,
+            std::chrono::steady_clock::time_point now);
+
+  const bool bar_;
+  const bool timed_lines_;
+  const int64_t log_every_;
+  const bool show_scale_;
+  const int64_t epochs_;
+  JsonLog* log_;
+  LossWindow bar_window_, line_window_;
+  std::chrono::steady_clock::time_point epoch_start_, line_start_, last_line_,
+      last_draw_;
+  int64_t epoch_images_ = 0;
+  bool drawn_ = false;
+};
+
+} // namespace lamp_examples

@@ -1,7 +1,0 @@
-#pragma once
-
-/// \file
-/// Forwarding header: this header moved to lamp/platform/backends.h in lamp
-/// 0.2. Include that one; this forwarding header will be removed in lamp 0.3.
-
-#include "lamp/platform/backends.h"

@@ -1,0 +1,17 @@
+#pragma once
+
+// The check of a GradScaler's options and scale, shared by its constructor
+// and its loads (src/amp/grad_scaler.cpp, grad_scaler_state.cpp).
+
+#include "lamp/amp/grad_scaler.h"
+
+namespace lamp {
+namespace detail {
+
+// Refuses, naming `caller`, a scale that is not finite, positive and
+// representable in FP32, and options out of their ranges.
+void check_options(const GradScalerOptions& o, double scale,
+                   const char* caller);
+
+} // namespace detail
+} // namespace lamp

@@ -1,0 +1,150 @@
+// GradScaler's state: the archive (torch::save) and Python's state dict
+// (`torch.amp.GradScaler.state_dict()`'s keys, pickled as Python writes it),
+// each read and checked whole before the scaler changes.
+#include "lamp/amp/grad_scaler.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "amp/grad_scaler_options.h"
+#include "lamp/platform/checkpoint_file.h"
+#include "platform/archive.h"
+
+namespace lamp {
+
+c10::Dict<std::string, c10::IValue> GradScaler::state(
+    bool with_lamp_keys) const {
+  // Dict<_, IValue> has no default constructor: it needs the value type.
+  auto state = c10::impl::toTypedDict<std::string, c10::IValue>(
+      c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+  if (!options_.enabled()) {
+    return state;
+  }
+  state.insert("scale", get_scale());
+  state.insert("growth_factor", options_.growth_factor());
+  state.insert("backoff_factor", options_.backoff_factor());
+  state.insert("growth_interval", options_.growth_interval());
+  state.insert("_growth_tracker", growth_tracker());
+  if (with_lamp_keys) {
+    state.insert("min_scale", options_.min_scale());
+    state.insert("max_scale", options_.max_scale());
+    state.insert("hysteresis", options_.hysteresis());
+    state.insert("_overflow_count",
+                 overflow_count_.defined()
+                     ? static_cast<int64_t>(overflow_count_.item<int>())
+                     : init_overflow_count_);
+    state.insert("dynamic", options_.dynamic());
+  }
+  return state;
+}
+
+void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+  for (const auto& item : state(/*with_lamp_keys=*/true)) {
+    archive.write(item.key(), item.value());
+  }
+}
+
+c10::Dict<std::string, c10::IValue> GradScaler::state_dict() const {
+  auto full = state(/*with_lamp_keys=*/true);
+  if (full.empty()) {
+    return full;
+  }
+  // Python's keys alone where lamp's hold what Python's scaler does anyway,
+  // so that a default scaler's file equals Python's.
+  const bool as_python = full.at("min_scale").toDouble() == 0.0 &&
+                         std::isinf(full.at("max_scale").toDouble()) &&
+                         full.at("hysteresis").toInt() == 1 &&
+                         full.at("_overflow_count").toInt() == 0 &&
+                         full.at("dynamic").toBool();
+  return as_python ? state(/*with_lamp_keys=*/false) : full;
+}
+
+void GradScaler::load(torch::serialize::InputArchive& archive) {
+  load_from(archive, "lamp::GradScaler::load");
+}
+
+void GradScaler::load_state_dict(
+    const c10::Dict<std::string, c10::IValue>& state) {
+  detail::DictReader reader(c10::impl::toGenericDict(state));
+  load_from(reader, "lamp::GradScaler::load_state_dict");
+}
+
+void GradScaler::save_state_dict(const std::string& path) const {
+  check_checkpoint_path(path, "lamp::GradScaler::save_state_dict");
+  save_pickle(state_dict(), path);
+}
+
+void GradScaler::load_state_dict(const std::string& path) {
+  constexpr const char* kCaller = "lamp::GradScaler::load_state_dict";
+  const c10::IValue value = load_pickle(path, kCaller);
+  TORCH_CHECK(
+      value.isGenericDict(), kCaller, ": ", path, " holds a ", value.tagKind(),
+      ", not a dict; write it with torch.save(scaler.state_dict(), path).");
+  detail::DictReader reader(value.toGenericDict());
+  load_from(reader, kCaller);
+}
+
+template <typename Source>
+void GradScaler::load_from(Source& source, const char* caller) {
+  if (!options_.enabled()) {
+    return;
+  }
+  c10::IValue value;
+  TORCH_CHECK(
+      source.try_read("scale", value), caller,
+      ": the state has no 'scale', possibly because it was saved from a disabled GradScaler (whose state is empty).");
+  // Everything is read and checked before anything changes.
+  GradScalerOptions options = options_;
+  const double scale = detail::read_number(source, "scale", caller);
+  options.growth_factor(detail::read_number(source, "growth_factor", caller));
+  options.backoff_factor(detail::read_number(source, "backoff_factor", caller));
+  options.growth_interval(detail::read_int(source, "growth_interval", caller));
+  const int64_t tracker = detail::read_int(source, "_growth_tracker", caller);
+  int64_t overflow_count = 0;
+  // lamp's own keys are optional, so a state saved by Python loads too.
+  if (source.try_read("min_scale", value)) {
+    options.min_scale(detail::read_number(source, "min_scale", caller));
+  }
+  if (source.try_read("max_scale", value)) {
+    options.max_scale(detail::read_number(source, "max_scale", caller));
+  }
+  if (source.try_read("hysteresis", value)) {
+    options.hysteresis(detail::read_int(source, "hysteresis", caller));
+  }
+  if (source.try_read("_overflow_count", value)) {
+    overflow_count = detail::read_int(source, "_overflow_count", caller);
+  }
+  if (source.try_read("dynamic", value)) {
+    options.dynamic(detail::read_bool(source, "dynamic", caller));
+  }
+  detail::check_options(options, scale, caller);
+  // update() resets the tracker when it reaches growth_interval: one at or
+  // beyond it would never reset, and the scale would never grow again.
+  TORCH_CHECK(tracker >= 0 && tracker < options.growth_interval(), caller,
+              ": _growth_tracker is ", tracker,
+              ", outside [0, growth_interval=", options.growth_interval(),
+              "); the state is corrupt or from another scaler.");
+  // The count saturates at hysteresis.
+  TORCH_CHECK(overflow_count >= 0 && overflow_count <= options.hysteresis(),
+              caller, ": _overflow_count is ", overflow_count,
+              ", outside [0, hysteresis=", options.hysteresis(),
+              "]; the state is corrupt or from another scaler.");
+
+  options_ = options;
+  init_scale_ = scale;
+  init_growth_tracker_ = tracker;
+  init_overflow_count_ = overflow_count;
+  states_.clear();
+  if (scale_.defined()) {
+    // In place: the checks above keep every value within its tensor's dtype.
+    scale_.fill_(init_scale_);
+    growth_tracker_.fill_(init_growth_tracker_);
+    overflow_count_.fill_(init_overflow_count_);
+  }
+}
+
+} // namespace lamp

@@ -1,0 +1,118 @@
+#include "platform/archive.h"
+
+#include <torch/optim/lbfgs.h>
+
+#include <string>
+
+namespace lamp {
+namespace detail {
+
+// Module::save's layout: a module's own parameters and buffers under their
+// names, then one archive per serializable child. Module::load would take
+// any shape (it replaces each tensor), so every one is checked first.
+void check_module_archive(const torch::nn::Module& module,
+                          torch::serialize::InputArchive& archive,
+                          const std::string& prefix, const char* caller) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    if (p.value().defined()) {
+      read_checked_tensor(archive, p.key(), p.value(),
+                          "model parameter '" + prefix + p.key() + "'",
+                          /*finite=*/true, caller);
+    }
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    if (b.value().defined()) {
+      read_checked_tensor(archive, b.key(), b.value(),
+                          "model buffer '" + prefix + b.key() + "'",
+                          /*finite=*/false, caller);
+    }
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) {
+      continue;
+    }
+    torch::serialize::InputArchive child_archive;
+    read_archive(archive, child.key(), child_archive, caller);
+    check_module_archive(*child.value(), child_archive,
+                         prefix + child.key() + ".", caller);
+  }
+}
+
+namespace {
+
+int64_t read_size(torch::serialize::InputArchive& archive,
+                  const std::string& key, const char* caller) {
+  torch::Tensor size;
+  TORCH_CHECK(archive.try_read(key, size) && size.numel() == 1 &&
+                  !size.is_floating_point(),
+              caller, ": the optimizer state has no integer '", key,
+              "'; it is corrupt or was written by another optimizer.");
+  return size.item<int64_t>();
+}
+
+} // namespace
+
+// The layout of LibTorch's optimizers (all but LBFGS, and lamp's, which
+// derive from them): "param_groups" holds the groups' count and each group's
+// parameter keys, "state" one archive of state tensors per key. LibTorch's
+// load checks the group sizes one group at a time, after it has loaded the
+// ones before, and never the state's shapes.
+void check_optimizer_archive(
+    const torch::optim::Optimizer& optimizer,
+    torch::serialize::InputArchive& archive,
+    const std::unordered_map<const c10::TensorImpl*, std::string>& names,
+    const char* caller) {
+  c10::IValue version;
+  if (!archive.try_read("pytorch_version", version) ||
+      dynamic_cast<const torch::optim::LBFGS*>(&optimizer) != nullptr) {
+    return; // another layout, left to the optimizer's own load
+  }
+  torch::serialize::InputArchive groups_archive;
+  torch::serialize::InputArchive state_archive;
+  read_archive(archive, "param_groups", groups_archive, caller);
+  read_archive(archive, "state", state_archive, caller);
+  const auto& groups = optimizer.param_groups();
+  const int64_t saved_groups =
+      read_size(groups_archive, "param_groups/size", caller);
+  TORCH_CHECK(saved_groups == static_cast<int64_t>(groups.size()), caller,
+              ": the optimizer state holds ", saved_groups,
+              " parameter groups but the optimizer has ", groups.size(),
+              "; build the optimizer the same way as the one saved.");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    torch::serialize::InputArchive group_archive;
+    read_archive(groups_archive, "param_groups/" + std::to_string(g),
+                 group_archive, caller);
+    const auto& params = groups[g].params();
+    const int64_t saved_params =
+        read_size(group_archive, "params/size", caller);
+    TORCH_CHECK(saved_params == static_cast<int64_t>(params.size()), caller,
+                ": parameter group ", g, " of the optimizer state holds ",
+                saved_params, " parameters but the optimizer's has ",
+                params.size(),
+                "; build the optimizer the same way as the one saved.");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto key =
+          read_string(group_archive, "params/" + std::to_string(i), caller);
+      torch::serialize::InputArchive param_state;
+      if (!state_archive.try_read(key, param_state)) {
+        continue; // no state yet for this parameter
+      }
+      const auto named = names.find(params[i].unsafeGetTensorImpl());
+      const std::string param = named != names.end()
+                                    ? "'" + named->second + "'"
+                                    : "param_groups[" + std::to_string(g) +
+                                          "].params[" + std::to_string(i) + "]";
+      for (const auto& field : param_state.keys()) {
+        c10::IValue value;
+        if (param_state.try_read(field, value) && value.isTensor()) {
+          check_saved_tensor(value.toTensor(), params[i],
+                             "optimizer state '" + field + "' of " + param,
+                             /*finite=*/true, caller);
+        }
+      }
+    }
+  }
+}
+
+} // namespace detail
+} // namespace lamp

@@ -1,0 +1,147 @@
+#include "training/divergence_watch.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace lamp {
+namespace training {
+namespace detail {
+
+DivergenceWatch::DivergenceWatch(const torch::Device& device,
+                                 const TrainerOptions& options,
+                                 const GradScaler& scaler)
+    : options_(options),
+      scaler_(scaler),
+      patience_(options.divergence_patience()) {
+  const auto on_device = torch::TensorOptions().device(device);
+  consecutive_skips_ = torch::zeros({}, on_device.dtype(torch::kFloat));
+  longest_skip_run_ = torch::zeros({}, on_device.dtype(torch::kFloat));
+  epoch_skipped_ = torch::zeros({}, on_device.dtype(torch::kFloat));
+  non_finite_ = torch::zeros({}, on_device.dtype(torch::kLong));
+}
+
+void DivergenceWatch::begin_epoch() {
+  epoch_skipped_.zero_();
+}
+
+void DivergenceWatch::record(int64_t epoch, const StepResult& result) {
+  non_finite_ += torch::isfinite(result.loss).logical_not();
+  if (result.cycle_ended) {
+    const auto flag =
+        result.found_inf.to(epoch_skipped_.device(), /*non_blocking=*/true);
+    epoch_skipped_ += flag;
+    consecutive_skips_.add_(flag).mul_(flag);
+    torch::maximum_out(longest_skip_run_, longest_skip_run_,
+                       consecutive_skips_);
+  }
+  if (++window_ < patience_) {
+    return;
+  }
+  window_ = 0;
+  check_skip_run(epoch);
+  const int64_t seen = read_non_finite_losses();
+  if (seen - non_finite_at_window_ >= patience_) {
+    diverged(epoch,
+             "the loss was inf/NaN for " + std::to_string(patience_) +
+                 " steps in a row",
+             lower_lr() + " or clip gradients.");
+  }
+  non_finite_at_window_ = seen;
+}
+
+int64_t DivergenceWatch::read_non_finite_losses() const {
+  return non_finite_.item<int64_t>();
+}
+
+int64_t DivergenceWatch::read_epoch_skipped() const {
+  return static_cast<int64_t>(epoch_skipped_.item<float>());
+}
+
+void DivergenceWatch::check_epoch(int64_t epoch, int64_t steps,
+                                  int64_t non_finite, double train_loss,
+                                  const torch::nn::Module& model) const {
+  check_skip_run(epoch); // a run that reached `patience` in the last window
+  const int64_t finite_steps = steps - non_finite;
+  // However few its steps: an epoch without a finite loss, or with a
+  // non-finite mean, or that leaves inf/NaN weights, ends the run before
+  // evaluation and checkpoint.
+  if (steps > 0 && (finite_steps == 0 || !std::isfinite(train_loss))) {
+    diverged(epoch,
+             finite_steps == 0
+                 ? "the loss was inf/NaN in all its " + std::to_string(steps) +
+                       " steps"
+                 : "its mean training loss is " + exact(train_loss),
+             lower_lr() + ", clip gradients, or train in bf16/amp-bf16.");
+  }
+  const auto bad = first_non_finite(model);
+  if (!bad.empty()) {
+    diverged(epoch, bad + " has inf/NaN values",
+             lower_lr() + " or clip gradients.");
+  }
+}
+
+void DivergenceWatch::check_test_loss(int64_t epoch, double test_loss) const {
+  if (!std::isfinite(test_loss)) {
+    diverged(epoch,
+             "the test loss is " + exact(test_loss) +
+                 " (the model's outputs overflow)",
+             lower_lr() + " or clip gradients.");
+  }
+}
+
+void DivergenceWatch::check_skip_run(int64_t epoch) const {
+  if (longest_skip_run_.item<float>() >= patience_) {
+    diverged(
+        epoch,
+        std::to_string(patience_) +
+            " optimizer steps in a row had inf/NaN gradients (loss scale now " +
+            exact(scaler_.get_scale()) + ")",
+        lower_lr() + ", clip gradients, or train in bf16/amp-bf16.");
+  }
+}
+
+std::string DivergenceWatch::lower_lr() const {
+  return "Lower the learning rate (" +
+         name_option(options_, "lr", "TrainerOptions::optimizer().lr") + ")";
+}
+
+void DivergenceWatch::diverged(int64_t epoch, const std::string& why,
+                               const std::string& fix) const {
+  const auto& checkpoint = options_.checkpoint();
+  TORCH_CHECK(false, "lamp: training diverged in epoch ", epoch + 1, ": ", why,
+              ". ", fix,
+              checkpoint.empty()
+                  ? std::string()
+                  : " The checkpoint " + checkpoint + " was left as it was.");
+}
+
+std::string first_non_finite(const torch::nn::Module& model) {
+  for (const auto& item : model.named_parameters()) {
+    if (!torch::isfinite(item.value()).all().item<bool>()) {
+      return "parameter '" + item.key() + "'";
+    }
+  }
+  for (const auto& item : model.named_buffers()) {
+    const auto& b = item.value();
+    if (b.is_floating_point() && !torch::isfinite(b).all().item<bool>()) {
+      return "buffer '" + item.key() + "'";
+    }
+  }
+  return "";
+}
+
+std::string exact(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.15g", value);
+  if (std::strtod(text, nullptr) != value) {
+    std::snprintf(text, sizeof(text), "%.17g", value);
+  }
+  return text;
+}
+
+} // namespace detail
+} // namespace training
+} // namespace lamp

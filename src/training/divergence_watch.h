@@ -1,0 +1,82 @@
+#pragma once
+
+// The trainer's divergence checks: skipped steps and non-finite losses
+// counted on the device (a sync-free step's flag lives there) and read once
+// per window of `patience` steps and at the end of each epoch, so that a
+// run that diverges stops however short its epochs are, without a host read
+// per step. Every stop is one message: the epoch, what happened, what to
+// change, and that the checkpoint was left as it was.
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "lamp/amp/train_step.h"
+#include "lamp/training/trainer.h"
+
+namespace lamp {
+namespace training {
+namespace detail {
+
+class DivergenceWatch {
+ public:
+  /// Counters on `device`; messages name settings through `options` and
+  /// quote `scaler`'s scale.
+  DivergenceWatch(const torch::Device& device, const TrainerOptions& options,
+                  const GradScaler& scaler);
+
+  /// Starts an epoch's counts (skipped steps).
+  void begin_epoch();
+  /// Counts one step: its loss (inf/NaN or not) and, at the end of an
+  /// accumulation cycle, whether the optimizer step was skipped. Then, once
+  /// per `patience` steps, reads the counters: a run of `patience` skipped
+  /// steps, or a loss non-finite for the whole window, stops the run.
+  void record(int64_t epoch, const StepResult& result);
+
+  /// Non-finite losses since the watch began: the live device counter
+  /// (int64) for progress displays, and a host read.
+  const torch::Tensor& non_finite_losses() const { return non_finite_; }
+  int64_t read_non_finite_losses() const;
+  /// Optimizer steps skipped in this epoch (a host read).
+  int64_t read_epoch_skipped() const;
+
+  /// The end of an epoch of `steps` steps, `non_finite` of whose losses were
+  /// inf/NaN and whose finite ones averaged `train_loss`: stops a run of
+  /// skipped steps that reached `patience` in the last window, an epoch
+  /// without a finite loss or with a non-finite mean, and weights or buffers
+  /// of `model` that hold inf/NaN.
+  void check_epoch(int64_t epoch, int64_t steps, int64_t non_finite,
+                   double train_loss, const torch::nn::Module& model) const;
+  /// Stops on a non-finite test loss (finite but huge weights show there).
+  void check_test_loss(int64_t epoch, double test_loss) const;
+
+ private:
+  [[noreturn]] void diverged(int64_t epoch, const std::string& why,
+                             const std::string& fix) const;
+  void check_skip_run(int64_t epoch) const;
+  std::string lower_lr() const;
+
+  const TrainerOptions& options_;
+  const GradScaler& scaler_;
+  int64_t patience_;
+  torch::Tensor consecutive_skips_; // FP32 counters: a step's flag is FP32
+  torch::Tensor longest_skip_run_;
+  torch::Tensor epoch_skipped_;
+  torch::Tensor non_finite_; // int64, since the watch began
+  int64_t non_finite_at_window_ = 0;
+  int64_t window_ = 0;
+};
+
+/// The first parameter or floating-point buffer of `model` with inf/NaN
+/// values, as "parameter 'fc.weight'", or "" when all are finite.
+std::string first_non_finite(const torch::nn::Module& model);
+
+/// A double as text that reads back as the same double ("0.05", not
+/// "0.050000000000000003", unless that is needed to tell two apart).
+std::string exact(double value);
+
+} // namespace detail
+} // namespace training
+} // namespace lamp

@@ -1,0 +1,165 @@
+#include "training/run_settings.h"
+
+#include <c10/util/Optional.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "platform/archive.h"
+#include "training/divergence_watch.h"
+
+namespace lamp {
+namespace training {
+namespace detail {
+namespace {
+
+// How a setting is stored and shown.
+enum class Kind {
+  kText,     // a string
+  kInteger,  // int64
+  kUnsigned, // uint64 stored as int64 (seeds)
+  kReal,     // double, shown exactly
+  kBool,     // "trained with/without it"
+};
+
+struct RunSetting {
+  const char* key;          // archive key, and the key option_name() gets
+  const char* library_name; // the library's name of the option
+  Kind kind;
+  std::function<c10::IValue(const RunContext&)> value;
+  // What runs did before the checkpoint format stored this setting; none:
+  // it was always stored.
+  c10::optional<c10::IValue> before_stored;
+};
+
+const std::vector<RunSetting>& run_settings() {
+  using V = c10::IValue;
+  static const std::vector<RunSetting> settings = {
+      {"precision", "TrainerOptions::step().precision", Kind::kText,
+       [](const RunContext& r) {
+         return V(to_string(r.options.step().precision()));
+       },
+       c10::nullopt},
+      {"optimizer", "TrainerOptions::optimizer().name", Kind::kText,
+       [](const RunContext& r) { return V(r.options.optimizer().name()); },
+       c10::nullopt},
+      {"batch_size", "LoaderOptions::batch_size", Kind::kInteger,
+       [](const RunContext& r) { return V(r.loader.batch_size()); },
+       c10::nullopt},
+      {"epochs", "TrainerOptions::epochs", Kind::kInteger,
+       [](const RunContext& r) { return V(r.options.epochs()); }, c10::nullopt},
+      {"lr", "TrainerOptions::optimizer().lr", Kind::kReal,
+       [](const RunContext& r) { return V(r.options.optimizer().lr()); },
+       c10::nullopt},
+      {"schedule", "TrainerOptions::schedule", Kind::kText,
+       [](const RunContext& r) { return V(to_string(r.options.schedule())); },
+       c10::nullopt},
+      {"momentum", "TrainerOptions::optimizer().momentum", Kind::kReal,
+       [](const RunContext& r) { return V(r.options.optimizer().momentum()); },
+       c10::nullopt},
+      {"weight_decay", "TrainerOptions::optimizer().weight_decay", Kind::kReal,
+       [](const RunContext& r) {
+         return V(r.options.optimizer().weight_decay());
+       },
+       c10::nullopt},
+      {"no_bias_decay", "TrainerOptions::optimizer().no_bias_decay",
+       Kind::kBool,
+       [](const RunContext& r) {
+         return V(r.options.optimizer().no_bias_decay());
+       },
+       V(false)},
+      {"accumulation_steps", "TrainerOptions::step().accumulation_steps",
+       Kind::kInteger,
+       [](const RunContext& r) {
+         return V(r.options.step().accumulation_steps());
+       },
+       V(static_cast<int64_t>(1))},
+      {"seed", "LoaderOptions::seed", Kind::kUnsigned,
+       [](const RunContext& r) {
+         return V(static_cast<int64_t>(r.loader.seed()));
+       },
+       c10::nullopt},
+  };
+  return settings;
+}
+
+// The setting's value as a message shows it.
+std::string show(Kind kind, const c10::IValue& value) {
+  switch (kind) {
+    case Kind::kText:
+      return value.toStringRef();
+    case Kind::kInteger:
+      return std::to_string(value.toInt());
+    case Kind::kUnsigned:
+      return std::to_string(static_cast<uint64_t>(value.toInt()));
+    case Kind::kReal:
+      return exact(value.toDouble());
+    case Kind::kBool:
+      return value.toBool() ? "true" : "false";
+  }
+  TORCH_INTERNAL_ASSERT(false, "lamp: unhandled run setting kind");
+}
+
+// The stored value, read with the archive's type checks.
+c10::IValue read(torch::serialize::InputArchive& archive,
+                 const RunSetting& setting, const char* where) {
+  if (setting.before_stored) {
+    c10::IValue present;
+    if (!archive.try_read(setting.key, present)) {
+      return *setting.before_stored;
+    }
+  }
+  switch (setting.kind) {
+    case Kind::kText:
+      return c10::IValue(
+          lamp::detail::read_string(archive, setting.key, where));
+    case Kind::kInteger:
+    case Kind::kUnsigned:
+      return c10::IValue(lamp::detail::read_int(archive, setting.key, where));
+    case Kind::kReal:
+      return c10::IValue(
+          lamp::detail::read_number(archive, setting.key, where));
+    case Kind::kBool:
+      return c10::IValue(lamp::detail::read_bool(archive, setting.key, where));
+  }
+  TORCH_INTERNAL_ASSERT(false, "lamp: unhandled run setting kind");
+}
+
+} // namespace
+
+void write_run_settings(torch::serialize::OutputArchive& archive,
+                        const RunContext& run) {
+  for (const auto& setting : run_settings()) {
+    archive.write(setting.key, setting.value(run));
+  }
+}
+
+void check_run_settings(torch::serialize::InputArchive& archive,
+                        const std::string& path, const RunContext& run) {
+  const std::string where = "lamp: " + path;
+  for (const auto& setting : run_settings()) {
+    const auto stored =
+        show(setting.kind, read(archive, setting, where.c_str()));
+    const auto now = show(setting.kind, setting.value(run));
+    if (stored == now) {
+      continue;
+    }
+    const auto name =
+        name_option(run.options, setting.key, setting.library_name);
+    if (setting.kind == Kind::kBool) {
+      const bool with = stored == "true";
+      TORCH_CHECK(
+          false, "lamp: ", path, " was trained ", with ? "with " : "without ",
+          name, "; resume ", with ? "with" : "without",
+          " it (a resumed run repeats the settings it was trained with).");
+    }
+    TORCH_CHECK(false, "lamp: ", path, " was trained with ", name, " ", stored,
+                " but this run uses ", now, "; resume with ", name, " ", stored,
+                " (a resumed run continues the same schedule and data order).");
+  }
+}
+
+} // namespace detail
+} // namespace training
+} // namespace lamp

@@ -1,0 +1,77 @@
+// lamp::NameTable and the tables of every enum-like choice: each value has
+// one name that parses back to it, aliases parse too, and an unknown name is
+// refused with the list.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lamp/amp/precision.h"
+#include "lamp/amp/train_step.h"
+#include "lamp/optim/optimizer.h"
+#include "lamp/platform/names.h"
+#include "lamp/training/schedule.h"
+
+namespace {
+
+enum class Colour { kRed, kGreen, kBlue };
+
+const lamp::NameTable<Colour>& colours() {
+  static const lamp::NameTable<Colour> table("colour", "colours",
+                                             {{"red", Colour::kRed},
+                                              {"green", Colour::kGreen},
+                                              {"verde", Colour::kGreen},
+                                              {"blue", Colour::kBlue}});
+  return table;
+}
+
+std::string refusal(const std::function<void()>& parse) {
+  try {
+    parse();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "(accepted)";
+}
+
+template <typename T>
+void expect_round_trip(const lamp::NameTable<T>& table) {
+  for (const auto& name : table.names()) {
+    EXPECT_EQ(table.name(table.parse(name)), name);
+  }
+}
+
+} // namespace
+
+TEST(NameTable, CanonicalNamesAliasesAndTheRefusal) {
+  const auto& table = colours();
+  EXPECT_EQ(table.names(), (std::vector<std::string>{"red", "green", "blue"}));
+  EXPECT_EQ(table.spellings(),
+            (std::vector<std::string>{"red", "green", "verde", "blue"}));
+  EXPECT_EQ(table.parse("verde"), Colour::kGreen);
+  EXPECT_EQ(table.name(Colour::kGreen), "green");
+  EXPECT_EQ(table.choices(), "red, green (or verde) and blue");
+  EXPECT_EQ(
+      refusal([&] { table.parse("Red"); }),
+      "lamp: unknown colour 'Red'; valid colours are red, green (or verde) and blue.");
+}
+
+TEST(NameTable, EveryChoiceOfTheLibraryRoundTrips) {
+  expect_round_trip(lamp::precision_table());
+  expect_round_trip(lamp::cuda_graph_mode_table());
+  expect_round_trip(lamp::optim::implementation_table());
+  expect_round_trip(lamp::training::schedule_table());
+  EXPECT_EQ(lamp::parse_precision("fp16"), lamp::Precision::kHalf);
+  EXPECT_EQ(lamp::to_string(lamp::Precision::kHalf), "half");
+  EXPECT_EQ(lamp::precision_names(),
+            (std::vector<std::string>{"fp32", "tf32", "amp", "amp-bf16", "half",
+                                      "bf16"}));
+  EXPECT_EQ(
+      refusal([] { lamp::parse_precision("fp8"); }),
+      "lamp: unknown precision 'fp8'; valid precisions are fp32, tf32, amp, amp-bf16, half (or fp16) and bf16.");
+  EXPECT_EQ(lamp::training::schedule_table().names(),
+            (std::vector<std::string>{"onecycle", "cosine", "constant"}));
+  EXPECT_EQ(lamp::optim::optimizer_names(),
+            (std::vector<std::string>{"sgd", "adam", "adamw"}));
+}

@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
   app.add_option(
          "--optimizer-impl", c.optimizer_impl,
          "auto | fused | foreach | per-tensor (lamp::optim::Implementation)")
-      ->check(CLI::IsMember({"auto", "fused", "foreach", "per-tensor"}))
+      ->check(CLI::IsMember(lamp::optim::implementation_table().names()))
       ->capture_default_str();
   app.add_flag(
       "--cuda-graph", c.cuda_graph,

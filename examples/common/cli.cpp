@@ -73,11 +73,8 @@ std::string short_number(double value) {
 }
 
 const std::vector<std::string>& precision_flag_values() {
-  static const std::vector<std::string> values = [] {
-    auto names = lamp::precision_names();
-    names.push_back("fp16");
-    return names;
-  }();
+  static const std::vector<std::string> values =
+      lamp::precision_table().spellings();
   return values;
 }
 

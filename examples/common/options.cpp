@@ -61,7 +61,7 @@ void add_optimizer_options(CLI::App& app, ProgramConfig& c) {
       "batches per optimizer step (gradients summed), 1..1048576; must divide the batches per epoch",
       integer_in(1, 1 << 20));
   add_checked(app, "--schedule", c.schedule, "onecycle | cosine | constant",
-              CLI::IsMember({"onecycle", "cosine", "constant"}));
+              CLI::IsMember(lamp::training::schedule_table().names()));
 }
 
 // How fast the steps run: cuDNN, CUDA graphs, fixed shapes, memory format.
@@ -74,7 +74,7 @@ void add_speed_options(CLI::App& app, ProgramConfig& c) {
   add_checked(
       app, "--cuda-graph", c.cuda_graph,
       "capture the training step in CUDA graphs: auto (where they apply: CUDA, fused optimizer, no accumulation, one process; the reason is printed where not), on (refuse a run where they cannot), off",
-      CLI::IsMember({"auto", "on", "off"}));
+      CLI::IsMember(lamp::cuda_graph_mode_table().names()));
   add_checked(
       app, "--drop-last", c.drop_last,
       "drop the last partial training batch: auto (on CUDA, where a new shape means autotuning and a new graph), on, off",

@@ -111,9 +111,9 @@ NamedOptimizerFactory ignoring_names(const OptimizerFactory& make_optimizer) {
 const NameTable<CudaGraphMode>& cuda_graph_mode_table() {
   static const NameTable<CudaGraphMode> table("CUDA-graph mode",
                                               "CUDA-graph modes",
-                                              {{"off", CudaGraphMode::kOff},
+                                              {{"auto", CudaGraphMode::kAuto},
                                                {"on", CudaGraphMode::kOn},
-                                               {"auto", CudaGraphMode::kAuto}});
+                                               {"off", CudaGraphMode::kOff}});
   return table;
 }
 
@@ -335,8 +335,9 @@ std::string TrainStep::cuda_graph_unavailable_reason() const {
 
 void TrainStep::check_graph_capturable() {
   const auto reason = cuda_graph_unavailable_reason();
-  TORCH_CHECK(reason.empty(), "lamp::TrainStep: cuda_graph: ", reason,
-              " Use TrainStepOptions().cuda_graph(false) (--cuda-graph off).");
+  TORCH_CHECK(
+      reason.empty(), "lamp::TrainStep: cuda_graph: ", reason,
+      " Use TrainStepOptions::cuda_graph kAuto (CUDA graphs where they apply) or kOff.");
   TORCH_CHECK(options_.graph_warmup_steps() >= 1,
               "lamp::TrainStep: graph_warmup_steps must be >= 1, got ",
               options_.graph_warmup_steps(), ".");

@@ -73,7 +73,7 @@ std::unique_ptr<CapturedGraph> capture_graph(
           false,
           "lamp::TrainStep: the training step could not be captured in a CUDA graph: ",
           e.what(),
-          " A captured step must not wait for the GPU: no .item(), printing of tensors or host copies in the loss function, no GradScaler diagnose_overflow. Use TrainStepOptions().cuda_graph(false) (--cuda-graph off) for such a step.");
+          " A captured step must not wait for the GPU: no .item(), printing of tensors or host copies in the loss function, no GradScaler diagnose_overflow. Use TrainStepOptions::cuda_graph kOff (or kAuto where they apply) for such a step.");
     }
     captured->graph.capture_end();
   }

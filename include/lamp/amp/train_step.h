@@ -41,7 +41,7 @@ enum class CudaGraphMode {
   kAuto,
 };
 
-/// The spellings of the CUDA-graph modes: "off", "on", "auto".
+/// The spellings of the CUDA-graph modes: "auto", "on", "off".
 const NameTable<CudaGraphMode>& cuda_graph_mode_table();
 /// "off", "on" or "auto".
 std::string to_string(CudaGraphMode mode);

@@ -790,7 +790,9 @@ TEST(TrainStep, CudaGraphReasonsAutoFallsBackOnRefuses) {
         } catch (const c10::Error& e) {
           const std::string what = e.what();
           EXPECT_NE(what.find(c.reason), std::string::npos) << what;
-          EXPECT_NE(what.find("TrainStepOptions::cuda_graph kAuto"), std::string::npos) << what;
+          EXPECT_NE(what.find("TrainStepOptions::cuda_graph kAuto"),
+                    std::string::npos)
+              << what;
         }
         EXPECT_TRUE(BitEqual(model->fc->weight.detach(), before));
       } else {

@@ -9,19 +9,24 @@
 #                  with Debian's, so cpack refuses with a message.
 #   cpack -G TGZ   a tarball of the same tree, for any LibTorch (the default).
 #
-#   LAMP_PACKAGE_CONTACT  Maintainer of the .deb ("Name <address>")
-#   LAMP_HOMEPAGE_URL     Homepage of the .deb
+#   LAMP_PACKAGE_CONTACT  Maintainer of the .deb ("Name <address>"); dpkg
+#                         requires one, and the default is a placeholder
+#                         (example.org): set the packager's own to publish
+#   LAMP_HOMEPAGE_URL     Homepage of the packages; empty (the default): no
+#                         Homepage field
 
 set(LAMP_PACKAGE_CONTACT "lamp authors <lamp@example.org>" CACHE STRING
     "Maintainer field of lamp's Debian package: \"Name <address>\"")
-set(LAMP_HOMEPAGE_URL "https://example.org/lamp" CACHE STRING
+set(LAMP_HOMEPAGE_URL "" CACHE STRING
     "Homepage field of lamp's packages")
 
 set(CPACK_PACKAGE_NAME lamp)
 set(CPACK_PACKAGE_VENDOR "the lamp authors")
 set(CPACK_PACKAGE_VERSION "${PROJECT_VERSION}")
 set(CPACK_PACKAGE_CONTACT "${LAMP_PACKAGE_CONTACT}")
-set(CPACK_PACKAGE_HOMEPAGE_URL "${LAMP_HOMEPAGE_URL}")
+if(LAMP_HOMEPAGE_URL)
+  set(CPACK_PACKAGE_HOMEPAGE_URL "${LAMP_HOMEPAGE_URL}")
+endif()
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "LibTorch Automatic Mixed Precision (C++ development files)")
 get_target_property(_lamp_type lamp TYPE)
 if(_lamp_type STREQUAL "SHARED_LIBRARY")
@@ -47,7 +52,9 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${LAMP_PACKAGE_CONTACT}")
-set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "${LAMP_HOMEPAGE_URL}")
+if(LAMP_HOMEPAGE_URL)
+  set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "${LAMP_HOMEPAGE_URL}")
+endif()
 find_program(LAMP_DPKG dpkg DOC "dpkg, for the architecture of lamp's Debian package")
 mark_as_advanced(LAMP_DPKG)
 if(LAMP_DPKG)

@@ -158,15 +158,7 @@ TEST(DeviceLoader, RejectsInconsistentOptions) {
       c10::Error);
 }
 
-// The message of the c10::Error `f` throws; "" when it throws none.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
+using lamp_test::error_of;
 
 // A batch larger than an epoch would be one short batch (or, with
 // drop_last, none); the limit is the shard's size when sharded.

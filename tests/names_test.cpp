@@ -12,6 +12,7 @@
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/names.h"
 #include "lamp/training/schedule.h"
+#include "test_util.h"
 
 namespace {
 
@@ -24,15 +25,6 @@ const lamp::NameTable<Colour>& colours() {
                                               {"verde", Colour::kGreen},
                                               {"blue", Colour::kBlue}});
   return table;
-}
-
-std::string refusal(const std::function<void()>& parse) {
-  try {
-    parse();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(accepted)";
 }
 
 template <typename T>
@@ -53,7 +45,7 @@ TEST(NameTable, CanonicalNamesAliasesAndTheRefusal) {
   EXPECT_EQ(table.name(Colour::kGreen), "green");
   EXPECT_EQ(table.choices(), "red, green (or verde) and blue");
   EXPECT_EQ(
-      refusal([&] { table.parse("Red"); }),
+      lamp_test::error_of([&] { table.parse("Red"); }),
       "lamp: unknown colour 'Red'; valid colours are red, green (or verde) and blue.");
 }
 
@@ -68,7 +60,7 @@ TEST(NameTable, EveryChoiceOfTheLibraryRoundTrips) {
             (std::vector<std::string>{"fp32", "tf32", "amp", "amp-bf16", "half",
                                       "bf16"}));
   EXPECT_EQ(
-      refusal([] { lamp::parse_precision("fp8"); }),
+      lamp_test::error_of([] { lamp::parse_precision("fp8"); }),
       "lamp: unknown precision 'fp8'; valid precisions are fp32, tf32, amp, amp-bf16, half (or fp16) and bf16.");
   EXPECT_EQ(lamp::training::schedule_table().names(),
             (std::vector<std::string>{"onecycle", "cosine", "constant"}));

@@ -108,6 +108,17 @@ inline void expect_error(const std::function<void()>& f,
   }
 }
 
+/// The message of the c10::Error `body` throws ("" when it throws none).
+template <typename Body>
+std::string error_of(Body body) {
+  try {
+    body();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
 #define LAMP_SKIP_WITHOUT_CUDA()                     \
   do {                                               \
     if (!lamp::cuda_available()) {                   \

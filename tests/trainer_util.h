@@ -113,15 +113,4 @@ inline std::string file_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-/// The message of the c10::Error `body` throws ("" when it throws none).
-template <typename Body>
-std::string error_of(Body body) {
-  try {
-    body();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
-
 } // namespace lamp_test

@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -103,28 +108,126 @@ TEST(Environment, RejectsPartialOrMalformedVariables) {
   }
 }
 
-TEST(ProcessGroup, AMissingRankFailsWithinTheTimeout) {
-  // Rank 0 of 2 alone: the rendezvous gives up after the timeout with an
-  // error naming the address, instead of waiting forever.
-  if (!lamp::distributed::gloo_available()) {
-    GTEST_SKIP()
-        << "the CPU rendezvous needs Gloo; without it Gloo.AutoOnTheCpuWithTwoRanksFailsAtOnceWithoutIt applies";
+// The CPU rendezvous needs Gloo: without it, create() refuses before any
+// wait (Gloo.AutoOnTheCpuWithTwoRanksFailsAtOnceWithoutIt).
+#define LAMP_SKIP_WITHOUT_GLOO()                                             \
+  if (!lamp::distributed::gloo_available()) {                                \
+    GTEST_SKIP() << "the CPU rendezvous needs Gloo, which this build lacks"; \
   }
+
+// A socket listening on a port the system chose (so that tests running at
+// the same time never share one), and the port.
+struct ListeningSocket {
+  int fd = -1;
+  int port = 0;
+  ListeningSocket() {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_ANY);
+    address.sin_port = 0;
+    socklen_t size = sizeof address;
+    if (fd < 0 ||
+        bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        listen(fd, 1) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      ADD_FAILURE() << "cannot listen on a free port";
+      return;
+    }
+    port = ntohs(address.sin_port);
+  }
+  ~ListeningSocket() { close(fd); }
+};
+
+// A port that was free a moment ago.
+int free_port() {
+  return ListeningSocket().port;
+}
+
+// Rank `rank` of two meeting at a port nobody uses, with a short timeout
+// and the waiting lines collected in `lines`.
+struct LonelyRank {
   Environment env;
-  env.world_size = 2;
-  env.master_port = 20000 + static_cast<int>(std::rand() % 40000);
-  const auto start = std::chrono::steady_clock::now();
-  expect_error(
-      [&] {
-        ProcessGroup::create(env, torch::kCPU,
-                             lamp::distributed::ProcessGroupOptions().timeout(
-                                 std::chrono::seconds(2)));
-      },
-      "could not join the process group at 127.0.0.1:");
-  EXPECT_LT(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count(),
-      30.0);
+  lamp::distributed::ProcessGroupOptions options;
+  std::vector<std::string> lines;
+
+  explicit LonelyRank(int rank, int world_size = 2) {
+    env.rank = rank;
+    env.world_size = world_size;
+    env.master_port = free_port();
+    options.timeout(std::chrono::seconds(2))
+        .wait_report_interval(std::chrono::milliseconds(400))
+        .wait_report(
+            [this](const std::string& line) { lines.push_back(line); });
+  }
+  std::string address() const {
+    return "127.0.0.1:" + std::to_string(env.master_port);
+  }
+  double seconds_to_fail(const std::string& part) {
+    const auto start = std::chrono::steady_clock::now();
+    expect_error([&] { ProcessGroup::create(env, torch::kCPU, options); },
+                 part);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  }
+};
+
+TEST(ProcessGroup, AMissingRankFailsWithinTheTimeoutNamingIt) {
+  // Rank 0 of 3 alone: it says whom it waits for while it waits, and gives
+  // up after the timeout naming the ranks that never came.
+  LAMP_SKIP_WITHOUT_GLOO();
+  LonelyRank rank0(0, 3);
+  const double seconds =
+      rank0.seconds_to_fail("waited 2 s at " + rank0.address() +
+                            " but ranks 1, 2 never came (1 of 3 arrived)");
+  EXPECT_GE(seconds, 1.9);
+  EXPECT_LT(seconds, 30.0);
+  ASSERT_GE(rank0.lines.size(), 2u);
+  EXPECT_NE(rank0.lines[0].find("rank 0 of 3 waiting for 2 of 3 ranks at " +
+                                rank0.address() + " (ranks 1, 2;"),
+            std::string::npos)
+      << rank0.lines[0];
+}
+
+TEST(ProcessGroup, AnUnreachableRendezvousSaysSoWhileWaiting) {
+  // Rank 1 with no rank 0 serving: it says that it is trying to reach it.
+  LAMP_SKIP_WITHOUT_GLOO();
+  LonelyRank rank1(1);
+  const double seconds = rank1.seconds_to_fail(
+      "rank 1 of 2 could not reach the rendezvous at " + rank1.address());
+  EXPECT_LT(seconds, 30.0);
+  ASSERT_GE(rank1.lines.size(), 1u);
+  EXPECT_NE(rank1.lines[0].find("rank 1 of 2 waiting to reach rank 0's "
+                                "rendezvous at " +
+                                rank1.address()),
+            std::string::npos)
+      << rank1.lines[0];
+}
+
+TEST(ProcessGroup, APortHeldByAnotherProgramIsNamed) {
+  LAMP_SKIP_WITHOUT_GLOO();
+  LonelyRank rank0(0);
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<uint16_t>(rank0.env.master_port));
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&address), sizeof address),
+            0)
+      << "port " << rank0.env.master_port << " is in use; run again";
+  ASSERT_EQ(listen(held, 1), 0);
+  const double seconds = rank0.seconds_to_fail(
+      "Another program holds port " + std::to_string(rank0.env.master_port));
+  close(held);
+  EXPECT_LT(seconds, 1.5); // at once, not after the timeout
+}
+
+TEST(ProcessGroup, CheckSameIsFreeForOneProcess) {
+  ProcessGroup single;
+  single.check_same("anything", {{"a", "1"}});
+  EXPECT_FALSE(single.is_distributed());
 }
 
 TEST(ProcessGroup, RejectsABackendThatDoesNotFitTheDevice) {

@@ -5,8 +5,10 @@
 #include "cli.h"
 #include "json_log.h"
 #include "progress.h"
+#include "rank_check.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -259,7 +261,13 @@ std::pair<std::vector<double>, std::vector<double>> channel_stats(
 void run(const ProgramConfig& config, const RunSpec& spec) {
   // Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
   // otherwise a single-process group.
-  auto group = ProcessGroup::from_environment(resolve_device(config.device));
+  auto group = ProcessGroup::from_environment(
+      resolve_device(config.device),
+      lamp::distributed::ProcessGroupOptions().timeout(
+          std::chrono::milliseconds(
+              static_cast<int64_t>(config.dist_timeout * 1000.0))));
+  // Before anything is broadcast: the same flags on every rank.
+  check_ranks_agree(*group, config.rank_flags);
   const bool main_rank = group->is_main();
   const auto precision = precision_from(config);
   check_before_training(config, main_rank);
@@ -298,6 +306,7 @@ int program_main(int argc, char** argv, const std::string& program,
     return status;
   }
   config.command_line.assign(argv, argv + argc);
+  config.rank_flags = rank_flag_settings(app);
   return guarded_main(program, [&] {
     auto spec = make_spec();
     spec.program = program;

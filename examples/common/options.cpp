@@ -106,6 +106,10 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
       "--export-state-dict", c.export_state_dict,
       "after training, write the weights here as a Python state_dict (FP32) for torch.load + model.load_state_dict");
   app.add_option("--resume", c.resume, "resume from this checkpoint");
+  add_checked(
+      app, "--dist-timeout", c.dist_timeout,
+      "under torchrun: seconds a rank waits for the others (rendezvous, each collective) before it stops with an error naming the ranks it waited for",
+      real_in(0.001, 86400.0 * 7));
 }
 
 // What the run reports while it trains, and when it stops early.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lamp_examples {
@@ -48,6 +49,9 @@ struct ProgramConfig {
   int64_t log_every = 0;
   bool progress = true;
   bool report_precision = false;
+  double dist_timeout = 600; // seconds a rank waits for the others
+  // The flags the ranks of a data-parallel run compare (rank_check.h).
+  std::vector<std::pair<std::string, std::string>> rank_flags;
   std::vector<std::string> command_line; // for the log's run record
 };
 

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "amp/graph_step.h"
 #include "lamp/amp/autocast.h"
@@ -17,6 +19,40 @@
 
 namespace lamp {
 namespace {
+
+// What every data-parallel replica's TrainStep must agree on: a difference
+// fails inside the backend (accumulation) or trains on silently (the rest).
+std::vector<std::pair<std::string, std::string>> replica_settings(
+    const TrainStepOptions& o) {
+  const auto number = [](double value) {
+    std::ostringstream out;
+    out.precision(17);
+    out << value;
+    return out.str();
+  };
+  const auto flag = [](bool on) { return on ? "true" : "false"; };
+  const auto& scaler = o.scaler();
+  return {
+      {"TrainStepOptions::precision", to_string(o.precision())},
+      {"TrainStepOptions::accumulation_steps",
+       std::to_string(o.accumulation_steps())},
+      {"TrainStepOptions::max_grad_norm", number(o.max_grad_norm())},
+      {"TrainStepOptions::skip_non_finite", flag(o.skip_non_finite())},
+      {"TrainStepOptions::force_loss_scaling", flag(o.force_loss_scaling())},
+      {"TrainStepOptions::flat_master", flag(o.flat_master())},
+      {"TrainStepOptions::cuda_graph", to_string(o.cuda_graph())},
+      {"GradScalerOptions::enabled", flag(scaler.enabled())},
+      {"GradScalerOptions::dynamic", flag(scaler.dynamic())},
+      {"GradScalerOptions::init_scale", number(scaler.init_scale())},
+      {"GradScalerOptions::growth_factor", number(scaler.growth_factor())},
+      {"GradScalerOptions::backoff_factor", number(scaler.backoff_factor())},
+      {"GradScalerOptions::growth_interval",
+       std::to_string(scaler.growth_interval())},
+      {"GradScalerOptions::hysteresis", std::to_string(scaler.hysteresis())},
+      {"GradScalerOptions::min_scale", number(scaler.min_scale())},
+      {"GradScalerOptions::max_scale", number(scaler.max_scale())},
+  };
+}
 
 torch::Device model_device(const torch::nn::Module& model) {
   const auto params = model.parameters();
@@ -185,6 +221,10 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
     // train in; before the master copy, which then starts from rank 0's
     // weights.
     gradient_sync_ = make_sync(model_);
+  }
+  if (gradient_sync_) {
+    gradient_sync_->check_same_settings("the TrainStep options",
+                                        replica_settings(options_));
   }
   if (gradient_sync_) {
     TORCH_CHECK(gradient_sync_->device() == device_,

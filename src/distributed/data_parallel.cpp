@@ -6,6 +6,8 @@
 
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <utility>
 
 namespace lamp {
@@ -20,6 +22,38 @@ struct Bucket {
   int64_t pending = 0;          // parameters not yet ready in this backward
   std::unique_ptr<ProcessGroup::Work> work;
 };
+
+// "float [32, 1, 3, 3]", and whether it is trained, for comparing models
+// across ranks.
+std::string describe(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.scalar_type() << " " << t.sizes()
+      << (t.requires_grad() ? ", trained" : "");
+  return out.str();
+}
+
+// What every rank's DataParallel must have the same of: the options, then
+// each parameter and buffer by name.
+std::vector<RankSetting> model_settings(const torch::nn::Module& model,
+                                        const DataParallelOptions& options) {
+  std::ostringstream cap;
+  cap << options.bucket_cap_mb();
+  std::vector<RankSetting> settings = {
+      {"DataParallelOptions::bucket_cap_mb", cap.str()},
+      {"DataParallelOptions::broadcast_buffers",
+       options.broadcast_buffers() ? "true" : "false"},
+      {"DataParallelOptions::communication_dtype",
+       options.communication_dtype()
+           ? c10::toString(*options.communication_dtype())
+           : "(the gradients' own)"}};
+  for (const auto& p : model.named_parameters()) {
+    settings.emplace_back("parameter " + p.key(), describe(p.value()));
+  }
+  for (const auto& b : model.named_buffers()) {
+    settings.emplace_back("buffer " + b.key(), describe(b.value()));
+  }
+  return settings;
+}
 
 } // namespace
 
@@ -128,7 +162,12 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   }
   impl.buffers = model->buffers();
 
-  // 1. Every rank starts from rank 0's weights and buffers.
+  // 1. Every rank has the same model, then starts from rank 0's weights
+  // and buffers. (A model that differs would otherwise fail inside the
+  // backend on mismatched sizes, or train on silently.)
+  group_->check_same(
+      "the model given to DataParallel", model_settings(*model, options),
+      "Every rank must build the same model, in the same precision, with the same DataParallelOptions.");
   {
     std::vector<torch::Tensor> state = impl.params;
     state.insert(state.end(), impl.buffers.begin(), impl.buffers.end());
@@ -294,6 +333,12 @@ void DataParallel::reduce_found_inf(torch::Tensor& found_inf) {
   if (reduce_found_inf_) {
     reduce_found_inf_(found_inf);
   }
+}
+
+void DataParallel::check_same_settings(
+    const std::string& what,
+    const std::vector<std::pair<std::string, std::string>>& settings) {
+  group_->check_same(what, settings);
 }
 
 GradientSyncFactory data_parallel(std::shared_ptr<ProcessGroup> group,

@@ -4,8 +4,16 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <functional>
+#include <future>
+#include <iostream>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <thread>
 #include <utility>
 
 #include "distributed/backend.h"
@@ -39,19 +47,57 @@ struct ProcessGroup::Impl {
 
 namespace {
 
+// Who failed, for the one message every failed collective gives.
+struct CollectiveSite {
+  int rank = 0;
+  int world_size = 1;
+  std::string backend;
+  std::chrono::milliseconds timeout{0};
+};
+
+// The error's own text, without a backtrace or the closing full stop that
+// the message around it adds.
+std::string error_text(const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  std::string text =
+      c10_error ? c10_error->what_without_backtrace() : error.what();
+  while (!text.empty() &&
+         (text.back() == '.' ||
+          std::isspace(static_cast<unsigned char>(text.back())))) {
+    text.pop_back();
+  }
+  return text;
+}
+
+[[noreturn]] void fail_collective_at(const CollectiveSite& site,
+                                     const char* what,
+                                     const std::exception& error) {
+  TORCH_CHECK(
+      false, "lamp::distributed: ", what, " failed on rank ", site.rank, " of ",
+      site.world_size, " (", site.backend, "): ", error_text(error),
+      ". Another rank has probably exited or stopped answering (the timeout is ",
+      site.timeout.count() / 1000.0,
+      " s, --dist-timeout / ProcessGroupOptions::timeout); see its output.");
+}
+
 class WorkHandle final : public ProcessGroup::Work {
  public:
   // `staged` (when defined) is what was communicated for `target`, in a
   // dtype the backend reduces; wait() copies it back.
   WorkHandle(c10::intrusive_ptr<c10d::Work> work, torch::Tensor staged,
-             torch::Tensor target)
+             torch::Tensor target, CollectiveSite site)
       : work_(std::move(work)),
         staged_(std::move(staged)),
-        target_(std::move(target)) {}
+        target_(std::move(target)),
+        site_(std::move(site)) {}
   void wait() override {
     if (work_) {
       auto work = std::move(work_);
-      work->wait();
+      try {
+        work->wait();
+      } catch (const std::exception& e) {
+        fail_collective_at(site_, "all_reduce_async_", e);
+      }
       if (staged_.defined()) {
         target_.copy_(staged_);
       }
@@ -62,6 +108,7 @@ class WorkHandle final : public ProcessGroup::Work {
   c10::intrusive_ptr<c10d::Work> work_;
   torch::Tensor staged_;
   torch::Tensor target_;
+  CollectiveSite site_;
 };
 
 // Gloo has no BF16 reductions: they run in FP32 there (exact for the
@@ -73,6 +120,179 @@ bool needs_fp32_reduction(const std::string& backend, const torch::Tensor& t) {
 class DoneWork final : public ProcessGroup::Work {
  public:
   void wait() override {}
+};
+
+// Seconds, as messages show them.
+std::string seconds(std::chrono::milliseconds d) {
+  std::ostringstream out;
+  out << d.count() / 1000.0 << " s";
+  return out.str();
+}
+
+// "1, 3, 4" (at most 8, then "..."), for messages.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size() && i < 8; ++i) {
+    out << (i ? ", " : "") << ranks[i];
+  }
+  if (ranks.size() > 8) {
+    out << ", ...";
+  }
+  return out.str();
+}
+
+// The meeting of the ranks before the backend starts: rank 0 (or torchrun's
+// agent) serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects
+// and signs in under its rank. While it waits, it says for what (every
+// wait_report_interval); when the timeout ends the wait, it names the ranks
+// that never came.
+class Rendezvous {
+ public:
+  Rendezvous(const Environment& env, const ProcessGroupOptions& options,
+             std::string address)
+      : env_(env), options_(options), address_(std::move(address)) {}
+
+  c10::intrusive_ptr<c10d::Store> join() const {
+    const auto start = Clock::now();
+    auto store = connect(start);
+    ask([&] {
+      store->set(key(env_.rank), std::vector<uint8_t>{1});
+      return store->add("arrived", 1);
+    });
+    wait_for_everyone(*store, start);
+    return store;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  static std::string key(int rank) { return "rank/" + std::to_string(rank); }
+
+  std::string who() const {
+    return "lamp::distributed: rank " + std::to_string(env_.rank) + " of " +
+           std::to_string(env_.world_size);
+  }
+
+  void report(const std::string& line) const {
+    if (options_.wait_report()) {
+      options_.wait_report()(line);
+    } else {
+      std::cerr << line << std::endl;
+    }
+  }
+
+  [[noreturn]] void fail(const char* doing, const std::exception& e) const {
+    const std::string text = error_text(e);
+    const bool port_taken = text.find("in use") != std::string::npos;
+    TORCH_CHECK(
+        false, who(), " ", doing, " the rendezvous at ", address_, " (",
+        seconds(options_.timeout()), " timeout): ", text, ". ",
+        port_taken
+            ? "Another program holds port " + std::to_string(env_.master_port) +
+                  "; choose a free MASTER_PORT (torchrun --master-port)."
+            : "Check that rank 0 was started (torchrun --nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is reachable from this host, and that no other job uses the port.");
+  }
+
+  // The store, connected (served by rank 0 without torchrun's agent).
+  c10::intrusive_ptr<c10d::Store> connect(Clock::time_point start) const {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(env_.master_port);
+    store_options.isServer = !env_.agent_store && env_.rank == 0;
+    store_options.numWorkers = env_.agent_store
+                                   ? c10::nullopt
+                                   : decltype(store_options.numWorkers)(
+                                         static_cast<size_t>(env_.world_size));
+    // Rank 0 counts the arrivals itself, saying while it waits.
+    store_options.waitWorkers = false;
+    store_options.timeout = options_.timeout();
+    store_options.multiTenant = true;
+    // A client retries until the timeout: in the background, so that this
+    // thread can say that it waits.
+    auto connecting = std::async(std::launch::async, [&] {
+      return c10::intrusive_ptr<c10d::Store>(
+          c10::make_intrusive<c10d::TCPStore>(env_.master_addr, store_options));
+    });
+    while (connecting.wait_for(options_.wait_report_interval()) !=
+           std::future_status::ready) {
+      report(who() + " waiting to reach rank 0's rendezvous at " + address_ +
+             " (" + seconds(elapsed(start)) + " of " +
+             seconds(options_.timeout()) + ")");
+    }
+    c10::intrusive_ptr<c10d::Store> store;
+    try {
+      store = connecting.get();
+    } catch (const std::exception& e) {
+      fail(store_options.isServer ? "could not serve" : "could not reach", e);
+    }
+    if (env_.agent_store) {
+      // torchrun's agent serves the store; each restart has its own keys.
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(env_.restart_count), store);
+    }
+    // Each group of the process has its own keys (every rank makes its
+    // groups in the same order).
+    static std::atomic<int> groups{0};
+    store = c10::make_intrusive<c10d::PrefixStore>(
+        "lamp/pg" + std::to_string(groups++), store);
+    store->setTimeout(options_.timeout());
+    return store;
+  }
+
+  static std::chrono::milliseconds elapsed(Clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
+                                                                 start);
+  }
+
+  // A store call; a failure says that the rendezvous was lost.
+  template <typename F>
+  auto ask(F&& call) const -> decltype(call()) {
+    try {
+      return call();
+    } catch (const std::exception& e) {
+      fail("lost", e);
+    }
+  }
+
+  std::vector<int> missing(c10d::Store& store) const {
+    std::vector<int> ranks;
+    for (int r = 0; r < env_.world_size; ++r) {
+      if (!ask([&] { return store.check({key(r)}); })) {
+        ranks.push_back(r);
+      }
+    }
+    return ranks;
+  }
+
+  void wait_for_everyone(c10d::Store& store, Clock::time_point start) const {
+    auto next_report = start + options_.wait_report_interval();
+    while (ask([&] { return store.add("arrived", 0); }) < env_.world_size) {
+      const auto now = Clock::now();
+      if (now - start >= options_.timeout()) {
+        const auto absent = missing(store);
+        TORCH_CHECK(
+            false, who(), " waited ", seconds(options_.timeout()), " at ",
+            address_, " but rank", absent.size() > 1 ? "s " : " ",
+            rank_list(absent), " never came (",
+            env_.world_size - static_cast<int>(absent.size()), " of ",
+            env_.world_size,
+            " arrived). Check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or give slow starters more time with --dist-timeout (ProcessGroupOptions::timeout).");
+      }
+      if (now >= next_report) {
+        const auto absent = missing(store);
+        report(who() + " waiting for " + std::to_string(absent.size()) +
+               " of " + std::to_string(env_.world_size) + " ranks at " +
+               address_ + " (rank" + (absent.size() > 1 ? "s " : " ") +
+               rank_list(absent) + "; " + seconds(elapsed(start)) + " of " +
+               seconds(options_.timeout()) + ")");
+        next_report = now + options_.wait_report_interval();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  const Environment& env_;
+  const ProcessGroupOptions& options_;
+  std::string address_;
 };
 
 } // namespace
@@ -101,6 +321,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
   TORCH_CHECK(
       options.timeout().count() > 0,
       "lamp::distributed::ProcessGroup::create: the timeout must be positive.");
+  TORCH_CHECK(options.wait_report_interval().count() > 0,
+              "lamp::distributed::ProcessGroup::create: "
+              "wait_report_interval must be positive.");
   std::string backend = options.backend();
   if (backend == "auto") {
     backend = device.is_cuda() ? "nccl" : "gloo";
@@ -136,29 +359,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
   }
   group->backend_name_ = backend;
   group->impl_ = std::make_unique<Impl>();
-  const std::string where =
-      env.master_addr + ":" + std::to_string(env.master_port);
+  group->address_ = env.master_addr + ":" + std::to_string(env.master_port);
+  const Rendezvous rendezvous{env, options, group->address_};
+  auto store = rendezvous.join();
   try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(env.master_port);
-    store_options.isServer = !env.agent_store && env.rank == 0;
-    store_options.numWorkers = env.agent_store
-                                   ? c10::nullopt
-                                   : decltype(store_options.numWorkers)(
-                                         static_cast<size_t>(env.world_size));
-    store_options.waitWorkers = !env.agent_store;
-    store_options.timeout = options.timeout();
-    store_options.multiTenant = true;
-    c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-    if (env.agent_store) {
-      // torchrun's agent serves the store; each restart has its own keys.
-      store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(env.restart_count), store);
-    }
-    store = c10::make_intrusive<c10d::PrefixStore>("lamp/default_pg", store);
-    store->setTimeout(options.timeout());
-    group->impl_->store = store;
     if (backend == "gloo") {
       group->impl_->backend = detail::make_gloo_backend(
           store, env.rank, env.world_size, options.timeout());
@@ -166,18 +370,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
       group->impl_->backend = detail::make_nccl_backend(
           store, env.rank, env.world_size, options.timeout());
     }
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(
-        false, "lamp::distributed: rank ", env.rank, " of ", env.world_size,
-        " could not join the process group at ", where, " (", backend,
-        ", timeout ", options.timeout().count() / 1000.0,
-        " s): ", e.what_without_backtrace(),
-        ". Check that every rank was started (torchrun --nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is reachable from this host, and that no other job uses the port.");
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "lamp::distributed: rank ", env.rank, " of ",
-                env.world_size, " could not join the process group at ", where,
-                " (", backend, "): ", e.what());
+                env.world_size, " could not start the ", backend,
+                " backend at ", group->address_,
+                " (every rank had arrived): ", error_text(e));
   }
+  group->impl_->store = std::move(store);
   return group;
 }
 
@@ -209,9 +408,15 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::all_reduce_async_(
   const bool staged = needs_fp32_reduction(backend_name_, tensor);
   std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat)
                                             : tensor};
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = impl_->backend->allreduce(tensors, reduce_options(ReduceOp::kSum));
+  } catch (const std::exception& e) {
+    fail_collective("all_reduce_async_", e);
+  }
   return std::make_unique<WorkHandle>(
-      impl_->backend->allreduce(tensors, reduce_options(ReduceOp::kSum)),
-      staged ? tensors[0] : torch::Tensor(), tensor);
+      std::move(work), staged ? tensors[0] : torch::Tensor(), tensor,
+      CollectiveSite{rank_, world_size_, backend_name_, timeout_});
 }
 
 void ProcessGroup::broadcast_(torch::Tensor& tensor, int root) {
@@ -235,13 +440,8 @@ void ProcessGroup::broadcast_(torch::Tensor& tensor, int root) {
 
 void ProcessGroup::fail_collective(const char* what,
                                    const std::exception& error) const {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
-  TORCH_CHECK(
-      false, "lamp::distributed: ", what, " failed on rank ", rank_, " of ",
-      world_size_, " (", backend_name_,
-      "): ", c10_error ? c10_error->what_without_backtrace() : error.what(),
-      ". Another rank has probably exited or stopped answering (the timeout is ",
-      timeout_.count() / 1000.0, " s); see its output.");
+  fail_collective_at(
+      CollectiveSite{rank_, world_size_, backend_name_, timeout_}, what, error);
 }
 
 void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root) {
@@ -278,6 +478,114 @@ void ProcessGroup::barrier() {
   // and NCCL, and it honours the timeout on both.
   auto token = torch::zeros({1}, torch::TensorOptions().device(device_));
   all_reduce_(token);
+}
+
+namespace {
+
+// Settings as bytes: "<length>:<text>" for each name and value in turn.
+std::vector<uint8_t> encode(const std::vector<RankSetting>& settings) {
+  std::string text;
+  for (const auto& s : settings) {
+    for (const auto* part : {&s.first, &s.second}) {
+      text += std::to_string(part->size()) + ":" + *part;
+    }
+  }
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+std::vector<RankSetting> decode(const std::vector<uint8_t>& bytes) {
+  const std::string text(bytes.begin(), bytes.end());
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t colon = text.find(':', at);
+    TORCH_INTERNAL_ASSERT(colon != std::string::npos,
+                          "lamp: malformed settings from another rank");
+    const size_t n = std::stoul(text.substr(at, colon - at));
+    parts.push_back(text.substr(colon + 1, n));
+    at = colon + 1 + n;
+  }
+  TORCH_INTERNAL_ASSERT(parts.size() % 2 == 0,
+                        "lamp: malformed settings from another rank");
+  std::vector<RankSetting> settings;
+  for (size_t i = 0; i < parts.size(); i += 2) {
+    settings.emplace_back(parts[i], parts[i + 1]);
+  }
+  return settings;
+}
+
+// "0.1 on rank 0 and 0.2 on rank 1"; with more ranks, one entry per value
+// ("0.1 on ranks 0, 2 and 0.2 on rank 1").
+std::string values_by_rank(const std::vector<std::string>& values) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < values.size(); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == values[r]; });
+    if (it == groups.end()) {
+      groups.push_back({values[r], {}});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(static_cast<int>(r));
+  }
+  std::string text;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i > 0) {
+      text += i + 1 == groups.size() ? " and " : ", ";
+    }
+    text += groups[i].first + " on rank" +
+            (groups[i].second.size() > 1 ? "s " : " ") +
+            rank_list(groups[i].second);
+  }
+  return text;
+}
+
+} // namespace
+
+void ProcessGroup::check_same(const std::string& what,
+                              const std::vector<RankSetting>& settings,
+                              const std::string& advice) {
+  if (!is_distributed()) {
+    return;
+  }
+  const std::string prefix = "check/" + std::to_string(checks_++) + "/";
+  std::vector<std::vector<RankSetting>> all(world_size_);
+  try {
+    impl_->store->set(prefix + std::to_string(rank_), encode(settings));
+    for (int r = 0; r < world_size_; ++r) {
+      all[r] = r == rank_
+                   ? settings
+                   : decode(impl_->store->get(prefix + std::to_string(r)));
+    }
+  } catch (const std::exception& e) {
+    fail_collective(("comparing " + what + " across ranks").c_str(), e);
+  }
+  // Every name in rank 0's order, then those only other ranks have.
+  std::vector<std::string> names;
+  std::vector<std::map<std::string, std::string>> by_name(world_size_);
+  for (int r = 0; r < world_size_; ++r) {
+    for (const auto& s : all[r]) {
+      if (by_name[r].emplace(s.first, s.second).second &&
+          std::find(names.begin(), names.end(), s.first) == names.end()) {
+        names.push_back(s.first);
+      }
+    }
+  }
+  for (const auto& name : names) {
+    std::vector<std::string> values;
+    for (int r = 0; r < world_size_; ++r) {
+      const auto it = by_name[r].find(name);
+      values.push_back(it == by_name[r].end() ? "(absent)" : it->second);
+    }
+    if (std::adjacent_find(values.begin(), values.end(),
+                           std::not_equal_to<>()) == values.end()) {
+      continue;
+    }
+    TORCH_CHECK(
+        false, "lamp::distributed: the ranks differ in ", what, ": ", name,
+        " is ", values_by_rank(values), " (", world_size_, " ranks at ",
+        address_, "). ",
+        advice.empty() ? "Start every rank with the same settings." : advice);
+  }
 }
 
 std::function<void(torch::Tensor&)> found_inf_reduction(

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lamp/amp/grad_scaler.h"
@@ -164,6 +166,146 @@ TEST(TwoRanks, BroadcastsRankZerosBuffersBeforeForward) {
   }
   dp.before_forward();
   EXPECT_TRUE(BitEqual(net->bn1->running_mean, torch::ones({8})));
+}
+
+// The message of `f`'s c10::Error; fails the test without one.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(TwoRanks, CheckSameNamesTheFirstDifferenceOnEveryRank) {
+  auto g = group();
+  // The same settings in another order agree.
+  std::vector<lamp::distributed::RankSetting> same = {{"--epochs", "3"},
+                                                      {"--model", "cnn"}};
+  if (g->rank() == 1) {
+    std::swap(same[0], same[1]);
+  }
+  g->check_same("the flags", same);
+  // A value that differs is named with each rank's value, on both ranks;
+  // names and values may hold the encoding's separator.
+  const auto lr = g->rank() == 0 ? "0.1" : "0.2:3";
+  const auto message = error_of([&] {
+    g->check_same("the flags",
+                  {{"--epochs", "3"}, {"--lr", lr}, {"--seed", lr}},
+                  "Start every rank alike.");
+  });
+  EXPECT_NE(message.find("the ranks differ in the flags: --lr is 0.1 on rank 0 "
+                         "and 0.2:3 on rank 1 (2 ranks at 127.0.0.1:"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("Start every rank alike."), std::string::npos);
+  // A setting only one rank has.
+  std::vector<lamp::distributed::RankSetting> partial = {{"--epochs", "3"}};
+  if (g->rank() == 1) {
+    partial.emplace_back("--checkpoint", "given");
+  }
+  const auto absent = error_of([&] { g->check_same("the flags", partial); });
+  EXPECT_NE(
+      absent.find("--checkpoint is (absent) on rank 0 and given on rank 1"),
+      std::string::npos)
+      << absent;
+  g->barrier(); // the group still works after a refusal
+}
+
+TEST(TwoRanks, DataParallelRefusesAModelThatDiffersBeforeBroadcasting) {
+  auto g = group();
+  torch::manual_seed(0);
+  // Rank 1 has two more classes: a broadcast of rank 0's weights would
+  // fail inside Gloo on the sizes.
+  lamp_test::SmallNet net(g->rank() == 0 ? 4 : 6);
+  const auto message =
+      error_of([&] { lamp::distributed::DataParallel dp(net.ptr(), g); });
+  EXPECT_NE(
+      message.find("the ranks differ in the model given to DataParallel: "
+                   "parameter fc.weight is Float [4, 16], trained on rank 0 "
+                   "and Float [6, 16], trained on rank 1"),
+      std::string::npos)
+      << message;
+  // Options too: another bucket size means another bucket order.
+  lamp_test::SmallNet same;
+  const auto options = lamp::distributed::DataParallelOptions().bucket_cap_mb(
+      g->rank() == 0 ? 25.0 : 1.0);
+  const auto cap = error_of(
+      [&] { lamp::distributed::DataParallel dp(same.ptr(), g, options); });
+  EXPECT_NE(cap.find("DataParallelOptions::bucket_cap_mb is 25 on rank 0 and 1 "
+                     "on rank 1"),
+            std::string::npos)
+      << cap;
+}
+
+TEST(TwoRanks, TrainStepRefusesReplicasWithDifferentOptions) {
+  auto g = group();
+  torch::manual_seed(0);
+  lamp::models::MnistCNN model;
+  const auto message = error_of([&] {
+    lamp::TrainStep step(
+        model.ptr(), sgd(),
+        lamp::TrainStepOptions(lamp::Precision::kFP32)
+            .accumulation_steps(g->rank() == 0 ? 1 : 2)
+            .gradient_sync(lamp::distributed::data_parallel(g)));
+  });
+  EXPECT_NE(message.find("the ranks differ in the TrainStep options: "
+                         "TrainStepOptions::accumulation_steps is 1 on rank 0 "
+                         "and 2 on rank 1"),
+            std::string::npos)
+      << message;
+}
+
+TEST(TwoRanks, AFailedBucketAllReduceGivesTheCollectiveMessage) {
+  // The asynchronous all-reduce of the gradient buckets fails as the
+  // synchronous collectives do: naming the rank, the backend and the cause.
+  auto g = group(std::chrono::seconds(5));
+  torch::manual_seed(0);
+  lamp_test::SmallNet net;
+  lamp::distributed::DataParallel dp(net.ptr(), g);
+  g->barrier();
+  if (g->rank() == 1) {
+    std::_Exit(0); // gone without a word, like a crashed rank
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto message = error_of([&] {
+    for (int i = 0; i < 20; ++i) {
+      dp.before_forward();
+      net->forward(torch::randn({2, 3, 8, 8})).sum().backward();
+      dp.finish_gradient_sync();
+    }
+  });
+  EXPECT_NE(message.find(" failed on rank 0 of 2 (gloo): "), std::string::npos)
+      << message;
+  EXPECT_NE(
+      message.find("Another rank has probably exited or stopped answering "
+                   "(the timeout is 5 s"),
+      std::string::npos)
+      << message;
+}
+
+TEST(TwoRanks, AStoppedRankMakesTheOtherFailAfterTheTimeout) {
+  // A rank that stops answering (SIGSTOP, a hung node): the other fails
+  // once the group's timeout has passed, not after the default 10 minutes.
+  auto g = group(std::chrono::seconds(3));
+  g->barrier();
+  if (g->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(12));
+    std::_Exit(0);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto t = torch::ones({4});
+  const auto message = error_of([&] { g->all_reduce_(t); });
+  EXPECT_NE(message.find("all_reduce_ failed on rank 0 of 2"),
+            std::string::npos)
+      << message;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_GE(seconds, 2.5);
+  EXPECT_LT(seconds, 10.0);
 }
 
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {

@@ -11,6 +11,9 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace lamp {
 
@@ -38,6 +41,17 @@ class GradientSync {
   /// The device the replicas communicate on; TrainStep refuses a model on
   /// another.
   virtual torch::Device device() const = 0;
+  /// Fails on every replica, naming the first setting that differs and its
+  /// value on each, when the replicas were given different `settings`
+  /// (TrainStep passes its precision, accumulation steps, clipping and loss
+  /// scaling at construction). The default compares nothing, for a
+  /// transport that cannot.
+  virtual void check_same_settings(
+      const std::string& what,
+      const std::vector<std::pair<std::string, std::string>>& settings) {
+    (void)what;
+    (void)settings;
+  }
 };
 
 /// Builds the GradientSync for TrainStep's model, or nullptr for plain

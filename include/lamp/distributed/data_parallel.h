@@ -38,8 +38,11 @@ struct DataParallelOptions {
 
 /// Data-parallel gradient averaging for one model replica per rank, with
 /// DDP's semantics:
-///  1. construction broadcasts rank 0's parameters and buffers, so every
-///     rank starts from the same weights;
+///  1. construction checks that every rank has the same model (parameter
+///     and buffer names, shapes, dtypes, which are trained) and the same
+///     options, refusing on every rank with the first difference, then
+///     broadcasts rank 0's parameters and buffers, so every rank starts from
+///     the same weights;
 ///  2. before each forward (before_forward()), rank 0's buffers are
 ///     broadcast (broadcast_buffers);
 ///  3. during backward, a hook after each parameter's gradient accumulation
@@ -70,8 +73,10 @@ class DataParallel final : public GradientSync {
   /// broadcasts rank 0's parameters and buffers: a collective, so every rank
   /// constructs its DataParallel at the same point. TORCH_CHECK error for a
   /// null model or group, a bucket_cap_mb that is not positive, a
-  /// communication_dtype other than kHalf, kBFloat16 or kFloat, or a
-  /// trainable parameter that is not on the group's device.
+  /// communication_dtype other than kHalf, kBFloat16 or kFloat, a
+  /// trainable parameter that is not on the group's device, or a model or
+  /// options that differ between the ranks (on every rank, naming the first
+  /// parameter, buffer or option that differs and its value on each rank).
   DataParallel(std::shared_ptr<torch::nn::Module> model,
                std::shared_ptr<ProcessGroup> group,
                DataParallelOptions options = {});
@@ -88,6 +93,11 @@ class DataParallel final : public GradientSync {
   void finish_gradient_sync() override;
   /// The maximum of `found_inf` over the ranks (found_inf_reduction()).
   void reduce_found_inf(torch::Tensor& found_inf) override;
+  /// ProcessGroup::check_same() over the group.
+  void check_same_settings(
+      const std::string& what,
+      const std::vector<std::pair<std::string, std::string>>& settings)
+      override;
   /// The process group's device.
   torch::Device device() const override { return group_->device(); }
 

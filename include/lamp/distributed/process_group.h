@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -36,9 +37,21 @@ struct ProcessGroupOptions {
   /// Gloo needs a lamp built with it (gloo_available()).
   TORCH_ARG(std::string, backend) = "auto";
   /// How long a collective or the rendezvous waits for the other ranks
-  /// before failing with an error (instead of hanging on a dead rank).
+  /// before failing with an error (instead of hanging on a dead rank); the
+  /// programs' --dist-timeout SECONDS. A rendezvous that times out names the
+  /// ranks that never came; a collective, the rank that stopped answering.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(10);
+  /// How often a rendezvous that is still waiting says so ("waiting for N
+  /// of M ranks at HOST:PORT"), the first time after this long.
+  TORCH_ARG(std::chrono::milliseconds,
+            wait_report_interval) = std::chrono::seconds(5);
+  /// Where those lines go; nullptr: standard error.
+  TORCH_ARG(std::function<void(const std::string&)>, wait_report) = nullptr;
 };
+
+/// One named value that every rank must have the same of (a flag and its
+/// value, a parameter and its shape), for ProcessGroup::check_same().
+using RankSetting = std::pair<std::string, std::string>;
 
 /// The reduction of all_reduce_(): kSum adds the ranks' values, kMax and
 /// kMin take their elementwise maximum or minimum.
@@ -109,6 +122,18 @@ class ProcessGroup {
   /// Waits until every rank has called barrier().
   void barrier();
 
+  /// Checks that every rank passed the same `settings` (the same names with
+  /// the same values; the order of names does not matter), through the
+  /// rendezvous store, before a collective could fail on mismatched sizes
+  /// or, worse, succeed on different runs. A collective: every rank calls
+  /// it at the same point. Throws the same c10::Error on every rank when
+  /// they differ, naming `what`, the first setting that differs (in rank
+  /// 0's order) and its value on each rank, then `advice`. Cheap: one store
+  /// round trip of the settings' text; nothing for a single process.
+  void check_same(const std::string& what,
+                  const std::vector<RankSetting>& settings,
+                  const std::string& advice = "");
+
   /// An all-reduce (sum) that runs in the background; wait() blocks until it
   /// is done and rethrows its error. Used for overlapping gradient buckets.
   class Work {
@@ -137,6 +162,10 @@ class ProcessGroup {
   torch::Device device_;
   std::string backend_name_ = "none";
   std::chrono::milliseconds timeout_{0};
+  // Where the ranks met ("HOST:PORT"), for messages.
+  std::string address_;
+  // check_same() calls so far: each has its own store keys.
+  int64_t checks_ = 0;
 };
 
 /// A GradScaler found-inf reduction (GradScaler::set_found_inf_reduction)

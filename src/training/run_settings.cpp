@@ -49,6 +49,11 @@ std::string joined(const std::vector<double>& values) {
   return text.empty() ? "none" : text;
 }
 
+// Not stored, because they change no result beyond rounding or stop a run
+// rather than change it: the evaluation batch size, channels_last, CUDA
+// graphs and their warm-up, the optimizer's implementation (fused, foreach),
+// flat master weights, max_steps, divergence_patience; the scaler's options
+// travel in its own state (TrainStep::save).
 const std::vector<RunSetting>& run_settings() {
   using V = c10::IValue;
   const c10::optional<c10::IValue> unknown = V();

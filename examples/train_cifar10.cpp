@@ -23,6 +23,11 @@ int main(int argc, char** argv) {
         lamp_examples::RunSpec spec;
         spec.train = lamp::data::read_cifar10(config.data, /*train=*/true);
         spec.test = lamp::data::read_cifar10(config.data, /*train=*/false);
+        for (const bool train : {true, false}) {
+          for (auto& file : lamp::data::cifar10_files(config.data, train)) {
+            spec.data_files.push_back(std::move(file));
+          }
+        }
         // The usual CIFAR-10 statistics and augmentation (4-pixel crop, flip).
         spec.mean = {0.4914, 0.4822, 0.4465};
         spec.std = {0.2470, 0.2435, 0.2616};

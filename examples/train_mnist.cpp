@@ -25,6 +25,12 @@ int main(int argc, char** argv) {
         lamp_examples::RunSpec spec;
         spec.train = lamp::data::read_mnist(config.data, /*train=*/true);
         spec.test = lamp::data::read_mnist(config.data, /*train=*/false);
+        for (const char* part : {"train-images-idx3", "train-labels-idx1",
+                                 "t10k-images-idx3", "t10k-labels-idx1"}) {
+          for (const char* suffix : {"-ubyte", "-ubyte.gz"}) {
+            spec.data_files.push_back(config.data + "/" + part + suffix);
+          }
+        }
         std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(
             spec.train.images, "the training images of '" + config.data + "'");
         const int64_t channels = spec.train.images.size(1);

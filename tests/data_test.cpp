@@ -3,12 +3,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -717,3 +719,43 @@ TEST(TensorImageDataset, RejectsBadInputs) {
 }
 
 } // namespace
+
+// A dataset's fingerprint: its size and CRC-32s of its labels and of a fixed
+// sample of its images; equal data gives equal text, a changed label or
+// sampled image another; CIFAR-10's size costs milliseconds.
+TEST(DataFingerprint, TellsDatasetsOfOneSizeApart) {
+  torch::manual_seed(3);
+  lamp::data::Dataset data{
+      torch::randint(0, 256, {3000, 1, 28, 28}).to(torch::kByte),
+      torch::randint(0, 10, {3000}).to(torch::kLong)};
+  const auto text = lamp::data::fingerprint(data);
+  EXPECT_TRUE(std::regex_match(
+      text, std::regex("3000 images 1x28x28, labels crc32 [0-9a-f]{8}, "
+                       "images crc32 [0-9a-f]{8}")))
+      << text;
+  EXPECT_EQ(lamp::data::fingerprint({data.images.clone(), data.labels.clone()}),
+            text);
+  auto labels = data.labels.clone();
+  labels[2999] = (labels[2999].item<int64_t>() + 1) % 10;
+  EXPECT_NE(lamp::data::fingerprint({data.images, labels}), text);
+  auto images = data.images.clone();
+  images[0][0][14][14] =
+      static_cast<uint8_t>(images[0][0][14][14].item<int>() ^ 1);
+  EXPECT_NE(lamp::data::fingerprint({images, data.labels}), text);
+
+  lamp::data::Dataset cifar{torch::zeros({50000, 3, 32, 32}, torch::kByte),
+                            torch::zeros({50000}, torch::kLong)};
+  const auto start = std::chrono::steady_clock::now();
+  const auto cifar_text = lamp::data::fingerprint(cifar);
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+  EXPECT_EQ(cifar_text.substr(0, 26), "50000 images 3x32x32, labe");
+  // 50 ms is the budget; twice that leaves room for a loaded machine.
+  EXPECT_LT(ms, 100.0);
+  EXPECT_NE(
+      lamp_test::error_of([] {
+        lamp::data::fingerprint({torch::zeros({2, 3}), torch::zeros({2})});
+      }).find("lamp::data::fingerprint: the dataset must hold uint8 images"),
+      std::string::npos);
+}

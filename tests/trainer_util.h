@@ -58,28 +58,33 @@ inline std::string flag_name(const std::string& key, const std::string&) {
   return flag;
 }
 
-// A trainer on image_problem(); its messages name settings as the programs
-// do (flag_name) unless `options` names them itself.
-inline std::unique_ptr<Run> make_run(lamp::Precision precision,
-                                     TrainerOptions options, double lr = 0.05,
-                                     int64_t batch_size = 32,
-                                     torch::Device device = torch::kCPU) {
+// The training loader's options of make_run().
+inline lamp::data::LoaderOptions train_loader_options(int64_t batch_size) {
+  return lamp::data::LoaderOptions(batch_size)
+      .seed(9)
+      .crop_padding(1)
+      .horizontal_flip(true)
+      .mean({0.5, 0.5, 0.5})
+      .std({0.2, 0.2, 0.2});
+}
+
+// A trainer on image_problem() (or on `train` for its training data); its
+// messages name settings as the programs do (flag_name) unless `options`
+// names them itself.
+inline std::unique_ptr<Run> make_run(
+    lamp::Precision precision, TrainerOptions options, double lr = 0.05,
+    int64_t batch_size = 32, torch::Device device = torch::kCPU,
+    const lamp::data::Dataset& train = image_problem(true)) {
   auto run = std::make_unique<Run>();
   torch::manual_seed(5);
   run->model = SmallNet();
   run->model->to(device);
   auto model = run->model;
-  const auto loader_options = lamp::data::LoaderOptions(batch_size)
-                                  .seed(9)
-                                  .crop_padding(1)
-                                  .horizontal_flip(true)
-                                  .mean({0.5, 0.5, 0.5})
-                                  .std({0.2, 0.2, 0.2});
+  const auto loader_options = train_loader_options(batch_size);
   run->trainer = std::make_unique<ClassifierTrainer>(
       model.ptr(),
       [model](const torch::Tensor& x) mutable { return model->forward(x); },
-      "smallnet",
-      lamp::data::DeviceLoader(image_problem(true), device, loader_options),
+      "smallnet", lamp::data::DeviceLoader(train, device, loader_options),
       lamp::data::DeviceLoader(image_problem(false), device,
                                lamp::data::LoaderOptions(64)
                                    .shuffle(false)

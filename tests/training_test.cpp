@@ -22,6 +22,8 @@
 #include "lamp/training/trainer.h"
 #include "test_util.h"
 #include "trainer_util.h"
+// describe_run_settings() is internal to the library (src/), for its ranks.
+#include "../src/training/run_settings.h"
 
 namespace {
 
@@ -439,6 +441,17 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   };
   forge({});
   EXPECT_EQ(resume_error(), "");
+  // `keys` are those of a checkpoint written before max_grad_norm and the
+  // data's fingerprints were stored: they are not checked.
+  auto other = image_problem(true);
+  other.images = other.images.flip(0);
+  EXPECT_EQ(error_of([&] {
+              make_run(lamp::Precision::kFP32,
+                       with(TrainerOptions(options).resume(forged),
+                            [](auto& o) { o.step().max_grad_norm(2.0); }),
+                       0.05, 32, torch::kCPU, other);
+            }),
+            "");
   const int64_t huge = int64_t{1} << 62;
   for (const auto& [key, value] : std::map<std::string, c10::IValue>{
            {"next_epoch", c10::IValue(huge)},
@@ -609,11 +622,13 @@ TEST(ClassifierTrainer, MessagesNameLibraryOptionsUnlessToldOtherwise) {
 }
 
 // The new settings are stored and a resume must repeat them.
-TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationOrBiasDecay) {
+// So are clipping and the data itself: a resume on other data of the same
+// size (MNIST for Fashion-MNIST) is refused naming it.
+TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationBiasDecayClipOrData) {
   const auto checkpoint = temp_path("accumulation.pt");
   const auto options =
       with(TrainerOptions().epochs(2).max_steps(6), [](auto& o) {
-        o.step().accumulation_steps(2);
+        o.step().accumulation_steps(2).max_grad_norm(1.0);
         o.optimizer().no_bias_decay(true);
       });
   make_run(lamp::Precision::kFP32,
@@ -633,5 +648,46 @@ TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationOrBiasDecay) {
                        }));
             }).find("was trained with --no-bias-decay; resume with it"),
             std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_run(lamp::Precision::kFP32, with(resume, [](auto& o) {
+                         o.step().max_grad_norm(0.0);
+                       }));
+            }).find("resume with --max-grad-norm 1"),
+            std::string::npos);
+  auto other = image_problem(true);
+  other.images = other.images.flip(0); // the same images in another order
+  const auto refusal = error_of([&] {
+    make_run(lamp::Precision::kFP32, resume, 0.05, 32, torch::kCPU, other);
+  });
+  EXPECT_NE(refusal.find("was trained on other training data (192 images "
+                         "3x8x8, labels crc32 "),
+            std::string::npos)
+      << refusal;
+  EXPECT_NE(refusal.find("resume with the same --data"), std::string::npos);
   std::remove(checkpoint.c_str());
+}
+
+// Every stored setting, named as messages name it, in the table's order.
+TEST(ClassifierTrainer, DescribesEveryStoredSetting) {
+  auto run = make_run(lamp::Precision::kAMPBF16,
+                      with(TrainerOptions().epochs(3),
+                           [](auto& o) { o.step().max_grad_norm(0.5); }));
+  const auto& trainer = *run->trainer;
+  const auto train = lamp::data::fingerprint(image_problem(true));
+  const auto test = lamp::data::fingerprint(image_problem(false));
+  const auto loader = lamp_test::train_loader_options(32);
+  const auto described = lamp::training::detail::describe_run_settings(
+      {trainer.options(), loader, train, test});
+  const std::map<std::string, std::string> by_name(described.begin(),
+                                                   described.end());
+  EXPECT_EQ(described.size(), by_name.size()); // no name twice
+  EXPECT_EQ(described.front(), std::make_pair(std::string("--precision"),
+                                              std::string("amp-bf16")));
+  EXPECT_EQ(by_name.at("--epochs"), "3");
+  EXPECT_EQ(by_name.at("--max-grad-norm"), "0.5");
+  EXPECT_EQ(by_name.at("--crop-padding"), "1");
+  EXPECT_EQ(by_name.at("--mean"), "0.5, 0.5, 0.5");
+  EXPECT_EQ(by_name.at("--train-data"), train);
+  EXPECT_EQ(by_name.at("--test-data"), test);
+  EXPECT_EQ(by_name.at("--nesterov"), "true");
 }

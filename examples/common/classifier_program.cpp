@@ -4,11 +4,13 @@
 
 #include "cli.h"
 #include "json_log.h"
+#include "output_paths.h"
 #include "progress.h"
 #include "rank_check.h"
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -21,13 +23,24 @@ namespace {
 using lamp::distributed::ProcessGroup;
 using lamp::training::ClassifierTrainer;
 
-// What can be refused before any data is read: a --export-state-dict that
-// could not be written after training, flags that contradict each other.
-void check_before_training(const ProgramConfig& config, bool main_rank) {
+// What can be refused before training: a --export-state-dict that could not
+// be written after it, flags that contradict each other, outputs that would
+// overwrite each other or an input, test images the model was not trained
+// for.
+void check_before_training(const ProgramConfig& config, const RunSpec& spec,
+                           bool main_rank) {
+  check_flag_combination(config);
+  check_distinct_paths(config, spec.data_files);
+  const auto train = spec.train.images.sizes().slice(1);
+  const auto test = spec.test.images.sizes().slice(1);
+  TORCH_CHECK(train == test, "--data ", config.data, ": the test images are ",
+              c10::Join("x", test),
+              " (channels x height x width) but the training images ",
+              c10::Join("x", train),
+              "; the model evaluates on images of the size it trains on.");
   if (!config.export_state_dict.empty() && main_rank) {
     lamp::check_writable_path(config.export_state_dict, "--export-state-dict");
   }
-  check_flag_combination(config);
 }
 
 // The process-wide switches the flags set: cuDNN's and the seed.
@@ -141,13 +154,12 @@ void print_run_complete(const ProgramConfig& config, const RunSpec& spec,
                         int64_t start_epoch) {
   const auto done = std::to_string(start_epoch);
   const auto epochs = std::to_string(config.epochs);
-  std::printf("%s: the run is complete (%s in %s); nothing to train.\n",
-              spec.program.c_str(),
-              start_epoch == config.epochs
-                  ? (done + " of " + epochs + " epochs").c_str()
-                  : (done + " epochs, more than --epochs " + epochs).c_str(),
-              config.resume.c_str());
-  std::fflush(stdout);
+  print_out("%s: the run is complete (%s in %s); nothing to train.\n",
+            spec.program.c_str(),
+            start_epoch == config.epochs
+                ? (done + " of " + epochs + " epochs").c_str()
+                : (done + " epochs, more than --epochs " + epochs).c_str(),
+            config.resume.c_str());
 }
 
 // --report-precision: the dtypes of the model and of one evaluation pass.
@@ -155,9 +167,9 @@ void print_precision_report(ClassifierTrainer& trainer,
                             const BuiltModel& model) {
   // Evaluation changes nothing, so observing it leaves the run as it was.
   const auto ops = lamp::op_precision_report([&] { trainer.evaluate(); });
-  std::printf("%s\nops of one evaluation pass:\n%s\n",
-              lamp::precision_report(*model.module).to_string().c_str(),
-              ops.to_string().c_str());
+  print_out("%s\nops of one evaluation pass:\n%s\n",
+            lamp::precision_report(*model.module).to_string().c_str(),
+            ops.to_string().c_str());
 }
 
 // The --log-json file with its run record; nullptr without --log-json or on
@@ -189,7 +201,7 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
                       lamp::Precision precision) {
   const auto& step = trainer.train_step();
   const auto device = group.device();
-  std::printf(
+  print_out(
       "%s: %s, %s on %s, %lld train / %lld test images, batch %lld, %lld epochs%s%s%s\n",
       spec.program.c_str(), config.model.c_str(),
       lamp::to_string(precision).c_str(), device.str().c_str(),
@@ -209,10 +221,9 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       step.cuda_graph_enabled() ? ", CUDA graphs" : "");
   if (device.is_cuda() && !step.cuda_graph_enabled() &&
       config.cuda_graph == "auto") {
-    std::printf("%s: CUDA graphs off: %s\n", spec.program.c_str(),
-                step.cuda_graph_unavailable_reason().c_str());
+    print_out("%s: CUDA graphs off: %s\n", spec.program.c_str(),
+              step.cuda_graph_unavailable_reason().c_str());
   }
-  std::fflush(stdout);
 }
 
 // Trains; on the main rank a line (and a log record) per epoch.
@@ -223,10 +234,12 @@ void train(ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
         if (!main_rank) {
           return;
         }
-        progress.print_epoch(s);
+        // The checkpoint of the epoch is written; its record next, so that
+        // a failure to print the line (stdout gone) leaves the two agreeing.
         if (log) {
           log->write_epoch(s);
         }
+        progress.print_epoch(s);
       },
       progress.on_batch());
 }
@@ -270,7 +283,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   check_ranks_agree(*group, config.rank_flags);
   const bool main_rank = group->is_main();
   const auto precision = precision_from(config);
-  check_before_training(config, main_rank);
+  check_before_training(config, spec, main_rank);
   apply_process_settings(config);
   auto model = build_model(config, spec, group->device(), precision);
   auto trainer = build_trainer(config, spec, model, group);
@@ -284,14 +297,23 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
     print_precision_report(trainer, model);
   }
   const auto log = open_json_log(config, spec, *group, trainer, precision);
-  if (main_rank) {
-    print_run_header(config, spec, *group, trainer, precision);
-  }
-  auto progress = Progress::for_program(
-      config, main_rank, trainer.train_step().scaler().is_enabled(), log.get());
-  train(trainer, progress, log.get(), main_rank);
-  if (!config.export_state_dict.empty() && main_rank) {
-    export_weights(config, model, trainer);
+  try {
+    if (main_rank) {
+      print_run_header(config, spec, *group, trainer, precision);
+    }
+    auto progress = Progress::for_program(
+        config, main_rank, trainer.train_step().scaler().is_enabled(),
+        log.get());
+    train(trainer, progress, log.get(), main_rank);
+    if (!config.export_state_dict.empty() && main_rank) {
+      export_weights(config, model, trainer);
+    }
+  } catch (const std::exception& e) {
+    // The log says why it ends where it ends.
+    if (log) {
+      log->write_error(error_message(e));
+    }
+    throw;
   }
 }
 
@@ -307,6 +329,11 @@ int program_main(int argc, char** argv, const std::string& program,
   }
   config.command_line.assign(argv, argv + argc);
   config.rank_flags = rank_flag_settings(app);
+  // A write beyond `ulimit -f` fails with EFBIG, which the message names,
+  // instead of killing the program without one; a closed stdout pipe fails
+  // the next print (print_out) instead of ending the run unseen.
+  std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
   return guarded_main(program, [&] {
     auto spec = make_spec();
     spec.program = program;

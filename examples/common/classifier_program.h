@@ -24,6 +24,8 @@ struct RunSpec {
   lamp::data::Dataset test;
   std::function<BuiltModel(const std::string& name)> make_model;
   std::vector<double> mean, std;
+  /// The files the data was read from: no output may overwrite them.
+  std::vector<std::string> data_files;
   int64_t crop_padding = 0;
   bool horizontal_flip = false;
 };

@@ -8,8 +8,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 
@@ -132,18 +134,33 @@ torch::Device resolve_device(const std::string& name) {
   return device;
 }
 
+std::string error_message(const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  return c10_error ? c10_error->what_without_backtrace() : error.what();
+}
+
 int guarded_main(const std::string& program, const std::function<int()>& body) {
   std::string message;
   try {
     return body();
-  } catch (const c10::Error& e) {
-    message = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    message = e.what();
+    message = error_message(e);
   }
   std::cout.flush();
   std::cerr << program << ": error: " << message << std::endl;
   return kRuntimeError;
+}
+
+void print_out(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  const int printed = std::vprintf(format, args);
+  va_end(args);
+  if (printed < 0 || std::fflush(stdout) != 0) {
+    TORCH_CHECK(false, "cannot write to standard output (",
+                std::strerror(errno),
+                "): its reader has gone or its disk is full; stopping.");
+  }
 }
 
 CLI::Validator integer_in(int64_t lo, int64_t hi) {

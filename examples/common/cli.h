@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -56,6 +57,16 @@ torch::Device resolve_device(const std::string& name);
 /// Runs the program's body: a c10::Error or std::exception is printed as
 /// "PROGRAM: error: ..." and gives kRuntimeError.
 int guarded_main(const std::string& program, const std::function<int()>& body);
+
+/// An exception's message as guarded_main() prints it (a c10::Error's
+/// without its backtrace).
+std::string error_message(const std::exception& error);
+
+/// printf to stdout, then fflush: throws c10::Error naming standard output
+/// and the system's reason when either fails (a closed pipe, EPIPE, with
+/// SIGPIPE ignored; a full disk; /dev/full), so that a program whose output
+/// is gone stops instead of running on unseen.
+void print_out(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 /// Validators with readable messages: the text is checked as a number of
 /// the right kind first ("'abc' is not an integer"), then the range, written

@@ -82,6 +82,11 @@ JsonLog::JsonLog(const ProgramConfig& config, RunFacts facts)
   TORCH_CHECK(out_.is_open(), "--log-json: cannot open ", path_,
               " for appending (", std::strerror(errno),
               "); check that its folder exists and is writable.");
+  // The file opened: written records must go on reaching it (see write()).
+  TORCH_CHECK(::stat(path_.c_str(), &st) == 0, "--log-json: cannot stat ",
+              path_, " after opening it (", std::strerror(errno), ").");
+  device_ = st.st_dev;
+  inode_ = st.st_ino;
   write_run(config);
 }
 
@@ -152,7 +157,24 @@ void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
                  {"warmup", p.warmup}});
 }
 
+void JsonLog::write_error(const std::string& message) {
+  try {
+    write("error", {{"message", message}});
+  } catch (const c10::Error&) {
+    // The log itself failed (the reason the run stops, or a second one):
+    // the message still reaches stderr.
+  }
+}
+
 void JsonLog::write(const char* kind, const nlohmann::ordered_json& fields) {
+  // A log deleted or replaced while the run writes it would take the records
+  // nobody can read any more: stop instead.
+  struct stat st {};
+  const bool same_file = ::stat(path_.c_str(), &st) == 0 &&
+                         st.st_dev == device_ && st.st_ino == inode_;
+  TORCH_CHECK(
+      same_file, "--log-json: ", path_,
+      " was deleted, moved or replaced during the run, so its records would be lost; stopping. Give a --log-json that stays in place.");
   nlohmann::ordered_json line = {
       {"record", kind}, {"run_id", run_id_}, {"time", utc_now()}};
   for (const auto& item : fields.items()) {
@@ -163,7 +185,7 @@ void JsonLog::write(const char* kind, const nlohmann::ordered_json& fields) {
   out_.flush();
   TORCH_CHECK(
       out_.good(), "--log-json: writing to ", path_, " failed (",
-      errno != 0 ? std::strerror(errno) : "stream error",
+      errno != 0 ? lamp::io_error_text(errno) : "stream error",
       "); the log is incomplete. Free space on its disk or give another --log-json.");
 }
 

@@ -5,6 +5,7 @@
 // write checked.
 
 #include <lamp/lamp.h>
+#include <sys/types.h>
 #include <nlohmann/json_fwd.hpp>
 
 #include "options.h"
@@ -32,7 +33,9 @@ struct RunFacts {
 /// process id, 32 random bits) tells apart runs appended to one file.
 ///
 /// \warning Every write is checked and throws when it fails, so that a full
-/// disk or a vanished file stops the run instead of losing the log.
+/// disk or a vanished file stops the run instead of losing the log: before
+/// each record the path must still name the file opened (same device and
+/// inode), so a log deleted, moved or replaced during the run stops it.
 class JsonLog {
  public:
   /// Opens config.log_json for appending and writes the "run" record (the
@@ -50,11 +53,18 @@ class JsonLog {
   void write_step(const lamp::training::BatchProgress& progress, double loss,
                   double images_per_second);
 
+  /// An "error" record: why the run stopped (`message`, as stderr shows it).
+  /// Never throws: when the log itself is what failed, nothing is written.
+  void write_error(const std::string& message);
+
  private:
   void write_run(const ProgramConfig& config);
   void write(const char* kind, const nlohmann::ordered_json& fields);
 
   std::string path_;
+  // The file opened, by device and inode: checked before every write.
+  dev_t device_ = 0;
+  ino_t inode_ = 0;
   std::string run_id_;
   std::ofstream out_;
   RunFacts facts_;

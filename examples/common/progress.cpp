@@ -172,7 +172,7 @@ void Progress::update(const lamp::training::BatchProgress& p) {
 
 void Progress::print_epoch(const lamp::training::EpochStats& s) {
   clear();
-  std::printf(
+  print_out(
       "epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%%  %.2f s  %.0f img/s  peak %s  scale %g  skipped %lld%s\n",
       static_cast<long long>(s.epoch), static_cast<long long>(epochs_),
       s.train_loss, s.test_loss, 100.0 * s.test_accuracy, s.seconds,
@@ -181,7 +181,6 @@ void Progress::print_epoch(const lamp::training::EpochStats& s) {
       s.warmup_seconds > 0
           ? ("  warm-up " + fixed(s.warmup_seconds, 2) + " s").c_str()
           : "");
-  std::fflush(stdout);
 }
 
 void Progress::clear() {
@@ -205,15 +204,15 @@ void Progress::write_line(const lamp::training::BatchProgress& p,
   const double rate = elapsed > 0 ? window.second / elapsed : 0.0;
   const auto scale = scale_text(p);
   clear();
-  std::printf(
+  // The record first: stdout gone stops the run with the log complete.
+  if (log_ && log_every_ > 0) {
+    log_->write_step(p, window.first, rate);
+  }
+  print_out(
       "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %.4g%s%s\n",
       static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
       static_cast<long long>(p.batch), static_cast<long long>(p.batches),
       window.first, rate, p.lr, scale.empty() ? "" : "  ", scale.c_str());
-  std::fflush(stdout);
-  if (log_ && log_every_ > 0) {
-    log_->write_step(p, window.first, rate);
-  }
   line_start_ = last_line_ = now;
 }
 

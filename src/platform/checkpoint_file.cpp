@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,7 +30,7 @@ constexpr const char* kEnvelope = "lamp-checked-archive-1";
 constexpr const char* kEnvelopeKey = "lamp_envelope";
 
 std::string reason(int error) {
-  return std::strerror(error);
+  return io_error_text(error);
 }
 
 using detail::base_name;
@@ -189,7 +190,42 @@ void remove_stale_temporaries(const std::string& path) {
   ::closedir(dir);
 }
 
+// The names written beside `path` (its temporary files, whose counter is
+// given all the digits of a uint64; ".lock" is shorter) must fit the
+// folder's file system, or the first write fails after an epoch of training.
+void check_name_length(const std::string& path, const std::string& what) {
+  const long name_max = ::pathconf(parent_folder(path).c_str(), _PC_NAME_MAX);
+  if (name_max <= 0) {
+    return; // no limit, or none the system can tell
+  }
+  const std::string name = base_name(path);
+  const std::string suffix =
+      kTemporaryInfix + std::to_string(::getpid()) + "-" +
+      std::to_string(std::numeric_limits<uint64_t>::max());
+  const size_t longest = name.size() + suffix.size();
+  TORCH_CHECK(longest <= static_cast<size_t>(name_max), "lamp: ", what, " ",
+              path, ": its file name is ", name.size(),
+              " characters, and the temporary file written beside it (", name,
+              kTemporaryInfix, "<pid>-<n>) can take ", longest,
+              ", more than the ", name_max,
+              " characters its file system allows (NAME_MAX of ",
+              parent_folder(path), "); use a file name of at most ",
+              name_max - static_cast<long>(suffix.size()), " characters.");
+}
+
 } // namespace
+
+std::string io_error_text(int error) {
+  std::string text = std::strerror(error);
+  struct rlimit limit {};
+  if (error == EFBIG && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 &&
+      limit.rlim_cur != RLIM_INFINITY) {
+    text += " (this process may write files of at most " +
+            std::to_string(limit.rlim_cur) +
+            " bytes: ulimit -f; raise the limit)";
+  }
+  return text;
+}
 
 uint32_t crc32(const void* data, size_t size) {
   // zlib's crc32 takes an unsigned int length: larger buffers in pieces.
@@ -212,6 +248,7 @@ void check_checkpoint_path(const std::string& path, const std::string& what) {
   TORCH_CHECK(::stat(folder.c_str(), &info) == 0 && S_ISDIR(info.st_mode),
               "lamp: ", what, " ", path, ": the folder ", folder,
               " does not exist; create it or choose another path.");
+  check_name_length(path, what);
   if (::lstat(path.c_str(), &info) == 0) {
     TORCH_CHECK(
         S_ISREG(info.st_mode), "lamp: ", what, " ", path,
@@ -233,8 +270,18 @@ void check_writable_path(const std::string& path, const std::string& what) {
   TORCH_CHECK(fd >= 0, "lamp: ", what, " ", path,
               ": cannot create a file in its folder (", reason(errno),
               "); make the folder writable or choose another path.");
-  ::close(fd);
-  ::unlink(temporary.c_str());
+  TemporaryFile probe(temporary, fd);
+  // One block written and synced: a folder on a full disk (or over quota)
+  // fails now. It cannot promise the space the file will need later.
+  const std::string block(4096, '\0');
+  size_t written = 0;
+  int error = write_all(fd, block.data(), block.size(), written);
+  if (error == 0 && ::fsync(fd) != 0) {
+    error = errno;
+  }
+  TORCH_CHECK(error == 0, "lamp: ", what, " ", path,
+              ": a test write of 4096 bytes in its folder failed (",
+              reason(error), "); free space or choose another path.");
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {

@@ -21,6 +21,7 @@ enum class Kind {
   kUnsigned, // uint64 stored as int64 (seeds)
   kReal,     // double, shown exactly
   kBool,     // "trained with/without it"
+  kData,     // a data::fingerprint(): "trained on other data"
 };
 
 struct RunSetting {
@@ -29,12 +30,33 @@ struct RunSetting {
   Kind kind;
   std::function<c10::IValue(const RunContext&)> value;
   // What runs did before the checkpoint format stored this setting; none:
-  // it was always stored.
+  // it was always stored; an IValue holding None: unknown (the setting
+  // could be chosen before it was stored), so an older checkpoint is not
+  // checked for it.
   c10::optional<c10::IValue> before_stored;
 };
 
+// Values shown as text.
+std::string on_off_auto(const c10::optional<bool>& value) {
+  return value ? (*value ? "on" : "off") : "auto";
+}
+
+std::string joined(const std::vector<double>& values) {
+  std::string text;
+  for (const double value : values) {
+    text += (text.empty() ? "" : ", ") + exact(value);
+  }
+  return text.empty() ? "none" : text;
+}
+
+// Not stored, because they change no result beyond rounding or stop a run
+// rather than change it: the evaluation batch size, channels_last, CUDA
+// graphs and their warm-up, the optimizer's implementation (fused, foreach),
+// flat master weights, max_steps, divergence_patience; the scaler's options
+// travel in its own state (TrainStep::save).
 const std::vector<RunSetting>& run_settings() {
   using V = c10::IValue;
+  const c10::optional<c10::IValue> unknown = V();
   static const std::vector<RunSetting> settings = {
       {"precision", "TrainerOptions::step().precision", Kind::kText,
        [](const RunContext& r) {
@@ -80,6 +102,52 @@ const std::vector<RunSetting>& run_settings() {
          return V(static_cast<int64_t>(r.loader.seed()));
        },
        c10::nullopt},
+      // Stored later: checkpoints written before are not checked for them.
+      // The data before the settings derived from it (mean, std).
+      {"train_data", "training data", Kind::kData,
+       [](const RunContext& r) { return V(r.train_data); }, unknown},
+      {"test_data", "test data", Kind::kData,
+       [](const RunContext& r) { return V(r.test_data); }, unknown},
+      {"max_grad_norm", "TrainerOptions::step().max_grad_norm", Kind::kReal,
+       [](const RunContext& r) { return V(r.options.step().max_grad_norm()); },
+       unknown},
+      {"nesterov", "TrainerOptions::optimizer().nesterov", Kind::kBool,
+       [](const RunContext& r) { return V(r.options.optimizer().nesterov()); },
+       unknown},
+      {"skip_non_finite", "TrainerOptions::step().skip_non_finite", Kind::kBool,
+       [](const RunContext& r) {
+         return V(r.options.step().skip_non_finite());
+       },
+       unknown},
+      {"force_loss_scaling", "TrainerOptions::step().force_loss_scaling",
+       Kind::kBool,
+       [](const RunContext& r) {
+         return V(r.options.step().force_loss_scaling());
+       },
+       unknown},
+      {"tf32", "TrainerOptions::step().tf32", Kind::kText,
+       [](const RunContext& r) {
+         return V(on_off_auto(r.options.step().tf32()));
+       },
+       unknown},
+      {"shuffle", "LoaderOptions::shuffle", Kind::kBool,
+       [](const RunContext& r) { return V(r.loader.shuffle()); }, unknown},
+      {"crop_padding", "LoaderOptions::crop_padding", Kind::kInteger,
+       [](const RunContext& r) { return V(r.loader.crop_padding()); }, unknown},
+      {"horizontal_flip", "LoaderOptions::horizontal_flip", Kind::kBool,
+       [](const RunContext& r) { return V(r.loader.horizontal_flip()); },
+       unknown},
+      {"mean", "LoaderOptions::mean", Kind::kText,
+       [](const RunContext& r) { return V(joined(r.loader.mean())); }, unknown},
+      {"std", "LoaderOptions::std", Kind::kText,
+       [](const RunContext& r) { return V(joined(r.loader.std())); }, unknown},
+      {"image_dtype", "LoaderOptions::dtype", Kind::kText,
+       [](const RunContext& r) {
+         return V(std::string(c10::toString(r.loader.dtype())));
+       },
+       unknown},
+      {"num_shards", "LoaderOptions::num_shards", Kind::kInteger,
+       [](const RunContext& r) { return V(r.loader.num_shards()); }, unknown},
   };
   return settings;
 }
@@ -88,6 +156,7 @@ const std::vector<RunSetting>& run_settings() {
 std::string show(Kind kind, const c10::IValue& value) {
   switch (kind) {
     case Kind::kText:
+    case Kind::kData:
       return value.toStringRef();
     case Kind::kInteger:
       return std::to_string(value.toInt());
@@ -112,6 +181,7 @@ c10::IValue read(torch::serialize::InputArchive& archive,
   }
   switch (setting.kind) {
     case Kind::kText:
+    case Kind::kData:
       return c10::IValue(
           lamp::detail::read_string(archive, setting.key, where));
     case Kind::kInteger:
@@ -139,14 +209,21 @@ void check_run_settings(torch::serialize::InputArchive& archive,
                         const std::string& path, const RunContext& run) {
   const std::string where = "lamp: " + path;
   for (const auto& setting : run_settings()) {
-    const auto stored =
-        show(setting.kind, read(archive, setting, where.c_str()));
+    const auto stored_value = read(archive, setting, where.c_str());
+    if (stored_value.isNone()) {
+      continue; // an older checkpoint, which did not store it
+    }
+    const auto stored = show(setting.kind, stored_value);
     const auto now = show(setting.kind, setting.value(run));
     if (stored == now) {
       continue;
     }
     const auto name =
         name_option(run.options, setting.key, setting.library_name);
+    TORCH_CHECK(setting.kind != Kind::kData, "lamp: ", path,
+                " was trained on other ", setting.library_name, " (", stored,
+                ") than this run's (", now, "); resume with the same ",
+                name_option(run.options, "data", "dataset"), ".");
     if (setting.kind == Kind::kBool) {
       const bool with = stored == "true";
       TORCH_CHECK(
@@ -158,6 +235,17 @@ void check_run_settings(torch::serialize::InputArchive& archive,
                 " but this run uses ", now, "; resume with ", name, " ", stored,
                 " (a resumed run continues the same schedule and data order).");
   }
+}
+
+std::vector<std::pair<std::string, std::string>> describe_run_settings(
+    const RunContext& run) {
+  std::vector<std::pair<std::string, std::string>> described;
+  for (const auto& setting : run_settings()) {
+    described.emplace_back(
+        name_option(run.options, setting.key, setting.library_name),
+        show(setting.kind, setting.value(run)));
+  }
+  return described;
 }
 
 } // namespace detail

@@ -8,6 +8,8 @@
 #include <torch/serialize/archive.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lamp/data/loader.h"
 #include "lamp/training/trainer.h"
@@ -16,11 +18,14 @@ namespace lamp {
 namespace training {
 namespace detail {
 
-/// What the settings are read from: the trainer's options and its training
-/// loader's.
+/// What the settings are read from: the trainer's options, its training
+/// loader's, and the fingerprints (data::fingerprint()) of its training and
+/// test data.
 struct RunContext {
   const TrainerOptions& options;
   const data::LoaderOptions& loader;
+  const std::string& train_data;
+  const std::string& test_data;
 };
 
 /// Writes every setting of the table under its key.
@@ -34,6 +39,13 @@ void write_run_settings(torch::serialize::OutputArchive& archive,
 /// were stored, where a checkpoint predates them.
 void check_run_settings(torch::serialize::InputArchive& archive,
                         const std::string& path, const RunContext& run);
+
+/// Every setting of the table, in its order: (its name as the messages show
+/// it, name_option(), its value as they show it), e.g. {"--lr", "0.05"} or,
+/// without an option_name, {"TrainerOptions::optimizer().lr", "0.05"}. For
+/// comparing runs, or ranks, setting by setting.
+std::vector<std::pair<std::string, std::string>> describe_run_settings(
+    const RunContext& run);
 
 } // namespace detail
 } // namespace training

@@ -119,6 +119,8 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   TORCH_CHECK(o.epochs() <= std::numeric_limits<int64_t>::max() / batches,
               "lamp: ", o.epochs(), " epochs of ", batches,
               " steps overflow the step counter; use fewer epochs.");
+  train_data_ = data::fingerprint(train_loader_.data());
+  test_data_ = data::fingerprint(test_loader_.data());
   const auto& group = o.process_group();
   if (!o.checkpoint().empty() && (!group || group->is_main())) {
     // Before any training: a bad path, an unwritable folder or another run
@@ -379,7 +381,8 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   archive.write("format", c10::IValue(std::string(kFormat)));
   archive.write("model_name", c10::IValue(model_name_));
   // The settings a resumed run must repeat to continue the same run.
-  detail::write_run_settings(archive, {o, train_loader_.options()});
+  detail::write_run_settings(
+      archive, {o, train_loader_.options(), train_data_, test_data_});
   archive.write("train_images", c10::IValue(train_loader_.size()));
   archive.write("steps_per_epoch",
                 c10::IValue(train_loader_.batches_per_epoch()));
@@ -422,7 +425,8 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
               " training images but this run's dataset has ",
               train_loader_.size(), "; resume with the same ",
               name_option(o, "data", "training dataset"), ".");
-  detail::check_run_settings(archive, path, {o, train_loader_.options()});
+  detail::check_run_settings(
+      archive, path, {o, train_loader_.options(), train_data_, test_data_});
   const int64_t batches = train_loader_.batches_per_epoch();
   const auto steps_per_epoch = integer("steps_per_epoch");
   TORCH_CHECK(steps_per_epoch == batches, "lamp: ", path, " was trained with ",

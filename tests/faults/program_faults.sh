@@ -2,7 +2,9 @@
 # Program-level fault injection for train_mnist (ctest label `faults`):
 #   program_faults.sh TRAIN_MNIST MAKE_TEST_DATA LIBLAMP_FAIL_IO WORK_DIR [KILLS]
 # Every case checks the exit code, that the message names the problem, and
-# that the last good checkpoint is byte-identical afterwards. Prints one line
+# where a checkpoint is at stake that the last good one is byte-identical
+# afterwards; refusals that must come before training check that no epoch
+# ran. Prints one line
 # per case and a summary; exits 1 if any case failed.
 set -uo pipefail
 
@@ -194,6 +196,131 @@ FLAGS
 # all 100 test images, a real accuracy (it used to report 0.00%).
 run extreme_eval-batch-size 0 "test acc [1-9]" -- "$train" "${data[@]}" --epochs 1 \
     --eval-batch-size 9223372036854775807 && pass "extreme --eval-batch-size (clamped)"
+
+# No epoch trained: the refusal came before training.
+untrained() { ! grep -q "^epoch 1/" "$work/$1.log"; }
+
+# A file size limit (ulimit -f) below the checkpoint's size: the write fails
+# with EFBIG, named with the limit, instead of SIGXFSZ killing the run (exit
+# 153, no message); the last good checkpoint stays as it was.
+name=file_size_limit
+cp "$work/good.pt" "$ck"
+if run "$name" 1 "File too large \(this process may write files of at most [0-9]+ bytes: ulimit -f" -- \
+    bash -c 'ulimit -f "$1" && shift && exec "$@"' _ $((size / 2048)) \
+    "$train" "${common[@]}" --epochs 3 --max-steps 4 --checkpoint "$ck" --resume "$ck"; then
+  if same_bytes "$ck" "$work/good.pt" && no_temporaries "$ck"; then pass "$name"
+  else fail "$name: checkpoint changed or temporary file left"; fi
+fi
+
+# stdout closed by its reader (`| head -1`): exit 1 with a message naming
+# stdout, after the epoch's checkpoint and its log record (then an "error"
+# record): a resume starts after the last epoch the log records.
+name=stdout_closed
+"$train" "${common[@]}" --epochs 1000 --checkpoint "$work/pipe.pt" \
+    --log-json "$work/pipe.jsonl" 2> "$work/$name.log" | head -1 > /dev/null
+status=${PIPESTATUS[0]}
+logged=$(grep -c '"record":"epoch"' "$work/pipe.jsonl")
+"$train" "${common[@]}" --epochs 1000 --resume "$work/pipe.pt" --max-steps 1 \
+    > "$work/${name}_resume.log" 2>&1
+if [ "$status" -ne 1 ]; then fail "$name: exit $status, expected 1"
+elif ! grep -q "cannot write to standard output (Broken pipe)" "$work/$name.log"; then
+  fail "$name: no message naming stdout"; sed 's/^/      /' "$work/$name.log" | tail -3
+elif ! grep -qE "resuming at epoch $((logged + 1))(,|$)" "$work/${name}_resume.log"; then
+  fail "$name: the log records $logged epochs, the checkpoint another count"
+elif ! tail -1 "$work/pipe.jsonl" | grep -q '"record":"error".*standard output'; then
+  fail "$name: the log does not end with the error"
+else pass "$name"; fi
+
+# stdout on a full device: exit 1 with a message, not 0 with nothing shown.
+run stdout_dev_full 1 "cannot write to standard output \(No space left on device\)" -- \
+    bash -c '"$@" > /dev/full' _ "$train" "${common[@]}" --epochs 1 &&
+  pass stdout_dev_full
+
+# Outputs that are one file with another output or an input are refused
+# before training; the checkpoint stays as it was.
+cp "$work/good.pt" "$work/collide.pt"
+ln -f "$work/good.pt" "$work/good-link.pt" 2> /dev/null ||
+  cp "$work/good.pt" "$work/good-link.pt"
+collide() {
+  local name="collide_$1" pattern="$2"
+  shift 2
+  if run "$name" 1 "$pattern" -- "$train" "${common[@]}" --epochs 3 "$@"; then
+    if ! untrained "$name"; then fail "$name: trained an epoch first"
+    elif ! same_bytes "$work/collide.pt" "$work/good.pt"; then fail "$name: checkpoint changed"
+    else pass "$name"; fi
+  fi
+}
+collide export_on_checkpoint "--checkpoint .*collide.pt and --export-state-dict .*collide.pt are the same file" \
+    --checkpoint "$work/collide.pt" --resume "$work/collide.pt" --export-state-dict "$work/collide.pt"
+collide log_on_checkpoint "--checkpoint .* and --log-json .* are the same file" \
+    --checkpoint "$work/collide.pt" --log-json "$work/./collide.pt"
+collide log_on_resume "--log-json .* and --resume .* are the same file" \
+    --resume "$work/collide.pt" --log-json "$work/collide.pt"
+collide export_on_data "--export-state-dict .* and --data .*train-images-idx3-ubyte.gz are the same file" \
+    --export-state-dict "$work/data/mnist/train-images-idx3-ubyte.gz"
+collide log_on_lock "--log-json .*collide.pt.lock is the lock file of --checkpoint" \
+    --checkpoint "$work/collide.pt" --resume "$work/collide.pt" --log-json "$work/collide.pt.lock"
+if [ -e "$work/good-link.pt" ] && [ "$(stat -c %i "$work/good-link.pt")" = "$(stat -c %i "$work/good.pt")" ]; then
+  cp "$work/good.pt" "$work/linked.pt" && ln -f "$work/linked.pt" "$work/linked-too.pt"
+  collide log_on_hard_link "--checkpoint .*linked.pt and --log-json .*linked-too.pt are the same file" \
+      --checkpoint "$work/linked.pt" --log-json "$work/linked-too.pt"
+fi
+# The normal resume (the same file for both) is not a collision.
+run resume_onto_itself 0 "resuming at epoch 2" -- "$train" "${common[@]}" --epochs 3 \
+    --max-steps 3 --checkpoint "$work/collide.pt" --resume "$work/collide.pt" &&
+  pass resume_onto_itself
+
+# A log deleted during the run stops it (exit 1, a message), as JsonLog
+# promises, instead of writing on into a file nobody can read.
+name=log_deleted
+"$train" "${common[@]}" --epochs 1000 --log-json "$work/deleted.jsonl" \
+    > "$work/$name.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do
+  grep -q '"record":"epoch"' "$work/deleted.jsonl" 2> /dev/null && break; sleep 0.1
+done
+rm -f "$work/deleted.jsonl"
+for _ in $(seq 600); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2> /dev/null; then
+  kill -9 "$pid"; wait "$pid" 2> /dev/null; fail "$name: still running 60 s after the log was deleted"
+else
+  wait "$pid"; status=$?
+  if [ "$status" -eq 1 ] && grep -q "deleted, moved or replaced during the run" "$work/$name.log"; then
+    pass "$name"
+  else fail "$name: exit $status"; sed 's/^/      /' "$work/$name.log" | tail -3; fi
+fi
+
+# A resume must repeat what a checkpoint stores since: --max-grad-norm, and
+# the data itself (another dataset of the same counts and image size, as
+# MNIST and Fashion-MNIST are).
+run changed_max_grad_norm 1 "resume with --max-grad-norm 0" -- "$train" "${common[@]}" \
+    --epochs 3 --max-grad-norm 1 --resume "$work/good.pt" && pass changed_max_grad_norm
+run other_data_same_size 1 "was trained on other training data \(200 images 1x28x28.*resume with the same --data" -- \
+    "$train" --data "$work/data/mnist-other" --no-progress --precision fp32 \
+    --eval-batch-size 100 --epochs 3 --resume "$work/good.pt" && pass other_data_same_size
+
+# Errors that used to come after an epoch of training come before it: a
+# checkpoint name whose temporary names exceed NAME_MAX (its lock file still
+# fits), test images of another size, an export folder that cannot take a
+# write (a full disk for the export path and its probe).
+name=checkpoint_name_too_long
+long="$work/$(printf 'c%.0s' $(seq 245)).pt"
+if run "$name" 1 "its file name is 248 characters.*more than the 255 characters its file system allows" -- \
+    "$train" "${common[@]}" --epochs 1 --checkpoint "$long"; then
+  if untrained "$name"; then pass "$name"; else fail "$name: trained an epoch first"; fi
+fi
+name=test_images_of_another_size
+if run "$name" 1 "the test images are 1x14x14 .* but the training images 1x28x28" -- \
+    "$train" --data "$work/data/mnist-small-test" --no-progress --epochs 1; then
+  if untrained "$name"; then pass "$name"; else fail "$name: trained an epoch first"; fi
+fi
+name=export_folder_full
+if run "$name" 1 "export.pt: a test write of 4096 bytes in its folder failed \(No space left on device\)" -- \
+    env LD_PRELOAD="$shim" LAMP_FAULT_PATH="$work/export.pt" LAMP_FAULT_WRITE_AFTER=0 \
+    "$train" "${common[@]}" --epochs 1 --export-state-dict "$work/export.pt"; then
+  if untrained "$name" && ! ls "$work"/export.pt* > /dev/null 2>&1; then pass "$name"
+  else fail "$name: trained an epoch first or left a file"; fi
+fi
 
 echo "program faults: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

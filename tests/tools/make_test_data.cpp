@@ -4,6 +4,10 @@
 //   DIR/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz  (IDX, gzip)
 //   DIR/mnist-blank/...  the same, every pixel 0 (data that cannot be
 //                        normalised)
+//   DIR/mnist-other/...  the counts and sizes of DIR/mnist, other images and
+//                        labels (another dataset of the same size)
+//   DIR/mnist-small-test/... DIR/mnist's training files, test images of
+//                        14x14 (test images of another size)
 // Each image is a noisy pattern whose brightness depends on its label, so a
 // few steps of training have something to learn. No LibTorch: it builds fast.
 #include <zlib.h>
@@ -59,16 +63,16 @@ bool write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
 }
 
 bool write_mnist(const std::string& dir, const std::string& prefix, int count,
-                 bool blank = false) {
+                 bool blank = false, int side = 28, int label_shift = 0) {
   std::vector<uint8_t> images = {0, 0, 8, 3}, labels = {0, 0, 8, 1};
   put_be32(images, count);
-  put_be32(images, 28);
-  put_be32(images, 28);
+  put_be32(images, side);
+  put_be32(images, side);
   put_be32(labels, count);
   for (int n = 0; n < count; ++n) {
-    const int label = n % 10;
+    const int label = (n + label_shift) % 10;
     labels.push_back(static_cast<uint8_t>(label));
-    for (int i = 0; i < 28 * 28; ++i) {
+    for (int i = 0; i < side * side; ++i) {
       images.push_back(blank ? 0 : pixel(label));
     }
   }
@@ -79,7 +83,7 @@ bool write_mnist(const std::string& dir, const std::string& prefix, int count,
 void usage(std::FILE* to, const char* program) {
   std::fprintf(
       to,
-      "usage: %s OUTPUT_DIR\nWrites small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist and OUTPUT_DIR/mnist-blank.\n",
+      "usage: %s OUTPUT_DIR\nWrites small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist, OUTPUT_DIR/mnist-blank, OUTPUT_DIR/mnist-other and OUTPUT_DIR/mnist-small-test.\n",
       program);
 }
 
@@ -102,8 +106,10 @@ int main(int argc, char** argv) {
   }
   const std::string root = argv[1];
   const std::string cifar = root + "/cifar", mnist = root + "/mnist",
-                    blank = root + "/mnist-blank";
-  for (const auto& dir : {root, cifar, mnist, blank}) {
+                    blank = root + "/mnist-blank",
+                    other = root + "/mnist-other",
+                    small_test = root + "/mnist-small-test";
+  for (const auto& dir : {root, cifar, mnist, blank, other, small_test}) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       std::perror(dir.c_str());
       return 1;
@@ -119,6 +125,10 @@ int main(int argc, char** argv) {
       ok && write_mnist(mnist, "train", 200) && write_mnist(mnist, "t10k", 100);
   ok = ok && write_mnist(blank, "train", 20, /*blank=*/true) &&
        write_mnist(blank, "t10k", 10, /*blank=*/true);
+  ok = ok && write_mnist(other, "train", 200, false, 28, /*label_shift=*/3) &&
+       write_mnist(other, "t10k", 100, false, 28, /*label_shift=*/3);
+  ok = ok && write_mnist(small_test, "train", 200) &&
+       write_mnist(small_test, "t10k", 100, false, /*side=*/14);
   if (!ok) {
     std::fprintf(stderr, "make_test_data: could not write the files under %s\n",
                  root.c_str());

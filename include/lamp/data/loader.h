@@ -111,6 +111,10 @@ class DeviceLoader {
   int64_t batches_per_epoch() const;
   /// The options the loader was made with.
   const LoaderOptions& options() const { return options_; }
+  /// The whole dataset as the loader holds it: uint8 images [N, C, H, W] and
+  /// int64 labels [N] on device(), before augmentation and normalisation
+  /// (e.g. for data::fingerprint()).
+  Dataset data() const { return {images_, labels_}; }
   /// The device the batches are on, with its index ("cuda" given: "cuda:0"
   /// when that is the current device).
   const torch::Device& device() const { return device_; }

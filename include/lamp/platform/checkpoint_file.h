@@ -26,14 +26,18 @@ namespace lamp {
 /// Checks that `path` can be a checkpoint written by write_file_atomically():
 /// its folder exists, and `path` is either absent or a regular file (not a
 /// device such as /dev/full or /dev/null, a FIFO, a folder or a symbolic
-/// link, which renaming a new file over would replace). `what` names the
-/// path in messages (e.g. "--checkpoint").
+/// link, which renaming a new file over would replace), and its name leaves
+/// room for the temporary files written beside it (`PATH.tmp-<pid>-<n>`)
+/// within the file system's NAME_MAX (pathconf). `what` names the path in
+/// messages (e.g. "--checkpoint").
 void check_checkpoint_path(const std::string& path, const std::string& what);
 
 /// check_checkpoint_path(), and that a file can be created in the folder
-/// (it creates and removes an empty temporary one): for a file written at the
-/// end of a run, checked before the run starts. Throws c10::Error naming
-/// `what`, the path and the system's reason.
+/// and can take a write: it creates a temporary file there, writes 4096
+/// bytes, `fsync`s and removes it. For a file written at the end of a run,
+/// checked before the run starts: a full disk or an unwritable folder fails
+/// then (it cannot promise the space the file will need at the end). Throws
+/// c10::Error naming `what`, the path and the system's reason.
 void check_writable_path(const std::string& path, const std::string& what);
 
 /// Replaces `path` with `bytes` atomically and durably (see the file comment).
@@ -67,6 +71,12 @@ void save_pickle(const c10::IValue& value, const std::string& path);
 /// archive (checkpoints, torch::save's files) is refused with a message
 /// saying so. `what` names the caller in messages.
 c10::IValue load_pickle(const std::string& path, const std::string& what);
+
+/// The system's words for errno `error` as lamp's write errors show them:
+/// strerror(), and for EFBIG the limit the system does not name ("File too
+/// large (this process may write files of at most 65536 bytes: ulimit -f;
+/// raise the limit)").
+std::string io_error_text(int error);
 
 /// CRC-32 (zlib's, the polynomial of gzip and zip) of `size` bytes.
 uint32_t crc32(const void* data, size_t size);

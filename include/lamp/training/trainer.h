@@ -194,10 +194,13 @@ class DivergenceWatch;
 /// Resuming checks the checkpoint's checksum and that this run repeats its
 /// model, dataset size, precision, optimizer, batch size, epochs, learning
 /// rate, schedule, momentum, weight decay, no-bias-decay, accumulation steps
-/// and seed (an error names the differing setting, through
-/// TrainerOptions::option_name), then every tensor's shape and dtype
-/// (TrainStep::load),
-/// before anything changes. A checkpoint of a finished run resumes with
+/// and seed, and (where the checkpoint stores them: older ones did not)
+/// max_grad_norm, nesterov, skip_non_finite, force_loss_scaling, tf32, the
+/// loader's shuffle, crop_padding, horizontal_flip, mean, std, dtype and
+/// num_shards, and the training and test data themselves
+/// (data::fingerprint()); an error names the differing setting, through
+/// TrainerOptions::option_name. Then it checks every tensor's shape and
+/// dtype (TrainStep::load), before anything changes. A checkpoint of a finished run resumes with
 /// start_epoch() == epochs: fit() then trains nothing.
 class ClassifierTrainer {
  public:
@@ -251,6 +254,10 @@ class ClassifierTrainer {
   bool evaluated_ = false;        // the first evaluation (warm-up) has run
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
+  // data::fingerprint() of the training and test data, stored in
+  // checkpoints and checked on resume.
+  std::string train_data_;
+  std::string test_data_;
 
   struct EpochRun;
   void train_epoch(EpochRun& run, detail::DivergenceWatch& watch,

@@ -1,0 +1,111 @@
+#include "output_paths.h"
+
+#include <c10/util/Exception.h>
+#include <libgen.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace lamp_examples {
+namespace {
+
+// A path the run reads or writes, and how to tell it from the others.
+struct NamedPath {
+  std::string flag; // "--log-json", or "--data" for a data file
+  std::string path;
+  bool written = false;
+  bool exists = false; // then `device` and `inode` identify it
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string folder; // the real path of its folder (as given if none)
+  std::string name;
+};
+
+NamedPath identify(std::string flag, std::string path, bool written) {
+  NamedPath named{std::move(flag), std::move(path), written};
+  struct stat info {};
+  if (::stat(named.path.c_str(), &info) == 0) {
+    named.exists = true;
+    named.device = info.st_dev;
+    named.inode = info.st_ino;
+  }
+  // dirname() and basename() may change their argument: copies.
+  std::string for_folder = named.path, for_name = named.path;
+  const std::string folder = ::dirname(&for_folder[0]);
+  named.name = ::basename(&for_name[0]);
+  char* real = ::realpath(folder.c_str(), nullptr);
+  named.folder = real != nullptr ? real : folder;
+  std::free(real);
+  return named;
+}
+
+bool same_file(const NamedPath& a, const NamedPath& b) {
+  if (a.exists && b.exists) {
+    return a.device == b.device && a.inode == b.inode;
+  }
+  return a.folder == b.folder && a.name == b.name;
+}
+
+std::string shown(const NamedPath& p) {
+  return p.flag + " " + p.path;
+}
+
+// `p` is a name the checkpoint's lock or temporary files take.
+void check_not_a_companion(const NamedPath& p, const NamedPath& checkpoint) {
+  if (p.folder != checkpoint.folder) {
+    return;
+  }
+  TORCH_CHECK(p.name != checkpoint.name + ".lock", shown(p),
+              " is the lock file of ", shown(checkpoint),
+              ", which the run creates and removes; choose another path.");
+  const std::string temporary = checkpoint.name + ".tmp-";
+  TORCH_CHECK(p.name.compare(0, temporary.size(), temporary) != 0, shown(p),
+              " is named like a temporary file of ", shown(checkpoint), " (",
+              temporary, "*), which the run removes; choose another path.");
+}
+
+} // namespace
+
+void check_distinct_paths(const ProgramConfig& config,
+                          const std::vector<std::string>& data_files) {
+  std::vector<NamedPath> paths;
+  const auto add = [&](const char* flag, const std::string& path,
+                       bool written) {
+    if (!path.empty()) {
+      paths.push_back(identify(flag, path, written));
+    }
+  };
+  add("--checkpoint", config.checkpoint, true);
+  add("--export-state-dict", config.export_state_dict, true);
+  add("--log-json", config.log_json, true);
+  add("--resume", config.resume, false);
+  for (const auto& file : data_files) {
+    add("--data", file, false);
+  }
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const auto& a = paths[i];
+    if (a.flag == "--checkpoint") {
+      for (size_t j = 0; j < paths.size(); ++j) {
+        if (j != i) {
+          check_not_a_companion(paths[j], a);
+        }
+      }
+    }
+    for (size_t j = i + 1; j < paths.size(); ++j) {
+      const auto& b = paths[j];
+      const bool resuming = a.flag == "--checkpoint" && b.flag == "--resume";
+      if ((!a.written && !b.written) || resuming || !same_file(a, b)) {
+        continue;
+      }
+      TORCH_CHECK(false, shown(a), " and ", shown(b),
+                  " are the same file, which the run would ",
+                  b.written ? "write twice" : "write over while reading it",
+                  "; give each output its own path (only --resume and "
+                  "--checkpoint may name the same file).");
+    }
+  }
+}
+
+} // namespace lamp_examples

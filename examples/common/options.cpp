@@ -135,13 +135,25 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
 // How the library's messages name a setting: by its flag where the programs
 // have one ("batch_size" -> "--batch-size"), else by the library's name.
 std::string flag_name(const std::string& key, const std::string& library_name) {
-  static const std::set<std::string> flags = {
-      "accumulation_steps", "batch_size",    "data",
-      "drop_last",          "epochs",        "lr",
-      "max_grad_norm",      "max_steps",     "model",
-      "momentum",           "no_bias_decay", "optimizer",
-      "precision",          "schedule",      "seed",
-      "weight_decay"};
+  static const std::set<std::string> flags = {"accumulation_steps",
+                                              "batch_size",
+                                              "checkpoint",
+                                              "data",
+                                              "eval_batch_size",
+                                              "resume",
+                                              "drop_last",
+                                              "epochs",
+                                              "lr",
+                                              "max_grad_norm",
+                                              "max_steps",
+                                              "model",
+                                              "momentum",
+                                              "no_bias_decay",
+                                              "optimizer",
+                                              "precision",
+                                              "schedule",
+                                              "seed",
+                                              "weight_decay"};
   if (flags.count(key) == 0) {
     return library_name;
   }

@@ -128,6 +128,9 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
     check_checkpoint_path(o.checkpoint(), "checkpoint");
     lock_ = std::make_unique<CheckpointLock>(o.checkpoint());
   }
+  if (group) {
+    check_ranks_agree(*group);
+  }
   step_ = std::make_unique<TrainStep>(
       model_, optimizer_factory(o.optimizer()),
       TrainStepOptions(o.step()).gradient_sync(
@@ -141,7 +144,46 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
                            : 1;
   if (!o.resume().empty()) {
     load_checkpoint(o.resume());
+    if (group) {
+      // Each rank read its own copy of the checkpoint.
+      group->check_same(
+          "the checkpoint they resume from",
+          {{"the epoch it ends", std::to_string(start_epoch_)},
+           {"its step count", std::to_string(global_step_)}},
+          "Give every rank the same checkpoint (a shared folder, or the same copy on each node).");
+    }
   }
+}
+
+void ClassifierTrainer::check_ranks_agree(
+    distributed::ProcessGroup& group) const {
+  const auto& o = options_;
+  const auto name = [&](const char* key, const char* library_name) {
+    return name_option(o, key, library_name);
+  };
+  const auto given = [](const std::string& path) {
+    return path.empty() ? "not given" : "given";
+  };
+  // Every setting a checkpoint stores (the data's fingerprints among them),
+  // and those that differ across ranks although a resume may change them:
+  // another evaluation batch size makes the ranks' evaluations disagree,
+  // another max_steps makes one rank stop while the other waits.
+  auto settings = detail::describe_run_settings(
+      {o, train_loader_.options(), train_data_, test_data_});
+  settings.insert(
+      settings.end(),
+      {{name("eval_batch_size", "TrainerOptions::eval_batch_size"),
+        std::to_string(o.eval_batch_size())},
+       {name("max_steps", "TrainerOptions::max_steps"),
+        std::to_string(o.max_steps())},
+       {name("divergence_patience", "TrainerOptions::divergence_patience"),
+        std::to_string(o.divergence_patience())},
+       {name("checkpoint", "TrainerOptions::checkpoint"),
+        given(o.checkpoint())},
+       {name("resume", "TrainerOptions::resume"), given(o.resume())}});
+  group.check_same(
+      "the trainer's settings", settings,
+      "Give every rank the same options and the same data (the fingerprints are of the files' contents).");
 }
 
 // One epoch in progress: its stats and the running sums behind them.

@@ -17,6 +17,7 @@
 #include "lamp/distributed.h"
 #include "lamp/models/mnist_cnn.h"
 #include "test_util.h"
+#include "trainer_util.h"
 
 namespace {
 
@@ -306,6 +307,56 @@ TEST(TwoRanks, AStoppedRankMakesTheOtherFailAfterTheTimeout) {
           .count();
   EXPECT_GE(seconds, 2.5);
   EXPECT_LT(seconds, 10.0);
+}
+
+TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
+  auto g = group();
+  using lamp::training::TrainerOptions;
+  // Another evaluation batch size (it made rank 0 report a wrong accuracy).
+  const auto eval = error_of([&] {
+    lamp_test::make_run(lamp::Precision::kFP32,
+                        TrainerOptions(lamp::Precision::kFP32)
+                            .process_group(g)
+                            .eval_batch_size(g->rank() == 0 ? 64 : 32));
+  });
+  EXPECT_NE(eval.find("the ranks differ in the trainer's settings: "
+                      "--eval-batch-size is 64 on rank 0 and 32 on rank 1"),
+            std::string::npos)
+      << eval;
+  // Other data of the same size.
+  auto data = lamp_test::image_problem(true);
+  if (g->rank() == 1) {
+    data.labels = (data.labels + 1) % 4;
+  }
+  const auto other = error_of([&] {
+    lamp_test::make_run(lamp::Precision::kFP32,
+                        TrainerOptions(lamp::Precision::kFP32).process_group(g),
+                        0.05, 32, torch::kCPU, data);
+  });
+  EXPECT_NE(other.find("--train-data is 192 images 3x8x8, labels crc32 "),
+            std::string::npos)
+      << other;
+  // Each rank's own copy of a checkpoint, one an epoch behind the other.
+  const auto path =
+      lamp_test::temp_path("rank" + std::to_string(g->rank()) + ".pt");
+  const auto options = TrainerOptions(lamp::Precision::kFP32).epochs(3);
+  {
+    auto alone =
+        lamp_test::make_run(lamp::Precision::kFP32,
+                            TrainerOptions(options).checkpoint(path).max_steps(
+                                6 * (g->rank() + 1)));
+    alone->trainer->fit();
+  }
+  const auto resumed = error_of([&] {
+    lamp_test::make_run(
+        lamp::Precision::kFP32,
+        TrainerOptions(options).process_group(g).checkpoint(path).resume(path));
+  });
+  EXPECT_NE(resumed.find("the ranks differ in the checkpoint they resume from: "
+                         "the epoch it ends is 1 on rank 0 and 2 on rank 1"),
+            std::string::npos)
+      << resumed;
+  std::remove(path.c_str());
 }
 
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {

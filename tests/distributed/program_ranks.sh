@@ -16,13 +16,14 @@ fail() { echo "FAIL  $1"; failed=$((failed + 1)); }
 
 # 200 training images: 100 per rank, batches of 50. A rank that fails at
 # once leaves the other waiting: 20 s, not 10 minutes.
-common=(--data "$work/data/mnist" --no-progress)
+common=(--no-progress)
 # with_defaults FLAGS...: FLAGS, and the defaults of the cases for the flags
 # they do not give, into the array `args`.
 with_defaults() {
   args=("$@")
   local flag value
-  for flag in --precision=fp32 --batch-size=50 --eval-batch-size=100 --dist-timeout=20; do
+  for flag in --data="$work/data/mnist" --precision=fp32 --batch-size=50 \
+      --eval-batch-size=100 --dist-timeout=20; do
     value="${flag#*=}" flag="${flag%%=*}"
     [[ " $* " == *" $flag "* ]] || args+=("$flag" "$value")
   done
@@ -92,6 +93,10 @@ both_refuse different_accumulation "--accumulation-steps is 1 on rank 0 and 2 on
   "--epochs 1" "--epochs 1 --accumulation-steps 2"
 both_refuse checkpoint_on_one_rank "--checkpoint is not given on rank 0 and given on rank 1" \
   "--epochs 1" "--epochs 1 --checkpoint $work/rank1.pt"
+# Data of the same size but other contents (another node's files at the
+# same path), found by the trainer's fingerprints of the data.
+both_refuse different_data "the ranks differ in the trainer's settings: training data is 200 images 1x28x28, labels crc32 [0-9a-f]+, images crc32 [0-9a-f]+ on rank 0 and 200 images 1x28x28, labels crc32 [0-9a-f]+, images crc32 [0-9a-f]+ on rank 1" \
+  "--epochs 1 --data $work/data/mnist" "--epochs 1 --data $work/data/mnist-other"
 # Numbers are compared by value, not by spelling.
 ranks spelling "--epochs 1 --lr 0.05" "--epochs 1 --lr 5e-2"
 if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ]; then pass same_value_other_spelling

@@ -88,7 +88,12 @@ struct TrainerOptions {
   /// LoaderOptions::num_shards/shard), gradients are averaged over the
   /// ranks, evaluation is split over the ranks and summed, train loss and
   /// images/s are reported for all ranks together, and only rank 0 writes
-  /// the checkpoint. nullptr or a one-process group: a single process.
+  /// the checkpoint. Before anything is broadcast, the ranks compare their
+  /// settings (those a checkpoint stores, the data's fingerprints, the
+  /// evaluation batch size, max_steps, whether a checkpoint and a resume are
+  /// given) and, after a resume, the epoch and step they resume at; a
+  /// difference stops every rank naming it with each rank's value. nullptr or
+  /// a one-process group: a single process.
   TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>,
             process_group) = nullptr;
   /// How the trainer's messages name a setting, given its key ("lr",
@@ -259,6 +264,9 @@ class ClassifierTrainer {
   std::string train_data_;
   std::string test_data_;
 
+  // ProcessGroup::check_same() of the run's settings and data, before the
+  // first broadcast.
+  void check_ranks_agree(distributed::ProcessGroup& group) const;
   struct EpochRun;
   void train_epoch(EpochRun& run, detail::DivergenceWatch& watch,
                    const std::function<void(const BatchProgress&)>& on_batch);

@@ -199,6 +199,10 @@ class DivergenceWatch;
 /// (TrainStep::load),
 /// before anything changes. A checkpoint of a finished run resumes with
 /// start_epoch() == epochs: fit() then trains nothing.
+///
+/// Thread safety: one thread at a time per trainer (its TrainStep refuses a
+/// step from a second thread while one runs); different trainers on
+/// different threads are fine.
 class ClassifierTrainer {
  public:
   /// The model's forward pass: images [N, C, H, W] -> [N, classes] logits or

@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "lamp/amp/grad_scaler.h"
 #include "lamp/platform/checkpoint_file.h"
@@ -907,6 +910,54 @@ TEST(GradScaler, BoundsAndHysteresisOnGpu_CUDA) {
     scripted_step(scaler, rig, pattern[i] == 'F' ? 1.0f : kInf);
     EXPECT_EQ(scaler.get_scale(), scales[i]) << "step " << i;
   }
+}
+
+} // namespace
+
+namespace {
+
+// An optimizer whose step() runs `inside` first: it holds a scaler inside
+// step() for as long as the test needs.
+struct HeldSGD : torch::optim::SGD {
+  using torch::optim::SGD::SGD;
+  std::function<void()> inside;
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    inside();
+    return torch::optim::SGD::step(closure);
+  }
+};
+
+// A scaler used by two threads at once: update() from a second thread while
+// step() runs is refused, deterministically (step() is held until the second
+// call returned).
+TEST(GradScaler, RefusesUpdateFromASecondThreadDuringStep) {
+  auto param = torch::ones({2}, torch::requires_grad());
+  HeldSGD optimizer(std::vector<torch::Tensor>{param},
+                    torch::optim::SGDOptions(0.1));
+  lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(2.0));
+  scaler.scale(param.sum()).backward();
+  std::promise<void> inside;
+  std::promise<void> released;
+  auto release = released.get_future().share();
+  optimizer.inside = [&] {
+    inside.set_value();
+    release.wait();
+  };
+  std::thread first([&] { EXPECT_TRUE(scaler.step(optimizer)); });
+  inside.get_future().wait();
+  std::string error;
+  std::thread second([&] {
+    error = lamp_test::error_of([&] { scaler.update(); });
+    released.set_value();
+  });
+  second.join();
+  first.join();
+  EXPECT_NE(
+      error.find("lamp::GradScaler::update called from two threads at once"),
+      std::string::npos)
+      << error;
+  scaler.update(); // after step() returned, from any thread
+  EXPECT_EQ(scaler.steps_taken(), 1);
 }
 
 } // namespace

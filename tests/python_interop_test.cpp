@@ -163,6 +163,55 @@ TEST(PythonInterop, DisabledScalerStatesAreEmptyBothWays) {
   std::remove(path.c_str());
 }
 
+// States Python's torch.save writes in forms LibTorch's reader does not
+// handle itself, from tests/python/scaler_states (made by
+// tests/python/make_scaler_states.py; no Python needed here).
+std::string scaler_state(const std::string& name) {
+  return std::string(LAMP_SOURCE_DIR) + "/tests/python/scaler_states/" + name;
+}
+
+void expect_python_state(const lamp::GradScaler& scaler, double scale) {
+  EXPECT_EQ(scaler.get_scale(), scale);
+  EXPECT_EQ(scaler.growth_tracker(), 2);
+  EXPECT_EQ(scaler.options().growth_factor(), 3.0);
+  EXPECT_EQ(scaler.options().backoff_factor(), 0.25);
+  EXPECT_EQ(scaler.options().growth_interval(), 7);
+}
+
+TEST(PythonScalerFiles, AnOrderedDictLoads) {
+  lamp::GradScaler scaler;
+  scaler.load_state_dict(scaler_state("ordered_dict.pt"));
+  expect_python_state(scaler, 1024.0);
+}
+
+TEST(PythonScalerFiles, IntsWhereFloatsAreExpectedLoad) {
+  lamp::GradScaler scaler;
+  scaler.load_state_dict(scaler_state("ints_for_floats.pt"));
+  expect_python_state(scaler, 1024.0);
+  lamp::GradScaler large;
+  large.load_state_dict(scaler_state("scale_2_pow_40.pt"));
+  EXPECT_EQ(large.get_scale(), 1099511627776.0);
+}
+
+// What LibTorch cannot read is refused with the file, the problem and the
+// fix, and the scaler is left as it was.
+TEST(PythonScalerFiles, UnreadableFilesAreRefusedWithTheFix) {
+  lamp::GradScaler scaler;
+  const auto legacy = scaler_state("legacy_format.pt");
+  auto error = lamp_test::error_of([&] { scaler.load_state_dict(legacy); });
+  EXPECT_NE(error.find(legacy), std::string::npos) << error;
+  EXPECT_NE(error.find("legacy (non-zip) format"), std::string::npos) << error;
+  EXPECT_NE(error.find("torch.save(torch.load(path), path)"), std::string::npos)
+      << error;
+  const auto big = scaler_state("tracker_2_pow_70.pt");
+  error = lamp_test::error_of([&] { scaler.load_state_dict(big); });
+  EXPECT_NE(error.find(big), std::string::npos) << error;
+  EXPECT_NE(error.find("'_growth_tracker' is an integer of 71 bits"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+}
+
 // Exports `model` (moved off its initial BatchNorm statistics by a few
 // training-mode passes) and checks that Python's model of that name, loaded
 // with it, gives lamp's eval-mode outputs on the same input.

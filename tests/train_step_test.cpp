@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "lamp/amp/train_step.h"
 #include "lamp/optim/sgd.h"
@@ -167,6 +169,40 @@ TEST_P(TrainStepMode, ForcedLossScalingSkipsOverflowingSteps) {
   }
 }
 
+// With the default options every mode skips a step whose gradients are
+// NaN (a NaN batch): the weights, and the masters, stay as they were, and the
+// step counts as skipped. Before lamp 0.4 the modes without loss scaling
+// stepped and left NaN weights.
+TEST_P(TrainStepMode, SkipsANanBatchByDefault) {
+  const auto precision = GetParam();
+  LAMP_SKIP_WITHOUT_FP16_CPU_KERNELS(precision);
+  torch::manual_seed(4);
+  torch::nn::Linear linear(3, 2);
+  lamp::TrainStep step(linear.ptr(), sgd(0.1), precision);
+  const auto weight = linear->weight.detach().clone();
+  const auto bias = linear->bias.detach().clone();
+  const auto input = torch::full({4, 3}, std::nan(""));
+  const auto result =
+      step.step(input, torch::zeros({4, 2}), [&](const auto& x, const auto& y) {
+        return torch::mse_loss(linear(x).to(torch::kFloat), y);
+      });
+  EXPECT_TRUE(result.skipped());
+  EXPECT_EQ(step.scaler().steps_skipped(), 1);
+  EXPECT_TRUE(BitEqual(linear->weight.detach(), weight));
+  EXPECT_TRUE(BitEqual(linear->bias.detach(), bias));
+  if (step.master_weights() != nullptr) {
+    EXPECT_TRUE(BitEqual(step.master_weights()->master_params()[0].detach(),
+                         weight.to(torch::kFloat)));
+  }
+  // The next finite batch trains.
+  EXPECT_TRUE(step.step(torch::ones({4, 3}), torch::zeros({4, 2}),
+                        [&](const auto& x, const auto& y) {
+                          return torch::mse_loss(linear(x).to(torch::kFloat),
+                                                 y);
+                        })
+                  .optimizer_stepped());
+}
+
 INSTANTIATE_TEST_SUITE_P(, TrainStepMode,
                          ::testing::Values(Precision::kFP32, Precision::kAMP,
                                            Precision::kAMPBF16,
@@ -233,7 +269,10 @@ TEST(TrainStep, Bf16ModeConvertsTheModelAndOptimizesFp32Masters) {
   }
   EXPECT_EQ(step.cast_input(torch::ones({1})).scalar_type(), torch::kBFloat16);
   EXPECT_EQ(step.cast_input(torch::arange(2)).scalar_type(), torch::kLong);
-  EXPECT_FALSE(step.scaler().is_enabled());
+  // No loss scaling in BF16: the scaler only skips non-finite steps, at a
+  // static scale of 1.
+  EXPECT_FALSE(step.scaler().options().dynamic());
+  EXPECT_EQ(step.scaler().get_scale(), 1.0);
   const auto before = model->fc->weight.detach().clone();
   const auto result = step.step([&] {
     return model->forward(step.cast_input(torch::randn({4, 3, 8, 8})))
@@ -328,6 +367,40 @@ TEST(TrainStep, SkipsNonFiniteStepsWhenAsked) {
   EXPECT_TRUE(result.skipped());
   EXPECT_TRUE(BitEqual(model->conv1->weight.detach(), before));
   EXPECT_EQ(step.scaler().steps_skipped(), 1);
+}
+
+// skip_non_finite(false) keeps the step on: a NaN batch then reaches the
+// weights, as the option says.
+TEST(TrainStep, StepsNonFiniteGradientsWhenSkippingIsOff) {
+  torch::nn::Linear linear(3, 2);
+  lamp::TrainStep step(
+      linear.ptr(), sgd(0.1),
+      lamp::TrainStepOptions(Precision::kFP32).skip_non_finite(false));
+  const auto result = step.step([&] {
+    return linear(torch::full({1, 3}, std::nan(""))).sum();
+  });
+  EXPECT_TRUE(result.optimizer_stepped());
+  EXPECT_TRUE(torch::isnan(linear->weight).all().item<bool>());
+}
+
+// A checkpoint of lamp 0.3's default (no skip, so no scaler state) loads
+// into a step that skips, and training goes on from it.
+TEST(TrainStep, LoadsACheckpointSavedWithoutTheSkip) {
+  torch::manual_seed(5);
+  torch::nn::Linear saved(3, 2), loaded(3, 2);
+  const auto loss = [](torch::nn::Linear& linear) {
+    return [&linear] { return linear(torch::ones({1, 3})).sum(); };
+  };
+  lamp::TrainStep before(
+      saved.ptr(), sgd(0.1),
+      lamp::TrainStepOptions(Precision::kFP32).skip_non_finite(false));
+  before.step(loss(saved));
+  torch::serialize::OutputArchive archive;
+  before.save(archive);
+  lamp::TrainStep after(loaded.ptr(), sgd(0.1), Precision::kFP32);
+  after.load(*lamp_test::reopened(archive));
+  EXPECT_TRUE(BitEqual(loaded->weight.detach(), saved->weight.detach()));
+  EXPECT_TRUE(after.step(loss(loaded)).optimizer_stepped());
 }
 
 TEST(TrainStep, RefusesANegativeMaxGradNorm) {
@@ -839,7 +912,10 @@ TEST(TrainStep, FollowsItsPrecisionPolicy) {
     EXPECT_EQ(step.policy().autocast_dtype, expected.autocast_dtype);
     EXPECT_EQ(step.cast_input(torch::ones({1})).scalar_type(),
               expected.model_dtype.value_or(torch::kFloat));
-    EXPECT_EQ(step.scaler().is_enabled(), expected.loss_scaling);
+    // Without loss scaling the scaler only skips non-finite steps
+    // (skip_non_finite): a static scale of 1.
+    EXPECT_EQ(step.scaler().options().dynamic(), expected.loss_scaling);
+    EXPECT_EQ(step.scaler().get_scale() == 1.0, !expected.loss_scaling);
     EXPECT_EQ(step.master_weights() != nullptr, expected.master_weights);
   }
 }
@@ -1208,3 +1284,41 @@ TEST(TrainStep, ANetworkToHalfModelTrainsLikeTheStepsOwnConversion) {
   }
   EXPECT_TRUE(BitEqual(weights[0], weights[1]));
 }
+
+namespace {
+
+// One TrainStep used by two threads at once: the second caller gets an error
+// naming the misuse instead of a data race. Deterministic: the first step is
+// held inside its loss function until the second call has returned.
+TEST(TrainStep, RefusesAStepFromASecondThreadWhileOneRuns) {
+  torch::nn::Linear linear(3, 2);
+  lamp::TrainStep step(linear.ptr(), sgd(0.1), Precision::kFP32);
+  const auto loss = [&] { return linear(torch::ones({1, 3})).sum(); };
+  std::promise<void> inside;
+  std::promise<void> second_done;
+  auto second_returned = second_done.get_future().share();
+  std::thread first([&] {
+    step.step([&] {
+      inside.set_value();
+      second_returned.wait();
+      return loss();
+    });
+  });
+  inside.get_future().wait();
+  std::string error;
+  std::thread second([&] {
+    error = lamp_test::error_of([&] { step.step(loss); });
+    second_done.set_value();
+  });
+  second.join();
+  first.join();
+  EXPECT_NE(error.find("lamp::TrainStep::step called from two threads at once"),
+            std::string::npos)
+      << error;
+  // One thread at a time, whichever: the object works on.
+  std::thread([&] { EXPECT_TRUE(step.step(loss).optimizer_stepped()); }).join();
+  EXPECT_TRUE(step.step(loss).optimizer_stepped());
+  EXPECT_EQ(step.scaler().steps_taken(), 3);
+}
+
+} // namespace

@@ -301,8 +301,12 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
     if (main_rank) {
       print_run_header(config, spec, *group, trainer, precision);
     }
+    // The scale is shown where the loss is scaled, not where the scaler
+    // only skips non-finite steps (skip_non_finite, at a static scale of 1).
+    const auto& step = trainer.train_step();
     auto progress = Progress::for_program(
-        config, main_rank, trainer.train_step().scaler().is_enabled(),
+        config, main_rank,
+        step.policy().loss_scaling || step.options().force_loss_scaling(),
         log.get());
     train(trainer, progress, log.get(), main_rank);
     if (!config.export_state_dict.empty() && main_rank) {

@@ -29,6 +29,8 @@
 #include "lamp/optim/sgd.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/checkpoint_file.h"
+#include "lamp/platform/out_of_memory.h"
+#include "lamp/platform/parameters.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "lamp/version.h"

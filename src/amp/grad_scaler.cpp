@@ -10,6 +10,7 @@
 #include "amp/grad_scaler_options.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/checkpoint_file.h"
+#include "lamp/platform/parameters.h"
 #include "platform/archive.h"
 #include "platform/compat.h"
 
@@ -201,9 +202,11 @@ void GradScaler::check_and_unscale(torch::optim::Optimizer& optimizer,
   std::map<std::string, std::map<torch::ScalarType, std::vector<torch::Tensor>>>
       groups;
   std::map<std::string, torch::Device> devices;
+  // A tensor an optimizer lists twice (a tied weight) is unscaled once.
+  detail::TensorIdentitySet seen;
   for (auto& group : optimizer.param_groups()) {
     for (auto& param : group.params()) {
-      if (!param.grad().defined()) {
+      if (!param.grad().defined() || !seen.insert(param)) {
         continue;
       }
       auto grad = param.grad();
@@ -314,6 +317,7 @@ c10::optional<torch::Device> gradient_device(
 } // namespace
 
 torch::Tensor GradScaler::step_async(torch::optim::Optimizer& optimizer) {
+  detail::InUseGuard in_use(in_use_, "lamp::GradScaler::step");
   if (!options_.enabled()) {
     optimizer.step();
     ++steps_taken_;
@@ -395,6 +399,7 @@ bool GradScaler::uses_fused_update() const {
 }
 
 void GradScaler::update() {
+  detail::InUseGuard in_use(in_use_, "lamp::GradScaler::update");
   if (!options_.enabled()) {
     return;
   }
@@ -429,6 +434,7 @@ void GradScaler::update() {
 }
 
 void GradScaler::update(double new_scale) {
+  detail::InUseGuard in_use(in_use_, "lamp::GradScaler::update");
   if (!options_.enabled()) {
     return;
   }

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "lamp/platform/backends.h"
+#include "lamp/platform/parameters.h"
 
 namespace lamp {
 namespace detail {
@@ -55,12 +56,23 @@ void cast_tensor(torch::Tensor tensor, torch::Dtype dtype) {
   }
 }
 
-void cast_own_tensors(torch::nn::Module& module, torch::Dtype dtype) {
+// `converted` holds the tensors cast already: a tensor registered in two
+// modules (a tied weight) is cast once, by the first module that lists it,
+// and stays one tensor.
+using Converted = detail::TensorIdentitySet;
+
+void cast_own_tensors(torch::nn::Module& module, torch::Dtype dtype,
+                      Converted& converted) {
+  const auto cast_once = [&](const torch::Tensor& t) {
+    if (converted.insert(t)) {
+      cast_tensor(t, dtype);
+    }
+  };
   for (auto& item : module.named_parameters(/*recurse=*/false)) {
-    cast_tensor(item.value(), dtype);
+    cast_once(item.value());
   }
   for (auto& item : module.named_buffers(/*recurse=*/false)) {
-    cast_tensor(item.value(), dtype);
+    cast_once(item.value());
   }
   // As Apex's convert_network: cuDNN wants an RNN's weights in one
   // contiguous block again after they were replaced.
@@ -73,10 +85,11 @@ void cast_own_tensors(torch::nn::Module& module, torch::Dtype dtype) {
   }
 }
 
-void cast_subtree(torch::nn::Module& module, torch::Dtype dtype) {
-  cast_own_tensors(module, dtype);
+void cast_subtree(torch::nn::Module& module, torch::Dtype dtype,
+                  Converted& converted) {
+  cast_own_tensors(module, dtype, converted);
   for (auto& child : module.children()) {
-    cast_subtree(*child, dtype);
+    cast_subtree(*child, dtype, converted);
   }
 }
 
@@ -111,24 +124,25 @@ void check_kept_norms_can_run(const torch::nn::Module& module,
 }
 
 void convert_subtree(torch::nn::Module& module, const std::string& name,
-                     const HalfOptions& options) {
+                     const HalfOptions& options, Converted& converted) {
   if (keep_fp32(module, name, options)) {
-    cast_subtree(module, torch::kFloat);
+    cast_subtree(module, torch::kFloat, converted);
     return;
   }
-  cast_own_tensors(module, options.dtype());
+  cast_own_tensors(module, options.dtype(), converted);
   for (auto& child : module.named_children()) {
-    convert_subtree(*child.value(), join(name, child.key()), options);
+    convert_subtree(*child.value(), join(name, child.key()), options,
+                    converted);
   }
 }
 
-void batchnorm_to_float(torch::nn::Module& module) {
+void batchnorm_to_float(torch::nn::Module& module, Converted& converted) {
   if (is_batchnorm(module)) {
-    cast_subtree(module, torch::kFloat);
+    cast_subtree(module, torch::kFloat, converted);
     return;
   }
   for (auto& child : module.children()) {
-    batchnorm_to_float(*child);
+    batchnorm_to_float(*child, converted);
   }
 }
 
@@ -141,13 +155,15 @@ torch::nn::Module& convert_network(torch::nn::Module& module,
     check_kept_norms_can_run(module, "", options); // before changing anything
   }
   torch::NoGradGuard no_grad;
-  convert_subtree(module, "", options);
+  Converted converted;
+  convert_subtree(module, "", options, converted);
   return module;
 }
 
 torch::nn::Module& bn_convert_float(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
-  batchnorm_to_float(module);
+  Converted converted;
+  batchnorm_to_float(module, converted);
   return module;
 }
 

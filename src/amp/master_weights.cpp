@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "lamp/platform/out_of_memory.h"
+#include "lamp/platform/parameters.h"
 #include "platform/archive.h"
 
 namespace lamp {
@@ -60,7 +62,17 @@ void check_pairing(const std::vector<torch::Tensor>& model_params,
 } // namespace
 
 MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params, bool flat)
-    : model_(std::move(model_params)) {
+    : given_count_(model_params.size()) {
+  // A tied weight (listed once per registration by LibTorch's parameters())
+  // gets one master: two would be updated separately and copied back in
+  // turn, the last one winning.
+  detail::TensorIdentitySet seen;
+  for (size_t i = 0; i < model_params.size(); ++i) {
+    if (!model_params[i].defined() || seen.insert(model_params[i])) {
+      kept_.push_back(i);
+      model_.push_back(std::move(model_params[i]));
+    }
+  }
   TORCH_CHECK(
       !model_.empty(),
       "lamp::MasterWeights: no parameters given; pass the model's parameters(), e.g. MasterWeights(model->parameters()).");
@@ -75,6 +87,15 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params, bool flat)
         i, " is on ", model_[i].device(), " and parameter 0 on ",
         model_[0].device(), "; use flat=false.");
   }
+  int64_t numel = 0;
+  for (const auto& p : model_) {
+    numel += p.numel();
+  }
+  with_memory_context("the FP32 master weights", numel * 4 * (flat ? 2 : 1),
+                      [&] { make_masters(flat); });
+}
+
+void MasterWeights::make_masters(bool flat) {
   torch::NoGradGuard no_grad;
   if (!flat) {
     master_.reserve(model_.size());
@@ -174,10 +195,18 @@ void MasterWeights::save(torch::serialize::OutputArchive& archive) const {
 
 void MasterWeights::set_parameter_names(std::vector<std::string> names) {
   TORCH_CHECK(
-      names.size() == model_.size(),
+      names.size() == model_.size() || names.size() == given_count_,
       "lamp::MasterWeights::set_parameter_names: ", names.size(), " names for ",
       model_.size(),
       " parameters; give one name per parameter, in the order the parameters were given.");
+  if (names.size() != model_.size()) {
+    // One per parameter as given: a tied weight keeps its first name.
+    std::vector<std::string> kept;
+    for (const auto i : kept_) {
+      kept.push_back(std::move(names[i]));
+    }
+    names = std::move(kept);
+  }
   names_ = std::move(names);
 }
 
@@ -224,7 +253,7 @@ void MasterWeights::load(torch::serialize::InputArchive& archive) {
 std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>
 prep_param_lists(const torch::nn::Module& model, bool flat_master) {
   std::vector<torch::Tensor> model_params;
-  for (const auto& p : model.parameters()) {
+  for (const auto& p : unique_parameters(model)) {
     if (p.requires_grad()) {
       model_params.push_back(p);
     }

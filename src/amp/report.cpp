@@ -10,6 +10,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "lamp/platform/parameters.h"
+
 namespace lamp {
 namespace {
 
@@ -17,11 +19,13 @@ bool is_low_precision(torch::Dtype dtype) {
   return dtype == torch::kHalf || dtype == torch::kBFloat16;
 }
 
+// A tensor registered under several names (a tied weight) is reported once,
+// under the first.
 void collect(const torch::nn::Module& module, const std::string& prefix,
-             PrecisionReport& report) {
+             PrecisionReport& report, detail::TensorIdentitySet& seen) {
   const auto add = [&](const std::string& name, const torch::Tensor& t,
                        bool buffer) {
-    if (!t.defined()) {
+    if (!t.defined() || !seen.insert(t)) {
       return;
     }
     TensorPrecision row;
@@ -40,7 +44,8 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
   }
   for (const auto& child : module.named_children()) {
     collect(*child.value(),
-            prefix.empty() ? child.key() : prefix + "." + child.key(), report);
+            prefix.empty() ? child.key() : prefix + "." + child.key(), report,
+            seen);
   }
 }
 
@@ -48,7 +53,8 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
 
 PrecisionReport precision_report(const torch::nn::Module& module) {
   PrecisionReport report;
-  collect(module, "", report);
+  detail::TensorIdentitySet seen;
+  collect(module, "", report, seen);
   bool any_low = false;
   for (const auto& row : report.tensors) {
     any_low = any_low || is_low_precision(row.dtype);

@@ -15,6 +15,8 @@
 #include "lamp/optim/clip.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
+#include "lamp/platform/out_of_memory.h"
+#include "lamp/platform/parameters.h"
 #include "platform/archive.h"
 
 namespace lamp {
@@ -188,15 +190,16 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
       options_.max_grad_norm(), ".");
   device_ = model_device(*model_);
   // Listed once: the step resets their gradients without walking the tree.
-  // (Conversion keeps parameter identity, so the list stays valid.)
-  model_params_ = model_->parameters();
+  // (Conversion keeps parameter identity, so the list stays valid.) A tied
+  // weight is one parameter: listed twice, the optimizer would step it twice.
+  model_params_ = unique_parameters(*model_);
   check_mode_runs_on(policy_, device_);
   const auto tf32 = options_.tf32() ? options_.tf32() : policy_.tf32;
   if (device_.is_cuda() && tf32) {
     tf32_ = std::make_unique<Tf32Guard>(*tf32);
   }
 
-  const auto named = model_->named_parameters();
+  const auto named = unique_named_parameters(*model_);
   std::vector<std::string> names;
   std::vector<torch::Tensor> params;
   for (const auto& item : named) {
@@ -278,7 +281,22 @@ torch::Tensor TrainStep::forward(
   return forward(cast_input(input));
 }
 
+namespace {
+constexpr const char* kStepCaller = "lamp::TrainStep::step";
+// An allocation that fails inside a step (activations, gradients, optimizer
+// state, graph pools) is reported as the step's.
+constexpr const char* kStepMemory =
+    "the activations, gradients and optimizer state of a training step";
+} // namespace
+
 StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
+  detail::InUseGuard in_use(in_use_, kStepCaller);
+  return with_memory_context(kStepMemory, -1,
+                             [&] { return eager_step(loss_fn); });
+}
+
+StepResult TrainStep::eager_step(
+    const std::function<torch::Tensor()>& loss_fn) {
   if (micro_step_ == 0) {
     for (auto& p : model_params_) {
       p.mutable_grad() = torch::Tensor();
@@ -393,8 +411,16 @@ StepResult TrainStep::step(const torch::Tensor& input,
                            const BatchLossFn& loss_fn) {
   TORCH_CHECK(loss_fn != nullptr,
               "lamp::TrainStep::step: no loss function given.");
+  detail::InUseGuard in_use(in_use_, kStepCaller);
+  return with_memory_context(
+      kStepMemory, -1, [&] { return batch_step(input, target, loss_fn); });
+}
+
+StepResult TrainStep::batch_step(const torch::Tensor& input,
+                                 const torch::Tensor& target,
+                                 const BatchLossFn& loss_fn) {
   const auto eager = [&](const torch::Tensor& in, const torch::Tensor& tgt) {
-    return step([&] { return loss_fn(cast_input(in), tgt); });
+    return eager_step([&] { return loss_fn(cast_input(in), tgt); });
   };
   if (!graph_enabled_) {
     return eager(input, target);
@@ -450,6 +476,7 @@ constexpr const char* kLoadCaller = "lamp::TrainStep::load";
 } // namespace
 
 void TrainStep::load(torch::serialize::InputArchive& archive) {
+  detail::InUseGuard in_use(in_use_, kLoadCaller);
   // Every part is read and checked before the first is loaded: a refused
   // checkpoint leaves model, optimizer, scaler and master weights as they
   // were.
@@ -468,8 +495,17 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
                                   kLoadCaller);
   torch::serialize::InputArchive scaler_archive;
   detail::read_archive(archive, "scaler", scaler_archive, kLoadCaller);
-  // A scaler with the same options runs all of load()'s checks.
-  GradScaler(scaler_.options()).load(scaler_archive);
+  // A step without loss scaling saved with skip_non_finite off (lamp 0.3's
+  // default) has an empty scaler section; the skip-only scaler (a static
+  // scale of 1) then has nothing to restore.
+  c10::IValue saved_scale;
+  const bool load_scaler = scaler_archive.try_read("scale", saved_scale) ||
+                           policy_.loss_scaling ||
+                           options_.force_loss_scaling();
+  if (load_scaler) {
+    // A scaler with the same options runs all of load()'s checks.
+    GradScaler(scaler_.options()).load(scaler_archive);
+  }
   torch::serialize::InputArchive master_archive;
   if (master_) {
     detail::read_archive(archive, "master_weights", master_archive,
@@ -487,7 +523,9 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
   // wrong type) it refuses before changing anything.
   optimizer_->load(optimizer_archive);
   model_->load(model_archive);
-  scaler_.load(scaler_archive);
+  if (load_scaler) {
+    scaler_.load(scaler_archive);
+  }
   if (master_) {
     master_->load(master_archive);
   }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "data/files.h"
+#include "lamp/platform/out_of_memory.h"
 #include "platform/memory.h"
 
 // CIFAR-10, binary version.
@@ -134,7 +135,10 @@ Dataset read_cifar10(const std::string& directory, bool train) {
       kCifarBinaryUrl, ") again.");
 
   // All files into one buffer, then one pass to split labels from pixels.
-  auto raw = torch::empty({total_records, kCifarRecordBytes}, torch::kUInt8);
+  auto raw = with_memory_context(
+      "the CIFAR-10 records", total_records * kCifarRecordBytes, [&] {
+        return torch::empty({total_records, kCifarRecordBytes}, torch::kUInt8);
+      });
   uint8_t* dst = raw.data_ptr<uint8_t>();
   for (size_t i = 0; i < files.size(); ++i) {
     const auto bytes = static_cast<uint64_t>(records[i] * kCifarRecordBytes);

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lamp/platform/out_of_memory.h"
 #include "platform/memory.h"
 
 namespace lamp {
@@ -132,7 +133,9 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t size,
                                      const char* caller) {
   TORCH_CHECK(size <= std::numeric_limits<size_t>::max(), caller, ": ",
               quoted(path), " is too large (", size, " bytes) to read.");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  auto bytes = with_memory_context(
+      "the contents of " + quoted(path), static_cast<int64_t>(size),
+      [&] { return std::vector<uint8_t>(static_cast<size_t>(size)); });
   read_whole_file(path, size, bytes.data(), caller);
   return bytes;
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "lamp/platform/out_of_memory.h"
+
 namespace lamp {
 namespace data {
 namespace {
@@ -101,7 +103,9 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                   ? " in " + std::to_string(options_.num_shards()) + " shards"
                   : std::string(),
               "); use a batch_size of at most ", per_epoch, ".");
-  images_ = data.images.contiguous().to(device_);
+  images_ = with_memory_context(
+      "the dataset's images on " + device_.str(), data.images.numel(),
+      [&] { return data.images.contiguous().to(device_); });
   // "cuda" as the tensors say it, "cuda:0": the trainer compares it with the
   // model's parameters' device.
   device_ = images_.device();

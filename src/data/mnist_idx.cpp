@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "data/files.h"
+#include "lamp/platform/out_of_memory.h"
 #include "platform/memory.h"
 
 // IDX files (MNIST, Fashion-MNIST), plain or gzip-compressed.
@@ -63,7 +64,10 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
   InflateEnd end{&stream};
 
   TORCH_INTERNAL_ASSERT(limit <= std::numeric_limits<size_t>::max());
-  std::vector<uint8_t> out(static_cast<size_t>(limit));
+  auto out = with_memory_context(
+      "the decompressed contents of " + quoted(path),
+      static_cast<int64_t>(limit),
+      [&] { return std::vector<uint8_t>(static_cast<size_t>(limit)); });
   size_t in_pos = 0;
   size_t out_pos = 0;
   while (true) {
@@ -248,7 +252,9 @@ torch::Tensor parse_idx(const uint8_t* bytes, uint64_t size,
                         const std::string& where) {
   const auto header = parse_idx_header(bytes, size, where);
   check_idx_length(header, size, where);
-  auto tensor = torch::empty(header.sizes, torch::kUInt8);
+  auto tensor = with_memory_context(
+      "the data of " + where, static_cast<int64_t>(header.data_bytes),
+      [&] { return torch::empty(header.sizes, torch::kUInt8); });
   if (header.data_bytes > 0) {
     std::memcpy(tensor.data_ptr<uint8_t>(), bytes + header.header_bytes,
                 static_cast<size_t>(header.data_bytes));

@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "lamp/platform/parameters.h"
+
 namespace lamp {
 namespace distributed {
 
@@ -150,7 +152,8 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   auto& impl = *impl_;
   impl.group = group_;
   impl.options = options;
-  for (auto& p : model->parameters()) {
+  // A tied weight is one parameter: one hook, one slot in one bucket.
+  for (auto& p : unique_parameters(*model)) {
     if (p.requires_grad()) {
       TORCH_CHECK(p.device() == group_->device(),
                   "lamp::distributed::DataParallel: a parameter is on ",

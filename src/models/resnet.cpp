@@ -5,6 +5,8 @@
 #include <sstream>
 #include <utility>
 
+#include "lamp/platform/parameters.h"
+
 namespace lamp {
 namespace models {
 namespace {
@@ -222,7 +224,7 @@ ResNet make_resnet(const std::string& name, int64_t num_classes,
 
 int64_t count_parameters(const torch::nn::Module& module) {
   int64_t count = 0;
-  for (const auto& p : module.parameters()) {
+  for (const auto& p : unique_parameters(module)) {
     if (p.requires_grad()) {
       count += p.numel();
     }

@@ -107,6 +107,14 @@ class Collector {
 
  private:
   void add(const std::string& key, const torch::Tensor& tensor) {
+    // A tensor registered under several names (a tied weight) is one tensor
+    // under each of them, as in Python's state_dict: torch.save then stores
+    // it once, and Python's load_state_dict ties the copies again.
+    const auto exported = exported_.find(tensor.unsafeGetTensorImpl());
+    if (exported != exported_.end()) {
+      dict_.insert(key, exported->second);
+      return;
+    }
     torch::Tensor source = tensor;
     const auto master = masters_.find(tensor.unsafeGetTensorImpl());
     if (master != masters_.end()) {
@@ -122,15 +130,18 @@ class Collector {
     }
     // A copy of its own: flat master weights and channels-last weights are
     // views and strided layouts that Python should not inherit.
-    dict_.insert(key, source.detach()
+    const auto copy = source.detach()
                           .to(torch::kCPU, dtype)
                           .contiguous()
-                          .clone(torch::MemoryFormat::Contiguous));
+                          .clone(torch::MemoryFormat::Contiguous);
+    exported_.emplace(tensor.unsafeGetTensorImpl(), copy);
+    dict_.insert(key, copy);
   }
 
   const std::string& model_name_;
   const StateDictOptions& options_;
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> masters_;
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> exported_;
   c10::Dict<std::string, torch::Tensor> dict_;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "lamp/platform/parameters.h"
 #include "optim/internal.h"
 #include "platform/compat.h"
 
@@ -195,12 +196,15 @@ void run(Base& optimizer, Implementation implementation,
 
 Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
            torch::optim::AdamOptions defaults, Implementation implementation)
-    : torch::optim::Adam(std::move(param_groups), std::move(defaults)),
+    : torch::optim::Adam(internal::unique_param_groups(std::move(param_groups),
+                                                       AdamRule::kCaller),
+                         std::move(defaults)),
       implementation_(implementation) {}
 
 Adam::Adam(std::vector<torch::Tensor> params,
            torch::optim::AdamOptions defaults, Implementation implementation)
-    : torch::optim::Adam(std::move(params), std::move(defaults)),
+    : torch::optim::Adam(unique_tensors(std::move(params)),
+                         std::move(defaults)),
       implementation_(implementation) {}
 
 Implementation Adam::implementation() const {
@@ -246,12 +250,15 @@ void Adam::load(torch::serialize::InputArchive& archive) {
 
 AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
              torch::optim::AdamWOptions defaults, Implementation implementation)
-    : torch::optim::AdamW(std::move(param_groups), std::move(defaults)),
+    : torch::optim::AdamW(internal::unique_param_groups(std::move(param_groups),
+                                                        AdamWRule::kCaller),
+                          std::move(defaults)),
       implementation_(implementation) {}
 
 AdamW::AdamW(std::vector<torch::Tensor> params,
              torch::optim::AdamWOptions defaults, Implementation implementation)
-    : torch::optim::AdamW(std::move(params), std::move(defaults)),
+    : torch::optim::AdamW(unique_tensors(std::move(params)),
+                          std::move(defaults)),
       implementation_(implementation) {}
 
 Implementation AdamW::implementation() const {

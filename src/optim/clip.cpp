@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "lamp/platform/parameters.h"
+
 namespace lamp {
 namespace optim {
 
@@ -18,9 +20,11 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
   torch::NoGradGuard no_grad;
   std::map<std::string, std::vector<torch::Tensor>> grads;
   std::vector<std::string> order; // devices in the order first seen
+  // A tied weight listed twice has one gradient: counted and scaled once.
+  detail::TensorIdentitySet seen;
   for (const auto& p : params) {
     const auto& grad = p.grad();
-    if (!grad.defined()) {
+    if (!grad.defined() || !seen.insert(p)) {
       continue;
     }
     TORCH_CHECK(

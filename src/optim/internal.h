@@ -45,6 +45,12 @@ bool prepare_scaled_step(torch::optim::Optimizer& optimizer,
                          const torch::Tensor& grad_scale,
                          const torch::Tensor& found_inf);
 
+/// `groups` with each parameter once: a tensor listed twice in a group (a
+/// tied weight in `model->parameters()`) is kept at its first position; one
+/// in two groups is an error naming `caller`, as in Python.
+std::vector<torch::optim::OptimizerParamGroup> unique_param_groups(
+    std::vector<torch::optim::OptimizerParamGroup> groups, const char* caller);
+
 /// Runs `closure` with grad mode on, as torch::optim's step does.
 torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure);
 

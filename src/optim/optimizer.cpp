@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "lamp/optim/adam.h"
 #include "lamp/optim/sgd.h"
+#include "lamp/platform/parameters.h"
 #include "optim/internal.h"
 #include "platform/compat.h"
 
@@ -237,6 +239,23 @@ bool prepare_scaled_step(torch::optim::Optimizer& optimizer,
     }
   }
   return true;
+}
+
+std::vector<torch::optim::OptimizerParamGroup> unique_param_groups(
+    std::vector<torch::optim::OptimizerParamGroup> groups, const char* caller) {
+  std::unordered_map<const c10::TensorImpl*, size_t> group_of;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto& params = groups[g].params();
+    params = unique_tensors(std::move(params));
+    for (const auto& p : params) {
+      const auto first = group_of.emplace(p.unsafeGetTensorImpl(), g).first;
+      TORCH_CHECK(
+          first->second == g, caller, ": a parameter of shape ", p.sizes(),
+          " is in param groups ", first->second, " and ", g,
+          "; give each tensor to one group. (A tied weight has one name per registration: build the groups from lamp::unique_named_parameters(model).)");
+    }
+  }
+  return groups;
 }
 
 torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "lamp/platform/parameters.h"
 #include "optim/internal.h"
 #include "platform/compat.h"
 
@@ -143,12 +144,14 @@ void fused_group(
 
 SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups,
          torch::optim::SGDOptions defaults, Implementation implementation)
-    : torch::optim::SGD(std::move(param_groups), std::move(defaults)),
+    : torch::optim::SGD(
+          internal::unique_param_groups(std::move(param_groups), kCaller),
+          std::move(defaults)),
       implementation_(implementation) {}
 
 SGD::SGD(std::vector<torch::Tensor> params, torch::optim::SGDOptions defaults,
          Implementation implementation)
-    : torch::optim::SGD(std::move(params), std::move(defaults)),
+    : torch::optim::SGD(unique_tensors(std::move(params)), std::move(defaults)),
       implementation_(implementation) {}
 
 Implementation SGD::implementation() const {

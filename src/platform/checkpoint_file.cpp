@@ -2,6 +2,7 @@
 
 #include "platform/memory.h"
 #include "platform/paths.h"
+#include "platform/plain_pickle.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
@@ -21,6 +22,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <sstream>
+#include <tuple>
 
 namespace lamp {
 namespace {
@@ -385,6 +388,24 @@ void save_pickle(const c10::IValue& value, const std::string& path) {
   write_file_atomically(path, bytes);
 }
 
+namespace {
+
+// The pickle inside a torch.save zip ("<name>/data.pkl"), or "" when the
+// zip cannot be read.
+std::string zip_pickle(const std::string& bytes) {
+  try {
+    std::istringstream stream(bytes);
+    caffe2::serialize::PyTorchStreamReader reader(&stream);
+    const auto record = reader.getRecord("data.pkl");
+    return std::string(static_cast<const char*>(std::get<0>(record).get()),
+                       std::get<1>(record));
+  } catch (const std::exception&) {
+    return std::string();
+  }
+}
+
+} // namespace
+
 c10::IValue load_pickle(const std::string& path, const std::string& what) {
   const std::string bytes = read_regular_file(path);
   std::string error;
@@ -395,6 +416,24 @@ c10::IValue load_pickle(const std::string& path, const std::string& what) {
   } catch (const std::exception& e) {
     // A damaged zip can make the reader throw anything (see below).
     error = e.what();
+  }
+  // Python's legacy format (torch.save(..., _use_new_zipfile_serialization=
+  // False), and PyTorch before 1.6) is a bare pickle of a magic number, not
+  // a zip.
+  TORCH_CHECK(
+      bytes.compare(0, 2, "PK") == 0 || bytes.empty() ||
+          static_cast<uint8_t>(bytes[0]) != 0x80,
+      what, ": ", path,
+      " was written in PyTorch's legacy (non-zip) format (torch.save with _use_new_zipfile_serialization=False, or PyTorch < 1.6), which LibTorch cannot read. Re-save it in Python in the zip format, the default: torch.save(torch.load(path), path).");
+  // LibTorch's unpickler refuses some plain values Python writes (an
+  // OrderedDict, integers of 5 to 7 bytes): read those here.
+  const std::string pickle = zip_pickle(bytes);
+  if (!pickle.empty()) {
+    auto plain = detail::read_plain_pickle(pickle.data(), pickle.size(),
+                                           what + ": " + path);
+    if (plain) {
+      return *plain;
+    }
   }
   // torch::save archives and TorchScript modules keep their pickle under
   // "constants.pkl"/"data.pkl" next to code, which pickle_load does not read

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "lamp/platform/in_use.h"
+
 namespace lamp {
 
 /// Options of GradScaler. Where Python's GradScaler has the knob, the name and
@@ -88,6 +90,10 @@ struct GradScalerOptions {
 /// CPU, and for what those kernels cannot do (BF16 gradients, bounds,
 /// hysteresis), a portable path with identical results. Neither syncs with
 /// the host except step(), which reads the found-inf flag as Python does.
+///
+/// Thread safety: one thread at a time per scaler; step() or update() called
+/// from a second thread while one of them runs throws a c10::Error saying
+/// so. Different scalers on different threads are fine.
 ///
 /// Example:
 /// \code
@@ -293,6 +299,8 @@ class GradScaler {
   torch::Tensor device_steps_;
   torch::Tensor device_skipped_;
   torch::Tensor last_found_inf_;
+  // step() and update() run on one thread at a time.
+  detail::InUseFlag in_use_;
 };
 
 /// `torch::save(scaler, path)` and `torch::load(scaler, path)`, and `archive

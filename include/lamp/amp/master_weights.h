@@ -47,12 +47,17 @@ class MasterWeights {
  public:
   /// Copies `model_params` into FP32 leaves that require grad. Each tensor is
   /// a copy even when the model parameter is already FP32 (e.g. BatchNorm).
+  /// A tensor given twice (a tied weight in `model->parameters()`) is kept
+  /// once, at its first position (lamp::unique_parameters()).
+  ///
+  /// Thread safety: one thread at a time per object (no method is
+  /// synchronised); different objects on different threads are fine.
   explicit MasterWeights(std::vector<torch::Tensor> model_params,
                          bool flat = false);
 
   /// The FP32 tensors to give to the optimizer, in the model's order.
   const std::vector<torch::Tensor>& master_params() const { return master_; }
-  /// The model's parameters, as given.
+  /// The model's parameters, as given, each tensor once.
   const std::vector<torch::Tensor>& model_params() const { return model_; }
   /// Whether the masters live in one flat buffer (constructed with `flat`).
   bool flat() const { return flat_buffer_.defined(); }
@@ -73,7 +78,9 @@ class MasterWeights {
   /// Names the parameters, in the order they were given (such as the keys of
   /// `model->named_parameters()`): save() then keys the tensors by name, and
   /// load() finds them by name (also after the parameters' order changed)
-  /// and names them in its messages.
+  /// and names them in its messages. Either one name per model_params()
+  /// entry, or one per tensor as given to the constructor (with a tied
+  /// weight's second name, which is dropped with its tensor).
   void set_parameter_names(std::vector<std::string> names);
 
   /// Writes the FP32 master values; they are saved, never rebuilt from FP16.
@@ -92,12 +99,17 @@ class MasterWeights {
       torch::serialize::InputArchive& archive) const;
 
  private:
+  void make_masters(bool flat);
+
   std::vector<torch::Tensor> model_;
   std::vector<torch::Tensor> master_;
   torch::Tensor flat_buffer_;
   torch::Tensor flat_grad_;
   std::vector<torch::Tensor> flat_grad_views_;
   std::vector<std::string> names_; // empty: unnamed
+  // The constructor's list: its length, and the positions kept in model_.
+  size_t given_count_ = 0;
+  std::vector<size_t> kept_;
 };
 
 /// `torch::save(master, path)` / `torch::load(master, path)` and the archive

@@ -32,7 +32,9 @@ struct TensorPrecision {
 /// Every parameter and buffer of a module tree with its dtype.
 struct PrecisionReport {
   /// Module by module, depth first from the root (the order of
-  /// named_children()); in each module its parameters, then its buffers.
+  /// named_children()); in each module its parameters, then its buffers. A
+  /// tensor registered under several names (a tied weight) is listed once,
+  /// under the first.
   std::vector<TensorPrecision> tensors;
   /// Elements per dtype name ("Float", "BFloat16", "Long", ...).
   std::map<std::string, int64_t> numel_by_dtype;

@@ -20,6 +20,7 @@
 #include "lamp/amp/half.h"
 #include "lamp/amp/master_weights.h"
 #include "lamp/amp/precision.h"
+#include "lamp/platform/in_use.h"
 #include "lamp/platform/names.h"
 
 namespace lamp {
@@ -77,8 +78,15 @@ struct TrainStepOptions {
   TORCH_ARG(HalfOptions, half) = {};
   /// In the modes without loss scaling ("fp32", "tf32", "amp-bf16", "bf16"),
   /// still check the gradients and skip optimizer steps with inf/NaN (a
-  /// static scaler at scale 1). Costs one host sync per step.
-  TORCH_ARG(bool, skip_non_finite) = false;
+  /// static scaler at scale 1): a NaN batch leaves the weights as they were
+  /// and the step counts as skipped (StepResult::skipped(),
+  /// GradScaler::steps_skipped()), as in the FP16 modes. The check is one
+  /// multi-tensor kernel over the gradients; with lamp::optim's fused
+  /// optimizers the skip stays on the device (no host sync, CUDA graphs
+  /// included), with other optimizers the step reads the flag on the host.
+  /// On by default since lamp 0.4; false steps with whatever the gradients
+  /// hold (lamp 0.3's behaviour).
+  TORCH_ARG(bool, skip_non_finite) = true;
   /// Keep the master weights in one flat buffer ("half"/"bf16").
   TORCH_ARG(bool, flat_master) = false;
   /// TF32 for FP32 convolutions and matmuls on CUDA while this TrainStep
@@ -216,8 +224,19 @@ struct StepResult {
 /// (CUDA; TrainStepOptions::tf32, undone when the TrainStep is destroyed).
 /// FP16 modes on a device without FP16 kernels (CPU in LibTorch 1.13)
 /// are refused at construction with a message naming the BF16 alternatives.
-/// The optimizer gets the parameters that require grad; a model without any
-/// is refused at construction.
+/// The optimizer gets the parameters that require grad, each tensor once (a
+/// tied weight registered under two names is one parameter,
+/// lamp::unique_named_parameters()); a model without any is refused at
+/// construction.
+///
+/// A NaN or inf in the gradients skips the optimizer step in every mode
+/// (TrainStepOptions::skip_non_finite, on by default), and a step that runs
+/// out of memory says so, with what to change (lamp::with_memory_context).
+///
+/// Thread safety: one thread at a time per TrainStep (step() and load()
+/// called from a second thread while one runs throw a c10::Error saying so,
+/// rather than race); different TrainSteps on different threads are fine.
+/// LibTorch's autocast state is per thread, so each step sets its own.
 ///
 /// Example:
 /// \code
@@ -331,6 +350,9 @@ class TrainStep {
   void load(torch::serialize::InputArchive& archive);
 
  private:
+  StepResult eager_step(const std::function<torch::Tensor()>& loss_fn);
+  StepResult batch_step(const torch::Tensor& input, const torch::Tensor& target,
+                        const BatchLossFn& loss_fn);
   torch::Tensor current_scale() const;
   void check_graph_capturable();
 
@@ -351,6 +373,8 @@ class TrainStep {
   std::unique_ptr<detail::GraphStep> graphs_;
   std::unique_ptr<Tf32Guard> tf32_;
   bool graph_enabled_ = false;
+  // step() and load() run on one thread at a time.
+  detail::InUseFlag in_use_;
 };
 
 /// `torch::save(step, path)` / `torch::load(step, path)` and the archive

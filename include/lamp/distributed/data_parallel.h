@@ -56,7 +56,14 @@ struct DataParallelOptions {
 /// Buckets hold parameters of one dtype and device, filled in reverse
 /// registration order (roughly the order backward produces gradients).
 /// With gradient accumulation, call set_sync(false) for the micro-steps
-/// whose gradients only accumulate (DDP's no_sync()).
+/// whose gradients only accumulate (DDP's no_sync()). A weight tied
+/// between two submodules is one parameter: one hook, one slot
+/// (lamp::unique_parameters()).
+///
+/// Thread safety: one thread at a time per object calls its methods (and
+/// runs the backward); the gradient hooks, which the autograd engine may run
+/// on its own threads, take a lock. Different DataParallels on different
+/// threads are fine.
 ///
 /// Example (TrainStep does all of this when given
 /// `gradient_sync(lamp::distributed::data_parallel(group))`):

@@ -207,6 +207,10 @@ class DivergenceWatch;
 /// TrainerOptions::option_name. Then it checks every tensor's shape and
 /// dtype (TrainStep::load), before anything changes. A checkpoint of a finished run resumes with
 /// start_epoch() == epochs: fit() then trains nothing.
+///
+/// Thread safety: one thread at a time per trainer (its TrainStep refuses a
+/// step from a second thread while one runs); different trainers on
+/// different threads are fine.
 class ClassifierTrainer {
  public:
   /// The model's forward pass: images [N, C, H, W] -> [N, classes] logits or

@@ -1,0 +1,52 @@
+#pragma once
+
+/// \file
+/// Running out of memory in lamp's large allocations (master weights,
+/// dataset reads, training steps) as an error that says what was being
+/// allocated, how much, and what to do, instead of a bare std::bad_alloc.
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <new>
+#include <string>
+
+namespace lamp {
+
+/// Whether `error` is an allocator's out-of-memory error: LibTorch's CUDA
+/// allocator (c10::OutOfMemoryError) or its CPU allocator ("not enough
+/// memory").
+bool is_out_of_memory(const c10::Error& error);
+
+/// Throws the c10::Error of with_memory_context(): "lamp: out of memory
+/// while allocating `what` (`bytes` as MiB): `cause`." and what to do (a
+/// smaller batch or model, more memory, a higher `ulimit -v`). `bytes` < 0:
+/// size unknown, left out.
+[[noreturn]] void throw_out_of_memory(const std::string& what, int64_t bytes,
+                                      const std::string& cause);
+
+/// Runs `allocate` and returns its result; std::bad_alloc or an allocator's
+/// out-of-memory error (is_out_of_memory()) becomes throw_out_of_memory()'s
+/// error naming `what` and `bytes`. Other errors pass unchanged.
+///
+/// Example:
+/// \code
+///   auto buffer = lamp::with_memory_context(
+///       "the input buffer", n * 4, [&] { return torch::empty({n}); });
+/// \endcode
+template <typename Allocate>
+auto with_memory_context(const std::string& what, int64_t bytes,
+                         Allocate&& allocate) -> decltype(allocate()) {
+  try {
+    return allocate();
+  } catch (const std::bad_alloc& e) {
+    throw_out_of_memory(what, bytes, e.what());
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e)) {
+      throw;
+    }
+    throw_out_of_memory(what, bytes, e.what_without_backtrace());
+  }
+}
+
+} // namespace lamp

@@ -1,0 +1,34 @@
+#include "lamp/platform/out_of_memory.h"
+
+#include <cstdio>
+
+namespace lamp {
+
+bool is_out_of_memory(const c10::Error& error) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr) {
+    return true;
+  }
+  // LibTorch's CPU allocator reports a failed allocation as a plain
+  // c10::Error: "DefaultCPUAllocator: not enough memory: you tried to
+  // allocate N bytes." (1.13), "... can't allocate memory: ..." (2.x).
+  const std::string message = error.what_without_backtrace();
+  return message.find("not enough memory") != std::string::npos ||
+         message.find("can't allocate memory") != std::string::npos ||
+         message.find("out of memory") != std::string::npos;
+}
+
+void throw_out_of_memory(const std::string& what, int64_t bytes,
+                         const std::string& cause) {
+  std::string size;
+  if (bytes >= 0) {
+    char text[64];
+    std::snprintf(text, sizeof(text), " (%.1f MiB)",
+                  static_cast<double>(bytes) / (1024.0 * 1024.0));
+    size = text;
+  }
+  TORCH_CHECK(
+      false, "lamp: out of memory while allocating ", what, size, ": ", cause,
+      ". Use a smaller batch size or model, free memory held elsewhere, or run with more memory (a limit such as `ulimit -v` or a container's may be below the machine's memory).");
+}
+
+} // namespace lamp

@@ -1,0 +1,307 @@
+#include "platform/plain_pickle.h"
+
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace lamp {
+namespace detail {
+namespace {
+
+// Thrown for what this reader does not read; load_pickle() then reports
+// LibTorch's own error.
+struct Unsupported {};
+
+class Reader {
+ public:
+  Reader(const char* data, size_t size, const std::string& where)
+      : data_(data), end_(data + size), where_(where) {}
+
+  c10::IValue run() {
+    while (true) {
+      const auto op = static_cast<uint8_t>(byte());
+      switch (op) {
+        case 0x80: // PROTO
+          byte();
+          break;
+        case 0x95: // FRAME
+          bytes(8);
+          break;
+        case '.': // STOP
+          require(stack_.size() == 1 && !stack_[0].ordered_dict_class);
+          return stack_[0].value;
+        case '(': // MARK
+          marks_.push_back(stack_.size());
+          break;
+        case '}': // EMPTY_DICT
+          push(empty_dict());
+          break;
+        case ']': // EMPTY_LIST
+          push(c10::impl::GenericList(c10::AnyType::get()));
+          break;
+        case ')': // EMPTY_TUPLE
+          push(c10::ivalue::Tuple::create({}));
+          break;
+        case 't': // TUPLE
+          push(tuple(pop_mark()));
+          break;
+        case 0x85: // TUPLE1
+        case 0x86: // TUPLE2
+        case 0x87: // TUPLE3
+          push(tuple(stack_.size() - require_items(op - 0x84)));
+          break;
+        case 'N': // NONE
+          push(c10::IValue());
+          break;
+        case 0x88: // NEWTRUE
+        case 0x89: // NEWFALSE
+          push(c10::IValue(op == 0x88));
+          break;
+        case 'K': // BININT1
+          push(c10::IValue(static_cast<int64_t>(little_endian(1))));
+          break;
+        case 'M': // BININT2
+          push(c10::IValue(static_cast<int64_t>(little_endian(2))));
+          break;
+        case 'J': // BININT
+          push(c10::IValue(static_cast<int64_t>(
+              static_cast<int32_t>(static_cast<uint32_t>(little_endian(4))))));
+          break;
+        case 0x8a: // LONG1
+          push(long_int(little_endian(1)));
+          break;
+        case 0x8b: // LONG4
+          push(long_int(little_endian(4)));
+          break;
+        case 'G': { // BINFLOAT, big-endian
+          uint64_t bits = 0;
+          for (const char c : bytes(8)) {
+            bits = (bits << 8) | static_cast<uint8_t>(c);
+          }
+          double value;
+          std::memcpy(&value, &bits, sizeof(value));
+          push(c10::IValue(value));
+          break;
+        }
+        case 0x8c: // SHORT_BINUNICODE
+          push(c10::IValue(bytes(little_endian(1))));
+          break;
+        case 'X': // BINUNICODE
+          push(c10::IValue(bytes(little_endian(4))));
+          break;
+        case 0x8d: // BINUNICODE8
+          push(c10::IValue(bytes(little_endian(8))));
+          break;
+        case 'q': // BINPUT
+          memo_[little_endian(1)] = top();
+          break;
+        case 'r': // LONG_BINPUT
+          memo_[little_endian(4)] = top();
+          break;
+        case 0x94: // MEMOIZE
+          memo_[memo_.size()] = top();
+          break;
+        case 'h':   // BINGET
+        case 'j': { // LONG_BINGET
+          const auto it = memo_.find(little_endian(op == 'h' ? 1 : 4));
+          require(it != memo_.end());
+          stack_.push_back(it->second);
+          break;
+        }
+        case 'c': { // GLOBAL "module\nname\n"
+          auto module = line();
+          global(module, line());
+          break;
+        }
+        case 0x93: { // STACK_GLOBAL
+          require_items(2);
+          auto name = pop().value;
+          auto module = pop().value;
+          require(module.isString() && name.isString());
+          global(module.toStringRef(), name.toStringRef());
+          break;
+        }
+        case 'R': { // REDUCE: only OrderedDict()
+          require_items(2);
+          auto args = pop();
+          auto callable = pop();
+          require(callable.ordered_dict_class && args.value.isTuple() &&
+                  args.value.toTupleRef().elements().empty());
+          push(empty_dict());
+          break;
+        }
+        case 's': // SETITEM
+          set_items(stack_.size() - require_items(2));
+          break;
+        case 'u': // SETITEMS
+          set_items(pop_mark());
+          break;
+        case 'a': // APPEND
+          append(stack_.size() - require_items(1));
+          break;
+        case 'e': // APPENDS
+          append(pop_mark());
+          break;
+        default:
+          throw Unsupported();
+      }
+    }
+  }
+
+ private:
+  struct Item {
+    c10::IValue value;
+    bool ordered_dict_class = false;
+  };
+
+  static void require(bool condition) {
+    if (!condition) {
+      throw Unsupported();
+    }
+  }
+  char byte() {
+    require(data_ < end_);
+    return *data_++;
+  }
+  std::string bytes(uint64_t n) {
+    require(n <= static_cast<uint64_t>(end_ - data_));
+    std::string out(data_, static_cast<size_t>(n));
+    data_ += n;
+    return out;
+  }
+  uint64_t little_endian(int n) {
+    uint64_t value = 0;
+    for (int i = 0; i < n; ++i) {
+      value |= static_cast<uint64_t>(static_cast<uint8_t>(byte())) << (8 * i);
+    }
+    return value;
+  }
+  std::string line() {
+    std::string out;
+    for (char c = byte(); c != '\n'; c = byte()) {
+      out += c;
+    }
+    return out;
+  }
+  static c10::IValue empty_dict() {
+    return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
+  }
+  void push(c10::IValue value) { stack_.push_back(Item{std::move(value)}); }
+  Item pop() {
+    require(!stack_.empty());
+    auto item = std::move(stack_.back());
+    stack_.pop_back();
+    return item;
+  }
+  const Item& top() const {
+    require(!stack_.empty());
+    return stack_.back();
+  }
+  size_t require_items(size_t n) const {
+    require(stack_.size() >= n + (marks_.empty() ? 0 : marks_.back()));
+    return n;
+  }
+  size_t pop_mark() {
+    require(!marks_.empty());
+    const size_t start = marks_.back();
+    marks_.pop_back();
+    return start;
+  }
+  c10::IValue tuple(size_t start) {
+    std::vector<c10::IValue> items;
+    for (size_t i = start; i < stack_.size(); ++i) {
+      items.push_back(std::move(stack_[i].value));
+    }
+    stack_.resize(start);
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  void global(const std::string& module, const std::string& name) {
+    require(module == "collections" && name == "OrderedDict");
+    stack_.push_back(Item{c10::IValue(), true});
+  }
+  void set_items(size_t start) {
+    require(start >= 1 && (stack_.size() - start) % 2 == 0 &&
+            stack_[start - 1].value.isGenericDict());
+    auto dict = stack_[start - 1].value.toGenericDict();
+    for (size_t i = start; i < stack_.size(); i += 2) {
+      const auto& key = stack_[i].value;
+      require(key.isString() || key.isInt() || key.isBool());
+      dict.insert_or_assign(key, stack_[i + 1].value);
+    }
+    stack_.resize(start);
+  }
+  void append(size_t start) {
+    require(start >= 1 && stack_[start - 1].value.isList());
+    auto list = stack_[start - 1].value.toList();
+    for (size_t i = start; i < stack_.size(); ++i) {
+      list.push_back(stack_[i].value);
+    }
+    stack_.resize(start);
+  }
+  // A little-endian two's complement integer of `n` bytes.
+  c10::IValue long_int(uint64_t n) {
+    const std::string raw = bytes(n);
+    if (n == 0) {
+      return c10::IValue(static_cast<int64_t>(0));
+    }
+    const bool negative = (static_cast<uint8_t>(raw[n - 1]) & 0x80) != 0;
+    const uint8_t fill = negative ? 0xff : 0x00;
+    // Significant bits of the magnitude: bytes above the last one that
+    // differs from the sign fill, plus that byte's bits.
+    size_t top = n;
+    while (top > 0 && static_cast<uint8_t>(raw[top - 1]) == fill) {
+      --top;
+    }
+    int bits = 0;
+    if (top > 0) {
+      uint8_t last = static_cast<uint8_t>(raw[top - 1]) ^ fill;
+      bits = 8 * static_cast<int>(top - 1);
+      while (last != 0) {
+        ++bits;
+        last >>= 1;
+      }
+    }
+    if (bits > 63) {
+      const auto& key = stack_.empty() ? c10::IValue() : stack_.back().value;
+      TORCH_CHECK(
+          false, where_, ": ",
+          key.isString() ? "the value of '" + key.toStringRef() + "'"
+                         : std::string("a value"),
+          " is an integer of ", bits,
+          " bits, which does not fit in LibTorch's 64-bit integers. Save it in Python as a float, or as an int within +-2**63.");
+    }
+    uint64_t value = negative ? ~uint64_t(0) : 0;
+    for (size_t i = 0; i < std::min<uint64_t>(n, 8); ++i) {
+      value &= ~(uint64_t(0xff) << (8 * i));
+      value |= static_cast<uint64_t>(static_cast<uint8_t>(raw[i])) << (8 * i);
+    }
+    return c10::IValue(static_cast<int64_t>(value));
+  }
+
+  const char* data_;
+  const char* end_;
+  const std::string& where_;
+  std::vector<Item> stack_;
+  std::vector<size_t> marks_;
+  std::unordered_map<uint64_t, Item> memo_;
+};
+
+} // namespace
+
+c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
+                                             const std::string& where) {
+  try {
+    return Reader(data, size, where).run();
+  } catch (const Unsupported&) {
+    return c10::nullopt;
+  }
+}
+
+} // namespace detail
+} // namespace lamp

@@ -5,6 +5,8 @@
 # Every case checks the exit codes and that the message names the problem.
 #   program_ranks.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
 set -uo pipefail
+# shellcheck source=tests/distributed/free_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
 
 train="$1" make_data="$2" work="$3"
 rm -rf "$work" && mkdir -p "$work" || exit 1
@@ -33,7 +35,7 @@ with_defaults() {
 # and theirs; their outputs go to $work/NAME.rank{0,1}.log and their exit
 # codes to $rc0 and $rc1.
 ranks() {
-  local name="$1" port=$((20000 + RANDOM % 40000)) pids=() r
+  local name="$1" port=$(free_port) pids=() r
   shift
   for r in 0 1; do
     local -a extra
@@ -106,7 +108,7 @@ else fail "same_value_other_spelling: exits $rc0/$rc1"; fi
 # after --dist-timeout naming it.
 start=$(date +%s)
 with_defaults --epochs 1 --dist-timeout 7
-MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 40000)) WORLD_SIZE=2 RANK=0 \
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) WORLD_SIZE=2 RANK=0 \
   LOCAL_RANK=0 timeout 120 "$train" "${common[@]}" "${args[@]}" > "$work/lonely.log" 2>&1
 rc=$? took=$(($(date +%s) - start))
 if [ "$rc" -eq 1 ] && grep -q "waiting for 1 of 2 ranks at 127.0.0.1:" "$work/lonely.log" &&
@@ -118,7 +120,7 @@ fi
 
 # A rank stopped with SIGSTOP during training: the other stops with the
 # collective's message once --dist-timeout has passed.
-port=$((20000 + RANDOM % 40000))
+port=$(free_port)
 with_defaults --epochs 100000 --dist-timeout 4
 for r in 0 1; do
   MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" LOCAL_RANK="$r" \

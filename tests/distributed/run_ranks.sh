@@ -3,9 +3,11 @@
 # machine (the variables torchrun would set), waits for all, and fails if any
 # rank fails. Usage: run_ranks.sh N command [args...]
 set -u -o pipefail
+# shellcheck source=tests/distributed/free_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
 n="$1"
 shift
-port=$((20000 + RANDOM % 40000))
+port=$(free_port)
 pids=()
 for ((rank = 0; rank < n; rank++)); do
   MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE="$n" RANK="$rank" \

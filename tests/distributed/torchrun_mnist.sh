@@ -5,6 +5,8 @@
 # torch (torchrun comes with Debian's python3-torch).
 # Usage: torchrun_mnist.sh <train_mnist> <log.jsonl>
 set -euo pipefail
+# shellcheck source=tests/distributed/free_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
 program="$1"
 log="$2"
 if ! /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null; then
@@ -21,7 +23,7 @@ if [[ "$libraries" != *"libtorch_cpu.so.${torch_version}"* ]]; then
   exit 77
 fi
 rm -f "$log"
-port=$((20000 + RANDOM % 40000))
+port=$(free_port)
 # --redirects 1 --tee 1: Debian's torchrun 1.13 on Python 3.11 fails on its
 # default (no redirection); this sends stdout to its log files and the console.
 /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \

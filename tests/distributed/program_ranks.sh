@@ -81,7 +81,8 @@ fi
 # Flags that differ, as a wrapper script or a stale configuration gives them:
 # named with each rank's value. (Some of these aborted inside Gloo, others
 # trained on and exited 0 with wrong results.)
-both_refuse different_lr "--lr is 0.1 on rank 0 and 0.2 on rank 1" \
+# The flags are compared first, so the message names them as flags.
+both_refuse different_lr "differ in their command-line flags: --lr is 0.1 on rank 0 and 0.2 on rank 1" \
   "--epochs 1 --lr 0.1" "--epochs 1 --lr 0.2"
 both_refuse different_batch_size "--batch-size is 50 on rank 0 and 25 on rank 1" \
   "--epochs 1 --batch-size 50" "--epochs 1 --batch-size 25"
@@ -93,6 +94,11 @@ both_refuse different_eval_batch_size "--eval-batch-size is 100 on rank 0 and 10
   "--epochs 1 --eval-batch-size 100" "--epochs 1 --eval-batch-size 10"
 both_refuse different_accumulation "--accumulation-steps is 1 on rank 0 and 2 on rank 1" \
   "--epochs 1" "--epochs 1 --accumulation-steps 2"
+# Flags that only the programs know of (the library never sees them).
+both_refuse export_on_one_rank "differ in their command-line flags: --export-state-dict is not given on rank 0 and given on rank 1" \
+  "--epochs 1" "--epochs 1 --export-state-dict $work/rank1-export.pt"
+both_refuse different_memory_format "differ in their command-line flags: --channels-last is not given on rank 0 and given on rank 1" \
+  "--epochs 1" "--epochs 1 --channels-last"
 both_refuse checkpoint_on_one_rank "--checkpoint is not given on rank 0 and given on rank 1" \
   "--epochs 1" "--epochs 1 --checkpoint $work/rank1.pt"
 # Data of the same size but other contents (another node's files at the

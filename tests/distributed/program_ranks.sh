@@ -129,8 +129,12 @@ fi
 port=$(free_port)
 with_defaults --epochs 100000 --dist-timeout 4
 for r in 0 1; do
+  # Rank 0 under `timeout`: one that waited its default 10 minutes fails
+  # in 60 s. Rank 1 bare, to be stopped itself.
+  limit=()
+  [ "$r" = 0 ] && limit=(timeout -s KILL 60)
   MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" LOCAL_RANK="$r" \
-    "$train" "${common[@]}" "${args[@]}" > "$work/stopped.rank$r.log" 2>&1 &
+    "${limit[@]}" "$train" "${common[@]}" "${args[@]}" > "$work/stopped.rank$r.log" 2>&1 &
   eval "pid$r=$!"
 done
 for _ in $(seq 200); do grep -q "^epoch 2/" "$work/stopped.rank0.log" && break; sleep 0.1; done

@@ -228,8 +228,6 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   if (gradient_sync_) {
     gradient_sync_->check_same_settings("the TrainStep options",
                                         replica_settings(options_));
-  }
-  if (gradient_sync_) {
     TORCH_CHECK(gradient_sync_->device() == device_,
                 "lamp::TrainStep: the model is on ", device_,
                 " but its gradient synchroniser communicates on ",

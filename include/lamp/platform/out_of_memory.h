@@ -27,25 +27,27 @@ bool is_out_of_memory(const c10::Error& error);
 
 /// Runs `allocate` and returns its result; std::bad_alloc or an allocator's
 /// out-of-memory error (is_out_of_memory()) becomes throw_out_of_memory()'s
-/// error naming `what` and `bytes`. Other errors pass unchanged.
+/// error naming `what` and `bytes`. Other errors pass unchanged. `what` is
+/// anything a std::string is made from, made only on failure: a string
+/// literal costs nothing on the way through (TrainStep::step runs in it).
 ///
 /// Example:
 /// \code
 ///   auto buffer = lamp::with_memory_context(
 ///       "the input buffer", n * 4, [&] { return torch::empty({n}); });
 /// \endcode
-template <typename Allocate>
-auto with_memory_context(const std::string& what, int64_t bytes,
-                         Allocate&& allocate) -> decltype(allocate()) {
+template <typename What, typename Allocate>
+auto with_memory_context(const What& what, int64_t bytes, Allocate&& allocate)
+    -> decltype(allocate()) {
   try {
     return allocate();
   } catch (const std::bad_alloc& e) {
-    throw_out_of_memory(what, bytes, e.what());
+    throw_out_of_memory(std::string(what), bytes, e.what());
   } catch (const c10::Error& e) {
     if (!is_out_of_memory(e)) {
       throw;
     }
-    throw_out_of_memory(what, bytes, e.what_without_backtrace());
+    throw_out_of_memory(std::string(what), bytes, e.what_without_backtrace());
   }
 }
 

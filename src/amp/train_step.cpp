@@ -18,6 +18,7 @@
 #include "lamp/platform/out_of_memory.h"
 #include "lamp/platform/parameters.h"
 #include "platform/archive.h"
+#include "platform/number_text.h"
 
 namespace lamp {
 namespace {
@@ -26,12 +27,7 @@ namespace {
 // fails inside the backend (accumulation) or trains on silently (the rest).
 std::vector<std::pair<std::string, std::string>> replica_settings(
     const TrainStepOptions& o) {
-  const auto number = [](double value) {
-    std::ostringstream out;
-    out.precision(17);
-    out << value;
-    return out.str();
-  };
+  const auto number = [](double value) { return detail::exact(value); };
   const auto flag = [](bool on) { return on ? "true" : "false"; };
   const auto& scaler = o.scaler();
   return {

@@ -3,8 +3,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
 namespace lamp {
 namespace training {
@@ -131,15 +129,6 @@ std::string first_non_finite(const torch::nn::Module& model) {
     }
   }
   return "";
-}
-
-std::string exact(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.15g", value);
-  if (std::strtod(text, nullptr) != value) {
-    std::snprintf(text, sizeof(text), "%.17g", value);
-  }
-  return text;
 }
 
 } // namespace detail

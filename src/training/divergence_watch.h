@@ -16,6 +16,8 @@
 #include "lamp/amp/train_step.h"
 #include "lamp/training/trainer.h"
 
+#include "platform/number_text.h"
+
 namespace lamp {
 namespace training {
 namespace detail {
@@ -73,9 +75,9 @@ class DivergenceWatch {
 /// values, as "parameter 'fc.weight'", or "" when all are finite.
 std::string first_non_finite(const torch::nn::Module& model);
 
-/// A double as text that reads back as the same double ("0.05", not
-/// "0.050000000000000003", unless that is needed to tell two apart).
-std::string exact(double value);
+/// lamp::detail::exact (platform/number_text.h), as the trainer's code
+/// names it.
+using lamp::detail::exact;
 
 } // namespace detail
 } // namespace training

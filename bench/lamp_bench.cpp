@@ -233,7 +233,10 @@ int run(const Config& c) {
   for (const auto& precision : split(c.precisions)) {
     lamp::parse_precision(precision); // a clear error for a bad name, up front
   }
-  for (const auto& precision : split(c.precisions)) {
+  for (const auto& requested : split(c.precisions)) {
+    // "auto" is measured as the mode it resolves to on this device.
+    const auto precision = lamp::to_string(
+        lamp::resolve_precision(lamp::parse_precision(requested), device));
     auto result = run_one(c, precision, device);
     if (result["skipped"].is_null()) {
       std::printf(
@@ -273,8 +276,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", c.batch_size)
       ->check(lamp_examples::integer_at_least(1))
       ->capture_default_str();
-  app.add_option("--precision", c.precisions,
-                 "comma-separated: fp32,tf32,amp,amp-bf16,half,bf16")
+  app.add_option(
+         "--precision", c.precisions,
+         "comma-separated: fp32,tf32,amp,amp-bf16,half,bf16,auto (the device's choice)")
       ->check(CLI::Validator(
           [](std::string& list) -> std::string {
             const auto& valid = lamp_examples::precision_flag_values();

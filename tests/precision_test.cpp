@@ -63,7 +63,7 @@ TEST(Precision, PolicyOfEachMode) {
       {Precision::kBF16, none, torch::kBFloat16, true, false, false,
        c10::nullopt},
   };
-  ASSERT_EQ(std::size(rows), lamp::precision_names().size());
+  ASSERT_EQ(std::size(rows), lamp::concrete_precisions().size());
   for (const auto& row : rows) {
     SCOPED_TRACE(lamp::to_string(row.precision));
     const auto policy = lamp::precision_policy(row.precision);
@@ -74,6 +74,24 @@ TEST(Precision, PolicyOfEachMode) {
     EXPECT_EQ(policy.loss_scaling, row.scaling);
     EXPECT_EQ(policy.fp16_math, row.fp16);
     EXPECT_EQ(policy.tf32, row.tf32);
+  }
+}
+
+// "auto" is a choice, not a mode: it has a policy only once resolved for a
+// device, and the error says how.
+TEST(Precision, AutoHasNoPolicyUntilResolved) {
+  EXPECT_EQ(lamp::parse_precision("auto"), Precision::kAuto);
+  EXPECT_EQ(lamp::precision_names().back(), "auto");
+  for (const auto mode : lamp::concrete_precisions()) {
+    EXPECT_NE(mode, Precision::kAuto);
+  }
+  try {
+    lamp::precision_policy(Precision::kAuto);
+    FAIL() << "a policy for 'auto'";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resolve_precision"),
+              std::string::npos)
+        << e.what();
   }
 }
 

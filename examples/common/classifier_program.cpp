@@ -187,6 +187,7 @@ std::unique_ptr<JsonLog> open_json_log(const ProgramConfig& config,
   facts.device = group.device();
   facts.world_size = group.world_size();
   facts.precision = precision;
+  facts.precision_auto = precision_from(config) == lamp::Precision::kAuto;
   facts.cuda_graph = trainer.train_step().cuda_graph_enabled();
   facts.train_images = spec.train.size();
   facts.test_images = spec.test.size();
@@ -202,10 +203,11 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   const auto& step = trainer.train_step();
   const auto device = group.device();
   print_out(
-      "%s: %s, %s on %s, %lld train / %lld test images, batch %lld, %lld epochs%s%s%s\n",
+      "%s: %s, %s%s on %s, %lld train / %lld test images, batch %lld, %lld epochs%s%s%s\n",
       spec.program.c_str(), config.model.c_str(),
-      lamp::to_string(precision).c_str(), device.str().c_str(),
-      static_cast<long long>(spec.train.images.size(0)),
+      lamp::to_string(precision).c_str(),
+      precision_from(config) == lamp::Precision::kAuto ? " (auto)" : "",
+      device.str().c_str(), static_cast<long long>(spec.train.images.size(0)),
       static_cast<long long>(spec.test.images.size(0)),
       static_cast<long long>(config.batch_size),
       static_cast<long long>(config.epochs),
@@ -282,8 +284,13 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
   // Before anything is broadcast: the same flags on every rank.
   check_ranks_agree(*group, config.rank_flags);
   const bool main_rank = group->is_main();
-  const auto precision = precision_from(config);
+  // "auto" is resolved here, before the model is converted for it.
+  const auto precision =
+      lamp::resolve_precision(precision_from(config), group->device());
   check_before_training(config, spec, main_rank);
+  if (main_rank) {
+    warn_ineffective_flags(config, group->device());
+  }
   apply_process_settings(config);
   auto model = build_model(config, spec, group->device(), precision);
   auto trainer = build_trainer(config, spec, model, group);
@@ -330,6 +337,14 @@ int program_main(int argc, char** argv, const std::string& program,
   const int status = parse_command_line(app, program, argc, argv);
   if (status >= 0) {
     return status;
+  }
+  if (config.precision_support) {
+    return guarded_main(program, [&] {
+      print_out("%s", lamp::precision_support(resolve_device(config.device))
+                          .to_string()
+                          .c_str());
+      return 0;
+    });
   }
   config.command_line.assign(argv, argv + argc);
   config.rank_flags = rank_flag_settings(app);

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <lamp/amp/precision.h>
 #include <lamp/platform/backends.h>
+#include <lamp/platform/warnings.h>
 #include <lamp/version.h>
 #include <torch/types.h>
 
@@ -140,6 +141,12 @@ std::string error_message(const std::exception& error) {
 }
 
 int guarded_main(const std::string& program, const std::function<int()>& body) {
+  // The library's warnings (and LibTorch's) as one line each, in the
+  // programs' own form, instead of c10's with a C++ source location.
+  lamp::WarningSink warnings([&program](const std::string& message) {
+    std::cout.flush();
+    std::cerr << program << ": warning: " << message << std::endl;
+  });
   std::string message;
   try {
     return body();

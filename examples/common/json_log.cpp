@@ -104,6 +104,7 @@ void JsonLog::write_run(const ProgramConfig& config) {
                 {"world_size", facts_.world_size},
                 {"model", config.model},
                 {"precision", lamp::to_string(facts_.precision)},
+                {"precision_auto", facts_.precision_auto},
                 {"optimizer", config.optimizer},
                 {"batch_size", config.batch_size},
                 {"accumulation_steps", config.accumulation_steps},

@@ -21,8 +21,9 @@ struct RunFacts {
   std::string program;
   torch::Device device = torch::kCPU;
   int64_t world_size = 1;
-  lamp::Precision precision = lamp::Precision::kFP32;
-  bool cuda_graph = false; ///< whether the steps run in CUDA graphs
+  lamp::Precision precision = lamp::Precision::kFP32; // as resolved
+  bool precision_auto = false; // --precision auto chose it
+  bool cuda_graph = false;     ///< whether the steps run in CUDA graphs
   int64_t train_images = 0;
   int64_t test_images = 0;
   int64_t start_epoch = 0; ///< the first epoch trained, 0-based

@@ -24,9 +24,13 @@ void add_checked(CLI::App& app, const std::string& name, T& field,
 // What is trained, in which precision, for how long, in which batches.
 void add_model_options(CLI::App& app, ProgramConfig& c) {
   add_checked(app, "--model", c.model, "network", CLI::IsMember(c.models));
-  add_checked(app, "--precision", c.precision,
-              "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)",
-              CLI::IsMember(precision_flag_values()));
+  add_checked(
+      app, "--precision", c.precision,
+      "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | auto (the fastest mode of the device that keeps fp32's accuracy; --precision-support shows the choice)",
+      CLI::IsMember(precision_flag_values()));
+  app.add_flag(
+      "--precision-support", c.precision_support,
+      "print what each precision mode costs on --device (native, emulated: slower than fp32, or unavailable) and what auto picks, then exit");
   app.add_flag("--fp16", c.fp16, "same as --precision half (the seed's flag)");
   add_checked(app, "--epochs", c.epochs, "epochs, 1..1000000",
               integer_in(1, kMaxEpochs));
@@ -176,6 +180,17 @@ void add_options(CLI::App& app, ProgramConfig& config) {
 lamp::Precision precision_from(const ProgramConfig& config) {
   return lamp::parse_precision(config.fp16 ? std::string("half")
                                            : config.precision);
+}
+
+void warn_ineffective_flags(const ProgramConfig& config,
+                            const torch::Device& device) {
+  if (device.is_cuda()) {
+    return;
+  }
+  if (config.cudnn_benchmark) {
+    TORCH_WARN("--cudnn-benchmark has no effect on ", device,
+               ": cuDNN is a CUDA library; leave the flag out.");
+  }
 }
 
 void check_flag_combination(const ProgramConfig& config) {

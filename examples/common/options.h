@@ -21,7 +21,8 @@ struct ProgramConfig {
   std::string model;
   std::vector<std::string> models; // the valid --model values
   std::string precision = "fp32";
-  bool fp16 = false; // the seed's spelling of --precision half
+  bool precision_support = false; // print the device's table and exit
+  bool fp16 = false;              // the seed's spelling of --precision half
   int64_t epochs = 10;
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
@@ -58,8 +59,15 @@ struct ProgramConfig {
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).
 void add_options(CLI::App& app, ProgramConfig& config);
 
-/// The precision mode --precision (or --fp16) names.
+/// The precision mode --precision (or --fp16) names; kAuto for "auto"
+/// (lamp::resolve_precision() turns it into a mode for the device).
 lamp::Precision precision_from(const ProgramConfig& config);
+
+/// Warns (TORCH_WARN, which the programs print as "PROGRAM: warning: ...")
+/// about flags that do nothing on `device`: --cudnn-benchmark without CUDA.
+/// (--precision tf32 there is the library's warning: TrainStep gives it.)
+void warn_ineffective_flags(const ProgramConfig& config,
+                            const torch::Device& device);
 
 /// Refuses flags that contradict each other (--fp16 with another
 /// --precision), naming both.

@@ -7,6 +7,7 @@
 #include <torch/utils.h>
 #include <torch/version.h>
 
+#include "lamp/amp/precision_support.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/parameters.h"
 
@@ -180,7 +181,9 @@ torch::Tensor InputCastImpl::forward(const torch::Tensor& input) {
         !fp16_compute_available(input.device())),
       "lamp::InputCast: FP16 convolutions and matrix multiplications are not implemented on CPU in this LibTorch (",
       TORCH_VERSION,
-      "), so an FP16 network cannot run here. Convert with lamp::HalfOptions(torch::kBFloat16) (precision 'bf16' or 'amp-bf16'), or run on a CUDA device.");
+      "), so an FP16 network cannot run here. Run on a CUDA device, or use ",
+      suggest_low_precision(input.device()),
+      " (BF16 networks convert with lamp::HalfOptions(torch::kBFloat16)).");
   return input.to(dtype_);
 }
 

@@ -12,12 +12,20 @@ const NameTable<Precision>& precision_table() {
                                            {"amp-bf16", Precision::kAMPBF16},
                                            {"half", Precision::kHalf},
                                            {"fp16", Precision::kHalf},
-                                           {"bf16", Precision::kBF16}});
+                                           {"bf16", Precision::kBF16},
+                                           {"auto", Precision::kAuto}});
   return table;
 }
 
 const std::vector<std::string>& precision_names() {
   return precision_table().names();
+}
+
+const std::vector<Precision>& concrete_precisions() {
+  static const std::vector<Precision> modes = {
+      Precision::kFP32,    Precision::kTF32, Precision::kAMP,
+      Precision::kAMPBF16, Precision::kHalf, Precision::kBF16};
+  return modes;
 }
 
 Precision parse_precision(const std::string& name) {
@@ -63,6 +71,9 @@ bool uses_fp16(Precision precision) {
 }
 
 PrecisionPolicy precision_policy(Precision precision) {
+  TORCH_CHECK(
+      precision != Precision::kAuto,
+      "lamp: precision 'auto' has no policy until it is resolved for a device; call lamp::resolve_precision(Precision::kAuto, device) first (TrainStep and ClassifierTrainer do this themselves).");
   PrecisionPolicy policy;
   policy.precision = precision;
   policy.autocast_dtype = autocast_dtype(precision);

@@ -12,6 +12,7 @@
 
 #include "amp/graph_step.h"
 #include "lamp/amp/autocast.h"
+#include "lamp/amp/precision_support.h"
 #include "lamp/optim/clip.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
@@ -76,19 +77,32 @@ std::vector<torch::Tensor> optimizer_params(
   return params;
 }
 
+// Refuses a mode the device cannot run; warns (once) where it runs slowly
+// or as fp32 (precision_warning()).
 void check_mode_runs_on(const PrecisionPolicy& policy,
                         const torch::Device& device) {
-  if (!policy.fp16_math) {
-    return;
+  if (policy.fp16_math) {
+    TORCH_CHECK(
+        fp16_compute_available(device) &&
+            (!policy.autocast_dtype ||
+             Autocast::is_supported(device.type(), *policy.autocast_dtype)),
+        "lamp::TrainStep: precision '", to_string(policy.precision),
+        "' runs FP16 convolutions and matmuls, which this LibTorch cannot run on ",
+        device, ". Use ", suggest_low_precision(device),
+        device.is_cuda() ? "." : " on the CPU, or train on a CUDA device.");
   }
-  TORCH_CHECK(
-      fp16_compute_available(device) &&
-          (!policy.autocast_dtype ||
-           Autocast::is_supported(device.type(), *policy.autocast_dtype)),
-      "lamp::TrainStep: precision '", to_string(policy.precision),
-      "' runs FP16 convolutions and matmuls, which this LibTorch cannot run on ",
-      device,
-      ". Use precision 'amp-bf16' or 'bf16' on CPU, or train on a CUDA device.");
+  warn_precision_once(policy.precision, device);
+}
+
+// The options with precision kAuto resolved for the model's device.
+TrainStepOptions with_resolved_precision(
+    TrainStepOptions options, const std::shared_ptr<torch::nn::Module>& model) {
+  TORCH_CHECK(model != nullptr, "lamp::TrainStep: the model is null.");
+  if (options.precision() == Precision::kAuto) {
+    options.precision(
+        resolve_precision(Precision::kAuto, model_device(*model)));
+  }
+  return options;
 }
 
 GradScalerOptions scaler_options(const TrainStepOptions& options,
@@ -169,7 +183,7 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
                      const NamedOptimizerFactory& make_optimizer,
                      TrainStepOptions options)
     : model_(std::move(model)),
-      options_(std::move(options)),
+      options_(with_resolved_precision(std::move(options), model_)),
       policy_(precision_policy(options_.precision())),
       device_(torch::kCPU),
       scaler_(scaler_options(options_, policy_)),

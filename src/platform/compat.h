@@ -23,7 +23,19 @@
 #define LAMP_TORCH_DEVICE_GENERIC_AUTOCAST 0
 #endif
 
+// at::cpu::get_cpu_capabilities (cpuinfo's CPU flags), in LibTorch 2.11.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+#define LAMP_TORCH_CPU_CAPABILITIES 1
+#include <ATen/cpu/Utils.h>
+#else
+#define LAMP_TORCH_CPU_CAPABILITIES 0
+#endif
+
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lamp {
@@ -196,6 +208,68 @@ inline void fused_adam_(bool decoupled_weight_decay, at::TensorList params,
       (void)amsgrad, (void)grad_scale, (void)found_inf;
   TORCH_INTERNAL_ASSERT(false, "fused Adam needs LibTorch >= 2.4");
 #endif
+}
+
+/// LibTorch's own CPU feature query (at::cpu::get_cpu_capabilities, from
+/// cpuinfo; LibTorch 2.11 has it, 1.13 does not): each flag in `names`, or
+/// false where the query has no such key. Returns false, filling nothing,
+/// where this LibTorch has no query (the caller reads CPUID instead).
+inline bool libtorch_cpu_flags(const std::vector<std::string>& names,
+                               std::vector<bool>& flags) {
+#if LAMP_TORCH_CPU_CAPABILITIES
+  const auto capabilities = at::cpu::get_cpu_capabilities();
+  flags.clear();
+  for (const auto& name : names) {
+    const auto found = capabilities.find(name);
+    flags.push_back(found != capabilities.end() && found->second.isBool() &&
+                    found->second.toBool());
+  }
+  return true;
+#else
+  (void)names, (void)flags;
+  return false;
+#endif
+}
+
+/// c10's warning handler: c10::Warning::{get,set}_warning_handler and
+/// process(SourceLocation, msg, verbatim) in LibTorch 1.13;
+/// c10::WarningUtils:: and process(const c10::Warning&) from 2.0.
+#if TORCH_VERSION_MAJOR >= 2
+namespace warning_api = c10::WarningUtils;
+#else
+namespace warning_api = c10::Warning;
+#endif
+
+inline c10::WarningHandler* warning_handler() {
+  return warning_api::get_warning_handler();
+}
+
+inline void set_warning_handler(c10::WarningHandler* handler) {
+  warning_api::set_warning_handler(handler);
+}
+
+/// A handler that hands each warning's message to `sink`.
+inline std::unique_ptr<c10::WarningHandler> make_warning_handler(
+    std::function<void(const std::string&)> sink) {
+  class Handler : public c10::WarningHandler {
+   public:
+    explicit Handler(std::function<void(const std::string&)> sink)
+        : sink_(std::move(sink)) {}
+#if TORCH_VERSION_MAJOR >= 2
+    void process(const c10::Warning& warning) override {
+      sink_(warning.msg());
+    }
+#else
+    void process(const c10::SourceLocation&, const std::string& msg,
+                 const bool) override {
+      sink_(msg);
+    }
+#endif
+
+   private:
+    std::function<void(const std::string&)> sink_;
+  };
+  return std::make_unique<Handler>(std::move(sink));
 }
 
 } // namespace detail

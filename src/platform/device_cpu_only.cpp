@@ -25,6 +25,10 @@ namespace detail {
 std::string cuda_device_name(const torch::Device&) {
   return "no CUDA";
 }
+
+std::pair<int, int> cuda_compute_capability(const torch::Device&) {
+  return {0, 0};
+}
 } // namespace detail
 
 } // namespace lamp

@@ -56,6 +56,14 @@ std::string cuda_device_name(const torch::Device& device) {
   }
   return at::cuda::getDeviceProperties(cuda_index(device))->name;
 }
+
+std::pair<int, int> cuda_compute_capability(const torch::Device& device) {
+  if (!cuda_available()) {
+    return {0, 0};
+  }
+  const auto* properties = at::cuda::getDeviceProperties(cuda_index(device));
+  return {properties->major, properties->minor};
+}
 } // namespace detail
 
 void synchronize(const torch::Device& device) {

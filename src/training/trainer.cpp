@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lamp/amp/precision_support.h"
 #include "lamp/distributed/data_parallel.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
@@ -64,6 +65,10 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       train_loader_(std::move(train_loader)),
       test_loader_(std::move(test_loader)),
       options_(std::move(options)) {
+  // "auto" becomes the mode it chooses here, so that the run's settings, the
+  // ranks' comparison and the checkpoint all name a real mode.
+  options_.step().precision(
+      resolve_precision(options_.step().precision(), train_loader_.device()));
   const auto& o = options_;
   const auto name = [&](const char* key, const char* library_name) {
     return name_option(o, key, library_name);

@@ -22,23 +22,30 @@ enum class Precision {
   kHalf,    ///< "half": network_to_half FP16 + FP32 master weights + dynamic
             ///< loss scaling (the seed's `--fp16`).
   kBF16,    ///< "bf16": network_to_half BF16 + FP32 master weights.
+  kAuto,    ///< "auto": the fastest mode of the device that keeps FP32's
+            ///< accuracy (resolve_precision(), precision_support.h).
+            ///< TrainStep and ClassifierTrainer resolve it for the model's
+            ///< device; checkpoints store the mode it resolved to.
 };
 
 /// The spellings of the precision modes: "fp32", "tf32", "amp", "amp-bf16",
-/// "half" (alias "fp16") and "bf16". Parsing, printing, messages and the
+/// "half" (alias "fp16"), "bf16" and "auto". Parsing, printing, messages and the
 /// programs' `--precision` check all read it.
 const NameTable<Precision>& precision_table();
 
-/// Parses "fp32", "tf32", "amp", "amp-bf16", "half", "bf16", and "fp16" as
-/// another spelling of "half". Anything else is a TORCH_CHECK error listing
+/// Parses "fp32", "tf32", "amp", "amp-bf16", "half", "bf16", "auto", and
+/// "fp16" as another spelling of "half". Anything else is a TORCH_CHECK error listing
 /// the valid names.
 Precision parse_precision(const std::string& name);
 
 /// The canonical spelling ("amp-bf16", ...).
 std::string to_string(Precision precision);
 
-/// Every canonical spelling, in enum order.
+/// Every canonical spelling, in enum order ("auto" last).
 const std::vector<std::string>& precision_names();
+
+/// The modes a run can compute in: every mode but kAuto, in enum order.
+const std::vector<Precision>& concrete_precisions();
 
 /// The autocast dtype of the AMP modes; nullopt for the others.
 c10::optional<torch::Dtype> autocast_dtype(Precision precision);
@@ -81,7 +88,8 @@ struct PrecisionPolicy {
   c10::optional<bool> tf32;
 };
 
-/// The policy of `precision`.
+/// The policy of `precision`. kAuto has none until it is resolved for a
+/// device (resolve_precision()): a TORCH_CHECK error says so.
 PrecisionPolicy precision_policy(Precision precision);
 
 } // namespace lamp

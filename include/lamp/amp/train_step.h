@@ -56,7 +56,11 @@ struct TrainStepOptions {
   /* implicit */ TrainStepOptions(Precision precision = Precision::kFP32)
       : precision_(precision) {}
 
-  /// The precision mode (see lamp::Precision).
+  /// The precision mode (see lamp::Precision). kAuto is resolved for the
+  /// model's device when the TrainStep is built (resolve_precision());
+  /// TrainStep::options() and policy() then hold the mode it chose. A mode
+  /// that is emulated on the device, or that computes as fp32 there ("tf32"
+  /// on a CPU), warns once per process (warn_precision_once()).
   TORCH_ARG(Precision, precision);
   /// Micro-batches whose gradients are summed before one optimizer step; each
   /// micro-batch's loss is divided by this.

@@ -1,0 +1,280 @@
+#include "lamp/amp/precision_support.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace lamp {
+
+std::string to_string(SupportLevel level) {
+  switch (level) {
+    case SupportLevel::kNative:
+      return "native";
+    case SupportLevel::kEmulated:
+      return "emulated";
+    case SupportLevel::kUnavailable:
+      return "unavailable";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// The costs measured for the emulated modes (docs/precision.md has the
+// runs). lamp_bench --model cnn --batch-size 64, one process per mode.
+constexpr const char* kCpuBf16Cost =
+    "measured 16x slower than fp32 (lamp_bench's MNIST CNN on an AVX2 AMD EPYC: 1,339 against 83 images/s)";
+constexpr const char* kCpuFp16Cost =
+    "measured 10x (half) to 20x (amp) slower than fp32 (lamp_bench's MNIST CNN, LibTorch 2.11, on an AMD EPYC with AVX512-BF16 but no AVX512-FP16)";
+
+ModeSupport mode(Precision precision, SupportLevel level, std::string reason,
+                 std::string cost = {}) {
+  ModeSupport m;
+  m.precision = precision;
+  m.level = level;
+  m.reason = std::move(reason);
+  m.cost = std::move(cost);
+  return m;
+}
+
+ModeSupport same_as_fp32(std::string reason) {
+  auto m = mode(Precision::kTF32, SupportLevel::kNative, std::move(reason));
+  m.same_as_fp32 = true;
+  return m;
+}
+
+std::vector<ModeSupport> cpu_modes(const DeviceCapabilities& d) {
+  const bool bf16 = d.avx512_bf16 || d.amx_bf16;
+  const auto bf16_level =
+      bf16 ? SupportLevel::kNative : SupportLevel::kEmulated;
+  const auto bf16_reason =
+      bf16 ? "the CPU has " + d.cpu_bf16_hardware()
+           : "the CPU has " + d.cpu_bf16_hardware() +
+                 ": BF16 math runs through conversions to FP32";
+  const auto bf16_cost = bf16 ? "" : kCpuBf16Cost;
+  SupportLevel fp16_level = SupportLevel::kUnavailable;
+  std::string fp16_reason =
+      "this LibTorch has no FP16 convolution or matmul kernels for the CPU (LibTorch 2.x has them)";
+  std::string fp16_cost;
+  if (d.fp16_kernels) {
+    const bool fp16 = d.avx512_fp16 || d.amx_fp16;
+    fp16_level = fp16 ? SupportLevel::kNative : SupportLevel::kEmulated;
+    fp16_reason = fp16 ? std::string("the CPU has ") +
+                             (d.avx512_fp16 ? "AVX512-FP16" : "AMX-FP16")
+                       : "the CPU has no AVX512-FP16 or AMX-FP16: FP16 math "
+                         "runs through conversions to FP32";
+    fp16_cost = fp16 ? "" : kCpuFp16Cost;
+  }
+  return {
+      mode(Precision::kFP32, SupportLevel::kNative, "FP32 on the CPU"),
+      same_as_fp32(
+          "TF32 is a tensor-core format of NVIDIA GPUs (sm_80 and later); on the CPU this mode computes in FP32, as fp32 does"),
+      mode(Precision::kAMP, fp16_level, fp16_reason, fp16_cost),
+      mode(Precision::kAMPBF16, bf16_level, bf16_reason, bf16_cost),
+      mode(Precision::kHalf, fp16_level, fp16_reason, fp16_cost),
+      mode(Precision::kBF16, bf16_level, bf16_reason, bf16_cost),
+  };
+}
+
+std::vector<ModeSupport> cuda_modes(const DeviceCapabilities& d) {
+  const auto sm = "sm_" + std::to_string(d.sm());
+  if (d.sm() == 0) {
+    std::vector<ModeSupport> modes;
+    for (const auto precision : concrete_precisions()) {
+      modes.push_back(mode(precision, SupportLevel::kUnavailable,
+                           "no usable CUDA GPU in this process"));
+    }
+    return modes;
+  }
+  const bool tensor_fp16 = d.sm() >= 70;
+  const bool tensor_bf16 = d.sm() >= 80;
+  auto tf32 =
+      tensor_bf16
+          ? mode(Precision::kTF32, SupportLevel::kNative,
+                 sm + " has TF32 tensor cores (sm_80 and later)")
+          : same_as_fp32(
+                sm +
+                " has no TF32 (sm_80 and later); this mode computes in FP32, as fp32 does");
+  const auto fp16_level =
+      tensor_fp16 ? SupportLevel::kNative : SupportLevel::kEmulated;
+  const auto fp16_reason =
+      tensor_fp16
+          ? sm + " has FP16 tensor cores (sm_70 and later)"
+          : sm +
+                " has no FP16 tensor cores (sm_70 and later); Keras warns below 7.0 for the same reason";
+  const auto bf16_level =
+      tensor_bf16 ? SupportLevel::kNative : SupportLevel::kEmulated;
+  const auto bf16_reason =
+      tensor_bf16
+          ? sm + " has BF16 tensor cores (sm_80 and later)"
+          : sm +
+                " has no BF16 tensor cores (sm_80 and later): cuBLAS and cuDNN compute BF16 through FP32";
+  return {
+      mode(Precision::kFP32, SupportLevel::kNative, "FP32 on " + sm),
+      tf32,
+      mode(Precision::kAMP, fp16_level, fp16_reason),
+      mode(Precision::kAMPBF16, bf16_level, bf16_reason),
+      mode(Precision::kHalf, fp16_level, fp16_reason),
+      mode(Precision::kBF16, bf16_level, bf16_reason),
+  };
+}
+
+// What "auto" picks, and why: the table of docs/precision.md.
+std::pair<Precision, std::string> automatic_mode(
+    const DeviceCapabilities& d, const std::vector<ModeSupport>& modes) {
+  const auto level = [&](Precision p) {
+    return modes[static_cast<size_t>(p)].level;
+  };
+  if (level(Precision::kAMPBF16) == SupportLevel::kNative) {
+    return {
+        Precision::kAMPBF16,
+        d.type == torch::kCPU
+            ? "BF16 is native here: autocast keeps the ops that need FP32 in FP32, needs no loss scaling, and measured 1.7x to 2.2x fp32's speed at fp32's accuracy on AVX512-BF16 CPUs"
+            : "BF16 tensor cores run as fast as FP16 ones from sm_80 on, and BF16 has FP32's range: no loss scaling, no skipped steps"};
+  }
+  if (level(Precision::kAMP) == SupportLevel::kNative &&
+      d.type == torch::kCUDA) {
+    return {
+        Precision::kAMP,
+        "FP16 tensor cores, but no BF16 ones: autocast FP16 with dynamic loss scaling"};
+  }
+  return {
+      Precision::kFP32,
+      d.type == torch::kCPU
+          ? "no mixed-precision mode is native on this CPU; the emulated ones are slower than fp32"
+          : "no mixed-precision mode is native here"};
+}
+
+} // namespace
+
+const ModeSupport& PrecisionSupport::of(Precision precision) const {
+  const auto p = precision == Precision::kAuto ? automatic : precision;
+  const auto found =
+      std::find_if(modes.begin(), modes.end(),
+                   [&](const ModeSupport& m) { return m.precision == p; });
+  TORCH_INTERNAL_ASSERT(found != modes.end());
+  return *found;
+}
+
+std::string PrecisionSupport::to_string() const {
+  std::ostringstream out;
+  out << "precision support on " << c10::DeviceTypeName(device.type, true)
+      << " (" << device.name;
+  if (device.type == torch::kCPU) {
+    out << "; " << device.cpu_bf16_hardware() << "; from " << device.source;
+  } else if (device.type == torch::kCUDA && device.sm() > 0) {
+    out << "; sm_" << device.sm()
+        << (device.sm() >= 89 ? "; FP8 tensor cores (lamp has no FP8 mode)"
+                              : "");
+  }
+  out << "):\n";
+  for (const auto& m : modes) {
+    char line[32];
+    std::snprintf(line, sizeof(line), "  %-9s %-12s ",
+                  lamp::to_string(m.precision).c_str(),
+                  lamp::to_string(m.level).c_str());
+    out << line << m.reason;
+    if (!m.cost.empty()) {
+      out << "; " << m.cost;
+    }
+    out << "\n";
+  }
+  out << "auto: " << lamp::to_string(automatic) << " (" << automatic_reason
+      << ")\n";
+  return out.str();
+}
+
+PrecisionSupport precision_support(const DeviceCapabilities& device) {
+  PrecisionSupport support;
+  support.device = device;
+  if (device.type == torch::kCPU) {
+    support.modes = cpu_modes(device);
+  } else if (device.type == torch::kCUDA) {
+    support.modes = cuda_modes(device);
+  } else {
+    for (const auto precision : concrete_precisions()) {
+      support.modes.push_back(
+          mode(precision,
+               precision == Precision::kFP32 ? SupportLevel::kNative
+                                             : SupportLevel::kUnavailable,
+               "lamp knows only the CPU's and CUDA's low-precision hardware"));
+    }
+  }
+  auto automatic = automatic_mode(device, support.modes);
+  support.automatic = automatic.first;
+  support.automatic_reason = std::move(automatic.second);
+  return support;
+}
+
+PrecisionSupport precision_support(const torch::Device& device) {
+  return precision_support(device_capabilities(device));
+}
+
+Precision resolve_precision(Precision precision, const torch::Device& device) {
+  return precision == Precision::kAuto ? precision_support(device).automatic
+                                       : precision;
+}
+
+std::string precision_warning(Precision precision,
+                              const PrecisionSupport& support) {
+  const auto& m = support.of(precision);
+  const auto name = lamp::to_string(m.precision);
+  const auto where =
+      std::string(c10::DeviceTypeName(support.device.type, true)) + " (" +
+      support.device.name + ")";
+  if (m.same_as_fp32) {
+    return "lamp: precision '" + name + "' has no effect on " + where + ": " +
+           m.reason + ". Use fp32 to say so.";
+  }
+  if (m.level != SupportLevel::kEmulated) {
+    return "";
+  }
+  std::string text = "lamp: precision '" + name + "' is emulated on " + where +
+                     ": " + m.reason;
+  if (!m.cost.empty()) {
+    text += "; " + m.cost;
+  }
+  const auto best = lamp::to_string(support.automatic);
+  return text + ". Precision '" + best +
+         "' is faster here (precision 'auto' picks it).";
+}
+
+bool warn_precision_once(Precision precision, const torch::Device& device) {
+  const auto support = precision_support(device);
+  const auto text = precision_warning(precision, support);
+  if (text.empty()) {
+    return false;
+  }
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> warned;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto key =
+        std::make_pair(static_cast<int>(device.type()),
+                       static_cast<int>(support.of(precision).precision));
+    if (!warned.insert(key).second) {
+      return false;
+    }
+  }
+  TORCH_WARN(text);
+  return true;
+}
+
+std::string suggest_low_precision(const torch::Device& device) {
+  const auto support = precision_support(device);
+  const auto& bf16 = support.of(Precision::kAMPBF16);
+  if (bf16.level == SupportLevel::kNative) {
+    return "precision 'amp-bf16' or 'bf16'";
+  }
+  if (bf16.level == SupportLevel::kEmulated) {
+    return "precision 'fp32' (amp-bf16 and bf16 run here, but emulated: " +
+           bf16.reason + (bf16.cost.empty() ? "" : "; " + bf16.cost) + ")";
+  }
+  return "precision 'fp32'";
+}
+
+} // namespace lamp

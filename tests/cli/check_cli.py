@@ -11,6 +11,11 @@
                                           run/step/epoch records
   check_cli.py tty TRAIN_MNIST DATA_DIR   on a terminal, an error starts on
                                           a clean line after the progress bar
+  check_cli.py precision TRAIN_MNIST DATA_DIR WORK_DIR
+                                          --precision-support's table,
+                                          --precision auto's header and run
+                                          record, the warnings for modes and
+                                          flags that are slow or do nothing
 
 Each check prints what it ran and exits 1 at the first mismatch.
 """
@@ -248,6 +253,64 @@ def tty(train_mnist, data):
     print("  the error starts a clean line: " + out[at:].splitlines()[0][:100])
 
 
+def precision(train_mnist, data, work):
+    r = run([train_mnist, "--precision-support", "--device", "cpu"])
+    if r.returncode != 0 or r.stderr:
+        fail(f"--precision-support: exit {r.returncode}, stderr {r.stderr!r}")
+    levels = dict(re.findall(r"^  (\S+) +(native|emulated|unavailable) ",
+                             r.stdout, re.M))
+    modes = ["fp32", "tf32", "amp", "amp-bf16", "half", "bf16"]
+    if sorted(levels) != sorted(modes):
+        fail(f"the table lists {sorted(levels)}, expected {modes}:\n{r.stdout}")
+    chosen = re.search(r"^auto: (\S+) \(", r.stdout, re.M)
+    if not chosen or levels.get(chosen.group(1)) != "native":
+        fail(f"auto's choice is missing or not native:\n{r.stdout}")
+    chosen = chosen.group(1)
+    print(f"  auto picks {chosen}; levels {levels}")
+
+    log = os.path.join(work, "precision_auto.jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    base = [train_mnist, "--data", data, "--epochs", "1", "--batch-size", "32",
+            "--no-progress", "--device", "cpu"]
+    r = run(base + ["--precision", "auto", "--log-json", log])
+    if r.returncode != 0 or "warning" in r.stderr:
+        fail(f"--precision auto: exit {r.returncode}, stderr {r.stderr!r}")
+    if not r.stdout.startswith(f"train_mnist: cnn, {chosen} (auto) on cpu, "):
+        fail(f"the header does not name auto's choice {chosen}: {r.stdout!r}")
+    header = read_records(log)[0]
+    if header["precision"] != chosen or header["precision_auto"] is not True:
+        fail(f"the run record says {header['precision']!r}, "
+             f"precision_auto {header.get('precision_auto')!r}")
+
+    # A mode without effect and a flag without effect: one warning each, in
+    # the programs' form, and the run goes on.
+    r = run(base + ["--precision", "tf32", "--cudnn-benchmark"])
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    expected = [r"^train_mnist: warning: --cudnn-benchmark has no effect on cpu",
+                r"^train_mnist: warning: lamp: precision 'tf32' has no effect "
+                r"on cpu .*computes in FP32"]
+    if r.returncode != 0 or len(warnings) != 2 or not all(
+            re.search(p, w) for p, w in zip(expected, warnings)):
+        fail(f"tf32 --cudnn-benchmark: exit {r.returncode}, warnings {warnings}")
+    print("  " + "\n  ".join(warnings))
+
+    # An emulated mode (where this CPU has one): warned with its cost and the
+    # faster mode.
+    for mode in [m for m in modes if levels[m] == "emulated"]:
+        r = run(base + ["--precision", mode, "--max-steps", "2"])
+        pattern = (rf"^train_mnist: warning: lamp: precision '{mode}' is "
+                   rf"emulated on cpu .*slower than fp32.*Precision '{chosen}' "
+                   rf"is faster here")
+        if r.returncode != 0 or not re.search(pattern, r.stderr, re.M):
+            fail(f"{mode}: exit {r.returncode}, stderr {r.stderr!r}")
+        print("  " + r.stderr.splitlines()[0][:120])
+    for mode in [m for m in modes if levels[m] == "unavailable"]:
+        r = run(base + ["--precision", mode])
+        if r.returncode != 1 or "cannot run on cpu" not in r.stderr:
+            fail(f"{mode}: exit {r.returncode}, stderr {r.stderr!r}")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -261,6 +324,8 @@ def main(argv):
         logs(*args)
     elif what == "tty":
         tty(*args)
+    elif what == "precision":
+        precision(*args)
     else:
         print(__doc__)
         return 2

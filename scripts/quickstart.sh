@@ -85,9 +85,9 @@ for mode in "${modes[@]}"; do
   log="$runs/$program-$mode.jsonl"
   if [ "$mode" != fp32 ] && [ "$bf16" = short ]; then
     # A few steps: their speed is a measurement, their accuracy is not.
-    printf '%-10s %14s %14s %12.0f %10.0f MiB  (%s steps, emulated BF16)\n' "$mode" - - \
+    printf '%-10s %14s %14s %12.0f %10.0f MiB  (%s steps; BF16 %s here)\n' "$mode" - - \
       "$(field "$log" images_per_second)" \
-      "$(awk "BEGIN{print $(field "$log" peak_memory_bytes)/1048576}")" "$short_steps"
+      "$(awk "BEGIN{print $(field "$log" peak_memory_bytes)/1048576}")" "$short_steps" "$bf16_level"
     continue
   fi
   printf '%-10s %13.2f%% %14.2f %12.0f %10.0f MiB\n' "$mode" \

@@ -24,7 +24,10 @@ struct NamedPath {
 };
 
 NamedPath identify(std::string flag, std::string path, bool written) {
-  NamedPath named{std::move(flag), std::move(path), written};
+  NamedPath named;
+  named.flag = std::move(flag);
+  named.path = std::move(path);
+  named.written = written;
   struct stat info {};
   if (::stat(named.path.c_str(), &info) == 0) {
     named.exists = true;

@@ -246,11 +246,11 @@ def notes(run):
                         (r.get("steps", "?"), r.get("steps_in_epoch", "?"),
                          epoch_x(r)))
         if r.get("test_subset") is True:
-            what.append("its test metrics over %s of %s test batches, "
+            what.append("its test metrics are over %s of %s test batches, "
                         "marked x" % (r.get("test_batches", "?"),
                                       r.get("test_batches_in_set", "?")))
         if what:
-            lines.append("plot.py: note: %s: %s: epoch %s is %s" %
+            lines.append("plot.py: note: %s: %s: epoch %s: %s" %
                          (run.path, run.label, r.get("epoch"),
                           "; ".join(what)))
     return lines

@@ -256,10 +256,10 @@ class PlotLogs(unittest.TestCase):
                                                      "partial.jsonl"))
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(len(result.stdout.split()), 4)  # only the paths
-        self.assertIn("bf16: epoch 2 is partial (2 of 6 steps), drawn hollow "
-                      "at 1.33; its test metrics over 2 of 4 test batches, "
-                      "marked x", result.stderr)
-        self.assertNotIn("epoch 1 is", result.stderr)
+        self.assertIn("bf16: epoch 2: partial (2 of 6 steps), drawn hollow "
+                      "at 1.33; its test metrics are over 2 of 4 test "
+                      "batches, marked x", result.stderr)
+        self.assertNotIn("epoch 1:", result.stderr)
 
     def test_test_metrics_over_a_subset_are_crossed(self):
         whole = os.path.join(self.tmp, "whole")

@@ -14,7 +14,14 @@ Training logs are the JSON Lines files the training programs write with
                         hold "step" records)
 
 <name> is the log's file name without .jsonl and a dash when one log is
-given, nothing when several are. A log holds "run", "epoch" and "step"
+given, nothing when several are.
+
+An epoch cut short by --max-steps ("partial": true, "steps" of
+"steps_in_epoch") is drawn with a hollow marker at the fraction of the epoch
+it trained (2 of 6 steps into epoch 2: at 1.33), never as a whole epoch; a
+test loss or accuracy over the first batches of the test set only
+(--limit-eval-batches, "test_subset": true) is marked with a cross. The
+legend names both marks, and a note on stderr names each such epoch. A log holds "run", "epoch" and "step"
 records (the "record" field; lines without it are epoch records, the format
 before run headers) and may hold several runs: records are grouped by
 "run_id", or, in logs without one, a new run starts where "epoch" goes down
@@ -200,6 +207,89 @@ def series(records, x, y, scale=1.0):
     return xs, ys
 
 
+def is_partial(record):
+    """Whether --max-steps cut the epoch of this record short."""
+    steps, whole = record.get("steps"), record.get("steps_in_epoch")
+    if record.get("partial") is True:
+        return True
+    return (isinstance(steps, (int, float)) and
+            isinstance(whole, (int, float)) and steps < whole)
+
+
+def epoch_x(record):
+    """Where an epoch record is drawn: at its epoch, or for a partial epoch
+    at the fraction of it that was trained (epoch - 1 + steps / whole)."""
+    epoch = number(record.get("epoch"))
+    if not is_partial(record):
+        return epoch
+    steps, whole = record.get("steps"), record.get("steps_in_epoch")
+    if not (isinstance(steps, (int, float)) and
+            isinstance(whole, (int, float)) and whole > 0):
+        return epoch  # partial, but how far is not said: marked only
+    return epoch - 1 + steps / whole
+
+
+def epoch_series(records, y, scale=1.0):
+    """xs (epoch_x), ys, and which points are partial epochs."""
+    return ([epoch_x(r) for r in records],
+            [number(r.get(y)) * scale for r in records],
+            [is_partial(r) for r in records])
+
+
+def notes(run):
+    """stderr lines naming the run's partial epochs and test subsets."""
+    lines = []
+    for r in run.epochs:
+        what = []
+        if is_partial(r):
+            what.append("partial (%s of %s steps), drawn hollow at %.2f" %
+                        (r.get("steps", "?"), r.get("steps_in_epoch", "?"),
+                         epoch_x(r)))
+        if r.get("test_subset") is True:
+            what.append("its test metrics are over %s of %s test batches, "
+                        "marked x" % (r.get("test_batches", "?"),
+                                      r.get("test_batches_in_set", "?")))
+        if what:
+            lines.append("plot.py: note: %s: %s: epoch %s: %s" %
+                         (run.path, run.label, r.get("epoch"),
+                          "; ".join(what)))
+    return lines
+
+
+def plot_epochs(ax, run, y, style, color, label, scale=1.0, positive=False,
+                subset_marks=False):
+    """One run's curve per epoch: partial epochs hollow, test metrics over
+    a subset of the test set (subset_marks) crossed."""
+    xs, ys, partial = epoch_series(run.epochs, y, scale)
+    if positive:
+        ys = [v if v > 0 else math.nan for v in ys]  # no log of 0
+    ax.plot(xs, ys, style, color=color, label=label)
+    hollow = [(x, v) for x, v, p in zip(xs, ys, partial) if p]
+    if hollow:
+        ax.plot(*zip(*hollow), style[0], color=color, markerfacecolor="white",
+                markersize=9, linestyle="none",
+                label="_partial epoch (hollow, at the fraction trained)")
+    crossed = [(x, v) for x, v, r in zip(xs, ys, run.epochs)
+               if subset_marks and r.get("test_subset") is True]
+    if crossed:
+        ax.plot(*zip(*crossed), "x", color="black", markersize=10,
+                linestyle="none",
+                label="_test metric over a subset of the test set")
+
+
+def legend_marks(ax):
+    """Legend entries for the marks drawn (their labels start with "_" so
+    that each run does not repeat them)."""
+    labels = {line.get_label() for line in ax.get_lines()}
+    if "_partial epoch (hollow, at the fraction trained)" in labels:
+        ax.plot([], [], "o", color="gray", markerfacecolor="white",
+                linestyle="none",
+                label="partial epoch (hollow, at the fraction trained)")
+    if "_test metric over a subset of the test set" in labels:
+        ax.plot([], [], "x", color="black", linestyle="none",
+                label="test metric over a subset of the test set")
+
+
 def epoch_figure(plt, title, ylabel, log=False):
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     ax.set_title(title)
@@ -214,6 +304,7 @@ def epoch_figure(plt, title, ylabel, log=False):
 
 
 def save(plt, fig, ax, path):
+    legend_marks(ax)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
     fig.tight_layout()
@@ -242,13 +333,17 @@ def plot_logs(paths, out_dir, title):
     def color(i):
         return colors[i % len(colors)]
 
+    for run in runs:
+        for line in notes(run):
+            print(line, file=sys.stderr)
+
     fig, ax = epoch_figure(plt, prefix + "loss per epoch", "loss")
     for i, run in enumerate(runs):
         if run.epochs:
-            ax.plot(*series(run.epochs, "epoch", "train_loss"), "o-",
-                    color=color(i), label=run.label + " train")
-            ax.plot(*series(run.epochs, "epoch", "test_loss"), "s--",
-                    color=color(i), label=run.label + " test")
+            plot_epochs(ax, run, "train_loss", "o-", color(i),
+                        run.label + " train")
+            plot_epochs(ax, run, "test_loss", "s--", color(i),
+                        run.label + " test", subset_marks=True)
     written.append(save(plt, fig, ax,
                         os.path.join(out_dir, stem + "loss.png")))
 
@@ -256,18 +351,17 @@ def plot_logs(paths, out_dir, title):
                            "test accuracy (%)")
     for i, run in enumerate(runs):
         if run.epochs:
-            ax.plot(*series(run.epochs, "epoch", "test_accuracy", 100.0),
-                    "o-", color=color(i), label=run.label)
+            plot_epochs(ax, run, "test_accuracy", "o-", color(i), run.label,
+                        scale=100.0, subset_marks=True)
     written.append(save(plt, fig, ax,
                         os.path.join(out_dir, stem + "accuracy.png")))
 
     fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each epoch",
                            "loss scale", log=True)
     for i, run in enumerate(runs):
-        xs, ys = series(run.epochs, "epoch", "loss_scale")
-        ys = [y if y > 0 else math.nan for y in ys]  # no log of 0
         if run.epochs:
-            ax.plot(xs, ys, "o-", color=color(i), label=run.label)
+            plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
+                        positive=True)
     written.append(save(plt, fig, ax,
                         os.path.join(out_dir, stem + "loss-scale.png")))
 

@@ -132,7 +132,7 @@ TEST(ClassifierTrainer, ReportsEpochStatistics) {
   EXPECT_GT(stats.back().peak_memory_bytes, 0);
   EXPECT_EQ(stats.back().steps, 6);
   EXPECT_EQ(stats.back().loss_scale, 1.0);
-  // The run's first step and first evaluation are warm-up, timed apart.
+  // The run's first step is warm-up, timed apart (evaluation is not).
   EXPECT_GT(stats[0].warmup_seconds, 0.0);
   EXPECT_EQ(stats[1].warmup_seconds, 0.0);
   EXPECT_EQ(stats[2].warmup_seconds, 0.0);

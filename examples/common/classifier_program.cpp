@@ -228,9 +228,29 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   }
 }
 
+// An epoch --max-steps cut short writes no checkpoint (checkpoints hold
+// whole epochs): said in a line, with what the file holds from this run.
+void print_checkpoint_skipped(const ProgramConfig& config,
+                              const std::string& program,
+                              const lamp::training::EpochStats& s,
+                              int64_t last_written) {
+  print_out(
+      "%s: no checkpoint for epoch %lld: it stopped after %lld of %lld steps (--max-steps %lld), and checkpoints hold whole epochs; %s\n",
+      program.c_str(), static_cast<long long>(s.epoch),
+      static_cast<long long>(s.steps), static_cast<long long>(s.steps_in_epoch),
+      static_cast<long long>(config.max_steps),
+      last_written > 0
+          ? (config.checkpoint + " holds epoch " + std::to_string(last_written))
+                .c_str()
+          : ("nothing was written to " + config.checkpoint + " in this run")
+                .c_str());
+}
+
 // Trains; on the main rank a line (and a log record) per epoch.
-void train(ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
+void train(const ProgramConfig& config, const std::string& program,
+           ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
            bool main_rank) {
+  int64_t last_written = 0; // the last epoch checkpointed in this run
   trainer.fit(
       [&](const lamp::training::EpochStats& s) {
         if (!main_rank) {
@@ -242,8 +262,13 @@ void train(ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
           log->write_epoch(s);
         }
         progress.print_epoch(s);
+        if (s.checkpoint_written) {
+          last_written = s.epoch;
+        } else if (!config.checkpoint.empty() && s.partial()) {
+          print_checkpoint_skipped(config, program, s, last_written);
+        }
       },
-      progress.on_batch());
+      progress.on_batch(), progress.on_eval_batch());
 }
 
 // --export-state-dict: the trained weights (the FP32 master weights where
@@ -315,7 +340,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
         config, main_rank,
         step.policy().loss_scaling || step.options().force_loss_scaling(),
         log.get());
-    train(trainer, progress, log.get(), main_rank);
+    train(config, spec.program, trainer, progress, log.get(), main_rank);
     if (!config.export_state_dict.empty() && main_rank) {
       export_weights(config, model, trainer);
     }

@@ -131,18 +131,26 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
                   {"batch_size", batch_size_},
                   {"epoch", s.epoch},
                   {"steps", s.steps},
+                  {"steps_in_epoch", s.steps_in_epoch},
+                  {"partial", s.partial()},
                   {"global_step", s.global_step},
                   {"train_loss", s.train_loss},
                   {"test_loss", s.test_loss},
                   {"test_accuracy", s.test_accuracy},
+                  {"test_subset", s.test_subset()},
+                  {"test_batches", s.test_batches},
+                  {"test_batches_in_set", s.test_batches_in_set},
+                  {"test_images", s.test_images},
                   {"seconds", s.seconds},
                   {"warmup_seconds", s.warmup_seconds},
+                  {"eval_seconds", s.eval_seconds},
                   {"images_per_second", s.images_per_second},
                   {"peak_memory_bytes", s.peak_memory_bytes},
                   {"loss_scale", s.loss_scale},
                   {"skipped_steps", s.skipped_steps},
                   {"non_finite_losses", s.non_finite_losses},
-                  {"lr", s.lr}});
+                  {"lr", s.lr},
+                  {"checkpoint_written", s.checkpoint_written}});
 }
 
 void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,

@@ -128,6 +128,10 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
   add_checked(app, "--max-steps", c.max_steps,
               "stop after this many steps, 0 = no limit (smoke runs)",
               integer_at_least(0));
+  add_checked(
+      app, "--limit-eval-batches", c.limit_eval_batches,
+      "evaluate only the first N test batches, 0 = all (quick checks; the accuracy is then over that subset, which the epoch line and log say)",
+      integer_at_least(0));
   app.add_flag_callback(
       "--no-progress", [&c] { c.progress = false; },
       "no progress bar or timed progress lines");
@@ -144,6 +148,7 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
                                               "checkpoint",
                                               "data",
                                               "eval_batch_size",
+                                              "limit_eval_batches",
                                               "resume",
                                               "drop_last",
                                               "epochs",
@@ -208,6 +213,7 @@ lamp::training::TrainerOptions trainer_options_from(
                      .schedule(lamp::training::parse_schedule(config.schedule))
                      .eval_batch_size(eval_batch_size)
                      .max_steps(config.max_steps)
+                     .limit_eval_batches(config.limit_eval_batches)
                      .checkpoint(config.checkpoint)
                      .resume(config.resume)
                      .process_group(std::move(group))

@@ -47,6 +47,7 @@ struct ProgramConfig {
   std::string resume;
   std::string log_json;
   int64_t max_steps = 0;
+  int64_t limit_eval_batches = 0; // 0 = the whole test set
   int64_t log_every = 0;
   bool progress = true;
   bool report_precision = false;

@@ -93,6 +93,25 @@ std::string bar_line(const std::string& left,
   return line;
 }
 
+// " (first 2 of 10 batches)" where the evaluation covered a subset of the
+// test set, else "".
+std::string subset_text(int64_t batches, int64_t in_set) {
+  return batches < in_set ? " (first " + std::to_string(batches) + " of " +
+                                std::to_string(in_set) + " batches)"
+                          : "";
+}
+
+// "1/2", or "1/2 (partial: 20 of 469 steps)" for an epoch --max-steps cut
+// short.
+std::string epoch_text(const lamp::training::EpochStats& s, int64_t epochs) {
+  auto text = std::to_string(s.epoch) + "/" + std::to_string(epochs);
+  if (s.partial()) {
+    text += " (partial: " + std::to_string(s.steps) + " of " +
+            std::to_string(s.steps_in_epoch) + " steps)";
+  }
+  return text;
+}
+
 } // namespace
 
 void LossWindow::add(const lamp::training::BatchProgress& p) {
@@ -147,6 +166,14 @@ std::function<void(const lamp::training::BatchProgress&)> Progress::on_batch() {
   return [this](const lamp::training::BatchProgress& p) { update(p); };
 }
 
+std::function<void(const lamp::training::EvalProgress&)>
+Progress::on_eval_batch() {
+  if (!active()) {
+    return nullptr;
+  }
+  return [this](const lamp::training::EvalProgress& p) { update_eval(p); };
+}
+
 void Progress::update(const lamp::training::BatchProgress& p) {
   const auto now = std::chrono::steady_clock::now();
   if (p.batch == 1) {
@@ -170,12 +197,35 @@ void Progress::update(const lamp::training::BatchProgress& p) {
   }
 }
 
+void Progress::update_eval(const lamp::training::EvalProgress& p) {
+  const auto now = std::chrono::steady_clock::now();
+  if (p.batch == 1) {
+    eval_start_ = now;
+  }
+  if (log_every_ > 0
+          ? p.batch % log_every_ == 0
+          : timed_lines_ && now - last_line_ >= std::chrono::seconds(30)) {
+    clear();
+    print_out("epoch %lld/%lld  evaluating  batch %lld/%lld%s\n",
+              static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
+              static_cast<long long>(p.batch),
+              static_cast<long long>(p.batches),
+              subset_text(p.batches_evaluated, p.batches_in_set).c_str());
+    last_line_ = now;
+  }
+  if (bar_ && (p.batch == p.batches ||
+               now - last_draw_ >= std::chrono::milliseconds(100))) {
+    draw_eval(p, now);
+  }
+}
+
 void Progress::print_epoch(const lamp::training::EpochStats& s) {
   clear();
   print_out(
-      "epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%%  %.2f s  %.0f img/s  peak %s  scale %g  skipped %lld%s\n",
-      static_cast<long long>(s.epoch), static_cast<long long>(epochs_),
-      s.train_loss, s.test_loss, 100.0 * s.test_accuracy, s.seconds,
+      "epoch %s  train loss %.4f  test loss %.4f  test acc %.2f%%%s  %.2f s  %.0f img/s  peak %s  scale %g  skipped %lld%s\n",
+      epoch_text(s, epochs_).c_str(), s.train_loss, s.test_loss,
+      100.0 * s.test_accuracy,
+      subset_text(s.test_batches, s.test_batches_in_set).c_str(), s.seconds,
       s.images_per_second, mib(s.peak_memory_bytes).c_str(), s.loss_scale,
       static_cast<long long>(s.skipped_steps),
       s.warmup_seconds > 0
@@ -231,6 +281,24 @@ void Progress::draw(const lamp::training::BatchProgress& p,
       // Nothing is timed yet after the first batch (as tqdm's "?").
       (p.batch > 1 ? fixed(rate, 0) : std::string("?")) + " img/s",
       scale_text(p),
+      "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
+  const int width = terminal_width() - 1;
+  std::fprintf(stderr, "\r%-*s", width,
+               bar_line(left, parts, p.batch, p.batches, width).c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void Progress::draw_eval(const lamp::training::EvalProgress& p,
+                         std::chrono::steady_clock::time_point now) {
+  last_draw_ = now;
+  const double elapsed = seconds(now - eval_start_);
+  const double eta = elapsed * (p.batches - p.batch) / p.batch;
+  const auto left = "epoch " + std::to_string(p.epoch) + "/" +
+                    std::to_string(epochs_) + " test";
+  const std::vector<std::string> parts = {
+      std::to_string(p.batch) + "/" + std::to_string(p.batches) +
+          subset_text(p.batches_evaluated, p.batches_in_set),
       "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
   const int width = terminal_width() - 1;
   std::fprintf(stderr, "\r%-*s", width,

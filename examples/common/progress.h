@@ -36,11 +36,15 @@ class LossWindow {
 
 /// Progress inside an epoch, as people expect from tqdm:
 ///  - on a terminal, a bar on stderr fitted to its width, redrawn at most ten
-///    times a second: batches, running loss, img/s, loss scale, ETA;
+///    times a second: batches (up to where --max-steps stops the run),
+///    running loss, img/s, loss scale, ETA; then a bar of its own while the
+///    test set is evaluated;
 ///  - every `log_every` steps (or, on a non-terminal without --log-every,
 ///    every 30 s) a plain line on stdout, and with --log-json a "step"
-///    record;
-///  - after each epoch, its line on stdout;
+///    record; during evaluation a line every `log_every` evaluation batches
+///    (or every 30 s), without a record;
+///  - after each epoch, its line on stdout, saying where the epoch was cut
+///    short and where the test accuracy is over a subset of the test set;
 ///  - clear() erases the bar before any other output (epoch lines, errors).
 class Progress {
  public:
@@ -64,8 +68,12 @@ class Progress {
   /// The trainer's per-batch callback: update(), or nullptr when inactive
   /// (the trainer then reads nothing per batch).
   std::function<void(const lamp::training::BatchProgress&)> on_batch();
+  /// The trainer's per-evaluation-batch callback: update_eval(), or nullptr
+  /// when inactive.
+  std::function<void(const lamp::training::EvalProgress&)> on_eval_batch();
 
   void update(const lamp::training::BatchProgress& p);
+  void update_eval(const lamp::training::EvalProgress& p);
 
   /// Erases the bar and prints the epoch's line on stdout.
   void print_epoch(const lamp::training::EpochStats& s);
@@ -78,6 +86,8 @@ class Progress {
                   std::chrono::steady_clock::time_point now);
   void draw(const lamp::training::BatchProgress& p,
             std::chrono::steady_clock::time_point now);
+  void draw_eval(const lamp::training::EvalProgress& p,
+                 std::chrono::steady_clock::time_point now);
 
   const bool bar_;
   const bool timed_lines_;
@@ -87,7 +97,7 @@ class Progress {
   JsonLog* log_;
   LossWindow bar_window_, line_window_;
   std::chrono::steady_clock::time_point epoch_start_, line_start_, last_line_,
-      last_draw_;
+      last_draw_, eval_start_;
   int64_t epoch_images_ = 0;
   bool drawn_ = false;
 };

@@ -79,6 +79,9 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   TORCH_CHECK(o.max_steps() >= 0,
               "lamp: ", name("max_steps", "TrainerOptions::max_steps"),
               " must be >= 0 (0 = no limit), got ", o.max_steps(), ".");
+  TORCH_CHECK(o.limit_eval_batches() >= 0, "lamp: ",
+              name("limit_eval_batches", "TrainerOptions::limit_eval_batches"),
+              " must be >= 0 (0 = all), got ", o.limit_eval_batches(), ".");
   TORCH_CHECK(
       o.divergence_patience() > 0, "lamp: ",
       name("divergence_patience", "TrainerOptions::divergence_patience"),
@@ -172,7 +175,8 @@ void ClassifierTrainer::check_ranks_agree(
   // Every setting a checkpoint stores (the data's fingerprints among them),
   // and those that differ across ranks although a resume may change them:
   // another evaluation batch size makes the ranks' evaluations disagree,
-  // another max_steps makes one rank stop while the other waits.
+  // another max_steps makes one rank stop while the other waits, another
+  // limit_eval_batches makes one rank evaluate batches the other skips.
   auto settings = detail::describe_run_settings(
       {o, train_loader_.options(), train_data_, test_data_});
   settings.insert(
@@ -181,6 +185,8 @@ void ClassifierTrainer::check_ranks_agree(
         std::to_string(o.eval_batch_size())},
        {name("max_steps", "TrainerOptions::max_steps"),
         std::to_string(o.max_steps())},
+       {name("limit_eval_batches", "TrainerOptions::limit_eval_batches"),
+        std::to_string(o.limit_eval_batches())},
        {name("divergence_patience", "TrainerOptions::divergence_patience"),
         std::to_string(o.divergence_patience())},
        {name("checkpoint", "TrainerOptions::checkpoint"),
@@ -193,8 +199,9 @@ void ClassifierTrainer::check_ranks_agree(
 
 // One epoch in progress: its stats and the running sums behind them.
 struct ClassifierTrainer::EpochRun {
-  int64_t epoch = 0; // 0-based
-  int64_t batches = 0;
+  int64_t epoch = 0;      // 0-based
+  int64_t batches = 0;    // of a whole epoch
+  int64_t last_batch = 0; // 1-based: `batches`, or fewer where max_steps stops
   int64_t total_steps = 0;
   EpochStats stats;
   torch::Tensor loss_sum; // FP64, on the device: finite losses
@@ -207,7 +214,8 @@ struct ClassifierTrainer::EpochRun {
 
 std::vector<EpochStats> ClassifierTrainer::fit(
     const std::function<void(const EpochStats&)>& on_epoch,
-    const std::function<void(const BatchProgress&)>& on_batch) {
+    const std::function<void(const BatchProgress&)>& on_batch,
+    const std::function<void(const EvalProgress&)>& on_eval_batch) {
   const auto& o = options_;
   const auto device = train_loader_.device();
   // Divergence is tracked across epochs, so that it is caught however short
@@ -221,12 +229,15 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     EpochRun run;
     run.epoch = epoch;
     run.batches = train_loader_.batches_per_epoch();
+    run.last_batch = o.max_steps() > 0
+                         ? std::min(run.batches, o.max_steps() - global_step_)
+                         : run.batches;
     // The schedule spans all epochs even when max_steps stops early, so that
     // a run cut short and resumed follows the same learning rates.
     run.total_steps = o.epochs() * run.batches;
     train_epoch(run, watch, on_batch);
     finish_epoch(run, watch);
-    evaluate_epoch(run, watch);
+    evaluate_epoch(run, watch, on_eval_batch);
     end_epoch(run.stats);
     history.push_back(run.stats);
     if (on_epoch) {
@@ -249,15 +260,13 @@ void ClassifierTrainer::train_epoch(
   run.graphs_before_epoch = step_->cuda_graph_pool_bytes() > 0;
   watch.begin_epoch();
   run.stats.epoch = run.epoch + 1;
+  run.stats.steps_in_epoch = run.batches;
   run.loss_sum = torch::zeros(
       {}, torch::TensorOptions().device(device).dtype(torch::kDouble));
   run.non_finite_before = watch.read_non_finite_losses();
   synchronize(device);
   run.start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < run.batches; ++i) {
-    if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
-      break;
-    }
+  for (int64_t i = 0; i < run.last_batch; ++i) {
     auto& stats = run.stats;
     stats.lr = learning_rate(o.schedule(), o.optimizer().lr(), global_step_,
                              run.total_steps);
@@ -291,7 +300,8 @@ void ClassifierTrainer::train_epoch(
       BatchProgress progress;
       progress.epoch = run.epoch + 1;
       progress.batch = i + 1;
-      progress.batches = run.batches;
+      progress.batches = run.last_batch;
+      progress.batches_in_epoch = run.batches;
       progress.images = batch.labels.size(0);
       progress.global_step = global_step_;
       progress.lr = stats.lr;
@@ -343,21 +353,25 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
       step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
 }
 
-void ClassifierTrainer::evaluate_epoch(EpochRun& run, DivergenceWatch& watch) {
+void ClassifierTrainer::evaluate_epoch(
+    EpochRun& run, DivergenceWatch& watch,
+    const std::function<void(const EvalProgress&)>& on_eval_batch) {
+  // Timed apart from training and warm-up: the first evaluation's autotuning
+  // for its shapes is evaluation time, not the training step's warm-up.
   const auto eval_start = std::chrono::steady_clock::now();
-  const bool first_evaluation = !evaluated_;
-  const auto eval = evaluate();
-  if (first_evaluation) {
-    // The first evaluation meets the evaluation shapes first (autotuning).
-    run.stats.warmup_seconds += seconds_since(eval_start);
-  }
-  run.stats.test_loss = eval.first;
-  run.stats.test_accuracy = eval.second;
-  watch.check_test_loss(run.epoch, run.stats.test_loss);
+  const auto eval = evaluate_subset(on_eval_batch, run.stats.epoch);
+  auto& stats = run.stats;
+  stats.eval_seconds = seconds_since(eval_start);
+  stats.test_loss = eval.loss;
+  stats.test_accuracy = eval.accuracy;
+  stats.test_batches = eval.batches;
+  stats.test_batches_in_set = eval.batches_in_set;
+  stats.test_images = eval.images;
+  watch.check_test_loss(run.epoch, stats.test_loss);
 }
 
-void ClassifierTrainer::end_epoch(const EpochStats& stats) {
-  if (stats.steps != train_loader_.batches_per_epoch()) {
+void ClassifierTrainer::end_epoch(EpochStats& stats) {
+  if (stats.partial()) {
     return; // cut short by max_steps: no checkpoint inside an epoch
   }
   start_epoch_ = stats.epoch;
@@ -365,10 +379,17 @@ void ClassifierTrainer::end_epoch(const EpochStats& stats) {
   if (!o.checkpoint().empty() &&
       (!o.process_group() || o.process_group()->is_main())) {
     save_checkpoint(o.checkpoint());
+    stats.checkpoint_written = true;
   }
 }
 
 std::pair<double, double> ClassifierTrainer::evaluate() {
+  const auto eval = evaluate_subset();
+  return {eval.loss, eval.accuracy};
+}
+
+Evaluation ClassifierTrainer::evaluate_subset(
+    const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch) {
   torch::NoGradGuard no_grad;
   model_->eval();
   const auto on_device = torch::TensorOptions().device(test_loader_.device());
@@ -384,7 +405,17 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
   // each image alone), so cuDNN autotunes once instead of twice.
   const int64_t full = test_loader_.options().batch_size();
   const bool pad = test_loader_.device().is_cuda();
-  for (int64_t i = rank; i < test_loader_.batches_per_epoch(); i += ranks) {
+  const int64_t in_set = test_loader_.batches_per_epoch();
+  const int64_t limit = options_.limit_eval_batches();
+  const int64_t batches = limit > 0 ? std::min(limit, in_set) : in_set;
+  // This rank's batches, and the images of all of them (every rank's).
+  const int64_t own = rank < batches ? (batches - rank + ranks - 1) / ranks : 0;
+  int64_t images = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    images += std::min(full, test_loader_.samples_per_epoch() - i * full);
+  }
+  int64_t done = 0;
+  for (int64_t i = rank; i < batches; i += ranks) {
     const auto batch = test_loader_.batch(i);
     auto images = batch.images;
     const int64_t n = images.size(0);
@@ -404,17 +435,32 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
         F::cross_entropy(output, batch.labels,
                          F::CrossEntropyFuncOptions().reduction(torch::kSum));
     correct += output.argmax(1).eq(batch.labels).sum();
+    if (on_batch) {
+      EvalProgress progress;
+      progress.epoch = epoch;
+      progress.batch = ++done;
+      progress.batches = own;
+      progress.batches_evaluated = batches;
+      progress.batches_in_set = in_set;
+      progress.images = n;
+      on_batch(progress);
+    }
   }
   model_->train();
-  evaluated_ = true;
   if (ranks > 1) {
     group->all_reduce_(loss_sum);
     auto correct_double = correct.to(torch::kDouble);
     group->all_reduce_(correct_double);
     correct = correct_double.to(torch::kLong);
   }
-  const double n = static_cast<double>(test_loader_.size());
-  return {loss_sum.item<double>() / n, correct.item<int64_t>() / n};
+  Evaluation eval;
+  const double n = static_cast<double>(images);
+  eval.loss = loss_sum.item<double>() / n;
+  eval.accuracy = correct.item<int64_t>() / n;
+  eval.batches = batches;
+  eval.batches_in_set = in_set;
+  eval.images = images;
+  return eval;
 }
 
 void ClassifierTrainer::save_checkpoint(const std::string& path) const {

@@ -16,6 +16,11 @@
                                           --precision auto's header and run
                                           record, the warnings for modes and
                                           flags that are slow or do nothing
+  check_cli.py smoke TRAIN_MNIST DATA_DIR WORK_DIR
+                                          --max-steps and --limit-eval-batches
+                                          runs say what they did: bar totals,
+                                          evaluation progress, partial epochs,
+                                          test subsets, the checkpoint skipped
 
 Each check prints what it ran and exits 1 at the first mismatch.
 """
@@ -114,6 +119,11 @@ def conventions(programs):
                  r"--accumulation-steps: 0 is out of range"),
                 (["--cuda-graph", "yes"], r"--cuda-graph: yes not in \{auto,on,off\}"),
                 (["--cuda-graph"], r"--cuda-graph"),
+                (["--limit-eval-batches", "-1"],
+                 r"--limit-eval-batches: -1 is out of range: give an integer "
+                 r"of at least 0"),
+                (["--limit-eval-batches", "two"],
+                 r"--limit-eval-batches: 'two' is not an integer"),
             ]
         for args, pattern in cases:
             expect_usage_error(program, args, pattern)
@@ -311,6 +321,98 @@ def precision(train_mnist, data, work):
             fail(f"{mode}: exit {r.returncode}, stderr {r.stderr!r}")
 
 
+def smoke(train_mnist, data, work):
+    """7 training batches of 32 per epoch, 4 test batches of 30 (100 images):
+    --max-steps 10 stops 3 steps into epoch 2, --limit-eval-batches 2
+    evaluates 60 of the 100 test images."""
+    log = os.path.join(work, "smoke.jsonl")
+    checkpoint = os.path.join(work, "smoke.pt")
+    for path in (log, checkpoint):
+        if os.path.exists(path):
+            os.remove(path)
+    args = [train_mnist, "--data", data, "--epochs", "2", "--batch-size", "32",
+            "--eval-batch-size", "30", "--max-steps", "10", "--log-every", "1",
+            "--limit-eval-batches", "2", "--log-json", log, "--checkpoint",
+            checkpoint]
+    r = run(args)
+    if r.returncode != 0:
+        fail(f"exit {r.returncode}: {r.stderr}")
+    out = r.stdout
+    # Progress lines count up to where the epoch stops: 7, then 3 (not 7).
+    totals = re.findall(r"^epoch (\d)/2  step (\d+)/(\d+)  loss", out, re.M)
+    expected = [("1", str(s), "7") for s in range(1, 8)] + \
+        [("2", str(s), "3") for s in range(1, 4)]
+    if totals != expected:
+        fail(f"progress lines {totals}, expected {expected}:\n{out}")
+    # Evaluation shows its own progress, saying it is a subset.
+    evals = re.findall(r"^epoch (\d)/2  evaluating  batch (\d)/(\d) "
+                       r"\(first 2 of 4 batches\)$", out, re.M)
+    if evals != [("1", "1", "2"), ("1", "2", "2"), ("2", "1", "2"),
+                 ("2", "2", "2")]:
+        fail(f"evaluation lines {evals}:\n{out}")
+    first = re.search(r"^epoch 1/2  train loss \S+  test loss \S+  test acc "
+                      r"\d+\.\d\d% \(first 2 of 4 batches\)  .* warm-up "
+                      r"\d+\.\d\d s$", out, re.M)
+    second = re.search(r"^epoch 2/2 \(partial: 3 of 7 steps\)  train loss "
+                       r"\S+  test loss \S+  test acc \d+\.\d\d% \(first 2 of "
+                       r"4 batches\)  ", out, re.M)
+    if not first or not second:
+        fail(f"epoch lines not as expected (whole epoch 1, partial epoch 2, "
+             f"both over a test subset):\n{out}")
+    skipped = ("train_mnist: no checkpoint for epoch 2: it stopped after 3 of "
+               "7 steps (--max-steps 10), and checkpoints hold whole epochs; "
+               f"{checkpoint} holds epoch 1\n")
+    if skipped not in out or out.count("no checkpoint") != 1:
+        fail(f"no line (or more than one) saying the checkpoint of the "
+             f"partial epoch was skipped:\n{out}")
+    epochs = [x for x in read_records(log) if x["record"] == "epoch"]
+    want = [
+        {"epoch": 1, "steps": 7, "steps_in_epoch": 7, "partial": False,
+         "test_subset": True, "test_batches": 2, "test_batches_in_set": 4,
+         "test_images": 60, "checkpoint_written": True},
+        {"epoch": 2, "steps": 3, "steps_in_epoch": 7, "partial": True,
+         "test_subset": True, "test_batches": 2, "test_batches_in_set": 4,
+         "test_images": 60, "checkpoint_written": False}]
+    got = [{k: e.get(k) for k in want[0]} for e in epochs]
+    if got != want:
+        fail(f"epoch records {got}, expected {want}")
+    for e in epochs:
+        if not e.get("eval_seconds", 0) > 0:
+            fail(f"no eval_seconds in {e}")
+    print("  bar totals 7 then 3, evaluation lines, partial epoch 2, "
+          "test subset, checkpoint skipped: said")
+    # The whole test set: nothing said of a subset.
+    os.remove(log)
+    r = run([train_mnist, "--data", data, "--epochs", "1", "--batch-size",
+             "32", "--eval-batch-size", "30", "--no-progress", "--log-json",
+             log])
+    if r.returncode != 0 or "(first" in r.stdout or "partial" in r.stdout:
+        fail(f"a whole run says subset or partial (exit {r.returncode}):\n"
+             f"{r.stdout}{r.stderr}")
+    epoch = [x for x in read_records(log) if x["record"] == "epoch"][0]
+    if (epoch["test_subset"], epoch["test_batches"], epoch["test_images"],
+            epoch["partial"]) != (False, 4, 100, False):
+        fail(f"the whole run's epoch record: {epoch}")
+    print("  a whole run: no subset, no partial epoch")
+    # On a terminal: the bar's total is where --max-steps stops the epoch,
+    # and the evaluation draws a bar of its own.
+    command = (f"'{train_mnist}' --data '{data}' --epochs 1 --batch-size 32 "
+               f"--max-steps 3 --eval-batch-size 30 --limit-eval-batches 2")
+    with tempfile.NamedTemporaryFile() as typescript:
+        r = run(["script", "-qec", command, typescript.name],
+                env=dict(os.environ, COLUMNS="120"))
+        out = open(typescript.name, "rb").read().decode("utf-8", "replace")
+    if r.returncode != 0:
+        fail(f"exit {r.returncode}:\n{out!r}")
+    if not re.search(r"epoch 1/1 \[[=> ]+\] 3/3 loss", out) or \
+            re.search(r"\] \d/7 loss", out):
+        fail(f"the bar does not count to 3 (--max-steps 3):\n{out!r}")
+    if not re.search(r"epoch 1/1 test \[[=> ]+\] 2/2 \(first 2 of 4 "
+                     r"batches\)", out):
+        fail(f"no evaluation bar:\n{out!r}")
+    print("  on a terminal: the bar counts to 3, the evaluation has its bar")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -326,6 +428,8 @@ def main(argv):
         tty(*args)
     elif what == "precision":
         precision(*args)
+    elif what == "smoke":
+        smoke(*args)
     else:
         print(__doc__)
         return 2

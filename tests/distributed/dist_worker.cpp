@@ -323,6 +323,17 @@ TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
                       "--eval-batch-size is 64 on rank 0 and 32 on rank 1"),
             std::string::npos)
       << eval;
+  // Another evaluation limit: the ranks would evaluate other subsets.
+  const auto limit = error_of([&] {
+    lamp_test::make_run(lamp::Precision::kFP32,
+                        TrainerOptions(lamp::Precision::kFP32)
+                            .process_group(g)
+                            .limit_eval_batches(g->rank() == 0 ? 0 : 2));
+  });
+  EXPECT_NE(limit.find("the ranks differ in the trainer's settings: "
+                       "--limit-eval-batches is 0 on rank 0 and 2 on rank 1"),
+            std::string::npos)
+      << limit;
   // Other data of the same size.
   auto data = lamp_test::image_problem(true);
   if (g->rank() == 1) {

@@ -225,6 +225,55 @@ class PlotLogs(unittest.TestCase):
         self.assertTrue(math.isnan(ys[1]))
         self.assertEqual(ys[2], 0.3)
 
+    def partial_log(self, name, subset=True):
+        """A two-epoch run whose second epoch --max-steps cut after 2 of 6
+        steps, evaluated (with subset) on 2 of 4 test batches."""
+        records = new_run("p", "bf16", 1.0, 1.0, epochs=2)
+        for record in records:
+            if record["record"] == "epoch":
+                record.update({"steps": 6, "steps_in_epoch": 6,
+                               "partial": False, "test_subset": False,
+                               "test_batches": 4, "test_batches_in_set": 4})
+        records[-1].update({"steps": 2, "partial": True,
+                            "test_subset": subset, "test_batches": 2})
+        return write_jsonl(os.path.join(self.tmp, name), records)
+
+    def test_a_partial_epoch_is_drawn_at_the_fraction_trained_and_noted(self):
+        runs = plot.read_runs(self.partial_log("partial.jsonl"))
+        xs, ys, partial = plot.epoch_series(runs[0].epochs, "train_loss")
+        self.assertEqual(xs, [1.0, 1.0 + 2 / 6])
+        self.assertEqual(partial, [False, True])
+        # Records that say nothing of it (older logs) are whole epochs.
+        xs, _, partial = plot.epoch_series(runs[0].epochs[:1] +
+                                           old_epochs("fp32", 1.0, [2]),
+                                           "train_loss")
+        self.assertEqual((xs, partial), ([1.0, 2.0], [False, False]))
+        # Partial without "partial" (steps short of steps_in_epoch) too.
+        self.assertTrue(plot.is_partial({"epoch": 1, "steps": 3,
+                                         "steps_in_epoch": 7}))
+        out = os.path.join(self.tmp, "charts")
+        result = run_plot("--out", out, os.path.join(self.tmp,
+                                                     "partial.jsonl"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(result.stdout.split()), 4)  # only the paths
+        self.assertIn("bf16: epoch 2: partial (2 of 6 steps), drawn hollow "
+                      "at 1.33; its test metrics are over 2 of 4 test "
+                      "batches, marked x", result.stderr)
+        self.assertNotIn("epoch 1:", result.stderr)
+
+    def test_test_metrics_over_a_subset_are_crossed(self):
+        whole = os.path.join(self.tmp, "whole")
+        subset = os.path.join(self.tmp, "subset")
+        for folder, flag in ((whole, False), (subset, True)):
+            result = run_plot("--out", folder,
+                              self.partial_log("l.jsonl", subset=flag))
+            self.assertEqual(result.returncode, 0, result.stderr)
+        black = (0, 0, 0)
+        with_cross = Image(self, os.path.join(subset, "l-accuracy.png"))
+        without = Image(self, os.path.join(whole, "l-accuracy.png"))
+        # The cross and its legend entry, in black.
+        self.assertGreater(with_cross.count(black), without.count(black) + 40)
+
     def expect_error(self, args, *messages, code=1, env=None):
         result = run_plot(*args, env=env)
         self.assertEqual(result.returncode, code, result.stderr)

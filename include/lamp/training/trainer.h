@@ -70,6 +70,14 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, max_steps) = 0;
   /// Images per evaluation batch.
   TORCH_ARG(int64_t, eval_batch_size) = 1000;
+  /// Evaluate only the first this many test batches (0 = all; more than the
+  /// test set has = all), for quick checks, as Lightning's
+  /// `limit_val_batches`. The test loss and accuracy are then over that
+  /// subset, which EpochStats::test_batches and test_batches_in_set say.
+  /// Not stored in checkpoints (a resumed run may evaluate more or fewer
+  /// batches); with a process group the ranks must agree on it, and rank r
+  /// evaluates batches r, r + ranks, ... of the first limit_eval_batches.
+  TORCH_ARG(int64_t, limit_eval_batches) = 0;
   /// Write a checkpoint here after every complete epoch; empty = none. The
   /// write is atomic and durable and the file checksummed
   /// (checkpoint_file.h); the path is locked against other runs for the
@@ -90,10 +98,10 @@ struct TrainerOptions {
   /// images/s are reported for all ranks together, and only rank 0 writes
   /// the checkpoint. Before anything is broadcast, the ranks compare their
   /// settings (those a checkpoint stores, the data's fingerprints, the
-  /// evaluation batch size, max_steps, whether a checkpoint and a resume are
-  /// given) and, after a resume, the epoch and step they resume at; a
-  /// difference stops every rank naming it with each rank's value. nullptr or
-  /// a one-process group: a single process.
+  /// evaluation batch size, max_steps, limit_eval_batches, whether a
+  /// checkpoint and a resume are given) and, after a resume, the epoch and
+  /// step they resume at; a difference stops every rank naming it with each
+  /// rank's value. nullptr or a one-process group: a single process.
   TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>,
             process_group) = nullptr;
   /// How the trainer's messages name a setting, given its key ("lr",
@@ -111,25 +119,38 @@ std::string name_option(const TrainerOptions& options, const std::string& key,
 
 /// What one epoch did.
 struct EpochStats {
-  int64_t epoch = 0;       ///< 1-based
-  int64_t steps = 0;       ///< optimizer steps in this epoch
+  int64_t epoch = 0; ///< 1-based
+  int64_t steps = 0; ///< optimizer steps in this epoch
+  /// The steps of a whole epoch; more than `steps` when max_steps cut this
+  /// epoch short (partial()).
+  int64_t steps_in_epoch = 0;
   int64_t global_step = 0; ///< optimizer steps so far, all epochs
   /// Mean training loss over the steps whose loss was finite.
   double train_loss = 0;
   /// Steps whose loss was inf/NaN (skipped by loss scaling or
   /// skip_non_finite; a run of them stops training, see ClassifierTrainer).
   int64_t non_finite_losses = 0;
-  /// Mean cross-entropy per test image, after the epoch.
+  /// Mean cross-entropy per test image evaluated, after the epoch.
   double test_loss = 0;
-  double test_accuracy = 0; ///< in [0, 1]
+  double test_accuracy = 0; ///< in [0, 1], over the test images evaluated
+  /// The evaluation batches `test_loss` and `test_accuracy` are over (all
+  /// ranks together), the test set's batches, and the images evaluated:
+  /// test_batches < test_batches_in_set where limit_eval_batches evaluated
+  /// a subset (test_subset()).
+  int64_t test_batches = 0;
+  int64_t test_batches_in_set = 0; ///< see `test_batches`
+  int64_t test_images = 0;         ///< see `test_batches`
   /// Training time of the epoch (no evaluation), without `warmup_seconds`.
   double seconds = 0;
   /// The first epoch of a run: the time of its first training step (with
-  /// CUDA graphs: its eager warm-up steps and the capture) and of its first
-  /// evaluation, where cuDNN autotunes (benchmark mode) and caches warm up;
-  /// 0 in later epochs. Reported apart so that `seconds`
-  /// and images/s are the steady rate.
+  /// CUDA graphs: its eager warm-up steps and the capture), where cuDNN
+  /// autotunes (benchmark mode) and caches warm up; 0 in later epochs.
+  /// Reported apart so that `seconds` and images/s are the steady rate.
+  /// Evaluation is in neither (see `eval_seconds`).
   double warmup_seconds = 0;
+  /// The evaluation's time after the epoch (the first one of a run includes
+  /// autotuning for the evaluation shapes).
+  double eval_seconds = 0;
   /// Training images per second over `seconds`, warm-up excluded; with a
   /// process group, of all ranks together.
   double images_per_second = 0;
@@ -141,14 +162,29 @@ struct EpochStats {
   double loss_scale = 1.0;
   int64_t skipped_steps = 0; ///< in this epoch
   double lr = 0;             ///< at the end of the epoch
+  /// Whether this epoch's checkpoint was written: never without
+  /// TrainerOptions::checkpoint, on ranks other than the main one, or after
+  /// a partial() epoch (checkpoints hold whole epochs only).
+  bool checkpoint_written = false;
+
+  /// Whether max_steps stopped the run inside this epoch (steps <
+  /// steps_in_epoch): its loss, images/s and learning rate are of the steps
+  /// it ran, and no checkpoint was written.
+  bool partial() const { return steps < steps_in_epoch; }
+  /// Whether the test loss and accuracy are over the first test_batches of
+  /// the test set only (TrainerOptions::limit_eval_batches).
+  bool test_subset() const { return test_batches < test_batches_in_set; }
 };
 
 /// Progress inside an epoch, for progress bars and step logs.
 struct BatchProgress {
   int64_t epoch = 0; ///< 1-based
   int64_t batch = 0; ///< 1-based
-  /// Batches per epoch: the last `batch` of this epoch.
+  /// The last `batch` of this epoch: `batches_in_epoch`, or fewer where
+  /// max_steps stops the run inside this epoch (a progress bar's total).
   int64_t batches = 0;
+  /// Batches of a whole epoch.
+  int64_t batches_in_epoch = 0;
   int64_t images = 0; ///< images in this batch
   int64_t global_step =
       0;         ///< batches trained so far, all epochs, this one included
@@ -177,6 +213,32 @@ struct BatchProgress {
   bool warmup = false;
 };
 
+/// Progress of an evaluation, for progress bars: one call per evaluation
+/// batch this rank runs (with a process group rank r runs batches r,
+/// r + ranks, ..., so its `batches` are its share).
+struct EvalProgress {
+  /// The epoch just trained (1-based); 0 for an evaluate() outside fit().
+  int64_t epoch = 0;
+  int64_t batch = 0;   ///< 1-based, among this rank's
+  int64_t batches = 0; ///< this rank's batches in this evaluation
+  /// The batches this evaluation covers, all ranks together: the test
+  /// set's, or the first TrainerOptions::limit_eval_batches of them.
+  int64_t batches_evaluated = 0;
+  int64_t batches_in_set = 0; ///< the test set's batches
+  int64_t images = 0;         ///< images in this batch
+};
+
+/// What one evaluation measured (ClassifierTrainer::evaluate_subset()).
+struct Evaluation {
+  double loss = 0;     ///< mean cross-entropy per image evaluated
+  double accuracy = 0; ///< in [0, 1]
+  /// Batches evaluated (all ranks), the test set's batches, images
+  /// evaluated: see EpochStats::test_batches.
+  int64_t batches = 0;
+  int64_t batches_in_set = 0; ///< see `batches`
+  int64_t images = 0;         ///< see `batches`
+};
+
 namespace detail {
 class DivergenceWatch;
 } // namespace detail
@@ -185,7 +247,10 @@ class DivergenceWatch;
 ///  1. each step sets the scheduled learning rate, takes a batch on the
 ///     device and runs a lamp::TrainStep in the chosen precision;
 ///  2. after each epoch it evaluates on the test set (under the same
-///     precision), reports EpochStats and writes the checkpoint;
+///     precision; the first limit_eval_batches batches where that is set),
+///     reports EpochStats and writes the checkpoint (after whole epochs
+///     only: an epoch cut short by max_steps is reported partial() and
+///     writes none);
 ///  3. resuming loads model, master weights, optimizer, scaler and the
 ///     position, and continues exactly: the data order and augmentation of an
 ///     epoch depend only on (seed, epoch).
@@ -225,13 +290,21 @@ class ClassifierTrainer {
                     data::DeviceLoader test_loader, TrainerOptions options);
 
   /// Runs the remaining epochs; `on_epoch` gets each epoch's stats,
-  /// `on_batch` (optional) each batch's progress.
+  /// `on_batch` (optional) each training batch's progress, `on_eval_batch`
+  /// (optional) each evaluation batch's.
   std::vector<EpochStats> fit(
       const std::function<void(const EpochStats&)>& on_epoch = nullptr,
-      const std::function<void(const BatchProgress&)>& on_batch = nullptr);
+      const std::function<void(const BatchProgress&)>& on_batch = nullptr,
+      const std::function<void(const EvalProgress&)>& on_eval_batch = nullptr);
 
-  /// Test loss and accuracy of the current model.
+  /// Test loss and accuracy of the current model, over the batches
+  /// TrainerOptions::limit_eval_batches allows (all by default).
   std::pair<double, double> evaluate();
+  /// The same evaluation, with how much of the test set it covered;
+  /// `on_batch` (optional) gets each of this rank's batches.
+  Evaluation evaluate_subset(
+      const std::function<void(const EvalProgress&)>& on_batch = nullptr,
+      int64_t epoch = 0);
 
   /// The first epoch fit() will run (0-based; > 0 after resuming).
   int64_t start_epoch() const { return start_epoch_; }
@@ -260,7 +333,6 @@ class ClassifierTrainer {
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<CheckpointLock> lock_; // on options_.checkpoint()
   int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
-  bool evaluated_ = false;        // the first evaluation (warm-up) has run
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
   // data::fingerprint() of the training and test data, stored in
@@ -275,8 +347,10 @@ class ClassifierTrainer {
   void train_epoch(EpochRun& run, detail::DivergenceWatch& watch,
                    const std::function<void(const BatchProgress&)>& on_batch);
   void finish_epoch(EpochRun& run, detail::DivergenceWatch& watch);
-  void evaluate_epoch(EpochRun& run, detail::DivergenceWatch& watch);
-  void end_epoch(const EpochStats& stats);
+  void evaluate_epoch(
+      EpochRun& run, detail::DivergenceWatch& watch,
+      const std::function<void(const EvalProgress&)>& on_eval_batch);
+  void end_epoch(EpochStats& stats);
 };
 
 } // namespace training

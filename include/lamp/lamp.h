@@ -31,6 +31,7 @@
 #include "lamp/platform/checkpoint_file.h"
 #include "lamp/platform/out_of_memory.h"
 #include "lamp/platform/parameters.h"
+#include "lamp/training/checkpoint_weights.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "lamp/version.h"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "custom_tree.h"
 #include "lamp/amp/grad_scaler.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/resnet.h"
@@ -258,6 +259,32 @@ TEST(PythonInterop, ExportedResNetsGiveLampsOutputsInPython) {
         *model, [&](const torch::Tensor& x) { return model->forward(x); }, name,
         {2, 3, 32, 32});
   }
+}
+
+// A user's module tree (not one of lamp's models) loads with strict=True
+// into the same tree written in Python, and gives the same outputs.
+TEST(PythonInterop, ExportedCustomModuleLoadsStrictlyInPython) {
+  LAMP_SKIP_WITHOUT_PYTHON_TORCH();
+  torch::manual_seed(6);
+  lamp_test::CustomTree tree;
+  torch::NoGradGuard no_grad;
+  tree->train();
+  for (int i = 0; i < 3; ++i) {
+    tree->forward(torch::randn({8, 3})); // moves the running statistics
+  }
+  tree->eval();
+  const auto input = torch::randn({5, 3});
+  const auto output = tree->forward(input);
+  const auto state_path = temp_path("custom_tree_state_dict.pt");
+  const auto io_path = temp_path("custom_tree_io.pt");
+  lamp::models::export_state_dict(*tree, state_path);
+  c10::Dict<std::string, torch::Tensor> io;
+  io.insert("input", input);
+  io.insert("output", output);
+  lamp::save_pickle(io, io_path);
+  interop({"check_custom", state_path, io_path});
+  std::remove(state_path.c_str());
+  std::remove(io_path.c_str());
 }
 
 } // namespace

@@ -195,6 +195,29 @@ std::unique_ptr<JsonLog> open_json_log(const ProgramConfig& config,
   return std::make_unique<JsonLog>(config, std::move(facts));
 }
 
+// Where the run starts, for its first line: "resuming at epoch N", with
+// "continuing the N-epoch run" where it gives the run more epochs, or the
+// checkpoint whose weights it starts from.
+std::string start_note(const ProgramConfig& config,
+                       const ClassifierTrainer& trainer) {
+  std::string note;
+  if (trainer.start_epoch() > 0) {
+    note = ", resuming at epoch " + std::to_string(trainer.start_epoch() + 1);
+  }
+  const auto& history = trainer.history();
+  if (!config.resume.empty() && !history.empty() &&
+      history.back().kind == "continued" &&
+      history.back().at_epoch == trainer.start_epoch() &&
+      history.back().epochs == config.epochs) {
+    note += " (continuing the " +
+            std::to_string(history.back().previous_epochs) + "-epoch run)";
+  }
+  if (!config.init_from.empty()) {
+    note += ", from the weights of " + config.init_from;
+  }
+  return note;
+}
+
 // The run's first line: model, precision, device, data, batch, epochs, and
 // why CUDA graphs are off where the flags left them to the library.
 void print_run_header(const ProgramConfig& config, const RunSpec& spec,
@@ -211,10 +234,7 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       static_cast<long long>(spec.test.images.size(0)),
       static_cast<long long>(config.batch_size),
       static_cast<long long>(config.epochs),
-      trainer.start_epoch() > 0
-          ? (", resuming at epoch " + std::to_string(trainer.start_epoch() + 1))
-                .c_str()
-          : "",
+      start_note(config, trainer).c_str(),
       group.is_distributed()
           ? (", data-parallel over " + std::to_string(group.world_size()) +
              " ranks (" + group.backend() + "), batch per rank")

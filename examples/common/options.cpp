@@ -109,7 +109,13 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
   app.add_option(
       "--export-state-dict", c.export_state_dict,
       "after training, write the weights here as a Python state_dict (FP32) for torch.load + model.load_state_dict");
-  app.add_option("--resume", c.resume, "resume from this checkpoint");
+  auto* resume = app.add_option(
+      "--resume", c.resume,
+      "resume from this checkpoint (with more --epochs: continue a finished --schedule constant run)");
+  app.add_option(
+         "--init-from", c.init_from,
+         "start a new run from this checkpoint's weights alone (fine-tuning: no optimizer state or position; the model must match)")
+      ->excludes(resume);
   add_checked(
       app, "--dist-timeout", c.dist_timeout,
       "under torchrun: seconds a rank waits for the others (rendezvous, each collective) before it stops with an error naming the ranks it waited for",
@@ -150,6 +156,7 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
                                               "eval_batch_size",
                                               "limit_eval_batches",
                                               "resume",
+                                              "init_from",
                                               "drop_last",
                                               "epochs",
                                               "lr",
@@ -216,6 +223,7 @@ lamp::training::TrainerOptions trainer_options_from(
                      .limit_eval_batches(config.limit_eval_batches)
                      .checkpoint(config.checkpoint)
                      .resume(config.resume)
+                     .init_from(config.init_from)
                      .process_group(std::move(group))
                      .option_name(flag_name);
   options.step()

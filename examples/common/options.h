@@ -45,6 +45,7 @@ struct ProgramConfig {
   std::string checkpoint;
   std::string export_state_dict;
   std::string resume;
+  std::string init_from;
   std::string log_json;
   int64_t max_steps = 0;
   int64_t limit_eval_batches = 0; // 0 = the whole test set

@@ -84,6 +84,7 @@ void check_distinct_paths(const ProgramConfig& config,
   add("--export-state-dict", config.export_state_dict, true);
   add("--log-json", config.log_json, true);
   add("--resume", config.resume, false);
+  add("--init-from", config.init_from, false);
   for (const auto& file : data_files) {
     add("--data", file, false);
   }

@@ -11,7 +11,7 @@
 
 namespace lamp_examples {
 
-/// Refuses, before training, any two of --checkpoint, --resume,
+/// Refuses, before training, any two of --checkpoint, --resume, --init-from,
 /// --export-state-dict, --log-json and `data_files` (the files --data names)
 /// that are one file, where one of them is written; --resume and
 /// --checkpoint may name the same file (continuing a run). Files that exist

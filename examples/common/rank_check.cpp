@@ -44,7 +44,7 @@ std::vector<std::pair<std::string, std::string>> rank_flag_settings(
       "device",           "data", "log-json", "log-every", "no-progress",
       "report-precision", "help", "version"};
   static const std::set<std::string> only_whether_given = {
-      "checkpoint", "resume", "export-state-dict"};
+      "checkpoint", "resume", "init-from", "export-state-dict"};
   std::vector<std::pair<std::string, std::string>> settings;
   for (const auto* option : app.get_options()) {
     const auto& names = option->get_lnames();

@@ -20,7 +20,8 @@ namespace lamp_examples {
 /// that may differ per rank are left out (--device, --data: each node has
 /// its own paths, the data is compared by content; what only rank 0 uses to
 /// report: --log-json, --log-every, --no-progress, --report-precision); of
-/// --checkpoint, --resume and --export-state-dict only whether they were
+/// --checkpoint, --resume, --init-from and --export-state-dict only whether
+/// they were
 /// given counts.
 std::vector<std::pair<std::string, std::string>> rank_flag_settings(
     const CLI::App& app);

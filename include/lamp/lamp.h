@@ -34,6 +34,7 @@
 #include "lamp/platform/out_of_memory.h"
 #include "lamp/platform/parameters.h"
 #include "lamp/platform/warnings.h"
+#include "lamp/training/checkpoint_weights.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "lamp/version.h"

@@ -70,6 +70,8 @@ bool has_python_counterpart(const torch::nn::Module& module) {
          dynamic_cast<const MnistCNNImpl*>(&module) != nullptr;
 }
 
+// Walks a module tree in Python's state_dict order. With a model name, every
+// module must be one Python's model of that name has.
 class Collector {
  public:
   Collector(const std::string& model_name, const StateDictOptions& options)
@@ -87,16 +89,22 @@ class Collector {
   // then its children, depth first.
   void collect(const torch::nn::Module& module, const std::string& prefix) {
     TORCH_CHECK(
-        has_python_counterpart(module), kCaller, ": module '",
+        model_name_.empty() || has_python_counterpart(module), kCaller,
+        ": module '",
         prefix.empty() ? std::string("(root)")
                        : prefix.substr(0, prefix.size() - 1),
         "' is a ", module.name(), ", which Python's '", model_name_,
         "' (bench/peer_pytorch.py) does not have; only lamp's MnistCNN and ResNet, as lamp builds them, can be exported.");
+    // Undefined tensors are Python's None, which state_dict leaves out.
     for (const auto& item : module.named_parameters(/*recurse=*/false)) {
-      add(prefix + item.key(), item.value());
+      if (item.value().defined()) {
+        add(prefix + item.key(), item.value());
+      }
     }
     for (const auto& item : module.named_buffers(/*recurse=*/false)) {
-      add(prefix + item.key(), item.value());
+      if (item.value().defined()) {
+        add(prefix + item.key(), item.value());
+      }
     }
     for (const auto& item : module.named_children()) {
       collect(*item.value(), prefix + item.key() + ".");
@@ -138,7 +146,7 @@ class Collector {
     dict_.insert(key, copy);
   }
 
-  const std::string& model_name_;
+  const std::string model_name_; // empty: any module tree
   const StateDictOptions& options_;
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> masters_;
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> exported_;
@@ -168,6 +176,19 @@ c10::Dict<std::string, torch::Tensor> python_state_dict(
   Collector collector(model_name, options);
   collector.collect(inner, "");
   return std::move(collector).result();
+}
+
+c10::Dict<std::string, torch::Tensor> python_state_dict(
+    const torch::nn::Module& module, const StateDictOptions& options) {
+  Collector collector("", options);
+  collector.collect(unwrap(module), "");
+  return std::move(collector).result();
+}
+
+void export_state_dict(const torch::nn::Module& module, const std::string& path,
+                       const StateDictOptions& options) {
+  check_checkpoint_path(path, "lamp::models::export_state_dict");
+  save_pickle(python_state_dict(module, options), path);
 }
 
 void export_state_dict(const torch::nn::Module& model,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "lamp/training/schedule.h"
 #include "platform/archive.h"
 #include "training/divergence_watch.h"
 
@@ -196,6 +197,38 @@ c10::IValue read(torch::serialize::InputArchive& archive,
   TORCH_INTERNAL_ASSERT(false, "lamp: unhandled run setting kind");
 }
 
+// A checkpoint's history never grows this long (one entry per continuation
+// or start from weights); a larger count is a damaged file.
+constexpr int64_t kMaxHistory = 1000000;
+
+// More epochs than the checkpoint's run was given: allowed where the
+// schedule is the same whatever the run's length.
+void check_may_continue(torch::serialize::InputArchive& archive,
+                        const std::string& path, const RunContext& run,
+                        int64_t stored_epochs) {
+  const std::string where = "lamp: " + path;
+  const auto stored_schedule = parse_schedule(
+      lamp::detail::read_string(archive, "schedule", where.c_str()));
+  if (!depends_on_length(stored_schedule)) {
+    return;
+  }
+  const auto& o = run.options;
+  const auto epochs = name_option(o, "epochs", "TrainerOptions::epochs");
+  const auto schedule = name_option(o, "schedule", "TrainerOptions::schedule");
+  TORCH_CHECK(
+      false, "lamp: ", path, " was trained for ", stored_epochs,
+      " epochs with ", schedule, " ", to_string(stored_schedule),
+      ", whose learning rates depend on the run's length: a run of ",
+      o.epochs(),
+      " epochs follows another curve, so the learning rate would jump where the first run stopped. Only a ",
+      schedule, " ", to_string(Schedule::kConstant),
+      " run continues with more ", epochs,
+      "; to train on from these weights, start a new run with ",
+      name_option(o, "init_from", "TrainerOptions::init_from"), " ", path,
+      " and its own schedule, or resume with ", epochs, " ", stored_epochs,
+      ".");
+}
+
 } // namespace
 
 void write_run_settings(torch::serialize::OutputArchive& archive,
@@ -205,9 +238,11 @@ void write_run_settings(torch::serialize::OutputArchive& archive,
   }
 }
 
-void check_run_settings(torch::serialize::InputArchive& archive,
-                        const std::string& path, const RunContext& run) {
+int64_t check_run_settings(torch::serialize::InputArchive& archive,
+                           const std::string& path, const RunContext& run) {
   const std::string where = "lamp: " + path;
+  const int64_t stored_epochs =
+      lamp::detail::read_int(archive, "epochs", where.c_str());
   for (const auto& setting : run_settings()) {
     const auto stored_value = read(archive, setting, where.c_str());
     if (stored_value.isNone()) {
@@ -220,6 +255,11 @@ void check_run_settings(torch::serialize::InputArchive& archive,
     }
     const auto name =
         name_option(run.options, setting.key, setting.library_name);
+    if (std::string(setting.key) == "epochs" &&
+        run.options.epochs() > stored_epochs) {
+      check_may_continue(archive, path, run, stored_epochs);
+      continue; // the schedule's own row checks that it is the same
+    }
     TORCH_CHECK(setting.kind != Kind::kData, "lamp: ", path,
                 " was trained on other ", setting.library_name, " (", stored,
                 ") than this run's (", now, "); resume with the same ",
@@ -235,6 +275,57 @@ void check_run_settings(torch::serialize::InputArchive& archive,
                 " but this run uses ", now, "; resume with ", name, " ", stored,
                 " (a resumed run continues the same schedule and data order).");
   }
+  return stored_epochs;
+}
+
+void write_history(torch::serialize::OutputArchive& archive,
+                   const std::vector<RunHistoryEntry>& history) {
+  torch::serialize::OutputArchive entries;
+  entries.write("count", c10::IValue(static_cast<int64_t>(history.size())));
+  for (size_t i = 0; i < history.size(); ++i) {
+    const auto& entry = history[i];
+    torch::serialize::OutputArchive written;
+    written.write("kind", c10::IValue(entry.kind));
+    written.write("at_epoch", c10::IValue(entry.at_epoch));
+    written.write("previous_epochs", c10::IValue(entry.previous_epochs));
+    written.write("epochs", c10::IValue(entry.epochs));
+    written.write("source", c10::IValue(entry.source));
+    entries.write(std::to_string(i), written);
+  }
+  archive.write("history", entries);
+}
+
+std::vector<RunHistoryEntry> read_history(
+    torch::serialize::InputArchive& archive, const std::string& path) {
+  std::vector<RunHistoryEntry> history;
+  torch::serialize::InputArchive entries;
+  if (!archive.try_read("history", entries)) {
+    return history; // written before checkpoints kept one
+  }
+  const std::string where = "lamp: " + path + ": history";
+  const auto count = lamp::detail::read_int(entries, "count", where.c_str());
+  TORCH_CHECK(count >= 0 && count <= kMaxHistory, where, " has ", count,
+              " entries; the checkpoint is damaged.");
+  for (int64_t i = 0; i < count; ++i) {
+    torch::serialize::InputArchive read_entry;
+    lamp::detail::read_archive(entries, std::to_string(i), read_entry,
+                               where.c_str());
+    RunHistoryEntry entry;
+    entry.kind = lamp::detail::read_string(read_entry, "kind", where.c_str());
+    TORCH_CHECK(entry.kind == kContinued || entry.kind == kInitFrom, where,
+                " entry ", i, " is of kind '", entry.kind, "', not '",
+                kContinued, "' or '", kInitFrom,
+                "'; the checkpoint is damaged or was written by a newer lamp.");
+    entry.at_epoch =
+        lamp::detail::read_int(read_entry, "at_epoch", where.c_str());
+    entry.previous_epochs =
+        lamp::detail::read_int(read_entry, "previous_epochs", where.c_str());
+    entry.epochs = lamp::detail::read_int(read_entry, "epochs", where.c_str());
+    entry.source =
+        lamp::detail::read_string(read_entry, "source", where.c_str());
+    history.push_back(std::move(entry));
+  }
+  return history;
 }
 
 std::vector<std::pair<std::string, std::string>> describe_run_settings(

@@ -18,6 +18,14 @@ namespace lamp {
 namespace training {
 namespace detail {
 
+/// The format tag of ClassifierTrainer's checkpoints. 2: checksummed
+/// (checkpoint_file.h), with the run's settings, which a resume must repeat.
+constexpr const char* kCheckpointFormat = "lamp-classifier-trainer-2";
+
+/// RunHistoryEntry::kind's values.
+constexpr const char* kContinued = "continued";
+constexpr const char* kInitFrom = "init_from";
+
 /// What the settings are read from: the trainer's options, its training
 /// loader's, and the fingerprints (data::fingerprint()) of its training and
 /// test data.
@@ -36,9 +44,24 @@ void write_run_settings(torch::serialize::OutputArchive& archive,
 /// `path`) and refuses the first that differs from `run`'s, naming it
 /// (TrainerOptions::option_name) with both values and what to resume with.
 /// Settings added to the format later read as what runs did before they
-/// were stored, where a checkpoint predates them.
-void check_run_settings(torch::serialize::InputArchive& archive,
-                        const std::string& path, const RunContext& run);
+/// were stored, where a checkpoint predates them. One difference is allowed:
+/// more epochs than the checkpoint's run was given, where its schedule does
+/// not depend on the run's length (depends_on_length()); with a schedule
+/// that does, the refusal says why and what to do instead. Returns the
+/// checkpoint's epochs (fewer than run.options.epochs() when this run
+/// continues it).
+int64_t check_run_settings(torch::serialize::InputArchive& archive,
+                           const std::string& path, const RunContext& run);
+
+/// Writes `history` under "history" (a count and one archive per entry).
+void write_history(torch::serialize::OutputArchive& archive,
+                   const std::vector<RunHistoryEntry>& history);
+
+/// The history write_history() stored in `archive` (the checkpoint at
+/// `path`), every field checked; empty for a checkpoint written before
+/// checkpoints had one.
+std::vector<RunHistoryEntry> read_history(
+    torch::serialize::InputArchive& archive, const std::string& path);
 
 /// Every setting of the table, in its order: (its name as the messages show
 /// it, name_option(), its value as they show it), e.g. {"--lr", "0.05"} or,

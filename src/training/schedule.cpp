@@ -34,6 +34,10 @@ std::string to_string(Schedule schedule) {
   return schedule_table().name(schedule);
 }
 
+bool depends_on_length(Schedule schedule) {
+  return schedule != Schedule::kConstant;
+}
+
 double learning_rate(Schedule schedule, double peak_lr, int64_t step,
                      int64_t total_steps) {
   TORCH_CHECK(

@@ -12,6 +12,7 @@
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/checkpoint_file.h"
+#include "lamp/training/checkpoint_weights.h"
 #include "platform/archive.h"
 #include "platform/paths.h"
 #include "training/divergence_watch.h"
@@ -26,9 +27,7 @@ using detail::DivergenceWatch;
 using detail::exact;
 using detail::first_non_finite;
 
-// 2: checksummed (checkpoint_file.h), with the run's settings, which a resume
-// must repeat.
-constexpr const char* kFormat = "lamp-classifier-trainer-2";
+using detail::kCheckpointFormat;
 
 NamedOptimizerFactory optimizer_factory(const optim::OptimizerOptions& o) {
   return [o](const NamedParameters& params) {
@@ -73,6 +72,11 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   const auto name = [&](const char* key, const char* library_name) {
     return name_option(o, key, library_name);
   };
+  TORCH_CHECK(
+      o.resume().empty() || o.init_from().empty(),
+      "lamp: ", name("resume", "TrainerOptions::resume"), " and ",
+      name("init_from", "TrainerOptions::init_from"),
+      " exclude each other: the first continues a run (its optimizer, scaler, schedule and position), the second starts a new one from a checkpoint's weights alone; give one of them.");
   TORCH_CHECK(o.epochs() > 0,
               "lamp: ", name("epochs", "TrainerOptions::epochs"),
               " must be positive, got ", o.epochs(), ".");
@@ -150,6 +154,15 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   warmup_steps_left_ = step_->cuda_graph_enabled()
                            ? step_->options().graph_warmup_steps() + 1
                            : 1;
+  if (!o.init_from().empty()) {
+    // After the step converted the model: a half or bf16 run's master
+    // weights get the checkpoint's FP32 values, not the model's rounding.
+    const auto weights = read_checkpoint_weights(o.init_from());
+    load_weights_from_checkpoint(*model_, weights, step_->master_weights());
+    history_ = weights.history;
+    history_.push_back(
+        {detail::kInitFrom, 0, weights.epochs_done, o.epochs(), o.init_from()});
+  }
   if (!o.resume().empty()) {
     load_checkpoint(o.resume());
     if (group) {
@@ -191,7 +204,8 @@ void ClassifierTrainer::check_ranks_agree(
         std::to_string(o.divergence_patience())},
        {name("checkpoint", "TrainerOptions::checkpoint"),
         given(o.checkpoint())},
-       {name("resume", "TrainerOptions::resume"), given(o.resume())}});
+       {name("resume", "TrainerOptions::resume"), given(o.resume())},
+       {name("init_from", "TrainerOptions::init_from"), given(o.init_from())}});
   group.check_same(
       "the trainer's settings", settings,
       "Give every rank the same options and the same data (the fingerprints are of the files' contents).");
@@ -471,7 +485,7 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
       " has inf/NaN values; the previous checkpoint was left as it was.");
   const auto& o = options_;
   torch::serialize::OutputArchive archive;
-  archive.write("format", c10::IValue(std::string(kFormat)));
+  archive.write("format", c10::IValue(std::string(kCheckpointFormat)));
   archive.write("model_name", c10::IValue(model_name_));
   // The settings a resumed run must repeat to continue the same run.
   detail::write_run_settings(
@@ -481,6 +495,7 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
                 c10::IValue(train_loader_.batches_per_epoch()));
   archive.write("next_epoch", c10::IValue(start_epoch_));
   archive.write("global_step", c10::IValue(global_step_));
+  detail::write_history(archive, history_);
   // The data order and augmentation come from (seed, epoch); the global CPU
   // generator (weight init, dropout in users' models) is saved as well.
   archive.write("cpu_rng_state",
@@ -503,8 +518,9 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   };
   const auto format =
       lamp::detail::read_string(archive, "format", where.c_str());
-  TORCH_CHECK(format == kFormat, "lamp: ", path, " is a '", format,
-              "' checkpoint, not one of lamp's trainer ('", kFormat, "').");
+  TORCH_CHECK(format == kCheckpointFormat, "lamp: ", path, " is a '", format,
+              "' checkpoint, not one of lamp's trainer ('", kCheckpointFormat,
+              "').");
   const auto model_name =
       lamp::detail::read_string(archive, "model_name", where.c_str());
   const auto& o = options_;
@@ -518,8 +534,9 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
               " training images but this run's dataset has ",
               train_loader_.size(), "; resume with the same ",
               name_option(o, "data", "training dataset"), ".");
-  detail::check_run_settings(
+  const int64_t checkpoint_epochs = detail::check_run_settings(
       archive, path, {o, train_loader_.options(), train_data_, test_data_});
+  auto history = detail::read_history(archive, path);
   const int64_t batches = train_loader_.batches_per_epoch();
   const auto steps_per_epoch = integer("steps_per_epoch");
   TORCH_CHECK(steps_per_epoch == batches, "lamp: ", path, " was trained with ",
@@ -530,11 +547,12 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   // Written only after complete epochs: the position is (epoch, epoch*steps).
   const auto next_epoch = integer("next_epoch");
   const auto global_step = integer("global_step");
-  TORCH_CHECK(next_epoch >= 1 && next_epoch <= o.epochs() &&
+  TORCH_CHECK(next_epoch >= 1 && next_epoch <= checkpoint_epochs &&
                   global_step == next_epoch * batches,
               "lamp: ", path, " is at epoch ", next_epoch, ", step ",
-              global_step, ", which a run of ", o.epochs(), " epochs of ",
-              batches, " steps cannot reach; the checkpoint is damaged.");
+              global_step, ", which a run of ", checkpoint_epochs,
+              " epochs of ", batches,
+              " steps cannot reach; the checkpoint is damaged.");
   torch::Tensor rng_state;
   try {
     archive.read("cpu_rng_state", rng_state);
@@ -553,6 +571,12 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   generator.set_state(rng_state);
   start_epoch_ = next_epoch;
   global_step_ = global_step;
+  if (checkpoint_epochs < o.epochs()) {
+    // A continuation with more epochs (a constant schedule).
+    history.push_back(
+        {detail::kContinued, next_epoch, checkpoint_epochs, o.epochs(), ""});
+  }
+  history_ = std::move(history);
 }
 
 } // namespace training

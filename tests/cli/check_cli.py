@@ -21,6 +21,11 @@
                                           runs say what they did: bar totals,
                                           evaluation progress, partial epochs,
                                           test subsets, the checkpoint skipped
+  check_cli.py continue TRAIN_MNIST DATA_DIR WORK_DIR
+                                          --resume with more --epochs (a
+                                          constant schedule continues, the
+                                          others are refused), --init-from
+                                          and its usage and model errors
 
 Each check prints what it ran and exits 1 at the first mismatch.
 """
@@ -413,6 +418,84 @@ def smoke(train_mnist, data, work):
     print("  on a terminal: the bar counts to 3, the evaluation has its bar")
 
 
+def expect_runtime_error(args, patterns):
+    """Exit 1 with a 'NAME: error: ...' message matching every pattern."""
+    name = os.path.basename(args[0])
+    r = run(args)
+    if r.returncode != 1 or not r.stderr.startswith(f"{name}: error: "):
+        fail(f"exit {r.returncode}, expected 1 with '{name}: error: ...'; "
+             f"stderr {r.stderr!r}")
+    for pattern in patterns:
+        if not re.search(pattern, r.stderr):
+            fail(f"{r.stderr!r} does not match {pattern!r}")
+    print("  " + r.stderr.strip()[:160])
+
+
+def expect_success(args, patterns):
+    r = run(args)
+    if r.returncode != 0:
+        fail(f"exit {r.returncode}: {r.stderr}")
+    for pattern in patterns:
+        if not re.search(pattern, r.stdout):
+            fail(f"the output does not match {pattern!r}:\n{r.stdout}")
+    return r
+
+
+def continue_and_init_from(train_mnist, data, work):
+    def path(name):
+        p = os.path.join(work, name)
+        if os.path.exists(p):
+            os.remove(p)
+        return p
+
+    base = [train_mnist, "--data", data, "--batch-size", "32", "--no-progress"]
+    constant, onecycle = path("continue_constant.pt"), path("continue_onecycle.pt")
+    # Usage errors: exit 2, one line.
+    expect_usage_error(train_mnist, ["--init-from", onecycle, "--resume", constant],
+                       r"--(init-from excludes --resume|resume excludes --init-from)")
+    expect_usage_error(train_mnist, ["--init-from"], r"--init-from")
+    # A constant schedule continues with more epochs.
+    expect_success(base + ["--epochs", "1", "--schedule", "constant",
+                           "--checkpoint", constant], [r"epoch 1/1"])
+    expect_success(base + ["--epochs", "2", "--schedule", "constant",
+                           "--checkpoint", constant, "--resume", constant],
+                   [r", 2 epochs, resuming at epoch 2 \(continuing the "
+                    r"1-epoch run\)", r"epoch 2/2"])
+    # onecycle cannot: its curve depends on the run's length.
+    expect_success(base + ["--epochs", "1", "--checkpoint", onecycle],
+                   [r"epoch 1/1"])
+    expect_runtime_error(
+        base + ["--epochs", "3", "--resume", onecycle],
+        [r"was trained for 1 epochs with --schedule onecycle, whose learning "
+         r"rates depend on the run's length",
+         r"start a new run with --init-from .*continue_onecycle\.pt",
+         r"or resume with --epochs 1\."])
+    # --init-from: a new run from the weights, in another precision, lr,
+    # schedule and length.
+    expect_success(base + ["--epochs", "2", "--precision", "bf16", "--lr",
+                           "0.01", "--schedule", "cosine", "--init-from",
+                           onecycle],
+                   [r"bf16 on cpu, .*, 2 epochs, from the weights of "
+                    r".*continue_onecycle\.pt", r"epoch 1/2", r"epoch 2/2"])
+    # ... of the same model only, and never written over.
+    expect_runtime_error(
+        base + ["--model", "resnet18", "--epochs", "1", "--init-from", onecycle],
+        [r"holds the weights of another model \('cnn', \d+ tensors\) than "
+         r"this one \(\d+ tensors\): 'conv1\.weight' is \[\d+, 1, 5, 5\] "
+         r"there but \[64, 1, 3, 3\] here",
+         r"Start from a checkpoint of this model"])
+    expect_runtime_error(
+        base + ["--epochs", "1", "--init-from", onecycle, "--checkpoint",
+                onecycle],
+        [r"--checkpoint .*continue_onecycle\.pt and --init-from "
+         r".*continue_onecycle\.pt are the same file"])
+    expect_runtime_error(base + ["--init-from", path("nowhere.pt")],
+                         [r"no checkpoint at .*nowhere\.pt"])
+    for p in (constant, onecycle):
+        os.remove(p)
+    print("  continued, refused, started from weights")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -430,6 +513,8 @@ def main(argv):
         precision(*args)
     elif what == "smoke":
         smoke(*args)
+    elif what == "continue":
+        continue_and_init_from(*args)
     else:
         print(__doc__)
         return 2

@@ -101,6 +101,8 @@ both_refuse different_memory_format "differ in their command-line flags: --chann
   "--epochs 1" "--epochs 1 --channels-last"
 both_refuse checkpoint_on_one_rank "--checkpoint is not given on rank 0 and given on rank 1" \
   "--epochs 1" "--epochs 1 --checkpoint $work/rank1.pt"
+both_refuse init_from_on_one_rank "--init-from is not given on rank 0 and given on rank 1" \
+  "--epochs 1" "--epochs 1 --init-from $work/rank1-weights.pt"
 # Data of the same size but other contents (another node's files at the
 # same path), found by the trainer's fingerprints of the data.
 both_refuse different_data "the ranks differ in the trainer's settings: training data is 200 images 1x28x28, labels crc32 [0-9a-f]+, images crc32 [0-9a-f]+ on rank 0 and 200 images 1x28x28, labels crc32 [0-9a-f]+, images crc32 [0-9a-f]+ on rank 1" \

@@ -17,6 +17,10 @@ exits 1 when it does not.
   check_model NAME STATE IO   bench/peer_pytorch.py's model NAME loads the
                            state_dict STATE (strict); in eval mode its output
                            on IO's "input" matches IO's "output"
+  check_custom STATE IO    CustomTree (tests/custom_tree.h's twin) loads the
+                           state_dict STATE (strict) whose keys are its
+                           state_dict's in its order; in eval mode its output
+                           on IO's "input" matches IO's "output"
 """
 
 import json
@@ -125,6 +129,56 @@ def check_model(name, state_path, io_path):
     print("%s: max |python - lamp| = %g" % (name, (output - expected).abs().max().item()))
 
 
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(4))
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 4),
+                                        torch.nn.BatchNorm1d(4))
+        self.register_buffer("offset", torch.zeros(4))
+
+    def forward(self, x):
+        return x * self.scale + self.body(x) + self.offset
+
+
+class CustomTree(torch.nn.Module):
+    """tests/custom_tree.h's CustomTree, written as a Python user would."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Linear(3, 4)
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.heads = torch.nn.ModuleDict({
+            "main": torch.nn.Linear(4, 2),
+            "aux": torch.nn.Linear(4, 3, bias=False)})
+        self.norm = torch.nn.BatchNorm1d(4, track_running_stats=False)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        x = self.norm(x)
+        return torch.cat([self.heads["main"](x), self.heads["aux"](x)], 1)
+
+
+def check_custom(state_path, io_path):
+    state = torch.load(state_path)
+    model = CustomTree()
+    if list(state) != list(model.state_dict()):
+        fail("keys %s, Python's state_dict has %s"
+             % (list(state), list(model.state_dict())))
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    io = torch.load(io_path)
+    with torch.no_grad():
+        output = model(io["input"])
+    if not torch.allclose(output, io["output"], rtol=1e-5, atol=1e-5):
+        fail("custom tree: max |python - lamp| = %g"
+             % (output - io["output"]).abs().max().item())
+    print("custom tree: %d keys, max |python - lamp| = %g"
+          % (len(state), (output - io["output"]).abs().max().item()))
+
+
 def main(argv):
     commands = {
         "write_scaler": (write_scaler, 1),
@@ -132,6 +186,7 @@ def main(argv):
         "check_scaler": (check_scaler, 2),
         "check_loads": (check_loads, 2),
         "check_model": (check_model, 3),
+        "check_custom": (check_custom, 2),
     }
     if len(argv) < 2 or argv[1] not in commands or \
             len(argv) - 2 != commands[argv[1]][1]:

@@ -58,6 +58,47 @@ c10::Dict<std::string, torch::Tensor> python_state_dict(
     const torch::nn::Module& model, const std::string& model_name,
     const StateDictOptions& options = {});
 
+/// `module`'s parameters and buffers as Python's `module.state_dict()` gives
+/// them for the same module tree, for any torch::nn::Module (a user's own,
+/// or lamp's): the keys are the registered names joined with dots, in
+/// Python's order (each module's parameters, then its buffers, then its
+/// children, recursively, in registration order), on the CPU, detached and
+/// contiguous. LibTorch's containers name their children as Python's do
+/// (Sequential and ModuleList "0", "1", ...; ModuleDict its keys), and its
+/// layers register the parameters and buffers Python's have, in the same
+/// order (BatchNorm: weight, bias, running_mean, running_var,
+/// num_batches_tracked); an undefined tensor (Linear without bias,
+/// BatchNorm without running statistics) is left out, as Python leaves out
+/// its None. A custom module's keys are the names it registers: give
+/// register_module/register_parameter/register_buffer the Python attribute
+/// names, in the order Python's `__init__` assigns them. All of LibTorch's
+/// buffers are persistent (it has no `persistent=False`). A model wrapped
+/// by network_to_half() is unwrapped.
+///
+/// Example:
+/// \code
+///   struct NetImpl : torch::nn::Module {
+///     NetImpl() {
+///       features = register_module("features", torch::nn::Sequential(
+///           torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8)));
+///       head = register_module("head", torch::nn::Linear(8, 2));
+///     }
+///     torch::nn::Sequential features{nullptr};
+///     torch::nn::Linear head{nullptr};
+///   };
+///   // keys: features.0.weight, features.0.bias, features.1.weight, ...,
+///   // features.1.num_batches_tracked, head.weight, head.bias
+///   lamp::models::export_state_dict(*net, "net.pt");
+/// \endcode
+c10::Dict<std::string, torch::Tensor> python_state_dict(
+    const torch::nn::Module& module, const StateDictOptions& options = {});
+
+/// Writes python_state_dict(module, options) to `path` in the format of
+/// Python's `torch.save`, atomically; in Python, `net.load_state_dict(
+/// torch.load(path))` into the same module tree (strict).
+void export_state_dict(const torch::nn::Module& module, const std::string& path,
+                       const StateDictOptions& options = {});
+
 /// Writes python_state_dict() to `path` in the format of Python's
 /// `torch.save`, atomically (save_pickle(): a failed write leaves
 /// `path` as it was).

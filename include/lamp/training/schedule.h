@@ -33,6 +33,15 @@ Schedule parse_schedule(const std::string& name);
 /// "onecycle".
 std::string to_string(Schedule schedule);
 
+/// Whether the schedule's learning rates depend on the run's total steps:
+/// true for cosine and onecycle, whose curves stretch with the run, false for
+/// constant. A finished run of a schedule that depends on its length cannot
+/// be continued with more epochs: the longer run's curve is another one, so
+/// the learning rate would jump where the first run stopped
+/// (ClassifierTrainer; start a new run from the weights with
+/// TrainerOptions::init_from instead).
+bool depends_on_length(Schedule schedule);
+
 /// The learning rate at `step` (0-based) of `total_steps` for a peak of
 /// `peak_lr`.
 double learning_rate(Schedule schedule, double peak_lr, int64_t step,

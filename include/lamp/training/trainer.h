@@ -84,8 +84,19 @@ struct TrainerOptions {
   /// trainer's lifetime, and checked (folder writable, not a device or FIFO)
   /// before training.
   TORCH_ARG(std::string, checkpoint) = "";
-  /// Resume from this checkpoint; empty = start fresh.
+  /// Resume from this checkpoint; empty = start fresh. The run repeats the
+  /// checkpoint's settings, except that it may give more `epochs` where the
+  /// schedule allows it (Schedule::kConstant, see depends_on_length()):
+  /// the finished run then continues, recorded in history().
   TORCH_ARG(std::string, resume) = "";
+  /// Start a new run from this checkpoint's weights alone (fine-tuning):
+  /// the parameters and buffers, from the FP32 master weights where that
+  /// run kept them, but no optimizer state, scaler or position, so the
+  /// schedule, learning rate, epochs and even the precision are this run's
+  /// own (load_weights_from_checkpoint(); the model must have the same
+  /// tensors, by name and shape). Empty = the model's own initialisation.
+  /// Excludes `resume`.
+  TORCH_ARG(std::string, init_from) = "";
   /// Abort when this many consecutive optimizer steps were skipped for
   /// non-finite gradients, or the loss stayed non-finite this long, counted
   /// across epochs. (An epoch whose mean loss or weights are not finite ends
@@ -99,9 +110,10 @@ struct TrainerOptions {
   /// the checkpoint. Before anything is broadcast, the ranks compare their
   /// settings (those a checkpoint stores, the data's fingerprints, the
   /// evaluation batch size, max_steps, limit_eval_batches, whether a
-  /// checkpoint and a resume are given) and, after a resume, the epoch and
-  /// step they resume at; a difference stops every rank naming it with each
-  /// rank's value. nullptr or a one-process group: a single process.
+  /// checkpoint, a resume and an init_from are given) and, after a resume,
+  /// the epoch and step they resume at; a difference stops every rank naming
+  /// it with each rank's value. nullptr or a one-process group: a single
+  /// process.
   TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>,
             process_group) = nullptr;
   /// How the trainer's messages name a setting, given its key ("lr",
@@ -116,6 +128,25 @@ struct TrainerOptions {
 /// `library_name` when it is unset.
 std::string name_option(const TrainerOptions& options, const std::string& key,
                         const std::string& library_name);
+
+/// One change of course in a run's life, as its checkpoints record it
+/// (ClassifierTrainer::history()), oldest first.
+struct RunHistoryEntry {
+  /// "continued": resumed with more epochs than it was given (a constant
+  /// schedule); "init_from": started from the weights of another run's
+  /// checkpoint (TrainerOptions::init_from).
+  std::string kind;
+  /// Complete epochs when it happened: where the continuation began; 0 for
+  /// "init_from".
+  int64_t at_epoch = 0;
+  /// "continued": the epochs the run was given before; "init_from": the
+  /// complete epochs of the run whose weights it started from.
+  int64_t previous_epochs = 0;
+  /// The epochs the run was given from then on.
+  int64_t epochs = 0;
+  /// "init_from": the checkpoint's path as given; empty otherwise.
+  std::string source;
+};
 
 /// What one epoch did.
 struct EpochStats {
@@ -262,7 +293,8 @@ class DivergenceWatch;
 /// untouched, and a checkpoint with non-finite weights is never written.
 ///
 /// Resuming checks the checkpoint's checksum and that this run repeats its
-/// model, dataset size, precision, optimizer, batch size, epochs, learning
+/// model, dataset size, precision, optimizer, batch size, epochs (more are
+/// allowed with a constant schedule: the run continues), learning
 /// rate, schedule, momentum, weight decay, no-bias-decay, accumulation steps
 /// and seed, and (where the checkpoint stores them: older ones did not)
 /// max_grad_norm, nesterov, skip_non_finite, force_loss_scaling, tf32, the
@@ -270,8 +302,11 @@ class DivergenceWatch;
 /// num_shards, and the training and test data themselves
 /// (data::fingerprint()); an error names the differing setting, through
 /// TrainerOptions::option_name. Then it checks every tensor's shape and
-/// dtype (TrainStep::load), before anything changes. A checkpoint of a finished run resumes with
-/// start_epoch() == epochs: fit() then trains nothing.
+/// dtype (TrainStep::load), before anything changes. A checkpoint of a
+/// finished run resumes with start_epoch() == epochs: fit() then trains
+/// nothing. TrainerOptions::init_from starts a new run from a checkpoint's
+/// weights instead (load_weights_from_checkpoint()), after the step has
+/// converted the model, so that the master weights get the FP32 values.
 ///
 /// Thread safety: one thread at a time per trainer (its TrainStep refuses a
 /// step from a second thread while one runs); different trainers on
@@ -308,6 +343,10 @@ class ClassifierTrainer {
 
   /// The first epoch fit() will run (0-based; > 0 after resuming).
   int64_t start_epoch() const { return start_epoch_; }
+  /// The run's history: what the resumed checkpoint recorded, with an entry
+  /// added when this run continues it with more epochs or starts from
+  /// another run's weights; written into every checkpoint.
+  const std::vector<RunHistoryEntry>& history() const { return history_; }
   /// The TrainStep that runs each step: its optimizer, scaler and master
   /// weights.
   TrainStep& train_step() { return *step_; }
@@ -335,6 +374,7 @@ class ClassifierTrainer {
   int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
+  std::vector<RunHistoryEntry> history_;
   // data::fingerprint() of the training and test data, stored in
   // checkpoints and checked on resume.
   std::string train_data_;

@@ -1,0 +1,85 @@
+#pragma once
+
+/// \file
+/// The weights of a ClassifierTrainer checkpoint, for a new run that starts
+/// from them: fine-tuning with another schedule, learning rate, number of
+/// epochs or precision (TrainerOptions::init_from).
+
+#include <torch/nn/module.h>
+#include <torch/ordered_dict.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lamp/training/trainer.h"
+
+namespace lamp {
+
+class MasterWeights;
+
+namespace training {
+
+/// What read_checkpoint_weights() finds in a checkpoint.
+struct CheckpointWeights {
+  /// The checkpoint's path, as given (for messages).
+  std::string path;
+  /// The model name the checkpoint's run was given
+  /// (ClassifierTrainer's `model_name`).
+  std::string model_name;
+  /// The complete epochs that run had trained.
+  int64_t epochs_done = 0;
+  /// That run's history (ClassifierTrainer::history()).
+  std::vector<RunHistoryEntry> history;
+  /// Every parameter and buffer by its name in the model
+  /// ("layer1.0.bn1.running_mean"), in the model's order, on the CPU. A
+  /// parameter the run kept FP32 master weights for (precision half or
+  /// bf16) is its master value, not the FP16/BF16 model copy, which is the
+  /// master rounded.
+  torch::OrderedDict<std::string, torch::Tensor> tensors;
+};
+
+/// Reads the weights of the checkpoint at `path`, written by
+/// ClassifierTrainer::save_checkpoint(): its checksum and format are checked,
+/// and nothing but the weights is taken (no optimizer state, scaler,
+/// position or settings).
+CheckpointWeights read_checkpoint_weights(const std::string& path);
+
+/// Loads the weights of the checkpoint at `path` into `model`, for a new run
+/// that starts from them:
+///  1. read_checkpoint_weights(path);
+///  2. every parameter and buffer of `model` must be in the checkpoint with
+///     its shape, and every tensor of the checkpoint in `model`; otherwise
+///     an error lists the first differences (a tensor missing on either
+///     side, another shape: another model, or the same one built for other
+///     data) and nothing is changed;
+///  3. each tensor is copied into the model's, cast to its dtype and device
+///     (FP16/BF16 for a converted model);
+///  4. with `master` (TrainStep::master_weights() of a converted model),
+///     each parameter's FP32 master gets the checkpoint's FP32 value as it
+///     is, unrounded.
+///
+/// Example:
+/// \code
+///   auto model = lamp::models::make_resnet("resnet18");
+///   lamp::training::load_weights_from_checkpoint(*model, "pretrained.pt");
+/// \endcode
+///
+/// \warning A model converted by network_to_half() before this call gets the
+/// rounded values only; give its TrainStep's master weights as `master`
+/// (ClassifierTrainer does this for TrainerOptions::init_from), or load
+/// before converting it.
+void load_weights_from_checkpoint(torch::nn::Module& model,
+                                  const std::string& path,
+                                  MasterWeights* master = nullptr);
+
+/// Steps 2 to 4 of load_weights_from_checkpoint() with weights already read
+/// by read_checkpoint_weights(): one read for several models, or a look at
+/// the checkpoint's epochs and history first.
+void load_weights_from_checkpoint(torch::nn::Module& model,
+                                  const CheckpointWeights& weights,
+                                  MasterWeights* master = nullptr);
+
+} // namespace training
+} // namespace lamp

@@ -1,0 +1,184 @@
+#include "lamp/training/checkpoint_weights.h"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "lamp/amp/master_weights.h"
+#include "lamp/platform/checkpoint_file.h"
+#include "platform/archive.h"
+#include "platform/paths.h"
+#include "training/run_settings.h"
+
+namespace lamp {
+namespace training {
+namespace {
+
+constexpr const char* kCaller = "lamp::training::load_weights_from_checkpoint";
+// The differences an error lists before "and N more".
+constexpr size_t kListed = 5;
+
+// The tensors of a Module::save() archive by dotted name, in the order they
+// were written (each module's parameters, its buffers, then its children).
+// Values that are neither tensors nor modules (none today) are passed over.
+void flatten(torch::serialize::InputArchive& archive, const std::string& prefix,
+             torch::OrderedDict<std::string, torch::Tensor>& out,
+             const char* where) {
+  for (const auto& key : archive.keys()) {
+    c10::IValue value;
+    if (!archive.try_read(key, value)) {
+      continue;
+    }
+    if (value.isTensor()) {
+      out.insert(prefix + key, value.toTensor());
+    } else if (value.isObject()) {
+      torch::serialize::InputArchive child;
+      lamp::detail::read_archive(archive, key, child, where);
+      flatten(child, prefix + key + ".", out, where);
+    }
+  }
+}
+
+// The master weights the run saved, by parameter name (TrainStep names them).
+std::unordered_map<std::string, torch::Tensor> read_masters(
+    torch::serialize::InputArchive& step_archive, const char* where) {
+  std::unordered_map<std::string, torch::Tensor> masters;
+  torch::serialize::InputArchive archive;
+  if (!step_archive.try_read("master_weights", archive)) {
+    return masters; // a run without master weights (fp32, tf32, amp)
+  }
+  const auto keyed_by = lamp::detail::read_string(archive, "keyed_by", where);
+  TORCH_CHECK(keyed_by == "name", where, ": the master weights are keyed by '",
+              keyed_by, "', not by name; the checkpoint is damaged.");
+  for (const auto& key : archive.keys()) {
+    c10::IValue value;
+    if (archive.try_read(key, value) && value.isTensor()) {
+      masters.emplace(key, value.toTensor());
+    }
+  }
+  return masters;
+}
+
+std::string shape(const torch::Tensor& tensor) {
+  return c10::str(tensor.sizes());
+}
+
+} // namespace
+
+CheckpointWeights read_checkpoint_weights(const std::string& path) {
+  TORCH_CHECK(lamp::detail::path_kind(path) != lamp::detail::PathKind::kMissing,
+              "lamp: no checkpoint at ", path, " to load weights from.");
+  torch::serialize::InputArchive archive;
+  load_checked_archive(archive, path);
+  const std::string where_text = "lamp: " + path;
+  const char* where = where_text.c_str();
+  const auto format = lamp::detail::read_string(archive, "format", where);
+  TORCH_CHECK(format == detail::kCheckpointFormat, "lamp: ", path, " is a '",
+              format, "' checkpoint, not one of lamp's trainer ('",
+              detail::kCheckpointFormat, "').");
+  CheckpointWeights weights;
+  weights.path = path;
+  weights.model_name = lamp::detail::read_string(archive, "model_name", where);
+  weights.epochs_done = lamp::detail::read_int(archive, "next_epoch", where);
+  weights.history = detail::read_history(archive, path);
+  torch::serialize::InputArchive step_archive;
+  lamp::detail::read_archive(archive, "train_step", step_archive, where);
+  torch::serialize::InputArchive model_archive;
+  lamp::detail::read_archive(step_archive, "model", model_archive, where);
+  torch::OrderedDict<std::string, torch::Tensor> saved;
+  flatten(model_archive, "", saved, where);
+  const auto masters = read_masters(step_archive, where);
+  for (const auto& item : saved) {
+    const auto master = masters.find(item.key());
+    const auto& value = master != masters.end() ? master->second : item.value();
+    if (master != masters.end()) {
+      TORCH_CHECK(master->second.sizes() == item.value().sizes(),
+                  "lamp: ", path, ": the master weight of '", item.key(),
+                  "' has shape ", shape(master->second), " but the parameter ",
+                  shape(item.value()), "; the checkpoint is damaged.");
+    }
+    weights.tensors.insert(item.key(), value.detach().to(torch::kCPU));
+  }
+  return weights;
+}
+
+void load_weights_from_checkpoint(torch::nn::Module& model,
+                                  const CheckpointWeights& weights,
+                                  MasterWeights* master) {
+  // Every tensor of the model, in its order; every difference, listed.
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().defined()) {
+      targets.emplace_back(item.key(), item.value());
+    }
+  }
+  for (const auto& item : model.named_buffers()) {
+    if (item.value().defined()) {
+      targets.emplace_back(item.key(), item.value());
+    }
+  }
+  std::vector<std::string> differences;
+  std::unordered_map<std::string, bool> in_model;
+  for (const auto& target : targets) {
+    in_model.emplace(target.first, true);
+    const auto* saved = weights.tensors.find(target.first);
+    if (saved == nullptr) {
+      differences.push_back("'" + target.first + "' " + shape(target.second) +
+                            " is not in the checkpoint");
+    } else if (saved->sizes() != target.second.sizes()) {
+      differences.push_back("'" + target.first + "' is " + shape(*saved) +
+                            " there but " + shape(target.second) + " here");
+    }
+  }
+  for (const auto& item : weights.tensors) {
+    if (in_model.count(item.key()) == 0) {
+      differences.push_back("'" + item.key() + "' " + shape(item.value()) +
+                            " is not in this model");
+    }
+  }
+  if (!differences.empty()) {
+    std::string listed;
+    for (size_t i = 0; i < differences.size() && i < kListed; ++i) {
+      listed += (i == 0 ? "" : "; ") + differences[i];
+    }
+    if (differences.size() > kListed) {
+      listed +=
+          "; and " + std::to_string(differences.size() - kListed) + " more";
+    }
+    TORCH_CHECK(
+        false, "lamp: ", weights.path, " holds the weights of another ",
+        "model ('", weights.model_name, "', ", weights.tensors.size(),
+        " tensors) than this one (", targets.size(), " tensors): ", listed,
+        ". Start from a checkpoint of this model (the same model, built "
+        "for data of the same channels and classes).");
+  }
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> master_of;
+  if (master != nullptr) {
+    const auto& models = master->model_params();
+    const auto& masters = master->master_params();
+    for (size_t i = 0; i < models.size() && i < masters.size(); ++i) {
+      master_of.emplace(models[i].unsafeGetTensorImpl(), masters[i]);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& target : targets) {
+    const auto& saved = weights.tensors[target.first];
+    target.second.copy_(saved);
+    const auto found = master_of.find(target.second.unsafeGetTensorImpl());
+    if (found != master_of.end()) {
+      found->second.copy_(saved);
+    }
+  }
+}
+
+void load_weights_from_checkpoint(torch::nn::Module& model,
+                                  const std::string& path,
+                                  MasterWeights* master) {
+  load_weights_from_checkpoint(model, read_checkpoint_weights(path), master);
+}
+
+} // namespace training
+} // namespace lamp

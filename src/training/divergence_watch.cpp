@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <utility>
 
 namespace lamp {
 namespace training {
@@ -10,9 +11,10 @@ namespace detail {
 
 DivergenceWatch::DivergenceWatch(const torch::Device& device,
                                  const TrainerOptions& options,
-                                 const GradScaler& scaler)
+                                 const GradScaler& scaler, Locate locate)
     : options_(options),
       scaler_(scaler),
+      locate_(std::move(locate)),
       patience_(options.divergence_patience()) {
   const auto on_device = torch::TensorOptions().device(device);
   consecutive_skips_ = torch::zeros({}, on_device.dtype(torch::kFloat));
@@ -91,6 +93,8 @@ void DivergenceWatch::check_test_loss(int64_t epoch, double test_loss) const {
 }
 
 void DivergenceWatch::check_skip_run(int64_t epoch) const {
+  // Where the count is read anyway (see check_min_scale_patience()).
+  scaler_.check_min_scale_patience();
   if (longest_skip_run_.item<float>() >= patience_) {
     diverged(
         epoch,
@@ -109,8 +113,9 @@ std::string DivergenceWatch::lower_lr() const {
 void DivergenceWatch::diverged(int64_t epoch, const std::string& why,
                                const std::string& fix) const {
   const auto& checkpoint = options_.checkpoint();
+  const auto where = locate_ ? locate_() : std::string();
   TORCH_CHECK(false, "lamp: training diverged in epoch ", epoch + 1, ": ", why,
-              ". ", fix,
+              where.empty() ? std::string() : " (" + where + ")", ". ", fix,
               checkpoint.empty()
                   ? std::string()
                   : " The checkpoint " + checkpoint + " was left as it was.");

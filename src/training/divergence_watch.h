@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "lamp/amp/train_step.h"
@@ -24,10 +25,13 @@ namespace detail {
 
 class DivergenceWatch {
  public:
-  /// Counters on `device`; messages name settings through `options` and
-  /// quote `scaler`'s scale.
+  /// Names the first module with inf/NaN, as a phrase, or "" when unknown.
+  using Locate = std::function<std::string()>;
+
+  /// Counters on `device`; messages name settings through `options`, quote
+  /// `scaler`'s scale and add what `locate` (optional) finds.
   DivergenceWatch(const torch::Device& device, const TrainerOptions& options,
-                  const GradScaler& scaler);
+                  const GradScaler& scaler, Locate locate = nullptr);
 
   /// Starts an epoch's counts (skipped steps).
   void begin_epoch();
@@ -62,6 +66,7 @@ class DivergenceWatch {
 
   const TrainerOptions& options_;
   const GradScaler& scaler_;
+  Locate locate_;
   int64_t patience_;
   torch::Tensor consecutive_skips_; // FP32 counters: a step's flag is FP32
   torch::Tensor longest_skip_run_;

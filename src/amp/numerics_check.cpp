@@ -295,6 +295,9 @@ std::string NumericsFinding::to_string() const {
     out << "the gradient of parameter '"
         << (module.empty() ? parameter : module + "." + parameter) << "' ("
         << module_type << ")";
+  } else if (module_type.empty() && backward) {
+    out << "the gradient at " << op
+        << " (an op whose forward ran before the observation)";
   } else if (module_type.empty()) {
     out << "the " << op
         << " (the model's input, before any module with parameters)";

@@ -101,8 +101,9 @@ void add_records(Observation& obs, const c10::IValue& value, bool backward,
     }
     auto m = max_abs_of(t);
     if (m.defined()) {
-      obs.records.push_back(
-          {backward, module, in_module, op, t.scalar_type(), std::move(m)});
+      obs.records.push_back({backward, module, in_module, op, t.scalar_type(),
+                             std::move(m),
+                             /*parameter=*/""});
     }
   };
   if (value.isTensor()) {
@@ -196,7 +197,8 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
         if (m.defined()) {
           active->records.push_back(
               {false, -1, false, std::string("input of ") + fn.name(),
-               input.toTensor().scalar_type(), std::move(m)});
+               input.toTensor().scalar_type(), std::move(m),
+               /*parameter=*/""});
         }
       }
     }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "lamp/amp/train_step.h"
@@ -79,6 +80,19 @@ class DivergenceWatch {
 /// The first parameter or floating-point buffer of `model` with inf/NaN
 /// values, as "parameter 'fc.weight'", or "" when all are finite.
 std::string first_non_finite(const torch::nn::Module& model);
+
+/// The first module with inf/NaN in `images`/`labels`' forward (through
+/// `step`'s input cast and autocast, the cross-entropy loss, scaled where
+/// `step` scales it) and backward, found by a NumericsCheck as step
+/// `step_number` (NumericsFinding::to_string()), or "" when none is found or
+/// the pass fails. Nothing is applied twice: no optimizer step, the backward
+/// accumulates into fresh gradients and the step's own gradient tensors are
+/// put back, and the buffers (BatchNorm's running statistics) are restored.
+std::string rerun_under_check(
+    const std::shared_ptr<torch::nn::Module>& model, TrainStep& step,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+    const torch::Tensor& images, const torch::Tensor& labels,
+    int64_t step_number, bool loss_scaled);
 
 /// lamp::detail::exact (platform/number_text.h), as the trainer's code
 /// names it.

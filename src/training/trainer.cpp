@@ -288,12 +288,11 @@ void ClassifierTrainer::train_epoch(
     };
     if (numerics_) {
       // Stops at the first module with inf/NaN; an overflow under loss
-      // scaling (the scaler skips the step) is kept for the messages.
+      // scaling (the scaler skips the step) is kept for the messages while
+      // it is the latest step's.
       auto finding =
           numerics_->observe(global_step_ + 1, run_step, loss_scaled());
-      if (finding) {
-        last_finding_ = std::move(finding);
-      }
+      last_finding_ = std::move(finding); // the latest step's, or none
     } else {
       run_step();
     }
@@ -393,56 +392,12 @@ std::string ClassifierTrainer::locate_numerics() {
   if (!last_images_.defined() || (group && group->is_distributed())) {
     return ""; // a backward on one rank alone would wait for the others
   }
-  // The last batch's forward and backward again, under the check: no
-  // optimizer step, and the gradients and buffers (BatchNorm's running
-  // statistics) put back as they were, so that nothing is applied twice.
-  // The backward accumulates into fresh gradients: the step's own tensors
-  // (which CUDA graphs and the optimizer hold) are set aside untouched.
-  std::vector<torch::Tensor> grads;
-  const auto params = model_->parameters();
-  for (auto p : params) {
-    grads.push_back(p.grad());
-    p.mutable_grad() = torch::Tensor();
-  }
-  std::vector<torch::Tensor> buffers;
-  {
-    torch::NoGradGuard no_grad;
-    for (const auto& b : model_->buffers()) {
-      buffers.push_back(b.defined() ? b.clone() : b);
-    }
-  }
-  c10::optional<NumericsFinding> finding;
-  try {
-    NumericsCheck check(model_, NumericsCheckOptions().stop(false));
-    finding = check.observe(
-        global_step_,
-        [&] {
-          auto loss = F::cross_entropy(
-              step_->forward(forward_, last_images_).to(torch::kFloat),
-              last_labels_);
-          auto& scaler = step_->scaler();
-          (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
-        },
-        loss_scaled());
-  } catch (const std::exception&) {
-    // The divergence error is the one to report; this was only a pointer.
-  }
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto param = params[i];
-      param.mutable_grad() = grads[i];
-    }
-    auto live = model_->buffers();
-    for (size_t i = 0; i < live.size(); ++i) {
-      if (live[i].defined()) {
-        live[i].copy_(buffers[i]);
-      }
-    }
-  }
-  return finding ? "re-running the last batch under the numerics check: " +
-                       finding->to_string()
-                 : "";
+  const auto finding =
+      detail::rerun_under_check(model_, *step_, forward_, last_images_,
+                                last_labels_, global_step_, loss_scaled());
+  return finding.empty()
+             ? ""
+             : "re-running the last batch under the numerics check: " + finding;
 }
 
 void ClassifierTrainer::end_epoch(const EpochStats& stats) {

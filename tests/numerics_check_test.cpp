@@ -152,7 +152,7 @@ TEST(NumericsCheck, NamesTheModuleWhoseGradientHoldsInf) {
 }
 
 // A parameter's own gradient, made non-finite by a hook on it, is named by
-// the parameter.
+// its module (and, where the observers cannot see it, by the parameter).
 TEST(NumericsCheck, NamesTheModuleWhoseParameterGradientHoldsInf) {
   torch::manual_seed(0);
   Net net;
@@ -166,11 +166,23 @@ TEST(NumericsCheck, NamesTheModuleWhoseParameterGradientHoldsInf) {
   ASSERT_TRUE(finding);
   EXPECT_TRUE(finding->backward);
   EXPECT_EQ(finding->module, "head");
-  EXPECT_EQ(finding->parameter, "weight");
-  EXPECT_NE(finding->to_string().find("step 1, backward: the gradient of "
-                                      "parameter 'head.weight' ("),
-            std::string::npos)
-      << finding->to_string();
+  // LibTorch 2.x runs the hook before the engine's observers see the
+  // gradient (AccumulateGrad's input); 1.13 after it, where the check reads
+  // the gradient from the parameter after the step.
+  const auto text = finding->to_string();
+  if (finding->parameter.empty()) {
+    EXPECT_NE(finding->op.find("AccumulateGrad"), std::string::npos) << text;
+    EXPECT_NE(text.find("step 1, backward: the gradient of the parameters of "
+                        "module 'head' ("),
+              std::string::npos)
+        << text;
+  } else {
+    EXPECT_EQ(finding->parameter, "weight");
+    EXPECT_NE(text.find("step 1, backward: the gradient of parameter "
+                        "'head.weight' ("),
+              std::string::npos)
+        << text;
+  }
 }
 
 // A NaN made by a parameter-free op is reported after the module that ran

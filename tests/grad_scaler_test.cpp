@@ -319,6 +319,101 @@ TEST(GradScaler, SaveLoadKeepsThePendingOverflowCount) {
   EXPECT_EQ(original.get_scale(), 32.0);
 }
 
+// min_scale_patience: overflows that meet the scale at min_scale are counted
+// (finite steps in between do not reset the count); the patience-th stops
+// with advice; the count resets only when the scale grows above min_scale.
+TEST(GradScaler, StopsWhenTheScaleIsStuckAtItsMinimum) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions()
+                              .init_scale(4)
+                              .min_scale(2)
+                              .growth_interval(2)
+                              .min_scale_patience(3));
+  Rig rig;
+  scripted_step(scaler, rig, kInf); // 4 -> 2: not yet at the minimum
+  EXPECT_EQ(scaler.get_scale(), 2.0);
+  EXPECT_EQ(scaler.min_scale_overflows(), 0);
+  scripted_step(scaler, rig, kInf); // at 2: 1
+  scripted_step(scaler, rig, 1.0f); // finite: the count stays
+  EXPECT_EQ(scaler.min_scale_overflows(), 1);
+  scripted_step(scaler, rig, kNaN); // 2
+  EXPECT_EQ(scaler.min_scale_overflows(), 2);
+  const auto message =
+      lamp_test::error_of([&] { scripted_step(scaler, rig, kInf); });
+  for (const char* part :
+       {"loss scale is stuck at its minimum (min_scale=2)",
+        "3 steps overflowed", "min_scale_patience=3", "amp-bf16",
+        "lower the learning rate", "--max-grad-norm"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << message;
+  }
+  EXPECT_EQ(scaler.min_scale_overflows(), 3);
+}
+
+TEST(GradScaler, MinScaleCountResetsWhenTheScaleGrows) {
+  lamp::GradScaler scaler(lamp::GradScalerOptions()
+                              .init_scale(2)
+                              .min_scale(2)
+                              .growth_interval(2)
+                              .min_scale_patience(3));
+  Rig rig;
+  scripted_step(scaler, rig, kInf);
+  scripted_step(scaler, rig, kInf);
+  EXPECT_EQ(scaler.min_scale_overflows(), 2);
+  scripted_step(scaler, rig, 1.0f);
+  scripted_step(scaler, rig, 1.0f); // grows to 4: the count resets
+  EXPECT_EQ(scaler.get_scale(), 4.0);
+  EXPECT_EQ(scaler.min_scale_overflows(), 0);
+  scripted_step(scaler, rig, kInf); // 4 -> 2
+  scripted_step(scaler, rig, kInf); // 1
+  scripted_step(scaler, rig, kInf); // 2: still under the patience
+  EXPECT_EQ(scaler.min_scale_overflows(), 2);
+}
+
+TEST(GradScaler, MinScalePatienceZeroNeverStops) {
+  for (double min_scale : {0.0, 2.0}) {
+    lamp::GradScaler scaler(
+        lamp::GradScalerOptions().init_scale(2).min_scale(min_scale));
+    EXPECT_EQ(scaler.options().min_scale_patience(), 0);
+    Rig rig;
+    for (int i = 0; i < 50; ++i) {
+      EXPECT_FALSE(scripted_step(scaler, rig, kInf));
+    }
+    EXPECT_EQ(scaler.min_scale_overflows(), 0);
+    EXPECT_NO_THROW(scaler.check_min_scale_patience());
+  }
+  EXPECT_THROW(
+      lamp::GradScaler(lamp::GradScalerOptions().min_scale_patience(-1)),
+      c10::Error);
+}
+
+TEST(GradScaler, SaveLoadKeepsTheMinScaleCount) {
+  const auto options =
+      lamp::GradScalerOptions().init_scale(2).min_scale(2).min_scale_patience(
+          3);
+  lamp::GradScaler original(options);
+  Rig rig;
+  scripted_step(original, rig, kInf);
+  scripted_step(original, rig, kInf);
+  ASSERT_EQ(original.min_scale_overflows(), 2);
+  const auto state = original.state_dict();
+  EXPECT_EQ(state.at("_min_scale_overflows").toInt(), 2);
+  EXPECT_EQ(state.at("min_scale_patience").toInt(), 3);
+  std::stringstream stream;
+  {
+    torch::serialize::OutputArchive archive;
+    original.save(archive);
+    archive.save_to(stream);
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from(stream);
+  // Patience from the archive, over a scaler made without it.
+  lamp::GradScaler restored(lamp::GradScalerOptions().init_scale(2));
+  restored.load(archive);
+  EXPECT_EQ(restored.min_scale_overflows(), 2);
+  EXPECT_EQ(restored.options().min_scale_patience(), 3);
+  Rig r;
+  EXPECT_THROW(scripted_step(restored, r, kInf), c10::Error);
+}
+
 TEST(GradScaler, LoadAcceptsPythonIntegersAndRejectsInvalidState) {
   auto archive_with = [](double scale, c10::IValue growth_factor,
                          int64_t interval) {
@@ -499,11 +594,14 @@ TEST(GradScaler, StateDictHasPythonsKeysAndTypes) {
   EXPECT_EQ(state.at("growth_interval").toInt(), 2000);
   EXPECT_EQ(state.at("_growth_tracker").toInt(), 1);
 
-  for (const auto& options : {lamp::GradScalerOptions().hysteresis(2),
-                              lamp::GradScalerOptions().min_scale(1),
-                              lamp::GradScalerOptions().max_scale(1 << 20),
-                              lamp::GradScalerOptions().dynamic(false)}) {
-    EXPECT_EQ(lamp::GradScaler(options).state_dict().size(), 10u);
+  for (const auto& options :
+       {lamp::GradScalerOptions().hysteresis(2),
+        lamp::GradScalerOptions().min_scale(1),
+        lamp::GradScalerOptions().max_scale(1 << 20),
+        lamp::GradScalerOptions().dynamic(false),
+        lamp::GradScalerOptions().min_scale_patience(3)}) {
+    // Python's 5 keys and lamp's 7.
+    EXPECT_EQ(lamp::GradScaler(options).state_dict().size(), 12u);
   }
   EXPECT_EQ(lamp::GradScaler(lamp::GradScalerOptions().enabled(false))
                 .state_dict()

@@ -145,7 +145,8 @@ TEST(PythonInterop, LampScalerStateLoadsInPython) {
            R"({"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5,)"
            R"( "growth_interval": 2000, "_growth_tracker": 0,)"
            R"( "min_scale": 0.0, "max_scale": "inf", "hysteresis": 3,)"
-           R"( "_overflow_count": 0, "dynamic": true})"});
+           R"( "_overflow_count": 0, "dynamic": true, "min_scale_patience": 0,)"
+           R"( "_min_scale_overflows": 0})"});
   std::remove(path.c_str());
 }
 

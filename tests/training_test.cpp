@@ -272,6 +272,96 @@ TEST(ClassifierTrainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {
   }
 }
 
+// The divergence error names the first module with inf/NaN: found by
+// re-running the last batch's forward and backward under the numerics check
+// (without it), or by the check itself (with it, at the first step).
+TEST(ClassifierTrainer, DivergenceErrorNamesTheFirstModule) {
+  auto run = make_run(lamp::Precision::kFP32,
+                      TrainerOptions().epochs(2).divergence_patience(3));
+  {
+    torch::NoGradGuard no_grad;
+    run->model->conv2->weight[0][0][0][0] =
+        std::numeric_limits<float>::quiet_NaN();
+  }
+  const auto message = error_of([&] { run->trainer->fit(); });
+  EXPECT_NE(message.find("training diverged in epoch 1"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("re-running the last batch under the numerics "
+                         "check: step 3, forward: the output of module "
+                         "'conv2'"),
+            std::string::npos)
+      << message;
+
+  auto checked = make_run(lamp::Precision::kFP32,
+                          TrainerOptions().epochs(2).check_numerics(true));
+  {
+    torch::NoGradGuard no_grad;
+    checked->model->conv2->weight[0][0][0][0] =
+        std::numeric_limits<float>::quiet_NaN();
+  }
+  const auto stopped = error_of([&] { checked->trainer->fit(); });
+  EXPECT_NE(stopped.find("lamp::NumericsCheck: step 1, forward: the output of "
+                         "module 'conv2' ("),
+            std::string::npos)
+      << stopped;
+  EXPECT_FALSE(checked->trainer->train_step().cuda_graph_enabled());
+}
+
+// Re-running the failing step applies nothing twice: the gradients and
+// BatchNorm's running statistics are as the last step left them.
+TEST(ClassifierTrainer, LocatingTheFirstModuleChangesNoState) {
+  auto run = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(2));
+  {
+    torch::NoGradGuard no_grad;
+    run->model->conv2->weight[0][0][0][0] =
+        std::numeric_limits<float>::quiet_NaN();
+  }
+  const auto state = [&] {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& b : run->model->buffers()) {
+      tensors.push_back(b.clone());
+    }
+    for (const auto& p : run->model->parameters()) {
+      tensors.push_back(p.grad().defined() ? p.grad().clone()
+                                           : torch::zeros({0}));
+    }
+    return tensors;
+  };
+  std::vector<torch::Tensor> before;
+  const auto message = error_of([&] {
+    run->trainer->fit(nullptr, [&](const lamp::training::BatchProgress& p) {
+      if (p.batch == p.batches) {
+        before = state(); // the end of the epoch, where it stops
+      }
+    });
+  });
+  EXPECT_NE(message.find("the loss was inf/NaN in all its 6 steps (re-running "
+                         "the last batch under the numerics check: step 6, "
+                         "forward: the output of module 'conv2'"),
+            std::string::npos)
+      << message;
+  const auto after = state();
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(before[i].equal(after[i]) ||
+                (before[i].isnan().equal(after[i].isnan()) &&
+                 before[i].nan_to_num().equal(after[i].nan_to_num())))
+        << i;
+  }
+}
+
+TEST(ClassifierTrainer, CheckNumericsRefusesCudaGraphsOn) {
+  const auto message = error_of([&] {
+    make_run(lamp::Precision::kFP32,
+             with(TrainerOptions().check_numerics(true),
+                  [](auto& o) { o.step().cuda_graph(true); }));
+  });
+  EXPECT_NE(message.find("--check-numerics observes eager steps, but "
+                         "--cuda-graph is on"),
+            std::string::npos)
+      << message;
+}
+
 // A wrongly typed field is lamp's error naming it, not an IValue assertion
 // that asks for a PyTorch bug report.
 TEST(ClassifierTrainer, RefusesBadCheckpointsAndPaths) {

@@ -144,6 +144,10 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
   app.add_flag(
       "--report-precision", c.report_precision,
       "before training, print every parameter's and buffer's dtype and the dtypes of the convolutions/matmuls of one evaluation pass");
+  // Numerics debugging.
+  app.add_flag(
+      "--check-numerics", c.check_numerics,
+      "check every step's forward outputs and gradients: stop at the first module whose values are inf/NaN or, in FP16, above half of its range, naming it (eager steps, slower)");
 }
 
 // How the library's messages name a setting: by its flag where the programs
@@ -151,7 +155,9 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
 std::string flag_name(const std::string& key, const std::string& library_name) {
   static const std::set<std::string> flags = {"accumulation_steps",
                                               "batch_size",
+                                              "check_numerics",
                                               "checkpoint",
+                                              "cuda_graph",
                                               "data",
                                               "eval_batch_size",
                                               "limit_eval_batches",
@@ -225,11 +231,15 @@ lamp::training::TrainerOptions trainer_options_from(
                      .resume(config.resume)
                      .init_from(config.init_from)
                      .process_group(std::move(group))
+                     .check_numerics(config.check_numerics)
                      .option_name(flag_name);
   options.step()
       .cuda_graph(lamp::parse_cuda_graph_mode(config.cuda_graph))
       .max_grad_norm(config.max_grad_norm)
       .accumulation_steps(config.accumulation_steps);
+  // A scale that cannot back off below 1 and keeps overflowing there: the
+  // gradients overflow FP16 unscaled; stop instead of skipping on.
+  options.step().scaler().min_scale(1.0).min_scale_patience(kMinScalePatience);
   options.optimizer()
       .name(config.optimizer)
       .lr(config.lr)

@@ -52,6 +52,7 @@ struct ProgramConfig {
   int64_t log_every = 0;
   bool progress = true;
   bool report_precision = false;
+  bool check_numerics = false;
   double dist_timeout = 600; // seconds a rank waits for the others
   // The flags the ranks of a data-parallel run compare (rank_check.h).
   std::vector<std::pair<std::string, std::string>> rank_flags;
@@ -74,6 +75,10 @@ void warn_ineffective_flags(const ProgramConfig& config,
 /// Refuses flags that contradict each other (--fp16 with another
 /// --precision), naming both.
 void check_flag_combination(const ProgramConfig& config);
+
+/// Overflowing steps the programs allow at the loss scale's minimum (1)
+/// before they stop: GradScalerOptions::min_scale_patience.
+constexpr int64_t kMinScalePatience = 20;
 
 /// The one place where the program's options become the library's: the
 /// trainer's, with the training step's (step()) and the optimizer's

@@ -11,6 +11,7 @@
 #include "lamp/amp/gradient_sync.h"
 #include "lamp/amp/half.h"
 #include "lamp/amp/master_weights.h"
+#include "lamp/amp/numerics_check.h"
 #include "lamp/amp/precision.h"
 #include "lamp/amp/precision_support.h"
 #include "lamp/amp/report.h"

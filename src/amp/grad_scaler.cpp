@@ -41,7 +41,8 @@ void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
                    torch::Tensor& overflow_count,
                    const torch::Tensor& found_inf, double growth_factor,
                    double backoff_factor, int64_t growth_interval,
-                   double min_scale, double max_scale, int64_t hysteresis) {
+                   double min_scale, double max_scale, int64_t hysteresis,
+                   torch::Tensor* min_scale_overflows) {
   TORCH_CHECK(
       scale.numel() == 1 && growth_tracker.numel() == 1 &&
           overflow_count.numel() == 1 && found_inf.numel() == 1,
@@ -72,6 +73,13 @@ void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
   const auto new_tracker =
       torch::where(inf.logical_or(interval_reached),
                    torch::zeros_like(growth_tracker), successful);
+  if (min_scale_overflows != nullptr && min_scale > 0) {
+    // Compared in FP32: the clamped scale is min_scale rounded to FP32.
+    const auto met_floor = inf.logical_and(scale.le(min_scale));
+    auto& met = *min_scale_overflows;
+    met.copy_(torch::where(new_scale.gt(min_scale), torch::zeros_like(met),
+                           met + met_floor.to(met.scalar_type())));
+  }
   scale.copy_(new_scale);
   growth_tracker.copy_(new_tracker);
   overflow_count.copy_(count);
@@ -120,6 +128,10 @@ void check_options(const GradScalerOptions& o, double scale,
   TORCH_CHECK(o.hysteresis() >= 1 && o.hysteresis() <= kInt32Max, caller,
               ": hysteresis must be in [1, ", kInt32Max,
               "] (1 is PyTorch's rule), got ", o.hysteresis(), ".");
+  TORCH_CHECK(
+      o.min_scale_patience() >= 0 && o.min_scale_patience() <= kInt32Max,
+      caller, ": min_scale_patience must be in [0, ", kInt32Max,
+      "] (0 = off), got ", o.min_scale_patience(), ".");
   TORCH_CHECK(o.min_scale() >= 0 && o.min_scale() <= o.max_scale(), caller,
               ": need 0 <= min_scale <= max_scale, got min_scale=",
               o.min_scale(), " and max_scale=", o.max_scale(), ".");
@@ -142,6 +154,8 @@ void GradScaler::lazy_init(const torch::Device& device) {
       torch::full({}, init_growth_tracker_, options.dtype(torch::kInt));
   overflow_count_ =
       torch::full({}, init_overflow_count_, options.dtype(torch::kInt));
+  min_scale_overflows_ =
+      torch::full({}, init_min_scale_overflows_, options.dtype(torch::kInt));
 }
 
 void GradScaler::check_initialized(const char* caller) const {
@@ -391,6 +405,8 @@ bool GradScaler::last_step_skipped() const {
 }
 
 bool GradScaler::uses_fused_update() const {
+  // min_scale > 0 also takes the portable path for min_scale_patience's
+  // count.
   const bool python_rule = options_.hysteresis() == 1 &&
                            options_.min_scale() == 0.0 &&
                            std::isinf(options_.max_scale());
@@ -424,13 +440,38 @@ void GradScaler::update() {
           scale_, growth_tracker_, found_inf, options_.growth_factor(),
           options_.backoff_factor(), options_.growth_interval());
     } else {
-      detail::update_scale_(scale_, growth_tracker_, overflow_count_, found_inf,
-                            options_.growth_factor(), options_.backoff_factor(),
-                            options_.growth_interval(), options_.min_scale(),
-                            options_.max_scale(), options_.hysteresis());
+      detail::update_scale_(
+          scale_, growth_tracker_, overflow_count_, found_inf,
+          options_.growth_factor(), options_.backoff_factor(),
+          options_.growth_interval(), options_.min_scale(),
+          options_.max_scale(), options_.hysteresis(),
+          options_.min_scale_patience() > 0 ? &min_scale_overflows_ : nullptr);
     }
   }
   states_.clear();
+  if (options_.min_scale_patience() > 0 && scale_.is_cpu()) {
+    check_min_scale_patience(); // free on the CPU; see the declaration
+  }
+}
+
+int64_t GradScaler::min_scale_overflows() const {
+  return min_scale_overflows_.defined() ? min_scale_overflows_.item<int>()
+                                        : init_min_scale_overflows_;
+}
+
+void GradScaler::check_min_scale_patience() const {
+  const int64_t patience = options_.min_scale_patience();
+  if (!options_.enabled() || patience <= 0) {
+    return;
+  }
+  const int64_t met = min_scale_overflows();
+  TORCH_CHECK(
+      met < patience,
+      "lamp::GradScaler: the loss scale is stuck at its minimum (min_scale=",
+      options_.min_scale(), "): ", met,
+      " steps overflowed at that scale since it was last above it (min_scale_patience=",
+      patience,
+      "), so their gradients hold inf/NaN even at the smallest scale allowed and they were skipped. Train in BF16 (lamp::Precision::kAMPBF16; the programs' --precision amp-bf16), lower the learning rate, or clip the gradients (TrainStepOptions::max_grad_norm; --max-grad-norm).");
 }
 
 void GradScaler::update(double new_scale) {

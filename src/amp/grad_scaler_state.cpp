@@ -38,6 +38,8 @@ c10::Dict<std::string, c10::IValue> GradScaler::state(
                      ? static_cast<int64_t>(overflow_count_.item<int>())
                      : init_overflow_count_);
     state.insert("dynamic", options_.dynamic());
+    state.insert("min_scale_patience", options_.min_scale_patience());
+    state.insert("_min_scale_overflows", min_scale_overflows());
   }
   return state;
 }
@@ -59,7 +61,9 @@ c10::Dict<std::string, c10::IValue> GradScaler::state_dict() const {
                          std::isinf(full.at("max_scale").toDouble()) &&
                          full.at("hysteresis").toInt() == 1 &&
                          full.at("_overflow_count").toInt() == 0 &&
-                         full.at("dynamic").toBool();
+                         full.at("dynamic").toBool() &&
+                         full.at("min_scale_patience").toInt() == 0 &&
+                         full.at("_min_scale_overflows").toInt() == 0;
   return as_python ? state(/*with_lamp_keys=*/false) : full;
 }
 
@@ -121,6 +125,15 @@ void GradScaler::load_from(Source& source, const char* caller) {
   if (source.try_read("dynamic", value)) {
     options.dynamic(detail::read_bool(source, "dynamic", caller));
   }
+  if (source.try_read("min_scale_patience", value)) {
+    options.min_scale_patience(
+        detail::read_int(source, "min_scale_patience", caller));
+  }
+  int64_t min_scale_overflows = 0;
+  if (source.try_read("_min_scale_overflows", value)) {
+    min_scale_overflows =
+        detail::read_int(source, "_min_scale_overflows", caller);
+  }
   detail::check_options(options, scale, caller);
   // update() resets the tracker when it reaches growth_interval: one at or
   // beyond it would never reset, and the scale would never grow again.
@@ -134,8 +147,15 @@ void GradScaler::load_from(Source& source, const char* caller) {
               ", outside [0, hysteresis=", options.hysteresis(),
               "]; the state is corrupt or from another scaler.");
 
+  // An int32 tensor; a count at or past the patience stops at the next check.
+  TORCH_CHECK(min_scale_overflows >= 0 &&
+                  min_scale_overflows <= std::numeric_limits<int32_t>::max(),
+              caller, ": _min_scale_overflows is ", min_scale_overflows,
+              ", outside [0, 2^31 - 1]; the state is corrupt.");
+
   options_ = options;
   init_scale_ = scale;
+  init_min_scale_overflows_ = min_scale_overflows;
   init_growth_tracker_ = tracker;
   init_overflow_count_ = overflow_count;
   states_.clear();
@@ -144,6 +164,7 @@ void GradScaler::load_from(Source& source, const char* caller) {
     scale_.fill_(init_scale_);
     growth_tracker_.fill_(init_growth_tracker_);
     overflow_count_.fill_(init_overflow_count_);
+    min_scale_overflows_.fill_(init_min_scale_overflows_);
   }
 }
 

@@ -50,6 +50,8 @@ std::vector<std::pair<std::string, std::string>> replica_settings(
       {"GradScalerOptions::hysteresis", std::to_string(scaler.hysteresis())},
       {"GradScalerOptions::min_scale", number(scaler.min_scale())},
       {"GradScalerOptions::max_scale", number(scaler.max_scale())},
+      {"GradScalerOptions::min_scale_patience",
+       std::to_string(scaler.min_scale_patience())},
   };
 }
 

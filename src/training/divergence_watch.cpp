@@ -3,6 +3,10 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
+
+#include "lamp/amp/numerics_check.h"
 
 namespace lamp {
 namespace training {
@@ -10,9 +14,10 @@ namespace detail {
 
 DivergenceWatch::DivergenceWatch(const torch::Device& device,
                                  const TrainerOptions& options,
-                                 const GradScaler& scaler)
+                                 const GradScaler& scaler, Locate locate)
     : options_(options),
       scaler_(scaler),
+      locate_(std::move(locate)),
       patience_(options.divergence_patience()) {
   const auto on_device = torch::TensorOptions().device(device);
   consecutive_skips_ = torch::zeros({}, on_device.dtype(torch::kFloat));
@@ -91,6 +96,8 @@ void DivergenceWatch::check_test_loss(int64_t epoch, double test_loss) const {
 }
 
 void DivergenceWatch::check_skip_run(int64_t epoch) const {
+  // Where the count is read anyway (see check_min_scale_patience()).
+  scaler_.check_min_scale_patience();
   if (longest_skip_run_.item<float>() >= patience_) {
     diverged(
         epoch,
@@ -109,8 +116,9 @@ std::string DivergenceWatch::lower_lr() const {
 void DivergenceWatch::diverged(int64_t epoch, const std::string& why,
                                const std::string& fix) const {
   const auto& checkpoint = options_.checkpoint();
+  const auto where = locate_ ? locate_() : std::string();
   TORCH_CHECK(false, "lamp: training diverged in epoch ", epoch + 1, ": ", why,
-              ". ", fix,
+              where.empty() ? std::string() : " (" + where + ")", ". ", fix,
               checkpoint.empty()
                   ? std::string()
                   : " The checkpoint " + checkpoint + " was left as it was.");
@@ -129,6 +137,59 @@ std::string first_non_finite(const torch::nn::Module& model) {
     }
   }
   return "";
+}
+
+namespace F = torch::nn::functional;
+
+std::string rerun_under_check(
+    const std::shared_ptr<torch::nn::Module>& model, TrainStep& step,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+    const torch::Tensor& images, const torch::Tensor& labels,
+    int64_t step_number, bool loss_scaled) {
+  // The step's own gradient tensors (which CUDA graphs and the optimizer
+  // hold) are set aside untouched while the backward makes fresh ones.
+  std::vector<torch::Tensor> grads;
+  const auto params = model->parameters();
+  for (auto p : params) {
+    grads.push_back(p.grad());
+    p.mutable_grad() = torch::Tensor();
+  }
+  std::vector<torch::Tensor> buffers;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& b : model->buffers()) {
+      buffers.push_back(b.defined() ? b.clone() : b);
+    }
+  }
+  c10::optional<NumericsFinding> finding;
+  try {
+    NumericsCheck check(model, NumericsCheckOptions().stop(false));
+    finding = check.observe(
+        step_number,
+        [&] {
+          auto loss = F::cross_entropy(
+              step.forward(forward, images).to(torch::kFloat), labels);
+          auto& scaler = step.scaler();
+          (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
+        },
+        loss_scaled);
+  } catch (const std::exception&) {
+    // The divergence error is the one to report; this was only a pointer.
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto param = params[i];
+      param.mutable_grad() = grads[i];
+    }
+    auto live = model->buffers();
+    for (size_t i = 0; i < live.size(); ++i) {
+      if (live[i].defined()) {
+        live[i].copy_(buffers[i]);
+      }
+    }
+  }
+  return finding ? finding->to_string() : "";
 }
 
 } // namespace detail

@@ -11,6 +11,8 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "lamp/amp/train_step.h"
@@ -24,10 +26,13 @@ namespace detail {
 
 class DivergenceWatch {
  public:
-  /// Counters on `device`; messages name settings through `options` and
-  /// quote `scaler`'s scale.
+  /// Names the first module with inf/NaN, as a phrase, or "" when unknown.
+  using Locate = std::function<std::string()>;
+
+  /// Counters on `device`; messages name settings through `options`, quote
+  /// `scaler`'s scale and add what `locate` (optional) finds.
   DivergenceWatch(const torch::Device& device, const TrainerOptions& options,
-                  const GradScaler& scaler);
+                  const GradScaler& scaler, Locate locate = nullptr);
 
   /// Starts an epoch's counts (skipped steps).
   void begin_epoch();
@@ -62,6 +67,7 @@ class DivergenceWatch {
 
   const TrainerOptions& options_;
   const GradScaler& scaler_;
+  Locate locate_;
   int64_t patience_;
   torch::Tensor consecutive_skips_; // FP32 counters: a step's flag is FP32
   torch::Tensor longest_skip_run_;
@@ -74,6 +80,19 @@ class DivergenceWatch {
 /// The first parameter or floating-point buffer of `model` with inf/NaN
 /// values, as "parameter 'fc.weight'", or "" when all are finite.
 std::string first_non_finite(const torch::nn::Module& model);
+
+/// The first module with inf/NaN in `images`/`labels`' forward (through
+/// `step`'s input cast and autocast, the cross-entropy loss, scaled where
+/// `step` scales it) and backward, found by a NumericsCheck as step
+/// `step_number` (NumericsFinding::to_string()), or "" when none is found or
+/// the pass fails. Nothing is applied twice: no optimizer step, the backward
+/// accumulates into fresh gradients and the step's own gradient tensors are
+/// put back, and the buffers (BatchNorm's running statistics) are restored.
+std::string rerun_under_check(
+    const std::shared_ptr<torch::nn::Module>& model, TrainStep& step,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+    const torch::Tensor& images, const torch::Tensor& labels,
+    int64_t step_number, bool loss_scaled);
 
 /// lamp::detail::exact (platform/number_text.h), as the trainer's code
 /// names it.

@@ -143,10 +143,20 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   if (group) {
     check_ranks_agree(*group);
   }
-  step_ = std::make_unique<TrainStep>(
-      model_, optimizer_factory(o.optimizer()),
-      TrainStepOptions(o.step()).gradient_sync(
-          distributed::data_parallel(o.process_group())));
+  auto step_options = TrainStepOptions(o.step()).gradient_sync(
+      distributed::data_parallel(o.process_group()));
+  if (o.check_numerics()) {
+    // The check observes ops as they run; a replayed graph runs none.
+    TORCH_CHECK(step_options.cuda_graph() != CudaGraphMode::kOn, "lamp: ",
+                name("check_numerics", "TrainerOptions::check_numerics"),
+                " observes eager steps, but ",
+                name("cuda_graph", "TrainerOptions::step().cuda_graph"),
+                " is on; leave it to auto (then off) or turn it off.");
+    step_options.cuda_graph(CudaGraphMode::kOff);
+    numerics_ = std::make_unique<NumericsCheck>(model_);
+  }
+  step_ = std::make_unique<TrainStep>(model_, optimizer_factory(o.optimizer()),
+                                      step_options);
   TORCH_CHECK(step_->device() == train_loader_.device(),
               "lamp: the model is on ", step_->device(),
               " but the training data on ", train_loader_.device(),
@@ -202,6 +212,8 @@ void ClassifierTrainer::check_ranks_agree(
         std::to_string(o.limit_eval_batches())},
        {name("divergence_patience", "TrainerOptions::divergence_patience"),
         std::to_string(o.divergence_patience())},
+       {name("check_numerics", "TrainerOptions::check_numerics"),
+        o.check_numerics() ? "on" : "off"},
        {name("checkpoint", "TrainerOptions::checkpoint"),
         given(o.checkpoint())},
        {name("resume", "TrainerOptions::resume"), given(o.resume())},
@@ -234,7 +246,8 @@ std::vector<EpochStats> ClassifierTrainer::fit(
   const auto device = train_loader_.device();
   // Divergence is tracked across epochs, so that it is caught however short
   // the epochs are.
-  DivergenceWatch watch(device, o, step_->scaler());
+  DivergenceWatch watch(device, o, step_->scaler(),
+                        [this] { return locate_numerics(); });
   std::vector<EpochStats> history;
   for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
     if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
@@ -291,11 +304,26 @@ void ClassifierTrainer::train_epoch(
     // timed on its own: reported as warm-up, not in the steady rate.
     const bool warmup_step = warmup_steps_left_ > 0;
     const auto step_start = std::chrono::steady_clock::now();
-    const auto result = step_->step(
-        batch.images, batch.labels,
-        [&](const torch::Tensor& images, const torch::Tensor& labels) {
-          return F::cross_entropy(forward_(images).to(torch::kFloat), labels);
-        });
+    last_images_ = batch.images;
+    last_labels_ = batch.labels;
+    StepResult result;
+    const auto run_step = [&] {
+      result = step_->step(
+          batch.images, batch.labels,
+          [&](const torch::Tensor& images, const torch::Tensor& labels) {
+            return F::cross_entropy(forward_(images).to(torch::kFloat), labels);
+          });
+    };
+    if (numerics_) {
+      // Stops at the first module with inf/NaN; an overflow under loss
+      // scaling (the scaler skips the step) is kept for the messages while
+      // it is the latest step's.
+      auto finding =
+          numerics_->observe(global_step_ + 1, run_step, loss_scaled());
+      last_finding_ = std::move(finding); // the latest step's, or none
+    } else {
+      run_step();
+    }
     if (warmup_step) {
       synchronize(device);
       stats.warmup_seconds += seconds_since(step_start);
@@ -382,6 +410,27 @@ void ClassifierTrainer::evaluate_epoch(
   stats.test_batches_in_set = eval.batches_in_set;
   stats.test_images = eval.images;
   watch.check_test_loss(run.epoch, stats.test_loss);
+}
+
+bool ClassifierTrainer::loss_scaled() {
+  const auto& scaler = step_->scaler();
+  return scaler.is_enabled() && scaler.options().dynamic();
+}
+
+std::string ClassifierTrainer::locate_numerics() {
+  if (last_finding_) {
+    return last_finding_->to_string();
+  }
+  const auto& group = options_.process_group();
+  if (!last_images_.defined() || (group && group->is_distributed())) {
+    return ""; // a backward on one rank alone would wait for the others
+  }
+  const auto finding =
+      detail::rerun_under_check(model_, *step_, forward_, last_images_,
+                                last_labels_, global_step_, loss_scaled());
+  return finding.empty()
+             ? ""
+             : "re-running the last batch under the numerics check: " + finding;
 }
 
 void ClassifierTrainer::end_epoch(EpochStats& stats) {

@@ -26,6 +26,10 @@
                                           constant schedule continues, the
                                           others are refused), --init-from
                                           and its usage and model errors
+  check_cli.py numerics TRAIN_MNIST DATA_DIR
+                                          --check-numerics: a clean run
+                                          passes, a diverging one stops
+                                          naming the first module
 
 Each check prints what it ran and exits 1 at the first mismatch.
 """
@@ -496,6 +500,40 @@ def continue_and_init_from(train_mnist, data, work):
     print("  continued, refused, started from weights")
 
 
+def numerics(train_mnist, data):
+    name = os.path.basename(train_mnist)
+    base = [train_mnist, "--data", data, "--epochs", "1", "--batch-size", "32",
+            "--no-progress"]
+    r = run(base + ["--max-steps", "3", "--check-numerics"])
+    if r.returncode != 0:
+        fail(f"a clean run with --check-numerics: exit {r.returncode}: "
+             f"{r.stderr}")
+    # A learning rate that overflows the weights: the check stops at the
+    # first module whose output or gradient is inf/NaN, and names it.
+    r = run(base + ["--lr", "1e30", "--schedule", "constant", "--momentum", "0",
+                    "--check-numerics"])
+    lines = r.stderr.splitlines()
+    if r.returncode != 1 or len(lines) != 1:
+        fail(f"a diverging run: exit {r.returncode}, expected 1 with one "
+             f"line: {r.stderr!r}")
+    pattern = (rf"^{name}: error: lamp::NumericsCheck: step (\d+), "
+               r"(forward|backward): .*module '(conv1|conv2|fc)' \(.*\) holds "
+               r"inf/NaN \(largest magnitude (inf|nan), Float\)\. .*"
+               r"--max-grad-norm")
+    if not re.search(pattern, lines[0]):
+        fail(f"{lines[0]!r} does not match {pattern!r}")
+    print("  " + lines[0][:160])
+    # With CUDA graphs forced on, a contradiction named by both flags.
+    r = run(base + ["--check-numerics", "--cuda-graph", "on"])
+    if r.returncode != 1 or ("--check-numerics observes eager steps, but "
+                             "--cuda-graph is on") not in r.stderr:
+        fail(f"--check-numerics --cuda-graph on: exit {r.returncode}: "
+             f"{r.stderr!r}")
+    # A flag: a value is a usage error.
+    expect_usage_error(train_mnist, ["--check-numerics=often"],
+                       r"check-numerics")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -515,6 +553,8 @@ def main(argv):
         smoke(*args)
     elif what == "continue":
         continue_and_init_from(*args)
+    elif what == "numerics":
+        numerics(*args)
     else:
         print(__doc__)
         return 2

@@ -65,6 +65,16 @@ struct GradScalerOptions {
   /// the host and calling step(): a training step then never waits for the
   /// GPU. false: always the synchronous path. Same results either way.
   TORCH_ARG(bool, sync_free) = true;
+  /// Stop with a c10::Error once this many overflowing steps have met the
+  /// scale at `min_scale` (where it cannot back off any further) since it was
+  /// last above it: the gradients then overflow even at the smallest scale
+  /// allowed, and every such step is skipped (DeepSpeed's
+  /// `raise_error_at_min_scale`, which stops at the first). The count
+  /// survives finite steps and resets only when the scale grows above
+  /// `min_scale`. 0 = off (the default, Python's behaviour); counts nothing
+  /// while `min_scale` is 0. The count lives on the scale's device: see
+  /// GradScaler::check_min_scale_patience() for when it is read.
+  TORCH_ARG(int64_t, min_scale_patience) = 0;
 };
 
 /// Dynamic loss scaling, as Python's `torch.amp.GradScaler`:
@@ -158,6 +168,17 @@ class GradScaler {
   const torch::Tensor& scale_tensor() const { return scale_; }
   /// Consecutive finite steps since the last growth or overflow.
   int64_t growth_tracker() const;
+  /// Overflowing steps that met the scale at `min_scale` since it was last
+  /// above it (GradScalerOptions::min_scale_patience); a host read.
+  int64_t min_scale_overflows() const;
+  /// Throws a c10::Error, with what to change, when min_scale_overflows()
+  /// has reached GradScalerOptions::min_scale_patience (> 0). update() calls
+  /// it where reading the count costs no wait, that is when the scale lives
+  /// on the CPU; on a GPU the count stays on the device (a host read per
+  /// step would stall sync-free steps and cannot run inside a CUDA graph),
+  /// so the caller checks where it reads the device anyway: lamp's trainer
+  /// does once per `divergence_patience` steps and at the end of each epoch.
+  void check_min_scale_patience() const;
   /// GradScalerOptions::enabled. A disabled scaler is Python's
   /// `enabled=False`: scale() returns its input, step() just steps the
   /// optimizer, unscale_() and update() do nothing.
@@ -208,7 +229,8 @@ class GradScaler {
   /// under Python's state-dict keys (`scale`,
   /// `growth_factor`, `backoff_factor`, `growth_interval`, `_growth_tracker`)
   /// plus lamp's own (`min_scale`, `max_scale`, `hysteresis`,
-  /// `_overflow_count`, `dynamic`). A disabled scaler saves nothing, as
+  /// `_overflow_count`, `dynamic`, `min_scale_patience`,
+  /// `_min_scale_overflows`). A disabled scaler saves nothing, as
   /// Python's returns an empty dict. Python cannot read these archives: use
   /// save_state_dict() for a file that Python's `torch.load` reads.
   void save(torch::serialize::OutputArchive& archive) const;
@@ -224,8 +246,8 @@ class GradScaler {
   /// `backoff_factor` float, `growth_interval` int, `_growth_tracker` int);
   /// {} when disabled. lamp's own keys (as save() writes them) are added
   /// only when the scaler uses what Python's lacks: min_scale > 0, a finite
-  /// max_scale, hysteresis > 1 or a pending overflow count, or a static
-  /// scale. Python's `load_state_dict` ignores them (and then behaves as
+  /// max_scale, hysteresis > 1 or a pending overflow count, a static scale,
+  /// or a min_scale_patience. Python's `load_state_dict` ignores them (and then behaves as
   /// Python's scaler); lamp's restores them.
   c10::Dict<std::string, c10::IValue> state_dict() const;
   /// Python's `scaler.load_state_dict(state)`: loads a state_dict() (or
@@ -276,12 +298,14 @@ class GradScaler {
   void load_from(Source& source, const char* caller);
 
   GradScalerOptions options_;
-  torch::Tensor scale_;          // FP32, 1 element
-  torch::Tensor growth_tracker_; // int32, 1 element
-  torch::Tensor overflow_count_; // int32, 1 element (hysteresis)
+  torch::Tensor scale_;               // FP32, 1 element
+  torch::Tensor growth_tracker_;      // int32, 1 element
+  torch::Tensor overflow_count_;      // int32, 1 element (hysteresis)
+  torch::Tensor min_scale_overflows_; // int32, 1 element (min_scale_patience)
   double init_scale_;
   int64_t init_growth_tracker_ = 0;
   int64_t init_overflow_count_ = 0;
+  int64_t init_min_scale_overflows_ = 0;
   std::unordered_map<const torch::optim::Optimizer*, OptimizerState> states_;
   using WeakTensorImpl =
       c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
@@ -331,12 +355,16 @@ void non_finite_check_and_unscale_(std::vector<torch::Tensor>& tensors,
 /// The portable scale update with lamp's bounds and hysteresis; with
 /// min_scale 0, max_scale inf and hysteresis 1 it equals
 /// `at::_amp_update_scale_` bit for bit. All arguments are 1-element device
-/// tensors; nothing syncs with the host.
+/// tensors; nothing syncs with the host. With `min_scale_overflows` (an int32
+/// tensor) and min_scale > 0, an overflowing step that meets the scale at
+/// min_scale adds one to it, and a scale that ends above min_scale resets
+/// it (GradScalerOptions::min_scale_patience).
 void update_scale_(torch::Tensor& scale, torch::Tensor& growth_tracker,
                    torch::Tensor& overflow_count,
                    const torch::Tensor& found_inf, double growth_factor,
                    double backoff_factor, int64_t growth_interval,
-                   double min_scale, double max_scale, int64_t hysteresis);
+                   double min_scale, double max_scale, int64_t hysteresis,
+                   torch::Tensor* min_scale_overflows = nullptr);
 } // namespace detail
 
 } // namespace lamp

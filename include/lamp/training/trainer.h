@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "lamp/amp/numerics_check.h"
 #include "lamp/amp/precision.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/data/datasets.h"
@@ -102,6 +103,18 @@ struct TrainerOptions {
   /// across epochs. (An epoch whose mean loss or weights are not finite ends
   /// the run whatever its length.)
   TORCH_ARG(int64_t, divergence_patience) = 100;
+  /// Observe every training step with a lamp::NumericsCheck: the first
+  /// module whose output or gradient holds inf/NaN, or FP16 values above
+  /// half of FP16's range, stops training with an error naming it, its type,
+  /// the dtype, the step, the direction and the largest magnitude (see
+  /// numerics_check.h; under dynamic loss scaling an overflowing gradient is
+  /// the scaler's to skip, and only remembered for the divergence messages).
+  /// The steps then run eagerly (cuda_graph kAuto becomes kOff; kOn is
+  /// refused) and slower: see docs/training.md for the cost. Off:
+  /// divergence errors still name the first module, by re-running the last
+  /// batch's forward and backward under the check (no optimizer step;
+  /// gradients and buffers restored) when they stop the run.
+  TORCH_ARG(bool, check_numerics) = false;
   /// Data-parallel training (lamp/distributed.h): each rank trains on its
   /// shard of the training data (give the train loader
   /// LoaderOptions::num_shards/shard), gradients are averaged over the
@@ -289,8 +302,11 @@ class DivergenceWatch;
 /// Errors: a loss that stays non-finite or steps that keep overflowing for
 /// `divergence_patience` steps (across epochs), or an epoch that ends with a
 /// non-finite mean loss or non-finite weights, stop training with an error
-/// naming the epoch and what to change; the last checkpoint is left
-/// untouched, and a checkpoint with non-finite weights is never written.
+/// naming the epoch and what to change, and the first module whose output
+/// or gradient held inf/NaN (TrainerOptions::check_numerics); the last
+/// checkpoint is left untouched, and a checkpoint with non-finite weights is
+/// never written. So does a loss scale stuck at its minimum
+/// (GradScalerOptions::min_scale_patience), checked at the same points.
 ///
 /// Resuming checks the checkpoint's checksum and that this run repeats its
 /// model, dataset size, precision, optimizer, batch size, epochs (more are
@@ -370,6 +386,14 @@ class ClassifierTrainer {
   data::DeviceLoader test_loader_;
   TrainerOptions options_;
   std::unique_ptr<TrainStep> step_;
+  // TrainerOptions::check_numerics: the check of every step, and the latest
+  // finding that did not stop (an overflow under loss scaling).
+  std::unique_ptr<NumericsCheck> numerics_;
+  c10::optional<NumericsFinding> last_finding_;
+  // The latest training batch, re-run under the check to name the first
+  // module when training diverges.
+  torch::Tensor last_images_;
+  torch::Tensor last_labels_;
   std::unique_ptr<CheckpointLock> lock_; // on options_.checkpoint()
   int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
   int64_t start_epoch_ = 0;
@@ -391,6 +415,11 @@ class ClassifierTrainer {
       EpochRun& run, detail::DivergenceWatch& watch,
       const std::function<void(const EvalProgress&)>& on_eval_batch);
   void end_epoch(EpochStats& stats);
+  // The divergence messages' pointer to the first module with inf/NaN (""
+  // when none is found).
+  std::string locate_numerics();
+  // Whether the step's backward runs on a dynamically scaled loss.
+  bool loss_scaled();
 };
 
 } // namespace training

@@ -28,7 +28,9 @@ std::string to_string(SupportLevel level);
 
 /// One mode on one device.
 struct ModeSupport {
+  /// The mode (never kAuto).
   Precision precision = Precision::kFP32;
+  /// How the device runs it.
   SupportLevel level = SupportLevel::kNative;
   /// Why, in words: the hardware that makes it native, or what is missing
   /// ("the CPU has no AVX512-BF16 or AMX-BF16", "sm_61 has no FP16 tensor

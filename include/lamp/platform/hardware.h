@@ -33,8 +33,10 @@ struct DeviceCapabilities {
   bool avx512_fp16 = false; ///< AVX512-FP16 arithmetic (Sapphire Rapids)
   bool amx_fp16 = false;    ///< AMX-FP16 tiles (Granite Rapids)
 
-  // CUDA: the compute capability, major.minor (0.0 when unknown).
+  /// CUDA: the compute capability's major number (8 for 8.6; 0 when
+  /// unknown or not a GPU).
   int compute_major = 0;
+  /// CUDA: the compute capability's minor number (6 for 8.6).
   int compute_minor = 0;
 
   /// Whether this LibTorch has FP16 convolution and matmul kernels for the

@@ -29,7 +29,9 @@ namespace lamp {
 /// \endcode
 class WarningSink {
  public:
+  /// Installs a handler calling `sink` with each warning's message.
   explicit WarningSink(std::function<void(const std::string& message)> sink);
+  /// Puts back the handler found by the constructor.
   ~WarningSink();
   WarningSink(const WarningSink&) = delete;
   WarningSink& operator=(const WarningSink&) = delete;

@@ -7,10 +7,28 @@
 #include <vector>
 
 #include "lamp/amp/numerics_check.h"
+#include "lamp/amp/precision_support.h"
 
 namespace lamp {
 namespace training {
 namespace detail {
+namespace {
+
+// The advice to leave FP16 for BF16, with what BF16 costs where the device
+// only emulates it.
+std::string bf16_advice(const torch::Device& device) {
+  const auto& bf16 = precision_support(device).of(Precision::kAMPBF16);
+  if (bf16.level == SupportLevel::kEmulated) {
+    return ", clip gradients, or train in bf16/amp-bf16 (emulated on this " +
+           std::string(c10::DeviceTypeName(device.type(), true)) + ": " +
+           bf16.reason + "; slower than fp32, which also avoids FP16's range).";
+  }
+  return bf16.level == SupportLevel::kNative
+             ? ", clip gradients, or train in bf16/amp-bf16."
+             : ", clip gradients, or train in fp32.";
+}
+
+} // namespace
 
 DivergenceWatch::DivergenceWatch(const torch::Device& device,
                                  const TrainerOptions& options,
@@ -18,6 +36,7 @@ DivergenceWatch::DivergenceWatch(const torch::Device& device,
     : options_(options),
       scaler_(scaler),
       locate_(std::move(locate)),
+      bf16_advice_(bf16_advice(device)),
       patience_(options.divergence_patience()) {
   const auto on_device = torch::TensorOptions().device(device);
   consecutive_skips_ = torch::zeros({}, on_device.dtype(torch::kFloat));
@@ -77,7 +96,7 @@ void DivergenceWatch::check_epoch(int64_t epoch, int64_t steps,
                  ? "the loss was inf/NaN in all its " + std::to_string(steps) +
                        " steps"
                  : "its mean training loss is " + exact(train_loss),
-             lower_lr() + ", clip gradients, or train in bf16/amp-bf16.");
+             lower_lr() + bf16_advice_);
   }
   const auto bad = first_non_finite(model);
   if (!bad.empty()) {
@@ -104,7 +123,7 @@ void DivergenceWatch::check_skip_run(int64_t epoch) const {
         std::to_string(patience_) +
             " optimizer steps in a row had inf/NaN gradients (loss scale now " +
             exact(scaler_.get_scale()) + ")",
-        lower_lr() + ", clip gradients, or train in bf16/amp-bf16.");
+        lower_lr() + bf16_advice_);
   }
 }
 

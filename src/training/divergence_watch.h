@@ -68,6 +68,9 @@ class DivergenceWatch {
   const TrainerOptions& options_;
   const GradScaler& scaler_;
   Locate locate_;
+  // ", clip gradients, or train in bf16/amp-bf16." and what BF16 costs on
+  // the device where it is emulated.
+  std::string bf16_advice_;
   int64_t patience_;
   torch::Tensor consecutive_skips_; // FP32 counters: a step's flag is FP32
   torch::Tensor longest_skip_run_;

@@ -223,7 +223,9 @@ TEST_P(OptimCase, CheckpointsAreTorchOptimCheckpoints) {
 // step_scaled(grad_scale, found_inf): a flagged step changes nothing (no
 // parameter, no state: the following steps equal those of an optimizer that
 // never saw it, even for SGD's first-step momentum with dampening), and a
-// scaled gradient is divided by the scale (a power of two: exact).
+// scaled gradient is divided by the scale (a power of two: exact). Any
+// non-zero flag skips: 2 (a flag summed over two ranks or cycles) and 0.5
+// (averaged) as well as 1; ATen's fused kernels skip only on exactly 1.
 TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
   const auto& c = GetParam();
   for (auto implementation :
@@ -241,7 +243,6 @@ TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
     ASSERT_NE(scaled, nullptr);
     const auto scale = torch::full({}, 1024.0f);
     const auto clean = torch::zeros({});
-    const auto inf = torch::ones({});
     int taken = 0;
     for (int i = 0; i < 9; ++i) {
       const bool skip = i == 0 || i == 4 || i == 5; // the very first one too
@@ -250,7 +251,9 @@ TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
           p.mutable_grad() =
               torch::full(p.sizes(), std::numeric_limits<float>::infinity());
         }
-        scaled->step_scaled(scale, inf);
+        scaled->step_scaled(scale, torch::full({}, i == 0   ? 2.0f
+                                                   : i == 4 ? 1.0f
+                                                            : 0.5f));
         continue;
       }
       set_grads(params, taken++);

@@ -186,7 +186,8 @@ void run(Base& optimizer, Implementation implementation,
       R::foreach (optimizer);
       return;
     default:
-      R::fused(optimizer, device_steps, lr_on, grad_scale, found_inf);
+      R::fused(optimizer, device_steps, lr_on, grad_scale,
+               internal::skip_flag(found_inf));
   }
 }
 

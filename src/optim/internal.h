@@ -38,6 +38,13 @@ Implementation resolve(Implementation requested,
                        const torch::optim::Optimizer& optimizer,
                        const char* caller);
 
+/// `found_inf` as the fused kernels need it: exactly 1 where it is non-zero.
+/// ATen's fused SGD/Adam skip only on found_inf == 1, and lamp's Adam
+/// subtracts the flag from its step counts; a flag summed over ranks or
+/// accumulation cycles (2, 3, ...) or averaged (0.5) would step on garbage.
+/// One kernel (sign), no host read; undefined stays undefined.
+torch::Tensor skip_flag(const torch::Tensor& found_inf);
+
 /// For the paths that cannot skip on the device: reads `found_inf` (a host
 /// sync on CUDA) and, when it is zero, divides the gradients by
 /// `grad_scale` (if defined). Returns whether the step should run.

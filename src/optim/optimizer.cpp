@@ -222,6 +222,10 @@ Implementation resolve(Implementation requested,
   return Implementation::kPerTensor;
 }
 
+torch::Tensor skip_flag(const torch::Tensor& found_inf) {
+  return found_inf.defined() ? torch::sign(found_inf) : found_inf;
+}
+
 bool prepare_scaled_step(torch::optim::Optimizer& optimizer,
                          const torch::Tensor& grad_scale,
                          const torch::Tensor& found_inf) {

@@ -198,7 +198,7 @@ void SGD::run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
             [&](const torch::Device& device) {
               return device_lr_for(g, group_lr, device);
             },
-            grad_scale, found_inf);
+            grad_scale, internal::skip_flag(found_inf));
       }
     }
   }

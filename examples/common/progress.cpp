@@ -266,6 +266,16 @@ void Progress::write_line(const lamp::training::BatchProgress& p,
   line_start_ = last_line_ = now;
 }
 
+void Progress::draw_bar(const std::string& left,
+                        const std::vector<std::string>& parts, int64_t done,
+                        int64_t total) {
+  const int width = terminal_width() - 1;
+  std::fprintf(stderr, "\r%-*s", width,
+               bar_line(left, parts, done, total, width).c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
 void Progress::draw(const lamp::training::BatchProgress& p,
                     std::chrono::steady_clock::time_point now) {
   last_draw_ = now;
@@ -282,11 +292,7 @@ void Progress::draw(const lamp::training::BatchProgress& p,
       (p.batch > 1 ? fixed(rate, 0) : std::string("?")) + " img/s",
       scale_text(p),
       "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
-  const int width = terminal_width() - 1;
-  std::fprintf(stderr, "\r%-*s", width,
-               bar_line(left, parts, p.batch, p.batches, width).c_str());
-  std::fflush(stderr);
-  drawn_ = true;
+  draw_bar(left, parts, p.batch, p.batches);
 }
 
 void Progress::draw_eval(const lamp::training::EvalProgress& p,
@@ -300,11 +306,7 @@ void Progress::draw_eval(const lamp::training::EvalProgress& p,
       std::to_string(p.batch) + "/" + std::to_string(p.batches) +
           subset_text(p.batches_evaluated, p.batches_in_set),
       "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
-  const int width = terminal_width() - 1;
-  std::fprintf(stderr, "\r%-*s", width,
-               bar_line(left, parts, p.batch, p.batches, width).c_str());
-  std::fflush(stderr);
-  drawn_ = true;
+  draw_bar(left, parts, p.batch, p.batches);
 }
 
 } // namespace lamp_examples

@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace lamp_examples {
 
@@ -88,6 +89,10 @@ class Progress {
             std::chrono::steady_clock::time_point now);
   void draw_eval(const lamp::training::EvalProgress& p,
                  std::chrono::steady_clock::time_point now);
+  // One bar on stderr, over the previous one: `left`, the bar at `done` of
+  // `total`, then `parts`, fitted to the terminal's width.
+  void draw_bar(const std::string& left, const std::vector<std::string>& parts,
+                int64_t done, int64_t total);
 
   const bool bar_;
   const bool timed_lines_;

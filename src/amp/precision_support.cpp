@@ -99,27 +99,32 @@ std::vector<ModeSupport> cuda_modes(const DeviceCapabilities& d) {
           : same_as_fp32(
                 sm +
                 " has no TF32 (sm_80 and later); this mode computes in FP32, as fp32 does");
-  const auto fp16_level =
-      tensor_fp16 ? SupportLevel::kNative : SupportLevel::kEmulated;
-  const auto fp16_reason =
-      tensor_fp16
-          ? sm + " has FP16 tensor cores (sm_70 and later)"
-          : sm +
-                " has no FP16 tensor cores (sm_70 and later); Keras warns below 7.0 for the same reason";
-  const auto bf16_level =
-      tensor_bf16 ? SupportLevel::kNative : SupportLevel::kEmulated;
-  const auto bf16_reason =
-      tensor_bf16
-          ? sm + " has BF16 tensor cores (sm_80 and later)"
-          : sm +
-                " has no BF16 tensor cores (sm_80 and later): cuBLAS and cuDNN compute BF16 through FP32";
+  // Native on tensor cores, emulated without them.
+  const auto tensor_cores = [&](Precision precision, bool has,
+                                const std::string& kind, const char* from,
+                                const std::string& without) {
+    return has ? mode(precision, SupportLevel::kNative,
+                      sm + " has " + kind + " tensor cores (" + from +
+                          " and later)")
+               : mode(precision, SupportLevel::kEmulated,
+                      sm + " has no " + kind + " tensor cores (" + from +
+                          " and later)" + without);
+  };
+  const auto fp16 = [&](Precision precision) {
+    return tensor_cores(precision, tensor_fp16, "FP16", "sm_70",
+                        "; Keras warns below 7.0 for the same reason");
+  };
+  const auto bf16 = [&](Precision precision) {
+    return tensor_cores(precision, tensor_bf16, "BF16", "sm_80",
+                        ": cuBLAS and cuDNN compute BF16 through FP32");
+  };
   return {
       mode(Precision::kFP32, SupportLevel::kNative, "FP32 on " + sm),
       tf32,
-      mode(Precision::kAMP, fp16_level, fp16_reason),
-      mode(Precision::kAMPBF16, bf16_level, bf16_reason),
-      mode(Precision::kHalf, fp16_level, fp16_reason),
-      mode(Precision::kBF16, bf16_level, bf16_reason),
+      fp16(Precision::kAMP),
+      bf16(Precision::kAMPBF16),
+      fp16(Precision::kHalf),
+      bf16(Precision::kBF16),
   };
 }
 

@@ -250,15 +250,23 @@ def logs(train_mnist, data, work):
     print(f"  {len(records)} records, two runs, lines at steps 3, 6, 9, 12")
 
 
+def on_terminal(command, columns):
+    """Runs the shell `command` on a pseudo-terminal (script(1)), `columns`
+    wide, so that progress bars are drawn: its result and everything it
+    wrote there."""
+    with tempfile.NamedTemporaryFile() as typescript:
+        r = run(["script", "-qec", command, typescript.name],
+                env=dict(os.environ, COLUMNS=str(columns)))
+        out = open(typescript.name, "rb").read().decode("utf-8", "replace")
+    return r, out
+
+
 def tty(train_mnist, data):
     # A run that diverges, on a pseudo-terminal (script(1)) so that the bar
     # is drawn: the error must start on a line of its own.
     command = (f"'{train_mnist}' --data '{data}' --epochs 1 --batch-size 32 "
                f"--precision amp-bf16 --lr 1e12 --schedule constant")
-    with tempfile.NamedTemporaryFile() as typescript:
-        r = run(["script", "-qec", command, typescript.name],
-                env=dict(os.environ, COLUMNS="100"))
-        out = open(typescript.name, "rb").read().decode("utf-8", "replace")
+    r, out = on_terminal(command, 100)
     if r.returncode != 1:
         fail(f"exit {r.returncode}, expected 1:\n{out!r}")
     if "[" not in out or "img/s" not in out:
@@ -407,10 +415,7 @@ def smoke(train_mnist, data, work):
     # and the evaluation draws a bar of its own.
     command = (f"'{train_mnist}' --data '{data}' --epochs 1 --batch-size 32 "
                f"--max-steps 3 --eval-batch-size 30 --limit-eval-batches 2")
-    with tempfile.NamedTemporaryFile() as typescript:
-        r = run(["script", "-qec", command, typescript.name],
-                env=dict(os.environ, COLUMNS="120"))
-        out = open(typescript.name, "rb").read().decode("utf-8", "replace")
+    r, out = on_terminal(command, 120)
     if r.returncode != 0:
         fail(f"exit {r.returncode}:\n{out!r}")
     if not re.search(r"epoch 1/1 \[[=> ]+\] 3/3 loss", out) or \

@@ -43,8 +43,10 @@ void check_before_training(const ProgramConfig& config, const RunSpec& spec,
   }
 }
 
-// The process-wide switches the flags set: cuDNN's and the seed.
+// The process-wide switches the flags set: cuDNN's, the BatchNorm fusion
+// and the seed.
 void apply_process_settings(const ProgramConfig& config) {
+  lamp::ops::set_batch_norm_relu_fusion_enabled(config.fused_bn == "on");
   lamp::set_cudnn_benchmark(config.cudnn_benchmark);
   lamp::set_cudnn_benchmark_limit(
       static_cast<int>(config.cudnn_benchmark_limit));
@@ -220,6 +222,30 @@ std::string start_note(const ProgramConfig& config,
 
 // The run's first line: model, precision, device, data, batch, epochs, and
 // why CUDA graphs are off where the flags left them to the library.
+// Why a ResNet on a GPU trains without the fused BatchNorm + ReLU kernels,
+// or "" (the fusion applies, or the run is not one where it could).
+std::string fused_batch_norm_off_reason(const ProgramConfig& config,
+                                        const torch::Device& device,
+                                        lamp::Precision precision) {
+  if (!device.is_cuda() || config.fused_bn != "on" ||
+      config.model.rfind("resnet", 0) != 0) {
+    return "";
+  }
+  std::string why;
+  if (!lamp::ops::batch_norm_relu_fusion_built(&why)) {
+    return why;
+  }
+  if (!config.channels_last) {
+    return "it needs --channels-last (NHWC activations).";
+  }
+  const auto policy = lamp::precision_policy(precision);
+  if (!policy.autocast_dtype && !policy.model_dtype) {
+    return "it needs half or bfloat16 activations (--precision amp, "
+           "amp-bf16, half or bf16).";
+  }
+  return "";
+}
+
 void print_run_header(const ProgramConfig& config, const RunSpec& spec,
                       const ProcessGroup& group, ClassifierTrainer& trainer,
                       lamp::Precision precision) {
@@ -245,6 +271,12 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       config.cuda_graph == "auto") {
     print_out("%s: CUDA graphs off: %s\n", spec.program.c_str(),
               step.cuda_graph_unavailable_reason().c_str());
+  }
+  const auto fused_bn_off =
+      fused_batch_norm_off_reason(config, device, precision);
+  if (!fused_bn_off.empty()) {
+    print_out("%s: fused BatchNorm + ReLU off: %s\n", spec.program.c_str(),
+              fused_bn_off.c_str());
   }
 }
 

@@ -85,6 +85,10 @@ void add_speed_options(CLI::App& app, ProgramConfig& c) {
       CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--channels-last", c.channels_last,
                "NHWC memory format for images and model");
+  add_checked(
+      app, "--fused-bn", c.fused_bn,
+      "BatchNorm with its ReLU (and residual add) as one cuDNN kernel: on (where it applies: CUDA, --channels-last, half/bf16 activations, training), off (the stock ops everywhere)",
+      CLI::IsMember({"on", "off"}));
 }
 
 // Where the run reads and writes: data, device, seed, checkpoints, exported

@@ -38,6 +38,7 @@ struct ProgramConfig {
   int64_t cudnn_benchmark_limit = 10; // cuDNN's own default
   std::string drop_last = "auto";
   std::string cuda_graph = "auto";
+  std::string fused_bn = "on";
   bool channels_last = false;
   std::string data;
   std::string device; // default: cuda when available, else cpu

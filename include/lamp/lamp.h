@@ -19,6 +19,7 @@
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
 #include "lamp/distributed.h"
+#include "lamp/models/batch_norm_relu.h"
 #include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/registry.h"

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "lamp/models/batch_norm_relu.h"
 #include "lamp/platform/parameters.h"
 
 namespace lamp {
@@ -38,13 +39,29 @@ torch::nn::Sequential make_shortcut(int64_t in_planes, int64_t out_planes,
 
 template <typename Block>
 torch::nn::Sequential make_stage(int64_t& in_planes, int64_t planes,
-                                 int64_t num_blocks, int64_t stride) {
+                                 int64_t num_blocks, int64_t stride,
+                                 bool fused) {
   torch::nn::Sequential stage;
   for (int64_t i = 0; i < num_blocks; ++i) {
-    stage->push_back(Block(in_planes, planes, i == 0 ? stride : 1));
+    stage->push_back(Block(in_planes, planes, i == 0 ? stride : 1, fused));
     in_planes = planes * Block::Impl::kExpansion;
   }
   return stage;
+}
+
+// relu(bn(x)) and relu(bn(x) + residual): fused, or the stock ops.
+torch::Tensor bn_relu(const torch::Tensor& x, torch::nn::BatchNorm2d& bn,
+                      bool fused) {
+  return fused ? ops::batch_norm_relu(x, bn) : torch::relu(bn->forward(x));
+}
+
+torch::Tensor bn_add_relu(const torch::Tensor& x, const torch::Tensor& residual,
+                          torch::nn::BatchNorm2d& bn, bool fused) {
+  // Out of place: `x` and `residual` are saved for backward by the
+  // BatchNorm and the shortcut, so an in-place add or ReLU would corrupt the
+  // autograd graph.
+  return fused ? ops::batch_norm_add_relu(x, residual, bn)
+               : torch::relu(bn->forward(x) + residual);
 }
 
 std::string join_names(const std::vector<std::string>& names) {
@@ -58,46 +75,46 @@ std::string join_names(const std::vector<std::string>& names) {
 } // namespace
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes,
-                               int64_t stride)
+                               int64_t stride, bool fused_batch_norm)
     : conv1(register_module("conv1", conv3x3(in_planes, planes, stride))),
       bn1(register_module("bn1", torch::nn::BatchNorm2d(planes))),
       conv2(register_module("conv2", conv3x3(planes, planes, 1))),
       bn2(register_module("bn2", torch::nn::BatchNorm2d(planes))),
-      shortcut(make_shortcut(in_planes, planes * kExpansion, stride)) {
+      shortcut(make_shortcut(in_planes, planes * kExpansion, stride)),
+      fused_(fused_batch_norm) {
   if (!shortcut.is_empty()) {
     register_module("shortcut", shortcut);
   }
 }
 
 torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
-  auto out = torch::relu(bn1->forward(conv1->forward(x)));
-  out = bn2->forward(conv2->forward(out));
-  // Out of place: `out` and `x` are saved for backward by bn2 and the
-  // shortcut, so an in-place add or ReLU would corrupt the autograd graph.
-  out = out + (shortcut.is_empty() ? x : shortcut->forward(x));
-  return torch::relu(out);
+  auto out = bn_relu(conv1->forward(x), bn1, fused_);
+  return bn_add_relu(conv2->forward(out),
+                     shortcut.is_empty() ? x : shortcut->forward(x), bn2,
+                     fused_);
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes,
-                               int64_t stride)
+                               int64_t stride, bool fused_batch_norm)
     : conv1(register_module("conv1", conv1x1(in_planes, planes, 1))),
       bn1(register_module("bn1", torch::nn::BatchNorm2d(planes))),
       conv2(register_module("conv2", conv3x3(planes, planes, stride))),
       bn2(register_module("bn2", torch::nn::BatchNorm2d(planes))),
       conv3(register_module("conv3", conv1x1(planes, planes * kExpansion, 1))),
       bn3(register_module("bn3", torch::nn::BatchNorm2d(planes * kExpansion))),
-      shortcut(make_shortcut(in_planes, planes * kExpansion, stride)) {
+      shortcut(make_shortcut(in_planes, planes * kExpansion, stride)),
+      fused_(fused_batch_norm) {
   if (!shortcut.is_empty()) {
     register_module("shortcut", shortcut);
   }
 }
 
 torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
-  auto out = torch::relu(bn1->forward(conv1->forward(x)));
-  out = torch::relu(bn2->forward(conv2->forward(out)));
-  out = bn3->forward(conv3->forward(out));
-  out = out + (shortcut.is_empty() ? x : shortcut->forward(x));
-  return torch::relu(out);
+  auto out = bn_relu(conv1->forward(x), bn1, fused_);
+  out = bn_relu(conv2->forward(out), bn2, fused_);
+  return bn_add_relu(conv3->forward(out),
+                     shortcut.is_empty() ? x : shortcut->forward(x), bn3,
+                     fused_);
 }
 
 ResNetImpl::ResNetImpl(const std::vector<int64_t>& blocks, bool bottleneck,
@@ -127,9 +144,12 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
   int64_t in_planes = 64;
   const auto stage = [&](int64_t planes, int64_t num_blocks, int64_t stride) {
+    const bool fused = options_.fused_batch_norm();
     return options_.bottleneck()
-               ? make_stage<Bottleneck>(in_planes, planes, num_blocks, stride)
-               : make_stage<BasicBlock>(in_planes, planes, num_blocks, stride);
+               ? make_stage<Bottleneck>(in_planes, planes, num_blocks, stride,
+                                        fused)
+               : make_stage<BasicBlock>(in_planes, planes, num_blocks, stride,
+                                        fused);
   };
   layer1 = register_module("layer1", stage(64, blocks[0], 1));
   layer2 = register_module("layer2", stage(128, blocks[1], 2));
@@ -144,7 +164,7 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
               "lamp::models::ResNet: input must be [N, ",
               options_.in_channels(), ", H, W] (in_channels ",
               options_.in_channels(), "), got ", x.sizes(), ".");
-  auto out = torch::relu(bn1->forward(conv1->forward(x)));
+  auto out = bn_relu(conv1->forward(x), bn1, options_.fused_batch_norm());
   out = layer1->forward(out);
   out = layer2->forward(out);
   out = layer3->forward(out);

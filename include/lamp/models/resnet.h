@@ -36,8 +36,11 @@ class BasicBlockImpl : public torch::nn::Module {
 
   /// A block from `in_planes` input channels to `planes` output channels;
   /// `stride` 2 halves the height and width (rounding up), in conv1 and in
-  /// the shortcut.
-  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  /// the shortcut. `fused_batch_norm`: each BatchNorm and the ReLU (and the
+  /// residual addition) after it run as one op where they can
+  /// (lamp::ops::batch_norm_relu), the stock ops elsewhere.
+  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride = 1,
+                 bool fused_batch_norm = true);
   /// `x` is [N, in_planes, H, W]; returns [N, planes, H / stride,
   /// W / stride] (rounded up), after the final ReLU.
   torch::Tensor forward(torch::Tensor x);
@@ -52,6 +55,9 @@ class BasicBlockImpl : public torch::nn::Module {
   torch::nn::BatchNorm2d bn2{nullptr};
   /// Empty (`is_empty()`) when the shortcut is the identity.
   torch::nn::Sequential shortcut{nullptr};
+
+ private:
+  bool fused_;
 };
 /// The module holder of BasicBlockImpl (a shared pointer to it, as for every
 /// torch::nn module): `block->forward(x)`.
@@ -73,7 +79,9 @@ class BottleneckImpl : public torch::nn::Module {
   /// A block from `in_planes` input channels to `planes * kExpansion` output
   /// channels through a `planes`-channel bottleneck; `stride` 2 halves the
   /// height and width (rounding up), in conv2 and in the shortcut.
-  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  /// `fused_batch_norm` as in BasicBlockImpl.
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride = 1,
+                 bool fused_batch_norm = true);
   /// `x` is [N, in_planes, H, W]; returns [N, planes * kExpansion,
   /// H / stride, W / stride] (rounded up), after the final ReLU.
   torch::Tensor forward(torch::Tensor x);
@@ -92,6 +100,9 @@ class BottleneckImpl : public torch::nn::Module {
   torch::nn::BatchNorm2d bn3{nullptr};
   /// Empty (`is_empty()`) when the shortcut is the identity.
   torch::nn::Sequential shortcut{nullptr};
+
+ private:
+  bool fused_;
 };
 /// The module holder of BottleneckImpl: `block->forward(x)`.
 TORCH_MODULE(Bottleneck);
@@ -113,6 +124,13 @@ struct ResNetOptions {
   TORCH_ARG(int64_t, num_classes) = 10;
   /// Channels of the input images (3 for CIFAR, 1 for (Fashion-)MNIST).
   TORCH_ARG(int64_t, in_channels) = 3;
+  /// Each BatchNorm with the ReLU (and the residual addition) after it as one
+  /// op, lamp::ops::batch_norm_relu / batch_norm_add_relu: one cuDNN kernel
+  /// each way on CUDA for channels_last half/bfloat16 activations in
+  /// training, the stock ops (exactly) everywhere else. Parameters, buffers
+  /// and their names are the same either way; false runs the stock ops
+  /// always.
+  TORCH_ARG(bool, fused_batch_norm) = true;
 };
 
 /// A CIFAR-style ResNet.

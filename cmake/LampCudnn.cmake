@@ -1,0 +1,30 @@
+# lamp_find_cudnn_headers(): where cuDNN's headers are, for the fused
+# BatchNorm + ReLU kernels (src/platform/cudnn_batch_norm.cpp). Only headers:
+# lamp calls the libcudnn that LibTorch loads, so it links nothing of cuDNN.
+#
+# Looked for, in order: LAMP_CUDNN_INCLUDE_DIR (a cache variable; set it to
+# choose), the nvidia-cudnn wheel beside a torch wheel
+# (<site-packages>/nvidia/cudnn/include), LibTorch's own include folder, and
+# the CUDA toolkit's and the system's.
+#
+# Sets in the caller's scope:
+#   LAMP_CUDNN_FOUND        ON when cudnn.h was found
+#   LAMP_CUDNN_INCLUDE_DIR  its folder (cached)
+function(lamp_find_cudnn_headers)
+  get_filename_component(_torch_parent "${TORCH_INSTALL_PREFIX}" DIRECTORY)
+  find_path(LAMP_CUDNN_INCLUDE_DIR cudnn.h
+    HINTS "${_torch_parent}/nvidia/cudnn/include"
+          "${TORCH_INSTALL_PREFIX}/include"
+          "${CUDNN_INCLUDE_PATH}"
+          ENV CUDNN_INCLUDE_DIR
+    PATHS /usr/local/cuda/include /usr/include
+    DOC "Folder of cuDNN's cudnn.h, for lamp's fused BatchNorm + ReLU")
+  if(LAMP_CUDNN_INCLUDE_DIR)
+    set(LAMP_CUDNN_FOUND ON PARENT_SCOPE)
+    message(STATUS "lamp: cuDNN headers at ${LAMP_CUDNN_INCLUDE_DIR}: fused BatchNorm + ReLU on")
+  else()
+    set(LAMP_CUDNN_FOUND OFF PARENT_SCOPE)
+    message(STATUS "lamp: cuDNN headers not found: fused BatchNorm + ReLU off "
+                   "(set LAMP_CUDNN_INCLUDE_DIR to cudnn.h's folder to build it)")
+  endif()
+endfunction()

@@ -226,8 +226,8 @@ else
   # with peer_pytorch.py --tools). Beside them lamp in tf32 (the default a
   # Python user gets for convolutions on an H100) and fp32 for the
   # mixed-precision speed-up, and ResNet18 b128 fp32 for the seed's table.
-  # The whole run: about 7.2 minutes (bench/README.md, "How long a run
-  # takes").
+  # The whole run: about 7.5 minutes, at most about 9 (bench/README.md, "How
+  # long a run takes").
   all_tools="lamp lamp-graph pytorch-eager pytorch-fused pytorch-graph pytorch-compile-fused pytorch-compile-ro-fused"
   for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
     read -r model batch <<<"$config"

@@ -1,0 +1,483 @@
+#!/usr/bin/env python3
+"""Joins bench/run.sh's per-run JSON files into one JSON report and markdown
+tables. Standard library only (no torch): run.sh calls it as
+
+  report.py MANIFEST OUT_DIR DEVICE SUFFIX PEER_PYTHON STEM_FILE
+
+MANIFEST has a line per configuration and tool (tab-separated: tool, model,
+batch, precision, channels_last 0/1, cudnn_benchmark 0/1, status, JSON path);
+the report lands in OUT_DIR/<device>-<date><SUFFIX>.{json,md} and its stem in
+STEM_FILE.
+
+Per configuration (row) and tool: the median images/s of the repeated runs
+and their spread, (max - min) / median, flagged above NOISY_SPREAD; a result
+whose final loss or parameters were not finite is marked garbage and never
+ranked. Per row, two like-for-like ratios (lamp eager vs PyTorch eager with
+fused SGD; lamp's CUDA-graph step vs PyTorch's whole-step CUDA graph) and
+the headline: lamp's best tool against the best PyTorch column.
+"""
+
+import datetime
+import json
+import os
+import re
+import statistics
+import sys
+
+LAMP_TOOLS = ("lamp", "lamp-graph")
+PYTORCH_TOOLS = ("pytorch-eager", "pytorch-fused", "pytorch-compile",
+                 "pytorch-compile-ro", "pytorch-compile-fused",
+                 "pytorch-compile-ro-fused", "pytorch-graph")
+TOOLS = LAMP_TOOLS + PYTORCH_TOOLS
+TITLES = {
+    "lamp": "lamp",
+    "lamp-graph": "lamp (CUDA graph)",
+    "pytorch-eager": "PyTorch eager",
+    "pytorch-fused": "eager, fused SGD",
+    "pytorch-compile": "torch.compile",
+    "pytorch-compile-ro": "torch.compile reduce-overhead",
+    "pytorch-compile-fused": "torch.compile, fused SGD",
+    "pytorch-compile-ro-fused": "torch.compile reduce-overhead, fused SGD",
+    "pytorch-graph": "whole step in one CUDA graph",
+}
+# (numerator, denominator) of the like-for-like ratios, by JSON name.
+LIKE_FOR_LIKE = {
+    "lamp_vs_pytorch_fused": ("lamp", "pytorch-fused"),
+    "lamp_graph_vs_pytorch_graph": ("lamp-graph", "pytorch-graph"),
+}
+NOISY_SPREAD = 0.05
+NOISY_MARK = "\u26a0"  # a warning sign
+KEY = ("model", "batch_size", "precision", "channels_last", "cudnn_benchmark")
+FULL_PRECISIONS = ("fp32", "tf32")
+SEED = [  # kentaroy47/pytorch-cifar10-fp16, RTX 2080 Ti, s/epoch
+    {"model": "resnet18", "batch_size": 128, "fp32": 15.0, "fp16": 10.0},
+    {"model": "resnet50", "batch_size": 512, "fp32": 58.0, "fp16": 27.0},
+]
+
+
+# ---------------------------------------------------------------------------
+# Reading and summarising
+# ---------------------------------------------------------------------------
+
+
+def read_manifest(path):
+    """Returns (headers, runs, order): each tool's top-level JSON fields, the
+    entries per (row key, tool), and the row keys in manifest order."""
+    headers = {}
+    runs = {}
+    order = []
+    with open(path) as manifest:
+        for line in manifest:
+            tool, model, batch, precision, cl, cb, status, result_path = \
+                line.rstrip("\n").split("\t")
+            key = (model, int(batch), precision, cl == "1", cb == "1")
+            if key not in order:
+                order.append(key)
+            entry = {"status": status}
+            if status == "ok":
+                with open(result_path) as f:
+                    report = json.load(f)
+                headers.setdefault(tool, {k: v for k, v in report.items()
+                                          if k != "results"})
+                for result in report["results"]:
+                    # A process of several tools tags each result with its
+                    # own.
+                    if result["precision"] == precision and \
+                            result.get("tool", tool) == tool:
+                        entry = dict(result, status="ok")
+            runs.setdefault((key, tool), []).append(entry)
+    return headers, runs, order
+
+
+def ok(entry):
+    """A timed result (it ran and was not skipped), garbage or not."""
+    return bool(entry) and entry.get("status") == "ok" and \
+        not entry.get("skipped") and bool(entry.get("images_per_second"))
+
+
+def garbage(entry):
+    """Why the result trained on garbage (non-finite final loss or
+    parameters), or None; a result without the check is not garbage."""
+    if ok(entry) and entry.get("finite") is False:
+        return entry.get("garbage") or "non-finite loss or params"
+    return None
+
+
+def usable(entry):
+    """A result that may be compared and ranked."""
+    return ok(entry) and garbage(entry) is None
+
+
+def summary(entries):
+    """The median timed run (by images/s) with the spread of all of them:
+    each entry's repeats_images_per_second, or its one rate."""
+    good = sorted((e for e in entries if ok(e)),
+                  key=lambda e: e["images_per_second"])
+    if not good:
+        return entries[0]
+    median = dict(good[(len(good) - 1) // 2])
+    rates = [rate for e in good
+             for rate in e.get("repeats_images_per_second",
+                               [e["images_per_second"]])]
+    median["images_per_second"] = statistics.median(rates)
+    median["seconds_per_epoch"] = median["epoch_images"] / \
+        median["images_per_second"]
+    median["runs_images_per_second"] = rates
+    median["spread"] = (max(rates) - min(rates)) / statistics.median(rates)
+    median["noisy"] = median["spread"] > NOISY_SPREAD
+    if any(e.get("finite") is False for e in good):
+        median["finite"] = False
+        median["garbage"] = next(garbage(e) for e in good if garbage(e))
+    return median
+
+
+def rate(entry):
+    return entry["images_per_second"] if usable(entry) else None
+
+
+def ratio(numerator, denominator):
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def best(row, tools):
+    """The fastest usable tool of `tools` in the row, or None."""
+    rated = [(rate(row.get(t)), t) for t in tools if rate(row.get(t))]
+    return max(rated)[1] if rated else None
+
+
+def row_ratios(row):
+    """The row's like-for-like ratios and the headline, best lamp vs best
+    PyTorch (None where a side has no usable result)."""
+    out = {name: ratio(rate(row.get(a)), rate(row.get(b)))
+           for name, (a, b) in LIKE_FOR_LIKE.items()}
+    lamp_best, pytorch_best = best(row, LAMP_TOOLS), best(row, PYTORCH_TOOLS)
+    out["best_lamp"] = lamp_best
+    out["best_pytorch"] = pytorch_best
+    out["best_lamp_vs_best_pytorch"] = ratio(
+        rate(row.get(lamp_best)), rate(row.get(pytorch_best)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------
+
+
+def times(value):
+    return "-" if value is None else "%.2fx" % value
+
+
+def mib(value):
+    return "-" if value is None else "%.0f" % (value / 2.0 ** 20)
+
+
+class Notes:
+    """Footnotes for skipped cells, numbered in order of first use."""
+
+    def __init__(self):
+        self.texts = []
+
+    def ref(self, text):
+        if text not in self.texts:
+            self.texts.append(text)
+        return "[%d]" % (self.texts.index(text) + 1)
+
+
+def cell_rate(entry, notes):
+    if entry is None:
+        return "-"
+    if entry.get("status") != "ok":
+        return entry["status"]
+    if entry.get("skipped"):
+        return "skipped " + notes.ref(entry["skipped"])
+    text = "%.0f" % entry["images_per_second"]
+    if len(entry.get("runs_images_per_second", [])) > 1:
+        text += " (%.1f%%)" % (100 * entry["spread"])
+        if entry.get("noisy"):
+            text += " " + NOISY_MARK
+    if garbage(entry):
+        text += " garbage: " + garbage(entry)
+    return text
+
+
+def cell_memory(entry, device):
+    """steady peak / reserved MiB (or the whole-run peak where a tool did not
+    record them) and the skipped steps."""
+    if not ok(entry):
+        return "-"
+    parts = []
+    steady = entry.get("steady_peak_bytes")
+    reserved = entry.get("reserved_bytes")
+    if steady is not None or reserved is not None:
+        parts.append("%s / %s" % (mib(steady), mib(reserved)))
+    elif entry.get("peak_memory_bytes") is not None:
+        parts.append(("peak %s, warm-up included" if device == "cuda"
+                      else "RSS %s") % mib(entry["peak_memory_bytes"]))
+    skipped = entry.get("skipped_steps")
+    if skipped is not None:
+        total = entry.get("steps_run")
+        parts.append("%d/%d skipped" % (skipped, total) if total
+                     else "%d skipped" % skipped)
+    return "; ".join(parts) or "-"
+
+
+def mode_text(key):
+    parts = [key[2]]
+    if key[3]:
+        parts.append("channels_last")
+    if key[4]:
+        parts.append("cudnn.benchmark")
+    return ", ".join(parts)
+
+
+def main_table(rows, order, present, notes):
+    lines = [
+        "| model | batch | mode | %s | lamp vs eager, fused SGD "
+        "| lamp graph vs PyTorch graph | **best lamp vs best PyTorch** "
+        "| best PyTorch |" % " | ".join(TITLES[t] + " img/s"
+                                       for t in present),
+        "|---|---|---|%s---|---|---|---|" % ("---|" * len(present)),
+    ]
+    for key in order:
+        row = rows[key]
+        ratios = row_ratios(row)
+        headline = times(ratios["best_lamp_vs_best_pytorch"])
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
+            key[0], key[1], mode_text(key),
+            " | ".join(cell_rate(row.get(t), notes) for t in present),
+            times(ratios["lamp_vs_pytorch_fused"]),
+            times(ratios["lamp_graph_vs_pytorch_graph"]),
+            "**%s**" % headline if headline != "-" else headline,
+            TITLES.get(ratios["best_pytorch"], "-")))
+    return lines
+
+
+def memory_table(rows, order, present, device):
+    lines = [
+        "| model | batch | mode | %s |" % " | ".join(TITLES[t]
+                                                   for t in present),
+        "|---|---|---|%s" % ("---|" * len(present)),
+    ]
+    for key in order:
+        cells = [cell_memory(rows[key].get(t), device) for t in present]
+        if any(c != "-" for c in cells):
+            lines.append("| %s | %d | %s | %s |" % (
+                key[0], key[1], mode_text(key), " | ".join(cells)))
+    return lines
+
+
+def mixed_precision_table(rows, order, present):
+    """Each mixed mode against fp32 and tf32: same tool, model, batch,
+    layout and cuDNN setting."""
+    lines = []
+    for key in order:
+        if key[2] in FULL_PRECISIONS:
+            continue
+        full = {p: rows.get((key[0], key[1], p, key[3], key[4]), {})
+                for p in FULL_PRECISIONS}
+        for tool in present:
+            mixed = rate(rows[key].get(tool))
+            base = {p: rate(full[p].get(tool)) for p in FULL_PRECISIONS}
+            if mixed is None or all(v is None for v in base.values()):
+                continue
+            lines.append("| %s | %d | %s | %s | %.0f | %s | %s | %s | %s |" % (
+                key[0], key[1], mode_text(key), TITLES[tool], mixed,
+                "-" if base["tf32"] is None else "%.0f" % base["tf32"],
+                "-" if base["fp32"] is None else "%.0f" % base["fp32"],
+                times(ratio(mixed, base["tf32"])),
+                times(ratio(mixed, base["fp32"]))))
+    if not lines:
+        return []
+    return [
+        "| model | batch | mode | tool | img/s | tf32 img/s | fp32 img/s "
+        "| vs tf32 | vs fp32 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ] + lines
+
+
+def seed_table(rows, device_name):
+    def seconds(model, batch, precision):
+        """The seed-comparable lamp result: channels_last + benchmark
+        first."""
+        for cl, cb in ((True, True), (False, True), (False, False)):
+            entry = rows.get((model, batch, precision, cl, cb), {}).get("lamp")
+            if usable(entry):
+                return entry["seconds_per_epoch"]
+        return None
+
+    def fmt(s):
+        return "-" if s is None else ("%.2f s" % s if s < 100 else "%.0f s" % s)
+
+    lines = [
+        "The seed (kentaroy47/pytorch-cifar10-fp16) timed whole CIFAR-10 "
+        "epochs on an RTX 2080 Ti, data loading included; its FP16 is pure "
+        "half with FP32 BatchNorm and no master weights or loss scaling. "
+        "lamp's columns are this run's synthetic-batch epochs on %s; '-' "
+        "where this run has no such configuration." % device_name,
+        "",
+        "| model | batch | seed FP32 (2080 Ti) | seed FP16 (2080 Ti) "
+        "| seed speed-up | lamp fp32 | lamp tf32 | lamp half "
+        "| lamp half vs fp32 | lamp amp | lamp amp vs fp32 "
+        "| lamp amp vs tf32 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    seed_json = []
+    for seed in SEED:
+        m, b = seed["model"], seed["batch_size"]
+        ours = {p: seconds(m, b, p) for p in ("fp32", "tf32", "half", "amp")}
+        seed_json.append(dict(seed, lamp=ours))
+        lines.append(
+            "| %s | %d | %.0f s | %.0f s | %.2fx | %s | %s | %s | %s | %s "
+            "| %s | %s |" % (
+                m, b, seed["fp32"], seed["fp16"],
+                seed["fp32"] / seed["fp16"], fmt(ours["fp32"]),
+                fmt(ours["tf32"]), fmt(ours["half"]),
+                times(ratio(ours["fp32"], ours["half"])), fmt(ours["amp"]),
+                times(ratio(ours["fp32"], ours["amp"])),
+                times(ratio(ours["tf32"], ours["amp"]))))
+    return lines, seed_json
+
+
+def build(headers, runs, order, device, peer_python, date):
+    """The markdown lines and the merged JSON of one run."""
+    rows = {key: {} for key in order}
+    for (key, tool), entries in runs.items():
+        rows[key][tool] = summary(entries)
+    present = [t for t in TOOLS if any(t in rows[k] for k in order)]
+    first = next(iter(headers.values()), {})
+    device_name = first.get("device_name", device)
+
+    def version(tools):
+        for tool in tools:
+            if headers.get(tool):
+                return "torch %s" % headers[tool].get("torch_version", "?")
+        statuses = {e["status"] for (k, t), es in runs.items() if t in tools
+                    for e in es}
+        return ", ".join(sorted(statuses)) or "not run"
+
+    repeats = max((len(rows[k][t].get("runs_images_per_second", [None]))
+                   for k in order for t in rows[k]), default=1)
+    steps = sorted({(r.get("warmup"), r.get("steps")) for es in runs.values()
+                    for r in es if ok(r) and r.get("steps")})
+    unchecked = [t for t in present
+                 if any(ok(rows[k].get(t)) and "finite" not in rows[k][t]
+                        for k in order)]
+    notes = Notes()
+    table = main_table(rows, order, present, notes)
+    lines = [
+        "# lamp vs PyTorch: one training step, same configurations",
+        "",
+        "- Device: %s (%s)" % (device_name, device),
+        "- lamp: %s" % ("lamp_bench, LibTorch %s" % headers["lamp"].get(
+            "torch_version", "?") if "lamp" in headers
+            else version(LAMP_TOOLS)),
+        "- PyTorch: %s (%s)" % (version(PYTORCH_TOOLS), peer_python),
+        "- Date: %s" % date.strftime("%Y-%m-%d %H:%M UTC"),
+        "- Headline: **best lamp vs best PyTorch**, lamp's faster tool "
+        "(eager or CUDA graph) against the fastest PyTorch column of the "
+        "same row; a result whose final loss or parameters are not finite "
+        "reads 'garbage' and is never ranked",
+        "- Like for like: lamp eager against PyTorch eager with fused SGD "
+        "(GradScaler hands the scale and overflow flag to the fused kernel, "
+        "no host sync); lamp's CUDA-graph step against PyTorch's whole step "
+        "(forward, backward, GradScaler, fused SGD) in one CUDA graph",
+        "- Runs: each tool warms up once per configuration (cuDNN "
+        "autotuning, compilation, graph capture), then times %d run(s) of "
+        "at least the calibrated step count back to back; each cell is the "
+        "median images/s and, in brackets, the spread of the runs "
+        "((max - min) / median); %s marks a spread over %.0f%%, a median "
+        "less certain than the rest" % (repeats, NOISY_MARK,
+                                         100 * NOISY_SPREAD),
+    ]
+    threads = ", ".join("%s %s" % (t, headers[t]["threads"]) for t in TOOLS
+                        if headers.get(t, {}).get("threads") is not None)
+    if device == "cpu" and threads:
+        lines.append("- Threads: " + threads)
+    lines += [
+        "- TF32: off in fp32 rows, on in tf32 rows (cuBLAS and cuDNN); the "
+        "other modes keep PyTorch's defaults (cuDNN TF32 on, cuBLAS off)"
+        + ("; irrelevant on CPU" if device == "cpu" else ""),
+        "- Step: one synthetic batch resident on the device (no data "
+        "loading), SGD lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4 "
+        "(lamp: lamp::optim::SGD, fused where available); (warmup, timed) "
+        "steps: %s" % ", ".join("(%s, %s)" % s for s in steps),
+    ]
+    if unchecked:
+        lines.append("- Unchecked: %s recorded no finite check of the final "
+                     "loss and parameters (no `finite` field); ranked as if "
+                     "finite" % ", ".join(unchecked))
+    lines += [""] + table
+    if notes.texts:
+        lines += [""] + ["[%d] %s" % (i + 1, n)
+                         for i, n in enumerate(notes.texts)]
+    lines += [
+        "",
+        "## Memory and skipped steps",
+        "",
+    ]
+    if device == "cuda":
+        lines.append(
+            "Steady-state peak / reserved, MiB: the peak allocated after "
+            "warm-up (reset after the untimed steps, so cuDNN's autotuning "
+            "workspace is not counted) and what the caching allocator "
+            "reserves after the timed steps, CUDA-graph pools included. "
+            "'warm-up included' where a tool recorded only its whole-run "
+            "peak. k/n skipped: steps the loss scaler skipped (inf/NaN "
+            "gradients) of all the steps the tool ran, warm-up included.")
+    else:
+        lines.append(
+            "RSS: the peak resident memory of the process while the tool "
+            "ran. k/n skipped: steps the loss scaler skipped (inf/NaN "
+            "gradients) of all the steps the tool ran, warm-up included.")
+    lines += [""] + memory_table(rows, order, present, device)
+    mixed = mixed_precision_table(rows, order, present)
+    if mixed:
+        lines += ["", "## Mixed precision against FP32 and TF32", "",
+                  "The same tool, model and batch in fp32 (TF32 off) and "
+                  "tf32 (TF32 on, the default a Python user gets on an "
+                  "H100 for convolutions); images/s.", ""] + mixed
+    seed_lines, seed_json = seed_table(rows, device_name)
+    lines += ["", "## Beside the seed's numbers", ""] + seed_lines
+
+    merged = {
+        "date": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": device,
+        "device_name": device_name,
+        "repeats": repeats,
+        "noisy_spread": NOISY_SPREAD,
+        "tools": {t: headers.get(t) or {"status": version((t,))}
+                  for t in present},
+        "rows": [dict(dict(zip(KEY, k)), ratios=row_ratios(rows[k]),
+                      **{t: rows[k][t] for t in TOOLS if t in rows[k]})
+                 for k in order],
+        "seed": seed_json,
+    }
+    return lines, merged, device_name
+
+
+def main(argv):
+    manifest_path, out_dir, device, suffix, peer_python, stem_path = argv
+    headers, runs, order = read_manifest(manifest_path)
+    date = datetime.datetime.now(datetime.timezone.utc)
+    lines, merged, device_name = build(headers, runs, order, device,
+                                       peer_python, date)
+    slug = "cpu" if device == "cpu" else \
+        re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or device
+    stem = os.path.join(out_dir, "%s-%s%s" % (
+        slug, date.strftime("%Y-%m-%d"), suffix))
+    with open(stem + ".json", "w") as f:
+        json.dump(merged, f, indent=2)
+        f.write("\n")
+    with open(stem + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print("\nwrote %s.json and %s.md" % (stem, stem))
+    with open(stem_path, "w") as f:
+        f.write(stem)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""bench/report.py's tables from hand-made results: the like-for-like and
+best-vs-best ratios, garbage never ranked, the spread flag, the memory and
+skipped-step cells, the mixed-precision speed-ups, and results from a
+lamp_bench that records no finite check or steady-state memory. Standard
+library only."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+# Importing bench/report.py leaves no __pycache__ in the source tree.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "bench"))
+import report  # noqa: E402
+
+MIB = 2 ** 20
+ROW = ("resnet50", 512, "amp", True, True)
+
+
+def result(rates, **extra):
+    """One tool's result as lamp_bench or peer_pytorch.py writes it."""
+    median = sorted(rates)[(len(rates) - 1) // 2]
+    return dict({"model": "resnet50", "batch_size": 512, "precision": "amp",
+                 "channels_last": True, "cudnn_benchmark": True,
+                 "steps": 80, "warmup": 10, "epoch_images": 50000,
+                 "images_per_second": median,
+                 "repeats_images_per_second": rates, "skipped": None},
+                **extra)
+
+
+def peer(rates, tool, **extra):
+    return result(rates, **dict({
+        "tool": tool, "skipped_steps": 2, "steps_run": 500,
+        "final_loss": 2.3, "finite": True, "garbage": None,
+        "steady_peak_bytes": 6000 * MIB, "reserved_bytes": 7000 * MIB,
+        "peak_memory_bytes": 9000 * MIB}, **extra))
+
+
+# lamp_bench as of 2026-11-24: skipped_steps and the whole-run peak, no
+# finite check, no steady-state or reserved bytes.
+LAMP = result([15800.0, 15900.0, 16000.0, 15850.0, 15950.0],
+              skipped_steps=3, peak_memory_bytes=6900 * MIB)
+LAMP_GRAPH = result([16000.0, 16040.0, 16050.0, 16020.0, 16030.0],
+                    skipped_steps=2, peak_memory_bytes=7100 * MIB)
+PEERS = [
+    peer([14000.0, 14500.0, 15000.0, 14400.0, 14600.0], "pytorch-eager"),
+    peer([15800.0, 15850.0, 15900.0, 15860.0, 15870.0], "pytorch-fused"),
+    # The fastest PyTorch column, but it trained on NaNs: never ranked.
+    peer([19000.0, 19100.0, 19200.0, 19050.0, 19150.0],
+         "pytorch-compile-fused", finite=False,
+         garbage="non-finite params"),
+    # 17,000 +- 4%: a spread of 8% (flagged).
+    peer([16320.0, 17000.0, 17680.0, 16900.0, 17100.0],
+         "pytorch-compile-ro-fused"),
+    peer([12800.0, 12900.0, 13000.0, 12950.0, 12850.0], "pytorch-graph"),
+]
+
+
+class Fixture:
+    """A manifest and per-run JSON files, as bench/run.sh leaves them."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.lines = []
+        self.count = 0
+
+    def write(self, report_json):
+        self.count += 1
+        path = os.path.join(self.folder, "%d.json" % self.count)
+        with open(path, "w") as f:
+            json.dump(report_json, f)
+        return path
+
+    def add(self, tools, results, key=ROW, status="ok"):
+        path = self.write({"tool": ",".join(tools), "torch_version": "2.11.0",
+                           "device_name": "Test GPU", "threads": 16,
+                           "results": results}) if status == "ok" else "-"
+        for tool in tools:
+            self.lines.append("\t".join([
+                tool, key[0], str(key[1]), key[2], "1" if key[3] else "0",
+                "1" if key[4] else "0", status, path]))
+
+    def manifest(self):
+        path = os.path.join(self.folder, "manifest.tsv")
+        with open(path, "w") as f:
+            f.write("\n".join(self.lines) + "\n")
+        return path
+
+
+def standard(folder):
+    fixture = Fixture(folder)
+    fixture.add(["lamp"], [LAMP])
+    fixture.add(["lamp-graph"], [LAMP_GRAPH])
+    fixture.add([p["tool"] for p in PEERS], PEERS)
+    for precision, lamp_rate in (("tf32", 8000.0), ("fp32", 2850.0)):
+        key = ("resnet50", 512, precision, True, True)
+        fixture.add(["lamp"], [dict(result([lamp_rate]),
+                                    precision=precision)], key=key)
+    return fixture
+
+
+class Report(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.tmp = self.dir.name
+        headers, runs, order = report.read_manifest(
+            standard(self.tmp).manifest())
+        self.lines, self.merged, _ = report.build(
+            headers, runs, order, "cuda", "python3",
+            report.datetime.datetime(2026, 11, 24, 12, 0))
+        self.text = "\n".join(self.lines)
+        self.row = self.merged["rows"][0]
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def table_row(self, heading, prefix):
+        """The cells of the first line starting with `prefix` in the table
+        after `heading`."""
+        start = self.lines.index(heading) if heading else 0
+        line = next(l for l in self.lines[start:] if l.startswith(prefix))
+        return [c.strip() for c in line.strip("|").split("|")]
+
+    def test_like_for_like_ratios(self):
+        ratios = self.row["ratios"]
+        self.assertAlmostEqual(ratios["lamp_vs_pytorch_fused"],
+                               15900.0 / 15860.0)
+        self.assertAlmostEqual(ratios["lamp_graph_vs_pytorch_graph"],
+                               16030.0 / 12900.0)
+
+    def test_best_vs_best_skips_garbage(self):
+        ratios = self.row["ratios"]
+        self.assertEqual(ratios["best_lamp"], "lamp-graph")
+        self.assertEqual(ratios["best_pytorch"], "pytorch-compile-ro-fused")
+        self.assertAlmostEqual(ratios["best_lamp_vs_best_pytorch"],
+                               16030.0 / 17000.0)
+        cells = self.table_row(None, "| resnet50 | 512 | amp,")
+        self.assertIn("19100 (1.0%) garbage: non-finite params", cells)
+        self.assertEqual(cells[-2:], ["**0.94x**", report.TITLES[
+            "pytorch-compile-ro-fused"]])
+
+    def test_spread_over_5_percent_is_flagged(self):
+        entry = self.row["pytorch-compile-ro-fused"]
+        self.assertAlmostEqual(entry["spread"], 0.08)
+        self.assertTrue(entry["noisy"])
+        self.assertFalse(self.row["pytorch-fused"]["noisy"])
+        cells = self.table_row(None, "| resnet50 | 512 | amp,")
+        self.assertIn("17000 (8.0%) " + report.NOISY_MARK, cells)
+        self.assertIn("15860 (0.6%)", cells)
+        self.assertIn(report.NOISY_MARK + " marks a spread over 5%",
+                      self.text)
+
+    def test_memory_and_skipped_steps(self):
+        cells = self.table_row("## Memory and skipped steps",
+                               "| resnet50 | 512 | amp,")
+        self.assertEqual(cells[3], "peak 6900, warm-up included; 3 skipped")
+        self.assertIn("6000 / 7000; 2/500 skipped", cells)
+
+    def test_a_lamp_without_finite_check_is_named(self):
+        self.assertIn("- Unchecked: lamp, lamp-graph recorded no finite "
+                      "check", self.text)
+
+    def test_mixed_precision_against_tf32_and_fp32(self):
+        cells = self.table_row("## Mixed precision against FP32 and TF32",
+                               "| resnet50 | 512 | amp,")
+        self.assertEqual(cells[3:], ["lamp", "15900", "8000", "2850",
+                                     "1.99x", "5.58x"])
+        seed = self.table_row("## Beside the seed's numbers", "| resnet50 |")
+        self.assertEqual(seed[-2:], ["5.58x", "1.99x"])
+
+
+class Statuses(unittest.TestCase):
+    def test_not_run_skipped_and_failed_cells(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp"], [LAMP])
+            fixture.add(["pytorch-eager"], [], status="not run (no torch)")
+            fixture.add(["pytorch-graph"], [dict(
+                result([1.0]), tool="pytorch-graph", images_per_second=None,
+                skipped="the whole-step CUDA graph needs a CUDA device")])
+            headers, runs, order = report.read_manifest(fixture.manifest())
+            lines, merged, _ = report.build(
+                headers, runs, order, "cpu", "python3",
+                report.datetime.datetime(2026, 11, 24, 12, 0))
+        text = "\n".join(lines)
+        self.assertIn("| not run (no torch) | skipped [1] | - | - | - | - |",
+                      text)
+        self.assertIn("[1] the whole-step CUDA graph needs a CUDA device",
+                      text)
+        self.assertIsNone(merged["rows"][0]["ratios"]["best_pytorch"])
+
+    def test_main_writes_json_markdown_and_stem(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            manifest = standard(tmp).manifest()
+            out = os.path.join(tmp, "out")
+            os.mkdir(out)
+            stem_file = os.path.join(tmp, "stem")
+            with open(os.devnull, "w") as quiet:
+                stdout, sys.stdout = sys.stdout, quiet
+                try:
+                    report.main([manifest, out, "cuda", "-quick", "python3",
+                                 stem_file])
+                finally:
+                    sys.stdout = stdout
+            with open(stem_file) as f:
+                stem = f.read()
+            self.assertTrue(os.path.basename(stem).startswith("test-gpu-"))
+            self.assertTrue(stem.endswith("-quick"))
+            with open(stem + ".json") as f:
+                merged = json.load(f)
+            self.assertTrue(os.path.exists(stem + ".md"))
+        # What scripts/plot.py --bench reads: tools, and rows holding them.
+        self.assertEqual(list(merged["tools"]), list(report.TOOLS[:2]) + [
+            t for t in report.PYTORCH_TOOLS
+            if t in {p["tool"] for p in PEERS}])
+        self.assertEqual(merged["noisy_spread"], 0.05)
+        self.assertEqual(merged["repeats"], 5)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -9,6 +9,10 @@
 // `--epoch-images` epoch, peak memory (CUDA allocator, or RSS on CPU),
 // achieved TFLOP/s from the analytic FLOP count and, with --matmul-peak, the
 // fraction of a large matmul's TFLOP/s measured on the same device.
+//
+// --profile PATH: after the timed steps, `--profile-steps` more steps run
+// under LibTorch's profiler; their Chrome trace goes to PATH and a table of
+// time per kernel class is printed (bench/profile_table.h).
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -20,11 +24,16 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
+#include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <vector>
 
 #include "common/cli.h"
+#include "profile_table.h"
+#include "profiler.h"
 
 namespace {
 
@@ -46,6 +55,8 @@ struct Config {
   bool cuda_graph = false;
   int64_t repeats = 1;
   double min_seconds = 0.0;
+  std::string profile;
+  int64_t profile_steps = 5;
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -80,8 +91,57 @@ double matmul_tflops(const torch::Device& device, torch::Dtype dtype) {
   return 2.0 * n * n * n * reps / seconds_since(start) / 1e12;
 }
 
+// The profile's rows as the results JSON keeps them: per step, as the table.
+nlohmann::json profile_json(const lamp_bench::ProfileTable& table) {
+  const double steps = static_cast<double>(table.run.steps);
+  auto rows = nlohmann::json::array();
+  for (const auto& row : table.rows) {
+    rows.push_back({{"class", lamp_bench::to_string(row.kernel_class)},
+                    {"seconds_per_step", row.seconds / steps},
+                    {"flops_per_step", row.flops / steps},
+                    {"bytes_per_step", row.bytes / steps},
+                    {"rated_seconds_per_step", row.rated_seconds / steps}});
+  }
+  return {{"steps", table.run.steps},
+          {"seconds_per_step", table.run.seconds / steps},
+          {"unaccounted_seconds_per_step", table.unaccounted_seconds / steps},
+          {"classes", rows}};
+}
+
+// --profile: `c.profile_steps` more steps under LibTorch's profiler, their
+// trace written to `trace_path`; the table as JSON rows and as "text".
+nlohmann::json profile(const Config& c, const std::string& precision,
+                       const torch::Device& device,
+                       const std::function<void()>& step,
+                       std::vector<int64_t> input_shape,
+                       double unprofiled_step_seconds,
+                       const std::string& trace_path) {
+  const auto capture =
+      lamp_bench::profile_steps(device, c.profile_steps, step, trace_path);
+  lamp_bench::ProfileRun run;
+  run.device_kernels = device.is_cuda();
+  run.steps = c.profile_steps;
+  run.seconds = capture.seconds;
+  run.input_shape = std::move(input_shape);
+  const auto table = lamp_bench::summarize(capture.events, run);
+  auto out = profile_json(table);
+  out["trace"] = trace_path;
+  out["trace_writer"] = capture.trace_writer;
+  std::ostringstream heading;
+  heading << std::fixed << std::setprecision(3) << "profile of "
+          << c.profile_steps << " steps (" << precision << ", "
+          << (device.is_cuda() ? "CUDA kernels" : "CPU ops")
+          << "): " << 1e3 * capture.seconds / c.profile_steps
+          << " ms/step under the profiler, " << 1e3 * unprofiled_step_seconds
+          << " without; trace by " << capture.trace_writer << ": " << trace_path
+          << " (" << capture.trace_events << " events)\n";
+  out["text"] = heading.str() + lamp_bench::format_table(table);
+  return out;
+}
+
 nlohmann::json run_one(const Config& c, const std::string& precision_name,
-                       const torch::Device& device) {
+                       const torch::Device& device,
+                       const std::string& trace_path) {
   nlohmann::json result = {{"model", c.model},
                            {"batch_size", c.batch_size},
                            {"precision", precision_name},
@@ -135,6 +195,8 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
       torch::randint(0, 10, {c.batch_size},
                      torch::TensorOptions().device(device).dtype(torch::kLong));
   const auto batch_loss = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    // The forward phase of a profiled step (a no-op without a profiler).
+    RECORD_USER_SCOPE(lamp_bench::kForwardScope);
     return torch::nn::functional::cross_entropy(forward(x).to(torch::kFloat),
                                                 y);
   };
@@ -193,6 +255,11 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
           dynamic_cast<const lamp::optim::AmpStep*>(&step->optimizer())) {
     result["sync_free_step"] = amp->skips_on_device();
   }
+  if (!trace_path.empty()) {
+    result["profile"] =
+        profile(c, precision_name, device, run_step, images.sizes().vec(),
+                c.batch_size / images_per_second, trace_path);
+  }
   if (c.report_precision) {
     // One more training step, observed: which dtype each conv/matmul ran in.
     const auto ops = lamp::op_precision_report([&] { run_step(); });
@@ -233,11 +300,23 @@ int run(const Config& c) {
   for (const auto& precision : split(c.precisions)) {
     lamp::parse_precision(precision); // a clear error for a bad name, up front
   }
+  // One trace per configuration, each path checked before anything runs.
+  std::map<std::string, std::string> trace_paths;
+  if (!c.profile.empty()) {
+    const auto precisions = split(c.precisions);
+    for (const auto& requested : precisions) {
+      const auto precision = lamp::to_string(
+          lamp::resolve_precision(lamp::parse_precision(requested), device));
+      trace_paths[precision] = lamp_bench::trace_path_for(
+          c.profile, precision, precisions.size() > 1);
+      lamp_bench::check_trace_path(trace_paths[precision]);
+    }
+  }
   for (const auto& requested : split(c.precisions)) {
     // "auto" is measured as the mode it resolves to on this device.
     const auto precision = lamp::to_string(
         lamp::resolve_precision(lamp::parse_precision(requested), device));
-    auto result = run_one(c, precision, device);
+    auto result = run_one(c, precision, device, trace_paths[precision]);
     if (result["skipped"].is_null()) {
       std::printf(
           "%-9s %-9s batch %4lld  %9.1f img/s  %8.2f s/epoch  %7.3f TFLOP/s  peak %.0f MiB\n",
@@ -250,6 +329,13 @@ int run(const Config& c) {
     } else {
       std::printf("%-9s %-9s skipped: %s\n", c.model.c_str(), precision.c_str(),
                   result["skipped"].get<std::string>().c_str());
+      if (!trace_paths[precision].empty()) {
+        std::remove(trace_paths[precision].c_str()); // emptied, not written
+      }
+    }
+    if (result.contains("profile")) {
+      std::printf("%s", result["profile"]["text"].get<std::string>().c_str());
+      result["profile"].erase("text");
     }
     std::fflush(stdout);
     out["results"].push_back(result);
@@ -329,6 +415,18 @@ int main(int argc, char** argv) {
   app.add_flag(
       "--cuda-graph", c.cuda_graph,
       "replay the step as a CUDA graph (TrainStepOptions::cuda_graph)");
+  app.add_option(
+         "--profile", c.profile,
+         "after the timed steps, profile --profile-steps more with LibTorch's profiler: write their Chrome trace to this file (with several precisions, one file each, named FILE-PRECISION.EXT) and print the time per kernel class")
+      ->check(CLI::Validator(
+          [](std::string& path) -> std::string {
+            return path.empty() ? "give the trace file's path" : "";
+          },
+          ""));
+  app.add_option("--profile-steps", c.profile_steps,
+                 "steps to profile with --profile, 1..1000")
+      ->check(lamp_examples::integer_in(1, 1000))
+      ->capture_default_str();
   app.add_flag(
       "--report-precision", c.report_precision,
       "print each model's parameter/buffer dtypes and the dtypes its convolutions/matmuls ran in during one training step");

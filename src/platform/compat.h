@@ -295,3 +295,61 @@ using C10dBackend = c10d::ProcessGroup;
 } // namespace lamp
 #endif
 #endif // LAMP_COMPAT_C10D
+
+// ------------------------------------------------------------------ profiler
+//
+// The times of the Kineto profiler's events (torch::autograd::profiler::
+// KinetoEvent): startUs()/durationUs(), microseconds, in LibTorch 1.13 and
+// 2.0; startNs()/durationNs(), nanoseconds, from 2.1 (1.13 and 2.11 are the
+// versions lamp builds against). Which events are the GPU's own work:
+// Kineto's activity type where LibTorch ships Kineto's headers (the torch
+// wheel does; Debian's 1.13 has no Kineto, and no GPU), since Kineto also
+// puts annotations and syncs on the GPU's timeline. Only lamp_bench's
+// profiler asks for this part.
+#ifdef LAMP_COMPAT_PROFILER
+#include <torch/csrc/autograd/profiler_kineto.h>
+#if __has_include(<kineto/ActivityType.h>)
+#include <kineto/ActivityType.h>
+#define LAMP_KINETO_ACTIVITY_TYPES 1
+#else
+#define LAMP_KINETO_ACTIVITY_TYPES 0
+#endif
+namespace lamp {
+namespace detail {
+
+/// A kernel, memcpy or memset that ran on the device.
+inline bool profiler_device_work(
+    const torch::autograd::profiler::KinetoEvent& event) {
+#if LAMP_KINETO_ACTIVITY_TYPES
+  using libkineto::ActivityType;
+  const auto type = static_cast<ActivityType>(event.activityType());
+  return type == ActivityType::CONCURRENT_KERNEL ||
+         type == ActivityType::GPU_MEMCPY || type == ActivityType::GPU_MEMSET;
+#else
+  return event.deviceType() != c10::DeviceType::CPU;
+#endif
+}
+
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+inline int64_t profiler_start_ns(
+    const torch::autograd::profiler::KinetoEvent& event) {
+  return static_cast<int64_t>(event.startNs());
+}
+inline int64_t profiler_duration_ns(
+    const torch::autograd::profiler::KinetoEvent& event) {
+  return static_cast<int64_t>(event.durationNs());
+}
+#else
+inline int64_t profiler_start_ns(
+    const torch::autograd::profiler::KinetoEvent& event) {
+  return static_cast<int64_t>(event.startUs()) * 1000;
+}
+inline int64_t profiler_duration_ns(
+    const torch::autograd::profiler::KinetoEvent& event) {
+  return static_cast<int64_t>(event.durationUs()) * 1000;
+}
+#endif
+} // namespace detail
+} // namespace lamp
+#endif // LAMP_COMPAT_PROFILER

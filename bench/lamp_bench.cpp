@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -57,6 +58,7 @@ struct Config {
   double min_seconds = 0.0;
   std::string profile;
   int64_t profile_steps = 5;
+  std::string fused_bn = "on";
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -139,6 +141,39 @@ nlohmann::json profile(const Config& c, const std::string& precision,
   return out;
 }
 
+// Whether the run trained on numbers: the last step's loss, and every
+// parameter the optimizer updates (the FP32 masters in half/bf16) and the
+// model's, finite after the timed steps. One host read, after the timing.
+void record_health(nlohmann::json& result, const torch::nn::Module& model,
+                   lamp::TrainStep& step, const lamp::StepResult& last,
+                   int64_t steps_run) {
+  std::vector<torch::Tensor> flags;
+  for (const auto& p : model.parameters()) {
+    flags.push_back(torch::isfinite(p.detach()).all());
+  }
+  for (const auto& group : step.optimizer().param_groups()) {
+    for (const auto& p : group.params()) {
+      flags.push_back(torch::isfinite(p.detach()).all());
+    }
+  }
+  const bool params_finite = torch::stack(flags).all().item<bool>();
+  const double loss = last.loss.defined()
+                          ? last.loss.to(torch::kDouble).item<double>()
+                          : std::nan("");
+  const bool loss_finite = std::isfinite(loss);
+  result["steps_run"] = steps_run;
+  result["final_loss"] =
+      loss_finite ? nlohmann::json(loss) : nlohmann::json(nullptr);
+  result["finite"] = loss_finite && params_finite;
+  if (loss_finite && params_finite) {
+    result["garbage"] = nullptr;
+  } else if (!loss_finite && !params_finite) {
+    result["garbage"] = "non-finite loss and params";
+  } else {
+    result["garbage"] = loss_finite ? "non-finite params" : "non-finite loss";
+  }
+}
+
 nlohmann::json run_one(const Config& c, const std::string& precision_name,
                        const torch::Device& device,
                        const std::string& trace_path) {
@@ -155,6 +190,11 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   const int64_t epoch_images =
       c.epoch_images > 0 ? c.epoch_images : (cnn ? 60000 : 50000);
   result["epoch_images"] = epoch_images;
+  result["fused_bn"] = c.fused_bn == "on";
+  // What the device held before this configuration: its memory figures are
+  // this configuration's own.
+  const int64_t allocated_before = lamp::allocated_device_memory(device);
+  const int64_t reserved_before = lamp::reserved_device_memory(device);
   torch::manual_seed(0);
   const auto model = lamp::models::make_model(c.model, 10, channels);
   const auto& module = model.module;
@@ -202,11 +242,28 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   };
   // The batch form of step(): the one a CUDA graph can capture (eager
   // otherwise, the same work).
-  const auto run_step = [&] { return step->step(images, labels, batch_loss); };
+  int64_t steps_run = 0;
+  lamp::StepResult last;
+  const auto run_step = [&] {
+    ++steps_run;
+    last = step->step(images, labels, batch_loss);
+    return last;
+  };
   lamp::reset_peak_device_memory(device);
   for (int64_t i = 0; i < c.warmup; ++i)
     run_step();
   lamp::synchronize(device);
+  // The steady state's memory: the warm-up's peak includes cuDNN's
+  // autotuning workspaces and the eager steps before a capture. Their cached
+  // blocks go back to the driver, and one untimed step fills the cache again
+  // before the timing.
+  const int64_t warmup_peak = lamp::peak_device_memory(device);
+  if (device.is_cuda()) {
+    lamp::release_cached_device_memory();
+    lamp::reset_peak_device_memory(device);
+    run_step();
+    lamp::synchronize(device);
+  }
   // Calibrated: at least --min-seconds of timed steps, so that launch jitter
   // and clock changes average out. The repeats reuse the calibrated count.
   int64_t steps = c.steps;
@@ -241,9 +298,19 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   result["images_per_second"] = images_per_second;
   result["repeats_images_per_second"] = rates;
   result["seconds_per_epoch"] = epoch_images / images_per_second;
-  result["peak_memory_bytes"] = device.is_cuda()
-                                    ? lamp::peak_device_memory(device)
-                                    : lamp::peak_host_memory();
+  result["peak_memory_bytes"] =
+      device.is_cuda() ? std::max(warmup_peak, lamp::peak_device_memory(device))
+                       : lamp::peak_host_memory();
+  if (device.is_cuda()) {
+    result["steady_peak_bytes"] =
+        lamp::peak_device_memory(device) - allocated_before;
+    result["reserved_bytes"] =
+        lamp::reserved_device_memory(device) - reserved_before;
+  } else {
+    result["steady_peak_bytes"] = nullptr;
+    result["reserved_bytes"] = nullptr;
+  }
+  record_health(result, *module, *step, last, steps_run);
   result["tflops"] = images_per_second *
                      static_cast<double>(lamp::models::training_flops(
                          c.model, channels, side, side)) /
@@ -427,6 +494,11 @@ int main(int argc, char** argv) {
                  "steps to profile with --profile, 1..1000")
       ->check(lamp_examples::integer_in(1, 1000))
       ->capture_default_str();
+  app.add_option(
+         "--fused-bn", c.fused_bn,
+         "BatchNorm with its ReLU (and residual add) as one cuDNN kernel where it applies (CUDA, --channels-last, half/bf16 activations): on | off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_flag(
       "--report-precision", c.report_precision,
       "print each model's parameter/buffer dtypes and the dtypes its convolutions/matmuls ran in during one training step");
@@ -436,5 +508,6 @@ int main(int argc, char** argv) {
   if (status >= 0) {
     return status;
   }
+  lamp::ops::set_batch_norm_relu_fusion_enabled(c.fused_bn == "on");
   return lamp_examples::guarded_main("lamp_bench", [&] { return run(c); });
 }

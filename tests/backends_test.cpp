@@ -67,7 +67,10 @@ TEST(Backends, CudaQueriesAreSafeWithoutAGpu) {
   }
   EXPECT_FALSE(lamp::fp16_compute_available(torch::kCUDA));
   EXPECT_EQ(lamp::peak_device_memory(torch::kCUDA), 0);
+  EXPECT_EQ(lamp::allocated_device_memory(torch::kCUDA), 0);
+  EXPECT_EQ(lamp::reserved_device_memory(torch::kCUDA), 0);
   lamp::reset_peak_device_memory(torch::kCUDA); // must not throw
+  lamp::release_cached_device_memory();         // must not throw
 }
 
 TEST(Backends, PeakDeviceMemoryCountsAllocations_CUDA) {
@@ -81,6 +84,25 @@ TEST(Backends, PeakDeviceMemoryCountsAllocations_CUDA) {
   }
   lamp::reset_peak_device_memory(device);
   EXPECT_LT(lamp::peak_device_memory(device), before + (256 << 20));
+}
+
+TEST(Backends, AllocatedAndReservedDeviceMemory_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const torch::Device device(torch::kCUDA, 0);
+  lamp::release_cached_device_memory();
+  const int64_t allocated = lamp::allocated_device_memory(device);
+  const int64_t reserved = lamp::reserved_device_memory(device);
+  EXPECT_GE(reserved, allocated);
+  {
+    auto big = torch::empty({64 << 20}, torch::TensorOptions().device(device));
+    EXPECT_EQ(lamp::allocated_device_memory(device), allocated + (256 << 20));
+    EXPECT_GE(lamp::reserved_device_memory(device), reserved + (256 << 20));
+  }
+  // Freed: still reserved by the cache until it is released.
+  EXPECT_EQ(lamp::allocated_device_memory(device), allocated);
+  EXPECT_GE(lamp::reserved_device_memory(device), reserved + (256 << 20));
+  lamp::release_cached_device_memory();
+  EXPECT_LT(lamp::reserved_device_memory(device), reserved + (256 << 20));
 }
 
 TEST(Backends, CudnnBenchmarkLimitRoundTripsAndRefusesNegatives) {

@@ -19,6 +19,16 @@ int64_t peak_device_memory(const torch::Device&) {
 
 void reset_peak_device_memory(const torch::Device&) {}
 
+int64_t allocated_device_memory(const torch::Device&) {
+  return 0;
+}
+
+int64_t reserved_device_memory(const torch::Device&) {
+  return 0;
+}
+
+void release_cached_device_memory() {}
+
 void synchronize(const torch::Device&) {}
 
 namespace detail {

@@ -39,16 +39,6 @@ c10::DeviceIndex cuda_index(const torch::Device& device) {
 }
 } // namespace
 
-int64_t peak_device_memory(const torch::Device& device) {
-  if (!device.is_cuda() || !cuda_available()) {
-    return 0;
-  }
-  detail::lazy_init_cuda();
-  const auto stats =
-      c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
-  return stats.allocated_bytes[0].peak;
-}
-
 namespace detail {
 std::string cuda_device_name(const torch::Device& device) {
   if (!cuda_available()) {
@@ -77,6 +67,40 @@ void reset_peak_device_memory(const torch::Device& device) {
   if (device.is_cuda() && cuda_available()) {
     detail::lazy_init_cuda();
     c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index(device));
+  }
+}
+
+namespace {
+// The caching allocator's statistics of `device`, or none without CUDA.
+c10::optional<c10::cuda::CUDACachingAllocator::DeviceStats> allocator_stats(
+    const torch::Device& device) {
+  if (!device.is_cuda() || !cuda_available()) {
+    return c10::nullopt;
+  }
+  detail::lazy_init_cuda();
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
+}
+} // namespace
+
+int64_t peak_device_memory(const torch::Device& device) {
+  const auto stats = allocator_stats(device);
+  return stats ? stats->allocated_bytes[0].peak : 0;
+}
+
+int64_t allocated_device_memory(const torch::Device& device) {
+  const auto stats = allocator_stats(device);
+  return stats ? stats->allocated_bytes[0].current : 0;
+}
+
+int64_t reserved_device_memory(const torch::Device& device) {
+  const auto stats = allocator_stats(device);
+  return stats ? stats->reserved_bytes[0].current : 0;
+}
+
+void release_cached_device_memory() {
+  if (cuda_available()) {
+    detail::lazy_init_cuda();
+    c10::cuda::CUDACachingAllocator::emptyCache();
   }
 }
 

@@ -95,6 +95,19 @@ int64_t peak_device_memory(const torch::Device& device);
 /// without CUDA.
 void reset_peak_device_memory(const torch::Device& device);
 
+/// Bytes allocated now through the CUDA caching allocator on `device` (as
+/// `torch.cuda.memory_allocated`); 0 without CUDA.
+int64_t allocated_device_memory(const torch::Device& device);
+
+/// Bytes the CUDA caching allocator reserves on `device` now, CUDA-graph
+/// pools included (as `torch.cuda.memory_reserved`); 0 without CUDA.
+int64_t reserved_device_memory(const torch::Device& device);
+
+/// Returns the caching allocator's unused blocks on every device to the
+/// driver (as `torch.cuda.empty_cache`): reserved_device_memory() drops to
+/// what live tensors and graph pools hold. A no-op without CUDA.
+void release_cached_device_memory();
+
 /// Waits for the work queued on `device` (CUDA); returns at once on CPU. For
 /// timing, never inside a training step.
 void synchronize(const torch::Device& device);

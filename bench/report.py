@@ -24,7 +24,7 @@ import re
 import statistics
 import sys
 
-LAMP_TOOLS = ("lamp", "lamp-graph")
+LAMP_TOOLS = ("lamp", "lamp-graph", "lamp-graph-stock-bn")
 PYTORCH_TOOLS = ("pytorch-eager", "pytorch-fused", "pytorch-compile",
                  "pytorch-compile-ro", "pytorch-compile-fused",
                  "pytorch-compile-ro-fused", "pytorch-graph")
@@ -32,6 +32,7 @@ TOOLS = LAMP_TOOLS + PYTORCH_TOOLS
 TITLES = {
     "lamp": "lamp",
     "lamp-graph": "lamp (CUDA graph)",
+    "lamp-graph-stock-bn": "lamp (CUDA graph, --fused-bn off)",
     "pytorch-eager": "PyTorch eager",
     "pytorch-fused": "eager, fused SGD",
     "pytorch-compile": "torch.compile",

@@ -115,7 +115,8 @@ failures=0
 #           STEPS
 # runs every tool of the list on one configuration and adds a line per tool
 # to the manifest. Tools: lamp (eager step), lamp-graph (the step as a CUDA
-# graph), pytorch-eager (foreach SGD), pytorch-fused (fused SGD),
+# graph), lamp-graph-stock-bn (the same without the fused BatchNorm + ReLU
+# kernels: what they gain), pytorch-eager (foreach SGD), pytorch-fused (fused SGD),
 # pytorch-compile / pytorch-compile-fused (torch.compile, foreach / fused
 # SGD), pytorch-compile-ro / pytorch-compile-ro-fused (torch.compile
 # mode="reduce-overhead": CUDA graphs), pytorch-graph (the whole step in one
@@ -140,11 +141,12 @@ run_tools() {
   local tool status json peers=() peer_statuses=() peer_args=()
   for tool in $tools; do
     case "$tool" in
-      lamp | lamp-graph)
+      lamp | lamp-graph | lamp-graph-stock-bn)
         runs=$((runs + 1))
         json="$work/$runs-$tool.json"
         local extra=()
         [ "$tool" = lamp-graph ] && extra=(--cuda-graph)
+        [ "$tool" = lamp-graph-stock-bn ] && extra=(--cuda-graph --fused-bn off)
         run_one "$tool" "$json" "$bench" "${args[@]}" "${extra[@]}" --json "$json"
         record "$tool" "$model" "$batch" "$precision" "$cl" "$cb" "$json"
         # On a CPU the peer runs with lamp's thread count: torch 2.x's
@@ -231,7 +233,10 @@ else
   all_tools="lamp lamp-graph pytorch-eager pytorch-fused pytorch-graph pytorch-compile-fused pytorch-compile-ro-fused"
   for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
     read -r model batch <<<"$config"
-    run_tools "$all_tools" "$model" "$batch" amp 1 1 10 30
+    tools="$all_tools"
+    # What the fused BatchNorm + ReLU kernels gain where the GPU is busy.
+    [ "$model" = resnet50 ] && tools="$tools lamp-graph-stock-bn"
+    run_tools "$tools" "$model" "$batch" amp 1 1 10 30
   done
   run_tools lamp resnet50 512 tf32 1 1 5 10
   run_tools lamp resnet50 512 fp32 1 1 5 10

@@ -105,6 +105,7 @@ torch::Tensor save_for_backward(
                           computed.reserve});
   ctx->saved_data["eps"] = eps;
   ctx->saved_data["reference"] = reference;
+  ctx->saved_data["reserve_size"] = computed.reserve_size;
   return computed.output;
 }
 
@@ -122,6 +123,7 @@ lamp::detail::FusedBatchNormBackward fused_backward(
   forward.save_mean = saved[5];
   forward.save_invstd = saved[6];
   forward.reserve = saved[7];
+  forward.reserve_size = ctx->saved_data["reserve_size"].toInt();
   const double eps = ctx->saved_data["eps"].toDouble();
   auto grad = grad_outputs[0];
   if (!grad.defined()) {

@@ -13,6 +13,7 @@
 #include <cudnn.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <string>
 
 #include "platform/cudnn_batch_norm.h"
@@ -182,8 +183,9 @@ void* data_or_null(const torch::Tensor& t) {
   return t.defined() ? t.data_ptr() : nullptr;
 }
 
+// At least one byte: cuDNN gets a valid pointer even for a zero size.
 torch::Tensor bytes(size_t size, const torch::Tensor& like) {
-  return torch::empty({static_cast<int64_t>(size)},
+  return torch::empty({static_cast<int64_t>(std::max<size_t>(size, 1))},
                       like.options().dtype(torch::kByte));
 }
 
@@ -230,6 +232,7 @@ bool cudnn_batch_norm_activation_forward(
 
   const auto workspace = bytes(workspace_size, x);
   result.reserve = bytes(reserve_size, x);
+  result.reserve_size = static_cast<int64_t>(reserve_size);
   result.output = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
   result.save_mean = torch::empty({x.size(1)}, weight.options());
   result.save_invstd = torch::empty({x.size(1)}, weight.options());
@@ -288,7 +291,7 @@ FusedBatchNormBackward cudnn_batch_norm_activation_backward(
           result.bias.data_ptr(), eps, saved.save_mean.data_ptr(),
           saved.save_invstd.data_ptr(), d.relu.get(), data_or_null(workspace),
           workspace_size, data_or_null(saved.reserve),
-          static_cast<size_t>(saved.reserve.numel())),
+          static_cast<size_t>(saved.reserve_size)),
       "cudnnBatchNormalizationBackwardEx");
   return result;
 }

@@ -11,6 +11,7 @@
 
 #include <torch/types.h>
 
+#include <cstdint>
 #include <string>
 
 namespace lamp {
@@ -22,6 +23,8 @@ struct FusedBatchNormForward {
   torch::Tensor save_mean;   // batch mean, float [C]
   torch::Tensor save_invstd; // batch 1 / sqrt(var + eps), float [C]
   torch::Tensor reserve;     // cuDNN's reserve space (bytes), for backward
+  // The bytes of `reserve` cuDNN asked for (reserve has at least one).
+  int64_t reserve_size = 0;
 };
 
 /// Gradients of the fused op's inputs.

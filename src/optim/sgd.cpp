@@ -97,6 +97,53 @@ void first_step_or_update(Pending& pending, const torch::Tensor& found_inf,
   pending.flag.mul_(skip);
 }
 
+// One bucket's parameters by the state of their momentum buffers. The
+// kernel's is_first_step (buffer = gradient) holds for a whole call: each
+// part goes in calls of its own.
+struct Parts {
+  // Buffers that steps have taken.
+  std::vector<torch::Tensor> p_old, g_old, b_old;
+  // No buffer yet.
+  std::vector<torch::Tensor> p_new, g_new;
+  // Buffers that may wait for their first step, by flag.
+  std::vector<Pending> pending;
+};
+
+Parts split(torch::optim::Optimizer& optimizer,
+            const std::vector<torch::Tensor>& params,
+            const std::vector<torch::Tensor>& grads,
+            const detail::FirstSteps& first_steps) {
+  Parts parts;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto buffer = buffer_of(optimizer, params[i]);
+    if (!buffer.defined()) {
+      parts.p_new.push_back(params[i]);
+      parts.g_new.push_back(grads[i]);
+      continue;
+    }
+    const auto first = first_steps.find(params[i].unsafeGetTensorImpl());
+    if (first == first_steps.end()) {
+      parts.p_old.push_back(params[i]);
+      parts.g_old.push_back(grads[i]);
+      parts.b_old.push_back(buffer);
+      continue;
+    }
+    const auto& flag = first->second.second;
+    auto& pending = parts.pending;
+    auto same =
+        std::find_if(pending.begin(), pending.end(),
+                     [&](const Pending& p) { return p.flag.is_same(flag); });
+    if (same == pending.end()) {
+      pending.push_back({flag, {}, {}, {}});
+      same = pending.end() - 1;
+    }
+    same->params.push_back(params[i]);
+    same->grads.push_back(grads[i]);
+    same->buffers.push_back(buffer);
+  }
+  return parts;
+}
+
 void fused_group(
     torch::optim::Optimizer& optimizer,
     torch::optim::OptimizerParamGroup& group, detail::FirstSteps& first_steps,
@@ -117,47 +164,18 @@ void fused_group(
       sgd(params, grads, {}, false, found_inf);
       continue;
     }
-    // The kernel's is_first_step (buffer = gradient) holds for a whole call:
-    // parameters with and without buffers go in separate calls.
-    std::vector<torch::Tensor> p_old, g_old, b_old, p_new, g_new;
-    std::vector<Pending> pending;
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto buffer = buffer_of(optimizer, params[i]);
-      if (!buffer.defined()) {
-        p_new.push_back(params[i]);
-        g_new.push_back(grads[i]);
-        continue;
-      }
-      const auto first = first_steps.find(params[i].unsafeGetTensorImpl());
-      if (first == first_steps.end()) {
-        p_old.push_back(params[i]);
-        g_old.push_back(grads[i]);
-        b_old.push_back(buffer);
-        continue;
-      }
-      const auto& flag = first->second.second;
-      auto same =
-          std::find_if(pending.begin(), pending.end(),
-                       [&](const Pending& p) { return p.flag.is_same(flag); });
-      if (same == pending.end()) {
-        pending.push_back({flag, {}, {}, {}});
-        same = pending.end() - 1;
-      }
-      same->params.push_back(params[i]);
-      same->grads.push_back(grads[i]);
-      same->buffers.push_back(buffer);
+    auto parts = split(optimizer, params, grads, first_steps);
+    if (!parts.p_old.empty()) {
+      sgd(parts.p_old, parts.g_old, parts.b_old, false, found_inf);
     }
-    if (!p_old.empty()) {
-      sgd(p_old, g_old, b_old, false, found_inf);
-    }
+    const auto& p_new = parts.p_new;
+    const auto& g_new = parts.g_new;
     if (!p_new.empty()) {
       internal::check_not_capturing(p_new[0], kCaller);
       std::vector<torch::Tensor> b_new;
       for (const auto& p : p_new) {
         b_new.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-      }
-      for (size_t i = 0; i < p_new.size(); ++i) {
-        register_buffer(optimizer, p_new[i], b_new[i]);
+        register_buffer(optimizer, p, b_new.back());
       }
       if (o.dampening() == 0) {
         // From a zero buffer the ordinary update is the first step's
@@ -177,10 +195,10 @@ void fused_group(
         for (const auto& p : p_new) {
           first_steps[p.unsafeGetTensorImpl()] = {p, made.flag};
         }
-        pending.push_back(std::move(made));
+        parts.pending.push_back(std::move(made));
       }
     }
-    for (auto& p : pending) {
+    for (auto& p : parts.pending) {
       first_step_or_update(
           p, found_inf,
           [&](Pending& q, bool is_first_step, const torch::Tensor& skip) {

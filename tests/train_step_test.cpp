@@ -848,6 +848,7 @@ TEST(TrainStep, CudaGraphReasonsAutoFallsBackOnRefuses) {
           << step.cuda_graph_unavailable_reason();
       EXPECT_EQ(step.cuda_graph_enabled(), mode == lamp::CudaGraphMode::kOn);
       EXPECT_EQ(step.cuda_graph_pool_bytes(), 0);
+      EXPECT_EQ(step.cuda_graph_pool_reserved_bytes(), 0);
       const auto before = model->fc->weight.detach().clone();
       const auto run = [&] {
         return step.step(
@@ -875,6 +876,7 @@ TEST(TrainStep, CudaGraphReasonsAutoFallsBackOnRefuses) {
         const bool changed = !BitEqual(model->fc->weight.detach(), before);
         EXPECT_EQ(changed, c.options.accumulation_steps() == 1);
         EXPECT_EQ(step.cuda_graph_pool_bytes(), 0);
+        EXPECT_EQ(step.cuda_graph_captures(), 0);
       }
     }
   }

@@ -2,8 +2,9 @@
 
 // TrainStep's CUDA-graph mode: one captured training step per input shape,
 // replayed from static copies of the batch. TrainStep decides whether a step
-// may be captured and what a step is; this unit owns the graphs, their
-// shared memory pool and the warm-up/capture/replay sequence.
+// may be captured, what a step is and when the graphs are stale (its
+// CaptureSignature); this unit owns the graphs, their shared memory pool and
+// the warm-up/capture/replay sequence.
 
 #include <torch/types.h>
 
@@ -12,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lamp/amp/train_step.h"
 #include "platform/cuda_graph.h"
@@ -25,6 +27,18 @@ class GraphStep {
   using EagerStep = std::function<StepResult(const torch::Tensor& input,
                                              const torch::Tensor& target)>;
 
+  /// What TrainStep plugs into step().
+  struct Hooks {
+    /// The eager step: warm-up steps run it, the capture records it.
+    EagerStep eager;
+    /// Runs once before each capture: drops the gradients, so that the
+    /// captured backward allocates them in the graphs' pool, and records what
+    /// the capture bakes in.
+    std::function<void()> before_capture;
+    /// Runs before every replay (copies the learning rates to the device).
+    std::function<void()> before_replay;
+  };
+
   /// Graphs on `device`; each input shape runs `warmup_steps` (>= 1) eager
   /// steps on a side stream before its capture.
   GraphStep(const torch::Device& device, int64_t warmup_steps);
@@ -32,29 +46,38 @@ class GraphStep {
 
   /// One step on a batch: an eager warm-up step, or (after the warm-up of
   /// this shape) the captured graph replayed with the batch copied into its
-  /// static inputs. `before_capture` runs once before each capture (to drop
-  /// gradients, so that the captured backward allocates them in the graph's
-  /// pool), `before_replay` before every replay. A capture that fails is
-  /// forgotten (the shape warms up again) and the error rethrown.
+  /// static inputs. A capture that fails is forgotten (the shape warms up
+  /// again) and the error rethrown. After a capture, the allocator's unused
+  /// blocks go back to the device (release_cached_memory: the warm-up's
+  /// eager blocks, and the pools of graphs forgotten before).
+  /// `grad_owners` are the tensors whose `.grad` the step writes (the
+  /// model's parameters and the masters): each graph holds the gradients its
+  /// capture left there and puts them back after its replay, since another
+  /// shape's capture leaves those of its own graph.
   StepResult step(const torch::Tensor& input, const torch::Tensor& target,
-                  const EagerStep& eager,
-                  const std::function<void()>& before_capture,
-                  const std::function<void()>& before_replay);
+                  const Hooks& hooks,
+                  const std::vector<torch::Tensor>& grad_owners);
 
   /// Whether a capture is under way: work launched now is recorded, not run.
   bool capturing() const { return capturing_; }
-  /// Device memory the graphs' pool holds between replays beyond live
-  /// tensors; 0 before the first capture.
-  int64_t pool_bytes() const;
-  /// Forgets every graph (they hold the memory of the tensors they were
-  /// captured with, which a load replaces): each shape warms up again.
-  void clear() { graphs_.clear(); }
+  /// Whether a graph exists (one shape at least has been captured).
+  bool captured() const;
+  /// Graphs captured so far, forgotten ones included.
+  int64_t captures() const { return captures_; }
+  /// The memory of the graphs' pool; zeros before the first capture.
+  GraphPoolMemory pool_memory() const;
+  /// Forgets every graph (after a load, whose tensors replace those they were
+  /// captured with, or a change of what they baked in): each shape warms up
+  /// and is captured again, in a new pool. Waits for the device first, so
+  /// that no replay still runs.
+  void clear();
 
  private:
   struct Graph {
     int64_t eager_steps = 0;
     torch::Tensor input, target;          // static inputs
     torch::Tensor loss, found_inf, scale; // static outputs
+    std::vector<torch::Tensor> grads;     // grad_owners' after the capture
     std::unique_ptr<CapturedGraph> graph;
   };
 
@@ -62,6 +85,7 @@ class GraphStep {
   int64_t warmup_steps_;
   GraphPool pool_;
   std::map<std::string, Graph> graphs_;
+  int64_t captures_ = 0;
   bool capturing_ = false;
 };
 

@@ -414,6 +414,12 @@ void TrainStep::check_graph_capturable() {
   on_device->set_device_lr(true);
   graphs_ = std::make_unique<detail::GraphStep>(device_,
                                                 options_.graph_warmup_steps());
+  signature_ = std::make_unique<detail::CaptureSignature>(model_, options_);
+  grad_owners_ = model_params_;
+  if (master_) {
+    const auto masters = master_->master_params();
+    grad_owners_.insert(grad_owners_.end(), masters.begin(), masters.end());
+  }
 }
 
 StepResult TrainStep::step(const torch::Tensor& input,
@@ -438,20 +444,47 @@ StepResult TrainStep::batch_step(const torch::Tensor& input,
   if (!graphs_) {
     check_graph_capturable();
   }
-  return graphs_->step(
-      input, target, eager,
-      [&] {
-        // The captured backward allocates the gradients from the graph's
-        // pool, where they stay for the replays.
-        for (auto& p : model_params_) {
-          p.mutable_grad() = torch::Tensor();
-        }
-      },
-      [&] { dynamic_cast<optim::AmpStep&>(*optimizer_).refresh_device_lr(); });
+  if (graphs_->captured()) {
+    const auto what = signature_->changed(*optimizer_, scaler_);
+    if (!what.empty()) {
+      TORCH_WARN_ONCE(
+          "lamp::TrainStep: ", what,
+          " changed after the training step was captured in a CUDA graph, which baked it in; the graphs are forgotten and each input shape is captured again after ",
+          options_.graph_warmup_steps(),
+          " eager steps. (Shown once per process; TrainStep::cuda_graph_captures() counts the captures.)");
+      graphs_->clear();
+    }
+  }
+  detail::GraphStep::Hooks hooks;
+  hooks.eager = eager;
+  hooks.before_capture = [&] {
+    // The captured backward allocates the gradients from the graph's pool,
+    // where they stay for the replays.
+    for (auto& p : model_params_) {
+      p.mutable_grad() = torch::Tensor();
+    }
+    signature_->record(*optimizer_, scaler_);
+  };
+  hooks.before_replay = [&] {
+    dynamic_cast<optim::AmpStep&>(*optimizer_).refresh_device_lr();
+  };
+  return graphs_->step(input, target, hooks, grad_owners_);
 }
 
 int64_t TrainStep::cuda_graph_pool_bytes() const {
-  return graphs_ ? graphs_->pool_bytes() : 0;
+  if (!graphs_) {
+    return 0;
+  }
+  const auto memory = graphs_->pool_memory();
+  return memory.reserved - memory.allocated;
+}
+
+int64_t TrainStep::cuda_graph_pool_reserved_bytes() const {
+  return graphs_ ? graphs_->pool_memory().reserved : 0;
+}
+
+int64_t TrainStep::cuda_graph_captures() const {
+  return graphs_ ? graphs_->captures() : 0;
 }
 
 torch::Tensor TrainStep::current_scale() const {

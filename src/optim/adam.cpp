@@ -30,6 +30,7 @@ struct Rule {
     const auto key = lamp::detail::optimizer_state_key(p);
     auto it = state.find(key);
     if (it == state.end()) {
+      internal::check_not_capturing(p, kCaller);
       auto created = std::make_unique<State>();
       created->step(0);
       created->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
@@ -89,6 +90,7 @@ struct Rule {
           }
           auto& entry = device_steps[p.unsafeGetTensorImpl()];
           if (!entry.second.defined()) {
+            internal::check_not_capturing(p, kCaller);
             entry = {p, torch::full({}, static_cast<float>(state.step()),
                                     p.options().dtype(torch::kFloat))};
           }
@@ -245,6 +247,7 @@ void Adam::load(torch::serialize::InputArchive& archive) {
   // After the load: one that throws keeps the device step counts.
   torch::optim::Adam::load(archive);
   device_steps_.clear();
+  state_replaced();
 }
 
 // --------------------------------------------------------------------- AdamW
@@ -299,6 +302,7 @@ void AdamW::load(torch::serialize::InputArchive& archive) {
   // After the load: one that throws keeps the device step counts.
   torch::optim::AdamW::load(archive);
   device_steps_.clear();
+  state_replaced();
 }
 
 } // namespace optim

@@ -45,6 +45,12 @@ Implementation resolve(Implementation requested,
 /// One kernel (sign), no host read; undefined stays undefined.
 torch::Tensor skip_flag(const torch::Tensor& found_inf);
 
+/// Refuses to make optimizer state for `p` while a CUDA graph is being
+/// captured on its device: state made inside the capture would be made
+/// again (zero-filled, or with the step count of the capture) by every
+/// replay. A TORCH_CHECK error naming `caller` and the fix.
+void check_not_capturing(const torch::Tensor& p, const char* caller);
+
 /// For the paths that cannot skip on the device: reads `found_inf` (a host
 /// sync on CUDA) and, when it is zero, divides the gradients by
 /// `grad_scale` (if defined). Returns whether the step should run.

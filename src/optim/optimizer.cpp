@@ -11,6 +11,7 @@
 #include "lamp/platform/parameters.h"
 #include "optim/internal.h"
 #include "platform/compat.h"
+#include "platform/cuda_graph.h"
 
 namespace lamp {
 namespace optim {
@@ -224,6 +225,13 @@ Implementation resolve(Implementation requested,
 
 torch::Tensor skip_flag(const torch::Tensor& found_inf) {
   return found_inf.defined() ? torch::sign(found_inf) : found_inf;
+}
+
+void check_not_capturing(const torch::Tensor& p, const char* caller) {
+  TORCH_CHECK(
+      !lamp::detail::stream_capturing(p.device()), caller,
+      ": a parameter of shape ", p.sizes(),
+      " got its first gradient while a CUDA graph was being captured, so its optimizer state would be made inside the graph; give every trained parameter a gradient in the warm-up steps (lamp::TrainStep captures again when requires_grad changes).");
 }
 
 bool prepare_scaled_step(torch::optim::Optimizer& optimizer,

@@ -2,7 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
+#include <memory>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "lamp/platform/parameters.h"
 #include "optim/internal.h"
@@ -70,9 +76,77 @@ void foreach_group(torch::optim::Optimizer& optimizer,
   }
 }
 
+// Parameters of one bucket whose buffers may still wait for their first
+// step, sharing one flag.
+struct Pending {
+  torch::Tensor flag;
+  std::vector<torch::Tensor> params, grads, buffers;
+};
+
+// Exactly one of the two kernels runs where the step is taken: the first
+// step (buf = g) while `flag` is 1, the update after it; a skipped step
+// runs neither and leaves the flag as it was. No host read: the fused
+// kernels skip where their found_inf is 1 (both are 0/1 here).
+template <typename Call>
+void first_step_or_update(Pending& pending, const torch::Tensor& found_inf,
+                          const Call& call) {
+  const auto skip =
+      found_inf.defined() ? found_inf : torch::zeros_like(pending.flag);
+  call(pending, /*is_first_step=*/true, torch::maximum(skip, 1 - pending.flag));
+  call(pending, /*is_first_step=*/false, torch::maximum(skip, pending.flag));
+  pending.flag.mul_(skip);
+}
+
+// One bucket's parameters by the state of their momentum buffers. The
+// kernel's is_first_step (buffer = gradient) holds for a whole call: each
+// part goes in calls of its own.
+struct Parts {
+  // Buffers that steps have taken.
+  std::vector<torch::Tensor> p_old, g_old, b_old;
+  // No buffer yet.
+  std::vector<torch::Tensor> p_new, g_new;
+  // Buffers that may wait for their first step, by flag.
+  std::vector<Pending> pending;
+};
+
+Parts split(torch::optim::Optimizer& optimizer,
+            const std::vector<torch::Tensor>& params,
+            const std::vector<torch::Tensor>& grads,
+            const detail::FirstSteps& first_steps) {
+  Parts parts;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto buffer = buffer_of(optimizer, params[i]);
+    if (!buffer.defined()) {
+      parts.p_new.push_back(params[i]);
+      parts.g_new.push_back(grads[i]);
+      continue;
+    }
+    const auto first = first_steps.find(params[i].unsafeGetTensorImpl());
+    if (first == first_steps.end()) {
+      parts.p_old.push_back(params[i]);
+      parts.g_old.push_back(grads[i]);
+      parts.b_old.push_back(buffer);
+      continue;
+    }
+    const auto& flag = first->second.second;
+    auto& pending = parts.pending;
+    auto same =
+        std::find_if(pending.begin(), pending.end(),
+                     [&](const Pending& p) { return p.flag.is_same(flag); });
+    if (same == pending.end()) {
+      pending.push_back({flag, {}, {}, {}});
+      same = pending.end() - 1;
+    }
+    same->params.push_back(params[i]);
+    same->grads.push_back(grads[i]);
+    same->buffers.push_back(buffer);
+  }
+  return parts;
+}
+
 void fused_group(
     torch::optim::Optimizer& optimizer,
-    torch::optim::OptimizerParamGroup& group,
+    torch::optim::OptimizerParamGroup& group, detail::FirstSteps& first_steps,
     const std::function<torch::Tensor(const torch::Device&)>& lr_on,
     const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
   const auto& o = static_cast<const SGDOptions&>(group.options());
@@ -80,62 +154,56 @@ void fused_group(
     auto& params = item.second.params;
     auto& grads = item.second.grads;
     const auto lr = lr_on(params[0].device());
+    const auto sgd = [&](at::TensorList p, at::TensorList g, at::TensorList b,
+                         bool is_first_step, const torch::Tensor& skip) {
+      lamp::detail::fused_sgd_(p, g, b, o.weight_decay(), o.momentum(), o.lr(),
+                               lr, o.dampening(), o.nesterov(), is_first_step,
+                               grad_scale, skip);
+    };
     if (o.momentum() == 0) {
-      lamp::detail::fused_sgd_(params, grads, {}, o.weight_decay(), 0.0, o.lr(),
-                               lr, o.dampening(), o.nesterov(), false,
-                               grad_scale, found_inf);
+      sgd(params, grads, {}, false, found_inf);
       continue;
     }
-    // The kernel's is_first_step (buffer = gradient) holds for a whole call:
-    // parameters with and without buffers go in separate calls.
-    std::vector<torch::Tensor> p_old, g_old, b_old, p_new, g_new;
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto buffer = buffer_of(optimizer, params[i]);
-      if (buffer.defined()) {
-        p_old.push_back(params[i]);
-        g_old.push_back(grads[i]);
-        b_old.push_back(buffer);
+    auto parts = split(optimizer, params, grads, first_steps);
+    if (!parts.p_old.empty()) {
+      sgd(parts.p_old, parts.g_old, parts.b_old, false, found_inf);
+    }
+    const auto& p_new = parts.p_new;
+    const auto& g_new = parts.g_new;
+    if (!p_new.empty()) {
+      internal::check_not_capturing(p_new[0], kCaller);
+      std::vector<torch::Tensor> b_new;
+      for (const auto& p : p_new) {
+        b_new.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        register_buffer(optimizer, p, b_new.back());
+      }
+      if (o.dampening() == 0) {
+        // From a zero buffer the ordinary update is the first step's
+        // (momentum * 0 + g = g), and a skipped step leaves the zeros, so the
+        // next one is again a first step: exact, with no host read (Python's
+        // fused SGD would keep an uninitialised buffer here).
+        sgd(p_new, g_new, b_new, false, found_inf);
+      } else if (!found_inf.defined()) {
+        // Nothing can skip this step: it is the first one.
+        sgd(p_new, g_new, b_new, true, found_inf);
       } else {
-        p_new.push_back(params[i]);
-        g_new.push_back(grads[i]);
+        // With dampening the first step differs from the update of a zero
+        // buffer (buf = g, not (1 - dampening) * g): whether this step is
+        // taken is known on the device only.
+        Pending made{torch::ones({1}, p_new[0].options().dtype(torch::kFloat)),
+                     p_new, g_new, b_new};
+        for (const auto& p : p_new) {
+          first_steps[p.unsafeGetTensorImpl()] = {p, made.flag};
+        }
+        parts.pending.push_back(std::move(made));
       }
     }
-    if (!p_old.empty()) {
-      lamp::detail::fused_sgd_(p_old, g_old, b_old, o.weight_decay(),
-                               o.momentum(), o.lr(), lr, o.dampening(),
-                               o.nesterov(),
-                               /*is_first_step=*/false, grad_scale, found_inf);
-    }
-    if (p_new.empty()) {
-      continue;
-    }
-    std::vector<torch::Tensor> b_new;
-    for (const auto& p : p_new) {
-      b_new.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    }
-    if (o.dampening() == 0) {
-      // From a zero buffer the ordinary update is the first step's
-      // (momentum * 0 + g = g), and a skipped step leaves the zeros, so the
-      // next one is again a first step: exact, with no host read (Python's
-      // fused SGD would keep an uninitialised buffer here).
-      lamp::detail::fused_sgd_(p_new, g_new, b_new, o.weight_decay(),
-                               o.momentum(), o.lr(), lr, o.dampening(),
-                               o.nesterov(), /*is_first_step=*/false,
-                               grad_scale, found_inf);
-    } else {
-      // With dampening the first step differs from the update of a zero
-      // buffer: it reads the overflow flag on the host, once, and registers
-      // the buffers only when it runs.
-      if (found_inf.defined() && found_inf.item<float>() != 0.0f) {
-        continue;
-      }
-      lamp::detail::fused_sgd_(p_new, g_new, b_new, o.weight_decay(),
-                               o.momentum(), o.lr(), lr, o.dampening(),
-                               o.nesterov(), /*is_first_step=*/true, grad_scale,
-                               torch::Tensor());
-    }
-    for (size_t i = 0; i < p_new.size(); ++i) {
-      register_buffer(optimizer, p_new[i], b_new[i]);
+    for (auto& p : parts.pending) {
+      first_step_or_update(
+          p, found_inf,
+          [&](Pending& q, bool is_first_step, const torch::Tensor& skip) {
+            sgd(q.params, q.grads, q.buffers, is_first_step, skip);
+          });
     }
   }
 }
@@ -175,9 +243,11 @@ void SGD::step_scaled(const torch::Tensor& grad_scale,
 
 void SGD::run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
   const auto implementation = this->implementation();
-  if (implementation != Implementation::kFused &&
-      !internal::prepare_scaled_step(*this, grad_scale, found_inf)) {
-    return;
+  if (implementation != Implementation::kFused) {
+    settle_first_steps();
+    if (!internal::prepare_scaled_step(*this, grad_scale, found_inf)) {
+      return;
+    }
   }
   torch::NoGradGuard no_grad;
   switch (implementation) {
@@ -194,7 +264,7 @@ void SGD::run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
       for (size_t g = 0; g < groups.size(); ++g) {
         const double group_lr = groups[g].options().get_lr();
         fused_group(
-            *this, groups[g],
+            *this, groups[g], first_steps_,
             [&](const torch::Device& device) {
               return device_lr_for(g, group_lr, device);
             },
@@ -202,6 +272,79 @@ void SGD::run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
       }
     }
   }
+}
+
+namespace {
+
+// Whether the flag of a buffer says no step has taken it (a host read, once
+// per flag in `read`).
+bool untaken(const torch::Tensor& flag,
+             std::unordered_map<const c10::TensorImpl*, bool>& read) {
+  const auto it = read.find(flag.unsafeGetTensorImpl());
+  if (it != read.end()) {
+    return it->second;
+  }
+  const bool value = flag.item<float>() != 0.0f;
+  read.emplace(flag.unsafeGetTensorImpl(), value);
+  return value;
+}
+
+} // namespace
+
+void SGD::settle_first_steps() {
+  std::unordered_map<const c10::TensorImpl*, bool> read;
+  for (const auto& item : first_steps_) {
+    const auto& p = item.second.first;
+    if (untaken(item.second.second, read)) {
+      state().erase(lamp::detail::optimizer_state_key(p));
+    }
+  }
+  first_steps_.clear();
+}
+
+void SGD::save(torch::serialize::OutputArchive& archive) const {
+  auto& self = const_cast<SGD&>(*this);
+  auto& state = self.state();
+  // Buffers that no step has taken are left out (torch::optim makes the
+  // buffer at the first step taken), but kept here: a captured CUDA graph
+  // holds them.
+  using Key = std::decay_t<decltype(state.begin()->first)>;
+  std::vector<
+      std::pair<Key, std::unique_ptr<torch::optim::OptimizerParamState>>>
+      parked;
+  std::unordered_map<const c10::TensorImpl*, bool> read;
+  for (auto it = first_steps_.begin(); it != first_steps_.end();) {
+    if (!untaken(it->second.second, read)) {
+      // Taken: an ordinary buffer from now on (the flag stays 0).
+      it = first_steps_.erase(it);
+      continue;
+    }
+    const auto key = lamp::detail::optimizer_state_key(it->second.first);
+    const auto found = state.find(key);
+    if (found != state.end()) {
+      parked.emplace_back(key, std::move(found->second));
+      state.erase(found);
+    }
+    ++it;
+  }
+  const auto put_back = [&] {
+    for (auto& item : parked) {
+      state[item.first] = std::move(item.second);
+    }
+  };
+  try {
+    torch::optim::SGD::save(archive);
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  put_back();
+}
+
+void SGD::load(torch::serialize::InputArchive& archive) {
+  torch::optim::SGD::load(archive);
+  first_steps_.clear();
+  state_replaced();
 }
 
 void SGD::refresh_device_lr() {

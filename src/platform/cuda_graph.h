@@ -40,11 +40,30 @@ std::unique_ptr<CapturedGraph> capture_graph(const torch::Device& device,
                                              GraphPool pool,
                                              const std::function<void()>& body);
 
-/// Device memory that `pool` holds beyond live tensors: what the captures in
-/// it freed (their intermediates), which replays reuse. The caching
-/// allocator counts it as reserved, not allocated, so peak_device_memory()
-/// misses it after the capture.
-int64_t graph_pool_held_bytes(const torch::Device& device, GraphPool pool);
+/// The device memory of one graph pool.
+struct GraphPoolMemory {
+  /// What the pool reserves from the device (its segments).
+  int64_t reserved = 0;
+  /// What live tensors hold of it (gradients, static inputs and outputs).
+  int64_t allocated = 0;
+};
+
+/// The memory of `pool` on `device`. `reserved - allocated` is what the
+/// captures in it freed (their intermediates), which replays reuse: the
+/// caching allocator counts it as reserved, not allocated, so
+/// peak_device_memory() misses it after the capture.
+GraphPoolMemory graph_pool_memory(const torch::Device& device, GraphPool pool);
+
+/// Returns the caching allocator's unused blocks to the device
+/// (emptyCache): after a capture, the warm-up steps' eager blocks, which
+/// the replays never use, and the pools of graphs destroyed since. Blocks
+/// of live tensors and of live graphs' pools stay.
+void release_cached_memory();
+
+/// Whether work launched now on `device`'s current stream is being captured
+/// into a CUDA graph (never on a CPU device): state made then would be made
+/// again, zero-filled, by every replay.
+bool stream_capturing(const torch::Device& device);
 
 } // namespace detail
 } // namespace lamp

@@ -70,8 +70,14 @@ std::unique_ptr<CapturedGraph> capture_graph(const torch::Device&, GraphPool,
   no_cuda_graphs();
 }
 
-int64_t graph_pool_held_bytes(const torch::Device&, GraphPool) {
-  return 0;
+GraphPoolMemory graph_pool_memory(const torch::Device&, GraphPool) {
+  return {};
+}
+
+void release_cached_memory() {}
+
+bool stream_capturing(const torch::Device&) {
+  return false;
 }
 
 } // namespace detail

@@ -2,6 +2,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -81,22 +82,35 @@ std::unique_ptr<CapturedGraph> capture_graph(
   return captured;
 }
 
-int64_t graph_pool_held_bytes(const torch::Device& device, GraphPool pool) {
+GraphPoolMemory graph_pool_memory(const torch::Device& device, GraphPool pool) {
   TORCH_CHECK(device.is_cuda(), "lamp: graph pools live on CUDA devices, got ",
               device, ".");
   const auto index =
       device.has_index() ? device.index() : c10::cuda::current_device();
-  int64_t held = 0;
+  GraphPoolMemory memory;
   for (const auto& segment :
        c10::cuda::CUDACachingAllocator::snapshot().segments) {
     if (segment.device == index &&
         segment.owner_private_pool_id.first == pool.first &&
         segment.owner_private_pool_id.second == pool.second) {
-      held += static_cast<int64_t>(segment.total_size) -
-              static_cast<int64_t>(segment.allocated_size);
+      memory.reserved += static_cast<int64_t>(segment.total_size);
+      memory.allocated += static_cast<int64_t>(segment.allocated_size);
     }
   }
-  return held;
+  return memory;
+}
+
+void release_cached_memory() {
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+bool stream_capturing(const torch::Device& device) {
+  if (!device.is_cuda()) {
+    return false;
+  }
+  c10::cuda::CUDAGuard device_guard(device);
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() !=
+         c10::cuda::CaptureStatus::None;
 }
 
 } // namespace detail

@@ -8,6 +8,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -86,7 +87,14 @@ class AmpStep {
   /// before replaying a captured step.
   virtual void refresh_device_lr() = 0;
 
+  /// Changes whenever load() has replaced the optimizer's state tensors. A
+  /// CUDA graph captured before keeps updating the tensors it was captured
+  /// with, so lamp::TrainStep captures its step again when this changes.
+  uint64_t state_version() const { return state_version_; }
+
  protected:
+  /// For load() overrides: the state tensors were replaced.
+  void state_replaced() { ++state_version_; }
   /// The learning-rate tensor of param group `group` on `device`, made from
   /// `lr` the first time; undefined while device_lr() is off.
   torch::Tensor device_lr_for(size_t group, double lr,
@@ -98,6 +106,7 @@ class AmpStep {
 
  private:
   bool device_lr_enabled_ = false;
+  uint64_t state_version_ = 0;
   std::map<std::pair<size_t, std::string>, torch::Tensor> device_lr_;
 };
 

@@ -6,12 +6,22 @@
 
 #include <torch/optim/sgd.h>
 
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "lamp/optim/optimizer.h"
 
 namespace lamp {
 namespace optim {
+namespace detail {
+/// For SGD with dampening on the fused path: the parameters whose momentum
+/// buffer may not have been taken by a step yet, each with a one-element
+/// FP32 device flag (shared by a bucket), 1 until a step is taken:
+/// parameter -> (parameter, flag).
+using FirstSteps = std::unordered_map<const c10::TensorImpl*,
+                                      std::pair<torch::Tensor, torch::Tensor>>;
+} // namespace detail
 
 /// A drop-in torch::optim::SGD (same options, param groups, state and
 /// checkpoint format) whose step runs as one fused kernel per (device,
@@ -25,11 +35,17 @@ namespace optim {
 ///     buf (Nesterov) or g = buf;
 ///  3. p -= lr * g.
 ///
-/// Momentum buffers are created (zero-filled) and registered only by a step
-/// that is taken: a first step skipped for an overflow leaves no buffer
-/// behind, so the next taken step is the "first" one, as in torch::optim.
-/// (Deciding that needs one host read of the overflow flag, on the first
-/// steps only.)
+/// The first step that is taken sets buf = g, as in torch::optim, also when
+/// the steps before it were skipped for an overflow. On the fused path that
+/// needs no host read: the buffers are made (zero-filled) by the first step,
+/// taken or not. Without dampening the ordinary update of a zero buffer is
+/// the first step. With dampening each bucket of new buffers gets a device
+/// flag, 1 until a step is taken: the first-step kernel and the update
+/// kernel are both launched and the flag and the overflow flag let exactly
+/// one of them run (one more launch per step, until save() or load() finds
+/// the flag 0). save() leaves buffers that no step has taken out of the
+/// checkpoint, as torch::optim has none; a captured CUDA graph keeps working
+/// on them.
 ///
 /// Example:
 /// \code
@@ -55,6 +71,12 @@ class SGD : public torch::optim::SGD, public AmpStep {
   /// and its loss is returned; otherwise returns an undefined tensor.
   torch::Tensor step(LossClosure closure = nullptr) override;
 
+  /// torch::optim::SGD's format, without the momentum buffers that no step
+  /// has taken yet (see above; reads their device flags, a host sync).
+  void save(torch::serialize::OutputArchive& archive) const override;
+  /// Reads torch::optim::SGD's format (torch::optim::SGD's checkpoints too).
+  void load(torch::serialize::InputArchive& archive) override;
+
   bool skips_on_device() const override;
   void step_scaled(const torch::Tensor& grad_scale,
                    const torch::Tensor& found_inf) override;
@@ -67,8 +89,14 @@ class SGD : public torch::optim::SGD, public AmpStep {
 
  private:
   void run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
+  // The paths that read the host anyway: the flags of first_steps_ resolved
+  // (a buffer that no step has taken is dropped), the map emptied.
+  void settle_first_steps();
 
   Implementation implementation_;
+  // Momentum buffers made with dampening that may not have been taken yet:
+  // parameter -> (parameter, flag: 1 until a step is taken).
+  mutable detail::FirstSteps first_steps_;
 };
 
 } // namespace optim

@@ -318,6 +318,10 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   result["skipped_steps"] = step->scaler().steps_skipped();
   result["optimizer"] = c.optimizer;
   result["cuda_graph"] = c.cuda_graph;
+  // Captures: one per input shape; more means something baked into the
+  // graph changed between steps and forced a re-capture.
+  result["graph_captures"] = step->cuda_graph_captures();
+  result["graph_pool_reserved_bytes"] = step->cuda_graph_pool_reserved_bytes();
   if (const auto* amp =
           dynamic_cast<const lamp::optim::AmpStep*>(&step->optimizer())) {
     result["sync_free_step"] = amp->skips_on_device();

@@ -358,8 +358,9 @@ StepResult GraphStep::step(const torch::Tensor& input,
     }
     // The warm-up ran eagerly, outside the pool: its activations are cached
     // blocks the replays never use (as much again as the pool, for a large
-    // batch), and so are the pools of graphs forgotten before.
-    release_cached_memory();
+    // batch), and so are the pools of graphs forgotten before. Blocks of
+    // live tensors and of live graphs' pools stay.
+    release_cached_device_memory();
   }
   entry.input.copy_(input, /*non_blocking=*/true);
   entry.target.copy_(target, /*non_blocking=*/true);
@@ -400,7 +401,7 @@ void GraphStep::clear() {
   graphs_.clear();
   // A pool whose graphs are all gone cannot be captured into again while a
   // tensor still holds its memory (the caching allocator asserts); the next
-  // capture's release_cached_memory() returns it to the device.
+  // capture's release_cached_device_memory() returns it to the device.
   pool_ = new_graph_pool();
 }
 

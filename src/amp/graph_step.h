@@ -48,7 +48,7 @@ class GraphStep {
   /// this shape) the captured graph replayed with the batch copied into its
   /// static inputs. A capture that fails is forgotten (the shape warms up
   /// again) and the error rethrown. After a capture, the allocator's unused
-  /// blocks go back to the device (release_cached_memory: the warm-up's
+  /// blocks go back to the device (release_cached_device_memory: the warm-up's
   /// eager blocks, and the pools of graphs forgotten before).
   /// `grad_owners` are the tensors whose `.grad` the step writes (the
   /// model's parameters and the masters): each graph holds the gradients its

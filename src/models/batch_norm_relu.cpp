@@ -26,6 +26,9 @@ std::atomic<bool> reference_kernels{false};
 // they run the stock composition from then on, after one warning each.
 std::mutex refused_mutex;
 std::set<std::string> refused;
+// Whether `refused` has any entry: until cuDNN refuses one, a call neither
+// builds its configuration's key nor takes the lock.
+std::atomic<bool> any_refused{false};
 
 std::string configuration_key(const torch::Tensor& input, bool residual) {
   std::ostringstream key;
@@ -34,7 +37,11 @@ std::string configuration_key(const torch::Tensor& input, bool residual) {
   return key.str();
 }
 
-bool was_refused(const std::string& key) {
+bool was_refused(const torch::Tensor& input, bool residual) {
+  if (!any_refused.load()) {
+    return false;
+  }
+  const auto key = configuration_key(input, residual);
   std::lock_guard<std::mutex> lock(refused_mutex);
   return refused.count(key) != 0;
 }
@@ -45,6 +52,7 @@ void remember_refusal(const std::string& key, const std::string& why) {
     if (!refused.insert(key).second) {
       return;
     }
+    any_refused.store(true);
   }
   TORCH_WARN(kWho, ": cuDNN does not fuse this configuration (", key,
              "): ", why, " It runs as separate BatchNorm, add and ReLU ops.");
@@ -209,18 +217,13 @@ torch::Tensor composition(const torch::Tensor& input,
   return torch::relu(residual.defined() ? out + residual : out);
 }
 
-torch::Tensor batch_norm_activation(
-    const torch::Tensor& input, const torch::Tensor& residual,
-    const torch::Tensor& weight, const torch::Tensor& bias,
-    const torch::Tensor& running_mean, const torch::Tensor& running_var,
-    bool training, double momentum, double eps) {
-  check_arguments(input, residual);
-  if (!batch_norm_relu_fallback_reason(input, residual, weight, bias,
-                                       running_mean, running_var, training)
-           .empty()) {
-    return composition(input, residual, weight, bias, running_mean, running_var,
-                       training, momentum, eps);
-  }
+// The fused op, for arguments batch_norm_relu_fallback_reason() accepted
+// (training mode).
+torch::Tensor fused(const torch::Tensor& input, const torch::Tensor& residual,
+                    const torch::Tensor& weight, const torch::Tensor& bias,
+                    const torch::Tensor& running_mean,
+                    const torch::Tensor& running_var, double momentum,
+                    double eps) {
   // The stock op's check (cuDNN would normalise a single value to 0).
   TORCH_CHECK(input.numel() / input.size(1) != 1,
               "Expected more than 1 value per channel when training, got "
@@ -240,7 +243,7 @@ torch::Tensor batch_norm_activation(
               momentum, eps, computed, why)) {
         remember_refusal(configuration_key(input, residual.defined()), why);
         return composition(input, residual, weight, bias, running_mean,
-                           running_var, training, momentum, eps);
+                           running_var, /*training=*/true, momentum, eps);
       }
     }
   }
@@ -250,6 +253,22 @@ torch::Tensor batch_norm_activation(
   }
   return FusedBatchNormRelu::apply(input, weight, bias, &computed, eps,
                                    reference);
+}
+
+torch::Tensor batch_norm_activation(
+    const torch::Tensor& input, const torch::Tensor& residual,
+    const torch::Tensor& weight, const torch::Tensor& bias,
+    const torch::Tensor& running_mean, const torch::Tensor& running_var,
+    bool training, double momentum, double eps) {
+  check_arguments(input, residual);
+  if (!batch_norm_relu_fallback_reason(input, residual, weight, bias,
+                                       running_mean, running_var, training)
+           .empty()) {
+    return composition(input, residual, weight, bias, running_mean, running_var,
+                       training, momentum, eps);
+  }
+  return fused(input, residual, weight, bias, running_mean, running_var,
+               momentum, eps);
 }
 
 // What BatchNorm2d::forward does around torch::batch_norm, with the fused op
@@ -278,9 +297,8 @@ torch::Tensor module_form(const torch::Tensor& input,
       factor = 1.0 / impl.num_batches_tracked.item<double>();
     }
   }
-  return batch_norm_activation(input, residual, impl.weight, impl.bias,
-                               impl.running_mean, impl.running_var,
-                               batch_statistics, factor, options.eps());
+  return fused(input, residual, impl.weight, impl.bias, impl.running_mean,
+               impl.running_var, factor, options.eps());
 }
 
 } // namespace
@@ -329,48 +347,57 @@ std::string batch_norm_relu_fallback_reason(const torch::Tensor& input,
                                             const torch::Tensor& running_mean,
                                             const torch::Tensor& running_var,
                                             bool training) {
+  // Runs on every call: the strings are built only for a reason to give.
   const bool reference = reference_kernels.load();
-  std::ostringstream why;
-  std::string built;
   if (!fusion_enabled.load()) {
-    why << "the fusion is turned off (set_batch_norm_relu_fusion_enabled).";
-  } else if (!reference && !batch_norm_relu_fusion_built(&built)) {
-    why << built;
-  } else if (!input.defined() || input.dim() != 4) {
-    why << "the input is not 4-D [N, C, H, W].";
-  } else if (!reference && !input.is_cuda()) {
-    why << "the input is on " << input.device() << ", not CUDA.";
-  } else if (!reference && input.scalar_type() != torch::kHalf &&
-             input.scalar_type() != torch::kBFloat16) {
-    why << "the input is " << input.scalar_type()
-        << "; the fused kernels take Half or BFloat16 activations.";
-  } else if (!reference &&
-             !input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-    why << "the input is not channels_last-contiguous (NHWC).";
-  } else if (!training) {
-    why << "evaluation mode (running statistics): the fused kernels train.";
-  } else if (residual.defined() &&
-             (residual.scalar_type() != input.scalar_type() ||
-              residual.device() != input.device() ||
-              residual.strides() != input.strides())) {
-    why << "the residual differs from the input in dtype, device or layout.";
-  } else if (!weight.defined() || !bias.defined() ||
-             !is_float_vector(weight, input.size(1)) ||
-             !is_float_vector(bias, input.size(1))) {
-    why << "weight and bias are not both float vectors of C = " << input.size(1)
-        << " elements (an affine BatchNorm kept in FP32, as network_to_half "
-           "does).";
-  } else if (running_mean.defined() != running_var.defined() ||
-             (running_mean.defined() &&
-              (!is_float_vector(running_mean, input.size(1)) ||
-               !is_float_vector(running_var, input.size(1))))) {
-    why << "the running statistics are not both float vectors of C elements "
-           "(or both absent).";
-  } else if (!reference &&
-             was_refused(configuration_key(input, residual.defined()))) {
-    why << "cuDNN refused this configuration earlier in this process.";
+    return "the fusion is turned off (set_batch_norm_relu_fusion_enabled).";
   }
-  return why.str();
+  if (!reference) {
+    std::string built;
+    if (!batch_norm_relu_fusion_built(&built)) {
+      return built;
+    }
+  }
+  if (!input.defined() || input.dim() != 4) {
+    return "the input is not 4-D [N, C, H, W].";
+  }
+  if (!reference && !input.is_cuda()) {
+    return "the input is on " + input.device().str() + ", not CUDA.";
+  }
+  if (!reference && input.scalar_type() != torch::kHalf &&
+      input.scalar_type() != torch::kBFloat16) {
+    return std::string("the input is ") + c10::toString(input.scalar_type()) +
+           "; the fused kernels take Half or BFloat16 activations.";
+  }
+  if (!reference && !input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    return "the input is not channels_last-contiguous (NHWC).";
+  }
+  if (!training) {
+    return "evaluation mode (running statistics): the fused kernels train.";
+  }
+  if (residual.defined() && (residual.scalar_type() != input.scalar_type() ||
+                             residual.device() != input.device() ||
+                             residual.strides() != input.strides())) {
+    return "the residual differs from the input in dtype, device or layout.";
+  }
+  const int64_t channels = input.size(1);
+  if (!weight.defined() || !bias.defined() ||
+      !is_float_vector(weight, channels) || !is_float_vector(bias, channels)) {
+    return "weight and bias are not both float vectors of C = " +
+           std::to_string(channels) +
+           " elements (an affine BatchNorm kept in FP32, as network_to_half "
+           "does).";
+  }
+  if (running_mean.defined() != running_var.defined() ||
+      (running_mean.defined() && (!is_float_vector(running_mean, channels) ||
+                                  !is_float_vector(running_var, channels)))) {
+    return "the running statistics are not both float vectors of C elements "
+           "(or both absent).";
+  }
+  if (!reference && was_refused(input, residual.defined())) {
+    return "cuDNN refused this configuration earlier in this process.";
+  }
+  return "";
 }
 
 bool batch_norm_relu_fusion_built(std::string* why) {

@@ -54,12 +54,6 @@ struct GraphPoolMemory {
 /// peak_device_memory() misses it after the capture.
 GraphPoolMemory graph_pool_memory(const torch::Device& device, GraphPool pool);
 
-/// Returns the caching allocator's unused blocks to the device
-/// (emptyCache): after a capture, the warm-up steps' eager blocks, which
-/// the replays never use, and the pools of graphs destroyed since. Blocks
-/// of live tensors and of live graphs' pools stay.
-void release_cached_memory();
-
 /// Whether work launched now on `device`'s current stream is being captured
 /// into a CUDA graph (never on a CPU device): state made then would be made
 /// again, zero-filled, by every replay.

@@ -74,8 +74,6 @@ GraphPoolMemory graph_pool_memory(const torch::Device&, GraphPool) {
   return {};
 }
 
-void release_cached_memory() {}
-
 bool stream_capturing(const torch::Device&) {
   return false;
 }

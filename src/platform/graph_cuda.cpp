@@ -100,10 +100,6 @@ GraphPoolMemory graph_pool_memory(const torch::Device& device, GraphPool pool) {
   return memory;
 }
 
-void release_cached_memory() {
-  c10::cuda::CUDACachingAllocator::emptyCache();
-}
-
 bool stream_capturing(const torch::Device& device) {
   if (!device.is_cuda()) {
     return false;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "lamp/platform/parameters.h"
+#include "platform/compat.h"
 
 namespace lamp {
 namespace distributed {
@@ -75,7 +76,7 @@ struct DataParallel::Impl {
   std::vector<int64_t> offset_of; // per parameter, within its bucket
   std::vector<bool> ready;        // per parameter, in this backward
   std::vector<Bucket> buckets;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<detail::AutogradNodePtr> accumulators;
   size_t next_bucket = 0;
   bool sync = true;
   std::mutex mutex;

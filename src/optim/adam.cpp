@@ -199,10 +199,12 @@ void run(Base& optimizer, Implementation implementation,
 
 Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
            torch::optim::AdamOptions defaults, Implementation implementation)
-    : torch::optim::Adam(internal::unique_param_groups(std::move(param_groups),
-                                                       AdamRule::kCaller),
+    : torch::optim::Adam(std::vector<torch::optim::OptimizerParamGroup>{},
                          std::move(defaults)),
-      implementation_(implementation) {}
+      implementation_(implementation) {
+  internal::add_param_groups_as_given(*this, std::move(param_groups),
+                                      AdamRule::kCaller);
+}
 
 Adam::Adam(std::vector<torch::Tensor> params,
            torch::optim::AdamOptions defaults, Implementation implementation)
@@ -254,10 +256,12 @@ void Adam::load(torch::serialize::InputArchive& archive) {
 
 AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
              torch::optim::AdamWOptions defaults, Implementation implementation)
-    : torch::optim::AdamW(internal::unique_param_groups(std::move(param_groups),
-                                                        AdamWRule::kCaller),
-                          std::move(defaults)),
-      implementation_(implementation) {}
+    : torch::optim::AdamW(std::vector<torch::optim::OptimizerParamGroup>{},
+                         std::move(defaults)),
+      implementation_(implementation) {
+  internal::add_param_groups_as_given(*this, std::move(param_groups),
+                                      AdamWRule::kCaller);
+}
 
 AdamW::AdamW(std::vector<torch::Tensor> params,
              torch::optim::AdamWOptions defaults, Implementation implementation)

@@ -64,6 +64,17 @@ bool prepare_scaled_step(torch::optim::Optimizer& optimizer,
 std::vector<torch::optim::OptimizerParamGroup> unique_param_groups(
     std::vector<torch::optim::OptimizerParamGroup> groups, const char* caller);
 
+/// Adds `groups` to `optimizer` (built with no groups) after
+/// unique_param_groups, each group keeping the options it was given, exactly:
+/// LibTorch 2.15's add_param_group replaces every option of a group that
+/// equals the options class's constructor default by the optimizer's default
+/// (PyTorch issue 141884), so an explicit weight_decay(0) on a no-decay group
+/// would silently become the optimizer's weight decay. A group without
+/// options takes the optimizer's defaults, as on every version.
+void add_param_groups_as_given(
+    torch::optim::Optimizer& optimizer,
+    std::vector<torch::optim::OptimizerParamGroup> groups, const char* caller);
+
 /// Runs `closure` with grad mode on, as torch::optim's step does.
 torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure);
 

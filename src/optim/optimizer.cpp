@@ -270,6 +270,18 @@ std::vector<torch::optim::OptimizerParamGroup> unique_param_groups(
   return groups;
 }
 
+void add_param_groups_as_given(
+    torch::optim::Optimizer& optimizer,
+    std::vector<torch::optim::OptimizerParamGroup> groups, const char* caller) {
+  TORCH_INTERNAL_ASSERT(optimizer.param_groups().empty());
+  for (const auto& group : unique_param_groups(std::move(groups), caller)) {
+    optimizer.add_param_group(group);
+    if (group.has_options()) {
+      optimizer.param_groups().back().set_options(group.options().clone());
+    }
+  }
+}
+
 torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
   if (!closure) {
     return {};

@@ -212,10 +212,11 @@ void fused_group(
 
 SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups,
          torch::optim::SGDOptions defaults, Implementation implementation)
-    : torch::optim::SGD(
-          internal::unique_param_groups(std::move(param_groups), kCaller),
-          std::move(defaults)),
-      implementation_(implementation) {}
+    : torch::optim::SGD(std::vector<torch::optim::OptimizerParamGroup>{},
+                        std::move(defaults)),
+      implementation_(implementation) {
+  internal::add_param_groups_as_given(*this, std::move(param_groups), kCaller);
+}
 
 SGD::SGD(std::vector<torch::Tensor> params, torch::optim::SGDOptions defaults,
          Implementation implementation)

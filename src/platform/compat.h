@@ -14,6 +14,7 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR > 2 || \
@@ -125,6 +126,16 @@ inline std::string optimizer_state_key(const at::Tensor& param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());
 }
 #endif
+
+// ------------------------------------------------------------------ autograd
+//
+// A strong reference to an autograd node (a parameter's gradient
+// accumulator, a tensor's grad_fn): std::shared_ptr<Node> up to LibTorch
+// 2.14, c10::intrusive_ptr<Node> from 2.15 on (PyTorch PRs 181139/181782).
+// Taken from the function's own return type, so it follows whatever the
+// version returns.
+using AutogradNodePtr = decltype(torch::autograd::impl::grad_accumulator(
+    std::declval<const at::Tensor&>()));
 
 /// An undefined tensor as nullopt: the fused kernels' optional arguments.
 inline c10::optional<at::Tensor> optional_tensor(const at::Tensor& tensor) {

@@ -17,6 +17,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/lampConfigVersion.c
 install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/lampConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/lampConfigVersion.cmake
+  ${CMAKE_CURRENT_SOURCE_DIR}/cmake/LampTorchLinkDirs.cmake
   DESTINATION ${LAMP_CONFIG_DIR})
 
 # pkg-config, for builds without CMake.

@@ -54,6 +54,20 @@ function(lamp_write_pkg_config out_file)
   endforeach()
   separate_arguments(_torch_cxx_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   list(APPEND _cflags ${_torch_cxx_flags})
+  # The C++ standard the LibTorch's headers demand (LibTorch 2.15's ATen.h
+  # refuses anything below C++20; its target says cxx_std_20), when it is
+  # above lamp's own C++17: CMake consumers get it from the target, pkg-config
+  # ones from here.
+  get_target_property(_torch_features torch INTERFACE_COMPILE_FEATURES)
+  set(_std 17)
+  foreach(_feature IN LISTS _torch_features)
+    if(_feature MATCHES "^cxx_std_([0-9]+)$" AND CMAKE_MATCH_1 GREATER _std)
+      set(_std "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  if(_std GREATER 17)
+    list(APPEND _cflags "-std=c++${_std}")
+  endif()
   list(REMOVE_DUPLICATES _cflags)
 
   # Kept in the program even where no symbol of theirs is used, as
@@ -82,6 +96,14 @@ function(lamp_write_pkg_config out_file)
   if(NOT _torch_libdir_real IN_LIST _system_dirs)
     list(APPEND _libs "-Wl,-rpath,\${torch_libdir}")
   endif()
+  # A torch wheel's CUDA libraries before any -rpath folder at link time
+  # (LampTorchLinkDirs.cmake), written below ${torch_prefix}.
+  lamp_torch_rpath_link_options(_rpath_link)
+  foreach(_option IN LISTS _rpath_link)
+    string(REGEX REPLACE "^LINKER:-rpath-link," "" _dir "${_option}")
+    get_filename_component(_name "${_dir}/.." NAME)
+    list(APPEND _libs "-Wl,-rpath-link,\${torch_prefix}/../nvidia/${_name}/lib")
+  endforeach()
   list(APPEND _libs "-Wl,--no-as-needed" ${_kept} "-Wl,--as-needed" ${_called})
 
   # lamp's CUDA sources call the CUDA runtime (a torch wheel's CUDA build).

@@ -13,6 +13,12 @@ LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
                      libgtest-dev zlib1g-dev nlohmann-json3-dev pkg-config
                      doxygen)
 
+# The torch wheel version scripts/test.sh builds against by default: the
+# newest on PyPI that lamp is tested with. LAMP_TORCH_VERSION picks another
+# (2.11.0, the GPU machines', is tested too; see README's support matrix).
+# shellcheck disable=SC2034  # used by the scripts that source this file
+LAMP_DEFAULT_TORCH_VERSION=2.15.0
+
 lamp_log() { printf '==> %s\n' "$*" >&2; }
 lamp_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
@@ -53,11 +59,12 @@ lamp_ensure_packages() {
 
 # lamp_ensure_torch_wheel: makes sure a virtual environment holds PyPI's torch
 # wheel (a CUDA-built LibTorch) and sets LAMP_TORCH_WHEEL_ROOT to the LibTorch
-# folder inside it. Honours LAMP_TORCH_VERSION (default 2.11.0),
+# folder inside it. Honours LAMP_TORCH_VERSION (default
+# $LAMP_DEFAULT_TORCH_VERSION),
 # LAMP_TORCH_VENV (default ~/.cache/lamp/torch-<version>) and LAMP_PYTHON (the
 # interpreter that creates the environment, default python3).
 lamp_ensure_torch_wheel() {
-  local version="${LAMP_TORCH_VERSION:-2.11.0}"
+  local version="${LAMP_TORCH_VERSION:-$LAMP_DEFAULT_TORCH_VERSION}"
   local venv="${LAMP_TORCH_VENV:-$HOME/.cache/lamp/torch-$version}"
   local python="$venv/bin/python"
   local have=""

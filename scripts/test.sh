@@ -9,7 +9,7 @@ cd "$LAMP_ROOT"
 
 usage() {
   cat <<EOF
-Usage: scripts/test.sh [--torch debian|wheel|both] [--gloo auto|on|off] [--build-dir DIR] [--jobs N]
+Usage: scripts/test.sh [--torch debian|wheel|both] [--torch-version V] [--gloo auto|on|off] [--build-dir DIR] [--jobs N]
 
 Builds lamp (Release) and runs its tests with ctest.
 
@@ -17,6 +17,9 @@ Builds lamp (Release) and runs its tests with ctest.
   --torch wheel    the LibTorch inside PyPI's torch wheel (CUDA-built), installed
                    into a virtual environment on first use
   --torch both     debian, then wheel; fails if either fails
+  --torch-version V  the torch wheel's version (default $LAMP_DEFAULT_TORCH_VERSION, the
+                   newest tested; 2.11.0 is the GPU machines'); any 2.x with
+                   a CUDA 13 wheel on PyPI
   --gloo MODE      lamp's Gloo backend (CMake's LAMP_WITH_GLOO): auto (the
                    default: where its headers are found), on, or off (the
                    build a torch wheel gets on a machine without libgloo-dev)
@@ -29,7 +32,7 @@ Builds lamp (Release) and runs its tests with ctest.
 Environment:
   LAMP_TORCH          same as --torch
   LAMP_GLOO           same as --gloo
-  LAMP_TORCH_VERSION  torch wheel version (default 2.11.0)
+  LAMP_TORCH_VERSION  same as --torch-version
   LAMP_TORCH_VENV     its virtual environment (default ~/.cache/lamp/torch-<version>)
   LAMP_PYTHON         interpreter that creates the environment (default python3)
 
@@ -45,6 +48,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --torch) [ $# -ge 2 ] || lamp_die "--torch needs a value"; torch="$2"; shift 2 ;;
     --torch=*) torch="${1#*=}"; shift ;;
+    --torch-version) [ $# -ge 2 ] || lamp_die "--torch-version needs a value"; export LAMP_TORCH_VERSION="$2"; shift 2 ;;
+    --torch-version=*) export LAMP_TORCH_VERSION="${1#*=}"; shift ;;
     --gloo) [ $# -ge 2 ] || lamp_die "--gloo needs a value"; gloo="$2"; shift 2 ;;
     --gloo=*) gloo="${1#*=}"; shift ;;
     --build-dir) [ $# -ge 2 ] || lamp_die "--build-dir needs a value"; build_dir="$2"; shift 2 ;;
@@ -121,7 +126,7 @@ fi
 
 # The Python interop tests need a Python with torch: the torch wheel's
 # environment, for both LibTorch builds, when it exists.
-venv_python="${LAMP_TORCH_VENV:-$HOME/.cache/lamp/torch-${LAMP_TORCH_VERSION:-2.11.0}}/bin/python"
+venv_python="${LAMP_TORCH_VENV:-$HOME/.cache/lamp/torch-${LAMP_TORCH_VERSION:-$LAMP_DEFAULT_TORCH_VERSION}}/bin/python"
 if [ -x "$venv_python" ]; then
   cmake_args+=("-DLAMP_PYTHON_TORCH=$venv_python")
 fi

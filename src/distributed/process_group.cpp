@@ -1,8 +1,6 @@
 #include "lamp/distributed/process_group.h"
 
 #include <torch/torch.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +15,7 @@
 #include <utility>
 
 #include "distributed/backend.h"
+#include "distributed/rendezvous.h"
 
 namespace lamp {
 namespace distributed {
@@ -55,26 +54,12 @@ struct CollectiveSite {
   std::chrono::milliseconds timeout{0};
 };
 
-// The error's own text, without a backtrace or the closing full stop that
-// the message around it adds.
-std::string error_text(const std::exception& error) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
-  std::string text =
-      c10_error ? c10_error->what_without_backtrace() : error.what();
-  while (!text.empty() &&
-         (text.back() == '.' ||
-          std::isspace(static_cast<unsigned char>(text.back())))) {
-    text.pop_back();
-  }
-  return text;
-}
-
 [[noreturn]] void fail_collective_at(const CollectiveSite& site,
                                      const char* what,
                                      const std::exception& error) {
   TORCH_CHECK(
       false, "lamp::distributed: ", what, " failed on rank ", site.rank, " of ",
-      site.world_size, " (", site.backend, "): ", error_text(error),
+      site.world_size, " (", site.backend, "): ", detail::error_text(error),
       ". Another rank has probably exited or stopped answering (the timeout is ",
       site.timeout.count() / 1000.0,
       " s, --dist-timeout / ProcessGroupOptions::timeout); see its output.");
@@ -120,179 +105,6 @@ bool needs_fp32_reduction(const std::string& backend, const torch::Tensor& t) {
 class DoneWork final : public ProcessGroup::Work {
  public:
   void wait() override {}
-};
-
-// Seconds, as messages show them.
-std::string seconds(std::chrono::milliseconds d) {
-  std::ostringstream out;
-  out << d.count() / 1000.0 << " s";
-  return out.str();
-}
-
-// "1, 3, 4" (at most 8, then "..."), for messages.
-std::string rank_list(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  for (size_t i = 0; i < ranks.size() && i < 8; ++i) {
-    out << (i ? ", " : "") << ranks[i];
-  }
-  if (ranks.size() > 8) {
-    out << ", ...";
-  }
-  return out.str();
-}
-
-// The meeting of the ranks before the backend starts: rank 0 (or torchrun's
-// agent) serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects
-// and signs in under its rank. While it waits, it says for what (every
-// wait_report_interval); when the timeout ends the wait, it names the ranks
-// that never came.
-class Rendezvous {
- public:
-  Rendezvous(const Environment& env, const ProcessGroupOptions& options,
-             std::string address)
-      : env_(env), options_(options), address_(std::move(address)) {}
-
-  c10::intrusive_ptr<c10d::Store> join() const {
-    const auto start = Clock::now();
-    auto store = connect(start);
-    ask([&] {
-      store->set(key(env_.rank), std::vector<uint8_t>{1});
-      return store->add("arrived", 1);
-    });
-    wait_for_everyone(*store, start);
-    return store;
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-
-  static std::string key(int rank) { return "rank/" + std::to_string(rank); }
-
-  std::string who() const {
-    return "lamp::distributed: rank " + std::to_string(env_.rank) + " of " +
-           std::to_string(env_.world_size);
-  }
-
-  void report(const std::string& line) const {
-    if (options_.wait_report()) {
-      options_.wait_report()(line);
-    } else {
-      std::cerr << line << std::endl;
-    }
-  }
-
-  [[noreturn]] void fail(const char* doing, const std::exception& e) const {
-    const std::string text = error_text(e);
-    const bool port_taken = text.find("in use") != std::string::npos;
-    TORCH_CHECK(
-        false, who(), " ", doing, " the rendezvous at ", address_, " (",
-        seconds(options_.timeout()), " timeout): ", text, ". ",
-        port_taken
-            ? "Another program holds port " + std::to_string(env_.master_port) +
-                  "; choose a free MASTER_PORT (torchrun --master-port)."
-            : "Check that rank 0 was started (torchrun --nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is reachable from this host, and that no other job uses the port.");
-  }
-
-  // The store, connected (served by rank 0 without torchrun's agent).
-  c10::intrusive_ptr<c10d::Store> connect(Clock::time_point start) const {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(env_.master_port);
-    store_options.isServer = !env_.agent_store && env_.rank == 0;
-    store_options.numWorkers = env_.agent_store
-                                   ? c10::nullopt
-                                   : decltype(store_options.numWorkers)(
-                                         static_cast<size_t>(env_.world_size));
-    // Rank 0 counts the arrivals itself, saying while it waits.
-    store_options.waitWorkers = false;
-    store_options.timeout = options_.timeout();
-    store_options.multiTenant = true;
-    // A client retries until the timeout: in the background, so that this
-    // thread can say that it waits.
-    auto connecting = std::async(std::launch::async, [&] {
-      return c10::intrusive_ptr<c10d::Store>(
-          c10::make_intrusive<c10d::TCPStore>(env_.master_addr, store_options));
-    });
-    while (connecting.wait_for(options_.wait_report_interval()) !=
-           std::future_status::ready) {
-      report(who() + " waiting to reach rank 0's rendezvous at " + address_ +
-             " (" + seconds(elapsed(start)) + " of " +
-             seconds(options_.timeout()) + ")");
-    }
-    c10::intrusive_ptr<c10d::Store> store;
-    try {
-      store = connecting.get();
-    } catch (const std::exception& e) {
-      fail(store_options.isServer ? "could not serve" : "could not reach", e);
-    }
-    if (env_.agent_store) {
-      // torchrun's agent serves the store; each restart has its own keys.
-      store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(env_.restart_count), store);
-    }
-    // Each group of the process has its own keys (every rank makes its
-    // groups in the same order).
-    static std::atomic<int> groups{0};
-    store = c10::make_intrusive<c10d::PrefixStore>(
-        "lamp/pg" + std::to_string(groups++), store);
-    store->setTimeout(options_.timeout());
-    return store;
-  }
-
-  static std::chrono::milliseconds elapsed(Clock::time_point start) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                 start);
-  }
-
-  // A store call; a failure says that the rendezvous was lost.
-  template <typename F>
-  auto ask(F&& call) const -> decltype(call()) {
-    try {
-      return call();
-    } catch (const std::exception& e) {
-      fail("lost", e);
-    }
-  }
-
-  std::vector<int> missing(c10d::Store& store) const {
-    std::vector<int> ranks;
-    for (int r = 0; r < env_.world_size; ++r) {
-      if (!ask([&] { return store.check({key(r)}); })) {
-        ranks.push_back(r);
-      }
-    }
-    return ranks;
-  }
-
-  void wait_for_everyone(c10d::Store& store, Clock::time_point start) const {
-    auto next_report = start + options_.wait_report_interval();
-    while (ask([&] { return store.add("arrived", 0); }) < env_.world_size) {
-      const auto now = Clock::now();
-      if (now - start >= options_.timeout()) {
-        const auto absent = missing(store);
-        TORCH_CHECK(
-            false, who(), " waited ", seconds(options_.timeout()), " at ",
-            address_, " but rank", absent.size() > 1 ? "s " : " ",
-            rank_list(absent), " never came (",
-            env_.world_size - static_cast<int>(absent.size()), " of ",
-            env_.world_size,
-            " arrived). Check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or give slow starters more time with --dist-timeout (ProcessGroupOptions::timeout).");
-      }
-      if (now >= next_report) {
-        const auto absent = missing(store);
-        report(who() + " waiting for " + std::to_string(absent.size()) +
-               " of " + std::to_string(env_.world_size) + " ranks at " +
-               address_ + " (rank" + (absent.size() > 1 ? "s " : " ") +
-               rank_list(absent) + "; " + seconds(elapsed(start)) + " of " +
-               seconds(options_.timeout()) + ")");
-        next_report = now + options_.wait_report_interval();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
-  const Environment& env_;
-  const ProcessGroupOptions& options_;
-  std::string address_;
 };
 
 } // namespace
@@ -360,8 +172,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
   group->backend_name_ = backend;
   group->impl_ = std::make_unique<Impl>();
   group->address_ = env.master_addr + ":" + std::to_string(env.master_port);
-  const Rendezvous rendezvous{env, options, group->address_};
-  auto store = rendezvous.join();
+  auto store = detail::join_rendezvous(env, options, group->address_);
   try {
     if (backend == "gloo") {
       group->impl_->backend = detail::make_gloo_backend(
@@ -374,7 +185,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
     TORCH_CHECK(false, "lamp::distributed: rank ", env.rank, " of ",
                 env.world_size, " could not start the ", backend,
                 " backend at ", group->address_,
-                " (every rank had arrived): ", error_text(e));
+                " (every rank had arrived): ", detail::error_text(e));
   }
   group->impl_->store = std::move(store);
   return group;
@@ -534,7 +345,7 @@ std::string values_by_rank(const std::vector<std::string>& values) {
     }
     text += groups[i].first + " on rank" +
             (groups[i].second.size() > 1 ? "s " : " ") +
-            rank_list(groups[i].second);
+            detail::rank_list(groups[i].second);
   }
   return text;
 }

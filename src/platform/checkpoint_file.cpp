@@ -1,12 +1,9 @@
 #include "lamp/platform/checkpoint_file.h"
 
+#include "platform/checkpoint_io.h"
 #include "platform/memory.h"
 #include "platform/paths.h"
-#include "platform/plain_pickle.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -140,41 +137,6 @@ std::string temporary_name(const std::string& path) {
          std::to_string(++writes);
 }
 
-// The whole of a regular file, checked against the memory there is to hold it.
-std::string read_regular_file(const std::string& path) {
-  struct stat info {};
-  TORCH_CHECK(::stat(path.c_str(), &info) == 0, "lamp: cannot read ", path,
-              ": ", reason(errno), ".");
-  TORCH_CHECK(S_ISREG(info.st_mode), "lamp: ", path,
-              " is not a regular file; give the path of a checkpoint file.");
-  const uint64_t memory = lamp::detail::physical_memory_bytes();
-  TORCH_CHECK(
-      static_cast<uint64_t>(info.st_size) < memory, "lamp: ", path, " is ",
-      info.st_size, " bytes, more than this machine's ", memory,
-      " bytes of memory: it is not a checkpoint lamp wrote, or it is damaged.");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TORCH_CHECK(fd >= 0, "lamp: cannot open ", path, ": ", reason(errno), ".");
-  std::string bytes(static_cast<size_t>(info.st_size), '\0');
-  size_t offset = 0;
-  int error = 0;
-  while (offset < bytes.size()) {
-    const ssize_t n = ::read(fd, &bytes[offset], bytes.size() - offset);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      error = n < 0 ? errno : 0;
-      break;
-    }
-    offset += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  TORCH_CHECK(offset == bytes.size(), "lamp: cannot read ", path, " (", offset,
-              " of ", bytes.size(), " bytes",
-              error != 0 ? ": " + reason(error) : std::string(), ").");
-  return bytes;
-}
-
 // Removes PATH.tmp-* files in PATH's folder: called by the lock's holder,
 // when no other live run can be writing one.
 void remove_stale_temporaries(const std::string& path) {
@@ -217,6 +179,44 @@ void check_name_length(const std::string& path, const std::string& what) {
 }
 
 } // namespace
+
+namespace detail {
+
+std::string read_regular_file(const std::string& path) {
+  struct stat info {};
+  TORCH_CHECK(::stat(path.c_str(), &info) == 0, "lamp: cannot read ", path,
+              ": ", reason(errno), ".");
+  TORCH_CHECK(S_ISREG(info.st_mode), "lamp: ", path,
+              " is not a regular file; give the path of a checkpoint file.");
+  const uint64_t memory = lamp::detail::physical_memory_bytes();
+  TORCH_CHECK(
+      static_cast<uint64_t>(info.st_size) < memory, "lamp: ", path, " is ",
+      info.st_size, " bytes, more than this machine's ", memory,
+      " bytes of memory: it is not a checkpoint lamp wrote, or it is damaged.");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "lamp: cannot open ", path, ": ", reason(errno), ".");
+  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  size_t offset = 0;
+  int error = 0;
+  while (offset < bytes.size()) {
+    const ssize_t n = ::read(fd, &bytes[offset], bytes.size() - offset);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      error = n < 0 ? errno : 0;
+      break;
+    }
+    offset += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  TORCH_CHECK(offset == bytes.size(), "lamp: cannot read ", path, " (", offset,
+              " of ", bytes.size(), " bytes",
+              error != 0 ? ": " + reason(error) : std::string(), ").");
+  return bytes;
+}
+
+} // namespace detail
 
 std::string io_error_text(int error) {
   std::string text = std::strerror(error);
@@ -358,95 +358,9 @@ void save_checked_archive(torch::serialize::OutputArchive& archive,
   write_file_atomically(path, bytes);
 }
 
-void save_pickle(const c10::IValue& value, const std::string& path) {
-  // torch::pickle_save, less its type tags: it marks typed dicts with
-  // torch.jit._pickle.restore_type_tag, a global that Python's torch.load
-  // refuses by default since torch 2.6 (weights_only). Without the tags,
-  // LibTorch reads the dict back with Any as its key and value types.
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler(
-      [&pickle](const char* data, size_t size) {
-        pickle.insert(pickle.end(), data, data + size);
-      },
-      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
-      /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
-      /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(value);
-  pickler.stop();
-  std::string bytes;
-  {
-    caffe2::serialize::PyTorchStreamWriter writer(
-        [&bytes](const void* data, size_t size) {
-          bytes.append(static_cast<const char*>(data), size);
-          return size;
-        });
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(),
-                                       pickler.tensorData(), writer);
-    writer.writeEndOfFile();
-  }
-  write_file_atomically(path, bytes);
-}
-
-namespace {
-
-// The pickle inside a torch.save zip ("<name>/data.pkl"), or "" when the
-// zip cannot be read.
-std::string zip_pickle(const std::string& bytes) {
-  try {
-    std::istringstream stream(bytes);
-    caffe2::serialize::PyTorchStreamReader reader(&stream);
-    const auto record = reader.getRecord("data.pkl");
-    return std::string(static_cast<const char*>(std::get<0>(record).get()),
-                       std::get<1>(record));
-  } catch (const std::exception&) {
-    return std::string();
-  }
-}
-
-} // namespace
-
-c10::IValue load_pickle(const std::string& path, const std::string& what) {
-  const std::string bytes = read_regular_file(path);
-  std::string error;
-  try {
-    return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  } catch (const c10::Error& e) {
-    error = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    // A damaged zip can make the reader throw anything (see below).
-    error = e.what();
-  }
-  // Python's legacy format (torch.save(..., _use_new_zipfile_serialization=
-  // False), and PyTorch before 1.6) is a bare pickle of a magic number, not
-  // a zip.
-  TORCH_CHECK(
-      bytes.compare(0, 2, "PK") == 0 || bytes.empty() ||
-          static_cast<uint8_t>(bytes[0]) != 0x80,
-      what, ": ", path,
-      " was written in PyTorch's legacy (non-zip) format (torch.save with _use_new_zipfile_serialization=False, or PyTorch < 1.6), which LibTorch cannot read. Re-save it in Python in the zip format, the default: torch.save(torch.load(path), path).");
-  // LibTorch's unpickler refuses some plain values Python writes (an
-  // OrderedDict, integers of 5 to 7 bytes): read those here.
-  const std::string pickle = zip_pickle(bytes);
-  if (!pickle.empty()) {
-    auto plain = detail::read_plain_pickle(pickle.data(), pickle.size(),
-                                           what + ": " + path);
-    if (plain) {
-      return *plain;
-    }
-  }
-  // torch::save archives and TorchScript modules keep their pickle under
-  // "constants.pkl"/"data.pkl" next to code, which pickle_load does not read
-  // as a plain torch.save file.
-  TORCH_CHECK(
-      false, what, ": ", path,
-      " is not a file written by Python's torch.save (", error,
-      "). A torch::serialize archive (a lamp checkpoint, torch::save's files) is read with torch::serialize::InputArchive or torch::load instead.");
-}
-
 void load_checked_archive(torch::serialize::InputArchive& archive,
                           const std::string& path) {
-  const std::string bytes = read_regular_file(path);
+  const std::string bytes = detail::read_regular_file(path);
   torch::serialize::InputArchive envelope;
   // A damaged zip can make the reader throw anything, including bad_alloc
   // for a size read from flipped bits: all of it means "damaged".

@@ -3,10 +3,13 @@
 #include <torch/torch.h>
 
 #include "cli.h"
+#include "interruption.h"
 #include "json_log.h"
 #include "output_paths.h"
 #include "progress.h"
 #include "rank_check.h"
+#include "resume_settings.h"
+#include "stop_signals.h"
 
 #include <algorithm>
 #include <chrono>
@@ -145,10 +148,13 @@ ClassifierTrainer build_trainer(const ProgramConfig& config,
   lamp::data::DeviceLoader train_loader(
       spec.train, device, train_loader_options(config, spec, *group));
   check_step_count(config, train_loader.batches_per_epoch());
+  auto options = trainer_options_from(config, eval_batch_size, group);
+  // SIGINT/SIGTERM: the trainer stops at the next step (stop_signals.h).
+  options.stop_requested([] { return stop_signal() != 0; });
   return ClassifierTrainer(
       model.module, model.forward, config.model, std::move(train_loader),
       lamp::data::DeviceLoader(spec.test, device, test_options),
-      trainer_options_from(config, eval_batch_size, group));
+      std::move(options));
 }
 
 // Resuming a run that has trained all its epochs trains nothing and says so.
@@ -298,10 +304,11 @@ void print_checkpoint_skipped(const ProgramConfig& config,
                 .c_str());
 }
 
-// Trains; on the main rank a line (and a log record) per epoch.
-void train(const ProgramConfig& config, const std::string& program,
-           ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
-           bool main_rank) {
+// Trains; on the main rank a line (and a log record) per epoch. Returns the
+// last epoch checkpointed in this run (0: none).
+int64_t train(const ProgramConfig& config, const std::string& program,
+              ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
+              bool main_rank) {
   int64_t last_written = 0; // the last epoch checkpointed in this run
   trainer.fit(
       [&](const lamp::training::EpochStats& s) {
@@ -321,6 +328,7 @@ void train(const ProgramConfig& config, const std::string& program,
         }
       },
       progress.on_batch(), progress.on_eval_batch());
+  return last_written;
 }
 
 // --export-state-dict: the trained weights (the FP32 master weights where
@@ -350,7 +358,7 @@ std::pair<std::vector<double>, std::vector<double>> channel_stats(
   return {mean, std};
 }
 
-void run(const ProgramConfig& config, const RunSpec& spec) {
+int run(const ProgramConfig& config, const RunSpec& spec) {
   // Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
   // otherwise a single-process group.
   auto group = ProcessGroup::from_environment(
@@ -375,7 +383,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
     if (main_rank) {
       print_run_complete(config, spec, trainer.start_epoch());
     }
-    return;
+    return 0;
   }
   if (config.report_precision && main_rank) {
     print_precision_report(trainer, model);
@@ -392,7 +400,14 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
         config, main_rank,
         step.policy().loss_scaling || step.options().force_loss_scaling(),
         log.get());
-    train(config, spec.program, trainer, progress, log.get(), main_rank);
+    const int64_t last_written =
+        train(config, spec.program, trainer, progress, log.get(), main_rank);
+    if (trainer.stop_point().stopped) {
+      return main_rank ? report_interruption(config, spec.program, trainer,
+                                             progress, log.get(), last_written,
+                                             stop_signal())
+                       : 128 + stop_signal();
+    }
     if (!config.export_state_dict.empty() && main_rank) {
       export_weights(config, model, trainer);
     }
@@ -403,6 +418,7 @@ void run(const ProgramConfig& config, const RunSpec& spec) {
     }
     throw;
   }
+  return 0;
 }
 
 int program_main(int argc, char** argv, const std::string& program,
@@ -430,11 +446,14 @@ int program_main(int argc, char** argv, const std::string& program,
   // the next print (print_out) instead of ending the run unseen.
   std::signal(SIGXFSZ, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
+  install_stop_signals();
   return guarded_main(program, [&] {
+    // Before the data is read: a resume that contradicts its checkpoint
+    // fails at once.
+    apply_resume_settings(app, config);
     auto spec = make_spec();
     spec.program = program;
-    run(config, spec);
-    return 0;
+    return run(config, spec);
   });
 }
 

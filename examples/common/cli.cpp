@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <algorithm>
 #include <limits>
 
 namespace lamp_examples {
@@ -67,6 +68,52 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// Levenshtein distance: the edits (insert, delete, replace) from a to b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) {
+    row[j] = j;
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; did you mean --epochs?" for each unexpected flag within a few edits of
+// one of `app`'s (about a third of its length), as git and cargo suggest.
+std::string suggestions(const CLI::App& app) {
+  std::string text;
+  for (const auto& arg : app.remaining()) {
+    if (arg.rfind("--", 0) != 0) {
+      continue;
+    }
+    const auto given = arg.substr(0, arg.find('='));
+    std::string best;
+    size_t best_distance = std::max<size_t>(2, given.size() / 3) + 1;
+    for (const auto* option : app.get_options()) {
+      for (const auto& name : option->get_lnames()) {
+        const auto distance = edit_distance(given, "--" + name);
+        if (distance < best_distance) {
+          best_distance = distance;
+          best = "--" + name;
+        }
+      }
+    }
+    if (!best.empty()) {
+      text += "; " + given + ": did you mean " + best + "?";
+    }
+  }
+  return text;
+}
+
 } // namespace
 
 std::string short_number(double value) {
@@ -105,8 +152,11 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
   } catch (const CLI::Success& e) { // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << program << ": error: " << one_line(e.what()) << " (see "
-              << program << " --help)" << std::endl;
+    // An unknown flag: the nearest known one, as a hint.
+    const auto hint =
+        dynamic_cast<const CLI::ExtrasError*>(&e) ? suggestions(app) : "";
+    std::cerr << program << ": error: " << one_line(e.what()) << hint
+              << " (see " << program << " --help)" << std::endl;
     return kUsageError;
   }
 }

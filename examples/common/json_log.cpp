@@ -166,6 +166,10 @@ void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
                  {"warmup", p.warmup}});
 }
 
+void JsonLog::write_interrupted(const nlohmann::ordered_json& fields) {
+  write("interrupted", fields);
+}
+
 void JsonLog::write_error(const std::string& message) {
   try {
     write("error", {{"message", message}});

@@ -54,6 +54,10 @@ class JsonLog {
   void write_step(const lamp::training::BatchProgress& progress, double loss,
                   double images_per_second);
 
+  /// An "interrupted" record: the run stopped on SIGINT/SIGTERM; `fields`
+  /// say where, what the checkpoint holds and how to continue.
+  void write_interrupted(const nlohmann::ordered_json& fields);
+
   /// An "error" record: why the run stopped (`message`, as stderr shows it).
   /// Never throws: when the log itself is what failed, nothing is written.
   void write_error(const std::string& message);

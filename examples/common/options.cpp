@@ -2,6 +2,8 @@
 
 #include "cli.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <set>
@@ -21,13 +23,35 @@ void add_checked(CLI::App& app, const std::string& name, T& field,
   app.add_option(name, field, help)->check(check)->capture_default_str();
 }
 
+// PyTorch Lightning's precision names, taken as lamp's modes: Lightning's
+// "-mixed" is autocast (amp, amp-bf16), its "-true" the whole model in that
+// dtype (half, bf16). Its plain "bf16" and "16" are not taken: lamp's bf16
+// is the whole model in BF16, Lightning's is mixed.
+CLI::Validator lightning_precision_names() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        static const std::vector<std::pair<std::string, std::string>> names = {
+            {"16-mixed", "amp"},  {"bf16-mixed", "amp-bf16"},
+            {"16-true", "half"},  {"bf16-true", "bf16"},
+            {"32-true", "fp32"},  {"32", "fp32"}};
+        for (const auto& name : names) {
+          if (text == name.first) {
+            text = name.second;
+          }
+        }
+        return "";
+      },
+      "");
+}
+
 // What is trained, in which precision, for how long, in which batches.
 void add_model_options(CLI::App& app, ProgramConfig& c) {
   add_checked(app, "--model", c.model, "network", CLI::IsMember(c.models));
   add_checked(
       app, "--precision", c.precision,
-      "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | auto (the fastest mode of the device that keeps fp32's accuracy; --precision-support shows the choice)",
+      "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | auto (the fastest mode of the device that keeps fp32's accuracy; --precision-support shows the choice); Lightning's 16-mixed, bf16-mixed, 16-true, bf16-true, 32-true, 32 name amp, amp-bf16, half, bf16, fp32",
       CLI::IsMember(precision_flag_values()));
+  app.get_option("--precision")->transform(lightning_precision_names());
   app.add_flag(
       "--precision-support", c.precision_support,
       "print what each precision mode costs on --device (native, emulated: slower than fp32, or unavailable) and what auto picks, then exit");
@@ -98,9 +122,17 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
       app, "--data", c.data, "dataset directory",
       CLI::Validator(
           [](std::string& value) -> std::string {
-            return value.empty()
-                       ? "the folder name is empty; give the dataset folder"
-                       : "";
+            if (value.empty()) {
+              return "the folder name is empty; give the dataset folder";
+            }
+            struct stat st {};
+            if (::stat(value.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+              return value +
+                     " is a file, not a folder; give the folder that holds "
+                     "the dataset's files (an archive must be extracted "
+                     "first)";
+            }
+            return "";
           },
           "DIR"));
   app.add_option("--device", c.device,

@@ -71,6 +71,11 @@ std::string memory_text() {
 // messages (the usual mistake is one directory level too high or too low).
 std::string describe_directory(const std::string& directory) {
   if (!directory_exists(directory)) {
+    if (regular_file_exists(directory)) {
+      return quoted(directory) +
+             " is a file, not a directory: pass the directory that holds the "
+             "data files (extract an archive first)";
+    }
     return "The directory " + quoted(directory) + " does not exist";
   }
   std::vector<std::string> names;

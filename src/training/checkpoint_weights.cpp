@@ -66,19 +66,41 @@ std::string shape(const torch::Tensor& tensor) {
   return c10::str(tensor.sizes());
 }
 
-} // namespace
-
-CheckpointWeights read_checkpoint_weights(const std::string& path) {
+// The checkpoint at `path` read into `archive`, its checksum and format
+// checked; `purpose` ends the message for a missing file ("to resume from").
+void read_trainer_checkpoint(const std::string& path, const char* purpose,
+                             torch::serialize::InputArchive& archive) {
   TORCH_CHECK(lamp::detail::path_kind(path) != lamp::detail::PathKind::kMissing,
-              "lamp: no checkpoint at ", path, " to load weights from.");
-  torch::serialize::InputArchive archive;
+              "lamp: no checkpoint at ", path, " ", purpose, ".");
   load_checked_archive(archive, path);
-  const std::string where_text = "lamp: " + path;
-  const char* where = where_text.c_str();
-  const auto format = lamp::detail::read_string(archive, "format", where);
+  const auto where = "lamp: " + path;
+  const auto format = lamp::detail::read_string(archive, "format", where.c_str());
   TORCH_CHECK(format == detail::kCheckpointFormat, "lamp: ", path, " is a '",
               format, "' checkpoint, not one of lamp's trainer ('",
               detail::kCheckpointFormat, "').");
+}
+
+} // namespace
+
+CheckpointSettings read_checkpoint_settings(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  read_trainer_checkpoint(path, "to resume from", archive);
+  const std::string where = "lamp: " + path;
+  CheckpointSettings settings;
+  settings.path = path;
+  settings.model_name =
+      lamp::detail::read_string(archive, "model_name", where.c_str());
+  settings.epochs_done =
+      lamp::detail::read_int(archive, "next_epoch", where.c_str());
+  settings.settings = detail::read_stored_settings(archive, path);
+  return settings;
+}
+
+CheckpointWeights read_checkpoint_weights(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  read_trainer_checkpoint(path, "to load weights from", archive);
+  const std::string where_text = "lamp: " + path;
+  const char* where = where_text.c_str();
   CheckpointWeights weights;
   weights.path = path;
   weights.model_name = lamp::detail::read_string(archive, "model_name", where);

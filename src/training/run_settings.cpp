@@ -278,6 +278,19 @@ int64_t check_run_settings(torch::serialize::InputArchive& archive,
   return stored_epochs;
 }
 
+std::vector<StoredSetting> read_stored_settings(
+    torch::serialize::InputArchive& archive, const std::string& path) {
+  const std::string where = "lamp: " + path;
+  std::vector<StoredSetting> stored;
+  for (const auto& setting : run_settings()) {
+    const auto value = read(archive, setting, where.c_str());
+    if (!value.isNone()) {
+      stored.push_back({setting.key, show(setting.kind, value)});
+    }
+  }
+  return stored;
+}
+
 void write_history(torch::serialize::OutputArchive& archive,
                    const std::vector<RunHistoryEntry>& history) {
   torch::serialize::OutputArchive entries;

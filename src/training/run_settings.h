@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lamp/data/loader.h"
+#include "lamp/training/checkpoint_weights.h"
 #include "lamp/training/trainer.h"
 
 namespace lamp {
@@ -52,6 +53,12 @@ void write_run_settings(torch::serialize::OutputArchive& archive,
 /// continues it).
 int64_t check_run_settings(torch::serialize::InputArchive& archive,
                            const std::string& path, const RunContext& run);
+
+/// Every setting of the table stored in `archive` (the checkpoint at
+/// `path`), as check_run_settings() shows it; those the checkpoint predates
+/// are left out.
+std::vector<StoredSetting> read_stored_settings(
+    torch::serialize::InputArchive& archive, const std::string& path);
 
 /// Writes `history` under "history" (a count and one archive per entry).
 void write_history(torch::serialize::OutputArchive& archive,

@@ -1,6 +1,5 @@
 #include "lamp/training/trainer.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -24,20 +23,11 @@ namespace {
 
 namespace F = torch::nn::functional;
 using detail::DivergenceWatch;
-using detail::exact;
-using detail::first_non_finite;
-
-using detail::kCheckpointFormat;
 
 NamedOptimizerFactory optimizer_factory(const optim::OptimizerOptions& o) {
   return [o](const NamedParameters& params) {
     return optim::make_optimizer(params.values(), o);
   };
-}
-
-// Anything at `path` (data/files.h: POSIX, not std::filesystem).
-bool exists(const std::string& path) {
-  return lamp::detail::path_kind(path) != lamp::detail::PathKind::kMissing;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -249,6 +239,7 @@ std::vector<EpochStats> ClassifierTrainer::fit(
   DivergenceWatch watch(device, o, step_->scaler(),
                         [this] { return locate_numerics(); });
   std::vector<EpochStats> history;
+  stop_point_ = StopPoint();
   for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
     if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
       break;
@@ -262,9 +253,14 @@ std::vector<EpochStats> ClassifierTrainer::fit(
     // The schedule spans all epochs even when max_steps stops early, so that
     // a run cut short and resumed follows the same learning rates.
     run.total_steps = o.epochs() * run.batches;
-    train_epoch(run, watch, on_batch);
+    if (!train_epoch(run, watch, on_batch)) {
+      break; // stopped on request: the epoch's steps are not all done
+    }
     finish_epoch(run, watch);
-    evaluate_epoch(run, watch, on_eval_batch);
+    if (!evaluate_epoch(run, watch, on_eval_batch)) {
+      end_epoch(run.stats); // trained whole: its checkpoint is written
+      break;
+    }
     end_epoch(run.stats);
     history.push_back(run.stats);
     if (on_epoch) {
@@ -274,7 +270,17 @@ std::vector<EpochStats> ClassifierTrainer::fit(
   return history;
 }
 
-void ClassifierTrainer::train_epoch(
+bool ClassifierTrainer::stop_here(const EpochRun& run, int64_t steps,
+                                  bool in_evaluation) {
+  const auto& stop = options_.stop_requested();
+  if (!stop || !stop()) {
+    return false;
+  }
+  stop_point_ = {true, run.epoch + 1, steps, run.batches, in_evaluation};
+  return true;
+}
+
+bool ClassifierTrainer::train_epoch(
     EpochRun& run, DivergenceWatch& watch,
     const std::function<void(const BatchProgress&)>& on_batch) {
   const auto& o = options_;
@@ -294,6 +300,9 @@ void ClassifierTrainer::train_epoch(
   synchronize(device);
   run.start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < run.last_batch; ++i) {
+    if (stop_here(run, i, /*in_evaluation=*/false)) {
+      return false;
+    }
     auto& stats = run.stats;
     stats.lr = learning_rate(o.schedule(), o.optimizer().lr(), global_step_,
                              run.total_steps);
@@ -356,6 +365,7 @@ void ClassifierTrainer::train_epoch(
       on_batch(progress);
     }
   }
+  return true;
 }
 
 void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
@@ -395,13 +405,20 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
       step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
 }
 
-void ClassifierTrainer::evaluate_epoch(
+bool ClassifierTrainer::evaluate_epoch(
     EpochRun& run, DivergenceWatch& watch,
     const std::function<void(const EvalProgress&)>& on_eval_batch) {
   // Timed apart from training and warm-up: the first evaluation's autotuning
   // for its shapes is evaluation time, not the training step's warm-up.
   const auto eval_start = std::chrono::steady_clock::now();
-  const auto eval = evaluate_subset(on_eval_batch, run.stats.epoch);
+  const auto evaluated =
+      run_evaluation(on_eval_batch, run.stats.epoch, [&] {
+        return stop_here(run, run.stats.steps, /*in_evaluation=*/true);
+      });
+  if (!evaluated) {
+    return false;
+  }
+  const auto& eval = *evaluated;
   auto& stats = run.stats;
   stats.eval_seconds = seconds_since(eval_start);
   stats.test_loss = eval.loss;
@@ -410,6 +427,7 @@ void ClassifierTrainer::evaluate_epoch(
   stats.test_batches_in_set = eval.batches_in_set;
   stats.test_images = eval.images;
   watch.check_test_loss(run.epoch, stats.test_loss);
+  return true;
 }
 
 bool ClassifierTrainer::loss_scaled() {
@@ -444,188 +462,6 @@ void ClassifierTrainer::end_epoch(EpochStats& stats) {
     save_checkpoint(o.checkpoint());
     stats.checkpoint_written = true;
   }
-}
-
-std::pair<double, double> ClassifierTrainer::evaluate() {
-  const auto eval = evaluate_subset();
-  return {eval.loss, eval.accuracy};
-}
-
-Evaluation ClassifierTrainer::evaluate_subset(
-    const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch) {
-  torch::NoGradGuard no_grad;
-  model_->eval();
-  const auto on_device = torch::TensorOptions().device(test_loader_.device());
-  auto loss_sum = torch::zeros({}, on_device.dtype(torch::kDouble));
-  auto correct = torch::zeros({}, on_device.dtype(torch::kLong));
-  // Data-parallel: rank r evaluates batches r, r + world, ...; the sums
-  // are then added up over the ranks (each test image counted once).
-  const auto& group = options_.process_group();
-  const int64_t ranks = group ? group->world_size() : 1;
-  const int64_t rank = group ? group->rank() : 0;
-  // On CUDA every evaluation batch has the same shape: the last one is padded
-  // with zero images whose outputs are dropped (eval-mode BatchNorm treats
-  // each image alone), so cuDNN autotunes once instead of twice.
-  const int64_t full = test_loader_.options().batch_size();
-  const bool pad = test_loader_.device().is_cuda();
-  const int64_t in_set = test_loader_.batches_per_epoch();
-  const int64_t limit = options_.limit_eval_batches();
-  const int64_t batches = limit > 0 ? std::min(limit, in_set) : in_set;
-  // This rank's batches, and the images of all of them (every rank's).
-  const int64_t own = rank < batches ? (batches - rank + ranks - 1) / ranks : 0;
-  int64_t images = 0;
-  for (int64_t i = 0; i < batches; ++i) {
-    images += std::min(full, test_loader_.samples_per_epoch() - i * full);
-  }
-  int64_t done = 0;
-  for (int64_t i = rank; i < batches; i += ranks) {
-    const auto batch = test_loader_.batch(i);
-    auto images = batch.images;
-    const int64_t n = images.size(0);
-    if (pad && n < full) {
-      auto padding_sizes = images.sizes().vec();
-      padding_sizes[0] = full - n;
-      images =
-          torch::cat({images, torch::zeros(padding_sizes, images.options())})
-              .contiguous(images.suggest_memory_format());
-    }
-    // Cast and autocast as the training step runs the model.
-    auto output = step_->forward(forward_, images).to(torch::kFloat);
-    if (output.size(0) != n) {
-      output = output.slice(0, 0, n);
-    }
-    loss_sum +=
-        F::cross_entropy(output, batch.labels,
-                         F::CrossEntropyFuncOptions().reduction(torch::kSum));
-    correct += output.argmax(1).eq(batch.labels).sum();
-    if (on_batch) {
-      EvalProgress progress;
-      progress.epoch = epoch;
-      progress.batch = ++done;
-      progress.batches = own;
-      progress.batches_evaluated = batches;
-      progress.batches_in_set = in_set;
-      progress.images = n;
-      on_batch(progress);
-    }
-  }
-  model_->train();
-  if (ranks > 1) {
-    group->all_reduce_(loss_sum);
-    auto correct_double = correct.to(torch::kDouble);
-    group->all_reduce_(correct_double);
-    correct = correct_double.to(torch::kLong);
-  }
-  Evaluation eval;
-  const double n = static_cast<double>(images);
-  eval.loss = loss_sum.item<double>() / n;
-  eval.accuracy = correct.item<int64_t>() / n;
-  eval.batches = batches;
-  eval.batches_in_set = in_set;
-  eval.images = images;
-  return eval;
-}
-
-void ClassifierTrainer::save_checkpoint(const std::string& path) const {
-  // A diverged model never replaces a good checkpoint.
-  const auto bad = first_non_finite(*model_);
-  TORCH_CHECK(
-      bad.empty(), "lamp: not writing the checkpoint ", path, ": ", bad,
-      " has inf/NaN values; the previous checkpoint was left as it was.");
-  const auto& o = options_;
-  torch::serialize::OutputArchive archive;
-  archive.write("format", c10::IValue(std::string(kCheckpointFormat)));
-  archive.write("model_name", c10::IValue(model_name_));
-  // The settings a resumed run must repeat to continue the same run.
-  detail::write_run_settings(
-      archive, {o, train_loader_.options(), train_data_, test_data_});
-  archive.write("train_images", c10::IValue(train_loader_.size()));
-  archive.write("steps_per_epoch",
-                c10::IValue(train_loader_.batches_per_epoch()));
-  archive.write("next_epoch", c10::IValue(start_epoch_));
-  archive.write("global_step", c10::IValue(global_step_));
-  detail::write_history(archive, history_);
-  // The data order and augmentation come from (seed, epoch); the global CPU
-  // generator (weight init, dropout in users' models) is saved as well.
-  archive.write("cpu_rng_state",
-                at::detail::getDefaultCPUGenerator().get_state());
-  torch::serialize::OutputArchive step_archive;
-  step_->save(step_archive);
-  archive.write("train_step", step_archive);
-  save_checked_archive(archive, path);
-}
-
-void ClassifierTrainer::load_checkpoint(const std::string& path) {
-  TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path,
-              " to resume from.");
-  torch::serialize::InputArchive archive;
-  load_checked_archive(archive, path);
-  // Everything is read and checked before anything of this run changes.
-  const std::string where = "lamp: " + path;
-  const auto integer = [&](const char* key) {
-    return lamp::detail::read_int(archive, key, where.c_str());
-  };
-  const auto format =
-      lamp::detail::read_string(archive, "format", where.c_str());
-  TORCH_CHECK(format == kCheckpointFormat, "lamp: ", path, " is a '", format,
-              "' checkpoint, not one of lamp's trainer ('", kCheckpointFormat,
-              "').");
-  const auto model_name =
-      lamp::detail::read_string(archive, "model_name", where.c_str());
-  const auto& o = options_;
-  TORCH_CHECK(model_name == model_name_, "lamp: ", path, " holds a '",
-              model_name, "' model but this run trains '", model_name_,
-              "'; resume with the same ", name_option(o, "model", "model name"),
-              ".");
-  const auto train_images = integer("train_images");
-  TORCH_CHECK(train_images == train_loader_.size(), "lamp: ", path,
-              " was trained on ", train_images,
-              " training images but this run's dataset has ",
-              train_loader_.size(), "; resume with the same ",
-              name_option(o, "data", "training dataset"), ".");
-  const int64_t checkpoint_epochs = detail::check_run_settings(
-      archive, path, {o, train_loader_.options(), train_data_, test_data_});
-  auto history = detail::read_history(archive, path);
-  const int64_t batches = train_loader_.batches_per_epoch();
-  const auto steps_per_epoch = integer("steps_per_epoch");
-  TORCH_CHECK(steps_per_epoch == batches, "lamp: ", path, " was trained with ",
-              steps_per_epoch, " steps per epoch but this run has ", batches,
-              " (another ",
-              name_option(o, "drop_last", "LoaderOptions::drop_last"),
-              " or number of ranks); resume with the same settings.");
-  // Written only after complete epochs: the position is (epoch, epoch*steps).
-  const auto next_epoch = integer("next_epoch");
-  const auto global_step = integer("global_step");
-  TORCH_CHECK(next_epoch >= 1 && next_epoch <= checkpoint_epochs &&
-                  global_step == next_epoch * batches,
-              "lamp: ", path, " is at epoch ", next_epoch, ", step ",
-              global_step, ", which a run of ", checkpoint_epochs,
-              " epochs of ", batches,
-              " steps cannot reach; the checkpoint is damaged.");
-  torch::Tensor rng_state;
-  try {
-    archive.read("cpu_rng_state", rng_state);
-    // On a scratch generator first: a bad state must not half-change ours.
-    at::detail::createCPUGenerator().set_state(rng_state);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "lamp: ", path,
-                ": the saved random number generator state is damaged (",
-                e.what_without_backtrace(), ").");
-  }
-  torch::serialize::InputArchive step_archive;
-  lamp::detail::read_archive(archive, "train_step", step_archive,
-                             where.c_str());
-  step_->load(step_archive);
-  at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
-  generator.set_state(rng_state);
-  start_epoch_ = next_epoch;
-  global_step_ = global_step;
-  if (checkpoint_epochs < o.epochs()) {
-    // A continuation with more epochs (a constant schedule).
-    history.push_back(
-        {detail::kContinued, next_epoch, checkpoint_epochs, o.epochs(), ""});
-  }
-  history_ = std::move(history);
 }
 
 } // namespace training

@@ -30,6 +30,23 @@
                                           --check-numerics: a clean run
                                           passes, a diverging one stops
                                           naming the first module
+  check_cli.py resume TRAIN_MNIST DATA_DIR WORK_DIR
+                                          --resume PATH alone continues the
+                                          run as it was; flags that differ
+                                          from the checkpoint are refused,
+                                          all listed in one message
+  check_cli.py messages TRAIN_MNIST DATA_DIR
+                                          a file given as --data, an unknown
+                                          flag's nearest flag, Lightning's
+                                          precision names
+  check_cli.py signals TRAIN_MNIST DATA_DIR WORK_DIR LIBLAMP_FAIL_IO
+                                          SIGINT/SIGTERM at the start, mid-
+                                          epoch, in evaluation, during a
+                                          checkpoint write, and a second
+                                          signal: exit 130/143, one line, an
+                                          "interrupted" record, no lock left,
+                                          and the resume command it gives
+                                          continues bit-identically
 
 Each check prints what it ran and exits 1 at the first mismatch.
 """
@@ -37,6 +54,7 @@ Each check prints what it ran and exits 1 at the first mismatch.
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -539,27 +557,219 @@ def numerics(train_mnist, data):
                        r"check-numerics")
 
 
+def fresh(work, name):
+    """A path in WORK_DIR with nothing at it (nor at its lock)."""
+    p = os.path.join(work, name)
+    for q in (p, p + ".lock"):
+        if os.path.exists(q):
+            os.remove(q)
+    return p
+
+
+def epoch_losses(log):
+    """{epoch: (train_loss, test_loss)} of the log's epoch records."""
+    return {r["epoch"]: (r["train_loss"], r["test_loss"])
+            for r in read_records(log) if r["record"] == "epoch"}
+
+
+def resume_defaults(train_mnist, data, work):
+    flags = ["--batch-size", "32", "--lr", "0.02", "--seed", "5",
+             "--momentum", "0.8", "--schedule", "cosine"]
+    base = [train_mnist, "--data", data, "--no-progress"]
+    straight_log = fresh(work, "resume_straight.jsonl")
+    expect_success(base + flags + ["--epochs", "2", "--log-json", straight_log],
+                   [r"epoch 2/2"])
+    ck = fresh(work, "resume_defaults.pt")
+    expect_success(base + flags + ["--epochs", "2", "--max-steps", "7",
+                                   "--checkpoint", ck], [r"epoch 1/2"])
+    # --resume alone: the checkpoint's settings, epoch 2 as the straight run's.
+    log = fresh(work, "resume_alone.jsonl")
+    expect_success(base + ["--resume", ck, "--log-json", log],
+                   [r"batch 32, 2 epochs, resuming at epoch 2", r"epoch 2/2"])
+    header = read_records(log)[0]
+    want = {"batch_size": 32, "lr": 0.02, "seed": 5, "momentum": 0.8,
+            "schedule": "cosine", "epochs": 2}
+    got = {k: header[k] for k in want}
+    if got != want:
+        fail(f"the resumed run's settings {got}, expected {want}")
+    if epoch_losses(log)[2] != epoch_losses(straight_log)[2]:
+        fail(f"epoch 2 resumed {epoch_losses(log)[2]} differs from epoch 2 "
+             f"straight {epoch_losses(straight_log)[2]}")
+    print("  --resume alone: the stored settings, epoch 2 bit-identical")
+    # The same values given again are no difference.
+    expect_success(base + ["--resume", ck, "--batch-size", "32", "--lr",
+                           "2e-2", "--max-steps", "8"], [r"resuming at epoch 2"])
+    # One difference, then several: all named in one message.
+    expect_runtime_error(
+        base + ["--resume", ck, "--lr", "0.1"],
+        [r"was trained with other settings than this command line gives: "
+         r"--lr 0\.02 there, 0\.1 here\. ",
+         r"leave these flags out \(--resume alone takes the checkpoint's "
+         r"values\) or resume with --lr 0\.02;",
+         r"--init-from .*resume_defaults\.pt\.$"])
+    expect_runtime_error(
+        base + ["--resume", ck, "--lr", "0.1", "--batch-size", "64",
+                "--momentum", "0.8", "--seed", "1", "--no-bias-decay",
+                "--epochs", "1"],
+        [r"--batch-size 32 there, 64 here; --epochs 2 there, 1 here; "
+         r"--lr 0\.02 there, 0\.1 here; --no-bias-decay off there, given "
+         r"here; --seed 5 there, 1 here\.",
+         r"resume with --batch-size 32 --epochs 2 --lr 0\.02 without "
+         r"--no-bias-decay --seed 5;"])
+    r = run(base + ["--resume", ck, "--lr", "0.1", "--batch-size", "64"])
+    if "--momentum" in r.stderr or len(r.stderr.splitlines()) != 1:
+        fail(f"a flag given with its stored value is listed, or the message "
+             f"is not one line: {r.stderr!r}")
+    os.remove(ck)
+
+
+def messages(train_mnist, data):
+    # A file where a folder is expected.
+    expect_usage_error(train_mnist, ["--data", "/etc/hostname"],
+                       r"--data: /etc/hostname is a file, not a folder; give "
+                       r"the folder that holds the dataset's files")
+    # An unknown flag: the nearest one.
+    expect_usage_error(train_mnist, ["--epoch", "1"],
+                       r"not expected: .*--epoch: did you mean --epochs\? "
+                       r"\(see train_mnist --help\)$")
+    expect_usage_error(train_mnist, ["--batchsize=3"],
+                       r"--batchsize: did you mean --batch-size\?")
+    r = run([train_mnist, "--no-such-flag"])
+    if "did you mean" in r.stderr:
+        fail(f"a flag far from every flag got a suggestion: {r.stderr!r}")
+    # Lightning's precision names are lamp's modes.
+    base = [train_mnist, "--data", data, "--epochs", "1", "--batch-size", "32",
+            "--no-progress", "--max-steps", "1", "--device", "cpu"]
+    for lightning, lamp_mode in [("bf16-mixed", "amp-bf16"),
+                                 ("bf16-true", "bf16"), ("32-true", "fp32"),
+                                 ("32", "fp32")]:
+        expect_success(base + ["--precision", lightning],
+                       [rf"^train_mnist: cnn, {lamp_mode} on cpu"])
+    for lightning, lamp_mode in [("16-mixed", "amp"), ("16-true", "half")]:
+        r = run(base + ["--precision", lightning])
+        if r.returncode == 0:
+            if not re.match(rf"train_mnist: cnn, {lamp_mode} on cpu", r.stdout):
+                fail(f"--precision {lightning}: {r.stdout!r}")
+        elif f"precision '{lamp_mode}'" not in r.stderr:
+            fail(f"--precision {lightning} is not {lamp_mode}: {r.stderr!r}")
+    print("  a file as --data, did you mean, Lightning's names: said")
+
+
+def signals(train_mnist, data, work, shim):
+    """7 training steps of 32 images per epoch, 3 epochs; the signals come
+    from liblamp_fail_io (LAMP_FAULT_RAISE_ON) at exact points."""
+    base = [train_mnist, "--data", data, "--batch-size", "32",
+            "--eval-batch-size", "30", "--no-progress", "--log-every", "1",
+            "--epochs", "3"]
+    straight_log = fresh(work, "signals_straight.jsonl")
+    expect_success(base + ["--log-json", straight_log], [r"epoch 3/3"])
+    straight = epoch_losses(straight_log)
+    first = fresh(work, "signals_epoch1.pt")
+    expect_success(base + ["--checkpoint", first, "--max-steps", "7"],
+                   [r"epoch 1/3"])
+    epoch1 = open(first, "rb").read()
+
+    def interrupted(name, args, env, rc, line, record):
+        """Runs `args` under the shim; checks exit `rc`, the one line on
+        stderr, the "interrupted" record, no lock; resumes with the command
+        the record gives and compares the epochs with the straight run's."""
+        log = fresh(work, name + ".jsonl")
+        ck = fresh(work, name + ".pt")
+        open(ck, "wb").write(epoch1)
+        env = dict(os.environ, LD_PRELOAD=shim, **env)
+        env.setdefault("LAMP_FAULT_PATH", log)
+        cmd = [a.replace("CK", ck).replace("LOG", log) for a in args]
+        r = run(base + cmd, env=env)
+        lines = r.stderr.splitlines()
+        if r.returncode != rc or len(lines) != 1 or not re.search(line, lines[0]):
+            fail(f"{name}: exit {r.returncode} (expected {rc}), stderr "
+                 f"{r.stderr!r} (expected one line matching {line!r})")
+        print("  " + lines[0][:200])
+        if os.path.exists(ck + ".lock"):
+            fail(f"{name}: the checkpoint's lock was left behind")
+        last = read_records(log)[-1]
+        if any(last.get(k) != v for k, v in record.items()):
+            fail(f"{name}: the last record {last}, expected {record}")
+        command = shlex.split(last["resume_command"])
+        if "continue with: " + last["resume_command"] not in lines[0]:
+            fail(f"{name}: the line does not give the record's command")
+        before = len(read_records(log))
+        expect_success(command, [r"epoch 3/3"])
+        resumed = {r["epoch"]: (r["train_loss"], r["test_loss"])
+                   for r in read_records(log)[before:] if r["record"] == "epoch"}
+        for epoch, losses in resumed.items():
+            if losses != straight[epoch]:
+                fail(f"{name}: epoch {epoch} resumed {losses}, straight "
+                     f"{straight[epoch]}")
+        print(f"  {name}: resumed epochs {sorted(resumed)} bit-identical")
+
+    resume = ["--checkpoint", "CK", "--resume", "CK", "--log-json", "LOG"]
+    cases = [
+        # At the start: before a step of this run.
+        ("signal_at_start", {"LAMP_FAULT_RAISE_ON": '"record":"run"'}, 130,
+         r"^train_mnist: interrupted \(SIGINT\) before epoch 2 began; "
+         r".*signal_at_start\.pt holds epoch 1; continue with: ",
+         {"record": "interrupted", "signal": "SIGINT", "epoch": 2,
+          "steps": 0, "checkpoint_epoch": 1, "phase": "training"}),
+        # Mid-epoch: after step 3 of epoch 2 (the run's 10th).
+        ("signal_mid_epoch", {"LAMP_FAULT_RAISE_ON": '"global_step":10,'}, 130,
+         r"interrupted \(SIGINT\) in epoch 2 after 3 of 7 steps; "
+         r".*signal_mid_epoch\.pt holds epoch 1 \(checkpoints hold whole "
+         r"epochs: the 3 steps of epoch 2 are not saved\)",
+         {"epoch": 2, "steps": 3, "checkpoint_epoch": 1}),
+        # In evaluation: after epoch 2's last step; SIGTERM.
+        ("signal_in_evaluation", {"LAMP_FAULT_RAISE_ON": '"global_step":14,',
+                                  "LAMP_FAULT_RAISE_SIGNAL": "15"}, 143,
+         r"interrupted \(SIGTERM\) while evaluating epoch 2; "
+         r".*signal_in_evaluation\.pt holds epoch 2; continue with: ",
+         {"signal": "SIGTERM", "epoch": 2, "steps": 7,
+          "phase": "evaluation", "checkpoint_epoch": 2}),
+        # During the epoch-2 checkpoint's write: it is finished, then the
+        # run stops before epoch 3.
+        ("signal_mid_write", {"LAMP_FAULT_PATH": "signal_mid_write.pt.tmp-",
+                              "LAMP_FAULT_RAISE_ON": "*"}, 130,
+         r"interrupted \(SIGINT\) before epoch 3 began; "
+         r".*signal_mid_write\.pt holds epoch 2",
+         {"epoch": 3, "steps": 0, "checkpoint_epoch": 2}),
+    ]
+    for name, env, rc, line, record in cases:
+        interrupted(name, resume, env, rc, line, record)
+    # A second signal during that write: out at once, the epoch-1
+    # checkpoint whole; a resume continues from it.
+    ck = fresh(work, "signal_twice.pt")
+    open(ck, "wb").write(epoch1)
+    r = run(base + ["--checkpoint", ck, "--resume", ck],
+            env=dict(os.environ, LD_PRELOAD=shim,
+                     LAMP_FAULT_PATH="signal_twice.pt.tmp-",
+                     LAMP_FAULT_RAISE_ON="*", LAMP_FAULT_RAISE_COUNT="2"))
+    if r.returncode != 130 or "second signal: stopping at once" not in r.stderr:
+        fail(f"a second signal: exit {r.returncode}, stderr {r.stderr!r}")
+    if open(ck, "rb").read() != epoch1:
+        fail("a second signal during a checkpoint write changed the last one")
+    log = fresh(work, "signal_twice.jsonl")
+    expect_success(base + ["--checkpoint", ck, "--resume", ck, "--log-json", log],
+                   [r"resuming at epoch 2"])
+    if epoch_losses(log) != {e: straight[e] for e in (2, 3)}:
+        fail(f"after a second signal: {epoch_losses(log)} vs {straight}")
+    print("  a second signal: exit 130 at once, the last checkpoint whole, "
+          "resumed bit-identically")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
         return 2
     what, args = argv[1], argv[2:]
+    checks = {"logs": logs, "tty": tty, "precision": precision,
+              "smoke": smoke, "continue": continue_and_init_from,
+              "numerics": numerics, "resume": resume_defaults,
+              "messages": messages, "signals": signals}
     if what == "conventions":
         conventions(args)
     elif what == "flag-table":
         flag_table(args[0], args[1:])
-    elif what == "logs":
-        logs(*args)
-    elif what == "tty":
-        tty(*args)
-    elif what == "precision":
-        precision(*args)
-    elif what == "smoke":
-        smoke(*args)
-    elif what == "continue":
-        continue_and_init_from(*args)
-    elif what == "numerics":
-        numerics(*args)
+    elif what in checks:
+        checks[what](*args)
     else:
         print(__doc__)
         return 2

@@ -13,10 +13,17 @@
  *   LAMP_FAULT_CLOSE=1           close() closes, then reports EIO (as NFS
  *                                does for a write that failed late).
  *   LAMP_FAULT_OPEN=1            open() with O_CREAT fails with EACCES.
+ *   LAMP_FAULT_RAISE_ON=TEXT     after the first write() whose data holds
+ *                                TEXT ("*": any write), the process raises
+ *                                LAMP_FAULT_RAISE_SIGNAL (default SIGINT)
+ *                                LAMP_FAULT_RAISE_COUNT times (default 1):
+ *                                a signal at an exact point of a run (a JSON
+ *                                log record, a checkpoint being written).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,31 +80,67 @@ typedef int (*openat_fn)(int, const char*, int, ...);
     real = (type)dlsym(RTLD_NEXT, name); \
   }
 
-ssize_t write(int fd, const void* data, size_t count) {
-  REAL("write", write_fn);
-  if (fd_matches(fd)) {
-    const long long delay = setting("LAMP_FAULT_WRITE_DELAY_US");
-    const long long chunk = setting("LAMP_FAULT_WRITE_CHUNK");
-    const long long limit = setting("LAMP_FAULT_WRITE_AFTER");
-    if (delay > 0) {
-      usleep((useconds_t)delay);
+/* Whether `data` holds LAMP_FAULT_RAISE_ON's text ("*": always). */
+static int holds_raise_text(const void* data, size_t count) {
+  const char* text = getenv("LAMP_FAULT_RAISE_ON");
+  if (text == NULL || *text == '\0') {
+    return 0;
+  }
+  if (strcmp(text, "*") == 0) {
+    return 1;
+  }
+  return memmem(data, count, text, strlen(text)) != NULL;
+}
+
+/* LAMP_FAULT_RAISE_ON: raises the signal once per process. */
+static void raise_after(const void* data, size_t count) {
+  static int raised = 0;
+  if (raised || !holds_raise_text(data, count)) {
+    return;
+  }
+  raised = 1;
+  const long long signal_number = setting("LAMP_FAULT_RAISE_SIGNAL");
+  const long long times = setting("LAMP_FAULT_RAISE_COUNT");
+  for (long long i = 0; i < (times > 0 ? times : 1); ++i) {
+    raise(signal_number > 0 ? (int)signal_number : SIGINT);
+  }
+}
+
+/* write() for a file LAMP_FAULT_PATH names: the faults it asks for. */
+static ssize_t write_checked(int fd, const void* data, size_t count,
+                             write_fn real) {
+  const long long delay = setting("LAMP_FAULT_WRITE_DELAY_US");
+  const long long chunk = setting("LAMP_FAULT_WRITE_CHUNK");
+  const long long limit = setting("LAMP_FAULT_WRITE_AFTER");
+  if (delay > 0) {
+    usleep((useconds_t)delay);
+  }
+  if (chunk > 0 && count > (size_t)chunk) {
+    count = (size_t)chunk;
+  }
+  if (limit >= 0) {
+    const off_t at = lseek(fd, 0, SEEK_CUR);
+    if (at >= limit) {
+      errno = ENOSPC;
+      return -1;
     }
-    if (chunk > 0 && count > (size_t)chunk) {
-      count = (size_t)chunk;
-    }
-    if (limit >= 0) {
-      const off_t at = lseek(fd, 0, SEEK_CUR);
-      if (at >= limit) {
-        errno = ENOSPC;
-        return -1;
-      }
-      if ((long long)at + (long long)count > limit) {
-        count = (size_t)(limit - at);
-      }
+    if ((long long)at + (long long)count > limit) {
+      count = (size_t)(limit - at);
     }
   }
   return real(fd, data, count);
 }
+
+ssize_t write(int fd, const void* data, size_t count) {
+  REAL("write", write_fn);
+  if (fd_matches(fd)) {
+    const ssize_t written = write_checked(fd, data, count, real);
+    raise_after(data, count);
+    return written;
+  }
+  return real(fd, data, count);
+}
+
 
 int fsync(int fd) {
   REAL("fsync", fd_fn);

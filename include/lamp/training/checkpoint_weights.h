@@ -46,6 +46,38 @@ struct CheckpointWeights {
 /// position or settings).
 CheckpointWeights read_checkpoint_weights(const std::string& path);
 
+/// One setting a checkpoint stores for its run (those a resumed run
+/// continues with: precision, optimizer, batch size, epochs, lr, schedule,
+/// seed, ...), as the trainer's messages show it.
+struct StoredSetting {
+  /// The setting's key, as TrainerOptions::option_name receives it
+  /// ("batch_size", "lr", "precision", "no_bias_decay").
+  std::string key;
+  /// Its value as text: "128", "0.05" (exact: reads back to the same
+  /// double), "amp-bf16", "true"/"false".
+  std::string value;
+};
+
+/// What read_checkpoint_settings() finds in a checkpoint.
+struct CheckpointSettings {
+  /// The checkpoint's path, as given (for messages).
+  std::string path;
+  /// The model name the checkpoint's run was given.
+  std::string model_name;
+  /// The complete epochs that run had trained.
+  int64_t epochs_done = 0;
+  /// Every setting the checkpoint stores, in the order of the trainer's
+  /// table; a setting added to the format after the checkpoint was written
+  /// is absent.
+  std::vector<StoredSetting> settings;
+};
+
+/// Reads the run settings of the checkpoint at `path`, written by
+/// ClassifierTrainer::save_checkpoint() (checksum and format checked), so
+/// that a program can continue the run with them: the programs' --resume
+/// takes them as the defaults of the flags not given.
+CheckpointSettings read_checkpoint_settings(const std::string& path);
+
 /// Loads the weights of the checkpoint at `path` into `model`, for a new run
 /// that starts from them:
 ///  1. read_checkpoint_weights(path);

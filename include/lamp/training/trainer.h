@@ -134,6 +134,29 @@ struct TrainerOptions {
   /// library's name for it ("TrainerOptions::optimizer().lr"). Unset: the
   /// library's name. A program passes its flags' names ("--lr").
   TORCH_ARG(OptionNamer, option_name) = nullptr;
+  /// Asked before every training step and every evaluation batch of fit():
+  /// when it returns true, fit() stops there, at a step boundary, and
+  /// returns (ClassifierTrainer::stop_point() says where). An epoch stopped
+  /// while training writes no checkpoint (checkpoints hold whole epochs); one
+  /// stopped while evaluating has trained all its steps, so its checkpoint
+  /// is written and only its evaluation is cut short. The programs set it
+  /// from SIGINT/SIGTERM: make it cheap and async-signal-safe to feed (read a
+  /// flag a signal handler sets). Unset: fit() runs to the end.
+  TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
+};
+
+/// Where fit() stopped when TrainerOptions::stop_requested asked it to.
+struct StopPoint {
+  /// Whether fit() stopped early on request.
+  bool stopped = false;
+  /// The epoch it stopped in (1-based).
+  int64_t epoch = 0;
+  /// The training steps of that epoch done in this run, of steps_in_epoch.
+  int64_t steps = 0;
+  int64_t steps_in_epoch = 0;
+  /// It stopped during the epoch's evaluation: its training was complete and
+  /// its checkpoint (with TrainerOptions::checkpoint) written.
+  bool in_evaluation = false;
 };
 
 /// The name a message of `options`' trainer uses for setting `key`, whose
@@ -368,6 +391,9 @@ class ClassifierTrainer {
   TrainStep& train_step() { return *step_; }
   /// The options the trainer was made with.
   const TrainerOptions& options() const { return options_; }
+  /// Where fit() stopped on TrainerOptions::stop_requested; stopped is false
+  /// when it ran to the end.
+  const StopPoint& stop_point() const { return stop_point_; }
 
   /// Writes a checkpoint (model, master weights, optimizer, scaler, epoch,
   /// step, the global CPU generator's state, the run's settings) to `path`
@@ -399,6 +425,7 @@ class ClassifierTrainer {
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
   std::vector<RunHistoryEntry> history_;
+  StopPoint stop_point_;
   // data::fingerprint() of the training and test data, stored in
   // checkpoints and checked on resume.
   std::string train_data_;
@@ -408,13 +435,23 @@ class ClassifierTrainer {
   // first broadcast.
   void check_ranks_agree(distributed::ProcessGroup& group) const;
   struct EpochRun;
-  void train_epoch(EpochRun& run, detail::DivergenceWatch& watch,
+  // train_epoch() and evaluate_epoch() return false where stop_here()
+  // stopped them.
+  bool train_epoch(EpochRun& run, detail::DivergenceWatch& watch,
                    const std::function<void(const BatchProgress&)>& on_batch);
   void finish_epoch(EpochRun& run, detail::DivergenceWatch& watch);
-  void evaluate_epoch(
+  bool evaluate_epoch(
       EpochRun& run, detail::DivergenceWatch& watch,
       const std::function<void(const EvalProgress&)>& on_eval_batch);
+  // evaluate_subset(); inside fit() it stops, returning none, where `stop`
+  // (stop_here()) says so before a batch.
+  c10::optional<Evaluation> run_evaluation(
+      const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch,
+      const std::function<bool()>& stop);
   void end_epoch(EpochStats& stats);
+  // TrainerOptions::stop_requested's answer; on true, stop_point_ records
+  // where (`run`'s epoch, after `steps` of its steps).
+  bool stop_here(const EpochRun& run, int64_t steps, bool in_evaluation);
   // The divergence messages' pointer to the first module with inf/NaN (""
   // when none is found).
   std::string locate_numerics();

@@ -1,0 +1,134 @@
+#include "interruption.h"
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "stop_signals.h"
+
+#include <iostream>
+#include <vector>
+
+namespace lamp_examples {
+namespace {
+
+// The epoch the run's checkpoint file holds after the stop, 0 for none.
+int64_t saved_epoch(const ProgramConfig& config,
+                    const lamp::training::ClassifierTrainer& trainer,
+                    int64_t last_written) {
+  if (config.checkpoint.empty()) {
+    return 0;
+  }
+  const auto& stop = trainer.stop_point();
+  if (stop.in_evaluation) {
+    return stop.epoch; // trained whole: written before the stop
+  }
+  if (last_written > 0) {
+    return last_written;
+  }
+  // Nothing written in this run: the file holds what it was resumed from.
+  return config.resume == config.checkpoint ? trainer.start_epoch() : 0;
+}
+
+// The command line that continues the run from `from`: this one, with
+// --resume FROM in place of any --resume it had.
+std::string resume_command(const ProgramConfig& config, const std::string& from) {
+  std::vector<std::string> args;
+  const auto& line = config.command_line;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == "--resume") {
+      ++i; // and its value
+      continue;
+    }
+    if (line[i].rfind("--resume=", 0) == 0) {
+      continue;
+    }
+    args.push_back(line[i]);
+  }
+  args.push_back("--resume");
+  args.push_back(from);
+  return shell_command(args);
+}
+
+// Where the run stopped: "in epoch 2 after 3 of 7 steps".
+std::string where_stopped(const lamp::training::StopPoint& stop) {
+  const auto epoch = std::to_string(stop.epoch);
+  if (stop.in_evaluation) {
+    return "while evaluating epoch " + epoch;
+  }
+  if (stop.steps == 0) {
+    return "before epoch " + epoch + " began";
+  }
+  return "in epoch " + epoch + " after " + std::to_string(stop.steps) +
+         " of " + std::to_string(stop.steps_in_epoch) + " steps";
+}
+
+} // namespace
+
+std::string shell_command(const std::vector<std::string>& args) {
+  std::string line;
+  for (const auto& arg : args) {
+    const bool plain =
+        !arg.empty() &&
+        arg.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                              "0123456789_./=:,+-@%") == std::string::npos;
+    std::string quoted = "'";
+    for (const char c : arg) {
+      quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    line += (line.empty() ? "" : " ") + (plain ? arg : quoted + "'");
+  }
+  return line;
+}
+
+int report_interruption(const ProgramConfig& config, const std::string& program,
+                        const lamp::training::ClassifierTrainer& trainer,
+                        Progress& progress, JsonLog* log, int64_t last_written,
+                        int signal) {
+  progress.clear();
+  const auto& stop = trainer.stop_point();
+  const int64_t saved = saved_epoch(config, trainer, last_written);
+  // Where a resume starts: the checkpoint written, or the file this run was
+  // itself resumed from when it wrote nothing.
+  const std::string from = saved > 0 ? config.checkpoint : config.resume;
+  std::string what;
+  if (saved > 0) {
+    what = config.checkpoint + " holds epoch " + std::to_string(saved);
+    if (!stop.in_evaluation && stop.steps > 0) {
+      what += " (checkpoints hold whole epochs: the " +
+              std::to_string(stop.steps) + " steps of epoch " +
+              std::to_string(stop.epoch) + " are not saved)";
+    }
+  } else if (config.checkpoint.empty()) {
+    what = "nothing was saved (no --checkpoint)";
+  } else {
+    what = "no epoch was completed, so " + config.checkpoint +
+           " was not written";
+  }
+  const std::string next =
+      from.empty() ? "run the command again to start over" +
+                         std::string(config.checkpoint.empty()
+                                         ? " (with --checkpoint PATH to be able to resume)"
+                                         : "")
+                   : "continue with: " + resume_command(config, from);
+  if (log) {
+    log->write_interrupted(
+        {{"signal", signal_name(signal)},
+         {"epoch", stop.epoch},
+         {"steps", stop.steps},
+         {"steps_in_epoch", stop.steps_in_epoch},
+         {"phase", stop.in_evaluation ? "evaluation" : "training"},
+         {"checkpoint", config.checkpoint.empty()
+                            ? nlohmann::ordered_json(nullptr)
+                            : nlohmann::ordered_json(config.checkpoint)},
+         {"checkpoint_epoch", saved},
+         {"resume_command", from.empty() ? nlohmann::ordered_json(nullptr)
+                                         : nlohmann::ordered_json(
+                                               resume_command(config, from))}});
+  }
+  std::cout.flush();
+  std::cerr << program << ": interrupted (" << signal_name(signal) << ") "
+            << where_stopped(stop) << "; " << what << "; " << next << std::endl;
+  return 128 + signal;
+}
+
+} // namespace lamp_examples

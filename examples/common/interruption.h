@@ -1,0 +1,32 @@
+#pragma once
+
+// What a training program says and logs when SIGINT or SIGTERM stopped it
+// (stop_signals.h): where it stopped, what its checkpoint holds, and the
+// command that continues the run.
+
+#include <lamp/lamp.h>
+
+#include "json_log.h"
+#include "options.h"
+#include "progress.h"
+
+#include <cstdint>
+#include <string>
+
+namespace lamp_examples {
+
+/// After fit() stopped on `signal` (trainer.stop_point()): ends the progress
+/// display, writes an "interrupted" record to `log` (when given), prints one
+/// line on stderr and returns the exit status, 128 + `signal` (130 for
+/// SIGINT, 143 for SIGTERM). `last_written`: the last epoch this run
+/// checkpointed (0: none).
+int report_interruption(const ProgramConfig& config, const std::string& program,
+                        const lamp::training::ClassifierTrainer& trainer,
+                        Progress& progress, JsonLog* log, int64_t last_written,
+                        int signal);
+
+/// `args` as one shell command line, each argument quoted where the shell
+/// would split or expand it ('a b' -> "'a b'").
+std::string shell_command(const std::vector<std::string>& args);
+
+} // namespace lamp_examples

@@ -605,3 +605,80 @@ TEST(Optim, NoBiasDecayLeavesBiasesAndNormsUndecayed) {
               1u);
   }
 }
+
+// LibTorch 2.15's add_param_group replaces each option of a group that equals
+// the options class's constructor default by the optimizer's default (PyTorch
+// issue 141884): weight_decay(0) and momentum(0) below would become 0.5 and
+// 0.9 there. lamp's optimizers keep a group's options as given on every
+// LibTorch, as 1.13 to 2.14 do; a group without options takes the defaults.
+TEST(Optim, ParamGroupsKeepTheirExplicitOptionsOnEveryLibTorch) {
+  auto groups_of = [](torch::Tensor w, torch::Tensor b,
+                      std::unique_ptr<torch::optim::OptimizerOptions> nodecay) {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{w});
+    groups.emplace_back(std::vector<torch::Tensor>{b}, std::move(nodecay));
+    return groups;
+  };
+  auto check = [](torch::optim::Optimizer& optimizer, torch::Tensor w,
+                  torch::Tensor b) {
+    ASSERT_EQ(optimizer.param_groups().size(), 2u);
+    w.mutable_grad() = torch::zeros_like(w);
+    b.mutable_grad() = torch::zeros_like(b);
+    optimizer.step();
+    // Zero gradients: only weight decay moves a parameter.
+    EXPECT_TRUE(w.lt(1.0).all().item<bool>()) << w;
+    EXPECT_TRUE(torch::equal(b, torch::ones({3}))) << b;
+  };
+  {
+    SCOPED_TRACE("sgd");
+    auto w = torch::ones({3, 2}).requires_grad_();
+    auto b = torch::ones({3}).requires_grad_();
+    const auto defaults =
+        torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.5);
+    lamp::optim::SGD sgd(
+        groups_of(w, b,
+                  std::make_unique<torch::optim::SGDOptions>(
+                      torch::optim::SGDOptions(0.1).momentum(0.0).weight_decay(
+                          0.0))),
+        defaults);
+    const auto& own = static_cast<const torch::optim::SGDOptions&>(
+        sgd.param_groups()[1].options());
+    EXPECT_EQ(own.weight_decay(), 0.0);
+    EXPECT_EQ(own.momentum(), 0.0);
+    const auto& inherited = static_cast<const torch::optim::SGDOptions&>(
+        sgd.param_groups()[0].options());
+    EXPECT_EQ(inherited.weight_decay(), 0.5);
+    EXPECT_EQ(inherited.momentum(), 0.9);
+    check(sgd, w, b);
+  }
+  {
+    SCOPED_TRACE("adam");
+    auto w = torch::ones({3, 2}).requires_grad_();
+    auto b = torch::ones({3}).requires_grad_();
+    lamp::optim::Adam adam(
+        groups_of(w, b,
+                  std::make_unique<torch::optim::AdamOptions>(
+                      torch::optim::AdamOptions(0.1).weight_decay(0.0))),
+        torch::optim::AdamOptions(0.1).weight_decay(0.5));
+    EXPECT_EQ(static_cast<const torch::optim::AdamOptions&>(
+                  adam.param_groups()[1].options())
+                  .weight_decay(),
+              0.0);
+    check(adam, w, b);
+  }
+  {
+    SCOPED_TRACE("adamw");
+    auto w = torch::ones({3, 2}).requires_grad_();
+    auto b = torch::ones({3}).requires_grad_();
+    lamp::optim::AdamW adamw(
+        groups_of(w, b,
+                  std::make_unique<torch::optim::AdamWOptions>(
+                      torch::optim::AdamWOptions(0.1).weight_decay(0.0))),
+        torch::optim::AdamWOptions(0.1).weight_decay(0.5));
+    EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(
+                  adamw.param_groups()[1].options())
+                  .weight_decay(),
+              0.0);
+    check(adamw, w, b);
+  }
+}

@@ -1,5 +1,9 @@
 #include "lamp/amp/half.h"
 
+// LibTorch 1.13's modules/instancenorm.h calls functional::detail::
+// instance_norm without including it (hidden where <torch/torch.h> is
+// precompiled).
+#include <torch/nn/functional/instancenorm.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/instancenorm.h>
 #include <torch/nn/modules/normalization.h>

@@ -59,6 +59,10 @@ SCALING_PRECISIONS = ("amp", "half")
 # Throughput fields of the records, with the unit an axis names.
 RATE_FIELDS = (("tokens_per_second", "tokens/s"),
                ("images_per_second", "images/s"))
+# Per run in the step charts, so that runs whose curves coincide (fp32 and
+# amp-bf16 train alike) stay apart.
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v")
 # Sizes of the charts: readable on a screen and in a document.
 FIGURE_SIZE = (9, 5.5)
 DPI = 150
@@ -324,7 +328,34 @@ def context(runs):
         parts.append(where)
     if shared("batch_size"):
         parts.append("batch %s" % shared("batch_size"))
+    if shared("train_images") and shared("test_images"):
+        parts.append("%s train / %s test images" %
+                     (shared("train_images"), shared("test_images")))
     return ", ".join(parts)
+
+
+def step_style(i):
+    """Line style and marker of the i-th run in the step charts."""
+    return dict(linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                marker=MARKERS[i % len(MARKERS)], markersize=4)
+
+
+def mark_epochs(ax, runs):
+    """Faint vertical lines where the first run with step records ended an
+    epoch (its epoch records' global_step), for the step charts."""
+    for run in runs:
+        ends = [number(r.get("global_step")) for r in run.epochs
+                if not is_partial(r)]
+        ends = [x for x in ends if not math.isnan(x)]
+        if run.steps and ends:
+            for x in ends[:-1]:
+                ax.axvline(x, color="gray", linewidth=0.8, linestyle=":",
+                           alpha=0.7)
+            ax.annotate("dotted lines: epoch ends (%s)" % run.label,
+                        (0.99, 0.01), xycoords="axes fraction",
+                        ha="right", va="bottom", fontsize="x-small",
+                        color="dimgray")
+            return
 
 
 def plot_epochs(ax, run, y, style, color, label, scale=1.0, positive=False,
@@ -476,8 +507,9 @@ def plot_logs(paths, out_dir, title):
         ax.set_xlabel("training step (all epochs)")
         for i, run in enumerate(runs):
             if run.steps:
-                ax.plot(*series(run.steps, "global_step", "loss"), ".-",
-                        color=color(i), label=run.label)
+                ax.plot(*series(run.steps, "global_step", "loss"),
+                        color=color(i), label=run.label, **step_style(i))
+        mark_epochs(ax, runs)
         written.append(save(plt, fig, ax, out("step-loss.png")))
 
     by_unit = {}
@@ -504,7 +536,9 @@ def plot_throughput(plt, members, unit, color, prefix, subtitle, path):
     fig.suptitle(prefix + "training throughput" +
                  ("\n" + subtitle if subtitle else ""))
     for i, run in members:
-        over.plot(*step_rates(run), ".-", color=color(i), label=run.label)
+        over.plot(*step_rates(run), color=color(i), label=run.label,
+                  **step_style(i))
+    mark_epochs(over, [run for _, run in members])
     over.set_title("over the run (warm-up steps left out)")
     over.set_xlabel("training step (all epochs)")
     over.set_ylabel("%s (higher is better)" % unit)

@@ -78,7 +78,10 @@ set(CPACK_PACKAGE_CONTACT "${LAMP_PACKAGE_MAINTAINER}")
 if(LAMP_HOMEPAGE_URL)
   set(CPACK_PACKAGE_HOMEPAGE_URL "${LAMP_HOMEPAGE_URL}")
 endif()
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "LibTorch Automatic Mixed Precision (C++ development files)")
+# Each package's description starts with its own summary line; for the .debs
+# LampCPackOptions.cmake keeps cpack from putting this project-wide summary
+# before both.
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
 get_target_property(_lamp_type lamp TYPE)
 if(_lamp_type STREQUAL "SHARED_LIBRARY")
   set(_lamp_kind "shared")
@@ -87,6 +90,7 @@ else()
 endif()
 # Lines as the .deb shows them (cpack indents each).
 string(CONCAT CPACK_PACKAGE_DESCRIPTION
+  "LibTorch Automatic Mixed Precision (C++ development files)\n"
   "lamp gives C++ programs built on LibTorch the mixed-precision tools of\n"
   "Python's torch.amp, NVIDIA Apex and fastai: a dynamic gradient scaler, an\n"
   "autocast guard, network_to_half with FP32 BatchNorm, FP32 master weights\n"
@@ -96,6 +100,7 @@ string(CONCAT CPACK_PACKAGE_DESCRIPTION
   "built for LibTorch ${LAMP_TORCH_VERSION}.")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")
 string(CONCAT CPACK_COMPONENT_TOOLS_DESCRIPTION
+  "LibTorch Automatic Mixed Precision (training and benchmark programs)\n"
   "lamp's programs: train_mnist and train_cifar10 train a CNN or a ResNet in\n"
   "fp32, tf32, amp, amp-bf16, half, bf16 or the mode the hardware suits, with\n"
   "checkpoints, JSON logs and data-parallel training under torchrun;\n"

@@ -121,7 +121,8 @@ foreach(_deb IN LISTS _debs)
                "Maintainer is '${_maintainer}', LAMP_PACKAGE_MAINTAINER is '${MAINTAINER}'")
   _lamp_expect("${_maintainer}" NOT_MATCHES "example\\.(org|com|net)"
                "Maintainer is a placeholder: '${_maintainer}'")
-  _lamp_expect("${_description}" MATCHES "." "the field Description is empty")
+  _lamp_expect("${_description}" MATCHES "^LibTorch Automatic Mixed Precision \\((C\\+\\+ development files|training and benchmark programs)\\)\n"
+               "Description does not start with its package's summary: '${_description}'")
   # Each package's own files, then all unpacked into one root.
   lamp_step("dpkg-deb -c" "${DPKG_DEB}" -c "${_deb}")
   set(_contents "${lamp_step_output}")

@@ -15,8 +15,10 @@ function(lamp_add_docs)
   endif()
   find_package(Doxygen QUIET)
   if(NOT DOXYGEN_FOUND)
-    message(STATUS "lamp: Doxygen not found: no docs target (the API reference) "
-                   "and no docs.api_warnings test (apt-get install doxygen)")
+    message(STATUS "lamp: Doxygen not found: no docs target (the API reference; "
+                   "`--target docs` answers \"No rule to make target\") and no "
+                   "docs.api_warnings test. Install it (apt-get install doxygen) "
+                   "and configure again")
     return()
   endif()
 

@@ -1,5 +1,9 @@
 include(CMakePackageConfigHelpers)
 
+# Everything below belongs to the component "dev" (the library package,
+# liblamp-dev) unless it names another; the programs are "tools".
+set(CMAKE_INSTALL_DEFAULT_COMPONENT_NAME dev)
+
 install(TARGETS lamp EXPORT lampTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -37,5 +41,17 @@ if(_lamp_doc_pages)
   install(FILES ${_lamp_doc_pages} DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 endif()
 
-# cpack: Debian's liblamp-dev package, or a tarball.
+# The programs, component "tools" (the lamp-tools package). Where LibTorch is
+# outside the system's folders (a torch wheel) the installed programs keep
+# its folder as their RPATH; Debian's LibTorch needs none.
+set(LAMP_INSTALLED_PROGRAMS "")
+if(LAMP_BUILD_EXAMPLES)
+  set(LAMP_INSTALLED_PROGRAMS train_mnist train_cifar10 lamp_bench)
+  set_target_properties(${LAMP_INSTALLED_PROGRAMS} PROPERTIES
+                        INSTALL_RPATH_USE_LINK_PATH ON)
+  install(TARGETS ${LAMP_INSTALLED_PROGRAMS}
+          RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
+endif()
+
+# cpack: Debian's liblamp-dev and lamp-tools packages, or a tarball.
 include(cmake/LampPackaging.cmake)

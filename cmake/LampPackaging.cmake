@@ -1,33 +1,87 @@
 # Packages of lamp's install tree, made with cpack in the build folder:
 #
-#   cpack -G DEB   liblamp-dev_<version>_<arch>.deb: headers, library,
-#                  CMake package and lamp.pc, depending on the Debian package
-#                  of the LibTorch lamp was built with. Only for a lamp built
-#                  with Debian's LibTorch: a .deb cannot depend on a torch
-#                  wheel, and the lamp inside it, compiled against that
-#                  wheel's headers and recording its folder, would not work
-#                  with Debian's, so cpack refuses with a message.
-#   cpack -G TGZ   a tarball of the same tree, for any LibTorch (the default).
+#   cpack -G DEB   two Debian packages (components of the install):
+#                  liblamp-dev_<version>_<arch>.deb (component dev): headers,
+#                  library, CMake package and lamp.pc, depending on the
+#                  Debian package of the LibTorch lamp was built with;
+#                  lamp-tools_<version>_<arch>.deb (component tools, where the
+#                  programs are built): train_mnist, train_cifar10 and
+#                  lamp_bench, depending on the shared libraries they load
+#                  (dpkg-shlibdeps: LibTorch's runtime package, not its -dev
+#                  one), so that running the programs needs no headers or
+#                  compiler and linking lamp installs no programs. Only for a
+#                  lamp built with Debian's LibTorch: a .deb cannot depend on
+#                  a torch wheel, and the lamp inside it, compiled against
+#                  that wheel's headers and recording its folder, would not
+#                  work with Debian's, so cpack refuses with a message.
+#   cpack -G TGZ   one tarball of the whole tree, for any LibTorch (the
+#                  default).
 #
-#   LAMP_PACKAGE_CONTACT  Maintainer of the .deb ("Name <address>"); dpkg
-#                         requires one, and the default is a placeholder
-#                         (example.org): set the packager's own to publish
-#   LAMP_HOMEPAGE_URL     Homepage of the packages; empty (the default): no
-#                         Homepage field
+#   LAMP_PACKAGE_MAINTAINER  Maintainer of the .debs ("Name <address>"):
+#                            by default the packager, as Debian's tools find
+#                            them: DEBFULLNAME and DEBEMAIL, else the source
+#                            checkout's git user.name and user.email, else
+#                            the user at this host
+#   LAMP_HOMEPAGE_URL        Homepage of the packages; empty (the default): no
+#                            Homepage field
 
-set(LAMP_PACKAGE_CONTACT "lamp authors <lamp@example.org>" CACHE STRING
-    "Maintainer field of lamp's Debian package: \"Name <address>\"")
+# lamp_default_maintainer(<var>): the packager's "Name <address>".
+function(lamp_default_maintainer out)
+  set(_name "$ENV{DEBFULLNAME}")
+  set(_email "$ENV{DEBEMAIL}")
+  find_program(LAMP_GIT git)
+  mark_as_advanced(LAMP_GIT)
+  foreach(_field name email)
+    if("${_${_field}}" STREQUAL "" AND LAMP_GIT)
+      execute_process(COMMAND "${LAMP_GIT}" config "user.${_field}"
+                      WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
+                      OUTPUT_VARIABLE "_${_field}" OUTPUT_STRIP_TRAILING_WHITESPACE
+                      ERROR_QUIET)
+    endif()
+  endforeach()
+  if("${_name}" STREQUAL "" OR "${_email}" STREQUAL "")
+    cmake_host_system_information(RESULT _host QUERY FQDN)
+    set(_user "$ENV{USER}")
+    if(_user STREQUAL "")
+      set(_user "$ENV{LOGNAME}")
+    endif()
+    set(_name "${_user}")
+    set(_email "${_user}@${_host}")
+  endif()
+  set(${out} "${_name} <${_email}>" PARENT_SCOPE)
+endfunction()
+
+# LAMP_PACKAGE_CONTACT was the option's name in lamp 0.3; a value given
+# for it (other than its old placeholder) still counts.
+if(DEFINED LAMP_PACKAGE_CONTACT AND
+   NOT LAMP_PACKAGE_CONTACT STREQUAL "lamp authors <lamp@example.org>")
+  set(_lamp_maintainer "${LAMP_PACKAGE_CONTACT}")
+else()
+  lamp_default_maintainer(_lamp_maintainer)
+endif()
+set(LAMP_PACKAGE_MAINTAINER "${_lamp_maintainer}" CACHE STRING
+    "Maintainer field of lamp's Debian packages: \"Name <address>\"")
+if(NOT LAMP_PACKAGE_MAINTAINER MATCHES "^[^<>]+ <[^<> ]+@[^<> ]+>$")
+  message(FATAL_ERROR "LAMP_PACKAGE_MAINTAINER is '${LAMP_PACKAGE_MAINTAINER}'; "
+                      "give \"Name <address>\", e.g. -DLAMP_PACKAGE_MAINTAINER="
+                      "\"Jane Doe <jane@example.net>\"")
+endif()
+message(STATUS "lamp: Debian packages' maintainer: ${LAMP_PACKAGE_MAINTAINER} "
+               "(LAMP_PACKAGE_MAINTAINER)")
 set(LAMP_HOMEPAGE_URL "" CACHE STRING
     "Homepage field of lamp's packages")
 
 set(CPACK_PACKAGE_NAME lamp)
 set(CPACK_PACKAGE_VENDOR "the lamp authors")
 set(CPACK_PACKAGE_VERSION "${PROJECT_VERSION}")
-set(CPACK_PACKAGE_CONTACT "${LAMP_PACKAGE_CONTACT}")
+set(CPACK_PACKAGE_CONTACT "${LAMP_PACKAGE_MAINTAINER}")
 if(LAMP_HOMEPAGE_URL)
   set(CPACK_PACKAGE_HOMEPAGE_URL "${LAMP_HOMEPAGE_URL}")
 endif()
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "LibTorch Automatic Mixed Precision (C++ development files)")
+# Each package's description starts with its own summary line; for the .debs
+# LampCPackOptions.cmake keeps cpack from putting this project-wide summary
+# before both.
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
 get_target_property(_lamp_type lamp TYPE)
 if(_lamp_type STREQUAL "SHARED_LIBRARY")
   set(_lamp_kind "shared")
@@ -36,6 +90,7 @@ else()
 endif()
 # Lines as the .deb shows them (cpack indents each).
 string(CONCAT CPACK_PACKAGE_DESCRIPTION
+  "LibTorch Automatic Mixed Precision (C++ development files)\n"
   "lamp gives C++ programs built on LibTorch the mixed-precision tools of\n"
   "Python's torch.amp, NVIDIA Apex and fastai: a dynamic gradient scaler, an\n"
   "autocast guard, network_to_half with FP32 BatchNorm, FP32 master weights\n"
@@ -43,15 +98,37 @@ string(CONCAT CPACK_PACKAGE_DESCRIPTION
   "This package holds the headers, the ${_lamp_kind} library, the CMake package\n"
   "(find_package(lamp), target lamp::lamp) and lamp.pc for pkg-config,\n"
   "built for LibTorch ${LAMP_TORCH_VERSION}.")
+set(CPACK_COMPONENT_DEV_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")
+string(CONCAT CPACK_COMPONENT_TOOLS_DESCRIPTION
+  "LibTorch Automatic Mixed Precision (training and benchmark programs)\n"
+  "lamp's programs: train_mnist and train_cifar10 train a CNN or a ResNet in\n"
+  "fp32, tf32, amp, amp-bf16, half, bf16 or the mode the hardware suits, with\n"
+  "checkpoints, JSON logs and data-parallel training under torchrun;\n"
+  "lamp_bench measures a training step's throughput in every mode.\n"
+  "Built for LibTorch ${LAMP_TORCH_VERSION}.")
 set(CPACK_RESOURCE_FILE_LICENSE "${PROJECT_SOURCE_DIR}/LICENSE")
 set(CPACK_GENERATOR TGZ)
 set(CPACK_PACKAGE_FILE_NAME "lamp-${PROJECT_VERSION}-${CMAKE_SYSTEM_NAME}-${CMAKE_SYSTEM_PROCESSOR}")
 
-set(CPACK_DEBIAN_PACKAGE_NAME liblamp-dev)
+# The programs lamp-tools holds (tests/packaging/deb.cmake reads them).
+set(CPACK_LAMP_TOOLS "${LAMP_INSTALLED_PROGRAMS}")
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL dev)
+if(LAMP_INSTALLED_PROGRAMS)
+  list(APPEND CPACK_COMPONENTS_ALL tools)
+endif()
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME liblamp-dev)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME lamp-tools)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)
+# lamp-tools: the libraries the programs load (LibTorch's runtime package,
+# libc, libstdc++ ...), as dpkg-shlibdeps reads them from the binaries; the
+# data train_mnist reads by default is a suggestion.
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "dataset-fashion-mnist")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
-set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${LAMP_PACKAGE_CONTACT}")
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${LAMP_PACKAGE_MAINTAINER}")
 if(LAMP_HOMEPAGE_URL)
   set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "${LAMP_HOMEPAGE_URL}")
 endif()
@@ -78,7 +155,7 @@ if(LAMP_TORCH_PACKAGE MATCHES "^([^ ]+) ([0-9]+:)?([0-9]+)\\.([0-9]+)(\\.[0-9]+)
   set(_lamp_torch_from "${CMAKE_MATCH_3}.${CMAKE_MATCH_4}${CMAKE_MATCH_5}")
   math(EXPR _lamp_torch_next_minor "${CMAKE_MATCH_4} + 1")
   set(_lamp_torch_below "${CMAKE_MATCH_3}.${_lamp_torch_next_minor}~")
-  set(CPACK_DEBIAN_PACKAGE_DEPENDS
+  set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
       "${_lamp_torch_deb} (>= ${_lamp_torch_from}), ${_lamp_torch_deb} (<< ${_lamp_torch_below}), zlib1g-dev")
 else()
   string(CONCAT CPACK_LAMP_DEB_REFUSED

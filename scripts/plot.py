@@ -9,9 +9,16 @@ Training logs are the JSON Lines files the training programs write with
 
   <name>loss.png        train and test loss per epoch
   <name>accuracy.png    test accuracy per epoch
-  <name>loss-scale.png  loss scale per epoch (log axis)
+  <name>loss-scale.png  loss scale per epoch (log axis), of the runs that
+                        scale the loss only ("amp" and "half", or a scale
+                        other than 1 in the log); the runs left out, or why
+                        there is no such chart, are named on stderr
   <name>step-loss.png   training loss per logged step (only when the logs
-                        hold "step" records)
+                        hold "step" records: the programs write one every
+                        --log-every steps, 50 by default)
+  <name>throughput.png  images/s per run (tokens/s for logs that count
+                        tokens, "tokens_per_second"): over the training
+                        steps, and each run's last epoch side by side
 
 <name> is the log's file name without .jsonl and a dash when one log is
 given, nothing when several are.
@@ -47,6 +54,18 @@ import sys
 NAME_FIELDS = ("model", "program", "device")
 OTHER_FIELDS = ("batch_size", "optimizer", "lr", "schedule", "seed")
 INSTALL_HINT = "apt-get install python3-matplotlib"
+# The precision modes that scale the loss (FP16); the others keep scale 1.
+SCALING_PRECISIONS = ("amp", "half")
+# Throughput fields of the records, with the unit an axis names.
+RATE_FIELDS = (("tokens_per_second", "tokens/s"),
+               ("images_per_second", "images/s"))
+# Per run in the step charts, so that runs whose curves coincide (fp32 and
+# amp-bf16 train alike) stay apart.
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v")
+# Sizes of the charts: readable on a screen and in a document.
+FIGURE_SIZE = (9, 5.5)
+DPI = 150
 
 
 class PlotError(Exception):
@@ -256,6 +275,89 @@ def notes(run):
     return lines
 
 
+def scales_loss(run):
+    """Whether the run scales its loss: its mode does ("amp", "half"), or
+    its log shows a scale other than 1 (a forced scaler)."""
+    if run.field("precision") in SCALING_PRECISIONS:
+        return True
+    return any(isinstance(r.get("loss_scale"), (int, float)) and
+               r.get("loss_scale") != 1 for r in run.epochs + run.steps)
+
+
+def rate_field(run):
+    """The run's throughput field and unit: tokens/s where its records
+    count tokens, images/s otherwise."""
+    for field, unit in RATE_FIELDS:
+        if any(field in r for r in run.epochs + run.steps):
+            return field, unit
+    return RATE_FIELDS[-1]
+
+
+def step_rates(run):
+    """(global steps, rates) of the run's step records, warm-up steps left
+    out (their rate includes the first step's set-up); for a run without
+    step records, its epochs at their last step."""
+    field = rate_field(run)[0]
+    records = [r for r in run.steps if r.get("warmup") is not True]
+    if not records:
+        records = run.epochs
+    return series(records, "global_step", field)
+
+
+def last_epoch_rate(run):
+    """The run's last epoch's throughput (warm-up excluded, as the epoch line
+    prints it); NaN without one."""
+    field = rate_field(run)[0]
+    return number(run.epochs[-1].get(field)) if run.epochs else math.nan
+
+
+def context(runs):
+    """What all runs share, for a chart's subtitle: "train_mnist, cnn on cpu,
+    batch 128"; empty where they share nothing."""
+    def shared(name):
+        values = {json.dumps(r.field(name)) for r in runs}
+        value = runs[0].field(name)
+        return value if len(values) == 1 and value is not None else None
+
+    parts = []
+    if shared("program"):
+        parts.append(str(shared("program")))
+    where = " on ".join(str(v) for v in (shared("model"), shared("device"))
+                        if v is not None)
+    if where:
+        parts.append(where)
+    if shared("batch_size"):
+        parts.append("batch %s" % shared("batch_size"))
+    if shared("train_images") and shared("test_images"):
+        parts.append("%s train / %s test images" %
+                     (shared("train_images"), shared("test_images")))
+    return ", ".join(parts)
+
+
+def step_style(i):
+    """Line style and marker of the i-th run in the step charts."""
+    return dict(linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                marker=MARKERS[i % len(MARKERS)], markersize=4)
+
+
+def mark_epochs(ax, runs):
+    """Faint vertical lines where the first run with step records ended an
+    epoch (its epoch records' global_step), for the step charts."""
+    for run in runs:
+        ends = [number(r.get("global_step")) for r in run.epochs
+                if not is_partial(r)]
+        ends = [x for x in ends if not math.isnan(x)]
+        if run.steps and ends:
+            for x in ends[:-1]:
+                ax.axvline(x, color="gray", linewidth=0.8, linestyle=":",
+                           alpha=0.7)
+            ax.annotate("dotted lines: epoch ends (%s)" % run.label,
+                        (0.99, 0.01), xycoords="axes fraction",
+                        ha="right", va="bottom", fontsize="x-small",
+                        color="dimgray")
+            return
+
+
 def plot_epochs(ax, run, y, style, color, label, scale=1.0, positive=False,
                 subset_marks=False):
     """One run's curve per epoch: partial epochs hollow, test metrics over
@@ -290,15 +392,28 @@ def legend_marks(ax):
                 label="test metric over a subset of the test set")
 
 
-def epoch_figure(plt, title, ylabel, log=False):
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-    ax.set_title(title)
+def style(plt):
+    """Font sizes that stay readable at FIGURE_SIZE."""
+    plt.rcParams.update({"font.size": 11, "axes.titlesize": 13,
+                         "axes.labelsize": 11, "legend.fontsize": 10,
+                         "lines.linewidth": 1.8, "lines.markersize": 6})
+
+
+def epoch_figure(plt, title, ylabel, log=False, subtitle=""):
+    fig, ax = plt.subplots(figsize=FIGURE_SIZE, dpi=DPI)
+    ax.set_title(title + ("\n" + subtitle if subtitle else ""))
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
     # Whole epochs only, even for a one-epoch run (one tick is enough).
     ax.xaxis.get_major_locator().set_params(integer=True, min_n_ticks=1)
     if log:
-        ax.set_yscale("log")
+        # Loss scales are powers of 2: ticks at 2^k, labelled so.
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_locator(LogLocator(base=2))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(
+            lambda v, _: "$2^{%d}$" % round(math.log2(v)) if v > 0 else ""))
     ax.grid(True, which="both", alpha=0.3)
     return fig, ax
 
@@ -306,7 +421,7 @@ def epoch_figure(plt, title, ylabel, log=False):
 def save(plt, fig, ax, path):
     legend_marks(ax)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -321,61 +436,143 @@ def plot_logs(paths, out_dir, title):
                         ", ".join(paths))
     name_runs(runs)
     plt = load_matplotlib()
+    style(plt)
     stem = ""
     if len(paths) == 1:
         base = os.path.basename(paths[0])
         stem = (base[:-len(".jsonl")] if base.endswith(".jsonl")
                 else os.path.splitext(base)[0]) + "-"
     prefix = title + ": " if title else ""
+    subtitle = context(runs)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     written = []
 
     def color(i):
         return colors[i % len(colors)]
 
+    def out(name):
+        return os.path.join(out_dir, stem + name)
+
     for run in runs:
         for line in notes(run):
             print(line, file=sys.stderr)
 
-    fig, ax = epoch_figure(plt, prefix + "loss per epoch", "loss")
+    fig, ax = epoch_figure(plt, prefix + "loss per epoch",
+                           "loss (train: mean over the epoch; test: test set)",
+                           subtitle=subtitle)
     for i, run in enumerate(runs):
         if run.epochs:
             plot_epochs(ax, run, "train_loss", "o-", color(i),
-                        run.label + " train")
+                        run.label + ", train")
             plot_epochs(ax, run, "test_loss", "s--", color(i),
-                        run.label + " test", subset_marks=True)
-    written.append(save(plt, fig, ax,
-                        os.path.join(out_dir, stem + "loss.png")))
+                        run.label + ", test", subset_marks=True)
+    written.append(save(plt, fig, ax, out("loss.png")))
 
     fig, ax = epoch_figure(plt, prefix + "test accuracy per epoch",
-                           "test accuracy (%)")
+                           "test accuracy (%)", subtitle=subtitle)
     for i, run in enumerate(runs):
         if run.epochs:
             plot_epochs(ax, run, "test_accuracy", "o-", color(i), run.label,
                         scale=100.0, subset_marks=True)
-    written.append(save(plt, fig, ax,
-                        os.path.join(out_dir, stem + "accuracy.png")))
+    written.append(save(plt, fig, ax, out("accuracy.png")))
 
-    fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each epoch",
-                           "loss scale", log=True)
-    for i, run in enumerate(runs):
-        if run.epochs:
-            plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
-                        positive=True)
-    written.append(save(plt, fig, ax,
-                        os.path.join(out_dir, stem + "loss-scale.png")))
+    unscaled = [run.label for run in runs if run.epochs and
+                not scales_loss(run)]
+    if len(unscaled) == len([run for run in runs if run.epochs]):
+        print("plot.py: note: no loss-scale chart: no run scales its loss "
+              "(%s: scale 1 throughout; only amp and half scale it)" %
+              ", ".join(unscaled), file=sys.stderr)
+    else:
+        fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each "
+                               "epoch", "loss scale (log scale)", log=True,
+                               subtitle=subtitle)
+        for i, run in enumerate(runs):
+            if run.epochs and scales_loss(run):
+                plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
+                            positive=True)
+        if unscaled:
+            left_out = "not drawn (no loss scaling, scale 1): " + \
+                ", ".join(unscaled)
+            ax.annotate(left_out, (0.01, 0.01), xycoords="figure fraction",
+                        fontsize="small", color="dimgray")
+            print("plot.py: note: the loss-scale chart leaves out %s (no "
+                  "loss scaling: scale 1 throughout)" % ", ".join(unscaled),
+                  file=sys.stderr)
+        written.append(save(plt, fig, ax, out("loss-scale.png")))
 
     if any(run.steps for run in runs):
         fig, ax = epoch_figure(plt, prefix + "training loss per logged step",
-                               "loss")
-        ax.set_xlabel("step (all epochs)")
+                               "training loss (mean since the last record)",
+                               subtitle=subtitle)
+        ax.set_xlabel("training step (all epochs)")
         for i, run in enumerate(runs):
             if run.steps:
-                ax.plot(*series(run.steps, "global_step", "loss"), "-",
-                        color=color(i), label=run.label)
-        written.append(save(plt, fig, ax,
-                            os.path.join(out_dir, stem + "step-loss.png")))
+                ax.plot(*series(run.steps, "global_step", "loss"),
+                        color=color(i), label=run.label, **step_style(i))
+        mark_epochs(ax, runs)
+        written.append(save(plt, fig, ax, out("step-loss.png")))
+
+    by_unit = {}
+    for i, run in enumerate(runs):
+        if any(not math.isnan(v) for v in step_rates(run)[1]):
+            by_unit.setdefault(rate_field(run)[1], []).append((i, run))
+    if not by_unit:
+        print("plot.py: note: no throughput chart: the logs hold no "
+              "images_per_second or tokens_per_second", file=sys.stderr)
+    for unit, members in by_unit.items():
+        name = "throughput.png" if len(by_unit) == 1 else \
+            "throughput-%s.png" % unit.split("/")[0]
+        written.append(plot_throughput(plt, members, unit, color,
+                                       prefix, subtitle, out(name)))
     return written
+
+
+def plot_throughput(plt, members, unit, color, prefix, subtitle, path):
+    """Throughput over the training steps (left) and each run's last epoch
+    side by side (right), one colour per run."""
+    fig, (over, bars) = plt.subplots(
+        1, 2, figsize=(FIGURE_SIZE[0] * 1.45, FIGURE_SIZE[1]), dpi=DPI,
+        gridspec_kw={"width_ratios": [3, 2]})
+    fig.suptitle(prefix + "training throughput" +
+                 ("\n" + subtitle if subtitle else ""))
+    for i, run in members:
+        over.plot(*step_rates(run), color=color(i), label=run.label,
+                  **step_style(i))
+    mark_epochs(over, [run for _, run in members])
+    over.set_title("over the run (warm-up steps left out)")
+    over.set_xlabel("training step (all epochs)")
+    over.set_ylabel("%s (higher is better)" % unit)
+    over.set_ylim(bottom=0)
+    over.grid(True, alpha=0.3)
+    over.legend()
+    rates = [last_epoch_rate(run) for _, run in members]
+    positions = range(len(members))
+    drawn = bars.bar(positions, [0 if math.isnan(r) else r for r in rates],
+                     0.6, color=[color(i) for i, _ in members])
+    first = rates[0]
+
+    def bar_text(rate):
+        if math.isnan(rate):
+            return "-"
+        if len(rates) == 1 or math.isnan(first) or first <= 0:
+            return "%.0f" % rate
+        return "%.0f\n(%.2fx)" % (rate, rate / first)
+
+    bars.bar_label(drawn, labels=[bar_text(r) for r in rates], padding=2)
+    bars.set_xticks(list(positions))
+    bars.set_xticklabels([run.label for _, run in members],
+                         rotation=20 if len(members) > 3 else 0,
+                         ha="right" if len(members) > 3 else "center")
+    bars.set_title("last epoch of each run" +
+                   (" (x: vs %s)" % members[0][1].label
+                    if len(members) > 1 else ""))
+    bars.set_ylabel(unit)
+    bars.margins(y=0.12)
+    bars.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 # benchmark results
@@ -479,7 +676,7 @@ def parse_args(argv):
         prog="plot.py",
         description="Draws PNG charts of lamp training logs (--log-json "
         "files: loss, test accuracy and loss scale per epoch, loss per "
-        "logged step) or, with --bench, of bench/run.sh results (images/s "
+        "logged step, throughput) or, with --bench, of bench/run.sh results (images/s "
         "per configuration and tool). Prints the paths it wrote.")
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="training logs (JSON Lines, several runs each "

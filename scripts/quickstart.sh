@@ -98,7 +98,8 @@ for mode in "${modes[@]}"; do
 done
 echo "(last epoch of each run; logs in $runs/)"
 
-# The runs overlaid: loss, test accuracy and loss scale per epoch. The
+# The runs overlaid: loss and test accuracy per epoch, loss per logged step,
+# throughput (and the loss scale of runs that scale the loss). The
 # charts are an extra; the runs and their logs stand without them.
 # (Whole epochs only: a short run has no epoch to draw.)
 logs=("$runs/$program-fp32.jsonl")

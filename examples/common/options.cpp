@@ -165,7 +165,7 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
       "append JSON Lines records to this file: a run header, one per epoch, one per --log-every steps");
   add_checked(
       app, "--log-every", c.log_every,
-      "every N steps print a progress line (and with --log-json write a step record); 0 = a line every 30 s when the output is not a terminal",
+      "every N steps print a progress line (and with --log-json write a step record, so that scripts/plot.py draws curves within epochs); 0 = no step records, a line every 30 s when the output is not a terminal",
       integer_at_least(0));
   add_checked(app, "--max-steps", c.max_steps,
               "stop after this many steps, 0 = no limit (smoke runs)",

@@ -6,12 +6,12 @@
 /// Major version of these headers (the X of X.Y.Z).
 #define LAMP_VERSION_MAJOR 0
 /// Minor version of these headers (the Y of X.Y.Z).
-#define LAMP_VERSION_MINOR 3
+#define LAMP_VERSION_MINOR 4
 /// Patch version of these headers (the Z of X.Y.Z).
 #define LAMP_VERSION_PATCH 0
 
-/// The version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (0.3.0 is
-/// 300), for preprocessor comparisons: `#if LAMP_VERSION_NUMBER >= 300`.
+/// The version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (0.4.0 is
+/// 400), for preprocessor comparisons: `#if LAMP_VERSION_NUMBER >= 400`.
 #define LAMP_VERSION_NUMBER \
   (LAMP_VERSION_MAJOR * 10000 + LAMP_VERSION_MINOR * 100 + LAMP_VERSION_PATCH)
 

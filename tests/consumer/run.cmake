@@ -10,6 +10,12 @@
 # With -DLAMP_PREFIX=<folder> (instead of LAMP_BINARY_DIR) the consumer uses
 # the lamp already installed there (e.g. an unpacked Debian package's usr/).
 #
+# With -DFETCH_CONTENT=ON (instead of LAMP_BINARY_DIR) nothing is installed:
+# the consumer in tests/consumer/fetch_content builds lamp from
+# LAMP_SOURCE_DIR itself with FetchContent (SOURCE_DIR, no download) and
+# links lamp::lamp. [-DCOMPILER_LAUNCHER=ccache] [-DPARALLEL=N]
+# [-DDISABLE_PRECOMPILE_HEADERS=ON] are passed on to that build.
+#
 # TORCH_PREFIX_PATH is the `;`-separated CMAKE_PREFIX_PATH lamp was configured
 # with (empty for Debian's LibTorch; "<torch>;<torch>/share/cmake" for the
 # wheel's), so the consumer finds the same LibTorch.
@@ -23,7 +29,7 @@
 cmake_minimum_required(VERSION 3.18)
 
 set(_required LAMP_SOURCE_DIR WORK_DIR)
-if(NOT DEFINED LAMP_PREFIX)
+if(NOT DEFINED LAMP_PREFIX AND NOT FETCH_CONTENT)
   list(APPEND _required LAMP_BINARY_DIR)
 endif()
 foreach(_var IN LISTS _required)
@@ -58,7 +64,10 @@ function(_lamp_consumer_step name)
   set(_lamp_consumer_output "${_out}" PARENT_SCOPE)
 endfunction()
 
-if(DEFINED LAMP_PREFIX)
+set(_consumer_source "${LAMP_SOURCE_DIR}/tests/consumer")
+if(FETCH_CONTENT)
+  set(_consumer_source "${LAMP_SOURCE_DIR}/tests/consumer/fetch_content")
+elseif(DEFINED LAMP_PREFIX)
   set(_prefix "${LAMP_PREFIX}")
 else()
   _lamp_consumer_step("installing lamp"
@@ -77,6 +86,16 @@ file(WRITE "${WORK_DIR}/initial-cache.cmake"
 if(NOT "${CMAKE_CXX_COMPILER}" STREQUAL "")
   file(APPEND "${WORK_DIR}/initial-cache.cmake"
     "set(CMAKE_CXX_COMPILER [==[${CMAKE_CXX_COMPILER}]==] CACHE FILEPATH \"\")\n")
+endif()
+if(FETCH_CONTENT)
+  file(APPEND "${WORK_DIR}/initial-cache.cmake"
+    "set(LAMP_SOURCE_DIR [==[${LAMP_SOURCE_DIR}]==] CACHE PATH \"\")\n"
+    "set(CMAKE_CXX_COMPILER_LAUNCHER [==[${COMPILER_LAUNCHER}]==] CACHE STRING \"\")\n"
+    "set(CMAKE_DISABLE_PRECOMPILE_HEADERS [==[${DISABLE_PRECOMPILE_HEADERS}]==] CACHE BOOL \"\")\n")
+endif()
+set(_parallel "")
+if(PARALLEL)
+  set(_parallel --parallel "${PARALLEL}")
 endif()
 
 
@@ -109,9 +128,9 @@ endif()
 
 _lamp_consumer_step("configuring the consumer"
   "${CMAKE_COMMAND}" -C "${WORK_DIR}/initial-cache.cmake"
-  -S "${LAMP_SOURCE_DIR}/tests/consumer" -B "${_build}")
+  -S "${_consumer_source}" -B "${_build}")
 _lamp_consumer_step("building the consumer"
-  "${CMAKE_COMMAND}" --build "${_build}" --config "${CMAKE_BUILD_TYPE}")
+  "${CMAKE_COMMAND}" --build "${_build}" --config "${CMAKE_BUILD_TYPE}" ${_parallel})
 
 # Single-config generators put the program in the build folder, multi-config
 # ones in a per-configuration subfolder.

@@ -36,10 +36,14 @@ port=$(free_port)
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]
 kinds = [r["record"] for r in records]
-# Rank 0 only: one run header, then one record per epoch (no step records
-# without --log-every).
-if kinds != ["run", "epoch", "epoch"] or records[0]["world_size"] != 2:
+# Rank 0 only: one run header, then one record per epoch, with step records
+# (every 50 steps by default) before each epoch's.
+steps = [r["global_step"] for r in records if r["record"] == "step"]
+if [k for k in kinds if k != "step"] != ["run", "epoch", "epoch"] or \
+        records[0]["world_size"] != 2:
     sys.exit("expected rank 0's run record and 2 epoch records, got %s" % kinds)
+if not steps or steps != sorted(set(steps)):
+    sys.exit("expected rank 0's step records once each, got steps %s" % steps)
 accuracy = records[-1]["test_accuracy"]
 print("final test accuracy: %.4f (required: >= 0.88)" % accuracy)
 sys.exit(0 if accuracy >= 0.88 else 1)

@@ -49,8 +49,11 @@ def write_jsonl(path, records):
 
 
 def new_run(run_id, precision, loss0, scale, model="cnn", epochs=3,
-            steps_per_log=4):
-    """Records of one run in the current schema: header, steps, epochs."""
+            steps_per_log=4, rate=5000.0, scaling=True,
+            rate_field="images_per_second"):
+    """Records of one run in the current schema: header, steps, epochs. The
+    first step record is a warm-up one, at a tenth of the rate; without
+    scaling every loss scale is 1."""
     time = "2026-11-23T02:37:00.123Z"
     records = [{"record": "run", "run_id": run_id, "time": time,
                 "program": "train_mnist", "command_line": ["train_mnist"],
@@ -66,7 +69,9 @@ def new_run(run_id, precision, loss0, scale, model="cnn", epochs=3,
             records.append({"record": "step", "run_id": run_id, "time": time,
                             "epoch": epoch, "global_step": step,
                             "loss": loss0 * 20.0 / (20 + step),
-                            "images_per_second": 5000.0, "loss_scale": scale,
+                            rate_field: rate / 10 if step == 10 else rate,
+                            "warmup": step == 10,
+                            "loss_scale": scale if scaling else 1.0,
                             "lr": 0.05, "skipped_steps": 0})
         records.append({"record": "epoch", "run_id": run_id, "time": time,
                         "program": "train_mnist", "model": model,
@@ -77,9 +82,9 @@ def new_run(run_id, precision, loss0, scale, model="cnn", epochs=3,
                         "test_loss": 1.2 * loss0 / epoch,
                         "test_accuracy": 0.9 - 0.3 * loss0 / epoch,
                         "seconds": 10.0, "warmup_seconds": 0.5,
-                        "images_per_second": 5000.0,
+                        rate_field: rate + epoch,
                         "peak_memory_bytes": 1 << 29,
-                        "loss_scale": scale * 2 ** epoch,
+                        "loss_scale": scale * 2 ** epoch if scaling else 1.0,
                         "skipped_steps": 0, "lr": 0.05})
     return records
 
@@ -144,18 +149,32 @@ class PlotLogs(unittest.TestCase):
         result = run_plot("--out", out, "--title", "synthetic", self.new,
                           self.old)
         self.assertEqual(result.returncode, 0, result.stderr)
-        names = ["loss.png", "accuracy.png", "loss-scale.png", "step-loss.png"]
+        names = ["loss.png", "accuracy.png", "loss-scale.png", "step-loss.png",
+                 "throughput.png"]
         self.assertEqual(result.stdout.split(),
                          [os.path.join(out, n) for n in names])
-        for name in names[:3]:
+        for name in names[:2]:
             image = Image(self, os.path.join(out, name))
             for i, rgb in enumerate(COLORS):  # amp, bf16, fp32 #1, fp32 #2
                 self.assertGreater(image.count(rgb), 300,
                                    "%s: run %d's curve is missing" % (name, i))
+        # fp32 #1 keeps scale 1: left out of the loss-scale chart, and said.
+        scale = Image(self, os.path.join(out, "loss-scale.png"))
+        for i in (0, 1, 3):
+            self.assertGreater(scale.count(COLORS[i]), 300, "run %d" % i)
+        self.assertLess(scale.count(COLORS[2]), 20)
+        self.assertIn("the loss-scale chart leaves out fp32 #1 (no loss "
+                      "scaling: scale 1 throughout)", result.stderr)
         steps = Image(self, os.path.join(out, "step-loss.png"))
         for rgb in COLORS[:2]:  # only the new-format runs have steps
             self.assertGreater(steps.count(rgb), 300)
         self.assertLess(steps.count(COLORS[2]), 20)
+        # Only the new-format runs say how fast they were.
+        rates = Image(self, os.path.join(out, "throughput.png"))
+        for rgb in COLORS[:2]:
+            self.assertGreater(rates.count(rgb), 1000)
+        for rgb in COLORS[2:]:
+            self.assertLess(rates.count(rgb), 20)
 
     def test_charts_of_one_log_carry_its_name_and_no_steps_no_step_chart(self):
         result = run_plot(self.old)
@@ -164,6 +183,8 @@ class PlotLogs(unittest.TestCase):
             os.path.join(self.tmp, "old-" + n)
             for n in ("loss.png", "accuracy.png", "loss-scale.png")])
         Image(self, os.path.join(self.tmp, "old-loss.png"))
+        self.assertIn("no throughput chart: the logs hold no "
+                      "images_per_second", result.stderr)
 
     def test_groups_records_by_run_id(self):
         runs = plot.read_runs(self.new)
@@ -255,7 +276,7 @@ class PlotLogs(unittest.TestCase):
         result = run_plot("--out", out, os.path.join(self.tmp,
                                                      "partial.jsonl"))
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(len(result.stdout.split()), 4)  # only the paths
+        self.assertEqual(len(result.stdout.split()), 5)  # only the paths
         self.assertIn("bf16: epoch 2: partial (2 of 6 steps), drawn hollow "
                       "at 1.33; its test metrics are over 2 of 4 test "
                       "batches, marked x", result.stderr)
@@ -273,6 +294,84 @@ class PlotLogs(unittest.TestCase):
         without = Image(self, os.path.join(whole, "l-accuracy.png"))
         # The cross and its legend entry, in black.
         self.assertGreater(with_cross.count(black), without.count(black) + 40)
+
+    def test_no_loss_scale_chart_where_no_run_scales_its_loss(self):
+        # fp32 and amp-bf16 keep scale 1: the chart would be a flat line.
+        path = write_jsonl(os.path.join(self.tmp, "cpu.jsonl"),
+                           new_run("a", "fp32", 1.0, 1.0, scaling=False) +
+                           new_run("b", "amp-bf16", 1.0, 1.0, scaling=False))
+        runs = plot.read_runs(path)
+        self.assertEqual([plot.scales_loss(r) for r in runs], [False, False])
+        result = run_plot("--out", self.tmp, path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual([os.path.basename(p) for p in result.stdout.split()],
+                         ["cpu-loss.png", "cpu-accuracy.png",
+                          "cpu-step-loss.png", "cpu-throughput.png"])
+        self.assertIn("no loss-scale chart: no run scales its loss (fp32, "
+                      "amp-bf16: scale 1 throughout", result.stderr)
+        # amp scales at scale 1 too (a static scaler): it is drawn.
+        self.assertTrue(plot.scales_loss(plot.read_runs(write_jsonl(
+            os.path.join(self.tmp, "s.jsonl"),
+            new_run("c", "amp", 1.0, 1.0, scaling=False)))[0]))
+
+    def test_throughput_of_each_run_side_by_side(self):
+        fp32 = write_jsonl(os.path.join(self.tmp, "fp32.jsonl"),
+                           new_run("a", "fp32", 1.0, 1.0, rate=4000.0,
+                                   scaling=False))
+        bf16 = write_jsonl(os.path.join(self.tmp, "bf16.jsonl"),
+                           new_run("b", "amp-bf16", 1.0, 1.0, rate=9000.0,
+                                   scaling=False))
+        runs = plot.read_runs(fp32) + plot.read_runs(bf16)
+        # Warm-up step records are left out; the bars are the last epochs.
+        steps, rates = plot.step_rates(runs[1])
+        self.assertEqual(steps[0], 20.0)
+        self.assertEqual(set(rates), {9000.0})
+        self.assertEqual([plot.last_epoch_rate(r) for r in runs],
+                         [4003.0, 9003.0])
+        self.assertEqual(plot.rate_field(runs[0]),
+                         ("images_per_second", "images/s"))
+        out = os.path.join(self.tmp, "charts")
+        result = run_plot("--out", out, fp32, bf16)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        path = os.path.join(out, "throughput.png")
+        self.assertIn(path, result.stdout.split())
+        image = Image(self, path)
+        height, width = image.pixels.shape[:2]
+        self.assertGreaterEqual((width, height), (1600, 700))
+        self.assertLess(os.path.getsize(path), 1 << 20)
+        # Each run's curve on the left and its bar on the right, the faster
+        # run's bar the taller.
+        right = image.pixels[:, width * 6 // 10:]
+        for rgb in COLORS[:2]:
+            self.assertGreater(image.count(rgb), 1000)
+
+        def rows(rgb):
+            target = [c / 255.0 for c in rgb]
+            hit = (abs(right - target).max(axis=2) < 0.06).any(axis=1)
+            return int(hit.sum())
+
+        self.assertGreater(rows(COLORS[0]), 100, "no fp32 bar")
+        self.assertGreater(rows(COLORS[1]), 1.8 * rows(COLORS[0]),
+                           "the amp-bf16 bar is not about 9/4 as tall")
+
+    def test_logs_that_count_tokens_chart_tokens_per_second(self):
+        tokens = write_jsonl(os.path.join(self.tmp, "lm.jsonl"),
+                             new_run("t", "amp-bf16", 1.0, 1.0,
+                                     rate_field="tokens_per_second"))
+        runs = plot.read_runs(tokens)
+        self.assertEqual(plot.rate_field(runs[0]),
+                         ("tokens_per_second", "tokens/s"))
+        images = write_jsonl(os.path.join(self.tmp, "cnn.jsonl"),
+                             new_run("i", "fp32", 1.0, 1.0))
+        out = os.path.join(self.tmp, "charts")
+        result = run_plot("--out", out, tokens, images)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        # Two units are never drawn on one axis.
+        names = [os.path.basename(p) for p in result.stdout.split()]
+        self.assertIn("throughput-tokens.png", names)
+        self.assertIn("throughput-images.png", names)
+        self.assertNotIn("throughput.png", names)
+        Image(self, os.path.join(out, "throughput-tokens.png"))
 
     def expect_error(self, args, *messages, code=1, env=None):
         result = run_plot(*args, env=env)

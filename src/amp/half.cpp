@@ -1,5 +1,7 @@
 #include "lamp/amp/half.h"
 
+// instancenorm.h calls the functional form without including it (1.13).
+#include <torch/nn/functional/instancenorm.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/instancenorm.h>
 #include <torch/nn/modules/normalization.h>

@@ -11,8 +11,10 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "amp/capture_signature.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/models/registry.h"
 #include "lamp/optim/adam.h"
@@ -194,6 +196,70 @@ TEST(CaptureSignature, EachAdamSettingFlipsIt) {
       check(options_of<torch::optim::AdamOptions>(*w.optimizer));
     }
   }
+}
+
+// The signature asks the optimizer what its captured step bakes in
+// (optim::AmpStep::baked_in_options, pure virtual: every optimizer answers).
+static_assert(std::is_abstract<lamp::optim::AmpStep>::value,
+              "an optimizer must say what a captured step bakes in");
+
+// An SGD with host-side settings of its own, reported to the signature.
+class TemperedSgd : public lamp::optim::SGD {
+ public:
+  using lamp::optim::SGD::SGD;
+  void baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                        BakedOptionVisitor visit) const override {
+    lamp::optim::SGD::baked_in_options(group, visit);
+    visit({"temperature", temperature});
+    visit({"annealed", annealed ? 1.0 : 0.0, /*flag=*/true});
+  }
+  double temperature = 1.0;
+  bool annealed = false;
+};
+
+// An SGD that reports nothing baked in.
+class NothingBakedSgd : public lamp::optim::SGD {
+ public:
+  using lamp::optim::SGD::SGD;
+  void baked_in_options(const torch::optim::OptimizerParamGroup& /*group*/,
+                        BakedOptionVisitor /*visit*/) const override {}
+};
+
+TEST(CaptureSignature, WatchesWhatANewOptimizerReports) {
+  SmallNet net;
+  auto optimizer = std::make_unique<TemperedSgd>(
+      lamp::unique_parameters(*net),
+      torch::optim::SGDOptions(0.1).momentum(0.9));
+  auto* tempered = optimizer.get();
+  Watched w(std::move(optimizer), net);
+  w.expect(
+      "param group 0's temperature (1 -> 2.5)",
+      [&] { tempered->temperature = 2.5; },
+      [&] { tempered->temperature = 1.0; });
+  w.expect(
+      "param group 0's annealed (false -> true)",
+      [&] { tempered->annealed = true; }, [&] { tempered->annealed = false; });
+  // What the base reports still counts.
+  auto& o = options_of<torch::optim::SGDOptions>(*w.optimizer);
+  w.expect(
+      "param group 0's momentum (0.9 -> 0.5)", [&] { o.momentum(0.5); },
+      [&] { o.momentum(0.9); });
+}
+
+// The signature has no list of optimizers of its own: an SGD that reports
+// nothing is not watched for its momentum (its type, groups and tensors
+// still are).
+TEST(CaptureSignature, WatchesOnlyWhatTheOptimizerReports) {
+  SmallNet net;
+  Watched w(std::make_unique<NothingBakedSgd>(
+                lamp::unique_parameters(*net),
+                torch::optim::SGDOptions(0.1).momentum(0.9)),
+            net);
+  options_of<torch::optim::SGDOptions>(*w.optimizer).momentum(0.5);
+  EXPECT_EQ(w.signature.changed(*w.optimizer, w.scaler), "");
+  w.expect(
+      "the train/eval mode of the model (train -> eval)", [&] { net->eval(); },
+      [&] { net->train(); });
 }
 
 // What the check costs per step for a ResNet-50 (161 parameters, 53

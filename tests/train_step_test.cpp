@@ -136,6 +136,11 @@ void expect_clipped_update(Precision precision, torch::Device device) {
       {(params[0].detach() - w0).flatten(), params[1].detach() - b0});
   EXPECT_NEAR(moved.norm().item<double>(), 0.5, 1e-5)
       << lamp::to_string(precision);
+  // The step reports the norm before clipping, unscaled (FP32: 1e-6 of it
+  // is a few roundings of a 5-term sum).
+  ASSERT_TRUE(result.grad_norm.defined()) << lamp::to_string(precision);
+  EXPECT_NEAR(result.grad_norm.item<double>(), std::sqrt(37.0), 1e-5)
+      << lamp::to_string(precision);
 }
 
 TEST_P(TrainStepMode, ClipsTheUnscaledGradientNorm) {
@@ -972,7 +977,8 @@ TEST(TrainStep, Tf32FollowsThePrecisionAndIsRestored_CUDA) {
 
 // Graph and eager steps give the same weights over 50 steps with a forced
 // overflow (skipped on the device, the scale backing off) and a learning
-// rate change in the middle (read from the optimizer's device tensor).
+// rate change in the middle (read from the optimizer's device tensor), and
+// the same gradient norms (StepResult::grad_norm, inf at the overflow).
 TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const auto problem = lamp_test::make_problem(64, 4, 6);
@@ -983,7 +989,9 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
       SCOPED_TRACE(optimizer);
       std::vector<std::vector<torch::Tensor>> weights;
       std::vector<int64_t> skipped;
+      std::vector<std::vector<double>> norms;
       for (bool graph : {true, false}) {
+        norms.emplace_back();
         torch::manual_seed(9);
         SmallNet model;
         model->to(torch::kCUDA);
@@ -1015,11 +1023,14 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
           const auto input =
               i == 30 ? images * std::numeric_limits<float>::infinity()
                       : images;
-          step.step(input, labels,
-                    [&](const torch::Tensor& x, const torch::Tensor& y) {
-                      return torch::nn::functional::cross_entropy(
-                          model->forward(x).to(torch::kFloat), y);
-                    });
+          const auto result =
+              step.step(input, labels,
+                        [&](const torch::Tensor& x, const torch::Tensor& y) {
+                          return torch::nn::functional::cross_entropy(
+                              model->forward(x).to(torch::kFloat), y);
+                        });
+          ASSERT_TRUE(result.grad_norm.defined()) << "step " << i;
+          norms.back().push_back(result.grad_norm.item<double>());
         }
         std::vector<torch::Tensor> w;
         for (const auto& p : model->parameters())
@@ -1032,6 +1043,16 @@ TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
             << lamp::to_string(precision);
       }
       EXPECT_EQ(skipped[0], skipped[1]) << lamp::to_string(precision);
+      for (size_t i = 0; i < norms[0].size(); ++i) {
+        if (i == 30) {
+          EXPECT_FALSE(std::isfinite(norms[0][i])) << "step " << i;
+          EXPECT_FALSE(std::isfinite(norms[1][i])) << "step " << i;
+        } else {
+          // As the weights: only cuDNN's algorithms may differ.
+          EXPECT_NEAR(norms[0][i], norms[1][i], 1e-3 * norms[1][i] + 1e-5)
+              << lamp::to_string(precision) << " step " << i;
+        }
+      }
       for (size_t i = 0; i < weights[0].size(); ++i) {
         // The same kernels in the same order; only cuDNN's choice of
         // algorithm may differ between the two runs (a few ulps).

@@ -1,7 +1,7 @@
 #pragma once
 
-// The check of a GradScaler's options and scale, shared by its constructor
-// and its loads (src/amp/grad_scaler.cpp, grad_scaler_state.cpp).
+// The check of a GradScaler's options and scale, shared by its constructor,
+// its loads and its setters (defined in grad_scaler_options.cpp).
 
 #include "lamp/amp/grad_scaler.h"
 

@@ -76,7 +76,7 @@ class GraphStep {
   struct Graph {
     int64_t eager_steps = 0;
     torch::Tensor input, target;          // static inputs
-    torch::Tensor loss, found_inf, scale; // static outputs
+    torch::Tensor loss, found_inf, scale, grad_norm; // static outputs
     std::vector<torch::Tensor> grads;     // grad_owners' after the capture
     std::unique_ptr<CapturedGraph> graph;
   };

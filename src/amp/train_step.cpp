@@ -4,12 +4,12 @@
 
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "amp/capture_signature.h"
 #include "amp/graph_step.h"
 #include "lamp/amp/autocast.h"
 #include "lamp/amp/precision_support.h"
@@ -18,7 +18,6 @@
 #include "lamp/platform/backends.h"
 #include "lamp/platform/out_of_memory.h"
 #include "lamp/platform/parameters.h"
-#include "platform/archive.h"
 #include "platform/number_text.h"
 
 namespace lamp {
@@ -158,23 +157,6 @@ NamedOptimizerFactory ignoring_names(const OptimizerFactory& make_optimizer) {
 
 } // namespace
 
-const NameTable<CudaGraphMode>& cuda_graph_mode_table() {
-  static const NameTable<CudaGraphMode> table("CUDA-graph mode",
-                                              "CUDA-graph modes",
-                                              {{"auto", CudaGraphMode::kAuto},
-                                               {"on", CudaGraphMode::kOn},
-                                               {"off", CudaGraphMode::kOff}});
-  return table;
-}
-
-std::string to_string(CudaGraphMode mode) {
-  return cuda_graph_mode_table().name(mode);
-}
-
-CudaGraphMode parse_cuda_graph_mode(const std::string& name) {
-  return cuda_graph_mode_table().parse(name);
-}
-
 TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
                      const OptimizerFactory& make_optimizer,
                      TrainStepOptions options)
@@ -272,6 +254,7 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
 }
 
 TrainStep::~TrainStep() = default;
+TrainStep::TrainStep(TrainStep&& other) = default;
 
 torch::Tensor TrainStep::cast_input(const torch::Tensor& input) const {
   const auto& dtype = policy_.model_dtype;
@@ -356,8 +339,8 @@ StepResult TrainStep::eager_step(
   if (options_.max_grad_norm() > 0) {
     scaler_.unscale_(*optimizer_);
     // lamp's clip keeps the norm on the device (LibTorch's returns a double).
-    optim::clip_grad_norm_(optimizer_params(*optimizer_),
-                           options_.max_grad_norm());
+    result.grad_norm = optim::clip_grad_norm_(optimizer_params(*optimizer_),
+                                              options_.max_grad_norm());
   }
   if (!graphs_ || !graphs_->capturing()) {
     // Eager steps read the device learning rates too (set for CUDA graphs):
@@ -380,48 +363,6 @@ StepResult TrainStep::eager_step(
   return result;
 }
 
-std::string TrainStep::cuda_graph_unavailable_reason() const {
-  std::ostringstream why;
-  const auto* on_device = dynamic_cast<const optim::AmpStep*>(optimizer_.get());
-  // The device last: the other reasons hold everywhere (and are testable on
-  // a CPU).
-  if (options_.accumulation_steps() != 1) {
-    why << "CUDA graphs capture whole optimizer steps; accumulation_steps "
-        << options_.accumulation_steps() << " is not supported with them.";
-  } else if (gradient_sync_ != nullptr) {
-    why << "CUDA graphs do not capture data-parallel communication (a gradient synchroniser) yet.";
-  } else if (on_device == nullptr || !on_device->skips_on_device()) {
-    why << "CUDA graphs need an optimizer whose step runs on the device without host reads: one of lamp::optim's SGD, Adam or AdamW on its fused kernels (LibTorch >= 2.4).";
-  } else if (scaler_.is_enabled() && (!scaler_.options().sync_free() ||
-                                      scaler_.options().diagnose_overflow())) {
-    why << "CUDA graphs need a sync-free GradScaler (sync_free true, diagnose_overflow false).";
-  } else if (!device_.is_cuda()) {
-    why << "CUDA graphs need a CUDA device; the model is on " << device_ << ".";
-  }
-  return why.str();
-}
-
-void TrainStep::check_graph_capturable() {
-  const auto reason = cuda_graph_unavailable_reason();
-  TORCH_CHECK(
-      reason.empty(), "lamp::TrainStep: cuda_graph: ", reason,
-      " Use TrainStepOptions::cuda_graph kAuto (CUDA graphs where they apply) or kOff.");
-  TORCH_CHECK(options_.graph_warmup_steps() >= 1,
-              "lamp::TrainStep: graph_warmup_steps must be >= 1, got ",
-              options_.graph_warmup_steps(), ".");
-  auto* on_device = dynamic_cast<optim::AmpStep*>(optimizer_.get());
-  // The warm-up steps create the learning-rate tensors the graph reads.
-  on_device->set_device_lr(true);
-  graphs_ = std::make_unique<detail::GraphStep>(device_,
-                                                options_.graph_warmup_steps());
-  signature_ = std::make_unique<detail::CaptureSignature>(model_, options_);
-  grad_owners_ = model_params_;
-  if (master_) {
-    const auto masters = master_->master_params();
-    grad_owners_.insert(grad_owners_.end(), masters.begin(), masters.end());
-  }
-}
-
 StepResult TrainStep::step(const torch::Tensor& input,
                            const torch::Tensor& target,
                            const BatchLossFn& loss_fn) {
@@ -432,146 +373,9 @@ StepResult TrainStep::step(const torch::Tensor& input,
       kStepMemory, -1, [&] { return batch_step(input, target, loss_fn); });
 }
 
-StepResult TrainStep::batch_step(const torch::Tensor& input,
-                                 const torch::Tensor& target,
-                                 const BatchLossFn& loss_fn) {
-  const auto eager = [&](const torch::Tensor& in, const torch::Tensor& tgt) {
-    return eager_step([&] { return loss_fn(cast_input(in), tgt); });
-  };
-  if (!graph_enabled_) {
-    return eager(input, target);
-  }
-  if (!graphs_) {
-    check_graph_capturable();
-  }
-  if (graphs_->captured()) {
-    const auto what = signature_->changed(*optimizer_, scaler_);
-    if (!what.empty()) {
-      TORCH_WARN_ONCE(
-          "lamp::TrainStep: ", what,
-          " changed after the training step was captured in a CUDA graph, which baked it in; the graphs are forgotten and each input shape is captured again after ",
-          options_.graph_warmup_steps(),
-          " eager steps. (Shown once per process; TrainStep::cuda_graph_captures() counts the captures.)");
-      graphs_->clear();
-    }
-  }
-  detail::GraphStep::Hooks hooks;
-  hooks.eager = eager;
-  hooks.before_capture = [&] {
-    // The captured backward allocates the gradients from the graph's pool,
-    // where they stay for the replays.
-    for (auto& p : model_params_) {
-      p.mutable_grad() = torch::Tensor();
-    }
-    signature_->record(*optimizer_, scaler_);
-  };
-  hooks.before_replay = [&] {
-    dynamic_cast<optim::AmpStep&>(*optimizer_).refresh_device_lr();
-  };
-  return graphs_->step(input, target, hooks, grad_owners_);
-}
-
-int64_t TrainStep::cuda_graph_pool_bytes() const {
-  if (!graphs_) {
-    return 0;
-  }
-  const auto memory = graphs_->pool_memory();
-  return memory.reserved - memory.allocated;
-}
-
-int64_t TrainStep::cuda_graph_pool_reserved_bytes() const {
-  return graphs_ ? graphs_->pool_memory().reserved : 0;
-}
-
-int64_t TrainStep::cuda_graph_captures() const {
-  return graphs_ ? graphs_->captures() : 0;
-}
-
 torch::Tensor TrainStep::current_scale() const {
   // A copy: the scaler updates its own tensor in place on later steps.
   return scaler_.is_enabled() ? scaler_.scale_tensor().clone() : unit_scale_;
-}
-
-void TrainStep::save(torch::serialize::OutputArchive& archive) const {
-  TORCH_CHECK(
-      micro_step_ == 0, "lamp::TrainStep::save: called after ", micro_step_,
-      " of ", options_.accumulation_steps(),
-      " accumulated micro-batches; the partial gradients would be lost. Save after the step() that ends the cycle.");
-  archive.write("precision", c10::IValue(to_string(options_.precision())));
-  torch::serialize::OutputArchive model_archive;
-  model_->save(model_archive);
-  archive.write("model", model_archive);
-  torch::serialize::OutputArchive optimizer_archive;
-  optimizer_->save(optimizer_archive);
-  archive.write("optimizer", optimizer_archive);
-  torch::serialize::OutputArchive scaler_archive;
-  scaler_.save(scaler_archive);
-  archive.write("scaler", scaler_archive);
-  if (master_) {
-    torch::serialize::OutputArchive master_archive;
-    master_->save(master_archive);
-    archive.write("master_weights", master_archive);
-  }
-}
-
-namespace {
-constexpr const char* kLoadCaller = "lamp::TrainStep::load";
-} // namespace
-
-void TrainStep::load(torch::serialize::InputArchive& archive) {
-  detail::InUseGuard in_use(in_use_, kLoadCaller);
-  // Every part is read and checked before the first is loaded: a refused
-  // checkpoint leaves model, optimizer, scaler and master weights as they
-  // were.
-  const auto precision = detail::read_string(archive, "precision", kLoadCaller);
-  TORCH_CHECK(
-      precision == to_string(options_.precision()),
-      "lamp::TrainStep::load: the checkpoint was saved with precision '",
-      precision, "' but this TrainStep uses '", to_string(options_.precision()),
-      "'; resume with the same precision.");
-  torch::serialize::InputArchive model_archive;
-  detail::read_archive(archive, "model", model_archive, kLoadCaller);
-  detail::check_module_archive(*model_, model_archive, "", kLoadCaller);
-  torch::serialize::InputArchive optimizer_archive;
-  detail::read_archive(archive, "optimizer", optimizer_archive, kLoadCaller);
-  detail::check_optimizer_archive(*optimizer_, optimizer_archive, param_names_,
-                                  kLoadCaller);
-  torch::serialize::InputArchive scaler_archive;
-  detail::read_archive(archive, "scaler", scaler_archive, kLoadCaller);
-  // A step without loss scaling saved with skip_non_finite off (lamp 0.3's
-  // default) has an empty scaler section; the skip-only scaler (a static
-  // scale of 1) then has nothing to restore.
-  c10::IValue saved_scale;
-  const bool load_scaler = scaler_archive.try_read("scale", saved_scale) ||
-                           policy_.loss_scaling ||
-                           options_.force_loss_scaling();
-  if (load_scaler) {
-    // A scaler with the same options runs all of load()'s checks.
-    GradScaler(scaler_.options()).load(scaler_archive);
-  }
-  torch::serialize::InputArchive master_archive;
-  if (master_) {
-    detail::read_archive(archive, "master_weights", master_archive,
-                         kLoadCaller);
-    master_->read(master_archive);
-  }
-
-  // Captured graphs hold the old parameters' and state's memory: each shape
-  // warms up and is captured again after a load.
-  if (graphs_) {
-    graphs_->clear();
-  }
-  micro_step_ = 0;
-  // The optimizer first: what its load may still refuse (an option of the
-  // wrong type) it refuses before changing anything.
-  optimizer_->load(optimizer_archive);
-  model_->load(model_archive);
-  if (load_scaler) {
-    scaler_.load(scaler_archive);
-  }
-  if (master_) {
-    master_->load(master_archive);
-  }
 }
 
 } // namespace lamp

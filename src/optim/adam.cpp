@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <tuple>
 #include <type_traits>
 
 #include "lamp/platform/parameters.h"
@@ -193,38 +194,35 @@ void run(Base& optimizer, Implementation implementation,
   }
 }
 
+// What a captured fused step of Adam or AdamW bakes in (all but lr).
+template <typename Options>
+void visit_adam_options(const torch::optim::OptimizerParamGroup& group,
+                        AmpStep::BakedOptionVisitor visit) {
+  const auto& o = static_cast<const Options&>(group.options());
+  visit({"betas[0]", std::get<0>(o.betas())});
+  visit({"betas[1]", std::get<1>(o.betas())});
+  visit({"eps", o.eps()});
+  visit({"weight_decay", o.weight_decay()});
+  visit({"amsgrad", o.amsgrad() ? 1.0 : 0.0, /*flag=*/true});
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------- Adam
 
 Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
            torch::optim::AdamOptions defaults, Implementation implementation)
-    : torch::optim::Adam(std::vector<torch::optim::OptimizerParamGroup>{},
-                         std::move(defaults)),
-      implementation_(implementation) {
+    : FusedOptimizer(implementation, AdamRule::kCaller,
+                     std::vector<torch::optim::OptimizerParamGroup>{},
+                     std::move(defaults)) {
   internal::add_param_groups_as_given(*this, std::move(param_groups),
                                       AdamRule::kCaller);
 }
 
 Adam::Adam(std::vector<torch::Tensor> params,
            torch::optim::AdamOptions defaults, Implementation implementation)
-    : torch::optim::Adam(unique_tensors(std::move(params)),
-                         std::move(defaults)),
-      implementation_(implementation) {}
-
-Implementation Adam::implementation() const {
-  return internal::resolve(implementation_, *this, AdamRule::kCaller);
-}
-
-bool Adam::skips_on_device() const {
-  return implementation() == Implementation::kFused;
-}
-
-torch::Tensor Adam::step(LossClosure closure) {
-  auto loss = internal::run_closure(closure);
-  step_scaled({}, {});
-  return loss;
-}
+    : FusedOptimizer(implementation, AdamRule::kCaller,
+                     unique_tensors(std::move(params)), std::move(defaults)) {}
 
 void Adam::step_scaled(const torch::Tensor& grad_scale,
                        const torch::Tensor& found_inf) {
@@ -236,8 +234,9 @@ void Adam::step_scaled(const torch::Tensor& grad_scale,
       grad_scale, found_inf);
 }
 
-void Adam::refresh_device_lr() {
-  AmpStep::refresh_device_lr(*this);
+void Adam::baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                            BakedOptionVisitor visit) const {
+  visit_adam_options<torch::optim::AdamOptions>(group, visit);
 }
 
 void Adam::save(torch::serialize::OutputArchive& archive) const {
@@ -256,32 +255,17 @@ void Adam::load(torch::serialize::InputArchive& archive) {
 
 AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
              torch::optim::AdamWOptions defaults, Implementation implementation)
-    : torch::optim::AdamW(std::vector<torch::optim::OptimizerParamGroup>{},
-                         std::move(defaults)),
-      implementation_(implementation) {
+    : FusedOptimizer(implementation, AdamWRule::kCaller,
+                     std::vector<torch::optim::OptimizerParamGroup>{},
+                     std::move(defaults)) {
   internal::add_param_groups_as_given(*this, std::move(param_groups),
                                       AdamWRule::kCaller);
 }
 
 AdamW::AdamW(std::vector<torch::Tensor> params,
              torch::optim::AdamWOptions defaults, Implementation implementation)
-    : torch::optim::AdamW(unique_tensors(std::move(params)),
-                          std::move(defaults)),
-      implementation_(implementation) {}
-
-Implementation AdamW::implementation() const {
-  return internal::resolve(implementation_, *this, AdamWRule::kCaller);
-}
-
-bool AdamW::skips_on_device() const {
-  return implementation() == Implementation::kFused;
-}
-
-torch::Tensor AdamW::step(LossClosure closure) {
-  auto loss = internal::run_closure(closure);
-  step_scaled({}, {});
-  return loss;
-}
+    : FusedOptimizer(implementation, AdamWRule::kCaller,
+                     unique_tensors(std::move(params)), std::move(defaults)) {}
 
 void AdamW::step_scaled(const torch::Tensor& grad_scale,
                         const torch::Tensor& found_inf) {
@@ -293,8 +277,9 @@ void AdamW::step_scaled(const torch::Tensor& grad_scale,
       grad_scale, found_inf);
 }
 
-void AdamW::refresh_device_lr() {
-  AmpStep::refresh_device_lr(*this);
+void AdamW::baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                             BakedOptionVisitor visit) const {
+  visit_adam_options<torch::optim::AdamWOptions>(group, visit);
 }
 
 void AdamW::save(torch::serialize::OutputArchive& archive) const {

@@ -151,6 +151,33 @@ void AmpStep::refresh_device_lr(const torch::optim::Optimizer& self) {
   }
 }
 
+template <typename Base>
+torch::Tensor FusedOptimizer<Base>::step(
+    torch::optim::Optimizer::LossClosure closure) {
+  auto loss = internal::run_closure(closure);
+  step_scaled(torch::Tensor(), torch::Tensor());
+  return loss;
+}
+
+template <typename Base>
+bool FusedOptimizer<Base>::skips_on_device() const {
+  return implementation() == Implementation::kFused;
+}
+
+template <typename Base>
+void FusedOptimizer<Base>::refresh_device_lr() {
+  AmpStep::refresh_device_lr(*this);
+}
+
+template <typename Base>
+Implementation FusedOptimizer<Base>::implementation() const {
+  return internal::resolve(implementation_, *this, caller_);
+}
+
+template class FusedOptimizer<torch::optim::SGD>;
+template class FusedOptimizer<torch::optim::Adam>;
+template class FusedOptimizer<torch::optim::AdamW>;
+
 namespace internal {
 
 std::map<std::pair<std::string, torch::ScalarType>, Bucket> buckets(

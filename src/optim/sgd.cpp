@@ -212,30 +212,16 @@ void fused_group(
 
 SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups,
          torch::optim::SGDOptions defaults, Implementation implementation)
-    : torch::optim::SGD(std::vector<torch::optim::OptimizerParamGroup>{},
-                        std::move(defaults)),
-      implementation_(implementation) {
+    : FusedOptimizer(implementation, kCaller,
+                     std::vector<torch::optim::OptimizerParamGroup>{},
+                     std::move(defaults)) {
   internal::add_param_groups_as_given(*this, std::move(param_groups), kCaller);
 }
 
 SGD::SGD(std::vector<torch::Tensor> params, torch::optim::SGDOptions defaults,
          Implementation implementation)
-    : torch::optim::SGD(unique_tensors(std::move(params)), std::move(defaults)),
-      implementation_(implementation) {}
-
-Implementation SGD::implementation() const {
-  return internal::resolve(implementation_, *this, kCaller);
-}
-
-bool SGD::skips_on_device() const {
-  return implementation() == Implementation::kFused;
-}
-
-torch::Tensor SGD::step(LossClosure closure) {
-  auto loss = internal::run_closure(closure);
-  run(torch::Tensor(), torch::Tensor());
-  return loss;
-}
+    : FusedOptimizer(implementation, kCaller, unique_tensors(std::move(params)),
+                     std::move(defaults)) {}
 
 void SGD::step_scaled(const torch::Tensor& grad_scale,
                       const torch::Tensor& found_inf) {
@@ -348,8 +334,13 @@ void SGD::load(torch::serialize::InputArchive& archive) {
   state_replaced();
 }
 
-void SGD::refresh_device_lr() {
-  AmpStep::refresh_device_lr(*this);
+void SGD::baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                           BakedOptionVisitor visit) const {
+  const auto& o = static_cast<const SGDOptions&>(group.options());
+  visit({"momentum", o.momentum()});
+  visit({"dampening", o.dampening()});
+  visit({"weight_decay", o.weight_decay()});
+  visit({"nesterov", o.nesterov() ? 1.0 : 0.0, /*flag=*/true});
 }
 
 } // namespace optim

@@ -179,6 +179,38 @@ class GradScaler {
   /// so the caller checks where it reads the device anyway: lamp's trainer
   /// does once per `divergence_patience` steps and at the end of each epoch.
   void check_min_scale_patience() const;
+  /// Python's `get_growth_factor()`: the factor the scale grows by
+  /// (GradScalerOptions::growth_factor, or the last set_growth_factor()).
+  double get_growth_factor() const { return options_.growth_factor(); }
+  /// Python's `set_growth_factor(new_factor)`: updates from now on grow the
+  /// scale by `new_factor`. TORCH_CHECK error unless it is finite and > 1,
+  /// the range GradScalerOptions checks (Python checks nothing here). A
+  /// TrainStep whose step was captured in a CUDA graph captures it again.
+  ///
+  /// Example:
+  /// \code
+  ///   scaler.set_growth_factor(1.5);
+  ///   assert(scaler.get_growth_factor() == 1.5);
+  /// \endcode
+  void set_growth_factor(double new_factor);
+  /// Python's `get_backoff_factor()`: the factor an overflow multiplies the
+  /// scale by (GradScalerOptions::backoff_factor, or the last
+  /// set_backoff_factor()).
+  double get_backoff_factor() const { return options_.backoff_factor(); }
+  /// Python's `set_backoff_factor(new_factor)`: updates from now on back off
+  /// by `new_factor`; TORCH_CHECK error unless it is in (0, 1).
+  void set_backoff_factor(double new_factor);
+  /// Python's `get_growth_interval()`: the consecutive finite steps before
+  /// the scale grows (GradScalerOptions::growth_interval, or the last
+  /// set_growth_interval()).
+  int64_t get_growth_interval() const { return options_.growth_interval(); }
+  /// Python's `set_growth_interval(new_interval)`: TORCH_CHECK error unless
+  /// it is in [1, 2^31 - 1] (the growth tracker is an int32 tensor). Unlike
+  /// Python, a growth tracker already at or past the new interval is set to
+  /// `new_interval - 1` (on the device, no host read), so the next finite
+  /// step grows the scale; Python's tracker would count past the interval
+  /// and never grow it again.
+  void set_growth_interval(int64_t new_interval);
   /// GradScalerOptions::enabled. A disabled scaler is Python's
   /// `enabled=False`: scale() returns its input, step() just steps the
   /// optimizer, unscale_() and update() do nothing.

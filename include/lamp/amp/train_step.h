@@ -68,6 +68,8 @@ struct TrainStepOptions {
   /// micro-batch's loss is divided by this.
   TORCH_ARG(int64_t, accumulation_steps) = 1;
   /// Clip the global L2 norm of the (unscaled) gradients to this; 0 = off.
+  /// Each step reports the norm before clipping (StepResult::grad_norm)
+  /// while clipping is on.
   TORCH_ARG(double, max_grad_norm) = 0.0;
   /// The loss scaler's options, used by the FP16 modes ("amp", "half"); the
   /// BF16 and FP32 modes run with a disabled scaler unless
@@ -130,12 +132,13 @@ struct TrainStepOptions {
   /// A graph bakes in what its capture saw, except the learning rates (read
   /// from device tensors, refreshed from the param groups before every
   /// replay) and the values of tensors. Before every step the TrainStep
-  /// compares what it baked in (detail::CaptureSignature): the param groups
-  /// (how many, which tensors), their options other than the learning rate
-  /// (momentum, dampening, nesterov, weight decay, betas, eps, amsgrad), the
-  /// parameters' requires_grad and storage, the buffers' storage, each
-  /// module's train/eval mode, max_grad_norm, the scaler's growth settings
-  /// and a load() of the optimizer's state. On a change every graph is
+  /// compares what it baked in (a private signature, host values only): the
+  /// param groups (how many, which tensors), the options the optimizer says
+  /// a capture bakes in (optim::AmpStep::baked_in_options(): SGD's momentum,
+  /// dampening, nesterov and weight decay; Adam's betas, eps, weight decay
+  /// and amsgrad), the parameters' requires_grad and storage, the buffers'
+  /// storage, each module's train/eval mode, max_grad_norm, the scaler's
+  /// growth settings and a load() of the optimizer's state. On a change every graph is
   /// forgotten and each shape warms up and is captured again, with a warning
   /// (once per process) naming what changed; cuda_graph_captures() counts
   /// the captures. After each step, parameters' (and masters') `.grad` hold
@@ -206,6 +209,28 @@ struct StepResult {
   /// The loss scale after this call: a 0-dim FP32 tensor (on the training
   /// device with loss scaling; a CPU 1 without).
   torch::Tensor scale;
+  /// The global L2 norm of the gradients before clipping, unscaled (the true
+  /// norm, of the masters' gradients in "half"/"bf16"): a 0-dim tensor on
+  /// the training device in the gradients' dtype (FP32 in every mode: the
+  /// model's FP32 parameters or the FP32 masters), the one clipping computed
+  /// anyway (lamp::optim::clip_grad_norm_'s return), so reporting
+  /// it costs no kernel and no host sync (reading it waits for the device).
+  /// inf or NaN where a gradient was (the step was then skipped, see
+  /// skipped()). Undefined when clipping is off
+  /// (TrainStepOptions::max_grad_norm 0): the norm would cost a pass over
+  /// every gradient that the step does not otherwise make; for the norm
+  /// without clipping set a max_grad_norm no gradient reaches (say 1e30).
+  /// Undefined too when the cycle did not end. The CUDA-graph step reports
+  /// it as the eager step does.
+  ///
+  /// Example:
+  /// \code
+  ///   auto result = train.step(x, y, loss_fn);
+  ///   if (result.grad_norm.defined()) {
+  ///     log.push_back(result.grad_norm);  // read later, in one batch
+  ///   }
+  /// \endcode
+  torch::Tensor grad_norm;
 
   /// Whether this call ended a cycle but skipped the optimizer step because
   /// a gradient was inf/NaN (reads `found_inf`).
@@ -292,6 +317,24 @@ class TrainStep {
             const NamedOptimizerFactory& make_optimizer,
             TrainStepOptions options = {});
   ~TrainStep();
+
+  /// Move-constructible, into a container or out of a factory function:
+  /// what points at what inside a TrainStep (the scaler's overflow reduction
+  /// at the gradient synchroniser, the scaler's per-optimizer state at the
+  /// optimizer, the graphs at their pool) lives on the heap and keeps its
+  /// address, and no hook or callback holds the TrainStep's own address.
+  /// A moved-from TrainStep may only be destroyed or assigned to. Moving one
+  /// while a step() or load() runs on it (from another thread, or from the
+  /// loss function) is undefined. Not copyable: it owns the optimizer, the
+  /// master weights and the graphs.
+  TrainStep(TrainStep&& other);
+  /// Not assignable: the TrainStep assigned to would restore the TF32
+  /// setting it found (TrainStepOptions::tf32) while `other`'s guard stays,
+  /// out of the guards' nesting order. Hold it in a std::optional or a
+  /// std::unique_ptr to replace it.
+  TrainStep& operator=(TrainStep&& other) = delete;
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
 
   /// Runs one micro-batch: forward and loss through `loss_fn`, backward, and
   /// at the end of an accumulation cycle the optimizer step.
@@ -411,68 +454,6 @@ class TrainStep {
   // step() and load() run on one thread at a time.
   detail::InUseFlag in_use_;
 };
-
-namespace detail {
-
-/// What a CUDA graph of TrainStep's step baked in, besides the learning rates
-/// (read from device tensors) and the values of tensors: record() takes it at
-/// a capture, changed() compares it before every step. Host values only
-/// (pointers, flags and numbers, no tensor is read): a few microseconds per
-/// step for a ResNet-50.
-///
-/// Watched: the optimizer's param groups (how many, their sizes, which
-/// tensors and their storage), their options other than the learning rate
-/// (SGD's momentum, dampening, weight_decay, nesterov; Adam's and AdamW's
-/// betas, eps, weight_decay, amsgrad; the options' type for others), the
-/// optimizer's state_version() (lamp::optim's), each model parameter's
-/// requires_grad and storage, each buffer's storage, each module's
-/// is_training(), TrainStepOptions::max_grad_norm and the scaler's options
-/// that its update uses (enabled, dynamic, growth_factor, backoff_factor,
-/// growth_interval, hysteresis, min_scale, max_scale, min_scale_patience).
-class CaptureSignature {
- public:
-  /// Watches `model`'s modules, parameters and buffers as registered now (the
-  /// lists are taken once) and `options`' max_grad_norm.
-  CaptureSignature(const std::shared_ptr<torch::nn::Module>& model,
-                   const TrainStepOptions& options);
-
-  /// Records what a capture bakes in now.
-  void record(const torch::optim::Optimizer& optimizer,
-              const GradScaler& scaler);
-  /// "" while everything watched is as record() saw it; otherwise the first
-  /// difference, e.g. "param group 0's momentum (0.9 -> 0.5)". Allocates
-  /// nothing when nothing changed.
-  std::string changed(const torch::optim::Optimizer& optimizer,
-                      const GradScaler& scaler);
-
- private:
-  /// One watched value: its kind (and field), where it is, its bits.
-  struct Entry {
-    uint32_t what = 0;
-    uint32_t group = 0;
-    uint64_t index = 0;
-    uint64_t value = 0;
-    bool operator==(const Entry& other) const {
-      return what == other.what && group == other.group &&
-             index == other.index && value == other.value;
-    }
-  };
-  void compute(const torch::optim::Optimizer& optimizer,
-               const GradScaler& scaler, std::vector<Entry>& out) const;
-  // The difference between recorded_[i] and `now`, in words.
-  std::string describe(size_t i, const Entry& now) const;
-
-  std::vector<std::shared_ptr<torch::nn::Module>> modules_;
-  std::vector<std::string> module_names_;
-  std::vector<torch::Tensor> params_;
-  std::vector<std::string> param_names_;
-  std::vector<torch::Tensor> buffers_;
-  std::vector<std::string> buffer_names_;
-  double max_grad_norm_ = 0;
-  std::vector<Entry> recorded_, scratch_;
-};
-
-} // namespace detail
 
 /// `torch::save(step, path)` / `torch::load(step, path)` and the archive
 /// operators: TrainStep::save() and load().

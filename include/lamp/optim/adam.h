@@ -36,7 +36,7 @@ using DeviceSteps = std::unordered_map<const c10::TensorImpl*,
 ///
 /// With the fused kernels the step count t lives on the device (a skipped
 /// step does not count); save() writes it back into the state's `step`.
-class Adam : public torch::optim::Adam, public AmpStep {
+class Adam : public FusedOptimizer<torch::optim::Adam> {
  public:
   /// As torch::optim::Adam's constructor (which checks the options), plus
   /// the implementation of the step. kFused where the fused kernels do not
@@ -50,10 +50,6 @@ class Adam : public torch::optim::Adam, public AmpStep {
                 torch::optim::AdamOptions defaults = {},
                 Implementation implementation = Implementation::kAuto);
 
-  /// One update of every parameter with a gradient, through implementation().
-  /// `closure`, if given, runs first with grad mode on (as in torch::optim)
-  /// and its loss is returned; otherwise returns an undefined tensor.
-  torch::Tensor step(LossClosure closure = nullptr) override;
   /// torch::optim::Adam's format, with the step counts the fused path keeps
   /// on the device copied back into each parameter's `step` first (a host
   /// sync), so that a checkpoint loads into torch::optim::Adam too.
@@ -62,25 +58,20 @@ class Adam : public torch::optim::Adam, public AmpStep {
   /// too); the fused path then starts from the loaded step counts.
   void load(torch::serialize::InputArchive& archive) override;
 
-  bool skips_on_device() const override;
   void step_scaled(const torch::Tensor& grad_scale,
                    const torch::Tensor& found_inf) override;
-  void refresh_device_lr() override;
-
-  /// The implementation requested at construction.
-  Implementation requested_implementation() const { return implementation_; }
-  /// What step() runs for the current parameters (kAuto resolved).
-  Implementation implementation() const;
+  /// betas[0], betas[1], eps, weight_decay and amsgrad.
+  void baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                        BakedOptionVisitor visit) const override;
 
  private:
-  Implementation implementation_;
   mutable detail::DeviceSteps device_steps_;
 };
 
 /// AdamW (decoupled weight decay): as lamp::optim::Adam, but step 1 is
 /// p *= 1 - lr * weight_decay instead of an L2 term in the gradient
 /// (torch::optim::AdamW's rule; its default weight_decay is 1e-2).
-class AdamW : public torch::optim::AdamW, public AmpStep {
+class AdamW : public FusedOptimizer<torch::optim::AdamW> {
  public:
   /// As torch::optim::AdamW's constructor (which checks the options), plus
   /// the implementation of the step; kFused is checked as in Adam.
@@ -92,28 +83,19 @@ class AdamW : public torch::optim::AdamW, public AmpStep {
                  torch::optim::AdamWOptions defaults = {},
                  Implementation implementation = Implementation::kAuto);
 
-  /// One update of every parameter with a gradient, through implementation().
-  /// `closure`, if given, runs first with grad mode on (as in torch::optim)
-  /// and its loss is returned; otherwise returns an undefined tensor.
-  torch::Tensor step(LossClosure closure = nullptr) override;
   /// torch::optim::AdamW's format, with the device step counts copied back
   /// first, as Adam::save().
   void save(torch::serialize::OutputArchive& archive) const override;
   /// Reads torch::optim::AdamW's format, as Adam::load().
   void load(torch::serialize::InputArchive& archive) override;
 
-  bool skips_on_device() const override;
   void step_scaled(const torch::Tensor& grad_scale,
                    const torch::Tensor& found_inf) override;
-  void refresh_device_lr() override;
-
-  /// The implementation requested at construction.
-  Implementation requested_implementation() const { return implementation_; }
-  /// What step() runs for the current parameters (kAuto resolved).
-  Implementation implementation() const;
+  /// betas[0], betas[1], eps, weight_decay and amsgrad.
+  void baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                        BakedOptionVisitor visit) const override;
 
  private:
-  Implementation implementation_;
   mutable detail::DeviceSteps device_steps_;
 };
 

@@ -5,8 +5,15 @@
 /// they run their update, and the on-device step that GradScaler uses to
 /// skip overflowing steps without a host sync.
 
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
 #include <torch/types.h>
+
+// After LibTorch's headers: 1.13's FunctionRef.h uses c10::invoke_result_t
+// without including its header.
+#include <c10/util/FunctionRef.h>
 
 #include <cstdint>
 #include <map>
@@ -87,6 +94,40 @@ class AmpStep {
   /// before replaying a captured step.
   virtual void refresh_device_lr() = 0;
 
+  /// One setting that a CUDA graph captured from this optimizer's step bakes
+  /// in: a value launched with the kernels rather than read from a tensor.
+  struct BakedOption {
+    /// Its name in messages, e.g. "momentum" or "betas[0]"; a string literal
+    /// (it is kept, not copied).
+    const char* name;
+    /// Its value; a flag as 0 or 1.
+    double value;
+    /// Whether it is a flag, shown as false/true.
+    bool flag = false;
+  };
+  /// Receives baked_in_options()' settings one by one.
+  using BakedOptionVisitor = c10::function_ref<void(const BakedOption&)>;
+  /// Passes to `visit`, in an order that never changes, every option of
+  /// param group `group` that a captured step bakes in: all that the step
+  /// reads on the host, except the learning rate (read from a device tensor
+  /// under device_lr()). lamp::TrainStep compares them before every replay
+  /// of its CUDA graphs and captures again when one has changed, naming it
+  /// ("param group 0's momentum (0.9 -> 0.5)"); an option left out here
+  /// would be replayed with its old value. Pure virtual, so that every
+  /// optimizer says what it bakes in; one whose step bakes in nothing visits
+  /// nothing. Called before every step: it should allocate nothing.
+  ///
+  /// Example (an optimizer with a host-side `temperature` of its own):
+  /// \code
+  ///   void baked_in_options(const torch::optim::OptimizerParamGroup& group,
+  ///                         BakedOptionVisitor visit) const override {
+  ///     lamp::optim::SGD::baked_in_options(group, visit);
+  ///     visit({"temperature", temperature_});
+  ///   }
+  /// \endcode
+  virtual void baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                                BakedOptionVisitor visit) const = 0;
+
   /// Changes whenever load() has replaced the optimizer's state tensors. A
   /// CUDA graph captured before keeps updating the tensors it was captured
   /// with, so lamp::TrainStep captures its step again when this changes.
@@ -108,6 +149,66 @@ class AmpStep {
   bool device_lr_enabled_ = false;
   uint64_t state_version_ = 0;
   std::map<std::pair<size_t, std::string>, torch::Tensor> device_lr_;
+};
+
+/// What lamp's SGD, Adam and AdamW share, written once: a torch::optim
+/// optimizer `Base` (its options, param groups, state and checkpoint format)
+/// whose step runs through an Implementation and takes GradScaler's state on
+/// the device (AmpStep). A derived optimizer writes its update
+/// (step_scaled()), what a captured step bakes in (baked_in_options()) and,
+/// where it keeps state of its own, save() and load(); step(),
+/// skips_on_device(), refresh_device_lr() and the implementation accessors
+/// come from here.
+///
+/// Example (the shape of lamp::optim::SGD):
+/// \code
+///   class MySgd : public lamp::optim::FusedOptimizer<torch::optim::SGD> {
+///    public:
+///     MySgd(std::vector<torch::Tensor> params,
+///           torch::optim::SGDOptions defaults)
+///         : FusedOptimizer(lamp::optim::Implementation::kAuto, "MySgd",
+///                          std::move(params), std::move(defaults)) {}
+///     void step_scaled(const torch::Tensor& grad_scale,
+///                      const torch::Tensor& found_inf) override;
+///     void baked_in_options(const torch::optim::OptimizerParamGroup& group,
+///                           BakedOptionVisitor visit) const override;
+///   };
+/// \endcode
+template <typename Base>
+class FusedOptimizer : public Base, public AmpStep {
+ public:
+  /// One update of every parameter with a gradient, through implementation()
+  /// (step_scaled() without a scale or an overflow flag). `closure`, if
+  /// given, runs first with grad mode on (as in torch::optim) and its loss is
+  /// returned; otherwise returns an undefined tensor.
+  torch::Tensor step(
+      torch::optim::Optimizer::LossClosure closure = nullptr) override;
+  /// Whether implementation() is kFused: the fused kernels take the scale and
+  /// the overflow flag on the device.
+  bool skips_on_device() const override;
+  void refresh_device_lr() override;
+
+  /// The implementation requested at construction.
+  Implementation requested_implementation() const { return implementation_; }
+  /// What step() runs for the current parameters (kAuto resolved). kFused
+  /// where the fused kernels do not apply is a TORCH_CHECK error naming the
+  /// optimizer, here and at the first step, not at construction: the
+  /// parameters may still move to their device.
+  Implementation implementation() const;
+
+ protected:
+  /// `Base(base_args...)` (which checks the options); `caller` names the
+  /// optimizer in errors ("lamp::optim::SGD").
+  template <typename... Args>
+  FusedOptimizer(Implementation implementation, const char* caller,
+                 Args&&... base_args)
+      : Base(std::forward<Args>(base_args)...),
+        implementation_(implementation),
+        caller_(caller) {}
+
+ private:
+  Implementation implementation_;
+  const char* caller_;
 };
 
 /// An optimizer by name, with its hyper-parameters: what the trainer
@@ -154,6 +255,11 @@ const std::vector<std::string>& optimizer_names();
 /// weight decay.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     std::vector<torch::Tensor> params, const OptimizerOptions& options);
+
+// Instantiated once, in src/optim/optimizer.cpp.
+extern template class FusedOptimizer<torch::optim::SGD>;
+extern template class FusedOptimizer<torch::optim::Adam>;
+extern template class FusedOptimizer<torch::optim::AdamW>;
 
 } // namespace optim
 } // namespace lamp

@@ -53,7 +53,7 @@ using FirstSteps = std::unordered_map<const c10::TensorImpl*,
 ///                        torch::optim::SGDOptions(0.1).momentum(0.9));
 ///   scaler.step(sgd);  // fused, skipped on the device on overflow
 /// \endcode
-class SGD : public torch::optim::SGD, public AmpStep {
+class SGD : public FusedOptimizer<torch::optim::SGD> {
  public:
   /// As torch::optim::SGD's constructor (which checks the options), plus the
   /// implementation of the step. kFused where the fused kernels do not apply
@@ -66,26 +66,17 @@ class SGD : public torch::optim::SGD, public AmpStep {
   SGD(std::vector<torch::Tensor> params, torch::optim::SGDOptions defaults,
       Implementation implementation = Implementation::kAuto);
 
-  /// One update of every parameter with a gradient, through implementation().
-  /// `closure`, if given, runs first with grad mode on (as in torch::optim)
-  /// and its loss is returned; otherwise returns an undefined tensor.
-  torch::Tensor step(LossClosure closure = nullptr) override;
-
   /// torch::optim::SGD's format, without the momentum buffers that no step
   /// has taken yet (see above; reads their device flags, a host sync).
   void save(torch::serialize::OutputArchive& archive) const override;
   /// Reads torch::optim::SGD's format (torch::optim::SGD's checkpoints too).
   void load(torch::serialize::InputArchive& archive) override;
 
-  bool skips_on_device() const override;
   void step_scaled(const torch::Tensor& grad_scale,
                    const torch::Tensor& found_inf) override;
-  void refresh_device_lr() override;
-
-  /// The implementation requested at construction.
-  Implementation requested_implementation() const { return implementation_; }
-  /// What step() runs for the current parameters (kAuto resolved).
-  Implementation implementation() const;
+  /// momentum, dampening, weight_decay and nesterov.
+  void baked_in_options(const torch::optim::OptimizerParamGroup& group,
+                        BakedOptionVisitor visit) const override;
 
  private:
   void run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
@@ -93,7 +84,6 @@ class SGD : public torch::optim::SGD, public AmpStep {
   // (a buffer that no step has taken is dropped), the map emptied.
   void settle_first_steps();
 
-  Implementation implementation_;
   // Momentum buffers made with dampening that may not have been taken yet:
   // parameter -> (parameter, flag: 1 until a step is taken).
   mutable detail::FirstSteps first_steps_;

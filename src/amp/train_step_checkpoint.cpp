@@ -1,0 +1,96 @@
+#include "lamp/amp/train_step.h"
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "amp/graph_step.h"
+#include "platform/archive.h"
+
+// TrainStep's checkpoint: save() and the all-or-nothing load().
+
+namespace lamp {
+
+void TrainStep::save(torch::serialize::OutputArchive& archive) const {
+  TORCH_CHECK(
+      micro_step_ == 0, "lamp::TrainStep::save: called after ", micro_step_,
+      " of ", options_.accumulation_steps(),
+      " accumulated micro-batches; the partial gradients would be lost. Save after the step() that ends the cycle.");
+  archive.write("precision", c10::IValue(to_string(options_.precision())));
+  torch::serialize::OutputArchive model_archive;
+  model_->save(model_archive);
+  archive.write("model", model_archive);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer_->save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  torch::serialize::OutputArchive scaler_archive;
+  scaler_.save(scaler_archive);
+  archive.write("scaler", scaler_archive);
+  if (master_) {
+    torch::serialize::OutputArchive master_archive;
+    master_->save(master_archive);
+    archive.write("master_weights", master_archive);
+  }
+}
+
+namespace {
+constexpr const char* kLoadCaller = "lamp::TrainStep::load";
+} // namespace
+
+void TrainStep::load(torch::serialize::InputArchive& archive) {
+  detail::InUseGuard in_use(in_use_, kLoadCaller);
+  // Every part is read and checked before the first is loaded: a refused
+  // checkpoint leaves model, optimizer, scaler and master weights as they
+  // were.
+  const auto precision = detail::read_string(archive, "precision", kLoadCaller);
+  TORCH_CHECK(
+      precision == to_string(options_.precision()),
+      "lamp::TrainStep::load: the checkpoint was saved with precision '",
+      precision, "' but this TrainStep uses '", to_string(options_.precision()),
+      "'; resume with the same precision.");
+  torch::serialize::InputArchive model_archive;
+  detail::read_archive(archive, "model", model_archive, kLoadCaller);
+  detail::check_module_archive(*model_, model_archive, "", kLoadCaller);
+  torch::serialize::InputArchive optimizer_archive;
+  detail::read_archive(archive, "optimizer", optimizer_archive, kLoadCaller);
+  detail::check_optimizer_archive(*optimizer_, optimizer_archive, param_names_,
+                                  kLoadCaller);
+  torch::serialize::InputArchive scaler_archive;
+  detail::read_archive(archive, "scaler", scaler_archive, kLoadCaller);
+  // A step without loss scaling saved with skip_non_finite off (lamp 0.3's
+  // default) has an empty scaler section; the skip-only scaler (a static
+  // scale of 1) then has nothing to restore.
+  c10::IValue saved_scale;
+  const bool load_scaler = scaler_archive.try_read("scale", saved_scale) ||
+                           policy_.loss_scaling ||
+                           options_.force_loss_scaling();
+  if (load_scaler) {
+    // A scaler with the same options runs all of load()'s checks.
+    GradScaler(scaler_.options()).load(scaler_archive);
+  }
+  torch::serialize::InputArchive master_archive;
+  if (master_) {
+    detail::read_archive(archive, "master_weights", master_archive,
+                         kLoadCaller);
+    master_->read(master_archive);
+  }
+
+  // Captured graphs hold the old parameters' and state's memory: each shape
+  // warms up and is captured again after a load.
+  if (graphs_) {
+    graphs_->clear();
+  }
+  micro_step_ = 0;
+  // The optimizer first: what its load may still refuse (an option of the
+  // wrong type) it refuses before changing anything.
+  optimizer_->load(optimizer_archive);
+  model_->load(model_archive);
+  if (load_scaler) {
+    scaler_.load(scaler_archive);
+  }
+  if (master_) {
+    master_->load(master_archive);
+  }
+}
+
+} // namespace lamp

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "lamp/amp/train_step.h"
-#include "lamp/models/batch_norm_relu.h"
 #include "lamp/models/registry.h"
 #include "lamp/models/resnet.h"
+#include "lamp/ops/batch_norm_relu.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
 #include "test_util.h"

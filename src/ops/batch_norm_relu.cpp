@@ -1,4 +1,4 @@
-#include "lamp/models/batch_norm_relu.h"
+#include "lamp/ops/batch_norm_relu.h"
 
 #include <ATen/Context.h>
 #include <torch/autograd.h>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <utility>
 
-#include "platform/cudnn_batch_norm.h"
+#include "ops/cudnn_batch_norm.h"
 
 namespace lamp {
 namespace ops {

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <string>
 
-#include "platform/cudnn_batch_norm.h"
+#include "ops/cudnn_batch_norm.h"
 
 namespace lamp {
 namespace detail {

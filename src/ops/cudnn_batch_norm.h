@@ -2,9 +2,9 @@
 
 // cuDNN's fused BatchNorm + activation (+ add) training kernels
 // (cudnnBatchNormalizationForwardTrainingEx / BackwardEx), for
-// lamp::ops::batch_norm_relu. Implemented in src/platform/cudnn_batch_norm.cpp
+// lamp::ops::batch_norm_relu. Implemented in src/ops/cudnn_batch_norm.cpp
 // when lamp is built against a CUDA LibTorch and cuDNN's headers were found;
-// src/platform/cudnn_batch_norm_none.cpp otherwise (refuses, with why).
+// src/ops/cudnn_batch_norm_none.cpp otherwise (refuses, with why).
 //
 // cuDNN's symbols are resolved at run time from the libcudnn that LibTorch
 // itself loaded, so lamp neither links cuDNN nor needs to find its library.

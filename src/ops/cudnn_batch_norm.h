@@ -17,6 +17,12 @@
 namespace lamp {
 namespace detail {
 
+/// How to turn the fusion off, for the fused path's errors: the programs' flag
+/// and the ResNets' option (the example.cli.message_flags test runs the
+/// programs with every flag that a message in src/ names).
+constexpr const char* kFusionOffAdvice =
+    "--fused-bn off in lamp's programs and lamp_bench, ResNetOptions::fused_batch_norm(false) for lamp's ResNets, or the stock ops in your own network";
+
 /// What the fused forward produces and its backward needs.
 struct FusedBatchNormForward {
   torch::Tensor output;      // relu(bn(x) [+ z]), x's dtype and layout

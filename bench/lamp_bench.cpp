@@ -196,7 +196,8 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   const int64_t allocated_before = lamp::allocated_device_memory(device);
   const int64_t reserved_before = lamp::reserved_device_memory(device);
   torch::manual_seed(0);
-  const auto model = lamp::models::make_model(c.model, 10, channels);
+  const auto model =
+      lamp::models::make_model(c.model, 10, channels, c.fused_bn == "on");
   const auto& module = model.module;
   const auto& forward = model.forward;
   module->to(device);
@@ -512,6 +513,5 @@ int main(int argc, char** argv) {
   if (status >= 0) {
     return status;
   }
-  lamp::ops::set_batch_norm_relu_fusion_enabled(c.fused_bn == "on");
   return lamp_examples::guarded_main("lamp_bench", [&] { return run(c); });
 }

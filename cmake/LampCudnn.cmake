@@ -1,5 +1,5 @@
 # lamp_find_cudnn_headers(): where cuDNN's headers are, for the fused
-# BatchNorm + ReLU kernels (src/platform/cudnn_batch_norm.cpp). Only headers:
+# BatchNorm + ReLU kernels (src/ops/cudnn_batch_norm.cpp). Only headers:
 # lamp calls the libcudnn that LibTorch loads, so it links nothing of cuDNN.
 #
 # Looked for, in order: LAMP_CUDNN_INCLUDE_DIR (a cache variable; set it to

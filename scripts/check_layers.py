@@ -15,14 +15,19 @@ import re
 import sys
 
 # The folders each folder may include, besides itself.
+# ops/ (fused kernels) stands beside optim/ and data/ on platform/ alone, so
+# that amp/ and everything above it may call a kernel, and a kernel never
+# depends on training policy.
 ALLOWED = {
     "platform": set(),
+    "ops": {"platform"},
     "optim": {"platform"},
-    "amp": {"platform", "optim"},
+    "amp": {"platform", "ops", "optim"},
     "distributed": {"platform", "amp"},
     "data": {"platform"},
-    "models": {"platform", "amp"},
-    "training": {"platform", "amp", "optim", "distributed", "data", "models"},
+    "models": {"platform", "ops", "amp"},
+    "training": {"platform", "ops", "amp", "optim", "distributed", "data",
+                 "models"},
 }
 # Top-level headers of include/lamp/ (the umbrella lamp.h, distributed.h and
 # version.h) belong to the layers they include: including one is an arrow to

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "lamp/amp/train_step.h"
-#include "lamp/models/batch_norm_relu.h"
 #include "lamp/models/registry.h"
 #include "lamp/models/resnet.h"
+#include "lamp/ops/batch_norm_relu.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
 #include "test_util.h"
@@ -262,12 +262,6 @@ TEST(BatchNormRelu, FallbackReasonNamesTheCondition) {
                                                        torch::Tensor(), true)
                 .find("running statistics"),
             std::string::npos);
-  lamp::ops::set_batch_norm_relu_fusion_enabled(false);
-  EXPECT_FALSE(lamp::ops::batch_norm_relu_fusion_enabled());
-  const auto off = reason(x, {}, w, true);
-  lamp::ops::set_batch_norm_relu_fusion_enabled(true);
-  EXPECT_NE(off.find("turned off"), std::string::npos) << off;
-  EXPECT_TRUE(lamp::ops::batch_norm_relu_fusion_enabled());
 }
 
 TEST(BatchNormRelu, ClearErrors) {
@@ -294,12 +288,19 @@ TEST(BatchNormRelu, ClearErrors) {
         lamp::ops::batch_norm_relu(torch::randn({1, 4, 1, 1}), bn);
       },
       "Expected more than 1 value per channel");
-  // Differentiable once.
+  // Differentiable once; the error names the switches that exist (the
+  // programs' flag is checked against their command line by
+  // example.cli.message_flags).
   auto input = x.clone().requires_grad_();
-  auto out = lamp::ops::batch_norm_relu(input, bn);
-  lamp_test::expect_error(
-      [&] { torch::autograd::grad({out.sum()}, {input}, {}, true, true); },
-      "differentiable once");
+  const auto message = lamp_test::error_of([&] {
+    auto out = lamp::ops::batch_norm_relu(input, bn);
+    torch::autograd::grad({out.sum()}, {input}, {}, true, true);
+  });
+  EXPECT_NE(message.find("differentiable once"), std::string::npos) << message;
+  EXPECT_NE(message.find("--fused-bn off"), std::string::npos) << message;
+  EXPECT_NE(message.find("ResNetOptions::fused_batch_norm(false)"),
+            std::string::npos)
+      << message;
 }
 
 // ResNets route every BatchNorm + ReLU (+ add) through lamp::ops when
@@ -341,6 +342,29 @@ TEST(BatchNormRelu, ResNetsUseTheFusedOpsWithTheSameNamesAndValues) {
       EXPECT_TRUE(BitEqual(item.value(), buffers[item.key()]));
     }
   }
+}
+
+// The programs and lamp_bench build their model with make_model and
+// --fused-bn's choice: off builds a network without a fused node, on (the
+// default) one whose every BatchNorm + ReLU is fused; "cnn" has no BatchNorm.
+TEST(BatchNormRelu, MakeModelBuildsTheFusionAsAsked) {
+  lamp::ops::detail::ScopedReferenceKernels scope;
+  const auto x = torch::randn({2, 3, 8, 8});
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused" : "stock");
+    auto model = lamp::models::make_model("resnet18", 10, 3, fused);
+    const auto resnet =
+        std::dynamic_pointer_cast<lamp::models::ResNetImpl>(model.module);
+    ASSERT_TRUE(resnet);
+    EXPECT_EQ(resnet->options().fused_batch_norm(), fused);
+    EXPECT_EQ(count_fused_nodes(model.forward(x)), fused ? 1 + 8 * 2 : 0);
+  }
+  EXPECT_TRUE(lamp::models::make_model("resnet18")
+                  .module->as<lamp::models::ResNetImpl>()
+                  ->options()
+                  .fused_batch_norm());
+  auto cnn = lamp::models::make_model("cnn", 10, 1, true);
+  EXPECT_EQ(count_fused_nodes(cnn.forward(torch::randn({2, 1, 28, 28}))), 0);
 }
 
 // ---------------------------------------------------------------------------

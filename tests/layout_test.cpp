@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lamp/models/relu_max_pool.h" // lamp 0.2's path, forwarding
 #include "lamp/version.h"
 
 namespace {
@@ -66,6 +67,16 @@ TEST(Layout, LampZeroOneHeaderPathsAreGone) {
                                   !__has_include("lamp/version.h")
 #error "lamp/lamp.h, lamp/distributed.h and lamp/version.h must stay"
 #endif
+
+// lamp 0.4 moved the fused ops to lamp/ops/; lamp 0.2's
+// lamp/models/relu_max_pool.h still declares them, until lamp 0.5.
+TEST(Layout, ModelsReluMaxPoolForwardsToOpsUntilZeroFive) {
+  torch::Tensor (*op)(const torch::Tensor&, int64_t) =
+      &lamp::ops::relu_max_pool2d;
+  EXPECT_NE(op, nullptr);
+  EXPECT_LT(LAMP_VERSION_NUMBER, 500)
+      << "lamp 0.5 removes the forwarding header lamp/models/relu_max_pool.h";
+}
 
 TEST(Version, LibraryIsTheVersionOfTheHeaders) {
   // A program compiled with one install's headers and linked with another's

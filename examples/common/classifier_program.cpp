@@ -46,10 +46,8 @@ void check_before_training(const ProgramConfig& config, const RunSpec& spec,
   }
 }
 
-// The process-wide switches the flags set: cuDNN's, the BatchNorm fusion
-// and the seed.
+// The process-wide switches the flags set: cuDNN's and the seed.
 void apply_process_settings(const ProgramConfig& config) {
-  lamp::ops::set_batch_norm_relu_fusion_enabled(config.fused_bn == "on");
   lamp::set_cudnn_benchmark(config.cudnn_benchmark);
   lamp::set_cudnn_benchmark_limit(
       static_cast<int>(config.cudnn_benchmark_limit));
@@ -59,7 +57,7 @@ void apply_process_settings(const ProgramConfig& config) {
 // The model on `device`, in the memory format and precision of the flags.
 BuiltModel build_model(const ProgramConfig& config, const RunSpec& spec,
                        torch::Device device, lamp::Precision precision) {
-  auto model = spec.make_model(config.model);
+  auto model = spec.make_model(config.model, config.fused_bn == "on");
   model.module->to(device);
   if (config.channels_last) {
     lamp::models::to_channels_last(*model.module);

@@ -22,7 +22,9 @@ struct RunSpec {
   std::string program; // for messages
   lamp::data::Dataset train;
   lamp::data::Dataset test;
-  std::function<BuiltModel(const std::string& name)> make_model;
+  /// The model named by --model, with --fused-bn's choice for the ResNets.
+  std::function<BuiltModel(const std::string& name, bool fused_batch_norm)>
+      make_model;
   std::vector<double> mean, std;
   /// The files the data was read from: no output may overwrite them.
   std::vector<std::string> data_files;

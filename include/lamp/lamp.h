@@ -3,8 +3,9 @@
 /// \file
 /// Everything lamp offers, in namespace `lamp`. The folders are its layers,
 /// each using only those below it: platform/ (backends, device queries,
-/// checkpoint files), amp/ (the mixed-precision core) with optim/, then
-/// distributed/, data/ and models/, and training/ on top.
+/// checkpoint files), ops/ (fused kernels) and optim/, amp/ (the
+/// mixed-precision core), then distributed/, data/ and models/, and
+/// training/ on top.
 
 #include "lamp/amp/autocast.h"
 #include "lamp/amp/grad_scaler.h"
@@ -19,13 +20,13 @@
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
 #include "lamp/distributed.h"
-#include "lamp/models/batch_norm_relu.h"
 #include "lamp/models/flops.h"
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/models/registry.h"
-#include "lamp/models/relu_max_pool.h"
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
+#include "lamp/ops/batch_norm_relu.h"
+#include "lamp/ops/relu_max_pool.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/clip.h"
 #include "lamp/optim/optimizer.h"

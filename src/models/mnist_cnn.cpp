@@ -2,7 +2,7 @@
 
 #include <torch/types.h>
 
-#include "lamp/models/relu_max_pool.h"
+#include "lamp/ops/relu_max_pool.h"
 
 namespace lamp {
 namespace models {
@@ -30,7 +30,7 @@ torch::Tensor MnistCNNImpl::forward(torch::Tensor x) {
                   x.size(3) == 28,
               "lamp::models::MnistCNN: input must be [N, ", in_channels_,
               ", 28, 28], got ", x.sizes(), ".");
-  // relu then max_pool2d, fused (lamp/models/relu_max_pool.h): the same values
+  // relu then max_pool2d, fused (lamp/ops/relu_max_pool.h): the same values
   // and gradients in one pass over each activation.
   auto out = ops::relu_max_pool2d(conv1->forward(x), 2);
   out = ops::relu_max_pool2d(conv2->forward(out), 2);

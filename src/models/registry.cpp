@@ -34,14 +34,15 @@ void check_model_name(const std::string& name, const std::string& caller) {
 }
 
 NamedModel make_model(const std::string& name, int64_t num_classes,
-                      int64_t in_channels) {
+                      int64_t in_channels, bool fused_batch_norm) {
   check_model_name(name, "lamp::models::make_model");
   if (name == "cnn") {
     MnistCNN net(num_classes, in_channels);
     return {net.ptr(),
             [net](const torch::Tensor& x) mutable { return net->forward(x); }};
   }
-  auto net = make_resnet(name, num_classes, in_channels);
+  ResNet net(resnet_options(name, num_classes, in_channels)
+                 .fused_batch_norm(fused_batch_norm));
   return {net.ptr(),
           [net](const torch::Tensor& x) mutable { return net->forward(x); }};
 }

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <utility>
 
-#include "lamp/models/batch_norm_relu.h"
+#include "lamp/ops/batch_norm_relu.h"
 #include "lamp/platform/parameters.h"
 
 namespace lamp {

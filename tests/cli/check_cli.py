@@ -6,6 +6,12 @@
                                           PAGE (docs/programs.md), under its
                                           "Flags" heading, lists exactly the
                                           flags of the programs' --help
+  check_cli.py message-flags SRC_DIR PROGRAM...
+                                          every --flag that a message of the
+                                          library (a string literal under
+                                          SRC_DIR) names is a flag of the
+                                          programs, and its value there
+                                          ("--fused-bn off") one they accept
   check_cli.py logs TRAIN_MNIST DATA_DIR WORK_DIR
                                           --log-every lines, the JSON log's
                                           run/step/epoch records
@@ -209,6 +215,63 @@ def flag_table(page, programs):
         fail(f"{name}'s flag table and --help differ: not in the table "
              f"{missing}, not in --help {extra}")
     print(f"  {len(flags)} flags, the same in {name} and --help")
+
+
+# Flags of other programs that lamp's messages name: torchrun's.
+NOT_OURS = {"--master-port", "--nnodes", "--nproc-per-node"}
+
+
+def flags_taking_values(program):
+    """The flags whose --help line shows a value (CLI11: "--flag TEXT ...")."""
+    r = run([program, "--help"])
+    return set(re.findall(r"^\s+(?:-\w,)?(--[a-z0-9-]+)[ =][A-Z]", r.stdout,
+                          re.M))
+
+
+def named_flags(src):
+    """{(flag, value or ""): "file:line"} for each --flag in a string literal
+    of the C++ sources under src (comments left out)."""
+    literal = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+    flag = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?: ([a-z0-9][a-z0-9.-]*))?")
+    named = {}
+    for root, _, files in sorted(os.walk(src)):
+        for name in sorted(files):
+            if not name.endswith((".cpp", ".h")):
+                continue
+            path = os.path.join(root, name)
+            with open(path, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    if line.lstrip().startswith("//"):
+                        continue
+                    for text in literal.findall(line):
+                        for found in flag.findall(text):
+                            if found[0] not in NOT_OURS:
+                                named.setdefault(
+                                    found, f"{os.path.relpath(path, src)}:{number}")
+    return named
+
+
+def message_flags(src, programs):
+    named = named_flags(src)
+    if not named:
+        fail(f"no message under {src} names a flag; is {src} lamp's src/?")
+    helps = {p: help_flags(p) for p in programs}
+    valued = {p: flags_taking_values(p) for p in programs}
+    for (flag, value), where in sorted(named.items()):
+        having = [p for p in programs if flag in helps[p]]
+        if not having:
+            fail(f"{where} names {flag}, which none of the programs has")
+        for program in having:
+            if not value or flag not in valued[program]:
+                continue
+            # CLI11 checks the values before it answers --help.
+            r = run([program, flag, value, "--help"])
+            if r.returncode != 0:
+                fail(f"{where} names '{flag} {value}', which "
+                     f"{os.path.basename(program)} refuses: "
+                     f"{r.stderr.strip()}")
+        print(f"  {where}: {flag} {value}".rstrip() + " exists in " +
+              ", ".join(os.path.basename(p) for p in having))
 
 
 def read_records(path):
@@ -768,6 +831,8 @@ def main(argv):
         conventions(args)
     elif what == "flag-table":
         flag_table(args[0], args[1:])
+    elif what == "message-flags":
+        message_flags(args[0], args[1:])
     elif what in checks:
         checks[what](*args)
     else:

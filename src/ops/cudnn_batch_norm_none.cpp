@@ -2,7 +2,7 @@
 // without CUDA, or cuDNN's headers not found at configure time
 // (CMakeLists.txt). lamp::ops::batch_norm_relu then always runs the stock
 // composition; these say why.
-#include "platform/cudnn_batch_norm.h"
+#include "ops/cudnn_batch_norm.h"
 
 namespace lamp {
 namespace detail {

@@ -16,6 +16,11 @@
 /// the same checkpoints, the same network_to_half() (BatchNorm stays FP32)
 /// and the same precision report.
 ///
+/// There is no process-wide switch: the caller chooses per call site, by
+/// calling these or the stock ops (lamp's ResNets:
+/// ResNetOptions::fused_batch_norm; the programs and lamp_bench:
+/// `--fused-bn off`).
+///
 /// Example (a residual block's tail):
 /// \code
 ///   auto out = lamp::ops::batch_norm_relu(conv1->forward(x), bn1);
@@ -32,7 +37,7 @@ namespace lamp {
 namespace ops {
 
 /// `torch::relu(bn->forward(input))`, fused where it can be (see
-/// batch_norm_relu_fusion()). Training mode updates `bn`'s running
+/// batch_norm_relu_fallback_reason()). Training mode updates `bn`'s running
 /// statistics and `num_batches_tracked` exactly as bn->forward() does (the
 /// momentum, or the cumulative average when momentum is unset; eps).
 /// `input` is [N, C, H, W] with C = bn's num_features.
@@ -87,16 +92,6 @@ std::string batch_norm_relu_fallback_reason(const torch::Tensor& input,
 /// cuDNN headers, and cuDNN's library loaded. When it cannot, `why` (if
 /// given) says why.
 bool batch_norm_relu_fusion_built(std::string* why = nullptr);
-
-/// Turns the fused path off (false) or on (true, the default) for the whole
-/// process: with it off, the functions above run the stock composition
-/// everywhere. For comparisons and for working around a cuDNN problem;
-/// models have their own option (ResNetOptions::fused_batch_norm).
-void set_batch_norm_relu_fusion_enabled(bool enabled);
-
-/// Whether the fused path is enabled for the process (see
-/// set_batch_norm_relu_fusion_enabled()).
-bool batch_norm_relu_fusion_enabled();
 
 namespace detail {
 

@@ -1,4 +1,4 @@
-#include "lamp/models/relu_max_pool.h"
+#include "lamp/ops/relu_max_pool.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>

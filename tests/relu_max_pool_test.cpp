@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "lamp/models/mnist_cnn.h"
-#include "lamp/models/relu_max_pool.h"
+#include "lamp/ops/relu_max_pool.h"
 #include "lamp/platform/backends.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "lamp/models/batch_norm_relu.h"
+#include "lamp/ops/batch_norm_relu.h"
 
 #include <ATen/Context.h>
 #include <torch/autograd.h>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <utility>
 
-#include "platform/cudnn_batch_norm.h"
+#include "ops/cudnn_batch_norm.h"
 
 namespace lamp {
 namespace ops {
@@ -18,7 +18,6 @@ namespace {
 
 constexpr const char* kWho = "lamp::ops::batch_norm_relu";
 
-std::atomic<bool> fusion_enabled{true};
 // Set by detail::ScopedReferenceKernels (tests), read on every call.
 std::atomic<bool> reference_kernels{false};
 
@@ -122,7 +121,8 @@ lamp::detail::FusedBatchNormBackward fused_backward(
     const torch::autograd::variable_list& grad_outputs) {
   TORCH_CHECK(
       !torch::GradMode::is_enabled(), kWho,
-      ": the fused BatchNorm + ReLU is differentiable once: its backward cannot build a graph for higher-order gradients (backward/grad with create_graph=true). Turn the fusion off (lamp::ops::set_batch_norm_relu_fusion_enabled(false), or ResNetOptions::fused_batch_norm(false)) where you need them.");
+      ": the fused BatchNorm + ReLU is differentiable once: its backward cannot build a graph for higher-order gradients (backward/grad with create_graph=true). Turn the fusion off where you need them: ",
+      lamp::detail::kFusionOffAdvice, ".");
   const auto saved = ctx->get_saved_variables();
   const auto& input = saved[0];
   const bool has_residual = saved[1].defined();
@@ -349,9 +349,6 @@ std::string batch_norm_relu_fallback_reason(const torch::Tensor& input,
                                             bool training) {
   // Runs on every call: the strings are built only for a reason to give.
   const bool reference = reference_kernels.load();
-  if (!fusion_enabled.load()) {
-    return "the fusion is turned off (set_batch_norm_relu_fusion_enabled).";
-  }
   if (!reference) {
     std::string built;
     if (!batch_norm_relu_fusion_built(&built)) {
@@ -406,14 +403,6 @@ bool batch_norm_relu_fusion_built(std::string* why) {
     *why = reason;
   }
   return reason.empty();
-}
-
-void set_batch_norm_relu_fusion_enabled(bool enabled) {
-  fusion_enabled.store(enabled);
-}
-
-bool batch_norm_relu_fusion_enabled() {
-  return fusion_enabled.load();
 }
 
 namespace detail {

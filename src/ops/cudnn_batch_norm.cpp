@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <string>
 
-#include "platform/cudnn_batch_norm.h"
+#include "ops/cudnn_batch_norm.h"
 
 namespace lamp {
 namespace detail {
@@ -99,10 +99,8 @@ const Cudnn& cudnn() {
 void check(cudnnStatus_t status, const char* call) {
   TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, kWho, ": ", call,
               " failed: ", cudnn().error_string(status),
-              ". Turn the fusion off (ResNetOptions::fused_batch_norm(false), "
-              "--no-fused-bn, or "
-              "lamp::ops::set_batch_norm_relu_fusion_enabled(false)) to run "
-              "the stock ops.");
+              ". To run the stock ops, turn the fusion off: ", kFusionOffAdvice,
+              ".");
 }
 
 // A cuDNN descriptor, destroyed with its scope.

@@ -2,9 +2,9 @@
 
 // cuDNN's fused BatchNorm + activation (+ add) training kernels
 // (cudnnBatchNormalizationForwardTrainingEx / BackwardEx), for
-// lamp::ops::batch_norm_relu. Implemented in src/platform/cudnn_batch_norm.cpp
+// lamp::ops::batch_norm_relu. Implemented in src/ops/cudnn_batch_norm.cpp
 // when lamp is built against a CUDA LibTorch and cuDNN's headers were found;
-// src/platform/cudnn_batch_norm_none.cpp otherwise (refuses, with why).
+// src/ops/cudnn_batch_norm_none.cpp otherwise (refuses, with why).
 //
 // cuDNN's symbols are resolved at run time from the libcudnn that LibTorch
 // itself loaded, so lamp neither links cuDNN nor needs to find its library.
@@ -16,6 +16,12 @@
 
 namespace lamp {
 namespace detail {
+
+/// How to turn the fusion off, for the fused path's errors: the programs' flag
+/// and the ResNets' option (the example.cli.message_flags test runs the
+/// programs with every flag that a message in src/ names).
+constexpr const char* kFusionOffAdvice =
+    "--fused-bn off in lamp's programs and lamp_bench, ResNetOptions::fused_batch_norm(false) for lamp's ResNets, or the stock ops in your own network";
 
 /// What the fused forward produces and its backward needs.
 struct FusedBatchNormForward {

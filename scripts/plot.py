@@ -476,29 +476,10 @@ def plot_logs(paths, out_dir, title):
                         scale=100.0, subset_marks=True)
     written.append(save(plt, fig, ax, out("accuracy.png")))
 
-    unscaled = [run.label for run in runs if run.epochs and
-                not scales_loss(run)]
-    if len(unscaled) == len([run for run in runs if run.epochs]):
-        print("plot.py: note: no loss-scale chart: no run scales its loss "
-              "(%s: scale 1 throughout; only amp and half scale it)" %
-              ", ".join(unscaled), file=sys.stderr)
-    else:
-        fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each "
-                               "epoch", "loss scale (log scale)", log=True,
-                               subtitle=subtitle)
-        for i, run in enumerate(runs):
-            if run.epochs and scales_loss(run):
-                plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
-                            positive=True)
-        if unscaled:
-            left_out = "not drawn (no loss scaling, scale 1): " + \
-                ", ".join(unscaled)
-            ax.annotate(left_out, (0.01, 0.01), xycoords="figure fraction",
-                        fontsize="small", color="dimgray")
-            print("plot.py: note: the loss-scale chart leaves out %s (no "
-                  "loss scaling: scale 1 throughout)" % ", ".join(unscaled),
-                  file=sys.stderr)
-        written.append(save(plt, fig, ax, out("loss-scale.png")))
+    chart = plot_loss_scale(plt, runs, color, prefix, subtitle,
+                            out("loss-scale.png"))
+    if chart:
+        written.append(chart)
 
     if any(run.steps for run in runs):
         fig, ax = epoch_figure(plt, prefix + "training loss per logged step",
@@ -525,6 +506,35 @@ def plot_logs(paths, out_dir, title):
         written.append(plot_throughput(plt, members, unit, color,
                                        prefix, subtitle, out(name)))
     return written
+
+
+def plot_loss_scale(plt, runs, color, prefix, subtitle, path):
+    """The loss scale per epoch of the runs that scale the loss; the others
+    are named on the chart and on stderr. None (no chart) where no run
+    scales its loss."""
+    unscaled = [run.label for run in runs if run.epochs and
+                not scales_loss(run)]
+    if len(unscaled) == len([run for run in runs if run.epochs]):
+        print("plot.py: note: no loss-scale chart: no run scales its loss "
+              "(%s: scale 1 throughout; only amp and half scale it)" %
+              ", ".join(unscaled), file=sys.stderr)
+        return None
+    fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each "
+                           "epoch", "loss scale (log scale)", log=True,
+                           subtitle=subtitle)
+    for i, run in enumerate(runs):
+        if run.epochs and scales_loss(run):
+            plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
+                        positive=True)
+    if unscaled:
+        ax.annotate("not drawn (no loss scaling, scale 1): " +
+                    ", ".join(unscaled), (0.01, 0.01),
+                    xycoords="figure fraction", fontsize="small",
+                    color="dimgray")
+        print("plot.py: note: the loss-scale chart leaves out %s (no "
+              "loss scaling: scale 1 throughout)" % ", ".join(unscaled),
+              file=sys.stderr)
+    return save(plt, fig, ax, path)
 
 
 def plot_throughput(plt, members, unit, color, prefix, subtitle, path):

@@ -335,9 +335,10 @@ def context(runs):
 
 
 def step_style(i):
-    """Line style and marker of the i-th run in the step charts."""
+    """Line style, width and marker of the i-th run in the step charts."""
     return dict(linestyle=LINE_STYLES[i % len(LINE_STYLES)],
-                marker=MARKERS[i % len(MARKERS)], markersize=4)
+                linewidth=line_width(i), marker=MARKERS[i % len(MARKERS)],
+                markersize=4)
 
 
 def mark_epochs(ax, runs):
@@ -358,14 +359,20 @@ def mark_epochs(ax, runs):
             return
 
 
+def line_width(i):
+    """Earlier runs drawn wider, so that a later run's curve on top of the
+    same values (fp32 and amp-bf16 train alike) leaves them visible."""
+    return max(1.5, 4.0 - 1.0 * i)
+
+
 def plot_epochs(ax, run, y, style, color, label, scale=1.0, positive=False,
-                subset_marks=False):
+                subset_marks=False, width=1.8):
     """One run's curve per epoch: partial epochs hollow, test metrics over
     a subset of the test set (subset_marks) crossed."""
     xs, ys, partial = epoch_series(run.epochs, y, scale)
     if positive:
         ys = [v if v > 0 else math.nan for v in ys]  # no log of 0
-    ax.plot(xs, ys, style, color=color, label=label)
+    ax.plot(xs, ys, style, color=color, label=label, linewidth=width)
     hollow = [(x, v) for x, v, p in zip(xs, ys, partial) if p]
     if hollow:
         ax.plot(*zip(*hollow), style[0], color=color, markerfacecolor="white",
@@ -463,9 +470,10 @@ def plot_logs(paths, out_dir, title):
     for i, run in enumerate(runs):
         if run.epochs:
             plot_epochs(ax, run, "train_loss", "o-", color(i),
-                        run.label + ", train")
+                        run.label + ", train", width=line_width(i))
             plot_epochs(ax, run, "test_loss", "s--", color(i),
-                        run.label + ", test", subset_marks=True)
+                        run.label + ", test", subset_marks=True,
+                        width=line_width(i))
     written.append(save(plt, fig, ax, out("loss.png")))
 
     fig, ax = epoch_figure(plt, prefix + "test accuracy per epoch",
@@ -473,7 +481,7 @@ def plot_logs(paths, out_dir, title):
     for i, run in enumerate(runs):
         if run.epochs:
             plot_epochs(ax, run, "test_accuracy", "o-", color(i), run.label,
-                        scale=100.0, subset_marks=True)
+                        scale=100.0, subset_marks=True, width=line_width(i))
     written.append(save(plt, fig, ax, out("accuracy.png")))
 
     chart = plot_loss_scale(plt, runs, color, prefix, subtitle,
@@ -525,7 +533,7 @@ def plot_loss_scale(plt, runs, color, prefix, subtitle, path):
     for i, run in enumerate(runs):
         if run.epochs and scales_loss(run):
             plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
-                        positive=True)
+                        positive=True, width=line_width(i))
     if unscaled:
         ax.annotate("not drawn (no loss scaling, scale 1): " +
                     ", ".join(unscaled), (0.01, 0.01),

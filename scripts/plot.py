@@ -335,9 +335,10 @@ def context(runs):
 
 
 def step_style(i):
-    """Line style and marker of the i-th run in the step charts."""
+    """Line style, width and marker of the i-th run in the step charts."""
     return dict(linestyle=LINE_STYLES[i % len(LINE_STYLES)],
-                marker=MARKERS[i % len(MARKERS)], markersize=4)
+                linewidth=line_width(i), marker=MARKERS[i % len(MARKERS)],
+                markersize=4)
 
 
 def mark_epochs(ax, runs):
@@ -358,14 +359,20 @@ def mark_epochs(ax, runs):
             return
 
 
+def line_width(i):
+    """Earlier runs drawn wider, so that a later run's curve on top of the
+    same values (fp32 and amp-bf16 train alike) leaves them visible."""
+    return max(1.5, 4.0 - 1.0 * i)
+
+
 def plot_epochs(ax, run, y, style, color, label, scale=1.0, positive=False,
-                subset_marks=False):
+                subset_marks=False, width=1.8):
     """One run's curve per epoch: partial epochs hollow, test metrics over
     a subset of the test set (subset_marks) crossed."""
     xs, ys, partial = epoch_series(run.epochs, y, scale)
     if positive:
         ys = [v if v > 0 else math.nan for v in ys]  # no log of 0
-    ax.plot(xs, ys, style, color=color, label=label)
+    ax.plot(xs, ys, style, color=color, label=label, linewidth=width)
     hollow = [(x, v) for x, v, p in zip(xs, ys, partial) if p]
     if hollow:
         ax.plot(*zip(*hollow), style[0], color=color, markerfacecolor="white",
@@ -463,9 +470,10 @@ def plot_logs(paths, out_dir, title):
     for i, run in enumerate(runs):
         if run.epochs:
             plot_epochs(ax, run, "train_loss", "o-", color(i),
-                        run.label + ", train")
+                        run.label + ", train", width=line_width(i))
             plot_epochs(ax, run, "test_loss", "s--", color(i),
-                        run.label + ", test", subset_marks=True)
+                        run.label + ", test", subset_marks=True,
+                        width=line_width(i))
     written.append(save(plt, fig, ax, out("loss.png")))
 
     fig, ax = epoch_figure(plt, prefix + "test accuracy per epoch",
@@ -473,32 +481,13 @@ def plot_logs(paths, out_dir, title):
     for i, run in enumerate(runs):
         if run.epochs:
             plot_epochs(ax, run, "test_accuracy", "o-", color(i), run.label,
-                        scale=100.0, subset_marks=True)
+                        scale=100.0, subset_marks=True, width=line_width(i))
     written.append(save(plt, fig, ax, out("accuracy.png")))
 
-    unscaled = [run.label for run in runs if run.epochs and
-                not scales_loss(run)]
-    if len(unscaled) == len([run for run in runs if run.epochs]):
-        print("plot.py: note: no loss-scale chart: no run scales its loss "
-              "(%s: scale 1 throughout; only amp and half scale it)" %
-              ", ".join(unscaled), file=sys.stderr)
-    else:
-        fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each "
-                               "epoch", "loss scale (log scale)", log=True,
-                               subtitle=subtitle)
-        for i, run in enumerate(runs):
-            if run.epochs and scales_loss(run):
-                plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
-                            positive=True)
-        if unscaled:
-            left_out = "not drawn (no loss scaling, scale 1): " + \
-                ", ".join(unscaled)
-            ax.annotate(left_out, (0.01, 0.01), xycoords="figure fraction",
-                        fontsize="small", color="dimgray")
-            print("plot.py: note: the loss-scale chart leaves out %s (no "
-                  "loss scaling: scale 1 throughout)" % ", ".join(unscaled),
-                  file=sys.stderr)
-        written.append(save(plt, fig, ax, out("loss-scale.png")))
+    chart = plot_loss_scale(plt, runs, color, prefix, subtitle,
+                            out("loss-scale.png"))
+    if chart:
+        written.append(chart)
 
     if any(run.steps for run in runs):
         fig, ax = epoch_figure(plt, prefix + "training loss per logged step",
@@ -525,6 +514,35 @@ def plot_logs(paths, out_dir, title):
         written.append(plot_throughput(plt, members, unit, color,
                                        prefix, subtitle, out(name)))
     return written
+
+
+def plot_loss_scale(plt, runs, color, prefix, subtitle, path):
+    """The loss scale per epoch of the runs that scale the loss; the others
+    are named on the chart and on stderr. None (no chart) where no run
+    scales its loss."""
+    unscaled = [run.label for run in runs if run.epochs and
+                not scales_loss(run)]
+    if len(unscaled) == len([run for run in runs if run.epochs]):
+        print("plot.py: note: no loss-scale chart: no run scales its loss "
+              "(%s: scale 1 throughout; only amp and half scale it)" %
+              ", ".join(unscaled), file=sys.stderr)
+        return None
+    fig, ax = epoch_figure(plt, prefix + "loss scale at the end of each "
+                           "epoch", "loss scale (log scale)", log=True,
+                           subtitle=subtitle)
+    for i, run in enumerate(runs):
+        if run.epochs and scales_loss(run):
+            plot_epochs(ax, run, "loss_scale", "o-", color(i), run.label,
+                        positive=True, width=line_width(i))
+    if unscaled:
+        ax.annotate("not drawn (no loss scaling, scale 1): " +
+                    ", ".join(unscaled), (0.01, 0.01),
+                    xycoords="figure fraction", fontsize="small",
+                    color="dimgray")
+        print("plot.py: note: the loss-scale chart leaves out %s (no "
+              "loss scaling: scale 1 throughout)" % ", ".join(unscaled),
+              file=sys.stderr)
+    return save(plt, fig, ax, path)
 
 
 def plot_throughput(plt, members, unit, color, prefix, subtitle, path):

@@ -50,7 +50,7 @@ struct ProgramConfig {
   std::string log_json;
   int64_t max_steps = 0;
   int64_t limit_eval_batches = 0; // 0 = the whole test set
-  int64_t log_every = 50; // 0 = no step records; lines every 30 s off a terminal
+  int64_t log_every = 50; // 0: no step records, timed lines off a terminal
   bool progress = true;
   bool report_precision = false;
   bool check_numerics = false;

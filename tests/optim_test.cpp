@@ -636,10 +636,10 @@ TEST(Optim, ParamGroupsKeepTheirExplicitOptionsOnEveryLibTorch) {
     const auto defaults =
         torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.5);
     lamp::optim::SGD sgd(
-        groups_of(w, b,
-                  std::make_unique<torch::optim::SGDOptions>(
-                      torch::optim::SGDOptions(0.1).momentum(0.0).weight_decay(
-                          0.0))),
+        groups_of(
+            w, b,
+            std::make_unique<torch::optim::SGDOptions>(
+                torch::optim::SGDOptions(0.1).momentum(0.0).weight_decay(0.0))),
         defaults);
     const auto& own = static_cast<const torch::optim::SGDOptions&>(
         sgd.param_groups()[1].options());

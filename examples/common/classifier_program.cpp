@@ -401,10 +401,10 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
     const int64_t last_written =
         train(config, spec.program, trainer, progress, log.get(), main_rank);
     if (trainer.stop_point().stopped) {
-      return main_rank ? report_interruption(config, spec.program, trainer,
-                                             progress, log.get(), last_written,
-                                             stop_signal())
-                       : 128 + stop_signal();
+      return main_rank
+                 ? report_interruption(config, spec.program, trainer, progress,
+                                       log.get(), last_written, stop_signal())
+                 : 128 + stop_signal();
     }
     if (!config.export_state_dict.empty() && main_rank) {
       export_weights(config, model, trainer);

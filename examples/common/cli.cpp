@@ -7,6 +7,7 @@
 #include <lamp/version.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -14,7 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <algorithm>
 #include <limits>
 
 namespace lamp_examples {

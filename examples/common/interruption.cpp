@@ -31,7 +31,8 @@ int64_t saved_epoch(const ProgramConfig& config,
 
 // The command line that continues the run from `from`: this one, with
 // --resume FROM in place of any --resume it had.
-std::string resume_command(const ProgramConfig& config, const std::string& from) {
+std::string resume_command(const ProgramConfig& config,
+                           const std::string& from) {
   std::vector<std::string> args;
   const auto& line = config.command_line;
   for (size_t i = 0; i < line.size(); ++i) {
@@ -58,8 +59,8 @@ std::string where_stopped(const lamp::training::StopPoint& stop) {
   if (stop.steps == 0) {
     return "before epoch " + epoch + " began";
   }
-  return "in epoch " + epoch + " after " + std::to_string(stop.steps) +
-         " of " + std::to_string(stop.steps_in_epoch) + " steps";
+  return "in epoch " + epoch + " after " + std::to_string(stop.steps) + " of " +
+         std::to_string(stop.steps_in_epoch) + " steps";
 }
 
 } // namespace
@@ -69,8 +70,9 @@ std::string shell_command(const std::vector<std::string>& args) {
   for (const auto& arg : args) {
     const bool plain =
         !arg.empty() &&
-        arg.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                              "0123456789_./=:,+-@%") == std::string::npos;
+        arg.find_first_not_of(
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+            "0123456789_./=:,+-@%") == std::string::npos;
     std::string quoted = "'";
     for (const char c : arg) {
       quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -101,15 +103,17 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
   } else if (config.checkpoint.empty()) {
     what = "nothing was saved (no --checkpoint)";
   } else {
-    what = "no epoch was completed, so " + config.checkpoint +
-           " was not written";
+    what =
+        "no epoch was completed, so " + config.checkpoint + " was not written";
   }
   const std::string next =
-      from.empty() ? "run the command again to start over" +
-                         std::string(config.checkpoint.empty()
-                                         ? " (with --checkpoint PATH to be able to resume)"
-                                         : "")
-                   : "continue with: " + resume_command(config, from);
+      from.empty()
+          ? "run the command again to start over" +
+                std::string(
+                    config.checkpoint.empty()
+                        ? " (with --checkpoint PATH to be able to resume)"
+                        : "")
+          : "continue with: " + resume_command(config, from);
   if (log) {
     log->write_interrupted(
         {{"signal", signal_name(signal)},

@@ -31,9 +31,9 @@ CLI::Validator lightning_precision_names() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
         static const std::vector<std::pair<std::string, std::string>> names = {
-            {"16-mixed", "amp"},  {"bf16-mixed", "amp-bf16"},
-            {"16-true", "half"},  {"bf16-true", "bf16"},
-            {"32-true", "fp32"},  {"32", "fp32"}};
+            {"16-mixed", "amp"}, {"bf16-mixed", "amp-bf16"},
+            {"16-true", "half"}, {"bf16-true", "bf16"},
+            {"32-true", "fp32"}, {"32", "fp32"}};
         for (const auto& name : names) {
           if (text == name.first) {
             text = name.second;

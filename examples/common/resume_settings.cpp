@@ -43,15 +43,14 @@ void parse(const std::string& text, bool& value) {
 template <typename T>
 StoredFlag field(const char* key, const char* flag, T ProgramConfig::*member,
                  bool at_least = false) {
-  return {key, flag, std::is_same<T, bool>::value,
-          [member](ProgramConfig& c, const std::string& v) {
-            parse(v, c.*member);
-          },
-          [member, at_least](const ProgramConfig& c, const std::string& v) {
-            T stored{};
-            parse(v, stored);
-            return c.*member == stored || (at_least && stored < c.*member);
-          }};
+  return {
+      key, flag, std::is_same<T, bool>::value,
+      [member](ProgramConfig& c, const std::string& v) { parse(v, c.*member); },
+      [member, at_least](const ProgramConfig& c, const std::string& v) {
+        T stored{};
+        parse(v, stored);
+        return c.*member == stored || (at_least && stored < c.*member);
+      }};
 }
 
 // The mode --precision (or --fp16) names, as checkpoints store it; "auto"
@@ -127,7 +126,8 @@ void apply_resume_settings(const CLI::App& app, ProgramConfig& config) {
   if (config.resume.empty()) {
     return;
   }
-  const auto checkpoint = lamp::training::read_checkpoint_settings(config.resume);
+  const auto checkpoint =
+      lamp::training::read_checkpoint_settings(config.resume);
   auto stored = checkpoint.settings;
   stored.push_back({"model_name", checkpoint.model_name});
   std::string differences, fix;
@@ -139,11 +139,11 @@ void apply_resume_settings(const CLI::App& app, ProgramConfig& config) {
       if (given_count(app, flag.flag) == 0) {
         flag.set(config, setting.value);
       } else if (!flag.same(config, setting.value)) {
-        differences += std::string(differences.empty() ? "" : "; ") +
-                       flag.flag + " " +
-                       (flag.is_switch ? (setting.value == "true" ? "on" : "off")
-                                       : setting.value) +
-                       " there, " + given_text(app, flag) + " here";
+        differences +=
+            std::string(differences.empty() ? "" : "; ") + flag.flag + " " +
+            (flag.is_switch ? (setting.value == "true" ? "on" : "off")
+                            : setting.value) +
+            " there, " + given_text(app, flag) + " here";
         fix += (fix.empty() ? "" : " ") + stored_flag_text(flag, setting.value);
       }
     }
@@ -155,7 +155,8 @@ void apply_resume_settings(const CLI::App& app, ProgramConfig& config) {
       ". A resumed run continues the same schedule and data order: leave "
       "these flags out (--resume alone takes the checkpoint's values) or "
       "resume with ",
-      fix, "; to train from these weights with new settings, start a new run "
+      fix,
+      "; to train from these weights with new settings, start a new run "
       "with --init-from ",
       config.resume, ".");
 }

@@ -17,7 +17,8 @@ void on_signal(int signal) {
     static const char message[] =
         "\nsecond signal: stopping at once (the last checkpoint written is "
         "kept whole)\n";
-    const ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+    const ssize_t ignored =
+        ::write(STDERR_FILENO, message, sizeof(message) - 1);
     (void)ignored;
     ::_exit(128 + signal);
   }

@@ -75,9 +75,9 @@ class GraphStep {
  private:
   struct Graph {
     int64_t eager_steps = 0;
-    torch::Tensor input, target;          // static inputs
+    torch::Tensor input, target;                     // static inputs
     torch::Tensor loss, found_inf, scale, grad_norm; // static outputs
-    std::vector<torch::Tensor> grads;     // grad_owners' after the capture
+    std::vector<torch::Tensor> grads; // grad_owners' after the capture
     std::unique_ptr<CapturedGraph> graph;
   };
 

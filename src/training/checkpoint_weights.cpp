@@ -74,7 +74,8 @@ void read_trainer_checkpoint(const std::string& path, const char* purpose,
               "lamp: no checkpoint at ", path, " ", purpose, ".");
   load_checked_archive(archive, path);
   const auto where = "lamp: " + path;
-  const auto format = lamp::detail::read_string(archive, "format", where.c_str());
+  const auto format =
+      lamp::detail::read_string(archive, "format", where.c_str());
   TORCH_CHECK(format == detail::kCheckpointFormat, "lamp: ", path, " is a '",
               format, "' checkpoint, not one of lamp's trainer ('",
               detail::kCheckpointFormat, "').");

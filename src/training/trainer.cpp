@@ -411,10 +411,9 @@ bool ClassifierTrainer::evaluate_epoch(
   // Timed apart from training and warm-up: the first evaluation's autotuning
   // for its shapes is evaluation time, not the training step's warm-up.
   const auto eval_start = std::chrono::steady_clock::now();
-  const auto evaluated =
-      run_evaluation(on_eval_batch, run.stats.epoch, [&] {
-        return stop_here(run, run.stats.steps, /*in_evaluation=*/true);
-      });
+  const auto evaluated = run_evaluation(on_eval_batch, run.stats.epoch, [&] {
+    return stop_here(run, run.stats.steps, /*in_evaluation=*/true);
+  });
   if (!evaluated) {
     return false;
   }

@@ -23,8 +23,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,7 +140,6 @@ ssize_t write(int fd, const void* data, size_t count) {
   }
   return real(fd, data, count);
 }
-
 
 int fsync(int fd) {
   REAL("fsync", fd_fn);

@@ -186,6 +186,8 @@ class FusedOptimizer : public Base, public AmpStep {
   /// Whether implementation() is kFused: the fused kernels take the scale and
   /// the overflow flag on the device.
   bool skips_on_device() const override;
+  /// Copies each group's learning rate into the device tensor the fused
+  /// kernels read (AmpStep::refresh_device_lr()).
   void refresh_device_lr() override;
 
   /// The implementation requested at construction.

@@ -153,6 +153,7 @@ struct StopPoint {
   int64_t epoch = 0;
   /// The training steps of that epoch done in this run, of steps_in_epoch.
   int64_t steps = 0;
+  /// The training steps the epoch has in all.
   int64_t steps_in_epoch = 0;
   /// It stopped during the epoch's evaluation: its training was complete and
   /// its checkpoint (with TrainerOptions::checkpoint) written.

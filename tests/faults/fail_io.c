@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* Lets a test check that it runs with this library preloaded. */
@@ -139,6 +140,23 @@ ssize_t write(int fd, const void* data, size_t count) {
     return written;
   }
   return real(fd, data, count);
+}
+
+/* libstdc++'s filebuf writes a chunk of 1024 bytes or more together with
+ * what it buffered through writev(): a long JSON record (a run record with
+ * long paths) arrives here, not in write(). Only LAMP_FAULT_RAISE_ON applies
+ * to it. */
+typedef ssize_t (*writev_fn)(int, const struct iovec*, int);
+
+ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
+  REAL("writev", writev_fn);
+  const ssize_t written = real(fd, iov, iovcnt);
+  if (written > 0 && fd_matches(fd)) {
+    for (int i = 0; i < iovcnt; ++i) {
+      raise_after(iov[i].iov_base, iov[i].iov_len);
+    }
+  }
+  return written;
 }
 
 int fsync(int fd) {

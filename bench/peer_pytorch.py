@@ -798,8 +798,14 @@ def memory_since(baseline, warmup_peak, device):
         return {"peak_memory_bytes": peak_host_bytes()}
     allocated, reserved = baseline
     steady_peak = int(torch.cuda.max_memory_allocated())
+    steady = steady_peak - allocated
+    # torch.compile's reduce-overhead mode (CUDA graph trees) takes the
+    # blocks of a replay's outputs off the allocator's counts between
+    # replays, so the steady-state count can fall below the tool's start
+    # (an H200 showed -106 MiB): no peak can be read from it then, and the
+    # report falls back to the whole-run peak.
     return {
-        "steady_peak_bytes": steady_peak - allocated,
+        "steady_peak_bytes": steady if steady >= 0 else None,
         "reserved_bytes": int(torch.cuda.memory_reserved()) - reserved,
         "peak_memory_bytes": max(warmup_peak, steady_peak) - allocated,
     }

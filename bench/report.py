@@ -211,7 +211,12 @@ def cell_memory(entry, device):
     parts = []
     steady = entry.get("steady_peak_bytes")
     reserved = entry.get("reserved_bytes")
-    if steady is not None or reserved is not None:
+    if steady is None and reserved is not None and \
+            entry.get("peak_memory_bytes") is not None:
+        # No steady-state count (CUDA graph trees; peer_pytorch.py).
+        parts.append("peak %s, warm-up included / %s" % (
+            mib(entry["peak_memory_bytes"]), mib(reserved)))
+    elif steady is not None or reserved is not None:
         parts.append("%s / %s" % (mib(steady), mib(reserved)))
     elif entry.get("peak_memory_bytes") is not None:
         parts.append(("peak %s, warm-up included" if device == "cuda"

@@ -373,12 +373,17 @@ TEST(BatchNormRelu, MakeModelBuildsTheFusionAsAsked) {
 
 // Whether `actual` is within `ulps` units in the last place of `dtype` at
 // the largest magnitude of `expected` (both compared in float).
+// The spacing of `dtype`'s values just above 1.
+double ulp_of_one(torch::ScalarType dtype) {
+  return dtype == torch::kHalf       ? std::ldexp(1.0, -10)
+         : dtype == torch::kBFloat16 ? std::ldexp(1.0, -7)
+                                     : std::ldexp(1.0, -23);
+}
+
 ::testing::AssertionResult WithinUlps(const torch::Tensor& actual,
                                       const torch::Tensor& expected,
                                       torch::ScalarType dtype, double ulps) {
-  const double eps = dtype == torch::kHalf       ? std::ldexp(1.0, -10)
-                     : dtype == torch::kBFloat16 ? std::ldexp(1.0, -7)
-                                                 : std::ldexp(1.0, -23);
+  const double eps = ulp_of_one(dtype);
   const auto a = actual.to(torch::kFloat).cpu();
   const auto e = expected.to(torch::kFloat).cpu();
   const double scale = std::max(1.0, e.abs().max().item<double>());
@@ -405,9 +410,30 @@ TEST(BatchNormRelu, CudnnMatchesStockOps_CUDA) {
       const auto z = residual
                          ? torch::randn(shape, cuda).to(dtype).contiguous(cl)
                          : torch::Tensor();
-      const auto grad = torch::randn(shape, cuda).to(dtype).contiguous(cl);
+      auto grad = torch::randn(shape, cuda).to(dtype).contiguous(cl);
       auto bn = make_bn(64, 0.1, cuda);
       auto bn_copy = copy_bn(bn);
+      if (residual) {
+        // The stock ops round BatchNorm's output to `dtype` before the add;
+        // cuDNN adds in float and rounds once. Where the sum lies within
+        // that rounding of 0 the two ReLU masks may disagree, each right
+        // for its own arithmetic, and a flipped mask moves the gradients by
+        // the whole incoming value (about 150 of these 524288 elements in
+        // half, 8 times more in bfloat16). The incoming gradient is 0
+        // there, so that what follows compares the kernels, not the
+        // rounding; a wrong mask anywhere else still shows.
+        torch::NoGradGuard no_grad;
+        auto mean = bn->running_mean.clone();
+        auto var = bn->running_var.clone();
+        const auto normalised =
+            torch::batch_norm(x.to(torch::kFloat), bn->weight, bn->bias, mean,
+                              var, /*training=*/true, 0.1, 1e-4,
+                              /*cudnn_enabled=*/false);
+        const auto pre = normalised + z.to(torch::kFloat);
+        const auto margin = normalised.abs() * ulp_of_one(dtype) + 1e-3;
+        grad = torch::where(pre.abs() <= margin, torch::zeros_like(grad), grad)
+                   .contiguous(cl);
+      }
       EXPECT_EQ(lamp::ops::batch_norm_relu_fallback_reason(
                     x, z, bn->weight, bn->bias, bn->running_mean,
                     bn->running_var, true),
@@ -429,10 +455,10 @@ TEST(BatchNormRelu, CudnnMatchesStockOps_CUDA) {
       EXPECT_TRUE(WithinUlps(actual.output, expected.output, dtype, 2));
       EXPECT_TRUE(WithinUlps(actual.grad_input, expected.grad_input, dtype, 2));
       if (residual) {
-        // The ReLU mask of the residual's gradient: a value near 0 may round
-        // to the other side on one path, so allow the same bound.
+        // The incoming gradient through the ReLU's mask: exact where the
+        // masks agree, which the gradient chosen above makes everywhere.
         EXPECT_TRUE(
-            WithinUlps(actual.grad_residual, expected.grad_residual, dtype, 2));
+            WithinUlps(actual.grad_residual, expected.grad_residual, dtype, 0));
       }
       // Float sums over N*H*W = 8192 products of 16-bit values in another
       // order: relative error of order 8192 * 2^-24, far below 1e-3.
@@ -476,7 +502,9 @@ TEST(BatchNormRelu, CudaGraphStepEqualsEagerStep_CUDA) {
     torch::manual_seed(1);
     const auto x = torch::randn({16, 3, 32, 32}, cuda)
                        .contiguous(at::MemoryFormat::ChannelsLast);
-    const auto y = torch::randint(10, {16}, cuda);
+    // Class indices: LibTorch's randint makes floats unless told.
+    const auto y =
+        torch::randint(10, {16}, torch::dtype(torch::kLong).device(cuda));
     for (int i = 0; i < 6; ++i) {
       step.step(x, y, [&](const torch::Tensor& in, const torch::Tensor& t) {
         const auto out = model->forward(in);

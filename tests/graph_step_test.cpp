@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -520,10 +521,26 @@ lamp::OptimizerFactory gpu_sgd(double momentum, double dampening = 0) {
 void expect_same_training(const Run& graph, const Run& eager) {
   ASSERT_EQ(graph.weights.size(), eager.weights.size());
   for (size_t i = 0; i < graph.weights.size(); ++i) {
-    // The same kernels in the same order; only cuDNN's choice of algorithm
-    // may differ between the runs (a few ulps).
+    const auto& expected = eager.weights[i];
+    if (expected.scalar_type() != torch::kHalf) {
+      // The same kernels in the same order; only cuDNN's and cuBLAS's
+      // choice of algorithm may differ between the runs (a few ulps).
+      EXPECT_TRUE(AllClose(graph.weights[i].to(torch::kDouble),
+                           expected.to(torch::kDouble), 1e-3, 1e-5))
+          << "tensor " << i;
+      continue;
+    }
+    // A model kept in half computes each step's gradients in half from
+    // half weights: where the algorithms differ, the gradients differ in
+    // their last half ulps, and lr times that difference adds up in every
+    // weight, small or large. So half weights agree to the tensor's scale,
+    // not element by element: within 2^-8 of its largest magnitude (4 to 8
+    // ulps of half there; an H200 showed 1). The kAMP runs of the same
+    // tests check the optimizer step itself with float weights at 1e-3.
+    const double atol =
+        std::ldexp(expected.abs().max().item<double>(), -8) + 1e-7;
     EXPECT_TRUE(AllClose(graph.weights[i].to(torch::kDouble),
-                         eager.weights[i].to(torch::kDouble), 1e-3, 1e-5))
+                         expected.to(torch::kDouble), 0.0, atol))
         << "tensor " << i;
   }
 }

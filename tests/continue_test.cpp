@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -269,6 +271,73 @@ TEST(CheckpointWeights, AreThePythonStateDictsKeysAndFp32Masters) {
   EXPECT_EQ(weights.tensors["fc.weight"].scalar_type(), torch::kFloat);
   EXPECT_EQ(weights.tensors["bn1.num_batches_tracked"].scalar_type(),
             torch::kLong);
+  std::remove(checkpoint.c_str());
+}
+
+// SmallNet one level down ("inner.conv1.weight"), as a ResNet's blocks are
+// ("layer1.0.conv1.weight").
+struct WrappedImpl : torch::nn::Module {
+  WrappedImpl() : inner(register_module("inner", lamp_test::SmallNet())) {}
+  torch::Tensor forward(const torch::Tensor& x) { return inner->forward(x); }
+  lamp_test::SmallNet inner;
+};
+TORCH_MODULE(Wrapped);
+
+// A trainer of `model` on make_run()'s data, in FP32.
+std::unique_ptr<ClassifierTrainer> wrapped_trainer(Wrapped model,
+                                                   TrainerOptions options) {
+  return std::make_unique<ClassifierTrainer>(
+      model.ptr(),
+      [model](const torch::Tensor& x) mutable { return model->forward(x); },
+      "wrapped",
+      lamp::data::DeviceLoader(lamp_test::image_problem(true), torch::kCPU,
+                               lamp_test::train_loader_options(32)),
+      lamp::data::DeviceLoader(lamp_test::image_problem(false), torch::kCPU,
+                               lamp::data::LoaderOptions(64).shuffle(false)),
+      lamp_test::with(options, [](TrainerOptions& o) {
+        o.step().precision(lamp::Precision::kFP32);
+        o.optimizer().lr(0.05);
+      }));
+}
+
+// Nested modules keep their parents' prefixes in a checkpoint's weights, and
+// --init-from puts every tensor back where it came from.
+TEST(CheckpointWeights, NestedModulesKeepTheirParentsPrefixes) {
+  const auto checkpoint = temp_path("weights_nested.pt");
+  torch::manual_seed(3);
+  Wrapped trained;
+  wrapped_trainer(trained, TrainerOptions().epochs(1).checkpoint(checkpoint))
+      ->fit();
+  std::vector<std::string> keys, expected;
+  for (const auto& item :
+       lamp::training::read_checkpoint_weights(checkpoint).tensors) {
+    keys.push_back(item.key());
+  }
+  for (const auto& item : trained->named_parameters()) {
+    expected.push_back(item.key());
+  }
+  for (const auto& item : trained->named_buffers()) {
+    expected.push_back(item.key());
+  }
+  std::sort(keys.begin(), keys.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(keys, expected);
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "inner.bn1.running_mean"),
+            keys.end());
+
+  torch::manual_seed(4); // other initial weights
+  Wrapped fresh;
+  const auto trainer = wrapped_trainer(
+      fresh, TrainerOptions().epochs(1).schedule(Schedule::kConstant).init_from(
+                 checkpoint));
+  const auto params = fresh->named_parameters();
+  for (const auto& item : trained->named_parameters()) {
+    EXPECT_TRUE(params[item.key()].equal(item.value())) << item.key();
+  }
+  const auto buffers = fresh->named_buffers();
+  for (const auto& item : trained->named_buffers()) {
+    EXPECT_TRUE(buffers[item.key()].equal(item.value())) << item.key();
+  }
   std::remove(checkpoint.c_str());
 }
 

@@ -595,6 +595,21 @@ TEST(Mnist, RejectsLabelsAboveNineNamingTheFileAndRecord) {
                 "the file is corrupt or not MNIST-format labels"});
 }
 
+// 10, one past the last class, is refused alone; 9, the last, is read.
+TEST(Mnist, RejectsALabelOfTenAndReadsNine) {
+  TempDir dir;
+  write_file(dir.file("t10k-images-idx3-ubyte"),
+             idx_bytes({20, 28, 28}, Bytes(20 * 28 * 28, 1)));
+  Bytes labels(20, 9);
+  labels[18] = 10;
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({20}, labels));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {"': label 10 at record 18 is outside 0..9"});
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({20}, Bytes(20, 9)));
+  EXPECT_EQ(
+      lamp::data::read_mnist(dir.str(), false).labels.max().item<int64_t>(), 9);
+}
+
 TEST(Mnist, DefaultFashionMnistDirectoryIsDebiansWhenInstalled) {
   const bool installed = is_directory("/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(lamp::data::default_fashion_mnist_directory(),

@@ -270,6 +270,61 @@ TEST(NumericsCheck, FlagsFp16ValuesAtTheEdgeOfTheRange) {
   EXPECT_EQ(overflow->dtype, torch::kHalf);
 }
 
+// The largest magnitude, not the largest value: large negative FP16 values
+// and a -inf beside finite ones are found, and their magnitude quoted.
+TEST(NumericsCheck, FindsLargeNegativeValuesByTheirMagnitude) {
+  TwoScales net;
+  fill(net->second->weight, -200.0f);
+  const auto x = torch::full({2, 4}, 300.0f, torch::kHalf);
+  lamp::NumericsCheck check(net.ptr(),
+                            lamp::NumericsCheckOptions().stop(false));
+  const auto edge = check.observe(1, [&] { net->forward(x); });
+  ASSERT_TRUE(edge);
+  EXPECT_EQ(edge->module, "second");
+  EXPECT_FALSE(edge->non_finite);
+  EXPECT_EQ(edge->max_abs, 60000.0);
+  EXPECT_NE(edge->to_string().find("(largest magnitude 60000, Half)"),
+            std::string::npos)
+      << edge->to_string();
+
+  fill(net->second->weight, 1.0f);
+  {
+    torch::NoGradGuard no_grad;
+    net->first->weight[2] = -kInf;
+  }
+  const auto minus_inf =
+      check.observe(2, [&] { net->forward(torch::ones({2, 4}, torch::kHalf)); });
+  ASSERT_TRUE(minus_inf);
+  EXPECT_EQ(minus_inf->module, "first");
+  EXPECT_TRUE(minus_inf->non_finite);
+  EXPECT_EQ(minus_inf->max_abs, kInf);
+}
+
+// Under loss scaling only gradients are scaled: an FP16 activation at the
+// edge of the range is reported in a loss-scaled step as in any other, and
+// it is not marked loss-scaled.
+TEST(NumericsCheck, ForwardFp16EdgesCountUnderLossScaling) {
+  TwoScales net;
+  fill(net->second->weight, 200.0f);
+  const auto x = torch::full({2, 4}, 300.0f, torch::kHalf);
+  const auto finding =
+      lamp::NumericsCheck(net.ptr(), lamp::NumericsCheckOptions().stop(false))
+          .observe(1, [&] { net->forward(x); }, /*loss_scaled=*/true);
+  ASSERT_TRUE(finding);
+  EXPECT_FALSE(finding->backward);
+  EXPECT_EQ(finding->module, "second");
+  EXPECT_FALSE(finding->loss_scaled);
+  EXPECT_FALSE(finding->non_finite);
+  // With stop(true) (the default) it ends the step with the FP16 advice.
+  const auto message = lamp_test::error_of([&] {
+    lamp::NumericsCheck(net.ptr()).observe(
+        2, [&] { net->forward(x); }, /*loss_scaled=*/true);
+  });
+  EXPECT_NE(message.find("step 2, forward: the output of module 'second'"),
+            std::string::npos)
+      << message;
+}
+
 TEST(NumericsCheck, ErrorsInTheStepPassThroughAndLeaveNoObserver) {
   Net net;
   lamp::NumericsCheck check(net.ptr());

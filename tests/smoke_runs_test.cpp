@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
 #include "test_util.h"
 #include "trainer_util.h"
@@ -120,6 +121,44 @@ TEST(ClassifierTrainer,
     EXPECT_EQ(s.test_batches, 1);
     EXPECT_EQ(s.test_batches_in_set, 1);
     EXPECT_EQ(s.test_images, 64);
+  }
+}
+
+// The learning-rate schedule spans the whole run (epochs x batches) however
+// the run is cut: one that max_steps stops 2 steps into its second epoch
+// takes the full run's learning rates step by step, and so does that run
+// resumed from its checkpoint.
+TEST(ClassifierTrainer, ScheduleIsTheFullRunsUnderMaxStepsAndResume) {
+  using lamp::training::Schedule;
+  for (const auto schedule : {Schedule::kOneCycle, Schedule::kCosine}) {
+    SCOPED_TRACE(lamp::training::to_string(schedule));
+    const auto checkpoint = temp_path("schedule.pt");
+    const auto options = TrainerOptions().epochs(3).schedule(schedule);
+    const auto lrs_of = [](ClassifierTrainer& trainer) {
+      std::vector<double> lrs;
+      trainer.fit(nullptr,
+                  [&](const BatchProgress& p) { lrs.push_back(p.lr); });
+      return lrs;
+    };
+    // 3 epochs of 6 batches; make_run's peak lr is 0.05.
+    std::vector<double> expected;
+    for (int64_t step = 0; step < 18; ++step) {
+      expected.push_back(
+          lamp::training::learning_rate(schedule, 0.05, step, 18));
+    }
+    EXPECT_EQ(lrs_of(*make_run(lamp::Precision::kFP32, options)->trainer),
+              expected);
+    const auto cut = make_run(
+        lamp::Precision::kFP32,
+        TrainerOptions(options).max_steps(8).checkpoint(checkpoint));
+    EXPECT_EQ(lrs_of(*cut->trainer),
+              std::vector<double>(expected.begin(), expected.begin() + 8));
+    // Its checkpoint holds epoch 1: the resumed run takes steps 6 to 17.
+    const auto resumed = make_run(lamp::Precision::kFP32,
+                                  TrainerOptions(options).resume(checkpoint));
+    EXPECT_EQ(lrs_of(*resumed->trainer),
+              std::vector<double>(expected.begin() + 6, expected.end()));
+    std::remove(checkpoint.c_str());
   }
 }
 

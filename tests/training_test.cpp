@@ -213,19 +213,18 @@ TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
   std::remove(checkpoint.c_str());
 }
 
-// Skipped steps are counted per epoch (on the device, read at its end), and
-// a skipped step leaves the weights finite.
-TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
+// A BF16 run of 2 epochs (6 steps each) that skips non-finite steps, whose
+// training steps 2 and 4 of the first epoch overflow; `training_calls`
+// counts the training forwards.
+std::unique_ptr<lamp_test::Run> run_overflowing_twice(int64_t& training_calls) {
   auto run = make_run(lamp::Precision::kBF16,
                       with(TrainerOptions().epochs(2),
                            [](auto& o) { o.step().skip_non_finite(true); }));
-  int64_t training_calls = 0;
   auto model = run->model;
   run->trainer = std::make_unique<ClassifierTrainer>(
       model.ptr(),
       [model, &training_calls](const torch::Tensor& x) mutable {
         auto out = model->forward(x);
-        // Training steps 2 and 4 of the first epoch (of 6) overflow.
         if (model->is_training() &&
             (++training_calls == 2 || training_calls == 4)) {
           out = out * std::numeric_limits<float>::infinity();
@@ -241,6 +240,15 @@ TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
         o.optimizer().lr(0.05);
         o.step().skip_non_finite(true);
       }));
+  return run;
+}
+
+// Skipped steps are counted per epoch (on the device, read at its end), and
+// a skipped step leaves the weights finite.
+TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
+  int64_t training_calls = 0;
+  auto run = run_overflowing_twice(training_calls);
+  auto model = run->model;
   const auto stats = run->trainer->fit();
   ASSERT_EQ(stats.size(), 2u);
   EXPECT_EQ(stats[0].skipped_steps, 2);
@@ -251,6 +259,36 @@ TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
   EXPECT_TRUE(std::isfinite(stats[1].train_loss));
   for (const auto& p : model->parameters()) {
     EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  }
+}
+
+// An epoch's loss statistics are its own: the non-finite losses counted
+// from 0 at each epoch, and the mean loss the finite losses' sum over their
+// count (4, then 6 steps), summed in FP64 as the trainer does.
+TEST(ClassifierTrainer, EpochLossStatisticsStartAfreshEachEpoch) {
+  int64_t training_calls = 0;
+  auto run = run_overflowing_twice(training_calls);
+  std::vector<std::vector<float>> losses(2);
+  const auto stats = run->trainer->fit(
+      nullptr, [&](const lamp::training::BatchProgress& p) {
+        losses.at(p.epoch - 1).push_back(p.loss.item<float>());
+      });
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].non_finite_losses, 2);
+  EXPECT_EQ(stats[1].non_finite_losses, 0);
+  for (size_t e = 0; e < 2; ++e) {
+    SCOPED_TRACE("epoch " + std::to_string(e + 1));
+    ASSERT_EQ(losses[e].size(), 6u);
+    double sum = 0;
+    int64_t finite = 0;
+    for (float loss : losses[e]) {
+      if (std::isfinite(loss)) {
+        sum += loss;
+        ++finite;
+      }
+    }
+    EXPECT_EQ(finite, e == 0 ? 4 : 6);
+    EXPECT_NEAR(stats[e].train_loss, sum / finite, 1e-12 * sum);
   }
 }
 

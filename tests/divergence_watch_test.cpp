@@ -1,0 +1,168 @@
+// The trainer's divergence counting, step by step: the exact patience
+// boundary of a run of skipped steps, a taken step that ends the run, the
+// window over non-finite losses that moves on (so that scattered inf/NaN
+// losses never add up to a false stop), and the per-epoch skip counter.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "lamp/amp/grad_scaler.h"
+#include "lamp/amp/train_step.h"
+#include "lamp/training/trainer.h"
+#include "test_util.h"
+#include "training/divergence_watch.h"
+
+namespace {
+
+using lamp::training::TrainerOptions;
+using lamp::training::detail::DivergenceWatch;
+
+// One step as the trainer reports it: its loss and, at the end of a cycle,
+// whether the optimizer step was skipped.
+lamp::StepResult step(bool skipped, bool finite_loss = true,
+                      bool cycle_ended = true) {
+  lamp::StepResult result;
+  result.loss = torch::full({}, finite_loss
+                                    ? 0.5f
+                                    : std::numeric_limits<float>::quiet_NaN());
+  result.cycle_ended = cycle_ended;
+  if (cycle_ended) {
+    result.found_inf = torch::full({}, skipped ? 1.0f : 0.0f);
+  }
+  return result;
+}
+
+// A watch with `patience`, its options and scaler kept alive beside it.
+struct Watched {
+  explicit Watched(int64_t patience)
+      : options(TrainerOptions().divergence_patience(patience)),
+        scaler(lamp::GradScalerOptions().enabled(false)),
+        watch(torch::kCPU, options, scaler) {}
+  TrainerOptions options;
+  lamp::GradScaler scaler;
+  DivergenceWatch watch;
+};
+
+// Records `steps` in order; returns the 1-based index of the step whose
+// record stopped the run (0: none did) and, in `message`, the error.
+size_t stopping_step(DivergenceWatch& watch,
+                     const std::vector<lamp::StepResult>& steps,
+                     std::string* message = nullptr) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    try {
+      watch.record(0, steps[i]);
+    } catch (const c10::Error& e) {
+      if (message != nullptr) {
+        *message = e.what();
+      }
+      return i + 1;
+    }
+  }
+  return 0;
+}
+
+TEST(DivergenceWatch, StopsAtExactlyPatienceSkippedStepsInARow) {
+  // patience - 1 skipped steps in a row: no stop, at the window's check or
+  // at the epoch's end.
+  {
+    Watched w(4);
+    EXPECT_EQ(stopping_step(w.watch, {step(false), step(true), step(true),
+                                      step(true), step(false), step(false),
+                                      step(false), step(false)}),
+              0u);
+    EXPECT_NO_THROW(
+        w.watch.check_epoch(0, 8, 0, 0.5, *torch::nn::Linear(2, 2)));
+  }
+  // patience of them: the run stops at the window's end, the 4th step.
+  {
+    Watched w(4);
+    std::string message;
+    EXPECT_EQ(stopping_step(w.watch,
+                            {step(true), step(true), step(true), step(true)},
+                            &message),
+              4u);
+    EXPECT_NE(message.find("training diverged in epoch 1: 4 optimizer steps "
+                           "in a row had inf/NaN gradients"),
+              std::string::npos)
+        << message;
+  }
+  // A run that reaches patience between two checks is caught at the next
+  // one: here the end of the epoch.
+  {
+    Watched w(4);
+    EXPECT_EQ(stopping_step(w.watch, {step(false), step(false), step(true),
+                                      step(true), step(true), step(true)}),
+              0u);
+    EXPECT_THROW(w.watch.check_epoch(0, 6, 0, 0.5, *torch::nn::Linear(2, 2)),
+                 c10::Error);
+  }
+}
+
+TEST(DivergenceWatch, ATakenStepEndsTheRunOfSkippedSteps) {
+  Watched w(4);
+  // 3 skipped, 1 taken, repeated: 15 of 20 steps skipped, never 4 in a row.
+  std::vector<lamp::StepResult> steps;
+  for (int i = 0; i < 20; ++i) {
+    steps.push_back(step(i % 4 != 3));
+  }
+  EXPECT_EQ(stopping_step(w.watch, steps), 0u);
+  EXPECT_EQ(w.watch.read_epoch_skipped(), 15);
+  EXPECT_NO_THROW(w.watch.check_epoch(0, 20, 0, 0.5, *torch::nn::Linear(2, 2)));
+  // Micro-batches inside an accumulation cycle neither skip nor take a
+  // step: they leave the run as it is.
+  Watched cycles(3);
+  EXPECT_EQ(stopping_step(cycles.watch,
+                          {step(true), step(false, true, false), step(true),
+                           step(false, true, false), step(true)}),
+            0u);
+  EXPECT_THROW(
+      cycles.watch.check_epoch(0, 5, 0, 0.5, *torch::nn::Linear(2, 2)),
+      c10::Error);
+}
+
+TEST(DivergenceWatch, NonFiniteLossesStopOnlyWhenAWholeWindowHasThem) {
+  // One NaN loss in every window of 3 steps, over 30 steps: 10 in all,
+  // never 3 in a row.
+  {
+    Watched w(3);
+    std::vector<lamp::StepResult> steps;
+    for (int i = 0; i < 30; ++i) {
+      steps.push_back(step(false, /*finite_loss=*/i % 3 != 1));
+    }
+    EXPECT_EQ(stopping_step(w.watch, steps), 0u);
+    EXPECT_EQ(w.watch.read_non_finite_losses(), 10);
+  }
+  // Two in a window, then a whole window of them: the stop comes at that
+  // window's end.
+  {
+    Watched w(3);
+    std::string message;
+    EXPECT_EQ(stopping_step(w.watch,
+                            {step(false, false), step(false), step(false, false),
+                             step(false, false), step(false, false),
+                             step(false, false)},
+                            &message),
+              6u);
+    EXPECT_NE(message.find("the loss was inf/NaN for 3 steps in a row"),
+              std::string::npos)
+        << message;
+  }
+}
+
+TEST(DivergenceWatch, SkippedStepsAreCountedPerEpoch) {
+  Watched w(100);
+  w.watch.begin_epoch();
+  EXPECT_EQ(stopping_step(w.watch, {step(true), step(false), step(true)}), 0u);
+  EXPECT_EQ(w.watch.read_epoch_skipped(), 2);
+  w.watch.begin_epoch();
+  EXPECT_EQ(w.watch.read_epoch_skipped(), 0);
+  EXPECT_EQ(stopping_step(w.watch, {step(true), step(false)}), 0u);
+  EXPECT_EQ(w.watch.read_epoch_skipped(), 1);
+}
+
+} // namespace

@@ -327,9 +327,10 @@ TEST(CheckpointWeights, NestedModulesKeepTheirParentsPrefixes) {
 
   torch::manual_seed(4); // other initial weights
   Wrapped fresh;
-  const auto trainer = wrapped_trainer(
-      fresh, TrainerOptions().epochs(1).schedule(Schedule::kConstant).init_from(
-                 checkpoint));
+  const auto trainer = wrapped_trainer(fresh, TrainerOptions()
+                                                  .epochs(1)
+                                                  .schedule(Schedule::kConstant)
+                                                  .init_from(checkpoint));
   const auto params = fresh->named_parameters();
   for (const auto& item : trained->named_parameters()) {
     EXPECT_TRUE(params[item.key()].equal(item.value())) << item.key();

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -27,9 +28,8 @@ using lamp::training::detail::DivergenceWatch;
 lamp::StepResult step(bool skipped, bool finite_loss = true,
                       bool cycle_ended = true) {
   lamp::StepResult result;
-  result.loss = torch::full({}, finite_loss
-                                    ? 0.5f
-                                    : std::numeric_limits<float>::quiet_NaN());
+  result.loss = torch::full(
+      {}, finite_loss ? 0.5f : std::numeric_limits<float>::quiet_NaN());
   result.cycle_ended = cycle_ended;
   if (cycle_ended) {
     result.found_inf = torch::full({}, skipped ? 1.0f : 0.0f);
@@ -82,10 +82,10 @@ TEST(DivergenceWatch, StopsAtExactlyPatienceSkippedStepsInARow) {
   {
     Watched w(4);
     std::string message;
-    EXPECT_EQ(stopping_step(w.watch,
-                            {step(true), step(true), step(true), step(true)},
-                            &message),
-              4u);
+    EXPECT_EQ(
+        stopping_step(w.watch, {step(true), step(true), step(true), step(true)},
+                      &message),
+        4u);
     EXPECT_NE(message.find("training diverged in epoch 1: 4 optimizer steps "
                            "in a row had inf/NaN gradients"),
               std::string::npos)
@@ -120,9 +120,8 @@ TEST(DivergenceWatch, ATakenStepEndsTheRunOfSkippedSteps) {
                           {step(true), step(false, true, false), step(true),
                            step(false, true, false), step(true)}),
             0u);
-  EXPECT_THROW(
-      cycles.watch.check_epoch(0, 5, 0, 0.5, *torch::nn::Linear(2, 2)),
-      c10::Error);
+  EXPECT_THROW(cycles.watch.check_epoch(0, 5, 0, 0.5, *torch::nn::Linear(2, 2)),
+               c10::Error);
 }
 
 TEST(DivergenceWatch, NonFiniteLossesStopOnlyWhenAWholeWindowHasThem) {
@@ -142,11 +141,11 @@ TEST(DivergenceWatch, NonFiniteLossesStopOnlyWhenAWholeWindowHasThem) {
   {
     Watched w(3);
     std::string message;
-    EXPECT_EQ(stopping_step(w.watch,
-                            {step(false, false), step(false), step(false, false),
-                             step(false, false), step(false, false),
-                             step(false, false)},
-                            &message),
+    EXPECT_EQ(stopping_step(
+                  w.watch,
+                  {step(false, false), step(false), step(false, false),
+                   step(false, false), step(false, false), step(false, false)},
+                  &message),
               6u);
     EXPECT_NE(message.find("the loss was inf/NaN for 3 steps in a row"),
               std::string::npos)
@@ -163,6 +162,59 @@ TEST(DivergenceWatch, SkippedStepsAreCountedPerEpoch) {
   EXPECT_EQ(w.watch.read_epoch_skipped(), 0);
   EXPECT_EQ(stopping_step(w.watch, {step(true), step(false)}), 0u);
   EXPECT_EQ(w.watch.read_epoch_skipped(), 1);
+}
+
+// The end-of-epoch checks: an epoch without a finite loss, a non-finite
+// mean loss (inf as well as NaN), inf/NaN in a parameter or a buffer, and a
+// non-finite test loss each stop the run, naming what happened and that the
+// checkpoint was left as it was; an epoch of 0 steps and finite values do
+// not.
+TEST(DivergenceWatch, EpochEndChecksStopOnEveryNonFiniteResult) {
+  auto options = TrainerOptions().divergence_patience(100).checkpoint("run.pt");
+  lamp::GradScaler scaler(lamp::GradScalerOptions().enabled(false));
+  DivergenceWatch watch(torch::kCPU, options, scaler);
+  torch::nn::BatchNorm1d bn(2);
+  const auto stops = [&](const std::function<void()>& check) {
+    return lamp_test::error_of(check);
+  };
+  const auto expect_stop = [&](const std::function<void()>& check,
+                               const std::string& why) {
+    const auto message = stops(check);
+    EXPECT_NE(message.find("training diverged in epoch 3: " + why),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("The checkpoint run.pt was left as it was."),
+              std::string::npos)
+        << message;
+  };
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  EXPECT_NO_THROW(watch.check_epoch(2, 4, 1, 0.5, *bn));
+  EXPECT_NO_THROW(watch.check_epoch(2, 0, 0, 0.0, *bn));
+  expect_stop([&] { watch.check_epoch(2, 4, 4, 0.0, *bn); },
+              "the loss was inf/NaN in all its 4 steps");
+  expect_stop([&] { watch.check_epoch(2, 4, 0, kInf, *bn); },
+              "its mean training loss is inf");
+  expect_stop([&] { watch.check_epoch(2, 4, 0, -kInf, *bn); },
+              "its mean training loss is -inf");
+  {
+    torch::NoGradGuard no_grad;
+    bn->running_mean[1] = std::numeric_limits<float>::quiet_NaN();
+  }
+  expect_stop([&] { watch.check_epoch(2, 4, 0, 0.5, *bn); },
+              "buffer 'running_mean' has inf/NaN values");
+  {
+    torch::NoGradGuard no_grad;
+    bn->weight[0] = std::numeric_limits<float>::infinity();
+  }
+  expect_stop([&] { watch.check_epoch(2, 4, 0, 0.5, *bn); },
+              "parameter 'weight' has inf/NaN values");
+  EXPECT_NO_THROW(watch.check_test_loss(2, 1e30));
+  expect_stop([&] { watch.check_test_loss(2, kInf); }, "the test loss is inf");
+  expect_stop(
+      [&] {
+        watch.check_test_loss(2, std::numeric_limits<double>::quiet_NaN());
+      },
+      "the test loss is nan");
 }
 
 } // namespace

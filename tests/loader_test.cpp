@@ -126,6 +126,33 @@ TEST(DeviceLoader, AugmentationIsReproducibleFromTheSeed) {
   EXPECT_FALSE(BitEqual(a.batch(1).images, b.batch(1).images));
 }
 
+// Each shard draws its own crops and flips: shard s of S takes batch i's
+// from stream i * S + s, so a single shard augments as an unsharded loader
+// does and two ranks never crop and flip alike.
+TEST(DeviceLoader, EachShardDrawsItsOwnAugmentation) {
+  // 32 copies of one asymmetric image: a batch shows its crops and flips.
+  const auto image =
+      torch::arange(1, 1 + 2 * 6 * 5).to(torch::kByte).view({1, 2, 6, 5});
+  const lamp::data::Dataset data{image.expand({32, 2, 6, 5}).contiguous(),
+                                 torch::zeros({32}, torch::kLong)};
+  const auto options = LoaderOptions(8)
+                           .shuffle(false)
+                           .crop_padding(2)
+                           .horizontal_flip(true)
+                           .seed(7);
+  const DeviceLoader one(data, torch::kCPU, options);
+  const DeviceLoader first(data, torch::kCPU,
+                           LoaderOptions(options).num_shards(2).shard(0));
+  const DeviceLoader second(data, torch::kCPU,
+                            LoaderOptions(options).num_shards(2).shard(1));
+  ASSERT_EQ(first.batches_per_epoch(), 2);
+  EXPECT_TRUE(BitEqual(first.batch(0).images, one.batch(0).images));
+  EXPECT_TRUE(BitEqual(second.batch(0).images, one.batch(1).images));
+  EXPECT_TRUE(BitEqual(first.batch(1).images, one.batch(2).images));
+  EXPECT_TRUE(BitEqual(second.batch(1).images, one.batch(3).images));
+  EXPECT_FALSE(BitEqual(first.batch(0).images, second.batch(0).images));
+}
+
 TEST(DeviceLoader, NormalisesCastsAndUsesChannelsLast) {
   auto images = torch::full({4, 2, 3, 3}, 51, torch::kByte); // 0.2 after /255
   const lamp::data::Dataset data{images, torch::zeros({4}, torch::kLong)};

@@ -292,8 +292,9 @@ TEST(NumericsCheck, FindsLargeNegativeValuesByTheirMagnitude) {
     torch::NoGradGuard no_grad;
     net->first->weight[2] = -kInf;
   }
-  const auto minus_inf =
-      check.observe(2, [&] { net->forward(torch::ones({2, 4}, torch::kHalf)); });
+  const auto minus_inf = check.observe(2, [&] {
+    net->forward(torch::ones({2, 4}, torch::kHalf));
+  });
   ASSERT_TRUE(minus_inf);
   EXPECT_EQ(minus_inf->module, "first");
   EXPECT_TRUE(minus_inf->non_finite);
@@ -309,7 +310,8 @@ TEST(NumericsCheck, ForwardFp16EdgesCountUnderLossScaling) {
   const auto x = torch::full({2, 4}, 300.0f, torch::kHalf);
   const auto finding =
       lamp::NumericsCheck(net.ptr(), lamp::NumericsCheckOptions().stop(false))
-          .observe(1, [&] { net->forward(x); }, /*loss_scaled=*/true);
+          .observe(
+              1, [&] { net->forward(x); }, /*loss_scaled=*/true);
   ASSERT_TRUE(finding);
   EXPECT_FALSE(finding->backward);
   EXPECT_EQ(finding->module, "second");

@@ -148,9 +148,9 @@ TEST(ClassifierTrainer, ScheduleIsTheFullRunsUnderMaxStepsAndResume) {
     }
     EXPECT_EQ(lrs_of(*make_run(lamp::Precision::kFP32, options)->trainer),
               expected);
-    const auto cut = make_run(
-        lamp::Precision::kFP32,
-        TrainerOptions(options).max_steps(8).checkpoint(checkpoint));
+    const auto cut =
+        make_run(lamp::Precision::kFP32,
+                 TrainerOptions(options).max_steps(8).checkpoint(checkpoint));
     EXPECT_EQ(lrs_of(*cut->trainer),
               std::vector<double>(expected.begin(), expected.begin() + 8));
     // Its checkpoint holds epoch 1: the resumed run takes steps 6 to 17.

@@ -269,8 +269,8 @@ TEST(ClassifierTrainer, EpochLossStatisticsStartAfreshEachEpoch) {
   int64_t training_calls = 0;
   auto run = run_overflowing_twice(training_calls);
   std::vector<std::vector<float>> losses(2);
-  const auto stats = run->trainer->fit(
-      nullptr, [&](const lamp::training::BatchProgress& p) {
+  const auto stats =
+      run->trainer->fit(nullptr, [&](const lamp::training::BatchProgress& p) {
         losses.at(p.epoch - 1).push_back(p.loss.item<float>());
       });
   ASSERT_EQ(stats.size(), 2u);
@@ -793,6 +793,79 @@ TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationBiasDecayClipOrData) {
       << refusal;
   EXPECT_NE(refusal.find("resume with the same --data"), std::string::npos);
   std::remove(checkpoint.c_str());
+}
+
+// Every stored setting shows its own option's value: three runs whose
+// options all differ, and whose six switches take three patterns in which no
+// two switches agree throughout, so that a setting that read another
+// option's value would show.
+TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
+  using Pair = std::pair<std::string, std::string>;
+  const auto text = [](bool b) { return std::string(b ? "true" : "false"); };
+  for (int k = 0; k < 3; ++k) {
+    SCOPED_TRACE("pattern " + std::to_string(k));
+    // Switch i is on where bit k of i + 1 is set: 001 010 011 100 101 110.
+    const auto on = [k](int i) { return (((i + 1) >> k) & 1) != 0; };
+    auto options = with(TrainerOptions().epochs(7 + k), [&](auto& o) {
+      o.option_name(lamp_test::flag_name);
+      o.schedule(lamp::training::Schedule::kCosine);
+      o.step()
+          .precision(lamp::Precision::kAMPBF16)
+          .accumulation_steps(4 + k)
+          .max_grad_norm(0.5 + k)
+          .skip_non_finite(on(2))
+          .force_loss_scaling(on(3))
+          .tf32(true);
+      o.optimizer()
+          .name("adam")
+          .lr(0.0123)
+          .momentum(0.85)
+          .weight_decay(0.001)
+          .no_bias_decay(on(0))
+          .nesterov(on(1));
+    });
+    const auto loader = lamp::data::LoaderOptions(24 + k)
+                            .seed(12345678901ULL + k)
+                            .shuffle(on(4))
+                            .horizontal_flip(on(5))
+                            .crop_padding(3)
+                            .mean({0.1, 0.2, 0.3})
+                            .std({0.4, 0.5, 0.6})
+                            .dtype(torch::kBFloat16)
+                            .num_shards(2);
+    const std::string train = "train fingerprint", test = "test fingerprint";
+    const std::vector<Pair> expected = {
+        {"--precision", "amp-bf16"},
+        {"--optimizer", "adam"},
+        {"--batch-size", std::to_string(24 + k)},
+        {"--epochs", std::to_string(7 + k)},
+        {"--lr", "0.0123"},
+        {"--schedule", "cosine"},
+        {"--momentum", "0.85"},
+        {"--weight-decay", "0.001"},
+        {"--no-bias-decay", text(on(0))},
+        {"--accumulation-steps", std::to_string(4 + k)},
+        {"--seed", std::to_string(12345678901ULL + k)},
+        {"--train-data", train},
+        {"--test-data", test},
+        {"--max-grad-norm", k == 0   ? "0.5"
+                            : k == 1 ? "1.5"
+                                     : "2.5"},
+        {"--nesterov", text(on(1))},
+        {"--skip-non-finite", text(on(2))},
+        {"--force-loss-scaling", text(on(3))},
+        {"--tf32", "on"},
+        {"--shuffle", text(on(4))},
+        {"--crop-padding", "3"},
+        {"--horizontal-flip", text(on(5))},
+        {"--mean", "0.1, 0.2, 0.3"},
+        {"--std", "0.4, 0.5, 0.6"},
+        {"--image-dtype", "BFloat16"},
+        {"--num-shards", "2"}};
+    EXPECT_EQ(lamp::training::detail::describe_run_settings(
+                  {options, loader, train, test}),
+              expected);
+  }
 }
 
 // Every stored setting, named as messages name it, in the table's order.

@@ -1,5 +1,6 @@
 #include "lamp/amp/autocast.h"
 
+#include "amp/autocast_norms.h"
 #include "platform/compat.h"
 
 namespace lamp {
@@ -46,6 +47,9 @@ Autocast::Autocast(torch::DeviceType device_type,
            ? " with this LibTorch (CPU autocast supports FP16 from LibTorch 2.4 on); use torch::kBFloat16 on CPU"
            : "; use torch::kHalf or torch::kBFloat16"),
       ".");
+  if (enabled_ && device_type_ == torch::kCPU) {
+    detail::ensure_cpu_autocast_norms();
+  }
   prev_enabled_ = detail::autocast_enabled(device_type_);
   prev_dtype_ = detail::autocast_dtype(device_type_);
   prev_cache_enabled_ = at::autocast::is_autocast_cache_enabled();

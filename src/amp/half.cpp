@@ -12,6 +12,7 @@
 #include <torch/version.h>
 
 #include "lamp/amp/precision_support.h"
+#include "lamp/nn/rms_norm.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/parameters.h"
 
@@ -45,7 +46,9 @@ bool is_other_norm(const torch::nn::Module& m) {
          dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr ||
          dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&m) != nullptr ||
          dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&m) != nullptr;
+         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&m) != nullptr ||
+         // Computes in FP32 itself: kept without mixed-dtype kernels.
+         dynamic_cast<const lamp::nn::RMSNormImpl*>(&m) != nullptr;
 }
 
 // Casts one floating-point parameter or buffer in place (same TensorImpl, so

@@ -33,6 +33,16 @@
 #define LAMP_TORCH_CPU_CAPABILITIES 0
 #endif
 
+// ATen's CPU LayerNorm and GroupNorm take BF16/FP16 inputs with FP32
+// parameters (the mixed-dtype kernels CPU autocast relies on) from
+// LibTorch 2.0; 1.13 has none, so lamp's Autocast runs those norms in FP32
+// itself there (src/amp/autocast_norms.cpp).
+#if TORCH_VERSION_MAJOR >= 2
+#define LAMP_TORCH_CPU_MIXED_DTYPE_NORMS 1
+#else
+#define LAMP_TORCH_CPU_MIXED_DTYPE_NORMS 0
+#endif
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -282,6 +292,28 @@ inline std::unique_ptr<c10::WarningHandler> make_warning_handler(
   };
   return std::make_unique<Handler>(std::move(sink));
 }
+
+/// ATen's fused scaled_dot_product_attention (LibTorch 2.0 on), or nothing:
+/// `available` false in 1.13, whose callers compute attention with the math
+/// formula themselves.
+struct FusedAttention {
+#if TORCH_VERSION_MAJOR >= 2
+  static constexpr bool available = true;
+  static at::Tensor run(const at::Tensor& query, const at::Tensor& key,
+                        const at::Tensor& value,
+                        const c10::optional<at::Tensor>& mask, double dropout_p,
+                        bool is_causal) {
+    return at::scaled_dot_product_attention(query, key, value, mask, dropout_p,
+                                            is_causal);
+  }
+#else
+  static constexpr bool available = false;
+  static at::Tensor run(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                        const c10::optional<at::Tensor>&, double, bool) {
+    TORCH_INTERNAL_ASSERT(false, "no fused attention in LibTorch 1.x");
+  }
+#endif
+};
 
 } // namespace detail
 } // namespace lamp

@@ -1,0 +1,82 @@
+#include "lamp/nn/attention.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "platform/compat.h"
+
+namespace lamp {
+namespace nn {
+namespace {
+
+// What Python's math path computes, with the softmax in FP32 (or FP64) for
+// 16-bit inputs.
+torch::Tensor math_attention(const torch::Tensor& query,
+                             const torch::Tensor& key,
+                             const torch::Tensor& value,
+                             const torch::Tensor& attn_mask, double dropout_p,
+                             bool is_causal) {
+  const auto wide =
+      query.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  auto scores = torch::matmul(query, key.transpose(-2, -1)).to(wide) * scale;
+  const auto minus_inf = -std::numeric_limits<double>::infinity();
+  if (is_causal) {
+    const auto keep = torch::ones({query.size(-2), key.size(-2)},
+                                  scores.options().dtype(torch::kBool))
+                          .tril();
+    scores = scores.masked_fill(keep.logical_not(), minus_inf);
+  } else if (attn_mask.defined()) {
+    scores = attn_mask.scalar_type() == torch::kBool
+                 ? scores.masked_fill(attn_mask.logical_not(), minus_inf)
+                 : scores + attn_mask.to(wide);
+  }
+  auto weights = torch::softmax(scores, -1).to(value.scalar_type());
+  if (dropout_p > 0) {
+    weights = torch::dropout(weights, dropout_p, /*train=*/true);
+  }
+  return torch::matmul(weights, value);
+}
+
+} // namespace
+
+bool fused_attention_available() {
+  return detail::FusedAttention::available;
+}
+
+torch::Tensor scaled_dot_product_attention(const torch::Tensor& query,
+                                           const torch::Tensor& key,
+                                           const torch::Tensor& value,
+                                           const torch::Tensor& attn_mask,
+                                           double dropout_p, bool is_causal) {
+  constexpr const char* kWho = "lamp::nn::scaled_dot_product_attention";
+  TORCH_CHECK(query.defined() && key.defined() && value.defined() &&
+                  query.dim() >= 2 && key.dim() == query.dim() &&
+                  value.dim() == query.dim(),
+              kWho,
+              ": query, key and value must be tensors of the same rank, at "
+              "least 2 ([..., L, E], [..., S, E], [..., S, Ev]).");
+  TORCH_CHECK(query.size(-1) == key.size(-1) && key.size(-2) == value.size(-2),
+              kWho, ": query ", query.sizes(), ", key ", key.sizes(),
+              " and value ", value.sizes(),
+              " do not fit: the query's and key's last sizes must be equal "
+              "(E), and the key's and value's second-to-last (S).");
+  TORCH_CHECK(!(is_causal && attn_mask.defined()), kWho,
+              ": is_causal and attn_mask exclude each other; fold the causal "
+              "mask into attn_mask.");
+  TORCH_CHECK(dropout_p >= 0 && dropout_p < 1, kWho,
+              ": dropout_p must be in [0, 1), got ", dropout_p, ".");
+  if (detail::FusedAttention::available) {
+    return detail::FusedAttention::run(
+        query, key, value,
+        attn_mask.defined() ? c10::optional<at::Tensor>(attn_mask)
+                            : c10::nullopt,
+        dropout_p, is_causal);
+  }
+  return math_attention(query, key, value, attn_mask, dropout_p, is_causal);
+}
+
+} // namespace nn
+} // namespace lamp

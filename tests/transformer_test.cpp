@@ -1,0 +1,305 @@
+// Transformer layers in every precision mode: LayerNorm under CPU autocast
+// (which LibTorch 1.13 cannot run with FP32 parameters by itself),
+// lamp::nn::RMSNorm, lamp::nn::scaled_dot_product_attention, and a small
+// decoder block with tied embeddings trained by TrainStep in each mode.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "lamp/amp/autocast.h"
+#include "lamp/amp/half.h"
+#include "lamp/amp/precision.h"
+#include "lamp/amp/precision_support.h"
+#include "lamp/amp/train_step.h"
+#include "lamp/nn/attention.h"
+#include "lamp/nn/rms_norm.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp::Precision;
+
+// ------------------------------------------------------------------ RMSNorm
+
+// The formula in FP64: x / sqrt(mean(x^2) + eps) * weight over the last dim.
+torch::Tensor rms_reference(const torch::Tensor& x, const torch::Tensor& w,
+                            double eps) {
+  const auto d = x.to(torch::kDouble);
+  return d / (d.pow(2).mean(-1, true) + eps).sqrt() * w.to(torch::kDouble);
+}
+
+TEST(RMSNorm, MatchesTheFormulaWithPythonsParameterAndEps) {
+  torch::manual_seed(2);
+  lamp::nn::RMSNorm norm(std::vector<int64_t>{6});
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.uniform_(0.5, 1.5);
+  }
+  // Python's state dict: one tensor, "weight".
+  const auto params = norm->named_parameters();
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params.keys()[0], "weight");
+  const auto x = torch::randn({3, 4, 6}) * 3;
+  // eps unset: the machine epsilon of the input's dtype (2^-23 in FP32).
+  EXPECT_TRUE(lamp_test::AllClose(norm(x).to(torch::kDouble),
+                                  rms_reference(x, norm->weight, 1.1920929e-07),
+                                  1e-6, 1e-7));
+  lamp::nn::RMSNorm wide(lamp::nn::RMSNormOptions({4, 6}).eps(0.5));
+  EXPECT_TRUE(lamp_test::AllClose(
+      wide(x).to(torch::kDouble),
+      (x.to(torch::kDouble) /
+       (x.to(torch::kDouble).pow(2).mean({-2, -1}, true) + 0.5).sqrt()),
+      1e-6, 1e-7));
+  // A BF16 input is normalised in FP32 and rounded once to BF16: within
+  // half a BF16 ulp (2^-8 relative) of the formula on the BF16 values.
+  const auto b = x.to(torch::kBFloat16);
+  const auto y = norm(b);
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(lamp_test::AllClose(y.to(torch::kDouble),
+                                  rms_reference(b, norm->weight, 0.0078125),
+                                  std::ldexp(1.0, -8), 1e-6));
+  // Gradients reach the input and the weight.
+  const auto g = x.clone().requires_grad_();
+  norm(g).pow(2).sum().backward();
+  EXPECT_TRUE(g.grad().defined());
+  EXPECT_TRUE(norm->weight.grad().defined());
+  EXPECT_THROW(norm(torch::randn({3, 5})), c10::Error);
+  const auto message = lamp_test::error_of([&] { norm(torch::randn({3, 5})); });
+  EXPECT_NE(message.find("normalized_shape [6] must be the trailing sizes of "
+                         "the input, whose sizes are [3, 5]"),
+            std::string::npos)
+      << message;
+}
+
+TEST(RMSNorm, IsKeptInFp32AsTheOtherNorms) {
+  torch::nn::Sequential model(torch::nn::Linear(4, 4),
+                              lamp::nn::RMSNorm(std::vector<int64_t>{4}),
+                              torch::nn::Linear(4, 2));
+  lamp::network_to_half(
+      model, lamp::HalfOptions(torch::kBFloat16).keep_norm_fp32(true));
+  const auto params = model->named_parameters();
+  EXPECT_EQ(params["0.weight"].scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(params["1.weight"].scalar_type(), torch::kFloat);
+  EXPECT_EQ(params["2.weight"].scalar_type(), torch::kBFloat16);
+  // It runs with its FP32 weight on any LibTorch: no mixed-dtype kernel.
+  const auto out = model->forward(torch::randn({2, 4}, torch::kBFloat16));
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+}
+
+// ---------------------------------------------------------------- attention
+
+torch::Tensor attention_reference(const torch::Tensor& q,
+                                  const torch::Tensor& k,
+                                  const torch::Tensor& v,
+                                  const torch::Tensor& keep) {
+  const auto d = q.to(torch::kDouble);
+  auto scores =
+      d.matmul(k.to(torch::kDouble).transpose(-2, -1)) / std::sqrt(q.size(-1));
+  scores = scores.masked_fill(keep.logical_not(),
+                              -std::numeric_limits<double>::infinity());
+  return scores.softmax(-1).matmul(v.to(torch::kDouble));
+}
+
+TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
+  torch::manual_seed(4);
+  const auto q = torch::randn({2, 3, 5, 8});
+  const auto k = torch::randn({2, 3, 7, 8});
+  const auto v = torch::randn({2, 3, 7, 4});
+  const auto all = torch::ones({5, 7}, torch::kBool);
+  const auto causal = all.tril();
+  EXPECT_TRUE(lamp_test::AllClose(
+      lamp::nn::scaled_dot_product_attention(q, k, v).to(torch::kDouble),
+      attention_reference(q, k, v, all), 1e-5, 1e-6));
+  EXPECT_TRUE(lamp_test::AllClose(
+      lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.0, true)
+          .to(torch::kDouble),
+      attention_reference(q, k, v, causal), 1e-5, 1e-6));
+  const auto keep = torch::rand({5, 7}) > 0.3;
+  keep.select(1, 0).fill_(true); // every query attends somewhere
+  EXPECT_TRUE(lamp_test::AllClose(
+      lamp::nn::scaled_dot_product_attention(q, k, v, keep).to(torch::kDouble),
+      attention_reference(q, k, v, keep), 1e-5, 1e-6));
+  const auto additive = torch::zeros({5, 7}).masked_fill(
+      keep.logical_not(), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(lamp_test::AllClose(
+      lamp::nn::scaled_dot_product_attention(q, k, v, additive)
+          .to(torch::kDouble),
+      attention_reference(q, k, v, keep), 1e-5, 1e-6));
+  // Shapes that do not fit, and a causal call with a mask, are named.
+  EXPECT_NE(lamp_test::error_of([&] {
+              lamp::nn::scaled_dot_product_attention(q, k.narrow(-1, 0, 4), v);
+            }).find("do not fit"),
+            std::string::npos);
+  EXPECT_NE(lamp_test::error_of([&] {
+              lamp::nn::scaled_dot_product_attention(q, k, v, keep, 0.0, true);
+            }).find("is_causal and attn_mask exclude each other"),
+            std::string::npos);
+}
+
+// ----------------------------------------------- norms under CPU autocast
+
+// LayerNorm and GroupNorm with FP32 parameters take the BF16 activations a
+// Linear makes under CPU autocast, on every LibTorch (1.13 through lamp's
+// FP32 kernels), forward and backward.
+TEST(AutocastNorms, LayerNormAndGroupNormTakeBf16ActivationsOnTheCpu) {
+  torch::manual_seed(6);
+  torch::nn::Linear linear(8, 8);
+  torch::nn::LayerNorm layer_norm(torch::nn::LayerNormOptions({8}));
+  torch::nn::GroupNorm group_norm(torch::nn::GroupNormOptions(2, 8));
+  const auto x = torch::randn({4, 8});
+  torch::Tensor expected_ln, expected_gn, hidden;
+  {
+    lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+    hidden = linear(x);
+    ASSERT_EQ(hidden.scalar_type(), torch::kBFloat16);
+    const auto ln = layer_norm(hidden);
+    const auto gn = group_norm(hidden);
+    // The norm of the BF16 activations, computed in FP32 (within a BF16
+    // rounding of the output where a LibTorch returns BF16).
+    const auto wide = hidden.to(torch::kFloat);
+    expected_ln = torch::layer_norm(wide, {8}, layer_norm->weight,
+                                    layer_norm->bias, 1e-5);
+    expected_gn =
+        torch::group_norm(wide, 2, group_norm->weight, group_norm->bias, 1e-5);
+    EXPECT_TRUE(lamp_test::AllClose(ln.to(torch::kFloat), expected_ln,
+                                    std::ldexp(1.0, -8), 1e-6));
+    EXPECT_TRUE(lamp_test::AllClose(gn.to(torch::kFloat), expected_gn,
+                                    std::ldexp(1.0, -8), 1e-6));
+    (ln.to(torch::kFloat).sum() + gn.to(torch::kFloat).sum()).backward();
+  }
+  EXPECT_TRUE(linear->weight.grad().defined());
+  EXPECT_TRUE(layer_norm->weight.grad().defined());
+  EXPECT_TRUE(group_norm->weight.grad().defined());
+  EXPECT_EQ(layer_norm->weight.grad().scalar_type(), torch::kFloat);
+  // Outside autocast nothing changes: a BF16 input with FP32 parameters is
+  // the caller's choice, refused where the LibTorch cannot run it.
+  if (!lamp::mixed_dtype_norm_available(torch::kCPU, torch::kBFloat16)) {
+    EXPECT_THROW(layer_norm(hidden.detach()), c10::Error);
+  }
+}
+
+// ------------------------------------------------ a decoder block, trained
+
+// Embedding -> pre-norm causal self-attention -> pre-norm GELU MLP -> norm
+// -> output head tied to the embedding: the layers of a GPT, small.
+struct TinyDecoderImpl : torch::nn::Module {
+  static constexpr int64_t kVocab = 16, kWidth = 16, kHeads = 2;
+  explicit TinyDecoderImpl(bool rms)
+      : embed(register_module("embed", torch::nn::Embedding(kVocab, kWidth))),
+        qkv(register_module("qkv", torch::nn::Linear(kWidth, 3 * kWidth))),
+        proj(register_module("proj", torch::nn::Linear(kWidth, kWidth))),
+        fc(register_module("fc", torch::nn::Linear(kWidth, 4 * kWidth))),
+        fc_out(
+            register_module("fc_out", torch::nn::Linear(4 * kWidth, kWidth))) {
+    const auto norm =
+        [&](const std::string& name) -> std::shared_ptr<torch::nn::Module> {
+      if (rms) {
+        return register_module(name,
+                               lamp::nn::RMSNorm(std::vector<int64_t>{kWidth}));
+      }
+      return register_module(
+          name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+    };
+    norms = {norm("norm1"), norm("norm2"), norm("norm_f")};
+  }
+  torch::Tensor normed(size_t i, const torch::Tensor& x) {
+    if (auto* ln = norms[i]->as<torch::nn::LayerNorm>()) {
+      return ln->forward(x);
+    }
+    return norms[i]->as<lamp::nn::RMSNorm>()->forward(x);
+  }
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    const int64_t b = tokens.size(0), t = tokens.size(1);
+    auto x = embed(tokens);
+    auto parts = qkv(normed(0, x)).chunk(3, -1);
+    const auto heads = [&](const torch::Tensor& p) {
+      return p.reshape({b, t, kHeads, kWidth / kHeads}).transpose(1, 2);
+    };
+    auto att = lamp::nn::scaled_dot_product_attention(
+        heads(parts[0]), heads(parts[1]), heads(parts[2]), {}, 0.0, true);
+    x = x + proj(att.transpose(1, 2).reshape({b, t, kWidth}));
+    x = x + fc_out(torch::gelu(fc(normed(1, x))));
+    // The output head is the embedding, tied as nanoGPT ties them: one
+    // tensor, gradients from both uses.
+    return torch::nn::functional::linear(normed(2, x), embed->weight);
+  }
+  torch::nn::Embedding embed;
+  torch::nn::Linear qkv, proj, fc, fc_out;
+  std::vector<std::shared_ptr<torch::nn::Module>> norms;
+};
+TORCH_MODULE(TinyDecoder);
+
+class DecoderInEveryMode
+    : public ::testing::TestWithParam<std::tuple<Precision, bool>> {};
+
+// Every mode either trains the block (the loss of a fixed batch falls, the
+// weights stay finite) or refuses before the first step naming the mode and
+// what to use instead; never a LibTorch error from inside a step.
+TEST_P(DecoderInEveryMode, TrainsOrRefusesBeforeTheFirstStep) {
+  const auto precision = std::get<0>(GetParam());
+  const bool rms = std::get<1>(GetParam());
+  torch::manual_seed(8);
+  TinyDecoder model(rms);
+  // Next-token prediction on a repeating sequence: learnable.
+  const auto sequence = torch::arange(12).remainder(5);
+  const auto tokens = sequence.slice(0, 0, 11).unsqueeze(0).repeat({4, 1});
+  const auto targets = sequence.slice(0, 1, 12).unsqueeze(0).repeat({4, 1});
+  const auto make = [](std::vector<torch::Tensor> params) {
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(params), torch::optim::AdamWOptions(1e-2));
+  };
+  std::unique_ptr<lamp::TrainStep> step;
+  try {
+    step = std::make_unique<lamp::TrainStep>(model.ptr(), make,
+                                             lamp::TrainStepOptions(precision));
+  } catch (const c10::Error& e) {
+    // The refusals of a mode this LibTorch or CPU cannot run: named.
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'" + lamp::to_string(precision) + "'"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("amp-bf16"), std::string::npos) << what;
+    EXPECT_TRUE(lamp::uses_fp16(precision)) << what;
+    return;
+  }
+  double first = 0, last = 0;
+  for (int i = 0; i < 30; ++i) {
+    const auto result = step->step([&] {
+      const auto logits = model->forward(tokens).to(torch::kFloat);
+      return torch::nn::functional::cross_entropy(
+          logits.reshape({-1, TinyDecoderImpl::kVocab}), targets.reshape(-1));
+    });
+    const double loss = result.loss.item<double>();
+    ASSERT_TRUE(std::isfinite(loss)) << "step " << i;
+    (i == 0 ? first : last) = loss;
+  }
+  EXPECT_LT(last, 0.5 * first);
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    , DecoderInEveryMode,
+    ::testing::Combine(::testing::Values(Precision::kFP32, Precision::kTF32,
+                                         Precision::kAMP, Precision::kAMPBF16,
+                                         Precision::kHalf, Precision::kBF16,
+                                         Precision::kAuto),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      std::string name = lamp::to_string(std::get<0>(info.param));
+      for (auto& c : name) {
+        c = c == '-' ? '_' : c;
+      }
+      return name + (std::get<1>(info.param) ? "_rmsnorm" : "_layernorm");
+    });
+
+} // namespace

@@ -70,7 +70,8 @@ def load_mutants(path, only):
         mutants.append({"name": name, "file": section["file"],
                         "find": section["find"], "replace": section["replace"],
                         "tests": section.get("tests", ""),
-                        "min_torch": section.get("min_torch", "")})
+                        "min_torch": section.get("min_torch", ""),
+                        "max_torch": section.get("max_torch", "")})
     if not mutants:
         die(f"no mutant in {path}" + (f" matches --only '{only}'" if only else ""))
     return mutants
@@ -139,7 +140,7 @@ def main():
     ap.add_argument("--test-timeout", type=int, default=300)
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--torch-version", default="",
-                    help="the LibTorch's version: mutants whose min_torch is newer "
+                    help="the LibTorch's version: mutants whose min_torch is newer or max_torch older "
                          "are listed as not applicable")
     ap.add_argument("cmake_args", nargs="*")
     a = ap.parse_args()
@@ -188,6 +189,12 @@ def main():
                 f"(the code runs with LibTorch >= {m['min_torch']} only)")
             results.append((m["name"], "n/a", [f"(needs LibTorch >= {m['min_torch']})"], 0.0))
             continue
+        if m["max_torch"] and a.torch_version and \
+                version_tuple(a.torch_version) > version_tuple(m["max_torch"]):
+            log(f"[{i}/{len(mutants)}] {m['name']}: not applicable "
+                f"(the code runs with LibTorch <= {m['max_torch']} only)")
+            results.append((m["name"], "n/a", [f"(needs LibTorch <= {m['max_torch']})"], 0.0))
+            continue
         path = os.path.join(src, m["file"])
         with open(path, encoding="utf-8") as f:
             original = f.read()
@@ -228,8 +235,8 @@ def main():
         shown = ", ".join(by[:2]) + (f" (+{len(by) - 2})" if len(by) > 2 else "")
         lines.append(f"{name:38} {verdict:9} {elapsed:5.0f}  {shown}")
     lines.append(f"mutants: {caught} caught, {applicable - caught} not caught, "
-                 f"of {applicable} applicable ({len(results) - applicable} need a "
-                 f"newer LibTorch); LibTorch {a.torch_version or '?'}")
+                 f"of {applicable} applicable ({len(results) - applicable} need "
+                 f"another LibTorch); LibTorch {a.torch_version or '?'}")
     report = "\n".join(lines)
     print(report)
     with open(os.path.join(a.work, "report.txt"), "w", encoding="utf-8") as f:

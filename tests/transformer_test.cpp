@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "lamp/amp/train_step.h"
 #include "lamp/nn/attention.h"
 #include "lamp/nn/rms_norm.h"
+#include "lamp/optim/decay_groups.h"
+#include "lamp/training/schedule.h"
 #include "test_util.h"
 
 namespace {
@@ -51,6 +54,11 @@ TEST(RMSNorm, MatchesTheFormulaWithPythonsParameterAndEps) {
   EXPECT_TRUE(lamp_test::AllClose(norm(x).to(torch::kDouble),
                                   rms_reference(x, norm->weight, 1.1920929e-07),
                                   1e-6, 1e-7));
+  // Activations whose mean square is below eps: the default eps shows.
+  const auto small = torch::randn({2, 6}) * 1e-4;
+  EXPECT_TRUE(lamp_test::AllClose(
+      norm(small).to(torch::kDouble),
+      rms_reference(small, norm->weight, 1.1920929e-07), 1e-5, 1e-9));
   lamp::nn::RMSNorm wide(lamp::nn::RMSNormOptions({4, 6}).eps(0.5));
   EXPECT_TRUE(lamp_test::AllClose(
       wide(x).to(torch::kDouble),
@@ -301,5 +309,92 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name + (std::get<1>(info.param) ? "_rmsnorm" : "_layernorm");
     });
+
+// --------------------------------------------- the AdamW recipe of GPTs
+
+TEST(DecayGroups, ExemptBiasesNormsAndEmbeddingsAndHoldTheMasters) {
+  TinyDecoder model(false);
+  const auto names = lamp::optim::no_decay_names(*model);
+  const std::set<std::string> expected = {
+      "embed.weight", "qkv.bias",      "proj.bias",  "fc.bias",
+      "fc_out.bias",  "norm1.weight",  "norm1.bias", "norm2.weight",
+      "norm2.bias",   "norm_f.weight", "norm_f.bias"};
+  EXPECT_EQ(names, expected);
+  for (const bool rms : {true}) {
+    TinyDecoder with_rms(rms);
+    EXPECT_EQ(lamp::optim::no_decay_names(*with_rms).count("norm1.weight"), 1u);
+  }
+  // A weight tied to an embedding under a Linear's name takes no decay
+  // either; the Linear's own weight does.
+  torch::nn::Embedding embedding(5, 4);
+  torch::nn::Linear linear(torch::nn::LinearOptions(4, 5).bias(false));
+  linear->register_parameter("tied", embedding->weight);
+  torch::nn::Sequential tied(embedding, linear);
+  EXPECT_EQ(lamp::optim::no_decay_names(*tied),
+            (std::set<std::string>{"0.weight", "1.tied"}));
+
+  // In "bf16" the groups hold the FP32 masters, by the model's names.
+  const auto defaults = torch::optim::AdamWOptions(1e-3).weight_decay(0.1);
+  lamp::TrainStep step(
+      model.ptr(),
+      [&](const lamp::NamedParameters& params) {
+        return std::make_unique<torch::optim::AdamW>(
+            lamp::optim::decay_groups(params, names, defaults), defaults);
+      },
+      lamp::TrainStepOptions(Precision::kBF16));
+  auto& groups = step.optimizer().param_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].params().size(), 4u); // qkv, proj, fc, fc_out weights
+  EXPECT_EQ(groups[1].params().size(), expected.size());
+  EXPECT_EQ(static_cast<torch::optim::AdamWOptions&>(groups[0].options())
+                .weight_decay(),
+            0.1);
+  EXPECT_EQ(static_cast<torch::optim::AdamWOptions&>(groups[1].options())
+                .weight_decay(),
+            0.0);
+  EXPECT_EQ(static_cast<torch::optim::AdamWOptions&>(groups[1].options()).lr(),
+            1e-3);
+  const auto& masters = step.master_weights()->master_params();
+  for (const auto& group : groups) {
+    for (const auto& p : group.params()) {
+      EXPECT_EQ(p.scalar_type(), torch::kFloat);
+      bool is_master = false;
+      for (const auto& m : masters) {
+        is_master = is_master || p.is_same(m);
+      }
+      EXPECT_TRUE(is_master);
+    }
+  }
+  EXPECT_NE(lamp_test::error_of([&] {
+              lamp::optim::decay_groups(model->named_parameters(), {"nope"},
+                                        defaults);
+            }).find("'nope' is not among the 15 parameters given"),
+            std::string::npos);
+}
+
+TEST(WarmupCosine, WarmsUpLinearlyThenDecaysToTheFloor) {
+  using lamp::training::warmup_cosine_lr;
+  // 10 warm-up steps of 110, peak 1, floor 0.1.
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1.0, 0, 10, 110, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1.0, 4, 10, 110, 0.1), 0.5);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1.0, 9, 10, 110, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1.0, 10, 10, 110, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1.0, 60, 10, 110, 0.1), 0.55); // halfway
+  EXPECT_NEAR(warmup_cosine_lr(1.0, 109, 10, 110, 0.1),
+              0.1 + 0.45 * (1 + std::cos(M_PI * 99 / 100)), 1e-15);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1.0, 110, 10, 110, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1.0, 500, 10, 110, 0.1), 0.1);
+  // No warm-up: the cosine from the first step.
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(2.0, 0, 0, 4), 2.0);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(2.0, 2, 0, 4), 1.0);
+  EXPECT_NE(lamp_test::error_of([] {
+              warmup_cosine_lr(1.0, 0, 10, 10);
+            }).find("0 <= warmup_steps < total_steps"),
+            std::string::npos);
+  EXPECT_NE(lamp_test::error_of([] {
+              warmup_cosine_lr(1.0, 0, 1, 10, 2.0);
+            }).find("min_lr must be in [0, peak_lr = 1], got 2"),
+            std::string::npos);
+}
 
 } // namespace

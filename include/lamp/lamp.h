@@ -31,6 +31,7 @@
 #include "lamp/ops/relu_max_pool.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/clip.h"
+#include "lamp/optim/decay_groups.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/optim/sgd.h"
 #include "lamp/platform/backends.h"

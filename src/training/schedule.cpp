@@ -68,6 +68,28 @@ double learning_rate(Schedule schedule, double peak_lr, int64_t step,
   return peak_lr;
 }
 
+double warmup_cosine_lr(double peak_lr, int64_t step, int64_t warmup_steps,
+                        int64_t total_steps, double min_lr) {
+  TORCH_CHECK(step >= 0 && warmup_steps >= 0 && total_steps > warmup_steps,
+              "lamp::training::warmup_cosine_lr: need step >= 0 and 0 <= "
+              "warmup_steps < total_steps, got step ",
+              step, ", warmup_steps ", warmup_steps, ", total_steps ",
+              total_steps, ".");
+  TORCH_CHECK(min_lr >= 0 && min_lr <= peak_lr,
+              "lamp::training::warmup_cosine_lr: min_lr must be in [0, "
+              "peak_lr = ",
+              peak_lr, "], got ", min_lr, ".");
+  if (step < warmup_steps) {
+    return peak_lr * static_cast<double>(step + 1) / warmup_steps;
+  }
+  if (step >= total_steps) {
+    return min_lr;
+  }
+  return cosine(
+      peak_lr, min_lr,
+      static_cast<double>(step - warmup_steps) / (total_steps - warmup_steps));
+}
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) {
     group.options().set_lr(lr);

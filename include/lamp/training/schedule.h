@@ -47,6 +47,25 @@ bool depends_on_length(Schedule schedule);
 double learning_rate(Schedule schedule, double peak_lr, int64_t step,
                      int64_t total_steps);
 
+/// The warm-up + cosine curve of GPT trainers, by step: linear warm-up to
+/// `peak_lr` over `warmup_steps` (peak_lr * (step + 1) / warmup_steps, the
+/// peak at step warmup_steps - 1), then cosine decay from `peak_lr` at step
+/// `warmup_steps` towards `min_lr`, which it reaches at `total_steps` and
+/// keeps after. Errors name a negative step or warm-up, a warm-up not
+/// shorter than the run, and a `min_lr` outside [0, peak_lr].
+///
+/// Example (nanoGPT's shape: 2% warm-up, a floor of a tenth of the peak):
+/// \code
+///   for (int64_t step = 0; step < total; ++step) {
+///     lamp::training::set_learning_rate(
+///         train.optimizer(), lamp::training::warmup_cosine_lr(
+///                                6e-4, step, total / 50, total, 6e-5));
+///     train.step(x, y, loss_fn);
+///   }
+/// \endcode
+double warmup_cosine_lr(double peak_lr, int64_t step, int64_t warmup_steps,
+                        int64_t total_steps, double min_lr = 0.0);
+
 /// Sets the learning rate of every parameter group of `optimizer`.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 

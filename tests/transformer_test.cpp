@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -152,6 +153,57 @@ TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
             std::string::npos);
 }
 
+// The guard allows only the backends it is given, nests, and restores the
+// switches it found, on exceptions too; a backend the LibTorch lacks is
+// refused before any switch changes.
+TEST(Attention, BackendGuardRestoresTheSwitches) {
+  using lamp::nn::SdpaBackend;
+  const auto before = lamp::nn::enabled_sdpa_backends();
+  EXPECT_NE(std::find(before.begin(), before.end(), SdpaBackend::kMath),
+            before.end());
+  {
+    lamp::nn::SdpaBackendGuard only_math({SdpaBackend::kMath});
+    EXPECT_EQ(lamp::nn::enabled_sdpa_backends(),
+              std::vector<SdpaBackend>{SdpaBackend::kMath});
+    // Attention runs under it.
+    const auto q = torch::randn({1, 2, 3, 4});
+    EXPECT_TRUE(lamp_test::AllClose(
+        lamp::nn::scaled_dot_product_attention(q, q, q).to(torch::kDouble),
+        attention_reference(q, q, q, torch::ones({3, 3}, torch::kBool)), 1e-5,
+        1e-6));
+    try {
+      lamp::nn::SdpaBackendGuard nested({SdpaBackend::kMath});
+      TORCH_CHECK(false, "inside the nested guard");
+    } catch (const c10::Error&) {
+    }
+    EXPECT_EQ(lamp::nn::enabled_sdpa_backends(),
+              std::vector<SdpaBackend>{SdpaBackend::kMath});
+  }
+  EXPECT_EQ(lamp::nn::enabled_sdpa_backends(), before);
+  EXPECT_NE(lamp_test::error_of([] {
+              lamp::nn::SdpaBackendGuard none({});
+            }).find("give at least one backend"),
+            std::string::npos);
+  if (!lamp::nn::fused_attention_available()) {
+    EXPECT_NE(lamp_test::error_of([] {
+                lamp::nn::SdpaBackendGuard flash({SdpaBackend::kFlash});
+              })
+                  .find("has no 'flash' attention backend; LibTorch 1.13 has "
+                        "only the math formula"),
+              std::string::npos);
+    EXPECT_EQ(lamp::nn::enabled_sdpa_backends(), before);
+  } else {
+    lamp::nn::SdpaBackendGuard fused(
+        {SdpaBackend::kFlash, SdpaBackend::kMemoryEfficient});
+    const auto now = lamp::nn::enabled_sdpa_backends();
+    EXPECT_EQ(std::find(now.begin(), now.end(), SdpaBackend::kMath), now.end());
+    EXPECT_NE(std::find(now.begin(), now.end(), SdpaBackend::kFlash),
+              now.end());
+  }
+  EXPECT_EQ(lamp::nn::to_string(SdpaBackend::kMemoryEfficient),
+            "memory-efficient");
+}
+
 // ----------------------------------------------- norms under CPU autocast
 
 // LayerNorm and GroupNorm with FP32 parameters take the BF16 activations a
@@ -196,8 +248,11 @@ TEST(AutocastNorms, LayerNormAndGroupNormTakeBf16ActivationsOnTheCpu) {
 
 // ------------------------------------------------ a decoder block, trained
 
-// Embedding -> pre-norm causal self-attention -> pre-norm GELU MLP -> norm
-// -> output head tied to the embedding: the layers of a GPT, small.
+// Embedding -> pre-norm causal self-attention with QK-norm -> pre-norm GELU
+// MLP -> norm -> output head tied to the embedding: the layers of a GPT,
+// small. QK-norm (the queries and keys normalised right after their
+// projection, as OLMo and ViT-22B do) puts a norm on a Linear's output,
+// 16-bit under autocast; the pre-norms see the FP32 residual stream.
 struct TinyDecoderImpl : torch::nn::Module {
   static constexpr int64_t kVocab = 16, kWidth = 16, kHeads = 2;
   explicit TinyDecoderImpl(bool rms)
@@ -207,16 +262,18 @@ struct TinyDecoderImpl : torch::nn::Module {
         fc(register_module("fc", torch::nn::Linear(kWidth, 4 * kWidth))),
         fc_out(
             register_module("fc_out", torch::nn::Linear(4 * kWidth, kWidth))) {
-    const auto norm =
-        [&](const std::string& name) -> std::shared_ptr<torch::nn::Module> {
+    const auto norm = [&](const std::string& name,
+                          int64_t size) -> std::shared_ptr<torch::nn::Module> {
       if (rms) {
         return register_module(name,
-                               lamp::nn::RMSNorm(std::vector<int64_t>{kWidth}));
+                               lamp::nn::RMSNorm(std::vector<int64_t>{size}));
       }
       return register_module(
-          name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+          name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({size})));
     };
-    norms = {norm("norm1"), norm("norm2"), norm("norm_f")};
+    norms = {norm("norm1", kWidth), norm("norm2", kWidth),
+             norm("norm_f", kWidth), norm("q_norm", kWidth / kHeads),
+             norm("k_norm", kWidth / kHeads)};
   }
   torch::Tensor normed(size_t i, const torch::Tensor& x) {
     if (auto* ln = norms[i]->as<torch::nn::LayerNorm>()) {
@@ -232,7 +289,8 @@ struct TinyDecoderImpl : torch::nn::Module {
       return p.reshape({b, t, kHeads, kWidth / kHeads}).transpose(1, 2);
     };
     auto att = lamp::nn::scaled_dot_product_attention(
-        heads(parts[0]), heads(parts[1]), heads(parts[2]), {}, 0.0, true);
+        normed(3, heads(parts[0])), normed(4, heads(parts[1])), heads(parts[2]),
+        {}, 0.0, true);
     x = x + proj(att.transpose(1, 2).reshape({b, t, kWidth}));
     x = x + fc_out(torch::gelu(fc(normed(1, x))));
     // The output head is the embedding, tied as nanoGPT ties them: one
@@ -316,9 +374,10 @@ TEST(DecayGroups, ExemptBiasesNormsAndEmbeddingsAndHoldTheMasters) {
   TinyDecoder model(false);
   const auto names = lamp::optim::no_decay_names(*model);
   const std::set<std::string> expected = {
-      "embed.weight", "qkv.bias",      "proj.bias",  "fc.bias",
-      "fc_out.bias",  "norm1.weight",  "norm1.bias", "norm2.weight",
-      "norm2.bias",   "norm_f.weight", "norm_f.bias"};
+      "embed.weight", "qkv.bias",      "proj.bias",   "fc.bias",
+      "fc_out.bias",  "norm1.weight",  "norm1.bias",  "norm2.weight",
+      "norm2.bias",   "norm_f.weight", "norm_f.bias", "q_norm.weight",
+      "q_norm.bias",  "k_norm.weight", "k_norm.bias"};
   EXPECT_EQ(names, expected);
   for (const bool rms : {true}) {
     TinyDecoder with_rms(rms);
@@ -368,7 +427,7 @@ TEST(DecayGroups, ExemptBiasesNormsAndEmbeddingsAndHoldTheMasters) {
   EXPECT_NE(lamp_test::error_of([&] {
               lamp::optim::decay_groups(model->named_parameters(), {"nope"},
                                         defaults);
-            }).find("'nope' is not among the 15 parameters given"),
+            }).find("'nope' is not among the 19 parameters given"),
             std::string::npos);
 }
 

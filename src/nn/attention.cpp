@@ -1,9 +1,12 @@
 #include "lamp/nn/attention.h"
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "platform/compat.h"
 
@@ -41,6 +44,82 @@ torch::Tensor math_attention(const torch::Tensor& query,
 }
 
 } // namespace
+
+namespace {
+
+constexpr SdpaBackend kAllBackends[] = {
+    SdpaBackend::kFlash, SdpaBackend::kMemoryEfficient, SdpaBackend::kCuDNN,
+    SdpaBackend::kMath};
+
+int index_of(SdpaBackend backend) {
+  return static_cast<int>(backend);
+}
+
+} // namespace
+
+std::string to_string(SdpaBackend backend) {
+  switch (backend) {
+    case SdpaBackend::kFlash:
+      return "flash";
+    case SdpaBackend::kMemoryEfficient:
+      return "memory-efficient";
+    case SdpaBackend::kCuDNN:
+      return "cudnn";
+    case SdpaBackend::kMath:
+      return "math";
+  }
+  return "unknown";
+}
+
+std::vector<SdpaBackend> enabled_sdpa_backends() {
+  std::vector<SdpaBackend> enabled;
+  for (const auto backend : kAllBackends) {
+    if (detail::sdp_backend_exists(index_of(backend)) &&
+        detail::sdp_backend_enabled(index_of(backend))) {
+      enabled.push_back(backend);
+    }
+  }
+  return enabled;
+}
+
+SdpaBackendGuard::SdpaBackendGuard(const std::vector<SdpaBackend>& backends) {
+  TORCH_CHECK(!backends.empty(),
+              "lamp::nn::SdpaBackendGuard: give at least one backend; with "
+              "none, scaled_dot_product_attention could not run.");
+  for (const auto backend : backends) {
+    TORCH_CHECK(detail::sdp_backend_exists(index_of(backend)),
+                "lamp::nn::SdpaBackendGuard: this LibTorch (", TORCH_VERSION,
+                ") has no '", to_string(backend), "' attention backend; ",
+                fused_attention_available()
+                    ? "cuDNN's needs LibTorch 2.3 or later."
+                    : "LibTorch 1.13 has only the math formula "
+                      "(SdpaBackend::kMath).");
+  }
+  for (const auto backend : kAllBackends) {
+    const int i = index_of(backend);
+    previous_.push_back(detail::sdp_backend_exists(i) &&
+                        detail::sdp_backend_enabled(i));
+  }
+  for (const auto backend : kAllBackends) {
+    const int i = index_of(backend);
+    if (detail::sdp_backend_exists(i)) {
+      bool wanted = false;
+      for (const auto b : backends) {
+        wanted = wanted || b == backend;
+      }
+      detail::set_sdp_backend_enabled(i, wanted);
+    }
+  }
+}
+
+SdpaBackendGuard::~SdpaBackendGuard() {
+  for (const auto backend : kAllBackends) {
+    const int i = index_of(backend);
+    if (detail::sdp_backend_exists(i)) {
+      detail::set_sdp_backend_enabled(i, previous_[static_cast<size_t>(i)]);
+    }
+  }
+}
 
 bool fused_attention_available() {
   return detail::FusedAttention::available;

@@ -293,6 +293,74 @@ inline std::unique_ptr<c10::WarningHandler> make_warning_handler(
   return std::make_unique<Handler>(std::move(sink));
 }
 
+/// LibTorch's global switches of scaled_dot_product_attention's backends
+/// (at::globalContext().userEnabled*SDP / setSDPUse*): 0 flash, 1
+/// memory-efficient, 2 cuDNN, 3 math. LibTorch 1.13 has no fused attention:
+/// only math exists there, always on. cuDNN's switch exists from 2.3.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define LAMP_TORCH_SDP_CUDNN 1
+#else
+#define LAMP_TORCH_SDP_CUDNN 0
+#endif
+
+inline bool sdp_backend_exists(int backend) {
+#if TORCH_VERSION_MAJOR >= 2
+  return backend != 2 || LAMP_TORCH_SDP_CUDNN;
+#else
+  return backend == 3;
+#endif
+}
+
+inline bool sdp_backend_enabled(int backend) {
+#if TORCH_VERSION_MAJOR >= 2
+  auto& context = at::globalContext();
+  switch (backend) {
+    case 0:
+      return context.userEnabledFlashSDP();
+    case 1:
+      return context.userEnabledMemEfficientSDP();
+#if LAMP_TORCH_SDP_CUDNN
+    case 2:
+      return context.userEnabledCuDNNSDP();
+#endif
+    case 3:
+      return context.userEnabledMathSDP();
+    default:
+      return false;
+  }
+#else
+  return backend == 3;
+#endif
+}
+
+inline void set_sdp_backend_enabled(int backend, bool enabled) {
+#if TORCH_VERSION_MAJOR >= 2
+  auto& context = at::globalContext();
+  switch (backend) {
+    case 0:
+      context.setSDPUseFlash(enabled);
+      return;
+    case 1:
+      context.setSDPUseMemEfficient(enabled);
+      return;
+#if LAMP_TORCH_SDP_CUDNN
+    case 2:
+      context.setSDPUseCuDNN(enabled);
+      return;
+#endif
+    case 3:
+      context.setSDPUseMath(enabled);
+      return;
+    default:
+      return;
+  }
+#else
+  (void)backend;
+  (void)enabled;
+#endif
+}
+
 /// ATen's fused scaled_dot_product_attention (LibTorch 2.0 on), or nothing:
 /// `available` false in 1.13, whose callers compute attention with the math
 /// formula themselves.

@@ -68,7 +68,10 @@ TEST(PrecisionReport, ShowsBatchNormKeptFp32AndConvsInLowPrecision) {
       floating);
   EXPECT_EQ(report.numel_by_dtype.at("Long"), 20); // num_batches_tracked
   const auto text = report.to_string();
-  EXPECT_NE(text.find("(kept FP32)"), std::string::npos);
+  EXPECT_NE(text.find("(kept FP32: a norm)"), std::string::npos);
+  for (const auto& row : report.tensors) {
+    EXPECT_EQ(row.kept_fp32_reason, row.kept_fp32 ? "a norm" : "") << row.name;
+  }
   EXPECT_NE(text.find("22 low-precision tensors, 80 kept in FP32"),
             std::string::npos);
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "lamp/amp/half.h"
 #include "lamp/amp/precision.h"
 #include "lamp/amp/precision_support.h"
+#include "lamp/amp/report.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/nn/attention.h"
 #include "lamp/nn/rms_norm.h"
@@ -97,6 +99,16 @@ TEST(RMSNorm, IsKeptInFp32AsTheOtherNorms) {
   EXPECT_EQ(params["0.weight"].scalar_type(), torch::kBFloat16);
   EXPECT_EQ(params["1.weight"].scalar_type(), torch::kFloat);
   EXPECT_EQ(params["2.weight"].scalar_type(), torch::kBFloat16);
+  // The precision report says why each FP32 tensor is FP32.
+  model[2]->to(torch::kFloat);
+  std::map<std::string, std::string> reasons;
+  for (const auto& row : lamp::precision_report(*model).tensors) {
+    reasons[row.name] = row.kept_fp32_reason;
+  }
+  EXPECT_EQ(reasons["0.weight"], "");
+  EXPECT_EQ(reasons["1.weight"], "a norm");
+  EXPECT_EQ(reasons["2.weight"], "chosen");
+  model[2]->to(torch::kBFloat16);
   // It runs with its FP32 weight on any LibTorch: no mixed-dtype kernel.
   const auto out = model->forward(torch::randn({2, 4}, torch::kBFloat16));
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);

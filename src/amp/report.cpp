@@ -4,12 +4,17 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <ATen/record_function.h>
+#include <torch/nn/functional/instancenorm.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/instancenorm.h>
+#include <torch/nn/modules/normalization.h>
 
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 
+#include "lamp/nn/rms_norm.h"
 #include "lamp/platform/parameters.h"
 
 namespace lamp {
@@ -17,6 +22,18 @@ namespace {
 
 bool is_low_precision(torch::Dtype dtype) {
   return dtype == torch::kHalf || dtype == torch::kBFloat16;
+}
+
+bool is_norm(const torch::nn::Module& m) {
+  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr ||
+         dynamic_cast<const lamp::nn::RMSNormImpl*>(&m) != nullptr;
 }
 
 // A tensor registered under several names (a tied weight) is reported once,
@@ -34,6 +51,7 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
     row.is_buffer = buffer;
     row.dtype = t.scalar_type();
     row.numel = t.numel();
+    row.kept_fp32_reason = is_norm(module) ? "a norm" : "chosen";
     report.tensors.push_back(row);
   };
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {
@@ -61,6 +79,9 @@ PrecisionReport precision_report(const torch::nn::Module& module) {
   }
   for (auto& row : report.tensors) {
     row.kept_fp32 = any_low && row.dtype == torch::kFloat;
+    if (!row.kept_fp32) {
+      row.kept_fp32_reason.clear();
+    }
     report.kept_fp32_tensors += row.kept_fp32;
     report.low_precision_tensors += is_low_precision(row.dtype);
     report.numel_by_dtype[c10::toString(row.dtype)] += row.numel;
@@ -75,11 +96,12 @@ std::string PrecisionReport::to_string() const {
                 "dtype", "kind", "elements", "module");
   out << line;
   for (const auto& row : tensors) {
-    std::snprintf(line, sizeof(line), "%-40s %-9s %-8s %10lld  %s%s\n",
-                  row.name.c_str(), c10::toString(row.dtype),
-                  row.is_buffer ? "buffer" : "param",
-                  static_cast<long long>(row.numel), row.module.c_str(),
-                  row.kept_fp32 ? "  (kept FP32)" : "");
+    std::snprintf(
+        line, sizeof(line), "%-40s %-9s %-8s %10lld  %s%s\n", row.name.c_str(),
+        c10::toString(row.dtype), row.is_buffer ? "buffer" : "param",
+        static_cast<long long>(row.numel), row.module.c_str(),
+        row.kept_fp32 ? ("  (kept FP32: " + row.kept_fp32_reason + ")").c_str()
+                      : "");
     out << line;
   }
   out << "totals:";

@@ -27,6 +27,12 @@ struct TensorPrecision {
   /// A floating-point tensor left in FP32 in a tree that also holds FP16/BF16
   /// tensors (what network_to_half keeps, BatchNorm by default).
   bool kept_fp32 = false;
+  /// Why a kept_fp32 tensor is FP32: "a norm" (BatchNorm, InstanceNorm,
+  /// LayerNorm, GroupNorm, lamp::nn::RMSNorm: network_to_half and autocast
+  /// keep their statistics and parameters in FP32), or "chosen" (a
+  /// HalfOptions::keep_fp32 predicate or the model's own cast); "" for
+  /// tensors not kept.
+  std::string kept_fp32_reason;
 };
 
 /// Every parameter and buffer of a module tree with its dtype.

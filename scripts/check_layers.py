@@ -20,14 +20,15 @@ import sys
 # depends on training policy.
 ALLOWED = {
     "platform": set(),
+    "nn": {"platform"},
     "ops": {"platform"},
-    "optim": {"platform"},
-    "amp": {"platform", "ops", "optim"},
+    "optim": {"platform", "nn"},
+    "amp": {"platform", "nn", "ops", "optim"},
     "distributed": {"platform", "amp"},
     "data": {"platform"},
-    "models": {"platform", "ops", "amp"},
-    "training": {"platform", "ops", "amp", "optim", "distributed", "data",
-                 "models"},
+    "models": {"platform", "nn", "ops", "amp"},
+    "training": {"platform", "nn", "ops", "amp", "optim", "distributed",
+                 "data", "models"},
 }
 # Top-level headers of include/lamp/ (the umbrella lamp.h, distributed.h and
 # version.h) belong to the layers they include: including one is an arrow to

@@ -26,6 +26,7 @@
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
 #include "lamp/nn/attention.h"
+#include "lamp/nn/norms.h"
 #include "lamp/nn/rms_norm.h"
 #include "lamp/ops/batch_norm_relu.h"
 #include "lamp/ops/relu_max_pool.h"

@@ -12,7 +12,7 @@
 #include <torch/version.h>
 
 #include "lamp/amp/precision_support.h"
-#include "lamp/nn/rms_norm.h"
+#include "lamp/nn/norms.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/parameters.h"
 
@@ -30,9 +30,7 @@ void check_half_dtype(torch::Dtype dtype, const char* caller) {
 namespace {
 
 bool is_batchnorm(const torch::nn::Module& m) {
-  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m) != nullptr;
+  return lamp::nn::is_batch_norm(m);
 }
 
 // LayerNorm and GroupNorm kept in FP32 must accept low-precision inputs.
@@ -41,14 +39,10 @@ bool needs_mixed_dtype_kernels(const torch::nn::Module& m) {
          dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr;
 }
 
+// The norms other than BatchNorm (RMSNorm computes in FP32 itself: it is
+// kept without mixed-dtype kernels).
 bool is_other_norm(const torch::nn::Module& m) {
-  return dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&m) != nullptr ||
-         // Computes in FP32 itself: kept without mixed-dtype kernels.
-         dynamic_cast<const lamp::nn::RMSNormImpl*>(&m) != nullptr;
+  return lamp::nn::is_norm(m) && !lamp::nn::is_batch_norm(m);
 }
 
 // Casts one floating-point parameter or buffer in place (same TensorImpl, so

@@ -4,17 +4,13 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <ATen/record_function.h>
-#include <torch/nn/functional/instancenorm.h>
-#include <torch/nn/modules/batchnorm.h>
-#include <torch/nn/modules/instancenorm.h>
-#include <torch/nn/modules/normalization.h>
 
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 
-#include "lamp/nn/rms_norm.h"
+#include "lamp/nn/norms.h"
 #include "lamp/platform/parameters.h"
 
 namespace lamp {
@@ -22,18 +18,6 @@ namespace {
 
 bool is_low_precision(torch::Dtype dtype) {
   return dtype == torch::kHalf || dtype == torch::kBFloat16;
-}
-
-bool is_norm(const torch::nn::Module& m) {
-  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr ||
-         dynamic_cast<const lamp::nn::RMSNormImpl*>(&m) != nullptr;
 }
 
 // A tensor registered under several names (a tied weight) is reported once,
@@ -51,7 +35,7 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
     row.is_buffer = buffer;
     row.dtype = t.scalar_type();
     row.numel = t.numel();
-    row.kept_fp32_reason = is_norm(module) ? "a norm" : "chosen";
+    row.kept_fp32_reason = lamp::nn::is_norm(module) ? "a norm" : "chosen";
     report.tensors.push_back(row);
   };
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {

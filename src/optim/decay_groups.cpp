@@ -1,29 +1,17 @@
 #include "lamp/optim/decay_groups.h"
 
-#include <torch/nn/functional/instancenorm.h>
-#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/instancenorm.h>
-#include <torch/nn/modules/normalization.h>
 
 #include <unordered_set>
 
-#include "lamp/nn/rms_norm.h"
+#include "lamp/nn/norms.h"
 
 namespace lamp {
 namespace optim {
 namespace {
 
 bool exempt_module(const torch::nn::Module& m) {
-  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::LayerNormImpl*>(&m) != nullptr ||
-         dynamic_cast<const torch::nn::GroupNormImpl*>(&m) != nullptr ||
-         dynamic_cast<const lamp::nn::RMSNormImpl*>(&m) != nullptr ||
+  return lamp::nn::is_norm(m) ||
          dynamic_cast<const torch::nn::EmbeddingImpl*>(&m) != nullptr ||
          dynamic_cast<const torch::nn::EmbeddingBagImpl*>(&m) != nullptr;
 }

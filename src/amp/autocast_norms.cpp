@@ -25,15 +25,9 @@ namespace detail {
 
 void ensure_cpu_autocast_norms() {}
 
-bool cpu_autocast_norms_registered() {
-  return false;
-}
-
 #else
 
 namespace {
-
-bool registered = false;
 
 // A 16-bit floating tensor as FP32; anything else as it is.
 at::Tensor in_fp32(const at::Tensor& t) {
@@ -87,12 +81,7 @@ void ensure_cpu_autocast_norms() {
                            c10::DispatchKey::AutocastCPU, __FILE__, __LINE__);
     library->impl("layer_norm", TORCH_FN(layer_norm_in_fp32));
     library->impl("group_norm", TORCH_FN(group_norm_in_fp32));
-    registered = true;
   });
-}
-
-bool cpu_autocast_norms_registered() {
-  return registered;
 }
 
 #endif

@@ -9,8 +9,5 @@ namespace detail {
 /// CPU autocast guard is entered (autocast_norms.cpp).
 void ensure_cpu_autocast_norms();
 
-/// Whether ensure_cpu_autocast_norms() registered lamp's kernels.
-bool cpu_autocast_norms_registered();
-
 } // namespace detail
 } // namespace lamp

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "lamp/optim/adam.h"
+#include "lamp/optim/decay_groups.h"
 #include "lamp/optim/sgd.h"
 #include "lamp/platform/parameters.h"
 #include "optim/internal.h"
@@ -69,15 +70,8 @@ std::vector<torch::optim::OptimizerParamGroup> param_groups(
   for (auto& p : params) {
     (p.dim() <= 1 ? no_decay : decay).push_back(std::move(p));
   }
-  if (!decay.empty()) {
-    groups.emplace_back(std::move(decay), std::make_unique<Options>(defaults));
-  }
-  if (!no_decay.empty()) {
-    auto options = std::make_unique<Options>(defaults);
-    options->weight_decay(0.0);
-    groups.emplace_back(std::move(no_decay), std::move(options));
-  }
-  return groups;
+  return detail::groups_by_decay(std::move(decay), std::move(no_decay),
+                                 defaults);
 }
 
 } // namespace

@@ -49,6 +49,25 @@ std::vector<torch::optim::OptimizerParamGroup> decay_groups(
     const std::set<std::string>& no_decay, const Options& defaults);
 
 namespace detail {
+/// The param groups of `decay` (with `defaults`) and `exempt` (with
+/// `defaults` but weight_decay 0), each left out when empty: decay_groups()
+/// and make_optimizer's no_bias_decay.
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> groups_by_decay(
+    std::vector<torch::Tensor> decay, std::vector<torch::Tensor> exempt,
+    const Options& defaults) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decay.empty()) {
+    groups.emplace_back(std::move(decay), std::make_unique<Options>(defaults));
+  }
+  if (!exempt.empty()) {
+    auto options = std::make_unique<Options>(defaults);
+    options->weight_decay(0);
+    groups.emplace_back(std::move(exempt), std::move(options));
+  }
+  return groups;
+}
+
 /// Splits `named` by `no_decay` (see decay_groups), checking every name.
 void split_by_decay(const torch::OrderedDict<std::string, torch::Tensor>& named,
                     const std::set<std::string>& no_decay,
@@ -62,16 +81,7 @@ std::vector<torch::optim::OptimizerParamGroup> decay_groups(
     const std::set<std::string>& no_decay, const Options& defaults) {
   std::vector<torch::Tensor> decay, exempt;
   detail::split_by_decay(named, no_decay, decay, exempt);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!decay.empty()) {
-    groups.emplace_back(std::move(decay), std::make_unique<Options>(defaults));
-  }
-  if (!exempt.empty()) {
-    auto options = std::make_unique<Options>(defaults);
-    options->weight_decay(0);
-    groups.emplace_back(std::move(exempt), std::move(options));
-  }
-  return groups;
+  return detail::groups_by_decay(std::move(decay), std::move(exempt), defaults);
 }
 
 } // namespace optim

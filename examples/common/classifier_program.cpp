@@ -83,7 +83,8 @@ void check_batch_size(const ProgramConfig& config, const RunSpec& spec,
   const int64_t train_images = spec.train.size();
   const int64_t per_rank = train_images / world + (train_images % world != 0);
   TORCH_CHECK(config.batch_size <= per_rank, "--batch-size ", config.batch_size,
-              " is larger than the ", train_images, " training images",
+              " is larger than the ", train_images, " training ",
+              config.sequence_length > 0 ? "sequences" : "images",
               world > 1 ? " (" + std::to_string(per_rank) + " per rank)"
                         : std::string(),
               "; use --batch-size ", per_rank, " or less.");
@@ -110,6 +111,7 @@ lamp::data::LoaderOptions train_loader_options(const ProgramConfig& config,
                                                const RunSpec& spec,
                                                const ProcessGroup& group) {
   return lamp::data::LoaderOptions(config.batch_size)
+      .dtype(config.sequence_length > 0 ? torch::kLong : torch::kFloat)
       .seed(config.seed)
       .crop_padding(spec.crop_padding)
       .horizontal_flip(spec.horizontal_flip)
@@ -127,6 +129,7 @@ lamp::data::LoaderOptions test_loader_options(const ProgramConfig& config,
                                               const RunSpec& spec,
                                               int64_t eval_batch_size) {
   return lamp::data::LoaderOptions(eval_batch_size)
+      .dtype(config.sequence_length > 0 ? torch::kLong : torch::kFloat)
       .shuffle(false)
       .mean(spec.mean)
       .std(spec.std)
@@ -150,7 +153,9 @@ ClassifierTrainer build_trainer(const ProgramConfig& config,
   // SIGINT/SIGTERM: the trainer stops at the next step (stop_signals.h).
   options.stop_requested([] { return stop_signal() != 0; });
   return ClassifierTrainer(
-      model.module, model.forward, config.model, std::move(train_loader),
+      model.module, model.forward,
+      spec.model_name.empty() ? config.model : spec.model_name,
+      std::move(train_loader),
       lamp::data::DeviceLoader(spec.test, device, test_options),
       std::move(options));
 }
@@ -256,12 +261,18 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   const auto& step = trainer.train_step();
   const auto device = group.device();
   print_out(
-      "%s: %s, %s%s on %s, %lld train / %lld test images, batch %lld, %lld epochs%s%s%s\n",
-      spec.program.c_str(), config.model.c_str(),
+      "%s: %s, %s%s on %s, %lld train / %lld test %s, batch %lld, %lld epochs%s%s%s\n",
+      spec.program.c_str(),
+      (spec.model_name.empty() ? config.model : spec.model_name).c_str(),
       lamp::to_string(precision).c_str(),
       precision_from(config) == lamp::Precision::kAuto ? " (auto)" : "",
       device.str().c_str(), static_cast<long long>(spec.train.images.size(0)),
       static_cast<long long>(spec.test.images.size(0)),
+      config.sequence_length > 0
+          ? ("sequences of " + std::to_string(config.sequence_length) +
+             " tokens")
+                .c_str()
+          : "images",
       static_cast<long long>(config.batch_size),
       static_cast<long long>(config.epochs),
       start_note(config, trainer).c_str(),
@@ -331,12 +342,18 @@ int64_t train(const ProgramConfig& config, const std::string& program,
 
 // --export-state-dict: the trained weights (the FP32 master weights where
 // the run keeps them) as a Python state_dict.
-void export_weights(const ProgramConfig& config, const BuiltModel& model,
-                    ClassifierTrainer& trainer) {
-  lamp::models::export_state_dict(
-      *model.module, config.model, config.export_state_dict,
-      lamp::models::StateDictOptions().master_weights(
-          trainer.train_step().master_weights()));
+void export_weights(const ProgramConfig& config, const RunSpec& spec,
+                    const BuiltModel& model, ClassifierTrainer& trainer) {
+  const auto options = lamp::models::StateDictOptions().master_weights(
+      trainer.train_step().master_weights());
+  if (!spec.model_name.empty()) {
+    // A model outside the registry (train_gpt's): its own parameter names.
+    lamp::models::export_state_dict(*model.module, config.export_state_dict,
+                                    options);
+    return;
+  }
+  lamp::models::export_state_dict(*model.module, config.model,
+                                  config.export_state_dict, options);
 }
 
 } // namespace
@@ -407,7 +424,10 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
                  : 128 + stop_signal();
     }
     if (!config.export_state_dict.empty() && main_rank) {
-      export_weights(config, model, trainer);
+      export_weights(config, spec, model, trainer);
+    }
+    if (spec.after_training && main_rank) {
+      spec.after_training(model, trainer);
     }
   } catch (const std::exception& e) {
     // The log says why it ends where it ends.
@@ -421,9 +441,13 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
 
 int program_main(int argc, char** argv, const std::string& program,
                  const std::string& description, ProgramConfig& config,
-                 const std::function<RunSpec()>& make_spec) {
+                 const std::function<RunSpec()>& make_spec,
+                 const std::function<void(CLI::App&)>& add_program_options) {
   CLI::App app{description, program};
   add_options(app, config);
+  if (add_program_options) {
+    add_program_options(app);
+  }
   add_version_flag(app, program);
   const int status = parse_command_line(app, program, argc, argv);
   if (status >= 0) {

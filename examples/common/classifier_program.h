@@ -30,6 +30,15 @@ struct RunSpec {
   std::vector<std::string> data_files;
   int64_t crop_padding = 0;
   bool horizontal_flip = false;
+  /// The model's name in checkpoints and logs, checked on resume; empty:
+  /// --model's value. train_gpt gives its shape (GPTOptions::name()).
+  std::string model_name;
+  /// Called on the main rank after a run that trained to its end (not one
+  /// stopped by a signal), after --export-state-dict: train_gpt samples
+  /// text here.
+  std::function<void(const BuiltModel& model,
+                     lamp::training::ClassifierTrainer& trainer)>
+      after_training;
 };
 
 /// Resolves the device, builds model, loaders and trainer, trains and prints
@@ -43,9 +52,13 @@ int run(const ProgramConfig& config, const RunSpec& spec);
 /// fields hold the program's defaults) with the conventions of cli.h, then
 /// builds the data with `make_spec` and calls run(); returns the exit status
 /// (0, 1 for errors while running, 2 for usage errors).
-int program_main(int argc, char** argv, const std::string& program,
-                 const std::string& description, ProgramConfig& config,
-                 const std::function<RunSpec()>& make_spec);
+/// `add_program_options` (optional) adds the program's own flags to the
+/// shared ones.
+int program_main(
+    int argc, char** argv, const std::string& program,
+    const std::string& description, ProgramConfig& config,
+    const std::function<RunSpec()>& make_spec,
+    const std::function<void(CLI::App&)>& add_program_options = nullptr);
 
 /// Per-channel mean and standard deviation of uint8 images, in [0, 1] units.
 /// Throws when a channel has zero variance (blank images cannot be

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <torch/version.h>
 #include <unistd.h>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -70,7 +71,8 @@ JsonLog::JsonLog(const ProgramConfig& config, RunFacts facts)
       run_id_(new_run_id()),
       facts_(std::move(facts)),
       model_(config.model),
-      batch_size_(config.batch_size) {
+      batch_size_(config.batch_size),
+      sequence_length_(config.sequence_length) {
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0) {
     TORCH_CHECK(S_ISREG(st.st_mode), "--log-json ", path_,
@@ -124,33 +126,43 @@ void JsonLog::write_run(const ProgramConfig& config) {
 }
 
 void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
-  write("epoch", {{"program", facts_.program},
-                  {"model", model_},
-                  {"precision", lamp::to_string(facts_.precision)},
-                  {"device", facts_.device.str()},
-                  {"batch_size", batch_size_},
-                  {"epoch", s.epoch},
-                  {"steps", s.steps},
-                  {"steps_in_epoch", s.steps_in_epoch},
-                  {"partial", s.partial()},
-                  {"global_step", s.global_step},
-                  {"train_loss", s.train_loss},
-                  {"test_loss", s.test_loss},
-                  {"test_accuracy", s.test_accuracy},
-                  {"test_subset", s.test_subset()},
-                  {"test_batches", s.test_batches},
-                  {"test_batches_in_set", s.test_batches_in_set},
-                  {"test_images", s.test_images},
-                  {"seconds", s.seconds},
-                  {"warmup_seconds", s.warmup_seconds},
-                  {"eval_seconds", s.eval_seconds},
-                  {"images_per_second", s.images_per_second},
-                  {"peak_memory_bytes", s.peak_memory_bytes},
-                  {"loss_scale", s.loss_scale},
-                  {"skipped_steps", s.skipped_steps},
-                  {"non_finite_losses", s.non_finite_losses},
-                  {"lr", s.lr},
-                  {"checkpoint_written", s.checkpoint_written}});
+  nlohmann::ordered_json record = {
+      {"program", facts_.program},
+      {"model", model_},
+      {"precision", lamp::to_string(facts_.precision)},
+      {"device", facts_.device.str()},
+      {"batch_size", batch_size_},
+      {"epoch", s.epoch},
+      {"steps", s.steps},
+      {"steps_in_epoch", s.steps_in_epoch},
+      {"partial", s.partial()},
+      {"global_step", s.global_step},
+      {"train_loss", s.train_loss},
+      {"test_loss", s.test_loss},
+      {"test_accuracy", s.test_accuracy},
+      {"test_subset", s.test_subset()},
+      {"test_batches", s.test_batches},
+      {"test_batches_in_set", s.test_batches_in_set},
+      {"test_images", s.test_images},
+      {"seconds", s.seconds},
+      {"warmup_seconds", s.warmup_seconds},
+      {"eval_seconds", s.eval_seconds},
+      {"images_per_second", s.images_per_second},
+      {"peak_memory_bytes", s.peak_memory_bytes},
+      {"loss_scale", s.loss_scale},
+      {"skipped_steps", s.skipped_steps},
+      {"non_finite_losses", s.non_finite_losses},
+      {"lr", s.lr},
+      {"checkpoint_written", s.checkpoint_written}};
+  if (sequence_length_ > 0) {
+    // A language model's: per-token rates and perplexities, exp(loss).
+    record["context"] = sequence_length_;
+    record["tokens_per_second"] =
+        s.images_per_second * static_cast<double>(sequence_length_);
+    record["train_perplexity"] = std::exp(s.train_loss);
+    record["test_perplexity"] = std::exp(s.test_loss);
+  }
+  write("epoch", record);
 }
 
 void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,

@@ -75,6 +75,7 @@ class JsonLog {
   RunFacts facts_;
   std::string model_;
   int64_t batch_size_ = 0;
+  int64_t sequence_length_ = 0; // ProgramConfig::sequence_length
 };
 
 } // namespace lamp_examples

@@ -58,6 +58,10 @@ struct ProgramConfig {
   // The flags the ranks of a data-parallel run compare (rank_check.h).
   std::vector<std::pair<std::string, std::string>> rank_flags;
   std::vector<std::string> command_line; // for the log's run record
+  // Set by the program, not a shared flag: tokens per example for a model of
+  // sequences (train_gpt's --context), 0 for images. Rates are then tokens/s
+  // and the epoch line gives perplexities.
+  int64_t sequence_length = 0;
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).

@@ -143,20 +143,32 @@ std::pair<double, int64_t> LossWindow::take(
 }
 
 Progress::Progress(bool bar, bool timed_lines, int64_t log_every,
-                   bool show_scale, int64_t epochs, JsonLog* log)
+                   bool show_scale, int64_t epochs, JsonLog* log,
+                   int64_t tokens_per_example)
     : bar_(bar),
       timed_lines_(timed_lines),
       log_every_(log_every),
       show_scale_(show_scale),
       epochs_(epochs),
-      log_(log) {}
+      log_(log),
+      tokens_per_example_(tokens_per_example) {}
+
+double Progress::shown_rate(double examples_per_second) const {
+  return tokens_per_example_ > 0
+             ? examples_per_second * static_cast<double>(tokens_per_example_)
+             : examples_per_second;
+}
+
+const char* Progress::rate_unit() const {
+  return tokens_per_example_ > 0 ? "tok/s" : "img/s";
+}
 
 Progress Progress::for_program(const ProgramConfig& config, bool main_rank,
                                bool show_scale, JsonLog* log) {
   return Progress(main_rank && config.progress && isatty(STDERR_FILENO),
                   main_rank && config.progress && !isatty(STDOUT_FILENO),
                   main_rank ? config.log_every : 0, show_scale, config.epochs,
-                  log);
+                  log, config.sequence_length);
 }
 
 std::function<void(const lamp::training::BatchProgress&)> Progress::on_batch() {
@@ -221,6 +233,20 @@ void Progress::update_eval(const lamp::training::EvalProgress& p) {
 
 void Progress::print_epoch(const lamp::training::EpochStats& s) {
   clear();
+  if (tokens_per_example_ > 0) {
+    // A language model: mean loss per token and its perplexity, exp(loss).
+    print_out(
+        "epoch %s  train loss %.4f (ppl %.2f)  val loss %.4f (ppl %.2f)  val acc %.2f%%%s  %.2f s  %.0f tok/s  peak %s  scale %g  skipped %lld%s\n",
+        epoch_text(s, epochs_).c_str(), s.train_loss, std::exp(s.train_loss),
+        s.test_loss, std::exp(s.test_loss), 100.0 * s.test_accuracy,
+        subset_text(s.test_batches, s.test_batches_in_set).c_str(), s.seconds,
+        shown_rate(s.images_per_second), mib(s.peak_memory_bytes).c_str(),
+        s.loss_scale, static_cast<long long>(s.skipped_steps),
+        s.warmup_seconds > 0
+            ? ("  warm-up " + fixed(s.warmup_seconds, 2) + " s").c_str()
+            : "");
+    return;
+  }
   print_out(
       "epoch %s  train loss %.4f  test loss %.4f  test acc %.2f%%%s  %.2f s  %.0f img/s  peak %s  scale %g  skipped %lld%s\n",
       epoch_text(s, epochs_).c_str(), s.train_loss, s.test_loss,
@@ -259,10 +285,11 @@ void Progress::write_line(const lamp::training::BatchProgress& p,
     log_->write_step(p, window.first, rate);
   }
   print_out(
-      "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  lr %.4g%s%s\n",
+      "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f %s  lr %.4g%s%s\n",
       static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
       static_cast<long long>(p.batch), static_cast<long long>(p.batches),
-      window.first, rate, p.lr, scale.empty() ? "" : "  ", scale.c_str());
+      window.first, shown_rate(rate), rate_unit(), p.lr,
+      scale.empty() ? "" : "  ", scale.c_str());
   line_start_ = last_line_ = now;
 }
 
@@ -289,7 +316,8 @@ void Progress::draw(const lamp::training::BatchProgress& p,
       std::to_string(p.batch) + "/" + std::to_string(p.batches),
       "loss " + (std::isfinite(loss) ? fixed(loss, 4) : std::string("nan")),
       // Nothing is timed yet after the first batch (as tqdm's "?").
-      (p.batch > 1 ? fixed(rate, 0) : std::string("?")) + " img/s",
+      (p.batch > 1 ? fixed(shown_rate(rate), 0) : std::string("?")) + " " +
+          rate_unit(),
       scale_text(p),
       "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
   draw_bar(left, parts, p.batch, p.batches);

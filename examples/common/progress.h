@@ -49,8 +49,11 @@ class LossWindow {
 ///  - clear() erases the bar before any other output (epoch lines, errors).
 class Progress {
  public:
+  /// `tokens_per_example` > 0: the run trains on sequences of that many
+  /// tokens, and rates are tokens/s, the epoch line's losses with their
+  /// perplexities.
   Progress(bool bar, bool timed_lines, int64_t log_every, bool show_scale,
-           int64_t epochs, JsonLog* log);
+           int64_t epochs, JsonLog* log, int64_t tokens_per_example = 0);
 
   /// The display the program's flags ask for: the bar on stderr when it is a
   /// terminal; plain lines on stdout every --log-every steps, or every 30 s
@@ -100,6 +103,10 @@ class Progress {
   const bool show_scale_;
   const int64_t epochs_;
   JsonLog* log_;
+  const int64_t tokens_per_example_;
+  // Examples per second -> the rate shown: images/s, or tokens/s.
+  double shown_rate(double examples_per_second) const;
+  const char* rate_unit() const;
   LossWindow bar_window_, line_window_;
   std::chrono::steady_clock::time_point epoch_start_, line_start_, last_line_,
       last_draw_, eval_start_;

@@ -23,9 +23,10 @@ std::string fingerprint(const Dataset& dataset) {
   const auto& labels = dataset.labels;
   TORCH_CHECK(images.defined() && images.dim() == 4 &&
                   images.scalar_type() == torch::kUInt8 && labels.defined() &&
-                  labels.dim() == 1 && labels.size(0) == images.size(0),
+                  (labels.dim() == 1 || labels.dim() == 2) &&
+                  labels.size(0) == images.size(0),
               "lamp::data::fingerprint: the dataset must hold uint8 images "
-              "[N, C, H, W] and N labels, got images ",
+              "[N, C, H, W] and labels [N] or [N, T], got images ",
               images.defined() ? images.sizes() : c10::IntArrayRef{},
               " and labels ",
               labels.defined() ? labels.sizes() : c10::IntArrayRef{}, ".");

@@ -52,10 +52,14 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
           data.images.scalar_type() == torch::kByte,
       "lamp::data::DeviceLoader: images must be a uint8 tensor [N, C, H, W], got ",
       (data.images.defined() ? data.images.sizes() : at::IntArrayRef{}), ".");
-  TORCH_CHECK(data.labels.defined() && data.labels.dim() == 1 &&
+  TORCH_CHECK(data.labels.defined() &&
+                  (data.labels.dim() == 1 || data.labels.dim() == 2) &&
                   data.labels.size(0) == data.images.size(0),
-              "lamp::data::DeviceLoader: need one label per image (",
-              data.images.size(0), " images).");
+              "lamp::data::DeviceLoader: need labels [N] (one per image) or "
+              "[N, T] (one per position of a sequence) for the ",
+              data.images.size(0), " images, got ",
+              (data.labels.defined() ? data.labels.sizes() : at::IntArrayRef{}),
+              ".");
   TORCH_CHECK(data.images.size(0) > 0,
               "lamp::data::DeviceLoader: the dataset is empty.");
   TORCH_CHECK(options_.num_shards() >= 1 && options_.shard() >= 0 &&
@@ -88,9 +92,18 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
   }
   TORCH_CHECK(
       options_.dtype() == torch::kFloat || options_.dtype() == torch::kHalf ||
-          options_.dtype() == torch::kBFloat16,
-      "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or kBFloat16, got ",
+          options_.dtype() == torch::kBFloat16 ||
+          options_.dtype() == torch::kLong,
+      "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or kBFloat16 "
+      "(images), or kLong (token ids), got ",
       options_.dtype(), ".");
+  TORCH_CHECK(options_.dtype() != torch::kLong ||
+                  (options_.mean().empty() && options_.crop_padding() == 0 &&
+                   !options_.horizontal_flip() && !options_.channels_last()),
+              "lamp::data::DeviceLoader: dtype kLong serves the stored bytes "
+              "as token ids, which are not normalised, cropped, flipped or "
+              "put in channels_last; leave mean, std, crop_padding, "
+              "horizontal_flip and channels_last unset.");
   // A larger batch would be one short batch under another name (or, with
   // drop_last, none).
   const int64_t samples = data.labels.size(0);
@@ -164,6 +177,9 @@ Batch DeviceLoader::batch(int64_t index) const {
       std::min(start + options_.batch_size(), samples_per_epoch());
   const auto idx = order_.slice(0, start, end);
   auto images = augment(images_.index_select(0, idx), index);
+  if (options_.dtype() == torch::kLong) {
+    return {images.to(torch::kLong), labels_.index_select(0, idx)};
+  }
   auto x = images.to(torch::kFloat).mul_(1.0 / 255.0);
   if (mean_.defined()) {
     x.sub_(mean_).mul_(inv_std_);

@@ -158,8 +158,6 @@ std::string first_non_finite(const torch::nn::Module& model) {
   return "";
 }
 
-namespace F = torch::nn::functional;
-
 std::string rerun_under_check(
     const std::shared_ptr<torch::nn::Module>& model, TrainStep& step,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,
@@ -186,8 +184,7 @@ std::string rerun_under_check(
     finding = check.observe(
         step_number,
         [&] {
-          auto loss = F::cross_entropy(
-              step.forward(forward, images).to(torch::kFloat), labels);
+          auto loss = classifier_loss(step.forward(forward, images), labels);
           auto& scaler = step.scaler();
           (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
         },

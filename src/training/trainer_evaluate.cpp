@@ -9,8 +9,6 @@
 namespace lamp {
 namespace training {
 
-namespace F = torch::nn::functional;
-
 std::pair<double, double> ClassifierTrainer::evaluate() {
   const auto eval = evaluate_subset();
   return {eval.loss, eval.accuracy};
@@ -69,10 +67,8 @@ c10::optional<Evaluation> ClassifierTrainer::run_evaluation(
     if (output.size(0) != n) {
       output = output.slice(0, 0, n);
     }
-    loss_sum +=
-        F::cross_entropy(output, batch.labels,
-                         F::CrossEntropyFuncOptions().reduction(torch::kSum));
-    correct += output.argmax(1).eq(batch.labels).sum();
+    loss_sum += classifier_loss(output, batch.labels, /*sum=*/true);
+    correct += classifier_correct(output, batch.labels);
     if (on_batch) {
       EvalProgress progress;
       progress.epoch = epoch;
@@ -92,7 +88,10 @@ c10::optional<Evaluation> ClassifierTrainer::run_evaluation(
     correct = correct_double.to(torch::kLong);
   }
   Evaluation eval;
-  const double n = static_cast<double>(images);
+  // Sequences: every position is a label.
+  const auto& labels = test_loader_.data().labels;
+  const double n = static_cast<double>(images) *
+                   static_cast<double>(labels.numel() / labels.size(0));
   eval.loss = loss_sum.item<double>() / n;
   eval.accuracy = correct.item<int64_t>() / n;
   eval.batches = batches;

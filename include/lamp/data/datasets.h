@@ -18,11 +18,15 @@ namespace lamp {
 namespace data {
 
 /// A whole dataset in memory, on the CPU: `images` uint8 `[N, C, H, W]`,
-/// `labels` int64 `[N]`.
+/// `labels` int64 `[N]`, or `[N, T]` for sequences (a class per position:
+/// read_text_windows()).
 struct Dataset {
-  /// uint8 [N, C, H, W], pixel values 0-255, on the CPU.
+  /// uint8 [N, C, H, W], pixel values 0-255 (or the bytes of a text window,
+  /// [N, 1, 1, T]), on the CPU.
   torch::Tensor images;
-  /// int64 [N], the class of each image (0-9 for the readers here).
+  /// int64 [N], the class of each image (0-9 for the image readers here);
+  /// or int64 [N, T], the class of each position of a sequence (the next
+  /// byte of a text window).
   torch::Tensor labels;
 
   /// N, the number of examples (0 when `labels` is undefined).
@@ -41,7 +45,7 @@ struct Dataset {
 /// sizes, get different fingerprints.
 ///
 /// Throws c10::Error when the images are not uint8 [N, C, H, W] or the labels
-/// not [N].
+/// not [N] or [N, T].
 std::string fingerprint(const Dataset& dataset);
 
 /// Reads CIFAR-10's *binary* version

@@ -42,7 +42,10 @@ struct LoaderOptions {
   /// `mean` is, every value finite and positive.
   TORCH_ARG(std::vector<double>, std) = {};
   /// dtype of the produced images (kFloat, or kHalf/kBFloat16 to feed a
-  /// converted network directly).
+  /// converted network directly); or kLong: the stored bytes as they are,
+  /// token ids for an embedding (text windows, read_text_windows()), with
+  /// no scaling, normalisation or augmentation (mean, std, crop_padding,
+  /// horizontal_flip and channels_last must stay unset).
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat;
   /// Produce images in channels_last memory format.
   TORCH_ARG(bool, channels_last) = false;
@@ -57,13 +60,13 @@ struct LoaderOptions {
   TORCH_ARG(int64_t, shard) = 0;
 };
 
-/// One batch: images [B, C, H, W] in the loader's dtype, labels int64 [B],
-/// both on the loader's device.
+/// One batch: images [B, C, H, W] in the loader's dtype, labels int64 [B]
+/// (or [B, T] for sequences), both on the loader's device.
 struct Batch {
   /// [B, C, H, W], augmented, scaled, normalised and cast to
   /// LoaderOptions::dtype; channels_last when the options ask for it.
   torch::Tensor images;
-  /// int64 [B], the class of each image.
+  /// int64 [B], the class of each image; [B, T] for a dataset of sequences.
   torch::Tensor labels;
 };
 

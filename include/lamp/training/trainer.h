@@ -160,6 +160,19 @@ struct StopPoint {
   bool in_evaluation = false;
 };
 
+/// The trainer's loss, FP32: the cross-entropy of `output` against
+/// `labels`, as a mean (`sum` false) or a sum over every label. `output` is
+/// [N, classes] logits or log-probabilities for labels [N], or
+/// [N, T, classes] for labels [N, T] (a class per position: a language
+/// model's next tokens); any dtype, computed in FP32.
+torch::Tensor classifier_loss(const torch::Tensor& output,
+                              const torch::Tensor& labels, bool sum = false);
+
+/// How many of `labels` ([N] or [N, T]) `output` ([N, classes] or
+/// [N, T, classes]) ranks first: a 0-dim int64 tensor on their device.
+torch::Tensor classifier_correct(const torch::Tensor& output,
+                                 const torch::Tensor& labels);
+
 /// The name a message of `options`' trainer uses for setting `key`, whose
 /// library name is `library_name`: options.option_name()'s answer, or
 /// `library_name` when it is unset.
@@ -198,9 +211,11 @@ struct EpochStats {
   /// Steps whose loss was inf/NaN (skipped by loss scaling or
   /// skip_non_finite; a run of them stops training, see ClassifierTrainer).
   int64_t non_finite_losses = 0;
-  /// Mean cross-entropy per test image evaluated, after the epoch.
+  /// Mean cross-entropy per test label evaluated (per image; per position
+  /// for sequences), after the epoch.
   double test_loss = 0;
-  double test_accuracy = 0; ///< in [0, 1], over the test images evaluated
+  /// In [0, 1], over the test labels evaluated (images, or positions).
+  double test_accuracy = 0;
   /// The evaluation batches `test_loss` and `test_accuracy` are over (all
   /// ranks together), the test set's batches, and the images evaluated:
   /// test_batches < test_batches_in_set where limit_eval_batches evaluated
@@ -298,8 +313,10 @@ struct EvalProgress {
 
 /// What one evaluation measured (ClassifierTrainer::evaluate_subset()).
 struct Evaluation {
-  double loss = 0;     ///< mean cross-entropy per image evaluated
-  double accuracy = 0; ///< in [0, 1]
+  /// Mean cross-entropy per label evaluated (per image; per position for
+  /// sequences).
+  double loss = 0;
+  double accuracy = 0; ///< in [0, 1], of the labels evaluated
   /// Batches evaluated (all ranks), the test set's batches, images
   /// evaluated: see EpochStats::test_batches.
   int64_t batches = 0;
@@ -311,7 +328,12 @@ namespace detail {
 class DivergenceWatch;
 } // namespace detail
 
-/// Trains a classifier with cross-entropy on a DeviceLoader:
+/// Trains a classifier with cross-entropy (classifier_loss()) on a
+/// DeviceLoader, of images or of sequences: with labels [N, T] (text windows,
+/// data::read_text_windows()) the model returns [N, T, classes] and every
+/// position is a prediction, so a language model trains here too; "images"
+/// in the stats are then sequences (images_per_second times T is tokens/s)
+/// and the test loss and accuracy are per position:
 ///  1. each step sets the scheduled learning rate, takes a batch on the
 ///     device and runs a lamp::TrainStep in the chosen precision;
 ///  2. after each epoch it evaluates on the test set (under the same
@@ -354,7 +376,8 @@ class DivergenceWatch;
 class ClassifierTrainer {
  public:
   /// The model's forward pass: images [N, C, H, W] -> [N, classes] logits or
-  /// log-probabilities (models::NamedModel::forward).
+  /// log-probabilities (models::NamedModel::forward); [N, T, classes] for
+  /// labels [N, T].
   using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
 
   /// `model` must already be on `train_loader`'s device; `forward` runs it

@@ -1,0 +1,162 @@
+// Trains a byte-level GPT (nanoGPT's layout) on a text in any of lamp's
+// precision modes, then prints a sample of its text:
+//
+//   train_gpt --precision amp-bf16 --layers 4 --heads 4 --width 128
+//             --context 64 --epochs 1
+//   train_gpt --data my_text.txt --precision auto --device cuda
+#include <lamp/lamp.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <string>
+
+#include "common/classifier_program.h"
+#include "common/cli.h"
+
+namespace {
+
+// train_gpt's own flags: the model's shape and the sample's.
+struct GptFlags {
+  lamp::models::GPTOptions model;
+  int64_t sample_tokens = 300;
+  double temperature = 0.8;
+  int64_t top_k = 0;
+  std::string prompt = "\n";
+};
+
+void add_gpt_options(CLI::App& app, GptFlags& f) {
+  const auto positive = CLI::Range(int64_t{1}, int64_t{1} << 20);
+  app.add_option("--layers", f.model.layers(), "transformer blocks")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--heads", f.model.heads(),
+                 "attention heads per block (dividing --width)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--width", f.model.width(), "embedding width")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--context", f.model.context(),
+                 "tokens (bytes) per training sequence, and the longest the "
+                 "model attends over")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--dropout", f.model.dropout(),
+                 "dropout in training, in [0, 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--sample-tokens", f.sample_tokens,
+                 "bytes of text to generate after training (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--temperature", f.temperature,
+                 "the sample's temperature: below 1 surer, above 1 wilder")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 100.0));
+  app.add_option("--top-k", f.top_k,
+                 "sample among the k most likely bytes only (0: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{256}));
+  app.add_option("--prompt", f.prompt,
+                 "the text the sample continues (not empty)")
+      ->capture_default_str();
+}
+
+// The sample: --sample-tokens bytes after --prompt, drawn with --seed.
+void print_sample(const lamp_examples::ProgramConfig& config,
+                  const GptFlags& flags, const lamp_examples::BuiltModel& model,
+                  lamp::training::ClassifierTrainer& trainer) {
+  if (flags.sample_tokens == 0) {
+    return;
+  }
+  const auto& prompt = flags.prompt;
+  auto ids = torch::empty({static_cast<int64_t>(prompt.size())}, torch::kLong);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    ids[static_cast<int64_t>(i)] =
+        static_cast<int64_t>(static_cast<unsigned char>(prompt[i]));
+  }
+  auto& step = trainer.train_step();
+  const auto text = lamp::models::generate(
+      *model.module,
+      [&](const torch::Tensor& x) { return step.forward(model.forward, x); },
+      ids, flags.model.context(),
+      lamp::models::GenerateOptions()
+          .tokens(flags.sample_tokens)
+          .temperature(flags.temperature)
+          .top_k(flags.top_k)
+          .seed(config.seed));
+  std::string out;
+  const auto* p = text.data_ptr<int64_t>();
+  for (int64_t i = 0; i < text.size(0); ++i) {
+    out.push_back(static_cast<char>(p[i]));
+  }
+  lamp_examples::print_out(
+      "train_gpt: sample (--seed %llu, --temperature %g, --top-k %lld):\n%s\n",
+      static_cast<unsigned long long>(config.seed), flags.temperature,
+      static_cast<long long>(flags.top_k), out.c_str());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  lamp_examples::ProgramConfig config;
+  config.model = "gpt";
+  config.models = {"gpt"};
+  config.epochs = 5;
+  config.batch_size = 64;
+  config.eval_batch_size = 64;
+  config.optimizer = "adamw";
+  config.lr = 1e-3;
+  config.weight_decay = 0.1;
+  config.no_bias_decay = true;
+  config.max_grad_norm = 1.0;
+  config.data = lamp::data::default_text_path();
+  GptFlags flags;
+  return lamp_examples::program_main(
+      argc, argv, "train_gpt",
+      "Train a byte-level GPT on a text (default: Debian's fortunes) with "
+      "lamp, then print a sample of its text",
+      config,
+      [&] {
+        TORCH_CHECK(
+            !config.data.empty(),
+            "no --data given and Debian's fortunes are not installed "
+            "(apt-get install fortunes); give --data FILE or FOLDER of text.");
+        TORCH_CHECK(!config.channels_last,
+                    "--channels-last is for images; train_gpt's inputs are "
+                    "token ids. Leave it out.");
+        TORCH_CHECK(!flags.prompt.empty(),
+                    "--prompt is empty; give at least one character.");
+        config.sequence_length = flags.model.context();
+        const auto name = flags.model.name();
+        // A resumed run's stored shape must be the flags' (the shape flags
+        // are not stored settings: give the same ones).
+        TORCH_CHECK(config.resume.empty() || config.model == "gpt" ||
+                        config.model == name,
+                    "--resume ", config.resume, " holds a ", config.model,
+                    ", but --layers, --heads, --width and --context give ",
+                    name, "; resume with the checkpoint's shape.");
+        config.model = "gpt";
+        auto text =
+            lamp::data::read_text_windows(config.data, flags.model.context());
+        lamp_examples::RunSpec spec;
+        spec.train = std::move(text.train);
+        spec.test = std::move(text.validation);
+        spec.data_files = {config.data};
+        spec.model_name = name;
+        const auto options = flags.model;
+        spec.make_model = [options](const std::string&, bool) {
+          lamp::models::GPT gpt(options);
+          return lamp::models::NamedModel{
+              gpt.ptr(), [gpt](const torch::Tensor& x) mutable {
+                return gpt->forward(x);
+              }};
+        };
+        spec.after_training = [&](const lamp_examples::BuiltModel& model,
+                                  lamp::training::ClassifierTrainer& trainer) {
+          print_sample(config, flags, model, trainer);
+        };
+        return spec;
+      },
+      [&](CLI::App& app) { add_gpt_options(app, flags); });
+}

@@ -1,0 +1,62 @@
+#pragma once
+
+/// \file
+/// Text as training data for a byte-level language model: the bytes of a
+/// file or a folder of files, split into training and validation parts and
+/// cut into windows whose labels are the next bytes.
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "lamp/data/datasets.h"
+
+namespace lamp {
+namespace data {
+
+/// The bytes of `path`, uint8 [n] on the CPU: a file's, or, for a folder,
+/// those of its regular files in name order (symbolic links, hidden files
+/// and `fortune`'s index files `*.dat` left out; subfolders not entered),
+/// one after the other. Any byte text is accepted (UTF-8 stays as its
+/// bytes).
+///
+/// Throws c10::Error naming the path and the fix when it is missing, is
+/// neither a file nor a folder, is empty (or a folder without a text file),
+/// or looks binary: a NUL byte, or more than 10% of bytes that are control
+/// characters other than tab, newline, carriage return and form feed (the
+/// message gives the offset of the first).
+torch::Tensor read_text_bytes(const std::string& path);
+
+/// A text's training and validation data (read_text_windows()).
+struct TextData {
+  Dataset train;                ///< windows of the first part
+  Dataset validation;           ///< windows of the last part
+  int64_t bytes = 0;            ///< the whole text
+  int64_t train_bytes = 0;      ///< the first part's
+  int64_t validation_bytes = 0; ///< the last part's
+};
+
+/// Cuts `bytes` (uint8 [n]) into n' = (n - 1) / context windows of
+/// `context` bytes that follow each other: window k is images
+/// [k, 0, 0, :] = bytes[k context, (k + 1) context) and its labels
+/// [k, :] = bytes[k context + 1, (k + 1) context + 1), each byte's next
+/// (images uint8 [n', 1, 1, context], labels int64 [n', context]). Every
+/// byte but the first is a label exactly once. Throws when n < context + 1.
+Dataset text_windows(const torch::Tensor& bytes, int64_t context);
+
+/// read_text_bytes(path), split by the documented rule: the first
+/// floor((1 - validation_fraction) n) bytes train, the rest validate (the
+/// end of the text, as nanoGPT splits); each part cut by text_windows().
+/// Throws, naming the sizes and the fix (a longer text, a shorter
+/// context), when either part has fewer than context + 1 bytes; and on a
+/// validation_fraction outside (0, 1) or a context below 1.
+TextData read_text_windows(const std::string& path, int64_t context,
+                           double validation_fraction = 0.1);
+
+/// `/usr/share/games/fortunes` (Debian's `fortunes` package: about 2.5 MB
+/// of English quotations) if that folder exists, else "".
+std::string default_text_path();
+
+} // namespace data
+} // namespace lamp

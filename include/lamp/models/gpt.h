@@ -1,0 +1,167 @@
+#pragma once
+
+/// \file
+/// A decoder-only transformer (GPT) over bytes, in nanoGPT's layout: the
+/// model of train_gpt and of lamp_bench --model gpt.
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace lamp {
+namespace models {
+
+/// The shape of a GPT. The defaults are nanoGPT's small character-level
+/// configuration (about 10.7 M parameters).
+struct GPTOptions {
+  /// Transformer blocks.
+  TORCH_ARG(int64_t, layers) = 6;
+  /// Attention heads per block; must divide `width`.
+  TORCH_ARG(int64_t, heads) = 6;
+  /// Embedding width (the residual stream's).
+  TORCH_ARG(int64_t, width) = 384;
+  /// The longest sequence (positions of the position embedding).
+  TORCH_ARG(int64_t, context) = 256;
+  /// Token ids: 256 for bytes.
+  TORCH_ARG(int64_t, vocab_size) = 256;
+  /// Dropout after the embeddings, inside attention, and after each
+  /// residual branch, in training mode only; in [0, 1).
+  TORCH_ARG(double, dropout) = 0.2;
+
+ public:
+  /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)": what a
+  /// checkpoint stores as the model's name, so that a resume with another
+  /// shape is refused naming both (dropout is not part of it).
+  std::string name() const;
+};
+
+/// Multi-head causal self-attention: "c_attn" projects to queries, keys and
+/// values at once, lamp::nn::scaled_dot_product_attention (the fused kernel
+/// where this LibTorch has one, see lamp/nn/attention.h) attends causally,
+/// "c_proj" projects back.
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GPTOptions& options);
+  /// [B, T, width] -> [B, T, width].
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_attn{nullptr}; ///< width -> 3 * width
+  torch::nn::Linear c_proj{nullptr}; ///< width -> width
+
+ private:
+  int64_t heads_;
+  double dropout_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+/// A pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)),
+/// the MLP "mlp.c_fc" (width -> 4 width), GELU (exact, erf), "mlp.c_proj"
+/// (4 width -> width).
+class GPTBlockImpl : public torch::nn::Module {
+ public:
+  explicit GPTBlockImpl(const GPTOptions& options);
+  /// [B, T, width] -> [B, T, width].
+  torch::Tensor forward(torch::Tensor x);
+
+  torch::nn::LayerNorm ln_1{nullptr};
+  CausalSelfAttention attn{nullptr};
+  torch::nn::LayerNorm ln_2{nullptr};
+  torch::nn::Linear c_fc{nullptr};   ///< registered as "mlp.c_fc"
+  torch::nn::Linear c_proj{nullptr}; ///< registered as "mlp.c_proj"
+
+ private:
+  double dropout_;
+};
+TORCH_MODULE(GPTBlock);
+
+/// The GPT: token and position embeddings ("wte", "wpe"), `layers` blocks
+/// ("h.0" ...), a final LayerNorm ("ln_f") and the output projection tied to
+/// the token embedding (logits = x wte^T: no parameter of its own).
+///
+/// Parameter names (a Python twin with these attributes loads its state dict
+/// strictly): wte.weight, wpe.weight, h.N.ln_1.{weight,bias},
+/// h.N.attn.c_attn.{weight,bias}, h.N.attn.c_proj.{weight,bias},
+/// h.N.ln_2.{weight,bias}, h.N.mlp.c_fc.{weight,bias},
+/// h.N.mlp.c_proj.{weight,bias}, ln_f.{weight,bias}.
+///
+/// Initialisation (GPT-2's): every Linear and Embedding weight from
+/// N(0, 0.02), the residual projections (attn.c_proj, mlp.c_proj) from
+/// N(0, 0.02 / sqrt(2 layers)), biases 0, LayerNorms 1 and 0; drawn from
+/// the global generator (torch::manual_seed makes it repeatable).
+///
+/// Example:
+/// \code
+///   lamp::models::GPT gpt(lamp::models::GPTOptions().layers(4).context(128));
+///   auto tokens = torch::randint(0, 256, {8, 128}, torch::kLong);
+///   auto logits = gpt->forward(tokens);  // [8, 128, 256]
+///   auto loss = torch::nn::functional::cross_entropy(
+///       logits.flatten(0, 1), next_tokens.flatten());
+/// \endcode
+class GPTImpl : public torch::nn::Module {
+ public:
+  /// Throws c10::Error on a shape that cannot be built: a count below 1,
+  /// `heads` not dividing `width`, dropout outside [0, 1).
+  explicit GPTImpl(GPTOptions options = {});
+
+  /// Token ids, int64 [B, T] or [B, 1, 1, T] (as a data::DeviceLoader with
+  /// dtype kLong serves them), T <= context -> logits [B, T, vocab_size], in
+  /// the parameters' dtype (or autocast's). Throws on a T above context or
+  /// ids that are not integers.
+  torch::Tensor forward(const torch::Tensor& tokens);
+
+  const GPTOptions& options() const { return options_; }
+
+  torch::nn::Embedding wte{nullptr};
+  torch::nn::Embedding wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  GPTOptions options_;
+};
+TORCH_MODULE(GPT);
+
+/// Floating-point operations of one training step (forward and backward)
+/// per sequence of `context` tokens, by nanoGPT's estimate: per token
+/// 6 N (N the parameters without the position embedding) plus 12 layers
+/// context width for attention.
+double gpt_training_flops(const GPTOptions& options);
+
+/// Sampling options of generate().
+struct GenerateOptions {
+  /// New tokens to generate.
+  TORCH_ARG(int64_t, tokens) = 200;
+  /// Divides the logits before the softmax: below 1 sharper, above 1
+  /// flatter; > 0.
+  TORCH_ARG(double, temperature) = 0.8;
+  /// Sample among the k most likely tokens only; 0 = all.
+  TORCH_ARG(int64_t, top_k) = 0;
+  /// The sampling generator's seed: the same seed, model and prompt give the
+  /// same tokens.
+  TORCH_ARG(uint64_t, seed) = 0;
+};
+
+/// Extends `prompt` (int64 token ids [T0], T0 >= 1) by options.tokens()
+/// tokens sampled from `forward` (a GPT's forward, or a converted model's)
+/// one at a time, each from the logits of the last position over at most
+/// the last `context` tokens. Runs without gradients with the module in
+/// eval mode (restored after); the random draws come from a CPU generator
+/// seeded with options.seed(), so the text does not depend on the device's
+/// generator. Returns [T0 + tokens] int64 on the CPU.
+torch::Tensor generate(
+    torch::nn::Module& module,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+    const torch::Tensor& prompt, int64_t context,
+    const GenerateOptions& options = {});
+
+} // namespace models
+} // namespace lamp

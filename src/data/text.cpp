@@ -1,0 +1,164 @@
+#include "lamp/data/text.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "data/files.h"
+
+namespace lamp {
+namespace data {
+namespace {
+
+using internal::quoted;
+
+constexpr const char* kDebianFortunes = "/usr/share/games/fortunes";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() &&
+         s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The text files of a folder, in name order: regular files (not links),
+// not hidden, not fortune's "*.dat" indexes.
+std::vector<std::string> text_files(const std::string& folder,
+                                    const char* caller) {
+  DIR* dir = ::opendir(folder.c_str());
+  TORCH_CHECK(dir != nullptr, caller, ": cannot list the folder ",
+              quoted(folder), "; check its permissions.");
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.empty() || name[0] == '.' || ends_with(name, ".dat")) {
+      continue;
+    }
+    struct stat info {};
+    const auto path = internal::join_path(folder, name);
+    if (::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+      names.push_back(path);
+    }
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Throws where `bytes` (read from `path`) are not text.
+void check_text(const std::vector<uint8_t>& bytes, const std::string& path,
+                const char* caller) {
+  int64_t control = 0, first_control = -1;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const uint8_t b = bytes[i];
+    TORCH_CHECK(b != 0, caller, ": ", quoted(path),
+                " looks binary (a NUL byte at offset ", i,
+                "); give a text file (UTF-8 or other byte text).");
+    if (b < 0x20 && b != '\t' && b != '\n' && b != '\r' && b != '\f') {
+      if (first_control < 0) {
+        first_control = static_cast<int64_t>(i);
+      }
+      ++control;
+    }
+  }
+  TORCH_CHECK(control * 10 <= static_cast<int64_t>(bytes.size()), caller, ": ",
+              quoted(path), " looks binary (", control, " of ", bytes.size(),
+              " bytes are control characters, the first at offset ",
+              first_control, "); give a text file (UTF-8 or other byte text).");
+}
+
+} // namespace
+
+torch::Tensor read_text_bytes(const std::string& path) {
+  const char* caller = "lamp::data::read_text_bytes";
+  TORCH_CHECK(!path.empty(), caller,
+              ": the path is empty; give a text file or a folder of them.");
+  const auto kind = internal::path_kind(path);
+  TORCH_CHECK(kind != internal::PathKind::kMissing, caller, ": ", quoted(path),
+              " does not exist; give a text file or a folder of them.");
+  TORCH_CHECK(kind != internal::PathKind::kOther, caller, ": ", quoted(path),
+              " is neither a file nor a folder; give a text file or a "
+              "folder of them.");
+  std::vector<std::string> files = {path};
+  if (kind == internal::PathKind::kDirectory) {
+    files = text_files(path, caller);
+    TORCH_CHECK(!files.empty(), caller, ": the folder ", quoted(path),
+                " holds no text file (regular files, not *.dat); give a "
+                "text file or a folder of them.");
+  }
+  std::vector<uint8_t> all;
+  for (const auto& file : files) {
+    const auto size = internal::regular_file_size(file, caller);
+    auto bytes = internal::read_file_bytes(file, size, caller);
+    check_text(bytes, file, caller);
+    all.insert(all.end(), bytes.begin(), bytes.end());
+  }
+  TORCH_CHECK(!all.empty(), caller, ": ", quoted(path),
+              " is empty; give a text file with some text in it.");
+  return torch::from_blob(all.data(), {static_cast<int64_t>(all.size())},
+                          torch::kUInt8)
+      .clone();
+}
+
+Dataset text_windows(const torch::Tensor& bytes, int64_t context) {
+  TORCH_CHECK(context >= 1,
+              "lamp::data::text_windows: context must be >= 1, got ", context,
+              ".");
+  TORCH_CHECK(bytes.dim() == 1 && bytes.scalar_type() == torch::kUInt8,
+              "lamp::data::text_windows: bytes must be uint8 [n], got ",
+              bytes.scalar_type(), " ", bytes.sizes(), ".");
+  const int64_t n = bytes.size(0);
+  TORCH_CHECK(n >= context + 1, "lamp::data::text_windows: ", n,
+              " bytes make no window of context ", context, " (it needs ",
+              context + 1, ": the window and the next byte of its last).");
+  const int64_t windows = (n - 1) / context;
+  const auto cpu = bytes.cpu().contiguous();
+  auto images =
+      cpu.slice(0, 0, windows * context).view({windows, 1, 1, context}).clone();
+  auto labels = cpu.slice(0, 1, windows * context + 1)
+                    .view({windows, context})
+                    .to(torch::kLong);
+  return {std::move(images), std::move(labels)};
+}
+
+TextData read_text_windows(const std::string& path, int64_t context,
+                           double validation_fraction) {
+  const char* caller = "lamp::data::read_text_windows";
+  TORCH_CHECK(context >= 1, caller, ": context must be >= 1, got ", context,
+              ".");
+  TORCH_CHECK(validation_fraction > 0 && validation_fraction < 1, caller,
+              ": validation_fraction must be in (0, 1), got ",
+              validation_fraction, ".");
+  const auto bytes = read_text_bytes(path);
+  TextData data;
+  data.bytes = bytes.size(0);
+  data.train_bytes = static_cast<int64_t>(std::floor(
+      (1.0 - validation_fraction) * static_cast<double>(data.bytes)));
+  data.validation_bytes = data.bytes - data.train_bytes;
+  const int64_t smallest = std::min(data.train_bytes, data.validation_bytes);
+  if (smallest < context + 1) {
+    const auto needed = static_cast<int64_t>(
+        std::ceil(static_cast<double>(context + 1) /
+                  std::min(validation_fraction, 1.0 - validation_fraction)));
+    TORCH_CHECK(false, caller, ": ", quoted(path), " holds ", data.bytes,
+                " bytes: ", data.train_bytes, " for training and ",
+                data.validation_bytes,
+                " for validation, but each part needs at least context + 1 = ",
+                context + 1, " bytes; give a text of at least ", needed,
+                " bytes, or a shorter context.");
+  }
+  data.train = text_windows(bytes.slice(0, 0, data.train_bytes), context);
+  data.validation = text_windows(bytes.slice(0, data.train_bytes), context);
+  return data;
+}
+
+std::string default_text_path() {
+  return internal::directory_exists(kDebianFortunes) ? kDebianFortunes : "";
+}
+
+} // namespace data
+} // namespace lamp

@@ -1,0 +1,219 @@
+#include "lamp/models/gpt.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "lamp/nn/attention.h"
+
+namespace lamp {
+namespace models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+void check_options(const GPTOptions& o) {
+  const char* who = "lamp::models::GPT";
+  TORCH_CHECK(o.layers() >= 1 && o.heads() >= 1 && o.width() >= 1 &&
+                  o.context() >= 1 && o.vocab_size() >= 1,
+              who,
+              ": layers, heads, width, context and vocab_size must be at "
+              "least 1, got ",
+              o.layers(), ", ", o.heads(), ", ", o.width(), ", ", o.context(),
+              ", ", o.vocab_size(), ".");
+  TORCH_CHECK(o.width() % o.heads() == 0, who, ": ", o.heads(),
+              " heads do not divide the width ", o.width(),
+              "; give a width that is a multiple of the heads.");
+  TORCH_CHECK(o.dropout() >= 0 && o.dropout() < 1, who,
+              ": dropout must be in [0, 1), got ", o.dropout(), ".");
+}
+
+torch::nn::LayerNorm layer_norm(int64_t width) {
+  return torch::nn::LayerNorm(
+      torch::nn::LayerNormOptions({width}).eps(1e-5).elementwise_affine(true));
+}
+
+} // namespace
+
+std::string GPTOptions::name() const {
+  std::ostringstream s;
+  s << "gpt(layers=" << layers() << ", heads=" << heads()
+    << ", width=" << width() << ", context=" << context()
+    << ", vocab=" << vocab_size() << ")";
+  return s.str();
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTOptions& options)
+    : heads_(options.heads()), dropout_(options.dropout()) {
+  const int64_t c = options.width();
+  c_attn = register_module("c_attn", torch::nn::Linear(c, 3 * c));
+  c_proj = register_module("c_proj", torch::nn::Linear(c, c));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  const auto qkv = c_attn->forward(x).split(c, /*dim=*/2);
+  const auto heads = [&](const torch::Tensor& y) {
+    return y.view({b, t, heads_, c / heads_}).transpose(1, 2);
+  };
+  auto y = lamp::nn::scaled_dot_product_attention(
+      heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*attn_mask=*/{},
+      is_training() ? dropout_ : 0.0, /*is_causal=*/true);
+  y = y.transpose(1, 2).reshape({b, t, c});
+  return F::dropout(
+      c_proj->forward(y),
+      F::DropoutFuncOptions().p(dropout_).training(is_training()));
+}
+
+GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
+    : dropout_(options.dropout()) {
+  const int64_t c = options.width();
+  ln_1 = register_module("ln_1", layer_norm(c));
+  attn = register_module("attn", CausalSelfAttention(options));
+  ln_2 = register_module("ln_2", layer_norm(c));
+  // "mlp.c_fc", "mlp.c_proj": nanoGPT's names, in a plain child module.
+  auto mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
+  c_fc = mlp->register_module("c_fc", torch::nn::Linear(c, 4 * c));
+  c_proj = mlp->register_module("c_proj", torch::nn::Linear(4 * c, c));
+}
+
+torch::Tensor GPTBlockImpl::forward(torch::Tensor x) {
+  x = x + attn->forward(ln_1->forward(x));
+  auto m = c_proj->forward(F::gelu(c_fc->forward(ln_2->forward(x))));
+  return x + F::dropout(m, F::DropoutFuncOptions().p(dropout_).training(
+                               is_training()));
+}
+
+GPTImpl::GPTImpl(GPTOptions options) : options_(std::move(options)) {
+  check_options(options_);
+  const int64_t c = options_.width();
+  wte = register_module("wte", torch::nn::Embedding(options_.vocab_size(), c));
+  wpe = register_module("wpe", torch::nn::Embedding(options_.context(), c));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < options_.layers(); ++i) {
+    h->push_back(GPTBlock(options_));
+  }
+  ln_f = register_module("ln_f", layer_norm(c));
+  torch::NoGradGuard no_grad;
+  const double residual_std =
+      0.02 / std::sqrt(2.0 * static_cast<double>(options_.layers()));
+  for (const auto& item : named_parameters()) {
+    const auto& name = item.key();
+    auto p = item.value();
+    const bool is_norm = name.find("ln_") != std::string::npos;
+    if (is_norm) {
+      continue; // LayerNorm: weight 1, bias 0 as built
+    }
+    if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      p.zero_();
+    } else if (name.find("c_proj.weight") != std::string::npos) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
+  const char* who = "lamp::models::GPT::forward";
+  TORCH_CHECK(
+      !tokens.is_floating_point() && !tokens.is_complex(), who,
+      ": token ids must be integers, got ", tokens.scalar_type(),
+      " (a DeviceLoader serves them with LoaderOptions::dtype(kLong)).");
+  auto ids = tokens;
+  if (ids.dim() == 4) {
+    TORCH_CHECK(ids.size(1) == 1 && ids.size(2) == 1, who,
+                ": token ids [B, 1, 1, T] expected, got ", ids.sizes(), ".");
+    ids = ids.flatten(1);
+  }
+  TORCH_CHECK(ids.dim() == 2, who, ": token ids [B, T] expected, got ",
+              tokens.sizes(), ".");
+  const int64_t t = ids.size(1);
+  TORCH_CHECK(t >= 1 && t <= options_.context(), who, ": ", t,
+              " tokens do not fit the context of ", options_.context(), ".");
+  ids = ids.to(torch::kLong);
+  const auto positions = torch::arange(
+      t, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
+  auto x = wte->forward(ids) + wpe->forward(positions);
+  x = F::dropout(
+      x, F::DropoutFuncOptions().p(options_.dropout()).training(is_training()));
+  for (const auto& block : *h) {
+    x = block->as<GPTBlock>()->forward(x);
+  }
+  x = ln_f->forward(x);
+  // The output projection is the token embedding (tied weights).
+  return F::linear(x, wte->weight.to(x.scalar_type()));
+}
+
+double gpt_training_flops(const GPTOptions& o) {
+  const double c = static_cast<double>(o.width());
+  const double layers = static_cast<double>(o.layers());
+  // Per block: c_attn 3c^2 + 3c, c_proj c^2 + c, mlp 8c^2 + 5c, two
+  // LayerNorms 4c; then wte and ln_f (wpe left out, as nanoGPT does).
+  const double per_block = 12.0 * c * c + 13.0 * c;
+  const double n =
+      layers * per_block + static_cast<double>(o.vocab_size()) * c + 2.0 * c;
+  const double t = static_cast<double>(o.context());
+  return t * (6.0 * n + 12.0 * layers * t * c);
+}
+
+torch::Tensor generate(
+    torch::nn::Module& module,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+    const torch::Tensor& prompt, int64_t context,
+    const GenerateOptions& options) {
+  const char* who = "lamp::models::generate";
+  TORCH_CHECK(
+      prompt.dim() == 1 && prompt.size(0) >= 1 && !prompt.is_floating_point(),
+      who, ": the prompt must be integer token ids [T0], T0 >= 1, got ",
+      prompt.scalar_type(), " ", prompt.sizes(), ".");
+  TORCH_CHECK(context >= 1, who, ": context must be >= 1, got ", context, ".");
+  TORCH_CHECK(options.tokens() >= 0, who, ": tokens must be >= 0, got ",
+              options.tokens(), ".");
+  TORCH_CHECK(std::isfinite(options.temperature()) && options.temperature() > 0,
+              who, ": temperature must be finite and positive, got ",
+              options.temperature(), ".");
+  TORCH_CHECK(options.top_k() >= 0, who, ": top_k must be >= 0, got ",
+              options.top_k(), ".");
+  const bool was_training = module.is_training();
+  module.eval();
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(options.seed());
+  torch::Device device = torch::kCPU;
+  for (const auto& p : module.parameters()) {
+    device = p.device();
+    break;
+  }
+  auto tokens = prompt.to(torch::kLong).cpu();
+  try {
+    for (int64_t i = 0; i < options.tokens(); ++i) {
+      const int64_t n = tokens.size(0);
+      const auto window = tokens.slice(0, std::max<int64_t>(0, n - context));
+      auto logits = forward(window.unsqueeze(0).to(device))
+                        .select(1, -1)
+                        .squeeze(0)
+                        .to(torch::kFloat)
+                        .cpu()
+                        .div(options.temperature());
+      if (options.top_k() > 0 && options.top_k() < logits.size(0)) {
+        const auto kth = std::get<0>(logits.topk(options.top_k()))
+                             .select(0, options.top_k() - 1);
+        logits = logits.masked_fill(logits < kth,
+                                    -std::numeric_limits<float>::infinity());
+      }
+      const auto probs = torch::softmax(logits, 0);
+      const auto next = torch::multinomial(probs, 1, false, generator);
+      tokens = torch::cat({tokens, next});
+    }
+  } catch (...) {
+    module.train(was_training);
+    throw;
+  }
+  module.train(was_training);
+  return tokens;
+}
+
+} // namespace models
+} // namespace lamp

@@ -59,7 +59,48 @@ struct Config {
   std::string profile;
   int64_t profile_steps = 5;
   std::string fused_bn = "on";
+  // --model gpt: the shape (dropout 0).
+  int64_t gpt_layers = 6;
+  int64_t gpt_heads = 6;
+  int64_t gpt_width = 384;
+  int64_t context = 256;
 };
+
+bool is_gpt(const Config& c) {
+  return c.model == "gpt";
+}
+
+lamp::models::GPTOptions gpt_options(const Config& c) {
+  return lamp::models::GPTOptions()
+      .layers(c.gpt_layers)
+      .heads(c.gpt_heads)
+      .width(c.gpt_width)
+      .context(c.context)
+      .dropout(0);
+}
+
+// The GPT's optimizer, GPT trainers' AdamW recipe: lr 6e-4, betas (0.9,
+// 0.95), weight decay 0.1 except on biases, norms and embeddings
+// (lamp::optim::decay_groups). `params` are the model's parameters or, in
+// half/bf16, their FP32 masters, in the order of `model`'s.
+std::unique_ptr<torch::optim::Optimizer> gpt_optimizer(
+    const torch::nn::Module& model, std::vector<torch::Tensor> params) {
+  const auto names = model.named_parameters();
+  TORCH_CHECK(names.size() == params.size(), "lamp_bench: the optimizer got ",
+              params.size(), " parameters for the model's ", names.size(), ".");
+  torch::OrderedDict<std::string, torch::Tensor> named;
+  for (size_t i = 0; i < params.size(); ++i) {
+    named.insert(names.keys()[i], params[i]);
+  }
+  auto defaults = torch::optim::AdamWOptions(6e-4)
+                      .betas(std::make_tuple(0.9, 0.95))
+                      .eps(1e-8)
+                      .weight_decay(0.1);
+  return std::make_unique<torch::optim::AdamW>(
+      lamp::optim::decay_groups(named, lamp::optim::no_decay_names(model),
+                                defaults),
+      defaults);
+}
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -186,18 +227,33 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
                            {"warmup", c.warmup},
                            {"skipped", nullptr}};
   const bool cnn = c.model == "cnn";
+  const bool gpt = is_gpt(c);
   const int64_t channels = cnn ? 1 : 3, side = cnn ? 28 : 32;
+  // A GPT's epoch: a million tokens.
   const int64_t epoch_images =
-      c.epoch_images > 0 ? c.epoch_images : (cnn ? 60000 : 50000);
+      c.epoch_images > 0 ? c.epoch_images
+                         : (gpt ? 1000000 / c.context : (cnn ? 60000 : 50000));
   result["epoch_images"] = epoch_images;
+  if (gpt) {
+    result["context"] = c.context;
+    result["gpt_layers"] = c.gpt_layers;
+    result["gpt_heads"] = c.gpt_heads;
+    result["gpt_width"] = c.gpt_width;
+  }
   result["fused_bn"] = c.fused_bn == "on";
   // What the device held before this configuration: its memory figures are
   // this configuration's own.
   const int64_t allocated_before = lamp::allocated_device_memory(device);
   const int64_t reserved_before = lamp::reserved_device_memory(device);
   torch::manual_seed(0);
-  const auto model =
-      lamp::models::make_model(c.model, 10, channels, c.fused_bn == "on");
+  lamp::models::NamedModel model;
+  if (gpt) {
+    lamp::models::GPT net(gpt_options(c));
+    model = {net.ptr(),
+             [net](const torch::Tensor& x) mutable { return net->forward(x); }};
+  } else {
+    model = lamp::models::make_model(c.model, 10, channels, c.fused_bn == "on");
+  }
   const auto& module = model.module;
   const auto& forward = model.forward;
   module->to(device);
@@ -208,7 +264,11 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   try {
     step = std::make_unique<lamp::TrainStep>(
         module,
-        [&c](std::vector<torch::Tensor> params) {
+        [&c, &module](std::vector<torch::Tensor> params)
+            -> std::unique_ptr<torch::optim::Optimizer> {
+          if (is_gpt(c)) {
+            return gpt_optimizer(*module, std::move(params));
+          }
           // OptimizerOptions' defaults (the training programs' too), with
           // Adam's usual learning rate.
           auto options = lamp::optim::OptimizerOptions().name(c.optimizer);
@@ -221,25 +281,32 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
                   lamp::optim::parse_implementation(c.optimizer_impl)));
         },
         lamp::TrainStepOptions(lamp::parse_precision(precision_name))
-            .cuda_graph(c.cuda_graph));
+            .cuda_graph(c.cuda_graph)
+            // GPT trainers clip the gradients' global norm to 1.
+            .max_grad_norm(gpt ? 1.0 : 0.0));
   } catch (const c10::Error& e) {
     result["skipped"] = e.what_without_backtrace();
     return result;
   }
-  // The batch is made once, on the device, already in the model's dtype.
-  const auto images = step->cast_input(
-      torch::randn({c.batch_size, channels, side, side},
-                   torch::TensorOptions().device(device))
-          .contiguous(c.channels_last ? torch::MemoryFormat::ChannelsLast
-                                      : torch::MemoryFormat::Contiguous));
+  // The batch is made once, on the device, already in the model's dtype
+  // (a GPT's: random token ids and next tokens).
+  const auto on_device_long =
+      torch::TensorOptions().device(device).dtype(torch::kLong);
+  const auto images =
+      gpt ? torch::randint(0, 256, {c.batch_size, c.context}, on_device_long)
+          : step->cast_input(
+                torch::randn({c.batch_size, channels, side, side},
+                             torch::TensorOptions().device(device))
+                    .contiguous(c.channels_last
+                                    ? torch::MemoryFormat::ChannelsLast
+                                    : torch::MemoryFormat::Contiguous));
   const auto labels =
-      torch::randint(0, 10, {c.batch_size},
-                     torch::TensorOptions().device(device).dtype(torch::kLong));
+      gpt ? torch::randint(0, 256, {c.batch_size, c.context}, on_device_long)
+          : torch::randint(0, 10, {c.batch_size}, on_device_long);
   const auto batch_loss = [&](const torch::Tensor& x, const torch::Tensor& y) {
     // The forward phase of a profiled step (a no-op without a profiler).
     RECORD_USER_SCOPE(lamp_bench::kForwardScope);
-    return torch::nn::functional::cross_entropy(forward(x).to(torch::kFloat),
-                                                y);
+    return lamp::training::classifier_loss(forward(x), y);
   };
   // The batch form of step(): the one a CUDA graph can capture (eager
   // otherwise, the same work).
@@ -313,11 +380,16 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   }
   record_health(result, *module, *step, last, steps_run);
   result["tflops"] = images_per_second *
-                     static_cast<double>(lamp::models::training_flops(
-                         c.model, channels, side, side)) /
+                     (gpt ? lamp::models::gpt_training_flops(gpt_options(c))
+                          : static_cast<double>(lamp::models::training_flops(
+                                c.model, channels, side, side))) /
                      1e12;
+  if (gpt) {
+    result["tokens_per_second"] =
+        images_per_second * static_cast<double>(c.context);
+  }
   result["skipped_steps"] = step->scaler().steps_skipped();
-  result["optimizer"] = c.optimizer;
+  result["optimizer"] = gpt ? std::string("adamw") : c.optimizer;
   result["cuda_graph"] = c.cuda_graph;
   // Captures: one per input shape; more means something baked into the
   // graph changed between steps and forced a re-capture.
@@ -355,6 +427,9 @@ std::string today() {
 }
 
 int run(const Config& c) {
+  TORCH_CHECK(!(is_gpt(c) && c.channels_last),
+              "--channels-last is for the image models; a GPT's inputs are "
+              "token ids. Leave it out with --model gpt.");
   const auto device = lamp_examples::resolve_device(c.device);
   lamp::set_cudnn_benchmark(c.cudnn_benchmark);
   nlohmann::json out = {{"tool", "lamp"},
@@ -390,12 +465,15 @@ int run(const Config& c) {
         lamp::resolve_precision(lamp::parse_precision(requested), device));
     auto result = run_one(c, precision, device, trace_paths[precision]);
     if (result["skipped"].is_null()) {
+      // A GPT's rate in tokens/s, the image models' in images/s.
+      const bool tokens = is_gpt(c);
       std::printf(
-          "%-9s %-9s batch %4lld  %9.1f img/s  %8.2f s/epoch  %7.3f TFLOP/s  peak %.0f MiB\n",
+          "%-9s %-9s batch %4lld  %9.1f %s  %8.2f s/epoch  %7.3f TFLOP/s  peak %.0f MiB\n",
           c.model.c_str(), precision.c_str(),
           static_cast<long long>(c.batch_size),
-          result["images_per_second"].get<double>(),
-          result["seconds_per_epoch"].get<double>(),
+          result[tokens ? "tokens_per_second" : "images_per_second"]
+              .get<double>(),
+          tokens ? "tok/s" : "img/s", result["seconds_per_epoch"].get<double>(),
           result["tflops"].get<double>(),
           result["peak_memory_bytes"].get<int64_t>() / 1048576.0);
     } else {
@@ -427,8 +505,11 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Training-step throughput of lamp's models in its precision modes",
       "lamp_bench"};
-  const auto& models = lamp::models::model_names();
-  app.add_option("--model", c.model, "cnn or resnet18..resnet152")
+  auto models = lamp::models::model_names();
+  models.push_back("gpt");
+  app.add_option("--model", c.model,
+                 "cnn, resnet18..resnet152, or gpt (lamp::models::GPT, "
+                 "AdamW recipe, shape by --gpt-*, --context)")
       ->check(CLI::IsMember(models))
       ->capture_default_str();
   app.add_option("--batch-size", c.batch_size)
@@ -448,6 +529,20 @@ int main(int argc, char** argv) {
             return split(list).empty() ? "no precision given" : "";
           },
           ""))
+      ->capture_default_str();
+  app.add_option("--gpt-layers", c.gpt_layers, "--model gpt: blocks")
+      ->check(lamp_examples::integer_in(1, 1000))
+      ->capture_default_str();
+  app.add_option("--gpt-heads", c.gpt_heads,
+                 "--model gpt: attention heads (dividing --gpt-width)")
+      ->check(lamp_examples::integer_in(1, 1000))
+      ->capture_default_str();
+  app.add_option("--gpt-width", c.gpt_width, "--model gpt: embedding width")
+      ->check(lamp_examples::integer_in(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--context", c.context,
+                 "--model gpt: tokens per sequence (--batch-size sequences)")
+      ->check(lamp_examples::integer_in(1, 1 << 20))
       ->capture_default_str();
   app.add_flag("--channels-last", c.channels_last);
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark);

@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
 """The Python PyTorch peer of lamp_bench: the same training step, timed the
 same way, so lamp's C++ numbers can be compared with PyTorch at its best on
-one machine in one run: eager (foreach or fused SGD), torch.compile (default
-or reduce-overhead, foreach or fused SGD) and the whole step captured in one
-CUDA graph (see TOOLS).
+one machine in one run: eager (foreach or fused optimizer), torch.compile
+(default or reduce-overhead, foreach or fused optimizer) and the whole step
+captured in one CUDA graph (see TOOLS).
 
-Models: the CIFAR-style ResNet18/34/50 (3x3 stem, stride 1, no max-pool) and
-the MNIST CNN, with lamp's module names and parameter counts (checked at
-startup). Data: one fixed synthetic batch, already on the device. Step: SGD
-(lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4), zero_grad(set_to_none),
-forward, cross_entropy on FP32 logits, backward, step.
+Models: the CIFAR-style ResNet18/34/50 (3x3 stem, stride 1, no max-pool), the
+MNIST CNN and a GPT over bytes (nanoGPT's layout, lamp::models::GPT: --model
+gpt with --gpt-layers, --gpt-heads, --gpt-width, --context), with lamp's
+module names and parameter counts (checked at startup). Data: one fixed
+synthetic batch, already on the device (for gpt, random byte tokens and
+targets [batch, context]). Step: zero_grad(set_to_none), forward,
+cross_entropy on FP32 logits, backward, step; the optimizer is SGD (lr 0.1,
+momentum 0.9, Nesterov, weight decay 5e-4) for the CNNs and, for gpt, the GPT
+trainers' AdamW (lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on
+the Linear weights only) after clipping the gradients to global norm 1.0.
+For gpt, images_per_second counts sequences; tokens_per_second is that times
+the context.
 
 Precision modes (lamp's names):
   fp32      FP32, TF32 off (cuBLAS and cuDNN)
@@ -52,7 +59,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PRECISIONS = ("fp32", "tf32", "amp", "amp-bf16", "half", "bf16")
-MODELS = ("resnet18", "resnet34", "resnet50", "cnn")
+MODELS = ("resnet18", "resnet34", "resnet50", "cnn", "gpt")
 
 # lamp's counts (include/lamp/models/*.h) for 10 classes; a mismatch means the
 # two tools would not be timing the same network.
@@ -62,6 +69,22 @@ EXPECTED_PARAMETERS = {
     "resnet50": 23520842,
     "cnn": 28938,
 }
+
+# An epoch of the GPT, for s/epoch: a million byte tokens (about the training
+# part of a 1 MB text), in sequences of the context.
+GPT_EPOCH_TOKENS = 1000000
+
+
+def expected_parameters(name, shape=None):
+    """lamp's parameter count of model `name` (a GPT's from its shape, in
+    closed form: the embeddings, 12 C^2 + 13 C per block, the final
+    LayerNorm; the output projection is tied to wte)."""
+    if name != "gpt":
+        return EXPECTED_PARAMETERS[name]
+    shape = shape or GPTShape()
+    c = shape.width
+    return ((shape.vocab_size + shape.context) * c +
+            shape.layers * (12 * c * c + 13 * c) + 2 * c)
 
 
 # ---------------------------------------------------------------------------
@@ -161,7 +184,116 @@ class MnistCNN(nn.Module):
         return F.log_softmax(self.fc(out.flatten(1)), dim=1)
 
 
-def make_model(name):
+class GPTShape(collections.namedtuple(
+        "GPTShape", "layers heads width context vocab_size dropout",
+        defaults=(6, 6, 384, 256, 256, 0.0))):
+    """lamp::models::GPTOptions: transformer blocks, attention heads (they
+    divide the width), the residual stream's width, the longest sequence,
+    the vocabulary (bytes) and the dropout probability (0 in the bench)."""
+
+    def __str__(self):
+        return "gpt(layers=%d, heads=%d, width=%d, context=%d)" % (
+            self.layers, self.heads, self.width, self.context)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.c_attn = nn.Linear(shape.width, 3 * shape.width)
+        self.c_proj = nn.Linear(shape.width, shape.width)
+        self.heads = shape.heads
+        self.dropout = shape.dropout
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in self.c_attn(x).split(c, dim=2))
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=True)
+        y = y.transpose(1, 2).reshape(b, t, c)
+        return F.dropout(self.c_proj(y), self.dropout, self.training)
+
+
+class MLP(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.c_fc = nn.Linear(shape.width, 4 * shape.width)
+        self.gelu = nn.GELU()  # exact (erf), as lamp's
+        self.c_proj = nn.Linear(4 * shape.width, shape.width)
+        self.dropout = shape.dropout
+
+    def forward(self, x):
+        return F.dropout(self.c_proj(self.gelu(self.c_fc(x))), self.dropout,
+                         self.training)
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(shape.width)
+        self.attn = CausalSelfAttention(shape)
+        self.ln_2 = nn.LayerNorm(shape.width)
+        self.mlp = MLP(shape)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """lamp::models::GPT (include/lamp/models/gpt.h), nanoGPT's layout: token
+    and position embeddings, pre-norm blocks, a final LayerNorm and logits
+    from the token embedding (tied: no output parameter). GPT-2's
+    initialisation: Linear and Embedding weights N(0, 0.02), the residual
+    projections (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 layers)),
+    biases 0. Token ids int64 [B, T], T <= context -> logits [B, T, vocab]."""
+
+    def __init__(self, shape=None):
+        super().__init__()
+        shape = shape or GPTShape()
+        if shape.width % shape.heads != 0:
+            raise ValueError("gpt: %d heads do not divide width %d"
+                             % (shape.heads, shape.width))
+        self.shape = shape
+        self.wte = nn.Embedding(shape.vocab_size, shape.width)
+        self.wpe = nn.Embedding(shape.context, shape.width)
+        self.h = nn.ModuleList(GPTBlock(shape) for _ in range(shape.layers))
+        self.ln_f = nn.LayerNorm(shape.width)
+        for name, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                std = 0.02
+                if name.endswith("c_proj"):
+                    std = 0.02 / math.sqrt(2 * shape.layers)
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        if t > self.shape.context:
+            raise ValueError("gpt: a sequence of %d tokens is longer than the "
+                             "context, %d" % (t, self.shape.context))
+        positions = torch.arange(t, device=tokens.device)
+        x = self.wte(tokens) + self.wpe(positions)
+        x = F.dropout(x, self.shape.dropout, self.training)
+        for block in self.h:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+
+def gpt_flops_per_token(shape):
+    """A GPT's training FLOPs per token, nanoGPT's estimate (PaLM's appendix
+    B): 6 N for the matmuls of forward and backward, N the parameters but
+    wpe, and 12 layers width context for attention's scores and sums."""
+    n = expected_parameters("gpt", shape) - shape.context * shape.width
+    return 6 * n + 12 * shape.layers * shape.width * shape.context
+
+
+def make_model(name, gpt_shape=None):
+    """The model `name`; for "gpt", of `gpt_shape` (default GPTShape())."""
+    if name == "gpt":
+        return GPT(gpt_shape)
     if name == "resnet18":
         return ResNet(BasicBlock, (2, 2, 2, 2))
     if name == "resnet34":
@@ -264,11 +396,12 @@ class PortableGradScaler:
         self._growth_interval = growth_interval
         self._growth_tracker = 0
         self._found_inf = False
+        self._unscaled = False
 
     def scale(self, loss):
         return loss * self._scale
 
-    def step(self, optimizer):
+    def unscale_(self, optimizer):
         grads = [p.grad for group in optimizer.param_groups
                  for p in group["params"] if p.grad is not None]
         inv_scale = 1.0 / self._scale
@@ -277,7 +410,13 @@ class PortableGradScaler:
             g.mul_(inv_scale)
             finite = finite and bool(torch.isfinite(g).all())
         self._found_inf = not finite
-        if finite:
+        self._unscaled = True
+
+    def step(self, optimizer):
+        if not self._unscaled:
+            self.unscale_(optimizer)
+        self._unscaled = False
+        if not self._found_inf:
             optimizer.step()
 
     def update(self):
@@ -387,13 +526,14 @@ def set_tf32(precision, defaults):
 class Tool(collections.namedtuple(
         "Tool", "compile compile_mode optimizer_impl cuda_graph")):
     """One way a Python user runs the step: torch.compile on the model (and
-    its mode), torch.optim.SGD's implementation, and whether the whole step
-    is captured in one CUDA graph."""
+    its mode), the optimizer's implementation (torch.optim.SGD's, or
+    AdamW's for gpt), and whether the whole step is captured in one CUDA
+    graph."""
 
 
 # The tools --tools names. The fused ones are what a Python expert writes on
-# CUDA: fused SGD takes GradScaler's scale and overflow flag on the device
-# (no host sync per step, unlike foreach SGD under GradScaler).
+# CUDA: fused SGD and fused AdamW take GradScaler's scale and overflow flag on
+# the device (no host sync per step, unlike foreach ones under GradScaler).
 TOOLS = {
     "pytorch-eager": Tool(False, "default", "foreach", False),
     "pytorch-fused": Tool(False, "default", "fused", False),
@@ -410,25 +550,44 @@ def tool_of(args):
                 args.cuda_graph)
 
 
-def fused_sgd_unsupported_reason(device):
-    """Why torch.optim.SGD(fused=True) cannot run on `device`, or None: one
-    step of a two-element parameter, instead of trusting version numbers."""
-    if "fused" not in inspect.signature(torch.optim.SGD).parameters:
-        return "torch %s's SGD has no fused=True" % torch.__version__
+def optimizer_class(model_name):
+    """The model's optimizer: AdamW for gpt, SGD for the CNNs."""
+    return torch.optim.AdamW if model_name == "gpt" else torch.optim.SGD
+
+
+def fused_unsupported_reason(device, model_name="resnet18"):
+    """Why the model's optimizer with fused=True (torch.optim.SGD, or AdamW
+    for gpt) cannot run on `device`, or None: one step of a two-element
+    parameter, instead of trusting version numbers."""
+    optimizer_type = optimizer_class(model_name)
+    name = optimizer_type.__name__
+    if "fused" not in inspect.signature(optimizer_type).parameters:
+        return "torch %s's %s has no fused=True" % (torch.__version__, name)
     try:
         param = torch.zeros(2, device=device, requires_grad=True)
-        optimizer = torch.optim.SGD([param], lr=0.1, momentum=0.9,
-                                    fused=True)
+        kwargs = {"momentum": 0.9} if optimizer_type is torch.optim.SGD \
+            else {}
+        optimizer = optimizer_type([param], lr=0.1, fused=True, **kwargs)
         param.grad = torch.ones_like(param)
         optimizer.step()
     except (RuntimeError, NotImplementedError) as error:
-        return ("fused SGD is not supported on %s by torch %s (%s)"
-                % (device, torch.__version__, _first_line(error)))
+        return ("fused %s is not supported on %s by torch %s (%s)"
+                % (name, device, torch.__version__, _first_line(error)))
     return None
 
 
-def tool_unsupported_reason(tool, device):
-    """Why `tool` cannot run on `device` with this torch, or None."""
+def model_unsupported_reason(model_name):
+    """Why this torch cannot build or run `model_name`, or None."""
+    if model_name == "gpt" and \
+            not hasattr(F, "scaled_dot_product_attention"):
+        return ("gpt needs F.scaled_dot_product_attention (torch >= 2.0); "
+                "this is torch %s" % torch.__version__)
+    return None
+
+
+def tool_unsupported_reason(tool, device, model_name="resnet18"):
+    """Why `tool` cannot run `model_name` on `device` with this torch, or
+    None."""
     if tool.cuda_graph:
         if device != "cuda":
             return ("the whole-step CUDA graph (torch.cuda.graph) needs a "
@@ -443,7 +602,7 @@ def tool_unsupported_reason(tool, device):
             return ("reduce-overhead's CUDA graphs need a CUDA device; on %s "
                     "it compiles what the default mode does" % device)
     if tool.optimizer_impl == "fused":
-        return fused_sgd_unsupported_reason(device)
+        return fused_unsupported_reason(device, model_name)
     return None
 
 
@@ -504,6 +663,34 @@ def make_sgd(params, implementation):
     return optimizer
 
 
+def make_adamw(model, params, implementation, capturable=False):
+    """The GPT trainers' AdamW (nanoGPT's configure_optimizers) in
+    torch.optim.AdamW's `implementation`: lr 6e-4, betas (0.9, 0.95), eps
+    1e-8, weight decay 0.1 on the Linear weights (the matmuls) and none on
+    the biases, the LayerNorms and the embeddings (wte, wpe). `params` are
+    the model's parameters or their FP32 masters, in model.parameters()'s
+    order. `capturable` for a step captured in a CUDA graph (the step
+    count stays on the device)."""
+    decayed = {id(m.weight) for m in model.modules()
+               if isinstance(m, nn.Linear)}
+    pairs = list(zip(model.parameters(), params))
+    groups = [
+        {"params": [q for p, q in pairs if id(p) in decayed],
+         "weight_decay": 0.1},
+        {"params": [q for p, q in pairs if id(p) not in decayed],
+         "weight_decay": 0.0},
+    ]
+    kwargs = {}
+    if implementation == "fused":
+        kwargs["fused"] = True
+    elif implementation == "for-loop":
+        kwargs["foreach"] = False
+    if capturable:
+        kwargs["capturable"] = True
+    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8,
+                             **kwargs)
+
+
 class PeerStep:
     """One tool's training step on one fixed synthetic batch: model,
     optimizer, scaler and batch are built once. warm_up(n) runs the untimed
@@ -515,8 +702,9 @@ class PeerStep:
         device = args.device
         self.device = device
         torch.manual_seed(0)
-        model = make_model(args.model)
-        expected = EXPECTED_PARAMETERS[args.model]
+        shape = gpt_shape(args)
+        model = make_model(args.model, shape)
+        expected = expected_parameters(args.model, shape)
         got = count_parameters(model)
         assert got == expected, ("%s has %d parameters, lamp's has %d"
                                  % (args.model, got, expected))
@@ -535,7 +723,14 @@ class PeerStep:
             if half_dtype is not None else None
         params = self.master.master_params if self.master \
             else list(model.parameters())
-        self.optimizer = make_sgd(params, args.optimizer_impl)
+        self.params = params
+        if args.model == "gpt":
+            self.optimizer = make_adamw(model, params, args.optimizer_impl,
+                                        capturable=args.cuda_graph)
+            self.max_grad_norm = 1.0
+        else:
+            self.optimizer = make_sgd(params, args.optimizer_impl)
+            self.max_grad_norm = None
         self.scaler = make_grad_scaler(device) \
             if uses_loss_scaling(precision) else None
         if args.compile:
@@ -546,15 +741,24 @@ class PeerStep:
             self.forward = model
 
         generator = torch.Generator().manual_seed(1)
-        shape = (args.batch_size,) + input_shape(args.model)
-        images = torch.randn(shape, generator=generator).to(device)
-        self.images = images.contiguous(memory_format=memory_format)
-        self.labels = torch.randint(0, 10, (args.batch_size,),
-                                    generator=generator).to(device)
-        if half_dtype is not None:
-            # Cast once, as lamp_bench does: the batch is already in the
-            # model's dtype, so neither tool times an input cast.
-            self.images = self.images.to(half_dtype)
+        if shape is not None:
+            # Byte tokens and the targets (random too: the step's cost does
+            # not depend on them being the next tokens).
+            tokens = (args.batch_size, shape.context)
+            self.inputs = torch.randint(0, shape.vocab_size, tokens,
+                                        generator=generator).to(device)
+            self.targets = torch.randint(0, shape.vocab_size, tokens,
+                                         generator=generator).to(device)
+        else:
+            batch = (args.batch_size,) + input_shape(args.model)
+            images = torch.randn(batch, generator=generator).to(device)
+            self.inputs = images.contiguous(memory_format=memory_format)
+            self.targets = torch.randint(0, 10, (args.batch_size,),
+                                         generator=generator).to(device)
+            if half_dtype is not None:
+                # Cast once, as lamp_bench does: the batch is already in the
+                # model's dtype, so neither tool times an input cast.
+                self.inputs = self.inputs.to(half_dtype)
         self.amp_dtype = autocast_dtype(precision)
         # Steps the scaler skipped, summed on the device (no host sync).
         self.skipped = torch.zeros((), device=device) if self.scaler \
@@ -579,17 +783,27 @@ class PeerStep:
             self.optimizer.zero_grad(set_to_none=True)
 
     def _body(self, cache_enabled=True):
-        """Forward, loss, backward, optimizer (and scaler) step: the step but
-        zero_grad. Returns the loss."""
+        """Forward, loss, backward, gradient clipping (gpt), optimizer (and
+        scaler) step: the step but zero_grad. Returns the loss."""
         with self._autocast(cache_enabled):
-            logits = self.forward(self.images)
-            loss = F.cross_entropy(logits.float(), self.labels)
+            logits = self.forward(self.inputs)
+            if logits.dim() == 3:  # gpt: one prediction per position
+                logits = logits.flatten(0, 1)
+            loss = F.cross_entropy(logits.float(), self.targets.flatten())
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
         if self.master:
             self.master.model_grads_to_master_grads()
+        if self.max_grad_norm is not None:
+            # The norm of the true gradients: unscaled first (the fused
+            # optimizer then gets only the overflow flag, still on the
+            # device). Without an error on a non-finite norm: that would
+            # sync the host, and the scaler skips such a step anyway.
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             flag = found_inf_flag(self.scaler, self.optimizer)
@@ -626,7 +840,10 @@ class PeerStep:
             return
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), warnings.catch_warnings():
+            # A capturable AdamW warns that its warm-up steps run uncaptured:
+            # they are meant to.
+            warnings.filterwarnings("ignore", message=".*capturable=True")
             for _ in range(steps):
                 self._eager_step()
         torch.cuda.current_stream().wait_stream(side)
@@ -680,8 +897,18 @@ def time_steps(step, steps, device):
     return time.perf_counter() - start
 
 
+def gpt_shape(args):
+    """The GPT's shape from the command line, dropout 0 (the bench times the
+    step, as lamp_bench does), or None for a CNN."""
+    if args.model != "gpt":
+        return None
+    return GPTShape(layers=args.gpt_layers, heads=args.gpt_heads,
+                    width=args.gpt_width, context=args.context)
+
+
 def run_configuration(args, precision, tf32_defaults):
     tool = tool_of(args)
+    shape = gpt_shape(args)
     result = {
         "model": args.model,
         "batch_size": args.batch_size,
@@ -701,15 +928,30 @@ def run_configuration(args, precision, tf32_defaults):
         "steady_peak_bytes": None,
         "reserved_bytes": None,
         "skipped": None,
+        "optimizer": "sgd" if shape is None else "adamw",
     }
+    if shape is not None:
+        # images_per_second counts sequences of `context` tokens.
+        result.update({
+            "gpt_layers": shape.layers,
+            "gpt_heads": shape.heads,
+            "gpt_width": shape.width,
+            "context": shape.context,
+            "vocab_size": shape.vocab_size,
+            "parameters": expected_parameters("gpt", shape),
+            "flops_per_token": gpt_flops_per_token(shape),
+            "tokens_per_second": None,
+            "tflops": None,
+        })
     device = args.device
     if device == "cuda":
         set_tf32(precision, tf32_defaults)
         torch.backends.cudnn.benchmark = args.cudnn_benchmark
         result["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
         result["tf32_cudnn"] = torch.backends.cudnn.allow_tf32
-    reason = unsupported_reason(precision, device) or \
-        tool_unsupported_reason(tool, device)
+    reason = model_unsupported_reason(args.model) or \
+        unsupported_reason(precision, device) or \
+        tool_unsupported_reason(tool, device, args.model)
     if reason is not None:
         result["skipped"] = reason
         return result
@@ -743,6 +985,11 @@ def run_configuration(args, precision, tf32_defaults):
             "images_per_second": images_per_second,
             "seconds_per_epoch": args.epoch_images / images_per_second,
         })
+        if shape is not None:
+            tokens_per_second = images_per_second * shape.context
+            result["tokens_per_second"] = tokens_per_second
+            result["tflops"] = \
+                tokens_per_second * result["flops_per_token"] / 1e12
     return result
 
 
@@ -855,18 +1102,30 @@ def device_name(device):
 
 
 def describe(result):
-    layout = "channels_last" if result["channels_last"] else "NCHW"
-    head = "%s b%d %s %s cudnn.benchmark=%s" % (
-        result["model"], result["batch_size"], result["precision"], layout,
-        "on" if result["cudnn_benchmark"] else "off")
+    if result["model"] == "gpt":
+        head = "gpt(layers=%d, heads=%d, width=%d, context=%d) b%d %s" % (
+            result["gpt_layers"], result["gpt_heads"], result["gpt_width"],
+            result["context"], result["batch_size"], result["precision"])
+    else:
+        layout = "channels_last" if result["channels_last"] else "NCHW"
+        head = "%s b%d %s %s cudnn.benchmark=%s" % (
+            result["model"], result["batch_size"], result["precision"],
+            layout, "on" if result["cudnn_benchmark"] else "off")
     if result["skipped"]:
         return head + ": skipped (%s)" % result["skipped"]
-    text = head + (": %d steps in %.3f s, %.1f images/s, %.2f s/epoch "
-                   "(%d images), peak memory %.1f MiB" % (
-                       result["steps"], result["seconds"],
-                       result["images_per_second"],
+    if result["model"] == "gpt":
+        rate = "%.1f sequences/s, %.0f tokens/s, %.3f TFLOP/s" % (
+            result["images_per_second"], result["tokens_per_second"],
+            result["tflops"])
+        unit = "sequences"
+    else:
+        rate = "%.1f images/s" % result["images_per_second"]
+        unit = "images"
+    text = head + (": %d steps in %.3f s, %s, %.2f s/epoch "
+                   "(%d %s), peak memory %.1f MiB" % (
+                       result["steps"], result["seconds"], rate,
                        result["seconds_per_epoch"], result["epoch_images"],
-                       result["peak_memory_bytes"] / 2.0 ** 20))
+                       unit, result["peak_memory_bytes"] / 2.0 ** 20))
     if result.get("steady_peak_bytes") is not None:
         text += " (steady %.1f MiB, reserved %.1f MiB)" % (
             result["steady_peak_bytes"] / 2.0 ** 20,
@@ -935,7 +1194,22 @@ def parse_args(argv):
                     "in one CUDA graph with --cuda-graph, or several of "
                     "them with --tools).")
     parser.add_argument("--model", choices=MODELS, default="resnet18")
-    parser.add_argument("--batch-size", type=positive_int, default=128)
+    parser.add_argument("--batch-size", type=positive_int, default=128,
+                        help="images per step (sequences for gpt)")
+    defaults = GPTShape()
+    parser.add_argument("--gpt-layers", type=positive_int, default=None,
+                        help="gpt: transformer blocks (default %d)"
+                             % defaults.layers)
+    parser.add_argument("--gpt-heads", type=positive_int, default=None,
+                        help="gpt: attention heads, dividing --gpt-width "
+                             "(default %d)" % defaults.heads)
+    parser.add_argument("--gpt-width", type=positive_int, default=None,
+                        help="gpt: embedding width (default %d)"
+                             % defaults.width)
+    parser.add_argument("--context", type=positive_int, default=None,
+                        help="gpt: tokens per sequence, the position "
+                             "embedding's length (default %d)"
+                             % defaults.context)
     parser.add_argument("--precision", type=precision_list, default=["fp32"],
                         help="comma-separated list of " + ", ".join(PRECISIONS))
     parser.add_argument("--channels-last", action="store_true",
@@ -950,8 +1224,9 @@ def parse_args(argv):
                              "graphs)")
     parser.add_argument("--optimizer-impl", default="foreach",
                         choices=("foreach", "fused", "for-loop"),
-                        help="torch.optim.SGD's implementation (default "
-                             "foreach, Python's default on CUDA)")
+                        help="torch.optim.SGD's implementation (AdamW's for "
+                             "gpt; default foreach, Python's default on "
+                             "CUDA)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="capture the whole step (forward, backward, "
                              "scaler, optimizer) in one CUDA graph and "
@@ -969,7 +1244,8 @@ def parse_args(argv):
                         help="timed steps (default 20)")
     parser.add_argument("--epoch-images", type=positive_int, default=None,
                         help="images per epoch for s/epoch (default 50000; "
-                             "60000 for cnn)")
+                             "60000 for cnn; for gpt sequences, default "
+                             "%d tokens / --context)" % GPT_EPOCH_TOKENS)
     parser.add_argument("--repeats", type=positive_int, default=1,
                         help="timed runs of the calibrated step count after "
                              "one warm-up; the median is reported (default 1)")
@@ -1000,8 +1276,34 @@ def parse_args(argv):
     if args.compile and not hasattr(torch, "compile"):
         parser.error("--compile needs torch >= 2.0 (torch.compile); this is "
                      "torch %s" % torch.__version__)
+    gpt_flags = {"--gpt-layers": args.gpt_layers,
+                 "--gpt-heads": args.gpt_heads,
+                 "--gpt-width": args.gpt_width, "--context": args.context}
+    if args.model == "gpt":
+        if args.channels_last or args.cudnn_benchmark:
+            parser.error("--channels-last and --cudnn-benchmark are "
+                         "convolution settings; --model gpt has no "
+                         "convolutions, leave them out")
+        defaults = GPTShape()
+        args.gpt_layers = args.gpt_layers or defaults.layers
+        args.gpt_heads = args.gpt_heads or defaults.heads
+        args.gpt_width = args.gpt_width or defaults.width
+        args.context = args.context or defaults.context
+        if args.gpt_width % args.gpt_heads != 0:
+            parser.error("--gpt-heads %d does not divide --gpt-width %d; "
+                         "give a width that is a multiple of the heads"
+                         % (args.gpt_heads, args.gpt_width))
+    else:
+        given = [flag for flag, value in gpt_flags.items()
+                 if value is not None]
+        if given:
+            parser.error("%s: the GPT's shape, for --model gpt only (this "
+                         "is --model %s)" % (", ".join(given), args.model))
     if args.epoch_images is None:
-        args.epoch_images = 60000 if args.model == "cnn" else 50000
+        if args.model == "gpt":
+            args.epoch_images = max(1, GPT_EPOCH_TOKENS // args.context)
+        else:
+            args.epoch_images = 60000 if args.model == "cnn" else 50000
     return args
 
 
@@ -1009,11 +1311,14 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    got = count_parameters(make_model(args.model))
-    if got != EXPECTED_PARAMETERS[args.model]:
-        sys.exit("peer_pytorch.py: %s has %d parameters but lamp's has %d; "
-                 "the architectures differ"
-                 % (args.model, got, EXPECTED_PARAMETERS[args.model]))
+    shape = gpt_shape(args)
+    expected = expected_parameters(args.model, shape)
+    if model_unsupported_reason(args.model) is None:
+        got = count_parameters(make_model(args.model, shape))
+        if got != expected:
+            sys.exit("peer_pytorch.py: %s has %d parameters but lamp's has "
+                     "%d; the architectures differ"
+                     % (shape or args.model, got, expected))
     tf32_defaults = (torch.backends.cuda.matmul.allow_tf32,
                      torch.backends.cudnn.allow_tf32)
 

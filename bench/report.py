@@ -13,8 +13,13 @@ Per configuration (row) and tool: the median images/s of the repeated runs
 and their spread, (max - min) / median, flagged above NOISY_SPREAD; a result
 whose final loss or parameters were not finite is marked garbage and never
 ranked. Per row, two like-for-like ratios (lamp eager vs PyTorch eager with
-fused SGD; lamp's CUDA-graph step vs PyTorch's whole-step CUDA graph) and
-the headline: lamp's best tool against the best PyTorch column.
+the fused optimizer; lamp's CUDA-graph step vs PyTorch's whole-step CUDA
+graph) and the headline: lamp's best tool against the best PyTorch column.
+
+GPT rows (model "gpt") count sequences of `context` tokens where the CNN rows
+count images: the tables show their rates in tokens/s (images_per_second
+times the context the results record), the unit column says which; ratios
+are the same in either unit.
 """
 
 import datetime
@@ -34,11 +39,12 @@ TITLES = {
     "lamp-graph": "lamp (CUDA graph)",
     "lamp-graph-stock-bn": "lamp (CUDA graph, --fused-bn off)",
     "pytorch-eager": "PyTorch eager",
-    "pytorch-fused": "eager, fused SGD",
+    "pytorch-fused": "eager, fused optimizer",
     "pytorch-compile": "torch.compile",
     "pytorch-compile-ro": "torch.compile reduce-overhead",
-    "pytorch-compile-fused": "torch.compile, fused SGD",
-    "pytorch-compile-ro-fused": "torch.compile reduce-overhead, fused SGD",
+    "pytorch-compile-fused": "torch.compile, fused optimizer",
+    "pytorch-compile-ro-fused": "torch.compile reduce-overhead, fused "
+                                "optimizer",
     "pytorch-graph": "whole step in one CUDA graph",
 }
 # (numerator, denominator) of the like-for-like ratios, by JSON name.
@@ -124,6 +130,9 @@ def summary(entries):
     median["seconds_per_epoch"] = median["epoch_images"] / \
         median["images_per_second"]
     median["runs_images_per_second"] = rates
+    if median.get("context"):
+        median["tokens_per_second"] = \
+            median["images_per_second"] * median["context"]
     median["spread"] = (max(rates) - min(rates)) / statistics.median(rates)
     median["noisy"] = median["spread"] > NOISY_SPREAD
     if any(e.get("finite") is False for e in good):
@@ -134,6 +143,41 @@ def summary(entries):
 
 def rate(entry):
     return entry["images_per_second"] if usable(entry) else None
+
+
+# ---------------------------------------------------------------------------
+# Units: images/s, or tokens/s for a GPT
+# ---------------------------------------------------------------------------
+
+
+def row_context(row):
+    """The tokens per sequence of a GPT row, as its results record them
+    (`context`), or None."""
+    for entry in row.values():
+        if isinstance(entry, dict) and entry.get("context"):
+            return entry["context"]
+    return None
+
+
+def row_unit(key, row):
+    """(unit, items per image-or-sequence): images/s for the CNNs; for a GPT
+    tokens/s (sequences/s where no result recorded the context)."""
+    if key[0] != "gpt":
+        return "img/s", 1
+    context = row_context(row)
+    return ("tokens/s", context) if context else ("sequences/s", 1)
+
+
+def model_text(key, row):
+    """The row's model: its name, and a GPT's shape where recorded."""
+    if key[0] != "gpt":
+        return key[0]
+    for entry in row.values():
+        if isinstance(entry, dict) and entry.get("gpt_layers"):
+            return "gpt (%d layers, %d heads, width %d, context %d)" % (
+                entry["gpt_layers"], entry["gpt_heads"], entry["gpt_width"],
+                entry["context"])
+    return key[0]
 
 
 def ratio(numerator, denominator):
@@ -186,14 +230,16 @@ class Notes:
         return "[%d]" % (self.texts.index(text) + 1)
 
 
-def cell_rate(entry, notes):
+def cell_rate(entry, notes, scale=1):
+    """The median rate times `scale` (the context in a GPT row), the
+    spread, and the noise and garbage marks."""
     if entry is None:
         return "-"
     if entry.get("status") != "ok":
         return entry["status"]
     if entry.get("skipped"):
         return "skipped " + notes.ref(entry["skipped"])
-    text = "%.0f" % entry["images_per_second"]
+    text = "%.0f" % (entry["images_per_second"] * scale)
     if len(entry.get("runs_images_per_second", [])) > 1:
         text += " (%.1f%%)" % (100 * entry["spread"])
         if entry.get("noisy"):
@@ -240,19 +286,20 @@ def mode_text(key):
 
 def main_table(rows, order, present, notes):
     lines = [
-        "| model | batch | mode | %s | lamp vs eager, fused SGD "
-        "| lamp graph vs PyTorch graph | **best lamp vs best PyTorch** "
-        "| best PyTorch |" % " | ".join(TITLES[t] + " img/s"
-                                       for t in present),
-        "|---|---|---|%s---|---|---|---|" % ("---|" * len(present)),
+        "| model | batch | mode | unit | %s | lamp vs eager, fused "
+        "optimizer | lamp graph vs PyTorch graph | **best lamp vs best "
+        "PyTorch** | best PyTorch |" % " | ".join(TITLES[t] for t in present),
+        "|---|---|---|---|%s---|---|---|---|" % ("---|" * len(present)),
     ]
     for key in order:
         row = rows[key]
         ratios = row_ratios(row)
         headline = times(ratios["best_lamp_vs_best_pytorch"])
-        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
-            key[0], key[1], mode_text(key),
-            " | ".join(cell_rate(row.get(t), notes) for t in present),
+        unit, scale = row_unit(key, row)
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            model_text(key, row), key[1], mode_text(key), unit,
+            " | ".join(cell_rate(row.get(t), notes, scale)
+                       for t in present),
             times(ratios["lamp_vs_pytorch_fused"]),
             times(ratios["lamp_graph_vs_pytorch_graph"]),
             "**%s**" % headline if headline != "-" else headline,
@@ -270,7 +317,8 @@ def memory_table(rows, order, present, device):
         cells = [cell_memory(rows[key].get(t), device) for t in present]
         if any(c != "-" for c in cells):
             lines.append("| %s | %d | %s | %s |" % (
-                key[0], key[1], mode_text(key), " | ".join(cells)))
+                model_text(key, rows[key]), key[1], mode_text(key),
+                " | ".join(cells)))
     return lines
 
 
@@ -283,23 +331,29 @@ def mixed_precision_table(rows, order, present):
             continue
         full = {p: rows.get((key[0], key[1], p, key[3], key[4]), {})
                 for p in FULL_PRECISIONS}
+        unit, scale = row_unit(key, rows[key])
+
+        def scaled(value):
+            return "-" if value is None else "%.0f" % (value * scale)
+
         for tool in present:
             mixed = rate(rows[key].get(tool))
             base = {p: rate(full[p].get(tool)) for p in FULL_PRECISIONS}
             if mixed is None or all(v is None for v in base.values()):
                 continue
-            lines.append("| %s | %d | %s | %s | %.0f | %s | %s | %s | %s |" % (
-                key[0], key[1], mode_text(key), TITLES[tool], mixed,
-                "-" if base["tf32"] is None else "%.0f" % base["tf32"],
-                "-" if base["fp32"] is None else "%.0f" % base["fp32"],
-                times(ratio(mixed, base["tf32"])),
-                times(ratio(mixed, base["fp32"]))))
+            lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |"
+                         % (model_text(key, rows[key]), key[1],
+                            mode_text(key), TITLES[tool], unit,
+                            scaled(mixed), scaled(base["tf32"]),
+                            scaled(base["fp32"]),
+                            times(ratio(mixed, base["tf32"])),
+                            times(ratio(mixed, base["fp32"]))))
     if not lines:
         return []
     return [
-        "| model | batch | mode | tool | img/s | tf32 img/s | fp32 img/s "
+        "| model | batch | mode | tool | unit | rate | tf32 | fp32 "
         "| vs tf32 | vs fp32 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ] + lines
 
 
@@ -385,18 +439,24 @@ def build(headers, runs, order, device, peer_python, date):
         "(eager or CUDA graph) against the fastest PyTorch column of the "
         "same row; a result whose final loss or parameters are not finite "
         "reads 'garbage' and is never ranked",
-        "- Like for like: lamp eager against PyTorch eager with fused SGD "
-        "(GradScaler hands the scale and overflow flag to the fused kernel, "
-        "no host sync); lamp's CUDA-graph step against PyTorch's whole step "
-        "(forward, backward, GradScaler, fused SGD) in one CUDA graph",
+        "- Like for like: lamp eager against PyTorch eager with the fused "
+        "optimizer (GradScaler hands the scale and overflow flag to the "
+        "fused kernel, no host sync); lamp's CUDA-graph step against "
+        "PyTorch's whole step (forward, backward, GradScaler, fused "
+        "optimizer) in one CUDA graph",
         "- Runs: each tool warms up once per configuration (cuDNN "
         "autotuning, compilation, graph capture), then times %d run(s) of "
         "at least the calibrated step count back to back; each cell is the "
-        "median images/s and, in brackets, the spread of the runs "
-        "((max - min) / median); %s marks a spread over %.0f%%, a median "
-        "less certain than the rest" % (repeats, NOISY_MARK,
-                                         100 * NOISY_SPREAD),
+        "median rate in the row's unit and, in brackets, the spread of the "
+        "runs ((max - min) / median); %s marks a spread over %.0f%%, a "
+        "median less certain than the rest" % (repeats, NOISY_MARK,
+                                                100 * NOISY_SPREAD),
     ]
+    has_gpt = any(key[0] == "gpt" for key in order)
+    if has_gpt:
+        lines.append(
+            "- GPT rows: batch is sequences of `context` byte tokens, the "
+            "rate tokens/s (sequences/s x context)")
     threads = ", ".join("%s %s" % (t, headers[t]["threads"]) for t in TOOLS
                         if headers.get(t, {}).get("threads") is not None)
     if device == "cpu" and threads:
@@ -407,8 +467,12 @@ def build(headers, runs, order, device, peer_python, date):
         + ("; irrelevant on CPU" if device == "cpu" else ""),
         "- Step: one synthetic batch resident on the device (no data "
         "loading), SGD lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4 "
-        "(lamp: lamp::optim::SGD, fused where available); (warmup, timed) "
-        "steps: %s" % ", ".join("(%s, %s)" % s for s in steps),
+        "(lamp: lamp::optim::SGD, fused where available)%s; (warmup, timed) "
+        "steps: %s" % (
+            "; GPT rows: gradients clipped to global norm 1.0, AdamW lr "
+            "6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the "
+            "Linear weights only, dropout 0" if has_gpt else "",
+            ", ".join("(%s, %s)" % s for s in steps)),
     ]
     if unchecked:
         lines.append("- Unchecked: %s recorded no finite check of the final "
@@ -443,7 +507,8 @@ def build(headers, runs, order, device, peer_python, date):
         lines += ["", "## Mixed precision against FP32 and TF32", "",
                   "The same tool, model and batch in fp32 (TF32 off) and "
                   "tf32 (TF32 on, the default a Python user gets on an "
-                  "H100 for convolutions); images/s.", ""] + mixed
+                  "H100 for convolutions); rates in the row's unit.",
+                  ""] + mixed
     seed_lines, seed_json = seed_table(rows, device_name)
     lines += ["", "## Beside the seed's numbers", ""] + seed_lines
 
@@ -455,7 +520,8 @@ def build(headers, runs, order, device, peer_python, date):
         "noisy_spread": NOISY_SPREAD,
         "tools": {t: headers.get(t) or {"status": version((t,))}
                   for t in present},
-        "rows": [dict(dict(zip(KEY, k)), ratios=row_ratios(rows[k]),
+        "rows": [dict(dict(zip(KEY, k)), unit=row_unit(k, rows[k])[0],
+                      ratios=row_ratios(rows[k]),
                       **{t: rows[k][t] for t in TOOLS if t in rows[k]})
                  for k in order],
         "seed": seed_json,

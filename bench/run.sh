@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Times lamp's C++ training step (lamp_bench) and the same step in Python
-# PyTorch at its best (bench/peer_pytorch.py: eager, fused SGD, torch.compile,
-# the whole step in one CUDA graph) on the same configurations, on this
-# machine, and writes bench/results/<device>-<date>.json and .md
-# (bench/report.py), and a bar chart of images/s, .png (scripts/plot.py
-# --bench; skipped without matplotlib). See bench/README.md.
+# PyTorch at its best (bench/peer_pytorch.py: eager, fused optimizer,
+# torch.compile, the whole step in one CUDA graph) on the same configurations
+# (CNNs with SGD, a GPT with AdamW), on this machine, and writes
+# bench/results/<device>-<date>.json and .md (bench/report.py), and a bar
+# chart of the rates, .png (scripts/plot.py --bench; skipped without
+# matplotlib). See bench/README.md.
 set -euo pipefail
 
 usage() {
@@ -12,7 +13,8 @@ usage() {
 Usage: bench/run.sh [options]
 
   --device cpu|cuda  where to run (default: cuda when nvidia-smi lists a GPU)
-  --quick            only the MNIST CNN configurations, few steps (smoke test)
+  --quick            only the MNIST CNN configurations, few steps (smoke test;
+                     no GPT)
   --steps N          timed steps for every configuration (default: per config)
   --warmup N         untimed steps for every configuration (default: per config)
   --repeats N        timed runs of every configuration and tool, back to back
@@ -22,7 +24,7 @@ Usage: bench/run.sh [options]
   --min-seconds S    time at least S seconds of steps per run (default 0.75
                      on CUDA, 0 on CPU): more steps than --steps when faster
   --out DIR          results folder (default: bench/results); the .json and
-                     .md reports, and a .png bar chart of images/s when
+                     .md reports, and a .png bar chart of the rates when
                      /usr/bin/python3 has matplotlib (python3-matplotlib)
   -h, --help         this text
 
@@ -69,7 +71,7 @@ case "$device" in
   *) echo "run.sh: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
 esac
 if [ "$device" = cuda ]; then
-  # 5 runs of at least 0.75 s per cell keep the whole H100 run under 9
+  # 5 runs of at least 0.75 s per cell keep the whole H100 run to about 9.5
   # minutes (bench/README.md, "How long a run takes").
   repeats="${repeats:-5}"
   min_seconds="${min_seconds:-0.75}"
@@ -112,15 +114,17 @@ runs=0
 failures=0
 
 # run_tools "TOOLS" MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP
-#           STEPS
+#           STEPS [FLAG...]
 # runs every tool of the list on one configuration and adds a line per tool
-# to the manifest. Tools: lamp (eager step), lamp-graph (the step as a CUDA
-# graph), lamp-graph-stock-bn (the same without the fused BatchNorm + ReLU
-# kernels: what they gain), pytorch-eager (foreach SGD), pytorch-fused (fused SGD),
-# pytorch-compile / pytorch-compile-fused (torch.compile, foreach / fused
-# SGD), pytorch-compile-ro / pytorch-compile-ro-fused (torch.compile
-# mode="reduce-overhead": CUDA graphs), pytorch-graph (the whole step in one
-# CUDA graph, fused SGD). Each lamp tool is one lamp_bench process; the
+# to the manifest; the FLAGs go to every tool (run_gpt's shape and epoch).
+# Tools: lamp (eager step), lamp-graph (the step as a CUDA graph),
+# lamp-graph-stock-bn (the same without the fused BatchNorm + ReLU kernels:
+# what they gain), pytorch-eager (foreach optimizer), pytorch-fused (fused
+# SGD, or AdamW for gpt), pytorch-compile / pytorch-compile-fused
+# (torch.compile, foreach / fused optimizer), pytorch-compile-ro /
+# pytorch-compile-ro-fused (torch.compile mode="reduce-overhead": CUDA
+# graphs), pytorch-graph (the whole step in one CUDA graph, fused
+# optimizer). Each lamp tool is one lamp_bench process; the
 # PyTorch tools share one Python process, one after the other, in the order
 # given (a compile after another of the same model reuses its kernels).
 # Every tool warms up once (cuDNN autotuning, compilation, graph capture),
@@ -130,12 +134,15 @@ failures=0
 run_tools() {
   local tools="$1" model="$2" batch="$3" precision="$4" cl="$5" cb="$6"
   local warmup="${warmup_override:-$7}" steps="${steps_override:-$8}"
-  local epoch_images=50000
-  [ "$model" = cnn ] && epoch_images=60000
   local args=(--model "$model" --batch-size "$batch" --precision "$precision"
     --device "$device" --warmup "$warmup" --steps "$steps"
-    --min-seconds "$min_seconds" --repeats "$repeats"
-    --epoch-images "$epoch_images")
+    --min-seconds "$min_seconds" --repeats "$repeats")
+  case "$model" in
+    cnn) args+=(--epoch-images 60000) ;;
+    gpt) ;; # run_gpt's flags say its epoch
+    *) args+=(--epoch-images 50000) ;;
+  esac
+  args+=("${@:9}")
   [ "$cl" = 1 ] && args+=(--channels-last)
   [ "$cb" = 1 ] && args+=(--cudnn-benchmark)
   local tool status json peers=() peer_statuses=() peer_args=()
@@ -199,6 +206,19 @@ run_one() {
   fi
 }
 
+# run_gpt "TOOLS" BATCH PRECISION WARMUP STEPS LAYERS HEADS WIDTH CONTEXT:
+# run_tools for lamp's GPT (dropout 0) of that shape, BATCH sequences of
+# CONTEXT byte tokens per step, AdamW (bench/README.md, "The GPT rows"). An
+# epoch is a million tokens (about the training part of a 1 MB text), in
+# sequences of CONTEXT tokens.
+run_gpt() {
+  local tools="$1" batch="$2" precision="$3" warmup="$4" steps="$5"
+  local layers="$6" heads="$7" width="$8" context="$9"
+  run_tools "$tools" gpt "$batch" "$precision" 0 0 "$warmup" "$steps" \
+    --gpt-layers "$layers" --gpt-heads "$heads" --gpt-width "$width" \
+    --context "$context" --epoch-images "$((1000000 / context))"
+}
+
 # record TOOL MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK JSON: one
 # manifest line (status from $status when set, else the run's outcome).
 record() {
@@ -214,13 +234,19 @@ if [ "$quick" = 1 ]; then
   for p in "${cnn_modes[@]}"; do run_tools "$quick_tools" cnn 64 "$p" 0 0 1 5; done
 elif [ "$device" = cpu ]; then
   # A CNN step takes ~10 ms on a CPU: 400 timed steps (seconds, not tenths)
-  # keep run-to-run noise to a few percent. torch.compile for the CNN only:
-  # compiling ResNet18 takes minutes per mode on a small CPU.
+  # keep run-to-run noise to a few percent. torch.compile for the CNN and the
+  # GPT only: compiling ResNet18 takes minutes per mode on a small CPU.
   cpu_tools="lamp pytorch-eager pytorch-fused"
   for p in "${cnn_modes[@]}"; do
     run_tools "$cpu_tools pytorch-compile-fused" cnn 64 "$p" 0 0 20 400
   done
   for p in "${cnn_modes[@]}"; do run_tools "$cpu_tools" resnet18 32 "$p" 0 0 2 10; done
+  # A small GPT (4 layers, 4 heads, width 256, context 128; 3.3 M
+  # parameters): a step of 8 sequences takes about 0.3 s in fp32 on one
+  # core, and the first torch.compile of its process about 25 s.
+  for p in fp32 amp-bf16; do
+    run_gpt "$cpu_tools pytorch-compile-fused" 8 "$p" 2 10 4 4 256 128
+  done
 else
   # The targets' configurations: amp with channels_last and cudnn.benchmark,
   # every tool at its best (the foreach torch.compile tools,
@@ -228,8 +254,8 @@ else
   # with peer_pytorch.py --tools). Beside them lamp in tf32 (the default a
   # Python user gets for convolutions on an H100) and fp32 for the
   # mixed-precision speed-up, and ResNet18 b128 fp32 for the seed's table.
-  # The whole run: about 7.5 minutes, at most about 9 (bench/README.md, "How
-  # long a run takes").
+  # Then the GPT. The whole run: about 9.5 minutes, at most about 11.5
+  # (bench/README.md, "How long a run takes").
   all_tools="lamp lamp-graph pytorch-eager pytorch-fused pytorch-graph pytorch-compile-fused pytorch-compile-ro-fused"
   for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
     read -r model batch <<<"$config"
@@ -241,6 +267,10 @@ else
   run_tools lamp resnet50 512 tf32 1 1 5 10
   run_tools lamp resnet50 512 fp32 1 1 5 10
   run_tools lamp resnet18 128 fp32 1 1 5 30
+  # nanoGPT's small character-level GPT (6 layers, 6 heads, width 384) at
+  # context 1024 (11.1 M parameters), 16 sequences (16,384 tokens) a step,
+  # in amp-bf16 (the mode GPT trainers use), every tool.
+  run_gpt "$all_tools" 16 amp-bf16 10 30 6 6 384 1024
 fi
 
 mkdir -p "$out_dir"

@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   config.no_bias_decay = true;
   config.max_grad_norm = 1.0;
   config.data = lamp::data::default_text_path();
+  config.data_may_be_file = true;
   GptFlags flags;
   return lamp_examples::program_main(
       argc, argv, "train_gpt",

@@ -7,11 +7,16 @@ LAMP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Debian packages every build needs (pkg-config: the packaging.pkg_config
 # test; doxygen: the API reference, target docs; the Debian package test
-# uses dpkg-deb, which every Debian system has).
+# uses dpkg-deb, which every Debian system has). libopenblas0-openmp:
+# Debian's LibTorch runs its FP32 CPU matmuls through the system's
+# libblas.so.3, which is otherwise the unoptimised reference BLAS (a GPT
+# step in FP32 measured 12.6x slower with it, same losses); the OpenMP
+# build shares LibTorch's thread pool instead of adding its own. fortunes:
+# train_gpt's default text.
 # shellcheck disable=SC2034  # used by the scripts that source this file
 LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
                      libgtest-dev zlib1g-dev nlohmann-json3-dev pkg-config
-                     doxygen)
+                     doxygen libopenblas0-openmp fortunes)
 
 # The torch wheel version scripts/test.sh builds against by default: the
 # newest on PyPI that lamp is tested with. LAMP_TORCH_VERSION picks another

@@ -118,15 +118,20 @@ void add_speed_options(CLI::App& app, ProgramConfig& c) {
 // Where the run reads and writes: data, device, seed, checkpoints, exported
 // weights.
 void add_input_output_options(CLI::App& app, ProgramConfig& c) {
+  const bool text = c.data_may_be_file;
   add_checked(
-      app, "--data", c.data, "dataset directory",
+      app, "--data", c.data,
+      text ? "a text file, or a folder of them" : "dataset directory",
       CLI::Validator(
-          [](std::string& value) -> std::string {
+          [text](std::string& value) -> std::string {
             if (value.empty()) {
-              return "the folder name is empty; give the dataset folder";
+              return text ? "the name is empty; give a text file or a folder "
+                            "of them"
+                          : "the folder name is empty; give the dataset folder";
             }
             struct stat st {};
-            if (::stat(value.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+            if (!text && ::stat(value.c_str(), &st) == 0 &&
+                !S_ISDIR(st.st_mode)) {
               return value +
                      " is a file, not a folder; give the folder that holds "
                      "the dataset's files (an archive must be extracted "
@@ -134,7 +139,7 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
             }
             return "";
           },
-          "DIR"));
+          text ? "PATH" : "DIR"));
   app.add_option("--device", c.device,
                  "cpu, cuda or cuda:N (default: cuda when available)");
   add_checked(app, "--seed", c.seed,

@@ -62,6 +62,9 @@ struct ProgramConfig {
   // sequences (train_gpt's --context), 0 for images. Rates are then tokens/s
   // and the epoch line gives perplexities.
   int64_t sequence_length = 0;
+  // Set by the program before add_options(): --data may name a file (a
+  // text), not only a folder.
+  bool data_may_be_file = false;
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bench/report.py's tables from hand-made results: the like-for-like and
 best-vs-best ratios, garbage never ranked, the spread flag, the memory and
-skipped-step cells, the mixed-precision speed-ups, and results from a
-lamp_bench that records no finite check or steady-state memory. Standard
-library only."""
+skipped-step cells, the mixed-precision speed-ups, results from a
+lamp_bench that records no finite check or steady-state memory, and GPT rows
+in tokens/s. Standard library only."""
 
 import json
 import os
@@ -170,10 +170,92 @@ class Report(unittest.TestCase):
     def test_mixed_precision_against_tf32_and_fp32(self):
         cells = self.table_row("## Mixed precision against FP32 and TF32",
                                "| resnet50 | 512 | amp,")
-        self.assertEqual(cells[3:], ["lamp", "15900", "8000", "2850",
-                                     "1.99x", "5.58x"])
+        self.assertEqual(cells[3:], ["lamp", "img/s", "15900", "8000",
+                                     "2850", "1.99x", "5.58x"])
         seed = self.table_row("## Beside the seed's numbers", "| resnet50 |")
         self.assertEqual(seed[-2:], ["5.58x", "1.99x"])
+
+
+GPT_KEY = ("gpt", 16, "amp-bf16", False, False)
+GPT_SHAPE = {"model": "gpt", "batch_size": 16, "channels_last": False,
+             "cudnn_benchmark": False, "gpt_layers": 6, "gpt_heads": 6,
+             "gpt_width": 384, "context": 1024}
+GPT_ROW = "| gpt (6 layers, 6 heads, width 384, context 1024) | 16 |"
+
+
+def gpt(rates, tool=None, precision="amp-bf16", **extra):
+    """A GPT result: images_per_second counts sequences of 1024 tokens."""
+    fields = dict(GPT_SHAPE, precision=precision, epoch_images=976,
+                  tokens_per_second=sorted(rates)[(len(rates) - 1) // 2] *
+                  1024, **extra)
+    return peer(rates, tool, **fields) if tool else result(rates, **fields)
+
+
+class GPTRows(unittest.TestCase):
+    """GPT rows show tokens/s (sequences/s x context) beside CNN rows in
+    img/s; the ratios do not depend on the unit."""
+
+    def build(self, fixture):
+        headers, runs, order = report.read_manifest(fixture.manifest())
+        lines, merged, _ = report.build(
+            headers, runs, order, "cuda", "python3",
+            report.datetime.datetime(2026, 11, 24, 12, 0))
+        return lines, merged
+
+    def test_gpt_rows_render_in_tokens_per_second(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp"], [LAMP])
+            fixture.add(["lamp"], [gpt([30.0, 31.0, 32.0])], key=GPT_KEY)
+            fixture.add(["pytorch-fused"],
+                        [gpt([24.0, 25.0, 26.0], "pytorch-fused")],
+                        key=GPT_KEY)
+            fp32 = GPT_KEY[:2] + ("fp32",) + GPT_KEY[3:]
+            fixture.add(["lamp"], [gpt([10.0], precision="fp32")], key=fp32)
+            lines, merged = self.build(fixture)
+        text = "\n".join(lines)
+        header = next(l for l in lines if l.startswith("| model |"))
+        self.assertIn("| unit | lamp | eager, fused optimizer |", header)
+        self.assertNotIn("img/s", header)
+        cells = [c.strip() for c in next(
+            l for l in lines if l.startswith(GPT_ROW)).strip("|").split("|")]
+        # 31 and 25 sequences/s of 1024 tokens.
+        self.assertEqual(cells[2:6], ["amp-bf16", "tokens/s",
+                                      "31744 (6.5%) " + report.NOISY_MARK,
+                                      "25600 (8.0%) " + report.NOISY_MARK])
+        self.assertEqual(cells[6], "1.24x")
+        resnet = next(l for l in lines if l.startswith("| resnet50 |"))
+        self.assertIn("| amp, channels_last, cudnn.benchmark | img/s | 15900",
+                      resnet)
+        self.assertIn("- GPT rows: batch is sequences of `context` byte "
+                      "tokens, the rate tokens/s", text)
+        self.assertIn("AdamW lr 6e-4", text)
+        mixed = lines[lines.index("## Mixed precision against FP32 and "
+                                  "TF32"):]
+        row = [c.strip() for c in next(
+            l for l in mixed if l.startswith(GPT_ROW)).strip("|").split("|")]
+        self.assertEqual(row[3:], ["lamp", "tokens/s", "31744", "-", "10240",
+                                   "-", "3.10x"])
+        rows = {r["model"] + r["precision"]: r for r in merged["rows"]}
+        self.assertEqual(rows["gptamp-bf16"]["unit"], "tokens/s")
+        self.assertEqual(rows["resnet50amp"]["unit"], "img/s")
+        self.assertAlmostEqual(
+            rows["gptamp-bf16"]["lamp"]["tokens_per_second"], 31.0 * 1024)
+        self.assertAlmostEqual(
+            rows["gptamp-bf16"]["ratios"]["lamp_vs_pytorch_fused"], 31 / 25)
+
+    def test_without_a_recorded_context_the_unit_is_sequences(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp"], [dict(result([30.0]), model="gpt",
+                                        batch_size=16, precision="amp-bf16",
+                                        channels_last=False,
+                                        cudnn_benchmark=False)],
+                        key=GPT_KEY)
+            lines, merged = self.build(fixture)
+        self.assertIn("| gpt | 16 | amp-bf16 | sequences/s | 30 |",
+                      "\n".join(lines))
+        self.assertEqual(merged["rows"][0]["unit"], "sequences/s")
 
 
 class Statuses(unittest.TestCase):

@@ -21,8 +21,16 @@ exits 1 when it does not.
                            state_dict STATE (strict) whose keys are its
                            state_dict's in its order; in eval mode its output
                            on IO's "input" matches IO's "output"
+  check_gpt STATE TEXT LOG --layers L --heads H --width C --context T
+            [--rtol R]
+                           bench/peer_pytorch.py's GPT of that shape loads the
+                           state_dict STATE (strict, FP32 on the CPU); in eval
+                           mode its loss on TEXT's validation part matches the
+                           "test_loss" of LOG's last "epoch" record to relative
+                           tolerance R (default 1e-3)
 """
 
+import argparse
 import json
 import math
 import os
@@ -179,7 +187,115 @@ def check_custom(state_path, io_path):
           % (len(state), (output - io["output"]).abs().max().item()))
 
 
+def validation_loss(model, data, context, windows_per_batch=64):
+    """The mean cross-entropy of `model` over every target of the validation
+    windows of `data` (the text's bytes), train_gpt's split: the first
+    floor(0.9 n) bytes train, the rest (m bytes) validate, in windows
+    k = 0 .. (m - 1) // context - 1 of inputs [k T, k T + T) and targets
+    [k T + 1, k T + T + 1) of the validation part. Returns (loss, windows)."""
+    validation = data[int(0.9 * len(data)):]
+    windows = (len(validation) - 1) // context
+    if windows < 1:
+        fail("the validation part of the text (%d of its %d bytes) is shorter "
+             "than one window of context %d + 1 bytes; give a longer text or "
+             "a shorter --context" % (len(validation), len(data), context))
+    tokens = torch.tensor(list(validation[:windows * context + 1]),
+                          dtype=torch.int64)
+    inputs = tokens[:-1].view(windows, context)
+    targets = tokens[1:].view(windows, context)
+    total = 0.0
+    with torch.no_grad():
+        for start in range(0, windows, windows_per_batch):
+            stop = min(start + windows_per_batch, windows)
+            logits = model(inputs[start:stop])
+            total += torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(), targets[start:stop].flatten(),
+                reduction="sum").double().item()
+    return total / (windows * context), windows
+
+
+def last_epoch_record(log_path):
+    """The last "epoch" record of a --log-json file (JSON Lines; the record
+    kind under "record", as examples/common/json_log.cpp writes it)."""
+    last = None
+    with open(log_path) as log:
+        for number, line in enumerate(log, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                fail("%s line %d is not JSON (%s)" % (log_path, number, error))
+            if isinstance(record, dict) and record.get("record") == "epoch":
+                last = record
+    if last is None:
+        fail("%s has no \"epoch\" record; give the --log-json file of a run "
+             "that finished an epoch" % log_path)
+    return last
+
+
+def check_gpt(argv):
+    import peer_pytorch
+
+    parser = argparse.ArgumentParser(
+        prog="lamp_interop.py check_gpt",
+        description="Loads lamp's GPT state dict into bench/peer_pytorch.py's "
+                    "GPT and checks its validation loss on the text against "
+                    "the last epoch's test_loss in the log.")
+    parser.add_argument("state")
+    parser.add_argument("text")
+    parser.add_argument("log")
+    parser.add_argument("--layers", type=int, required=True)
+    parser.add_argument("--heads", type=int, required=True)
+    parser.add_argument("--width", type=int, required=True)
+    parser.add_argument("--context", type=int, required=True)
+    parser.add_argument("--rtol", type=float, default=1e-3,
+                        help="relative tolerance (default 1e-3, an FP32 "
+                             "evaluation in C++ against this one)")
+    args = parser.parse_args(argv)
+
+    state = torch.load(args.state)
+    for key, tensor in state.items():
+        if tensor.dtype != torch.float32 or tensor.device.type != "cpu":
+            fail("%s is %s on %s, expected torch.float32 on cpu"
+                 % (key, tensor.dtype, tensor.device))
+    shape = peer_pytorch.GPTShape(layers=args.layers, heads=args.heads,
+                                  width=args.width, context=args.context)
+    model = peer_pytorch.GPT(shape)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        fail("%s does not load into %s: %s" % (args.state, shape, error))
+    model.eval()
+
+    with open(args.text, "rb") as text:
+        data = text.read()
+    loss, windows = validation_loss(model, data, args.context)
+    record = last_epoch_record(args.log)
+    if record.get("test_subset"):
+        fail("the log's last epoch evaluated a subset of the validation set "
+             "(test_subset true, %s of %s batches); its test_loss is not the "
+             "whole set's" % (record.get("test_batches"),
+                              record.get("test_batches_in_set")))
+    logged = record.get("test_loss")
+    if not isinstance(logged, (int, float)) or not math.isfinite(logged):
+        fail("the log's last epoch record has no finite test_loss (%r)"
+             % (logged,))
+    difference = abs(loss - logged) / max(abs(logged), 1e-12)
+    summary = ("%s, %d validation windows of %d tokens: python %.6f, lamp "
+               "%.6f (epoch %s, %s), relative difference %.3g (rtol %g)"
+               % (shape, windows, args.context, loss, logged,
+                  record.get("epoch"), record.get("precision"), difference,
+                  args.rtol))
+    if not difference <= args.rtol:
+        fail("validation loss differs: " + summary)
+    print(summary)
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[1] == "check_gpt":
+        check_gpt(argv[2:])
+        return 0
     commands = {
         "write_scaler": (write_scaler, 1),
         "write_disabled_scaler": (write_disabled_scaler, 1),

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""train_gpt through its command line, on a generated text.
+
+  check_gpt.py modes TRAIN_GPT WORK_DIR PRECISION...
+      a 30-step run in each precision: exit 0, finite losses below the
+      untrained model's ln(256), tokens/s and perplexities in the log, a
+      sample printed; a PRECISION written refused:NAME is one this LibTorch
+      cannot run here: exit 1 before training, naming it and what runs
+  check_gpt.py resume TRAIN_GPT WORK_DIR
+      1 epoch, then --resume alone: epoch 2 bit-identical to a straight run
+  check_gpt.py sample TRAIN_GPT WORK_DIR
+      the same --seed gives the same sample, another seed another
+  check_gpt.py bad-data TRAIN_GPT WORK_DIR
+      missing, empty, binary, too short and text-less inputs: exit 1 and a
+      message naming the file and the fix
+  check_gpt.py ranks TRAIN_GPT WORK_DIR
+      two CPU ranks (Gloo, torchrun's variables): both finish, one log
+  check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
+      --export-state-dict loads into the Python twin, whose validation loss
+      is the run's (tests/python/lamp_interop.py check_gpt)
+"""
+
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+
+from check_cli import fresh
+
+# The model of every case: small enough for a few seconds a run.
+SHAPE = ["--layers", "2", "--heads", "2", "--width", "32", "--context", "32",
+         "--dropout", "0"]
+COMMON = SHAPE + ["--no-progress", "--batch-size", "16", "--eval-batch-size",
+                  "64", "--sample-tokens", "60"]
+
+
+def fail(message):
+    print("FAILED: " + message)
+    sys.exit(1)
+
+
+def run(args, **kwargs):
+    print("$ " + " ".join(args))
+    return subprocess.run(args, capture_output=True, text=True, timeout=600,
+                          errors="replace", **kwargs)
+
+
+def expect_success(args, **kwargs):
+    r = run(args, **kwargs)
+    if r.returncode != 0:
+        fail(f"exit {r.returncode}: {r.stderr.strip()!r}")
+    return r
+
+
+def make_text(work):
+    """About 24 KB of English-like text, the same every time."""
+    words = ("the a of to and in is it you that he was for on are with as I "
+             "his they be at one have this from or had by word but what some "
+             "we can out other were all there when up use your how said an "
+             "each she which do their time if will way about many then them "
+             "write would like so these her long make thing see him two has "
+             "look more day could go come did number sound no most people my "
+             "over know water than call first who may down side been now "
+             "find").split()
+    rng = random.Random(7)
+    lines = []
+    while sum(len(line) + 1 for line in lines) < 24000:
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(4, 12)))
+        lines.append(sentence[0].upper() + sentence[1:] + rng.choice(".!?"))
+    path = os.path.join(work, "text.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def records(log, kind="epoch"):
+    with open(log) as f:
+        return [r for r in map(json.loads, f) if r["record"] == kind]
+
+
+def sample_of(output):
+    marker = "train_gpt: sample ("
+    if marker not in output:
+        fail(f"no sample in the output: {output[-400:]!r}")
+    return output.split(marker, 1)[1].split("\n", 1)[1]
+
+
+def modes(train_gpt, work, precisions):
+    text = make_text(work)
+    for precision in precisions:
+        if precision.startswith("refused:"):
+            name = precision.split(":", 1)[1]
+            r = run([train_gpt, "--data", text, "--precision", name,
+                     "--max-steps", "2"] + COMMON)
+            line = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+            if (r.returncode != 1 or f"'{name}'" not in line or
+                    "cannot run on cpu" not in line or "epoch" in r.stdout):
+                fail(f"{name}: exit {r.returncode}, expected a refusal before "
+                     f"training naming it: {r.stderr!r}")
+            print(f"  {name}: {line[:200]}")
+            continue
+        log = fresh(work, f"modes-{precision}.jsonl")
+        r = expect_success([train_gpt, "--data", text, "--precision", precision,
+                            "--epochs", "1", "--max-steps", "30",
+                            "--schedule", "constant", "--lr", "3e-3",
+                            "--log-json", log] + COMMON)
+        epoch = records(log)[-1]
+        train, test = epoch["train_loss"], epoch["test_loss"]
+        # Untrained, every byte is about equally likely: ln 256 = 5.55. The
+        # text uses about 40 of them, which 30 steps learn (measured 3.9
+        # train, 3.1 validation, in every mode).
+        if not (math.isfinite(train) and math.isfinite(test) and
+                train < 4.5 and test < 4.5):
+            fail(f"{precision}: losses {train}, {test}: not finite or not "
+                 f"below 4.5 after 30 steps")
+        if abs(epoch["test_perplexity"] - math.exp(test)) > 1e-6 * math.exp(test):
+            fail(f"{precision}: test_perplexity {epoch['test_perplexity']} "
+                 f"is not exp(test_loss)")
+        if abs(epoch["tokens_per_second"] -
+               32 * epoch["images_per_second"]) > 1e-6 * epoch["tokens_per_second"]:
+            fail(f"{precision}: tokens_per_second is not 32 sequences' worth")
+        if "tok/s" not in r.stdout or "ppl" not in r.stdout:
+            fail(f"{precision}: the epoch line lacks tok/s or ppl: {r.stdout!r}")
+        sample_of(r.stdout)
+        print(f"  {precision}: train loss {train:.4f}, validation loss "
+              f"{test:.4f}, {epoch['tokens_per_second']:.0f} tokens/s")
+
+
+def resume(train_gpt, work):
+    text = make_text(work)
+    base = [train_gpt, "--data", text, "--epochs", "2", "--seed", "3",
+            "--precision", "fp32"] + COMMON
+    straight = fresh(work, "resume-straight.jsonl")
+    straight_run = expect_success(base + ["--log-json", straight])
+    steps = records(straight)[0]["steps_in_epoch"]
+    ck = fresh(work, "resume.pt")
+    expect_success(base + ["--max-steps", str(steps), "--checkpoint", ck])
+    resumed = fresh(work, "resume-resumed.jsonl")
+    r = expect_success([train_gpt, "--resume", ck, "--data", text,
+                        "--log-json", resumed] + COMMON)
+    got = records(resumed)
+    want = records(straight)
+    if [g["epoch"] for g in got] != [2]:
+        fail(f"the resumed run trained epochs {[g['epoch'] for g in got]}, "
+             f"expected [2]")
+    for key in ("train_loss", "test_loss", "test_accuracy"):
+        if got[0][key] != want[1][key]:
+            fail(f"epoch 2 resumed {key} {got[0][key]!r} differs from the "
+                 f"straight run's {want[1][key]!r}")
+    if sample_of(r.stdout) != sample_of(straight_run.stdout):
+        fail("the resumed run's sample differs from the straight run's")
+    print(f"  epoch 2 after --resume: bit-identical losses "
+          f"({got[0]['train_loss']!r}, {got[0]['test_loss']!r}) and sample")
+    # Another shape is refused, naming both.
+    r = run([train_gpt, "--resume", ck, "--data", text, "--layers", "3"] +
+            COMMON[len(SHAPE):] + SHAPE[2:])
+    if r.returncode != 1 or "resume with the checkpoint's shape" not in r.stderr:
+        fail(f"a resume with --layers 3: exit {r.returncode}, {r.stderr!r}")
+    print("  another --layers: " + r.stderr.strip().splitlines()[-1][:160])
+
+
+def sample(train_gpt, work):
+    text = make_text(work)
+    base = [train_gpt, "--data", text, "--epochs", "1", "--max-steps", "20",
+            "--precision", "fp32", "--top-k", "10"] + COMMON
+    one = sample_of(expect_success(base + ["--seed", "3"]).stdout)
+    two = sample_of(expect_success(base + ["--seed", "3"]).stdout)
+    other = sample_of(expect_success(base + ["--seed", "4"]).stdout)
+    if one != two:
+        fail(f"--seed 3 twice gave two samples: {one!r} and {two!r}")
+    if one == other:
+        fail("--seed 3 and --seed 4 gave the same sample")
+    if len(one) < 30:
+        fail(f"the sample is shorter than --sample-tokens 60 allows: {one!r}")
+    print(f"  --seed 3 twice: the same {len(one)} characters; --seed 4 others")
+
+
+def bad_data(train_gpt, work):
+    def expect_error(name, data, patterns, extra=()):
+        r = run([train_gpt, "--data", data] + COMMON + list(extra))
+        if r.returncode != 1:
+            fail(f"{name}: exit {r.returncode}, expected 1: {r.stderr!r}")
+        if "terminate" in r.stderr or "frame #" in r.stderr:
+            fail(f"{name}: a raw error: {r.stderr!r}")
+        for p in patterns:
+            if p not in r.stderr:
+                fail(f"{name}: {p!r} not in {r.stderr!r}")
+        print(f"  {name}: {r.stderr.strip().splitlines()[-1][:170]}")
+
+    def write(name, data):
+        path = os.path.join(work, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    expect_error("missing", os.path.join(work, "no-such.txt"),
+                 ["no-such.txt", "does not exist"])
+    expect_error("empty", write("empty.txt", b""), ["empty.txt", "is empty"])
+    expect_error("binary", write("binary.bin", b"text\x00\x01\x02" * 100),
+                 ["binary.bin", "looks binary", "offset 4"])
+    expect_error("control characters",
+                 write("controls.bin", bytes(range(1, 32)) * 40),
+                 ["controls.bin", "looks binary", "control characters"])
+    expect_error("too short", write("short.txt", b"Hello there.\n" * 10),
+                 ["short.txt", "130 bytes", "context + 1 = 33",
+                  "give a text of at least 330 bytes"])
+    folder = os.path.join(work, "no-text")
+    os.makedirs(folder, exist_ok=True)
+    write("no-text/index.dat", b"\x00\x01")
+    expect_error("folder without text", folder, ["no-text", "holds no text file"])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ranks(train_gpt, work):
+    text = make_text(work)
+    port = str(free_port())
+    log = fresh(work, "ranks.jsonl")
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        args = [train_gpt, "--data", text, "--epochs", "1", "--max-steps", "10",
+                "--precision", "fp32", "--dist-timeout", "60",
+                "--log-json", log] + COMMON
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True,
+                                      errors="replace"))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+        if p.returncode != 0:
+            fail(f"rank {rank}: exit {p.returncode}: {err.strip()!r}")
+    if "data-parallel over 2 ranks" not in outs[0][0]:
+        fail(f"rank 0 does not say it is data-parallel: {outs[0][0]!r}")
+    epoch = records(log)
+    if len(epoch) != 1 or not math.isfinite(epoch[0]["train_loss"]):
+        fail(f"the log holds {len(epoch)} epoch records, expected 1 finite")
+    print(f"  2 ranks: train loss {epoch[0]['train_loss']:.4f}, validation "
+          f"loss {epoch[0]['test_loss']:.4f}; rank 1 wrote nothing")
+
+
+def export(train_gpt, work, python, interop):
+    text = make_text(work)
+    log = fresh(work, "export.jsonl")
+    state = fresh(work, "gpt_state.pt")
+    expect_success([train_gpt, "--data", text, "--epochs", "1", "--max-steps",
+                    "20", "--precision", "fp32", "--export-state-dict", state,
+                    "--log-json", log] + COMMON)
+    r = run([python, "-W", "ignore", interop, "check_gpt", state, text, log,
+             "--layers", "2", "--heads", "2", "--width", "32", "--context",
+             "32"])
+    print(r.stdout + r.stderr)
+    if r.returncode != 0:
+        fail("the Python twin's validation loss differs from the run's")
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__)
+        return 2
+    command, train_gpt, work = argv[0], argv[1], argv[2]
+    os.makedirs(work, exist_ok=True)
+    if command == "modes":
+        modes(train_gpt, work, argv[3:])
+    elif command == "resume":
+        resume(train_gpt, work)
+    elif command == "sample":
+        sample(train_gpt, work)
+    elif command == "bad-data":
+        bad_data(train_gpt, work)
+    elif command == "ranks":
+        ranks(train_gpt, work)
+    elif command == "export":
+        export(train_gpt, work, argv[3], argv[4])
+    else:
+        print(__doc__)
+        return 2
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,387 @@
+// The GPT of train_gpt and what it trains on: text windows, the loader's
+// token ids, the trainer's loss over sequences, the model, sampling.
+#include <gtest/gtest.h>
+#include <lamp/lamp.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "test_util.h"
+#include "trainer_util.h"
+
+namespace {
+
+using lamp::models::GPT;
+using lamp::models::GPTOptions;
+using lamp_test::error_of;
+using lamp_test::temp_path;
+
+GPTOptions tiny() {
+  return GPTOptions().layers(2).heads(2).width(16).context(8).dropout(0);
+}
+
+std::string write_file(const std::string& name, const std::string& bytes) {
+  const auto path = temp_path(name);
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+torch::Tensor bytes_of(const std::string& text) {
+  auto t = torch::empty({static_cast<int64_t>(text.size())}, torch::kUInt8);
+  std::memcpy(t.data_ptr(), text.data(), text.size());
+  return t;
+}
+
+// ------------------------------------------------------------ text data
+
+TEST(TextWindows, EachWindowIsLabelledWithItsNextBytes) {
+  const auto data = lamp::data::text_windows(bytes_of("abcdefghij"), 3);
+  // (10 - 1) / 3 = 3 windows: abc|bcd, def|efg, ghi|hij.
+  ASSERT_EQ(data.images.sizes(), (c10::IntArrayRef{3, 1, 1, 3}));
+  ASSERT_EQ(data.labels.sizes(), (c10::IntArrayRef{3, 3}));
+  EXPECT_EQ(data.labels.scalar_type(), torch::kLong);
+  const std::string text = "abcdefghij";
+  for (int64_t k = 0; k < 3; ++k) {
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(data.images[k][0][0][i].item<int64_t>(), text[k * 3 + i]);
+      EXPECT_EQ(data.labels[k][i].item<int64_t>(), text[k * 3 + i + 1]);
+    }
+  }
+  // Exactly one window more with one byte more where it completes one.
+  EXPECT_EQ(lamp::data::text_windows(bytes_of("abcdefghij"
+                                              "k"),
+                                     3)
+                .size(),
+            3);
+  EXPECT_EQ(lamp::data::text_windows(bytes_of("abcdefghij"
+                                              "kl"),
+                                     3)
+                .size(),
+            3);
+  EXPECT_EQ(lamp::data::text_windows(bytes_of("abcdefghij"
+                                              "klm"),
+                                     3)
+                .size(),
+            4);
+  EXPECT_NE(error_of([] {
+              lamp::data::text_windows(bytes_of("abc"), 3);
+            }).find("it needs 4"),
+            std::string::npos);
+}
+
+TEST(ReadTextWindows, SplitsTheFirstNinetyPercentForTraining) {
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    text += static_cast<char>('a' + i % 26);
+  }
+  const auto path = write_file("split.txt", text);
+  const auto data = lamp::data::read_text_windows(path, 4);
+  EXPECT_EQ(data.bytes, 100);
+  EXPECT_EQ(data.train_bytes, 90);
+  EXPECT_EQ(data.validation_bytes, 10);
+  EXPECT_EQ(data.train.size(), (90 - 1) / 4);
+  EXPECT_EQ(data.validation.size(), (10 - 1) / 4);
+  // The validation windows start at byte 90.
+  EXPECT_EQ(data.validation.images[0][0][0][0].item<int64_t>(), text[90]);
+  EXPECT_EQ(data.validation.labels[1][3].item<int64_t>(), text[90 + 8]);
+  ::unlink(path.c_str());
+}
+
+TEST(ReadTextBytes, AFolderIsItsTextFilesInNameOrder) {
+  const auto dir = temp_path("text_folder");
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/b") << "BB";
+  std::ofstream(dir + "/a") << "AA";
+  std::ofstream(dir + "/a.dat") << std::string("\0\1", 2);
+  std::ofstream(dir + "/.hidden") << "HH";
+  ::symlink("a", (dir + "/a.u8").c_str());
+  ::mkdir((dir + "/sub").c_str(), 0755);
+  const auto bytes = lamp::data::read_text_bytes(dir);
+  EXPECT_EQ(
+      std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()),
+      "AABB");
+  for (const char* name : {"/a", "/b", "/a.dat", "/.hidden", "/a.u8"}) {
+    ::unlink((dir + name).c_str());
+  }
+  ::rmdir((dir + "/sub").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(ReadTextBytes, RefusesWhatIsNotTextNamingTheFileAndTheFix) {
+  const auto missing = temp_path("no_such_text.txt");
+  EXPECT_NE(error_of([&] {
+              lamp::data::read_text_bytes(missing);
+            }).find("does not exist; give a text file"),
+            std::string::npos);
+  const auto empty = write_file("empty.txt", "");
+  EXPECT_NE(
+      error_of([&] { lamp::data::read_text_bytes(empty); }).find("is empty"),
+      std::string::npos);
+  const auto nul = write_file("nul.bin", std::string("ab\0cd", 5));
+  const auto nul_error = error_of([&] { lamp::data::read_text_bytes(nul); });
+  EXPECT_NE(nul_error.find("looks binary (a NUL byte at offset 2)"),
+            std::string::npos)
+      << nul_error;
+  // 1 control byte in 10 is text (ANSI colour codes, say); 2 are not.
+  const auto one = write_file("one_control.txt",
+                              "\x1b"
+                              "bcdefghij");
+  EXPECT_EQ(lamp::data::read_text_bytes(one).numel(), 10);
+  const auto two = write_file("two_controls.txt",
+                              "\x1b\x01"
+                              "cdefghij");
+  EXPECT_NE(error_of([&] { lamp::data::read_text_bytes(two); })
+                .find("2 of 10 bytes are control characters, the first at "
+                      "offset 0"),
+            std::string::npos);
+  const auto short_text = write_file("short.txt", std::string(50, 'x'));
+  const auto short_error =
+      error_of([&] { lamp::data::read_text_windows(short_text, 8); });
+  // 45 + 5 bytes: the validation part needs 9.
+  EXPECT_NE(short_error.find("45 for training and 5 for validation"),
+            std::string::npos)
+      << short_error;
+  EXPECT_NE(short_error.find("at least 90 bytes, or a shorter context"),
+            std::string::npos)
+      << short_error;
+  for (const auto& p : {empty, nul, one, two, short_text}) {
+    ::unlink(p.c_str());
+  }
+}
+
+// --------------------------------------------- the loader and the trainer
+
+TEST(DeviceLoaderTokens, ServesTheStoredBytesAsInt64AndLabelsPerPosition) {
+  const auto data = lamp::data::text_windows(bytes_of("0123456789abcdefg"), 4);
+  lamp::data::DeviceLoader loader(
+      data, torch::kCPU,
+      lamp::data::LoaderOptions(2).shuffle(false).dtype(torch::kLong));
+  const auto batch = loader.batch(1);
+  EXPECT_EQ(batch.images.scalar_type(), torch::kLong);
+  EXPECT_TRUE(
+      torch::equal(batch.images, data.images.slice(0, 2, 4).to(torch::kLong)));
+  EXPECT_TRUE(torch::equal(batch.labels, data.labels.slice(0, 2, 4)));
+  EXPECT_NE(error_of([&] {
+              lamp::data::DeviceLoader(data, torch::kCPU,
+                                       lamp::data::LoaderOptions(2)
+                                           .dtype(torch::kLong)
+                                           .mean({0.5})
+                                           .std({0.5}));
+            }).find("token ids, which are not normalised"),
+            std::string::npos);
+}
+
+TEST(ClassifierLoss, AveragesOverEveryPositionOfASequence) {
+  torch::manual_seed(1);
+  const auto output = torch::randn({3, 5, 7}, torch::kBFloat16);
+  const auto labels = torch::randint(0, 7, {3, 5}, torch::kLong);
+  const auto expected = torch::nn::functional::cross_entropy(
+      output.to(torch::kFloat).reshape({15, 7}), labels.reshape({15}));
+  const auto loss = lamp::training::classifier_loss(output, labels);
+  EXPECT_EQ(loss.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(lamp_test::BitEqual(loss, expected));
+  EXPECT_NEAR(
+      lamp::training::classifier_loss(output, labels, true).item<double>(),
+      15 * expected.item<double>(), 1e-4);
+  const auto argmax = output.argmax(-1);
+  EXPECT_EQ(lamp::training::classifier_correct(output, argmax).item<int64_t>(),
+            15);
+  EXPECT_NE(error_of([&] {
+              lamp::training::classifier_loss(output.reshape({15, 7}), labels);
+            }).find("need the model's output [3, 5, classes]"),
+            std::string::npos);
+}
+
+// ------------------------------------------------------------- the model
+
+TEST(GptModel, HasNanoGptsParameterNamesAndShapes) {
+  GPT gpt(tiny().layers(1));
+  std::set<std::string> names;
+  for (const auto& p : gpt->named_parameters()) {
+    names.insert(p.key());
+  }
+  const std::set<std::string> expected = {"wte.weight",
+                                          "wpe.weight",
+                                          "h.0.ln_1.weight",
+                                          "h.0.ln_1.bias",
+                                          "h.0.attn.c_attn.weight",
+                                          "h.0.attn.c_attn.bias",
+                                          "h.0.attn.c_proj.weight",
+                                          "h.0.attn.c_proj.bias",
+                                          "h.0.ln_2.weight",
+                                          "h.0.ln_2.bias",
+                                          "h.0.mlp.c_fc.weight",
+                                          "h.0.mlp.c_fc.bias",
+                                          "h.0.mlp.c_proj.weight",
+                                          "h.0.mlp.c_proj.bias",
+                                          "ln_f.weight",
+                                          "ln_f.bias"};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(gpt->named_parameters()["h.0.mlp.c_fc.weight"].sizes(),
+            (c10::IntArrayRef{64, 16}));
+  EXPECT_EQ(gpt->named_parameters()["wpe.weight"].sizes(),
+            (c10::IntArrayRef{8, 16}));
+  EXPECT_EQ(tiny().name(),
+            "gpt(layers=2, heads=2, width=16, context=8, vocab=256)");
+}
+
+TEST(GptModel, InitialisesAsGpt2) {
+  torch::manual_seed(0);
+  GPT gpt(GPTOptions().layers(8).heads(4).width(128).context(64));
+  const auto p = gpt->named_parameters();
+  EXPECT_NEAR(p["wte.weight"].std().item<double>(), 0.02, 0.001);
+  // Residual projections: 0.02 / sqrt(2 * 8) = 0.005.
+  EXPECT_NEAR(p["h.3.mlp.c_proj.weight"].std().item<double>(), 0.005, 0.0003);
+  EXPECT_NEAR(p["h.3.attn.c_proj.weight"].std().item<double>(), 0.005, 0.0003);
+  EXPECT_EQ(p["h.3.attn.c_attn.bias"].abs().max().item<double>(), 0.0);
+  EXPECT_EQ(p["h.3.ln_1.weight"].min().item<double>(), 1.0);
+}
+
+TEST(GptModel, IsCausalAndTiesItsOutputToTheEmbedding) {
+  torch::manual_seed(2);
+  GPT gpt(tiny());
+  gpt->eval();
+  auto tokens = torch::randint(0, 256, {2, 8}, torch::kLong);
+  const auto logits = gpt->forward(tokens);
+  ASSERT_EQ(logits.sizes(), (c10::IntArrayRef{2, 8, 256}));
+  // A change at position 5 changes nothing before it, and position 5.
+  auto changed = tokens.clone();
+  changed.index_put_({0, 5}, (tokens[0][5].item<int64_t>() + 1) % 256);
+  const auto other = gpt->forward(changed);
+  EXPECT_TRUE(torch::equal(other.slice(1, 0, 5), logits.slice(1, 0, 5)));
+  EXPECT_FALSE(torch::allclose(other[0][5], logits[0][5]));
+  // The loader's [B, 1, 1, T] is the same sequence.
+  EXPECT_TRUE(torch::equal(gpt->forward(tokens.view({2, 1, 1, 8})), logits));
+  // Tied: the output projection's gradient reaches every row of the
+  // embedding, where the lookup of token 0 alone reaches row 0 only.
+  gpt->train();
+  torch::nn::functional::cross_entropy(
+      gpt->forward(torch::zeros({1, 8}, torch::kLong)).flatten(0, 1),
+      torch::full({8}, 3, torch::kLong))
+      .backward();
+  EXPECT_GT(gpt->wte->weight.grad()[5].abs().sum().item<double>(), 0.0);
+}
+
+TEST(GptModel, RefusesShapesAndInputsItCannotRun) {
+  EXPECT_NE(error_of([] {
+              GPT(tiny().heads(3));
+            }).find("3 heads do not divide the width 16"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { GPT(tiny().dropout(1.0)); }).find("[0, 1)"),
+            std::string::npos);
+  GPT gpt(tiny());
+  EXPECT_NE(error_of([&] {
+              gpt->forward(torch::zeros({1, 9}, torch::kLong));
+            }).find("9 tokens do not fit the context of 8"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              gpt->forward(torch::zeros({1, 4}));
+            }).find("token ids must be integers"),
+            std::string::npos);
+}
+
+TEST(GptModel, TrainingFlopsCountTheParametersAsNanoGptDoes) {
+  const auto options = tiny().layers(3).width(32).context(16);
+  GPT gpt(options);
+  int64_t n = 0;
+  for (const auto& p : gpt->named_parameters()) {
+    n += p.key() == "wpe.weight" ? 0 : p.value().numel();
+  }
+  const double per_token = 6.0 * n + 12.0 * 3 * 16 * 32;
+  EXPECT_DOUBLE_EQ(lamp::models::gpt_training_flops(options), 16 * per_token);
+}
+
+// A GPT trains through ClassifierTrainer on text windows: its validation
+// loss falls well below an untrained model's ln(256).
+TEST(GptModel, TrainsOnTextWindowsThroughTheTrainer) {
+  torch::manual_seed(4);
+  std::string text;
+  for (int i = 0; i < 120; ++i) {
+    text += "the cat sat on the mat. ";
+  }
+  const auto path = write_file("cats.txt", text);
+  const auto data = lamp::data::read_text_windows(path, 8);
+  GPT gpt(tiny());
+  auto options = lamp::training::TrainerOptions(lamp::Precision::kFP32)
+                     .epochs(3)
+                     .schedule(lamp::training::Schedule::kConstant);
+  options.optimizer().name("adamw").lr(1e-2).weight_decay(0.1);
+  options.step().max_grad_norm(1.0);
+  lamp::training::ClassifierTrainer trainer(
+      gpt.ptr(),
+      [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); },
+      tiny().name(),
+      lamp::data::DeviceLoader(
+          data.train, torch::kCPU,
+          lamp::data::LoaderOptions(16).dtype(torch::kLong)),
+      lamp::data::DeviceLoader(
+          data.validation, torch::kCPU,
+          lamp::data::LoaderOptions(35).shuffle(false).dtype(torch::kLong)),
+      options);
+  const auto stats = trainer.fit();
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_LT(stats.back().test_loss, 1.5) << "ln(256) = 5.55 untrained";
+  EXPECT_GT(stats.back().test_accuracy, 0.5);
+  // The evaluation is per position: its loss is the mean over all of them.
+  const auto windows = data.validation.size();
+  EXPECT_EQ(stats.back().test_images, windows);
+  gpt->eval();
+  torch::NoGradGuard no_grad;
+  const auto logits = gpt->forward(data.validation.images.to(torch::kLong));
+  const auto direct =
+      lamp::training::classifier_loss(logits, data.validation.labels);
+  EXPECT_NEAR(stats.back().test_loss, direct.item<double>(), 1e-5);
+  const double accuracy =
+      static_cast<double>(
+          lamp::training::classifier_correct(logits, data.validation.labels)
+              .item<int64_t>()) /
+      static_cast<double>(data.validation.labels.numel());
+  EXPECT_NEAR(stats.back().test_accuracy, accuracy, 1e-12);
+  ::unlink(path.c_str());
+}
+
+// ------------------------------------------------------------- sampling
+
+TEST(Generate, IsRepeatableBySeedAndGreedyAtTopKOne) {
+  torch::manual_seed(3);
+  GPT gpt(tiny().dropout(0.1));
+  const auto forward = [&](const torch::Tensor& x) { return gpt->forward(x); };
+  const auto prompt = torch::tensor({72, 105}, torch::kLong);
+  const auto options = lamp::models::GenerateOptions().tokens(20).seed(9);
+  const auto one = lamp::models::generate(*gpt, forward, prompt, 8, options);
+  const auto two = lamp::models::generate(*gpt, forward, prompt, 8, options);
+  const auto other =
+      lamp::models::generate(*gpt, forward, prompt, 8,
+                             lamp::models::GenerateOptions(options).seed(10));
+  ASSERT_EQ(one.sizes(), (c10::IntArrayRef{22}));
+  EXPECT_TRUE(torch::equal(one.slice(0, 0, 2), prompt));
+  EXPECT_TRUE(torch::equal(one, two));
+  EXPECT_FALSE(torch::equal(one, other));
+  EXPECT_TRUE(gpt->is_training()) << "the mode is restored";
+  // top_k 1 takes the most likely byte, over the last `context` tokens.
+  const auto greedy = lamp::models::generate(
+      *gpt, forward, prompt, 8,
+      lamp::models::GenerateOptions().tokens(12).top_k(1));
+  gpt->eval();
+  torch::NoGradGuard no_grad;
+  for (int64_t i = 2; i < 14; ++i) {
+    const auto window = greedy.slice(0, std::max<int64_t>(0, i - 8), i);
+    const auto expected =
+        gpt->forward(window.unsqueeze(0)).select(1, -1).argmax(-1);
+    EXPECT_EQ(greedy[i].item<int64_t>(), expected.item<int64_t>()) << i;
+  }
+  EXPECT_NE(error_of([&] {
+              lamp::models::generate(
+                  *gpt, forward, prompt, 8,
+                  lamp::models::GenerateOptions().temperature(0));
+            }).find("temperature must be finite and positive"),
+            std::string::npos);
+}
+
+} // namespace

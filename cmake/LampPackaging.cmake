@@ -126,7 +126,7 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)
 # libc, libstdc++ ...), as dpkg-shlibdeps reads them from the binaries; the
 # data train_mnist reads by default is a suggestion.
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "dataset-fashion-mnist")
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "dataset-fashion-mnist, fortunes")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${LAMP_PACKAGE_MAINTAINER}")
 if(LAMP_HOMEPAGE_URL)

@@ -167,15 +167,21 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
 
 void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
                          double images_per_second) {
-  write("step", {{"epoch", p.epoch},
-                 {"batch", p.batch},
-                 {"global_step", p.global_step},
-                 {"loss", loss},
-                 {"images_per_second", images_per_second},
-                 {"loss_scale",
-                  p.loss_scale.defined() ? p.loss_scale.item<double>() : 1.0},
-                 {"lr", p.lr},
-                 {"warmup", p.warmup}});
+  nlohmann::ordered_json record = {
+      {"epoch", p.epoch},
+      {"batch", p.batch},
+      {"global_step", p.global_step},
+      {"loss", loss},
+      {"images_per_second", images_per_second},
+      {"loss_scale",
+       p.loss_scale.defined() ? p.loss_scale.item<double>() : 1.0},
+      {"lr", p.lr},
+      {"warmup", p.warmup}};
+  if (sequence_length_ > 0) {
+    record["tokens_per_second"] =
+        images_per_second * static_cast<double>(sequence_length_);
+  }
+  write("step", record);
 }
 
 void JsonLog::write_interrupted(const nlohmann::ordered_json& fields) {

@@ -106,7 +106,7 @@ def modes(train_gpt, work, precisions):
         r = expect_success([train_gpt, "--data", text, "--precision", precision,
                             "--epochs", "1", "--max-steps", "30",
                             "--schedule", "constant", "--lr", "3e-3",
-                            "--log-json", log] + COMMON)
+                            "--log-every", "10", "--log-json", log] + COMMON)
         epoch = records(log)[-1]
         train, test = epoch["train_loss"], epoch["test_loss"]
         # Untrained, every byte is about equally likely: ln 256 = 5.55. The
@@ -122,6 +122,11 @@ def modes(train_gpt, work, precisions):
         if abs(epoch["tokens_per_second"] -
                32 * epoch["images_per_second"]) > 1e-6 * epoch["tokens_per_second"]:
             fail(f"{precision}: tokens_per_second is not 32 sequences' worth")
+        steps = records(log, "step")
+        if not steps or any(abs(s["tokens_per_second"] -
+                                32 * s["images_per_second"]) >
+                            1e-6 * s["tokens_per_second"] for s in steps):
+            fail(f"{precision}: the step records lack tokens/s")
         if "tok/s" not in r.stdout or "ppl" not in r.stdout:
             fail(f"{precision}: the epoch line lacks tok/s or ppl: {r.stdout!r}")
         sample_of(r.stdout)

@@ -21,7 +21,7 @@ namespace lamp {
 namespace models {
 
 /// The shape of a GPT. The defaults are nanoGPT's small character-level
-/// configuration (about 10.7 M parameters).
+/// configuration (about 10.8 M parameters).
 struct GPTOptions {
   /// Transformer blocks.
   TORCH_ARG(int64_t, layers) = 6;

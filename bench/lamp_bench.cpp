@@ -84,7 +84,8 @@ lamp::models::GPTOptions gpt_options(const Config& c) {
 // (lamp::optim::decay_groups). `params` are the model's parameters or, in
 // half/bf16, their FP32 masters, in the order of `model`'s.
 std::unique_ptr<torch::optim::Optimizer> gpt_optimizer(
-    const torch::nn::Module& model, std::vector<torch::Tensor> params) {
+    const torch::nn::Module& model, std::vector<torch::Tensor> params,
+    lamp::optim::Implementation implementation) {
   const auto names = model.named_parameters();
   TORCH_CHECK(names.size() == params.size(), "lamp_bench: the optimizer got ",
               params.size(), " parameters for the model's ", names.size(), ".");
@@ -96,10 +97,11 @@ std::unique_ptr<torch::optim::Optimizer> gpt_optimizer(
                       .betas(std::make_tuple(0.9, 0.95))
                       .eps(1e-8)
                       .weight_decay(0.1);
-  return std::make_unique<torch::optim::AdamW>(
+  // lamp::optim's AdamW: fused where the LibTorch has the kernel.
+  return std::make_unique<lamp::optim::AdamW>(
       lamp::optim::decay_groups(named, lamp::optim::no_decay_names(model),
                                 defaults),
-      defaults);
+      defaults, implementation);
 }
 
 std::vector<std::string> split(const std::string& list) {
@@ -267,7 +269,9 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
         [&c, &module](std::vector<torch::Tensor> params)
             -> std::unique_ptr<torch::optim::Optimizer> {
           if (is_gpt(c)) {
-            return gpt_optimizer(*module, std::move(params));
+            return gpt_optimizer(
+                *module, std::move(params),
+                lamp::optim::parse_implementation(c.optimizer_impl));
           }
           // OptimizerOptions' defaults (the training programs' too), with
           // Adam's usual learning rate.

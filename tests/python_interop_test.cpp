@@ -17,6 +17,7 @@
 #include "custom_tree.h"
 #include "lamp/amp/grad_scaler.h"
 #include "lamp/models/mnist_cnn.h"
+#include "lamp/nn/rms_norm.h"
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
 #include "lamp/platform/checkpoint_file.h"
@@ -284,6 +285,34 @@ TEST(PythonInterop, ExportedCustomModuleLoadsStrictlyInPython) {
   io.insert("output", output);
   lamp::save_pickle(io, io_path);
   interop({"check_custom", state_path, io_path});
+  std::remove(state_path.c_str());
+  std::remove(io_path.c_str());
+}
+
+// lamp::nn::RMSNorm against Python's torch.nn.RMSNorm (torch 2.4 and
+// later): the state dict loads strictly, and the outputs agree in FP32 and
+// on a BF16 input.
+TEST(PythonInterop, RmsNormGivesPythonsValues) {
+  LAMP_SKIP_WITHOUT_PYTHON_TORCH();
+  torch::manual_seed(12);
+  const double eps = 1e-5;
+  lamp::nn::RMSNorm norm(lamp::nn::RMSNormOptions({6}).eps(eps));
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.uniform_(0.5, 1.5);
+  }
+  const auto input = torch::randn({4, 3, 6}) * 3;
+  torch::NoGradGuard no_grad;
+  const auto state_path = temp_path("rms_norm_state_dict.pt");
+  const auto io_path = temp_path("rms_norm_io.pt");
+  lamp::models::export_state_dict(*norm, state_path);
+  c10::Dict<std::string, torch::Tensor> io;
+  io.insert("input", input);
+  io.insert("output", norm->forward(input));
+  io.insert("output_bf16", norm->forward(input.to(torch::kBFloat16)));
+  io.insert("eps", torch::tensor(eps, torch::kDouble));
+  lamp::save_pickle(io, io_path);
+  interop({"check_rms_norm", state_path, io_path});
   std::remove(state_path.c_str());
   std::remove(io_path.c_str());
 }

@@ -168,6 +168,38 @@ TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
 // The guard allows only the backends it is given, nests, and restores the
 // switches it found, on exceptions too; a backend the LibTorch lacks is
 // refused before any switch changes.
+// The op report names the attention kernel that ran (the backend), with
+// its input's dtype, forward and backward.
+TEST(Attention, TheOpReportNamesTheKernelAndItsDtype) {
+  torch::manual_seed(6);
+  const auto q = torch::randn({2, 2, 8, 16}, torch::kBFloat16).requires_grad_();
+  const auto k = torch::randn({2, 2, 8, 16}, torch::kBFloat16);
+  const auto v = torch::randn({2, 2, 8, 16}, torch::kBFloat16);
+  const auto ops = lamp::op_precision_report([&] {
+    lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.0, true)
+        .sum()
+        .backward();
+  });
+  std::vector<std::string> attention;
+  for (const auto& op : ops.calls) {
+    if (op.first.find("attention") != std::string::npos) {
+      attention.push_back(op.first);
+      EXPECT_EQ(op.second.count("BFloat16"), 1u) << ops.to_string();
+      EXPECT_EQ(op.second.size(), 1u) << ops.to_string();
+    }
+  }
+  ASSERT_FALSE(attention.empty()) << ops.to_string();
+  if (lamp::nn::fused_attention_available()) {
+    // LibTorch 2.x's CPU kernel, and its backward.
+    EXPECT_NE(ops.calls.count("aten::_scaled_dot_product_flash_attention_for_cpu"),
+              0u)
+        << ops.to_string();
+  } else {
+    EXPECT_EQ(attention, std::vector<std::string>{"lamp::math_attention"});
+    EXPECT_EQ(ops.count("lamp::math_attention", torch::kBFloat16), 1);
+  }
+}
+
 TEST(Attention, BackendGuardRestoresTheSwitches) {
   using lamp::nn::SdpaBackend;
   const auto before = lamp::nn::enabled_sdpa_backends();

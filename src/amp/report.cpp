@@ -99,15 +99,33 @@ std::string PrecisionReport::to_string() const {
 
 namespace {
 
+// lamp::nn's math attention (LibTorch 1.x): a RecordFunction scope of its
+// own, since its matmuls alone would not say they were attention.
+constexpr const char* kMathAttentionScope = "lamp::math_attention";
+
 // RecordFunction callbacks are plain function pointers: the counts being
 // collected live here, guarded for the autograd engine's threads.
 std::mutex op_mutex;
 OpPrecisionReport* op_target = nullptr;
 
 bool counted_op(const char* name) {
-  static const char* const ops[] = {"aten::convolution",
-                                    "aten::convolution_backward", "aten::mm",
-                                    "aten::addmm", "aten::bmm"};
+  // Attention by the kernel that ran: its name is the backend.
+  static const char* const ops[] = {
+      "aten::convolution",
+      "aten::convolution_backward",
+      "aten::mm",
+      "aten::addmm",
+      "aten::bmm",
+      "aten::_scaled_dot_product_flash_attention",
+      "aten::_scaled_dot_product_flash_attention_backward",
+      "aten::_scaled_dot_product_flash_attention_for_cpu",
+      "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+      "aten::_scaled_dot_product_efficient_attention",
+      "aten::_scaled_dot_product_efficient_attention_backward",
+      "aten::_scaled_dot_product_cudnn_attention",
+      "aten::_scaled_dot_product_cudnn_attention_backward",
+      "aten::_scaled_dot_product_attention_math",
+      kMathAttentionScope};
   for (const char* op : ops) {
     if (std::strcmp(name, op) == 0)
       return true;
@@ -131,7 +149,9 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
       const auto autocast_key = tensor.is_cuda()
                                     ? c10::DispatchKey::AutocastCUDA
                                     : c10::DispatchKey::AutocastCPU;
-      if ((tensor.is_cpu() || tensor.is_cuda()) &&
+      // lamp's own scope is entered once, with the inputs autocast gave it.
+      const bool own_scope = std::strcmp(name, kMathAttentionScope) == 0;
+      if (!own_scope && (tensor.is_cpu() || tensor.is_cuda()) &&
           !c10::impl::tls_is_dispatch_key_excluded(autocast_key)) {
         return nullptr;
       }

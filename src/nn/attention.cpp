@@ -1,5 +1,6 @@
 #include "lamp/nn/attention.h"
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -21,6 +22,9 @@ torch::Tensor math_attention(const torch::Tensor& query,
                              const torch::Tensor& value,
                              const torch::Tensor& attn_mask, double dropout_p,
                              bool is_causal) {
+  // Named for lamp::op_precision_report (and profilers): the attention
+  // backend that ran, with its input's dtype.
+  RECORD_FUNCTION("lamp::math_attention", std::vector<c10::IValue>({query}));
   const auto wide =
       query.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));

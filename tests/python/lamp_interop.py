@@ -187,6 +187,38 @@ def check_custom(state_path, io_path):
           % (len(state), (output - io["output"]).abs().max().item()))
 
 
+def check_rms_norm(state_path, io_path):
+    """lamp::nn::RMSNorm's state dict loads strictly into torch.nn.RMSNorm
+    of the same shape and eps, and gives lamp's outputs, in FP32 and (from
+    the same FP32 weight) on a BF16 input."""
+    if not hasattr(torch.nn, "RMSNorm"):
+        print("torch %s has no torch.nn.RMSNorm (2.4 and later)"
+              % torch.__version__)
+        return
+    state = torch.load(state_path)
+    io = torch.load(io_path)
+    norm = torch.nn.RMSNorm(list(state["weight"].shape),
+                            eps=float(io["eps"].item()))
+    norm.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        fp32 = norm(io["input"])
+        bf16 = norm(io["input"].to(torch.bfloat16).float()).to(torch.bfloat16)
+    # FP32: the same formula, summed in another order: a few ulp.
+    if not torch.allclose(fp32, io["output"], rtol=1e-5, atol=1e-6):
+        fail("RMSNorm FP32: max |python - lamp| = %g"
+             % (fp32 - io["output"]).abs().max().item())
+    # BF16 input: lamp computes in FP32 and rounds once, as Python does on
+    # the same FP32 values: equal, or one BF16 ulp apart (2^-7 of the value
+    # at most).
+    diff = (bf16.float() - io["output_bf16"].float()).abs()
+    bound = io["output_bf16"].float().abs() * 2.0 ** -7 + 1e-6
+    if not bool((diff <= bound).all()):
+        fail("RMSNorm BF16: max |python - lamp| = %g" % diff.max().item())
+    print("RMSNorm: FP32 max |python - lamp| = %g; BF16 %d of %d equal"
+          % ((fp32 - io["output"]).abs().max().item(),
+             int((diff == 0).sum()), diff.numel()))
+
+
 def validation_loss(model, data, context, windows_per_batch=64):
     """The mean cross-entropy of `model` over every target of the validation
     windows of `data` (the text's bytes), train_gpt's split: the first
@@ -303,6 +335,7 @@ def main(argv):
         "check_loads": (check_loads, 2),
         "check_model": (check_model, 3),
         "check_custom": (check_custom, 2),
+        "check_rms_norm": (check_rms_norm, 2),
     }
     if len(argv) < 2 or argv[1] not in commands or \
             len(argv) - 2 != commands[argv[1]][1]:

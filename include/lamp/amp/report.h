@@ -64,8 +64,13 @@ PrecisionReport precision_report(const torch::nn::Module& module);
 /// a piece of code ran: the op-level answer to "did it run in half precision".
 struct OpPrecisionReport {
   /// op name ("aten::convolution", "aten::convolution_backward", "aten::mm",
-  /// "aten::addmm", "aten::bmm") -> dtype name of its first tensor input ->
-  /// calls.
+  /// "aten::addmm", "aten::bmm", and attention by the kernel that ran it:
+  /// "aten::_scaled_dot_product_flash_attention" (flash),
+  /// "..._efficient_attention" (memory-efficient), "..._cudnn_attention",
+  /// "..._flash_attention_for_cpu" (LibTorch 2.x's CPU kernel),
+  /// "..._attention_math", each with its "_backward", or
+  /// "lamp::math_attention", lamp::nn's formula on LibTorch 1.x) -> dtype
+  /// name of its first tensor input -> calls.
   std::map<std::string, std::map<std::string, int64_t>> calls;
 
   /// Calls of `op` whose first input had `dtype` (0 when none).

@@ -191,8 +191,9 @@ TEST(Attention, TheOpReportNamesTheKernelAndItsDtype) {
   ASSERT_FALSE(attention.empty()) << ops.to_string();
   if (lamp::nn::fused_attention_available()) {
     // LibTorch 2.x's CPU kernel, and its backward.
-    EXPECT_NE(ops.calls.count("aten::_scaled_dot_product_flash_attention_for_cpu"),
-              0u)
+    EXPECT_NE(
+        ops.calls.count("aten::_scaled_dot_product_flash_attention_for_cpu"),
+        0u)
         << ops.to_string();
   } else {
     EXPECT_EQ(attention, std::vector<std::string>{"lamp::math_attention"});

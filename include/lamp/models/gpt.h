@@ -50,6 +50,7 @@ struct GPTOptions {
 /// "c_proj" projects back.
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
+  /// Projections for `options`' width; its heads and dropout.
   explicit CausalSelfAttentionImpl(const GPTOptions& options);
   /// [B, T, width] -> [B, T, width].
   torch::Tensor forward(const torch::Tensor& x);
@@ -61,6 +62,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int64_t heads_;
   double dropout_;
 };
+/// The module holder of CausalSelfAttentionImpl.
 TORCH_MODULE(CausalSelfAttention);
 
 /// A pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)),
@@ -68,19 +70,21 @@ TORCH_MODULE(CausalSelfAttention);
 /// (4 width -> width).
 class GPTBlockImpl : public torch::nn::Module {
  public:
+  /// The block's modules for `options`' width and dropout.
   explicit GPTBlockImpl(const GPTOptions& options);
   /// [B, T, width] -> [B, T, width].
   torch::Tensor forward(torch::Tensor x);
 
-  torch::nn::LayerNorm ln_1{nullptr};
-  CausalSelfAttention attn{nullptr};
-  torch::nn::LayerNorm ln_2{nullptr};
-  torch::nn::Linear c_fc{nullptr};   ///< registered as "mlp.c_fc"
-  torch::nn::Linear c_proj{nullptr}; ///< registered as "mlp.c_proj"
+  torch::nn::LayerNorm ln_1{nullptr}; ///< before attention
+  CausalSelfAttention attn{nullptr};  ///< causal self-attention
+  torch::nn::LayerNorm ln_2{nullptr}; ///< before the MLP
+  torch::nn::Linear c_fc{nullptr};    ///< registered as "mlp.c_fc"
+  torch::nn::Linear c_proj{nullptr};  ///< registered as "mlp.c_proj"
 
  private:
   double dropout_;
 };
+/// The module holder of GPTBlockImpl.
 TORCH_MODULE(GPTBlock);
 
 /// The GPT: token and position embeddings ("wte", "wpe"), `layers` blocks
@@ -118,16 +122,18 @@ class GPTImpl : public torch::nn::Module {
   /// ids that are not integers.
   torch::Tensor forward(const torch::Tensor& tokens);
 
+  /// The shape it was built with.
   const GPTOptions& options() const { return options_; }
 
-  torch::nn::Embedding wte{nullptr};
-  torch::nn::Embedding wpe{nullptr};
-  torch::nn::ModuleList h{nullptr};
-  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Embedding wte{nullptr};  ///< token embedding, tied to the output
+  torch::nn::Embedding wpe{nullptr};  ///< position embedding
+  torch::nn::ModuleList h{nullptr};   ///< the GPTBlocks
+  torch::nn::LayerNorm ln_f{nullptr}; ///< the final norm
 
  private:
   GPTOptions options_;
 };
+/// The module holder of GPTImpl.
 TORCH_MODULE(GPT);
 
 /// Floating-point operations of one training step (forward and backward)

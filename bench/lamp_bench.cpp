@@ -248,14 +248,9 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   const int64_t allocated_before = lamp::allocated_device_memory(device);
   const int64_t reserved_before = lamp::reserved_device_memory(device);
   torch::manual_seed(0);
-  lamp::models::NamedModel model;
-  if (gpt) {
-    lamp::models::GPT net(gpt_options(c));
-    model = {net.ptr(),
-             [net](const torch::Tensor& x) mutable { return net->forward(x); }};
-  } else {
-    model = lamp::models::make_model(c.model, 10, channels, c.fused_bn == "on");
-  }
+  const auto model =
+      gpt ? lamp::models::make_gpt(gpt_options(c))
+          : lamp::models::make_model(c.model, 10, channels, c.fused_bn == "on");
   const auto& module = model.module;
   const auto& forward = model.forward;
   module->to(device);

@@ -70,11 +70,11 @@ void print_sample(const lamp_examples::ProgramConfig& config,
     return;
   }
   const auto& prompt = flags.prompt;
-  auto ids = torch::empty({static_cast<int64_t>(prompt.size())}, torch::kLong);
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    ids[static_cast<int64_t>(i)] =
-        static_cast<int64_t>(static_cast<unsigned char>(prompt[i]));
-  }
+  // The prompt's bytes are its token ids.
+  const auto ids =
+      torch::from_blob(const_cast<char*>(prompt.data()),
+                       {static_cast<int64_t>(prompt.size())}, torch::kUInt8)
+          .to(torch::kLong);
   auto& step = trainer.train_step();
   const auto text = lamp::models::generate(
       *model.module,
@@ -147,11 +147,7 @@ int main(int argc, char** argv) {
         spec.model_name = name;
         const auto options = flags.model;
         spec.make_model = [options](const std::string&, bool) {
-          lamp::models::GPT gpt(options);
-          return lamp::models::NamedModel{
-              gpt.ptr(), [gpt](const torch::Tensor& x) mutable {
-                return gpt->forward(x);
-              }};
+          return lamp::models::make_gpt(options);
         };
         spec.after_training = [&](const lamp_examples::BuiltModel& model,
                                   lamp::training::ClassifierTrainer& trainer) {

@@ -268,6 +268,17 @@ TEST(GptModel, IsCausalAndTiesItsOutputToTheEmbedding) {
   EXPECT_GT(gpt->wte->weight.grad()[5].abs().sum().item<double>(), 0.0);
 }
 
+TEST(GptModel, MakeGptsForwardRunsItsModule) {
+  torch::manual_seed(5);
+  const auto model = lamp::models::make_gpt(tiny());
+  auto* gpt = model.module->as<lamp::models::GPTImpl>();
+  ASSERT_NE(gpt, nullptr);
+  EXPECT_EQ(gpt->options().name(), tiny().name());
+  gpt->eval();
+  const auto tokens = torch::randint(0, 256, {2, 8}, torch::kLong);
+  EXPECT_TRUE(torch::equal(model.forward(tokens), gpt->forward(tokens)));
+}
+
 TEST(GptModel, RefusesShapesAndInputsItCannotRun) {
   EXPECT_NE(error_of([] {
               GPT(tiny().heads(3));

@@ -147,6 +147,12 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   return F::linear(x, wte->weight.to(x.scalar_type()));
 }
 
+NamedModel make_gpt(const GPTOptions& options) {
+  GPT gpt(options);
+  return {gpt.ptr(),
+          [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); }};
+}
+
 double gpt_training_flops(const GPTOptions& o) {
   const double c = static_cast<double>(o.width());
   const double layers = static_cast<double>(o.layers());

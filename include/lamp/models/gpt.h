@@ -17,6 +17,8 @@
 #include <functional>
 #include <string>
 
+#include "lamp/models/registry.h"
+
 namespace lamp {
 namespace models {
 
@@ -135,6 +137,10 @@ class GPTImpl : public torch::nn::Module {
 };
 /// The module holder of GPTImpl.
 TORCH_MODULE(GPT);
+
+/// A GPT of `options` as a NamedModel (lamp/models/registry.h): the
+/// module and its forward, for the programs and the benchmark.
+NamedModel make_gpt(const GPTOptions& options);
 
 /// Floating-point operations of one training step (forward and backward)
 /// per sequence of `context` tokens, by nanoGPT's estimate: per token

@@ -29,6 +29,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -64,6 +65,10 @@ struct Config {
   int64_t gpt_heads = 6;
   int64_t gpt_width = 384;
   int64_t context = 256;
+  // --attention: the only backend scaled_dot_product_attention may use, or
+  // "default" for LibTorch's choice.
+  std::string attention = "default";
+  std::string keep_host_memory = "on";
 };
 
 bool is_gpt(const Config& c) {
@@ -241,6 +246,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["gpt_layers"] = c.gpt_layers;
     result["gpt_heads"] = c.gpt_heads;
     result["gpt_width"] = c.gpt_width;
+    result["attention"] = c.attention;
   }
   result["fused_bn"] = c.fused_bn == "on";
   // What the device held before this configuration: its memory figures are
@@ -429,8 +435,17 @@ int run(const Config& c) {
   TORCH_CHECK(!(is_gpt(c) && c.channels_last),
               "--channels-last is for the image models; a GPT's inputs are "
               "token ids. Leave it out with --model gpt.");
+  std::optional<lamp::nn::SdpaBackendGuard> attention;
+  if (c.attention != "default") {
+    attention.emplace(std::vector<lamp::nn::SdpaBackend>{
+        lamp::nn::parse_sdpa_backend(c.attention)});
+  }
   const auto device = lamp_examples::resolve_device(c.device);
   lamp::set_cudnn_benchmark(c.cudnn_benchmark);
+  // As lamp's programs: freed host memory serves the next step.
+  const std::string host_memory =
+      c.keep_host_memory == "on" ? lamp::to_string(lamp::keep_host_memory())
+                                 : "off";
   nlohmann::json out = {{"tool", "lamp"},
                         {"torch_version", TORCH_VERSION},
                         {"libtorch", lamp::libtorch_version()},
@@ -438,6 +453,7 @@ int run(const Config& c) {
                         {"device_name", lamp::device_name(device)},
                         {"date", today()},
                         {"threads", at::get_num_threads()},
+                        {"host_memory", host_memory},
                         {"results", nlohmann::json::array()}};
   if (c.matmul_peak) {
     out["matmul_tflops_bf16"] = matmul_tflops(device, torch::kBFloat16);
@@ -542,6 +558,18 @@ int main(int argc, char** argv) {
   app.add_option("--context", c.context,
                  "--model gpt: tokens per sequence (--batch-size sequences)")
       ->check(lamp_examples::integer_in(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--attention", c.attention,
+                 "--model gpt: the one attention kernel allowed (flash, "
+                 "memory-efficient, cudnn, math), or default for "
+                 "LibTorch's choice")
+      ->check(CLI::IsMember(
+          {"default", "flash", "memory-efficient", "cudnn", "math"}))
+      ->capture_default_str();
+  app.add_option("--keep-host-memory", c.keep_host_memory,
+                 "lamp::keep_host_memory() before the run, as lamp's "
+                 "programs do (off: glibc's malloc defaults)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   app.add_flag("--channels-last", c.channels_last);
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark);

@@ -942,6 +942,7 @@ def run_configuration(args, precision, tf32_defaults):
             "flops_per_token": gpt_flops_per_token(shape),
             "tokens_per_second": None,
             "tflops": None,
+            "attention": args.attention,
         })
     device = args.device
     if device == "cuda":
@@ -1187,6 +1188,32 @@ def tool_name(args):
     return "pytorch-compile" if args.compile else "pytorch-eager"
 
 
+# --attention's names, as lamp::nn::to_string(SdpaBackend) spells them, and
+# the torch.nn.attention.SDPBackend member of each.
+ATTENTION_BACKENDS = {"flash": "FLASH_ATTENTION",
+                      "memory-efficient": "EFFICIENT_ATTENTION",
+                      "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+
+
+def attention_backend(name):
+    """The SDPBackend named `name` (lamp's spelling), or None where this
+    torch lacks it."""
+    try:
+        from torch.nn.attention import SDPBackend
+    except ImportError:
+        return None
+    return getattr(SDPBackend, ATTENTION_BACKENDS[name], None)
+
+
+def attention_scope(name):
+    """Allows only the attention kernel `name` while it lasts ("default":
+    torch's own choice, untouched)."""
+    if name == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+    return sdpa_kernel([attention_backend(name)])
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description="Time lamp's benchmark training step in Python PyTorch "
@@ -1257,6 +1284,11 @@ def parse_args(argv):
                              "--cuda-graph)")
     parser.add_argument("--json", metavar="PATH",
                         help="write the results as JSON to PATH")
+    parser.add_argument("--attention", default="default",
+                        choices=sorted(ATTENTION_BACKENDS) + ["default"],
+                        help="--model gpt: the one scaled_dot_product_"
+                             "attention kernel allowed, as lamp_bench's "
+                             "--attention (default: torch's choice)")
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch.set_num_threads(N) (default: torch's)")
     args = parser.parse_args(argv)
@@ -1299,6 +1331,14 @@ def parse_args(argv):
         if given:
             parser.error("%s: the GPT's shape, for --model gpt only (this "
                          "is --model %s)" % (", ".join(given), args.model))
+    if args.attention != "default":
+        if args.model != "gpt":
+            parser.error("--attention is for --model gpt (this is --model "
+                         "%s)" % args.model)
+        if attention_backend(args.attention) is None:
+            parser.error("--attention %s needs torch.nn.attention.SDPBackend "
+                         "(torch >= 2.3) with that backend; this is torch %s"
+                         % (args.attention, torch.__version__))
     if args.epoch_images is None:
         if args.model == "gpt":
             args.epoch_images = max(1, GPT_EPOCH_TOKENS // args.context)
@@ -1343,16 +1383,18 @@ def main(argv=None):
         report["tool"], report["torch_version"], report["device"],
         report["device_name"], report["threads"]), flush=True)
     tools = args.tools or [tool_name(args)]
-    for tool in tools:
-        tool_args = argparse.Namespace(**vars(args))
-        if args.tools:
-            (tool_args.compile, tool_args.compile_mode,
-             tool_args.optimizer_impl, tool_args.cuda_graph) = TOOLS[tool]
-        for precision in args.precision:
-            result = run_configuration(tool_args, precision, tf32_defaults)
-            result["tool"] = tool
-            report["results"].append(result)
-            print("%s: %s" % (tool, describe(result)), flush=True)
+    with attention_scope(args.attention):
+        for tool in tools:
+            tool_args = argparse.Namespace(**vars(args))
+            if args.tools:
+                (tool_args.compile, tool_args.compile_mode,
+                 tool_args.optimizer_impl, tool_args.cuda_graph) = TOOLS[tool]
+            for precision in args.precision:
+                result = run_configuration(tool_args, precision,
+                                           tf32_defaults)
+                result["tool"] = tool
+                report["results"].append(result)
+                print("%s: %s" % (tool, describe(result)), flush=True)
 
     if args.json:
         with open(args.json, "w") as out:

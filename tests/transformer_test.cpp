@@ -23,6 +23,7 @@
 #include "lamp/amp/report.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/nn/attention.h"
+#include "lamp/nn/linear.h"
 #include "lamp/nn/rms_norm.h"
 #include "lamp/optim/decay_groups.h"
 #include "lamp/training/schedule.h"
@@ -247,6 +248,104 @@ TEST(Attention, BackendGuardRestoresTheSwitches) {
   }
   EXPECT_EQ(lamp::nn::to_string(SdpaBackend::kMemoryEfficient),
             "memory-efficient");
+}
+
+// Every backend's name reads back as that backend; an unknown name is
+// refused with the names that work.
+TEST(Attention, BackendNamesReadBack) {
+  using lamp::nn::SdpaBackend;
+  for (const auto backend : {SdpaBackend::kFlash, SdpaBackend::kMemoryEfficient,
+                             SdpaBackend::kCuDNN, SdpaBackend::kMath}) {
+    EXPECT_EQ(lamp::nn::parse_sdpa_backend(lamp::nn::to_string(backend)),
+              backend);
+  }
+  const auto message =
+      lamp_test::error_of([] { lamp::nn::parse_sdpa_backend("fast"); });
+  EXPECT_NE(message.find("unknown attention backend 'fast'; use flash, "
+                         "memory-efficient, cudnn or math"),
+            std::string::npos)
+      << message;
+}
+
+// ------------------------------------------------------------------- linear
+
+// lamp::nn::linear gives torch::nn::Linear's result in FP32 for inputs of
+// every rank, and the same gradients. The only difference allowed is the
+// rounding of the bias's one addition (ATen folds it into the product), so
+// 1e-6 relative to values of order one.
+TEST(Linear, MatchesTheModuleInFp32OnEveryRank) {
+  torch::manual_seed(21);
+  torch::nn::Linear layer(16, 24);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{
+           {16}, {5, 16}, {3, 5, 16}, {2, 3, 5, 16}}) {
+    const auto x = torch::randn(shape, torch::requires_grad());
+    const auto ours = lamp::nn::linear(x, layer);
+    const auto theirs = layer->forward(x);
+    ASSERT_EQ(ours.sizes(), theirs.sizes());
+    EXPECT_TRUE(torch::allclose(ours, theirs, 1e-6, 1e-6));
+    const auto g = torch::randn_like(ours);
+    const auto our_grads =
+        torch::autograd::grad({ours}, {x, layer->weight, layer->bias}, {g});
+    const auto their_grads =
+        torch::autograd::grad({theirs}, {x, layer->weight, layer->bias}, {g});
+    for (size_t i = 0; i < our_grads.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(our_grads[i], their_grads[i], 1e-6, 1e-6))
+          << "gradient " << i << " of an input " << x.sizes();
+    }
+  }
+  torch::nn::Linear no_bias(torch::nn::LinearOptions(16, 8).bias(false));
+  const auto x = torch::randn({4, 3, 16});
+  EXPECT_TRUE(torch::equal(lamp::nn::linear(x, no_bias), no_bias->forward(x)));
+}
+
+// Under CPU autocast the bias is cast with the input and the weight: the
+// result is, bit for bit, ATen's linear of the three in BF16 (the op
+// autocast forwards to), a BF16 tensor; the gradients reach the FP32
+// parameters in FP32. torch::nn::Linear's 3-D path instead adds the FP32
+// bias to a BF16 product in FP32, which rounds differently.
+TEST(Linear, UnderCpuAutocastTheBiasIsCastWithTheProduct) {
+  torch::manual_seed(22);
+  torch::nn::Linear layer(32, 48);
+  const auto x = torch::randn({4, 6, 32});
+  torch::Tensor ours;
+  {
+    lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+    ours = lamp::nn::linear(x, layer);
+  }
+  const auto expected =
+      torch::linear(x.to(torch::kBFloat16), layer->weight.to(torch::kBFloat16),
+                    layer->bias.to(torch::kBFloat16));
+  EXPECT_EQ(ours.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(ours, expected));
+  ours.to(torch::kFloat).sum().backward();
+  EXPECT_EQ(layer->weight.grad().scalar_type(), torch::kFloat);
+  EXPECT_EQ(layer->bias.grad().scalar_type(), torch::kFloat);
+  // d(sum)/d(bias) is the number of rows, 24, exact in BF16.
+  EXPECT_TRUE(torch::equal(layer->bias.grad(), torch::full({48}, 24.0)));
+}
+
+TEST(Linear, RefusesShapesThatDoNotFit) {
+  const auto w = torch::randn({8, 4});
+  lamp_test::expect_error(
+      [&] {
+        lamp::nn::linear(torch::randn({2, 5}), w);
+      },
+      "lamp::nn::linear: an input [..., 4] fits the weight [8, 4], got [2, 5]");
+  lamp_test::expect_error(
+      [&] {
+        lamp::nn::linear(torch::randn({2, 4}), torch::randn({8}));
+      },
+      "the weight must be [out, in], got [8]");
+  lamp_test::expect_error(
+      [&] {
+        lamp::nn::linear(torch::randn({2, 4}), w, torch::randn({4}));
+      },
+      "the bias must be [8], got [4]");
+  lamp_test::expect_error(
+      [&] {
+        lamp::nn::linear(torch::randn({2, 4}), torch::nn::Linear(nullptr));
+      },
+      "the torch::nn::Linear is empty");
 }
 
 // ----------------------------------------------- norms under CPU autocast

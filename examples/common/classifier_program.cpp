@@ -469,6 +469,9 @@ int program_main(int argc, char** argv, const std::string& program,
   std::signal(SIGXFSZ, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
   install_stop_signals();
+  // Freed tensors' memory serves the next step instead of being faulted in
+  // again (include/lamp/platform/host_memory.h).
+  lamp::keep_host_memory();
   return guarded_main(program, [&] {
     // Before the data is read: a resume that contradicts its checkpoint
     // fails at once.

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "lamp/nn/attention.h"
+#include "lamp/nn/linear.h"
 
 namespace lamp {
 namespace models {
@@ -54,7 +55,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTOptions& options)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-  const auto qkv = c_attn->forward(x).split(c, /*dim=*/2);
+  const auto qkv = lamp::nn::linear(x, c_attn).split(c, /*dim=*/2);
   const auto heads = [&](const torch::Tensor& y) {
     return y.view({b, t, heads_, c / heads_}).transpose(1, 2);
   };
@@ -63,7 +64,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
       is_training() ? dropout_ : 0.0, /*is_causal=*/true);
   y = y.transpose(1, 2).reshape({b, t, c});
   return F::dropout(
-      c_proj->forward(y),
+      lamp::nn::linear(y, c_proj),
       F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
@@ -81,7 +82,10 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
 
 torch::Tensor GPTBlockImpl::forward(torch::Tensor x) {
   x = x + attn->forward(ln_1->forward(x));
-  auto m = c_proj->forward(F::gelu(c_fc->forward(ln_2->forward(x))));
+  // lamp::nn::linear, not Linear::forward: one autocast op with its bias
+  // (include/lamp/nn/linear.h).
+  auto m = lamp::nn::linear(F::gelu(lamp::nn::linear(ln_2->forward(x), c_fc)),
+                            c_proj);
   return x + F::dropout(m, F::DropoutFuncOptions().p(dropout_).training(
                                is_training()));
 }

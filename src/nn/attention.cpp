@@ -75,6 +75,17 @@ std::string to_string(SdpaBackend backend) {
   return "unknown";
 }
 
+SdpaBackend parse_sdpa_backend(const std::string& name) {
+  for (const auto backend : kAllBackends) {
+    if (to_string(backend) == name) {
+      return backend;
+    }
+  }
+  TORCH_CHECK(false,
+              "lamp::nn::parse_sdpa_backend: unknown attention backend '", name,
+              "'; use flash, memory-efficient, cudnn or math.");
+}
+
 std::vector<SdpaBackend> enabled_sdpa_backends() {
   std::vector<SdpaBackend> enabled;
   for (const auto backend : kAllBackends) {

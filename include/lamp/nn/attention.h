@@ -42,6 +42,10 @@ enum class SdpaBackend {
 /// "flash", "memory-efficient", "cudnn", "math".
 std::string to_string(SdpaBackend backend);
 
+/// The backend named by to_string(): "flash", "memory-efficient", "cudnn"
+/// or "math". Errors name an unknown name and the four known ones.
+SdpaBackend parse_sdpa_backend(const std::string& name);
+
 /// The backends scaled_dot_product_attention() may use now (LibTorch's
 /// process-wide switches); {kMath} on LibTorch 1.13.
 std::vector<SdpaBackend> enabled_sdpa_backends();

@@ -1,0 +1,36 @@
+#include "lamp/nn/linear.h"
+
+#include <torch/torch.h>
+
+namespace lamp {
+namespace nn {
+
+torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
+                     const torch::Tensor& bias) {
+  const char* who = "lamp::nn::linear";
+  TORCH_CHECK(input.defined() && weight.defined(), who,
+              ": give an input and a weight.");
+  TORCH_CHECK(weight.dim() == 2, who, ": the weight must be [out, in], got ",
+              weight.sizes(), ".");
+  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), who,
+              ": an input [..., ", weight.size(1), "] fits the weight ",
+              weight.sizes(), ", got ", input.sizes(), ".");
+  TORCH_CHECK(
+      !bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+      who, ": the bias must be [", weight.size(0), "], got ", bias.sizes(),
+      ".");
+  // torch::linear is the dispatcher's aten::linear (autocast casts the bias
+  // with the rest), not torch::nn::functional::linear.
+  return torch::linear(input, weight, bias);
+}
+
+torch::Tensor linear(const torch::Tensor& input,
+                     const torch::nn::Linear& layer) {
+  TORCH_CHECK(!layer.is_empty(),
+              "lamp::nn::linear: the torch::nn::Linear is empty (nullptr); "
+              "construct it before the forward.");
+  return linear(input, layer->weight, layer->bias);
+}
+
+} // namespace nn
+} // namespace lamp

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -459,26 +460,43 @@ int run(const Config& c) {
     out["matmul_tflops_bf16"] = matmul_tflops(device, torch::kBFloat16);
     out["matmul_tflops_fp32"] = matmul_tflops(device, torch::kFloat);
   }
-  for (const auto& precision : split(c.precisions)) {
-    lamp::parse_precision(precision); // a clear error for a bad name, up front
+  const auto precisions = split(c.precisions);
+  for (size_t i = 0; i < precisions.size(); ++i) {
+    lamp::parse_precision(precisions[i]); // a clear error for a bad name
+    TORCH_CHECK(std::find(precisions.begin(), precisions.begin() + i,
+                          precisions[i]) == precisions.begin() + i,
+                "--precision names ", precisions[i],
+                " twice; give each mode once.");
   }
-  // One trace per configuration, each path checked before anything runs.
+  // The results file, checked before anything runs: a device such as
+  // /dev/full, a missing folder or a full disk fails now, not after the
+  // measurements.
+  if (!c.json.empty()) {
+    lamp::check_writable_path(c.json, "--json");
+  }
+  // One trace per requested precision (named by the name given, so that
+  // "auto" and the mode it resolves to are two files), each path checked
+  // before anything runs.
   std::map<std::string, std::string> trace_paths;
-  if (!c.profile.empty()) {
-    const auto precisions = split(c.precisions);
-    for (const auto& requested : precisions) {
-      const auto precision = lamp::to_string(
-          lamp::resolve_precision(lamp::parse_precision(requested), device));
-      trace_paths[precision] = lamp_bench::trace_path_for(
-          c.profile, precision, precisions.size() > 1);
-      lamp_bench::check_trace_path(trace_paths[precision]);
+  for (const auto& requested : precisions) {
+    if (c.profile.empty()) {
+      break;
     }
+    trace_paths[requested] =
+        lamp_bench::trace_path_for(c.profile, requested, precisions.size() > 1);
+    TORCH_CHECK(c.json.empty() ||
+                    !lamp_bench::same_file(trace_paths[requested], c.json),
+                "--profile and --json name the same file (",
+                trace_paths[requested],
+                "): the trace would overwrite the results or they the "
+                "trace; give two paths.");
+    lamp_bench::check_trace_path(trace_paths[requested]);
   }
-  for (const auto& requested : split(c.precisions)) {
+  for (const auto& requested : precisions) {
     // "auto" is measured as the mode it resolves to on this device.
     const auto precision = lamp::to_string(
         lamp::resolve_precision(lamp::parse_precision(requested), device));
-    auto result = run_one(c, precision, device, trace_paths[precision]);
+    auto result = run_one(c, precision, device, trace_paths[requested]);
     if (result["skipped"].is_null()) {
       // A GPT's rate in tokens/s, the image models' in images/s.
       const bool tokens = is_gpt(c);
@@ -494,8 +512,8 @@ int run(const Config& c) {
     } else {
       std::printf("%-9s %-9s skipped: %s\n", c.model.c_str(), precision.c_str(),
                   result["skipped"].get<std::string>().c_str());
-      if (!trace_paths[precision].empty()) {
-        std::remove(trace_paths[precision].c_str()); // emptied, not written
+      if (!trace_paths[requested].empty()) {
+        std::remove(trace_paths[requested].c_str()); // emptied, not written
       }
     }
     if (result.contains("profile")) {
@@ -506,9 +524,24 @@ int run(const Config& c) {
     out["results"].push_back(result);
   }
   if (!c.json.empty()) {
-    std::ofstream file(c.json);
-    TORCH_CHECK(file.good(), "--json: cannot write ", c.json, ".");
-    file << out.dump(2) << "\n";
+    // Checked writes, fsync and rename: a full disk is an error naming the
+    // file, and an earlier results file survives it.
+    lamp::write_file_atomically(c.json, out.dump(2) + "\n");
+  }
+  // A closed stdout (`lamp_bench | head -1`) fails the prints, not the run
+  // (SIGPIPE is ignored in main): the results then live only in --json.
+  if (std::ferror(stdout) != 0) {
+    if (c.json.empty()) {
+      std::fprintf(stderr,
+                   "lamp_bench: error: the results could not be printed "
+                   "(standard output was closed); give --json FILE to keep "
+                   "them.\n");
+      return 1;
+    }
+    std::fprintf(stderr,
+                 "lamp_bench: standard output was closed; the results are in "
+                 "%s.\n",
+                 c.json.c_str());
   }
   return 0;
 }
@@ -635,5 +668,9 @@ int main(int argc, char** argv) {
   if (status >= 0) {
     return status;
   }
+  // A closed pipe fails the next print instead of killing the run before
+  // --json is written; a write beyond `ulimit -f` fails with EFBIG.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);
   return lamp_examples::guarded_main("lamp_bench", [&] { return run(c); });
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -423,6 +424,17 @@ std::string trace_path_for(const std::string& path, const std::string& label,
     return path + "-" + label;
   }
   return path.substr(0, dot) + "-" + label + path.substr(dot);
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::exists(a, error) && fs::exists(b, error)) {
+    return fs::equivalent(a, b, error);
+  }
+  const auto absolute_a = fs::weakly_canonical(fs::absolute(a), error);
+  const auto absolute_b = fs::weakly_canonical(fs::absolute(b), error);
+  return !error && absolute_a == absolute_b;
 }
 
 nlohmann::json chrome_trace(const std::vector<ProfiledEvent>& events) {

@@ -103,6 +103,11 @@ std::string format_table(const ProfileTable& table);
 std::string trace_path_for(const std::string& path, const std::string& label,
                            bool several);
 
+/// Whether `a` and `b` name one file: the same existing file (links and
+/// "./" spellings included), or, where one does not exist yet, the same
+/// absolute path once "." and ".." are resolved.
+bool same_file(const std::string& a, const std::string& b);
+
 /// The events in Chrome's trace event format ({"traceEvents": [...]}, "X"
 /// events in microseconds, input shapes and dtypes as args): what
 /// chrome://tracing and Perfetto open.

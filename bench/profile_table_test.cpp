@@ -2,6 +2,12 @@
 // steps whose times are round numbers.
 #include "profile_table.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -263,6 +269,24 @@ TEST(ProfileTrace, OneFilePerConfiguration) {
             "out.d/step-fp32.pt.trace.json");
   EXPECT_EQ(trace_path_for("step", "bf16", true), "step-bf16");
   EXPECT_EQ(trace_path_for(".trace.json", "bf16", true), ".trace-bf16.json");
+}
+
+// --profile and --json naming one file are caught however they are spelt,
+// before either exists and after.
+TEST(ProfileTrace, SameFileSeesThroughSpellingsAndLinks) {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() /
+                   ("lamp_same_file_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "sub");
+  const auto file = (dir / "out.json").string();
+  EXPECT_TRUE(same_file(file, (dir / "sub" / ".." / "out.json").string()));
+  EXPECT_FALSE(same_file(file, (dir / "out2.json").string()));
+  { std::ofstream touch(file); }
+  fs::create_symlink(file, dir / "link.json");
+  EXPECT_TRUE(same_file(file, (dir / "link.json").string()));
+  EXPECT_TRUE(same_file((dir / "./out.json").string(), file));
+  EXPECT_FALSE(same_file(file, (dir / "sub").string()));
+  fs::remove_all(dir);
 }
 
 } // namespace

@@ -704,6 +704,28 @@ TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
       << refused;
   EXPECT_NE(refused.find("use one of 1, 2, 3, 6,"), std::string::npos)
       << refused;
+  // max_steps inside a cycle: refused before any step, not a run that took
+  // no optimizer step (or dropped its last gradients) and ended as if done.
+  const auto too_short = error_of([&] {
+    make_run(lamp::Precision::kFP32,
+             with(options, [](auto& o) { o.max_steps(2); }), 1e-3);
+  });
+  EXPECT_NE(too_short.find("--max-steps 2 is not a multiple of the 3 "
+                           "--accumulation-steps: the run would end inside an "
+                           "accumulation cycle, before its first optimizer "
+                           "step; use 3"),
+            std::string::npos)
+      << too_short;
+  const auto ragged = error_of([&] {
+    make_run(lamp::Precision::kFP32,
+             with(options, [](auto& o) { o.max_steps(5); }), 1e-3);
+  });
+  EXPECT_NE(ragged.find("--max-steps 5 is not a multiple of the 3 "
+                        "--accumulation-steps: the run would end inside an "
+                        "accumulation cycle, dropping its last gradients; "
+                        "use 3 or another multiple of 3"),
+            std::string::npos)
+      << ragged;
 }
 
 // Without TrainerOptions::option_name the library names its own options;

@@ -7,6 +7,9 @@
 #include <lamp/version.h>
 #include <torch/types.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -144,8 +147,22 @@ void add_version_flag(CLI::App& app, const std::string& program) {
       "print the versions of lamp, LibTorch, CUDA and cuDNN and exit");
 }
 
+void open_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      // open() takes the lowest free descriptor: this one.
+      const int opened = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (opened != fd && opened >= 0) {
+        ::close(opened); // /dev/null is missing a lower slot: nothing to do
+      }
+    }
+  }
+}
+
 int parse_command_line(CLI::App& app, const std::string& program, int argc,
                        char** argv) {
+  // Before any file of the program's is opened.
+  open_standard_descriptors();
   try {
     app.parse(argc, argv);
     return -1;

@@ -42,7 +42,14 @@ std::string version_line();
 /// Adds --version (prints "PROGRAM " + version_line() and exits 0).
 void add_version_flag(CLI::App& app, const std::string& program);
 
-/// Parses the command line. Returns -1 when the program should go on;
+/// Opens /dev/null on each of descriptors 0, 1 and 2 that is closed, so that
+/// a program started with stdout closed (`prog >&-`) does not open its log
+/// or results file as descriptor 1 and then print its console lines into
+/// it.
+void open_standard_descriptors();
+
+/// Parses the command line (after open_standard_descriptors()). Returns -1
+/// when the program should go on;
 /// otherwise the exit status: 0 after --help or --version, kUsageError after
 /// a usage error, which is printed as one line on stderr:
 /// "PROGRAM: error: --epochs: 'abc' is not an integer (see PROGRAM --help)".

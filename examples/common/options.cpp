@@ -217,6 +217,9 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
                                               "schedule",
                                               "seed",
                                               "weight_decay"};
+  if (key == "num_shards") {
+    return "torchrun --nproc_per_node"; // the shards are the ranks
+  }
   if (flags.count(key) == 0) {
     return library_name;
   }

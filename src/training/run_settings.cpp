@@ -260,6 +260,13 @@ int64_t check_run_settings(torch::serialize::InputArchive& archive,
       check_may_continue(archive, path, run, stored_epochs);
       continue; // the schedule's own row checks that it is the same
     }
+    // The shards are the ranks: say so, with the way to start that many
+    // (a program's namer gives its launcher, e.g. torchrun's flag).
+    TORCH_CHECK(std::string(setting.key) != "num_shards", "lamp: ", path,
+                " was trained on ", stored, stored == "1" ? " rank" : " ranks",
+                " (data shards) but this run has ", now, "; resume with ",
+                stored, stored == "1" ? " rank" : " ranks", " (", name, " ",
+                stored, "): each rank continues its own shard of the data.");
     TORCH_CHECK(setting.kind != Kind::kData, "lamp: ", path,
                 " was trained on other ", setting.library_name, " (", stored,
                 ") than this run's (", now, "); resume with the same ",

@@ -141,6 +141,20 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
         divisors, batches > 64 ? ", ..." : "",
         ", or another batch size (or drop_last) that makes the batches per epoch a multiple of it.");
   }
+  // A run cut inside an accumulation cycle would drop its last gradients,
+  // and one shorter than a cycle would take no optimizer step at all and
+  // end as if it had trained.
+  TORCH_CHECK(
+      o.max_steps() % accumulation == 0,
+      "lamp: ", name("max_steps", "TrainerOptions::max_steps"), " ",
+      o.max_steps(), " is not a multiple of the ", accumulation, " ",
+      name("accumulation_steps", "TrainerOptions::step().accumulation_steps"),
+      ": the run would end inside an accumulation cycle",
+      o.max_steps() < accumulation ? ", before its first optimizer step"
+                                   : ", dropping its last gradients",
+      "; use ",
+      accumulation * std::max<int64_t>(1, o.max_steps() / accumulation),
+      " or another multiple of ", accumulation, ".");
   TORCH_CHECK(o.epochs() <= std::numeric_limits<int64_t>::max() / batches,
               "lamp: ", o.epochs(), " epochs of ", batches,
               " steps overflow the step counter; use fewer epochs.");

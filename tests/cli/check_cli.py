@@ -331,6 +331,38 @@ def logs(train_mnist, data, work):
     print(f"  {len(records)} records, two runs, lines at steps 3, 6, 9, 12")
 
 
+def closed_stdout(train_mnist, data, work):
+    """Started with stdout and stderr closed (`>&- 2>&-`), the program's
+    console lines must not land in its --log-json file (opened as the lowest
+    free descriptor, 1, it would take them): every line of the log is a JSON
+    record."""
+    log = os.path.join(work, "closed_stdout.jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    args = [train_mnist, "--data", data, "--epochs", "1", "--batch-size", "32",
+            "--max-steps", "2", "--log-json", log]
+    print("$ " + " ".join(args) + " >&- 2>&-")
+
+    def close_standard_output():
+        os.close(1)
+        os.close(2)
+
+    code = subprocess.run(args, stdin=subprocess.DEVNULL, timeout=600,
+                          preexec_fn=close_standard_output).returncode
+    if code != 0:
+        fail(f"with stdout and stderr closed: exit {code}")
+    with open(log) as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            fail(f"the log holds a line that is not JSON: {line!r}")
+    if not lines or json.loads(lines[0])["record"] != "run":
+        fail(f"the log does not start with the run record: {lines[:1]}")
+    print(f"  {len(lines)} records, every line JSON")
+
+
 def on_terminal(command, columns):
     """Runs the shell `command` on a pseudo-terminal (script(1)), `columns`
     wide, so that progress bars are drawn: its result and everything it
@@ -826,7 +858,8 @@ def main(argv):
     checks = {"logs": logs, "tty": tty, "precision": precision,
               "smoke": smoke, "continue": continue_and_init_from,
               "numerics": numerics, "resume": resume_defaults,
-              "messages": messages, "signals": signals}
+              "messages": messages, "signals": signals,
+              "closed-stdout": closed_stdout}
     if what == "conventions":
         conventions(args)
     elif what == "flag-table":

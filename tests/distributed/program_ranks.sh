@@ -152,5 +152,20 @@ else
   fail "stopped_rank: exit $rc after ${took} s"; tail -3 "$work/stopped.rank0.log" | sed 's/^/      /'
 fi
 
+# A checkpoint of 2 ranks resumed by 1: the message says how many ranks to
+# start and how, not a library option.
+ranks two_rank_checkpoint "--epochs 1 --schedule constant --checkpoint $work/two.pt" \
+  "--epochs 1 --schedule constant --checkpoint $work/two.pt"
+"$train" "${common[@]}" --data "$work/data/mnist" --precision fp32 --batch-size 50 \
+  --eval-batch-size 100 --epochs 2 --schedule constant --resume "$work/two.pt" \
+  > "$work/one_rank_resume.log" 2>&1
+rc=$?
+if [ "$rc0" -eq 0 ] && [ "$rc" -eq 1 ] &&
+   grep -q "resume with 2 ranks (torchrun --nproc_per_node 2)" "$work/one_rank_resume.log"; then
+  pass one_rank_resumes_two_rank_checkpoint
+else
+  fail "one_rank_resumes_two_rank_checkpoint: exits $rc0/$rc"; tail -3 "$work/one_rank_resume.log" | sed 's/^/      /'
+fi
+
 echo "program ranks: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -106,6 +106,16 @@ TEST(Environment, RejectsPartialOrMalformedVariables) {
                    {"MASTER_PORT", "70000"}});
     expect_error([] { Environment::from_env(); }, "not a TCP port");
   }
+  {
+    // A mistyped WORLD_SIZE is refused at once, not gathered rank by rank.
+    ScopedEnv env({{"RANK", "1"},
+                   {"WORLD_SIZE", "1073741824"},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29500"}});
+    expect_error([] { Environment::from_env(); },
+                 "WORLD_SIZE=1073741824 is more ranks than one rendezvous "
+                 "can gather (at most 1048576)");
+  }
 }
 
 // The CPU rendezvous needs Gloo: without it, create() refuses before any
@@ -222,6 +232,22 @@ TEST(ProcessGroup, APortHeldByAnotherProgramIsNamed) {
       "Another program holds port " + std::to_string(rank0.env.master_port));
   close(held);
   EXPECT_LT(seconds, 1.5); // at once, not after the timeout
+}
+
+TEST(ProcessGroup, AProgramThatAcceptsButNeverAnswersIsNamed) {
+  // Rank 1 reaching a port where a program other than a rendezvous store
+  // listens: the connection is accepted and nothing answers. The rank says
+  // so when its first call goes unanswered, not silently at the end.
+  LAMP_SKIP_WITHOUT_GLOO();
+  // Open until the process has ended: the store's connection to it stays
+  // behind with the unanswered call (the process is meant to end on this
+  // error), and LibTorch 1.13's client aborts if the peer resets it.
+  static const auto* other = new ListeningSocket(); // never closed
+  LonelyRank rank1(1);
+  rank1.env.master_port = other->port;
+  const double seconds =
+      rank1.seconds_to_fail("MASTER_PORT " + std::to_string(other->port));
+  EXPECT_LT(seconds, 30.0);
 }
 
 TEST(ProcessGroup, CheckSameIsFreeForOneProcess) {

@@ -51,6 +51,14 @@ c10::optional<Environment> Environment::from_env() {
   Environment env;
   env.rank = parse_int("RANK", *rank, 0);
   env.world_size = parse_int("WORLD_SIZE", *world, 1);
+  // Each rank holds a connection to rank 0's store: no rendezvous gathers
+  // more than this, and a larger value is a mistyped variable.
+  TORCH_CHECK(env.world_size <= Environment::kMaxWorldSize,
+              "lamp::distributed: WORLD_SIZE=", env.world_size,
+              " is more ranks than one rendezvous can gather (at most ",
+              Environment::kMaxWorldSize,
+              "); check the variable (torchrun sets it to nnodes x "
+              "nproc_per_node).");
   TORCH_CHECK(env.rank < env.world_size, "lamp::distributed: RANK=", env.rank,
               " must be smaller than WORLD_SIZE=", env.world_size, ".");
   env.local_rank = env_int("LOCAL_RANK", env.rank, 0);

@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <future>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -62,16 +64,31 @@ class Rendezvous {
   c10::intrusive_ptr<c10d::Store> join() const {
     const auto start = Clock::now();
     auto store = connect(start);
-    ask([&] {
-      store->set(key(env_.rank), std::vector<uint8_t>{1});
-      return store->add("arrived", 1);
-    });
+    check_job(store);
+    // add(), not set(): a rank that another process already signed in under
+    // is a second job on this port (or two processes given one RANK).
+    const auto signed_in = ask([&] { return store->add(key(env_.rank), 1); });
+    TORCH_CHECK(
+        signed_in == 1, who(),
+        ": another process already joined the "
+        "rendezvous at ",
+        address_, " as rank ", env_.rank,
+        ". Another job uses this MASTER_PORT, or two processes were given "
+        "RANK=",
+        env_.rank,
+        "; choose a free MASTER_PORT (torchrun "
+        "--master-port) or give each process its own RANK.");
+    ask([&] { return store->add("arrived", 1); });
     wait_for_everyone(*store, start);
     return store;
   }
 
  private:
   using Clock = std::chrono::steady_clock;
+  // The longest a message's list of absent ranks may take to find.
+  static constexpr std::chrono::seconds kScanTime{1};
+  // The longest a rendezvous store takes to answer its first call.
+  static constexpr std::chrono::seconds kFirstAnswer{10};
 
   static std::string key(int rank) { return "rank/" + std::to_string(rank); }
 
@@ -160,11 +177,70 @@ class Rendezvous {
     }
   }
 
-  std::vector<int> missing(c10d::Store& store) const {
+  // The job this rendezvous is for: its size, and torchrun's run id or
+  // LAMP_JOB_ID where set. The first rank to arrive writes it; every other
+  // compares, so that a rank that reached another job's store says so at
+  // once instead of joining it.
+  std::string job() const {
+    const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
+    const char* job_id = std::getenv("LAMP_JOB_ID");
+    return "world_size=" + std::to_string(env_.world_size) +
+           (job_id != nullptr ? std::string(" job=") + job_id : "") +
+           (run_id != nullptr ? std::string(" run_id=") + run_id : "");
+  }
+
+  // The store's first answer, within kFirstAnswer: a program on the port
+  // that is not a rendezvous store accepts the connection and never
+  // answers. (The call runs on a thread of its own, left behind on that
+  // error with the store's connection: the error is meant to end the
+  // process; one that goes on keeps the connection until it exits.)
+  void check_job(const c10::intrusive_ptr<c10d::Store>& store) const {
+    const auto mine = job();
+    auto answer = std::make_shared<std::promise<std::vector<uint8_t>>>();
+    auto found_future = answer->get_future();
+    std::thread([store, mine, answer] {
+      try {
+        const std::vector<uint8_t> none;
+        const std::vector<uint8_t> ours(mine.begin(), mine.end());
+        answer->set_value(store->compareSet("job", none, ours));
+      } catch (...) {
+        answer->set_exception(std::current_exception());
+      }
+    }).detach();
+    const auto limit = std::min<std::chrono::milliseconds>(
+        options_.timeout(), std::chrono::milliseconds(kFirstAnswer));
+    TORCH_CHECK(found_future.wait_for(limit) == std::future_status::ready,
+                who(), ": the program at ", address_,
+                " accepted the connection but gave "
+                "no answer in ",
+                seconds(limit),
+                ": it is not a rendezvous store. "
+                "Another program holds MASTER_PORT ",
+                env_.master_port,
+                "; choose a free port (torchrun --master-port).");
+    const auto found = ask([&] { return found_future.get(); });
+    const std::string theirs(found.begin(), found.end());
+    TORCH_CHECK(
+        theirs == mine, who(), ": the rendezvous at ", address_,
+        " belongs to another job (", theirs, "; this rank's is ", mine,
+        "). Another job uses this MASTER_PORT, or the ranks were started "
+        "with different WORLD_SIZE (or LAMP_JOB_ID); choose a free "
+        "MASTER_PORT (torchrun --master-port) and start every rank with the "
+        "same variables.");
+  }
+
+  // The first few ranks that have not signed in (at most kListed: messages
+  // list 8), found in few store calls and never past `deadline`.
+  std::vector<int> missing(c10d::Store& store,
+                           Clock::time_point deadline) const {
+    constexpr size_t kListed = 9;
     std::vector<int> ranks;
-    for (int r = 0; r < env_.world_size; ++r) {
+    for (int r = 0; r < env_.world_size && ranks.size() < kListed; ++r) {
       if (!ask([&] { return store.check({key(r)}); })) {
         ranks.push_back(r);
+      }
+      if ((r & 255) == 255 && Clock::now() >= deadline) {
+        break;
       }
     }
     return ranks;
@@ -172,24 +248,26 @@ class Rendezvous {
 
   void wait_for_everyone(c10d::Store& store, Clock::time_point start) const {
     auto next_report = start + options_.wait_report_interval();
-    while (ask([&] { return store.add("arrived", 0); }) < env_.world_size) {
+    int64_t arrived = 0;
+    while ((arrived = ask([&] { return store.add("arrived", 0); })) <
+           env_.world_size) {
       const auto now = Clock::now();
+      const int64_t absent_count = env_.world_size - arrived;
       if (now - start >= options_.timeout()) {
-        const auto absent = missing(store);
+        const auto absent = missing(store, now + kScanTime);
         TORCH_CHECK(
             false, who(), " waited ", seconds(options_.timeout()), " at ",
-            address_, " but rank", absent.size() > 1 ? "s " : " ",
-            rank_list(absent), " never came (",
-            env_.world_size - static_cast<int>(absent.size()), " of ",
+            address_, " but rank", absent_count > 1 ? "s " : " ",
+            rank_list(absent), " never came (", arrived, " of ",
             env_.world_size,
             " arrived). Check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or give slow starters more time with --dist-timeout (ProcessGroupOptions::timeout).");
       }
       if (now >= next_report) {
-        const auto absent = missing(store);
-        report(who() + " waiting for " + std::to_string(absent.size()) +
-               " of " + std::to_string(env_.world_size) + " ranks at " +
-               address_ + " (rank" + (absent.size() > 1 ? "s " : " ") +
-               rank_list(absent) + "; " + seconds(elapsed(start)) + " of " +
+        const auto absent = missing(store, now + kScanTime);
+        report(who() + " waiting for " + std::to_string(absent_count) + " of " +
+               std::to_string(env_.world_size) + " ranks at " + address_ +
+               " (rank" + (absent_count > 1 ? "s " : " ") + rank_list(absent) +
+               "; " + seconds(elapsed(start)) + " of " +
                seconds(options_.timeout()) + ")");
         next_report = now + options_.wait_report_interval();
       }

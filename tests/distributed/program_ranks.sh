@@ -152,6 +152,33 @@ else
   fail "stopped_rank: exit $rc after ${took} s"; tail -3 "$work/stopped.rank0.log" | sed 's/^/      /'
 fi
 
+# A second job started on a running job's MASTER_PORT: its rank 1 says at
+# once that the rendezvous is taken (the same WORLD_SIZE: rank 1 is already
+# there) or another job's (another WORLD_SIZE), instead of joining it.
+port=$(free_port)
+with_defaults --epochs 100000
+for r in 0 1; do
+  MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" LOCAL_RANK="$r" \
+    timeout -s KILL 120 "$train" "${common[@]}" "${args[@]}" > "$work/busy.rank$r.log" 2>&1 &
+  eval "busy$r=$!"
+done
+for _ in $(seq 300); do grep -q "^epoch 1/" "$work/busy.rank0.log" && break; sleep 0.1; done
+for case in "2 already joined the rendezvous at 127.0.0.1:$port as rank 1" \
+            "3 belongs to another job (world_size=2; this rank's is world_size=3)"; do
+  world="${case%% *}" pattern="${case#* }"
+  start=$(date +%s)
+  MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE="$world" RANK=1 LOCAL_RANK=1 \
+    timeout 60 "$train" "${common[@]}" "${args[@]}" > "$work/intruder$world.log" 2>&1
+  rc=$? took=$(($(date +%s) - start))
+  if [ "$rc" -eq 1 ] && grep -qF -- "$pattern" "$work/intruder$world.log" && [ "$took" -lt 15 ]; then
+    pass "second_job_on_the_port_world_$world (${took} s)"
+  else
+    fail "second_job_on_the_port_world_$world: exit $rc after ${took} s"
+    tail -3 "$work/intruder$world.log" | sed 's/^/      /'
+  fi
+done
+kill -9 "$busy0" "$busy1" 2> /dev/null; wait "$busy0" "$busy1" 2> /dev/null
+
 # A checkpoint of 2 ranks resumed by 1: the message says how many ranks to
 # start and how, not a library option.
 ranks two_rank_checkpoint "--epochs 1 --schedule constant --checkpoint $work/two.pt" \

@@ -13,6 +13,8 @@ namespace distributed {
 
 /// What `torchrun` (torch.distributed.run) sets in each process it starts.
 struct Environment {
+  /// The largest WORLD_SIZE from_env() accepts (2^20 ranks).
+  static constexpr int kMaxWorldSize = 1 << 20;
   /// RANK: this process's global rank, 0 <= rank < world_size.
   int rank = 0;
   /// WORLD_SIZE: the number of processes in the job.

@@ -1,5 +1,6 @@
 #include "json_log.h"
 
+#include <fcntl.h>
 #include <lamp/version.h>
 #include <sys/stat.h>
 #include <torch/version.h>
@@ -89,7 +90,43 @@ JsonLog::JsonLog(const ProgramConfig& config, RunFacts facts)
               path_, " after opening it (", std::strerror(errno), ").");
   device_ = st.st_dev;
   inode_ = st.st_ino;
+  held_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   write_run(config);
+}
+
+JsonLog::~JsonLog() {
+  if (held_ >= 0) {
+    ::close(held_);
+  }
+}
+
+void JsonLog::follow_moved_log() {
+  // Where the file went, as the kernel names the descriptor held open.
+  std::string moved_to = "an unknown path";
+  char target[4096];
+  const auto link = "/proc/self/fd/" + std::to_string(held_);
+  const auto length = ::readlink(link.c_str(), target, sizeof(target) - 1);
+  if (length > 0) {
+    moved_to = std::string(target, static_cast<size_t>(length));
+  }
+  out_.close();
+  errno = 0;
+  out_.open(path_, std::ios::app);
+  struct stat st {};
+  TORCH_CHECK(out_.is_open() && ::stat(path_.c_str(), &st) == 0,
+              "--log-json: ", path_, " was moved to ", moved_to,
+              " during the run and cannot be opened anew (",
+              std::strerror(errno), "); stopping.");
+  ::close(held_);
+  held_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  device_ = st.st_dev;
+  inode_ = st.st_ino;
+  std::fprintf(stderr,
+               "%s: warning: --log-json %s was moved to %s during the run; "
+               "the records go on in a new %s.\n",
+               facts_.program.c_str(), path_.c_str(), moved_to.c_str(),
+               path_.c_str());
+  write("log_moved", {{"earlier_records", moved_to}});
 }
 
 void JsonLog::write_run(const ProgramConfig& config) {
@@ -199,13 +236,20 @@ void JsonLog::write_error(const std::string& message) {
 
 void JsonLog::write(const char* kind, const nlohmann::ordered_json& fields) {
   // A log deleted or replaced while the run writes it would take the records
-  // nobody can read any more: stop instead.
+  // nobody can read any more: stop instead. One moved away (still linked)
+  // is followed.
   struct stat st {};
   const bool same_file = ::stat(path_.c_str(), &st) == 0 &&
                          st.st_dev == device_ && st.st_ino == inode_;
-  TORCH_CHECK(
-      same_file, "--log-json: ", path_,
-      " was deleted, moved or replaced during the run, so its records would be lost; stopping. Give a --log-json that stays in place.");
+  if (!same_file) {
+    struct stat held {};
+    const bool moved =
+        held_ >= 0 && ::fstat(held_, &held) == 0 && held.st_nlink > 0;
+    TORCH_CHECK(
+        moved, "--log-json: ", path_,
+        " was deleted or replaced during the run, so its records would be lost; stopping. Give a --log-json that stays in place (moving it away, as logrotate does, is fine).");
+    follow_moved_log();
+  }
   nlohmann::ordered_json line = {
       {"record", kind}, {"run_id", run_id_}, {"time", utc_now()}};
   for (const auto& item : fields.items()) {

@@ -34,9 +34,12 @@ struct RunFacts {
 /// process id, 32 random bits) tells apart runs appended to one file.
 ///
 /// \warning Every write is checked and throws when it fails, so that a full
-/// disk or a vanished file stops the run instead of losing the log: before
+/// disk or a vanished file stops the run instead of losing the log. Before
 /// each record the path must still name the file opened (same device and
-/// inode), so a log deleted, moved or replaced during the run stops it.
+/// inode). A log deleted or replaced during the run (the file has no link
+/// left) stops it; a log moved away (renamed, as logrotate does) is
+/// followed: the path is opened anew, its first record ("log_moved") says
+/// where the earlier records are, and stderr says so once.
 class JsonLog {
  public:
   /// Opens config.log_json for appending and writes the "run" record (the
@@ -45,6 +48,9 @@ class JsonLog {
   /// reader blocks forever, and a device such as /dev/full or /dev/null
   /// would swallow the log.
   JsonLog(const ProgramConfig& config, RunFacts facts);
+  ~JsonLog();
+  JsonLog(const JsonLog&) = delete;
+  JsonLog& operator=(const JsonLog&) = delete;
 
   /// An "epoch" record: the epoch's statistics.
   void write_epoch(const lamp::training::EpochStats& stats);
@@ -70,6 +76,12 @@ class JsonLog {
   // The file opened, by device and inode: checked before every write.
   dev_t device_ = 0;
   ino_t inode_ = 0;
+  // The log's file, held open to tell a rename (still linked) from a
+  // deletion or replacement (no link left) when the path stops naming it.
+  int held_ = -1;
+  // Reopens the path after the file was moved away (logrotate), with a
+  // record and a warning saying where the earlier records went.
+  void follow_moved_log();
   std::string run_id_;
   std::ofstream out_;
   RunFacts facts_;

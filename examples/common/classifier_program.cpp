@@ -369,8 +369,32 @@ std::pair<std::vector<double>, std::vector<double>> channel_stats(
         std.back() > 0, what, " have zero variance in channel ", c,
         " (every pixel is ", static_cast<int>(mean.back() * 255 + 0.5),
         ", e.g. all black), so they cannot be normalised; the data is blank or corrupt.");
+    if (std.back() < kNearlyBlankStd) {
+      TORCH_WARN(what, " are nearly blank: channel ", c,
+                 " varies by a standard deviation of ", std.back(),
+                 " (pixels in [0, 1]); normalising divides by it and "
+                 "magnifies every pixel's noise ",
+                 static_cast<int64_t>(1.0 / std.back()),
+                 "-fold. Check the data.");
+    }
   }
   return {mean, std};
+}
+
+void warn_degenerate_data(const lamp::data::Dataset& train,
+                          const std::string& what) {
+  const auto& images = train.images;
+  const auto& labels = train.labels;
+  if (images.size(0) > 1 && images.eq(images[0]).all().item<bool>()) {
+    TORCH_WARN("every one of the ", images.size(0), " examples of ", what,
+               " is the same: there is nothing to learn from them. Check "
+               "the data.");
+  }
+  if (labels.numel() > 1 && labels.eq(labels.flatten()[0]).all().item<bool>()) {
+    TORCH_WARN("every label of ", what, " is ",
+               labels.flatten()[0].item<int64_t>(),
+               ": the model can only learn to answer that. Check the data.");
+  }
 }
 
 int run(const ProgramConfig& config, const RunSpec& spec) {
@@ -390,6 +414,7 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
   check_before_training(config, spec, main_rank);
   if (main_rank) {
     warn_ineffective_flags(config, group->device());
+    warn_degenerate_data(spec.train, "the training data");
   }
   apply_process_settings(config);
   auto model = build_model(config, spec, group->device(), precision);

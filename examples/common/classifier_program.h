@@ -60,11 +60,21 @@ int program_main(
     const std::function<RunSpec()>& make_spec,
     const std::function<void(CLI::App&)>& add_program_options = nullptr);
 
+/// A channel whose standard deviation (pixels in [0, 1]) is below this is
+/// nearly blank: channel_stats() warns.
+constexpr double kNearlyBlankStd = 0.01;
+
 /// Per-channel mean and standard deviation of uint8 images, in [0, 1] units.
 /// Throws when a channel has zero variance (blank images cannot be
-/// normalised); `what` names the images in that message ("the training
-/// images of 'data/mnist'").
+/// normalised) and warns when it is below kNearlyBlankStd; `what` names the
+/// images in the messages ("the training images of 'data/mnist'").
 std::pair<std::vector<double>, std::vector<double>> channel_stats(
     const torch::Tensor& images, const std::string& what);
+
+/// Warns (TORCH_WARN) when every example of `train` is the same, or every
+/// label is: a run on such data ends normally having learnt nothing.
+/// `what` names the data in the messages.
+void warn_degenerate_data(const lamp::data::Dataset& train,
+                          const std::string& what);
 
 } // namespace lamp_examples

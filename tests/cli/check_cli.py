@@ -331,6 +331,29 @@ def logs(train_mnist, data, work):
     print(f"  {len(records)} records, two runs, lines at steps 3, 6, 9, 12")
 
 
+def degenerate(train_mnist, data):
+    """Training data of identical, nearly blank images all labelled 0 (the
+    test data's mnist-degenerate, beside `data`): the run ends normally but
+    says, once each, what is wrong with the data."""
+    folder = os.path.join(os.path.dirname(data), "mnist-degenerate")
+    r = run([train_mnist, "--data", folder, "--epochs", "1", "--batch-size", "8",
+             "--eval-batch-size", "10", "--no-progress",
+             "--precision", "fp32"])
+    if r.returncode != 0:
+        fail(f"exit {r.returncode}: {r.stderr}")
+    expected = [r"train_mnist: warning: the training images of '[^']*' are "
+                r"nearly blank: channel 0 varies by a standard deviation of "
+                r"0\.000\d+ .*magnifies every pixel's noise \d+-fold",
+                r"train_mnist: warning: every one of the 40 examples of the "
+                r"training data is the same: there is nothing to learn",
+                r"train_mnist: warning: every label of the training data is "
+                r"0: the model can only learn to answer that"]
+    for pattern in expected:
+        if len(re.findall(pattern, r.stderr)) != 1:
+            fail(f"not once on stderr: {pattern!r}\n{r.stderr}")
+    print("  three warnings, exit 0")
+
+
 def closed_stdout(train_mnist, data, work):
     """Started with stdout and stderr closed (`>&- 2>&-`), the program's
     console lines must not land in its --log-json file (opened as the lowest
@@ -859,7 +882,7 @@ def main(argv):
               "smoke": smoke, "continue": continue_and_init_from,
               "numerics": numerics, "resume": resume_defaults,
               "messages": messages, "signals": signals,
-              "closed-stdout": closed_stdout}
+              "closed-stdout": closed_stdout, "degenerate": degenerate}
     if what == "conventions":
         conventions(args)
     elif what == "flag-table":

@@ -8,6 +8,8 @@
 //                        labels (another dataset of the same size)
 //   DIR/mnist-small-test/... DIR/mnist's training files, test images of
 //                        14x14 (test images of another size)
+//   DIR/mnist-degenerate/... every image the same and nearly blank, every
+//                        label 0 (data the programs warn about)
 // Each image is a noisy pattern whose brightness depends on its label, so a
 // few steps of training have something to learn. No LibTorch: it builds fast.
 #include <zlib.h>
@@ -62,6 +64,25 @@ bool write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   return gzclose(file) == Z_OK && written == static_cast<int>(bytes.size());
 }
 
+// Every image the same, nearly blank (one pixel of 3 in a black image),
+// every label 0: data a run can only be warned about.
+bool write_degenerate_mnist(const std::string& dir, const std::string& prefix,
+                            int count) {
+  std::vector<uint8_t> images = {0, 0, 8, 3}, labels = {0, 0, 8, 1};
+  put_be32(images, count);
+  put_be32(images, 28);
+  put_be32(images, 28);
+  put_be32(labels, count);
+  for (int n = 0; n < count; ++n) {
+    labels.push_back(0);
+    for (int i = 0; i < 28 * 28; ++i) {
+      images.push_back(i == 0 ? 3 : 0);
+    }
+  }
+  return write_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz", images) &&
+         write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", labels);
+}
+
 bool write_mnist(const std::string& dir, const std::string& prefix, int count,
                  bool blank = false, int side = 28, int label_shift = 0) {
   std::vector<uint8_t> images = {0, 0, 8, 3}, labels = {0, 0, 8, 1};
@@ -83,7 +104,7 @@ bool write_mnist(const std::string& dir, const std::string& prefix, int count,
 void usage(std::FILE* to, const char* program) {
   std::fprintf(
       to,
-      "usage: %s OUTPUT_DIR\nWrites small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist, OUTPUT_DIR/mnist-blank, OUTPUT_DIR/mnist-other and OUTPUT_DIR/mnist-small-test.\n",
+      "usage: %s OUTPUT_DIR\nWrites small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist, OUTPUT_DIR/mnist-blank, OUTPUT_DIR/mnist-other, OUTPUT_DIR/mnist-small-test and OUTPUT_DIR/mnist-degenerate.\n",
       program);
 }
 
@@ -108,8 +129,10 @@ int main(int argc, char** argv) {
   const std::string cifar = root + "/cifar", mnist = root + "/mnist",
                     blank = root + "/mnist-blank",
                     other = root + "/mnist-other",
-                    small_test = root + "/mnist-small-test";
-  for (const auto& dir : {root, cifar, mnist, blank, other, small_test}) {
+                    small_test = root + "/mnist-small-test",
+                    degenerate = root + "/mnist-degenerate";
+  for (const auto& dir :
+       {root, cifar, mnist, blank, other, small_test, degenerate}) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       std::perror(dir.c_str());
       return 1;
@@ -127,6 +150,8 @@ int main(int argc, char** argv) {
        write_mnist(blank, "t10k", 10, /*blank=*/true);
   ok = ok && write_mnist(other, "train", 200, false, 28, /*label_shift=*/3) &&
        write_mnist(other, "t10k", 100, false, 28, /*label_shift=*/3);
+  ok = ok && write_degenerate_mnist(degenerate, "train", 40) &&
+       write_degenerate_mnist(degenerate, "t10k", 10);
   ok = ok && write_mnist(small_test, "train", 200) &&
        write_mnist(small_test, "t10k", 100, false, /*side=*/14);
   if (!ok) {

@@ -158,8 +158,9 @@ fi
 port=$(free_port)
 with_defaults --epochs 100000
 for r in 0 1; do
+  # Bare (no `timeout` in between), so that the kill below reaches them.
   MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" LOCAL_RANK="$r" \
-    timeout -s KILL 120 "$train" "${common[@]}" "${args[@]}" > "$work/busy.rank$r.log" 2>&1 &
+    "$train" "${common[@]}" "${args[@]}" > "$work/busy.rank$r.log" 2>&1 &
   eval "busy$r=$!"
 done
 for _ in $(seq 300); do grep -q "^epoch 1/" "$work/busy.rank0.log" && break; sleep 0.1; done

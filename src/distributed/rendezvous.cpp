@@ -132,12 +132,31 @@ class Rendezvous {
     store_options.multiTenant = true;
     // A client retries until the timeout: in the background, so that this
     // thread can say that it waits.
-    auto connecting = std::async(std::launch::async, [&] {
-      return c10::intrusive_ptr<c10d::Store>(
-          c10::make_intrusive<c10d::TCPStore>(env_.master_addr, store_options));
-    });
+    // On a thread of its own, left behind if it never returns: LibTorch 2.x's
+    // client waits without a limit for a program on the port that accepts
+    // the connection and never answers.
+    auto result =
+        std::make_shared<std::promise<c10::intrusive_ptr<c10d::Store>>>();
+    auto connecting = result->get_future();
+    std::thread([address = env_.master_addr, store_options, result] {
+      try {
+        result->set_value(c10::intrusive_ptr<c10d::Store>(
+            c10::make_intrusive<c10d::TCPStore>(address, store_options)));
+      } catch (...) {
+        result->set_exception(std::current_exception());
+      }
+    }).detach();
     while (connecting.wait_for(options_.wait_report_interval()) !=
            std::future_status::ready) {
+      TORCH_CHECK(elapsed(start) < options_.timeout() + kFirstAnswer, who(),
+                  ": the program at ", address_,
+                  " accepted the connection but gave "
+                  "no answer in ",
+                  seconds(elapsed(start)),
+                  ": it is not a rendezvous store. Another program holds "
+                  "MASTER_PORT ",
+                  env_.master_port,
+                  "; choose a free port (torchrun --master-port).");
       report(who() + " waiting to reach rank 0's rendezvous at " + address_ +
              " (" + seconds(elapsed(start)) + " of " +
              seconds(options_.timeout()) + ")");

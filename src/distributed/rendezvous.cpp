@@ -50,6 +50,23 @@ namespace {
 using distributed::Environment;
 using distributed::ProcessGroupOptions;
 
+// `call()`'s result, computed on a thread of its own that is left behind
+// (detached) if the caller stops waiting: a store call can block forever,
+// and std::async's future would wait for it on destruction.
+template <typename F>
+auto detached(F call) -> std::future<decltype(call())> {
+  auto result = std::make_shared<std::promise<decltype(call())>>();
+  auto future = result->get_future();
+  std::thread([call = std::move(call), result] {
+    try {
+      result->set_value(call());
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  return future;
+}
+
 // The meeting of the ranks before the backend starts: rank 0 (or torchrun's
 // agent) serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects
 // and signs in under its rank. While it waits, it says for what (every
@@ -131,21 +148,13 @@ class Rendezvous {
     store_options.timeout = options_.timeout();
     store_options.multiTenant = true;
     // A client retries until the timeout: in the background, so that this
-    // thread can say that it waits.
-    // On a thread of its own, left behind if it never returns: LibTorch 2.x's
-    // client waits without a limit for a program on the port that accepts
-    // the connection and never answers.
-    auto result =
-        std::make_shared<std::promise<c10::intrusive_ptr<c10d::Store>>>();
-    auto connecting = result->get_future();
-    std::thread([address = env_.master_addr, store_options, result] {
-      try {
-        result->set_value(c10::intrusive_ptr<c10d::Store>(
-            c10::make_intrusive<c10d::TCPStore>(address, store_options)));
-      } catch (...) {
-        result->set_exception(std::current_exception());
-      }
-    }).detach();
+    // thread can say that it waits. LibTorch 2.x's client waits without a
+    // limit for a program on the port that accepts the connection and never
+    // answers, hence a thread that may be left behind.
+    auto connecting = detached([address = env_.master_addr, store_options] {
+      return c10::intrusive_ptr<c10d::Store>(
+          c10::make_intrusive<c10d::TCPStore>(address, store_options));
+    });
     while (connecting.wait_for(options_.wait_report_interval()) !=
            std::future_status::ready) {
       TORCH_CHECK(elapsed(start) < options_.timeout() + kFirstAnswer, who(),
@@ -215,17 +224,11 @@ class Rendezvous {
   // process; one that goes on keeps the connection until it exits.)
   void check_job(const c10::intrusive_ptr<c10d::Store>& store) const {
     const auto mine = job();
-    auto answer = std::make_shared<std::promise<std::vector<uint8_t>>>();
-    auto found_future = answer->get_future();
-    std::thread([store, mine, answer] {
-      try {
-        const std::vector<uint8_t> none;
-        const std::vector<uint8_t> ours(mine.begin(), mine.end());
-        answer->set_value(store->compareSet("job", none, ours));
-      } catch (...) {
-        answer->set_exception(std::current_exception());
-      }
-    }).detach();
+    auto found_future = detached([store, mine] {
+      const std::vector<uint8_t> none;
+      const std::vector<uint8_t> ours(mine.begin(), mine.end());
+      return store->compareSet("job", none, ours);
+    });
     const auto limit = std::min<std::chrono::milliseconds>(
         options_.timeout(), std::chrono::milliseconds(kFirstAnswer));
     TORCH_CHECK(found_future.wait_for(limit) == std::future_status::ready,

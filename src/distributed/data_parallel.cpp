@@ -84,7 +84,10 @@ struct DataParallel::Impl {
   void launch(Bucket& bucket) {
     // Averaged before the sum (DDP and the compress hooks divide first).
     bucket.buffer.div_(group->world_size());
-    bucket.work = group->all_reduce_async_(bucket.buffer);
+    bucket.work = group->all_reduce_async_(
+        bucket.buffer, "the gradient all-reduce of bucket " +
+                           std::to_string(&bucket - buckets.data() + 1) +
+                           " of " + std::to_string(buckets.size()));
   }
 
   // Buckets start in index order on every rank (Gloo and NCCL need the same
@@ -175,7 +178,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   {
     std::vector<torch::Tensor> state = impl.params;
     state.insert(state.end(), impl.buffers.begin(), impl.buffers.end());
-    group_->broadcast_(state, 0);
+    group_->broadcast_(state, 0, "the broadcast of rank 0's model");
   }
   {
     std::map<int, size_t> group_of_dtype;
@@ -275,7 +278,8 @@ void DataParallel::before_forward() {
         offset += b.numel();
       }
     }
-    group_->broadcast_(g.flat, 0);
+    group_->broadcast_(g.flat, 0,
+                       "the broadcast of rank 0's buffers before forward");
     if (!root) {
       for (auto& b : g.members) {
         b.copy_(g.flat.narrow(0, offset, b.numel()).view_as(b));

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "distributed/backend.h"
+#include "distributed/collective_watch.h"
 #include "distributed/rendezvous.h"
 
 namespace lamp {
@@ -42,6 +43,8 @@ c10d::AllreduceOptions reduce_options(ReduceOp op) {
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<detail::C10dBackend> backend;
+  // Last: it goes first, with the works it holds.
+  std::unique_ptr<detail::CollectiveWatch> watch;
 };
 
 namespace {
@@ -68,21 +71,32 @@ struct CollectiveSite {
 class WorkHandle final : public ProcessGroup::Work {
  public:
   // `staged` (when defined) is what was communicated for `target`, in a
-  // dtype the backend reduces; wait() copies it back.
+  // dtype the backend reduces; wait() copies it back. `watch` (with the
+  // ticket `watched`) is told when the caller has waited.
   WorkHandle(c10::intrusive_ptr<c10d::Work> work, torch::Tensor staged,
-             torch::Tensor target, CollectiveSite site)
+             torch::Tensor target, CollectiveSite site,
+             detail::CollectiveWatch* watch, int64_t watched)
       : work_(std::move(work)),
         staged_(std::move(staged)),
         target_(std::move(target)),
-        site_(std::move(site)) {}
+        site_(std::move(site)),
+        watch_(watch),
+        watched_(watched) {}
+  ~WorkHandle() override {
+    if (work_ && watch_) {
+      watch_->end(watched_); // dropped unwaited (an error in between)
+    }
+  }
   void wait() override {
     if (work_) {
       auto work = std::move(work_);
       try {
         work->wait();
       } catch (const std::exception& e) {
+        watch_->end(watched_);
         fail_collective_at(site_, "all_reduce_async_", e);
       }
+      watch_->end(watched_);
       if (staged_.defined()) {
         target_.copy_(staged_);
       }
@@ -94,7 +108,14 @@ class WorkHandle final : public ProcessGroup::Work {
   torch::Tensor staged_;
   torch::Tensor target_;
   CollectiveSite site_;
+  detail::CollectiveWatch* watch_;
+  int64_t watched_;
 };
+
+// "all_reduce_" for an unnamed all_reduce_().
+std::string named(const std::string& purpose, const char* call) {
+  return purpose.empty() ? call : purpose;
+}
 
 // Gloo has no BF16 reductions: they run in FP32 there (exact for the
 // inputs; one rounding back to BF16 at the end, as NCCL's does).
@@ -172,7 +193,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
   group->backend_name_ = backend;
   group->impl_ = std::make_unique<Impl>();
   group->address_ = env.master_addr + ":" + std::to_string(env.master_port);
-  auto store = detail::join_rendezvous(env, options, group->address_);
+  auto joined = detail::join_rendezvous(env, options, group->address_);
+  auto& store = joined.store;
   try {
     if (backend == "gloo") {
       group->impl_->backend = detail::make_gloo_backend(
@@ -187,11 +209,24 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
                 " backend at ", group->address_,
                 " (every rank had arrived): ", detail::error_text(e));
   }
+  const auto report = options.wait_report() ? options.wait_report()
+                                            : [](const std::string& line) {
+                                                std::cerr << line << std::endl;
+                                              };
+  group->impl_->watch = std::make_unique<detail::CollectiveWatch>(
+      std::move(joined.connect_again),
+      detail::CollectiveWatch::Settings{
+          env.rank, env.world_size, options.timeout(),
+          options.collective_wait_report().count() > 0
+              ? options.collective_wait_report()
+              : detail::CollectiveWatch::default_interval(options.timeout()),
+          report});
   group->impl_->store = std::move(store);
   return group;
 }
 
-void ProcessGroup::all_reduce_(torch::Tensor& tensor, ReduceOp op) {
+void ProcessGroup::all_reduce_(torch::Tensor& tensor, ReduceOp op,
+                               const std::string& purpose) {
   if (!is_distributed()) {
     return;
   }
@@ -202,7 +237,10 @@ void ProcessGroup::all_reduce_(torch::Tensor& tensor, ReduceOp op) {
   std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat)
                                             : tensor};
   try {
-    impl_->backend->allreduce(tensors, reduce_options(op))->wait();
+    auto work = impl_->backend->allreduce(tensors, reduce_options(op));
+    detail::CollectiveWatch::Scope watched(impl_->watch.get(),
+                                           named(purpose, "all_reduce_"), work);
+    work->wait();
   } catch (const std::exception& e) {
     fail_collective("all_reduce_", e);
   }
@@ -212,7 +250,7 @@ void ProcessGroup::all_reduce_(torch::Tensor& tensor, ReduceOp op) {
 }
 
 std::unique_ptr<ProcessGroup::Work> ProcessGroup::all_reduce_async_(
-    torch::Tensor& tensor) {
+    torch::Tensor& tensor, const std::string& purpose) {
   if (!is_distributed()) {
     return std::make_unique<DoneWork>();
   }
@@ -225,12 +263,16 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::all_reduce_async_(
   } catch (const std::exception& e) {
     fail_collective("all_reduce_async_", e);
   }
+  const int64_t watched =
+      impl_->watch->begin(named(purpose, "all_reduce_async_"), work);
   return std::make_unique<WorkHandle>(
       std::move(work), staged ? tensors[0] : torch::Tensor(), tensor,
-      CollectiveSite{rank_, world_size_, backend_name_, timeout_});
+      CollectiveSite{rank_, world_size_, backend_name_, timeout_},
+      impl_->watch.get(), watched);
 }
 
-void ProcessGroup::broadcast_(torch::Tensor& tensor, int root) {
+void ProcessGroup::broadcast_(torch::Tensor& tensor, int root,
+                              const std::string& purpose) {
   if (!is_distributed()) {
     return;
   }
@@ -243,7 +285,10 @@ void ProcessGroup::broadcast_(torch::Tensor& tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   try {
-    impl_->backend->broadcast(tensors, options)->wait();
+    auto work = impl_->backend->broadcast(tensors, options);
+    detail::CollectiveWatch::Scope watched(impl_->watch.get(),
+                                           named(purpose, "broadcast_"), work);
+    work->wait();
   } catch (const std::exception& e) {
     fail_collective("broadcast_", e);
   }
@@ -255,7 +300,8 @@ void ProcessGroup::fail_collective(const char* what,
       CollectiveSite{rank_, world_size_, backend_name_, timeout_}, what, error);
 }
 
-void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root) {
+void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root,
+                              const std::string& purpose) {
   if (!is_distributed() || tensors.empty()) {
     return;
   }
@@ -271,7 +317,7 @@ void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root) {
       flat_parts.push_back(t.detach().to(device_).reshape(-1));
     }
     auto flat = torch::cat(flat_parts);
-    broadcast_(flat, root);
+    broadcast_(flat, root, purpose);
     int64_t offset = 0;
     for (auto& t : item.second) {
       const int64_t n = t.numel();
@@ -281,14 +327,14 @@ void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root) {
   }
 }
 
-void ProcessGroup::barrier() {
+void ProcessGroup::barrier(const std::string& purpose) {
   if (!is_distributed()) {
     return;
   }
   // An all-reduce rather than the backend's barrier: the same call on Gloo
   // and NCCL, and it honours the timeout on both.
   auto token = torch::zeros({1}, torch::TensorOptions().device(device_));
-  all_reduce_(token);
+  all_reduce_(token, ReduceOp::kSum, named(purpose, "barrier"));
 }
 
 namespace {
@@ -361,6 +407,8 @@ void ProcessGroup::check_same(const std::string& what,
   const std::string prefix = "check/" + std::to_string(checks_++) + "/";
   std::vector<std::vector<RankSetting>> all(world_size_);
   try {
+    detail::CollectiveWatch::Scope watched(
+        impl_->watch.get(), "comparing " + what + " across ranks");
     impl_->store->set(prefix + std::to_string(rank_), encode(settings));
     for (int r = 0; r < world_size_; ++r) {
       all[r] = r == rank_
@@ -405,12 +453,14 @@ std::function<void(torch::Tensor&)> found_inf_reduction(
     return nullptr;
   }
   return [group](torch::Tensor& found_inf) {
+    static const std::string kPurpose =
+        "the overflow check's all-reduce (GradScaler's found_inf)";
     if (found_inf.device() == group->device()) {
-      group->all_reduce_(found_inf, ReduceOp::kMax);
+      group->all_reduce_(found_inf, ReduceOp::kMax, kPurpose);
       return;
     }
     auto on_group = found_inf.to(group->device());
-    group->all_reduce_(on_group, ReduceOp::kMax);
+    group->all_reduce_(on_group, ReduceOp::kMax, kPurpose);
     found_inf.copy_(on_group);
   };
 }

@@ -50,23 +50,6 @@ namespace {
 using distributed::Environment;
 using distributed::ProcessGroupOptions;
 
-// `call()`'s result, computed on a thread of its own that is left behind
-// (detached) if the caller stops waiting: a store call can block forever,
-// and std::async's future would wait for it on destruction.
-template <typename F>
-auto detached(F call) -> std::future<decltype(call())> {
-  auto result = std::make_shared<std::promise<decltype(call())>>();
-  auto future = result->get_future();
-  std::thread([call = std::move(call), result] {
-    try {
-      result->set_value(call());
-    } catch (...) {
-      result->set_exception(std::current_exception());
-    }
-  }).detach();
-  return future;
-}
-
 // The meeting of the ranks before the backend starts: rank 0 (or torchrun's
 // agent) serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects
 // and signs in under its rank. While it waits, it says for what (every
@@ -78,9 +61,11 @@ class Rendezvous {
              std::string address)
       : env_(env), options_(options), address_(std::move(address)) {}
 
-  c10::intrusive_ptr<c10d::Store> join() const {
+  RendezvousStore join() const {
     const auto start = Clock::now();
-    auto store = connect(start);
+    RendezvousStore joined;
+    auto store = connect(start, &joined.connect_again);
+    joined.store = store;
     check_job(store);
     // add(), not set(): a rank that another process already signed in under
     // is a second job on this port (or two processes given one RANK).
@@ -97,7 +82,7 @@ class Rendezvous {
         "--master-port) or give each process its own RANK.");
     ask([&] { return store->add("arrived", 1); });
     wait_for_everyone(*store, start);
-    return store;
+    return joined;
   }
 
  private:
@@ -134,8 +119,11 @@ class Rendezvous {
             : "Check that rank 0 was started (torchrun --nproc-per-node/--nnodes), that MASTER_ADDR:MASTER_PORT is reachable from this host, and that no other job uses the port.");
   }
 
-  // The store, connected (served by rank 0 without torchrun's agent).
-  c10::intrusive_ptr<c10d::Store> connect(Clock::time_point start) const {
+  // The store, connected (served by rank 0 without torchrun's agent), and
+  // in `connect_again` the way to another client connection to it.
+  c10::intrusive_ptr<c10d::Store> connect(
+      Clock::time_point start,
+      std::function<c10::intrusive_ptr<c10d::Store>()>* connect_again) const {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env_.master_port);
     store_options.isServer = !env_.agent_store && env_.rank == 0;
@@ -176,18 +164,31 @@ class Rendezvous {
     } catch (const std::exception& e) {
       fail(store_options.isServer ? "could not serve" : "could not reach", e);
     }
-    if (env_.agent_store) {
-      // torchrun's agent serves the store; each restart has its own keys.
-      store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(env_.restart_count), store);
-    }
-    // Each group of the process has its own keys (every rank makes its
+    // torchrun's agent serves the store, each restart with its own keys;
+    // each group of the process has its own keys (every rank makes its
     // groups in the same order).
     static std::atomic<int> groups{0};
-    store = c10::make_intrusive<c10d::PrefixStore>(
-        "lamp/pg" + std::to_string(groups++), store);
-    store->setTimeout(options_.timeout());
-    return store;
+    const auto group_keys =
+        [agent = env_.agent_store, attempt = env_.restart_count,
+         group = groups++,
+         timeout = options_.timeout()](c10::intrusive_ptr<c10d::Store> s) {
+          if (agent) {
+            s = c10::make_intrusive<c10d::PrefixStore>(
+                "/worker/attempt_" + std::to_string(attempt), s);
+          }
+          s = c10::make_intrusive<c10d::PrefixStore>(
+              "lamp/pg" + std::to_string(group), s);
+          s->setTimeout(timeout);
+          return s;
+        };
+    auto client_options = store_options;
+    client_options.isServer = false;
+    client_options.numWorkers = c10::nullopt;
+    *connect_again = [address = env_.master_addr, client_options, group_keys] {
+      return group_keys(
+          c10::make_intrusive<c10d::TCPStore>(address, client_options));
+    };
+    return group_keys(store);
   }
 
   static std::chrono::milliseconds elapsed(Clock::time_point start) {
@@ -304,10 +305,9 @@ class Rendezvous {
 
 } // namespace
 
-c10::intrusive_ptr<c10d::Store> join_rendezvous(
-    const distributed::Environment& env,
-    const distributed::ProcessGroupOptions& options,
-    const std::string& address) {
+RendezvousStore join_rendezvous(const distributed::Environment& env,
+                                const distributed::ProcessGroupOptions& options,
+                                const std::string& address) {
   return Rendezvous{env, options, address}.join();
 }
 

@@ -7,7 +7,11 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
+#include <future>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lamp/distributed/environment.h"
@@ -26,16 +30,41 @@ std::string seconds(std::chrono::milliseconds d);
 /// "1, 3, 4" (at most 8, then "..."), for messages.
 std::string rank_list(const std::vector<int>& ranks);
 
+/// `call()`'s result, computed on a thread of its own that is left behind
+/// (detached) if the caller stops waiting: a store call can block forever,
+/// and std::async's future would wait for it on destruction.
+template <typename F>
+auto detached(F call) -> std::future<decltype(call())> {
+  auto result = std::make_shared<std::promise<decltype(call())>>();
+  auto future = result->get_future();
+  std::thread([call = std::move(call), result] {
+    try {
+      result->set_value(call());
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  return future;
+}
+
+/// The rendezvous's store, under the keys of one process group.
+struct RendezvousStore {
+  c10::intrusive_ptr<c10d::Store> store;
+  /// Another client connection to the same store under the same keys: for
+  /// a thread that must not wait behind `store`'s calls (a TCPStore client
+  /// serves one call at a time).
+  std::function<c10::intrusive_ptr<c10d::Store>()> connect_again;
+};
+
 /// Joins the rendezvous at `address` (MASTER_ADDR:MASTER_PORT): rank 0 (or
 /// torchrun's agent) serves a TCPStore there, every rank connects and signs
 /// in under its rank. While it waits it says for what (every
 /// options.wait_report_interval()); when options.timeout() ends the wait, the
 /// error names the ranks that never came. Returns the store, prefixed for
-/// this group.
-c10::intrusive_ptr<c10d::Store> join_rendezvous(
-    const distributed::Environment& env,
-    const distributed::ProcessGroupOptions& options,
-    const std::string& address);
+/// this group, and the way to connect to it again.
+RendezvousStore join_rendezvous(const distributed::Environment& env,
+                                const distributed::ProcessGroupOptions& options,
+                                const std::string& address);
 
 } // namespace detail
 } // namespace lamp

@@ -418,7 +418,8 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
   if (group && group->is_distributed()) {
     // All ranks together: the mean of the ranks' mean losses, every rank's
     // images.
-    group->all_reduce_(run.loss_sum);
+    group->all_reduce_(run.loss_sum, lamp::distributed::ReduceOp::kSum,
+                       "the all-reduce of the epoch's training loss");
     run.loss_sum.div_(group->world_size());
     run.images *= group->world_size();
   }

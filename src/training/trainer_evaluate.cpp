@@ -82,9 +82,11 @@ c10::optional<Evaluation> ClassifierTrainer::run_evaluation(
   }
   model_->train();
   if (ranks > 1) {
-    group->all_reduce_(loss_sum);
+    group->all_reduce_(loss_sum, lamp::distributed::ReduceOp::kSum,
+                       "the evaluation's all-reduce of the loss");
     auto correct_double = correct.to(torch::kDouble);
-    group->all_reduce_(correct_double);
+    group->all_reduce_(correct_double, lamp::distributed::ReduceOp::kSum,
+                       "the evaluation's all-reduce of the hits");
     correct = correct_double.to(torch::kLong);
   }
   Evaluation eval;

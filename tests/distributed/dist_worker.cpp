@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -307,6 +309,97 @@ TEST(TwoRanks, AStoppedRankMakesTheOtherFailAfterTheTimeout) {
           .count();
   EXPECT_GE(seconds, 2.5);
   EXPECT_LT(seconds, 10.0);
+}
+
+// A group whose collectives report their waits into `lines` every second.
+std::shared_ptr<ProcessGroup> reporting_group(
+    std::shared_ptr<std::vector<std::string>> lines,
+    std::shared_ptr<std::mutex> mutex, std::chrono::milliseconds timeout) {
+  auto g = ProcessGroup::from_environment(
+      torch::kCPU, ProcessGroupOptions()
+                       .timeout(timeout)
+                       .collective_wait_report(std::chrono::seconds(1))
+                       .wait_report([lines, mutex](const std::string& line) {
+                         std::lock_guard<std::mutex> lock(*mutex);
+                         lines->push_back(line);
+                       }));
+  EXPECT_EQ(g->world_size(), 2) << "run through run_ranks.sh 2";
+  return g;
+}
+
+std::string joined(const std::vector<std::string>& lines, std::mutex& mutex) {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string text;
+  for (const auto& line : lines) {
+    text += line + "\n";
+  }
+  return text;
+}
+
+TEST(TwoRanks, ACollectiveThatWaitsSaysForWhom) {
+  // Rank 1 comes 3.5 s late to an all-reduce: rank 0 says, each second,
+  // how long it has waited, where, for whom and until when; the collective
+  // then completes, and a healthy one is not reported at all.
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mutex = std::make_shared<std::mutex>();
+  auto g = reporting_group(lines, mutex, std::chrono::seconds(20));
+  g->barrier();
+  auto t = torch::ones({4});
+  if (g->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  }
+  g->all_reduce_(t, lamp::distributed::ReduceOp::kSum, "the test's all-reduce");
+  EXPECT_TRUE(torch::equal(t, torch::full({4}, 2.0f)));
+  for (int i = 0; i < 20; ++i) {
+    g->all_reduce_(t);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto text = joined(*lines, *mutex);
+  if (g->rank() == 1) {
+    EXPECT_EQ(text, "");
+    return;
+  }
+  for (const char* waited : {"1 s", "2 s", "3 s"}) {
+    EXPECT_NE(
+        text.find(std::string("lamp::distributed: rank 0 of 2 has waited ") +
+                  waited +
+                  " in the test's all-reduce (collective 1) for rank 1, "
+                  "which has not reached it; giving up after 20 s "
+                  "(--dist-timeout / ProcessGroupOptions::timeout).\n"),
+        std::string::npos)
+        << text;
+  }
+  // One line a second: three, or four where rank 1's barrier was late.
+  const auto count = std::count(text.begin(), text.end(), '\n');
+  EXPECT_GE(count, 3) << text;
+  EXPECT_LE(count, 4) << text;
+  EXPECT_EQ(text.find("all_reduce_"), std::string::npos) << text;
+}
+
+TEST(TwoRanks, CollectivesCalledInDifferentOrdersAreNamed) {
+  // Rank 0 compares settings while rank 1 is in an all-reduce: each says
+  // which collective the other waits in, until the timeout ends both.
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mutex = std::make_shared<std::mutex>();
+  auto g = reporting_group(lines, mutex, std::chrono::seconds(5));
+  auto t = torch::ones({4});
+  const auto message = error_of([&] {
+    if (g->rank() == 0) {
+      g->check_same("the flags", {{"--lr", "0.1"}});
+    } else {
+      g->all_reduce_(t, lamp::distributed::ReduceOp::kSum,
+                     "the loss's all-reduce");
+    }
+  });
+  EXPECT_NE(message, "");
+  const auto text = joined(*lines, *mutex);
+  const std::string other =
+      g->rank() == 0 ? "; rank 1 waits in collective 0, the loss's all-reduce: "
+                       "the ranks call collectives in different orders; "
+                     : "; rank 0 waits in collective 0, comparing the flags "
+                       "across ranks: the ranks call collectives in different "
+                       "orders; ";
+  EXPECT_NE(text.find(other), std::string::npos) << text;
 }
 
 TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {

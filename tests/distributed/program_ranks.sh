@@ -126,8 +126,9 @@ else
   fail "lonely_rank: exit $rc after ${took} s"; tail -3 "$work/lonely.log" | sed 's/^/      /'
 fi
 
-# A rank stopped with SIGSTOP during training: the other stops with the
-# collective's message once --dist-timeout has passed.
+# A rank stopped with SIGSTOP during training: the other says each second
+# (a quarter of --dist-timeout) that it waits, where and for whom, then stops
+# with the collective's message once --dist-timeout has passed.
 port=$(free_port)
 with_defaults --epochs 100000 --dist-timeout 4
 for r in 0 1; do
@@ -146,7 +147,10 @@ wait "$pid0"; rc=$?
 took=$(($(date +%s) - start))
 kill -9 "$pid1" 2> /dev/null; wait "$pid1" 2> /dev/null
 if [ "$rc" -eq 1 ] && grep -q "failed on rank 0 of 2 (gloo)" "$work/stopped.rank0.log" &&
-    grep -q "stopped answering (the timeout is 4 s" "$work/stopped.rank0.log" && [ "$took" -lt 20 ]; then
+    grep -q "stopped answering (the timeout is 4 s" "$work/stopped.rank0.log" &&
+    grep -q "^lamp::distributed: rank 0 of 2 has waited 3 s in " "$work/stopped.rank0.log" &&
+    grep -Eq "^lamp::distributed: rank 0 of 2 has waited 1 s in the [a-z' -]+all-reduce[a-z0-9 ]* \(collective [0-9]+\) for rank 1, which has not reached it; giving up after 4 s \(--dist-timeout" \
+      "$work/stopped.rank0.log" && [ "$took" -lt 20 ]; then
   pass "stopped_rank (${took} s)"
 else
   fail "stopped_rank: exit $rc after ${took} s"; tail -3 "$work/stopped.rank0.log" | sed 's/^/      /'

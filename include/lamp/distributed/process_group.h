@@ -45,7 +45,16 @@ struct ProcessGroupOptions {
   /// of M ranks at HOST:PORT"), the first time after this long.
   TORCH_ARG(std::chrono::milliseconds,
             wait_report_interval) = std::chrono::seconds(5);
-  /// Where those lines go; nullptr: standard error.
+  /// How long a collective (an all-reduce, a broadcast, check_same) waits
+  /// for the other ranks before this rank says so, and for whom ("rank 0 of
+  /// 2 has waited 30 s in the gradient all-reduce ... for rank 1, which has
+  /// not reached it; giving up after 600 s"), then again each time as long
+  /// again; 0: a quarter of the timeout, at most 30 s. A thread of the group
+  /// watches: a step in which nothing waits pays no host sync and no store
+  /// traffic for it.
+  TORCH_ARG(std::chrono::milliseconds,
+            collective_wait_report) = std::chrono::milliseconds(0);
+  /// Where those lines, and the rendezvous's, go; nullptr: standard error.
   TORCH_ARG(std::function<void(const std::string&)>, wait_report) = nullptr;
 };
 
@@ -113,14 +122,19 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   /// In-place reduction of a dense tensor over all ranks; blocks until done.
-  void all_reduce_(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  /// `purpose` names it in the reports of a collective that waits long
+  /// ("the evaluation's all-reduce"); empty: "all_reduce_".
+  void all_reduce_(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum,
+                   const std::string& purpose = {});
   /// In place: every rank gets `root`'s values.
-  void broadcast_(torch::Tensor& tensor, int root = 0);
+  void broadcast_(torch::Tensor& tensor, int root = 0,
+                  const std::string& purpose = {});
   /// Broadcasts several tensors of any dtypes (flattened per dtype into one
   /// message each).
-  void broadcast_(std::vector<torch::Tensor> tensors, int root = 0);
+  void broadcast_(std::vector<torch::Tensor> tensors, int root = 0,
+                  const std::string& purpose = {});
   /// Waits until every rank has called barrier().
-  void barrier();
+  void barrier(const std::string& purpose = {});
 
   /// Checks that every rank passed the same `settings` (the same names with
   /// the same values; the order of names does not matter), through the
@@ -147,8 +161,9 @@ class ProcessGroup {
   /// Starts summing `tensor` over all ranks, in place, and returns at once;
   /// `tensor` holds the sum once Work::wait() returns, and must not be used
   /// before. BF16 is reduced in FP32 on Gloo. A single process gets a Work
-  /// that is already done.
-  std::unique_ptr<Work> all_reduce_async_(torch::Tensor& tensor);
+  /// that is already done. `purpose` as for all_reduce_().
+  std::unique_ptr<Work> all_reduce_async_(torch::Tensor& tensor,
+                                          const std::string& purpose = {});
 
  private:
   [[noreturn]] void fail_collective(const char* what,

@@ -1,0 +1,281 @@
+#include "distributed/collective_watch.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <future>
+#include <mutex>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "distributed/rendezvous.h"
+
+namespace lamp {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Ranks whose store entries a report reads; a larger group's report says
+// how long it waited, not for whom (one store round trip per rank).
+constexpr int kMaxRanksAsked = 256;
+// How long a report waits for the store before saying it did not answer
+// (rank 0, which serves it, may be the one that stopped).
+constexpr std::chrono::seconds kStoreAnswer{2};
+
+std::string key(int rank) {
+  return "wait/" + std::to_string(rank);
+}
+
+std::string whole_seconds(Clock::duration d) {
+  return std::to_string(
+             std::chrono::duration_cast<std::chrono::seconds>(d).count()) +
+         " s";
+}
+
+struct Entry {
+  int64_t id = 0;
+  std::string what;
+  c10::intrusive_ptr<c10d::Work> work;
+  Clock::time_point start;
+  int reports = 0;
+  bool waited = false;    // end() was called
+  bool announced = false; // this rank's store entry names it
+};
+
+bool finished(const Entry& e) {
+  return e.waited && (!e.work || e.work->isCompleted());
+}
+
+// The watch's own store connection, made on first use; one call at a time.
+class Asker {
+ public:
+  explicit Asker(std::function<c10::intrusive_ptr<c10d::Store>()> connect)
+      : connect_(std::move(connect)) {}
+  template <typename F>
+  auto ask(F call) -> decltype(call(std::declval<c10d::Store&>())) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!store_) {
+      store_ = connect_();
+    }
+    return call(*store_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::function<c10::intrusive_ptr<c10d::Store>()> connect_;
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+} // namespace
+
+struct CollectiveWatch::State {
+  std::shared_ptr<Asker> asker;
+  Settings settings;
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<Entry> pending; // in ticket order
+  int64_t next_id = 0;
+  bool stop = false;
+  // The thread has left its loop (the destructor waits for it, bounded).
+  std::promise<void> done;
+
+  // Finished entries at the front go; those announced leave a store entry
+  // to delete (returned).
+  std::vector<int64_t> prune_locked() {
+    std::vector<int64_t> announced;
+    while (!pending.empty() && finished(pending.front())) {
+      if (pending.front().announced) {
+        announced.push_back(pending.front().id);
+      }
+      pending.pop_front();
+    }
+    return announced;
+  }
+
+  // Who the collective numbered `id` waits for, from the other ranks' store
+  // entries, as the report's words ("for rank 1"); runs off the lock.
+  std::string whom(int64_t id, const std::string& what) const {
+    const int world = settings.world_size;
+    if (world > kMaxRanksAsked) {
+      return "for the other ranks";
+    }
+    const int rank = settings.rank;
+    auto answer = detached([asker = asker, rank, world, id, what] {
+      return asker->ask([&](c10d::Store& store) {
+        const std::string mine = std::to_string(id) + "\t" + what;
+        store.set(key(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+        std::vector<std::string> others;
+        for (int r = 0; r < world; ++r) {
+          if (r == rank || !store.check({key(r)})) {
+            others.emplace_back();
+            continue;
+          }
+          const auto bytes = store.get(key(r));
+          others.emplace_back(bytes.begin(), bytes.end());
+        }
+        return others;
+      });
+    });
+    if (answer.wait_for(kStoreAnswer) != std::future_status::ready) {
+      return "for the other ranks (rank 0's store gave no answer in " +
+             whole_seconds(kStoreAnswer) + ": rank 0 may have stopped)";
+    }
+    std::vector<std::string> entries;
+    try {
+      entries = answer.get();
+    } catch (const std::exception& e) {
+      return "for the other ranks (rank 0's store: " + error_text(e) + ")";
+    }
+    std::vector<int> absent;
+    std::ostringstream elsewhere;
+    // Another collective, or the same number under another name.
+    const std::string here = std::to_string(id) + "\t" + what;
+    for (int r = 0; r < world; ++r) {
+      if (r == settings.rank) {
+        continue;
+      }
+      const auto& entry = entries[static_cast<size_t>(r)];
+      if (entry.empty()) {
+        absent.push_back(r);
+      } else if (entry != here) {
+        const auto tab = entry.find('\t');
+        elsewhere << "; rank " << r << " waits in collective "
+                  << entry.substr(0, tab) << ", "
+                  << (tab == std::string::npos ? "" : entry.substr(tab + 1))
+                  << ": the ranks call collectives in different orders";
+      }
+    }
+    std::string text =
+        absent.empty()
+            ? "for the other ranks"
+            : std::string("for rank") + (absent.size() > 1 ? "s " : " ") +
+                  rank_list(absent) +
+                  (absent.size() > 1 ? ", which have" : ", which has") +
+                  " not reached it";
+    return text + elsewhere.str();
+  }
+
+  void forget(const std::vector<int64_t>& announced) const {
+    if (announced.empty()) {
+      return;
+    }
+    const int rank = settings.rank;
+    // Not waited for: a store that does not answer must not hold the watch.
+    detached([asker = asker, rank] {
+      return asker->ask(
+          [rank](c10d::Store& store) { return store.deleteKey(key(rank)); });
+    });
+  }
+
+  void run() {
+    const auto poll = std::clamp<std::chrono::milliseconds>(
+        settings.interval / 4, std::chrono::milliseconds(50),
+        std::chrono::seconds(1));
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop) {
+      wake.wait_for(lock, poll);
+      if (stop) {
+        break;
+      }
+      const auto announced = prune_locked();
+      if (!announced.empty()) {
+        lock.unlock();
+        forget(announced);
+        lock.lock();
+        continue;
+      }
+      if (pending.empty()) {
+        continue;
+      }
+      // The oldest collective: the one every later one waits behind.
+      auto& oldest = pending.front();
+      const auto waited = Clock::now() - oldest.start;
+      if (finished(oldest) ||
+          waited < settings.interval * (oldest.reports + 1)) {
+        continue;
+      }
+      ++oldest.reports;
+      oldest.announced = true;
+      const int64_t id = oldest.id;
+      const std::string what = oldest.what;
+      lock.unlock();
+      const std::string line =
+          "lamp::distributed: rank " + std::to_string(settings.rank) + " of " +
+          std::to_string(settings.world_size) + " has waited " +
+          whole_seconds(waited) + " in " + what + " (collective " +
+          std::to_string(id) + ") " + whom(id, what) + "; giving up after " +
+          seconds(settings.timeout) +
+          " (--dist-timeout / ProcessGroupOptions::timeout).";
+      settings.report(line);
+      lock.lock();
+    }
+  }
+};
+
+std::chrono::milliseconds CollectiveWatch::default_interval(
+    std::chrono::milliseconds timeout) {
+  return std::min<std::chrono::milliseconds>(timeout / 4,
+                                             std::chrono::seconds(30));
+}
+
+CollectiveWatch::CollectiveWatch(
+    std::function<c10::intrusive_ptr<c10d::Store>()> connect, Settings settings)
+    : state_(std::make_shared<State>()) {
+  TORCH_INTERNAL_ASSERT(settings.interval.count() > 0 && settings.report);
+  state_->asker = std::make_shared<Asker>(std::move(connect));
+  state_->settings = std::move(settings);
+  thread_ = std::thread([state = state_] {
+    state->run();
+    state->done.set_value();
+  });
+}
+
+CollectiveWatch::~CollectiveWatch() {
+  auto done = state_->done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stop = true;
+  }
+  state_->wake.notify_all();
+  // A report blocked on a store that does not answer is left behind; it
+  // holds the state, not this object.
+  if (done.wait_for(kStoreAnswer * 2) == std::future_status::ready) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
+}
+
+int64_t CollectiveWatch::begin(std::string what,
+                               c10::intrusive_ptr<c10d::Work> work) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  Entry entry;
+  entry.id = state_->next_id++;
+  entry.what = std::move(what);
+  entry.work = std::move(work);
+  entry.start = Clock::now();
+  state_->pending.push_back(std::move(entry));
+  return state_->pending.back().id;
+}
+
+void CollectiveWatch::end(int64_t id) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto& pending = state_->pending;
+  const auto it = std::find_if(pending.begin(), pending.end(),
+                               [id](const Entry& e) { return e.id == id; });
+  if (it == pending.end()) {
+    return;
+  }
+  it->waited = true;
+  // Announced entries are the thread's to remove (it deletes their store
+  // entry); the others go as soon as they are done.
+  if (!it->announced && finished(*it)) {
+    pending.erase(it);
+  }
+}
+
+} // namespace detail
+} // namespace lamp

@@ -1,0 +1,96 @@
+#pragma once
+
+// The watch over a process group's collectives: while one waits longer than
+// a report interval for the other ranks, it says so, and for whom, from a
+// thread of its own. Private to src/.
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace lamp {
+namespace detail {
+
+/// Watches the collectives of one rank. The step pays for a lock and a
+/// list entry per collective; no host sync, no store traffic. Only a
+/// collective that has waited a report interval costs store round trips,
+/// to learn which ranks have not reached it:
+///
+///   lamp::distributed: rank 0 of 2 has waited 30 s in the gradient
+///   all-reduce (bucket 1 of 2) (collective 57) for rank 1, which has not
+///   reached it; giving up after 600 s (--dist-timeout /
+///   ProcessGroupOptions::timeout).
+///
+/// A rank whose collective has waited that long writes "wait/RANK" = its
+/// collective's number and name into the group's store and deletes it once
+/// done; the other ranks' entries tell a rank that waits too (the same
+/// number), one in another collective (the ranks call them in different
+/// orders) and one that has not come (no entry: stopped, slow or gone).
+class CollectiveWatch {
+ public:
+  struct Settings {
+    int rank = 0;
+    int world_size = 1;
+    std::chrono::milliseconds timeout{0};
+    /// The first report after this long, then one each time as long again.
+    std::chrono::milliseconds interval{0};
+    std::function<void(const std::string&)> report;
+  };
+
+  /// `connect` makes the watch's own connection to the group's store, on
+  /// its first report (a TCPStore client serves one call at a time, and the
+  /// group's may be blocked in check_same()'s wait for another rank).
+  CollectiveWatch(std::function<c10::intrusive_ptr<c10d::Store>()> connect,
+                  Settings settings);
+  ~CollectiveWatch();
+  CollectiveWatch(const CollectiveWatch&) = delete;
+  CollectiveWatch& operator=(const CollectiveWatch&) = delete;
+
+  /// A collective has started: `what` names it in reports ("the gradient
+  /// all-reduce (bucket 1 of 2)"); `work` (null for a store exchange) tells
+  /// when it is done. Returns its ticket for end().
+  int64_t begin(std::string what, c10::intrusive_ptr<c10d::Work> work);
+  /// The caller has waited for ticket `id`. A collective whose work is not
+  /// yet complete (NCCL's wait() only orders the stream) stays watched
+  /// until it is.
+  void end(int64_t id);
+
+  /// begin() and end() for a collective the caller waits for in its scope.
+  class Scope {
+   public:
+    Scope(CollectiveWatch* watch, std::string what,
+          c10::intrusive_ptr<c10d::Work> work = {})
+        : watch_(watch),
+          id_(watch ? watch->begin(std::move(what), std::move(work)) : -1) {}
+    ~Scope() {
+      if (watch_) {
+        watch_->end(id_);
+      }
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    CollectiveWatch* watch_;
+    int64_t id_;
+  };
+
+  /// The interval of ProcessGroupOptions::collective_wait_report() = 0: a
+  /// quarter of the timeout, at most 30 s.
+  static std::chrono::milliseconds default_interval(
+      std::chrono::milliseconds timeout);
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+} // namespace detail
+} // namespace lamp

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
 #include <new>
 #include <string>
 
 #include "lamp/amp/master_weights.h"
+#include "lamp/platform/address_space.h"
 #include "lamp/platform/out_of_memory.h"
 #include "test_util.h"
 
@@ -60,6 +63,63 @@ TEST(OutOfMemory, MasterWeightsTooLargeForTheAddressSpace) {
   expect_contains(error,
                   "out of memory while allocating the FP32 master weights "
                   "(268435456.0 MiB)");
+}
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+TEST(AddressSpace, WhatARunNeedsGrowsWithThreadsAndTensors) {
+  // The first thread's BLAS buffer is mapped at load: one thread needs the
+  // tensors' room alone.
+  EXPECT_EQ(lamp::address_space_needed(1, 0), 128 * kMiB);
+  EXPECT_EQ(lamp::address_space_needed(3, 100),
+            2 * 160 * kMiB + 128 * kMiB + 100);
+  expect_contains(error_of([] { lamp::address_space_needed(0, 0); }),
+                  "threads must be at least 1");
+  expect_contains(error_of([] { lamp::address_space_needed(1, -1); }),
+                  "tensor_bytes not negative");
+}
+
+TEST(AddressSpace, ALimitWithTooLittleRoomIsRefusedNamingItAndTheFix) {
+  lamp::AddressSpace space;
+  space.mapped = 1000 * kMiB;
+  // No limit: anything goes.
+  lamp::check_address_space(space, int64_t{1} << 50, "training");
+  space.limit = 1500 * kMiB;
+  // Exactly the room needed is enough.
+  lamp::check_address_space(space, 500 * kMiB, "training");
+  const auto error = error_of(
+      [&] { lamp::check_address_space(space, 500 * kMiB + 1, "training"); });
+  expect_contains(
+      error,
+      "the address-space limit (ulimit -v) is 1536000 KiB (1500 MiB) and this "
+      "process already maps 1000 MiB; training needs about 500 MiB more");
+  // Rounded up to the next whole MiB beyond mapped + needed.
+  expect_contains(error,
+                  "so training is not started: raise the limit to at least "
+                  "1537024 KiB (ulimit -v 1537024) or remove it (ulimit -v "
+                  "unlimited), or use fewer threads (OMP_NUM_THREADS).");
+}
+
+TEST(AddressSpace, ReadsTheSoftLimitAndWhatIsMapped) {
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &saved), 0);
+  const auto before = lamp::address_space();
+  EXPECT_GT(before.mapped, 0); // LibTorch alone maps hundreds of MiB
+  if (saved.rlim_cur == RLIM_INFINITY) {
+    EXPECT_EQ(before.limit, -1);
+  }
+  // A soft limit well above what is mapped (the hard one stays), read back,
+  // then restored.
+  const auto soft = static_cast<rlim_t>(before.mapped + 64 * 1024 * kMiB);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < soft) {
+    GTEST_SKIP() << "the hard address-space limit is below the test's";
+  }
+  struct rlimit lowered = saved;
+  lowered.rlim_cur = soft;
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &lowered), 0);
+  const auto limited = lamp::address_space();
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &saved), 0);
+  EXPECT_EQ(limited.limit, static_cast<int64_t>(soft));
 }
 
 } // namespace

@@ -46,6 +46,22 @@ void check_before_training(const ProgramConfig& config, const RunSpec& spec,
   }
 }
 
+// A `ulimit -v` that leaves this rank too little room: refused before the
+// first step, where OpenBLAS would hang taking its work buffers (a thread's
+// first matrix product) and oneDNN could crash. The model is built and the
+// data read by now; the gradients and optimizer state are still to come.
+void check_address_space_for(const BuiltModel& model) {
+  int64_t parameters = 0;
+  for (const auto& p : model.module->parameters()) {
+    parameters += p.numel();
+  }
+  // FP32 gradients and up to two FP32 moments per parameter.
+  lamp::check_address_space(
+      lamp::address_space(),
+      lamp::address_space_needed(at::get_num_threads(), parameters * 12),
+      "training");
+}
+
 // The process-wide switches the flags set: cuDNN's and the seed.
 void apply_process_settings(const ProgramConfig& config) {
   lamp::set_cudnn_benchmark(config.cudnn_benchmark);
@@ -418,6 +434,7 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
   }
   apply_process_settings(config);
   auto model = build_model(config, spec, group->device(), precision);
+  check_address_space_for(model);
   auto trainer = build_trainer(config, spec, model, group);
   if (trainer.start_epoch() >= config.epochs) {
     if (main_rank) {

@@ -38,6 +38,7 @@
 #include "lamp/optim/decay_groups.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/optim/sgd.h"
+#include "lamp/platform/address_space.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "lamp/platform/hardware.h"

@@ -68,6 +68,30 @@ FIGURE_SIZE = (9, 5.5)
 DPI = 150
 
 
+# The files read, as real paths: no chart may be written over one.
+INPUTS = set()
+
+
+def write_figure(fig, path):
+    """Writes `fig` as a PNG at `path` whole or not at all: drawn into a
+    temporary file beside it and renamed over it, so that a full disk or a
+    file size limit (`ulimit -f`) leaves the chart that was there, not half
+    of a new one."""
+    if os.path.realpath(path) in INPUTS:
+        raise PlotError("the chart %s would overwrite one of the files read; "
+                        "give another --out" % path)
+    temporary = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        fig.savefig(temporary, format="png")
+        os.replace(temporary, path)
+    except OSError as e:
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
+        raise PlotError("cannot write %s: %s" % (path, e.strerror or e))
+
+
 class PlotError(Exception):
     """A problem with the inputs or the environment, reported in one line."""
 
@@ -430,7 +454,7 @@ def save(plt, fig, ax, path):
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    write_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -588,7 +612,7 @@ def plot_throughput(plt, members, unit, color, prefix, subtitle, path):
     bars.margins(y=0.12)
     bars.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    write_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -680,11 +704,16 @@ def plot_bench(path, out_dir, title):
                                 report.get("device", "?"),
                                 ", " + when if when else ""))
     fig.tight_layout(rect=(0, 0, 0.88, 1))
-    stem = os.path.splitext(os.path.basename(path))[0]
-    out = os.path.join(out_dir, stem + ".png")
-    fig.savefig(out)
+    out = bench_chart(path, out_dir)
+    write_figure(fig, out)
     plt.close(fig)
     return out
+
+
+def bench_chart(path, out_dir):
+    """Where the chart of bench result `path` goes."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return os.path.join(out_dir, stem + ".png")
 
 
 # main
@@ -720,9 +749,18 @@ def main(argv):
                 raise PlotError("--out %s exists and is not a folder; give a "
                                 "folder for the PNGs" % args.out)
             os.makedirs(args.out, exist_ok=True)
+        INPUTS.update(os.path.realpath(path) for path in args.files)
         if args.bench:
+            charts = {}
             for path in args.files:
                 read_bench(path)  # every input checked before any drawing
+                chart = bench_chart(path, args.out or folder(path))
+                if os.path.realpath(chart) in charts:
+                    raise PlotError(
+                        "%s and %s would both be drawn to %s; rename one or "
+                        "draw them into different --out folders" %
+                        (charts[os.path.realpath(chart)], path, chart))
+                charts[os.path.realpath(chart)] = path
             written = [plot_bench(path, args.out or folder(path), args.title)
                        for path in args.files]
         else:
@@ -731,8 +769,18 @@ def main(argv):
     except (PlotError, OSError) as e:
         print("plot.py: error: %s" % e, file=sys.stderr)
         return 1
-    for path in written:
-        print(path)
+    try:
+        for path in written:
+            print(path)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `| head -1`: the charts are written; the paths' reader has gone.
+        # Python would otherwise print a traceback, then another at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("plot.py: error: cannot write to standard output (Broken "
+              "pipe): its reader has gone; the charts are written",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -496,6 +497,60 @@ class PlotBench(unittest.TestCase):
         result = run_plot("--bench", path)
         self.assertEqual(result.returncode, 1)
         self.assertIn("no \"rows\" with results", result.stderr)
+
+    def test_a_failed_write_keeps_the_chart_that_was_there(self):
+        # A file size limit below a chart's size (a full disk fails alike):
+        # the error names the chart, and the one drawn before stays whole.
+        path = write_bench(self.tmp)
+        self.assertEqual(run_plot("--bench", path).returncode, 0)
+        png = os.path.join(self.tmp, "cpu-2026-11-22.png")
+        with open(png, "rb") as f:
+            before = f.read()
+        result = subprocess.run(
+            [sys.executable, PLOT, "--bench", path], capture_output=True,
+            text=True, timeout=60, preexec_fn=lambda: resource.setrlimit(
+                resource.RLIMIT_FSIZE, (20000, resource.RLIM_INFINITY)))
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("plot.py: error: cannot write %s: File too large" % png,
+                      result.stderr)
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(sorted(os.listdir(self.tmp)),
+                         ["cpu-2026-11-22.json", "cpu-2026-11-22.png"])
+
+    def test_charts_that_would_overwrite_each_other_or_an_input_fail(self):
+        first = write_bench(os.path.join(self.tmp))
+        os.makedirs(os.path.join(self.tmp, "b"))
+        second = write_bench(os.path.join(self.tmp, "b"))
+        out = os.path.join(self.tmp, "out")
+        result = run_plot("--bench", first, second, "--out", out)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("%s and %s would both be drawn to %s; rename one or "
+                      "draw them into different --out folders" %
+                      (first, second, os.path.join(out, "cpu-2026-11-22.png")),
+                      result.stderr)
+        self.assertEqual(os.listdir(out), [])
+        named_png = os.path.join(self.tmp, "results.png")
+        os.rename(first, named_png)
+        result = run_plot("--bench", named_png)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("the chart %s would overwrite one of the files read; "
+                      "give another --out" % named_png, result.stderr)
+        with open(named_png) as f:
+            self.assertEqual(json.load(f)["device"], "cpu")
+
+    def test_a_reader_that_goes_away_is_an_error_not_a_traceback(self):
+        path = write_bench(self.tmp)
+        result = subprocess.run(
+            ["bash", "-c", '"$1" "$2" --bench "$3" | head -c 0; '
+             'exit "${PIPESTATUS[0]}"', "_", sys.executable, PLOT, path],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.stderr,
+                         "plot.py: error: cannot write to standard output "
+                         "(Broken pipe): its reader has gone; the charts are "
+                         "written\n")
+        Image(self, os.path.join(self.tmp, "cpu-2026-11-22.png"))
 
 
 if __name__ == "__main__":

@@ -529,6 +529,31 @@ def build(headers, runs, order, device, peer_python, date):
     return lines, merged, device_name
 
 
+def free_stem(base):
+    """`base`, or base-2, base-3, ... where an earlier run of the day wrote
+    results under it: a second run never overwrites the first's."""
+    stem, n = base, 1
+    while os.path.exists(stem + ".json") or os.path.exists(stem + ".md"):
+        n += 1
+        stem = "%s-%d" % (base, n)
+    return stem
+
+
+def write_whole(path, text):
+    """`text` at `path` whole or not at all (a temporary file renamed)."""
+    temporary = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        with open(temporary, "w") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
+        raise
+
+
 def main(argv):
     manifest_path, out_dir, device, suffix, peer_python, stem_path = argv
     headers, runs, order = read_manifest(manifest_path)
@@ -537,17 +562,22 @@ def main(argv):
                                        peer_python, date)
     slug = "cpu" if device == "cpu" else \
         re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or device
-    stem = os.path.join(out_dir, "%s-%s%s" % (
-        slug, date.strftime("%Y-%m-%d"), suffix))
-    with open(stem + ".json", "w") as f:
-        json.dump(merged, f, indent=2)
-        f.write("\n")
-    with open(stem + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print("\nwrote %s.json and %s.md" % (stem, stem))
-    with open(stem_path, "w") as f:
-        f.write(stem)
+    stem = free_stem(os.path.join(out_dir, "%s-%s%s" % (
+        slug, date.strftime("%Y-%m-%d"), suffix)))
+    write_whole(stem + ".json", json.dumps(merged, indent=2) + "\n")
+    write_whole(stem + ".md", "\n".join(lines) + "\n")
+    # Before anything is printed: run.sh reads it to draw the chart, even
+    # when the reader of this output has gone.
+    write_whole(stem_path, stem)
+    try:
+        print("\n".join(lines))
+        print("\nwrote %s.json and %s.md" % (stem, stem))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("report.py: cannot write to standard output (Broken pipe); "
+              "the results are in %s.json and %s.md" % (stem, stem),
+              file=sys.stderr)
     return 0
 
 

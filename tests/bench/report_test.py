@@ -305,6 +305,30 @@ class Statuses(unittest.TestCase):
         self.assertEqual(merged["noisy_spread"], 0.05)
         self.assertEqual(merged["repeats"], 5)
 
+    def test_a_second_run_of_the_day_keeps_the_first(self):
+        # The same device and day: the second run's results go beside the
+        # first's (-2), never over them; no temporary file is left.
+        with tempfile.TemporaryDirectory() as tmp:
+            manifest = standard(tmp).manifest()
+            out = os.path.join(tmp, "out")
+            os.mkdir(out)
+            stems = []
+            for run in range(2):
+                stem_file = os.path.join(tmp, "stem%d" % run)
+                with open(os.devnull, "w") as quiet:
+                    stdout, sys.stdout = sys.stdout, quiet
+                    try:
+                        report.main([manifest, out, "cpu", "", "python3",
+                                     stem_file])
+                    finally:
+                        sys.stdout = stdout
+                with open(stem_file) as f:
+                    stems.append(f.read())
+            self.assertEqual(stems[1], stems[0] + "-2")
+            self.assertEqual(sorted(os.listdir(out)), sorted(
+                os.path.basename(stem) + ext for stem in stems
+                for ext in (".json", ".md")))
+
 
 if __name__ == "__main__":
     unittest.main()

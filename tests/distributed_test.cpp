@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -14,6 +15,7 @@
 
 #include "lamp/data/loader.h"
 #include "lamp/distributed.h"
+#include "test_util.h"
 
 namespace {
 
@@ -343,6 +345,82 @@ TEST(DeviceLoaderShards, RejectsBadShards) {
                                  lamp::data::LoaderOptions(4).num_shards(11));
       },
       "would leave some empty");
+}
+
+using lamp::distributed::ShardLayout;
+using Piece = ShardLayout::Piece;
+
+TEST(ShardLayout, TensorsEndToEndInEvenShardsWithTrailingPadding) {
+  // 10 elements over 3 ranks: shards of 4, the last 2 elements padding.
+  const ShardLayout layout({3, 5, 2}, 3);
+  EXPECT_EQ(layout.numel(), 10);
+  EXPECT_EQ(layout.shard_numel(), 4);
+  EXPECT_EQ(layout.padded_numel(), 12);
+  EXPECT_EQ(layout.offset(0), 0);
+  EXPECT_EQ(layout.offset(1), 3);
+  EXPECT_EQ(layout.offset(2), 8);
+  EXPECT_EQ(layout.pieces(0), (std::vector<Piece>{{0, 0, 0, 3}, {1, 0, 3, 1}}));
+  EXPECT_EQ(layout.pieces(1), (std::vector<Piece>{{1, 1, 0, 4}}));
+  EXPECT_EQ(layout.pieces(2), (std::vector<Piece>{{2, 0, 0, 2}}));
+}
+
+TEST(ShardLayout, EveryElementIsOwnedOnceWhateverTheSizes) {
+  // Empty tensors, one rank, more ranks than elements.
+  const std::vector<std::vector<int64_t>> cases{
+      {7}, {0, 4, 0, 0, 9, 1}, {1, 1}, {}, {1000, 3, 999}};
+  for (const auto& numels : cases) {
+    for (int world : {1, 2, 3, 4, 7}) {
+      const ShardLayout layout(numels, world);
+      std::vector<int64_t> owned(static_cast<size_t>(layout.numel()), 0);
+      for (int r = 0; r < world; ++r) {
+        int64_t in_shard = 0;
+        for (const auto& p : layout.pieces(r)) {
+          EXPECT_GT(p.length, 0);
+          EXPECT_EQ(p.shard_offset, in_shard); // contiguous, in order
+          in_shard += p.length;
+          for (int64_t e = 0; e < p.length; ++e) {
+            ++owned[static_cast<size_t>(layout.offset(p.tensor) +
+                                        p.tensor_offset + e)];
+          }
+        }
+        EXPECT_LE(in_shard, layout.shard_numel());
+      }
+      EXPECT_EQ(std::count(owned.begin(), owned.end(), 1), layout.numel())
+          << "world " << world;
+      EXPECT_LT(layout.padded_numel() - layout.numel(), world);
+    }
+  }
+}
+
+TEST(ShardLayout, RefusesABadWorldSizeOrRank) {
+  EXPECT_NE(lamp_test::error_of([] {
+              ShardLayout({1}, 0);
+            }).find("the world size must be at least 1, not 0"),
+            std::string::npos);
+  EXPECT_NE(lamp_test::error_of([] {
+              ShardLayout({1, -2}, 1);
+            }).find("tensor 1 has a negative number of elements"),
+            std::string::npos);
+  EXPECT_NE(lamp_test::error_of([] {
+              ShardLayout({4}, 2).pieces(2);
+            }).find("rank 2 is outside world size 2"),
+            std::string::npos);
+}
+
+TEST(ProcessGroup, ShardedCollectivesOfOneProcessCopyAndCheckShapes) {
+  lamp::distributed::ProcessGroup group;
+  auto shard = torch::arange(4, torch::kFloat);
+  auto flat = torch::zeros({4});
+  group.all_gather_(flat, shard);
+  EXPECT_TRUE(torch::equal(flat, shard));
+  auto back = torch::zeros({4});
+  group.reduce_scatter_(back, flat);
+  EXPECT_TRUE(torch::equal(back, shard));
+  auto two_d = torch::zeros({2, 2});
+  EXPECT_NE(lamp_test::error_of([&] {
+              group.all_gather_(two_d, shard);
+            }).find("flat and shard must be 1-D, not of shapes [2, 2] and [4]"),
+            std::string::npos);
 }
 
 } // namespace

@@ -11,3 +11,4 @@
 #include "lamp/distributed/data_parallel.h"
 #include "lamp/distributed/environment.h"
 #include "lamp/distributed/process_group.h"
+#include "lamp/distributed/shard_layout.h"

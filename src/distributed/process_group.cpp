@@ -294,6 +294,113 @@ void ProcessGroup::broadcast_(torch::Tensor& tensor, int root,
   }
 }
 
+namespace {
+
+// The checks both sharded collectives make: 1-D `flat` of world_size times
+// `shard`'s elements, one dtype, the group's device.
+void check_shard_shapes(const char* call, const torch::Tensor& flat,
+                        const torch::Tensor& shard, int world_size,
+                        const torch::Device& device) {
+  TORCH_CHECK(flat.dim() == 1 && shard.dim() == 1, "lamp::distributed::", call,
+              ": flat and shard must be 1-D, not of shapes ", flat.sizes(),
+              " and ", shard.sizes(), ".");
+  TORCH_CHECK(flat.numel() == shard.numel() * world_size,
+              "lamp::distributed::", call, ": flat has ", flat.numel(),
+              " elements but must have world_size (", world_size,
+              ") times the shard's ", shard.numel(), ".");
+  TORCH_CHECK(flat.scalar_type() == shard.scalar_type(),
+              "lamp::distributed::", call, ": flat is ", flat.scalar_type(),
+              " but the shard ", shard.scalar_type(), "; give both one dtype.");
+  TORCH_CHECK(flat.device() == device && shard.device() == device,
+              "lamp::distributed::", call, ": the tensors are on ",
+              flat.device(), " and ", shard.device(),
+              " but the group communicates on ", device, ".");
+  TORCH_CHECK(flat.is_contiguous() && shard.is_contiguous(),
+              "lamp::distributed::", call,
+              ": flat and shard must be contiguous.");
+}
+
+} // namespace
+
+void ProcessGroup::all_gather_(torch::Tensor& flat, const torch::Tensor& shard,
+                               const std::string& purpose) {
+  check_shard_shapes("all_gather_", flat, shard, world_size_, device_);
+  torch::NoGradGuard no_grad;
+  if (!is_distributed()) {
+    flat.copy_(shard);
+    return;
+  }
+  const int64_t n = shard.numel();
+  // Bits: 16-bit types travel as Half (Gloo has no BF16).
+  const auto bits = [](const torch::Tensor& t) {
+    return t.element_size() == 2 ? t.view(torch::kHalf) : t;
+  };
+  std::vector<torch::Tensor> inputs{bits(shard)};
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < world_size_; ++r) {
+    outputs[0].push_back(bits(flat.narrow(0, r * n, n)));
+  }
+  try {
+    auto work = impl_->backend->allgather(outputs, inputs);
+    detail::CollectiveWatch::Scope watched(impl_->watch.get(),
+                                           named(purpose, "all_gather_"), work);
+    work->wait();
+  } catch (const std::exception& e) {
+    fail_collective("all_gather_", e);
+  }
+}
+
+void ProcessGroup::reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
+                                   const std::string& purpose) {
+  check_shard_shapes("reduce_scatter_", flat, shard, world_size_, device_);
+  torch::NoGradGuard no_grad;
+  const int64_t n = shard.numel();
+  if (!is_distributed()) {
+    shard.copy_(flat);
+    return;
+  }
+  const bool staged = needs_fp32_reduction(backend_name_, flat);
+  auto input = staged ? flat.to(torch::kFloat) : flat;
+  if (has_reduce_scatter_) {
+    auto output = staged ? torch::empty({n}, input.options()) : shard;
+    std::vector<torch::Tensor> outputs{output};
+    std::vector<std::vector<torch::Tensor>> inputs(1);
+    for (int r = 0; r < world_size_; ++r) {
+      inputs[0].push_back(input.narrow(0, r * n, n));
+    }
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = impl_->backend->reduce_scatter(outputs, inputs);
+    } catch (const std::exception& e) {
+      // Refused at the call, before any communication, on every rank alike
+      // (Gloo in LibTorch 1.13: "ProcessGroupGloo does not support
+      // reduce_scatter"): the all-reduce below does it.
+      if (detail::error_text(e).find("not support") == std::string::npos) {
+        fail_collective("reduce_scatter_", e);
+      }
+      has_reduce_scatter_ = false;
+    }
+    if (work) {
+      try {
+        detail::CollectiveWatch::Scope watched(
+            impl_->watch.get(), named(purpose, "reduce_scatter_"), work);
+        work->wait();
+      } catch (const std::exception& e) {
+        fail_collective("reduce_scatter_", e);
+      }
+      if (staged) {
+        shard.copy_(output);
+      }
+      return;
+    }
+  }
+  all_reduce_(input, ReduceOp::kSum, named(purpose, "reduce_scatter_"));
+  if (staged) {
+    flat.copy_(input);
+  }
+  shard.copy_(input.narrow(0, rank_ * n, n));
+}
+
 void ProcessGroup::fail_collective(const char* what,
                                    const std::exception& error) const {
   fail_collective_at(

@@ -402,6 +402,48 @@ TEST(TwoRanks, CollectivesCalledInDifferentOrdersAreNamed) {
   EXPECT_NE(text.find(other), std::string::npos) << text;
 }
 
+TEST(Ranks, AllGatherAndReduceScatterOfShards) {
+  // Any number of ranks (run by 2 and by 3): shards of 5 elements, which no
+  // world size divides evenly into anything else.
+  auto g = ProcessGroup::from_environment(
+      torch::kCPU, ProcessGroupOptions().timeout(std::chrono::seconds(60)));
+  const int world = g->world_size(), rank = g->rank();
+  const int64_t n = 5;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kLong}) {
+    auto shard = (torch::arange(n) + 100 * rank).to(dtype);
+    auto flat = torch::empty({world * n}, torch::TensorOptions(dtype));
+    g->all_gather_(flat, shard);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(BitEqual(flat.narrow(0, r * n, n),
+                           (torch::arange(n) + 100 * r).to(dtype)))
+          << dtype << " rank " << r;
+    }
+  }
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    // Small integers: every sum is exact in either dtype.
+    auto flat = (torch::arange(world * n) + rank).to(dtype);
+    auto shard = torch::empty({n}, torch::TensorOptions(dtype));
+    g->reduce_scatter_(shard, flat);
+    const auto sum = torch::arange(world * n) * world + world * (world - 1) / 2;
+    EXPECT_TRUE(BitEqual(shard, sum.narrow(0, rank * n, n).to(dtype)))
+        << dtype << ": " << shard;
+  }
+  // Gloo has its own reduce-scatter from LibTorch 2.x; 1.13's all-reduces.
+  EXPECT_EQ(g->has_reduce_scatter(), TORCH_VERSION_MAJOR >= 2);
+  auto flat = torch::zeros({world * n});
+  auto shard = torch::zeros({n + 1});
+  EXPECT_NE(error_of([&] { g->reduce_scatter_(shard, flat); })
+                .find("flat has " + std::to_string(world * n) +
+                      " elements but must have world_size (" +
+                      std::to_string(world) + ") times the shard's 6"),
+            std::string::npos);
+  auto half_shard = torch::zeros({n}, torch::kHalf);
+  EXPECT_NE(error_of([&] {
+              g->all_gather_(flat, half_shard);
+            }).find("flat is Float but the shard Half"),
+            std::string::npos);
+}
+
 TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
   auto g = group();
   using lamp::training::TrainerOptions;

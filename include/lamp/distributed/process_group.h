@@ -136,6 +136,28 @@ class ProcessGroup {
   /// Waits until every rank has called barrier().
   void barrier(const std::string& purpose = {});
 
+  /// Every rank's `shard` side by side in `flat`: rank r's at elements
+  /// [r n, (r + 1) n) of the 1-D `flat`, where n is `shard`'s numel, the
+  /// same on every rank; `flat` has world_size() n elements and `shard`'s
+  /// dtype. A copy of bits (any dtype). Blocks until done. The weights'
+  /// gather of sharded optimizer state (ZeRO).
+  void all_gather_(torch::Tensor& flat, const torch::Tensor& shard,
+                   const std::string& purpose = {});
+  /// Sums the 1-D `flat` (world_size() n elements) over the ranks and puts
+  /// this rank's slice of the sum, elements [rank n, (rank + 1) n), in
+  /// `shard` (n elements, `flat`'s dtype). BF16 is summed in FP32 on Gloo.
+  /// Where the backend has no reduce-scatter (Gloo in LibTorch 1.13) it
+  /// all-reduces the whole of `flat` and keeps the slice: the same result
+  /// for world_size() times the traffic, and `flat` then holds the sum
+  /// (otherwise its contents afterwards are unspecified).
+  /// has_reduce_scatter() says which. Blocks until done.
+  void reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
+                       const std::string& purpose = {});
+  /// Whether reduce_scatter_() runs the backend's own reduce-scatter (true
+  /// for NCCL, Gloo from LibTorch 2.x and a single process) rather than the
+  /// all-reduce fallback. Known after the first reduce_scatter_().
+  bool has_reduce_scatter() const { return has_reduce_scatter_; }
+
   /// Checks that every rank passed the same `settings` (the same names with
   /// the same values; the order of names does not matter), through the
   /// rendezvous store, before a collective could fail on mismatched sizes
@@ -181,6 +203,8 @@ class ProcessGroup {
   std::string address_;
   // check_same() calls so far: each has its own store keys.
   int64_t checks_ = 0;
+  // Cleared when the backend refuses reduce-scatter.
+  bool has_reduce_scatter_ = true;
 };
 
 /// A GradScaler found-inf reduction (GradScaler::set_found_inf_reduction)

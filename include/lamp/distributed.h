@@ -12,3 +12,4 @@
 #include "lamp/distributed/environment.h"
 #include "lamp/distributed/process_group.h"
 #include "lamp/distributed/shard_layout.h"
+#include "lamp/distributed/sharded_optimizer.h"

@@ -444,6 +444,147 @@ TEST(Ranks, AllGatherAndReduceScatterOfShards) {
             std::string::npos);
 }
 
+std::shared_ptr<ProcessGroup> any_group() {
+  return ProcessGroup::from_environment(
+      torch::kCPU, ProcessGroupOptions().timeout(std::chrono::seconds(60)));
+}
+
+using ShardFactory = lamp::distributed::ShardedOptimizer::Factory;
+
+ShardFactory sgd_momentum() {
+  return [](std::vector<torch::Tensor> params) {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(params),
+        torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4));
+  };
+}
+
+ShardFactory adamw() {
+  return [](std::vector<torch::Tensor> params) {
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(params), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  };
+}
+
+TEST(Ranks, ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare) {
+  // The same batches on every rank (the gradients need no averaging): five
+  // steps of the sharded optimizer end where the whole optimizer on every
+  // rank ends, and each rank holds 1/N of the weights, gradients and state.
+  auto g = any_group();
+  const int world = g->world_size();
+  struct Case {
+    const char* name;
+    ShardFactory make;
+    int state_tensors; // per element: momentum, or Adam's two moments
+  };
+  for (const Case& c :
+       {Case{"sgd", sgd_momentum(), 1}, Case{"adamw", adamw(), 2}}) {
+    torch::manual_seed(0);
+    lamp_test::SmallNet sharded_net;
+    torch::manual_seed(0);
+    lamp_test::SmallNet whole_net;
+    lamp::distributed::ShardedOptimizer sharded(sharded_net->parameters(),
+                                                c.make, g);
+    auto whole = c.make(whole_net->parameters());
+    torch::manual_seed(1);
+    for (int step = 0; step < 5; ++step) {
+      const auto images = torch::randn({4, 3, 8, 8});
+      const auto labels = torch::randint(0, 4, {4}, torch::kLong);
+      sharded.zero_grad();
+      torch::cross_entropy_loss(sharded_net->forward(images), labels)
+          .backward();
+      sharded.step();
+      whole->zero_grad();
+      torch::cross_entropy_loss(whole_net->forward(images), labels).backward();
+      whole->step();
+    }
+    const auto mine = sharded_net->parameters();
+    const auto expected = whole_net->parameters();
+    int64_t numel = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      numel += mine[i].numel();
+      // Every rank the same bits; against the whole optimizer, the same
+      // elementwise arithmetic on other tensor boundaries (a vectorised
+      // loop's tail may contract a multiply-add: 1e-6 relative).
+      EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i])))
+          << c.name << " parameter " << i;
+      EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
+          << c.name << " parameter " << i << ": max difference "
+          << (mine[i] - expected[i]).abs().max().item<double>();
+    }
+    // FP32 weights and gradient, plus the state, for this rank's shard.
+    const int64_t shard = (numel + world - 1) / world;
+    ASSERT_EQ(sharded.layouts().size(), 1u);
+    EXPECT_EQ(sharded.layouts()[0].shard_numel(), shard);
+    EXPECT_EQ(sharded.state_bytes(), shard * 4 * (2 + c.state_tensors))
+        << c.name;
+  }
+}
+
+TEST(Ranks, ShardedOptimizerKeepsFp32MastersOfBf16Parameters) {
+  // BF16 and FP32 parameters side by side: one shard per dtype, FP32
+  // masters for both, the BF16 weights the masters' rounding, as with
+  // MasterWeights on one process.
+  auto g = any_group();
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> params{
+      torch::randn({7, 3}).to(torch::kBFloat16).set_requires_grad(true),
+      torch::randn({5}).set_requires_grad(true),
+      torch::randn({11}).to(torch::kBFloat16).set_requires_grad(true)};
+  std::vector<torch::Tensor> masters;
+  for (const auto& p : params) {
+    // A copy even of the FP32 one (to() would return the parameter itself).
+    masters.push_back(
+        p.detach().to(torch::kFloat).clone().set_requires_grad(true));
+  }
+  lamp::distributed::ShardedOptimizer sharded(params, adamw(), g);
+  auto whole = adamw()(masters);
+  EXPECT_EQ(sharded.shards().size(), 2u);
+  for (int step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto grad = torch::randn(params[i].sizes());
+      params[i].mutable_grad() = grad.to(params[i].scalar_type());
+      masters[i].mutable_grad() = params[i].grad().to(torch::kFloat);
+    }
+    sharded.step();
+    whole->step();
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(AllClose(
+        params[i].to(torch::kFloat),
+        masters[i].detach().to(params[i].scalar_type()).to(torch::kFloat), 1e-2,
+        1e-3))
+        << "parameter " << i;
+  }
+  // The FP32 masters themselves: this rank's pieces against the whole.
+  for (size_t k = 0; k < sharded.layouts().size(); ++k) {
+    const std::vector<size_t> members =
+        k == 0 ? std::vector<size_t>{0, 2} : std::vector<size_t>{1};
+    for (const auto& piece : sharded.layouts()[k].pieces(g->rank())) {
+      const auto got = sharded.shards()[k].detach().narrow(
+          0, piece.shard_offset, piece.length);
+      const auto want =
+          masters[members[piece.tensor]].detach().reshape(-1).narrow(
+              0, piece.tensor_offset, piece.length);
+      EXPECT_TRUE(AllClose(got, want, 1e-5, 1e-6)) << "group " << k;
+    }
+  }
+}
+
+TEST(Ranks, ShardedOptimizerRefusesRanksWithOtherParameters) {
+  auto g = any_group();
+  std::vector<torch::Tensor> params{torch::zeros({4}, torch::requires_grad())};
+  if (g->rank() == 1) {
+    params.push_back(torch::zeros({2}, torch::requires_grad()));
+  }
+  const auto message = error_of(
+      [&] { lamp::distributed::ShardedOptimizer(params, sgd_momentum(), g); });
+  EXPECT_NE(message.find("the ranks differ in the parameters given to "
+                         "ShardedOptimizer: parameter 1 is (absent) on rank"),
+            std::string::npos)
+      << message;
+}
+
 TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
   auto g = group();
   using lamp::training::TrainerOptions;

@@ -1,0 +1,107 @@
+#pragma once
+
+/// \file
+/// Optimizer state sharded across ranks (ZeRO stage 1, as PyTorch's
+/// ZeroRedundancyOptimizer and DeepSpeed's stage 1): each rank keeps the
+/// FP32 master weights, their gradient and the optimizer state of one
+/// shard of the parameters, steps only that, and gathers the updated
+/// weights from the others.
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lamp/distributed/process_group.h"
+#include "lamp/distributed/shard_layout.h"
+
+namespace lamp {
+namespace distributed {
+
+/// ZeRO stage 1 for a loop of your own, after the gradients are averaged
+/// over the ranks (DataParallel::finish_gradient_sync(), or the same data
+/// on every rank):
+///
+/// \code
+///   lamp::distributed::DataParallel dp(model.ptr(), group);
+///   lamp::distributed::ShardedOptimizer opt(
+///       model->parameters(),
+///       [](std::vector<torch::Tensor> shard) {
+///         return std::make_unique<torch::optim::AdamW>(
+///             std::move(shard), torch::optim::AdamWOptions(3e-4));
+///       },
+///       group);
+///   for (...) {
+///     opt.zero_grad();
+///     dp.before_forward();
+///     loss_of(model, batch).backward();
+///     dp.finish_gradient_sync();
+///     opt.step();  // this rank's shard, then every rank's weights
+///   }
+/// \endcode
+///
+/// The parameters of each dtype lie end to end in a ShardLayout over the
+/// group's ranks; rank r's shard of each is one FP32 tensor (the master
+/// weights, exact for FP16/BF16 models as MasterWeights is) with its
+/// gradient, and the optimizer that `make_optimizer` builds steps those
+/// tensors only. step() copies this rank's part of the (averaged) gradients
+/// into them, steps, casts the updated shard to the parameters' dtype and
+/// all-gathers it (ProcessGroup::all_gather_) into every rank's
+/// parameters. Per rank that keeps 1/N of the FP32 weights, gradients and
+/// optimizer state (state_bytes()), plus fewer than N elements of padding
+/// per dtype.
+///
+/// The optimizer must act on each element alone (SGD, Adam, AdamW, their
+/// momentum, weight decay and step counts): one that looks across a
+/// tensor (LAMB's trust ratio, a per-tensor norm) would see shards, not
+/// parameters. One set of options for all parameters: no parameter groups
+/// (weight decay groups are not yet sharded). A parameter without a
+/// gradient in a step counts as a zero gradient, as DataParallel does.
+/// Clip and unscale the gradients before step(): they are whole on every
+/// rank then.
+class ShardedOptimizer {
+ public:
+  /// Builds the optimizer of this rank's shard from its FP32 tensors (one
+  /// per parameter dtype).
+  using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(
+      std::vector<torch::Tensor>)>;
+
+  /// `params` (the same list, in the same order, of the same shapes and
+  /// dtypes on every rank, checked through the group; their values equal
+  /// on every rank, as DataParallel's broadcast leaves them) are the
+  /// parameters to train, on the group's device.
+  ShardedOptimizer(std::vector<torch::Tensor> params, Factory make_optimizer,
+                   std::shared_ptr<ProcessGroup> group);
+  ~ShardedOptimizer();
+  ShardedOptimizer(const ShardedOptimizer&) = delete;
+  ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+
+  /// Steps this rank's shard with the parameters' gradients, then gathers
+  /// every rank's updated shard into the parameters.
+  void step();
+  /// Resets the parameters' gradients (to undefined, as
+  /// torch::optim::Optimizer::zero_grad(true) does).
+  void zero_grad();
+
+  /// The optimizer of this rank's shard (its learning rate, its state).
+  torch::optim::Optimizer& optimizer();
+  /// This rank's FP32 shard of each parameter dtype, in the order the
+  /// dtypes first appear in `params`.
+  const std::vector<torch::Tensor>& shards() const;
+  /// The layout of the parameters of each dtype, in the order of shards().
+  const std::vector<ShardLayout>& layouts() const;
+  /// Bytes this rank holds for training: its FP32 shards, their gradients
+  /// and the optimizer's state tensors for them (SGD's momentum, Adam's
+  /// and AdamW's moments; state of other optimizers is not counted).
+  int64_t state_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace distributed
+} // namespace lamp

@@ -24,6 +24,8 @@ struct Bucket {
   torch::Tensor buffer;         // flat, in the communication dtype
   int64_t pending = 0;          // parameters not yet ready in this backward
   std::unique_ptr<ProcessGroup::Work> work;
+  // How a wait report names its all-reduce; made once, not every step.
+  std::string name;
 };
 
 // "float [32, 1, 3, 3]", and whether it is trained, for comparing models
@@ -84,10 +86,7 @@ struct DataParallel::Impl {
   void launch(Bucket& bucket) {
     // Averaged before the sum (DDP and the compress hooks divide first).
     bucket.buffer.div_(group->world_size());
-    bucket.work = group->all_reduce_async_(
-        bucket.buffer, "the gradient all-reduce of bucket " +
-                           std::to_string(&bucket - buckets.data() + 1) +
-                           " of " + std::to_string(buckets.size()));
+    bucket.work = group->all_reduce_async_(bucket.buffer, bucket.name);
   }
 
   // Buckets start in index order on every rank (Gloo and NCCL need the same
@@ -241,6 +240,9 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
     impl.buckets[b].buffer = torch::zeros(
         {bucket_numel[b]},
         torch::TensorOptions().dtype(bucket_dtype[b]).device(group_->device()));
+    impl.buckets[b].name = "the gradient all-reduce of bucket " +
+                           std::to_string(b + 1) + " of " +
+                           std::to_string(impl.buckets.size());
   }
   impl.reset();
 

@@ -117,6 +117,23 @@ std::string named(const std::string& purpose, const char* call) {
   return purpose.empty() ? call : purpose;
 }
 
+// Starts a collective (`start()` returns its work), waits for it under
+// `watch`'s eye, and turns its failure into the message naming `group`'s
+// rank, backend and timeout.
+template <typename Start>
+void wait_watched(const ProcessGroup& group, detail::CollectiveWatch* watch,
+                  const char* call, const std::string& purpose, Start start) {
+  try {
+    auto work = start();
+    detail::CollectiveWatch::Scope watched(watch, named(purpose, call), work);
+    work->wait();
+  } catch (const std::exception& e) {
+    fail_collective_at(CollectiveSite{group.rank(), group.world_size(),
+                                      group.backend(), group.timeout()},
+                       call, e);
+  }
+}
+
 // Gloo has no BF16 reductions: they run in FP32 there (exact for the
 // inputs; one rounding back to BF16 at the end, as NCCL's does).
 bool needs_fp32_reduction(const std::string& backend, const torch::Tensor& t) {
@@ -236,14 +253,9 @@ void ProcessGroup::all_reduce_(torch::Tensor& tensor, ReduceOp op,
   const bool staged = needs_fp32_reduction(backend_name_, tensor);
   std::vector<torch::Tensor> tensors{staged ? tensor.to(torch::kFloat)
                                             : tensor};
-  try {
-    auto work = impl_->backend->allreduce(tensors, reduce_options(op));
-    detail::CollectiveWatch::Scope watched(impl_->watch.get(),
-                                           named(purpose, "all_reduce_"), work);
-    work->wait();
-  } catch (const std::exception& e) {
-    fail_collective("all_reduce_", e);
-  }
+  wait_watched(*this, impl_->watch.get(), "all_reduce_", purpose, [&] {
+    return impl_->backend->allreduce(tensors, reduce_options(op));
+  });
   if (staged) {
     tensor.copy_(tensors[0]);
   }
@@ -284,14 +296,8 @@ void ProcessGroup::broadcast_(torch::Tensor& tensor, int root,
       tensor.element_size() == 2 ? tensor.view(torch::kHalf) : tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  try {
-    auto work = impl_->backend->broadcast(tensors, options);
-    detail::CollectiveWatch::Scope watched(impl_->watch.get(),
-                                           named(purpose, "broadcast_"), work);
-    work->wait();
-  } catch (const std::exception& e) {
-    fail_collective("broadcast_", e);
-  }
+  wait_watched(*this, impl_->watch.get(), "broadcast_", purpose,
+               [&] { return impl_->backend->broadcast(tensors, options); });
 }
 
 namespace {
@@ -340,14 +346,8 @@ void ProcessGroup::all_gather_(torch::Tensor& flat, const torch::Tensor& shard,
   for (int r = 0; r < world_size_; ++r) {
     outputs[0].push_back(bits(flat.narrow(0, r * n, n)));
   }
-  try {
-    auto work = impl_->backend->allgather(outputs, inputs);
-    detail::CollectiveWatch::Scope watched(impl_->watch.get(),
-                                           named(purpose, "all_gather_"), work);
-    work->wait();
-  } catch (const std::exception& e) {
-    fail_collective("all_gather_", e);
-  }
+  wait_watched(*this, impl_->watch.get(), "all_gather_", purpose,
+               [&] { return impl_->backend->allgather(outputs, inputs); });
 }
 
 void ProcessGroup::reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
@@ -381,13 +381,8 @@ void ProcessGroup::reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
       has_reduce_scatter_ = false;
     }
     if (work) {
-      try {
-        detail::CollectiveWatch::Scope watched(
-            impl_->watch.get(), named(purpose, "reduce_scatter_"), work);
-        work->wait();
-      } catch (const std::exception& e) {
-        fail_collective("reduce_scatter_", e);
-      }
+      wait_watched(*this, impl_->watch.get(), "reduce_scatter_", purpose,
+                   [&] { return work; });
       if (staged) {
         shard.copy_(output);
       }

@@ -61,6 +61,19 @@ PEERS = [
 ]
 
 
+def run_main(manifest, out, device, suffix, stem_file):
+    """report.main as bench/run.sh calls it, its tables unprinted; the stem
+    it wrote to `stem_file`."""
+    with open(os.devnull, "w") as quiet:
+        stdout, sys.stdout = sys.stdout, quiet
+        try:
+            report.main([manifest, out, device, suffix, "python3", stem_file])
+        finally:
+            sys.stdout = stdout
+    with open(stem_file) as f:
+        return f.read()
+
+
 class Fixture:
     """A manifest and per-run JSON files, as bench/run.sh leaves them."""
 
@@ -283,16 +296,8 @@ class Statuses(unittest.TestCase):
             manifest = standard(tmp).manifest()
             out = os.path.join(tmp, "out")
             os.mkdir(out)
-            stem_file = os.path.join(tmp, "stem")
-            with open(os.devnull, "w") as quiet:
-                stdout, sys.stdout = sys.stdout, quiet
-                try:
-                    report.main([manifest, out, "cuda", "-quick", "python3",
-                                 stem_file])
-                finally:
-                    sys.stdout = stdout
-            with open(stem_file) as f:
-                stem = f.read()
+            stem = run_main(manifest, out, "cuda", "-quick",
+                            os.path.join(tmp, "stem"))
             self.assertTrue(os.path.basename(stem).startswith("test-gpu-"))
             self.assertTrue(stem.endswith("-quick"))
             with open(stem + ".json") as f:
@@ -314,16 +319,8 @@ class Statuses(unittest.TestCase):
             os.mkdir(out)
             stems = []
             for run in range(2):
-                stem_file = os.path.join(tmp, "stem%d" % run)
-                with open(os.devnull, "w") as quiet:
-                    stdout, sys.stdout = sys.stdout, quiet
-                    try:
-                        report.main([manifest, out, "cpu", "", "python3",
-                                     stem_file])
-                    finally:
-                        sys.stdout = stdout
-                with open(stem_file) as f:
-                    stems.append(f.read())
+                stems.append(run_main(manifest, out, "cpu", "",
+                                      os.path.join(tmp, "stem%d" % run)))
             self.assertEqual(stems[1], stems[0] + "-2")
             self.assertEqual(sorted(os.listdir(out)), sorted(
                 os.path.basename(stem) + ext for stem in stems

@@ -232,14 +232,14 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
       sync->reduce_found_inf(found_inf);
     });
   }
-  if (dtype) {
+  if (gradient_sync_) {
+    sharding_ = gradient_sync_->optimizer_sharding();
+  }
+  if (dtype && !sharding_) {
+    // Sharded, the FP32 masters are the shards (each rank keeps 1/N).
     master_ = std::make_unique<MasterWeights>(params, options_.flat_master());
     master_->set_parameter_names(names);
     params = master_->master_params();
-  }
-  scaler_.set_parameter_names(names, params);
-  for (size_t i = 0; i < params.size(); ++i) {
-    param_names_.emplace(params[i].unsafeGetTensorImpl(), names[i]);
   }
   NamedParameters named_params;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -248,6 +248,17 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   optimizer_ = make_optimizer(named_params);
   TORCH_CHECK(optimizer_ != nullptr,
               "lamp::TrainStep: the optimizer factory returned null.");
+  if (sharding_) {
+    // The optimizer's param groups, built over the model's parameters, now
+    // step this rank's FP32 shards of them.
+    sharding_->shard(*optimizer_, params, names);
+    params = sharding_->shards();
+    names = sharding_->shard_names();
+  }
+  scaler_.set_parameter_names(names, params);
+  for (size_t i = 0; i < params.size(); ++i) {
+    param_names_.emplace(params[i].unsafeGetTensorImpl(), names[i]);
+  }
   graph_enabled_ = options_.cuda_graph() == CudaGraphMode::kOn ||
                    (options_.cuda_graph() == CudaGraphMode::kAuto &&
                     cuda_graph_unavailable_reason().empty());
@@ -336,11 +347,24 @@ StepResult TrainStep::eager_step(
   if (master_) {
     master_->model_grads_to_master_grads();
   }
+  if (sharding_) {
+    sharding_->gradients_to_shards();
+  }
   if (options_.max_grad_norm() > 0) {
+    // Sharded, the unscale's overflow flag is combined over the ranks (the
+    // GradientSync's reduction), and so is the norm.
     scaler_.unscale_(*optimizer_);
+    std::function<void(torch::Tensor&)> reduce_square_sum;
+    if (sharding_) {
+      auto* sharding = sharding_.get();
+      reduce_square_sum = [sharding](torch::Tensor& square_sum) {
+        sharding->reduce_square_sum(square_sum);
+      };
+    }
     // lamp's clip keeps the norm on the device (LibTorch's returns a double).
-    result.grad_norm = optim::clip_grad_norm_(optimizer_params(*optimizer_),
-                                              options_.max_grad_norm());
+    result.grad_norm =
+        optim::clip_grad_norm_(optimizer_params(*optimizer_),
+                               options_.max_grad_norm(), reduce_square_sum);
   }
   if (!graphs_ || !graphs_->capturing()) {
     // Eager steps read the device learning rates too (set for CUDA graphs):
@@ -357,6 +381,10 @@ StepResult TrainStep::eager_step(
     // A skipped step left the masters as they were: copying them again is
     // harmless, and needs no host read of the overflow flag.
     master_->master_params_to_model_params();
+  }
+  if (sharding_) {
+    // Likewise every rank's shards into the parameters.
+    sharding_->shards_to_parameters();
   }
   result.cycle_ended = true;
   result.scale = current_scale();

@@ -31,6 +31,11 @@ void TrainStep::save(torch::serialize::OutputArchive& archive) const {
     master_->save(master_archive);
     archive.write("master_weights", master_archive);
   }
+  if (sharding_) {
+    torch::serialize::OutputArchive shard_archive;
+    sharding_->save(shard_archive);
+    archive.write("optimizer_shard", shard_archive);
+  }
 }
 
 namespace {
@@ -48,6 +53,19 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
       "lamp::TrainStep::load: the checkpoint was saved with precision '",
       precision, "' but this TrainStep uses '", to_string(options_.precision()),
       "'; resume with the same precision.");
+  torch::serialize::InputArchive shard_archive;
+  const bool sharded = archive.try_read("optimizer_shard", shard_archive);
+  TORCH_CHECK(
+      sharded == (sharding_ != nullptr), kLoadCaller,
+      ": the checkpoint holds the optimizer state ",
+      sharded ? "of one rank's shard (ZeRO)" : "whole",
+      " but this TrainStep keeps it ",
+      sharding_ ? "sharded (DataParallelOptions::zero_stage 1)" : "whole",
+      "; resume with the same zero_stage.");
+  if (sharding_) {
+    // The world size and rank first: another's shards have other shapes.
+    sharding_->check(shard_archive, kLoadCaller);
+  }
   torch::serialize::InputArchive model_archive;
   detail::read_archive(archive, "model", model_archive, kLoadCaller);
   detail::check_module_archive(*model_, model_archive, "", kLoadCaller);
@@ -90,6 +108,9 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
   }
   if (master_) {
     master_->load(master_archive);
+  }
+  if (sharding_) {
+    sharding_->load(shard_archive);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "lamp/distributed/sharded_optimizer.h"
 #include "lamp/platform/parameters.h"
 #include "platform/compat.h"
 
@@ -50,7 +51,9 @@ std::vector<RankSetting> model_settings(const torch::nn::Module& model,
       {"DataParallelOptions::communication_dtype",
        options.communication_dtype()
            ? c10::toString(*options.communication_dtype())
-           : "(the gradients' own)"}};
+           : "(the gradients' own)"},
+      {"DataParallelOptions::zero_stage",
+       std::to_string(options.zero_stage())}};
   for (const auto& p : model.named_parameters()) {
     settings.emplace_back("parameter " + p.key(), describe(p.value()));
   }
@@ -152,6 +155,13 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
       !comm || *comm == torch::kHalf || *comm == torch::kBFloat16 ||
           *comm == torch::kFloat,
       "lamp::distributed::DataParallel: communication_dtype must be kHalf, kBFloat16 or kFloat.");
+  TORCH_CHECK(
+      options.zero_stage() == 0 || options.zero_stage() == 1,
+      "lamp::distributed::DataParallel: zero_stage must be 0 (optimizer state on every rank) or 1 (sharded), got ",
+      options.zero_stage(),
+      options.zero_stage() == 2
+          ? "; stage 2 (gradients reduce-scattered) is not implemented, use 1."
+          : ".");
   auto& impl = *impl_;
   impl.group = group_;
   impl.options = options;
@@ -246,27 +256,43 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   }
   impl.reset();
 
-  // Hooks after each parameter's gradient accumulation (DDP's place for
-  // them): the .grad they read is the complete one for this backward.
-  std::weak_ptr<Impl> weak = impl_;
+  impl.accumulators.resize(impl.params.size());
   for (size_t k = 0; k < impl.params.size(); ++k) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(impl.params[k]);
-    accumulator->add_post_hook(
-        std::make_unique<torch::autograd::utils::LambdaPostHook>(
-            [weak, k](const torch::autograd::variable_list& outputs,
-                      const torch::autograd::variable_list& /*inputs*/) {
-              if (auto alive = weak.lock()) {
-                alive->mark_ready(k);
-              }
-              return outputs;
-            }));
-    impl.accumulators.push_back(std::move(accumulator));
+    hook(impl_, k);
   }
+}
+
+void DataParallel::hook(const std::shared_ptr<Impl>& impl, size_t k) {
+  // After the parameter's gradient accumulation (DDP's place for it): the
+  // .grad it reads is the complete one for this backward.
+  std::weak_ptr<Impl> weak = impl;
+  auto accumulator = torch::autograd::impl::grad_accumulator(impl->params[k]);
+  accumulator->add_post_hook(
+      std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [weak, k](const torch::autograd::variable_list& outputs,
+                    const torch::autograd::variable_list& /*inputs*/) {
+            if (auto alive = weak.lock()) {
+              alive->mark_ready(k);
+            }
+            return outputs;
+          }));
+  impl->accumulators[k] = std::move(accumulator);
 }
 
 DataParallel::~DataParallel() = default;
 
 void DataParallel::before_forward() {
+  // A parameter whose data was replaced (Module::load, which torch::load
+  // and TrainStep::load call, sets it with Tensor::set_) accumulates its
+  // gradient in a new autograd node: the hook on the old one would never
+  // run again and the parameter would train on a zero gradient. Hooked
+  // again here, before the forward that builds the graph.
+  for (size_t k = 0; k < impl_->params.size(); ++k) {
+    if (torch::autograd::impl::grad_accumulator(impl_->params[k]) !=
+        impl_->accumulators[k]) {
+      hook(impl_, k);
+    }
+  }
   if (!impl_->options.broadcast_buffers() || !group_->is_distributed()) {
     return;
   }
@@ -343,6 +369,13 @@ void DataParallel::reduce_found_inf(torch::Tensor& found_inf) {
   if (reduce_found_inf_) {
     reduce_found_inf_(found_inf);
   }
+}
+
+std::unique_ptr<OptimizerSharding> DataParallel::optimizer_sharding() {
+  if (impl_->options.zero_stage() == 0) {
+    return nullptr;
+  }
+  return distributed::optimizer_sharding(group_);
 }
 
 void DataParallel::check_same_settings(

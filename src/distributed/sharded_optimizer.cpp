@@ -7,7 +7,10 @@
 
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <utility>
+
+#include "platform/archive.h"
 
 namespace lamp {
 namespace distributed {
@@ -36,100 +39,315 @@ int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state) {
   return 0;
 }
 
-} // namespace
+constexpr const char* kGather = "the gather of the sharded optimizer's weights";
 
-struct ShardedOptimizer::Impl {
-  // The parameters of one dtype, laid out over the ranks.
-  struct DtypeGroup {
-    torch::Dtype dtype;
-    std::vector<size_t> members; // indices into params
+// ZeRO stage 1 over a process group: the parameters of each (param group,
+// dtype) pair lie end to end in a ShardLayout, and this rank keeps an FP32
+// shard of each. ShardedOptimizer and TrainStep (through DataParallel) both
+// use it.
+class ZeroShards final : public OptimizerSharding {
+ public:
+  explicit ZeroShards(std::shared_ptr<ProcessGroup> group)
+      : group_(std::move(group)) {
+    TORCH_CHECK(group_ != nullptr,
+                "lamp::distributed::ShardedOptimizer: the process group is "
+                "null; give ProcessGroup::from_environment()'s.");
+  }
+
+  // Lays out `params` (param group `groups[i]` for parameter i) and makes
+  // this rank's shards, one per (group, dtype) in order of appearance.
+  void build(std::vector<torch::Tensor> params,
+             const std::vector<size_t>& groups,
+             const std::vector<std::string>& names) {
+    torch::NoGradGuard no_grad;
+    TORCH_CHECK(!params.empty(),
+                "lamp::distributed::ShardedOptimizer: no parameters to train.");
+    params_ = std::move(params);
+    const int world = group_->world_size();
+    const int rank = group_->rank();
+    std::vector<RankSetting> settings;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = params_[i];
+      const auto& name = names[i];
+      TORCH_CHECK(p.defined() && p.is_floating_point(),
+                  "lamp::distributed::ShardedOptimizer: parameter ", name,
+                  " is ", p.defined() ? "not floating point" : "undefined",
+                  "; give the model's trainable parameters.");
+      TORCH_CHECK(p.device() == group_->device(),
+                  "lamp::distributed::ShardedOptimizer: parameter ", name,
+                  " is on ", p.device(), " but the group communicates on ",
+                  group_->device(), ".");
+      TORCH_CHECK(p.is_contiguous(),
+                  "lamp::distributed::ShardedOptimizer: parameter ", name,
+                  " is not contiguous (a channels-last weight?); its elements "
+                  "could not be laid out by their order in memory.");
+      std::ostringstream what;
+      what << p.scalar_type() << " " << p.sizes() << " in param group "
+           << groups[i];
+      settings.emplace_back("parameter " + name, what.str());
+      size_t u = 0;
+      while (u < units_.size() && (units_[u].group != groups[i] ||
+                                   units_[u].dtype != p.scalar_type())) {
+        ++u;
+      }
+      if (u == units_.size()) {
+        units_.emplace_back();
+        units_.back().group = groups[i];
+        units_.back().dtype = p.scalar_type();
+      }
+      units_[u].members.push_back(i);
+    }
+    group_->check_same("the parameters of the sharded optimizer", settings,
+                       "Every rank must build the same model and optimizer "
+                       "(the same parameters in the same param groups).");
+    for (auto& unit : units_) {
+      std::vector<int64_t> numels;
+      for (const auto i : unit.members) {
+        numels.push_back(params_[i].numel());
+      }
+      unit.layout = std::make_unique<ShardLayout>(numels, world);
+      const auto& layout = *unit.layout;
+      unit.mine = layout.pieces(rank);
+      const auto options =
+          torch::TensorOptions().dtype(unit.dtype).device(group_->device());
+      unit.flat = torch::zeros({layout.padded_numel()}, options);
+      unit.outgoing = torch::empty({layout.shard_numel()}, options);
+      // This rank's FP32 master weights, from its pieces of the parameters
+      // (the padding stays zero).
+      auto shard =
+          torch::zeros({layout.shard_numel()}, options.dtype(torch::kFloat));
+      for (const auto& piece : unit.mine) {
+        shard.narrow(0, piece.shard_offset, piece.length)
+            .copy_(params_[unit.members[piece.tensor]].reshape(-1).narrow(
+                0, piece.tensor_offset, piece.length));
+      }
+      shard.set_requires_grad(true);
+      shard.mutable_grad() = torch::zeros_like(shard);
+      shards_.push_back(shard);
+      std::ostringstream name;
+      name << "the shard of param group " << unit.group << " (" << unit.dtype
+           << ")";
+      shard_names_.push_back(name.str());
+    }
+  }
+
+  void shard(torch::optim::Optimizer& optimizer,
+             const std::vector<torch::Tensor>& params,
+             const std::vector<std::string>& names) override {
+    TORCH_CHECK(shards_.empty(),
+                "lamp::distributed: the optimizer is sharded already.");
+    TORCH_CHECK(optimizer.state().empty(),
+                "lamp::distributed: the optimizer has state already; shard it "
+                "before its first step.");
+    std::unordered_map<const c10::TensorImpl*, size_t> index;
+    for (size_t i = 0; i < params.size(); ++i) {
+      index.emplace(params[i].unsafeGetTensorImpl(), i);
+    }
+    std::vector<torch::Tensor> listed;
+    std::vector<size_t> groups;
+    std::vector<std::string> listed_names;
+    auto& param_groups = optimizer.param_groups();
+    for (size_t g = 0; g < param_groups.size(); ++g) {
+      for (const auto& p : param_groups[g].params()) {
+        const auto it = index.find(p.unsafeGetTensorImpl());
+        TORCH_CHECK(it != index.end(), "lamp::distributed: param group ", g,
+                    " of the optimizer holds a tensor that is not one of the "
+                    "model's trainable parameters; build the optimizer over "
+                    "the parameters it is given.");
+        listed.push_back(p);
+        groups.push_back(g);
+        listed_names.push_back("'" + names[it->second] + "'");
+      }
+    }
+    build(std::move(listed), groups, listed_names);
+    for (size_t g = 0; g < param_groups.size(); ++g) {
+      std::vector<torch::Tensor> mine;
+      for (size_t u = 0; u < units_.size(); ++u) {
+        if (units_[u].group == g) {
+          mine.push_back(shards_[u]);
+        }
+      }
+      param_groups[g].params() = std::move(mine);
+    }
+  }
+
+  const std::vector<torch::Tensor>& shards() const override { return shards_; }
+  const std::vector<std::string>& shard_names() const override {
+    return shard_names_;
+  }
+
+  void gradients_to_shards() override {
+    torch::NoGradGuard no_grad;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto& unit = units_[u];
+      auto& grad = shards_[u].mutable_grad();
+      if (!grad.defined()) {
+        grad = torch::zeros_like(shards_[u]);
+      }
+      grad.zero_();
+      for (const auto& piece : unit.mine) {
+        const auto& param_grad = params_[unit.members[piece.tensor]].grad();
+        if (param_grad.defined()) {
+          grad.narrow(0, piece.shard_offset, piece.length)
+              .copy_(param_grad.reshape(-1).narrow(0, piece.tensor_offset,
+                                                   piece.length));
+        }
+      }
+    }
+  }
+
+  void shards_to_parameters() override {
+    torch::NoGradGuard no_grad;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      auto& unit = units_[u];
+      unit.outgoing.copy_(shards_[u]);
+      group_->all_gather_(unit.flat, unit.outgoing, kGather);
+      for (size_t k = 0; k < unit.members.size(); ++k) {
+        auto& p = params_[unit.members[k]];
+        p.view(-1).copy_(
+            unit.flat.narrow(0, unit.layout->offset(k), p.numel()));
+      }
+    }
+  }
+
+  void reduce_square_sum(torch::Tensor& square_sum) override {
+    group_->all_reduce_(square_sum, ReduceOp::kSum,
+                        "the gradient norm of the sharded optimizer");
+  }
+
+  void save(torch::serialize::OutputArchive& archive) const override {
+    archive.write("world_size", c10::IValue(int64_t{group_->world_size()}));
+    archive.write("rank", c10::IValue(int64_t{group_->rank()}));
+    archive.write("layout", layout_tensor());
+    for (size_t u = 0; u < shards_.size(); ++u) {
+      archive.write("shard_" + std::to_string(u), shards_[u].detach(),
+                    /*is_buffer=*/true);
+    }
+  }
+
+  void check(torch::serialize::InputArchive& archive,
+             const std::string& where) const override {
+    const auto* caller = where.c_str();
+    const auto world = lamp::detail::read_int(archive, "world_size", caller);
+    const auto rank = lamp::detail::read_int(archive, "rank", caller);
+    TORCH_CHECK(world == group_->world_size(), where,
+                ": the optimizer state was sharded over ", world,
+                world == 1 ? " rank" : " ranks", " but this run has ",
+                group_->world_size(), "; resume with ", world, " ranks.");
+    TORCH_CHECK(rank == group_->rank(), where, ": holds rank ", rank,
+                "'s shard of the optimizer state, but this is rank ",
+                group_->rank(), "; give each rank its own shard.");
+    torch::Tensor layout;
+    TORCH_CHECK(archive.try_read("layout", layout) &&
+                    layout.scalar_type() == torch::kLong &&
+                    layout.sizes() == layout_tensor().sizes() &&
+                    torch::equal(layout, layout_tensor()),
+                where,
+                ": the shards were laid out for other parameters or param "
+                "groups than this model's and optimizer's; resume with the "
+                "same model and optimizer settings.");
+    for (size_t u = 0; u < shards_.size(); ++u) {
+      lamp::detail::read_checked_tensor(archive, "shard_" + std::to_string(u),
+                                        shards_[u], shard_names_[u],
+                                        /*finite=*/true, caller);
+    }
+  }
+
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::NoGradGuard no_grad;
+    for (size_t u = 0; u < shards_.size(); ++u) {
+      torch::Tensor saved;
+      archive.read("shard_" + std::to_string(u), saved);
+      shards_[u].copy_(saved);
+    }
+    // Every rank's parameters from the loaded shards: the model's own
+    // weights in the archive are the same values, rounded to its dtype.
+    shards_to_parameters();
+  }
+
+  int64_t bytes() const {
+    int64_t total = 0;
+    for (const auto& shard : shards_) {
+      total += bytes_of(shard) + bytes_of(shard.grad());
+    }
+    return total;
+  }
+  const std::vector<ShardLayout> layouts() const {
+    std::vector<ShardLayout> result;
+    for (const auto& unit : units_) {
+      result.push_back(*unit.layout);
+    }
+    return result;
+  }
+
+ private:
+  // The parameters of one dtype in one param group.
+  struct Unit {
+    size_t group = 0;
+    torch::Dtype dtype = torch::kFloat;
+    std::vector<size_t> members; // indices into params_
+    std::unique_ptr<ShardLayout> layout;
     std::vector<ShardLayout::Piece> mine;
     // The gathered weights in the parameters' dtype (padded), and this
     // rank's part of them before the gather.
     torch::Tensor flat;
     torch::Tensor outgoing;
   };
+
+  // Per unit: its group, its dtype's code and its members' sizes, as one
+  // int64 tensor [group, dtype, count, numel...] after another.
+  torch::Tensor layout_tensor() const {
+    std::vector<int64_t> values;
+    for (const auto& unit : units_) {
+      values.push_back(static_cast<int64_t>(unit.group));
+      values.push_back(static_cast<int64_t>(unit.dtype));
+      values.push_back(static_cast<int64_t>(unit.members.size()));
+      for (const auto i : unit.members) {
+        values.push_back(params_[i].numel());
+      }
+    }
+    return torch::tensor(values, torch::kLong);
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<torch::Tensor> params_;
+  std::vector<Unit> units_;
+  std::vector<torch::Tensor> shards_; // FP32, one per unit
+  std::vector<std::string> shard_names_;
+};
+
+} // namespace
+
+std::unique_ptr<OptimizerSharding> optimizer_sharding(
+    std::shared_ptr<ProcessGroup> group) {
+  return std::make_unique<ZeroShards>(std::move(group));
+}
+
+struct ShardedOptimizer::Impl {
+  explicit Impl(std::shared_ptr<ProcessGroup> group)
+      : shards(std::move(group)) {}
+  ZeroShards shards;
   std::vector<torch::Tensor> params;
-  std::shared_ptr<ProcessGroup> group;
-  std::vector<DtypeGroup> groups;
   std::vector<ShardLayout> layouts;
-  std::vector<torch::Tensor> shards; // FP32, one per group
   std::unique_ptr<torch::optim::Optimizer> optimizer;
 };
 
 ShardedOptimizer::ShardedOptimizer(std::vector<torch::Tensor> params,
                                    Factory make_optimizer,
                                    std::shared_ptr<ProcessGroup> group)
-    : impl_(std::make_unique<Impl>()) {
-  TORCH_CHECK(group != nullptr,
-              "lamp::distributed::ShardedOptimizer: the process group is "
-              "null; give ProcessGroup::from_environment()'s.");
+    : impl_(std::make_unique<Impl>(std::move(group))) {
   TORCH_CHECK(make_optimizer != nullptr,
               "lamp::distributed::ShardedOptimizer: no optimizer factory.");
-  TORCH_CHECK(!params.empty(),
-              "lamp::distributed::ShardedOptimizer: no parameters to train.");
-  torch::NoGradGuard no_grad;
   auto& impl = *impl_;
-  impl.params = std::move(params);
-  impl.group = std::move(group);
-  const int world = impl.group->world_size();
-  const int rank = impl.group->rank();
-  std::vector<RankSetting> settings;
-  for (size_t i = 0; i < impl.params.size(); ++i) {
-    const auto& p = impl.params[i];
-    TORCH_CHECK(p.defined() && p.is_floating_point(),
-                "lamp::distributed::ShardedOptimizer: parameter ", i, " is ",
-                p.defined() ? "not floating point" : "undefined",
-                "; give the model's trainable parameters.");
-    TORCH_CHECK(p.device() == impl.group->device(),
-                "lamp::distributed::ShardedOptimizer: parameter ", i, " is on ",
-                p.device(), " but the group communicates on ",
-                impl.group->device(), ".");
-    TORCH_CHECK(p.is_contiguous(),
-                "lamp::distributed::ShardedOptimizer: parameter ", i,
-                " is not contiguous (a channels-last weight?); its elements "
-                "could not be laid out by their order in memory.");
-    std::ostringstream what;
-    what << p.scalar_type() << " " << p.sizes();
-    settings.emplace_back("parameter " + std::to_string(i), what.str());
-    size_t g = 0;
-    while (g < impl.groups.size() && impl.groups[g].dtype != p.scalar_type()) {
-      ++g;
-    }
-    if (g == impl.groups.size()) {
-      impl.groups.push_back({p.scalar_type(), {}, {}, {}, {}});
-    }
-    impl.groups[g].members.push_back(i);
+  impl.params = params;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    names.push_back(std::to_string(i));
   }
-  impl.group->check_same("the parameters given to ShardedOptimizer", settings,
-                         "Every rank must build the same model and give "
-                         "ShardedOptimizer its parameters in the same order.");
-  for (auto& g : impl.groups) {
-    std::vector<int64_t> numels;
-    for (const auto i : g.members) {
-      numels.push_back(impl.params[i].numel());
-    }
-    impl.layouts.emplace_back(numels, world);
-    const auto& layout = impl.layouts.back();
-    g.mine = layout.pieces(rank);
-    const auto options =
-        torch::TensorOptions().dtype(g.dtype).device(impl.group->device());
-    g.flat = torch::zeros({layout.padded_numel()}, options);
-    g.outgoing = torch::empty({layout.shard_numel()}, options);
-    // This rank's FP32 master weights, from its pieces of the parameters
-    // (the padding stays zero).
-    auto shard =
-        torch::zeros({layout.shard_numel()}, options.dtype(torch::kFloat));
-    for (const auto& piece : g.mine) {
-      shard.narrow(0, piece.shard_offset, piece.length)
-          .copy_(impl.params[g.members[piece.tensor]].reshape(-1).narrow(
-              0, piece.tensor_offset, piece.length));
-    }
-    shard.set_requires_grad(true);
-    shard.mutable_grad() = torch::zeros_like(shard);
-    impl.shards.push_back(shard);
-  }
-  impl.optimizer = make_optimizer(impl.shards);
+  impl.shards.build(std::move(params),
+                    std::vector<size_t>(impl.params.size(), 0), names);
+  impl.layouts = impl.shards.layouts();
+  impl.optimizer = make_optimizer(impl.shards.shards());
   TORCH_CHECK(impl.optimizer != nullptr,
               "lamp::distributed::ShardedOptimizer: the optimizer factory "
               "returned null.");
@@ -144,32 +362,12 @@ ShardedOptimizer::~ShardedOptimizer() = default;
 
 void ShardedOptimizer::step() {
   auto& impl = *impl_;
-  torch::NoGradGuard no_grad;
-  for (size_t g = 0; g < impl.groups.size(); ++g) {
-    const auto& group = impl.groups[g];
-    auto& grad = impl.shards[g].mutable_grad();
-    grad.zero_();
-    for (const auto& piece : group.mine) {
-      const auto& param_grad = impl.params[group.members[piece.tensor]].grad();
-      if (param_grad.defined()) {
-        grad.narrow(0, piece.shard_offset, piece.length)
-            .copy_(param_grad.reshape(-1).narrow(0, piece.tensor_offset,
-                                                 piece.length));
-      }
-    }
+  impl.shards.gradients_to_shards();
+  {
+    torch::NoGradGuard no_grad;
+    impl.optimizer->step();
   }
-  impl.optimizer->step();
-  for (size_t g = 0; g < impl.groups.size(); ++g) {
-    auto& group = impl.groups[g];
-    group.outgoing.copy_(impl.shards[g]);
-    impl.group->all_gather_(group.flat, group.outgoing,
-                            "the gather of the sharded optimizer's weights");
-    const auto& layout = impl.layouts[g];
-    for (size_t k = 0; k < group.members.size(); ++k) {
-      auto& p = impl.params[group.members[k]];
-      p.view(-1).copy_(group.flat.narrow(0, layout.offset(k), p.numel()));
-    }
-  }
+  impl.shards.shards_to_parameters();
 }
 
 void ShardedOptimizer::zero_grad() {
@@ -183,7 +381,7 @@ torch::optim::Optimizer& ShardedOptimizer::optimizer() {
 }
 
 const std::vector<torch::Tensor>& ShardedOptimizer::shards() const {
-  return impl_->shards;
+  return impl_->shards.shards();
 }
 
 const std::vector<ShardLayout>& ShardedOptimizer::layouts() const {
@@ -191,11 +389,12 @@ const std::vector<ShardLayout>& ShardedOptimizer::layouts() const {
 }
 
 int64_t ShardedOptimizer::state_bytes() const {
+  return impl_->shards.bytes() + optimizer_state_bytes(*impl_->optimizer);
+}
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   int64_t total = 0;
-  for (const auto& shard : impl_->shards) {
-    total += bytes_of(shard) + bytes_of(shard.grad());
-  }
-  for (const auto& entry : impl_->optimizer->state()) {
+  for (const auto& entry : optimizer.state()) {
     total += state_tensor_bytes(*entry.second);
   }
   return total;

@@ -13,6 +13,12 @@ namespace optim {
 
 torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
                               double max_norm) {
+  return clip_grad_norm_(params, max_norm, nullptr);
+}
+
+torch::Tensor clip_grad_norm_(
+    const std::vector<torch::Tensor>& params, double max_norm,
+    const std::function<void(torch::Tensor&)>& reduce_square_sum) {
   TORCH_CHECK(
       std::isfinite(max_norm) && max_norm > 0,
       "lamp::optim::clip_grad_norm_: max_norm must be finite and positive, got ",
@@ -37,7 +43,13 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
     grads[key].push_back(grad);
   }
   if (order.empty()) {
-    return torch::zeros({});
+    if (!reduce_square_sum) {
+      return torch::zeros({});
+    }
+    // The other ranks' gradients still count.
+    auto square_sum = torch::zeros({1});
+    reduce_square_sum(square_sum);
+    return square_sum.sqrt().reshape({});
   }
   const auto device = grads[order[0]][0].device();
   std::vector<torch::Tensor> partial;
@@ -45,8 +57,12 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
     const auto norms = at::_foreach_norm(grads[key], 2);
     partial.push_back(torch::stack(norms).norm().to(device));
   }
-  const auto total =
-      partial.size() == 1 ? partial[0] : torch::stack(partial).norm();
+  auto total = partial.size() == 1 ? partial[0] : torch::stack(partial).norm();
+  if (reduce_square_sum) {
+    auto square_sum = total.to(torch::kFloat).square().reshape({1});
+    reduce_square_sum(square_sum);
+    total = square_sum.sqrt().reshape({}).to(total.scalar_type());
+  }
   const auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
   for (const auto& key : order) {
     auto& list = grads[key];

@@ -579,8 +579,8 @@ TEST(Ranks, ShardedOptimizerRefusesRanksWithOtherParameters) {
   }
   const auto message = error_of(
       [&] { lamp::distributed::ShardedOptimizer(params, sgd_momentum(), g); });
-  EXPECT_NE(message.find("the ranks differ in the parameters given to "
-                         "ShardedOptimizer: parameter 1 is (absent) on rank"),
+  EXPECT_NE(message.find("the ranks differ in the parameters of the "
+                         "sharded optimizer: parameter 1 is (absent) on rank"),
             std::string::npos)
       << message;
 }

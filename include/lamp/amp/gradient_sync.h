@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "lamp/amp/optimizer_sharding.h"
+
 namespace lamp {
 
 /// Keeps the gradients of model replicas (one per process) equal. TrainStep
@@ -51,6 +53,12 @@ class GradientSync {
       const std::vector<std::pair<std::string, std::string>>& settings) {
     (void)what;
     (void)settings;
+  }
+  /// The sharding of the optimizer state over the replicas (ZeRO stage 1),
+  /// or nullptr to keep it whole on every replica (the default). TrainStep
+  /// asks once, before it builds the optimizer.
+  virtual std::unique_ptr<OptimizerSharding> optimizer_sharding() {
+    return nullptr;
   }
 };
 

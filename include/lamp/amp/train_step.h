@@ -20,6 +20,7 @@
 #include "lamp/amp/gradient_sync.h"
 #include "lamp/amp/half.h"
 #include "lamp/amp/master_weights.h"
+#include "lamp/amp/optimizer_sharding.h"
 #include "lamp/amp/precision.h"
 #include "lamp/platform/in_use.h"
 #include "lamp/platform/names.h"
@@ -371,8 +372,13 @@ class TrainStep {
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   /// The loss scaler; disabled in the modes that do not scale the loss.
   GradScaler& scaler() { return scaler_; }
-  /// The master weights in "half"/"bf16"; nullptr otherwise.
+  /// The master weights in "half"/"bf16"; nullptr otherwise (also when
+  /// the optimizer state is sharded: the shards are the masters then).
   MasterWeights* master_weights() { return master_.get(); }
+  /// The sharding of the optimizer state over the ranks when the gradient
+  /// synchroniser shards it (DataParallelOptions::zero_stage 1); nullptr
+  /// otherwise. The optimizer then steps this rank's FP32 shards.
+  OptimizerSharding* optimizer_sharding() { return sharding_.get(); }
   /// The gradient synchroniser when training data-parallel (a
   /// lamp::distributed::DataParallel from distributed::data_parallel());
   /// nullptr otherwise.
@@ -411,7 +417,10 @@ class TrainStep {
   /// TrainStepOptions::cuda_graph). 0 without CUDA graphs.
   int64_t cuda_graph_captures() const;
 
-  /// Saves model, master weights, optimizer and scaler. Only between
+  /// Saves model, master weights, optimizer and scaler; with sharded
+  /// optimizer state (optimizer_sharding()), this rank's shards and
+  /// optimizer state only, with the world size and rank: each rank saves
+  /// its own archive, and loads it with the same number of ranks. Only between
   /// optimizer steps: a checkpoint in the middle of an accumulation cycle
   /// would lose the gradients accumulated so far, so it is refused.
   void save(torch::serialize::OutputArchive& archive) const;
@@ -421,6 +430,10 @@ class TrainStep {
   /// optimizer state), no NaN or inf in weights, masters or optimizer state,
   /// and the scaler's fields. A refused checkpoint leaves model, optimizer,
   /// scaler and master weights as they were; the message names the tensor.
+  /// Sharded, the archive must be this rank's, of the same world size and
+  /// layout (refused otherwise), and load() is a collective: every rank
+  /// loads at the same point (the loaded shards are gathered into every
+  /// rank's parameters).
   void load(torch::serialize::InputArchive& archive);
 
  private:
@@ -437,6 +450,7 @@ class TrainStep {
   torch::Device device_;
   std::unique_ptr<MasterWeights> master_;
   std::unique_ptr<GradientSync> gradient_sync_;
+  std::unique_ptr<OptimizerSharding> sharding_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   // The optimizer's parameters (masters in "half"/"bf16") by model name.
   std::unordered_map<const c10::TensorImpl*, std::string> param_names_;

@@ -34,6 +34,17 @@ struct DataParallelOptions {
   /// bytes), averaged before the cast, restored to FP32 after (Python's
   /// fp16_compress_hook / bf16_compress_hook). nullopt: in their own dtype.
   TORCH_ARG(c10::optional<torch::Dtype>, communication_dtype) = c10::nullopt;
+  /// Shard the optimizer state over the ranks (ZeRO, as DeepSpeed's stages
+  /// and PyTorch's ZeroRedundancyOptimizer). 0: every rank keeps all of it
+  /// (DDP). 1: gradients are averaged as with 0, then each rank keeps and
+  /// steps only its shard of the FP32 master weights and the optimizer
+  /// state (1/N of each, lamp::distributed::optimizer_sharding()) and the
+  /// updated weights are all-gathered in the model's dtype: in mixed
+  /// precision with Adam, 16 bytes per parameter per rank become 4 + 12/N.
+  /// TrainStep's checkpoints then hold each rank's shard (TrainStep::save).
+  /// The optimizer must act on each element alone (SGD, Adam, AdamW). Stage
+  /// 2 (gradients reduce-scattered) is not implemented and is refused.
+  TORCH_ARG(int, zero_stage) = 0;
 };
 
 /// Data-parallel gradient averaging for one model replica per rank, with
@@ -91,7 +102,9 @@ class DataParallel final : public GradientSync {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  /// Broadcasts rank 0's buffers when broadcast_buffers is on.
+  /// Broadcasts rank 0's buffers when broadcast_buffers is on, and hooks
+  /// again a parameter whose data was replaced since the last call
+  /// (Module::load): call it before each forward.
   void before_forward() override;
   /// Whether the next backward synchronises (true by default).
   void set_sync(bool sync) override;
@@ -107,6 +120,8 @@ class DataParallel final : public GradientSync {
       override;
   /// The process group's device.
   torch::Device device() const override { return group_->device(); }
+  /// optimizer_sharding(group()) with zero_stage 1; nullptr with 0.
+  std::unique_ptr<OptimizerSharding> optimizer_sharding() override;
 
   /// Number of gradient buckets (each one all-reduce per backward), from
   /// the parameters' sizes, dtypes and bucket_cap_mb.
@@ -116,6 +131,8 @@ class DataParallel final : public GradientSync {
 
  private:
   struct Impl;
+  // Hooks parameter k's gradient accumulator.
+  static void hook(const std::shared_ptr<Impl>& impl, size_t k);
   // Shared with the gradient hooks, which outlive this object on the
   // model's parameters and check that it is still there.
   std::shared_ptr<Impl> impl_;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "lamp/amp/optimizer_sharding.h"
 #include "lamp/distributed/process_group.h"
 #include "lamp/distributed/shard_layout.h"
 
@@ -53,6 +54,9 @@ namespace distributed {
 /// parameters. Per rank that keeps 1/N of the FP32 weights, gradients and
 /// optimizer state (state_bytes()), plus fewer than N elements of padding
 /// per dtype.
+///
+/// Inside TrainStep the same sharding runs with DataParallelOptions::zero_stage
+/// 1, param groups included (optimizer_sharding()).
 ///
 /// The optimizer must act on each element alone (SGD, Adam, AdamW, their
 /// momentum, weight decay and step counts): one that looks across a
@@ -102,6 +106,20 @@ class ShardedOptimizer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// ZeRO stage 1 for TrainStep: what DataParallel gives TrainStep with
+/// DataParallelOptions::zero_stage 1 (see lamp::OptimizerSharding). The
+/// parameters of each (param group, dtype) pair lie end to end in a
+/// ShardLayout; this rank keeps an FP32 shard of each, and the optimizer's
+/// param groups step those shards (each group's options stay its own, so
+/// weight-decay groups work). The optimizer must act on each element alone,
+/// as for ShardedOptimizer.
+std::unique_ptr<OptimizerSharding> optimizer_sharding(
+    std::shared_ptr<ProcessGroup> group);
+
+/// Bytes of the state tensors of `optimizer` whose kind lamp knows (SGD's
+/// momentum, Adam's and AdamW's moments); 0 for other optimizers' state.
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 } // namespace distributed
 } // namespace lamp

@@ -5,6 +5,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <vector>
 
 namespace lamp {
@@ -28,6 +29,18 @@ namespace optim {
 /// \endcode
 torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
                               double max_norm);
+
+/// clip_grad_norm_() for parameters sharded among ranks (each rank holds
+/// part of every gradient, as with ZeRO): `reduce_square_sum` replaces this
+/// rank's sum of squared gradient elements (a one-element FP32 tensor on
+/// the first gradient's device, 0 when the rank holds no gradient) in
+/// place by its sum over the ranks, so every rank clips with the global
+/// norm and returns it. Also with no gradient at all: every rank must call
+/// the reduction the same number of times. A null `reduce_square_sum` is
+/// clip_grad_norm_(params, max_norm).
+torch::Tensor clip_grad_norm_(
+    const std::vector<torch::Tensor>& params, double max_norm,
+    const std::function<void(torch::Tensor&)>& reduce_square_sum);
 
 } // namespace optim
 } // namespace lamp

@@ -1,0 +1,62 @@
+#pragma once
+
+/// \file
+/// What TrainStep asks of optimizer state sharded across data-parallel
+/// replicas (ZeRO stage 1), without knowing how they communicate.
+/// lamp::distributed implements it over a process group
+/// (DataParallelOptions::zero_stage, lamp/distributed/sharded_optimizer.h).
+
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace lamp {
+
+/// Keeps one replica's shard of the FP32 master weights and optimizer
+/// state. TrainStep builds the optimizer over the parameters it trains,
+/// then calls shard(); per optimizer step, after the gradients are
+/// averaged: gradients_to_shards(), the unscale (its overflow flag
+/// combined over the replicas by GradientSync::reduce_found_inf), the
+/// clipping (its sum of squares combined by reduce_square_sum()), the
+/// optimizer step, and shards_to_parameters().
+class OptimizerSharding {
+ public:
+  virtual ~OptimizerSharding() = default;
+
+  /// Replaces the parameters of each of `optimizer`'s param groups (built
+  /// over `params`, before any step; `names` are theirs) by this replica's
+  /// FP32 shards of them, and starts the shards from the parameters'
+  /// values. Throws when the replicas' parameters or groups differ.
+  virtual void shard(torch::optim::Optimizer& optimizer,
+                     const std::vector<torch::Tensor>& params,
+                     const std::vector<std::string>& names) = 0;
+  /// This replica's FP32 shards, in the optimizer's order, and a name for
+  /// each ("shard of param group 0 (BFloat16)") for messages.
+  virtual const std::vector<torch::Tensor>& shards() const = 0;
+  virtual const std::vector<std::string>& shard_names() const = 0;
+  /// Copies this replica's part of the parameters' (averaged) gradients
+  /// into the shards' gradients (zero for a parameter without one).
+  virtual void gradients_to_shards() = 0;
+  /// Gathers every replica's updated shards into the parameters, in their
+  /// dtype.
+  virtual void shards_to_parameters() = 0;
+  /// Replaces `square_sum` (a one-element FP32 tensor: this replica's sum
+  /// of squared gradient elements) in place by its sum over the replicas.
+  virtual void reduce_square_sum(torch::Tensor& square_sum) = 0;
+  /// Writes the layout (world size, rank, the elements of each shard) and
+  /// the shards' values.
+  virtual void save(torch::serialize::OutputArchive& archive) const = 0;
+  /// Checks what save() wrote against this replica: the same world size,
+  /// rank and layout, finite values. Throws naming the difference; changes
+  /// nothing.
+  virtual void check(torch::serialize::InputArchive& archive,
+                     const std::string& where) const = 0;
+  /// Loads what check() accepted.
+  virtual void load(torch::serialize::InputArchive& archive) = 0;
+};
+
+} // namespace lamp

@@ -1,0 +1,378 @@
+// TrainStep with the optimizer state sharded over the ranks
+// (DataParallelOptions::zero_stage 1), against the replicated step, at the
+// world size run_ranks.sh starts (tests/CMakeLists.txt: 2 and 3).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lamp/amp/train_step.h"
+#include "lamp/distributed.h"
+#include "lamp/models/gpt.h"
+#include "lamp/optim/adam.h"
+#include "lamp/optim/decay_groups.h"
+#include "lamp/optim/sgd.h"
+#include "lamp/platform/parameters.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp::distributed::DataParallelOptions;
+using lamp::distributed::ProcessGroup;
+using lamp::distributed::ProcessGroupOptions;
+using lamp_test::AllClose;
+using lamp_test::BitEqual;
+
+std::shared_ptr<ProcessGroup> ranks() {
+  return ProcessGroup::from_environment(
+      torch::kCPU, ProcessGroupOptions().timeout(std::chrono::seconds(60)));
+}
+
+torch::Tensor rank0s(ProcessGroup& g, const torch::Tensor& t) {
+  auto copy = t.detach().clone();
+  g.broadcast_(copy, 0);
+  return copy;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "(no error)";
+}
+
+lamp::models::GPTOptions tiny_gpt() {
+  // Tied input/output embeddings, LayerNorm, attention, GELU; no dropout,
+  // so that both steps see the same function.
+  return lamp::models::GPTOptions()
+      .layers(2)
+      .heads(2)
+      .width(16)
+      .context(8)
+      .vocab_size(29)
+      .dropout(0.0);
+}
+
+// AdamW with GPT trainers' decay groups (norms, biases and embeddings
+// without decay): two param groups, each with its own options.
+lamp::NamedOptimizerFactory adamw_groups(const torch::nn::Module& model) {
+  const auto exempt = lamp::optim::no_decay_names(model);
+  return [exempt](const lamp::NamedParameters& named) {
+    const auto defaults =
+        torch::optim::AdamWOptions(3e-3).betas({0.9, 0.95}).weight_decay(0.1);
+    return std::make_unique<lamp::optim::AdamW>(
+        lamp::optim::decay_groups(named, exempt, defaults), defaults);
+  };
+}
+
+lamp::NamedOptimizerFactory sgd_momentum() {
+  return [](const lamp::NamedParameters& named) {
+    return std::make_unique<lamp::optim::SGD>(
+        named.values(),
+        torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4));
+  };
+}
+
+struct Case {
+  const char* name;
+  lamp::Precision precision;
+  bool adamw;
+  double max_grad_norm;
+  int64_t accumulation;
+};
+
+// Every rank trains its slice of each batch; sharded and replicated steps
+// get the same slices.
+struct Pair {
+  lamp::models::GPT sharded{nullptr};
+  lamp::models::GPT replicated{nullptr};
+  std::unique_ptr<lamp::TrainStep> sharded_step;
+  std::unique_ptr<lamp::TrainStep> replicated_step;
+};
+
+Pair build_steps(const Case& c, const std::shared_ptr<ProcessGroup>& g) {
+  Pair pair;
+  torch::manual_seed(0);
+  pair.sharded = lamp::models::GPT(tiny_gpt());
+  torch::manual_seed(0);
+  pair.replicated = lamp::models::GPT(tiny_gpt());
+  const auto options = [&](int stage) {
+    return lamp::TrainStepOptions(c.precision)
+        .max_grad_norm(c.max_grad_norm)
+        .accumulation_steps(c.accumulation)
+        .gradient_sync(lamp::distributed::data_parallel(
+            g, DataParallelOptions().zero_stage(stage)));
+  };
+  const auto factory = [&](const lamp::models::GPT& model) {
+    return c.adamw ? adamw_groups(*model) : sgd_momentum();
+  };
+  pair.sharded_step = std::make_unique<lamp::TrainStep>(
+      pair.sharded.ptr(), factory(pair.sharded), options(1));
+  pair.replicated_step = std::make_unique<lamp::TrainStep>(
+      pair.replicated.ptr(), factory(pair.replicated), options(0));
+  return pair;
+}
+
+lamp::StepResult train(lamp::TrainStep& step, lamp::models::GPT& model,
+                       const torch::Tensor& tokens) {
+  return step.step([&] {
+    const auto logits = model->forward(tokens.narrow(1, 0, 8));
+    return torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, 29}),
+                                     tokens.narrow(1, 1, 8).reshape(-1));
+  });
+}
+
+// This rank's 2 sequences of 9 tokens in batch `step`.
+torch::Tensor batch(int step, const ProcessGroup& g) {
+  torch::manual_seed(100 + step);
+  const auto all = torch::randint(0, 29, {2 * g.world_size(), 9}, torch::kLong);
+  return all.narrow(0, 2 * g.rank(), 2);
+}
+
+// Weights agree with the replicated step's: FP32 weights to the rounding of
+// the same elementwise update on other tensor boundaries (1e-5), or with
+// clipping the global norm summed in another order (a few ulps of the
+// coefficient: 1e-4); BF16 weights to one BF16 ulp (2^-8 relative), where
+// nearly equal FP32 masters round apart.
+void expect_same_weights(Pair& pair, ProcessGroup& g, const Case& c) {
+  const auto mine = pair.sharded->named_parameters();
+  const auto expected = pair.replicated->named_parameters();
+  const bool bf16 = mine[0].value().scalar_type() == torch::kBFloat16;
+  const double rtol = bf16 ? 1.0 / 128 : (c.max_grad_norm > 0 ? 1e-4 : 1e-5);
+  for (const auto& item : mine) {
+    const auto& p = item.value();
+    EXPECT_TRUE(BitEqual(p, rank0s(g, p))) << c.name << " " << item.key();
+    EXPECT_TRUE(AllClose(p.to(torch::kFloat),
+                         expected[item.key()].to(torch::kFloat), rtol, 1e-5))
+        << c.name << " " << item.key() << ": max difference "
+        << (p.to(torch::kFloat) - expected[item.key()].to(torch::kFloat))
+               .abs()
+               .max()
+               .item<double>();
+  }
+}
+
+TEST(Ranks, TrainStepZeroMatchesTheReplicatedStep) {
+  auto g = ranks();
+  const Case cases[] = {
+      {"fp32 sgd", lamp::Precision::kFP32, false, 0.0, 1},
+      {"fp32 adamw groups", lamp::Precision::kFP32, true, 0.0, 1},
+      {"fp32 adamw clipped", lamp::Precision::kFP32, true, 0.05, 1},
+      {"fp32 accumulation", lamp::Precision::kFP32, true, 0.0, 2},
+      {"amp-bf16 adamw clipped", lamp::Precision::kAMPBF16, true, 0.05, 1},
+      {"bf16 adamw", lamp::Precision::kBF16, true, 0.0, 1},
+  };
+  for (const auto& c : cases) {
+    auto pair = build_steps(c, g);
+    ASSERT_NE(pair.sharded_step->optimizer_sharding(), nullptr) << c.name;
+    EXPECT_EQ(pair.replicated_step->optimizer_sharding(), nullptr) << c.name;
+    // Sharded, no whole FP32 copy: the shards are the masters.
+    EXPECT_EQ(pair.sharded_step->master_weights(), nullptr) << c.name;
+    for (int step = 0; step < 6; ++step) {
+      const auto tokens = batch(step, *g);
+      const auto a = train(*pair.sharded_step, pair.sharded, tokens);
+      const auto b = train(*pair.replicated_step, pair.replicated, tokens);
+      EXPECT_EQ(a.cycle_ended, b.cycle_ended) << c.name;
+      if (c.max_grad_norm > 0) {
+        // The global norm, though each rank clips only its shard.
+        ASSERT_TRUE(a.grad_norm.defined()) << c.name;
+        EXPECT_NEAR(a.grad_norm.item<double>(), b.grad_norm.item<double>(),
+                    1e-5 * b.grad_norm.item<double>())
+            << c.name << " step " << step;
+        EXPECT_GT(b.grad_norm.item<double>(), c.max_grad_norm) << c.name;
+      }
+    }
+    expect_same_weights(pair, *g, c);
+  }
+}
+
+TEST(Ranks, TrainStepZeroHoldsOneShardOfTheState) {
+  // AdamW in "bf16": per rank an FP32 shard of the weights, its gradient
+  // and two moments (16 bytes per element of the shard) instead of the
+  // whole FP32 masters, gradients and moments.
+  auto g = ranks();
+  const Case c{"bf16", lamp::Precision::kBF16, true, 0.0, 1};
+  auto pair = build_steps(c, g);
+  train(*pair.sharded_step, pair.sharded, batch(0, *g));
+  auto* sharding = pair.sharded_step->optimizer_sharding();
+  int64_t shard_elements = 0;
+  for (const auto& shard : sharding->shards()) {
+    EXPECT_EQ(shard.scalar_type(), torch::kFloat);
+    shard_elements += shard.numel();
+  }
+  int64_t elements = 0;
+  for (const auto& p : lamp::unique_parameters(*pair.sharded)) {
+    elements += p.numel();
+  }
+  // Each (param group, dtype) pads to a multiple of the world size.
+  const int world = g->world_size();
+  const auto units = static_cast<int64_t>(sharding->shards().size());
+  EXPECT_GE(shard_elements * world, elements);
+  EXPECT_LT(shard_elements * world, elements + units * world);
+  EXPECT_EQ(
+      lamp::distributed::optimizer_state_bytes(pair.sharded_step->optimizer()),
+      shard_elements * 8);
+}
+
+TEST(Ranks, TrainStepZeroSkipsAnOverflowOnEveryRank) {
+  // An inf in the last rank's batch only: that rank's gradients are inf
+  // everywhere after the average, but every rank's shard sees them, and
+  // the overflow flags are combined, so every rank skips the step.
+  auto g = ranks();
+  const Case c{"fp32", lamp::Precision::kFP32, true, 0.0, 1};
+  auto pair = build_steps(c, g);
+  train(*pair.sharded_step, pair.sharded, batch(0, *g));
+  const auto before = pair.sharded->parameters();
+  std::vector<torch::Tensor> saved;
+  for (const auto& p : before) {
+    saved.push_back(p.detach().clone());
+  }
+  const bool poison = g->rank() == g->world_size() - 1;
+  const auto result = pair.sharded_step->step([&] {
+    const auto tokens = batch(1, *g);
+    auto logits = pair.sharded->forward(tokens.narrow(1, 0, 8));
+    if (poison) {
+      logits = logits * std::numeric_limits<float>::infinity();
+    }
+    return torch::cross_entropy_loss(logits.reshape({-1, 29}),
+                                     tokens.narrow(1, 1, 8).reshape(-1));
+  });
+  EXPECT_TRUE(result.skipped());
+  EXPECT_EQ(pair.sharded_step->scaler().steps_skipped(), 1);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(BitEqual(before[i], saved[i])) << "parameter " << i;
+  }
+  // And the next step trains again.
+  EXPECT_FALSE(train(*pair.sharded_step, pair.sharded, batch(2, *g)).skipped());
+}
+
+// Trains both steps of `pair` on batch `step`.
+void train_both(Pair& pair, int step, const ProcessGroup& g) {
+  const auto tokens = batch(step, g);
+  train(*pair.sharded_step, pair.sharded, tokens);
+  train(*pair.replicated_step, pair.replicated, tokens);
+}
+
+std::string archive_path(const char* what, int rank, const ProcessGroup& g) {
+  return ::testing::TempDir() + "zero_step_" + what + "_" +
+         std::to_string(rank) + "_of_" + std::to_string(g.world_size()) + ".pt";
+}
+
+TEST(Ranks, TrainStepZeroResumesExactlyAndRefusesOtherShards) {
+  // Sharded and replicated alike: three steps, save, two more, against a
+  // fresh pair that loads the archives and takes the same two steps. (The
+  // replicated step's resume once trained on zero gradients: Module::load
+  // had cut DataParallel's hooks.)
+  auto g = ranks();
+  const Case c{"bf16", lamp::Precision::kBF16, true, 0.05, 1};
+  auto straight = build_steps(c, g);
+  for (int step = 0; step < 3; ++step) {
+    train_both(straight, step, *g);
+  }
+  const auto sharded_path = archive_path("sharded", g->rank(), *g);
+  const auto replicated_path = archive_path("replicated", g->rank(), *g);
+  {
+    torch::serialize::OutputArchive sharded, replicated;
+    straight.sharded_step->save(sharded);
+    straight.replicated_step->save(replicated);
+    sharded.save_to(sharded_path);
+    replicated.save_to(replicated_path);
+  }
+  for (int step = 3; step < 5; ++step) {
+    train_both(straight, step, *g);
+  }
+  // A fresh pair (still at the initial weights) resumed from the archives.
+  auto resumed = build_steps(c, g);
+  {
+    torch::serialize::InputArchive sharded, replicated;
+    sharded.load_from(sharded_path);
+    replicated.load_from(replicated_path);
+    resumed.sharded_step->load(sharded);
+    resumed.replicated_step->load(replicated);
+  }
+  for (int step = 3; step < 5; ++step) {
+    train_both(resumed, step, *g);
+  }
+  const auto a = straight.sharded->named_parameters();
+  const auto b = resumed.sharded->named_parameters();
+  const auto whole_a = straight.replicated->named_parameters();
+  const auto whole_b = resumed.replicated->named_parameters();
+  for (const auto& item : a) {
+    EXPECT_TRUE(BitEqual(item.value(), b[item.key()])) << item.key();
+    EXPECT_TRUE(BitEqual(whole_a[item.key()], whole_b[item.key()]))
+        << "replicated " << item.key();
+  }
+  const auto shards_a = straight.sharded_step->optimizer_sharding()->shards();
+  const auto shards_b = resumed.sharded_step->optimizer_sharding()->shards();
+  for (size_t k = 0; k < shards_a.size(); ++k) {
+    EXPECT_TRUE(BitEqual(shards_a[k], shards_b[k])) << "shard " << k;
+  }
+
+  // Another rank's archive: refused, naming both ranks, nothing changed.
+  g->barrier();
+  const int other = (g->rank() + 1) % g->world_size();
+  torch::serialize::InputArchive theirs;
+  theirs.load_from(archive_path("sharded", other, *g));
+  const auto message = message_of([&] { resumed.sharded_step->load(theirs); });
+  EXPECT_NE(message.find("holds rank " + std::to_string(other) +
+                         "'s shard of the optimizer state, but this is rank " +
+                         std::to_string(g->rank())),
+            std::string::npos)
+      << message;
+  for (const auto& item : a) {
+    EXPECT_TRUE(BitEqual(item.value(), b[item.key()])) << item.key();
+  }
+  // A replicated step's archive into a sharded step, and back.
+  torch::serialize::InputArchive whole, mine;
+  whole.load_from(replicated_path);
+  mine.load_from(sharded_path);
+  const auto into_sharded =
+      message_of([&] { resumed.sharded_step->load(whole); });
+  EXPECT_NE(into_sharded.find("holds the optimizer state whole but this "
+                              "TrainStep keeps it sharded"),
+            std::string::npos)
+      << into_sharded;
+  const auto into_whole =
+      message_of([&] { resumed.replicated_step->load(mine); });
+  EXPECT_NE(into_whole.find("holds the optimizer state of one rank's shard "
+                            "(ZeRO) but this TrainStep keeps it whole"),
+            std::string::npos)
+      << into_whole;
+  g->barrier();
+}
+
+TEST(Ranks, ZeroStageIsCheckedAndAgreedOn) {
+  auto g = ranks();
+  torch::manual_seed(0);
+  lamp::models::GPT model(tiny_gpt());
+  const auto stage2 = message_of([&] {
+    lamp::TrainStep step(
+        model.ptr(), sgd_momentum(),
+        lamp::TrainStepOptions().gradient_sync(lamp::distributed::data_parallel(
+            g, DataParallelOptions().zero_stage(2))));
+  });
+  EXPECT_NE(stage2.find("stage 2 (gradients reduce-scattered) is not "
+                        "implemented, use 1"),
+            std::string::npos)
+      << stage2;
+  // Rank 0 shards, the others do not: refused on every rank, naming it.
+  const auto differ = message_of([&] {
+    lamp::TrainStep step(
+        model.ptr(), sgd_momentum(),
+        lamp::TrainStepOptions().gradient_sync(lamp::distributed::data_parallel(
+            g, DataParallelOptions().zero_stage(g->rank() == 0 ? 1 : 0))));
+  });
+  EXPECT_NE(differ.find("DataParallelOptions::zero_stage"), std::string::npos)
+      << differ;
+}
+
+} // namespace

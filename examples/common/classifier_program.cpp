@@ -359,9 +359,40 @@ int64_t train(const ProgramConfig& config, const std::string& program,
 // --export-state-dict: the trained weights (the FP32 master weights where
 // the run keeps them) as a Python state_dict.
 void export_weights(const ProgramConfig& config, const RunSpec& spec,
-                    const BuiltModel& model, ClassifierTrainer& trainer) {
-  const auto options = lamp::models::StateDictOptions().master_weights(
-      trainer.train_step().master_weights());
+                    const BuiltModel& model, ClassifierTrainer& trainer,
+                    bool main_rank) {
+  auto& step = trainer.train_step();
+  auto* masters = step.master_weights();
+  std::unique_ptr<lamp::MasterWeights> gathered;
+  auto* sharding = step.optimizer_sharding();
+  if (sharding != nullptr && step.policy().model_dtype) {
+    // --zero 1 with an FP16/BF16 model: every rank holds a shard of the FP32
+    // masters; all ranks gather them (a collective), rank 0 exports.
+    auto full = sharding->gather_masters();
+    if (!main_rank) {
+      return;
+    }
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params;
+    for (const auto& item : lamp::unique_named_parameters(*model.module)) {
+      if (item.value().requires_grad()) {
+        names.push_back(item.key());
+        params.push_back(item.value());
+      }
+    }
+    gathered = std::make_unique<lamp::MasterWeights>(params);
+    gathered->set_parameter_names(names);
+    torch::NoGradGuard no_grad;
+    auto master_params = gathered->master_params();
+    for (size_t i = 0; i < master_params.size(); ++i) {
+      master_params[i].copy_(full.at(i));
+    }
+    masters = gathered.get();
+  }
+  if (!main_rank) {
+    return;
+  }
+  const auto options = lamp::models::StateDictOptions().master_weights(masters);
   if (!spec.model_name.empty()) {
     // A model outside the registry (train_gpt's): its own parameter names.
     lamp::models::export_state_dict(*model.module, config.export_state_dict,
@@ -465,8 +496,8 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
                                        log.get(), last_written, stop_signal())
                  : 128 + stop_signal();
     }
-    if (!config.export_state_dict.empty() && main_rank) {
-      export_weights(config, spec, model, trainer);
+    if (!config.export_state_dict.empty()) {
+      export_weights(config, spec, model, trainer, main_rank);
     }
     if (spec.after_training && main_rank) {
       spec.after_training(model, trainer);

@@ -154,6 +154,7 @@ void JsonLog::write_run(const ProgramConfig& config) {
                 {"weight_decay", config.weight_decay},
                 {"no_bias_decay", config.no_bias_decay},
                 {"max_grad_norm", config.max_grad_norm},
+                {"zero", config.zero},
                 {"cuda_graph", facts_.cuda_graph},
                 {"seed", config.seed},
                 {"train_images", facts_.train_images},

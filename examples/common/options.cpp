@@ -161,6 +161,10 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
       app, "--dist-timeout", c.dist_timeout,
       "under torchrun: seconds a rank waits for the others (rendezvous, each collective) before it stops with an error naming the ranks it waited for",
       real_in(0.001, 86400.0 * 7));
+  add_checked(
+      app, "--zero", c.zero,
+      "under torchrun: 1 shards the FP32 master weights and optimizer state over the ranks (ZeRO stage 1: each rank keeps 1/N; the checkpoint is then one file per rank), 0 keeps them whole on every rank",
+      integer_in(0, 1));
 }
 
 // What the run reports while it trains, and when it stops early.
@@ -220,6 +224,9 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
   if (key == "num_shards") {
     return "torchrun --nproc_per_node"; // the shards are the ranks
   }
+  if (key == "zero_stage") {
+    return "--zero";
+  }
   if (flags.count(key) == 0) {
     return library_name;
   }
@@ -275,6 +282,7 @@ lamp::training::TrainerOptions trainer_options_from(
                      .resume(config.resume)
                      .init_from(config.init_from)
                      .process_group(std::move(group))
+                     .zero_stage(static_cast<int>(config.zero))
                      .check_numerics(config.check_numerics)
                      .option_name(flag_name);
   options.step()

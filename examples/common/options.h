@@ -55,6 +55,7 @@ struct ProgramConfig {
   bool report_precision = false;
   bool check_numerics = false;
   double dist_timeout = 600; // seconds a rank waits for the others
+  int64_t zero = 0;          // 1: optimizer state sharded over the ranks (ZeRO)
   // The flags the ranks of a data-parallel run compare (rank_check.h).
   std::vector<std::pair<std::string, std::string>> rank_flags;
   std::vector<std::string> command_line; // for the log's run record

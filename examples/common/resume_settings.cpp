@@ -80,6 +80,7 @@ const std::vector<StoredFlag>& stored_flags() {
             &C::accumulation_steps),
       field("max_grad_norm", "--max-grad-norm", &C::max_grad_norm),
       field("seed", "--seed", &C::seed),
+      field("zero_stage", "--zero", &C::zero),
   };
   return flags;
 }

@@ -159,6 +159,11 @@ class ZeroShards final : public OptimizerSharding {
         listed_names.push_back("'" + names[it->second] + "'");
       }
     }
+    given_ = params;
+    given_index_.clear();
+    for (const auto& p : listed) {
+      given_index_.push_back(index.at(p.unsafeGetTensorImpl()));
+    }
     build(std::move(listed), groups, listed_names);
     for (size_t g = 0; g < param_groups.size(); ++g) {
       std::vector<torch::Tensor> mine;
@@ -208,6 +213,27 @@ class ZeroShards final : public OptimizerSharding {
             unit.flat.narrow(0, unit.layout->offset(k), p.numel()));
       }
     }
+  }
+
+  std::vector<torch::Tensor> gather_masters() override {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> result;
+    for (const auto& p : given_) {
+      result.push_back(p.detach().to(torch::kFloat, /*non_blocking=*/false,
+                                     /*copy=*/true));
+    }
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto& unit = units_[u];
+      auto flat = torch::empty({unit.layout->padded_numel()},
+                               shards_[u].options().requires_grad(false));
+      group_->all_gather_(flat, shards_[u].detach(),
+                          "the gather of the FP32 master weights");
+      for (size_t k = 0; k < unit.members.size(); ++k) {
+        auto& out = result[given_index_[unit.members[k]]];
+        out.view(-1).copy_(flat.narrow(0, unit.layout->offset(k), out.numel()));
+      }
+    }
+    return result;
   }
 
   void reduce_square_sum(torch::Tensor& square_sum) override {
@@ -310,6 +336,9 @@ class ZeroShards final : public OptimizerSharding {
   }
 
   std::shared_ptr<ProcessGroup> group_;
+  // shard()'s parameters, and each of params_'s index among them.
+  std::vector<torch::Tensor> given_;
+  std::vector<size_t> given_index_;
   std::vector<torch::Tensor> params_;
   std::vector<Unit> units_;
   std::vector<torch::Tensor> shards_; // FP32, one per unit

@@ -149,6 +149,12 @@ const std::vector<RunSetting>& run_settings() {
        unknown},
       {"num_shards", "LoaderOptions::num_shards", Kind::kInteger,
        [](const RunContext& r) { return V(r.loader.num_shards()); }, unknown},
+      // Older checkpoints were all whole.
+      {"zero_stage", "TrainerOptions::zero_stage", Kind::kInteger,
+       [](const RunContext& r) {
+         return V(static_cast<int64_t>(r.options.zero_stage()));
+       },
+       V(int64_t{0})},
   };
   return settings;
 }

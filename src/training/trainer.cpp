@@ -120,6 +120,12 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       accumulation >= 1, "lamp: ",
       name("accumulation_steps", "TrainerOptions::step().accumulation_steps"),
       " must be >= 1, got ", accumulation, ".");
+  TORCH_CHECK(o.zero_stage() == 0 || o.zero_stage() == 1,
+              "lamp: ", name("zero_stage", "TrainerOptions::zero_stage"),
+              " must be 0 (optimizer state whole on every rank) or 1 "
+              "(sharded over the ranks), got ",
+              o.zero_stage(),
+              o.zero_stage() == 2 ? "; stage 2 is not implemented." : ".");
   TORCH_CHECK(forward_ != nullptr, "lamp: no forward function given.");
   const int64_t batches = train_loader_.batches_per_epoch();
   TORCH_CHECK(batches > 0, "lamp: the training loader has no batches (",
@@ -170,8 +176,10 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   if (group) {
     check_ranks_agree(*group);
   }
-  auto step_options = TrainStepOptions(o.step()).gradient_sync(
-      distributed::data_parallel(o.process_group()));
+  auto step_options =
+      TrainStepOptions(o.step()).gradient_sync(distributed::data_parallel(
+          o.process_group(),
+          distributed::DataParallelOptions().zero_stage(o.zero_stage())));
   if (o.check_numerics()) {
     // The check observes ops as they run; a replayed graph runs none.
     TORCH_CHECK(step_options.cuda_graph() != CudaGraphMode::kOn, "lamp: ",
@@ -494,8 +502,11 @@ void ClassifierTrainer::end_epoch(EpochStats& stats) {
   }
   start_epoch_ = stats.epoch;
   const auto& o = options_;
+  // Sharded, every rank writes its shard (save_checkpoint is then a
+  // collective); otherwise rank 0 writes the whole checkpoint.
   if (!o.checkpoint().empty() &&
-      (!o.process_group() || o.process_group()->is_main())) {
+      (!o.process_group() || o.process_group()->is_main() ||
+       step_->optimizer_sharding() != nullptr)) {
     save_checkpoint(o.checkpoint());
     stats.checkpoint_written = true;
   }

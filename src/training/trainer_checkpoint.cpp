@@ -6,6 +6,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -24,6 +26,43 @@ using detail::kCheckpointFormat;
 // Anything at `path` (data/files.h: POSIX, not std::filesystem).
 bool exists(const std::string& path) {
   return lamp::detail::path_kind(path) != lamp::detail::PathKind::kMissing;
+}
+
+// The format of a rank's shard file of a sharded checkpoint.
+constexpr const char* kShardFormat = "lamp-classifier-trainer-shard-1";
+
+// Rank `rank`'s shard file of the checkpoint at `path`, at `step`.
+std::string shard_path(const std::string& path, int rank, int world,
+                       int64_t step) {
+  return path + ".rank" + std::to_string(rank) + "-of-" +
+         std::to_string(world) + ".step" + std::to_string(step);
+}
+
+// Runs `work` on every rank, then agrees: when it failed on any rank, every
+// rank throws, the failed ones their own error, the others naming them, so
+// that no rank goes on to a collective the others never reach.
+void on_every_rank(distributed::ProcessGroup& group, const std::string& what,
+                   const std::function<void()>& work) {
+  std::string error;
+  try {
+    work();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  }
+  auto failed = torch::zeros({group.world_size()});
+  failed[group.rank()] = error.empty() ? 0.0 : 1.0;
+  group.all_reduce_(failed, distributed::ReduceOp::kSum,
+                    "the agreement on " + what);
+  TORCH_CHECK(error.empty(), error);
+  std::string ranks;
+  for (int r = 0; r < group.world_size(); ++r) {
+    if (failed[r].item<float>() != 0.0f) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  TORCH_CHECK(ranks.empty(), "lamp: rank ", ranks, " failed in ", what,
+              " (its own message says why); rank ", group.rank(),
+              " stops too.");
 }
 
 } // namespace
@@ -53,8 +92,49 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
                 at::detail::getDefaultCPUGenerator().get_state());
   torch::serialize::OutputArchive step_archive;
   step_->save(step_archive);
-  archive.write("train_step", step_archive);
-  save_checked_archive(archive, path);
+  const auto& group = o.process_group();
+  if (step_->optimizer_sharding() == nullptr || !group) {
+    archive.write("train_step", step_archive);
+    save_checked_archive(archive, path);
+    return;
+  }
+  // Sharded: the other ranks' shard files first, then rank 0's manifest
+  // naming them, then the previous shard files go. A run stopped anywhere
+  // leaves the previous manifest with its files, or the new one with its.
+  const int rank = group->rank();
+  const int world = group->world_size();
+  const auto mine = shard_path(path, rank, world, global_step_);
+  on_every_rank(*group, "writing the checkpoint's shards", [&] {
+    if (rank == 0) {
+      return;
+    }
+    torch::serialize::OutputArchive shard;
+    shard.write("format", c10::IValue(std::string(kShardFormat)));
+    shard.write("model_name", c10::IValue(model_name_));
+    shard.write("rank", c10::IValue(int64_t{rank}));
+    shard.write("world_size", c10::IValue(int64_t{world}));
+    shard.write("global_step", c10::IValue(global_step_));
+    shard.write("train_step", step_archive);
+    save_checked_archive(shard, mine);
+  });
+  on_every_rank(*group, "writing the checkpoint's manifest", [&] {
+    if (rank != 0) {
+      return;
+    }
+    c10::List<std::string> shards;
+    for (int r = 1; r < world; ++r) {
+      shards.push_back(
+          lamp::detail::base_name(shard_path(path, r, world, global_step_)));
+    }
+    archive.write("zero_shards", c10::IValue(shards));
+    archive.write("train_step", step_archive);
+    save_checked_archive(archive, path);
+  });
+  if (!previous_shard_.empty() && previous_shard_ != mine) {
+    // The manifest no longer names it.
+    std::remove(previous_shard_.c_str());
+  }
+  previous_shard_ = rank == 0 ? "" : mine;
 }
 
 void ClassifierTrainer::load_checkpoint(const std::string& path) {
@@ -117,6 +197,72 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   torch::serialize::InputArchive step_archive;
   lamp::detail::read_archive(archive, "train_step", step_archive,
                              where.c_str());
+  c10::IValue shards;
+  const bool sharded = archive.try_read("zero_shards", shards);
+  const auto& group = o.process_group();
+  // check_run_settings compared zero_stage and the number of ranks; a
+  // checkpoint of one rank's shard on a whole run would be refused by
+  // TrainStep::load too, but without naming the files.
+  TORCH_CHECK(sharded == (step_->optimizer_sharding() != nullptr && group),
+              "lamp: ", path, sharded ? " holds" : " does not hold",
+              " optimizer state sharded over the ranks, but this run ",
+              sharded ? "keeps it whole" : "shards it",
+              "; resume with the same ",
+              name_option(o, "zero_stage", "TrainerOptions::zero_stage"), ".");
+  if (sharded) {
+    const int rank = group->rank();
+    const int world = group->world_size();
+    std::string file;
+    torch::serialize::InputArchive shard;
+    on_every_rank(*group, "reading the checkpoint's shards", [&] {
+      TORCH_CHECK(shards.isList() && shards.toListRef().size() ==
+                                         static_cast<size_t>(world - 1),
+                  "lamp: ", path,
+                  ": the manifest's list of shard files is "
+                  "damaged (",
+                  world - 1,
+                  " files expected, one per rank "
+                  "after rank 0).");
+      if (rank == 0) {
+        return;
+      }
+      const auto& entry = shards.toListRef()[rank - 1];
+      TORCH_CHECK(entry.isString(), "lamp: ", path,
+                  ": the manifest's list of shard files is damaged.");
+      file = lamp::detail::join_path(lamp::detail::parent_folder(path),
+                                     entry.toStringRef());
+      TORCH_CHECK(exists(file), "lamp: ", path, " needs rank ", rank,
+                  "'s shard of the optimizer state in ", file,
+                  ", which is missing; copy the checkpoint with all its "
+                  ".rank* files, or resume from another checkpoint.");
+      load_checked_archive(shard, file);
+      const std::string shard_where = "lamp: " + file;
+      const auto* w = shard_where.c_str();
+      const auto format = lamp::detail::read_string(shard, "format", w);
+      TORCH_CHECK(format == kShardFormat, "lamp: ", file, " is a '", format,
+                  "' file, not a shard of lamp's trainer ('", kShardFormat,
+                  "').");
+      const auto their_rank = lamp::detail::read_int(shard, "rank", w);
+      const auto their_world = lamp::detail::read_int(shard, "world_size", w);
+      const auto their_step = lamp::detail::read_int(shard, "global_step", w);
+      const auto their_model =
+          lamp::detail::read_string(shard, "model_name", w);
+      TORCH_CHECK(their_rank == rank && their_world == world &&
+                      their_step == global_step && their_model == model_name,
+                  "lamp: ", file, " holds the shard of rank ", their_rank,
+                  " of ", their_world, " at step ", their_step, " of a '",
+                  their_model, "' model, but ", path, " needs rank ", rank,
+                  " of ", world, " at step ", global_step, " of a '",
+                  model_name,
+                  "' model; the shard files were mixed up "
+                  "(copied from another checkpoint or renamed).");
+      lamp::detail::read_archive(shard, "train_step", step_archive, w);
+    });
+    if (rank > 0 && o.checkpoint() == path) {
+      // The next checkpoint replaces this shard.
+      previous_shard_ = file;
+    }
+  }
   step_->load(step_archive);
   at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
   generator.set_state(rng_state);

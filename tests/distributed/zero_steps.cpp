@@ -224,35 +224,41 @@ TEST(Ranks, TrainStepZeroHoldsOneShardOfTheState) {
 }
 
 TEST(Ranks, TrainStepZeroSkipsAnOverflowOnEveryRank) {
-  // An inf in the last rank's batch only: that rank's gradients are inf
-  // everywhere after the average, but every rank's shard sees them, and
-  // the overflow flags are combined, so every rank skips the step.
+  // An inf in one small parameter's gradient (ln_f.bias, in one or two
+  // ranks' shards), on rank 0 only: averaged, it reaches that parameter's
+  // gradient on every rank, but only the ranks whose shard holds it see it.
+  // Their overflow flags are combined, so every rank skips the step.
   auto g = ranks();
   const Case c{"fp32", lamp::Precision::kFP32, true, 0.0, 1};
   auto pair = build_steps(c, g);
   train(*pair.sharded_step, pair.sharded, batch(0, *g));
-  const auto before = pair.sharded->parameters();
   std::vector<torch::Tensor> saved;
-  for (const auto& p : before) {
+  for (const auto& p : pair.sharded->parameters()) {
     saved.push_back(p.detach().clone());
   }
-  const bool poison = g->rank() == g->world_size() - 1;
-  const auto result = pair.sharded_step->step([&] {
-    const auto tokens = batch(1, *g);
-    auto logits = pair.sharded->forward(tokens.narrow(1, 0, 8));
-    if (poison) {
-      logits = logits * std::numeric_limits<float>::infinity();
-    }
-    return torch::cross_entropy_loss(logits.reshape({-1, 29}),
-                                     tokens.narrow(1, 1, 8).reshape(-1));
-  });
+  auto bias = pair.sharded->named_parameters()["ln_f.bias"];
+  if (g->rank() == 0) {
+    bias.register_hook([](const torch::Tensor& grad) {
+      return grad * std::numeric_limits<float>::infinity();
+    });
+  }
+  const auto result = train(*pair.sharded_step, pair.sharded, batch(1, *g));
   EXPECT_TRUE(result.skipped());
   EXPECT_EQ(pair.sharded_step->scaler().steps_skipped(), 1);
-  for (size_t i = 0; i < before.size(); ++i) {
-    EXPECT_TRUE(BitEqual(before[i], saved[i])) << "parameter " << i;
+  const auto params = pair.sharded->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(BitEqual(params[i], saved[i])) << "parameter " << i;
   }
-  // And the next step trains again.
-  EXPECT_FALSE(train(*pair.sharded_step, pair.sharded, batch(2, *g)).skipped());
+  // Some ranks' shards held the inf and others not (else this would not
+  // test the combination of the flags).
+  bool saw_inf = false;
+  for (const auto& shard : pair.sharded_step->optimizer_sharding()->shards()) {
+    saw_inf = saw_inf || !torch::isfinite(shard.grad()).all().item<bool>();
+  }
+  auto holders = torch::full({1}, saw_inf ? 1.0 : 0.0);
+  g->all_reduce_(holders);
+  EXPECT_GE(holders.item<double>(), 1.0);
+  EXPECT_LT(holders.item<double>(), g->world_size());
 }
 
 // Trains both steps of `pair` on batch `step`.

@@ -44,6 +44,11 @@ class OptimizerSharding {
   /// Gathers every replica's updated shards into the parameters, in their
   /// dtype.
   virtual void shards_to_parameters() = 0;
+  /// The whole FP32 master weights: one tensor per parameter given to
+  /// shard(), in that order, each of the parameter's shape (a parameter in
+  /// no param group: its own values in FP32). A collective: every replica
+  /// calls it. For exporting the FP32 weights of an FP16/BF16 model.
+  virtual std::vector<torch::Tensor> gather_masters() = 0;
   /// Replaces `square_sum` (a one-element FP32 tensor: this replica's sum
   /// of squared gradient elements) in place by its sum over the replicas.
   virtual void reduce_square_sum(torch::Tensor& square_sum) = 0;

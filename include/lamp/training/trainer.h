@@ -129,6 +129,21 @@ struct TrainerOptions {
   /// process.
   TORCH_ARG(std::shared_ptr<distributed::ProcessGroup>,
             process_group) = nullptr;
+  /// Shard the optimizer state over the ranks of `process_group`
+  /// (distributed::DataParallelOptions::zero_stage): 0 keeps it whole on
+  /// every rank, 1 keeps 1/N of the FP32 master weights and optimizer state
+  /// on each (ZeRO stage 1). Sharded, every rank writes its shard of the
+  /// checkpoint: rank 0 the checkpoint itself (the manifest: settings,
+  /// history, model, its own shard, and the names of the others' files),
+  /// rank r > 0 the file `checkpoint` + ".rank<r>-of-<N>.step<S>" (S the
+  /// global step), each checked and written atomically as the checkpoint
+  /// is; the manifest is written last and the previous shard files removed
+  /// after it, so that a run stopped at any point leaves a complete
+  /// checkpoint. A resume needs the same number of ranks and zero_stage,
+  /// and refuses a missing, damaged or mismatched shard file on every rank,
+  /// naming the rank and the file. With one process (no group) the state
+  /// is whole whatever this says.
+  TORCH_ARG(int, zero_stage) = 0;
   /// How the trainer's messages name a setting, given its key ("lr",
   /// "batch_size", "precision", "optimizer", "model", "data", ...) and the
   /// library's name for it ("TrainerOptions::optimizer().lr"). Unset: the
@@ -422,7 +437,9 @@ class ClassifierTrainer {
   /// Writes a checkpoint (model, master weights, optimizer, scaler, epoch,
   /// step, the global CPU generator's state, the run's settings) to `path`
   /// with save_checked_archive(): atomically, durably, checksummed. Refuses
-  /// a model with inf/NaN weights.
+  /// a model with inf/NaN weights. With sharded optimizer state
+  /// (TrainerOptions::zero_stage) a collective: every rank writes its shard
+  /// and rank 0 the manifest at `path`.
   void save_checkpoint(const std::string& path) const;
   /// Loads one written by save_checkpoint() for the same model and settings;
   /// all or nothing (see the class comment).
@@ -445,6 +462,10 @@ class ClassifierTrainer {
   torch::Tensor last_images_;
   torch::Tensor last_labels_;
   std::unique_ptr<CheckpointLock> lock_; // on options_.checkpoint()
+  // Sharded checkpoints (TrainerOptions::zero_stage): this rank's shard
+  // file of the checkpoint at options_.checkpoint(), removed once the next
+  // manifest no longer names it; "" on rank 0 and before the first.
+  mutable std::string previous_shard_;
   int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# train_mnist as two ranks with the optimizer state sharded (--zero 1):
+# it trains as the replicated run does, its per-rank checkpoint resumes
+# exactly, and a missing, mixed-up or other-stage checkpoint is refused on
+# both ranks, naming the rank and the file.
+#   zero_program.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
+set -uo pipefail
+# shellcheck source=tests/distributed/free_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
+
+train="$1" make_data="$2" work="$3"
+rm -rf "$work" && mkdir -p "$work" || exit 1
+"$make_data" "$work/data" > /dev/null || { echo "cannot make test data"; exit 1; }
+
+passed=0 failed=0
+pass() { echo "ok    $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL  $1"; failed=$((failed + 1)); }
+
+# 200 training images: 100 per rank, batches of 50: 2 steps per epoch.
+# ranks NAME FLAGS...: both ranks with the same flags; outputs in
+# $work/NAME.rank{0,1}.log, exit codes in $rc0 and $rc1.
+ranks() {
+  local name="$1" port=$(free_port) pids=() r
+  shift
+  for r in 0 1; do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" \
+      LOCAL_RANK="$r" LOCAL_WORLD_SIZE=2 timeout 120 \
+      "$train" --no-progress --data "$work/data/mnist" --batch-size 50 \
+      --eval-batch-size 100 --dist-timeout 20 --optimizer adamw --lr 0.003 \
+      "$@" > "$work/$name.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[0]}"; rc0=$?
+  wait "${pids[1]}"; rc1=$?
+}
+
+both_ok() { # NAME
+  if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ]; then return 0; fi
+  fail "$1: exits $rc0/$rc1"
+  tail -3 "$work/$1.rank0.log" "$work/$1.rank1.log" | sed 's/^/      /'
+  return 1
+}
+
+# both_refuse NAME PATTERN0 PATTERN1 FLAGS...: both ranks exit 1 before
+# training, rank r printing PATTERNr.
+both_refuse() {
+  local name="$1" patterns=("$2" "$3") r
+  shift 3
+  ranks "$name" "$@"
+  for r in 0 1; do
+    local rc_var="rc$r" log="$work/$name.rank$r.log"
+    if [ "${!rc_var}" -ne 1 ]; then
+      fail "$name: rank $r exited ${!rc_var}, expected 1"; tail -3 "$log" | sed 's/^/      /'; return
+    fi
+    if ! grep -qF -- "${patterns[$r]}" "$log"; then
+      fail "$name: rank $r's output lacks '${patterns[$r]}'"; tail -3 "$log" | sed 's/^/      /'; return
+    fi
+    if grep -q "^epoch " "$log"; then
+      fail "$name: rank $r trained before refusing"; return
+    fi
+  done
+  pass "$name"
+}
+
+# The test loss of the last epoch line ("test loss 0.1234").
+test_loss() { grep -oE 'test loss [0-9.]+' "$1" | tail -1 | awk '{print $3}'; }
+
+# 1. Sharded and replicated AdamW from the same seed: the same curve. The
+# reductions differ only in order, FP32: the printed losses agree to 1e-3.
+ranks sharded --epochs 2 --zero 1 --checkpoint "$work/a.pt" \
+  --export-state-dict "$work/a_weights.pt"
+ranks replicated --epochs 2 --zero 0
+if both_ok sharded && both_ok replicated; then
+  a=$(test_loss "$work/sharded.rank0.log") b=$(test_loss "$work/replicated.rank0.log")
+  if [ -n "$a" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(d < 1e-3 && d > -1e-3) }'; then
+    pass "sharded_matches_replicated ($a vs $b)"
+  else
+    fail "sharded_matches_replicated: test loss '$a' vs '$b'"
+  fi
+  # The manifest and rank 1's file of the last checkpoint (step 4), not the
+  # first's (step 2): replaced when the manifest moved on.
+  if [ -f "$work/a.pt" ] && [ -f "$work/a.pt.rank1-of-2.step4" ] &&
+      [ ! -e "$work/a.pt.rank1-of-2.step2" ] && [ -s "$work/a_weights.pt" ]; then
+    pass shard_files_replaced
+  else
+    fail "shard_files_replaced: $(cd "$work" && ls a.pt*)"
+  fi
+fi
+
+# 2. One epoch, then a resume to two: the exported weights equal the
+# straight run's, byte for byte.
+ranks first --epochs 2 --max-steps 2 --zero 1 --checkpoint "$work/b.pt"
+if both_ok first; then
+  cp "$work/b.pt" "$work/b.pt.rank1-of-2.step2" "$work/data/"
+  ranks resumed --epochs 2 --zero 1 --resume "$work/b.pt" --checkpoint "$work/b.pt" \
+    --export-state-dict "$work/b_weights.pt"
+  if both_ok resumed; then
+    if cmp -s "$work/a_weights.pt" "$work/b_weights.pt"; then
+      pass resume_is_exact
+    else
+      fail "resume_is_exact: the resumed run's weights differ from the straight run's"
+    fi
+  fi
+  # The epoch-1 checkpoint again, for the refusals.
+  cp "$work/data/b.pt" "$work/data/b.pt.rank1-of-2.step2" "$work/"
+fi
+
+# 3. Refusals, on both ranks, before training.
+mv "$work/b.pt.rank1-of-2.step2" "$work/saved_shard"
+both_refuse missing_shard \
+  "rank 1 failed in reading the checkpoint's shards" \
+  "needs rank 1's shard of the optimizer state in $work/b.pt.rank1-of-2.step2, which is missing" \
+  --epochs 2 --zero 1 --resume "$work/b.pt"
+cp "$work/a.pt.rank1-of-2.step4" "$work/b.pt.rank1-of-2.step2"
+both_refuse mixed_up_shard \
+  "rank 1 failed in reading the checkpoint's shards" \
+  "holds the shard of rank 1 of 2 at step 4" \
+  --epochs 2 --zero 1 --resume "$work/b.pt"
+head -c 1000 "$work/saved_shard" > "$work/b.pt.rank1-of-2.step2"
+both_refuse damaged_shard \
+  "rank 1 failed in reading the checkpoint's shards" \
+  "b.pt.rank1-of-2.step2" \
+  --epochs 2 --zero 1 --resume "$work/b.pt"
+mv "$work/saved_shard" "$work/b.pt.rank1-of-2.step2"
+both_refuse whole_resume_of_shards "resume with --zero 1" "resume with --zero 1" \
+  --epochs 2 --zero 0 --resume "$work/b.pt"
+
+# 4. BF16 parameters: the export gathers the FP32 masters from both ranks.
+ranks bf16 --epochs 1 --precision bf16 --zero 1 --export-state-dict "$work/bf16.pt"
+if both_ok bf16 && [ -s "$work/bf16.pt" ]; then pass bf16_export; else fail "bf16_export: no file"; fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -372,16 +372,7 @@ void export_weights(const ProgramConfig& config, const RunSpec& spec,
     if (!main_rank) {
       return;
     }
-    std::vector<std::string> names;
-    std::vector<torch::Tensor> params;
-    for (const auto& item : lamp::unique_named_parameters(*model.module)) {
-      if (item.value().requires_grad()) {
-        names.push_back(item.key());
-        params.push_back(item.value());
-      }
-    }
-    gathered = std::make_unique<lamp::MasterWeights>(params);
-    gathered->set_parameter_names(names);
+    gathered = lamp::trainable_masters(*model.module);
     torch::NoGradGuard no_grad;
     auto master_params = gathered->master_params();
     for (size_t i = 0; i < master_params.size(); ++i) {

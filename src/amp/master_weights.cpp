@@ -332,4 +332,19 @@ void master_params_to_model_params(
   }
 }
 
+std::unique_ptr<MasterWeights> trainable_masters(
+    const torch::nn::Module& model) {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  for (const auto& item : unique_named_parameters(model)) {
+    if (item.value().requires_grad()) {
+      names.push_back(item.key());
+      params.push_back(item.value());
+    }
+  }
+  auto masters = std::make_unique<MasterWeights>(std::move(params));
+  masters->set_parameter_names(std::move(names));
+  return masters;
+}
+
 } // namespace lamp

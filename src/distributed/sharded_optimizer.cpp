@@ -236,6 +236,28 @@ class ZeroShards final : public OptimizerSharding {
     return result;
   }
 
+  void set_masters(const std::vector<torch::Tensor>& values) override {
+    TORCH_CHECK(values.size() == given_.size(),
+                "lamp::distributed: set_masters got ", values.size(),
+                " tensors for ", given_.size(), " parameters.");
+    torch::NoGradGuard no_grad;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto& unit = units_[u];
+      for (const auto& piece : unit.mine) {
+        const auto& value = values[given_index_[unit.members[piece.tensor]]];
+        TORCH_CHECK(
+            value.numel() == params_[unit.members[piece.tensor]].numel(),
+            "lamp::distributed: set_masters got ", value.sizes(),
+            " for a parameter of ", params_[unit.members[piece.tensor]].sizes(),
+            ".");
+        shards_[u]
+            .narrow(0, piece.shard_offset, piece.length)
+            .copy_(
+                value.reshape(-1).narrow(0, piece.tensor_offset, piece.length));
+      }
+    }
+  }
+
   void reduce_square_sum(torch::Tensor& square_sum) override {
     group_->all_reduce_(square_sum, ReduceOp::kSum,
                         "the gradient norm of the sharded optimizer");

@@ -203,7 +203,16 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
     // After the step converted the model: a half or bf16 run's master
     // weights get the checkpoint's FP32 values, not the model's rounding.
     const auto weights = read_checkpoint_weights(o.init_from());
-    load_weights_from_checkpoint(*model_, weights, step_->master_weights());
+    auto* sharding = step_->optimizer_sharding();
+    if (sharding != nullptr) {
+      // The shards were copied from the initial weights: load the FP32
+      // values into whole masters, then each rank takes its pieces.
+      const auto masters = trainable_masters(*model_);
+      load_weights_from_checkpoint(*model_, weights, masters.get());
+      sharding->set_masters(masters->master_params());
+    } else {
+      load_weights_from_checkpoint(*model_, weights, step_->master_weights());
+    }
     history_ = weights.history;
     history_.push_back(
         {detail::kInitFrom, 0, weights.epochs_done, o.epochs(), o.init_from()});

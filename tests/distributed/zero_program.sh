@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_mnist as two ranks with the optimizer state sharded (--zero 1):
 # it trains as the replicated run does, its per-rank checkpoint resumes
-# exactly, and a missing, mixed-up or other-stage checkpoint is refused on
+# exactly (and the replicated run's too), and a missing, mixed-up or other-stage checkpoint is refused on
 # both ranks, naming the rank and the file.
 #   zero_program.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
 set -uo pipefail
@@ -16,17 +16,19 @@ passed=0 failed=0
 pass() { echo "ok    $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL  $1"; failed=$((failed + 1)); }
 
-# 200 training images: 100 per rank, batches of 50: 2 steps per epoch.
+# 200 training images: 100 per rank, batches of 50: 2 steps per epoch;
+# AdamW at lr 0.003 unless the case gives --lr.
 # ranks NAME FLAGS...: both ranks with the same flags; outputs in
 # $work/NAME.rank{0,1}.log, exit codes in $rc0 and $rc1.
 ranks() {
-  local name="$1" port=$(free_port) pids=() r
+  local name="$1" port=$(free_port) pids=() r lr=(--lr 0.003)
   shift
+  [[ " $* " == *" --lr "* ]] && lr=()
   for r in 0 1; do
     MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" \
       LOCAL_RANK="$r" LOCAL_WORLD_SIZE=2 timeout 120 \
       "$train" --no-progress --data "$work/data/mnist" --batch-size 50 \
-      --eval-batch-size 100 --dist-timeout 20 --optimizer adamw --lr 0.003 \
+      --eval-batch-size 100 --dist-timeout 20 --optimizer adamw "${lr[@]}" \
       "$@" > "$work/$name.rank$r.log" 2>&1 &
     pids+=($!)
   done
@@ -69,7 +71,7 @@ test_loss() { grep -oE 'test loss [0-9.]+' "$1" | tail -1 | awk '{print $3}'; }
 # reductions differ only in order, FP32: the printed losses agree to 1e-3.
 ranks sharded --epochs 2 --zero 1 --checkpoint "$work/a.pt" \
   --export-state-dict "$work/a_weights.pt"
-ranks replicated --epochs 2 --zero 0
+ranks replicated --epochs 2 --zero 0 --export-state-dict "$work/r_weights.pt"
 if both_ok sharded && both_ok replicated; then
   a=$(test_loss "$work/sharded.rank0.log") b=$(test_loss "$work/replicated.rank0.log")
   if [ -n "$a" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(d < 1e-3 && d > -1e-3) }'; then
@@ -105,6 +107,21 @@ if both_ok first; then
   cp "$work/data/b.pt" "$work/data/b.pt.rank1-of-2.step2" "$work/"
 fi
 
+# The same without sharding (a resumed data-parallel run once trained on
+# zero gradients).
+ranks whole_first --epochs 2 --max-steps 2 --zero 0 --checkpoint "$work/w.pt"
+if both_ok whole_first; then
+  ranks whole_resumed --epochs 2 --zero 0 --resume "$work/w.pt" \
+    --export-state-dict "$work/w_weights.pt"
+  if both_ok whole_resumed; then
+    if cmp -s "$work/r_weights.pt" "$work/w_weights.pt"; then
+      pass whole_resume_is_exact
+    else
+      fail "whole_resume_is_exact: the resumed run's weights differ from the straight run's"
+    fi
+  fi
+fi
+
 # 3. Refusals, on both ranks, before training.
 mv "$work/b.pt.rank1-of-2.step2" "$work/saved_shard"
 both_refuse missing_shard \
@@ -125,7 +142,20 @@ mv "$work/saved_shard" "$work/b.pt.rank1-of-2.step2"
 both_refuse whole_resume_of_shards "resume with --zero 1" "resume with --zero 1" \
   --epochs 2 --zero 0 --resume "$work/b.pt"
 
-# 4. BF16 parameters: the export gathers the FP32 masters from both ranks.
+# 4. A fine-tuning start from the sharded checkpoint's weights: the shards
+# take them (not the initial weights). At lr 1e-9 the test loss stays the
+# checkpoint's.
+ranks init --epochs 1 --zero 1 --init-from "$work/a.pt" --lr 1e-9
+if both_ok init; then
+  a=$(test_loss "$work/sharded.rank0.log") b=$(test_loss "$work/init.rank0.log")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    pass "init_from_loads_the_shards ($b)"
+  else
+    fail "init_from_loads_the_shards: test loss $b, the checkpoint's $a"
+  fi
+fi
+
+# 5. BF16 parameters: the export gathers the FP32 masters from both ranks.
 ranks bf16 --epochs 1 --precision bf16 --zero 1 --export-state-dict "$work/bf16.pt"
 if both_ok bf16 && [ -s "$work/bf16.pt" ]; then pass bf16_export; else fail "bf16_export: no file"; fi
 

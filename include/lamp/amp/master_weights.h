@@ -8,6 +8,7 @@
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,5 +148,13 @@ void model_grads_to_master_grads(
 void master_params_to_model_params(
     const std::vector<torch::Tensor>& model_params,
     const std::vector<torch::Tensor>& master_params, bool flat_master = false);
+
+/// FP32 masters of `model`'s trainable parameters (requires_grad, each
+/// tensor once), named, in the order TrainStep trains them and gives them
+/// to an OptimizerSharding: a whole copy where a sharded TrainStep keeps
+/// none, to load FP32 weights into (then OptimizerSharding::set_masters)
+/// or to gather them into (OptimizerSharding::gather_masters).
+std::unique_ptr<MasterWeights> trainable_masters(
+    const torch::nn::Module& model);
 
 } // namespace lamp

@@ -49,6 +49,12 @@ class OptimizerSharding {
   /// no param group: its own values in FP32). A collective: every replica
   /// calls it. For exporting the FP32 weights of an FP16/BF16 model.
   virtual std::vector<torch::Tensor> gather_masters() = 0;
+  /// Sets the master weights from whole values: one tensor per parameter
+  /// given to shard(), in that order, of its shape (any floating dtype);
+  /// this replica copies its pieces into its shards. No collective: the
+  /// parameters keep their values until the next shards_to_parameters().
+  /// For loading FP32 weights into a sharded step (a fine-tuning start).
+  virtual void set_masters(const std::vector<torch::Tensor>& values) = 0;
   /// Replaces `square_sum` (a one-element FP32 tensor: this replica's sum
   /// of squared gradient elements) in place by its sum over the replicas.
   virtual void reduce_square_sum(torch::Tensor& square_sum) = 0;

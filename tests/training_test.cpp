@@ -831,6 +831,7 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
     auto options = with(TrainerOptions().epochs(7 + k), [&](auto& o) {
       o.option_name(lamp_test::flag_name);
       o.schedule(lamp::training::Schedule::kCosine);
+      o.zero_stage(k % 2);
       o.step()
           .precision(lamp::Precision::kAMPBF16)
           .accumulation_steps(4 + k)
@@ -883,7 +884,8 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
         {"--mean", "0.1, 0.2, 0.3"},
         {"--std", "0.4, 0.5, 0.6"},
         {"--image-dtype", "BFloat16"},
-        {"--num-shards", "2"}};
+        {"--num-shards", "2"},
+        {"--zero-stage", std::to_string(k % 2)}};
     EXPECT_EQ(lamp::training::detail::describe_run_settings(
                   {options, loader, train, test}),
               expected);

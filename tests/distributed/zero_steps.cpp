@@ -168,7 +168,12 @@ TEST(Ranks, TrainStepZeroMatchesTheReplicatedStep) {
       {"fp32 adamw groups", lamp::Precision::kFP32, true, 0.0, 1},
       {"fp32 adamw clipped", lamp::Precision::kFP32, true, 0.05, 1},
       {"fp32 accumulation", lamp::Precision::kFP32, true, 0.0, 2},
-      {"amp-bf16 adamw clipped", lamp::Precision::kAMPBF16, true, 0.05, 1},
+      // Not clipped: in amp-bf16 the forward rounds the weights to BF16,
+      // so a master one FP32 ulp off (the clip's global norm summed in
+      // another order) may round to another BF16 value, and AdamW's
+      // normalised step turns the changed gradient into a difference of up
+      // to lr (seen on LibTorch 2.15: 1.4e-4). The fp32 case tests clipping.
+      {"amp-bf16 adamw", lamp::Precision::kAMPBF16, true, 0.0, 1},
       {"bf16 adamw", lamp::Precision::kBF16, true, 0.0, 1},
   };
   for (const auto& c : cases) {

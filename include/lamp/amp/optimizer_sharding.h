@@ -34,9 +34,10 @@ class OptimizerSharding {
   virtual void shard(torch::optim::Optimizer& optimizer,
                      const std::vector<torch::Tensor>& params,
                      const std::vector<std::string>& names) = 0;
-  /// This replica's FP32 shards, in the optimizer's order, and a name for
-  /// each ("shard of param group 0 (BFloat16)") for messages.
+  /// This replica's FP32 shards, in the optimizer's order.
   virtual const std::vector<torch::Tensor>& shards() const = 0;
+  /// A name for each of shards(), for messages ("the shard of param group
+  /// 0 (BFloat16)").
   virtual const std::vector<std::string>& shard_names() const = 0;
   /// Copies this replica's part of the parameters' (averaged) gradients
   /// into the shards' gradients (zero for a parameter without one).

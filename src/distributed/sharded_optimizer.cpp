@@ -209,8 +209,8 @@ class ZeroShards final : public OptimizerSharding {
       group_->all_gather_(unit.flat, unit.outgoing, kGather);
       for (size_t k = 0; k < unit.members.size(); ++k) {
         auto& p = params_[unit.members[k]];
-        p.view(-1).copy_(
-            unit.flat.narrow(0, unit.layout->offset(k), p.numel()));
+        p.copy_(
+            unit.flat.narrow(0, unit.layout->offset(k), p.numel()).view_as(p));
       }
     }
   }

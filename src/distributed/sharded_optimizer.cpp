@@ -189,13 +189,17 @@ class ZeroShards final : public OptimizerSharding {
       if (!grad.defined()) {
         grad = torch::zeros_like(shards_[u]);
       }
-      grad.zero_();
+      // Every piece is written (the padding stays the zeros it was made
+      // with: unscaling and clipping keep a zero zero), so no pass zeroes
+      // the whole gradient first.
       for (const auto& piece : unit.mine) {
         const auto& param_grad = params_[unit.members[piece.tensor]].grad();
+        auto target = grad.narrow(0, piece.shard_offset, piece.length);
         if (param_grad.defined()) {
-          grad.narrow(0, piece.shard_offset, piece.length)
-              .copy_(param_grad.reshape(-1).narrow(0, piece.tensor_offset,
-                                                   piece.length));
+          target.copy_(param_grad.reshape(-1).narrow(0, piece.tensor_offset,
+                                                     piece.length));
+        } else {
+          target.zero_();
         }
       }
     }

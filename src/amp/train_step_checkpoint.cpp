@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 #include "amp/graph_step.h"
 #include "platform/archive.h"
@@ -112,6 +113,36 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
   if (sharding_) {
     sharding_->load(shard_archive);
   }
+}
+
+void TrainStep::load_resharded(
+    std::vector<torch::serialize::InputArchive>& every_rank) {
+  constexpr const char* kCaller = "lamp::TrainStep::load_resharded";
+  TORCH_CHECK(sharding_ != nullptr, kCaller,
+              ": this TrainStep keeps the optimizer state whole; re-sharding "
+              "is for a step with DataParallelOptions::zero_stage 1. Use "
+              "load() with the checkpoint of a whole run.");
+  TORCH_CHECK(!every_rank.empty(), kCaller, ": no archives given.");
+  std::vector<torch::serialize::InputArchive> shards(every_rank.size());
+  std::vector<torch::serialize::InputArchive> optimizers(every_rank.size());
+  for (size_t k = 0; k < every_rank.size(); ++k) {
+    TORCH_CHECK(every_rank[k].try_read("optimizer_shard", shards[k]), kCaller,
+                ": archive ", k,
+                " holds the optimizer state whole, not one rank's shard; "
+                "resume it with load() and zero_stage 0.");
+    detail::read_archive(every_rank[k], "optimizer", optimizers[k], kCaller);
+  }
+  torch::serialize::OutputArchive shard_out;
+  torch::serialize::OutputArchive optimizer_out;
+  sharding_->reshard(shards, optimizers, shard_out, optimizer_out, kCaller);
+  // Rank 0's archive with this rank's shard and optimizer state in place of
+  // its own, then the checked, all-or-nothing load().
+  torch::serialize::OutputArchive mine;
+  detail::copy_archive(every_rank[0], mine, {"optimizer", "optimizer_shard"});
+  mine.write("optimizer", optimizer_out);
+  mine.write("optimizer_shard", shard_out);
+  auto archive = detail::reread(mine);
+  load(archive);
 }
 
 } // namespace lamp

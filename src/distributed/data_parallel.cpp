@@ -389,7 +389,9 @@ GradientSyncFactory data_parallel(std::shared_ptr<ProcessGroup> group,
   return [group = std::move(group),
           options](const std::shared_ptr<torch::nn::Module>& model)
              -> std::unique_ptr<GradientSync> {
-    if (!group || !group->is_distributed()) {
+    // One process has nothing to average, but a sharded step is the same
+    // flat FP32 state as on N ranks (and resumes from or for them).
+    if (!group || (!group->is_distributed() && options.zero_stage() == 0)) {
       return nullptr;
     }
     return std::make_unique<DataParallel>(model, group, options);

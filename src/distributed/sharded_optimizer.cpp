@@ -5,11 +5,13 @@
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "distributed/reshard.h"
 #include "platform/archive.h"
 
 namespace lamp {
@@ -96,6 +98,7 @@ class ZeroShards final : public OptimizerSharding {
         units_.back().dtype = p.scalar_type();
       }
       units_[u].members.push_back(i);
+      group_count_ = std::max(group_count_, groups[i] + 1);
     }
     group_->check_same("the parameters of the sharded optimizer", settings,
                        "Every rank must build the same model and optimizer "
@@ -165,6 +168,7 @@ class ZeroShards final : public OptimizerSharding {
       given_index_.push_back(index.at(p.unsafeGetTensorImpl()));
     }
     build(std::move(listed), groups, listed_names);
+    group_count_ = param_groups.size();
     for (size_t g = 0; g < param_groups.size(); ++g) {
       std::vector<torch::Tensor> mine;
       for (size_t u = 0; u < units_.size(); ++u) {
@@ -317,6 +321,65 @@ class ZeroShards final : public OptimizerSharding {
     shards_to_parameters();
   }
 
+  void reshard(std::vector<torch::serialize::InputArchive>& shards,
+               std::vector<torch::serialize::InputArchive>& optimizers,
+               torch::serialize::OutputArchive& shard_out,
+               torch::serialize::OutputArchive& optimizer_out,
+               const std::string& where) const override {
+    const auto* caller = where.c_str();
+    const auto saved_world = static_cast<int64_t>(shards.size());
+    TORCH_CHECK(saved_world >= 1 &&
+                    optimizers.size() == static_cast<size_t>(saved_world),
+                where,
+                ": re-sharding needs each saved rank's shard and "
+                "optimizer state (got ",
+                shards.size(), " and ", optimizers.size(), ").");
+    const auto layout = layout_tensor();
+    for (int64_t k = 0; k < saved_world; ++k) {
+      const auto world =
+          lamp::detail::read_int(shards[k], "world_size", caller);
+      const auto rank = lamp::detail::read_int(shards[k], "rank", caller);
+      TORCH_CHECK(world == saved_world && rank == k, where, ": archive ", k,
+                  " of ", saved_world, " holds rank ", rank, " of ", world,
+                  "'s shard; give every rank's archive of one checkpoint, in "
+                  "rank order.");
+      torch::Tensor saved_layout;
+      TORCH_CHECK(shards[k].try_read("layout", saved_layout) &&
+                      saved_layout.scalar_type() == torch::kLong &&
+                      saved_layout.sizes() == layout.sizes() &&
+                      torch::equal(saved_layout, layout),
+                  where, ": rank ", k,
+                  "'s shards were laid out for other parameters or param "
+                  "groups than this model's and optimizer's; resume with the "
+                  "same model and optimizer settings.");
+    }
+    shard_out.write("world_size", c10::IValue(int64_t{group_->world_size()}));
+    shard_out.write("rank", c10::IValue(int64_t{group_->rank()}));
+    shard_out.write("layout", layout);
+    std::vector<std::vector<detail::ReshardSizes>> groups(group_count_);
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto& unit = *units_[u].layout;
+      const detail::ReshardSizes sizes{
+          unit.numel(), (unit.numel() + saved_world - 1) / saved_world,
+          unit.shard_numel()};
+      std::vector<torch::Tensor> pieces;
+      for (int64_t k = 0; k < saved_world; ++k) {
+        pieces.push_back(lamp::detail::read_checked_tensor(
+            shards[k], "shard_" + std::to_string(u),
+            torch::empty({sizes.old_shard},
+                         shards_[u].options().requires_grad(false)),
+            "rank " + std::to_string(k) + "'s " + shard_names_[u],
+            /*finite=*/true, caller));
+      }
+      shard_out.write("shard_" + std::to_string(u),
+                      detail::reshard_flat(pieces, sizes, group_->rank()),
+                      /*is_buffer=*/true);
+      groups.at(units_[u].group).push_back(sizes);
+    }
+    detail::reshard_optimizer(optimizers, groups, group_->rank(), optimizer_out,
+                              where);
+  }
+
   int64_t bytes() const {
     int64_t total = 0;
     for (const auto& shard : shards_) {
@@ -367,6 +430,7 @@ class ZeroShards final : public OptimizerSharding {
   std::vector<size_t> given_index_;
   std::vector<torch::Tensor> params_;
   std::vector<Unit> units_;
+  size_t group_count_ = 0;            // the optimizer's param groups
   std::vector<torch::Tensor> shards_; // FP32, one per unit
   std::vector<std::string> shard_names_;
 };

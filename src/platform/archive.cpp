@@ -2,7 +2,10 @@
 
 #include <torch/optim/lbfgs.h>
 
+#include <algorithm>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace lamp {
 namespace detail {
@@ -112,6 +115,37 @@ void check_optimizer_archive(
       }
     }
   }
+}
+
+void copy_archive(torch::serialize::InputArchive& from,
+                  torch::serialize::OutputArchive& to,
+                  const std::vector<std::string>& except) {
+  for (const auto& key : from.keys()) {
+    if (std::find(except.begin(), except.end(), key) != except.end()) {
+      continue;
+    }
+    // A nested archive first: it is an attribute too.
+    torch::serialize::InputArchive nested;
+    if (from.try_read(key, nested)) {
+      torch::serialize::OutputArchive copy(to.compilation_unit());
+      copy_archive(nested, copy);
+      to.write(key, copy);
+      continue;
+    }
+    c10::IValue value;
+    if (from.try_read(key, value)) {
+      to.write(key, value);
+    }
+  }
+}
+
+torch::serialize::InputArchive reread(
+    torch::serialize::OutputArchive& archive) {
+  std::stringstream buffer;
+  archive.save_to(buffer);
+  torch::serialize::InputArchive result;
+  result.load_from(buffer);
+  return result;
 }
 
 } // namespace detail

@@ -16,6 +16,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace lamp {
 namespace detail {
@@ -151,6 +152,16 @@ void check_optimizer_archive(
     torch::serialize::InputArchive& archive,
     const std::unordered_map<const c10::TensorImpl*, std::string>& names,
     const char* caller);
+
+/// Copies every entry of `from` into `to`: values, tensors and nested
+/// archives (recursively), but the keys in `except`. Tensors are copied as
+/// values: InputArchive reads a tensor whichever way it was written.
+void copy_archive(torch::serialize::InputArchive& from,
+                  torch::serialize::OutputArchive& to,
+                  const std::vector<std::string>& except = {});
+
+/// `archive` as an InputArchive: written to memory and read back.
+torch::serialize::InputArchive reread(torch::serialize::OutputArchive& archive);
 
 } // namespace detail
 } // namespace lamp

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -20,6 +21,7 @@
 #include "lamp/optim/decay_groups.h"
 #include "lamp/optim/sgd.h"
 #include "lamp/platform/parameters.h"
+#include "platform/compat.h"
 #include "test_util.h"
 
 namespace {
@@ -358,6 +360,179 @@ TEST(Ranks, TrainStepZeroResumesExactlyAndRefusesOtherShards) {
                             "(ZeRO) but this TrainStep keeps it whole"),
             std::string::npos)
       << into_whole;
+  g->barrier();
+}
+
+// A sharded FP32 step with AdamW's decay groups on `group`.
+struct Single {
+  lamp::models::GPT model{nullptr};
+  std::unique_ptr<lamp::TrainStep> step;
+};
+
+Single sharded_on(const std::shared_ptr<ProcessGroup>& group) {
+  Single s;
+  torch::manual_seed(0);
+  s.model = lamp::models::GPT(tiny_gpt());
+  s.step = std::make_unique<lamp::TrainStep>(
+      s.model.ptr(), adamw_groups(*s.model),
+      lamp::TrainStepOptions(lamp::Precision::kFP32)
+          .gradient_sync(lamp::distributed::data_parallel(
+              group, DataParallelOptions().zero_stage(1))));
+  return s;
+}
+
+// Batch `step` of a world of `world` ranks whole: every rank's sequences.
+torch::Tensor whole_batch(int step, int world) {
+  torch::manual_seed(100 + step);
+  return torch::randint(0, 29, {2 * world, 9}, torch::kLong);
+}
+
+// Per shard: the master weights, AdamW's two moments (gathered over `g`,
+// padding included) and the step count.
+std::vector<torch::Tensor> gathered_state(lamp::TrainStep& step,
+                                          ProcessGroup& g) {
+  std::vector<torch::Tensor> out;
+  auto& optimizer = step.optimizer();
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      const auto& state = static_cast<torch::optim::AdamWParamState&>(
+          *optimizer.state().at(lamp::detail::optimizer_state_key(p)));
+      for (const auto& t : std::vector<torch::Tensor>{
+               p.detach(), state.exp_avg(), state.exp_avg_sq()}) {
+        auto flat = torch::empty({t.numel() * g.world_size()}, t.options());
+        g.all_gather_(flat, t.contiguous());
+        out.push_back(flat);
+      }
+      out.push_back(torch::full({1}, state.step(), torch::kLong));
+    }
+  }
+  return out;
+}
+
+// The same state, whatever the padding: equal bit for bit over the shorter
+// length, zeros beyond it.
+void expect_same_state(const std::vector<torch::Tensor>& a,
+                       const std::vector<torch::Tensor>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto n = std::min(a[i].numel(), b[i].numel());
+    EXPECT_TRUE(BitEqual(a[i].narrow(0, 0, n), b[i].narrow(0, 0, n)))
+        << what << ": tensor " << i;
+    for (const auto& t : {a[i], b[i]}) {
+      EXPECT_EQ(t.narrow(0, n, t.numel() - n).count_nonzero().item<int64_t>(),
+                0)
+          << what << ": padding of tensor " << i;
+    }
+  }
+}
+
+// Weights of two runs that took the same steps on other splits of the same
+// batches: the same sums in another order (1e-5, as above).
+void expect_close_weights(const lamp::models::GPT& a,
+                          const lamp::models::GPT& b, const char* what) {
+  const auto expected = b->named_parameters();
+  for (const auto& item : a->named_parameters()) {
+    EXPECT_TRUE(AllClose(item.value(), expected[item.key()], 1e-5, 1e-5))
+        << what << " " << item.key();
+  }
+}
+
+// What `step` saves, as the archives of a run of one rank.
+std::vector<torch::serialize::InputArchive> saved_alone(
+    const lamp::TrainStep& step) {
+  torch::serialize::OutputArchive archive;
+  step.save(archive);
+  std::stringstream buffer;
+  archive.save_to(buffer);
+  std::vector<torch::serialize::InputArchive> result(1);
+  result[0].load_from(buffer);
+  return result;
+}
+
+TEST(Ranks, TrainStepZeroReshardsForAnotherNumberOfRanks) {
+  // N ranks train three steps and save; a run of one rank (each rank its
+  // own) resumes from the N archives, then N ranks resume from its one. The
+  // state moves over bit for bit, and each continues as the other would.
+  auto g = ranks();
+  const int n = g->world_size();
+  auto wide = sharded_on(g);
+  for (int step = 0; step < 5; ++step) {
+    train(*wide.step, wide.model, batch(step, *g));
+    if (step == 2 || step == 4) {
+      torch::serialize::OutputArchive archive;
+      wide.step->save(archive);
+      archive.save_to(
+          archive_path(step == 2 ? "reshard3" : "reshard5", g->rank(), *g));
+      g->barrier(); // every rank's file written
+    }
+  }
+  const auto load_all = [&](const char* what) {
+    std::vector<torch::serialize::InputArchive> all(n);
+    for (int k = 0; k < n; ++k) {
+      all[k].load_from(archive_path(what, k, *g));
+    }
+    return all;
+  };
+  auto alone_group = std::make_shared<ProcessGroup>(torch::kCPU);
+  auto alone = sharded_on(alone_group);
+  auto at3 = load_all("reshard3");
+  alone.step->load_resharded(at3);
+  for (int step = 3; step < 5; ++step) {
+    train(*alone.step, alone.model, whole_batch(step, n));
+  }
+  expect_close_weights(alone.model, wide.model, "N ranks -> 1");
+  {
+    // At step 5 the state itself: N -> 1 bit for bit.
+    auto again = sharded_on(alone_group);
+    auto at5 = load_all("reshard5");
+    again.step->load_resharded(at5);
+    expect_same_state(gathered_state(*again.step, *alone_group),
+                      gathered_state(*wide.step, *g), "N ranks -> 1");
+  }
+
+  // 1 -> N: every rank gives the same single archive.
+  auto single = saved_alone(*alone.step);
+  auto back = sharded_on(g);
+  back.step->load_resharded(single);
+  expect_same_state(gathered_state(*back.step, *g),
+                    gathered_state(*alone.step, *alone_group), "1 -> N ranks");
+  train(*back.step, back.model, batch(5, *g));
+  train(*alone.step, alone.model, whole_batch(5, n));
+  expect_close_weights(back.model, alone.model, "1 -> N ranks");
+
+  // Refused, naming the problem, with nothing changed: archives out of
+  // order, of two steps, of a whole run, and into a whole step.
+  const auto before = gathered_state(*back.step, *g);
+  if (n > 1) {
+    auto reversed = load_all("reshard3");
+    std::reverse(reversed.begin(), reversed.end());
+    const auto order =
+        message_of([&] { alone.step->load_resharded(reversed); });
+    EXPECT_NE(order.find("archive 0 of " + std::to_string(n) + " holds rank " +
+                         std::to_string(n - 1)),
+              std::string::npos)
+        << order;
+    auto mixed = load_all("reshard3");
+    mixed[n - 1].load_from(archive_path("reshard5", n - 1, *g));
+    const auto steps = message_of([&] { back.step->load_resharded(mixed); });
+    EXPECT_NE(steps.find("differs between rank 0 (3) and rank " +
+                         std::to_string(n - 1) + " (5)"),
+              std::string::npos)
+        << steps;
+  }
+  auto pair = build_steps({"fp32", lamp::Precision::kFP32, true, 0.0, 1}, g);
+  auto whole = saved_alone(*pair.replicated_step);
+  const auto from_whole = message_of([&] { back.step->load_resharded(whole); });
+  EXPECT_NE(from_whole.find("archive 0 holds the optimizer state whole"),
+            std::string::npos)
+      << from_whole;
+  auto at3_again = load_all("reshard3");
+  const auto into_whole =
+      message_of([&] { pair.replicated_step->load_resharded(at3_again); });
+  EXPECT_NE(into_whole.find("this TrainStep keeps the optimizer state whole"),
+            std::string::npos)
+      << into_whole;
+  expect_same_state(gathered_state(*back.step, *g), before, "after refusals");
   g->barrier();
 }
 

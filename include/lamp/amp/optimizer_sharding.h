@@ -69,6 +69,21 @@ class OptimizerSharding {
                      const std::string& where) const = 0;
   /// Loads what check() accepted.
   virtual void load(torch::serialize::InputArchive& archive) = 0;
+  /// Re-shards a checkpoint of a run over another number of replicas: from
+  /// what each of its N replicas saved (`shards[k]`: replica k's save();
+  /// `optimizers[k]`: its optimizer's save()), writes what this replica
+  /// would have saved in their place into `shard_out` and `optimizer_out`,
+  /// for check() and load(). The model and param groups must be the same.
+  /// The optimizer's state must be in torch::optim's layout (SGD, Adam,
+  /// AdamW, RMSprop, Adagrad and lamp's): each state tensor the size of a
+  /// shard is joined and cut anew, every other value (a step count) must
+  /// be equal on the N replicas. Throws naming the archive and what
+  /// differs. No collective; N may equal this run's number.
+  virtual void reshard(std::vector<torch::serialize::InputArchive>& shards,
+                       std::vector<torch::serialize::InputArchive>& optimizers,
+                       torch::serialize::OutputArchive& shard_out,
+                       torch::serialize::OutputArchive& optimizer_out,
+                       const std::string& where) const = 0;
 };
 
 } // namespace lamp

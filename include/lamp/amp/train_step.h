@@ -420,7 +420,8 @@ class TrainStep {
   /// Saves model, master weights, optimizer and scaler; with sharded
   /// optimizer state (optimizer_sharding()), this rank's shards and
   /// optimizer state only, with the world size and rank: each rank saves
-  /// its own archive, and loads it with the same number of ranks. Only between
+  /// its own archive, and loads it with load() on the same
+  /// number of ranks or load_resharded() on another. Only between
   /// optimizer steps: a checkpoint in the middle of an accumulation cycle
   /// would lose the gradients accumulated so far, so it is refused.
   void save(torch::serialize::OutputArchive& archive) const;
@@ -435,6 +436,16 @@ class TrainStep {
   /// loads at the same point (the loaded shards are gathered into every
   /// rank's parameters).
   void load(torch::serialize::InputArchive& archive);
+  /// load() of a checkpoint saved by every rank of a sharded run
+  /// (optimizer_sharding()) over any number of ranks: `every_rank[k]` is
+  /// what rank k's save() wrote. Each rank passes all of them, in rank
+  /// order, and takes its own shard of the master weights and optimizer
+  /// state, cut anew for this run's number of ranks
+  /// (OptimizerSharding::reshard). Model, scaler and settings come from
+  /// rank 0's archive. Each rank holds the whole optimizer state while it
+  /// loads. A collective (it gathers the weights), like load(); refused
+  /// without sharding, and on archives that are not one checkpoint's.
+  void load_resharded(std::vector<torch::serialize::InputArchive>& every_rank);
 
  private:
   StepResult eager_step(const std::function<torch::Tensor()>& loss_fn);

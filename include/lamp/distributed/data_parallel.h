@@ -41,7 +41,9 @@ struct DataParallelOptions {
   /// state (1/N of each, lamp::distributed::optimizer_sharding()) and the
   /// updated weights are all-gathered in the model's dtype: in mixed
   /// precision with Adam, 16 bytes per parameter per rank become 4 + 12/N.
-  /// TrainStep's checkpoints then hold each rank's shard (TrainStep::save).
+  /// TrainStep's checkpoints then hold each rank's shard (TrainStep::save),
+  /// and TrainStep::load_resharded() resumes them on another number of
+  /// ranks (one included).
   /// The optimizer must act on each element alone (SGD, Adam, AdamW). Stage
   /// 2 (gradients reduce-scattered) is not implemented and is refused.
   TORCH_ARG(int, zero_stage) = 0;
@@ -143,7 +145,9 @@ class DataParallel final : public GradientSync {
 
 /// TrainStep's GradientSync over `group`: a DataParallel with `options`
 /// for the model, or none (plain training) for nullptr or a one-process
-/// group.
+/// group, except with a zero_stage: a one-process group then shards over
+/// its one rank (the same flat FP32 masters and checkpoints as N ranks, so
+/// that TrainStep::load_resharded() moves a run between one rank and many).
 ///
 /// \code
 ///   lamp::TrainStep step(model, make_optimizer,

@@ -239,6 +239,16 @@ std::string start_note(const ProgramConfig& config,
     note += " (continuing the " +
             std::to_string(history.back().previous_epochs) + "-epoch run)";
   }
+  for (const auto& entry : history) {
+    if (config.reshard && entry.kind == "resharded" &&
+        entry.at_epoch == trainer.start_epoch()) {
+      note += " on " + std::to_string(entry.ranks) +
+              (entry.ranks == 1 ? " rank" : " ranks") +
+              " (the checkpoint's run had " +
+              std::to_string(entry.previous_ranks) +
+              "; --reshard: optimizer state re-sharded, data split anew)";
+    }
+  }
   if (!config.init_from.empty()) {
     note += ", from the weights of " + config.init_from;
   }

@@ -153,6 +153,10 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
   auto* resume = app.add_option(
       "--resume", c.resume,
       "resume from this checkpoint (with more --epochs: continue a finished --schedule constant run)");
+  app.add_flag(
+         "--reshard", c.reshard,
+         "with --resume: accept a checkpoint of another number of ranks and go on with this one (the optimizer state re-sharded, the data split anew: another global batch)")
+      ->needs(resume);
   app.add_option(
          "--init-from", c.init_from,
          "start a new run from this checkpoint's weights alone (fine-tuning: no optimizer state or position; the model must match)")
@@ -207,6 +211,7 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
                                               "eval_batch_size",
                                               "limit_eval_batches",
                                               "resume",
+                                              "reshard",
                                               "init_from",
                                               "drop_last",
                                               "epochs",
@@ -280,6 +285,7 @@ lamp::training::TrainerOptions trainer_options_from(
                      .limit_eval_batches(config.limit_eval_batches)
                      .checkpoint(config.checkpoint)
                      .resume(config.resume)
+                     .reshard(config.reshard)
                      .init_from(config.init_from)
                      .process_group(std::move(group))
                      .zero_stage(static_cast<int>(config.zero))

@@ -46,6 +46,7 @@ struct ProgramConfig {
   std::string checkpoint;
   std::string export_state_dict;
   std::string resume;
+  bool reshard = false; // with resume: another number of ranks
   std::string init_from;
   std::string log_json;
   int64_t max_steps = 0;

@@ -267,12 +267,22 @@ int64_t check_run_settings(torch::serialize::InputArchive& archive,
       continue; // the schedule's own row checks that it is the same
     }
     // The shards are the ranks: say so, with the way to start that many
-    // (a program's namer gives its launcher, e.g. torchrun's flag).
-    TORCH_CHECK(std::string(setting.key) != "num_shards", "lamp: ", path,
-                " was trained on ", stored, stored == "1" ? " rank" : " ranks",
-                " (data shards) but this run has ", now, "; resume with ",
-                stored, stored == "1" ? " rank" : " ranks", " (", name, " ",
-                stored, "): each rank continues its own shard of the data.");
+    // (a program's namer gives its launcher, e.g. torchrun's flag), or to
+    // go on with this many.
+    if (std::string(setting.key) == "num_shards") {
+      TORCH_CHECK(
+          run.options.reshard(), "lamp: ", path, " was trained on ", stored,
+          stored == "1" ? " rank" : " ranks",
+          " (data shards) but this run has ", now, "; resume with ", stored,
+          stored == "1" ? " rank" : " ranks", " (", name, " ", stored,
+          "): each rank continues its own shard of the data. Or go on "
+          "with ",
+          now,
+          " and a new split of the data (another global batch) "
+          "with ",
+          name_option(run.options, "reshard", "TrainerOptions::reshard"), ".");
+      continue;
+    }
     TORCH_CHECK(setting.kind != Kind::kData, "lamp: ", path,
                 " was trained on other ", setting.library_name, " (", stored,
                 ") than this run's (", now, "); resume with the same ",
@@ -316,6 +326,8 @@ void write_history(torch::serialize::OutputArchive& archive,
     written.write("previous_epochs", c10::IValue(entry.previous_epochs));
     written.write("epochs", c10::IValue(entry.epochs));
     written.write("source", c10::IValue(entry.source));
+    written.write("previous_ranks", c10::IValue(entry.previous_ranks));
+    written.write("ranks", c10::IValue(entry.ranks));
     entries.write(std::to_string(i), written);
   }
   archive.write("history", entries);
@@ -338,9 +350,10 @@ std::vector<RunHistoryEntry> read_history(
                                where.c_str());
     RunHistoryEntry entry;
     entry.kind = lamp::detail::read_string(read_entry, "kind", where.c_str());
-    TORCH_CHECK(entry.kind == kContinued || entry.kind == kInitFrom, where,
-                " entry ", i, " is of kind '", entry.kind, "', not '",
-                kContinued, "' or '", kInitFrom,
+    TORCH_CHECK(entry.kind == kContinued || entry.kind == kInitFrom ||
+                    entry.kind == kResharded,
+                where, " entry ", i, " is of kind '", entry.kind, "', not '",
+                kContinued, "', '", kInitFrom, "' or '", kResharded,
                 "'; the checkpoint is damaged or was written by a newer lamp.");
     entry.at_epoch =
         lamp::detail::read_int(read_entry, "at_epoch", where.c_str());
@@ -349,6 +362,12 @@ std::vector<RunHistoryEntry> read_history(
     entry.epochs = lamp::detail::read_int(read_entry, "epochs", where.c_str());
     entry.source =
         lamp::detail::read_string(read_entry, "source", where.c_str());
+    c10::IValue ranks; // written since "resharded" entries exist
+    if (read_entry.try_read("ranks", ranks)) {
+      entry.previous_ranks =
+          lamp::detail::read_int(read_entry, "previous_ranks", where.c_str());
+      entry.ranks = lamp::detail::read_int(read_entry, "ranks", where.c_str());
+    }
     history.push_back(std::move(entry));
   }
   return history;

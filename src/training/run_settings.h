@@ -26,6 +26,7 @@ constexpr const char* kCheckpointFormat = "lamp-classifier-trainer-2";
 /// RunHistoryEntry::kind's values.
 constexpr const char* kContinued = "continued";
 constexpr const char* kInitFrom = "init_from";
+constexpr const char* kResharded = "resharded";
 
 /// What the settings are read from: the trainer's options, its training
 /// loader's, and the fingerprints (data::fingerprint()) of its training and
@@ -45,7 +46,8 @@ void write_run_settings(torch::serialize::OutputArchive& archive,
 /// `path`) and refuses the first that differs from `run`'s, naming it
 /// (TrainerOptions::option_name) with both values and what to resume with.
 /// Settings added to the format later read as what runs did before they
-/// were stored, where a checkpoint predates them. One difference is allowed:
+/// were stored, where a checkpoint predates them. The number of ranks
+/// (num_shards) may differ with TrainerOptions::reshard. One more is allowed:
 /// more epochs than the checkpoint's run was given, where its schedule does
 /// not depend on the run's length (depends_on_length()); with a schedule
 /// that does, the refusal says why and what to do instead. Returns the

@@ -90,6 +90,11 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       "lamp: ", name("resume", "TrainerOptions::resume"), " and ",
       name("init_from", "TrainerOptions::init_from"),
       " exclude each other: the first continues a run (its optimizer, scaler, schedule and position), the second starts a new one from a checkpoint's weights alone; give one of them.");
+  TORCH_CHECK(!o.reshard() || !o.resume().empty(),
+              "lamp: ", name("reshard", "TrainerOptions::reshard"),
+              " applies to a resumed run; give ",
+              name("resume", "TrainerOptions::resume"),
+              " too, or leave it out.");
   TORCH_CHECK(o.epochs() > 0,
               "lamp: ", name("epochs", "TrainerOptions::epochs"),
               " must be positive, got ", o.epochs(), ".");
@@ -261,6 +266,7 @@ void ClassifierTrainer::check_ranks_agree(
        {name("checkpoint", "TrainerOptions::checkpoint"),
         given(o.checkpoint())},
        {name("resume", "TrainerOptions::resume"), given(o.resume())},
+       {name("reshard", "TrainerOptions::reshard"), o.reshard() ? "on" : "off"},
        {name("init_from", "TrainerOptions::init_from"), given(o.init_from())}});
   group.check_same(
       "the trainer's settings", settings,

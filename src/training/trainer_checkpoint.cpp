@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "lamp/platform/checkpoint_file.h"
 #include "platform/archive.h"
@@ -130,12 +131,58 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
     archive.write("train_step", step_archive);
     save_checked_archive(archive, path);
   });
-  if (!previous_shard_.empty() && previous_shard_ != mine) {
-    // The manifest no longer names it.
-    std::remove(previous_shard_.c_str());
+  for (const auto& previous : previous_shards_) {
+    if (previous != mine) {
+      std::remove(previous.c_str()); // the manifest no longer names it
+    }
   }
-  previous_shard_ = rank == 0 ? "" : mine;
+  previous_shards_.clear();
+  if (rank > 0) {
+    previous_shards_.push_back(mine);
+  }
 }
+
+namespace {
+
+// Reads saved rank `k`'s (of `saved_world`) shard file, named by the
+// manifest at `path` in `entry`, into `train_step`, after checking that it
+// is that rank's of this checkpoint; returns the file's path.
+std::string read_shard(const std::string& path, const c10::IValue& entry,
+                       int64_t k, int64_t saved_world, int64_t global_step,
+                       const std::string& model_name,
+                       torch::serialize::InputArchive& train_step) {
+  TORCH_CHECK(entry.isString(), "lamp: ", path,
+              ": the manifest's list of shard files is damaged.");
+  const auto file = lamp::detail::join_path(lamp::detail::parent_folder(path),
+                                            entry.toStringRef());
+  TORCH_CHECK(exists(file), "lamp: ", path, " needs rank ", k,
+              "'s shard of the optimizer state in ", file,
+              ", which is missing; copy the checkpoint with all its .rank* "
+              "files, or resume from another checkpoint.");
+  torch::serialize::InputArchive shard;
+  load_checked_archive(shard, file);
+  const std::string shard_where = "lamp: " + file;
+  const auto* w = shard_where.c_str();
+  const auto format = lamp::detail::read_string(shard, "format", w);
+  TORCH_CHECK(format == kShardFormat, "lamp: ", file, " is a '", format,
+              "' file, not a shard of lamp's trainer ('", kShardFormat, "').");
+  const auto their_rank = lamp::detail::read_int(shard, "rank", w);
+  const auto their_world = lamp::detail::read_int(shard, "world_size", w);
+  const auto their_step = lamp::detail::read_int(shard, "global_step", w);
+  const auto their_model = lamp::detail::read_string(shard, "model_name", w);
+  TORCH_CHECK(their_rank == k && their_world == saved_world &&
+                  their_step == global_step && their_model == model_name,
+              "lamp: ", file, " holds the shard of rank ", their_rank, " of ",
+              their_world, " at step ", their_step, " of a '", their_model,
+              "' model, but ", path, " needs rank ", k, " of ", saved_world,
+              " at step ", global_step, " of a '", model_name,
+              "' model; the shard files were mixed up (copied from another "
+              "checkpoint or renamed).");
+  lamp::detail::read_archive(shard, "train_step", train_step, w);
+  return file;
+}
+
+} // namespace
 
 void ClassifierTrainer::load_checkpoint(const std::string& path) {
   TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path,
@@ -169,20 +216,33 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
       archive, path, {o, train_loader_.options(), train_data_, test_data_});
   auto history = detail::read_history(archive, path);
   const int64_t batches = train_loader_.batches_per_epoch();
+  const auto& group = o.process_group();
+  const int rank = group ? group->rank() : 0;
+  const int world = group ? group->world_size() : 1;
+  // The data shards (ranks) it was trained on (checkpoints before
+  // num_shards was stored: this run's); check_run_settings refused another
+  // number without reshard.
+  const int64_t shards_now = train_loader_.options().num_shards();
+  c10::IValue stored_shards;
+  const int64_t saved_shards = archive.try_read("num_shards", stored_shards)
+                                   ? integer("num_shards")
+                                   : shards_now;
+  const bool resharding = saved_shards != shards_now;
   const auto steps_per_epoch = integer("steps_per_epoch");
-  TORCH_CHECK(steps_per_epoch == batches, "lamp: ", path, " was trained with ",
-              steps_per_epoch, " steps per epoch but this run has ", batches,
-              " (another ",
+  TORCH_CHECK(resharding || steps_per_epoch == batches, "lamp: ", path,
+              " was trained with ", steps_per_epoch,
+              " steps per epoch but this run has ", batches, " (another ",
               name_option(o, "drop_last", "LoaderOptions::drop_last"),
               " or number of ranks); resume with the same settings.");
   // Written only after complete epochs: the position is (epoch, epoch*steps).
   const auto next_epoch = integer("next_epoch");
   const auto global_step = integer("global_step");
-  TORCH_CHECK(next_epoch >= 1 && next_epoch <= checkpoint_epochs &&
-                  global_step == next_epoch * batches,
+  TORCH_CHECK(steps_per_epoch >= 1 && next_epoch >= 1 &&
+                  next_epoch <= checkpoint_epochs &&
+                  global_step == next_epoch * steps_per_epoch,
               "lamp: ", path, " is at epoch ", next_epoch, ", step ",
               global_step, ", which a run of ", checkpoint_epochs,
-              " epochs of ", batches,
+              " epochs of ", steps_per_epoch,
               " steps cannot reach; the checkpoint is damaged.");
   torch::Tensor rng_state;
   try {
@@ -199,75 +259,72 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
                              where.c_str());
   c10::IValue shards;
   const bool sharded = archive.try_read("zero_shards", shards);
-  const auto& group = o.process_group();
-  // check_run_settings compared zero_stage and the number of ranks; a
-  // checkpoint of one rank's shard on a whole run would be refused by
-  // TrainStep::load too, but without naming the files.
+  // check_run_settings compared zero_stage; a checkpoint of one rank's
+  // shard on a whole run would be refused by TrainStep::load too, but
+  // without naming the files.
   TORCH_CHECK(sharded == (step_->optimizer_sharding() != nullptr && group),
               "lamp: ", path, sharded ? " holds" : " does not hold",
               " optimizer state sharded over the ranks, but this run ",
               sharded ? "keeps it whole" : "shards it",
               "; resume with the same ",
               name_option(o, "zero_stage", "TrainerOptions::zero_stage"), ".");
+  // Sharded: saved rank k's train_step (the manifest's own for k = 0), for
+  // this rank or, re-sharding, for every saved rank.
+  const int64_t saved_world =
+      sharded && shards.isList()
+          ? static_cast<int64_t>(shards.toListRef().size()) + 1
+          : world;
+  const bool moved = saved_world != world; // the optimizer state
+  std::vector<torch::serialize::InputArchive> saved;
+  std::vector<std::string> files(saved_world);
   if (sharded) {
-    const int rank = group->rank();
-    const int world = group->world_size();
-    std::string file;
-    torch::serialize::InputArchive shard;
+    saved.resize(moved ? saved_world : 1);
     on_every_rank(*group, "reading the checkpoint's shards", [&] {
-      TORCH_CHECK(shards.isList() && shards.toListRef().size() ==
-                                         static_cast<size_t>(world - 1),
-                  "lamp: ", path,
-                  ": the manifest's list of shard files is "
-                  "damaged (",
-                  world - 1,
-                  " files expected, one per rank "
-                  "after rank 0).");
-      if (rank == 0) {
-        return;
-      }
-      const auto& entry = shards.toListRef()[rank - 1];
-      TORCH_CHECK(entry.isString(), "lamp: ", path,
+      TORCH_CHECK(shards.isList(), "lamp: ", path,
                   ": the manifest's list of shard files is damaged.");
-      file = lamp::detail::join_path(lamp::detail::parent_folder(path),
-                                     entry.toStringRef());
-      TORCH_CHECK(exists(file), "lamp: ", path, " needs rank ", rank,
-                  "'s shard of the optimizer state in ", file,
-                  ", which is missing; copy the checkpoint with all its "
-                  ".rank* files, or resume from another checkpoint.");
-      load_checked_archive(shard, file);
-      const std::string shard_where = "lamp: " + file;
-      const auto* w = shard_where.c_str();
-      const auto format = lamp::detail::read_string(shard, "format", w);
-      TORCH_CHECK(format == kShardFormat, "lamp: ", file, " is a '", format,
-                  "' file, not a shard of lamp's trainer ('", kShardFormat,
-                  "').");
-      const auto their_rank = lamp::detail::read_int(shard, "rank", w);
-      const auto their_world = lamp::detail::read_int(shard, "world_size", w);
-      const auto their_step = lamp::detail::read_int(shard, "global_step", w);
-      const auto their_model =
-          lamp::detail::read_string(shard, "model_name", w);
-      TORCH_CHECK(their_rank == rank && their_world == world &&
-                      their_step == global_step && their_model == model_name,
-                  "lamp: ", file, " holds the shard of rank ", their_rank,
-                  " of ", their_world, " at step ", their_step, " of a '",
-                  their_model, "' model, but ", path, " needs rank ", rank,
-                  " of ", world, " at step ", global_step, " of a '",
-                  model_name,
-                  "' model; the shard files were mixed up "
-                  "(copied from another checkpoint or renamed).");
-      lamp::detail::read_archive(shard, "train_step", step_archive, w);
+      TORCH_CHECK(!moved || o.reshard(), "lamp: ", path,
+                  ": the optimizer state is sharded over ", saved_world,
+                  " ranks but this run has ", world, "; resume with ",
+                  saved_world, " ranks or with ",
+                  name_option(o, "reshard", "TrainerOptions::reshard"), ".");
+      for (int64_t k = moved ? 0 : rank; k < saved_world; ++k) {
+        auto& into = saved[moved ? k : 0];
+        if (k == 0) {
+          lamp::detail::read_archive(archive, "train_step", into,
+                                     where.c_str());
+        } else {
+          files[k] = read_shard(path, shards.toListRef()[k - 1], k, saved_world,
+                                global_step, model_name_, into);
+        }
+        if (!moved) {
+          break;
+        }
+      }
     });
-    if (rank > 0 && o.checkpoint() == path) {
-      // The next checkpoint replaces this shard.
-      previous_shard_ = file;
+  }
+  if (moved) {
+    step_->load_resharded(saved);
+  } else {
+    step_->load(sharded ? saved[0] : step_archive);
+  }
+  if (sharded && o.checkpoint() == path) {
+    // The next checkpoint replaces the shard files: saved rank k's go with
+    // this run's rank k % world.
+    previous_shards_.clear();
+    for (int64_t k = 1; k < saved_world; ++k) {
+      if (k % world == rank && !files[k].empty()) {
+        previous_shards_.push_back(files[k]);
+      }
     }
   }
-  step_->load(step_archive);
   at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
   generator.set_state(rng_state);
   start_epoch_ = next_epoch;
-  global_step_ = global_step;
+  global_step_ = next_epoch * batches; // the saved step unless resharding
+  if (resharding) {
+    history.push_back({detail::kResharded, next_epoch, checkpoint_epochs,
+                       o.epochs(), "", saved_shards, shards_now});
+  }
   if (checkpoint_epochs < o.epochs()) {
     // A continuation with more epochs (a constant schedule).
     history.push_back(

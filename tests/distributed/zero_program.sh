@@ -2,7 +2,8 @@
 # train_mnist as two ranks with the optimizer state sharded (--zero 1):
 # it trains as the replicated run does, its per-rank checkpoint resumes
 # exactly (and the replicated run's too), and a missing, mixed-up or other-stage checkpoint is refused on
-# both ranks, naming the rank and the file.
+# both ranks, naming the rank and the file; --reshard moves a checkpoint
+# from 2 ranks to 1 and on to 3.
 #   zero_program.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
 set -uo pipefail
 # shellcheck source=tests/distributed/free_port.sh
@@ -20,20 +21,36 @@ fail() { echo "FAIL  $1"; failed=$((failed + 1)); }
 # AdamW at lr 0.003 unless the case gives --lr.
 # ranks NAME FLAGS...: both ranks with the same flags; outputs in
 # $work/NAME.rank{0,1}.log, exit codes in $rc0 and $rc1.
-ranks() {
-  local name="$1" port=$(free_port) pids=() r lr=(--lr 0.003)
-  shift
+# nranks N NAME FLAGS...: the same with N ranks (1: a plain process);
+# exit codes in ${rcs[@]}.
+nranks() {
+  local n="$1" name="$2" port=$(free_port) pids=() r lr=(--lr 0.003)
+  shift 2
   [[ " $* " == *" --lr "* ]] && lr=()
-  for r in 0 1; do
-    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" \
-      LOCAL_RANK="$r" LOCAL_WORLD_SIZE=2 timeout 120 \
+  rcs=()
+  for ((r = 0; r < n; r++)); do
+    local env=(MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE="$n"
+      RANK="$r" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$n")
+    [ "$n" -eq 1 ] && env=()
+    env "${env[@]}" timeout 120 \
       "$train" --no-progress --data "$work/data/mnist" --batch-size 50 \
       --eval-batch-size 100 --dist-timeout 20 --optimizer adamw "${lr[@]}" \
       "$@" > "$work/$name.rank$r.log" 2>&1 &
     pids+=($!)
   done
-  wait "${pids[0]}"; rc0=$?
-  wait "${pids[1]}"; rc1=$?
+  for ((r = 0; r < n; r++)); do wait "${pids[$r]}"; rcs+=($?); done
+}
+ranks() { nranks 2 "$@"; rc0=${rcs[0]} rc1=${rcs[1]}; }
+
+# all_ok NAME: every rank of the last nranks exited 0.
+all_ok() {
+  local r
+  for r in "${!rcs[@]}"; do
+    if [ "${rcs[$r]}" -ne 0 ]; then
+      fail "$1: rank $r exited ${rcs[$r]}"; tail -3 "$work/$1.rank$r.log" | sed 's/^/      /'
+      return 1
+    fi
+  done
 }
 
 both_ok() { # NAME
@@ -158,6 +175,53 @@ fi
 # 5. BF16 parameters: the export gathers the FP32 masters from both ranks.
 ranks bf16 --epochs 1 --precision bf16 --zero 1 --export-state-dict "$work/bf16.pt"
 if both_ok bf16 && [ -s "$work/bf16.pt" ]; then pass bf16_export; else fail "bf16_export: no file"; fi
+
+# 6. Another number of ranks (--reshard): 2 -> 1 -> 3, one checkpoint path.
+# Three epochs: one on 2 ranks (2 steps), one alone (4 steps), one on 3;
+# each resume re-shards every saved rank's optimizer state and goes on.
+nranks 2 two --epochs 3 --max-steps 2 --zero 1 --checkpoint "$work/e.pt"
+if all_ok two; then
+  nranks 3 three_refused --epochs 3 --zero 1 --resume "$work/e.pt"
+  refused=1
+  for r in 0 1 2; do
+    if [ "${rcs[$r]}" -ne 1 ] || grep -q "^epoch " "$work/three_refused.rank$r.log"; then refused=0; fi
+  done
+  log="$work/three_refused.rank0.log"
+  if [ "$refused" -eq 1 ] && grep -qF "was trained on 2 ranks (data shards) but this run has 3" "$log" &&
+      grep -qF -- "with --reshard" "$log"; then
+    pass other_ranks_refused_without_reshard
+  else
+    fail "other_ranks_refused_without_reshard: exits ${rcs[*]}"; tail -3 "$log" | sed 's/^/      /'
+  fi
+  nranks 1 one --epochs 3 --max-steps 8 --zero 1 --resume "$work/e.pt" --reshard \
+    --checkpoint "$work/e.pt"
+  if all_ok one; then
+    log="$work/one.rank0.log"
+    if grep -qF "resuming at epoch 2 on 1 rank (the checkpoint's run had 2" "$log" &&
+        [ -n "$(test_loss "$log")" ] && [ ! -e "$work/e.pt.rank1-of-2.step2" ]; then
+      pass "reshard_2_to_1 (test loss $(test_loss "$log"))"
+    else
+      fail "reshard_2_to_1: $(cd "$work" && ls e.pt*)"; tail -3 "$log" | sed 's/^/      /'
+    fi
+  fi
+  nranks 3 three --epochs 3 --zero 1 --resume "$work/e.pt" --reshard \
+    --checkpoint "$work/e.pt"
+  if all_ok three; then
+    log="$work/three.rank0.log"
+    if grep -qF "resuming at epoch 3 on 3 ranks (the checkpoint's run had 1" "$log" &&
+        [ -n "$(test_loss "$log")" ] && compgen -G "$work/e.pt.rank2-of-3.step*" > /dev/null; then
+      pass "reshard_1_to_3 (test loss $(test_loss "$log"))"
+    else
+      fail "reshard_1_to_3: $(cd "$work" && ls e.pt*)"; tail -3 "$log" | sed 's/^/      /'
+    fi
+  fi
+fi
+nranks 1 reshard_alone --epochs 1 --reshard
+if [ "${rcs[0]}" -ne 0 ] && grep -qF -- "--resume" "$work/reshard_alone.rank0.log"; then
+  pass reshard_needs_resume
+else
+  fail "reshard_needs_resume: exit ${rcs[0]}"; tail -3 "$work/reshard_alone.rank0.log" | sed 's/^/      /'
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -139,11 +139,22 @@ struct TrainerOptions {
   /// global step), each checked and written atomically as the checkpoint
   /// is; the manifest is written last and the previous shard files removed
   /// after it, so that a run stopped at any point leaves a complete
-  /// checkpoint. A resume needs the same number of ranks and zero_stage,
-  /// and refuses a missing, damaged or mismatched shard file on every rank,
-  /// naming the rank and the file. With one process (no group) the state
-  /// is whole whatever this says.
+  /// checkpoint. A resume needs the same zero_stage and number of ranks
+  /// (or `reshard`), and refuses a missing, damaged or mismatched shard
+  /// file on every rank, naming the rank and the file. A one-process group
+  /// shards over its one rank; without a group the state is whole.
   TORCH_ARG(int, zero_stage) = 0;
+  /// With `resume`: accept a checkpoint written by another number of ranks.
+  /// Each rank then reads every rank's shard file and takes its own part of
+  /// the optimizer state, cut anew (TrainStep::load_resharded; a whole
+  /// state is loaded as it is), and training goes on at the checkpoint's
+  /// next epoch with this run's split of the data. That changes the global
+  /// batch (the per-rank batch size stays) and the order of the samples,
+  /// so the run is not the one the original ranks would have made; the
+  /// step count and the schedule's position restart from the epoch
+  /// (epoch x this run's steps per epoch), and history() records the
+  /// change. Off: another number of ranks is refused.
+  TORCH_ARG(bool, reshard) = false;
   /// How the trainer's messages name a setting, given its key ("lr",
   /// "batch_size", "precision", "optimizer", "model", "data", ...) and the
   /// library's name for it ("TrainerOptions::optimizer().lr"). Unset: the
@@ -199,7 +210,8 @@ std::string name_option(const TrainerOptions& options, const std::string& key,
 struct RunHistoryEntry {
   /// "continued": resumed with more epochs than it was given (a constant
   /// schedule); "init_from": started from the weights of another run's
-  /// checkpoint (TrainerOptions::init_from).
+  /// checkpoint (TrainerOptions::init_from); "resharded": resumed on
+  /// another number of ranks (TrainerOptions::reshard).
   std::string kind;
   /// Complete epochs when it happened: where the continuation began; 0 for
   /// "init_from".
@@ -211,6 +223,10 @@ struct RunHistoryEntry {
   int64_t epochs = 0;
   /// "init_from": the checkpoint's path as given; empty otherwise.
   std::string source;
+  /// "resharded" (resumed on another number of ranks,
+  /// TrainerOptions::reshard): the ranks before and after; 0 otherwise.
+  int64_t previous_ranks = 0;
+  int64_t ranks = 0;
 };
 
 /// What one epoch did.
@@ -465,7 +481,7 @@ class ClassifierTrainer {
   // Sharded checkpoints (TrainerOptions::zero_stage): this rank's shard
   // file of the checkpoint at options_.checkpoint(), removed once the next
   // manifest no longer names it; "" on rank 0 and before the first.
-  mutable std::string previous_shard_;
+  mutable std::vector<std::string> previous_shards_;
   int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;

@@ -167,8 +167,8 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
       real_in(0.001, 86400.0 * 7));
   add_checked(
       app, "--zero", c.zero,
-      "under torchrun: 1 shards the FP32 master weights and optimizer state over the ranks (ZeRO stage 1: each rank keeps 1/N; the checkpoint is then one file per rank), 0 keeps them whole on every rank",
-      integer_in(0, 1));
+      "under torchrun: 1 shards the FP32 master weights and optimizer state over the ranks (ZeRO stage 1: each rank keeps 1/N; the checkpoint is then one file per rank), 2 also reduce-scatters the gradients into the shards (stage 2: no whole gradient kept), 0 keeps them whole on every rank",
+      integer_in(0, 2));
 }
 
 // What the run reports while it trains, and when it stops early.

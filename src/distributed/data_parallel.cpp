@@ -8,8 +8,10 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
+#include "distributed/shard_buckets.h"
 #include "lamp/distributed/sharded_optimizer.h"
 #include "lamp/platform/parameters.h"
 #include "platform/compat.h"
@@ -27,6 +29,13 @@ struct Bucket {
   std::unique_ptr<ProcessGroup::Work> work;
   // How a wait report names its all-reduce; made once, not every step.
   std::string name;
+  // ZeRO stage 2 (use_shard_buckets): `buffer` is made when the backward
+  // first writes to it and freed after its reduce-scatter into `shard_out`
+  // (this rank's part, `dtype`), which the sync copies into `shard_grad`.
+  int64_t padded_numel = 0;
+  torch::Dtype dtype = torch::kFloat;
+  torch::Tensor shard_out;
+  torch::Tensor shard_grad;
 };
 
 // "float [32, 1, 3, 3]", and whether it is trained, for comparing models
@@ -81,15 +90,73 @@ struct DataParallel::Impl {
   std::vector<int64_t> offset_of; // per parameter, within its bucket
   std::vector<bool> ready;        // per parameter, in this backward
   std::vector<Bucket> buckets;
-  std::vector<detail::AutogradNodePtr> accumulators;
+  std::vector<lamp::detail::AutogradNodePtr> accumulators;
   size_t next_bucket = 0;
   bool sync = true;
+  bool shard_buckets = false; // ZeRO stage 2
   std::mutex mutex;
 
   void launch(Bucket& bucket) {
     // Averaged before the sum (DDP and the compress hooks divide first).
     bucket.buffer.div_(group->world_size());
-    bucket.work = group->all_reduce_async_(bucket.buffer, bucket.name);
+    bucket.work = shard_buckets
+                      ? group->reduce_scatter_async_(bucket.shard_out,
+                                                     bucket.buffer, bucket.name)
+                      : group->all_reduce_async_(bucket.buffer, bucket.name);
+  }
+
+  // Stage 2: the buffer for this backward (zeros: its padding stays so).
+  static void make_buffer(Bucket& bucket, const torch::Device& device) {
+    if (!bucket.buffer.defined()) {
+      bucket.buffer = torch::zeros(
+          {bucket.padded_numel},
+          torch::TensorOptions().dtype(bucket.dtype).device(device));
+    }
+  }
+
+  void use_shard_buckets(std::vector<detail::ShardBucket> specs) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::unordered_map<const c10::TensorImpl*, size_t> index;
+    for (size_t k = 0; k < params.size(); ++k) {
+      index.emplace(params[k].unsafeGetTensorImpl(), k);
+    }
+    std::vector<bool> covered(params.size(), false);
+    std::vector<Bucket> made(specs.size());
+    for (size_t b = 0; b < specs.size(); ++b) {
+      const auto& spec = specs[b];
+      auto& bucket = made[b];
+      for (size_t j = 0; j < spec.params.size(); ++j) {
+        const auto it = index.find(spec.params[j].unsafeGetTensorImpl());
+        TORCH_CHECK(it != index.end() && !covered[it->second],
+                    "lamp::distributed::DataParallel: the sharded optimizer "
+                    "holds a tensor that is not one of the model's trainable "
+                    "parameters (or holds one twice).");
+        const size_t k = it->second;
+        covered[k] = true;
+        bucket.params.push_back(k);
+        bucket.offsets.push_back(spec.offsets[j]);
+        bucket_of[k] = b;
+        offset_of[k] = spec.offsets[j];
+      }
+      bucket.padded_numel = spec.padded_numel;
+      bucket.dtype = spec.dtype;
+      bucket.shard_out = torch::empty(
+          {spec.shard_numel},
+          torch::TensorOptions().dtype(spec.dtype).device(group->device()));
+      bucket.shard_grad = spec.shard_grad;
+      bucket.name = "the gradient reduce-scatter of bucket " +
+                    std::to_string(b + 1) + " of " +
+                    std::to_string(specs.size());
+    }
+    for (size_t k = 0; k < params.size(); ++k) {
+      TORCH_CHECK(covered[k],
+                  "lamp::distributed::DataParallel: ZeRO stage 2 reduces the "
+                  "gradients of the optimizer's parameters only; give the "
+                  "optimizer every trainable parameter, or use stage 1.");
+    }
+    buckets = std::move(made);
+    shard_buckets = true;
+    reset();
   }
 
   // Buckets start in index order on every rank (Gloo and NCCL need the same
@@ -111,11 +178,18 @@ struct DataParallel::Impl {
     TORCH_CHECK(
         !bucket.work, "lamp::distributed::DataParallel: parameter ", index,
         " received a second gradient after its bucket's all-reduce had started. Call backward once per step (or set_sync(false) for all but the last of several).");
-    const auto& grad = params[index].grad();
+    if (shard_buckets) {
+      make_buffer(bucket, group->device());
+    }
+    auto& grad = params[index].mutable_grad();
     auto slice =
         bucket.buffer.narrow(0, offset_of[index], params[index].numel());
     if (grad.defined()) {
       slice.copy_(grad.reshape(-1));
+      if (shard_buckets) {
+        // Stage 2 keeps no whole gradient: the bucket has it now.
+        grad = torch::Tensor();
+      }
     } else {
       slice.zero_();
     }
@@ -156,12 +230,12 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
           *comm == torch::kFloat,
       "lamp::distributed::DataParallel: communication_dtype must be kHalf, kBFloat16 or kFloat.");
   TORCH_CHECK(
-      options.zero_stage() == 0 || options.zero_stage() == 1,
-      "lamp::distributed::DataParallel: zero_stage must be 0 (optimizer state on every rank) or 1 (sharded), got ",
-      options.zero_stage(),
-      options.zero_stage() == 2
-          ? "; stage 2 (gradients reduce-scattered) is not implemented, use 1."
-          : ".");
+      options.zero_stage() >= 0 && options.zero_stage() <= 2,
+      "lamp::distributed::DataParallel: zero_stage must be 0 (optimizer state on every rank), 1 (sharded) or 2 (sharded, gradients reduce-scattered), got ",
+      options.zero_stage(), ".");
+  TORCH_CHECK(
+      options.zero_stage() != 2 || !comm,
+      "lamp::distributed::DataParallel: communication_dtype applies to stages 0 and 1; stage 2 reduce-scatters each gradient in its parameter's dtype.");
   auto& impl = *impl_;
   impl.group = group_;
   impl.options = options;
@@ -332,6 +406,9 @@ void DataParallel::finish_gradient_sync() {
   // Parameters without a gradient in this backward count as zero.
   for (size_t b = impl.next_bucket; b < impl.buckets.size(); ++b) {
     auto& bucket = impl.buckets[b];
+    if (impl.shard_buckets) {
+      Impl::make_buffer(bucket, group_->device());
+    }
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t k = bucket.params[j];
       if (!impl.ready[k]) {
@@ -345,6 +422,11 @@ void DataParallel::finish_gradient_sync() {
   impl.launch_ready_buckets();
   for (auto& bucket : impl.buckets) {
     bucket.work->wait();
+    if (impl.shard_buckets) {
+      bucket.shard_grad.copy_(bucket.shard_out);
+      bucket.buffer = torch::Tensor();
+      continue;
+    }
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       auto& p = impl.params[bucket.params[j]];
       auto averaged =
@@ -374,6 +456,17 @@ void DataParallel::reduce_found_inf(torch::Tensor& found_inf) {
 std::unique_ptr<OptimizerSharding> DataParallel::optimizer_sharding() {
   if (impl_->options.zero_stage() == 0) {
     return nullptr;
+  }
+  if (impl_->options.zero_stage() == 2) {
+    std::weak_ptr<Impl> weak = impl_;
+    return detail::stage2_sharding(
+        group_,
+        static_cast<int64_t>(impl_->options.bucket_cap_mb() * 1024.0 * 1024.0),
+        [weak](std::vector<detail::ShardBucket> buckets) {
+          if (auto impl = weak.lock()) {
+            impl->use_shard_buckets(std::move(buckets));
+          }
+        });
   }
   return distributed::optimizer_sharding(group_);
 }

@@ -396,6 +396,57 @@ void ProcessGroup::reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
   shard.copy_(input.narrow(0, rank_ * n, n));
 }
 
+std::unique_ptr<ProcessGroup::Work> ProcessGroup::reduce_scatter_async_(
+    torch::Tensor& shard, torch::Tensor& flat, const std::string& purpose) {
+  check_shard_shapes("reduce_scatter_async_", flat, shard, world_size_,
+                     device_);
+  torch::NoGradGuard no_grad;
+  if (!is_distributed()) {
+    shard.copy_(flat);
+    return std::make_unique<DoneWork>();
+  }
+  const int64_t n = shard.numel();
+  const bool staged = needs_fp32_reduction(backend_name_, flat);
+  auto input = staged ? flat.to(torch::kFloat) : flat;
+  const CollectiveSite site{rank_, world_size_, backend_name_, timeout_};
+  const auto name = named(purpose, "reduce_scatter_async_");
+  c10::intrusive_ptr<c10d::Work> work;
+  if (has_reduce_scatter_) {
+    auto output = staged ? torch::empty({n}, input.options()) : shard;
+    std::vector<torch::Tensor> outputs{output};
+    std::vector<std::vector<torch::Tensor>> inputs(1);
+    for (int r = 0; r < world_size_; ++r) {
+      inputs[0].push_back(input.narrow(0, r * n, n));
+    }
+    try {
+      work = impl_->backend->reduce_scatter(outputs, inputs);
+    } catch (const std::exception& e) {
+      // As in reduce_scatter_(): refused before any communication.
+      if (detail::error_text(e).find("not support") == std::string::npos) {
+        fail_collective("reduce_scatter_async_", e);
+      }
+      has_reduce_scatter_ = false;
+    }
+    if (work) {
+      const int64_t watched = impl_->watch->begin(name, work);
+      return std::make_unique<WorkHandle>(
+          std::move(work), staged ? output : torch::Tensor(), shard, site,
+          impl_->watch.get(), watched);
+    }
+  }
+  std::vector<torch::Tensor> tensors{input};
+  try {
+    work = impl_->backend->allreduce(tensors, reduce_options(ReduceOp::kSum));
+  } catch (const std::exception& e) {
+    fail_collective("reduce_scatter_async_", e);
+  }
+  const int64_t watched = impl_->watch->begin(name, work);
+  // wait() copies this rank's slice of the sum into `shard`.
+  return std::make_unique<WorkHandle>(std::move(work),
+                                      input.narrow(0, rank_ * n, n), shard,
+                                      site, impl_->watch.get(), watched);
+}
+
 void ProcessGroup::fail_collective(const char* what,
                                    const std::exception& error) const {
   fail_collective_at(

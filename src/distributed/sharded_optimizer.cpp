@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "distributed/reshard.h"
+#include "distributed/shard_buckets.h"
 #include "platform/archive.h"
 
 namespace lamp {
@@ -49,8 +50,13 @@ constexpr const char* kGather = "the gather of the sharded optimizer's weights";
 // use it.
 class ZeroShards final : public OptimizerSharding {
  public:
-  explicit ZeroShards(std::shared_ptr<ProcessGroup> group)
-      : group_(std::move(group)) {
+  // `cap_bytes` > 0: ZeRO stage 2 (detail::stage2_sharding).
+  explicit ZeroShards(std::shared_ptr<ProcessGroup> group,
+                      int64_t cap_bytes = 0,
+                      detail::InstallShardBuckets install = nullptr)
+      : group_(std::move(group)),
+        cap_bytes_(cap_bytes),
+        install_(std::move(install)) {
     TORCH_CHECK(group_ != nullptr,
                 "lamp::distributed::ShardedOptimizer: the process group is "
                 "null; give ProcessGroup::from_environment()'s.");
@@ -103,6 +109,9 @@ class ZeroShards final : public OptimizerSharding {
     group_->check_same("the parameters of the sharded optimizer", settings,
                        "Every rank must build the same model and optimizer "
                        "(the same parameters in the same param groups).");
+    if (cap_bytes_ > 0) {
+      split_into_runs();
+    }
     for (auto& unit : units_) {
       std::vector<int64_t> numels;
       for (const auto i : unit.members) {
@@ -169,6 +178,17 @@ class ZeroShards final : public OptimizerSharding {
     }
     build(std::move(listed), groups, listed_names);
     group_count_ = param_groups.size();
+    if (install_) {
+      TORCH_CHECK(
+          params_.size() == given_.size(),
+          "lamp::distributed: ZeRO stage 2 "
+          "reduce-scatters the gradients of the optimizer's parameters only, "
+          "but ",
+          given_.size() - params_.size(), " of the ", given_.size(),
+          " trainable parameters are in no param group; give the optimizer "
+          "every trainable parameter (or freeze the others), or use stage 1.");
+      install_(shard_buckets());
+    }
     for (size_t g = 0; g < param_groups.size(); ++g) {
       std::vector<torch::Tensor> mine;
       for (size_t u = 0; u < units_.size(); ++u) {
@@ -186,6 +206,9 @@ class ZeroShards final : public OptimizerSharding {
   }
 
   void gradients_to_shards() override {
+    if (cap_bytes_ > 0) {
+      return; // stage 2: reduce-scattered there during the backward
+    }
     torch::NoGradGuard no_grad;
     for (size_t u = 0; u < units_.size(); ++u) {
       const auto& unit = units_[u];
@@ -380,6 +403,65 @@ class ZeroShards final : public OptimizerSharding {
                               where);
   }
 
+  // Stage 2: each (param group, dtype) unit cut into runs of at most
+  // cap_bytes_ (a parameter larger than that alone), from its last
+  // parameter back, as DataParallel's buckets are; each run is a unit.
+  void split_into_runs() {
+    std::vector<Unit> runs;
+    for (auto& unit : units_) {
+      const auto size = static_cast<int64_t>(torch::elementSize(unit.dtype));
+      std::vector<std::vector<size_t>> pieces;
+      int64_t bytes = 0;
+      for (size_t j = unit.members.size(); j-- > 0;) {
+        const int64_t b = params_[unit.members[j]].numel() * size;
+        if (pieces.empty() || (bytes > 0 && bytes + b > cap_bytes_)) {
+          pieces.emplace_back();
+          bytes = 0;
+        }
+        pieces.back().insert(pieces.back().begin(), unit.members[j]);
+        bytes += b;
+      }
+      // In the unit's order (its first parameters first).
+      for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+        runs.emplace_back();
+        runs.back().group = unit.group;
+        runs.back().dtype = unit.dtype;
+        runs.back().members = std::move(*it);
+      }
+    }
+    units_ = std::move(runs);
+  }
+
+  // Stage 2's buckets: one per unit, the units whose parameters come last
+  // in the model (whose gradients the backward makes first) first.
+  std::vector<detail::ShardBucket> shard_buckets() {
+    std::vector<size_t> order(units_.size());
+    std::vector<size_t> last(units_.size(), 0);
+    for (size_t u = 0; u < units_.size(); ++u) {
+      order[u] = u;
+      for (const auto i : units_[u].members) {
+        last[u] = std::max(last[u], given_index_[i]);
+      }
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return last[a] > last[b]; });
+    std::vector<detail::ShardBucket> buckets;
+    for (const auto u : order) {
+      const auto& unit = units_[u];
+      detail::ShardBucket bucket;
+      for (size_t k = 0; k < unit.members.size(); ++k) {
+        bucket.params.push_back(params_[unit.members[k]]);
+        bucket.offsets.push_back(unit.layout->offset(k));
+      }
+      bucket.padded_numel = unit.layout->padded_numel();
+      bucket.shard_numel = unit.layout->shard_numel();
+      bucket.dtype = unit.dtype;
+      bucket.shard_grad = shards_[u].mutable_grad();
+      buckets.push_back(std::move(bucket));
+    }
+    return buckets;
+  }
+
   int64_t bytes() const {
     int64_t total = 0;
     for (const auto& shard : shards_) {
@@ -425,6 +507,8 @@ class ZeroShards final : public OptimizerSharding {
   }
 
   std::shared_ptr<ProcessGroup> group_;
+  int64_t cap_bytes_ = 0; // > 0: stage 2
+  detail::InstallShardBuckets install_;
   // shard()'s parameters, and each of params_'s index among them.
   std::vector<torch::Tensor> given_;
   std::vector<size_t> given_index_;
@@ -441,6 +525,20 @@ std::unique_ptr<OptimizerSharding> optimizer_sharding(
     std::shared_ptr<ProcessGroup> group) {
   return std::make_unique<ZeroShards>(std::move(group));
 }
+
+namespace detail {
+
+std::unique_ptr<OptimizerSharding> stage2_sharding(
+    std::shared_ptr<ProcessGroup> group, int64_t cap_bytes,
+    InstallShardBuckets install) {
+  TORCH_CHECK(cap_bytes > 0,
+              "lamp::distributed: the bucket cap of ZeRO "
+              "stage 2 must be positive.");
+  return std::make_unique<ZeroShards>(std::move(group), cap_bytes,
+                                      std::move(install));
+}
+
+} // namespace detail
 
 struct ShardedOptimizer::Impl {
   explicit Impl(std::shared_ptr<ProcessGroup> group)

@@ -125,12 +125,12 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
       accumulation >= 1, "lamp: ",
       name("accumulation_steps", "TrainerOptions::step().accumulation_steps"),
       " must be >= 1, got ", accumulation, ".");
-  TORCH_CHECK(o.zero_stage() == 0 || o.zero_stage() == 1,
+  TORCH_CHECK(o.zero_stage() >= 0 && o.zero_stage() <= 2,
               "lamp: ", name("zero_stage", "TrainerOptions::zero_stage"),
-              " must be 0 (optimizer state whole on every rank) or 1 "
-              "(sharded over the ranks), got ",
-              o.zero_stage(),
-              o.zero_stage() == 2 ? "; stage 2 is not implemented." : ".");
+              " must be 0 (optimizer state whole on every rank), 1 (sharded "
+              "over the ranks) or 2 (sharded, gradients reduce-scattered), "
+              "got ",
+              o.zero_stage(), ".");
   TORCH_CHECK(forward_ != nullptr, "lamp: no forward function given.");
   const int64_t batches = train_loader_.batches_per_epoch();
   TORCH_CHECK(batches > 0, "lamp: the training loader has no batches (",

@@ -96,6 +96,16 @@ if both_ok sharded && both_ok replicated; then
   else
     fail "sharded_matches_replicated: test loss '$a' vs '$b'"
   fi
+  # Stage 2 (gradients reduce-scattered into the shards): the same curve.
+  ranks stage2 --epochs 2 --zero 2 --checkpoint "$work/s2.pt"
+  if both_ok stage2; then
+    c=$(test_loss "$work/stage2.rank0.log")
+    if [ -n "$c" ] && awk -v a="$c" -v b="$b" 'BEGIN { d = a - b; exit !(d < 1e-3 && d > -1e-3) }'; then
+      pass "stage2_matches_replicated ($c vs $b)"
+    else
+      fail "stage2_matches_replicated: test loss '$c' vs '$b'"
+    fi
+  fi
   # The manifest and rank 1's file of the last checkpoint (step 4), not the
   # first's (step 2): replaced when the manifest moved on.
   if [ -f "$work/a.pt" ] && [ -f "$work/a.pt.rank1-of-2.step4" ] &&

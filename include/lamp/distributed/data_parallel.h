@@ -44,8 +44,15 @@ struct DataParallelOptions {
   /// TrainStep's checkpoints then hold each rank's shard (TrainStep::save),
   /// and TrainStep::load_resharded() resumes them on another number of
   /// ranks (one included).
-  /// The optimizer must act on each element alone (SGD, Adam, AdamW). Stage
-  /// 2 (gradients reduce-scattered) is not implemented and is refused.
+  /// The optimizer must act on each element alone (SGD, Adam, AdamW).
+  /// Stage 2 also shards the gradients: each (param group, dtype) is laid
+  /// out in runs of at most bucket_cap_mb, and as the backward fills a run
+  /// it is reduce-scattered straight into this rank's FP32 shard gradient
+  /// (an all-reduce and a slice on LibTorch 1.13's Gloo, which has no
+  /// reduce-scatter); the parameters' own gradients are released as their
+  /// run takes them, and the run's buffer after its reduce-scatter. Every
+  /// trainable parameter must be in the optimizer; communication_dtype is
+  /// refused.
   TORCH_ARG(int, zero_stage) = 0;
 };
 

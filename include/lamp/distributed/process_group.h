@@ -186,6 +186,14 @@ class ProcessGroup {
   /// that is already done. `purpose` as for all_reduce_().
   std::unique_ptr<Work> all_reduce_async_(torch::Tensor& tensor,
                                           const std::string& purpose = {});
+  /// reduce_scatter_() that returns at once: `shard` holds this rank's
+  /// slice of the sum once Work::wait() returns, and neither tensor may be
+  /// used before. Without the backend's reduce-scatter (has_reduce_scatter()
+  /// false: Gloo in LibTorch 1.13) `flat` is all-reduced and wait() copies
+  /// the slice. ZeRO stage 2's gradient buckets.
+  std::unique_ptr<Work> reduce_scatter_async_(torch::Tensor& shard,
+                                              torch::Tensor& flat,
+                                              const std::string& purpose = {});
 
  private:
   [[noreturn]] void fail_collective(const char* what,

@@ -352,48 +352,8 @@ void ProcessGroup::all_gather_(torch::Tensor& flat, const torch::Tensor& shard,
 
 void ProcessGroup::reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
                                    const std::string& purpose) {
-  check_shard_shapes("reduce_scatter_", flat, shard, world_size_, device_);
-  torch::NoGradGuard no_grad;
-  const int64_t n = shard.numel();
-  if (!is_distributed()) {
-    shard.copy_(flat);
-    return;
-  }
-  const bool staged = needs_fp32_reduction(backend_name_, flat);
-  auto input = staged ? flat.to(torch::kFloat) : flat;
-  if (has_reduce_scatter_) {
-    auto output = staged ? torch::empty({n}, input.options()) : shard;
-    std::vector<torch::Tensor> outputs{output};
-    std::vector<std::vector<torch::Tensor>> inputs(1);
-    for (int r = 0; r < world_size_; ++r) {
-      inputs[0].push_back(input.narrow(0, r * n, n));
-    }
-    c10::intrusive_ptr<c10d::Work> work;
-    try {
-      work = impl_->backend->reduce_scatter(outputs, inputs);
-    } catch (const std::exception& e) {
-      // Refused at the call, before any communication, on every rank alike
-      // (Gloo in LibTorch 1.13: "ProcessGroupGloo does not support
-      // reduce_scatter"): the all-reduce below does it.
-      if (detail::error_text(e).find("not support") == std::string::npos) {
-        fail_collective("reduce_scatter_", e);
-      }
-      has_reduce_scatter_ = false;
-    }
-    if (work) {
-      wait_watched(*this, impl_->watch.get(), "reduce_scatter_", purpose,
-                   [&] { return work; });
-      if (staged) {
-        shard.copy_(output);
-      }
-      return;
-    }
-  }
-  all_reduce_(input, ReduceOp::kSum, named(purpose, "reduce_scatter_"));
-  if (staged) {
-    flat.copy_(input);
-  }
-  shard.copy_(input.narrow(0, rank_ * n, n));
+  reduce_scatter_async_(shard, flat, named(purpose, "reduce_scatter_"))
+      ->wait();
 }
 
 std::unique_ptr<ProcessGroup::Work> ProcessGroup::reduce_scatter_async_(
@@ -421,7 +381,9 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::reduce_scatter_async_(
     try {
       work = impl_->backend->reduce_scatter(outputs, inputs);
     } catch (const std::exception& e) {
-      // As in reduce_scatter_(): refused before any communication.
+      // Refused at the call, before any communication, on every rank alike
+      // (Gloo in LibTorch 1.13: "ProcessGroupGloo does not support
+      // reduce_scatter"): the all-reduce below does it.
       if (detail::error_text(e).find("not support") == std::string::npos) {
         fail_collective("reduce_scatter_async_", e);
       }

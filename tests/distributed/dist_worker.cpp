@@ -423,10 +423,16 @@ TEST(Ranks, AllGatherAndReduceScatterOfShards) {
     // Small integers: every sum is exact in either dtype.
     auto flat = (torch::arange(world * n) + rank).to(dtype);
     auto shard = torch::empty({n}, torch::TensorOptions(dtype));
+    auto flat_again = flat.clone();
     g->reduce_scatter_(shard, flat);
     const auto sum = torch::arange(world * n) * world + world * (world - 1) / 2;
     EXPECT_TRUE(BitEqual(shard, sum.narrow(0, rank * n, n).to(dtype)))
         << dtype << ": " << shard;
+    // Started, then waited for: the same slice.
+    auto later = torch::full({n}, -1, torch::TensorOptions(dtype));
+    auto work = g->reduce_scatter_async_(later, flat_again);
+    work->wait();
+    EXPECT_TRUE(BitEqual(later, shard)) << dtype << ": " << later;
   }
   // Gloo has its own reduce-scatter from LibTorch 2.x; 1.13's all-reduces.
   EXPECT_EQ(g->has_reduce_scatter(), TORCH_VERSION_MAJOR >= 2);

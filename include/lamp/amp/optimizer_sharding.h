@@ -2,7 +2,7 @@
 
 /// \file
 /// What TrainStep asks of optimizer state sharded across data-parallel
-/// replicas (ZeRO stage 1), without knowing how they communicate.
+/// replicas (ZeRO stages 1 and 2), without knowing how they communicate.
 /// lamp::distributed implements it over a process group
 /// (DataParallelOptions::zero_stage, lamp/distributed/sharded_optimizer.h).
 
@@ -40,7 +40,8 @@ class OptimizerSharding {
   /// 0 (BFloat16)").
   virtual const std::vector<std::string>& shard_names() const = 0;
   /// Copies this replica's part of the parameters' (averaged) gradients
-  /// into the shards' gradients (zero for a parameter without one).
+  /// into the shards' gradients (zero for a parameter without one). Stage
+  /// 2 does nothing here: the gradient sync put them there.
   virtual void gradients_to_shards() = 0;
   /// Gathers every replica's updated shards into the parameters, in their
   /// dtype.

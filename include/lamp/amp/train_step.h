@@ -376,7 +376,7 @@ class TrainStep {
   /// the optimizer state is sharded: the shards are the masters then).
   MasterWeights* master_weights() { return master_.get(); }
   /// The sharding of the optimizer state over the ranks when the gradient
-  /// synchroniser shards it (DataParallelOptions::zero_stage 1); nullptr
+  /// synchroniser shards it (DataParallelOptions::zero_stage 1 or 2); nullptr
   /// otherwise. The optimizer then steps this rank's FP32 shards.
   OptimizerSharding* optimizer_sharding() { return sharding_.get(); }
   /// The gradient synchroniser when training data-parallel (a

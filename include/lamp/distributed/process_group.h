@@ -148,8 +148,8 @@ class ProcessGroup {
   /// `shard` (n elements, `flat`'s dtype). BF16 is summed in FP32 on Gloo.
   /// Where the backend has no reduce-scatter (Gloo in LibTorch 1.13) it
   /// all-reduces the whole of `flat` and keeps the slice: the same result
-  /// for world_size() times the traffic, and `flat` then holds the sum
-  /// (otherwise its contents afterwards are unspecified).
+  /// for world_size() times the traffic. `flat`'s contents afterwards are
+  /// unspecified.
   /// has_reduce_scatter() says which. Blocks until done.
   void reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
                        const std::string& purpose = {});

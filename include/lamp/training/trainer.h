@@ -132,7 +132,9 @@ struct TrainerOptions {
   /// Shard the optimizer state over the ranks of `process_group`
   /// (distributed::DataParallelOptions::zero_stage): 0 keeps it whole on
   /// every rank, 1 keeps 1/N of the FP32 master weights and optimizer state
-  /// on each (ZeRO stage 1). Sharded, every rank writes its shard of the
+  /// on each (ZeRO stage 1), 2 also reduce-scatters the gradients into the
+  /// shards instead of averaging them whole (stage 2). Sharded, every rank
+  /// writes its shard of the
   /// checkpoint: rank 0 the checkpoint itself (the manifest: settings,
   /// history, model, its own shard, and the names of the others' files),
   /// rank r > 0 the file `checkpoint` + ".rank<r>-of-<N>.step<S>" (S the

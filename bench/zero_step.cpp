@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
     grads += bytes_of(p.grad());
   }
   const auto* sharding = step.optimizer_sharding();
-  const auto& fp32 = sharding ? sharding->shards()
-                              : step.master_weights()->master_params();
+  const auto& fp32 =
+      sharding ? sharding->shards() : step.master_weights()->master_params();
   for (const auto& m : fp32) {
     masters += bytes_of(m) + bytes_of(m.grad());
   }

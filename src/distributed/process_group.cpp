@@ -352,8 +352,7 @@ void ProcessGroup::all_gather_(torch::Tensor& flat, const torch::Tensor& shard,
 
 void ProcessGroup::reduce_scatter_(torch::Tensor& shard, torch::Tensor& flat,
                                    const std::string& purpose) {
-  reduce_scatter_async_(shard, flat, named(purpose, "reduce_scatter_"))
-      ->wait();
+  reduce_scatter_async_(shard, flat, named(purpose, "reduce_scatter_"))->wait();
 }
 
 std::unique_ptr<ProcessGroup::Work> ProcessGroup::reduce_scatter_async_(

@@ -226,8 +226,9 @@ struct RunHistoryEntry {
   /// "init_from": the checkpoint's path as given; empty otherwise.
   std::string source;
   /// "resharded" (resumed on another number of ranks,
-  /// TrainerOptions::reshard): the ranks before and after; 0 otherwise.
+  /// TrainerOptions::reshard): the ranks before; 0 otherwise.
   int64_t previous_ranks = 0;
+  /// "resharded": the ranks after; 0 otherwise.
   int64_t ranks = 0;
 };
 

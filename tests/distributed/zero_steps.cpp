@@ -331,6 +331,28 @@ TEST(Ranks, TrainStepZeroStage2KeepsOneShardOfTheGradients) {
   EXPECT_GE(grad_numel * n, numel);
   EXPECT_LT(grad_numel * n, numel + static_cast<int64_t>(runs.size()) * n);
   expect_close_weights(two.sharded, one.sharded, "stage 2 vs stage 1");
+
+  // Resumed from its checkpoint, stage 2 takes the next step bit for bit as
+  // the run that went on.
+  std::stringstream saved;
+  {
+    torch::serialize::OutputArchive archive;
+    two.sharded_step->save(archive);
+    archive.save_to(saved);
+  }
+  train(*two.sharded_step, two.sharded, batch(2, *g));
+  auto resumed = build_steps(c, g, 2);
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from(saved);
+    resumed.sharded_step->load(archive);
+  }
+  train(*resumed.sharded_step, resumed.sharded, batch(2, *g));
+  const auto expected = two.sharded->named_parameters();
+  for (const auto& item : resumed.sharded->named_parameters()) {
+    EXPECT_TRUE(BitEqual(item.value(), expected[item.key()]))
+        << "resumed " << item.key();
+  }
 }
 
 // Trains both steps of `pair` on batch `step`.

@@ -33,6 +33,7 @@ struct Bucket {
   // first writes to it and freed after its reduce-scatter into `shard_out`
   // (this rank's part, `dtype`), which the sync copies into `shard_grad`.
   int64_t padded_numel = 0;
+  int64_t numel = 0; // the parameters' elements; the padding follows
   torch::Dtype dtype = torch::kFloat;
   torch::Tensor shard_out;
   torch::Tensor shard_grad;
@@ -105,12 +106,15 @@ struct DataParallel::Impl {
                       : group->all_reduce_async_(bucket.buffer, bucket.name);
   }
 
-  // Stage 2: the buffer for this backward (zeros: its padding stays so).
+  // Stage 2: the buffer for this backward. Every parameter's slice is
+  // written (its gradient, or zeros), so only the padding is zeroed here.
   static void make_buffer(Bucket& bucket, const torch::Device& device) {
     if (!bucket.buffer.defined()) {
-      bucket.buffer = torch::zeros(
+      bucket.buffer = torch::empty(
           {bucket.padded_numel},
           torch::TensorOptions().dtype(bucket.dtype).device(device));
+      bucket.buffer.narrow(0, bucket.numel, bucket.padded_numel - bucket.numel)
+          .zero_();
     }
   }
 
@@ -139,10 +143,15 @@ struct DataParallel::Impl {
         offset_of[k] = spec.offsets[j];
       }
       bucket.padded_numel = spec.padded_numel;
+      bucket.numel = spec.offsets.back() + spec.params.back().numel();
       bucket.dtype = spec.dtype;
-      bucket.shard_out = torch::empty(
-          {spec.shard_numel},
-          torch::TensorOptions().dtype(spec.dtype).device(group->device()));
+      // FP32 parameters: reduce-scattered into the shard gradient itself.
+      bucket.shard_out =
+          spec.dtype == torch::kFloat
+              ? spec.shard_grad
+              : torch::empty({spec.shard_numel}, torch::TensorOptions()
+                                                     .dtype(spec.dtype)
+                                                     .device(group->device()));
       bucket.shard_grad = spec.shard_grad;
       bucket.name = "the gradient reduce-scatter of bucket " +
                     std::to_string(b + 1) + " of " +
@@ -423,7 +432,9 @@ void DataParallel::finish_gradient_sync() {
   for (auto& bucket : impl.buckets) {
     bucket.work->wait();
     if (impl.shard_buckets) {
-      bucket.shard_grad.copy_(bucket.shard_out);
+      if (!bucket.shard_out.is_same(bucket.shard_grad)) {
+        bucket.shard_grad.copy_(bucket.shard_out);
+      }
       bucket.buffer = torch::Tensor();
       continue;
     }

@@ -84,11 +84,8 @@ void reshard_optimizer(std::vector<torch::serialize::InputArchive>& optimizers,
                 "saved.");
   }
   // Rank 0's groups (their options, and its keys for the state below).
-  torch::serialize::InputArchive first_groups;
-  lamp::detail::read_archive(optimizers[0], "param_groups", first_groups,
-                             caller);
   torch::serialize::OutputArchive groups_out(out.compilation_unit());
-  lamp::detail::copy_archive(first_groups, groups_out);
+  lamp::detail::copy_archive(group_lists[0], groups_out);
   out.write("param_groups", groups_out);
 
   torch::serialize::OutputArchive state_out(out.compilation_unit());

@@ -212,13 +212,18 @@ TEST(Ranks, TrainStepZeroMatchesTheReplicatedStep) {
       }
       // Stage 2 on 3 ranks sums each gradient element in another order than
       // the replicated all-reduce (Gloo orders a ring's chunks by the
-      // buffer's size, and the runs are other buffers): FP32 gradients one
-      // ulp apart. In amp-bf16 that may round a weight to another BF16 value
-      // in the forward, and AdamW's normalised update turns it into up to lr
-      // per step (the clipping note above): 6 steps x lr 3e-3 bound it. The
-      // fp32 cases hold it to 1e-5, and 2 ranks (a + b either way) too.
+      // buffer's size, and the runs are other buffers; LibTorch 1.13's
+      // fallback all-reduces each run): FP32 gradients one ulp apart. In
+      // amp-bf16 and bf16 that may round a weight to another BF16 value in
+      // the forward, and AdamW's normalised update turns it into up to lr
+      // per step (the clipping note above): 6 steps x lr 3e-3 bound it.
+      // Which weights flip depends on the CPU's BF16 kernels (AVX512-BF16,
+      // AMX or AVX2 conversions), so a machine that passes at 1e-5 proves
+      // nothing. The fp32 cases hold it to 1e-5, and 2 ranks (a + b either
+      // way) too.
       const bool reordered = stage == 2 && g->world_size() > 2 &&
-                             c.precision == lamp::Precision::kAMPBF16;
+                             (c.precision == lamp::Precision::kAMPBF16 ||
+                              c.precision == lamp::Precision::kBF16);
       expect_same_weights(pair, *g, c, reordered ? 6 * 3e-3 : 1e-5);
     }
   }

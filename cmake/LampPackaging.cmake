@@ -21,7 +21,8 @@
 #                            by default the packager, as Debian's tools find
 #                            them: DEBFULLNAME and DEBEMAIL, else the source
 #                            checkout's git user.name and user.email, else
-#                            the user at this host
+#                            the user at this host (USER, LOGNAME or
+#                            `id -un`)
 #   LAMP_HOMEPAGE_URL        Homepage of the packages; empty (the default): no
 #                            Homepage field
 
@@ -44,6 +45,16 @@ function(lamp_default_maintainer out)
     set(_user "$ENV{USER}")
     if(_user STREQUAL "")
       set(_user "$ENV{LOGNAME}")
+    endif()
+    # Containers and CI shells often set neither (nor a git identity): the
+    # account's name, else a placeholder, never an empty field that stops
+    # the configure.
+    if(_user STREQUAL "")
+      execute_process(COMMAND id -un OUTPUT_VARIABLE _user
+                      OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    endif()
+    if(_user STREQUAL "")
+      set(_user "packager")
     endif()
     set(_name "${_user}")
     set(_email "${_user}@${_host}")

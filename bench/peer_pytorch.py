@@ -26,6 +26,10 @@ Precision modes (lamp's names):
   half      fastai's network_to_half: FP16 model, BatchNorm FP32, input cast to
             FP16, FP32 master weights in the optimizer, dynamic loss scaling
   bf16      the same in bfloat16, no scaling
+  fp8       amp-bf16 with FP8 products in the eligible Linear layers (in and
+            out features multiples of 16): lamp::nn::float8_linear written
+            with torch._scaled_mm (current scaling, E4M3 forward, E5M2
+            gradients), as torchao's Float8Linear does it; --model gpt only
 amp/amp-bf16/half/bf16 leave TF32 at PyTorch's defaults (cuDNN on, cuBLAS
 off). A mode the device cannot run with this torch (FP16 on CPU with torch
 1.13), or a tool it cannot run (fused SGD before torch 2, the whole-step CUDA
@@ -58,7 +62,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-PRECISIONS = ("fp32", "tf32", "amp", "amp-bf16", "half", "bf16")
+PRECISIONS = ("fp32", "tf32", "amp", "amp-bf16", "half", "bf16", "fp8")
 MODELS = ("resnet18", "resnet34", "resnet50", "cnn", "gpt")
 
 # lamp's counts (include/lamp/models/*.h) for 10 classes; a mismatch means the
@@ -320,7 +324,8 @@ def input_shape(model_name):
 
 
 def autocast_dtype(precision):
-    return {"amp": torch.float16, "amp-bf16": torch.bfloat16}.get(precision)
+    return {"amp": torch.float16, "amp-bf16": torch.bfloat16,
+            "fp8": torch.bfloat16}.get(precision)
 
 
 def model_dtype(precision):
@@ -457,6 +462,110 @@ def make_grad_scaler(device):
     return PortableGradScaler()
 
 
+# ---------------------------------------------------------------------------
+# FP8 Linear layers: the twin of lamp::nn::float8_linear (src/nn/float8.cpp)
+# with current scaling, so that the benchmark compares like with like.
+# ---------------------------------------------------------------------------
+
+E4M3_MAX = 448.0
+E5M2_MAX = 57344.0
+
+
+def _to_float8(t, dtype, max_value):
+    """fp8(clamp(t * scale, -max, max)) with scale = max / amax, and the
+    factor that undoes the scale."""
+    amax = t.detach().abs().amax().float()
+    scale = max_value / amax.clamp_min(1e-12)
+    data = (t.float() * scale).clamp(-max_value, max_value).to(dtype)
+    return data, scale.reciprocal()
+
+
+class _Float8Linear(torch.autograd.Function):
+    """Y = X W^T (E4M3 x E4M3), dX = dY W and dW = dY^T X (E5M2 x E4M3), the
+    rows padded to a multiple of 16 as lamp pads them."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, out_dtype):
+        n, k = weight.shape
+        x2 = x.reshape(-1, k)
+        m = x2.shape[0]
+        rows = (m + 15) // 16 * 16
+        if rows != m:
+            x2 = F.pad(x2, (0, 0, 0, rows - m))
+        xq, xs = _to_float8(x2, torch.float8_e4m3fn, E4M3_MAX)
+        wq, ws = _to_float8(weight, torch.float8_e4m3fn, E4M3_MAX)
+        fused = bias is not None and out_dtype in (torch.bfloat16,
+                                                   torch.float16)
+        y = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws,
+                             bias=bias.to(out_dtype) if fused else None,
+                             out_dtype=out_dtype, use_fast_accum=True)
+        if bias is not None and not fused:
+            y = y + bias.to(out_dtype)
+        ctx.save_for_backward(xq, xs, wq, ws)
+        ctx.m = m
+        ctx.dtypes = (x.dtype, weight.dtype,
+                      bias.dtype if bias is not None else None)
+        return y[:m].view(*x.shape[:-1], n)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, xs, wq, ws = ctx.saved_tensors
+        n, k = wq.shape
+        m = ctx.m
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        g2 = dy.reshape(m, n)
+        rows = xq.shape[0]
+        if rows != m:
+            g2 = F.pad(g2, (0, 0, 0, rows - m))
+        gq, gs = _to_float8(g2, torch.float8_e5m2, E5M2_MAX)
+        dx = torch._scaled_mm(gq, wq.t().contiguous().t(), scale_a=gs,
+                              scale_b=ws, out_dtype=x_dtype)
+        dw = torch._scaled_mm(gq.t().contiguous(), xq.t().contiguous().t(),
+                              scale_a=gs, scale_b=xs, out_dtype=w_dtype)
+        db = None
+        if b_dtype is not None:
+            db = dy.reshape(m, n).sum(0, dtype=torch.float32).to(b_dtype)
+        return dx[:m].view(*dy.shape[:-1], k), dw, db, None
+
+
+class Float8Linear(nn.Linear):
+    """nn.Linear whose product runs in FP8 (same parameters and names)."""
+
+    def forward(self, x):
+        device = x.device.type
+        dtype = (torch.get_autocast_dtype(device)
+                 if torch.is_autocast_enabled(device) else x.dtype)
+        with torch.autocast(device, enabled=False):
+            return _Float8Linear.apply(x, self.weight, self.bias, dtype)
+
+
+def convert_to_float8(model):
+    """lamp::nn::convert_to_float8: every nn.Linear with in and out features
+    that are multiples of 16 computes in FP8; returns their names."""
+    converted = []
+    for name, module in model.named_modules():
+        if (type(module) is nn.Linear and module.in_features % 16 == 0
+                and module.out_features % 16 == 0):
+            module.__class__ = Float8Linear
+            converted.append(name)
+    return converted
+
+
+def float8_unsupported_reason(device):
+    """Why torch._scaled_mm cannot run on `device` (None when it can)."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        return "torch %s has no float8 types" % torch.__version__
+    try:
+        a = torch.zeros(16, 16, device=device).to(torch.float8_e4m3fn)
+        one = torch.ones((), device=device)
+        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one,
+                         out_dtype=torch.float32)
+    except (AttributeError, RuntimeError, TypeError) as error:
+        return ("FP8 products (torch._scaled_mm) do not run on %s in torch "
+                "%s (%s)" % (device, torch.__version__, _first_line(error)))
+    return None
+
+
 def _first_line(error):
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
@@ -465,6 +574,9 @@ def _first_line(error):
 def unsupported_reason(precision, device):
     """Why this torch cannot run `precision` on `device`, or None. Probes the
     operations the models use instead of trusting version numbers."""
+    if precision == "fp8":
+        return unsupported_reason("amp-bf16", device) or \
+            float8_unsupported_reason(device)
     x = torch.randn(2, 4, 8, 8, device=device)
     w = torch.randn(4, 4, 3, 3, device=device)
     name = {"amp": "FP16 autocast", "amp-bf16": "BF16 autocast",
@@ -713,6 +825,8 @@ class PeerStep:
         half_dtype = model_dtype(precision)
         if half_dtype is not None:
             network_to_half(model, half_dtype)
+        if precision == "fp8":
+            self.float8_layers = convert_to_float8(model)
         memory_format = (torch.channels_last if args.channels_last
                          else torch.contiguous_format)
         if args.channels_last:
@@ -951,6 +1065,9 @@ def run_configuration(args, precision, tf32_defaults):
         result["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
         result["tf32_cudnn"] = torch.backends.cudnn.allow_tf32
     reason = model_unsupported_reason(args.model) or \
+        (precision == "fp8" and args.model != "gpt" and
+         "fp8 is measured on --model gpt (FP8 products pay in "
+         "transformers' Linear layers)") or \
         unsupported_reason(precision, device) or \
         tool_unsupported_reason(tool, device, args.model)
     if reason is not None:

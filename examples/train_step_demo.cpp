@@ -94,8 +94,9 @@ int main(int argc, char** argv) {
   Config config;
   CLI::App app{"Train lamp's MNIST CNN on synthetic data with lamp::TrainStep",
                "train_step_demo"};
-  app.add_option("--precision", config.precision,
-                 "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half)")
+  app.add_option(
+         "--precision", config.precision,
+         "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | fp8")
       ->check(CLI::IsMember(cli::precision_flag_values()))
       ->capture_default_str();
   app.add_option("--device", config.device, "cpu, cuda or cuda:N")

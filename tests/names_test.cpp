@@ -58,10 +58,10 @@ TEST(NameTable, EveryChoiceOfTheLibraryRoundTrips) {
   EXPECT_EQ(lamp::to_string(lamp::Precision::kHalf), "half");
   EXPECT_EQ(lamp::precision_names(),
             (std::vector<std::string>{"fp32", "tf32", "amp", "amp-bf16", "half",
-                                      "bf16", "auto"}));
+                                      "bf16", "fp8", "auto"}));
   EXPECT_EQ(
-      lamp_test::error_of([] { lamp::parse_precision("fp8"); }),
-      "lamp: unknown precision 'fp8'; valid precisions are fp32, tf32, amp, amp-bf16, half (or fp16), bf16 and auto.");
+      lamp_test::error_of([] { lamp::parse_precision("fp4"); }),
+      "lamp: unknown precision 'fp4'; valid precisions are fp32, tf32, amp, amp-bf16, half (or fp16), bf16, fp8 and auto.");
   EXPECT_EQ(lamp::training::schedule_table().names(),
             (std::vector<std::string>{"onecycle", "cosine", "constant"}));
   EXPECT_EQ(lamp::optim::optimizer_names(),

@@ -15,6 +15,7 @@
 #include "lamp/amp/train_step.h"
 #include "lamp/platform/backends.h"
 #include "lamp/platform/warnings.h"
+#include "platform/compat.h"
 #include "test_util.h"
 #include "trainer_util.h"
 
@@ -47,7 +48,7 @@ DeviceCapabilities gpu(int major, int minor) {
   return d;
 }
 
-// The levels of fp32, tf32, amp, amp-bf16, half, bf16, in that order.
+// The levels of fp32, tf32, amp, amp-bf16, half, bf16, fp8, in that order.
 std::vector<SupportLevel> levels(const lamp::PrecisionSupport& support) {
   std::vector<SupportLevel> out;
   for (const auto& m : support.modes) {
@@ -59,6 +60,13 @@ std::vector<SupportLevel> levels(const lamp::PrecisionSupport& support) {
 constexpr auto N = SupportLevel::kNative;
 constexpr auto E = SupportLevel::kEmulated;
 constexpr auto U = SupportLevel::kUnavailable;
+// fp8 on a CPU: emulated where the LibTorch has float8 types (and the CPU
+// _scaled_mm, as 2.15 has), unavailable on 1.13; on sm_89 and newer: native
+// with float8 types.
+constexpr auto CPU8 =
+    LAMP_TORCH_FLOAT8 ? SupportLevel::kEmulated : SupportLevel::kUnavailable;
+constexpr auto GPU8 =
+    LAMP_TORCH_FLOAT8 ? SupportLevel::kNative : SupportLevel::kUnavailable;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -67,7 +75,7 @@ bool contains(const std::string& text, const std::string& part) {
 TEST(PrecisionSupport, CpuWithBf16HardwarePicksAutocastBf16) {
   const auto s = lamp::precision_support(cpu(true, false));
   ASSERT_EQ(s.modes.size(), lamp::concrete_precisions().size());
-  EXPECT_EQ(levels(s), (std::vector<SupportLevel>{N, N, U, N, U, N}));
+  EXPECT_EQ(levels(s), (std::vector<SupportLevel>{N, N, U, N, U, N, CPU8}));
   EXPECT_EQ(s.automatic, Precision::kAMPBF16);
   EXPECT_TRUE(contains(s.of(Precision::kBF16).reason, "AVX512-BF16"));
   EXPECT_EQ(s.of(Precision::kAuto).precision, Precision::kAMPBF16);
@@ -81,7 +89,7 @@ TEST(PrecisionSupport, CpuWithBf16HardwarePicksAutocastBf16) {
 
 TEST(PrecisionSupport, CpuWithoutBf16HardwareEmulatesItAndPicksFp32) {
   const auto s = lamp::precision_support(cpu(false, false));
-  EXPECT_EQ(levels(s), (std::vector<SupportLevel>{N, N, U, E, U, E}));
+  EXPECT_EQ(levels(s), (std::vector<SupportLevel>{N, N, U, E, U, E, CPU8}));
   EXPECT_EQ(s.automatic, Precision::kFP32);
   const auto& bf16 = s.of(Precision::kAMPBF16);
   EXPECT_TRUE(contains(bf16.reason, "no AVX512-BF16 or AMX-BF16"));
@@ -131,12 +139,13 @@ TEST(PrecisionSupport, GpusByComputeCapability) {
     Precision automatic;
   };
   const Row rows[] = {
-      {0, 0, {U, U, U, U, U, U}, false, Precision::kFP32}, // no GPU
-      {6, 1, {N, N, E, E, E, E}, true, Precision::kFP32},  // Pascal
-      {7, 0, {N, N, N, E, N, E}, true, Precision::kAMP},   // Volta
-      {7, 5, {N, N, N, E, N, E}, true, Precision::kAMP},   // Turing
-      {8, 0, {N, N, N, N, N, N}, false, Precision::kAMPBF16},
-      {9, 0, {N, N, N, N, N, N}, false, Precision::kAMPBF16},
+      {0, 0, {U, U, U, U, U, U, U}, false, Precision::kFP32}, // no GPU
+      {6, 1, {N, N, E, E, E, E, U}, true, Precision::kFP32},  // Pascal
+      {7, 0, {N, N, N, E, N, E, U}, true, Precision::kAMP},   // Volta
+      {7, 5, {N, N, N, E, N, E, U}, true, Precision::kAMP},   // Turing
+      {8, 0, {N, N, N, N, N, N, U}, false, Precision::kAMPBF16},
+      {8, 9, {N, N, N, N, N, N, GPU8}, false, Precision::kAMPBF16}, // Ada
+      {9, 0, {N, N, N, N, N, N, GPU8}, false, Precision::kAMPBF16},
   };
   for (const auto& row : rows) {
     SCOPED_TRACE("sm_" + std::to_string(row.major * 10 + row.minor));
@@ -152,12 +161,18 @@ TEST(PrecisionSupport, GpusByComputeCapability) {
                        "precision 'amp' is emulated on cuda"));
   EXPECT_TRUE(contains(lamp::precision_support(gpu(9, 0)).to_string(),
                        "FP8 tensor cores"));
-  EXPECT_FALSE(contains(lamp::precision_support(gpu(8, 0)).to_string(), "FP8"));
+  EXPECT_FALSE(contains(lamp::precision_support(gpu(8, 0)).to_string(),
+                        "; FP8 tensor cores"));
+  // Auto never picks fp8: it is not FP32's accuracy.
+  EXPECT_TRUE(
+      contains(lamp::precision_support(gpu(8, 0)).of(Precision::kFP8).reason,
+               "sm_80 has no FP8 tensor cores (sm_89 and later)"));
 }
 
 TEST(PrecisionSupport, TableListsEveryModeAndTheChoice) {
   const auto text = lamp::precision_support(cpu(false, false)).to_string();
-  for (const auto& name : {"fp32", "tf32", "amp", "amp-bf16", "half", "bf16"}) {
+  for (const auto& name :
+       {"fp32", "tf32", "amp", "amp-bf16", "half", "bf16", "fp8"}) {
     EXPECT_TRUE(contains(text, std::string("\n  ") + name + " ")) << text;
   }
   EXPECT_TRUE(contains(text, "emulated")) << text;

@@ -18,11 +18,11 @@ TEST(Precision, ParsesEveryNameAndRoundTrips) {
 
 TEST(Precision, UnknownNameListsTheValidOnes) {
   try {
-    lamp::parse_precision("fp8");
+    lamp::parse_precision("fp4");
     FAIL();
   } catch (const c10::Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("'fp8'"), std::string::npos);
+    EXPECT_NE(what.find("'fp4'"), std::string::npos);
     EXPECT_NE(what.find("amp-bf16"), std::string::npos);
   }
 }
@@ -51,6 +51,7 @@ TEST(Precision, PolicyOfEachMode) {
     c10::optional<torch::Dtype> autocast, model;
     bool master, scaling, fp16;
     c10::optional<bool> tf32;
+    bool float8 = false;
   };
   const auto none = c10::optional<torch::Dtype>();
   const Row rows[] = {
@@ -62,6 +63,9 @@ TEST(Precision, PolicyOfEachMode) {
       {Precision::kHalf, none, torch::kHalf, true, true, true, c10::nullopt},
       {Precision::kBF16, none, torch::kBFloat16, true, false, false,
        c10::nullopt},
+      // amp-bf16 around FP8 products.
+      {Precision::kFP8, torch::kBFloat16, none, false, false, false,
+       c10::nullopt, true},
   };
   ASSERT_EQ(std::size(rows), lamp::concrete_precisions().size());
   for (const auto& row : rows) {
@@ -74,6 +78,7 @@ TEST(Precision, PolicyOfEachMode) {
     EXPECT_EQ(policy.loss_scaling, row.scaling);
     EXPECT_EQ(policy.fp16_math, row.fp16);
     EXPECT_EQ(policy.tf32, row.tf32);
+    EXPECT_EQ(policy.float8, row.float8);
   }
 }
 

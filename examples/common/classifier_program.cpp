@@ -313,6 +313,18 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
     print_out("%s: CUDA graphs off: %s\n", spec.program.c_str(),
               step.cuda_graph_unavailable_reason().c_str());
   }
+  // fp8: which Linear layers compute in FP8, and why the others do not.
+  const auto& float8 = step.float8_conversion();
+  if (!float8.converted.empty()) {
+    std::string left;
+    for (const auto& item : float8.skipped) {
+      left +=
+          (left.empty() ? "" : "; ") + item.first + " (" + item.second + ")";
+    }
+    print_out("%s: FP8 products in %zu Linear layers%s%s\n",
+              spec.program.c_str(), float8.converted.size(),
+              left.empty() ? "" : "; in BF16: ", left.c_str());
+  }
   const auto fused_bn_off =
       fused_batch_norm_off_reason(config, device, precision);
   if (!fused_bn_off.empty()) {

@@ -13,6 +13,7 @@ const NameTable<Precision>& precision_table() {
                                            {"half", Precision::kHalf},
                                            {"fp16", Precision::kHalf},
                                            {"bf16", Precision::kBF16},
+                                           {"fp8", Precision::kFP8},
                                            {"auto", Precision::kAuto}});
   return table;
 }
@@ -23,8 +24,8 @@ const std::vector<std::string>& precision_names() {
 
 const std::vector<Precision>& concrete_precisions() {
   static const std::vector<Precision> modes = {
-      Precision::kFP32,    Precision::kTF32, Precision::kAMP,
-      Precision::kAMPBF16, Precision::kHalf, Precision::kBF16};
+      Precision::kFP32, Precision::kTF32, Precision::kAMP, Precision::kAMPBF16,
+      Precision::kHalf, Precision::kBF16, Precision::kFP8};
   return modes;
 }
 
@@ -41,6 +42,7 @@ c10::optional<torch::Dtype> autocast_dtype(Precision precision) {
     case Precision::kAMP:
       return torch::kHalf;
     case Precision::kAMPBF16:
+    case Precision::kFP8: // BF16 around the FP8 products
       return torch::kBFloat16;
     default:
       return c10::nullopt;
@@ -84,6 +86,7 @@ PrecisionPolicy precision_policy(Precision precision) {
   if (precision == Precision::kFP32 || precision == Precision::kTF32) {
     policy.tf32 = precision == Precision::kTF32;
   }
+  policy.float8 = precision == Precision::kFP8;
   return policy;
 }
 

@@ -111,12 +111,8 @@ OpPrecisionReport* op_target = nullptr;
 bool counted_op(const char* name) {
   // Attention by the kernel that ran: its name is the backend.
   static const char* const ops[] = {
-      "aten::convolution",
-      "aten::convolution_backward",
-      "aten::mm",
-      "aten::addmm",
-      "aten::bmm",
-      "aten::_scaled_dot_product_flash_attention",
+      "aten::convolution", "aten::convolution_backward", "aten::mm",
+      "aten::addmm", "aten::bmm", "aten::_scaled_dot_product_flash_attention",
       "aten::_scaled_dot_product_flash_attention_backward",
       "aten::_scaled_dot_product_flash_attention_for_cpu",
       "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
@@ -125,7 +121,9 @@ bool counted_op(const char* name) {
       "aten::_scaled_dot_product_cudnn_attention",
       "aten::_scaled_dot_product_cudnn_attention_backward",
       "aten::_scaled_dot_product_attention_math",
-      kMathAttentionScope};
+      // FP8 products (lamp::nn::float8_linear): counted by their first
+      // operand's format, E4M3 forward and E5M2 backward.
+      "aten::_scaled_mm", kMathAttentionScope};
   for (const char* op : ops) {
     if (std::strcmp(name, op) == 0)
       return true;

@@ -25,6 +25,22 @@ namespace {
 
 // What every data-parallel replica's TrainStep must agree on: a difference
 // fails inside the backend (accumulation) or trains on silently (the rest).
+// The FP8 recipe in words, for the replicas' agreement.
+std::string float8_setting(const c10::optional<nn::Float8Recipe>& recipe) {
+  if (!recipe) {
+    return "off";
+  }
+  if (recipe->scaling() == nn::Float8Scaling::kCurrent) {
+    return "current scaling, margin " + std::to_string(recipe->margin());
+  }
+  return std::string("delayed scaling, amax history ") +
+         std::to_string(recipe->amax_history_len()) + " (" +
+         (recipe->amax_compute() == nn::Float8AmaxCompute::kMax
+              ? "max"
+              : "most recent") +
+         "), margin " + std::to_string(recipe->margin());
+}
+
 std::vector<std::pair<std::string, std::string>> replica_settings(
     const TrainStepOptions& o) {
   const auto number = [](double value) { return detail::exact(value); };
@@ -39,6 +55,7 @@ std::vector<std::pair<std::string, std::string>> replica_settings(
       {"TrainStepOptions::force_loss_scaling", flag(o.force_loss_scaling())},
       {"TrainStepOptions::flat_master", flag(o.flat_master())},
       {"TrainStepOptions::cuda_graph", to_string(o.cuda_graph())},
+      {"TrainStepOptions::float8", float8_setting(o.float8())},
       {"GradScalerOptions::enabled", flag(scaler.enabled())},
       {"GradScalerOptions::dynamic", flag(scaler.dynamic())},
       {"GradScalerOptions::init_scale", number(scaler.init_scale())},
@@ -82,6 +99,12 @@ std::vector<torch::Tensor> optimizer_params(
 // or as fp32 (precision_warning()).
 void check_mode_runs_on(const PrecisionPolicy& policy,
                         const torch::Device& device) {
+  if (policy.float8) {
+    const auto reason = nn::float8_unavailable_reason(device);
+    TORCH_CHECK(reason.empty(),
+                "lamp::TrainStep: precision 'fp8' cannot run on ", device, ": ",
+                reason, ". Use ", suggest_low_precision(device), ".");
+  }
   if (policy.fp16_math) {
     TORCH_CHECK(
         fp16_compute_available(device) &&
@@ -208,6 +231,30 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
       named.size(),
       " have requires_grad=false); set requires_grad_(true) on the ones to train before building the TrainStep.");
   check_model_dtype(*model_, policy_);
+  // "fp8" converts with the default recipe (current scaling) unless
+  // TrainStepOptions::float8 names one.
+  auto recipe = options_.float8();
+  if (!recipe && policy_.float8) {
+    recipe = nn::Float8Recipe();
+  }
+  if (recipe) {
+    float8_conversion_ = nn::convert_to_float8(*model_, *recipe);
+    if (float8_conversion_.converted.empty()) {
+      std::string why;
+      for (const auto& item : float8_conversion_.skipped) {
+        why += (why.empty() ? "" : "; ") + std::string("'") + item.first +
+               "': " + item.second;
+      }
+      TORCH_CHECK(
+          false, "lamp::TrainStep: ",
+          policy_.float8 ? "precision 'fp8'" : "TrainStepOptions::float8",
+          " is set but no Linear layer of the model can compute in FP8 (",
+          why.empty() ? std::string("it has none") : why, "); use ",
+          policy_.float8 ? "precision 'amp-bf16'" : "no float8 recipe",
+          " for this model.");
+    }
+  }
+  float8_ = nn::has_float8_layers(*model_);
   const auto dtype = policy_.model_dtype;
   if (dtype) {
     options_.half().dtype(*dtype);
@@ -344,6 +391,20 @@ StepResult TrainStep::eager_step(
   if (gradient_sync_) {
     gradient_sync_->finish_gradient_sync();
   }
+  if (float8_ && !float8_use_checked_) {
+    warn_unused_float8_layers();
+  }
+  if (float8_) {
+    // The backward recorded dY's amaxes: every operand's amax of the cycle
+    // is in, agreed over the replicas.
+    if (gradient_sync_) {
+      auto* sync = gradient_sync_.get();
+      nn::update_float8_scales(
+          *model_, [sync](torch::Tensor& amax) { sync->reduce_max_(amax); });
+    } else {
+      nn::update_float8_scales(*model_);
+    }
+  }
   if (master_) {
     master_->model_grads_to_master_grads();
   }
@@ -399,6 +460,26 @@ StepResult TrainStep::step(const torch::Tensor& input,
   detail::InUseGuard in_use(in_use_, kStepCaller);
   return with_memory_context(
       kStepMemory, -1, [&] { return batch_step(input, target, loss_fn); });
+}
+
+void TrainStep::warn_unused_float8_layers() {
+  // Once, after the first cycle (one host read): a converted layer the
+  // model applies with Linear::forward instead of lamp::nn::linear never
+  // computes in FP8, which nothing else would show.
+  float8_use_checked_ = true;
+  std::string unused;
+  for (const auto& stats : nn::float8_stats(*model_)) {
+    if (stats.casts[0] == 0) {
+      unused += (unused.empty() ? "'" : ", '") + stats.name + "'";
+    }
+  }
+  if (!unused.empty()) {
+    TORCH_WARN("lamp::TrainStep: the FP8 layer(s) ", unused,
+               " took no FP8 product in the first step: the model applies "
+               "them with Linear::forward (or not at all), which computes in "
+               "BF16. Apply them with lamp::nn::linear(x, layer) to train "
+               "them in FP8.");
+  }
 }
 
 torch::Tensor TrainStep::current_scale() const {

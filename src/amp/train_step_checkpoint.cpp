@@ -37,6 +37,11 @@ void TrainStep::save(torch::serialize::OutputArchive& archive) const {
     sharding_->save(shard_archive);
     archive.write("optimizer_shard", shard_archive);
   }
+  if (float8_) {
+    torch::serialize::OutputArchive float8_archive;
+    nn::save_float8_state(*model_, float8_archive);
+    archive.write("float8", float8_archive);
+  }
 }
 
 namespace {
@@ -93,6 +98,16 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
                          kLoadCaller);
     master_->read(master_archive);
   }
+  torch::serialize::InputArchive float8_archive;
+  const bool has_float8 = archive.try_read("float8", float8_archive);
+  TORCH_CHECK(has_float8 == float8_, kLoadCaller, ": the checkpoint ",
+              has_float8 ? "has" : "has no",
+              " FP8 scaling state but this TrainStep's model ",
+              float8_ ? "has" : "has no",
+              " FP8 layers; resume with the same TrainStepOptions::float8.");
+  if (float8_) {
+    nn::check_float8_state(*model_, float8_archive);
+  }
 
   // Captured graphs hold the old parameters' and state's memory: each shape
   // warms up and is captured again after a load.
@@ -112,6 +127,9 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
   }
   if (sharding_) {
     sharding_->load(shard_archive);
+  }
+  if (float8_) {
+    nn::load_float8_state(*model_, float8_archive);
   }
 }
 

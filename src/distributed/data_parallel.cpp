@@ -464,6 +464,12 @@ void DataParallel::reduce_found_inf(torch::Tensor& found_inf) {
   }
 }
 
+void DataParallel::reduce_max_(torch::Tensor& values) {
+  if (group_->is_distributed()) {
+    group_->all_reduce_(values, ReduceOp::kMax, "the FP8 amax all-reduce");
+  }
+}
+
 std::unique_ptr<OptimizerSharding> DataParallel::optimizer_sharding() {
   if (impl_->options.zero_stage() == 0) {
     return nullptr;

@@ -2,12 +2,16 @@
 
 #include <torch/torch.h>
 
+#include "lamp/nn/float8.h"
+
 namespace lamp {
 namespace nn {
 
-torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
-                     const torch::Tensor& bias) {
-  const char* who = "lamp::nn::linear";
+namespace detail {
+
+void check_linear_arguments(const torch::Tensor& input,
+                            const torch::Tensor& weight,
+                            const torch::Tensor& bias, const std::string& who) {
   TORCH_CHECK(input.defined() && weight.defined(), who,
               ": give an input and a weight.");
   TORCH_CHECK(weight.dim() == 2, who, ": the weight must be [out, in], got ",
@@ -19,6 +23,13 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
       !bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
       who, ": the bias must be [", weight.size(0), "], got ", bias.sizes(),
       ".");
+}
+
+} // namespace detail
+
+torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
+                     const torch::Tensor& bias) {
+  detail::check_linear_arguments(input, weight, bias, "lamp::nn::linear");
   // torch::linear is the dispatcher's aten::linear (autocast casts the bias
   // with the rest), not torch::nn::functional::linear.
   return torch::linear(input, weight, bias);
@@ -29,6 +40,10 @@ torch::Tensor linear(const torch::Tensor& input,
   TORCH_CHECK(!layer.is_empty(),
               "lamp::nn::linear: the torch::nn::Linear is empty (nullptr); "
               "construct it before the forward.");
+  // A layer convert_to_float8() converted computes in FP8.
+  if (auto* state = float8_state(*layer)) {
+    return float8_linear(input, layer->weight, layer->bias, *state);
+  }
   return linear(input, layer->weight, layer->bias);
 }
 

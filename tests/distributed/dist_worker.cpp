@@ -18,6 +18,9 @@
 #include "lamp/amp/train_step.h"
 #include "lamp/distributed.h"
 #include "lamp/models/mnist_cnn.h"
+#include "lamp/nn/float8.h"
+#include "lamp/nn/linear.h"
+#include "platform/compat.h"
 #include "test_util.h"
 #include "trainer_util.h"
 
@@ -259,6 +262,65 @@ TEST(TwoRanks, TrainStepRefusesReplicasWithDifferentOptions) {
                          "and 2 on rank 1"),
             std::string::npos)
       << message;
+}
+
+// Delayed FP8 scaling in a data-parallel TrainStep: rank 1's inputs are 4x
+// rank 0's, yet after each step both ranks hold the scales of the larger
+// amaxes (agreed with one MAX all-reduce), and the same weights. Ranks that
+// differ in the recipe are refused before the first step.
+TEST(TwoRanks, Float8AmaxesAreAgreedOverTheRanks) {
+#if LAMP_TORCH_FLOAT8
+  auto g = group();
+  torch::manual_seed(0);
+  torch::nn::Linear first(32, 32), second(32, 16);
+  torch::nn::Sequential model(first, second);
+  const auto recipe = lamp::nn::Float8Recipe()
+                          .scaling(lamp::nn::Float8Scaling::kDelayed)
+                          .amax_history_len(4);
+  lamp::TrainStep step(model.ptr(), sgd(),
+                       lamp::TrainStepOptions(lamp::Precision::kAMPBF16)
+                           .float8(recipe)
+                           .gradient_sync(lamp::distributed::data_parallel(g)));
+  torch::manual_seed(1);
+  for (int i = 0; i < 3; ++i) {
+    const auto x = torch::randn({16, 32}) * (g->rank() == 0 ? 1.0 : 4.0);
+    step.step([&] {
+      auto h = lamp::nn::linear(x, first);
+      return lamp::nn::linear(torch::relu(h), second)
+          .to(torch::kFloat)
+          .square()
+          .mean();
+    });
+    // Rank 1's input amax is the larger one: both ranks hold its scale.
+    auto* state = lamp::nn::float8_state(*first);
+    const auto scale = state->scale.clone();
+    EXPECT_TRUE(BitEqual(scale, from_rank0(*g, scale))) << "step " << i;
+    auto x_amax = x.abs().max().reshape({1});
+    g->all_reduce_(x_amax, lamp::distributed::ReduceOp::kMax);
+    EXPECT_TRUE(AllClose(state->amax_history.select(1, 0).narrow(0, 0, 1),
+                         x_amax, 0, 0));
+  }
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(BitEqual(p.detach(), from_rank0(*g, p)));
+  }
+  // Another recipe on one rank: refused by name on both.
+  torch::nn::Sequential other(torch::nn::Linear(32, 32));
+  const auto message = error_of([&] {
+    lamp::TrainStep refused(
+        other.ptr(), sgd(),
+        lamp::TrainStepOptions(lamp::Precision::kAMPBF16)
+            .float8(g->rank() == 0 ? recipe
+                                   : lamp::nn::Float8Recipe(recipe).margin(1))
+            .gradient_sync(lamp::distributed::data_parallel(g)));
+  });
+  EXPECT_NE(message.find("TrainStepOptions::float8 is delayed scaling, amax "
+                         "history 4 (max), margin 0 on rank 0 and delayed "
+                         "scaling, amax history 4 (max), margin 1 on rank 1"),
+            std::string::npos)
+      << message;
+#else
+  GTEST_SKIP() << "this LibTorch has no float8 types (LibTorch 2.5 or newer)";
+#endif
 }
 
 TEST(TwoRanks, AFailedBucketAllReduceGivesTheCollectiveMessage) {

@@ -40,6 +40,18 @@ class GradientSync {
   /// Replaces `found_inf` (a one-element FP32 tensor, 1 where this replica
   /// saw an inf/NaN gradient) in place by its maximum over the replicas.
   virtual void reduce_found_inf(torch::Tensor& found_inf) = 0;
+  /// Replaces every element of `values` (an FP32 tensor on device()) in
+  /// place by its maximum over the replicas: the FP8 layers' amaxes
+  /// (lamp::nn::update_float8_scales()), so that every replica scales alike.
+  /// The default reduces one element at a time with reduce_found_inf();
+  /// lamp's DataParallel does it in one all-reduce.
+  virtual void reduce_max_(torch::Tensor& values) {
+    for (int64_t i = 0; i < values.numel(); ++i) {
+      auto one = values.view({-1}).narrow(0, i, 1).clone();
+      reduce_found_inf(one);
+      values.view({-1}).narrow(0, i, 1).copy_(one);
+    }
+  }
   /// The device the replicas communicate on; TrainStep refuses a model on
   /// another.
   virtual torch::Device device() const = 0;

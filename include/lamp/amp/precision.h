@@ -22,6 +22,11 @@ enum class Precision {
   kHalf,    ///< "half": network_to_half FP16 + FP32 master weights + dynamic
             ///< loss scaling (the seed's `--fp16`).
   kBF16,    ///< "bf16": network_to_half BF16 + FP32 master weights.
+  kFP8,     ///< "fp8": "amp-bf16" with FP8 matrix products in the model's
+            ///< eligible Linear layers (lamp::nn::convert_to_float8, current
+            ///< scaling; TrainStepOptions::float8 picks another recipe).
+            ///< Native on CUDA sm_89 and newer, emulated on CPUs with
+            ///< LibTorch 2.x; refused on LibTorch 1.13.
   kAuto,    ///< "auto": the fastest mode of the device that keeps FP32's
             ///< accuracy (resolve_precision(), precision_support.h).
             ///< TrainStep and ClassifierTrainer resolve it for the model's
@@ -29,11 +34,11 @@ enum class Precision {
 };
 
 /// The spellings of the precision modes: "fp32", "tf32", "amp", "amp-bf16",
-/// "half" (alias "fp16"), "bf16" and "auto". Parsing, printing, messages and the
+/// "half" (alias "fp16"), "bf16", "fp8" and "auto". Parsing, printing, messages and the
 /// programs' `--precision` check all read it.
 const NameTable<Precision>& precision_table();
 
-/// Parses "fp32", "tf32", "amp", "amp-bf16", "half", "bf16", "auto", and
+/// Parses "fp32", "tf32", "amp", "amp-bf16", "half", "bf16", "fp8", "auto", and
 /// "fp16" as another spelling of "half". Anything else is a TORCH_CHECK error listing
 /// the valid names.
 Precision parse_precision(const std::string& name);
@@ -86,6 +91,8 @@ struct PrecisionPolicy {
   /// The TF32 setting the mode implies on CUDA ("fp32": off, "tf32": on);
   /// nullopt: the mode leaves it as it is.
   c10::optional<bool> tf32;
+  /// FP8 matrix products in the eligible Linear layers ("fp8").
+  bool float8 = false;
 };
 
 /// The policy of `precision`. kAuto has none until it is resolved for a

@@ -69,8 +69,10 @@ struct OpPrecisionReport {
   /// "..._efficient_attention" (memory-efficient), "..._cudnn_attention",
   /// "..._flash_attention_for_cpu" (LibTorch 2.x's CPU kernel),
   /// "..._attention_math", each with its "_backward", or
-  /// "lamp::math_attention", lamp::nn's formula on LibTorch 1.x) -> dtype
-  /// name of its first tensor input -> calls.
+  /// "lamp::math_attention", lamp::nn's formula on LibTorch 1.x), and
+  /// "aten::_scaled_mm" (lamp::nn::float8_linear's FP8 products:
+  /// Float8_e4m3fn forward, Float8_e5m2 backward) -> dtype name of its
+  /// first tensor input -> calls.
   std::map<std::string, std::map<std::string, int64_t>> calls;
 
   /// Calls of `op` whose first input had `dtype` (0 when none).

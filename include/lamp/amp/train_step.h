@@ -22,6 +22,7 @@
 #include "lamp/amp/master_weights.h"
 #include "lamp/amp/optimizer_sharding.h"
 #include "lamp/amp/precision.h"
+#include "lamp/nn/float8.h"
 #include "lamp/platform/in_use.h"
 #include "lamp/platform/names.h"
 
@@ -114,6 +115,17 @@ struct TrainStepOptions {
   /// rank skips or steps together. nullptr, or a factory that returns
   /// nullptr: plain training.
   TORCH_ARG(GradientSyncFactory, gradient_sync) = nullptr;
+  /// FP8 matrix products in the model's Linear layers applied through
+  /// lamp::nn::linear (lamp/nn/float8.h), with this recipe: the TrainStep
+  /// converts the eligible layers (lamp::nn::convert_to_float8(), refused
+  /// when none is) and lists the others in float8_conversion(). Combine with
+  /// "amp-bf16" for Transformer Engine's setting (BF16 around FP8
+  /// products). Also without this option, a model converted before the
+  /// TrainStep is built has its scales managed: after each cycle's backward
+  /// the delayed scales are updated (update_float8_scales(), the amaxes
+  /// agreed over the replicas of a data-parallel run), and save()/load()
+  /// carry the scales and histories. Unset: no conversion.
+  TORCH_ARG(c10::optional<nn::Float8Recipe>, float8) = c10::nullopt;
   /// Run the batch form of step() as CUDA graphs: after `graph_warmup_steps`
   /// eager steps per input shape (on a side stream), the whole step (zeroing
   /// the gradients, forward under autocast, scaled backward, master-gradient
@@ -447,12 +459,19 @@ class TrainStep {
   /// without sharding, and on archives that are not one checkpoint's.
   void load_resharded(std::vector<torch::serialize::InputArchive>& every_rank);
 
+  /// The layers TrainStepOptions::float8 converted to FP8 and those it
+  /// left, with the reason (empty without the option).
+  const nn::Float8Conversion& float8_conversion() const {
+    return float8_conversion_;
+  }
+
  private:
   StepResult eager_step(const std::function<torch::Tensor()>& loss_fn);
   StepResult batch_step(const torch::Tensor& input, const torch::Tensor& target,
                         const BatchLossFn& loss_fn);
   torch::Tensor current_scale() const;
   void check_graph_capturable();
+  void warn_unused_float8_layers();
 
   std::shared_ptr<torch::nn::Module> model_;
   std::vector<torch::Tensor> model_params_;
@@ -476,6 +495,10 @@ class TrainStep {
   std::vector<torch::Tensor> grad_owners_;
   std::unique_ptr<Tf32Guard> tf32_;
   bool graph_enabled_ = false;
+  // The model has FP8 layers (lamp::nn::convert_to_float8).
+  bool float8_ = false;
+  bool float8_use_checked_ = false;
+  nn::Float8Conversion float8_conversion_;
   // step() and load() run on one thread at a time.
   detail::InUseFlag in_use_;
 };

@@ -122,6 +122,8 @@ class DataParallel final : public GradientSync {
   void finish_gradient_sync() override;
   /// The maximum of `found_inf` over the ranks (found_inf_reduction()).
   void reduce_found_inf(torch::Tensor& found_inf) override;
+  /// The maximum of each element over the ranks, in one all-reduce.
+  void reduce_max_(torch::Tensor& values) override;
   /// ProcessGroup::check_same() over the group.
   void check_same_settings(
       const std::string& what,

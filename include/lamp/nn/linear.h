@@ -14,6 +14,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include <string>
+
 namespace lamp {
 namespace nn {
 
@@ -26,9 +28,21 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
 
 /// `layer`'s weight and bias applied as linear(input, weight, bias): a
 /// drop-in for `layer->forward(input)` with the same result in FP32 (to
-/// rounding: the bias joins the product) and the same parameters.
+/// rounding: the bias joins the product) and the same parameters. A layer
+/// that lamp::nn::convert_to_float8() converted computes in FP8 instead
+/// (lamp::nn::float8_linear(), lamp/nn/float8.h).
 torch::Tensor linear(const torch::Tensor& input,
                      const torch::nn::Linear& layer);
+
+namespace detail {
+
+/// The checks of linear() and float8_linear(): an input [..., in], a weight
+/// [out, in] and an undefined or [out] bias; errors begin with `who`.
+void check_linear_arguments(const torch::Tensor& input,
+                            const torch::Tensor& weight,
+                            const torch::Tensor& bias, const std::string& who);
+
+} // namespace detail
 
 } // namespace nn
 } // namespace lamp

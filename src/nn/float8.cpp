@@ -82,8 +82,8 @@ std::vector<Float8StateImpl*> states_of(const torch::nn::Module& model) {
   return states;
 }
 
-int64_t round_up_16(int64_t n) {
-  return (n + 15) / 16 * 16;
+bool is_low_precision(torch::Dtype dtype) {
+  return dtype == torch::kBFloat16 || dtype == torch::kHalf;
 }
 
 } // namespace
@@ -244,6 +244,10 @@ std::string float8_unavailable_reason(const torch::Device& device) {
 #if LAMP_TORCH_FLOAT8
 namespace {
 
+int64_t round_up_16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}
+
 constexpr auto kE4M3 = c10::ScalarType::Float8_e4m3fn;
 constexpr auto kE5M2 = c10::ScalarType::Float8_e5m2;
 
@@ -315,10 +319,6 @@ torch::Tensor scaled_mm(const Cast& a, const Cast& b, torch::Dtype out_dtype,
   }
   return at::_scaled_mm(a.data, b.data, a.inverse_scale, b.inverse_scale,
                         bias_arg, c10::nullopt, out_dtype, fast_accum);
-}
-
-bool is_low_precision(torch::Dtype dtype) {
-  return dtype == torch::kBFloat16 || dtype == torch::kHalf;
 }
 
 class Float8LinearFunction

@@ -46,12 +46,6 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-F8::Float8Recipe delayed(int64_t history = 4) {
-  return F8::Float8Recipe()
-      .scaling(F8::Float8Scaling::kDelayed)
-      .amax_history_len(history);
-}
-
 } // namespace
 
 // Everywhere: the reason names what is missing, and a GPU below sm_89 (here:
@@ -112,6 +106,12 @@ TEST(Float8, RecipeIsChecked) {
 #if LAMP_TORCH_FLOAT8
 
 namespace {
+F8::Float8Recipe delayed(int64_t history = 4) {
+  return F8::Float8Recipe()
+      .scaling(F8::Float8Scaling::kDelayed)
+      .amax_history_len(history);
+}
+
 constexpr auto kE4M3 = c10::ScalarType::Float8_e4m3fn;
 constexpr auto kE5M2 = c10::ScalarType::Float8_e5m2;
 
@@ -639,6 +639,7 @@ TEST(Float8, PrecisionModeFp8ConvertsAndWarnsAboutUnusedLayers) {
   EXPECT_EQ(step.policy().autocast_dtype, torch::kBFloat16);
   EXPECT_EQ(step.float8_conversion().converted,
             (std::vector<std::string>{"0", "1"}));
+  ASSERT_NE(F8::float8_state(*fc1), nullptr);
   EXPECT_EQ(F8::float8_state(*fc1)->recipe().scaling(),
             F8::Float8Scaling::kCurrent);
   const auto x = torch::randn({16, 32});

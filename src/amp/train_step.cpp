@@ -391,7 +391,9 @@ StepResult TrainStep::eager_step(
   if (gradient_sync_) {
     gradient_sync_->finish_gradient_sync();
   }
-  if (float8_ && !float8_use_checked_) {
+  // Its host read waits for an eager step (never inside a CUDA graph's
+  // capture).
+  if (float8_ && !float8_use_checked_ && !(graphs_ && graphs_->capturing())) {
     warn_unused_float8_layers();
   }
   if (float8_) {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -442,6 +443,60 @@ TEST(Float8, ConvertsEligibleLayersAndSaysWhyNotTheOthers) {
             std::string::npos);
 }
 
+// The tensor report marks the converted layers' weights and gives the
+// others' reasons, the same as float8_left_out(); a model without FP8
+// layers gets no FP8 notes at all.
+TEST(Float8, PrecisionReportSaysWhichLayersComputeInFp8) {
+  Mlp plain;
+  const auto before = lamp::precision_report(*plain);
+  EXPECT_EQ(before.float8_layers, 0);
+  EXPECT_EQ(before.linear_layers_not_float8, 0);
+  for (const auto& row : before.tensors) {
+    EXPECT_FALSE(row.float8) << row.name;
+    EXPECT_EQ(row.not_float8_reason, "") << row.name;
+  }
+  EXPECT_EQ(before.to_string().find("FP8"), std::string::npos);
+
+  Mlp model;
+  F8::convert_to_float8(
+      *model, F8::Float8Recipe(),
+      [](const std::string& name, const torch::nn::LinearImpl&) {
+        return name != "fc2";
+      });
+  const auto left_out = F8::float8_left_out(*model);
+  ASSERT_EQ(left_out.size(), 2u);
+  EXPECT_EQ(left_out[0].first, "fc2");
+  EXPECT_EQ(left_out[0].second,
+            "left out by the conversion's predicate (eligible otherwise)");
+  EXPECT_EQ(left_out[1].first, "head");
+  EXPECT_NE(left_out[1].second.find("[10, 32]"), std::string::npos);
+
+  const auto report = lamp::precision_report(*model);
+  EXPECT_EQ(report.float8_layers, 1);
+  EXPECT_EQ(report.linear_layers_not_float8, 2);
+  std::map<std::string, const lamp::TensorPrecision*> rows;
+  for (const auto& row : report.tensors) {
+    rows[row.name] = &row;
+  }
+  ASSERT_EQ(rows.count("fc1.weight"), 1u);
+  EXPECT_TRUE(rows["fc1.weight"]->float8);
+  EXPECT_EQ(rows["fc1.weight"]->dtype, torch::kFloat); // the master
+  EXPECT_FALSE(rows["fc2.weight"]->float8);
+  EXPECT_EQ(rows["fc2.weight"]->not_float8_reason, left_out[0].second);
+  EXPECT_EQ(rows["head.weight"]->not_float8_reason, left_out[1].second);
+  // Biases are added outside the products: no note.
+  EXPECT_FALSE(rows["fc1.bias"]->float8);
+  EXPECT_EQ(rows["head.bias"]->not_float8_reason, "");
+  const auto text = report.to_string();
+  EXPECT_NE(text.find("(FP8 products)"), std::string::npos) << text;
+  // The whole reason, however long: never cut at a line buffer's width.
+  EXPECT_NE(text.find("(not FP8: " + left_out[1].second + ")"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("1 Linear layers in FP8, 2 not"), std::string::npos)
+      << text;
+}
+
 // The state round-trips exactly, all or nothing, and a recipe or a layer
 // that differs is refused by name.
 TEST(Float8, StateRoundTripsExactly) {
@@ -675,6 +730,121 @@ TEST(Float8, PrecisionModeFp8ConvertsAndWarnsAboutUnusedLayers) {
     return fc2->forward(lamp::nn::linear(x, fc1)).to(torch::kFloat).mean();
   });
   EXPECT_EQ(warnings.size(), count);
+}
+
+// --- On a GPU with FP8 tensor cores (compute capability 8.9 or newer); the
+// reason is printed where the test cannot run.
+
+#define LAMP_SKIP_WITHOUT_FP8_GPU()                               \
+  do {                                                            \
+    LAMP_SKIP_WITHOUT_CUDA();                                     \
+    const auto why = F8::float8_unavailable_reason(torch::kCUDA); \
+    if (!why.empty()) {                                           \
+      GTEST_SKIP() << "FP8 cannot run on this GPU: " << why;      \
+    }                                                             \
+  } while (0)
+
+// cuBLASLt's FP8 products against the CPU's emulation of the same layer:
+// the casts are the same to the bit (an amax is exact in any order, the
+// cast elementwise), so the scales agree exactly and the products differ
+// only in how they are accumulated. dX and dW accumulate in FP32: over 48
+// or 64 terms, a relative error near 2^-24 x 64, held to 1e-4. The forward
+// uses fast accumulation (use_fast_accum, as Transformer Engine and
+// torchao do): Hopper's tensor cores then keep partial sums of about 22
+// bits, 2^-13 relative over 64 terms: held to 1e-2, still far below the
+// 2^-4 of one E4M3 rounding, so a wrong scale, operand or layout fails.
+TEST(Float8, GpuProductsMatchTheCpuEmulation_CUDA) {
+  LAMP_SKIP_WITHOUT_FP8_GPU();
+  torch::manual_seed(21);
+  for (const bool delayed_scaling : {false, true}) {
+    SCOPED_TRACE(delayed_scaling ? "delayed" : "current");
+    const auto recipe =
+        delayed_scaling ? delayed(4).margin(1) : F8::Float8Recipe();
+    torch::nn::Linear cpu_layer(64, 32);
+    auto cpu_state = F8::Float8State(recipe, "layer");
+    auto gpu_state = F8::Float8State(recipe, "layer");
+    gpu_state->to(torch::kCUDA);
+    const auto w = cpu_layer->weight.detach();
+    const auto b = cpu_layer->bias.detach();
+    const auto w_gpu = w.to(torch::kCUDA).requires_grad_();
+    const auto b_gpu = b.to(torch::kCUDA).requires_grad_();
+    for (int i = 0; i < 3; ++i) {
+      const auto x = (torch::randn({3, 16, 64}) * (i + 1)).requires_grad_();
+      const auto x_gpu = x.detach().to(torch::kCUDA).requires_grad_();
+      const auto dy = torch::randn({3, 16, 32});
+      const auto y =
+          F8::float8_linear(x, cpu_layer->weight, cpu_layer->bias, *cpu_state);
+      const auto y_gpu = F8::float8_linear(x_gpu, w_gpu, b_gpu, *gpu_state);
+      const auto g = torch::autograd::grad({y}, {x, cpu_layer->weight}, {dy});
+      const auto g_gpu =
+          torch::autograd::grad({y_gpu}, {x_gpu, w_gpu}, {dy.to(torch::kCUDA)});
+      EXPECT_TRUE(AllClose(y_gpu.cpu(), y, 1e-2, 1e-2)) << "step " << i;
+      EXPECT_TRUE(AllClose(g_gpu[0].cpu(), g[0], 1e-4, 1e-4)) << "step " << i;
+      EXPECT_TRUE(AllClose(g_gpu[1].cpu(), g[1], 1e-4, 1e-4)) << "step " << i;
+      EXPECT_TRUE(BitEqual(gpu_state->counters.cpu(), cpu_state->counters))
+          << "step " << i;
+      if (delayed_scaling) {
+        F8::update_float8_scales(*cpu_state);
+        F8::update_float8_scales(*gpu_state);
+        EXPECT_TRUE(BitEqual(gpu_state->scale.cpu(), cpu_state->scale));
+        EXPECT_TRUE(
+            BitEqual(gpu_state->amax_history.cpu(), cpu_state->amax_history));
+      }
+    }
+  }
+}
+
+// The whole FP8 step as one CUDA graph equals the eager step to the bit,
+// both recipes: the delayed scales' update is captured with the step (no
+// host read), and the casts, products and optimizer replay as they ran.
+TEST(Float8, CudaGraphStepsEqualEagerSteps_CUDA) {
+  LAMP_SKIP_WITHOUT_FP8_GPU();
+  for (const auto& recipe : {F8::Float8Recipe(), delayed(8)}) {
+    SCOPED_TRACE(recipe.scaling() == F8::Float8Scaling::kDelayed ? "delayed"
+                                                                 : "current");
+    std::vector<std::vector<torch::Tensor>> weights;
+    std::vector<torch::Tensor> scales;
+    for (const bool graph : {false, true}) {
+      torch::manual_seed(22);
+      Mlp model;
+      model->to(torch::kCUDA);
+      lamp::TrainStep step(
+          model.ptr(),
+          [](std::vector<torch::Tensor> p) {
+            return std::make_unique<torch::optim::AdamW>(
+                std::move(p), torch::optim::AdamWOptions(3e-3));
+          },
+          lamp::TrainStepOptions(Precision::kAMPBF16)
+              .float8(recipe)
+              .cuda_graph(graph));
+      torch::manual_seed(23);
+      const auto teacher = torch::randn({64, 10}, torch::kCUDA) / 8;
+      for (int i = 0; i < 20; ++i) {
+        const auto x = torch::randn({64, 64}, torch::kCUDA);
+        const auto y = torch::tanh(x.mm(teacher));
+        const auto result = step.step(
+            x, y, [&](const torch::Tensor& input, const torch::Tensor& target) {
+              return torch::mse_loss(model->forward(input).to(torch::kFloat),
+                                     target);
+            });
+        ASSERT_TRUE(std::isfinite(result.loss.item<double>())) << "step " << i;
+      }
+      if (graph) {
+        EXPECT_GE(step.cuda_graph_captures(), 1);
+      }
+      std::vector<torch::Tensor> w;
+      for (const auto& p : model->parameters()) {
+        w.push_back(p.detach().cpu());
+      }
+      weights.push_back(w);
+      scales.push_back(F8::float8_state(*model->fc1)->scale.cpu());
+    }
+    ASSERT_EQ(weights[0].size(), weights[1].size());
+    for (size_t i = 0; i < weights[0].size(); ++i) {
+      EXPECT_TRUE(BitEqual(weights[1][i], weights[0][i])) << "parameter " << i;
+    }
+    EXPECT_TRUE(BitEqual(scales[1], scales[0]));
+  }
 }
 
 #endif // LAMP_TORCH_FLOAT8

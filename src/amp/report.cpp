@@ -10,6 +10,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "lamp/nn/float8.h"
 #include "lamp/nn/norms.h"
 #include "lamp/platform/parameters.h"
 
@@ -22,8 +23,14 @@ bool is_low_precision(torch::Dtype dtype) {
 
 // A tensor registered under several names (a tied weight) is reported once,
 // under the first.
+// The Linear layers of a model with FP8 layers that stay out of FP8, by
+// name, with the reason; null in a model without FP8 layers.
+using LeftOut = std::map<std::string, std::string>;
+
 void collect(const torch::nn::Module& module, const std::string& prefix,
-             PrecisionReport& report, detail::TensorIdentitySet& seen) {
+             PrecisionReport& report, detail::TensorIdentitySet& seen,
+             const LeftOut* float8_left_out) {
+  const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(&module);
   const auto add = [&](const std::string& name, const torch::Tensor& t,
                        bool buffer) {
     if (!t.defined() || !seen.insert(t)) {
@@ -36,6 +43,11 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
     row.dtype = t.scalar_type();
     row.numel = t.numel();
     row.kept_fp32_reason = lamp::nn::is_norm(module) ? "a norm" : "chosen";
+    if (float8_left_out != nullptr && linear != nullptr && name == "weight") {
+      const auto found = float8_left_out->find(prefix);
+      row.float8 = found == float8_left_out->end();
+      row.not_float8_reason = row.float8 ? "" : found->second;
+    }
     report.tensors.push_back(row);
   };
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {
@@ -47,7 +59,7 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
   for (const auto& child : module.named_children()) {
     collect(*child.value(),
             prefix.empty() ? child.key() : prefix + "." + child.key(), report,
-            seen);
+            seen, float8_left_out);
   }
 }
 
@@ -56,7 +68,14 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
 PrecisionReport precision_report(const torch::nn::Module& module) {
   PrecisionReport report;
   detail::TensorIdentitySet seen;
-  collect(module, "", report, seen);
+  LeftOut left_out;
+  const bool float8 = lamp::nn::has_float8_layers(module);
+  if (float8) {
+    for (auto& item : lamp::nn::float8_left_out(module)) {
+      left_out.insert(std::move(item));
+    }
+  }
+  collect(module, "", report, seen, float8 ? &left_out : nullptr);
   bool any_low = false;
   for (const auto& row : report.tensors) {
     any_low = any_low || is_low_precision(row.dtype);
@@ -68,6 +87,8 @@ PrecisionReport precision_report(const torch::nn::Module& module) {
     }
     report.kept_fp32_tensors += row.kept_fp32;
     report.low_precision_tensors += is_low_precision(row.dtype);
+    report.float8_layers += row.float8;
+    report.linear_layers_not_float8 += !row.not_float8_reason.empty();
     report.numel_by_dtype[c10::toString(row.dtype)] += row.numel;
   }
   return report;
@@ -80,20 +101,33 @@ std::string PrecisionReport::to_string() const {
                 "dtype", "kind", "elements", "module");
   out << line;
   for (const auto& row : tensors) {
-    std::snprintf(
-        line, sizeof(line), "%-40s %-9s %-8s %10lld  %s%s\n", row.name.c_str(),
-        c10::toString(row.dtype), row.is_buffer ? "buffer" : "param",
-        static_cast<long long>(row.numel), row.module.c_str(),
-        row.kept_fp32 ? ("  (kept FP32: " + row.kept_fp32_reason + ")").c_str()
-                      : "");
-    out << line;
+    std::snprintf(line, sizeof(line), "%-40s %-9s %-8s %10lld  ",
+                  row.name.c_str(), c10::toString(row.dtype),
+                  row.is_buffer ? "buffer" : "param",
+                  static_cast<long long>(row.numel));
+    // The module and the notes unbounded: a name or a reason never cut.
+    out << line << row.module;
+    if (row.kept_fp32) {
+      out << "  (kept FP32: " << row.kept_fp32_reason << ")";
+    }
+    if (row.float8) {
+      out << "  (FP8 products)";
+    } else if (!row.not_float8_reason.empty()) {
+      out << "  (not FP8: " << row.not_float8_reason << ")";
+    }
+    out << "\n";
   }
   out << "totals:";
   for (const auto& item : numel_by_dtype) {
     out << " " << item.first << " " << item.second << " elements;";
   }
   out << " " << low_precision_tensors << " low-precision tensors, "
-      << kept_fp32_tensors << " kept in FP32\n";
+      << kept_fp32_tensors << " kept in FP32";
+  if (float8_layers > 0 || linear_layers_not_float8 > 0) {
+    out << "; " << float8_layers << " Linear layers in FP8, "
+        << linear_layers_not_float8 << " not";
+  }
+  out << "\n";
   return out.str();
 }
 

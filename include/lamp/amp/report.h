@@ -33,6 +33,14 @@ struct TensorPrecision {
   /// HalfOptions::keep_fp32 predicate or the model's own cast); "" for
   /// tensors not kept.
   std::string kept_fp32_reason;
+  /// The weight of a torch::nn::Linear whose products run in FP8
+  /// (lamp::nn::convert_to_float8: E4M3 forward, E5M2 gradients). The
+  /// weight itself stays in its dtype (the FP32 master).
+  bool float8 = false;
+  /// The weight of a torch::nn::Linear left out of FP8 in a model with FP8
+  /// layers: why (lamp::nn::float8_left_out()); its products stay in the
+  /// autocast dtype. "" for every other tensor.
+  std::string not_float8_reason;
 };
 
 /// Every parameter and buffer of a module tree with its dtype.
@@ -47,13 +55,19 @@ struct PrecisionReport {
   /// Tensors with TensorPrecision::kept_fp32 set.
   int64_t kept_fp32_tensors = 0;
   int64_t low_precision_tensors = 0; ///< FP16 or BF16
+  /// Linear layers whose products run in FP8 (TensorPrecision::float8).
+  int64_t float8_layers = 0;
+  /// Linear layers left out of FP8 in a model with FP8 layers
+  /// (TensorPrecision::not_float8_reason).
+  int64_t linear_layers_not_float8 = 0;
 
   /// A fixed-width table, one row per tensor, then the totals.
   std::string to_string() const;
 };
 
 /// The dtype of every parameter and buffer of `module`, which were kept in
-/// FP32, and totals. Example:
+/// FP32, which Linear layers compute in FP8 and why the others do not (in
+/// a model converted by lamp::nn::convert_to_float8), and totals. Example:
 /// \code
 ///   auto net = lamp::network_to_half(model, torch::kBFloat16);
 ///   std::cout << lamp::precision_report(*model).to_string();

@@ -203,6 +203,14 @@ Float8StateImpl* float8_state(const torch::nn::LinearImpl& layer);
 /// Whether the model has a layer convert_to_float8() converted.
 bool has_float8_layers(const torch::nn::Module& model);
 
+/// Every torch::nn::Linear of `model` that does not compute in FP8, by name
+/// (named_modules() order), with the reason convert_to_float8() gives for
+/// it (its weight's dtype or shape, a tied weight), or "left out by the
+/// conversion's predicate (eligible otherwise)". lamp::precision_report()
+/// shows these beside the layers' weights.
+std::vector<std::pair<std::string, std::string>> float8_left_out(
+    const torch::nn::Module& model);
+
 /// y = input weight^T + bias in FP8 (the file comment's three products),
 /// with `state`'s recipe. The output dtype is the autocast dtype of the
 /// input's device where autocast is on, else the input's; dX is in the

@@ -56,6 +56,10 @@ NOISY_SPREAD = 0.05
 NOISY_MARK = "\u26a0"  # a warning sign
 KEY = ("model", "batch_size", "precision", "channels_last", "cudnn_benchmark")
 FULL_PRECISIONS = ("fp32", "tf32")
+GPT_SHAPE = ("gpt_layers", "gpt_heads", "gpt_width", "context")
+# FP8's goal against amp-bf16 where the products dominate (the large-layer
+# rows of run.sh --suite float8).
+FLOAT8_GOAL = 1.3
 SEED = [  # kentaroy47/pytorch-cifar10-fp16, RTX 2080 Ti, s/epoch
     {"model": "resnet18", "batch_size": 128, "fp32": 15.0, "fp16": 10.0},
     {"model": "resnet50", "batch_size": 512, "fp32": 58.0, "fp16": 27.0},
@@ -73,6 +77,7 @@ def read_manifest(path):
     headers = {}
     runs = {}
     order = []
+    shapes = {}  # a GPT row's shape, which its key does not hold
     with open(path) as manifest:
         for line in manifest:
             tool, model, batch, precision, cl, cb, status, result_path = \
@@ -92,6 +97,13 @@ def read_manifest(path):
                     if result["precision"] == precision and \
                             result.get("tool", tool) == tool:
                         entry = dict(result, status="ok")
+                shape = tuple(entry.get(f) for f in GPT_SHAPE)
+                if model == "gpt" and shape[0] is not None and \
+                        shapes.setdefault(key, shape) != shape:
+                    sys.exit("report.py: two GPT shapes, %s and %s, share "
+                             "the row of batch %s in %s: give them different "
+                             "batch sizes in bench/run.sh" %
+                             (shapes[key], shape, batch, precision))
             runs.setdefault((key, tool), []).append(entry)
     return headers, runs, order
 
@@ -357,6 +369,29 @@ def mixed_precision_table(rows, order, present):
     ] + lines
 
 
+def float8_table(rows, order, present):
+    """fp8 against amp-bf16: same tool, model shape and batch."""
+    lines = []
+    for key in order:
+        if key[2] != "fp8":
+            continue
+        bf16 = rows.get((key[0], key[1], "amp-bf16", key[3], key[4]), {})
+        unit, scale = row_unit(key, rows[key])
+        for tool in present:
+            fp8, base = rate(rows[key].get(tool)), rate(bf16.get(tool))
+            if fp8 is None or base is None:
+                continue
+            lines.append("| %s | %d | %s | %s | %.0f | %.0f | %s |" % (
+                model_text(key, rows[key]), key[1], TITLES[tool], unit,
+                base * scale, fp8 * scale, times(ratio(fp8, base))))
+    if not lines:
+        return []
+    return [
+        "| model | batch | tool | unit | amp-bf16 | fp8 | fp8 vs amp-bf16 |",
+        "|---|---|---|---|---|---|---|",
+    ] + lines
+
+
 def seed_table(rows, device_name):
     def seconds(model, batch, precision):
         """The seed-comparable lamp result: channels_last + benchmark
@@ -509,6 +544,16 @@ def build(headers, runs, order, device, peer_python, date):
                   "tf32 (TF32 on, the default a Python user gets on an "
                   "H100 for convolutions); rates in the row's unit.",
                   ""] + mixed
+    fp8 = float8_table(rows, order, present)
+    if fp8:
+        lines += ["", "## FP8 against amp-bf16", "",
+                  "The same tool, model and batch with FP8 products in the "
+                  "converted Linear layers (fp8) and in BF16 (amp-bf16); "
+                  "the goal where the products dominate (4096-wide layers, "
+                  "8,192 tokens a step, on an H100): %.1fx. On a CPU, fp8 "
+                  "runs on LibTorch's emulated _scaled_mm: its ratio is the "
+                  "emulation's cost, not FP8's gain." % FLOAT8_GOAL,
+                  ""] + fp8
     seed_lines, seed_json = seed_table(rows, device_name)
     lines += ["", "## Beside the seed's numbers", ""] + seed_lines
 

@@ -15,6 +15,12 @@ Usage: bench/run.sh [options]
   --device cpu|cuda  where to run (default: cuda when nvidia-smi lists a GPU)
   --quick            only the MNIST CNN configurations, few steps (smoke test;
                      no GPT)
+  --suite NAME       which configurations: default (the CNNs, then the GPT),
+                     or float8: fp8 against amp-bf16, first for layers where
+                     FP8 pays (a GPT of 4096-wide layers: 2 blocks, 32 heads,
+                     context 1024, 8 sequences, so 8,192 tokens a step; on a
+                     CPU a 1024-wide one, what the emulation costs), then
+                     the default run's GPT
   --steps N          timed steps for every configuration (default: per config)
   --warmup N         untimed steps for every configuration (default: per config)
   --repeats N        timed runs of every configuration and tool, back to back
@@ -40,6 +46,7 @@ cd "$root"
 
 device=""
 quick=0
+suite=default
 steps_override=""
 warmup_override=""
 repeats=""
@@ -49,6 +56,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="${2:?--device needs cpu or cuda}"; shift 2 ;;
     --quick) quick=1; shift ;;
+    --suite) suite="${2:?--suite needs default or float8}"; shift 2 ;;
     --steps) steps_override="${2:?--steps needs a number}"; shift 2 ;;
     --warmup) warmup_override="${2:?--warmup needs a number}"; shift 2 ;;
     --repeats) repeats="${2:?--repeats needs a number}"; shift 2 ;;
@@ -70,6 +78,15 @@ case "$device" in
   cpu | cuda) ;;
   *) echo "run.sh: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
 esac
+case "$suite" in
+  default | float8) ;;
+  *) echo "run.sh: --suite must be default or float8, got '$suite'" >&2; exit 2 ;;
+esac
+if [ "$suite" = float8 ] && [ "$quick" = 1 ]; then
+  echo "run.sh: --quick and --suite float8 do not go together (--quick runs" \
+    "only the MNIST CNN)" >&2
+  exit 2
+fi
 if [ "$device" = cuda ]; then
   # 5 runs of at least 0.75 s per cell keep the whole H100 run to about 9.5
   # minutes (bench/README.md, "How long a run takes").
@@ -228,7 +245,32 @@ record() {
 }
 
 cnn_modes=(fp32 amp-bf16 bf16)
-if [ "$quick" = 1 ]; then
+if [ "$suite" = float8 ]; then
+  # FP8 pays where the matrix products dominate the step: the issue's
+  # "4096-wide MLPs, batch x sequence >= 8192". lamp's GPT with width 4096
+  # has exactly those MLPs (4096 -> 16384 -> 4096) beside 4096-wide
+  # attention projections: 2 blocks, 403 M parameters, 8 sequences of 1024
+  # tokens. Then nanoGPT's small shape of the default run, where the casts'
+  # memory traffic weighs more. Tools: each side's best for FP8 (Python's is
+  # torch.compile, which fuses the casts); the CUDA-graph step for lamp.
+  if [ "$device" = cuda ]; then
+    for p in amp-bf16 fp8; do
+      run_gpt "lamp lamp-graph pytorch-fused pytorch-compile-fused" \
+        8 "$p" 5 20 2 32 4096 1024
+    done
+    for p in amp-bf16 fp8; do
+      run_gpt "lamp lamp-graph pytorch-fused pytorch-compile-fused" \
+        16 "$p" 10 30 6 6 384 1024
+    done
+  else
+    # A CPU has no FP8 units: its emulated _scaled_mm says what the casts
+    # and the emulation cost, at a width a CPU steps through in seconds
+    # (1 block of width 1024, 8 sequences of 128 tokens: 12.6 M parameters).
+    for p in amp-bf16 fp8; do
+      run_gpt "lamp pytorch-fused pytorch-compile-fused" 8 "$p" 2 10 1 8 1024 128
+    done
+  fi
+elif [ "$quick" = 1 ]; then
   # The CPU tools (the CUDA graph reports why it does not run on a CPU).
   quick_tools="lamp pytorch-eager pytorch-fused pytorch-graph pytorch-compile-fused"
   for p in "${cnn_modes[@]}"; do run_tools "$quick_tools" cnn 64 "$p" 0 0 1 5; done
@@ -288,6 +330,7 @@ fi
 mkdir -p "$out_dir"
 suffix=""
 [ "$quick" = 1 ] && suffix="-quick"
+[ "$suite" = float8 ] && suffix="-float8"
 python3 bench/report.py "$manifest" "$out_dir" "$device" "$suffix" "$python" \
   "$work/stem"
 

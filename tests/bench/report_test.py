@@ -257,6 +257,36 @@ class GPTRows(unittest.TestCase):
         self.assertAlmostEqual(
             rows["gptamp-bf16"]["ratios"]["lamp_vs_pytorch_fused"], 31 / 25)
 
+    def test_fp8_against_amp_bf16_per_tool(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fp8 = GPT_KEY[:2] + ("fp8",) + GPT_KEY[3:]
+            fixture.add(["lamp-graph"], [gpt([40.0])], key=GPT_KEY)
+            fixture.add(["lamp-graph"], [gpt([52.0], precision="fp8")],
+                        key=fp8)
+            # Only in fp8: no ratio, no row.
+            fixture.add(["pytorch-compile-fused"],
+                        [gpt([30.0], "pytorch-compile-fused",
+                             precision="fp8")], key=fp8)
+            lines, _ = self.build(fixture)
+        table = lines[lines.index("## FP8 against amp-bf16"):]
+        rows = [l for l in table if l.startswith(GPT_ROW)]
+        self.assertEqual(len(rows), 1, rows)
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        self.assertEqual(cells[2:], ["lamp (CUDA graph)", "tokens/s", "40960",
+                                     "53248", "1.30x"])
+
+    def test_two_gpt_shapes_in_one_row_are_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp"], [gpt([30.0])], key=GPT_KEY)
+            fixture.add(["lamp-graph"], [gpt([30.0], gpt_width=4096)],
+                        key=GPT_KEY)
+            with self.assertRaises(SystemExit) as refused:
+                report.read_manifest(fixture.manifest())
+        self.assertIn("two GPT shapes", str(refused.exception))
+        self.assertIn("different batch sizes", str(refused.exception))
+
     def test_without_a_recorded_context_the_unit_is_sequences(self):
         with tempfile.TemporaryDirectory() as tmp:
             fixture = Fixture(tmp)

@@ -839,6 +839,14 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
           .skip_non_finite(on(2))
           .force_loss_scaling(on(3))
           .tf32(true);
+      // The FP8 recipe: none, then current and delayed, each field apart.
+      if (k > 0) {
+        o.step().float8(lamp::nn::Float8Recipe()
+                            .scaling(k == 2 ? lamp::nn::Float8Scaling::kDelayed
+                                            : lamp::nn::Float8Scaling::kCurrent)
+                            .amax_history_len(5 + k)
+                            .margin(k));
+      }
       o.optimizer()
           .name("adam")
           .lr(0.0123)
@@ -885,7 +893,10 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
         {"--std", "0.4, 0.5, 0.6"},
         {"--image-dtype", "BFloat16"},
         {"--num-shards", "2"},
-        {"--zero-stage", std::to_string(k % 2)}};
+        {"--zero-stage", std::to_string(k % 2)},
+        {"--fp8-scaling", k == 0 ? "none" : (k == 1 ? "current" : "delayed")},
+        {"--fp8-amax-history", k == 0 ? "1024" : std::to_string(5 + k)},
+        {"--fp8-margin", std::to_string(k)}};
     EXPECT_EQ(lamp::training::detail::describe_run_settings(
                   {options, loader, train, test}),
               expected);
@@ -915,4 +926,16 @@ TEST(ClassifierTrainer, DescribesEveryStoredSetting) {
   EXPECT_EQ(by_name.at("--train-data"), train);
   EXPECT_EQ(by_name.at("--test-data"), test);
   EXPECT_EQ(by_name.at("--nesterov"), "true");
+  EXPECT_EQ(by_name.at("--fp8-scaling"), "none");
+  // Precision fp8 without a recipe of its own converts with the default
+  // recipe, and says so.
+  auto fp8 = trainer.options();
+  fp8.step().precision(lamp::Precision::kFP8);
+  const auto fp8_described =
+      lamp::training::detail::describe_run_settings({fp8, loader, train, test});
+  const std::map<std::string, std::string> fp8_by_name(fp8_described.begin(),
+                                                       fp8_described.end());
+  EXPECT_EQ(fp8_by_name.at("--fp8-scaling"), "current");
+  EXPECT_EQ(fp8_by_name.at("--fp8-amax-history"), "1024");
+  EXPECT_EQ(fp8_by_name.at("--fp8-margin"), "0");
 }

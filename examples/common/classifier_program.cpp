@@ -321,8 +321,16 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       left +=
           (left.empty() ? "" : "; ") + item.first + " (" + item.second + ")";
     }
-    print_out("%s: FP8 products in %zu Linear layers%s%s\n",
-              spec.program.c_str(), float8.converted.size(),
+    const auto recipe = float8_recipe_from(config);
+    const auto recipe_text =
+        recipe.scaling() == lamp::nn::Float8Scaling::kDelayed
+            ? "delayed scaling, amax history " +
+                  std::to_string(recipe.amax_history_len()) + ", margin " +
+                  std::to_string(recipe.margin())
+            : "current scaling, margin " + std::to_string(recipe.margin());
+    print_out("%s: FP8 products (%s) in %zu Linear layers%s%s\n",
+              spec.program.c_str(), recipe_text.c_str(),
+              float8.converted.size(),
               left.empty() ? "" : "; in BF16: ", left.c_str());
   }
   const auto fused_bn_off =

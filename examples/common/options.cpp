@@ -56,6 +56,18 @@ void add_model_options(CLI::App& app, ProgramConfig& c) {
       "--precision-support", c.precision_support,
       "print what each precision mode costs on --device (native, emulated: slower than fp32, or unavailable) and what auto picks, then exit");
   app.add_flag("--fp16", c.fp16, "same as --precision half (the seed's flag)");
+  add_checked(
+      app, "--fp8-scaling", c.fp8_scaling,
+      "with --precision fp8, how each tensor's scale is picked: current (from its own amax at every cast; torchao's default) | delayed (from the amaxes of earlier steps; Transformer Engine's DelayedScaling)",
+      CLI::IsMember({"current", "delayed"}));
+  add_checked(
+      app, "--fp8-amax-history", c.fp8_amax_history,
+      "with --fp8-scaling delayed: the steps' amaxes each tensor remembers, the largest of which gives its scale (Transformer Engine's amax_history_len)",
+      integer_in(1, 1 << 20));
+  add_checked(
+      app, "--fp8-margin", c.fp8_margin,
+      "with --precision fp8: scale = format max / amax / 2^margin, 2^margin of headroom (Transformer Engine's margin)",
+      integer_in(0, 64));
   add_checked(app, "--epochs", c.epochs, "epochs, 1..1000000",
               integer_in(1, kMaxEpochs));
   add_checked(app, "--batch-size", c.batch_size,
@@ -209,6 +221,9 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
                                               "cuda_graph",
                                               "data",
                                               "eval_batch_size",
+                                              "fp8_amax_history",
+                                              "fp8_margin",
+                                              "fp8_scaling",
                                               "limit_eval_batches",
                                               "resume",
                                               "reshard",
@@ -272,6 +287,30 @@ void check_flag_combination(const ProgramConfig& config) {
                   config.precision == "half" || config.precision == "fp16",
               "--fp16 and --precision ", config.precision,
               " contradict each other; give one of them.");
+  const ProgramConfig defaults;
+  const bool recipe_given =
+      config.fp8_scaling != defaults.fp8_scaling ||
+      config.fp8_amax_history != defaults.fp8_amax_history ||
+      config.fp8_margin != defaults.fp8_margin;
+  TORCH_CHECK(!recipe_given || (config.precision == "fp8" && !config.fp16),
+              "--fp8-scaling, --fp8-amax-history and --fp8-margin set the "
+              "recipe of --precision fp8, not of --precision ",
+              config.fp16 ? std::string("half") : config.precision,
+              "; add --precision fp8 or leave them out.");
+  TORCH_CHECK(config.fp8_scaling == "delayed" ||
+                  config.fp8_amax_history == defaults.fp8_amax_history,
+              "--fp8-amax-history ", config.fp8_amax_history,
+              " applies to --fp8-scaling delayed (current scaling keeps no "
+              "history); add --fp8-scaling delayed or leave it out.");
+}
+
+lamp::nn::Float8Recipe float8_recipe_from(const ProgramConfig& config) {
+  return lamp::nn::Float8Recipe()
+      .scaling(config.fp8_scaling == "delayed"
+                   ? lamp::nn::Float8Scaling::kDelayed
+                   : lamp::nn::Float8Scaling::kCurrent)
+      .amax_history_len(config.fp8_amax_history)
+      .margin(config.fp8_margin);
 }
 
 lamp::training::TrainerOptions trainer_options_from(
@@ -291,6 +330,9 @@ lamp::training::TrainerOptions trainer_options_from(
                      .zero_stage(static_cast<int>(config.zero))
                      .check_numerics(config.check_numerics)
                      .option_name(flag_name);
+  if (precision_from(config) == lamp::Precision::kFP8) {
+    options.step().float8(float8_recipe_from(config));
+  }
   options.step()
       .cuda_graph(lamp::parse_cuda_graph_mode(config.cuda_graph))
       .max_grad_norm(config.max_grad_norm)

@@ -23,6 +23,10 @@ struct ProgramConfig {
   std::string precision = "fp32";
   bool precision_support = false; // print the device's table and exit
   bool fp16 = false;              // the seed's spelling of --precision half
+  // --precision fp8's recipe (lamp::nn::Float8Recipe, its defaults).
+  std::string fp8_scaling = "current";
+  int64_t fp8_amax_history = lamp::nn::Float8Recipe().amax_history_len();
+  int64_t fp8_margin = 0;
   int64_t epochs = 10;
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
@@ -83,8 +87,12 @@ void warn_ineffective_flags(const ProgramConfig& config,
                             const torch::Device& device);
 
 /// Refuses flags that contradict each other (--fp16 with another
-/// --precision), naming both.
+/// --precision, an --fp8-* recipe flag without --precision fp8,
+/// --fp8-amax-history without delayed scaling), naming both.
 void check_flag_combination(const ProgramConfig& config);
+
+/// The FP8 recipe the --fp8-* flags name.
+lamp::nn::Float8Recipe float8_recipe_from(const ProgramConfig& config);
 
 /// Overflowing steps the programs allow at the loss scale's minimum (1)
 /// before they stop: GradScalerOptions::min_scale_patience.

@@ -81,6 +81,19 @@ const std::vector<StoredFlag>& stored_flags() {
       field("max_grad_norm", "--max-grad-norm", &C::max_grad_norm),
       field("seed", "--seed", &C::seed),
       field("zero_stage", "--zero", &C::zero),
+      // The FP8 recipe; "none" stored by a run outside fp8 leaves the flag
+      // (check_flag_combination refuses one given without --precision fp8).
+      {"fp8_scaling", "--fp8-scaling", false,
+       [](C& c, const std::string& v) {
+         if (v != "none") {
+           c.fp8_scaling = v;
+         }
+       },
+       [](const C& c, const std::string& v) {
+         return v == "none" || c.fp8_scaling == v;
+       }},
+      field("fp8_amax_history", "--fp8-amax-history", &C::fp8_amax_history),
+      field("fp8_margin", "--fp8-margin", &C::fp8_margin),
   };
   return flags;
 }

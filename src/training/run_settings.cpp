@@ -37,6 +37,18 @@ struct RunSetting {
   c10::optional<c10::IValue> before_stored;
 };
 
+// The FP8 recipe of a run: TrainStepOptions::float8, or the default recipe
+// that precision fp8 converts with; none for the other runs.
+c10::optional<nn::Float8Recipe> float8_recipe_of(const TrainerOptions& o) {
+  if (o.step().float8()) {
+    return o.step().float8();
+  }
+  if (o.step().precision() == Precision::kFP8) {
+    return nn::Float8Recipe();
+  }
+  return c10::nullopt;
+}
+
 // Values shown as text.
 std::string on_off_auto(const c10::optional<bool>& value) {
   return value ? (*value ? "on" : "off") : "auto";
@@ -155,6 +167,32 @@ const std::vector<RunSetting>& run_settings() {
          return V(static_cast<int64_t>(r.options.zero_stage()));
        },
        V(int64_t{0})},
+      // The FP8 recipe ("none" outside FP8; the history and margin then
+      // Float8Recipe's defaults). The layers' state checks the recipe too
+      // (load_float8_state), but by the library's names.
+      {"fp8_scaling", "TrainerOptions::step().float8().scaling", Kind::kText,
+       [](const RunContext& r) {
+         const auto recipe = float8_recipe_of(r.options);
+         return V(std::string(!recipe ? "none"
+                              : recipe->scaling() == nn::Float8Scaling::kDelayed
+                                  ? "delayed"
+                                  : "current"));
+       },
+       unknown},
+      {"fp8_amax_history", "TrainerOptions::step().float8().amax_history_len",
+       Kind::kInteger,
+       [](const RunContext& r) {
+         return V(float8_recipe_of(r.options)
+                      .value_or(nn::Float8Recipe())
+                      .amax_history_len());
+       },
+       unknown},
+      {"fp8_margin", "TrainerOptions::step().float8().margin", Kind::kInteger,
+       [](const RunContext& r) {
+         return V(
+             float8_recipe_of(r.options).value_or(nn::Float8Recipe()).margin());
+       },
+       unknown},
   };
   return settings;
 }

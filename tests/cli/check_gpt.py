@@ -8,6 +8,11 @@
       cannot run here: exit 1 before training, naming it and what runs
   check_gpt.py resume TRAIN_GPT WORK_DIR
       1 epoch, then --resume alone: epoch 2 bit-identical to a straight run
+  check_gpt.py fp8-recipe TRAIN_GPT WORK_DIR
+      --precision fp8 with delayed scaling (--fp8-scaling, --fp8-amax-history,
+      --fp8-margin): trains, says its recipe, resumes with the checkpoint's
+      recipe bit-identically, refuses another; the recipe flags without fp8,
+      and a history without delayed scaling, are refused by name
   check_gpt.py sample TRAIN_GPT WORK_DIR
       the same --seed gives the same sample, another seed another
   check_gpt.py bad-data TRAIN_GPT WORK_DIR
@@ -167,6 +172,62 @@ def resume(train_gpt, work):
     print("  another --layers: " + r.stderr.strip().splitlines()[-1][:160])
 
 
+def fp8_recipe(train_gpt, work):
+    text = make_text(work)
+    recipe = ["--precision", "fp8", "--fp8-scaling", "delayed",
+              "--fp8-amax-history", "16", "--fp8-margin", "1"]
+    base = [train_gpt, "--data", text, "--epochs", "2", "--seed", "4",
+            "--schedule", "constant", "--lr", "3e-3"] + COMMON
+    straight = fresh(work, "fp8-straight.jsonl")
+    straight_run = expect_success(base + recipe + ["--log-json", straight])
+    said = ("FP8 products (delayed scaling, amax history 16, margin 1) in 8 "
+            "Linear layers")
+    if said not in straight_run.stdout:
+        fail(f"the run does not say {said!r}: {straight_run.stdout!r}")
+    want = records(straight)
+    if not all(math.isfinite(e["train_loss"]) and e["train_loss"] < 4.5
+               for e in want):
+        fail(f"fp8 delayed: epoch losses {[e['train_loss'] for e in want]}")
+    # One epoch, then --resume alone: the checkpoint's recipe comes back
+    # with its scales and histories, and epoch 2 is the straight run's.
+    steps = want[0]["steps_in_epoch"]
+    ck = fresh(work, "fp8.pt")
+    expect_success(base + recipe + ["--max-steps", str(steps),
+                                    "--checkpoint", ck])
+    resumed = fresh(work, "fp8-resumed.jsonl")
+    r = expect_success([train_gpt, "--resume", ck, "--data", text,
+                        "--log-json", resumed] + COMMON)
+    if said not in r.stdout:
+        fail(f"the resumed run does not say {said!r}: {r.stdout!r}")
+    got = records(resumed)
+    for key in ("train_loss", "test_loss"):
+        if [g[key] for g in got] != [want[1][key]]:
+            fail(f"epoch 2 resumed {key} {[g[key] for g in got]!r} differs "
+                 f"from the straight run's {want[1][key]!r}")
+    print(f"  fp8 delayed, epoch 2 after --resume: bit-identical losses "
+          f"({got[0]['train_loss']!r}, {got[0]['test_loss']!r})")
+    # Another recipe on resume: refused, naming the flag and both values.
+    r = run([train_gpt, "--resume", ck, "--data", text, "--fp8-margin", "0"] +
+            COMMON)
+    if r.returncode != 1 or "--fp8-margin 1 there, 0 here" not in r.stderr:
+        fail(f"a resume with --fp8-margin 0: exit {r.returncode}, "
+             f"{r.stderr!r}")
+    print("  another --fp8-margin: " + r.stderr.strip().splitlines()[-1][:160])
+    # The recipe flags belong to fp8; a history to delayed scaling.
+    for args, message in [
+            (["--precision", "amp-bf16", "--fp8-scaling", "delayed"],
+             "set the recipe of --precision fp8, not of --precision amp-bf16"),
+            (["--precision", "fp8", "--fp8-amax-history", "16"],
+             "--fp8-amax-history 16 applies to --fp8-scaling delayed")]:
+        r = run([train_gpt, "--data", text, "--max-steps", "2"] + args +
+                COMMON)
+        if r.returncode != 1 or message not in r.stderr or "epoch" in r.stdout:
+            fail(f"{' '.join(args)}: exit {r.returncode}, expected a refusal "
+                 f"before training with {message!r}: {r.stderr!r}")
+        print("  " + " ".join(args) + ": " +
+              r.stderr.strip().splitlines()[-1][:160])
+
+
 def sample(train_gpt, work):
     text = make_text(work)
     base = [train_gpt, "--data", text, "--epochs", "1", "--max-steps", "20",
@@ -276,6 +337,8 @@ def main(argv):
         modes(train_gpt, work, argv[3:])
     elif command == "resume":
         resume(train_gpt, work)
+    elif command == "fp8-recipe":
+        fp8_recipe(train_gpt, work)
     elif command == "sample":
         sample(train_gpt, work)
     elif command == "bad-data":

@@ -21,12 +21,12 @@ bool is_low_precision(torch::Dtype dtype) {
   return dtype == torch::kHalf || dtype == torch::kBFloat16;
 }
 
-// A tensor registered under several names (a tied weight) is reported once,
-// under the first.
 // The Linear layers of a model with FP8 layers that stay out of FP8, by
-// name, with the reason; null in a model without FP8 layers.
+// name, with the reason.
 using LeftOut = std::map<std::string, std::string>;
 
+// A tensor registered under several names (a tied weight) is reported once,
+// under the first. `float8_left_out` is null in a model without FP8 layers.
 void collect(const torch::nn::Module& module, const std::string& prefix,
              PrecisionReport& report, detail::TensorIdentitySet& seen,
              const LeftOut* float8_left_out) {
@@ -44,9 +44,11 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
     row.numel = t.numel();
     row.kept_fp32_reason = lamp::nn::is_norm(module) ? "a norm" : "chosen";
     if (float8_left_out != nullptr && linear != nullptr && name == "weight") {
+      row.float8 = lamp::nn::float8_state(*linear) != nullptr;
       const auto found = float8_left_out->find(prefix);
-      row.float8 = found == float8_left_out->end();
-      row.not_float8_reason = row.float8 ? "" : found->second;
+      if (!row.float8 && found != float8_left_out->end()) {
+        row.not_float8_reason = found->second;
+      }
     }
     report.tensors.push_back(row);
   };

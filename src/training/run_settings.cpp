@@ -37,13 +37,16 @@ struct RunSetting {
   c10::optional<c10::IValue> before_stored;
 };
 
-// The FP8 recipe of a run: TrainStepOptions::float8, or the default recipe
-// that precision fp8 converts with; none for the other runs.
+// The FP8 recipe a run's TrainStep converts with: TrainStepOptions::float8,
+// else the default recipe where the precision's policy asks for FP8 (the
+// rule of TrainStep's constructor); none for the other runs. "auto" never
+// picks fp8 (and has no policy before it is resolved).
 c10::optional<nn::Float8Recipe> float8_recipe_of(const TrainerOptions& o) {
   if (o.step().float8()) {
     return o.step().float8();
   }
-  if (o.step().precision() == Precision::kFP8) {
+  const auto precision = o.step().precision();
+  if (precision != Precision::kAuto && precision_policy(precision).float8) {
     return nn::Float8Recipe();
   }
   return c10::nullopt;

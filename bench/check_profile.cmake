@@ -32,8 +32,9 @@ if(NOT rc EQUAL 0)
 endif()
 
 # Each class row: its name, ms/step and share.
-foreach(row "conv forward" "conv dgrad" "conv wgrad" "conv backward" "batchnorm"
-            "elementwise" "optimizer" "copies" "other" "outside ops" "step")
+foreach(row "conv forward" "conv dgrad" "conv wgrad" "conv backward" "matmul"
+            "attention" "batchnorm" "other norms" "softmax, loss" "elementwise"
+            "optimizer" "copies" "other" "outside ops" "step")
   string(REGEX MATCHALL "\n${row} +[0-9]+\\.[0-9]+ +[0-9]+\\.[0-9]%" found "\n${out}")
   list(LENGTH found rows)
   if(NOT rows EQUAL count)

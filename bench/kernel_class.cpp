@@ -62,6 +62,19 @@ bool write_only_op(const std::string& base) {
   return base == "fill" || base == "zero";
 }
 
+// ATen's matrix products, and their autograd nodes ("MmBackward0",
+// "AddmmBackward0", "BmmBackward0", ...).
+bool matmul_op(const std::string& lowered) {
+  // clang-format off
+  static const std::set<std::string> ops = {
+      "_addmm_activation", "_scaled_mm", "addmm", "addmv", "baddbmm", "bmm",
+      "dot", "linear", "matmul", "mm", "mv"};
+  // clang-format on
+  return ops.count(aten_base(lowered)) > 0 ||
+         (starts_with(lowered, "autograd::") &&
+          contains(lowered, "mmbackward"));
+}
+
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (const auto size : shape) {
@@ -77,7 +90,11 @@ const std::vector<std::pair<KernelClass, std::string>>& class_labels() {
       {KernelClass::kConvDgrad, "conv dgrad"},
       {KernelClass::kConvWgrad, "conv wgrad"},
       {KernelClass::kConvBackward, "conv backward"},
+      {KernelClass::kMatmul, "matmul"},
+      {KernelClass::kAttention, "attention"},
       {KernelClass::kBatchNorm, "batchnorm"},
+      {KernelClass::kNorm, "other norms"},
+      {KernelClass::kSoftmaxLoss, "softmax, loss"},
       {KernelClass::kElementwise, "elementwise"},
       {KernelClass::kOptimizer, "optimizer"},
       {KernelClass::kCopy, "copies"},
@@ -122,8 +139,16 @@ KernelClass classify(const std::string& name, StepPhase phase) {
                        "amp_non_finite", "unscale"})) {
     return KernelClass::kOptimizer;
   }
+  if (contains_any(n,
+                   {"attention", "flash_fwd", "flash_bwd", "fmha", "sdpa"})) {
+    return KernelClass::kAttention;
+  }
   if (contains_any(n, {"batch_norm", "batchnorm", "bn_fw", "bn_bw"})) {
     return KernelClass::kBatchNorm;
+  }
+  if (contains_any(n, {"layer_norm", "layernorm", "rms_norm", "rmsnorm",
+                       "group_norm", "groupnorm", "gammabetabackward"})) {
+    return KernelClass::kNorm;
   }
   if (contains(n, "dgrad")) {
     return KernelClass::kConvDgrad;
@@ -150,6 +175,13 @@ KernelClass classify(const std::string& name, StepPhase phase) {
       return KernelClass::kConvBackward;
     }
     return KernelClass::kOther;
+  }
+  if (contains_any(n, {"gemm", "gemv", "nvjet", "splitkreduce"}) ||
+      matmul_op(n)) {
+    return KernelClass::kMatmul;
+  }
+  if (contains_any(n, {"softmax", "cross_entropy", "nll_loss", "nllloss"})) {
+    return KernelClass::kSoftmaxLoss;
   }
   if (contains_any(n, {"elementwise", "vectorized", "unrolled"}) ||
       pointwise_op(aten_base(n))) {
@@ -223,6 +255,10 @@ int64_t conv_backward_flops_per_direction(
   const auto& weight = shapes[2];
   return 2 * numel(shapes[0]) *
          numel(std::vector<int64_t>(weight.begin() + 1, weight.end()));
+}
+
+bool rated_in_flops(KernelClass c) {
+  return is_convolution(c) || c == KernelClass::kMatmul;
 }
 
 bool is_convolution(KernelClass c) {

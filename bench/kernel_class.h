@@ -20,7 +20,17 @@ enum class KernelClass {
   /// Convolution backward not split by direction: ATen's CPU kernels compute
   /// both gradients in one op, and CUDA kernels whose name says neither.
   kConvBackward,
+  /// Matrix products: cuBLAS and CUTLASS GEMM kernels, ATen's mm, addmm,
+  /// bmm, linear, _scaled_mm (a transformer's Linear layers).
+  kMatmul,
+  /// Fused attention (flash, memory-efficient, cuDNN) and
+  /// scaled_dot_product_attention with what it calls.
+  kAttention,
   kBatchNorm,
+  /// The other normalisations: LayerNorm, RMSNorm, GroupNorm.
+  kNorm,
+  /// Softmax and the loss (cross entropy, NLL).
+  kSoftmaxLoss,
   kElementwise,
   /// The update after the backward pass: the optimizer and the GradScaler
   /// (loss scaling, unscale, inf check, scale update).
@@ -33,6 +43,9 @@ enum class KernelClass {
 const std::vector<KernelClass>& kernel_classes();
 /// The four convolution classes.
 bool is_convolution(KernelClass kernel_class);
+/// The classes whose rate is in FLOP/s: the convolutions and the matrix
+/// products (the profiler estimates their FLOPs).
+bool rated_in_flops(KernelClass kernel_class);
 /// The row's label: "conv forward", "conv dgrad", ..., "other".
 std::string to_string(KernelClass kernel_class);
 
@@ -58,13 +71,23 @@ constexpr const char* kForwardScope = "lamp_bench::forward";
 ///  2. anything else in the update phase: optimizer;
 ///  3. optimizer: fused and multi-tensor kernels and ops (_fused_sgd_,
 ///     multi_tensor_apply, _foreach_*), the GradScaler's _amp_* ops;
-///  4. BatchNorm: "batch_norm", "batchnorm", cuDNN's "bn_fw"/"bn_bw";
-///  5. convolution: "dgrad" and "wgrad" by direction, "fprop" forward; other
+///  4. attention: "attention", "flash_fwd", "flash_bwd", "fmha", "sdpa";
+///  5. BatchNorm: "batch_norm", "batchnorm", cuDNN's "bn_fw"/"bn_bw";
+///     other norms: "layer_norm", "layernorm", "rms_norm", "rmsnorm",
+///     "group_norm", ATen's "GammaBetaBackward" kernels;
+///  6. convolution: "dgrad" and "wgrad" by direction, "fprop" forward; other
 ///     convolution names: backward when they say "backward", forward for an
 ///     ATen op, and for a kernel by the phase (other when unknown);
-///  6. elementwise: kernels named "elementwise", "vectorized", "unrolled";
+///  7. matmul: kernels named "gemm", "gemv", "nvjet" or "splitkreduce" (after
+///     the convolutions, whose "implicit_gemm" kernels say their direction);
+///     ATen's mm, addmm, bmm, baddbmm, matmul, linear, _scaled_mm and their
+///     autograd nodes;
+///  8. softmax and loss: "softmax", "cross_entropy", "nll_loss";
+///  9. elementwise: kernels named "elementwise", "vectorized", "unrolled";
 ///     ATen's pointwise ops (add, mul, relu, threshold_backward, fill_ ...);
-///  7. other.
+/// 10. other.
+/// A GEMM kernel that a convolution launched (cuDNN runs some 1x1
+/// convolutions as GEMMs) is the convolution's: summarize() sees to that.
 /// Case is ignored.
 KernelClass classify(const std::string& name, StepPhase phase);
 

@@ -72,8 +72,59 @@ TEST(ProfileClassify, BatchNormElementwiseCopiesAndOptimizerKernels) {
       KernelClass::kOptimizer);
   EXPECT_EQ(kernel("void at::native::amp_update_scale_cuda_kernel(...)"),
             KernelClass::kOptimizer);
+}
+
+// A transformer's kernels, as cuBLAS, PyTorch's flash and memory-efficient
+// attention, cuDNN's SDPA and ATen's norms and losses name them.
+TEST(ProfileClassify, TransformerKernels) {
   EXPECT_EQ(kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64"),
-            KernelClass::kOther);
+            KernelClass::kMatmul);
+  EXPECT_EQ(kernel("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_NNT"),
+            KernelClass::kMatmul);
+  EXPECT_EQ(
+      kernel(
+          "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(...)"),
+      KernelClass::kMatmul);
+  EXPECT_EQ(
+      kernel(
+          "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, false>(...)"),
+      KernelClass::kMatmul);
+  EXPECT_EQ(
+      kernel(
+          "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>(...)"),
+      KernelClass::kAttention);
+  EXPECT_EQ(
+      kernel(
+          "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<...>(...)"),
+      KernelClass::kAttention);
+  EXPECT_EQ(
+      kernel(
+          "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)"),
+      KernelClass::kAttention);
+  EXPECT_EQ(
+      kernel(
+          "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0"),
+      KernelClass::kAttention);
+  EXPECT_EQ(
+      kernel(
+          "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(...)"),
+      KernelClass::kNorm);
+  EXPECT_EQ(
+      kernel(
+          "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel_32x32<c10::BFloat16, float>(...)"),
+      KernelClass::kNorm);
+  EXPECT_EQ(
+      kernel(
+          "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(...)"),
+      KernelClass::kSoftmaxLoss);
+  EXPECT_EQ(
+      kernel(
+          "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(...)"),
+      KernelClass::kSoftmaxLoss);
+  EXPECT_EQ(
+      kernel(
+          "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(...)>"),
+      KernelClass::kElementwise);
 }
 
 TEST(ProfileClassify, AtenOpsAndAutogradNodes) {
@@ -106,8 +157,35 @@ TEST(ProfileClassify, AtenOpsAndAutogradNodes) {
   EXPECT_EQ(kernel("aten::_foreach_add_"), KernelClass::kOptimizer);
   EXPECT_EQ(kernel("aten::_amp_foreach_non_finite_check_and_unscale_"),
             KernelClass::kOptimizer);
-  EXPECT_EQ(kernel("aten::mm", forward), KernelClass::kOther);
-  EXPECT_EQ(kernel("aten::cross_entropy_loss", forward), KernelClass::kOther);
+  EXPECT_EQ(kernel("aten::mm", forward), KernelClass::kMatmul);
+  EXPECT_EQ(kernel("aten::linear", forward), KernelClass::kMatmul);
+  EXPECT_EQ(kernel("aten::_scaled_mm", forward), KernelClass::kMatmul);
+  EXPECT_EQ(
+      kernel("autograd::engine::evaluate_function: AddmmBackward0", backward),
+      KernelClass::kMatmul);
+  EXPECT_EQ(kernel("aten::scaled_dot_product_attention", forward),
+            KernelClass::kAttention);
+  EXPECT_EQ(
+      kernel(
+          "autograd::engine::evaluate_function: ScaledDotProductFlashAttentionForCpuBackward0",
+          backward),
+      KernelClass::kAttention);
+  EXPECT_EQ(kernel("aten::native_layer_norm", forward), KernelClass::kNorm);
+  EXPECT_EQ(kernel("autograd::engine::evaluate_function: "
+                   "NativeLayerNormBackward0",
+                   backward),
+            KernelClass::kNorm);
+  EXPECT_EQ(kernel("aten::cross_entropy_loss", forward),
+            KernelClass::kSoftmaxLoss);
+  EXPECT_EQ(
+      kernel("autograd::engine::evaluate_function: NllLossBackward0", backward),
+      KernelClass::kSoftmaxLoss);
+  // Names that only look alike stay where they were.
+  EXPECT_EQ(kernel("aten::embedding", forward), KernelClass::kOther);
+  EXPECT_EQ(kernel("aten::mean", forward), KernelClass::kOther);
+  EXPECT_EQ(
+      kernel("autograd::engine::evaluate_function: MeanBackward0", backward),
+      KernelClass::kOther);
 }
 
 TEST(ProfileClassify, UpdatePhaseIsOptimizerExceptCopies) {

@@ -159,6 +159,9 @@ nlohmann::json profile_json(const lamp_bench::ProfileTable& table) {
           {"classes", rows}};
 }
 
+// The kernels the profile lists by name after its table.
+constexpr size_t kTopKernels = 15;
+
 // --profile: `c.profile_steps` more steps under LibTorch's profiler, their
 // trace written to `trace_path`; the table as JSON rows and as "text".
 nlohmann::json profile(const Config& c, const std::string& precision,
@@ -186,7 +189,19 @@ nlohmann::json profile(const Config& c, const std::string& precision,
           << " ms/step under the profiler, " << 1e3 * unprofiled_step_seconds
           << " without; trace by " << capture.trace_writer << ": " << trace_path
           << " (" << capture.trace_events << " events)\n";
-  out["text"] = heading.str() + lamp_bench::format_table(table);
+  // The kernels themselves, for a comparison with another tool's profile
+  // (bench/peer_pytorch.py --profile-steps prints the same list).
+  const auto top = lamp_bench::top_kernels(capture.events, run, kTopKernels);
+  auto kernels = nlohmann::json::array();
+  for (const auto& k : top) {
+    kernels.push_back({{"name", k.name},
+                       {"seconds_per_step", k.seconds / c.profile_steps},
+                       {"launches_per_step",
+                        static_cast<double>(k.launches) / c.profile_steps}});
+  }
+  out["top_kernels"] = kernels;
+  out["text"] = heading.str() + lamp_bench::format_table(table) +
+                lamp_bench::format_top_kernels(top, run);
   return out;
 }
 

@@ -1087,6 +1087,12 @@ def run_configuration(args, precision, tf32_defaults):
         warmup_peak = steady_state(step, device)
         steps, rates = timed_runs(step, args)
         result.update(memory_since(baseline, warmup_peak, device))
+        if args.profile_steps:
+            kernels, profiled = profile_steps(step, args.profile_steps,
+                                              device)
+            result["profile"] = {"steps": args.profile_steps,
+                                 "seconds_per_step": profiled,
+                                 "top_kernels": kernels}
         result.update(step.health())
     except (RuntimeError, NotImplementedError, TypeError) as error:
         result["skipped"] = skip_reason(error, device)
@@ -1109,6 +1115,73 @@ def run_configuration(args, precision, tf32_defaults):
             result["tflops"] = \
                 tokens_per_second * result["flops_per_token"] / 1e12
     return result
+
+
+# The kernels a --profile-steps run lists by name, as lamp_bench --profile.
+TOP_KERNELS = 15
+TOP_NAME_CHARS = 100
+
+
+def kernel_times(events, device):
+    """(name, microseconds) of each profiled GPU kernel on CUDA (a replayed
+    CUDA graph's included), of each op's self time on a CPU."""
+    times = []
+    for e in events:
+        if device == "cuda":
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                times.append((e.name, e.time_range.elapsed_us()))
+        elif e.device_type == torch.autograd.DeviceType.CPU:
+            times.append((e.name, e.self_cpu_time_total))
+    return times
+
+
+def top_kernels(times, steps, count=TOP_KERNELS):
+    """The `count` names with the most time, largest first (ties by name),
+    per step: [{"name", "seconds_per_step", "launches_per_step"}]."""
+    totals = {}
+    for name, micros in times:
+        total = totals.setdefault(name, [0.0, 0])
+        total[0] += micros
+        total[1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    return [{"name": name, "seconds_per_step": micros * 1e-6 / steps,
+             "launches_per_step": launches / steps}
+            for name, (micros, launches) in ranked[:count]]
+
+
+def format_top_kernels(kernels, step_seconds):
+    """The list as lamp_bench --profile prints its own: ms per step, share
+    of the step, launches per step, the name cut to TOP_NAME_CHARS."""
+    if not kernels:
+        return ""
+    lines = ["%9s %7s %8s  %s" % ("ms/step", "share", "launches", "kernel")]
+    for k in kernels:
+        name = k["name"]
+        if len(name) > TOP_NAME_CHARS:
+            name = name[:TOP_NAME_CHARS - 3] + "..."
+        share = (100.0 * k["seconds_per_step"] / step_seconds
+                 if step_seconds > 0 else 0.0)
+        lines.append("%9.3f %6.1f%% %8.1f  %s" % (
+            1e3 * k["seconds_per_step"], share, k["launches_per_step"], name))
+    return "\n".join(lines) + "\n"
+
+
+def profile_steps(step, steps, device):
+    """`steps` more steps under torch.profiler: their top kernels (ops on a
+    CPU) and the profiled seconds per step."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    synchronize(device)
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    return top_kernels(kernel_times(prof.events(), device), steps), \
+        seconds / steps
 
 
 def memory_baseline(device):
@@ -1406,6 +1479,12 @@ def parse_args(argv):
                         help="--model gpt: the one scaled_dot_product_"
                              "attention kernel allowed, as lamp_bench's "
                              "--attention (default: torch's choice)")
+    parser.add_argument("--profile-steps", type=non_negative_int, default=0,
+                        help="after the timed runs, profile N more steps "
+                             "with torch.profiler and list the %d kernels "
+                             "(ops on a CPU) that took the most time, as "
+                             "lamp_bench --profile does (default 0: none)"
+                        % TOP_KERNELS)
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch.set_num_threads(N) (default: torch's)")
     args = parser.parse_args(argv)
@@ -1512,6 +1591,18 @@ def main(argv=None):
                 result["tool"] = tool
                 report["results"].append(result)
                 print("%s: %s" % (tool, describe(result)), flush=True)
+                if result.get("profile"):
+                    profiled = result["profile"]
+                    print("profile of %d steps (%s): %.3f ms/step under the "
+                          "profiler\n%s" % (
+                              profiled["steps"],
+                              "CUDA kernels" if args.device == "cuda"
+                              else "CPU ops, self time",
+                              1e3 * profiled["seconds_per_step"],
+                              format_top_kernels(
+                                  profiled["top_kernels"],
+                                  profiled["seconds_per_step"])),
+                          end="", flush=True)
 
     if args.json:
         with open(args.json, "w") as out:

@@ -136,6 +136,30 @@ int64_t subtree_flops(const std::vector<ProfiledEvent>& events,
   return best;
 }
 
+// The FLOPs of a subtree's matrix products: each outermost product's
+// estimate, summed (a backward node computes two; a product inside another
+// repeats its count).
+int64_t matmul_flops(const std::vector<ProfiledEvent>& events,
+                     const HostForest& f, size_t i) {
+  const auto& e = events[i];
+  if (e.flops > 0 &&
+      classify(e.name, StepPhase::kUnknown) == KernelClass::kMatmul) {
+    return e.flops;
+  }
+  int64_t total = 0;
+  for (const auto child : f.children[i]) {
+    total += matmul_flops(events, f, child);
+  }
+  return total;
+}
+
+// The FLOPs of a convolution forward or matmul subtree.
+int64_t class_flops(const std::vector<ProfiledEvent>& events,
+                    const HostForest& f, size_t i, KernelClass c) {
+  return c == KernelClass::kMatmul ? matmul_flops(events, f, i)
+                                   : subtree_flops(events, f, i);
+}
+
 // The aten::convolution_backward in a subtree, or -1.
 int64_t find_conv_backward(const std::vector<ProfiledEvent>& events,
                            const HostForest& f, size_t i) {
@@ -194,7 +218,7 @@ class Table {
       auto row = rows_[c];
       for (const auto& entry : rated_) {
         if (entry.first.second == c) {
-          (is_convolution(c) ? row.flops : row.bytes) += entry.second.amount;
+          (rated_in_flops(c) ? row.flops : row.bytes) += entry.second.amount;
           row.rated_seconds += entry.second.seconds;
         }
       }
@@ -232,8 +256,8 @@ class Table {
 
   void rate_host_root(size_t i, KernelClass c) {
     const auto& e = events_[i];
-    if (c == KernelClass::kConvForward) {
-      const auto flops = subtree_flops(events_, forest_, i);
+    if (c == KernelClass::kConvForward || c == KernelClass::kMatmul) {
+      const auto flops = class_flops(events_, forest_, i, c);
       if (flops > 0) {
         rate(i, c, static_cast<double>(flops), seconds(e));
       }
@@ -285,7 +309,10 @@ class Table {
       const auto phase = op >= 0 ? forest_.phase[op] : StepPhase::kUnknown;
       auto c = classify(e.name, phase);
       const int64_t root = op >= 0 ? forest_.root[op] : -1;
-      if (c == KernelClass::kOther && root >= 0) {
+      if (root >= 0 && (c == KernelClass::kOther ||
+                        (c == KernelClass::kMatmul &&
+                         is_convolution(forest_.root_class[root])))) {
+        // cuDNN runs some convolutions as GEMMs: they are the convolution's.
         c = forest_.root_class[root];
       }
       rows_[c].seconds += seconds(e);
@@ -297,8 +324,9 @@ class Table {
 
   void rate_kernel(const ProfiledEvent& kernel, size_t op, int64_t root,
                    KernelClass c) {
-    if (c == KernelClass::kConvForward && root >= 0) {
-      const auto flops = subtree_flops(events_, forest_, root);
+    if ((c == KernelClass::kConvForward || c == KernelClass::kMatmul) &&
+        root >= 0) {
+      const auto flops = class_flops(events_, forest_, root, c);
       if (flops > 0) {
         rate(root, c, static_cast<double>(flops), seconds(kernel));
       }
@@ -313,7 +341,7 @@ class Table {
       if (flops >= 0) {
         rate(root, c, static_cast<double>(flops), seconds(kernel));
       }
-    } else if (!is_convolution(c) && c != KernelClass::kOther) {
+    } else if (!rated_in_flops(c) && c != KernelClass::kOther) {
       // The outermost op with known traffic on the launching op's chain.
       int64_t known = -1;
       for (int64_t i = static_cast<int64_t>(op);
@@ -380,7 +408,7 @@ std::string format_table(const ProfileTable& table) {
     return table.run.seconds > 0 ? 100.0 * seconds / table.run.seconds : 0.0;
   };
   for (const auto& row : table.rows) {
-    const bool conv = is_convolution(row.kernel_class);
+    const bool conv = rated_in_flops(row.kernel_class);
     // A rate over a small part of a class would stand for all of it.
     const bool rated = row.rated_seconds >= kMinRatedShare * row.seconds;
     const auto tflops =
@@ -408,6 +436,61 @@ std::string format_table(const ProfileTable& table) {
   std::snprintf(line, sizeof(line), "%-14s %9.3f %6.1f%%\n", "step",
                 1e3 * step_seconds, table.run.seconds > 0 ? 100.0 : 0.0);
   out += line;
+  return out;
+}
+
+std::vector<KernelTotal> top_kernels(const std::vector<ProfiledEvent>& events,
+                                     const ProfileRun& run, size_t count) {
+  if (!run.device_kernels) {
+    return {};
+  }
+  std::map<std::string, KernelTotal> by_name;
+  for (const auto& e : events) {
+    if (!e.device) {
+      continue;
+    }
+    auto& total = by_name[e.name];
+    total.name = e.name;
+    ++total.launches;
+    total.seconds += static_cast<double>(e.duration_ns) * 1e-9;
+  }
+  std::vector<KernelTotal> all;
+  all.reserve(by_name.size());
+  for (auto& entry : by_name) {
+    all.push_back(std::move(entry.second));
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const KernelTotal& a, const KernelTotal& b) {
+                     return a.seconds > b.seconds;
+                   });
+  if (all.size() > count) {
+    all.resize(count);
+  }
+  return all;
+}
+
+std::string format_top_kernels(const std::vector<KernelTotal>& kernels,
+                               const ProfileRun& run) {
+  if (kernels.empty()) {
+    return "";
+  }
+  const double steps = static_cast<double>(std::max<int64_t>(1, run.steps));
+  std::string out;
+  char line[64];
+  std::snprintf(line, sizeof(line), "%9s %7s %8s  %s\n", "ms/step", "share",
+                "launches", "kernel");
+  out += line;
+  for (const auto& k : kernels) {
+    std::snprintf(line, sizeof(line), "%9.3f %6.1f%% %8.1f  ",
+                  1e3 * k.seconds / steps,
+                  run.seconds > 0 ? 100.0 * k.seconds / run.seconds : 0.0,
+                  static_cast<double>(k.launches) / steps);
+    out += line;
+    out += k.name.size() > kTopNameChars
+               ? k.name.substr(0, kTopNameChars - 3) + "..."
+               : k.name;
+    out += "\n";
+  }
   return out;
 }
 

@@ -96,6 +96,25 @@ constexpr double kMinRatedShare = 0.5;
 /// part is below kMinRatedShare. Then the unaccounted line and the step.
 std::string format_table(const ProfileTable& table);
 
+/// One kernel name's share of the profiled steps.
+struct KernelTotal {
+  std::string name;
+  int64_t launches = 0; ///< over all profiled steps
+  double seconds = 0;   ///< over all profiled steps
+};
+
+/// The `count` kernels that took the most GPU time, by name, largest first
+/// (ties by name); none where the run's classes are host ops (the CPU). What
+/// a kernel-by-kernel comparison with another tool's profile starts from.
+std::vector<KernelTotal> top_kernels(const std::vector<ProfiledEvent>& events,
+                                     const ProfileRun& run, size_t count);
+
+/// The top kernels as printed: ms per step, share of the step, launches per
+/// step and the name, cut to `kTopNameChars` characters.
+std::string format_top_kernels(const std::vector<KernelTotal>& kernels,
+                               const ProfileRun& run);
+constexpr size_t kTopNameChars = 100;
+
 /// The trace file of one configuration of a run: `path` itself when the
 /// run has only one, otherwise `path` with "-" + `label` before the first
 /// dot of its file name ("out/step.json", "amp-bf16" ->

@@ -100,7 +100,8 @@ TEST(ProfileSummary, CpuOpsByOutermostClassAndPhase) {
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kConvBackward).seconds, 25e-6);
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kOptimizer).seconds, 5e-6);
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kCopy).seconds, 5e-6);
-  EXPECT_NEAR(row(table, KernelClass::kOther).seconds, 3e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(row(table, KernelClass::kMatmul).seconds, 3e-6);
+  EXPECT_NEAR(row(table, KernelClass::kOther).seconds, 0, 1e-12);
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kConvDgrad).seconds, 0);
   EXPECT_NEAR(table.unaccounted_seconds, 27e-6, 1e-12);
 
@@ -119,6 +120,41 @@ TEST(ProfileSummary, CpuOpsByOutermostClassAndPhase) {
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kOptimizer).bytes, 3 * 4000);
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kCopy).bytes, 2000 + 4000);
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kOther).rated_seconds, 0);
+  // aten::mm has no FLOP estimate here: no rate.
+  EXPECT_DOUBLE_EQ(row(table, KernelClass::kMatmul).rated_seconds, 0);
+}
+
+// A Linear layer's step on the CPU: the forward's addmm under aten::linear,
+// the backward node's two products (dX and dW). The class's FLOPs are the
+// products' estimates summed, each once.
+TEST(ProfileSummary, CpuMatmulFlopsSumTheProducts) {
+  std::vector<ProfiledEvent> events = {
+      host(kStepScope, 0, 100),
+      host(kForwardScope, 0, 30),
+      host("aten::linear", 0, 20),
+      host("aten::t", 1, 1),
+      host("aten::addmm", 3, 16),
+      host("aten::log_softmax", 20, 5),
+      host("autograd::engine::evaluate_function: AddmmBackward0", 40, 30),
+      host("aten::mm", 41, 14),
+      host("aten::mm", 56, 13),
+  };
+  events[4].flops = 1000000;
+  events[7].flops = 1000000;
+  events[8].flops = 1000000;
+  ProfileRun run;
+  run.steps = 1;
+  run.seconds = 100e-6;
+  const auto table = summarize(events, run);
+  const auto& matmul = row(table, KernelClass::kMatmul);
+  EXPECT_DOUBLE_EQ(matmul.seconds, 50e-6);
+  EXPECT_DOUBLE_EQ(matmul.flops, 3000000);
+  EXPECT_DOUBLE_EQ(matmul.rated_seconds, 50e-6);
+  EXPECT_DOUBLE_EQ(row(table, KernelClass::kSoftmaxLoss).seconds, 5e-6);
+  const auto text = format_table(table);
+  // 3 MFLOP in 50 us: 0.06 TFLOP/s.
+  expect_line(text,
+              "matmul             0.050   50.0%    0.060        -   100%");
 }
 
 TEST(ProfileSummary, CpuHiddenConvolutionComputesBothGradients) {
@@ -196,6 +232,73 @@ TEST(ProfileSummary, CudaKernelsByNameThenLaunchingOp) {
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kOptimizer).seconds, 2e-6);
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kOptimizer).bytes, 12000);
   EXPECT_NEAR(table.unaccounted_seconds, 50e-6 - 24e-6, 1e-12);
+  // The GEMM the convolution's backward launched is the convolution's.
+  EXPECT_DOUBLE_EQ(row(table, KernelClass::kMatmul).seconds, 0);
+}
+
+// A GEMM kernel launched by a Linear's addmm is a matmul with the op's
+// FLOPs; a replayed graph's GEMM (no op) is a matmul without a rate.
+TEST(ProfileSummary, CudaGemmKernelsOfLinearLayers) {
+  std::vector<ProfiledEvent> events = {
+      host(kStepScope, 0, 50, 1),
+      host(kForwardScope, 0, 20, 2),
+      host("aten::linear", 0, 10, 3),
+      host("aten::addmm", 1, 8, 4),
+  };
+  events[3].flops = 8000000;
+  events.push_back(
+      device("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_NNT", 100, 4, 4));
+  events.push_back(device("nvjet_tst_64x8_64x16_4x1_v_bz_TNN", 120, 6, 0));
+  ProfileRun run;
+  run.device_kernels = true;
+  run.steps = 1;
+  run.seconds = 50e-6;
+  const auto table = summarize(events, run);
+  const auto& matmul = row(table, KernelClass::kMatmul);
+  EXPECT_DOUBLE_EQ(matmul.seconds, 10e-6);
+  EXPECT_DOUBLE_EQ(matmul.flops, 8000000);
+  EXPECT_DOUBLE_EQ(matmul.rated_seconds, 4e-6);
+}
+
+TEST(ProfileTopKernels, LargestFirstPerStep) {
+  std::vector<ProfiledEvent> events = {
+      host("aten::addmm", 0, 8, 4),   device("gemm_b", 0, 3, 4),
+      device("gemm_a", 10, 3, 4),     device("layer_norm", 20, 1, 0),
+      device("flash_fwd", 30, 6, 0),  device("layer_norm", 40, 1, 0),
+      device("layer_norm", 50, 1, 0), device("layer_norm", 60, 1, 0),
+  };
+  ProfileRun run;
+  run.device_kernels = true;
+  run.steps = 2;
+  run.seconds = 40e-6;
+  const auto top = top_kernels(events, run, 3);
+  ASSERT_EQ(top.size(), 3U);
+  EXPECT_EQ(top[0].name, "flash_fwd");
+  EXPECT_DOUBLE_EQ(top[0].seconds, 6e-6);
+  EXPECT_EQ(top[1].name, "layer_norm");
+  EXPECT_EQ(top[1].launches, 4);
+  EXPECT_DOUBLE_EQ(top[1].seconds, 4e-6);
+  EXPECT_EQ(top[2].name, "gemm_a"); // a tie with gemm_b: by name
+  const auto text = format_top_kernels(top, run);
+  // Per step: 3 us of 20, half a launch.
+  expect_line(text, "    0.003   15.0%      0.5  flash_fwd\n");
+  expect_line(text, "    0.002   10.0%      2.0  layer_norm\n");
+  // The host op is no kernel; on the CPU there are none.
+  run.device_kernels = false;
+  EXPECT_TRUE(top_kernels(events, run, 3).empty());
+  EXPECT_EQ(format_top_kernels({}, run), "");
+}
+
+TEST(ProfileTopKernels, LongNamesAreCut) {
+  const std::string name(150, 'k');
+  ProfileRun run;
+  run.device_kernels = true;
+  run.steps = 1;
+  run.seconds = 1e-3;
+  const auto text =
+      format_top_kernels(top_kernels({device(name, 0, 10, 0)}, run, 1), run);
+  expect_line(text, std::string(kTopNameChars - 3, 'k') + "...\n");
+  EXPECT_EQ(text.find(std::string(kTopNameChars - 2, 'k')), std::string::npos);
 }
 
 TEST(ProfileTable, PrintsEveryRowPerStep) {
@@ -219,7 +322,9 @@ TEST(ProfileTable, PrintsEveryRowPerStep) {
   expect_line(text,
               "conv forward       0.020   20.0%    1.416        -   100%");
   expect_line(text,
-              "other              0.003    3.0%        -        -      -");
+              "matmul             0.003    3.0%        -        -      -");
+  expect_line(text,
+              "other              0.000    0.0%        -        -      -");
   expect_line(text, "outside ops        0.027   27.0%");
   expect_line(text, "step               0.100  100.0%");
 }

@@ -96,12 +96,17 @@ start="$(lamp_now)"
 step="installing dependencies"
 libtorch="LibTorch ($torch)"
 
+# The tests ctest's last run failed, by name, comma-separated (at most 12),
+# and what a rerun of them found: the summary line names them, so that the
+# last lines of a long log say what failed.
+failed_tests=""
 summarize() {
   local rc=$? line
   if [ "$rc" -eq 0 ]; then
     line="PASSED  $libtorch: built and tested in $build in $(( $(lamp_now) - start )) s"
   else
     line="FAILED  $libtorch: $step failed after $(( $(lamp_now) - start )) s (exit $rc)"
+    [ -z "$failed_tests" ] || line="$line: $failed_tests"
   fi
   echo "$line"
   [ -z "${LAMP_SUMMARY_FILE:-}" ] || echo "$line" >>"$LAMP_SUMMARY_FILE"
@@ -136,4 +141,22 @@ lamp_configure_and_build "$build" "$jobs" "${cmake_args[@]}"
 
 step="ctest"
 lamp_log "Running the tests ($ctest_jobs at a time)"
-ctest --test-dir "$build" --output-on-failure -j"$ctest_jobs"
+ctest_rc=0
+ctest --test-dir "$build" --output-on-failure -j"$ctest_jobs" || ctest_rc=$?
+if [ "$ctest_rc" -ne 0 ]; then
+  failed_log="$build/Testing/Temporary/LastTestsFailed.log"
+  if [ -s "$failed_log" ]; then
+    count=$(wc -l <"$failed_log")
+    failed_tests="$(cut -d: -f2- "$failed_log" | head -n 12 | paste -sd, - | sed 's/,/, /g')"
+    [ "$count" -le 12 ] || failed_tests="$failed_tests and $(( count - 12 )) more"
+    # Once more, one at a time: a test that passes now failed by timing or
+    # load, one that fails again is broken. Either way the run has failed.
+    lamp_log "Running the $count failed test(s) again, one at a time"
+    if ctest --test-dir "$build" --output-on-failure --rerun-failed -j1; then
+      failed_tests="$failed_tests (all passed on a rerun: load- or timing-dependent)"
+    else
+      failed_tests="$failed_tests (failed again on a rerun: $(cut -d: -f2- "$failed_log" | head -n 12 | paste -sd, - | sed 's/,/, /g'))"
+    fi
+  fi
+  exit "$ctest_rc"
+fi

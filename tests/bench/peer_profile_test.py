@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""bench/peer_pytorch.py --profile-steps: the top-kernels list that is set
+beside lamp_bench --profile's (ranking, per-step numbers, the printed lines)
+from made-up times, then a real profile of a tiny GPT step on the CPU.
+Needs torch (LAMP_PYTHON_TORCH)."""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+# Importing bench/peer_pytorch.py leaves no __pycache__ in the source tree.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "bench"))
+import peer_pytorch  # noqa: E402
+
+
+class TopKernels(unittest.TestCase):
+    TIMES = [("gemm_b", 3.0), ("gemm_a", 3.0), ("layer_norm", 1.0),
+             ("flash_fwd", 6.0), ("layer_norm", 1.0), ("layer_norm", 1.0),
+             ("layer_norm", 1.0)]
+
+    def test_largest_first_per_step(self):
+        top = peer_pytorch.top_kernels(self.TIMES, steps=2, count=3)
+        self.assertEqual([k["name"] for k in top],
+                         ["flash_fwd", "layer_norm", "gemm_a"])  # tie: name
+        self.assertAlmostEqual(top[0]["seconds_per_step"], 3e-6)
+        self.assertEqual(top[1]["launches_per_step"], 2.0)
+        self.assertAlmostEqual(top[1]["seconds_per_step"], 2e-6)
+
+    def test_lines_as_lamp_bench_prints_them(self):
+        top = peer_pytorch.top_kernels(self.TIMES, steps=2, count=2)
+        text = peer_pytorch.format_top_kernels(top, step_seconds=20e-6)
+        # The same columns as bench/profile_table_test.cpp's expectation.
+        self.assertEqual(text.splitlines(), [
+            "  ms/step   share launches  kernel",
+            "    0.003   15.0%      0.5  flash_fwd",
+            "    0.002   10.0%      2.0  layer_norm"])
+        self.assertEqual(peer_pytorch.format_top_kernels([], 1.0), "")
+
+    def test_long_names_are_cut(self):
+        limit = peer_pytorch.TOP_NAME_CHARS
+        top = peer_pytorch.top_kernels([("k" * 150, 10.0)], steps=1)
+        line = peer_pytorch.format_top_kernels(top, 1e-3).splitlines()[1]
+        self.assertTrue(line.endswith("k" * (limit - 3) + "..."))
+        self.assertNotIn("k" * (limit - 2), line)
+
+
+class ProfileRun(unittest.TestCase):
+    def test_gpt_step_on_the_cpu(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "peer.json")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                peer_pytorch.main([
+                    "--model", "gpt", "--gpt-layers", "1", "--gpt-heads", "2",
+                    "--gpt-width", "32", "--context", "16", "--batch-size",
+                    "2", "--device", "cpu", "--warmup", "1", "--steps", "2",
+                    "--threads", "1", "--profile-steps", "2", "--json", path])
+            with open(path) as f:
+                result = json.load(f)["results"][0]
+        profile = result["profile"]
+        self.assertEqual(profile["steps"], 2)
+        self.assertGreater(profile["seconds_per_step"], 0)
+        kernels = profile["top_kernels"]
+        self.assertEqual(len(kernels), peer_pytorch.TOP_KERNELS)
+        seconds = [k["seconds_per_step"] for k in kernels]
+        self.assertEqual(seconds, sorted(seconds, reverse=True))
+        # The GPT's products are among the ops that take the most time.
+        self.assertIn("aten::mm", [k["name"] for k in kernels])
+        self.assertIn("profile of 2 steps (CPU ops, self time)",
+                      out.getvalue())
+
+    def test_no_profile_without_the_flag(self):
+        args = peer_pytorch.parse_args(["--model", "gpt", "--device", "cpu"])
+        self.assertEqual(args.profile_steps, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

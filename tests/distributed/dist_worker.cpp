@@ -399,7 +399,7 @@ std::string joined(const std::vector<std::string>& lines, std::mutex& mutex) {
 }
 
 TEST(TwoRanks, ACollectiveThatWaitsSaysForWhom) {
-  // Rank 1 comes 3.5 s late to an all-reduce: rank 0 says, each second,
+  // Rank 1 comes 4.5 s late to an all-reduce: rank 0 says, each second,
   // how long it has waited, where, for whom and until when; the collective
   // then completes, and a healthy one is not reported at all.
   auto lines = std::make_shared<std::vector<std::string>>();
@@ -407,8 +407,10 @@ TEST(TwoRanks, ACollectiveThatWaitsSaysForWhom) {
   auto g = reporting_group(lines, mutex, std::chrono::seconds(20));
   g->barrier();
   auto t = torch::ones({4});
+  // The report at 3 s has 1.5 s to come before rank 1 arrives, however
+  // late a loaded machine wakes the watch.
   if (g->rank() == 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(4500));
   }
   g->all_reduce_(t, lamp::distributed::ReduceOp::kSum, "the test's all-reduce");
   EXPECT_TRUE(torch::equal(t, torch::full({4}, 2.0f)));
@@ -431,10 +433,11 @@ TEST(TwoRanks, ACollectiveThatWaitsSaysForWhom) {
         std::string::npos)
         << text;
   }
-  // One line a second: three, or four where rank 1's barrier was late.
+  // One line a second: four, or five where rank 1's barrier was late, or
+  // three where rank 0's was.
   const auto count = std::count(text.begin(), text.end(), '\n');
   EXPECT_GE(count, 3) << text;
-  EXPECT_LE(count, 4) << text;
+  EXPECT_LE(count, 5) << text;
   EXPECT_EQ(text.find("all_reduce_"), std::string::npos) << text;
 }
 

@@ -163,6 +163,70 @@ TEST(Float8, CastsSaturateAndScalesFollowTheFormula) {
       448.0f / 1e-12f);
 }
 
+// Current scaling casts without the clamp (a pass over the tensor fewer):
+// with a scale from the tensor's own amax, |t * scale| rounds to at most
+// max (1 + 2^-23), which a rounding conversion takes to max as the clamp
+// does (the next grid point past max is 2^-3 or 2^-2 of it away, and the
+// LibTorch's behaviour past the range, NaN, inf or saturation, is never
+// reached). Checked bit for bit against the clamped cast in each input
+// dtype, format and a few margins, on random tensors, on amaxes whose
+// scale rounds the product above max, and on zeros, tiny values and
+// non-finite ones.
+TEST(Float8, CurrentScalingCastsNeedNoClamp) {
+  torch::manual_seed(5);
+  const auto bits = [](const torch::Tensor& f8) {
+    return f8.view(torch::kByte);
+  };
+  std::vector<torch::Tensor> inputs;
+  for (const double magnitude : {1e-30, 1e-13, 1e-3, 1.0, 3.7, 1e4, 1e30}) {
+    inputs.push_back(torch::randn({257}) * magnitude);
+  }
+  // Amaxes where fl(max / amax) * amax lands above max: the edge itself,
+  // as the tensor's largest value of either sign.
+  const auto edges = torch::rand({4096}) * 1000 + 1e-3;
+  for (const double max : {448.0, 57344.0}) {
+    const auto above = (max / edges).mul(edges).gt(max);
+    const auto amaxes = edges.masked_select(above);
+    ASSERT_GT(amaxes.numel(), 0) << max;
+    inputs.push_back(torch::cat({amaxes, -amaxes, amaxes * 0.999f}));
+  }
+  inputs.push_back(torch::zeros({17}));
+  inputs.push_back(torch::tensor({1.0f, INFINITY, -2.0f}));
+  inputs.push_back(torch::tensor({1.0f, NAN, -2.0f}));
+  int64_t compared = 0, above_max = 0;
+  for (const auto& input : inputs) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+      const auto t = input.to(dtype);
+      for (const auto format : {kE4M3, kE5M2}) {
+        const double max = F8::detail::float8_max(format);
+        const auto amax = t.abs().max();
+        for (const int64_t margin : {0, 1, 3}) {
+          const auto scale = F8::detail::amax_to_scale(amax, max, margin);
+          // The products the cast converts, as its multiplication makes
+          // them: never past max (1 + 2^-23).
+          const auto products = (t * scale.reshape({1})).abs();
+          const auto finite = products.masked_select(products.isfinite());
+          if (finite.numel() > 0) {
+            const double largest = finite.max().item<double>();
+            EXPECT_LE(largest, max * (1 + std::ldexp(1.0, -23)));
+            above_max += largest > max ? 1 : 0;
+          }
+          const auto clamped = F8::detail::cast_to_float8(t, scale, format);
+          const auto unclamped =
+              F8::detail::cast_to_float8(t, scale, format, /*saturate=*/false);
+          EXPECT_TRUE(torch::equal(bits(clamped), bits(unclamped)))
+              << dtype << " " << format << " margin " << margin << " amax "
+              << amax.item<double>();
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 12 * 3 * 2 * 3);
+  // The edge is reached: products above max, converted as their clamp.
+  EXPECT_GT(above_max, 0);
+}
+
 // CUDA's rules hold on the CPU too, whose emulation would accept all of
 // these.
 TEST(Float8, CudaRulesAreCheckedOnEveryDevice) {

@@ -211,7 +211,7 @@ torch::Tensor amax_to_scale(const torch::Tensor& amax, double max,
 }
 
 torch::Tensor cast_to_float8(const torch::Tensor& t, const torch::Tensor& scale,
-                             torch::Dtype dtype) {
+                             torch::Dtype dtype, bool saturate) {
   const double max = float8_max(dtype);
   // The scale as a one-element 1-D tensor: it then takes part in type
   // promotion (a 0-D one would not), so a BF16 or FP16 `t` is widened to
@@ -221,7 +221,10 @@ torch::Tensor cast_to_float8(const torch::Tensor& t, const torch::Tensor& scale,
   // becomes +-max (saturation), never a NaN, whatever the LibTorch's
   // conversion does with it.
   auto scaled = t * scale.to(torch::kFloat).reshape({1});
-  return scaled.clamp_(-max, max).to(dtype);
+  if (saturate) {
+    scaled.clamp_(-max, max);
+  }
+  return scaled.to(dtype);
 }
 
 void check_scaled_mm_operands(const torch::Tensor& a, const torch::Tensor& b,
@@ -370,7 +373,10 @@ Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
   }
   s.last_scale.copy_(scale);
   s.casts.add_(1);
-  return {detail::cast_to_float8(t, scale, dtype), scale.reciprocal()};
+  // A scale from t's own amax cannot take a value past the range: no clamp
+  // (a pass over t fewer). Delayed scales come from earlier amaxes.
+  return {detail::cast_to_float8(t, scale, dtype, /*saturate=*/delayed),
+          scale.reciprocal()};
 }
 
 torch::Tensor pad_rows(const torch::Tensor& t2d, int64_t rows) {

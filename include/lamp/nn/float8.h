@@ -269,8 +269,14 @@ void check_scaled_mm_operands(const torch::Tensor& a, const torch::Tensor& b,
 
 /// fp8(clamp(t * scale, -max, max)) in `dtype` (E4M3 or E5M2); `scale` a
 /// one-element FP32 tensor. The reference of every cast the layers make.
+/// `saturate` false leaves the clamp out, one pass over `t` fewer, for a
+/// scale made from t's own amax by amax_to_scale (current scaling): then
+/// |t * scale| is at most max (1 + 2^-23), which converts to the bits its
+/// clamp would give (Float8.CurrentScalingCastsNeedNoClamp). Any other
+/// scale needs the clamp: past the range, what the conversion gives (NaN,
+/// inf or max) differs between LibTorch versions and devices.
 torch::Tensor cast_to_float8(const torch::Tensor& t, const torch::Tensor& scale,
-                             torch::Dtype dtype);
+                             torch::Dtype dtype, bool saturate = true);
 
 /// max / clamp(amax, 1e-12) / 2^margin in FP32: the scale of a tensor whose
 /// amax is `amax`, for a format whose largest finite value is `max`.

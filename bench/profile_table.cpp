@@ -408,13 +408,15 @@ std::string format_table(const ProfileTable& table) {
     return table.run.seconds > 0 ? 100.0 * seconds / table.run.seconds : 0.0;
   };
   for (const auto& row : table.rows) {
-    const bool conv = rated_in_flops(row.kernel_class);
+    const bool in_flops = rated_in_flops(row.kernel_class);
     // A rate over a small part of a class would stand for all of it.
     const bool rated = row.rated_seconds >= kMinRatedShare * row.seconds;
-    const auto tflops =
-        conv && rated ? format_rate(row.flops, row.rated_seconds, 1e12) : "-";
-    const auto gbps =
-        !conv && rated ? format_rate(row.bytes, row.rated_seconds, 1e9) : "-";
+    const auto tflops = in_flops && rated
+                            ? format_rate(row.flops, row.rated_seconds, 1e12)
+                            : "-";
+    const auto gbps = !in_flops && rated
+                          ? format_rate(row.bytes, row.rated_seconds, 1e9)
+                          : "-";
     std::string covered = "-";
     if (row.rated_seconds > 0 && row.seconds > 0) {
       char text[16];

@@ -146,8 +146,10 @@ ctest --test-dir "$build" --output-on-failure -j"$ctest_jobs" || ctest_rc=$?
 if [ "$ctest_rc" -ne 0 ]; then
   failed_log="$build/Testing/Temporary/LastTestsFailed.log"
   if [ -s "$failed_log" ]; then
+    # The first 12 names of the log (lines "N:name"), comma-separated.
+    failed_names() { cut -d: -f2- "$failed_log" | head -n 12 | paste -sd, - | sed 's/,/, /g'; }
     count=$(wc -l <"$failed_log")
-    failed_tests="$(cut -d: -f2- "$failed_log" | head -n 12 | paste -sd, - | sed 's/,/, /g')"
+    failed_tests="$(failed_names)"
     [ "$count" -le 12 ] || failed_tests="$failed_tests and $(( count - 12 )) more"
     # Once more, one at a time: a test that passes now failed by timing or
     # load, one that fails again is broken. Either way the run has failed.
@@ -155,7 +157,7 @@ if [ "$ctest_rc" -ne 0 ]; then
     if ctest --test-dir "$build" --output-on-failure --rerun-failed -j1; then
       failed_tests="$failed_tests (all passed on a rerun: load- or timing-dependent)"
     else
-      failed_tests="$failed_tests (failed again on a rerun: $(cut -d: -f2- "$failed_log" | head -n 12 | paste -sd, - | sed 's/,/, /g'))"
+      failed_tests="$failed_tests (failed again on a rerun: $(failed_names))"
     fi
   fi
   exit "$ctest_rc"

@@ -85,29 +85,21 @@ lamp::models::GPTOptions gpt_options(const Config& c) {
       .dropout(0);
 }
 
-// The GPT's optimizer, GPT trainers' AdamW recipe: lr 6e-4, betas (0.9,
-// 0.95), weight decay 0.1 except on biases, norms and embeddings
-// (lamp::optim::decay_groups). `params` are the model's parameters or, in
-// half/bf16, their FP32 masters, in the order of `model`'s.
-std::unique_ptr<torch::optim::Optimizer> gpt_optimizer(
-    const torch::nn::Module& model, std::vector<torch::Tensor> params,
+// The GPT's optimizer: train_gpt's recipe, nanoGPT's for its character
+// model (AdamW lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the tensors
+// of 2+ dimensions, embeddings included; lamp's one weight-decay rule,
+// OptimizerOptions::no_bias_decay). lamp::optim's AdamW: fused where the
+// LibTorch has the kernel.
+lamp::optim::OptimizerOptions gpt_optimizer_options(
     lamp::optim::Implementation implementation) {
-  const auto names = model.named_parameters();
-  TORCH_CHECK(names.size() == params.size(), "lamp_bench: the optimizer got ",
-              params.size(), " parameters for the model's ", names.size(), ".");
-  torch::OrderedDict<std::string, torch::Tensor> named;
-  for (size_t i = 0; i < params.size(); ++i) {
-    named.insert(names.keys()[i], params[i]);
-  }
-  auto defaults = torch::optim::AdamWOptions(6e-4)
-                      .betas(std::make_tuple(0.9, 0.95))
-                      .eps(1e-8)
-                      .weight_decay(0.1);
-  // lamp::optim's AdamW: fused where the LibTorch has the kernel.
-  return std::make_unique<lamp::optim::AdamW>(
-      lamp::optim::decay_groups(named, lamp::optim::no_decay_names(model),
-                                defaults),
-      defaults, implementation);
+  return lamp::optim::OptimizerOptions()
+      .name("adamw")
+      .lr(1e-3)
+      .beta1(0.9)
+      .beta2(0.99)
+      .weight_decay(0.1)
+      .no_bias_decay(true)
+      .implementation(implementation);
 }
 
 std::vector<std::string> split(const std::string& list) {
@@ -283,12 +275,13 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   try {
     step = std::make_unique<lamp::TrainStep>(
         module,
-        [&c, &module](std::vector<torch::Tensor> params)
+        [&c](std::vector<torch::Tensor> params)
             -> std::unique_ptr<torch::optim::Optimizer> {
+          const auto implementation =
+              lamp::optim::parse_implementation(c.optimizer_impl);
           if (is_gpt(c)) {
-            return gpt_optimizer(
-                *module, std::move(params),
-                lamp::optim::parse_implementation(c.optimizer_impl));
+            return lamp::optim::make_optimizer(
+                std::move(params), gpt_optimizer_options(implementation));
           }
           // OptimizerOptions' defaults (the training programs' too), with
           // Adam's usual learning rate.
@@ -297,9 +290,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
             options.lr(1e-3);
           }
           return lamp::optim::make_optimizer(
-              std::move(params),
-              options.implementation(
-                  lamp::optim::parse_implementation(c.optimizer_impl)));
+              std::move(params), options.implementation(implementation));
         },
         lamp::TrainStepOptions(lamp::parse_precision(precision_name))
             .cuda_graph(c.cuda_graph)

@@ -12,9 +12,10 @@ module names and parameter counts (checked at startup). Data: one fixed
 synthetic batch, already on the device (for gpt, random byte tokens and
 targets [batch, context]). Step: zero_grad(set_to_none), forward,
 cross_entropy on FP32 logits, backward, step; the optimizer is SGD (lr 0.1,
-momentum 0.9, Nesterov, weight decay 5e-4) for the CNNs and, for gpt, the GPT
-trainers' AdamW (lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on
-the Linear weights only) after clipping the gradients to global norm 1.0.
+momentum 0.9, Nesterov, weight decay 5e-4) for the CNNs and, for gpt,
+train_gpt's AdamW, nanoGPT's for its character model (lr 1e-3, betas (0.9,
+0.99), eps 1e-8, weight decay 0.1 on the tensors of 2+ dimensions,
+embeddings included) after clipping the gradients to global norm 1.0.
 For gpt, images_per_second counts sequences; tokens_per_second is that times
 the context.
 
@@ -776,20 +777,20 @@ def make_sgd(params, implementation):
 
 
 def make_adamw(model, params, implementation, capturable=False):
-    """The GPT trainers' AdamW (nanoGPT's configure_optimizers) in
-    torch.optim.AdamW's `implementation`: lr 6e-4, betas (0.9, 0.95), eps
-    1e-8, weight decay 0.1 on the Linear weights (the matmuls) and none on
-    the biases, the LayerNorms and the embeddings (wte, wpe). `params` are
-    the model's parameters or their FP32 masters, in model.parameters()'s
-    order. `capturable` for a step captured in a CUDA graph (the step
-    count stays on the device)."""
-    decayed = {id(m.weight) for m in model.modules()
-               if isinstance(m, nn.Linear)}
+    """lamp_bench's AdamW for the GPT (train_gpt's, nanoGPT's for its
+    character model) in torch.optim.AdamW's `implementation`: lr 1e-3, betas
+    (0.9, 0.99), eps 1e-8, weight decay 0.1 on the tensors of 2 or more
+    dimensions (the Linear weights and the embeddings wte, wpe) and none on
+    the others (biases, the LayerNorms): nanoGPT's configure_optimizers and
+    lamp's OptimizerOptions::no_bias_decay. `params` are the model's
+    parameters or their FP32 masters, in model.parameters()'s order.
+    `capturable` for a step captured in a CUDA graph (the step count stays
+    on the device)."""
     pairs = list(zip(model.parameters(), params))
     groups = [
-        {"params": [q for p, q in pairs if id(p) in decayed],
+        {"params": [q for p, q in pairs if p.dim() >= 2],
          "weight_decay": 0.1},
-        {"params": [q for p, q in pairs if id(p) not in decayed],
+        {"params": [q for p, q in pairs if p.dim() < 2],
          "weight_decay": 0.0},
     ]
     kwargs = {}
@@ -799,7 +800,7 @@ def make_adamw(model, params, implementation, capturable=False):
         kwargs["foreach"] = False
     if capturable:
         kwargs["capturable"] = True
-    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8,
+    return torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), eps=1e-8,
                              **kwargs)
 
 

@@ -505,8 +505,9 @@ def build(headers, runs, order, device, peer_python, date):
         "(lamp: lamp::optim::SGD, fused where available)%s; (warmup, timed) "
         "steps: %s" % (
             "; GPT rows: gradients clipped to global norm 1.0, AdamW lr "
-            "6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the "
-            "Linear weights only, dropout 0" if has_gpt else "",
+            "1e-3, betas (0.9, 0.99), eps 1e-8, weight decay 0.1 on the "
+            "tensors of 2+ dimensions (embeddings included), dropout 0"
+            if has_gpt else "",
             ", ".join("(%s, %s)" % s for s in steps)),
     ]
     if unchecked:

@@ -2,16 +2,18 @@
 // precision modes, then prints a sample of its text:
 //
 //   train_gpt --precision amp-bf16 --layers 4 --heads 4 --width 128
-//             --context 64 --epochs 1
+//             --context 64 --steps 500 --eval-every 100
 //   train_gpt --data my_text.txt --precision auto --device cuda
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "common/classifier_program.h"
 #include "common/cli.h"
+#include "common/stop_signals.h"
 
 namespace {
 
@@ -46,13 +48,15 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.999999));
   app.add_option("--sample-tokens", f.sample_tokens,
-                 "bytes of text to generate after training (0: none)")
+                 "bytes of text to generate after training (0: none; "
+                 "Ctrl-C stops it)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--temperature", f.temperature,
-                 "the sample's temperature: below 1 surer, above 1 wilder")
+                 "the sample's temperature, in [0.001, 100]: below 1 surer, "
+                 "above 1 wilder")
       ->capture_default_str()
-      ->check(CLI::Range(1e-3, 100.0));
+      ->check(lamp_examples::real_in(1e-3, 100.0));
   app.add_option("--top-k", f.top_k,
                  "sample among the k most likely bytes only (0: all)")
       ->capture_default_str()
@@ -62,7 +66,20 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->capture_default_str();
 }
 
-// The sample: --sample-tokens bytes after --prompt, drawn with --seed.
+// The settings of train_gpt's own that shape the run, by flag: stored in
+// the checkpoint, so that --resume alone rebuilds the same model.
+std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
+  const auto& m = f.model;
+  return {{"--layers", std::to_string(m.layers())},
+          {"--heads", std::to_string(m.heads())},
+          {"--width", std::to_string(m.width())},
+          {"--context", std::to_string(m.context())},
+          {"--dropout", lamp_examples::exact_number(m.dropout())}};
+}
+
+// The sample: --sample-tokens bytes after --prompt, drawn with --seed, shown
+// as valid UTF-8 with other bytes escaped (lamp::data::escape_text); a stop
+// signal ends it at the next byte.
 void print_sample(const lamp_examples::ProgramConfig& config,
                   const GptFlags& flags, const lamp_examples::BuiltModel& model,
                   lamp::training::ClassifierTrainer& trainer) {
@@ -84,16 +101,27 @@ void print_sample(const lamp_examples::ProgramConfig& config,
           .tokens(flags.sample_tokens)
           .temperature(flags.temperature)
           .top_k(flags.top_k)
-          .seed(config.seed));
+          .seed(config.seed)
+          .stop_requested([] { return lamp_examples::stop_signal() != 0; }));
   std::string out;
   const auto* p = text.data_ptr<int64_t>();
   for (int64_t i = 0; i < text.size(0); ++i) {
     out.push_back(static_cast<char>(p[i]));
   }
+  const int64_t made = text.size(0) - ids.size(0);
   lamp_examples::print_out(
-      "train_gpt: sample (--seed %llu, --temperature %g, --top-k %lld):\n%s\n",
+      "train_gpt: sample (--seed %llu, --temperature %g, --top-k %lld%s):\n%s\n",
       static_cast<unsigned long long>(config.seed), flags.temperature,
-      static_cast<long long>(flags.top_k), out.c_str());
+      static_cast<long long>(flags.top_k),
+      made < flags.sample_tokens
+          ? (", stopped by " +
+             std::string(
+                 lamp_examples::signal_name(lamp_examples::stop_signal())) +
+             " after " + std::to_string(made) + " of " +
+             std::to_string(flags.sample_tokens) + " bytes")
+                .c_str()
+          : "",
+      lamp::data::escape_text(out).c_str());
 }
 
 } // namespace
@@ -102,17 +130,28 @@ int main(int argc, char** argv) {
   lamp_examples::ProgramConfig config;
   config.model = "gpt";
   config.models = {"gpt"};
-  config.epochs = 5;
+  // nanoGPT's character-level recipe (config/train_shakespeare_char.py):
+  // 5000 steps, warm-up 100 then cosine to lr/10, evaluations of 200
+  // batches every 250 steps, AdamW betas (0.9, 0.99).
+  config.steps = 5000;
+  config.schedule = "warmup-cosine";
+  config.warmup_steps = 100;
+  config.min_lr = 1e-4;
+  config.eval_every = 250;
+  config.limit_eval_batches = 200;
+  config.checkpoint_every = 250;
   config.batch_size = 64;
   config.eval_batch_size = 64;
   config.optimizer = "adamw";
   config.lr = 1e-3;
+  config.beta2 = 0.99;
   config.weight_decay = 0.1;
   config.no_bias_decay = true;
   config.max_grad_norm = 1.0;
   config.data = lamp::data::default_text_path();
   config.data_may_be_file = true;
   GptFlags flags;
+  config.program_settings = [&flags] { return gpt_settings(flags); };
   return lamp_examples::program_main(
       argc, argv, "train_gpt",
       "Train a byte-level GPT on a text (default: Debian's fortunes) with "
@@ -130,13 +169,13 @@ int main(int argc, char** argv) {
                     "--prompt is empty; give at least one character.");
         config.sequence_length = flags.model.context();
         const auto name = flags.model.name();
-        // A resumed run's stored shape must be the flags' (the shape flags
-        // are not stored settings: give the same ones).
+        // --resume took the stored shape flags (gpt_settings); a checkpoint
+        // of a model named otherwise is not train_gpt's.
         TORCH_CHECK(config.resume.empty() || config.model == "gpt" ||
                         config.model == name,
-                    "--resume ", config.resume, " holds a ", config.model,
-                    ", but --layers, --heads, --width and --context give ",
-                    name, "; resume with the checkpoint's shape.");
+                    "--resume ", config.resume, " holds a '", config.model,
+                    "' model, not a GPT of train_gpt; resume it with the "
+                    "program that wrote it.");
         config.model = "gpt";
         auto text =
             lamp::data::read_text_windows(config.data, flags.model.context());

@@ -24,9 +24,11 @@ struct Config {
   int64_t batch_size = 64;
   double lr = 0.05;
   uint64_t seed = 0;
+  int64_t threads = 0; // 0: OMP_NUM_THREADS, else the physical cores
 };
 
 int run(const Config& config) {
+  const int64_t threads = lamp_examples::use_threads(config.threads);
   const auto device = lamp_examples::resolve_device(config.device);
   const auto precision = lamp::parse_precision(config.precision);
   torch::manual_seed(config.seed);
@@ -79,11 +81,13 @@ int run(const Config& config) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::printf("%s on %s: %lld steps in %.3f s, final loss %.4f, %lld skipped\n",
-              lamp::to_string(precision).c_str(), device.str().c_str(),
-              static_cast<long long>(config.steps), seconds,
-              result.loss.item<double>(),
-              static_cast<long long>(train.scaler().steps_skipped()));
+  std::printf(
+      "%s on %s (%lld %s): %lld steps in %.3f s, final loss %.4f, %lld "
+      "skipped\n",
+      lamp::to_string(precision).c_str(), device.str().c_str(),
+      static_cast<long long>(threads), threads == 1 ? "thread" : "threads",
+      static_cast<long long>(config.steps), seconds, result.loss.item<double>(),
+      static_cast<long long>(train.scaler().steps_skipped()));
   return 0;
 }
 
@@ -112,6 +116,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", config.seed, "random seed")
       ->check(cli::unsigned_integer())
+      ->capture_default_str();
+  app.add_option("--threads", config.threads,
+                 "intra-op CPU threads (0 = OMP_NUM_THREADS where set, else "
+                 "the physical cores this process may use)")
+      ->check(cli::integer_in(0, 4096))
       ->capture_default_str();
   cli::add_version_flag(app, "train_step_demo");
   const int status =

@@ -15,7 +15,13 @@ Training logs are the JSON Lines files the training programs write with
                         there is no such chart, are named on stderr
   <name>step-loss.png   training loss per logged step (only when the logs
                         hold "step" records: the programs write one every
-                        --log-every steps, 50 by default)
+                        --log-every steps, 50 by default), and the test loss
+                        of each --eval-every evaluation
+  <name>step-lr.png     learning rate per logged step (logs of lamp 0.5
+                        and later, whose step records carry "grad_norm")
+  <name>step-grad-norm.png
+                        the gradients' norm before clipping per logged step
+                        (log axis; runs with --max-grad-norm)
   <name>throughput.png  images/s per run (tokens/s for logs that count
                         tokens, "tokens_per_second"): over the training
                         steps, and each run's last epoch side by side
@@ -134,6 +140,7 @@ class Run:
         self.header = {}
         self.epochs = []
         self.steps = []
+        self.evaluations = []  # --eval-every's, by step
         self.label = ""
 
     def field(self, name):
@@ -206,6 +213,12 @@ def read_runs(path):
                 raise PlotError("%s:%d: a step record without a numeric "
                                 "\"global_step\" field" % (path, number))
             run.steps.append(record)
+        elif kind == "evaluation":
+            if not isinstance(record.get("global_step"), (int, float)):
+                raise PlotError("%s:%d: an evaluation record without a "
+                                "numeric \"global_step\" field" %
+                                (path, number))
+            run.evaluations.append(record)
         # Other record kinds are for other readers; the charts skip them.
     return [runs[key] for key in order]
 
@@ -250,9 +263,19 @@ def series(records, x, y, scale=1.0):
     return xs, ys
 
 
+def trained_steps(record):
+    """The steps of the record's epoch trained in all: its own and, where a
+    run resumed inside it, those before ("resumed_steps")."""
+    steps, resumed = record.get("steps"), record.get("resumed_steps", 0)
+    if not isinstance(steps, (int, float)):
+        return steps
+    return steps + (resumed if isinstance(resumed, (int, float)) else 0)
+
+
 def is_partial(record):
-    """Whether --max-steps cut the epoch of this record short."""
-    steps, whole = record.get("steps"), record.get("steps_in_epoch")
+    """Whether the run ended inside the epoch of this record (--max-steps,
+    --steps)."""
+    steps, whole = trained_steps(record), record.get("steps_in_epoch")
     if record.get("partial") is True:
         return True
     return (isinstance(steps, (int, float)) and
@@ -265,7 +288,7 @@ def epoch_x(record):
     epoch = number(record.get("epoch"))
     if not is_partial(record):
         return epoch
-    steps, whole = record.get("steps"), record.get("steps_in_epoch")
+    steps, whole = trained_steps(record), record.get("steps_in_epoch")
     if not (isinstance(steps, (int, float)) and
             isinstance(whole, (int, float)) and whole > 0):
         return epoch  # partial, but how far is not said: marked only
@@ -273,9 +296,14 @@ def epoch_x(record):
 
 
 def epoch_series(records, y, scale=1.0):
-    """xs (epoch_x), ys, and which points are partial epochs."""
-    return ([epoch_x(r) for r in records],
-            [number(r.get(y)) * scale for r in records],
+    """xs (epoch_x), ys, and which points are partial epochs. The test
+    metrics of an epoch that was not evaluated (--eval-every evaluates by
+    steps: "evaluated" false) are gaps, not zeros."""
+    def value(r):
+        if y.startswith("test_") and r.get("evaluated") is False:
+            return math.nan
+        return number(r.get(y)) * scale
+    return ([epoch_x(r) for r in records], [value(r) for r in records],
             [is_partial(r) for r in records])
 
 
@@ -513,17 +541,53 @@ def plot_logs(paths, out_dir, title):
     if chart:
         written.append(chart)
 
-    if any(run.steps for run in runs):
-        fig, ax = epoch_figure(plt, prefix + "training loss per logged step",
-                               "training loss (mean since the last record)",
-                               subtitle=subtitle)
+    if any(run.steps or run.evaluations for run in runs):
+        evaluated = any(run.evaluations for run in runs)
+        fig, ax = epoch_figure(
+            plt, prefix + "loss per logged step",
+            "training loss (mean since the last record)" +
+            ("; test loss at each evaluation" if evaluated else ""),
+            subtitle=subtitle)
         ax.set_xlabel("training step (all epochs)")
         for i, run in enumerate(runs):
             if run.steps:
                 ax.plot(*series(run.steps, "global_step", "loss"),
                         color=color(i), label=run.label, **step_style(i))
+            if run.evaluations:
+                ax.plot(*series(run.evaluations, "global_step", "test_loss"),
+                        "s--", color=color(i), label=run.label + ", test",
+                        linewidth=line_width(i))
         mark_epochs(ax, runs)
         written.append(save(plt, fig, ax, out("step-loss.png")))
+
+    # Logs of lamp 0.5 and later carry the gradient norm (null without
+    # --max-grad-norm) beside the learning rate in every step record.
+    newer = [(i, run) for i, run in enumerate(runs)
+             if any("grad_norm" in r for r in run.steps)]
+    if newer:
+        fig, ax = epoch_figure(plt, prefix + "learning rate per logged step",
+                               "learning rate", subtitle=subtitle)
+        ax.set_xlabel("training step (all epochs)")
+        for i, run in newer:
+            ax.plot(*series(run.steps, "global_step", "lr"), color=color(i),
+                    label=run.label, **step_style(i))
+        mark_epochs(ax, runs)
+        written.append(save(plt, fig, ax, out("step-lr.png")))
+    normed = [(i, run) for i, run in newer
+              if any(isinstance(r.get("grad_norm"), (int, float))
+                     for r in run.steps)]
+    if normed:
+        fig, ax = epoch_figure(plt, prefix + "gradient norm per logged step",
+                               "gradients' L2 norm before clipping",
+                               subtitle=subtitle)
+        ax.set_xlabel("training step (all epochs)")
+        ax.set_yscale("log")
+        for i, run in normed:
+            xs, ys = series(run.steps, "global_step", "grad_norm")
+            ax.plot(xs, [v if v > 0 else math.nan for v in ys],
+                    color=color(i), label=run.label, **step_style(i))
+        mark_epochs(ax, runs)
+        written.append(save(plt, fig, ax, out("step-grad-norm.png")))
 
     by_unit = {}
     for i, run in enumerate(runs):

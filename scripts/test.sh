@@ -140,6 +140,10 @@ step="configure/build"
 lamp_configure_and_build "$build" "$jobs" "${cmake_args[@]}"
 
 step="ctest"
+# The programs run as many threads as the machine has cores; with two tests
+# at a time that oversubscribes the cores. One each, unless the caller says
+# otherwise (the threads tests set their own).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 lamp_log "Running the tests ($ctest_jobs at a time)"
 ctest_rc=0
 ctest --test-dir "$build" --output-on-failure -j"$ctest_jobs" || ctest_rc=$?

@@ -63,7 +63,8 @@ TEST(NameTable, EveryChoiceOfTheLibraryRoundTrips) {
       lamp_test::error_of([] { lamp::parse_precision("fp4"); }),
       "lamp: unknown precision 'fp4'; valid precisions are fp32, tf32, amp, amp-bf16, half (or fp16), bf16, fp8 and auto.");
   EXPECT_EQ(lamp::training::schedule_table().names(),
-            (std::vector<std::string>{"onecycle", "cosine", "constant"}));
+            (std::vector<std::string>{"onecycle", "cosine", "warmup-cosine",
+                                      "constant"}));
   EXPECT_EQ(lamp::optim::optimizer_names(),
             (std::vector<std::string>{"sgd", "adam", "adamw"}));
 }

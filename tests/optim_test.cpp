@@ -2,8 +2,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,8 +14,10 @@
 #include "lamp/amp/train_step.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/clip.h"
+#include "lamp/optim/decay_groups.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/optim/sgd.h"
+#include "lamp/platform/parameters.h"
 #include "test_util.h"
 
 namespace {
@@ -545,6 +549,8 @@ TEST(Optim, OptimizerOptionsHoldTheRecipeAndRefuseBadValues) {
   EXPECT_EQ(defaults.momentum(), 0.9);
   EXPECT_TRUE(defaults.nesterov());
   EXPECT_EQ(defaults.weight_decay(), 5e-4);
+  EXPECT_EQ(defaults.beta1(), 0.9); // Python's Adam
+  EXPECT_EQ(defaults.beta2(), 0.999);
   auto params = make_params();
   // Nesterov without momentum: plain SGD, where torch::optim would throw.
   auto sgd = lamp::optim::make_optimizer(
@@ -604,6 +610,263 @@ TEST(Optim, NoBiasDecayLeavesBiasesAndNormsUndecayed) {
                   .size(),
               1u);
   }
+}
+
+// OptimizerOptions' betas reach Adam and AdamW, in every implementation:
+// 20 steps with betas (0.8, 0.95) equal torch::optim's with those betas, bit
+// for bit per-tensor and foreach, to FusedFollowsTorchOptim's tolerance
+// fused.
+TEST(Optim, MakeOptimizerHandsAdamItsBetas) {
+  const auto betas = std::make_tuple(0.8, 0.95);
+  for (const std::string name : {"adam", "adamw"}) {
+    std::vector<Implementation> implementations = {Implementation::kPerTensor,
+                                                   Implementation::kForEach};
+    if (fused_available()) {
+      implementations.push_back(Implementation::kFused);
+    }
+    for (const auto implementation : implementations) {
+      SCOPED_TRACE(name + " " + lamp::optim::to_string(implementation));
+      auto expected = make_params();
+      std::unique_ptr<torch::optim::Optimizer> reference;
+      if (name == "adam") {
+        reference = std::make_unique<torch::optim::Adam>(
+            expected,
+            torch::optim::AdamOptions(1e-2).betas(betas).weight_decay(1e-2));
+      } else {
+        reference = std::make_unique<torch::optim::AdamW>(
+            expected,
+            torch::optim::AdamWOptions(1e-2).betas(betas).weight_decay(1e-2));
+      }
+      auto got = make_params();
+      auto optimizer =
+          lamp::optim::make_optimizer(got, lamp::optim::OptimizerOptions()
+                                               .name(name)
+                                               .lr(1e-2)
+                                               .beta1(0.8)
+                                               .beta2(0.95)
+                                               .weight_decay(1e-2)
+                                               .implementation(implementation));
+      for (int i = 0; i < 20; ++i) {
+        set_grads(expected, i);
+        reference->step();
+        set_grads(got, i);
+        optimizer->step();
+      }
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (implementation == Implementation::kFused) {
+          EXPECT_TRUE(AllClose(got[i], expected[i], 1e-5, 1e-6)) << i;
+        } else {
+          EXPECT_TRUE(BitEqual(got[i], expected[i])) << i;
+        }
+      }
+    }
+  }
+}
+
+// A beta outside [0, 1) is refused by make_optimizer naming the option and
+// its value, for every optimizer (SGD ignores betas, but a NaN is a mistake
+// whichever optimizer runs).
+TEST(Optim, MakeOptimizerRefusesBetasOutsideZeroToOne) {
+  const auto params = make_params();
+  for (const std::string name : {"sgd", "adam", "adamw"}) {
+    for (const double beta : {-0.1, 1.0, std::nan("")}) {
+      for (const bool first : {true, false}) {
+        auto options = lamp::optim::OptimizerOptions().name(name);
+        if (first) {
+          options.beta1(beta);
+        } else {
+          options.beta2(beta);
+        }
+        std::ostringstream expected;
+        expected << "OptimizerOptions::" << (first ? "beta1" : "beta2")
+                 << " must be in [0, 1), got " << beta << ";";
+        EXPECT_NE(lamp_test::error_of([&] {
+                    lamp::optim::make_optimizer(params, options);
+                  }).find(expected.str()),
+                  std::string::npos)
+            << name << " " << expected.str();
+      }
+    }
+  }
+}
+
+// ------------------------------------------------ the weight-decay rule
+
+namespace {
+
+// Every kind of parameter the rule sorts: an embedding, a Linear's weight
+// and bias, a norm's 1-D parameters and a norm's 2-D ones.
+struct EveryKindImpl : torch::nn::Module {
+  EveryKindImpl()
+      : embed(register_module("embed", torch::nn::Embedding(5, 4))),
+        fc(register_module("fc", torch::nn::Linear(4, 3))),
+        norm(register_module(
+            "norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({4})))),
+        plane(register_module(
+            "plane",
+            torch::nn::LayerNorm(torch::nn::LayerNormOptions({2, 2})))) {}
+  torch::nn::Embedding embed;
+  torch::nn::Linear fc;
+  torch::nn::LayerNorm norm, plane;
+};
+TORCH_MODULE(EveryKind);
+
+// nanoGPT's layout in small: a token embedding, a norm, and the output head
+// tied to the embedding and registered under its own name, as a C++ port of
+// nanoGPT registers `lm_head.weight` (the same tensor as `wte.weight`).
+struct TiedHeadImpl : torch::nn::Module {
+  static constexpr int64_t kVocab = 7, kWidth = 4;
+  TiedHeadImpl()
+      : wte(register_module("wte", torch::nn::Embedding(kVocab, kWidth))),
+        ln(register_module(
+            "ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})))),
+        lm_head(
+            register_module("lm_head", std::make_shared<torch::nn::Module>())),
+        head(lm_head->register_parameter("weight", wte->weight)) {}
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    return torch::nn::functional::linear(ln(wte(tokens)), head);
+  }
+  torch::nn::Embedding wte;
+  torch::nn::LayerNorm ln;
+  std::shared_ptr<torch::nn::Module> lm_head;
+  torch::Tensor head; // lm_head.weight: wte's weight
+};
+TORCH_MODULE(TiedHead);
+
+} // namespace
+
+// One rule: no_decay_names exempts what make_optimizer's no_bias_decay puts
+// in its no-decay group (decays_by_shape), parameter for parameter, but for
+// the documented difference: a norm's 2-D weight and bias, which
+// no_decay_names exempts and no_bias_decay (which sees no modules) decays.
+// Embeddings decay under both unless exempt_embeddings.
+TEST(DecayGroups, NoDecayNamesAndNoBiasDecayApplyOneRule) {
+  EveryKind model;
+  const auto names = lamp::optim::no_decay_names(*model);
+  EXPECT_EQ(names, (std::set<std::string>{"fc.bias", "norm.weight", "norm.bias",
+                                          "plane.weight", "plane.bias"}));
+  auto with_embeddings = names;
+  with_embeddings.insert("embed.weight");
+  EXPECT_EQ(
+      lamp::optim::no_decay_names(
+          *model, lamp::optim::DecayRuleOptions().exempt_embeddings(true)),
+      with_embeddings);
+
+  const auto named = lamp::unique_named_parameters(*model);
+  auto optimizer = lamp::optim::make_optimizer(named.values(),
+                                               lamp::optim::OptimizerOptions()
+                                                   .name("adamw")
+                                                   .weight_decay(0.1)
+                                                   .no_bias_decay(true));
+  const auto& groups = optimizer->param_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  for (const auto& item : named) {
+    SCOPED_TRACE(item.key());
+    bool decayed = false;
+    for (const auto& p : groups[0].params()) {
+      decayed = decayed || p.is_same(item.value());
+    }
+    EXPECT_EQ(decayed, lamp::optim::decays_by_shape(item.value()));
+    const bool norm_2d = item.key().rfind("plane.", 0) == 0;
+    EXPECT_EQ(decayed, names.count(item.key()) == 0 || norm_2d);
+  }
+}
+
+// A head tied to the embedding under its own name: no_decay_names names the
+// tensor once, under the name a TrainStep hands its optimizer factory, so
+// the documented recipe runs, and the tied tensor is in the decayed group
+// (2-D) unless exempt_embeddings. A name that is no parameter given, a typo
+// or the tie's second name, is still refused, naming it.
+TEST(DecayGroups, ATiedHeadUnderItsOwnNameRunsThroughATrainStep) {
+  for (const bool exempt_embeddings : {false, true}) {
+    SCOPED_TRACE(exempt_embeddings ? "embeddings exempt" : "embeddings decay");
+    torch::manual_seed(5);
+    TiedHead model;
+    ASSERT_EQ(model->named_parameters().size(), 4u); // lm_head.weight too
+    const auto exempt = lamp::optim::no_decay_names(
+        *model,
+        lamp::optim::DecayRuleOptions().exempt_embeddings(exempt_embeddings));
+    std::set<std::string> expected = {"ln.weight", "ln.bias"};
+    if (exempt_embeddings) {
+      expected.insert("wte.weight");
+    }
+    EXPECT_EQ(exempt, expected);
+    const auto defaults =
+        torch::optim::AdamWOptions(1e-2).betas({0.9, 0.99}).weight_decay(0.1);
+    lamp::TrainStep step(
+        model.ptr(),
+        [&](const lamp::NamedParameters& p) {
+          return std::make_unique<lamp::optim::AdamW>(
+              lamp::optim::decay_groups(p, exempt, defaults), defaults);
+        },
+        lamp::TrainStepOptions(lamp::Precision::kFP32));
+    // The decayed group comes first; with embeddings exempt it is empty and
+    // left out.
+    const auto& groups = step.optimizer().param_groups();
+    const auto& tied = model->wte->weight;
+    ASSERT_EQ(groups.size(), exempt_embeddings ? 1u : 2u);
+    const auto& with_tied = groups[0];
+    ASSERT_EQ(with_tied.params().size(), exempt_embeddings ? 3u : 1u);
+    EXPECT_TRUE(with_tied.params()[0].is_same(tied));
+    EXPECT_EQ(
+        static_cast<const torch::optim::AdamWOptions&>(with_tied.options())
+            .weight_decay(),
+        exempt_embeddings ? 0.0 : 0.1);
+
+    const auto before = tied.detach().clone();
+    const auto tokens = torch::arange(6).remainder(TiedHeadImpl::kVocab);
+    const auto result = step.step([&] {
+      return torch::nn::functional::cross_entropy(model->forward(tokens),
+                                                  (tokens + 1).remainder(7));
+    });
+    EXPECT_TRUE(std::isfinite(result.loss.item<double>()));
+    EXPECT_FALSE(torch::equal(tied, before));
+
+    // The model's own names, the tie's second one among them: each tensor
+    // still goes to one group, once.
+    const auto all_names =
+        lamp::optim::decay_groups(model->named_parameters(), exempt, defaults);
+    size_t count = 0;
+    for (const auto& group : all_names) {
+      count += group.params().size();
+    }
+    EXPECT_EQ(count, 3u);
+  }
+  TiedHead model;
+  const auto defaults = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  for (const std::string name : {"wte.wieght", "lm_head.weight"}) {
+    const auto error = lamp_test::error_of([&] {
+      lamp::optim::decay_groups(lamp::unique_named_parameters(*model), {name},
+                                defaults);
+    });
+    EXPECT_NE(error.find("'" + name + "' is not among the 3 parameters given"),
+              std::string::npos)
+        << error;
+  }
+}
+
+// A model with frozen parameters (fine-tuning a part of it): the TrainStep
+// hands the factory the trainable ones, and the recipe still runs, the
+// frozen bias named by no group.
+TEST(DecayGroups, FrozenParametersAreLeftOutOfTheNames) {
+  torch::manual_seed(3);
+  TiedHead model;
+  model->ln->bias.set_requires_grad(false);
+  const auto exempt = lamp::optim::no_decay_names(*model);
+  EXPECT_EQ(exempt, (std::set<std::string>{"ln.weight"}));
+  const auto defaults = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  lamp::TrainStep step(
+      model.ptr(),
+      [&](const lamp::NamedParameters& p) {
+        return std::make_unique<lamp::optim::AdamW>(
+            lamp::optim::decay_groups(p, exempt, defaults), defaults);
+      },
+      lamp::TrainStepOptions(lamp::Precision::kFP32));
+  size_t count = 0;
+  for (const auto& group : step.optimizer().param_groups()) {
+    count += group.params().size();
+  }
+  EXPECT_EQ(count, 2u); // wte.weight (the tied head) and ln.weight
 }
 
 // LibTorch 2.15's add_param_group replaces each option of a group that equals

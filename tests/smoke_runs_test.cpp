@@ -69,7 +69,7 @@ std::unique_ptr<EvalRun> make_eval_run(
 }
 
 TEST(ClassifierTrainer,
-     AnEpochCutShortByMaxStepsIsPartialAndWritesNoCheckpoint) {
+     AnEpochCutShortByMaxStepsIsPartialAndCheckpointsItsPosition) {
   // 6 steps per epoch; 8 steps: epoch 1 whole, epoch 2 partial (2 of 6).
   const auto checkpoint = temp_path("partial.pt");
   std::remove(checkpoint.c_str());
@@ -91,7 +91,7 @@ TEST(ClassifierTrainer,
   EXPECT_EQ(stats[1].steps_in_epoch, 6);
   EXPECT_EQ(stats[1].global_step, 8);
   EXPECT_TRUE(stats[1].partial());
-  EXPECT_FALSE(stats[1].checkpoint_written);
+  EXPECT_TRUE(stats[1].checkpoint_written); // at step 8, inside epoch 2
   // A progress bar's total is where the epoch will stop: 6, then 2 of 6.
   ASSERT_EQ(batches.size(), 8u);
   EXPECT_EQ(batches[0].batches, 6);
@@ -100,10 +100,12 @@ TEST(ClassifierTrainer,
   EXPECT_EQ(batches[6].batches, 2);
   EXPECT_EQ(batches[7].batches, 2);
   EXPECT_EQ(batches[7].batches_in_epoch, 6);
-  // The checkpoint holds the last whole epoch.
+  // The checkpoint holds the step the run stopped on: 2 steps into epoch 2.
   auto resumed = make_run(lamp::Precision::kFP32,
                           TrainerOptions().epochs(3).resume(checkpoint));
   EXPECT_EQ(resumed->trainer->start_epoch(), 1);
+  EXPECT_EQ(resumed->trainer->start_step_in_epoch(), 2);
+  EXPECT_EQ(resumed->trainer->global_step(), 8);
   std::remove(checkpoint.c_str());
 }
 
@@ -153,11 +155,12 @@ TEST(ClassifierTrainer, ScheduleIsTheFullRunsUnderMaxStepsAndResume) {
                  TrainerOptions(options).max_steps(8).checkpoint(checkpoint));
     EXPECT_EQ(lrs_of(*cut->trainer),
               std::vector<double>(expected.begin(), expected.begin() + 8));
-    // Its checkpoint holds epoch 1: the resumed run takes steps 6 to 17.
+    // Its checkpoint holds step 8, inside epoch 2: the resumed run takes
+    // steps 8 to 17.
     const auto resumed = make_run(lamp::Precision::kFP32,
                                   TrainerOptions(options).resume(checkpoint));
     EXPECT_EQ(lrs_of(*resumed->trainer),
-              std::vector<double>(expected.begin() + 6, expected.end()));
+              std::vector<double>(expected.begin() + 8, expected.end()));
     std::remove(checkpoint.c_str());
   }
 }

@@ -831,6 +831,7 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
     auto options = with(TrainerOptions().epochs(7 + k), [&](auto& o) {
       o.option_name(lamp_test::flag_name);
       o.schedule(lamp::training::Schedule::kCosine);
+      o.steps(30 + k).warmup_steps(3 + k).min_lr(1e-4 * (k + 1));
       o.zero_stage(k % 2);
       o.step()
           .precision(lamp::Precision::kAMPBF16)
@@ -853,7 +854,9 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
           .momentum(0.85)
           .weight_decay(0.001)
           .no_bias_decay(on(0))
-          .nesterov(on(1));
+          .nesterov(on(1))
+          .beta1(0.8 + 0.01 * k)
+          .beta2(0.95 + 0.001 * k);
     });
     const auto loader = lamp::data::LoaderOptions(24 + k)
                             .seed(12345678901ULL + k)
@@ -893,6 +896,12 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
         {"--std", "0.4, 0.5, 0.6"},
         {"--image-dtype", "BFloat16"},
         {"--num-shards", "2"},
+        {"--steps", std::to_string(30 + k)},
+        {"--warmup-steps", std::to_string(3 + k)},
+        {"--min-lr",
+         k == 0 ? "0.0001" : (k == 1 ? "0.0002" : "0.00030000000000000003")},
+        {"--beta1", k == 0 ? "0.8" : (k == 1 ? "0.81" : "0.82000000000000006")},
+        {"--beta2", k == 0 ? "0.95" : (k == 1 ? "0.951" : "0.952")},
         {"--zero-stage", std::to_string(k % 2)},
         {"--fp8-scaling", k == 0 ? "none" : (k == 1 ? "current" : "delayed")},
         {"--fp8-amax-history", k == 0 ? "1024" : std::to_string(5 + k)},

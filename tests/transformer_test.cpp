@@ -514,27 +514,39 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --------------------------------------------- the AdamW recipe of GPTs
 
-TEST(DecayGroups, ExemptBiasesNormsAndEmbeddingsAndHoldTheMasters) {
+// nanoGPT's rule: biases and norms take no decay, the tensors of 2+
+// dimensions (embeddings included) do; exempt_embeddings exempts those too.
+TEST(DecayGroups, ExemptBiasesAndNormsAndHoldTheMasters) {
   TinyDecoder model(false);
   const auto names = lamp::optim::no_decay_names(*model);
   const std::set<std::string> expected = {
-      "embed.weight", "qkv.bias",      "proj.bias",   "fc.bias",
-      "fc_out.bias",  "norm1.weight",  "norm1.bias",  "norm2.weight",
-      "norm2.bias",   "norm_f.weight", "norm_f.bias", "q_norm.weight",
-      "q_norm.bias",  "k_norm.weight", "k_norm.bias"};
+      "qkv.bias",      "proj.bias",   "fc.bias",       "fc_out.bias",
+      "norm1.weight",  "norm1.bias",  "norm2.weight",  "norm2.bias",
+      "norm_f.weight", "norm_f.bias", "q_norm.weight", "q_norm.bias",
+      "k_norm.weight", "k_norm.bias"};
   EXPECT_EQ(names, expected);
+  auto with_embeddings = expected;
+  with_embeddings.insert("embed.weight");
+  EXPECT_EQ(
+      lamp::optim::no_decay_names(
+          *model, lamp::optim::DecayRuleOptions().exempt_embeddings(true)),
+      with_embeddings);
   for (const bool rms : {true}) {
     TinyDecoder with_rms(rms);
     EXPECT_EQ(lamp::optim::no_decay_names(*with_rms).count("norm1.weight"), 1u);
   }
-  // A weight tied to an embedding under a Linear's name takes no decay
-  // either; the Linear's own weight does.
+  // A weight tied to an embedding is one tensor, named once, under its first
+  // name (here the Linear's, as lamp::unique_named_parameters keeps it): it
+  // decays by the 2-D rule, and with exempt_embeddings it takes no decay
+  // because the embedding owns it. The Linear's own weight decays.
   torch::nn::Embedding embedding(5, 4);
   torch::nn::Linear linear(torch::nn::LinearOptions(4, 5).bias(false));
   linear->register_parameter("tied", embedding->weight);
-  torch::nn::Sequential tied(embedding, linear);
-  EXPECT_EQ(lamp::optim::no_decay_names(*tied),
-            (std::set<std::string>{"0.weight", "1.tied"}));
+  torch::nn::Sequential tied(linear, embedding);
+  EXPECT_EQ(lamp::optim::no_decay_names(*tied), std::set<std::string>{});
+  EXPECT_EQ(lamp::optim::no_decay_names(
+                *tied, lamp::optim::DecayRuleOptions().exempt_embeddings(true)),
+            std::set<std::string>{"0.tied"});
 
   // In "bf16" the groups hold the FP32 masters, by the model's names.
   const auto defaults = torch::optim::AdamWOptions(1e-3).weight_decay(0.1);
@@ -547,7 +559,8 @@ TEST(DecayGroups, ExemptBiasesNormsAndEmbeddingsAndHoldTheMasters) {
       lamp::TrainStepOptions(Precision::kBF16));
   auto& groups = step.optimizer().param_groups();
   ASSERT_EQ(groups.size(), 2u);
-  EXPECT_EQ(groups[0].params().size(), 4u); // qkv, proj, fc, fc_out weights
+  // embed, qkv, proj, fc, fc_out weights
+  EXPECT_EQ(groups[0].params().size(), 5u);
   EXPECT_EQ(groups[1].params().size(), expected.size());
   EXPECT_EQ(static_cast<torch::optim::AdamWOptions&>(groups[0].options())
                 .weight_decay(),

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -25,6 +26,46 @@ namespace {
 
 using lamp::distributed::ProcessGroup;
 using lamp::training::ClassifierTrainer;
+
+// "1 epoch", "3 epochs".
+std::string count_text(int64_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+// The step flags' contradictions, as the command line gives them (a
+// resume's stored values are the trainer's to check): "" when none.
+std::string step_flags_error(const CLI::App& app, const ProgramConfig& c) {
+  const auto given = [&](const char* flag) {
+    const auto* option = app.get_option_no_throw(flag);
+    return option != nullptr && option->count() > 0;
+  };
+  if (given("--steps") && given("--epochs")) {
+    return "--steps and --epochs both give the run's length; give one of "
+           "them";
+  }
+  if ((given("--warmup-steps") || given("--min-lr")) &&
+      c.schedule != "warmup-cosine") {
+    return "--warmup-steps and --min-lr shape --schedule warmup-cosine, not " +
+           c.schedule + "; add --schedule warmup-cosine or leave them out";
+  }
+  if (c.schedule == "warmup-cosine" && c.steps > 0 &&
+      c.warmup_steps >= c.steps) {
+    return "--warmup-steps " + std::to_string(c.warmup_steps) +
+           " is not shorter than --steps " + std::to_string(c.steps) +
+           "; give fewer warm-up steps or a longer run";
+  }
+  if (c.schedule == "warmup-cosine" && c.min_lr > c.lr) {
+    return "--min-lr " + short_number(c.min_lr) + " is above --lr " +
+           short_number(c.lr) +
+           "; the cosine decays from --lr down to --min-lr";
+  }
+  if (given("--checkpoint-every") && c.checkpoint_every > 0 &&
+      c.checkpoint.empty()) {
+    return "--checkpoint-every says how often to write --checkpoint, which "
+           "is not given; add --checkpoint PATH";
+  }
+  return "";
+}
 
 // What can be refused before training: a --export-state-dict that could not
 // be written after it, flags that contradict each other, outputs that would
@@ -114,11 +155,29 @@ void check_step_count(const ProgramConfig& config, int64_t batches_per_epoch) {
       config.epochs <= std::numeric_limits<int64_t>::max() / batches_per_epoch,
       "--epochs ", config.epochs, " times ", batches_per_epoch,
       " steps per epoch overflows the step count; use fewer epochs.");
-  const int64_t total_steps = config.epochs * batches_per_epoch;
+  const int64_t total_steps =
+      config.steps > 0 ? config.steps : config.epochs * batches_per_epoch;
   TORCH_CHECK(config.max_steps <= total_steps, "--max-steps ", config.max_steps,
               " is more than the run's ", total_steps, " steps (",
-              config.epochs, " epochs of ", batches_per_epoch,
+              config.steps > 0 ? "--steps"
+                               : std::to_string(config.epochs) + " epochs of " +
+                                     std::to_string(batches_per_epoch),
               "); give at most ", total_steps, ", or 0 for no limit.");
+}
+
+// --steps: the epochs that hold the run, the last one possibly partial. A
+// program's default warm-up (train_gpt's 100 steps) longer than the run
+// becomes nanoGPT's share of it, 2%.
+void size_epochs_for_steps(ProgramConfig& config, int64_t batches_per_epoch) {
+  if (config.steps > 0) {
+    config.epochs = (config.steps + batches_per_epoch - 1) / batches_per_epoch;
+  }
+  const int64_t total =
+      config.steps > 0 ? config.steps : config.epochs * batches_per_epoch;
+  if (!config.warmup_given && config.schedule == "warmup-cosine" &&
+      config.warmup_steps >= total) {
+    config.warmup_steps = total / 50;
+  }
 }
 
 // The training data shuffled and augmented as `spec` says, sharded over the
@@ -152,19 +211,29 @@ lamp::data::LoaderOptions test_loader_options(const ProgramConfig& config,
       .channels_last(config.channels_last);
 }
 
-// The trainer over both loaders, the flags' counts checked against the data.
+// The training loader; with --steps, config.epochs becomes the epochs that
+// hold them.
+lamp::data::DeviceLoader build_train_loader(
+    ProgramConfig& config, const RunSpec& spec,
+    const std::shared_ptr<ProcessGroup>& group) {
+  check_batch_size(config, spec, group->world_size());
+  lamp::data::DeviceLoader train_loader(
+      spec.train, group->device(), train_loader_options(config, spec, *group));
+  size_epochs_for_steps(config, train_loader.batches_per_epoch());
+  check_step_count(config, train_loader.batches_per_epoch());
+  return train_loader;
+}
+
+// The trainer over both loaders.
 ClassifierTrainer build_trainer(const ProgramConfig& config,
                                 const RunSpec& spec, const BuiltModel& model,
-                                const std::shared_ptr<ProcessGroup>& group) {
+                                const std::shared_ptr<ProcessGroup>& group,
+                                lamp::data::DeviceLoader train_loader) {
   const auto device = group->device();
-  check_batch_size(config, spec, group->world_size());
   // One evaluation batch can hold at most the whole test set.
   const int64_t eval_batch_size =
       std::min(config.eval_batch_size, spec.test.size());
   const auto test_options = test_loader_options(config, spec, eval_batch_size);
-  lamp::data::DeviceLoader train_loader(
-      spec.train, device, train_loader_options(config, spec, *group));
-  check_step_count(config, train_loader.batches_per_epoch());
   auto options = trainer_options_from(config, eval_batch_size, group);
   // SIGINT/SIGTERM: the trainer stops at the next step (stop_signals.h).
   options.stop_requested([] { return stop_signal() != 0; });
@@ -176,17 +245,21 @@ ClassifierTrainer build_trainer(const ProgramConfig& config,
       std::move(options));
 }
 
-// Resuming a run that has trained all its epochs trains nothing and says so.
+// Resuming a run that has trained all its steps trains nothing and says so.
 void print_run_complete(const ProgramConfig& config, const RunSpec& spec,
-                        int64_t start_epoch) {
-  const auto done = std::to_string(start_epoch);
-  const auto epochs = std::to_string(config.epochs);
-  print_out("%s: the run is complete (%s in %s); nothing to train.\n",
-            spec.program.c_str(),
-            start_epoch == config.epochs
-                ? (done + " of " + epochs + " epochs").c_str()
-                : (done + " epochs, more than --epochs " + epochs).c_str(),
-            config.resume.c_str());
+                        const ClassifierTrainer& trainer) {
+  const auto done = std::to_string(trainer.global_step());
+  const auto total = std::to_string(trainer.total_steps());
+  const auto length = config.steps > 0
+                          ? "--steps " + std::to_string(config.steps)
+                          : "--epochs " + std::to_string(config.epochs);
+  print_out(
+      "%s: the run is complete (%s of %s steps, %s, in %s); nothing "
+      "to train. Give a longer run with --steps or --epochs where the "
+      "schedule allows it (constant), or start a new one from these "
+      "weights with --init-from %s.\n",
+      spec.program.c_str(), done.c_str(), total.c_str(), length.c_str(),
+      config.resume.c_str(), config.resume.c_str());
 }
 
 // --report-precision: the dtypes of the model and of one evaluation pass.
@@ -228,8 +301,11 @@ std::unique_ptr<JsonLog> open_json_log(const ProgramConfig& config,
 std::string start_note(const ProgramConfig& config,
                        const ClassifierTrainer& trainer) {
   std::string note;
-  if (trainer.start_epoch() > 0) {
+  if (trainer.global_step() > 0 && !config.resume.empty()) {
     note = ", resuming at epoch " + std::to_string(trainer.start_epoch() + 1);
+    if (trainer.start_step_in_epoch() > 0) {
+      note += " step " + std::to_string(trainer.start_step_in_epoch() + 1);
+    }
   }
   const auto& history = trainer.history();
   if (!config.resume.empty() && !history.empty() &&
@@ -287,7 +363,7 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   const auto& step = trainer.train_step();
   const auto device = group.device();
   print_out(
-      "%s: %s, %s%s on %s, %lld train / %lld test %s, batch %lld, %lld epochs%s%s%s\n",
+      "%s: %s, %s%s on %s, %lld train / %lld test %s, batch %lld, %s%s%s%s, %lld %s\n",
       spec.program.c_str(),
       (spec.model_name.empty() ? config.model : spec.model_name).c_str(),
       lamp::to_string(precision).c_str(),
@@ -300,14 +376,19 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
                 .c_str()
           : "images",
       static_cast<long long>(config.batch_size),
-      static_cast<long long>(config.epochs),
+      config.steps > 0 ? ("steps " + std::to_string(config.steps) + " (" +
+                          count_text(config.epochs, "epoch") + ")")
+                             .c_str()
+                       : count_text(config.epochs, "epoch").c_str(),
       start_note(config, trainer).c_str(),
       group.is_distributed()
           ? (", data-parallel over " + std::to_string(group.world_size()) +
              " ranks (" + group.backend() + "), batch per rank")
                 .c_str()
           : "",
-      step.cuda_graph_enabled() ? ", CUDA graphs" : "");
+      step.cuda_graph_enabled() ? ", CUDA graphs" : "",
+      static_cast<long long>(config.threads),
+      config.threads == 1 ? "thread" : "threads");
   if (device.is_cuda() && !step.cuda_graph_enabled() &&
       config.cuda_graph == "auto") {
     print_out("%s: CUDA graphs off: %s\n", spec.program.c_str(),
@@ -341,30 +422,11 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   }
 }
 
-// An epoch --max-steps cut short writes no checkpoint (checkpoints hold
-// whole epochs): said in a line, with what the file holds from this run.
-void print_checkpoint_skipped(const ProgramConfig& config,
-                              const std::string& program,
-                              const lamp::training::EpochStats& s,
-                              int64_t last_written) {
-  print_out(
-      "%s: no checkpoint for epoch %lld: it stopped after %lld of %lld steps (--max-steps %lld), and checkpoints hold whole epochs; %s\n",
-      program.c_str(), static_cast<long long>(s.epoch),
-      static_cast<long long>(s.steps), static_cast<long long>(s.steps_in_epoch),
-      static_cast<long long>(config.max_steps),
-      last_written > 0
-          ? (config.checkpoint + " holds epoch " + std::to_string(last_written))
-                .c_str()
-          : ("nothing was written to " + config.checkpoint + " in this run")
-                .c_str());
-}
-
-// Trains; on the main rank a line (and a log record) per epoch. Returns the
-// last epoch checkpointed in this run (0: none).
-int64_t train(const ProgramConfig& config, const std::string& program,
-              ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
-              bool main_rank) {
-  int64_t last_written = 0; // the last epoch checkpointed in this run
+// Trains; on the main rank a line (and a log record) per epoch and per
+// --eval-every evaluation.
+void train(ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
+           bool main_rank) {
+  const int64_t total_steps = trainer.total_steps();
   trainer.fit(
       [&](const lamp::training::EpochStats& s) {
         if (!main_rank) {
@@ -376,14 +438,17 @@ int64_t train(const ProgramConfig& config, const std::string& program,
           log->write_epoch(s);
         }
         progress.print_epoch(s);
-        if (s.checkpoint_written) {
-          last_written = s.epoch;
-        } else if (!config.checkpoint.empty() && s.partial()) {
-          print_checkpoint_skipped(config, program, s, last_written);
-        }
       },
-      progress.on_batch(), progress.on_eval_batch());
-  return last_written;
+      progress.on_batch(), progress.on_eval_batch(),
+      [&](const lamp::training::StepEvaluation& e) {
+        if (!main_rank) {
+          return;
+        }
+        if (log) {
+          log->write_evaluation(e);
+        }
+        progress.print_evaluation(e, total_steps);
+      });
 }
 
 // --export-state-dict: the trained weights (the FP32 master weights where
@@ -465,7 +530,7 @@ void warn_degenerate_data(const lamp::data::Dataset& train,
   }
 }
 
-int run(const ProgramConfig& config, const RunSpec& spec) {
+int run(ProgramConfig& config, const RunSpec& spec) {
   // Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
   // otherwise a single-process group.
   auto group = ProcessGroup::from_environment(
@@ -487,10 +552,12 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
   apply_process_settings(config);
   auto model = build_model(config, spec, group->device(), precision);
   check_address_space_for(model);
-  auto trainer = build_trainer(config, spec, model, group);
-  if (trainer.start_epoch() >= config.epochs) {
+  auto train_loader = build_train_loader(config, spec, group);
+  auto trainer =
+      build_trainer(config, spec, model, group, std::move(train_loader));
+  if (trainer.finished()) {
     if (main_rank) {
-      print_run_complete(config, spec, trainer.start_epoch());
+      print_run_complete(config, spec, trainer);
     }
     return 0;
   }
@@ -509,19 +576,20 @@ int run(const ProgramConfig& config, const RunSpec& spec) {
         config, main_rank,
         step.policy().loss_scaling || step.options().force_loss_scaling(),
         log.get());
-    const int64_t last_written =
-        train(config, spec.program, trainer, progress, log.get(), main_rank);
+    train(trainer, progress, log.get(), main_rank);
     if (trainer.stop_point().stopped) {
-      return main_rank
-                 ? report_interruption(config, spec.program, trainer, progress,
-                                       log.get(), last_written, stop_signal())
-                 : 128 + stop_signal();
+      return main_rank ? report_interruption(config, spec.program, trainer,
+                                             progress, log.get(), stop_signal())
+                       : 128 + stop_signal();
     }
     if (!config.export_state_dict.empty()) {
       export_weights(config, spec, model, trainer, main_rank);
     }
     if (spec.after_training && main_rank) {
       spec.after_training(model, trainer);
+      if (stop_signal() != 0) {
+        return 128 + stop_signal(); // it stopped there (train_gpt's sample)
+      }
     }
   } catch (const std::exception& e) {
     // The log says why it ends where it ends.
@@ -547,6 +615,25 @@ int program_main(int argc, char** argv, const std::string& program,
   if (status >= 0) {
     return status;
   }
+  // --epochs alone measures the run in epochs, where the program's default
+  // is a length in steps (train_gpt's): evaluated after every epoch too,
+  // unless --eval-every says otherwise.
+  const auto* steps_flag = app.get_option_no_throw("--steps");
+  if (app.get_option("--epochs")->count() > 0 && steps_flag->count() == 0) {
+    config.steps = 0;
+    if (app.get_option("--eval-every")->count() == 0) {
+      config.eval_every = 0;
+    }
+  }
+  config.warmup_given = app.get_option("--warmup-steps")->count() > 0;
+  // Flags that contradict each other, refused as usage errors before
+  // anything is read.
+  const auto usage = step_flags_error(app, config);
+  if (!usage.empty()) {
+    std::cerr << program << ": error: " << usage << " (see " << program
+              << " --help)" << std::endl;
+    return kUsageError;
+  }
   if (config.precision_support) {
     return guarded_main(program, [&] {
       print_out("%s", lamp::precision_support(resolve_device(config.device))
@@ -570,6 +657,7 @@ int program_main(int argc, char** argv, const std::string& program,
     // Before the data is read: a resume that contradicts its checkpoint
     // fails at once.
     apply_resume_settings(app, config);
+    apply_threads(config);
     auto spec = make_spec();
     spec.program = program;
     return run(config, spec);

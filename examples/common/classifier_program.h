@@ -42,11 +42,12 @@ struct RunSpec {
 };
 
 /// Resolves the device, builds model, loaders and trainer, trains and prints
-/// one line per epoch; when the checkpoint resumed from has already trained
-/// all of config.epochs, says so and returns. Returns the exit status: 0, or
+/// one line per epoch (and per --eval-every evaluation); when the checkpoint
+/// resumed from has already trained all the run's steps, says so and
+/// returns. With --steps, sets config.epochs to the epochs that hold them. Returns the exit status: 0, or
 /// 128 + the signal when SIGINT/SIGTERM stopped the run (interruption.h).
 /// Throws c10::Error / std::exception on bad input.
-int run(const ProgramConfig& config, const RunSpec& spec);
+int run(ProgramConfig& config, const RunSpec& spec);
 
 /// A training program's whole main(): parses the flags into `config` (whose
 /// fields hold the program's defaults) with the conventions of cli.h, then

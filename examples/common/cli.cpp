@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <lamp/amp/precision.h>
 #include <lamp/platform/backends.h>
@@ -8,6 +9,7 @@
 #include <torch/types.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +19,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <limits>
+#include <set>
+#include <string>
+#include <utility>
 
 namespace lamp_examples {
 namespace {
@@ -117,11 +123,86 @@ std::string suggestions(const CLI::App& app) {
   return text;
 }
 
+// The physical cores among the CPUs this process may run on (its affinity
+// mask, as taskset or a container's cpuset sets it): hyperthreads of one
+// core count once, by the core and package ids Linux gives in sysfs. Where
+// those cannot be read, the CPUs themselves.
+int64_t physical_cores_available() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) {
+    return std::max<int64_t>(1, at::get_num_threads());
+  }
+  std::set<std::pair<std::string, std::string>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &mask)) {
+      continue;
+    }
+    const auto topology =
+        "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream core(topology + "core_id");
+    std::ifstream package(topology + "physical_package_id");
+    std::string core_id, package_id;
+    if (!(core >> core_id) || !(package >> package_id)) {
+      return std::max<int64_t>(1, CPU_COUNT(&mask)); // no topology: the CPUs
+    }
+    cores.insert({package_id, core_id});
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(cores.size()));
+}
+
 } // namespace
+
+int64_t use_threads(int64_t flag, std::string* source) {
+  int64_t threads = flag;
+  std::string from = "--threads";
+  if (threads == 0) {
+    if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+      char* end = nullptr;
+      const long value = std::strtol(omp, &end, 10);
+      TORCH_CHECK(end != omp && *end == '\0' && value >= 1 && value <= 4096,
+                  "OMP_NUM_THREADS is '", omp,
+                  "', not a thread count from 1 to 4096; set it to one, or "
+                  "unset it and give --threads N.");
+      threads = value;
+      from = "OMP_NUM_THREADS";
+    } else {
+      threads = physical_cores_available();
+      from = "cores";
+    }
+  }
+  at::set_num_threads(static_cast<int>(threads));
+  if (source != nullptr) {
+    *source = from;
+  }
+  return threads;
+}
 
 std::string short_number(double value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+std::string exact_number(double value) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) {
+      break;
+    }
+  }
+  return text;
+}
+
+std::string perplexity_text(double loss) {
+  const double perplexity = std::exp(loss);
+  if (!std::isfinite(perplexity)) {
+    return "inf";
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), perplexity < 1e6 ? "%.2f" : "%.3g",
+                perplexity);
   return text;
 }
 
@@ -285,21 +366,22 @@ CLI::Validator unsigned_integer() {
       "");
 }
 
-CLI::Validator real_in(double lo, double hi, bool lo_open) {
+CLI::Validator real_in(double lo, double hi, bool lo_open, bool hi_open) {
   std::string range;
   if (hi == std::numeric_limits<double>::infinity()) {
     range = (lo_open ? "> " : ">= ") + short_number(lo);
   } else {
     range = (lo_open ? "(" : "[") + short_number(lo) + ", " + short_number(hi) +
-            "]";
+            (hi_open ? ")" : "]");
   }
   return CLI::Validator(
-      [lo, hi, lo_open, range](std::string& text) -> std::string {
+      [lo, hi, lo_open, hi_open, range](std::string& text) -> std::string {
         double value = 0;
         if (!parse_real(text, value)) {
           return "'" + text + "' is not a finite number";
         }
-        if (value < lo || (lo_open && value == lo) || value > hi) {
+        if (value < lo || (lo_open && value == lo) || value > hi ||
+            (hi_open && value == hi)) {
           return text + " is out of range: give a number " +
                  (range[0] == '>' ? range : "in " + range);
         }

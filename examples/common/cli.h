@@ -29,6 +29,23 @@ constexpr int kRuntimeError = 1;
 /// 309 digits of DBL_MAX).
 std::string short_number(double value);
 
+/// A double as the shortest text that reads back as the same double
+/// ("0.2", not "0.20000000000000001"): for settings stored as text.
+std::string exact_number(double value);
+
+/// Sets LibTorch's intra-op threads and returns how many: `flag` (a
+/// --threads value) where it is not 0, else OMP_NUM_THREADS where it is set
+/// (refused unless a count from 1 to 4096), else the physical cores among
+/// the CPUs this process may run on (its affinity mask; hyperthreads of a
+/// core count once). `source` (optional) gets where the number came from:
+/// "--threads", "OMP_NUM_THREADS" or "cores".
+int64_t use_threads(int64_t flag, std::string* source = nullptr);
+
+/// The perplexity exp(`loss`) of a mean loss per token, readable at any
+/// size: "4.35" below a million, "2.69e+43" above, "inf" where exp
+/// overflows or the loss is not finite.
+std::string perplexity_text(double loss);
+
 /// The spellings --precision accepts: lamp::precision_names() and "fp16"
 /// (the same as "half").
 const std::vector<std::string>& precision_flag_values();
@@ -82,8 +99,10 @@ void print_out(const char* format, ...) __attribute__((format(printf, 1, 2)));
 CLI::Validator integer_in(int64_t lo, int64_t hi);
 CLI::Validator integer_at_least(int64_t lo);
 CLI::Validator unsigned_integer(); ///< 0..2^64-1, for uint64_t options
-/// A finite real number in [lo, hi]; `lo_open` excludes lo (for "> 0").
-CLI::Validator real_in(double lo, double hi, bool lo_open = false);
+/// A finite real number in [lo, hi]; `lo_open` excludes lo (for "> 0"),
+/// `hi_open` excludes hi (for Adam's betas, in [0, 1)).
+CLI::Validator real_in(double lo, double hi, bool lo_open = false,
+                       bool hi_open = false);
 CLI::Validator positive_real();
 CLI::Validator non_negative_real();
 

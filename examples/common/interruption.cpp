@@ -11,24 +11,6 @@
 namespace lamp_examples {
 namespace {
 
-// The epoch the run's checkpoint file holds after the stop, 0 for none.
-int64_t saved_epoch(const ProgramConfig& config,
-                    const lamp::training::ClassifierTrainer& trainer,
-                    int64_t last_written) {
-  if (config.checkpoint.empty()) {
-    return 0;
-  }
-  const auto& stop = trainer.stop_point();
-  if (stop.in_evaluation) {
-    return stop.epoch; // trained whole: written before the stop
-  }
-  if (last_written > 0) {
-    return last_written;
-  }
-  // Nothing written in this run: the file holds what it was resumed from.
-  return config.resume == config.checkpoint ? trainer.start_epoch() : 0;
-}
-
 // The command line that continues the run from `from`: this one, with
 // --resume FROM in place of any --resume it had.
 std::string resume_command(const ProgramConfig& config,
@@ -54,7 +36,8 @@ std::string resume_command(const ProgramConfig& config,
 std::string where_stopped(const lamp::training::StopPoint& stop) {
   const auto epoch = std::to_string(stop.epoch);
   if (stop.in_evaluation) {
-    return "while evaluating epoch " + epoch;
+    return "while evaluating at step " + std::to_string(stop.global_step) +
+           " (epoch " + epoch + ")";
   }
   if (stop.steps == 0) {
     return "before epoch " + epoch + " began";
@@ -84,27 +67,29 @@ std::string shell_command(const std::vector<std::string>& args) {
 
 int report_interruption(const ProgramConfig& config, const std::string& program,
                         const lamp::training::ClassifierTrainer& trainer,
-                        Progress& progress, JsonLog* log, int64_t last_written,
-                        int signal) {
+                        Progress& progress, JsonLog* log, int signal) {
   progress.clear();
   const auto& stop = trainer.stop_point();
-  const int64_t saved = saved_epoch(config, trainer, last_written);
-  // Where a resume starts: the checkpoint written, or the file this run was
-  // itself resumed from when it wrote nothing.
-  const std::string from = saved > 0 ? config.checkpoint : config.resume;
+  // The step the checkpoint holds: written at the stop, or earlier in this
+  // run, or (nothing written) what this run resumed from.
+  const int64_t saved = stop.checkpoint_step;
+  const bool written = saved >= 0 && !config.checkpoint.empty();
+  const std::string from = written ? config.checkpoint : config.resume;
   std::string what;
-  if (saved > 0) {
-    what = config.checkpoint + " holds epoch " + std::to_string(saved);
-    if (!stop.in_evaluation && stop.steps > 0) {
-      what += " (checkpoints hold whole epochs: the " +
-              std::to_string(stop.steps) + " steps of epoch " +
-              std::to_string(stop.epoch) + " are not saved)";
+  if (written) {
+    what = config.checkpoint + " holds step " + std::to_string(saved);
+    if (saved < stop.global_step) {
+      // A data-parallel run writes only where every rank stops together.
+      what += " (the " + std::to_string(stop.global_step - saved) +
+              " steps after it are not saved: ranks of a data-parallel run "
+              "stop at steps of their own)";
+    } else {
+      what += ": nothing trained is lost";
     }
   } else if (config.checkpoint.empty()) {
     what = "nothing was saved (no --checkpoint)";
   } else {
-    what =
-        "no epoch was completed, so " + config.checkpoint + " was not written";
+    what = config.checkpoint + " was not written";
   }
   const std::string next =
       from.empty()
@@ -120,11 +105,13 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
          {"epoch", stop.epoch},
          {"steps", stop.steps},
          {"steps_in_epoch", stop.steps_in_epoch},
+         {"global_step", stop.global_step},
          {"phase", stop.in_evaluation ? "evaluation" : "training"},
          {"checkpoint", config.checkpoint.empty()
                             ? nlohmann::ordered_json(nullptr)
                             : nlohmann::ordered_json(config.checkpoint)},
-         {"checkpoint_epoch", saved},
+         {"checkpoint_step", written ? nlohmann::ordered_json(saved)
+                                     : nlohmann::ordered_json(nullptr)},
          {"resume_command", from.empty() ? nlohmann::ordered_json(nullptr)
                                          : nlohmann::ordered_json(
                                                resume_command(config, from))}});

@@ -18,12 +18,11 @@ namespace lamp_examples {
 /// After fit() stopped on `signal` (trainer.stop_point()): ends the progress
 /// display, writes an "interrupted" record to `log` (when given), prints one
 /// line on stderr and returns the exit status, 128 + `signal` (130 for
-/// SIGINT, 143 for SIGTERM). `last_written`: the last epoch this run
-/// checkpointed (0: none).
+/// SIGINT, 143 for SIGTERM); the line names the step the checkpoint holds
+/// (the trainer writes it at the stop, StopPoint::checkpoint_step).
 int report_interruption(const ProgramConfig& config, const std::string& program,
                         const lamp::training::ClassifierTrainer& trainer,
-                        Progress& progress, JsonLog* log, int64_t last_written,
-                        int signal);
+                        Progress& progress, JsonLog* log, int signal);
 
 /// `args` as one shell command line, each argument quoted where the shell
 /// would split or expand it ('a b' -> "'a b'").

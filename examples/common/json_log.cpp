@@ -148,8 +148,16 @@ void JsonLog::write_run(const ProgramConfig& config) {
                 {"batch_size", config.batch_size},
                 {"accumulation_steps", config.accumulation_steps},
                 {"epochs", config.epochs},
+                {"steps", config.steps},
                 {"lr", config.lr},
                 {"schedule", config.schedule},
+                {"warmup_steps", config.warmup_steps},
+                {"min_lr", config.min_lr},
+                {"beta1", config.beta1},
+                {"beta2", config.beta2},
+                {"eval_every", config.eval_every},
+                {"checkpoint_every", config.checkpoint_every},
+                {"threads", config.threads},
                 {"momentum", config.momentum},
                 {"weight_decay", config.weight_decay},
                 {"no_bias_decay", config.no_bias_decay},
@@ -172,10 +180,12 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
       {"batch_size", batch_size_},
       {"epoch", s.epoch},
       {"steps", s.steps},
+      {"resumed_steps", s.resumed_steps},
       {"steps_in_epoch", s.steps_in_epoch},
       {"partial", s.partial()},
       {"global_step", s.global_step},
       {"train_loss", s.train_loss},
+      {"evaluated", s.evaluated},
       {"test_loss", s.test_loss},
       {"test_accuracy", s.test_accuracy},
       {"test_subset", s.test_subset()},
@@ -214,12 +224,37 @@ void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
       {"loss_scale",
        p.loss_scale.defined() ? p.loss_scale.item<double>() : 1.0},
       {"lr", p.lr},
+      {"grad_norm", p.grad_norm.defined()
+                        ? nlohmann::ordered_json(p.grad_norm.item<double>())
+                        : nlohmann::ordered_json(nullptr)},
       {"warmup", p.warmup}};
   if (sequence_length_ > 0) {
     record["tokens_per_second"] =
         images_per_second * static_cast<double>(sequence_length_);
   }
   write("step", record);
+}
+
+void JsonLog::write_evaluation(const lamp::training::StepEvaluation& e) {
+  nlohmann::ordered_json record = {
+      {"global_step", e.global_step},
+      {"epoch", e.epoch},
+      {"train_loss", e.train_loss},
+      {"test_loss", e.test_loss},
+      {"test_accuracy", e.test_accuracy},
+      {"test_batches", e.test_batches},
+      {"test_batches_in_set", e.test_batches_in_set},
+      {"test_images", e.test_images},
+      {"lr", e.lr},
+      {"eval_seconds", e.eval_seconds},
+      {"best_test_loss", e.best_test_loss},
+      {"best_written", e.best_written},
+      {"checkpoint_written", e.checkpoint_written}};
+  if (sequence_length_ > 0) {
+    record["train_perplexity"] = std::exp(e.train_loss);
+    record["test_perplexity"] = std::exp(e.test_loss);
+  }
+  write("evaluation", record);
 }
 
 void JsonLog::write_interrupted(const nlohmann::ordered_json& fields) {

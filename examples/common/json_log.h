@@ -63,6 +63,8 @@ class JsonLog {
   /// An "interrupted" record: the run stopped on SIGINT/SIGTERM; `fields`
   /// say where, what the checkpoint holds and how to continue.
   void write_interrupted(const nlohmann::ordered_json& fields);
+  /// An "evaluation" record: one of --eval-every's evaluations.
+  void write_evaluation(const lamp::training::StepEvaluation& evaluation);
 
   /// An "error" record: why the run stopped (`message`, as stderr shows it).
   /// Never throws: when the log itself is what failed, nothing is written.

@@ -68,8 +68,14 @@ void add_model_options(CLI::App& app, ProgramConfig& c) {
       app, "--fp8-margin", c.fp8_margin,
       "with --precision fp8: scale = format max / amax / 2^margin, 2^margin of headroom (Transformer Engine's margin)",
       integer_in(0, 64));
-  add_checked(app, "--epochs", c.epochs, "epochs, 1..1000000",
+  add_checked(app, "--epochs", c.epochs,
+              "epochs, 1..1000000 (a run measured in passes over the data; "
+              "--steps measures it in steps instead)",
               integer_in(1, kMaxEpochs));
+  add_checked(
+      app, "--steps", c.steps,
+      "the run's length in optimizer steps (nanoGPT's max_iters): the schedule is sized for it and the last epoch may end inside (default 0: --epochs decides)",
+      integer_in(1, int64_t{1} << 40));
   add_checked(app, "--batch-size", c.batch_size,
               "images per step (at most the training images, per rank)",
               integer_at_least(1));
@@ -100,8 +106,22 @@ void add_optimizer_options(CLI::App& app, ProgramConfig& c) {
       app, "--accumulation-steps", c.accumulation_steps,
       "batches per optimizer step (gradients summed), 1..1048576; must divide the batches per epoch",
       integer_in(1, 1 << 20));
-  add_checked(app, "--schedule", c.schedule, "onecycle | cosine | constant",
-              CLI::IsMember(lamp::training::schedule_table().names()));
+  add_checked(
+      app, "--schedule", c.schedule,
+      "onecycle | cosine | warmup-cosine (linear warm-up over --warmup-steps, then cosine to --min-lr: nanoGPT's) | constant",
+      CLI::IsMember(lamp::training::schedule_table().names()));
+  add_checked(app, "--warmup-steps", c.warmup_steps,
+              "--schedule warmup-cosine: steps of linear warm-up (a "
+              "program's default longer than the run becomes 2% of it)",
+              integer_in(0, int64_t{1} << 40));
+  add_checked(app, "--min-lr", c.min_lr,
+              "--schedule warmup-cosine: the learning rate the cosine reaches "
+              "at the run's end, in [0, --lr]",
+              non_negative_real());
+  add_checked(app, "--beta1", c.beta1, "adam/adamw: beta1, in [0, 1)",
+              real_in(0.0, 1.0, false, true));
+  add_checked(app, "--beta2", c.beta2, "adam/adamw: beta2, in [0, 1)",
+              real_in(0.0, 1.0, false, true));
 }
 
 // How fast the steps run: cuDNN, CUDA graphs, fixed shapes, memory format.
@@ -157,8 +177,13 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
   add_checked(app, "--seed", c.seed,
               "seed of initialisation, data order and augmentation",
               unsigned_integer());
-  app.add_option("--checkpoint", c.checkpoint,
-                 "write a checkpoint here after every epoch");
+  app.add_option(
+      "--checkpoint", c.checkpoint,
+      "write a checkpoint here after every epoch, every --checkpoint-every steps, at the run's end and when a signal stops it (with --eval-every also the best one, named with .best before the extension)");
+  add_checked(
+      app, "--checkpoint-every", c.checkpoint_every,
+      "also write --checkpoint every N steps, inside epochs (0 = after epochs only); a resume from it continues bit for bit",
+      integer_at_least(0));
   app.add_option(
       "--export-state-dict", c.export_state_dict,
       "after training, write the weights here as a Python state_dict (FP32) for torch.load + model.load_state_dict");
@@ -196,9 +221,17 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
               "stop after this many steps, 0 = no limit (smoke runs)",
               integer_at_least(0));
   add_checked(
-      app, "--limit-eval-batches", c.limit_eval_batches,
+      app, "--eval-every", c.eval_every,
+      "evaluate every N steps (nanoGPT's eval_interval) and at the run's end, instead of after every epoch; 0 = after every epoch",
+      integer_at_least(0));
+  add_checked(
+      app, "--limit-eval-batches,--eval-batches", c.limit_eval_batches,
       "evaluate only the first N test batches, 0 = all (quick checks; the accuracy is then over that subset, which the epoch line and log say)",
       integer_at_least(0));
+  add_checked(
+      app, "--threads", c.threads,
+      "intra-op CPU threads (0 = OMP_NUM_THREADS where set, else the physical cores this process may use)",
+      integer_in(0, 4096));
   app.add_flag_callback(
       "--no-progress", [&c] { c.progress = false; },
       "no progress bar or timed progress lines");
@@ -218,6 +251,13 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
                                               "batch_size",
                                               "check_numerics",
                                               "checkpoint",
+                                              "checkpoint_every",
+                                              "eval_every",
+                                              "steps",
+                                              "warmup_steps",
+                                              "min_lr",
+                                              "beta1",
+                                              "beta2",
                                               "cuda_graph",
                                               "data",
                                               "eval_batch_size",
@@ -246,6 +286,9 @@ std::string flag_name(const std::string& key, const std::string& library_name) {
   }
   if (key == "zero_stage") {
     return "--zero";
+  }
+  if (key == "best_checkpoint") {
+    return "--checkpoint's best copy (with --eval-every)";
   }
   if (flags.count(key) == 0) {
     return library_name;
@@ -304,6 +347,24 @@ void check_flag_combination(const ProgramConfig& config) {
               "history); add --fp8-scaling delayed or leave it out.");
 }
 
+std::string best_checkpoint_path(const ProgramConfig& config) {
+  // Sharded checkpoints keep one copy (TrainerOptions::best_checkpoint).
+  if (config.checkpoint.empty() || config.eval_every == 0 || config.zero > 0) {
+    return "";
+  }
+  const auto& path = config.checkpoint;
+  const auto slash = path.rfind('/');
+  const auto dot = path.rfind('.');
+  const bool has_extension = dot != std::string::npos && dot > 0 &&
+                             (slash == std::string::npos || dot > slash + 1);
+  return has_extension ? path.substr(0, dot) + ".best" + path.substr(dot)
+                       : path + ".best";
+}
+
+void apply_threads(ProgramConfig& config) {
+  config.threads = use_threads(config.threads, &config.threads_source);
+}
+
 lamp::nn::Float8Recipe float8_recipe_from(const ProgramConfig& config) {
   return lamp::nn::Float8Recipe()
       .scaling(config.fp8_scaling == "delayed"
@@ -316,20 +377,33 @@ lamp::nn::Float8Recipe float8_recipe_from(const ProgramConfig& config) {
 lamp::training::TrainerOptions trainer_options_from(
     const ProgramConfig& config, int64_t eval_batch_size,
     std::shared_ptr<lamp::distributed::ProcessGroup> group) {
-  auto options = lamp::training::TrainerOptions(precision_from(config))
-                     .epochs(config.epochs)
-                     .schedule(lamp::training::parse_schedule(config.schedule))
-                     .eval_batch_size(eval_batch_size)
-                     .max_steps(config.max_steps)
-                     .limit_eval_batches(config.limit_eval_batches)
-                     .checkpoint(config.checkpoint)
-                     .resume(config.resume)
-                     .reshard(config.reshard)
-                     .init_from(config.init_from)
-                     .process_group(std::move(group))
-                     .zero_stage(static_cast<int>(config.zero))
-                     .check_numerics(config.check_numerics)
-                     .option_name(flag_name);
+  const bool warmup_cosine = config.schedule == "warmup-cosine";
+  auto options =
+      lamp::training::TrainerOptions(precision_from(config))
+          .epochs(config.epochs)
+          .steps(config.steps)
+          .schedule(lamp::training::parse_schedule(config.schedule))
+          // A program's defaults for warmup-cosine (train_gpt's)
+          // shape no other schedule.
+          .warmup_steps(warmup_cosine ? config.warmup_steps : 0)
+          .min_lr(warmup_cosine ? config.min_lr : 0.0)
+          .eval_every(config.eval_every)
+          // A program's default period applies where there
+          // is a checkpoint to write.
+          .checkpoint_every(config.checkpoint.empty() ? 0
+                                                      : config.checkpoint_every)
+          .best_checkpoint(best_checkpoint_path(config))
+          .eval_batch_size(eval_batch_size)
+          .max_steps(config.max_steps)
+          .limit_eval_batches(config.limit_eval_batches)
+          .checkpoint(config.checkpoint)
+          .resume(config.resume)
+          .reshard(config.reshard)
+          .init_from(config.init_from)
+          .process_group(std::move(group))
+          .zero_stage(static_cast<int>(config.zero))
+          .check_numerics(config.check_numerics)
+          .option_name(flag_name);
   if (precision_from(config) == lamp::Precision::kFP8) {
     options.step().float8(float8_recipe_from(config));
   }
@@ -345,7 +419,22 @@ lamp::training::TrainerOptions trainer_options_from(
       .lr(config.lr)
       .momentum(config.momentum)
       .weight_decay(config.weight_decay)
-      .no_bias_decay(config.no_bias_decay);
+      .no_bias_decay(config.no_bias_decay)
+      .beta1(config.beta1)
+      .beta2(config.beta2);
+  // The program's own settings, and where the data is: --resume alone
+  // finds it again (its contents are checked by fingerprint, not its path).
+  auto program = config.program_settings
+                     ? config.program_settings()
+                     : std::vector<lamp::training::ProgramSetting>{};
+  // Unchecked: a resume may change them, and --resume alone keeps them.
+  program.push_back({"--data", config.data, /*checked=*/false});
+  program.push_back({"--eval-every", std::to_string(config.eval_every), false});
+  program.push_back({"--limit-eval-batches",
+                     std::to_string(config.limit_eval_batches), false});
+  program.push_back(
+      {"--checkpoint-every", std::to_string(config.checkpoint_every), false});
+  options.program_settings(std::move(program));
   return options;
 }
 

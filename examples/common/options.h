@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,6 +29,16 @@ struct ProgramConfig {
   int64_t fp8_amax_history = lamp::nn::Float8Recipe().amax_history_len();
   int64_t fp8_margin = 0;
   int64_t epochs = 10;
+  int64_t steps = 0;         // the run's length in steps; 0: --epochs
+  int64_t warmup_steps = 0;  // --schedule warmup-cosine's
+  bool warmup_given = false; // on the command line
+  double min_lr = 0.0;       // --schedule warmup-cosine's floor
+  double beta1 = 0.9;        // Adam/AdamW's betas
+  double beta2 = 0.999;
+  int64_t eval_every = 0;       // evaluate every N steps; 0: after epochs
+  int64_t checkpoint_every = 0; // write --checkpoint every N steps too
+  int64_t threads = 0;          // intra-op threads; 0: the default
+  std::string threads_source;   // where the thread count came from
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
   std::string optimizer = "sgd";
@@ -71,6 +82,10 @@ struct ProgramConfig {
   // Set by the program before add_options(): --data may name a file (a
   // text), not only a folder.
   bool data_may_be_file = false;
+  // Set by the program: its own settings that shape the run (train_gpt's
+  // model shape and dropout), by flag, as the parsed flags hold them; stored
+  // in checkpoints, taken back by --resume and checked.
+  std::function<std::vector<lamp::training::ProgramSetting>()> program_settings;
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).
@@ -90,6 +105,18 @@ void warn_ineffective_flags(const ProgramConfig& config,
 /// --precision, an --fp8-* recipe flag without --precision fp8,
 /// --fp8-amax-history without delayed scaling), naming both.
 void check_flag_combination(const ProgramConfig& config);
+
+/// The best checkpoint of a run with --checkpoint and --eval-every: the
+/// checkpoint's name with ".best" before its extension ("run.pt" ->
+/// "run.best.pt", "run" -> "run.best"); "" without either.
+std::string best_checkpoint_path(const ProgramConfig& config);
+
+/// The intra-op threads a run uses (--threads, else OMP_NUM_THREADS where
+/// set, else the physical cores this process may run on) and where the
+/// number came from ("--threads", "OMP_NUM_THREADS", "cores"); sets
+/// config.threads and config.threads_source and applies it
+/// (at::set_num_threads).
+void apply_threads(ProgramConfig& config);
 
 /// The FP8 recipe the --fp8-* flags name.
 lamp::nn::Float8Recipe float8_recipe_from(const ProgramConfig& config);

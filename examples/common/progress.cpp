@@ -106,19 +106,41 @@ std::string subset_text(int64_t batches, int64_t in_set) {
 std::string epoch_text(const lamp::training::EpochStats& s, int64_t epochs) {
   auto text = std::to_string(s.epoch) + "/" + std::to_string(epochs);
   if (s.partial()) {
-    text += " (partial: " + std::to_string(s.steps) + " of " +
+    text += " (partial: " + std::to_string(s.resumed_steps + s.steps) + " of " +
             std::to_string(s.steps_in_epoch) + " steps)";
+  } else if (s.resumed_steps > 0) {
+    text += " (resumed at step " + std::to_string(s.resumed_steps + 1) + ")";
   }
   return text;
+}
+
+// The epoch line's evaluation part: "  test loss 0.3456  test acc 87.65%"
+// ("val" and perplexities for a language model), or "" where the run
+// evaluates by steps instead.
+std::string evaluation_text(const lamp::training::EpochStats& s,
+                            bool language_model) {
+  if (!s.evaluated) {
+    return "";
+  }
+  const auto subset = subset_text(s.test_batches, s.test_batches_in_set);
+  if (language_model) {
+    return "  val loss " + fixed(s.test_loss, 4) + " (ppl " +
+           perplexity_text(s.test_loss) + ")  val acc " +
+           fixed(100.0 * s.test_accuracy, 2) + "%" + subset;
+  }
+  return "  test loss " + fixed(s.test_loss, 4) + "  test acc " +
+         fixed(100.0 * s.test_accuracy, 2) + "%" + subset;
 }
 
 } // namespace
 
 void LossWindow::add(const lamp::training::BatchProgress& p) {
-  if (p.batch == 1) { // the epoch's sum starts again: so does the window
-    sum_at_ = 0;
+  // The epoch's sum starts again (from what a resume inside it carried
+  // on): so does the window.
+  if (p.batch == p.resumed_batches + 1) {
+    sum_at_ = p.resumed_loss_sum;
     non_finite_at_ = p.non_finite_before_epoch;
-    batch_at_ = 0;
+    batch_at_ = p.resumed_batches;
     images_ = 0;
   }
   images_ += p.images;
@@ -188,7 +210,7 @@ Progress::on_eval_batch() {
 
 void Progress::update(const lamp::training::BatchProgress& p) {
   const auto now = std::chrono::steady_clock::now();
-  if (p.batch == 1) {
+  if (p.batch == p.resumed_batches + 1) {
     epoch_start_ = line_start_ = last_line_ = now;
     epoch_images_ = 0;
   }
@@ -233,30 +255,41 @@ void Progress::update_eval(const lamp::training::EvalProgress& p) {
 
 void Progress::print_epoch(const lamp::training::EpochStats& s) {
   clear();
-  if (tokens_per_example_ > 0) {
-    // A language model: mean loss per token and its perplexity, exp(loss).
-    print_out(
-        "epoch %s  train loss %.4f (ppl %.2f)  val loss %.4f (ppl %.2f)  val acc %.2f%%%s  %.2f s  %.0f tok/s  peak %s  scale %g  skipped %lld%s\n",
-        epoch_text(s, epochs_).c_str(), s.train_loss, std::exp(s.train_loss),
-        s.test_loss, std::exp(s.test_loss), 100.0 * s.test_accuracy,
-        subset_text(s.test_batches, s.test_batches_in_set).c_str(), s.seconds,
-        shown_rate(s.images_per_second), mib(s.peak_memory_bytes).c_str(),
-        s.loss_scale, static_cast<long long>(s.skipped_steps),
-        s.warmup_seconds > 0
-            ? ("  warm-up " + fixed(s.warmup_seconds, 2) + " s").c_str()
-            : "");
-    return;
-  }
+  const bool language_model = tokens_per_example_ > 0;
+  // A language model: mean loss per token and its perplexity, exp(loss).
+  const std::string train = language_model
+                                ? fixed(s.train_loss, 4) + " (ppl " +
+                                      perplexity_text(s.train_loss) + ")"
+                                : fixed(s.train_loss, 4);
   print_out(
-      "epoch %s  train loss %.4f  test loss %.4f  test acc %.2f%%%s  %.2f s  %.0f img/s  peak %s  scale %g  skipped %lld%s\n",
-      epoch_text(s, epochs_).c_str(), s.train_loss, s.test_loss,
-      100.0 * s.test_accuracy,
-      subset_text(s.test_batches, s.test_batches_in_set).c_str(), s.seconds,
-      s.images_per_second, mib(s.peak_memory_bytes).c_str(), s.loss_scale,
+      "epoch %s  train loss %s%s  %.2f s  %.0f %s  peak %s  scale %g  "
+      "skipped %lld%s\n",
+      epoch_text(s, epochs_).c_str(), train.c_str(),
+      evaluation_text(s, language_model).c_str(), s.seconds,
+      shown_rate(s.images_per_second), rate_unit(),
+      mib(s.peak_memory_bytes).c_str(), s.loss_scale,
       static_cast<long long>(s.skipped_steps),
       s.warmup_seconds > 0
           ? ("  warm-up " + fixed(s.warmup_seconds, 2) + " s").c_str()
           : "");
+}
+
+void Progress::print_evaluation(const lamp::training::StepEvaluation& e,
+                                int64_t total_steps) {
+  clear();
+  const bool language_model = tokens_per_example_ > 0;
+  const char* split = language_model ? "val" : "test";
+  const std::string perplexity =
+      language_model ? " (ppl " + perplexity_text(e.test_loss) + ")" : "";
+  print_out(
+      "step %lld/%lld  train loss %.4f  %s loss %.4f%s  %s acc %.2f%%%s  lr "
+      "%.4g  %.2f s%s%s\n",
+      static_cast<long long>(e.global_step),
+      static_cast<long long>(total_steps), e.train_loss, split, e.test_loss,
+      perplexity.c_str(), split, 100.0 * e.test_accuracy,
+      subset_text(e.test_batches, e.test_batches_in_set).c_str(), e.lr,
+      e.eval_seconds, e.best_written ? "  best, saved" : "",
+      e.checkpoint_written ? "  checkpoint saved" : "");
 }
 
 void Progress::clear() {
@@ -284,11 +317,15 @@ void Progress::write_line(const lamp::training::BatchProgress& p,
   if (log_ && log_every_ > 0) {
     log_->write_step(p, window.first, rate);
   }
+  const std::string norm =
+      p.grad_norm.defined()
+          ? "  grad norm " + short_number(p.grad_norm.item<double>())
+          : "";
   print_out(
-      "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f %s  lr %.4g%s%s\n",
+      "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f %s  lr %.4g%s%s%s\n",
       static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
       static_cast<long long>(p.batch), static_cast<long long>(p.batches),
-      window.first, shown_rate(rate), rate_unit(), p.lr,
+      window.first, shown_rate(rate), rate_unit(), p.lr, norm.c_str(),
       scale.empty() ? "" : "  ", scale.c_str());
   line_start_ = last_line_ = now;
 }
@@ -308,7 +345,8 @@ void Progress::draw(const lamp::training::BatchProgress& p,
   last_draw_ = now;
   const double elapsed = seconds(now - epoch_start_);
   const double rate = elapsed > 0 ? epoch_images_ / elapsed : 0.0;
-  const double eta = elapsed * (p.batches - p.batch) / p.batch;
+  const int64_t done = p.batch - p.resumed_batches; // in this run
+  const double eta = elapsed * (p.batches - p.batch) / done;
   const double loss = bar_window_.take(p).first;
   const auto left =
       "epoch " + std::to_string(p.epoch) + "/" + std::to_string(epochs_);
@@ -316,10 +354,9 @@ void Progress::draw(const lamp::training::BatchProgress& p,
       std::to_string(p.batch) + "/" + std::to_string(p.batches),
       "loss " + (std::isfinite(loss) ? fixed(loss, 4) : std::string("nan")),
       // Nothing is timed yet after the first batch (as tqdm's "?").
-      (p.batch > 1 ? fixed(shown_rate(rate), 0) : std::string("?")) + " " +
+      (done > 1 ? fixed(shown_rate(rate), 0) : std::string("?")) + " " +
           rate_unit(),
-      scale_text(p),
-      "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
+      scale_text(p), "ETA " + (done > 1 ? clock_time(eta) : std::string("?"))};
   draw_bar(left, parts, p.batch, p.batches);
 }
 

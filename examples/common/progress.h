@@ -81,6 +81,12 @@ class Progress {
 
   /// Erases the bar and prints the epoch's line on stdout.
   void print_epoch(const lamp::training::EpochStats& s);
+  /// Erases the bar and prints a line for an evaluation of --eval-every:
+  /// the step (of `total_steps`), the training loss since the previous one,
+  /// the test (val) loss, perplexity and accuracy, the learning rate, and
+  /// whether the best and the last checkpoints were written.
+  void print_evaluation(const lamp::training::StepEvaluation& e,
+                        int64_t total_steps);
 
   void clear();
 

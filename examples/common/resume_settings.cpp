@@ -94,6 +94,13 @@ const std::vector<StoredFlag>& stored_flags() {
        }},
       field("fp8_amax_history", "--fp8-amax-history", &C::fp8_amax_history),
       field("fp8_margin", "--fp8-margin", &C::fp8_margin),
+      // More steps: the trainer continues a constant schedule or says why
+      // not, as for epochs.
+      field("steps", "--steps", &C::steps, /*at_least=*/true),
+      field("warmup_steps", "--warmup-steps", &C::warmup_steps),
+      field("min_lr", "--min-lr", &C::min_lr),
+      field("beta1", "--beta1", &C::beta1),
+      field("beta2", "--beta2", &C::beta2),
   };
   return flags;
 }
@@ -136,7 +143,7 @@ std::string stored_flag_text(const StoredFlag& flag, const std::string& value) {
 
 } // namespace
 
-void apply_resume_settings(const CLI::App& app, ProgramConfig& config) {
+void apply_resume_settings(CLI::App& app, ProgramConfig& config) {
   if (config.resume.empty()) {
     return;
   }
@@ -145,6 +152,36 @@ void apply_resume_settings(const CLI::App& app, ProgramConfig& config) {
   auto stored = checkpoint.settings;
   stored.push_back({"model_name", checkpoint.model_name});
   std::string differences, fix;
+  // The program's own settings, by flag: a flag left out takes the stored
+  // value (as if given), a checked one given with another value is a
+  // difference. The run's --epochs follow a stored --steps.
+  const auto now = config.program_settings
+                       ? config.program_settings()
+                       : std::vector<lamp::training::ProgramSetting>{};
+  for (const auto& setting : checkpoint.program_settings) {
+    auto* option = app.get_option_no_throw(setting.name);
+    if (option == nullptr) {
+      continue; // another program's flag: the model name tells it apart
+    }
+    if (option->count() == 0) {
+      option->clear();
+      option->add_result(setting.value);
+      option->run_callback();
+      continue;
+    }
+    std::string value;
+    for (const auto& is : now) {
+      if (is.name == setting.name) {
+        value = is.value;
+      }
+    }
+    if (setting.checked && value != setting.value) {
+      differences += std::string(differences.empty() ? "" : "; ") +
+                     setting.name + " " + setting.value + " there, " +
+                     option->results().back() + " here";
+      fix += (fix.empty() ? "" : " ") + setting.name + " " + setting.value;
+    }
+  }
   for (const auto& flag : stored_flags()) {
     for (const auto& setting : stored) {
       if (setting.key != flag.key) {

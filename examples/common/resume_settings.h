@@ -12,12 +12,15 @@ namespace lamp_examples {
 /// With config.resume given: each flag the checkpoint stores a value for
 /// (--model, --precision/--fp16, --optimizer, --batch-size, --epochs, --lr,
 /// --schedule, --momentum, --weight-decay, --no-bias-decay,
-/// --accumulation-steps, --max-grad-norm, --seed) takes the stored value
+/// --accumulation-steps, --max-grad-norm, --seed, --steps, --warmup-steps,
+/// --min-lr, --beta1, --beta2, and the program's own settings
+/// (ProgramConfig::program_settings: train_gpt's shape and dropout, --data)
+/// by their flags) takes the stored value
 /// unless it was given on the command line (`app`'s count()). A flag given
 /// with another value is refused, every difference listed at once (flag,
 /// stored value, given value) with the way to continue; more --epochs than
 /// stored is left to the trainer, which continues a constant schedule and
 /// refuses the others. Throws c10::Error; does nothing without --resume.
-void apply_resume_settings(const CLI::App& app, ProgramConfig& config);
+void apply_resume_settings(CLI::App& app, ProgramConfig& config);
 
 } // namespace lamp_examples

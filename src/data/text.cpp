@@ -160,5 +160,67 @@ std::string default_text_path() {
   return internal::directory_exists(kDebianFortunes) ? kDebianFortunes : "";
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at `text[i]` of at least two
+// bytes (Unicode's table 3-7), or 0.
+size_t utf8_sequence(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) {
+    return static_cast<unsigned char>(text[k]);
+  };
+  const unsigned char lead = byte(i);
+  size_t length = 0;
+  unsigned char lo = 0x80, hi = 0xBF; // the second byte's range
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    lo = lead == 0xE0 ? 0xA0 : 0x80; // no overlong forms
+    hi = lead == 0xED ? 0x9F : 0xBF; // no surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    lo = lead == 0xF0 ? 0x90 : 0x80;
+    hi = lead == 0xF4 ? 0x8F : 0xBF; // at most U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + length > text.size() || byte(i + 1) < lo || byte(i + 1) > hi) {
+    return 0;
+  }
+  for (size_t k = 2; k < length; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) {
+      return 0;
+    }
+  }
+  return length;
+}
+
+} // namespace
+
+std::string escape_text(const std::string& bytes) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c == '\\') {
+      out += "\\\\";
+      ++i;
+    } else if ((c >= 0x20 && c < 0x7F) || c == '\n' || c == '\t') {
+      out += static_cast<char>(c);
+      ++i;
+    } else if (const size_t n = c >= 0x80 ? utf8_sequence(bytes, i) : 0) {
+      out.append(bytes, i, n);
+      i += n;
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 0xF];
+      ++i;
+    }
+  }
+  return out;
+}
+
 } // namespace data
 } // namespace lamp

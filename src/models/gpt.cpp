@@ -199,6 +199,9 @@ torch::Tensor generate(
   auto tokens = prompt.to(torch::kLong).cpu();
   try {
     for (int64_t i = 0; i < options.tokens(); ++i) {
+      if (options.stop_requested() && options.stop_requested()()) {
+        break;
+      }
       const int64_t n = tokens.size(0);
       const auto window = tokens.slice(0, std::max<int64_t>(0, n - context));
       auto logits = forward(window.unsqueeze(0).to(device))

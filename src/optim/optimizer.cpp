@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "lamp/optim/adam.h"
 #include "lamp/optim/decay_groups.h"
@@ -54,9 +56,10 @@ const std::vector<std::string>& optimizer_names() {
 
 namespace {
 
-// One param group, or two under no_bias_decay: the parameters with at most
-// one dimension (biases, the weights and biases of norms) in a group of
-// their own with no weight decay. Both use `defaults`' other options.
+// One param group, or two under no_bias_decay: the parameters that
+// decays_by_shape() exempts (biases, the weights and biases of norms) in a
+// group of their own with no weight decay. Both use `defaults`' other
+// options.
 template <typename Options>
 std::vector<torch::optim::OptimizerParamGroup> param_groups(
     std::vector<torch::Tensor> params, const Options& defaults,
@@ -68,7 +71,7 @@ std::vector<torch::optim::OptimizerParamGroup> param_groups(
   }
   std::vector<torch::Tensor> decay, no_decay;
   for (auto& p : params) {
-    (p.dim() <= 1 ? no_decay : decay).push_back(std::move(p));
+    (decays_by_shape(p) ? decay : no_decay).push_back(std::move(p));
   }
   return detail::groups_by_decay(std::move(decay), std::move(no_decay),
                                  defaults);
@@ -87,6 +90,15 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
       options.momentum() >= 0 && options.weight_decay() >= 0,
       "lamp::optim::make_optimizer: OptimizerOptions::momentum and weight_decay must be >= 0, got ",
       options.momentum(), " and ", options.weight_decay(), ".");
+  for (const auto& beta : {std::make_pair("beta1", options.beta1()),
+                           std::make_pair("beta2", options.beta2())}) {
+    TORCH_CHECK(
+        beta.second >= 0 && beta.second < 1,
+        "lamp::optim::make_optimizer: OptimizerOptions::", beta.first,
+        " must be in [0, 1), got ", beta.second,
+        "; choose one in that range (Python's defaults: beta1 0.9, beta2 0.999).");
+  }
+  const auto betas = std::make_tuple(options.beta1(), options.beta2());
   switch (kind) {
     case Kind::kSGD: {
       // Nesterov needs momentum (torch::optim refuses it without).
@@ -101,6 +113,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     }
     case Kind::kAdam: {
       const auto defaults = torch::optim::AdamOptions(options.lr())
+                                .betas(betas)
                                 .weight_decay(options.weight_decay());
       return std::make_unique<Adam>(
           param_groups(std::move(params), defaults, options), defaults,
@@ -108,6 +121,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     }
     case Kind::kAdamW: {
       const auto defaults = torch::optim::AdamWOptions(options.lr())
+                                .betas(betas)
                                 .weight_decay(options.weight_decay());
       return std::make_unique<AdamW>(
           param_groups(std::move(params), defaults, options), defaults,

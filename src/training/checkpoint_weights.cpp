@@ -94,6 +94,9 @@ CheckpointSettings read_checkpoint_settings(const std::string& path) {
   settings.epochs_done =
       lamp::detail::read_int(archive, "next_epoch", where.c_str());
   settings.settings = detail::read_stored_settings(archive, path);
+  settings.program_settings = detail::read_program_settings(archive, path);
+  settings.global_step =
+      lamp::detail::read_int(archive, "global_step", where.c_str());
   return settings;
 }
 

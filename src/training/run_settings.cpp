@@ -164,6 +164,21 @@ const std::vector<RunSetting>& run_settings() {
        unknown},
       {"num_shards", "LoaderOptions::num_shards", Kind::kInteger,
        [](const RunContext& r) { return V(r.loader.num_shards()); }, unknown},
+      // Runs measured in steps and nanoGPT's schedule; older checkpoints
+      // ran whole epochs with Adam's default betas.
+      {"steps", "TrainerOptions::steps", Kind::kInteger,
+       [](const RunContext& r) { return V(r.options.steps()); }, V(int64_t{0})},
+      {"warmup_steps", "TrainerOptions::warmup_steps", Kind::kInteger,
+       [](const RunContext& r) { return V(r.options.warmup_steps()); },
+       V(int64_t{0})},
+      {"min_lr", "TrainerOptions::min_lr", Kind::kReal,
+       [](const RunContext& r) { return V(r.options.min_lr()); }, V(0.0)},
+      {"beta1", "TrainerOptions::optimizer().beta1", Kind::kReal,
+       [](const RunContext& r) { return V(r.options.optimizer().beta1()); },
+       V(0.9)},
+      {"beta2", "TrainerOptions::optimizer().beta2", Kind::kReal,
+       [](const RunContext& r) { return V(r.options.optimizer().beta2()); },
+       V(0.999)},
       // Older checkpoints were all whole.
       {"zero_stage", "TrainerOptions::zero_stage", Kind::kInteger,
        [](const RunContext& r) {
@@ -252,7 +267,8 @@ constexpr int64_t kMaxHistory = 1000000;
 // schedule is the same whatever the run's length.
 void check_may_continue(torch::serialize::InputArchive& archive,
                         const std::string& path, const RunContext& run,
-                        int64_t stored_epochs) {
+                        const char* key, int64_t stored_length,
+                        int64_t length) {
   const std::string where = "lamp: " + path;
   const auto stored_schedule = parse_schedule(
       lamp::detail::read_string(archive, "schedule", where.c_str()));
@@ -260,19 +276,20 @@ void check_may_continue(torch::serialize::InputArchive& archive,
     return;
   }
   const auto& o = run.options;
-  const auto epochs = name_option(o, "epochs", "TrainerOptions::epochs");
+  const auto epochs =
+      name_option(o, key, std::string("TrainerOptions::") + key);
   const auto schedule = name_option(o, "schedule", "TrainerOptions::schedule");
   TORCH_CHECK(
-      false, "lamp: ", path, " was trained for ", stored_epochs,
-      " epochs with ", schedule, " ", to_string(stored_schedule),
-      ", whose learning rates depend on the run's length: a run of ",
-      o.epochs(),
-      " epochs follows another curve, so the learning rate would jump where the first run stopped. Only a ",
+      false, "lamp: ", path, " was trained for ", stored_length, " ", key,
+      " with ", schedule, " ", to_string(stored_schedule),
+      ", whose learning rates depend on the run's length: a run of ", length,
+      " ", key,
+      " follows another curve, so the learning rate would jump where the first run stopped. Only a ",
       schedule, " ", to_string(Schedule::kConstant),
       " run continues with more ", epochs,
       "; to train on from these weights, start a new run with ",
       name_option(o, "init_from", "TrainerOptions::init_from"), " ", path,
-      " and its own schedule, or resume with ", epochs, " ", stored_epochs,
+      " and its own schedule, or resume with ", epochs, " ", stored_length,
       ".");
 }
 
@@ -304,8 +321,15 @@ int64_t check_run_settings(torch::serialize::InputArchive& archive,
         name_option(run.options, setting.key, setting.library_name);
     if (std::string(setting.key) == "epochs" &&
         run.options.epochs() > stored_epochs) {
-      check_may_continue(archive, path, run, stored_epochs);
+      check_may_continue(archive, path, run, "epochs", stored_epochs,
+                         run.options.epochs());
       continue; // the schedule's own row checks that it is the same
+    }
+    if (std::string(setting.key) == "steps" && stored_value.toInt() > 0 &&
+        run.options.steps() > stored_value.toInt()) {
+      check_may_continue(archive, path, run, "steps", stored_value.toInt(),
+                         run.options.steps());
+      continue;
     }
     // The shards are the ranks: say so, with the way to start that many
     // (a program's namer gives its launcher, e.g. torchrun's flag), or to
@@ -412,6 +436,76 @@ std::vector<RunHistoryEntry> read_history(
     history.push_back(std::move(entry));
   }
   return history;
+}
+
+void write_program_settings(torch::serialize::OutputArchive& archive,
+                            const std::vector<ProgramSetting>& settings) {
+  c10::List<std::string> names, values;
+  c10::List<bool> checked;
+  for (const auto& setting : settings) {
+    names.push_back(setting.name);
+    values.push_back(setting.value);
+    checked.push_back(setting.checked);
+  }
+  torch::serialize::OutputArchive written;
+  written.write("names", c10::IValue(names));
+  written.write("values", c10::IValue(values));
+  written.write("checked", c10::IValue(checked));
+  archive.write("program_settings", written);
+}
+
+std::vector<ProgramSetting> read_program_settings(
+    torch::serialize::InputArchive& archive, const std::string& path) {
+  std::vector<ProgramSetting> settings;
+  torch::serialize::InputArchive stored;
+  if (!archive.try_read("program_settings", stored)) {
+    return settings; // written before checkpoints stored them
+  }
+  const std::string where = "lamp: " + path + ": program settings";
+  c10::IValue names, values, checked;
+  const bool complete = stored.try_read("names", names) &&
+                        stored.try_read("values", values) &&
+                        stored.try_read("checked", checked);
+  TORCH_CHECK(complete && names.isList() && values.isList() &&
+                  checked.isList() &&
+                  names.toListRef().size() == values.toListRef().size() &&
+                  names.toListRef().size() == checked.toListRef().size(),
+              where, " are damaged.");
+  const auto& n = names.toListRef();
+  const auto& v = values.toListRef();
+  const auto& c = checked.toListRef();
+  for (size_t i = 0; i < n.size(); ++i) {
+    TORCH_CHECK(n[i].isString() && v[i].isString() && c[i].isBool(), where,
+                " are damaged.");
+    settings.push_back({n[i].toStringRef(), v[i].toStringRef(), c[i].toBool()});
+  }
+  return settings;
+}
+
+void check_program_settings(const std::vector<ProgramSetting>& stored,
+                            const std::vector<ProgramSetting>& now,
+                            const std::string& path) {
+  std::string differences, fix;
+  for (const auto& was : stored) {
+    if (!was.checked) {
+      continue;
+    }
+    std::string value = "(not given)";
+    for (const auto& is : now) {
+      if (is.name == was.name) {
+        value = is.value;
+      }
+    }
+    if (value != was.value) {
+      differences += (differences.empty() ? "" : "; ") + was.name + " " +
+                     was.value + " there, " + value + " here";
+      fix += (fix.empty() ? "" : " ") + was.name + " " + was.value;
+    }
+  }
+  TORCH_CHECK(differences.empty(), "lamp: ", path,
+              " was trained with other settings than this run's: ", differences,
+              "; resume with ", fix,
+              " (a resumed run repeats the settings it was trained with).");
 }
 
 std::vector<std::pair<std::string, std::string>> describe_run_settings(

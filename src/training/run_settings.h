@@ -72,6 +72,22 @@ void write_history(torch::serialize::OutputArchive& archive,
 std::vector<RunHistoryEntry> read_history(
     torch::serialize::InputArchive& archive, const std::string& path);
 
+/// Writes TrainerOptions::program_settings under "program_settings".
+void write_program_settings(torch::serialize::OutputArchive& archive,
+                            const std::vector<ProgramSetting>& settings);
+
+/// The program settings write_program_settings() stored in `archive` (the
+/// checkpoint at `path`); empty for a checkpoint written before they were
+/// stored.
+std::vector<ProgramSetting> read_program_settings(
+    torch::serialize::InputArchive& archive, const std::string& path);
+
+/// Refuses a resume whose checked program settings differ from the stored
+/// ones (the checkpoint at `path`), every difference named in one message.
+void check_program_settings(const std::vector<ProgramSetting>& stored,
+                            const std::vector<ProgramSetting>& now,
+                            const std::string& path);
+
 /// Every setting of the table, in its order: (its name as the messages show
 /// it, name_option(), its value as they show it), e.g. {"--lr", "0.05"} or,
 /// without an option_name, {"TrainerOptions::optimizer().lr", "0.05"}. For

@@ -19,10 +19,12 @@ double cosine(double from, double to, double t) {
 } // namespace
 
 const NameTable<Schedule>& schedule_table() {
-  static const NameTable<Schedule> table("learning-rate schedule", "schedules",
-                                         {{"onecycle", Schedule::kOneCycle},
-                                          {"cosine", Schedule::kCosine},
-                                          {"constant", Schedule::kConstant}});
+  static const NameTable<Schedule> table(
+      "learning-rate schedule", "schedules",
+      {{"onecycle", Schedule::kOneCycle},
+       {"cosine", Schedule::kCosine},
+       {"warmup-cosine", Schedule::kWarmupCosine},
+       {"constant", Schedule::kConstant}});
   return table;
 }
 
@@ -39,14 +41,18 @@ bool depends_on_length(Schedule schedule) {
 }
 
 double learning_rate(Schedule schedule, double peak_lr, int64_t step,
-                     int64_t total_steps) {
+                     int64_t total_steps, int64_t warmup_steps, double min_lr) {
   TORCH_CHECK(
       total_steps > 0 && step >= 0,
       "lamp::training::learning_rate: need step >= 0 and total_steps > 0, got ",
       step, " and ", total_steps, ".");
+  if (schedule == Schedule::kWarmupCosine) {
+    return warmup_cosine_lr(peak_lr, step, warmup_steps, total_steps, min_lr);
+  }
   step = std::min(step, total_steps - 1);
   switch (schedule) {
     case Schedule::kConstant:
+    case Schedule::kWarmupCosine: // above
       return peak_lr;
     case Schedule::kCosine:
       return cosine(peak_lr, 0.0, static_cast<double>(step) / total_steps);

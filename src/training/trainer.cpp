@@ -15,6 +15,7 @@
 #include "platform/archive.h"
 #include "platform/paths.h"
 #include "training/divergence_watch.h"
+#include "training/epoch_run.h"
 #include "training/run_settings.h"
 
 namespace lamp {
@@ -169,6 +170,8 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   TORCH_CHECK(o.epochs() <= std::numeric_limits<int64_t>::max() / batches,
               "lamp: ", o.epochs(), " epochs of ", batches,
               " steps overflow the step counter; use fewer epochs.");
+  check_step_options(batches);
+  total_steps_ = o.steps() > 0 ? o.steps() : o.epochs() * batches;
   train_data_ = data::fingerprint(train_loader_.data());
   test_data_ = data::fingerprint(test_loader_.data());
   const auto& group = o.process_group();
@@ -177,6 +180,10 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
     // writing the same checkpoint fail now, not after the first epoch.
     check_checkpoint_path(o.checkpoint(), "checkpoint");
     lock_ = std::make_unique<CheckpointLock>(o.checkpoint());
+  }
+  if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
+    check_checkpoint_path(o.best_checkpoint(), "best_checkpoint");
+    best_lock_ = std::make_unique<CheckpointLock>(o.best_checkpoint());
   }
   if (group) {
     check_ranks_agree(*group);
@@ -235,6 +242,84 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   }
 }
 
+void ClassifierTrainer::check_step_options(int64_t batches) const {
+  const auto& o = options_;
+  const auto name = [&](const char* key, const char* library_name) {
+    return name_option(o, key, library_name);
+  };
+  const int64_t accumulation = o.step().accumulation_steps();
+  const auto accumulation_name =
+      name("accumulation_steps", "TrainerOptions::step().accumulation_steps");
+  // Counts of steps that must be >= 0 and land on optimizer steps: an
+  // evaluation or checkpoint inside an accumulation cycle would see (or
+  // save) half-summed gradients.
+  const std::vector<std::pair<std::string, int64_t>> counts = {
+      {name("steps", "TrainerOptions::steps"), o.steps()},
+      {name("eval_every", "TrainerOptions::eval_every"), o.eval_every()},
+      {name("checkpoint_every", "TrainerOptions::checkpoint_every"),
+       o.checkpoint_every()}};
+  for (const auto& count : counts) {
+    TORCH_CHECK(count.second >= 0, "lamp: ", count.first,
+                " must be >= 0 (0 = off), got ", count.second, ".");
+    TORCH_CHECK(
+        count.second % accumulation == 0, "lamp: ", count.first, " ",
+        count.second, " is not a multiple of the ", accumulation, " ",
+        accumulation_name, ": it would fall inside an accumulation cycle; use ",
+        accumulation * std::max<int64_t>(1, count.second / accumulation),
+        " or another multiple of ", accumulation, ".");
+  }
+  const int64_t epoch_steps = o.epochs() * batches;
+  TORCH_CHECK(o.steps() <= epoch_steps,
+              "lamp: ", name("steps", "TrainerOptions::steps"), " ", o.steps(),
+              " is more than the ", o.epochs(), " ",
+              name("epochs", "TrainerOptions::epochs"), " of ", batches,
+              " steps hold (", epoch_steps, "); give ",
+              name("epochs", "TrainerOptions::epochs"), " ",
+              (o.steps() + batches - 1) / batches, " or more.");
+  const int64_t total = o.steps() > 0 ? o.steps() : epoch_steps;
+  const auto schedule = name("schedule", "TrainerOptions::schedule");
+  if (o.schedule() == Schedule::kWarmupCosine) {
+    TORCH_CHECK(o.warmup_steps() >= 0 && o.warmup_steps() < total,
+                "lamp: ", name("warmup_steps", "TrainerOptions::warmup_steps"),
+                " ", o.warmup_steps(),
+                " must be >= 0 and shorter than the run's ", total,
+                " steps; give fewer warm-up steps or a longer run.");
+    TORCH_CHECK(
+        std::isfinite(o.min_lr()) && o.min_lr() >= 0 &&
+            o.min_lr() <= o.optimizer().lr(),
+        "lamp: ", name("min_lr", "TrainerOptions::min_lr"), " ", o.min_lr(),
+        " must be in [0, ", name("lr", "TrainerOptions::optimizer().lr"), " ",
+        o.optimizer().lr(), "]: the cosine decays from the peak to it.");
+  } else {
+    TORCH_CHECK(o.warmup_steps() == 0 && o.min_lr() == 0,
+                "lamp: ", name("warmup_steps", "TrainerOptions::warmup_steps"),
+                " and ", name("min_lr", "TrainerOptions::min_lr"), " shape ",
+                schedule, " warmup-cosine, not ", to_string(o.schedule()),
+                "; give ", schedule, " warmup-cosine or leave them out.");
+  }
+  const auto checkpoint = name("checkpoint", "TrainerOptions::checkpoint");
+  TORCH_CHECK(
+      o.checkpoint_every() == 0 || !o.checkpoint().empty(),
+      "lamp: ", name("checkpoint_every", "TrainerOptions::checkpoint_every"),
+      " says how often to write ", checkpoint, ", which is not given; give ",
+      checkpoint, " PATH or leave it out.");
+  const auto best = name("best_checkpoint", "TrainerOptions::best_checkpoint");
+  if (!o.best_checkpoint().empty()) {
+    TORCH_CHECK(o.eval_every() > 0, "lamp: ", best,
+                " is written after the evaluations of ",
+                name("eval_every", "TrainerOptions::eval_every"),
+                ", which is off; give it too.");
+    TORCH_CHECK(o.best_checkpoint() != o.checkpoint(), "lamp: ", best, " and ",
+                checkpoint, " are the same file (", o.checkpoint(),
+                "); give the best checkpoint its own name.");
+    // Its shard files would be cleaned up as the last checkpoint's.
+    TORCH_CHECK(o.zero_stage() == 0, "lamp: ", best,
+                " is not available with sharded optimizer state (",
+                name("zero_stage", "TrainerOptions::zero_stage"), " ",
+                o.zero_stage(), "); leave it out, or shard nothing.");
+  }
+}
+
 void ClassifierTrainer::check_ranks_agree(
     distributed::ProcessGroup& group) const {
   const auto& o = options_;
@@ -257,6 +342,10 @@ void ClassifierTrainer::check_ranks_agree(
         std::to_string(o.eval_batch_size())},
        {name("max_steps", "TrainerOptions::max_steps"),
         std::to_string(o.max_steps())},
+       {name("eval_every", "TrainerOptions::eval_every"),
+        std::to_string(o.eval_every())},
+       {name("checkpoint_every", "TrainerOptions::checkpoint_every"),
+        std::to_string(o.checkpoint_every())},
        {name("limit_eval_batches", "TrainerOptions::limit_eval_batches"),
         std::to_string(o.limit_eval_batches())},
        {name("divergence_patience", "TrainerOptions::divergence_patience"),
@@ -273,25 +362,11 @@ void ClassifierTrainer::check_ranks_agree(
       "Give every rank the same options and the same data (the fingerprints are of the files' contents).");
 }
 
-// One epoch in progress: its stats and the running sums behind them.
-struct ClassifierTrainer::EpochRun {
-  int64_t epoch = 0;      // 0-based
-  int64_t batches = 0;    // of a whole epoch
-  int64_t last_batch = 0; // 1-based: `batches`, or fewer where max_steps stops
-  int64_t total_steps = 0;
-  EpochStats stats;
-  torch::Tensor loss_sum; // FP64, on the device: finite losses
-  int64_t non_finite_before = 0;
-  int64_t images = 0;
-  int64_t warmup_images = 0;
-  bool graphs_before_epoch = false;
-  std::chrono::steady_clock::time_point start;
-};
-
 std::vector<EpochStats> ClassifierTrainer::fit(
     const std::function<void(const EpochStats&)>& on_epoch,
     const std::function<void(const BatchProgress&)>& on_batch,
-    const std::function<void(const EvalProgress&)>& on_eval_batch) {
+    const std::function<void(const EvalProgress&)>& on_eval_batch,
+    const std::function<void(const StepEvaluation&)>& on_evaluation) {
   const auto& o = options_;
   const auto device = train_loader_.device();
   // Divergence is tracked across epochs, so that it is caught however short
@@ -300,28 +375,43 @@ std::vector<EpochStats> ClassifierTrainer::fit(
                         [this] { return locate_numerics(); });
   std::vector<EpochStats> history;
   stop_point_ = StopPoint();
+  // The schedule spans the whole run even where max_steps stops early, so
+  // that a run cut short and resumed follows the same learning rates.
+  interval_loss_sum_ = torch::zeros(
+      {}, torch::TensorOptions().device(device).dtype(torch::kDouble));
+  interval_steps_ = 0;
+  interval_non_finite_before_ = 0;
+  const int64_t end_step =
+      o.max_steps() > 0 ? std::min(total_steps_, o.max_steps()) : total_steps_;
   for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
-    if (o.max_steps() > 0 && global_step_ >= o.max_steps()) {
+    if (global_step_ >= end_step) {
       break;
     }
     EpochRun run;
     run.epoch = epoch;
     run.batches = train_loader_.batches_per_epoch();
-    run.last_batch = o.max_steps() > 0
-                         ? std::min(run.batches, o.max_steps() - global_step_)
-                         : run.batches;
-    // The schedule spans all epochs even when max_steps stops early, so that
-    // a run cut short and resumed follows the same learning rates.
-    run.total_steps = o.epochs() * run.batches;
-    if (!train_epoch(run, watch, on_batch)) {
-      break; // stopped on request: the epoch's steps are not all done
+    run.first_batch = epoch == start_epoch_ ? start_step_in_epoch_ : 0;
+    run.end_step = end_step;
+    run.watch = &watch;
+    run.last_batch =
+        std::min(run.batches, run.first_batch + (end_step - global_step_));
+    // What save_checkpoint() reads inside the epoch; cleared however the
+    // epoch ends (an error unwinding through it too).
+    struct ActiveRun {
+      const EpochRun*& slot;
+      ~ActiveRun() { slot = nullptr; }
+    } active{active_run_ = &run};
+    if (!train_epoch(run, watch, on_batch, on_eval_batch, on_evaluation)) {
+      break; // stopped on request, its checkpoint written where asked for
     }
     finish_epoch(run, watch);
-    if (!evaluate_epoch(run, watch, on_eval_batch)) {
-      end_epoch(run.stats); // trained whole: its checkpoint is written
-      break;
+    const bool evaluated =
+        o.eval_every() > 0 || evaluate_epoch(run, watch, on_eval_batch);
+    run.stats.evaluated = o.eval_every() == 0;
+    end_epoch(run);
+    if (!evaluated) {
+      break; // trained whole: its checkpoint is written
     }
-    end_epoch(run.stats);
     history.push_back(run.stats);
     if (on_epoch) {
       on_epoch(run.stats);
@@ -336,13 +426,47 @@ bool ClassifierTrainer::stop_here(const EpochRun& run, int64_t steps,
   if (!stop || !stop()) {
     return false;
   }
-  stop_point_ = {true, run.epoch + 1, steps, run.batches, in_evaluation};
+  stop_point_ = {true,          run.epoch + 1, steps,           run.batches,
+                 in_evaluation, global_step_,  checkpoint_step_};
   return true;
+}
+
+bool ClassifierTrainer::single_process() const {
+  const auto& group = options_.process_group();
+  return !group || !group->is_distributed();
+}
+
+void ClassifierTrainer::save_at_stop() {
+  const auto& o = options_;
+  // Ranks may be asked to stop at different steps, and a checkpoint is
+  // written by all of them (sharded) or from the state they share: in a
+  // data-parallel run only the points every rank reaches together write one.
+  if (o.checkpoint().empty() || checkpoint_step_ == global_step_ ||
+      !single_process()) {
+    return;
+  }
+  write_checkpoint();
+  stop_point_.checkpoint_step = checkpoint_step_;
+}
+
+void ClassifierTrainer::write_checkpoint() {
+  save_checkpoint(options_.checkpoint());
+  checkpoint_step_ = global_step_;
+}
+
+bool ClassifierTrainer::checkpoint_is_mine() const {
+  const auto& group = options_.process_group();
+  // Sharded, every rank writes its shard (save_checkpoint is then a
+  // collective); otherwise rank 0 writes the whole checkpoint.
+  return !options_.checkpoint().empty() &&
+         (!group || group->is_main() || step_->optimizer_sharding() != nullptr);
 }
 
 bool ClassifierTrainer::train_epoch(
     EpochRun& run, DivergenceWatch& watch,
-    const std::function<void(const BatchProgress&)>& on_batch) {
+    const std::function<void(const BatchProgress&)>& on_batch,
+    const std::function<void(const EvalProgress&)>& on_eval_batch,
+    const std::function<void(const StepEvaluation&)>& on_evaluation) {
   const auto& o = options_;
   const auto device = train_loader_.device();
   train_loader_.set_epoch(run.epoch);
@@ -354,18 +478,24 @@ bool ClassifierTrainer::train_epoch(
   watch.begin_epoch();
   run.stats.epoch = run.epoch + 1;
   run.stats.steps_in_epoch = run.batches;
-  run.loss_sum = torch::zeros(
-      {}, torch::TensorOptions().device(device).dtype(torch::kDouble));
+  run.stats.resumed_steps = run.first_batch;
+  const auto fp64 = torch::TensorOptions().device(device).dtype(torch::kDouble);
+  // A resume inside the epoch carries on its sums, so that its loss is the
+  // one the straight run reports.
+  const bool resumed = run.first_batch > 0;
+  run.loss_sum = torch::full({}, resumed ? resumed_loss_sum_ : 0.0, fp64);
+  run.non_finite_resumed = resumed ? resumed_non_finite_ : 0;
   run.non_finite_before = watch.read_non_finite_losses();
   synchronize(device);
   run.start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < run.last_batch; ++i) {
+  for (int64_t i = run.first_batch; i < run.last_batch; ++i) {
     if (stop_here(run, i, /*in_evaluation=*/false)) {
+      save_at_stop();
       return false;
     }
     auto& stats = run.stats;
     stats.lr = learning_rate(o.schedule(), o.optimizer().lr(), global_step_,
-                             run.total_steps);
+                             total_steps_, o.warmup_steps(), o.min_lr());
     set_learning_rate(step_->optimizer(), stats.lr);
     const auto batch = train_loader_.batch(i);
     // The run's first step (cuDNN autotuning, allocator and cache warm-up;
@@ -402,10 +532,16 @@ bool ClassifierTrainer::train_epoch(
     // The epoch's loss is the mean of its finite losses: a step skipped for
     // overflow is not training on garbage; one that trains on it leaves
     // non-finite weights, checked at the end of the epoch.
-    run.loss_sum += result.loss.nan_to_num(0.0, 0.0, 0.0);
+    const auto finite_loss = result.loss.nan_to_num(0.0, 0.0, 0.0);
+    run.loss_sum += finite_loss;
+    if (o.eval_every() > 0) {
+      interval_loss_sum_ += finite_loss;
+      ++interval_steps_;
+    }
     run.images += batch.labels.size(0);
     ++stats.steps;
     ++global_step_;
+    start_step_in_epoch_ = i + 1; // the position a checkpoint holds
     watch.record(run.epoch, result);
     if (on_batch) {
       BatchProgress progress;
@@ -418,12 +554,92 @@ bool ClassifierTrainer::train_epoch(
       progress.lr = stats.lr;
       progress.loss = result.loss;
       progress.loss_scale = result.scale;
+      progress.grad_norm = result.grad_norm;
       progress.epoch_loss_sum = run.loss_sum;
       progress.non_finite_losses = watch.non_finite_losses();
       progress.non_finite_before_epoch = run.non_finite_before;
+      progress.resumed_batches = run.first_batch;
+      progress.resumed_loss_sum = resumed ? resumed_loss_sum_ : 0.0;
       progress.warmup = warmup_step;
       on_batch(progress);
     }
+    if (o.eval_every() > 0 &&
+        (global_step_ % o.eval_every() == 0 || global_step_ == run.end_step)) {
+      if (!evaluate_at_step(run, watch, on_eval_batch, on_evaluation)) {
+        save_at_stop();
+        return false;
+      }
+    }
+    // Inside the epoch only: its end writes its own checkpoint.
+    if (o.checkpoint_every() > 0 && global_step_ % o.checkpoint_every() == 0 &&
+        i + 1 < run.last_batch && checkpoint_is_mine() &&
+        checkpoint_step_ != global_step_) {
+      write_checkpoint();
+    }
+  }
+  return true;
+}
+
+bool ClassifierTrainer::evaluate_at_step(
+    EpochRun& run, DivergenceWatch& watch,
+    const std::function<void(const EvalProgress&)>& on_eval_batch,
+    const std::function<void(const StepEvaluation&)>& on_evaluation) {
+  const auto eval_start = std::chrono::steady_clock::now();
+  const auto evaluated = run_evaluation(on_eval_batch, run.epoch + 1, [&] {
+    return stop_here(run, start_step_in_epoch_, /*in_evaluation=*/true);
+  });
+  model_->train();
+  if (!evaluated) {
+    return false;
+  }
+  StepEvaluation e;
+  e.global_step = global_step_;
+  e.epoch = run.epoch + 1;
+  auto interval_sum = interval_loss_sum_;
+  const auto& group = options_.process_group();
+  if (group && group->is_distributed()) {
+    interval_sum = interval_sum.clone();
+    group->all_reduce_(interval_sum, lamp::distributed::ReduceOp::kSum,
+                       "the all-reduce of the training loss since the last "
+                       "evaluation");
+    interval_sum.div_(group->world_size());
+  }
+  const int64_t non_finite = watch.read_non_finite_losses();
+  const int64_t finite_steps =
+      interval_steps_ - (non_finite - interval_non_finite_before_);
+  e.train_loss =
+      finite_steps > 0 ? interval_sum.item<double>() / finite_steps : 0.0;
+  interval_loss_sum_.zero_();
+  interval_steps_ = 0;
+  interval_non_finite_before_ = non_finite;
+  e.test_loss = evaluated->loss;
+  e.test_accuracy = evaluated->accuracy;
+  e.test_batches = evaluated->batches;
+  e.test_batches_in_set = evaluated->batches_in_set;
+  e.test_images = evaluated->images;
+  e.lr = run.stats.lr;
+  e.eval_seconds = seconds_since(eval_start);
+  // Inside the epoch's time: not training, so not in its rate.
+  run.stats.eval_seconds += e.eval_seconds;
+  watch.check_test_loss(run.epoch, e.test_loss);
+  const auto& o = options_;
+  if (e.test_loss < best_test_loss_) {
+    best_test_loss_ = e.test_loss;
+    if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
+      save_checkpoint(o.best_checkpoint());
+      e.best_written = true;
+    }
+  }
+  e.best_test_loss = best_test_loss_;
+  // The evaluation's step is the natural point to save, as nanoGPT does;
+  // checkpoint_every decides whether it is one.
+  if (o.checkpoint_every() > 0 && global_step_ % o.checkpoint_every() == 0 &&
+      checkpoint_is_mine() && checkpoint_step_ != global_step_) {
+    write_checkpoint();
+    e.checkpoint_written = true;
+  }
+  if (on_evaluation) {
+    on_evaluation(e);
   }
   return true;
 }
@@ -432,7 +648,9 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
   const auto device = train_loader_.device();
   auto& stats = run.stats;
   synchronize(device);
-  stats.seconds = seconds_since(run.start);
+  // Training time only: the evaluations of eval_every inside the epoch
+  // (their time is in eval_seconds) are left out.
+  stats.seconds = seconds_since(run.start) - stats.eval_seconds;
   if (stats.warmup_seconds > 0 && run.images > run.warmup_images) {
     stats.seconds -= stats.warmup_seconds;
     run.images -= run.warmup_images;
@@ -448,13 +666,14 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
   }
   stats.global_step = global_step_;
   stats.skipped_steps = watch.read_epoch_skipped();
-  stats.non_finite_losses =
-      watch.read_non_finite_losses() - run.non_finite_before;
-  const int64_t finite_steps = stats.steps - stats.non_finite_losses;
+  stats.non_finite_losses = watch.read_non_finite_losses() -
+                            run.non_finite_before + run.non_finite_resumed;
+  const int64_t finite_steps =
+      stats.resumed_steps + stats.steps - stats.non_finite_losses;
   stats.train_loss =
       finite_steps > 0 ? run.loss_sum.item<double>() / finite_steps : 0.0;
-  watch.check_epoch(run.epoch, stats.steps, stats.non_finite_losses,
-                    stats.train_loss, *model_);
+  watch.check_epoch(run.epoch, stats.resumed_steps + stats.steps,
+                    stats.non_finite_losses, stats.train_loss, *model_);
   stats.images_per_second =
       stats.seconds > 0 ? run.images / stats.seconds : 0.0;
   stats.peak_memory_bytes =
@@ -511,19 +730,22 @@ std::string ClassifierTrainer::locate_numerics() {
              : "re-running the last batch under the numerics check: " + finding;
 }
 
-void ClassifierTrainer::end_epoch(EpochStats& stats) {
-  if (stats.partial()) {
-    return; // cut short by max_steps: no checkpoint inside an epoch
+void ClassifierTrainer::end_epoch(EpochRun& run) {
+  auto& stats = run.stats;
+  if (!stats.partial()) {
+    start_epoch_ = stats.epoch;
+    start_step_in_epoch_ = 0;
   }
-  start_epoch_ = stats.epoch;
-  const auto& o = options_;
-  // Sharded, every rank writes its shard (save_checkpoint is then a
-  // collective); otherwise rank 0 writes the whole checkpoint.
-  if (!o.checkpoint().empty() &&
-      (!o.process_group() || o.process_group()->is_main() ||
-       step_->optimizer_sharding() != nullptr)) {
-    save_checkpoint(o.checkpoint());
+  // A partial epoch (the run ended inside it) writes the position inside
+  // it: a longer run resumes there.
+  if (checkpoint_is_mine()) {
+    if (checkpoint_step_ != global_step_) {
+      write_checkpoint(); // else an evaluation at this step wrote it
+    }
     stats.checkpoint_written = true;
+  }
+  if (stop_point_.stopped) { // during the epoch's evaluation
+    stop_point_.checkpoint_step = checkpoint_step_;
   }
 }
 

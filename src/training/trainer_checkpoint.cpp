@@ -6,8 +6,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "platform/archive.h"
 #include "platform/paths.h"
 #include "training/divergence_watch.h"
+#include "training/epoch_run.h"
 #include "training/run_settings.h"
 
 namespace lamp {
@@ -84,9 +87,36 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   archive.write("train_images", c10::IValue(train_loader_.size()));
   archive.write("steps_per_epoch",
                 c10::IValue(train_loader_.batches_per_epoch()));
-  archive.write("next_epoch", c10::IValue(start_epoch_));
+  // The position: the epoch in progress and its steps done (0 after a
+  // whole epoch), with the sums of that epoch's losses so far, so that a
+  // resume inside it reports the straight run's loss.
+  const int64_t batches = train_loader_.batches_per_epoch();
+  int64_t next_epoch = start_epoch_;
+  int64_t epoch_step = start_step_in_epoch_;
+  double epoch_loss_sum = resumed_loss_sum_;
+  int64_t epoch_non_finite = resumed_non_finite_;
+  if (active_run_ != nullptr) {
+    epoch_loss_sum = active_run_->loss_sum.item<double>();
+    const auto& run = *active_run_;
+    epoch_non_finite = run.watch->read_non_finite_losses() -
+                       run.non_finite_before + run.non_finite_resumed;
+  }
+  if (epoch_step >= batches) { // trained whole, not yet ended
+    ++next_epoch;
+    epoch_step = 0;
+  }
+  if (epoch_step == 0) {
+    epoch_loss_sum = 0;
+    epoch_non_finite = 0;
+  }
+  archive.write("next_epoch", c10::IValue(next_epoch));
+  archive.write("epoch_step", c10::IValue(epoch_step));
+  archive.write("epoch_loss_sum", c10::IValue(epoch_loss_sum));
+  archive.write("epoch_non_finite", c10::IValue(epoch_non_finite));
+  archive.write("best_test_loss", c10::IValue(best_test_loss_));
   archive.write("global_step", c10::IValue(global_step_));
   detail::write_history(archive, history_);
+  detail::write_program_settings(archive, o.program_settings());
   // The data order and augmentation come from (seed, epoch); the global CPU
   // generator (weight init, dropout in users' models) is saved as well.
   archive.write("cpu_rng_state",
@@ -234,16 +264,43 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
               " steps per epoch but this run has ", batches, " (another ",
               name_option(o, "drop_last", "LoaderOptions::drop_last"),
               " or number of ranks); resume with the same settings.");
-  // Written only after complete epochs: the position is (epoch, epoch*steps).
+  // The position: the epoch in progress and its steps done (checkpoints
+  // written before they could be written inside an epoch: 0).
   const auto next_epoch = integer("next_epoch");
   const auto global_step = integer("global_step");
-  TORCH_CHECK(steps_per_epoch >= 1 && next_epoch >= 1 &&
-                  next_epoch <= checkpoint_epochs &&
-                  global_step == next_epoch * steps_per_epoch,
+  c10::IValue present;
+  const bool inside = archive.try_read("epoch_step", present);
+  const int64_t epoch_step = inside ? integer("epoch_step") : 0;
+  const double epoch_loss_sum =
+      inside
+          ? lamp::detail::read_number(archive, "epoch_loss_sum", where.c_str())
+          : 0.0;
+  const int64_t epoch_non_finite = inside ? integer("epoch_non_finite") : 0;
+  const double best_test_loss =
+      archive.try_read("best_test_loss", present)
+          ? lamp::detail::read_number(archive, "best_test_loss", where.c_str())
+          : std::numeric_limits<double>::infinity();
+  TORCH_CHECK(steps_per_epoch >= 1 && next_epoch >= 0 && epoch_step >= 0 &&
+                  epoch_step < steps_per_epoch &&
+                  next_epoch * steps_per_epoch + epoch_step >= 1 &&
+                  (next_epoch < checkpoint_epochs ||
+                   (next_epoch == checkpoint_epochs && epoch_step == 0)) &&
+                  global_step == next_epoch * steps_per_epoch + epoch_step &&
+                  epoch_non_finite >= 0 && epoch_non_finite <= epoch_step &&
+                  std::isfinite(epoch_loss_sum) && !std::isnan(best_test_loss),
               "lamp: ", path, " is at epoch ", next_epoch, ", step ",
-              global_step, ", which a run of ", checkpoint_epochs,
+              global_step, " (", epoch_step,
+              " into the epoch), which a run of ", checkpoint_epochs,
               " epochs of ", steps_per_epoch,
               " steps cannot reach; the checkpoint is damaged.");
+  TORCH_CHECK(epoch_step == 0 || !resharding, "lamp: ", path, " was written ",
+              epoch_step, " steps into epoch ", next_epoch + 1,
+              ", and a resume on another number of ranks splits the data "
+              "anew from an epoch's start; resume it on the ranks it had "
+              "until the epoch ends (or another whole-epoch checkpoint), then "
+              "reshard.");
+  const auto& stored_program = detail::read_program_settings(archive, path);
+  detail::check_program_settings(stored_program, o.program_settings(), path);
   torch::Tensor rng_state;
   try {
     archive.read("cpu_rng_state", rng_state);
@@ -320,7 +377,13 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
   at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
   generator.set_state(rng_state);
   start_epoch_ = next_epoch;
-  global_step_ = next_epoch * batches; // the saved step unless resharding
+  start_step_in_epoch_ = epoch_step;
+  // The saved step unless resharding (then epoch_step is 0).
+  global_step_ = next_epoch * batches + epoch_step;
+  resumed_loss_sum_ = epoch_loss_sum;
+  resumed_non_finite_ = epoch_non_finite;
+  best_test_loss_ = best_test_loss;
+  checkpoint_step_ = o.checkpoint() == path ? global_step_ : -1;
   if (resharding) {
     history.push_back({detail::kResharded, next_epoch, checkpoint_epochs,
                        o.epochs(), "", saved_shards, shards_now});

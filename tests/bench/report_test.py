@@ -242,7 +242,7 @@ class GPTRows(unittest.TestCase):
                       resnet)
         self.assertIn("- GPT rows: batch is sequences of `context` byte "
                       "tokens, the rate tokens/s", text)
-        self.assertIn("AdamW lr 6e-4", text)
+        self.assertIn("AdamW lr 1e-3, betas (0.9, 0.99)", text)
         mixed = lines[lines.index("## Mixed precision against FP32 and "
                                   "TF32"):]
         row = [c.strip() for c in next(

@@ -15,6 +15,15 @@
       and a history without delayed scaling, are refused by name
   check_gpt.py sample TRAIN_GPT WORK_DIR
       the same --seed gives the same sample, another seed another
+  check_gpt.py steps TRAIN_GPT WORK_DIR
+      a run measured in steps with evaluations and checkpoints every N
+      steps; --resume alone from inside an epoch is bit-identical; a changed
+      data file and bad step flags are refused
+  check_gpt.py threads TRAIN_GPT WORK_DIR
+      --threads, OMP_NUM_THREADS and the default (the physical cores) in
+      the header and the run record
+  check_gpt.py sample-signal TRAIN_GPT WORK_DIR
+      SIGTERM during a long sample stops it at once, exit 143, valid UTF-8
   check_gpt.py bad-data TRAIN_GPT WORK_DIR
       missing, empty, binary, too short and text-less inputs: exit 1 and a
       message naming the file and the fix
@@ -29,9 +38,11 @@ import json
 import math
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 from check_cli import fresh
 
@@ -156,6 +167,8 @@ def resume(train_gpt, work):
     if [g["epoch"] for g in got] != [2]:
         fail(f"the resumed run trained epochs {[g['epoch'] for g in got]}, "
              f"expected [2]")
+    if not want[1]["evaluated"] or want[1]["test_loss"] <= 0:
+        fail(f"a run of --epochs is not evaluated after each epoch: {want[1]}")
     for key in ("train_loss", "test_loss", "test_accuracy"):
         if got[0][key] != want[1][key]:
             fail(f"epoch 2 resumed {key} {got[0][key]!r} differs from the "
@@ -164,12 +177,15 @@ def resume(train_gpt, work):
         fail("the resumed run's sample differs from the straight run's")
     print(f"  epoch 2 after --resume: bit-identical losses "
           f"({got[0]['train_loss']!r}, {got[0]['test_loss']!r}) and sample")
-    # Another shape is refused, naming both.
-    r = run([train_gpt, "--resume", ck, "--data", text, "--layers", "3"] +
-            COMMON[len(SHAPE):] + SHAPE[2:])
-    if r.returncode != 1 or "resume with the checkpoint's shape" not in r.stderr:
-        fail(f"a resume with --layers 3: exit {r.returncode}, {r.stderr!r}")
-    print("  another --layers: " + r.stderr.strip().splitlines()[-1][:160])
+    # Another shape is refused, naming every difference.
+    r = run([train_gpt, "--resume", ck, "--data", text, "--layers", "3",
+             "--dropout", "0.1"] + COMMON[len(SHAPE):])
+    if r.returncode != 1 or "--layers 2 there, 3 here; --dropout 0 there, " \
+            "0.1 here" not in r.stderr:
+        fail(f"a resume with --layers 3 --dropout 0.1: exit {r.returncode}, "
+             f"{r.stderr!r}")
+    print("  another --layers and --dropout: " +
+          r.stderr.strip().splitlines()[-1][:160])
 
 
 def fp8_recipe(train_gpt, work):
@@ -242,6 +258,167 @@ def sample(train_gpt, work):
     if len(one) < 30:
         fail(f"the sample is shorter than --sample-tokens 60 allows: {one!r}")
     print(f"  --seed 3 twice: the same {len(one)} characters; --seed 4 others")
+
+
+def steps(train_gpt, work):
+    """A run measured in steps (nanoGPT's recipe: warm-up + cosine by steps,
+    evaluations every N steps, checkpoints inside epochs, the best one
+    kept): stopped inside an epoch by --max-steps, --resume alone (no
+    --data, no shape) ends where the straight run ends, to the bit; a
+    changed data file is refused."""
+    text = make_text(work)
+    run_flags = ["--steps", "40", "--warmup-steps", "5", "--eval-every", "10",
+                 "--eval-batches", "2", "--seed", "5", "--precision", "fp32",
+                 "--dropout", "0.1", "--log-every", "1"]
+    shape = [a for a in SHAPE if a not in ("--dropout", "0")]
+    common = shape + COMMON[len(SHAPE):]
+    straight_log = fresh(work, "steps-straight.jsonl")
+    straight = expect_success([train_gpt, "--data", text, "--log-json",
+                               straight_log] + run_flags + common)
+    evals = records(straight_log, "evaluation")
+    if [e["global_step"] for e in evals] != [10, 20, 30, 40]:
+        fail(f"evaluations at {[e['global_step'] for e in evals]}, expected "
+             f"10, 20, 30, 40")
+    lines = [l for l in straight.stdout.splitlines() if l.startswith("step ")]
+    if len(lines) != 4 or not lines[0].startswith("step 10/40  train loss"):
+        fail(f"evaluation lines {lines!r}")
+    step_records = records(straight_log, "step")
+    if not all(s["grad_norm"] is not None and s["grad_norm"] > 0
+               for s in step_records):
+        fail("the step records lack the gradient norm")
+    # nanoGPT's schedule by steps: 5 warm-up steps to 1e-3, cosine to 1e-4.
+    lrs = [s["lr"] for s in step_records]
+    if abs(lrs[0] - 2e-4) > 1e-12 or abs(lrs[4] - 1e-3) > 1e-12 or \
+            not (1e-4 < lrs[-1] < 1.1e-4):
+        fail(f"learning rates {lrs[:6]} ... {lrs[-1]}: not warm-up + cosine")
+    # Stopped at step 23 (inside an epoch) with a checkpoint every 10 steps
+    # (and at the stop), then --resume alone.
+    ck = fresh(work, "steps.pt")
+    best = ck[:-3] + ".best.pt"
+    if os.path.exists(best):
+        os.remove(best)
+    expect_success([train_gpt, "--data", text, "--checkpoint", ck,
+                    "--checkpoint-every", "10", "--max-steps", "23"] +
+                   run_flags + common)
+    if not os.path.exists(best):
+        fail(f"no best checkpoint at {best}")
+    resumed_log = fresh(work, "steps-resumed.jsonl")
+    r = expect_success([train_gpt, "--resume", ck, "--no-progress",
+                        "--sample-tokens", "60", "--log-json", resumed_log])
+    if "resuming at epoch" not in r.stdout or "step 24" not in r.stdout:
+        fail(f"the header does not say where it resumes: {r.stdout[:300]!r}")
+    got = records(resumed_log, "evaluation")
+    if [e["global_step"] for e in got] != [30, 40] or \
+            [e["test_loss"] for e in got] != [e["test_loss"] for e in evals[2:]]:
+        fail(f"resumed evaluations {got} differ from the straight run's "
+             f"{evals[2:]}")
+    if sample_of(r.stdout) != sample_of(straight.stdout):
+        fail("the resumed run's sample differs from the straight run's")
+    print(f"  --resume alone at step 23: evaluations at 30 and 40 "
+          f"bit-identical ({got[-1]['test_loss']!r}), the same sample")
+    # The data file changed under the checkpoint: refused, naming it.
+    with open(text, "a") as f:
+        f.write("One more line.\n")
+    r = run([train_gpt, "--resume", ck, "--no-progress"])
+    if r.returncode != 1 or "resume with the same --data" not in r.stderr:
+        fail(f"a changed data file: exit {r.returncode}, {r.stderr!r}")
+    print("  a changed data file: " + r.stderr.strip().splitlines()[-1][:150])
+    # Bad step flags: exit 2 naming the flag, before anything is read.
+    for args, message in [
+            (["--steps", "10", "--epochs", "2"],
+             "--steps and --epochs both give the run's length"),
+            (["--steps", "10", "--warmup-steps", "10"],
+             "--warmup-steps 10 is not shorter than --steps 10"),
+            (["--min-lr", "0.01"], "--min-lr 0.01 is above --lr 0.001"),
+            (["--beta2", "1"], "--beta2: 1 is out of range: give a number in "
+                               "[0, 1)"),
+            (["--schedule", "cosine", "--warmup-steps", "3"],
+             "--warmup-steps and --min-lr shape --schedule warmup-cosine, "
+             "not cosine"),
+            (["--steps", "0"], "--steps: 0 is out of range"),
+            (["--temperature", "nan"], "--temperature: 'nan' is not a finite "
+                                       "number"),
+            (["--checkpoint-every", "5"], "--checkpoint-every says how often "
+                                          "to write --checkpoint")]:
+        r = run([train_gpt, "--data", text] + args + COMMON)
+        if r.returncode != 2 or message not in r.stderr:
+            fail(f"{' '.join(args)}: exit {r.returncode}, expected 2 with "
+                 f"{message!r}: {r.stderr!r}")
+        print("  " + " ".join(args) + ": " + r.stderr.strip()[:150])
+
+
+def sample_signal(train_gpt, work):
+    """A long sample stops at once on SIGTERM (its text so far printed as
+    valid UTF-8), and the run's exit says so."""
+    text = make_text(work)
+    log = fresh(work, "sample-signal.jsonl")
+    args = [train_gpt, "--data", text, "--epochs", "1", "--max-steps", "5",
+            "--precision", "fp32", "--log-json", log] + COMMON
+    args[args.index("--sample-tokens") + 1] = "1048576"
+    print("$ " + " ".join(args))
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        if os.path.exists(log) and records(log):
+            break  # the epoch ended: the sample is being drawn
+        time.sleep(0.2)
+    time.sleep(1.0)
+    sent = time.time()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    took = time.time() - sent
+    if p.returncode != 143 or took > 20:
+        fail(f"SIGTERM during the sample: exit {p.returncode} after {took:.1f}"
+             f" s: {err.decode(errors='replace')!r}")
+    try:
+        shown = out.decode("utf-8")
+    except UnicodeDecodeError as e:
+        fail(f"the output is not valid UTF-8: {e}")
+    if "stopped by SIGTERM after" not in shown:
+        fail(f"the sample does not say it was stopped: {shown[-300:]!r}")
+    print(f"  SIGTERM during a 1 MiB sample: exit 143 after {took:.1f} s, "
+          f"valid UTF-8")
+
+
+def physical_cores():
+    """The physical cores among the CPUs this process may run on, as the
+    programs count them (core and package ids in sysfs)."""
+    cores = set()
+    for cpu in os.sched_getaffinity(0):
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(topology + "core_id") as c, \
+                    open(topology + "physical_package_id") as p:
+                cores.add((p.read().strip(), c.read().strip()))
+        except OSError:
+            return len(os.sched_getaffinity(0))
+    return max(1, len(cores))
+
+
+def threads(train_gpt, work):
+    """--threads, OMP_NUM_THREADS and the default (the physical cores) in
+    the header line and the run record; a bad OMP_NUM_THREADS is refused."""
+    text = make_text(work)
+    base = [train_gpt, "--data", text, "--max-steps", "1", "--sample-tokens",
+            "0"] + COMMON[:COMMON.index("--sample-tokens")]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    cores = physical_cores()
+    for extra, omp, want in [(["--threads", "3"], "1", 3), ([], "2", 2),
+                             ([], None, cores)]:
+        log = fresh(work, "threads.jsonl")
+        run_env = dict(env, OMP_NUM_THREADS=omp) if omp else env
+        r = expect_success(base + extra + ["--log-json", log], env=run_env)
+        said = f", {want} thread{'s' if want != 1 else ''}"
+        if said not in r.stdout.splitlines()[0]:
+            fail(f"{extra} OMP_NUM_THREADS={omp}: the header does not say "
+                 f"{said!r}: {r.stdout.splitlines()[0]!r}")
+        if records(log, "run")[0]["threads"] != want:
+            fail(f"the run record's threads is not {want}")
+    r = run(base, env=dict(env, OMP_NUM_THREADS="lots"))
+    if r.returncode != 1 or "OMP_NUM_THREADS is 'lots'" not in r.stderr:
+        fail(f"OMP_NUM_THREADS=lots: exit {r.returncode}, {r.stderr!r}")
+    print(f"  --threads 3, OMP_NUM_THREADS=2, default {cores} (the physical "
+          f"cores): said and logged; OMP_NUM_THREADS=lots refused")
 
 
 def bad_data(train_gpt, work):
@@ -341,6 +518,12 @@ def main(argv):
         fp8_recipe(train_gpt, work)
     elif command == "sample":
         sample(train_gpt, work)
+    elif command == "steps":
+        steps(train_gpt, work)
+    elif command == "threads":
+        threads(train_gpt, work)
+    elif command == "sample-signal":
+        sample_signal(train_gpt, work)
     elif command == "bad-data":
         bad_data(train_gpt, work)
     elif command == "ranks":

@@ -64,8 +64,9 @@ lamp::models::GPTOptions tiny_gpt() {
       .dropout(0.0);
 }
 
-// AdamW with GPT trainers' decay groups (norms, biases and embeddings
-// without decay): two param groups, each with its own options.
+// AdamW with nanoGPT's decay groups (biases and norms without decay, the
+// tensors of 2+ dimensions with): two param groups, each with its own
+// options.
 lamp::NamedOptimizerFactory adamw_groups(const torch::nn::Module& model) {
   const auto exempt = lamp::optim::no_decay_names(model);
   return [exempt](const lamp::NamedParameters& named) {

@@ -315,6 +315,47 @@ class PlotLogs(unittest.TestCase):
             os.path.join(self.tmp, "s.jsonl"),
             new_run("c", "amp", 1.0, 1.0, scaling=False)))[0]))
 
+    def test_runs_by_steps_draw_evaluations_lr_and_gradient_norm(self):
+        # A run of lamp 0.5: step records with grad_norm (one null: a step
+        # whose cycle did not end), evaluations every N steps, and epochs
+        # that were not evaluated (their test fields are 0, not losses).
+        records = new_run("s", "amp-bf16", 2.0, 1.0, scaling=False)
+        for r in records:
+            if r["record"] == "step":
+                r["grad_norm"] = None if r["global_step"] == 20 else \
+                    4.0 / r["global_step"]
+                r["lr"] = 1e-3 * min(1.0, r["global_step"] / 40)
+            if r["record"] == "epoch":
+                r.update(evaluated=False, test_loss=0, test_accuracy=0)
+        records += [{"record": "evaluation", "run_id": "s", "global_step": g,
+                     "epoch": g // 40 + 1, "test_loss": 3.0 / g,
+                     "test_accuracy": 0.5} for g in (40, 80, 120)]
+        path = write_jsonl(os.path.join(self.tmp, "gpt.jsonl"), records)
+        runs = plot.read_runs(path)
+        self.assertEqual([len(runs[0].evaluations)], [3])
+        xs, ys, _ = plot.epoch_series(runs[0].epochs, "test_loss")
+        self.assertTrue(all(math.isnan(v) for v in ys))
+        result = run_plot("--out", self.tmp, path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual([os.path.basename(p) for p in result.stdout.split()],
+                         ["gpt-loss.png", "gpt-accuracy.png",
+                          "gpt-step-loss.png", "gpt-step-lr.png",
+                          "gpt-step-grad-norm.png", "gpt-throughput.png"])
+        for name in ("gpt-step-lr.png", "gpt-step-grad-norm.png"):
+            self.assertGreater(
+                Image(self, os.path.join(self.tmp, name)).count(COLORS[0]),
+                300, name)
+        # The evaluations are drawn on the step chart, beside the training
+        # loss: more of the run's colour than the training curve alone.
+        alone = write_jsonl(os.path.join(self.tmp, "alone.jsonl"),
+                            [r for r in records
+                             if r["record"] != "evaluation"])
+        self.assertEqual(run_plot("--out", self.tmp, alone).returncode, 0)
+        with_evals = Image(self, os.path.join(self.tmp, "gpt-step-loss.png"))
+        without = Image(self, os.path.join(self.tmp, "alone-step-loss.png"))
+        self.assertGreater(with_evals.count(COLORS[0]),
+                           without.count(COLORS[0]) + 200)
+
     def test_throughput_of_each_run_side_by_side(self):
         fp32 = write_jsonl(os.path.join(self.tmp, "fp32.jsonl"),
                            new_run("a", "fp32", 1.0, 1.0, rate=4000.0,

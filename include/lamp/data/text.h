@@ -54,6 +54,15 @@ Dataset text_windows(const torch::Tensor& bytes, int64_t context);
 TextData read_text_windows(const std::string& path, int64_t context,
                            double validation_fraction = 0.1);
 
+/// `bytes` (a byte-level model's sample) as valid UTF-8 that a terminal or
+/// a log reader shows safely: well-formed UTF-8 sequences (shortest form,
+/// no surrogates, at most U+10FFFF) and the printable ASCII, newline and tab
+/// stay as they are; every other byte (control bytes, DEL, bytes of
+/// ill-formed sequences) becomes the four characters "\xNN" (NN its hex
+/// value, upper case), and a backslash becomes "\\", so that the text
+/// reads back unambiguously.
+std::string escape_text(const std::string& bytes);
+
 /// `/usr/share/games/fortunes` (Debian's `fortunes` package: about 2.5 MB
 /// of English quotations) if that folder exists, else "".
 std::string default_text_path();

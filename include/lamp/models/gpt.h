@@ -160,6 +160,10 @@ struct GenerateOptions {
   /// The sampling generator's seed: the same seed, model and prompt give the
   /// same tokens.
   TORCH_ARG(uint64_t, seed) = 0;
+  /// Asked before every token: when it returns true, generate() stops there
+  /// and returns the tokens so far (a program's SIGINT/SIGTERM flag). Unset:
+  /// all `tokens`.
+  TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
 };
 
 /// Extends `prompt` (int64 token ids [T0], T0 >= 1) by options.tokens()
@@ -168,7 +172,8 @@ struct GenerateOptions {
 /// the last `context` tokens. Runs without gradients with the module in
 /// eval mode (restored after); the random draws come from a CPU generator
 /// seeded with options.seed(), so the text does not depend on the device's
-/// generator. Returns [T0 + tokens] int64 on the CPU.
+/// generator. Returns [T0 + tokens] int64 on the CPU (fewer tokens where
+/// options.stop_requested() stopped it).
 torch::Tensor generate(
     torch::nn::Module& module,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,

@@ -224,18 +224,28 @@ struct OptimizerOptions {
   TORCH_ARG(std::string, name) = "sgd";
   /// Learning rate (the peak of a schedule); > 0.
   TORCH_ARG(double, lr) = 0.1;
-  /// SGD's momentum, >= 0 (Adam's betas stay at their defaults, 0.9 and
-  /// 0.999).
+  /// SGD's momentum, >= 0 (Adam and AdamW ignore it: their beta1 plays its
+  /// part).
   TORCH_ARG(double, momentum) = 0.9;
+  /// Adam's and AdamW's beta1, the decay rate of the running mean of the
+  /// gradients, in [0, 1); SGD ignores it. Python's default.
+  TORCH_ARG(double, beta1) = 0.9;
+  /// Adam's and AdamW's beta2, the decay rate of the running mean of the
+  /// squared gradients, in [0, 1); SGD ignores it. Python's default; GPT
+  /// recipes lower it (nanoGPT: 0.95 for GPT-2, 0.99 for its character
+  /// model).
+  TORCH_ARG(double, beta2) = 0.999;
   /// Nesterov momentum for SGD; has no effect while momentum is 0.
   TORCH_ARG(bool, nesterov) = true;
   /// L2 penalty for SGD and Adam, decoupled decay for AdamW; >= 0.
   TORCH_ARG(double, weight_decay) = 5e-4;
-  /// "No bias decay": the parameters with at most one dimension (biases and
-  /// the weights and biases of BatchNorm, LayerNorm, GroupNorm) get no weight
-  /// decay, in a second param group; the others get `weight_decay`. What
-  /// users of AdamW usually want. Off: one group, all decayed, as
-  /// torch::optim.
+  /// "No bias decay": lamp's weight-decay rule, no_decay_names()' with its
+  /// defaults (nanoGPT's): the parameters with at most one dimension (biases
+  /// and the weights and biases of BatchNorm, LayerNorm, GroupNorm) get no
+  /// weight decay, in a second param group; those of 2 or more (Linear, Conv
+  /// and Embedding weights) get `weight_decay` (decays_by_shape(), the one
+  /// predicate both use). What users of AdamW usually want. Off: one group,
+  /// all decayed, as torch::optim.
   TORCH_ARG(bool, no_bias_decay) = false;
   /// How the update runs (fused, foreach or per-tensor kernels).
   TORCH_ARG(Implementation, implementation) = Implementation::kAuto;
@@ -253,8 +263,8 @@ const std::vector<std::string>& optimizer_names();
 /// Builds lamp::optim::SGD, Adam or AdamW over `params` from `options` (one
 /// param group, or two with no_bias_decay: the decayed parameters first);
 /// an unknown name is an error listing the valid ones, and so is a
-/// learning rate that is not positive and finite or a negative momentum or
-/// weight decay.
+/// learning rate that is not positive and finite, a negative momentum or
+/// weight decay, or a beta outside [0, 1).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     std::vector<torch::Tensor> params, const OptimizerOptions& options);
 

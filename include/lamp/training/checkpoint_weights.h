@@ -70,6 +70,11 @@ struct CheckpointSettings {
   /// table; a setting added to the format after the checkpoint was written
   /// is absent.
   std::vector<StoredSetting> settings;
+  /// The program's own settings (TrainerOptions::program_settings), as its
+  /// run stored them; empty for checkpoints written before they were.
+  std::vector<ProgramSetting> program_settings;
+  /// The steps that run had trained.
+  int64_t global_step = 0;
 };
 
 /// Reads the run settings of the checkpoint at `path`, written by

@@ -16,26 +16,29 @@ namespace training {
 /// How the learning rate moves over a run, from the peak learning rate
 /// (TrainerOptions::lr) and the run's total steps; see learning_rate().
 enum class Schedule {
-  kConstant, ///< "constant": the peak learning rate throughout.
-  kCosine,   ///< "cosine": cosine decay from the peak to 0.
-  kOneCycle, ///< "onecycle": PyTorch's OneCycleLR defaults: from peak/25 up
-             ///< to the peak over the first 30% (cosine), then down to
-             ///< peak/(25*1e4) (cosine).
+  kConstant,     ///< "constant": the peak learning rate throughout.
+  kCosine,       ///< "cosine": cosine decay from the peak to 0.
+  kOneCycle,     ///< "onecycle": PyTorch's OneCycleLR defaults: from peak/25 up
+                 ///< to the peak over the first 30% (cosine), then down to
+                 ///< peak/(25*1e4) (cosine).
+  kWarmupCosine, ///< "warmup-cosine": GPT trainers' (nanoGPT's) linear
+                 ///< warm-up over a number of steps, then cosine decay to a
+                 ///< floor at the run's end (warmup_cosine_lr()).
 };
 
 /// The spellings of the schedules, in the order the programs list them:
-/// "onecycle", "cosine", "constant".
+/// "onecycle", "cosine", "warmup-cosine", "constant".
 const NameTable<Schedule>& schedule_table();
-/// Parses "constant", "cosine", "onecycle"; anything else is an error that
-/// lists them.
+/// Parses "constant", "cosine", "warmup-cosine", "onecycle"; anything else
+/// is an error that lists them.
 Schedule parse_schedule(const std::string& name);
-/// The name parse_schedule() reads back: "constant", "cosine" or
-/// "onecycle".
+/// The name parse_schedule() reads back: "constant", "cosine",
+/// "warmup-cosine" or "onecycle".
 std::string to_string(Schedule schedule);
 
 /// Whether the schedule's learning rates depend on the run's total steps:
-/// true for cosine and onecycle, whose curves stretch with the run, false for
-/// constant. A finished run of a schedule that depends on its length cannot
+/// true for cosine, warmup-cosine and onecycle, whose curves stretch with
+/// the run, false for constant. A finished run of a schedule that depends on its length cannot
 /// be continued with more epochs: the longer run's curve is another one, so
 /// the learning rate would jump where the first run stopped
 /// (ClassifierTrainer; start a new run from the weights with
@@ -43,9 +46,11 @@ std::string to_string(Schedule schedule);
 bool depends_on_length(Schedule schedule);
 
 /// The learning rate at `step` (0-based) of `total_steps` for a peak of
-/// `peak_lr`.
+/// `peak_lr`. `warmup_steps` and `min_lr` are kWarmupCosine's
+/// (warmup_cosine_lr()); the other schedules ignore them.
 double learning_rate(Schedule schedule, double peak_lr, int64_t step,
-                     int64_t total_steps);
+                     int64_t total_steps, int64_t warmup_steps = 0,
+                     double min_lr = 0.0);
 
 /// The warm-up + cosine curve of GPT trainers, by step: linear warm-up to
 /// `peak_lr` over `warmup_steps` (peak_lr * (step + 1) / warmup_steps, the

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,16 @@ namespace training {
 /// Names a setting in a message: (key, library name) -> the name to print.
 using OptionNamer = std::function<std::string(const std::string& key,
                                               const std::string& library_name)>;
+
+/// A setting of the program around the trainer (TrainerOptions::
+/// program_settings): its name as the program's messages show it
+/// ("--layers"), its value as text, and whether a resumed run must repeat
+/// it (a path to the data need not: the data's contents are checked).
+struct ProgramSetting {
+  std::string name;    ///< as the program's messages show it: "--layers"
+  std::string value;   ///< as text: "6", "0.2", "data/input.txt"
+  bool checked = true; ///< whether a resume must repeat it
+};
 
 /// Options of ClassifierTrainer. The step's and the optimizer's options are
 /// nested, not copied: `step` is a TrainStepOptions (precision, accumulation,
@@ -65,10 +76,49 @@ struct TrainerOptions {
   TORCH_ARG(optim::OptimizerOptions, optimizer);
   /// Passes over the training data.
   TORCH_ARG(int64_t, epochs) = 10;
+  /// The run's length in steps (batches; nanoGPT's `max_iters`), 0 = the
+  /// whole `epochs`. Where set, the schedule is sized for it and the run ends
+  /// after it, inside an epoch where it is not a whole number of epochs (the
+  /// last epoch is then partial() and its checkpoint holds that step); it
+  /// must be at most `epochs` times the batches per epoch (a program sets
+  /// `epochs` from it, as lamp's programs do for --steps) and a multiple of
+  /// the accumulation steps.
+  TORCH_ARG(int64_t, steps) = 0;
   /// How the learning rate moves from step to step.
   TORCH_ARG(Schedule, schedule) = Schedule::kOneCycle;
+  /// Schedule::kWarmupCosine's linear warm-up, in steps (must be shorter
+  /// than the run); 0 for the other schedules.
+  TORCH_ARG(int64_t, warmup_steps) = 0;
+  /// Schedule::kWarmupCosine's floor, which the cosine reaches at the run's
+  /// last step, in [0, lr]; 0 for the other schedules.
+  TORCH_ARG(double, min_lr) = 0.0;
   /// Stop after this many optimizer steps in total (0 = no limit): smoke runs.
+  /// Unlike `steps` it does not resize the schedule: a run stopped here and
+  /// resumed follows the learning rates of the whole run.
   TORCH_ARG(int64_t, max_steps) = 0;
+  /// Evaluate every this many steps (counted over the whole run, as
+  /// nanoGPT's `eval_interval`), and at the run's end; 0 = after every
+  /// epoch instead. The evaluations go to fit()'s `on_evaluation`, and the
+  /// epochs then end without one (EpochStats::evaluated false). With
+  /// `best_checkpoint`, each evaluation that improves the lowest test loss
+  /// writes it.
+  TORCH_ARG(int64_t, eval_every) = 0;
+  /// Write `checkpoint` every this many steps as well as after every epoch
+  /// (0 = after epochs only). A checkpoint written inside an epoch holds the
+  /// position in it: a resume continues at the next step, with the same
+  /// data, the same random numbers and the same weights, to the bit, as the
+  /// run that went straight on.
+  TORCH_ARG(int64_t, checkpoint_every) = 0;
+  /// With `eval_every`: a second checkpoint, written (atomically, as
+  /// `checkpoint`) after each evaluation whose test loss is the lowest of
+  /// the run so far; it resumes like `checkpoint`. Empty = none.
+  TORCH_ARG(std::string, best_checkpoint) = "";
+  /// Settings of the program that shape the run beyond the trainer's own (a
+  /// model's shape and dropout, the data's path): stored in checkpoints
+  /// (read back by read_checkpoint_settings()) and, where `checked`,
+  /// compared on resume like the trainer's settings, every difference named
+  /// in one message.
+  TORCH_ARG(std::vector<ProgramSetting>, program_settings) = {};
   /// Images per evaluation batch.
   TORCH_ARG(int64_t, eval_batch_size) = 1000;
   /// Evaluate only the first this many test batches (0 = all; more than the
@@ -164,10 +214,11 @@ struct TrainerOptions {
   TORCH_ARG(OptionNamer, option_name) = nullptr;
   /// Asked before every training step and every evaluation batch of fit():
   /// when it returns true, fit() stops there, at a step boundary, and
-  /// returns (ClassifierTrainer::stop_point() says where). An epoch stopped
-  /// while training writes no checkpoint (checkpoints hold whole epochs); one
-  /// stopped while evaluating has trained all its steps, so its checkpoint
-  /// is written and only its evaluation is cut short. The programs set it
+  /// returns (ClassifierTrainer::stop_point() says where). With `checkpoint`
+  /// it is written at the step it stopped on, unless the file already holds
+  /// that step, so that nothing trained is lost (in a data-parallel run only
+  /// where it stopped during an epoch's evaluation, a point all ranks reach
+  /// together: ranks can be asked at different steps). The programs set it
   /// from SIGINT/SIGTERM: make it cheap and async-signal-safe to feed (read a
   /// flag a signal handler sets). Unset: fit() runs to the end.
   TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
@@ -179,13 +230,19 @@ struct StopPoint {
   bool stopped = false;
   /// The epoch it stopped in (1-based).
   int64_t epoch = 0;
-  /// The training steps of that epoch done in this run, of steps_in_epoch.
+  /// The training steps of that epoch done, of steps_in_epoch (those before
+  /// a resume inside it included).
   int64_t steps = 0;
   /// The training steps the epoch has in all.
   int64_t steps_in_epoch = 0;
-  /// It stopped during the epoch's evaluation: its training was complete and
-  /// its checkpoint (with TrainerOptions::checkpoint) written.
+  /// It stopped during an evaluation (the epoch's, or one of
+  /// TrainerOptions::eval_every): the steps before it were trained.
   bool in_evaluation = false;
+  /// The steps trained in all, this run's and those resumed from.
+  int64_t global_step = 0;
+  /// The global step TrainerOptions::checkpoint holds after the stop (-1:
+  /// no checkpoint given, or none written or resumed from in this run).
+  int64_t checkpoint_step = -1;
 };
 
 /// The trainer's loss, FP32: the cross-entropy of `output` against
@@ -235,9 +292,13 @@ struct RunHistoryEntry {
 /// What one epoch did.
 struct EpochStats {
   int64_t epoch = 0; ///< 1-based
-  int64_t steps = 0; ///< optimizer steps in this epoch
-  /// The steps of a whole epoch; more than `steps` when max_steps cut this
-  /// epoch short (partial()).
+  int64_t steps = 0; ///< optimizer steps in this epoch, in this run
+  /// Steps of this epoch trained before the run resumed it from a
+  /// checkpoint written inside it (TrainerOptions::checkpoint_every, or a
+  /// stop); 0 otherwise. `train_loss` covers them too.
+  int64_t resumed_steps = 0;
+  /// The steps of a whole epoch; more than resumed_steps + steps when
+  /// max_steps or TrainerOptions::steps ended the run inside it (partial()).
   int64_t steps_in_epoch = 0;
   int64_t global_step = 0; ///< optimizer steps so far, all epochs
   /// Mean training loss over the steps whose loss was finite.
@@ -266,7 +327,9 @@ struct EpochStats {
   /// Evaluation is in neither (see `eval_seconds`).
   double warmup_seconds = 0;
   /// The evaluation's time after the epoch (the first one of a run includes
-  /// autotuning for the evaluation shapes).
+  /// autotuning for the evaluation shapes), or with
+  /// TrainerOptions::eval_every that of the evaluations inside it, which
+  /// `seconds` leaves out.
   double eval_seconds = 0;
   /// Training images per second over `seconds`, warm-up excluded; with a
   /// process group, of all ranks together.
@@ -279,15 +342,19 @@ struct EpochStats {
   double loss_scale = 1.0;
   int64_t skipped_steps = 0; ///< in this epoch
   double lr = 0;             ///< at the end of the epoch
-  /// Whether this epoch's checkpoint was written: never without
-  /// TrainerOptions::checkpoint, on ranks other than the main one, or after
-  /// a partial() epoch (checkpoints hold whole epochs only).
+  /// Whether the epoch was evaluated at its end: false where
+  /// TrainerOptions::eval_every evaluates by steps instead (the test fields
+  /// are then 0).
+  bool evaluated = true;
+  /// Whether the checkpoint was written at this epoch's end (or, partial(),
+  /// at the step the run ended on): never without TrainerOptions::checkpoint
+  /// or on ranks other than the main one (sharded: every rank writes).
   bool checkpoint_written = false;
 
-  /// Whether max_steps stopped the run inside this epoch (steps <
-  /// steps_in_epoch): its loss, images/s and learning rate are of the steps
-  /// it ran, and no checkpoint was written.
-  bool partial() const { return steps < steps_in_epoch; }
+  /// Whether the run ended inside this epoch (max_steps or
+  /// TrainerOptions::steps): its loss, images/s and learning rate are of the
+  /// steps it ran, and its checkpoint holds the position inside it.
+  bool partial() const { return resumed_steps + steps < steps_in_epoch; }
   /// Whether the test loss and accuracy are over the first test_batches of
   /// the test set only (TrainerOptions::limit_eval_batches).
   bool test_subset() const { return test_batches < test_batches_in_set; }
@@ -306,6 +373,10 @@ struct BatchProgress {
   int64_t global_step =
       0;         ///< batches trained so far, all epochs, this one included
   double lr = 0; ///< the learning rate of this step
+  /// The gradients' global L2 norm before clipping (StepResult::grad_norm):
+  /// a 0-dim tensor on the device, not read (see `loss`); undefined where
+  /// clipping is off or the batch ended no accumulation cycle.
+  torch::Tensor grad_norm;
   /// This batch's loss (FP32, unscaled) and the loss scale after its step,
   /// one-element tensors on the training device, not read: reading them
   /// waits for the device, so read them only when showing them (a redraw,
@@ -326,6 +397,13 @@ struct BatchProgress {
   torch::Tensor non_finite_losses;
   /// How many of `non_finite_losses` came before this epoch (a host value).
   int64_t non_finite_before_epoch = 0;
+  /// Batches of this epoch trained before the run resumed inside it (0
+  /// otherwise): this run's first batch of the epoch is resumed_batches + 1,
+  /// and `epoch_loss_sum` starts from `resumed_loss_sum`.
+  int64_t resumed_batches = 0;
+  /// The epoch's sum of finite losses before the resume (see
+  /// `resumed_batches`).
+  double resumed_loss_sum = 0;
   /// Whether this batch is timed as warm-up (EpochStats::warmup_seconds).
   bool warmup = false;
 };
@@ -343,6 +421,29 @@ struct EvalProgress {
   int64_t batches_evaluated = 0;
   int64_t batches_in_set = 0; ///< the test set's batches
   int64_t images = 0;         ///< images in this batch
+};
+
+/// An evaluation of TrainerOptions::eval_every, at a step of the run.
+struct StepEvaluation {
+  int64_t global_step = 0; ///< the steps trained before it
+  int64_t epoch = 0;       ///< 1-based: the epoch it fell in
+  /// Mean training loss of the finite losses since the previous evaluation
+  /// of this run (or its start).
+  double train_loss = 0;
+  double test_loss = 0;            ///< mean cross-entropy per label evaluated
+  double test_accuracy = 0;        ///< in [0, 1]
+  int64_t test_batches = 0;        ///< as EpochStats::test_batches
+  int64_t test_batches_in_set = 0; ///< as EpochStats::test_batches_in_set
+  int64_t test_images = 0;         ///< as EpochStats::test_images
+  double lr = 0;                   ///< the learning rate of the last step
+  double eval_seconds = 0;         ///< the evaluation's time
+  /// The lowest test loss of the run so far, this one included.
+  double best_test_loss = 0;
+  /// Whether this evaluation improved it and TrainerOptions::best_checkpoint
+  /// was written.
+  bool best_written = false;
+  /// Whether TrainerOptions::checkpoint was written at this step.
+  bool checkpoint_written = false;
 };
 
 /// What one evaluation measured (ClassifierTrainer::evaluate_subset()).
@@ -427,7 +528,9 @@ class ClassifierTrainer {
   std::vector<EpochStats> fit(
       const std::function<void(const EpochStats&)>& on_epoch = nullptr,
       const std::function<void(const BatchProgress&)>& on_batch = nullptr,
-      const std::function<void(const EvalProgress&)>& on_eval_batch = nullptr);
+      const std::function<void(const EvalProgress&)>& on_eval_batch = nullptr,
+      const std::function<void(const StepEvaluation&)>& on_evaluation =
+          nullptr);
 
   /// Test loss and accuracy of the current model, over the batches
   /// TrainerOptions::limit_eval_batches allows (all by default).
@@ -440,6 +543,17 @@ class ClassifierTrainer {
 
   /// The first epoch fit() will run (0-based; > 0 after resuming).
   int64_t start_epoch() const { return start_epoch_; }
+  /// The steps of start_epoch() already trained: > 0 after resuming a
+  /// checkpoint written inside an epoch.
+  int64_t start_step_in_epoch() const { return start_step_in_epoch_; }
+  /// Steps trained so far, all epochs.
+  int64_t global_step() const { return global_step_; }
+  /// The run's length in steps: TrainerOptions::steps, or epochs times the
+  /// batches per epoch.
+  int64_t total_steps() const { return total_steps_; }
+  /// Whether the run has trained all its steps (a resumed finished run:
+  /// fit() trains nothing).
+  bool finished() const { return global_step_ >= total_steps_; }
   /// The run's history: what the resumed checkpoint recorded, with an entry
   /// added when this run continues it with more epochs or starts from
   /// another run's weights; written into every checkpoint.
@@ -487,7 +601,23 @@ class ClassifierTrainer {
   mutable std::vector<std::string> previous_shards_;
   int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
   int64_t start_epoch_ = 0;
+  int64_t start_step_in_epoch_ = 0;
   int64_t global_step_ = 0;
+  int64_t total_steps_ = 0;
+  // Resumed inside an epoch: what that epoch had summed before the
+  // checkpoint (its finite losses, FP64, and its non-finite ones).
+  double resumed_loss_sum_ = 0;
+  int64_t resumed_non_finite_ = 0;
+  // The lowest test loss of TrainerOptions::eval_every's evaluations (inf
+  // before the first), stored in checkpoints.
+  double best_test_loss_ = std::numeric_limits<double>::infinity();
+  // The global step TrainerOptions::checkpoint holds (-1: none yet).
+  int64_t checkpoint_step_ = -1;
+  // TrainerOptions::eval_every: the finite losses (FP64, on the device) and
+  // steps since the last evaluation, and the watch's non-finite count then.
+  torch::Tensor interval_loss_sum_;
+  int64_t interval_steps_ = 0;
+  int64_t interval_non_finite_before_ = 0;
   std::vector<RunHistoryEntry> history_;
   StopPoint stop_point_;
   // data::fingerprint() of the training and test data, stored in
@@ -499,10 +629,32 @@ class ClassifierTrainer {
   // first broadcast.
   void check_ranks_agree(distributed::ProcessGroup& group) const;
   struct EpochRun;
-  // train_epoch() and evaluate_epoch() return false where stop_here()
-  // stopped them.
-  bool train_epoch(EpochRun& run, detail::DivergenceWatch& watch,
-                   const std::function<void(const BatchProgress&)>& on_batch);
+  // The epoch fit() is training, for save_checkpoint(); nullptr outside.
+  const EpochRun* active_run_ = nullptr;
+  // The checkpoint at TrainerOptions::best_checkpoint, locked as the other.
+  std::unique_ptr<CheckpointLock> best_lock_;
+  // The constructor's checks of steps, the schedule's shape, eval_every,
+  // checkpoint_every and best_checkpoint.
+  void check_step_options(int64_t batches) const;
+  bool single_process() const;
+  // Whether this rank writes (its part of) TrainerOptions::checkpoint.
+  bool checkpoint_is_mine() const;
+  // Writes TrainerOptions::checkpoint at this step and records it.
+  void write_checkpoint();
+  // After a stop: the checkpoint at the step it stopped on, where nothing
+  // of the run would otherwise be lost and this process may write it.
+  void save_at_stop();
+  // train_epoch(), evaluate_at_step() and evaluate_epoch() return false
+  // where stop_here() stopped them.
+  bool train_epoch(
+      EpochRun& run, detail::DivergenceWatch& watch,
+      const std::function<void(const BatchProgress&)>& on_batch,
+      const std::function<void(const EvalProgress&)>& on_eval_batch,
+      const std::function<void(const StepEvaluation&)>& on_evaluation);
+  bool evaluate_at_step(
+      EpochRun& run, detail::DivergenceWatch& watch,
+      const std::function<void(const EvalProgress&)>& on_eval_batch,
+      const std::function<void(const StepEvaluation&)>& on_evaluation);
   void finish_epoch(EpochRun& run, detail::DivergenceWatch& watch);
   bool evaluate_epoch(
       EpochRun& run, detail::DivergenceWatch& watch,
@@ -512,7 +664,7 @@ class ClassifierTrainer {
   c10::optional<Evaluation> run_evaluation(
       const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch,
       const std::function<bool()>& stop);
-  void end_epoch(EpochStats& stats);
+  void end_epoch(EpochRun& run);
   // TrainerOptions::stop_requested's answer; on true, stop_point_ records
   // where (`run`'s epoch, after `steps` of its steps).
   bool stop_here(const EpochRun& run, int64_t steps, bool in_evaluation);

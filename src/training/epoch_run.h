@@ -1,0 +1,39 @@
+#pragma once
+
+// ClassifierTrainer's epoch in progress, shared by the training loop
+// (trainer.cpp) and the checkpoint it writes inside an epoch
+// (trainer_checkpoint.cpp).
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "lamp/training/trainer.h"
+#include "training/divergence_watch.h"
+
+namespace lamp {
+namespace training {
+
+// One epoch in progress: its stats and the running sums behind them.
+struct ClassifierTrainer::EpochRun {
+  int64_t epoch = 0;       // 0-based
+  int64_t batches = 0;     // of a whole epoch
+  int64_t first_batch = 0; // 0-based: > 0 where a resume starts inside it
+  int64_t last_batch = 0;  // 1-based: `batches`, or fewer where the run ends
+  int64_t end_step = 0;    // the global step the run ends on
+  EpochStats stats;
+  // FP64, on the device: the epoch's finite losses (those before a resume
+  // inside it too).
+  torch::Tensor loss_sum;
+  int64_t non_finite_before = 0;
+  int64_t non_finite_resumed = 0; // the epoch's before a resume inside it
+  const detail::DivergenceWatch* watch = nullptr;
+  int64_t images = 0;
+  int64_t warmup_images = 0;
+  bool graphs_before_epoch = false;
+  std::chrono::steady_clock::time_point start;
+};
+
+} // namespace training
+} // namespace lamp

@@ -1,0 +1,444 @@
+// Runs measured in steps: the warm-up + cosine schedule by steps, a run
+// length in steps that ends inside an epoch, evaluations and checkpoints
+// every N steps, the best checkpoint, a stop that saves its step, and
+// resumes from inside an epoch that continue bit for bit (a GPT with
+// dropout, so that the random number streams are part of the test).
+#include <gtest/gtest.h>
+#include <lamp/lamp.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "trainer_util.h"
+
+namespace {
+
+using lamp::training::BatchProgress;
+using lamp::training::ClassifierTrainer;
+using lamp::training::EpochStats;
+using lamp::training::Schedule;
+using lamp::training::StepEvaluation;
+using lamp::training::TrainerOptions;
+using lamp_test::error_of;
+using lamp_test::exists;
+using lamp_test::temp_path;
+
+// ------------------------------------------------------------- schedule
+
+TEST(Schedule, WarmupCosineBySteps) {
+  using lamp::training::learning_rate;
+  EXPECT_EQ(lamp::training::parse_schedule("warmup-cosine"),
+            Schedule::kWarmupCosine);
+  EXPECT_EQ(lamp::training::to_string(Schedule::kWarmupCosine),
+            "warmup-cosine");
+  EXPECT_TRUE(lamp::training::depends_on_length(Schedule::kWarmupCosine));
+  // Peak 1e-3, 10 warm-up steps of 110, floor 1e-4 (nanoGPT's shape).
+  const auto lr = [&](int64_t step) {
+    return learning_rate(Schedule::kWarmupCosine, 1e-3, step, 110, 10, 1e-4);
+  };
+  EXPECT_DOUBLE_EQ(lr(0), 1e-4);      // 1e-3 * 1/10
+  EXPECT_DOUBLE_EQ(lr(4), 5e-4);      // linear: 5/10 of the peak
+  EXPECT_DOUBLE_EQ(lr(9), 1e-3);      // the peak at warmup_steps - 1
+  EXPECT_DOUBLE_EQ(lr(10), 1e-3);     // the cosine starts at the peak
+  EXPECT_NEAR(lr(60), 5.5e-4, 1e-15); // half way: (peak + floor) / 2
+  EXPECT_DOUBLE_EQ(lr(110), 1e-4);    // the floor at the end, and after
+  EXPECT_LT(lr(109), lr(100));
+  EXPECT_GT(lr(109), 1e-4);
+  // The other schedules ignore the warm-up and the floor.
+  EXPECT_DOUBLE_EQ(learning_rate(Schedule::kCosine, 0.2, 5, 10, 3, 0.1),
+                   learning_rate(Schedule::kCosine, 0.2, 5, 10));
+}
+
+// ------------------------------------------------------- a GPT on text
+
+// Bytes of a small repetitive text, as the trainer's text windows: 28
+// training windows of 8 (7 batches of 4), 23 validation windows (4 batches
+// of 6).
+struct TextRun {
+  lamp::models::GPT gpt{nullptr};
+  std::unique_ptr<ClassifierTrainer> trainer;
+};
+
+lamp::data::Dataset windows(bool train) {
+  std::string text;
+  for (int i = 0; i < 30; ++i) {
+    text += i % 3 == 0 ? "the cat sat. " : "a dog ran on. ";
+  }
+  auto bytes = torch::empty({static_cast<int64_t>(text.size())}, torch::kUInt8);
+  std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  const int64_t cut = 28 * 8 + 1;
+  return lamp::data::text_windows(
+      train ? bytes.slice(0, 0, cut) : bytes.slice(0, cut - 1), 8);
+}
+
+// A GPT with dropout (the global generator's stream matters) trained with
+// AdamW, clipping and the warm-up + cosine schedule; `change` adds the
+// case's options.
+std::unique_ptr<TextRun> text_run(
+    const std::function<void(TrainerOptions&)>& change,
+    lamp::Precision precision = lamp::Precision::kFP32) {
+  auto run = std::make_unique<TextRun>();
+  torch::manual_seed(11);
+  const auto shape = lamp::models::GPTOptions()
+                         .layers(1)
+                         .heads(2)
+                         .width(16)
+                         .context(8)
+                         .dropout(0.2);
+  run->gpt = lamp::models::GPT(shape);
+  auto gpt = run->gpt;
+  auto options = TrainerOptions(precision)
+                     .epochs(3)
+                     .schedule(Schedule::kWarmupCosine)
+                     .warmup_steps(3)
+                     .min_lr(1e-3)
+                     .option_name(lamp_test::flag_name);
+  options.optimizer().name("adamw").lr(1e-2).weight_decay(0.1).beta2(0.99);
+  options.step().max_grad_norm(1.0);
+  change(options);
+  run->trainer = std::make_unique<ClassifierTrainer>(
+      gpt.ptr(),
+      [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); },
+      shape.name(),
+      lamp::data::DeviceLoader(
+          windows(true), torch::kCPU,
+          lamp::data::LoaderOptions(4).dtype(torch::kLong).seed(3)),
+      lamp::data::DeviceLoader(
+          windows(false), torch::kCPU,
+          lamp::data::LoaderOptions(6).shuffle(false).dtype(torch::kLong)),
+      options);
+  return run;
+}
+
+// Every parameter of the two models equal to the bit.
+void expect_same_weights(lamp::models::GPT& a, lamp::models::GPT& b,
+                         const std::string& what) {
+  const auto pa = a->named_parameters();
+  const auto pb = b->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) {
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()]))
+        << what << ": " << item.key() << " differs";
+  }
+}
+
+// The run's length in steps sizes the schedule: 17 steps of 7-step epochs
+// end 3 steps into epoch 3, whose checkpoint holds that position.
+TEST(StepRuns, StepsSizeTheScheduleAndEndInsideAnEpoch) {
+  const auto checkpoint = temp_path("steps.pt");
+  std::remove(checkpoint.c_str());
+  std::vector<double> lrs;
+  std::vector<EpochStats> stats;
+  {
+    auto run = text_run(
+        [&](TrainerOptions& o) { o.steps(17).checkpoint(checkpoint); });
+    EXPECT_EQ(run->trainer->total_steps(), 17);
+    stats = run->trainer->fit(
+        nullptr, [&](const BatchProgress& p) { lrs.push_back(p.lr); });
+    EXPECT_TRUE(run->trainer->finished());
+  }
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_FALSE(stats[1].partial());
+  EXPECT_TRUE(stats[2].partial());
+  EXPECT_EQ(stats[2].steps, 3);
+  EXPECT_EQ(stats[2].global_step, 17);
+  EXPECT_TRUE(stats[2].checkpoint_written);
+  ASSERT_EQ(lrs.size(), 17u);
+  for (int64_t step = 0; step < 17; ++step) {
+    EXPECT_DOUBLE_EQ(lrs[step],
+                     lamp::training::warmup_cosine_lr(1e-2, step, 3, 17, 1e-3))
+        << "step " << step;
+  }
+  // The finished run resumes as finished, at the step it ended on.
+  auto again =
+      text_run([&](TrainerOptions& o) { o.steps(17).resume(checkpoint); });
+  EXPECT_TRUE(again->trainer->finished());
+  EXPECT_EQ(again->trainer->global_step(), 17);
+  EXPECT_EQ(again->trainer->start_epoch(), 2);
+  EXPECT_EQ(again->trainer->start_step_in_epoch(), 3);
+  EXPECT_TRUE(again->trainer->fit().empty());
+  std::remove(checkpoint.c_str());
+}
+
+// A checkpoint inside an epoch resumes to the same weights, losses and
+// evaluations as the run that went straight on, at several points: the
+// first steps, mid-epoch, an epoch's end and the next epoch's middle.
+TEST(StepRuns, AResumeFromInsideAnEpochIsBitIdentical) {
+  const auto setup = [](TrainerOptions& o) { o.steps(18).eval_every(6); };
+  auto straight = text_run(setup);
+  std::vector<StepEvaluation> want_evals;
+  const auto want = straight->trainer->fit(
+      nullptr, nullptr, nullptr,
+      [&](const StepEvaluation& e) { want_evals.push_back(e); });
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(want_evals.size(), 3u); // steps 6, 12, 18
+  for (const int64_t at : {1, 3, 7, 10}) {
+    const auto checkpoint = temp_path("inside.pt");
+    std::remove(checkpoint.c_str());
+    {
+      auto first = text_run([&](TrainerOptions& o) {
+        setup(o);
+        o.max_steps(at).checkpoint(checkpoint);
+      });
+      first->trainer->fit();
+    }
+    auto resumed = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.resume(checkpoint);
+    });
+    EXPECT_EQ(resumed->trainer->global_step(), at);
+    EXPECT_EQ(resumed->trainer->start_step_in_epoch(), at % 7);
+    std::vector<StepEvaluation> got_evals;
+    const auto got = resumed->trainer->fit(
+        nullptr, nullptr, nullptr,
+        [&](const StepEvaluation& e) { got_evals.push_back(e); });
+    expect_same_weights(straight->gpt, resumed->gpt,
+                        "resumed at step " + std::to_string(at));
+    // The epochs it finished report the straight run's losses, the one it
+    // resumed inside included (its sums travel in the checkpoint).
+    ASSERT_FALSE(got.empty());
+    const auto& last = got.back();
+    EXPECT_EQ(last.train_loss, want.back().train_loss) << "at " << at;
+    EXPECT_EQ(got.front().epoch, at / 7 + 1);
+    EXPECT_EQ(got.front().resumed_steps, at % 7);
+    EXPECT_EQ(got.front().train_loss, want[at / 7].train_loss) << "at " << at;
+    ASSERT_FALSE(got_evals.empty());
+    EXPECT_EQ(got_evals.back().test_loss, want_evals.back().test_loss);
+    std::remove(checkpoint.c_str());
+  }
+}
+
+// Evaluations every N steps and at the end; the best checkpoint follows the
+// lowest test loss, which a resume carries on; the epochs are not
+// evaluated twice.
+TEST(StepRuns, EvaluatesEveryNStepsAndKeepsTheBestCheckpoint) {
+  const auto checkpoint = temp_path("last.pt");
+  const auto best = temp_path("best.pt");
+  std::remove(checkpoint.c_str());
+  std::remove(best.c_str());
+  std::vector<StepEvaluation> evals;
+  std::vector<EpochStats> epochs;
+  {
+    auto run = text_run([&](TrainerOptions& o) {
+      o.steps(16).eval_every(4).checkpoint(checkpoint).best_checkpoint(best);
+    });
+    epochs =
+        run->trainer->fit(nullptr, nullptr, nullptr,
+                          [&](const StepEvaluation& e) { evals.push_back(e); });
+  }
+  std::vector<int64_t> at;
+  double lowest = std::numeric_limits<double>::infinity();
+  for (const auto& e : evals) {
+    at.push_back(e.global_step);
+    EXPECT_EQ(e.best_written, e.test_loss < lowest) << e.global_step;
+    lowest = std::min(lowest, e.test_loss);
+    EXPECT_EQ(e.best_test_loss, lowest);
+    EXPECT_TRUE(std::isfinite(e.train_loss) && e.train_loss > 0);
+    EXPECT_EQ(e.test_images, 23);
+  }
+  EXPECT_EQ(at, (std::vector<int64_t>{4, 8, 12, 16}));
+  for (const auto& s : epochs) {
+    EXPECT_FALSE(s.evaluated);
+  }
+  ASSERT_TRUE(exists(best));
+  // The best checkpoint resumes at the step of the lowest loss.
+  int64_t best_step = 0;
+  for (const auto& e : evals) {
+    if (e.best_written) {
+      best_step = e.global_step;
+    }
+  }
+  auto from_best = text_run(
+      [&](TrainerOptions& o) { o.steps(16).eval_every(4).resume(best); });
+  EXPECT_EQ(from_best->trainer->global_step(), best_step);
+  std::remove(checkpoint.c_str());
+  std::remove(best.c_str());
+}
+
+// A stop asked for during training or during a step's evaluation writes
+// the checkpoint at that step; the resumed run ends where the straight one
+// does, to the bit.
+TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
+  const auto setup = [](TrainerOptions& o) { o.steps(14).eval_every(5); };
+  auto straight = text_run(setup);
+  straight->trainer->fit();
+  struct Case {
+    const char* name;
+    int64_t stop_at_call; // stop_requested's call that answers true
+    int64_t step;         // the step saved
+    bool in_evaluation;
+  };
+  // stop_requested is asked before each step and each evaluation batch (4
+  // of them per evaluation here): calls 1-5 are steps 1-5, 6-9 the
+  // evaluation at step 5.
+  for (const auto& c :
+       {Case{"training", 4, 3, false}, Case{"evaluation", 7, 5, true}}) {
+    const auto checkpoint = temp_path("stop.pt");
+    std::remove(checkpoint.c_str());
+    int64_t calls = 0;
+    {
+      auto first = text_run([&](TrainerOptions& o) {
+        setup(o);
+        o.checkpoint(checkpoint).stop_requested([&] {
+          return ++calls == c.stop_at_call;
+        });
+      });
+      first->trainer->fit();
+      const auto& stop = first->trainer->stop_point();
+      EXPECT_TRUE(stop.stopped) << c.name;
+      EXPECT_EQ(stop.in_evaluation, c.in_evaluation) << c.name;
+      EXPECT_EQ(stop.global_step, c.step) << c.name;
+      EXPECT_EQ(stop.checkpoint_step, c.step) << c.name;
+    }
+    auto resumed = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.checkpoint(checkpoint).resume(checkpoint);
+    });
+    EXPECT_EQ(resumed->trainer->global_step(), c.step) << c.name;
+    resumed->trainer->fit();
+    expect_same_weights(straight->gpt, resumed->gpt, c.name);
+    std::remove(checkpoint.c_str());
+  }
+}
+
+// checkpoint_every writes inside epochs; without a checkpoint path it is
+// refused, as are the other step options' bad values, each naming its
+// option.
+TEST(StepRuns, RefusesBadStepOptionsNamingThem) {
+  const auto refused = [](const std::function<void(TrainerOptions&)>& change) {
+    return error_of([&] { text_run(change); });
+  };
+  EXPECT_NE(refused([](TrainerOptions& o) {
+              o.steps(-1);
+            }).find("--steps must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(refused([](TrainerOptions& o) {
+              o.steps(22);
+            }).find("give --epochs 4 or more"),
+            std::string::npos);
+  EXPECT_NE(refused([](TrainerOptions& o) { o.steps(5).warmup_steps(5); })
+                .find("--warmup-steps 5 must be >= 0 and shorter than the "
+                      "run's 5 steps"),
+            std::string::npos);
+  EXPECT_NE(refused([](TrainerOptions& o) {
+              o.min_lr(0.5);
+            }).find("--min-lr 0.5 must be in [0, --lr 0.01]"),
+            std::string::npos);
+  EXPECT_NE(refused([](TrainerOptions& o) { o.schedule(Schedule::kCosine); })
+                .find("--warmup-steps and --min-lr shape --schedule "
+                      "warmup-cosine, not cosine"),
+            std::string::npos);
+  EXPECT_NE(refused([](TrainerOptions& o) { o.checkpoint_every(3); })
+                .find("--checkpoint-every says how often to write "
+                      "--checkpoint, which is not given"),
+            std::string::npos);
+  EXPECT_NE(
+      refused([](TrainerOptions& o) { o.best_checkpoint(temp_path("b.pt")); })
+          .find("--best-checkpoint is written after the evaluations of "
+                "--eval-every, which is off"),
+      std::string::npos);
+  EXPECT_NE(refused([](TrainerOptions& o) {
+              o.eval_every(3).step().accumulation_steps(7);
+            })
+                .find("--eval-every 3 is not a multiple of the 7 "
+                      "--accumulation-steps"),
+            std::string::npos);
+}
+
+// checkpoint_every writes the file inside epochs: the file's step advances
+// with the run.
+TEST(StepRuns, CheckpointEveryWritesInsideEpochs) {
+  const auto checkpoint = temp_path("every.pt");
+  std::remove(checkpoint.c_str());
+  {
+    auto run = text_run([&](TrainerOptions& o) {
+      o.steps(10).checkpoint(checkpoint).checkpoint_every(3).max_steps(5);
+    });
+    run->trainer->fit();
+  }
+  // Steps 3 (inside epoch 1) and 5 (the run's end).
+  const auto settings = lamp::training::read_checkpoint_settings(checkpoint);
+  EXPECT_EQ(settings.global_step, 5);
+  std::remove(checkpoint.c_str());
+  auto stopped_early = text_run([&](TrainerOptions& o) {
+    o.steps(10)
+        .checkpoint(checkpoint)
+        .checkpoint_every(3)
+        .stop_requested([n = 0]() mutable { return ++n == 5; });
+  });
+  stopped_early->trainer->fit();
+  // The stop came before step 5, after step 4: the file holds step 4.
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(checkpoint).global_step,
+            4);
+  std::remove(checkpoint.c_str());
+}
+
+// The program's settings travel in the checkpoint; a checked one that
+// differs on resume is refused with every difference, an unchecked one (a
+// path to the data) is not.
+TEST(StepRuns, ProgramSettingsAreStoredAndChecked) {
+  const auto checkpoint = temp_path("program.pt");
+  std::remove(checkpoint.c_str());
+  const std::vector<lamp::training::ProgramSetting> settings = {
+      {"--layers", "1"}, {"--dropout", "0.2"}, {"--data", "a.txt", false}};
+  {
+    auto run = text_run([&](TrainerOptions& o) {
+      o.steps(6).checkpoint(checkpoint).program_settings(settings);
+    });
+    run->trainer->fit();
+  }
+  const auto stored = lamp::training::read_checkpoint_settings(checkpoint);
+  ASSERT_EQ(stored.program_settings.size(), 3u);
+  EXPECT_EQ(stored.program_settings[1].name, "--dropout");
+  EXPECT_EQ(stored.program_settings[1].value, "0.2");
+  EXPECT_FALSE(stored.program_settings[2].checked);
+  // Another data path resumes; another dropout and layers are refused.
+  auto moved = settings;
+  moved[2].value = "b.txt";
+  EXPECT_NO_THROW(text_run([&](TrainerOptions& o) {
+    o.steps(6).resume(checkpoint).program_settings(moved);
+  }));
+  auto other = settings;
+  other[0].value = "2";
+  other[1].value = "0";
+  const auto error = error_of([&] {
+    text_run([&](TrainerOptions& o) {
+      o.steps(6).resume(checkpoint).program_settings(other);
+    });
+  });
+  EXPECT_NE(error.find("--layers 1 there, 2 here; --dropout 0.2 there, 0 "
+                       "here; resume with --layers 1 --dropout 0.2"),
+            std::string::npos)
+      << error;
+  std::remove(checkpoint.c_str());
+}
+
+// ---------------------------------------------------------- escaping
+
+TEST(EscapeText, KeepsUtf8AndEscapesEveryOtherByte) {
+  using lamp::data::escape_text;
+  EXPECT_EQ(escape_text("plain text\n\tok"), "plain text\n\tok");
+  EXPECT_EQ(escape_text("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(escape_text(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(escape_text("\x1B[2J\x7F\r"), "\\x1B[2J\\x7F\\x0D");
+  EXPECT_EQ(escape_text("back\\slash"), "back\\\\slash");
+  // Ill-formed: a lone continuation byte, a cut sequence, an overlong
+  // form, a surrogate, beyond U+10FFFF, a lead byte that never starts one.
+  EXPECT_EQ(escape_text("\x80"), "\\x80");
+  EXPECT_EQ(escape_text("\xE2\x82"), "\\xE2\\x82");
+  EXPECT_EQ(escape_text("\xC0\xAF"), "\\xC0\\xAF");
+  EXPECT_EQ(escape_text("\xED\xA0\x80"), "\\xED\\xA0\\x80");
+  EXPECT_EQ(escape_text("\xF4\x90\x80\x80"), "\\xF4\\x90\\x80\\x80");
+  EXPECT_EQ(escape_text("\xFF"), "\\xFF");
+}
+
+} // namespace

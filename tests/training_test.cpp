@@ -536,10 +536,11 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   torch::serialize::InputArchive original;
   lamp::load_checked_archive(original, checkpoint);
   const std::vector<std::string> keys = {
-      "format",     "model_name",   "optimizer",    "precision",
-      "batch_size", "epochs",       "lr",           "schedule",
-      "momentum",   "weight_decay", "train_images", "steps_per_epoch",
-      "next_epoch", "global_step",  "seed"};
+      "format",         "model_name",      "optimizer",    "precision",
+      "batch_size",     "epochs",          "lr",           "schedule",
+      "momentum",       "weight_decay",    "train_images", "steps_per_epoch",
+      "next_epoch",     "global_step",     "seed",         "epoch_step",
+      "epoch_loss_sum", "epoch_non_finite"};
   // Writes the checkpoint's fields with `changes` (a None value drops one).
   const auto forge = [&](const std::map<std::string, c10::IValue>& changes) {
     torch::serialize::OutputArchive archive;
@@ -591,6 +592,19 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   }
   forge({{"global_step", c10::IValue(int64_t{-5})}});
   EXPECT_NE(resume_error().find("cannot reach"), std::string::npos);
+  // The position inside an epoch: its step within the epoch's 6, its
+  // non-finite losses within its steps, a finite loss sum.
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, c10::IValue>>{
+           {"epoch_step", c10::IValue(int64_t{6})},
+           {"epoch_step", c10::IValue(int64_t{-1})},
+           {"epoch_non_finite", c10::IValue(int64_t{1})},
+           {"epoch_loss_sum", c10::IValue(std::nan(""))}}) {
+    forge({{key, value}});
+    EXPECT_NE(resume_error().find("cannot reach; the checkpoint is damaged"),
+              std::string::npos)
+        << key << " " << value;
+  }
   forge({{"next_epoch", c10::IValue(std::string("1"))}});
   EXPECT_NE(
       resume_error().find(

@@ -402,6 +402,7 @@ std::vector<EpochStats> ClassifierTrainer::fit(
       ~ActiveRun() { slot = nullptr; }
     } active{active_run_ = &run};
     if (!train_epoch(run, watch, on_batch, on_eval_batch, on_evaluation)) {
+      keep_epoch_sums(run);
       break; // stopped on request, its checkpoint written where asked for
     }
     finish_epoch(run, watch);
@@ -730,11 +731,19 @@ std::string ClassifierTrainer::locate_numerics() {
              : "re-running the last batch under the numerics check: " + finding;
 }
 
+void ClassifierTrainer::keep_epoch_sums(const EpochRun& run) {
+  resumed_loss_sum_ = run.loss_sum.item<double>();
+  resumed_non_finite_ = run.watch->read_non_finite_losses() -
+                        run.non_finite_before + run.non_finite_resumed;
+}
+
 void ClassifierTrainer::end_epoch(EpochRun& run) {
   auto& stats = run.stats;
   if (!stats.partial()) {
     start_epoch_ = stats.epoch;
     start_step_in_epoch_ = 0;
+  } else {
+    keep_epoch_sums(run); // for a save_checkpoint() after fit()
   }
   // A partial epoch (the run ended inside it) writes the position inside
   // it: a longer run resumes there.

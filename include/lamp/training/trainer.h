@@ -641,6 +641,9 @@ class ClassifierTrainer {
   bool checkpoint_is_mine() const;
   // Writes TrainerOptions::checkpoint at this step and records it.
   void write_checkpoint();
+  // Where fit() leaves `run` inside its epoch: its sums, which a
+  // save_checkpoint() after fit() stores with the position.
+  void keep_epoch_sums(const EpochRun& run);
   // After a stop: the checkpoint at the step it stopped on, where nothing
   // of the run would otherwise be lost and this process may write it.
   void save_at_stop();

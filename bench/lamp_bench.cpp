@@ -70,6 +70,9 @@ struct Config {
   // "default" for LibTorch's choice.
   std::string attention = "default";
   std::string keep_host_memory = "on";
+  // --threads: 0 keeps LibTorch's default, as the Python peers run with
+  // theirs (bench/run.sh compares at equal threads).
+  int64_t threads = 0;
 };
 
 bool is_gpt(const Config& c) {
@@ -447,6 +450,9 @@ int run(const Config& c) {
     attention.emplace(std::vector<lamp::nn::SdpaBackend>{
         lamp::nn::parse_sdpa_backend(c.attention)});
   }
+  if (c.threads > 0) {
+    lamp_examples::use_threads(c.threads);
+  }
   const auto device = lamp_examples::resolve_device(c.device);
   lamp::set_cudnn_benchmark(c.cudnn_benchmark);
   // As lamp's programs: freed host memory serves the next step.
@@ -609,6 +615,11 @@ int main(int argc, char** argv) {
                  "lamp::keep_host_memory() before the run, as lamp's "
                  "programs do (off: glibc's malloc defaults)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--threads", c.threads,
+                 "intra-op CPU threads (0: LibTorch's default, as the Python "
+                 "peers run; the training programs default to the cores)")
+      ->check(lamp_examples::integer_in(0, 4096))
       ->capture_default_str();
   app.add_flag("--channels-last", c.channels_last);
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark);

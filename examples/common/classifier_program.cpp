@@ -287,7 +287,7 @@ std::unique_ptr<JsonLog> open_json_log(const ProgramConfig& config,
   facts.device = group.device();
   facts.world_size = group.world_size();
   facts.precision = precision;
-  facts.precision_auto = precision_from(config) == lamp::Precision::kAuto;
+  facts.precision_auto = config.requested_precision == lamp::Precision::kAuto;
   facts.cuda_graph = trainer.train_step().cuda_graph_enabled();
   facts.train_images = spec.train.size();
   facts.test_images = spec.test.size();
@@ -367,7 +367,7 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       spec.program.c_str(),
       (spec.model_name.empty() ? config.model : spec.model_name).c_str(),
       lamp::to_string(precision).c_str(),
-      precision_from(config) == lamp::Precision::kAuto ? " (auto)" : "",
+      config.requested_precision == lamp::Precision::kAuto ? " (auto)" : "",
       device.str().c_str(), static_cast<long long>(spec.train.images.size(0)),
       static_cast<long long>(spec.test.images.size(0)),
       config.sequence_length > 0
@@ -541,9 +541,11 @@ int run(ProgramConfig& config, const RunSpec& spec) {
   // Before anything is broadcast: the same flags on every rank.
   check_ranks_agree(*group, config.rank_flags);
   const bool main_rank = group->is_main();
-  // "auto" is resolved here, before the model is converted for it.
-  const auto precision =
-      lamp::resolve_precision(precision_from(config), group->device());
+  // "auto" is resolved here, once, before the model is converted for it;
+  // the library, the header and the log receive the resolved mode.
+  config.precision_mode =
+      lamp::resolve_precision(config.requested_precision, group->device());
+  const auto precision = config.precision_mode;
   check_before_training(config, spec, main_rank);
   if (main_rank) {
     warn_ineffective_flags(config, group->device());
@@ -656,6 +658,7 @@ int program_main(int argc, char** argv, const std::string& program,
   return guarded_main(program, [&] {
     // Before the data is read: a resume that contradicts its checkpoint
     // fails at once.
+    config.requested_precision = precision_from(config); // parsed once
     apply_resume_settings(app, config);
     apply_threads(config);
     auto spec = make_spec();

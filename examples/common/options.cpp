@@ -379,7 +379,7 @@ lamp::training::TrainerOptions trainer_options_from(
     std::shared_ptr<lamp::distributed::ProcessGroup> group) {
   const bool warmup_cosine = config.schedule == "warmup-cosine";
   auto options =
-      lamp::training::TrainerOptions(precision_from(config))
+      lamp::training::TrainerOptions(config.precision_mode)
           .epochs(config.epochs)
           .steps(config.steps)
           .schedule(lamp::training::parse_schedule(config.schedule))
@@ -404,7 +404,7 @@ lamp::training::TrainerOptions trainer_options_from(
           .zero_stage(static_cast<int>(config.zero))
           .check_numerics(config.check_numerics)
           .option_name(flag_name);
-  if (precision_from(config) == lamp::Precision::kFP8) {
+  if (config.precision_mode == lamp::Precision::kFP8) {
     options.step().float8(float8_recipe_from(config));
   }
   options.step()

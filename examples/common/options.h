@@ -22,6 +22,12 @@ struct ProgramConfig {
   std::string model;
   std::vector<std::string> models; // the valid --model values
   std::string precision = "fp32";
+  // --precision (or --fp16) parsed once, after the command line (and a
+  // resume's stored value): the mode asked for, kAuto for "auto"; and that
+  // mode resolved once for the run's device (run() sets it), which the
+  // library, the header line and the log receive.
+  lamp::Precision requested_precision = lamp::Precision::kFP32;
+  lamp::Precision precision_mode = lamp::Precision::kFP32;
   bool precision_support = false; // print the device's table and exit
   bool fp16 = false;              // the seed's spelling of --precision half
   // --precision fp8's recipe (lamp::nn::Float8Recipe, its defaults).
@@ -92,7 +98,8 @@ struct ProgramConfig {
 void add_options(CLI::App& app, ProgramConfig& config);
 
 /// The precision mode --precision (or --fp16) names; kAuto for "auto"
-/// (lamp::resolve_precision() turns it into a mode for the device).
+/// (lamp::resolve_precision() turns it into a mode for the device). The
+/// programs call it once, into ProgramConfig::requested_precision.
 lamp::Precision precision_from(const ProgramConfig& config);
 
 /// Warns (TORCH_WARN, which the programs print as "PROGRAM: warning: ...")
@@ -125,8 +132,8 @@ lamp::nn::Float8Recipe float8_recipe_from(const ProgramConfig& config);
 /// before they stop: GradScalerOptions::min_scale_patience.
 constexpr int64_t kMinScalePatience = 20;
 
-/// The one place where the program's options become the library's: the
-/// trainer's, with the training step's (step()) and the optimizer's
+/// The one place where the program's options become the library's (with
+/// config.precision_mode, the resolved mode): the trainer's, with the training step's (step()) and the optimizer's
 /// (optimizer()) nested in them; the trainer's messages name the settings by
 /// their flags ("--lr"). `eval_batch_size` is --eval-batch-size capped at the
 /// test set; `group` is the run's process group.

@@ -53,10 +53,10 @@ StoredFlag field(const char* key, const char* flag, T ProgramConfig::*member,
       }};
 }
 
-// The mode --precision (or --fp16) names, as checkpoints store it; "auto"
-// is resolved by the trainer, which compares the mode it chooses.
+// The mode --precision (or --fp16) names (parsed already), as checkpoints
+// store it; "auto" is resolved by the run, which the trainer compares.
 bool same_precision(const ProgramConfig& c, const std::string& stored) {
-  const auto mode = precision_from(c);
+  const auto mode = c.requested_precision;
   return mode == lamp::Precision::kAuto || lamp::to_string(mode) == stored;
 }
 
@@ -65,7 +65,11 @@ const std::vector<StoredFlag>& stored_flags() {
   static const std::vector<StoredFlag> flags = {
       field("model_name", "--model", &C::model),
       {"precision", "--precision", false,
-       [](C& c, const std::string& v) { c.precision = v; }, same_precision},
+       [](C& c, const std::string& v) {
+         c.precision = v; // a mode's name, as to_string() wrote it
+         c.requested_precision = lamp::parse_precision(v);
+       },
+       same_precision},
       field("optimizer", "--optimizer", &C::optimizer),
       field("batch_size", "--batch-size", &C::batch_size),
       // More epochs: the trainer continues a constant schedule or says why

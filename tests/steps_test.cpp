@@ -263,6 +263,38 @@ TEST(StepRuns, EvaluatesEveryNStepsAndKeepsTheBestCheckpoint) {
   std::remove(best.c_str());
 }
 
+// An evaluation that does not improve on the best leaves the best
+// checkpoint as it was: a learning rate far too high makes the validation
+// loss go up and down, and the best checkpoint stays at the lowest.
+TEST(StepRuns, AWorseEvaluationLeavesTheBestCheckpoint) {
+  const auto best = temp_path("worse.best.pt");
+  std::remove(best.c_str());
+  std::vector<StepEvaluation> evals;
+  {
+    auto run = text_run([&](TrainerOptions& o) {
+      o.steps(20).eval_every(2).best_checkpoint(best).optimizer().lr(0.3);
+    });
+    run->trainer->fit(nullptr, nullptr, nullptr,
+                      [&](const StepEvaluation& e) { evals.push_back(e); });
+  }
+  double lowest = std::numeric_limits<double>::infinity();
+  int64_t lowest_step = 0, worse = 0;
+  for (const auto& e : evals) {
+    const bool better = e.test_loss < lowest;
+    EXPECT_EQ(e.best_written, better) << "step " << e.global_step;
+    worse += better ? 0 : 1;
+    if (better) {
+      lowest = e.test_loss;
+      lowest_step = e.global_step;
+    }
+    EXPECT_EQ(e.best_test_loss, lowest) << "step " << e.global_step;
+  }
+  ASSERT_GT(worse, 0) << "the case needs an evaluation that is not the best";
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(best).global_step,
+            lowest_step);
+  std::remove(best.c_str());
+}
+
 // A stop asked for during training or during a step's evaluation writes
 // the checkpoint at that step; the resumed run ends where the straight one
 // does, to the bit.

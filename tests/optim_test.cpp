@@ -777,6 +777,25 @@ TEST(DecayGroups, NoDecayNamesAndNoBiasDecayApplyOneRule) {
 // the documented recipe runs, and the tied tensor is in the decayed group
 // (2-D) unless exempt_embeddings. A name that is no parameter given, a typo
 // or the tie's second name, is still refused, naming it.
+namespace {
+
+// A TrainStep whose optimizer is GPT trainers' recipe: AdamW over
+// decay_groups(p, exempt, defaults).
+std::unique_ptr<lamp::TrainStep> decay_group_step(
+    const std::shared_ptr<torch::nn::Module>& model,
+    const std::set<std::string>& exempt,
+    const torch::optim::AdamWOptions& defaults) {
+  return std::make_unique<lamp::TrainStep>(
+      model,
+      [exempt, defaults](const lamp::NamedParameters& p) {
+        return std::make_unique<lamp::optim::AdamW>(
+            lamp::optim::decay_groups(p, exempt, defaults), defaults);
+      },
+      lamp::TrainStepOptions(lamp::Precision::kFP32));
+}
+
+} // namespace
+
 TEST(DecayGroups, ATiedHeadUnderItsOwnNameRunsThroughATrainStep) {
   for (const bool exempt_embeddings : {false, true}) {
     SCOPED_TRACE(exempt_embeddings ? "embeddings exempt" : "embeddings decay");
@@ -793,13 +812,8 @@ TEST(DecayGroups, ATiedHeadUnderItsOwnNameRunsThroughATrainStep) {
     EXPECT_EQ(exempt, expected);
     const auto defaults =
         torch::optim::AdamWOptions(1e-2).betas({0.9, 0.99}).weight_decay(0.1);
-    lamp::TrainStep step(
-        model.ptr(),
-        [&](const lamp::NamedParameters& p) {
-          return std::make_unique<lamp::optim::AdamW>(
-              lamp::optim::decay_groups(p, exempt, defaults), defaults);
-        },
-        lamp::TrainStepOptions(lamp::Precision::kFP32));
+    const auto train = decay_group_step(model.ptr(), exempt, defaults);
+    auto& step = *train;
     // The decayed group comes first; with embeddings exempt it is empty and
     // left out.
     const auto& groups = step.optimizer().param_groups();
@@ -855,15 +869,9 @@ TEST(DecayGroups, FrozenParametersAreLeftOutOfTheNames) {
   const auto exempt = lamp::optim::no_decay_names(*model);
   EXPECT_EQ(exempt, (std::set<std::string>{"ln.weight"}));
   const auto defaults = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
-  lamp::TrainStep step(
-      model.ptr(),
-      [&](const lamp::NamedParameters& p) {
-        return std::make_unique<lamp::optim::AdamW>(
-            lamp::optim::decay_groups(p, exempt, defaults), defaults);
-      },
-      lamp::TrainStepOptions(lamp::Precision::kFP32));
+  const auto train = decay_group_step(model.ptr(), exempt, defaults);
   size_t count = 0;
-  for (const auto& group : step.optimizer().param_groups()) {
+  for (const auto& group : train->optimizer().param_groups()) {
     count += group.params().size();
   }
   EXPECT_EQ(count, 2u); // wte.weight (the tied head) and ln.weight

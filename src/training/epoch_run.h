@@ -29,6 +29,13 @@ struct ClassifierTrainer::EpochRun {
   int64_t non_finite_before = 0;
   int64_t non_finite_resumed = 0; // the epoch's before a resume inside it
   const detail::DivergenceWatch* watch = nullptr;
+
+  // The epoch's non-finite losses so far, those before a resume inside it
+  // included (a host read of the watch's counter).
+  int64_t non_finite() const {
+    return watch->read_non_finite_losses() - non_finite_before +
+           non_finite_resumed;
+  }
   int64_t images = 0;
   int64_t warmup_images = 0;
   bool graphs_before_epoch = false;

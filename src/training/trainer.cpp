@@ -667,8 +667,7 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
   }
   stats.global_step = global_step_;
   stats.skipped_steps = watch.read_epoch_skipped();
-  stats.non_finite_losses = watch.read_non_finite_losses() -
-                            run.non_finite_before + run.non_finite_resumed;
+  stats.non_finite_losses = run.non_finite();
   const int64_t finite_steps =
       stats.resumed_steps + stats.steps - stats.non_finite_losses;
   stats.train_loss =
@@ -733,8 +732,7 @@ std::string ClassifierTrainer::locate_numerics() {
 
 void ClassifierTrainer::keep_epoch_sums(const EpochRun& run) {
   resumed_loss_sum_ = run.loss_sum.item<double>();
-  resumed_non_finite_ = run.watch->read_non_finite_losses() -
-                        run.non_finite_before + run.non_finite_resumed;
+  resumed_non_finite_ = run.non_finite();
 }
 
 void ClassifierTrainer::end_epoch(EpochRun& run) {

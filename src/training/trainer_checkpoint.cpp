@@ -97,9 +97,7 @@ void ClassifierTrainer::save_checkpoint(const std::string& path) const {
   int64_t epoch_non_finite = resumed_non_finite_;
   if (active_run_ != nullptr) {
     epoch_loss_sum = active_run_->loss_sum.item<double>();
-    const auto& run = *active_run_;
-    epoch_non_finite = run.watch->read_non_finite_losses() -
-                       run.non_finite_before + run.non_finite_resumed;
+    epoch_non_finite = active_run_->non_finite();
   }
   if (epoch_step >= batches) { // trained whole, not yet ended
     ++next_epoch;

@@ -817,9 +817,10 @@ TEST(Float8, PrecisionModeFp8ConvertsAndWarnsAboutUnusedLayers) {
 // (DeepSeek-V3's report measured this on H800s), and cuBLASLt without fast
 // accumulation promotes them to FP32 only every so many k-blocks, which
 // these products (K = 32, 48 or 64) never reach. Measured on an H100
-// (2026-11-28): dW = dY^T X over 48 terms off by up to 1.2e-4 of the sum of
-// its terms' magnitudes, sum_i |dY_i| |X_i| (an FP32 sum would be off by
-// about 1e-6). Each product is held to 2^-10 of that sum (8x the measured
+// (2026-11-28): dW = dY^T X over 48 terms off by up to 2.6e-3, 5.1e-3 and
+// 1.0e-2 with X scaled 1, 2 and 3 times; the sum of its terms' magnitudes,
+// sum_i |dY_i| |X_i|, is near 48 x 0.64 = 31 per unit of scale, so about
+// 1e-4 of it (an FP32 sum would be off by about 1e-6). Each product is held to 2^-10 of that sum (8x the measured
 // error): a wrong scale, operand or layout is off by a sizeable part of it.
 // The forward (fast accumulation, as Transformer Engine and torchao) is
 // held to 2^-7.

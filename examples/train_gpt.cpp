@@ -82,7 +82,7 @@ std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
 // signal ends it at the next byte.
 void print_sample(const lamp_examples::ProgramConfig& config,
                   const GptFlags& flags, const lamp_examples::BuiltModel& model,
-                  lamp::training::ClassifierTrainer& trainer) {
+                  lamp::training::Trainer& trainer) {
   if (flags.sample_tokens == 0) {
     return;
   }
@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
   config.max_grad_norm = 1.0;
   config.data = lamp::data::default_text_path();
   config.data_may_be_file = true;
+  config.examples = "sequences";
   GptFlags flags;
   config.program_settings = [&flags] { return gpt_settings(flags); };
   return lamp_examples::program_main(
@@ -168,6 +169,8 @@ int main(int argc, char** argv) {
         TORCH_CHECK(!flags.prompt.empty(),
                     "--prompt is empty; give at least one character.");
         config.sequence_length = flags.model.context();
+        config.flops_per_example =
+            lamp::models::gpt_training_flops(flags.model);
         const auto name = flags.model.name();
         // --resume took the stored shape flags (gpt_settings); a checkpoint
         // of a model named otherwise is not train_gpt's.
@@ -184,15 +187,25 @@ int main(int argc, char** argv) {
         spec.test = std::move(text.validation);
         spec.data_files = {config.data};
         spec.model_name = name;
+        spec.task = lamp::training::Task::language_model();
         const auto options = flags.model;
         spec.make_model = [options](const std::string&, bool) {
           return lamp::models::make_gpt(options);
         };
         spec.after_training = [&](const lamp_examples::BuiltModel& model,
-                                  lamp::training::ClassifierTrainer& trainer) {
+                                  lamp::training::Trainer& trainer) {
           print_sample(config, flags, model, trainer);
         };
         return spec;
       },
-      [&](CLI::App& app) { add_gpt_options(app, flags); });
+      [&](CLI::App& app) {
+        add_gpt_options(app, flags);
+        app.add_option(
+               "--peak-tflops", config.peak_tflops,
+               "the device's peak TFLOP/s for the precision, for MFU (model "
+               "FLOPs utilisation) in the epoch line and log: known for H100, "
+               "H200 and A100 (their datasheets' dense peaks), needed for a "
+               "CPU or another GPU (default 0: the table's, or no MFU)")
+            ->check(lamp_examples::non_negative_real());
+      });
 }

@@ -64,6 +64,7 @@ INSTALL_HINT = "apt-get install python3-matplotlib"
 SCALING_PRECISIONS = ("amp", "half")
 # Throughput fields of the records, with the unit an axis names.
 RATE_FIELDS = (("tokens_per_second", "tokens/s"),
+               ("sequences_per_second", "sequences/s"),
                ("images_per_second", "images/s"))
 # Per run in the step charts, so that runs whose curves coincide (fp32 and
 # amp-bf16 train alike) stay apart.
@@ -380,9 +381,11 @@ def context(runs):
         parts.append(where)
     if shared("batch_size"):
         parts.append("batch %s" % shared("batch_size"))
-    if shared("train_images") and shared("test_images"):
-        parts.append("%s train / %s test images" %
-                     (shared("train_images"), shared("test_images")))
+    for examples in ("images", "sequences"):
+        if shared("train_" + examples) and shared("test_" + examples):
+            parts.append("%s train / %s test %s" %
+                         (shared("train_" + examples),
+                          shared("test_" + examples), examples))
     return ", ".join(parts)
 
 
@@ -528,8 +531,13 @@ def plot_logs(paths, out_dir, title):
                         width=line_width(i))
     written.append(save(plt, fig, ax, out("loss.png")))
 
-    fig, ax = epoch_figure(plt, prefix + "test accuracy per epoch",
-                           "test accuracy (%)", subtitle=subtitle)
+    # A language model's accuracy is the next token's (train_gpt's records
+    # count sequences); a classifier's, the class's.
+    language_model = bool(runs) and all(
+        any("tokens_per_second" in r for r in run.epochs) for run in runs)
+    accuracy = "next-token accuracy" if language_model else "accuracy"
+    fig, ax = epoch_figure(plt, prefix + "test %s per epoch" % accuracy,
+                           "test %s (%%)" % accuracy, subtitle=subtitle)
     for i, run in enumerate(runs):
         if run.epochs:
             plot_epochs(ax, run, "test_accuracy", "o-", color(i), run.label,

@@ -23,9 +23,9 @@
 
 namespace {
 
-using lamp::training::ClassifierTrainer;
 using lamp::training::RunHistoryEntry;
 using lamp::training::Schedule;
+using lamp::training::Trainer;
 using lamp::training::TrainerOptions;
 using lamp_test::CustomTree;
 using lamp_test::error_of;
@@ -50,14 +50,14 @@ void expect_entry(const RunHistoryEntry& entry, const std::string& kind,
 }
 
 // A model's FP32 weights by name: the master values where it has them.
-c10::Dict<std::string, torch::Tensor> weights_of(ClassifierTrainer& trainer,
+c10::Dict<std::string, torch::Tensor> weights_of(Trainer& trainer,
                                                  const torch::nn::Module& m) {
   return lamp::models::python_state_dict(
       m, lamp::models::StateDictOptions().master_weights(
              trainer.train_step().master_weights()));
 }
 
-TEST(ClassifierTrainer, ConstantRunContinuesWithMoreEpochsAndRecordsIt) {
+TEST(Trainer, ConstantRunContinuesWithMoreEpochsAndRecordsIt) {
   const auto checkpoint = temp_path("continue.pt");
   const auto constant = TrainerOptions().schedule(Schedule::kConstant);
   make_run(lamp::Precision::kFP32,
@@ -95,7 +95,7 @@ TEST(ClassifierTrainer, ConstantRunContinuesWithMoreEpochsAndRecordsIt) {
   std::remove(checkpoint.c_str());
 }
 
-TEST(ClassifierTrainer, SchedulesThatDependOnTheLengthRefuseMoreEpochs) {
+TEST(Trainer, SchedulesThatDependOnTheLengthRefuseMoreEpochs) {
   EXPECT_FALSE(lamp::training::depends_on_length(Schedule::kConstant));
   for (const auto schedule : {Schedule::kOneCycle, Schedule::kCosine}) {
     SCOPED_TRACE(lamp::training::to_string(schedule));
@@ -121,7 +121,7 @@ TEST(ClassifierTrainer, SchedulesThatDependOnTheLengthRefuseMoreEpochs) {
   }
 }
 
-TEST(ClassifierTrainer, ContinuingStillRefusesFewerEpochsOrAnotherSchedule) {
+TEST(Trainer, ContinuingStillRefusesFewerEpochsOrAnotherSchedule) {
   const auto checkpoint = temp_path("constant_cut.pt");
   const auto constant = TrainerOptions().schedule(Schedule::kConstant);
   // 6 batches per epoch: the first epoch's checkpoint of a 2-epoch run.
@@ -155,7 +155,7 @@ TEST(ClassifierTrainer, ContinuingStillRefusesFewerEpochsOrAnotherSchedule) {
 
 // A BF16 run's weights start FP32 and BF16 runs at their FP32 master values,
 // with a fresh optimizer, at epoch 0, with another lr, schedule and epochs.
-TEST(ClassifierTrainer, InitFromStartsANewRunFromTheMasterWeights) {
+TEST(Trainer, InitFromStartsANewRunFromTheMasterWeights) {
   const auto checkpoint = temp_path("init_from_source.pt");
   auto source =
       make_run(lamp::Precision::kBF16, TrainerOptions()
@@ -218,7 +218,7 @@ TEST(ClassifierTrainer, InitFromStartsANewRunFromTheMasterWeights) {
 }
 
 // The new run's checkpoints carry the source's history and the start.
-TEST(ClassifierTrainer, InitFromIsRecordedInTheNewRunsCheckpoints) {
+TEST(Trainer, InitFromIsRecordedInTheNewRunsCheckpoints) {
   const auto source = temp_path("init_from_a.pt");
   const auto target = temp_path("init_from_b.pt");
   make_run(lamp::Precision::kFP32, TrainerOptions()
@@ -284,9 +284,9 @@ struct WrappedImpl : torch::nn::Module {
 TORCH_MODULE(Wrapped);
 
 // A trainer of `model` on make_run()'s data, in FP32.
-std::unique_ptr<ClassifierTrainer> wrapped_trainer(Wrapped model,
-                                                   TrainerOptions options) {
-  return std::make_unique<ClassifierTrainer>(
+std::unique_ptr<Trainer> wrapped_trainer(Wrapped model,
+                                         TrainerOptions options) {
+  return std::make_unique<Trainer>(
       model.ptr(),
       [model](const torch::Tensor& x) mutable { return model->forward(x); },
       "wrapped",

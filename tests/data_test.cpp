@@ -223,30 +223,30 @@ TEST(Cifar10, DecodesTrainBatchesInOrder) {
   }
   const auto data = lamp::data::read_cifar10(dir.str(), /*train=*/true);
   EXPECT_EQ(data.size(), 10);
-  EXPECT_TRUE(BitEqual(data.images, expected_cifar_images(10)));
-  EXPECT_TRUE(BitEqual(data.labels, torch::arange(10)));
-  EXPECT_TRUE(data.images.is_contiguous());
+  EXPECT_TRUE(BitEqual(data.inputs, expected_cifar_images(10)));
+  EXPECT_TRUE(BitEqual(data.targets, torch::arange(10)));
+  EXPECT_TRUE(data.inputs.is_contiguous());
   // Record 4 (the second of data_batch_2.bin), row 2, column 5:
   // 4*31 + 2*7 + 5*3 = 153 in R, +100 in G, +200 (mod 256) in B.
-  EXPECT_EQ(data.images[4][0][2][5].item<int64_t>(), 153);
-  EXPECT_EQ(data.images[4][1][2][5].item<int64_t>(), 253);
-  EXPECT_EQ(data.images[4][2][2][5].item<int64_t>(), 97);
-  EXPECT_EQ(data.labels[4].item<int64_t>(), 4);
+  EXPECT_EQ(data.inputs[4][0][2][5].item<int64_t>(), 153);
+  EXPECT_EQ(data.inputs[4][1][2][5].item<int64_t>(), 253);
+  EXPECT_EQ(data.inputs[4][2][2][5].item<int64_t>(), 97);
+  EXPECT_EQ(data.targets[4].item<int64_t>(), 4);
 }
 
 TEST(Cifar10, DecodesTheTestBatch) {
   TempDir dir;
   write_file(dir.file("test_batch.bin"), cifar_records(0, {9, 0, 5}));
   const auto data = lamp::data::read_cifar10(dir.str(), /*train=*/false);
-  ASSERT_EQ(data.images.sizes(), torch::IntArrayRef({3, 3, 32, 32}));
-  EXPECT_EQ(data.images.scalar_type(), torch::kUInt8);
-  EXPECT_EQ(data.labels.scalar_type(), torch::kLong);
-  EXPECT_TRUE(BitEqual(data.images, expected_cifar_images(3)));
-  EXPECT_TRUE(BitEqual(data.labels, torch::tensor({9, 0, 5}, torch::kLong)));
+  ASSERT_EQ(data.inputs.sizes(), torch::IntArrayRef({3, 3, 32, 32}));
+  EXPECT_EQ(data.inputs.scalar_type(), torch::kUInt8);
+  EXPECT_EQ(data.targets.scalar_type(), torch::kLong);
+  EXPECT_TRUE(BitEqual(data.inputs, expected_cifar_images(3)));
+  EXPECT_TRUE(BitEqual(data.targets, torch::tensor({9, 0, 5}, torch::kLong)));
   // Record 2, row 31, column 31: 62 + 217 + 93 = 372 -> 116 in R.
-  EXPECT_EQ(data.images[2][0][31][31].item<int64_t>(), 116);
-  EXPECT_EQ(data.images[2][1][31][31].item<int64_t>(), 216);
-  EXPECT_EQ(data.images[2][2][31][31].item<int64_t>(), 60);
+  EXPECT_EQ(data.inputs[2][0][31][31].item<int64_t>(), 116);
+  EXPECT_EQ(data.inputs[2][1][31][31].item<int64_t>(), 216);
+  EXPECT_EQ(data.inputs[2][2][31][31].item<int64_t>(), 60);
 }
 
 TEST(Cifar10, MissingFilesNameEveryFileAndTheBinaryArchive) {
@@ -503,20 +503,20 @@ TEST(Mnist, ReadsPlainAndGzippedFiles) {
   write_gzip(dir.file("train-images-idx3-ubyte.gz"),
              idx_bytes({4, 28, 28}, train_images));
   write_file(dir.file("train-labels-idx1-ubyte"), idx_bytes({4}, {3, 1, 4, 1}));
-  const auto test_images = counting_bytes(2 * 28 * 28, 99);
+  const auto test_examples = counting_bytes(2 * 28 * 28, 99);
   write_file(dir.file("t10k-images-idx3-ubyte"),
-             idx_bytes({2, 28, 28}, test_images));
+             idx_bytes({2, 28, 28}, test_examples));
   write_gzip(dir.file("t10k-labels-idx1-ubyte.gz"), idx_bytes({2}, {9, 0}));
 
   const auto train = lamp::data::read_mnist(dir.str(), /*train=*/true);
   EXPECT_EQ(train.size(), 4);
-  EXPECT_TRUE(BitEqual(train.images, as_tensor(train_images, {4, 1, 28, 28})));
+  EXPECT_TRUE(BitEqual(train.inputs, as_tensor(train_images, {4, 1, 28, 28})));
   EXPECT_TRUE(
-      BitEqual(train.labels, torch::tensor({3, 1, 4, 1}, torch::kLong)));
+      BitEqual(train.targets, torch::tensor({3, 1, 4, 1}, torch::kLong)));
 
   const auto test = lamp::data::read_mnist(dir.str(), /*train=*/false);
-  EXPECT_TRUE(BitEqual(test.images, as_tensor(test_images, {2, 1, 28, 28})));
-  EXPECT_TRUE(BitEqual(test.labels, torch::tensor({9, 0}, torch::kLong)));
+  EXPECT_TRUE(BitEqual(test.inputs, as_tensor(test_examples, {2, 1, 28, 28})));
+  EXPECT_TRUE(BitEqual(test.targets, torch::tensor({9, 0}, torch::kLong)));
 }
 
 TEST(Mnist, PrefersThePlainFileWhenBothExist) {
@@ -528,7 +528,7 @@ TEST(Mnist, PrefersThePlainFileWhenBothExist) {
   write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({2}, {0, 1}));
   const auto test = lamp::data::read_mnist(dir.str(), false);
   EXPECT_EQ(test.size(), 2);
-  EXPECT_EQ(test.images.max().item<int64_t>(), 1);
+  EXPECT_EQ(test.inputs.max().item<int64_t>(), 1);
 }
 
 TEST(Mnist, AcceptsAnyImageSize) {
@@ -538,7 +538,7 @@ TEST(Mnist, AcceptsAnyImageSize) {
   write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({2}, {0, 1}));
   const auto test = lamp::data::read_mnist(dir.str(), false);
   EXPECT_TRUE(
-      BitEqual(test.images, as_tensor(counting_bytes(70), {2, 1, 5, 7})));
+      BitEqual(test.inputs, as_tensor(counting_bytes(70), {2, 1, 5, 7})));
 }
 
 TEST(Mnist, MissingFilesNameEveryNameLookedFor) {
@@ -607,7 +607,8 @@ TEST(Mnist, RejectsALabelOfTenAndReadsNine) {
                {"': label 10 at record 18 is outside 0..9"});
   write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({20}, Bytes(20, 9)));
   EXPECT_EQ(
-      lamp::data::read_mnist(dir.str(), false).labels.max().item<int64_t>(), 9);
+      lamp::data::read_mnist(dir.str(), false).targets.max().item<int64_t>(),
+      9);
 }
 
 TEST(Mnist, DefaultFashionMnistDirectoryIsDebiansWhenInstalled) {
@@ -622,25 +623,25 @@ TEST(Mnist, ReadsDebiansFashionMnist) {
     GTEST_SKIP() << dir << " is absent (apt-get install dataset-fashion-mnist)";
   }
   const auto train = lamp::data::read_mnist(dir, /*train=*/true);
-  ASSERT_EQ(train.images.sizes(), torch::IntArrayRef({60000, 1, 28, 28}));
-  EXPECT_EQ(train.images.scalar_type(), torch::kUInt8);
-  ASSERT_EQ(train.labels.sizes(), torch::IntArrayRef({60000}));
-  EXPECT_EQ(train.labels.scalar_type(), torch::kLong);
-  EXPECT_EQ(train.labels.min().item<int64_t>(), 0);
-  EXPECT_EQ(train.labels.max().item<int64_t>(), 9);
+  ASSERT_EQ(train.inputs.sizes(), torch::IntArrayRef({60000, 1, 28, 28}));
+  EXPECT_EQ(train.inputs.scalar_type(), torch::kUInt8);
+  ASSERT_EQ(train.targets.sizes(), torch::IntArrayRef({60000}));
+  EXPECT_EQ(train.targets.scalar_type(), torch::kLong);
+  EXPECT_EQ(train.targets.min().item<int64_t>(), 0);
+  EXPECT_EQ(train.targets.max().item<int64_t>(), 9);
   // Fashion-MNIST is balanced: 6,000 training images per class.
-  EXPECT_TRUE(BitEqual(torch::bincount(train.labels),
+  EXPECT_TRUE(BitEqual(torch::bincount(train.targets),
                        torch::full({10}, 6000, torch::kLong)));
   // Images are not blank: Fashion-MNIST's mean pixel is about 72.9 (0.286).
-  EXPECT_NEAR(train.images.to(torch::kDouble).mean().item<double>(), 72.94,
+  EXPECT_NEAR(train.inputs.to(torch::kDouble).mean().item<double>(), 72.94,
               0.1);
 
   const auto test = lamp::data::read_mnist(dir, /*train=*/false);
-  ASSERT_EQ(test.images.sizes(), torch::IntArrayRef({10000, 1, 28, 28}));
-  ASSERT_EQ(test.labels.sizes(), torch::IntArrayRef({10000}));
-  EXPECT_EQ(test.labels.min().item<int64_t>(), 0);
-  EXPECT_EQ(test.labels.max().item<int64_t>(), 9);
-  EXPECT_TRUE(BitEqual(torch::bincount(test.labels),
+  ASSERT_EQ(test.inputs.sizes(), torch::IntArrayRef({10000, 1, 28, 28}));
+  ASSERT_EQ(test.targets.sizes(), torch::IntArrayRef({10000}));
+  EXPECT_EQ(test.targets.min().item<int64_t>(), 0);
+  EXPECT_EQ(test.targets.max().item<int64_t>(), 9);
+  EXPECT_TRUE(BitEqual(torch::bincount(test.targets),
                        torch::full({10}, 1000, torch::kLong)));
 }
 
@@ -662,7 +663,7 @@ TEST(TensorImageDataset, ScalesToUnitRangeThenNormalisesPerChannel) {
     const auto example = dataset.get(n);
     EXPECT_EQ(example.data.scalar_type(), torch::kFloat);
     ASSERT_EQ(example.data.sizes(), torch::IntArrayRef({3, 2, 2}));
-    auto expected = small_dataset().images[n].to(torch::kDouble) / 255;
+    auto expected = small_dataset().inputs[n].to(torch::kDouble) / 255;
     for (int64_t c = 0; c < 3; ++c) {
       expected[c] = (expected[c] - mean[c]) / std[c];
     }
@@ -691,7 +692,7 @@ TEST(TensorImageDataset, ServesLibTorchsDataLoader) {
     ++batches;
     ASSERT_EQ(batch.data.sizes(), torch::IntArrayRef({2, 3, 2, 2}));
     EXPECT_TRUE(AllClose(batch.data,
-                         small_dataset().images.to(torch::kFloat) / 255, 1e-6,
+                         small_dataset().inputs.to(torch::kFloat) / 255, 1e-6,
                          1e-7));
     EXPECT_TRUE(BitEqual(batch.target, torch::tensor({4, 2}, torch::kLong)));
   }
@@ -710,21 +711,21 @@ TEST(TensorImageDataset, RejectsBadInputs) {
   expect_error(
       [] {
         auto data = small_dataset();
-        data.images = data.images.to(torch::kFloat);
+        data.inputs = data.inputs.to(torch::kFloat);
         lamp::data::TensorImageDataset(data, {0, 0, 0}, {1, 1, 1});
       },
       {"images must be uint8 [N, C, H, W]"});
   expect_error(
       [] {
         auto data = small_dataset();
-        data.labels = data.labels.to(torch::kInt);
+        data.targets = data.targets.to(torch::kInt);
         lamp::data::TensorImageDataset(data, {0, 0, 0}, {1, 1, 1});
       },
       {"labels must be int64", "to(torch::kLong)"});
   expect_error(
       [] {
         auto data = small_dataset();
-        data.labels = torch::tensor({1}, torch::kLong);
+        data.targets = torch::tensor({1}, torch::kLong);
         lamp::data::TensorImageDataset(data, {0, 0, 0}, {1, 1, 1});
       },
       {"2 images but 1 labels"});
@@ -748,15 +749,16 @@ TEST(DataFingerprint, TellsDatasetsOfOneSizeApart) {
       text, std::regex("3000 images 1x28x28, labels crc32 [0-9a-f]{8}, "
                        "images crc32 [0-9a-f]{8}")))
       << text;
-  EXPECT_EQ(lamp::data::fingerprint({data.images.clone(), data.labels.clone()}),
-            text);
-  auto labels = data.labels.clone();
+  EXPECT_EQ(
+      lamp::data::fingerprint({data.inputs.clone(), data.targets.clone()}),
+      text);
+  auto labels = data.targets.clone();
   labels[2999] = (labels[2999].item<int64_t>() + 1) % 10;
-  EXPECT_NE(lamp::data::fingerprint({data.images, labels}), text);
-  auto images = data.images.clone();
+  EXPECT_NE(lamp::data::fingerprint({data.inputs, labels}), text);
+  auto images = data.inputs.clone();
   images[0][0][14][14] =
       static_cast<uint8_t>(images[0][0][14][14].item<int>() ^ 1);
-  EXPECT_NE(lamp::data::fingerprint({images, data.labels}), text);
+  EXPECT_NE(lamp::data::fingerprint({images, data.targets}), text);
 
   lamp::data::Dataset cifar{torch::zeros({50000, 3, 32, 32}, torch::kByte),
                             torch::zeros({50000}, torch::kLong)};

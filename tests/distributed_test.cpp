@@ -278,8 +278,8 @@ TEST(ProcessGroup, RejectsABackendThatDoesNotFitTheDevice) {
 
 lamp::data::Dataset numbered(int64_t n) {
   lamp::data::Dataset d;
-  d.images = torch::zeros({n, 1, 2, 2}, torch::kUInt8);
-  d.labels = torch::arange(n, torch::kLong); // the label is the sample id
+  d.inputs = torch::zeros({n, 1, 2, 2}, torch::kUInt8);
+  d.targets = torch::arange(n, torch::kLong); // the label is the sample id
   return d;
 }
 
@@ -288,7 +288,7 @@ std::vector<int64_t> epoch_ids(lamp::data::DeviceLoader& loader,
   loader.set_epoch(epoch);
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
-    const auto labels = loader.batch(i).labels;
+    const auto labels = loader.batch(i).targets;
     for (int64_t k = 0; k < labels.size(0); ++k)
       ids.push_back(labels[k].item<int64_t>());
   }

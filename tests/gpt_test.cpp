@@ -42,15 +42,18 @@ torch::Tensor bytes_of(const std::string& text) {
 
 TEST(TextWindows, EachWindowIsLabelledWithItsNextBytes) {
   const auto data = lamp::data::text_windows(bytes_of("abcdefghij"), 3);
-  // (10 - 1) / 3 = 3 windows: abc|bcd, def|efg, ghi|hij.
-  ASSERT_EQ(data.images.sizes(), (c10::IntArrayRef{3, 1, 1, 3}));
-  ASSERT_EQ(data.labels.sizes(), (c10::IntArrayRef{3, 3}));
-  EXPECT_EQ(data.labels.scalar_type(), torch::kLong);
+  // (10 - 1) / 3 = 3 windows: abc|bcd, def|efg, ghi|hij, as token ids
+  // [N, T] in the bytes' own type: one byte a token, no int64 copy.
+  ASSERT_EQ(data.inputs.sizes(), (c10::IntArrayRef{3, 3}));
+  ASSERT_EQ(data.targets.sizes(), (c10::IntArrayRef{3, 3}));
+  EXPECT_EQ(data.inputs.scalar_type(), torch::kByte);
+  EXPECT_EQ(data.targets.scalar_type(), torch::kByte);
+  EXPECT_TRUE(data.sequences());
   const std::string text = "abcdefghij";
   for (int64_t k = 0; k < 3; ++k) {
     for (int64_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(data.images[k][0][0][i].item<int64_t>(), text[k * 3 + i]);
-      EXPECT_EQ(data.labels[k][i].item<int64_t>(), text[k * 3 + i + 1]);
+      EXPECT_EQ(data.inputs[k][i].item<int64_t>(), text[k * 3 + i]);
+      EXPECT_EQ(data.targets[k][i].item<int64_t>(), text[k * 3 + i + 1]);
     }
   }
   // Exactly one window more with one byte more where it completes one.
@@ -88,8 +91,8 @@ TEST(ReadTextWindows, SplitsTheFirstNinetyPercentForTraining) {
   EXPECT_EQ(data.train.size(), (90 - 1) / 4);
   EXPECT_EQ(data.validation.size(), (10 - 1) / 4);
   // The validation windows start at byte 90.
-  EXPECT_EQ(data.validation.images[0][0][0][0].item<int64_t>(), text[90]);
-  EXPECT_EQ(data.validation.labels[1][3].item<int64_t>(), text[90 + 8]);
+  EXPECT_EQ(data.validation.inputs[0][0].item<int64_t>(), text[90]);
+  EXPECT_EQ(data.validation.targets[1][3].item<int64_t>(), text[90 + 8]);
   ::unlink(path.c_str());
 }
 
@@ -163,10 +166,17 @@ TEST(DeviceLoaderTokens, ServesTheStoredBytesAsInt64AndLabelsPerPosition) {
       data, torch::kCPU,
       lamp::data::LoaderOptions(2).shuffle(false).dtype(torch::kLong));
   const auto batch = loader.batch(1);
-  EXPECT_EQ(batch.images.scalar_type(), torch::kLong);
+  EXPECT_EQ(batch.inputs.scalar_type(), torch::kLong);
   EXPECT_TRUE(
-      torch::equal(batch.images, data.images.slice(0, 2, 4).to(torch::kLong)));
-  EXPECT_TRUE(torch::equal(batch.labels, data.labels.slice(0, 2, 4)));
+      torch::equal(batch.inputs, data.inputs.slice(0, 2, 4).to(torch::kLong)));
+  EXPECT_EQ(batch.targets.scalar_type(), torch::kLong);
+  EXPECT_TRUE(torch::equal(batch.targets,
+                           data.targets.slice(0, 2, 4).to(torch::kLong)));
+  EXPECT_NE(error_of([&] {
+              lamp::data::DeviceLoader(data, torch::kCPU,
+                                       lamp::data::LoaderOptions(2));
+            }).find("set LoaderOptions::dtype(torch::kLong)"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               lamp::data::DeviceLoader(data, torch::kCPU,
                                        lamp::data::LoaderOptions(2)
@@ -256,8 +266,13 @@ TEST(GptModel, IsCausalAndTiesItsOutputToTheEmbedding) {
   const auto other = gpt->forward(changed);
   EXPECT_TRUE(torch::equal(other.slice(1, 0, 5), logits.slice(1, 0, 5)));
   EXPECT_FALSE(torch::allclose(other[0][5], logits[0][5]));
-  // The loader's [B, 1, 1, T] is the same sequence.
-  EXPECT_TRUE(torch::equal(gpt->forward(tokens.view({2, 1, 1, 8})), logits));
+  // Any integer type of token ids is the same sequence; lamp 0.4's
+  // [B, 1, 1, T] windows are refused, saying what changed.
+  EXPECT_TRUE(torch::equal(gpt->forward(tokens.to(torch::kShort)), logits));
+  EXPECT_NE(error_of([&] {
+              gpt->forward(tokens.view({2, 1, 1, 8}));
+            }).find("lamp 0.5 stores token windows as [N, T]"),
+            std::string::npos);
   // Tied: the output projection's gradient reaches every row of the
   // embedding, where the lookup of token 0 alone reaches row 0 only.
   gpt->train();
@@ -308,7 +323,7 @@ TEST(GptModel, TrainingFlopsCountTheParametersAsNanoGptDoes) {
   EXPECT_DOUBLE_EQ(lamp::models::gpt_training_flops(options), 16 * per_token);
 }
 
-// A GPT trains through ClassifierTrainer on text windows: its validation
+// A GPT trains through Trainer on text windows: its validation
 // loss falls well below an untrained model's ln(256).
 TEST(GptModel, TrainsOnTextWindowsThroughTheTrainer) {
   torch::manual_seed(4);
@@ -321,10 +336,11 @@ TEST(GptModel, TrainsOnTextWindowsThroughTheTrainer) {
   GPT gpt(tiny());
   auto options = lamp::training::TrainerOptions(lamp::Precision::kFP32)
                      .epochs(3)
-                     .schedule(lamp::training::Schedule::kConstant);
+                     .schedule(lamp::training::Schedule::kConstant)
+                     .task(lamp::training::Task::language_model());
   options.optimizer().name("adamw").lr(1e-2).weight_decay(0.1);
   options.step().max_grad_norm(1.0);
-  lamp::training::ClassifierTrainer trainer(
+  lamp::training::Trainer trainer(
       gpt.ptr(),
       [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); },
       tiny().name(),
@@ -341,18 +357,33 @@ TEST(GptModel, TrainsOnTextWindowsThroughTheTrainer) {
   EXPECT_GT(stats.back().test_accuracy, 0.5);
   // The evaluation is per position: its loss is the mean over all of them.
   const auto windows = data.validation.size();
-  EXPECT_EQ(stats.back().test_images, windows);
+  EXPECT_EQ(stats.back().test_examples, windows);
   gpt->eval();
   torch::NoGradGuard no_grad;
-  const auto logits = gpt->forward(data.validation.images.to(torch::kLong));
-  const auto direct =
-      lamp::training::classifier_loss(logits, data.validation.labels);
+  const auto logits = gpt->forward(data.validation.inputs.to(torch::kLong));
+  const auto direct = lamp::training::classifier_loss(
+      logits, data.validation.targets.to(torch::kLong));
   EXPECT_NEAR(stats.back().test_loss, direct.item<double>(), 1e-5);
+  EXPECT_NEAR(stats.back().test_perplexity(), std::exp(direct.item<double>()),
+              1e-4 * stats.back().test_perplexity());
+  // The next-token accuracy is the share of positions whose argmax is the
+  // next byte.
+  const auto hits = logits.argmax(-1)
+                        .eq(data.validation.targets.to(torch::kLong))
+                        .sum()
+                        .item<double>();
+  EXPECT_NEAR(stats.back().test_accuracy,
+              hits / static_cast<double>(data.validation.targets.numel()),
+              1e-12);
+  // Tokens per second: sequences per second times the context.
+  EXPECT_NEAR(stats.back().tokens_per_second,
+              8 * stats.back().examples_per_second,
+              1e-9 * stats.back().tokens_per_second);
   const double accuracy =
       static_cast<double>(
-          lamp::training::classifier_correct(logits, data.validation.labels)
+          lamp::training::classifier_correct(logits, data.validation.targets)
               .item<int64_t>()) /
-      static_cast<double>(data.validation.labels.numel());
+      static_cast<double>(data.validation.targets.numel());
   EXPECT_NEAR(stats.back().test_accuracy, accuracy, 1e-12);
   ::unlink(path.c_str());
 }

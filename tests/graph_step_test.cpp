@@ -439,9 +439,9 @@ TEST(SgdFirstStep, TrainStepAfterOverflowingStepsIsTorchOptims) {
             .scaler(lamp::GradScalerOptions().init_scale(1024).dynamic(false)));
     for (int i = 0; i < 6; ++i) {
       const auto input =
-          i < 3 ? problem.images * std::numeric_limits<float>::infinity()
-                : problem.images;
-      step.step(input, problem.labels,
+          i < 3 ? problem.inputs * std::numeric_limits<float>::infinity()
+                : problem.inputs;
+      step.step(input, problem.targets,
                 [&](const torch::Tensor& x, const torch::Tensor& y) {
                   return torch::nn::functional::cross_entropy(model->forward(x),
                                                               y);
@@ -476,8 +476,8 @@ Run train_on_gpu(bool graph, int steps, const lamp::OptimizerFactory& make,
                  const StepHook& hook, Precision precision = Precision::kAMP,
                  const std::function<torch::Tensor(int)>& inf_at = nullptr) {
   const auto problem = lamp_test::make_problem(64, 4, 6);
-  const auto images = problem.images.to(torch::kCUDA);
-  const auto labels = problem.labels.to(torch::kCUDA);
+  const auto images = problem.inputs.to(torch::kCUDA);
+  const auto labels = problem.targets.to(torch::kCUDA);
   torch::manual_seed(9);
   SmallNet model;
   model->to(torch::kCUDA);
@@ -608,8 +608,8 @@ TEST(TrainStepGraph, FollowsTrainEvalAndRequiresGrad_CUDA) {
 TEST(TrainStepGraph, GradsAreThoseOfTheLastStepAcrossShapes_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const auto problem = lamp_test::make_problem(48, 4, 2);
-  const auto images = problem.images.to(torch::kCUDA);
-  const auto labels = problem.labels.to(torch::kCUDA);
+  const auto images = problem.inputs.to(torch::kCUDA);
+  const auto labels = problem.targets.to(torch::kCUDA);
   for (auto precision : {Precision::kAMP, Precision::kHalf}) {
     SCOPED_TRACE(lamp::to_string(precision));
     std::vector<SmallNet> models;

@@ -281,10 +281,10 @@ TEST(NetworkToHalf, Bf16NetworkWithBatchNormTrainsOnCPU) {
     for (auto& p : model->parameters()) {
       p.mutable_grad() = torch::Tensor();
     }
-    auto logits = net->forward(problem.images);
+    auto logits = net->forward(problem.inputs);
     ASSERT_EQ(logits.scalar_type(), torch::kBFloat16);
     auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat),
-                                                     problem.labels);
+                                                     problem.targets);
     loss.backward();
     ASSERT_EQ(model->conv1->weight.grad().scalar_type(), torch::kBFloat16);
     ASSERT_EQ(model->bn1->weight.grad().scalar_type(), torch::kFloat);

@@ -29,7 +29,7 @@ lamp::data::Dataset indexed(int64_t n, int64_t c = 1, int64_t h = 4,
 torch::Tensor epoch_labels(const DeviceLoader& loader) {
   std::vector<torch::Tensor> parts;
   for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
-    parts.push_back(loader.batch(i).labels);
+    parts.push_back(loader.batch(i).targets);
   }
   return torch::cat(parts);
 }
@@ -55,8 +55,8 @@ TEST(DeviceLoader, ServesEveryIndexOncePerEpochInASeededOrder) {
   // Images travel with their labels.
   const auto batch = loader.batch(3);
   EXPECT_TRUE(
-      lamp_test::AllClose(batch.images.select(1, 0).select(1, 0).select(1, 0),
-                          batch.labels.to(torch::kFloat) / 255.0f, 0, 1e-6));
+      lamp_test::AllClose(batch.inputs.select(1, 0).select(1, 0).select(1, 0),
+                          batch.targets.to(torch::kFloat) / 255.0f, 0, 1e-6));
 }
 
 TEST(DeviceLoader, DropLastAndNoShuffle) {
@@ -83,13 +83,13 @@ TEST(DeviceLoader, CropAndFlipMovePixelsExactly) {
   int flipped = 0, shifted = 0;
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     const auto batch = loader.batch(b);
-    ASSERT_EQ(batch.images.sizes(), torch::IntArrayRef({8, 2, h, w}));
-    ASSERT_EQ(batch.images.scalar_type(), torch::kFloat);
+    ASSERT_EQ(batch.inputs.sizes(), torch::IntArrayRef({8, 2, h, w}));
+    ASSERT_EQ(batch.inputs.scalar_type(), torch::kFloat);
     for (int64_t i = 0; i < 8; ++i) {
-      const auto original = images[batch.labels[i].item<int64_t>()];
+      const auto original = images[batch.targets[i].item<int64_t>()];
       const auto padded =
           torch::constant_pad_nd(original, {pad, pad, pad, pad}, 0);
-      const auto got = (batch.images[i] * 255).round().to(torch::kByte);
+      const auto got = (batch.inputs[i] * 255).round().to(torch::kByte);
       bool found = false;
       for (int64_t dy = 0; dy <= 2 * pad && !found; ++dy) {
         for (int64_t dx = 0; dx <= 2 * pad && !found; ++dx) {
@@ -121,9 +121,9 @@ TEST(DeviceLoader, AugmentationIsReproducibleFromTheSeed) {
   DeviceLoader a(data, torch::kCPU, options), b(data, torch::kCPU, options);
   a.set_epoch(2);
   b.set_epoch(2);
-  EXPECT_TRUE(BitEqual(a.batch(1).images, b.batch(1).images));
+  EXPECT_TRUE(BitEqual(a.batch(1).inputs, b.batch(1).inputs));
   b.set_epoch(3);
-  EXPECT_FALSE(BitEqual(a.batch(1).images, b.batch(1).images));
+  EXPECT_FALSE(BitEqual(a.batch(1).inputs, b.batch(1).inputs));
 }
 
 // Each shard draws its own crops and flips: shard s of S takes batch i's
@@ -146,11 +146,11 @@ TEST(DeviceLoader, EachShardDrawsItsOwnAugmentation) {
   const DeviceLoader second(data, torch::kCPU,
                             LoaderOptions(options).num_shards(2).shard(1));
   ASSERT_EQ(first.batches_per_epoch(), 2);
-  EXPECT_TRUE(BitEqual(first.batch(0).images, one.batch(0).images));
-  EXPECT_TRUE(BitEqual(second.batch(0).images, one.batch(1).images));
-  EXPECT_TRUE(BitEqual(first.batch(1).images, one.batch(2).images));
-  EXPECT_TRUE(BitEqual(second.batch(1).images, one.batch(3).images));
-  EXPECT_FALSE(BitEqual(first.batch(0).images, second.batch(0).images));
+  EXPECT_TRUE(BitEqual(first.batch(0).inputs, one.batch(0).inputs));
+  EXPECT_TRUE(BitEqual(second.batch(0).inputs, one.batch(1).inputs));
+  EXPECT_TRUE(BitEqual(first.batch(1).inputs, one.batch(2).inputs));
+  EXPECT_TRUE(BitEqual(second.batch(1).inputs, one.batch(3).inputs));
+  EXPECT_FALSE(BitEqual(first.batch(0).inputs, second.batch(0).inputs));
 }
 
 TEST(DeviceLoader, NormalisesCastsAndUsesChannelsLast) {
@@ -164,11 +164,11 @@ TEST(DeviceLoader, NormalisesCastsAndUsesChannelsLast) {
                           .dtype(torch::kBFloat16)
                           .channels_last(true));
   const auto batch = loader.batch(0);
-  EXPECT_EQ(batch.images.scalar_type(), torch::kBFloat16);
-  EXPECT_TRUE(batch.images.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(batch.inputs.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(batch.inputs.is_contiguous(torch::MemoryFormat::ChannelsLast));
   // (0.2 - 0.1) / 0.5 = 0.2 and (0.2 - 0.2) / 0.25 = 0, to BF16's resolution.
-  EXPECT_NEAR(batch.images[0][0][1][1].item<float>(), 0.2f, 2e-3);
-  EXPECT_NEAR(batch.images[0][1][1][1].item<float>(), 0.0f, 2e-3);
+  EXPECT_NEAR(batch.inputs[0][0][1][1].item<float>(), 0.2f, 2e-3);
+  EXPECT_NEAR(batch.inputs[0][1][1][1].item<float>(), 0.0f, 2e-3);
 }
 
 TEST(DeviceLoader, RejectsInconsistentOptions) {
@@ -181,7 +181,7 @@ TEST(DeviceLoader, RejectsInconsistentOptions) {
       DeviceLoader(data, torch::kCPU, LoaderOptions(4).dtype(torch::kDouble)),
       c10::Error);
   EXPECT_THROW(
-      DeviceLoader({data.images.to(torch::kFloat), data.labels}, torch::kCPU),
+      DeviceLoader({data.inputs.to(torch::kFloat), data.targets}, torch::kCPU),
       c10::Error);
 }
 
@@ -241,12 +241,12 @@ TEST(DeviceLoader, GpuBatchesEqualCpuBatches_CUDA) {
                            .std({0.25, 0.25, 0.25});
   DeviceLoader cpu(data, torch::kCPU, options),
       gpu(data, torch::kCUDA, options);
-  EXPECT_TRUE(gpu.batch(0).images.is_cuda());
+  EXPECT_TRUE(gpu.batch(0).inputs.is_cuda());
   // torch::kCUDA resolved to the device with its index, as tensors name it.
-  EXPECT_EQ(gpu.device(), gpu.batch(0).images.device());
+  EXPECT_EQ(gpu.device(), gpu.batch(0).inputs.device());
   EXPECT_TRUE(gpu.device().has_index());
-  EXPECT_TRUE(BitEqual(gpu.batch(0).images.cpu(), cpu.batch(0).images));
-  EXPECT_TRUE(BitEqual(gpu.batch(0).labels.cpu(), cpu.batch(0).labels));
+  EXPECT_TRUE(BitEqual(gpu.batch(0).inputs.cpu(), cpu.batch(0).inputs));
+  EXPECT_TRUE(BitEqual(gpu.batch(0).targets.cpu(), cpu.batch(0).targets));
 }
 
 } // namespace

@@ -489,8 +489,8 @@ TEST(Optim, TrainStepRunsTheSyncFreePathWithFusedOptimizers) {
     for (int i = 0; i < 10; ++i) {
       const auto result = step.step([&] {
         auto loss = torch::nn::functional::cross_entropy(
-            model->forward(step.cast_input(problem.images)).to(torch::kFloat),
-            problem.labels);
+            model->forward(step.cast_input(problem.inputs)).to(torch::kFloat),
+            problem.targets);
         return i == 6 ? loss * std::numeric_limits<float>::infinity() : loss;
       });
       ASSERT_TRUE(result.found_inf.defined());

@@ -21,9 +21,9 @@
 namespace {
 
 using lamp::training::BatchProgress;
-using lamp::training::ClassifierTrainer;
 using lamp::training::EpochStats;
 using lamp::training::EvalProgress;
+using lamp::training::Trainer;
 using lamp::training::TrainerOptions;
 using lamp_test::error_of;
 using lamp_test::image_problem;
@@ -32,7 +32,7 @@ using lamp_test::temp_path;
 
 struct EvalRun {
   lamp_test::SmallNet model;
-  std::unique_ptr<ClassifierTrainer> trainer;
+  std::unique_ptr<Trainer> trainer;
 };
 
 // A trainer on image_problem() whose test loader serves `test` (64 images by
@@ -48,7 +48,7 @@ std::unique_ptr<EvalRun> make_eval_run(
   torch::manual_seed(5);
   run->model = lamp_test::SmallNet();
   auto model = run->model;
-  run->trainer = std::make_unique<ClassifierTrainer>(
+  run->trainer = std::make_unique<Trainer>(
       model.ptr(),
       [model, on_forward](const torch::Tensor& x) mutable {
         if (on_forward) {
@@ -68,8 +68,7 @@ std::unique_ptr<EvalRun> make_eval_run(
   return run;
 }
 
-TEST(ClassifierTrainer,
-     AnEpochCutShortByMaxStepsIsPartialAndCheckpointsItsPosition) {
+TEST(Trainer, AnEpochCutShortByMaxStepsIsPartialAndCheckpointsItsPosition) {
   // 6 steps per epoch; 8 steps: epoch 1 whole, epoch 2 partial (2 of 6).
   const auto checkpoint = temp_path("partial.pt");
   std::remove(checkpoint.c_str());
@@ -109,8 +108,7 @@ TEST(ClassifierTrainer,
   std::remove(checkpoint.c_str());
 }
 
-TEST(ClassifierTrainer,
-     WholeEpochsAreNotPartialAndWithoutACheckpointWriteNone) {
+TEST(Trainer, WholeEpochsAreNotPartialAndWithoutACheckpointWriteNone) {
   auto run = make_run(lamp::Precision::kFP32,
                       TrainerOptions().epochs(2).max_steps(12));
   const auto stats = run->trainer->fit();
@@ -122,7 +120,7 @@ TEST(ClassifierTrainer,
     EXPECT_FALSE(s.test_subset());
     EXPECT_EQ(s.test_batches, 1);
     EXPECT_EQ(s.test_batches_in_set, 1);
-    EXPECT_EQ(s.test_images, 64);
+    EXPECT_EQ(s.test_examples, 64);
   }
 }
 
@@ -130,13 +128,13 @@ TEST(ClassifierTrainer,
 // the run is cut: one that max_steps stops 2 steps into its second epoch
 // takes the full run's learning rates step by step, and so does that run
 // resumed from its checkpoint.
-TEST(ClassifierTrainer, ScheduleIsTheFullRunsUnderMaxStepsAndResume) {
+TEST(Trainer, ScheduleIsTheFullRunsUnderMaxStepsAndResume) {
   using lamp::training::Schedule;
   for (const auto schedule : {Schedule::kOneCycle, Schedule::kCosine}) {
     SCOPED_TRACE(lamp::training::to_string(schedule));
     const auto checkpoint = temp_path("schedule.pt");
     const auto options = TrainerOptions().epochs(3).schedule(schedule);
-    const auto lrs_of = [](ClassifierTrainer& trainer) {
+    const auto lrs_of = [](Trainer& trainer) {
       std::vector<double> lrs;
       trainer.fit(nullptr,
                   [&](const BatchProgress& p) { lrs.push_back(p.lr); });
@@ -165,14 +163,14 @@ TEST(ClassifierTrainer, ScheduleIsTheFullRunsUnderMaxStepsAndResume) {
   }
 }
 
-TEST(ClassifierTrainer, LimitEvalBatchesEvaluatesTheFirstBatchesOnly) {
+TEST(Trainer, LimitEvalBatchesEvaluatesTheFirstBatchesOnly) {
   // Limited to 2 of 4 batches of 16: the same loss and accuracy as the
   // whole evaluation of a test set of those 32 images.
   auto limited = make_eval_run(TrainerOptions().limit_eval_batches(2));
   const auto test = image_problem(false);
-  auto first_32 =
-      make_eval_run(TrainerOptions(), 16,
-                    {test.images.slice(0, 0, 32), test.labels.slice(0, 0, 32)});
+  auto first_32 = make_eval_run(
+      TrainerOptions(), 16,
+      {test.inputs.slice(0, 0, 32), test.targets.slice(0, 0, 32)});
   std::vector<EvalProgress> seen;
   const auto subset = limited->trainer->evaluate_subset(
       [&](const EvalProgress& p) { seen.push_back(p); });
@@ -181,7 +179,7 @@ TEST(ClassifierTrainer, LimitEvalBatchesEvaluatesTheFirstBatchesOnly) {
   EXPECT_EQ(subset.accuracy, whole.accuracy);
   EXPECT_EQ(subset.batches, 2);
   EXPECT_EQ(subset.batches_in_set, 4);
-  EXPECT_EQ(subset.images, 32);
+  EXPECT_EQ(subset.examples, 32);
   EXPECT_EQ(whole.batches, 2);
   EXPECT_EQ(whole.batches_in_set, 2);
   ASSERT_EQ(seen.size(), 2u);
@@ -189,7 +187,7 @@ TEST(ClassifierTrainer, LimitEvalBatchesEvaluatesTheFirstBatchesOnly) {
   EXPECT_EQ(seen[1].batches, 2);
   EXPECT_EQ(seen[1].batches_evaluated, 2);
   EXPECT_EQ(seen[1].batches_in_set, 4);
-  EXPECT_EQ(seen[1].images, 16);
+  EXPECT_EQ(seen[1].examples, 16);
   EXPECT_EQ(limited->trainer->evaluate(),
             std::make_pair(subset.loss, subset.accuracy));
   // The epoch's stats say it, with the epoch in the progress.
@@ -200,23 +198,23 @@ TEST(ClassifierTrainer, LimitEvalBatchesEvaluatesTheFirstBatchesOnly) {
   EXPECT_TRUE(stats[0].test_subset());
   EXPECT_EQ(stats[0].test_batches, 2);
   EXPECT_EQ(stats[0].test_batches_in_set, 4);
-  EXPECT_EQ(stats[0].test_images, 32);
+  EXPECT_EQ(stats[0].test_examples, 32);
   ASSERT_EQ(seen.size(), 2 * stats.size());
   EXPECT_EQ(seen[0].epoch, 1);
 }
 
-TEST(ClassifierTrainer, LimitEvalBatchesOfZeroOrBeyondTheSetEvaluatesItAll) {
+TEST(Trainer, LimitEvalBatchesOfZeroOrBeyondTheSetEvaluatesItAll) {
   // 64 images in batches of 10: 7 batches, the last of 4 images.
   for (const int64_t limit : {0, 7, 100}) {
     auto run = make_eval_run(TrainerOptions().limit_eval_batches(limit), 10);
     const auto eval = run->trainer->evaluate_subset();
     EXPECT_EQ(eval.batches, 7) << limit;
     EXPECT_EQ(eval.batches_in_set, 7) << limit;
-    EXPECT_EQ(eval.images, 64) << limit;
+    EXPECT_EQ(eval.examples, 64) << limit;
   }
   // The last, short batch counts its own images.
   auto run = make_eval_run(TrainerOptions().limit_eval_batches(6), 10);
-  EXPECT_EQ(run->trainer->evaluate_subset().images, 60);
+  EXPECT_EQ(run->trainer->evaluate_subset().examples, 60);
   const auto refused =
       error_of([] { make_eval_run(TrainerOptions().limit_eval_batches(-1)); });
   EXPECT_NE(refused.find("--limit-eval-batches must be >= 0 (0 = all), got -1"),
@@ -224,7 +222,7 @@ TEST(ClassifierTrainer, LimitEvalBatchesOfZeroOrBeyondTheSetEvaluatesItAll) {
       << refused;
 }
 
-TEST(ClassifierTrainer, WarmUpIsTheFirstTrainingStepNotTheFirstEvaluation) {
+TEST(Trainer, WarmUpIsTheFirstTrainingStepNotTheFirstEvaluation) {
   // Every evaluation forward takes 100 ms: 4 batches, 0.4 s per evaluation,
   // which the warm-up must not contain.
   auto run = make_eval_run(

@@ -22,10 +22,10 @@
 namespace {
 
 using lamp::training::BatchProgress;
-using lamp::training::ClassifierTrainer;
 using lamp::training::EpochStats;
 using lamp::training::Schedule;
 using lamp::training::StepEvaluation;
+using lamp::training::Trainer;
 using lamp::training::TrainerOptions;
 using lamp_test::error_of;
 using lamp_test::exists;
@@ -64,7 +64,7 @@ TEST(Schedule, WarmupCosineBySteps) {
 // of 6).
 struct TextRun {
   lamp::models::GPT gpt{nullptr};
-  std::unique_ptr<ClassifierTrainer> trainer;
+  std::unique_ptr<Trainer> trainer;
 };
 
 lamp::data::Dataset windows(bool train) {
@@ -100,11 +100,12 @@ std::unique_ptr<TextRun> text_run(
                      .schedule(Schedule::kWarmupCosine)
                      .warmup_steps(3)
                      .min_lr(1e-3)
+                     .task(lamp::training::Task::language_model())
                      .option_name(lamp_test::flag_name);
   options.optimizer().name("adamw").lr(1e-2).weight_decay(0.1).beta2(0.99);
   options.step().max_grad_norm(1.0);
   change(options);
-  run->trainer = std::make_unique<ClassifierTrainer>(
+  run->trainer = std::make_unique<Trainer>(
       gpt.ptr(),
       [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); },
       shape.name(),
@@ -242,7 +243,7 @@ TEST(StepRuns, EvaluatesEveryNStepsAndKeepsTheBestCheckpoint) {
     lowest = std::min(lowest, e.test_loss);
     EXPECT_EQ(e.best_test_loss, lowest);
     EXPECT_TRUE(std::isfinite(e.train_loss) && e.train_loss > 0);
-    EXPECT_EQ(e.test_images, 23);
+    EXPECT_EQ(e.test_examples, 23);
   }
   EXPECT_EQ(at, (std::vector<int64_t>{4, 8, 12, 16}));
   for (const auto& s : epochs) {

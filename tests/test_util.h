@@ -73,8 +73,8 @@ TORCH_MODULE(SmallNet);
 /// A fixed synthetic classification problem: noisy images whose per-channel
 /// offsets decide the label through a fixed random "teacher" projection.
 struct Problem {
-  torch::Tensor images;
-  torch::Tensor labels;
+  torch::Tensor inputs;
+  torch::Tensor targets;
 };
 
 inline Problem make_problem(int64_t n, int64_t classes, uint64_t seed) {

@@ -59,8 +59,8 @@ TEST(StepResultGradNorm, IsTheUnscaledNormBeforeClipping) {
   lamp::TrainStep step(model.ptr(), plain_sgd(0.1),
                        scaled(Precision::kFP32).max_grad_norm(max_norm));
   const auto loss_fn = [&] {
-    return torch::nn::functional::cross_entropy(model->forward(problem.images),
-                                                problem.labels);
+    return torch::nn::functional::cross_entropy(model->forward(problem.inputs),
+                                                problem.targets);
   };
   const auto params = model->parameters();
   loss_fn().backward();

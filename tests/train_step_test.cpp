@@ -56,8 +56,8 @@ std::pair<double, double> train(const lamp::TrainStepOptions& options,
   const int tail = 5;
   for (int i = 0; i < steps; ++i) {
     const auto idx = torch::arange((i % 4) * 64, (i % 4 + 1) * 64);
-    const auto x = problem.images.index_select(0, idx).to(device);
-    const auto y = problem.labels.index_select(0, idx).to(device);
+    const auto x = problem.inputs.index_select(0, idx).to(device);
+    const auto y = problem.targets.index_select(0, idx).to(device);
     const auto result = step.step([&] {
       return torch::nn::functional::cross_entropy(
           model->forward(step.cast_input(x)).to(torch::kFloat), y);
@@ -453,8 +453,8 @@ TEST_P(TrainStepResume, SaveAndLoadResumeBitIdentically) {
       const bool overflow = scaler_on && (i == 2 || i == 3);
       const auto result = step.step([&] {
         const auto loss = torch::nn::functional::cross_entropy(
-            model->forward(step.cast_input(problem.images)).to(torch::kFloat),
-            problem.labels);
+            model->forward(step.cast_input(problem.inputs)).to(torch::kFloat),
+            problem.targets);
         return overflow ? loss * std::numeric_limits<float>::infinity() : loss;
       });
       EXPECT_EQ(result.skipped(), overflow) << "step " << i;
@@ -560,8 +560,8 @@ struct Trained {
     for (int i = 0; i < 2; ++i) {
       step->step([&] {
         return torch::nn::functional::cross_entropy(
-            model->forward(step->cast_input(problem.images)).to(torch::kFloat),
-            problem.labels);
+            model->forward(step->cast_input(problem.inputs)).to(torch::kFloat),
+            problem.targets);
       });
     }
   }
@@ -776,7 +776,7 @@ TEST(TrainStep, BatchStepEqualsTheClosureStep) {
     lamp::TrainStep step(model.ptr(), sgd(0.05), Precision::kBF16);
     for (int i = 0; i < 3; ++i) {
       if (batch_form) {
-        step.step(problem.images, problem.labels,
+        step.step(problem.inputs, problem.targets,
                   [&](const torch::Tensor& x, const torch::Tensor& y) {
                     EXPECT_EQ(x.scalar_type(), torch::kBFloat16);
                     return torch::nn::functional::cross_entropy(
@@ -785,8 +785,8 @@ TEST(TrainStep, BatchStepEqualsTheClosureStep) {
       } else {
         step.step([&] {
           return torch::nn::functional::cross_entropy(
-              model->forward(step.cast_input(problem.images)).to(torch::kFloat),
-              problem.labels);
+              model->forward(step.cast_input(problem.inputs)).to(torch::kFloat),
+              problem.targets);
         });
       }
     }
@@ -982,8 +982,8 @@ TEST(TrainStep, Tf32FollowsThePrecisionAndIsRestored_CUDA) {
 TEST(TrainStep, CudaGraphStepsEqualEagerSteps_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const auto problem = lamp_test::make_problem(64, 4, 6);
-  const auto images = problem.images.to(torch::kCUDA);
-  const auto labels = problem.labels.to(torch::kCUDA);
+  const auto images = problem.inputs.to(torch::kCUDA);
+  const auto labels = problem.targets.to(torch::kCUDA);
   for (auto precision : {Precision::kAMP, Precision::kHalf, Precision::kBF16}) {
     for (const std::string optimizer : {"sgd", "adamw"}) {
       SCOPED_TRACE(optimizer);
@@ -1175,7 +1175,7 @@ TEST(TrainStep, CallsItsGradientSyncInStepOrder) {
   }
   EXPECT_TRUE(found_fc);
   for (int i = 0; i < 4; ++i) {
-    step.step(problem.images, problem.labels,
+    step.step(problem.inputs, problem.targets,
               [&](const torch::Tensor& x, const torch::Tensor& y) {
                 return torch::nn::functional::cross_entropy(
                     model->forward(x).to(torch::kFloat), y);
@@ -1214,12 +1214,12 @@ TEST(TrainStep, AnOverflowOnAnotherReplicaSkipsTheStepHere) {
   };
   const auto before = model->fc->weight.detach().clone();
   sync->other_replica_overflows = true;
-  auto result = step.step(problem.images, problem.labels, loss);
+  auto result = step.step(problem.inputs, problem.targets, loss);
   EXPECT_TRUE(result.skipped()); // this replica's gradients were finite
   EXPECT_TRUE(BitEqual(model->fc->weight, before));
   EXPECT_EQ(result.scale.item<double>(), 512.0);
   sync->other_replica_overflows = false;
-  result = step.step(problem.images, problem.labels, loss);
+  result = step.step(problem.inputs, problem.targets, loss);
   EXPECT_TRUE(result.optimizer_stepped());
   EXPECT_FALSE(BitEqual(model->fc->weight, before));
 }
@@ -1296,10 +1296,10 @@ TEST(TrainStep, ANetworkToHalfModelTrainsLikeTheStepsOwnConversion) {
       step.step([&] {
         const auto logits =
             converted_by_caller
-                ? forward(problem.images)
-                : model->forward(step.cast_input(problem.images));
+                ? forward(problem.inputs)
+                : model->forward(step.cast_input(problem.inputs));
         return torch::nn::functional::cross_entropy(logits.to(torch::kFloat),
-                                                    problem.labels);
+                                                    problem.targets);
       });
     }
     EXPECT_EQ(model->fc->weight.scalar_type(), torch::kBFloat16);

@@ -1,6 +1,6 @@
 #pragma once
 
-// A small ClassifierTrainer run for the trainer's tests and the fault tests.
+// A small Trainer run for the trainer's tests and the fault tests.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -20,7 +20,7 @@
 
 namespace lamp_test {
 
-using lamp::training::ClassifierTrainer;
+using lamp::training::Trainer;
 using lamp::training::TrainerOptions;
 
 // A small uint8 image problem the SmallNet can learn in a few epochs: the
@@ -39,7 +39,7 @@ inline lamp::data::Dataset image_problem(bool train) {
 
 struct Run {
   SmallNet model;
-  std::unique_ptr<ClassifierTrainer> trainer;
+  std::unique_ptr<Trainer> trainer;
 };
 
 // `options` changed by `change`: nested options (step(), optimizer()) in one
@@ -81,7 +81,7 @@ inline std::unique_ptr<Run> make_run(
   run->model->to(device);
   auto model = run->model;
   const auto loader_options = train_loader_options(batch_size);
-  run->trainer = std::make_unique<ClassifierTrainer>(
+  run->trainer = std::make_unique<Trainer>(
       model.ptr(),
       [model](const torch::Tensor& x) mutable { return model->forward(x); },
       "smallnet", lamp::data::DeviceLoader(train, device, loader_options),

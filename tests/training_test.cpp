@@ -27,8 +27,8 @@
 
 namespace {
 
-using lamp::training::ClassifierTrainer;
 using lamp::training::Schedule;
+using lamp::training::Trainer;
 using lamp::training::TrainerOptions;
 using lamp_test::error_of;
 using lamp_test::exists;
@@ -75,10 +75,9 @@ TEST(Schedule, CosineConstantAndParsing) {
 
 // The resume contract: 2 epochs straight == 1 epoch, checkpoint,
 // a new process-like start from the checkpoint, 1 more epoch: bit-identical.
-class ClassifierTrainerResume
-    : public ::testing::TestWithParam<lamp::Precision> {};
+class TrainerResume : public ::testing::TestWithParam<lamp::Precision> {};
 
-TEST_P(ClassifierTrainerResume, ResumeContinuesBitIdentically) {
+TEST_P(TrainerResume, ResumeContinuesBitIdentically) {
   const auto precision = GetParam();
   if (lamp::uses_fp16(precision) &&
       !lamp::fp16_compute_available(torch::kCPU)) {
@@ -113,12 +112,12 @@ TEST_P(ClassifierTrainerResume, ResumeContinuesBitIdentically) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    , ClassifierTrainerResume,
+    , TrainerResume,
     ::testing::Values(lamp::Precision::kFP32, lamp::Precision::kBF16,
                       lamp::Precision::kAMP, lamp::Precision::kHalf),
     [](const auto& info) { return lamp::to_string(info.param); });
 
-TEST(ClassifierTrainer, ReportsEpochStatistics) {
+TEST(Trainer, ReportsEpochStatistics) {
   auto run = make_run(lamp::Precision::kAMPBF16, TrainerOptions().epochs(3));
   std::vector<int64_t> seen;
   int64_t batches = 0;
@@ -128,7 +127,7 @@ TEST(ClassifierTrainer, ReportsEpochStatistics) {
   EXPECT_EQ(seen, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(batches, 3 * 6);
   EXPECT_GT(stats.back().test_accuracy, 0.5); // 4 classes: chance is 0.25
-  EXPECT_GT(stats.back().images_per_second, 0);
+  EXPECT_GT(stats.back().examples_per_second, 0);
   EXPECT_GT(stats.back().peak_memory_bytes, 0);
   EXPECT_EQ(stats.back().steps, 6);
   EXPECT_EQ(stats.back().loss_scale, 1.0);
@@ -141,7 +140,7 @@ TEST(ClassifierTrainer, ReportsEpochStatistics) {
 // The trainer's default, CudaGraphMode::kAuto: eager steps on the CPU (and
 // the reason), CUDA graphs on a GPU, where they train as eager steps do and
 // their pool's memory is in the peak of the epochs after the capture.
-TEST(ClassifierTrainer, CudaGraphsWhereTheyApply_CUDA) {
+TEST(Trainer, CudaGraphsWhereTheyApply_CUDA) {
   auto cpu = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1));
   EXPECT_EQ(cpu->trainer->options().step().cuda_graph(),
             lamp::CudaGraphMode::kAuto);
@@ -181,7 +180,7 @@ TEST(ClassifierTrainer, CudaGraphsWhereTheyApply_CUDA) {
 
 // Each optimizer trains the small problem from the same start, and a
 // checkpoint remembers which one it was: resuming with another is refused.
-TEST(ClassifierTrainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
+TEST(Trainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
   const auto checkpoint = temp_path("optimizer.pt");
   for (const std::string name : {"sgd", "adam", "adamw"}) {
     auto run = make_run(lamp::Precision::kAMPBF16,
@@ -221,7 +220,7 @@ std::unique_ptr<lamp_test::Run> run_overflowing_twice(int64_t& training_calls) {
                       with(TrainerOptions().epochs(2),
                            [](auto& o) { o.step().skip_non_finite(true); }));
   auto model = run->model;
-  run->trainer = std::make_unique<ClassifierTrainer>(
+  run->trainer = std::make_unique<Trainer>(
       model.ptr(),
       [model, &training_calls](const torch::Tensor& x) mutable {
         auto out = model->forward(x);
@@ -245,7 +244,7 @@ std::unique_ptr<lamp_test::Run> run_overflowing_twice(int64_t& training_calls) {
 
 // Skipped steps are counted per epoch (on the device, read at its end), and
 // a skipped step leaves the weights finite.
-TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
+TEST(Trainer, CountsSkippedStepsPerEpoch) {
   int64_t training_calls = 0;
   auto run = run_overflowing_twice(training_calls);
   auto model = run->model;
@@ -265,7 +264,7 @@ TEST(ClassifierTrainer, CountsSkippedStepsPerEpoch) {
 // An epoch's loss statistics are its own: the non-finite losses counted
 // from 0 at each epoch, and the mean loss the finite losses' sum over their
 // count (4, then 6 steps), summed in FP64 as the trainer does.
-TEST(ClassifierTrainer, EpochLossStatisticsStartAfreshEachEpoch) {
+TEST(Trainer, EpochLossStatisticsStartAfreshEachEpoch) {
   int64_t training_calls = 0;
   auto run = run_overflowing_twice(training_calls);
   std::vector<std::vector<float>> losses(2);
@@ -292,7 +291,7 @@ TEST(ClassifierTrainer, EpochLossStatisticsStartAfreshEachEpoch) {
   }
 }
 
-TEST(ClassifierTrainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {
+TEST(Trainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {
   auto run = make_run(lamp::Precision::kFP32,
                       TrainerOptions().epochs(5).divergence_patience(4));
   // Poison the weights: every loss from now on is NaN.
@@ -313,7 +312,7 @@ TEST(ClassifierTrainer, StopsWithAClearErrorWhenTheLossStaysNonFinite) {
 // The divergence error names the first module with inf/NaN: found by
 // re-running the last batch's forward and backward under the numerics check
 // (without it), or by the check itself (with it, at the first step).
-TEST(ClassifierTrainer, DivergenceErrorNamesTheFirstModule) {
+TEST(Trainer, DivergenceErrorNamesTheFirstModule) {
   auto run = make_run(lamp::Precision::kFP32,
                       TrainerOptions().epochs(2).divergence_patience(3));
   {
@@ -347,7 +346,7 @@ TEST(ClassifierTrainer, DivergenceErrorNamesTheFirstModule) {
 
 // Re-running the failing step applies nothing twice: the gradients and
 // BatchNorm's running statistics are as the last step left them.
-TEST(ClassifierTrainer, LocatingTheFirstModuleChangesNoState) {
+TEST(Trainer, LocatingTheFirstModuleChangesNoState) {
   auto run = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(2));
   {
     torch::NoGradGuard no_grad;
@@ -388,7 +387,7 @@ TEST(ClassifierTrainer, LocatingTheFirstModuleChangesNoState) {
   }
 }
 
-TEST(ClassifierTrainer, CheckNumericsRefusesCudaGraphsOn) {
+TEST(Trainer, CheckNumericsRefusesCudaGraphsOn) {
   const auto message = error_of([&] {
     make_run(lamp::Precision::kFP32,
              with(TrainerOptions().check_numerics(true),
@@ -402,7 +401,7 @@ TEST(ClassifierTrainer, CheckNumericsRefusesCudaGraphsOn) {
 
 // A wrongly typed field is lamp's error naming it, not an IValue assertion
 // that asks for a PyTorch bug report.
-TEST(ClassifierTrainer, RefusesBadCheckpointsAndPaths) {
+TEST(Trainer, RefusesBadCheckpointsAndPaths) {
   const auto missing = temp_path("missing.pt");
   EXPECT_THROW(
       make_run(lamp::Precision::kFP32, TrainerOptions().resume(missing)),
@@ -425,7 +424,7 @@ TEST(ClassifierTrainer, RefusesBadCheckpointsAndPaths) {
 // mean loss ends the run: 6 steps per epoch, far below the patience of 100,
 // used to train NaN to the end and write the NaN weights over the
 // checkpoint.
-TEST(ClassifierTrainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
+TEST(Trainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
   const auto checkpoint = temp_path("diverge.pt");
   const auto options = TrainerOptions().epochs(3).checkpoint(checkpoint);
   make_run(lamp::Precision::kFP32, TrainerOptions(options).max_steps(6))
@@ -458,7 +457,7 @@ TEST(ClassifierTrainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
 
 // Steps skipped for inf gradients (the loss stays finite) are counted across
 // epochs: 8 in a row stop the run in its second epoch of 6 steps.
-TEST(ClassifierTrainer, SkippedStepsCountAcrossEpochs) {
+TEST(Trainer, SkippedStepsCountAcrossEpochs) {
   auto run = make_run(lamp::Precision::kFP32,
                       with(TrainerOptions().epochs(3).divergence_patience(8),
                            [](auto& o) { o.step().skip_non_finite(true); }));
@@ -480,7 +479,7 @@ TEST(ClassifierTrainer, SkippedStepsCountAcrossEpochs) {
 
 // A resumed run must repeat the settings the checkpoint was trained with;
 // the error names the flag and the value to give.
-TEST(ClassifierTrainer, ResumeRefusesChangedSettingsNamingTheFlag) {
+TEST(Trainer, ResumeRefusesChangedSettingsNamingTheFlag) {
   const auto checkpoint = temp_path("settings.pt");
   const auto options =
       TrainerOptions().epochs(2).max_steps(6).checkpoint(checkpoint);
@@ -510,7 +509,7 @@ TEST(ClassifierTrainer, ResumeRefusesChangedSettingsNamingTheFlag) {
 }
 
 // Resuming a finished run trains nothing (the program says so).
-TEST(ClassifierTrainer, ResumingAFinishedRunTrainsNothing) {
+TEST(Trainer, ResumingAFinishedRunTrainsNothing) {
   const auto checkpoint = temp_path("finished.pt");
   make_run(lamp::Precision::kFP32,
            TrainerOptions().epochs(1).checkpoint(checkpoint))
@@ -524,7 +523,7 @@ TEST(ClassifierTrainer, ResumingAFinishedRunTrainsNothing) {
 
 // Hand-made checkpoints (valid checksum, bad fields): every field is checked
 // for presence, type and range before anything changes.
-TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
+TEST(Trainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   const auto checkpoint = temp_path("fields.pt");
   const auto forged = temp_path("forged.pt");
   const auto options = TrainerOptions().epochs(2).max_steps(6);
@@ -573,7 +572,7 @@ TEST(ClassifierTrainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   // `keys` are those of a checkpoint written before max_grad_norm and the
   // data's fingerprints were stored: they are not checked.
   auto other = image_problem(true);
-  other.images = other.images.flip(0);
+  other.inputs = other.inputs.flip(0);
   EXPECT_EQ(error_of([&] {
               make_run(lamp::Precision::kFP32,
                        with(TrainerOptions(options).resume(forged),
@@ -668,7 +667,7 @@ TEST(CheckpointFile, PickleFilesRoundTrip) {
 // accumulation steps are 2 optimizer steps (Adam counts them); every batch is
 // reported with its step, learning rate and loss (a device tensor). An
 // accumulation that does not divide the epoch is refused with the divisors.
-TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
+TEST(Trainer, AccumulatesClipsAndReportsEachBatch) {
   const auto options = with(TrainerOptions().epochs(1), [](auto& o) {
     o.optimizer().name("adam").implementation(
         lamp::optim::Implementation::kPerTensor);
@@ -744,7 +743,7 @@ TEST(ClassifierTrainer, AccumulatesClipsAndReportsEachBatch) {
 
 // Without TrainerOptions::option_name the library names its own options;
 // the table of settings is what both writing and checking read.
-TEST(ClassifierTrainer, MessagesNameLibraryOptionsUnlessToldOtherwise) {
+TEST(Trainer, MessagesNameLibraryOptionsUnlessToldOtherwise) {
   const auto checkpoint = temp_path("library_names.pt");
   const auto library_names = [](const std::string&, const std::string& name) {
     return name;
@@ -788,7 +787,7 @@ TEST(ClassifierTrainer, MessagesNameLibraryOptionsUnlessToldOtherwise) {
 // The new settings are stored and a resume must repeat them.
 // So are clipping and the data itself: a resume on other data of the same
 // size (MNIST for Fashion-MNIST) is refused naming it.
-TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationBiasDecayClipOrData) {
+TEST(Trainer, ResumeRefusesOtherAccumulationBiasDecayClipOrData) {
   const auto checkpoint = temp_path("accumulation.pt");
   const auto options =
       with(TrainerOptions().epochs(2).max_steps(6), [](auto& o) {
@@ -819,7 +818,7 @@ TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationBiasDecayClipOrData) {
             }).find("resume with --max-grad-norm 1"),
             std::string::npos);
   auto other = image_problem(true);
-  other.images = other.images.flip(0); // the same images in another order
+  other.inputs = other.inputs.flip(0); // the same images in another order
   const auto refusal = error_of([&] {
     make_run(lamp::Precision::kFP32, resume, 0.05, 32, torch::kCPU, other);
   });
@@ -835,7 +834,7 @@ TEST(ClassifierTrainer, ResumeRefusesOtherAccumulationBiasDecayClipOrData) {
 // options all differ, and whose six switches take three patterns in which no
 // two switches agree throughout, so that a setting that read another
 // option's value would show.
-TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
+TEST(Trainer, EachStoredSettingShowsItsOwnOption) {
   using Pair = std::pair<std::string, std::string>;
   const auto text = [](bool b) { return std::string(b ? "true" : "false"); };
   for (int k = 0; k < 3; ++k) {
@@ -927,7 +926,7 @@ TEST(ClassifierTrainer, EachStoredSettingShowsItsOwnOption) {
 }
 
 // Every stored setting, named as messages name it, in the table's order.
-TEST(ClassifierTrainer, DescribesEveryStoredSetting) {
+TEST(Trainer, DescribesEveryStoredSetting) {
   auto run = make_run(lamp::Precision::kAMPBF16,
                       with(TrainerOptions().epochs(3),
                            [](auto& o) { o.step().max_grad_norm(0.5); }));

@@ -25,7 +25,7 @@ namespace lamp_examples {
 namespace {
 
 using lamp::distributed::ProcessGroup;
-using lamp::training::ClassifierTrainer;
+using lamp::training::Trainer;
 
 // "1 epoch", "3 epochs".
 std::string count_text(int64_t count, const std::string& noun) {
@@ -75,13 +75,15 @@ void check_before_training(const ProgramConfig& config, const RunSpec& spec,
                            bool main_rank) {
   check_flag_combination(config);
   check_distinct_paths(config, spec.data_files);
-  const auto train = spec.train.images.sizes().slice(1);
-  const auto test = spec.test.images.sizes().slice(1);
-  TORCH_CHECK(train == test, "--data ", config.data, ": the test images are ",
-              c10::Join("x", test),
-              " (channels x height x width) but the training images ",
-              c10::Join("x", train),
-              "; the model evaluates on images of the size it trains on.");
+  const auto train = spec.train.inputs.sizes().slice(1);
+  const auto test = spec.test.inputs.sizes().slice(1);
+  const auto& examples = config.examples;
+  TORCH_CHECK(train == test, "--data ", config.data, ": the test ", examples,
+              " are ", c10::Join("x", test),
+              spec.train.sequences() ? "" : " (channels x height x width)",
+              " but the training ", examples, " ", c10::Join("x", train),
+              "; the model evaluates on ", examples,
+              " of the size it trains on.");
   if (!config.export_state_dict.empty() && main_rank) {
     lamp::check_writable_path(config.export_state_dict, "--export-state-dict");
   }
@@ -137,11 +139,12 @@ BuiltModel build_model(const ProgramConfig& config, const RunSpec& spec,
 // in the library's.
 void check_batch_size(const ProgramConfig& config, const RunSpec& spec,
                       int64_t world) {
-  const int64_t train_images = spec.train.size();
-  const int64_t per_rank = train_images / world + (train_images % world != 0);
+  const int64_t train_examples = spec.train.size();
+  const int64_t per_rank =
+      train_examples / world + (train_examples % world != 0);
   TORCH_CHECK(config.batch_size <= per_rank, "--batch-size ", config.batch_size,
-              " is larger than the ", train_images, " training ",
-              config.sequence_length > 0 ? "sequences" : "images",
+              " is larger than the ", train_examples, " training ",
+              config.examples,
               world > 1 ? " (" + std::to_string(per_rank) + " per rank)"
                         : std::string(),
               "; use --batch-size ", per_rank, " or less.");
@@ -225,10 +228,10 @@ lamp::data::DeviceLoader build_train_loader(
 }
 
 // The trainer over both loaders.
-ClassifierTrainer build_trainer(const ProgramConfig& config,
-                                const RunSpec& spec, const BuiltModel& model,
-                                const std::shared_ptr<ProcessGroup>& group,
-                                lamp::data::DeviceLoader train_loader) {
+Trainer build_trainer(const ProgramConfig& config, const RunSpec& spec,
+                      const BuiltModel& model,
+                      const std::shared_ptr<ProcessGroup>& group,
+                      lamp::data::DeviceLoader train_loader) {
   const auto device = group->device();
   // One evaluation batch can hold at most the whole test set.
   const int64_t eval_batch_size =
@@ -237,17 +240,17 @@ ClassifierTrainer build_trainer(const ProgramConfig& config,
   auto options = trainer_options_from(config, eval_batch_size, group);
   // SIGINT/SIGTERM: the trainer stops at the next step (stop_signals.h).
   options.stop_requested([] { return stop_signal() != 0; });
-  return ClassifierTrainer(
-      model.module, model.forward,
-      spec.model_name.empty() ? config.model : spec.model_name,
-      std::move(train_loader),
-      lamp::data::DeviceLoader(spec.test, device, test_options),
-      std::move(options));
+  options.task(spec.task);
+  return Trainer(model.module, model.forward,
+                 spec.model_name.empty() ? config.model : spec.model_name,
+                 std::move(train_loader),
+                 lamp::data::DeviceLoader(spec.test, device, test_options),
+                 std::move(options));
 }
 
 // Resuming a run that has trained all its steps trains nothing and says so.
 void print_run_complete(const ProgramConfig& config, const RunSpec& spec,
-                        const ClassifierTrainer& trainer) {
+                        const Trainer& trainer) {
   const auto done = std::to_string(trainer.global_step());
   const auto total = std::to_string(trainer.total_steps());
   const auto length = config.steps > 0
@@ -263,8 +266,7 @@ void print_run_complete(const ProgramConfig& config, const RunSpec& spec,
 }
 
 // --report-precision: the dtypes of the model and of one evaluation pass.
-void print_precision_report(ClassifierTrainer& trainer,
-                            const BuiltModel& model) {
+void print_precision_report(Trainer& trainer, const BuiltModel& model) {
   // Evaluation changes nothing, so observing it leaves the run as it was.
   const auto ops = lamp::op_precision_report([&] { trainer.evaluate(); });
   print_out("%s\nops of one evaluation pass:\n%s\n",
@@ -277,7 +279,7 @@ void print_precision_report(ClassifierTrainer& trainer,
 std::unique_ptr<JsonLog> open_json_log(const ProgramConfig& config,
                                        const RunSpec& spec,
                                        const ProcessGroup& group,
-                                       ClassifierTrainer& trainer,
+                                       Trainer& trainer,
                                        lamp::Precision precision) {
   if (config.log_json.empty() || !group.is_main()) {
     return nullptr;
@@ -289,8 +291,8 @@ std::unique_ptr<JsonLog> open_json_log(const ProgramConfig& config,
   facts.precision = precision;
   facts.precision_auto = config.requested_precision == lamp::Precision::kAuto;
   facts.cuda_graph = trainer.train_step().cuda_graph_enabled();
-  facts.train_images = spec.train.size();
-  facts.test_images = spec.test.size();
+  facts.train_examples = spec.train.size();
+  facts.test_examples = spec.test.size();
   facts.start_epoch = trainer.start_epoch();
   return std::make_unique<JsonLog>(config, std::move(facts));
 }
@@ -298,8 +300,7 @@ std::unique_ptr<JsonLog> open_json_log(const ProgramConfig& config,
 // Where the run starts, for its first line: "resuming at epoch N", with
 // "continuing the N-epoch run" where it gives the run more epochs, or the
 // checkpoint whose weights it starts from.
-std::string start_note(const ProgramConfig& config,
-                       const ClassifierTrainer& trainer) {
+std::string start_note(const ProgramConfig& config, const Trainer& trainer) {
   std::string note;
   if (trainer.global_step() > 0 && !config.resume.empty()) {
     note = ", resuming at epoch " + std::to_string(trainer.start_epoch() + 1);
@@ -358,7 +359,7 @@ std::string fused_batch_norm_off_reason(const ProgramConfig& config,
 }
 
 void print_run_header(const ProgramConfig& config, const RunSpec& spec,
-                      const ProcessGroup& group, ClassifierTrainer& trainer,
+                      const ProcessGroup& group, Trainer& trainer,
                       lamp::Precision precision) {
   const auto& step = trainer.train_step();
   const auto device = group.device();
@@ -368,8 +369,8 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       (spec.model_name.empty() ? config.model : spec.model_name).c_str(),
       lamp::to_string(precision).c_str(),
       config.requested_precision == lamp::Precision::kAuto ? " (auto)" : "",
-      device.str().c_str(), static_cast<long long>(spec.train.images.size(0)),
-      static_cast<long long>(spec.test.images.size(0)),
+      device.str().c_str(), static_cast<long long>(spec.train.size()),
+      static_cast<long long>(spec.test.size()),
       config.sequence_length > 0
           ? ("sequences of " + std::to_string(config.sequence_length) +
              " tokens")
@@ -424,8 +425,7 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
 
 // Trains; on the main rank a line (and a log record) per epoch and per
 // --eval-every evaluation.
-void train(ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
-           bool main_rank) {
+void train(Trainer& trainer, Progress& progress, JsonLog* log, bool main_rank) {
   const int64_t total_steps = trainer.total_steps();
   trainer.fit(
       [&](const lamp::training::EpochStats& s) {
@@ -454,8 +454,7 @@ void train(ClassifierTrainer& trainer, Progress& progress, JsonLog* log,
 // --export-state-dict: the trained weights (the FP32 master weights where
 // the run keeps them) as a Python state_dict.
 void export_weights(const ProgramConfig& config, const RunSpec& spec,
-                    const BuiltModel& model, ClassifierTrainer& trainer,
-                    bool main_rank) {
+                    const BuiltModel& model, Trainer& trainer, bool main_rank) {
   auto& step = trainer.train_step();
   auto* masters = step.master_weights();
   std::unique_ptr<lamp::MasterWeights> gathered;
@@ -516,16 +515,17 @@ std::pair<std::vector<double>, std::vector<double>> channel_stats(
 
 void warn_degenerate_data(const lamp::data::Dataset& train,
                           const std::string& what) {
-  const auto& images = train.images;
-  const auto& labels = train.labels;
-  if (images.size(0) > 1 && images.eq(images[0]).all().item<bool>()) {
-    TORCH_WARN("every one of the ", images.size(0), " examples of ", what,
+  const auto& inputs = train.inputs;
+  const auto& targets = train.targets;
+  if (inputs.size(0) > 1 && inputs.eq(inputs[0]).all().item<bool>()) {
+    TORCH_WARN("every one of the ", inputs.size(0), " examples of ", what,
                " is the same: there is nothing to learn from them. Check "
                "the data.");
   }
-  if (labels.numel() > 1 && labels.eq(labels.flatten()[0]).all().item<bool>()) {
-    TORCH_WARN("every label of ", what, " is ",
-               labels.flatten()[0].item<int64_t>(),
+  if (targets.numel() > 1 &&
+      targets.eq(targets.flatten()[0]).all().item<bool>()) {
+    TORCH_WARN("every ", train.sequences() ? "target token" : "label", " of ",
+               what, " is ", targets.flatten()[0].item<int64_t>(),
                ": the model can only learn to answer that. Check the data.");
   }
 }
@@ -546,6 +546,17 @@ int run(ProgramConfig& config, const RunSpec& spec) {
   config.precision_mode =
       lamp::resolve_precision(config.requested_precision, group->device());
   const auto precision = config.precision_mode;
+  if (config.flops_per_example > 0) {
+    // MFU's denominator: the flag, or the datasheet's peak of this GPU.
+    if (config.peak_tflops > 0) {
+      config.peak_flops = config.peak_tflops * 1e12;
+      config.peak_source = "--peak-tflops";
+    } else if (group->device().is_cuda()) {
+      const auto name = lamp::device_capabilities(group->device()).name;
+      config.peak_flops = lamp::peak_flops(name, precision);
+      config.peak_source = name + ", " + lamp::to_string(precision);
+    }
+  }
   check_before_training(config, spec, main_rank);
   if (main_rank) {
     warn_ineffective_flags(config, group->device());

@@ -33,11 +33,13 @@ struct RunSpec {
   /// The model's name in checkpoints and logs, checked on resume; empty:
   /// --model's value. train_gpt gives its shape (GPTOptions::name()).
   std::string model_name;
+  /// What the model predicts and how it is scored: a class per image
+  /// (train_cifar10, train_mnist) or the next token (train_gpt).
+  lamp::training::Task task = lamp::training::Task::classification();
   /// Called on the main rank after a run that trained to its end (not one
   /// stopped by a signal), after --export-state-dict: train_gpt samples
   /// text here.
-  std::function<void(const BuiltModel& model,
-                     lamp::training::ClassifierTrainer& trainer)>
+  std::function<void(const BuiltModel& model, lamp::training::Trainer& trainer)>
       after_training;
 };
 

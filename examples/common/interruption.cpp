@@ -66,7 +66,7 @@ std::string shell_command(const std::vector<std::string>& args) {
 }
 
 int report_interruption(const ProgramConfig& config, const std::string& program,
-                        const lamp::training::ClassifierTrainer& trainer,
+                        const lamp::training::Trainer& trainer,
                         Progress& progress, JsonLog* log, int signal) {
   progress.clear();
   const auto& stop = trainer.stop_point();

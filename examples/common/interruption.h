@@ -21,7 +21,7 @@ namespace lamp_examples {
 /// SIGINT, 143 for SIGTERM); the line names the step the checkpoint holds
 /// (the trainer writes it at the stop, StopPoint::checkpoint_step).
 int report_interruption(const ProgramConfig& config, const std::string& program,
-                        const lamp::training::ClassifierTrainer& trainer,
+                        const lamp::training::Trainer& trainer,
                         Progress& progress, JsonLog* log, int signal);
 
 /// `args` as one shell command line, each argument quoted where the shell

@@ -73,7 +73,10 @@ JsonLog::JsonLog(const ProgramConfig& config, RunFacts facts)
       facts_(std::move(facts)),
       model_(config.model),
       batch_size_(config.batch_size),
-      sequence_length_(config.sequence_length) {
+      sequence_length_(config.sequence_length),
+      examples_(config.examples),
+      flops_per_example_(config.flops_per_example),
+      peak_flops_(config.peak_flops) {
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0) {
     TORCH_CHECK(S_ISREG(st.st_mode), "--log-json ", path_,
@@ -131,6 +134,12 @@ void JsonLog::follow_moved_log() {
 
 void JsonLog::write_run(const ProgramConfig& config) {
   const auto cuda = lamp::cuda_versions();
+  // Every flag's value, from the table the ranks compare (rank_check.h):
+  // a flag added to a program is recorded without a list to update.
+  nlohmann::ordered_json flags = nlohmann::ordered_json::object();
+  for (const auto& flag : config.rank_flags) {
+    flags[flag.first] = flag.second;
+  }
   write("run", {{"program", facts_.program},
                 {"command_line", config.command_line},
                 {"lamp_version", LAMP_VERSION},
@@ -165,10 +174,11 @@ void JsonLog::write_run(const ProgramConfig& config) {
                 {"zero", config.zero},
                 {"cuda_graph", facts_.cuda_graph},
                 {"seed", config.seed},
-                {"train_images", facts_.train_images},
-                {"test_images", facts_.test_images},
+                {"train_" + examples_, facts_.train_examples},
+                {"test_" + examples_, facts_.test_examples},
                 {"start_epoch", facts_.start_epoch + 1},
-                {"resume", config.resume}});
+                {"resume", config.resume},
+                {"flags", flags}});
 }
 
 void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
@@ -191,11 +201,11 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
       {"test_subset", s.test_subset()},
       {"test_batches", s.test_batches},
       {"test_batches_in_set", s.test_batches_in_set},
-      {"test_images", s.test_images},
+      {"test_" + examples_, s.test_examples},
       {"seconds", s.seconds},
       {"warmup_seconds", s.warmup_seconds},
       {"eval_seconds", s.eval_seconds},
-      {"images_per_second", s.images_per_second},
+      {examples_ + "_per_second", s.examples_per_second},
       {"peak_memory_bytes", s.peak_memory_bytes},
       {"loss_scale", s.loss_scale},
       {"skipped_steps", s.skipped_steps},
@@ -205,22 +215,33 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
   if (sequence_length_ > 0) {
     // A language model's: per-token rates and perplexities, exp(loss).
     record["context"] = sequence_length_;
-    record["tokens_per_second"] =
-        s.images_per_second * static_cast<double>(sequence_length_);
-    record["train_perplexity"] = std::exp(s.train_loss);
-    record["test_perplexity"] = std::exp(s.test_loss);
+    record["tokens_per_second"] = s.tokens_per_second;
+    record["train_perplexity"] = lamp::training::perplexity(s.train_loss);
+    record["test_perplexity"] = s.test_perplexity();
+  }
+  if (flops_per_example_ > 0) {
+    // Model FLOPs utilisation: the model's FLOPs per second over the
+    // device's peak; null where the peak is not known (a CPU without
+    // --peak-tflops).
+    const auto flops = s.examples_per_second * flops_per_example_;
+    record["model_flops_per_second"] = flops;
+    record["peak_flops"] = peak_flops_ > 0 ? nlohmann::ordered_json(peak_flops_)
+                                           : nlohmann::ordered_json(nullptr);
+    record["mfu"] = peak_flops_ > 0
+                        ? nlohmann::ordered_json(flops / peak_flops_)
+                        : nlohmann::ordered_json(nullptr);
   }
   write("epoch", record);
 }
 
 void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
-                         double images_per_second) {
+                         double examples_per_second) {
   nlohmann::ordered_json record = {
       {"epoch", p.epoch},
       {"batch", p.batch},
       {"global_step", p.global_step},
       {"loss", loss},
-      {"images_per_second", images_per_second},
+      {examples_ + "_per_second", examples_per_second},
       {"loss_scale",
        p.loss_scale.defined() ? p.loss_scale.item<double>() : 1.0},
       {"lr", p.lr},
@@ -230,7 +251,7 @@ void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
       {"warmup", p.warmup}};
   if (sequence_length_ > 0) {
     record["tokens_per_second"] =
-        images_per_second * static_cast<double>(sequence_length_);
+        examples_per_second * static_cast<double>(sequence_length_);
   }
   write("step", record);
 }
@@ -244,15 +265,15 @@ void JsonLog::write_evaluation(const lamp::training::StepEvaluation& e) {
       {"test_accuracy", e.test_accuracy},
       {"test_batches", e.test_batches},
       {"test_batches_in_set", e.test_batches_in_set},
-      {"test_images", e.test_images},
+      {"test_" + examples_, e.test_examples},
       {"lr", e.lr},
       {"eval_seconds", e.eval_seconds},
       {"best_test_loss", e.best_test_loss},
       {"best_written", e.best_written},
       {"checkpoint_written", e.checkpoint_written}};
   if (sequence_length_ > 0) {
-    record["train_perplexity"] = std::exp(e.train_loss);
-    record["test_perplexity"] = std::exp(e.test_loss);
+    record["train_perplexity"] = lamp::training::perplexity(e.train_loss);
+    record["test_perplexity"] = e.test_perplexity();
   }
   write("evaluation", record);
 }

@@ -24,8 +24,11 @@ struct RunFacts {
   lamp::Precision precision = lamp::Precision::kFP32; // as resolved
   bool precision_auto = false; // --precision auto chose it
   bool cuda_graph = false;     ///< whether the steps run in CUDA graphs
-  int64_t train_images = 0;
-  int64_t test_images = 0;
+  // In the records as train_<examples> and test_<examples>
+  // (ProgramConfig::examples: train_images, or train_gpt's
+  // train_sequences).
+  int64_t train_examples = 0;
+  int64_t test_examples = 0;
   int64_t start_epoch = 0; ///< the first epoch trained, 0-based
 };
 
@@ -58,7 +61,7 @@ class JsonLog {
   /// A "step" record: the mean finite loss and the throughput of the steps
   /// since the last one.
   void write_step(const lamp::training::BatchProgress& progress, double loss,
-                  double images_per_second);
+                  double examples_per_second);
 
   /// An "interrupted" record: the run stopped on SIGINT/SIGTERM; `fields`
   /// say where, what the checkpoint holds and how to continue.
@@ -89,7 +92,10 @@ class JsonLog {
   RunFacts facts_;
   std::string model_;
   int64_t batch_size_ = 0;
-  int64_t sequence_length_ = 0; // ProgramConfig::sequence_length
+  int64_t sequence_length_ = 0;  // ProgramConfig::sequence_length
+  std::string examples_;         // ProgramConfig::examples: "images"
+  double flops_per_example_ = 0; // ProgramConfig::flops_per_example
+  double peak_flops_ = 0;        // ProgramConfig::peak_flops
 };
 
 } // namespace lamp_examples

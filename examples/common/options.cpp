@@ -77,12 +77,14 @@ void add_model_options(CLI::App& app, ProgramConfig& c) {
       "the run's length in optimizer steps (nanoGPT's max_iters): the schedule is sized for it and the last epoch may end inside (default 0: --epochs decides)",
       integer_in(1, int64_t{1} << 40));
   add_checked(app, "--batch-size", c.batch_size,
-              "images per step (at most the training images, per rank)",
+              c.examples + " per step (at most the training " + c.examples +
+                  ", per rank)",
               integer_at_least(1));
-  add_checked(
-      app, "--eval-batch-size", c.eval_batch_size,
-      "images per evaluation batch (larger than the test set: the whole test set in one batch)",
-      integer_at_least(1));
+  add_checked(app, "--eval-batch-size", c.eval_batch_size,
+              c.examples +
+                  " per evaluation batch (larger than the test set: the "
+                  "whole test set in one batch)",
+              integer_at_least(1));
 }
 
 // The optimizer, its hyperparameters and the learning-rate schedule.

@@ -85,6 +85,20 @@ struct ProgramConfig {
   // sequences (train_gpt's --context), 0 for images. Rates are then tokens/s
   // and the epoch line gives perplexities.
   int64_t sequence_length = 0;
+  // Set by the program before add_options(): what one example is, plural,
+  // in help texts, messages and the log's field names ("images";
+  // train_gpt: "sequences").
+  std::string examples = "images";
+  // Set by the program: the model's training FLOPs per example (train_gpt:
+  // nanoGPT's estimate per sequence), 0 = no MFU; and --peak-tflops, the
+  // device's peak where the table (lamp::peak_flops) does not know it.
+  double flops_per_example = 0;
+  double peak_tflops = 0;
+  // Set by run(): the peak MFU is taken against, in FLOP/s (0: unknown, no
+  // MFU reported), and where it came from ("NVIDIA H100 80GB HBM3,
+  // amp-bf16", "--peak-tflops").
+  double peak_flops = 0;
+  std::string peak_source;
   // Set by the program before add_options(): --data may name a file (a
   // text), not only a folder.
   bool data_may_be_file = false;

@@ -141,9 +141,9 @@ void LossWindow::add(const lamp::training::BatchProgress& p) {
     sum_at_ = p.resumed_loss_sum;
     non_finite_at_ = p.non_finite_before_epoch;
     batch_at_ = p.resumed_batches;
-    images_ = 0;
+    examples_ = 0;
   }
-  images_ += p.images;
+  examples_ += p.examples;
 }
 
 std::pair<double, int64_t> LossWindow::take(
@@ -156,24 +156,25 @@ std::pair<double, int64_t> LossWindow::take(
   const int64_t finite = (p.batch - batch_at_) - (non_finite - non_finite_at_);
   const double mean = finite > 0 ? (sum - sum_at_) / finite
                                  : std::numeric_limits<double>::quiet_NaN();
-  const int64_t images = images_;
+  const int64_t examples = examples_;
   sum_at_ = sum;
   non_finite_at_ = non_finite;
   batch_at_ = p.batch;
-  images_ = 0;
-  return {mean, images};
+  examples_ = 0;
+  return {mean, examples};
 }
 
 Progress::Progress(bool bar, bool timed_lines, int64_t log_every,
                    bool show_scale, int64_t epochs, JsonLog* log,
-                   int64_t tokens_per_example)
+                   int64_t tokens_per_example, double mfu_per_example)
     : bar_(bar),
       timed_lines_(timed_lines),
       log_every_(log_every),
       show_scale_(show_scale),
       epochs_(epochs),
       log_(log),
-      tokens_per_example_(tokens_per_example) {}
+      tokens_per_example_(tokens_per_example),
+      mfu_per_example_(mfu_per_example) {}
 
 double Progress::shown_rate(double examples_per_second) const {
   return tokens_per_example_ > 0
@@ -190,7 +191,10 @@ Progress Progress::for_program(const ProgramConfig& config, bool main_rank,
   return Progress(main_rank && config.progress && isatty(STDERR_FILENO),
                   main_rank && config.progress && !isatty(STDOUT_FILENO),
                   main_rank ? config.log_every : 0, show_scale, config.epochs,
-                  log, config.sequence_length);
+                  log, config.sequence_length,
+                  config.flops_per_example > 0 && config.peak_flops > 0
+                      ? config.flops_per_example / config.peak_flops
+                      : 0.0);
 }
 
 std::function<void(const lamp::training::BatchProgress&)> Progress::on_batch() {
@@ -212,9 +216,9 @@ void Progress::update(const lamp::training::BatchProgress& p) {
   const auto now = std::chrono::steady_clock::now();
   if (p.batch == p.resumed_batches + 1) {
     epoch_start_ = line_start_ = last_line_ = now;
-    epoch_images_ = 0;
+    epoch_examples_ = 0;
   }
-  epoch_images_ += p.images;
+  epoch_examples_ += p.examples;
   if (bar_) {
     bar_window_.add(p);
   }
@@ -261,12 +265,18 @@ void Progress::print_epoch(const lamp::training::EpochStats& s) {
                                 ? fixed(s.train_loss, 4) + " (ppl " +
                                       perplexity_text(s.train_loss) + ")"
                                 : fixed(s.train_loss, 4);
+  // Model FLOPs utilisation, where the device's peak is known.
+  const std::string mfu =
+      mfu_per_example_ > 0
+          ? "  MFU " +
+                fixed(100.0 * s.examples_per_second * mfu_per_example_, 1) + "%"
+          : "";
   print_out(
-      "epoch %s  train loss %s%s  %.2f s  %.0f %s  peak %s  scale %g  "
+      "epoch %s  train loss %s%s  %.2f s  %.0f %s%s  peak %s  scale %g  "
       "skipped %lld%s\n",
       epoch_text(s, epochs_).c_str(), train.c_str(),
       evaluation_text(s, language_model).c_str(), s.seconds,
-      shown_rate(s.images_per_second), rate_unit(),
+      shown_rate(s.examples_per_second), rate_unit(), mfu.c_str(),
       mib(s.peak_memory_bytes).c_str(), s.loss_scale,
       static_cast<long long>(s.skipped_steps),
       s.warmup_seconds > 0
@@ -344,7 +354,7 @@ void Progress::draw(const lamp::training::BatchProgress& p,
                     std::chrono::steady_clock::time_point now) {
   last_draw_ = now;
   const double elapsed = seconds(now - epoch_start_);
-  const double rate = elapsed > 0 ? epoch_images_ / elapsed : 0.0;
+  const double rate = elapsed > 0 ? epoch_examples_ / elapsed : 0.0;
   const int64_t done = p.batch - p.resumed_batches; // in this run
   const double eta = elapsed * (p.batches - p.batch) / done;
   const double loss = bar_window_.take(p).first;

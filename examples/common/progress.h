@@ -17,14 +17,14 @@
 
 namespace lamp_examples {
 
-/// The mean of the finite losses and the images of a stretch of steps inside
+/// The mean of the finite losses and the examples of a stretch of steps inside
 /// one epoch, as differences of the trainer's running totals
 /// (BatchProgress::epoch_loss_sum, non_finite_losses): nothing is added to
 /// the steps; take() reads the device once.
 class LossWindow {
  public:
   void add(const lamp::training::BatchProgress& p);
-  /// {mean finite loss (NaN when none was finite), images} since the last
+  /// {mean finite loss (NaN when none was finite), examples} since the last
   /// take() in this epoch.
   std::pair<double, int64_t> take(const lamp::training::BatchProgress& p);
 
@@ -32,7 +32,7 @@ class LossWindow {
   double sum_at_ = 0;
   int64_t non_finite_at_ = 0;
   int64_t batch_at_ = 0;
-  int64_t images_ = 0;
+  int64_t examples_ = 0;
 };
 
 /// Progress inside an epoch, as people expect from tqdm:
@@ -52,8 +52,11 @@ class Progress {
   /// `tokens_per_example` > 0: the run trains on sequences of that many
   /// tokens, and rates are tokens/s, the epoch line's losses with their
   /// perplexities.
+  /// `mfu_per_example`: the model's FLOPs per example over the device's
+  /// peak FLOP/s; the epoch line shows MFU where it is above 0.
   Progress(bool bar, bool timed_lines, int64_t log_every, bool show_scale,
-           int64_t epochs, JsonLog* log, int64_t tokens_per_example = 0);
+           int64_t epochs, JsonLog* log, int64_t tokens_per_example = 0,
+           double mfu_per_example = 0);
 
   /// The display the program's flags ask for: the bar on stderr when it is a
   /// terminal; plain lines on stdout every --log-every steps, or every 30 s
@@ -110,13 +113,16 @@ class Progress {
   const int64_t epochs_;
   JsonLog* log_;
   const int64_t tokens_per_example_;
-  // Examples per second -> the rate shown: images/s, or tokens/s.
+  // Model FLOPs per example over the device's peak FLOP/s: MFU is the
+  // examples per second times this (0: not reported).
+  const double mfu_per_example_;
+  // Examples per second -> the rate shown: images/s (img/s), or tokens/s.
   double shown_rate(double examples_per_second) const;
   const char* rate_unit() const;
   LossWindow bar_window_, line_window_;
   std::chrono::steady_clock::time_point epoch_start_, line_start_, last_line_,
       last_draw_, eval_start_;
-  int64_t epoch_images_ = 0;
+  int64_t epoch_examples_ = 0;
   bool drawn_ = false;
 };
 

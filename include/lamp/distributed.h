@@ -6,7 +6,7 @@
 /// (lamp/distributed/environment.h), a process group
 /// (lamp/distributed/process_group.h) and a gradient synchroniser with DDP's
 /// semantics (lamp/distributed/data_parallel.h), which TrainStep and
-/// ClassifierTrainer use when given a process group of more than one rank.
+/// Trainer use when given a process group of more than one rank.
 
 #include "lamp/distributed/data_parallel.h"
 #include "lamp/distributed/environment.h"

@@ -75,7 +75,7 @@ bool uses_fp16(Precision precision) {
 PrecisionPolicy precision_policy(Precision precision) {
   TORCH_CHECK(
       precision != Precision::kAuto,
-      "lamp: precision 'auto' has no policy until it is resolved for a device; call lamp::resolve_precision(Precision::kAuto, device) first (TrainStep and ClassifierTrainer do this themselves).");
+      "lamp: precision 'auto' has no policy until it is resolved for a device; call lamp::resolve_precision(Precision::kAuto, device) first (TrainStep and Trainer do this themselves).");
   PrecisionPolicy policy;
   policy.precision = precision;
   policy.autocast_dtype = autocast_dtype(precision);

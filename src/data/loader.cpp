@@ -47,35 +47,58 @@ int64_t shard_size(int64_t samples, int64_t shards) {
 DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                            LoaderOptions options)
     : options_(std::move(options)), device_(device) {
-  TORCH_CHECK(
-      data.images.defined() && data.images.dim() == 4 &&
-          data.images.scalar_type() == torch::kByte,
-      "lamp::data::DeviceLoader: images must be a uint8 tensor [N, C, H, W], got ",
-      (data.images.defined() ? data.images.sizes() : at::IntArrayRef{}), ".");
-  TORCH_CHECK(data.labels.defined() &&
-                  (data.labels.dim() == 1 || data.labels.dim() == 2) &&
-                  data.labels.size(0) == data.images.size(0),
-              "lamp::data::DeviceLoader: need labels [N] (one per image) or "
-              "[N, T] (one per position of a sequence) for the ",
-              data.images.size(0), " images, got ",
-              (data.labels.defined() ? data.labels.sizes() : at::IntArrayRef{}),
+  const bool images = data.inputs.defined() && data.inputs.dim() == 4 &&
+                      data.inputs.scalar_type() == torch::kByte;
+  TORCH_CHECK(images || data.sequences(),
+              "lamp::data::DeviceLoader: inputs must be uint8 images [N, C, "
+              "H, W] or integer token ids [N, T], got ",
+              (data.inputs.defined() ? data.inputs.sizes() : at::IntArrayRef{}),
+              data.inputs.defined()
+                  ? std::string(" ") + c10::toString(data.inputs.scalar_type())
+                  : std::string(),
               ".");
-  TORCH_CHECK(data.images.size(0) > 0,
+  TORCH_CHECK(
+      data.targets.defined() &&
+          (data.targets.dim() == 1 || data.targets.dim() == 2) &&
+          data.targets.size(0) == data.inputs.size(0) &&
+          !data.targets.is_floating_point(),
+      "lamp::data::DeviceLoader: need integer targets [N] (a class "
+      "per example) or [N, T] (a token per position of a sequence) "
+      "for the ",
+      data.inputs.size(0), " examples, got ",
+      (data.targets.defined() ? data.targets.sizes() : at::IntArrayRef{}), ".");
+  TORCH_CHECK(data.inputs.size(0) > 0,
               "lamp::data::DeviceLoader: the dataset is empty.");
   TORCH_CHECK(options_.num_shards() >= 1 && options_.shard() >= 0 &&
                   options_.shard() < options_.num_shards(),
               "lamp::data::DeviceLoader: shard ", options_.shard(),
               " must be in [0, num_shards = ", options_.num_shards(), ").");
-  TORCH_CHECK(options_.num_shards() <= data.labels.size(0),
+  TORCH_CHECK(options_.num_shards() <= data.targets.size(0),
               "lamp::data::DeviceLoader: ", options_.num_shards(),
-              " shards of a dataset of ", data.labels.size(0),
+              " shards of a dataset of ", data.targets.size(0),
               " samples would leave some empty.");
   TORCH_CHECK(options_.batch_size() > 0,
               "lamp::data::DeviceLoader: batch_size must be positive, got ",
               options_.batch_size(), ".");
   TORCH_CHECK(options_.crop_padding() >= 0,
               "lamp::data::DeviceLoader: crop_padding must be >= 0.");
-  const int64_t channels = data.images.size(1);
+  TORCH_CHECK(images || options_.dtype() == torch::kLong,
+              "lamp::data::DeviceLoader: the inputs are token ids [N, T], "
+              "which the loader serves as int64 for an embedding; set "
+              "LoaderOptions::dtype(torch::kLong).");
+  TORCH_CHECK(!images || options_.dtype() != torch::kLong,
+              "lamp::data::DeviceLoader: dtype kLong serves token ids, but "
+              "the inputs are images [N, C, H, W]; store token windows as "
+              "[N, T] (data::text_windows()) or serve the images as kFloat, "
+              "kHalf or kBFloat16.");
+  TORCH_CHECK(options_.dtype() != torch::kLong ||
+                  (options_.mean().empty() && options_.crop_padding() == 0 &&
+                   !options_.horizontal_flip() && !options_.channels_last()),
+              "lamp::data::DeviceLoader: dtype kLong serves token ids, which "
+              "are not normalised, cropped, flipped or put in channels_last; "
+              "leave mean, std, crop_padding, horizontal_flip and "
+              "channels_last unset.");
+  const int64_t channels = images ? data.inputs.size(1) : 0;
   TORCH_CHECK(
       options_.mean().size() == options_.std().size() &&
           (options_.mean().empty() ||
@@ -97,16 +120,9 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
       "lamp::data::DeviceLoader: dtype must be kFloat, kHalf or kBFloat16 "
       "(images), or kLong (token ids), got ",
       options_.dtype(), ".");
-  TORCH_CHECK(options_.dtype() != torch::kLong ||
-                  (options_.mean().empty() && options_.crop_padding() == 0 &&
-                   !options_.horizontal_flip() && !options_.channels_last()),
-              "lamp::data::DeviceLoader: dtype kLong serves the stored bytes "
-              "as token ids, which are not normalised, cropped, flipped or "
-              "put in channels_last; leave mean, std, crop_padding, "
-              "horizontal_flip and channels_last unset.");
   // A larger batch would be one short batch under another name (or, with
   // drop_last, none).
-  const int64_t samples = data.labels.size(0);
+  const int64_t samples = data.targets.size(0);
   const int64_t per_epoch = shard_size(samples, options_.num_shards());
   TORCH_CHECK(options_.batch_size() <= per_epoch,
               "lamp::data::DeviceLoader: batch_size ", options_.batch_size(),
@@ -116,13 +132,16 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                   ? " in " + std::to_string(options_.num_shards()) + " shards"
                   : std::string(),
               "); use a batch_size of at most ", per_epoch, ".");
-  images_ = with_memory_context(
-      "the dataset's images on " + device_.str(), data.images.numel(),
-      [&] { return data.images.contiguous().to(device_); });
+  // Kept in their own (narrow) types on the device; a batch is widened.
+  inputs_ = with_memory_context(
+      std::string("the dataset's ") + (images ? "images" : "tokens") + " on " +
+          device_.str(),
+      static_cast<int64_t>(data.inputs.nbytes()),
+      [&] { return data.inputs.contiguous().to(device_); });
   // "cuda" as the tensors say it, "cuda:0": the trainer compares it with the
   // model's parameters' device.
-  device_ = images_.device();
-  labels_ = data.labels.to(torch::kLong).to(device_);
+  device_ = inputs_.device();
+  targets_ = data.targets.contiguous().to(device_);
   if (!options_.mean().empty()) {
     mean_ = channel_tensor(options_.mean(), device_);
     std::vector<double> inv;
@@ -176,10 +195,11 @@ Batch DeviceLoader::batch(int64_t index) const {
   const int64_t end =
       std::min(start + options_.batch_size(), samples_per_epoch());
   const auto idx = order_.slice(0, start, end);
-  auto images = augment(images_.index_select(0, idx), index);
+  auto targets = targets_.index_select(0, idx).to(torch::kLong);
   if (options_.dtype() == torch::kLong) {
-    return {images.to(torch::kLong), labels_.index_select(0, idx)};
+    return {inputs_.index_select(0, idx).to(torch::kLong), targets};
   }
+  auto images = augment(inputs_.index_select(0, idx), index);
   auto x = images.to(torch::kFloat).mul_(1.0 / 255.0);
   if (mean_.defined()) {
     x.sub_(mean_).mul_(inv_std_);
@@ -188,7 +208,7 @@ Batch DeviceLoader::batch(int64_t index) const {
   if (options_.channels_last()) {
     x = x.contiguous(torch::MemoryFormat::ChannelsLast);
   }
-  return {x, labels_.index_select(0, idx)};
+  return {x, targets};
 }
 
 torch::Tensor DeviceLoader::augment(const torch::Tensor& images,

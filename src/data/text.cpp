@@ -104,25 +104,27 @@ torch::Tensor read_text_bytes(const std::string& path) {
       .clone();
 }
 
-Dataset text_windows(const torch::Tensor& bytes, int64_t context) {
+Dataset text_windows(const torch::Tensor& tokens, int64_t context) {
   TORCH_CHECK(context >= 1,
               "lamp::data::text_windows: context must be >= 1, got ", context,
               ".");
-  TORCH_CHECK(bytes.dim() == 1 && bytes.scalar_type() == torch::kUInt8,
-              "lamp::data::text_windows: bytes must be uint8 [n], got ",
-              bytes.scalar_type(), " ", bytes.sizes(), ".");
-  const int64_t n = bytes.size(0);
+  TORCH_CHECK(tokens.dim() == 1 && !tokens.is_floating_point() &&
+                  !tokens.is_complex() && tokens.scalar_type() != torch::kBool,
+              "lamp::data::text_windows: tokens must be integers [n] (uint8 "
+              "bytes, or token ids of token_dtype()), got ",
+              tokens.scalar_type(), " ", tokens.sizes(), ".");
+  const int64_t n = tokens.size(0);
   TORCH_CHECK(n >= context + 1, "lamp::data::text_windows: ", n,
-              " bytes make no window of context ", context, " (it needs ",
-              context + 1, ": the window and the next byte of its last).");
+              " tokens make no window of context ", context, " (it needs ",
+              context + 1, ": the window and the next token of its last).");
   const int64_t windows = (n - 1) / context;
-  const auto cpu = bytes.cpu().contiguous();
-  auto images =
-      cpu.slice(0, 0, windows * context).view({windows, 1, 1, context}).clone();
-  auto labels = cpu.slice(0, 1, windows * context + 1)
-                    .view({windows, context})
-                    .to(torch::kLong);
-  return {std::move(images), std::move(labels)};
+  const auto cpu = tokens.cpu().contiguous();
+  // Copies, so that the windows do not hold the whole text alive.
+  auto inputs =
+      cpu.slice(0, 0, windows * context).view({windows, context}).clone();
+  auto targets =
+      cpu.slice(0, 1, windows * context + 1).view({windows, context}).clone();
+  return {std::move(inputs), std::move(targets)};
 }
 
 TextData read_text_windows(const std::string& path, int64_t context,

@@ -127,13 +127,13 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
       ": token ids must be integers, got ", tokens.scalar_type(),
       " (a DeviceLoader serves them with LoaderOptions::dtype(kLong)).");
   auto ids = tokens;
-  if (ids.dim() == 4) {
-    TORCH_CHECK(ids.size(1) == 1 && ids.size(2) == 1, who,
-                ": token ids [B, 1, 1, T] expected, got ", ids.sizes(), ".");
-    ids = ids.flatten(1);
-  }
   TORCH_CHECK(ids.dim() == 2, who, ": token ids [B, T] expected, got ",
-              tokens.sizes(), ".");
+              tokens.sizes(),
+              tokens.dim() == 4 ? " (lamp 0.4's [B, 1, 1, T] windows: lamp "
+                                  "0.5 stores token windows as [N, T], "
+                                  "data::text_windows())"
+                                : "",
+              ".");
   const int64_t t = ids.size(1);
   TORCH_CHECK(t >= 1 && t <= options_.context(), who, ": ", t,
               " tokens do not fit the context of ", options_.context(), ".");

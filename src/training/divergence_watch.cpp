@@ -161,7 +161,7 @@ std::string first_non_finite(const torch::nn::Module& model) {
 std::string rerun_under_check(
     const std::shared_ptr<torch::nn::Module>& model, TrainStep& step,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-    const torch::Tensor& images, const torch::Tensor& labels,
+    const Task& task, const torch::Tensor& inputs, const torch::Tensor& targets,
     int64_t step_number, bool loss_scaled) {
   // The step's own gradient tensors (which CUDA graphs and the optimizer
   // hold) are set aside untouched while the backward makes fresh ones.
@@ -184,7 +184,7 @@ std::string rerun_under_check(
     finding = check.observe(
         step_number,
         [&] {
-          auto loss = classifier_loss(step.forward(forward, images), labels);
+          auto loss = task.loss(step.forward(forward, inputs), targets);
           auto& scaler = step.scaler();
           (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
         },

@@ -84,8 +84,8 @@ class DivergenceWatch {
 /// values, as "parameter 'fc.weight'", or "" when all are finite.
 std::string first_non_finite(const torch::nn::Module& model);
 
-/// The first module with inf/NaN in `images`/`labels`' forward (through
-/// `step`'s input cast and autocast, the cross-entropy loss, scaled where
+/// The first module with inf/NaN in `inputs`/`targets`' forward (through
+/// `step`'s input cast and autocast, `task`'s loss, scaled where
 /// `step` scales it) and backward, found by a NumericsCheck as step
 /// `step_number` (NumericsFinding::to_string()), or "" when none is found or
 /// the pass fails. Nothing is applied twice: no optimizer step, the backward
@@ -94,7 +94,7 @@ std::string first_non_finite(const torch::nn::Module& model);
 std::string rerun_under_check(
     const std::shared_ptr<torch::nn::Module>& model, TrainStep& step,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-    const torch::Tensor& images, const torch::Tensor& labels,
+    const Task& task, const torch::Tensor& inputs, const torch::Tensor& targets,
     int64_t step_number, bool loss_scaled);
 
 /// lamp::detail::exact (platform/number_text.h), as the trainer's code

@@ -1,6 +1,6 @@
 #pragma once
 
-// ClassifierTrainer's epoch in progress, shared by the training loop
+// Trainer's epoch in progress, shared by the training loop
 // (trainer.cpp) and the checkpoint it writes inside an epoch
 // (trainer_checkpoint.cpp).
 
@@ -16,7 +16,7 @@ namespace lamp {
 namespace training {
 
 // One epoch in progress: its stats and the running sums behind them.
-struct ClassifierTrainer::EpochRun {
+struct Trainer::EpochRun {
   int64_t epoch = 0;       // 0-based
   int64_t batches = 0;     // of a whole epoch
   int64_t first_batch = 0; // 0-based: > 0 where a resume starts inside it
@@ -36,8 +36,8 @@ struct ClassifierTrainer::EpochRun {
     return watch->read_non_finite_losses() - non_finite_before +
            non_finite_resumed;
   }
-  int64_t images = 0;
-  int64_t warmup_images = 0;
+  int64_t examples = 0;
+  int64_t warmup_examples = 0;
   bool graphs_before_epoch = false;
   std::chrono::steady_clock::time_point start;
 };

@@ -19,7 +19,7 @@ namespace lamp {
 namespace training {
 namespace detail {
 
-/// The format tag of ClassifierTrainer's checkpoints. 2: checksummed
+/// The format tag of Trainer's checkpoints. 2: checksummed
 /// (checkpoint_file.h), with the run's settings, which a resume must repeat.
 constexpr const char* kCheckpointFormat = "lamp-classifier-trainer-2";
 

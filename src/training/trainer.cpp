@@ -67,11 +67,9 @@ std::string name_option(const TrainerOptions& options, const std::string& key,
                                : library_name;
 }
 
-ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
-                                     Forward forward, std::string model_name,
-                                     data::DeviceLoader train_loader,
-                                     data::DeviceLoader test_loader,
-                                     TrainerOptions options)
+Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
+                 std::string model_name, data::DeviceLoader train_loader,
+                 data::DeviceLoader test_loader, TrainerOptions options)
     : model_(std::move(model)),
       forward_(std::move(forward)),
       model_name_(std::move(model_name)),
@@ -172,6 +170,8 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
               " steps overflow the step counter; use fewer epochs.");
   check_step_options(batches);
   total_steps_ = o.steps() > 0 ? o.steps() : o.epochs() * batches;
+  o.task().check(train_loader_.data(), "the training data");
+  o.task().check(test_loader_.data(), "the test data");
   train_data_ = data::fingerprint(train_loader_.data());
   test_data_ = data::fingerprint(test_loader_.data());
   const auto& group = o.process_group();
@@ -242,7 +242,7 @@ ClassifierTrainer::ClassifierTrainer(std::shared_ptr<torch::nn::Module> model,
   }
 }
 
-void ClassifierTrainer::check_step_options(int64_t batches) const {
+void Trainer::check_step_options(int64_t batches) const {
   const auto& o = options_;
   const auto name = [&](const char* key, const char* library_name) {
     return name_option(o, key, library_name);
@@ -320,8 +320,7 @@ void ClassifierTrainer::check_step_options(int64_t batches) const {
   }
 }
 
-void ClassifierTrainer::check_ranks_agree(
-    distributed::ProcessGroup& group) const {
+void Trainer::check_ranks_agree(distributed::ProcessGroup& group) const {
   const auto& o = options_;
   const auto name = [&](const char* key, const char* library_name) {
     return name_option(o, key, library_name);
@@ -362,7 +361,7 @@ void ClassifierTrainer::check_ranks_agree(
       "Give every rank the same options and the same data (the fingerprints are of the files' contents).");
 }
 
-std::vector<EpochStats> ClassifierTrainer::fit(
+std::vector<EpochStats> Trainer::fit(
     const std::function<void(const EpochStats&)>& on_epoch,
     const std::function<void(const BatchProgress&)>& on_batch,
     const std::function<void(const EvalProgress&)>& on_eval_batch,
@@ -421,8 +420,8 @@ std::vector<EpochStats> ClassifierTrainer::fit(
   return history;
 }
 
-bool ClassifierTrainer::stop_here(const EpochRun& run, int64_t steps,
-                                  bool in_evaluation) {
+bool Trainer::stop_here(const EpochRun& run, int64_t steps,
+                        bool in_evaluation) {
   const auto& stop = options_.stop_requested();
   if (!stop || !stop()) {
     return false;
@@ -432,12 +431,12 @@ bool ClassifierTrainer::stop_here(const EpochRun& run, int64_t steps,
   return true;
 }
 
-bool ClassifierTrainer::single_process() const {
+bool Trainer::single_process() const {
   const auto& group = options_.process_group();
   return !group || !group->is_distributed();
 }
 
-void ClassifierTrainer::save_at_stop() {
+void Trainer::save_at_stop() {
   const auto& o = options_;
   // Ranks may be asked to stop at different steps, and a checkpoint is
   // written by all of them (sharded) or from the state they share: in a
@@ -450,12 +449,12 @@ void ClassifierTrainer::save_at_stop() {
   stop_point_.checkpoint_step = checkpoint_step_;
 }
 
-void ClassifierTrainer::write_checkpoint() {
+void Trainer::write_checkpoint() {
   save_checkpoint(options_.checkpoint());
   checkpoint_step_ = global_step_;
 }
 
-bool ClassifierTrainer::checkpoint_is_mine() const {
+bool Trainer::checkpoint_is_mine() const {
   const auto& group = options_.process_group();
   // Sharded, every rank writes its shard (save_checkpoint is then a
   // collective); otherwise rank 0 writes the whole checkpoint.
@@ -463,7 +462,7 @@ bool ClassifierTrainer::checkpoint_is_mine() const {
          (!group || group->is_main() || step_->optimizer_sharding() != nullptr);
 }
 
-bool ClassifierTrainer::train_epoch(
+bool Trainer::train_epoch(
     EpochRun& run, DivergenceWatch& watch,
     const std::function<void(const BatchProgress&)>& on_batch,
     const std::function<void(const EvalProgress&)>& on_eval_batch,
@@ -504,14 +503,15 @@ bool ClassifierTrainer::train_epoch(
     // timed on its own: reported as warm-up, not in the steady rate.
     const bool warmup_step = warmup_steps_left_ > 0;
     const auto step_start = std::chrono::steady_clock::now();
-    last_images_ = batch.images;
-    last_labels_ = batch.labels;
+    last_inputs_ = batch.inputs;
+    last_targets_ = batch.targets;
     StepResult result;
+    const auto& task = o.task();
     const auto run_step = [&] {
       result = step_->step(
-          batch.images, batch.labels,
-          [&](const torch::Tensor& images, const torch::Tensor& labels) {
-            return classifier_loss(forward_(images), labels);
+          batch.inputs, batch.targets,
+          [&](const torch::Tensor& inputs, const torch::Tensor& targets) {
+            return task.loss(forward_(inputs), targets);
           });
     };
     if (numerics_) {
@@ -527,7 +527,7 @@ bool ClassifierTrainer::train_epoch(
     if (warmup_step) {
       synchronize(device);
       stats.warmup_seconds += seconds_since(step_start);
-      run.warmup_images += batch.labels.size(0);
+      run.warmup_examples += batch.targets.size(0);
       --warmup_steps_left_;
     }
     // The epoch's loss is the mean of its finite losses: a step skipped for
@@ -539,7 +539,7 @@ bool ClassifierTrainer::train_epoch(
       interval_loss_sum_ += finite_loss;
       ++interval_steps_;
     }
-    run.images += batch.labels.size(0);
+    run.examples += batch.targets.size(0);
     ++stats.steps;
     ++global_step_;
     start_step_in_epoch_ = i + 1; // the position a checkpoint holds
@@ -550,7 +550,7 @@ bool ClassifierTrainer::train_epoch(
       progress.batch = i + 1;
       progress.batches = run.last_batch;
       progress.batches_in_epoch = run.batches;
-      progress.images = batch.labels.size(0);
+      progress.examples = batch.targets.size(0);
       progress.global_step = global_step_;
       progress.lr = stats.lr;
       progress.loss = result.loss;
@@ -581,7 +581,7 @@ bool ClassifierTrainer::train_epoch(
   return true;
 }
 
-bool ClassifierTrainer::evaluate_at_step(
+bool Trainer::evaluate_at_step(
     EpochRun& run, DivergenceWatch& watch,
     const std::function<void(const EvalProgress&)>& on_eval_batch,
     const std::function<void(const StepEvaluation&)>& on_evaluation) {
@@ -617,7 +617,7 @@ bool ClassifierTrainer::evaluate_at_step(
   e.test_accuracy = evaluated->accuracy;
   e.test_batches = evaluated->batches;
   e.test_batches_in_set = evaluated->batches_in_set;
-  e.test_images = evaluated->images;
+  e.test_examples = evaluated->examples;
   e.lr = run.stats.lr;
   e.eval_seconds = seconds_since(eval_start);
   // Inside the epoch's time: not training, so not in its rate.
@@ -645,25 +645,25 @@ bool ClassifierTrainer::evaluate_at_step(
   return true;
 }
 
-void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
+void Trainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
   const auto device = train_loader_.device();
   auto& stats = run.stats;
   synchronize(device);
   // Training time only: the evaluations of eval_every inside the epoch
   // (their time is in eval_seconds) are left out.
   stats.seconds = seconds_since(run.start) - stats.eval_seconds;
-  if (stats.warmup_seconds > 0 && run.images > run.warmup_images) {
+  if (stats.warmup_seconds > 0 && run.examples > run.warmup_examples) {
     stats.seconds -= stats.warmup_seconds;
-    run.images -= run.warmup_images;
+    run.examples -= run.warmup_examples;
   }
   const auto& group = options_.process_group();
   if (group && group->is_distributed()) {
     // All ranks together: the mean of the ranks' mean losses, every rank's
-    // images.
+    // examples.
     group->all_reduce_(run.loss_sum, lamp::distributed::ReduceOp::kSum,
                        "the all-reduce of the epoch's training loss");
     run.loss_sum.div_(group->world_size());
-    run.images *= group->world_size();
+    run.examples *= group->world_size();
   }
   stats.global_step = global_step_;
   stats.skipped_steps = watch.read_epoch_skipped();
@@ -674,8 +674,14 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
       finite_steps > 0 ? run.loss_sum.item<double>() / finite_steps : 0.0;
   watch.check_epoch(run.epoch, stats.resumed_steps + stats.steps,
                     stats.non_finite_losses, stats.train_loss, *model_);
-  stats.images_per_second =
-      stats.seconds > 0 ? run.images / stats.seconds : 0.0;
+  stats.examples_per_second =
+      stats.seconds > 0 ? run.examples / stats.seconds : 0.0;
+  if (options_.task().is_language_model()) {
+    stats.tokens_per_second =
+        stats.examples_per_second *
+        static_cast<double>(
+            options_.task().predictions_per_example(train_loader_.data()));
+  }
   stats.peak_memory_bytes =
       device.is_cuda()
           ? peak_device_memory(device) +
@@ -685,7 +691,7 @@ void ClassifierTrainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
       step_->scaler().is_enabled() ? step_->scaler().get_scale() : 1.0;
 }
 
-bool ClassifierTrainer::evaluate_epoch(
+bool Trainer::evaluate_epoch(
     EpochRun& run, DivergenceWatch& watch,
     const std::function<void(const EvalProgress&)>& on_eval_batch) {
   // Timed apart from training and warm-up: the first evaluation's autotuning
@@ -704,38 +710,38 @@ bool ClassifierTrainer::evaluate_epoch(
   stats.test_accuracy = eval.accuracy;
   stats.test_batches = eval.batches;
   stats.test_batches_in_set = eval.batches_in_set;
-  stats.test_images = eval.images;
+  stats.test_examples = eval.examples;
   watch.check_test_loss(run.epoch, stats.test_loss);
   return true;
 }
 
-bool ClassifierTrainer::loss_scaled() {
+bool Trainer::loss_scaled() {
   const auto& scaler = step_->scaler();
   return scaler.is_enabled() && scaler.options().dynamic();
 }
 
-std::string ClassifierTrainer::locate_numerics() {
+std::string Trainer::locate_numerics() {
   if (last_finding_) {
     return last_finding_->to_string();
   }
   const auto& group = options_.process_group();
-  if (!last_images_.defined() || (group && group->is_distributed())) {
+  if (!last_inputs_.defined() || (group && group->is_distributed())) {
     return ""; // a backward on one rank alone would wait for the others
   }
-  const auto finding =
-      detail::rerun_under_check(model_, *step_, forward_, last_images_,
-                                last_labels_, global_step_, loss_scaled());
+  const auto finding = detail::rerun_under_check(
+      model_, *step_, forward_, options_.task(), last_inputs_, last_targets_,
+      global_step_, loss_scaled());
   return finding.empty()
              ? ""
              : "re-running the last batch under the numerics check: " + finding;
 }
 
-void ClassifierTrainer::keep_epoch_sums(const EpochRun& run) {
+void Trainer::keep_epoch_sums(const EpochRun& run) {
   resumed_loss_sum_ = run.loss_sum.item<double>();
   resumed_non_finite_ = run.non_finite();
 }
 
-void ClassifierTrainer::end_epoch(EpochRun& run) {
+void Trainer::end_epoch(EpochRun& run) {
   auto& stats = run.stats;
   if (!stats.partial()) {
     start_epoch_ = stats.epoch;

@@ -1,4 +1,4 @@
-// ClassifierTrainer's checkpoints: what save_checkpoint() writes and
+// Trainer's checkpoints: what save_checkpoint() writes and
 // load_checkpoint() checks and restores (the run's settings are listed in
 // run_settings.cpp).
 #include "lamp/training/trainer.h"
@@ -71,7 +71,7 @@ void on_every_rank(distributed::ProcessGroup& group, const std::string& what,
 
 } // namespace
 
-void ClassifierTrainer::save_checkpoint(const std::string& path) const {
+void Trainer::save_checkpoint(const std::string& path) const {
   // A diverged model never replaces a good checkpoint.
   const auto bad = detail::first_non_finite(*model_);
   TORCH_CHECK(
@@ -212,7 +212,7 @@ std::string read_shard(const std::string& path, const c10::IValue& entry,
 
 } // namespace
 
-void ClassifierTrainer::load_checkpoint(const std::string& path) {
+void Trainer::load_checkpoint(const std::string& path) {
   TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path,
               " to resume from.");
   torch::serialize::InputArchive archive;
@@ -234,11 +234,13 @@ void ClassifierTrainer::load_checkpoint(const std::string& path) {
               model_name, "' model but this run trains '", model_name_,
               "'; resume with the same ", name_option(o, "model", "model name"),
               ".");
-  const auto train_images = integer("train_images");
-  TORCH_CHECK(train_images == train_loader_.size(), "lamp: ", path,
-              " was trained on ", train_images,
-              " training images but this run's dataset has ",
-              train_loader_.size(), "; resume with the same ",
+  // The key keeps lamp 0.4's name: it counts examples, images or sequences.
+  const auto train_examples = integer("train_images");
+  const auto noun = o.task().example() + "s";
+  TORCH_CHECK(train_examples == train_loader_.size(), "lamp: ", path,
+              " was trained on ", train_examples, " training ", noun,
+              " but this run's dataset has ", train_loader_.size(),
+              "; resume with the same ",
               name_option(o, "data", "training dataset"), ".");
   const int64_t checkpoint_epochs = detail::check_run_settings(
       archive, path, {o, train_loader_.options(), train_data_, test_data_});

@@ -8,6 +8,9 @@
       cannot run here: exit 1 before training, naming it and what runs
   check_gpt.py resume TRAIN_GPT WORK_DIR
       1 epoch, then --resume alone: epoch 2 bit-identical to a straight run
+  check_gpt.py resume-0.4 TRAIN_GPT WORK_DIR FIXTURE_DIR
+      a checkpoint lamp 0.4's train_gpt wrote (tests/fixtures/lamp-0.4)
+      resumes: its epoch 2 is the one lamp 0.4 trained straight on
   check_gpt.py fp8-recipe TRAIN_GPT WORK_DIR
       --precision fp8 with delayed scaling (--fp8-scaling, --fp8-amax-history,
       --fp8-margin): trains, says its recipe, resumes with the checkpoint's
@@ -19,6 +22,9 @@
       a run measured in steps with evaluations and checkpoints every N
       steps; --resume alone from inside an epoch is bit-identical; a changed
       data file and bad step flags are refused
+  check_gpt.py mfu TRAIN_GPT WORK_DIR
+      MFU in the epoch line and record against --peak-tflops, null on a CPU
+      without it; a bad --peak-tflops refused
   check_gpt.py threads TRAIN_GPT WORK_DIR
       --threads, OMP_NUM_THREADS and the default (the physical cores) in
       the header and the run record
@@ -136,13 +142,25 @@ def modes(train_gpt, work, precisions):
             fail(f"{precision}: test_perplexity {epoch['test_perplexity']} "
                  f"is not exp(test_loss)")
         if abs(epoch["tokens_per_second"] -
-               32 * epoch["images_per_second"]) > 1e-6 * epoch["tokens_per_second"]:
+               32 * epoch["sequences_per_second"]) > 1e-6 * epoch["tokens_per_second"]:
             fail(f"{precision}: tokens_per_second is not 32 sequences' worth")
         steps = records(log, "step")
         if not steps or any(abs(s["tokens_per_second"] -
-                                32 * s["images_per_second"]) >
+                                32 * s["sequences_per_second"]) >
                             1e-6 * s["tokens_per_second"] for s in steps):
             fail(f"{precision}: the step records lack tokens/s")
+        # A language model's records count sequences and tokens, never
+        # images.
+        header = records(log, "run")[0]
+        for record in [header, epoch] + steps:
+            images = [k for k in record if "image" in k]
+            if images:
+                fail(f"{precision}: a {record['record']} record names "
+                     f"images: {images}")
+        if not (header["train_sequences"] > 0 and header["test_sequences"] > 0
+                and epoch["test_sequences"] > 0):
+            fail(f"{precision}: the records lack the sequences counted: "
+                 f"{header}, {epoch}")
         if "tok/s" not in r.stdout or "ppl" not in r.stdout:
             fail(f"{precision}: the epoch line lacks tok/s or ppl: {r.stdout!r}")
         sample_of(r.stdout)
@@ -504,6 +522,86 @@ def export(train_gpt, work, python, interop):
         fail("the Python twin's validation loss differs from the run's")
 
 
+def mfu(train_gpt, work):
+    """Model FLOPs utilisation: the model's training FLOPs per second
+    (nanoGPT's estimate: per token 6 N + 12 layers context width, N the
+    parameters without the position embedding) over the device's peak. A
+    CPU's peak is not in lamp's table: without --peak-tflops the record's
+    mfu is null and the epoch line has none; with it, both give the ratio."""
+    text = make_text(work)
+    base = [train_gpt, "--data", text, "--epochs", "1", "--max-steps", "6",
+            "--schedule", "constant"] + COMMON
+    log = fresh(work, "mfu-none.jsonl")
+    r = expect_success(base + ["--log-json", log])
+    epoch = records(log)[-1]
+    if epoch["mfu"] is not None or epoch["peak_flops"] is not None or \
+            "MFU" in r.stdout:
+        fail(f"a CPU without --peak-tflops reports an MFU: {epoch}, "
+             f"{r.stdout!r}")
+    # The shape of COMMON: 2 layers, width 32, context 32, 256 byte tokens.
+    layers, width, context, vocab = 2, 32, 32, 256
+    params = layers * (12 * width * width + 13 * width) + vocab * width + \
+        2 * width
+    flops_per_sequence = context * (6 * params +
+                                    12 * layers * context * width)
+    log = fresh(work, "mfu.jsonl")
+    r = expect_success(base + ["--log-json", log, "--peak-tflops", "0.05"])
+    epoch = records(log)[-1]
+    want = epoch["sequences_per_second"] * flops_per_sequence / 0.05e12
+    if epoch["peak_flops"] != 0.05e12 or \
+            abs(epoch["mfu"] - want) > 1e-9 * want:
+        fail(f"mfu {epoch['mfu']!r} with --peak-tflops 0.05, expected "
+             f"{want!r} (sequences/s x {flops_per_sequence} FLOPs / peak)")
+    line = [l for l in r.stdout.splitlines() if l.startswith("epoch ")][-1]
+    if f"MFU {100 * epoch['mfu']:.1f}%" not in line:
+        fail(f"the epoch line lacks MFU {100 * epoch['mfu']:.1f}%: {line!r}")
+    for bad in ("-1", "nan", "abc"):
+        r = run(base + ["--peak-tflops", bad])
+        if r.returncode != 2 or "--peak-tflops" not in r.stderr:
+            fail(f"--peak-tflops {bad}: exit {r.returncode}, {r.stderr!r}")
+    print(f"  MFU {100 * epoch['mfu']:.2f}% of a 0.05 TFLOP/s peak; "
+          f"none without --peak-tflops; bad values refused")
+
+
+def resume_04(train_gpt, work, fixtures):
+    """A checkpoint of lamp 0.4's train_gpt (its text windows were uint8
+    "images" [N, 1, 1, T], its data fingerprints said "images") resumes:
+    with the flags it was trained with and one more epoch of its constant
+    schedule, the epoch trained is the one lamp 0.4 trained straight on.
+    Measured on LibTorch 1.13, which wrote it: the validation loss equal to
+    the bit, the training loss 4e-9 relative apart (lamp 0.5 hands the
+    optimizer and the gradient clipping the parameters in another order,
+    which rounds sums otherwise); LibTorch 2.x may order sums otherwise
+    too. Held to 1e-6 relative, far below what one epoch changes (epoch 1
+    to 2 moves the loss by 1.1)."""
+    with open(os.path.join(fixtures, "expected.json")) as f:
+        expected = json.load(f)
+    flags = [os.path.join(fixtures, v) if v == "text.txt" else v
+             for v in expected["flags"]]
+    ck = fresh(work, "lamp-0.4.pt")
+    with open(os.path.join(fixtures, "gpt.pt"), "rb") as src, \
+            open(ck, "wb") as dst:
+        dst.write(src.read())
+    log = fresh(work, "resume-0.4.jsonl")
+    r = expect_success([train_gpt] + flags +
+                       ["--no-progress", "--epochs", "2", "--resume", ck,
+                        "--log-json", log])
+    got = records(log)
+    want = expected["epochs"][1]
+    if [g["epoch"] for g in got] != [2]:
+        fail(f"the resumed lamp 0.4 run trained epochs "
+             f"{[g['epoch'] for g in got]}, expected [2]: {r.stdout!r}")
+    for key in ("train_loss", "test_loss", "test_accuracy"):
+        if abs(got[0][key] - want[key]) > 1e-6 * abs(want[key]):
+            fail(f"epoch 2 resumed from lamp 0.4's checkpoint: {key} "
+                 f"{got[0][key]!r}, lamp 0.4 straight {want[key]!r}")
+    same = all(got[0][k] == want[k] for k in ("train_loss", "test_loss"))
+    print(f"  lamp 0.4's checkpoint resumed: epoch 2 losses "
+          f"{got[0]['train_loss']!r}, {got[0]['test_loss']!r} "
+          f"({'to the bit' if same else 'within 1e-6'} of lamp 0.4's "
+          f"straight run)")
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__)
@@ -514,6 +612,8 @@ def main(argv):
         modes(train_gpt, work, argv[3:])
     elif command == "resume":
         resume(train_gpt, work)
+    elif command == "resume-0.4":
+        resume_04(train_gpt, work, argv[3])
     elif command == "fp8-recipe":
         fp8_recipe(train_gpt, work)
     elif command == "sample":
@@ -522,6 +622,8 @@ def main(argv):
         steps(train_gpt, work)
     elif command == "threads":
         threads(train_gpt, work)
+    elif command == "mfu":
+        mfu(train_gpt, work)
     elif command == "sample-signal":
         sample_signal(train_gpt, work)
     elif command == "bad-data":

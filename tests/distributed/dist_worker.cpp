@@ -684,7 +684,7 @@ TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
   // Other data of the same size.
   auto data = lamp_test::image_problem(true);
   if (g->rank() == 1) {
-    data.labels = (data.labels + 1) % 4;
+    data.targets = (data.targets + 1) % 4;
   }
   const auto other = error_of([&] {
     lamp_test::make_run(lamp::Precision::kFP32,

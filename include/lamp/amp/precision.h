@@ -29,7 +29,7 @@ enum class Precision {
             ///< LibTorch 2.x; refused on LibTorch 1.13.
   kAuto,    ///< "auto": the fastest mode of the device that keeps FP32's
             ///< accuracy (resolve_precision(), precision_support.h).
-            ///< TrainStep and ClassifierTrainer resolve it for the model's
+            ///< TrainStep and Trainer resolve it for the model's
             ///< device; checkpoints store the mode it resolved to.
 };
 

@@ -17,36 +17,60 @@
 namespace lamp {
 namespace data {
 
-/// A whole dataset in memory, on the CPU: `images` uint8 `[N, C, H, W]`,
-/// `labels` int64 `[N]`, or `[N, T]` for sequences (a class per position:
-/// read_text_windows()).
+/// A whole dataset in memory, on the CPU: `inputs` and their `targets`.
+///  - Images (read_cifar10(), read_mnist()): inputs uint8 `[N, C, H, W]`,
+///    targets int64 `[N]`, a class per image.
+///  - Token sequences (text_windows(), read_text_windows()): inputs `[N, T]`
+///    token ids in the narrowest integer type that holds the vocabulary
+///    (token_dtype(): uint8 for bytes), targets `[N, T]` the next token of
+///    each position, in the same type (or int64).
+/// Both as the trainer's task expects (training::Task): a class per example,
+/// or a token per position.
 struct Dataset {
-  /// uint8 [N, C, H, W], pixel values 0-255 (or the bytes of a text window,
-  /// [N, 1, 1, T]), on the CPU.
-  torch::Tensor images;
-  /// int64 [N], the class of each image (0-9 for the image readers here);
-  /// or int64 [N, T], the class of each position of a sequence (the next
-  /// byte of a text window).
-  torch::Tensor labels;
+  /// uint8 [N, C, H, W] pixel values 0-255, or integer token ids [N, T];
+  /// on the CPU.
+  torch::Tensor inputs;
+  /// int64 [N], the class of each example (0-9 for the image readers
+  /// here); or integer [N, T], the next token of each position of a
+  /// sequence.
+  torch::Tensor targets;
 
-  /// N, the number of examples (0 when `labels` is undefined).
+  /// N, the number of examples (0 when `targets` is undefined).
   int64_t size() const;
+  /// Whether the inputs are token sequences ([N, T] integers), not images.
+  bool sequences() const;
 };
+
+/// The narrowest integer type that holds the token ids 0 .. vocab_size - 1:
+/// kByte up to 256, kShort up to 32768, kInt above (LibTorch has no
+/// unsigned 16-bit type on every version lamp builds with). A corpus of n
+/// tokens then takes n, 2n or 4n bytes instead of int64's 8n. Throws
+/// c10::Error unless 1 <= vocab_size <= 2^31 - 1.
+torch::Dtype token_dtype(int64_t vocab_size);
 
 /// A short text that tells datasets apart, for checkpoints that must be
 /// resumed on the data they were trained on:
-/// `"60000 images 1x28x28, labels crc32 1a2b3c4d, images crc32 0badf00d"`.
-/// The label CRC-32 covers every label (as int64); the image CRC-32 covers a
-/// fixed sample of the uint8 images, every k-th from the first with k =
+/// `"60000 images 1x28x28, labels crc32 1a2b3c4d, images crc32 0badf00d"`,
+/// or for token sequences
+/// `"9000 sequences of 64 tokens (uint8), targets crc32 ..., tokens crc32 ..."`.
+/// The first CRC-32 covers every target (as int64); the second a fixed
+/// sample of the inputs, every k-th example from the first with k =
 /// ceil(N / 1024), so that it costs a few milliseconds for CIFAR-10 (two
-/// datasets that differ only in images outside the sample share a
-/// fingerprint). `dataset` may be on any device; the sample and the labels
+/// datasets that differ only in inputs outside the sample share a
+/// fingerprint). `dataset` may be on any device; the sample and the targets
 /// are copied to the CPU. MNIST and Fashion-MNIST, of the same counts and
 /// sizes, get different fingerprints.
 ///
-/// Throws c10::Error when the images are not uint8 [N, C, H, W] or the labels
-/// not [N] or [N, T].
+/// Throws c10::Error when the inputs are neither uint8 [N, C, H, W] nor
+/// integer [N, T], or the targets not [N] or [N, T].
 std::string fingerprint(const Dataset& dataset);
+
+/// Whether `stored`, a fingerprint() kept in a checkpoint, is that of the
+/// dataset whose fingerprint() is `current`: the same text, or, for byte
+/// sequences (uint8 tokens), lamp 0.4's form of the same data (`"N images
+/// 1x1xT, ..."`: its text windows were stored as images), so that a 0.4
+/// checkpoint still resumes.
+bool fingerprints_match(const std::string& stored, const std::string& current);
 
 /// Reads CIFAR-10's *binary* version
 /// (https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz, extracted so
@@ -55,13 +79,13 @@ std::string fingerprint(const Dataset& dataset);
 /// `train = true` reads `data_batch_1.bin` ... `data_batch_5.bin` in that
 /// order (50,000 images), `train = false` reads `test_batch.bin` (10,000).
 /// Each record is 1 label byte (0-9) followed by 3072 pixel bytes: the R, G
-/// and B planes, each 32x32 row-major. The result has images
-/// `[N, 3, 32, 32]` uint8 and labels `[N]` int64.
+/// and B planes, each 32x32 row-major. The result has inputs
+/// `[N, 3, 32, 32]` uint8 and targets `[N]` int64.
 ///
 /// Example:
 /// \code
 ///   auto train = lamp::data::read_cifar10("data/cifar-10-batches-bin", true);
-///   // train.images: [50000, 3, 32, 32] uint8, train.labels: [50000] int64
+///   // train.inputs: [50000, 3, 32, 32] uint8, train.targets: [50000] int64
 /// \endcode
 ///
 /// \warning The Python version (`cifar-10-python.tar.gz`: pickled
@@ -102,14 +126,14 @@ torch::Tensor read_idx(const std::string& path);
 /// `dataset-fashion-mnist` ships the `.gz` ones in
 /// `/usr/share/datasets/fashion-mnist` (see default_fashion_mnist_directory()).
 ///
-/// Returns images `[N, 1, H, W]` uint8 (28x28 for MNIST; any HxW is accepted)
-/// and labels `[N]` int64, the label bytes as stored (0-9).
+/// Returns inputs `[N, 1, H, W]` uint8 (28x28 for MNIST; any HxW is
+/// accepted) and targets `[N]` int64, the label bytes as stored (0-9).
 ///
 /// Example:
 /// \code
 ///   auto dir = lamp::data::default_fashion_mnist_directory();
 ///   auto test = lamp::data::read_mnist(dir, /*train=*/false);
-///   // test.images: [10000, 1, 28, 28] uint8
+///   // test.inputs: [10000, 1, 28, 28] uint8
 /// \endcode
 ///
 /// Throws c10::Error when a file is missing (naming every name looked for),
@@ -124,8 +148,8 @@ std::string default_fashion_mnist_directory();
 
 /// Serves a Dataset to LibTorch's `torch::data` DataLoader: example `i` is
 /// `{image, label}` with `image` float `[C, H, W]` equal to
-/// `(images[i] / 255 - mean[c]) / std[c]` per channel `c`, and `label` the
-/// int64 scalar `labels[i]`. The uint8 images stay as they are in memory;
+/// `(inputs[i] / 255 - mean[c]) / std[c]` per channel `c`, and `label` the
+/// int64 scalar `targets[i]`. The uint8 images stay as they are in memory;
 /// each get() converts one image.
 ///
 /// Example:
@@ -140,7 +164,7 @@ std::string default_fashion_mnist_directory();
 class TensorImageDataset
     : public torch::data::datasets::Dataset<TensorImageDataset> {
  public:
-  /// Checks that `data` is uint8 `[N, C, H, W]` with int64 labels `[N]` on
+  /// Checks that `data` is uint8 `[N, C, H, W]` with int64 targets `[N]` on
   /// the CPU, and that `mean` and `std` hold C values each (`std` positive).
   TensorImageDataset(lamp::data::Dataset data, std::vector<double> mean,
                      std::vector<double> std);
@@ -151,7 +175,7 @@ class TensorImageDataset
   /// N.
   c10::optional<size_t> size() const override;
 
-  /// The uint8 images and int64 labels as given.
+  /// The uint8 images and int64 targets as given.
   const lamp::data::Dataset& data() const { return data_; }
 
  private:

@@ -17,11 +17,11 @@ namespace data {
 
 /// Options of DeviceLoader.
 struct LoaderOptions {
-  /// Options with `batch_size` images per batch and every other field at its
+  /// Options with `batch_size` examples per batch and every other field at its
   /// default; implicit, so that a batch size converts to options.
   /* implicit */ LoaderOptions(int64_t batch_size = 128)
       : batch_size_(batch_size) {}
-  /// Images per batch: at least 1, at most the samples an epoch serves
+  /// Examples (images or sequences) per batch: at least 1, at most the samples an epoch serves
   /// (DeviceLoader::samples_per_epoch(), the dataset or its shard).
   TORCH_ARG(int64_t, batch_size);
   /// Reshuffle every epoch (from `seed` and the epoch number).
@@ -42,10 +42,11 @@ struct LoaderOptions {
   /// `mean` is, every value finite and positive.
   TORCH_ARG(std::vector<double>, std) = {};
   /// dtype of the produced images (kFloat, or kHalf/kBFloat16 to feed a
-  /// converted network directly); or kLong: the stored bytes as they are,
-  /// token ids for an embedding (text windows, read_text_windows()), with
-  /// no scaling, normalisation or augmentation (mean, std, crop_padding,
-  /// horizontal_flip and channels_last must stay unset).
+  /// converted network directly); or kLong, which token sequences [N, T]
+  /// need (and images refuse): the token ids as int64 for an embedding
+  /// (text windows, read_text_windows()), with no scaling, normalisation or
+  /// augmentation (mean, std, crop_padding, horizontal_flip and
+  /// channels_last must stay unset).
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat;
   /// Produce images in channels_last memory format.
   TORCH_ARG(bool, channels_last) = false;
@@ -60,21 +61,25 @@ struct LoaderOptions {
   TORCH_ARG(int64_t, shard) = 0;
 };
 
-/// One batch: images [B, C, H, W] in the loader's dtype, labels int64 [B]
-/// (or [B, T] for sequences), both on the loader's device.
+/// One batch, on the loader's device: inputs [B, C, H, W] images in the
+/// loader's dtype, or int64 token ids [B, T]; targets int64 [B] (a class
+/// per example) or [B, T] (a token per position).
 struct Batch {
-  /// [B, C, H, W], augmented, scaled, normalised and cast to
-  /// LoaderOptions::dtype; channels_last when the options ask for it.
-  torch::Tensor images;
-  /// int64 [B], the class of each image; [B, T] for a dataset of sequences.
-  torch::Tensor labels;
+  /// Images [B, C, H, W], augmented, scaled, normalised and cast to
+  /// LoaderOptions::dtype (channels_last when the options ask for it); or
+  /// token ids [B, T], int64.
+  torch::Tensor inputs;
+  /// int64 [B], the class of each example; [B, T] the next token of each
+  /// position of a sequence.
+  torch::Tensor targets;
 };
 
 /// Serves batches of a Dataset from the training device.
 ///
 /// The seed article lost most of FP16's gain on ResNet18 to its CPU data
 /// loader; this one never touches the CPU per sample:
-///  1. the uint8 images and the labels are copied to the device once;
+///  1. the uint8 images (or the token ids, in their own narrow type) and
+///     the targets are copied to the device once;
 ///  2. each epoch's order is a permutation drawn from a generator seeded with
 ///     (seed, epoch), so an epoch is reproducible on its own (resuming needs
 ///     no RNG state);
@@ -92,7 +97,7 @@ struct Batch {
 ///     loader.set_epoch(epoch);
 ///     for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
 ///       auto batch = loader.batch(i);
-///       // ... train on batch.images, batch.labels
+///       // ... train on batch.inputs, batch.targets
 ///     }
 ///   }
 /// \endcode
@@ -106,7 +111,7 @@ class DeviceLoader {
                LoaderOptions options = {});
 
   /// Number of samples in the dataset.
-  int64_t size() const { return labels_.size(0); }
+  int64_t size() const { return targets_.size(0); }
   /// Samples this loader serves per epoch: size(), or its shard's size.
   int64_t samples_per_epoch() const;
   /// Batches per epoch: samples_per_epoch() / batch_size, rounded up, or
@@ -114,10 +119,10 @@ class DeviceLoader {
   int64_t batches_per_epoch() const;
   /// The options the loader was made with.
   const LoaderOptions& options() const { return options_; }
-  /// The whole dataset as the loader holds it: uint8 images [N, C, H, W] and
-  /// int64 labels [N] on device(), before augmentation and normalisation
-  /// (e.g. for data::fingerprint()).
-  Dataset data() const { return {images_, labels_}; }
+  /// The whole dataset as the loader holds it, on device(), in the types it
+  /// was given, before augmentation and normalisation (e.g. for
+  /// data::fingerprint()).
+  Dataset data() const { return {inputs_, targets_}; }
   /// The device the batches are on, with its index ("cuda" given: "cuda:0"
   /// when that is the current device).
   const torch::Device& device() const { return device_; }
@@ -139,9 +144,9 @@ class DeviceLoader {
 
   LoaderOptions options_;
   torch::Device device_;
-  torch::Tensor images_; // uint8 [N, C, H, W] on device_
-  torch::Tensor labels_; // int64 [N] on device_
-  torch::Tensor mean_;   // [1, C, 1, 1] float on device_, or undefined
+  torch::Tensor inputs_;  // uint8 [N, C, H, W] or integers [N, T], device_
+  torch::Tensor targets_; // integers [N] or [N, T] on device_
+  torch::Tensor mean_;    // [1, C, 1, 1] float on device_, or undefined
   torch::Tensor inv_std_;
   torch::Tensor order_;
   int64_t epoch_ = -1;

@@ -3,7 +3,7 @@
 /// \file
 /// Text as training data for a byte-level language model: the bytes of a
 /// file or a folder of files, split into training and validation parts and
-/// cut into windows whose labels are the next bytes.
+/// cut into windows whose targets are the next bytes.
 
 #include <torch/types.h>
 
@@ -37,13 +37,15 @@ struct TextData {
   int64_t validation_bytes = 0; ///< the last part's
 };
 
-/// Cuts `bytes` (uint8 [n]) into n' = (n - 1) / context windows of
-/// `context` bytes that follow each other: window k is images
-/// [k, 0, 0, :] = bytes[k context, (k + 1) context) and its labels
-/// [k, :] = bytes[k context + 1, (k + 1) context + 1), each byte's next
-/// (images uint8 [n', 1, 1, context], labels int64 [n', context]). Every
-/// byte but the first is a label exactly once. Throws when n < context + 1.
-Dataset text_windows(const torch::Tensor& bytes, int64_t context);
+/// Cuts `tokens` (integers [n]: uint8 bytes, or token ids in any integer
+/// type, token_dtype() the narrowest) into n' = (n - 1) / context windows of
+/// `context` tokens that follow each other: window k is inputs
+/// [k, :] = tokens[k context, (k + 1) context) and its targets
+/// [k, :] = tokens[k context + 1, (k + 1) context + 1), each token's next
+/// (both [n', context], in the tokens' type). Every token but the first is
+/// a target exactly once. Throws when n < context + 1 or the tokens are not
+/// integers [n].
+Dataset text_windows(const torch::Tensor& tokens, int64_t context);
 
 /// read_text_bytes(path), split by the documented rule: the first
 /// floor((1 - validation_fraction) n) bytes train, the rest validate (the

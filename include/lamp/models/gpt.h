@@ -118,10 +118,12 @@ class GPTImpl : public torch::nn::Module {
   /// `heads` not dividing `width`, dropout outside [0, 1).
   explicit GPTImpl(GPTOptions options = {});
 
-  /// Token ids, int64 [B, T] or [B, 1, 1, T] (as a data::DeviceLoader with
-  /// dtype kLong serves them), T <= context -> logits [B, T, vocab_size], in
-  /// the parameters' dtype (or autocast's). Throws on a T above context or
-  /// ids that are not integers.
+  /// Token ids, integers [B, T] (int64 as a data::DeviceLoader with dtype
+  /// kLong serves them), T <= context -> logits [B, T, vocab_size], in the
+  /// parameters' dtype (or autocast's). Throws on a T above context, ids
+  /// that are not integers and any other shape (lamp 0.4's [B, 1, 1, T]
+  /// included). The ids must be below vocab_size (not checked here, which
+  /// would wait for the device every step).
   torch::Tensor forward(const torch::Tensor& tokens);
 
   /// The shape it was built with.

@@ -1,7 +1,7 @@
 #pragma once
 
 /// \file
-/// The weights of a ClassifierTrainer checkpoint, for a new run that starts
+/// The weights of a Trainer checkpoint, for a new run that starts
 /// from them: fine-tuning with another schedule, learning rate, number of
 /// epochs or precision (TrainerOptions::init_from).
 
@@ -26,11 +26,11 @@ struct CheckpointWeights {
   /// The checkpoint's path, as given (for messages).
   std::string path;
   /// The model name the checkpoint's run was given
-  /// (ClassifierTrainer's `model_name`).
+  /// (Trainer's `model_name`).
   std::string model_name;
   /// The complete epochs that run had trained.
   int64_t epochs_done = 0;
-  /// That run's history (ClassifierTrainer::history()).
+  /// That run's history (Trainer::history()).
   std::vector<RunHistoryEntry> history;
   /// Every parameter and buffer by its name in the model
   /// ("layer1.0.bn1.running_mean"), in the model's order, on the CPU. A
@@ -41,7 +41,7 @@ struct CheckpointWeights {
 };
 
 /// Reads the weights of the checkpoint at `path`, written by
-/// ClassifierTrainer::save_checkpoint(): its checksum and format are checked,
+/// Trainer::save_checkpoint(): its checksum and format are checked,
 /// and nothing but the weights is taken (no optimizer state, scaler,
 /// position or settings).
 CheckpointWeights read_checkpoint_weights(const std::string& path);
@@ -78,7 +78,7 @@ struct CheckpointSettings {
 };
 
 /// Reads the run settings of the checkpoint at `path`, written by
-/// ClassifierTrainer::save_checkpoint() (checksum and format checked), so
+/// Trainer::save_checkpoint() (checksum and format checked), so
 /// that a program can continue the run with them: the programs' --resume
 /// takes them as the defaults of the flags not given.
 CheckpointSettings read_checkpoint_settings(const std::string& path);
@@ -105,7 +105,7 @@ CheckpointSettings read_checkpoint_settings(const std::string& path);
 ///
 /// \warning A model converted by network_to_half() before this call gets the
 /// rounded values only; give its TrainStep's master weights as `master`
-/// (ClassifierTrainer does this for TrainerOptions::init_from), or load
+/// (Trainer does this for TrainerOptions::init_from), or load
 /// before converting it.
 void load_weights_from_checkpoint(torch::nn::Module& model,
                                   const std::string& path,

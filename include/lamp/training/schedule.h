@@ -41,7 +41,7 @@ std::string to_string(Schedule schedule);
 /// the run, false for constant. A finished run of a schedule that depends on its length cannot
 /// be continued with more epochs: the longer run's curve is another one, so
 /// the learning rate would jump where the first run stopped
-/// (ClassifierTrainer; start a new run from the weights with
+/// (Trainer; start a new run from the weights with
 /// TrainerOptions::init_from instead).
 bool depends_on_length(Schedule schedule);
 

@@ -1,9 +1,10 @@
 #pragma once
 
 /// \file
-/// The training loop of lamp's programs, for users' classifiers too: a
-/// TrainStep, a DeviceLoader, a learning-rate schedule, evaluation,
-/// checkpoints that resume exactly.
+/// The training loop of lamp's programs, for users' classifiers and
+/// language models too: a TrainStep, a DeviceLoader, a task (Task: what is
+/// predicted and scored), a learning-rate schedule, evaluation, checkpoints
+/// that resume exactly.
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
@@ -24,6 +25,7 @@
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "lamp/training/schedule.h"
+#include "lamp/training/task.h"
 
 namespace lamp {
 namespace training {
@@ -42,7 +44,7 @@ struct ProgramSetting {
   bool checked = true; ///< whether a resume must repeat it
 };
 
-/// Options of ClassifierTrainer. The step's and the optimizer's options are
+/// Options of Trainer. The step's and the optimizer's options are
 /// nested, not copied: `step` is a TrainStepOptions (precision, accumulation,
 /// clipping, skip_non_finite, CUDA graphs, the scaler's options) and
 /// `optimizer` an optim::OptimizerOptions (name, lr, momentum, weight decay,
@@ -74,6 +76,11 @@ struct TrainerOptions {
   /// The optimizer, built by optim::make_optimizer(); `lr` is the peak of the
   /// schedule.
   TORCH_ARG(optim::OptimizerOptions, optimizer);
+  /// What the model predicts and how it is scored: a class per example
+  /// (Task::classification(), the default) or the next token at every
+  /// position (Task::language_model()). The loaders' data must fit it
+  /// (Task::check()).
+  TORCH_ARG(Task, task) = Task::classification();
   /// Passes over the training data.
   TORCH_ARG(int64_t, epochs) = 10;
   /// The run's length in steps (batches; nanoGPT's `max_iters`), 0 = the
@@ -119,7 +126,7 @@ struct TrainerOptions {
   /// compared on resume like the trainer's settings, every difference named
   /// in one message.
   TORCH_ARG(std::vector<ProgramSetting>, program_settings) = {};
-  /// Images per evaluation batch.
+  /// Examples (images, sequences) per evaluation batch.
   TORCH_ARG(int64_t, eval_batch_size) = 1000;
   /// Evaluate only the first this many test batches (0 = all; more than the
   /// test set has = all), for quick checks, as Lightning's
@@ -169,7 +176,7 @@ struct TrainerOptions {
   /// shard of the training data (give the train loader
   /// LoaderOptions::num_shards/shard), gradients are averaged over the
   /// ranks, evaluation is split over the ranks and summed, train loss and
-  /// images/s are reported for all ranks together, and only rank 0 writes
+  /// examples/s are reported for all ranks together, and only rank 0 writes
   /// the checkpoint. Before anything is broadcast, the ranks compare their
   /// settings (those a checkpoint stores, the data's fingerprints, the
   /// evaluation batch size, max_steps, limit_eval_batches, whether a
@@ -214,7 +221,7 @@ struct TrainerOptions {
   TORCH_ARG(OptionNamer, option_name) = nullptr;
   /// Asked before every training step and every evaluation batch of fit():
   /// when it returns true, fit() stops there, at a step boundary, and
-  /// returns (ClassifierTrainer::stop_point() says where). With `checkpoint`
+  /// returns (Trainer::stop_point() says where). With `checkpoint`
   /// it is written at the step it stopped on, unless the file already holds
   /// that step, so that nothing trained is lost (in a data-parallel run only
   /// where it stopped during an epoch's evaluation, a point all ranks reach
@@ -245,11 +252,12 @@ struct StopPoint {
   int64_t checkpoint_step = -1;
 };
 
-/// The trainer's loss, FP32: the cross-entropy of `output` against
-/// `labels`, as a mean (`sum` false) or a sum over every label. `output` is
-/// [N, classes] logits or log-probabilities for labels [N], or
-/// [N, T, classes] for labels [N, T] (a class per position: a language
-/// model's next tokens); any dtype, computed in FP32.
+/// Cross-entropy, FP32, of `output` against `labels`, as a mean (`sum`
+/// false) or a sum over every label: `output` [N, classes] logits or
+/// log-probabilities for labels [N], or [N, T, classes] for labels [N, T]
+/// (a class per position); any dtype, computed in FP32. The trainer scores
+/// through its Task (Task::loss()), which checks the shapes against the
+/// task.
 torch::Tensor classifier_loss(const torch::Tensor& output,
                               const torch::Tensor& labels, bool sum = false);
 
@@ -265,7 +273,7 @@ std::string name_option(const TrainerOptions& options, const std::string& key,
                         const std::string& library_name);
 
 /// One change of course in a run's life, as its checkpoints record it
-/// (ClassifierTrainer::history()), oldest first.
+/// (Trainer::history()), oldest first.
 struct RunHistoryEntry {
   /// "continued": resumed with more epochs than it was given (a constant
   /// schedule); "init_from": started from the weights of another run's
@@ -304,26 +312,27 @@ struct EpochStats {
   /// Mean training loss over the steps whose loss was finite.
   double train_loss = 0;
   /// Steps whose loss was inf/NaN (skipped by loss scaling or
-  /// skip_non_finite; a run of them stops training, see ClassifierTrainer).
+  /// skip_non_finite; a run of them stops training, see Trainer).
   int64_t non_finite_losses = 0;
-  /// Mean cross-entropy per test label evaluated (per image; per position
-  /// for sequences), after the epoch.
+  /// Mean cross-entropy per prediction evaluated (per example; per token
+  /// for a language model), after the epoch.
   double test_loss = 0;
-  /// In [0, 1], over the test labels evaluated (images, or positions).
+  /// In [0, 1], over the predictions evaluated (Task::accuracy_name():
+  /// accuracy, or next-token accuracy).
   double test_accuracy = 0;
   /// The evaluation batches `test_loss` and `test_accuracy` are over (all
-  /// ranks together), the test set's batches, and the images evaluated:
+  /// ranks together), the test set's batches, and the examples evaluated:
   /// test_batches < test_batches_in_set where limit_eval_batches evaluated
   /// a subset (test_subset()).
   int64_t test_batches = 0;
   int64_t test_batches_in_set = 0; ///< see `test_batches`
-  int64_t test_images = 0;         ///< see `test_batches`
+  int64_t test_examples = 0;       ///< see `test_batches`
   /// Training time of the epoch (no evaluation), without `warmup_seconds`.
   double seconds = 0;
   /// The first epoch of a run: the time of its first training step (with
   /// CUDA graphs: its eager warm-up steps and the capture), where cuDNN
   /// autotunes (benchmark mode) and caches warm up; 0 in later epochs.
-  /// Reported apart so that `seconds` and images/s are the steady rate.
+  /// Reported apart so that `seconds` and examples/s are the steady rate.
   /// Evaluation is in neither (see `eval_seconds`).
   double warmup_seconds = 0;
   /// The evaluation's time after the epoch (the first one of a run includes
@@ -331,9 +340,12 @@ struct EpochStats {
   /// TrainerOptions::eval_every that of the evaluations inside it, which
   /// `seconds` leaves out.
   double eval_seconds = 0;
-  /// Training images per second over `seconds`, warm-up excluded; with a
-  /// process group, of all ranks together.
-  double images_per_second = 0;
+  /// Training examples (images, sequences) per second over `seconds`,
+  /// warm-up excluded; with a process group, of all ranks together.
+  double examples_per_second = 0;
+  /// A language model's training tokens per second: examples_per_second
+  /// times the sequence length; 0 for classification.
+  double tokens_per_second = 0;
   /// On CUDA the most memory allocated to tensors during the epoch's
   /// training, plus what CUDA graphs captured in an earlier epoch hold
   /// (TrainStep::cuda_graph_pool_bytes); on the CPU the process's peak RSS.
@@ -352,12 +364,14 @@ struct EpochStats {
   bool checkpoint_written = false;
 
   /// Whether the run ended inside this epoch (max_steps or
-  /// TrainerOptions::steps): its loss, images/s and learning rate are of the
+  /// TrainerOptions::steps): its loss, examples/s and learning rate are of the
   /// steps it ran, and its checkpoint holds the position inside it.
   bool partial() const { return resumed_steps + steps < steps_in_epoch; }
   /// Whether the test loss and accuracy are over the first test_batches of
   /// the test set only (TrainerOptions::limit_eval_batches).
   bool test_subset() const { return test_batches < test_batches_in_set; }
+  /// exp(test_loss): a language model's test perplexity (perplexity()).
+  double test_perplexity() const { return perplexity(test_loss); }
 };
 
 /// Progress inside an epoch, for progress bars and step logs.
@@ -369,7 +383,7 @@ struct BatchProgress {
   int64_t batches = 0;
   /// Batches of a whole epoch.
   int64_t batches_in_epoch = 0;
-  int64_t images = 0; ///< images in this batch
+  int64_t examples = 0; ///< examples (images, sequences) in this batch
   int64_t global_step =
       0;         ///< batches trained so far, all epochs, this one included
   double lr = 0; ///< the learning rate of this step
@@ -420,7 +434,7 @@ struct EvalProgress {
   /// set's, or the first TrainerOptions::limit_eval_batches of them.
   int64_t batches_evaluated = 0;
   int64_t batches_in_set = 0; ///< the test set's batches
-  int64_t images = 0;         ///< images in this batch
+  int64_t examples = 0;       ///< examples (images, sequences) in this batch
 };
 
 /// An evaluation of TrainerOptions::eval_every, at a step of the run.
@@ -430,11 +444,11 @@ struct StepEvaluation {
   /// Mean training loss of the finite losses since the previous evaluation
   /// of this run (or its start).
   double train_loss = 0;
-  double test_loss = 0;            ///< mean cross-entropy per label evaluated
-  double test_accuracy = 0;        ///< in [0, 1]
-  int64_t test_batches = 0;        ///< as EpochStats::test_batches
+  double test_loss = 0;     ///< mean cross-entropy per prediction evaluated
+  double test_accuracy = 0; ///< in [0, 1], as EpochStats::test_accuracy
+  int64_t test_batches = 0; ///< as EpochStats::test_batches
   int64_t test_batches_in_set = 0; ///< as EpochStats::test_batches_in_set
-  int64_t test_images = 0;         ///< as EpochStats::test_images
+  int64_t test_examples = 0;       ///< as EpochStats::test_examples
   double lr = 0;                   ///< the learning rate of the last step
   double eval_seconds = 0;         ///< the evaluation's time
   /// The lowest test loss of the run so far, this one included.
@@ -444,31 +458,38 @@ struct StepEvaluation {
   bool best_written = false;
   /// Whether TrainerOptions::checkpoint was written at this step.
   bool checkpoint_written = false;
+  /// exp(test_loss) (perplexity()).
+  double test_perplexity() const { return perplexity(test_loss); }
 };
 
-/// What one evaluation measured (ClassifierTrainer::evaluate_subset()).
+/// What one evaluation measured (Trainer::evaluate_subset()).
 struct Evaluation {
-  /// Mean cross-entropy per label evaluated (per image; per position for
-  /// sequences).
+  /// Mean cross-entropy per prediction evaluated (per example; per token
+  /// for a language model).
   double loss = 0;
-  double accuracy = 0; ///< in [0, 1], of the labels evaluated
-  /// Batches evaluated (all ranks), the test set's batches, images
+  double accuracy = 0; ///< in [0, 1], of the predictions evaluated
+  /// Batches evaluated (all ranks), the test set's batches, examples
   /// evaluated: see EpochStats::test_batches.
   int64_t batches = 0;
   int64_t batches_in_set = 0; ///< see `batches`
-  int64_t images = 0;         ///< see `batches`
+  int64_t examples = 0;       ///< see `batches`
+  /// The predictions evaluated: `examples`, or for a language model its
+  /// tokens.
+  int64_t predictions = 0;
+  /// exp(loss) (perplexity()).
+  double perplexity() const { return training::perplexity(loss); }
 };
 
 namespace detail {
 class DivergenceWatch;
 } // namespace detail
 
-/// Trains a classifier with cross-entropy (classifier_loss()) on a
-/// DeviceLoader, of images or of sequences: with labels [N, T] (text windows,
-/// data::read_text_windows()) the model returns [N, T, classes] and every
-/// position is a prediction, so a language model trains here too; "images"
-/// in the stats are then sequences (images_per_second times T is tokens/s)
-/// and the test loss and accuracy are per position:
+/// Trains a model with cross-entropy on a DeviceLoader, for its
+/// TrainerOptions::task: a classifier (a class per example) or a language
+/// model (token ids [N, T] with the next token of each position as targets,
+/// data::read_text_windows(); the model returns [N, T, vocab], every
+/// position is a prediction, and the test loss, perplexity and next-token
+/// accuracy are per token):
 ///  1. each step sets the scheduled learning rate, takes a batch on the
 ///     device and runs a lamp::TrainStep in the chosen precision;
 ///  2. after each epoch it evaluates on the test set (under the same
@@ -508,19 +529,20 @@ class DivergenceWatch;
 /// Thread safety: one thread at a time per trainer (its TrainStep refuses a
 /// step from a second thread while one runs); different trainers on
 /// different threads are fine.
-class ClassifierTrainer {
+class Trainer {
  public:
-  /// The model's forward pass: images [N, C, H, W] -> [N, classes] logits or
-  /// log-probabilities (models::NamedModel::forward); [N, T, classes] for
-  /// labels [N, T].
+  /// The model's forward pass: inputs (images [N, C, H, W], token ids
+  /// [N, T]) -> [N, classes] logits or log-probabilities
+  /// (models::NamedModel::forward); [N, T, vocab] for a language model.
   using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
 
   /// `model` must already be on `train_loader`'s device; `forward` runs it
   /// (logits or log-probabilities). `model_name` is stored in checkpoints and
-  /// checked on resume.
-  ClassifierTrainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
-                    std::string model_name, data::DeviceLoader train_loader,
-                    data::DeviceLoader test_loader, TrainerOptions options);
+  /// checked on resume. Throws c10::Error when a loader's data does not fit
+  /// options.task() (Task::check()).
+  Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
+          std::string model_name, data::DeviceLoader train_loader,
+          data::DeviceLoader test_loader, TrainerOptions options);
 
   /// Runs the remaining epochs; `on_epoch` gets each epoch's stats,
   /// `on_batch` (optional) each training batch's progress, `on_eval_batch`
@@ -592,8 +614,8 @@ class ClassifierTrainer {
   c10::optional<NumericsFinding> last_finding_;
   // The latest training batch, re-run under the check to name the first
   // module when training diverges.
-  torch::Tensor last_images_;
-  torch::Tensor last_labels_;
+  torch::Tensor last_inputs_;
+  torch::Tensor last_targets_;
   std::unique_ptr<CheckpointLock> lock_; // on options_.checkpoint()
   // Sharded checkpoints (TrainerOptions::zero_stage): this rank's shard
   // file of the checkpoint at options_.checkpoint(), removed once the next
@@ -677,6 +699,12 @@ class ClassifierTrainer {
   // Whether the step's backward runs on a dynamically scaled loss.
   bool loss_scaled();
 };
+
+/// lamp 0.4's name of Trainer (which then trained classifiers, and language
+/// models as classifiers of positions).
+using ClassifierTrainer [[deprecated(
+    "lamp 0.5 renamed ClassifierTrainer to lamp::training::Trainer")]] =
+    Trainer;
 
 } // namespace training
 } // namespace lamp

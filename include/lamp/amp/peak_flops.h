@@ -1,0 +1,31 @@
+#pragma once
+
+/// \file
+/// A GPU's peak arithmetic rate for a precision mode, from the vendor's
+/// datasheet: the denominator of model FLOPs utilisation (MFU), which
+/// train_gpt reports as nanoGPT and PaLM define it.
+
+#include <string>
+
+#include "lamp/amp/precision.h"
+
+namespace lamp {
+
+/// The dense (no sparsity) peak in FLOP/s of the GPU named `device_name`
+/// (as torch::cuda's device properties give it) for the matrix products of
+/// `precision`, from NVIDIA's datasheets, for the GPUs lamp is measured on:
+///
+/// | GPU | fp32 | tf32 | amp, half (FP16) | amp-bf16, bf16, fp8 (BF16) |
+/// |---|---|---|---|---|
+/// | H100 SXM ("NVIDIA H100 80GB HBM3"), H200, GH200 | 66.9 T | 494.7 T | 989.4 T | 989.4 T |
+/// | H100 PCIe | 51.2 T | 378 T | 756 T | 756 T |
+/// | A100 (SXM4 and PCIe) | 19.5 T | 156 T | 312 T | 312 T |
+///
+/// fp8 is held against the BF16 peak: only the Linear layers' products run
+/// in FP8, the rest (attention, the head) in BF16; its FP8 peak is twice
+/// that. 0 for any other device or precision (kAuto, which is resolved
+/// first): a CPU, whose peak depends on its clock and cores, or a GPU not
+/// in the table; the programs then take `--peak-tflops`.
+double peak_flops(const std::string& device_name, Precision precision);
+
+} // namespace lamp

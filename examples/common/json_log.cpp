@@ -17,6 +17,8 @@
 #include <random>
 #include <utility>
 
+#include "run_flags.h"
+
 namespace lamp_examples {
 namespace {
 
@@ -140,45 +142,32 @@ void JsonLog::write_run(const ProgramConfig& config) {
   for (const auto& flag : config.rank_flags) {
     flags[flag.first] = flag.second;
   }
-  write("run", {{"program", facts_.program},
-                {"command_line", config.command_line},
-                {"lamp_version", LAMP_VERSION},
-                {"torch_version", TORCH_VERSION},
-                {"libtorch", lamp::libtorch_version()},
-                {"cuda", cuda.empty() ? nlohmann::ordered_json(nullptr)
-                                      : nlohmann::ordered_json(cuda)},
-                {"device", facts_.device.str()},
-                {"device_name", lamp::device_name(facts_.device)},
-                {"world_size", facts_.world_size},
-                {"model", config.model},
-                {"precision", lamp::to_string(facts_.precision)},
-                {"precision_auto", facts_.precision_auto},
-                {"optimizer", config.optimizer},
-                {"batch_size", config.batch_size},
-                {"accumulation_steps", config.accumulation_steps},
-                {"epochs", config.epochs},
-                {"steps", config.steps},
-                {"lr", config.lr},
-                {"schedule", config.schedule},
-                {"warmup_steps", config.warmup_steps},
-                {"min_lr", config.min_lr},
-                {"beta1", config.beta1},
-                {"beta2", config.beta2},
-                {"eval_every", config.eval_every},
-                {"checkpoint_every", config.checkpoint_every},
-                {"threads", config.threads},
-                {"momentum", config.momentum},
-                {"weight_decay", config.weight_decay},
-                {"no_bias_decay", config.no_bias_decay},
-                {"max_grad_norm", config.max_grad_norm},
-                {"zero", config.zero},
-                {"cuda_graph", facts_.cuda_graph},
-                {"seed", config.seed},
-                {"train_" + examples_, facts_.train_examples},
-                {"test_" + examples_, facts_.test_examples},
-                {"start_epoch", facts_.start_epoch + 1},
-                {"resume", config.resume},
-                {"flags", flags}});
+  nlohmann::ordered_json record = {
+      {"program", facts_.program},
+      {"command_line", config.command_line},
+      {"lamp_version", LAMP_VERSION},
+      {"torch_version", TORCH_VERSION},
+      {"libtorch", lamp::libtorch_version()},
+      {"cuda", cuda.empty() ? nlohmann::ordered_json(nullptr)
+                            : nlohmann::ordered_json(cuda)},
+      {"device", facts_.device.str()},
+      {"device_name", lamp::device_name(facts_.device)},
+      {"world_size", facts_.world_size},
+      {"precision", lamp::to_string(facts_.precision)},
+      {"precision_auto", facts_.precision_auto}};
+  // The settings of the programs' table (run_flags.h), by their names.
+  for (const auto& row : run_flags()) {
+    if (row.recorded != nullptr) {
+      record[row.recorded] = row.value(config);
+    }
+  }
+  record["cuda_graph"] = facts_.cuda_graph;
+  record["train_" + examples_] = facts_.train_examples;
+  record["test_" + examples_] = facts_.test_examples;
+  record["start_epoch"] = facts_.start_epoch + 1;
+  record["resume"] = config.resume;
+  record["flags"] = flags;
+  write("run", record);
 }
 
 void JsonLog::write_epoch(const lamp::training::EpochStats& s) {

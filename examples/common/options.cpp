@@ -1,12 +1,12 @@
 #include "options.h"
 
 #include "cli.h"
+#include "run_flags.h"
 
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <climits>
-#include <set>
 #include <utility>
 
 namespace lamp_examples {
@@ -249,55 +249,18 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
 // How the library's messages name a setting: by its flag where the programs
 // have one ("batch_size" -> "--batch-size"), else by the library's name.
 std::string flag_name(const std::string& key, const std::string& library_name) {
-  static const std::set<std::string> flags = {"accumulation_steps",
-                                              "batch_size",
-                                              "check_numerics",
-                                              "checkpoint",
-                                              "checkpoint_every",
-                                              "eval_every",
-                                              "steps",
-                                              "warmup_steps",
-                                              "min_lr",
-                                              "beta1",
-                                              "beta2",
-                                              "cuda_graph",
-                                              "data",
-                                              "eval_batch_size",
-                                              "fp8_amax_history",
-                                              "fp8_margin",
-                                              "fp8_scaling",
-                                              "limit_eval_batches",
-                                              "resume",
-                                              "reshard",
-                                              "init_from",
-                                              "drop_last",
-                                              "epochs",
-                                              "lr",
-                                              "max_grad_norm",
-                                              "max_steps",
-                                              "model",
-                                              "momentum",
-                                              "no_bias_decay",
-                                              "optimizer",
-                                              "precision",
-                                              "schedule",
-                                              "seed",
-                                              "weight_decay"};
   if (key == "num_shards") {
     return "torchrun --nproc_per_node"; // the shards are the ranks
-  }
-  if (key == "zero_stage") {
-    return "--zero";
   }
   if (key == "best_checkpoint") {
     return "--checkpoint's best copy (with --eval-every)";
   }
-  if (flags.count(key) == 0) {
-    return library_name;
+  for (const auto& row : run_flags()) {
+    if (key == row.key) {
+      return row.flag;
+    }
   }
-  std::string flag = "--" + key;
-  std::replace(flag.begin(), flag.end(), '_', '-');
-  return flag;
+  return library_name;
 }
 
 } // namespace

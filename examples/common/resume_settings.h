@@ -10,10 +10,9 @@
 namespace lamp_examples {
 
 /// With config.resume given: each flag the checkpoint stores a value for
-/// (--model, --precision/--fp16, --optimizer, --batch-size, --epochs, --lr,
-/// --schedule, --momentum, --weight-decay, --no-bias-decay,
-/// --accumulation-steps, --max-grad-norm, --seed, --steps, --warmup-steps,
-/// --min-lr, --beta1, --beta2, and the program's own settings
+/// (the rows of run_flags() with a stored key: --model,
+/// --precision/--fp16, --optimizer, --batch-size, --epochs, --lr, ...; and
+/// the program's own settings
 /// (ProgramConfig::program_settings: train_gpt's shape and dropout, --data)
 /// by their flags) takes the stored value
 /// unless it was given on the command line (`app`'s count()). A flag given

@@ -34,6 +34,7 @@
 #include "lamp/nn/norms.h"
 #include "lamp/nn/rms_norm.h"
 #include "lamp/ops/batch_norm_relu.h"
+#include "lamp/ops/conv_batch_norm.h"
 #include "lamp/ops/relu_max_pool.h"
 #include "lamp/optim/adam.h"
 #include "lamp/optim/clip.h"

@@ -1,6 +1,8 @@
 #include "platform/archive.h"
 
 #include <torch/optim/lbfgs.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/archive.h>
 
 #include <algorithm>
 #include <sstream>
@@ -60,6 +62,33 @@ int64_t read_size(torch::serialize::InputArchive& archive,
 // parameter keys, "state" one archive of state tensors per key. LibTorch's
 // load checks the group sizes one group at a time, after it has loaded the
 // ones before, and never the state's shapes.
+namespace {
+
+// Whether this LibTorch writes an optimizer's parameter keys as pointers
+// print ("0x..."), as 1.x does, rather than in decimal (2.x): asked of the
+// LibTorch itself, once, by saving a one-parameter SGD.
+bool writes_pointer_keys() {
+  static const bool pointer = [] {
+    torch::optim::SGD sgd({torch::zeros({1}).requires_grad_()},
+                          torch::optim::SGDOptions(0.1));
+    torch::serialize::OutputArchive out;
+    sgd.save(out);
+    std::ostringstream bytes;
+    out.save_to(bytes);
+    std::istringstream in(bytes.str());
+    torch::serialize::InputArchive archive, groups, group;
+    archive.load_from(in);
+    archive.read("param_groups", groups);
+    groups.read("param_groups/0", group);
+    c10::IValue key;
+    group.read("params/0", key);
+    return key.isString() && key.toStringRef().rfind("0x", 0) == 0;
+  }();
+  return pointer;
+}
+
+} // namespace
+
 void check_optimizer_archive(
     const torch::optim::Optimizer& optimizer,
     torch::serialize::InputArchive& archive,
@@ -96,6 +125,16 @@ void check_optimizer_archive(
     for (size_t i = 0; i < params.size(); ++i) {
       const auto key =
           read_string(group_archive, "params/" + std::to_string(i), caller);
+      // LibTorch 1.x wrote each parameter's key as a pointer prints
+      // ("0x55d1..."); 2.x reads keys back with std::stoull, which makes
+      // every such key 0: all states would land on one parameter and the
+      // others get none (a crash in the optimizer's next step).
+      TORCH_CHECK(key.rfind("0x", 0) != 0 || writes_pointer_keys(), caller,
+                  ": the optimizer state was written by a build on LibTorch "
+                  "1.x, whose parameter keys this LibTorch cannot read back "
+                  "(every one would load as the same). Resume it with a "
+                  "build on LibTorch 1.x, or start a new run from its weights "
+                  "(TrainerOptions::init_from; the programs' --init-from).");
       torch::serialize::InputArchive param_state;
       if (!state_archive.try_read(key, param_state)) {
         continue; // no state yet for this parameter

@@ -8,9 +8,11 @@
       cannot run here: exit 1 before training, naming it and what runs
   check_gpt.py resume TRAIN_GPT WORK_DIR
       1 epoch, then --resume alone: epoch 2 bit-identical to a straight run
-  check_gpt.py resume-0.4 TRAIN_GPT WORK_DIR FIXTURE_DIR
+  check_gpt.py resume-0.4 TRAIN_GPT WORK_DIR FIXTURE_DIR [refused]
       a checkpoint lamp 0.4's train_gpt wrote (tests/fixtures/lamp-0.4)
-      resumes: its epoch 2 is the one lamp 0.4 trained straight on
+      resumes: its epoch 2 is the one lamp 0.4 trained straight on; with
+      `refused` (a LibTorch 2.x build, which cannot read 1.x's optimizer
+      state): exit 1 naming the LibTorch and --init-from, which then works
   check_gpt.py fp8-recipe TRAIN_GPT WORK_DIR
       --precision fp8 with delayed scaling (--fp8-scaling, --fp8-amax-history,
       --fp8-margin): trains, says its recipe, resumes with the checkpoint's
@@ -563,7 +565,7 @@ def mfu(train_gpt, work):
           f"none without --peak-tflops; bad values refused")
 
 
-def resume_04(train_gpt, work, fixtures):
+def resume_04(train_gpt, work, fixtures, refused=False):
     """A checkpoint of lamp 0.4's train_gpt (its text windows were uint8
     "images" [N, 1, 1, T], its data fingerprints said "images") resumes:
     with the flags it was trained with and one more epoch of its constant
@@ -583,6 +585,21 @@ def resume_04(train_gpt, work, fixtures):
             open(ck, "wb") as dst:
         dst.write(src.read())
     log = fresh(work, "resume-0.4.jsonl")
+    if refused:
+        r = run([train_gpt] + flags + ["--no-progress", "--epochs", "2",
+                                       "--resume", ck, "--log-json", log])
+        if r.returncode != 1 or "written by a build on LibTorch 1.x" not in \
+                r.stderr or "--init-from" not in r.stderr or "epoch" in r.stdout:
+            fail(f"lamp 0.4's checkpoint on LibTorch 2.x: exit "
+                 f"{r.returncode}, expected a refusal before training: "
+                 f"{r.stderr[-600:]!r}")
+        print("  refused: " + r.stderr.strip().splitlines()[-1][:200])
+        r = expect_success([train_gpt] + flags +
+                           ["--no-progress", "--epochs", "1", "--init-from",
+                            ck])
+        print("  --init-from trains from its weights: " +
+              [l for l in r.stdout.splitlines() if l.startswith("epoch")][-1])
+        return
     r = expect_success([train_gpt] + flags +
                        ["--no-progress", "--epochs", "2", "--resume", ck,
                         "--log-json", log])
@@ -613,7 +630,7 @@ def main(argv):
     elif command == "resume":
         resume(train_gpt, work)
     elif command == "resume-0.4":
-        resume_04(train_gpt, work, argv[3])
+        resume_04(train_gpt, work, argv[3], argv[4:] == ["refused"])
     elif command == "fp8-recipe":
         fp8_recipe(train_gpt, work)
     elif command == "sample":

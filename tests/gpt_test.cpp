@@ -202,10 +202,11 @@ TEST(ClassifierLoss, AveragesOverEveryPositionOfASequence) {
   const auto argmax = output.argmax(-1);
   EXPECT_EQ(lamp::training::classifier_correct(output, argmax).item<int64_t>(),
             15);
-  EXPECT_NE(error_of([&] {
-              lamp::training::classifier_loss(output.reshape({15, 7}), labels);
-            }).find("need the model's output [3, 5, classes]"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        lamp::training::classifier_loss(output.reshape({15, 7}), labels);
+      }).find("need the model's output [N, T, vocab]; got targets [3, 5]"),
+      std::string::npos);
 }
 
 // ------------------------------------------------------------- the model

@@ -38,27 +38,17 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 } // namespace
 
+// One cross-entropy in the library: the tasks' (task.cpp), picked by the
+// labels' shape.
 torch::Tensor classifier_loss(const torch::Tensor& output,
                               const torch::Tensor& labels, bool sum) {
-  const auto reduction = F::CrossEntropyFuncOptions().reduction(
-      sum ? F::CrossEntropyFuncOptions::reduction_t(torch::kSum)
-          : F::CrossEntropyFuncOptions::reduction_t(torch::kMean));
-  if (labels.dim() == 2) {
-    TORCH_CHECK(output.dim() == 3 && output.size(0) == labels.size(0) &&
-                    output.size(1) == labels.size(1),
-                "lamp::training: labels ", labels.sizes(),
-                " (a class per position) need the model's output [",
-                labels.size(0), ", ", labels.size(1), ", classes], got ",
-                output.sizes(), ".");
-    return F::cross_entropy(output.flatten(0, 1).to(torch::kFloat),
-                            labels.flatten(), reduction);
-  }
-  return F::cross_entropy(output.to(torch::kFloat), labels, reduction);
+  return (labels.dim() == 2 ? Task::language_model() : Task::classification())
+      .loss(output, labels, sum);
 }
 
 torch::Tensor classifier_correct(const torch::Tensor& output,
                                  const torch::Tensor& labels) {
-  return output.argmax(-1).eq(labels).sum();
+  return Task::classification().correct(output, labels);
 }
 
 std::string name_option(const TrainerOptions& options, const std::string& key,

@@ -90,6 +90,7 @@ const std::vector<std::pair<KernelClass, std::string>>& class_labels() {
       {KernelClass::kConvDgrad, "conv dgrad"},
       {KernelClass::kConvWgrad, "conv wgrad"},
       {KernelClass::kConvBackward, "conv backward"},
+      {KernelClass::kConvBatchNorm, "conv+BN folded"},
       {KernelClass::kMatmul, "matmul"},
       {KernelClass::kAttention, "attention"},
       {KernelClass::kBatchNorm, "batchnorm"},
@@ -126,6 +127,9 @@ std::string to_string(KernelClass kernel_class) {
 
 KernelClass classify(const std::string& name, StepPhase phase) {
   const auto n = lower(name);
+  if (starts_with(n, "lamp::folded_conv")) {
+    return KernelClass::kConvBatchNorm;
+  }
   if (contains_any(n, {"copy", "memcpy", "memset"}) || n == "aten::to" ||
       n == "aten::clone" || n == "aten::contiguous") {
     return KernelClass::kCopy;
@@ -263,7 +267,8 @@ bool rated_in_flops(KernelClass c) {
 
 bool is_convolution(KernelClass c) {
   return c == KernelClass::kConvForward || c == KernelClass::kConvDgrad ||
-         c == KernelClass::kConvWgrad || c == KernelClass::kConvBackward;
+         c == KernelClass::kConvWgrad || c == KernelClass::kConvBackward ||
+         c == KernelClass::kConvBatchNorm;
 }
 
 } // namespace lamp_bench

@@ -20,6 +20,12 @@ enum class KernelClass {
   /// Convolution backward not split by direction: ATen's CPU kernels compute
   /// both gradients in one op, and CUDA kernels whose name says neither.
   kConvBackward,
+  /// Convolutions with BatchNorm folded in (lamp::ops::folded_conv's cuDNN
+  /// graphs: statistics epilogue, scale-bias-ReLU prologue, the fused
+  /// backward): the kernels launched inside its "lamp::folded_conv" scopes.
+  /// Replayed from a CUDA graph they have no launching op and count by
+  /// their names (fprop, dgrad, wgrad).
+  kConvBatchNorm,
   /// Matrix products: cuBLAS and CUTLASS GEMM kernels, ATen's mm, addmm,
   /// bmm, linear, _scaled_mm (a transformer's Linear layers).
   kMatmul,
@@ -41,7 +47,7 @@ enum class KernelClass {
 
 /// Every class, in table order.
 const std::vector<KernelClass>& kernel_classes();
-/// The four convolution classes.
+/// The convolution classes (the folded one included).
 bool is_convolution(KernelClass kernel_class);
 /// The classes whose rate is in FLOP/s: the convolutions and the matrix
 /// products (the profiler estimates their FLOPs).
@@ -66,6 +72,7 @@ constexpr const char* kForwardScope = "lamp_bench::forward";
 /// ("aten::convolution_backward", "autograd::engine::evaluate_function:
 /// NativeBatchNormBackward0") and for a CUDA kernel name (cuDNN's
 /// "sm90_xmma_dgrad_implicit_gemm_...", "Memcpy DtoD"), in this order:
+///  0. the folded convolutions' scopes: a name starting "lamp::folded_conv";
 ///  1. copies: a name with "copy", "memcpy" or "memset", aten::to, clone,
 ///     contiguous;
 ///  2. anything else in the update phase: optimizer;

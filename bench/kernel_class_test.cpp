@@ -40,6 +40,15 @@ TEST(ProfileClassify, CudnnAndCutlassConvolutionsByDirection) {
   EXPECT_EQ(kernel(direct), KernelClass::kOther);
 }
 
+TEST(ProfileClassify, FoldedConvolutionScopes) {
+  EXPECT_EQ(classify("lamp::folded_conv_forward", StepPhase::kForward),
+            KernelClass::kConvBatchNorm);
+  EXPECT_EQ(classify("lamp::folded_conv_dgrad", StepPhase::kBackward),
+            KernelClass::kConvBatchNorm);
+  EXPECT_TRUE(is_convolution(KernelClass::kConvBatchNorm));
+  EXPECT_EQ(to_string(KernelClass::kConvBatchNorm), "conv+BN folded");
+}
+
 TEST(ProfileClassify, BatchNormElementwiseCopiesAndOptimizerKernels) {
   EXPECT_EQ(
       kernel(

@@ -259,7 +259,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["gpt_width"] = c.gpt_width;
     result["attention"] = c.attention;
   }
-  result["fused_bn"] = c.fused_bn == "on";
+  result["fused_bn"] = c.fused_bn;
   // What the device held before this configuration: its memory figures are
   // this configuration's own.
   const int64_t allocated_before = lamp::allocated_device_memory(device);
@@ -267,7 +267,8 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   torch::manual_seed(0);
   const auto model =
       gpt ? lamp::models::make_gpt(gpt_options(c))
-          : lamp::models::make_model(c.model, 10, channels, c.fused_bn == "on");
+          : lamp::models::make_model(c.model, 10, channels, c.fused_bn != "off",
+                                     c.fused_bn == "conv");
   const auto& module = model.module;
   const auto& forward = model.forward;
   module->to(device);
@@ -673,8 +674,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option(
          "--fused-bn", c.fused_bn,
-         "BatchNorm with its ReLU (and residual add) as one cuDNN kernel where it applies (CUDA, --channels-last, half/bf16 activations): on | off")
-      ->check(CLI::IsMember({"on", "off"}))
+         "BatchNorm with its ReLU (and residual add) as one cuDNN kernel where it applies (CUDA, --channels-last, half/bf16 activations): on | off | conv (opt-in: the ResNet blocks' BatchNorms folded into their convolutions, cuDNN's graph API)")
+      ->check(CLI::IsMember({"on", "off", "conv"}))
       ->capture_default_str();
   app.add_flag(
       "--report-precision", c.report_precision,

@@ -309,6 +309,9 @@ class Table {
       const auto phase = op >= 0 ? forest_.phase[op] : StepPhase::kUnknown;
       auto c = classify(e.name, phase);
       const int64_t root = op >= 0 ? forest_.root[op] : -1;
+      if (op >= 0 && inside_folded_conv(static_cast<size_t>(op))) {
+        c = KernelClass::kConvBatchNorm;
+      }
       if (root >= 0 && (c == KernelClass::kOther ||
                         (c == KernelClass::kMatmul &&
                          is_convolution(forest_.root_class[root])))) {
@@ -320,6 +323,18 @@ class Table {
         rate_kernel(e, static_cast<size_t>(op), root, c);
       }
     }
+  }
+
+  // Whether `op` is, or runs inside, a lamp::folded_conv scope.
+  bool inside_folded_conv(size_t op) const {
+    for (int64_t i = static_cast<int64_t>(op); i >= 0;
+         i = forest_.parent[static_cast<size_t>(i)]) {
+      if (classify(events_[static_cast<size_t>(i)].name, StepPhase::kUnknown) ==
+          KernelClass::kConvBatchNorm) {
+        return true;
+      }
+    }
+    return false;
   }
 
   void rate_kernel(const ProfiledEvent& kernel, size_t op, int64_t root,

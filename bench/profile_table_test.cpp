@@ -236,6 +236,31 @@ TEST(ProfileSummary, CudaKernelsByNameThenLaunchingOp) {
   EXPECT_DOUBLE_EQ(row(table, KernelClass::kMatmul).seconds, 0);
 }
 
+// The kernels of lamp::folded_conv's graphs are the folded class whatever
+// their names say; the same names outside its scopes keep theirs.
+TEST(ProfileSummary, CudaFoldedConvolutionKernelsByScope) {
+  std::vector<ProfiledEvent> events = {
+      host(kStepScope, 0, 50, 1),
+      host(kForwardScope, 0, 20, 2),
+      host("lamp::folded_conv_forward", 0, 10, 3),
+      host("aten::conv2d", 10, 5, 4),
+      host("autograd::engine::evaluate_function: FoldedConvFunctionBackward",
+           20, 10, 5),
+      host("lamp::folded_conv_dgrad", 21, 4, 6),
+  };
+  events.push_back(device("sm90_xmma_fprop_implicit_gemm_genstats", 100, 4, 3));
+  events.push_back(device("sm90_xmma_fprop_implicit_gemm_x", 104, 2, 4));
+  events.push_back(device("sm90_xmma_dgrad_implicit_gemm_x", 106, 3, 6));
+  ProfileRun run;
+  run.device_kernels = true;
+  run.steps = 1;
+  run.seconds = 50e-6;
+  const auto table = summarize(events, run);
+  EXPECT_DOUBLE_EQ(row(table, KernelClass::kConvBatchNorm).seconds, 7e-6);
+  EXPECT_DOUBLE_EQ(row(table, KernelClass::kConvForward).seconds, 2e-6);
+  EXPECT_DOUBLE_EQ(row(table, KernelClass::kConvDgrad).seconds, 0);
+}
+
 // A GEMM kernel launched by a Linear's addmm is a matmul with the op's
 // FLOPs; a replayed graph's GEMM (no op) is a matmul without a rate.
 TEST(ProfileSummary, CudaGemmKernelsOfLinearLayers) {

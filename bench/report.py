@@ -29,7 +29,8 @@ import re
 import statistics
 import sys
 
-LAMP_TOOLS = ("lamp", "lamp-graph", "lamp-graph-stock-bn")
+LAMP_TOOLS = ("lamp", "lamp-graph", "lamp-graph-stock-bn",
+              "lamp-graph-conv-bn")
 PYTORCH_TOOLS = ("pytorch-eager", "pytorch-fused", "pytorch-compile",
                  "pytorch-compile-ro", "pytorch-compile-fused",
                  "pytorch-compile-ro-fused", "pytorch-graph")
@@ -38,6 +39,7 @@ TITLES = {
     "lamp": "lamp",
     "lamp-graph": "lamp (CUDA graph)",
     "lamp-graph-stock-bn": "lamp (CUDA graph, --fused-bn off)",
+    "lamp-graph-conv-bn": "lamp (CUDA graph, --fused-bn conv)",
     "pytorch-eager": "PyTorch eager",
     "pytorch-fused": "eager, fused optimizer",
     "pytorch-compile": "torch.compile",

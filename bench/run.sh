@@ -20,7 +20,11 @@ Usage: bench/run.sh [options]
                      of 4096-wide layers: 2 blocks, 32 heads, context 1024,
                      8 sequences, so 8,192 tokens a step; on a CPU a
                      1024-wide one, what the emulation costs); the default
-                     run times the small GPT in both modes
+                     run times the small GPT in both modes; or conv-bn
+                     (CUDA): each --fused-bn level (off, on, conv) of
+                     lamp's CUDA-graph step at ResNet18 b128/b512 and
+                     ResNet50 b256/b512 in amp, beside PyTorch's whole-step
+                     graph and torch.compile at their best
   --steps N          timed steps for every configuration (default: per config)
   --warmup N         untimed steps for every configuration (default: per config)
   --repeats N        timed runs of every configuration and tool, back to back
@@ -56,7 +60,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="${2:?--device needs cpu or cuda}"; shift 2 ;;
     --quick) quick=1; shift ;;
-    --suite) suite="${2:?--suite needs default or float8}"; shift 2 ;;
+    --suite) suite="${2:?--suite needs default, float8 or conv-bn}"; shift 2 ;;
     --steps) steps_override="${2:?--steps needs a number}"; shift 2 ;;
     --warmup) warmup_override="${2:?--warmup needs a number}"; shift 2 ;;
     --repeats) repeats="${2:?--repeats needs a number}"; shift 2 ;;
@@ -79,9 +83,13 @@ case "$device" in
   *) echo "run.sh: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
 esac
 case "$suite" in
-  default | float8) ;;
-  *) echo "run.sh: --suite must be default or float8, got '$suite'" >&2; exit 2 ;;
+  default | float8 | conv-bn) ;;
+  *) echo "run.sh: --suite must be default, float8 or conv-bn, got '$suite'" >&2; exit 2 ;;
 esac
+if [ "$suite" = conv-bn ] && [ "$device" != cuda ]; then
+  echo "run.sh: --suite conv-bn compares cuDNN's fused graphs: it needs --device cuda" >&2
+  exit 2
+fi
 if [ "$suite" = float8 ] && [ "$quick" = 1 ]; then
   echo "run.sh: --quick and --suite float8 do not go together (--quick runs" \
     "only the MNIST CNN)" >&2
@@ -136,7 +144,8 @@ failures=0
 # to the manifest; the FLAGs go to every tool (run_gpt's shape and epoch).
 # Tools: lamp (eager step), lamp-graph (the step as a CUDA graph),
 # lamp-graph-stock-bn (the same without the fused BatchNorm + ReLU kernels:
-# what they gain), pytorch-eager (foreach optimizer), pytorch-fused (fused
+# what they gain), lamp-graph-conv-bn (the same with BatchNorm folded into
+# the convolutions, --fused-bn conv), pytorch-eager (foreach optimizer), pytorch-fused (fused
 # SGD, or AdamW for gpt), pytorch-compile / pytorch-compile-fused
 # (torch.compile, foreach / fused optimizer), pytorch-compile-ro /
 # pytorch-compile-ro-fused (torch.compile mode="reduce-overhead": CUDA
@@ -165,12 +174,13 @@ run_tools() {
   local tool status json peers=() peer_statuses=() peer_args=()
   for tool in $tools; do
     case "$tool" in
-      lamp | lamp-graph | lamp-graph-stock-bn)
+      lamp | lamp-graph | lamp-graph-stock-bn | lamp-graph-conv-bn)
         runs=$((runs + 1))
         json="$work/$runs-$tool.json"
         local extra=()
         [ "$tool" = lamp-graph ] && extra=(--cuda-graph)
         [ "$tool" = lamp-graph-stock-bn ] && extra=(--cuda-graph --fused-bn off)
+        [ "$tool" = lamp-graph-conv-bn ] && extra=(--cuda-graph --fused-bn conv)
         run_one "$tool" "$json" "$bench" "${args[@]}" "${extra[@]}" --json "$json"
         record "$tool" "$model" "$batch" "$precision" "$cl" "$cb" "$json"
         # On a CPU the peer runs with lamp's thread count: torch 2.x's
@@ -245,7 +255,17 @@ record() {
 }
 
 cnn_modes=(fp32 amp-bf16 bf16)
-if [ "$suite" = float8 ]; then
+if [ "$suite" = conv-bn ]; then
+  # BatchNorm's three levels where the GPU is busy (BatchNorm was 46% of
+  # ResNet50 b512's step at the fused level on an H200), each beside
+  # Python's best for these models: the whole step in one CUDA graph and
+  # torch.compile reduce-overhead with the fused optimizer.
+  for config in "resnet18 128" "resnet18 512" "resnet50 256" "resnet50 512"; do
+    read -r model batch <<<"$config"
+    run_tools "lamp-graph-stock-bn lamp-graph lamp-graph-conv-bn pytorch-graph pytorch-compile-ro-fused" \
+      "$model" "$batch" amp 1 1 10 30
+  done
+elif [ "$suite" = float8 ]; then
   # FP8 pays where the matrix products dominate the step: the issue's
   # "4096-wide MLPs, batch x sequence >= 8192". lamp's GPT with width 4096
   # has exactly those MLPs (4096 -> 16384 -> 4096) beside 4096-wide
@@ -328,6 +348,7 @@ mkdir -p "$out_dir"
 suffix=""
 [ "$quick" = 1 ] && suffix="-quick"
 [ "$suite" = float8 ] && suffix="-float8"
+[ "$suite" = conv-bn ] && suffix="-conv-bn"
 python3 bench/report.py "$manifest" "$out_dir" "$device" "$suffix" "$python" \
   "$work/stem"
 

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
         spec.model_name = name;
         spec.task = lamp::training::Task::language_model();
         const auto options = flags.model;
-        spec.make_model = [options](const std::string&, bool) {
+        spec.make_model = [options](const std::string&, const std::string&) {
           return lamp::models::make_gpt(options);
         };
         spec.after_training = [&](const lamp_examples::BuiltModel& model,

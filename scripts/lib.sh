@@ -89,6 +89,13 @@ lamp_ensure_torch_wheel() {
   else
     lamp_log "Using torch $version from $venv"
   fi
+  # cudnn-frontend's C++ headers, for BatchNorm folded into the convolutions
+  # (cmake/LampCudnn.cmake finds them in <site-packages>/include); only the
+  # headers are used, so not its Python dependencies.
+  if [ -z "$(find "$venv/lib" -maxdepth 4 -name cudnn_frontend.h -print -quit 2>/dev/null)" ]; then
+    lamp_log "Installing nvidia-cudnn-frontend's headers from PyPI into $venv"
+    "$venv/bin/pip" install --disable-pip-version-check --no-deps nvidia-cudnn-frontend
+  fi
   LAMP_TORCH_WHEEL_ROOT="$("$python" -W ignore -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
   LAMP_TORCH_WHEEL_VERSION="$("$python" -W ignore -c 'import torch; print(torch.__version__)')"
   export LAMP_TORCH_WHEEL_ROOT LAMP_TORCH_WHEEL_VERSION

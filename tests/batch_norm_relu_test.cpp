@@ -13,6 +13,7 @@
 #include "lamp/ops/batch_norm_relu.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
+#include "autograd_nodes.h"
 #include "test_util.h"
 
 namespace {
@@ -111,23 +112,7 @@ std::vector<Case> cases() {
 
 // The autograd nodes of the fused op in the graph behind `root`.
 int count_fused_nodes(const torch::Tensor& root) {
-  std::set<const torch::autograd::Node*> seen;
-  std::vector<torch::autograd::Node*> todo{root.grad_fn().get()};
-  int fused = 0;
-  while (!todo.empty()) {
-    auto* node = todo.back();
-    todo.pop_back();
-    if (node == nullptr || !seen.insert(node).second) {
-      continue;
-    }
-    if (node->name().find("FusedBatchNorm") != std::string::npos) {
-      ++fused;
-    }
-    for (const auto& edge : node->next_edges()) {
-      todo.push_back(edge.function.get());
-    }
-  }
-  return fused;
+  return lamp_test::count_nodes_named(root, "FusedBatchNorm");
 }
 
 // Compares lamp's op with the stock composition over three steps (so the

@@ -7,11 +7,15 @@
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "autograd_nodes.h"
 #include "test_util.h"
 
 namespace {
@@ -78,16 +82,28 @@ torch::Tensor folded_forward(lamp::models::Bottleneck& b,
       b->conv3->forward(out), folded_shortcut(b->shortcut, x), b->bn3);
 }
 
+// How the folded side of a comparison runs a block.
+enum class Path {
+  // folded_batch_norm(_relu, _add_relu) after the stock convolutions.
+  kArithmetic,
+  // The block's forward_folded(): lamp::ops::folded_residual_block with
+  // folded_conv(), the autograd structure the GPU's graphs run in, on its
+  // ATen reference.
+  kBlock,
+};
+
 // Two identical blocks (stock BatchNorm, no cuDNN fusion): one runs its own
 // forward, the other the folded arithmetic; two training steps' outputs,
 // input and parameter gradients and running statistics, then eval mode's
 // output and gradients, must agree.
 template <typename Block>
 void expect_folded_equals_stock(int64_t in_planes, int64_t planes,
-                                int64_t stride, int64_t side) {
+                                int64_t stride, int64_t side, Path path) {
   SCOPED_TRACE("in " + std::to_string(in_planes) + ", planes " +
                std::to_string(planes) + ", stride " + std::to_string(stride) +
-               ", " + std::to_string(side) + "x" + std::to_string(side));
+               ", " + std::to_string(side) + "x" + std::to_string(side) +
+               (path == Path::kBlock ? ", folded_residual_block"
+                                     : ", folded_batch_norm"));
   torch::manual_seed(7);
   Block stock(in_planes, planes, stride, /*fused_batch_norm=*/false);
   torch::manual_seed(7);
@@ -104,7 +120,10 @@ void expect_folded_equals_stock(int64_t in_planes, int64_t planes,
     const auto xs = x.clone().requires_grad_();
     const auto xf = x.clone().requires_grad_();
     const auto ys = stock->forward(xs);
-    const auto yf = folded_forward(folded, xf);
+    const auto yf =
+        path == Path::kBlock
+            ? folded->forward_folded(xf, lamp::ops::FoldedBackend::kReference)
+            : folded_forward(folded, xf);
     ASSERT_TRUE(Near(yf, ys));
     const auto probe = torch::randn(ys.sizes());
     (ys * probe).sum().backward();
@@ -136,8 +155,10 @@ TEST(ConvBatchNorm, EveryResNet18BlockShapeEqualsTheStockOps) {
       {64, 64, 1, 32},  {64, 128, 2, 32}, {128, 128, 1, 16}, {128, 256, 2, 16},
       {256, 256, 1, 8}, {256, 512, 2, 8}, {512, 512, 1, 4}};
   for (const auto& [in, planes, stride, side] : shapes) {
-    expect_folded_equals_stock<lamp::models::BasicBlock>(in, planes, stride,
-                                                         side);
+    for (const auto path : {Path::kArithmetic, Path::kBlock}) {
+      expect_folded_equals_stock<lamp::models::BasicBlock>(in, planes, stride,
+                                                           side, path);
+    }
   }
 }
 
@@ -149,8 +170,10 @@ TEST(ConvBatchNorm, EveryResNet50BlockShapeEqualsTheStockOps) {
       {512, 128, 1, 16}, {512, 256, 2, 16}, {1024, 256, 1, 8},
       {1024, 512, 2, 8}, {2048, 512, 1, 4}};
   for (const auto& [in, planes, stride, side] : shapes) {
-    expect_folded_equals_stock<lamp::models::Bottleneck>(in, planes, stride,
-                                                         side);
+    for (const auto path : {Path::kArithmetic, Path::kBlock}) {
+      expect_folded_equals_stock<lamp::models::Bottleneck>(in, planes, stride,
+                                                           side, path);
+    }
   }
 }
 
@@ -267,6 +290,404 @@ TEST(ConvBatchNorm, BadInputIsNamed) {
               lamp::ops::folded_batch_norm(torch::randn({2, 4, 2, 2}), plain);
             }).find("must be affine"),
             std::string::npos);
+}
+
+// One side of a folded_conv() comparison: fresh leaves (x, weight and, with
+// a prologue, scale and bias) and what `run` made of them.
+struct ConvSide {
+  std::vector<torch::Tensor> leaves;
+  lamp::ops::FoldedConv got;
+};
+
+ConvSide conv_side(
+    const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& s,
+    const torch::Tensor& b,
+    const std::function<lamp::ops::FoldedConv(
+        const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+        const torch::Tensor&)>& run) {
+  ConvSide side;
+  side.leaves = {x.clone().requires_grad_(), w.clone().requires_grad_()};
+  if (s.defined()) {
+    side.leaves.push_back(s.clone().requires_grad_());
+    side.leaves.push_back(b.clone().requires_grad_());
+  }
+  const auto& l = side.leaves;
+  side.got = run(l[0], l[1], s.defined() ? l[2] : torch::Tensor(),
+                 s.defined() ? l[3] : torch::Tensor());
+  return side;
+}
+
+// The plain composition folded_conv() stands for: conv(relu(scale x +
+// bias)) and its output's sums, differentiated by autograd.
+lamp::ops::FoldedConv composed_conv(const torch::Tensor& x,
+                                    const torch::Tensor& w, int64_t stride,
+                                    int64_t padding, const torch::Tensor& s,
+                                    const torch::Tensor& b) {
+  const auto a = s.defined()
+                     ? torch::relu(x * s.view({1, -1, 1, 1}) +
+                                   b.view({1, -1, 1, 1}))
+                     : x;
+  lamp::ops::FoldedConv out;
+  out.output = torch::conv2d(a, w, {}, stride, padding);
+  out.sum = out.output.sum({0, 2, 3});
+  out.sum_of_squares = (out.output * out.output).sum({0, 2, 3});
+  return out;
+}
+
+// folded_conv()'s forward and every gradient (through the output and both
+// sums) against autograd's of the composition, with and without the
+// prologue, for 3x3 and 1x1 convolutions at strides 1 and 2.
+TEST(ConvBatchNorm, FoldedConvEqualsTheComposition) {
+  for (const bool prologue : {false, true}) {
+    for (const auto& [kernel, stride] :
+         std::vector<std::pair<int64_t, int64_t>>{{3, 1}, {3, 2}, {1, 1},
+                                                  {1, 2}}) {
+      SCOPED_TRACE(std::string(prologue ? "prologue, " : "") + "kernel " +
+                   std::to_string(kernel) + ", stride " +
+                   std::to_string(stride));
+      torch::manual_seed(11);
+      const int64_t padding = kernel / 2;
+      const auto x = torch::randn({2, 6, 9, 9}) + 0.3;
+      const auto w = torch::randn({5, 6, kernel, kernel}) * 0.3;
+      const auto s = prologue ? torch::rand({6}) + 0.5 : torch::Tensor();
+      const auto b = prologue ? torch::randn({6}) * 0.5 : torch::Tensor();
+      const ConvSide sides[2] = {
+          conv_side(x, w, s, b,
+                    [&](const auto& xl, const auto& wl, const auto& sl,
+                        const auto& bl) {
+                      return composed_conv(xl, wl, stride, padding, sl, bl);
+                    }),
+          conv_side(x, w, s, b,
+                    [&](const auto& xl, const auto& wl, const auto& sl,
+                        const auto& bl) {
+                      return lamp::ops::folded_conv(
+                          xl, wl, stride, padding, sl, bl, "test.conv",
+                          lamp::ops::FoldedBackend::kReference);
+                    })};
+      const lamp::ops::FoldedConv got[2] = {sides[0].got, sides[1].got};
+      ASSERT_TRUE(Near(got[1].output, got[0].output));
+      EXPECT_TRUE(Near(got[1].sum, got[0].sum));
+      EXPECT_TRUE(Near(got[1].sum_of_squares, got[0].sum_of_squares));
+      torch::manual_seed(12);
+      const auto py = torch::randn(got[0].output.sizes());
+      const auto ps = torch::randn({5});
+      const auto pq = torch::randn({5}) * 0.01;
+      for (int side = 0; side < 2; ++side) {
+        ((got[side].output * py).sum() + (got[side].sum * ps).sum() +
+         (got[side].sum_of_squares * pq).sum())
+            .backward();
+      }
+      const char* names[] = {"x", "weight", "scale", "bias"};
+      for (size_t i = 0; i < sides[0].leaves.size(); ++i) {
+        EXPECT_TRUE(
+            Near(sides[1].leaves[i].grad(), sides[0].leaves[i].grad()))
+            << names[i] << "'s gradient";
+      }
+    }
+  }
+}
+
+// On the CPU, kAuto is the reference: no graph is tried, so no layer is
+// reported as refused, and the reason names why.
+TEST(ConvBatchNorm, FoldedConvOnTheCpuRunsTheReference) {
+  torch::manual_seed(13);
+  const auto x = torch::randn({2, 4, 5, 5});
+  const auto w = torch::randn({3, 4, 3, 3});
+  const auto before = lamp::ops::folded_conv_fallbacks().size();
+  EXPECT_FALSE(lamp::ops::folded_conv_fallback_reason(x).empty());
+  const auto a = lamp::ops::folded_conv(x, w, 1, 1, {}, {}, "cpu.conv");
+  const auto b = lamp::ops::folded_conv(x, w, 1, 1, {}, {}, "cpu.conv",
+                                        lamp::ops::FoldedBackend::kReference);
+  EXPECT_TRUE(torch::equal(a.output, b.output));
+  EXPECT_EQ(lamp::ops::folded_conv_fallbacks().size(), before);
+  std::string why;
+  EXPECT_EQ(lamp::ops::conv_batch_norm_fusion_built(&why), why.empty());
+}
+
+// A ResNet with fold_batch_norm where it does not apply (the CPU) is the
+// network of the level below, bit for bit, with the same state-dict names.
+TEST(ConvBatchNorm, ResNetFoldLevelKeepsNamesAndFallsBackOffTheGpu) {
+  for (const auto& name : {std::string("resnet18"), std::string("resnet50")}) {
+    SCOPED_TRACE(name);
+    torch::manual_seed(3);
+    lamp::models::ResNet plain(lamp::models::resnet_options(name));
+    torch::manual_seed(3);
+    lamp::models::ResNet folded(
+        lamp::models::resnet_options(name).fold_batch_norm(true));
+    EXPECT_TRUE(folded->options().fold_batch_norm());
+    const auto a = plain->named_parameters();
+    const auto b = folded->named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& p : a) {
+      ASSERT_TRUE(b.contains(p.key())) << p.key();
+    }
+    EXPECT_EQ(plain->named_buffers().keys(), folded->named_buffers().keys());
+    const auto x = torch::randn({2, 3, 16, 16});
+    EXPECT_TRUE(torch::equal(folded->forward(x), plain->forward(x)));
+    // The programs' `--fused-bn conv`: make_model passes the level on.
+    for (const bool fold : {false, true}) {
+      const auto built = lamp::models::make_model(name, 10, 3, true, fold);
+      const auto* resnet =
+          dynamic_cast<const lamp::models::ResNetImpl*>(built.module.get());
+      ASSERT_NE(resnet, nullptr);
+      EXPECT_EQ(resnet->options().fold_batch_norm(), fold);
+      EXPECT_TRUE(resnet->options().fused_batch_norm());
+    }
+  }
+}
+
+TEST(ConvBatchNorm, FoldedBadInputIsNamed) {
+  const auto x = torch::randn({2, 4, 5, 5});
+  const auto w = torch::randn({3, 4, 3, 3});
+  const auto conv = [](int64_t in, int64_t out, bool bias) {
+    return torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(bias));
+  };
+  // Layers a folded block cannot take.
+  const lamp::ops::ConvBatchNormLayer biased{
+      conv(4, 4, true), torch::nn::BatchNorm2d(4), "layer9.0.conv1"};
+  const lamp::ops::ConvBatchNormLayer mismatched{
+      conv(4, 4, false), torch::nn::BatchNorm2d(6), "layer9.0.conv2"};
+  const lamp::ops::ConvBatchNormLayer widening{
+      conv(4, 8, false), torch::nn::BatchNorm2d(8), "layer9.0.conv3"};
+  const std::vector<std::pair<std::function<void()>, std::string>> cases = {
+      {[&] {
+         lamp::ops::folded_conv(x, torch::randn({3, 5, 3, 3}), 1, 1, {}, {},
+                                "stem");
+       },
+       "stem: the weight must be [C_out, 4, kH, kW]"},
+      {[&] { lamp::ops::folded_conv(x, w, 1, 1, torch::ones({4}), {}); },
+       "both a scale and a bias"},
+      {[&] {
+         lamp::ops::folded_conv(x, w, 1, 1, torch::ones({3}),
+                                torch::zeros({3}));
+       },
+       "one value per input channel (4)"},
+      {[&] { lamp::ops::folded_conv(x, w, 0, 1, {}, {}); },
+       "stride must be at least 1"},
+      {[&] { lamp::ops::folded_residual_block(x, {biased}); },
+       "layer9.0.conv1 must be a convolution without bias"},
+      {[&] { lamp::ops::folded_residual_block(x, {mismatched}); },
+       "outputs 4 channels but its BatchNorm normalises 6"},
+      {[&] { lamp::ops::folded_residual_block(x, {widening}); },
+       "needs a projection shortcut"},
+      {[&] { lamp::ops::folded_residual_block(x, {}); },
+       "at least one convolution"},
+  };
+  for (const auto& [run, message] : cases) {
+    EXPECT_NE(error_of(run).find(message), std::string::npos) << message;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// On the GPU: cuDNN's graphs against the reference.
+
+// The autograd nodes of folded_conv() behind `root`.
+int count_folded_nodes(const torch::Tensor& root) {
+  return lamp_test::count_nodes_named(root, "FoldedConvFunction");
+}
+
+// |actual - expected| <= ulps of `dtype` at the largest |expected|.
+::testing::AssertionResult WithinUlps(const torch::Tensor& actual,
+                                      const torch::Tensor& expected,
+                                      torch::ScalarType dtype, double ulps) {
+  const auto a = actual.to(torch::kFloat);
+  const auto e = expected.to(torch::kFloat);
+  const double ulp = dtype == torch::kHalf ? 1.0 / 1024 : 1.0 / 128;
+  const double scale = e.abs().max().item<double>();
+  const double error = (a - e).abs().max().item<double>();
+  if (error <= ulps * ulp * scale + 1e-6) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "max error " << error << " > " << ulps << " ulps of " << dtype
+         << " at " << scale;
+}
+
+std::string fallback_lines() {
+  std::string all;
+  for (const auto& line : lamp::ops::folded_conv_fallbacks()) {
+    all += "\n  " + line;
+  }
+  return all;
+}
+
+// Each pattern (forward with and without the prologue, data and weight
+// gradients) against the ATen reference on the same inputs, in FP16 and
+// BF16, for a ResNet's 3x3 and 1x1 convolutions at strides 1 and 2.
+TEST(ConvBatchNorm, CudnnGraphsMatchTheReference_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  std::string why;
+  ASSERT_TRUE(lamp::ops::conv_batch_norm_fusion_built(&why)) << why;
+  const torch::Device cuda(torch::kCUDA);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    for (const bool prologue : {false, true}) {
+      for (const auto& [kernel, stride] :
+           std::vector<std::pair<int64_t, int64_t>>{
+               {3, 1}, {3, 2}, {1, 1}, {1, 2}}) {
+        SCOPED_TRACE(std::string(c10::toString(dtype)) +
+                     (prologue ? ", prologue" : "") + ", kernel " +
+                     std::to_string(kernel) + ", stride " +
+                     std::to_string(stride));
+        torch::manual_seed(21);
+        const int64_t padding = kernel / 2;
+        const auto x =
+            (torch::randn({32, 64, 16, 16}, cuda) + 0.2).to(dtype).contiguous(cl);
+        const auto w = (torch::randn({128, 64, kernel, kernel}, cuda) /
+                        std::sqrt(64.0 * kernel * kernel))
+                           .to(dtype)
+                           .contiguous(cl);
+        const auto s =
+            prologue ? torch::rand({64}, cuda) + 0.5 : torch::Tensor();
+        const auto b =
+            prologue ? torch::randn({64}, cuda) * 0.5 : torch::Tensor();
+        const auto before = lamp::ops::folded_conv_fallbacks().size();
+        ConvSide sides[2];
+        for (int side = 0; side < 2; ++side) {
+          const auto backend = side == 0 ? lamp::ops::FoldedBackend::kReference
+                                         : lamp::ops::FoldedBackend::kAuto;
+          sides[side] = conv_side(
+              x, w, s, b,
+              [&](const auto& xl, const auto& wl, const auto& sl,
+                  const auto& bl) {
+                return lamp::ops::folded_conv(xl, wl, stride, padding, sl, bl,
+                                              "cuda.conv", backend);
+              });
+        }
+        const lamp::ops::FoldedConv got[2] = {sides[0].got, sides[1].got};
+        torch::manual_seed(22);
+        const auto py = torch::randn(got[0].output.sizes(), cuda).to(dtype);
+        const auto ps = torch::randn({128}, cuda) * 1e-3;
+        const auto pq = torch::randn({128}, cuda) * 1e-4;
+        for (int side = 0; side < 2; ++side) {
+          ((got[side].output.to(torch::kFloat) * py.to(torch::kFloat)).sum() +
+           (got[side].sum * ps).sum() + (got[side].sum_of_squares * pq).sum())
+              .backward();
+        }
+        ASSERT_EQ(lamp::ops::folded_conv_fallbacks().size(), before)
+            << "cuDNN refused a graph:" << fallback_lines();
+        // One rounding of FP32 accumulations of the same products, summed
+        // in another order on each side: within 2 ulps at the largest value.
+        EXPECT_TRUE(WithinUlps(got[1].output, got[0].output, dtype, 2));
+        // FP32 sums over N P Q values each within an ulp: 2 ulps of the
+        // largest sum of magnitudes bounds them.
+        EXPECT_TRUE(WithinUlps(got[1].sum, got[0].sum, dtype, 2));
+        EXPECT_TRUE(
+            WithinUlps(got[1].sum_of_squares, got[0].sum_of_squares, dtype, 2));
+        const char* names[] = {"x", "weight", "scale", "bias"};
+        for (size_t i = 0; i < sides[0].leaves.size(); ++i) {
+          // The same rounding of the incoming gradient to `dtype` on both
+          // sides, then FP32 sums in another order: 4 ulps.
+          EXPECT_TRUE(WithinUlps(sides[1].leaves[i].grad(),
+                                 sides[0].leaves[i].grad(), dtype, 4))
+              << names[i] << "'s gradient";
+        }
+      }
+    }
+  }
+}
+
+// A shape cuDNN's fusion engines do not take (5 channels: not a multiple of
+// the 8 their 16-bit kernels align to) still trains, as the reference, and
+// the refusal names the layer once; where this cuDNN does take it, the
+// graph's result must match all the same.
+TEST(ConvBatchNorm, RefusedGraphFallsBackToTheReference_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const torch::Device cuda(torch::kCUDA);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::manual_seed(23);
+  const auto x = torch::randn({4, 5, 9, 9}, cuda).to(torch::kHalf).contiguous(cl);
+  const auto w = torch::randn({7, 5, 3, 3}, cuda).to(torch::kHalf).contiguous(cl);
+  const auto s = torch::rand({5}, cuda) + 0.5;
+  const auto b = torch::randn({5}, cuda);
+  const auto before = lamp::ops::folded_conv_fallbacks().size();
+  const auto got = lamp::ops::folded_conv(x, w, 1, 1, s, b, "odd.conv");
+  const auto expected = lamp::ops::folded_conv(
+      x, w, 1, 1, s, b, "odd.conv", lamp::ops::FoldedBackend::kReference);
+  EXPECT_TRUE(WithinUlps(got.output, expected.output, torch::kHalf, 2));
+  const auto after = lamp::ops::folded_conv_fallbacks();
+  for (size_t i = before; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].rfind("odd.conv (", 0), 0u) << after[i];
+  }
+  std::cout << "[          ] odd.conv: "
+            << (after.size() > before ? "refused, ran the reference"
+                                      : "cuDNN took the graph")
+            << std::endl;
+}
+
+// Training steps of ResNet50 (amp, channels_last) with the conv level
+// against the fused BatchNorm level, eagerly and replayed from a CUDA
+// graph: the same model, within the rounding of 16-bit activations.
+TEST(ConvBatchNorm, ResNetStepsMatchTheFusedLevel_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const torch::Device cuda(torch::kCUDA);
+  struct Run {
+    std::vector<torch::Tensor> state;
+    std::vector<double> losses;
+  };
+  const auto train = [&](bool fold, bool graph) {
+    torch::manual_seed(0);
+    lamp::models::ResNet model(
+        lamp::models::resnet_options("resnet50").fold_batch_norm(fold));
+    model->to(cuda);
+    lamp::models::to_channels_last(*model);
+    lamp::TrainStep step(
+        model.ptr(),
+        [](std::vector<torch::Tensor> params) {
+          return lamp::optim::make_optimizer(
+              std::move(params),
+              lamp::optim::OptimizerOptions().name("sgd").lr(0.01).momentum(
+                  0.9));
+        },
+        lamp::TrainStepOptions(lamp::Precision::kAMP).cuda_graph(graph));
+    torch::manual_seed(1);
+    const auto x = torch::randn({32, 3, 32, 32}, cuda)
+                       .contiguous(torch::MemoryFormat::ChannelsLast);
+    const auto y =
+        torch::randint(10, {32}, torch::dtype(torch::kLong).device(cuda));
+    Run run;
+    for (int i = 0; i < 4; ++i) {
+      const auto loss =
+          step.step(x, y, [&](const torch::Tensor& in, const torch::Tensor& t) {
+            const auto out = model->forward(in);
+            if (fold && !graph) {
+              EXPECT_GT(count_folded_nodes(out), 0);
+            }
+            return torch::nn::functional::cross_entropy(out.to(torch::kFloat),
+                                                        t);
+          });
+      run.losses.push_back(loss.loss.item<double>());
+    }
+    for (const auto& p : model->parameters()) {
+      run.state.push_back(p.detach().cpu());
+    }
+    for (const auto& b : model->buffers()) {
+      run.state.push_back(b.detach().cpu());
+    }
+    return run;
+  };
+  const auto before = lamp::ops::folded_conv_fallbacks().size();
+  const auto fused = train(false, false);
+  const auto folded = train(true, false);
+  const auto captured = train(true, true);
+  EXPECT_EQ(lamp::ops::folded_conv_fallbacks().size(), before)
+      << "layers fell back:" << fallback_lines();
+  for (size_t i = 0; i < fused.losses.size(); ++i) {
+    // Both run FP16 activations; their roundings differ (the folded path
+    // never rounds the normalised activations), which moves a loss near
+    // 2.3 by about 1e-3 over a few steps.
+    EXPECT_NEAR(folded.losses[i], fused.losses[i], 2e-2) << "step " << i;
+    EXPECT_NEAR(captured.losses[i], folded.losses[i], 1e-3) << "step " << i;
+  }
+  for (size_t i = 0; i < fused.state.size(); ++i) {
+    EXPECT_TRUE(lamp_test::AllClose(folded.state[i], fused.state[i], 2e-2, 2e-3))
+        << "tensor " << i;
+    // The same kernels replayed; only cuDNN's algorithm choice may differ.
+    EXPECT_TRUE(
+        lamp_test::AllClose(captured.state[i], folded.state[i], 1e-3, 1e-5))
+        << "tensor " << i;
+  }
 }
 
 } // namespace

@@ -23,7 +23,9 @@ struct RunSpec {
   lamp::data::Dataset train;
   lamp::data::Dataset test;
   /// The model named by --model, with --fused-bn's choice for the ResNets.
-  std::function<BuiltModel(const std::string& name, bool fused_batch_norm)>
+  /// `fused_bn` is "off", "on" or "conv" (ResNetOptions::fused_batch_norm
+  /// and fold_batch_norm).
+  std::function<BuiltModel(const std::string& name, const std::string& fused_bn)>
       make_model;
   std::vector<double> mean, std;
   /// The files the data was read from: no output may overwrite them.

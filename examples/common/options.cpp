@@ -145,8 +145,8 @@ void add_speed_options(CLI::App& app, ProgramConfig& c) {
                "NHWC memory format for images and model");
   add_checked(
       app, "--fused-bn", c.fused_bn,
-      "BatchNorm with its ReLU (and residual add) as one cuDNN kernel: on (where it applies: CUDA, --channels-last, half/bf16 activations, training), off (the stock ops everywhere)",
-      CLI::IsMember({"on", "off"}));
+      "BatchNorm with its ReLU (and residual add) as one cuDNN kernel: on (where it applies: CUDA, --channels-last, half/bf16 activations, training), off (the stock ops everywhere), conv (opt-in: the ResNet blocks' BatchNorms folded into their convolutions through cuDNN's graph API where it applies, 'on' elsewhere)",
+      CLI::IsMember({"on", "off", "conv"}));
 }
 
 // Where the run reads and writes: data, device, seed, checkpoints, exported

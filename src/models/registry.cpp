@@ -34,7 +34,8 @@ void check_model_name(const std::string& name, const std::string& caller) {
 }
 
 NamedModel make_model(const std::string& name, int64_t num_classes,
-                      int64_t in_channels, bool fused_batch_norm) {
+                      int64_t in_channels, bool fused_batch_norm,
+                      bool fold_batch_norm) {
   check_model_name(name, "lamp::models::make_model");
   if (name == "cnn") {
     MnistCNN net(num_classes, in_channels);
@@ -42,7 +43,8 @@ NamedModel make_model(const std::string& name, int64_t num_classes,
             [net](const torch::Tensor& x) mutable { return net->forward(x); }};
   }
   ResNet net(resnet_options(name, num_classes, in_channels)
-                 .fused_batch_norm(fused_batch_norm));
+                 .fused_batch_norm(fused_batch_norm)
+                 .fold_batch_norm(fold_batch_norm));
   return {net.ptr(),
           [net](const torch::Tensor& x) mutable { return net->forward(x); }};
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "lamp/ops/batch_norm_relu.h"
+#include "lamp/ops/conv_batch_norm.h"
 #include "lamp/platform/parameters.h"
 
 namespace lamp {
@@ -40,13 +41,43 @@ torch::nn::Sequential make_shortcut(int64_t in_planes, int64_t out_planes,
 template <typename Block>
 torch::nn::Sequential make_stage(int64_t& in_planes, int64_t planes,
                                  int64_t num_blocks, int64_t stride,
-                                 bool fused) {
+                                 bool fused, bool fold,
+                                 const std::string& name) {
   torch::nn::Sequential stage;
   for (int64_t i = 0; i < num_blocks; ++i) {
-    stage->push_back(Block(in_planes, planes, i == 0 ? stride : 1, fused));
+    Block block(in_planes, planes, i == 0 ? stride : 1, fused, fold);
+    block->set_label(name + "." + std::to_string(i));
+    stage->push_back(block);
     in_planes = planes * Block::Impl::kExpansion;
   }
   return stage;
+}
+
+// The folded path applies in training where cuDNN's graphs can run; the
+// reference would be slower than the fused_batch_norm level everywhere else.
+bool use_folded(bool fold, const torch::nn::Module& block,
+                const torch::Tensor& x) {
+  return fold && block.is_training() &&
+         ops::folded_conv_fallback_reason(x).empty();
+}
+
+ops::ConvBatchNormLayer layer(const torch::nn::Conv2d& conv,
+                              const torch::nn::BatchNorm2d& bn,
+                              const std::string& name) {
+  return {conv, bn, name};
+}
+
+// The projection shortcut as a folded layer (its Sequential's two
+// children).
+ops::ConvBatchNormLayer shortcut_layer(const torch::nn::Sequential& shortcut,
+                                       const std::string& label) {
+  return {torch::nn::Conv2d(
+              std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(
+                  shortcut->ptr(0))),
+          torch::nn::BatchNorm2d(
+              std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(
+                  shortcut->ptr(1))),
+          label + ".shortcut"};
 }
 
 // relu(bn(x)) and relu(bn(x) + residual): fused, or the stock ops.
@@ -75,19 +106,36 @@ std::string join_names(const std::vector<std::string>& names) {
 } // namespace
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes,
-                               int64_t stride, bool fused_batch_norm)
+                               int64_t stride, bool fused_batch_norm,
+                               bool fold_batch_norm)
     : conv1(register_module("conv1", conv3x3(in_planes, planes, stride))),
       bn1(register_module("bn1", torch::nn::BatchNorm2d(planes))),
       conv2(register_module("conv2", conv3x3(planes, planes, 1))),
       bn2(register_module("bn2", torch::nn::BatchNorm2d(planes))),
       shortcut(make_shortcut(in_planes, planes * kExpansion, stride)),
-      fused_(fused_batch_norm) {
+      fused_(fused_batch_norm),
+      fold_(fold_batch_norm) {
   if (!shortcut.is_empty()) {
     register_module("shortcut", shortcut);
   }
 }
 
+torch::Tensor BasicBlockImpl::forward_folded(const torch::Tensor& x,
+                                             ops::FoldedBackend backend) {
+  const std::vector<ops::ConvBatchNormLayer> chain = {
+      layer(conv1, bn1, label_ + ".conv1"),
+      layer(conv2, bn2, label_ + ".conv2")};
+  if (shortcut.is_empty()) {
+    return ops::folded_residual_block(x, chain, nullptr, backend);
+  }
+  const auto projection = shortcut_layer(shortcut, label_);
+  return ops::folded_residual_block(x, chain, &projection, backend);
+}
+
 torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+  if (use_folded(fold_, *this, x)) {
+    return forward_folded(x);
+  }
   auto out = bn_relu(conv1->forward(x), bn1, fused_);
   return bn_add_relu(conv2->forward(out),
                      shortcut.is_empty() ? x : shortcut->forward(x), bn2,
@@ -95,7 +143,8 @@ torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes,
-                               int64_t stride, bool fused_batch_norm)
+                               int64_t stride, bool fused_batch_norm,
+                               bool fold_batch_norm)
     : conv1(register_module("conv1", conv1x1(in_planes, planes, 1))),
       bn1(register_module("bn1", torch::nn::BatchNorm2d(planes))),
       conv2(register_module("conv2", conv3x3(planes, planes, stride))),
@@ -103,13 +152,30 @@ BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes,
       conv3(register_module("conv3", conv1x1(planes, planes * kExpansion, 1))),
       bn3(register_module("bn3", torch::nn::BatchNorm2d(planes * kExpansion))),
       shortcut(make_shortcut(in_planes, planes * kExpansion, stride)),
-      fused_(fused_batch_norm) {
+      fused_(fused_batch_norm),
+      fold_(fold_batch_norm) {
   if (!shortcut.is_empty()) {
     register_module("shortcut", shortcut);
   }
 }
 
+torch::Tensor BottleneckImpl::forward_folded(const torch::Tensor& x,
+                                             ops::FoldedBackend backend) {
+  const std::vector<ops::ConvBatchNormLayer> chain = {
+      layer(conv1, bn1, label_ + ".conv1"),
+      layer(conv2, bn2, label_ + ".conv2"),
+      layer(conv3, bn3, label_ + ".conv3")};
+  if (shortcut.is_empty()) {
+    return ops::folded_residual_block(x, chain, nullptr, backend);
+  }
+  const auto projection = shortcut_layer(shortcut, label_);
+  return ops::folded_residual_block(x, chain, &projection, backend);
+}
+
 torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
+  if (use_folded(fold_, *this, x)) {
+    return forward_folded(x);
+  }
   auto out = bn_relu(conv1->forward(x), bn1, fused_);
   out = bn_relu(conv2->forward(out), bn2, fused_);
   return bn_add_relu(conv3->forward(out),
@@ -143,18 +209,20 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   conv1 = register_module("conv1", conv3x3(options_.in_channels(), 64, 1));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
   int64_t in_planes = 64;
-  const auto stage = [&](int64_t planes, int64_t num_blocks, int64_t stride) {
+  const auto stage = [&](int64_t planes, int64_t num_blocks, int64_t stride,
+                         const std::string& name) {
     const bool fused = options_.fused_batch_norm();
+    const bool fold = options_.fold_batch_norm();
     return options_.bottleneck()
                ? make_stage<Bottleneck>(in_planes, planes, num_blocks, stride,
-                                        fused)
+                                        fused, fold, name)
                : make_stage<BasicBlock>(in_planes, planes, num_blocks, stride,
-                                        fused);
+                                        fused, fold, name);
   };
-  layer1 = register_module("layer1", stage(64, blocks[0], 1));
-  layer2 = register_module("layer2", stage(128, blocks[1], 2));
-  layer3 = register_module("layer3", stage(256, blocks[2], 2));
-  layer4 = register_module("layer4", stage(512, blocks[3], 2));
+  layer1 = register_module("layer1", stage(64, blocks[0], 1, "layer1"));
+  layer2 = register_module("layer2", stage(128, blocks[1], 2, "layer2"));
+  layer3 = register_module("layer3", stage(256, blocks[2], 2, "layer3"));
+  layer4 = register_module("layer4", stage(512, blocks[3], 2, "layer4"));
   linear = register_module(
       "linear", torch::nn::Linear(in_planes, options_.num_classes()));
 }

@@ -4,7 +4,15 @@
 
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
+
+#include "ops/conv_batch_norm_cudnn.h"
+#include "platform/compat.h"
 
 namespace lamp {
 namespace ops {
@@ -40,6 +48,36 @@ FoldedBatchNorm fold(const torch::Tensor& mean, const torch::Tensor& var,
   f.scale = or_ones(weight, mean) * f.inv_std;
   f.bias = or_zeros(bias, mean) - mean * f.scale;
   return f;
+}
+
+// What BatchNorm2d's forward does this call: normalise by the batch's
+// statistics (training, or no running statistics kept), update the running
+// ones (training with them kept) and with which momentum. Counts the batch in
+// num_batches_tracked where the running statistics are updated, as
+// bn->forward() does (the cumulative average's momentum reads it).
+struct BatchNormStep {
+  bool batch_statistics = false;
+  bool update = false;
+  double momentum = 0.0;
+};
+
+BatchNormStep batch_norm_step(torch::nn::BatchNorm2dImpl& impl) {
+  const auto& options = impl.options;
+  BatchNormStep step;
+  step.batch_statistics = impl.is_training() || !options.track_running_stats();
+  if (!step.batch_statistics) {
+    return step;
+  }
+  step.momentum = options.momentum().value_or(0.0);
+  step.update = impl.is_training() && options.track_running_stats();
+  if (step.update && impl.num_batches_tracked.defined()) {
+    torch::NoGradGuard no_grad;
+    impl.num_batches_tracked += 1;
+    if (!options.momentum()) {
+      step.momentum = 1.0 / impl.num_batches_tracked.item<double>();
+    }
+  }
+  return step;
 }
 
 // BatchNorm as one differentiable op on the folded arithmetic: forward by
@@ -95,6 +133,232 @@ class FoldedBatchNormFunction
   }
 };
 
+// ---------------------------------------------------------------------------
+// folded_conv(): one convolution with its prologue and statistics epilogue.
+
+// The layers that fell back to the reference, printed once each.
+std::mutex& fallback_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::string>& fallback_lines() {
+  static std::vector<std::string> lines;
+  return lines;
+}
+
+void note_fallback(const std::string& name, const char* pass,
+                   const std::string& why) {
+  const std::string line = name + " (" + pass + "): " + why;
+  std::lock_guard<std::mutex> lock(fallback_mutex());
+  auto& lines = fallback_lines();
+  for (const auto& seen : lines) {
+    if (seen == line) {
+      return;
+    }
+  }
+  lines.push_back(line);
+  std::fprintf(stderr,
+               "lamp: %s: cuDNN's fused convolution-BatchNorm graph is not "
+               "used for the %s pass (%s); this layer runs the ATen ops.\n",
+               name.c_str(), pass, why.c_str());
+}
+
+torch::Tensor apply_prologue(const torch::Tensor& x,
+                             const torch::Tensor& scale,
+                             const torch::Tensor& bias) {
+  return torch::relu(x.to(torch::kFloat) * per_channel(scale) +
+                     per_channel(bias))
+      .to(x.scalar_type());
+}
+
+torch::Tensor convolve(const torch::Tensor& a, const torch::Tensor& weight,
+                       int64_t stride, int64_t padding) {
+  return torch::conv2d(a, weight, {}, stride, padding);
+}
+
+// dgrad and wgrad of convolve(a, weight) for `grad`: ATen's own backward (on
+// CUDA, cuDNN's convolution kernels).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> convolve_backward(
+    const torch::Tensor& grad, const torch::Tensor& a,
+    const torch::Tensor& weight, int64_t stride, int64_t padding,
+    bool need_input, bool need_weight) {
+  return at::convolution_backward(grad, a, weight, at::OptionalIntArrayRef{},
+                                  {stride, stride}, {padding, padding}, {1, 1},
+                                  false, {0, 0}, 1,
+                                  {need_input, need_weight, false});
+}
+
+// The sums' gradients folded into the output's: d(sum y)/dy = 1 and
+// d(sum y^2)/dy = 2 y per channel.
+torch::Tensor total_output_gradient(const torch::Tensor& grad_y,
+                                    const torch::Tensor& grad_sum,
+                                    const torch::Tensor& grad_sum_of_squares,
+                                    const torch::Tensor& y) {
+  auto g = grad_y.defined() ? grad_y.to(torch::kFloat)
+                            : torch::zeros_like(y, torch::kFloat);
+  if (grad_sum.defined()) {
+    g = g + per_channel(grad_sum);
+  }
+  if (grad_sum_of_squares.defined()) {
+    g = g + 2.0 * per_channel(grad_sum_of_squares) * y.to(torch::kFloat);
+  }
+  return g.to(y.scalar_type()).contiguous(y.suggest_memory_format());
+}
+
+// Inputs: x, weight (in x's dtype), scale, bias (FP32 [C_in]; empty
+// placeholders without a prologue: autograd takes defined tensors only);
+// outputs y, sum, sum of squares.
+class FoldedConvFunction : public torch::autograd::Function<FoldedConvFunction> {
+ public:
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+      const torch::Tensor& weight, const torch::Tensor& scale,
+      const torch::Tensor& bias, int64_t stride, int64_t padding,
+      const std::string& name, bool graphs, bool prologue) {
+    const auto s = prologue ? scale : torch::Tensor();
+    const auto b = prologue ? bias : torch::Tensor();
+    torch::Tensor y, sum, sum_of_squares;
+    bool done = false;
+    if (graphs) {
+      std::string why;
+      done = detail::cudnn_conv_genstats(x, weight, stride, padding, s, b, y,
+                                         sum, sum_of_squares, why);
+      if (!done) {
+        note_fallback(name, "forward", why);
+      }
+    }
+    if (!done) {
+      y = convolve(prologue ? apply_prologue(x, s, b) : x, weight, stride,
+                   padding);
+      const auto stats = channel_statistics(y);
+      sum = stats.sum;
+      sum_of_squares = stats.sum_of_squares;
+    }
+    ctx->save_for_backward({x, weight, scale, bias, y});
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    ctx->saved_data["name"] = name;
+    ctx->saved_data["graphs"] = graphs;
+    ctx->saved_data["prologue"] = prologue;
+    return {y, sum, sum_of_squares};
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    const auto& scale = saved[2];
+    const auto& bias = saved[3];
+    const auto& y = saved[4];
+    const int64_t stride = ctx->saved_data["stride"].toInt();
+    const int64_t padding = ctx->saved_data["padding"].toInt();
+    const std::string name = ctx->saved_data["name"].toStringRef();
+    const bool graphs = ctx->saved_data["graphs"].toBool();
+    const bool prologue = ctx->saved_data["prologue"].toBool();
+    const auto grad =
+        total_output_gradient(grad_outputs[0], grad_outputs[1],
+                              grad_outputs[2], y);
+    torch::autograd::variable_list grads(9);
+    if (!prologue) {
+      auto back = convolve_backward(grad, x, weight, stride, padding, true,
+                                    true);
+      grads[0] = std::get<0>(back);
+      grads[1] = std::get<1>(back);
+      return grads;
+    }
+    // Through the prologue a = relu(scale x + bias): dz = dgrad masked by
+    // the ReLU, d_scale = sum dz x, d_bias = sum dz, dx = scale dz.
+    torch::Tensor dz, d_scale, d_bias, dw;
+    if (graphs) {
+      std::string why;
+      if (!detail::cudnn_dgrad_drelu_dscale(grad, weight, x, stride, padding,
+                                            scale, bias, dz, d_scale, d_bias,
+                                            why)) {
+        note_fallback(name, "data gradient", why);
+        dz = torch::Tensor();
+      }
+      if (!detail::cudnn_wgrad_prologue(grad, x, weight, stride, padding,
+                                        scale, bias, dw, why)) {
+        note_fallback(name, "weight gradient", why);
+        dw = torch::Tensor();
+      }
+    }
+    if (!dz.defined() || !dw.defined()) {
+      const auto pre = x.to(torch::kFloat) * per_channel(scale) +
+                       per_channel(bias);
+      const auto a = torch::relu(pre).to(x.scalar_type());
+      auto back = convolve_backward(grad, a, weight, stride, padding,
+                                    !dz.defined(), !dw.defined());
+      if (!dz.defined()) {
+        const auto masked =
+            std::get<0>(back).to(torch::kFloat) * (pre > 0).to(torch::kFloat);
+        dz = masked.to(x.scalar_type());
+        d_bias = masked.sum({0, 2, 3});
+        d_scale = (masked * x.to(torch::kFloat)).sum({0, 2, 3});
+      }
+      if (!dw.defined()) {
+        dw = std::get<1>(back);
+      }
+    }
+    grads[0] = (dz.to(torch::kFloat) * per_channel(scale)).to(x.scalar_type());
+    grads[1] = dw;
+    grads[2] = d_scale;
+    grads[3] = d_bias;
+    return grads;
+  }
+};
+
+// A Conv2d's stride and padding, checked to be what folded_conv() takes.
+std::pair<int64_t, int64_t> conv_geometry(const torch::nn::Conv2d& conv,
+                                          const std::string& name) {
+  TORCH_CHECK(!conv.is_empty(), "lamp::ops::folded_residual_block: ", name,
+              " has no convolution.");
+  const auto& o = conv->options;
+  const auto* padding =
+      detail::variant_get_if<torch::ExpandingArray<2>>(o.padding());
+  TORCH_CHECK(!o.bias() && o.groups() == 1 && (*o.dilation())[0] == 1 &&
+                  (*o.dilation())[1] == 1 &&
+                  (*o.stride())[0] == (*o.stride())[1] && padding != nullptr &&
+                  (**padding)[0] == (**padding)[1] &&
+                  detail::variant_get_if<torch::enumtype::kZeros>(
+                      o.padding_mode()) != nullptr,
+              "lamp::ops::folded_residual_block: ", name,
+              " must be a convolution without bias, groups or dilation, with "
+              "equal strides and equal zero padding (a ResNet's are).");
+  return {(*o.stride())[0], (**padding)[0]};
+}
+
+void check_layer(const ConvBatchNormLayer& layer) {
+  TORCH_CHECK(!layer.bn.is_empty(), "lamp::ops::folded_residual_block: ",
+              layer.name, " has no BatchNorm.");
+  TORCH_CHECK(layer.bn->options.affine(), "lamp::ops::folded_residual_block: ",
+              layer.name, "'s BatchNorm must be affine (a ResNet's are).");
+  TORCH_CHECK(layer.bn->options.num_features() ==
+                  layer.conv->options.out_channels(),
+              "lamp::ops::folded_residual_block: ", layer.name, " outputs ",
+              layer.conv->options.out_channels(),
+              " channels but its BatchNorm normalises ",
+              layer.bn->options.num_features(), ".");
+}
+
+// One convolution and its BatchNorm's fold.
+FoldedBatchNorm conv_and_fold(const torch::Tensor& in,
+                              const ConvBatchNormLayer& layer,
+                              const torch::Tensor& in_scale,
+                              const torch::Tensor& in_bias,
+                              FoldedBackend backend, torch::Tensor& output) {
+  check_layer(layer);
+  const auto geometry = conv_geometry(layer.conv, layer.name);
+  auto c = folded_conv(in, layer.conv->weight, geometry.first,
+                       geometry.second, in_scale, in_bias, layer.name,
+                       backend);
+  output = c.output;
+  return finalize_batch_norm(c.sum, c.sum_of_squares,
+                             c.output.numel() / c.output.size(1), layer.bn);
+}
+
 } // namespace
 
 ChannelStatistics channel_statistics(const torch::Tensor& output) {
@@ -122,15 +386,18 @@ FoldedBatchNorm finalize_batch_norm(const ChannelStatistics& stats,
   // The biased variance, as BatchNorm normalises by; one pass, so a
   // rounding below 0 is clamped.
   const auto var = (stats.sum_of_squares / n - mean * mean).clamp_min(0.0);
-  torch::NoGradGuard no_grad;
-  if (running_mean.defined()) {
-    running_mean.mul_(1.0 - momentum)
-        .add_(mean.to(running_mean.dtype()), momentum);
+  {
+    torch::NoGradGuard no_grad;
+    if (running_mean.defined()) {
+      running_mean.mul_(1.0 - momentum)
+          .add_(mean.to(running_mean.dtype()), momentum);
+    }
+    if (running_var.defined()) {
+      running_var.mul_(1.0 - momentum)
+          .add_((var * (n / (n - 1.0))).to(running_var.dtype()), momentum);
+    }
   }
-  if (running_var.defined()) {
-    running_var.mul_(1.0 - momentum)
-        .add_((var * (n / (n - 1.0))).to(running_var.dtype()), momentum);
-  }
+  // Differentiable in the sums, weight and bias where they require grad.
   return fold(mean, var, weight, bias, eps);
 }
 
@@ -212,28 +479,18 @@ torch::Tensor folded_batch_norm(const torch::Tensor& y,
               "lamp::ops::folded_batch_norm: the BatchNorm must be affine "
               "(ResNet's are); for one without weight and bias use "
               "finalize_batch_norm() and scale_bias_relu().");
-  const bool batch_statistics =
-      impl.is_training() || !options.track_running_stats();
+  const auto step = batch_norm_step(impl);
+  const bool batch_statistics = step.batch_statistics;
   FoldedBatchNorm folded;
   if (batch_statistics) {
-    double momentum = options.momentum().value_or(0.0);
-    const bool update = impl.is_training() && options.track_running_stats();
-    if (update && impl.num_batches_tracked.defined()) {
-      torch::NoGradGuard no_grad;
-      impl.num_batches_tracked += 1;
-      if (!options.momentum()) {
-        momentum = 1.0 / impl.num_batches_tracked.item<double>();
-      }
-    }
-    {
-      // The statistics are constants of the op; its backward accounts for
-      // them (batch_norm_backward()).
-      torch::NoGradGuard no_grad;
-      folded = finalize_batch_norm(
-          channel_statistics(y.detach()), impl.weight.detach(),
-          impl.bias.detach(), update ? impl.running_mean : torch::Tensor(),
-          update ? impl.running_var : torch::Tensor(), momentum, options.eps());
-    }
+    // The statistics are constants of the op; its backward accounts for
+    // them (batch_norm_backward()).
+    torch::NoGradGuard no_grad;
+    folded = finalize_batch_norm(
+        channel_statistics(y.detach()), impl.weight.detach(),
+        impl.bias.detach(), step.update ? impl.running_mean : torch::Tensor(),
+        step.update ? impl.running_var : torch::Tensor(), step.momentum,
+        options.eps());
   } else {
     torch::NoGradGuard no_grad;
     folded = fold_running_batch_norm(impl.weight.detach(), impl.bias.detach(),
@@ -264,6 +521,160 @@ torch::Tensor folded_batch_norm_add_relu(const torch::Tensor& y,
   return torch::relu(folded_batch_norm(y, bn).to(torch::kFloat) +
                      residual.to(torch::kFloat))
       .to(y.scalar_type());
+}
+
+FoldedConv folded_conv(const torch::Tensor& x, const torch::Tensor& weight,
+                       int64_t stride, int64_t padding,
+                       const torch::Tensor& in_scale,
+                       const torch::Tensor& in_bias, const std::string& name,
+                       FoldedBackend backend) {
+  check_nchw(x, "lamp::ops::folded_conv");
+  TORCH_CHECK(weight.defined() && weight.dim() == 4 &&
+                  weight.size(1) == x.size(1),
+              "lamp::ops::folded_conv: ", name,
+              ": the weight must be [C_out, ", x.size(1),
+              ", kH, kW] for an input of ", x.size(1), " channels, got ",
+              weight.defined() ? weight.sizes() : c10::IntArrayRef{}, ".");
+  TORCH_CHECK(stride >= 1 && padding >= 0, "lamp::ops::folded_conv: ", name,
+              ": stride must be at least 1 and padding at least 0, got ",
+              stride, " and ", padding, ".");
+  TORCH_CHECK(in_scale.defined() == in_bias.defined(),
+              "lamp::ops::folded_conv: ", name,
+              ": the prologue needs both a scale and a bias, or neither.");
+  const bool prologue = in_scale.defined();
+  // Autograd's inputs must be defined: empty placeholders without a
+  // prologue.
+  auto scale = torch::empty({0}, x.options().dtype(torch::kFloat));
+  auto bias = scale;
+  if (prologue) {
+    TORCH_CHECK(in_scale.numel() == x.size(1) && in_bias.numel() == x.size(1),
+                "lamp::ops::folded_conv: ", name, ": the prologue's scale "
+                "and bias must hold one value per input channel (",
+                x.size(1), "), got ", in_scale.numel(), " and ",
+                in_bias.numel(), ".");
+    scale = in_scale.to(torch::kFloat).reshape({-1});
+    bias = in_bias.to(torch::kFloat).reshape({-1});
+  }
+  const bool graphs = backend == FoldedBackend::kAuto &&
+                      folded_conv_fallback_reason(x).empty();
+  // The weight in the activations' dtype (autocast's cast, differentiable
+  // back to an FP32 master), and in their layout for cuDNN's NHWC graphs.
+  auto w = weight.to(x.scalar_type());
+  if (graphs) {
+    w = w.contiguous(torch::MemoryFormat::ChannelsLast);
+  }
+  auto outputs = FoldedConvFunction::apply(x, w, scale, bias, stride, padding,
+                                           name, graphs, prologue);
+  FoldedConv result;
+  result.output = outputs[0];
+  result.sum = outputs[1];
+  result.sum_of_squares = outputs[2];
+  return result;
+}
+
+FoldedBatchNorm finalize_batch_norm(const torch::Tensor& sum,
+                                    const torch::Tensor& sum_of_squares,
+                                    int64_t count,
+                                    const torch::nn::BatchNorm2d& bn) {
+  auto& impl = *bn.ptr();
+  const auto& options = impl.options;
+  TORCH_CHECK(options.affine(),
+              "lamp::ops::finalize_batch_norm: the BatchNorm must be affine "
+              "(ResNet's are).");
+  TORCH_CHECK(sum.defined() && sum_of_squares.defined() &&
+                  sum.numel() == options.num_features() &&
+                  sum_of_squares.numel() == options.num_features(),
+              "lamp::ops::finalize_batch_norm: the sums must hold one value "
+              "per channel (",
+              options.num_features(), ").");
+  const auto step = batch_norm_step(impl);
+  if (!step.batch_statistics) {
+    return fold_running_batch_norm(impl.weight, impl.bias, impl.running_mean,
+                                   impl.running_var, options.eps());
+  }
+  // Differentiable in the sums and in weight and bias: autograd carries
+  // BatchNorm's backward through the statistics.
+  ChannelStatistics stats;
+  stats.sum = sum.to(torch::kFloat);
+  stats.sum_of_squares = sum_of_squares.to(torch::kFloat);
+  stats.count = count;
+  return finalize_batch_norm(
+      stats, impl.weight, impl.bias,
+      step.update ? impl.running_mean : torch::Tensor(),
+      step.update ? impl.running_var : torch::Tensor(), step.momentum,
+      options.eps());
+}
+
+torch::Tensor folded_residual_block(
+    const torch::Tensor& x, const std::vector<ConvBatchNormLayer>& chain,
+    const ConvBatchNormLayer* shortcut, FoldedBackend backend) {
+  check_nchw(x, "lamp::ops::folded_residual_block");
+  TORCH_CHECK(!chain.empty(), "lamp::ops::folded_residual_block: the block "
+                              "needs at least one convolution.");
+  torch::Tensor in = x, scale, bias, output;
+  for (const auto& layer : chain) {
+    const auto folded =
+        conv_and_fold(in, layer, scale, bias, backend, output);
+    in = output;
+    scale = folded.scale;
+    bias = folded.bias;
+  }
+  torch::Tensor residual;
+  if (shortcut != nullptr) {
+    torch::Tensor projected;
+    const auto folded = conv_and_fold(x, *shortcut, torch::Tensor(),
+                                      torch::Tensor(), backend, projected);
+    residual = projected.to(torch::kFloat) * per_channel(folded.scale) +
+               per_channel(folded.bias);
+  } else {
+    residual = x.to(torch::kFloat);
+  }
+  TORCH_CHECK(residual.sizes() == in.sizes(),
+              "lamp::ops::folded_residual_block: the block's output ",
+              in.sizes(), " and its shortcut's ", residual.sizes(),
+              " differ; a block that changes the shape needs a projection "
+              "shortcut.");
+  // The block's end in one pass on the GPU's fused path: the last
+  // BatchNorm, the residual and the ReLU.
+  return torch::relu(in.to(torch::kFloat) * per_channel(scale) +
+                     per_channel(bias) + residual)
+      .to(x.scalar_type());
+}
+
+std::string folded_conv_fallback_reason(const torch::Tensor& x) {
+  auto why = detail::cudnn_graph_unavailable_reason();
+  if (!why.empty()) {
+    return why;
+  }
+  if (!x.is_cuda()) {
+    return "the activations are on the " + x.device().str() +
+           ": cuDNN's graphs run on CUDA.";
+  }
+  if (x.scalar_type() != torch::kHalf && x.scalar_type() != torch::kBFloat16) {
+    return std::string("the activations are ") + c10::toString(x.scalar_type()) +
+           ": the fused graphs take half or bfloat16 (train in amp, or "
+           "convert the model with lamp::network_to_half).";
+  }
+  if (!x.is_contiguous(torch::MemoryFormat::ChannelsLast)) {
+    return "the activations are not channels_last: the fused graphs take "
+           "NHWC (--channels-last in the programs; "
+           "lamp::models::to_channels_last(model) and channels_last inputs "
+           "in your own).";
+  }
+  return "";
+}
+
+bool conv_batch_norm_fusion_built(std::string* why) {
+  auto reason = detail::cudnn_graph_unavailable_reason();
+  if (why != nullptr) {
+    *why = reason;
+  }
+  return reason.empty();
+}
+
+std::vector<std::string> folded_conv_fallbacks() {
+  std::lock_guard<std::mutex> lock(fallback_mutex());
+  return fallback_lines();
 }
 
 } // namespace ops

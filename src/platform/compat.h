@@ -57,10 +57,23 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace lamp {
 namespace detail {
+
+/// The alternative T of a module option's variant (a Conv2d's padding, its
+/// padding mode), or nullptr: c10::variant in LibTorch 1.x, std::variant in
+/// 2.x.
+template <typename T, typename Variant>
+const T* variant_get_if(const Variant& value) {
+#if TORCH_VERSION_MAJOR >= 2
+  return std::get_if<T>(&value);
+#else
+  return c10::get_if<T>(&value);
+#endif
+}
 
 /// CPU autocast accepts FP16 (LibTorch 1.13 only knows BF16 there).
 constexpr bool kCpuAutocastSupportsHalf = LAMP_TORCH_DEVICE_GENERIC_AUTOCAST;

@@ -39,7 +39,9 @@ void check_model_name(const std::string& name, const std::string& caller);
 /// Builds the named model. An unknown name is an error listing
 /// model_names(). `fused_batch_norm` is the ResNets'
 /// ResNetOptions::fused_batch_norm (false: the stock BatchNorm and ReLU ops,
-/// as the programs' `--fused-bn off`); "cnn" has no BatchNorm and ignores it.
+/// as the programs' `--fused-bn off`), `fold_batch_norm` their
+/// ResNetOptions::fold_batch_norm (the programs' `--fused-bn conv`); "cnn"
+/// has no BatchNorm and ignores both.
 ///
 /// \code
 ///   auto model = lamp::models::make_model("resnet50", /*num_classes=*/10);
@@ -47,7 +49,8 @@ void check_model_name(const std::string& name, const std::string& caller);
 ///   auto logits = model.forward(images);
 /// \endcode
 NamedModel make_model(const std::string& name, int64_t num_classes = 10,
-                      int64_t in_channels = 3, bool fused_batch_norm = true);
+                      int64_t in_channels = 3, bool fused_batch_norm = true,
+                      bool fold_batch_norm = false);
 
 /// Puts every 4-D parameter of `module`'s tree (convolution weights) in
 /// channels_last memory format, in place (`set_data`: the same parameter

@@ -13,6 +13,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "lamp/ops/conv_batch_norm.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -39,11 +41,21 @@ class BasicBlockImpl : public torch::nn::Module {
   /// the shortcut. `fused_batch_norm`: each BatchNorm and the ReLU (and the
   /// residual addition) after it run as one op where they can
   /// (lamp::ops::batch_norm_relu), the stock ops elsewhere.
+  /// `fold_batch_norm`: in training, on the GPU, every BatchNorm folded
+  /// into the convolutions around it (lamp::ops::folded_residual_block;
+  /// ResNetOptions::fold_batch_norm).
   BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride = 1,
-                 bool fused_batch_norm = true);
+                 bool fused_batch_norm = true, bool fold_batch_norm = false);
   /// `x` is [N, in_planes, H, W]; returns [N, planes, H / stride,
   /// W / stride] (rounded up), after the final ReLU.
   torch::Tensor forward(torch::Tensor x);
+  /// forward() with every BatchNorm folded into the convolutions
+  /// (lamp::ops::folded_residual_block), whatever the device and mode:
+  /// what forward() runs where `fold_batch_norm` applies; on the CPU the
+  /// ATen reference of the fused graphs.
+  torch::Tensor forward_folded(
+      const torch::Tensor& x,
+      ops::FoldedBackend backend = ops::FoldedBackend::kAuto);
 
   /// 3x3 convolution, `in_planes` -> `planes`, stride `stride`, padding 1.
   torch::nn::Conv2d conv1{nullptr};
@@ -56,8 +68,14 @@ class BasicBlockImpl : public torch::nn::Module {
   /// Empty (`is_empty()`) when the shortcut is the identity.
   torch::nn::Sequential shortcut{nullptr};
 
+  /// The block's name in its network ("layer2.0"), for the fused path's
+  /// messages; ResNetImpl sets it.
+  void set_label(std::string label) { label_ = std::move(label); }
+
  private:
   bool fused_;
+  bool fold_;
+  std::string label_ = "block";
 };
 /// The module holder of BasicBlockImpl (a shared pointer to it, as for every
 /// torch::nn module): `block->forward(x)`.
@@ -79,12 +97,16 @@ class BottleneckImpl : public torch::nn::Module {
   /// A block from `in_planes` input channels to `planes * kExpansion` output
   /// channels through a `planes`-channel bottleneck; `stride` 2 halves the
   /// height and width (rounding up), in conv2 and in the shortcut.
-  /// `fused_batch_norm` as in BasicBlockImpl.
+  /// `fused_batch_norm` and `fold_batch_norm` as in BasicBlockImpl.
   BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride = 1,
-                 bool fused_batch_norm = true);
+                 bool fused_batch_norm = true, bool fold_batch_norm = false);
   /// `x` is [N, in_planes, H, W]; returns [N, planes * kExpansion,
   /// H / stride, W / stride] (rounded up), after the final ReLU.
   torch::Tensor forward(torch::Tensor x);
+  /// As BasicBlockImpl::forward_folded().
+  torch::Tensor forward_folded(
+      const torch::Tensor& x,
+      ops::FoldedBackend backend = ops::FoldedBackend::kAuto);
 
   /// 1x1 convolution, `in_planes` -> `planes`.
   torch::nn::Conv2d conv1{nullptr};
@@ -101,8 +123,13 @@ class BottleneckImpl : public torch::nn::Module {
   /// Empty (`is_empty()`) when the shortcut is the identity.
   torch::nn::Sequential shortcut{nullptr};
 
+  /// As BasicBlockImpl::set_label().
+  void set_label(std::string label) { label_ = std::move(label); }
+
  private:
   bool fused_;
+  bool fold_;
+  std::string label_ = "block";
 };
 /// The module holder of BottleneckImpl: `block->forward(x)`.
 TORCH_MODULE(Bottleneck);
@@ -131,6 +158,18 @@ struct ResNetOptions {
   /// and their names are the same either way; false runs the stock ops
   /// always.
   TORCH_ARG(bool, fused_batch_norm) = true;
+  /// Opt-in: every residual block's BatchNorms folded into its convolutions
+  /// (lamp::ops::folded_residual_block): on CUDA, in training, for
+  /// channels_last half/bfloat16 activations, each convolution computes its
+  /// output's BatchNorm statistics in its epilogue and applies the previous
+  /// BatchNorm and ReLU in its prologue (cuDNN's graph API), and the
+  /// backward fuses likewise; any layer whose graph cuDNN refuses runs the
+  /// ATen ops, with one line naming it. Elsewhere (eval mode, the CPU,
+  /// FP32, NCHW, a lamp without cudnn-frontend) the blocks run as
+  /// fused_batch_norm says. The stem keeps fused_batch_norm's op. Parameters,
+  /// buffers and their names are the same either way. The programs'
+  /// `--fused-bn conv`.
+  TORCH_ARG(bool, fold_batch_norm) = false;
 };
 
 /// A CIFAR-style ResNet.

@@ -33,9 +33,12 @@
 ///    convolution and by the next residual, so it is written once).
 
 #include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace lamp {
 namespace ops {
@@ -67,8 +70,10 @@ struct FoldedBatchNorm {
 /// `bias` (FP32 [C], or undefined for an affine-less BatchNorm: 1 and 0).
 /// Updates `running_mean` and `running_var` in place as BatchNorm2d does,
 /// (1 - momentum) running + momentum batch, the variance unbiased (times
-/// count / (count - 1)), where they are defined. Throws c10::Error when
-/// count < 2 (BatchNorm's own refusal of one value per channel).
+/// count / (count - 1)), where they are defined. The fold is differentiable
+/// in the sums, weight and bias (the running statistics' update is not).
+/// Throws c10::Error when count < 2 (BatchNorm's own refusal of one value
+/// per channel).
 FoldedBatchNorm finalize_batch_norm(const ChannelStatistics& stats,
                                     const torch::Tensor& weight,
                                     const torch::Tensor& bias,
@@ -138,6 +143,99 @@ torch::Tensor folded_batch_norm_relu(const torch::Tensor& y,
 torch::Tensor folded_batch_norm_add_relu(const torch::Tensor& y,
                                          const torch::Tensor& residual,
                                          const torch::nn::BatchNorm2d& bn);
+
+/// One convolution of a folded chain, with its statistics epilogue: what
+/// folded_conv() returns.
+struct FoldedConv {
+  torch::Tensor output;         ///< conv(prologue(x)), x's dtype and layout
+  torch::Tensor sum;            ///< FP32 [C_out]: output's sum per channel
+  torch::Tensor sum_of_squares; ///< FP32 [C_out]: the sum of its squares
+};
+
+/// How folded_conv() and folded_residual_block() compute.
+enum class FoldedBackend {
+  /// cuDNN's fused graphs where they apply (a CUDA lamp built with
+  /// cudnn-frontend, CUDA tensors in half or bfloat16, channels_last), the
+  /// ATen reference everywhere else and for any layer whose graph cuDNN
+  /// refuses (one line on stderr names the layer and cuDNN's reason).
+  kAuto,
+  /// Always the ATen reference: the arithmetic the graphs are tested
+  /// against.
+  kReference,
+};
+
+/// conv(relu(scale x + bias)) (the prologue, when `in_scale` and `in_bias`
+/// are defined: x is the previous convolution's raw output and scale, bias
+/// the fold of its BatchNorm) or conv(x), with the output's per-channel sums
+/// (the statistics epilogue). One cuDNN graph each way on the GPU: forward
+/// prologue + convolution + statistics, backward the data gradient with
+/// the ReLU's mask and the sums that give `in_scale`'s and `in_bias`'s
+/// gradients, and the weight gradient with the prologue recomputed.
+///
+/// Differentiable in x, weight, in_scale and in_bias, with gradients flowing
+/// in through all three outputs (a statistic's gradient adds
+/// d_sum + 2 d_sum_of_squares y to the output's). `weight` is
+/// [C_out, C_in, kH, kW] and is used in x's dtype; `stride` and `padding`
+/// apply to both spatial dimensions; no bias, groups or dilation. `name`
+/// labels the layer in the fallback line. Throws c10::Error on shapes that
+/// do not fit.
+FoldedConv folded_conv(const torch::Tensor& x, const torch::Tensor& weight,
+                       int64_t stride, int64_t padding,
+                       const torch::Tensor& in_scale,
+                       const torch::Tensor& in_bias,
+                       const std::string& name = "conv",
+                       FoldedBackend backend = FoldedBackend::kAuto);
+
+/// The finalize step as a differentiable op for training: the fold of
+/// `bn` from a convolution's sums over `count` values per channel (its
+/// scale and bias depend on the sums and on bn's weight and bias, so
+/// gradients reach all four), updating bn's running statistics and
+/// num_batches_tracked exactly as bn->forward() does in training. In eval
+/// mode, the running statistics' fold (the sums are not used). Requires an
+/// affine BatchNorm.
+FoldedBatchNorm finalize_batch_norm(const torch::Tensor& sum,
+                                    const torch::Tensor& sum_of_squares,
+                                    int64_t count,
+                                    const torch::nn::BatchNorm2d& bn);
+
+/// A convolution and the BatchNorm of its output, in a residual block.
+struct ConvBatchNormLayer {
+  torch::nn::Conv2d conv{nullptr};   ///< no bias, groups 1, dilation 1
+  torch::nn::BatchNorm2d bn{nullptr}; ///< affine
+  std::string name;                  ///< e.g. "layer2.0.conv1", for messages
+};
+
+/// A ResNet block with every BatchNorm folded into the convolutions:
+/// `relu(bn_n(conv_n(... relu(bn_1(conv_1(x))) ...)) + shortcut(x))`, the
+/// shortcut being `bn_s(conv_s(x))` when `shortcut` is given and the
+/// identity otherwise. conv_1 and conv_s read x as it is (a previous
+/// block's output, already through its ReLU); each later convolution
+/// applies the previous BatchNorm and ReLU in its prologue (folded_conv());
+/// the last BatchNorm, the shortcut's and the ReLU after the addition are
+/// one pass. Equal to the stock modules' forward and backward in training
+/// and eval mode, running statistics included (tests/conv_batch_norm_test.cpp
+/// for every block shape of ResNet18 and ResNet50).
+torch::Tensor folded_residual_block(
+    const torch::Tensor& x, const std::vector<ConvBatchNormLayer>& chain,
+    const ConvBatchNormLayer* shortcut = nullptr,
+    FoldedBackend backend = FoldedBackend::kAuto);
+
+/// "" when folded_conv() runs cuDNN's graphs for `x` (subject to cuDNN
+/// accepting each shape); otherwise why it runs the ATen reference (a lamp
+/// built without cudnn-frontend or CUDA, a CPU tensor, FP32, not
+/// channels_last).
+std::string folded_conv_fallback_reason(const torch::Tensor& x);
+
+/// True when this lamp was built with cuDNN's graphs for folded_conv() (a
+/// CUDA LibTorch and cudnn-frontend's headers at configure time, and the
+/// loaded cuDNN offers the graph API); otherwise false with the reason in
+/// `why` when given.
+bool conv_batch_norm_fusion_built(std::string* why = nullptr);
+
+/// The layers (and cuDNN's reasons) that fell back to the reference since
+/// the process started, one "name: reason" line each: what the fallback
+/// lines printed.
+std::vector<std::string> folded_conv_fallbacks();
 
 } // namespace ops
 } // namespace lamp

@@ -1,0 +1,35 @@
+#pragma once
+
+// Which ops a forward pass recorded: the autograd graph behind a tensor.
+#include <torch/torch.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace lamp_test {
+
+/// The autograd nodes in the graph behind `root` whose name contains
+/// `name` ("FusedBatchNorm", "FoldedConvFunction"), each counted once.
+inline int count_nodes_named(const torch::Tensor& root,
+                             const std::string& name) {
+  std::set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{root.grad_fn().get()};
+  int count = 0;
+  while (!todo.empty()) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (node == nullptr || !seen.insert(node).second) {
+      continue;
+    }
+    if (node->name().find(name) != std::string::npos) {
+      ++count;
+    }
+    for (const auto& edge : node->next_edges()) {
+      todo.push_back(edge.function.get());
+    }
+  }
+  return count;
+}
+
+} // namespace lamp_test

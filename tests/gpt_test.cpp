@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -282,6 +283,124 @@ TEST(GptModel, IsCausalAndTiesItsOutputToTheEmbedding) {
       torch::full({8}, 3, torch::kLong))
       .backward();
   EXPECT_GT(gpt->wte->weight.grad()[5].abs().sum().item<double>(), 0.0);
+}
+
+// nanoGPT's forward written out from the parameters alone: token plus
+// position embeddings, pre-LayerNorm blocks of causal attention (an
+// explicit mask) and a GELU MLP, a final LayerNorm and the output
+// projection tied to the token embedding; no dropout.
+torch::Tensor reference_forward(GPT& gpt, const torch::Tensor& ids) {
+  auto p = gpt->named_parameters();
+  const auto& o = gpt->options();
+  const int64_t b = ids.size(0), t = ids.size(1), c = o.width();
+  const int64_t heads = o.heads(), d = c / heads;
+  const auto ln = [&](const torch::Tensor& x, const std::string& n) {
+    return torch::layer_norm(x, {c}, p[n + ".weight"], p[n + ".bias"], 1e-5);
+  };
+  const auto linear = [&](const torch::Tensor& x, const std::string& n) {
+    return torch::linear(x, p[n + ".weight"], p[n + ".bias"]);
+  };
+  auto x = p["wte.weight"].index_select(0, ids.reshape(-1)).view({b, t, c}) +
+           p["wpe.weight"].slice(0, 0, t);
+  const auto future = torch::ones({t, t}, torch::kBool).triu(1);
+  for (int64_t l = 0; l < o.layers(); ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    const auto qkv = linear(ln(x, h + "ln_1"), h + "attn.c_attn").split(c, 2);
+    const auto split = [&](const torch::Tensor& y) {
+      return y.reshape({b, t, heads, d}).transpose(1, 2);
+    };
+    auto scores = split(qkv[0]).matmul(split(qkv[1]).transpose(-2, -1)) /
+                  std::sqrt(static_cast<double>(d));
+    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+    const auto y = scores.softmax(-1).matmul(split(qkv[2])).transpose(1, 2)
+                       .reshape({b, t, c});
+    x = x + linear(y, h + "attn.c_proj");
+    x = x + linear(torch::gelu(linear(ln(x, h + "ln_2"), h + "mlp.c_fc")),
+                   h + "mlp.c_proj");
+  }
+  return torch::linear(ln(x, "ln_f"), p["wte.weight"]);
+}
+
+// The model computes nanoGPT's function: in eval mode (dropout off, though
+// the model has some) its logits are the reference's; a token's position
+// matters (the same tokens in another order give other logits at the same
+// place beyond the first).
+TEST(GptModel, EvalForwardIsNanoGptsArithmetic) {
+  torch::manual_seed(21);
+  GPT gpt(tiny().dropout(0.3));
+  {
+    // LayerNorm's affine away from 1 and 0, so that using it matters.
+    torch::NoGradGuard no_grad;
+    for (auto& item : gpt->named_parameters()) {
+      if (item.key().find("ln_") != std::string::npos) {
+        item.value().add_(torch::randn_like(item.value()) * 0.2);
+      }
+    }
+  }
+  gpt->eval();
+  const auto ids = torch::randint(0, 256, {3, 8}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto logits = gpt->forward(ids);
+  const auto expected = reference_forward(gpt, ids);
+  // FP32 sums of at most 64 products in another order: 1e-5 of values
+  // near 1.
+  EXPECT_TRUE(lamp_test::AllClose(logits, expected, 1e-4, 1e-5))
+      << (logits - expected).abs().max().item<double>();
+  // Position embeddings: one token repeated gives different logits at
+  // each position.
+  const auto same = gpt->forward(torch::full({1, 8}, 7, torch::kLong));
+  EXPECT_FALSE(torch::allclose(same[0][0], same[0][1]));
+  // The reference on a shorter context: positions 0..t-1 of wpe.
+  const auto shorter = ids.narrow(1, 0, 5);
+  EXPECT_TRUE(lamp_test::AllClose(gpt->forward(shorter),
+                                  reference_forward(gpt, shorter), 1e-4, 1e-5));
+}
+
+// Dropout (embeddings, attention, projections) in training mode only:
+// training forwards are random and differ from eval's; eval is repeatable;
+// at dropout 0 training is eval.
+TEST(GptModel, DropoutOnlyInTraining) {
+  torch::manual_seed(22);
+  GPT gpt(tiny().dropout(0.3));
+  const auto ids = torch::randint(0, 256, {2, 8}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  gpt->eval();
+  const auto a = gpt->forward(ids);
+  EXPECT_TRUE(torch::equal(gpt->forward(ids), a));
+  gpt->train();
+  const auto b = gpt->forward(ids);
+  const auto c = gpt->forward(ids);
+  EXPECT_FALSE(torch::allclose(b, a));
+  EXPECT_FALSE(torch::allclose(b, c));
+  // Dropout 0: training is the same function as eval.
+  torch::manual_seed(22);
+  GPT plain(tiny().dropout(0.0));
+  plain->train();
+  const auto d = plain->forward(ids);
+  plain->eval();
+  EXPECT_TRUE(lamp_test::AllClose(d, plain->forward(ids), 0, 0));
+}
+
+// The embedding's dropout alone: a model of no blocks is embeddings, ln_f
+// and the tied head, so training-mode randomness there is the embeddings'.
+TEST(GptModel, EmbeddingDropoutInTrainingOnly) {
+  torch::manual_seed(23);
+  GPT gpt(tiny().layers(1).dropout(0.5));
+  const auto ids = torch::randint(0, 256, {2, 8}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  // Blocks off: their output projections zero, so each block adds nothing
+  // (dropout of zero is zero).
+  for (auto& item : gpt->named_parameters()) {
+    if (item.key().find("c_proj") != std::string::npos) {
+      item.value().zero_();
+    }
+  }
+  gpt->eval();
+  const auto eval = gpt->forward(ids);
+  EXPECT_TRUE(lamp_test::AllClose(eval, reference_forward(gpt, ids), 1e-4,
+                                  1e-5));
+  gpt->train();
+  EXPECT_FALSE(torch::allclose(gpt->forward(ids), eval));
 }
 
 TEST(GptModel, MakeGptsForwardRunsItsModule) {

@@ -592,6 +592,58 @@ TEST(Ranks, ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare) {
   }
 }
 
+TEST(Ranks, ShardedOptimizerStepsAParameterWithoutAGradientAsZero) {
+  // A parameter that gets no gradient in a step (a branch the step did not
+  // use) is stepped with a zero gradient, as data-parallel training gives
+  // it: momentum and weight decay go on, the shard does not keep the
+  // gradient of the step before. The whole optimizer, given that zero
+  // gradient, is the reference.
+  auto g = any_group();
+  for (const auto& [name, make] :
+       std::vector<std::pair<std::string, ShardFactory>>{
+           {"sgd", sgd_momentum()}, {"adamw", adamw()}}) {
+    torch::nn::Sequential nets[2];
+    for (auto& net : nets) {
+      torch::manual_seed(4);
+      net = torch::nn::Sequential(torch::nn::Linear(6, 5),
+                                  torch::nn::Linear(5, 3));
+    }
+    lamp::distributed::ShardedOptimizer sharded(nets[0]->parameters(), make,
+                                                g);
+    auto whole = make(nets[1]->parameters());
+    torch::manual_seed(5);
+    for (int step = 0; step < 5; ++step) {
+      const auto x = torch::randn({4, 6});
+      // Odd steps train the first layer alone: the second gets no gradient.
+      const auto loss = [&](torch::nn::Sequential& net) {
+        const auto hidden = net[0]->as<torch::nn::Linear>()->forward(x);
+        return step % 2 == 0
+                   ? net[1]->as<torch::nn::Linear>()->forward(hidden).pow(2).mean()
+                   : hidden.pow(2).mean();
+      };
+      sharded.zero_grad();
+      loss(nets[0]).backward();
+      sharded.step();
+      whole->zero_grad();
+      loss(nets[1]).backward();
+      for (auto& p : nets[1]->parameters()) {
+        if (!p.grad().defined()) {
+          p.mutable_grad() = torch::zeros_like(p);
+        }
+      }
+      whole->step();
+    }
+    const auto mine = nets[0]->parameters();
+    const auto expected = nets[1]->parameters();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      // As in ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare.
+      EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
+          << name << " parameter " << i << ": max difference "
+          << (mine[i] - expected[i]).abs().max().item<double>();
+    }
+  }
+}
+
 TEST(Ranks, ShardedOptimizerKeepsFp32MastersOfBf16Parameters) {
   // BF16 and FP32 parameters side by side: one shard per dtype, FP32
   // masters for both, the BF16 weights the masters' rounding, as with

@@ -629,6 +629,107 @@ TEST(Ranks, TrainStepZeroReshardsForAnotherNumberOfRanks) {
   g->barrier();
 }
 
+// A GPT with a side head that only some steps use: on the others its
+// parameters get no gradient at all.
+struct SideHeadGptImpl : torch::nn::Module {
+  SideHeadGptImpl() {
+    gpt = register_module("gpt", lamp::models::GPT(tiny_gpt()));
+    side = register_module("side", torch::nn::Linear(29, 3));
+  }
+  lamp::models::GPT gpt{nullptr};
+  torch::nn::Linear side{nullptr};
+};
+TORCH_MODULE(SideHeadGpt);
+
+// A parameter without a gradient in a step is stepped as the replicated
+// step steps it (a zero gradient: momentum and weight decay go on), not
+// with what its shard held from the step before.
+TEST(Ranks, TrainStepZeroStepsAParameterWithoutAGradientAsZero) {
+  auto g = ranks();
+  for (const int stage : {1, 2}) {
+    for (const bool adamw : {false, true}) {
+      SCOPED_TRACE(std::string(adamw ? "adamw groups" : "sgd momentum") +
+                   ", stage " + std::to_string(stage));
+      SideHeadGpt models[2] = {nullptr, nullptr};
+      std::unique_ptr<lamp::TrainStep> steps[2];
+      for (int k = 0; k < 2; ++k) {
+        torch::manual_seed(0);
+        models[k] = SideHeadGpt();
+        steps[k] = std::make_unique<lamp::TrainStep>(
+            models[k].ptr(),
+            adamw ? adamw_groups(*models[k]) : sgd_momentum(),
+            lamp::TrainStepOptions(lamp::Precision::kFP32)
+                .gradient_sync(lamp::distributed::data_parallel(
+                    g, DataParallelOptions()
+                           .zero_stage(k == 0 ? stage : 0)
+                           .bucket_cap_mb(stage == 2 ? kSmallBucketMb
+                                                     : 25.0))));
+      }
+      for (int step = 0; step < 5; ++step) {
+        const auto tokens = batch(step, *g);
+        for (int k = 0; k < 2; ++k) {
+          auto& m = models[k];
+          steps[k]->step([&] {
+            const auto logits = m->gpt->forward(tokens.narrow(1, 0, 8));
+            auto loss = torch::cross_entropy_loss(
+                logits.to(torch::kFloat).reshape({-1, 29}),
+                tokens.narrow(1, 1, 8).reshape(-1));
+            if (step % 2 == 0) {
+              // The side head on even steps only.
+              loss = loss + m->side->forward(logits.detach()).pow(2).mean();
+            }
+            return loss;
+          });
+        }
+      }
+      const auto expected = models[1]->named_parameters();
+      for (const auto& item : models[0]->named_parameters()) {
+        EXPECT_TRUE(AllClose(item.value(), expected[item.key()], 1e-5, 1e-5))
+            << item.key() << ": max difference "
+            << (item.value() - expected[item.key()]).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+// gather_masters() (what --export-state-dict writes for a sharded BF16
+// run) returns the FP32 masters in the model's parameter order, each
+// where it belongs, although AdamW's decay groups give the optimizer
+// another order: equal to the replicated step's masters.
+TEST(Ranks, TrainStepZeroGathersMastersInTheModelsOrder) {
+  auto g = ranks();
+  for (const int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const Case c{"bf16 adamw groups", lamp::Precision::kBF16, true, 0.0, 1};
+    auto pair = build_steps(c, g, stage);
+    for (int step = 0; step < 3; ++step) {
+      const auto tokens = batch(step, *g);
+      train(*pair.sharded_step, pair.sharded, tokens);
+      train(*pair.replicated_step, pair.replicated, tokens);
+    }
+    ASSERT_NE(pair.sharded_step->optimizer_sharding(), nullptr);
+    ASSERT_NE(pair.replicated_step->master_weights(), nullptr);
+    const auto gathered =
+        pair.sharded_step->optimizer_sharding()->gather_masters();
+    const auto& expected =
+        pair.replicated_step->master_weights()->master_params();
+    const auto params = pair.sharded->named_parameters();
+    ASSERT_EQ(gathered.size(), expected.size());
+    ASSERT_EQ(gathered.size(), params.size());
+    for (size_t i = 0; i < gathered.size(); ++i) {
+      const auto& name = params[i].key();
+      ASSERT_EQ(gathered[i].sizes(), params[i].value().sizes()) << name;
+      EXPECT_EQ(gathered[i].scalar_type(), torch::kFloat) << name;
+      // The same FP32 updates; 1e-5 as for the FP32 cases above.
+      EXPECT_TRUE(AllClose(gathered[i], expected[i], 1e-5, 1e-5)) << name;
+      // And the BF16 parameter is its master rounded.
+      EXPECT_TRUE(BitEqual(gathered[i].to(torch::kBFloat16),
+                           params[i].value().detach()))
+          << name;
+    }
+  }
+}
+
 TEST(Ranks, ZeroStageIsCheckedAndAgreedOn) {
   auto g = ranks();
   torch::manual_seed(0);

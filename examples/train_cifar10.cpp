@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
         spec.std = {0.2470, 0.2435, 0.2616};
         spec.crop_padding = 4;
         spec.horizontal_flip = true;
-        spec.make_model = [](const std::string& name, const std::string& fused_bn) {
+        spec.make_model = [](const std::string& name,
+                             const std::string& fused_bn) {
           return lamp::models::make_model(name, 10, 3, fused_bn != "off",
                                           fused_bn == "conv");
         };

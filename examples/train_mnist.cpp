@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
         std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(
             spec.train.inputs, "the training images of '" + config.data + "'");
         const int64_t channels = spec.train.inputs.size(1);
-        spec.make_model = [channels](const std::string& name, const std::string& fused_bn) {
+        spec.make_model = [channels](const std::string& name,
+                                     const std::string& fused_bn) {
           return lamp::models::make_model(name, 10, channels, fused_bn != "off",
                                           fused_bn == "conv");
         };

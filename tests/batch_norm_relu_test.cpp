@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "autograd_nodes.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/models/registry.h"
 #include "lamp/models/resnet.h"
 #include "lamp/ops/batch_norm_relu.h"
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
-#include "autograd_nodes.h"
 #include "test_util.h"
 
 namespace {

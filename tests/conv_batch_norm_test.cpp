@@ -299,12 +299,11 @@ struct ConvSide {
   lamp::ops::FoldedConv got;
 };
 
-ConvSide conv_side(
-    const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& s,
-    const torch::Tensor& b,
-    const std::function<lamp::ops::FoldedConv(
-        const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-        const torch::Tensor&)>& run) {
+ConvSide conv_side(const torch::Tensor& x, const torch::Tensor& w,
+                   const torch::Tensor& s, const torch::Tensor& b,
+                   const std::function<lamp::ops::FoldedConv(
+                       const torch::Tensor&, const torch::Tensor&,
+                       const torch::Tensor&, const torch::Tensor&)>& run) {
   ConvSide side;
   side.leaves = {x.clone().requires_grad_(), w.clone().requires_grad_()};
   if (s.defined()) {
@@ -323,10 +322,10 @@ lamp::ops::FoldedConv composed_conv(const torch::Tensor& x,
                                     const torch::Tensor& w, int64_t stride,
                                     int64_t padding, const torch::Tensor& s,
                                     const torch::Tensor& b) {
-  const auto a = s.defined()
-                     ? torch::relu(x * s.view({1, -1, 1, 1}) +
-                                   b.view({1, -1, 1, 1}))
-                     : x;
+  const auto a =
+      s.defined()
+          ? torch::relu(x * s.view({1, -1, 1, 1}) + b.view({1, -1, 1, 1}))
+          : x;
   lamp::ops::FoldedConv out;
   out.output = torch::conv2d(a, w, {}, stride, padding);
   out.sum = out.output.sum({0, 2, 3});
@@ -340,8 +339,8 @@ lamp::ops::FoldedConv composed_conv(const torch::Tensor& x,
 TEST(ConvBatchNorm, FoldedConvEqualsTheComposition) {
   for (const bool prologue : {false, true}) {
     for (const auto& [kernel, stride] :
-         std::vector<std::pair<int64_t, int64_t>>{{3, 1}, {3, 2}, {1, 1},
-                                                  {1, 2}}) {
+         std::vector<std::pair<int64_t, int64_t>>{
+             {3, 1}, {3, 2}, {1, 1}, {1, 2}}) {
       SCOPED_TRACE(std::string(prologue ? "prologue, " : "") + "kernel " +
                    std::to_string(kernel) + ", stride " +
                    std::to_string(stride));
@@ -379,8 +378,7 @@ TEST(ConvBatchNorm, FoldedConvEqualsTheComposition) {
       }
       const char* names[] = {"x", "weight", "scale", "bias"};
       for (size_t i = 0; i < sides[0].leaves.size(); ++i) {
-        EXPECT_TRUE(
-            Near(sides[1].leaves[i].grad(), sides[0].leaves[i].grad()))
+        EXPECT_TRUE(Near(sides[1].leaves[i].grad(), sides[0].leaves[i].grad()))
             << names[i] << "'s gradient";
       }
     }
@@ -400,8 +398,9 @@ TEST(ConvBatchNorm, FoldedConvOnTheCpuRunsTheReference) {
                                         lamp::ops::FoldedBackend::kReference);
   EXPECT_TRUE(torch::equal(a.output, b.output));
   EXPECT_EQ(lamp::ops::folded_conv_fallbacks().size(), before);
-  std::string why;
-  EXPECT_EQ(lamp::ops::conv_batch_norm_fusion_built(&why), why.empty());
+  std::string why = "(unset)";
+  const bool built = lamp::ops::conv_batch_norm_fusion_built(&why);
+  EXPECT_EQ(built, why.empty()) << why;
 }
 
 // A ResNet with fold_batch_norm where it does not apply (the CPU) is the
@@ -532,8 +531,9 @@ TEST(ConvBatchNorm, CudnnGraphsMatchTheReference_CUDA) {
                      std::to_string(stride));
         torch::manual_seed(21);
         const int64_t padding = kernel / 2;
-        const auto x =
-            (torch::randn({32, 64, 16, 16}, cuda) + 0.2).to(dtype).contiguous(cl);
+        const auto x = (torch::randn({32, 64, 16, 16}, cuda) + 0.2)
+                           .to(dtype)
+                           .contiguous(cl);
         const auto w = (torch::randn({128, 64, kernel, kernel}, cuda) /
                         std::sqrt(64.0 * kernel * kernel))
                            .to(dtype)
@@ -547,13 +547,13 @@ TEST(ConvBatchNorm, CudnnGraphsMatchTheReference_CUDA) {
         for (int side = 0; side < 2; ++side) {
           const auto backend = side == 0 ? lamp::ops::FoldedBackend::kReference
                                          : lamp::ops::FoldedBackend::kAuto;
-          sides[side] = conv_side(
-              x, w, s, b,
-              [&](const auto& xl, const auto& wl, const auto& sl,
-                  const auto& bl) {
-                return lamp::ops::folded_conv(xl, wl, stride, padding, sl, bl,
-                                              "cuda.conv", backend);
-              });
+          sides[side] = conv_side(x, w, s, b,
+                                  [&](const auto& xl, const auto& wl,
+                                      const auto& sl, const auto& bl) {
+                                    return lamp::ops::folded_conv(
+                                        xl, wl, stride, padding, sl, bl,
+                                        "cuda.conv", backend);
+                                  });
         }
         const lamp::ops::FoldedConv got[2] = {sides[0].got, sides[1].got};
         torch::manual_seed(22);
@@ -597,8 +597,10 @@ TEST(ConvBatchNorm, RefusedGraphFallsBackToTheReference_CUDA) {
   const torch::Device cuda(torch::kCUDA);
   const auto cl = torch::MemoryFormat::ChannelsLast;
   torch::manual_seed(23);
-  const auto x = torch::randn({4, 5, 9, 9}, cuda).to(torch::kHalf).contiguous(cl);
-  const auto w = torch::randn({7, 5, 3, 3}, cuda).to(torch::kHalf).contiguous(cl);
+  const auto x =
+      torch::randn({4, 5, 9, 9}, cuda).to(torch::kHalf).contiguous(cl);
+  const auto w =
+      torch::randn({7, 5, 3, 3}, cuda).to(torch::kHalf).contiguous(cl);
   const auto s = torch::rand({5}, cuda) + 0.5;
   const auto b = torch::randn({5}, cuda);
   const auto before = lamp::ops::folded_conv_fallbacks().size();
@@ -681,7 +683,8 @@ TEST(ConvBatchNorm, ResNetStepsMatchTheFusedLevel_CUDA) {
     EXPECT_NEAR(captured.losses[i], folded.losses[i], 1e-3) << "step " << i;
   }
   for (size_t i = 0; i < fused.state.size(); ++i) {
-    EXPECT_TRUE(lamp_test::AllClose(folded.state[i], fused.state[i], 2e-2, 2e-3))
+    EXPECT_TRUE(
+        lamp_test::AllClose(folded.state[i], fused.state[i], 2e-2, 2e-3))
         << "tensor " << i;
     // The same kernels replayed; only cuDNN's algorithm choice may differ.
     EXPECT_TRUE(

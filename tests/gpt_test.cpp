@@ -311,8 +311,11 @@ torch::Tensor reference_forward(GPT& gpt, const torch::Tensor& ids) {
     };
     auto scores = split(qkv[0]).matmul(split(qkv[1]).transpose(-2, -1)) /
                   std::sqrt(static_cast<double>(d));
-    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-    const auto y = scores.softmax(-1).matmul(split(qkv[2])).transpose(1, 2)
+    scores =
+        scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+    const auto y = scores.softmax(-1)
+                       .matmul(split(qkv[2]))
+                       .transpose(1, 2)
                        .reshape({b, t, c});
     x = x + linear(y, h + "attn.c_proj");
     x = x + linear(torch::gelu(linear(ln(x, h + "ln_2"), h + "mlp.c_fc")),
@@ -397,8 +400,8 @@ TEST(GptModel, EmbeddingDropoutInTrainingOnly) {
   }
   gpt->eval();
   const auto eval = gpt->forward(ids);
-  EXPECT_TRUE(lamp_test::AllClose(eval, reference_forward(gpt, ids), 1e-4,
-                                  1e-5));
+  EXPECT_TRUE(
+      lamp_test::AllClose(eval, reference_forward(gpt, ids), 1e-4, 1e-5));
   gpt->train();
   EXPECT_FALSE(torch::allclose(gpt->forward(ids), eval));
 }

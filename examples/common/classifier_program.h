@@ -25,7 +25,8 @@ struct RunSpec {
   /// The model named by --model, with --fused-bn's choice for the ResNets.
   /// `fused_bn` is "off", "on" or "conv" (ResNetOptions::fused_batch_norm
   /// and fold_batch_norm).
-  std::function<BuiltModel(const std::string& name, const std::string& fused_bn)>
+  std::function<BuiltModel(const std::string& name,
+                           const std::string& fused_bn)>
       make_model;
   std::vector<double> mean, std;
   /// The files the data was read from: no output may overwrite them.

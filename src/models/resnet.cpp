@@ -40,9 +40,8 @@ torch::nn::Sequential make_shortcut(int64_t in_planes, int64_t out_planes,
 
 template <typename Block>
 torch::nn::Sequential make_stage(int64_t& in_planes, int64_t planes,
-                                 int64_t num_blocks, int64_t stride,
-                                 bool fused, bool fold,
-                                 const std::string& name) {
+                                 int64_t num_blocks, int64_t stride, bool fused,
+                                 bool fold, const std::string& name) {
   torch::nn::Sequential stage;
   for (int64_t i = 0; i < num_blocks; ++i) {
     Block block(in_planes, planes, i == 0 ? stride : 1, fused, fold);
@@ -71,9 +70,8 @@ ops::ConvBatchNormLayer layer(const torch::nn::Conv2d& conv,
 // children).
 ops::ConvBatchNormLayer shortcut_layer(const torch::nn::Sequential& shortcut,
                                        const std::string& label) {
-  return {torch::nn::Conv2d(
-              std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(
-                  shortcut->ptr(0))),
+  return {torch::nn::Conv2d(std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(
+              shortcut->ptr(0))),
           torch::nn::BatchNorm2d(
               std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(
                   shortcut->ptr(1))),

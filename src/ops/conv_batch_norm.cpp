@@ -163,8 +163,7 @@ void note_fallback(const std::string& name, const char* pass,
                name.c_str(), pass, why.c_str());
 }
 
-torch::Tensor apply_prologue(const torch::Tensor& x,
-                             const torch::Tensor& scale,
+torch::Tensor apply_prologue(const torch::Tensor& x, const torch::Tensor& scale,
                              const torch::Tensor& bias) {
   return torch::relu(x.to(torch::kFloat) * per_channel(scale) +
                      per_channel(bias))
@@ -208,7 +207,8 @@ torch::Tensor total_output_gradient(const torch::Tensor& grad_y,
 // Inputs: x, weight (in x's dtype), scale, bias (FP32 [C_in]; empty
 // placeholders without a prologue: autograd takes defined tensors only);
 // outputs y, sum, sum of squares.
-class FoldedConvFunction : public torch::autograd::Function<FoldedConvFunction> {
+class FoldedConvFunction
+    : public torch::autograd::Function<FoldedConvFunction> {
  public:
   static torch::autograd::variable_list forward(
       torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
@@ -257,13 +257,12 @@ class FoldedConvFunction : public torch::autograd::Function<FoldedConvFunction> 
     const std::string name = ctx->saved_data["name"].toStringRef();
     const bool graphs = ctx->saved_data["graphs"].toBool();
     const bool prologue = ctx->saved_data["prologue"].toBool();
-    const auto grad =
-        total_output_gradient(grad_outputs[0], grad_outputs[1],
-                              grad_outputs[2], y);
+    const auto grad = total_output_gradient(grad_outputs[0], grad_outputs[1],
+                                            grad_outputs[2], y);
     torch::autograd::variable_list grads(9);
     if (!prologue) {
-      auto back = convolve_backward(grad, x, weight, stride, padding, true,
-                                    true);
+      auto back =
+          convolve_backward(grad, x, weight, stride, padding, true, true);
       grads[0] = std::get<0>(back);
       grads[1] = std::get<1>(back);
       return grads;
@@ -279,15 +278,15 @@ class FoldedConvFunction : public torch::autograd::Function<FoldedConvFunction> 
         note_fallback(name, "data gradient", why);
         dz = torch::Tensor();
       }
-      if (!detail::cudnn_wgrad_prologue(grad, x, weight, stride, padding,
-                                        scale, bias, dw, why)) {
+      if (!detail::cudnn_wgrad_prologue(grad, x, weight, stride, padding, scale,
+                                        bias, dw, why)) {
         note_fallback(name, "weight gradient", why);
         dw = torch::Tensor();
       }
     }
     if (!dz.defined() || !dw.defined()) {
-      const auto pre = x.to(torch::kFloat) * per_channel(scale) +
-                       per_channel(bias);
+      const auto pre =
+          x.to(torch::kFloat) * per_channel(scale) + per_channel(bias);
       const auto a = torch::relu(pre).to(x.scalar_type());
       auto back = convolve_backward(grad, a, weight, stride, padding,
                                     !dz.defined(), !dw.defined());
@@ -318,29 +317,31 @@ std::pair<int64_t, int64_t> conv_geometry(const torch::nn::Conv2d& conv,
   const auto& o = conv->options;
   const auto* padding =
       detail::variant_get_if<torch::ExpandingArray<2>>(o.padding());
-  TORCH_CHECK(!o.bias() && o.groups() == 1 && (*o.dilation())[0] == 1 &&
-                  (*o.dilation())[1] == 1 &&
-                  (*o.stride())[0] == (*o.stride())[1] && padding != nullptr &&
-                  (**padding)[0] == (**padding)[1] &&
-                  detail::variant_get_if<torch::enumtype::kZeros>(
-                      o.padding_mode()) != nullptr,
-              "lamp::ops::folded_residual_block: ", name,
-              " must be a convolution without bias, groups or dilation, with "
-              "equal strides and equal zero padding (a ResNet's are).");
+  TORCH_CHECK(
+      !o.bias() && o.groups() == 1 && (*o.dilation())[0] == 1 &&
+          (*o.dilation())[1] == 1 && (*o.stride())[0] == (*o.stride())[1] &&
+          padding != nullptr && (**padding)[0] == (**padding)[1] &&
+          detail::variant_get_if<torch::enumtype::kZeros>(o.padding_mode()) !=
+              nullptr,
+      "lamp::ops::folded_residual_block: ", name,
+      " must be a convolution without bias, groups or dilation, with "
+      "equal strides and equal zero padding (a ResNet's are).");
   return {(*o.stride())[0], (**padding)[0]};
 }
 
 void check_layer(const ConvBatchNormLayer& layer) {
-  TORCH_CHECK(!layer.bn.is_empty(), "lamp::ops::folded_residual_block: ",
-              layer.name, " has no BatchNorm.");
-  TORCH_CHECK(layer.bn->options.affine(), "lamp::ops::folded_residual_block: ",
-              layer.name, "'s BatchNorm must be affine (a ResNet's are).");
-  TORCH_CHECK(layer.bn->options.num_features() ==
-                  layer.conv->options.out_channels(),
-              "lamp::ops::folded_residual_block: ", layer.name, " outputs ",
-              layer.conv->options.out_channels(),
-              " channels but its BatchNorm normalises ",
-              layer.bn->options.num_features(), ".");
+  TORCH_CHECK(!layer.bn.is_empty(),
+              "lamp::ops::folded_residual_block: ", layer.name,
+              " has no BatchNorm.");
+  TORCH_CHECK(layer.bn->options.affine(),
+              "lamp::ops::folded_residual_block: ", layer.name,
+              "'s BatchNorm must be affine (a ResNet's are).");
+  TORCH_CHECK(
+      layer.bn->options.num_features() == layer.conv->options.out_channels(),
+      "lamp::ops::folded_residual_block: ", layer.name, " outputs ",
+      layer.conv->options.out_channels(),
+      " channels but its BatchNorm normalises ",
+      layer.bn->options.num_features(), ".");
 }
 
 // One convolution and its BatchNorm's fold.
@@ -351,9 +352,8 @@ FoldedBatchNorm conv_and_fold(const torch::Tensor& in,
                               FoldedBackend backend, torch::Tensor& output) {
   check_layer(layer);
   const auto geometry = conv_geometry(layer.conv, layer.name);
-  auto c = folded_conv(in, layer.conv->weight, geometry.first,
-                       geometry.second, in_scale, in_bias, layer.name,
-                       backend);
+  auto c = folded_conv(in, layer.conv->weight, geometry.first, geometry.second,
+                       in_scale, in_bias, layer.name, backend);
   output = c.output;
   return finalize_batch_norm(c.sum, c.sum_of_squares,
                              c.output.numel() / c.output.size(1), layer.bn);
@@ -529,12 +529,11 @@ FoldedConv folded_conv(const torch::Tensor& x, const torch::Tensor& weight,
                        const torch::Tensor& in_bias, const std::string& name,
                        FoldedBackend backend) {
   check_nchw(x, "lamp::ops::folded_conv");
-  TORCH_CHECK(weight.defined() && weight.dim() == 4 &&
-                  weight.size(1) == x.size(1),
-              "lamp::ops::folded_conv: ", name,
-              ": the weight must be [C_out, ", x.size(1),
-              ", kH, kW] for an input of ", x.size(1), " channels, got ",
-              weight.defined() ? weight.sizes() : c10::IntArrayRef{}, ".");
+  TORCH_CHECK(
+      weight.defined() && weight.dim() == 4 && weight.size(1) == x.size(1),
+      "lamp::ops::folded_conv: ", name, ": the weight must be [C_out, ",
+      x.size(1), ", kH, kW] for an input of ", x.size(1), " channels, got ",
+      weight.defined() ? weight.sizes() : c10::IntArrayRef{}, ".");
   TORCH_CHECK(stride >= 1 && padding >= 0, "lamp::ops::folded_conv: ", name,
               ": stride must be at least 1 and padding at least 0, got ",
               stride, " and ", padding, ".");
@@ -548,15 +547,16 @@ FoldedConv folded_conv(const torch::Tensor& x, const torch::Tensor& weight,
   auto bias = scale;
   if (prologue) {
     TORCH_CHECK(in_scale.numel() == x.size(1) && in_bias.numel() == x.size(1),
-                "lamp::ops::folded_conv: ", name, ": the prologue's scale "
+                "lamp::ops::folded_conv: ", name,
+                ": the prologue's scale "
                 "and bias must hold one value per input channel (",
                 x.size(1), "), got ", in_scale.numel(), " and ",
                 in_bias.numel(), ".");
     scale = in_scale.to(torch::kFloat).reshape({-1});
     bias = in_bias.to(torch::kFloat).reshape({-1});
   }
-  const bool graphs = backend == FoldedBackend::kAuto &&
-                      folded_conv_fallback_reason(x).empty();
+  const bool graphs =
+      backend == FoldedBackend::kAuto && folded_conv_fallback_reason(x).empty();
   // The weight in the activations' dtype (autocast's cast, differentiable
   // back to an FP32 master), and in their layout for cuDNN's NHWC graphs.
   auto w = weight.to(x.scalar_type());
@@ -598,23 +598,22 @@ FoldedBatchNorm finalize_batch_norm(const torch::Tensor& sum,
   stats.sum = sum.to(torch::kFloat);
   stats.sum_of_squares = sum_of_squares.to(torch::kFloat);
   stats.count = count;
-  return finalize_batch_norm(
-      stats, impl.weight, impl.bias,
-      step.update ? impl.running_mean : torch::Tensor(),
-      step.update ? impl.running_var : torch::Tensor(), step.momentum,
-      options.eps());
+  return finalize_batch_norm(stats, impl.weight, impl.bias,
+                             step.update ? impl.running_mean : torch::Tensor(),
+                             step.update ? impl.running_var : torch::Tensor(),
+                             step.momentum, options.eps());
 }
 
 torch::Tensor folded_residual_block(
     const torch::Tensor& x, const std::vector<ConvBatchNormLayer>& chain,
     const ConvBatchNormLayer* shortcut, FoldedBackend backend) {
   check_nchw(x, "lamp::ops::folded_residual_block");
-  TORCH_CHECK(!chain.empty(), "lamp::ops::folded_residual_block: the block "
-                              "needs at least one convolution.");
+  TORCH_CHECK(!chain.empty(),
+              "lamp::ops::folded_residual_block: the block "
+              "needs at least one convolution.");
   torch::Tensor in = x, scale, bias, output;
   for (const auto& layer : chain) {
-    const auto folded =
-        conv_and_fold(in, layer, scale, bias, backend, output);
+    const auto folded = conv_and_fold(in, layer, scale, bias, backend, output);
     in = output;
     scale = folded.scale;
     bias = folded.bias;
@@ -651,7 +650,8 @@ std::string folded_conv_fallback_reason(const torch::Tensor& x) {
            ": cuDNN's graphs run on CUDA.";
   }
   if (x.scalar_type() != torch::kHalf && x.scalar_type() != torch::kBFloat16) {
-    return std::string("the activations are ") + c10::toString(x.scalar_type()) +
+    return std::string("the activations are ") +
+           c10::toString(x.scalar_type()) +
            ": the fused graphs take half or bfloat16 (train in amp, or "
            "convert the model with lamp::network_to_half).";
   }

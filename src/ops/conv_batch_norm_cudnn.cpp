@@ -24,8 +24,8 @@
 #include <cudnn_frontend.h>
 
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/record_function.h>
 #include <ATen/cudnn/Handle.h>
+#include <ATen/record_function.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <dlfcn.h>
 
@@ -145,9 +145,8 @@ std::shared_ptr<fe::graph::Tensor_attributes> channel_tensor(
                           .set_data_type(type));
 }
 
-void mark_channel_output(
-    const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid,
-    int64_t channels) {
+void mark_channel_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t,
+                         Uid uid, int64_t channels) {
   t->set_output(true)
       .set_uid(uid)
       .set_dim({1, channels, 1, 1})
@@ -170,16 +169,15 @@ std::shared_ptr<fe::graph::Tensor_attributes> scale_bias_relu(
   auto bias = channel_tensor(graph, "bias", kBias, channels, scale_type);
   auto scaled = pointwise(graph, x, scale, fe::PointwiseMode_t::MUL);
   auto shifted = pointwise(graph, scaled, bias, fe::PointwiseMode_t::ADD);
-  return graph.pointwise(
-      shifted,
-      fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::RELU_FWD));
+  return graph.pointwise(shifted, fe::graph::Pointwise_attributes().set_mode(
+                                      fe::PointwiseMode_t::RELU_FWD));
 }
 
 // What one graph needs to know of the convolution.
 struct Shape {
-  std::vector<int64_t> x;      // N, C, H, W
-  std::vector<int64_t> w;      // K, C, R, S
-  std::vector<int64_t> y;      // N, K, P, Q
+  std::vector<int64_t> x; // N, C, H, W
+  std::vector<int64_t> w; // K, C, R, S
+  std::vector<int64_t> y; // N, K, P, Q
   int64_t stride = 1;
   int64_t padding = 0;
   c10::ScalarType dtype = c10::kHalf;
@@ -315,14 +313,13 @@ void execute(const char* scope, const Entry& e, cudnnHandle_t handle,
              std::unordered_map<int64_t, void*>& pack,
              const torch::Tensor& like) {
   RECORD_FUNCTION(scope, std::vector<c10::IValue>());
-  auto workspace =
-      at::empty({std::max<int64_t>(e.workspace, 1)},
-                like.options().dtype(torch::kByte));
+  auto workspace = at::empty({std::max<int64_t>(e.workspace, 1)},
+                             like.options().dtype(torch::kByte));
   const auto status = e.graph->execute(handle, pack, workspace.data_ptr());
   if (!status.is_good()) {
     auto copy = status;
-    TORCH_CHECK(false, kWho, ": cuDNN's fused graph failed: ",
-                copy.get_message(),
+    TORCH_CHECK(false, kWho,
+                ": cuDNN's fused graph failed: ", copy.get_message(),
                 ". To run without it, use --fused-bn on in lamp's programs "
                 "and lamp_bench, or ResNetOptions::fold_batch_norm(false).");
   }
@@ -392,8 +389,7 @@ std::shared_ptr<fe::graph::Graph> dgrad_graph(const Shape& s,
   auto scaled = pointwise(*graph, normed, scale, fe::PointwiseMode_t::MUL);
   auto pre = pointwise(*graph, scaled, bias, fe::PointwiseMode_t::ADD);
   auto dz = pointwise(*graph, dgrad, pre, fe::PointwiseMode_t::RELU_BWD);
-  dz->set_output(true).set_uid(kDz).set_dim(s.x).set_stride(
-      nhwc_strides(s.x));
+  dz->set_output(true).set_uid(kDz).set_dim(s.x).set_stride(nhwc_strides(s.x));
   auto sums = graph->dbn_weight(dz, x, mean, inv_variance, scale,
                                 fe::graph::DBN_weight_attributes());
   mark_channel_output(sums[0], kDScale, c);
@@ -408,9 +404,9 @@ std::shared_ptr<fe::graph::Graph> wgrad_graph(const Shape& s,
                                               fe::DataType_t scale_type) {
   // cuDNN's own sample of this pattern keeps the intermediates in the
   // activations' dtype; the FP32 variant is tried first.
-  auto graph = new_graph(s, scale_type == fe::DataType_t::FLOAT
-                                ? fe::DataType_t::FLOAT
-                                : data_type(s.dtype));
+  auto graph =
+      new_graph(s, scale_type == fe::DataType_t::FLOAT ? fe::DataType_t::FLOAT
+                                                       : data_type(s.dtype));
   auto x = nhwc_tensor(*graph, "x", kX, s.x);
   auto a = scale_bias_relu(*graph, x, s.x[1], scale_type);
   auto dy = nhwc_tensor(*graph, "dy", kDy, s.y);
@@ -433,8 +429,8 @@ std::shared_ptr<Entry> graph_for(const char* kind, const Builder& build,
     why = load;
     return nullptr;
   }
-  auto e = entry(key_of(kind, shape, like.get_device()), shape, build,
-                 variants, handle);
+  auto e = entry(key_of(kind, shape, like.get_device()), shape, build, variants,
+                 handle);
   if (!e->graph) {
     why = e->refused;
     return nullptr;
@@ -444,7 +440,9 @@ std::shared_ptr<Entry> graph_for(const char* kind, const Builder& build,
 
 } // namespace
 
-std::string cudnn_graph_unavailable_reason() { return load_reason(); }
+std::string cudnn_graph_unavailable_reason() {
+  return load_reason();
+}
 
 bool cudnn_conv_genstats(const torch::Tensor& x_in,
                          const torch::Tensor& weight_in, int64_t stride,
@@ -457,8 +455,8 @@ bool cudnn_conv_genstats(const torch::Tensor& x_in,
   const auto weight = channels_last(weight_in.to(x.scalar_type()));
   const Shape shape = shape_of(x, weight, stride, padding, scale.defined());
   auto handle = current_handle();
-  auto e = graph_for("forward", forward_graph, shape.prologue ? 2 : 1, shape,
-                     x, handle, why);
+  auto e = graph_for("forward", forward_graph, shape.prologue ? 2 : 1, shape, x,
+                     handle, why);
   if (!e) {
     return false;
   }

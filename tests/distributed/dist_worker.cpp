@@ -608,8 +608,7 @@ TEST(Ranks, ShardedOptimizerStepsAParameterWithoutAGradientAsZero) {
       net = torch::nn::Sequential(torch::nn::Linear(6, 5),
                                   torch::nn::Linear(5, 3));
     }
-    lamp::distributed::ShardedOptimizer sharded(nets[0]->parameters(), make,
-                                                g);
+    lamp::distributed::ShardedOptimizer sharded(nets[0]->parameters(), make, g);
     auto whole = make(nets[1]->parameters());
     torch::manual_seed(5);
     for (int step = 0; step < 5; ++step) {
@@ -617,9 +616,12 @@ TEST(Ranks, ShardedOptimizerStepsAParameterWithoutAGradientAsZero) {
       // Odd steps train the first layer alone: the second gets no gradient.
       const auto loss = [&](torch::nn::Sequential& net) {
         const auto hidden = net[0]->as<torch::nn::Linear>()->forward(x);
-        return step % 2 == 0
-                   ? net[1]->as<torch::nn::Linear>()->forward(hidden).pow(2).mean()
-                   : hidden.pow(2).mean();
+        return step % 2 == 0 ? net[1]
+                                   ->as<torch::nn::Linear>()
+                                   ->forward(hidden)
+                                   .pow(2)
+                                   .mean()
+                             : hidden.pow(2).mean();
       };
       sharded.zero_grad();
       loss(nets[0]).backward();

@@ -656,14 +656,13 @@ TEST(Ranks, TrainStepZeroStepsAParameterWithoutAGradientAsZero) {
         torch::manual_seed(0);
         models[k] = SideHeadGpt();
         steps[k] = std::make_unique<lamp::TrainStep>(
-            models[k].ptr(),
-            adamw ? adamw_groups(*models[k]) : sgd_momentum(),
+            models[k].ptr(), adamw ? adamw_groups(*models[k]) : sgd_momentum(),
             lamp::TrainStepOptions(lamp::Precision::kFP32)
                 .gradient_sync(lamp::distributed::data_parallel(
-                    g, DataParallelOptions()
-                           .zero_stage(k == 0 ? stage : 0)
-                           .bucket_cap_mb(stage == 2 ? kSmallBucketMb
-                                                     : 25.0))));
+                    g,
+                    DataParallelOptions()
+                        .zero_stage(k == 0 ? stage : 0)
+                        .bucket_cap_mb(stage == 2 ? kSmallBucketMb : 25.0))));
       }
       for (int step = 0; step < 5; ++step) {
         const auto tokens = batch(step, *g);

@@ -200,9 +200,9 @@ FoldedBatchNorm finalize_batch_norm(const torch::Tensor& sum,
 
 /// A convolution and the BatchNorm of its output, in a residual block.
 struct ConvBatchNormLayer {
-  torch::nn::Conv2d conv{nullptr};   ///< no bias, groups 1, dilation 1
+  torch::nn::Conv2d conv{nullptr};    ///< no bias, groups 1, dilation 1
   torch::nn::BatchNorm2d bn{nullptr}; ///< affine
-  std::string name;                  ///< e.g. "layer2.0.conv1", for messages
+  std::string name;                   ///< e.g. "layer2.0.conv1", for messages
 };
 
 /// A ResNet block with every BatchNorm folded into the convolutions:

@@ -166,6 +166,32 @@ TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
             std::string::npos);
 }
 
+// Attention dropout drops weights at random and rescales the rest: two
+// calls differ, and the mean of many is the output without dropout.
+TEST(Attention, DropoutIsRandomAndUnbiased) {
+  torch::manual_seed(31);
+  const auto q = torch::randn({1, 2, 4, 8});
+  const auto k = torch::randn({1, 2, 6, 8});
+  const auto v = torch::randn({1, 2, 6, 4});
+  const auto exact =
+      lamp::nn::scaled_dot_product_attention(q, k, v).to(torch::kDouble);
+  const auto once = lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.5);
+  EXPECT_FALSE(torch::allclose(
+      once, lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.5)));
+  auto sum = torch::zeros_like(exact);
+  const int draws = 4000;
+  for (int i = 0; i < draws; ++i) {
+    sum += lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.5)
+               .to(torch::kDouble);
+  }
+  // Each draw's element has a standard deviation below max|v| (about 3
+  // here); over 4000 draws the mean's is below 0.05. Dropout left out, or
+  // the kept weights not rescaled by 1 / (1 - p), is off by a large part of
+  // the output itself.
+  EXPECT_LT((sum / draws - exact).abs().max().item<double>(), 0.15)
+      << "largest output " << exact.abs().max().item<double>();
+}
+
 // The guard allows only the backends it is given, nests, and restores the
 // switches it found, on exceptions too; a backend the LibTorch lacks is
 // refused before any switch changes.

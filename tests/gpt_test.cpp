@@ -406,6 +406,25 @@ TEST(GptModel, EmbeddingDropoutInTrainingOnly) {
   EXPECT_FALSE(torch::allclose(gpt->forward(ids), eval));
 }
 
+// Each block drops its MLP's output in training: with the attention's
+// projection zero (it adds nothing), the block's randomness is the MLP's
+// dropout alone.
+TEST(GptModel, BlocksDropTheirMlpOutputInTrainingOnly) {
+  torch::manual_seed(24);
+  lamp::models::GPTBlock block(tiny().dropout(0.5));
+  torch::NoGradGuard no_grad;
+  block->attn->c_proj->weight.zero_();
+  block->attn->c_proj->bias.zero_();
+  const auto x = torch::randn({2, 8, 16});
+  block->eval();
+  const auto eval = block->forward(x);
+  EXPECT_TRUE(torch::equal(block->forward(x), eval));
+  block->train();
+  const auto a = block->forward(x);
+  EXPECT_FALSE(torch::allclose(a, eval));
+  EXPECT_FALSE(torch::allclose(a, block->forward(x)));
+}
+
 TEST(GptModel, MakeGptsForwardRunsItsModule) {
   torch::manual_seed(5);
   const auto model = lamp::models::make_gpt(tiny());

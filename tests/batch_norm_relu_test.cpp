@@ -15,6 +15,7 @@
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/backends.h"
 #include "test_util.h"
+#include "ulps.h"
 
 namespace {
 
@@ -356,30 +357,8 @@ TEST(BatchNormRelu, MakeModelBuildsTheFusionAsAsked) {
 // CUDA: cuDNN's fused kernels against the stock ops
 // ---------------------------------------------------------------------------
 
-// Whether `actual` is within `ulps` units in the last place of `dtype` at
-// the largest magnitude of `expected` (both compared in float).
-// The spacing of `dtype`'s values just above 1.
-double ulp_of_one(torch::ScalarType dtype) {
-  return dtype == torch::kHalf       ? std::ldexp(1.0, -10)
-         : dtype == torch::kBFloat16 ? std::ldexp(1.0, -7)
-                                     : std::ldexp(1.0, -23);
-}
-
-::testing::AssertionResult WithinUlps(const torch::Tensor& actual,
-                                      const torch::Tensor& expected,
-                                      torch::ScalarType dtype, double ulps) {
-  const double eps = ulp_of_one(dtype);
-  const auto a = actual.to(torch::kFloat).cpu();
-  const auto e = expected.to(torch::kFloat).cpu();
-  const double scale = std::max(1.0, e.abs().max().item<double>());
-  const double worst = (a - e).abs().max().item<double>();
-  if (worst <= ulps * eps * scale) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "largest difference " << worst << " > " << ulps << " ulps of "
-         << dtype << " at magnitude " << scale;
-}
+using lamp_test::ulp_of_one;
+using lamp_test::WithinUlps;
 
 TEST(BatchNormRelu, CudnnMatchesStockOps_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();

@@ -17,6 +17,7 @@
 
 #include "autograd_nodes.h"
 #include "test_util.h"
+#include "ulps.h"
 
 namespace {
 
@@ -486,22 +487,7 @@ int count_folded_nodes(const torch::Tensor& root) {
   return lamp_test::count_nodes_named(root, "FoldedConvFunction");
 }
 
-// |actual - expected| <= ulps of `dtype` at the largest |expected|.
-::testing::AssertionResult WithinUlps(const torch::Tensor& actual,
-                                      const torch::Tensor& expected,
-                                      torch::ScalarType dtype, double ulps) {
-  const auto a = actual.to(torch::kFloat);
-  const auto e = expected.to(torch::kFloat);
-  const double ulp = dtype == torch::kHalf ? 1.0 / 1024 : 1.0 / 128;
-  const double scale = e.abs().max().item<double>();
-  const double error = (a - e).abs().max().item<double>();
-  if (error <= ulps * ulp * scale + 1e-6) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "max error " << error << " > " << ulps << " ulps of " << dtype
-         << " at " << scale;
-}
+using lamp_test::WithinUlps;
 
 std::string fallback_lines() {
   std::string all;

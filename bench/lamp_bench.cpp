@@ -29,6 +29,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -442,6 +443,31 @@ std::string today() {
   return text;
 }
 
+// The synthetic batch (FP32 images or token ids, and its labels) must fit
+// in the device's memory: a --batch-size that cannot is refused with the
+// largest that could, before anything is built.
+void check_batch_fits(const Config& c, const torch::Device& device) {
+  const bool cnn = c.model == "cnn";
+  const uint64_t per_example = is_gpt(c)
+                                   ? 2 * 8 * static_cast<uint64_t>(c.context)
+                                   : (cnn ? 28 * 28 : 3 * 32 * 32) * 4 + 8;
+  const auto batch = static_cast<uint64_t>(c.batch_size);
+  const uint64_t memory = lamp::device_memory_bytes(device);
+  if (memory == 0 || batch <= memory / per_example) {
+    return;
+  }
+  const uint64_t most = std::numeric_limits<uint64_t>::max();
+  const uint64_t bytes =
+      batch > most / per_example ? most : batch * per_example;
+  lamp::check_fits_in_memory(
+      bytes, device,
+      "--batch-size " + std::to_string(c.batch_size) + ": one batch of " +
+          (is_gpt(c) ? "sequences and their next tokens"
+                     : "FP32 images and their labels"),
+      "use --batch-size " + std::to_string(memory / per_example) +
+          " or less (smaller still, for the activations)");
+}
+
 int run(const Config& c) {
   TORCH_CHECK(!(is_gpt(c) && c.channels_last),
               "--channels-last is for the image models; a GPT's inputs are "
@@ -455,6 +481,7 @@ int run(const Config& c) {
     lamp_examples::use_threads(c.threads);
   }
   const auto device = lamp_examples::resolve_device(c.device);
+  check_batch_fits(c, device);
   lamp::set_cudnn_benchmark(c.cudnn_benchmark);
   // As lamp's programs: freed host memory serves the next step.
   const std::string host_memory =

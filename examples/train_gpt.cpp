@@ -187,6 +187,8 @@ int main(int argc, char** argv) {
         spec.test = std::move(text.validation);
         spec.data_files = {config.data};
         spec.model_name = name;
+        spec.parameters = lamp::models::gpt_parameter_count(flags.model);
+        spec.size_flags = "--width, --layers or --context";
         spec.task = lamp::training::Task::language_model();
         const auto options = flags.model;
         spec.make_model = [options](const std::string&, const std::string&) {

@@ -6,6 +6,7 @@ installs what the build needs and picks the LibTorch."""
 
 import argparse
 import configparser
+import hashlib
 import os
 import re
 import shutil
@@ -114,6 +115,37 @@ def ctest(build, args, log_path, jobs, test_timeout):
     return rc, failed_tests(build)
 
 
+def mutant_key(m):
+    """Identifies a mutant by its name and text, so that a verdict recorded for
+    an older version of a mutant is not reused."""
+    text = "\0".join((m["name"], m["file"], m["find"], m["replace"]))
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def load_recorded(path, torch_version):
+    """The verdicts of earlier parts of a run, keyed by mutant_key; those
+    recorded against another LibTorch are ignored."""
+    recorded = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) != 6 or fields[1] != torch_version:
+                    continue
+                key, _, _, verdict, elapsed, by = fields
+                if verdict in ("caught", "SURVIVED", "no-build"):
+                    recorded[key] = (verdict, [b for b in by.split("|") if b], float(elapsed))
+    except OSError:
+        pass
+    return recorded
+
+
+def record(path, torch_version, m, verdict, by, elapsed):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\t".join((mutant_key(m), torch_version, m["name"], verdict,
+                           f"{elapsed:.0f}", "|".join(by))) + "\n")
+
+
 def check_applies(m, root):
     """Stops with a message unless mutant m's text is in its file exactly once."""
     path = os.path.join(root, m["file"])
@@ -139,6 +171,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--test-timeout", type=int, default=300)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the verdicts recorded in WORK/results.tsv for mutants whose "
+                         "text is unchanged, and run only the others (a long run in parts)")
     ap.add_argument("--torch-version", default="",
                     help="the LibTorch's version: mutants whose min_torch is newer or max_torch older "
                          "are listed as not applicable")
@@ -181,8 +216,17 @@ def main():
             die(f"the suite fails without any mutant ({', '.join(failed) or 'see log'}); "
                 f"fix that first. Log: {logs}/baseline-test.log")
 
+    recorded_path = os.path.join(a.work, "results.tsv")
+    recorded = load_recorded(recorded_path, a.torch_version) if a.resume else {}
+    if not a.resume and os.path.exists(recorded_path):
+        os.remove(recorded_path)
     results = []
     for i, m in enumerate(mutants, 1):
+        if mutant_key(m) in recorded:
+            verdict, by, elapsed = recorded[mutant_key(m)]
+            log(f"[{i}/{len(mutants)}] {m['name']}: {verdict} (recorded in {recorded_path})")
+            results.append((m["name"], verdict, by, elapsed))
+            continue
         if m["min_torch"] and a.torch_version and \
                 version_tuple(a.torch_version) < version_tuple(m["min_torch"]):
             log(f"[{i}/{len(mutants)}] {m['name']}: not applicable "
@@ -226,6 +270,7 @@ def main():
                 f.write(original)
         elapsed = time.time() - start
         results.append((m["name"], verdict, by, elapsed))
+        record(recorded_path, a.torch_version, m, verdict, by, elapsed)
         log(f"    {verdict} in {elapsed:.0f} s" + (f" by {', '.join(by[:3])}" if by else ""))
 
     caught = sum(1 for r in results if r[1] == "caught")

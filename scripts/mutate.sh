@@ -12,7 +12,7 @@ cd "$LAMP_ROOT"
 usage() {
   cat <<EOF
 Usage: scripts/mutate.sh [--torch debian|wheel] [--only REGEX] [--list FILE]
-                         [--work DIR] [--jobs N] [--no-baseline]
+                         [--work DIR] [--jobs N] [--no-baseline] [--resume]
 
 Plants each bug of the mutant list in a scratch copy of the repository (its
 git-tracked files, with your uncommitted changes), one at a time, rebuilds and
@@ -28,6 +28,10 @@ exits 1 when a mutant survives, 2 on a usage or set-up error.
                         per-mutant logs in DIR/logs, the table in DIR/report.txt
   --jobs N              parallel compile jobs (default $(lamp_nproc))
   --no-baseline         skip the check that the suite passes unmutated
+  --resume              go on with an earlier run: reuse the verdicts recorded
+                        in DIR/results.tsv (same mutant text, same LibTorch)
+                        and plant only the others; without it the record
+                        starts afresh
   -h, --help            this help
 EOF
 }
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
     --work) [ $# -ge 2 ] || lamp_die "--work needs a value"; work="$2"; shift 2 ;;
     --jobs|-j) [ $# -ge 2 ] || lamp_die "--jobs needs a value"; jobs="$2"; shift 2 ;;
     --no-baseline) extra+=(--no-baseline); shift ;;
+    --resume) extra+=(--resume); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; lamp_die "unknown argument: $1" ;;
   esac

@@ -215,6 +215,55 @@ TEST(ProcessGroup, AnUnreachableRendezvousSaysSoWhileWaiting) {
                                 rank1.address()),
             std::string::npos)
       << rank1.lines[0];
+  // What it finds there: nobody, and what that means.
+  EXPECT_NE(rank1.lines[0].find(": nothing listens there (connection "
+                                "refused); rank 0 serves the store once it "
+                                "starts: start it, or check MASTER_ADDR and "
+                                "MASTER_PORT"),
+            std::string::npos)
+      << rank1.lines[0];
+}
+
+TEST(ProcessGroup, AnAgentStoreThatIsNotThereIsNamed) {
+  // TORCHELASTIC_USE_AGENT_STORE=True outside torchrun: every rank,
+  // rank 0 too, waits for an agent's store that nobody serves, and says so.
+  LAMP_SKIP_WITHOUT_GLOO();
+  LonelyRank rank0(0);
+  rank0.env.agent_store = true;
+  rank0.seconds_to_fail("could not reach the rendezvous at " + rank0.address());
+  ASSERT_GE(rank0.lines.size(), 1u);
+  EXPECT_NE(rank0.lines[0].find("rank 0 of 2 waiting to reach torchrun's "
+                                "agent store at " +
+                                rank0.address()),
+            std::string::npos)
+      << rank0.lines[0];
+  EXPECT_NE(rank0.lines[0].find("nothing listens there (connection refused); "
+                                "TORCHELASTIC_USE_AGENT_STORE=True says that "
+                                "torchrun's agent serves the store, but none "
+                                "is there"),
+            std::string::npos)
+      << rank0.lines[0];
+}
+
+TEST(ProcessGroup, AStopRequestEndsTheWaitAtOnce) {
+  // A rank waiting for the others (rank 0 serving, rank 1 never coming) and
+  // one waiting to reach the store (rank 1, no rank 0): a stop asked for
+  // ends either wait within the poll, long before the timeout.
+  LAMP_SKIP_WITHOUT_GLOO();
+  for (const int rank : {0, 1}) {
+    LonelyRank lonely(rank);
+    lonely.options.timeout(std::chrono::seconds(30));
+    const auto asked =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    lonely.options.stop_requested(
+        [asked] { return std::chrono::steady_clock::now() >= asked; });
+    const double seconds = lonely.seconds_to_fail(
+        rank == 0 ? "stopped while waiting to meet the other ranks at " +
+                        lonely.address()
+                  : "stopped while waiting to reach the rendezvous at " +
+                        lonely.address());
+    EXPECT_LT(seconds, 3.0) << "rank " << rank;
+  }
 }
 
 TEST(ProcessGroup, APortHeldByAnotherProgramIsNamed) {

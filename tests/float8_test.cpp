@@ -305,6 +305,94 @@ TEST(Float8, CurrentScalingMatchesAPlainReference) {
   EXPECT_EQ(stats[0].saturated_casts, (std::vector<int64_t>{0, 0, 0}));
 }
 
+// Current scaling keeps the recipe's margin: scale = max / amax / 2^margin
+// for each of the three casts.
+TEST(Float8, CurrentScalingKeepsTheMargin) {
+  torch::manual_seed(10);
+  torch::nn::Linear layer(32, 16);
+  auto state = F8::Float8State(F8::Float8Recipe().margin(2), "layer");
+  const auto x = torch::randn({16, 32}).requires_grad_();
+  const auto y = F8::float8_linear(x, layer->weight, layer->bias, *state);
+  const auto dy = torch::randn_like(y);
+  y.backward(dy);
+  const auto stats = F8::float8_stats(*state);
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_FLOAT_EQ(static_cast<float>(stats[0].scales[0]),
+                  current_scale(x.detach(), 448).item<float>() / 4);
+  EXPECT_FLOAT_EQ(static_cast<float>(stats[0].scales[1]),
+                  current_scale(layer->weight.detach(), 448).item<float>() / 4);
+  EXPECT_FLOAT_EQ(static_cast<float>(stats[0].scales[2]),
+                  current_scale(dy, 57344).item<float>() / 4);
+}
+
+// A BF16 activation into a layer with FP32 (master) weights under BF16
+// autocast: the weight's gradient is computed in FP32, bit for bit the one
+// of the same FP8 operands from FP32 tensors. The values are chosen so that
+// every cast is exact in both runs: amaxes whose scales are powers of two
+// (X's 3.5: 448 / 3.5 = 2^7; dY's 1.75: 57344 / 1.75 = 2^15) and values of
+// at most 4 significant bits for E4M3 (X) and 3 for E5M2 (dY), which BF16
+// holds too. The operands are then the same, and only the product's output
+// dtype can differ; dW's sums need more than BF16's 8 bits, so a BF16 dW
+// differs (checked: not bit-equal to dW rounded to BF16).
+TEST(Float8, WeightGradientKeepsTheWeightsDtype) {
+  torch::manual_seed(11);
+  torch::nn::Linear layer(32, 16);
+  const auto pick = [](std::vector<float> values, std::vector<int64_t> shape) {
+    const auto table = torch::tensor(values);
+    return table
+        .index_select(0,
+                      torch::randint(0, table.size(0), {shape[0] * shape[1]}))
+        .reshape(shape);
+  };
+  auto x = pick({-3.5f, -2.5f, -1.25f, -1.125f, -0.875f, 0.0f, 0.875f, 1.125f,
+                 1.25f, 2.5f, 3.5f},
+                {16, 32});
+  x[0][0] = 3.5f; // the amax
+  auto dy = pick({-1.75f, -1.25f, -0.75f, 0.0f, 0.75f, 1.25f, 1.75f}, {16, 16});
+  dy[0][0] = 1.75f;
+  auto mixed = F8::Float8State(F8::Float8Recipe(), "mixed");
+  const auto xb = x.to(torch::kBFloat16).requires_grad_();
+  torch::Tensor y;
+  {
+    lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+    y = F8::float8_linear(xb, layer->weight, {}, *mixed);
+  }
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  const auto mixed_grads =
+      torch::autograd::grad({y}, {xb, layer->weight}, {dy.to(y.dtype())});
+  EXPECT_EQ(mixed_grads[0].scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(mixed_grads[1].scalar_type(), torch::kFloat);
+
+  auto plain = F8::Float8State(F8::Float8Recipe(), "plain");
+  const auto xf = x.clone().requires_grad_();
+  const auto yf = F8::float8_linear(xf, layer->weight, {}, *plain);
+  const auto plain_grads = torch::autograd::grad({yf}, {layer->weight}, {dy});
+  EXPECT_TRUE(BitEqual(mixed_grads[1], plain_grads[0]));
+  EXPECT_FALSE(BitEqual(mixed_grads[1],
+                        plain_grads[0].to(torch::kBFloat16).to(torch::kFloat)));
+}
+
+// FP16 weights convert as BF16 ones do, and a layer is eligible only when
+// both its feature counts are multiples of 16: 40 inputs are refused even
+// with 32 outputs.
+TEST(Float8, ConversionTakesFp16AndChecksBothFeatureCounts) {
+  auto model = std::make_shared<torch::nn::Module>();
+  auto half = model->register_module("half", torch::nn::Linear(32, 16));
+  half->to(torch::kHalf);
+  model->register_module("narrow_in", torch::nn::Linear(40, 32));
+  const auto conversion = F8::convert_to_float8(*model);
+  EXPECT_EQ(conversion.converted, (std::vector<std::string>{"half"}));
+  ASSERT_EQ(conversion.skipped.size(), 1u);
+  EXPECT_EQ(conversion.skipped[0].first, "narrow_in");
+  EXPECT_NE(conversion.skipped[0].second.find("[32, 40]"), std::string::npos)
+      << conversion.skipped[0].second;
+  const auto y =
+      F8::float8_linear(torch::randn({16, 32}, torch::kHalf), half->weight,
+                        half->bias, *F8::float8_state(*half));
+  EXPECT_EQ(y.scalar_type(), torch::kHalf);
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
 // Against the products in FP32, FP8's error is that of its grids: a
 // rounding of relative size up to 2^-4 (E4M3, 3 mantissa bits) or 2^-3
 // (E5M2), uniformly spread, so 2^-4/sqrt(3) = 3.6% and 7.2% RMS per operand,
@@ -385,6 +473,8 @@ TEST(Float8, DelayedScalingKeepsAnAmaxHistory) {
   run(2.0f);
   run(3.0f);
   EXPECT_FLOAT_EQ(state->pending_amax[0].item<float>(), 3.0f);
+  run(2.5f); // a smaller one later in the cycle leaves the larger
+  EXPECT_FLOAT_EQ(state->pending_amax[0].item<float>(), 3.0f);
   F8::update_float8_scales(*state);
   EXPECT_TRUE(AllClose(state->amax_history[0],
                        torch::tensor({3.0f, 0.0f, 0.0f}), 0, 0));
@@ -436,7 +526,8 @@ TEST(Float8, DelayedScalingAdaptsToAPlantedHugeActivation) {
   const auto y = forward(huge);
   EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
   auto stats = F8::float8_stats(*state);
-  EXPECT_EQ(stats[0].saturated_casts[0], 1); // this cast saturated
+  EXPECT_EQ(stats[0].saturated_casts[0], 1);  // this cast saturated
+  EXPECT_EQ(stats[0].non_finite_casts[0], 0); // and was finite
   EXPECT_FLOAT_EQ(static_cast<float>(stats[0].scales[0]), 448.0f / 1e4f);
   forward(huge); // now in range
   stats = F8::float8_stats(*state);
@@ -602,6 +693,18 @@ TEST(Float8, StateRoundTripsExactly) {
   EXPECT_NE(message.find("convert it with the recipe it was saved with"),
             std::string::npos);
   EXPECT_TRUE(BitEqual(F8::float8_state(*other_recipe->fc1)->scale, before));
+  // Each field of the recipe counts, not the history's length alone.
+  for (const auto& recipe :
+       {delayed(5).margin(1),
+        delayed(5).amax_compute(F8::Float8AmaxCompute::kMostRecent)}) {
+    Mlp other;
+    F8::convert_to_float8(*other, recipe);
+    const auto refused =
+        error_of([&] { F8::load_float8_state(*other, *archive); });
+    EXPECT_NE(refused.find("layer 'fc1' was saved with recipe"),
+              std::string::npos)
+        << refused;
+  }
 
   torch::serialize::OutputArchive empty;
   const auto message_missing = error_of(

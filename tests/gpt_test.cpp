@@ -243,6 +243,29 @@ TEST(GptModel, HasNanoGptsParameterNamesAndShapes) {
             "gpt(layers=2, heads=2, width=16, context=8, vocab=256)");
 }
 
+// The count the programs check against the memory before building a model:
+// the built model's, for a few shapes (the output head shares wte); a
+// count beyond int64_t is refused, not wrapped.
+TEST(GptModel, ParameterCountIsTheBuiltModels) {
+  for (const auto& options :
+       {tiny(), tiny().layers(1), tiny().width(24).heads(3).context(5),
+        tiny().vocab_size(1000)}) {
+    GPT gpt(options);
+    int64_t built = 0;
+    for (const auto& p : gpt->parameters()) {
+      built += p.numel();
+    }
+    EXPECT_EQ(lamp::models::gpt_parameter_count(options), built)
+        << options.name();
+  }
+  // 2^20 layers of width 2^20: 12 * 2^60 parameters.
+  const auto huge = tiny().layers(int64_t{1} << 20).width(int64_t{1} << 20);
+  EXPECT_NE(lamp_test::error_of([&] {
+              lamp::models::gpt_parameter_count(huge);
+            }).find("parameters, more than an int64_t counts"),
+            std::string::npos);
+}
+
 TEST(GptModel, InitialisesAsGpt2) {
   torch::manual_seed(0);
   GPT gpt(GPTOptions().layers(8).heads(4).width(128).context(64));

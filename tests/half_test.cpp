@@ -209,6 +209,33 @@ TEST(NetworkToHalf, HoldsTheSameObjectAndKeepsTheParameterNames) {
   EXPECT_EQ(model->conv1->weight.scalar_type(), torch::kBFloat16);
 }
 
+// A second conversion to the other low-precision dtype is refused, naming
+// both dtypes, with the model and the first wrapper left working; a second
+// one to the same dtype changes nothing.
+TEST(NetworkToHalf, RefusesASecondConversionToAnotherDtype) {
+  SmallNet model;
+  auto bf16 = lamp::network_to_half(model, torch::kBFloat16);
+  const auto message =
+      lamp_test::error_of([&] { lamp::network_to_half(model, torch::kHalf); });
+  EXPECT_NE(message.find("the model is converted to BFloat16 already "
+                         "(parameter 'conv1.weight' is BFloat16), and "
+                         "converting it to Half would leave"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("build a fresh one and convert that to Half; this "
+                         "model is unchanged"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(model->conv1->weight.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(model->fc->weight.scalar_type(), torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(bf16->forward(torch::randn({2, 3, 8, 8})).scalar_type(),
+            torch::kBFloat16);
+  auto again = lamp::network_to_half(model, torch::kBFloat16);
+  EXPECT_EQ(again->forward(torch::randn({2, 3, 8, 8})).scalar_type(),
+            torch::kBFloat16);
+}
+
 TEST(NetworkToHalf, ConvertsRecurrentLayers) {
   torch::nn::LSTM lstm(torch::nn::LSTMOptions(4, 8).num_layers(2));
   lamp::convert_network(*lstm, torch::kHalf);

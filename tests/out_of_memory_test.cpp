@@ -5,7 +5,9 @@
 #include <torch/torch.h>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <limits>
 #include <new>
 #include <string>
 
@@ -66,6 +68,36 @@ TEST(OutOfMemory, MasterWeightsTooLargeForTheAddressSpace) {
 }
 
 constexpr int64_t kMiB = int64_t{1} << 20;
+
+// The CPU's memory is the machine's physical memory; a size beyond it is
+// refused before any allocation, naming the size, the memory, the device
+// and the caller's fix; a size within it passes, and so does anything where
+// the memory is unknown.
+TEST(DeviceMemory, ASizeBeyondTheMemoryIsRefusedNamingTheFix) {
+  const uint64_t memory = lamp::device_memory_bytes(torch::kCPU);
+  EXPECT_EQ(memory, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE)));
+  const auto message = lamp_test::error_of([&] {
+    lamp::check_fits_in_memory(memory + 1, torch::kCPU, "the model",
+                               "give a smaller --width");
+  });
+  EXPECT_NE(message.find("lamp: the model needs at least "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("(" + std::to_string(memory + 1) +
+                         " bytes), more than the "),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("(" + std::to_string(memory) +
+                         " bytes) of memory of cpu; give a smaller --width."),
+            std::string::npos)
+      << message;
+  EXPECT_NO_THROW(
+      lamp::check_fits_in_memory(memory, torch::kCPU, "the model", "fix"));
+  EXPECT_NO_THROW(
+      lamp::check_fits_in_memory(std::numeric_limits<uint64_t>::max(),
+                                 torch::Device(torch::kMeta), "x", "y"));
+  EXPECT_EQ(lamp::device_memory_bytes(torch::Device(torch::kMeta)), 0u);
+}
 
 TEST(AddressSpace, WhatARunNeedsGrowsWithThreadsAndTensors) {
   // The first thread's BLAS buffer is mapped at load: one thread needs the

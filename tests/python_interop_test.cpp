@@ -196,6 +196,25 @@ TEST(PythonScalerFiles, IntsWhereFloatsAreExpectedLoad) {
   EXPECT_EQ(large.get_scale(), 1099511627776.0);
 }
 
+// A whole Python training checkpoint: the scaler's state is found where
+// Python keeps it, checkpoint["scaler"], beside the model's and optimizer's
+// tensors; one without it is refused naming the keys it has.
+TEST(PythonScalerFiles, TheStateInsideAPythonCheckpointLoads) {
+  lamp::GradScaler scaler;
+  scaler.load_state_dict(scaler_state("in_checkpoint.pt"));
+  expect_python_state(scaler, 1024.0);
+  lamp::GradScaler other;
+  const auto path = scaler_state("checkpoint_without_scaler.pt");
+  const auto error = lamp_test::error_of([&] { other.load_state_dict(path); });
+  EXPECT_NE(error.find(path + " holds no GradScaler state"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("its keys are 'model', 'optimizer', 'epoch'"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("checkpoint['scaler']"), std::string::npos) << error;
+  EXPECT_EQ(other.get_scale(), 65536.0);
+}
+
 // What LibTorch cannot read is refused with the file, the problem and the
 // fix, and the scaler is left as it was.
 TEST(PythonScalerFiles, UnreadableFilesAreRefusedWithTheFix) {

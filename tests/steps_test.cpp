@@ -81,10 +81,12 @@ lamp::data::Dataset windows(bool train) {
 
 // A GPT with dropout (the global generator's stream matters) trained with
 // AdamW, clipping and the warm-up + cosine schedule; `change` adds the
-// case's options.
+// case's options. `poison`, asked at each training forward, makes that
+// step's logits (and so its loss) non-finite when it answers true.
 std::unique_ptr<TextRun> text_run(
     const std::function<void(TrainerOptions&)>& change,
-    lamp::Precision precision = lamp::Precision::kFP32) {
+    lamp::Precision precision = lamp::Precision::kFP32,
+    const std::function<bool()>& poison = nullptr) {
   auto run = std::make_unique<TextRun>();
   torch::manual_seed(11);
   const auto shape = lamp::models::GPTOptions()
@@ -107,7 +109,13 @@ std::unique_ptr<TextRun> text_run(
   change(options);
   run->trainer = std::make_unique<Trainer>(
       gpt.ptr(),
-      [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); },
+      [gpt, poison](const torch::Tensor& x) mutable {
+        auto logits = gpt->forward(x);
+        if (poison && gpt->is_training() && poison()) {
+          logits = logits * std::numeric_limits<float>::infinity();
+        }
+        return logits;
+      },
       shape.name(),
       lamp::data::DeviceLoader(
           windows(true), torch::kCPU,
@@ -296,6 +304,132 @@ TEST(StepRuns, AWorseEvaluationLeavesTheBestCheckpoint) {
   std::remove(best.c_str());
 }
 
+// A resumed run carries on the lowest test loss of the run before the
+// stop: an evaluation after the resume that is worse than that best leaves
+// the best checkpoint alone, and the evaluations report the straight run's
+// best loss. (Starting afresh from inf, the first evaluation after every
+// resume would replace the best checkpoint, however bad.) A learning rate
+// far too high makes the validation loss go up and down.
+TEST(StepRuns, AResumedRunKeepsTheBestTestLoss) {
+  const auto setup = [](TrainerOptions& o) {
+    o.steps(20).eval_every(2).optimizer().lr(0.3);
+  };
+  const auto straight_best = temp_path("keeps.straight.best.pt");
+  std::vector<StepEvaluation> want;
+  {
+    auto straight = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.best_checkpoint(straight_best);
+    });
+    straight->trainer->fit(nullptr, nullptr, nullptr,
+                           [&](const StepEvaluation& e) { want.push_back(e); });
+  }
+  std::remove(straight_best.c_str());
+  // Stop at the evaluation before the first one that is not the best.
+  size_t worse = 1;
+  while (worse < want.size() && want[worse].best_written) {
+    ++worse;
+  }
+  ASSERT_LT(worse, want.size())
+      << "the case needs an evaluation that is not the best";
+  const int64_t cut = want[worse - 1].global_step;
+  const auto checkpoint = temp_path("keeps.pt");
+  const auto best = temp_path("keeps.best.pt");
+  std::remove(checkpoint.c_str());
+  std::remove(best.c_str());
+  const auto paths = [&](TrainerOptions& o) {
+    setup(o);
+    o.checkpoint(checkpoint).best_checkpoint(best);
+  };
+  {
+    auto first = text_run([&](TrainerOptions& o) {
+      paths(o);
+      o.max_steps(cut);
+    });
+    first->trainer->fit();
+  }
+  std::vector<StepEvaluation> got;
+  auto resumed = text_run([&](TrainerOptions& o) {
+    paths(o);
+    o.resume(checkpoint);
+  });
+  ASSERT_EQ(resumed->trainer->global_step(), cut);
+  resumed->trainer->fit(nullptr, nullptr, nullptr,
+                        [&](const StepEvaluation& e) { got.push_back(e); });
+  ASSERT_EQ(got.size(), want.size() - worse);
+  int64_t best_step = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].best_written) {
+      best_step = want[i].global_step;
+    }
+    if (i < worse) {
+      continue;
+    }
+    const auto& e = got[i - worse];
+    EXPECT_EQ(e.global_step, want[i].global_step);
+    EXPECT_EQ(e.test_loss, want[i].test_loss) << "step " << e.global_step;
+    EXPECT_EQ(e.best_test_loss, want[i].best_test_loss)
+        << "step " << e.global_step;
+    EXPECT_EQ(e.best_written, want[i].best_written) << "step " << e.global_step;
+  }
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(best).global_step,
+            best_step);
+  std::remove(checkpoint.c_str());
+  std::remove(best.c_str());
+}
+
+// A checkpoint written by an evaluation at an epoch's last step (here
+// checkpoint_every and the best checkpoint at step 7 of 7-step epochs),
+// before the epoch ends, holds the next epoch's start: both files resume
+// there, and the resumed run ends as the straight one, to the bit. (The
+// epoch's end writes nothing more at that step, so the evaluation's file
+// is the one a user continues from.)
+TEST(StepRuns, AnEvaluationAtAnEpochsLastStepWritesAResumableCheckpoint) {
+  const auto checkpoint = temp_path("epoch_end.pt");
+  const auto best = temp_path("epoch_end.best.pt");
+  const auto setup = [&](TrainerOptions& o) {
+    o.steps(14).eval_every(7).checkpoint_every(7).checkpoint(checkpoint);
+  };
+  std::remove(checkpoint.c_str());
+  std::remove(best.c_str());
+  {
+    auto first = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.best_checkpoint(best).max_steps(7);
+    });
+    std::vector<StepEvaluation> evals;
+    first->trainer->fit(nullptr, nullptr, nullptr,
+                        [&](const StepEvaluation& e) { evals.push_back(e); });
+    ASSERT_EQ(evals.size(), 1u);
+    EXPECT_TRUE(evals[0].checkpoint_written);
+    EXPECT_TRUE(evals[0].best_written);
+  }
+  const auto straight_checkpoint = temp_path("epoch_end.straight.pt");
+  std::remove(straight_checkpoint.c_str());
+  auto straight = text_run([&](TrainerOptions& o) {
+    setup(o);
+    o.checkpoint(straight_checkpoint);
+  });
+  straight->trainer->fit();
+  // Each resume writes a third file, leaving the two it reads as they are.
+  const auto continued = temp_path("epoch_end.continued.pt");
+  for (const auto& from : {checkpoint, best}) {
+    auto resumed = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.resume(from).checkpoint(continued);
+    });
+    EXPECT_EQ(resumed->trainer->global_step(), 7) << from;
+    EXPECT_EQ(resumed->trainer->start_epoch(), 1) << from;
+    EXPECT_EQ(resumed->trainer->start_step_in_epoch(), 0) << from;
+    resumed->trainer->fit();
+    expect_same_weights(straight->gpt, resumed->gpt, "resumed from " + from);
+  }
+  std::remove(checkpoint.c_str());
+  std::remove(best.c_str());
+  std::remove(straight_checkpoint.c_str());
+  std::remove(continued.c_str());
+}
+
 // A stop asked for during training or during a step's evaluation writes
 // the checkpoint at that step; the resumed run ends where the straight one
 // does, to the bit.
@@ -340,6 +474,95 @@ TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
     expect_same_weights(straight->gpt, resumed->gpt, c.name);
     std::remove(checkpoint.c_str());
   }
+}
+
+// A run resumed from one checkpoint and writing another (a branch of the
+// run, or a copy on other storage) has written nothing to the new path
+// yet: a stop before its first step writes the new checkpoint at the
+// resumed step, the stop point names it, and it resumes to the straight
+// run's end, to the bit.
+TEST(StepRuns, AStopRightAfterAResumeIntoAnotherPathWritesIt) {
+  const auto setup = [](TrainerOptions& o) { o.steps(14); };
+  auto straight = text_run(setup);
+  straight->trainer->fit();
+  const auto from = temp_path("branch.from.pt");
+  const auto to = temp_path("branch.to.pt");
+  std::remove(from.c_str());
+  std::remove(to.c_str());
+  {
+    auto first = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.max_steps(5).checkpoint(from);
+    });
+    first->trainer->fit();
+  }
+  {
+    auto branch = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.resume(from).checkpoint(to).stop_requested([] { return true; });
+    });
+    branch->trainer->fit();
+    const auto& stop = branch->trainer->stop_point();
+    EXPECT_TRUE(stop.stopped);
+    EXPECT_EQ(stop.global_step, 5);
+    EXPECT_EQ(stop.checkpoint_step, 5);
+  }
+  ASSERT_TRUE(exists(to)) << "the stop wrote no checkpoint at " << to;
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(to).global_step, 5);
+  auto resumed = text_run([&](TrainerOptions& o) {
+    setup(o);
+    o.resume(to);
+  });
+  resumed->trainer->fit();
+  expect_same_weights(straight->gpt, resumed->gpt, "resumed from " + to);
+  std::remove(from.c_str());
+  std::remove(to.c_str());
+}
+
+// A resume inside an epoch carries on the epoch's count of non-finite
+// losses (steps skipped for inf/NaN) as well as its loss sum: the epoch's
+// mean over its finite losses and its count of non-finite ones are the
+// straight run's. Training steps 2 and 4 have non-finite losses; the
+// checkpoint is at step 5, in the first epoch.
+TEST(StepRuns, AResumeInsideAnEpochKeepsItsNonFiniteLosses) {
+  const auto setup = [](TrainerOptions& o) { o.steps(14); };
+  int64_t step = 0; // the training forwards so far, of all runs' steps
+  const auto poison = [&] {
+    ++step;
+    return step == 2 || step == 4;
+  };
+  auto straight = text_run(setup, lamp::Precision::kFP32, poison);
+  const auto want = straight->trainer->fit();
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(want[0].non_finite_losses, 2);
+  ASSERT_EQ(want[0].skipped_steps, 2);
+  const auto checkpoint = temp_path("non_finite.pt");
+  std::remove(checkpoint.c_str());
+  step = 0;
+  {
+    auto first = text_run(
+        [&](TrainerOptions& o) {
+          setup(o);
+          o.max_steps(5).checkpoint(checkpoint);
+        },
+        lamp::Precision::kFP32, poison);
+    first->trainer->fit();
+  }
+  ASSERT_EQ(step, 5);
+  auto resumed = text_run(
+      [&](TrainerOptions& o) {
+        setup(o);
+        o.resume(checkpoint);
+      },
+      lamp::Precision::kFP32, poison);
+  const auto got = resumed->trainer->fit();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].resumed_steps, 5);
+  EXPECT_EQ(got[0].non_finite_losses, 2);
+  EXPECT_EQ(got[0].train_loss, want[0].train_loss);
+  EXPECT_EQ(got[1].train_loss, want[1].train_loss);
+  expect_same_weights(straight->gpt, resumed->gpt, "resumed at step 5");
+  std::remove(checkpoint.c_str());
 }
 
 // checkpoint_every writes inside epochs; without a checkpoint path it is

@@ -73,6 +73,39 @@ TEST(Schedule, CosineConstantAndParsing) {
   EXPECT_DOUBLE_EQ(sgd.param_groups()[0].options().get_lr(), 0.025);
 }
 
+// Past its end (a run lengthened on resume) a schedule holds its last step's
+// rate: it neither rises again (the cosine's second half-period) nor runs on
+// past one-cycle's floor.
+TEST(Schedule, HoldsTheLastStepsRatePastTheEnd) {
+  using lamp::training::learning_rate;
+  for (const auto schedule : {Schedule::kCosine, Schedule::kOneCycle}) {
+    const double last = learning_rate(schedule, 0.1, 19, 20);
+    for (const int64_t step : {20, 21, 30, 39, 1000}) {
+      EXPECT_DOUBLE_EQ(learning_rate(schedule, 0.1, step, 20), last)
+          << lamp::training::to_string(schedule) << " step " << step;
+    }
+  }
+  EXPECT_DOUBLE_EQ(learning_rate(Schedule::kCosine, 0.1, 19, 20),
+                   0.05 * (1 + std::cos(M_PI * 19 / 20)));
+}
+
+// Every parameter group gets the rate: the weight-decay groups of a GPT are
+// two, and a schedule that moved only the first would leave the biases and
+// norms at the initial rate.
+TEST(Schedule, SetsTheRateOfEveryParamGroup) {
+  torch::nn::Linear a(2, 2), b(2, 3);
+  torch::optim::AdamW adamw(
+      {torch::optim::OptimizerParamGroup(a->parameters()),
+       torch::optim::OptimizerParamGroup(
+           b->parameters(), std::make_unique<torch::optim::AdamWOptions>(0.5))},
+      torch::optim::AdamWOptions(0.1));
+  lamp::training::set_learning_rate(adamw, 0.025);
+  ASSERT_EQ(adamw.param_groups().size(), 2u);
+  for (auto& group : adamw.param_groups()) {
+    EXPECT_DOUBLE_EQ(group.options().get_lr(), 0.025);
+  }
+}
+
 // The resume contract: 2 epochs straight == 1 epoch, checkpoint,
 // a new process-like start from the checkpoint, 1 more epoch: bit-identical.
 class TrainerResume : public ::testing::TestWithParam<lamp::Precision> {};

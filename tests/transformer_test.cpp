@@ -69,6 +69,15 @@ TEST(RMSNorm, MatchesTheFormulaWithPythonsParameterAndEps) {
       (x.to(torch::kDouble) /
        (x.to(torch::kDouble).pow(2).mean({-2, -1}, true) + 0.5).sqrt()),
       1e-6, 1e-7));
+  // Without the affine scale: no parameter at all (Python's weight=None,
+  // absent from its state dict), and the plain normalisation.
+  lamp::nn::RMSNorm bare(
+      lamp::nn::RMSNormOptions({6}).eps(0.5).elementwise_affine(false));
+  EXPECT_TRUE(bare->named_parameters().is_empty());
+  EXPECT_FALSE(bare->weight.defined());
+  EXPECT_TRUE(lamp_test::AllClose(
+      bare(x).to(torch::kDouble),
+      rms_reference(x, torch::ones({6}, torch::kDouble), 0.5), 1e-6, 1e-7));
   // A BF16 input is normalised in FP32 and rounded once to BF16: within
   // half a BF16 ulp (2^-8 relative) of the formula on the BF16 values.
   const auto b = x.to(torch::kBFloat16);

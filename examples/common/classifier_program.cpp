@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "auto_precision.h"
 #include "cli.h"
 #include "interruption.h"
 #include "json_log.h"
@@ -103,6 +104,28 @@ void check_address_space_for(const BuiltModel& model) {
       lamp::address_space(),
       lamp::address_space_needed(at::get_num_threads(), parameters * 12),
       "training");
+}
+
+// A model whose FP32 weights, gradients and optimizer moments alone exceed
+// the device's memory is refused before it is built (spec.parameters).
+void check_model_fits(const ProgramConfig& config, const RunSpec& spec,
+                      torch::Device device) {
+  if (spec.parameters <= 0) {
+    return;
+  }
+  const bool sgd = config.optimizer == "sgd";
+  const uint64_t per_parameter = sgd ? 12 : 16;
+  const auto parameters = static_cast<uint64_t>(spec.parameters);
+  const uint64_t bytes =
+      parameters > std::numeric_limits<uint64_t>::max() / per_parameter
+          ? std::numeric_limits<uint64_t>::max()
+          : parameters * per_parameter;
+  lamp::check_fits_in_memory(
+      bytes, device,
+      spec.program + "'s model of " + std::to_string(spec.parameters) +
+          " parameters (" + spec.model_name + ") with its FP32 gradients and " +
+          (sgd ? "SGD's momentum" : config.optimizer + "'s two moments"),
+      "give smaller " + spec.size_flags);
 }
 
 // The process-wide switches the flags set: cuDNN's and the seed.
@@ -265,6 +288,22 @@ void print_run_complete(const ProgramConfig& config, const RunSpec& spec,
       config.resume.c_str(), config.resume.c_str());
 }
 
+// Resuming a run whose checkpoint is at or past --max-steps trains nothing
+// either: the limit counts the run's steps from its start, not this
+// process's.
+void print_max_steps_reached(const ProgramConfig& config, const RunSpec& spec,
+                             const Trainer& trainer) {
+  const auto done = std::to_string(trainer.global_step());
+  const auto total = std::to_string(trainer.total_steps());
+  const auto limit = std::to_string(config.max_steps);
+  print_out(
+      "%s: %s is at step %s of %s, and --max-steps %s stops the run at step "
+      "%s (it counts from the run's start, not from the resume); nothing to "
+      "train. Give a larger --max-steps (at most %s), or none, to go on.\n",
+      spec.program.c_str(), config.resume.c_str(), done.c_str(), total.c_str(),
+      limit.c_str(), limit.c_str(), total.c_str());
+}
+
 // --report-precision: the dtypes of the model and of one evaluation pass.
 void print_precision_report(Trainer& trainer, const BuiltModel& model) {
   // Evaluation changes nothing, so observing it leaves the run as it was.
@@ -399,6 +438,9 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       step.cuda_graph_enabled() ? ", CUDA graphs" : "",
       static_cast<long long>(config.threads),
       config.threads == 1 ? "thread" : "threads");
+  if (!config.auto_line.empty()) {
+    print_out("%s: %s\n", spec.program.c_str(), config.auto_line.c_str());
+  }
   if (device.is_cuda() && !step.cuda_graph_enabled() &&
       config.cuda_graph == "auto") {
     print_out("%s: CUDA graphs off: %s\n", spec.program.c_str(),
@@ -486,14 +528,27 @@ void export_weights(const ProgramConfig& config, const RunSpec& spec,
     return;
   }
   const auto options = lamp::models::StateDictOptions().master_weights(masters);
-  if (!spec.model_name.empty()) {
-    // A model outside the registry (train_gpt's): its own parameter names.
-    lamp::models::export_state_dict(*model.module, config.export_state_dict,
-                                    options);
-    return;
+  try {
+    if (!spec.model_name.empty()) {
+      // A model outside the registry (train_gpt's): its own parameter names.
+      lamp::models::export_state_dict(*model.module, config.export_state_dict,
+                                      options);
+    } else {
+      lamp::models::export_state_dict(*model.module, config.model,
+                                      config.export_state_dict, options);
+    }
+  } catch (const c10::Error& e) {
+    // Training finished before the export failed: say what of it is kept.
+    TORCH_CHECK(
+        false, e.what_without_backtrace(), " The training itself finished: ",
+        config.checkpoint.empty()
+            ? std::string("this run wrote no checkpoint (--checkpoint), "
+                          "so its weights were only in memory")
+            : config.checkpoint +
+                  " holds its weights, as written at "
+                  "its last step",
+        ".");
   }
-  lamp::models::export_state_dict(*model.module, config.model,
-                                  config.export_state_dict, options);
 }
 
 } // namespace
@@ -541,18 +596,47 @@ void warn_degenerate_data(const lamp::data::Dataset& train,
 int run(ProgramConfig& config, const RunSpec& spec) {
   // Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
   // otherwise a single-process group.
-  auto group = ProcessGroup::from_environment(
-      resolve_device(config.device),
-      lamp::distributed::ProcessGroupOptions().timeout(
-          std::chrono::milliseconds(
-              static_cast<int64_t>(config.dist_timeout * 1000.0))));
+  std::shared_ptr<ProcessGroup> group;
+  try {
+    group = ProcessGroup::from_environment(
+        resolve_device(config.device),
+        lamp::distributed::ProcessGroupOptions()
+            .timeout(std::chrono::milliseconds(
+                static_cast<int64_t>(config.dist_timeout * 1000.0)))
+            // The first signal stops a rank that waits for the others.
+            .stop_requested([] { return stop_signal() != 0; }));
+  } catch (const c10::Error&) {
+    if (stop_signal() == 0) {
+      throw;
+    }
+    std::cerr << spec.program << ": interrupted (" << signal_name(stop_signal())
+              << ") while waiting for the other ranks at the rendezvous; "
+              << "nothing was trained or written; run the command again to "
+                 "start"
+              << (config.resume.empty() ? " over" : " from " + config.resume)
+              << std::endl;
+    return 128 + stop_signal();
+  }
   // Before anything is broadcast: the same flags on every rank.
   check_ranks_agree(*group, config.rank_flags);
   const bool main_rank = group->is_main();
-  // "auto" is resolved here, once, before the model is converted for it;
-  // the library, the header and the log receive the resolved mode.
-  config.precision_mode =
-      lamp::resolve_precision(config.requested_precision, group->device());
+  check_before_training(config, spec, main_rank);
+  check_model_fits(config, spec, group->device());
+  // "auto" is resolved here, once, before the model is converted for it
+  // (and before the run's seed is set: a measurement builds models); the
+  // library, the header and the log receive the resolved mode.
+  if (config.requested_precision == lamp::Precision::kAuto) {
+    const auto chosen = resolve_auto_precision(
+        config, spec.train, spec.task, *group,
+        [&](lamp::Precision p) {
+          return build_model(config, spec, group->device(), p);
+        },
+        config.auto_stored);
+    config.precision_mode = chosen.precision;
+    config.auto_line = chosen.line;
+  } else {
+    config.precision_mode = config.requested_precision;
+  }
   const auto precision = config.precision_mode;
   if (config.flops_per_example > 0) {
     // MFU's denominator: the flag, or the datasheet's peak of this GPU.
@@ -565,7 +649,6 @@ int run(ProgramConfig& config, const RunSpec& spec) {
       config.peak_source = name + ", " + lamp::to_string(precision);
     }
   }
-  check_before_training(config, spec, main_rank);
   if (main_rank) {
     warn_ineffective_flags(config, group->device());
     warn_degenerate_data(spec.train, "the training data");
@@ -579,6 +662,12 @@ int run(ProgramConfig& config, const RunSpec& spec) {
   if (trainer.finished()) {
     if (main_rank) {
       print_run_complete(config, spec, trainer);
+    }
+    return 0;
+  }
+  if (config.max_steps > 0 && trainer.global_step() >= config.max_steps) {
+    if (main_rank) {
+      print_max_steps_reached(config, spec, trainer);
     }
     return 0;
   }
@@ -678,7 +767,7 @@ int program_main(int argc, char** argv, const std::string& program,
     // Before the data is read: a resume that contradicts its checkpoint
     // fails at once.
     config.requested_precision = precision_from(config); // parsed once
-    apply_resume_settings(app, config);
+    apply_resume_settings(app, config, program);
     apply_threads(config);
     auto spec = make_spec();
     spec.program = program;

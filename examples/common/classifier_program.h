@@ -39,6 +39,12 @@ struct RunSpec {
   /// What the model predicts and how it is scored: a class per image
   /// (train_cifar10, train_mnist) or the next token (train_gpt).
   lamp::training::Task task = lamp::training::Task::classification();
+  /// The model's parameter count when known before it is built (0: not
+  /// checked) and the flags that size it ("--width, --layers"): a model
+  /// whose weights, gradients and optimizer moments cannot fit in the
+  /// device's memory is refused naming them, before anything is allocated.
+  int64_t parameters = 0;
+  std::string size_flags;
   /// Called on the main rank after a run that trained to its end (not one
   /// stopped by a signal), after --export-state-dict: train_gpt samples
   /// text here.

@@ -99,6 +99,11 @@ struct ProgramConfig {
   // amp-bf16", "--peak-tflops").
   double peak_flops = 0;
   std::string peak_source;
+  // --precision auto: set by apply_resume_settings(), the mode the resumed
+  // checkpoint was trained in (kept, not chosen again); set by run(), the
+  // line that says what auto chose and why (auto_precision.h).
+  std::string auto_stored;
+  std::string auto_line;
   // Set by the program before add_options(): --data may name a file (a
   // text), not only a folder.
   bool data_may_be_file = false;

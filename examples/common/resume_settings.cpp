@@ -51,12 +51,25 @@ std::string stored_flag_text(const RunFlag& flag, const std::string& value) {
 
 } // namespace
 
-void apply_resume_settings(CLI::App& app, ProgramConfig& config) {
+void apply_resume_settings(CLI::App& app, ProgramConfig& config,
+                           const std::string& program) {
   if (config.resume.empty()) {
     return;
   }
   const auto checkpoint =
       lamp::training::read_checkpoint_settings(config.resume);
+  // train_gpt's models are named by their shape, "gpt(layers=...)".
+  const bool gpt_checkpoint = checkpoint.model_name.rfind("gpt(", 0) == 0;
+  const bool gpt_program = program == "train_gpt";
+  TORCH_CHECK(gpt_checkpoint == gpt_program, "lamp: ", config.resume,
+              " is a checkpoint of ",
+              gpt_checkpoint ? "train_gpt" : "an image classifier",
+              " (its model: ", checkpoint.model_name, "), not of ", program,
+              "; resume it with ",
+              gpt_checkpoint ? "train_gpt"
+                             : "the program that wrote it (train_mnist or "
+                               "train_cifar10)",
+              ".");
   auto stored = checkpoint.settings;
   stored.push_back({"model_name", checkpoint.model_name});
   std::string differences, fix;
@@ -107,6 +120,15 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config) {
                             : setting.value) +
             " there, " + given_text(app, flag) + " here";
         fix += (fix.empty() ? "" : " ") + stored_flag_text(flag, setting.value);
+      }
+    }
+  }
+  // "auto" on a resume keeps the mode the run chose when it began (stored
+  // resolved): a new measurement could choose another.
+  if (config.requested_precision == lamp::Precision::kAuto) {
+    for (const auto& setting : stored) {
+      if (setting.key == "precision") {
+        config.auto_stored = setting.value;
       }
     }
   }

@@ -36,6 +36,9 @@ void install_stop_signals() {
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // A closed terminal or ssh session: a stop like SIGTERM's, which writes
+  // the interrupted record and removes the checkpoint's lock.
+  sigaction(SIGHUP, &action, nullptr);
 }
 
 int stop_signal() {
@@ -48,6 +51,8 @@ const char* signal_name(int signal) {
       return "SIGINT";
     case SIGTERM:
       return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
     default:
       return "a signal";
   }

@@ -1,9 +1,11 @@
 #pragma once
 
-// SIGINT and SIGTERM for the training programs: the first asks the run to
-// stop at the next step boundary (TrainerOptions::stop_requested), so that
-// it can save what a resume needs, log it and say how to continue; a second
-// one ends the process at once.
+// SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) for the
+// training programs: the first asks the run to stop at the next step
+// boundary (TrainerOptions::stop_requested), or a rank that waits for the
+// others at the rendezvous to stop waiting, so that it can save what a
+// resume needs, log it and say how to continue; a second one ends the
+// process at once.
 
 namespace lamp_examples {
 
@@ -13,10 +15,10 @@ namespace lamp_examples {
 /// temporary name, then renamed), so the last checkpoint saved stays whole.
 void install_stop_signals();
 
-/// The signal that asked the run to stop (SIGINT, SIGTERM), or 0.
+/// The signal that asked the run to stop (SIGINT, SIGTERM, SIGHUP), or 0.
 int stop_signal();
 
-/// "SIGINT", "SIGTERM".
+/// "SIGINT", "SIGTERM", "SIGHUP".
 const char* signal_name(int signal);
 
 } // namespace lamp_examples

@@ -13,6 +13,7 @@
 #include "amp/grad_scaler_options.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "platform/archive.h"
+#include "platform/checkpoint_io.h"
 
 namespace lamp {
 
@@ -84,11 +85,46 @@ void GradScaler::save_state_dict(const std::string& path) const {
 
 void GradScaler::load_state_dict(const std::string& path) {
   constexpr const char* kCaller = "lamp::GradScaler::load_state_dict";
-  const c10::IValue value = load_pickle(path, kCaller);
+  c10::IValue value;
+  try {
+    value = load_pickle(path, kCaller);
+  } catch (const c10::Error&) {
+    // A whole Python checkpoint (the model's and optimizer's tensors beside
+    // the scaler's state) that LibTorch's unpickler does not read: its
+    // plain values, the tensors as None, are enough to find the scaler.
+    auto skeleton = detail::read_pickle_skeleton(path, kCaller);
+    if (!skeleton || !skeleton->isGenericDict()) {
+      throw;
+    }
+    value = std::move(*skeleton);
+  }
   TORCH_CHECK(
       value.isGenericDict(), kCaller, ": ", path, " holds a ", value.tagKind(),
       ", not a dict; write it with torch.save(scaler.state_dict(), path).");
-  detail::DictReader reader(value.toGenericDict());
+  auto dict = value.toGenericDict();
+  // Python's training checkpoints keep the scaler's state under "scaler"
+  // (torch.save({"model": ..., "scaler": scaler.state_dict()}, path)).
+  if (!dict.contains("scale") && dict.contains("scaler") &&
+      dict.at("scaler").isGenericDict()) {
+    dict = dict.at("scaler").toGenericDict();
+  }
+  if (!dict.contains("scale") && !dict.empty()) {
+    std::string keys;
+    for (const auto& item : dict) {
+      keys += (keys.empty() ? "" : ", ") +
+              (item.key().isString() ? "'" + item.key().toStringRef() + "'"
+                                     : std::string("a non-string key"));
+    }
+    TORCH_CHECK(false, kCaller, ": ", path,
+                " holds no GradScaler state: neither a scaler's state_dict() "
+                "(its 'scale', '_growth_tracker', ...) nor one under "
+                "'scaler'; its keys are ",
+                keys,
+                ". Save the scaler's own state with torch.save("
+                "scaler.state_dict(), path), or keep it in the checkpoint as "
+                "checkpoint['scaler'].");
+  }
+  detail::DictReader reader(dict);
   load_from(reader, kCaller);
 }
 

@@ -148,11 +148,32 @@ void batchnorm_to_float(torch::nn::Module& module, Converted& converted) {
   }
 }
 
+// A model converted to the other low-precision dtype already: a HalfNetwork
+// made by that conversion would feed it inputs of its own dtype. Converting
+// again to the same dtype changes nothing and is allowed.
+void check_not_converted_otherwise(const torch::nn::Module& module,
+                                   torch::Dtype dtype) {
+  for (const auto& item : module.named_parameters()) {
+    const auto is = item.value().scalar_type();
+    TORCH_CHECK(
+        !(is == torch::kHalf || is == torch::kBFloat16) || is == dtype,
+        "lamp::network_to_half: the model is converted to ", is,
+        " already (parameter '", item.key(), "' is ", is,
+        "), and converting it to ", dtype,
+        " would leave the network_to_half wrapper made then feeding it ", is,
+        " inputs. Keep the ", is,
+        " model, or build a fresh one and convert "
+        "that to ",
+        dtype, "; this model is unchanged.");
+  }
+}
+
 } // namespace
 
 torch::nn::Module& convert_network(torch::nn::Module& module,
                                    const HalfOptions& options) {
   detail::check_half_dtype(options.dtype(), "lamp::network_to_half");
+  check_not_converted_otherwise(module, options.dtype());
   if (options.keep_norm_fp32()) {
     check_kept_norms_can_run(module, "", options); // before changing anything
   }

@@ -43,24 +43,6 @@ std::string hex_byte(uint8_t b) {
   return text;
 }
 
-// "1.5 GiB (1610612736 bytes)".
-std::string byte_count(uint64_t bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 6) {
-    value /= 1024;
-    ++unit;
-  }
-  if (unit == 0) {
-    return std::to_string(bytes) + " bytes";
-  }
-  char text[64];
-  std::snprintf(text, sizeof(text), "%.1f %s (%llu bytes)", value, units[unit],
-                static_cast<unsigned long long>(bytes));
-  return text;
-}
-
 // "this machine's 23.4 GiB (...) of memory".
 std::string memory_text() {
   return "this machine's " + byte_count(lamp::detail::physical_memory_bytes()) +

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "platform/number_text.h"
 #include "platform/paths.h"
 
 namespace lamp {
@@ -18,8 +19,8 @@ std::string quoted(const std::string& s);
 std::string join(const std::vector<std::string>& items,
                  const std::string& separator);
 std::string hex_byte(uint8_t b);
-// "1.5 GiB (1610612736 bytes)".
-std::string byte_count(uint64_t bytes);
+// "1.5 GiB (1610612736 bytes)": platform/number_text.h.
+using ::lamp::detail::byte_count;
 // "this machine's 23.4 GiB (...) of memory".
 std::string memory_text();
 

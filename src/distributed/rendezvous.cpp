@@ -3,9 +3,17 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -43,6 +51,44 @@ std::string rank_list(const std::vector<int>& ranks) {
     out << ", ...";
   }
   return out.str();
+}
+
+std::string listener_at(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints,
+                    &found) != 0 ||
+      found == nullptr) {
+    return "the host name " + host + " does not resolve";
+  }
+  std::string why = "it does not answer";
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                 a->ai_protocol);
+    if (fd < 0) {
+      continue;
+    }
+    int error = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (error == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      socklen_t size = sizeof error;
+      error = ::poll(&p, 1, 1000) != 1 ||
+                      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0
+                  ? ETIMEDOUT
+                  : error;
+    }
+    ::close(fd);
+    if (error == 0) {
+      ::freeaddrinfo(found);
+      return "";
+    }
+    why = error == ECONNREFUSED ? "nothing listens there (connection refused)"
+                                : std::string(std::strerror(error));
+  }
+  ::freeaddrinfo(found);
+  return why;
 }
 
 namespace {
@@ -92,7 +138,46 @@ class Rendezvous {
   // The longest a rendezvous store takes to answer its first call.
   static constexpr std::chrono::seconds kFirstAnswer{10};
 
+  // How often a waiting rank reads ProcessGroupOptions::stop_requested.
+  static constexpr std::chrono::milliseconds kStopPoll{100};
+
   static std::string key(int rank) { return "rank/" + std::to_string(rank); }
+
+  // Who serves the store this rank waits for.
+  std::string server() const {
+    return env_.agent_store ? "torchrun's agent store" : "rank 0's rendezvous";
+  }
+
+  // Why the store is not reached yet, for a client's waiting line: "" when
+  // something listens at the address (the store may be starting), else
+  // what a connection finds there and what that means.
+  std::string why_unreached() const {
+    if (!env_.agent_store && env_.rank == 0) {
+      return ""; // it serves the store itself
+    }
+    const auto found = listener_at(env_.master_addr, env_.master_port);
+    if (found.empty()) {
+      return "";
+    }
+    return ": " + found +
+           (env_.agent_store
+                ? "; TORCHELASTIC_USE_AGENT_STORE=True says that torchrun's "
+                  "agent serves the store, but none is there. Start the "
+                  "ranks with torchrun, or unset "
+                  "TORCHELASTIC_USE_AGENT_STORE to let rank 0 serve it"
+                : "; rank 0 serves the store once it starts: start it, or "
+                  "check MASTER_ADDR and MASTER_PORT");
+  }
+
+  // A stop asked for while waiting (ProcessGroupOptions::stop_requested)
+  // ends the wait with an error that says so.
+  void check_stop(const char* doing) const {
+    const auto& stop = options_.stop_requested();
+    TORCH_CHECK(!stop || !stop(), who(), ": stopped while waiting to ", doing,
+                " at ", address_,
+                ", as asked (ProcessGroupOptions::stop_requested: a signal, "
+                "in lamp's programs); nothing has run on the group.");
+  }
 
   std::string who() const {
     return "lamp::distributed: rank " + std::to_string(env_.rank) + " of " +
@@ -143,8 +228,13 @@ class Rendezvous {
       return c10::intrusive_ptr<c10d::Store>(
           c10::make_intrusive<c10d::TCPStore>(address, store_options));
     });
-    while (connecting.wait_for(options_.wait_report_interval()) !=
-           std::future_status::ready) {
+    auto next_report = start + options_.wait_report_interval();
+    while (connecting.wait_for(kStopPoll) != std::future_status::ready) {
+      check_stop("reach the rendezvous");
+      if (Clock::now() < next_report) {
+        continue;
+      }
+      next_report += options_.wait_report_interval();
       TORCH_CHECK(elapsed(start) < options_.timeout() + kFirstAnswer, who(),
                   ": the program at ", address_,
                   " accepted the connection but gave "
@@ -154,9 +244,9 @@ class Rendezvous {
                   "MASTER_PORT ",
                   env_.master_port,
                   "; choose a free port (torchrun --master-port).");
-      report(who() + " waiting to reach rank 0's rendezvous at " + address_ +
+      report(who() + " waiting to reach " + server() + " at " + address_ +
              " (" + seconds(elapsed(start)) + " of " +
-             seconds(options_.timeout()) + ")");
+             seconds(options_.timeout()) + ")" + why_unreached());
     }
     c10::intrusive_ptr<c10d::Store> store;
     try {
@@ -294,6 +384,7 @@ class Rendezvous {
                seconds(options_.timeout()) + ")");
         next_report = now + options_.wait_report_interval();
       }
+      check_stop("meet the other ranks");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

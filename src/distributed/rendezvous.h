@@ -30,6 +30,12 @@ std::string seconds(std::chrono::milliseconds d);
 /// "1, 3, 4" (at most 8, then "..."), for messages.
 std::string rank_list(const std::vector<int>& ranks);
 
+/// Whether something accepts TCP connections at host:port now, trying for
+/// at most a second: "" when it does, else what a connection finds ("nothing
+/// listens there (connection refused)", "the host name ... does not
+/// resolve", the system's words), for a waiting rank's line.
+std::string listener_at(const std::string& host, int port);
+
 /// `call()`'s result, computed on a thread of its own that is left behind
 /// (detached) if the caller stops waiting: a store call can block forever,
 /// and std::async's future would wait for it on destruction.

@@ -157,6 +157,24 @@ NamedModel make_gpt(const GPTOptions& options) {
           [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); }};
 }
 
+int64_t gpt_parameter_count(const GPTOptions& o) {
+  const int64_t c = o.width();
+  const double c_d = static_cast<double>(c);
+  const double estimate =
+      static_cast<double>(o.layers()) * (12.0 * c_d * c_d + 13.0 * c_d) +
+      static_cast<double>(o.vocab_size() + o.context() + 2) * c_d;
+  TORCH_CHECK(o.layers() >= 0 && c >= 0 && o.vocab_size() >= 0 &&
+                  o.context() >= 0 && estimate < 9.2e18,
+              "lamp::models::gpt_parameter_count: ", o.name(), " has about ",
+              estimate,
+              " parameters, more than an int64_t counts; use a smaller width "
+              "or fewer layers.");
+  // Per block: ln_1 and ln_2 2c each, c_attn 3c^2 + 3c, its c_proj c^2 + c,
+  // the MLP's c_fc 4c^2 + 4c and c_proj 4c^2 + c.
+  const int64_t per_block = 12 * c * c + 13 * c;
+  return o.layers() * per_block + (o.vocab_size() + o.context()) * c + 2 * c;
+}
+
 double gpt_training_flops(const GPTOptions& o) {
   const double c = static_cast<double>(o.width());
   const double layers = static_cast<double>(o.layers());

@@ -220,6 +220,11 @@ std::string read_regular_file(const std::string& path) {
 
 std::string io_error_text(int error) {
   std::string text = std::strerror(error);
+  if (error == ENOSPC) {
+    text += " (the disk is full)";
+  } else if (error == EDQUOT) {
+    text += " (the disk quota is used up)";
+  }
   struct rlimit limit {};
   if (error == EFBIG && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 &&
       limit.rlim_cur != RLIM_INFINITY) {
@@ -332,8 +337,8 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   }
 }
 
-void save_checked_archive(torch::serialize::OutputArchive& archive,
-                          const std::string& path) {
+uint32_t save_checked_archive(torch::serialize::OutputArchive& archive,
+                              const std::string& path) {
   std::string payload;
   archive.save_to([&payload](const void* data, size_t size) {
     payload.append(static_cast<const char*>(data), size);
@@ -343,9 +348,8 @@ void save_checked_archive(torch::serialize::OutputArchive& archive,
   envelope.write(kEnvelopeKey, c10::IValue(std::string(kEnvelope)));
   envelope.write("payload_bytes",
                  c10::IValue(static_cast<int64_t>(payload.size())));
-  envelope.write(
-      "payload_crc32",
-      c10::IValue(static_cast<int64_t>(crc32(payload.data(), payload.size()))));
+  const uint32_t crc = crc32(payload.data(), payload.size());
+  envelope.write("payload_crc32", c10::IValue(static_cast<int64_t>(crc)));
   envelope.write(
       "payload",
       torch::from_blob(&payload[0], {static_cast<int64_t>(payload.size())},
@@ -356,10 +360,11 @@ void save_checked_archive(torch::serialize::OutputArchive& archive,
     return size;
   });
   write_file_atomically(path, bytes);
+  return crc;
 }
 
-void load_checked_archive(torch::serialize::InputArchive& archive,
-                          const std::string& path) {
+uint32_t load_checked_archive(torch::serialize::InputArchive& archive,
+                              const std::string& path) {
   const std::string bytes = detail::read_regular_file(path);
   torch::serialize::InputArchive envelope;
   // A damaged zip can make the reader throw anything, including bad_alloc
@@ -369,6 +374,12 @@ void load_checked_archive(torch::serialize::InputArchive& archive,
                 " is damaged or not a checkpoint written by lamp (", what,
                 "). Resume from an intact copy or start a new run.");
   };
+  TORCH_CHECK(!detail::is_torch_save_zip(bytes), "lamp: ", path,
+              " is a state dict in PyTorch's own format (written by "
+              "--export-state-dict or Python's torch.save), not a lamp "
+              "checkpoint: it is for Python (torch.load, then "
+              "model.load_state_dict). --resume and --init-from take the "
+              "checkpoints that --checkpoint writes.");
   try {
     envelope.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
   } catch (const c10::Error& e) {
@@ -420,6 +431,7 @@ void load_checked_archive(torch::serialize::InputArchive& archive,
   } catch (const c10::Error& e) {
     damaged(e.what_without_backtrace());
   }
+  return crc;
 }
 
 CheckpointLock::CheckpointLock(const std::string& path)

@@ -1,7 +1,9 @@
 // The CUDA queries of lamp/platform/backends.h for a LibTorch built without
 // CUDA.
 #include "lamp/platform/backends.h"
+#include "lamp/platform/out_of_memory.h"
 #include "platform/cuda_name.h"
+#include "platform/memory.h"
 
 namespace lamp {
 
@@ -28,6 +30,10 @@ int64_t reserved_device_memory(const torch::Device&) {
 }
 
 void release_cached_device_memory() {}
+
+uint64_t device_memory_bytes(const c10::Device& device) {
+  return device.is_cpu() ? detail::cpu_memory_bytes() : 0;
+}
 
 void synchronize(const torch::Device&) {}
 

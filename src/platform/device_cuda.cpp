@@ -7,8 +7,10 @@
 #include <cuda.h> // CUDA_VERSION
 
 #include "lamp/platform/backends.h"
+#include "lamp/platform/out_of_memory.h"
 #include "platform/compat.h"
 #include "platform/cuda_name.h"
+#include "platform/memory.h"
 
 namespace lamp {
 
@@ -102,6 +104,17 @@ void release_cached_device_memory() {
     detail::lazy_init_cuda();
     c10::cuda::CUDACachingAllocator::emptyCache();
   }
+}
+
+uint64_t device_memory_bytes(const c10::Device& device) {
+  if (device.is_cpu()) {
+    return detail::cpu_memory_bytes();
+  }
+  if (!device.is_cuda() || !cuda_available()) {
+    return 0;
+  }
+  detail::lazy_init_cuda();
+  return at::cuda::getDeviceProperties(cuda_index(device))->totalGlobalMem;
 }
 
 } // namespace lamp

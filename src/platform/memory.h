@@ -24,5 +24,12 @@ inline uint64_t physical_memory_bytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
+/// physical_memory_bytes() for the CPU of device_memory_bytes(): 0 where the
+/// system does not say.
+inline uint64_t cpu_memory_bytes() {
+  const uint64_t bytes = physical_memory_bytes();
+  return bytes == std::numeric_limits<uint64_t>::max() ? 0 : bytes;
+}
+
 } // namespace detail
 } // namespace lamp

@@ -3,6 +3,7 @@
 // Numbers as lamp's messages show them, for every layer (the trainer's
 // resume checks, the replicas' settings compared across ranks).
 
+#include <cstdint>
 #include <string>
 
 namespace lamp {
@@ -11,6 +12,10 @@ namespace detail {
 /// A double as text that reads back as the same double ("0.05", not
 /// "0.050000000000000003", unless that is needed to tell two apart).
 std::string exact(double value);
+
+/// A size in bytes as messages show it: "1.5 GiB (1610612736 bytes)", or
+/// "512 bytes" below a KiB.
+std::string byte_count(uint64_t bytes);
 
 } // namespace detail
 } // namespace lamp

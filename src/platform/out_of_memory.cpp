@@ -2,6 +2,9 @@
 
 #include <cstdio>
 
+#include "platform/memory.h"
+#include "platform/number_text.h"
+
 namespace lamp {
 
 bool is_out_of_memory(const c10::Error& error) {
@@ -29,6 +32,15 @@ void throw_out_of_memory(const std::string& what, int64_t bytes,
   TORCH_CHECK(
       false, "lamp: out of memory while allocating ", what, size, ": ", cause,
       ". Use a smaller batch size or model, free memory held elsewhere, or run with more memory (a limit such as `ulimit -v` or a container's may be below the machine's memory).");
+}
+
+void check_fits_in_memory(uint64_t bytes, const c10::Device& device,
+                          const std::string& what, const std::string& fix) {
+  const uint64_t memory = device_memory_bytes(device);
+  TORCH_CHECK(memory == 0 || bytes <= memory, "lamp: ", what,
+              " needs at least ", detail::byte_count(bytes), ", more than the ",
+              detail::byte_count(memory), " of memory of ", device, "; ", fix,
+              ".");
 }
 
 } // namespace lamp

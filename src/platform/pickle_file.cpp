@@ -66,6 +66,31 @@ std::string zip_pickle(const std::string& bytes) {
 
 } // namespace
 
+bool detail::is_torch_save_zip(const std::string& bytes) {
+  try {
+    std::istringstream stream(bytes);
+    caffe2::serialize::PyTorchStreamReader reader(&stream);
+    return reader.hasRecord("data.pkl") && !reader.hasRecord("constants.pkl");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+c10::optional<c10::IValue> detail::read_pickle_skeleton(
+    const std::string& path, const std::string& what) {
+  const std::string bytes = detail::read_regular_file(path);
+  if (!is_torch_save_zip(bytes)) {
+    return c10::nullopt; // a TorchScript archive (a lamp checkpoint), ...
+  }
+  const std::string pickle = zip_pickle(bytes);
+  if (pickle.empty()) {
+    return c10::nullopt;
+  }
+  return detail::read_plain_pickle(pickle.data(), pickle.size(),
+                                   what + ": " + path,
+                                   /*objects_as_none=*/true);
+}
+
 c10::IValue load_pickle(const std::string& path, const std::string& what) {
   const std::string bytes = detail::read_regular_file(path);
   std::string error;

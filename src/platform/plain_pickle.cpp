@@ -20,8 +20,12 @@ struct Unsupported {};
 
 class Reader {
  public:
-  Reader(const char* data, size_t size, const std::string& where)
-      : data_(data), end_(data + size), where_(where) {}
+  Reader(const char* data, size_t size, const std::string& where,
+         bool objects_as_none)
+      : data_(data),
+        end_(data + size),
+        where_(where),
+        objects_as_none_(objects_as_none) {}
 
   c10::IValue run() {
     while (true) {
@@ -127,15 +131,37 @@ class Reader {
           global(module.toStringRef(), name.toStringRef());
           break;
         }
-        case 'R': { // REDUCE: only OrderedDict()
+        case 'R': { // REDUCE: OrderedDict(), or any object as None
           require_items(2);
           auto args = pop();
           auto callable = pop();
+          if (callable.other_class) {
+            push(c10::IValue()); // a tensor, a storage, a device...
+            break;
+          }
           require(callable.ordered_dict_class && args.value.isTuple() &&
                   args.value.toTupleRef().elements().empty());
           push(empty_dict());
           break;
         }
+        case 0x81: { // NEWOBJ: an object as None
+          require_items(2);
+          pop();
+          require(pop().other_class);
+          push(c10::IValue());
+          break;
+        }
+        case 'Q': // BINPERSID: a tensor's storage, as None
+          require(objects_as_none_);
+          require_items(1);
+          pop();
+          push(c10::IValue());
+          break;
+        case 'b': // BUILD: an object's attributes (a state dict's _metadata)
+          require(objects_as_none_);
+          require_items(2);
+          pop();
+          break;
         case 's': // SETITEM
           set_items(stack_.size() - require_items(2));
           break;
@@ -158,6 +184,7 @@ class Reader {
   struct Item {
     c10::IValue value;
     bool ordered_dict_class = false;
+    bool other_class = false; // read with objects_as_none only
   };
 
   static void require(bool condition) {
@@ -222,8 +249,12 @@ class Reader {
     return c10::ivalue::Tuple::create(std::move(items));
   }
   void global(const std::string& module, const std::string& name) {
-    require(module == "collections" && name == "OrderedDict");
-    stack_.push_back(Item{c10::IValue(), true});
+    if (module == "collections" && name == "OrderedDict") {
+      stack_.push_back(Item{c10::IValue(), true, false});
+      return;
+    }
+    require(objects_as_none_);
+    stack_.push_back(Item{c10::IValue(), false, true});
   }
   void set_items(size_t start) {
     require(start >= 1 && (stack_.size() - start) % 2 == 0 &&
@@ -287,6 +318,7 @@ class Reader {
   const char* data_;
   const char* end_;
   const std::string& where_;
+  const bool objects_as_none_;
   std::vector<Item> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Item> memo_;
@@ -295,9 +327,10 @@ class Reader {
 } // namespace
 
 c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
-                                             const std::string& where) {
+                                             const std::string& where,
+                                             bool objects_as_none) {
   try {
-    return Reader(data, size, where).run();
+    return Reader(data, size, where, objects_as_none).run();
   } catch (const Unsupported&) {
     return c10::nullopt;
   }

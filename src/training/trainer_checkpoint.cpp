@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -43,30 +44,56 @@ std::string shard_path(const std::string& path, int rank, int world,
 }
 
 // Runs `work` on every rank, then agrees: when it failed on any rank, every
-// rank throws, the failed ones their own error, the others naming them, so
-// that no rank goes on to a collective the others never reach.
+// rank throws, the failed ones their own error, the others naming them with
+// the first one's message (its first kMessageBytes bytes), so that no rank
+// goes on to a collective the others never reach and rank 0, which the user
+// reads, says why.
 void on_every_rank(distributed::ProcessGroup& group, const std::string& what,
                    const std::function<void()>& work) {
+  constexpr int64_t kMessageBytes = 1000;
   std::string error;
   try {
     work();
   } catch (const c10::Error& e) {
     error = e.what_without_backtrace();
   }
-  auto failed = torch::zeros({group.world_size()});
-  failed[group.rank()] = error.empty() ? 0.0 : 1.0;
-  group.all_reduce_(failed, distributed::ReduceOp::kSum,
-                    "the agreement on " + what);
-  TORCH_CHECK(error.empty(), error);
-  std::string ranks;
-  for (int r = 0; r < group.world_size(); ++r) {
-    if (failed[r].item<float>() != 0.0f) {
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  // Row r: 1 where rank r failed, then its message's bytes (a sum of rows
+  // that only rank r fills is an all-gather).
+  auto rows =
+      torch::zeros({group.world_size(), 1 + kMessageBytes}, torch::kInt);
+  if (!error.empty()) {
+    auto row = rows[group.rank()];
+    row[0] = 1;
+    const auto n =
+        std::min<int64_t>(kMessageBytes, static_cast<int64_t>(error.size()));
+    for (int64_t i = 0; i < n; ++i) {
+      row[1 + i] = static_cast<int>(static_cast<unsigned char>(error[i]));
     }
   }
-  TORCH_CHECK(ranks.empty(), "lamp: rank ", ranks, " failed in ", what,
-              " (its own message says why); rank ", group.rank(),
-              " stops too.");
+  group.all_reduce_(rows, distributed::ReduceOp::kSum,
+                    "the agreement on " + what);
+  TORCH_CHECK(error.empty(), error);
+  const auto a = rows.accessor<int, 2>();
+  std::string ranks, first;
+  for (int r = 0; r < group.world_size(); ++r) {
+    if (a[r][0] == 0) {
+      continue;
+    }
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (!first.empty()) {
+      continue;
+    }
+    for (int64_t i = 1; i <= kMessageBytes && a[r][i] != 0; ++i) {
+      first += static_cast<char>(a[r][i]);
+    }
+    while (!first.empty() && (first.back() == '.' || first.back() == ' ')) {
+      first.pop_back(); // the message around it ends the sentence
+    }
+  }
+  TORCH_CHECK(
+      ranks.empty(), "lamp: rank ", ranks, " failed in ", what, ": ", first,
+      static_cast<int64_t>(first.size()) >= kMessageBytes ? " [...]" : "",
+      " (rank ", group.rank(), " stops too).");
 }
 
 } // namespace
@@ -133,6 +160,9 @@ void Trainer::save_checkpoint(const std::string& path) const {
   const int rank = group->rank();
   const int world = group->world_size();
   const auto mine = shard_path(path, rank, world, global_step_);
+  // Each shard's checksum, recorded in the manifest: a shard file that
+  // another run (or a later step) has written since is refused on resume.
+  auto checksums = torch::zeros({world}, torch::kLong);
   on_every_rank(*group, "writing the checkpoint's shards", [&] {
     if (rank == 0) {
       return;
@@ -144,8 +174,10 @@ void Trainer::save_checkpoint(const std::string& path) const {
     shard.write("world_size", c10::IValue(int64_t{world}));
     shard.write("global_step", c10::IValue(global_step_));
     shard.write("train_step", step_archive);
-    save_checked_archive(shard, mine);
+    checksums[rank] = static_cast<int64_t>(save_checked_archive(shard, mine));
   });
+  group->all_reduce_(checksums, distributed::ReduceOp::kSum,
+                     "the gathering of the shards' checksums");
   on_every_rank(*group, "writing the checkpoint's manifest", [&] {
     if (rank != 0) {
       return;
@@ -156,6 +188,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
           lamp::detail::base_name(shard_path(path, r, world, global_step_)));
     }
     archive.write("zero_shards", c10::IValue(shards));
+    archive.write("zero_shard_crc32", checksums.narrow(0, 1, world - 1));
     archive.write("train_step", step_archive);
     save_checked_archive(archive, path);
   });
@@ -172,23 +205,62 @@ void Trainer::save_checkpoint(const std::string& path) const {
 
 namespace {
 
-// Reads saved rank `k`'s (of `saved_world`) shard file, named by the
-// manifest at `path` in `entry`, into `train_step`, after checking that it
-// is that rank's of this checkpoint; returns the file's path.
+// Reads saved rank `k`'s (of `saved_world`) shard file into `train_step`,
+// after checking that it is that rank's of this checkpoint, and the very
+// file the manifest at `path` was written with when it records the shards'
+// checksums (`checksum` >= 0); returns the file's path. The file is the
+// checkpoint's own (`path`.rank<k>-of-<n>.step<s>: a copy carries its
+// shards under its own name), else the one the manifest names in `entry`
+// (the name it was written under).
 std::string read_shard(const std::string& path, const c10::IValue& entry,
                        int64_t k, int64_t saved_world, int64_t global_step,
-                       const std::string& model_name,
+                       int64_t checksum, const std::string& model_name,
                        torch::serialize::InputArchive& train_step) {
   TORCH_CHECK(entry.isString(), "lamp: ", path,
               ": the manifest's list of shard files is damaged.");
-  const auto file = lamp::detail::join_path(lamp::detail::parent_folder(path),
-                                            entry.toStringRef());
-  TORCH_CHECK(exists(file), "lamp: ", path, " needs rank ", k,
-              "'s shard of the optimizer state in ", file,
-              ", which is missing; copy the checkpoint with all its .rank* "
-              "files, or resume from another checkpoint.");
+  const auto own = shard_path(path, static_cast<int>(k),
+                              static_cast<int>(saved_world), global_step);
+  const auto named = lamp::detail::join_path(lamp::detail::parent_folder(path),
+                                             entry.toStringRef());
+  std::vector<std::string> candidates{own};
+  if (named != own) {
+    candidates.push_back(named);
+  }
+  std::string file, others;
   torch::serialize::InputArchive shard;
-  load_checked_archive(shard, file);
+  for (const auto& candidate : candidates) {
+    if (!exists(candidate)) {
+      continue;
+    }
+    torch::serialize::InputArchive read;
+    const uint32_t crc = load_checked_archive(read, candidate);
+    if (checksum >= 0 && static_cast<int64_t>(crc) != checksum) {
+      others += (others.empty() ? "" : "; ") + candidate + " (CRC-32 " +
+                std::to_string(crc) + ")";
+      continue;
+    }
+    file = candidate;
+    shard = std::move(read);
+    break;
+  }
+  TORCH_CHECK(
+      !file.empty() || !others.empty(), "lamp: ", path, " needs rank ", k,
+      "'s shard of the optimizer state in ", own,
+      named != own ? " (or " + named + ", the name it was written under)"
+                   : std::string(),
+      ", which is missing; copy a checkpoint with all its .rank* files, "
+      "renamed with it (",
+      lamp::detail::base_name(own),
+      " beside the copy), or resume from another checkpoint.");
+  TORCH_CHECK(!file.empty(), "lamp: ", path, " was written with rank ", k,
+              "'s shard of CRC-32 ", checksum,
+              ", but the shard files there "
+              "are others: ",
+              others,
+              ". Another run, or a later checkpoint, has written them since "
+              "(a copy of a checkpoint without its own shard files reads the "
+              "original's). Copy a checkpoint together with its .rank* files, "
+              "renamed with it, or resume from another checkpoint.");
   const std::string shard_where = "lamp: " + file;
   const auto* w = shard_where.c_str();
   const auto format = lamp::detail::read_string(shard, "format", w);
@@ -332,6 +404,14 @@ void Trainer::load_checkpoint(const std::string& path) {
           ? static_cast<int64_t>(shards.toListRef().size()) + 1
           : world;
   const bool moved = saved_world != world; // the optimizer state
+  // The shards' checksums (manifests before they were recorded: none).
+  torch::Tensor checksums;
+  if (sharded && archive.try_read("zero_shard_crc32", checksums)) {
+    TORCH_CHECK(
+        checksums.scalar_type() == torch::kLong && checksums.dim() == 1 &&
+            checksums.size(0) == saved_world - 1,
+        "lamp: ", path, ": the manifest's list of shard checksums is damaged.");
+  }
   std::vector<torch::serialize::InputArchive> saved;
   std::vector<std::string> files(saved_world);
   if (sharded) {
@@ -350,8 +430,10 @@ void Trainer::load_checkpoint(const std::string& path) {
           lamp::detail::read_archive(archive, "train_step", into,
                                      where.c_str());
         } else {
+          const int64_t checksum =
+              checksums.defined() ? checksums[k - 1].item<int64_t>() : -1;
           files[k] = read_shard(path, shards.toListRef()[k - 1], k, saved_world,
-                                global_step, model_name_, into);
+                                global_step, checksum, model_name_, into);
         }
         if (!moved) {
           break;
@@ -369,7 +451,11 @@ void Trainer::load_checkpoint(const std::string& path) {
     // this run's rank k % world.
     previous_shards_.clear();
     for (int64_t k = 1; k < saved_world; ++k) {
-      if (k % world == rank && !files[k].empty()) {
+      // Only this checkpoint's own: a shard read under the name it was
+      // written under belongs to the checkpoint it was copied from.
+      if (k % world == rank &&
+          files[k] == shard_path(path, static_cast<int>(k),
+                                 static_cast<int>(saved_world), global_step)) {
         previous_shards_.push_back(files[k]);
       }
     }

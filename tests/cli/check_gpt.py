@@ -475,6 +475,21 @@ def bad_data(train_gpt, work):
     write("no-text/index.dat", b"\x00\x01")
     expect_error("folder without text", folder, ["no-text", "holds no text file"])
 
+    # A model too large for the memory: refused before it is built, naming
+    # its size and the flags that make it (width 2^20: 12 * 2^40 parameters
+    # a block, 384 TiB with AdamW's moments).
+    text = make_text(work)
+    huge = [train_gpt, "--data", text, "--layers", "2", "--heads", "2",
+            "--width", "1048576", "--context", "32", "--no-progress"]
+    r = run(huge)
+    wanted = ["train_gpt's model of 26388610416640 parameters",
+              "width=1048576", "adamw's two moments", "needs at least",
+              "384.0 TiB", "give smaller --width, --layers or --context"]
+    if r.returncode != 1 or any(w not in r.stderr for w in wanted) or \
+            "frame #" in r.stderr:
+        fail(f"model too large: exit {r.returncode}: {r.stderr!r}")
+    print(f"  model too large: {r.stderr.strip().splitlines()[-1][:170]}")
+
 
 def free_port():
     with socket.socket() as s:

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/nn/float8.h"
 #include "lamp/nn/linear.h"
+#include "lamp/training/checkpoint_weights.h"
 #include "platform/compat.h"
 #include "test_util.h"
 #include "trainer_util.h"
@@ -284,12 +286,11 @@ TEST(TwoRanks, Float8AmaxesAreAgreedOverTheRanks) {
   torch::manual_seed(1);
   for (int i = 0; i < 3; ++i) {
     const auto x = torch::randn({16, 32}) * (g->rank() == 0 ? 1.0 : 4.0);
+    torch::Tensor second_input;
     step.step([&] {
-      auto h = lamp::nn::linear(x, first);
-      return lamp::nn::linear(torch::relu(h), second)
-          .to(torch::kFloat)
-          .square()
-          .mean();
+      auto h = torch::relu(lamp::nn::linear(x, first));
+      second_input = h.detach();
+      return lamp::nn::linear(h, second).to(torch::kFloat).square().mean();
     });
     // Rank 1's input amax is the larger one: both ranks hold its scale.
     auto* state = lamp::nn::float8_state(*first);
@@ -299,6 +300,13 @@ TEST(TwoRanks, Float8AmaxesAreAgreedOverTheRanks) {
     g->all_reduce_(x_amax, lamp::distributed::ReduceOp::kMax);
     EXPECT_TRUE(AllClose(state->amax_history.select(1, 0).narrow(0, 0, 1),
                          x_amax, 0, 0));
+    // Each layer its own: the second one's input amax, agreed as well.
+    auto h_amax = second_input.abs().max().to(torch::kFloat).reshape({1});
+    g->all_reduce_(h_amax, lamp::distributed::ReduceOp::kMax);
+    const auto* second_state = lamp::nn::float8_state(*second);
+    EXPECT_TRUE(AllClose(
+        second_state->amax_history.select(1, 0).narrow(0, 0, 1), h_amax, 0, 0))
+        << "step " << i;
   }
   for (const auto& p : model->parameters()) {
     EXPECT_TRUE(BitEqual(p.detach(), from_rank0(*g, p)));
@@ -768,7 +776,80 @@ TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
                          "the epoch it ends is 1 on rank 0 and 2 on rank 1"),
             std::string::npos)
       << resumed;
+  // A library user's ranks that differ in init_from: rank 1 would keep its
+  // random start while rank 0 loads the checkpoint's weights (after the
+  // broadcast that made them equal), and the replicas would train apart.
+  const auto init = error_of([&] {
+    lamp_test::make_run(lamp::Precision::kFP32,
+                        TrainerOptions(options).process_group(g).init_from(
+                            g->rank() == 0 ? path : ""));
+  });
+  EXPECT_NE(init.find("the ranks differ in the trainer's settings: "
+                      "--init-from is given on rank 0 and not given on rank 1"),
+            std::string::npos)
+      << init;
   std::remove(path.c_str());
+  // Copies from the same epoch at other steps (a stale copy written by
+  // checkpoint_every, or another max_steps cut): the ranks would resume
+  // with other weights at other positions.
+  {
+    auto alone =
+        lamp_test::make_run(lamp::Precision::kFP32,
+                            TrainerOptions(options).checkpoint(path).max_steps(
+                                2 * (g->rank() + 1)));
+    alone->trainer->fit();
+  }
+  const auto steps = error_of([&] {
+    lamp_test::make_run(
+        lamp::Precision::kFP32,
+        TrainerOptions(options).process_group(g).checkpoint(path).resume(path));
+  });
+  EXPECT_NE(steps.find("the ranks differ in the checkpoint they resume from: "
+                       "its step count is 2 on rank 0 and 4 on rank 1"),
+            std::string::npos)
+      << steps;
+  std::remove(path.c_str());
+}
+
+// checkpoint_every writes inside epochs on several ranks too: a
+// data-parallel run stopped (killed, preempted) inside its epoch keeps the
+// last checkpoint_every checkpoint, and both ranks resume from it.
+TEST(TwoRanks, CheckpointEveryWritesInsideEpochs) {
+  auto g = group();
+  using lamp::training::TrainerOptions;
+  // One path for both ranks (rank 0 writes it), unique to this run.
+  const auto path = ::testing::TempDir() + "lamp_every_" +
+                    std::string(std::getenv("MASTER_PORT")) + ".pt";
+  // 96 images per rank, batches of 32: 3 steps per epoch. Both ranks are
+  // asked to stop before step 3, after step 2.
+  const auto options = TrainerOptions(lamp::Precision::kFP32)
+                           .epochs(2)
+                           .process_group(g)
+                           .checkpoint(path)
+                           .checkpoint_every(2);
+  {
+    auto run = lamp_test::make_run(lamp::Precision::kFP32,
+                                   TrainerOptions(options).stop_requested(
+                                       [n = 0]() mutable { return ++n == 3; }));
+    run->trainer->fit();
+    const auto& stop = run->trainer->stop_point();
+    EXPECT_TRUE(stop.stopped);
+    EXPECT_EQ(stop.global_step, 2);
+    if (g->rank() == 0) {
+      EXPECT_EQ(stop.checkpoint_step, 2);
+    }
+  }
+  g->barrier();
+  ASSERT_TRUE(lamp_test::exists(path)) << "no checkpoint at " << path;
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 2);
+  auto resumed = lamp_test::make_run(lamp::Precision::kFP32,
+                                     TrainerOptions(options).resume(path));
+  EXPECT_EQ(resumed->trainer->global_step(), 2);
+  EXPECT_EQ(resumed->trainer->start_step_in_epoch(), 2);
+  g->barrier();
+  if (g->rank() == 0) {
+    std::remove(path.c_str());
+  }
 }
 
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {

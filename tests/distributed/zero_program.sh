@@ -3,7 +3,8 @@
 # it trains as the replicated run does, its per-rank checkpoint resumes
 # exactly (and the replicated run's too), and a missing, mixed-up or other-stage checkpoint is refused on
 # both ranks, naming the rank and the file; --reshard moves a checkpoint
-# from 2 ranks to 1 and on to 3.
+# from 2 ranks to 1 and on to 3, but not one written inside an epoch; a run
+# resumed into another checkpoint leaves the first one's shard files.
 #   zero_program.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
 set -uo pipefail
 # shellcheck source=tests/distributed/free_port.sh
@@ -157,14 +158,36 @@ both_refuse missing_shard \
   --epochs 2 --zero 1 --resume "$work/b.pt"
 cp "$work/a.pt.rank1-of-2.step4" "$work/b.pt.rank1-of-2.step2"
 both_refuse mixed_up_shard \
-  "rank 1 failed in reading the checkpoint's shards" \
-  "holds the shard of rank 1 of 2 at step 4" \
+  "rank 1 failed in reading the checkpoint's shards: lamp: $work/b.pt was written with rank 1's shard of CRC-32" \
+  "but the shard files there are others: $work/b.pt.rank1-of-2.step2 (CRC-32" \
   --epochs 2 --zero 1 --resume "$work/b.pt"
 head -c 1000 "$work/saved_shard" > "$work/b.pt.rank1-of-2.step2"
 both_refuse damaged_shard \
   "rank 1 failed in reading the checkpoint's shards" \
   "b.pt.rank1-of-2.step2" \
   --epochs 2 --zero 1 --resume "$work/b.pt"
+mv "$work/saved_shard" "$work/b.pt.rank1-of-2.step2"
+# Copies: one that carries its shard files under its own name resumes from
+# them; one without them refuses the original's shard file once another run
+# has written it (here: another checkpoint's shard in its place).
+cp "$work/b.pt" "$work/c.pt"
+cp "$work/b.pt.rank1-of-2.step2" "$work/c.pt.rank1-of-2.step2"
+cp "$work/b.pt" "$work/d.pt"
+cp "$work/b.pt.rank1-of-2.step2" "$work/saved_shard"
+cp "$work/a.pt.rank1-of-2.step4" "$work/b.pt.rank1-of-2.step2"
+both_refuse copy_without_its_shards \
+  "rank 1 failed in reading the checkpoint's shards: lamp: $work/d.pt was written with rank 1's shard of CRC-32" \
+  "Another run, or a later checkpoint, has written them since" \
+  --epochs 2 --zero 1 --resume "$work/d.pt"
+ranks copy_with_its_shards --epochs 2 --zero 1 --resume "$work/c.pt" \
+  --export-state-dict "$work/c_weights.pt"
+if both_ok copy_with_its_shards; then
+  if cmp -s "$work/a_weights.pt" "$work/c_weights.pt"; then
+    pass copy_with_its_shards
+  else
+    fail "copy_with_its_shards: the resumed copy's weights differ from the straight run's"
+  fi
+fi
 mv "$work/saved_shard" "$work/b.pt.rank1-of-2.step2"
 both_refuse whole_resume_of_shards "resume with --zero 1" "resume with --zero 1" \
   --epochs 2 --zero 0 --resume "$work/b.pt"
@@ -231,6 +254,47 @@ if [ "${rcs[0]}" -ne 0 ] && grep -qF -- "--resume" "$work/reshard_alone.rank0.lo
   pass reshard_needs_resume
 else
   fail "reshard_needs_resume: exit ${rcs[0]}"; tail -3 "$work/reshard_alone.rank0.log" | sed 's/^/      /'
+fi
+
+# 7. A branch of a run: resumed from f.pt but writing g.pt, it leaves
+# f.pt's shard files alone (only g.pt's own are replaced), so f.pt still
+# resumes, and both continuations end on the straight run's weights.
+ranks branch_first --epochs 2 --max-steps 2 --zero 1 --checkpoint "$work/f.pt"
+if both_ok branch_first; then
+  ranks branch --epochs 2 --zero 1 --resume "$work/f.pt" --checkpoint "$work/g.pt" \
+    --export-state-dict "$work/g_weights.pt"
+  if both_ok branch; then
+    if [ -f "$work/f.pt.rank1-of-2.step2" ] && [ -f "$work/g.pt.rank1-of-2.step4" ]; then
+      pass branch_keeps_the_source_shards
+    else
+      fail "branch_keeps_the_source_shards: $(cd "$work" && ls f.pt* g.pt*)"
+    fi
+    ranks branch_source_again --epochs 2 --zero 1 --resume "$work/f.pt" \
+      --export-state-dict "$work/f_weights.pt"
+    if both_ok branch_source_again; then
+      if cmp -s "$work/a_weights.pt" "$work/g_weights.pt" &&
+          cmp -s "$work/a_weights.pt" "$work/f_weights.pt"; then
+        pass branch_and_source_resume_exactly
+      else
+        fail "branch_and_source_resume_exactly: the resumed runs' weights differ from the straight run's"
+      fi
+    fi
+  fi
+fi
+
+# 8. A checkpoint written inside an epoch (step 1 of 2) is not resharded:
+# the data would be split anew from the epoch's start, training some
+# examples twice and others never. Refused before training.
+nranks 2 inside_first --epochs 2 --max-steps 1 --zero 1 --checkpoint "$work/h.pt"
+if all_ok inside_first; then
+  nranks 1 inside_resharded --epochs 2 --zero 1 --resume "$work/h.pt" --reshard
+  log="$work/inside_resharded.rank0.log"
+  if [ "${rcs[0]}" -eq 1 ] && ! grep -q "^epoch " "$log" &&
+      grep -qF "was written 1 steps into epoch 1, and a resume on another number of ranks splits the data anew" "$log"; then
+    pass reshard_inside_an_epoch_refused
+  else
+    fail "reshard_inside_an_epoch_refused: exit ${rcs[0]}"; tail -3 "$log" | sed 's/^/      /'
+  fi
 fi
 
 echo "$passed passed, $failed failed"

@@ -220,8 +220,10 @@ name=stdout_closed
     --log-json "$work/pipe.jsonl" 2> "$work/$name.log" | head -1 > /dev/null
 status=${PIPESTATUS[0]}
 logged=$(grep -c '"record":"epoch"' "$work/pipe.jsonl")
-"$train" "${common[@]}" --epochs 1000 --resume "$work/pipe.pt" --max-steps 1 \
-    > "$work/${name}_resume.log" 2>&1
+# One step past the checkpoint (2 steps an epoch): a --max-steps it has
+# reached already would end before the header, saying so.
+"$train" "${common[@]}" --epochs 1000 --resume "$work/pipe.pt" \
+    --max-steps $((logged * 2 + 1)) > "$work/${name}_resume.log" 2>&1
 if [ "$status" -ne 1 ]; then fail "$name: exit $status, expected 1"
 elif ! grep -q "cannot write to standard output (Broken pipe)" "$work/$name.log"; then
   fail "$name: no message naming stdout"; sed 's/^/      /' "$work/$name.log" | tail -3
@@ -337,11 +339,23 @@ if run "$name" 1 "the test images are 1x14x14 .* but the training images 1x28x28
   if untrained "$name"; then pass "$name"; else fail "$name: trained an epoch first"; fi
 fi
 name=export_folder_full
-if run "$name" 1 "export.pt: a test write of 4096 bytes in its folder failed \(No space left on device\)" -- \
+if run "$name" 1 "export.pt: a test write of 4096 bytes in its folder failed \(No space left on device \(the disk is full\)\)" -- \
     env LD_PRELOAD="$shim" LAMP_FAULT_PATH="$work/export.pt" LAMP_FAULT_WRITE_AFTER=0 \
     "$train" "${common[@]}" --epochs 1 --export-state-dict "$work/export.pt"; then
   if untrained "$name" && ! ls "$work"/export.pt* > /dev/null 2>&1; then pass "$name"
   else fail "$name: trained an epoch first or left a file"; fi
+fi
+
+# The disk fills during the export, after training (its probe passed): the
+# message says the disk is full, that the export keeps nothing half-written,
+# and that the checkpoint holds the trained weights.
+name=export_disk_full_after_training
+if run "$name" 1 "could not write .*export2.pt: wrote 8192 of [0-9]+ bytes .*No space left on device \(the disk is full\)\. .*export2.pt keeps its previous content.* The training itself finished: .*export_ck.pt holds its weights" -- \
+    env LD_PRELOAD="$shim" LAMP_FAULT_PATH="$work/export2.pt" LAMP_FAULT_WRITE_AFTER=8192 \
+    "$train" "${common[@]}" --epochs 1 --max-steps 2 --checkpoint "$work/export_ck.pt" \
+    --export-state-dict "$work/export2.pt"; then
+  if [ -f "$work/export_ck.pt" ] && ! ls "$work"/export2.pt* > /dev/null 2>&1; then pass "$name"
+  else fail "$name: no checkpoint, or an export file left"; fi
 fi
 
 echo "program faults: $passed passed, $failed failed"

@@ -15,6 +15,11 @@ _growth_tracker 2, changed as the file name says:
   tracker_2_pow_70.pt  _growth_tracker 2**70 (beyond int64)
   legacy_format.pt     the state in the legacy (non-zip) format,
                        _use_new_zipfile_serialization=False
+  in_checkpoint.pt     a whole training checkpoint, the state under
+                       "scaler" beside a Linear(4, 4)'s state_dict, its
+                       AdamW's after one step and an epoch (torch 2.15.0)
+  checkpoint_without_scaler.pt
+                       the same checkpoint without "scaler" (torch 2.15.0)
 """
 
 import collections
@@ -36,6 +41,15 @@ def main(folder):
     torch.save(dict(state, _growth_tracker=2**70), path("tracker_2_pow_70.pt"))
     torch.save(state, path("legacy_format.pt"),
                _use_new_zipfile_serialization=False)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    checkpoint = {"model": model.state_dict(),
+                  "optimizer": optimizer.state_dict(), "epoch": 3}
+    torch.save(checkpoint, path("checkpoint_without_scaler.pt"))
+    torch.save(dict(checkpoint, scaler=state), path("in_checkpoint.pt"))
 
 
 if __name__ == "__main__":

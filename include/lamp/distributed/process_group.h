@@ -56,6 +56,11 @@ struct ProcessGroupOptions {
             collective_wait_report) = std::chrono::milliseconds(0);
   /// Where those lines, and the rendezvous's, go; nullptr: standard error.
   TORCH_ARG(std::function<void(const std::string&)>, wait_report) = nullptr;
+  /// Read every 100 ms while the rendezvous waits (to reach the store, or
+  /// for the other ranks): true ends the wait with an error saying that a
+  /// stop was asked for. lamp's programs pass their signal flag, so that the
+  /// first Ctrl-C stops a rank that waits for the others. nullptr: never.
+  TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
 };
 
 /// One named value that every rank must have the same of (a flag and its

@@ -144,6 +144,13 @@ TORCH_MODULE(GPT);
 /// module and its forward, for the programs and the benchmark.
 NamedModel make_gpt(const GPTOptions& options);
 
+/// The parameters a GPT of `options` holds (the output head shares wte's):
+/// per block 12 width^2 + 13 width, then (vocab + context) width for the
+/// embeddings and 2 width for the final norm. Computed without building the
+/// model, so that a size too large for the memory is refused first; a count
+/// beyond int64_t's range is refused (c10::Error).
+int64_t gpt_parameter_count(const GPTOptions& options);
+
 /// Floating-point operations of one training step (forward and backward)
 /// per sequence of `context` tokens, by nanoGPT's estimate: per token
 /// 6 N (N the parameters without the position embedding) plus 12 layers

@@ -46,15 +46,18 @@ void check_writable_path(const std::string& path, const std::string& what);
 void write_file_atomically(const std::string& path, const std::string& bytes);
 
 /// Serialises `archive` into a checksummed envelope and writes it with
-/// write_file_atomically().
-void save_checked_archive(torch::serialize::OutputArchive& archive,
-                          const std::string& path);
+/// write_file_atomically(). Returns the payload's CRC-32, the checksum the
+/// envelope records: a file that names others (a sharded checkpoint's
+/// manifest) records theirs to prove they belong together.
+uint32_t save_checked_archive(torch::serialize::OutputArchive& archive,
+                              const std::string& path);
 
 /// Reads a file written by save_checked_archive() into `archive`, after
 /// checking the envelope, the payload's size and its CRC-32: a damaged file
 /// throws c10::Error naming the path and the damage, whatever the damage.
-void load_checked_archive(torch::serialize::InputArchive& archive,
-                          const std::string& path);
+/// Returns the payload's CRC-32 (save_checked_archive()'s).
+uint32_t load_checked_archive(torch::serialize::InputArchive& archive,
+                              const std::string& path);
 
 /// Writes `value` in the format of Python's `torch.save` (a zip holding a
 /// pickle: torch::pickle_save) with write_file_atomically(), for files that
@@ -73,9 +76,10 @@ void save_pickle(const c10::IValue& value, const std::string& path);
 c10::IValue load_pickle(const std::string& path, const std::string& what);
 
 /// The system's words for errno `error` as lamp's write errors show them:
-/// strerror(), and for EFBIG the limit the system does not name ("File too
-/// large (this process may write files of at most 65536 bytes: ulimit -f;
-/// raise the limit)").
+/// strerror(), for ENOSPC and EDQUOT what they mean ("No space left on
+/// device (the disk is full)"), and for EFBIG the limit the system does not
+/// name ("File too large (this process may write files of at most 65536
+/// bytes: ulimit -f; raise the limit)").
 std::string io_error_text(int error);
 
 /// CRC-32 (zlib's, the polynomial of gzip and zip) of `size` bytes.

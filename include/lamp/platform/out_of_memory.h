@@ -5,6 +5,7 @@
 /// dataset reads, training steps) as an error that says what was being
 /// allocated, how much, and what to do, instead of a bare std::bad_alloc.
 
+#include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
@@ -24,6 +25,20 @@ bool is_out_of_memory(const c10::Error& error);
 /// size unknown, left out.
 [[noreturn]] void throw_out_of_memory(const std::string& what, int64_t bytes,
                                       const std::string& cause);
+
+/// The memory tensors on `device` can occupy at most, in bytes: the GPU's
+/// total memory for a CUDA device, the machine's physical memory for the
+/// CPU; 0 where unknown (another device type, no CUDA).
+uint64_t device_memory_bytes(const c10::Device& device);
+
+/// Refuses an allocation that cannot succeed before it is tried: throws a
+/// c10::Error when `bytes` are more than device_memory_bytes(`device`),
+/// "lamp: `what` needs at least 1.2 TiB (...), more than the 23.4 GiB (...)
+/// of memory of cpu; `fix`." Nothing where the memory is unknown. A size
+/// that fits may still fail later (other allocations share the memory);
+/// this catches the sizes that never fit, such as a mistyped flag.
+void check_fits_in_memory(uint64_t bytes, const c10::Device& device,
+                          const std::string& what, const std::string& fix);
 
 /// Runs `allocate` and returns its result; std::bad_alloc or an allocator's
 /// out-of-memory error (is_out_of_memory()) becomes throw_out_of_memory()'s

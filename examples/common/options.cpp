@@ -49,7 +49,7 @@ void add_model_options(CLI::App& app, ProgramConfig& c) {
   add_checked(app, "--model", c.model, "network", CLI::IsMember(c.models));
   add_checked(
       app, "--precision", c.precision,
-      "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | fp8 (amp-bf16 with FP8 products in the eligible Linear layers; LibTorch 2.5+) | auto (the fastest mode of the device that keeps fp32's accuracy; --precision-support shows the choice); Lightning's 16-mixed, bf16-mixed, 16-true, bf16-true, 32-true, 32 name amp, amp-bf16, half, bf16, fp32",
+      "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | fp8 (amp-bf16 with FP8 products in the eligible Linear layers; LibTorch 2.5+) | auto (the fastest mode that keeps fp32's accuracy: on a CPU with native BF16, fp32 or amp-bf16 as timed on this model's first batch; elsewhere the device's rule, which --precision-support shows); Lightning's 16-mixed, bf16-mixed, 16-true, bf16-true, 32-true, 32 name amp, amp-bf16, half, bf16, fp32",
       CLI::IsMember(precision_flag_values()));
   app.get_option("--precision")->transform(lightning_precision_names());
   app.add_flag(

@@ -205,6 +205,20 @@ void Trainer::save_checkpoint(const std::string& path) const {
 
 namespace {
 
+// What a shard file says it holds, for a message: ", the shard of rank 1
+// of 2 at step 4", or "" when it does not say.
+std::string shard_description(torch::serialize::InputArchive& shard) {
+  c10::IValue rank, world, step;
+  if (!shard.try_read("rank", rank) || !shard.try_read("world_size", world) ||
+      !shard.try_read("global_step", step) || !rank.isInt() || !world.isInt() ||
+      !step.isInt()) {
+    return "";
+  }
+  return ", the shard of rank " + std::to_string(rank.toInt()) + " of " +
+         std::to_string(world.toInt()) + " at step " +
+         std::to_string(step.toInt());
+}
+
 // Reads saved rank `k`'s (of `saved_world`) shard file into `train_step`,
 // after checking that it is that rank's of this checkpoint, and the very
 // file the manifest at `path` was written with when it records the shards'
@@ -236,7 +250,7 @@ std::string read_shard(const std::string& path, const c10::IValue& entry,
     const uint32_t crc = load_checked_archive(read, candidate);
     if (checksum >= 0 && static_cast<int64_t>(crc) != checksum) {
       others += (others.empty() ? "" : "; ") + candidate + " (CRC-32 " +
-                std::to_string(crc) + ")";
+                std::to_string(crc) + shard_description(read) + ")";
       continue;
     }
     file = candidate;

@@ -159,7 +159,7 @@ both_refuse missing_shard \
 cp "$work/a.pt.rank1-of-2.step4" "$work/b.pt.rank1-of-2.step2"
 both_refuse mixed_up_shard \
   "rank 1 failed in reading the checkpoint's shards: lamp: $work/b.pt was written with rank 1's shard of CRC-32" \
-  "but the shard files there are others: $work/b.pt.rank1-of-2.step2 (CRC-32" \
+  ", the shard of rank 1 of 2 at step 4)" \
   --epochs 2 --zero 1 --resume "$work/b.pt"
 head -c 1000 "$work/saved_shard" > "$work/b.pt.rank1-of-2.step2"
 both_refuse damaged_shard \

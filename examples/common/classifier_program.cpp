@@ -629,7 +629,11 @@ int run(ProgramConfig& config, const RunSpec& spec) {
     const auto chosen = resolve_auto_precision(
         config, spec.train, spec.task, *group,
         [&](lamp::Precision p) {
-          return build_model(config, spec, group->device(), p);
+          // Its steps are the run's first matrix products: the same
+          // address-space check as the run's own model, before them.
+          auto measured = build_model(config, spec, group->device(), p);
+          check_address_space_for(measured);
+          return measured;
         },
         config.auto_stored);
     config.precision_mode = chosen.precision;

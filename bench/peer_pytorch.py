@@ -82,14 +82,16 @@ GPT_EPOCH_TOKENS = 1000000
 
 def expected_parameters(name, shape=None):
     """lamp's parameter count of model `name` (a GPT's from its shape, in
-    closed form: the embeddings, 12 C^2 + 13 C per block, the final
-    LayerNorm; the output projection is tied to wte)."""
+    closed form: the embeddings, 12 C^2 + 13 C per block (12 C^2 + 2 C
+    without biases), the final norm; the output projection is tied to
+    wte)."""
     if name != "gpt":
         return EXPECTED_PARAMETERS[name]
     shape = shape or GPTShape()
     c = shape.width
-    return ((shape.vocab_size + shape.context) * c +
-            shape.layers * (12 * c * c + 13 * c) + 2 * c)
+    norm = 2 * c if shape.norm == "layernorm" and shape.bias else c
+    per_block = 12 * c * c + (9 * c if shape.bias else 0) + 2 * norm
+    return (shape.vocab_size + shape.context) * c + shape.layers * per_block + norm
 
 
 # ---------------------------------------------------------------------------
@@ -190,11 +192,14 @@ class MnistCNN(nn.Module):
 
 
 class GPTShape(collections.namedtuple(
-        "GPTShape", "layers heads width context vocab_size dropout",
-        defaults=(6, 6, 384, 256, 256, 0.0))):
+        "GPTShape",
+        "layers heads width context vocab_size dropout bias norm gelu",
+        defaults=(6, 6, 384, 256, 256, 0.0, True, "layernorm", "exact"))):
     """lamp::models::GPTOptions: transformer blocks, attention heads (they
     divide the width), the residual stream's width, the longest sequence,
-    the vocabulary (bytes) and the dropout probability (0 in the bench)."""
+    the vocabulary (bytes), the dropout probability (0 in the bench),
+    biases in the Linears and LayerNorms, the norm ("layernorm" or
+    "rmsnorm", eps 1e-5 both) and the MLP's GELU ("exact" or "tanh")."""
 
     def __str__(self):
         return "gpt(layers=%d, heads=%d, width=%d, context=%d)" % (
@@ -204,8 +209,8 @@ class GPTShape(collections.namedtuple(
 class CausalSelfAttention(nn.Module):
     def __init__(self, shape):
         super().__init__()
-        self.c_attn = nn.Linear(shape.width, 3 * shape.width)
-        self.c_proj = nn.Linear(shape.width, shape.width)
+        self.c_attn = nn.Linear(shape.width, 3 * shape.width, bias=shape.bias)
+        self.c_proj = nn.Linear(shape.width, shape.width, bias=shape.bias)
         self.heads = shape.heads
         self.dropout = shape.dropout
 
@@ -223,9 +228,11 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, shape):
         super().__init__()
-        self.c_fc = nn.Linear(shape.width, 4 * shape.width)
-        self.gelu = nn.GELU()  # exact (erf), as lamp's
-        self.c_proj = nn.Linear(4 * shape.width, shape.width)
+        self.c_fc = nn.Linear(shape.width, 4 * shape.width, bias=shape.bias)
+        # exact (erf) or tanh, as lamp's GPTOptions::gelu
+        self.gelu = nn.GELU(approximate="tanh" if shape.gelu == "tanh"
+                            else "none")
+        self.c_proj = nn.Linear(4 * shape.width, shape.width, bias=shape.bias)
         self.dropout = shape.dropout
 
     def forward(self, x):
@@ -233,12 +240,20 @@ class MLP(nn.Module):
                          self.training)
 
 
+def gpt_norm(shape):
+    """The norm of lamp's GPTOptions::norm: LayerNorm (without its bias
+    where shape.bias is false) or RMSNorm, eps 1e-5."""
+    if shape.norm == "rmsnorm":
+        return nn.RMSNorm(shape.width, eps=1e-5)
+    return nn.LayerNorm(shape.width, eps=1e-5, bias=shape.bias)
+
+
 class GPTBlock(nn.Module):
     def __init__(self, shape):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(shape.width)
+        self.ln_1 = gpt_norm(shape)
         self.attn = CausalSelfAttention(shape)
-        self.ln_2 = nn.LayerNorm(shape.width)
+        self.ln_2 = gpt_norm(shape)
         self.mlp = MLP(shape)
 
     def forward(self, x):
@@ -264,14 +279,14 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(shape.vocab_size, shape.width)
         self.wpe = nn.Embedding(shape.context, shape.width)
         self.h = nn.ModuleList(GPTBlock(shape) for _ in range(shape.layers))
-        self.ln_f = nn.LayerNorm(shape.width)
+        self.ln_f = gpt_norm(shape)
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 std = 0.02
                 if name.endswith("c_proj"):
                     std = 0.02 / math.sqrt(2 * shape.layers)
                 nn.init.normal_(module.weight, mean=0.0, std=std)
-            if isinstance(module, nn.Linear):
+            if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
     def forward(self, tokens):

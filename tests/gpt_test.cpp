@@ -309,19 +309,37 @@ TEST(GptModel, IsCausalAndTiesItsOutputToTheEmbedding) {
 }
 
 // nanoGPT's forward written out from the parameters alone: token plus
-// position embeddings, pre-LayerNorm blocks of causal attention (an
-// explicit mask) and a GELU MLP, a final LayerNorm and the output
-// projection tied to the token embedding; no dropout.
+// position embeddings, pre-norm blocks of causal attention (an explicit
+// mask) and a GELU MLP, a final norm and the output projection tied to the
+// token embedding; no dropout. The options' way: biases where the model has
+// them, LayerNorm or RMSNorm (x / sqrt(mean(x^2) + 1e-5) * weight), the
+// exact or the tanh GELU.
 torch::Tensor reference_forward(GPT& gpt, const torch::Tensor& ids) {
   auto p = gpt->named_parameters();
   const auto& o = gpt->options();
   const int64_t b = ids.size(0), t = ids.size(1), c = o.width();
   const int64_t heads = o.heads(), d = c / heads;
+  const auto bias = [&](const std::string& n) {
+    const auto* found = p.find(n + ".bias");
+    return found != nullptr ? *found : torch::Tensor();
+  };
   const auto ln = [&](const torch::Tensor& x, const std::string& n) {
-    return torch::layer_norm(x, {c}, p[n + ".weight"], p[n + ".bias"], 1e-5);
+    if (o.norm() == lamp::models::GPTNorm::kRMSNorm) {
+      return x * (x.pow(2).mean(-1, true) + 1e-5).rsqrt() * p[n + ".weight"];
+    }
+    return torch::layer_norm(x, {c}, p[n + ".weight"], bias(n), 1e-5);
   };
   const auto linear = [&](const torch::Tensor& x, const std::string& n) {
-    return torch::linear(x, p[n + ".weight"], p[n + ".bias"]);
+    return torch::linear(x, p[n + ".weight"], bias(n));
+  };
+  const auto gelu = [&](const torch::Tensor& x) {
+    if (o.gelu() == lamp::models::GPTGelu::kTanh) {
+      // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+      return 0.5 * x *
+             (1 +
+              torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))));
+    }
+    return torch::gelu(x);
   };
   auto x = p["wte.weight"].index_select(0, ids.reshape(-1)).view({b, t, c}) +
            p["wpe.weight"].slice(0, 0, t);
@@ -341,10 +359,69 @@ torch::Tensor reference_forward(GPT& gpt, const torch::Tensor& ids) {
                        .transpose(1, 2)
                        .reshape({b, t, c});
     x = x + linear(y, h + "attn.c_proj");
-    x = x + linear(torch::gelu(linear(ln(x, h + "ln_2"), h + "mlp.c_fc")),
+    x = x + linear(gelu(linear(ln(x, h + "ln_2"), h + "mlp.c_fc")),
                    h + "mlp.c_proj");
   }
   return torch::linear(ln(x, "ln_f"), p["wte.weight"]);
+}
+
+// Each of GPTOptions' switches builds what it says and computes it: no
+// bias anywhere with bias(false) (LayerNorm's either), RMSNorm's weight
+// alone, the tanh GELU; the parameter count is the closed form's, and the
+// norms stay norms for network_to_half and the decay groups.
+TEST(GptModel, EveryOptionComputesItsArithmetic) {
+  using lamp::models::GPTGelu;
+  using lamp::models::GPTNorm;
+  for (const bool bias : {true, false}) {
+    for (const auto norm : {GPTNorm::kLayerNorm, GPTNorm::kRMSNorm}) {
+      for (const auto gelu : {GPTGelu::kExact, GPTGelu::kTanh}) {
+        const auto options = tiny().bias(bias).norm(norm).gelu(gelu);
+        SCOPED_TRACE(options.name());
+        torch::manual_seed(23);
+        GPT gpt(options);
+        int64_t count = 0;
+        bool any_bias = false;
+        {
+          torch::NoGradGuard no_grad;
+          for (auto& item : gpt->named_parameters()) {
+            count += item.value().numel();
+            const auto& key = item.key();
+            any_bias = any_bias || key.compare(key.size() - 5, 5, ".bias") == 0;
+            // Every parameter away from its initial value, so that each
+            // one shows in the output.
+            item.value().add_(torch::randn_like(item.value()) * 0.2);
+          }
+        }
+        EXPECT_EQ(count, lamp::models::gpt_parameter_count(options));
+        // RMSNorm has no bias even where the Linears have one.
+        EXPECT_EQ(gpt->named_parameters().contains("h.0.ln_1.bias"),
+                  bias && norm == GPTNorm::kLayerNorm);
+        EXPECT_EQ(any_bias, bias);
+        const auto& block = *gpt->h[0]->as<lamp::models::GPTBlock>();
+        EXPECT_TRUE(lamp::nn::is_norm(*block.ln_1.ptr()));
+        EXPECT_TRUE(lamp::nn::is_norm(*gpt->ln_f.ptr()));
+        EXPECT_EQ(block.ln_2.ptr()->as<lamp::nn::RMSNorm>() != nullptr,
+                  norm == GPTNorm::kRMSNorm);
+        gpt->eval();
+        const auto ids = torch::randint(0, 256, {2, 8}, torch::kLong);
+        torch::NoGradGuard no_grad;
+        const auto logits = gpt->forward(ids);
+        const auto expected = reference_forward(gpt, ids);
+        // As EvalForwardIsNanoGptsArithmetic's.
+        EXPECT_TRUE(lamp_test::AllClose(logits, expected, 1e-4, 1e-5))
+            << (logits - expected).abs().max().item<double>();
+      }
+    }
+  }
+  EXPECT_EQ(tiny().name(),
+            "gpt(layers=2, heads=2, width=16, context=8, vocab=256)");
+  EXPECT_EQ(tiny()
+                .bias(false)
+                .norm(lamp::models::GPTNorm::kRMSNorm)
+                .gelu(lamp::models::GPTGelu::kTanh)
+                .name(),
+            "gpt(layers=2, heads=2, width=16, context=8, vocab=256, "
+            "bias=false, norm=rmsnorm, gelu=tanh)");
 }
 
 // The model computes nanoGPT's function: in eval mode (dropout off, though

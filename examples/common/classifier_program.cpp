@@ -368,6 +368,9 @@ std::string start_note(const ProgramConfig& config, const Trainer& trainer) {
   if (!config.init_from.empty()) {
     note += ", from the weights of " + config.init_from;
   }
+  if (!config.init_from_python.empty()) {
+    note += ", from the Python weights of " + config.init_from_python;
+  }
   return note;
 }
 
@@ -529,8 +532,10 @@ void export_weights(const ProgramConfig& config, const RunSpec& spec,
   }
   const auto options = lamp::models::StateDictOptions().master_weights(masters);
   try {
-    if (!spec.model_name.empty()) {
-      // A model outside the registry (train_gpt's): its own parameter names.
+    if (spec.export_weights) {
+      spec.export_weights(*model.module, config.export_state_dict, options);
+    } else if (!spec.model_name.empty()) {
+      // A model outside the registry: its own parameter names.
       lamp::models::export_state_dict(*model.module, config.export_state_dict,
                                       options);
     } else {

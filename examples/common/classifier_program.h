@@ -45,6 +45,12 @@ struct RunSpec {
   /// device's memory is refused naming them, before anything is allocated.
   int64_t parameters = 0;
   std::string size_flags;
+  /// Writes --export-state-dict's file (the model, the path, the master
+  /// weights to take the FP32 values from) where the program has its own
+  /// layout (train_gpt's --export-layout); unset: lamp's names.
+  std::function<void(const torch::nn::Module& model, const std::string& path,
+                     const lamp::models::StateDictOptions& options)>
+      export_weights;
   /// Called on the main rank after a run that trained to its end (not one
   /// stopped by a signal), after --export-state-dict: train_gpt samples
   /// text here.

@@ -69,6 +69,10 @@ struct ProgramConfig {
   std::string resume;
   bool reshard = false; // with resume: another number of ranks
   std::string init_from;
+  // A Python state dict the program loaded into its model itself
+  // (train_gpt's --init-from of nanoGPT's or GPT-2's weights): init_from is
+  // then cleared, and the header names this file instead.
+  std::string init_from_python;
   std::string log_json;
   int64_t max_steps = 0;
   int64_t limit_eval_batches = 0; // 0 = the whole test set

@@ -8,6 +8,7 @@
 
 #include "lamp/nn/attention.h"
 #include "lamp/nn/linear.h"
+#include "lamp/nn/rms_norm.h"
 
 namespace lamp {
 namespace models {
@@ -31,9 +32,54 @@ void check_options(const GPTOptions& o) {
               ": dropout must be in [0, 1), got ", o.dropout(), ".");
 }
 
-torch::nn::LayerNorm layer_norm(int64_t width) {
-  return torch::nn::LayerNorm(
-      torch::nn::LayerNormOptions({width}).eps(1e-5).elementwise_affine(true));
+constexpr double kNormEps = 1e-5;
+
+// LayerNorm without its bias (nanoGPT's bias=False): LibTorch's LayerNorm,
+// whose forward takes an undefined bias, with `bias` left undefined, so
+// that what knows LayerNorm (network_to_half's FP32 norms, the decay
+// groups, the precision report) knows this one too. An undefined
+// parameter is not a parameter: named_parameters() and state dicts leave it
+// out.
+class BiasFreeLayerNormImpl : public torch::nn::LayerNormImpl {
+ public:
+  explicit BiasFreeLayerNormImpl(int64_t width)
+      : torch::nn::LayerNormImpl(torch::nn::LayerNormOptions({width})
+                                     .eps(kNormEps)
+                                     .elementwise_affine(true)) {
+    drop_bias();
+  }
+  void reset() override {
+    torch::nn::LayerNormImpl::reset();
+    drop_bias();
+  }
+
+ private:
+  void drop_bias() {
+    bias = torch::Tensor();
+    parameters_["bias"] = torch::Tensor();
+  }
+};
+
+// The norm of `options` over `width` channels.
+torch::nn::AnyModule make_norm(const GPTOptions& options, int64_t width) {
+  if (options.norm() == GPTNorm::kRMSNorm) {
+    return torch::nn::AnyModule(
+        lamp::nn::RMSNorm(lamp::nn::RMSNormOptions({width}).eps(kNormEps)));
+  }
+  if (!options.bias()) {
+    const std::shared_ptr<torch::nn::LayerNormImpl> norm =
+        std::make_shared<BiasFreeLayerNormImpl>(width);
+    return torch::nn::AnyModule(torch::nn::LayerNorm(norm));
+  }
+  return torch::nn::AnyModule(torch::nn::LayerNorm(
+      torch::nn::LayerNormOptions({width}).eps(kNormEps).elementwise_affine(
+          true)));
+}
+
+torch::nn::Linear make_linear(const GPTOptions& options, int64_t in,
+                              int64_t out) {
+  return torch::nn::Linear(
+      torch::nn::LinearOptions(in, out).bias(options.bias()));
 }
 
 } // namespace
@@ -42,15 +88,27 @@ std::string GPTOptions::name() const {
   std::ostringstream s;
   s << "gpt(layers=" << layers() << ", heads=" << heads()
     << ", width=" << width() << ", context=" << context()
-    << ", vocab=" << vocab_size() << ")";
+    << ", vocab=" << vocab_size();
+  // Only where not the defaults: the names lamp 0.5 gave before these
+  // options existed stay the names of the same models.
+  if (!bias()) {
+    s << ", bias=false";
+  }
+  if (norm() == GPTNorm::kRMSNorm) {
+    s << ", norm=rmsnorm";
+  }
+  if (gelu() == GPTGelu::kTanh) {
+    s << ", gelu=tanh";
+  }
+  s << ")";
   return s.str();
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTOptions& options)
     : heads_(options.heads()), dropout_(options.dropout()) {
   const int64_t c = options.width();
-  c_attn = register_module("c_attn", torch::nn::Linear(c, 3 * c));
-  c_proj = register_module("c_proj", torch::nn::Linear(c, c));
+  c_attn = register_module("c_attn", make_linear(options, c, 3 * c));
+  c_proj = register_module("c_proj", make_linear(options, c, c));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -69,23 +127,29 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
-    : dropout_(options.dropout()) {
+    : dropout_(options.dropout()), gelu_(options.gelu()) {
   const int64_t c = options.width();
-  ln_1 = register_module("ln_1", layer_norm(c));
+  ln_1 = make_norm(options, c);
+  register_module("ln_1", ln_1.ptr());
   attn = register_module("attn", CausalSelfAttention(options));
-  ln_2 = register_module("ln_2", layer_norm(c));
+  ln_2 = make_norm(options, c);
+  register_module("ln_2", ln_2.ptr());
   // "mlp.c_fc", "mlp.c_proj": nanoGPT's names, in a plain child module.
   auto mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
-  c_fc = mlp->register_module("c_fc", torch::nn::Linear(c, 4 * c));
-  c_proj = mlp->register_module("c_proj", torch::nn::Linear(4 * c, c));
+  c_fc = mlp->register_module("c_fc", make_linear(options, c, 4 * c));
+  c_proj = mlp->register_module("c_proj", make_linear(options, 4 * c, c));
 }
 
 torch::Tensor GPTBlockImpl::forward(torch::Tensor x) {
-  x = x + attn->forward(ln_1->forward(x));
+  x = x + attn->forward(ln_1.forward(x));
   // lamp::nn::linear, not Linear::forward: one autocast op with its bias
   // (include/lamp/nn/linear.h).
-  auto m = lamp::nn::linear(F::gelu(lamp::nn::linear(ln_2->forward(x), c_fc)),
-                            c_proj);
+  const auto hidden = lamp::nn::linear(ln_2.forward(x), c_fc);
+  auto m = lamp::nn::linear(
+      gelu_ == GPTGelu::kTanh
+          ? F::gelu(hidden, F::GELUFuncOptions().approximate("tanh"))
+          : F::gelu(hidden),
+      c_proj);
   return x + F::dropout(m, F::DropoutFuncOptions().p(dropout_).training(
                                is_training()));
 }
@@ -99,7 +163,8 @@ GPTImpl::GPTImpl(GPTOptions options) : options_(std::move(options)) {
   for (int64_t i = 0; i < options_.layers(); ++i) {
     h->push_back(GPTBlock(options_));
   }
-  ln_f = register_module("ln_f", layer_norm(c));
+  ln_f = make_norm(options_, c);
+  register_module("ln_f", ln_f.ptr());
   torch::NoGradGuard no_grad;
   const double residual_std =
       0.02 / std::sqrt(2.0 * static_cast<double>(options_.layers()));
@@ -108,7 +173,7 @@ GPTImpl::GPTImpl(GPTOptions options) : options_(std::move(options)) {
     auto p = item.value();
     const bool is_norm = name.find("ln_") != std::string::npos;
     if (is_norm) {
-      continue; // LayerNorm: weight 1, bias 0 as built
+      continue; // the norms: weight 1 (and bias 0) as built
     }
     if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
       p.zero_();
@@ -146,7 +211,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   for (const auto& block : *h) {
     x = block->as<GPTBlock>()->forward(x);
   }
-  x = ln_f->forward(x);
+  x = ln_f.forward(x);
   // The output projection is the token embedding (tied weights).
   return F::linear(x, wte->weight.to(x.scalar_type()));
 }
@@ -169,20 +234,20 @@ int64_t gpt_parameter_count(const GPTOptions& o) {
               estimate,
               " parameters, more than an int64_t counts; use a smaller width "
               "or fewer layers.");
-  // Per block: ln_1 and ln_2 2c each, c_attn 3c^2 + 3c, its c_proj c^2 + c,
-  // the MLP's c_fc 4c^2 + 4c and c_proj 4c^2 + c.
-  const int64_t per_block = 12 * c * c + 13 * c;
-  return o.layers() * per_block + (o.vocab_size() + o.context()) * c + 2 * c;
+  // A norm: its weight, and its bias for a LayerNorm with biases.
+  const int64_t norm = o.norm() == GPTNorm::kLayerNorm && o.bias() ? 2 * c : c;
+  // Per block: ln_1 and ln_2; c_attn 3c^2 (+ 3c), its c_proj c^2 (+ c), the
+  // MLP's c_fc 4c^2 (+ 4c) and c_proj 4c^2 (+ c).
+  const int64_t per_block = 12 * c * c + (o.bias() ? 9 * c : 0) + 2 * norm;
+  return o.layers() * per_block + (o.vocab_size() + o.context()) * c + norm;
 }
 
 double gpt_training_flops(const GPTOptions& o) {
   const double c = static_cast<double>(o.width());
   const double layers = static_cast<double>(o.layers());
-  // Per block: c_attn 3c^2 + 3c, c_proj c^2 + c, mlp 8c^2 + 5c, two
-  // LayerNorms 4c; then wte and ln_f (wpe left out, as nanoGPT does).
-  const double per_block = 12.0 * c * c + 13.0 * c;
-  const double n =
-      layers * per_block + static_cast<double>(o.vocab_size()) * c + 2.0 * c;
+  // The parameters but wpe, as nanoGPT counts them.
+  const double n = static_cast<double>(gpt_parameter_count(o)) -
+                   static_cast<double>(o.context()) * c;
   const double t = static_cast<double>(o.context());
   return t * (6.0 * n + 12.0 * layers * t * c);
 }

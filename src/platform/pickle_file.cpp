@@ -8,9 +8,11 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "platform/checkpoint_io.h"
@@ -64,6 +66,14 @@ std::string zip_pickle(const std::string& bytes) {
   }
 }
 
+// A small record of a torch.save zip ("byteorder") as text.
+std::string record_text(caffe2::serialize::PyTorchStreamReader& reader,
+                        const std::string& name) {
+  const auto record = reader.getRecord(name);
+  return std::string(static_cast<const char*>(std::get<0>(record).get()),
+                     std::get<1>(record));
+}
+
 } // namespace
 
 bool detail::is_torch_save_zip(const std::string& bytes) {
@@ -71,6 +81,17 @@ bool detail::is_torch_save_zip(const std::string& bytes) {
     std::istringstream stream(bytes);
     caffe2::serialize::PyTorchStreamReader reader(&stream);
     return reader.hasRecord("data.pkl") && !reader.hasRecord("constants.pkl");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool is_torch_save_file(const std::string& path) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    // torch::save's archives hold their pickle beside code constants.
+    const bool pickled = reader.hasRecord("data.pkl");
+    return pickled && !reader.hasRecord("constants.pkl");
   } catch (const std::exception&) {
     return false;
   }
@@ -110,12 +131,51 @@ c10::IValue load_pickle(const std::string& path, const std::string& what) {
           static_cast<uint8_t>(bytes[0]) != 0x80,
       what, ": ", path,
       " was written in PyTorch's legacy (non-zip) format (torch.save with _use_new_zipfile_serialization=False, or PyTorch < 1.6), which LibTorch cannot read. Re-save it in Python in the zip format, the default: torch.save(torch.load(path), path).");
-  // LibTorch's unpickler refuses some plain values Python writes (an
-  // OrderedDict, integers of 5 to 7 bytes): read those here.
+  // LibTorch's unpickler refuses some values Python writes (an OrderedDict,
+  // so every state_dict; integers of 5 to 7 bytes): read those here, with
+  // their tensors.
   const std::string pickle = zip_pickle(bytes);
   if (!pickle.empty()) {
-    auto plain = detail::read_plain_pickle(pickle.data(), pickle.size(),
-                                           what + ": " + path);
+    c10::optional<c10::IValue> plain;
+    try {
+      std::istringstream stream(bytes);
+      caffe2::serialize::PyTorchStreamReader reader(&stream);
+      TORCH_CHECK(!reader.hasRecord("byteorder") ||
+                      record_text(reader, "byteorder") == "little",
+                  what, ": ", path,
+                  " was written on a big-endian machine; load and save it "
+                  "again in Python on a little-endian one.");
+      std::unordered_map<std::string, torch::Tensor> storages;
+      const detail::StorageLoader load = [&](const std::string& key,
+                                             c10::ScalarType dtype,
+                                             int64_t numel) {
+        auto& storage = storages[key];
+        if (!storage.defined()) {
+          const auto record = reader.getRecord("data/" + key);
+          const auto bytes_needed =
+              static_cast<size_t>(numel) * c10::elementSize(dtype);
+          TORCH_CHECK(std::get<1>(record) >= bytes_needed, what, ": ", path,
+                      " is damaged: its storage ", key, " holds ",
+                      std::get<1>(record), " bytes, fewer than the ",
+                      bytes_needed, " of its ", numel, " ", dtype,
+                      " elements.");
+          storage = torch::empty({numel}, dtype);
+          std::memcpy(storage.data_ptr(), std::get<0>(record).get(),
+                      bytes_needed);
+        }
+        TORCH_CHECK(storage.scalar_type() == dtype && storage.numel() == numel,
+                    what, ": ", path, " is damaged: storage ", key,
+                    " is read as two different types.");
+        return storage;
+      };
+      plain = detail::read_plain_pickle(pickle.data(), pickle.size(),
+                                        what + ": " + path,
+                                        /*objects_as_none=*/false, load);
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      error = e.what(); // a damaged zip record
+    }
     if (plain) {
       return *plain;
     }

@@ -21,11 +21,12 @@ struct Unsupported {};
 class Reader {
  public:
   Reader(const char* data, size_t size, const std::string& where,
-         bool objects_as_none)
+         bool objects_as_none, const StorageLoader& storages)
       : data_(data),
         end_(data + size),
         where_(where),
-        objects_as_none_(objects_as_none) {}
+        objects_as_none_(objects_as_none),
+        storages_(storages) {}
 
   c10::IValue run() {
     while (true) {
@@ -135,6 +136,10 @@ class Reader {
           require_items(2);
           auto args = pop();
           auto callable = pop();
+          if (callable.tensor_function != TensorFunction::kNone) {
+            push(rebuild(callable.tensor_function, args.value));
+            break;
+          }
           if (callable.other_class) {
             push(c10::IValue()); // a tensor, a storage, a device...
             break;
@@ -151,14 +156,15 @@ class Reader {
           push(c10::IValue());
           break;
         }
-        case 'Q': // BINPERSID: a tensor's storage, as None
-          require(objects_as_none_);
+        case 'Q': { // BINPERSID: a tensor's storage (as None in a skeleton)
+          require(objects_as_none_ || storages_);
           require_items(1);
-          pop();
-          push(c10::IValue());
+          auto id = pop().value;
+          push(storages_ ? storage(id) : c10::IValue());
           break;
+        }
         case 'b': // BUILD: an object's attributes (a state dict's _metadata)
-          require(objects_as_none_);
+          require(objects_as_none_ || storages_);
           require_items(2);
           pop();
           break;
@@ -181,11 +187,93 @@ class Reader {
   }
 
  private:
+  // The functions of torch._utils that rebuild a tensor.
+  enum class TensorFunction { kNone, kRebuildTensor, kRebuildParameter };
+
   struct Item {
     c10::IValue value;
     bool ordered_dict_class = false;
     bool other_class = false; // read with objects_as_none only
+    TensorFunction tensor_function = TensorFunction::kNone;
   };
+
+  // A typed storage class (torch.FloatStorage) reads as this prefix and its
+  // dtype's number, a value that no pickle of plain values holds, so that it
+  // survives inside the persistent id's tuple.
+  static constexpr const char* kStorageClass = "\x01lamp-storage-class:";
+
+  static c10::optional<c10::ScalarType> storage_dtype(const std::string& name) {
+    static const std::unordered_map<std::string, c10::ScalarType> types = {
+        {"FloatStorage", c10::kFloat}, {"DoubleStorage", c10::kDouble},
+        {"HalfStorage", c10::kHalf},   {"BFloat16Storage", c10::kBFloat16},
+        {"LongStorage", c10::kLong},   {"IntStorage", c10::kInt},
+        {"ShortStorage", c10::kShort}, {"CharStorage", c10::kChar},
+        {"ByteStorage", c10::kByte},   {"BoolStorage", c10::kBool},
+        {"UntypedStorage", c10::kByte}};
+    const auto it = types.find(name);
+    if (it == types.end()) {
+      return c10::nullopt;
+    }
+    return it->second;
+  }
+
+  // ('storage', storage class, key, location, numel): the storage's
+  // elements, read through storages_.
+  c10::IValue storage(const c10::IValue& id) {
+    require(id.isTuple());
+    const auto& elements = id.toTupleRef().elements();
+    const std::vector<c10::IValue> items(elements.begin(), elements.end());
+    require(items.size() == 5 && items[0].isString() &&
+            items[0].toStringRef() == "storage" && items[1].isString() &&
+            items[2].isString() && items[4].isInt());
+    const auto& klass = items[1].toStringRef();
+    const std::string prefix = kStorageClass;
+    require(klass.compare(0, prefix.size(), prefix) == 0);
+    const auto dtype =
+        static_cast<c10::ScalarType>(std::stoi(klass.substr(prefix.size())));
+    return c10::IValue(
+        storages_(items[2].toStringRef(), dtype, items[4].toInt()));
+  }
+
+  static std::vector<int64_t> ints(const c10::IValue& value) {
+    require(value.isTuple());
+    std::vector<int64_t> out;
+    for (const auto& v : value.toTupleRef().elements()) {
+      require(v.isInt());
+      out.push_back(v.toInt());
+    }
+    return out;
+  }
+
+  // _rebuild_tensor_v2(storage, offset, size, stride, requires_grad,
+  // backward_hooks[, metadata]) and _rebuild_parameter(data, requires_grad,
+  // backward_hooks): the tensor, a view of its storage.
+  c10::IValue rebuild(TensorFunction function, const c10::IValue& args) {
+    require(args.isTuple());
+    const auto& elements = args.toTupleRef().elements();
+    const std::vector<c10::IValue> items(elements.begin(), elements.end());
+    if (function == TensorFunction::kRebuildParameter) {
+      require(items.size() >= 1 && items[0].isTensor());
+      return items[0];
+    }
+    require(items.size() >= 4 && items[0].isTensor() && items[1].isInt());
+    const auto& storage = items[0].toTensor();
+    const auto size = ints(items[2]);
+    const auto stride = ints(items[3]);
+    require(size.size() == stride.size());
+    // The last element the view reaches must lie in the storage.
+    int64_t last = items[1].toInt();
+    for (size_t i = 0; i < size.size(); ++i) {
+      require(size[i] >= 0 && stride[i] >= 0);
+      if (size[i] == 0) {
+        last = -1;
+        break;
+      }
+      last += (size[i] - 1) * stride[i];
+    }
+    require(items[1].toInt() >= 0 && last < storage.numel());
+    return c10::IValue(storage.as_strided(size, stride, items[1].toInt()));
+  }
 
   static void require(bool condition) {
     if (!condition) {
@@ -253,6 +341,22 @@ class Reader {
       stack_.push_back(Item{c10::IValue(), true, false});
       return;
     }
+    if (storages_ && module == "torch._utils" &&
+        (name == "_rebuild_tensor_v2" || name == "_rebuild_parameter")) {
+      Item item;
+      item.tensor_function = name == "_rebuild_tensor_v2"
+                                 ? TensorFunction::kRebuildTensor
+                                 : TensorFunction::kRebuildParameter;
+      stack_.push_back(std::move(item));
+      return;
+    }
+    if (storages_ && module == "torch") {
+      if (const auto dtype = storage_dtype(name)) {
+        push(c10::IValue(std::string(kStorageClass) +
+                         std::to_string(static_cast<int>(*dtype))));
+        return;
+      }
+    }
     require(objects_as_none_);
     stack_.push_back(Item{c10::IValue(), false, true});
   }
@@ -319,6 +423,7 @@ class Reader {
   const char* end_;
   const std::string& where_;
   const bool objects_as_none_;
+  const StorageLoader& storages_;
   std::vector<Item> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Item> memo_;
@@ -328,9 +433,10 @@ class Reader {
 
 c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
                                              const std::string& where,
-                                             bool objects_as_none) {
+                                             bool objects_as_none,
+                                             const StorageLoader& storages) {
   try {
-    return Reader(data, size, where, objects_as_none).run();
+    return Reader(data, size, where, objects_as_none, storages).run();
   } catch (const Unsupported&) {
     return c10::nullopt;
   }

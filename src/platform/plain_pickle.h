@@ -11,21 +11,32 @@
 #include <c10/util/Optional.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace lamp {
 namespace detail {
 
+/// Reads the storage a torch.save pickle names by `key` (the zip's record
+/// "data/<key>"): `numel` elements of `dtype`, as a 1-D CPU tensor. The same
+/// key must give the same tensor (tied weights share their storage).
+using StorageLoader = std::function<at::Tensor(
+    const std::string& key, c10::ScalarType dtype, int64_t numel)>;
+
 /// The value of the pickle `data` (protocols 2 to 5), or nullopt when it
 /// holds something other than plain values (tensors, other classes). With
+/// `storages`, tensors are read too, as torch.save writes them
+/// (torch._utils._rebuild_tensor_v2 of a typed storage, and
+/// _rebuild_parameter around one): a Python state_dict (an OrderedDict of
+/// tensors with its _metadata), or a checkpoint dict holding one. With
 /// `objects_as_none`, every other object (a tensor, its storage, a device)
 /// reads as None instead, and the plain values around it are kept: the
 /// skeleton of a whole checkpoint, to find one entry in. An integer beyond
 /// int64 is a c10::Error that names `where`, the key it is stored under and
 /// what to do.
-c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
-                                             const std::string& where,
-                                             bool objects_as_none = false);
+c10::optional<c10::IValue> read_plain_pickle(
+    const char* data, size_t size, const std::string& where,
+    bool objects_as_none = false, const StorageLoader& storages = {});
 
 } // namespace detail
 } // namespace lamp

@@ -38,8 +38,11 @@
   check_gpt.py ranks TRAIN_GPT WORK_DIR
       two CPU ranks (Gloo, torchrun's variables): both finish, one log
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
-      --export-state-dict loads into the Python twin, whose validation loss
-      is the run's (tests/python/lamp_interop.py check_gpt)
+      --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
+      the Python twin, whose validation loss is the run's
+      (tests/python/lamp_interop.py check_gpt); --init-from the file gives
+      that loss again; --init-from without --heads or with another --width
+      is refused
 """
 
 import json
@@ -526,17 +529,61 @@ def ranks(train_gpt, work):
 
 def export(train_gpt, work, python, interop):
     text = make_text(work)
-    log = fresh(work, "export.jsonl")
-    state = fresh(work, "gpt_state.pt")
-    expect_success([train_gpt, "--data", text, "--epochs", "1", "--max-steps",
-                    "20", "--precision", "fp32", "--export-state-dict", state,
-                    "--log-json", log] + COMMON)
-    r = run([python, "-W", "ignore", interop, "check_gpt", state, text, log,
-             "--layers", "2", "--heads", "2", "--width", "32", "--context",
-             "32"])
-    print(r.stdout + r.stderr)
-    if r.returncode != 0:
-        fail("the Python twin's validation loss differs from the run's")
+    shape = ["--layers", "2", "--heads", "2", "--width", "32", "--context",
+             "32"]
+    # The default layout (nanoGPT's) and Hugging Face's, each with other
+    # model options: the Python twin loads the file strictly and computes
+    # the run's validation loss.
+    cases = [("nanogpt", []),
+             ("huggingface", ["--bias", "false", "--norm", "rmsnorm",
+                              "--gelu", "tanh"])]
+    for layout, options in cases:
+        log = fresh(work, f"export-{layout}.jsonl")
+        state = fresh(work, f"gpt_state_{layout}.pt")
+        layout_flags = [] if layout == "nanogpt" else ["--export-layout", layout]
+        expect_success([train_gpt, "--data", text, "--epochs", "1",
+                        "--max-steps", "20", "--precision", "fp32",
+                        "--export-state-dict", state, "--log-json", log] +
+                       COMMON + options + layout_flags)
+        r = run([python, "-W", "ignore", interop, "check_gpt", state, text, log,
+                 "--layout", layout] + shape + options)
+        print(r.stdout + r.stderr)
+        if r.returncode != 0:
+            fail(f"the Python twin's validation loss differs from the run's "
+                 f"({layout} layout)")
+        # The file back into lamp (--init-from; the heads are not in a state
+        # dict): with a learning rate too small to move an FP32 weight, the
+        # validation loss is the exporting run's, to the bit.
+        again = fresh(work, f"again-{layout}.jsonl")
+        r = expect_success([train_gpt, "--data", text, "--init-from", state,
+                            "--heads", "2", "--context", "32", "--dropout",
+                            "0", "--max-steps", "1", "--epochs", "1",
+                            "--warmup-steps", "0", "--lr", "1e-30", "--min-lr", "0",
+                            "--precision", "fp32", "--log-json", again,
+                            "--no-progress", "--batch-size", "16",
+                            "--eval-batch-size", "64", "--sample-tokens",
+                            "0"] + options)
+        header = r.stdout.splitlines()[0]
+        if "from the Python weights of " + state not in header:
+            fail(f"the header does not name the weights: {header}")
+        before, after = records(log)[-1], records(again)[-1]
+        if after["test_loss"] != before["test_loss"]:
+            fail(f"--init-from {state}: validation loss {after['test_loss']!r}"
+                 f", the exporting run's {before['test_loss']!r}")
+        print(f"  {layout}: --init-from gives the validation loss "
+              f"{after['test_loss']:.6f} again")
+    # A state dict does not say its heads: refused without --heads.
+    r = run([train_gpt, "--data", text, "--init-from", state, "--max-steps",
+             "1", "--epochs", "1", "--no-progress"])
+    if r.returncode != 1 or "give --heads" not in r.stderr:
+        fail(f"--init-from without --heads: exit {r.returncode}, {r.stderr}")
+    # A shape flag that contradicts the file is refused naming both.
+    r = run([train_gpt, "--data", text, "--init-from", state, "--heads", "2",
+             "--width", "64", "--max-steps", "1", "--epochs", "1",
+             "--no-progress"])
+    if r.returncode != 1 or "--width 64 here, 32 there" not in r.stderr:
+        fail(f"--init-from with another --width: exit {r.returncode}, "
+             f"{r.stderr}")
 
 
 def mfu(train_gpt, work):

@@ -22,12 +22,14 @@ exits 1 when it does not.
                            state_dict's in its order; in eval mode its output
                            on IO's "input" matches IO's "output"
   check_gpt STATE TEXT LOG --layers L --heads H --width C --context T
-            [--rtol R]
-                           bench/peer_pytorch.py's GPT of that shape loads the
-                           state_dict STATE (strict, FP32 on the CPU); in eval
-                           mode its loss on TEXT's validation part matches the
-                           "test_loss" of LOG's last "epoch" record to relative
-                           tolerance R (default 1e-3)
+            [--bias B] [--norm N] [--gelu G] [--rtol R]
+                           bench/peer_pytorch.py's GPT of that shape (in
+                           nanoGPT's layout, NanoGPTLayout, when STATE's keys
+                           are "transformer."'s) loads the state_dict STATE
+                           (strict, FP32 on the CPU); in eval mode its loss on
+                           TEXT's validation part matches the "test_loss" of
+                           LOG's last "epoch" record to relative tolerance R
+                           (default 1e-3)
 """
 
 import argparse
@@ -219,6 +221,25 @@ def check_rms_norm(state_path, io_path):
              int((diff == 0).sum()), diff.numel()))
 
 
+class NanoGPTLayout(torch.nn.Module):
+    """bench/peer_pytorch.py's GPT under nanoGPT's model.py names: the model
+    as "transformer" and the output head "lm_head", tied to its wte (one
+    tensor, as nanoGPT ties them). A state dict nanoGPT's GPT loads strictly
+    loads strictly here, and the other way round."""
+
+    def __init__(self, shape):
+        import peer_pytorch
+
+        super().__init__()
+        self.transformer = peer_pytorch.GPT(shape)
+        self.lm_head = torch.nn.Linear(shape.width, shape.vocab_size,
+                                       bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, tokens):
+        return self.transformer(tokens)
+
+
 def validation_loss(model, data, context, windows_per_batch=64):
     """The mean cross-entropy of `model` over every target of the validation
     windows of `data` (the text's bytes), train_gpt's split: the first
@@ -281,6 +302,13 @@ def check_gpt(argv):
     parser.add_argument("--heads", type=int, required=True)
     parser.add_argument("--width", type=int, required=True)
     parser.add_argument("--context", type=int, required=True)
+    parser.add_argument("--bias", choices=("true", "false"), default="true")
+    parser.add_argument("--norm", choices=("layernorm", "rmsnorm"),
+                        default="layernorm")
+    parser.add_argument("--gelu", choices=("exact", "tanh"), default="exact")
+    parser.add_argument("--layout", choices=("lamp", "nanogpt", "huggingface"),
+                        default=None,
+                        help="the names the file must have (default: any)")
     parser.add_argument("--rtol", type=float, default=1e-3,
                         help="relative tolerance (default 1e-3, an FP32 "
                              "evaluation in C++ against this one)")
@@ -292,8 +320,21 @@ def check_gpt(argv):
             fail("%s is %s on %s, expected torch.float32 on cpu"
                  % (key, tensor.dtype, tensor.device))
     shape = peer_pytorch.GPTShape(layers=args.layers, heads=args.heads,
-                                  width=args.width, context=args.context)
-    model = peer_pytorch.GPT(shape)
+                                  width=args.width, context=args.context,
+                                  bias=args.bias == "true", norm=args.norm,
+                                  gelu=args.gelu)
+    nanogpt = any(key.startswith("transformer.") for key in state)
+    if args.layout is not None and nanogpt != (args.layout != "lamp"):
+        fail("%s has %s names, expected the %s layout's"
+             % (args.state, "nanoGPT's" if nanogpt else "lamp's", args.layout))
+    if args.layout == "huggingface":
+        # Hugging Face's Conv1D weights are [in, out]: a Linear's transposed.
+        conv1d = (".attn.c_attn.weight", ".attn.c_proj.weight",
+                  ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+        for key in state:
+            if key.endswith(conv1d):
+                state[key] = state[key].t()
+    model = NanoGPTLayout(shape) if nanogpt else peer_pytorch.GPT(shape)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:

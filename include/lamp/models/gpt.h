@@ -4,8 +4,10 @@
 /// A decoder-only transformer (GPT) over bytes, in nanoGPT's layout: the
 /// model of train_gpt and of lamp_bench --model gpt.
 
+#include <ATen/core/Dict.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -18,9 +20,22 @@
 #include <string>
 
 #include "lamp/models/registry.h"
+#include "lamp/models/state_dict.h"
 
 namespace lamp {
 namespace models {
+
+/// The norm of a GPT's blocks and of its end.
+enum class GPTNorm {
+  kLayerNorm, ///< LayerNorm (GPT-2's, nanoGPT's)
+  kRMSNorm,   ///< lamp::nn::RMSNorm: a weight, no bias, no mean subtracted
+};
+
+/// The GELU of a GPT's MLP.
+enum class GPTGelu {
+  kExact, ///< erf (nanoGPT's nn.GELU())
+  kTanh,  ///< the tanh approximation (GPT-2's "gelu_new", Hugging Face's)
+};
 
 /// The shape of a GPT. The defaults are nanoGPT's small character-level
 /// configuration (about 10.8 M parameters).
@@ -38,11 +53,21 @@ struct GPTOptions {
   /// Dropout after the embeddings, inside attention, and after each
   /// residual branch, in training mode only; in [0, 1).
   TORCH_ARG(double, dropout) = 0.2;
+  /// Biases in every Linear and LayerNorm; false drops them all, as
+  /// nanoGPT's `bias=False` (RMSNorm has none either way).
+  TORCH_ARG(bool, bias) = true;
+  /// The norm before attention, before the MLP and at the end (ln_1, ln_2,
+  /// ln_f); both with eps 1e-5.
+  TORCH_ARG(GPTNorm, norm) = GPTNorm::kLayerNorm;
+  /// The MLP's GELU: GPT-2's own weights were trained with kTanh.
+  TORCH_ARG(GPTGelu, gelu) = GPTGelu::kExact;
 
  public:
-  /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)": what a
-  /// checkpoint stores as the model's name, so that a resume with another
-  /// shape is refused naming both (dropout is not part of it).
+  /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)", with
+  /// ", bias=false", ", norm=rmsnorm" and ", gelu=tanh" after it where they
+  /// are not the defaults: what a checkpoint stores as the model's name, so
+  /// that a resume with another shape is refused naming both (dropout is
+  /// not part of it).
   std::string name() const;
 };
 
@@ -68,8 +93,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 TORCH_MODULE(CausalSelfAttention);
 
 /// A pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)),
-/// the MLP "mlp.c_fc" (width -> 4 width), GELU (exact, erf), "mlp.c_proj"
-/// (4 width -> width).
+/// the MLP "mlp.c_fc" (width -> 4 width), GELU (GPTOptions::gelu),
+/// "mlp.c_proj" (4 width -> width). The norms are torch::nn::LayerNorm
+/// (without its bias where GPTOptions::bias is false) or lamp::nn::RMSNorm,
+/// held as AnyModule: `ln_1.ptr()` is the module.
 class GPTBlockImpl : public torch::nn::Module {
  public:
   /// The block's modules for `options`' width and dropout.
@@ -77,14 +104,15 @@ class GPTBlockImpl : public torch::nn::Module {
   /// [B, T, width] -> [B, T, width].
   torch::Tensor forward(torch::Tensor x);
 
-  torch::nn::LayerNorm ln_1{nullptr}; ///< before attention
-  CausalSelfAttention attn{nullptr};  ///< causal self-attention
-  torch::nn::LayerNorm ln_2{nullptr}; ///< before the MLP
-  torch::nn::Linear c_fc{nullptr};    ///< registered as "mlp.c_fc"
-  torch::nn::Linear c_proj{nullptr};  ///< registered as "mlp.c_proj"
+  torch::nn::AnyModule ln_1;         ///< before attention
+  CausalSelfAttention attn{nullptr}; ///< causal self-attention
+  torch::nn::AnyModule ln_2;         ///< before the MLP
+  torch::nn::Linear c_fc{nullptr};   ///< registered as "mlp.c_fc"
+  torch::nn::Linear c_proj{nullptr}; ///< registered as "mlp.c_proj"
 
  private:
   double dropout_;
+  GPTGelu gelu_;
 };
 /// The module holder of GPTBlockImpl.
 TORCH_MODULE(GPTBlock);
@@ -97,7 +125,9 @@ TORCH_MODULE(GPTBlock);
 /// strictly): wte.weight, wpe.weight, h.N.ln_1.{weight,bias},
 /// h.N.attn.c_attn.{weight,bias}, h.N.attn.c_proj.{weight,bias},
 /// h.N.ln_2.{weight,bias}, h.N.mlp.c_fc.{weight,bias},
-/// h.N.mlp.c_proj.{weight,bias}, ln_f.{weight,bias}.
+/// h.N.mlp.c_proj.{weight,bias}, ln_f.{weight,bias}; without the biases
+/// where GPTOptions::bias is false or the norm is RMSNorm.
+/// gpt_state_dict() gives them in nanoGPT's and Hugging Face's layouts.
 ///
 /// Initialisation (GPT-2's): every Linear and Embedding weight from
 /// N(0, 0.02), the residual projections (attn.c_proj, mlp.c_proj) from
@@ -129,10 +159,10 @@ class GPTImpl : public torch::nn::Module {
   /// The shape it was built with.
   const GPTOptions& options() const { return options_; }
 
-  torch::nn::Embedding wte{nullptr};  ///< token embedding, tied to the output
-  torch::nn::Embedding wpe{nullptr};  ///< position embedding
-  torch::nn::ModuleList h{nullptr};   ///< the GPTBlocks
-  torch::nn::LayerNorm ln_f{nullptr}; ///< the final norm
+  torch::nn::Embedding wte{nullptr}; ///< token embedding, tied to the output
+  torch::nn::Embedding wpe{nullptr}; ///< position embedding
+  torch::nn::ModuleList h{nullptr};  ///< the GPTBlocks
+  torch::nn::AnyModule ln_f;         ///< the final norm (as GPTBlock's)
 
  private:
   GPTOptions options_;
@@ -145,8 +175,9 @@ TORCH_MODULE(GPT);
 NamedModel make_gpt(const GPTOptions& options);
 
 /// The parameters a GPT of `options` holds (the output head shares wte's):
-/// per block 12 width^2 + 13 width, then (vocab + context) width for the
-/// embeddings and 2 width for the final norm. Computed without building the
+/// per block 12 width^2 + 13 width (12 width^2 + 2 width without biases),
+/// then (vocab + context) width for the embeddings and 2 width for the final
+/// norm (width without its bias). Computed without building the
 /// model, so that a size too large for the memory is refused first; a count
 /// beyond int64_t's range is refused (c10::Error).
 int64_t gpt_parameter_count(const GPTOptions& options);
@@ -188,6 +219,82 @@ torch::Tensor generate(
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,
     const torch::Tensor& prompt, int64_t context,
     const GenerateOptions& options = {});
+
+/// The names and layouts of a GPT's state dict (gpt_state_dict()).
+enum class GPTLayout {
+  /// lamp's own module names: wte.weight, h.0.attn.c_attn.weight, ...
+  kLamp,
+  /// nanoGPT's model.py: "transformer." before lamp's names and the tied
+  /// head as "lm_head.weight", so that nanoGPT's GPT loads it strictly.
+  kNanoGPT,
+  /// Hugging Face's GPT2LMHeadModel: nanoGPT's names, with the blocks'
+  /// four projection weights (attn.c_attn, attn.c_proj, mlp.c_fc,
+  /// mlp.c_proj) transposed, as its Conv1D stores them [in, out].
+  kHuggingFace,
+};
+
+/// "lamp", "nanogpt" or "huggingface".
+std::string gpt_layout_name(GPTLayout layout);
+
+/// `gpt`'s parameters (a GPT, or a model network_to_half() converted from
+/// one) as the state dict of `layout`, on the CPU, FP32 unless
+/// `options.fp32()` is false; a tied tensor appears under both of its names
+/// as one tensor (torch.save stores it once).
+///
+/// Example, then in Python with nanoGPT's model.py:
+/// \code
+///   lamp::models::export_gpt_state_dict(*gpt, "ckpt_weights.pt",
+///                                        lamp::models::GPTLayout::kNanoGPT);
+///   // model = GPT(GPTConfig(n_layer=6, n_head=6, n_embd=384,
+///   //                       block_size=256, vocab_size=256, bias=True))
+///   // model.load_state_dict(torch.load("ckpt_weights.pt"))
+/// \endcode
+c10::Dict<std::string, torch::Tensor> gpt_state_dict(
+    const torch::nn::Module& gpt, GPTLayout layout,
+    const StateDictOptions& options = {});
+
+/// Writes gpt_state_dict() to `path` in torch.save's format, atomically.
+void export_gpt_state_dict(const torch::nn::Module& gpt,
+                           const std::string& path, GPTLayout layout,
+                           const StateDictOptions& options = {});
+
+/// A GPT's weights as a Python program saved them, and the shape they
+/// imply.
+struct GPTWeights {
+  /// The file they were read from, for messages.
+  std::string path;
+  /// The tensors under lamp's names (kLamp), the head left out (it is
+  /// wte's), Hugging Face's Conv1D weights transposed back.
+  c10::Dict<std::string, torch::Tensor> state;
+  /// The layout the file had.
+  GPTLayout layout = GPTLayout::kLamp;
+  /// The shape the tensors give: layers, width, context (wpe's rows),
+  /// vocab_size (wte's rows) and bias; heads from a nanoGPT checkpoint's
+  /// `model_args` only (see heads_known); the rest defaults.
+  GPTOptions options;
+  /// Whether the file said the heads (a nanoGPT checkpoint's n_head); a bare
+  /// state dict does not.
+  bool heads_known = false;
+};
+
+/// Reads a GPT's weights from `path`, a file of Python's torch.save (or
+/// lamp's export): a state dict in lamp's, nanoGPT's or Hugging Face's
+/// GPT-2 layout (told apart by the names and c_attn's shape), or a nanoGPT
+/// checkpoint (`ckpt.pt`: the state dict under "model", the shape under
+/// "model_args"). Accepts the prefixes torch.compile and DDP add
+/// ("_orig_mod.", "module.") and ignores the attention-mask buffers
+/// ("attn.bias", "attn.masked_bias") that some layouts store. Throws
+/// c10::Error naming the file and the problem: not a torch.save file, no
+/// GPT's tensors, an untied head (lm_head.weight other than wte.weight),
+/// blocks with missing tensors.
+GPTWeights read_gpt_weights(const std::string& path);
+
+/// Copies `weights` into `gpt`, strictly: every parameter of `gpt` must be
+/// there with its shape, and nothing else; a `gpt` whose context is shorter
+/// than the file's takes wpe's first rows (nanoGPT's crop_block_size).
+/// Throws c10::Error naming the tensors missing, unexpected or of another
+/// shape (with both shapes), leaving `gpt` unchanged.
+void load_gpt_weights(GPTImpl& gpt, const GPTWeights& weights);
 
 } // namespace models
 } // namespace lamp

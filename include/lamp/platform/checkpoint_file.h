@@ -75,6 +75,12 @@ void save_pickle(const c10::IValue& value, const std::string& path);
 /// saying so. `what` names the caller in messages.
 c10::IValue load_pickle(const std::string& path, const std::string& what);
 
+/// Whether `path` is a file of Python's `torch.save` (a zip holding
+/// data.pkl, which load_pickle() reads) rather than a lamp checkpoint or
+/// anything else; false for a file that cannot be read. Reads the zip's
+/// directory only.
+bool is_torch_save_file(const std::string& path);
+
 /// The system's words for errno `error` as lamp's write errors show them:
 /// strerror(), for ENOSPC and EDQUOT what they mean ("No space left on
 /// device (the disk is full)"), and for EFBIG the limit the system does not

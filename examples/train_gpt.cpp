@@ -9,8 +9,15 @@
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,12 +30,23 @@ namespace {
 // train_gpt's own flags: the model's shape and the sample's.
 struct GptFlags {
   lamp::models::GPTOptions model;
+  // The choices as typed (and as checkpoints store them); to_model_options()
+  // turns them into `model`'s and export_layout.
+  std::string bias = "true";
+  std::string norm = "layernorm";
+  std::string gelu = "exact";
+  std::string layout = "nanogpt";
   lamp::models::GPTLayout export_layout = lamp::models::GPTLayout::kNanoGPT;
   const CLI::App* app = nullptr; // which flags were given
   int64_t sample_tokens = 300;
   double temperature = 0.8;
   int64_t top_k = 0;
+  double top_p = 1.0;
   std::string prompt = "\n";
+  std::string prompt_file;
+  int64_t num_samples = 1;
+  bool no_kv_cache = false;
+  bool sample_only = false;
 };
 
 void add_gpt_options(CLI::App& app, GptFlags& f) {
@@ -57,38 +75,27 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "--init-from a Python state dict: its wte's rows)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
-  app.add_option("--bias", f.model.bias(),
-                 "biases in the Linears and LayerNorms (false: none, as "
-                 "nanoGPT's bias=False)")
-      ->capture_default_str();
-  app.add_option("--norm", f.model.norm(), "layernorm or rmsnorm")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, lamp::models::GPTNorm>{
-              {"layernorm", lamp::models::GPTNorm::kLayerNorm},
-              {"rmsnorm", lamp::models::GPTNorm::kRMSNorm}},
-          CLI::ignore_case))
-      ->default_str("layernorm");
-  app.add_option("--gelu", f.model.gelu(),
-                 "the MLP's GELU: exact (erf, nanoGPT's) or tanh (GPT-2's "
-                 "own weights were trained with it)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, lamp::models::GPTGelu>{
-              {"exact", lamp::models::GPTGelu::kExact},
-              {"tanh", lamp::models::GPTGelu::kTanh}},
-          CLI::ignore_case))
-      ->default_str("exact");
-  app.add_option("--export-layout", f.export_layout,
-                 "the names of --export-state-dict's file: nanogpt "
-                 "(nanoGPT's model.py loads it strictly), huggingface "
-                 "(GPT2LMHeadModel's, Conv1D weights transposed) or lamp "
-                 "(the module's own)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, lamp::models::GPTLayout>{
-              {"nanogpt", lamp::models::GPTLayout::kNanoGPT},
-              {"huggingface", lamp::models::GPTLayout::kHuggingFace},
-              {"lamp", lamp::models::GPTLayout::kLamp}},
-          CLI::ignore_case))
-      ->default_str("nanogpt");
+  app.add_option("--bias", f.bias,
+                 "true | false: biases in the Linears and LayerNorms (false: "
+                 "none, as nanoGPT's bias=False)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"true", "false"}));
+  app.add_option("--norm", f.norm,
+                 "layernorm | rmsnorm: the blocks' and the final norm")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"layernorm", "rmsnorm"}));
+  app.add_option("--gelu", f.gelu,
+                 "exact | tanh: the MLP's GELU (erf, nanoGPT's; or the tanh "
+                 "approximation GPT-2's own weights were trained with)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"exact", "tanh"}));
+  app.add_option("--export-layout", f.layout,
+                 "nanogpt | huggingface | lamp: the names of "
+                 "--export-state-dict's file (nanoGPT's model.py loads "
+                 "nanogpt strictly; huggingface is GPT2LMHeadModel's, its "
+                 "Conv1D weights transposed; lamp the module's own)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"nanogpt", "huggingface", "lamp"}));
   app.add_option("--sample-tokens", f.sample_tokens,
                  "bytes of text to generate after training (0: none; "
                  "Ctrl-C stops it)")
@@ -103,26 +110,56 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "sample among the k most likely tokens only (0: all)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  app.add_option("--top-p", f.top_p,
+                 "sample among the most likely tokens whose probabilities "
+                 "first reach p (nucleus sampling), in (0, 1]; 1: all")
+      ->capture_default_str()
+      ->check(lamp_examples::real_in(0.0, 1.0, /*lo_open=*/true));
   app.add_option("--prompt", f.prompt,
                  "the text the sample continues (not empty)")
       ->capture_default_str();
+  app.add_option("--prompt-file", f.prompt_file,
+                 "a file whose text the sample continues (instead of "
+                 "--prompt)");
+  app.add_option("--num-samples", f.num_samples,
+                 "samples to draw, the k-th with --seed + k")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_flag("--no-kv-cache", f.no_kv_cache,
+               "sample without the KV cache: every token computed over its "
+               "whole window (slower; the same tokens)");
+  app.add_flag("--sample-only", f.sample_only,
+               "sample from --resume's checkpoint or --init-from's file, "
+               "without training or writing anything");
 }
 
 // The settings of train_gpt's own that shape the run, by flag: stored in
 // the checkpoint, so that --resume alone rebuilds the same model.
 std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
   const auto& m = f.model;
-  return {
-      {"--layers", std::to_string(m.layers())},
-      {"--heads", std::to_string(m.heads())},
-      {"--width", std::to_string(m.width())},
-      {"--context", std::to_string(m.context())},
-      {"--dropout", lamp_examples::exact_number(m.dropout())},
-      {"--vocab-size", std::to_string(m.vocab_size())},
-      {"--bias", m.bias() ? "true" : "false"},
-      {"--norm",
-       m.norm() == lamp::models::GPTNorm::kRMSNorm ? "rmsnorm" : "layernorm"},
-      {"--gelu", m.gelu() == lamp::models::GPTGelu::kTanh ? "tanh" : "exact"}};
+  return {{"--layers", std::to_string(m.layers())},
+          {"--heads", std::to_string(m.heads())},
+          {"--width", std::to_string(m.width())},
+          {"--context", std::to_string(m.context())},
+          {"--dropout", lamp_examples::exact_number(m.dropout())},
+          {"--vocab-size", std::to_string(m.vocab_size())},
+          {"--bias", f.bias},
+          {"--norm", f.norm},
+          {"--gelu", f.gelu}};
+}
+
+// The text flags into the model's options, once the command line (and a
+// resumed checkpoint's stored values) are in.
+void to_model_options(GptFlags& f) {
+  f.model.bias(f.bias == "true");
+  f.model.norm(f.norm == "rmsnorm" ? lamp::models::GPTNorm::kRMSNorm
+                                   : lamp::models::GPTNorm::kLayerNorm);
+  f.model.gelu(f.gelu == "tanh" ? lamp::models::GPTGelu::kTanh
+                                : lamp::models::GPTGelu::kExact);
+  f.export_layout = f.layout == "huggingface"
+                        ? lamp::models::GPTLayout::kHuggingFace
+                    : f.layout == "lamp" ? lamp::models::GPTLayout::kLamp
+                                         : lamp::models::GPTLayout::kNanoGPT;
 }
 
 // --init-from a Python file (nanoGPT's or GPT-2's weights): the model takes
@@ -169,6 +206,7 @@ lamp::models::GPTWeights python_weights(lamp_examples::ProgramConfig& config,
                    (file.bias() ? "true" : "false") + " there";
   }
   model.bias(file.bias());
+  flags.bias = file.bias() ? "true" : "false";
   TORCH_CHECK(
       differences.empty(), "--init-from ", config.init_from,
       " holds a GPT of another shape than the flags give: ", differences,
@@ -177,57 +215,167 @@ lamp::models::GPTWeights python_weights(lamp_examples::ProgramConfig& config,
   return weights;
 }
 
-// The sample: --sample-tokens bytes after --prompt, drawn with --seed, shown
-// as valid UTF-8 with other bytes escaped (lamp::data::escape_text); a stop
-// signal ends it at the next byte.
-void print_sample(const lamp_examples::ProgramConfig& config,
-                  const GptFlags& flags, const lamp_examples::BuiltModel& model,
-                  lamp::training::Trainer& trainer) {
-  if (flags.sample_tokens == 0) {
-    return;
+// The prompt's token ids: --prompt-file's bytes, else --prompt's.
+torch::Tensor prompt_ids(const GptFlags& flags) {
+  std::string prompt = flags.prompt;
+  if (!flags.prompt_file.empty()) {
+    std::ifstream file(flags.prompt_file, std::ios::binary);
+    TORCH_CHECK(file.good(), "cannot read --prompt-file ", flags.prompt_file,
+                ": ", std::strerror(errno), "; give a readable text file.");
+    prompt.assign(std::istreambuf_iterator<char>(file),
+                  std::istreambuf_iterator<char>());
+    TORCH_CHECK(!prompt.empty(), "--prompt-file ", flags.prompt_file,
+                " is empty; give a file with at least one character.");
   }
-  const auto& prompt = flags.prompt;
-  // The prompt's bytes are its token ids.
-  const auto ids =
-      torch::from_blob(const_cast<char*>(prompt.data()),
-                       {static_cast<int64_t>(prompt.size())}, torch::kUInt8)
-          .to(torch::kLong);
-  auto& step = trainer.train_step();
-  const auto text = lamp::models::generate(
-      *model.module,
-      [&](const torch::Tensor& x) { return step.forward(model.forward, x); },
-      ids, flags.model.context(),
-      lamp::models::GenerateOptions()
-          .tokens(flags.sample_tokens)
-          .temperature(flags.temperature)
-          .top_k(flags.top_k)
-          .seed(config.seed)
-          .stop_requested([] { return lamp_examples::stop_signal() != 0; }));
-  std::string out;
-  const auto* p = text.data_ptr<int64_t>();
-  for (int64_t i = 0; i < text.size(0); ++i) {
-    // Ids beyond the bytes (a model of a larger --vocab-size, GPT-2's) have
-    // no text without their tokenizer: shown as <id>.
-    if (p[i] < 256) {
-      out.push_back(static_cast<char>(p[i]));
-    } else {
-      out += "<" + std::to_string(p[i]) + ">";
+  return torch::from_blob(const_cast<char*>(prompt.data()),
+                          {static_cast<int64_t>(prompt.size())}, torch::kUInt8)
+      .to(torch::kLong);
+}
+
+// The samples: --num-samples of --sample-tokens tokens after the prompt,
+// the k-th drawn with --seed + k, shown as valid UTF-8 with other bytes
+// escaped (lamp::data::escape_text) and ids beyond the bytes as <id>; a stop
+// signal ends them at the next token. `forward` runs the model (the train
+// step's forward after training, for its precision). Returns the tokens
+// generated.
+int64_t print_samples(
+    const lamp_examples::ProgramConfig& config, const GptFlags& flags,
+    torch::nn::Module& module,
+    const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+  const auto ids = prompt_ids(flags);
+  if (ids.size(0) > flags.model.context()) {
+    lamp_examples::print_out(
+        "train_gpt: the prompt's %lld tokens are more than the context of "
+        "%lld: the samples continue its last %lld\n",
+        static_cast<long long>(ids.size(0)),
+        static_cast<long long>(flags.model.context()),
+        static_cast<long long>(flags.model.context()));
+  }
+  int64_t generated = 0;
+  for (int64_t k = 0; k < flags.num_samples; ++k) {
+    if (lamp_examples::stop_signal() != 0) {
+      break;
+    }
+    const uint64_t seed = config.seed + static_cast<uint64_t>(k);
+    const auto text = lamp::models::generate(
+        module, forward, ids, flags.model.context(),
+        lamp::models::GenerateOptions()
+            .tokens(flags.sample_tokens)
+            .temperature(flags.temperature)
+            .top_k(flags.top_k)
+            .top_p(flags.top_p)
+            .kv_cache(!flags.no_kv_cache)
+            .seed(seed)
+            .stop_requested([] { return lamp_examples::stop_signal() != 0; }));
+    std::string out;
+    const auto* p = text.data_ptr<int64_t>();
+    for (int64_t i = 0; i < text.size(0); ++i) {
+      // Ids beyond the bytes (a model of a larger --vocab-size, GPT-2's)
+      // have no text without their tokenizer: shown as <id>.
+      if (p[i] < 256) {
+        out.push_back(static_cast<char>(p[i]));
+      } else {
+        out += "<" + std::to_string(p[i]) + ">";
+      }
+    }
+    const int64_t made = text.size(0) - ids.size(0);
+    generated += made;
+    std::string label = "sample";
+    if (flags.num_samples > 1) {
+      label += " " + std::to_string(k + 1) + " of " +
+               std::to_string(flags.num_samples);
+    }
+    std::string settings = "--seed " + std::to_string(seed) +
+                           ", --temperature " +
+                           lamp_examples::exact_number(flags.temperature) +
+                           ", --top-k " + std::to_string(flags.top_k);
+    if (flags.top_p < 1.0) {
+      settings += ", --top-p " + lamp_examples::exact_number(flags.top_p);
+    }
+    if (made < flags.sample_tokens) {
+      settings += ", stopped by " +
+                  std::string(lamp_examples::signal_name(
+                      lamp_examples::stop_signal())) +
+                  " after " + std::to_string(made) + " of " +
+                  std::to_string(flags.sample_tokens) + " tokens";
+    }
+    lamp_examples::print_out("train_gpt: %s (%s):\n%s\n", label.c_str(),
+                             settings.c_str(),
+                             lamp::data::escape_text(out).c_str());
+  }
+  return generated;
+}
+
+// --sample-only: the model of --resume's checkpoint or --init-from's file,
+// its samples in the run's precision, and their speed; nothing is trained
+// or written. Returns the exit status (128 + the signal that stopped it).
+int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
+                const std::shared_ptr<lamp::models::GPTWeights>& python) {
+  const auto& source = !config.resume.empty()      ? config.resume
+                       : !config.init_from.empty() ? config.init_from
+                                                   : config.init_from_python;
+  TORCH_CHECK(!source.empty(),
+              "--sample-only samples from trained weights: give --resume "
+              "CHECKPOINT (the shape comes with it) or --init-from FILE.");
+  TORCH_CHECK(flags.sample_tokens > 0,
+              "--sample-only with --sample-tokens 0 has nothing to do; give "
+              "the tokens to generate.");
+  const auto device = lamp_examples::resolve_device(config.device);
+  lamp::models::GPT gpt(flags.model);
+  if (!python->path.empty()) {
+    lamp::models::load_gpt_weights(*gpt, *python);
+  } else {
+    const auto weights = lamp::training::read_checkpoint_weights(source);
+    TORCH_CHECK(weights.model_name == flags.model.name(),
+                "--sample-only: ", source, " holds the model '",
+                weights.model_name, "', not the flags' ", flags.model.name(),
+                "; give it with --resume, which takes its shape.");
+    torch::NoGradGuard no_grad;
+    for (auto& item : gpt->named_parameters()) {
+      const auto* stored = weights.tensors.find(item.key());
+      TORCH_CHECK(stored != nullptr, "--sample-only: ", source,
+                  " has no tensor '", item.key(), "'.");
+      item.value().copy_(*stored);
     }
   }
-  const int64_t made = text.size(0) - ids.size(0);
+  gpt->to(device);
+  // The run's precision: autocast to its 16-bit type, from the FP32
+  // weights the checkpoint keeps.
+  auto precision = config.requested_precision;
+  if (precision == lamp::Precision::kAuto) {
+    precision = lamp::resolve_precision(precision, device);
+  }
+  c10::optional<torch::Dtype> dtype = lamp::autocast_dtype(precision);
+  if (precision == lamp::Precision::kHalf) {
+    dtype = torch::kHalf;
+  } else if (precision == lamp::Precision::kBF16 ||
+             precision == lamp::Precision::kFP8) {
+    dtype = torch::kBFloat16;
+  }
+  std::unique_ptr<lamp::Autocast> autocast;
+  if (dtype) {
+    autocast = std::make_unique<lamp::Autocast>(device.type(), *dtype);
+  }
   lamp_examples::print_out(
-      "train_gpt: sample (--seed %llu, --temperature %g, --top-k %lld%s):\n%s\n",
-      static_cast<unsigned long long>(config.seed), flags.temperature,
-      static_cast<long long>(flags.top_k),
-      made < flags.sample_tokens
-          ? (", stopped by " +
-             std::string(
-                 lamp_examples::signal_name(lamp_examples::stop_signal())) +
-             " after " + std::to_string(made) + " of " +
-             std::to_string(flags.sample_tokens) + " bytes")
-                .c_str()
-          : "",
-      lamp::data::escape_text(out).c_str());
+      "train_gpt: sampling from %s: %s on %s, %s, KV cache %s\n",
+      source.c_str(), flags.model.name().c_str(), device.str().c_str(),
+      dtype ? (std::string("autocast ") + c10::toString(*dtype)).c_str()
+            : "fp32",
+      flags.no_kv_cache ? "off" : "on");
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t generated =
+      print_samples(config, flags, *gpt,
+                    [&](const torch::Tensor& x) { return gpt->forward(x); });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  lamp_examples::print_out(
+      "train_gpt: %lld tokens in %.2f s: %.1f tokens/s (KV cache %s)\n",
+      static_cast<long long>(generated), seconds,
+      seconds > 0 ? static_cast<double>(generated) / seconds : 0.0,
+      flags.no_kv_cache ? "off" : "on");
+  const int signal = lamp_examples::stop_signal();
+  return signal != 0 ? 128 + signal : 0;
 }
 
 } // namespace
@@ -265,6 +413,25 @@ int main(int argc, char** argv) {
       "lamp, then print a sample of its text",
       config,
       [&] {
+        to_model_options(flags);
+        // --init-from a Python file: its shape now, its weights once the
+        // model is built; the trainer reads lamp's checkpoints only.
+        auto python = std::make_shared<lamp::models::GPTWeights>();
+        if (!config.init_from.empty() &&
+            lamp::is_torch_save_file(config.init_from)) {
+          TORCH_CHECK(config.resume.empty(),
+                      "give --resume or --init-from, not both.");
+          *python = python_weights(config, flags);
+          config.init_from_python = config.init_from;
+          config.init_from.clear();
+        }
+        if (flags.sample_only) {
+          lamp_examples::RunSpec spec;
+          spec.instead_of_training = [&config, &flags, python] {
+            return sample_only(config, flags, python);
+          };
+          return spec;
+        }
         TORCH_CHECK(
             !config.data.empty(),
             "no --data given and Debian's fortunes are not installed "
@@ -282,17 +449,6 @@ int main(int argc, char** argv) {
                     "' model, not a GPT of train_gpt; resume it with the "
                     "program that wrote it.");
         config.model = "gpt";
-        // --init-from a Python file: its shape now, its weights once the
-        // model is built; the trainer reads lamp's checkpoints only.
-        auto python = std::make_shared<lamp::models::GPTWeights>();
-        if (!config.init_from.empty() &&
-            lamp::is_torch_save_file(config.init_from)) {
-          TORCH_CHECK(config.resume.empty(),
-                      "give --resume or --init-from, not both.");
-          *python = python_weights(config, flags);
-          config.init_from_python = config.init_from;
-          config.init_from.clear();
-        }
         const auto name = flags.model.name();
         TORCH_CHECK(
             flags.model.vocab_size() >= 256, "--vocab-size ",
@@ -334,7 +490,13 @@ int main(int argc, char** argv) {
             };
         spec.after_training = [&](const lamp_examples::BuiltModel& model,
                                   lamp::training::Trainer& trainer) {
-          print_sample(config, flags, model, trainer);
+          if (flags.sample_tokens > 0) {
+            auto& step = trainer.train_step();
+            print_samples(config, flags, *model.module,
+                          [&](const torch::Tensor& x) {
+                            return step.forward(model.forward, x);
+                          });
+          }
         };
         return spec;
       },

@@ -668,4 +668,91 @@ TEST(Generate, IsRepeatableBySeedAndGreedyAtTopKOne) {
             std::string::npos);
 }
 
+// With a KV cache, the logits of tokens fed in pieces (a prompt, then one
+// at a time, then several after cached ones) are the whole sequence's, at
+// their positions; the cache counts them, and refuses to outgrow the
+// context.
+TEST(GptKvCache, PiecesGiveTheWholeSequencesLogits) {
+  for (const bool bias : {true, false}) {
+    torch::manual_seed(5);
+    GPT gpt(tiny().bias(bias).norm(bias ? lamp::models::GPTNorm::kLayerNorm
+                                        : lamp::models::GPTNorm::kRMSNorm));
+    gpt->eval();
+    torch::NoGradGuard no_grad;
+    const auto ids = torch::randint(0, 256, {2, 8}, torch::kLong);
+    const auto whole = gpt->forward(ids);
+    lamp::models::GPTKVCache cache(*gpt, 2);
+    gpt->set_kv_cache(&cache);
+    std::vector<torch::Tensor> pieces;
+    for (const auto& range : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 3}, {3, 4}, {4, 5}, {5, 8}}) {
+      pieces.push_back(gpt->forward(ids.slice(1, range.first, range.second)));
+      EXPECT_EQ(cache.length(), range.second);
+    }
+    const auto cached = torch::cat(pieces, 1);
+    // The same products in other groupings (one row of queries against
+    // the cached keys): FP32 rounding, 1e-5 of logits near 1.
+    EXPECT_TRUE(lamp_test::AllClose(cached, whole, 1e-4, 1e-5))
+        << (cached - whole).abs().max().item<double>();
+    const auto error = error_of([&] { gpt->forward(ids.slice(1, 0, 1)); });
+    EXPECT_NE(error.find("1 tokens after the 8 of the KV cache do not fit "
+                         "the context of 8"),
+              std::string::npos)
+        << error;
+    cache.clear();
+    EXPECT_TRUE(lamp_test::AllClose(gpt->forward(ids), whole, 1e-4, 1e-5));
+    gpt->set_kv_cache(nullptr);
+    EXPECT_TRUE(torch::equal(gpt->forward(ids), whole));
+  }
+}
+
+// generate() with the cache draws the tokens it draws without, within the
+// context, beyond it (each window then computed whole) and from a prompt
+// longer than the context; the model's own cache is left as it was.
+TEST(Generate, KvCacheGivesTheUncachedTokens) {
+  torch::manual_seed(6);
+  GPT gpt(tiny());
+  const auto forward = [&](const torch::Tensor& x) { return gpt->forward(x); };
+  for (const int64_t prompt_length : {3, 12}) {
+    const auto prompt = torch::randint(0, 256, {prompt_length}, torch::kLong);
+    const auto options =
+        lamp::models::GenerateOptions().tokens(20).seed(4).top_k(50);
+    const auto with = lamp::models::generate(*gpt, forward, prompt, 8, options);
+    const auto without = lamp::models::generate(
+        *gpt, forward, prompt, 8,
+        lamp::models::GenerateOptions(options).kv_cache(false));
+    EXPECT_TRUE(torch::equal(with, without)) << prompt_length;
+    EXPECT_EQ(with.size(0), prompt_length + 20);
+  }
+  EXPECT_EQ(gpt->kv_cache(), nullptr);
+}
+
+// A model of fixed next-token probabilities 0.5, 0.3, 0.15, 0.05:
+// top_p keeps the most likely tokens until their sum reaches it.
+TEST(Generate, TopPKeepsTheMostLikelyTokensReachingIt) {
+  torch::nn::Linear module(1, 1);
+  const auto logits = torch::log(torch::tensor({0.5, 0.3, 0.15, 0.05}));
+  const auto forward = [&](const torch::Tensor& x) {
+    return logits.view({1, 1, 4}).expand({x.size(0), x.size(1), 4});
+  };
+  const auto drawn = [&](double top_p) {
+    const auto tokens = lamp::models::generate(
+        *module, forward, torch::zeros({1}, torch::kLong), 4,
+        lamp::models::GenerateOptions().tokens(400).temperature(1).top_p(
+            top_p));
+    std::set<int64_t> seen;
+    for (int64_t i = 1; i < tokens.size(0); ++i) {
+      seen.insert(tokens[i].item<int64_t>());
+    }
+    return seen;
+  };
+  EXPECT_EQ(drawn(0.4), (std::set<int64_t>{0}));
+  EXPECT_EQ(drawn(0.8), (std::set<int64_t>{0, 1}));
+  EXPECT_EQ(drawn(0.81), (std::set<int64_t>{0, 1, 2}));
+  // 400 draws of p = 0.05 miss token 3 with probability 0.95^400 < 1e-8.
+  EXPECT_EQ(drawn(1.0), (std::set<int64_t>{0, 1, 2, 3}));
+  EXPECT_NE(error_of([&] { drawn(0.0); }).find("top_p must be in (0, 1]"),
+            std::string::npos);
+}
+
 } // namespace

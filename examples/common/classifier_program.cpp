@@ -780,6 +780,9 @@ int program_main(int argc, char** argv, const std::string& program,
     apply_threads(config);
     auto spec = make_spec();
     spec.program = program;
+    if (spec.instead_of_training) {
+      return spec.instead_of_training();
+    }
     return run(config, spec);
   });
 }

@@ -51,6 +51,9 @@ struct RunSpec {
   std::function<void(const torch::nn::Module& model, const std::string& path,
                      const lamp::models::StateDictOptions& options)>
       export_weights;
+  /// Set: run() calls it instead of training and returns its exit status
+  /// (train_gpt's --sample-only); nothing else of the spec is used.
+  std::function<int()> instead_of_training;
   /// Called on the main rank after a run that trained to its end (not one
   /// stopped by a signal), after --export-state-dict: train_gpt samples
   /// text here.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include "lamp/nn/attention.h"
@@ -104,6 +105,50 @@ std::string GPTOptions::name() const {
   return s.str();
 }
 
+GPTKVCache::GPTKVCache(const GPTImpl& gpt, int64_t batch)
+    : batch_(batch),
+      capacity_(gpt.options().context()),
+      keys_(static_cast<size_t>(gpt.options().layers())),
+      values_(static_cast<size_t>(gpt.options().layers())) {
+  TORCH_CHECK(batch >= 1, "lamp::models::GPTKVCache: batch must be >= 1, got ",
+              batch, ".");
+}
+
+std::pair<torch::Tensor, torch::Tensor> GPTKVCache::store(
+    int64_t layer, const torch::Tensor& key, const torch::Tensor& value) {
+  const char* who = "lamp::models::GPTKVCache";
+  TORCH_CHECK(layer >= 0 && layer < static_cast<int64_t>(keys_.size()), who,
+              ": block ", layer, " of a cache for ", keys_.size(),
+              " blocks; build the cache from the model it serves.");
+  const int64_t t = key.size(2);
+  TORCH_CHECK(key.size(0) == batch_, who, ": ", key.size(0),
+              " sequences given to a cache of ", batch_, ".");
+  TORCH_CHECK(length_ + t <= capacity_, who, ": ", length_,
+              " cached tokens and ", t, " more exceed the context of ",
+              capacity_,
+              "; clear() the cache and give the last context tokens again.");
+  auto& keys = keys_[static_cast<size_t>(layer)];
+  auto& values = values_[static_cast<size_t>(layer)];
+  if (!keys.defined() || keys.scalar_type() != key.scalar_type() ||
+      keys.device() != key.device() || keys.size(1) != key.size(1) ||
+      keys.size(3) != key.size(3)) {
+    TORCH_CHECK(length_ == 0, who, ": the keys changed dtype or device (",
+                key.scalar_type(), " on ", key.device(),
+                ") with tokens cached; clear() the cache first.");
+    const std::vector<int64_t> shape = {batch_, key.size(1), capacity_,
+                                        key.size(3)};
+    keys = torch::empty(shape, key.options());
+    values = torch::empty(shape, value.options());
+  }
+  keys.narrow(2, length_, t).copy_(key);
+  values.narrow(2, length_, t).copy_(value);
+  return {keys.narrow(2, 0, length_ + t), values.narrow(2, 0, length_ + t)};
+}
+
+void GPTKVCache::advance(int64_t tokens) {
+  length_ += tokens;
+}
+
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTOptions& options)
     : heads_(options.heads()), dropout_(options.dropout()) {
   const int64_t c = options.width();
@@ -126,6 +171,40 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
       F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x,
+                                               GPTKVCache& cache,
+                                               int64_t layer) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  const int64_t past = cache.length();
+  const auto qkv = lamp::nn::linear(x, c_attn).split(c, /*dim=*/2);
+  const auto heads = [&](const torch::Tensor& y) {
+    return y.view({b, t, heads_, c / heads_}).transpose(1, 2);
+  };
+  const auto kv = cache.store(layer, heads(qkv[1]), heads(qkv[2]));
+  const auto q = heads(qkv[0]);
+  const double p = is_training() ? dropout_ : 0.0;
+  torch::Tensor y;
+  if (past == 0) {
+    // The first tokens: the causal mask of a whole sequence.
+    y = lamp::nn::scaled_dot_product_attention(q, kv.first, kv.second, {}, p,
+                                               /*is_causal=*/true);
+  } else if (t == 1) {
+    // One new token sees every cached one and itself.
+    y = lamp::nn::scaled_dot_product_attention(q, kv.first, kv.second, {}, p);
+  } else {
+    // New token i (position past + i) sees keys 0 .. past + i.
+    const auto options =
+        torch::TensorOptions().dtype(torch::kLong).device(x.device());
+    const auto mask = torch::arange(past + t, options).unsqueeze(0) <=
+                      (torch::arange(t, options) + past).unsqueeze(1);
+    y = lamp::nn::scaled_dot_product_attention(q, kv.first, kv.second, mask, p);
+  }
+  y = y.transpose(1, 2).reshape({b, t, c});
+  return F::dropout(
+      lamp::nn::linear(y, c_proj),
+      F::DropoutFuncOptions().p(dropout_).training(is_training()));
+}
+
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
     : dropout_(options.dropout()), gelu_(options.gelu()) {
   const int64_t c = options.width();
@@ -140,8 +219,11 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
   c_proj = mlp->register_module("c_proj", make_linear(options, 4 * c, c));
 }
 
-torch::Tensor GPTBlockImpl::forward(torch::Tensor x) {
-  x = x + attn->forward(ln_1.forward(x));
+torch::Tensor GPTBlockImpl::forward(torch::Tensor x, GPTKVCache* cache,
+                                    int64_t layer) {
+  const auto normed = ln_1.forward(x);
+  x = x + (cache != nullptr ? attn->forward(normed, *cache, layer)
+                            : attn->forward(normed));
   // lamp::nn::linear, not Linear::forward: one autocast op with its bias
   // (include/lamp/nn/linear.h).
   const auto hidden = lamp::nn::linear(ln_2.forward(x), c_fc);
@@ -202,14 +284,24 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   const int64_t t = ids.size(1);
   TORCH_CHECK(t >= 1 && t <= options_.context(), who, ": ", t,
               " tokens do not fit the context of ", options_.context(), ".");
+  const int64_t past = cache_ != nullptr ? cache_->length() : 0;
+  TORCH_CHECK(past + t <= options_.context(), who, ": ", t,
+              " tokens after the ", past,
+              " of the KV cache do not fit the context of ", options_.context(),
+              "; clear() the cache and give the last context tokens again.");
   ids = ids.to(torch::kLong);
   const auto positions = torch::arange(
-      t, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
+      past, past + t,
+      torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
   auto x = wte->forward(ids) + wpe->forward(positions);
   x = F::dropout(
       x, F::DropoutFuncOptions().p(options_.dropout()).training(is_training()));
+  int64_t layer = 0;
   for (const auto& block : *h) {
-    x = block->as<GPTBlock>()->forward(x);
+    x = block->as<GPTBlock>()->forward(x, cache_, layer++);
+  }
+  if (cache_ != nullptr) {
+    cache_->advance(t);
   }
   x = ln_f.forward(x);
   // The output projection is the token embedding (tied weights).
@@ -252,6 +344,70 @@ double gpt_training_flops(const GPTOptions& o) {
   return t * (6.0 * n + 12.0 * layers * t * c);
 }
 
+namespace {
+
+// The GPT that `module` is or holds (network_to_half's wrappers around one),
+// or nullptr.
+GPTImpl* find_gpt(torch::nn::Module& module) {
+  if (auto* gpt = dynamic_cast<GPTImpl*>(&module)) {
+    return gpt;
+  }
+  for (const auto& child : module.modules(/*include_self=*/false)) {
+    if (auto* gpt = dynamic_cast<GPTImpl*>(child.get())) {
+      return gpt;
+    }
+  }
+  return nullptr;
+}
+
+// Puts a GPT's previous cache back when generation ends, however it ends.
+class CacheScope {
+ public:
+  CacheScope(GPTImpl* gpt, GPTKVCache* cache)
+      : gpt_(gpt), previous_(gpt != nullptr ? gpt->kv_cache() : nullptr) {
+    if (gpt_ != nullptr) {
+      gpt_->set_kv_cache(cache);
+    }
+  }
+  ~CacheScope() {
+    if (gpt_ != nullptr) {
+      gpt_->set_kv_cache(previous_);
+    }
+  }
+  CacheScope(const CacheScope&) = delete;
+  CacheScope& operator=(const CacheScope&) = delete;
+
+ private:
+  GPTImpl* gpt_;
+  GPTKVCache* previous_;
+};
+
+// The next token's distribution from the last position's logits: the
+// temperature, then top-k, then top-p (the most likely tokens whose
+// probabilities first reach top_p, the most likely always kept).
+torch::Tensor next_token_probabilities(torch::Tensor logits,
+                                       const GenerateOptions& options) {
+  logits = logits.to(torch::kFloat).cpu().div(options.temperature());
+  if (options.top_k() > 0 && options.top_k() < logits.size(0)) {
+    const auto kth = std::get<0>(logits.topk(options.top_k()))
+                         .select(0, options.top_k() - 1);
+    logits = logits.masked_fill(logits < kth,
+                                -std::numeric_limits<float>::infinity());
+  }
+  auto probs = torch::softmax(logits, 0);
+  if (options.top_p() < 1.0) {
+    const auto sorted = probs.sort(/*dim=*/0, /*descending=*/true);
+    const auto& values = std::get<0>(sorted);
+    // Tokens after the set's sum has reached top_p are dropped.
+    const auto dropped = (values.cumsum(0) - values) >= options.top_p();
+    probs = torch::zeros_like(probs).scatter(0, std::get<1>(sorted),
+                                             values.masked_fill(dropped, 0));
+  }
+  return probs;
+}
+
+} // namespace
+
 torch::Tensor generate(
     torch::nn::Module& module,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,
@@ -270,6 +426,8 @@ torch::Tensor generate(
               options.temperature(), ".");
   TORCH_CHECK(options.top_k() >= 0, who, ": top_k must be >= 0, got ",
               options.top_k(), ".");
+  TORCH_CHECK(options.top_p() > 0 && options.top_p() <= 1, who,
+              ": top_p must be in (0, 1], got ", options.top_p(), ".");
   const bool was_training = module.is_training();
   module.eval();
   torch::NoGradGuard no_grad;
@@ -279,27 +437,35 @@ torch::Tensor generate(
     device = p.device();
     break;
   }
+  // The cache serves a GPT of this context only: another `context` slides
+  // its own windows.
+  GPTImpl* gpt = options.kv_cache() ? find_gpt(module) : nullptr;
+  std::unique_ptr<GPTKVCache> cache;
+  if (gpt != nullptr && gpt->options().context() == context) {
+    cache = std::make_unique<GPTKVCache>(*gpt);
+  }
   auto tokens = prompt.to(torch::kLong).cpu();
   try {
+    CacheScope scope(cache ? gpt : nullptr, cache.get());
     for (int64_t i = 0; i < options.tokens(); ++i) {
       if (options.stop_requested() && options.stop_requested()()) {
         break;
       }
       const int64_t n = tokens.size(0);
-      const auto window = tokens.slice(0, std::max<int64_t>(0, n - context));
-      auto logits = forward(window.unsqueeze(0).to(device))
-                        .select(1, -1)
-                        .squeeze(0)
-                        .to(torch::kFloat)
-                        .cpu()
-                        .div(options.temperature());
-      if (options.top_k() > 0 && options.top_k() < logits.size(0)) {
-        const auto kth = std::get<0>(logits.topk(options.top_k()))
-                             .select(0, options.top_k() - 1);
-        logits = logits.masked_fill(logits < kth,
-                                    -std::numeric_limits<float>::infinity());
+      // Without the cache (or once the text outgrows the context): the
+      // last `context` tokens, computed whole. With it: the tokens it does
+      // not hold yet, the prompt first, then one at a time.
+      auto input = tokens.slice(0, std::max<int64_t>(0, n - context));
+      if (cache) {
+        if (n > context || cache->length() == 0) {
+          cache->clear();
+        } else {
+          input = tokens.slice(0, cache->length());
+        }
       }
-      const auto probs = torch::softmax(logits, 0);
+      const auto logits =
+          forward(input.unsqueeze(0).to(device)).select(1, -1).squeeze(0);
+      const auto probs = next_token_probabilities(logits, options);
       const auto next = torch::multinomial(probs, 1, false, generator);
       tokens = torch::cat({tokens, next});
     }

@@ -37,6 +37,9 @@
       message naming the file and the fix
   check_gpt.py ranks TRAIN_GPT WORK_DIR
       two CPU ranks (Gloo, torchrun's variables): both finish, one log
+  check_gpt.py sample-only TRAIN_GPT WORK_DIR
+      --sample-only --resume: the run's sample again, with and without the
+      KV cache; --num-samples, a long --prompt-file; refusals
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
       the Python twin, whose validation loss is the run's
@@ -586,6 +589,59 @@ def export(train_gpt, work, python, interop):
              f"{r.stderr}")
 
 
+def sample_only(train_gpt, work):
+    """--sample-only from a finished run's checkpoint: the seeded samples of
+    the run's end again, the same without the KV cache, several with
+    --num-samples, a prompt file longer than the context, and the refusals
+    (no weights, a missing prompt file); nothing is written."""
+    text = make_text(work)
+    checkpoint = fresh(work, "sample-only.pt")
+    trained = expect_success([train_gpt, "--data", text, "--epochs", "1",
+                              "--max-steps", "20", "--precision", "fp32",
+                              "--checkpoint", checkpoint, "--seed", "5"] +
+                             COMMON)
+    before = [name for name in os.listdir(work) if name != "long-prompt.txt"]
+    base = [train_gpt, "--sample-only", "--resume", checkpoint,
+            "--sample-tokens", "60", "--seed", "5", "--no-progress"]
+    r = expect_success(base)
+    if "KV cache on" not in r.stdout.splitlines()[0]:
+        fail(f"the first line does not say the cache: {r.stdout[:200]!r}")
+    # The sample, less the speed line after it.
+    only = lambda output: sample_of(output).split("\ntrain_gpt: ")[0] + "\n"
+    again = only(r.stdout)
+    if again != sample_of(trained.stdout):
+        fail(f"--sample-only gave {again!r}, the run's end "
+             f"{sample_of(trained.stdout)!r}")
+    uncached = only(expect_success(base + ["--no-kv-cache"]).stdout)
+    if uncached != again:
+        fail(f"without the KV cache: {uncached!r}, with it {again!r}")
+    speed = [line for line in r.stdout.splitlines() if "tokens/s" in line]
+    if not speed or not speed[-1].startswith("train_gpt: 60 tokens in "):
+        fail(f"no speed line for 60 tokens: {speed!r}")
+    r = expect_success(base + ["--num-samples", "2"])
+    if "sample 1 of 2 (--seed 5," not in r.stdout or \
+            "sample 2 of 2 (--seed 6," not in r.stdout:
+        fail(f"--num-samples 2: {r.stdout[-400:]!r}")
+    prompt = fresh(work, "long-prompt.txt")
+    with open(prompt, "w") as f:
+        f.write("a long prompt " * 10)  # 140 bytes, context 32
+    r = expect_success(base + ["--prompt-file", prompt])
+    if "the prompt's 140 tokens are more than the context of 32" not in r.stdout:
+        fail(f"a prompt longer than the context: {r.stdout[:300]!r}")
+    if sorted(os.listdir(work)) != sorted(before + ["long-prompt.txt"]):
+        fail("--sample-only wrote files")
+    for args, pattern in [
+            ([train_gpt, "--sample-only", "--no-progress"],
+             "give --resume CHECKPOINT"),
+            (base + ["--prompt-file", os.path.join(work, "missing.txt")],
+             "cannot read --prompt-file")]:
+        r = run(args)
+        if r.returncode != 1 or pattern not in r.stderr:
+            fail(f"{args[1:]}: exit {r.returncode}, {r.stderr.strip()!r}")
+    print(f"  --sample-only: the run's sample again ({len(again)} "
+          f"characters), the same without the cache; {speed[-1]}")
+
+
 def mfu(train_gpt, work):
     """Model FLOPs utilisation: the model's training FLOPs per second
     (nanoGPT's estimate: per token 6 N + 12 layers context width, N the
@@ -703,6 +759,8 @@ def main(argv):
         threads(train_gpt, work)
     elif command == "mfu":
         mfu(train_gpt, work)
+    elif command == "sample-only":
+        sample_only(train_gpt, work)
     elif command == "sample-signal":
         sample_signal(train_gpt, work)
     elif command == "bad-data":

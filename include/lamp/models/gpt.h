@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lamp/models/registry.h"
 #include "lamp/models/state_dict.h"
@@ -71,6 +73,50 @@ struct GPTOptions {
   std::string name() const;
 };
 
+class GPTImpl;
+
+/// The keys and values a GPT's attention has computed for the tokens so
+/// far, per block, so that each generated token costs one token's forward
+/// instead of the whole window's (GPTImpl::set_kv_cache). Holds at most the
+/// model's context; allocated at its first use in the keys' dtype (the
+/// model's, or autocast's) and device.
+///
+/// Example (what generate() does):
+/// \code
+///   lamp::models::GPTKVCache cache(*gpt);
+///   gpt->eval();
+///   gpt->set_kv_cache(&cache);
+///   auto logits = gpt->forward(prompt);              // [1, T0, vocab]
+///   logits = gpt->forward(next_token.view({1, 1}));  // position T0
+///   gpt->set_kv_cache(nullptr);
+/// \endcode
+class GPTKVCache {
+ public:
+  /// An empty cache for `batch` sequences of `gpt`'s shape.
+  explicit GPTKVCache(const GPTImpl& gpt, int64_t batch = 1);
+  /// Tokens cached (the position the next token takes).
+  int64_t length() const { return length_; }
+  /// The most it holds: the model's context.
+  int64_t capacity() const { return capacity_; }
+  /// Forgets every token (the memory is kept).
+  void clear() { length_ = 0; }
+
+  /// Block `layer`'s keys and values of the new tokens ([B, heads, T,
+  /// head width]) stored after the cached ones; returns all of them, [B,
+  /// heads, length() + T, head width] (views). Used by the attention.
+  std::pair<torch::Tensor, torch::Tensor> store(int64_t layer,
+                                                const torch::Tensor& key,
+                                                const torch::Tensor& value);
+  /// Counts `tokens` more as cached, once every block has stored them.
+  void advance(int64_t tokens);
+
+ private:
+  int64_t batch_;
+  int64_t capacity_;
+  int64_t length_ = 0;
+  std::vector<torch::Tensor> keys_, values_;
+};
+
 /// Multi-head causal self-attention: "c_attn" projects to queries, keys and
 /// values at once, lamp::nn::scaled_dot_product_attention (the fused kernel
 /// where this LibTorch has one, see lamp/nn/attention.h) attends causally,
@@ -81,6 +127,11 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   explicit CausalSelfAttentionImpl(const GPTOptions& options);
   /// [B, T, width] -> [B, T, width].
   torch::Tensor forward(const torch::Tensor& x);
+  /// The same for T tokens after the `cache`'s (at the positions after the
+  /// cached ones), attending to the cached keys and values of block
+  /// `layer` and storing its own there.
+  torch::Tensor forward(const torch::Tensor& x, GPTKVCache& cache,
+                        int64_t layer);
 
   torch::nn::Linear c_attn{nullptr}; ///< width -> 3 * width
   torch::nn::Linear c_proj{nullptr}; ///< width -> width
@@ -101,8 +152,10 @@ class GPTBlockImpl : public torch::nn::Module {
  public:
   /// The block's modules for `options`' width and dropout.
   explicit GPTBlockImpl(const GPTOptions& options);
-  /// [B, T, width] -> [B, T, width].
-  torch::Tensor forward(torch::Tensor x);
+  /// [B, T, width] -> [B, T, width]; with a cache, attention as
+  /// CausalSelfAttentionImpl's cached forward for block `layer`.
+  torch::Tensor forward(torch::Tensor x, GPTKVCache* cache = nullptr,
+                        int64_t layer = 0);
 
   torch::nn::AnyModule ln_1;         ///< before attention
   CausalSelfAttention attn{nullptr}; ///< causal self-attention
@@ -159,6 +212,18 @@ class GPTImpl : public torch::nn::Module {
   /// The shape it was built with.
   const GPTOptions& options() const { return options_; }
 
+  /// Makes forward() continue the sequences `cache` holds: the tokens given
+  /// take the positions after the cached ones and attend to them too, and
+  /// are added to it; the logits are the same as the whole sequence's
+  /// forward gives at those positions (to rounding). The cache must be of
+  /// this model's shape and is not owned; nullptr turns caching off.
+  /// forward() refuses tokens beyond the cache's capacity (clear it and
+  /// give the last `context` tokens again). Meant for generation in eval
+  /// mode, one caller at a time.
+  void set_kv_cache(GPTKVCache* cache) { cache_ = cache; }
+  /// The cache set_kv_cache() gave, or nullptr.
+  GPTKVCache* kv_cache() const { return cache_; }
+
   torch::nn::Embedding wte{nullptr}; ///< token embedding, tied to the output
   torch::nn::Embedding wpe{nullptr}; ///< position embedding
   torch::nn::ModuleList h{nullptr};  ///< the GPTBlocks
@@ -166,6 +231,7 @@ class GPTImpl : public torch::nn::Module {
 
  private:
   GPTOptions options_;
+  GPTKVCache* cache_ = nullptr;
 };
 /// The module holder of GPTImpl.
 TORCH_MODULE(GPT);
@@ -197,6 +263,16 @@ struct GenerateOptions {
   TORCH_ARG(double, temperature) = 0.8;
   /// Sample among the k most likely tokens only; 0 = all.
   TORCH_ARG(int64_t, top_k) = 0;
+  /// Sample among the most likely tokens whose probabilities sum to at
+  /// least top_p (nucleus sampling), after top_k; 1 = all. In (0, 1].
+  TORCH_ARG(double, top_p) = 1.0;
+  /// With a lamp::models::GPT (or a model network_to_half() converted from
+  /// one), keep its attention's keys and values (GPTKVCache) so that each
+  /// token costs one token's forward; the tokens are those of the
+  /// uncached forward (to rounding of the logits). Once the sequence
+  /// outgrows the context, each token is computed over the last `context`
+  /// tokens from scratch, as without the cache. Ignored for other models.
+  TORCH_ARG(bool, kv_cache) = true;
   /// The sampling generator's seed: the same seed, model and prompt give the
   /// same tokens.
   TORCH_ARG(uint64_t, seed) = 0;
@@ -209,7 +285,10 @@ struct GenerateOptions {
 /// Extends `prompt` (int64 token ids [T0], T0 >= 1) by options.tokens()
 /// tokens sampled from `forward` (a GPT's forward, or a converted model's)
 /// one at a time, each from the logits of the last position over at most
-/// the last `context` tokens. Runs without gradients with the module in
+/// the last `context` tokens (a longer prompt: its last `context` tokens).
+/// With options.kv_cache() and a GPT inside `module`, `forward` is called
+/// with the new tokens only while the GPT holds a GPTKVCache. Runs without
+/// gradients with the module in
 /// eval mode (restored after); the random draws come from a CPU generator
 /// seeded with options.seed(), so the text does not depend on the device's
 /// generator. Returns [T0 + tokens] int64 on the CPU (fewer tokens where

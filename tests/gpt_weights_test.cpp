@@ -109,6 +109,17 @@ TEST(GptWeights, PythonFilesGivePythonsLogits) {
   }
 }
 
+// Tensors that are views of a larger storage, as torch.save keeps them:
+// their offset and strides are read, not only their storage.
+TEST(GptWeights, PythonViewsKeepTheirOffsetAndStrides) {
+  const auto expected =
+      lamp::load_pickle(fixture("expected.pt"), "test").toGenericDict();
+  EXPECT_TRUE(torch::equal(expected.at("offset_view").toTensor(),
+                           torch::arange(3, 7, torch::kFloat)));
+  EXPECT_TRUE(torch::equal(expected.at("strided_view").toTensor(),
+                           torch::arange(12, torch::kFloat).view({3, 4}).t()));
+}
+
 // lamp's exports in the three layouts read back to the same tensors, bit
 // for bit, into a model of other weights; the nanoGPT and Hugging Face
 // names are lamp's under "transformer." with the tied head beside them,

@@ -23,13 +23,15 @@ that each one shows in the output:
                           buffers of its older files (attn.bias,
                           attn.masked_bias); the tanh GELU
   expected.pt             the tokens [2, 8] and each model's logits on them
-                          in eval mode, FP32, under the file's name; and two
-                          views torch.save stores with their whole storage:
-                          "offset_view" (arange(10.)[3:7], offset 3) and
-                          "strided_view" (arange(12.).view(3, 4).t(),
-                          strides (1, 4))
+                          in eval mode, FP32, under the file's name
+  views.pt                an OrderedDict (as a state dict, which LibTorch's
+                          own reader cannot read) of two views torch.save
+                          stores with their whole storage: "offset_view"
+                          (arange(10.)[3:7], offset 3) and "strided_view"
+                          (arange(12.).view(3, 4).t(), strides (1, 4))
 """
 
+import collections
 import os
 import sys
 
@@ -102,9 +104,10 @@ def main(folder):
     with torch.no_grad():
         expected["huggingface_state_dict.pt"] = hugging(tokens)
 
-    expected["offset_view"] = torch.arange(10.0)[3:7]
-    expected["strided_view"] = torch.arange(12.0).view(3, 4).t()
     torch.save(expected, path("expected.pt"))
+    torch.save(collections.OrderedDict(
+        offset_view=torch.arange(10.0)[3:7],
+        strided_view=torch.arange(12.0).view(3, 4).t()), path("views.pt"))
 
 
 if __name__ == "__main__":

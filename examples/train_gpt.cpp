@@ -330,13 +330,9 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
                 "--sample-only: ", source, " holds the model '",
                 weights.model_name, "', not the flags' ", flags.model.name(),
                 "; give it with --resume, which takes its shape.");
-    torch::NoGradGuard no_grad;
-    for (auto& item : gpt->named_parameters()) {
-      const auto* stored = weights.tensors.find(item.key());
-      TORCH_CHECK(stored != nullptr, "--sample-only: ", source,
-                  " has no tensor '", item.key(), "'.");
-      item.value().copy_(*stored);
-    }
+    // The trainer's own loader: every parameter and buffer, by name and
+    // shape.
+    lamp::training::load_weights_from_checkpoint(*gpt, weights);
   }
   gpt->to(device);
   // The run's precision: autocast to its 16-bit type, from the FP32

@@ -1,8 +1,9 @@
-// Trains a byte-level GPT (nanoGPT's layout) on a text in any of lamp's
-// precision modes, then prints a sample of its text:
+// Trains a GPT (nanoGPT's layout) on a text's bytes or on nanoGPT's token
+// files in any of lamp's precision modes, then prints a sample of its text:
 //
 //   train_gpt --precision amp-bf16 --layers 4 --heads 4 --width 128
 //             --context 64 --steps 500 --eval-every 100
+//   train_gpt --data nanoGPT/data/shakespeare_char --precision auto
 //   train_gpt --data my_text.txt --precision auto --device cuda
 //   train_gpt --init-from gpt2_state_dict.pt --heads 12 --gelu tanh
 //             --context 256 --export-state-dict tuned.pt
@@ -45,8 +46,16 @@ struct GptFlags {
   std::string prompt = "\n";
   std::string prompt_file;
   int64_t num_samples = 1;
+  std::vector<int64_t> prompt_ids;
   bool no_kv_cache = false;
   bool sample_only = false;
+  // The data's text: bytes (a text file or folder), or token ids (token
+  // files) with their vocabulary's pieces where meta.pkl gives them, and
+  // the first validation token, the prompt when there is nothing to encode
+  // one with (-1: none known).
+  bool byte_text = true;
+  lamp::data::TokenPieces pieces;
+  int64_t first_token = -1;
 };
 
 void add_gpt_options(CLI::App& app, GptFlags& f) {
@@ -72,6 +81,8 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->check(CLI::Range(0.0, 0.999999));
   app.add_option("--vocab-size", f.model.vocab_size(),
                  "token ids the model embeds and predicts (256: bytes; "
+                 "token files: meta.pkl's vocab_size padded to a multiple of "
+                 "64, or the tokenizer's when there is no meta.pkl; "
                  "--init-from a Python state dict: its wte's rows)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
@@ -97,8 +108,8 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->capture_default_str()
       ->check(CLI::IsMember({"nanogpt", "huggingface", "lamp"}));
   app.add_option("--sample-tokens", f.sample_tokens,
-                 "bytes of text to generate after training (0: none; "
-                 "Ctrl-C stops it)")
+                 "tokens (bytes of a text) to generate after training (0: "
+                 "none; Ctrl-C stops it)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--temperature", f.temperature,
@@ -121,6 +132,12 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
   app.add_option("--prompt-file", f.prompt_file,
                  "a file whose text the sample continues (instead of "
                  "--prompt)");
+  app.add_option("--prompt-ids", f.prompt_ids,
+                 "token ids the sample continues, comma-separated (instead "
+                 "of --prompt: token files without a vocabulary's pieces, "
+                 "such as GPT-2's)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   app.add_option("--num-samples", f.num_samples,
                  "samples to draw, the k-th with --seed + k")
       ->capture_default_str()
@@ -215,8 +232,33 @@ lamp::models::GPTWeights python_weights(lamp_examples::ProgramConfig& config,
   return weights;
 }
 
-// The prompt's token ids: --prompt-file's bytes, else --prompt's.
+// The prompt's token ids: --prompt-ids; else --prompt-file's text, else
+// --prompt's, as bytes or encoded with the data's pieces; else, for token
+// files without pieces, the first validation token.
 torch::Tensor prompt_ids(const GptFlags& flags) {
+  const auto given = [&](const char* flag) {
+    return flags.app != nullptr && flags.app->get_option(flag)->count() > 0;
+  };
+  if (!flags.prompt_ids.empty()) {
+    TORCH_CHECK(!given("--prompt") && flags.prompt_file.empty(),
+                "give one of --prompt, --prompt-file and --prompt-ids.");
+    for (const auto id : flags.prompt_ids) {
+      TORCH_CHECK(id < flags.model.vocab_size(), "--prompt-ids holds ", id,
+                  ", not below the model's vocabulary of ",
+                  flags.model.vocab_size(), "; give ids the model knows.");
+    }
+    return torch::tensor(flags.prompt_ids, torch::kLong);
+  }
+  if (!flags.byte_text && flags.pieces.empty()) {
+    TORCH_CHECK(!given("--prompt") && flags.prompt_file.empty(),
+                "the data's token ids come without their pieces (no "
+                "meta.pkl with itos), so there is nothing to encode the "
+                "prompt's text with; give --prompt-ids.");
+    TORCH_CHECK(flags.first_token >= 0,
+                "the data's token ids come without their pieces (no "
+                "meta.pkl with itos): give the prompt as --prompt-ids.");
+    return torch::tensor(std::vector<int64_t>{flags.first_token}, torch::kLong);
+  }
   std::string prompt = flags.prompt;
   if (!flags.prompt_file.empty()) {
     std::ifstream file(flags.prompt_file, std::ios::binary);
@@ -226,6 +268,9 @@ torch::Tensor prompt_ids(const GptFlags& flags) {
                   std::istreambuf_iterator<char>());
     TORCH_CHECK(!prompt.empty(), "--prompt-file ", flags.prompt_file,
                 " is empty; give a file with at least one character.");
+  }
+  if (!flags.byte_text) {
+    return flags.pieces.encode(prompt);
   }
   return torch::from_blob(const_cast<char*>(prompt.data()),
                           {static_cast<int64_t>(prompt.size())}, torch::kUInt8)
@@ -268,14 +313,18 @@ int64_t print_samples(
             .seed(seed)
             .stop_requested([] { return lamp_examples::stop_signal() != 0; }));
     std::string out;
-    const auto* p = text.data_ptr<int64_t>();
-    for (int64_t i = 0; i < text.size(0); ++i) {
-      // Ids beyond the bytes (a model of a larger --vocab-size, GPT-2's)
-      // have no text without their tokenizer: shown as <id>.
-      if (p[i] < 256) {
-        out.push_back(static_cast<char>(p[i]));
-      } else {
-        out += "<" + std::to_string(p[i]) + ">";
+    if (!flags.byte_text) {
+      out = flags.pieces.decode(text); // <id> where there is no piece
+    } else {
+      const auto* p = text.data_ptr<int64_t>();
+      for (int64_t i = 0; i < text.size(0); ++i) {
+        // Ids beyond the bytes (a model of a larger --vocab-size, GPT-2's)
+        // have no text without their tokenizer: shown as <id>.
+        if (p[i] < 256) {
+          out.push_back(static_cast<char>(p[i]));
+        } else {
+          out += "<" + std::to_string(p[i]) + ">";
+        }
       }
     }
     const int64_t made = text.size(0) - ids.size(0);
@@ -306,6 +355,31 @@ int64_t print_samples(
   return generated;
 }
 
+// --sample-only's text where the run's --data (given, or stored in the
+// checkpoint) is a folder of token files: meta.pkl's pieces, and the first
+// validation token for a prompt. What cannot be read is left out (the
+// samples then show ids, and --prompt-ids gives the prompt).
+void token_text_for_sampling(const std::string& data, GptFlags& flags) {
+  if (data.empty() || !lamp::data::is_token_folder(data)) {
+    return;
+  }
+  flags.byte_text = false;
+  int64_t vocab = flags.model.vocab_size();
+  try {
+    const auto meta = data + "/meta.pkl";
+    if (std::ifstream(meta).good()) {
+      vocab = lamp::data::read_token_meta(meta, &flags.pieces);
+    }
+    const auto val = lamp::data::map_token_file(
+        data + "/val.bin", lamp::data::token_id_bytes(vocab));
+    flags.first_token =
+        lamp::data::widen_token_ids(val[0], /*unsigned_ids=*/true)
+            .item<int64_t>();
+  } catch (const c10::Error&) {
+    // Samples then show ids; the prompt must come from --prompt-ids.
+  }
+}
+
 // --sample-only: the model of --resume's checkpoint or --init-from's file,
 // its samples in the run's precision, and their speed; nothing is trained
 // or written. Returns the exit status (128 + the signal that stopped it).
@@ -321,6 +395,7 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
               "--sample-only with --sample-tokens 0 has nothing to do; give "
               "the tokens to generate.");
   const auto device = lamp_examples::resolve_device(config.device);
+  token_text_for_sampling(config.data, flags);
   lamp::models::GPT gpt(flags.model);
   if (!python->path.empty()) {
     lamp::models::load_gpt_weights(*gpt, *python);
@@ -405,8 +480,9 @@ int main(int argc, char** argv) {
   config.program_settings = [&flags] { return gpt_settings(flags); };
   return lamp_examples::program_main(
       argc, argv, "train_gpt",
-      "Train a byte-level GPT on a text (default: Debian's fortunes) with "
-      "lamp, then print a sample of its text",
+      "Train a GPT on a text's bytes (default: Debian's fortunes) or on "
+      "nanoGPT's token files (a folder with train.bin, val.bin and "
+      "meta.pkl) with lamp, then print a sample of its text",
       config,
       [&] {
         to_model_options(flags);
@@ -445,20 +521,65 @@ int main(int argc, char** argv) {
                     "' model, not a GPT of train_gpt; resume it with the "
                     "program that wrote it.");
         config.model = "gpt";
+        lamp_examples::RunSpec spec;
+        if (lamp::data::is_token_folder(config.data)) {
+          // nanoGPT's prepared data: the vocabulary comes with it.
+          const bool vocab_given =
+              flags.app->get_option("--vocab-size")->count() > 0 ||
+              !config.init_from_python.empty();
+          auto tokens = lamp::data::read_token_files(
+              config.data, flags.model.context(),
+              vocab_given ? flags.model.vocab_size() : 0);
+          if (!vocab_given) {
+            flags.model.vocab_size(
+                lamp::data::padded_vocab_size(tokens.vocab_size));
+          }
+          TORCH_CHECK(flags.model.vocab_size() >= tokens.vocab_size,
+                      "--vocab-size ", flags.model.vocab_size(),
+                      " is smaller than the data's vocabulary of ",
+                      tokens.vocab_size, " (", config.data,
+                      "/meta.pkl); give at least ", tokens.vocab_size,
+                      ", or leave --vocab-size out: the model then takes ",
+                      lamp::data::padded_vocab_size(tokens.vocab_size),
+                      " (padded to a multiple of 64).");
+          lamp_examples::print_out(
+              "train_gpt: token files %s: %lld training and %lld validation "
+              "tokens (%s), a vocabulary of %lld%s; the model's %lld%s\n",
+              config.data.c_str(), static_cast<long long>(tokens.train_tokens),
+              static_cast<long long>(tokens.validation_tokens),
+              tokens.id_bytes == 2 ? "uint16" : "uint32",
+              static_cast<long long>(tokens.vocab_size),
+              tokens.meta_path.empty()
+                  ? " (--vocab-size)"
+                  : (tokens.pieces.empty() ? " (meta.pkl)"
+                                           : " (meta.pkl, with its pieces)"),
+              static_cast<long long>(flags.model.vocab_size()),
+              vocab_given ? "" : " (padded to a multiple of 64)");
+          flags.byte_text = false;
+          flags.pieces = std::move(tokens.pieces);
+          flags.first_token =
+              lamp::data::widen_token_ids(tokens.validation.inputs[0][0],
+                                          tokens.validation.unsigned_ids)
+                  .item<int64_t>();
+          spec.train = std::move(tokens.train);
+          spec.test = std::move(tokens.validation);
+        } else {
+          TORCH_CHECK(flags.model.vocab_size() >= 256, "--vocab-size ",
+                      flags.model.vocab_size(),
+                      " is smaller than the text's 256 byte values; give at "
+                      "least 256.");
+          auto text =
+              lamp::data::read_text_windows(config.data, flags.model.context());
+          spec.train = std::move(text.train);
+          spec.test = std::move(text.validation);
+        }
+        if (!flags.prompt_ids.empty() || !flags.byte_text) {
+          prompt_ids(flags); // a bad prompt is refused before training
+        }
         const auto name = flags.model.name();
-        TORCH_CHECK(
-            flags.model.vocab_size() >= 256, "--vocab-size ",
-            flags.model.vocab_size(),
-            " is smaller than the text's 256 byte values; give at least "
-            "256.");
         config.sequence_length = flags.model.context();
         config.flops_per_example =
             lamp::models::gpt_training_flops(flags.model);
-        auto text =
-            lamp::data::read_text_windows(config.data, flags.model.context());
-        lamp_examples::RunSpec spec;
-        spec.train = std::move(text.train);
-        spec.test = std::move(text.validation);
         spec.data_files = {config.data};
         if (!config.init_from_python.empty()) {
           spec.data_files.push_back(config.init_from_python);

@@ -20,6 +20,9 @@
 #include <unistd.h>
 
 #include "lamp/data/datasets.h"
+#include "lamp/data/loader.h"
+#include "lamp/data/text.h"
+#include "lamp/data/tokens.h"
 #include "test_util.h"
 
 namespace {
@@ -732,6 +735,244 @@ TEST(TensorImageDataset, RejectsBadInputs) {
   lamp::data::TensorImageDataset dataset(small_dataset(), {0, 0, 0}, {1, 1, 1});
   expect_error([&] { dataset.get(2); },
                {"index 2 is out of range", "2 examples"});
+}
+
+// ---- Token files (nanoGPT's train.bin, val.bin, meta.pkl) ----
+
+// `ids` as little-endian integers of `width` bytes, as nanoGPT's
+// prepare.py writes them (numpy's uint16 / uint32 tofile()).
+Bytes token_bytes(const std::vector<int64_t>& ids, int width) {
+  Bytes out;
+  for (const auto id : ids) {
+    for (int b = 0; b < width; ++b) {
+      out.push_back(static_cast<uint8_t>((id >> (8 * b)) & 0xFF));
+    }
+  }
+  return out;
+}
+
+// A pickle (protocol 2) of {"vocab_size": vocab_size, "itos": {id: piece}}
+// written opcode by opcode, as Python's pickle writes such a dict.
+Bytes meta_pickle(int64_t vocab_size,
+                  const std::vector<std::pair<int64_t, std::string>>& itos) {
+  Bytes out = {0x80, 0x02, '}', '('};
+  const auto integer = [&](int64_t v) {
+    out.push_back('J');
+    for (int b = 0; b < 4; ++b) {
+      out.push_back(static_cast<uint8_t>((v >> (8 * b)) & 0xFF));
+    }
+  };
+  const auto text = [&](const std::string& s) {
+    out.push_back('X');
+    const auto n = static_cast<uint32_t>(s.size());
+    for (int b = 0; b < 4; ++b) {
+      out.push_back(static_cast<uint8_t>((n >> (8 * b)) & 0xFF));
+    }
+    out.insert(out.end(), s.begin(), s.end());
+  };
+  text("vocab_size");
+  integer(vocab_size);
+  if (!itos.empty()) {
+    text("itos");
+    out.push_back('}');
+    out.push_back('(');
+    for (const auto& entry : itos) {
+      integer(entry.first);
+      text(entry.second);
+    }
+    out.push_back('u');
+  }
+  out.push_back('u');
+  out.push_back('.');
+  return out;
+}
+
+// A token folder: train.bin and val.bin of `width`-byte ids.
+void write_tokens(const TempDir& dir, const std::vector<int64_t>& train,
+                  const std::vector<int64_t>& val, int width = 2) {
+  write_file(dir.file("train.bin"), token_bytes(train, width));
+  write_file(dir.file("val.bin"), token_bytes(val, width));
+}
+
+std::vector<int64_t> iota_ids(int64_t n, int64_t first, int64_t step,
+                              int64_t modulo) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < n; ++i) {
+    ids.push_back((first + i * step) % modulo);
+  }
+  return ids;
+}
+
+torch::Tensor as_tensor(const std::vector<int64_t>& ids) {
+  return torch::tensor(ids, torch::kLong);
+}
+
+// uint16 ids above int16's range (32,768 and up) and uint32 ids read back
+// as written, mapped rather than copied: the tensor's data is the mapping,
+// and writing to it changes a private copy, never the file.
+TEST(TokenFiles, MapsUint16AndUint32IdsAsWritten) {
+  TempDir dir;
+  const std::vector<int64_t> ids = {0, 1, 255, 256, 32767, 32768, 50256, 65535};
+  write_file(dir.file("a.bin"), token_bytes(ids, 2));
+  auto mapped = lamp::data::map_token_file(dir.file("a.bin"), 2);
+  EXPECT_EQ(mapped.scalar_type(), torch::kShort);
+  EXPECT_TRUE(
+      BitEqual(lamp::data::widen_token_ids(mapped, true), as_tensor(ids)));
+  // Signed: int16's reading, which is why the loader widens.
+  EXPECT_EQ(lamp::data::widen_token_ids(mapped, false)[5].item<int64_t>(),
+            -32768);
+  mapped.fill_(7);
+  EXPECT_EQ(read_bytes(dir.file("a.bin")), token_bytes(ids, 2));
+
+  const std::vector<int64_t> wide = {0, 65536, 70000, 2147483647};
+  write_file(dir.file("b.bin"), token_bytes(wide, 4));
+  const auto mapped32 = lamp::data::map_token_file(dir.file("b.bin"), 4);
+  EXPECT_EQ(mapped32.scalar_type(), torch::kInt);
+  EXPECT_TRUE(
+      BitEqual(lamp::data::widen_token_ids(mapped32, true), as_tensor(wide)));
+  EXPECT_EQ(lamp::data::token_id_bytes(65536), 2);
+  EXPECT_EQ(lamp::data::token_id_bytes(65537), 4);
+  EXPECT_EQ(lamp::data::padded_vocab_size(65), 128);
+  EXPECT_EQ(lamp::data::padded_vocab_size(50257), 50304);
+  EXPECT_EQ(lamp::data::padded_vocab_size(64), 64);
+}
+
+// The windows follow text_windows()'s rule on the same ids, are views of
+// the mapping (the targets one id after the inputs, no copy), and a
+// vocabulary above 32,768 marks its uint16 ids unsigned, which the loader
+// serves widened.
+TEST(TokenFiles, WindowsFollowTheTextRuleWithoutCopying) {
+  TempDir dir;
+  const auto train = iota_ids(103, 30000, 997, 40000);
+  const auto val = iota_ids(41, 39990, 1, 40000);
+  write_tokens(dir, train, val);
+  EXPECT_TRUE(lamp::data::is_token_folder(dir.str()));
+  EXPECT_FALSE(lamp::data::is_token_folder(dir.file("train.bin")));
+  const auto data = lamp::data::read_token_files(dir.str(), 10, 40000);
+  EXPECT_EQ(data.vocab_size, 40000);
+  EXPECT_EQ(data.id_bytes, 2);
+  EXPECT_EQ(data.train_tokens, 103);
+  EXPECT_EQ(data.validation_tokens, 41);
+  EXPECT_TRUE(data.train.unsigned_ids);
+  EXPECT_TRUE(data.meta_path.empty());
+  const auto expected = lamp::data::text_windows(as_tensor(train), 10);
+  EXPECT_TRUE(BitEqual(lamp::data::widen_token_ids(data.train.inputs, true),
+                       expected.inputs));
+  EXPECT_TRUE(BitEqual(lamp::data::widen_token_ids(data.train.targets, true),
+                       expected.targets));
+  EXPECT_EQ(static_cast<const int16_t*>(data.train.targets.data_ptr()),
+            static_cast<const int16_t*>(data.train.inputs.data_ptr()) + 1);
+  EXPECT_EQ(data.validation.size(), 4);
+
+  lamp::data::DeviceLoader loader(
+      data.train, torch::kCPU,
+      lamp::data::LoaderOptions(10).dtype(torch::kLong).shuffle(false));
+  const auto batch = loader.batch(0);
+  EXPECT_TRUE(BitEqual(batch.inputs, expected.inputs));
+  EXPECT_TRUE(BitEqual(batch.targets, expected.targets));
+  EXPECT_TRUE(loader.data().unsigned_ids);
+  // The loader holds one copy of the ids (here none: the CPU's is the
+  // mapping), the targets one id after the inputs.
+  EXPECT_EQ(loader.data().inputs.data_ptr(), data.train.inputs.data_ptr());
+  EXPECT_EQ(static_cast<const int16_t*>(loader.data().targets.data_ptr()),
+            static_cast<const int16_t*>(loader.data().inputs.data_ptr()) + 1);
+  EXPECT_NE(lamp::data::fingerprint(loader.data()).find("tokens (uint16)"),
+            std::string::npos);
+
+  // Up to 32,768 ids int16 holds them as they are.
+  write_tokens(dir, iota_ids(103, 0, 997, 32768), val);
+  expect_error([&] { lamp::data::read_token_files(dir.str(), 10, 32768); },
+               {"val.bin", "holds the id 39990 at token 0"});
+  write_tokens(dir, iota_ids(103, 0, 997, 32768), iota_ids(41, 0, 1, 32768));
+  EXPECT_FALSE(
+      lamp::data::read_token_files(dir.str(), 10, 32768).train.unsigned_ids);
+}
+
+// meta.pkl gives the vocabulary (over the one given) and its pieces: the
+// prompt is encoded by the longest piece at each position, the samples
+// decoded piece by piece, an id without a piece shown as <id>.
+TEST(TokenFiles, MetaPklGivesTheVocabularyAndItsPieces) {
+  TempDir dir;
+  write_tokens(dir, iota_ids(50, 0, 1, 5), iota_ids(20, 0, 3, 5));
+  write_file(dir.file("meta.pkl"),
+             meta_pickle(5, {{0, "a"}, {1, "b"}, {2, "ab"}, {3, "\xc3\xa9"}}));
+  const auto data = lamp::data::read_token_files(dir.str(), 4, 1000);
+  EXPECT_EQ(data.vocab_size, 5);
+  EXPECT_EQ(data.meta_path, dir.file("meta.pkl"));
+  EXPECT_FALSE(data.train.unsigned_ids);
+  ASSERT_EQ(data.pieces.pieces.size(), 5u);
+  EXPECT_TRUE(BitEqual(data.pieces.encode("aab\xc3\xa9"
+                                          "b"),
+                       as_tensor({0, 2, 3, 1})));
+  EXPECT_EQ(data.pieces.decode(as_tensor({2, 4, 0, 9})), "ab<4>a<9>");
+  expect_error([&] { data.pieces.encode("abc"); },
+               {"the text's 'c' at byte 2 is in no piece", "5 pieces"});
+  write_file(dir.file("meta.pkl"), meta_pickle(5, {}));
+  lamp::data::TokenPieces none;
+  EXPECT_EQ(lamp::data::read_token_meta(dir.file("meta.pkl"), &none), 5);
+  EXPECT_TRUE(none.empty());
+}
+
+// Bad token files: each refused naming the file and the fix.
+TEST(TokenFiles, RefusesBadFilesNamingThemAndTheFix) {
+  TempDir dir;
+  const auto ids = iota_ids(40, 0, 1, 7);
+  const auto read = [&](int64_t vocab) {
+    return [&dir, vocab] { lamp::data::read_token_files(dir.str(), 8, vocab); };
+  };
+  expect_error(read(7), {"is not a folder of token files", "train.bin"});
+  write_tokens(dir, ids, ids);
+  auto odd = token_bytes(ids, 2);
+  odd.push_back(1);
+  write_file(dir.file("train.bin"), odd);
+  expect_error(read(7), {"train.bin", "81 bytes",
+                         "not a whole number of 2-byte uint16 ids",
+                         "Prepare the file again"});
+  auto beyond = ids;
+  beyond[33] = 7;
+  write_tokens(dir, ids, beyond);
+  expect_error(read(7), {"val.bin", "holds the id 7 at token 33",
+                         "not below the vocabulary's 7"});
+  write_tokens(dir, ids, {});
+  expect_error(read(7), {"val.bin", "is empty"});
+  write_tokens(dir, ids, iota_ids(8, 0, 1, 7));
+  expect_error(read(7), {"val.bin", "holds 8 uint16 ids",
+                         "no window of context 8", "shorter --context"});
+  write_tokens(dir, ids, ids);
+  expect_error(read(0), {"has no meta.pkl", "give --vocab-size"});
+  write_file(dir.file("meta.pkl"), {0x80, 0x04, 0x95, 'x'});
+  expect_error(read(0), {"meta.pkl", "is not a readable pickle"});
+  write_file(dir.file("meta.pkl"), meta_pickle(0, {}));
+  expect_error(read(0), {"meta.pkl", "has no vocab_size"});
+  write_file(dir.file("meta.pkl"), meta_pickle(7, {{7, "x"}}));
+  expect_error(read(0), {"meta.pkl", "itos", "not an id below vocab_size 7"});
+  // uint32 files for a vocabulary above 65,536; a uint16 file read so is
+  // not a whole number of ids when its length says so.
+  std::remove(dir.file("meta.pkl").c_str());
+  write_tokens(dir, iota_ids(41, 0, 1, 7), ids, 2);
+  expect_error(read(70000), {"train.bin", "82 bytes",
+                             "not a whole number of 4-byte uint32 ids"});
+  auto wide = iota_ids(40, 65530, 1, 70000);
+  write_tokens(dir, wide, wide, 4);
+  EXPECT_EQ(lamp::data::read_token_files(dir.str(), 8, 70000).id_bytes, 4);
+  wide[17] = 70000;
+  write_tokens(dir, iota_ids(40, 0, 1, 7), wide, 4);
+  expect_error(read(70000), {"val.bin", "holds the id 70000 at token 17"});
+}
+
+// Above 2^26 targets, the fingerprint covers the sampled examples' targets
+// and says so (a token file of billions of ids is not read whole).
+TEST(TokenFiles, FingerprintOfBillionsOfTokensSamplesTheTargets) {
+  const int64_t n = (int64_t{1} << 20) + 1, t = 64;
+  lamp::data::Dataset big{torch::ones({1}, torch::kShort).expand({n, t}),
+                          torch::ones({1}, torch::kShort).expand({n, t})};
+  const auto text = lamp::data::fingerprint(big);
+  EXPECT_NE(text.find("sequences of 64 tokens (int16), targets sample crc32"),
+            std::string::npos)
+      << text;
+  const auto small = lamp::data::fingerprint(
+      {big.inputs.slice(0, 0, 1024), big.targets.slice(0, 0, 1024)});
+  EXPECT_NE(small.find("targets crc32"), std::string::npos) << small;
 }
 
 } // namespace

@@ -155,7 +155,9 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
   const bool text = c.data_may_be_file;
   add_checked(
       app, "--data", c.data,
-      text ? "a text file, or a folder of them" : "dataset directory",
+      text ? "a text file, or a folder of them, or a folder of token files "
+             "(nanoGPT's train.bin, val.bin and meta.pkl)"
+           : "dataset directory",
       CLI::Validator(
           [text](std::string& value) -> std::string {
             if (value.empty()) {

@@ -21,6 +21,7 @@
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
 #include "lamp/data/text.h"
+#include "lamp/data/tokens.h"
 #include "lamp/distributed.h"
 #include "lamp/models/flops.h"
 #include "lamp/models/gpt.h"

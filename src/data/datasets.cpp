@@ -77,11 +77,25 @@ std::string fingerprint(const Dataset& dataset) {
                                              .device(inputs.device())))
           .cpu()
           .contiguous();
-  const auto all_targets = targets.to(torch::kLong).cpu().contiguous();
+  // Every target, up to 2^26 of them (as int64, 512 MiB); beyond, those of
+  // the sampled examples: a memory-mapped token file of billions of ids is
+  // neither copied whole nor read whole at every start.
+  constexpr int64_t kAllTargets = int64_t{1} << 26;
+  const bool all = targets.numel() <= kAllTargets;
+  const auto crc_targets =
+      (all ? targets
+           : targets.index_select(0,
+                                  torch::arange(0, n, every,
+                                                torch::TensorOptions()
+                                                    .dtype(torch::kLong)
+                                                    .device(targets.device()))))
+          .to(torch::kLong)
+          .cpu()
+          .contiguous();
   const auto crc_of = [](const torch::Tensor& t) {
     return lamp::crc32(t.data_ptr(), static_cast<size_t>(t.nbytes()));
   };
-  const auto targets_crc = static_cast<unsigned>(crc_of(all_targets));
+  const auto targets_crc = static_cast<unsigned>(crc_of(crc_targets));
   const auto inputs_crc = static_cast<unsigned>(crc_of(sample));
   char text[200];
   if (images) {
@@ -95,12 +109,15 @@ std::string fingerprint(const Dataset& dataset) {
   } else {
     // The CRCs are those of lamp 0.4's byte windows, stored as images
     // [N, 1, 1, T] (legacy_sequence_fingerprint()).
-    std::snprintf(
-        text, sizeof(text),
-        "%lld sequences of %lld tokens (%s), targets crc32 %08x, "
-        "tokens crc32 %08x",
-        static_cast<long long>(n), static_cast<long long>(inputs.size(1)),
-        token_type_name(inputs.scalar_type()), targets_crc, inputs_crc);
+    std::snprintf(text, sizeof(text),
+                  "%lld sequences of %lld tokens (%s), targets %scrc32 %08x, "
+                  "tokens crc32 %08x",
+                  static_cast<long long>(n),
+                  static_cast<long long>(inputs.size(1)),
+                  dataset.unsigned_ids && inputs.scalar_type() == torch::kShort
+                      ? "uint16"
+                      : token_type_name(inputs.scalar_type()),
+                  all ? "" : "sample ", targets_crc, inputs_crc);
   }
   return text;
 }

@@ -1,8 +1,11 @@
 #include "lamp/data/loader.h"
 
+#include "lamp/data/tokens.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -133,15 +136,37 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
                   : std::string(),
               "); use a batch_size of at most ", per_epoch, ".");
   // Kept in their own (narrow) types on the device; a batch is widened.
-  inputs_ = with_memory_context(
-      std::string("the dataset's ") + (images ? "images" : "tokens") + " on " +
-          device_.str(),
-      static_cast<int64_t>(data.inputs.nbytes()),
-      [&] { return data.inputs.contiguous().to(device_); });
-  // "cuda" as the tensors say it, "cuda:0": the trainer compares it with the
-  // model's parameters' device.
-  device_ = inputs_.device();
-  targets_ = data.targets.contiguous().to(device_);
+  const auto& in = data.inputs;
+  const auto& out = data.targets;
+  if (!images && in.is_contiguous() && out.is_contiguous() &&
+      in.scalar_type() == out.scalar_type() &&
+      in.storage().is_alias_of(out.storage())) {
+    // Token windows whose targets are their inputs one id on (the views of
+    // read_token_files()): one copy of the ids they span, both views of it.
+    const int64_t lo = std::min(in.storage_offset(), out.storage_offset());
+    const int64_t hi = std::max(in.storage_offset() + in.numel(),
+                                out.storage_offset() + out.numel());
+    const auto span = with_memory_context(
+        "the dataset's tokens on " + device_.str(),
+        static_cast<int64_t>((hi - lo) * in.element_size()),
+        [&] { return in.as_strided({hi - lo}, {1}, lo).to(device_); });
+    inputs_ =
+        span.as_strided(in.sizes(), in.strides(), in.storage_offset() - lo);
+    targets_ =
+        span.as_strided(out.sizes(), out.strides(), out.storage_offset() - lo);
+    device_ = inputs_.device();
+  } else {
+    inputs_ = with_memory_context(
+        std::string("the dataset's ") + (images ? "images" : "tokens") +
+            " on " + device_.str(),
+        static_cast<int64_t>(data.inputs.nbytes()),
+        [&] { return data.inputs.contiguous().to(device_); });
+    // "cuda" as the tensors say it, "cuda:0": the trainer compares it with
+    // the model's parameters' device.
+    device_ = inputs_.device();
+    targets_ = data.targets.contiguous().to(device_);
+  }
+  unsigned_ids_ = data.unsigned_ids;
   if (!options_.mean().empty()) {
     mean_ = channel_tensor(options_.mean(), device_);
     std::vector<double> inv;
@@ -195,9 +220,10 @@ Batch DeviceLoader::batch(int64_t index) const {
   const int64_t end =
       std::min(start + options_.batch_size(), samples_per_epoch());
   const auto idx = order_.slice(0, start, end);
-  auto targets = targets_.index_select(0, idx).to(torch::kLong);
+  auto targets = widen_token_ids(targets_.index_select(0, idx), unsigned_ids_);
   if (options_.dtype() == torch::kLong) {
-    return {inputs_.index_select(0, idx).to(torch::kLong), targets};
+    return {widen_token_ids(inputs_.index_select(0, idx), unsigned_ids_),
+            targets};
   }
   auto images = augment(inputs_.index_select(0, idx), index);
   auto x = images.to(torch::kFloat).mul_(1.0 / 255.0);

@@ -40,6 +40,11 @@
   check_gpt.py sample-only TRAIN_GPT WORK_DIR
       --sample-only --resume: the run's sample again, with and without the
       KV cache; --num-samples, a long --prompt-file; refusals
+  check_gpt.py token-files TRAIN_GPT WORK_DIR
+      --data a folder of nanoGPT's token files (train.bin, val.bin,
+      meta.pkl): the vocabulary from meta.pkl padded to 64, samples decoded
+      with its pieces, --resume alone; uint16 ids above 32767 and uint32
+      ids; bad files refused naming the file and the fix
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
       the Python twin, whose validation loss is the run's
@@ -48,10 +53,13 @@
       is refused
 """
 
+import array
 import json
 import math
 import os
+import pickle
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -642,6 +650,171 @@ def sample_only(train_gpt, work):
           f"characters), the same without the cache; {speed[-1]}")
 
 
+def write_token_folder(folder, ids, split, code="H", meta=None):
+    """nanoGPT's prepared data: train.bin and val.bin, the ids as
+    little-endian `code` ("H" uint16, "I" uint32) integers, the first `split`
+    ids training; meta.pkl pickled by Python as prepare.py does, when given."""
+    os.makedirs(folder, exist_ok=True)
+    for name in ("train.bin", "val.bin", "meta.pkl"):
+        if os.path.exists(os.path.join(folder, name)):
+            os.remove(os.path.join(folder, name))
+    for name, part in (("train.bin", ids[:split]), ("val.bin", ids[split:])):
+        values = array.array(code, part)
+        if sys.byteorder != "little":
+            values.byteswap()
+        with open(os.path.join(folder, name), "wb") as f:
+            values.tofile(f)
+    if meta is not None:
+        with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+            pickle.dump(meta, f)
+    return folder
+
+
+def token_files(train_gpt, work):
+    """--data a folder of nanoGPT's token files. Character-level data with
+    meta.pkl (shakespeare_char's layout): the vocabulary padded to a
+    multiple of 64, the samples decoded with its itos and the prompt encoded
+    with it, --resume alone and --sample-only finding the data again. uint16
+    ids of 32,768 and above, and uint32 ids above 65,536, without meta.pkl
+    (--vocab-size). Bad files: each refused naming the file and the fix."""
+    with open(make_text(work)) as f:
+        text = f.read()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = [stoi[c] for c in text]
+    split = int(0.9 * len(ids))
+    chars_folder = write_token_folder(
+        os.path.join(work, "chars"), ids, split,
+        meta={"vocab_size": len(chars), "itos": dict(enumerate(chars)),
+              "stoi": stoi})
+    checkpoint = fresh(work, "chars.pt")
+    log = fresh(work, "chars.jsonl")
+    base = [train_gpt, "--data", chars_folder, "--precision", "fp32",
+            "--seed", "3"] + COMMON
+    r = expect_success(base + ["--max-steps", "20", "--epochs", "1",
+                               "--checkpoint", checkpoint, "--log-json", log,
+                               "--prompt", "The "])
+    v = len(chars)
+    padded = (v + 63) // 64 * 64
+    wanted = (f"token files {chars_folder}: {split} training and "
+              f"{len(ids) - split} validation tokens (uint16), a vocabulary "
+              f"of {v} (meta.pkl, with its pieces); the model's {padded} "
+              "(padded to a multiple of 64)")
+    if wanted not in r.stdout:
+        fail(f"no data line {wanted!r}: {r.stdout[:600]!r}")
+    if f"vocab={padded}" not in r.stdout:
+        fail(f"the model is not of vocabulary {padded}: {r.stdout[:600]!r}")
+    # The data's characters, and, from a model trained 20 steps, perhaps
+    # a padding id (v and above: no piece, shown as <id>).
+    import re
+    decoded = lambda sample: re.sub(
+        r"<(\d+)>", lambda m: "" if v <= int(m.group(1)) < padded else m[0],
+        sample.rstrip("\n"))
+    sample = sample_of(r.stdout)
+    if not sample.startswith("The ") or \
+            any(c not in chars for c in decoded(sample)):
+        fail(f"the sample is not the data's characters: {sample!r}")
+    losses = [rec["test_loss"] for rec in records(log)]
+    if not losses or not all(math.isfinite(x) and x < math.log(padded)
+                             for x in losses):
+        fail(f"losses {losses} not below the untrained ln({padded})")
+    # --resume alone finds the data and the vocabulary again; --sample-only
+    # decodes with the data's pieces.
+    r = expect_success([train_gpt, "--resume", checkpoint, "--no-progress",
+                        "--max-steps", "25"])
+    if f"vocab={padded}" not in r.stdout:
+        fail(f"--resume alone: {r.stdout[:600]!r}")
+    r = expect_success([train_gpt, "--sample-only", "--resume", checkpoint,
+                        "--prompt", "The ", "--sample-tokens", "40",
+                        "--no-progress"])
+    sample = sample_of(r.stdout).split("\ntrain_gpt: ")[0]
+    if not sample.startswith("The ") or \
+            any(c not in chars for c in decoded(sample)):
+        fail(f"--sample-only did not decode with meta.pkl: {sample!r}")
+    print(f"  characters: vocabulary {v} -> {padded}, losses {losses}, "
+          f"sample {sample[:40]!r}")
+
+    # uint16 ids above 32,767 (int16's range), no meta.pkl: --vocab-size.
+    rng = random.Random(11)
+    wide = [rng.choice((5, 32767, 32768, 40000, 40959)) for _ in range(4000)]
+    folder = write_token_folder(os.path.join(work, "uint16"), wide, 3600)
+    r = expect_success([train_gpt, "--data", folder, "--vocab-size", "40960",
+                        "--max-steps", "5", "--epochs", "1",
+                        "--precision", "fp32"] + COMMON)
+    if "(uint16), a vocabulary of 40960 (--vocab-size); the model's 40960\n" \
+            not in r.stdout:
+        fail(f"uint16 above 32767: {r.stdout[:600]!r}")
+    sample = sample_of(r.stdout)
+    if not sample.startswith(f"<{wide[3600]}>"):
+        fail(f"the prompt is not val.bin's first id <{wide[3600]}>: "
+             f"{sample[:80]!r}")
+    if not re.fullmatch(r"(<\d+>)+", sample.strip()) or \
+            any(int(t) >= 40960 for t in re.findall(r"\d+", sample)):
+        fail(f"the sample is not ids below 40960: {sample[:200]!r}")
+    r = expect_success([train_gpt, "--data", folder, "--vocab-size", "40960",
+                        "--max-steps", "2", "--epochs", "1", "--prompt-ids",
+                        "40000,32768", "--precision", "fp32"] + COMMON)
+    if not sample_of(r.stdout).startswith("<40000><32768>"):
+        fail(f"--prompt-ids: {sample_of(r.stdout)[:80]!r}")
+    # uint32 ids for a vocabulary above 65,536.
+    big = [rng.choice((1, 65536, 69999)) for _ in range(2000)]
+    folder32 = write_token_folder(os.path.join(work, "uint32"), big, 1800,
+                                  code="I")
+    r = expect_success([train_gpt, "--data", folder32, "--vocab-size",
+                        "70000", "--max-steps", "3", "--epochs", "1",
+                        "--precision", "fp32"] + COMMON)
+    if "(uint32), a vocabulary of 70000" not in r.stdout:
+        fail(f"uint32: {r.stdout[:600]!r}")
+    print("  uint16 ids 32768-40959 and uint32 ids 65536-69999 train")
+
+    def expect_error(name, args, patterns):
+        r = run([train_gpt] + COMMON + ["--max-steps", "2"] + args)
+        if r.returncode != 1 or "frame #" in r.stderr or \
+                "terminate" in r.stderr or \
+                any(p not in r.stderr for p in patterns):
+            fail(f"{name}: exit {r.returncode}: {r.stderr.strip()!r}")
+        print(f"  {name}: {r.stderr.strip().splitlines()[-1][:170]}")
+
+    bad = os.path.join(work, "bad")
+    meta = {"vocab_size": v, "itos": dict(enumerate(chars)), "stoi": stoi}
+    write_token_folder(bad, ids, split, meta=meta)
+    with open(os.path.join(bad, "train.bin"), "ab") as f:
+        f.write(b"\x01")  # half an id
+    expect_error("odd length", ["--data", bad],
+                 ["train.bin", "not a whole number of 2-byte uint16 ids",
+                  "Prepare the file again"])
+    write_token_folder(bad, ids[:split] + [v] + ids[split:], split + 1,
+                       meta=meta)
+    expect_error("id beyond the vocabulary", ["--data", bad],
+                 ["train.bin", f"holds the id {v} at token {split}",
+                  f"not below the vocabulary's {v} (meta.pkl's vocab_size)"])
+    write_token_folder(bad, ids, len(ids), meta=meta)
+    expect_error("empty val.bin", ["--data", bad], ["val.bin", "is empty"])
+    write_token_folder(bad, ids, split)
+    expect_error("no meta.pkl", ["--data", bad],
+                 ["has no meta.pkl", "give --vocab-size"])
+    with open(os.path.join(bad, "meta.pkl"), "wb") as f:
+        f.write(b"\x80\x04\x95garbage")
+    expect_error("damaged meta.pkl", ["--data", bad],
+                 ["meta.pkl", "is not a readable pickle"])
+    write_token_folder(bad, ids, split, meta=meta)
+    expect_error("vocabulary below meta.pkl's",
+                 ["--data", bad, "--vocab-size", str(v - 1)],
+                 [f"--vocab-size {v - 1} is smaller than the data's "
+                  f"vocabulary of {v}", f"the model then takes {padded}"])
+    expect_error("a prompt the pieces cannot encode",
+                 ["--data", bad, "--prompt", "\u00e9t\u00e9"],
+                 ["is in no piece of the vocabulary"])
+    expect_error("a text prompt without pieces",
+                 ["--data", folder, "--vocab-size", "40960", "--prompt", "x"],
+                 ["nothing to encode the prompt's text with",
+                  "give --prompt-ids"])
+    expect_error("a prompt id beyond the model",
+                 ["--data", folder, "--vocab-size", "40960",
+                  "--prompt-ids", "40960"],
+                 ["--prompt-ids holds 40960", "vocabulary of 40960"])
+
+
 def mfu(train_gpt, work):
     """Model FLOPs utilisation: the model's training FLOPs per second
     (nanoGPT's estimate: per token 6 N + 12 layers context width, N the
@@ -761,6 +934,8 @@ def main(argv):
         mfu(train_gpt, work)
     elif command == "sample-only":
         sample_only(train_gpt, work)
+    elif command == "token-files":
+        token_files(train_gpt, work)
     elif command == "sample-signal":
         sample_signal(train_gpt, work)
     elif command == "bad-data":

@@ -34,6 +34,11 @@ struct Dataset {
   /// here); or integer [N, T], the next token of each position of a
   /// sequence.
   torch::Tensor targets;
+  /// Whether int16 `inputs` and `targets` hold unsigned 16-bit ids (a
+  /// memory-mapped uint16 token file of a vocabulary above 32,768,
+  /// read_token_files()): an id is its value modulo 65,536
+  /// (widen_token_ids()). DeviceLoader serves them widened.
+  bool unsigned_ids = false;
 
   /// N, the number of examples (0 when `targets` is undefined).
   int64_t size() const;
@@ -57,7 +62,10 @@ torch::Dtype token_dtype(int64_t vocab_size);
 /// sample of the inputs, every k-th example from the first with k =
 /// ceil(N / 1024), so that it costs a few milliseconds for CIFAR-10 (two
 /// datasets that differ only in inputs outside the sample share a
-/// fingerprint). `dataset` may be on any device; the sample and the targets
+/// fingerprint). Above 2^26 targets (token files of billions of ids) the
+/// first covers the sampled examples' targets only, and says so
+/// (`"targets sample crc32"`); uint16 ids (Dataset::unsigned_ids) are named
+/// so. `dataset` may be on any device; the sample and the targets
 /// are copied to the CPU. MNIST and Fashion-MNIST, of the same counts and
 /// sizes, get different fingerprints.
 ///

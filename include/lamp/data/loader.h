@@ -122,7 +122,7 @@ class DeviceLoader {
   /// The whole dataset as the loader holds it, on device(), in the types it
   /// was given, before augmentation and normalisation (e.g. for
   /// data::fingerprint()).
-  Dataset data() const { return {inputs_, targets_}; }
+  Dataset data() const { return {inputs_, targets_, unsigned_ids_}; }
   /// The device the batches are on, with its index ("cuda" given: "cuda:0"
   /// when that is the current device).
   const torch::Device& device() const { return device_; }
@@ -144,9 +144,10 @@ class DeviceLoader {
 
   LoaderOptions options_;
   torch::Device device_;
-  torch::Tensor inputs_;  // uint8 [N, C, H, W] or integers [N, T], device_
-  torch::Tensor targets_; // integers [N] or [N, T] on device_
-  torch::Tensor mean_;    // [1, C, 1, 1] float on device_, or undefined
+  torch::Tensor inputs_;      // uint8 [N, C, H, W] or integers [N, T], device_
+  torch::Tensor targets_;     // integers [N] or [N, T] on device_
+  bool unsigned_ids_ = false; // Dataset::unsigned_ids
+  torch::Tensor mean_;        // [1, C, 1, 1] float on device_, or undefined
   torch::Tensor inv_std_;
   torch::Tensor order_;
   int64_t epoch_ = -1;

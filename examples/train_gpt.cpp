@@ -142,6 +142,10 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "samples to draw, the k-th with --seed + k")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_flag("--activation-checkpointing", f.model.activation_checkpointing(),
+               "keep only each block's input for the backward, which runs "
+               "the block again (the same gradients; less memory, about a "
+               "third more compute)");
   app.add_flag("--no-kv-cache", f.no_kv_cache,
                "sample without the KV cache: every token computed over its "
                "whole window (slower; the same tokens)");

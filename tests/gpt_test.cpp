@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -756,3 +757,176 @@ TEST(Generate, TopPKeepsTheMostLikelyTokensReachingIt) {
 }
 
 } // namespace
+
+namespace {
+
+// The loss and every gradient of one training step of `gpt` on `ids`, from
+// the generator seeded with `seed` (dropout's masks), under `autocast`
+// (none: FP32); the backward after the autocast region, or, with
+// `backward_inside`, in it (where autocast's cache of parameter casts is
+// still alive).
+std::vector<torch::Tensor> step_gradients(GPT& gpt, const torch::Tensor& ids,
+                                          uint64_t seed,
+                                          c10::optional<torch::Dtype> autocast,
+                                          bool backward_inside = false) {
+  gpt->train();
+  gpt->zero_grad();
+  torch::manual_seed(seed);
+  std::unique_ptr<lamp::Autocast> guard;
+  if (autocast) {
+    guard = std::make_unique<lamp::Autocast>(torch::kCPU, *autocast);
+  }
+  const auto logits = gpt->forward(ids.slice(1, 0, -1));
+  const auto loss = torch::nn::functional::cross_entropy(
+      logits.flatten(0, 1).to(torch::kFloat), ids.slice(1, 1).flatten());
+  if (!backward_inside) {
+    guard.reset();
+  }
+  loss.backward();
+  guard.reset();
+  std::vector<torch::Tensor> out = {loss.detach().clone()};
+  for (const auto& p : gpt->parameters()) {
+    out.push_back(p.grad().clone());
+  }
+  // What the generator draws next: the same with and without the
+  // recomputation (it restores the state it borrowed).
+  out.push_back(torch::rand({4}));
+  return out;
+}
+
+} // namespace
+
+// Activation checkpointing recomputes each block in the backward under the
+// same autocast state and from the same generator state: the loss, every
+// gradient (dropout 0.3, so the masks must be drawn again the same) and the
+// generator's next draws equal the uncheckpointed step's bit for bit, in
+// FP32 and under BF16 autocast; the blocks' backward nodes are the
+// recomputing ones.
+TEST(ActivationCheckpointing, GradientsEqualTheUncheckpointedStepBitForBit) {
+  torch::manual_seed(41);
+  const auto options = tiny().layers(3).dropout(0.3);
+  GPT plain(options);
+  GPT recomputed(GPTOptions(options).activation_checkpointing(true));
+  {
+    torch::NoGradGuard no_grad;
+    const auto from = plain->parameters();
+    const auto to = recomputed->parameters();
+    for (size_t i = 0; i < from.size(); ++i) {
+      to[i].copy_(from[i]);
+    }
+  }
+  EXPECT_EQ(recomputed->options().name(), plain->options().name());
+  const auto ids = torch::randint(0, 256, {3, 9}, torch::kLong);
+  for (const auto autocast : {c10::optional<torch::Dtype>(),
+                              c10::optional<torch::Dtype>(torch::kBFloat16)}) {
+    const auto a = step_gradients(plain, ids, 5, autocast);
+    // Inside first: the update below follows a backward outside the region.
+    // (The parts of the backward outside the blocks see the region's
+    // autocast state: an uncheckpointed step with its backward there too is
+    // the reference.)
+    for (const bool inside : {true, false}) {
+      const auto reference =
+          inside ? step_gradients(plain, ids, 5, autocast, true) : a;
+      const auto b = step_gradients(recomputed, ids, 5, autocast, inside);
+      ASSERT_EQ(reference.size(), b.size());
+      for (size_t i = 0; i < b.size(); ++i) {
+        EXPECT_TRUE(lamp_test::BitEqual(b[i], reference[i]))
+            << "tensor " << i
+            << (autocast ? " under BF16 autocast" : " in FP32")
+            << (inside ? ", the backward inside the autocast region" : "");
+      }
+    }
+    // Another seed, other masks: the comparison can tell them apart.
+    const auto c = step_gradients(plain, ids, 6, autocast);
+    EXPECT_FALSE(torch::equal(c[0], a[0]));
+    step_gradients(plain, ids, 5, autocast);
+    step_gradients(recomputed, ids, 5, autocast);
+    // An update, then a forward under autocast: the recomputation leaves
+    // no 16-bit copy of a parameter behind (autocast's cache outlives a
+    // backward that runs outside any guard), so both models see the new
+    // weights.
+    {
+      torch::NoGradGuard no_grad;
+      for (auto* model : {&plain, &recomputed}) {
+        for (auto& p : (*model)->parameters()) {
+          p.sub_(p.grad(), 0.5);
+        }
+      }
+      lamp::Autocast guard(torch::kCPU, autocast.value_or(torch::kBFloat16),
+                           /*enabled=*/autocast.has_value());
+      plain->eval();
+      recomputed->eval();
+      EXPECT_TRUE(lamp_test::BitEqual(recomputed->forward(ids.slice(1, 0, -1)),
+                                      plain->forward(ids.slice(1, 0, -1))))
+          << (autocast ? "under BF16 autocast" : "in FP32");
+    }
+  }
+  recomputed->train();
+  const auto logits = recomputed->forward(ids.slice(1, 0, -1));
+  std::set<std::string> nodes;
+  std::vector<torch::autograd::Node*> stack = {logits.grad_fn().get()};
+  while (!stack.empty()) {
+    auto* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr ||
+        !nodes
+             .insert(node->name() + "@" +
+                     std::to_string(reinterpret_cast<uintptr_t>(node)))
+             .second) {
+      continue;
+    }
+    for (const auto& edge : node->next_edges()) {
+      stack.push_back(edge.function.get());
+    }
+  }
+  int recomputing = 0;
+  for (const auto& n : nodes) {
+    recomputing += n.rfind("lamp::nn::ActivationCheckpointBackward", 0) == 0;
+  }
+  EXPECT_EQ(recomputing, 3);
+  // Evaluation and no-grad forwards keep nothing to recompute.
+  torch::NoGradGuard no_grad;
+  EXPECT_FALSE(recomputed->forward(ids.slice(1, 0, -1)).requires_grad());
+}
+
+// lamp::nn::activation_checkpoint on its own: the gradients of the input
+// and of the parameters; a second backward and an input changed in place
+// are refused naming the fix; without grad mode it is the body.
+TEST(ActivationCheckpointing, TheFunctionsGradientsAndRefusals) {
+  torch::manual_seed(8);
+  auto w = torch::randn({4, 4}, torch::requires_grad());
+  auto x = torch::randn({2, 4}, torch::requires_grad());
+  const auto body = [&w](const torch::Tensor& in) {
+    return torch::tanh(in.matmul(w)).pow(2);
+  };
+  body(x).sum().backward();
+  const auto gx = x.grad().clone(), gw = w.grad().clone();
+  x.mutable_grad().zero_();
+  w.mutable_grad().zero_();
+  const auto y = lamp::nn::activation_checkpoint(body, x, {w});
+  EXPECT_TRUE(lamp_test::BitEqual(y, body(x).detach()));
+  y.sum().backward();
+  EXPECT_TRUE(lamp_test::BitEqual(x.grad(), gx));
+  EXPECT_TRUE(lamp_test::BitEqual(w.grad(), gw));
+
+  const auto twice = lamp::nn::activation_checkpoint(body, x * 1, {w});
+  const auto loss = twice.sum();
+  loss.backward({}, /*retain_graph=*/true);
+  EXPECT_NE(
+      error_of([&] { loss.backward(); }).find("its backward ran a second time"),
+      std::string::npos);
+
+  auto input = (x * 1).detach().requires_grad_();
+  auto moved = input * 1;
+  const auto changed = lamp::nn::activation_checkpoint(body, moved, {w});
+  moved.add_(1);
+  EXPECT_NE(error_of([&] {
+              changed.sum().backward();
+            }).find("the input was changed in place after the forward"),
+            std::string::npos);
+
+  torch::NoGradGuard no_grad;
+  const auto plain = lamp::nn::activation_checkpoint(body, x, {w});
+  EXPECT_FALSE(plain.requires_grad());
+  EXPECT_TRUE(lamp_test::BitEqual(plain, body(x)));
+}

@@ -30,6 +30,7 @@
 #include "lamp/models/resnet.h"
 #include "lamp/models/state_dict.h"
 #include "lamp/nn/attention.h"
+#include "lamp/nn/checkpoint.h"
 #include "lamp/nn/float8.h"
 #include "lamp/nn/linear.h"
 #include "lamp/nn/norms.h"

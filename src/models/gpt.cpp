@@ -1,5 +1,7 @@
 #include "lamp/models/gpt.h"
 
+#include "lamp/nn/checkpoint.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -296,9 +298,19 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   auto x = wte->forward(ids) + wpe->forward(positions);
   x = F::dropout(
       x, F::DropoutFuncOptions().p(options_.dropout()).training(is_training()));
+  const bool recompute = options_.activation_checkpointing() && is_training() &&
+                         cache_ == nullptr && torch::GradMode::is_enabled();
   int64_t layer = 0;
-  for (const auto& block : *h) {
-    x = block->as<GPTBlock>()->forward(x, cache_, layer++);
+  for (const auto& block : h->children()) {
+    const auto b = std::dynamic_pointer_cast<GPTBlockImpl>(block);
+    if (recompute) {
+      x = lamp::nn::activation_checkpoint(
+          [b](const torch::Tensor& in) { return b->forward(in); }, x,
+          b->parameters(), /*preserve_rng=*/options_.dropout() > 0);
+    } else {
+      x = b->forward(x, cache_, layer);
+    }
+    ++layer;
   }
   if (cache_ != nullptr) {
     cache_->advance(t);

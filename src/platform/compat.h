@@ -14,6 +14,7 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
 
@@ -56,6 +57,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -135,6 +137,29 @@ inline void set_autocast_dtype(c10::DeviceType device_type,
     at::autocast::set_autocast_gpu_dtype(dtype);
   }
 #endif
+}
+
+// ------------------------------------------------------------ autograd nodes
+//
+// LibTorch 1.x holds a graph's nodes in std::shared_ptr and frees them
+// through torch::autograd::deleteNode (iteratively, so that a long graph
+// does not recurse deeply); 2.x dropped deleteNode, and the newest 2.x
+// (2.15) hold nodes in c10::intrusive_ptr. Told apart by the type itself.
+
+/// A custom autograd node, held as this LibTorch holds its own nodes.
+template <typename NodeType, typename... Args>
+auto make_autograd_node(Args&&... args) {
+  if constexpr (std::is_base_of<c10::intrusive_ptr_target,
+                                torch::autograd::Node>::value) {
+    return c10::make_intrusive<NodeType>(std::forward<Args>(args)...);
+  } else {
+#if TORCH_VERSION_MAJOR < 2
+    return std::shared_ptr<NodeType>(new NodeType(std::forward<Args>(args)...),
+                                     torch::autograd::deleteNode);
+#else
+    return std::make_shared<NodeType>(std::forward<Args>(args)...);
+#endif
+  }
 }
 
 // ---------------------------------------------------------------- optimizers

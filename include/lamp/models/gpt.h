@@ -63,6 +63,13 @@ struct GPTOptions {
   TORCH_ARG(GPTNorm, norm) = GPTNorm::kLayerNorm;
   /// The MLP's GELU: GPT-2's own weights were trained with kTanh.
   TORCH_ARG(GPTGelu, gelu) = GPTGelu::kExact;
+  /// Activation checkpointing, per block: in training with grad mode, each
+  /// block keeps only its input for the backward, which runs the block's
+  /// forward again (lamp::nn::activation_checkpoint(): same autocast state,
+  /// same dropout masks; the gradients equal the uncheckpointed ones).
+  /// About a third more compute for the blocks' activations' memory. Not
+  /// part of name(): the weights and results are the same either way.
+  TORCH_ARG(bool, activation_checkpointing) = false;
 
  public:
   /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)", with

@@ -588,12 +588,11 @@ void warn_degenerate_data(const lamp::data::Dataset& train,
   const int64_t head = std::min<int64_t>(train.inputs.size(0), 1 << 20);
   const auto inputs = train.inputs.slice(0, 0, head);
   const auto targets = train.targets.slice(0, 0, head);
+  const bool all = head == train.inputs.size(0);
   const std::string examples =
-      head < train.inputs.size(0) ? " first " + std::to_string(head) : "";
+      (all ? "" : "first ") + std::to_string(head) + " examples";
   if (inputs.size(0) > 1 && inputs.eq(inputs[0]).all().item<bool>()) {
-    TORCH_WARN("every one of the", examples.empty() ? "" : examples, " ",
-               examples.empty() ? std::to_string(inputs.size(0)) + " " : "",
-               "examples of ", what,
+    TORCH_WARN("every one of the ", examples, " of ", what,
                " is the same: there is nothing to learn from them. Check "
                "the data.");
   }
@@ -601,8 +600,7 @@ void warn_degenerate_data(const lamp::data::Dataset& train,
       targets.eq(targets.flatten()[0]).all().item<bool>()) {
     TORCH_WARN(
         "every ", train.sequences() ? "target token" : "label",
-        examples.empty() ? "" : " of the" + examples + " examples", " of ",
-        what, " is ",
+        all ? "" : " of the " + examples, " of ", what, " is ",
         lamp::data::widen_token_ids(targets.flatten()[0], train.unsigned_ids)
             .item<int64_t>(),
         ": the model can only learn to answer that. Check the data.");

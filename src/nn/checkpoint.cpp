@@ -230,14 +230,10 @@ torch::Tensor activation_checkpoint(
   if (y.is_view()) {
     y = y.clone(); // the history goes on a tensor of its own
   }
-  std::vector<torch::Tensor> defined;
-  for (const auto& p : parameters) {
-    defined.push_back(p.defined() ? p : torch::Tensor());
-  }
   auto node = detail::make_autograd_node<ActivationCheckpointBackward>(
-      body, input, defined, autocast, generator, rng_state);
+      body, input, parameters, autocast, generator, rng_state);
   node->set_next_edges(
-      torch::autograd::collect_next_edges(input, at::TensorList(defined)));
+      torch::autograd::collect_next_edges(input, at::TensorList(parameters)));
   torch::autograd::set_history(y, node);
   return y;
 }

@@ -10,6 +10,12 @@ install(TARGETS lamp EXPORT lampTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/lamp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The SentencePiece module lamp opens on first use (CMakeLists.txt), where
+# sentencepiece.cpp looks for it.
+if(TARGET lamp_sentencepiece)
+  install(TARGETS lamp_sentencepiece
+          LIBRARY DESTINATION ${LAMP_SENTENCEPIECE_MODULE_DIR})
+endif()
 
 set(LAMP_CONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/lamp)
 install(EXPORT lampTargets NAMESPACE lamp:: DESTINATION ${LAMP_CONFIG_DIR})

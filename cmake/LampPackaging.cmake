@@ -123,6 +123,9 @@ set(CPACK_PACKAGE_FILE_NAME "lamp-${PROJECT_VERSION}-${CMAKE_SYSTEM_NAME}-${CMAK
 
 # The programs lamp-tools holds (tests/packaging/deb.cmake reads them).
 set(CPACK_LAMP_TOOLS "${LAMP_INSTALLED_PROGRAMS}")
+# Whether liblamp-dev holds the SentencePiece module and depends on
+# libsentencepiece0 (tests/packaging/deb.cmake).
+set(CPACK_LAMP_WITH_SENTENCEPIECE "${LAMP_SENTENCEPIECE_FOUND}")
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL dev)
 if(LAMP_INSTALLED_PROGRAMS)
@@ -159,6 +162,8 @@ endif()
 # headers and lampConfig.cmake refuses another LibTorch version. zlib1g-dev,
 # not zlib1g: lampConfig.cmake's find_dependency(ZLIB) needs zlib.h and
 # libz.so, and a static lamp is linked with -lz in the consumer's build.
+# libsentencepiece0 where lamp has its tokenizer: the SentencePiece module
+# liblamp-dev installs links it (lamp itself does not).
 # lamp's public headers include LibTorch's alone.
 set(CPACK_LAMP_DEB_REFUSED "")
 if(LAMP_TORCH_PACKAGE MATCHES "^([^ ]+) ([0-9]+:)?([0-9]+)\\.([0-9]+)(\\.[0-9]+)?")
@@ -168,6 +173,9 @@ if(LAMP_TORCH_PACKAGE MATCHES "^([^ ]+) ([0-9]+:)?([0-9]+)\\.([0-9]+)(\\.[0-9]+)
   set(_lamp_torch_below "${CMAKE_MATCH_3}.${_lamp_torch_next_minor}~")
   set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
       "${_lamp_torch_deb} (>= ${_lamp_torch_from}), ${_lamp_torch_deb} (<< ${_lamp_torch_below}), zlib1g-dev")
+  if(LAMP_SENTENCEPIECE_FOUND)
+    string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libsentencepiece0")
+  endif()
 else()
   string(CONCAT CPACK_LAMP_DEB_REFUSED
     "lamp: no Debian package: this lamp was built with the LibTorch at "

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -56,6 +57,12 @@ struct GptFlags {
   bool byte_text = true;
   lamp::data::TokenPieces pieces;
   int64_t first_token = -1;
+  // --tokenizer: a SentencePiece model's file (stored in checkpoints), and
+  // the model once loaded (or trained, with --train-tokenizer's pieces); it
+  // encodes the text and the prompt and decodes the samples.
+  std::string tokenizer_path;
+  int64_t train_tokenizer = 0;
+  lamp::data::SentencePiece tokenizer;
 };
 
 void add_gpt_options(CLI::App& app, GptFlags& f) {
@@ -138,6 +145,15 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "such as GPT-2's)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  app.add_option("--tokenizer", f.tokenizer_path,
+                 "a SentencePiece model (FILE.model) that encodes --data's "
+                 "text and decodes the samples (default: none, the text's "
+                 "bytes); with --train-tokenizer, the file to write");
+  app.add_option("--train-tokenizer", f.train_tokenizer,
+                 "train a SentencePiece model of N pieces (BPE, byte "
+                 "fallback) on the training part of --data's text and write "
+                 "it to --tokenizer's file first")
+      ->check(CLI::Range(int64_t{260}, int64_t{1} << 20));
   app.add_option("--num-samples", f.num_samples,
                  "samples to draw, the k-th with --seed + k")
       ->capture_default_str()
@@ -166,7 +182,8 @@ std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
           {"--vocab-size", std::to_string(m.vocab_size())},
           {"--bias", f.bias},
           {"--norm", f.norm},
-          {"--gelu", f.gelu}};
+          {"--gelu", f.gelu},
+          {"--tokenizer", f.tokenizer_path}};
 }
 
 // The text flags into the model's options, once the command line (and a
@@ -253,7 +270,7 @@ torch::Tensor prompt_ids(const GptFlags& flags) {
     }
     return torch::tensor(flags.prompt_ids, torch::kLong);
   }
-  if (!flags.byte_text && flags.pieces.empty()) {
+  if (!flags.byte_text && flags.pieces.empty() && flags.tokenizer.empty()) {
     TORCH_CHECK(!given("--prompt") && flags.prompt_file.empty(),
                 "the data's token ids come without their pieces (no "
                 "meta.pkl with itos), so there is nothing to encode the "
@@ -272,6 +289,17 @@ torch::Tensor prompt_ids(const GptFlags& flags) {
                   std::istreambuf_iterator<char>());
     TORCH_CHECK(!prompt.empty(), "--prompt-file ", flags.prompt_file,
                 " is empty; give a file with at least one character.");
+  }
+  if (!flags.tokenizer.empty()) {
+    auto ids = flags.tokenizer.encode(prompt);
+    TORCH_CHECK(ids.size(0) > 0, "the prompt '",
+                lamp::data::escape_text(prompt) == "\n"
+                    ? std::string("\\n")
+                    : lamp::data::escape_text(prompt),
+                "' encodes to no token with ", flags.tokenizer.origin(),
+                " (a tokenizer that normalizes the text drops newlines and "
+                "spaces); give --prompt with words in it.");
+    return ids;
   }
   if (!flags.byte_text) {
     return flags.pieces.encode(prompt);
@@ -317,7 +345,9 @@ int64_t print_samples(
             .seed(seed)
             .stop_requested([] { return lamp_examples::stop_signal() != 0; }));
     std::string out;
-    if (!flags.byte_text) {
+    if (!flags.tokenizer.empty()) {
+      out = flags.tokenizer.decode(text); // <id> beyond its pieces
+    } else if (!flags.byte_text) {
       out = flags.pieces.decode(text); // <id> where there is no piece
     } else {
       const auto* p = text.data_ptr<int64_t>();
@@ -357,6 +387,63 @@ int64_t print_samples(
                              lamp::data::escape_text(out).c_str());
   }
   return generated;
+}
+
+// --tokenizer's model, loaded; refused where the model cannot take its
+// ids (a --vocab-size below its pieces).
+void load_tokenizer(GptFlags& flags) {
+  flags.tokenizer = lamp::data::SentencePiece::load(flags.tokenizer_path);
+  flags.byte_text = false;
+}
+
+// The model's vocabulary for a tokenizer's ids (or a data's vocabulary of
+// `vocab`): --vocab-size where given (or restored), at least `vocab`; else
+// `vocab` padded to a multiple of 64, as nanoGPT pads GPT-2's.
+void vocabulary_for(GptFlags& flags, int64_t vocab, bool vocab_given,
+                    const std::string& what, const std::string& source) {
+  if (!vocab_given) {
+    flags.model.vocab_size(lamp::data::padded_vocab_size(vocab));
+  }
+  TORCH_CHECK(flags.model.vocab_size() >= vocab, "--vocab-size ",
+              flags.model.vocab_size(), " is smaller than ", what, " of ",
+              vocab, " (", source, "); give at least ", vocab,
+              ", or leave --vocab-size out: the model then takes ",
+              lamp::data::padded_vocab_size(vocab),
+              " (padded to a multiple of 64).");
+}
+
+// --train-tokenizer: a SentencePiece model of its pieces, trained on the
+// training part of the text `bytes` (the part tokenized_text_windows()
+// trains on, so that validation stays unseen), written to --tokenizer's
+// file, which must not exist yet.
+lamp::data::SentencePiece train_tokenizer(
+    const lamp_examples::ProgramConfig& config, const GptFlags& flags,
+    const torch::Tensor& bytes) {
+  const auto& path = flags.tokenizer_path;
+  TORCH_CHECK(!std::ifstream(path).good(), "--tokenizer ", path,
+              " exists, and --train-tokenizer would replace it; leave out "
+              "--train-tokenizer to use it, or give another --tokenizer "
+              "file to write.");
+  const int64_t split = lamp::data::text_split_point(bytes);
+  lamp_examples::print_out(
+      "train_gpt: training a tokenizer of %lld pieces on the first %lld "
+      "bytes of %s (its training part)\n",
+      static_cast<long long>(flags.train_tokenizer),
+      static_cast<long long>(split), config.data.c_str());
+  const auto start = std::chrono::steady_clock::now();
+  const auto* p = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  auto tokenizer = lamp::data::train_sentencepiece(
+      std::string(p, static_cast<size_t>(split)),
+      lamp::data::SentencePieceTrainOptions().vocab_size(flags.train_tokenizer),
+      "the training part of " + config.data);
+  tokenizer.save(path);
+  lamp_examples::print_out(
+      "train_gpt: tokenizer written to %s in %.1f s (%s)\n", path.c_str(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      tokenizer.describe().c_str());
+  // The file's model: what --resume and --sample-only will read.
+  return lamp::data::SentencePiece::load(path);
 }
 
 // --sample-only's text where the run's --data (given, or stored in the
@@ -399,7 +486,19 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
               "--sample-only with --sample-tokens 0 has nothing to do; give "
               "the tokens to generate.");
   const auto device = lamp_examples::resolve_device(config.device);
+  TORCH_CHECK(flags.train_tokenizer == 0,
+              "--sample-only trains nothing, a tokenizer neither; leave out "
+              "--train-tokenizer (--tokenizer FILE decodes the samples).");
   token_text_for_sampling(config.data, flags);
+  if (!flags.tokenizer_path.empty()) {
+    load_tokenizer(flags);
+    TORCH_CHECK(flags.tokenizer.vocab_size() <= flags.model.vocab_size(),
+                "--tokenizer ", flags.tokenizer_path, " has ",
+                flags.tokenizer.vocab_size(),
+                " pieces, more than the model's vocabulary of ",
+                flags.model.vocab_size(),
+                "; give the tokenizer the model was trained with.");
+  }
   lamp::models::GPT gpt(flags.model);
   if (!python->path.empty()) {
     lamp::models::load_gpt_weights(*gpt, *python);
@@ -526,26 +625,51 @@ int main(int argc, char** argv) {
                     "program that wrote it.");
         config.model = "gpt";
         lamp_examples::RunSpec spec;
-        if (lamp::data::is_token_folder(config.data)) {
-          // nanoGPT's prepared data: the vocabulary comes with it.
-          const bool vocab_given =
-              flags.app->get_option("--vocab-size")->count() > 0 ||
-              !config.init_from_python.empty();
+        const bool token_files = lamp::data::is_token_folder(config.data);
+        if (flags.train_tokenizer > 0) {
+          TORCH_CHECK(!flags.tokenizer_path.empty(),
+                      "--train-tokenizer needs --tokenizer FILE.model, the "
+                      "file to write the tokenizer to.");
+          TORCH_CHECK(config.resume.empty(),
+                      "--train-tokenizer with --resume: a resumed run keeps "
+                      "its checkpoint's tokenizer (--tokenizer ",
+                      flags.tokenizer_path, "); leave out --train-tokenizer.");
+          TORCH_CHECK(!token_files, "--data ", config.data,
+                      " holds token files, already token ids; leave out "
+                      "--train-tokenizer.");
+          const char* world = std::getenv("WORLD_SIZE");
+          TORCH_CHECK(world == nullptr || std::string(world) == "1",
+                      "--train-tokenizer with ", world,
+                      " ranks would have every rank write ",
+                      flags.tokenizer_path,
+                      ": make the tokenizer first in one process (docs/gpt.md "
+                      "gives the spm_train command), then give --tokenizer "
+                      "alone.");
+        } else if (!flags.tokenizer_path.empty()) {
+          load_tokenizer(flags);
+        }
+        const bool vocab_given =
+            flags.app->get_option("--vocab-size")->count() > 0 ||
+            !config.init_from_python.empty();
+        if (token_files) {
+          // nanoGPT's prepared data: the vocabulary comes with it (or
+          // with the tokenizer that made the ids).
           auto tokens = lamp::data::read_token_files(
               config.data, flags.model.context(),
-              vocab_given ? flags.model.vocab_size() : 0);
-          if (!vocab_given) {
-            flags.model.vocab_size(
-                lamp::data::padded_vocab_size(tokens.vocab_size));
-          }
-          TORCH_CHECK(flags.model.vocab_size() >= tokens.vocab_size,
-                      "--vocab-size ", flags.model.vocab_size(),
-                      " is smaller than the data's vocabulary of ",
-                      tokens.vocab_size, " (", config.data,
-                      "/meta.pkl); give at least ", tokens.vocab_size,
-                      ", or leave --vocab-size out: the model then takes ",
-                      lamp::data::padded_vocab_size(tokens.vocab_size),
-                      " (padded to a multiple of 64).");
+              vocab_given                ? flags.model.vocab_size()
+              : !flags.tokenizer.empty() ? flags.tokenizer.vocab_size()
+                                         : 0);
+          vocabulary_for(
+              flags, tokens.vocab_size, vocab_given, "the data's vocabulary",
+              tokens.meta_path.empty() ? "--vocab-size" : tokens.meta_path);
+          TORCH_CHECK(flags.tokenizer.empty() ||
+                          flags.tokenizer.vocab_size() <= tokens.vocab_size,
+                      "--tokenizer ", flags.tokenizer_path, " has ",
+                      flags.tokenizer.vocab_size(),
+                      " pieces, more than the data's vocabulary of ",
+                      tokens.vocab_size,
+                      ": it did not make these ids; give the tokenizer that "
+                      "did, or none.");
           lamp_examples::print_out(
               "train_gpt: token files %s: %lld training and %lld validation "
               "tokens (%s), a vocabulary of %lld%s; the model's %lld%s\n",
@@ -553,10 +677,11 @@ int main(int argc, char** argv) {
               static_cast<long long>(tokens.validation_tokens),
               tokens.id_bytes == 2 ? "uint16" : "uint32",
               static_cast<long long>(tokens.vocab_size),
-              tokens.meta_path.empty()
-                  ? " (--vocab-size)"
-                  : (tokens.pieces.empty() ? " (meta.pkl)"
-                                           : " (meta.pkl, with its pieces)"),
+              !tokens.meta_path.empty()
+                  ? (tokens.pieces.empty() ? " (meta.pkl)"
+                                           : " (meta.pkl, with its pieces)")
+              : flags.tokenizer.empty() ? " (--vocab-size)"
+                                        : " (--tokenizer)",
               static_cast<long long>(flags.model.vocab_size()),
               vocab_given ? "" : " (padded to a multiple of 64)");
           flags.byte_text = false;
@@ -567,6 +692,33 @@ int main(int argc, char** argv) {
                   .item<int64_t>();
           spec.train = std::move(tokens.train);
           spec.test = std::move(tokens.validation);
+        } else if (!flags.tokenizer_path.empty()) {
+          // Raw text through a SentencePiece tokenizer.
+          const auto bytes = lamp::data::read_text_bytes(config.data);
+          if (flags.train_tokenizer > 0) {
+            flags.tokenizer = train_tokenizer(config, flags, bytes);
+            flags.byte_text = false;
+          }
+          vocabulary_for(flags, flags.tokenizer.vocab_size(), vocab_given,
+                         "the tokenizer's pieces",
+                         "--tokenizer " + flags.tokenizer_path);
+          auto text = lamp::data::tokenized_text_windows(
+              bytes, config.data, flags.tokenizer, flags.model.context());
+          lamp_examples::print_out(
+              "train_gpt: text %s: %lld bytes, encoded by %s (%s) into %lld "
+              "training and %lld validation tokens (%.2f bytes a token); the "
+              "model's vocabulary %lld%s\n",
+              config.data.c_str(), static_cast<long long>(text.bytes),
+              flags.tokenizer_path.c_str(), flags.tokenizer.describe().c_str(),
+              static_cast<long long>(text.train_tokens),
+              static_cast<long long>(text.validation_tokens),
+              static_cast<double>(text.bytes) /
+                  static_cast<double>(text.train_tokens +
+                                      text.validation_tokens),
+              static_cast<long long>(flags.model.vocab_size()),
+              vocab_given ? "" : " (padded to a multiple of 64)");
+          spec.train = std::move(text.train);
+          spec.test = std::move(text.validation);
         } else {
           TORCH_CHECK(flags.model.vocab_size() >= 256, "--vocab-size ",
                       flags.model.vocab_size(),
@@ -585,6 +737,9 @@ int main(int argc, char** argv) {
         config.flops_per_example =
             lamp::models::gpt_training_flops(flags.model);
         spec.data_files = {config.data};
+        if (!flags.tokenizer_path.empty()) {
+          spec.data_files.push_back(flags.tokenizer_path);
+        }
         if (!config.init_from_python.empty()) {
           spec.data_files.push_back(config.init_from_python);
         }

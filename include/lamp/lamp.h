@@ -20,6 +20,7 @@
 #include "lamp/amp/train_step.h"
 #include "lamp/data/datasets.h"
 #include "lamp/data/loader.h"
+#include "lamp/data/sentencepiece.h"
 #include "lamp/data/text.h"
 #include "lamp/data/tokens.h"
 #include "lamp/distributed.h"

@@ -141,6 +141,8 @@ TextData read_text_windows(const std::string& path, int64_t context,
   data.train_bytes = static_cast<int64_t>(std::floor(
       (1.0 - validation_fraction) * static_cast<double>(data.bytes)));
   data.validation_bytes = data.bytes - data.train_bytes;
+  data.train_tokens = data.train_bytes;
+  data.validation_tokens = data.validation_bytes;
   const int64_t smallest = std::min(data.train_bytes, data.validation_bytes);
   if (smallest < context + 1) {
     const auto needed = static_cast<int64_t>(

@@ -45,6 +45,15 @@
       meta.pkl): the vocabulary from meta.pkl padded to 64, samples decoded
       with its pieces, --resume alone; uint16 ids above 32767 and uint32
       ids; bad files refused naming the file and the fix
+  check_gpt.py tokenizer TRAIN_GPT WORK_DIR GPT_MD
+      --train-tokenizer N --tokenizer FILE: a SentencePiece model trained on
+      the training part and written; the text encoded by it, the vocabulary
+      padded to 64, samples decoded; --resume alone and --sample-only find
+      it again; --tokenizer alone encodes the same; GPT_MD's spm_train
+      command (its flags checked; run where spm_train is installed) makes a
+      model train_gpt takes,
+      spm_train's defaults one it warns about, spm_encode's ids token files
+      it decodes; bad models and flags refused by name
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
       the Python twin, whose validation loss is the run's
@@ -60,6 +69,7 @@ import os
 import pickle
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -815,6 +825,169 @@ def token_files(train_gpt, work):
                  ["--prompt-ids holds 40960", "vocabulary of 40960"])
 
 
+# docs/gpt.md's spm_train command, less --input, --model_prefix and
+# --vocab_size: train_sentencepiece()'s defaults (tokenizer() checks that the
+# page's command gives these flags).
+SPM_TRAIN_FLAGS = ["--model_type=bpe", "--character_coverage=0.9995",
+                   "--byte_fallback=true", "--normalization_rule_name=identity",
+                   "--remove_extra_whitespaces=false", "--split_digits=true",
+                   "--allow_whitespace_only_pieces=true",
+                   "--max_sentence_length=16384"]
+
+
+def decoded_sample(output, what):
+    """The sample in `output`, checked to be decoded by a SentencePiece
+    model: pieces of words, no piece names (<0x0A>, the space's U+2581). A
+    model of a few steps still draws byte pieces out of order (shown as
+    U+FFFD or \\xNN) and the padding's ids (<id>)."""
+    sample = sample_of(output)
+    if "<0x" in sample or "\u2581" in sample or \
+            not re.search(r"[a-z]{3}", sample):
+        fail(f"{what} is not decoded text: {sample!r}")
+    return sample
+
+
+def tokenizer(train_gpt, work, gpt_md):
+    """--train-tokenizer and --tokenizer: see the module's docstring."""
+    with open(gpt_md, encoding="utf-8") as f:
+        page = f.read()
+    command = re.search(r"^ *spm_train (?:.*\\\n)*.*$", page, re.M)
+    if not command:
+        fail(f"{gpt_md} gives no spm_train command")
+    for flag in SPM_TRAIN_FLAGS:
+        if flag not in command.group(0).split():
+            fail(f"{gpt_md}'s spm_train command lacks {flag}: "
+                 f"{command.group(0)!r}")
+    text = make_text(work)
+    with open(text, "rb") as f:
+        size = len(f.read())
+    model = fresh(work, "text.model")
+    checkpoint = fresh(work, "tokenizer.pt")
+    base = [train_gpt, "--data", text, "--precision", "fp32", "--seed", "3",
+            "--epochs", "1"] + COMMON
+    r = expect_success(base + ["--train-tokenizer", "400", "--tokenizer",
+                               model, "--max-steps", "10", "--checkpoint",
+                               checkpoint])
+    split = int(0.9 * size)  # ASCII: no character to step over
+    for wanted in (f"training a tokenizer of 400 pieces on the first {split} "
+                   f"bytes of {text} (its training part)",
+                   f"tokenizer written to {model} in ",
+                   f"text {text}: {size} bytes, encoded by {model} (400 "
+                   "pieces, 256 of them bytes (byte fallback)) into ",
+                   "the model's vocabulary 448 (padded to a multiple of 64)",
+                   "gpt(layers=2, heads=2, width=32, context=32, vocab=448"):
+        if wanted not in r.stdout:
+            fail(f"no '{wanted}' in the output: {r.stdout[:900]!r}")
+    if not os.path.isfile(model):
+        fail(f"--train-tokenizer wrote no {model}")
+    counts = re.search(r"into (\d+) training and (\d+) validation tokens "
+                       r"\(([0-9.]+) bytes a token\)", r.stdout)
+    if float(counts.group(3)) < 2.0:
+        fail(f"{counts.group(3)} bytes a token: the pieces are not words")
+    sample = decoded_sample(r.stdout, "the sample")
+    print(f"  trained 400 pieces, {counts.group(3)} bytes a token; sample "
+          f"{sample[:60]!r}")
+
+    # --tokenizer alone encodes the same; --resume alone and --sample-only
+    # find it through the checkpoint (written at step 10, where the first
+    # run ended).
+    again = expect_success(base + ["--tokenizer", model, "--max-steps", "2"])
+    if counts.group(0) not in again.stdout:
+        fail(f"--tokenizer alone encodes otherwise: {again.stdout[:600]!r}")
+    resumed = expect_success([train_gpt, "--resume", checkpoint,
+                              "--max-steps", "12", "--no-progress"])
+    if f"encoded by {model}" not in resumed.stdout:
+        fail(f"--resume alone did not take the tokenizer: "
+             f"{resumed.stdout[:600]!r}")
+    only = expect_success([train_gpt, "--sample-only", "--resume",
+                           checkpoint,
+                           "--sample-tokens", "60", "--seed", "3",
+                           "--no-progress"])
+    if sample_of(only.stdout).split("\ntrain_gpt: ")[0] + "\n" != sample:
+        fail(f"--sample-only's sample {sample_of(only.stdout)!r} is not the "
+             f"run's end {sample!r}")
+
+    # Refusals, each naming the problem and the fix.
+    damaged = fresh(work, "damaged.model")
+    with open(model, "rb") as f:
+        good = f.read()
+    with open(damaged, "wb") as f:
+        f.write(good[:len(good) // 2])
+    wrote = fresh(work, "too-large.model")
+    for args, code, pattern in [
+            (["--train-tokenizer", "400", "--tokenizer", model], 1,
+             f"--tokenizer {model} exists, and --train-tokenizer would "
+             "replace it; leave out --train-tokenizer to use it"),
+            (["--train-tokenizer", "400"], 1,
+             "--train-tokenizer needs --tokenizer FILE.model"),
+            (["--train-tokenizer", "100", "--tokenizer", wrote], 2,
+             "--train-tokenizer"),
+            (["--train-tokenizer", "60000", "--tokenizer", wrote], 1,
+             "could not train a model of 60000 pieces on the training part "
+             f"of {text}"),
+            (["--tokenizer", os.path.join(work, "missing.model")], 1,
+             "missing.model' does not exist; give a SentencePiece model"),
+            (["--tokenizer", damaged], 1,
+             "damaged.model' is not a SentencePiece model, or a damaged one"),
+            (["--tokenizer", model, "--vocab-size", "300"], 1,
+             f"--vocab-size 300 is smaller than the tokenizer's pieces of 400 "
+             f"(--tokenizer {model})"),
+            (["--tokenizer", model, "--resume", checkpoint, "--train-tokenizer",
+              "400"], 1, "a resumed run keeps its checkpoint's tokenizer")]:
+        r = run(base + args + ["--max-steps", "1"])
+        if r.returncode != code or pattern not in r.stderr:
+            fail(f"{args}: exit {r.returncode}, {r.stderr.strip()!r}")
+        print(f"  {' '.join(args)[:50]}: {r.stderr.strip().splitlines()[-1][:110]}")
+    if os.path.exists(wrote):
+        fail(f"a failed --train-tokenizer left {wrote}")
+
+    spm_train, spm_encode = shutil.which("spm_train"), shutil.which("spm_encode")
+    if not spm_train or not spm_encode:
+        print("  spm_train/spm_encode not installed (apt-get install "
+              "sentencepiece): the documented command not run")
+        return
+    # docs/gpt.md's command: a model train_gpt takes without a warning.
+    prefix = os.path.join(work, "spm")
+    expect_success([spm_train, f"--input={text}", f"--model_prefix={prefix}",
+                    "--vocab_size=400"] + SPM_TRAIN_FLAGS)
+    r = expect_success(base + ["--tokenizer", prefix + ".model",
+                               "--max-steps", "2"])
+    if "warning" in r.stderr:
+        fail(f"the documented spm_train command's model warns: {r.stderr!r}")
+    # spm_train's defaults fold newlines and runs of spaces: a warning
+    # naming the first difference.
+    plain = os.path.join(work, "spm-plain")
+    expect_success([spm_train, f"--input={text}", f"--model_prefix={plain}",
+                    "--vocab_size=300", "--hard_vocab_limit=false"])
+    r = run(base + ["--tokenizer", plain + ".model", "--max-steps", "2"])
+    if r.returncode != 1 or "the prompt '\\n' encodes to no token with " \
+            f"{plain}.model" not in r.stderr:
+        fail(f"the default prompt with a tokenizer that drops newlines: exit "
+             f"{r.returncode}, {r.stderr!r}")
+    r = expect_success(base + ["--tokenizer", plain + ".model",
+                               "--max-steps", "2", "--prompt", "The "])
+    if "does not give the text of" not in r.stderr or \
+            "comes back as" not in r.stderr:
+        fail(f"no warning for a tokenizer that changes the text: {r.stderr!r}")
+    print("  spm_train's defaults: " + r.stderr.strip().splitlines()[0][:140])
+    # spm_encode's ids as token files, without meta.pkl: the tokenizer gives
+    # the vocabulary and decodes the samples.
+    encoded = subprocess.run([spm_encode, f"--model={prefix}.model",
+                              "--output_format=id", f"--input={text}"],
+                             capture_output=True, text=True, check=True)
+    ids = [int(i) for line in encoded.stdout.split("\n") for i in line.split()]
+    folder = write_token_folder(os.path.join(work, "spm-tokens"), ids,
+                                int(0.9 * len(ids)))
+    r = expect_success([train_gpt, "--data", folder, "--tokenizer",
+                        prefix + ".model", "--max-steps", "2", "--epochs", "1",
+                        "--precision", "fp32"] + COMMON)
+    if "a vocabulary of 400 (--tokenizer); the model's 448" not in r.stdout:
+        fail(f"token files with --tokenizer: {r.stdout[:600]!r}")
+    sample = decoded_sample(r.stdout, "token files' sample")
+    print(f"  spm_encode's ids as token files: {len(ids)} ids, decoded "
+          f"sample {sample[:40]!r}")
+
+
 def mfu(train_gpt, work):
     """Model FLOPs utilisation: the model's training FLOPs per second
     (nanoGPT's estimate: per token 6 N + 12 layers context width, N the
@@ -936,6 +1109,8 @@ def main(argv):
         sample_only(train_gpt, work)
     elif command == "token-files":
         token_files(train_gpt, work)
+    elif command == "tokenizer":
+        tokenizer(train_gpt, work, argv[3])
     elif command == "sample-signal":
         sample_signal(train_gpt, work)
     elif command == "bad-data":

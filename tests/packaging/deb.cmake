@@ -133,6 +133,12 @@ foreach(_deb IN LISTS _debs)
                  "Depends is '${_depends}', expected ${_torch_deb} (>= ...) in it")
     _lamp_expect("${_depends}" MATCHES "(^|, )zlib1g-dev(,|$| )"
                  "Depends is '${_depends}', expected zlib1g-dev in it")
+    if(CPACK_LAMP_WITH_SENTENCEPIECE)
+      _lamp_expect("${_depends}" MATCHES "(^|, )libsentencepiece0(,|$| )"
+                   "Depends is '${_depends}', expected libsentencepiece0 in it (its SentencePiece module links it)")
+      _lamp_expect("${_contents}" MATCHES "usr/lib[^ ]*/lamp/liblamp_sentencepiece[.]so"
+                   "holds no SentencePiece module (lib/lamp/liblamp_sentencepiece.so)")
+    endif()
     _lamp_expect("${_section}" MATCHES "^libdevel$" "Section is '${_section}', expected libdevel")
     _lamp_expect("${_contents}" NOT_MATCHES "usr/bin/" "holds programs; they belong in lamp-tools")
   elseif(_package STREQUAL "lamp-tools")

@@ -35,6 +35,10 @@ struct TextData {
   int64_t bytes = 0;            ///< the whole text
   int64_t train_bytes = 0;      ///< the first part's
   int64_t validation_bytes = 0; ///< the last part's
+  /// The first part's tokens: its bytes, or the ids a tokenizer encoded it
+  /// into (tokenized_text_windows() in lamp/data/sentencepiece.h).
+  int64_t train_tokens = 0;
+  int64_t validation_tokens = 0; ///< the last part's tokens
 };
 
 /// Cuts `tokens` (integers [n]: uint8 bytes, or token ids in any integer

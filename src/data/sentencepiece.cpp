@@ -1,0 +1,401 @@
+#include "lamp/data/sentencepiece.h"
+
+#include <dlfcn.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "data/files.h"
+#include "data/sentencepiece_module.h"
+#include "lamp/platform/checkpoint_file.h"
+#include "platform/checkpoint_io.h"
+
+namespace lamp {
+namespace data {
+namespace {
+
+using internal::quoted;
+
+// SentencePiece's trainer skips longer lines; train_sentencepiece() cuts
+// them to this instead (the module's TextLines), and passes it as the
+// trainer's max_sentence_length.
+constexpr size_t kMaxSentenceBytes = 16384;
+
+bool utf8_continuation(unsigned char byte) {
+  return (byte & 0xC0) == 0x80;
+}
+
+// The round trip checked on the text's first lines (up to this many bytes):
+// enough to meet newlines, runs of spaces and the text's own characters.
+constexpr size_t kRoundTripBytes = 65536;
+
+// `text` escaped as escape_text() does, with newlines and tabs shown as
+// \n and \t too, for a one-line message.
+std::string visible(const std::string& text) {
+  std::string out;
+  for (const char c : escape_text(text)) {
+    out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : std::string(1, c);
+  }
+  return out;
+}
+
+// Warns where `tokenizer` does not give back the text `text` (its first
+// lines): a model that normalizes (spm_train's default, nmt_nfkc, folds
+// newlines and runs of spaces into one space) or has no byte fallback
+// changes what the samples can show, and the model learns the changed text.
+void warn_unless_round_trip(const SentencePiece& tokenizer,
+                            const std::string& text, const std::string& path) {
+  std::string lines = text.substr(0, kRoundTripBytes);
+  if (lines.size() < text.size()) {
+    const size_t newline = lines.rfind('\n');
+    if (newline != std::string::npos) {
+      lines.resize(newline + 1);
+    }
+  }
+  const auto back = tokenizer.decode(tokenizer.encode(lines));
+  if (back == lines) {
+    return;
+  }
+  size_t k = 0;
+  while (k < back.size() && k < lines.size() && back[k] == lines[k]) {
+    ++k;
+  }
+  TORCH_WARN(quoted(tokenizer.origin()), " does not give the text of ",
+             quoted(path), " back as it is: from byte ", k, ", ",
+             quoted(visible(lines.substr(k, 16))), " comes back as ",
+             quoted(visible(back.substr(k, 16))),
+             ". The model learns, and the samples show, the text as the "
+             "tokenizer changes it; a tokenizer trained without "
+             "normalization and with byte fallback (train_sentencepiece()'s "
+             "defaults, and docs/gpt.md's spm_train command) keeps it.");
+}
+
+} // namespace
+
+int64_t text_split_point(const torch::Tensor& bytes,
+                         double validation_fraction) {
+  TORCH_CHECK(validation_fraction > 0 && validation_fraction < 1,
+              "lamp::data::text_split_point: validation_fraction must be in "
+              "(0, 1), got ",
+              validation_fraction, ".");
+  TORCH_CHECK(bytes.dim() == 1 && bytes.scalar_type() == torch::kUInt8,
+              "lamp::data::text_split_point: bytes must be uint8 [n], got ",
+              bytes.scalar_type(), " ", bytes.sizes(), ".");
+  const int64_t n = bytes.size(0);
+  auto split = static_cast<int64_t>(
+      std::floor((1.0 - validation_fraction) * static_cast<double>(n)));
+  const auto cpu = bytes.cpu().contiguous();
+  const auto* p = cpu.data_ptr<uint8_t>();
+  // A well-formed character has at most 3 continuation bytes; past them
+  // the text is not UTF-8 there, and any point is as good as another.
+  for (int k = 0; k < 3 && split < n && utf8_continuation(p[split]); ++k) {
+    ++split;
+  }
+  return split;
+}
+
+TextData tokenized_text_windows(const torch::Tensor& bytes,
+                                const std::string& path,
+                                const SentencePiece& tokenizer, int64_t context,
+                                double validation_fraction) {
+  const char* caller = "lamp::data::tokenized_text_windows";
+  TORCH_CHECK(context >= 1, caller, ": context must be >= 1, got ", context,
+              ".");
+  TORCH_CHECK(!tokenizer.empty(), caller, ": the tokenizer holds no model.");
+  TextData data;
+  data.bytes = bytes.size(0);
+  data.train_bytes = text_split_point(bytes, validation_fraction);
+  data.validation_bytes = data.bytes - data.train_bytes;
+  const auto cpu = bytes.cpu().contiguous();
+  const auto* p = reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>());
+  const auto dtype = token_dtype(tokenizer.vocab_size());
+  const std::string train_text(p, static_cast<size_t>(data.train_bytes));
+  warn_unless_round_trip(tokenizer, train_text, path);
+  const auto train_ids = tokenizer.encode(train_text).to(dtype);
+  const auto validation_ids =
+      tokenizer
+          .encode(std::string(p + data.train_bytes,
+                              static_cast<size_t>(data.validation_bytes)))
+          .to(dtype);
+  data.train_tokens = train_ids.size(0);
+  data.validation_tokens = validation_ids.size(0);
+  if (std::min(data.train_tokens, data.validation_tokens) < context + 1) {
+    TORCH_CHECK(
+        false, caller, ": ", quoted(path), " holds ", data.bytes,
+        " bytes, which ", quoted(tokenizer.origin()), " encodes into ",
+        data.train_tokens, " tokens for training and ", data.validation_tokens,
+        " for validation, but each part needs at least context + 1 "
+        "= ",
+        context + 1, " tokens; give a longer text, or a shorter context.");
+  }
+  data.train = text_windows(train_ids, context);
+  data.validation = text_windows(validation_ids, context);
+  return data;
+}
+
+struct SentencePiece::Impl {
+  std::unique_ptr<const detail::SentencePieceModel> model;
+  std::string origin;
+};
+
+namespace {
+
+// The module loaded, or why it could not be.
+struct LoadedModule {
+  const detail::SentencePieceModule* module = nullptr;
+  std::string error;
+};
+
+LoadedModule open_module() {
+  LoadedModule loaded;
+  if (!LAMP_WITH_SENTENCEPIECE) {
+    loaded.error =
+        "this lamp was built without SentencePiece; install it (apt-get "
+        "install libsentencepiece-dev pkg-config) and build lamp again "
+        "(CMake's LAMP_WITH_SENTENCEPIECE=AUTO finds it).";
+    return loaded;
+  }
+  // LAMP_SENTENCEPIECE_MODULE where set; else the installed module, else
+  // the one of the build tree lamp was built in.
+  std::vector<std::string> candidates;
+  if (const char* path = std::getenv("LAMP_SENTENCEPIECE_MODULE")) {
+    candidates.emplace_back(path);
+  } else {
+    candidates = {LAMP_SENTENCEPIECE_MODULE_INSTALLED,
+                  LAMP_SENTENCEPIECE_MODULE_BUILT};
+  }
+  std::string tried;
+  for (const auto& path : candidates) {
+    if (path.empty()) {
+      continue;
+    }
+    if (!internal::regular_file_exists(path)) {
+      tried += (tried.empty() ? "" : "; ") + quoted(path) + " does not exist";
+      continue;
+    }
+    // Its own symbols first (RTLD_DEEPBIND), none of them global
+    // (RTLD_LOCAL): see sentencepiece_module.h.
+    void* handle =
+        ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (handle == nullptr) {
+      const char* why = ::dlerror();
+      tried += (tried.empty() ? "" : "; ") + quoted(path) + ": " +
+               (why != nullptr ? why : "dlopen failed");
+      continue;
+    }
+    using Entry = const detail::SentencePieceModule* (*)();
+    auto entry = reinterpret_cast<Entry>(
+        ::dlsym(handle, detail::kSentencePieceModuleEntry));
+    const auto* module = entry != nullptr ? entry() : nullptr;
+    if (module == nullptr ||
+        module->version != detail::kSentencePieceModuleVersion) {
+      tried += (tried.empty() ? "" : "; ") + quoted(path) +
+               " is another lamp's module (another version)";
+      continue;
+    }
+    loaded.module = module; // never closed: models may outlive any owner
+    return loaded;
+  }
+  loaded.error =
+      "lamp's SentencePiece module (liblamp_sentencepiece.so) "
+      "could not be loaded: " +
+      tried +
+      ". Install lamp again (the liblamp-dev package holds it), "
+      "or point LAMP_SENTENCEPIECE_MODULE at the module.";
+  return loaded;
+}
+
+const detail::SentencePieceModule& module(const char* caller) {
+  static const LoadedModule loaded = open_module();
+  TORCH_CHECK(loaded.module != nullptr, caller, ": ", loaded.error);
+  return *loaded.module;
+}
+
+} // namespace
+
+bool sentencepiece_available() {
+  return LAMP_WITH_SENTENCEPIECE != 0;
+}
+
+SentencePiece SentencePiece::from_serialized(const std::string& bytes,
+                                             const std::string& origin) {
+  const char* caller = "lamp::data::SentencePiece";
+  const auto& api = module(caller);
+  TORCH_CHECK(!bytes.empty(), caller, ": ", quoted(origin),
+              " is empty; give a SentencePiece model (the .model file "
+              "spm_train writes).");
+  std::string error;
+  std::unique_ptr<const detail::SentencePieceModel> model(
+      api.load(bytes, &error));
+  TORCH_CHECK(model != nullptr, caller, ": ", quoted(origin),
+              " is not a SentencePiece model, or a damaged one (SentencePiece "
+              "says: ",
+              error,
+              "); give the .model file spm_train or Python's sentencepiece "
+              "wrote (not the .vocab beside it).");
+  auto impl = std::make_shared<Impl>();
+  impl->model = std::move(model);
+  impl->origin = origin;
+  return SentencePiece(std::move(impl));
+}
+
+SentencePiece SentencePiece::load(const std::string& path) {
+  const char* caller = "lamp::data::SentencePiece::load";
+  module(caller);
+  TORCH_CHECK(!path.empty(), caller,
+              ": the path is empty; give a SentencePiece model file.");
+  const auto kind = internal::path_kind(path);
+  TORCH_CHECK(kind != internal::PathKind::kMissing, caller, ": ", quoted(path),
+              " does not exist; give a SentencePiece model (the .model file "
+              "spm_train writes).");
+  TORCH_CHECK(kind == internal::PathKind::kFile, caller, ": ", quoted(path),
+              " is not a regular file; give a SentencePiece model (the "
+              ".model file spm_train writes).");
+  return from_serialized(::lamp::detail::read_regular_file(path), path);
+}
+
+void SentencePiece::save(const std::string& path) const {
+  write_file_atomically(path, serialized());
+}
+
+const detail::SentencePieceModel& SentencePiece::model() const {
+  TORCH_CHECK(!empty(), "lamp::data::SentencePiece: no model loaded.");
+  return *impl_->model;
+}
+
+int64_t SentencePiece::vocab_size() const {
+  return model().size();
+}
+
+const std::string& SentencePiece::origin() const {
+  model();
+  return impl_->origin;
+}
+
+std::string SentencePiece::describe() const {
+  const auto& m = model();
+  int64_t bytes = 0;
+  for (int id = 0; id < m.size(); ++id) {
+    bytes += m.is_byte(id) ? 1 : 0;
+  }
+  std::string text = std::to_string(m.size()) + " pieces";
+  if (bytes > 0) {
+    text += ", " + std::to_string(bytes) + " of them bytes (byte fallback)";
+  }
+  return text;
+}
+
+torch::Tensor SentencePiece::encode(const std::string& text) const {
+  std::vector<int> ids;
+  std::string error;
+  TORCH_CHECK(model().encode(text, &ids, &error),
+              "lamp::data::SentencePiece::encode: ", quoted(impl_->origin),
+              " failed on a text of ", text.size(), " bytes: ", error);
+  auto out = torch::empty({static_cast<int64_t>(ids.size())}, torch::kLong);
+  std::copy(ids.begin(), ids.end(), out.data_ptr<int64_t>());
+  return out;
+}
+
+std::string SentencePiece::decode(const torch::Tensor& ids) const {
+  const auto& m = model();
+  TORCH_CHECK(ids.dim() == 1 && !ids.is_floating_point() && !ids.is_complex() &&
+                  ids.scalar_type() != torch::kBool,
+              "lamp::data::SentencePiece::decode: ids must be integers [n], "
+              "got ",
+              ids.scalar_type(), " ", ids.sizes(), ".");
+  const auto values = ids.to(torch::kCPU, torch::kLong).contiguous();
+  const auto* p = values.data_ptr<int64_t>();
+  const int64_t size = m.size();
+  std::string text;
+  std::vector<int> run; // ids the model knows, decoded together
+  const auto flush = [&] {
+    if (run.empty()) {
+      return;
+    }
+    std::string piece, error;
+    TORCH_CHECK(m.decode(run, &piece, &error),
+                "lamp::data::SentencePiece::decode: ", quoted(impl_->origin),
+                " failed: ", error);
+    text += piece;
+    run.clear();
+  };
+  for (int64_t i = 0; i < values.size(0); ++i) {
+    if (p[i] >= 0 && p[i] < size) {
+      run.push_back(static_cast<int>(p[i]));
+    } else {
+      flush();
+      text += "<" + std::to_string(p[i]) + ">";
+    }
+  }
+  flush();
+  return text;
+}
+
+std::string SentencePiece::serialized() const {
+  return model().serialized();
+}
+
+SentencePiece train_sentencepiece(const std::string& text,
+                                  const SentencePieceTrainOptions& options,
+                                  const std::string& origin) {
+  const char* caller = "lamp::data::train_sentencepiece";
+  const auto& api = module(caller);
+  TORCH_CHECK(text.find_first_not_of('\n') != std::string::npos, caller, ": ",
+              origin,
+              " is empty (no line with text); give a text to train "
+              "the tokenizer on.");
+  TORCH_CHECK(
+      options.model_type() == "bpe" || options.model_type() == "unigram",
+      caller, ": model_type must be \"bpe\" or \"unigram\", got \"",
+      options.model_type(), "\".");
+  TORCH_CHECK(
+      options.character_coverage() > 0 && options.character_coverage() <= 1,
+      caller, ": character_coverage must be in (0, 1], got ",
+      options.character_coverage(), ".");
+  TORCH_CHECK(options.threads() >= 1, caller, ": threads must be >= 1, got ",
+              options.threads(), ".");
+  // <unk>, <s>, </s>, and with byte fallback the 256 bytes.
+  const int64_t smallest = 3 + (options.byte_fallback() ? 256 : 0) + 1;
+  TORCH_CHECK(options.vocab_size() >= smallest &&
+                  options.vocab_size() <= (int64_t{1} << 30),
+              caller, ": vocab_size ", options.vocab_size(),
+              " is out of range; give at least ", smallest,
+              " (the control pieces",
+              options.byte_fallback() ? ", the 256 byte pieces" : "",
+              " and one more).");
+  const std::vector<std::pair<std::string, std::string>> arguments = {
+      {"model_type", options.model_type()},
+      {"vocab_size", std::to_string(options.vocab_size())},
+      {"character_coverage", std::to_string(options.character_coverage())},
+      {"byte_fallback", options.byte_fallback() ? "true" : "false"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"split_digits", "true"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+      {"num_threads", std::to_string(options.threads())},
+      // Its progress lines are not lamp's to print; errors come back as
+      // the status.
+      {"minloglevel", "2"}};
+  std::string serialized, error;
+  TORCH_CHECK(
+      api.train(text, arguments, kMaxSentenceBytes, &serialized, &error),
+      caller, ": SentencePiece could not train a model of ",
+      options.vocab_size(), " pieces on ", origin, " (", text.size(),
+      " bytes): ", error,
+      ". Give a vocabulary size in the range it names, or a longer "
+      "text.");
+  return SentencePiece::from_serialized(serialized,
+                                        "a model trained from " + origin);
+}
+
+} // namespace data
+} // namespace lamp

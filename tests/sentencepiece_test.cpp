@@ -253,14 +253,17 @@ TEST(SentencePiece, TrainingRefusesBadOptions) {
 // naming the first difference.
 TEST(SentencePiece, CutsATextIntoWindowsOfTokenIds) {
   LAMP_SKIP_WITHOUT_SENTENCEPIECE();
-  // 9 ASCII bytes then "é" (2 bytes): 90% of 20 bytes falls on byte 18.
-  std::string text = "aaaaaaaaaaaaaaaaaaé";
+  // 17 ASCII bytes, "é" (bytes 17 and 18), "b": 90% of 20 bytes falls on
+  // é's second byte, and the split moves past it.
+  std::string text = std::string(17, 'a') + "é" + "b";
   ASSERT_EQ(text.size(), 20u);
   auto bytes = torch::from_blob(text.data(), {20}, torch::kUInt8).clone();
-  EXPECT_EQ(lamp::data::text_split_point(bytes, 0.1), 18);
-  bytes[18] = 'b';
-  bytes[19] = 0xA9; // a stray continuation byte: 18 is a character's start
-  EXPECT_EQ(lamp::data::text_split_point(bytes, 0.15), 17);
+  EXPECT_EQ(lamp::data::text_split_point(bytes, 0.1), 19);
+  EXPECT_EQ(lamp::data::text_split_point(bytes, 0.15), 17); // é's first
+  // Not UTF-8 (a run of continuation bytes): at most 3 steps.
+  auto stray = torch::full({20}, 'a', torch::kUInt8);
+  stray.slice(0, 16, 20).fill_(0x80);
+  EXPECT_EQ(lamp::data::text_split_point(stray, 0.2), 19);
   EXPECT_NE(error_of([&] {
               lamp::data::text_split_point(bytes, 1.0);
             }).find("validation_fraction must be in (0, 1)"),

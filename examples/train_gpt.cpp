@@ -292,10 +292,12 @@ torch::Tensor prompt_ids(const GptFlags& flags) {
   }
   if (!flags.tokenizer.empty()) {
     auto ids = flags.tokenizer.encode(prompt);
-    TORCH_CHECK(ids.size(0) > 0, "the prompt '",
-                lamp::data::escape_text(prompt) == "\n"
-                    ? std::string("\\n")
-                    : lamp::data::escape_text(prompt),
+    // The default prompt is "\n": shown as the two characters.
+    std::string shown;
+    for (const char c : lamp::data::escape_text(prompt)) {
+      shown += c == '\n' ? std::string("\\n") : std::string(1, c);
+    }
+    TORCH_CHECK(ids.size(0) > 0, "the prompt '", shown,
                 "' encodes to no token with ", flags.tokenizer.origin(),
                 " (a tokenizer that normalizes the text drops newlines and "
                 "spaces); give --prompt with words in it.");
@@ -389,8 +391,8 @@ int64_t print_samples(
   return generated;
 }
 
-// --tokenizer's model, loaded; refused where the model cannot take its
-// ids (a --vocab-size below its pieces).
+// --tokenizer's model, loaded (the caller checks that the model's
+// vocabulary holds its pieces); the text is then token ids, not bytes.
 void load_tokenizer(GptFlags& flags) {
   flags.tokenizer = lamp::data::SentencePiece::load(flags.tokenizer_path);
   flags.byte_text = false;

@@ -66,7 +66,14 @@ struct Config {
   int64_t gpt_layers = 6;
   int64_t gpt_heads = 6;
   int64_t gpt_width = 384;
+  int64_t gpt_vocab = 256;
   int64_t context = 256;
+  // --gpt-shape: a named shape that sets the four above and the context.
+  std::string gpt_shape;
+  bool fused_head_loss = false;
+  // --peak-tflops: the MFU's denominator where lamp::peak_flops() has no
+  // entry for the device (a CPU); 0: the table's.
+  double peak_tflops = 0;
   // --attention: the only backend scaled_dot_product_attention may use, or
   // "default" for LibTorch's choice.
   std::string attention = "default";
@@ -85,8 +92,10 @@ lamp::models::GPTOptions gpt_options(const Config& c) {
       .layers(c.gpt_layers)
       .heads(c.gpt_heads)
       .width(c.gpt_width)
+      .vocab_size(c.gpt_vocab)
       .context(c.context)
-      .dropout(0);
+      .dropout(0)
+      .fused_head_loss(c.fused_head_loss);
 }
 
 // The GPT's optimizer: train_gpt's recipe, nanoGPT's for its character
@@ -258,6 +267,8 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["gpt_layers"] = c.gpt_layers;
     result["gpt_heads"] = c.gpt_heads;
     result["gpt_width"] = c.gpt_width;
+    result["vocab_size"] = c.gpt_vocab;
+    result["fused_head_loss"] = c.fused_head_loss;
     result["attention"] = c.attention;
   }
   result["fused_bn"] = c.fused_bn;
@@ -310,7 +321,8 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
   const auto on_device_long =
       torch::TensorOptions().device(device).dtype(torch::kLong);
   const auto images =
-      gpt ? torch::randint(0, 256, {c.batch_size, c.context}, on_device_long)
+      gpt ? torch::randint(0, c.gpt_vocab, {c.batch_size, c.context},
+                           on_device_long)
           : step->cast_input(
                 torch::randn({c.batch_size, channels, side, side},
                              torch::TensorOptions().device(device))
@@ -318,12 +330,16 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
                                     ? torch::MemoryFormat::ChannelsLast
                                     : torch::MemoryFormat::Contiguous));
   const auto labels =
-      gpt ? torch::randint(0, 256, {c.batch_size, c.context}, on_device_long)
+      gpt ? torch::randint(0, c.gpt_vocab, {c.batch_size, c.context},
+                           on_device_long)
           : torch::randint(0, 10, {c.batch_size}, on_device_long);
   const auto batch_loss = [&](const torch::Tensor& x, const torch::Tensor& y) {
     // The forward phase of a profiled step (a no-op without a profiler).
     RECORD_USER_SCOPE(lamp_bench::kForwardScope);
-    return lamp::training::classifier_loss(forward(x), y);
+    // --fused-head-loss: the GPT's head and loss together (the trainer's
+    // TrainerOptions::training_loss).
+    return model.loss ? model.loss(x, y)
+                      : lamp::training::classifier_loss(forward(x), y);
   };
   // The batch form of step(): the one a CUDA graph can capture (eager
   // otherwise, the same work).
@@ -405,6 +421,19 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["tokens_per_second"] =
         images_per_second * static_cast<double>(c.context);
   }
+  // Model FLOPs utilisation: the model's FLOP/s over the device's dense peak
+  // for the precision (lamp::peak_flops(), or --peak-tflops); null where
+  // neither knows it.
+  const double peak =
+      c.peak_tflops > 0
+          ? c.peak_tflops * 1e12
+          : lamp::peak_flops(lamp::device_name(device),
+                             lamp::parse_precision(precision_name));
+  result["peak_tflops"] =
+      peak > 0 ? nlohmann::json(peak / 1e12) : nlohmann::json(nullptr);
+  result["mfu"] =
+      peak > 0 ? nlohmann::json(result["tflops"].get<double>() * 1e12 / peak)
+               : nlohmann::json(nullptr);
   result["skipped_steps"] = step->scaler().steps_skipped();
   result["optimizer"] = gpt ? std::string("adamw") : c.optimizer;
   result["cuda_graph"] = c.cuda_graph;
@@ -618,20 +647,47 @@ int main(int argc, char** argv) {
           },
           ""))
       ->capture_default_str();
-  app.add_option("--gpt-layers", c.gpt_layers, "--model gpt: blocks")
+  auto* shape_flags = app.add_option_group("GPT shape");
+  shape_flags->add_option("--gpt-layers", c.gpt_layers, "--model gpt: blocks")
       ->check(lamp_examples::integer_in(1, 1000))
       ->capture_default_str();
-  app.add_option("--gpt-heads", c.gpt_heads,
-                 "--model gpt: attention heads (dividing --gpt-width)")
+  shape_flags
+      ->add_option("--gpt-heads", c.gpt_heads,
+                   "--model gpt: attention heads (dividing --gpt-width)")
       ->check(lamp_examples::integer_in(1, 1000))
       ->capture_default_str();
-  app.add_option("--gpt-width", c.gpt_width, "--model gpt: embedding width")
+  shape_flags
+      ->add_option("--gpt-width", c.gpt_width, "--model gpt: embedding width")
       ->check(lamp_examples::integer_in(1, 1 << 16))
       ->capture_default_str();
-  app.add_option("--context", c.context,
-                 "--model gpt: tokens per sequence (--batch-size sequences)")
+  shape_flags
+      ->add_option("--gpt-vocab", c.gpt_vocab,
+                   "--model gpt: vocabulary (random token ids below it)")
+      ->check(lamp_examples::integer_in(1, 1 << 24))
+      ->capture_default_str();
+  auto* shape =
+      app.add_option(
+             "--gpt-shape", c.gpt_shape,
+             "--model gpt: a named shape instead of the --gpt-* flags "
+             "and --context: small (6 layers, 6 heads, width 384, "
+             "vocab 256, context 256; the defaults) or gpt2-124m (12, "
+             "12, 768, 50304 = GPT-2's 50257 padded to 64, context 1024)")
+          ->check(CLI::IsMember({"small", "gpt2-124m"}));
+  app.add_flag("--fused-head-loss", c.fused_head_loss,
+               "--model gpt: the head and cross-entropy fused, a chunk of "
+               "positions at a time (GPTOptions::fused_head_loss)");
+  app.add_option("--peak-tflops", c.peak_tflops,
+                 "the device's dense peak TFLOP/s for the precision, for the "
+                 "mfu column where lamp::peak_flops() has no entry (a CPU); "
+                 "0: the table's")
+      ->check(lamp_examples::non_negative_real())
+      ->capture_default_str();
+  shape_flags
+      ->add_option("--context", c.context,
+                   "--model gpt: tokens per sequence (--batch-size sequences)")
       ->check(lamp_examples::integer_in(1, 1 << 20))
       ->capture_default_str();
+  shape_flags->excludes(shape);
   app.add_option("--attention", c.attention,
                  "--model gpt: the one attention kernel allowed (flash, "
                  "memory-efficient, cudnn, math), or default for "
@@ -712,6 +768,13 @@ int main(int argc, char** argv) {
       lamp_examples::parse_command_line(app, "lamp_bench", argc, argv);
   if (status >= 0) {
     return status;
+  }
+  if (c.gpt_shape == "gpt2-124m") {
+    c.gpt_layers = 12;
+    c.gpt_heads = 12;
+    c.gpt_width = 768;
+    c.gpt_vocab = 50304;
+    c.context = 1024;
   }
   // A closed pipe fails the next print instead of killing the run before
   // --json is written; a write beyond `ulimit -f` fails with EFBIG.

@@ -7,7 +7,7 @@ captured in one CUDA graph (see TOOLS).
 
 Models: the CIFAR-style ResNet18/34/50 (3x3 stem, stride 1, no max-pool), the
 MNIST CNN and a GPT over bytes (nanoGPT's layout, lamp::models::GPT: --model
-gpt with --gpt-layers, --gpt-heads, --gpt-width, --context), with lamp's
+gpt with --gpt-layers, --gpt-heads, --gpt-width, --context, --gpt-vocab), with lamp's
 module names and parameter counts (checked at startup). Data: one fixed
 synthetic batch, already on the device (for gpt, random byte tokens and
 targets [batch, context]). Step: zero_grad(set_to_none), forward,
@@ -1033,7 +1033,8 @@ def gpt_shape(args):
     if args.model != "gpt":
         return None
     return GPTShape(layers=args.gpt_layers, heads=args.gpt_heads,
-                    width=args.gpt_width, context=args.context)
+                    width=args.gpt_width, context=args.context,
+                    vocab_size=args.gpt_vocab)
 
 
 def run_configuration(args, precision, tf32_defaults):
@@ -1443,6 +1444,9 @@ def parse_args(argv):
                         help="gpt: tokens per sequence, the position "
                              "embedding's length (default %d)"
                              % defaults.context)
+    parser.add_argument("--gpt-vocab", type=positive_int, default=None,
+                        help="gpt: vocabulary, random token ids below it "
+                             "(default %d)" % defaults.vocab_size)
     parser.add_argument("--precision", type=precision_list, default=["fp32"],
                         help="comma-separated list of " + ", ".join(PRECISIONS))
     parser.add_argument("--channels-last", action="store_true",
@@ -1522,7 +1526,8 @@ def parse_args(argv):
                      "torch %s" % torch.__version__)
     gpt_flags = {"--gpt-layers": args.gpt_layers,
                  "--gpt-heads": args.gpt_heads,
-                 "--gpt-width": args.gpt_width, "--context": args.context}
+                 "--gpt-width": args.gpt_width, "--context": args.context,
+                 "--gpt-vocab": args.gpt_vocab}
     if args.model == "gpt":
         if args.channels_last or args.cudnn_benchmark:
             parser.error("--channels-last and --cudnn-benchmark are "
@@ -1533,6 +1538,7 @@ def parse_args(argv):
         args.gpt_heads = args.gpt_heads or defaults.heads
         args.gpt_width = args.gpt_width or defaults.width
         args.context = args.context or defaults.context
+        args.gpt_vocab = args.gpt_vocab or defaults.vocab_size
         if args.gpt_width % args.gpt_heads != 0:
             parser.error("--gpt-heads %d does not divide --gpt-width %d; "
                          "give a width that is a multiple of the heads"

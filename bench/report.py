@@ -99,7 +99,9 @@ def read_manifest(path):
                     if result["precision"] == precision and \
                             result.get("tool", tool) == tool:
                         entry = dict(result, status="ok")
-                shape = tuple(entry.get(f) for f in GPT_SHAPE)
+                # Results without a vocabulary were of bytes.
+                shape = tuple(entry.get(f) for f in GPT_SHAPE) + (
+                    entry.get("vocab_size") or 256,)
                 if model == "gpt" and shape[0] is not None and \
                         shapes.setdefault(key, shape) != shape:
                     sys.exit("report.py: two GPT shapes, %s and %s, share "
@@ -188,9 +190,11 @@ def model_text(key, row):
         return key[0]
     for entry in row.values():
         if isinstance(entry, dict) and entry.get("gpt_layers"):
-            return "gpt (%d layers, %d heads, width %d, context %d)" % (
-                entry["gpt_layers"], entry["gpt_heads"], entry["gpt_width"],
-                entry["context"])
+            return "gpt (%d layers, %d heads, width %d, context %d, "\
+                "vocab %d)" % (
+                    entry["gpt_layers"], entry["gpt_heads"],
+                    entry["gpt_width"], entry["context"],
+                    entry.get("vocab_size") or 256)
     return key[0]
 
 
@@ -298,26 +302,37 @@ def mode_text(key):
     return ", ".join(parts)
 
 
+def best_mfu(row):
+    """The highest model FLOPs utilisation among the row's usable lamp
+    results (lamp_bench's `mfu`: the model's FLOP/s over the device's dense
+    peak for the precision), as a percentage; '-' where none recorded one
+    (a CPU, a GPU without a known peak)."""
+    values = [row[t]["mfu"] for t in LAMP_TOOLS
+              if usable(row.get(t)) and row[t].get("mfu") is not None]
+    return "%.1f%%" % (100 * max(values)) if values else "-"
+
+
 def main_table(rows, order, present, notes):
     lines = [
         "| model | batch | mode | unit | %s | lamp vs eager, fused "
         "optimizer | lamp graph vs PyTorch graph | **best lamp vs best "
-        "PyTorch** | best PyTorch |" % " | ".join(TITLES[t] for t in present),
-        "|---|---|---|---|%s---|---|---|---|" % ("---|" * len(present)),
+        "PyTorch** | best PyTorch | best lamp MFU |"
+        % " | ".join(TITLES[t] for t in present),
+        "|---|---|---|---|%s---|---|---|---|---|" % ("---|" * len(present)),
     ]
     for key in order:
         row = rows[key]
         ratios = row_ratios(row)
         headline = times(ratios["best_lamp_vs_best_pytorch"])
         unit, scale = row_unit(key, row)
-        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             model_text(key, row), key[1], mode_text(key), unit,
             " | ".join(cell_rate(row.get(t), notes, scale)
                        for t in present),
             times(ratios["lamp_vs_pytorch_fused"]),
             times(ratios["lamp_graph_vs_pytorch_graph"]),
             "**%s**" % headline if headline != "-" else headline,
-            TITLES.get(ratios["best_pytorch"], "-")))
+            TITLES.get(ratios["best_pytorch"], "-"), best_mfu(row)))
     return lines
 
 

@@ -162,6 +162,11 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                "keep only each block's input for the backward, which runs "
                "the block again (the same gradients; less memory, about a "
                "third more compute)");
+  app.add_flag("--fused-head-loss", f.model.fused_head_loss(),
+               "compute the output head and the cross-entropy together, a "
+               "chunk of positions at a time, without the whole batch's "
+               "logits (the same loss to rounding; less memory where the "
+               "vocabulary is large)");
   app.add_flag("--no-kv-cache", f.no_kv_cache,
                "sample without the KV cache: every token computed over its "
                "whole window (slower; the same tokens)");

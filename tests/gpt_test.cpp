@@ -631,6 +631,65 @@ TEST(GptModel, TrainsOnTextWindowsThroughTheTrainer) {
   ::unlink(path.c_str());
 }
 
+TEST(GptModel, TheTrainerTrainsThroughTheFusedHeadLoss) {
+  // TrainerOptions::training_loss with GPTImpl::loss's fused head: called
+  // once per step, and the run ends where the unfused one does (FP32: the
+  // losses and gradients agree to rounding, so do the weights after a
+  // short run). Bytes at width 16: two chunks of 64 positions per batch.
+  std::string text;
+  for (int i = 0; i < 40; ++i) {
+    text += "the cat sat on the mat. ";
+  }
+  const auto path = write_file("fused_cats.txt", text);
+  const auto data = lamp::data::read_text_windows(path, 8);
+  ::unlink(path.c_str());
+  const auto train = [&](bool fused, int64_t* calls) {
+    torch::manual_seed(5);
+    auto built = lamp::models::make_gpt(tiny().fused_head_loss(fused));
+    auto options = lamp::training::TrainerOptions(lamp::Precision::kFP32)
+                       .epochs(2)
+                       .task(lamp::training::Task::language_model());
+    options.optimizer().name("adamw").lr(1e-2);
+    if (fused) {
+      EXPECT_TRUE(built.loss != nullptr);
+      options.training_loss([calls, loss = built.loss](const torch::Tensor& x,
+                                                       const torch::Tensor& y) {
+        ++*calls;
+        return loss(x, y);
+      });
+    }
+    lamp::training::Trainer trainer(
+        built.module, built.forward, tiny().name(),
+        lamp::data::DeviceLoader(
+            data.train, torch::kCPU,
+            lamp::data::LoaderOptions(16).dtype(torch::kLong)),
+        lamp::data::DeviceLoader(
+            data.validation, torch::kCPU,
+            lamp::data::LoaderOptions(8).shuffle(false).dtype(torch::kLong)),
+        options);
+    const auto stats = trainer.fit();
+    return std::make_pair(stats, built.module);
+  };
+  int64_t calls = 0;
+  const auto unfused = train(false, nullptr);
+  const auto fused = train(true, &calls);
+  int64_t steps = 0;
+  for (const auto& epoch : fused.first) {
+    steps += epoch.steps;
+  }
+  EXPECT_EQ(calls, steps);
+  EXPECT_GT(steps, 0);
+  EXPECT_NEAR(fused.first.back().train_loss, unfused.first.back().train_loss,
+              1e-4);
+  EXPECT_NEAR(fused.first.back().test_loss, unfused.first.back().test_loss,
+              1e-4);
+  const auto want = unfused.second->named_parameters();
+  for (const auto& p : fused.second->named_parameters()) {
+    SCOPED_TRACE(p.key());
+    EXPECT_TRUE(lamp_test::AllClose(p.value(), want[p.key()], 1e-3, 1e-4));
+  }
+}
+
 // ------------------------------------------------------------- sampling
 
 TEST(Generate, IsRepeatableBySeedAndGreedyAtTopKOne) {

@@ -264,6 +264,9 @@ Trainer build_trainer(const ProgramConfig& config, const RunSpec& spec,
   // SIGINT/SIGTERM: the trainer stops at the next step (stop_signals.h).
   options.stop_requested([] { return stop_signal() != 0; });
   options.task(spec.task);
+  if (model.loss) {
+    options.training_loss(model.loss); // a GPT's fused head and loss
+  }
   return Trainer(model.module, model.forward,
                  spec.model_name.empty() ? config.model : spec.model_name,
                  std::move(train_loader),

@@ -12,6 +12,7 @@
 #include "lamp/nn/attention.h"
 #include "lamp/nn/linear.h"
 #include "lamp/nn/rms_norm.h"
+#include "lamp/ops/linear_cross_entropy.h"
 
 namespace lamp {
 namespace models {
@@ -270,6 +271,25 @@ GPTImpl::GPTImpl(GPTOptions options) : options_(std::move(options)) {
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
+  const auto x = features(tokens);
+  // The output projection is the token embedding (tied weights).
+  return F::linear(x, wte->weight.to(x.scalar_type()));
+}
+
+torch::Tensor GPTImpl::loss(const torch::Tensor& tokens,
+                            const torch::Tensor& targets) {
+  TORCH_CHECK(targets.defined() && targets.sizes() == tokens.sizes(),
+              "lamp::models::GPT::loss: the targets (the next token of each "
+              "position) must have the tokens' shape ",
+              tokens.sizes(), ", got ",
+              targets.defined() ? targets.sizes() : c10::IntArrayRef{}, ".");
+  const auto x = features(tokens);
+  return options_.fused_head_loss()
+             ? ops::linear_cross_entropy(x, wte->weight, targets)
+             : ops::linear_cross_entropy_reference(x, wte->weight, targets);
+}
+
+torch::Tensor GPTImpl::features(const torch::Tensor& tokens) {
   const char* who = "lamp::models::GPT::forward";
   TORCH_CHECK(
       !tokens.is_floating_point() && !tokens.is_complex(), who,
@@ -315,15 +335,21 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   if (cache_ != nullptr) {
     cache_->advance(t);
   }
-  x = ln_f.forward(x);
-  // The output projection is the token embedding (tied weights).
-  return F::linear(x, wte->weight.to(x.scalar_type()));
+  return ln_f.forward(x);
 }
 
 NamedModel make_gpt(const GPTOptions& options) {
   GPT gpt(options);
-  return {gpt.ptr(),
-          [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); }};
+  NamedModel model{gpt.ptr(), [gpt](const torch::Tensor& x) mutable {
+                     return gpt->forward(x);
+                   }};
+  if (options.fused_head_loss()) {
+    model.loss = [gpt](const torch::Tensor& x,
+                       const torch::Tensor& targets) mutable {
+      return gpt->loss(x, targets);
+    };
+  }
+  return model;
 }
 
 int64_t gpt_parameter_count(const GPTOptions& o) {

@@ -501,7 +501,8 @@ bool Trainer::train_epoch(
       result = step_->step(
           batch.inputs, batch.targets,
           [&](const torch::Tensor& inputs, const torch::Tensor& targets) {
-            return task.loss(forward_(inputs), targets);
+            return o.training_loss() ? o.training_loss()(inputs, targets)
+                                     : task.loss(forward_(inputs), targets);
           });
     };
     if (numerics_) {

@@ -154,8 +154,8 @@ class Report(unittest.TestCase):
                                16030.0 / 17000.0)
         cells = self.table_row(None, "| resnet50 | 512 | amp,")
         self.assertIn("19100 (1.0%) garbage: non-finite params", cells)
-        self.assertEqual(cells[-2:], ["**0.94x**", report.TITLES[
-            "pytorch-compile-ro-fused"]])
+        self.assertEqual(cells[-3:], ["**0.94x**", report.TITLES[
+            "pytorch-compile-ro-fused"], "-"])
 
     def test_spread_over_5_percent_is_flagged(self):
         entry = self.row["pytorch-compile-ro-fused"]
@@ -193,7 +193,8 @@ GPT_KEY = ("gpt", 16, "amp-bf16", False, False)
 GPT_SHAPE = {"model": "gpt", "batch_size": 16, "channels_last": False,
              "cudnn_benchmark": False, "gpt_layers": 6, "gpt_heads": 6,
              "gpt_width": 384, "context": 1024}
-GPT_ROW = "| gpt (6 layers, 6 heads, width 384, context 1024) | 16 |"
+GPT_ROW = ("| gpt (6 layers, 6 heads, width 384, context 1024, vocab 256) "
+           "| 16 |")
 
 
 def gpt(rates, tool=None, precision="amp-bf16", **extra):
@@ -237,6 +238,8 @@ class GPTRows(unittest.TestCase):
                                       "31744 (6.5%) " + report.NOISY_MARK,
                                       "25600 (8.0%) " + report.NOISY_MARK])
         self.assertEqual(cells[6], "1.24x")
+        # No MFU recorded (a peak-less device): '-'.
+        self.assertEqual(cells[-1], "-")
         resnet = next(l for l in lines if l.startswith("| resnet50 |"))
         self.assertIn("| amp, channels_last, cudnn.benchmark | img/s | 15900",
                       resnet)
@@ -275,6 +278,26 @@ class GPTRows(unittest.TestCase):
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         self.assertEqual(cells[2:], ["lamp (CUDA graph)", "tokens/s", "40960",
                                      "53248", "1.30x"])
+
+    def test_best_lamp_mfu_and_the_vocabulary(self):
+        # The MFU column takes the best of lamp's usable results, never a
+        # PyTorch tool's; the model names its vocabulary.
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp"], [gpt([30.0], mfu=0.125, vocab_size=50304)],
+                        key=GPT_KEY)
+            fixture.add(["lamp-graph"],
+                        [gpt([31.0], mfu=0.1875, vocab_size=50304)],
+                        key=GPT_KEY)
+            fixture.add(["pytorch-fused"],
+                        [gpt([40.0], "pytorch-fused", mfu=0.5,
+                             vocab_size=50304)], key=GPT_KEY)
+            lines, _ = self.build(fixture)
+        row = next(l for l in lines if l.startswith(
+            "| gpt (6 layers, 6 heads, width 384, context 1024, vocab 50304)"))
+        self.assertEqual(row.strip("|").split("|")[-1].strip(), "18.8%")
+        header = next(l for l in lines if l.startswith("| model |"))
+        self.assertTrue(header.endswith("| best lamp MFU |"), header)
 
     def test_two_gpt_shapes_in_one_row_are_refused(self):
         with tempfile.TemporaryDirectory() as tmp:

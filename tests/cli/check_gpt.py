@@ -27,6 +27,9 @@
   check_gpt.py mfu TRAIN_GPT WORK_DIR
       MFU in the epoch line and record against --peak-tflops, null on a CPU
       without it; a bad --peak-tflops refused
+  check_gpt.py fused-head-loss TRAIN_GPT WORK_DIR
+      --fused-head-loss gives the unfused run's losses to rounding at a
+      64 MiB lower peak memory (vocabulary 32,768)
   check_gpt.py threads TRAIN_GPT WORK_DIR
       --threads, OMP_NUM_THREADS and the default (the physical cores) in
       the header and the run record
@@ -988,6 +991,40 @@ def tokenizer(train_gpt, work, gpt_md):
           f"sample {sample[:40]!r}")
 
 
+def fused_head_loss(train_gpt, work):
+    """--fused-head-loss: the loss of the unfused run to rounding, and the
+    logits of the whole batch never held. At a vocabulary of 32,768 and
+    width 32 the unfused step holds the batch's 512 x 32,768 logits in FP32
+    several times over (the logits, the log-probabilities, their gradient:
+    64 MiB each); the fused one 64-row chunks (8 MiB) and the weight's FP32
+    gradient (4 MiB). The evaluation's batch is one window, so that its
+    logits (4 MiB) do not set the peak."""
+    text = make_text(work)
+    base = [train_gpt, "--data", text, "--precision", "fp32", "--epochs", "1",
+            "--max-steps", "4", "--seed", "5", "--vocab-size", "32768",
+            "--batch-size", "16", "--eval-batch-size", "1",
+            "--sample-tokens", "0", "--no-progress"] + SHAPE
+    epochs = {}
+    for name, extra in (("unfused", []), ("fused", ["--fused-head-loss"])):
+        log = fresh(work, f"{name}.jsonl")
+        expect_success(base + ["--log-json", log] + extra)
+        epochs[name] = records(log)[-1]
+    unfused, fused = epochs["unfused"], epochs["fused"]
+    for key in ("train_loss", "test_loss"):
+        if abs(fused[key] - unfused[key]) > 1e-4 * abs(unfused[key]):
+            fail(f"{key}: {fused[key]} fused, {unfused[key]} unfused: more "
+                 f"than FP32 rounding apart")
+    saved = unfused["peak_memory_bytes"] - fused["peak_memory_bytes"]
+    if saved < 64 << 20:
+        fail(f"the fused head's peak memory {fused['peak_memory_bytes']} is "
+             f"not 64 MiB below the unfused {unfused['peak_memory_bytes']}: "
+             f"are the batch's logits still computed?")
+    print(f"  loss {fused['train_loss']:.6f} fused, "
+          f"{unfused['train_loss']:.6f} unfused; peak memory "
+          f"{fused['peak_memory_bytes'] / 2**20:.1f} MiB fused, "
+          f"{unfused['peak_memory_bytes'] / 2**20:.1f} MiB unfused")
+
+
 def mfu(train_gpt, work):
     """Model FLOPs utilisation: the model's training FLOPs per second
     (nanoGPT's estimate: per token 6 N + 12 layers context width, N the
@@ -1105,6 +1142,8 @@ def main(argv):
         threads(train_gpt, work)
     elif command == "mfu":
         mfu(train_gpt, work)
+    elif command == "fused-head-loss":
+        fused_head_loss(train_gpt, work)
     elif command == "sample-only":
         sample_only(train_gpt, work)
     elif command == "token-files":

@@ -70,6 +70,14 @@ struct GPTOptions {
   /// About a third more compute for the blocks' activations' memory. Not
   /// part of name(): the weights and results are the same either way.
   TORCH_ARG(bool, activation_checkpointing) = false;
+  /// GPTImpl::loss() computes the output head and the cross-entropy
+  /// together, a chunk of positions at a time (lamp::ops::
+  /// linear_cross_entropy()): the logits of the whole batch ([B, T,
+  /// vocab], with their FP32 copy and log-probabilities) never exist, and
+  /// the backward of the head is done in the same pass. The loss and
+  /// gradients equal the unfused ones to rounding. forward() is unchanged.
+  /// Off by default until a GPU run has measured it. Not part of name().
+  TORCH_ARG(bool, fused_head_loss) = false;
 
  public:
   /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)", with
@@ -215,6 +223,20 @@ class GPTImpl : public torch::nn::Module {
   /// included). The ids must be below vocab_size (not checked here, which
   /// would wait for the device every step).
   torch::Tensor forward(const torch::Tensor& tokens);
+
+  /// What forward() computes before the output head: the final norm's
+  /// output [B, T, width] (forward() is F::linear of it with wte's
+  /// weight). The same checks and KV cache as forward().
+  torch::Tensor features(const torch::Tensor& tokens);
+
+  /// The next-token cross-entropy, an FP32 mean over every position:
+  /// `targets` [B, T] (integers) are the tokens after `tokens`' [B, T].
+  /// With GPTOptions::fused_head_loss, lamp::ops::linear_cross_entropy()
+  /// of features() and wte's weight, else the head's logits and
+  /// cross_entropy (what training::Task::language_model().loss() of
+  /// forward() gives). The trainer's TrainerOptions::training_loss.
+  /// Throws c10::Error when the targets' shape is not the tokens'.
+  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
 
   /// The shape it was built with.
   const GPTOptions& options() const { return options_; }

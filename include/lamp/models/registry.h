@@ -27,6 +27,13 @@ struct NamedModel {
   /// Images [N, C, H, W] -> [N, num_classes]: log-probabilities for "cnn",
   /// logits for the ResNets.
   std::function<torch::Tensor(const torch::Tensor&)> forward;
+  /// The training loss from inputs and targets, where the model computes
+  /// it together with its head (make_gpt() with
+  /// GPTOptions::fused_head_loss: GPTImpl::loss()); for
+  /// training::TrainerOptions::training_loss. Unset for the others: the
+  /// task's loss of the forward.
+  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>
+      loss = nullptr;
 };
 
 /// "cnn" (MnistCNN), then resnet_names() ("resnet18" ... "resnet152").

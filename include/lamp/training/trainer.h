@@ -229,6 +229,16 @@ struct TrainerOptions {
   /// from SIGINT/SIGTERM: make it cheap and async-signal-safe to feed (read a
   /// flag a signal handler sets). Unset: fit() runs to the end.
   TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
+  /// The training step's loss from the inputs and targets, in place of
+  /// `task().loss(forward(inputs), targets)`: a model that computes its
+  /// head and loss together (models::GPTImpl::loss() with
+  /// GPTOptions::fused_head_loss, which never holds the whole batch's
+  /// logits). It must compute that loss (an FP32 mean); it runs inside the
+  /// step, under its autocast. The evaluation still uses the forward and
+  /// task().loss(). Unset: the task's loss of the forward.
+  TORCH_ARG(
+      std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>,
+      training_loss) = nullptr;
 };
 
 /// Where fit() stopped when TrainerOptions::stop_requested asked it to.

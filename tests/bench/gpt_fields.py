@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""lamp_bench --model gpt's shape flags and its MFU field.
+
+Usage: gpt_fields.py LAMP_BENCH WORK_DIR
+
+- --gpt-vocab and --fused-head-loss reach the model and the JSON record
+  (vocab_size, fused_head_loss);
+- mfu is tflops over --peak-tflops, and null without a known peak (a CPU);
+- --gpt-shape is refused beside a shape flag, naming it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+
+def fail(message):
+    print("FAILED: " + message)
+    sys.exit(1)
+
+
+def bench(lamp_bench, json_path, *extra):
+    args = [lamp_bench, "--model", "gpt", "--device", "cpu", "--precision",
+            "fp32", "--batch-size", "2", "--warmup", "0", "--steps", "1",
+            "--json", json_path] + list(extra)
+    print("$ " + " ".join(args))
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        fail(f"exit {r.returncode}: {r.stderr.strip()!r}")
+    with open(json_path) as f:
+        return json.load(f)["results"][0]
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__)
+        return 2
+    lamp_bench, work = argv
+    os.makedirs(work, exist_ok=True)
+    tiny = ["--gpt-layers", "1", "--gpt-heads", "2", "--gpt-width", "32",
+            "--context", "16", "--gpt-vocab", "1000"]
+    fused = bench(lamp_bench, os.path.join(work, "fused.json"), *tiny,
+                  "--fused-head-loss", "--peak-tflops", "2")
+    if fused["vocab_size"] != 1000 or fused["fused_head_loss"] is not True:
+        fail(f"the record lacks the vocabulary or the switch: {fused}")
+    if not (fused["tflops"] > 0 and
+            abs(fused["mfu"] - fused["tflops"] / 2) <= 1e-12 and
+            fused["peak_tflops"] == 2):
+        fail(f"mfu {fused['mfu']} is not tflops {fused['tflops']} over "
+             f"the peak 2")
+    plain = bench(lamp_bench, os.path.join(work, "plain.json"), *tiny)
+    if plain["fused_head_loss"] is not False or plain["mfu"] is not None or \
+            plain["peak_tflops"] is not None:
+        fail(f"without --peak-tflops a CPU has no peak and no MFU: {plain}")
+    # The same random batch and weights: the same loss to FP32 rounding.
+    if abs(plain["final_loss"] - fused["final_loss"]) > \
+            1e-5 * abs(plain["final_loss"]):
+        fail(f"final loss {fused['final_loss']} fused, "
+             f"{plain['final_loss']} unfused")
+    args = [lamp_bench, "--model", "gpt", "--gpt-shape", "gpt2-124m",
+            "--gpt-width", "512", "--device", "cpu"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if r.returncode == 0 or "--gpt-shape" not in r.stderr:
+        fail(f"--gpt-shape beside --gpt-width: exit {r.returncode}, "
+             f"{r.stderr!r}")
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

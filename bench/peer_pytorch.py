@@ -479,8 +479,9 @@ def make_grad_scaler(device):
 
 
 # ---------------------------------------------------------------------------
-# FP8 Linear layers: the twin of lamp::nn::float8_linear (src/nn/float8.cpp)
-# with current scaling, so that the benchmark compares like with like.
+# FP8 Linear layers: the twin of lamp::nn::float8_linear
+# (src/nn/float8_linear.cpp) with current scaling, so that the benchmark
+# compares like with like.
 # ---------------------------------------------------------------------------
 
 E4M3_MAX = 448.0

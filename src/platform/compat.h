@@ -46,7 +46,7 @@
 
 // Float8 dtypes (E4M3, E5M2) and at::_scaled_mm returning one tensor (2.5
 // on; 2.1 to 2.3 returned the output with an amax). lamp's FP8 layers
-// (src/nn/float8.cpp) need both; 1.13 has neither.
+// (src/nn/float8_*.cpp) need both; 1.13 has neither.
 #if TORCH_VERSION_MAJOR > 2 || \
     (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
 #define LAMP_TORCH_FLOAT8 1

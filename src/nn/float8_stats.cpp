@@ -1,0 +1,89 @@
+// The FP8 layers' steps and counters: the update of delayed scaling's
+// scales, and float8_stats().
+#include "lamp/nn/float8.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <tuple>
+#include <vector>
+
+#include "nn/float8_internal.h"
+
+namespace lamp {
+namespace nn {
+
+using namespace internal;
+
+void update_float8_scales(
+    torch::nn::Module& model,
+    const std::function<void(torch::Tensor&)>& all_reduce_max) {
+  std::vector<Float8StateImpl*> delayed;
+  for (auto* state : states_of(model)) {
+    if (state->recipe().scaling() == Float8Scaling::kDelayed) {
+      delayed.push_back(state);
+    }
+  }
+  if (delayed.empty()) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  if (all_reduce_max) {
+    std::vector<torch::Tensor> pending;
+    pending.reserve(delayed.size());
+    for (auto* state : delayed) {
+      pending.push_back(state->pending_amax);
+    }
+    auto all = torch::cat(pending);
+    all_reduce_max(all);
+    for (size_t i = 0; i < delayed.size(); ++i) {
+      delayed[i]->pending_amax.copy_(
+          all.narrow(0, static_cast<int64_t>(i) * kOperands, kOperands));
+    }
+  }
+  for (auto* state : delayed) {
+    const auto& recipe = state->recipe();
+    auto& history = state->amax_history;
+    // Newest in column 0; the oldest falls off the end.
+    history.copy_(torch::roll(history, /*shifts=*/1, /*dims=*/1));
+    history.select(1, 0).copy_(state->pending_amax);
+    const auto amax = recipe.amax_compute() == Float8AmaxCompute::kMax
+                          ? std::get<0>(history.max(/*dim=*/1))
+                          : history.select(1, 0);
+    // max / amax / 2^margin per operand, with host scalars only (no copy
+    // to the device: the update may be captured in a CUDA graph).
+    const double headroom = std::ldexp(1.0, static_cast<int>(recipe.margin()));
+    auto fresh = amax.reciprocal();
+    fresh.narrow(0, 0, 2).mul_(448.0 / headroom);   // input, weight: E4M3
+    fresh.narrow(0, 2, 1).mul_(57344.0 / headroom); // grad_output: E5M2
+    // An amax of 0 (a tensor not seen yet, or all zeros) keeps the scale;
+    // non-finite amaxes never enter the history (cast_operand).
+    state->scale.copy_(torch::where(amax > 0, fresh, state->scale));
+    state->pending_amax.zero_();
+  }
+}
+
+std::vector<Float8LayerStats> float8_stats(const torch::nn::Module& model) {
+  std::vector<Float8LayerStats> stats;
+  for (auto* state : states_of(model)) {
+    const auto counters = state->counters.to(torch::kCPU, torch::kDouble);
+    const auto c = counters.accessor<double, 2>();
+    Float8LayerStats s;
+    s.name = state->name();
+    for (int64_t i = 0; i < kOperands; ++i) {
+      s.saturated_casts.push_back(static_cast<int64_t>(c[kSaturated][i]));
+      s.non_finite_casts.push_back(static_cast<int64_t>(c[kNonFinite][i]));
+      s.casts.push_back(static_cast<int64_t>(c[kCasts][i]));
+      s.scales.push_back(state->recipe().scaling() == Float8Scaling::kDelayed
+                             ? state->scale[i].item<double>()
+                             : c[kLastScale][i]);
+    }
+    stats.push_back(std::move(s));
+  }
+  return stats;
+}
+
+} // namespace nn
+} // namespace lamp

@@ -25,8 +25,8 @@ struct LinearCrossEntropyOptions {
 };
 
 /// `cross_entropy(linear(input, weight).to(kFloat), targets)` (mean over the
-/// rows, or their sum; the weight in the input's dtype outside autocast), without materializing the logits of every row at
-/// once: the rows are taken `chunk_rows` at a time; for each chunk the
+/// rows, or their sum; the weight in the input's dtype outside autocast),
+/// without materializing the logits of every row at once: the rows are taken `chunk_rows` at a time; for each chunk the
 /// logits are computed, reduced to each row's loss and, when a gradient is
 /// wanted, turned into the gradient of the input's rows and added to the
 /// weight's (softmax minus the one-hot target, multiplied back through the
@@ -46,8 +46,8 @@ struct LinearCrossEntropyOptions {
 ///   the weight's gradient are summed in FP32. The weight's gradient reaches
 ///   it in its own dtype (an FP32 weight gets the FP32 sum, not a 16-bit
 ///   product cast up).
-/// - Memory kept for the backward: the input's gradient (input's shape and
-///   dtype) and the weight's in FP32 ([vocab, width]), against the reference's
+/// - Memory kept for the backward: the input's gradient ([rows, width] in
+///   the products' dtype) and the weight's in FP32 ([vocab, width]), against the reference's
 ///   16-bit logits, their FP32 copy and the FP32 log-probabilities (about 10
 ///   bytes per row and vocabulary entry under autocast). Without a gradient
 ///   wanted (no grad mode, or neither input nor weight requiring one), only
@@ -73,8 +73,9 @@ struct LinearCrossEntropyOptions {
 ///   loss.backward();
 /// \endcode
 ///
-/// \warning Differentiable once: the backward is not itself differentiable
-/// (backward with create_graph=true throws).
+/// \warning Differentiable once: the backward scales gradients computed in
+/// the forward, so no second derivative (create_graph=true) goes through
+/// it.
 torch::Tensor linear_cross_entropy(
     const torch::Tensor& input, const torch::Tensor& weight,
     const torch::Tensor& targets,

@@ -100,7 +100,11 @@ Chunked chunked_pass(const torch::Tensor& input, const torch::Tensor& weight,
   const auto w = weight.to(compute);
   Chunked out;
   out.loss_sum = torch::zeros({}, input.options().dtype(torch::kFloat));
+  // The one-hot's -1 for every row of a chunk, made once (not per chunk).
+  torch::Tensor minus_one;
   if (gradients) {
+    minus_one = torch::full({std::min(chunk_rows, rows), 1}, -1.0,
+                            input.options().dtype(torch::kFloat));
     out.grad_input =
         torch::empty({rows, width}, input.options().dtype(compute));
     out.grad_weight =
@@ -119,7 +123,7 @@ Chunked chunked_pass(const torch::Tensor& input, const torch::Tensor& weight,
     }
     // softmax - one-hot, in place of the logits.
     logits.sub_(lse).exp_();
-    logits.scatter_add_(1, t, torch::full({n, 1}, -1.0, logits.options()));
+    logits.scatter_add_(1, t, minus_one.narrow(0, 0, n));
     const auto g = logits.to(compute);
     out.grad_input.narrow(0, start, n).copy_(torch::mm(g, w));
     if (compute == torch::kFloat) {

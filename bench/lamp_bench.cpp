@@ -71,6 +71,10 @@ struct Config {
   // --gpt-shape: a named shape that sets the four above and the context.
   std::string gpt_shape;
   bool fused_head_loss = false;
+  // --fused-add-norm: GPTOptions::fused_add_norm.
+  bool fused_add_norm = false;
+  // --fp8-fused-casts: Float8Recipe::fused_casts in fp8.
+  bool fp8_fused_casts = false;
   // --peak-tflops: the MFU's denominator where lamp::peak_flops() has no
   // entry for the device (a CPU); 0: the table's.
   double peak_tflops = 0;
@@ -95,7 +99,24 @@ lamp::models::GPTOptions gpt_options(const Config& c) {
       .vocab_size(c.gpt_vocab)
       .context(c.context)
       .dropout(0)
-      .fused_head_loss(c.fused_head_loss);
+      .fused_head_loss(c.fused_head_loss)
+      .fused_add_norm(c.fused_add_norm);
+}
+
+// The step's options: the precision, the CUDA graph, FP8's recipe where
+// --fp8-fused-casts asks for its one-pass casts.
+lamp::TrainStepOptions step_options(const Config& c,
+                                    const std::string& precision_name,
+                                    bool gpt) {
+  const auto precision = lamp::parse_precision(precision_name);
+  auto options = lamp::TrainStepOptions(precision)
+                     .cuda_graph(c.cuda_graph)
+                     // GPT trainers clip the gradients' global norm to 1.
+                     .max_grad_norm(gpt ? 1.0 : 0.0);
+  if (c.fp8_fused_casts && lamp::precision_policy(precision).float8) {
+    options.float8(lamp::nn::Float8Recipe().fused_casts(true));
+  }
+  return options;
 }
 
 // The GPT's optimizer: train_gpt's recipe, nanoGPT's for its character
@@ -269,6 +290,8 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["gpt_width"] = c.gpt_width;
     result["vocab_size"] = c.gpt_vocab;
     result["fused_head_loss"] = c.fused_head_loss;
+    result["fused_add_norm"] = c.fused_add_norm;
+    result["fp8_fused_casts"] = c.fp8_fused_casts;
     result["attention"] = c.attention;
   }
   result["fused_bn"] = c.fused_bn;
@@ -308,10 +331,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
           return lamp::optim::make_optimizer(
               std::move(params), options.implementation(implementation));
         },
-        lamp::TrainStepOptions(lamp::parse_precision(precision_name))
-            .cuda_graph(c.cuda_graph)
-            // GPT trainers clip the gradients' global norm to 1.
-            .max_grad_norm(gpt ? 1.0 : 0.0));
+        step_options(c, precision_name, gpt));
   } catch (const c10::Error& e) {
     result["skipped"] = e.what_without_backtrace();
     return result;
@@ -676,6 +696,12 @@ int main(int argc, char** argv) {
   app.add_flag("--fused-head-loss", c.fused_head_loss,
                "--model gpt: the head and cross-entropy fused, a chunk of "
                "positions at a time (GPTOptions::fused_head_loss)");
+  app.add_flag("--fp8-fused-casts", c.fp8_fused_casts,
+               "--precision fp8: each FP8 cast in one pass over its tensor "
+               "(Float8Recipe::fused_casts)");
+  app.add_flag("--fused-add-norm", c.fused_add_norm,
+               "--model gpt: each residual add with the norm after it, one "
+               "operation (GPTOptions::fused_add_norm)");
   app.add_option("--peak-tflops", c.peak_tflops,
                  "the device's dense peak TFLOP/s for the precision, for the "
                  "mfu column where lamp::peak_flops() has no entry (a CPU); "

@@ -167,6 +167,10 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                "chunk of positions at a time, without the whole batch's "
                "logits (the same loss to rounding; less memory where the "
                "vocabulary is large)");
+  app.add_flag("--fused-add-norm", f.model.fused_add_norm(),
+               "run each residual add with the norm after it as one "
+               "operation (one CUDA kernel each way on a GPU; the same "
+               "results to rounding)");
   app.add_flag("--no-kv-cache", f.no_kv_cache,
                "sample without the KV cache: every token computed over its "
                "whole window (slower; the same tokens)");
@@ -771,6 +775,21 @@ int main(int argc, char** argv) {
                      const lamp::models::StateDictOptions& o) {
               lamp::models::export_gpt_state_dict(module, path, layout, o);
             };
+        if (flags.model.fused_add_norm()) {
+          spec.kernel_note = [](const torch::Device& device,
+                                lamp::Precision precision) {
+            // The residual stream in the model's dtype, the branches in
+            // autocast's where it is on.
+            const auto policy = lamp::precision_policy(precision);
+            const auto stream = torch::empty(
+                {1, 1}, torch::TensorOptions(device).dtype(
+                            policy.model_dtype.value_or(torch::kFloat)));
+            const auto branch =
+                stream.to(policy.autocast_dtype.value_or(stream.scalar_type()));
+            return "residual adds fused with their norms: " +
+                   lamp::ops::add_norm_path(stream, branch);
+          };
+        }
         spec.after_training = [&](const lamp_examples::BuiltModel& model,
                                   lamp::training::Trainer& trainer) {
           if (flags.sample_tokens > 0) {

@@ -36,7 +36,7 @@ if [[ "$major" != "$expected_major" ]]; then
 fi
 
 mapfile -t files < <(find include src tests examples bench \
-  -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.c' \) | LC_ALL=C sort)
+  -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.c' -o -name '*.cu' -o -name '*.cuh' \) | LC_ALL=C sort)
 if (( ${#files[@]} == 0 )); then
   echo "error: no sources found under $(pwd)" >&2
   exit 2

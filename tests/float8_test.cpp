@@ -21,7 +21,10 @@
 #include "lamp/nn/linear.h"
 #include "lamp/optim/adam.h"
 #include "lamp/platform/warnings.h"
+#include "nn/float8_cast_cuda.h"
+#include "nn/float8_internal.h"
 #include "platform/compat.h"
+#include "platform/cuda_graph.h"
 #include "test_util.h"
 
 namespace {
@@ -1050,6 +1053,122 @@ TEST(Float8, CudaGraphStepsEqualEagerSteps_CUDA) {
     }
     EXPECT_TRUE(BitEqual(scales[1], scales[0]));
   }
+}
+
+// Float8Recipe::fused_casts on the CPU: the ATen ops (the kernel is
+// CUDA's), so the same outputs, gradients and state as without it.
+TEST(Float8, FusedCastsRunTheATenOpsOnTheCpu) {
+  EXPECT_EQ(F8::internal::fused_cast_unavailable_reason(torch::ones({4}))
+                .rfind("the tensor is on cpu", 0),
+            0u);
+  for (const auto& recipe : {F8::Float8Recipe(), delayed(4)}) {
+    torch::manual_seed(31);
+    torch::nn::Linear layer(32, 16);
+    auto plain = F8::Float8State(recipe, "plain");
+    auto fused =
+        F8::Float8State(F8::Float8Recipe(recipe).fused_casts(true), "fused");
+    const auto x = torch::randn({8, 32});
+    std::vector<torch::Tensor> outs;
+    for (auto* state : {&plain, &fused}) {
+      auto xi = x.clone().requires_grad_();
+      auto y = F8::float8_linear(xi, layer->weight, layer->bias, **state);
+      y.backward(torch::ones_like(y));
+      outs.push_back(y.detach());
+      outs.push_back(xi.grad());
+    }
+    EXPECT_TRUE(BitEqual(outs[2], outs[0]));
+    EXPECT_TRUE(BitEqual(outs[3], outs[1]));
+    EXPECT_TRUE(BitEqual(fused->counters, plain->counters));
+    EXPECT_TRUE(BitEqual(fused->pending_amax, plain->pending_amax));
+  }
+}
+
+// The one-pass cast against the ATen ops it replaces: the same FP8 bits
+// (NaNs compared as NaNs), the same inverse scale and the same state, for
+// both recipes, the three source dtypes, sizes of no vector width's
+// multiple, an infinity, a NaN, and delayed scales that saturate.
+TEST(Float8, FusedCastMatchesTheATenCast_CUDA) {
+  LAMP_SKIP_WITHOUT_FP8_GPU();
+  const torch::Device cuda(torch::kCUDA);
+  namespace I = F8::internal;
+  const auto as_float = [](const torch::Tensor& fp8) {
+    return fp8.to(torch::kFloat).cpu();
+  };
+  for (const bool delayed_scaling : {false, true}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+      for (const auto& shape : std::vector<std::vector<int64_t>>{
+               {16, 16}, {37, 48}, {1, 7}, {1024, 4096}}) {
+        for (const char* special : {"", "inf", "nan"}) {
+          SCOPED_TRACE(std::string(delayed_scaling ? "delayed " : "current ") +
+                       c10::toString(dtype) + " " + std::to_string(shape[0]) +
+                       "x" + std::to_string(shape[1]) + " " + special);
+          torch::manual_seed(shape[0] + shape[1]);
+          auto t = (torch::randn(shape) * 3).to(cuda, dtype);
+          if (std::string(special) == "inf") {
+            t.view(-1)[t.numel() / 2] = INFINITY;
+          } else if (std::string(special) == "nan") {
+            t.view(-1)[t.numel() / 3] = NAN;
+          }
+          ASSERT_EQ(I::fused_cast_unavailable_reason(t), "");
+          const auto recipe = delayed_scaling ? delayed(4) : F8::Float8Recipe();
+          auto a = F8::Float8State(recipe, "aten");
+          auto f = F8::Float8State(recipe, "fused");
+          a->to(cuda);
+          f->to(cuda);
+          // A delayed scale that makes a few values saturate.
+          a->scale.fill_(100.0f);
+          f->scale.fill_(100.0f);
+          for (const auto fmt :
+               {c10::ScalarType::Float8_e4m3fn, c10::ScalarType::Float8_e5m2}) {
+            const auto want = I::cast_operand(t, I::operand_state(*a, 0),
+                                              delayed_scaling, 1, fmt, false);
+            const auto got = I::fused_cast_operand(t, I::operand_state(*f, 0),
+                                                   delayed_scaling, 1, fmt);
+            EXPECT_EQ(got.data.scalar_type(), fmt);
+            EXPECT_TRUE(
+                AllClose(as_float(got.data), as_float(want.data), 0, 0));
+            EXPECT_TRUE(
+                BitEqual(got.inverse_scale.cpu(), want.inverse_scale.cpu()));
+            EXPECT_TRUE(BitEqual(f->counters.cpu(), a->counters.cpu()));
+            EXPECT_TRUE(BitEqual(f->pending_amax.cpu(), a->pending_amax.cpu()));
+          }
+        }
+      }
+    }
+  }
+}
+
+// The one-pass cast captured in a CUDA graph: each replay casts the
+// tensor's current values and counts one more cast (the state is updated
+// on the device, never read back).
+TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
+  LAMP_SKIP_WITHOUT_FP8_GPU();
+  const torch::Device cuda(torch::kCUDA);
+  namespace I = F8::internal;
+  auto state = F8::Float8State(delayed(4), "graph");
+  state->to(cuda);
+  auto t = torch::randn({64, 64}, torch::TensorOptions(cuda));
+  torch::Tensor data;
+  const auto body = [&] {
+    data = I::fused_cast_operand(t, I::operand_state(*state, 0), true, 0,
+                                 c10::ScalarType::Float8_e4m3fn)
+               .data;
+  };
+  lamp::detail::run_on_side_stream(cuda, body);
+  const auto graph =
+      lamp::detail::capture_graph(cuda, lamp::detail::new_graph_pool(), body);
+  t.mul_(2);
+  graph->replay();
+  graph->replay();
+  torch::cuda::synchronize();
+  // One eager cast, one during capture (not run), two replays.
+  EXPECT_EQ(state->counters[F8::internal::kCasts][0].item<float>(), 3.0f);
+  auto check = F8::Float8State(delayed(4), "check");
+  check->to(cuda);
+  const auto want = I::cast_operand(t, I::operand_state(*check, 0), true, 0,
+                                    c10::ScalarType::Float8_e4m3fn, false);
+  EXPECT_TRUE(AllClose(data.to(torch::kFloat).cpu(),
+                       want.data.to(torch::kFloat).cpu(), 0, 0));
 }
 
 #endif // LAMP_TORCH_FLOAT8

@@ -447,6 +447,11 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   if (!config.auto_line.empty()) {
     print_out("%s: %s\n", spec.program.c_str(), config.auto_line.c_str());
   }
+  const std::string note =
+      spec.kernel_note ? spec.kernel_note(device, precision) : "";
+  if (!note.empty()) {
+    print_out("%s: %s\n", spec.program.c_str(), note.c_str());
+  }
   if (device.is_cuda() && !step.cuda_graph_enabled() &&
       config.cuda_graph == "auto") {
     print_out("%s: CUDA graphs off: %s\n", spec.program.c_str(),
@@ -467,8 +472,9 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
                   std::to_string(recipe.amax_history_len()) + ", margin " +
                   std::to_string(recipe.margin())
             : "current scaling, margin " + std::to_string(recipe.margin());
-    print_out("%s: FP8 products (%s) in %zu Linear layers%s%s\n",
-              spec.program.c_str(), recipe_text.c_str(),
+    const auto casts = recipe.fused_casts() ? ", one-pass casts" : "";
+    print_out("%s: FP8 products (%s%s) in %zu Linear layers%s%s\n",
+              spec.program.c_str(), recipe_text.c_str(), casts,
               float8.converted.size(),
               left.empty() ? "" : "; in BF16: ", left.c_str());
   }

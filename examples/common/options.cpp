@@ -68,6 +68,9 @@ void add_model_options(CLI::App& app, ProgramConfig& c) {
       app, "--fp8-margin", c.fp8_margin,
       "with --precision fp8: scale = format max / amax / 2^margin, 2^margin of headroom (Transformer Engine's margin)",
       integer_in(0, 64));
+  app.add_flag(
+      "--fp8-fused-casts", c.fp8_fused_casts,
+      "with --precision fp8: each FP8 cast in one pass over its tensor, on lamp's CUDA kernel (the same bits; a GPU only, ATen's ops elsewhere)");
   add_checked(app, "--epochs", c.epochs,
               "epochs, 1..1000000 (a run measured in passes over the data; "
               "--steps measures it in steps instead)",
@@ -307,6 +310,12 @@ void check_flag_combination(const ProgramConfig& config) {
               "recipe of --precision fp8, not of --precision ",
               config.fp16 ? std::string("half") : config.precision,
               "; add --precision fp8 or leave them out.");
+  TORCH_CHECK(
+      !config.fp8_fused_casts || (config.precision == "fp8" && !config.fp16),
+      "--fp8-fused-casts applies to --precision fp8, not to "
+      "--precision ",
+      config.fp16 ? std::string("half") : config.precision,
+      "; add --precision fp8 or leave it out.");
   TORCH_CHECK(config.fp8_scaling == "delayed" ||
                   config.fp8_amax_history == defaults.fp8_amax_history,
               "--fp8-amax-history ", config.fp8_amax_history,
@@ -338,7 +347,8 @@ lamp::nn::Float8Recipe float8_recipe_from(const ProgramConfig& config) {
                    ? lamp::nn::Float8Scaling::kDelayed
                    : lamp::nn::Float8Scaling::kCurrent)
       .amax_history_len(config.fp8_amax_history)
-      .margin(config.fp8_margin);
+      .margin(config.fp8_margin)
+      .fused_casts(config.fp8_fused_casts);
 }
 
 lamp::training::TrainerOptions trainer_options_from(

@@ -34,6 +34,7 @@ struct ProgramConfig {
   std::string fp8_scaling = "current";
   int64_t fp8_amax_history = lamp::nn::Float8Recipe().amax_history_len();
   int64_t fp8_margin = 0;
+  bool fp8_fused_casts = false; // Float8Recipe::fused_casts
   int64_t epochs = 10;
   int64_t steps = 0;         // the run's length in steps; 0: --epochs
   int64_t warmup_steps = 0;  // --schedule warmup-cosine's

@@ -31,14 +31,16 @@ std::string float8_setting(const c10::optional<nn::Float8Recipe>& recipe) {
     return "off";
   }
   if (recipe->scaling() == nn::Float8Scaling::kCurrent) {
-    return "current scaling, margin " + std::to_string(recipe->margin());
+    return "current scaling, margin " + std::to_string(recipe->margin()) +
+           (recipe->fused_casts() ? ", fused casts" : "");
   }
   return std::string("delayed scaling, amax history ") +
          std::to_string(recipe->amax_history_len()) + " (" +
          (recipe->amax_compute() == nn::Float8AmaxCompute::kMax
               ? "max"
               : "most recent") +
-         "), margin " + std::to_string(recipe->margin());
+         "), margin " + std::to_string(recipe->margin()) +
+         (recipe->fused_casts() ? ", fused casts" : "");
 }
 
 std::vector<std::pair<std::string, std::string>> replica_settings(

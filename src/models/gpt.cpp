@@ -8,11 +8,15 @@
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "lamp/nn/attention.h"
 #include "lamp/nn/linear.h"
 #include "lamp/nn/rms_norm.h"
+#include "lamp/ops/add_norm.h"
 #include "lamp/ops/linear_cross_entropy.h"
+#include "platform/compat.h"
 
 namespace lamp {
 namespace models {
@@ -78,6 +82,30 @@ torch::nn::AnyModule make_norm(const GPTOptions& options, int64_t width) {
   return torch::nn::AnyModule(torch::nn::LayerNorm(
       torch::nn::LayerNormOptions({width}).eps(kNormEps).elementwise_affine(
           true)));
+}
+
+// x + branch and the norm `norm` of it, in one operation (lamp::ops). The
+// norm's output feeds a linear: under autocast it comes in autocast's dtype,
+// the bits that linear would cast it to.
+ops::AddNormResult add_then_norm(const torch::nn::AnyModule& norm,
+                                 const torch::Tensor& x,
+                                 const torch::Tensor& branch) {
+  ops::AddNormOptions o;
+  const auto device_type = x.device().type();
+  if ((device_type == c10::DeviceType::CPU ||
+       device_type == c10::DeviceType::CUDA) &&
+      lamp::detail::autocast_enabled(device_type)) {
+    o.output_dtype(lamp::detail::autocast_dtype(device_type));
+  }
+  if (const auto ln =
+          std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norm.ptr())) {
+    return ops::add_layer_norm(x, branch, ln->weight, ln->bias,
+                               o.eps(ln->options.eps()));
+  }
+  const auto rms = std::dynamic_pointer_cast<lamp::nn::RMSNormImpl>(norm.ptr());
+  TORCH_INTERNAL_ASSERT(rms != nullptr, "a GPT norm is a LayerNorm or RMSNorm");
+  return ops::add_rms_norm(x, branch, rms->weight,
+                           o.eps(rms->options.eps().value_or(kNormEps)));
 }
 
 torch::nn::Linear make_linear(const GPTOptions& options, int64_t in,
@@ -209,7 +237,9 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x,
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
-    : dropout_(options.dropout()), gelu_(options.gelu()) {
+    : dropout_(options.dropout()),
+      gelu_(options.gelu()),
+      fused_add_norm_(options.fused_add_norm()) {
   const int64_t c = options.width();
   ln_1 = make_norm(options, c);
   register_module("ln_1", ln_1.ptr());
@@ -225,18 +255,35 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
 torch::Tensor GPTBlockImpl::forward(torch::Tensor x, GPTKVCache* cache,
                                     int64_t layer) {
   const auto normed = ln_1.forward(x);
+  if (fused_add_norm_) {
+    const auto halves = forward_fused(x, normed, cache, layer);
+    return halves.first + halves.second;
+  }
   x = x + (cache != nullptr ? attn->forward(normed, *cache, layer)
                             : attn->forward(normed));
+  return x + mlp(ln_2.forward(x));
+}
+
+std::pair<torch::Tensor, torch::Tensor> GPTBlockImpl::forward_fused(
+    const torch::Tensor& x, const torch::Tensor& normed, GPTKVCache* cache,
+    int64_t layer) {
+  const auto a = cache != nullptr ? attn->forward(normed, *cache, layer)
+                                  : attn->forward(normed);
+  auto r = add_then_norm(ln_2, x, a);
+  return {r.sum, mlp(r.normed)};
+}
+
+torch::Tensor GPTBlockImpl::mlp(const torch::Tensor& normed) {
   // lamp::nn::linear, not Linear::forward: one autocast op with its bias
   // (include/lamp/nn/linear.h).
-  const auto hidden = lamp::nn::linear(ln_2.forward(x), c_fc);
+  const auto hidden = lamp::nn::linear(normed, c_fc);
   auto m = lamp::nn::linear(
       gelu_ == GPTGelu::kTanh
           ? F::gelu(hidden, F::GELUFuncOptions().approximate("tanh"))
           : F::gelu(hidden),
       c_proj);
-  return x + F::dropout(m, F::DropoutFuncOptions().p(dropout_).training(
-                               is_training()));
+  return F::dropout(
+      m, F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
 GPTImpl::GPTImpl(GPTOptions options) : options_(std::move(options)) {
@@ -320,22 +367,48 @@ torch::Tensor GPTImpl::features(const torch::Tensor& tokens) {
       x, F::DropoutFuncOptions().p(options_.dropout()).training(is_training()));
   const bool recompute = options_.activation_checkpointing() && is_training() &&
                          cache_ == nullptr && torch::GradMode::is_enabled();
-  int64_t layer = 0;
-  for (const auto& block : h->children()) {
-    const auto b = std::dynamic_pointer_cast<GPTBlockImpl>(block);
-    if (recompute) {
-      x = lamp::nn::activation_checkpoint(
-          [b](const torch::Tensor& in) { return b->forward(in); }, x,
-          b->parameters(), /*preserve_rng=*/options_.dropout() > 0);
-    } else {
-      x = b->forward(x, cache_, layer);
+  torch::Tensor out;
+  if (options_.fused_add_norm() && !recompute) {
+    out = fused_blocks(x);
+  } else {
+    int64_t layer = 0;
+    for (const auto& block : h->children()) {
+      const auto b = std::dynamic_pointer_cast<GPTBlockImpl>(block);
+      if (recompute) {
+        x = lamp::nn::activation_checkpoint(
+            [b](const torch::Tensor& in) { return b->forward(in); }, x,
+            b->parameters(), /*preserve_rng=*/options_.dropout() > 0);
+      } else {
+        x = b->forward(x, cache_, layer);
+      }
+      ++layer;
     }
-    ++layer;
+    out = ln_f.forward(x);
   }
   if (cache_ != nullptr) {
     cache_->advance(t);
   }
-  return ln_f.forward(x);
+  return out;
+}
+
+torch::Tensor GPTImpl::fused_blocks(torch::Tensor x) {
+  // Each block's last add goes with the next block's ln_1 (or ln_f): x is
+  // normalised by the operation that made it.
+  std::vector<std::shared_ptr<GPTBlockImpl>> blocks;
+  for (const auto& block : h->children()) {
+    blocks.push_back(std::dynamic_pointer_cast<GPTBlockImpl>(block));
+  }
+  torch::Tensor normed =
+      blocks.empty() ? ln_f.forward(x) : blocks.front()->ln_1.forward(x);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto halves =
+        blocks[i]->forward_fused(x, normed, cache_, static_cast<int64_t>(i));
+    const auto& next = i + 1 < blocks.size() ? blocks[i + 1]->ln_1 : ln_f;
+    auto r = add_then_norm(next, halves.first, halves.second);
+    x = r.sum;
+    normed = r.normed;
+  }
+  return normed;
 }
 
 NamedModel make_gpt(const GPTOptions& options) {

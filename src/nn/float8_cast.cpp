@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "nn/float8_cast_cuda.h"
 #include "nn/float8_internal.h"
 #include "platform/compat.h"
 
@@ -74,7 +75,15 @@ OperandState operand_state(Float8StateImpl& state, int64_t operand) {
 }
 
 Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
-                  int64_t margin, torch::Dtype dtype) {
+                  int64_t margin, torch::Dtype dtype, bool fused) {
+  if (fused && t.is_cuda()) {
+    const auto why = fused_cast_unavailable_reason(t);
+    if (why.empty()) {
+      return fused_cast_operand(t, s, delayed, margin, dtype);
+    }
+    TORCH_WARN_ONCE("lamp::nn::float8: Float8Recipe::fused_casts runs ATen ",
+                    "ops instead of lamp's CUDA kernel: ", why, ".");
+  }
   const double max = detail::float8_max(dtype);
   // max |t| = max(-min t, max t): one pass over t with no |t| temporary,
   // exact in t's dtype, NaN propagating as with abs().amax(). (On LibTorch

@@ -74,9 +74,11 @@ struct OperandState {
 OperandState operand_state(Float8StateImpl& state, int64_t operand);
 
 // Casts `t` with its operand's scale, recording its amax: no value leaves
-// the device.
+// the device. `fused` (Float8Recipe::fused_casts): in one pass on lamp's
+// CUDA kernel where it takes `t` (float8_cast_cuda.h), else the ATen ops
+// after one warning.
 Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
-                  int64_t margin, torch::Dtype dtype);
+                  int64_t margin, torch::Dtype dtype, bool fused = false);
 #endif // LAMP_TORCH_FLOAT8
 
 } // namespace internal

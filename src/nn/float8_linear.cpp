@@ -57,13 +57,14 @@ class Float8LinearFunction
                                Float8StateImpl* state, torch::Dtype out_dtype) {
     const bool delayed = state->recipe().scaling() == Float8Scaling::kDelayed;
     const int64_t margin = state->recipe().margin();
+    const bool fused = state->recipe().fused_casts();
     const int64_t k = weight.size(1), n = weight.size(0);
     const int64_t m = input.numel() / k;
     const auto x2d = pad_rows(input.reshape({m, k}), round_up_16(m));
-    const auto x =
-        cast_operand(x2d, operand_state(*state, 0), delayed, margin, kE4M3);
-    const auto w =
-        cast_operand(weight, operand_state(*state, 1), delayed, margin, kE4M3);
+    const auto x = cast_operand(x2d, operand_state(*state, 0), delayed, margin,
+                                kE4M3, fused);
+    const auto w = cast_operand(weight, operand_state(*state, 1), delayed,
+                                margin, kE4M3, fused);
     // No bias: an empty tensor (autograd's inputs must be defined).
     const bool has_bias = bias.numel() > 0;
     // CUDA takes a bias with a 16-bit output only; an FP32 one is added
@@ -85,6 +86,7 @@ class Float8LinearFunction
     ctx->saved_data["g_casts"] = g.casts;
     ctx->saved_data["delayed"] = delayed;
     ctx->saved_data["margin"] = margin;
+    ctx->saved_data["fused"] = fused;
     ctx->saved_data["m"] = m;
     ctx->saved_data["name"] = state->name();
     ctx->saved_data["input_dtype"] = input.scalar_type();
@@ -116,7 +118,8 @@ class Float8LinearFunction
     const int64_t n = w.data.size(0), k = w.data.size(1);
     const auto& grad = grad_outputs[0];
     const auto dy2d = pad_rows(grad.reshape({m, n}), x.data.size(0));
-    const auto dy = cast_operand(dy2d, g, delayed, margin, kE5M2);
+    const auto dy =
+        cast_operand(dy2d, g, delayed, margin, kE5M2, d.at("fused").toBool());
     torch::autograd::variable_list grads(5);
     if (ctx->needs_input_grad(0)) {
       // dX = dY W: W [n, k] as the column-major second operand.

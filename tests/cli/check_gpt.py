@@ -27,6 +27,9 @@
   check_gpt.py mfu TRAIN_GPT WORK_DIR
       MFU in the epoch line and record against --peak-tflops, null on a CPU
       without it; a bad --peak-tflops refused
+  check_gpt.py fused-add-norm TRAIN_GPT WORK_DIR
+      --fused-add-norm gives the unfused run's losses to rounding, in fp32
+      and amp-bf16; --fp8-fused-casts is refused without --precision fp8.
   check_gpt.py fused-head-loss TRAIN_GPT WORK_DIR
       --fused-head-loss gives the unfused run's losses to rounding at a
       64 MiB lower peak memory (vocabulary 32,768)
@@ -1025,6 +1028,46 @@ def fused_head_loss(train_gpt, work):
           f"{unfused['peak_memory_bytes'] / 2**20:.1f} MiB unfused")
 
 
+def fused_add_norm(train_gpt, work):
+    """--fused-add-norm: each residual add with the norm after it; the
+    unfused run's losses to rounding. In FP32 within 1e-4 (sums in another
+    order, over 4 steps); under amp-bf16 within 1e-2, where a BF16 rounding
+    of a norm's output may fall the other way and the steps carry it on."""
+    text = make_text(work)
+    for precision, rtol in (("fp32", 1e-4), ("amp-bf16", 1e-2)):
+        base = [train_gpt, "--data", text, "--precision", precision,
+                "--epochs", "1", "--max-steps", "4", "--seed", "5",
+                "--sample-tokens", "0", "--no-progress"] + SHAPE
+        epochs = {}
+        for name, extra in (("unfused", []),
+                            ("fused", ["--fused-add-norm"])):
+            log = fresh(work, f"{precision}-{name}.jsonl")
+            r = expect_success(base + ["--log-json", log] + extra)
+            epochs[name] = records(log)[-1]
+            # The first lines name the code the fused adds run.
+            said = "residual adds fused with their norms: ATen ops: the " \
+                   "tensors are on cpu" in r.stdout
+            if said != (name == "fused"):
+                fail(f"{precision} {name}: the line naming the fused adds' "
+                     f"code is {'there' if said else 'missing'}: "
+                     f"{r.stdout[:600]!r}")
+        unfused, fused = epochs["unfused"], epochs["fused"]
+        for key in ("train_loss", "test_loss"):
+            if abs(fused[key] - unfused[key]) > rtol * abs(unfused[key]):
+                fail(f"{precision} {key}: {fused[key]} fused, {unfused[key]} "
+                     f"unfused: more than {rtol} apart")
+        print(f"  {precision}: loss {fused['train_loss']:.6f} fused, "
+              f"{unfused['train_loss']:.6f} unfused")
+    # --fp8-fused-casts belongs to --precision fp8: refused elsewhere,
+    # before anything is written.
+    r = run([train_gpt, "--data", text, "--precision", "fp32",
+             "--fp8-fused-casts", "--max-steps", "1"] + SHAPE)
+    if r.returncode != 1 or "--fp8-fused-casts applies to --precision fp8, " \
+            "not to --precision fp32" not in r.stderr:
+        fail(f"--fp8-fused-casts with fp32: exit {r.returncode}, "
+             f"{r.stderr.strip()!r}")
+
+
 def mfu(train_gpt, work):
     """Model FLOPs utilisation: the model's training FLOPs per second
     (nanoGPT's estimate: per token 6 N + 12 layers context width, N the
@@ -1144,6 +1187,8 @@ def main(argv):
         mfu(train_gpt, work)
     elif command == "fused-head-loss":
         fused_head_loss(train_gpt, work)
+    elif command == "fused-add-norm":
+        fused_add_norm(train_gpt, work)
     elif command == "sample-only":
         sample_only(train_gpt, work)
     elif command == "token-files":

@@ -78,6 +78,17 @@ struct GPTOptions {
   /// gradients equal the unfused ones to rounding. forward() is unchanged.
   /// Off by default until a GPU run has measured it. Not part of name().
   TORCH_ARG(bool, fused_head_loss) = false;
+  /// Each residual add runs with the norm after it (x + attention with
+  /// ln_2, x + MLP with the next block's ln_1 or ln_f) as one operation
+  /// (lamp::ops::add_layer_norm() / add_rms_norm()): on CUDA one kernel
+  /// each way instead of an add, a norm and the cast to autocast's dtype.
+  /// Under autocast the norms' outputs come in autocast's dtype (the bits
+  /// the next linear would cast them to; an FP8 layer's cast then starts
+  /// from those BF16 values), features() included. With
+  /// activation checkpointing only the add inside each block is fused.
+  /// The outputs and gradients equal the unfused ones to rounding. Off by
+  /// default until a GPU run has measured it. Not part of name().
+  TORCH_ARG(bool, fused_add_norm) = false;
 
  public:
   /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)", with
@@ -171,6 +182,14 @@ class GPTBlockImpl : public torch::nn::Module {
   /// CausalSelfAttentionImpl's cached forward for block `layer`.
   torch::Tensor forward(torch::Tensor x, GPTKVCache* cache = nullptr,
                         int64_t layer = 0);
+  /// The block as GPTOptions::fused_add_norm runs it, given x and
+  /// `normed` = ln_1(x) (computed with the add before it): attention, its
+  /// output added to x together with ln_2, the MLP. Returns {x plus
+  /// attention, the MLP's output after dropout}: the caller adds the two
+  /// with the next norm (forward() adds them alone).
+  std::pair<torch::Tensor, torch::Tensor> forward_fused(
+      const torch::Tensor& x, const torch::Tensor& normed,
+      GPTKVCache* cache = nullptr, int64_t layer = 0);
 
   torch::nn::AnyModule ln_1;         ///< before attention
   CausalSelfAttention attn{nullptr}; ///< causal self-attention
@@ -179,8 +198,12 @@ class GPTBlockImpl : public torch::nn::Module {
   torch::nn::Linear c_proj{nullptr}; ///< registered as "mlp.c_proj"
 
  private:
+  // The MLP on ln_2's output, dropout applied.
+  torch::Tensor mlp(const torch::Tensor& normed);
+
   double dropout_;
   GPTGelu gelu_;
+  bool fused_add_norm_;
 };
 /// The module holder of GPTBlockImpl.
 TORCH_MODULE(GPTBlock);
@@ -259,6 +282,10 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::AnyModule ln_f;         ///< the final norm (as GPTBlock's)
 
  private:
+  // The blocks with GPTOptions::fused_add_norm, from the embeddings' sum x
+  // to ln_f's output.
+  torch::Tensor fused_blocks(torch::Tensor x);
+
   GPTOptions options_;
   GPTKVCache* cache_ = nullptr;
 };

@@ -79,6 +79,15 @@ struct Float8Recipe {
   /// scale = max / amax / 2^margin: a margin of m leaves 2^m of headroom
   /// (TE: margin, 0). Both recipes.
   TORCH_ARG(int64_t, margin) = 0;
+  /// Each cast in one pass over its tensor on lamp's CUDA kernel (delayed
+  /// scaling: the cast, its amax and the state's updates in one kernel;
+  /// current scaling: the amax and the scale, then the cast), instead of
+  /// ATen's amax, scale, clamp and convert: the same FP8 bits, scales and
+  /// counters. Elsewhere (a CPU, a lamp built without its CUDA kernels) the
+  /// ATen ops, after one warning on CUDA. Not saved with the state: a
+  /// checkpoint resumes with it on or off. Off by default until a GPU run
+  /// has measured it.
+  TORCH_ARG(bool, fused_casts) = false;
 };
 
 /// The operands a converted layer casts, in the order of its state.

@@ -1,0 +1,168 @@
+// The one-pass FP8 casts (src/nn/float8_cast_kernels.h).
+//
+// max |x| is reduced on the bits of |x| (the sign bit cleared) as unsigned
+// integers: for IEEE floats that order is the order of the values, and a NaN
+// (exponent all ones, a non-zero mantissa) is above infinity, so a NaN
+// anywhere gives a NaN amax, as ATen's aminmax does. Each block writes its
+// maximum; the last block to finish (a counter after a fence, as CUB's
+// single-pass reductions do) takes the maximum of those and updates the
+// layer's state in one thread, in the order and the FP32 arithmetic of
+// internal::cast_operand's ATen ops, so the two give the same bits.
+#include "nn/float8_cast_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "platform/cuda_elements.cuh"
+
+namespace lamp {
+namespace nn {
+namespace kernels {
+namespace {
+
+constexpr int kThreads = 256;
+// torchao's floor under an amax (float8_cast.cpp's kAmaxFloor).
+constexpr float kAmaxFloor = 1e-12f;
+
+using lamp::detail::cuda::load;
+
+__device__ __forceinline__ unsigned magnitude_bits(float v) {
+  return __float_as_uint(v) & 0x7fffffffu;
+}
+
+// The maximum of v over the block, in thread 0.
+__device__ unsigned block_max(unsigned v) {
+  __shared__ unsigned shared[kThreads / 32];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    shared[warp] = v;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? shared[lane] : 0u;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    }
+  }
+  return v;
+}
+
+// v in FP8, rounded to nearest even: clamped to +-max first (a NaN stays
+// NaN, as with ATen's clamp_), or converted as ATen converts (out of range:
+// NaN in E4M3, infinity in E5M2).
+__device__ __forceinline__ __nv_fp8_storage_t to_fp8(float v, float max,
+                                                     Float8Format format,
+                                                     bool saturate) {
+  if (saturate && !isnan(v)) {
+    v = fminf(fmaxf(v, -max), max);
+  }
+  return __nv_cvt_float_to_fp8(
+      v, saturate ? __NV_SATFINITE : __NV_NOSAT,
+      format == Float8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// Thread 0 of the last block to finish: the amax of every block, then the
+// state's updates (internal::cast_operand's, in its order).
+__device__ void finish(const Float8CastArgs& a, unsigned block_amax) {
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    a.partial_amax[blockIdx.x] = block_amax;
+    __threadfence();
+    last = atomicAdd(a.blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) {
+    return;
+  }
+  __threadfence();
+  unsigned bits = 0;
+  for (int b = 0; b < a.blocks; ++b) {
+    bits = max(bits, static_cast<volatile unsigned*>(a.partial_amax)[b]);
+  }
+  const float amax = __uint_as_float(bits);
+  const bool finite = isfinite(amax);
+  *a.non_finite += finite ? 0.0f : 1.0f;
+  float scale;
+  if (a.delayed) {
+    scale = *a.scale;
+    if (finite) {
+      *a.pending_amax = fmaxf(*a.pending_amax, amax);
+    }
+    *a.saturated += finite && amax * scale > a.max ? 1.0f : 0.0f;
+  } else {
+    // clamp_min keeps a NaN; fmaxf would drop it.
+    scale = a.max_over_margin / (isnan(amax) ? amax : fmaxf(amax, kAmaxFloor));
+    *a.cast_scale = scale;
+  }
+  *a.last_scale = scale;
+  *a.casts += 1.0f;
+  *a.inverse_scale = 1.0f / scale;
+}
+
+// Delayed scaling: cast with the state's scale and reduce max |x| in one
+// pass; current scaling (cast = false): only the reduction.
+template <typename T>
+__global__ void amax_kernel(Float8CastArgs a, bool cast) {
+  const T* x = static_cast<const T*>(a.input);
+  auto* out = static_cast<__nv_fp8_storage_t*>(a.output);
+  const float scale = cast ? *a.scale : 0.0f;
+  unsigned bits = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < a.numel; i += stride) {
+    const float v = load(x, i);
+    bits = max(bits, magnitude_bits(v));
+    if (cast) {
+      out[i] = to_fp8(v * scale, a.max, a.format, /*saturate=*/true);
+    }
+  }
+  finish(a, block_max(bits));
+}
+
+// Current scaling's cast, with the scale the reduction computed.
+template <typename T>
+__global__ void cast_kernel(Float8CastArgs a) {
+  const T* x = static_cast<const T*>(a.input);
+  auto* out = static_cast<__nv_fp8_storage_t*>(a.output);
+  const float scale = *a.cast_scale;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < a.numel; i += stride) {
+    out[i] = to_fp8(load(x, i) * scale, a.max, a.format, /*saturate=*/false);
+  }
+}
+
+template <typename T>
+cudaError_t launch(const Float8CastArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.blocks));
+  amax_kernel<T><<<grid, kThreads, 0, stream>>>(a, a.delayed);
+  cudaError_t error = cudaGetLastError();
+  if (error == cudaSuccess && !a.delayed) {
+    cast_kernel<T><<<grid, kThreads, 0, stream>>>(a);
+    error = cudaGetLastError();
+  }
+  return error;
+}
+
+} // namespace
+
+cudaError_t float8_cast(const Float8CastArgs& args, cudaStream_t stream) {
+  switch (args.source) {
+    case Float8Source::kHalf:
+      return launch<__half>(args, stream);
+    case Float8Source::kBFloat16:
+      return launch<__nv_bfloat16>(args, stream);
+    case Float8Source::kFloat:
+      break;
+  }
+  return launch<float>(args, stream);
+}
+
+} // namespace kernels
+} // namespace nn
+} // namespace lamp

@@ -1,0 +1,57 @@
+#pragma once
+
+// The one-pass FP8 casts of lamp's FP8 layers (src/nn/float8_cast_kernels.cu)
+// behind an interface of plain pointers, so that the CUDA source includes no
+// LibTorch header: src/nn/float8_cast_cuda.cpp checks and allocates the
+// tensors and calls this on the current stream.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace lamp {
+namespace nn {
+namespace kernels {
+
+/// The source tensor's element type.
+enum class Float8Source { kFloat, kHalf, kBFloat16 };
+/// The FP8 format cast to.
+enum class Float8Format { kE4M3, kE5M2 };
+
+/// One operand's cast and the bookkeeping of internal::cast_operand(), on
+/// the device. Every float pointer below `output` is one FP32 value.
+///
+/// Delayed scaling: one kernel reads each element once, writes
+/// clamp(x * scale, +-max) in FP8 and reduces max |x|; the last block to
+/// finish reads the blocks' amaxes and updates the state. Current scaling:
+/// one kernel reduces max |x| and its last block computes the scale
+/// (max / 2^margin / max(amax, 1e-12)) and the state; a second writes x *
+/// scale in FP8 (no clamp: the scale keeps it in range).
+struct Float8CastArgs {
+  const void* input = nullptr; // numel elements, contiguous
+  int64_t numel = 0;
+  Float8Source source = Float8Source::kFloat;
+  void* output = nullptr; // numel FP8 bytes
+  Float8Format format = Float8Format::kE4M3;
+  float max = 448.0f;             // the format's largest finite value
+  float max_over_margin = 448.0f; // max / 2^margin (current scaling)
+  bool delayed = false;
+  const float* scale = nullptr; // delayed: the scale to cast with
+  float* cast_scale = nullptr;  // current: the scale computed, for the cast
+  float* pending_amax = nullptr;
+  float* saturated = nullptr;
+  float* non_finite = nullptr;
+  float* last_scale = nullptr;
+  float* casts = nullptr;
+  float* inverse_scale = nullptr;   // 1 / the scale used
+  unsigned* partial_amax = nullptr; // [blocks]: max |x|'s bits per block
+  unsigned* blocks_done = nullptr;  // one counter, zeroed
+  int blocks = 1;
+};
+
+/// Launches the cast on `stream`; returns the first launch error.
+cudaError_t float8_cast(const Float8CastArgs& args, cudaStream_t stream);
+
+} // namespace kernels
+} // namespace nn
+} // namespace lamp

@@ -357,6 +357,11 @@ TEST(AddNorm, PathNamesTheATenOpsOnTheCPU) {
   const auto x = torch::randn({2, 8});
   const auto path = lamp::ops::add_norm_path(x, x);
   EXPECT_EQ(path.rfind("ATen ops: the tensors are on cpu", 0), 0u) << path;
+  expect_error([] { lamp::ops::add_norm_path(torch::ones({}), {}); },
+               "must both be given");
+  expect_error(
+      [] { lamp::ops::add_norm_path(torch::ones({}), torch::ones({})); },
+      "positive width");
 }
 
 // --- models::GPT with GPTOptions::fused_add_norm ---------------------------

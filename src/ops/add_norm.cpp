@@ -308,6 +308,10 @@ AddNormResult add_rms_norm_reference(const torch::Tensor& x,
 std::string add_norm_path(const torch::Tensor& x, const torch::Tensor& branch) {
   TORCH_CHECK(x.defined() && branch.defined(),
               "lamp::ops::add_norm_path: x and the branch must both be given.");
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0,
+              "lamp::ops::add_norm_path: x must be [..., width] with a "
+              "positive width, got ",
+              x.sizes(), ".");
   const auto sum = sum_dtype(x, branch);
   const std::string why =
       kernel_unavailable_reason(x, sum, branch.scalar_type(), sum);

@@ -113,15 +113,12 @@ detail::AddNormKernelForward aten_forward(const torch::Tensor& x,
   detail::AddNormKernelForward out;
   out.sum = torch::add(x.to(sum), branch);
   const auto s = out.sum.to(wide_dtype(sum));
-  if (rms) {
-    out.mean = torch::zeros({s.size(0)}, s.options());
-    out.rstd = torch::rsqrt(s.square().mean(-1) + eps);
-  } else {
-    out.mean = s.mean(-1);
-    out.rstd =
-        torch::rsqrt((s - out.mean.unsqueeze(1)).square().mean(-1) + eps);
-  }
-  auto y = (s - out.mean.unsqueeze(1)) * out.rstd.unsqueeze(1);
+  // The sum about its mean, made once for the variance and the output
+  // (RMSNorm: the sum itself; its saved mean is zero for the backward).
+  out.mean = rms ? torch::zeros({s.size(0)}, s.options()) : s.mean(-1);
+  const auto centred = rms ? s : s - out.mean.unsqueeze(1);
+  out.rstd = torch::rsqrt(centred.square().mean(-1) + eps);
+  auto y = centred * out.rstd.unsqueeze(1);
   if (weight.defined()) {
     y = y * weight;
   }

@@ -73,6 +73,10 @@ struct Config {
   bool fused_head_loss = false;
   // --fused-add-norm: GPTOptions::fused_add_norm.
   bool fused_add_norm = false;
+  // --fused-mlp: GPTOptions::fused_mlp.
+  bool fused_mlp = false;
+  // --gpt-gelu: GPTOptions::gelu, "exact" or "tanh".
+  std::string gpt_gelu = "exact";
   // --fp8-fused-casts: Float8Recipe::fused_casts in fp8.
   bool fp8_fused_casts = false;
   // --peak-tflops: the MFU's denominator where lamp::peak_flops() has no
@@ -100,7 +104,10 @@ lamp::models::GPTOptions gpt_options(const Config& c) {
       .context(c.context)
       .dropout(0)
       .fused_head_loss(c.fused_head_loss)
-      .fused_add_norm(c.fused_add_norm);
+      .fused_add_norm(c.fused_add_norm)
+      .fused_mlp(c.fused_mlp)
+      .gelu(c.gpt_gelu == "tanh" ? lamp::models::GPTGelu::kTanh
+                                 : lamp::models::GPTGelu::kExact);
 }
 
 // The step's options: the precision, the CUDA graph, FP8's recipe where
@@ -289,8 +296,15 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["gpt_heads"] = c.gpt_heads;
     result["gpt_width"] = c.gpt_width;
     result["vocab_size"] = c.gpt_vocab;
-    result["fused_head_loss"] = c.fused_head_loss;
-    result["fused_add_norm"] = c.fused_add_norm;
+    // From the options the model is built with: what ran, not what was
+    // asked.
+    const auto built = gpt_options(c);
+    result["gpt_name"] = built.name();
+    result["fused_head_loss"] = built.fused_head_loss();
+    result["fused_add_norm"] = built.fused_add_norm();
+    result["fused_mlp"] = built.fused_mlp();
+    result["gpt_gelu"] =
+        built.gelu() == lamp::models::GPTGelu::kTanh ? "tanh" : "exact";
     result["fp8_fused_casts"] = c.fp8_fused_casts;
     result["attention"] = c.attention;
   }
@@ -702,6 +716,15 @@ int main(int argc, char** argv) {
   app.add_flag("--fused-add-norm", c.fused_add_norm,
                "--model gpt: each residual add with the norm after it, one "
                "operation (GPTOptions::fused_add_norm)");
+  app.add_flag("--fused-mlp", c.fused_mlp,
+               "--model gpt: each MLP's biases and GELU in its products' "
+               "epilogues (GPTOptions::fused_mlp; fused on a GPU with "
+               "--gpt-gelu tanh)");
+  app.add_option("--gpt-gelu", c.gpt_gelu,
+                 "--model gpt: the MLP's GELU, exact (nanoGPT's) or tanh "
+                 "(GPT-2's)")
+      ->check(CLI::IsMember({"exact", "tanh"}))
+      ->capture_default_str();
   app.add_option("--peak-tflops", c.peak_tflops,
                  "the device's dense peak TFLOP/s for the precision, for the "
                  "mfu column where lamp::peak_flops() has no entry (a CPU); "

@@ -670,6 +670,9 @@ TOOLS = {
     "pytorch-compile-ro": Tool(True, "reduce-overhead", "foreach", False),
     "pytorch-compile-fused": Tool(True, "default", "fused", False),
     "pytorch-compile-ro-fused": Tool(True, "reduce-overhead", "fused", False),
+    # torch.compile's longest search: Triton templates for the products
+    # autotuned, and CUDA graphs (minutes of compilation on a GPU).
+    "pytorch-compile-max-fused": Tool(True, "max-autotune", "fused", False),
     "pytorch-graph": Tool(False, "default", "fused", True),
 }
 
@@ -1035,7 +1038,7 @@ def gpt_shape(args):
         return None
     return GPTShape(layers=args.gpt_layers, heads=args.gpt_heads,
                     width=args.gpt_width, context=args.context,
-                    vocab_size=args.gpt_vocab)
+                    vocab_size=args.gpt_vocab, gelu=args.gpt_gelu)
 
 
 def run_configuration(args, precision, tf32_defaults):
@@ -1448,6 +1451,10 @@ def parse_args(argv):
     parser.add_argument("--gpt-vocab", type=positive_int, default=None,
                         help="gpt: vocabulary, random token ids below it "
                              "(default %d)" % defaults.vocab_size)
+    parser.add_argument("--gpt-gelu", choices=("exact", "tanh"),
+                        default=None,
+                        help="gpt: the MLP's GELU, exact (nanoGPT's) or tanh "
+                             "(GPT-2's; default %s)" % defaults.gelu)
     parser.add_argument("--precision", type=precision_list, default=["fp32"],
                         help="comma-separated list of " + ", ".join(PRECISIONS))
     parser.add_argument("--channels-last", action="store_true",
@@ -1528,7 +1535,7 @@ def parse_args(argv):
     gpt_flags = {"--gpt-layers": args.gpt_layers,
                  "--gpt-heads": args.gpt_heads,
                  "--gpt-width": args.gpt_width, "--context": args.context,
-                 "--gpt-vocab": args.gpt_vocab}
+                 "--gpt-vocab": args.gpt_vocab, "--gpt-gelu": args.gpt_gelu}
     if args.model == "gpt":
         if args.channels_last or args.cudnn_benchmark:
             parser.error("--channels-last and --cudnn-benchmark are "
@@ -1540,6 +1547,7 @@ def parse_args(argv):
         args.gpt_width = args.gpt_width or defaults.width
         args.context = args.context or defaults.context
         args.gpt_vocab = args.gpt_vocab or defaults.vocab_size
+        args.gpt_gelu = args.gpt_gelu or defaults.gelu
         if args.gpt_width % args.gpt_heads != 0:
             parser.error("--gpt-heads %d does not divide --gpt-width %d; "
                          "give a width that is a multiple of the heads"

@@ -30,16 +30,18 @@ import statistics
 import sys
 
 LAMP_TOOLS = ("lamp", "lamp-graph", "lamp-graph-stock-bn",
-              "lamp-graph-conv-bn")
+              "lamp-graph-conv-bn", "lamp-graph-fused")
 PYTORCH_TOOLS = ("pytorch-eager", "pytorch-fused", "pytorch-compile",
                  "pytorch-compile-ro", "pytorch-compile-fused",
-                 "pytorch-compile-ro-fused", "pytorch-graph")
+                 "pytorch-compile-ro-fused", "pytorch-compile-max-fused",
+                 "pytorch-graph")
 TOOLS = LAMP_TOOLS + PYTORCH_TOOLS
 TITLES = {
     "lamp": "lamp",
     "lamp-graph": "lamp (CUDA graph)",
     "lamp-graph-stock-bn": "lamp (CUDA graph, --fused-bn off)",
     "lamp-graph-conv-bn": "lamp (CUDA graph, --fused-bn conv)",
+    "lamp-graph-fused": "lamp (CUDA graph, the GPT's fused kernels)",
     "pytorch-eager": "PyTorch eager",
     "pytorch-fused": "eager, fused optimizer",
     "pytorch-compile": "torch.compile",
@@ -47,6 +49,8 @@ TITLES = {
     "pytorch-compile-fused": "torch.compile, fused optimizer",
     "pytorch-compile-ro-fused": "torch.compile reduce-overhead, fused "
                                 "optimizer",
+    "pytorch-compile-max-fused": "torch.compile max-autotune, fused "
+                                 "optimizer",
     "pytorch-graph": "whole step in one CUDA graph",
 }
 # (numerator, denominator) of the like-for-like ratios, by JSON name.

@@ -24,7 +24,12 @@ Usage: bench/run.sh [options]
                      (CUDA): each --fused-bn level (off, on, conv) of
                      lamp's CUDA-graph step at ResNet18 b128/b512 and
                      ResNet50 b256/b512 in amp, beside PyTorch's whole-step
-                     graph and torch.compile at their best
+                     graph and torch.compile at their best; or gpt (CUDA):
+                     lamp's GPT graph step with and without its fused
+                     kernels (lamp-graph-fused) at the small shape and GPT-2
+                     124M's, tanh GELU, amp-bf16, beside PyTorch's
+                     whole-step graph and torch.compile default and
+                     max-autotune (compilation takes minutes)
   --steps N          timed steps for every configuration (default: per config)
   --warmup N         untimed steps for every configuration (default: per config)
   --repeats N        timed runs of every configuration and tool, back to back
@@ -83,11 +88,15 @@ case "$device" in
   *) echo "run.sh: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
 esac
 case "$suite" in
-  default | float8 | conv-bn) ;;
-  *) echo "run.sh: --suite must be default, float8 or conv-bn, got '$suite'" >&2; exit 2 ;;
+  default | float8 | conv-bn | gpt) ;;
+  *) echo "run.sh: --suite must be default, float8, conv-bn or gpt, got '$suite'" >&2; exit 2 ;;
 esac
 if [ "$suite" = conv-bn ] && [ "$device" != cuda ]; then
   echo "run.sh: --suite conv-bn compares cuDNN's fused graphs: it needs --device cuda" >&2
+  exit 2
+fi
+if [ "$suite" = gpt ] && [ "$device" != cuda ]; then
+  echo "run.sh: --suite gpt times CUDA-graph steps and CUDA kernels: it needs --device cuda" >&2
   exit 2
 fi
 if [ "$suite" = float8 ] && [ "$quick" = 1 ]; then
@@ -145,12 +154,16 @@ failures=0
 # Tools: lamp (eager step), lamp-graph (the step as a CUDA graph),
 # lamp-graph-stock-bn (the same without the fused BatchNorm + ReLU kernels:
 # what they gain), lamp-graph-conv-bn (the same with BatchNorm folded into
-# the convolutions, --fused-bn conv), pytorch-eager (foreach optimizer), pytorch-fused (fused
+# the convolutions, --fused-bn conv), lamp-graph-fused (the GPT's CUDA-graph
+# step with its opt-in fused kernels: --fused-add-norm --fused-mlp
+# --fused-head-loss, and --fp8-fused-casts in fp8), pytorch-eager (foreach
+# optimizer), pytorch-fused (fused
 # SGD, or AdamW for gpt), pytorch-compile / pytorch-compile-fused
 # (torch.compile, foreach / fused optimizer), pytorch-compile-ro /
 # pytorch-compile-ro-fused (torch.compile mode="reduce-overhead": CUDA
-# graphs), pytorch-graph (the whole step in one CUDA graph, fused
-# optimizer). Each lamp tool is one lamp_bench process; the
+# graphs), pytorch-compile-max-fused (mode="max-autotune": autotuned
+# products and CUDA graphs), pytorch-graph (the whole step in one CUDA
+# graph, fused optimizer). Each lamp tool is one lamp_bench process; the
 # PyTorch tools share one Python process, one after the other, in the order
 # given (a compile after another of the same model reuses its kernels).
 # Every tool warms up once (cuDNN autotuning, compilation, graph capture),
@@ -174,13 +187,17 @@ run_tools() {
   local tool status json peers=() peer_statuses=() peer_args=()
   for tool in $tools; do
     case "$tool" in
-      lamp | lamp-graph | lamp-graph-stock-bn | lamp-graph-conv-bn)
+      lamp | lamp-graph | lamp-graph-stock-bn | lamp-graph-conv-bn | lamp-graph-fused)
         runs=$((runs + 1))
         json="$work/$runs-$tool.json"
         local extra=()
         [ "$tool" = lamp-graph ] && extra=(--cuda-graph)
         [ "$tool" = lamp-graph-stock-bn ] && extra=(--cuda-graph --fused-bn off)
         [ "$tool" = lamp-graph-conv-bn ] && extra=(--cuda-graph --fused-bn conv)
+        if [ "$tool" = lamp-graph-fused ]; then
+          extra=(--cuda-graph --fused-add-norm --fused-mlp --fused-head-loss)
+          [ "$precision" = fp8 ] && extra+=(--fp8-fused-casts)
+        fi
         run_one "$tool" "$json" "$bench" "${args[@]}" "${extra[@]}" --json "$json"
         record "$tool" "$model" "$batch" "$precision" "$cl" "$cb" "$json"
         # On a CPU the peer runs with lamp's thread count: torch 2.x's
@@ -279,6 +296,16 @@ if [ "$suite" = conv-bn ]; then
     run_tools "lamp-graph-stock-bn lamp-graph lamp-graph-conv-bn pytorch-graph pytorch-compile-ro-fused" \
       "$model" "$batch" amp 1 1 10 30
   done
+elif [ "$suite" = gpt ]; then
+  # The GPT's opt-in fused kernels (residual add + norm, bias + GELU in the
+  # products' epilogues, head + cross-entropy) in lamp's CUDA-graph step,
+  # beside the same step without them and Python's best: the whole step in
+  # one CUDA graph and torch.compile, default and max-autotune. The tanh
+  # GELU (GPT-2's) on both sides, so that cuBLASLt's GELU epilogue applies.
+  gpt_tools="lamp-graph lamp-graph-fused pytorch-graph pytorch-compile-fused pytorch-compile-max-fused"
+  run_gpt "$gpt_tools" 16 amp-bf16 10 30 6 6 384 1024 --gpt-gelu tanh
+  run_gpt "$gpt_tools" 8 amp-bf16 5 20 12 12 768 1024 --gpt-vocab 50304 \
+    --gpt-gelu tanh
 elif [ "$suite" = float8 ]; then
   # FP8 pays where the matrix products dominate the step: the issue's
   # "4096-wide MLPs, batch x sequence >= 8192". lamp's GPT with width 4096
@@ -367,8 +394,8 @@ else
       done
     fi
     if time_left 150 "the GPT-2 124M rows"; then
-      run_gpt "lamp-graph pytorch-compile-fused" 8 amp-bf16 5 20 12 12 768 \
-        1024 --gpt-vocab 50304
+      run_gpt "lamp-graph lamp-graph-fused pytorch-compile-fused" 8 amp-bf16 \
+        5 20 12 12 768 1024 --gpt-vocab 50304 --gpt-gelu tanh
     fi
   fi
 fi
@@ -378,6 +405,7 @@ suffix=""
 [ "$quick" = 1 ] && suffix="-quick"
 [ "$suite" = float8 ] && suffix="-float8"
 [ "$suite" = conv-bn ] && suffix="-conv-bn"
+[ "$suite" = gpt ] && suffix="-gpt"
 python3 bench/report.py "$manifest" "$out_dir" "$device" "$suffix" "$python" \
   "$work/stem"
 

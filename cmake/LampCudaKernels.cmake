@@ -1,4 +1,4 @@
-# lamp's own CUDA kernels (src/ops/*.cu): built where LibTorch has CUDA and a
+# lamp's own CUDA kernels (src/ops/*.cu) and cuBLASLt calls: built where LibTorch has CUDA and a
 # CUDA compiler is found, unless LAMP_CUDA_KERNELS is OFF. Without them the
 # ops that have kernels run their ATen ops (and say why,
 # lamp::ops::add_norm_path).
@@ -54,7 +54,11 @@ if(LAMP_WITH_CUDA AND LAMP_CUDA_KERNELS)
     target_sources(lamp PRIVATE src/nn/float8_cast_cuda.cpp
                                 src/nn/float8_cast_kernels.cu
                                 src/ops/add_norm_cuda.cpp
-                                src/ops/add_norm_kernels.cu)
+                                src/ops/add_norm_kernels.cu
+                                src/ops/gelu_mlp_cuda.cpp)
+    # gelu_mlp's epilogues call the cuBLASLt LibTorch loaded, found with
+    # dlopen (src/ops/gelu_mlp_cuda.cpp): nothing of cuBLAS is linked.
+    target_link_libraries(lamp PRIVATE ${CMAKE_DL_LIBS})
     # The kernels include no LibTorch header: no precompiled <torch/torch.h>.
     set_source_files_properties(src/nn/float8_cast_kernels.cu
                                 src/ops/add_norm_kernels.cu PROPERTIES

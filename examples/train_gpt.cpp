@@ -171,6 +171,10 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                "run each residual add with the norm after it as one "
                "operation (one CUDA kernel each way on a GPU; the same "
                "results to rounding)");
+  app.add_flag("--fused-mlp", f.model.fused_mlp(),
+               "run each block's MLP with its biases and GELU in the matrix "
+               "products' epilogues (cuBLASLt on a GPU, with --gelu tanh in "
+               "16-bit products; the same results to rounding)");
   app.add_flag("--no-kv-cache", f.no_kv_cache,
                "sample without the KV cache: every token computed over its "
                "whole window (slower; the same tokens)");
@@ -775,19 +779,39 @@ int main(int argc, char** argv) {
                      const lamp::models::StateDictOptions& o) {
               lamp::models::export_gpt_state_dict(module, path, layout, o);
             };
-        if (flags.model.fused_add_norm()) {
-          spec.kernel_note = [](const torch::Device& device,
-                                lamp::Precision precision) {
-            // The residual stream in the model's dtype, the branches in
-            // autocast's where it is on.
+        if (flags.model.fused_add_norm() || flags.model.fused_mlp()) {
+          spec.kernel_note = [model = flags.model](const torch::Device& device,
+                                                   lamp::Precision precision) {
+            // The residual stream in the model's dtype, the branches and the
+            // MLP's products in autocast's where it is on.
             const auto policy = lamp::precision_policy(precision);
             const auto stream = torch::empty(
                 {1, 1}, torch::TensorOptions(device).dtype(
                             policy.model_dtype.value_or(torch::kFloat)));
             const auto branch =
                 stream.to(policy.autocast_dtype.value_or(stream.scalar_type()));
-            return "residual adds fused with their norms: " +
-                   lamp::ops::add_norm_path(stream, branch);
+            std::string note;
+            if (model.fused_add_norm()) {
+              note = "residual adds fused with their norms: " +
+                     lamp::ops::add_norm_path(stream, branch);
+            }
+            if (model.fused_mlp()) {
+              const int64_t c = model.width();
+              const auto options = lamp::ops::GeluMlpOptions().approximate(
+                  model.gelu() == lamp::models::GPTGelu::kTanh ? "tanh"
+                                                               : "none");
+              note +=
+                  std::string(note.empty() ? "" : "\n") +
+                  "MLPs with their biases and GELU fused: " +
+                  (precision == lamp::Precision::kFP8
+                       ? "those whose layers compute in FP8 run unfused; the "
+                         "others: "
+                       : "") +
+                  lamp::ops::gelu_mlp_path(branch.expand({1, c}),
+                                           branch.expand({4 * c, c}),
+                                           branch.expand({c, 4 * c}), options);
+            }
+            return note;
           };
         }
         spec.after_training = [&](const lamp_examples::BuiltModel& model,

@@ -449,8 +449,12 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   }
   const std::string note =
       spec.kernel_note ? spec.kernel_note(device, precision) : "";
-  if (!note.empty()) {
-    print_out("%s: %s\n", spec.program.c_str(), note.c_str());
+  // One line per fused code the note names.
+  for (size_t from = 0; from < note.size();) {
+    const size_t end = std::min(note.find('\n', from), note.size());
+    print_out("%s: %s\n", spec.program.c_str(),
+              note.substr(from, end - from).c_str());
+    from = end + 1;
   }
   if (device.is_cuda() && !step.cuda_graph_enabled() &&
       config.cuda_graph == "auto") {

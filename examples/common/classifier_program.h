@@ -59,9 +59,10 @@ struct RunSpec {
   /// text here.
   std::function<void(const BuiltModel& model, lamp::training::Trainer& trainer)>
       after_training;
-  /// Set: a line for the run's first lines, for the device and precision
-  /// the run resolved (train_gpt's: which code its fused residual adds and
-  /// norms run); "" prints nothing.
+  /// Set: lines for the run's first lines (separated by '\n'), for the
+  /// device and precision the run resolved (train_gpt's: which code its
+  /// fused residual adds and norms and its fused MLPs run); "" prints
+  /// nothing.
   std::function<std::string(const torch::Device& device,
                             lamp::Precision precision)>
       kernel_note;

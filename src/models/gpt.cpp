@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "lamp/nn/attention.h"
+#include "lamp/nn/float8.h"
 #include "lamp/nn/linear.h"
 #include "lamp/nn/rms_norm.h"
 #include "lamp/ops/add_norm.h"
+#include "lamp/ops/gelu_mlp.h"
 #include "lamp/ops/linear_cross_entropy.h"
 #include "platform/compat.h"
 
@@ -239,7 +241,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x,
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
     : dropout_(options.dropout()),
       gelu_(options.gelu()),
-      fused_add_norm_(options.fused_add_norm()) {
+      fused_add_norm_(options.fused_add_norm()),
+      fused_mlp_(options.fused_mlp()) {
   const int64_t c = options.width();
   ln_1 = make_norm(options, c);
   register_module("ln_1", ln_1.ptr());
@@ -274,14 +277,20 @@ std::pair<torch::Tensor, torch::Tensor> GPTBlockImpl::forward_fused(
 }
 
 torch::Tensor GPTBlockImpl::mlp(const torch::Tensor& normed) {
-  // lamp::nn::linear, not Linear::forward: one autocast op with its bias
-  // (include/lamp/nn/linear.h).
-  const auto hidden = lamp::nn::linear(normed, c_fc);
-  auto m = lamp::nn::linear(
-      gelu_ == GPTGelu::kTanh
-          ? F::gelu(hidden, F::GELUFuncOptions().approximate("tanh"))
-          : F::gelu(hidden),
-      c_proj);
+  const char* approximate = gelu_ == GPTGelu::kTanh ? "tanh" : "none";
+  torch::Tensor m;
+  if (fused_mlp_ && lamp::nn::float8_state(*c_fc) == nullptr &&
+      lamp::nn::float8_state(*c_proj) == nullptr) {
+    m = ops::gelu_mlp(normed, c_fc->weight, c_fc->bias, c_proj->weight,
+                      c_proj->bias,
+                      ops::GeluMlpOptions().approximate(approximate));
+  } else {
+    // lamp::nn::linear, not Linear::forward: one autocast op with its bias
+    // (include/lamp/nn/linear.h).
+    const auto hidden = lamp::nn::linear(normed, c_fc);
+    m = lamp::nn::linear(
+        F::gelu(hidden, F::GELUFuncOptions().approximate(approximate)), c_proj);
+  }
   return F::dropout(
       m, F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }

@@ -3,17 +3,14 @@
 // run their ATen ops; this says why.
 #include "nn/float8_cast_cuda.h"
 
+#include "platform/cuda_kernels_none.h"
+
 namespace lamp {
 namespace nn {
 namespace internal {
 
 std::string fused_cast_unavailable_reason(const torch::Tensor&) {
-#if LAMP_WITH_CUDA
-  return "this lamp was built without its CUDA kernels: no CUDA compiler was "
-         "found at configure time, or LAMP_CUDA_KERNELS was OFF";
-#else
-  return "this lamp was built against a LibTorch without CUDA";
-#endif
+  return lamp::detail::cuda_kernels_missing_reason();
 }
 
 #if LAMP_TORCH_FLOAT8

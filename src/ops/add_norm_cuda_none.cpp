@@ -4,18 +4,14 @@
 // says why.
 #include "ops/add_norm_cuda.h"
 
+#include "platform/cuda_kernels_none.h"
+
 namespace lamp {
 namespace detail {
 
 std::string add_norm_kernel_unavailable_reason(at::ScalarType, at::ScalarType,
                                                at::ScalarType, int64_t) {
-#if LAMP_WITH_CUDA
-  return "this lamp was built without its CUDA kernels: no CUDA compiler was "
-         "found at configure time, or LAMP_CUDA_KERNELS was OFF. Reconfigure "
-         "with nvcc on PATH (or -DCMAKE_CUDA_COMPILER=<nvcc>)";
-#else
-  return "this lamp was built against a LibTorch without CUDA";
-#endif
+  return cuda_kernels_missing_reason();
 }
 
 AddNormKernelForward add_norm_kernel_forward(const torch::Tensor&,

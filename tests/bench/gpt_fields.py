@@ -3,9 +3,10 @@
 
 Usage: gpt_fields.py LAMP_BENCH WORK_DIR
 
-- --gpt-vocab, --fused-head-loss and --fused-add-norm reach the model and
-  the JSON record (vocab_size, fused_head_loss, fused_add_norm), and the
-  fused model's loss is the unfused one's;
+- --gpt-vocab, --gpt-gelu, --fused-head-loss, --fused-add-norm and
+  --fused-mlp reach the model and the JSON record (vocab_size, gpt_gelu,
+  fused_head_loss, fused_add_norm, fused_mlp), and the fused model's loss
+  is the unfused one's;
 - mfu is tflops over --peak-tflops, and null without a known peak (a CPU);
 - --gpt-shape is refused beside a shape flag, naming it.
 """
@@ -42,19 +43,23 @@ def main(argv):
     tiny = ["--gpt-layers", "1", "--gpt-heads", "2", "--gpt-width", "32",
             "--context", "16", "--gpt-vocab", "1000"]
     fused = bench(lamp_bench, os.path.join(work, "fused.json"), *tiny,
-                  "--fused-head-loss", "--fused-add-norm", "--peak-tflops",
-                  "2")
+                  "--fused-head-loss", "--fused-add-norm", "--fused-mlp",
+                  "--gpt-gelu", "tanh", "--peak-tflops", "2")
     if fused["vocab_size"] != 1000 or fused["fused_head_loss"] is not True \
-            or fused["fused_add_norm"] is not True:
+            or fused["fused_add_norm"] is not True \
+            or fused["fused_mlp"] is not True or fused["gpt_gelu"] != "tanh" \
+            or "gelu=tanh" not in fused["gpt_name"]:
         fail(f"the record lacks the vocabulary or the switches: {fused}")
     if not (fused["tflops"] > 0 and
             abs(fused["mfu"] - fused["tflops"] / 2) <= 1e-12 and
             fused["peak_tflops"] == 2):
         fail(f"mfu {fused['mfu']} is not tflops {fused['tflops']} over "
              f"the peak 2")
-    plain = bench(lamp_bench, os.path.join(work, "plain.json"), *tiny)
+    plain = bench(lamp_bench, os.path.join(work, "plain.json"), *tiny,
+                  "--gpt-gelu", "tanh")
     if plain["fused_head_loss"] is not False or \
-            plain["fused_add_norm"] is not False or plain["mfu"] is not None \
+            plain["fused_add_norm"] is not False or \
+            plain["fused_mlp"] is not False or plain["mfu"] is not None \
             or plain["peak_tflops"] is not None:
         fail(f"without --peak-tflops a CPU has no peak and no MFU: {plain}")
     # The same random batch and weights: the same loss to FP32 rounding.

@@ -28,7 +28,8 @@
       MFU in the epoch line and record against --peak-tflops, null on a CPU
       without it; a bad --peak-tflops refused
   check_gpt.py fused-add-norm TRAIN_GPT WORK_DIR
-      --fused-add-norm gives the unfused run's losses to rounding, in fp32
+      --fused-add-norm gives the unfused run's losses to rounding (and
+      --fused-mlp the same losses, its ATen ops on a CPU), in fp32
       and amp-bf16; --fp8-fused-casts is refused without --precision fp8.
   check_gpt.py fused-head-loss TRAIN_GPT WORK_DIR
       --fused-head-loss gives the unfused run's losses to rounding at a
@@ -1040,24 +1041,39 @@ def fused_add_norm(train_gpt, work):
                 "--sample-tokens", "0", "--no-progress"] + SHAPE
         epochs = {}
         for name, extra in (("unfused", []),
-                            ("fused", ["--fused-add-norm"])):
+                            ("fused", ["--fused-add-norm"]),
+                            ("mlp", ["--fused-mlp", "--gelu", "tanh"]),
+                            ("mlp-unfused", ["--gelu", "tanh"])):
             log = fresh(work, f"{precision}-{name}.jsonl")
             r = expect_success(base + ["--log-json", log] + extra)
             epochs[name] = records(log)[-1]
-            # The first lines name the code the fused adds run.
+            # The first lines name the code the fused adds and MLPs run.
             said = "residual adds fused with their norms: ATen ops: the " \
                    "tensors are on cpu" in r.stdout
             if said != (name == "fused"):
                 fail(f"{precision} {name}: the line naming the fused adds' "
                      f"code is {'there' if said else 'missing'}: "
                      f"{r.stdout[:600]!r}")
-        unfused, fused = epochs["unfused"], epochs["fused"]
-        for key in ("train_loss", "test_loss"):
-            if abs(fused[key] - unfused[key]) > rtol * abs(unfused[key]):
-                fail(f"{precision} {key}: {fused[key]} fused, {unfused[key]} "
-                     f"unfused: more than {rtol} apart")
-        print(f"  {precision}: loss {fused['train_loss']:.6f} fused, "
-              f"{unfused['train_loss']:.6f} unfused")
+            said = "MLPs with their biases and GELU fused: ATen ops: the " \
+                   "tensors are on cpu, cuBLASLt is CUDA's" in r.stdout
+            if said != (name == "mlp"):
+                fail(f"{precision} {name}: the line naming the fused MLPs' "
+                     f"code is {'there' if said else 'missing'}: "
+                     f"{r.stdout[:600]!r}")
+        # --fused-mlp runs the unfused MLP's ATen ops on a CPU: the same
+        # losses to the bit; --fused-add-norm's to rounding.
+        for fused_name, unfused_name, tolerance in (
+                ("fused", "unfused", rtol), ("mlp", "mlp-unfused", 0.0)):
+            unfused, fused = epochs[unfused_name], epochs[fused_name]
+            for key in ("train_loss", "test_loss"):
+                if abs(fused[key] - unfused[key]) > \
+                        tolerance * abs(unfused[key]):
+                    fail(f"{precision} {fused_name} {key}: {fused[key]} "
+                         f"fused, {unfused[key]} unfused: more than "
+                         f"{tolerance} apart")
+            print(f"  {precision} {fused_name}: loss "
+                  f"{fused['train_loss']:.6f} fused, "
+                  f"{unfused['train_loss']:.6f} unfused")
     # --fp8-fused-casts belongs to --precision fp8: refused elsewhere,
     # before anything is written.
     r = run([train_gpt, "--data", text, "--precision", "fp32",

@@ -89,6 +89,17 @@ struct GPTOptions {
   /// The outputs and gradients equal the unfused ones to rounding. Off by
   /// default until a GPU run has measured it. Not part of name().
   TORCH_ARG(bool, fused_add_norm) = false;
+  /// Each block's MLP runs as one operation with its biases and GELU in
+  /// the matrix products' epilogues (lamp::ops::gelu_mlp()): on CUDA, with
+  /// the tanh GELU (GPTGelu::kTanh) in 16-bit products, cuBLASLt adds the
+  /// bias and applies the GELU as the first product writes and the GELU's
+  /// derivative and the bias gradient as the backward's product writes, two
+  /// passes over the 4-times-wide activation less each way. Elsewhere (the
+  /// CPU, the exact GELU, FP32) the same ATen ops as the unfused MLP, the
+  /// same results. An MLP whose layers are FP8 (convert_to_float8) runs
+  /// unfused. Off by default until a GPU run has measured it. Not part of
+  /// name().
+  TORCH_ARG(bool, fused_mlp) = false;
 
  public:
   /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)", with
@@ -204,6 +215,7 @@ class GPTBlockImpl : public torch::nn::Module {
   double dropout_;
   GPTGelu gelu_;
   bool fused_add_norm_;
+  bool fused_mlp_;
 };
 /// The module holder of GPTBlockImpl.
 TORCH_MODULE(GPTBlock);

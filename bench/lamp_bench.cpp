@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "common/gpt_kernels.h"
 #include "profile_table.h"
 #include "profiler.h"
 
@@ -305,6 +306,9 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["fused_mlp"] = built.fused_mlp();
     result["gpt_gelu"] =
         built.gelu() == lamp::models::GPTGelu::kTanh ? "tanh" : "exact";
+    // Which code the fused operations ran: a fallback to ATen ops shows.
+    result["kernel_paths"] = lamp_examples::gpt_kernel_notes(
+        built, device, lamp::parse_precision(precision_name));
     result["fp8_fused_casts"] = c.fp8_fused_casts;
     result["attention"] = c.attention;
   }

@@ -25,6 +25,7 @@
 
 #include "common/classifier_program.h"
 #include "common/cli.h"
+#include "common/gpt_kernels.h"
 #include "common/stop_signals.h"
 
 namespace {
@@ -782,34 +783,10 @@ int main(int argc, char** argv) {
         if (flags.model.fused_add_norm() || flags.model.fused_mlp()) {
           spec.kernel_note = [model = flags.model](const torch::Device& device,
                                                    lamp::Precision precision) {
-            // The residual stream in the model's dtype, the branches and the
-            // MLP's products in autocast's where it is on.
-            const auto policy = lamp::precision_policy(precision);
-            const auto stream = torch::empty(
-                {1, 1}, torch::TensorOptions(device).dtype(
-                            policy.model_dtype.value_or(torch::kFloat)));
-            const auto branch =
-                stream.to(policy.autocast_dtype.value_or(stream.scalar_type()));
             std::string note;
-            if (model.fused_add_norm()) {
-              note = "residual adds fused with their norms: " +
-                     lamp::ops::add_norm_path(stream, branch);
-            }
-            if (model.fused_mlp()) {
-              const int64_t c = model.width();
-              const auto options = lamp::ops::GeluMlpOptions().approximate(
-                  model.gelu() == lamp::models::GPTGelu::kTanh ? "tanh"
-                                                               : "none");
-              note +=
-                  std::string(note.empty() ? "" : "\n") +
-                  "MLPs with their biases and GELU fused: " +
-                  (precision == lamp::Precision::kFP8
-                       ? "those whose layers compute in FP8 run unfused; the "
-                         "others: "
-                       : "") +
-                  lamp::ops::gelu_mlp_path(branch.expand({1, c}),
-                                           branch.expand({4 * c, c}),
-                                           branch.expand({c, 4 * c}), options);
+            for (const auto& line :
+                 lamp_examples::gpt_kernel_notes(model, device, precision)) {
+              note += (note.empty() ? "" : "\n") + line;
             }
             return note;
           };

@@ -1106,7 +1106,7 @@ def fused_steps(train_gpt, work, device):
     base = [train_gpt, "--data", text, "--device", device, "--precision",
             "amp-bf16", "--gelu", "tanh", "--lr", "3e-4", "--epochs", "10",
             "--max-steps", "200", "--seed", "9", "--batch-size", "16",
-            "--sample-tokens", "0", "--no-progress"] + SHAPE
+            "--sample-tokens", "0", "--no-progress", "--threads", "1"] + SHAPE
     runs = {}
     for name, extra in (("unfused", []),
                         ("fused", ["--fused-add-norm", "--fused-mlp",

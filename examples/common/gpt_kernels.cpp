@@ -1,0 +1,45 @@
+#include "common/gpt_kernels.h"
+
+#include <lamp/ops/add_norm.h>
+#include <lamp/ops/gelu_mlp.h>
+#include <torch/torch.h>
+
+namespace lamp_examples {
+
+std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
+                                          const torch::Device& device,
+                                          lamp::Precision precision) {
+  std::vector<std::string> notes;
+  if (!model.fused_add_norm() && !model.fused_mlp()) {
+    return notes;
+  }
+  // The residual stream in the model's dtype, the branches and the MLP's
+  // products in autocast's where it is on: one element each, for the paths'
+  // dtype and device checks.
+  const auto policy = lamp::precision_policy(precision);
+  const auto stream =
+      torch::empty({1, 1}, torch::TensorOptions(device).dtype(
+                               policy.model_dtype.value_or(torch::kFloat)));
+  const auto branch =
+      stream.to(policy.autocast_dtype.value_or(stream.scalar_type()));
+  if (model.fused_add_norm()) {
+    notes.push_back("residual adds fused with their norms: " +
+                    lamp::ops::add_norm_path(stream, branch));
+  }
+  if (model.fused_mlp()) {
+    const int64_t c = model.width();
+    const auto options = lamp::ops::GeluMlpOptions().approximate(
+        model.gelu() == lamp::models::GPTGelu::kTanh ? "tanh" : "none");
+    notes.push_back(
+        std::string("MLPs with their biases and GELU fused: ") +
+        (precision == lamp::Precision::kFP8
+             ? "those whose layers compute in FP8 run unfused; the others: "
+             : "") +
+        lamp::ops::gelu_mlp_path(branch.expand({1, c}),
+                                 branch.expand({4 * c, c}),
+                                 branch.expand({c, 4 * c}), options));
+  }
+  return notes;
+}
+
+} // namespace lamp_examples

@@ -1,0 +1,25 @@
+#pragma once
+
+// Which code a GPT's opt-in fused operations run, for train_gpt's first
+// lines and lamp_bench's JSON record: a fused option that falls back to
+// ATen ops on the device says so, and why.
+
+#include <lamp/amp/precision.h>
+#include <lamp/models/gpt.h>
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+namespace lamp_examples {
+
+/// One line per fused operation `model` turns on, for a run on `device` in
+/// `precision`: "residual adds fused with their norms: " followed by
+/// lamp::ops::add_norm_path's answer, "MLPs with their biases and GELU
+/// fused: " followed by lamp::ops::gelu_mlp_path's (in fp8, for the MLPs
+/// whose layers are not FP8). Empty when neither is on.
+std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
+                                          const torch::Device& device,
+                                          lamp::Precision precision);
+
+} // namespace lamp_examples

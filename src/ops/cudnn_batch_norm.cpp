@@ -11,12 +11,12 @@
 #include <ATen/cudnn/Handle.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cudnn.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <string>
 
 #include "ops/cudnn_batch_norm.h"
+#include "platform/loaded_library.h"
 
 namespace lamp {
 namespace detail {
@@ -47,23 +47,11 @@ struct Cudnn {
   std::string unavailable;
 };
 
-template <typename Function>
-void resolve(void* library, const char* symbol, Function& function,
-             std::string& unavailable) {
-  function = reinterpret_cast<Function>(dlsym(library, symbol));
-  if (function == nullptr && unavailable.empty()) {
-    unavailable = std::string("the loaded cuDNN has no ") + symbol + ".";
-  }
-}
-
 const Cudnn& cudnn() {
   static const Cudnn api = [] {
     Cudnn a;
     const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
-    void* library = dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-    if (library == nullptr) {
-      library = dlopen(soname.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    }
+    void* library = loaded_library(soname);
     if (library == nullptr) {
       a.unavailable = "no " + soname +
                       " could be loaded (the cuDNN this lamp was built for, "
@@ -72,7 +60,7 @@ const Cudnn& cudnn() {
       return a;
     }
     const auto need = [&](const char* symbol, auto& function) {
-      resolve(library, symbol, function, a.unavailable);
+      resolve_symbol(library, symbol, function, "cuDNN", a.unavailable);
     };
     need("cudnnGetErrorString", a.error_string);
     need("cudnnSetStream", a.set_stream);
@@ -91,6 +79,9 @@ const Cudnn& cudnn() {
          a.backward_workspace);
     need("cudnnBatchNormalizationForwardTrainingEx", a.forward);
     need("cudnnBatchNormalizationBackwardEx", a.backward);
+    if (!a.unavailable.empty()) {
+      a.unavailable += ".";
+    }
     return a;
   }();
   return api;

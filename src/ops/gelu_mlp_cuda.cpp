@@ -12,25 +12,22 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cublasLt.h>
-#include <dlfcn.h>
 
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <type_traits>
 #include <vector>
+
+#include "platform/loaded_library.h"
 
 namespace lamp {
 namespace detail {
 namespace {
 
 // The cuBLASLt functions used here, resolved once from the libcublasLt
-// LibTorch loaded (dlopen with RTLD_NOLOAD finds it by its soname), as
-// src/ops/cudnn_batch_norm.cpp does for cuDNN: lamp links nothing of
-// cuBLAS, so a torch wheel's own cuBLASLt stays the only one in the
-// process (a toolkit's copy linked beside it would be loaded first and
-// serve LibTorch too).
+// LibTorch loaded (platform/loaded_library.h): a toolkit's copy linked
+// beside it would be loaded first and serve LibTorch too.
 struct CublasLt {
   decltype(&cublasLtCreate) create = nullptr;
   decltype(&cublasLtGetStatusString) status_string = nullptr;
@@ -53,10 +50,7 @@ const CublasLt& lt() {
     CublasLt a;
     const std::string soname =
         "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* library = dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-    if (library == nullptr) {
-      library = dlopen(soname.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    }
+    void* library = loaded_library(soname);
     if (library == nullptr) {
       a.unavailable = "no " + soname +
                       " could be loaded (the cuBLASLt this lamp was built "
@@ -65,11 +59,7 @@ const CublasLt& lt() {
       return a;
     }
     const auto need = [&](const char* symbol, auto& function) {
-      function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(
-          dlsym(library, symbol));
-      if (function == nullptr && a.unavailable.empty()) {
-        a.unavailable = std::string("the loaded cuBLASLt has no ") + symbol;
-      }
+      resolve_symbol(library, symbol, function, "cuBLASLt", a.unavailable);
     };
     need("cublasLtCreate", a.create);
     need("cublasLtGetStatusString", a.status_string);

@@ -199,11 +199,13 @@ def main():
         check_applies(m, src)
 
     ctest_jobs = min(a.jobs, 2)
-    if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
-        log(f"Configuring {build}")
-        if run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
-               + a.cmake_args, os.path.join(logs, "configure.log")) != 0:
-            die(f"configure failed; see {logs}/configure.log")
+    # Configured on every run, not only the first: a scratch folder from an
+    # earlier run then takes up the options this run passes (a changed
+    # linker relinks, a changed compiler launcher recompiles once).
+    log(f"Configuring {build}")
+    if run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+           + a.cmake_args, os.path.join(logs, "configure.log")) != 0:
+        die(f"configure failed; see {logs}/configure.log")
     build_cmd = ["cmake", "--build", build, "--parallel", str(a.jobs)]
     log("Building the unmutated sources")
     if run(build_cmd, os.path.join(logs, "baseline-build.log")) != 0:

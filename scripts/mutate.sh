@@ -2,7 +2,7 @@
 # Measures how strong the test suite is: plants the bugs listed in
 # tests/mutants.ini one at a time in a scratch copy, rebuilds incrementally and
 # reports which ones the suite caught. See --help. Not part of scripts/test.sh:
-# a full run rebuilds once per mutant (about half an hour on 2 cores).
+# a full run rebuilds once per mutant (hours on 2 cores; see --resume).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -63,8 +63,17 @@ esac
 [ -f "$list" ] || lamp_die "no mutant list at $list"
 work="${work:-build/mutate-$torch}"
 
-lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3 git
-cmake_args=()
+lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3 git mold ccache
+# One mutant recompiles one file, relinks every program that uses it and, at
+# the next mutant, recompiles the restored file. Measured on 2 cores with the
+# torch 2.15.0 wheel: relinking the 18 programs after a change in src/ takes
+# 49 s with GNU ld and 5 s with mold; ccache serves the restored file's
+# second compile (about 18 s for src/training/trainer.cpp) from its cache.
+# Only the scratch build uses them; the build scripts/test.sh makes does not.
+cmake_args=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+            -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=mold
+            -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=mold
+            -DCMAKE_MODULE_LINKER_FLAGS=-fuse-ld=mold)
 if [ "$torch" = wheel ]; then
   lamp_ensure_torch_wheel
   lamp_ensure_nvcc

@@ -1083,10 +1083,87 @@ TEST(Float8, FusedCastsRunTheATenOpsOnTheCpu) {
   }
 }
 
+// A cast asked for its transpose (what the backward's products take):
+// Cast::transposed is the cast's transpose bit for bit, contiguous, and the
+// cast itself and the state are those of a cast without it; a cast not
+// asked for it keeps none. Both recipes, a shape of no 32-tile's multiple.
+TEST(Float8, CastsWriteTheirTransposeWhenAsked) {
+  namespace I = F8::internal;
+  const auto as_float = [](const torch::Tensor& fp8) {
+    return fp8.to(torch::kFloat);
+  };
+  for (const bool delayed_scaling : {false, true}) {
+    SCOPED_TRACE(delayed_scaling ? "delayed" : "current");
+    torch::manual_seed(5);
+    const auto t = torch::randn({37, 48}) * 3;
+    const auto recipe = delayed_scaling ? delayed(4) : F8::Float8Recipe();
+    auto a = F8::Float8State(recipe, "plain");
+    auto b = F8::Float8State(recipe, "transposed");
+    a->scale.fill_(100.0f); // delayed: a few values saturate
+    b->scale.fill_(100.0f);
+    const auto plain = I::cast_operand(t, I::operand_state(*a, 0),
+                                       delayed_scaling, 1, kE4M3, true, false);
+    const auto both = I::cast_operand(t, I::operand_state(*b, 0),
+                                      delayed_scaling, 1, kE4M3, true, true);
+    EXPECT_FALSE(plain.transposed.defined());
+    ASSERT_TRUE(both.transposed.defined());
+    EXPECT_EQ(both.transposed.sizes(), (std::vector<int64_t>{48, 37}));
+    EXPECT_TRUE(both.transposed.is_contiguous());
+    EXPECT_EQ(both.transposed.scalar_type(), kE4M3);
+    EXPECT_TRUE(BitEqual(as_float(both.transposed),
+                         as_float(both.data).t().contiguous()));
+    EXPECT_TRUE(BitEqual(as_float(both.data), as_float(plain.data)));
+    EXPECT_TRUE(BitEqual(both.inverse_scale, plain.inverse_scale));
+    EXPECT_TRUE(BitEqual(b->counters, a->counters));
+    EXPECT_TRUE(BitEqual(b->pending_amax, a->pending_amax));
+  }
+}
+
+// The backward keeps only the transposes of the gradients asked for: a
+// constant input (the first layer's tokens), a frozen weight and no grad
+// mode each give the outputs and the remaining gradients of the layer that
+// has them all, bit for bit.
+TEST(Float8, GivesTheGradientsAskedForAndOnlyThose) {
+  for (const auto& recipe : {F8::Float8Recipe(), delayed(4)}) {
+    torch::manual_seed(9);
+    torch::nn::Linear layer(64, 32);
+    const auto x = torch::randn({20, 64});
+    const auto dy = torch::randn({20, 32});
+    const auto run = [&](bool input_grad, bool weight_grad, bool grad_mode) {
+      auto state = F8::Float8State(recipe, "layer");
+      auto xi = x.clone().requires_grad_(input_grad);
+      auto w = layer->weight.detach().clone().requires_grad_(weight_grad);
+      auto b = layer->bias.detach().clone().requires_grad_(true);
+      torch::Tensor y;
+      {
+        torch::AutoGradMode mode(grad_mode);
+        y = F8::float8_linear(xi, w, b, *state);
+      }
+      if (grad_mode) {
+        y.backward(dy);
+      }
+      return std::vector<torch::Tensor>{y.detach(), xi.grad(), w.grad()};
+    };
+    const auto all = run(true, true, true);
+    ASSERT_TRUE(all[1].defined() && all[2].defined());
+    const auto constant_input = run(false, true, true);
+    EXPECT_FALSE(constant_input[1].defined());
+    EXPECT_TRUE(BitEqual(constant_input[0], all[0]));
+    EXPECT_TRUE(BitEqual(constant_input[2], all[2]));
+    const auto frozen_weight = run(true, false, true);
+    EXPECT_FALSE(frozen_weight[2].defined());
+    EXPECT_TRUE(BitEqual(frozen_weight[0], all[0]));
+    EXPECT_TRUE(BitEqual(frozen_weight[1], all[1]));
+    const auto no_grad = run(true, true, false);
+    EXPECT_TRUE(BitEqual(no_grad[0], all[0]));
+  }
+}
+
 // The one-pass cast against the ATen ops it replaces: the same FP8 bits
 // (NaNs compared as NaNs), the same inverse scale and the same state, for
-// both recipes, the three source dtypes, sizes of no vector width's
-// multiple, an infinity, a NaN, and delayed scales that saturate.
+// both recipes, the three source dtypes, sizes of no vector width's or
+// 32-tile's multiple, an infinity, a NaN, and delayed scales that saturate;
+// alone and with its transpose (the tiled kernel).
 TEST(Float8, FusedCastMatchesTheATenCast_CUDA) {
   LAMP_SKIP_WITHOUT_FP8_GPU();
   const torch::Device cuda(torch::kCUDA);
@@ -1120,17 +1197,29 @@ TEST(Float8, FusedCastMatchesTheATenCast_CUDA) {
           f->scale.fill_(100.0f);
           for (const auto fmt :
                {c10::ScalarType::Float8_e4m3fn, c10::ScalarType::Float8_e5m2}) {
-            const auto want = I::cast_operand(t, I::operand_state(*a, 0),
-                                              delayed_scaling, 1, fmt, false);
-            const auto got = I::fused_cast_operand(t, I::operand_state(*f, 0),
-                                                   delayed_scaling, 1, fmt);
-            EXPECT_EQ(got.data.scalar_type(), fmt);
-            EXPECT_TRUE(
-                AllClose(as_float(got.data), as_float(want.data), 0, 0));
-            EXPECT_TRUE(
-                BitEqual(got.inverse_scale.cpu(), want.inverse_scale.cpu()));
-            EXPECT_TRUE(BitEqual(f->counters.cpu(), a->counters.cpu()));
-            EXPECT_TRUE(BitEqual(f->pending_amax.cpu(), a->pending_amax.cpu()));
+            for (const bool transpose : {false, true}) {
+              SCOPED_TRACE(transpose ? "with its transpose" : "alone");
+              const auto want =
+                  I::cast_operand(t, I::operand_state(*a, 0), delayed_scaling,
+                                  1, fmt, false, transpose);
+              const auto got =
+                  I::fused_cast_operand(t, I::operand_state(*f, 0),
+                                        delayed_scaling, 1, fmt, transpose);
+              EXPECT_EQ(got.data.scalar_type(), fmt);
+              EXPECT_TRUE(
+                  AllClose(as_float(got.data), as_float(want.data), 0, 0));
+              ASSERT_EQ(got.transposed.defined(), transpose);
+              if (transpose) {
+                EXPECT_EQ(got.transposed.sizes(), want.transposed.sizes());
+                EXPECT_TRUE(AllClose(as_float(got.transposed),
+                                     as_float(want.transposed), 0, 0));
+              }
+              EXPECT_TRUE(
+                  BitEqual(got.inverse_scale.cpu(), want.inverse_scale.cpu()));
+              EXPECT_TRUE(BitEqual(f->counters.cpu(), a->counters.cpu()));
+              EXPECT_TRUE(
+                  BitEqual(f->pending_amax.cpu(), a->pending_amax.cpu()));
+            }
           }
         }
       }
@@ -1138,9 +1227,9 @@ TEST(Float8, FusedCastMatchesTheATenCast_CUDA) {
   }
 }
 
-// The one-pass cast captured in a CUDA graph: each replay casts the
-// tensor's current values and counts one more cast (the state is updated
-// on the device, never read back).
+// The one-pass cast (with its transpose) captured in a CUDA graph: each
+// replay casts the tensor's current values and counts one more cast (the
+// state is updated on the device, never read back).
 TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
   LAMP_SKIP_WITHOUT_FP8_GPU();
   const torch::Device cuda(torch::kCUDA);
@@ -1148,11 +1237,13 @@ TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
   auto state = F8::Float8State(delayed(4), "graph");
   state->to(cuda);
   auto t = torch::randn({64, 64}, torch::TensorOptions(cuda));
-  torch::Tensor data;
+  torch::Tensor data, transposed;
   const auto body = [&] {
-    data = I::fused_cast_operand(t, I::operand_state(*state, 0), true, 0,
-                                 c10::ScalarType::Float8_e4m3fn)
-               .data;
+    const auto cast = I::fused_cast_operand(
+        t, I::operand_state(*state, 0), true, 0, c10::ScalarType::Float8_e4m3fn,
+        /*transpose=*/true);
+    data = cast.data;
+    transposed = cast.transposed;
   };
   lamp::detail::run_on_side_stream(cuda, body);
   const auto graph =
@@ -1169,6 +1260,8 @@ TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
                                     c10::ScalarType::Float8_e4m3fn, false);
   EXPECT_TRUE(AllClose(data.to(torch::kFloat).cpu(),
                        want.data.to(torch::kFloat).cpu(), 0, 0));
+  EXPECT_TRUE(AllClose(transposed.to(torch::kFloat).cpu(),
+                       want.data.to(torch::kFloat).t().cpu(), 0, 0));
 }
 
 #endif // LAMP_TORCH_FLOAT8

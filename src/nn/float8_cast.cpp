@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <tuple>
+#include <utility>
 
 #include "nn/float8_cast_cuda.h"
 #include "nn/float8_internal.h"
@@ -75,11 +76,16 @@ OperandState operand_state(Float8StateImpl& state, int64_t operand) {
 }
 
 Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
-                  int64_t margin, torch::Dtype dtype, bool fused) {
+                  int64_t margin, torch::Dtype dtype, bool fused,
+                  bool transpose) {
+  TORCH_INTERNAL_ASSERT(!transpose || t.dim() == 2,
+                        "lamp::nn::float8: a transposed cast takes a 2-D "
+                        "tensor, got ",
+                        t.dim(), " dimensions");
   if (fused && t.is_cuda()) {
     const auto why = fused_cast_unavailable_reason(t);
     if (why.empty()) {
-      return fused_cast_operand(t, s, delayed, margin, dtype);
+      return fused_cast_operand(t, s, delayed, margin, dtype, transpose);
     }
     TORCH_WARN_ONCE("lamp::nn::float8: Float8Recipe::fused_casts runs ATen ",
                     "ops instead of lamp's CUDA kernel: ", why, ".");
@@ -108,8 +114,9 @@ Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
   s.casts.add_(1);
   // A scale from t's own amax cannot take a value past the range: no clamp
   // (a pass over t fewer). Delayed scales come from earlier amaxes.
-  return {detail::cast_to_float8(t, scale, dtype, /*saturate=*/delayed),
-          scale.reciprocal()};
+  auto data = detail::cast_to_float8(t, scale, dtype, /*saturate=*/delayed);
+  auto transposed = transpose ? data.t().contiguous() : torch::Tensor();
+  return {std::move(data), scale.reciprocal(), std::move(transposed)};
 }
 
 } // namespace internal

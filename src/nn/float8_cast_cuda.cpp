@@ -33,11 +33,20 @@ std::string fused_cast_unavailable_reason(const torch::Tensor& t) {
 
 #if LAMP_TORCH_FLOAT8
 Cast fused_cast_operand(const torch::Tensor& t, const OperandState& s,
-                        bool delayed, int64_t margin, torch::Dtype dtype) {
+                        bool delayed, int64_t margin, torch::Dtype dtype,
+                        bool transpose) {
+  TORCH_INTERNAL_ASSERT(!transpose || t.dim() == 2,
+                        "lamp::nn::float8: a transposed cast takes a 2-D "
+                        "tensor, got ",
+                        t.dim(), " dimensions");
   c10::cuda::CUDAGuard guard(t.device());
   const auto input = t.contiguous();
   const auto f32 = input.options().dtype(torch::kFloat);
   auto data = torch::empty(input.sizes(), input.options().dtype(dtype));
+  torch::Tensor transposed;
+  if (transpose) {
+    transposed = torch::empty({input.size(1), input.size(0)}, data.options());
+  }
   auto inverse_scale = torch::empty({}, f32);
   auto cast_scale = torch::empty({}, f32);
   // A few blocks per multiprocessor, each striding over its share.
@@ -76,9 +85,14 @@ Cast fused_cast_operand(const torch::Tensor& t, const OperandState& s,
   a.partial_amax = reinterpret_cast<unsigned*>(partial.data_ptr<int>());
   a.blocks_done = reinterpret_cast<unsigned*>(done.data_ptr<int>());
   a.blocks = static_cast<int>(blocks);
+  if (transpose) {
+    a.transposed = transposed.data_ptr();
+    a.rows = input.size(0);
+    a.cols = input.size(1);
+  }
   C10_CUDA_CHECK(
       kernels::float8_cast(a, at::cuda::getCurrentCUDAStream().stream()));
-  return {data, inverse_scale};
+  return {data, inverse_scale, transposed};
 }
 #endif
 

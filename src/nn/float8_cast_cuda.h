@@ -24,9 +24,11 @@ std::string fused_cast_unavailable_reason(const torch::Tensor& t);
 /// cast_operand()'s cast and bookkeeping in one pass over `t` (two with
 /// current scaling: its amax, then the cast), after
 /// fused_cast_unavailable_reason() gave "": the same FP8 bits, scales and
-/// counters as the ATen ops.
+/// counters as the ATen ops. `transpose` (a 2-D `t`): the cast pass also
+/// writes Cast::transposed, the cast's transpose, tile by tile.
 Cast fused_cast_operand(const torch::Tensor& t, const OperandState& s,
-                        bool delayed, int64_t margin, torch::Dtype dtype);
+                        bool delayed, int64_t margin, torch::Dtype dtype,
+                        bool transpose = false);
 #endif
 
 } // namespace internal

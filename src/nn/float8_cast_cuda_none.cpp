@@ -15,7 +15,7 @@ std::string fused_cast_unavailable_reason(const torch::Tensor&) {
 
 #if LAMP_TORCH_FLOAT8
 Cast fused_cast_operand(const torch::Tensor&, const OperandState&, bool,
-                        int64_t, torch::Dtype) {
+                        int64_t, torch::Dtype, bool) {
   TORCH_CHECK(false, "lamp::nn::float8: the fused cast: ",
               fused_cast_unavailable_reason({}), ".");
 }

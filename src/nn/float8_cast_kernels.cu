@@ -137,13 +137,76 @@ __global__ void cast_kernel(Float8CastArgs a) {
   }
 }
 
+// The cast of a row-major [rows, cols] matrix and its transpose, tile by
+// tile: a warp reads a tile's row (consecutive elements), writes the FP8
+// values to `output` and to a tile in shared memory, then writes the tile's
+// columns as rows of `transposed` (consecutive bytes again). Delayed scaling
+// (reduce = true): with the state's scale, clamped, and max |x| reduced and
+// the state updated, as amax_kernel does; current scaling: with the scale
+// amax_kernel computed, unclamped, as cast_kernel does.
+constexpr int kTile = 32;
+constexpr int kTileRows = kThreads / kTile; // 8 rows of threads
+static_assert(kThreads % kTile == 0, "a block is whole rows of a tile");
+
+template <typename T>
+__global__ void cast_transpose_kernel(Float8CastArgs a, bool reduce) {
+  const T* x = static_cast<const T*>(a.input);
+  auto* out = static_cast<__nv_fp8_storage_t*>(a.output);
+  auto* out_t = static_cast<__nv_fp8_storage_t*>(a.transposed);
+  const float scale = reduce ? *a.scale : *a.cast_scale;
+  // 36 bytes a row: reading a column, the 32 threads of a warp meet 32
+  // different banks (36 / 4 = 9 words apart, 9 prime to 32).
+  __shared__ __nv_fp8_storage_t tile[kTile][kTile + 4];
+  const int tx = threadIdx.x % kTile;
+  const int ty = threadIdx.x / kTile;
+  const int64_t tile_cols = (a.cols + kTile - 1) / kTile;
+  const int64_t tiles = (a.rows + kTile - 1) / kTile * tile_cols;
+  unsigned bits = 0;
+  for (int64_t i = blockIdx.x; i < tiles; i += gridDim.x) {
+    const int64_t r0 = i / tile_cols * kTile;
+    const int64_t c0 = i % tile_cols * kTile;
+    for (int j = ty; j < kTile; j += kTileRows) {
+      const int64_t r = r0 + j, c = c0 + tx;
+      if (r < a.rows && c < a.cols) {
+        const float v = load(x, r * a.cols + c);
+        if (reduce) {
+          bits = max(bits, magnitude_bits(v));
+        }
+        const auto q = to_fp8(v * scale, a.max, a.format, /*saturate=*/reduce);
+        out[r * a.cols + c] = q;
+        tile[j][tx] = q;
+      }
+    }
+    __syncthreads();
+    for (int j = ty; j < kTile; j += kTileRows) {
+      const int64_t c = c0 + j, r = r0 + tx;
+      if (c < a.cols && r < a.rows) {
+        out_t[c * a.rows + r] = tile[tx][j];
+      }
+    }
+    __syncthreads(); // the next tile overwrites this one
+  }
+  if (reduce) {
+    finish(a, block_max(bits));
+  }
+}
+
 template <typename T>
 cudaError_t launch(const Float8CastArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.blocks));
+  const bool transpose = a.transposed != nullptr;
+  if (transpose && a.delayed) {
+    cast_transpose_kernel<T><<<grid, kThreads, 0, stream>>>(a, true);
+    return cudaGetLastError();
+  }
   amax_kernel<T><<<grid, kThreads, 0, stream>>>(a, a.delayed);
   cudaError_t error = cudaGetLastError();
   if (error == cudaSuccess && !a.delayed) {
-    cast_kernel<T><<<grid, kThreads, 0, stream>>>(a);
+    if (transpose) {
+      cast_transpose_kernel<T><<<grid, kThreads, 0, stream>>>(a, false);
+    } else {
+      cast_kernel<T><<<grid, kThreads, 0, stream>>>(a);
+    }
     error = cudaGetLastError();
   }
   return error;

@@ -27,6 +27,12 @@ enum class Float8Format { kE4M3, kE5M2 };
 /// one kernel reduces max |x| and its last block computes the scale
 /// (max / 2^margin / max(amax, 1e-12)) and the state; a second writes x *
 /// scale in FP8 (no clamp: the scale keeps it in range).
+///
+/// With `transposed` set, the input is a row-major [rows, cols] matrix and
+/// the cast pass (the one kernel of delayed scaling, the second of current
+/// scaling) goes tile by tile, writing each tile's FP8 values to `output`
+/// and, through shared memory, to `transposed` ([cols, rows], row-major):
+/// the transpose costs no pass of its own over memory.
 struct Float8CastArgs {
   const void* input = nullptr; // numel elements, contiguous
   int64_t numel = 0;
@@ -47,6 +53,9 @@ struct Float8CastArgs {
   unsigned* partial_amax = nullptr; // [blocks]: max |x|'s bits per block
   unsigned* blocks_done = nullptr;  // one counter, zeroed
   int blocks = 1;
+  void* transposed = nullptr; // rows * cols FP8 bytes, or none
+  int64_t rows = 0;
+  int64_t cols = 0;
 };
 
 /// Launches the cast on `stream`; returns the first launch error.

@@ -51,10 +51,13 @@ bool is_low_precision(torch::Dtype dtype);
 
 #if LAMP_TORCH_FLOAT8
 // One operand cast for a product: its FP8 data and the factor that undoes
-// its scale (what _scaled_mm multiplies the product by).
+// its scale (what _scaled_mm multiplies the product by); `transposed`, when
+// the cast was asked for it, is data^T contiguous (the layout the backward's
+// products take it in).
 struct Cast {
   torch::Tensor data;
   torch::Tensor inverse_scale;
+  torch::Tensor transposed;
 };
 
 // The tensors of a layer's state that a cast reads and writes. Views of
@@ -76,9 +79,12 @@ OperandState operand_state(Float8StateImpl& state, int64_t operand);
 // Casts `t` with its operand's scale, recording its amax: no value leaves
 // the device. `fused` (Float8Recipe::fused_casts): in one pass on lamp's
 // CUDA kernel where it takes `t` (float8_cast_cuda.h), else the ATen ops
-// after one warning.
+// after one warning. `transpose` (a 2-D `t`): the cast's transpose too, in
+// Cast::transposed (written by the same pass where the kernel runs, else
+// data.t().contiguous()).
 Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
-                  int64_t margin, torch::Dtype dtype, bool fused = false);
+                  int64_t margin, torch::Dtype dtype, bool fused = false,
+                  bool transpose = false);
 #endif // LAMP_TORCH_FLOAT8
 
 } // namespace internal

@@ -34,10 +34,17 @@ torch::Tensor pad_rows(const torch::Tensor& t2d, int64_t rows) {
   return torch::constant_pad_nd(t2d, {0, 0, 0, rows - t2d.size(0)}, 0.0);
 }
 
+// An FP8 product's operand and the factor that undoes its scale.
+struct Operand {
+  torch::Tensor data;
+  torch::Tensor inverse_scale;
+};
+
 // a (row-major) x b (column-major) in FP8, after CUDA's rules.
-torch::Tensor scaled_mm(const Cast& a, const Cast& b, torch::Dtype out_dtype,
-                        const torch::Tensor& bias, bool fast_accum,
-                        const std::string& layer, const std::string& product) {
+torch::Tensor scaled_mm(const Operand& a, const Operand& b,
+                        torch::Dtype out_dtype, const torch::Tensor& bias,
+                        bool fast_accum, const std::string& layer,
+                        const std::string& product) {
   detail::check_scaled_mm_operands(a.data, b.data, layer, product);
   c10::optional<torch::Tensor> bias_arg;
   if (bias.defined()) {
@@ -54,29 +61,36 @@ class Float8LinearFunction
                                const torch::Tensor& input,
                                const torch::Tensor& weight,
                                const torch::Tensor& bias,
-                               Float8StateImpl* state, torch::Dtype out_dtype) {
+                               Float8StateImpl* state, torch::Dtype out_dtype,
+                               bool grad_input, bool grad_weight) {
     const bool delayed = state->recipe().scaling() == Float8Scaling::kDelayed;
     const int64_t margin = state->recipe().margin();
     const bool fused = state->recipe().fused_casts();
     const int64_t k = weight.size(1), n = weight.size(0);
     const int64_t m = input.numel() / k;
     const auto x2d = pad_rows(input.reshape({m, k}), round_up_16(m));
+    // The backward's products take X and W transposed (dW = dY^T X with X
+    // column-major, dX = dY W with W column-major): each cast writes its
+    // transpose as it goes (one pass on lamp's kernel), and only the
+    // transposes are kept, only for the gradients asked for.
     const auto x = cast_operand(x2d, operand_state(*state, 0), delayed, margin,
-                                kE4M3, fused);
+                                kE4M3, fused, /*transpose=*/grad_weight);
     const auto w = cast_operand(weight, operand_state(*state, 1), delayed,
-                                margin, kE4M3, fused);
+                                margin, kE4M3, fused, /*transpose=*/grad_input);
     // No bias: an empty tensor (autograd's inputs must be defined).
     const bool has_bias = bias.numel() > 0;
     // CUDA takes a bias with a 16-bit output only; an FP32 one is added
     // after.
     const bool fused_bias = has_bias && is_low_precision(out_dtype);
-    auto y = scaled_mm(x, {w.data.t(), w.inverse_scale}, out_dtype,
-                       fused_bias ? bias.to(out_dtype) : torch::Tensor(),
-                       /*fast_accum=*/true, state->name(), "Y = X W^T");
+    auto y =
+        scaled_mm({x.data, x.inverse_scale}, {w.data.t(), w.inverse_scale},
+                  out_dtype, fused_bias ? bias.to(out_dtype) : torch::Tensor(),
+                  /*fast_accum=*/true, state->name(), "Y = X W^T");
     if (has_bias && !fused_bias) {
       y = y + bias.to(out_dtype);
     }
-    ctx->save_for_backward({x.data, x.inverse_scale, w.data, w.inverse_scale});
+    ctx->save_for_backward(
+        {x.transposed, x.inverse_scale, w.transposed, w.inverse_scale});
     const auto g = operand_state(*state, 2);
     ctx->saved_data["g_scale"] = g.scale;
     ctx->saved_data["g_pending"] = g.pending_amax;
@@ -88,6 +102,9 @@ class Float8LinearFunction
     ctx->saved_data["margin"] = margin;
     ctx->saved_data["fused"] = fused;
     ctx->saved_data["m"] = m;
+    ctx->saved_data["n"] = n;
+    ctx->saved_data["k"] = k;
+    ctx->saved_data["padded_m"] = x2d.size(0);
     ctx->saved_data["name"] = state->name();
     ctx->saved_data["input_dtype"] = input.scalar_type();
     ctx->saved_data["weight_dtype"] = weight.scalar_type();
@@ -102,8 +119,9 @@ class Float8LinearFunction
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const Cast x{saved[0], saved[1]};
-    const Cast w{saved[2], saved[3]};
+    // data^T of X [padded m, k] and of W [n, k], where they were kept.
+    const auto& x_t = saved[0];
+    const auto& w_t = saved[2];
     const auto& d = ctx->saved_data;
     const OperandState g{
         d.at("g_scale").toTensor(),      d.at("g_pending").toTensor(),
@@ -115,25 +133,32 @@ class Float8LinearFunction
     const auto name = d.at("name").toStringRef();
     const auto input_dtype = d.at("input_dtype").toScalarType();
     const auto weight_dtype = d.at("weight_dtype").toScalarType();
-    const int64_t n = w.data.size(0), k = w.data.size(1);
+    const int64_t n = d.at("n").toInt(), k = d.at("k").toInt();
     const auto& grad = grad_outputs[0];
-    const auto dy2d = pad_rows(grad.reshape({m, n}), x.data.size(0));
+    const auto dy2d = pad_rows(grad.reshape({m, n}), d.at("padded_m").toInt());
     const auto dy =
-        cast_operand(dy2d, g, delayed, margin, kE5M2, d.at("fused").toBool());
-    torch::autograd::variable_list grads(5);
+        cast_operand(dy2d, g, delayed, margin, kE5M2, d.at("fused").toBool(),
+                     /*transpose=*/ctx->needs_input_grad(1));
+    // One per forward argument (input, weight, bias, state, dtype, the two
+    // flags).
+    torch::autograd::variable_list grads(7);
     if (ctx->needs_input_grad(0)) {
+      TORCH_INTERNAL_ASSERT(w_t.defined(), "lamp::nn::float8_linear: layer '",
+                            name, "': W^T was not kept for dX");
       // dX = dY W: W [n, k] as the column-major second operand.
-      const Cast w_col{w.data.t().contiguous().t(), w.inverse_scale};
-      auto dx = scaled_mm(dy, w_col, input_dtype, {}, /*fast_accum=*/false,
-                          name, "dX = dY W");
+      const Operand w_col{w_t.t(), saved[3]};
+      auto dx = scaled_mm({dy.data, dy.inverse_scale}, w_col, input_dtype, {},
+                          /*fast_accum=*/false, name, "dX = dY W");
       std::vector<int64_t> in_shape(grad.sizes().begin(), grad.sizes().end());
       in_shape.back() = k;
       grads[0] = dx.narrow(0, 0, m).view(in_shape);
     }
     if (ctx->needs_input_grad(1)) {
+      TORCH_INTERNAL_ASSERT(x_t.defined(), "lamp::nn::float8_linear: layer '",
+                            name, "': X^T was not kept for dW");
       // dW = dY^T X: dY^T row-major, X column-major.
-      const Cast dy_t{dy.data.t().contiguous(), dy.inverse_scale};
-      const Cast x_col{x.data.t().contiguous().t(), x.inverse_scale};
+      const Operand dy_t{dy.transposed, dy.inverse_scale};
+      const Operand x_col{x_t.t(), saved[1]};
       grads[1] = scaled_mm(dy_t, x_col, weight_dtype, {}, /*fast_accum=*/false,
                            name, "dW = dY^T X");
     }
@@ -176,11 +201,12 @@ torch::Tensor float8_linear(const torch::Tensor& input,
                              : input.scalar_type();
   // Autocast's casts stay out of the products' operands: the FP8 casts read
   // the FP32 weight itself.
+  const bool grad = torch::GradMode::is_enabled();
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   return Float8LinearFunction::apply(
       input, weight,
       bias.defined() ? bias : torch::empty({0}, weight.options()), &state,
-      out_dtype);
+      out_dtype, grad && input.requires_grad(), grad && weight.requires_grad());
 #else
   return {};
 #endif

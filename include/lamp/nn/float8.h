@@ -81,7 +81,8 @@ struct Float8Recipe {
   TORCH_ARG(int64_t, margin) = 0;
   /// Each cast in one pass over its tensor on lamp's CUDA kernel (delayed
   /// scaling: the cast, its amax and the state's updates in one kernel;
-  /// current scaling: the amax and the scale, then the cast), instead of
+  /// current scaling: the amax and the scale, then the cast; the transpose
+  /// the backward's products take written by the cast's pass), instead of
   /// ATen's amax, scale, clamp and convert: the same FP8 bits, scales and
   /// counters. Elsewhere (a CPU, a lamp built without its CUDA kernels) the
   /// ATen ops, after one warning on CUDA. Not saved with the state: a

@@ -53,6 +53,8 @@ if(LAMP_WITH_CUDA AND LAMP_CUDA_KERNELS)
            "${CMAKE_CUDA_FLAGS}")
     target_sources(lamp PRIVATE src/nn/float8_cast_cuda.cpp
                                 src/nn/float8_cast_kernels.cu
+                                src/nn/float8_scale_cuda.cpp
+                                src/nn/float8_scale_kernels.cu
                                 src/ops/add_norm_cuda.cpp
                                 src/ops/add_norm_kernels.cu
                                 src/ops/gelu_mlp_cuda.cpp)
@@ -61,6 +63,7 @@ if(LAMP_WITH_CUDA AND LAMP_CUDA_KERNELS)
     target_link_libraries(lamp PRIVATE ${CMAKE_DL_LIBS})
     # The kernels include no LibTorch header: no precompiled <torch/torch.h>.
     set_source_files_properties(src/nn/float8_cast_kernels.cu
+                                src/nn/float8_scale_kernels.cu
                                 src/ops/add_norm_kernels.cu PROPERTIES
                                 SKIP_PRECOMPILE_HEADERS ON)
     # The CUDA runtime LibTorch loads, not a static copy of it beside.

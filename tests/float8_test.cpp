@@ -23,6 +23,7 @@
 #include "lamp/platform/warnings.h"
 #include "nn/float8_cast_cuda.h"
 #include "nn/float8_internal.h"
+#include "nn/float8_scale_cuda.h"
 #include "platform/compat.h"
 #include "platform/cuda_graph.h"
 #include "test_util.h"
@@ -1262,6 +1263,117 @@ TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
                        want.data.to(torch::kFloat).cpu(), 0, 0));
   EXPECT_TRUE(AllClose(transposed.to(torch::kFloat).cpu(),
                        want.data.to(torch::kFloat).t().cpu(), 0, 0));
+}
+
+// Many layers' states of delayed scaling, each with its own recipe (history
+// length, amax_compute, margin) and pending amaxes from a seed, one of them
+// 0 (its scale must stay) in every third layer.
+struct ScaleUpdateLayers : torch::nn::Module {
+  ScaleUpdateLayers(int64_t count, bool fused, torch::Device device,
+                    uint64_t seed) {
+    torch::manual_seed(seed);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t len = std::vector<int64_t>{1, 16, 1024}[i % 3];
+      auto recipe = delayed(len).margin(i % 4 == 0 ? 2 : 0).fused_casts(fused);
+      if (i % 2 == 1) {
+        recipe.amax_compute(F8::Float8AmaxCompute::kMostRecent);
+      }
+      auto state = F8::Float8State(recipe, c10::str("layer", i));
+      state->to(device);
+      state->scale.copy_(torch::rand({3}) * 10);
+      states.push_back(register_module(c10::str("s", i), state));
+    }
+  }
+  // A step's amaxes: positive, with an operand of every third layer at 0.
+  void see(int64_t step) {
+    for (size_t i = 0; i < states.size(); ++i) {
+      auto amax = torch::rand({3}) * 100 + 0.01;
+      if ((i + static_cast<size_t>(step)) % 3 == 0) {
+        amax[static_cast<int64_t>(i % 3)] = 0.0f;
+      }
+      states[i]->pending_amax.copy_(amax);
+    }
+  }
+  std::vector<F8::Float8State> states;
+};
+
+// Both sets see one step's amaxes, drawn from the same seed.
+void see_both(ScaleUpdateLayers& a, ScaleUpdateLayers& b, uint64_t seed,
+              int64_t step) {
+  torch::manual_seed(seed);
+  a.see(step);
+  torch::manual_seed(seed);
+  b.see(step);
+}
+
+// The two sets' states agree bit for bit, their pending amaxes zeroed.
+void expect_same_states(const ScaleUpdateLayers& a, const ScaleUpdateLayers& b,
+                        const std::string& when) {
+  ASSERT_EQ(a.states.size(), b.states.size());
+  for (size_t i = 0; i < a.states.size(); ++i) {
+    SCOPED_TRACE(c10::str(when, ", layer ", i));
+    EXPECT_TRUE(BitEqual(b.states[i]->scale.cpu(), a.states[i]->scale.cpu()));
+    EXPECT_TRUE(BitEqual(b.states[i]->amax_history.cpu(),
+                         a.states[i]->amax_history.cpu()));
+    EXPECT_TRUE(BitEqual(b.states[i]->pending_amax.cpu(), torch::zeros({3})));
+  }
+}
+
+// Float8Recipe::fused_casts on the CPU: update_float8_scales runs the ATen
+// ops (the kernel is CUDA's), so the same histories and scales as without,
+// and says nothing (its warning is for CUDA tensors the kernel cannot take).
+TEST(Float8, FusedScaleUpdateRunsTheATenOpsOnTheCpu) {
+  std::vector<std::string> warnings;
+  lamp::WarningSink sink(
+      [&](const std::string& message) { warnings.push_back(message); });
+  const auto state = F8::Float8State(delayed(4).fused_casts(true), "cpu");
+  EXPECT_EQ(F8::internal::fused_scale_update_unavailable_reason(*state).rfind(
+                "the state is on cpu", 0),
+            0u);
+  ScaleUpdateLayers plain(6, false, torch::kCPU, 3);
+  ScaleUpdateLayers fused(6, true, torch::kCPU, 3);
+  for (int64_t step = 0; step < 3; ++step) {
+    see_both(plain, fused, 100 + step, step);
+    F8::update_float8_scales(plain);
+    F8::update_float8_scales(fused);
+    expect_same_states(plain, fused, c10::str("step ", step));
+  }
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+}
+
+// The one-kernel update against the ATen ops: 70 layers (two launches of at
+// most 64), histories of 1, 16 and 1024 steps, both amax_compute rules,
+// margins 0 and 2, amaxes of 0 that keep the scale; five steps, so that the
+// longer histories shift with values in them. The same bits throughout.
+// Then the update captured in a CUDA graph and replayed gives the eager
+// update's bits.
+TEST(Float8, FusedScaleUpdateMatchesTheATenOps_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const torch::Device cuda(torch::kCUDA);
+  ScaleUpdateLayers plain(70, false, cuda, 11);
+  ScaleUpdateLayers fused(70, true, cuda, 11);
+  ASSERT_EQ(F8::internal::fused_scale_update_unavailable_reason(
+                *fused.states.front()),
+            "");
+  for (int64_t step = 0; step < 5; ++step) {
+    see_both(plain, fused, 200 + step, step);
+    F8::update_float8_scales(plain);
+    F8::update_float8_scales(fused);
+    expect_same_states(plain, fused, c10::str("eager step ", step));
+  }
+  const auto body = [&] { F8::update_float8_scales(fused); };
+  lamp::detail::run_on_side_stream(cuda, body);
+  F8::update_float8_scales(plain);
+  expect_same_states(plain, fused, "warm-up on a side stream");
+  const auto graph =
+      lamp::detail::capture_graph(cuda, lamp::detail::new_graph_pool(), body);
+  for (int64_t step = 5; step < 8; ++step) {
+    see_both(plain, fused, 300 + step, step);
+    F8::update_float8_scales(plain);
+    graph->replay();
+    torch::cuda::synchronize();
+    expect_same_states(plain, fused, c10::str("replay ", step));
+  }
 }
 
 #endif // LAMP_TORCH_FLOAT8

@@ -15,6 +15,7 @@
 #include <cuda_fp8.h>
 
 #include "platform/cuda_elements.cuh"
+#include "platform/cuda_reduce.cuh"
 
 namespace lamp {
 namespace nn {
@@ -31,25 +32,16 @@ __device__ __forceinline__ unsigned magnitude_bits(float v) {
   return __float_as_uint(v) & 0x7fffffffu;
 }
 
-// The maximum of v over the block, in thread 0.
+// The maximum of unsigned integers (the bits of |x|).
+struct MaxOp {
+  __device__ unsigned operator()(unsigned a, unsigned b) const {
+    return max(a, b);
+  }
+};
+
+// The maximum of v over the block.
 __device__ unsigned block_max(unsigned v) {
-  __shared__ unsigned shared[kThreads / 32];
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    shared[warp] = v;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < kThreads / 32 ? shared[lane] : 0u;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    }
-  }
-  return v;
+  return lamp::detail::cuda::block_reduce<kThreads>(v, 0u, MaxOp{});
 }
 
 // v in FP8, rounded to nearest even: clamped to +-max first (a NaN stays

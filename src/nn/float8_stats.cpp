@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nn/float8_internal.h"
+#include "nn/float8_scale_cuda.h"
 
 namespace lamp {
 namespace nn {
@@ -43,7 +44,28 @@ void update_float8_scales(
           all.narrow(0, static_cast<int64_t>(i) * kOperands, kOperands));
     }
   }
+  // Float8Recipe::fused_casts: the layers lamp's kernel takes, all in one
+  // launch (per device); the others by the ATen ops below.
+  std::vector<Float8StateImpl*> fused;
+  std::vector<Float8StateImpl*> unfused;
   for (auto* state : delayed) {
+    if (state->recipe().fused_casts() && state->scale.is_cuda()) {
+      const auto why = fused_scale_update_unavailable_reason(*state);
+      if (why.empty() && (fused.empty() || fused.front()->scale.device() ==
+                                               state->scale.device())) {
+        fused.push_back(state);
+        continue;
+      }
+      if (!why.empty()) {
+        TORCH_WARN_ONCE("lamp::nn::update_float8_scales: Float8Recipe::",
+                        "fused_casts runs ATen ops instead of lamp's CUDA ",
+                        "kernel: ", why, ".");
+      }
+    }
+    unfused.push_back(state);
+  }
+  fused_update_scales(fused);
+  for (auto* state : unfused) {
     const auto& recipe = state->recipe();
     auto& history = state->amax_history;
     // Newest in column 0; the oldest falls off the end.

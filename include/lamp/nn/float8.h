@@ -82,9 +82,10 @@ struct Float8Recipe {
   /// Each cast in one pass over its tensor on lamp's CUDA kernel (delayed
   /// scaling: the cast, its amax and the state's updates in one kernel;
   /// current scaling: the amax and the scale, then the cast; the transpose
-  /// the backward's products take written by the cast's pass), instead of
-  /// ATen's amax, scale, clamp and convert: the same FP8 bits, scales and
-  /// counters. Elsewhere (a CPU, a lamp built without its CUDA kernels) the
+  /// the backward's products take written by the cast's pass; delayed
+  /// scaling's update_float8_scales() in one kernel launch per 64 layers),
+  /// instead of ATen's amax, scale, clamp and convert and the update's ten
+  /// kernels a layer: the same FP8 bits, scales and counters. Elsewhere (a CPU, a lamp built without its CUDA kernels) the
   /// ATen ops, after one warning on CUDA. Not saved with the state: a
   /// checkpoint resumes with it on or off. Off by default until a GPU run
   /// has measured it.

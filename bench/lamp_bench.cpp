@@ -308,7 +308,8 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
         built.gelu() == lamp::models::GPTGelu::kTanh ? "tanh" : "exact";
     // Which code the fused operations ran: a fallback to ATen ops shows.
     result["kernel_paths"] = lamp_examples::gpt_kernel_notes(
-        built, device, lamp::parse_precision(precision_name));
+        built, device, lamp::parse_precision(precision_name),
+        c.fp8_fused_casts);
     result["fp8_fused_casts"] = c.fp8_fused_casts;
     result["attention"] = c.attention;
   }

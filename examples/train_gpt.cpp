@@ -780,16 +780,18 @@ int main(int argc, char** argv) {
                      const lamp::models::StateDictOptions& o) {
               lamp::models::export_gpt_state_dict(module, path, layout, o);
             };
-        if (flags.model.fused_add_norm() || flags.model.fused_mlp()) {
-          spec.kernel_note = [model = flags.model](const torch::Device& device,
-                                                   lamp::Precision precision) {
-            std::string note;
-            for (const auto& line :
-                 lamp_examples::gpt_kernel_notes(model, device, precision)) {
-              note += (note.empty() ? "" : "\n") + line;
-            }
-            return note;
-          };
+        if (flags.model.fused_add_norm() || flags.model.fused_mlp() ||
+            config.fp8_fused_casts) {
+          spec.kernel_note =
+              [model = flags.model, fused_casts = config.fp8_fused_casts](
+                  const torch::Device& device, lamp::Precision precision) {
+                std::string note;
+                for (const auto& line : lamp_examples::gpt_kernel_notes(
+                         model, device, precision, fused_casts)) {
+                  note += (note.empty() ? "" : "\n") + line;
+                }
+                return note;
+              };
         }
         spec.after_training = [&](const lamp_examples::BuiltModel& model,
                                   lamp::training::Trainer& trainer) {

@@ -1056,6 +1056,15 @@ TEST(Float8, CudaGraphStepsEqualEagerSteps_CUDA) {
   }
 }
 
+// float8_fused_casts_path names the code: on a CPU tensor the ATen ops,
+// with the reason the casts and the update give.
+TEST(Float8, FusedCastsPathNamesTheAtenOpsAndWhy) {
+  const auto t = torch::ones({4, 4}, torch::kBFloat16);
+  const auto why = F8::internal::fused_cast_unavailable_reason(t);
+  ASSERT_FALSE(why.empty());
+  EXPECT_EQ(F8::float8_fused_casts_path(t), "ATen ops: " + why);
+}
+
 // Float8Recipe::fused_casts on the CPU: the ATen ops (the kernel is
 // CUDA's), so the same outputs, gradients and state as without it.
 TEST(Float8, FusedCastsRunTheATenOpsOnTheCpu) {
@@ -1188,6 +1197,7 @@ TEST(Float8, FusedCastMatchesTheATenCast_CUDA) {
             t.view(-1)[t.numel() / 3] = NAN;
           }
           ASSERT_EQ(I::fused_cast_unavailable_reason(t), "");
+          EXPECT_EQ(F8::float8_fused_casts_path(t), "lamp's CUDA kernels");
           const auto recipe = delayed_scaling ? delayed(4) : F8::Float8Recipe();
           auto a = F8::Float8State(recipe, "aten");
           auto f = F8::Float8State(recipe, "fused");

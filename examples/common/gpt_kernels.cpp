@@ -1,5 +1,6 @@
 #include "common/gpt_kernels.h"
 
+#include <lamp/nn/float8.h>
 #include <lamp/ops/add_norm.h>
 #include <lamp/ops/gelu_mlp.h>
 #include <torch/torch.h>
@@ -8,9 +9,12 @@ namespace lamp_examples {
 
 std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
                                           const torch::Device& device,
-                                          lamp::Precision precision) {
+                                          lamp::Precision precision,
+                                          bool fp8_fused_casts) {
   std::vector<std::string> notes;
-  if (!model.fused_add_norm() && !model.fused_mlp()) {
+  const bool fused_casts =
+      fp8_fused_casts && precision == lamp::Precision::kFP8;
+  if (!model.fused_add_norm() && !model.fused_mlp() && !fused_casts) {
     return notes;
   }
   // The residual stream in the model's dtype, the branches and the MLP's
@@ -38,6 +42,10 @@ std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
         lamp::ops::gelu_mlp_path(branch.expand({1, c}),
                                  branch.expand({4 * c, c}),
                                  branch.expand({c, 4 * c}), options));
+  }
+  if (fused_casts) {
+    notes.push_back("FP8 casts in one pass: " +
+                    lamp::nn::float8_fused_casts_path(branch));
   }
   return notes;
 }

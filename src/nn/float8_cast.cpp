@@ -63,6 +63,11 @@ torch::Tensor cast_to_float8(const torch::Tensor& t, const torch::Tensor& scale,
 
 } // namespace detail
 
+std::string float8_fused_casts_path(const torch::Tensor& t) {
+  const auto why = internal::fused_cast_unavailable_reason(t);
+  return why.empty() ? "lamp's CUDA kernels" : "ATen ops: " + why;
+}
+
 #if LAMP_TORCH_FLOAT8
 namespace internal {
 

@@ -16,8 +16,9 @@
   check_gpt.py fp8-recipe TRAIN_GPT WORK_DIR
       --precision fp8 with delayed scaling (--fp8-scaling, --fp8-amax-history,
       --fp8-margin): trains, says its recipe, resumes with the checkpoint's
-      recipe bit-identically, refuses another; the recipe flags without fp8,
-      and a history without delayed scaling, are refused by name
+      recipe bit-identically, refuses another; --fp8-fused-casts on a CPU
+      names the ATen ops and trains the same bits; the recipe flags without
+      fp8, and a history without delayed scaling, are refused by name
   check_gpt.py sample TRAIN_GPT WORK_DIR
       the same --seed gives the same sample, another seed another
   check_gpt.py steps TRAIN_GPT WORK_DIR
@@ -276,6 +277,22 @@ def fp8_recipe(train_gpt, work):
                  f"from the straight run's {want[1][key]!r}")
     print(f"  fp8 delayed, epoch 2 after --resume: bit-identical losses "
           f"({got[0]['train_loss']!r}, {got[0]['test_loss']!r})")
+    # --fp8-fused-casts on a CPU: the first lines say the casts run ATen
+    # ops and why, and the first epoch is the straight run's, to the bit.
+    fused_log = fresh(work, "fp8-fused-casts.jsonl")
+    r = expect_success(base + recipe + ["--fp8-fused-casts", "--max-steps",
+                                        str(steps), "--log-json", fused_log])
+    line = "FP8 casts in one pass: ATen ops: "
+    if line not in r.stdout:
+        fail(f"--fp8-fused-casts: the first lines do not say {line!r}: "
+             f"{r.stdout[:800]!r}")
+    got = records(fused_log)
+    if [g["train_loss"] for g in got] != [want[0]["train_loss"]]:
+        fail(f"--fp8-fused-casts: epoch 1 train loss "
+             f"{[g['train_loss'] for g in got]!r}, the straight run's "
+             f"{want[0]['train_loss']!r}")
+    print("  --fp8-fused-casts on a CPU: " +
+          [l for l in r.stdout.splitlines() if line in l][0][:160])
     # Another recipe on resume: refused, naming the flag and both values.
     r = run([train_gpt, "--resume", ck, "--data", text, "--fp8-margin", "0"] +
             COMMON)

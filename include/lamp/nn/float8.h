@@ -268,6 +268,13 @@ void check_float8_state(const torch::nn::Module& model,
 /// capability 8.9, a CPU LibTorch without the emulated _scaled_mm.
 std::string float8_unavailable_reason(const torch::Device& device);
 
+/// Which code Float8Recipe::fused_casts runs for operands like `t` (and for
+/// update_float8_scales() on t's device): "lamp's CUDA kernels", or "ATen
+/// ops: " followed by why (not a CUDA tensor; lamp built without its CUDA
+/// kernels; a dtype the kernels do not cast). A CUDA operand the kernels
+/// cannot take runs the ATen ops, with this reason given once as a warning.
+std::string float8_fused_casts_path(const torch::Tensor& t);
+
 namespace detail {
 
 /// CUDA's rules for `at::_scaled_mm(a, b, ...)`, checked on every device:

@@ -83,10 +83,8 @@ OperandState operand_state(Float8StateImpl& state, int64_t operand) {
 Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
                   int64_t margin, torch::Dtype dtype, bool fused,
                   bool transpose) {
-  TORCH_INTERNAL_ASSERT(!transpose || t.dim() == 2,
-                        "lamp::nn::float8: a transposed cast takes a 2-D "
-                        "tensor, got ",
-                        t.dim(), " dimensions");
+  // A transposed cast takes a 2-D `t`: fused_cast_operand checks it before
+  // its kernel indexes rows and columns; ATen's t() refuses more dimensions.
   if (fused && t.is_cuda()) {
     const auto why = fused_cast_unavailable_reason(t);
     if (why.empty()) {

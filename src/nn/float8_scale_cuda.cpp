@@ -6,9 +6,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstddef>
+#include <string>
 
 #include "nn/float8_scale_kernels.h"
 

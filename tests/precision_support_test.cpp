@@ -16,6 +16,7 @@
 #include "lamp/platform/backends.h"
 #include "lamp/platform/warnings.h"
 #include "platform/compat.h"
+#include "platform/cpuid.h"
 #include "test_util.h"
 #include "trainer_util.h"
 
@@ -220,6 +221,29 @@ TEST(PrecisionSupport, ThisCpusQueryAgreesWithProcCpuinfo) {
             support.automatic);
   EXPECT_EQ(lamp::resolve_precision(Precision::kHalf, torch::kCPU),
             Precision::kHalf);
+}
+
+// lamp's own CPUID reading, the CPU's capabilities where LibTorch has no CPU
+// capability query (1.13): checked against /proc/cpuinfo on every LibTorch,
+// also where the test above reads LibTorch's query instead.
+TEST(PrecisionSupport, CpuidAgreesWithProcCpuinfo) {
+  lamp::DeviceCapabilities caps;
+  if (!lamp::detail::read_cpuid(caps)) {
+    GTEST_SKIP() << "not an x86 CPU: no CPUID";
+  }
+  EXPECT_EQ(caps.source, "CPUID");
+  const auto flags = proc_cpu_flags();
+  if (flags.empty()) {
+    GTEST_SKIP() << "no /proc/cpuinfo flags to compare with";
+  }
+  const auto has = [&](const char* flag) { return flags.count(flag) == 1; };
+  EXPECT_EQ(caps.avx2, has("avx2"));
+  EXPECT_EQ(caps.avx512, has("avx512f") && has("avx512dq") && has("avx512bw") &&
+                             has("avx512vl"));
+  EXPECT_EQ(caps.avx512_bf16, has("avx512_bf16"));
+  EXPECT_EQ(caps.avx512_fp16, has("avx512_fp16"));
+  EXPECT_EQ(caps.amx_bf16, has("amx_bf16") && has("amx_tile"));
+  EXPECT_EQ(caps.amx_fp16, has("amx_fp16") && has("amx_tile"));
 }
 
 // A small model and an SGD factory for TrainStep.

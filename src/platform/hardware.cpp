@@ -2,6 +2,7 @@
 
 #include "lamp/platform/backends.h"
 #include "platform/compat.h"
+#include "platform/cpuid.h"
 #include "platform/cuda_name.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,9 +55,16 @@ unsigned long long enabled_state() {
   return (static_cast<unsigned long long>(hi) << 32) | lo;
 }
 
+#endif
+
+} // namespace
+
+namespace detail {
+
 // The flags from CPUID (Intel SDM vol. 2, CPUID leaf 7), each counted only
 // where XCR0 says the OS saves its registers.
-void read_cpuid(DeviceCapabilities& caps) {
+bool read_cpuid(DeviceCapabilities& caps) {
+#if LAMP_X86
   const auto state = enabled_state();
   const bool avx_state = (state & 0x6) == 0x6;         // SSE, AVX
   const bool avx512_state = (state & 0xe6) == 0xe6;    // + opmask, ZMM
@@ -75,8 +83,16 @@ void read_cpuid(DeviceCapabilities& caps) {
   caps.amx_fp16 =
       amx_state && (sub1.eax & (1u << 21)) && (sub0.edx & (1u << 24));
   caps.source = "CPUID";
-}
+  return true;
+#else
+  (void)caps;
+  return false;
 #endif
+}
+
+} // namespace detail
+
+namespace {
 
 DeviceCapabilities cpu_capabilities() {
   DeviceCapabilities caps;
@@ -98,11 +114,9 @@ DeviceCapabilities cpu_capabilities() {
     caps.source = "LibTorch's CPU capability query";
     return caps;
   }
-#if LAMP_X86
-  read_cpuid(caps);
-#else
-  caps.source = "none (not an x86 CPU; no BF16 or FP16 hardware assumed)";
-#endif
+  if (!detail::read_cpuid(caps)) {
+    caps.source = "none (not an x86 CPU; no BF16 or FP16 hardware assumed)";
+  }
   return caps;
 }
 

@@ -197,6 +197,19 @@ std::set<std::string> proc_cpu_flags() {
   return {};
 }
 
+// Each instruction-set flag of caps against /proc/cpuinfo's `flags`.
+void expect_flags_of(const lamp::DeviceCapabilities& caps,
+                     const std::set<std::string>& flags) {
+  const auto has = [&](const char* flag) { return flags.count(flag) == 1; };
+  EXPECT_EQ(caps.avx2, has("avx2"));
+  EXPECT_EQ(caps.avx512, has("avx512f") && has("avx512dq") && has("avx512bw") &&
+                             has("avx512vl"));
+  EXPECT_EQ(caps.avx512_bf16, has("avx512_bf16"));
+  EXPECT_EQ(caps.avx512_fp16, has("avx512_fp16"));
+  EXPECT_EQ(caps.amx_bf16, has("amx_bf16") && has("amx_tile"));
+  EXPECT_EQ(caps.amx_fp16, has("amx_fp16") && has("amx_tile"));
+}
+
 TEST(PrecisionSupport, ThisCpusQueryAgreesWithProcCpuinfo) {
   const auto caps = lamp::device_capabilities(torch::kCPU);
   EXPECT_EQ(caps.type, torch::kCPU);
@@ -208,11 +221,7 @@ TEST(PrecisionSupport, ThisCpusQueryAgreesWithProcCpuinfo) {
   if (flags.empty()) {
     GTEST_SKIP() << "no /proc/cpuinfo flags to compare with";
   }
-  EXPECT_EQ(caps.avx2, flags.count("avx2") == 1);
-  EXPECT_EQ(caps.avx512_bf16, flags.count("avx512_bf16") == 1);
-  EXPECT_EQ(caps.amx_bf16,
-            flags.count("amx_bf16") == 1 && flags.count("amx_tile") == 1);
-  EXPECT_EQ(caps.avx512_fp16, flags.count("avx512_fp16") == 1);
+  expect_flags_of(caps, flags);
   const bool bf16 = caps.avx512_bf16 || caps.amx_bf16;
   const auto support = lamp::precision_support(torch::Device(torch::kCPU));
   EXPECT_EQ(support.of(Precision::kAMPBF16).level, bf16 ? N : E);
@@ -236,14 +245,7 @@ TEST(PrecisionSupport, CpuidAgreesWithProcCpuinfo) {
   if (flags.empty()) {
     GTEST_SKIP() << "no /proc/cpuinfo flags to compare with";
   }
-  const auto has = [&](const char* flag) { return flags.count(flag) == 1; };
-  EXPECT_EQ(caps.avx2, has("avx2"));
-  EXPECT_EQ(caps.avx512, has("avx512f") && has("avx512dq") && has("avx512bw") &&
-                             has("avx512vl"));
-  EXPECT_EQ(caps.avx512_bf16, has("avx512_bf16"));
-  EXPECT_EQ(caps.avx512_fp16, has("avx512_fp16"));
-  EXPECT_EQ(caps.amx_bf16, has("amx_bf16") && has("amx_tile"));
-  EXPECT_EQ(caps.amx_fp16, has("amx_fp16") && has("amx_tile"));
+  expect_flags_of(caps, flags);
 }
 
 // A small model and an SGD factory for TrainStep.

@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "lamp/amp/autocast.h"
@@ -27,6 +29,7 @@
 #include "lamp/nn/rms_norm.h"
 #include "lamp/optim/decay_groups.h"
 #include "lamp/training/schedule.h"
+#include "nn/math_attention.h"
 #include "test_util.h"
 
 namespace {
@@ -139,6 +142,24 @@ torch::Tensor attention_reference(const torch::Tensor& q,
   return scores.softmax(-1).matmul(v.to(torch::kDouble));
 }
 
+// Both ways lamp computes attention, so that each is checked on every
+// LibTorch: the public function (LibTorch's fused kernel on 2.x, lamp's
+// formula on 1.13) and lamp's formula itself.
+using AttentionFn = std::function<torch::Tensor(
+    const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+    const torch::Tensor&, double, bool)>;
+
+std::vector<std::pair<std::string, AttentionFn>> attention_paths() {
+  return {{"lamp::nn::scaled_dot_product_attention",
+           [](const torch::Tensor& q, const torch::Tensor& k,
+              const torch::Tensor& v, const torch::Tensor& mask, double p,
+              bool causal) {
+             return lamp::nn::scaled_dot_product_attention(q, k, v, mask, p,
+                                                           causal);
+           }},
+          {"lamp::detail::math_attention", lamp::detail::math_attention}};
+}
+
 TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
   torch::manual_seed(4);
   const auto q = torch::randn({2, 3, 5, 8});
@@ -146,24 +167,25 @@ TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
   const auto v = torch::randn({2, 3, 7, 4});
   const auto all = torch::ones({5, 7}, torch::kBool);
   const auto causal = all.tril();
-  EXPECT_TRUE(lamp_test::AllClose(
-      lamp::nn::scaled_dot_product_attention(q, k, v).to(torch::kDouble),
-      attention_reference(q, k, v, all), 1e-5, 1e-6));
-  EXPECT_TRUE(lamp_test::AllClose(
-      lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.0, true)
-          .to(torch::kDouble),
-      attention_reference(q, k, v, causal), 1e-5, 1e-6));
   const auto keep = torch::rand({5, 7}) > 0.3;
   keep.select(1, 0).fill_(true); // every query attends somewhere
-  EXPECT_TRUE(lamp_test::AllClose(
-      lamp::nn::scaled_dot_product_attention(q, k, v, keep).to(torch::kDouble),
-      attention_reference(q, k, v, keep), 1e-5, 1e-6));
   const auto additive = torch::zeros({5, 7}).masked_fill(
       keep.logical_not(), -std::numeric_limits<float>::infinity());
-  EXPECT_TRUE(lamp_test::AllClose(
-      lamp::nn::scaled_dot_product_attention(q, k, v, additive)
-          .to(torch::kDouble),
-      attention_reference(q, k, v, keep), 1e-5, 1e-6));
+  for (const auto& [name, attention] : attention_paths()) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(lamp_test::AllClose(
+        attention(q, k, v, {}, 0.0, false).to(torch::kDouble),
+        attention_reference(q, k, v, all), 1e-5, 1e-6));
+    EXPECT_TRUE(lamp_test::AllClose(
+        attention(q, k, v, {}, 0.0, true).to(torch::kDouble),
+        attention_reference(q, k, v, causal), 1e-5, 1e-6));
+    EXPECT_TRUE(lamp_test::AllClose(
+        attention(q, k, v, keep, 0.0, false).to(torch::kDouble),
+        attention_reference(q, k, v, keep), 1e-5, 1e-6));
+    EXPECT_TRUE(lamp_test::AllClose(
+        attention(q, k, v, additive, 0.0, false).to(torch::kDouble),
+        attention_reference(q, k, v, keep), 1e-5, 1e-6));
+  }
   // Shapes that do not fit, and a causal call with a mask, are named.
   EXPECT_NE(lamp_test::error_of([&] {
               lamp::nn::scaled_dot_product_attention(q, k.narrow(-1, 0, 4), v);
@@ -182,23 +204,23 @@ TEST(Attention, DropoutIsRandomAndUnbiased) {
   const auto q = torch::randn({1, 2, 4, 8});
   const auto k = torch::randn({1, 2, 6, 8});
   const auto v = torch::randn({1, 2, 6, 4});
-  const auto exact =
-      lamp::nn::scaled_dot_product_attention(q, k, v).to(torch::kDouble);
-  const auto once = lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.5);
-  EXPECT_FALSE(torch::allclose(
-      once, lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.5)));
-  auto sum = torch::zeros_like(exact);
-  const int draws = 4000;
-  for (int i = 0; i < draws; ++i) {
-    sum += lamp::nn::scaled_dot_product_attention(q, k, v, {}, 0.5)
-               .to(torch::kDouble);
+  for (const auto& [name, attention] : attention_paths()) {
+    SCOPED_TRACE(name);
+    const auto exact = attention(q, k, v, {}, 0.0, false).to(torch::kDouble);
+    const auto once = attention(q, k, v, {}, 0.5, false);
+    EXPECT_FALSE(torch::allclose(once, attention(q, k, v, {}, 0.5, false)));
+    auto sum = torch::zeros_like(exact);
+    const int draws = 4000;
+    for (int i = 0; i < draws; ++i) {
+      sum += attention(q, k, v, {}, 0.5, false).to(torch::kDouble);
+    }
+    // Each draw's element has a standard deviation below max|v| (about 3
+    // here); over 4000 draws the mean's is below 0.05. Dropout left out, or
+    // the kept weights not rescaled by 1 / (1 - p), is off by a large part of
+    // the output itself.
+    EXPECT_LT((sum / draws - exact).abs().max().item<double>(), 0.15)
+        << "largest output " << exact.abs().max().item<double>();
   }
-  // Each draw's element has a standard deviation below max|v| (about 3
-  // here); over 4000 draws the mean's is below 0.05. Dropout left out, or
-  // the kept weights not rescaled by 1 / (1 - p), is off by a large part of
-  // the output itself.
-  EXPECT_LT((sum / draws - exact).abs().max().item<double>(), 0.15)
-      << "largest output " << exact.abs().max().item<double>();
 }
 
 // The guard allows only the backends it is given, nests, and restores the
@@ -235,6 +257,19 @@ TEST(Attention, TheOpReportNamesTheKernelAndItsDtype) {
     EXPECT_EQ(attention, std::vector<std::string>{"lamp::math_attention"});
     EXPECT_EQ(ops.count("lamp::math_attention", torch::kBFloat16), 1);
   }
+  // lamp's formula (what runs on LibTorch 1.13) under CPU autocast: its own
+  // scope is counted once, with the dtype it was given, and its two
+  // products run in autocast's BF16.
+  const auto q32 = torch::randn({2, 2, 8, 16});
+  const auto autocast_ops = lamp::op_precision_report([&] {
+    lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+    lamp::detail::math_attention(q32, q32, q32, {}, 0.0, true);
+  });
+  EXPECT_EQ(autocast_ops.count("lamp::math_attention", torch::kFloat), 1)
+      << autocast_ops.to_string();
+  EXPECT_EQ(autocast_ops.total(torch::kBFloat16), 2)
+      << autocast_ops.to_string();
+  EXPECT_EQ(autocast_ops.total(torch::kFloat), 1) << autocast_ops.to_string();
 }
 
 TEST(Attention, BackendGuardRestoresTheSwitches) {

@@ -9,14 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "nn/math_attention.h"
 #include "platform/compat.h"
 
 namespace lamp {
-namespace nn {
-namespace {
+namespace detail {
 
-// What Python's math path computes, with the softmax in FP32 (or FP64) for
-// 16-bit inputs.
 torch::Tensor math_attention(const torch::Tensor& query,
                              const torch::Tensor& key,
                              const torch::Tensor& value,
@@ -47,8 +45,9 @@ torch::Tensor math_attention(const torch::Tensor& query,
   return torch::matmul(weights, value);
 }
 
-} // namespace
+} // namespace detail
 
+namespace nn {
 namespace {
 
 constexpr SdpaBackend kAllBackends[] = {
@@ -169,7 +168,8 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& query,
                             : c10::nullopt,
         dropout_p, is_causal);
   }
-  return math_attention(query, key, value, attn_mask, dropout_p, is_causal);
+  return detail::math_attention(query, key, value, attn_mask, dropout_p,
+                                is_causal);
 }
 
 } // namespace nn

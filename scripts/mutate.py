@@ -146,16 +146,50 @@ def record(path, torch_version, m, verdict, by, elapsed):
                            f"{elapsed:.0f}", "|".join(by))) + "\n")
 
 
+# Preprocessor switches that compile code with some LibTorch only, and the
+# oldest LibTorch that compiles it (src/platform/compat.h): a mutant inside
+# one needs min_torch (or, in its #else branch, max_torch), or it survives
+# where its code is not compiled.
+GUARD_MIN_TORCH = {"LAMP_TORCH_FLOAT8": "2.5"}
+
+
+def enclosing_guards(text, pos):
+    """The GUARD_MIN_TORCH switches around offset pos of a C++ source, as
+    (switch, in_else_branch), outermost first."""
+    stack = []
+    for line in text[:pos].split("\n"):
+        t = line.strip()
+        if t.startswith("#if"):
+            stack.append([next((g for g in GUARD_MIN_TORCH if g in t), None), False])
+        elif t.startswith(("#else", "#elif")) and stack:
+            stack[-1][1] = True
+        elif t.startswith("#endif") and stack:
+            stack.pop()
+    return [(g, in_else) for g, in_else in stack if g]
+
+
 def check_applies(m, root):
-    """Stops with a message unless mutant m's text is in its file exactly once."""
+    """Stops with a message unless mutant m's text is in its file exactly once,
+    and, inside a LibTorch-version switch, m names the LibTorch it needs."""
     path = os.path.join(root, m["file"])
     if not os.path.isfile(path):
         die(f"[{m['name']}]: no file {m['file']}")
     with open(path, encoding="utf-8") as f:
-        count = f.read().count(m["find"])
+        text = f.read()
+    count = text.count(m["find"])
     if count != 1:
         die(f"[{m['name']}]: '{m['find']}' occurs {count} times in {m['file']} "
             "(must be exactly once); update the mutant list for the current code")
+    for guard, in_else in enclosing_guards(text, text.find(m["find"])):
+        need = GUARD_MIN_TORCH[guard]
+        if in_else:
+            if not m["max_torch"] or \
+                    version_tuple(m["max_torch"]) >= version_tuple(need):
+                die(f"[{m['name']}]: its code is compiled only without {guard} "
+                    f"(LibTorch older than {need}); add 'max_torch = ...' below {need}")
+        elif not m["min_torch"] or version_tuple(m["min_torch"]) < version_tuple(need):
+            die(f"[{m['name']}]: its code is compiled only with {guard} "
+                f"(LibTorch {need} or newer); add 'min_torch = {need}'")
 
 
 def main():

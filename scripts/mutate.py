@@ -115,6 +115,31 @@ def ctest(build, args, log_path, jobs, test_timeout):
     return rc, failed_tests(build)
 
 
+def test_names(build):
+    """The names of the tests registered in a build folder (ctest -N)."""
+    listed = subprocess.run(["ctest", "--test-dir", build, "-N"],
+                            capture_output=True, text=True)
+    return re.findall(r"^\s*Test\s+#\d+: (\S+)", listed.stdout, re.M)
+
+
+def applies_to(m, torch_version):
+    """Whether mutant m's code runs with this LibTorch (its min/max_torch)."""
+    if not torch_version:
+        return True
+    v = version_tuple(torch_version)
+    return not (m["min_torch"] and v < version_tuple(m["min_torch"])) and \
+        not (m["max_torch"] and v > version_tuple(m["max_torch"]))
+
+
+def unmatched_hints(mutants, names, torch_version):
+    """The mutants (applicable with this LibTorch) whose `tests` regex matches
+    none of the build's tests: each would run the whole suite for nothing
+    first, so its `tests` is most likely a typo or a test since renamed."""
+    return [m for m in mutants
+            if m["tests"] and applies_to(m, torch_version)
+            and not any(re.search(m["tests"], n) for n in names)]
+
+
 def mutant_key(m):
     """Identifies a mutant by its name and text, so that a verdict recorded for
     an older version of a mutant is not reused."""
@@ -251,6 +276,10 @@ def main():
         if rc != 0:
             die(f"the suite fails without any mutant ({', '.join(failed) or 'see log'}); "
                 f"fix that first. Log: {logs}/baseline-test.log")
+
+    for m in unmatched_hints(mutants, test_names(build), a.torch_version):
+        log(f"warning: [{m['name']}]: its tests '{m['tests']}' match no test of "
+            "this build, so it runs the whole suite; name the tests that catch it")
 
     recorded_path = os.path.join(a.work, "results.tsv")
     recorded = load_recorded(recorded_path, a.torch_version) if a.resume else {}

@@ -2,7 +2,8 @@
 """scripts/mutate.py --check: a mutant must apply (its text found once in its
 file), and one planted inside a LibTorch-version switch must name the
 LibTorch that compiles its code (min_torch, or max_torch in the switch's
-#else branch), or it would survive where its code is not compiled.
+#else branch), or it would survive where its code is not compiled. And a
+run's warning about a mutant whose `tests` match no test of the build.
 Standard library only."""
 
 import os
@@ -11,8 +12,12 @@ import sys
 import tempfile
 import unittest
 
-MUTATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                      "scripts", "mutate.py")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                       "scripts")
+MUTATE = os.path.join(SCRIPTS, "mutate.py")
+sys.dont_write_bytecode = True
+sys.path.insert(0, SCRIPTS)
+import mutate  # noqa: E402
 
 SOURCE = """int a = 1;
 #if defined(__linux__)
@@ -71,6 +76,31 @@ class CheckTest(unittest.TestCase):
         self.assertIn("occurs 0 times", check(self.tmp.name, "int e = 5;")[1])
 
 
+def mutant(tests, min_torch="", max_torch=""):
+    return {"name": tests or "none", "tests": tests, "min_torch": min_torch,
+            "max_torch": max_torch}
+
+
+class HintTest(unittest.TestCase):
+    NAMES = ["AddressSpace.ReadsTheSoftLimitAndWhatIsMapped",
+             "faults.address_space", "Float8.TrainStepConvertsUpdatesSavesAndLoads"]
+
+    def unmatched(self, mutants, torch_version="2.15.0"):
+        return [m["name"] for m in mutate.unmatched_hints(mutants, self.NAMES, torch_version)]
+
+    def test_a_regex_matching_no_test_is_named(self):
+        self.assertEqual(self.unmatched([mutant("lamp_tests"), mutant("AddressSpace"),
+                                         mutant("Nothing|faults.address")]),
+                         ["lamp_tests"])
+
+    def test_mutants_without_hints_or_for_another_libtorch_are_left_out(self):
+        self.assertEqual(self.unmatched([mutant(""), mutant("Gone", max_torch="1.13"),
+                                         mutant("Float9", min_torch="2.5")]),
+                         ["Float9"])
+        self.assertEqual(self.unmatched([mutant("Float9", min_torch="2.5")], "1.13.1"), [])
+        self.assertEqual(self.unmatched([mutant("Gone", max_torch="1.13")], "1.13.1"),
+                         ["Gone"])
+
+
 if __name__ == "__main__":
-    sys.dont_write_bytecode = True
     unittest.main()

@@ -3,9 +3,11 @@
 file), and one planted inside a LibTorch-version switch must name the
 LibTorch that compiles its code (min_torch, or max_torch in the switch's
 #else branch), or it would survive where its code is not compiled. And a
-run's warning about a mutant whose `tests` match no test of the build.
+run's warning about a mutant whose `tests` match no test of the build, and
+the tests a run leaves out (given the build folder in LAMP_TEST_BUILD_DIR).
 Standard library only."""
 
+import json
 import os
 import subprocess
 import sys
@@ -100,6 +102,26 @@ class HintTest(unittest.TestCase):
         self.assertEqual(self.unmatched([mutant("Float9", min_torch="2.5")], "1.13.1"), [])
         self.assertEqual(self.unmatched([mutant("Gone", max_torch="1.13")], "1.13.1"),
                          ["Gone"])
+
+
+class LeftOutTest(unittest.TestCase):
+    @unittest.skipUnless(os.environ.get("LAMP_TEST_BUILD_DIR"),
+                         "no build folder given (LAMP_TEST_BUILD_DIR)")
+    def test_tests_that_fail_on_any_mutant_are_left_out_of_runs(self):
+        # Each fails on a planted mutant without testing behaviour: a run that
+        # kept it would count a surviving bug as caught.
+        shown = subprocess.run(["ctest", "--test-dir", os.environ["LAMP_TEST_BUILD_DIR"],
+                                "--show-only=json-v1"],
+                               capture_output=True, text=True, check=True)
+        labels = {}
+        for test in json.loads(shown.stdout)["tests"]:
+            labels[test["name"]] = {label for p in test.get("properties", [])
+                                    if p["name"] == "LABELS" for label in p["value"]}
+        self.assertIn("mutants.list_applies", labels)
+        for name in ("mutants.list_applies", "format.clang_format"):
+            if name in labels:  # format.clang_format needs clang-format
+                self.assertTrue(labels[name] & set(mutate.LEFT_OUT_LABELS),
+                                f"{name} carries none of {mutate.LEFT_OUT_LABELS}")
 
 
 if __name__ == "__main__":

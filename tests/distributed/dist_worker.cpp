@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/process_group_seam.h"
 #include "lamp/amp/grad_scaler.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/distributed.h"
@@ -492,23 +493,32 @@ TEST(Ranks, AllGatherAndReduceScatterOfShards) {
           << dtype << " rank " << r;
     }
   }
-  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    // Small integers: every sum is exact in either dtype.
-    auto flat = (torch::arange(world * n) + rank).to(dtype);
-    auto shard = torch::empty({n}, torch::TensorOptions(dtype));
-    auto flat_again = flat.clone();
-    g->reduce_scatter_(shard, flat);
-    const auto sum = torch::arange(world * n) * world + world * (world - 1) / 2;
-    EXPECT_TRUE(BitEqual(shard, sum.narrow(0, rank * n, n).to(dtype)))
-        << dtype << ": " << shard;
-    // Started, then waited for: the same slice.
-    auto later = torch::full({n}, -1, torch::TensorOptions(dtype));
-    auto work = g->reduce_scatter_async_(later, flat_again);
-    work->wait();
-    EXPECT_TRUE(BitEqual(later, shard)) << dtype << ": " << later;
-  }
+  const auto expect_reduce_scatter_sums = [&](const std::string& path) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      // Small integers: every sum is exact in either dtype.
+      auto flat = (torch::arange(world * n) + rank).to(dtype);
+      auto shard = torch::empty({n}, torch::TensorOptions(dtype));
+      auto flat_again = flat.clone();
+      g->reduce_scatter_(shard, flat);
+      const auto sum =
+          torch::arange(world * n) * world + world * (world - 1) / 2;
+      EXPECT_TRUE(BitEqual(shard, sum.narrow(0, rank * n, n).to(dtype)))
+          << path << ", " << dtype << ": " << shard;
+      // Started, then waited for: the same slice.
+      auto later = torch::full({n}, -1, torch::TensorOptions(dtype));
+      auto work = g->reduce_scatter_async_(later, flat_again);
+      work->wait();
+      EXPECT_TRUE(BitEqual(later, shard))
+          << path << ", " << dtype << ": " << later;
+    }
+  };
+  expect_reduce_scatter_sums("the backend's path");
   // Gloo has its own reduce-scatter from LibTorch 2.x; 1.13's all-reduces.
   EXPECT_EQ(g->has_reduce_scatter(), TORCH_VERSION_MAJOR >= 2);
+  // The all-reduce fallback, on every LibTorch.
+  lamp::detail::ProcessGroupSeam::use_all_reduce_for_reduce_scatter(*g);
+  EXPECT_FALSE(g->has_reduce_scatter());
+  expect_reduce_scatter_sums("the all-reduce fallback");
   auto flat = torch::zeros({world * n});
   auto shard = torch::zeros({n + 1});
   EXPECT_NE(error_of([&] { g->reduce_scatter_(shard, flat); })

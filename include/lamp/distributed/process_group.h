@@ -21,6 +21,10 @@
 #include "lamp/distributed/environment.h"
 
 namespace lamp {
+namespace detail {
+struct ProcessGroupSeam;
+} // namespace detail
+
 namespace distributed {
 
 /// Whether this lamp was built with c10d's Gloo backend (CPU collectives).
@@ -218,6 +222,9 @@ class ProcessGroup {
   int64_t checks_ = 0;
   // Cleared when the backend refuses reduce-scatter.
   bool has_reduce_scatter_ = true;
+
+  // The tests' way in (src/distributed/process_group_seam.h).
+  friend struct lamp::detail::ProcessGroupSeam;
 };
 
 /// A GradScaler found-inf reduction (GradScaler::set_found_inf_reduction)

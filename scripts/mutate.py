@@ -186,17 +186,21 @@ GUARD_MIN_TORCH = {"LAMP_TORCH_FLOAT8": "2.5"}
 
 def enclosing_guards(text, pos):
     """The GUARD_MIN_TORCH switches around offset pos of a C++ source, as
-    (switch, in_else_branch), outermost first."""
+    (switch, off): off where the code there is compiled when the switch is
+    off (its #else branch, or an #if !SWITCH), outermost first."""
     stack = []
     for line in text[:pos].split("\n"):
         t = line.strip()
         if t.startswith("#if"):
-            stack.append([next((g for g in GUARD_MIN_TORCH if g in t), None), False])
+            g = next((g for g in GUARD_MIN_TORCH if g in t), None)
+            negated = bool(g) and (t.startswith("#ifndef") or
+                                   re.search(r"!\s*(defined\s*\(?\s*)?" + g, t))
+            stack.append([g, bool(negated)])
         elif t.startswith(("#else", "#elif")) and stack:
-            stack[-1][1] = True
+            stack[-1][1] = not stack[-1][1]
         elif t.startswith("#endif") and stack:
             stack.pop()
-    return [(g, in_else) for g, in_else in stack if g]
+    return [(g, off) for g, off in stack if g]
 
 
 def check_applies(m, root):

@@ -30,6 +30,11 @@ int c = 3;
 #endif
 #endif
 int d = 4;
+#if !LAMP_TORCH_FLOAT8
+int e = 5;
+#else
+int f = 6;
+#endif
 """
 
 
@@ -71,11 +76,17 @@ class CheckTest(unittest.TestCase):
         self.assertNotEqual(check(self.tmp.name, "int c = 3;", "max_torch = 2.5\n")[0], 0)
         self.assertEqual(check(self.tmp.name, "int c = 3;", "max_torch = 1.13\n")[0], 0)
 
+    def test_a_negated_switch_reads_the_other_way(self):
+        self.assertIn("compiled only without", check(self.tmp.name, "int e = 5;")[1])
+        self.assertEqual(check(self.tmp.name, "int e = 5;", "max_torch = 1.13\n")[0], 0)
+        self.assertIn("add 'min_torch = 2.5'", check(self.tmp.name, "int f = 6;")[1])
+        self.assertEqual(check(self.tmp.name, "int f = 6;", "min_torch = 2.5\n")[0], 0)
+
     def test_text_found_twice_or_never_is_refused(self):
         code, err = check(self.tmp.name, "int")
         self.assertNotEqual(code, 0)
-        self.assertIn("occurs 4 times in src.cpp (must be exactly once)", err)
-        self.assertIn("occurs 0 times", check(self.tmp.name, "int e = 5;")[1])
+        self.assertIn("occurs 6 times in src.cpp (must be exactly once)", err)
+        self.assertIn("occurs 0 times", check(self.tmp.name, "int g = 7;")[1])
 
 
 def mutant(tests, min_torch="", max_torch=""):

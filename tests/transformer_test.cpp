@@ -151,12 +151,7 @@ using AttentionFn = std::function<torch::Tensor(
 
 std::vector<std::pair<std::string, AttentionFn>> attention_paths() {
   return {{"lamp::nn::scaled_dot_product_attention",
-           [](const torch::Tensor& q, const torch::Tensor& k,
-              const torch::Tensor& v, const torch::Tensor& mask, double p,
-              bool causal) {
-             return lamp::nn::scaled_dot_product_attention(q, k, v, mask, p,
-                                                           causal);
-           }},
+           lamp::nn::scaled_dot_product_attention},
           {"lamp::detail::math_attention", lamp::detail::math_attention}};
 }
 

@@ -155,6 +155,13 @@ if [ "$ctest_rc" -ne 0 ]; then
     count=$(wc -l <"$failed_log")
     failed_tests="$(failed_names)"
     [ "$count" -le 12 ] || failed_tests="$failed_tests and $(( count - 12 )) more"
+    # What failed inside them, from their output: a googletest case's
+    # "[  FAILED  ]" line, a script's "FAIL  case: why" line (the first 3,
+    # 160 characters each), before the rerun replaces the log.
+    failed_cases="$(grep -E '^(FAIL  |\[  FAILED  \] [^ ]+\.)' \
+        "$build/Testing/Temporary/LastTest.log" 2>/dev/null |
+      sed 's/ ([0-9]* ms)$//' | awk '!seen[$0]++' | head -n 3 | cut -c1-160 |
+      awk '{ printf "%s%s", (NR > 1 ? "; " : ""), $0 }')" || true
     # Once more, one at a time: a test that passes now failed by timing or
     # load, one that fails again is broken. Either way the run has failed.
     lamp_log "Running the $count failed test(s) again, one at a time"
@@ -163,6 +170,7 @@ if [ "$ctest_rc" -ne 0 ]; then
     else
       failed_tests="$failed_tests (failed again on a rerun: $(failed_names))"
     fi
+    [ -z "$failed_cases" ] || failed_tests="$failed_tests; the first run's failures: $failed_cases"
   fi
   exit "$ctest_rc"
 fi

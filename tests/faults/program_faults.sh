@@ -121,9 +121,15 @@ run "$name" 1 "log.jsonl" -- env LD_PRELOAD="$shim" \
 "$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt" \
     > "$work/first_run.log" 2>&1 &
 first=$!
-for _ in $(seq 100); do [ -s "$work/shared.pt.lock" ] && break; sleep 0.1; done
+# Up to 60 s for its lock (a loaded machine starts it slowly): a second run
+# started before it would take the lock itself and train 1000 epochs.
+for _ in $(seq 600); do
+  [ -s "$work/shared.pt.lock" ] || ! kill -0 "$first" 2> /dev/null && break; sleep 0.1
+done
 name=second_run_refused
-if run "$name" 1 "another run \(pid $first\)" -- \
+if [ ! -s "$work/shared.pt.lock" ]; then
+  fail "$name: the first run took no lock in 60 s"; sed 's/^/      /' "$work/first_run.log" | tail -3
+elif run "$name" 1 "another run \(pid $first\)" -- \
     "$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt"; then
   pass "$name"
 fi
@@ -295,18 +301,24 @@ fi
 # A log moved away during the run (logrotate's rename) is followed: the run
 # ends normally, the moved file keeps the first records, and a new file at
 # the path starts with a "log_moved" record naming where they went.
+# The run is stopped (SIGSTOP) from its first epoch record until the move is
+# done, so that the move lands mid-run however this script is scheduled:
+# the run would have to train its 100 epochs (about 6 s) between one poll
+# of the log and the next to end before the move.
 name=log_moved
-"$train" "${common[@]}" --epochs 40 --log-json "$work/moved.jsonl" \
+"$train" "${common[@]}" --epochs 100 --log-json "$work/moved.jsonl" \
     > "$work/$name.log" 2>&1 &
 pid=$!
-for _ in $(seq 300); do
+for _ in $(seq 600); do
   grep -q '"record":"epoch"' "$work/moved.jsonl" 2> /dev/null && break; sleep 0.05
 done
+kill -STOP "$pid" 2> /dev/null
 mv "$work/moved.jsonl" "$work/moved.jsonl.1"
+kill -CONT "$pid" 2> /dev/null
 wait "$pid"; status=$?
 if [ "$status" -eq 0 ] && grep -q '"record":"run"' "$work/moved.jsonl.1" &&
    head -1 "$work/moved.jsonl" | grep -q '"record":"log_moved".*moved.jsonl.1' &&
-   grep -q '"record":"epoch","run_id":.*"epoch":40' "$work/moved.jsonl" &&
+   grep -q '"record":"epoch","run_id":.*"epoch":100' "$work/moved.jsonl" &&
    grep -q "was moved to .*moved.jsonl.1 during the run" "$work/$name.log"; then
   pass "$name"
 else

@@ -18,6 +18,7 @@
 #include "lamp/optim/optimizer.h"
 #include "lamp/optim/sgd.h"
 #include "lamp/platform/parameters.h"
+#include "optim/internal.h"
 #include "test_util.h"
 
 namespace {
@@ -276,6 +277,24 @@ TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
 
 INSTANTIATE_TEST_SUITE_P(, OptimCase, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// The flag the fused kernels get: exactly 1 for any non-zero flag (a sum over
+// ranks or cycles, an average), 0 for 0, in the flag's own dtype and shape;
+// undefined (no flag) stays undefined. Tested here directly because its
+// callers, the fused kernels, need LibTorch >= 2.4.
+TEST(Optim, SkipFlagIsExactlyOneWhereTheFlagIsNonZero) {
+  using lamp::optim::internal::skip_flag;
+  for (const float value : {0.0f, 1.0f, 2.0f, 3.0f, 0.5f, 1e-30f}) {
+    const auto flag = skip_flag(torch::full({}, value));
+    EXPECT_EQ(flag.scalar_type(), torch::kFloat);
+    EXPECT_EQ(flag.dim(), 0);
+    EXPECT_EQ(flag.item<float>(), value == 0.0f ? 0.0f : 1.0f) << value;
+  }
+  const auto summed = torch::tensor({0.0f, 2.0f, 1.0f}, torch::kDouble);
+  EXPECT_TRUE(
+      skip_flag(summed).equal(torch::tensor({0.0, 1.0, 1.0}, torch::kDouble)));
+  EXPECT_FALSE(skip_flag(torch::Tensor()).defined());
+}
 
 TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
   LAMP_SKIP_WITHOUT_FUSED();

@@ -36,7 +36,10 @@ def tracked_files(root):
 
 def sync_tree(root, files, dest):
     """Copies the tracked files into dest, leaving unchanged files (and their
-    timestamps) alone so that the scratch build stays incremental."""
+    timestamps) alone so that the scratch build stays incremental. A copied
+    file gets the time of the copy, not its source's: a run killed with a
+    mutant planted leaves objects built from it, newer than the source, and
+    a copy that kept the source's time would leave them in the build."""
     for rel in files:
         src, dst = os.path.join(root, rel), os.path.join(dest, rel)
         if not os.path.isfile(src):
@@ -48,7 +51,9 @@ def sync_tree(root, files, dest):
                 if f.read() == data:
                     continue
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copy2(src, dst)
+        shutil.copyfile(src, dst)
+        shutil.copymode(src, dst)
+        os.utime(dst)
 
 
 def load_mutants(path, only):
@@ -110,14 +115,14 @@ def failed_tests(build):
 LEFT_OUT_LABELS = ("consumer", "mutants", "format")
 
 
-def ctest(build, args, log_path, jobs, test_timeout):
+def ctest(build, args, log_path, jobs, test_timeout, run_timeout=None):
     failed_log = os.path.join(build, "Testing", "Temporary", "LastTestsFailed.log")
     if os.path.exists(failed_log):
         os.remove(failed_log)
     cmd = ["ctest", "--test-dir", build, "-j", str(jobs), "--timeout",
            str(test_timeout), "--stop-on-failure",
            "-LE", "|".join(LEFT_OUT_LABELS)] + args
-    rc = run(cmd, log_path)
+    rc = run(cmd, log_path, timeout=run_timeout)
     return rc, failed_tests(build)
 
 
@@ -126,6 +131,29 @@ def test_names(build):
     listed = subprocess.run(["ctest", "--test-dir", build, "-N"],
                             capture_output=True, text=True)
     return re.findall(r"^\s*Test\s+#\d+: (\S+)", listed.stdout, re.M)
+
+
+def judge(m, run_tests):
+    """Mutant m's verdict and the tests that failed: its hinted tests first,
+    then (if they pass) the whole suite; run_tests(part, ctest_args) returns
+    (exit code, failed test names). A ctest that fails without naming a
+    failed test (killed by --run-timeout, a broken build folder) proves
+    nothing either way: the verdict "error", which --resume does not reuse."""
+    parts = ([("hinted", ["-R", m["tests"]])] if m["tests"] else []) + [("all", [])]
+    for part, args in parts:
+        rc, by = run_tests(part, args)
+        if by:
+            return "caught", by
+        if rc != 0:
+            return "error", [f"(ctest exit {rc}, no failed test named)"]
+    return "SURVIVED", []
+
+
+def starts_afresh(resume, only):
+    """Whether a run deletes the record of earlier runs first: a run of the
+    whole list without --resume does; one with --only adds to the record
+    (a few mutants checked again must not wipe a long run's verdicts)."""
+    return not resume and not only
 
 
 def applies_to(m, torch_version):
@@ -154,8 +182,11 @@ def mutant_key(m):
 
 
 def load_recorded(path, torch_version):
-    """The verdicts of earlier parts of a run, keyed by mutant_key; those
-    recorded against another LibTorch are ignored."""
+    """The "caught" verdicts of earlier parts of a run, keyed by mutant_key
+    (the last one recorded for a key); those recorded against another
+    LibTorch are ignored. Other verdicts are not reused: a mutant that
+    survived or did not build (a test added since, a build that ran out of
+    memory) runs again."""
     recorded = {}
     try:
         with open(path, encoding="utf-8") as f:
@@ -164,8 +195,10 @@ def load_recorded(path, torch_version):
                 if len(fields) != 6 or fields[1] != torch_version:
                     continue
                 key, _, _, verdict, elapsed, by = fields
-                if verdict in ("caught", "SURVIVED", "no-build"):
+                if verdict == "caught":
                     recorded[key] = (verdict, [b for b in by.split("|") if b], float(elapsed))
+                else:
+                    recorded.pop(key, None)
     except OSError:
         pass
     return recorded
@@ -181,7 +214,11 @@ def record(path, torch_version, m, verdict, by, elapsed):
 # oldest LibTorch that compiles it (src/platform/compat.h): a mutant inside
 # one needs min_torch (or, in its #else branch, max_torch), or it survives
 # where its code is not compiled.
-GUARD_MIN_TORCH = {"LAMP_TORCH_FLOAT8": "2.5"}
+GUARD_MIN_TORCH = {"LAMP_TORCH_FLOAT8": "2.5",
+                   "LAMP_TORCH_DEVICE_GENERIC_AUTOCAST": "2.4",
+                   "LAMP_TORCH_CPU_CAPABILITIES": "2.11",
+                   "LAMP_TORCH_CPU_MIXED_DTYPE_NORMS": "2.0",
+                   "LAMP_TORCH_SDP_CUDNN": "2.3"}
 
 
 def enclosing_guards(text, pos):
@@ -238,11 +275,18 @@ def main():
     ap.add_argument("--list", required=True, help="mutant list (INI)")
     ap.add_argument("--only", default="", help="regex of mutant names to run")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--test-timeout", type=int, default=300)
+    ap.add_argument("--test-timeout", type=int, default=300,
+                    help="ctest's --timeout: the limit of a test without a TIMEOUT property "
+                         "of its own (default 300 s)")
+    ap.add_argument("--run-timeout", type=int, default=7200,
+                    help="the limit of one ctest call, in seconds (default 7200): a call "
+                         "past it gives the mutant the verdict 'error'")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--resume", action="store_true",
-                    help="reuse the verdicts recorded in WORK/results.tsv for mutants whose "
-                         "text is unchanged, and run only the others (a long run in parts)")
+                    help="reuse the 'caught' verdicts recorded in WORK/results.tsv for "
+                         "mutants whose text is unchanged, and run only the others (a long "
+                         "run in parts); without it, a run of the whole list starts the "
+                         "record afresh, a run with --only adds to it")
     ap.add_argument("--torch-version", default="",
                     help="the LibTorch's version: mutants whose min_torch is newer or max_torch older "
                          "are listed as not applicable")
@@ -293,15 +337,10 @@ def main():
 
     recorded_path = os.path.join(a.work, "results.tsv")
     recorded = load_recorded(recorded_path, a.torch_version) if a.resume else {}
-    if not a.resume and os.path.exists(recorded_path):
+    if starts_afresh(a.resume, a.only) and os.path.exists(recorded_path):
         os.remove(recorded_path)
     results = []
     for i, m in enumerate(mutants, 1):
-        if mutant_key(m) in recorded:
-            verdict, by, elapsed = recorded[mutant_key(m)]
-            log(f"[{i}/{len(mutants)}] {m['name']}: {verdict} (recorded in {recorded_path})")
-            results.append((m["name"], verdict, by, elapsed))
-            continue
         if m["min_torch"] and a.torch_version and \
                 version_tuple(a.torch_version) < version_tuple(m["min_torch"]):
             log(f"[{i}/{len(mutants)}] {m['name']}: not applicable "
@@ -314,6 +353,11 @@ def main():
                 f"(the code runs with LibTorch <= {m['max_torch']} only)")
             results.append((m["name"], "n/a", [f"(needs LibTorch <= {m['max_torch']})"], 0.0))
             continue
+        if mutant_key(m) in recorded:
+            verdict, by, elapsed = recorded[mutant_key(m)]
+            log(f"[{i}/{len(mutants)}] {m['name']}: {verdict} (recorded in {recorded_path})")
+            results.append((m["name"], verdict, by, elapsed))
+            continue
         path = os.path.join(src, m["file"])
         with open(path, encoding="utf-8") as f:
             original = f.read()
@@ -325,19 +369,9 @@ def main():
             if run(build_cmd, os.path.join(logs, f"{m['name']}-build.log")) != 0:
                 verdict, by = "no-build", ["(does not compile: fix the mutant)"]
             else:
-                by = []
-                if m["tests"]:
-                    rc, by = ctest(build, ["-R", m["tests"]],
-                                   os.path.join(logs, f"{m['name']}-hinted.log"),
-                                   ctest_jobs, a.test_timeout)
-                    if rc != 0 and not by:
-                        by = [f"(ctest exit {rc})"]
-                if not by:
-                    rc, by = ctest(build, [], os.path.join(logs, f"{m['name']}-all.log"),
-                                   ctest_jobs, a.test_timeout)
-                    if rc != 0 and not by:
-                        by = [f"(ctest exit {rc})"]
-                verdict = "caught" if by else "SURVIVED"
+                verdict, by = judge(m, lambda part, args: ctest(
+                    build, args, os.path.join(logs, f"{m['name']}-{part}.log"),
+                    ctest_jobs, a.test_timeout, a.run_timeout))
         finally:
             # Writing the original back gives it a new timestamp, so the next
             # build recompiles it.
@@ -349,13 +383,15 @@ def main():
         log(f"    {verdict} in {elapsed:.0f} s" + (f" by {', '.join(by[:3])}" if by else ""))
 
     caught = sum(1 for r in results if r[1] == "caught")
+    errors = sum(1 for r in results if r[1] == "error")
     applicable = sum(1 for r in results if r[1] != "n/a")
     lines = [f"{'mutant':38} {'verdict':9} {'s':>5}  caught by"]
     for name, verdict, by, elapsed in results:
         shown = ", ".join(by[:2]) + (f" (+{len(by) - 2})" if len(by) > 2 else "")
         lines.append(f"{name:38} {verdict:9} {elapsed:5.0f}  {shown}")
-    lines.append(f"mutants: {caught} caught, {applicable - caught} not caught, "
-                 f"of {applicable} applicable ({len(results) - applicable} need "
+    lines.append(f"mutants: {caught} caught, {applicable - caught - errors} not caught, "
+                 + (f"{errors} with a ctest error (no verdict), " if errors else "")
+                 + f"of {applicable} applicable ({len(results) - applicable} need "
                  f"another LibTorch); LibTorch {a.torch_version or '?'}")
     report = "\n".join(lines)
     print(report)

@@ -17,8 +17,11 @@ Usage: scripts/mutate.sh [--torch debian|wheel] [--only REGEX] [--list FILE]
 Plants each bug of the mutant list in a scratch copy of the repository (its
 git-tracked files, with your uncommitted changes), one at a time, rebuilds and
 runs the tests (first the ones the mutant names, then, if they pass, the whole
-suite but the package-consumer test). Prints one line per mutant and the score;
-exits 1 when a mutant survives, 2 on a usage or set-up error.
+suite but the tests labelled consumer, mutants and format: the package
+consumers, and two that fail on any planted mutant without testing behaviour).
+Prints one line per mutant and the score; exits 1 when a mutant survives or a
+ctest call fails without naming a failed test (the verdict "error"), 2 on a
+usage or set-up error.
 
   --torch debian|wheel  the LibTorch to build against (default debian)
   --only REGEX          only the mutants whose names match
@@ -28,10 +31,12 @@ exits 1 when a mutant survives, 2 on a usage or set-up error.
                         per-mutant logs in DIR/logs, the table in DIR/report.txt
   --jobs N              parallel compile jobs (default $(lamp_nproc))
   --no-baseline         skip the check that the suite passes unmutated
-  --resume              go on with an earlier run: reuse the verdicts recorded
-                        in DIR/results.tsv (same mutant text, same LibTorch)
-                        and plant only the others; without it the record
-                        starts afresh
+  --resume              go on with an earlier run: reuse the "caught" verdicts
+                        recorded in DIR/results.tsv (same mutant text, same
+                        LibTorch) and plant only the others (survivors and
+                        failed builds again); without it a run of the whole
+                        list starts the record afresh, and an --only run
+                        adds to it
   -h, --help            this help
 EOF
 }

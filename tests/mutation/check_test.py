@@ -5,13 +5,17 @@ LibTorch that compiles its code (min_torch, or max_torch in the switch's
 #else branch), or it would survive where its code is not compiled. And a
 run's warning about a mutant whose `tests` match no test of the build, and
 the tests a run leaves out (given the build folder in LAMP_TEST_BUILD_DIR).
-Standard library only."""
+And what a run keeps between its parts: fresh timestamps on what it copies,
+only "caught" verdicts reused, a ctest failure without a failed test judged
+no verdict, an --only run that keeps the record. Standard library only."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -113,6 +117,96 @@ class HintTest(unittest.TestCase):
         self.assertEqual(self.unmatched([mutant("Float9", min_torch="2.5")], "1.13.1"), [])
         self.assertEqual(self.unmatched([mutant("Gone", max_torch="1.13")], "1.13.1"),
                          ["Gone"])
+
+
+class RunTest(unittest.TestCase):
+    """What a run keeps between its parts, and how it judges a mutant."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_a_copied_file_is_newer_than_what_was_built_from_a_mutant(self):
+        root, dest = (os.path.join(self.tmp.name, d) for d in ("root", "dest"))
+        for d in (root, dest):
+            os.makedirs(d)
+        for name, text in (("changed.cpp", "int a = 1;"), ("same.cpp", "int b = 2;")):
+            with open(os.path.join(root, name), "w", encoding="utf-8") as f:
+                f.write(text)
+            os.utime(os.path.join(root, name), (1000, 1000))
+        # The scratch copy as a killed run leaves it: a mutant still planted.
+        with open(os.path.join(dest, "changed.cpp"), "w", encoding="utf-8") as f:
+            f.write("int a = 0;")
+        with open(os.path.join(dest, "same.cpp"), "w", encoding="utf-8") as f:
+            f.write("int b = 2;")
+        os.utime(os.path.join(dest, "same.cpp"), (2000, 2000))
+        mutate.sync_tree(root, ["changed.cpp", "same.cpp"], dest)
+        with open(os.path.join(dest, "changed.cpp"), encoding="utf-8") as f:
+            self.assertEqual(f.read(), "int a = 1;")
+        self.assertGreater(os.path.getmtime(os.path.join(dest, "changed.cpp")),
+                           time.time() - 60)
+        self.assertEqual(os.path.getmtime(os.path.join(dest, "same.cpp")), 2000)
+
+    def test_only_caught_verdicts_are_reused(self):
+        path = os.path.join(self.tmp.name, "results.tsv")
+        rows = [("k1", "1.13.1", "a", "caught", "20", "T.A|T.B"),
+                ("k2", "1.13.1", "b", "SURVIVED", "900", ""),
+                ("k3", "1.13.1", "c", "no-build", "30", "(does not compile)"),
+                ("k4", "1.13.1", "d", "error", "7200", "(ctest exit 124)"),
+                ("k5", "1.13.1", "e", "caught", "20", "T.E"),
+                ("k5", "1.13.1", "e", "SURVIVED", "900", ""),
+                ("k6", "1.13.1", "f", "SURVIVED", "900", ""),
+                ("k6", "1.13.1", "f", "caught", "25", "T.F"),
+                ("k7", "2.15.0", "g", "caught", "20", "T.G")]
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines("\t".join(r) + "\n" for r in rows)
+        recorded = mutate.load_recorded(path, "1.13.1")
+        self.assertEqual(sorted(recorded), ["k1", "k6"])
+        self.assertEqual(recorded["k1"], ("caught", ["T.A", "T.B"], 20.0))
+        self.assertEqual(recorded["k6"][1], ["T.F"])
+
+    def test_a_ctest_failure_without_a_failed_test_is_no_verdict(self):
+        m = {"tests": "Hint"}
+
+        def runs(*answers):
+            calls = []
+
+            def run_tests(part, args):
+                calls.append((part, args))
+                return answers[len(calls) - 1]
+            return calls, run_tests
+        calls, run_tests = runs((8, ["Hint.A"]))
+        self.assertEqual(mutate.judge(m, run_tests), ("caught", ["Hint.A"]))
+        self.assertEqual(calls, [("hinted", ["-R", "Hint"])])
+        calls, run_tests = runs((0, []), (8, ["Other.B"]))
+        self.assertEqual(mutate.judge(m, run_tests), ("caught", ["Other.B"]))
+        self.assertEqual([c[0] for c in calls], ["hinted", "all"])
+        calls, run_tests = runs((0, []), (0, []))
+        self.assertEqual(mutate.judge(m, run_tests), ("SURVIVED", []))
+        calls, run_tests = runs((124, []))
+        verdict, by = mutate.judge(m, run_tests)
+        self.assertEqual(verdict, "error")
+        self.assertIn("ctest exit 124", by[0])
+        calls, run_tests = runs((0, []))
+        self.assertEqual(mutate.judge({"tests": ""}, run_tests), ("SURVIVED", []))
+        self.assertEqual(calls, [("all", [])])
+
+    def test_a_run_with_only_keeps_the_record(self):
+        self.assertTrue(mutate.starts_afresh(resume=False, only=""))
+        self.assertFalse(mutate.starts_afresh(resume=False, only="fp8-"))
+        self.assertFalse(mutate.starts_afresh(resume=True, only=""))
+
+    def test_every_libtorch_switch_of_compat_h_is_known(self):
+        compat = os.path.join(SCRIPTS, "..", "src", "platform", "compat.h")
+        with open(compat, encoding="utf-8") as f:
+            defined = set(re.findall(r"#define (LAMP_TORCH_[A-Z0-9_]+) 1", f.read()))
+        self.assertTrue(defined)
+        self.assertEqual(defined, set(mutate.GUARD_MIN_TORCH))
+        with open(os.path.join(self.tmp.name, "src.cpp"), "w", encoding="utf-8") as f:
+            f.write("#if LAMP_TORCH_SDP_CUDNN\nint a = 1;\n#endif\n")
+        self.assertIn("add 'min_torch = 2.3'", check(self.tmp.name, "int a = 1;")[1])
 
 
 class LeftOutTest(unittest.TestCase):

@@ -429,8 +429,9 @@ TEST(Float8, ProductsAreWithinTheFormatsErrorOfFp32) {
   EXPECT_LT(relative(gb[0], g32[0]), 0.006);
 }
 
-// Under BF16 autocast the output is BF16 and the gradients keep their
-// tensors' dtypes (FP32 input and weight here).
+// Under BF16 autocast the output is BF16, with the bias (which a 16-bit
+// output takes inside the product), and the gradients keep their tensors'
+// dtypes (FP32 input and weight here).
 TEST(Float8, FollowsAutocastsDtype) {
   torch::manual_seed(2);
   torch::nn::Linear layer(32, 16);
@@ -442,6 +443,23 @@ TEST(Float8, FollowsAutocastsDtype) {
     y = F8::float8_linear(x, layer->weight, layer->bias, *state);
   }
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  // The bias, which a 16-bit output takes inside the product: the same
+  // layer without it, plus the bias. The two round differently (once, or
+  // the product and then the sum to BF16): within 2 BF16 ulps (2^-6
+  // relative) and 1e-3 near zero; a bias left out would be off by the bias
+  // itself (up to 1/sqrt(32) = 0.18 here).
+  {
+    lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+    auto plain = F8::Float8State(F8::Float8Recipe(), "layer");
+    torch::NoGradGuard no_grad;
+    const auto unbiased = F8::float8_linear(x, layer->weight, {}, *plain);
+    EXPECT_TRUE(lamp_test::AllClose(y.detach().to(torch::kFloat),
+                                    unbiased.to(torch::kFloat) + layer->bias,
+                                    1.0 / 64, 1e-3));
+    EXPECT_FALSE(lamp_test::AllClose(y.detach().to(torch::kFloat),
+                                     unbiased.to(torch::kFloat), 1.0 / 64,
+                                     1e-3));
+  }
   y.sum().backward();
   EXPECT_EQ(x.grad().scalar_type(), torch::kFloat);
   EXPECT_EQ(layer->weight.grad().scalar_type(), torch::kFloat);
@@ -1066,8 +1084,13 @@ TEST(Float8, FusedCastsPathNamesTheAtenOpsAndWhy) {
 }
 
 // Float8Recipe::fused_casts on the CPU: the ATen ops (the kernel is
-// CUDA's), so the same outputs, gradients and state as without it.
+// CUDA's), so the same outputs, gradients (input, weight, bias: each run
+// has its own copies) and state as without it, and no warning (its warning
+// is for CUDA tensors the kernel cannot take).
 TEST(Float8, FusedCastsRunTheATenOpsOnTheCpu) {
+  std::vector<std::string> warnings;
+  lamp::WarningSink sink(
+      [&](const std::string& message) { warnings.push_back(message); });
   EXPECT_EQ(F8::internal::fused_cast_unavailable_reason(torch::ones({4}))
                 .rfind("the tensor is on cpu", 0),
             0u);
@@ -1081,16 +1104,19 @@ TEST(Float8, FusedCastsRunTheATenOpsOnTheCpu) {
     std::vector<torch::Tensor> outs;
     for (auto* state : {&plain, &fused}) {
       auto xi = x.clone().requires_grad_();
-      auto y = F8::float8_linear(xi, layer->weight, layer->bias, **state);
+      auto w = layer->weight.detach().clone().requires_grad_();
+      auto b = layer->bias.detach().clone().requires_grad_();
+      auto y = F8::float8_linear(xi, w, b, **state);
       y.backward(torch::ones_like(y));
-      outs.push_back(y.detach());
-      outs.push_back(xi.grad());
+      outs.insert(outs.end(), {y.detach(), xi.grad(), w.grad(), b.grad()});
     }
-    EXPECT_TRUE(BitEqual(outs[2], outs[0]));
-    EXPECT_TRUE(BitEqual(outs[3], outs[1]));
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_TRUE(BitEqual(outs[4 + i], outs[i])) << "output " << i;
+    }
     EXPECT_TRUE(BitEqual(fused->counters, plain->counters));
     EXPECT_TRUE(BitEqual(fused->pending_amax, plain->pending_amax));
   }
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
 }
 
 // A cast asked for its transpose (what the backward's products take):

@@ -271,6 +271,10 @@ TEST(GptModel, InitialisesAsGpt2) {
   torch::manual_seed(0);
   GPT gpt(GPTOptions().layers(8).heads(4).width(128).context(64));
   const auto p = gpt->named_parameters();
+  // Sample standard deviations, within 11 to 22 of their standard errors
+  // (sd / sqrt(2n): 7.8e-5 for wte's 256 x 128, 1.4e-5 and 2.8e-5 for the
+  // MLP's 512 x 128 and the attention's 128 x 128 projections), and far
+  // closer than a wrong rule (0.02 for a projection, 4x).
   EXPECT_NEAR(p["wte.weight"].std().item<double>(), 0.02, 0.001);
   // Residual projections: 0.02 / sqrt(2 * 8) = 0.005.
   EXPECT_NEAR(p["h.3.mlp.c_proj.weight"].std().item<double>(), 0.005, 0.0003);
@@ -446,8 +450,10 @@ TEST(GptModel, EvalForwardIsNanoGptsArithmetic) {
   torch::NoGradGuard no_grad;
   const auto logits = gpt->forward(ids);
   const auto expected = reference_forward(gpt, ids);
-  // FP32 sums of at most 64 products in another order: 1e-5 of values
-  // near 1.
+  // FP32 sums of at most 64 products in another order. The logits of this
+  // tiny model are about 0.1, so the bound is mostly the absolute 1e-5,
+  // 100 to 1000 times FP32's rounding there; a missing mask or position
+  // moves them by far more.
   EXPECT_TRUE(lamp_test::AllClose(logits, expected, 1e-4, 1e-5))
       << (logits - expected).abs().max().item<double>();
   // Position embeddings: one token repeated gives different logits at
@@ -524,6 +530,31 @@ TEST(GptModel, BlocksDropTheirMlpOutputInTrainingOnly) {
   const auto a = block->forward(x);
   EXPECT_FALSE(torch::allclose(a, eval));
   EXPECT_FALSE(torch::allclose(a, block->forward(x)));
+}
+
+// The attention drops its weights and its output in training only. At
+// dropout 0.5 about half of the training output is exactly zero (the
+// output's dropout: eval's has no zero), and the kept elements are not
+// twice eval's (what the output's dropout alone would give, up to FP32
+// rounding): the attention weights were dropped too.
+TEST(GptModel, AttentionDropsItsWeightsAndItsOutputInTrainingOnly) {
+  torch::manual_seed(25);
+  lamp::models::CausalSelfAttention attn(tiny().dropout(0.5));
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 8, 16});
+  attn->eval();
+  const auto eval = attn->forward(x);
+  EXPECT_TRUE(torch::equal(attn->forward(x), eval));
+  ASSERT_EQ(eval.eq(0).sum().item<int64_t>(), 0);
+  attn->train();
+  const auto train = attn->forward(x);
+  const auto kept = train.ne(0);
+  // 256 elements dropped with probability 0.5: 128 expected, sd 8.
+  const auto dropped = 256 - kept.sum().item<int64_t>();
+  EXPECT_GT(dropped, 64);
+  EXPECT_LT(dropped, 192);
+  EXPECT_FALSE(lamp_test::AllClose(train.masked_select(kept),
+                                   2 * eval.masked_select(kept), 1e-4, 1e-5));
 }
 
 TEST(GptModel, MakeGptsForwardRunsItsModule) {
@@ -606,6 +637,8 @@ TEST(GptModel, TrainsOnTextWindowsThroughTheTrainer) {
   const auto logits = gpt->forward(data.validation.inputs.to(torch::kLong));
   const auto direct = lamp::training::classifier_loss(
       logits, data.validation.targets.to(torch::kLong));
+  // The trainer's mean over batches of 35 windows against one mean over
+  // all: FP32 sums of losses near 1 in another order, 1e-5.
   EXPECT_NEAR(stats.back().test_loss, direct.item<double>(), 1e-5);
   EXPECT_NEAR(stats.back().test_perplexity(), std::exp(direct.item<double>()),
               1e-4 * stats.back().test_perplexity());
@@ -751,7 +784,8 @@ TEST(GptKvCache, PiecesGiveTheWholeSequencesLogits) {
     }
     const auto cached = torch::cat(pieces, 1);
     // The same products in other groupings (one row of queries against
-    // the cached keys): FP32 rounding, 1e-5 of logits near 1.
+    // the cached keys): FP32 rounding, within the absolute 1e-5 at logits
+    // of about 0.1 (100 to 1000 times FP32's rounding there).
     EXPECT_TRUE(lamp_test::AllClose(cached, whole, 1e-4, 1e-5))
         << (cached - whole).abs().max().item<double>();
     const auto error = error_of([&] { gpt->forward(ids.slice(1, 0, 1)); });

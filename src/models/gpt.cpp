@@ -198,10 +198,14 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto y = lamp::nn::scaled_dot_product_attention(
       heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*attn_mask=*/{},
       is_training() ? dropout_ : 0.0, /*is_causal=*/true);
-  y = y.transpose(1, 2).reshape({b, t, c});
+  return output(y);
+}
+
+torch::Tensor CausalSelfAttentionImpl::output(const torch::Tensor& y) const {
+  const auto joined = y.transpose(1, 2).flatten(2);
+  const auto projected = lamp::nn::linear(joined, c_proj);
   return F::dropout(
-      lamp::nn::linear(y, c_proj),
-      F::DropoutFuncOptions().p(dropout_).training(is_training()));
+      projected, F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x,
@@ -232,10 +236,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x,
                       (torch::arange(t, options) + past).unsqueeze(1);
     y = lamp::nn::scaled_dot_product_attention(q, kv.first, kv.second, mask, p);
   }
-  y = y.transpose(1, 2).reshape({b, t, c});
-  return F::dropout(
-      lamp::nn::linear(y, c_proj),
-      F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  return output(y);
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)

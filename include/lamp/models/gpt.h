@@ -174,6 +174,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::nn::Linear c_proj{nullptr}; ///< width -> width
 
  private:
+  /// The heads' outputs [B, heads, T, width / heads] joined, projected back
+  /// by "c_proj" and dropped out in training: [B, T, width].
+  torch::Tensor output(const torch::Tensor& y) const;
+
   int64_t heads_;
   double dropout_;
 };

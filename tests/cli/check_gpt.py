@@ -1053,7 +1053,9 @@ def fused_add_norm(train_gpt, work):
     """--fused-add-norm: each residual add with the norm after it; the
     unfused run's losses to rounding. In FP32 within 1e-4 (sums in another
     order, over 4 steps); under amp-bf16 within 1e-2, where a BF16 rounding
-    of a norm's output may fall the other way and the steps carry it on."""
+    of a norm's output may fall the other way and the steps carry it on.
+    And the FP8 flags (--fp8-fused-casts, the recipe's) refused outside
+    --precision fp8, on every LibTorch."""
     text = make_text(work)
     for precision, rtol in (("fp32", 1e-4), ("amp-bf16", 1e-2)):
         base = [train_gpt, "--data", text, "--precision", precision,
@@ -1094,14 +1096,19 @@ def fused_add_norm(train_gpt, work):
             print(f"  {precision} {fused_name}: loss "
                   f"{fused['train_loss']:.6f} fused, "
                   f"{unfused['train_loss']:.6f} unfused")
-    # --fp8-fused-casts belongs to --precision fp8: refused elsewhere,
-    # before anything is written.
-    r = run([train_gpt, "--data", text, "--precision", "fp32",
-             "--fp8-fused-casts", "--max-steps", "1"] + SHAPE)
-    if r.returncode != 1 or "--fp8-fused-casts applies to --precision fp8, " \
-            "not to --precision fp32" not in r.stderr:
-        fail(f"--fp8-fused-casts with fp32: exit {r.returncode}, "
-             f"{r.stderr.strip()!r}")
+    # --fp8-fused-casts and the recipe flags belong to --precision fp8:
+    # refused elsewhere, before anything is written (checked here, on every
+    # LibTorch: the flags are parsed where FP8 cannot run too).
+    for flag, message in [
+            (["--fp8-fused-casts"], "--fp8-fused-casts applies to --precision fp8, "
+             "not to --precision fp32"),
+            (["--fp8-scaling", "delayed"], "set the recipe of --precision fp8, "
+             "not of --precision fp32")]:
+        r = run([train_gpt, "--data", text, "--precision", "fp32", "--max-steps",
+                 "1"] + flag + SHAPE)
+        if r.returncode != 1 or message not in r.stderr or "epoch" in r.stdout:
+            fail(f"{' '.join(flag)} with fp32: exit {r.returncode}, "
+                 f"{r.stderr.strip()!r}")
 
 
 def fused_steps(train_gpt, work, device):

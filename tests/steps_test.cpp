@@ -237,7 +237,7 @@ TEST(StepRuns, EvaluatesEveryNStepsAndKeepsTheBestCheckpoint) {
   std::vector<EpochStats> epochs;
   {
     auto run = text_run([&](TrainerOptions& o) {
-      o.steps(16).eval_every(4).checkpoint(checkpoint).best_checkpoint(best);
+      o.steps(18).eval_every(4).checkpoint(checkpoint).best_checkpoint(best);
     });
     epochs =
         run->trainer->fit(nullptr, nullptr, nullptr,
@@ -253,7 +253,8 @@ TEST(StepRuns, EvaluatesEveryNStepsAndKeepsTheBestCheckpoint) {
     EXPECT_TRUE(std::isfinite(e.train_loss) && e.train_loss > 0);
     EXPECT_EQ(e.test_examples, 23);
   }
-  EXPECT_EQ(at, (std::vector<int64_t>{4, 8, 12, 16}));
+  // Every 4 steps, and at the run's end (18, not a multiple of 4).
+  EXPECT_EQ(at, (std::vector<int64_t>{4, 8, 12, 16, 18}));
   for (const auto& s : epochs) {
     EXPECT_FALSE(s.evaluated);
   }
@@ -266,7 +267,7 @@ TEST(StepRuns, EvaluatesEveryNStepsAndKeepsTheBestCheckpoint) {
     }
   }
   auto from_best = text_run(
-      [&](TrainerOptions& o) { o.steps(16).eval_every(4).resume(best); });
+      [&](TrainerOptions& o) { o.steps(18).eval_every(4).resume(best); });
   EXPECT_EQ(from_best->trainer->global_step(), best_step);
   std::remove(checkpoint.c_str());
   std::remove(best.c_str());
@@ -476,6 +477,84 @@ TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
   }
 }
 
+// A fresh run stopped before its first step has trained nothing: it writes
+// no checkpoint (one of step 0 would be refused by every resume), and its
+// stop point says none was written.
+TEST(StepRuns, AStopBeforeTheFirstStepWritesNothing) {
+  const auto checkpoint = temp_path("stop_at_start.pt");
+  std::remove(checkpoint.c_str());
+  auto run = text_run([&](TrainerOptions& o) {
+    o.steps(14).checkpoint(checkpoint).stop_requested([] { return true; });
+  });
+  run->trainer->fit();
+  const auto& stop = run->trainer->stop_point();
+  EXPECT_TRUE(stop.stopped);
+  EXPECT_EQ(stop.global_step, 0);
+  EXPECT_EQ(stop.checkpoint_step, -1);
+  EXPECT_FALSE(exists(checkpoint));
+  std::remove(checkpoint.c_str());
+}
+
+// Evaluations every 2 steps and checkpoints every 4: only the evaluations
+// at a multiple of 4 write the checkpoint.
+TEST(StepRuns, EvaluationsWriteTheCheckpointOnlyAtCheckpointEvery) {
+  const auto checkpoint = temp_path("eval_every_2.pt");
+  std::remove(checkpoint.c_str());
+  std::vector<std::pair<int64_t, bool>> written;
+  {
+    auto run = text_run([&](TrainerOptions& o) {
+      o.steps(10).eval_every(2).checkpoint_every(4).checkpoint(checkpoint);
+    });
+    run->trainer->fit(nullptr, nullptr, nullptr, [&](const StepEvaluation& e) {
+      written.emplace_back(e.global_step, e.checkpoint_written);
+    });
+  }
+  EXPECT_EQ(written,
+            (std::vector<std::pair<int64_t, bool>>{
+                {2, false}, {4, true}, {6, false}, {8, true}, {10, false}}));
+  std::remove(checkpoint.c_str());
+}
+
+// A schedule that depends on the run's length (warm-up + cosine) does not
+// continue with more steps: the learning rate would jump at the resume. A
+// constant schedule does.
+TEST(StepRuns, MoreStepsContinueOnlyAConstantSchedule) {
+  const auto checkpoint = temp_path("more_steps.pt");
+  for (const auto schedule : {Schedule::kWarmupCosine, Schedule::kConstant}) {
+    std::remove(checkpoint.c_str());
+    // The constant schedule without text_run's warm-up and floor.
+    const auto with_schedule = [&](TrainerOptions& o) {
+      o.schedule(schedule);
+      if (schedule == Schedule::kConstant) {
+        o.warmup_steps(0).min_lr(0.0);
+      }
+    };
+    {
+      auto first = text_run([&](TrainerOptions& o) {
+        with_schedule(o);
+        o.steps(14).max_steps(5).checkpoint(checkpoint);
+      });
+      first->trainer->fit();
+    }
+    const auto error = error_of([&] {
+      text_run([&](TrainerOptions& o) {
+        with_schedule(o);
+        o.steps(20).resume(checkpoint);
+      });
+    });
+    if (schedule == Schedule::kConstant) {
+      EXPECT_EQ(error, "");
+    } else {
+      EXPECT_NE(error.find("was trained for 14 steps with"), std::string::npos)
+          << error;
+      EXPECT_NE(error.find("a run of 20 steps follows another curve"),
+                std::string::npos)
+          << error;
+    }
+  }
+  std::remove(checkpoint.c_str());
+}
+
 // A run resumed from one checkpoint and writing another (a branch of the
 // run, or a copy on other storage) has written nothing to the new path
 // yet: a stop before its first step writes the new checkpoint at the
@@ -537,24 +616,28 @@ TEST(StepRuns, AResumeInsideAnEpochKeepsItsNonFiniteLosses) {
   ASSERT_EQ(want[0].non_finite_losses, 2);
   ASSERT_EQ(want[0].skipped_steps, 2);
   const auto checkpoint = temp_path("non_finite.pt");
-  std::remove(checkpoint.c_str());
-  step = 0;
-  {
-    auto first = text_run(
+  // A run to `at` steps writing the checkpoint, then the run resumed from it.
+  const auto resumed_at = [&](int64_t at) {
+    std::remove(checkpoint.c_str());
+    step = 0;
+    {
+      auto first = text_run(
+          [&](TrainerOptions& o) {
+            setup(o);
+            o.max_steps(at).checkpoint(checkpoint);
+          },
+          lamp::Precision::kFP32, poison);
+      first->trainer->fit();
+    }
+    EXPECT_EQ(step, at);
+    return text_run(
         [&](TrainerOptions& o) {
           setup(o);
-          o.max_steps(5).checkpoint(checkpoint);
+          o.resume(checkpoint);
         },
         lamp::Precision::kFP32, poison);
-    first->trainer->fit();
-  }
-  ASSERT_EQ(step, 5);
-  auto resumed = text_run(
-      [&](TrainerOptions& o) {
-        setup(o);
-        o.resume(checkpoint);
-      },
-      lamp::Precision::kFP32, poison);
+  };
+  auto resumed = resumed_at(5);
   const auto got = resumed->trainer->fit();
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].resumed_steps, 5);
@@ -562,6 +645,15 @@ TEST(StepRuns, AResumeInsideAnEpochKeepsItsNonFiniteLosses) {
   EXPECT_EQ(got[0].train_loss, want[0].train_loss);
   EXPECT_EQ(got[1].train_loss, want[1].train_loss);
   expect_same_weights(straight->gpt, resumed->gpt, "resumed at step 5");
+  // At the epoch's end (step 7) the count starts again for the next epoch:
+  // that checkpoint resumes too, into the second epoch as the straight run.
+  auto next_epoch = resumed_at(7);
+  EXPECT_EQ(next_epoch->trainer->start_epoch(), 1);
+  const auto second = next_epoch->trainer->fit();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].non_finite_losses, 0);
+  EXPECT_EQ(second[0].train_loss, want[1].train_loss);
+  expect_same_weights(straight->gpt, next_epoch->gpt, "resumed at step 7");
   std::remove(checkpoint.c_str());
 }
 

@@ -431,8 +431,10 @@ void Trainer::save_at_stop() {
   // Ranks may be asked to stop at different steps, and a checkpoint is
   // written by all of them (sharded) or from the state they share: in a
   // data-parallel run only the points every rank reaches together write one.
+  // A fresh run stopped before its first step has trained nothing: a
+  // checkpoint of step 0 would be one no resume accepts.
   if (o.checkpoint().empty() || checkpoint_step_ == global_step_ ||
-      !single_process()) {
+      global_step_ == 0 || !single_process()) {
     return;
   }
   write_checkpoint();

@@ -861,6 +861,10 @@ def signals(train_mnist, data, work, shim):
         command = shlex.split(last["resume_command"])
         if "continue with: " + last["resume_command"] not in lines[0]:
             fail(f"{name}: the line does not give the record's command")
+        # One --resume, whichever form the run was given (--resume F or
+        # --resume=F).
+        if sum(1 for a in command if a.startswith("--resume")) != 1:
+            fail(f"{name}: the command {command} does not give one --resume")
         before = len(read_records(log))
         expect_success(command, [r"epoch 3/3"])
         resumed = {r["epoch"]: (r["train_loss"], r["test_loss"])
@@ -872,6 +876,8 @@ def signals(train_mnist, data, work, shim):
         print(f"  {name}: resumed epochs {sorted(resumed)} bit-identical")
 
     resume = ["--checkpoint", "CK", "--resume", "CK", "--log-json", "LOG"]
+    # The closed terminal's case gives --resume=CK, the other form.
+    resume_joined = ["--checkpoint", "CK", "--resume=CK", "--log-json", "LOG"]
     cases = [
         # At the start: before a step of this run; the file holds its step.
         ("signal_at_start", {"LAMP_FAULT_RAISE_ON": '"record":"run"'}, 130,
@@ -911,7 +917,27 @@ def signals(train_mnist, data, work, shim):
          {"epoch": 3, "steps": 0, "checkpoint_step": 14}),
     ]
     for name, env, rc, line, record in cases:
-        interrupted(name, resume, env, rc, line, record)
+        interrupted(name, resume_joined if name == "signal_hangup" else resume,
+                    env, rc, line, record)
+    # A new run stopped before its first step: nothing trained, so nothing
+    # written (a checkpoint of step 0 would resume nothing); the line says
+    # to start over.
+    log = fresh(work, "signal_fresh.jsonl")
+    ck = fresh(work, "signal_fresh.pt")
+    r = run(base + ["--checkpoint", ck, "--log-json", log],
+            env=dict(os.environ, LD_PRELOAD=shim, LAMP_FAULT_PATH=log,
+                     LAMP_FAULT_RAISE_ON='"record":"run"'))
+    if r.returncode != 130 or os.path.exists(ck) or not re.search(
+            r"interrupted \(SIGINT\) before epoch 1 began; .*signal_fresh\.pt "
+            r"was not written; run the command again to start over", r.stderr):
+        fail(f"a new run stopped before its first step: exit {r.returncode}, "
+             f"{'a checkpoint written, ' if os.path.exists(ck) else ''}"
+             f"stderr {r.stderr!r}")
+    elif read_records(log)[-1].get("checkpoint_step", 0) is not None:
+        fail(f"a new run stopped before its first step: the record "
+             f"{read_records(log)[-1]} names a checkpoint step")
+    else:
+        print("  " + r.stderr.strip().splitlines()[-1][:200])
     # A second signal during that write: out at once, the epoch-1
     # checkpoint whole; a resume continues from it.
     ck = fresh(work, "signal_twice.pt")

@@ -4,12 +4,13 @@ file), and one planted inside a LibTorch-version switch must name the
 LibTorch that compiles its code (min_torch, or max_torch in the switch's
 #else branch), or it would survive where its code is not compiled. And a
 run's warning about a mutant whose `tests` match no test of the build, and
-the tests a run leaves out (given the build folder in LAMP_TEST_BUILD_DIR).
+the tests a run leaves out (given the build folder in LAMP_TEST_BUILD_DIR,
+whose labels are read from its CTestTestfile.cmake files: a ctest call
+would replace the LastTest.log of the suite running this test).
 And what a run keeps between its parts: fresh timestamps on what it copies,
 only "caught" verdicts reused, a ctest failure without a failed test judged
 no verdict, an --only run that keeps the record. Standard library only."""
 
-import json
 import os
 import re
 import subprocess
@@ -209,24 +210,48 @@ class RunTest(unittest.TestCase):
         self.assertIn("add 'min_torch = 2.3'", check(self.tmp.name, "int a = 1;")[1])
 
 
+def test_labels(build):
+    """Each test's labels, read from the build's CTestTestfile.cmake files
+    (not from ctest, which would write the build's LastTest.log while the
+    suite that runs this test is writing it)."""
+    labels = {}
+    pattern = re.compile(r'^set_tests_properties\((?:\[=\[)?(.+?)(?:\]=\])? PROPERTIES (.*)\)$')
+    for folder, _, names in os.walk(build):
+        if "CTestTestfile.cmake" not in names:
+            continue
+        with open(os.path.join(folder, "CTestTestfile.cmake"), encoding="utf-8") as f:
+            for line in f:
+                m = pattern.match(line.strip())
+                if m:
+                    found = re.search(r'LABELS "([^"]*)"', m.group(2))
+                    labels[m.group(1)] = set(found.group(1).split(";")) if found else set()
+    return labels
+
+
 class LeftOutTest(unittest.TestCase):
     @unittest.skipUnless(os.environ.get("LAMP_TEST_BUILD_DIR"),
                          "no build folder given (LAMP_TEST_BUILD_DIR)")
     def test_tests_that_fail_on_any_mutant_are_left_out_of_runs(self):
         # Each fails on a planted mutant without testing behaviour: a run that
         # kept it would count a surviving bug as caught.
-        shown = subprocess.run(["ctest", "--test-dir", os.environ["LAMP_TEST_BUILD_DIR"],
-                                "--show-only=json-v1"],
-                               capture_output=True, text=True, check=True)
-        labels = {}
-        for test in json.loads(shown.stdout)["tests"]:
-            labels[test["name"]] = {label for p in test.get("properties", [])
-                                    if p["name"] == "LABELS" for label in p["value"]}
+        labels = test_labels(os.environ["LAMP_TEST_BUILD_DIR"])
         self.assertIn("mutants.list_applies", labels)
         for name in ("mutants.list_applies", "format.clang_format"):
             if name in labels:  # format.clang_format needs clang-format
                 self.assertTrue(labels[name] & set(mutate.LEFT_OUT_LABELS),
                                 f"{name} carries none of {mutate.LEFT_OUT_LABELS}")
+
+    def test_labels_are_read_from_either_cmake_layout(self):
+        with tempfile.TemporaryDirectory() as build:
+            os.makedirs(os.path.join(build, "tests"))
+            with open(os.path.join(build, "tests", "CTestTestfile.cmake"), "w",
+                      encoding="utf-8") as f:
+                f.write('set_tests_properties(a.b PROPERTIES  LABELS "x;y" TIMEOUT "60")\n'
+                        'set_tests_properties([=[c.d]=] PROPERTIES  LABELS "z" '
+                        '_BACKTRACE_TRIPLES "t;1;add_test")\n'
+                        'set_tests_properties(e.f PROPERTIES  TIMEOUT "60")\n')
+            self.assertEqual(test_labels(build),
+                             {"a.b": {"x", "y"}, "c.d": {"z"}, "e.f": set()})
 
 
 if __name__ == "__main__":

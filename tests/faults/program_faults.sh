@@ -69,7 +69,7 @@ for _ in 1 2 3; do
   "$train" "${common[@]}" --epochs 3 --max-steps 4 --checkpoint "$work/sized.pt" \
       --resume "$work/sized.pt" > "$work/sized.log" 2>&1 || { cat "$work/sized.log"; exit 1; }
   this_size=$(stat -c %s "$work/sized.pt")
-  [ "$new_size" -eq 0 ] || [ "$this_size" -lt "$new_size" ] && new_size=$this_size
+  if [ "$new_size" -eq 0 ] || [ "$this_size" -lt "$new_size" ]; then new_size=$this_size; fi
 done
 for at in 0 1 $((new_size / 3)) $((new_size / 2)) $((new_size - 100)) $((new_size - 70)); do
   name="full_disk_at_$at"
@@ -312,10 +312,10 @@ fi
 # the path starts with a "log_moved" record naming where they went.
 # The run is stopped (SIGSTOP) from its first epoch record until the move is
 # done, so that the move lands mid-run however this script is scheduled:
-# the run would have to train its 100 epochs (about 6 s) between one poll
+# the run would have to train its 40 epochs (about 2.5 s) between one poll
 # of the log and the next to end before the move.
 name=log_moved
-"$train" "${common[@]}" --epochs 100 --log-json "$work/moved.jsonl" \
+"$train" "${common[@]}" --epochs 40 --log-json "$work/moved.jsonl" \
     > "$work/$name.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do
@@ -327,7 +327,7 @@ kill -CONT "$pid" 2> /dev/null
 wait "$pid"; status=$?
 if [ "$status" -eq 0 ] && grep -q '"record":"run"' "$work/moved.jsonl.1" &&
    head -1 "$work/moved.jsonl" | grep -q '"record":"log_moved".*moved.jsonl.1' &&
-   grep -q '"record":"epoch","run_id":.*"epoch":100' "$work/moved.jsonl" &&
+   grep -q '"record":"epoch","run_id":.*"epoch":40' "$work/moved.jsonl" &&
    grep -q "was moved to .*moved.jsonl.1 during the run" "$work/$name.log"; then
   pass "$name"
 else

@@ -375,7 +375,8 @@ def steps(train_gpt, work):
         fail(f"no best checkpoint at {best}")
     resumed_log = fresh(work, "steps-resumed.jsonl")
     r = expect_success([train_gpt, "--resume", ck, "--no-progress",
-                        "--sample-tokens", "60", "--log-json", resumed_log])
+                        "--sample-tokens", "60", "--log-json", resumed_log,
+                        "--log-every", "1"])
     if "resuming at epoch" not in r.stdout or "step 24" not in r.stdout:
         fail(f"the header does not say where it resumes: {r.stdout[:300]!r}")
     got = records(resumed_log, "evaluation")
@@ -385,8 +386,20 @@ def steps(train_gpt, work):
              f"{evals[2:]}")
     if sample_of(r.stdout) != sample_of(straight.stdout):
         fail("the resumed run's sample differs from the straight run's")
+    # Each step's loss is the mean over its window (one step here); the
+    # first window after the resume starts at the resumed step, not at the
+    # epoch's start, so it too equals the straight run's.
+    want = {s["global_step"]: s["loss"] for s in step_records
+            if s["global_step"] > 23}
+    have = {s["global_step"]: s["loss"]
+            for s in records(resumed_log, "step")}
+    if have != want:
+        first = min(want)
+        fail(f"resumed step losses {sorted(have.items())[:2]} ... differ "
+             f"from the straight run's (step {first}: {want[first]!r})")
     print(f"  --resume alone at step 23: evaluations at 30 and 40 "
-          f"bit-identical ({got[-1]['test_loss']!r}), the same sample")
+          f"bit-identical ({got[-1]['test_loss']!r}), so are the step "
+          f"losses from step 24, the same sample")
     # The data file changed under the checkpoint: refused, naming it.
     with open(text, "a") as f:
         f.write("One more line.\n")

@@ -823,42 +823,63 @@ TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
 
 // checkpoint_every writes inside epochs on several ranks too: a
 // data-parallel run stopped (killed, preempted) inside its epoch keeps the
-// last checkpoint_every checkpoint, and both ranks resume from it.
+// last checkpoint_every checkpoint, and both ranks resume from it; a stop
+// between checkpoints writes none of its own.
 TEST(TwoRanks, CheckpointEveryWritesInsideEpochs) {
   auto g = group();
   using lamp::training::TrainerOptions;
-  // One path for both ranks (rank 0 writes it), unique to this run.
-  const auto path = ::testing::TempDir() + "lamp_every_" +
-                    std::string(std::getenv("MASTER_PORT")) + ".pt";
-  // 96 images per rank, batches of 32: 3 steps per epoch. Both ranks are
-  // asked to stop before step 3, after step 2.
+  // 96 images per rank, batches of 32: 3 steps per epoch; checkpoints at
+  // steps 2, 3 (the epoch's end), 4 and 6.
   const auto options = TrainerOptions(lamp::Precision::kFP32)
                            .epochs(2)
                            .process_group(g)
-                           .checkpoint(path)
                            .checkpoint_every(2);
-  {
-    auto run = lamp_test::make_run(lamp::Precision::kFP32,
-                                   TrainerOptions(options).stop_requested(
-                                       [n = 0]() mutable { return ++n == 3; }));
-    run->trainer->fit();
-    const auto& stop = run->trainer->stop_point();
-    EXPECT_TRUE(stop.stopped);
-    EXPECT_EQ(stop.global_step, 2);
-    if (g->rank() == 0) {
-      EXPECT_EQ(stop.checkpoint_step, 2);
+  // Both ranks asked to stop after step `stopped`: the checkpoint (one path
+  // for both ranks, rank 0 writes it, unique to this run) holds `saved`.
+  const auto stop_after = [&](const std::string& name, int64_t stopped,
+                              int64_t saved) {
+    const auto path = ::testing::TempDir() + "lamp_every_" + name + "_" +
+                      std::string(std::getenv("MASTER_PORT")) + ".pt";
+    {
+      const lamp::training::Trainer* trainer = nullptr;
+      auto run = lamp_test::make_run(
+          lamp::Precision::kFP32,
+          TrainerOptions(options).checkpoint(path).stop_requested([&] {
+            return trainer != nullptr && trainer->global_step() == stopped;
+          }));
+      trainer = run->trainer.get();
+      run->trainer->fit();
+      const auto& stop = run->trainer->stop_point();
+      EXPECT_TRUE(stop.stopped) << name;
+      EXPECT_EQ(stop.global_step, stopped) << name;
+      if (g->rank() == 0) {
+        EXPECT_EQ(stop.checkpoint_step, saved) << name;
+      }
     }
-  }
-  g->barrier();
-  ASSERT_TRUE(lamp_test::exists(path)) << "no checkpoint at " << path;
-  EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 2);
-  auto resumed = lamp_test::make_run(lamp::Precision::kFP32,
-                                     TrainerOptions(options).resume(path));
+    g->barrier();
+    EXPECT_TRUE(lamp_test::exists(path)) << "no checkpoint at " << path;
+    if (lamp_test::exists(path)) {
+      EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step,
+                saved)
+          << name;
+    }
+    return path;
+  };
+  // At a checkpoint_every step: both ranks resume from it.
+  const auto path = stop_after("at", 2, 2);
+  auto resumed = lamp_test::make_run(
+      lamp::Precision::kFP32,
+      TrainerOptions(options).checkpoint(path).resume(path));
   EXPECT_EQ(resumed->trainer->global_step(), 2);
   EXPECT_EQ(resumed->trainer->start_step_in_epoch(), 2);
   g->barrier();
+  // Between those points nothing is written: each rank may have been asked
+  // at another step, so the checkpoint keeps the last point both reached.
+  const auto between = stop_after("between", 5, 4);
+  g->barrier();
   if (g->rank() == 0) {
     std::remove(path.c_str());
+    std::remove(between.c_str());
   }
 }
 

@@ -69,6 +69,14 @@ esac
 work="${work:-build/mutate-$torch}"
 
 lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3 git mold ccache
+# The Python interop tests run on scripts/test.sh's torch wheel environment
+# (tests/CMakeLists.txt finds it); without one they are not registered, and
+# a mutant that only they catch goes on to the whole suite and survives.
+if ! compgen -G "$HOME/.cache/lamp/torch-*/bin/python" > /dev/null; then
+  lamp_log "note: no torch wheel environment in ~/.cache/lamp: the Python" \
+    "interop tests are left out, so mutants that only they catch survive;" \
+    "scripts/test.sh --torch wheel makes one"
+fi
 # One mutant recompiles one file, relinks every program that uses it and, at
 # the next mutant, recompiles the restored file. Measured on 2 cores with the
 # torch 2.15.0 wheel: relinking the 18 programs after a change in src/ takes

@@ -335,8 +335,8 @@ def steps(train_gpt, work):
     """A run measured in steps (nanoGPT's recipe: warm-up + cosine by steps,
     evaluations every N steps, checkpoints inside epochs, the best one
     kept): stopped inside an epoch by --max-steps, --resume alone (no
-    --data, no shape) ends where the straight run ends, to the bit; a
-    changed data file is refused."""
+    --data, no shape; --log-every, a display flag, is not stored) ends where
+    the straight run ends, to the bit; a changed data file is refused."""
     text = make_text(work)
     run_flags = ["--steps", "40", "--warmup-steps", "5", "--eval-every", "10",
                  "--eval-batches", "2", "--seed", "5", "--precision", "fp32",
@@ -397,7 +397,7 @@ def steps(train_gpt, work):
         first = min(want)
         fail(f"resumed step losses {sorted(have.items())[:2]} ... differ "
              f"from the straight run's (step {first}: {want[first]!r})")
-    print(f"  --resume alone at step 23: evaluations at 30 and 40 "
+    print(f"  --resume (no data, no shape) at step 23: evaluations at 30 and 40 "
           f"bit-identical ({got[-1]['test_loss']!r}), so are the step "
           f"losses from step 24, the same sample")
     # The data file changed under the checkpoint: refused, naming it.

@@ -83,12 +83,18 @@ def read_manifest(path):
     headers = {}
     runs = {}
     order = []
-    shapes = {}  # a GPT row's shape, which its key does not hold
+    shapes = {}  # a GPT row's shape, from its results
     with open(path) as manifest:
         for line in manifest:
+            fields = line.rstrip("\n").split("\t")
             tool, model, batch, precision, cl, cb, status, result_path = \
-                line.rstrip("\n").split("\t")
-            key = (model, int(batch), precision, cl == "1", cb == "1")
+                fields[:8]
+            # A GPT row's shape as run.sh gave it (layers, heads, width,
+            # context, vocabulary), so that two shapes of the same batch and
+            # mode are two rows; "" for the CNNs and older manifests.
+            row_shape = fields[8] if len(fields) > 8 else ""
+            key = (model, int(batch), precision, cl == "1", cb == "1",
+                   row_shape)
             if key not in order:
                 order.append(key)
             entry = {"status": status}
@@ -109,8 +115,8 @@ def read_manifest(path):
                 if model == "gpt" and shape[0] is not None and \
                         shapes.setdefault(key, shape) != shape:
                     sys.exit("report.py: two GPT shapes, %s and %s, share "
-                             "the row of batch %s in %s: give them different "
-                             "batch sizes in bench/run.sh" %
+                             "the row of batch %s in %s: give their run_gpt "
+                             "calls in bench/run.sh their shapes" %
                              (shapes[key], shape, batch, precision))
             runs.setdefault((key, tool), []).append(entry)
     return headers, runs, order
@@ -362,7 +368,7 @@ def mixed_precision_table(rows, order, present):
     for key in order:
         if key[2] in FULL_PRECISIONS:
             continue
-        full = {p: rows.get((key[0], key[1], p, key[3], key[4]), {})
+        full = {p: rows.get(key[:2] + (p,) + key[3:], {})
                 for p in FULL_PRECISIONS}
         unit, scale = row_unit(key, rows[key])
 
@@ -396,7 +402,7 @@ def float8_table(rows, order, present):
     for key in order:
         if key[2] != "fp8":
             continue
-        bf16 = rows.get((key[0], key[1], "amp-bf16", key[3], key[4]), {})
+        bf16 = rows.get(key[:2] + ("amp-bf16",) + key[3:], {})
         unit, scale = row_unit(key, rows[key])
         for tool in present:
             fp8, base = rate(rows[key].get(tool)), rate(bf16.get(tool))
@@ -418,7 +424,8 @@ def seed_table(rows, device_name):
         """The seed-comparable lamp result: channels_last + benchmark
         first."""
         for cl, cb in ((True, True), (False, True), (False, False)):
-            entry = rows.get((model, batch, precision, cl, cb), {}).get("lamp")
+            entry = rows.get((model, batch, precision, cl, cb, ""),
+                             {}).get("lamp")
             if usable(entry):
                 return entry["seconds_per_epoch"]
         return None

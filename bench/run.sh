@@ -15,7 +15,9 @@ Usage: bench/run.sh [options]
   --device cpu|cuda  where to run (default: cuda when nvidia-smi lists a GPU)
   --quick            only the MNIST CNN configurations, few steps (smoke test;
                      no GPT)
-  --suite NAME       which configurations: default (the CNNs, then the GPT),
+  --suite NAME       which configurations: default (on CUDA the GPT, then
+                     the CNNs, while the call's time allows; on a CPU the
+                     CNNs, then the GPT),
                      or float8: fp8 against amp-bf16 where FP8 pays (a GPT
                      of 4096-wide layers: 2 blocks, 32 heads, context 1024,
                      8 sequences, so 8,192 tokens a step; on a CPU a
@@ -65,7 +67,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="${2:?--device needs cpu or cuda}"; shift 2 ;;
     --quick) quick=1; shift ;;
-    --suite) suite="${2:?--suite needs default, float8 or conv-bn}"; shift 2 ;;
+    --suite) suite="${2:?--suite needs default, float8, conv-bn or gpt}"; shift 2 ;;
     --steps) steps_override="${2:?--steps needs a number}"; shift 2 ;;
     --warmup) warmup_override="${2:?--warmup needs a number}"; shift 2 ;;
     --repeats) repeats="${2:?--repeats needs a number}"; shift 2 ;;
@@ -258,9 +260,16 @@ run_one() {
 run_gpt() {
   local tools="$1" batch="$2" precision="$3" warmup="$4" steps="$5"
   local layers="$6" heads="$7" width="$8" context="$9"
+  local vocab=256 rest=("${@:10}") i
+  for i in "${!rest[@]}"; do
+    [ "${rest[$i]}" = --gpt-vocab ] && vocab="${rest[$((i + 1))]}"
+  done
+  # The report's row: two shapes at the same batch and mode are two rows.
+  row_shape="$layers,$heads,$width,$context,$vocab"
   run_tools "$tools" gpt "$batch" "$precision" 0 0 "$warmup" "$steps" \
     --gpt-layers "$layers" --gpt-heads "$heads" --gpt-width "$width" \
     --context "$context" --epoch-images "$((1000000 / context))" "${@:10}"
+  row_shape=""
 }
 
 # time_left SECONDS WHAT: whether the run so far leaves SECONDS more inside
@@ -273,16 +282,18 @@ time_left() {
   fi
   echo "run.sh: $what skipped: ${SECONDS}s of the ${budget}s budget" \
     "spent, about ${need}s more needed (LAMP_BENCH_BUDGET_S raises it;" \
-    "bench/run.sh --suite float8 runs the FP8 rows alone)" >&2
+    "--suite gpt and --suite float8 run the GPT's rows alone)" >&2
   return 1
 }
 
 # record TOOL MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK JSON: one
-# manifest line (status from $status when set, else the run's outcome).
+# manifest line (status from $status when set, else the run's outcome; a GPT
+# row's shape from run_gpt's $row_shape).
+row_shape=""
 record() {
   local line_status="${status:-${failed[$7]:-ok}}"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" \
-    "$line_status" "$7" >>"$manifest"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" \
+    "$line_status" "$7" "$row_shape" >>"$manifest"
 }
 
 cnn_modes=(fp32 amp-bf16 bf16)
@@ -318,7 +329,7 @@ elif [ "$suite" = float8 ]; then
   if [ "$device" = cuda ]; then
     for p in amp-bf16 fp8; do
       run_gpt "lamp lamp-graph pytorch-fused pytorch-compile-fused" \
-        8 "$p" 5 20 2 32 4096 1024
+        8 "$p" 5 20 2 32 4096 1024 --gpt-gelu tanh
     done
   else
     # A CPU has no FP8 units: its emulated _scaled_mm says what the casts
@@ -351,52 +362,70 @@ elif [ "$device" = cpu ]; then
     run_gpt "$cpu_tools pytorch-compile-fused" 8 "$p" 2 10 4 4 256 128
   done
 else
-  # The targets' configurations: amp with channels_last and cudnn.benchmark,
-  # every tool at its best (the foreach torch.compile tools,
-  # pytorch-compile and pytorch-compile-ro, would add about 90 s: run them
-  # with peer_pytorch.py --tools). Beside them lamp in tf32 (the default a
-  # Python user gets for convolutions on an H100) and fp32 for the
-  # mixed-precision speed-up, and ResNet18 b128 fp32 for the seed's table.
-  # Then the GPT. The whole run: 6.5 minutes measured on an H200 without
-  # the GPT, about 8 with it
-  # (bench/README.md, "How long a run takes").
+  # On CUDA the rows run in the order of what is owed, each block after the
+  # first only while the GPU call's time allows (time_left; the whole run
+  # took 7.3 minutes at 3 repeats on an H200, 2026-11-30, before the blocks
+  # added after the small GPT's): first the GPT rows whose figures decide
+  # the GPT's defaults (its opt-in fused kernels at the small shape and
+  # GPT-2 124M's, FP8 where it should pay), then the CNN rows measured on
+  # every run since 2026-11-23, then lamp alone in tf32 and fp32.
+  #
+  # nanoGPT's small character-level GPT (6 layers, 6 heads, width 384) at
+  # context 1024 (11.1 M parameters), 16 sequences (16,384 tokens) a step,
+  # in amp-bf16 (the mode GPT trainers use), lamp's graph step with and
+  # without its fused kernels (lamp-graph-fused) beside Python's best: the
+  # whole step in one CUDA graph and torch.compile (44 s on an H200). Both
+  # sides use GPT-2's tanh GELU, which cuBLASLt's GELU epilogue computes
+  # (until 2026-11-30 these rows used the exact GELU: one elementwise kernel
+  # either way). PyTorch eager with foreach AdamW (0.98x fused on an H200)
+  # and the reduce-overhead compilation were never the best column and are
+  # left out.
+  run_gpt "lamp lamp-graph lamp-graph-fused pytorch-fused pytorch-graph pytorch-compile-fused" \
+    16 amp-bf16 10 30 6 6 384 1024 --gpt-gelu tanh
+  # GPT-2 124M's shape with its vocabulary and GELU (llm.c's and nanoGPT's
+  # reference model), the same tools.
+  if time_left 90 "the GPT-2 124M rows"; then
+    run_gpt "lamp-graph lamp-graph-fused pytorch-graph pytorch-compile-fused" \
+      8 amp-bf16 5 20 12 12 768 1024 --gpt-vocab 50304 --gpt-gelu tanh
+  fi
+  # Where FP8 should pay (the float8 suite's 4096-wide GPT: 2 blocks, 403 M
+  # parameters, 8 sequences of 1024 tokens), lamp's graph step with and
+  # without its fused kernels (in fp8 the one-pass casts too) beside the
+  # compiled Python twin.
+  if time_left 130 "the 4096-wide FP8 rows"; then
+    for p in amp-bf16 fp8; do
+      run_gpt "lamp-graph lamp-graph-fused pytorch-compile-fused" 8 "$p" 5 20 2 32 4096 1024 \
+        --gpt-gelu tanh
+    done
+  fi
+  # The CNN targets' configurations: amp with channels_last and
+  # cudnn.benchmark, every tool at its best (the foreach torch.compile
+  # tools, pytorch-compile and pytorch-compile-ro, would add about 90 s: run
+  # them with peer_pytorch.py --tools). ResNet50 first: the row where lamp
+  # is behind (122 s on an H200; ResNet18's rows 72 s each).
   all_tools="lamp lamp-graph pytorch-eager pytorch-fused pytorch-graph pytorch-compile-fused pytorch-compile-ro-fused"
-  for config in "resnet18 128" "resnet18 512" "resnet50 512"; do
-    read -r model batch <<<"$config"
+  for config in "resnet50 512 125" "resnet18 128 75" "resnet18 512 75"; do
+    read -r model batch need <<<"$config"
+    time_left "$need" "the $model b$batch amp rows" || continue
     tools="$all_tools"
     # What the fused BatchNorm + ReLU kernels gain where the GPU is busy.
     [ "$model" = resnet50 ] && tools="$tools lamp-graph-stock-bn"
     run_tools "$tools" "$model" "$batch" amp 1 1 10 30
   done
-  run_tools lamp resnet50 512 tf32 1 1 5 10
-  run_tools lamp resnet50 512 fp32 1 1 5 10
-  run_tools lamp resnet18 128 fp32 1 1 5 30
-  # nanoGPT's small character-level GPT (6 layers, 6 heads, width 384) at
-  # context 1024 (11.1 M parameters), 16 sequences (16,384 tokens) a step,
-  # in amp-bf16 (the mode GPT trainers use). The tools whose rows can be
-  # best: PyTorch eager with foreach AdamW (0.98x fused on an H200) and a
-  # second compilation (reduce-overhead, about a minute) are left out, so
-  # that the whole run stays inside one 10-minute GPU call.
-  run_gpt "lamp lamp-graph pytorch-fused pytorch-graph pytorch-compile-fused" \
-    16 amp-bf16 10 30 6 6 384 1024
-  # The same GPT with FP8 products (sm_89 and newer; skipped below), against
-  # the Python twin of lamp's FP8 layer (peer_pytorch.py's Float8Linear).
-  run_gpt "lamp lamp-graph pytorch-fused pytorch-compile-fused" \
-    16 fp8 10 30 6 6 384 1024
-  if [ "$device" = cuda ]; then
-    # Where FP8 should pay (the float8 suite's 4096-wide GPT: 2 blocks,
-    # 403 M parameters, 8 sequences of 1024 tokens) and GPT-2 124M's shape
-    # with its vocabulary, each side's best tool only, while the call's
-    # time allows (a cold torch.compile of each is most of it).
-    if time_left 150 "the 4096-wide FP8 rows"; then
-      for p in amp-bf16 fp8; do
-        run_gpt "lamp-graph pytorch-compile-fused" 8 "$p" 5 20 2 32 4096 1024
-      done
-    fi
-    if time_left 150 "the GPT-2 124M rows"; then
-      run_gpt "lamp-graph lamp-graph-fused pytorch-compile-fused" 8 amp-bf16 \
-        5 20 12 12 768 1024 --gpt-vocab 50304 --gpt-gelu tanh
-    fi
+  # The same small GPT with FP8 products (sm_89 and newer; skipped below),
+  # against the Python twin of lamp's FP8 layer (peer_pytorch.py's
+  # Float8Linear), eager and compiled (40 s).
+  if time_left 45 "the small GPT's fp8 rows"; then
+    run_gpt "lamp lamp-graph pytorch-fused pytorch-compile-fused" \
+      16 fp8 10 30 6 6 384 1024 --gpt-gelu tanh
+  fi
+  # lamp in tf32 (the default a Python user gets for convolutions on an
+  # H100) and fp32, for the mixed-precision speed-up, and ResNet18 b128
+  # fp32 for the seed's table (69 s).
+  if time_left 70 "lamp's tf32 and fp32 rows"; then
+    run_tools lamp resnet50 512 tf32 1 1 5 10
+    run_tools lamp resnet50 512 fp32 1 1 5 10
+    run_tools lamp resnet18 128 fp32 1 1 5 30
   fi
 fi
 

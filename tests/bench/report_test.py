@@ -89,14 +89,18 @@ class Fixture:
             json.dump(report_json, f)
         return path
 
-    def add(self, tools, results, key=ROW, status="ok"):
+    def add(self, tools, results, key=ROW, status="ok", shape=None):
+        """shape: a GPT row's shape column as run.sh's run_gpt writes it
+        ("layers,heads,width,context,vocab"); None writes the 8 columns of
+        manifests before it."""
         path = self.write({"tool": ",".join(tools), "torch_version": "2.11.0",
                            "device_name": "Test GPU", "threads": 16,
                            "results": results}) if status == "ok" else "-"
         for tool in tools:
             self.lines.append("\t".join([
                 tool, key[0], str(key[1]), key[2], "1" if key[3] else "0",
-                "1" if key[4] else "0", status, path]))
+                "1" if key[4] else "0", status, path] +
+                ([] if shape is None else [shape])))
 
     def manifest(self):
         path = os.path.join(self.folder, "manifest.tsv")
@@ -308,7 +312,33 @@ class GPTRows(unittest.TestCase):
             with self.assertRaises(SystemExit) as refused:
                 report.read_manifest(fixture.manifest())
         self.assertIn("two GPT shapes", str(refused.exception))
-        self.assertIn("different batch sizes", str(refused.exception))
+        self.assertIn("their shapes", str(refused.exception))
+
+    def test_two_gpt_shapes_run_sh_names_are_two_rows(self):
+        # GPT-2 124M and the 4096-wide GPT, both 8 sequences in amp-bf16:
+        # each in its own row, in manifest order, each with its own tools.
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            wide = dict(gpt_layers=2, gpt_heads=32, gpt_width=4096)
+            fixture.add(["lamp"], [gpt([30.0], **wide)], key=GPT_KEY,
+                        shape="2,32,4096,1024,256")
+            fixture.add(["lamp"], [gpt([50.0])], key=GPT_KEY,
+                        shape="6,6,384,1024,256")
+            fixture.add(["pytorch-fused"], [gpt([40.0], "pytorch-fused")],
+                        key=GPT_KEY, shape="6,6,384,1024,256")
+            lines, merged = self.build(fixture)
+        headline = lines[:lines.index("## Memory and skipped steps")]
+        rows = [l for l in headline if l.startswith("| gpt (")]
+        self.assertEqual(len(rows), 2, headline)
+        self.assertTrue(rows[0].startswith("| gpt (2 layers, 32 heads, "
+                                           "width 4096"), rows[0])
+        self.assertIn("| 30720 ", rows[0])
+        self.assertTrue(rows[1].startswith("| gpt (6 layers, 6 heads, "
+                                           "width 384"), rows[1])
+        self.assertIn("| 51200 ", rows[1])
+        self.assertEqual([sorted(t for t in r if t in report.TOOLS)
+                          for r in merged["rows"]],
+                         [["lamp"], ["lamp", "pytorch-fused"]])
 
     def test_without_a_recorded_context_the_unit_is_sequences(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""bench/run.sh's CUDA run without a GPU: which rows it runs, in which
+order, and which blocks its time budget skips, with a stand-in lamp_bench
+that records its arguments and writes a result, and a stand-in Python
+without torch (so the PyTorch columns read "not run"). A mistake in the CUDA
+branch would otherwise show only on a GPU machine, after its call's minutes
+are spent. Standard library only."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# lamp_bench's stand-in: appends its arguments to $RUN_PLAN_LOG, one line a
+# process, and writes its --json as lamp_bench does (a header and one
+# result, with the fields bench/report.py reads).
+FAKE_BENCH = textwrap.dedent("""\
+    #!/usr/bin/env python3
+    import json, os, sys
+    args = sys.argv[1:]
+    with open(os.environ["RUN_PLAN_LOG"], "a") as log:
+        log.write(json.dumps(args) + "\\n")
+    def flag(name, default=None):
+        return args[args.index(name) + 1] if name in args else default
+    result = {"model": flag("--model"), "batch_size": int(flag("--batch-size")),
+              "precision": flag("--precision"),
+              "channels_last": "--channels-last" in args,
+              "cudnn_benchmark": "--cudnn-benchmark" in args,
+              "steps": 30, "warmup": 10, "epoch_images": 50000,
+              "images_per_second": 100.0,
+              "repeats_images_per_second": [100.0, 100.0, 100.0],
+              "skipped": None, "skipped_steps": 0, "steps_run": 130,
+              "peak_memory_bytes": 2 ** 30}
+    if flag("--model") == "gpt":
+        context = int(flag("--context"))
+        result.update({"context": context, "tokens_per_second": 100.0 * context,
+                       "gpt_layers": int(flag("--gpt-layers")),
+                       "gpt_heads": int(flag("--gpt-heads")),
+                       "gpt_width": int(flag("--gpt-width")),
+                       "vocab_size": int(flag("--gpt-vocab", "256"))})
+    with open(flag("--json"), "w") as out:
+        json.dump({"torch_version": "2.11.0", "device": "cuda",
+                   "device_name": "a stand-in", "threads": 1,
+                   "results": [result]}, out)
+    """)
+
+# The Python for the PyTorch side: one without torch.
+NO_TORCH_PYTHON = "#!/bin/sh\nexit 1\n"
+
+
+def executable(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+
+
+class CudaRunPlan(unittest.TestCase):
+    def run_plan(self, budget):
+        """Runs bench/run.sh --device cuda with the stand-ins and the budget;
+        gives (the lamp_bench runs as (model, width or batch, precision,
+        tool) tuples, stderr, the exit code, the reports' texts by file
+        name)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            bench = os.path.join(tmp, "lamp_bench")
+            python = os.path.join(tmp, "python")
+            log = os.path.join(tmp, "runs.log")
+            executable(bench, FAKE_BENCH)
+            executable(python, NO_TORCH_PYTHON)
+            env = dict(os.environ, LAMP_BENCH=bench, LAMP_PYTHON_TORCH=python,
+                       LAMP_BENCH_BUDGET_S=str(budget), RUN_PLAN_LOG=log)
+            proc = subprocess.run(
+                ["bash", os.path.join(ROOT, "bench", "run.sh"),
+                 "--device", "cuda", "--repeats", "1",
+                 "--out", os.path.join(tmp, "out")],
+                cwd=ROOT, env=env, capture_output=True, text=True,
+                timeout=120)
+            runs = []
+            if os.path.exists(log):
+                with open(log) as f:
+                    for line in f:
+                        args = json.loads(line)
+                        runs.append(self.describe(args))
+            reports = {}
+            out = os.path.join(tmp, "out")
+            for name in (os.listdir(out) if os.path.isdir(out) else []):
+                if name.endswith((".md", ".json")):  # not the chart
+                    with open(os.path.join(out, name)) as f:
+                        reports[name] = f.read()
+            return runs, proc.stderr, proc.returncode, reports
+
+    @staticmethod
+    def describe(args):
+        def flag(name, default=None):
+            return args[args.index(name) + 1] if name in args else default
+        if "--cuda-graph" not in args:
+            tool = "lamp"
+        elif "--fused-add-norm" in args:
+            tool = "lamp-graph-fused"
+        elif flag("--fused-bn") == "off":
+            tool = "lamp-graph-stock-bn"
+        else:
+            tool = "lamp-graph"
+        size = flag("--gpt-width") if flag("--model") == "gpt" \
+            else flag("--batch-size")
+        return (flag("--model"), int(size), flag("--precision"), tool)
+
+    def test_a_whole_budget_runs_the_gpt_rows_first_then_the_cnns(self):
+        runs, stderr, rc, reports = self.run_plan(budget=100000)
+        self.assertEqual(rc, 0, stderr)
+        self.assertNotIn("skipped:", stderr)
+        self.assertEqual(runs, [
+            ("gpt", 384, "amp-bf16", "lamp"),
+            ("gpt", 384, "amp-bf16", "lamp-graph"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-fused"),
+            ("gpt", 768, "amp-bf16", "lamp-graph"),
+            ("gpt", 768, "amp-bf16", "lamp-graph-fused"),
+            ("gpt", 4096, "amp-bf16", "lamp-graph"),
+            ("gpt", 4096, "amp-bf16", "lamp-graph-fused"),
+            ("gpt", 4096, "fp8", "lamp-graph"),
+            ("gpt", 4096, "fp8", "lamp-graph-fused"),
+            ("resnet50", 512, "amp", "lamp"),
+            ("resnet50", 512, "amp", "lamp-graph"),
+            ("resnet50", 512, "amp", "lamp-graph-stock-bn"),
+            ("resnet18", 128, "amp", "lamp"),
+            ("resnet18", 128, "amp", "lamp-graph"),
+            ("resnet18", 512, "amp", "lamp"),
+            ("resnet18", 512, "amp", "lamp-graph"),
+            ("gpt", 384, "fp8", "lamp"),
+            ("gpt", 384, "fp8", "lamp-graph"),
+            ("resnet50", 512, "tf32", "lamp"),
+            ("resnet50", 512, "fp32", "lamp"),
+            ("resnet18", 128, "fp32", "lamp"),
+        ])
+        # The report of the whole run is written, GPT-2 124M's row and the
+        # 4096-wide one apart although both are 8 sequences in amp-bf16.
+        md = [text for name, text in reports.items() if name.endswith(".md")]
+        self.assertEqual(len(md), 1, sorted(reports))
+        self.assertTrue(any(n.endswith(".json") for n in reports),
+                        sorted(reports))
+        headline = md[0].split("## ")[0]
+        for shape in ("12 layers, 12 heads, width 768",
+                      "2 layers, 32 heads, width 4096",
+                      "6 layers, 6 heads, width 384"):
+            self.assertIn("| gpt (%s" % shape, headline)
+        self.assertEqual(headline.count("| gpt ("), 5, headline)
+
+    def test_the_fused_tool_asks_for_every_fused_kernel(self):
+        runs, stderr, rc, _ = self.run_plan(budget=100000)
+        self.assertEqual(rc, 0, stderr)
+        # run.sh's lines name each process's arguments, which describe()
+        # reduces to a tool's name.
+        self.assertIn("--fused-mlp --fused-head-loss", stderr)
+        self.assertIn("--precision fp8", stderr)
+        fp8_fused = [line for line in stderr.splitlines()
+                     if line.startswith("== [") and "lamp-graph-fused:" in line
+                     and "--precision fp8" in line]
+        self.assertTrue(fp8_fused, stderr)
+        for line in fp8_fused:
+            self.assertIn("--fp8-fused-casts", line)
+        # GPT-2 124M's rows: its vocabulary and GELU.
+        gpt2 = [line for line in stderr.splitlines()
+                if line.startswith("== [") and "--gpt-width 768" in line]
+        self.assertEqual(len(gpt2), 2, stderr)
+        for line in gpt2:
+            self.assertIn("--gpt-vocab 50304", line)
+            self.assertIn("--gpt-gelu tanh", line)
+
+    def test_a_spent_budget_runs_the_small_gpt_and_names_every_block_skipped(self):
+        runs, stderr, rc, _ = self.run_plan(budget=0)
+        self.assertEqual(rc, 0, stderr)
+        self.assertEqual(runs, [
+            ("gpt", 384, "amp-bf16", "lamp"),
+            ("gpt", 384, "amp-bf16", "lamp-graph"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-fused"),
+        ])
+        skipped = [line.split(" skipped:")[0].replace("run.sh: ", "")
+                   for line in stderr.splitlines() if " skipped: " in line]
+        self.assertEqual(skipped, [
+            "the GPT-2 124M rows", "the 4096-wide FP8 rows",
+            "the resnet50 b512 amp rows", "the resnet18 b128 amp rows",
+            "the resnet18 b512 amp rows", "the small GPT's fp8 rows",
+            "lamp's tf32 and fp32 rows"])
+        self.assertIn("LAMP_BENCH_BUDGET_S raises it", stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -30,7 +30,16 @@ import statistics
 import sys
 
 LAMP_TOOLS = ("lamp", "lamp-graph", "lamp-graph-stock-bn",
-              "lamp-graph-conv-bn", "lamp-graph-fused")
+              "lamp-graph-conv-bn", "lamp-graph-fused",
+              "lamp-graph-sdpa-flash", "lamp-graph-sdpa-efficient",
+              "lamp-graph-sdpa-cudnn")
+# lamp's graph step with one attention kernel forced (lamp_bench
+# --attention): what each backend costs, beside LibTorch's choice. Shown,
+# never ranked: the headline is lamp as its programs run, and a user's
+# program would have to force the backend itself.
+ATTENTION_TOOLS = ("lamp-graph-sdpa-flash", "lamp-graph-sdpa-efficient",
+                   "lamp-graph-sdpa-cudnn")
+RANKED_LAMP_TOOLS = tuple(t for t in LAMP_TOOLS if t not in ATTENTION_TOOLS)
 PYTORCH_TOOLS = ("pytorch-eager", "pytorch-fused", "pytorch-compile",
                  "pytorch-compile-ro", "pytorch-compile-fused",
                  "pytorch-compile-ro-fused", "pytorch-compile-max-fused",
@@ -42,6 +51,10 @@ TITLES = {
     "lamp-graph-stock-bn": "lamp (CUDA graph, --fused-bn off)",
     "lamp-graph-conv-bn": "lamp (CUDA graph, --fused-bn conv)",
     "lamp-graph-fused": "lamp (CUDA graph, the GPT's fused kernels)",
+    "lamp-graph-sdpa-flash": "lamp (CUDA graph, flash attention only)",
+    "lamp-graph-sdpa-efficient": "lamp (CUDA graph, memory-efficient "
+                                 "attention only)",
+    "lamp-graph-sdpa-cudnn": "lamp (CUDA graph, cuDNN attention only)",
     "pytorch-eager": "PyTorch eager",
     "pytorch-fused": "eager, fused optimizer",
     "pytorch-compile": "torch.compile",
@@ -225,7 +238,8 @@ def row_ratios(row):
     PyTorch (None where a side has no usable result)."""
     out = {name: ratio(rate(row.get(a)), rate(row.get(b)))
            for name, (a, b) in LIKE_FOR_LIKE.items()}
-    lamp_best, pytorch_best = best(row, LAMP_TOOLS), best(row, PYTORCH_TOOLS)
+    lamp_best = best(row, RANKED_LAMP_TOOLS)
+    pytorch_best = best(row, PYTORCH_TOOLS)
     out["best_lamp"] = lamp_best
     out["best_pytorch"] = pytorch_best
     out["best_lamp_vs_best_pytorch"] = ratio(
@@ -317,7 +331,7 @@ def best_mfu(row):
     results (lamp_bench's `mfu`: the model's FLOP/s over the device's dense
     peak for the precision), as a percentage; '-' where none recorded one
     (a CPU, a GPU without a known peak)."""
-    values = [row[t]["mfu"] for t in LAMP_TOOLS
+    values = [row[t]["mfu"] for t in RANKED_LAMP_TOOLS
               if usable(row.get(t)) and row[t].get("mfu") is not None]
     return "%.1f%%" % (100 * max(values)) if values else "-"
 
@@ -501,7 +515,8 @@ def build(headers, runs, order, device, peer_python, date):
         "- Headline: **best lamp vs best PyTorch**, lamp's faster tool "
         "(eager or CUDA graph) against the fastest PyTorch column of the "
         "same row; a result whose final loss or parameters are not finite "
-        "reads 'garbage' and is never ranked",
+        "reads 'garbage' and is never ranked; the columns with one "
+        "attention kernel forced are shown, never ranked",
         "- Like for like: lamp eager against PyTorch eager with the fused "
         "optimizer (GradScaler hands the scale and overflow flag to the "
         "fused kernel, no host sync); lamp's CUDA-graph step against "

@@ -158,7 +158,9 @@ failures=0
 # what they gain), lamp-graph-conv-bn (the same with BatchNorm folded into
 # the convolutions, --fused-bn conv), lamp-graph-fused (the GPT's CUDA-graph
 # step with its opt-in fused kernels: --fused-add-norm --fused-mlp
-# --fused-head-loss, and --fp8-fused-casts in fp8), pytorch-eager (foreach
+# --fused-head-loss, and --fp8-fused-casts in fp8), lamp-graph-sdpa-flash,
+# -efficient, -cudnn (the GPT's CUDA-graph step with one attention kernel
+# allowed, --attention; shown in the report, never ranked), pytorch-eager (foreach
 # optimizer), pytorch-fused (fused
 # SGD, or AdamW for gpt), pytorch-compile / pytorch-compile-fused
 # (torch.compile, foreach / fused optimizer), pytorch-compile-ro /
@@ -189,13 +191,18 @@ run_tools() {
   local tool status json peers=() peer_statuses=() peer_args=()
   for tool in $tools; do
     case "$tool" in
-      lamp | lamp-graph | lamp-graph-stock-bn | lamp-graph-conv-bn | lamp-graph-fused)
+      lamp | lamp-graph | lamp-graph-stock-bn | lamp-graph-conv-bn | lamp-graph-fused | \
+        lamp-graph-sdpa-flash | lamp-graph-sdpa-efficient | lamp-graph-sdpa-cudnn)
         runs=$((runs + 1))
         json="$work/$runs-$tool.json"
         local extra=()
         [ "$tool" = lamp-graph ] && extra=(--cuda-graph)
         [ "$tool" = lamp-graph-stock-bn ] && extra=(--cuda-graph --fused-bn off)
         [ "$tool" = lamp-graph-conv-bn ] && extra=(--cuda-graph --fused-bn conv)
+        [ "$tool" = lamp-graph-sdpa-flash ] && extra=(--cuda-graph --attention flash)
+        [ "$tool" = lamp-graph-sdpa-efficient ] &&
+          extra=(--cuda-graph --attention memory-efficient)
+        [ "$tool" = lamp-graph-sdpa-cudnn ] && extra=(--cuda-graph --attention cudnn)
         if [ "$tool" = lamp-graph-fused ]; then
           extra=(--cuda-graph --fused-add-norm --fused-mlp --fused-head-loss)
           [ "$precision" = fp8 ] && extra+=(--fp8-fused-casts)
@@ -380,8 +387,12 @@ else
   # either way). PyTorch eager with foreach AdamW (0.98x fused on an H200)
   # and the reduce-overhead compilation were never the best column and are
   # left out.
-  run_gpt "lamp lamp-graph lamp-graph-fused pytorch-fused pytorch-graph pytorch-compile-fused" \
-    16 amp-bf16 10 30 6 6 384 1024 --gpt-gelu tanh
+  # Beside them, the graph step with each attention kernel forced, for the
+  # default a device should get (about 5 s each).
+  small_gpt_tools="lamp lamp-graph lamp-graph-fused lamp-graph-sdpa-flash"
+  small_gpt_tools+=" lamp-graph-sdpa-efficient lamp-graph-sdpa-cudnn"
+  small_gpt_tools+=" pytorch-fused pytorch-graph pytorch-compile-fused"
+  run_gpt "$small_gpt_tools" 16 amp-bf16 10 30 6 6 384 1024 --gpt-gelu tanh
   # GPT-2 124M's shape with its vocabulary and GELU (llm.c's and nanoGPT's
   # reference model), the same tools.
   if time_left 90 "the GPT-2 124M rows"; then

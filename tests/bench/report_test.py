@@ -303,6 +303,27 @@ class GPTRows(unittest.TestCase):
         header = next(l for l in lines if l.startswith("| model |"))
         self.assertTrue(header.endswith("| best lamp MFU |"), header)
 
+    def test_a_forced_attention_kernel_is_shown_never_ranked(self):
+        # The flash-only step is the row's fastest lamp column: shown under
+        # its title, but the headline and the MFU are lamp-graph's.
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp-graph"], [gpt([30.0], mfu=0.125)],
+                        key=GPT_KEY)
+            fixture.add(["lamp-graph-sdpa-flash"], [gpt([45.0], mfu=0.25)],
+                        key=GPT_KEY)
+            fixture.add(["pytorch-graph"], [gpt([40.0], "pytorch-graph")],
+                        key=GPT_KEY)
+            lines, merged = self.build(fixture)
+        header = next(l for l in lines if l.startswith("| model |"))
+        self.assertIn("| lamp (CUDA graph, flash attention only) |", header)
+        row = next(l for l in lines if l.startswith(GPT_ROW))
+        self.assertIn("| 46080 ", row)  # 45 sequences/s of 1024 tokens
+        ratios = merged["rows"][0]["ratios"]
+        self.assertEqual(ratios["best_lamp"], "lamp-graph")
+        self.assertAlmostEqual(ratios["best_lamp_vs_best_pytorch"], 0.75)
+        self.assertEqual(row.strip("|").split("|")[-1].strip(), "12.5%")
+
     def test_two_gpt_shapes_in_one_row_are_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
             fixture = Fixture(tmp)

@@ -100,6 +100,8 @@ class CudaRunPlan(unittest.TestCase):
             return args[args.index(name) + 1] if name in args else default
         if "--cuda-graph" not in args:
             tool = "lamp"
+        elif "--attention" in args:
+            tool = "lamp-graph-sdpa-" + flag("--attention")
         elif "--fused-add-norm" in args:
             tool = "lamp-graph-fused"
         elif flag("--fused-bn") == "off":
@@ -118,6 +120,9 @@ class CudaRunPlan(unittest.TestCase):
             ("gpt", 384, "amp-bf16", "lamp"),
             ("gpt", 384, "amp-bf16", "lamp-graph"),
             ("gpt", 384, "amp-bf16", "lamp-graph-fused"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-flash"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-memory-efficient"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-cudnn"),
             ("gpt", 768, "amp-bf16", "lamp-graph"),
             ("gpt", 768, "amp-bf16", "lamp-graph-fused"),
             ("gpt", 4096, "amp-bf16", "lamp-graph"),
@@ -178,6 +183,9 @@ class CudaRunPlan(unittest.TestCase):
             ("gpt", 384, "amp-bf16", "lamp"),
             ("gpt", 384, "amp-bf16", "lamp-graph"),
             ("gpt", 384, "amp-bf16", "lamp-graph-fused"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-flash"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-memory-efficient"),
+            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-cudnn"),
         ])
         skipped = [line.split(" skipped:")[0].replace("run.sh: ", "")
                    for line in stderr.splitlines() if " skipped: " in line]

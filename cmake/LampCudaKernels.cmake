@@ -57,6 +57,8 @@ if(LAMP_WITH_CUDA AND LAMP_CUDA_KERNELS)
                                 src/nn/float8_scale_kernels.cu
                                 src/ops/add_norm_cuda.cpp
                                 src/ops/add_norm_kernels.cu
+                                src/ops/channel_affine_cuda.cpp
+                                src/ops/channel_affine_kernels.cu
                                 src/ops/gelu_mlp_cuda.cpp)
     # gelu_mlp's epilogues call the cuBLASLt LibTorch loaded, found with
     # dlopen (src/ops/gelu_mlp_cuda.cpp): nothing of cuBLAS is linked.
@@ -64,7 +66,8 @@ if(LAMP_WITH_CUDA AND LAMP_CUDA_KERNELS)
     # The kernels include no LibTorch header: no precompiled <torch/torch.h>.
     set_source_files_properties(src/nn/float8_cast_kernels.cu
                                 src/nn/float8_scale_kernels.cu
-                                src/ops/add_norm_kernels.cu PROPERTIES
+                                src/ops/add_norm_kernels.cu
+                                src/ops/channel_affine_kernels.cu PROPERTIES
                                 SKIP_PRECOMPILE_HEADERS ON)
     # The CUDA runtime LibTorch loads, not a static copy of it beside.
     set_target_properties(lamp PROPERTIES CUDA_STANDARD 17

@@ -11,33 +11,10 @@
 #include <limits>
 
 #include "ops/add_norm_kernels.h"
+#include "ops/kernel_tensors.h"
 
 namespace lamp {
 namespace detail {
-namespace {
-
-bool kernel_dtype(at::ScalarType dtype) {
-  return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
-}
-
-kernels::Dtype code(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kHalf:
-      return kernels::Dtype::kHalf;
-    case at::kBFloat16:
-      return kernels::Dtype::kBFloat16;
-    default:
-      TORCH_INTERNAL_ASSERT(dtype == at::kFloat, "add_norm kernel dtype ",
-                            dtype);
-      return kernels::Dtype::kFloat;
-  }
-}
-
-const void* data_or_null(const torch::Tensor& t) {
-  return t.defined() ? t.data_ptr() : nullptr;
-}
-
-} // namespace
 
 std::string add_norm_kernel_unavailable_reason(at::ScalarType sum,
                                                at::ScalarType branch,
@@ -83,9 +60,9 @@ AddNormKernelForward add_norm_kernel_forward(
   args.width = width;
   args.eps = static_cast<float>(eps);
   args.rms = rms;
-  args.sum_dtype = code(sum_dtype);
-  args.branch_dtype = code(b.scalar_type());
-  args.normed_dtype = code(normed_dtype);
+  args.sum_dtype = kernel_code(sum_dtype);
+  args.branch_dtype = kernel_code(b.scalar_type());
+  args.normed_dtype = kernel_code(normed_dtype);
   C10_CUDA_CHECK(kernels::add_norm_forward(
       args, at::cuda::getCurrentCUDAStream().stream()));
   return out;
@@ -146,10 +123,10 @@ AddNormKernelBackward add_norm_kernel_backward(
   args.width = width;
   args.blocks = static_cast<int>(blocks);
   args.rms = rms;
-  args.sum_dtype = code(sum.scalar_type());
-  args.branch_dtype = code(branch_dtype);
+  args.sum_dtype = kernel_code(sum.scalar_type());
+  args.branch_dtype = kernel_code(branch_dtype);
   args.normed_dtype =
-      gy.defined() ? code(gy.scalar_type()) : kernels::Dtype::kFloat;
+      gy.defined() ? kernel_code(gy.scalar_type()) : kernels::Dtype::kFloat;
   C10_CUDA_CHECK(kernels::add_norm_backward(
       args, at::cuda::getCurrentCUDAStream().stream()));
   return out;

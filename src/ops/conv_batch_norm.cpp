@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/channel_affine.h"
 #include "ops/conv_batch_norm_cudnn.h"
 #include "platform/compat.h"
 
@@ -146,9 +147,9 @@ std::vector<std::string>& fallback_lines() {
   return lines;
 }
 
-void note_fallback(const std::string& name, const char* pass,
-                   const std::string& why) {
-  const std::string line = name + " (" + pass + "): " + why;
+// Records `line` for folded_conv_fallbacks() and prints `message` the first
+// time `line` is seen.
+void note_once(const std::string& line, const std::string& message) {
   std::lock_guard<std::mutex> lock(fallback_mutex());
   auto& lines = fallback_lines();
   for (const auto& seen : lines) {
@@ -157,10 +158,34 @@ void note_fallback(const std::string& name, const char* pass,
     }
   }
   lines.push_back(line);
-  std::fprintf(stderr,
-               "lamp: %s: cuDNN's fused convolution-BatchNorm graph is not "
-               "used for the %s pass (%s); this layer runs the ATen ops.\n",
-               name.c_str(), pass, why.c_str());
+  std::fprintf(stderr, "lamp: %s\n", message.c_str());
+}
+
+void note_fallback(const std::string& name, const char* pass,
+                   const std::string& why) {
+  note_once(name + " (" + pass + "): " + why,
+            name +
+                ": cuDNN's fused convolution-BatchNorm graph is not used "
+                "for the " +
+                pass + " pass (" + why + "); this layer runs the ATen ops.");
+}
+
+// A per-channel elementwise step of the conv level: lamp's kernel where the
+// layer runs cuDNN's graphs (`kernel`) and the kernel takes the tensors,
+// else the ATen ops (one line the first time a wanted kernel does not
+// apply).
+torch::Tensor elementwise(const detail::ChannelAffine& op,
+                          const torch::Tensor& like, bool kernel,
+                          const std::string& name, const char* step) {
+  std::string why;
+  auto out = detail::channel_affine(op, like, kernel, &why);
+  if (!why.empty()) {
+    note_once(name + " (" + step + "): " + why,
+              name + ": the " + step +
+                  " runs the ATen ops, not lamp's elementwise kernel (" + why +
+                  ").");
+  }
+  return out;
 }
 
 torch::Tensor apply_prologue(const torch::Tensor& x, const torch::Tensor& scale,
@@ -188,20 +213,21 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> convolve_backward(
 }
 
 // The sums' gradients folded into the output's: d(sum y)/dy = 1 and
-// d(sum y^2)/dy = 2 y per channel.
+// d(sum y^2)/dy = 2 y per channel: grad_y + grad_sum + (2 grad_sum_of_squares)
+// y in FP32, rounded to y's dtype, in one pass on the kernel.
 torch::Tensor total_output_gradient(const torch::Tensor& grad_y,
                                     const torch::Tensor& grad_sum,
                                     const torch::Tensor& grad_sum_of_squares,
-                                    const torch::Tensor& y) {
-  auto g = grad_y.defined() ? grad_y.to(torch::kFloat)
-                            : torch::zeros_like(y, torch::kFloat);
-  if (grad_sum.defined()) {
-    g = g + per_channel(grad_sum);
-  }
+                                    const torch::Tensor& y, bool kernel,
+                                    const std::string& name) {
+  detail::ChannelAffine op;
+  op.u = grad_y; // undefined: zeros
+  op.u_shift = grad_sum;
   if (grad_sum_of_squares.defined()) {
-    g = g + 2.0 * per_channel(grad_sum_of_squares) * y.to(torch::kFloat);
+    op.v = y;
+    op.v_scale = 2.0 * grad_sum_of_squares;
   }
-  return g.to(y.scalar_type()).contiguous(y.suggest_memory_format());
+  return elementwise(op, y, kernel, name, "output gradient");
 }
 
 // Inputs: x, weight (in x's dtype), scale, bias (FP32 [C_in]; empty
@@ -258,7 +284,7 @@ class FoldedConvFunction
     const bool graphs = ctx->saved_data["graphs"].toBool();
     const bool prologue = ctx->saved_data["prologue"].toBool();
     const auto grad = total_output_gradient(grad_outputs[0], grad_outputs[1],
-                                            grad_outputs[2], y);
+                                            grad_outputs[2], y, graphs, name);
     torch::autograd::variable_list grads(9);
     if (!prologue) {
       auto back =
@@ -301,10 +327,93 @@ class FoldedConvFunction
         dw = std::get<1>(back);
       }
     }
-    grads[0] = (dz.to(torch::kFloat) * per_channel(scale)).to(x.scalar_type());
+    // dx = scale dz, rounded to x's dtype.
+    detail::ChannelAffine input_gradient;
+    input_gradient.u = dz;
+    input_gradient.u_scale = scale;
+    grads[0] = elementwise(input_gradient, x, graphs, name, "input gradient");
     grads[1] = dw;
     grads[2] = d_scale;
     grads[3] = d_bias;
+    return grads;
+  }
+};
+
+// A residual block's end: z = relu((y scale + bias) + r) with r the
+// shortcut, x itself or (p r_scale + r_bias) for a projection, in FP32 and
+// rounded to y's dtype: one pass on the kernel. Inputs y, scale, bias,
+// shortcut, r_scale, r_bias (empty placeholders for the identity: autograd
+// takes defined tensors only).
+//
+// The backward gates the output's gradient by z > 0, as cuDNN's fused
+// BatchNorm-add-ReLU does by its output; autograd's ReLU gates by the FP32
+// sum before the rounding, which differs only where that sum is positive
+// and rounds to 0 in y's dtype (below 2^-25 in FP16; nowhere in FP32).
+class FoldedBlockEndFunction
+    : public torch::autograd::Function<FoldedBlockEndFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
+                               const torch::Tensor& y,
+                               const torch::Tensor& scale,
+                               const torch::Tensor& bias,
+                               const torch::Tensor& shortcut,
+                               const torch::Tensor& r_scale,
+                               const torch::Tensor& r_bias, bool projected,
+                               bool kernel, const std::string& name) {
+    detail::ChannelAffine op;
+    op.u = y;
+    op.u_scale = scale;
+    op.u_shift = bias;
+    op.v = shortcut;
+    if (projected) {
+      op.v_scale = r_scale;
+      op.v_shift = r_bias;
+    }
+    op.relu = true;
+    auto z = elementwise(op, y, kernel, name, "block end");
+    ctx->save_for_backward({y, scale, shortcut, r_scale, z});
+    ctx->saved_data["projected"] = projected;
+    ctx->saved_data["kernel"] = kernel;
+    ctx->saved_data["name"] = name;
+    return z;
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& y = saved[0];
+    const auto& scale = saved[1];
+    const auto& shortcut = saved[2];
+    const auto& r_scale = saved[3];
+    const auto& z = saved[4];
+    const bool projected = ctx->saved_data["projected"].toBool();
+    const bool kernel = ctx->saved_data["kernel"].toBool();
+    const std::string name = ctx->saved_data["name"].toStringRef();
+    const auto& dz = grad_outputs[0];
+    // g = dz where z > 0, else 0 (FP32): each input's gradient is g times
+    // its scale, rounded to its dtype; the scales' and biases' are sums.
+    detail::ChannelAffine gated;
+    gated.u = dz;
+    gated.gate = z;
+    auto y_gradient = gated;
+    y_gradient.u_scale = scale;
+    auto shortcut_gradient = gated;
+    if (projected) {
+      shortcut_gradient.u_scale = r_scale;
+    }
+    // One per forward argument, the three flags' undefined.
+    torch::autograd::variable_list grads(9);
+    grads[0] = elementwise(y_gradient, y, kernel, name, "block end gradient");
+    grads[3] = elementwise(shortcut_gradient, shortcut, kernel, name,
+                           "block end gradient");
+    const auto g = dz.to(torch::kFloat).masked_fill(z.gt(0).logical_not(), 0.0);
+    grads[2] = g.sum({0, 2, 3});
+    grads[1] = (g * y.to(torch::kFloat)).sum({0, 2, 3});
+    if (projected) {
+      grads[4] = (g * shortcut.to(torch::kFloat)).sum({0, 2, 3});
+      grads[5] = grads[2];
+    }
     return grads;
   }
 };
@@ -618,15 +727,15 @@ torch::Tensor folded_residual_block(
     scale = folded.scale;
     bias = folded.bias;
   }
-  torch::Tensor residual;
+  torch::Tensor residual = x;
+  // Autograd's inputs must be defined: placeholders for the identity.
+  torch::Tensor r_scale = torch::empty({0}, x.options().dtype(torch::kFloat));
+  torch::Tensor r_bias = r_scale;
   if (shortcut != nullptr) {
-    torch::Tensor projected;
     const auto folded = conv_and_fold(x, *shortcut, torch::Tensor(),
-                                      torch::Tensor(), backend, projected);
-    residual = projected.to(torch::kFloat) * per_channel(folded.scale) +
-               per_channel(folded.bias);
-  } else {
-    residual = x.to(torch::kFloat);
+                                      torch::Tensor(), backend, residual);
+    r_scale = folded.scale;
+    r_bias = folded.bias;
   }
   TORCH_CHECK(residual.sizes() == in.sizes(),
               "lamp::ops::folded_residual_block: the block's output ",
@@ -634,10 +743,14 @@ torch::Tensor folded_residual_block(
               " differ; a block that changes the shape needs a projection "
               "shortcut.");
   // The block's end in one pass on the GPU's fused path: the last
-  // BatchNorm, the residual and the ReLU.
-  return torch::relu(in.to(torch::kFloat) * per_channel(scale) +
-                     per_channel(bias) + residual)
-      .to(x.scalar_type());
+  // BatchNorm, the shortcut's and the ReLU.
+  const bool kernel =
+      backend == FoldedBackend::kAuto && folded_conv_fallback_reason(x).empty();
+  const std::string name =
+      chain.back().name.empty() ? "block" : chain.back().name;
+  return FoldedBlockEndFunction::apply(in, scale, bias, residual, r_scale,
+                                       r_bias, shortcut != nullptr, kernel,
+                                       name);
 }
 
 std::string folded_conv_fallback_reason(const torch::Tensor& x) {

@@ -232,9 +232,10 @@ std::string folded_conv_fallback_reason(const torch::Tensor& x);
 /// `why` when given.
 bool conv_batch_norm_fusion_built(std::string* why = nullptr);
 
-/// The layers (and cuDNN's reasons) that fell back to the reference since
-/// the process started, one "name: reason" line each: what the fallback
-/// lines printed.
+/// The layers that fell back to the reference since the process started,
+/// one "name (pass): reason" line each (cuDNN's reason for a graph, or why
+/// lamp's elementwise kernel did not take a step's tensors): what the
+/// fallback lines printed.
 std::vector<std::string> folded_conv_fallbacks();
 
 } // namespace ops

@@ -1,0 +1,52 @@
+#pragma once
+
+// The conv level's per-channel elementwise steps (the last BatchNorm, the
+// shortcut and the ReLU at a residual block's end; the statistics'
+// gradients folded into a convolution's output gradient; a prologue's scale
+// on the data gradient) as one operation: lamp's CUDA kernel for NHWC
+// tensors on the GPU (src/ops/channel_affine_cuda.cpp), the ATen ops in
+// the same order everywhere else.
+
+#include <torch/types.h>
+
+#include <string>
+
+namespace lamp {
+namespace detail {
+
+/// out = relu?((gate(u) * u_scale + u_shift) + (v * v_scale + v_shift)) in
+/// FP32, each operation rounded in that order, then cast to the output's
+/// dtype. gate(u) is u where gate > 0, else 0 (a NaN gate gives 0, as
+/// threshold_backward does). An undefined tensor leaves its step out (u:
+/// zeros; v: no second term). u, gate and v have the output's shape
+/// [N, C, H, W]; the scales and shifts are FP32 [C].
+struct ChannelAffine {
+  torch::Tensor u, gate, u_scale, u_shift, v, v_scale, v_shift;
+  bool relu = false;
+};
+
+/// The ATen ops, one per step; the result has `like`'s dtype and memory
+/// format (and sizes).
+torch::Tensor channel_affine_reference(const ChannelAffine& op,
+                                       const torch::Tensor& like);
+
+/// "" when the kernel computes `op` for an output like `like`: lamp built
+/// with its CUDA kernels, CUDA tensors of one dtype (FP32, FP16 or BF16),
+/// channels_last, the scales and shifts FP32 with one value per channel;
+/// otherwise why not.
+std::string channel_affine_kernel_unavailable_reason(const ChannelAffine& op,
+                                                     const torch::Tensor& like);
+
+/// The kernel, after channel_affine_kernel_unavailable_reason() gave "";
+/// the same bits as channel_affine_reference(), channels_last.
+torch::Tensor channel_affine_kernel(const ChannelAffine& op,
+                                    const torch::Tensor& like);
+
+/// The kernel where `use_kernel` and it applies, the reference otherwise.
+/// `why`, when given, receives the reason a wanted kernel did not apply
+/// ("" when it ran or was not wanted).
+torch::Tensor channel_affine(const ChannelAffine& op, const torch::Tensor& like,
+                             bool use_kernel, std::string* why = nullptr);
+
+} // namespace detail
+} // namespace lamp

@@ -1,0 +1,49 @@
+#pragma once
+
+// The CUDA kernel of the conv level's per-channel elementwise steps
+// (src/ops/channel_affine_kernels.cu), behind an interface of plain
+// pointers so that the CUDA source includes no LibTorch header:
+// src/ops/channel_affine_cuda.cpp checks and allocates the tensors and
+// calls this on the current stream. Every tensor is NHWC-contiguous
+// ([rows, channels], rows = N H W) or [channels].
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/add_norm_kernels.h" // kernels::Dtype
+
+namespace lamp {
+namespace detail {
+namespace kernels {
+
+/// out = relu?((gate(u) * u_scale + u_shift) + (v * v_scale + v_shift)),
+/// each value in FP32, one operation at a time in that order, each rounded
+/// to FP32 (no fused multiply-add: the ATen ops it replaces round each),
+/// then rounded to out's type. gate(u) is u where gate > 0 and 0 elsewhere.
+/// A null pointer leaves its step out (u null: 0; v null: no second term).
+struct ChannelAffineArgs {
+  const void* u = nullptr;        // [rows, channels] or null (zeros)
+  const void* gate = nullptr;     // [rows, channels] or null
+  const float* u_scale = nullptr; // [channels] or null
+  const float* u_shift = nullptr; // [channels] or null
+  const void* v = nullptr;        // [rows, channels] or null
+  const float* v_scale = nullptr; // [channels] or null
+  const float* v_shift = nullptr; // [channels] or null
+  bool relu = false;
+  void* out = nullptr; // [rows, channels]
+  int64_t rows = 0;
+  int64_t channels = 0;
+  Dtype dtype = Dtype::kFloat; // of u, gate, v and out alike
+  // 16-byte loads and stores (channels a multiple of 16 bytes' worth of
+  // elements, every pointer 16-byte aligned), else one element at a time.
+  bool vectorized = false;
+  int max_blocks = 1; // the grid's cap (the loop strides over the rest)
+};
+
+/// Launches the kernel on `stream`; returns the launch's error.
+cudaError_t channel_affine(const ChannelAffineArgs& args, cudaStream_t stream);
+
+} // namespace kernels
+} // namespace detail
+} // namespace lamp

@@ -23,6 +23,11 @@ using lamp::detail::channel_affine_kernel;
 using lamp::detail::channel_affine_kernel_unavailable_reason;
 using lamp::detail::channel_affine_reference;
 using lamp::detail::ChannelAffine;
+using lamp::detail::gated_sums;
+using lamp::detail::gated_sums_kernel;
+using lamp::detail::gated_sums_kernel_unavailable_reason;
+using lamp::detail::gated_sums_reference;
+using lamp::detail::GatedSums;
 using lamp_test::BitEqual;
 
 torch::Tensor pc(const torch::Tensor& t) {
@@ -200,6 +205,98 @@ TEST(ChannelAffine, OnTheCpuTheReferenceRunsAndSaysWhyNotTheKernel) {
   EXPECT_THROW(channel_affine_kernel(k.op, k.like), c10::Error);
 }
 
+// The block end's sums as its backward wrote them before gated_sums():
+// autograd's ReLU gate, then a sum per product.
+GatedSums sums_as_written(const Operands& o, bool with_a, bool with_b) {
+  const auto f = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+  const auto g = at::threshold_backward(f(o.dz), f(o.z), 0);
+  GatedSums want;
+  want.g = g.sum({0, 2, 3});
+  if (with_a) {
+    want.ga = (g * f(o.y)).sum({0, 2, 3});
+  }
+  if (with_b) {
+    want.gb = (g * f(o.x)).sum({0, 2, 3});
+  }
+  return want;
+}
+
+TEST(ChannelAffine, GatedSumsReferenceIsTheBlockEndsSums) {
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto o = make({3, 5, 4, 2}, dtype);
+    const auto got = gated_sums_reference(o.dz, o.z, o.y, o.x);
+    const auto want = sums_as_written(o, true, true);
+    EXPECT_TRUE(BitEqual(got.g, want.g));
+    EXPECT_TRUE(BitEqual(got.ga, want.ga));
+    EXPECT_TRUE(BitEqual(got.gb, want.gb));
+    const auto plain = gated_sums_reference(o.dz, o.z, {}, {});
+    EXPECT_TRUE(BitEqual(plain.g, want.g));
+    EXPECT_FALSE(plain.ga.defined());
+    EXPECT_FALSE(plain.gb.defined());
+    // Without a gate every value counts.
+    const auto ungated = gated_sums_reference(o.dz, {}, {}, {});
+    EXPECT_TRUE(BitEqual(ungated.g, o.dz.to(torch::kFloat).sum({0, 2, 3})));
+  }
+  const auto o = make({2, 4, 2, 2}, torch::kFloat);
+  std::string why = "not set";
+  const auto got = gated_sums(o.dz, o.z, o.y, {}, /*use_kernel=*/true, &why);
+  EXPECT_EQ(why, gated_sums_kernel_unavailable_reason(o.dz, o.z, o.y, {}));
+  EXPECT_FALSE(why.empty());
+  EXPECT_TRUE(BitEqual(got.ga, sums_as_written(o, true, false).ga));
+}
+
+// |kernel - reference| <= 1e-5 of the sum of the terms' magnitudes, per
+// channel: both add FP32 values, in another order (each block its rows in
+// sequence, then the blocks, against ATen's tree), each rounding within
+// 2^-24 of the running sum; a wrong gate, tensor or channel is off by a
+// whole term.
+::testing::AssertionResult SumsAgree(const torch::Tensor& got,
+                                     const torch::Tensor& want,
+                                     const torch::Tensor& magnitude) {
+  const auto error = (got - want).abs();
+  const auto bound = 1e-5 * magnitude + 1e-12;
+  if (got.sizes() == want.sizes() && error.le(bound).all().item<bool>()) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "largest error " << error.max().item<double>() << " over bound "
+         << (error / bound).max().item<double>() << "x";
+}
+
+TEST(ChannelAffine, GatedSumsKernelMatchesTheReference_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const torch::Device cuda(torch::kCUDA);
+  // 3 and 320 channels: a partial warp, and more channels than threads.
+  for (const auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
+    for (const int64_t channels : {64, 3, 320}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + ", " +
+                   std::to_string(channels) + " channels");
+      const auto o = make({4, channels, 9, 7}, dtype, cuda, 6);
+      ASSERT_EQ(gated_sums_kernel_unavailable_reason(o.dz, o.z, o.y, o.x), "");
+      const auto got = gated_sums_kernel(o.dz, o.z, o.y, o.x);
+      const auto want = gated_sums_reference(o.dz, o.z, o.y, o.x);
+      const auto f = [](const torch::Tensor& t) {
+        return t.to(torch::kFloat).abs();
+      };
+      const auto gabs = at::threshold_backward(f(o.dz), f(o.z), 0);
+      EXPECT_TRUE(SumsAgree(got.g, want.g, gabs.sum({0, 2, 3})));
+      EXPECT_TRUE(SumsAgree(got.ga, want.ga, (gabs * f(o.y)).sum({0, 2, 3})));
+      EXPECT_TRUE(SumsAgree(got.gb, want.gb, (gabs * f(o.x)).sum({0, 2, 3})));
+      // The same bits run to run.
+      const auto again = gated_sums_kernel(o.dz, o.z, o.y, o.x);
+      EXPECT_TRUE(BitEqual(again.ga, got.ga));
+      // Without a and b: the plain sum only; without the gate: every value.
+      const auto plain = gated_sums_kernel(o.dz, o.z, {}, {});
+      EXPECT_TRUE(BitEqual(plain.g, got.g));
+      EXPECT_FALSE(plain.ga.defined());
+      const auto ungated = gated_sums_kernel(o.dz, {}, {}, {});
+      EXPECT_TRUE(SumsAgree(ungated.g, o.dz.to(torch::kFloat).sum({0, 2, 3}),
+                            f(o.dz).sum({0, 2, 3})));
+    }
+  }
+}
+
 TEST(ChannelAffine, KernelMatchesTheReference_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA);
@@ -285,7 +382,11 @@ TEST(ChannelAffine, KernelReplaysInACapturedGraph_CUDA) {
   auto o = make({4, 64, 8, 8}, torch::kHalf, cuda, 5);
   auto k = cases(o)[1]; // the projection's block end
   torch::Tensor out;
-  const auto step = [&] { out = channel_affine_kernel(k.op, k.like); };
+  GatedSums sums;
+  const auto step = [&] {
+    out = channel_affine_kernel(k.op, k.like);
+    sums = gated_sums_kernel(o.dz, o.z, o.y, o.x);
+  };
   lamp::detail::run_on_side_stream(cuda, step);
   const auto graph =
       lamp::detail::capture_graph(cuda, lamp::detail::new_graph_pool(), step);
@@ -293,10 +394,15 @@ TEST(ChannelAffine, KernelReplaysInACapturedGraph_CUDA) {
     torch::NoGradGuard no_grad;
     k.op.u.copy_(torch::randn_like(k.op.u));
     k.op.u_scale.copy_(torch::rand_like(k.op.u_scale));
+    o.dz.copy_(torch::randn_like(o.dz));
   }
   graph->replay();
   torch::cuda::synchronize();
   EXPECT_TRUE(BitEqual(out, channel_affine_reference(k.op, k.like)));
+  // The sums of the new gradient: the same bits as a call outside the graph.
+  const auto fresh = gated_sums_kernel(o.dz, o.z, o.y, o.x);
+  EXPECT_TRUE(BitEqual(sums.g, fresh.g));
+  EXPECT_TRUE(BitEqual(sums.gb, fresh.gb));
 }
 
 } // namespace

@@ -13,6 +13,13 @@ torch::Tensor per_channel(const torch::Tensor& values) {
   return values.view({1, -1, 1, 1});
 }
 
+// t where gate > 0, else 0 (a NaN gate too), in t's memory format (where
+// masked_fill's copy would be NCHW, and a channels_last sum then adds in
+// another order).
+torch::Tensor gated(const torch::Tensor& t, const torch::Tensor& gate) {
+  return torch::where(gate.gt(0), t, torch::zeros({}, t.options()));
+}
+
 } // namespace
 
 torch::Tensor channel_affine_reference(const ChannelAffine& op,
@@ -20,7 +27,7 @@ torch::Tensor channel_affine_reference(const ChannelAffine& op,
   auto t = op.u.defined() ? op.u.to(torch::kFloat)
                           : torch::zeros_like(like, torch::kFloat);
   if (op.gate.defined()) {
-    t = t.masked_fill(op.gate.gt(0).logical_not(), 0.0);
+    t = gated(t, op.gate);
   }
   if (op.u_scale.defined()) {
     t = t * per_channel(op.u_scale);
@@ -59,6 +66,42 @@ torch::Tensor channel_affine(const ChannelAffine& op, const torch::Tensor& like,
     }
   }
   return channel_affine_reference(op, like);
+}
+
+GatedSums gated_sums_reference(const torch::Tensor& u,
+                               const torch::Tensor& gate,
+                               const torch::Tensor& a, const torch::Tensor& b) {
+  auto g = u.to(torch::kFloat);
+  if (gate.defined()) {
+    g = gated(g, gate);
+  }
+  GatedSums sums;
+  sums.g = g.sum({0, 2, 3});
+  if (a.defined()) {
+    sums.ga = (g * a.to(torch::kFloat)).sum({0, 2, 3});
+  }
+  if (b.defined()) {
+    sums.gb = (g * b.to(torch::kFloat)).sum({0, 2, 3});
+  }
+  return sums;
+}
+
+GatedSums gated_sums(const torch::Tensor& u, const torch::Tensor& gate,
+                     const torch::Tensor& a, const torch::Tensor& b,
+                     bool use_kernel, std::string* why) {
+  if (why != nullptr) {
+    why->clear();
+  }
+  if (use_kernel) {
+    auto reason = gated_sums_kernel_unavailable_reason(u, gate, a, b);
+    if (reason.empty()) {
+      return gated_sums_kernel(u, gate, a, b);
+    }
+    if (why != nullptr) {
+      *why = std::move(reason);
+    }
+  }
+  return gated_sums_reference(u, gate, a, b);
 }
 
 } // namespace detail

@@ -42,6 +42,39 @@ std::string channel_affine_kernel_unavailable_reason(const ChannelAffine& op,
 torch::Tensor channel_affine_kernel(const ChannelAffine& op,
                                     const torch::Tensor& like);
 
+/// Per-channel sums over N, H and W of g = gate(u) (u where gate > 0, as
+/// ChannelAffine's gate; u itself where gate is undefined) and of g a and
+/// g b: FP32 [C] each, undefined where a or b is. u, gate, a and b have one
+/// shape [N, C, H, W].
+struct GatedSums {
+  torch::Tensor g, ga, gb;
+};
+
+/// The ATen ops: g in FP32, then a sum per product.
+GatedSums gated_sums_reference(const torch::Tensor& u,
+                               const torch::Tensor& gate,
+                               const torch::Tensor& a, const torch::Tensor& b);
+
+/// "" when the sums' kernel takes the tensors (as
+/// channel_affine_kernel_unavailable_reason() for an output like u),
+/// otherwise why not.
+std::string gated_sums_kernel_unavailable_reason(const torch::Tensor& u,
+                                                 const torch::Tensor& gate,
+                                                 const torch::Tensor& a,
+                                                 const torch::Tensor& b);
+
+/// The kernels (each block's partial sums, then the blocks' in order: the
+/// same sums from run to run, in another order than ATen's), after
+/// gated_sums_kernel_unavailable_reason() gave "".
+GatedSums gated_sums_kernel(const torch::Tensor& u, const torch::Tensor& gate,
+                            const torch::Tensor& a, const torch::Tensor& b);
+
+/// The kernels where `use_kernel` and they apply, the reference otherwise;
+/// `why` as channel_affine()'s.
+GatedSums gated_sums(const torch::Tensor& u, const torch::Tensor& gate,
+                     const torch::Tensor& a, const torch::Tensor& b,
+                     bool use_kernel, std::string* why = nullptr);
+
 /// The kernel where `use_kernel` and it applies, the reference otherwise.
 /// `why`, when given, receives the reason a wanted kernel did not apply
 /// ("" when it ran or was not wanted).

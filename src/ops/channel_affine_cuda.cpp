@@ -99,5 +99,60 @@ torch::Tensor channel_affine_kernel(const ChannelAffine& op,
   return out;
 }
 
+std::string gated_sums_kernel_unavailable_reason(const torch::Tensor& u,
+                                                 const torch::Tensor& gate,
+                                                 const torch::Tensor& a,
+                                                 const torch::Tensor& b) {
+  if (!u.defined()) {
+    return "the sums need a defined input";
+  }
+  // The same rules as the elementwise kernel's, for an output like u.
+  ChannelAffine first;
+  first.u = u;
+  first.gate = gate;
+  first.v = a;
+  auto why = channel_affine_kernel_unavailable_reason(first, u);
+  if (why.empty() && b.defined()) {
+    ChannelAffine second;
+    second.v = b;
+    why = channel_affine_kernel_unavailable_reason(second, u);
+  }
+  return why;
+}
+
+GatedSums gated_sums_kernel(const torch::Tensor& u, const torch::Tensor& gate,
+                            const torch::Tensor& a, const torch::Tensor& b) {
+  const auto why = gated_sums_kernel_unavailable_reason(u, gate, a, b);
+  TORCH_CHECK(why.empty(), "lamp::detail::gated_sums_kernel: ", why, ".");
+  c10::cuda::CUDAGuard guard(u.device());
+  kernels::GatedSumsArgs args;
+  args.u = u.data_ptr();
+  args.gate = data_or_null(gate);
+  args.a = data_or_null(a);
+  args.b = data_or_null(b);
+  args.channels = u.size(1);
+  args.rows = u.numel() / args.channels;
+  args.dtype = kernel_code(u.scalar_type());
+  const int64_t most =
+      at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 4;
+  args.blocks = static_cast<int>(args.rows < most ? args.rows : most);
+  const auto f32 = u.options().dtype(at::kFloat);
+  auto partial = at::empty({3, args.blocks, args.channels}, f32);
+  auto sums = at::empty({3, args.channels}, f32);
+  args.partial = partial.data_ptr<float>();
+  args.sums = sums.data_ptr<float>();
+  C10_CUDA_CHECK(
+      kernels::gated_sums(args, at::cuda::getCurrentCUDAStream().stream()));
+  GatedSums out;
+  out.g = sums[0];
+  if (a.defined()) {
+    out.ga = sums[1];
+  }
+  if (b.defined()) {
+    out.gb = sums[2];
+  }
+  return out;
+}
+
 } // namespace detail
 } // namespace lamp

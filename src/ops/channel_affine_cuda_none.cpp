@@ -19,5 +19,18 @@ torch::Tensor channel_affine_kernel(const ChannelAffine& op,
               channel_affine_kernel_unavailable_reason(op, like), ".");
 }
 
+std::string gated_sums_kernel_unavailable_reason(const torch::Tensor&,
+                                                 const torch::Tensor&,
+                                                 const torch::Tensor&,
+                                                 const torch::Tensor&) {
+  return cuda_kernels_missing_reason();
+}
+
+GatedSums gated_sums_kernel(const torch::Tensor& u, const torch::Tensor& gate,
+                            const torch::Tensor& a, const torch::Tensor& b) {
+  TORCH_CHECK(false, "lamp::detail::gated_sums_kernel: ",
+              gated_sums_kernel_unavailable_reason(u, gate, a, b), ".");
+}
+
 } // namespace detail
 } // namespace lamp

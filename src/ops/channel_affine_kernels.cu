@@ -112,20 +112,103 @@ void launch(const ChannelAffineArgs& a, cudaStream_t stream) {
   }
 }
 
-} // namespace
+// Block b sums rows [b per, (b + 1) per) of its threads' channels (thread
+// t: channels t, t + blockDim.x, ...; a warp reads consecutive channels of
+// a row).
+template <typename T>
+__global__ void gated_sums_kernel(GatedSumsArgs a) {
+  const int64_t per = (a.rows + gridDim.x - 1) / gridDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * per;
+  const int64_t last = first + per < a.rows ? first + per : a.rows;
+  const auto* u = static_cast<const T*>(a.u);
+  const auto* gate = static_cast<const T*>(a.gate);
+  const auto* x = static_cast<const T*>(a.a);
+  const auto* y = static_cast<const T*>(a.b);
+  for (int64_t c = threadIdx.x; c < a.channels; c += blockDim.x) {
+    float sum = 0.0f, sum_a = 0.0f, sum_b = 0.0f;
+    for (int64_t r = first; r < last; ++r) {
+      const int64_t i = r * a.channels + c;
+      float g = load(u, i);
+      if (gate != nullptr && !(load(gate, i) > 0.0f)) {
+        g = 0.0f;
+      }
+      sum += g;
+      if (x != nullptr) {
+        sum_a = fmaf(g, load(x, i), sum_a);
+      }
+      if (y != nullptr) {
+        sum_b = fmaf(g, load(y, i), sum_b);
+      }
+    }
+    const int64_t at = static_cast<int64_t>(blockIdx.x) * a.channels + c;
+    const int64_t plane = static_cast<int64_t>(gridDim.x) * a.channels;
+    a.partial[at] = sum;
+    a.partial[plane + at] = sum_a;
+    a.partial[2 * plane + at] = sum_b;
+  }
+}
 
-cudaError_t channel_affine(const ChannelAffineArgs& a, cudaStream_t stream) {
-  switch (a.dtype) {
+// sums[k][c] = the blocks' partial[k][., c] added in block order.
+__global__ void block_sums_kernel(const float* partial, float* sums,
+                                  int64_t blocks, int64_t channels) {
+  const int64_t kc =
+      static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (kc >= 3 * channels) {
+    return;
+  }
+  const int64_t k = kc / channels;
+  const int64_t c = kc % channels;
+  const float* p = partial + k * blocks * channels + c;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    acc += p[b * channels];
+  }
+  sums[kc] = acc;
+}
+
+template <typename T>
+void launch_sums(const GatedSumsArgs& a, cudaStream_t stream) {
+  // One warp per 32 channels, up to 256 threads.
+  const int64_t warps = (a.channels + 31) / 32;
+  const unsigned threads = static_cast<unsigned>(warps < 8 ? warps * 32 : 256);
+  gated_sums_kernel<T>
+      <<<static_cast<unsigned>(a.blocks), threads, 0, stream>>>(a);
+}
+
+// Calls f with a value of the C++ type of `dtype`.
+template <typename F>
+void with_type(Dtype dtype, F&& f) {
+  switch (dtype) {
     case Dtype::kHalf:
-      launch<__half>(a, stream);
+      f(__half{});
       break;
     case Dtype::kBFloat16:
-      launch<__nv_bfloat16>(a, stream);
+      f(__nv_bfloat16{});
       break;
     case Dtype::kFloat:
-      launch<float>(a, stream);
+      f(float{});
       break;
   }
+}
+
+} // namespace
+
+cudaError_t gated_sums(const GatedSumsArgs& a, cudaStream_t stream) {
+  with_type(a.dtype, [&](auto t) { launch_sums<decltype(t)>(a, stream); });
+  cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return error;
+  }
+  constexpr unsigned threads = 256;
+  const auto blocks =
+      static_cast<unsigned>((3 * a.channels + threads - 1) / threads);
+  block_sums_kernel<<<blocks, threads, 0, stream>>>(a.partial, a.sums, a.blocks,
+                                                    a.channels);
+  return cudaGetLastError();
+}
+
+cudaError_t channel_affine(const ChannelAffineArgs& a, cudaStream_t stream) {
+  with_type(a.dtype, [&](auto t) { launch<decltype(t)>(a, stream); });
   return cudaGetLastError();
 }
 

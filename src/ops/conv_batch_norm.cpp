@@ -174,16 +174,20 @@ void note_fallback(const std::string& name, const char* pass,
 // layer runs cuDNN's graphs (`kernel`) and the kernel takes the tensors,
 // else the ATen ops (one line the first time a wanted kernel does not
 // apply).
+void note_kernel_fallback(const std::string& name, const char* step,
+                          const std::string& why) {
+  note_once(name + " (" + step + "): " + why,
+            name + ": the " + step + " runs the ATen ops, not lamp's kernel (" +
+                why + ").");
+}
+
 torch::Tensor elementwise(const detail::ChannelAffine& op,
                           const torch::Tensor& like, bool kernel,
                           const std::string& name, const char* step) {
   std::string why;
   auto out = detail::channel_affine(op, like, kernel, &why);
   if (!why.empty()) {
-    note_once(name + " (" + step + "): " + why,
-              name + ": the " + step +
-                  " runs the ATen ops, not lamp's elementwise kernel (" + why +
-                  ").");
+    note_kernel_fallback(name, step, why);
   }
   return out;
 }
@@ -407,12 +411,17 @@ class FoldedBlockEndFunction
     grads[0] = elementwise(y_gradient, y, kernel, name, "block end gradient");
     grads[3] = elementwise(shortcut_gradient, shortcut, kernel, name,
                            "block end gradient");
-    const auto g = dz.to(torch::kFloat).masked_fill(z.gt(0).logical_not(), 0.0);
-    grads[2] = g.sum({0, 2, 3});
-    grads[1] = (g * y.to(torch::kFloat)).sum({0, 2, 3});
+    std::string why;
+    const auto sums = detail::gated_sums(
+        dz, z, y, projected ? shortcut : torch::Tensor(), kernel, &why);
+    if (!why.empty()) {
+      note_kernel_fallback(name, "block end sums", why);
+    }
+    grads[1] = sums.ga;
+    grads[2] = sums.g;
     if (projected) {
-      grads[4] = (g * shortcut.to(torch::kFloat)).sum({0, 2, 3});
-      grads[5] = grads[2];
+      grads[4] = sums.gb;
+      grads[5] = sums.g;
     }
     return grads;
   }

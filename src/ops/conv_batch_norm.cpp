@@ -170,10 +170,8 @@ void note_fallback(const std::string& name, const char* pass,
                 pass + " pass (" + why + "); this layer runs the ATen ops.");
 }
 
-// A per-channel elementwise step of the conv level: lamp's kernel where the
-// layer runs cuDNN's graphs (`kernel`) and the kernel takes the tensors,
-// else the ATen ops (one line the first time a wanted kernel does not
-// apply).
+// One line, the first time, that a step of layer `name` runs the ATen ops
+// where lamp's kernel was wanted.
 void note_kernel_fallback(const std::string& name, const char* step,
                           const std::string& why) {
   note_once(name + " (" + step + "): " + why,
@@ -181,6 +179,10 @@ void note_kernel_fallback(const std::string& name, const char* step,
                 why + ").");
 }
 
+// A per-channel elementwise step of the conv level: lamp's kernel where the
+// layer runs cuDNN's graphs (`kernel`) and the kernel takes the tensors,
+// else the ATen ops (one line the first time a wanted kernel does not
+// apply).
 torch::Tensor elementwise(const detail::ChannelAffine& op,
                           const torch::Tensor& like, bool kernel,
                           const std::string& name, const char* step) {

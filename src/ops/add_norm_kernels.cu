@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "ops/kernel_common.cuh"
 #include "platform/cuda_elements.cuh"
 
 namespace lamp {
@@ -146,36 +147,6 @@ __global__ void backward_kernel(const TY* grad_normed, const TS* grad_sum,
   }
 }
 
-// out[c] = the sum over the blocks' rows of partial[., c], in block order.
-__global__ void column_sum_kernel(const float* partial, float* out,
-                                  int64_t blocks, int64_t width) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= width) {
-    return;
-  }
-  float acc = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    acc += partial[b * width + c];
-  }
-  out[c] = acc;
-}
-
-// Calls f with a value of the C++ type of `dtype`.
-template <typename F>
-void with_type(Dtype dtype, F&& f) {
-  switch (dtype) {
-    case Dtype::kFloat:
-      f(float{});
-      break;
-    case Dtype::kHalf:
-      f(__half{});
-      break;
-    case Dtype::kBFloat16:
-      f(__nv_bfloat16{});
-      break;
-  }
-}
-
 // Calls f with values of the C++ types of the sum's, the branch's and the
 // output's dtypes (27 instantiations).
 template <typename F>
@@ -232,12 +203,12 @@ cudaError_t add_norm_backward(const AddNormBackwardArgs& a,
   const dim3 columns(
       static_cast<unsigned>((a.width + column_threads - 1) / column_threads));
   if (error == cudaSuccess && a.grad_weight != nullptr) {
-    column_sum_kernel<<<columns, column_threads, 0, stream>>>(
+    column_sum_kernel<float><<<columns, column_threads, 0, stream>>>(
         a.partial_weight, a.grad_weight, a.blocks, a.width);
     error = cudaGetLastError();
   }
   if (error == cudaSuccess && a.grad_bias != nullptr) {
-    column_sum_kernel<<<columns, column_threads, 0, stream>>>(
+    column_sum_kernel<float><<<columns, column_threads, 0, stream>>>(
         a.partial_bias, a.grad_bias, a.blocks, a.width);
     error = cudaGetLastError();
   }

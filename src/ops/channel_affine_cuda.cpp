@@ -137,7 +137,7 @@ GatedSums gated_sums_kernel(const torch::Tensor& u, const torch::Tensor& gate,
       at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 4;
   args.blocks = static_cast<int>(args.rows < most ? args.rows : most);
   const auto f32 = u.options().dtype(at::kFloat);
-  auto partial = at::empty({3, args.blocks, args.channels}, f32);
+  auto partial = at::empty({args.blocks, 3, args.channels}, f32);
   auto sums = at::empty({3, args.channels}, f32);
   args.partial = partial.data_ptr<float>();
   args.sums = sums.data_ptr<float>();

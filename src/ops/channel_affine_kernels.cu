@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "ops/kernel_common.cuh"
 #include "platform/cuda_elements.cuh"
 
 namespace lamp {
@@ -140,30 +141,12 @@ __global__ void gated_sums_kernel(GatedSumsArgs a) {
         sum_b = fmaf(g, load(y, i), sum_b);
       }
     }
-    const int64_t at = static_cast<int64_t>(blockIdx.x) * a.channels + c;
-    const int64_t plane = static_cast<int64_t>(gridDim.x) * a.channels;
-    a.partial[at] = sum;
-    a.partial[plane + at] = sum_a;
-    a.partial[2 * plane + at] = sum_b;
+    // This block's row of partial: its three sums, channels apart.
+    float* row = a.partial + static_cast<int64_t>(blockIdx.x) * 3 * a.channels;
+    row[c] = sum;
+    row[a.channels + c] = sum_a;
+    row[2 * a.channels + c] = sum_b;
   }
-}
-
-// sums[k][c] = the blocks' partial[k][., c] added in block order.
-__global__ void block_sums_kernel(const float* partial, float* sums,
-                                  int64_t blocks, int64_t channels) {
-  const int64_t kc =
-      static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (kc >= 3 * channels) {
-    return;
-  }
-  const int64_t k = kc / channels;
-  const int64_t c = kc % channels;
-  const float* p = partial + k * blocks * channels + c;
-  float acc = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    acc += p[b * channels];
-  }
-  sums[kc] = acc;
 }
 
 template <typename T>
@@ -173,22 +156,6 @@ void launch_sums(const GatedSumsArgs& a, cudaStream_t stream) {
   const unsigned threads = static_cast<unsigned>(warps < 8 ? warps * 32 : 256);
   gated_sums_kernel<T>
       <<<static_cast<unsigned>(a.blocks), threads, 0, stream>>>(a);
-}
-
-// Calls f with a value of the C++ type of `dtype`.
-template <typename F>
-void with_type(Dtype dtype, F&& f) {
-  switch (dtype) {
-    case Dtype::kHalf:
-      f(__half{});
-      break;
-    case Dtype::kBFloat16:
-      f(__nv_bfloat16{});
-      break;
-    case Dtype::kFloat:
-      f(float{});
-      break;
-  }
 }
 
 } // namespace
@@ -202,8 +169,8 @@ cudaError_t gated_sums(const GatedSumsArgs& a, cudaStream_t stream) {
   constexpr unsigned threads = 256;
   const auto blocks =
       static_cast<unsigned>((3 * a.channels + threads - 1) / threads);
-  block_sums_kernel<<<blocks, threads, 0, stream>>>(a.partial, a.sums, a.blocks,
-                                                    a.channels);
+  column_sum_kernel<float><<<blocks, threads, 0, stream>>>(
+      a.partial, a.sums, a.blocks, 3 * a.channels);
   return cudaGetLastError();
 }
 

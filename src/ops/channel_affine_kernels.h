@@ -46,16 +46,16 @@ cudaError_t channel_affine(const ChannelAffineArgs& args, cudaStream_t stream);
 
 /// Per-channel sums over the rows of g = gate(u) (as ChannelAffineArgs's)
 /// and of g a and g b: sums[0][c] = sum g, sums[1][c] = sum g a,
-/// sums[2][c] = sum g b (a or b null: that sum is not computed). Each of
-/// `blocks` blocks sums a contiguous range of rows into its row of
-/// `partial`; a second kernel adds the blocks' rows in block order, so the
-/// sums are the same from run to run (no atomics).
+/// sums[2][c] = sum g b (a or b null: that sum is 0). Each of `blocks`
+/// blocks sums a contiguous range of rows into its row of `partial` (its
+/// three sums); a second kernel adds the blocks' rows in block order, so
+/// the sums are the same from run to run (no atomics).
 struct GatedSumsArgs {
   const void* u = nullptr;    // [rows, channels]
   const void* gate = nullptr; // [rows, channels] or null
   const void* a = nullptr;    // [rows, channels] or null
   const void* b = nullptr;    // [rows, channels] or null
-  float* partial = nullptr;   // [3, blocks, channels]
+  float* partial = nullptr;   // [blocks, 3, channels]
   float* sums = nullptr;      // [3, channels]
   int64_t rows = 0;
   int64_t channels = 0;

@@ -50,6 +50,17 @@ FAKE_BENCH = textwrap.dedent("""\
                    "results": [result]}, out)
     """)
 
+# The first block, which runs whatever the budget: the small GPT's lamp
+# processes, as CudaRunPlan.describe() names them.
+SMALL_GPT_ROWS = [
+    ("gpt", 384, "amp-bf16", "lamp"),
+    ("gpt", 384, "amp-bf16", "lamp-graph"),
+    ("gpt", 384, "amp-bf16", "lamp-graph-fused"),
+    ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-flash"),
+    ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-memory-efficient"),
+    ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-cudnn"),
+]
+
 # The Python for the PyTorch side: one without torch.
 NO_TORCH_PYTHON = "#!/bin/sh\nexit 1\n"
 
@@ -116,13 +127,7 @@ class CudaRunPlan(unittest.TestCase):
         runs, stderr, rc, reports = self.run_plan(budget=100000)
         self.assertEqual(rc, 0, stderr)
         self.assertNotIn("skipped:", stderr)
-        self.assertEqual(runs, [
-            ("gpt", 384, "amp-bf16", "lamp"),
-            ("gpt", 384, "amp-bf16", "lamp-graph"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-fused"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-flash"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-memory-efficient"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-cudnn"),
+        self.assertEqual(runs, SMALL_GPT_ROWS + [
             ("gpt", 768, "amp-bf16", "lamp-graph"),
             ("gpt", 768, "amp-bf16", "lamp-graph-fused"),
             ("gpt", 4096, "amp-bf16", "lamp-graph"),
@@ -179,14 +184,7 @@ class CudaRunPlan(unittest.TestCase):
     def test_a_spent_budget_runs_the_small_gpt_and_names_every_block_skipped(self):
         runs, stderr, rc, _ = self.run_plan(budget=0)
         self.assertEqual(rc, 0, stderr)
-        self.assertEqual(runs, [
-            ("gpt", 384, "amp-bf16", "lamp"),
-            ("gpt", 384, "amp-bf16", "lamp-graph"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-fused"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-flash"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-memory-efficient"),
-            ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-cudnn"),
-        ])
+        self.assertEqual(runs, SMALL_GPT_ROWS)
         skipped = [line.split(" skipped:")[0].replace("run.sh: ", "")
                    for line in stderr.splitlines() if " skipped: " in line]
         self.assertEqual(skipped, [

@@ -76,6 +76,8 @@ struct Config {
   bool fused_add_norm = false;
   // --fused-mlp: GPTOptions::fused_mlp.
   bool fused_mlp = false;
+  // --fused-weight-cast: GPTOptions::fused_weight_cast.
+  bool fused_weight_cast = false;
   // --gpt-gelu: GPTOptions::gelu, "exact" or "tanh".
   std::string gpt_gelu = "exact";
   // --fp8-fused-casts: Float8Recipe::fused_casts in fp8.
@@ -107,6 +109,7 @@ lamp::models::GPTOptions gpt_options(const Config& c) {
       .fused_head_loss(c.fused_head_loss)
       .fused_add_norm(c.fused_add_norm)
       .fused_mlp(c.fused_mlp)
+      .fused_weight_cast(c.fused_weight_cast)
       .gelu(c.gpt_gelu == "tanh" ? lamp::models::GPTGelu::kTanh
                                  : lamp::models::GPTGelu::kExact);
 }
@@ -304,6 +307,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["fused_head_loss"] = built.fused_head_loss();
     result["fused_add_norm"] = built.fused_add_norm();
     result["fused_mlp"] = built.fused_mlp();
+    result["fused_weight_cast"] = built.fused_weight_cast();
     result["gpt_gelu"] =
         built.gelu() == lamp::models::GPTGelu::kTanh ? "tanh" : "exact";
     // Which code the fused operations ran: a fallback to ATen ops shows.
@@ -725,6 +729,10 @@ int main(int argc, char** argv) {
                "--model gpt: each MLP's biases and GELU in its products' "
                "epilogues (GPTOptions::fused_mlp; fused on a GPU with "
                "--gpt-gelu tanh)");
+  app.add_flag("--fused-weight-cast", c.fused_weight_cast,
+               "--model gpt: under autocast, the blocks' Linear weights cast "
+               "in one multi-tensor operation a step, their gradients back "
+               "in one (GPTOptions::fused_weight_cast)");
   app.add_option("--gpt-gelu", c.gpt_gelu,
                  "--model gpt: the MLP's GELU, exact (nanoGPT's) or tanh "
                  "(GPT-2's)")

@@ -158,9 +158,10 @@ failures=0
 # what they gain), lamp-graph-conv-bn (the same with BatchNorm folded into
 # the convolutions, --fused-bn conv), lamp-graph-fused (the GPT's CUDA-graph
 # step with its opt-in fused kernels: --fused-add-norm --fused-mlp
-# --fused-head-loss, and --fp8-fused-casts in fp8), lamp-graph-sdpa-flash,
-# -efficient, -cudnn (the GPT's CUDA-graph step with one attention kernel
-# allowed, --attention; shown in the report, never ranked), pytorch-eager (foreach
+# --fused-head-loss --fused-weight-cast, and --fp8-fused-casts in fp8),
+# lamp-graph-sdpa-flash, -efficient, -cudnn (the GPT's CUDA-graph step with
+# one attention kernel allowed, --attention; shown in the report, never
+# ranked), pytorch-eager (foreach
 # optimizer), pytorch-fused (fused
 # SGD, or AdamW for gpt), pytorch-compile / pytorch-compile-fused
 # (torch.compile, foreach / fused optimizer), pytorch-compile-ro /
@@ -204,7 +205,8 @@ run_tools() {
           extra=(--cuda-graph --attention memory-efficient)
         [ "$tool" = lamp-graph-sdpa-cudnn ] && extra=(--cuda-graph --attention cudnn)
         if [ "$tool" = lamp-graph-fused ]; then
-          extra=(--cuda-graph --fused-add-norm --fused-mlp --fused-head-loss)
+          extra=(--cuda-graph --fused-add-norm --fused-mlp --fused-head-loss
+            --fused-weight-cast)
           [ "$precision" = fp8 ] && extra+=(--fp8-fused-casts)
         fi
         run_one "$tool" "$json" "$bench" "${args[@]}" "${extra[@]}" --json "$json"

@@ -176,6 +176,11 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                "run each block's MLP with its biases and GELU in the matrix "
                "products' epilogues (cuBLASLt on a GPU, with --gelu tanh in "
                "16-bit products; the same results to rounding)");
+  app.add_flag("--fused-weight-cast", f.model.fused_weight_cast(),
+               "under autocast (amp-bf16, amp-fp16), cast the blocks' Linear "
+               "weights in one multi-tensor operation a step and their "
+               "gradients back in one, instead of one small kernel per "
+               "tensor each way (the same results, bit for bit)");
   app.add_flag("--no-kv-cache", f.no_kv_cache,
                "sample without the KV cache: every token computed over its "
                "whole window (slower; the same tokens)");
@@ -781,7 +786,7 @@ int main(int argc, char** argv) {
               lamp::models::export_gpt_state_dict(module, path, layout, o);
             };
         if (flags.model.fused_add_norm() || flags.model.fused_mlp() ||
-            config.fp8_fused_casts) {
+            flags.model.fused_weight_cast() || config.fp8_fused_casts) {
           spec.kernel_note =
               [model = flags.model, fused_casts = config.fp8_fused_casts](
                   const torch::Device& device, lamp::Precision precision) {

@@ -9,26 +9,34 @@
 
 namespace lamp_test {
 
-/// The autograd nodes in the graph behind `root` whose name contains
-/// `name` ("FusedBatchNorm", "FoldedConvFunction"), each counted once.
-inline int count_nodes_named(const torch::Tensor& root,
-                             const std::string& name) {
+/// Calls f(node) once for every autograd node in the graph behind `root`.
+template <typename F>
+void for_each_node(const torch::Tensor& root, F&& f) {
   std::set<const torch::autograd::Node*> seen;
   std::vector<torch::autograd::Node*> todo{root.grad_fn().get()};
-  int count = 0;
   while (!todo.empty()) {
     auto* node = todo.back();
     todo.pop_back();
     if (node == nullptr || !seen.insert(node).second) {
       continue;
     }
-    if (node->name().find(name) != std::string::npos) {
-      ++count;
-    }
+    f(*node);
     for (const auto& edge : node->next_edges()) {
       todo.push_back(edge.function.get());
     }
   }
+}
+
+/// The autograd nodes in the graph behind `root` whose name contains
+/// `name` ("FusedBatchNorm", "FoldedConvFunction"), each counted once.
+inline int count_nodes_named(const torch::Tensor& root,
+                             const std::string& name) {
+  int count = 0;
+  for_each_node(root, [&](const torch::autograd::Node& node) {
+    if (node.name().find(name) != std::string::npos) {
+      ++count;
+    }
+  });
   return count;
 }
 

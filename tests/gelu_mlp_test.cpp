@@ -20,6 +20,7 @@
 #include "platform/compat.h"
 #include "platform/cuda_graph.h"
 #include "test_util.h"
+#include "tiny_gpt.h"
 
 namespace {
 
@@ -290,15 +291,7 @@ TEST(GeluMlp, PathNamesTheATenOpsOnTheCPU) {
 using lamp::models::GPT;
 using lamp::models::GPTOptions;
 
-GPTOptions small_gpt() {
-  return GPTOptions()
-      .layers(2)
-      .heads(2)
-      .width(16)
-      .context(8)
-      .vocab_size(30)
-      .dropout(0);
-}
+using lamp_test::tiny_gpt;
 
 struct GptStep {
   torch::Tensor logits;
@@ -345,7 +338,7 @@ TEST(GeluMlp, GptWithFusedMlpTrainsAsTheUnfusedOne) {
       for (const bool checkpointing : {false, true}) {
         for (const bool autocast : {false, true}) {
           auto [plain, fused] =
-              twins(small_gpt().gelu(gelu).bias(bias).activation_checkpointing(
+              twins(tiny_gpt().gelu(gelu).bias(bias).activation_checkpointing(
                   checkpointing));
           c10::optional<lamp::Autocast> guard;
           if (autocast) {
@@ -379,7 +372,7 @@ TEST(GeluMlp, GptRunsFP8MlpsUnfused) {
 #if !LAMP_TORCH_FLOAT8
   GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no FP8 dtypes";
 #endif
-  auto gpt = GPT(small_gpt().width(32).heads(2).fused_mlp(true));
+  auto gpt = GPT(tiny_gpt().width(32).heads(2).fused_mlp(true));
   lamp::nn::convert_to_float8(*gpt);
   const auto tokens = torch::randint(0, 30, {2, 8}, torch::kLong);
   lamp::Autocast guard(torch::kCPU, torch::kBFloat16);

@@ -1,6 +1,7 @@
 #include "common/gpt_kernels.h"
 
 #include <lamp/nn/float8.h>
+#include <lamp/nn/weight_cast.h>
 #include <lamp/ops/add_norm.h>
 #include <lamp/ops/gelu_mlp.h>
 #include <torch/torch.h>
@@ -14,7 +15,8 @@ std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
   std::vector<std::string> notes;
   const bool fused_casts =
       fp8_fused_casts && precision == lamp::Precision::kFP8;
-  if (!model.fused_add_norm() && !model.fused_mlp() && !fused_casts) {
+  if (!model.fused_add_norm() && !model.fused_mlp() &&
+      !model.fused_weight_cast() && !fused_casts) {
     return notes;
   }
   // The residual stream in the model's dtype, the branches and the MLP's
@@ -42,6 +44,18 @@ std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
         lamp::ops::gelu_mlp_path(branch.expand({1, c}),
                                  branch.expand({4 * c, c}),
                                  branch.expand({c, 4 * c}), options));
+  }
+  if (model.fused_weight_cast()) {
+    notes.push_back(
+        std::string("Linear weights cast to autocast's dtype at once: ") +
+        (!policy.autocast_dtype.has_value()
+             ? std::string("nothing to cast (") + lamp::to_string(precision) +
+                   " runs without autocast)"
+             : (precision == lamp::Precision::kFP8
+                    ? "the layers that compute in FP8 keep their own casts; "
+                      "the others: "
+                    : "") +
+                   lamp::nn::cast_weights_once_path(device)));
   }
   if (fused_casts) {
     notes.push_back("FP8 casts in one pass: " +

@@ -36,6 +36,7 @@
 #include "lamp/nn/linear.h"
 #include "lamp/nn/norms.h"
 #include "lamp/nn/rms_norm.h"
+#include "lamp/nn/weight_cast.h"
 #include "lamp/ops/add_norm.h"
 #include "lamp/ops/batch_norm_relu.h"
 #include "lamp/ops/conv_batch_norm.h"

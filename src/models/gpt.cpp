@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "lamp/nn/float8.h"
 #include "lamp/nn/linear.h"
 #include "lamp/nn/rms_norm.h"
+#include "lamp/nn/weight_cast.h"
 #include "lamp/ops/add_norm.h"
 #include "lamp/ops/gelu_mlp.h"
 #include "lamp/ops/linear_cross_entropy.h"
@@ -282,8 +284,10 @@ torch::Tensor GPTBlockImpl::mlp(const torch::Tensor& normed) {
   torch::Tensor m;
   if (fused_mlp_ && lamp::nn::float8_state(*c_fc) == nullptr &&
       lamp::nn::float8_state(*c_proj) == nullptr) {
-    m = ops::gelu_mlp(normed, c_fc->weight, c_fc->bias, c_proj->weight,
-                      c_proj->bias,
+    using lamp::nn::cast_weight;
+    m = ops::gelu_mlp(normed, cast_weight(c_fc->weight),
+                      cast_weight(c_fc->bias), cast_weight(c_proj->weight),
+                      cast_weight(c_proj->bias),
                       ops::GeluMlpOptions().approximate(approximate));
   } else {
     // lamp::nn::linear, not Linear::forward: one autocast op with its bias
@@ -377,6 +381,12 @@ torch::Tensor GPTImpl::features(const torch::Tensor& tokens) {
       x, F::DropoutFuncOptions().p(options_.dropout()).training(is_training()));
   const bool recompute = options_.activation_checkpointing() && is_training() &&
                          cache_ == nullptr && torch::GradMode::is_enabled();
+  // The blocks' weights cast for all of them at once (nothing is cast where
+  // autocast is off). A recomputed block would cast its own again.
+  std::optional<lamp::nn::CastWeightsOnce> casts;
+  if (options_.fused_weight_cast() && !recompute) {
+    casts.emplace(*this);
+  }
   torch::Tensor out;
   if (options_.fused_add_norm() && !recompute) {
     out = fused_blocks(x);

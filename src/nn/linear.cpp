@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "lamp/nn/float8.h"
+#include "lamp/nn/weight_cast.h"
 
 namespace lamp {
 namespace nn {
@@ -31,8 +32,10 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
                      const torch::Tensor& bias) {
   detail::check_linear_arguments(input, weight, bias, "lamp::nn::linear");
   // torch::linear is the dispatcher's aten::linear (autocast casts the bias
-  // with the rest), not torch::nn::functional::linear.
-  return torch::linear(input, weight, bias);
+  // with the rest), not torch::nn::functional::linear. Inside a
+  // CastWeightsOnce the parameters come already cast (autocast leaves a
+  // tensor of its dtype as it is).
+  return torch::linear(input, cast_weight(weight), cast_weight(bias));
 }
 
 torch::Tensor linear(const torch::Tensor& input,

@@ -54,6 +54,16 @@
 #define LAMP_TORCH_FLOAT8 0
 #endif
 
+// at::_foreach_copy_ (a list of tensors copied into another, dtypes
+// converted; on CUDA one multi-tensor kernel where each list shares a dtype,
+// device and the other's shapes), from LibTorch 2.1; 1.13 has none.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define LAMP_TORCH_FOREACH_COPY 1
+#else
+#define LAMP_TORCH_FOREACH_COPY 0
+#endif
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -276,6 +286,19 @@ inline void fused_adam_(bool decoupled_weight_decay, at::TensorList params,
       (void)lr_tensor, (void)beta1, (void)beta2, (void)weight_decay, (void)eps,
       (void)amsgrad, (void)grad_scale, (void)found_inf;
   TORCH_INTERNAL_ASSERT(false, "fused Adam needs LibTorch >= 2.4");
+#endif
+}
+
+/// dst[i].copy_(src[i]) for every i: one at::_foreach_copy_ where this
+/// LibTorch has it (one multi-tensor kernel a list on CUDA), a copy_ each
+/// on 1.13. The same bits either way (a conversion rounds as copy_ does).
+inline void foreach_copy_(at::TensorList dst, at::TensorList src) {
+#if LAMP_TORCH_FOREACH_COPY
+  at::_foreach_copy_(dst, src);
+#else
+  for (size_t i = 0; i < dst.size(); ++i) {
+    dst[i].copy_(src[i]);
+  }
 #endif
 }
 

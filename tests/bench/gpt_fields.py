@@ -3,11 +3,12 @@
 
 Usage: gpt_fields.py LAMP_BENCH WORK_DIR
 
-- --gpt-vocab, --gpt-gelu, --fused-head-loss, --fused-add-norm and
-  --fused-mlp reach the model and the JSON record (vocab_size, gpt_gelu,
-  fused_head_loss, fused_add_norm, fused_mlp), kernel_paths names the code
-  the fused operations ran (ATen ops on a CPU), and the fused model's loss
-  is the unfused one's;
+- --gpt-vocab, --gpt-gelu, --fused-head-loss, --fused-add-norm,
+  --fused-mlp and --fused-weight-cast reach the model and the JSON record
+  (vocab_size, gpt_gelu, fused_head_loss, fused_add_norm, fused_mlp,
+  fused_weight_cast), kernel_paths names the code the fused operations ran
+  (ATen ops on a CPU; no casts in fp32), and the fused model's loss is the
+  unfused one's;
 - mfu is tflops over --peak-tflops, and null without a known peak (a CPU);
 - --gpt-shape is refused beside a shape flag, naming it.
 """
@@ -45,16 +46,21 @@ def main(argv):
             "--context", "16", "--gpt-vocab", "1000"]
     fused = bench(lamp_bench, os.path.join(work, "fused.json"), *tiny,
                   "--fused-head-loss", "--fused-add-norm", "--fused-mlp",
-                  "--gpt-gelu", "tanh", "--peak-tflops", "2")
+                  "--fused-weight-cast", "--gpt-gelu", "tanh",
+                  "--peak-tflops", "2")
     if fused["vocab_size"] != 1000 or fused["fused_head_loss"] is not True \
             or fused["fused_add_norm"] is not True \
-            or fused["fused_mlp"] is not True or fused["gpt_gelu"] != "tanh" \
+            or fused["fused_mlp"] is not True \
+            or fused["fused_weight_cast"] is not True \
+            or fused["gpt_gelu"] != "tanh" \
             or "gelu=tanh" not in fused["gpt_name"] \
             or fused["kernel_paths"] != [
                 "residual adds fused with their norms: ATen ops: the "
                 "tensors are on cpu, the kernel is CUDA's",
                 "MLPs with their biases and GELU fused: ATen ops: the "
-                "tensors are on cpu, cuBLASLt is CUDA's"]:
+                "tensors are on cpu, cuBLASLt is CUDA's",
+                "Linear weights cast to autocast's dtype at once: nothing "
+                "to cast (fp32 runs without autocast)"]:
         fail(f"the record lacks the vocabulary or the switches: {fused}")
     if not (fused["tflops"] > 0 and
             abs(fused["mfu"] - fused["tflops"] / 2) <= 1e-12 and
@@ -65,7 +71,9 @@ def main(argv):
                   "--gpt-gelu", "tanh")
     if plain["fused_head_loss"] is not False or \
             plain["fused_add_norm"] is not False or \
-            plain["fused_mlp"] is not False or plain["kernel_paths"] != [] \
+            plain["fused_mlp"] is not False or \
+            plain["fused_weight_cast"] is not False or \
+            plain["kernel_paths"] != [] \
             or plain["mfu"] is not None \
             or plain["peak_tflops"] is not None:
         fail(f"without --peak-tflops a CPU has no peak and no MFU: {plain}")

@@ -33,7 +33,8 @@
       1% of the unfused run's (cuda without a GPU: exit 77, skipped)
   check_gpt.py fused-add-norm TRAIN_GPT WORK_DIR
       --fused-add-norm gives the unfused run's losses to rounding (and
-      --fused-mlp the same losses, its ATen ops on a CPU), in fp32
+      --fused-mlp and --fused-weight-cast the same losses: on a CPU the
+      MLP's ATen ops, autocast's casts), in fp32
       and amp-bf16; --fp8-fused-casts is refused without --precision fp8.
   check_gpt.py fused-head-loss TRAIN_GPT WORK_DIR
       --fused-head-loss gives the unfused run's losses to rounding at a
@@ -1078,7 +1079,8 @@ def fused_add_norm(train_gpt, work):
         for name, extra in (("unfused", []),
                             ("fused", ["--fused-add-norm"]),
                             ("mlp", ["--fused-mlp", "--gelu", "tanh"]),
-                            ("mlp-unfused", ["--gelu", "tanh"])):
+                            ("mlp-unfused", ["--gelu", "tanh"]),
+                            ("weights", ["--fused-weight-cast"])):
             log = fresh(work, f"{precision}-{name}.jsonl")
             r = expect_success(base + ["--log-json", log] + extra)
             epochs[name] = records(log)[-1]
@@ -1095,10 +1097,20 @@ def fused_add_norm(train_gpt, work):
                 fail(f"{precision} {name}: the line naming the fused MLPs' "
                      f"code is {'there' if said else 'missing'}: "
                      f"{r.stdout[:600]!r}")
-        # --fused-mlp runs the unfused MLP's ATen ops on a CPU: the same
-        # losses to the bit; --fused-add-norm's to rounding.
+            # fp32 has no autocast, so nothing to cast.
+            said = "Linear weights cast to autocast's dtype at once: " + \
+                ("nothing to cast (fp32 runs without autocast)"
+                 if precision == "fp32" else "") in r.stdout
+            if said != (name == "weights"):
+                fail(f"{precision} {name}: the line naming the weights' "
+                     f"casts is {'there' if said else 'missing'}: "
+                     f"{r.stdout[:600]!r}")
+        # --fused-mlp runs the unfused MLP's ATen ops on a CPU and
+        # --fused-weight-cast autocast's casts: the same losses to the bit;
+        # --fused-add-norm's to rounding.
         for fused_name, unfused_name, tolerance in (
-                ("fused", "unfused", rtol), ("mlp", "mlp-unfused", 0.0)):
+                ("fused", "unfused", rtol), ("mlp", "mlp-unfused", 0.0),
+                ("weights", "unfused", 0.0)):
             unfused, fused = epochs[unfused_name], epochs[fused_name]
             for key in ("train_loss", "test_loss"):
                 if abs(fused[key] - unfused[key]) > \
@@ -1126,7 +1138,7 @@ def fused_add_norm(train_gpt, work):
 
 def fused_steps(train_gpt, work, device):
     """The GPT's fused kernels together (--fused-add-norm --fused-mlp
-    --fused-head-loss, with the tanh GELU that cuBLASLt's epilogue
+    --fused-head-loss --fused-weight-cast, with the tanh GELU that cuBLASLt's epilogue
     computes) against the unfused step over 200 steps in amp-bf16: the
     last training and test losses within 1% of the unfused run's. On the
     CPU the fused code runs ATen ops; with DEVICE cuda, lamp's CUDA kernels
@@ -1147,7 +1159,8 @@ def fused_steps(train_gpt, work, device):
     runs = {}
     for name, extra in (("unfused", []),
                         ("fused", ["--fused-add-norm", "--fused-mlp",
-                                   "--fused-head-loss"])):
+                                   "--fused-head-loss",
+                                   "--fused-weight-cast"])):
         log = fresh(work, f"{device}-{name}.jsonl")
         r = run(base + ["--log-json", log] + extra)
         if r.returncode != 0 and "no CUDA GPU is available" in r.stderr:
@@ -1159,9 +1172,12 @@ def fused_steps(train_gpt, work, device):
         if name == "fused":
             want = ({"residual adds fused with their norms: lamp's CUDA "
                      "kernel", "MLPs with their biases and GELU fused: "
-                     "cuBLASLt epilogues"} if device == "cuda" else
+                     "cuBLASLt epilogues", "Linear weights cast to "
+                     "autocast's dtype at once: one multi-tensor kernel "
+                     "each way"} if device == "cuda" else
                     {"residual adds fused with their norms: ATen ops",
-                     "MLPs with their biases and GELU fused: ATen ops"})
+                     "MLPs with their biases and GELU fused: ATen ops",
+                     "Linear weights cast to autocast's dtype at once: "})
             for line in want:
                 if line not in r.stdout:
                     fail(f"the first lines do not say {line!r}: "

@@ -100,6 +100,16 @@ struct GPTOptions {
   /// unfused. Off by default until a GPU run has measured it. Not part of
   /// name().
   TORCH_ARG(bool, fused_mlp) = false;
+  /// Under autocast, every block's Linear weights and biases are cast to
+  /// autocast's dtype at the forward's start in one multi-tensor operation,
+  /// and their gradients back to FP32 in one at the backward's end
+  /// (lamp::nn::CastWeightsOnce), instead of a cast and a cast back per
+  /// tensor as each layer runs: about 100 small kernels a step fewer at 6
+  /// blocks. The same bits, forward and backward; the parameters'
+  /// gradients all arrive at the backward's end. Not with activation
+  /// checkpointing (its recomputation casts as autocast does). Off by
+  /// default until a GPU run has measured it. Not part of name().
+  TORCH_ARG(bool, fused_weight_cast) = false;
 
  public:
   /// "gpt(layers=6, heads=6, width=384, context=256, vocab=256)", with

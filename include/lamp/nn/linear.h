@@ -22,7 +22,9 @@ namespace nn {
 /// y = input weight^T + bias over the last dimension of `input` ([..., in]
 /// -> [..., out]), as Python's torch.nn.functional.linear: ATen's
 /// at::linear, the op autocast casts as a whole. `bias` may be undefined.
-/// Errors name the input's and the weight's shapes when they do not fit.
+/// Inside a lamp::nn::CastWeightsOnce that cast `weight` and `bias`, their
+/// casts are used (lamp/nn/weight_cast.h). Errors name the input's and the
+/// weight's shapes when they do not fit.
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
                      const torch::Tensor& bias = {});
 

@@ -1,0 +1,151 @@
+#include "lamp/nn/weight_cast.h"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lamp/nn/float8.h"
+#include "platform/compat.h"
+
+namespace lamp {
+namespace nn {
+namespace {
+
+// The calling thread's innermost live guard (autocast's state is per thread
+// too, and the casts are only valid inside its region).
+thread_local const CastWeightsOnce* innermost = nullptr;
+
+// Every input cast to `dtype` in one foreach copy; in the backward every
+// defined gradient cast back to the inputs' dtype in one. One node for all
+// the casts, so that the backward's casts wait for the last gradient and run
+// together.
+class CastAllFunction : public torch::autograd::Function<CastAllFunction> {
+ public:
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, at::TensorList inputs,
+      at::ScalarType dtype) {
+    // A layer left out of the forward sends no gradient: none comes back,
+    // rather than a cast of zeros.
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["input_dtype"] =
+        static_cast<int64_t>(inputs.front().scalar_type());
+    torch::autograd::variable_list outputs;
+    outputs.reserve(inputs.size());
+    for (const auto& input : inputs) {
+      outputs.push_back(torch::empty_like(input, input.options().dtype(dtype)));
+    }
+    lamp::detail::foreach_copy_(outputs, inputs);
+    return outputs;
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grads) {
+    const auto dtype =
+        static_cast<at::ScalarType>(ctx->saved_data["input_dtype"].toInt());
+    torch::autograd::variable_list result(grads.size());
+    std::vector<torch::Tensor> sources, targets;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined()) {
+        result[i] =
+            torch::empty_like(grads[i], grads[i].options().dtype(dtype));
+        sources.push_back(grads[i]);
+        targets.push_back(result[i]);
+      }
+    }
+    if (!targets.empty()) {
+      lamp::detail::foreach_copy_(targets, sources);
+    }
+    result.emplace_back(); // `dtype` is not differentiable
+    return result;
+  }
+};
+
+// Whether autocast would cast `t` for a linear: an FP32 tensor on a device
+// where autocast is on (CPU or CUDA).
+bool autocast_casts(const torch::Tensor& t) {
+  if (!t.defined() || t.scalar_type() != at::kFloat) {
+    return false;
+  }
+  const auto type = t.device().type();
+  return (type == c10::DeviceType::CPU || type == c10::DeviceType::CUDA) &&
+         lamp::detail::autocast_enabled(type);
+}
+
+} // namespace
+
+CastWeightsOnce::CastWeightsOnce(torch::nn::Module& module)
+    : outer_(innermost) {
+  // The tensors to cast, grouped by device (one foreach copy a device).
+  std::vector<std::pair<torch::Device, torch::autograd::variable_list>> groups;
+  const auto add = [&](const torch::Tensor& t) {
+    if (!autocast_casts(t) ||
+        !casts_.emplace(t.unsafeGetTensorImpl(), torch::Tensor()).second) {
+      return; // not autocast's to cast, or already listed (a shared layer)
+    }
+    for (auto& group : groups) {
+      if (group.first == t.device()) {
+        group.second.push_back(t);
+        return;
+      }
+    }
+    groups.emplace_back(t.device(), torch::autograd::variable_list{t});
+  };
+  // apply() rather than modules(): it takes a module not held by a
+  // shared_ptr too.
+  module.apply([&](torch::nn::Module& child) {
+    const auto* layer = dynamic_cast<const torch::nn::LinearImpl*>(&child);
+    if (layer != nullptr && float8_state(*layer) == nullptr) {
+      add(layer->weight);
+      add(layer->bias);
+    }
+  });
+  for (const auto& group : groups) {
+    // A TensorList, not a vector: what Function::apply records as inputs.
+    const auto casts = CastAllFunction::apply(
+        at::TensorList(group.second),
+        lamp::detail::autocast_dtype(group.first.type()));
+    for (size_t i = 0; i < casts.size(); ++i) {
+      casts_[group.second[i].unsafeGetTensorImpl()] = casts[i];
+    }
+  }
+  innermost = this;
+}
+
+CastWeightsOnce::~CastWeightsOnce() {
+  innermost = outer_;
+}
+
+torch::Tensor CastWeightsOnce::find(const torch::Tensor& parameter) const {
+  if (!parameter.defined()) {
+    return {};
+  }
+  const auto found = casts_.find(parameter.unsafeGetTensorImpl());
+  return found == casts_.end() ? torch::Tensor() : found->second;
+}
+
+torch::Tensor cast_weight(const torch::Tensor& parameter) {
+  for (const auto* guard = innermost; guard != nullptr; guard = guard->outer_) {
+    auto cast = guard->find(parameter);
+    if (cast.defined()) {
+      return cast;
+    }
+  }
+  return parameter;
+}
+
+std::string cast_weights_once_path(const torch::Device& device) {
+  if (!LAMP_TORCH_FOREACH_COPY) {
+    return std::string("a copy per tensor: LibTorch ") + TORCH_VERSION +
+           " has no at::_foreach_copy_";
+  }
+  if (device.is_cuda()) {
+    return "one multi-tensor kernel each way (at::_foreach_copy_)";
+  }
+  return "at::_foreach_copy_, a copy per tensor on " + device.str();
+}
+
+} // namespace nn
+} // namespace lamp

@@ -218,7 +218,8 @@ GUARD_MIN_TORCH = {"LAMP_TORCH_FLOAT8": "2.5",
                    "LAMP_TORCH_DEVICE_GENERIC_AUTOCAST": "2.4",
                    "LAMP_TORCH_CPU_CAPABILITIES": "2.11",
                    "LAMP_TORCH_CPU_MIXED_DTYPE_NORMS": "2.0",
-                   "LAMP_TORCH_SDP_CUDNN": "2.3"}
+                   "LAMP_TORCH_SDP_CUDNN": "2.3",
+                   "LAMP_TORCH_FOREACH_COPY": "2.1"}
 
 
 def enclosing_guards(text, pos):

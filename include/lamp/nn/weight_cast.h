@@ -5,8 +5,8 @@
 /// all made in one multi-tensor operation at the forward's start, and their
 /// gradients cast back in one at the backward's end. Autocast casts each
 /// FP32 weight and bias as its layer runs: two small kernels per tensor and
-/// step (the cast, then its gradient's cast back), about a hundred for a
-/// 6-block GPT, which at a GPT's small widths are launch-bound (on an H200
+/// step (the cast, then its gradient's cast back), 96 for a 6-block GPT
+/// with biases, which at a GPT's small widths are launch-bound (on an H200
 /// the small GPT's copy kernels, most of them these, were 9.7% of its step,
 /// as many in PyTorch's own whole-step graph).
 

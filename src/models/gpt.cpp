@@ -20,6 +20,7 @@
 #include "lamp/ops/add_norm.h"
 #include "lamp/ops/gelu_mlp.h"
 #include "lamp/ops/linear_cross_entropy.h"
+#include "platform/autocast_on.h"
 #include "platform/compat.h"
 
 namespace lamp {
@@ -96,9 +97,7 @@ ops::AddNormResult add_then_norm(const torch::nn::AnyModule& norm,
                                  const torch::Tensor& branch) {
   ops::AddNormOptions o;
   const auto device_type = x.device().type();
-  if ((device_type == c10::DeviceType::CPU ||
-       device_type == c10::DeviceType::CUDA) &&
-      lamp::detail::autocast_enabled(device_type)) {
+  if (lamp::detail::autocast_on(device_type)) {
     o.output_dtype(lamp::detail::autocast_dtype(device_type));
   }
   if (const auto ln =

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lamp/nn/float8.h"
+#include "platform/autocast_on.h"
 #include "platform/compat.h"
 
 namespace lamp {
@@ -69,9 +70,7 @@ bool autocast_casts(const torch::Tensor& t) {
   if (!t.defined() || t.scalar_type() != at::kFloat) {
     return false;
   }
-  const auto type = t.device().type();
-  return (type == c10::DeviceType::CPU || type == c10::DeviceType::CUDA) &&
-         lamp::detail::autocast_enabled(type);
+  return lamp::detail::autocast_on(t.device().type());
 }
 
 } // namespace

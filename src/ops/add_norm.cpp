@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/add_norm_cuda.h"
+#include "platform/autocast_on.h"
 #include "platform/compat.h"
 
 namespace lamp {
@@ -71,10 +72,7 @@ at::ScalarType normed_dtype(const torch::Tensor& x, at::ScalarType sum,
     return *options.output_dtype();
   }
   const auto device_type = x.device().type();
-  if (!rms &&
-      (device_type == c10::DeviceType::CPU ||
-       device_type == c10::DeviceType::CUDA) &&
-      lamp::detail::autocast_enabled(device_type)) {
+  if (!rms && lamp::detail::autocast_on(device_type)) {
     return torch::kFloat;
   }
   return sum;

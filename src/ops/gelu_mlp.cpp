@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ops/gelu_mlp_cuda.h"
+#include "platform/autocast_on.h"
 #include "platform/compat.h"
 
 namespace lamp {
@@ -78,9 +79,7 @@ bool autocast_eligible(at::ScalarType dtype) {
 // operands (as it does for linear), else x's.
 at::ScalarType compute_dtype(const torch::Tensor& x) {
   const auto device_type = x.device().type();
-  if ((device_type == c10::DeviceType::CPU ||
-       device_type == c10::DeviceType::CUDA) &&
-      lamp::detail::autocast_enabled(device_type) &&
+  if (lamp::detail::autocast_on(device_type) &&
       autocast_eligible(x.scalar_type())) {
     return lamp::detail::autocast_dtype(device_type);
   }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "platform/autocast_on.h"
 #include "platform/compat.h"
 
 namespace lamp {
@@ -71,9 +72,7 @@ std::pair<torch::Tensor, torch::Tensor> rows_of(const torch::Tensor& input,
 at::ScalarType compute_dtype(const torch::Tensor& input,
                              const torch::Tensor& weight) {
   const auto device_type = input.device().type();
-  if ((device_type == c10::DeviceType::CPU ||
-       device_type == c10::DeviceType::CUDA) &&
-      lamp::detail::autocast_enabled(device_type) &&
+  if (lamp::detail::autocast_on(device_type) &&
       autocast_eligible(input.scalar_type()) &&
       autocast_eligible(weight.scalar_type())) {
     return lamp::detail::autocast_dtype(device_type);

@@ -78,6 +78,8 @@ struct Config {
   bool fused_mlp = false;
   // --fused-weight-cast: GPTOptions::fused_weight_cast.
   bool fused_weight_cast = false;
+  // --fused-bias-grad: GPTOptions::fused_bias_grad.
+  bool fused_bias_grad = false;
   // --gpt-gelu: GPTOptions::gelu, "exact" or "tanh".
   std::string gpt_gelu = "exact";
   // --fp8-fused-casts: Float8Recipe::fused_casts in fp8.
@@ -110,6 +112,7 @@ lamp::models::GPTOptions gpt_options(const Config& c) {
       .fused_add_norm(c.fused_add_norm)
       .fused_mlp(c.fused_mlp)
       .fused_weight_cast(c.fused_weight_cast)
+      .fused_bias_grad(c.fused_bias_grad)
       .gelu(c.gpt_gelu == "tanh" ? lamp::models::GPTGelu::kTanh
                                  : lamp::models::GPTGelu::kExact);
 }
@@ -308,6 +311,7 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     result["fused_add_norm"] = built.fused_add_norm();
     result["fused_mlp"] = built.fused_mlp();
     result["fused_weight_cast"] = built.fused_weight_cast();
+    result["fused_bias_grad"] = built.fused_bias_grad();
     result["gpt_gelu"] =
         built.gelu() == lamp::models::GPTGelu::kTanh ? "tanh" : "exact";
     // Which code the fused operations ran: a fallback to ATen ops shows.
@@ -733,6 +737,10 @@ int main(int argc, char** argv) {
                "--model gpt: under autocast, the blocks' Linear weights cast "
                "in one multi-tensor operation a step, their gradients back "
                "in one (GPTOptions::fused_weight_cast)");
+  app.add_flag("--fused-bias-grad", c.fused_bias_grad,
+               "--model gpt: each Linear bias's gradient summed in its "
+               "weight-gradient product (GPTOptions::fused_bias_grad; "
+               "cuBLASLt's epilogue on a GPU)");
   app.add_option("--gpt-gelu", c.gpt_gelu,
                  "--model gpt: the MLP's GELU, exact (nanoGPT's) or tanh "
                  "(GPT-2's)")

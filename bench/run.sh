@@ -158,7 +158,8 @@ failures=0
 # what they gain), lamp-graph-conv-bn (the same with BatchNorm folded into
 # the convolutions, --fused-bn conv), lamp-graph-fused (the GPT's CUDA-graph
 # step with its opt-in fused kernels: --fused-add-norm --fused-mlp
-# --fused-head-loss --fused-weight-cast, and --fp8-fused-casts in fp8),
+# --fused-head-loss --fused-weight-cast --fused-bias-grad, and
+# --fp8-fused-casts in fp8),
 # lamp-graph-sdpa-flash, -efficient, -cudnn (the GPT's CUDA-graph step with
 # one attention kernel allowed, --attention; shown in the report, never
 # ranked), pytorch-eager (foreach
@@ -206,7 +207,7 @@ run_tools() {
         [ "$tool" = lamp-graph-sdpa-cudnn ] && extra=(--cuda-graph --attention cudnn)
         if [ "$tool" = lamp-graph-fused ]; then
           extra=(--cuda-graph --fused-add-norm --fused-mlp --fused-head-loss
-            --fused-weight-cast)
+            --fused-weight-cast --fused-bias-grad)
           [ "$precision" = fp8 ] && extra+=(--fp8-fused-casts)
         fi
         run_one "$tool" "$json" "$bench" "${args[@]}" "${extra[@]}" --json "$json"

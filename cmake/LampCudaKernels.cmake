@@ -59,9 +59,12 @@ if(LAMP_WITH_CUDA AND LAMP_CUDA_KERNELS)
                                 src/ops/add_norm_kernels.cu
                                 src/ops/channel_affine_cuda.cpp
                                 src/ops/channel_affine_kernels.cu
-                                src/ops/gelu_mlp_cuda.cpp)
-    # gelu_mlp's epilogues call the cuBLASLt LibTorch loaded, found with
-    # dlopen (src/ops/gelu_mlp_cuda.cpp): nothing of cuBLAS is linked.
+                                src/ops/cublaslt.cpp
+                                src/ops/gelu_mlp_cuda.cpp
+                                src/ops/linear_bgrad_cuda.cpp)
+    # The epilogues of gelu_mlp and linear_bgrad call the cuBLASLt LibTorch
+    # loaded, found with dlopen (src/ops/cublaslt.cpp): nothing of cuBLAS is
+    # linked.
     target_link_libraries(lamp PRIVATE ${CMAKE_DL_LIBS})
     # The kernels include no LibTorch header: no precompiled <torch/torch.h>.
     set_source_files_properties(src/nn/float8_cast_kernels.cu

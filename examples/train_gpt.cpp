@@ -181,6 +181,11 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                "weights in one multi-tensor operation a step and their "
                "gradients back in one, instead of one small kernel per "
                "tensor each way (the same results, bit for bit)");
+  app.add_flag("--fused-bias-grad", f.model.fused_bias_grad(),
+               "sum each Linear bias's gradient in its weight-gradient "
+               "product (cuBLASLt's epilogue on a GPU in 16-bit products) "
+               "instead of a reduction of its own (the same results to "
+               "rounding; on a CPU, bit for bit)");
   app.add_flag("--no-kv-cache", f.no_kv_cache,
                "sample without the KV cache: every token computed over its "
                "whole window (slower; the same tokens)");
@@ -786,7 +791,8 @@ int main(int argc, char** argv) {
               lamp::models::export_gpt_state_dict(module, path, layout, o);
             };
         if (flags.model.fused_add_norm() || flags.model.fused_mlp() ||
-            flags.model.fused_weight_cast() || config.fp8_fused_casts) {
+            flags.model.fused_weight_cast() || flags.model.fused_bias_grad() ||
+            config.fp8_fused_casts) {
           spec.kernel_note =
               [model = flags.model, fused_casts = config.fp8_fused_casts](
                   const torch::Device& device, lamp::Precision precision) {

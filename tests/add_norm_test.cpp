@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "autograd_nodes.h"
+#include "graph_replay.h"
 #include "lamp/amp/autocast.h"
 #include "lamp/models/gpt.h"
 #include "lamp/nn/rms_norm.h"
 #include "lamp/platform/backends.h"
 #include "platform/compat.h"
-#include "platform/cuda_graph.h"
 #include "test_util.h"
 
 namespace {
@@ -596,17 +596,11 @@ TEST(AddNorm, KernelRunsInACapturedGraph_CUDA) {
     grad_x = grads[0];
     grad_weight = grads[1];
   };
-  lamp::detail::run_on_side_stream(cuda, step);
-  const auto graph =
-      lamp::detail::capture_graph(cuda, lamp::detail::new_graph_pool(), step);
   // New values in the captured inputs; a replay computes them.
-  {
-    torch::NoGradGuard no_grad;
+  lamp_test::capture_refill_replay(cuda, step, [&] {
     x.copy_(x * 0.5 - 1);
     branch.copy_(torch::randn_like(branch));
-  }
-  graph->replay();
-  torch::cuda::synchronize();
+  });
   Inputs now = in;
   now.x = x.detach().clone();
   now.branch = branch.detach().clone();

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "platform/cuda_graph.h"
+#include "graph_replay.h"
 #include "test_util.h"
 
 namespace {
@@ -387,17 +387,11 @@ TEST(ChannelAffine, KernelReplaysInACapturedGraph_CUDA) {
     out = channel_affine_kernel(k.op, k.like);
     sums = gated_sums_kernel(o.dz, o.z, o.y, o.x);
   };
-  lamp::detail::run_on_side_stream(cuda, step);
-  const auto graph =
-      lamp::detail::capture_graph(cuda, lamp::detail::new_graph_pool(), step);
-  {
-    torch::NoGradGuard no_grad;
+  lamp_test::capture_refill_replay(cuda, step, [&] {
     k.op.u.copy_(torch::randn_like(k.op.u));
     k.op.u_scale.copy_(torch::rand_like(k.op.u_scale));
     o.dz.copy_(torch::randn_like(o.dz));
-  }
-  graph->replay();
-  torch::cuda::synchronize();
+  });
   EXPECT_TRUE(BitEqual(out, channel_affine_reference(k.op, k.like)));
   // The sums of the new gradient: the same bits as a call outside the graph.
   const auto fresh = gated_sums_kernel(o.dz, o.z, o.y, o.x);

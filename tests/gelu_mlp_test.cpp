@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "autograd_nodes.h"
+#include "graph_replay.h"
 #include "lamp/amp/autocast.h"
 #include "lamp/models/gpt.h"
 #include "lamp/nn/float8.h"
 #include "lamp/platform/backends.h"
 #include "platform/compat.h"
-#include "platform/cuda_graph.h"
 #include "test_util.h"
 #include "tiny_gpt.h"
 
@@ -314,17 +314,7 @@ GptStep gpt_step(GPT& gpt, const torch::Tensor& tokens) {
 
 // A GPT of `options` and its twin with fused_mlp, the same weights.
 std::pair<GPT, GPT> twins(const GPTOptions& options) {
-  torch::manual_seed(31);
-  GPT plain(options);
-  GPT fused(GPTOptions(options).fused_mlp(true));
-  torch::NoGradGuard no_grad;
-  const auto from = plain->parameters();
-  const auto to = fused->parameters();
-  for (size_t i = 0; i < from.size(); ++i) {
-    // Biases as built are zeros: random ones, so that a bias left out shows.
-    to[i].copy_(from[i].add_(0.05 * torch::randn_like(from[i])));
-  }
-  return {plain, fused};
+  return lamp_test::gpt_twins(options, GPTOptions(options).fused_mlp(true));
 }
 
 TEST(GeluMlp, GptWithFusedMlpTrainsAsTheUnfusedOne) {
@@ -477,15 +467,8 @@ TEST(GeluMlp, EpiloguesRunInACapturedGraph_CUDA) {
     grad_x = grads[0];
     grad_b1 = grads[1];
   };
-  lamp::detail::run_on_side_stream(cuda, step);
-  const auto graph =
-      lamp::detail::capture_graph(cuda, lamp::detail::new_graph_pool(), step);
-  {
-    torch::NoGradGuard no_grad;
-    x.copy_(torch::randn_like(x));
-  }
-  graph->replay();
-  torch::cuda::synchronize();
+  lamp_test::capture_refill_replay(cuda, step,
+                                   [&] { x.copy_(torch::randn_like(x)); });
   Inputs now = i;
   now.x = x.detach().clone();
   const auto want = run(now, stock(o));

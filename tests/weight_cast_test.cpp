@@ -220,18 +220,6 @@ using lamp::models::GPTOptions;
 
 using lamp_test::tiny_gpt;
 
-// `to` takes `from`'s parameters, both moved off their built values
-// (biases built as zeros: random ones, so that a bias left out shows).
-void copy_parameters(torch::nn::Module& from, torch::nn::Module& to) {
-  torch::NoGradGuard no_grad;
-  const auto source = from.parameters();
-  const auto target = to.parameters();
-  ASSERT_EQ(source.size(), target.size());
-  for (size_t i = 0; i < source.size(); ++i) {
-    target[i].copy_(source[i].add_(0.05 * torch::randn_like(source[i])));
-  }
-}
-
 struct GptStep {
   torch::Tensor loss;
   std::vector<torch::Tensor> grads;
@@ -299,7 +287,7 @@ void expect_gpt_matches(const torch::Device& device, bool fused,
   torch::manual_seed(31);
   GPT plain(options);
   GPT cast(GPTOptions(options).fused_weight_cast(true));
-  copy_parameters(*plain, *cast);
+  lamp_test::copy_perturbed_parameters(*plain, *cast);
   plain->to(device);
   cast->to(device);
   const auto tokens = torch::randint(0, 30, {2, 8}, torch::kLong).to(device);
@@ -351,7 +339,7 @@ TEST(CastWeightsOnce, GptWithFusedWeightCastGeneratesAsWithout) {
   torch::manual_seed(32);
   GPT plain(tiny_gpt());
   GPT cast(GPTOptions(tiny_gpt()).fused_weight_cast(true));
-  copy_parameters(*plain, *cast);
+  lamp_test::copy_perturbed_parameters(*plain, *cast);
   plain->eval();
   cast->eval();
   torch::NoGradGuard no_grad;

@@ -4,6 +4,7 @@
 #include <lamp/nn/weight_cast.h>
 #include <lamp/ops/add_norm.h>
 #include <lamp/ops/gelu_mlp.h>
+#include <lamp/ops/linear_bgrad.h>
 #include <torch/torch.h>
 
 namespace lamp_examples {
@@ -16,7 +17,7 @@ std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
   const bool fused_casts =
       fp8_fused_casts && precision == lamp::Precision::kFP8;
   if (!model.fused_add_norm() && !model.fused_mlp() &&
-      !model.fused_weight_cast() && !fused_casts) {
+      !model.fused_weight_cast() && !model.fused_bias_grad() && !fused_casts) {
     return notes;
   }
   // The residual stream in the model's dtype, the branches and the MLP's
@@ -56,6 +57,17 @@ std::vector<std::string> gpt_kernel_notes(const lamp::models::GPTOptions& model,
                       "the others: "
                     : "") +
                    lamp::nn::cast_weights_once_path(device)));
+  }
+  if (model.fused_bias_grad()) {
+    const int64_t c = model.width();
+    notes.push_back(
+        std::string("bias gradients in the weight-gradient products: ") +
+        (precision == lamp::Precision::kFP8
+             ? "the layers that compute in FP8 keep their own; the others: "
+             : "") +
+        lamp::ops::linear_bgrad_path(
+            branch.expand({1, c}), branch.expand({c, c}),
+            model.bias() ? branch.view({1}).expand({c}) : torch::Tensor()));
   }
   if (fused_casts) {
     notes.push_back("FP8 casts in one pass: " +

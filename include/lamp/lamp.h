@@ -41,6 +41,7 @@
 #include "lamp/ops/batch_norm_relu.h"
 #include "lamp/ops/conv_batch_norm.h"
 #include "lamp/ops/gelu_mlp.h"
+#include "lamp/ops/linear_bgrad.h"
 #include "lamp/ops/linear_cross_entropy.h"
 #include "lamp/ops/relu_max_pool.h"
 #include "lamp/optim/adam.h"

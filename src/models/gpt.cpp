@@ -19,6 +19,7 @@
 #include "lamp/nn/weight_cast.h"
 #include "lamp/ops/add_norm.h"
 #include "lamp/ops/gelu_mlp.h"
+#include "lamp/ops/linear_bgrad.h"
 #include "lamp/ops/linear_cross_entropy.h"
 #include "platform/autocast_on.h"
 #include "platform/compat.h"
@@ -117,6 +118,21 @@ torch::nn::Linear make_linear(const GPTOptions& options, int64_t in,
       torch::nn::LinearOptions(in, out).bias(options.bias()));
 }
 
+// `layer` applied to x as lamp::nn::linear does, or with
+// GPTOptions::fused_bias_grad through lamp::ops::linear_bgrad (on the
+// parameters as a CastWeightsOnce cast them) where the layer has a bias
+// and does not compute in FP8.
+torch::Tensor block_linear(const torch::Tensor& x,
+                           const torch::nn::Linear& layer,
+                           bool fused_bias_grad) {
+  if (fused_bias_grad && layer->bias.defined() &&
+      lamp::nn::float8_state(*layer) == nullptr) {
+    return ops::linear_bgrad(x, lamp::nn::cast_weight(layer->weight),
+                             lamp::nn::cast_weight(layer->bias));
+  }
+  return lamp::nn::linear(x, layer);
+}
+
 } // namespace
 
 std::string GPTOptions::name() const {
@@ -184,7 +200,9 @@ void GPTKVCache::advance(int64_t tokens) {
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTOptions& options)
-    : heads_(options.heads()), dropout_(options.dropout()) {
+    : heads_(options.heads()),
+      dropout_(options.dropout()),
+      fused_bias_grad_(options.fused_bias_grad()) {
   const int64_t c = options.width();
   c_attn = register_module("c_attn", make_linear(options, c, 3 * c));
   c_proj = register_module("c_proj", make_linear(options, c, c));
@@ -192,7 +210,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTOptions& options)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-  const auto qkv = lamp::nn::linear(x, c_attn).split(c, /*dim=*/2);
+  const auto qkv =
+      block_linear(x, c_attn, fused_bias_grad_).split(c, /*dim=*/2);
   const auto heads = [&](const torch::Tensor& y) {
     return y.view({b, t, heads_, c / heads_}).transpose(1, 2);
   };
@@ -204,7 +223,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor CausalSelfAttentionImpl::output(const torch::Tensor& y) const {
   const auto joined = y.transpose(1, 2).flatten(2);
-  const auto projected = lamp::nn::linear(joined, c_proj);
+  const auto projected = block_linear(joined, c_proj, fused_bias_grad_);
   return F::dropout(
       projected, F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
@@ -214,7 +233,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x,
                                                int64_t layer) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
   const int64_t past = cache.length();
-  const auto qkv = lamp::nn::linear(x, c_attn).split(c, /*dim=*/2);
+  const auto qkv =
+      block_linear(x, c_attn, fused_bias_grad_).split(c, /*dim=*/2);
   const auto heads = [&](const torch::Tensor& y) {
     return y.view({b, t, heads_, c / heads_}).transpose(1, 2);
   };
@@ -244,7 +264,8 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
     : dropout_(options.dropout()),
       gelu_(options.gelu()),
       fused_add_norm_(options.fused_add_norm()),
-      fused_mlp_(options.fused_mlp()) {
+      fused_mlp_(options.fused_mlp()),
+      fused_bias_grad_(options.fused_bias_grad()) {
   const int64_t c = options.width();
   ln_1 = make_norm(options, c);
   register_module("ln_1", ln_1.ptr());
@@ -287,13 +308,16 @@ torch::Tensor GPTBlockImpl::mlp(const torch::Tensor& normed) {
     m = ops::gelu_mlp(normed, cast_weight(c_fc->weight),
                       cast_weight(c_fc->bias), cast_weight(c_proj->weight),
                       cast_weight(c_proj->bias),
-                      ops::GeluMlpOptions().approximate(approximate));
+                      ops::GeluMlpOptions()
+                          .approximate(approximate)
+                          .fused_bias_grad(fused_bias_grad_));
   } else {
     // lamp::nn::linear, not Linear::forward: one autocast op with its bias
     // (include/lamp/nn/linear.h).
-    const auto hidden = lamp::nn::linear(normed, c_fc);
-    m = lamp::nn::linear(
-        F::gelu(hidden, F::GELUFuncOptions().approximate(approximate)), c_proj);
+    const auto hidden = block_linear(normed, c_fc, fused_bias_grad_);
+    m = block_linear(
+        F::gelu(hidden, F::GELUFuncOptions().approximate(approximate)), c_proj,
+        fused_bias_grad_);
   }
   return F::dropout(
       m, F::DropoutFuncOptions().p(dropout_).training(is_training()));

@@ -12,7 +12,9 @@
 #include <string>
 #include <utility>
 
+#include "ops/argument_checks.h"
 #include "ops/gelu_mlp_cuda.h"
+#include "ops/linear_bgrad_cuda.h"
 #include "platform/autocast_on.h"
 #include "platform/compat.h"
 
@@ -44,21 +46,12 @@ void check_arguments(const torch::Tensor& x, const torch::Tensor& fc_weight,
               "] (fc_weight's in), got ", x.sizes(), ".");
   TORCH_CHECK(x.numel() > 0, who, ": no rows (x ", x.sizes(),
               "): give at least one row.");
-  for (const auto& [name, t] :
-       {std::pair<const char*, const torch::Tensor&>{"x", x},
-        std::pair<const char*, const torch::Tensor&>{"fc_weight", fc_weight},
-        std::pair<const char*, const torch::Tensor&>{"fc_bias", fc_bias},
-        std::pair<const char*, const torch::Tensor&>{"proj_weight",
-                                                     proj_weight},
-        std::pair<const char*, const torch::Tensor&>{"proj_bias", proj_bias}}) {
-    if (!t.defined()) {
-      continue;
-    }
-    TORCH_CHECK(t.is_floating_point(), who, ": ", name,
-                " must be floating point, got ", t.scalar_type(), ".");
-    TORCH_CHECK(t.device() == x.device(), who, ": ", name, " (", t.device(),
-                ") must be on x's device (", x.device(), ").");
-  }
+  lamp::detail::check_floating_on_device(who, x,
+                                         {{"x", x},
+                                          {"fc_weight", fc_weight},
+                                          {"fc_bias", fc_bias},
+                                          {"proj_weight", proj_weight},
+                                          {"proj_bias", proj_bias}});
   TORCH_CHECK(!fc_bias.defined() ||
                   (fc_bias.dim() == 1 && fc_bias.size(0) == fc_weight.size(0)),
               who, ": fc_bias must be [", fc_weight.size(0), "], got ",
@@ -68,22 +61,6 @@ void check_arguments(const torch::Tensor& x, const torch::Tensor& fc_weight,
           (proj_bias.dim() == 1 && proj_bias.size(0) == proj_weight.size(0)),
       who, ": proj_bias must be [", proj_weight.size(0), "], got ",
       proj_bias.sizes(), ".");
-}
-
-bool autocast_eligible(at::ScalarType dtype) {
-  return dtype == torch::kFloat || dtype == torch::kBFloat16 ||
-         dtype == torch::kHalf;
-}
-
-// autocast's dtype where it is on for x's device and would cast the
-// operands (as it does for linear), else x's.
-at::ScalarType compute_dtype(const torch::Tensor& x) {
-  const auto device_type = x.device().type();
-  if (lamp::detail::autocast_on(device_type) &&
-      autocast_eligible(x.scalar_type())) {
-    return lamp::detail::autocast_dtype(device_type);
-  }
-  return x.scalar_type();
 }
 
 // "" where the epilogues run these arguments, else why not.
@@ -120,11 +97,14 @@ torch::Tensor product(const torch::Tensor& x, const torch::Tensor& w,
 // x, fc_weight, fc_bias, proj_weight, proj_bias (an absent bias empty).
 class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
  public:
-  static torch::Tensor forward(
-      torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-      const torch::Tensor& fc_weight, const torch::Tensor& fc_bias,
-      const torch::Tensor& proj_weight, const torch::Tensor& proj_bias,
-      const std::string& approximate, bool epilogue, at::ScalarType compute) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
+                               const torch::Tensor& x,
+                               const torch::Tensor& fc_weight,
+                               const torch::Tensor& fc_bias,
+                               const torch::Tensor& proj_weight,
+                               const torch::Tensor& proj_bias,
+                               const std::string& approximate, bool epilogue,
+                               bool fused_bias_grad, at::ScalarType compute) {
     const auto xc = x.to(compute).contiguous();
     const auto w1 = fc_weight.to(compute).contiguous();
     const auto b1 = cast_or_undefined(fc_bias, compute);
@@ -146,6 +126,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     ctx->save_for_backward({xc, w1, w2, pre, h});
     ctx->saved_data["approximate"] = approximate;
     ctx->saved_data["epilogue"] = epilogue;
+    ctx->saved_data["fused_bias_grad"] = fused_bias_grad;
     ctx->saved_data["has_fc_bias"] = b1.defined();
     ctx->saved_data["has_proj_bias"] = b2.defined();
     for (const auto& [key, t] :
@@ -199,7 +180,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
         d_b1 = d_pre.sum(0);
       }
     }
-    torch::autograd::variable_list out(8);
+    torch::autograd::variable_list out(9);
     if (ctx->needs_input_grad(0)) {
       out[0] = d_pre.mm(w1).to(dtype("x"));
     }
@@ -209,11 +190,20 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     if (want_fc_bias) {
       out[2] = d_b1.to(dtype("fc_bias"));
     }
+    torch::Tensor d_w2, d_b2;
+    if (epilogue && ctx->saved_data["fused_bias_grad"].toBool() &&
+        ctx->needs_input_grad(3) && want_proj_bias &&
+        !detail::linear_weight_bias_grad(g, h, d_w2, d_b2, why)) {
+      TORCH_WARN_ONCE(kWho,
+                      ": summing the second bias's gradient with ATen ops "
+                      "instead of cuBLASLt's epilogue: ",
+                      why, ".");
+    }
     if (ctx->needs_input_grad(3)) {
-      out[3] = g.t().mm(h).to(dtype("proj_weight"));
+      out[3] = (d_w2.defined() ? d_w2 : g.t().mm(h)).to(dtype("proj_weight"));
     }
     if (want_proj_bias) {
-      out[4] = g.sum(0).to(dtype("proj_bias"));
+      out[4] = (d_b2.defined() ? d_b2 : g.sum(0)).to(dtype("proj_bias"));
     }
     return out;
   }
@@ -227,7 +217,7 @@ torch::Tensor gelu_mlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
                        const torch::Tensor& proj_bias,
                        const GeluMlpOptions& options) {
   check_arguments(x, fc_weight, fc_bias, proj_weight, proj_bias, options, kWho);
-  const auto compute = compute_dtype(x);
+  const auto compute = lamp::detail::linear_compute_dtype(x);
   const std::string why =
       epilogue_unavailable_reason(x, fc_weight, proj_weight, options, compute);
   if (!why.empty() && x.is_cuda()) {
@@ -246,9 +236,10 @@ torch::Tensor gelu_mlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
   const auto or_empty = [&](const torch::Tensor& t) {
     return t.defined() ? t : torch::empty({0}, x.options());
   };
-  return GeluMlpFunction::apply(
-             x.reshape({-1, in}), fc_weight, or_empty(fc_bias), proj_weight,
-             or_empty(proj_bias), options.approximate(), why.empty(), compute)
+  return GeluMlpFunction::apply(x.reshape({-1, in}), fc_weight,
+                                or_empty(fc_bias), proj_weight,
+                                or_empty(proj_bias), options.approximate(),
+                                why.empty(), options.fused_bias_grad(), compute)
       .view(shape);
 }
 
@@ -277,8 +268,9 @@ std::string gelu_mlp_path(const torch::Tensor& x,
                           const GeluMlpOptions& options) {
   check_arguments(x, fc_weight, torch::Tensor(), proj_weight, torch::Tensor(),
                   options, "lamp::ops::gelu_mlp_path");
-  const std::string why = epilogue_unavailable_reason(
-      x, fc_weight, proj_weight, options, compute_dtype(x));
+  const std::string why =
+      epilogue_unavailable_reason(x, fc_weight, proj_weight, options,
+                                  lamp::detail::linear_compute_dtype(x));
   return why.empty() ? "cuBLASLt epilogues" : "ATen ops: " + why;
 }
 

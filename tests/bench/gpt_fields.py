@@ -4,11 +4,11 @@
 Usage: gpt_fields.py LAMP_BENCH WORK_DIR
 
 - --gpt-vocab, --gpt-gelu, --fused-head-loss, --fused-add-norm,
-  --fused-mlp and --fused-weight-cast reach the model and the JSON record
-  (vocab_size, gpt_gelu, fused_head_loss, fused_add_norm, fused_mlp,
-  fused_weight_cast), kernel_paths names the code the fused operations ran
-  (ATen ops on a CPU; no casts in fp32), and the fused model's loss is the
-  unfused one's;
+  --fused-mlp, --fused-weight-cast and --fused-bias-grad reach the model
+  and the JSON record (vocab_size, gpt_gelu, fused_head_loss,
+  fused_add_norm, fused_mlp, fused_weight_cast, fused_bias_grad),
+  kernel_paths names the code the fused operations ran (ATen ops on a CPU;
+  no casts in fp32), and the fused model's loss is the unfused one's;
 - mfu is tflops over --peak-tflops, and null without a known peak (a CPU);
 - --gpt-shape is refused beside a shape flag, naming it.
 """
@@ -46,12 +46,14 @@ def main(argv):
             "--context", "16", "--gpt-vocab", "1000"]
     fused = bench(lamp_bench, os.path.join(work, "fused.json"), *tiny,
                   "--fused-head-loss", "--fused-add-norm", "--fused-mlp",
-                  "--fused-weight-cast", "--gpt-gelu", "tanh",
+                  "--fused-weight-cast", "--fused-bias-grad", "--gpt-gelu",
+                  "tanh",
                   "--peak-tflops", "2")
     if fused["vocab_size"] != 1000 or fused["fused_head_loss"] is not True \
             or fused["fused_add_norm"] is not True \
             or fused["fused_mlp"] is not True \
             or fused["fused_weight_cast"] is not True \
+            or fused["fused_bias_grad"] is not True \
             or fused["gpt_gelu"] != "tanh" \
             or "gelu=tanh" not in fused["gpt_name"] \
             or fused["kernel_paths"] != [
@@ -60,7 +62,9 @@ def main(argv):
                 "MLPs with their biases and GELU fused: ATen ops: the "
                 "tensors are on cpu, cuBLASLt is CUDA's",
                 "Linear weights cast to autocast's dtype at once: nothing "
-                "to cast (fp32 runs without autocast)"]:
+                "to cast (fp32 runs without autocast)",
+                "bias gradients in the weight-gradient products: ATen ops: "
+                "the tensors are on cpu, cuBLASLt is CUDA's"]:
         fail(f"the record lacks the vocabulary or the switches: {fused}")
     if not (fused["tflops"] > 0 and
             abs(fused["mfu"] - fused["tflops"] / 2) <= 1e-12 and
@@ -73,6 +77,7 @@ def main(argv):
             plain["fused_add_norm"] is not False or \
             plain["fused_mlp"] is not False or \
             plain["fused_weight_cast"] is not False or \
+            plain["fused_bias_grad"] is not False or \
             plain["kernel_paths"] != [] \
             or plain["mfu"] is not None \
             or plain["peak_tflops"] is not None:

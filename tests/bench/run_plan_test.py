@@ -165,8 +165,8 @@ class CudaRunPlan(unittest.TestCase):
         self.assertEqual(rc, 0, stderr)
         # run.sh's lines name each process's arguments, which describe()
         # reduces to a tool's name.
-        self.assertIn("--fused-mlp --fused-head-loss --fused-weight-cast",
-                      stderr)
+        self.assertIn("--fused-mlp --fused-head-loss --fused-weight-cast "
+                      "--fused-bias-grad", stderr)
         self.assertIn("--precision fp8", stderr)
         fp8_fused = [line for line in stderr.splitlines()
                      if line.startswith("== [") and "lamp-graph-fused:" in line

@@ -33,8 +33,9 @@
       1% of the unfused run's (cuda without a GPU: exit 77, skipped)
   check_gpt.py fused-add-norm TRAIN_GPT WORK_DIR
       --fused-add-norm gives the unfused run's losses to rounding (and
-      --fused-mlp and --fused-weight-cast the same losses: on a CPU the
-      MLP's ATen ops, autocast's casts), in fp32
+      --fused-mlp, --fused-weight-cast and --fused-bias-grad the same
+      losses: on a CPU the MLP's ATen ops, autocast's casts, linear's
+      backward), in fp32
       and amp-bf16; --fp8-fused-casts is refused without --precision fp8.
   check_gpt.py fused-head-loss TRAIN_GPT WORK_DIR
       --fused-head-loss gives the unfused run's losses to rounding at a
@@ -1080,37 +1081,37 @@ def fused_add_norm(train_gpt, work):
                             ("fused", ["--fused-add-norm"]),
                             ("mlp", ["--fused-mlp", "--gelu", "tanh"]),
                             ("mlp-unfused", ["--gelu", "tanh"]),
-                            ("weights", ["--fused-weight-cast"])):
+                            ("weights", ["--fused-weight-cast"]),
+                            ("bias-grad", ["--fused-bias-grad"])):
             log = fresh(work, f"{precision}-{name}.jsonl")
             r = expect_success(base + ["--log-json", log] + extra)
             epochs[name] = records(log)[-1]
-            # The first lines name the code the fused adds and MLPs run.
-            said = "residual adds fused with their norms: ATen ops: the " \
-                   "tensors are on cpu" in r.stdout
-            if said != (name == "fused"):
-                fail(f"{precision} {name}: the line naming the fused adds' "
-                     f"code is {'there' if said else 'missing'}: "
-                     f"{r.stdout[:600]!r}")
-            said = "MLPs with their biases and GELU fused: ATen ops: the " \
-                   "tensors are on cpu, cuBLASLt is CUDA's" in r.stdout
-            if said != (name == "mlp"):
-                fail(f"{precision} {name}: the line naming the fused MLPs' "
-                     f"code is {'there' if said else 'missing'}: "
-                     f"{r.stdout[:600]!r}")
-            # fp32 has no autocast, so nothing to cast.
-            said = "Linear weights cast to autocast's dtype at once: " + \
-                ("nothing to cast (fp32 runs without autocast)"
-                 if precision == "fp32" else "") in r.stdout
-            if said != (name == "weights"):
-                fail(f"{precision} {name}: the line naming the weights' "
-                     f"casts is {'there' if said else 'missing'}: "
-                     f"{r.stdout[:600]!r}")
-        # --fused-mlp runs the unfused MLP's ATen ops on a CPU and
-        # --fused-weight-cast autocast's casts: the same losses to the bit;
+            # The first lines name the code each fused operation runs, and
+            # only the runs that asked for it say so. fp32 has no autocast,
+            # so nothing to cast.
+            for line, owner in (
+                    ("residual adds fused with their norms: ATen ops: the "
+                     "tensors are on cpu", "fused"),
+                    ("MLPs with their biases and GELU fused: ATen ops: the "
+                     "tensors are on cpu, cuBLASLt is CUDA's", "mlp"),
+                    ("Linear weights cast to autocast's dtype at once: " +
+                     ("nothing to cast (fp32 runs without autocast)"
+                      if precision == "fp32" else ""), "weights"),
+                    ("bias gradients in the weight-gradient products: ATen "
+                     "ops: the tensors are on cpu, cuBLASLt is CUDA's",
+                     "bias-grad")):
+                said = line in r.stdout
+                if said != (name == owner):
+                    fail(f"{precision} {name}: the line {line!r} is "
+                         f"{'there' if said else 'missing'}: "
+                         f"{r.stdout[:600]!r}")
+        # --fused-mlp runs the unfused MLP's ATen ops on a CPU,
+        # --fused-weight-cast autocast's casts and --fused-bias-grad
+        # torch::linear's backward: the same losses to the bit;
         # --fused-add-norm's to rounding.
         for fused_name, unfused_name, tolerance in (
                 ("fused", "unfused", rtol), ("mlp", "mlp-unfused", 0.0),
-                ("weights", "unfused", 0.0)):
+                ("weights", "unfused", 0.0), ("bias-grad", "unfused", 0.0)):
             unfused, fused = epochs[unfused_name], epochs[fused_name]
             for key in ("train_loss", "test_loss"):
                 if abs(fused[key] - unfused[key]) > \
@@ -1138,8 +1139,8 @@ def fused_add_norm(train_gpt, work):
 
 def fused_steps(train_gpt, work, device):
     """The GPT's fused kernels together (--fused-add-norm --fused-mlp
-    --fused-head-loss --fused-weight-cast, with the tanh GELU that cuBLASLt's epilogue
-    computes) against the unfused step over 200 steps in amp-bf16: the
+    --fused-head-loss --fused-weight-cast --fused-bias-grad, with the tanh
+    GELU that cuBLASLt's epilogue computes) against the unfused step over 200 steps in amp-bf16: the
     last training and test losses within 1% of the unfused run's. On the
     CPU the fused code runs ATen ops; with DEVICE cuda, lamp's CUDA kernels
     and cuBLASLt's epilogues, which the first lines must name. Without a
@@ -1160,7 +1161,8 @@ def fused_steps(train_gpt, work, device):
     for name, extra in (("unfused", []),
                         ("fused", ["--fused-add-norm", "--fused-mlp",
                                    "--fused-head-loss",
-                                   "--fused-weight-cast"])):
+                                   "--fused-weight-cast",
+                                   "--fused-bias-grad"])):
         log = fresh(work, f"{device}-{name}.jsonl")
         r = run(base + ["--log-json", log] + extra)
         if r.returncode != 0 and "no CUDA GPU is available" in r.stderr:
@@ -1174,10 +1176,13 @@ def fused_steps(train_gpt, work, device):
                      "kernel", "MLPs with their biases and GELU fused: "
                      "cuBLASLt epilogues", "Linear weights cast to "
                      "autocast's dtype at once: one multi-tensor kernel "
-                     "each way"} if device == "cuda" else
+                     "each way", "bias gradients in the weight-gradient "
+                     "products: cuBLASLt epilogue"} if device == "cuda" else
                     {"residual adds fused with their norms: ATen ops",
                      "MLPs with their biases and GELU fused: ATen ops",
-                     "Linear weights cast to autocast's dtype at once: "})
+                     "Linear weights cast to autocast's dtype at once: ",
+                     "bias gradients in the weight-gradient products: "
+                     "ATen ops"})
             for line in want:
                 if line not in r.stdout:
                     fail(f"the first lines do not say {line!r}: "

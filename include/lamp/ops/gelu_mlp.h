@@ -25,6 +25,11 @@ struct GeluMlpOptions {
   /// default there and here) or "tanh" (GPT-2's approximation). cuBLASLt's
   /// epilogue computes the tanh form: only "tanh" runs fused on CUDA.
   TORCH_ARG(std::string, approximate) = "none";
+  /// Where the epilogues run, the second bias's gradient is summed in the
+  /// second layer's weight-gradient product too (epilogue BGRADB, as
+  /// lamp::ops::linear_bgrad() does), instead of by a reduction of its own.
+  /// Off by default until a GPU run has measured it.
+  TORCH_ARG(bool, fused_bias_grad) = false;
 };
 
 /// `proj_weight`/`proj_bias` applied to the GELU of `fc_weight`/`fc_bias`

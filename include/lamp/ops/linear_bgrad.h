@@ -50,8 +50,8 @@ torch::Tensor linear_bgrad(const torch::Tensor& x, const torch::Tensor& weight,
 /// Which code linear_bgrad() runs for these arguments: "cuBLASLt epilogue",
 /// or "ATen ops" followed by why (no bias; not a CUDA tensor; lamp built
 /// without its CUDA kernels; a dtype or size the epilogue does not take).
-/// On CUDA, linear_bgrad() gives that reason once as a warning and runs the
-/// ATen ops; so it does where cuBLASLt finds no algorithm.
+/// On CUDA with a bias, linear_bgrad() gives that reason once as a warning
+/// and runs the ATen ops; so it does where cuBLASLt finds no algorithm.
 std::string linear_bgrad_path(const torch::Tensor& x,
                               const torch::Tensor& weight,
                               const torch::Tensor& bias);

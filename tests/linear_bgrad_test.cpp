@@ -285,15 +285,8 @@ using lamp::models::GPT;
 using lamp::models::GPTOptions;
 using lamp_test::tiny_gpt;
 
-struct GptStep {
-  torch::Tensor logits;
-  std::vector<torch::Tensor> grads;
-  int nodes = 0;
-  // Edges from the op's nodes straight into parameters' accumulators: none
-  // where a CastWeightsOnce cast the parameters (its node comes between).
-  int into_accumulators = 0;
-};
-
+// Edges from the op's nodes straight into parameters' accumulators: none
+// where a CastWeightsOnce cast the parameters (its node comes between).
 int edges_into_accumulators(const torch::Tensor& root) {
   int edges = 0;
   lamp_test::for_each_node(root, [&](const torch::autograd::Node& node) {
@@ -309,17 +302,17 @@ int edges_into_accumulators(const torch::Tensor& root) {
   return edges;
 }
 
+struct GptStep : lamp_test::GptStep {
+  int into_accumulators = 0;
+};
+
 GptStep gpt_step(GPT& gpt, const torch::Tensor& tokens) {
-  gpt->zero_grad();
-  const auto logits = gpt->forward(tokens);
-  logits.to(torch::kFloat).square().mean().backward();
-  GptStep s{logits.detach(),
-            {},
-            lamp_test::count_nodes_named(logits, kNode),
-            edges_into_accumulators(logits)};
-  for (const auto& p : gpt->parameters()) {
-    s.grads.push_back(p.grad().clone());
-  }
+  int into_accumulators = 0;
+  GptStep s{
+      lamp_test::gpt_step(gpt, tokens, kNode, [&](const torch::Tensor& logits) {
+        into_accumulators = edges_into_accumulators(logits);
+      })};
+  s.into_accumulators = into_accumulators;
   return s;
 }
 

@@ -6,8 +6,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "autograd_nodes.h"
 #include "lamp/models/gpt.h"
 
 namespace lamp_test {
@@ -47,6 +51,35 @@ inline std::pair<lamp::models::GPT, lamp::models::GPT> gpt_twins(
   lamp::models::GPT b(fused);
   copy_perturbed_parameters(*a, *b);
   return {a, b};
+}
+
+/// One training step of a GPT as the fused ops' tests compare them: the
+/// logits, every parameter's gradient, and how many autograd nodes named
+/// `node` the step's graph held.
+struct GptStep {
+  torch::Tensor logits;
+  std::vector<torch::Tensor> grads;
+  int nodes = 0;
+};
+
+/// The forward of `tokens`, then the backward of the logits' mean square.
+/// `inspect`, where given, sees the logits with their graph, before the
+/// backward.
+inline GptStep gpt_step(
+    lamp::models::GPT& gpt, const torch::Tensor& tokens,
+    const std::string& node,
+    const std::function<void(const torch::Tensor&)>& inspect = {}) {
+  gpt->zero_grad();
+  const auto logits = gpt->forward(tokens);
+  GptStep s{logits.detach(), {}, count_nodes_named(logits, node)};
+  if (inspect) {
+    inspect(logits);
+  }
+  logits.to(torch::kFloat).square().mean().backward();
+  for (const auto& p : gpt->parameters()) {
+    s.grads.push_back(p.grad().clone());
+  }
+  return s;
 }
 
 } // namespace lamp_test

@@ -15,6 +15,8 @@ whose final loss or parameters were not finite is marked garbage and never
 ranked. Per row, two like-for-like ratios (lamp eager vs PyTorch eager with
 the fused optimizer; lamp's CUDA-graph step vs PyTorch's whole-step CUDA
 graph) and the headline: lamp's best tool against the best PyTorch column.
+Where a GPT row has lamp's graph step with one fused kernel alone (the
+lamp-graph-only-* tools), a table of their ratios to lamp-graph.
 
 GPT rows (model "gpt") count sequences of `context` tokens where the CNN rows
 count images: the tables show their rates in tokens/s (images_per_second
@@ -29,17 +31,31 @@ import re
 import statistics
 import sys
 
+# lamp's GPT graph step with one of its opt-in fused kernels alone (the
+# lamp_bench flag each adds to --cuda-graph): which of them pays, and so may
+# become the default. Shown in their own table against lamp-graph, never
+# ranked or in the main table.
+ONE_FUSION_FLAGS = {
+    "lamp-graph-only-add-norm": "--fused-add-norm",
+    "lamp-graph-only-mlp": "--fused-mlp",
+    "lamp-graph-only-head-loss": "--fused-head-loss",
+    "lamp-graph-only-weight-cast": "--fused-weight-cast",
+    "lamp-graph-only-bias-grad": "--fused-bias-grad",
+    "lamp-graph-only-fp8-casts": "--fp8-fused-casts",
+}
+ONE_FUSION_TOOLS = tuple(ONE_FUSION_FLAGS)
 LAMP_TOOLS = ("lamp", "lamp-graph", "lamp-graph-stock-bn",
               "lamp-graph-conv-bn", "lamp-graph-fused",
               "lamp-graph-sdpa-flash", "lamp-graph-sdpa-efficient",
-              "lamp-graph-sdpa-cudnn")
+              "lamp-graph-sdpa-cudnn") + ONE_FUSION_TOOLS
 # lamp's graph step with one attention kernel forced (lamp_bench
 # --attention): what each backend costs, beside LibTorch's choice. Shown,
 # never ranked: the headline is lamp as its programs run, and a user's
 # program would have to force the backend itself.
 ATTENTION_TOOLS = ("lamp-graph-sdpa-flash", "lamp-graph-sdpa-efficient",
                    "lamp-graph-sdpa-cudnn")
-RANKED_LAMP_TOOLS = tuple(t for t in LAMP_TOOLS if t not in ATTENTION_TOOLS)
+RANKED_LAMP_TOOLS = tuple(t for t in LAMP_TOOLS if t not in ATTENTION_TOOLS
+                          and t not in ONE_FUSION_TOOLS)
 PYTORCH_TOOLS = ("pytorch-eager", "pytorch-fused", "pytorch-compile",
                  "pytorch-compile-ro", "pytorch-compile-fused",
                  "pytorch-compile-ro-fused", "pytorch-compile-max-fused",
@@ -55,6 +71,8 @@ TITLES = {
     "lamp-graph-sdpa-efficient": "lamp (CUDA graph, memory-efficient "
                                  "attention only)",
     "lamp-graph-sdpa-cudnn": "lamp (CUDA graph, cuDNN attention only)",
+    **{t: "lamp (CUDA graph, %s alone)" % f
+       for t, f in ONE_FUSION_FLAGS.items()},
     "pytorch-eager": "PyTorch eager",
     "pytorch-fused": "eager, fused optimizer",
     "pytorch-compile": "torch.compile",
@@ -433,6 +451,56 @@ def float8_table(rows, order, present):
     ] + lines
 
 
+def fusion_table(rows, order):
+    """Per row with lamp-graph and a one-fusion tool: each of the GPT's
+    fused kernels alone, and all of them (lamp-graph-fused), as a ratio of
+    the same graph step without them; the lines and, per row, the ratios by
+    tool for the JSON."""
+    columns = [t for t in ONE_FUSION_TOOLS + ("lamp-graph-fused",)
+               if any(t in rows[k] for k in order
+                      if any(f in rows[k] for f in ONE_FUSION_TOOLS))]
+    lines, ratios = [], {}
+    for key in order:
+        row = rows[key]
+        if not any(t in row for t in ONE_FUSION_TOOLS):
+            continue
+        base = row.get("lamp-graph")
+        unit, scale = row_unit(key, row)
+        cells, row_ratios_by_tool = [], {}
+        for tool in columns:
+            entry = row.get(tool)
+            value = ratio(rate(entry), rate(base))
+            if value is None:
+                cells.append("-" if entry is None else (
+                    entry["status"] if entry.get("status") != "ok"
+                    else "skipped" if entry.get("skipped")
+                    else "garbage" if garbage(entry) else "-"))
+                continue
+            row_ratios_by_tool[tool] = value
+            text = times(value)
+            if entry.get("noisy") or base.get("noisy"):
+                text += " " + NOISY_MARK
+            cells.append(text)
+        ratios[key] = row_ratios_by_tool
+        base_text = "-" if rate(base) is None else \
+            "%.0f" % (rate(base) * scale)
+        lines.append("| %s | %d | %s | %s | %s | %s |" % (
+            model_text(key, row), key[1], mode_text(key), unit, base_text,
+            " | ".join(cells)))
+    if not lines:
+        return [], {}
+    header = [
+        "| model | batch | mode | unit | %s | %s |" % (
+            TITLES["lamp-graph"],
+            " | ".join("%s vs it" % (ONE_FUSION_FLAGS[t] + " alone"
+                                     if t in ONE_FUSION_FLAGS
+                                     else "all of them")
+                       for t in columns)),
+        "|---|---|---|---|---|%s" % ("---|" * len(columns)),
+    ]
+    return header + lines, ratios
+
+
 def seed_table(rows, device_name):
     def seconds(model, batch, precision):
         """The seed-comparable lamp result: channels_last + benchmark
@@ -482,7 +550,10 @@ def build(headers, runs, order, device, peer_python, date):
     rows = {key: {} for key in order}
     for (key, tool), entries in runs.items():
         rows[key][tool] = summary(entries)
-    present = [t for t in TOOLS if any(t in rows[k] for k in order)]
+    # The main tables' tools; the one-fusion tools have a table of their
+    # own.
+    present = [t for t in TOOLS if any(t in rows[k] for k in order)
+               and t not in ONE_FUSION_TOOLS]
     first = next(iter(headers.values()), {})
     device_name = first.get("device_name", device)
 
@@ -598,6 +669,17 @@ def build(headers, runs, order, device, peer_python, date):
                   "runs on LibTorch's emulated _scaled_mm: its ratio is the "
                   "emulation's cost, not FP8's gain." % FLOAT8_GOAL,
                   ""] + fp8
+    fusions, fusion_ratios = fusion_table(rows, order)
+    if fusions:
+        lines += ["", "## The GPT's fused kernels one at a time", "",
+                  "lamp's GPT CUDA-graph step with one of its opt-in fused "
+                  "kernels alone, and with all of them (lamp-graph-fused), "
+                  "against the same step without them (%s, its rate in the "
+                  "row's unit): above 1.00x the step is faster. %s marks a "
+                  "ratio with a noisy side. A kernel becomes the default "
+                  "only where it is faster by more than the noise and its "
+                  "_CUDA tests pass." % (TITLES["lamp-graph"], NOISY_MARK),
+                  ""] + fusions
     seed_lines, seed_json = seed_table(rows, device_name)
     lines += ["", "## Beside the seed's numbers", ""] + seed_lines
 
@@ -611,6 +693,8 @@ def build(headers, runs, order, device, peer_python, date):
                   for t in present},
         "rows": [dict(dict(zip(KEY, k)), unit=row_unit(k, rows[k])[0],
                       ratios=row_ratios(rows[k]),
+                      **({"fusions_vs_lamp_graph": fusion_ratios[k]}
+                         if k in fusion_ratios else {}),
                       **{t: rows[k][t] for t in TOOLS if t in rows[k]})
                  for k in order],
         "seed": seed_json,

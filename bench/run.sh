@@ -28,10 +28,11 @@ Usage: bench/run.sh [options]
                      ResNet50 b256/b512 in amp, beside PyTorch's whole-step
                      graph and torch.compile at their best; or gpt (CUDA):
                      lamp's GPT graph step with and without its fused
-                     kernels (lamp-graph-fused) at the small shape and GPT-2
-                     124M's, tanh GELU, amp-bf16, beside PyTorch's
-                     whole-step graph and torch.compile default and
-                     max-autotune (compilation takes minutes)
+                     kernels (lamp-graph-fused; lamp-graph-only-*: each
+                     alone) at the small shape and GPT-2 124M's, tanh
+                     GELU, amp-bf16, beside PyTorch's whole-step graph and
+                     torch.compile default and max-autotune (compilation
+                     takes minutes)
   --steps N          timed steps for every configuration (default: per config)
   --warmup N         untimed steps for every configuration (default: per config)
   --repeats N        timed runs of every configuration and tool, back to back
@@ -160,6 +161,9 @@ failures=0
 # step with its opt-in fused kernels: --fused-add-norm --fused-mlp
 # --fused-head-loss --fused-weight-cast --fused-bias-grad, and
 # --fp8-fused-casts in fp8),
+# lamp-graph-only-add-norm, -mlp, -head-loss, -weight-cast, -bias-grad,
+# -fp8-casts (the same step with one of those kernels alone: which of them
+# pays; shown in the report's own table, never ranked),
 # lamp-graph-sdpa-flash, -efficient, -cudnn (the GPT's CUDA-graph step with
 # one attention kernel allowed, --attention; shown in the report, never
 # ranked), pytorch-eager (foreach
@@ -194,7 +198,8 @@ run_tools() {
   for tool in $tools; do
     case "$tool" in
       lamp | lamp-graph | lamp-graph-stock-bn | lamp-graph-conv-bn | lamp-graph-fused | \
-        lamp-graph-sdpa-flash | lamp-graph-sdpa-efficient | lamp-graph-sdpa-cudnn)
+        lamp-graph-only-* | lamp-graph-sdpa-flash | lamp-graph-sdpa-efficient | \
+        lamp-graph-sdpa-cudnn)
         runs=$((runs + 1))
         json="$work/$runs-$tool.json"
         local extra=()
@@ -210,6 +215,10 @@ run_tools() {
             --fused-weight-cast --fused-bias-grad)
           [ "$precision" = fp8 ] && extra+=(--fp8-fused-casts)
         fi
+        case "$tool" in
+          lamp-graph-only-fp8-casts) extra=(--cuda-graph --fp8-fused-casts) ;;
+          lamp-graph-only-*) extra=(--cuda-graph "--fused-${tool#lamp-graph-only-}") ;;
+        esac
         run_one "$tool" "$json" "$bench" "${args[@]}" "${extra[@]}" --json "$json"
         record "$tool" "$model" "$batch" "$precision" "$cl" "$cb" "$json"
         # On a CPU the peer runs with lamp's thread count: torch 2.x's
@@ -307,6 +316,11 @@ record() {
 }
 
 cnn_modes=(fp32 amp-bf16 bf16)
+# The GPT's opt-in fused kernels one at a time, each in lamp's CUDA-graph
+# step alone: which of them makes the step faster, and so may become the
+# default (lamp-graph-fused times them all together).
+fused_one_tools="lamp-graph-only-add-norm lamp-graph-only-mlp lamp-graph-only-head-loss"
+fused_one_tools+=" lamp-graph-only-weight-cast lamp-graph-only-bias-grad"
 if [ "$suite" = conv-bn ]; then
   # BatchNorm's three levels where the GPU is busy (BatchNorm was 46% of
   # ResNet50 b512's step at the fused level on an H200), each beside
@@ -319,11 +333,14 @@ if [ "$suite" = conv-bn ]; then
   done
 elif [ "$suite" = gpt ]; then
   # The GPT's opt-in fused kernels (residual add + norm, bias + GELU in the
-  # products' epilogues, head + cross-entropy) in lamp's CUDA-graph step,
-  # beside the same step without them and Python's best: the whole step in
-  # one CUDA graph and torch.compile, default and max-autotune. The tanh
-  # GELU (GPT-2's) on both sides, so that cuBLASLt's GELU epilogue applies.
-  gpt_tools="lamp-graph lamp-graph-fused pytorch-graph pytorch-compile-fused pytorch-compile-max-fused"
+  # products' epilogues, head + cross-entropy, the weight casts in one pass,
+  # the bias gradients in the weight-gradient products) in lamp's
+  # CUDA-graph step, together and one at a time, beside the same step
+  # without them and Python's best: the whole step in one CUDA graph and
+  # torch.compile, default and max-autotune. The tanh GELU (GPT-2's) on
+  # both sides, so that cuBLASLt's GELU epilogue applies.
+  gpt_tools="lamp-graph lamp-graph-fused $fused_one_tools"
+  gpt_tools+=" pytorch-graph pytorch-compile-fused pytorch-compile-max-fused"
   run_gpt "$gpt_tools" 16 amp-bf16 10 30 6 6 384 1024 --gpt-gelu tanh
   run_gpt "$gpt_tools" 8 amp-bf16 5 20 12 12 768 1024 --gpt-vocab 50304 \
     --gpt-gelu tanh
@@ -396,6 +413,12 @@ else
   small_gpt_tools+=" lamp-graph-sdpa-efficient lamp-graph-sdpa-cudnn"
   small_gpt_tools+=" pytorch-fused pytorch-graph pytorch-compile-fused"
   run_gpt "$small_gpt_tools" 16 amp-bf16 10 30 6 6 384 1024 --gpt-gelu tanh
+  # The same row with each fused kernel alone (five lamp processes, about
+  # 5 s each): which of them pays, the figure that decides each one's
+  # default.
+  if time_left 35 "the small GPT's fused kernels one at a time"; then
+    run_gpt "$fused_one_tools" 16 amp-bf16 10 30 6 6 384 1024 --gpt-gelu tanh
+  fi
   # GPT-2 124M's shape with its vocabulary and GELU (llm.c's and nanoGPT's
   # reference model), the same tools.
   if time_left 90 "the GPT-2 124M rows"; then
@@ -428,9 +451,11 @@ else
   done
   # The same small GPT with FP8 products (sm_89 and newer; skipped below),
   # against the Python twin of lamp's FP8 layer (peer_pytorch.py's
-  # Float8Linear), eager and compiled (40 s).
-  if time_left 45 "the small GPT's fp8 rows"; then
-    run_gpt "lamp lamp-graph pytorch-fused pytorch-compile-fused" \
+  # Float8Linear), eager and compiled (40 s), and lamp's graph step with
+  # its fused kernels and with the one-pass FP8 casts alone (about 10 s
+  # more): at this width the casts cost more than the FP8 products gain.
+  if time_left 55 "the small GPT's fp8 rows"; then
+    run_gpt "lamp lamp-graph lamp-graph-fused lamp-graph-only-fp8-casts pytorch-fused pytorch-compile-fused" \
       16 fp8 10 30 6 6 384 1024 --gpt-gelu tanh
   fi
   # lamp in tf32 (the default a Python user gets for convolutions on an

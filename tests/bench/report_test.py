@@ -324,6 +324,62 @@ class GPTRows(unittest.TestCase):
         self.assertAlmostEqual(ratios["best_lamp_vs_best_pytorch"], 0.75)
         self.assertEqual(row.strip("|").split("|")[-1].strip(), "12.5%")
 
+    def test_each_fused_kernel_alone_against_the_graph_step(self):
+        # Five fused kernels alone and all of them, against lamp-graph (40
+        # sequences/s): their own table, never the main one or the ranking,
+        # although the head-loss fusion alone is the row's fastest lamp.
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp-graph"], [gpt([40.0])], key=GPT_KEY)
+            fixture.add(["lamp-graph-fused"], [gpt([48.0])], key=GPT_KEY)
+            fixture.add(["pytorch-graph"], [gpt([40.0], "pytorch-graph")],
+                        key=GPT_KEY)
+            fixture.add(["lamp-graph-only-add-norm"], [gpt([44.0])],
+                        key=GPT_KEY)
+            # 36 +- 10%: noisy.
+            fixture.add(["lamp-graph-only-mlp"], [gpt([32.4, 36.0, 36.0])],
+                        key=GPT_KEY)
+            fixture.add(["lamp-graph-only-head-loss"], [gpt([60.0])],
+                        key=GPT_KEY)
+            fixture.add(["lamp-graph-only-bias-grad"], [],
+                        key=GPT_KEY, status="failed (exit 1)")
+            fixture.add(["lamp-graph-only-weight-cast"],
+                        [gpt([50.0], finite=False)], key=GPT_KEY)
+            # A row without a one-fusion tool has no line in that table.
+            fp8 = GPT_KEY[:2] + ("fp8",) + GPT_KEY[3:]
+            fixture.add(["lamp-graph"], [gpt([52.0], precision="fp8")],
+                        key=fp8)
+            lines, merged = self.build(fixture)
+        header = next(l for l in lines if l.startswith("| model |"))
+        self.assertNotIn("alone", header)
+        self.assertIn("lamp (CUDA graph, the GPT's fused kernels)", header)
+        ratios = merged["rows"][0]["ratios"]
+        self.assertEqual(ratios["best_lamp"], "lamp-graph-fused")
+        self.assertAlmostEqual(ratios["best_lamp_vs_best_pytorch"], 1.2)
+        table = lines[lines.index("## The GPT's fused kernels one at a "
+                                  "time"):]
+        header = next(l for l in table if l.startswith("| model |"))
+        self.assertEqual(
+            [c.strip() for c in header.strip("|").split("|")][4:], [
+                "lamp (CUDA graph)", "--fused-add-norm alone vs it",
+                "--fused-mlp alone vs it", "--fused-head-loss alone vs it",
+                "--fused-weight-cast alone vs it",
+                "--fused-bias-grad alone vs it", "all of them vs it"])
+        rows = [l for l in table if l.startswith("| gpt (")]
+        self.assertEqual(len(rows), 1, rows)
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        self.assertEqual(cells[2:], [
+            "amp-bf16", "tokens/s", "40960", "1.10x",
+            "0.90x " + report.NOISY_MARK, "1.50x", "garbage",
+            "failed (exit 1)", "1.20x"])
+        fusions = merged["rows"][0]["fusions_vs_lamp_graph"]
+        self.assertEqual(sorted(fusions), [
+            "lamp-graph-fused", "lamp-graph-only-add-norm",
+            "lamp-graph-only-head-loss", "lamp-graph-only-mlp"])
+        self.assertAlmostEqual(fusions["lamp-graph-only-add-norm"], 1.1)
+        self.assertNotIn("fusions_vs_lamp_graph", merged["rows"][1])
+        self.assertNotIn("lamp-graph-only-add-norm", merged["tools"])
+
     def test_two_gpt_shapes_in_one_row_are_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
             fixture = Fixture(tmp)

@@ -61,6 +61,12 @@ SMALL_GPT_ROWS = [
     ("gpt", 384, "amp-bf16", "lamp-graph-sdpa-cudnn"),
 ]
 
+# The small GPT's fused kernels one at a time, the block after it.
+ONE_FUSION_ROWS = [
+    ("gpt", 384, "amp-bf16", "lamp-graph-only-" + name)
+    for name in ("add-norm", "mlp", "head-loss", "weight-cast", "bias-grad")
+]
+
 # The Python for the PyTorch side: one without torch.
 NO_TORCH_PYTHON = "#!/bin/sh\nexit 1\n"
 
@@ -113,8 +119,16 @@ class CudaRunPlan(unittest.TestCase):
             tool = "lamp"
         elif "--attention" in args:
             tool = "lamp-graph-sdpa-" + flag("--attention")
-        elif "--fused-add-norm" in args:
+        elif sum(a.startswith("--fused-") and a != "--fused-bn"
+                 for a in args) > 1:
             tool = "lamp-graph-fused"
+        elif any(a.startswith("--fused-") and a != "--fused-bn"
+                 for a in args):
+            tool = "lamp-graph-only-" + next(
+                a for a in args
+                if a.startswith("--fused-") and a != "--fused-bn")[8:]
+        elif "--fp8-fused-casts" in args:
+            tool = "lamp-graph-only-fp8-casts"
         elif flag("--fused-bn") == "off":
             tool = "lamp-graph-stock-bn"
         else:
@@ -127,7 +141,7 @@ class CudaRunPlan(unittest.TestCase):
         runs, stderr, rc, reports = self.run_plan(budget=100000)
         self.assertEqual(rc, 0, stderr)
         self.assertNotIn("skipped:", stderr)
-        self.assertEqual(runs, SMALL_GPT_ROWS + [
+        self.assertEqual(runs, SMALL_GPT_ROWS + ONE_FUSION_ROWS + [
             ("gpt", 768, "amp-bf16", "lamp-graph"),
             ("gpt", 768, "amp-bf16", "lamp-graph-fused"),
             ("gpt", 4096, "amp-bf16", "lamp-graph"),
@@ -143,6 +157,8 @@ class CudaRunPlan(unittest.TestCase):
             ("resnet18", 512, "amp", "lamp-graph"),
             ("gpt", 384, "fp8", "lamp"),
             ("gpt", 384, "fp8", "lamp-graph"),
+            ("gpt", 384, "fp8", "lamp-graph-fused"),
+            ("gpt", 384, "fp8", "lamp-graph-only-fp8-casts"),
             ("resnet50", 512, "tf32", "lamp"),
             ("resnet50", 512, "fp32", "lamp"),
             ("resnet18", 128, "fp32", "lamp"),
@@ -159,6 +175,16 @@ class CudaRunPlan(unittest.TestCase):
                       "6 layers, 6 heads, width 384"):
             self.assertIn("| gpt (%s" % shape, headline)
         self.assertEqual(headline.count("| gpt ("), 5, headline)
+        # The kernels alone, in their own table: the small GPT's amp-bf16
+        # row (stand-in rates, all 1.00x) and its fp8 row.
+        fusions = md[0].split("## The GPT's fused kernels one at a time")[1]
+        fusions = fusions.split("\n## ")[0]
+        rows = [l for l in fusions.splitlines() if l.startswith("| gpt (")]
+        self.assertEqual(len(rows), 2, fusions)
+        self.assertIn("| amp-bf16 | tokens/s | 102400 | 1.00x | 1.00x | "
+                      "1.00x | 1.00x | 1.00x | - | 1.00x |", rows[0])
+        self.assertIn("| fp8 | tokens/s | 102400 | - | - | - | - | - | "
+                      "1.00x | 1.00x |", rows[1])
 
     def test_the_fused_tool_asks_for_every_fused_kernel(self):
         runs, stderr, rc, _ = self.run_plan(budget=100000)
@@ -174,6 +200,21 @@ class CudaRunPlan(unittest.TestCase):
         self.assertTrue(fp8_fused, stderr)
         for line in fp8_fused:
             self.assertIn("--fp8-fused-casts", line)
+        # Each kernel alone: the graph step with that one flag, no other
+        # fused kernel; in the small GPT's row (its shape and batch), so
+        # that the report sets them beside its lamp-graph.
+        alone = [line for line in stderr.splitlines()
+                 if line.startswith("== [") and "lamp-graph-only-" in line]
+        self.assertEqual(len(alone), 6, stderr)
+        for line in alone:
+            name = line.split("lamp-graph-only-")[1].split(":")[0]
+            flag = "--fp8-fused-casts" if name == "fp8-casts" \
+                else "--fused-" + name
+            args = line.split(": ", 1)[1].split()
+            self.assertEqual([a for a in args if "fused" in a], [flag], line)
+            self.assertIn("--cuda-graph", args)
+            self.assertIn("--gpt-width 384", line)
+            self.assertIn("--batch-size 16", line)
         # GPT-2 124M's rows: its vocabulary and GELU.
         gpt2 = [line for line in stderr.splitlines()
                 if line.startswith("== [") and "--gpt-width 768" in line]
@@ -189,6 +230,7 @@ class CudaRunPlan(unittest.TestCase):
         skipped = [line.split(" skipped:")[0].replace("run.sh: ", "")
                    for line in stderr.splitlines() if " skipped: " in line]
         self.assertEqual(skipped, [
+            "the small GPT's fused kernels one at a time",
             "the GPT-2 124M rows", "the 4096-wide FP8 rows",
             "the resnet50 b512 amp rows", "the resnet18 b128 amp rows",
             "the resnet18 b512 amp rows", "the small GPT's fp8 rows",

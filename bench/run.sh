@@ -345,8 +345,8 @@ elif [ "$suite" = gpt ]; then
   run_gpt "$gpt_tools" 8 amp-bf16 5 20 12 12 768 1024 --gpt-vocab 50304 \
     --gpt-gelu tanh
 elif [ "$suite" = float8 ]; then
-  # FP8 pays where the matrix products dominate the step: the issue's
-  # "4096-wide MLPs, batch x sequence >= 8192". lamp's GPT with width 4096
+  # FP8 pays where the matrix products dominate the step: 4096-wide MLPs,
+  # batch x sequence >= 8192. lamp's GPT with width 4096
   # has exactly those MLPs (4096 -> 16384 -> 4096) beside 4096-wide
   # attention projections: 2 blocks, 403 M parameters, 8 sequences of 1024
   # tokens. Tools: each side's best for FP8 (Python's is torch.compile,

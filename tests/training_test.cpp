@@ -106,7 +106,7 @@ TEST(Schedule, SetsTheRateOfEveryParamGroup) {
   }
 }
 
-// The resume contract: 2 epochs straight == 1 epoch, checkpoint,
+// The resume contract: 2 epochs straight == 1 epoch, checkpoint,
 // a new process-like start from the checkpoint, 1 more epoch: bit-identical.
 class TrainerResume : public ::testing::TestWithParam<lamp::Precision> {};
 

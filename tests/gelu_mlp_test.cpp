@@ -364,6 +364,7 @@ TEST(GeluMlp, EpiloguesMatchTheStockComposition_CUDA) {
   // last place of the largest entry, 2^-6 of it for BF16 (8 bits), 2^-9
   // for FP16.
   LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
   const torch::Device cuda(torch::kCUDA);
   for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
     for (const bool bias : {true, false}) {
@@ -388,10 +389,15 @@ TEST(GeluMlp, EpiloguesMatchTheStockComposition_CUDA) {
       }
     }
   }
+  // The epilogues ran: cuBLASLt refusing one would have warned (and the
+  // ATen ops would meet the same bounds).
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
 }
 
 TEST(GeluMlp, EpiloguesUnderAutocast_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
   const auto i =
       make_inputs({8, 128, 384}, 1536, 384, torch::kFloat, torch::kFloat, true,
                   41, torch::Device(torch::kCUDA));
@@ -403,6 +409,10 @@ TEST(GeluMlp, EpiloguesUnderAutocast_CUDA) {
   EXPECT_EQ(got.y.scalar_type(), torch::kBFloat16);
   EXPECT_EQ(got.fc_weight.scalar_type(), torch::kFloat);
   expect_close(got, run(i, stock(o)), 1.0 / 64, "autocast bf16");
+  // The epilogues ran: cuBLASLt refusing one would have warned (and the
+  // ATen ops would meet the same bounds).
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
 }
 
 TEST(GeluMlp, WhatTheEpiloguesCannotTakeRunsTheATenOps_CUDA) {
@@ -436,6 +446,7 @@ TEST(GeluMlp, WhatTheEpiloguesCannotTakeRunsTheATenOps_CUDA) {
 
 TEST(GeluMlp, EpiloguesRunInACapturedGraph_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
   const torch::Device cuda(torch::kCUDA);
   const auto i = make_inputs({64, 128}, 512, 128, torch::kBFloat16,
                              torch::kBFloat16, true, 45, cuda);
@@ -464,6 +475,10 @@ TEST(GeluMlp, EpiloguesRunInACapturedGraph_CUDA) {
   EXPECT_TRUE(AllClose(grad_b1.to(torch::kFloat),
                        want.fc_bias.to(torch::kFloat), 0,
                        peak(want.fc_bias.to(torch::kFloat)) / 64));
+  // The epilogues ran: cuBLASLt refusing one would have warned (and the
+  // ATen ops would meet the same bounds).
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
 }
 
 } // namespace

@@ -431,6 +431,7 @@ TEST(LinearBgrad, EpilogueMeetsTheBoundOfTheStockOps_CUDA) {
   // bits); the weight's and the bias's gradients come from one cuBLASLt
   // product, within the bound above, as ATen's two kernels are.
   LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
   const torch::Device cuda(torch::kCUDA);
   for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
     for (const auto& [shape, out] :
@@ -456,12 +457,17 @@ TEST(LinearBgrad, EpilogueMeetsTheBoundOfTheStockOps_CUDA) {
       EXPECT_TRUE(Within(want.bias, b.bias, b.bias_err));
     }
   }
+  // The epilogue ran: cuBLASLt refusing it would have warned (and the
+  // ATen ops would meet the same bounds).
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
 }
 
 TEST(LinearBgrad, EpilogueUnderAutocast_CUDA) {
   // amp-bf16 with FP32 parameters: the gradients come back in FP32, within
   // the bound of the BF16 values autocast computed with.
   LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
   const auto i = make_inputs({8, 128, 384}, 1152, torch::kFloat, torch::kFloat,
                              true, 41, torch::Device(torch::kCUDA));
   lamp::Autocast guard(torch::kCUDA, torch::kBFloat16);
@@ -473,6 +479,10 @@ TEST(LinearBgrad, EpilogueUnderAutocast_CUDA) {
   const auto b = bounds(i.x.to(torch::kBFloat16), i.grad.to(torch::kBFloat16));
   EXPECT_TRUE(Within(got.weight, b.weight, b.weight_err));
   EXPECT_TRUE(Within(got.bias, b.bias, b.bias_err));
+  // The epilogue ran: cuBLASLt refusing it would have warned (and the
+  // ATen ops would meet the same bounds).
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
 }
 
 TEST(LinearBgrad, WhatTheEpilogueCannotTakeRunsTheATenOps_CUDA) {
@@ -494,8 +504,31 @@ TEST(LinearBgrad, WhatTheEpilogueCannotTakeRunsTheATenOps_CUDA) {
   expect_bit_equal(run(odd, linear_bgrad), run(odd, stock), "width 60");
 }
 
+TEST(LinearBgrad, EpilogueTakesAViewAlignedOn16Bytes_CUDA) {
+  // x a view one row into its storage (128 bytes: 16-byte aligned, not the
+  // 256 cuBLASLt's heuristic assumes unless told): the epilogue runs, within
+  // the bound, without falling back.
+  LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
+  const torch::Device cuda(torch::kCUDA);
+  const auto i = make_inputs({65, 64}, 128, torch::kBFloat16, torch::kBFloat16,
+                             true, 47, cuda);
+  const auto base = leaf(i.x);
+  const auto x = base.narrow(0, 1, 64);
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 256, 128u);
+  auto w = leaf(i.weight), b = leaf(i.bias);
+  const auto g = i.grad.narrow(0, 1, 64);
+  (linear_bgrad(x, w, b).to(torch::kFloat) * g).sum().backward();
+  const auto bnd = bounds(x.detach(), g.to(torch::kBFloat16));
+  EXPECT_TRUE(Within(w.grad(), bnd.weight, bnd.weight_err));
+  EXPECT_TRUE(Within(b.grad(), bnd.bias, bnd.bias_err));
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
+}
+
 TEST(LinearBgrad, EpilogueRunsInACapturedGraph_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
   const torch::Device cuda(torch::kCUDA);
   const auto i = make_inputs({64, 128}, 256, torch::kBFloat16, torch::kBFloat16,
                              true, 45, cuda);
@@ -512,6 +545,10 @@ TEST(LinearBgrad, EpilogueRunsInACapturedGraph_CUDA) {
   const auto bnd = bounds(x.detach(), i.grad.to(torch::kBFloat16));
   EXPECT_TRUE(Within(grad_w, bnd.weight, bnd.weight_err));
   EXPECT_TRUE(Within(grad_b, bnd.bias, bnd.bias_err));
+  // The epilogue ran: cuBLASLt refusing it would have warned (and the
+  // ATen ops would meet the same bounds).
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
 }
 
 TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
@@ -519,6 +556,7 @@ TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
   // gradients from one product, within the bound of the GELU output the op
   // kept, against the option off.
   LAMP_SKIP_WITHOUT_CUDA();
+  const lamp_test::Warnings warnings;
   const torch::Device cuda(torch::kCUDA);
   torch::manual_seed(46);
   const auto opts = torch::TensorOptions().device(cuda).dtype(torch::kBFloat16);
@@ -547,6 +585,10 @@ TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
   // apart (2^-7 of the value at most) where the sums round apart.
   EXPECT_TRUE(lamp_test::AllClose(on[0].to(torch::kFloat),
                                   off[0].to(torch::kFloat), 1.0 / 64, 1e-2));
+  // The epilogue ran: cuBLASLt refusing it would have warned (and the
+  // ATen ops would meet the same bounds).
+  EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
+            std::vector<std::string>{});
 }
 
 } // namespace

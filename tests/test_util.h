@@ -7,8 +7,10 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "lamp/platform/backends.h"
+#include "lamp/platform/warnings.h"
 
 namespace lamp_test {
 
@@ -118,6 +120,31 @@ std::string error_of(Body body) {
   }
   return "";
 }
+
+/// The warnings raised on this thread while it lives (a lamp::WarningSink;
+/// autograd's engine hands a backward's warnings to the thread that ran
+/// it).
+class Warnings {
+ public:
+  Warnings()
+      : sink_([this](const std::string& message) {
+          messages_.push_back(message);
+        }) {}
+  /// The messages that contain `fragment`, in order.
+  std::vector<std::string> containing(const std::string& fragment) const {
+    std::vector<std::string> found;
+    for (const auto& message : messages_) {
+      if (message.find(fragment) != std::string::npos) {
+        found.push_back(message);
+      }
+    }
+    return found;
+  }
+
+ private:
+  std::vector<std::string> messages_;
+  lamp::WarningSink sink_;
+};
 
 #define LAMP_SKIP_WITHOUT_CUDA()                     \
   do {                                               \

@@ -6,17 +6,21 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd_nodes.h"
 #include "lamp/amp/autocast.h"
+#include "lamp/amp/train_step.h"
 #include "lamp/models/gpt.h"
 #include "lamp/nn/attention.h"
 #include "lamp/nn/float8.h"
 #include "lamp/nn/linear.h"
+#include "lamp/optim/adam.h"
 #include "platform/compat.h"
 #include "test_util.h"
 #include "tiny_gpt.h"
@@ -176,6 +180,72 @@ TEST(CastWeightsOnce, NestedGuardsFindTheirOwnCasts) {
   EXPECT_TRUE(cast_weight(b.first->weight).is_same(b.first->weight));
 }
 
+TEST(CastWeightsOnce, CastsFrozenLayersWithoutANode) {
+  // A frozen layer's casts send no gradient back (no weight gradient is
+  // computed for them, as with autocast's own casts); the trainable
+  // layer's casts go through the node, and its gradient is autocast's.
+  torch::manual_seed(11);
+  TwoLayers model;
+  const auto x = torch::randn({4, 12});
+  const auto want = run(model, x, /*guard=*/false);
+  model.zero_grad(/*set_to_none=*/true);
+  for (const auto& p : model.first->parameters()) {
+    p.requires_grad_(false);
+  }
+  lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+  torch::Tensor y;
+  {
+    CastWeightsOnce casts(model);
+    EXPECT_EQ(casts.size(), 3u);
+    const auto frozen = cast_weight(model.first->weight);
+    EXPECT_EQ(frozen.scalar_type(), torch::kBFloat16);
+    EXPECT_FALSE(frozen.requires_grad());
+    EXPECT_FALSE(cast_weight(model.first->bias).requires_grad());
+    EXPECT_TRUE(cast_weight(model.second->weight).requires_grad());
+    y = model.forward(x);
+  }
+  EXPECT_TRUE(BitEqual(y, want.out));
+  EXPECT_EQ(lamp_test::count_nodes_named(y, kNode), 1);
+  y.to(torch::kFloat).square().sum().backward();
+  EXPECT_FALSE(model.first->weight.grad().defined());
+  EXPECT_TRUE(BitEqual(model.second->weight.grad(), want.grads[2]));
+}
+
+TEST(CastWeightsOnce, CastsWithoutANodeWhenGradModeIsOff) {
+  torch::manual_seed(12);
+  TwoLayers model;
+  lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  CastWeightsOnce casts(model);
+  EXPECT_EQ(casts.size(), 3u);
+  const auto w = cast_weight(model.first->weight);
+  EXPECT_FALSE(w.requires_grad());
+  EXPECT_TRUE(BitEqual(w, model.first->weight.to(torch::kBFloat16)));
+}
+
+TEST(CastWeightsOnce, HandsOutNoCastWhereAutocastNoLongerMakesIt) {
+  // Inside the guard, a region with autocast off runs linear in FP32 (a
+  // BF16 cast there would make torch::linear refuse FP32 input), and a
+  // parameter converted since it was cast is not handed a stale cast.
+  torch::manual_seed(13);
+  TwoLayers model;
+  const auto x = torch::randn({3, 12});
+  const auto fp32 = model.forward(x);
+  lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+  CastWeightsOnce casts(model);
+  ASSERT_EQ(cast_weight(model.first->weight).scalar_type(), torch::kBFloat16);
+  {
+    lamp::Autocast off(torch::kCPU, c10::nullopt, /*enabled=*/false);
+    EXPECT_TRUE(cast_weight(model.first->weight).is_same(model.first->weight));
+    const auto y = model.forward(x);
+    EXPECT_EQ(y.scalar_type(), torch::kFloat);
+    EXPECT_TRUE(BitEqual(y, fp32));
+  }
+  EXPECT_EQ(cast_weight(model.first->weight).scalar_type(), torch::kBFloat16);
+  model.to(torch::kDouble); // Module::to keeps the parameters' TensorImpls
+  EXPECT_TRUE(cast_weight(model.first->weight).is_same(model.first->weight));
+}
+
 TEST(CastWeightsOnce, LeavesFP8LayersTheirOwnCasts) {
 #if !LAMP_TORCH_FLOAT8
   GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no FP8 dtypes";
@@ -200,7 +270,7 @@ TEST(CastWeightsOnce, PathNamesHowItCasts) {
   // A device needs no GPU to be named.
   if (LAMP_TORCH_FOREACH_COPY) {
     EXPECT_EQ(lamp::nn::cast_weights_once_path(torch::Device(torch::kCUDA, 0)),
-              "one multi-tensor kernel each way (at::_foreach_copy_)");
+              "multi-tensor kernels each way (at::_foreach_copy_)");
     EXPECT_EQ(lamp::nn::cast_weights_once_path(torch::kCPU),
               "at::_foreach_copy_, a copy per tensor on cpu");
   } else {
@@ -365,6 +435,68 @@ TEST(CastWeightsOnce, GptWithFusedWeightCastTrainsAsAutocastsOwn_CUDA) {
   lamp::nn::SdpaBackendGuard math({lamp::nn::SdpaBackend::kMath});
   for (const bool fused : {false, true}) {
     expect_gpt_matches(torch::kCUDA, fused, /*checkpointing=*/false);
+  }
+}
+
+TEST(CastWeightsOnce, GptTrainStepsInACapturedGraphAsAutocastsOwn_CUDA) {
+  // TrainStep's CUDA graph replays the guard's casts (allocated in the
+  // graph's pool, refilled by each replay from the updated weights): its
+  // steps give the eager steps' weights without the guard, bit for bit, in
+  // amp-bf16 and in amp (FP16 with the loss scale). Attention by the math
+  // backend and lamp's fused AdamW, so that the runs can agree to the bit.
+  LAMP_SKIP_WITHOUT_CUDA();
+  lamp::nn::SdpaBackendGuard math({lamp::nn::SdpaBackend::kMath});
+  const torch::Device cuda(torch::kCUDA);
+  for (const auto precision :
+       {lamp::Precision::kAMPBF16, lamp::Precision::kAMP}) {
+    SCOPED_TRACE(lamp::to_string(precision));
+    // Eager without the guard, the graph without it (which must repeat the
+    // eager bits for the comparison to say anything of the casts), the
+    // graph with it.
+    std::vector<std::vector<torch::Tensor>> weights;
+    for (const auto& [graph, cast_once] : std::vector<std::pair<bool, bool>>{
+             {false, false}, {true, false}, {true, true}}) {
+      torch::manual_seed(41);
+      GPT gpt(GPTOptions(tiny_gpt()).fused_weight_cast(cast_once));
+      gpt->to(cuda);
+      lamp::TrainStep step(
+          gpt.ptr(),
+          [](std::vector<torch::Tensor> p) {
+            return std::make_unique<lamp::optim::AdamW>(
+                std::move(p), torch::optim::AdamWOptions(3e-3));
+          },
+          lamp::TrainStepOptions(precision).cuda_graph(graph));
+      torch::manual_seed(42);
+      for (int i = 0; i < 6; ++i) {
+        const auto tokens = torch::randint(0, 30, {4, 8}, torch::kLong);
+        const auto targets = torch::randint(0, 30, {4, 8}, torch::kLong);
+        const auto result =
+            step.step(tokens.to(cuda), targets.to(cuda),
+                      [&](const torch::Tensor& x, const torch::Tensor& y) {
+                        return gpt->loss(x, y);
+                      });
+        ASSERT_TRUE(std::isfinite(result.loss.item<double>())) << "step " << i;
+      }
+      if (graph) {
+        EXPECT_GE(step.cuda_graph_captures(), 1);
+      }
+      std::vector<torch::Tensor> w;
+      for (const auto& p : gpt->parameters()) {
+        w.push_back(p.detach().cpu());
+      }
+      weights.push_back(w);
+    }
+    bool repeats = weights[1].size() == weights[0].size();
+    for (size_t i = 0; repeats && i < weights[0].size(); ++i) {
+      repeats = BitEqual(weights[1][i], weights[0][i]);
+    }
+    ASSERT_TRUE(repeats) << "the graph's steps without the guard are not the "
+                            "eager steps' bits on this device: the comparison "
+                            "below would say nothing of the casts";
+    ASSERT_EQ(weights[2].size(), weights[0].size());
+    for (size_t i = 0; i < weights[0].size(); ++i) {
+      EXPECT_TRUE(BitEqual(weights[2][i], weights[0][i])) << "parameter " << i;
+    }
   }
 }
 

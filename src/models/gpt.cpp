@@ -405,9 +405,13 @@ torch::Tensor GPTImpl::features(const torch::Tensor& tokens) {
   const bool recompute = options_.activation_checkpointing() && is_training() &&
                          cache_ == nullptr && torch::GradMode::is_enabled();
   // The blocks' weights cast for all of them at once (nothing is cast where
-  // autocast is off). A recomputed block would cast its own again.
+  // autocast is off). A recomputed block would cast its own again. Only
+  // where gradients flow: without them (evaluation, generation) autocast's
+  // cache keeps its casts across the forwards of one autocast region, where
+  // the guard would cast every weight again for each token.
   std::optional<lamp::nn::CastWeightsOnce> casts;
-  if (options_.fused_weight_cast() && !recompute) {
+  if (options_.fused_weight_cast() && !recompute &&
+      torch::GradMode::is_enabled()) {
     casts.emplace(*this);
   }
   torch::Tensor out;

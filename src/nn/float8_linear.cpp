@@ -11,6 +11,7 @@
 #include "lamp/nn/linear.h"
 #include "nn/float8_internal.h"
 #include "platform/compat.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace nn {
@@ -118,6 +119,9 @@ class Float8LinearFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
+    lamp::detail::refuse_higher_order_gradients(
+        "An FP8 Linear (lamp::nn::float8_linear)",
+        "Leave the layer out of convert_to_float8() where you need them.");
     const auto saved = ctx->get_saved_variables();
     // data^T of X [padded m, k] and of W [n, k], where they were kept.
     const auto& x_t = saved[0];

@@ -46,6 +46,17 @@ class CastAllFunction : public torch::autograd::Function<CastAllFunction> {
       torch::autograd::variable_list grads) {
     const auto dtype =
         static_cast<at::ScalarType>(ctx->saved_data["input_dtype"].toInt());
+    if (torch::GradMode::is_enabled()) {
+      // create_graph=true: each cast back as a differentiable op (a cast is
+      // linear), so that higher-order gradients flow through it as through
+      // autocast's casts.
+      torch::autograd::variable_list result;
+      for (const auto& grad : grads) {
+        result.push_back(grad.defined() ? grad.to(dtype) : torch::Tensor());
+      }
+      result.emplace_back(); // `dtype` is not differentiable
+      return result;
+    }
     torch::autograd::variable_list result(grads.size());
     std::vector<torch::Tensor> sources, targets;
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -73,24 +84,36 @@ bool autocast_casts(const torch::Tensor& t) {
   return lamp::detail::autocast_on(t.device().type());
 }
 
+// The tensors one foreach copy casts: one device, and all of them sending
+// their gradients back, or none (frozen layers: a cast without an autograd
+// node, so that no weight gradient is computed for a layer that does not
+// want one, as autocast's own cast would not).
+struct CastGroup {
+  torch::Device device;
+  bool differentiable;
+  torch::autograd::variable_list tensors;
+};
+
 } // namespace
 
 CastWeightsOnce::CastWeightsOnce(torch::nn::Module& module)
     : outer_(innermost) {
-  // The tensors to cast, grouped by device (one foreach copy a device).
-  std::vector<std::pair<torch::Device, torch::autograd::variable_list>> groups;
+  std::vector<CastGroup> groups;
   const auto add = [&](const torch::Tensor& t) {
     if (!autocast_casts(t) ||
         !casts_.emplace(t.unsafeGetTensorImpl(), torch::Tensor()).second) {
       return; // not autocast's to cast, or already listed (a shared layer)
     }
+    // (Without grad mode Function::apply records no node either.)
+    const bool differentiable = t.requires_grad();
     for (auto& group : groups) {
-      if (group.first == t.device()) {
-        group.second.push_back(t);
+      if (group.device == t.device() &&
+          group.differentiable == differentiable) {
+        group.tensors.push_back(t);
         return;
       }
     }
-    groups.emplace_back(t.device(), torch::autograd::variable_list{t});
+    groups.push_back({t.device(), differentiable, {t}});
   };
   // apply() rather than modules(): it takes a module not held by a
   // shared_ptr too.
@@ -102,12 +125,20 @@ CastWeightsOnce::CastWeightsOnce(torch::nn::Module& module)
     }
   });
   for (const auto& group : groups) {
-    // A TensorList, not a vector: what Function::apply records as inputs.
-    const auto casts = CastAllFunction::apply(
-        at::TensorList(group.second),
-        lamp::detail::autocast_dtype(group.first.type()));
+    const auto dtype = lamp::detail::autocast_dtype(group.device.type());
+    torch::autograd::variable_list casts;
+    if (group.differentiable) {
+      // A TensorList, not a vector: what Function::apply records as inputs.
+      casts = CastAllFunction::apply(at::TensorList(group.tensors), dtype);
+    } else {
+      torch::NoGradGuard no_grad;
+      for (const auto& t : group.tensors) {
+        casts.push_back(torch::empty_like(t, t.options().dtype(dtype)));
+      }
+      lamp::detail::foreach_copy_(casts, group.tensors);
+    }
     for (size_t i = 0; i < casts.size(); ++i) {
-      casts_[group.second[i].unsafeGetTensorImpl()] = casts[i];
+      casts_[group.tensors[i].unsafeGetTensorImpl()] = casts[i];
     }
   }
   innermost = this;
@@ -128,9 +159,21 @@ torch::Tensor CastWeightsOnce::find(const torch::Tensor& parameter) const {
 torch::Tensor cast_weight(const torch::Tensor& parameter) {
   for (const auto* guard = innermost; guard != nullptr; guard = guard->outer_) {
     auto cast = guard->find(parameter);
-    if (cast.defined()) {
+    if (!cast.defined()) {
+      continue;
+    }
+    // Still what autocast would cast it to: not where a region inside the
+    // guard's turned autocast off or changed its dtype, or after the
+    // module moved (Module::to keeps the parameter's TensorImpl). There
+    // autocast's own cast, or none, is the right one.
+    const auto device = parameter.device().type();
+    if (parameter.scalar_type() == at::kFloat &&
+        cast.device() == parameter.device() &&
+        lamp::detail::autocast_on(device) &&
+        lamp::detail::autocast_dtype(device) == cast.scalar_type()) {
       return cast;
     }
+    return parameter;
   }
   return parameter;
 }
@@ -141,7 +184,7 @@ std::string cast_weights_once_path(const torch::Device& device) {
            " has no at::_foreach_copy_";
   }
   if (device.is_cuda()) {
-    return "one multi-tensor kernel each way (at::_foreach_copy_)";
+    return "multi-tensor kernels each way (at::_foreach_copy_)";
   }
   return "at::_foreach_copy_, a copy per tensor on " + device.str();
 }

@@ -14,6 +14,7 @@
 #include "ops/add_norm_cuda.h"
 #include "platform/autocast_on.h"
 #include "platform/compat.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace ops {
@@ -189,8 +190,12 @@ class AddNormFunction : public torch::autograd::Function<AddNormFunction> {
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
     const bool rms = ctx->saved_data["rms"].toBool();
+    lamp::detail::refuse_higher_order_gradients(
+        rms ? "lamp::ops::add_rms_norm" : "lamp::ops::add_layer_norm",
+        rms ? "add_rms_norm_reference (the stock composition) gives them."
+            : "add_layer_norm_reference (the stock composition) gives them.");
+    const auto saved = ctx->get_saved_variables();
     const bool kernel = ctx->saved_data["kernel"].toBool();
     const auto dtype = [&](const char* key) {
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());

@@ -16,8 +16,10 @@ namespace detail {
 
 /// out = relu?((gate(u) * u_scale + u_shift) + (v * v_scale + v_shift)) in
 /// FP32, each operation rounded in that order, then cast to the output's
-/// dtype. gate(u) is u where gate > 0, else 0 (a NaN gate gives 0, as
-/// threshold_backward does). An undefined tensor leaves its step out (u:
+/// dtype. gate(u) is u where gate > 0, else 0: a NaN gate gives 0, where
+/// autograd's ReLU (threshold_backward: 0 where gate <= 0) passes u; a NaN
+/// activation has made the loss NaN there already. An undefined tensor
+/// leaves its step out (u:
 /// zeros; v: no second term). u, gate and v have the output's shape
 /// [N, C, H, W]; the scales and shifts are FP32 [C].
 struct ChannelAffine {

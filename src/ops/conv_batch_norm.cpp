@@ -14,6 +14,7 @@
 #include "ops/channel_affine.h"
 #include "ops/conv_batch_norm_cudnn.h"
 #include "platform/compat.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace ops {
@@ -104,6 +105,9 @@ class FoldedBatchNormFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
+    lamp::detail::refuse_higher_order_gradients(
+        "lamp::ops::folded_batch_norm",
+        "The stock modules give them (lamp's programs: --fused-bn on or off).");
     const auto saved = ctx->get_saved_variables();
     FoldedBatchNorm folded;
     folded.scale = saved[1];
@@ -278,6 +282,9 @@ class FoldedConvFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
+    lamp::detail::refuse_higher_order_gradients(
+        "lamp::ops::folded_conv",
+        "The stock modules give them (lamp's programs: --fused-bn on or off).");
     const auto saved = ctx->get_saved_variables();
     const auto& x = saved[0];
     const auto& weight = saved[1];
@@ -387,6 +394,9 @@ class FoldedBlockEndFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
+    lamp::detail::refuse_higher_order_gradients(
+        "lamp::ops::folded_residual_block",
+        "The stock modules give them (lamp's programs: --fused-bn on or off).");
     const auto saved = ctx->get_saved_variables();
     const auto& y = saved[0];
     const auto& scale = saved[1];

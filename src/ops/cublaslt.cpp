@@ -105,6 +105,20 @@ cudaDataType_t data_type(at::ScalarType dtype) {
   return dtype == at::kHalf ? CUDA_R_16F : CUDA_R_16BF;
 }
 
+// The largest power of two, up to 256, that divides `p`'s address: what the
+// heuristic is told of each operand, which it otherwise takes for 256-byte
+// aligned (and may then pick a kernel the operand cannot run, returning
+// NOT_SUPPORTED at the product), as PyTorch's and Transformer Engine's
+// cuBLASLt calls tell it.
+uint32_t alignment_bytes(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  uint32_t alignment = 1;
+  while (alignment < 256 && address % (2 * alignment) == 0) {
+    alignment *= 2;
+  }
+  return alignment;
+}
+
 // The status as a sentence for the caller's warning ("" on success).
 std::string failure(const char* step, cublasStatus_t status) {
   return status == CUBLAS_STATUS_SUCCESS
@@ -183,6 +197,22 @@ std::string run_lt_product(const LtProduct& p, at::ScalarType dtype,
     status = lt().preference_set(preference.get(),
                                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                  &workspace_bytes, sizeof(workspace_bytes));
+  }
+  // C is D (beta 0, the same pointer).
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attribute;
+    uint32_t bytes;
+  } alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_bytes(p.a)},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_bytes(p.b)},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_bytes(p.d)},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_bytes(p.d)},
+  };
+  for (const auto& alignment : alignments) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = lt().preference_set(preference.get(), alignment.attribute,
+                                   &alignment.bytes, sizeof(alignment.bytes));
+    }
   }
   if (status != CUBLAS_STATUS_SUCCESS) {
     return failure("cublasLtMatmulPreference", status);

@@ -17,6 +17,7 @@
 #include "ops/linear_bgrad_cuda.h"
 #include "platform/autocast_on.h"
 #include "platform/compat.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace ops {
@@ -145,6 +146,9 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grads) {
+    lamp::detail::refuse_higher_order_gradients(
+        "lamp::ops::gelu_mlp",
+        "gelu_mlp_reference (the stock composition) gives them.");
     const auto saved = ctx->get_saved_variables();
     const auto& xc = saved[0];
     const auto& w1 = saved[1];

@@ -16,6 +16,7 @@
 #include "ops/linear_bgrad_cuda.h"
 #include "platform/autocast_on.h"
 #include "platform/compat.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace ops {
@@ -86,6 +87,8 @@ class LinearBgradFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grads) {
+    lamp::detail::refuse_higher_order_gradients("lamp::ops::linear_bgrad",
+                                                "torch::linear gives them.");
     const auto saved = ctx->get_saved_variables();
     const auto& xc = saved[0];
     const auto& w = saved[1];

@@ -27,6 +27,9 @@ std::string linear_bgrad_unavailable_reason(at::ScalarType dtype, int64_t rows,
                "not ") +
            c10::toString(dtype);
   }
+  if (out == 0) {
+    return "the weight has no rows (out 0): no product to run";
+  }
   if (in % 8 != 0 || out % 8 != 0) {
     return "the epilogue wants the widths to be multiples of 8, got in " +
            std::to_string(in) + ", out " + std::to_string(out);
@@ -34,7 +37,7 @@ std::string linear_bgrad_unavailable_reason(at::ScalarType dtype, int64_t rows,
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (rows > kMax || in > kMax || out > kMax) {
     return "cuBLASLt takes sizes below 2^31, got " + std::to_string(rows) +
-           " rows";
+           " rows, in " + std::to_string(in) + ", out " + std::to_string(out);
   }
   return "";
 }

@@ -13,6 +13,7 @@
 
 #include "platform/autocast_on.h"
 #include "platform/compat.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace ops {
@@ -157,6 +158,9 @@ class LinearCrossEntropyFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
+    lamp::detail::refuse_higher_order_gradients(
+        "lamp::ops::linear_cross_entropy",
+        "linear_cross_entropy_reference (the stock composition) gives them.");
     const auto saved = ctx->get_saved_variables();
     const auto& d = ctx->saved_data;
     // The loss's gradient (a GradScaler's scale, usually) times 1/rows for

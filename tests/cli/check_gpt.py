@@ -1175,7 +1175,7 @@ def fused_steps(train_gpt, work, device):
             want = ({"residual adds fused with their norms: lamp's CUDA "
                      "kernel", "MLPs with their biases and GELU fused: "
                      "cuBLASLt epilogues", "Linear weights cast to "
-                     "autocast's dtype at once: one multi-tensor kernel "
+                     "autocast's dtype at once: multi-tensor kernels "
                      "each way", "bias gradients in the weight-gradient "
                      "products: cuBLASLt epilogue"} if device == "cuda" else
                     {"residual adds fused with their norms: ATen ops",

@@ -226,7 +226,9 @@ std::vector<std::pair<std::string, std::string>> float8_left_out(
 /// with `state`'s recipe. The output dtype is the autocast dtype of the
 /// input's device where autocast is on, else the input's; dX is in the
 /// input's dtype and dW in the weight's. Errors name the layer and the
-/// shape that breaks a rule.
+/// shape that breaks a rule. Differentiable once: a backward with
+/// create_graph=true refuses (leave the layer out of convert_to_float8()
+/// for higher-order gradients).
 torch::Tensor float8_linear(const torch::Tensor& input,
                             const torch::Tensor& weight,
                             const torch::Tensor& bias, Float8StateImpl& state);

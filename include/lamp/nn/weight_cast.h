@@ -34,7 +34,13 @@ namespace nn {
 ///   is cast where autocast is off: then the guard changes nothing.
 /// - The results are autocast's to the bit, forward and backward: each
 ///   cast rounds as autocast's, each gradient is the same FP32 value (a
-///   16-bit gradient converted exactly).
+///   16-bit gradient converted exactly). A parameter two layers use in one
+///   forward is cast once, and autograd sums its two 16-bit gradients
+///   before the cast back, as with autocast's cast cache (on by default);
+///   with that cache off autocast would cast each use and sum in FP32.
+/// - A parameter that does not require grad (a frozen layer), and every
+///   one when grad mode is off, is cast without an autograd node: no
+///   gradient is computed or cast back for it, as with autocast's cast.
 /// - Gradients: the FP32 parameters' gradients arrive together when the
 ///   last of their layers' backward has run (the autograd node waits for
 ///   all of them), not layer by layer: a data-parallel hook that reduces
@@ -79,11 +85,17 @@ class CastWeightsOnce {
 /// `parameter` as the calling thread's innermost live CastWeightsOnce cast
 /// it, else `parameter` itself: what lamp::nn::linear() and lamp's fused
 /// ops (lamp::ops::gelu_mlp through lamp::models::GPT) apply to the
-/// weights they are given.
+/// weights they are given. The cast is handed out only while it is still
+/// what autocast would make: autocast on for the parameter's device with
+/// the cast's dtype, and the parameter FP32 on the cast's device. A region
+/// inside the guard that turns autocast off or changes its dtype, or a
+/// module moved while the guard lives, gets `parameter` itself (and
+/// autocast's own cast, where it is on).
 torch::Tensor cast_weight(const torch::Tensor& parameter);
 
 /// How CastWeightsOnce casts on `device` with this LibTorch, for a run's
-/// report: "one multi-tensor kernel each way (at::_foreach_copy_)" on CUDA;
+/// report: "multi-tensor kernels each way (at::_foreach_copy_)" on CUDA
+/// (ATen's fast path: one launch per 320 chunks of 65,536 elements);
 /// on other devices at::_foreach_copy_'s copy per tensor; on LibTorch 1.13,
 /// which has no at::_foreach_copy_, a copy per tensor, said with the
 /// version.

@@ -61,7 +61,9 @@ struct AddNormResult {
 ///
 /// Throws c10::Error, naming the argument and the fix, on shapes that do
 /// not match, no rows, tensors that are not floating point, tensors on
-/// different devices, or an eps that is not positive.
+/// different devices, or an eps that is not positive. Differentiable once:
+/// a backward with create_graph=true refuses, naming the reference, which
+/// gives higher-order gradients.
 ///
 /// Example (a pre-norm block's second half, as models::GPT computes it
 /// with GPTOptions::fused_add_norm):

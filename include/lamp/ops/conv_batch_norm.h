@@ -21,7 +21,10 @@
 /// folded_batch_norm_relu() make it a differentiable op equal to
 /// BatchNorm2d (+ ReLU) in training and eval mode, running statistics
 /// included (tests/conv_batch_norm_test.cpp: every block shape of ResNet18
-/// and ResNet50, forward and backward).
+/// and ResNet50, forward and backward). The differentiable ops
+/// (folded_batch_norm(), folded_conv(), folded_residual_block()) are
+/// differentiable once: a backward with create_graph=true refuses; the
+/// stock modules give higher-order gradients.
 ///
 /// In a ResNet block (BasicBlock: conv1, bn1, conv2, bn2; Bottleneck adds
 /// conv3, bn3; the shortcut a 1x1 convolution and its BatchNorm):

@@ -52,7 +52,9 @@ struct GeluMlpOptions {
 ///
 /// Throws c10::Error, naming the argument and the fix, on shapes that do
 /// not fit, no rows, tensors that are not floating point, tensors on other
-/// devices than x, or an unknown `approximate`.
+/// devices than x, or an unknown `approximate`. Differentiable once: a
+/// backward with create_graph=true refuses, naming gelu_mlp_reference(),
+/// which gives higher-order gradients.
 ///
 /// Example (lamp's GPT with GPTOptions::fused_mlp):
 /// \code

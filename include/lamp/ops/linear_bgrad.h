@@ -35,7 +35,9 @@ namespace ops {
 ///
 /// Throws c10::Error, naming the argument and the fix, on shapes that do
 /// not fit, no rows, tensors that are not floating point, or tensors on
-/// other devices than x.
+/// other devices than x. Differentiable once: a backward with
+/// create_graph=true refuses, naming torch::linear, which gives
+/// higher-order gradients.
 ///
 /// Example (lamp's GPT with GPTOptions::fused_bias_grad):
 /// \code

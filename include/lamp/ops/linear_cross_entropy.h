@@ -63,7 +63,9 @@ struct LinearCrossEntropyOptions {
 /// Throws c10::Error, naming the argument and the fix, on a shape that does
 /// not fit (the widths, the targets' shape), no rows, targets that are not
 /// integers, inputs that are not floating point, tensors on different
-/// devices, or a negative chunk_rows.
+/// devices, or a negative chunk_rows. Differentiable once: a backward
+/// with create_graph=true refuses, naming linear_cross_entropy_reference(),
+/// which gives higher-order gradients.
 ///
 /// Example (a GPT's training loss, as models::GPTImpl::loss() computes it):
 /// \code

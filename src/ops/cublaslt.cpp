@@ -198,6 +198,16 @@ std::string run_lt_product(const LtProduct& p, at::ScalarType dtype,
                                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                  &workspace_bytes, sizeof(workspace_bytes));
   }
+  // Split-K only with its partial sums in FP32, reduced in a fixed order
+  // (COMPUTE_TYPE), or none: not INPLACE (atomic adds, an order that varies
+  // from run to run) nor OUTPUT_TYPE (partial sums rounded to 16 bits).
+  const uint32_t reductions =
+      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = lt().preference_set(preference.get(),
+                                 CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                 &reductions, sizeof(reductions));
+  }
   // C is D (beta 0, the same pointer).
   const struct {
     cublasLtMatmulPreferenceAttributes_t attribute;

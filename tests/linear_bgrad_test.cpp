@@ -426,6 +426,31 @@ Bounds bounds(const torch::Tensor& x, const torch::Tensor& g16) {
          << "beyond the bound by up to " << excess.item<double>();
 }
 
+// While it lives, ATen's 16-bit products keep split-K's partial sums in
+// FP32 (by default cuBLAS may round them to 16 bits, which the FP32-sum
+// bound above does not allow for; lamp's products never do); LibTorch's
+// default again after.
+// BF16's switch where the Context has one (LibTorch 2.x; 1.13, which runs
+// no CUDA test here, has FP16's only), found by the call compiling.
+template <typename Context>
+auto allow_bf16_reduced_precision(Context& context, bool allow, int)
+    -> decltype(context.setAllowBF16ReductionCuBLAS(allow)) {
+  return context.setAllowBF16ReductionCuBLAS(allow);
+}
+template <typename Context>
+void allow_bf16_reduced_precision(Context&, bool, long) {}
+
+struct FP32PartialSums {
+  FP32PartialSums() { allow_reduced_precision(false); }
+  ~FP32PartialSums() { allow_reduced_precision(true); }
+  FP32PartialSums(const FP32PartialSums&) = delete;
+  FP32PartialSums& operator=(const FP32PartialSums&) = delete;
+  static void allow_reduced_precision(bool allow) {
+    allow_bf16_reduced_precision(at::globalContext(), allow, 0);
+    at::globalContext().setAllowFP16ReductionCuBLAS(allow);
+  }
+};
+
 TEST(LinearBgrad, EpilogueMeetsTheBoundOfTheStockOps_CUDA) {
   // The forward and the input's gradient are the stock ops' (the same
   // bits); the weight's and the bias's gradients come from one cuBLASLt
@@ -444,6 +469,9 @@ TEST(LinearBgrad, EpilogueMeetsTheBoundOfTheStockOps_CUDA) {
       EXPECT_EQ(lamp_test::count_nodes_named(
                     linear_bgrad(leaf(i.x), i.weight, i.bias), kNode),
                 1);
+      // Both with ATen's products under the same setting, so that the
+      // forward and the input's gradient can be compared bit for bit.
+      const FP32PartialSums fp32_partial_sums;
       const auto got = run(i, linear_bgrad);
       const auto want = run(i, stock);
       EXPECT_TRUE(BitEqual(got.y, want.y));

@@ -61,9 +61,7 @@ struct AddNormResult {
 ///
 /// Throws c10::Error, naming the argument and the fix, on shapes that do
 /// not match, no rows, tensors that are not floating point, tensors on
-/// different devices, or an eps that is not positive. Differentiable once:
-/// a backward with create_graph=true refuses, naming the reference, which
-/// gives higher-order gradients.
+/// different devices, or an eps that is not positive.
 ///
 /// Example (a pre-norm block's second half, as models::GPT computes it
 /// with GPTOptions::fused_add_norm):
@@ -73,8 +71,8 @@ struct AddNormResult {
 ///   auto out = x1 + mlp(normed);
 /// \endcode
 ///
-/// \warning Differentiable once: no second derivative (create_graph=true)
-/// goes through it.
+/// \warning Differentiable once: a backward with create_graph=true stops
+/// with an error naming the reference, which gives second derivatives.
 AddNormResult add_layer_norm(const torch::Tensor& x,
                              const torch::Tensor& branch,
                              const torch::Tensor& weight,

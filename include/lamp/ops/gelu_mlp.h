@@ -52,9 +52,7 @@ struct GeluMlpOptions {
 ///
 /// Throws c10::Error, naming the argument and the fix, on shapes that do
 /// not fit, no rows, tensors that are not floating point, tensors on other
-/// devices than x, or an unknown `approximate`. Differentiable once: a
-/// backward with create_graph=true refuses, naming gelu_mlp_reference(),
-/// which gives higher-order gradients.
+/// devices than x, or an unknown `approximate`.
 ///
 /// Example (lamp's GPT with GPTOptions::fused_mlp):
 /// \code
@@ -63,8 +61,9 @@ struct GeluMlpOptions {
 ///       lamp::ops::GeluMlpOptions().approximate("tanh"));
 /// \endcode
 ///
-/// \warning Differentiable once: no second derivative (create_graph=true)
-/// goes through it.
+/// \warning Differentiable once: a backward with create_graph=true stops
+/// with an error naming gelu_mlp_reference(), which gives second
+/// derivatives.
 torch::Tensor gelu_mlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
                        const torch::Tensor& fc_bias,
                        const torch::Tensor& proj_weight,

@@ -35,17 +35,15 @@ namespace ops {
 ///
 /// Throws c10::Error, naming the argument and the fix, on shapes that do
 /// not fit, no rows, tensors that are not floating point, or tensors on
-/// other devices than x. Differentiable once: a backward with
-/// create_graph=true refuses, naming torch::linear, which gives
-/// higher-order gradients.
+/// other devices than x.
 ///
 /// Example (lamp's GPT with GPTOptions::fused_bias_grad):
 /// \code
 ///   auto qkv = lamp::ops::linear_bgrad(normed, c_attn->weight, c_attn->bias);
 /// \endcode
 ///
-/// \warning Differentiable once: no second derivative (create_graph=true)
-/// goes through it.
+/// \warning Differentiable once: a backward with create_graph=true stops
+/// with an error naming torch::linear, which gives second derivatives.
 torch::Tensor linear_bgrad(const torch::Tensor& x, const torch::Tensor& weight,
                            const torch::Tensor& bias);
 

@@ -63,9 +63,7 @@ struct LinearCrossEntropyOptions {
 /// Throws c10::Error, naming the argument and the fix, on a shape that does
 /// not fit (the widths, the targets' shape), no rows, targets that are not
 /// integers, inputs that are not floating point, tensors on different
-/// devices, or a negative chunk_rows. Differentiable once: a backward
-/// with create_graph=true refuses, naming linear_cross_entropy_reference(),
-/// which gives higher-order gradients.
+/// devices, or a negative chunk_rows.
 ///
 /// Example (a GPT's training loss, as models::GPTImpl::loss() computes it):
 /// \code
@@ -76,8 +74,8 @@ struct LinearCrossEntropyOptions {
 /// \endcode
 ///
 /// \warning Differentiable once: the backward scales gradients computed in
-/// the forward, so no second derivative (create_graph=true) goes through
-/// it.
+/// the forward, so a backward with create_graph=true stops with an error
+/// naming linear_cross_entropy_reference(), which gives second derivatives.
 torch::Tensor linear_cross_entropy(
     const torch::Tensor& input, const torch::Tensor& weight,
     const torch::Tensor& targets,

@@ -18,6 +18,18 @@ namespace {
 // too, and the casts are only valid inside its region).
 thread_local const CastWeightsOnce* innermost = nullptr;
 
+// Every tensor of `inputs` cast to `dtype` in one foreach copy.
+torch::autograd::variable_list cast_all(at::TensorList inputs,
+                                        at::ScalarType dtype) {
+  torch::autograd::variable_list outputs;
+  outputs.reserve(inputs.size());
+  for (const auto& input : inputs) {
+    outputs.push_back(torch::empty_like(input, input.options().dtype(dtype)));
+  }
+  lamp::detail::foreach_copy_(outputs, inputs);
+  return outputs;
+}
+
 // Every input cast to `dtype` in one foreach copy; in the backward every
 // defined gradient cast back to the inputs' dtype in one. One node for all
 // the casts, so that the backward's casts wait for the last gradient and run
@@ -32,13 +44,7 @@ class CastAllFunction : public torch::autograd::Function<CastAllFunction> {
     ctx->set_materialize_grads(false);
     ctx->saved_data["input_dtype"] =
         static_cast<int64_t>(inputs.front().scalar_type());
-    torch::autograd::variable_list outputs;
-    outputs.reserve(inputs.size());
-    for (const auto& input : inputs) {
-      outputs.push_back(torch::empty_like(input, input.options().dtype(dtype)));
-    }
-    lamp::detail::foreach_copy_(outputs, inputs);
-    return outputs;
+    return cast_all(inputs, dtype);
   }
 
   static torch::autograd::variable_list backward(
@@ -57,18 +63,19 @@ class CastAllFunction : public torch::autograd::Function<CastAllFunction> {
       result.emplace_back(); // `dtype` is not differentiable
       return result;
     }
-    torch::autograd::variable_list result(grads.size());
-    std::vector<torch::Tensor> sources, targets;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (grads[i].defined()) {
-        result[i] =
-            torch::empty_like(grads[i], grads[i].options().dtype(dtype));
-        sources.push_back(grads[i]);
-        targets.push_back(result[i]);
+    std::vector<torch::Tensor> defined;
+    for (const auto& grad : grads) {
+      if (grad.defined()) {
+        defined.push_back(grad);
       }
     }
-    if (!targets.empty()) {
-      lamp::detail::foreach_copy_(targets, sources);
+    const auto casts = defined.empty() ? torch::autograd::variable_list()
+                                       : cast_all(defined, dtype);
+    torch::autograd::variable_list result(grads.size());
+    for (size_t i = 0, next = 0; i < grads.size(); ++i) {
+      if (grads[i].defined()) {
+        result[i] = casts[next++];
+      }
     }
     result.emplace_back(); // `dtype` is not differentiable
     return result;
@@ -132,10 +139,7 @@ CastWeightsOnce::CastWeightsOnce(torch::nn::Module& module)
       casts = CastAllFunction::apply(at::TensorList(group.tensors), dtype);
     } else {
       torch::NoGradGuard no_grad;
-      for (const auto& t : group.tensors) {
-        casts.push_back(torch::empty_like(t, t.options().dtype(dtype)));
-      }
-      lamp::detail::foreach_copy_(casts, group.tensors);
+      casts = cast_all(group.tensors, dtype);
     }
     for (size_t i = 0; i < casts.size(); ++i) {
       casts_[group.tensors[i].unsafeGetTensorImpl()] = casts[i];

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "ops/cudnn_batch_norm.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace ops {
@@ -119,9 +120,8 @@ torch::Tensor save_for_backward(
 lamp::detail::FusedBatchNormBackward fused_backward(
     torch::autograd::AutogradContext* ctx,
     const torch::autograd::variable_list& grad_outputs) {
-  TORCH_CHECK(
-      !torch::GradMode::is_enabled(), kWho,
-      ": the fused BatchNorm + ReLU is differentiable once: its backward cannot build a graph for higher-order gradients (backward/grad with create_graph=true). Turn the fusion off where you need them: ",
+  lamp::detail::refuse_higher_order_gradients(
+      kWho, "Turn the fusion off where you need them: ",
       lamp::detail::kFusionOffAdvice, ".");
   const auto saved = ctx->get_saved_variables();
   const auto& input = saved[0];

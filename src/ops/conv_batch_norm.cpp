@@ -20,6 +20,10 @@ namespace lamp {
 namespace ops {
 namespace {
 
+// What gives the folded ops' higher-order gradients, for their refusal.
+constexpr const char* kStockModulesGiveThem =
+    "The stock modules give them (lamp's programs: --fused-bn on or off).";
+
 // [C] -> [1, C, 1, 1], to broadcast over an NCHW tensor.
 torch::Tensor per_channel(const torch::Tensor& values) {
   return values.view({1, -1, 1, 1});
@@ -105,9 +109,8 @@ class FoldedBatchNormFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
-    lamp::detail::refuse_higher_order_gradients(
-        "lamp::ops::folded_batch_norm",
-        "The stock modules give them (lamp's programs: --fused-bn on or off).");
+    lamp::detail::refuse_higher_order_gradients("lamp::ops::folded_batch_norm",
+                                                kStockModulesGiveThem);
     const auto saved = ctx->get_saved_variables();
     FoldedBatchNorm folded;
     folded.scale = saved[1];
@@ -282,9 +285,8 @@ class FoldedConvFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
-    lamp::detail::refuse_higher_order_gradients(
-        "lamp::ops::folded_conv",
-        "The stock modules give them (lamp's programs: --fused-bn on or off).");
+    lamp::detail::refuse_higher_order_gradients("lamp::ops::folded_conv",
+                                                kStockModulesGiveThem);
     const auto saved = ctx->get_saved_variables();
     const auto& x = saved[0];
     const auto& weight = saved[1];
@@ -395,8 +397,7 @@ class FoldedBlockEndFunction
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
     lamp::detail::refuse_higher_order_gradients(
-        "lamp::ops::folded_residual_block",
-        "The stock modules give them (lamp's programs: --fused-bn on or off).");
+        "lamp::ops::folded_residual_block", kStockModulesGiveThem);
     const auto saved = ctx->get_saved_variables();
     const auto& y = saved[0];
     const auto& scale = saved[1];

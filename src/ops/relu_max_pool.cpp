@@ -1,4 +1,5 @@
 #include "lamp/ops/relu_max_pool.h"
+#include "platform/differentiable_once.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -389,10 +390,9 @@ struct ReluMaxPool2d : public torch::autograd::Function<ReluMaxPool2d> {
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grad_outputs) {
     const auto& grad = grad_outputs[0];
-    // The engine runs backward with grad mode on only for create_graph=true.
-    TORCH_CHECK(
-        !torch::GradMode::is_enabled(),
-        "lamp::ops::relu_max_pool2d is differentiable once: its backward cannot build a graph for higher-order gradients (backward/grad with create_graph=true). Use torch::max_pool2d(torch::relu(x), {k, k}) where you need them.");
+    lamp::detail::refuse_higher_order_gradients(
+        "lamp::ops::relu_max_pool2d",
+        "torch::max_pool2d(torch::relu(x), {k, k}) gives them.");
     const auto window_index = ctx->get_saved_variables()[0];
     const int64_t k = ctx->saved_data["kernel_size"].toInt();
     const auto sizes = ctx->saved_data["input_sizes"].toIntVector();

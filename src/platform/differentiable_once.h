@@ -12,15 +12,16 @@
 namespace lamp {
 namespace detail {
 
-/// Throws, naming `who` and what to use `instead`, inside a backward that
-/// autograd asked to build a graph (create_graph=true).
-inline void refuse_higher_order_gradients(const char* who,
-                                          const char* instead) {
+/// Throws, naming `who` and what to use instead (the parts of a sentence,
+/// formatted only when it throws), inside a backward that autograd asked to
+/// build a graph (create_graph=true).
+template <typename... Instead>
+void refuse_higher_order_gradients(const char* who, const Instead&... instead) {
   TORCH_CHECK(!at::GradMode::is_enabled(), who,
               " is differentiable once: its backward cannot build a graph "
               "for higher-order gradients (backward or grad with "
               "create_graph=true). ",
-              instead);
+              instead...);
 }
 
 } // namespace detail

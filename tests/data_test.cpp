@@ -900,17 +900,26 @@ TEST(TokenFiles, MetaPklGivesTheVocabularyAndItsPieces) {
   EXPECT_EQ(data.vocab_size, 5);
   EXPECT_EQ(data.meta_path, dir.file("meta.pkl"));
   EXPECT_FALSE(data.train.unsigned_ids);
-  ASSERT_EQ(data.pieces.pieces.size(), 5u);
+  // As long as the largest id itos names, 3, + 1: id 4 has no piece.
+  ASSERT_EQ(data.pieces.pieces.size(), 4u);
   EXPECT_TRUE(BitEqual(data.pieces.encode("aab\xc3\xa9"
                                           "b"),
                        as_tensor({0, 2, 3, 1})));
   EXPECT_EQ(data.pieces.decode(as_tensor({2, 4, 0, 9})), "ab<4>a<9>");
   expect_error([&] { data.pieces.encode("abc"); },
-               {"the text's 'c' at byte 2 is in no piece", "5 pieces"});
+               {"the text's 'c' at byte 2 is in no piece", "4 pieces"});
   write_file(dir.file("meta.pkl"), meta_pickle(5, {}));
   lamp::data::TokenPieces none;
   EXPECT_EQ(lamp::data::read_token_meta(dir.file("meta.pkl"), &none), 5);
   EXPECT_TRUE(none.empty());
+  // A damaged vocab_size of 2^31 - 1 beside a short itos: the pieces are
+  // itos's, not two billion empty strings (64 GiB).
+  write_file(dir.file("meta.pkl"), meta_pickle(2147483647, {{1, "b"}}));
+  lamp::data::TokenPieces few;
+  EXPECT_EQ(lamp::data::read_token_meta(dir.file("meta.pkl"), &few),
+            2147483647);
+  ASSERT_EQ(few.pieces.size(), 2u);
+  EXPECT_EQ(few.decode(as_tensor({1, 0, 5})), "b<0><5>");
 }
 
 // Bad token files: each refused naming the file and the fix.

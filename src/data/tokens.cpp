@@ -229,7 +229,9 @@ int64_t read_token_meta(const std::string& meta_path, TokenPieces* pieces) {
   if (pieces != nullptr) {
     pieces->pieces.clear();
     if (itos) {
-      pieces->pieces.resize(static_cast<size_t>(vocab_size));
+      // As long as the largest id itos gives, not vocab_size: a damaged
+      // vocab_size of billions makes no billions of empty pieces.
+      int64_t pieces_size = 0;
       for (const auto& entry : *itos) {
         const bool fits = entry.key().isInt() && entry.value().isString() &&
                           entry.key().toInt() >= 0 &&
@@ -238,6 +240,10 @@ int64_t read_token_meta(const std::string& meta_path, TokenPieces* pieces) {
                     "'s itos maps ids to their text, but holds an entry "
                     "that is not an id below vocab_size ",
                     vocab_size, " with a string; prepare the data again.");
+        pieces_size = std::max(pieces_size, entry.key().toInt() + 1);
+      }
+      pieces->pieces.resize(static_cast<size_t>(pieces_size));
+      for (const auto& entry : *itos) {
         pieces->pieces[entry.key().toInt()] = entry.value().toStringRef();
       }
     }

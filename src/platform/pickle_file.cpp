@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -115,13 +116,18 @@ c10::optional<c10::IValue> detail::read_pickle_skeleton(
 c10::IValue load_pickle(const std::string& path, const std::string& what) {
   const std::string bytes = detail::read_regular_file(path);
   std::string error;
+  c10::optional<c10::IValue> loaded;
   try {
-    return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    loaded = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const c10::Error& e) {
     error = e.what_without_backtrace();
   } catch (const std::exception& e) {
     // A damaged zip can make the reader throw anything (see below).
     error = e.what();
+  }
+  if (loaded) {
+    detail::check_tensor_views(*loaded, what + ": " + path);
+    return *loaded;
   }
   // Python's legacy format (torch.save(..., _use_new_zipfile_serialization=
   // False), and PyTorch before 1.6) is a bare pickle of a magic number, not
@@ -152,13 +158,17 @@ c10::IValue load_pickle(const std::string& path, const std::string& what) {
         auto& storage = storages[key];
         if (!storage.defined()) {
           const auto record = reader.getRecord("data/" + key);
-          const auto bytes_needed =
-              static_cast<size_t>(numel) * c10::elementSize(dtype);
-          TORCH_CHECK(std::get<1>(record) >= bytes_needed, what, ": ", path,
-                      " is damaged: its storage ", key, " holds ",
-                      std::get<1>(record), " bytes, fewer than the ",
-                      bytes_needed, " of its ", numel, " ", dtype,
-                      " elements.");
+          const size_t element_bytes = c10::elementSize(dtype);
+          const uint64_t record_bytes = std::get<1>(record);
+          // Compared as a count of elements: a damaged numel times the
+          // element size could wrap around.
+          const bool fits = numel >= 0 && static_cast<uint64_t>(numel) <=
+                                              record_bytes / element_bytes;
+          TORCH_CHECK(fits, what, ": ", path, " is damaged: its storage ", key,
+                      " holds ", record_bytes, " bytes, not the ", numel, " ",
+                      dtype, " elements its pickle gives it.");
+          const size_t bytes_needed =
+              static_cast<size_t>(numel) * element_bytes;
           storage = torch::empty({numel}, dtype);
           std::memcpy(storage.data_ptr(), std::get<0>(record).get(),
                       bytes_needed);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -13,6 +14,49 @@
 namespace lamp {
 namespace detail {
 namespace {
+
+// Whether the view (offset, size, stride) of a storage of `numel` elements
+// lies within it and holds at most int64's largest number of elements;
+// false, never an overflow, for any sizes and strides a damaged file gives.
+bool view_fits(int64_t offset, c10::IntArrayRef size, c10::IntArrayRef stride,
+               int64_t numel) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (size.size() != stride.size() || offset < 0) {
+    return false;
+  }
+  int64_t elements = 1;
+  for (size_t i = 0; i < size.size(); ++i) {
+    if (size[i] < 0 || stride[i] < 0) {
+      return false;
+    }
+    if (size[i] != 0 && elements > kMax / size[i]) {
+      return false;
+    }
+    elements *= size[i];
+  }
+  if (elements == 0) {
+    return true; // an empty view reaches no element
+  }
+  int64_t last = offset; // the last element the view reaches
+  for (size_t i = 0; i < size.size(); ++i) {
+    const int64_t steps = size[i] - 1;
+    if (stride[i] != 0 && steps > (kMax - last) / stride[i]) {
+      return false;
+    }
+    last += steps * stride[i];
+  }
+  return last < numel;
+}
+
+// Throws, naming `where` as damaged, unless the view lies within its
+// storage of `numel` elements.
+void check_view(int64_t offset, c10::IntArrayRef size, c10::IntArrayRef stride,
+                int64_t numel, const std::string& where) {
+  TORCH_CHECK(view_fits(offset, size, stride, numel), where,
+              " is damaged: a tensor's sizes ", size, ", strides ", stride,
+              " and offset ", offset, " reach beyond its storage of ", numel,
+              " elements. Save it again in Python.");
+}
 
 // Thrown for what this reader does not read; load_pickle() then reports
 // LibTorch's own error.
@@ -203,6 +247,15 @@ class Reader {
   static constexpr const char* kStorageClass = "\x01lamp-storage-class:";
 
   static c10::optional<c10::ScalarType> storage_dtype(const std::string& name) {
+    const auto& types = storage_types();
+    const auto it = types.find(name);
+    if (it == types.end()) {
+      return c10::nullopt;
+    }
+    return it->second;
+  }
+  static const std::unordered_map<std::string, c10::ScalarType>&
+  storage_types() {
     static const std::unordered_map<std::string, c10::ScalarType> types = {
         {"FloatStorage", c10::kFloat}, {"DoubleStorage", c10::kDouble},
         {"HalfStorage", c10::kHalf},   {"BFloat16Storage", c10::kBFloat16},
@@ -210,11 +263,7 @@ class Reader {
         {"ShortStorage", c10::kShort}, {"CharStorage", c10::kChar},
         {"ByteStorage", c10::kByte},   {"BoolStorage", c10::kBool},
         {"UntypedStorage", c10::kByte}};
-    const auto it = types.find(name);
-    if (it == types.end()) {
-      return c10::nullopt;
-    }
-    return it->second;
+    return types;
   }
 
   // ('storage', storage class, key, location, numel): the storage's
@@ -226,13 +275,25 @@ class Reader {
     require(items.size() == 5 && items[0].isString() &&
             items[0].toStringRef() == "storage" && items[1].isString() &&
             items[2].isString() && items[4].isInt());
-    const auto& klass = items[1].toStringRef();
-    const std::string prefix = kStorageClass;
-    require(klass.compare(0, prefix.size(), prefix) == 0);
-    const auto dtype =
-        static_cast<c10::ScalarType>(std::stoi(klass.substr(prefix.size())));
+    const auto dtype = storage_class_dtype(items[1].toStringRef());
+    require(dtype.has_value());
     return c10::IValue(
-        storages_(items[2].toStringRef(), dtype, items[4].toInt()));
+        storages_(items[2].toStringRef(), *dtype, items[4].toInt()));
+  }
+
+  // The dtype of a storage class as global() pushes it, or nullopt for any
+  // other string (the pickle's own strings can hold the prefix too).
+  static c10::optional<c10::ScalarType> storage_class_dtype(
+      const std::string& klass) {
+    for (const auto& entry : storage_types()) {
+      if (klass == storage_class(entry.second)) {
+        return entry.second;
+      }
+    }
+    return c10::nullopt;
+  }
+  static std::string storage_class(c10::ScalarType dtype) {
+    return std::string(kStorageClass) + std::to_string(static_cast<int>(dtype));
   }
 
   static std::vector<int64_t> ints(const c10::IValue& value) {
@@ -261,18 +322,9 @@ class Reader {
     const auto size = ints(items[2]);
     const auto stride = ints(items[3]);
     require(size.size() == stride.size());
-    // The last element the view reaches must lie in the storage.
-    int64_t last = items[1].toInt();
-    for (size_t i = 0; i < size.size(); ++i) {
-      require(size[i] >= 0 && stride[i] >= 0);
-      if (size[i] == 0) {
-        last = -1;
-        break;
-      }
-      last += (size[i] - 1) * stride[i];
-    }
-    require(items[1].toInt() >= 0 && last < storage.numel());
-    return c10::IValue(storage.as_strided(size, stride, items[1].toInt()));
+    const int64_t offset = items[1].toInt();
+    check_view(offset, size, stride, storage.numel(), where_);
+    return c10::IValue(storage.as_strided(size, stride, offset));
   }
 
   static void require(bool condition) {
@@ -352,8 +404,7 @@ class Reader {
     }
     if (storages_ && module == "torch") {
       if (const auto dtype = storage_dtype(name)) {
-        push(c10::IValue(std::string(kStorageClass) +
-                         std::to_string(static_cast<int>(*dtype))));
+        push(c10::IValue(storage_class(*dtype)));
         return;
       }
     }
@@ -439,6 +490,30 @@ c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
     return Reader(data, size, where, objects_as_none, storages).run();
   } catch (const Unsupported&) {
     return c10::nullopt;
+  }
+}
+
+void check_tensor_views(const c10::IValue& value, const std::string& where) {
+  if (value.isTensor()) {
+    const auto& tensor = value.toTensor();
+    if (tensor.defined() && tensor.has_storage()) {
+      const auto item = static_cast<size_t>(tensor.element_size());
+      check_view(tensor.storage_offset(), tensor.sizes(), tensor.strides(),
+                 static_cast<int64_t>(tensor.storage().nbytes() / item), where);
+    }
+  } else if (value.isTuple()) {
+    for (const auto& element : value.toTupleRef().elements()) {
+      check_tensor_views(element, where);
+    }
+  } else if (value.isList()) {
+    for (const auto& element : value.toListRef()) {
+      check_tensor_views(element, where);
+    }
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      check_tensor_views(entry.key(), where);
+      check_tensor_views(entry.value(), where);
+    }
   }
 }
 

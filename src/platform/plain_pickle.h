@@ -38,5 +38,12 @@ c10::optional<c10::IValue> read_plain_pickle(
     const char* data, size_t size, const std::string& where,
     bool objects_as_none = false, const StorageLoader& storages = {});
 
+/// Throws a c10::Error naming `where` as damaged when a tensor in `value`
+/// (itself, or inside its lists, tuples and dicts) is a view that reaches
+/// beyond its storage, or whose sizes and strides overflow int64. LibTorch's
+/// unpickler builds such views from a damaged file without a check;
+/// read_plain_pickle() refuses them as it reads.
+void check_tensor_views(const c10::IValue& value, const std::string& where);
+
 } // namespace detail
 } // namespace lamp

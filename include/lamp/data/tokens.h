@@ -48,7 +48,9 @@ torch::Tensor widen_token_ids(const torch::Tensor& ids, bool unsigned_ids);
 /// showing samples and encoding prompts. Empty when the data does not say
 /// (token ids of a tokenizer lamp does not have, such as GPT-2's).
 struct TokenPieces {
-  std::vector<std::string> pieces; ///< pieces[id], UTF-8
+  /// pieces[id], UTF-8; as long as the largest id with a piece + 1, and
+  /// empty for an id between without one
+  std::vector<std::string> pieces;
 
   /// Whether there are pieces to encode and decode with.
   bool empty() const { return pieces.empty(); }

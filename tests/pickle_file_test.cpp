@@ -1,0 +1,186 @@
+// lamp::load_pickle on damaged torch.save files, written here byte by byte:
+// a tensor whose view reaches beyond its storage (sizes and strides that
+// overflow int64 among them), a storage shorter than its pickle says, a
+// storage class no torch.save writes. Each is refused with a message that
+// names the file and what is wrong, whether LibTorch's unpickler reads the
+// file (a plain dict) or lamp's own reader does (an OrderedDict, every
+// Python state_dict); none is read out of bounds.
+
+#include <caffe2/serialize/inline_container.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "lamp/platform/checkpoint_file.h"
+#include "test_util.h"
+#include "trainer_util.h"
+
+namespace {
+
+using lamp_test::error_of;
+using lamp_test::temp_path;
+
+// Pickle opcodes, as Python's pickle (protocol 2) writes them.
+std::string little_endian(uint64_t value, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) {
+    out += static_cast<char>((value >> (8 * i)) & 0xff);
+  }
+  return out;
+}
+std::string text(const std::string& s) { // BINUNICODE
+  return "X" + little_endian(s.size(), 4) + s;
+}
+std::string integer(int64_t value) {
+  if (value >= 0 && value < 256) {
+    return "K" + little_endian(static_cast<uint64_t>(value), 1); // BININT1
+  }
+  if (value >= INT32_MIN && value <= INT32_MAX) {
+    return "J" + little_endian(static_cast<uint64_t>(value), 4); // BININT
+  }
+  return "\x8a\x08" + little_endian(static_cast<uint64_t>(value), 8); // LONG1
+}
+std::string int_tuple(const std::vector<int64_t>& values) {
+  std::string out = "(";
+  for (const auto v : values) {
+    out += integer(v);
+  }
+  return out + "t";
+}
+const std::string kOrderedDict = "ccollections\nOrderedDict\n)R";
+const std::string kFloatStorage = "ctorch\nFloatStorage\n";
+
+struct View {
+  std::vector<int64_t> size;
+  std::vector<int64_t> stride;
+  int64_t offset = 0;
+};
+
+// torch._utils._rebuild_tensor_v2 of the storage "0" (`storage_class`, an
+// opcode that pushes the class, and `numel` elements), as torch.save
+// writes a tensor.
+std::string tensor(const View& view, int64_t numel,
+                   const std::string& storage_class = kFloatStorage) {
+  const std::string storage = "(" + text("storage") + storage_class +
+                              text("0") + text("cpu") + integer(numel) + "tQ";
+  return "ctorch._utils\n_rebuild_tensor_v2\n(" + storage +
+         integer(view.offset) + int_tuple(view.size) + int_tuple(view.stride) +
+         "\x89" + kOrderedDict + "tR";
+}
+
+// A pickle of {"w": value}: a plain dict (LibTorch's unpickler reads it) or
+// an OrderedDict (LibTorch's refuses it, lamp's own reader reads it).
+std::string dict_of(const std::string& value, bool ordered) {
+  // SETITEMS, which both readers read (LibTorch's lacks SETITEM).
+  return std::string("\x80\x02") + (ordered ? kOrderedDict : "}") + "(" +
+         text("w") + value + "u.";
+}
+
+// A torch.save zip holding `pickle` and the storage "0" of four floats,
+// 1 to 4; its path.
+std::string write_torch_save(const std::string& pickle,
+                             const std::string& name) {
+  std::string zip;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(
+        [&zip](const void* data, size_t size) {
+          zip.append(static_cast<const char*>(data), size);
+          return size;
+        });
+    const float storage[4] = {1, 2, 3, 4};
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    writer.writeRecord("byteorder", "little", 6);
+    writer.writeRecord("data/0", storage, sizeof(storage));
+    writer.writeEndOfFile();
+  }
+  const auto path = temp_path(name + ".pt");
+  std::ofstream(path, std::ios::binary) << zip;
+  return path;
+}
+
+// load_pickle's error for the file of {"w": value} ("" when it loads).
+std::string load_error(const std::string& value, bool ordered,
+                       const std::string& name) {
+  const auto path =
+      write_torch_save(dict_of(value, ordered), name + (ordered ? "_od" : ""));
+  const auto error = error_of([&] { lamp::load_pickle(path, "test"); });
+  std::remove(path.c_str());
+  return error;
+}
+
+// The files themselves are sound: an intact view loads through both readers
+// with the storage's values, so the refusals below are of the damage alone.
+TEST(DamagedPythonFiles, AnIntactViewLoadsThroughBothReaders) {
+  for (const bool ordered : {false, true}) {
+    const auto path = write_torch_save(
+        dict_of(tensor({{2, 2}, {1, 2}, 0}, 4), ordered), "intact");
+    const auto value = lamp::load_pickle(path, "test");
+    std::remove(path.c_str());
+    ASSERT_TRUE(value.isGenericDict()) << ordered;
+    const auto w = value.toGenericDict().at("w").toTensor();
+    EXPECT_TRUE(torch::equal(w, torch::tensor({{1.f, 3.f}, {2.f, 4.f}})))
+        << ordered << "\n"
+        << w;
+  }
+}
+
+TEST(DamagedPythonFiles, AViewBeyondItsStorageIsRefused) {
+  const std::vector<View> damaged = {
+      {{3, 2}, {2, 1}, 0},                // 6 elements of 4
+      {{2}, {1}, 3},                      // offset 3: the last one past the end
+      {{2, 2}, {3, 1}, 0},                // a stride too long
+      {{int64_t{1} << 62, 4}, {4, 1}, 0}, // (2^62 - 1) * 4 overflows int64
+      {{2}, {1}, INT64_MAX},              // the offset + 1 overflows
+      {{int64_t{1} << 40, int64_t{1} << 40}, {0, 0}, 0}, // 2^80 elements
+  };
+  for (const bool ordered : {false, true}) {
+    for (size_t i = 0; i < damaged.size(); ++i) {
+      const auto error = load_error(tensor(damaged[i], 4), ordered,
+                                    "view_" + std::to_string(i));
+      EXPECT_NE(error.find("is damaged: a tensor's sizes"), std::string::npos)
+          << "case " << i << (ordered ? ", OrderedDict" : ", dict") << ": "
+          << error;
+      EXPECT_NE(error.find("reach beyond its storage of 4 elements"),
+                std::string::npos)
+          << error;
+    }
+  }
+}
+
+// The storage record holds 16 bytes; a pickle that says it holds more
+// floats (2^62 + 1 of them: times 4 bytes, 4 modulo 2^64) or a negative
+// count is refused by lamp's reader before anything is copied.
+TEST(DamagedPythonFiles, AStorageShorterThanItsPickleSaysIsRefused) {
+  for (const int64_t numel :
+       {int64_t{5}, (int64_t{1} << 62) + 1, int64_t{-1}}) {
+    const auto error =
+        load_error(tensor({{2}, {1}, 0}, numel), /*ordered=*/true, "numel");
+    EXPECT_NE(error.find("is damaged: its storage 0 holds 16 bytes, not the " +
+                         std::to_string(numel) + " Float elements"),
+              std::string::npos)
+        << numel << ": " << error;
+  }
+}
+
+// A storage class that is a string rather than one of torch's storage
+// types, in the form lamp's reader marks its own classes with but naming
+// no dtype it reads, is refused as no torch.save file, never read as an
+// arbitrary dtype.
+TEST(DamagedPythonFiles, AStorageClassNoTorchSaveWritesIsRefused) {
+  for (const std::string suffix : {"99", "-1", "6x", "x", ""}) {
+    const auto error = load_error(
+        tensor({{2}, {1}, 0}, 4,
+               text(std::string("\x01lamp-storage-class:") + suffix)),
+        /*ordered=*/true, "storage_class");
+    EXPECT_NE(error.find("is not a file written by Python's torch.save"),
+              std::string::npos)
+        << suffix << ": " << error;
+  }
+}
+
+} // namespace

@@ -51,6 +51,9 @@ TEST(HostMemory, FreedBlocksServeTheNextRoundWithoutPageFaults) {
 #if !defined(__GLIBC__)
   GTEST_SKIP() << "keep_host_memory tunes glibc's malloc; this is another";
 #else
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's malloc replaces glibc's";
+#endif
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   if (tunables != nullptr || std::getenv("MALLOC_MMAP_THRESHOLD_") ||
       std::getenv("MALLOC_TRIM_THRESHOLD_")) {

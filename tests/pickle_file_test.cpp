@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -25,32 +26,43 @@ namespace {
 using lamp_test::error_of;
 using lamp_test::temp_path;
 
-// Pickle opcodes, as Python's pickle (protocol 2) writes them.
-std::string little_endian(uint64_t value, int bytes) {
+// Pickle opcodes, as Python's pickle (protocol 2) writes them, put
+// together by appending (GCC 12 warns falsely about `"X" + std::string`).
+std::string cat(std::initializer_list<std::string> parts) {
   std::string out;
+  for (const auto& part : parts) {
+    out += part;
+  }
+  return out;
+}
+// The opcode `op` and `bytes` bytes of `value`, little-endian.
+std::string op_with(const std::string& op, uint64_t value, int bytes) {
+  std::string out = op;
   for (int i = 0; i < bytes; ++i) {
     out += static_cast<char>((value >> (8 * i)) & 0xff);
   }
   return out;
 }
 std::string text(const std::string& s) { // BINUNICODE
-  return "X" + little_endian(s.size(), 4) + s;
+  return cat({op_with("X", s.size(), 4), s});
 }
 std::string integer(int64_t value) {
+  const auto bits = static_cast<uint64_t>(value);
   if (value >= 0 && value < 256) {
-    return "K" + little_endian(static_cast<uint64_t>(value), 1); // BININT1
+    return op_with("K", bits, 1); // BININT1
   }
   if (value >= INT32_MIN && value <= INT32_MAX) {
-    return "J" + little_endian(static_cast<uint64_t>(value), 4); // BININT
+    return op_with("J", bits, 4); // BININT
   }
-  return "\x8a\x08" + little_endian(static_cast<uint64_t>(value), 8); // LONG1
+  return op_with("\x8a\x08", bits, 8); // LONG1 of 8 bytes
 }
 std::string int_tuple(const std::vector<int64_t>& values) {
   std::string out = "(";
   for (const auto v : values) {
     out += integer(v);
   }
-  return out + "t";
+  out += "t";
+  return out;
 }
 const std::string kOrderedDict = "ccollections\nOrderedDict\n)R";
 const std::string kFloatStorage = "ctorch\nFloatStorage\n";
@@ -66,19 +78,20 @@ struct View {
 // writes a tensor.
 std::string tensor(const View& view, int64_t numel,
                    const std::string& storage_class = kFloatStorage) {
-  const std::string storage = "(" + text("storage") + storage_class +
-                              text("0") + text("cpu") + integer(numel) + "tQ";
-  return "ctorch._utils\n_rebuild_tensor_v2\n(" + storage +
-         integer(view.offset) + int_tuple(view.size) + int_tuple(view.stride) +
-         "\x89" + kOrderedDict + "tR";
+  const std::string storage =
+      cat({"(", text("storage"), storage_class, text("0"), text("cpu"),
+           integer(numel), "tQ"});
+  return cat({"ctorch._utils\n_rebuild_tensor_v2\n(", storage,
+              integer(view.offset), int_tuple(view.size),
+              int_tuple(view.stride), "\x89", kOrderedDict, "tR"});
 }
 
 // A pickle of {"w": value}: a plain dict (LibTorch's unpickler reads it) or
 // an OrderedDict (LibTorch's refuses it, lamp's own reader reads it).
 std::string dict_of(const std::string& value, bool ordered) {
   // SETITEMS, which both readers read (LibTorch's lacks SETITEM).
-  return std::string("\x80\x02") + (ordered ? kOrderedDict : "}") + "(" +
-         text("w") + value + "u.";
+  return cat(
+      {"\x80\x02", ordered ? kOrderedDict : "}", "(", text("w"), value, "u."});
 }
 
 // A torch.save zip holding `pickle` and the storage "0" of four floats,

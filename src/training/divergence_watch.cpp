@@ -17,7 +17,9 @@ namespace {
 // The advice to leave FP16 for BF16, with what BF16 costs where the device
 // only emulates it.
 std::string bf16_advice(const torch::Device& device) {
-  const auto& bf16 = precision_support(device).of(Precision::kAMPBF16);
+  // The table is kept: of() returns a reference into it.
+  const auto support = precision_support(device);
+  const auto& bf16 = support.of(Precision::kAMPBF16);
   if (bf16.level == SupportLevel::kEmulated) {
     return ", clip gradients, or train in bf16/amp-bf16 (emulated on this " +
            std::string(c10::DeviceTypeName(device.type(), true)) + ": " +

@@ -366,13 +366,21 @@ void Trainer::load_checkpoint(const std::string& path) {
       archive.try_read("best_test_loss", present)
           ? lamp::detail::read_number(archive, "best_test_loss", where.c_str())
           : std::numeric_limits<double>::infinity();
-  TORCH_CHECK(steps_per_epoch >= 1 && next_epoch >= 0 && epoch_step >= 0 &&
-                  epoch_step < steps_per_epoch &&
-                  next_epoch * steps_per_epoch + epoch_step >= 1 &&
+  // The steps the position stands for, next_epoch * steps_per_epoch +
+  // epoch_step, or -1 where a damaged checkpoint's counts are negative or
+  // their product overflows int64.
+  const bool counts = steps_per_epoch >= 1 && next_epoch >= 0 &&
+                      epoch_step >= 0 && epoch_step < steps_per_epoch;
+  constexpr int64_t kMost = std::numeric_limits<int64_t>::max();
+  const bool fits =
+      counts && next_epoch <= (kMost - epoch_step) / steps_per_epoch;
+  const int64_t steps_reached =
+      fits ? next_epoch * steps_per_epoch + epoch_step : -1;
+  TORCH_CHECK(steps_reached >= 1 &&
                   (next_epoch < checkpoint_epochs ||
                    (next_epoch == checkpoint_epochs && epoch_step == 0)) &&
-                  global_step == next_epoch * steps_per_epoch + epoch_step &&
-                  epoch_non_finite >= 0 && epoch_non_finite <= epoch_step &&
+                  global_step == steps_reached && epoch_non_finite >= 0 &&
+                  epoch_non_finite <= epoch_step &&
                   std::isfinite(epoch_loss_sum) && !std::isnan(best_test_loss),
               "lamp: ", path, " is at epoch ", next_epoch, ", step ",
               global_step, " (", epoch_step,

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "lamp/amp/precision_support.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/optim/sgd.h"
 #include "lamp/platform/backends.h"
@@ -253,8 +254,19 @@ TEST(TrainStep, RefusesFp16ModesWithoutFp16Kernels) {
       lamp::TrainStep step(model.ptr(), sgd(0.1), precision);
       FAIL() << lamp::to_string(precision) << " accepted on CPU";
     } catch (const c10::Error& e) {
+      // The advice follows this CPU: BF16 where it has BF16 hardware, else
+      // fp32, saying why not BF16.
       const std::string what = e.what();
-      EXPECT_NE(what.find("'amp-bf16' or 'bf16'"), std::string::npos) << what;
+      const bool bf16_native =
+          lamp::precision_support(torch::kCPU).of(Precision::kAMPBF16).level ==
+          lamp::SupportLevel::kNative;
+      const std::string advice =
+          bf16_native ? "Use precision 'amp-bf16' or 'bf16' on the CPU"
+                      : "Use precision 'fp32' (amp-bf16 and bf16 run here, but "
+                        "emulated: the CPU has no AVX512-BF16 or AMX-BF16";
+      EXPECT_NE(what.find(advice), std::string::npos) << what;
+      EXPECT_NE(what.find("or train on a CUDA device"), std::string::npos)
+          << what;
     }
     // Refused before touching the model.
     EXPECT_EQ(model->conv1->weight.scalar_type(), torch::kFloat);

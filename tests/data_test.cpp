@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ftw.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "lamp/data/loader.h"
 #include "lamp/data/text.h"
 #include "lamp/data/tokens.h"
+#include "lamp/platform/address_space.h"
 #include "test_util.h"
 
 namespace {
@@ -455,6 +457,49 @@ TEST(Idx, RefusesAGzipHeaderDeclaringMoreThanMemory) {
   expect_error([&] { lamp::data::read_idx(dir.file("huge.gz")); },
                {"the header of the decompressed contents of", "huge.gz",
                 "more than this machine's"});
+}
+
+// A small gzip file whose header declares 2 GB of data (that would fit in
+// this machine's memory) but whose stream ends after 64 KiB is refused as
+// truncated, having allocated about what it decompressed to: read under an
+// address-space limit of 1 GiB above what the process maps, which an
+// allocation of what the header claims would exceed.
+TEST(Idx, AGzipFileClaimingMoreThanItHoldsAllocatesWhatItHolds) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer maps terabytes of shadow memory, so no "
+                  "address-space limit can be set above what is mapped";
+#endif
+  constexpr uint64_t kClaimed = 2000ull * 1000 * 1000;
+  if (physical_memory_bytes() <= kClaimed + (uint64_t{1} << 30)) {
+    GTEST_SKIP() << "this machine's memory is too small for a 2 GB claim to "
+                    "pass the memory check";
+  }
+  TempDir dir;
+  write_gzip(dir.file("short.gz"),
+             idx_bytes({2000, 1000, 1000}, counting_bytes(1 << 16)));
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &saved), 0);
+  const auto soft =
+      static_cast<rlim_t>(lamp::address_space().mapped + (int64_t{1} << 30));
+  if (saved.rlim_cur != RLIM_INFINITY && saved.rlim_cur < soft) {
+    GTEST_SKIP() << "the address-space limit is already below the test's";
+  }
+  struct rlimit lowered = saved;
+  lowered.rlim_cur = soft;
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &lowered), 0);
+  std::string message;
+  try {
+    lamp::data::read_idx(dir.file("short.gz"));
+  } catch (const c10::Error& e) {
+    message = e.what_without_backtrace();
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &saved), 0);
+  for (const std::string part :
+       {"short.gz", "is truncated", "need 2000000000 data bytes",
+        "only 65536 follow"}) {
+    EXPECT_NE(message.find(part), std::string::npos)
+        << "'" << part << "' not in: " << message;
+  }
 }
 
 TEST(Idx, RejectsCorruptOrTruncatedGzip) {

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "lamp/amp/precision_support.h"
@@ -120,6 +122,46 @@ TEST(PrecisionSupport, CpuFp16DependsOnTheLibTorchAndTheHardware) {
   EXPECT_EQ(native.automatic, Precision::kAMPBF16);
   EXPECT_EQ(lamp::precision_support(cpu(false, true, true)).automatic,
             Precision::kFP32);
+}
+
+TEST(PrecisionSupport, AnEntryOfATemporaryTableIsACopy) {
+  // A reference into a table that dies at the end of the statement would
+  // dangle; on a temporary, of() returns the entry by value (bound to the
+  // reference below, it lives as long as the reference).
+  static_assert(
+      std::is_same_v<decltype(std::declval<lamp::PrecisionSupport>().of(
+                         Precision::kFP32)),
+                     lamp::ModeSupport>,
+      "of() on a temporary table must return a copy");
+  static_assert(
+      std::is_same_v<decltype(std::declval<const lamp::PrecisionSupport&>().of(
+                         Precision::kFP32)),
+                     const lamp::ModeSupport&>,
+      "of() on a named table returns a reference into it");
+  const auto& bf16 =
+      lamp::precision_support(cpu(false, false)).of(Precision::kAMPBF16);
+  EXPECT_EQ(bf16.precision, Precision::kAMPBF16);
+  EXPECT_TRUE(contains(bf16.reason, "no AVX512-BF16 or AMX-BF16"))
+      << bf16.reason;
+  const auto& chosen =
+      lamp::precision_support(cpu(true, false)).of(Precision::kAuto);
+  EXPECT_EQ(chosen.precision, Precision::kAMPBF16);
+}
+
+TEST(PrecisionSupport, ATableWithoutTheModeSaysSo) {
+  lamp::PrecisionSupport by_hand; // no modes: not from precision_support()
+  const auto message =
+      lamp_test::error_of([&] { (void)by_hand.of(Precision::kAMP); });
+  EXPECT_TRUE(contains(message,
+                       "PrecisionSupport::of: the table has no entry "
+                       "for 'amp'"))
+      << message;
+  EXPECT_TRUE(contains(message, "lamp::precision_support()")) << message;
+  // kAuto looks up `automatic` (fp32 by default).
+  EXPECT_TRUE(contains(lamp_test::error_of([] {
+                         (void)lamp::PrecisionSupport{}.of(Precision::kAuto);
+                       }),
+                       "no entry for 'fp32'"));
 }
 
 TEST(PrecisionSupport, Tf32OnACpuIsFp32AndSaysSo) {

@@ -190,13 +190,23 @@ std::pair<Precision, std::string> automatic_mode(
 
 } // namespace
 
-const ModeSupport& PrecisionSupport::of(Precision precision) const {
+const ModeSupport& PrecisionSupport::of(Precision precision) const& {
   const auto p = precision == Precision::kAuto ? automatic : precision;
   const auto found =
       std::find_if(modes.begin(), modes.end(),
                    [&](const ModeSupport& m) { return m.precision == p; });
-  TORCH_INTERNAL_ASSERT(found != modes.end());
+  TORCH_CHECK(found != modes.end(),
+              "PrecisionSupport::of: the table has no entry for '",
+              lamp::to_string(p),
+              "'; build it with lamp::precision_support(), which "
+              "lists every concrete mode");
   return *found;
+}
+
+ModeSupport PrecisionSupport::of(Precision precision) && {
+  // A copy: a reference into a temporary table would dangle at the end of
+  // the full expression (`const auto& m = precision_support(d).of(p);`).
+  return static_cast<const PrecisionSupport&>(*this).of(precision);
 }
 
 std::string PrecisionSupport::to_string() const {

@@ -50,7 +50,8 @@ struct InflateEnd {
 // concatenation, as with gunzip. At most `limit` bytes come out: with
 // `prefix`, the first `limit` bytes (fewer when the stream is shorter) and
 // the rest is left compressed; without, a longer stream is an error (the
-// caller sets `limit` above what the IDX header describes).
+// caller sets `limit` above what the IDX header describes). What is
+// allocated follows what comes out, not `limit`.
 std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
                             const std::string& path, uint64_t limit,
                             bool prefix) {
@@ -63,14 +64,25 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed,
               quoted(path), ".");
   InflateEnd end{&stream};
 
-  TORCH_INTERNAL_ASSERT(limit <= std::numeric_limits<size_t>::max());
-  auto out = with_memory_context(
-      "the decompressed contents of " + quoted(path),
-      static_cast<int64_t>(limit),
-      [&] { return std::vector<uint8_t>(static_cast<size_t>(limit)); });
+  TORCH_INTERNAL_ASSERT(limit > 0 &&
+                        limit <= std::numeric_limits<size_t>::max());
+  // The output grows as the stream decompresses, doubling up to `limit`: a
+  // small damaged file whose header claims gigabytes is refused having
+  // allocated about what it decompresses to, not what it claims.
+  const auto grow = [&](std::vector<uint8_t>& out, uint64_t size) {
+    with_memory_context("the decompressed contents of " + quoted(path),
+                        static_cast<int64_t>(size),
+                        [&] { out.resize(static_cast<size_t>(size)); });
+  };
+  constexpr uint64_t kFirstOutputBytes = uint64_t{1} << 20;
+  std::vector<uint8_t> out;
+  grow(out, std::min(limit, kFirstOutputBytes));
   size_t in_pos = 0;
   size_t out_pos = 0;
   while (true) {
+    if (out_pos == out.size() && out.size() < limit) {
+      grow(out, std::min<uint64_t>(limit, uint64_t{2} * out.size()));
+    }
     if (out_pos == out.size()) {
       if (prefix) {
         break;

@@ -65,11 +65,12 @@ struct PrecisionSupport {
   /// Why "auto" chose it ("the CPU has AVX512-BF16: autocast BF16 ...").
   std::string automatic_reason;
 
-  /// The entry of `precision` (kAuto: the entry of `automatic`). On a table
-  /// that is a temporary (`precision_support(device).of(p)`) it returns a
-  /// copy, so the entry cannot outlive its table. Throws where `modes` has
-  /// no entry for it (a table filled by hand).
+  /// The entry of `precision` (kAuto: the entry of `automatic`). Throws
+  /// where `modes` has no entry for it (a table filled by hand).
   const ModeSupport& of(Precision precision) const&;
+  /// The same entry, copied, from a table that is a temporary
+  /// (`precision_support(device).of(p)`): a reference into it would dangle
+  /// at the end of the statement.
   ModeSupport of(Precision precision) &&;
   /// The device and one line per mode, as the programs' --precision-support
   /// prints it; the last line is "auto: MODE (why)".

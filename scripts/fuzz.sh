@@ -42,14 +42,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || lamp_die "--seconds must be a positive integer, got '$seconds'"
+# What the data readers link: their file helpers and the memory checks.
+data_support=(src/data/files.cpp src/platform/paths.cpp src/platform/out_of_memory.cpp
+              src/platform/number_text.cpp src/platform/device_cpu_only.cpp)
 case "$target" in
   pickle) sources=(tests/fuzz/plain_pickle_fuzz.cpp src/platform/plain_pickle.cpp) ;;
-  idx) sources=(tests/fuzz/idx_fuzz.cpp src/data/mnist_idx.cpp src/data/files.cpp
-                src/platform/paths.cpp src/platform/out_of_memory.cpp
-                src/platform/number_text.cpp src/platform/device_cpu_only.cpp) ;;
-  text) sources=(tests/fuzz/text_fuzz.cpp src/data/text.cpp src/data/files.cpp
-                 src/platform/paths.cpp src/platform/out_of_memory.cpp
-                 src/platform/number_text.cpp src/platform/device_cpu_only.cpp) ;;
+  idx) sources=(tests/fuzz/idx_fuzz.cpp src/data/mnist_idx.cpp "${data_support[@]}") ;;
+  text) sources=(tests/fuzz/text_fuzz.cpp src/data/text.cpp "${data_support[@]}") ;;
   *) lamp_die "--target must be pickle, idx or text, got '$target'" ;;
 esac
 [ -n "$dir" ] || dir="build/fuzz-$target"

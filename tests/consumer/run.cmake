@@ -10,11 +10,15 @@
 # With -DLAMP_PREFIX=<folder> (instead of LAMP_BINARY_DIR) the consumer uses
 # the lamp already installed there (e.g. an unpacked Debian package's usr/).
 #
-# With -DFETCH_CONTENT=ON (instead of LAMP_BINARY_DIR) nothing is installed:
-# the consumer in tests/consumer/fetch_content builds lamp from
-# LAMP_SOURCE_DIR itself with FetchContent (SOURCE_DIR, no download) and
-# links lamp::lamp. [-DCOMPILER_LAUNCHER=ccache] [-DPARALLEL=N]
-# [-DDISABLE_PRECOMPILE_HEADERS=ON] are passed on to that build.
+# With -DFETCH_CONTENT=FULL (instead of LAMP_BINARY_DIR) nothing is
+# installed: the consumer in tests/consumer/fetch_content builds lamp from
+# LAMP_SOURCE_DIR itself with FetchContent (SOURCE_DIR, no download), links
+# lamp::lamp and runs. With -DFETCH_CONTENT=COMPILE that project is only
+# configured (lamp's CMakeLists running as its subproject) and its object
+# library lamp_consumer_compile built: the consumer's source compiled with
+# lamp::lamp's usage requirements, lamp itself not compiled.
+# [-DCOMPILER_LAUNCHER=ccache] [-DPARALLEL=N] [-DDISABLE_PRECOMPILE_HEADERS=ON]
+# are passed on to that build.
 #
 # TORCH_PREFIX_PATH is the `;`-separated CMAKE_PREFIX_PATH lamp was configured
 # with (empty for Debian's LibTorch; "<torch>;<torch>/share/cmake" for the
@@ -29,7 +33,12 @@
 cmake_minimum_required(VERSION 3.18)
 
 set(_required LAMP_SOURCE_DIR WORK_DIR)
-if(NOT DEFINED LAMP_PREFIX AND NOT FETCH_CONTENT)
+if(NOT DEFINED FETCH_CONTENT OR FETCH_CONTENT STREQUAL "")
+  set(FETCH_CONTENT OFF)
+elseif(NOT FETCH_CONTENT MATCHES "^(FULL|COMPILE|OFF)$")
+  message(FATAL_ERROR "run.cmake: FETCH_CONTENT must be FULL, COMPILE or OFF, got '${FETCH_CONTENT}'.")
+endif()
+if(NOT DEFINED LAMP_PREFIX AND FETCH_CONTENT STREQUAL "OFF")
   list(APPEND _required LAMP_BINARY_DIR)
 endif()
 foreach(_var IN LISTS _required)
@@ -65,7 +74,7 @@ function(_lamp_consumer_step name)
 endfunction()
 
 set(_consumer_source "${LAMP_SOURCE_DIR}/tests/consumer")
-if(FETCH_CONTENT)
+if(NOT FETCH_CONTENT STREQUAL "OFF")
   set(_consumer_source "${LAMP_SOURCE_DIR}/tests/consumer/fetch_content")
 elseif(DEFINED LAMP_PREFIX)
   set(_prefix "${LAMP_PREFIX}")
@@ -87,7 +96,7 @@ if(NOT "${CMAKE_CXX_COMPILER}" STREQUAL "")
   file(APPEND "${WORK_DIR}/initial-cache.cmake"
     "set(CMAKE_CXX_COMPILER [==[${CMAKE_CXX_COMPILER}]==] CACHE FILEPATH \"\")\n")
 endif()
-if(FETCH_CONTENT)
+if(NOT FETCH_CONTENT STREQUAL "OFF")
   file(APPEND "${WORK_DIR}/initial-cache.cmake"
     "set(LAMP_SOURCE_DIR [==[${LAMP_SOURCE_DIR}]==] CACHE PATH \"\")\n"
     "set(CMAKE_CXX_COMPILER_LAUNCHER [==[${COMPILER_LAUNCHER}]==] CACHE STRING \"\")\n"
@@ -129,6 +138,21 @@ endif()
 _lamp_consumer_step("configuring the consumer"
   "${CMAKE_COMMAND}" -C "${WORK_DIR}/initial-cache.cmake"
   -S "${_consumer_source}" -B "${_build}")
+if(FETCH_CONTENT STREQUAL "COMPILE")
+  _lamp_consumer_step("compiling the consumer against lamp::lamp"
+    "${CMAKE_COMMAND}" --build "${_build}" --config "${CMAKE_BUILD_TYPE}"
+    --target lamp_consumer_compile ${_parallel})
+  # Only the consumer's object: lamp's own sources must not have compiled
+  # (the point of this mode), so no object of lamp's may be in the tree.
+  file(GLOB_RECURSE _lamp_objects "${_build}/_deps/*.o" "${_build}/_deps/*.obj")
+  if(_lamp_objects)
+    list(GET _lamp_objects 0 _first)
+    message(FATAL_ERROR "lamp consumer test: compiling the consumer alone also compiled lamp (e.g. ${_first}); lamp_consumer_compile should not depend on lamp's build")
+  endif()
+  message(STATUS "lamp consumer compiled against lamp::lamp from FetchContent "
+                 "(lamp itself not built: -DLAMP_TEST_FETCH_CONTENT=ON builds, links and runs it)")
+  return()
+endif()
 _lamp_consumer_step("building the consumer"
   "${CMAKE_COMMAND}" --build "${_build}" --config "${CMAKE_BUILD_TYPE}" ${_parallel})
 

@@ -50,6 +50,6 @@ function(lamp_add_docs)
     add_test(NAME docs.api_warnings
       COMMAND ${_run_doxygen} -DSTRICT=ON -P "${_script}"
       WORKING_DIRECTORY "${LAMP_DOCS_SOURCE_DIR}")
-    set_tests_properties(docs.api_warnings PROPERTIES LABELS docs TIMEOUT 300)
+    set_tests_properties(docs.api_warnings PROPERTIES LABELS "docs;sources" TIMEOUT 300)
   endif()
 endfunction()

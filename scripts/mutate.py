@@ -317,7 +317,9 @@ def main():
     # earlier run then takes up the options this run passes (a changed
     # linker relinks, a changed compiler launcher recompiles once).
     log(f"Configuring {build}")
-    if run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+    # One process per googletest test: a mutant names the tests that catch it.
+    if run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+            "-DLAMP_CTEST_PER_TEST=ON"]
            + a.cmake_args, os.path.join(logs, "configure.log")) != 0:
         die(f"configure failed; see {logs}/configure.log")
     build_cmd = ["cmake", "--build", build, "--parallel", str(a.jobs)]

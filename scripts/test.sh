@@ -16,10 +16,12 @@ Builds lamp (Release) and runs its tests with ctest.
   --torch debian   Debian's libtorch-dev (LibTorch 1.13, CPU only); the default
   --torch wheel    the LibTorch inside PyPI's torch wheel (CUDA-built), installed
                    into a virtual environment on first use
-  --torch both     debian, then wheel; fails if either fails
+  --torch both     debian, then wheel (by default $LAMP_BOTH_TORCH_VERSION, the GPU
+                   machines', whose C++17 build takes about half the time of
+                   the newest's C++20 one); fails if either fails
   --torch-version V  the torch wheel's version (default $LAMP_DEFAULT_TORCH_VERSION, the
-                   newest tested; 2.11.0 is the GPU machines'); any 2.x with
-                   a CUDA 13 wheel on PyPI
+                   newest tested, or $LAMP_BOTH_TORCH_VERSION with --torch both); any
+                   2.x with a CUDA 13 wheel on PyPI
   --gloo MODE      lamp's Gloo backend (CMake's LAMP_WITH_GLOO): auto (the
                    default: where its headers are found), on, or off (the
                    build a torch wheel gets on a machine without libgloo-dev)
@@ -77,6 +79,7 @@ if [ "$torch" = both ]; then
   # other and `set -e` keeps working inside each.
   summary="$(mktemp)"
   trap 'rm -f "$summary"' EXIT
+  export LAMP_TORCH_VERSION="${LAMP_TORCH_VERSION:-$LAMP_BOTH_TORCH_VERSION}"
   # The wheel's environment first: its Python (torch) runs the Python interop
   # tests of both builds.
   lamp_ensure_packages python3-venv

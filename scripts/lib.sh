@@ -27,11 +27,10 @@ LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
 # shellcheck disable=SC2034  # used by the scripts that source this file
 LAMP_DEFAULT_TORCH_VERSION=2.15.0
 # The wheel `scripts/test.sh --torch both` (CI) builds against by default:
-# 2.11.0, the GPU machines' LibTorch. Its headers are C++17; 2.15's demand
-# C++20, whose build took about 2300 s of CI's 2-core machine against
-# 2.11's LAMP_BOTH_TORCH_BUILD_S, and 1.13 plus 2.15 no longer fitted in
-# CI's 90 minutes there. Every LibTorch-version switch of
-# src/platform/compat.h is at or below 2.11.
+# 2.11.0, the GPU machines' LibTorch, whose headers are C++17; 2.15's demand
+# C++20 and made the longest build (70% done after 1644 s on a 2-core AMD
+# EPYC, where 1.13 plus 2.15 no longer fitted in CI's 90 minutes). Every
+# LibTorch-version switch of src/platform/compat.h is at or below 2.11.
 # shellcheck disable=SC2034
 LAMP_BOTH_TORCH_VERSION=2.11.0
 

@@ -27,10 +27,11 @@ LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
 # shellcheck disable=SC2034  # used by the scripts that source this file
 LAMP_DEFAULT_TORCH_VERSION=2.15.0
 # The wheel `scripts/test.sh --torch both` (CI) builds against by default:
-# 2.11.0, the GPU machines' LibTorch, whose headers are C++17; 2.15's demand
-# C++20 and made the longest build (70% done after 1644 s on a 2-core AMD
-# EPYC, where 1.13 plus 2.15 no longer fitted in CI's 90 minutes). Every
-# LibTorch-version switch of src/platform/compat.h is at or below 2.11.
+# 2.11.0, the GPU machines' LibTorch (C++17; 2.15's headers demand C++20).
+# On a 2-core AMD EPYC, CI's 1.13 plus 2.15 at -O3 ran past its 90 minutes
+# (2.15's build 70% done after 1644 s); 2.11 with --fast-build built and
+# tested in 2448 s there. Every LibTorch-version switch of
+# src/platform/compat.h is at or below 2.11.
 # shellcheck disable=SC2034
 LAMP_BOTH_TORCH_VERSION=2.11.0
 

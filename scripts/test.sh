@@ -17,8 +17,8 @@ Builds lamp (Release) and runs its tests with ctest.
   --torch wheel    the LibTorch inside PyPI's torch wheel (CUDA-built), installed
                    into a virtual environment on first use
   --torch both     debian, then wheel (by default $LAMP_BOTH_TORCH_VERSION, the GPU
-                   machines', whose C++17 build takes about half the time of
-                   the newest's C++20 one); fails if either fails
+                   machines' LibTorch), both with --fast-build; fails if
+                   either fails
   --torch-version V  the torch wheel's version (default $LAMP_DEFAULT_TORCH_VERSION, the
                    newest tested, or $LAMP_BOTH_TORCH_VERSION with --torch both); any
                    2.x with a CUDA 13 wheel on PyPI
@@ -152,8 +152,9 @@ cmake_args=("-DLAMP_WITH_GLOO=${gloo^^}")
 if [ -n "$fast_build" ]; then
   cmake_args+=("-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DLAMP_TEST_SELF_CONTAINED_HEADERS=OFF)
 else
-  # A folder a fast build configured gets Release's flags and the headers back.
-  cmake_args+=(-UCMAKE_CXX_FLAGS_RELEASE "-DLAMP_TEST_SELF_CONTAINED_HEADERS=$([ "$torch" = debian ] && echo ON || echo OFF)")
+  # A folder a fast build configured gets Release's flags back, and the
+  # headers' own compiles their default (tests/packaging/CMakeLists.txt).
+  cmake_args+=(-UCMAKE_CXX_FLAGS_RELEASE -ULAMP_TEST_SELF_CONTAINED_HEADERS)
 fi
 if [ "$torch" = wheel ]; then
   lamp_ensure_torch_wheel

@@ -27,10 +27,6 @@ bool contains_any(const std::string& text,
                      [&](const char* part) { return contains(text, part); });
 }
 
-bool starts_with(const std::string& text, const char* prefix) {
-  return text.rfind(prefix, 0) == 0;
-}
-
 // "aten::add_" -> "add": an ATen op's name without its namespace and its
 // in-place underscore; "" for a name that is no ATen op.
 std::string aten_base(const std::string& lowered) {
@@ -104,6 +100,10 @@ const std::vector<std::pair<KernelClass, std::string>>& class_labels() {
 }
 
 } // namespace
+
+bool starts_with(const std::string& text, const char* prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
 
 const std::vector<KernelClass>& kernel_classes() {
   static const std::vector<KernelClass> classes = [] {

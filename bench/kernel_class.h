@@ -12,6 +12,9 @@
 
 namespace lamp_bench {
 
+/// Whether `text` begins with `prefix` (std::string::starts_with is C++20's).
+bool starts_with(const std::string& text, const char* prefix);
+
 /// The rows of the table, in the order printed.
 enum class KernelClass {
   kConvForward,

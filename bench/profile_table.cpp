@@ -11,10 +11,6 @@
 namespace lamp_bench {
 namespace {
 
-bool starts_with(const std::string& text, const char* prefix) {
-  return text.rfind(prefix, 0) == 0;
-}
-
 bool is_marker(const std::string& name) {
   return name == kStepScope || name == kForwardScope;
 }

@@ -25,9 +25,10 @@ Builds lamp (Release) and runs its tests with ctest.
   --gloo MODE      lamp's Gloo backend (CMake's LAMP_WITH_GLOO): auto (the
                    default: where its headers are found), on, or off (the
                    build a torch wheel gets on a machine without libgloo-dev)
-  --fast-build     compile at -O1 instead of Release's -O3 and leave out the
-                   public headers' own compiles (tests/packaging), for a shorter
-                   build; --torch both (CI) builds this way
+  --fast-build     compile at -O1 instead of Release's -O3, as a unity build
+                   (CMAKE_UNITY_BUILD: several sources per compile), and leave
+                   out the public headers' own compiles (tests/packaging), for
+                   a shorter build; --torch both (CI) builds this way
   --build-dir DIR  build folder (default build/test-<torch>; with both, DIR-debian
                    and DIR-wheel)
   --jobs N         parallel compile jobs (default: all cores, $(lamp_nproc));
@@ -96,9 +97,9 @@ if [ "$torch" = both ]; then
   trap 'stopped=1' TERM INT
   for t in debian wheel; do
     # --fast-build: CI's 90 minutes on 2 cores hold two builds only so
-    # (measured on a 2-core AMD EPYC on 2026-12-01: Debian's build 2148 s,
-    # 470 s of it the headers' own compiles, and its suite 839 s; a test
-    # source compiles in 39 s at -O1 against 52 s at -O3).
+    # (measured on a 2-core AMD EPYC on 2026-12-01: Debian's build 2148 s at
+    # -O3, 470 s of it the headers' own compiles, 712 s as a fast unity
+    # build; the 2.11 wheel's 1676 s at -O1, 833 s as a unity build).
     # scripts/test.sh alone builds as users do: Release, every check.
     args=(--torch "$t" --gloo "$gloo" --jobs "$jobs" --fast-build)
     [ -z "$build_dir" ] || args+=(--build-dir "$build_dir-$t")
@@ -150,11 +151,14 @@ lamp_ensure_packages "${LAMP_BUILD_PACKAGES[@]}" python3-venv python3-matplotlib
 
 cmake_args=("-DLAMP_WITH_GLOO=${gloo^^}")
 if [ -n "$fast_build" ]; then
-  cmake_args+=("-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DLAMP_TEST_SELF_CONTAINED_HEADERS=OFF)
+  cmake_args+=("-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DCMAKE_UNITY_BUILD=ON
+               -DLAMP_TEST_SELF_CONTAINED_HEADERS=OFF)
 else
-  # A folder a fast build configured gets Release's flags back, and the
-  # headers' own compiles their default (tests/packaging/CMakeLists.txt).
-  cmake_args+=(-UCMAKE_CXX_FLAGS_RELEASE -ULAMP_TEST_SELF_CONTAINED_HEADERS)
+  # A folder a fast build configured gets Release's flags back, one compile
+  # per source, and the headers' own compiles their default
+  # (tests/packaging/CMakeLists.txt).
+  cmake_args+=(-UCMAKE_CXX_FLAGS_RELEASE -UCMAKE_UNITY_BUILD
+               -ULAMP_TEST_SELF_CONTAINED_HEADERS)
 fi
 if [ "$torch" = wheel ]; then
   lamp_ensure_torch_wheel
@@ -168,7 +172,7 @@ else
 fi
 
 [ "$gloo" = auto ] || libtorch="$libtorch, Gloo $gloo"
-[ -z "$fast_build" ] || libtorch="$libtorch, fast build (-O1)"
+[ -z "$fast_build" ] || libtorch="$libtorch, fast build (-O1, unity)"
 
 # The Python interop tests need a Python with torch: the torch wheel's
 # environment, for both LibTorch builds, when it exists.

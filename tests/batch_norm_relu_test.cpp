@@ -99,13 +99,13 @@ void expect_bit_equal(const Outcome& actual, const Outcome& expected) {
       BitEqual(actual.num_batches_tracked, expected.num_batches_tracked));
 }
 
-struct Case {
+struct BnReluCase {
   bool residual;
   c10::optional<double> momentum;
   bool training;
 };
 
-std::vector<Case> cases() {
+std::vector<BnReluCase> bn_relu_cases() {
   return {{false, 0.1, true},          {true, 0.1, true},
           {false, c10::nullopt, true}, {true, c10::nullopt, true},
           {false, 0.1, false},         {true, 0.1, false}};
@@ -119,7 +119,7 @@ int count_fused_nodes(const torch::Tensor& root) {
 // Compares lamp's op with the stock composition over three steps (so the
 // running statistics' updates compound), every case, bit for bit.
 void expect_matches_stock_on_cpu(bool expect_fused_node) {
-  for (const auto& c : cases()) {
+  for (const auto& c : bn_relu_cases()) {
     SCOPED_TRACE(std::string(c.residual ? "add+relu" : "relu") +
                  (c.momentum ? " momentum 0.1" : " cumulative") +
                  (c.training ? " train" : " eval"));

@@ -68,19 +68,19 @@ Operands make(std::vector<int64_t> shape, torch::Dtype dtype,
 
 // The forms the conv level runs, each as the ATen expression it replaced
 // (want) and as a ChannelAffine (op).
-struct Case {
+struct AffineCase {
   std::string name;
   ChannelAffine op;
   torch::Tensor like, want;
 };
 
-std::vector<Case> cases(const Operands& o) {
+std::vector<AffineCase> cases(const Operands& o) {
   const auto f = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
   const auto dtype = o.y.scalar_type();
-  std::vector<Case> out;
+  std::vector<AffineCase> out;
   {
     // A block's end with the identity shortcut.
-    Case k{"block end, identity", {}, o.y, {}};
+    AffineCase k{"block end, identity", {}, o.y, {}};
     k.op.u = o.y;
     k.op.u_scale = o.scale;
     k.op.u_shift = o.bias;
@@ -91,7 +91,7 @@ std::vector<Case> cases(const Operands& o) {
   }
   {
     // A block's end with a projection shortcut's BatchNorm.
-    Case k{"block end, projection", {}, o.y, {}};
+    AffineCase k{"block end, projection", {}, o.y, {}};
     k.op.u = o.y;
     k.op.u_scale = o.scale;
     k.op.u_shift = o.bias;
@@ -107,10 +107,11 @@ std::vector<Case> cases(const Operands& o) {
   for (const bool own : {true, false}) {
     // The statistics' gradients folded into the output's, with and without
     // the output's own gradient (zeros).
-    Case k{own ? "output gradient" : "output gradient from the sums alone",
-           {},
-           o.y,
-           {}};
+    AffineCase k{
+        own ? "output gradient" : "output gradient from the sums alone",
+        {},
+        o.y,
+        {}};
     if (own) {
       k.op.u = o.dz;
     }
@@ -125,7 +126,7 @@ std::vector<Case> cases(const Operands& o) {
   }
   {
     // A prologue's scale on the data gradient.
-    Case k{"input gradient", {}, o.x, {}};
+    AffineCase k{"input gradient", {}, o.x, {}};
     k.op.u = o.dz;
     k.op.u_scale = o.scale;
     k.want = (f(o.dz) * pc(o.scale)).to(dtype);
@@ -134,7 +135,8 @@ std::vector<Case> cases(const Operands& o) {
   for (const bool scaled : {true, false}) {
     // A block end's backward: the ReLU's gate, then the scale (the
     // identity shortcut's gradient: the gate alone).
-    Case k{scaled ? "block end gradient" : "shortcut gradient", {}, o.y, {}};
+    AffineCase k{
+        scaled ? "block end gradient" : "shortcut gradient", {}, o.y, {}};
     k.op.u = o.dz;
     k.op.gate = o.z;
     auto g = at::threshold_backward(f(o.dz), f(o.z), 0);

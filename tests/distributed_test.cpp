@@ -21,6 +21,7 @@ namespace {
 
 using lamp::distributed::Environment;
 using lamp::distributed::ProcessGroup;
+using lamp_test::expect_error;
 
 // Sets torchrun's variables for one test and restores them after.
 struct ScopedEnv {
@@ -41,15 +42,6 @@ struct ScopedEnv {
     }
   }
 };
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    FAIL() << "no error; expected one mentioning '" << part << "'";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 TEST(Environment, AbsentMeansSingleProcess) {
   ScopedEnv env({});

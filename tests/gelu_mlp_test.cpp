@@ -71,12 +71,12 @@ torch::Tensor grad_of(const torch::Tensor& t) {
   return t.defined() ? t.grad() : torch::Tensor();
 }
 
-using Mlp = std::function<torch::Tensor(
+using MlpFunction = std::function<torch::Tensor(
     const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
     const torch::Tensor&, const torch::Tensor&)>;
 
 // `mlp` on fresh leaves of `in`, then the backward of sum(y * grad).
-Outputs run(const Inputs& in, const Mlp& mlp) {
+Outputs run(const Inputs& in, const MlpFunction& mlp) {
   Outputs o;
   auto x = leaf(in.x), w1 = leaf(in.fc_weight), b1 = leaf(in.fc_bias);
   auto w2 = leaf(in.proj_weight), b2 = leaf(in.proj_bias);
@@ -91,11 +91,11 @@ Outputs run(const Inputs& in, const Mlp& mlp) {
   return o;
 }
 
-Mlp fused(const GeluMlpOptions& options) {
+MlpFunction fused(const GeluMlpOptions& options) {
   return [options](auto&&... a) { return gelu_mlp(a..., options); };
 }
 
-Mlp stock(const GeluMlpOptions& options) {
+MlpFunction stock(const GeluMlpOptions& options) {
   return [options](auto&&... a) { return gelu_mlp_reference(a..., options); };
 }
 

@@ -97,7 +97,7 @@ TEST(GradScalerAccessors, HasEveryPublicNameOfPythons) {
 
 // A scaler whose scale is on the CPU, and one scripted iteration with a
 // gradient of ones (finite) or of inf, scaled as backward would.
-struct Rig {
+struct AccessorRig {
   torch::Tensor w = torch::ones({3}, torch::requires_grad());
   torch::optim::SGD opt{std::vector<torch::Tensor>{w},
                         torch::optim::SGDOptions(0.0)};
@@ -132,7 +132,7 @@ TEST(GradScalerAccessors, GettersReturnTheOptions) {
 TEST(GradScalerAccessors, SetGrowthFactorGrowsByTheNewFactor) {
   lamp::GradScaler scaler(
       lamp::GradScalerOptions().init_scale(8).growth_interval(1));
-  Rig rig;
+  AccessorRig rig;
   rig.iterate(scaler, true);
   EXPECT_EQ(scaler.get_scale(), 16.0);
   scaler.set_growth_factor(4.0);
@@ -144,7 +144,7 @@ TEST(GradScalerAccessors, SetGrowthFactorGrowsByTheNewFactor) {
 
 TEST(GradScalerAccessors, SetBackoffFactorBacksOffByTheNewFactor) {
   lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(1024));
-  Rig rig;
+  AccessorRig rig;
   scaler.set_backoff_factor(0.125);
   EXPECT_EQ(scaler.get_backoff_factor(), 0.125);
   rig.iterate(scaler, false);
@@ -154,7 +154,7 @@ TEST(GradScalerAccessors, SetBackoffFactorBacksOffByTheNewFactor) {
 TEST(GradScalerAccessors, SetGrowthIntervalCountsToTheNewInterval) {
   lamp::GradScaler scaler(
       lamp::GradScalerOptions().init_scale(8).growth_interval(10));
-  Rig rig;
+  AccessorRig rig;
   for (int i = 0; i < 5; ++i) {
     rig.iterate(scaler, true);
   }
@@ -215,7 +215,7 @@ TEST(GradScalerAccessors, SettersRefuseWhatTheOptionsRefuseAndKeepTheValue) {
 // only options).
 TEST(GradScalerAccessors, StateDictCarriesTheSetValues) {
   lamp::GradScaler scaler(lamp::GradScalerOptions().init_scale(16));
-  Rig rig;
+  AccessorRig rig;
   rig.iterate(scaler, true);
   scaler.set_growth_factor(3.0);
   scaler.set_backoff_factor(0.25);

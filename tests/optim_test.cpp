@@ -83,7 +83,7 @@ std::vector<torch::Tensor> trajectory(
   return params;
 }
 
-struct Case {
+struct OptimizerCase {
   std::string name;
   Factory reference;                                   // torch::optim
   std::function<Factory(Implementation)> lamp_factory; // lamp::optim
@@ -91,8 +91,8 @@ struct Case {
 };
 
 template <typename Torch, typename Lamp, typename Options>
-Case make_case(const std::string& name, const Options& options,
-               double second_lr) {
+OptimizerCase make_case(const std::string& name, const Options& options,
+                        double second_lr) {
   auto second = std::make_shared<Options>(options);
   second->set_lr(second_lr);
   return {name,
@@ -109,7 +109,7 @@ Case make_case(const std::string& name, const Options& options,
           second};
 }
 
-std::vector<Case> cases() {
+std::vector<OptimizerCase> optimizer_cases() {
   using torch::optim::AdamOptions;
   using torch::optim::AdamWOptions;
   using torch::optim::SGDOptions;
@@ -138,7 +138,7 @@ std::vector<Case> cases() {
   };
 }
 
-class OptimCase : public ::testing::TestWithParam<Case> {};
+class OptimCase : public ::testing::TestWithParam<OptimizerCase> {};
 
 // The per-tensor path is torch::optim's own loop, and the foreach path runs
 // the same elementwise ops on lists: both equal torch::optim bit for bit over
@@ -275,7 +275,7 @@ TEST_P(OptimCase, ScaledStepUnscalesAndSkipsOnTheDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(, OptimCase, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(, OptimCase, ::testing::ValuesIn(optimizer_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // The flag the fused kernels get: exactly 1 for any non-zero flag (a sum over

@@ -33,15 +33,15 @@ using lamp_test::BitEqual;
 // The output layer reuses the encoder's weight (a tied embedding/output
 // pair). `register_twice` registers it as the head's parameter too, the way
 // such models are written; without, it is registered once (the reference).
-struct TiedHeadImpl : torch::nn::Module {
+struct TiedProjectionImpl : torch::nn::Module {
   torch::Tensor out_weight;
 };
-TORCH_MODULE(TiedHead);
+TORCH_MODULE(TiedProjection);
 
 struct TiedNetImpl : torch::nn::Module {
   explicit TiedNetImpl(bool register_twice) {
     enc = register_module("enc", torch::nn::Linear(4, 3));
-    head = register_module("head", TiedHead());
+    head = register_module("head", TiedProjection());
     head->out_weight = enc->weight;
     if (register_twice) {
       head->register_parameter("out_weight", enc->weight);
@@ -51,7 +51,7 @@ struct TiedNetImpl : torch::nn::Module {
     return torch::tanh(enc(x)).matmul(head->out_weight);
   }
   torch::nn::Linear enc{nullptr};
-  TiedHead head{nullptr};
+  TiedProjection head{nullptr};
 };
 TORCH_MODULE(TiedNet);
 

@@ -159,7 +159,8 @@ void on_backward_node(Observation& obs, const at::RecordFunction& fn) {
   }
 }
 
-std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+std::unique_ptr<at::ObserverContext> check_op_inputs(
+    const at::RecordFunction& fn) {
   // The engine runs each autograd node inside an op of its own
   // ("autograd::engine::evaluate_function: ..."): nodes are taken at any
   // depth, forward ops only outermost.
@@ -211,7 +212,8 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   return context;
 }
 
-void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
+void check_op_outputs(const at::RecordFunction& fn,
+                      at::ObserverContext* context) {
   --op_depth;
   if (context == nullptr) {
     return;
@@ -360,7 +362,7 @@ c10::optional<NumericsFinding> NumericsCheck::observe(
   last_backward_module = -1;
   last_backward_in_module = false;
   const auto handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(on_op_start, on_op_end)
+      at::RecordFunctionCallback(check_op_inputs, check_op_outputs)
           .needsInputs(true)
           .needsOutputs(true)
           .scopes(

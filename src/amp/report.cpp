@@ -167,7 +167,8 @@ bool counted_op(const char* name) {
   return false;
 }
 
-std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+std::unique_ptr<at::ObserverContext> record_op_dtypes(
+    const at::RecordFunction& fn) {
   const char* name = fn.name();
   if (name == nullptr || !counted_op(name)) {
     return nullptr;
@@ -240,7 +241,7 @@ OpPrecisionReport op_precision_report(const std::function<void()>& fn) {
     op_target = &report;
   }
   const auto handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(on_op_start).needsInputs(true));
+      at::RecordFunctionCallback(record_op_dtypes).needsInputs(true));
   try {
     fn();
   } catch (...) {

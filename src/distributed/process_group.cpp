@@ -42,9 +42,9 @@ c10d::AllreduceOptions reduce_options(ReduceOp op) {
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<detail::C10dBackend> backend;
+  c10::intrusive_ptr<lamp::detail::C10dBackend> backend;
   // Last: it goes first, with the works it holds.
-  std::unique_ptr<detail::CollectiveWatch> watch;
+  std::unique_ptr<lamp::detail::CollectiveWatch> watch;
 };
 
 namespace {
@@ -62,7 +62,8 @@ struct CollectiveSite {
                                      const std::exception& error) {
   TORCH_CHECK(
       false, "lamp::distributed: ", what, " failed on rank ", site.rank, " of ",
-      site.world_size, " (", site.backend, "): ", detail::error_text(error),
+      site.world_size, " (", site.backend,
+      "): ", lamp::detail::error_text(error),
       ". Another rank has probably exited or stopped answering (the timeout is ",
       site.timeout.count() / 1000.0,
       " s, --dist-timeout / ProcessGroupOptions::timeout); see its output.");
@@ -75,7 +76,7 @@ class WorkHandle final : public ProcessGroup::Work {
   // ticket `watched`) is told when the caller has waited.
   WorkHandle(c10::intrusive_ptr<c10d::Work> work, torch::Tensor staged,
              torch::Tensor target, CollectiveSite site,
-             detail::CollectiveWatch* watch, int64_t watched)
+             lamp::detail::CollectiveWatch* watch, int64_t watched)
       : work_(std::move(work)),
         staged_(std::move(staged)),
         target_(std::move(target)),
@@ -108,7 +109,7 @@ class WorkHandle final : public ProcessGroup::Work {
   torch::Tensor staged_;
   torch::Tensor target_;
   CollectiveSite site_;
-  detail::CollectiveWatch* watch_;
+  lamp::detail::CollectiveWatch* watch_;
   int64_t watched_;
 };
 
@@ -121,11 +122,13 @@ std::string named(const std::string& purpose, const char* call) {
 // `watch`'s eye, and turns its failure into the message naming `group`'s
 // rank, backend and timeout.
 template <typename Start>
-void wait_watched(const ProcessGroup& group, detail::CollectiveWatch* watch,
-                  const char* call, const std::string& purpose, Start start) {
+void wait_watched(const ProcessGroup& group,
+                  lamp::detail::CollectiveWatch* watch, const char* call,
+                  const std::string& purpose, Start start) {
   try {
     auto work = start();
-    detail::CollectiveWatch::Scope watched(watch, named(purpose, call), work);
+    lamp::detail::CollectiveWatch::Scope watched(watch, named(purpose, call),
+                                                 work);
     work->wait();
   } catch (const std::exception& e) {
     fail_collective_at(CollectiveSite{group.rank(), group.world_size(),
@@ -197,7 +200,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
               "lamp::distributed: cannot use Gloo for backend '",
               options.backend(), "' on ", device,
               " with WORLD_SIZE=", env.world_size, ": ",
-              detail::kNoGlooMessage);
+              lamp::detail::kNoGlooMessage);
 
   auto group = std::make_shared<ProcessGroup>(device);
   group->rank_ = env.rank;
@@ -210,33 +213,34 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
   group->backend_name_ = backend;
   group->impl_ = std::make_unique<Impl>();
   group->address_ = env.master_addr + ":" + std::to_string(env.master_port);
-  auto joined = detail::join_rendezvous(env, options, group->address_);
+  auto joined = lamp::detail::join_rendezvous(env, options, group->address_);
   auto& store = joined.store;
   try {
     if (backend == "gloo") {
-      group->impl_->backend = detail::make_gloo_backend(
+      group->impl_->backend = lamp::detail::make_gloo_backend(
           store, env.rank, env.world_size, options.timeout());
     } else {
-      group->impl_->backend = detail::make_nccl_backend(
+      group->impl_->backend = lamp::detail::make_nccl_backend(
           store, env.rank, env.world_size, options.timeout());
     }
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "lamp::distributed: rank ", env.rank, " of ",
                 env.world_size, " could not start the ", backend,
                 " backend at ", group->address_,
-                " (every rank had arrived): ", detail::error_text(e));
+                " (every rank had arrived): ", lamp::detail::error_text(e));
   }
   const auto report = options.wait_report() ? options.wait_report()
                                             : [](const std::string& line) {
                                                 std::cerr << line << std::endl;
                                               };
-  group->impl_->watch = std::make_unique<detail::CollectiveWatch>(
+  group->impl_->watch = std::make_unique<lamp::detail::CollectiveWatch>(
       std::move(joined.connect_again),
-      detail::CollectiveWatch::Settings{
+      lamp::detail::CollectiveWatch::Settings{
           env.rank, env.world_size, options.timeout(),
           options.collective_wait_report().count() > 0
               ? options.collective_wait_report()
-              : detail::CollectiveWatch::default_interval(options.timeout()),
+              : lamp::detail::CollectiveWatch::default_interval(
+                    options.timeout()),
           report});
   group->impl_->store = std::move(store);
   return group;
@@ -383,7 +387,8 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::reduce_scatter_async_(
       // Refused at the call, before any communication, on every rank alike
       // (Gloo in LibTorch 1.13: "ProcessGroupGloo does not support
       // reduce_scatter"): the all-reduce below does it.
-      if (detail::error_text(e).find("not support") == std::string::npos) {
+      if (lamp::detail::error_text(e).find("not support") ==
+          std::string::npos) {
         fail_collective("reduce_scatter_async_", e);
       }
       has_reduce_scatter_ = false;
@@ -505,7 +510,7 @@ std::string values_by_rank(const std::vector<std::string>& values) {
     }
     text += groups[i].first + " on rank" +
             (groups[i].second.size() > 1 ? "s " : " ") +
-            detail::rank_list(groups[i].second);
+            lamp::detail::rank_list(groups[i].second);
   }
   return text;
 }
@@ -521,7 +526,7 @@ void ProcessGroup::check_same(const std::string& what,
   const std::string prefix = "check/" + std::to_string(checks_++) + "/";
   std::vector<std::vector<RankSetting>> all(world_size_);
   try {
-    detail::CollectiveWatch::Scope watched(
+    lamp::detail::CollectiveWatch::Scope watched(
         impl_->watch.get(), "comparing " + what + " across ranks");
     impl_->store->set(prefix + std::to_string(rank_), encode(settings));
     for (int r = 0; r < world_size_; ++r) {

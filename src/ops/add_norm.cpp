@@ -87,8 +87,8 @@ std::string kernel_unavailable_reason(const torch::Tensor& x,
     return std::string("the tensors are on ") + x.device().str() +
            ", the kernel is CUDA's";
   }
-  return detail::add_norm_kernel_unavailable_reason(sum, branch, normed,
-                                                    x.numel() / x.size(-1));
+  return lamp::detail::add_norm_kernel_unavailable_reason(
+      sum, branch, normed, x.numel() / x.size(-1));
 }
 
 // FP32, or FP64 for FP64 sums (which only the ATen ops take).
@@ -103,13 +103,11 @@ torch::Tensor wide_or_undefined(const torch::Tensor& t, at::ScalarType wide) {
 }
 
 // The forward as ATen ops, in FP32 as the kernel computes it.
-detail::AddNormKernelForward aten_forward(const torch::Tensor& x,
-                                          const torch::Tensor& branch,
-                                          const torch::Tensor& weight,
-                                          const torch::Tensor& bias, double eps,
-                                          bool rms, at::ScalarType sum,
-                                          at::ScalarType normed) {
-  detail::AddNormKernelForward out;
+lamp::detail::AddNormKernelForward aten_forward(
+    const torch::Tensor& x, const torch::Tensor& branch,
+    const torch::Tensor& weight, const torch::Tensor& bias, double eps,
+    bool rms, at::ScalarType sum, at::ScalarType normed) {
+  lamp::detail::AddNormKernelForward out;
   out.sum = torch::add(x.to(sum), branch);
   const auto s = out.sum.to(wide_dtype(sum));
   // The sum about its mean, made once for the variance and the output
@@ -129,7 +127,7 @@ detail::AddNormKernelForward aten_forward(const torch::Tensor& x,
 }
 
 // The backward as ATen ops: the formulas of src/ops/add_norm_kernels.cu.
-detail::AddNormKernelBackward aten_backward(
+lamp::detail::AddNormKernelBackward aten_backward(
     const torch::Tensor& grad_normed, const torch::Tensor& grad_sum,
     const torch::Tensor& sum, const torch::Tensor& mean,
     const torch::Tensor& rstd, const torch::Tensor& weight, bool rms,
@@ -148,7 +146,7 @@ detail::AddNormKernelBackward aten_backward(
   if (grad_sum.defined()) {
     ds = ds + grad_sum.to(wide);
   }
-  detail::AddNormKernelBackward out;
+  lamp::detail::AddNormKernelBackward out;
   out.x = ds.to(sum.scalar_type());
   out.branch = ds.to(branch_dtype);
   if (want_weight) {
@@ -171,8 +169,8 @@ class AddNormFunction : public torch::autograd::Function<AddNormFunction> {
       at::ScalarType sum, at::ScalarType normed) {
     const auto w = wide_or_undefined(weight, wide_dtype(sum));
     const auto b = wide_or_undefined(bias, wide_dtype(sum));
-    auto out = kernel ? detail::add_norm_kernel_forward(x, branch, w, b, eps,
-                                                        rms, sum, normed)
+    auto out = kernel ? lamp::detail::add_norm_kernel_forward(
+                            x, branch, w, b, eps, rms, sum, normed)
                       : aten_forward(x, branch, w, b, eps, rms, sum, normed);
     ctx->save_for_backward({out.sum, out.mean, out.rstd, w});
     ctx->saved_data["rms"] = rms;
@@ -206,7 +204,7 @@ class AddNormFunction : public torch::autograd::Function<AddNormFunction> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(
         c10::autocast_dispatch_keyset);
     auto g =
-        kernel ? detail::add_norm_kernel_backward(
+        kernel ? lamp::detail::add_norm_kernel_backward(
                      grads[1], grads[0], saved[0], saved[1], saved[2], saved[3],
                      rms, want_weight, want_bias, dtype("branch_dtype"))
                : aten_backward(grads[1], grads[0], saved[0], saved[1], saved[2],

@@ -17,7 +17,7 @@ namespace lamp {
 namespace ops {
 namespace {
 
-constexpr const char* kWho = "lamp::ops::batch_norm_relu";
+constexpr const char* kBatchNormReluWho = "lamp::ops::batch_norm_relu";
 
 // Set by detail::ScopedReferenceKernels (tests), read on every call.
 std::atomic<bool> reference_kernels{false};
@@ -54,8 +54,9 @@ void remember_refusal(const std::string& key, const std::string& why) {
     }
     any_refused.store(true);
   }
-  TORCH_WARN(kWho, ": cuDNN does not fuse this configuration (", key,
-             "): ", why, " It runs as separate BatchNorm, add and ReLU ops.");
+  TORCH_WARN(kBatchNormReluWho, ": cuDNN does not fuse this configuration (",
+             key, "): ", why,
+             " It runs as separate BatchNorm, add and ReLU ops.");
 }
 
 // ATen's own kernels in the fused path's shape (tests, on any device): the
@@ -121,7 +122,7 @@ lamp::detail::FusedBatchNormBackward fused_backward(
     torch::autograd::AutogradContext* ctx,
     const torch::autograd::variable_list& grad_outputs) {
   lamp::detail::refuse_higher_order_gradients(
-      kWho, "Turn the fusion off where you need them: ",
+      kBatchNormReluWho, "Turn the fusion off where you need them: ",
       lamp::detail::kFusionOffAdvice, ".");
   const auto saved = ctx->get_saved_variables();
   const auto& input = saved[0];
@@ -194,7 +195,8 @@ bool is_float_vector(const torch::Tensor& t, int64_t channels) {
 // one.
 void check_arguments(const torch::Tensor& input,
                      const torch::Tensor& residual) {
-  TORCH_CHECK(input.defined(), kWho, ": the input is an undefined tensor.");
+  TORCH_CHECK(input.defined(), kBatchNormReluWho,
+              ": the input is an undefined tensor.");
   if (residual.defined()) {
     TORCH_CHECK(residual.sizes() == input.sizes(),
                 "lamp::ops::batch_norm_add_relu: ",
@@ -276,7 +278,8 @@ torch::Tensor batch_norm_activation(
 torch::Tensor module_form(const torch::Tensor& input,
                           const torch::Tensor& residual,
                           const torch::nn::BatchNorm2d& bn) {
-  TORCH_CHECK(!bn.is_empty(), kWho, ": the BatchNorm2d is empty (nullptr).");
+  TORCH_CHECK(!bn.is_empty(), kBatchNormReluWho,
+              ": the BatchNorm2d is empty (nullptr).");
   check_arguments(input, residual);
   auto& impl = *bn.ptr();
   const auto& options = impl.options;

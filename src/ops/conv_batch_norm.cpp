@@ -190,11 +190,11 @@ void note_kernel_fallback(const std::string& name, const char* step,
 // layer runs cuDNN's graphs (`kernel`) and the kernel takes the tensors,
 // else the ATen ops (one line the first time a wanted kernel does not
 // apply).
-torch::Tensor elementwise(const detail::ChannelAffine& op,
+torch::Tensor elementwise(const lamp::detail::ChannelAffine& op,
                           const torch::Tensor& like, bool kernel,
                           const std::string& name, const char* step) {
   std::string why;
-  auto out = detail::channel_affine(op, like, kernel, &why);
+  auto out = lamp::detail::channel_affine(op, like, kernel, &why);
   if (!why.empty()) {
     note_kernel_fallback(name, step, why);
   }
@@ -233,7 +233,7 @@ torch::Tensor total_output_gradient(const torch::Tensor& grad_y,
                                     const torch::Tensor& grad_sum_of_squares,
                                     const torch::Tensor& y, bool kernel,
                                     const std::string& name) {
-  detail::ChannelAffine op;
+  lamp::detail::ChannelAffine op;
   op.u = grad_y; // undefined: zeros
   op.u_shift = grad_sum;
   if (grad_sum_of_squares.defined()) {
@@ -260,8 +260,8 @@ class FoldedConvFunction
     bool done = false;
     if (graphs) {
       std::string why;
-      done = detail::cudnn_conv_genstats(x, weight, stride, padding, s, b, y,
-                                         sum, sum_of_squares, why);
+      done = lamp::detail::cudnn_conv_genstats(x, weight, stride, padding, s, b,
+                                               y, sum, sum_of_squares, why);
       if (!done) {
         note_fallback(name, "forward", why);
       }
@@ -313,14 +313,14 @@ class FoldedConvFunction
     torch::Tensor dz, d_scale, d_bias, dw;
     if (graphs) {
       std::string why;
-      if (!detail::cudnn_dgrad_drelu_dscale(grad, weight, x, stride, padding,
-                                            scale, bias, dz, d_scale, d_bias,
-                                            why)) {
+      if (!lamp::detail::cudnn_dgrad_drelu_dscale(grad, weight, x, stride,
+                                                  padding, scale, bias, dz,
+                                                  d_scale, d_bias, why)) {
         note_fallback(name, "data gradient", why);
         dz = torch::Tensor();
       }
-      if (!detail::cudnn_wgrad_prologue(grad, x, weight, stride, padding, scale,
-                                        bias, dw, why)) {
+      if (!lamp::detail::cudnn_wgrad_prologue(grad, x, weight, stride, padding,
+                                              scale, bias, dw, why)) {
         note_fallback(name, "weight gradient", why);
         dw = torch::Tensor();
       }
@@ -343,7 +343,7 @@ class FoldedConvFunction
       }
     }
     // dx = scale dz, rounded to x's dtype.
-    detail::ChannelAffine input_gradient;
+    lamp::detail::ChannelAffine input_gradient;
     input_gradient.u = dz;
     input_gradient.u_scale = scale;
     grads[0] = elementwise(input_gradient, x, graphs, name, "input gradient");
@@ -375,7 +375,7 @@ class FoldedBlockEndFunction
                                const torch::Tensor& r_scale,
                                const torch::Tensor& r_bias, bool projected,
                                bool kernel, const std::string& name) {
-    detail::ChannelAffine op;
+    lamp::detail::ChannelAffine op;
     op.u = y;
     op.u_scale = scale;
     op.u_shift = bias;
@@ -410,7 +410,7 @@ class FoldedBlockEndFunction
     const auto& dz = grad_outputs[0];
     // g = dz where z > 0, else 0 (FP32): each input's gradient is g times
     // its scale, rounded to its dtype; the scales' and biases' are sums.
-    detail::ChannelAffine gated;
+    lamp::detail::ChannelAffine gated;
     gated.u = dz;
     gated.gate = z;
     auto y_gradient = gated;
@@ -425,7 +425,7 @@ class FoldedBlockEndFunction
     grads[3] = elementwise(shortcut_gradient, shortcut, kernel, name,
                            "block end gradient");
     std::string why;
-    const auto sums = detail::gated_sums(
+    const auto sums = lamp::detail::gated_sums(
         dz, z, y, projected ? shortcut : torch::Tensor(), kernel, &why);
     if (!why.empty()) {
       note_kernel_fallback(name, "block end sums", why);
@@ -447,16 +447,16 @@ std::pair<int64_t, int64_t> conv_geometry(const torch::nn::Conv2d& conv,
               " has no convolution.");
   const auto& o = conv->options;
   const auto* padding =
-      detail::variant_get_if<torch::ExpandingArray<2>>(o.padding());
-  TORCH_CHECK(
-      !o.bias() && o.groups() == 1 && (*o.dilation())[0] == 1 &&
-          (*o.dilation())[1] == 1 && (*o.stride())[0] == (*o.stride())[1] &&
-          padding != nullptr && (**padding)[0] == (**padding)[1] &&
-          detail::variant_get_if<torch::enumtype::kZeros>(o.padding_mode()) !=
-              nullptr,
-      "lamp::ops::folded_residual_block: ", name,
-      " must be a convolution without bias, groups or dilation, with "
-      "equal strides and equal zero padding (a ResNet's are).");
+      lamp::detail::variant_get_if<torch::ExpandingArray<2>>(o.padding());
+  TORCH_CHECK(!o.bias() && o.groups() == 1 && (*o.dilation())[0] == 1 &&
+                  (*o.dilation())[1] == 1 &&
+                  (*o.stride())[0] == (*o.stride())[1] && padding != nullptr &&
+                  (**padding)[0] == (**padding)[1] &&
+                  lamp::detail::variant_get_if<torch::enumtype::kZeros>(
+                      o.padding_mode()) != nullptr,
+              "lamp::ops::folded_residual_block: ", name,
+              " must be a convolution without bias, groups or dilation, with "
+              "equal strides and equal zero padding (a ResNet's are).");
   return {(*o.stride())[0], (**padding)[0]};
 }
 
@@ -776,7 +776,7 @@ torch::Tensor folded_residual_block(
 }
 
 std::string folded_conv_fallback_reason(const torch::Tensor& x) {
-  auto why = detail::cudnn_graph_unavailable_reason();
+  auto why = lamp::detail::cudnn_graph_unavailable_reason();
   if (!why.empty()) {
     return why;
   }
@@ -800,7 +800,7 @@ std::string folded_conv_fallback_reason(const torch::Tensor& x) {
 }
 
 bool conv_batch_norm_fusion_built(std::string* why) {
-  auto reason = detail::cudnn_graph_unavailable_reason();
+  auto reason = lamp::detail::cudnn_graph_unavailable_reason();
   if (why != nullptr) {
     *why = reason;
   }

@@ -51,7 +51,7 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
-constexpr const char* kWho = "lamp::ops::folded_conv";
+constexpr const char* kFoldedConvWho = "lamp::ops::folded_conv";
 // The oldest cuDNN with every pattern used here (dgrad + dReLU + dBN weight
 // came in 9.8).
 constexpr int64_t kMinimumCudnn = 90800;
@@ -114,7 +114,8 @@ fe::DataType_t data_type(c10::ScalarType type) {
     case c10::kFloat:
       return fe::DataType_t::FLOAT;
     default:
-      TORCH_CHECK(false, kWho, ": no cuDNN data type for ", type, ".");
+      TORCH_CHECK(false, kFoldedConvWho, ": no cuDNN data type for ", type,
+                  ".");
   }
 }
 
@@ -301,7 +302,7 @@ cudnnHandle_t current_handle() {
   auto handle = at::native::getCudnnHandle();
   const auto status =
       fe::detail::set_stream(handle, at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, kWho,
+  TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, kFoldedConvWho,
               ": cudnnSetStream failed (status ", static_cast<int>(status),
               ").");
   return handle;
@@ -318,7 +319,7 @@ void execute(const char* scope, const Entry& e, cudnnHandle_t handle,
   const auto status = e.graph->execute(handle, pack, workspace.data_ptr());
   if (!status.is_good()) {
     auto copy = status;
-    TORCH_CHECK(false, kWho,
+    TORCH_CHECK(false, kFoldedConvWho,
                 ": cuDNN's fused graph failed: ", copy.get_message(),
                 ". To run without it, use --fused-bn on in lamp's programs "
                 "and lamp_bench, or ResNetOptions::fold_batch_norm(false).");

@@ -22,7 +22,7 @@ namespace lamp {
 namespace detail {
 namespace {
 
-constexpr const char* kWho = "lamp::ops::batch_norm_relu";
+constexpr const char* kCudnnBatchNormWho = "lamp::ops::batch_norm_relu";
 
 // The cuDNN functions used here, resolved once.
 struct Cudnn {
@@ -88,7 +88,7 @@ const Cudnn& cudnn() {
 }
 
 void check(cudnnStatus_t status, const char* call) {
-  TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, kWho, ": ", call,
+  TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, kCudnnBatchNormWho, ": ", call,
               " failed: ", cudnn().error_string(status),
               ". To run the stock ops, turn the fusion off: ", kFusionOffAdvice,
               ".");

@@ -23,7 +23,7 @@ namespace lamp {
 namespace ops {
 namespace {
 
-constexpr const char* kWho = "lamp::ops::gelu_mlp";
+constexpr const char* kGeluMlpWho = "lamp::ops::gelu_mlp";
 
 void check_arguments(const torch::Tensor& x, const torch::Tensor& fc_weight,
                      const torch::Tensor& fc_bias,
@@ -78,7 +78,7 @@ std::string epilogue_unavailable_reason(const torch::Tensor& x,
     return "cuBLASLt's GELU epilogue computes the tanh approximation, and "
            "this MLP's GELU is the exact one (approximate \"tanh\" fuses it)";
   }
-  return detail::gelu_mlp_epilogue_unavailable_reason(
+  return lamp::detail::gelu_mlp_epilogue_unavailable_reason(
       compute, x.numel() / x.size(-1), fc_weight.size(1), fc_weight.size(0),
       proj_weight.size(0));
 }
@@ -113,8 +113,9 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     const auto b2 = cast_or_undefined(proj_bias, compute);
     torch::Tensor pre, h;
     std::string why;
-    if (epilogue && !detail::gelu_mlp_fc_forward(xc, w1, b1, pre, h, why)) {
-      TORCH_WARN_ONCE(kWho,
+    if (epilogue &&
+        !lamp::detail::gelu_mlp_fc_forward(xc, w1, b1, pre, h, why)) {
+      TORCH_WARN_ONCE(kGeluMlpWho,
                       ": running ATen ops instead of cuBLASLt's "
                       "epilogues: ",
                       why, ".");
@@ -169,9 +170,9 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     const auto g = grads[0].to(xc.scalar_type()).contiguous();
     torch::Tensor d_pre, d_b1;
     std::string why;
-    if (epilogue && !detail::gelu_mlp_proj_backward(g, w2, pre, want_fc_bias,
-                                                    d_pre, d_b1, why)) {
-      TORCH_WARN_ONCE(kWho,
+    if (epilogue && !lamp::detail::gelu_mlp_proj_backward(
+                        g, w2, pre, want_fc_bias, d_pre, d_b1, why)) {
+      TORCH_WARN_ONCE(kGeluMlpWho,
                       ": running ATen ops instead of cuBLASLt's "
                       "epilogues in the backward: ",
                       why, ".");
@@ -197,8 +198,8 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     torch::Tensor d_w2, d_b2;
     if (epilogue && ctx->saved_data["fused_bias_grad"].toBool() &&
         ctx->needs_input_grad(3) && want_proj_bias &&
-        !detail::linear_weight_bias_grad(g, h, d_w2, d_b2, why)) {
-      TORCH_WARN_ONCE(kWho,
+        !lamp::detail::linear_weight_bias_grad(g, h, d_w2, d_b2, why)) {
+      TORCH_WARN_ONCE(kGeluMlpWho,
                       ": summing the second bias's gradient with ATen ops "
                       "instead of cuBLASLt's epilogue: ",
                       why, ".");
@@ -220,12 +221,13 @@ torch::Tensor gelu_mlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
                        const torch::Tensor& proj_weight,
                        const torch::Tensor& proj_bias,
                        const GeluMlpOptions& options) {
-  check_arguments(x, fc_weight, fc_bias, proj_weight, proj_bias, options, kWho);
+  check_arguments(x, fc_weight, fc_bias, proj_weight, proj_bias, options,
+                  kGeluMlpWho);
   const auto compute = lamp::detail::linear_compute_dtype(x);
   const std::string why =
       epilogue_unavailable_reason(x, fc_weight, proj_weight, options, compute);
   if (!why.empty() && x.is_cuda()) {
-    TORCH_WARN_ONCE(kWho,
+    TORCH_WARN_ONCE(kGeluMlpWho,
                     ": running ATen ops instead of cuBLASLt's "
                     "epilogues: ",
                     why, ".");

@@ -17,7 +17,7 @@ namespace lamp {
 namespace detail {
 namespace {
 
-constexpr const char* kWho = "lamp::ops::gelu_mlp";
+constexpr const char* kGeluMlpCudaWho = "lamp::ops::gelu_mlp";
 
 } // namespace
 
@@ -75,7 +75,7 @@ bool gelu_mlp_fc_forward(const torch::Tensor& x, const torch::Tensor& fc_weight,
   p.bias = fc_bias.defined() ? fc_bias.data_ptr() : nullptr;
   p.aux = pre_out.data_ptr();
   p.ld_aux = hidden;
-  why = run_lt_product(p, x.scalar_type(), x, kWho);
+  why = run_lt_product(p, x.scalar_type(), x, kGeluMlpCudaWho);
   if (!why.empty()) {
     return false;
   }
@@ -118,7 +118,7 @@ bool gelu_mlp_proj_backward(const torch::Tensor& grad,
   p.bias = want_bias ? bias_out.data_ptr() : nullptr;
   p.aux = pre.data_ptr();
   p.ld_aux = hidden;
-  why = run_lt_product(p, grad.scalar_type(), grad, kWho);
+  why = run_lt_product(p, grad.scalar_type(), grad, kGeluMlpCudaWho);
   if (!why.empty()) {
     return false;
   }

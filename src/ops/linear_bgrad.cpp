@@ -22,7 +22,7 @@ namespace lamp {
 namespace ops {
 namespace {
 
-constexpr const char* kWho = "lamp::ops::linear_bgrad";
+constexpr const char* kLinearBgradWho = "lamp::ops::linear_bgrad";
 
 void check_arguments(const torch::Tensor& x, const torch::Tensor& weight,
                      const torch::Tensor& bias, const char* who) {
@@ -54,7 +54,7 @@ std::string epilogue_unavailable_reason(const torch::Tensor& x,
     return std::string("the tensors are on ") + x.device().str() +
            ", cuBLASLt is CUDA's";
   }
-  return detail::linear_bgrad_unavailable_reason(
+  return lamp::detail::linear_bgrad_unavailable_reason(
       compute, x.numel() / x.size(-1), weight.size(1), weight.size(0));
 }
 
@@ -107,8 +107,8 @@ class LinearBgradFunction
     torch::Tensor d_weight, d_bias;
     std::string why;
     if (want_weight && want_bias && ctx->saved_data["epilogue"].toBool() &&
-        !detail::linear_weight_bias_grad(g, xc, d_weight, d_bias, why)) {
-      TORCH_WARN_ONCE(kWho,
+        !lamp::detail::linear_weight_bias_grad(g, xc, d_weight, d_bias, why)) {
+      TORCH_WARN_ONCE(kLinearBgradWho,
                       ": running ATen ops instead of cuBLASLt's epilogue "
                       "in the backward: ",
                       why, ".");
@@ -134,7 +134,7 @@ class LinearBgradFunction
 
 torch::Tensor linear_bgrad(const torch::Tensor& x, const torch::Tensor& weight,
                            const torch::Tensor& bias) {
-  check_arguments(x, weight, bias, kWho);
+  check_arguments(x, weight, bias, kLinearBgradWho);
   if (!bias.defined()) {
     // Nothing to fuse: torch::linear, autocast's casts, or the weight cast
     // to x's dtype outside autocast as the fused path would.
@@ -145,8 +145,9 @@ torch::Tensor linear_bgrad(const torch::Tensor& x, const torch::Tensor& weight,
   const auto compute = lamp::detail::linear_compute_dtype(x);
   const std::string why = epilogue_unavailable_reason(x, weight, bias, compute);
   if (!why.empty() && x.is_cuda()) {
-    TORCH_WARN_ONCE(
-        kWho, ": running ATen ops instead of cuBLASLt's epilogue: ", why, ".");
+    TORCH_WARN_ONCE(kLinearBgradWho,
+                    ": running ATen ops instead of cuBLASLt's epilogue: ", why,
+                    ".");
   }
   const int64_t in = x.size(-1);
   auto shape = x.sizes().vec();

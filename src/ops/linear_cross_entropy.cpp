@@ -19,7 +19,8 @@ namespace lamp {
 namespace ops {
 namespace {
 
-constexpr const char* kWho = "lamp::ops::linear_cross_entropy";
+constexpr const char* kLinearCrossEntropyWho =
+    "lamp::ops::linear_cross_entropy";
 // Chunks are a multiple of this many rows (whole tiles of the products).
 constexpr int64_t kRowMultiple = 64;
 
@@ -210,10 +211,10 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& input,
                                    const torch::Tensor& weight,
                                    const torch::Tensor& targets,
                                    const LinearCrossEntropyOptions& options) {
-  TORCH_CHECK(options.chunk_rows() >= 0, kWho,
+  TORCH_CHECK(options.chunk_rows() >= 0, kLinearCrossEntropyWho,
               ": chunk_rows must be >= 0 (0 picks it), got ",
               options.chunk_rows(), ".");
-  const auto flat = rows_of(input, weight, targets, kWho);
+  const auto flat = rows_of(input, weight, targets, kLinearCrossEntropyWho);
   const auto compute = compute_dtype(input, weight);
   const int64_t rows = flat.second.numel();
   const int64_t chunk = options.chunk_rows() > 0

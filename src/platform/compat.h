@@ -1,5 +1,3 @@
-#pragma once
-
 // The one place where lamp branches on the LibTorch version. Everything else
 // calls these functions and constants.
 //
@@ -8,6 +6,14 @@
 // get/set_autocast_{gpu,cpu}_dtype). LibTorch 2.4 replaced them with
 // device-generic ones taking a DeviceType; the old names still compile there
 // but warn.
+//
+// No #pragma once: the file is read again by a source that asks for one of
+// its optional parts (LAMP_COMPAT_C10D, LAMP_COMPAT_PROFILER) after an
+// earlier include without it, as a unity build's combined sources do. Each
+// part has its own guard.
+
+#ifndef LAMP_PLATFORM_COMPAT_H
+#define LAMP_PLATFORM_COMPAT_H
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -457,10 +463,13 @@ struct FusedAttention {
 } // namespace detail
 } // namespace lamp
 
+#endif // LAMP_PLATFORM_COMPAT_H
+
 // c10d's backends are ProcessGroup subclasses in LibTorch 1.13 and Backend
 // subclasses (under a ProcessGroup front) from 2.0; both have the allreduce /
 // broadcast calls lamp uses. Only the distributed sources ask for this part.
-#ifdef LAMP_COMPAT_C10D
+#if defined(LAMP_COMPAT_C10D) && !defined(LAMP_PLATFORM_COMPAT_C10D_H)
+#define LAMP_PLATFORM_COMPAT_C10D_H
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 namespace lamp {
@@ -488,7 +497,8 @@ using C10dBackend = c10d::ProcessGroup;
 // wheel does; Debian's 1.13 has no Kineto, and no GPU), since Kineto also
 // puts annotations and syncs on the GPU's timeline. Only lamp_bench's
 // profiler asks for this part.
-#ifdef LAMP_COMPAT_PROFILER
+#if defined(LAMP_COMPAT_PROFILER) && !defined(LAMP_PLATFORM_COMPAT_PROFILER_H)
+#define LAMP_PLATFORM_COMPAT_PROFILER_H
 #include <torch/csrc/autograd/profiler_kineto.h>
 #if __has_include(<kineto/ActivityType.h>)
 #include <kineto/ActivityType.h>

@@ -77,7 +77,7 @@ lamp::NamedOptimizerFactory adamw_groups(const torch::nn::Module& model) {
   };
 }
 
-lamp::NamedOptimizerFactory sgd_momentum() {
+lamp::NamedOptimizerFactory sgd_momentum_factory() {
   return [](const lamp::NamedParameters& named) {
     return std::make_unique<lamp::optim::SGD>(
         named.values(),
@@ -123,7 +123,7 @@ Pair build_steps(const Case& c, const std::shared_ptr<ProcessGroup>& g,
                    .bucket_cap_mb(zero_stage == 2 ? kSmallBucketMb : 25.0)));
   };
   const auto factory = [&](const lamp::models::GPT& model) {
-    return c.adamw ? adamw_groups(*model) : sgd_momentum();
+    return c.adamw ? adamw_groups(*model) : sgd_momentum_factory();
   };
   pair.sharded_step = std::make_unique<lamp::TrainStep>(
       pair.sharded.ptr(), factory(pair.sharded), options(stage));
@@ -659,7 +659,8 @@ TEST(Ranks, TrainStepZeroStepsAParameterWithoutAGradientAsZero) {
         torch::manual_seed(0);
         models[k] = SideHeadGpt();
         steps[k] = std::make_unique<lamp::TrainStep>(
-            models[k].ptr(), adamw ? adamw_groups(*models[k]) : sgd_momentum(),
+            models[k].ptr(),
+            adamw ? adamw_groups(*models[k]) : sgd_momentum_factory(),
             lamp::TrainStepOptions(lamp::Precision::kFP32)
                 .gradient_sync(lamp::distributed::data_parallel(
                     g,
@@ -745,7 +746,7 @@ TEST(Ranks, ZeroStageIsCheckedAndAgreedOn) {
   lamp::models::GPT model(tiny_gpt());
   const auto stage3 = message_of([&] {
     lamp::TrainStep step(
-        model.ptr(), sgd_momentum(),
+        model.ptr(), sgd_momentum_factory(),
         lamp::TrainStepOptions().gradient_sync(lamp::distributed::data_parallel(
             g, DataParallelOptions().zero_stage(3))));
   });
@@ -756,7 +757,7 @@ TEST(Ranks, ZeroStageIsCheckedAndAgreedOn) {
       << stage3;
   const auto compressed = message_of([&] {
     lamp::TrainStep step(
-        model.ptr(), sgd_momentum(),
+        model.ptr(), sgd_momentum_factory(),
         lamp::TrainStepOptions().gradient_sync(lamp::distributed::data_parallel(
             g, DataParallelOptions().zero_stage(2).communication_dtype(
                    torch::kBFloat16))));
@@ -783,7 +784,7 @@ TEST(Ranks, ZeroStageIsCheckedAndAgreedOn) {
   // Rank 0 shards, the others do not: refused on every rank, naming it.
   const auto differ = message_of([&] {
     lamp::TrainStep step(
-        model.ptr(), sgd_momentum(),
+        model.ptr(), sgd_momentum_factory(),
         lamp::TrainStepOptions().gradient_sync(lamp::distributed::data_parallel(
             g, DataParallelOptions().zero_stage(g->rank() == 0 ? 1 : 0))));
   });

@@ -88,8 +88,8 @@ SdpaBackend parse_sdpa_backend(const std::string& name) {
 std::vector<SdpaBackend> enabled_sdpa_backends() {
   std::vector<SdpaBackend> enabled;
   for (const auto backend : kAllBackends) {
-    if (detail::sdp_backend_exists(index_of(backend)) &&
-        detail::sdp_backend_enabled(index_of(backend))) {
+    if (lamp::detail::sdp_backend_exists(index_of(backend)) &&
+        lamp::detail::sdp_backend_enabled(index_of(backend))) {
       enabled.push_back(backend);
     }
   }
@@ -101,7 +101,7 @@ SdpaBackendGuard::SdpaBackendGuard(const std::vector<SdpaBackend>& backends) {
               "lamp::nn::SdpaBackendGuard: give at least one backend; with "
               "none, scaled_dot_product_attention could not run.");
   for (const auto backend : backends) {
-    TORCH_CHECK(detail::sdp_backend_exists(index_of(backend)),
+    TORCH_CHECK(lamp::detail::sdp_backend_exists(index_of(backend)),
                 "lamp::nn::SdpaBackendGuard: this LibTorch (", TORCH_VERSION,
                 ") has no '", to_string(backend), "' attention backend; ",
                 fused_attention_available()
@@ -111,17 +111,17 @@ SdpaBackendGuard::SdpaBackendGuard(const std::vector<SdpaBackend>& backends) {
   }
   for (const auto backend : kAllBackends) {
     const int i = index_of(backend);
-    previous_.push_back(detail::sdp_backend_exists(i) &&
-                        detail::sdp_backend_enabled(i));
+    previous_.push_back(lamp::detail::sdp_backend_exists(i) &&
+                        lamp::detail::sdp_backend_enabled(i));
   }
   for (const auto backend : kAllBackends) {
     const int i = index_of(backend);
-    if (detail::sdp_backend_exists(i)) {
+    if (lamp::detail::sdp_backend_exists(i)) {
       bool wanted = false;
       for (const auto b : backends) {
         wanted = wanted || b == backend;
       }
-      detail::set_sdp_backend_enabled(i, wanted);
+      lamp::detail::set_sdp_backend_enabled(i, wanted);
     }
   }
 }
@@ -129,14 +129,15 @@ SdpaBackendGuard::SdpaBackendGuard(const std::vector<SdpaBackend>& backends) {
 SdpaBackendGuard::~SdpaBackendGuard() {
   for (const auto backend : kAllBackends) {
     const int i = index_of(backend);
-    if (detail::sdp_backend_exists(i)) {
-      detail::set_sdp_backend_enabled(i, previous_[static_cast<size_t>(i)]);
+    if (lamp::detail::sdp_backend_exists(i)) {
+      const bool was_enabled = previous_[static_cast<size_t>(i)];
+      lamp::detail::set_sdp_backend_enabled(i, was_enabled);
     }
   }
 }
 
 bool fused_attention_available() {
-  return detail::FusedAttention::available;
+  return lamp::detail::FusedAttention::available;
 }
 
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& query,
@@ -161,15 +162,15 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& query,
               "mask into attn_mask.");
   TORCH_CHECK(dropout_p >= 0 && dropout_p < 1, kWho,
               ": dropout_p must be in [0, 1), got ", dropout_p, ".");
-  if (detail::FusedAttention::available) {
-    return detail::FusedAttention::run(
+  if (lamp::detail::FusedAttention::available) {
+    return lamp::detail::FusedAttention::run(
         query, key, value,
         attn_mask.defined() ? c10::optional<at::Tensor>(attn_mask)
                             : c10::nullopt,
         dropout_p, is_causal);
   }
-  return detail::math_attention(query, key, value, attn_mask, dropout_p,
-                                is_causal);
+  return lamp::detail::math_attention(query, key, value, attn_mask, dropout_p,
+                                      is_causal);
 }
 
 } // namespace nn

@@ -31,15 +31,15 @@ struct AutocastState {
   static AutocastState now() {
     AutocastState s;
     for (size_t i = 0; i < kDevices.size(); ++i) {
-      s.enabled[i] = detail::autocast_enabled(kDevices[i]);
-      s.dtype[i] = detail::autocast_dtype(kDevices[i]);
+      s.enabled[i] = lamp::detail::autocast_enabled(kDevices[i]);
+      s.dtype[i] = lamp::detail::autocast_dtype(kDevices[i]);
     }
     return s;
   }
   void set() const {
     for (size_t i = 0; i < kDevices.size(); ++i) {
-      detail::set_autocast_enabled(kDevices[i], enabled[i]);
-      detail::set_autocast_dtype(kDevices[i], dtype[i]);
+      lamp::detail::set_autocast_enabled(kDevices[i], enabled[i]);
+      lamp::detail::set_autocast_dtype(kDevices[i], dtype[i]);
     }
   }
 };
@@ -205,7 +205,7 @@ torch::Tensor activation_checkpoint(
       device.is_cuda() ? device : torch::Device(torch::kCPU));
   torch::Tensor rng_state;
   if (preserve_rng) {
-    TORCH_CHECK(!detail::stream_capturing(device),
+    TORCH_CHECK(!lamp::detail::stream_capturing(device),
                 "lamp::nn::activation_checkpoint: the random generator's "
                 "state cannot be read inside a CUDA graph capture, and its "
                 "recomputation needs it (a dropout draws its mask again); "
@@ -230,7 +230,7 @@ torch::Tensor activation_checkpoint(
   if (y.is_view()) {
     y = y.clone(); // the history goes on a tensor of its own
   }
-  auto node = detail::make_autograd_node<ActivationCheckpointBackward>(
+  auto node = lamp::detail::make_autograd_node<ActivationCheckpointBackward>(
       body, input, parameters, autocast, generator, rng_state);
   node->set_next_edges(
       torch::autograd::collect_next_edges(input, at::TensorList(parameters)));

@@ -27,7 +27,7 @@ torch::Tensor clip_grad_norm_(
   std::map<std::string, std::vector<torch::Tensor>> grads;
   std::vector<std::string> order; // devices in the order first seen
   // A tied weight listed twice has one gradient: counted and scaled once.
-  detail::TensorIdentitySet seen;
+  lamp::detail::TensorIdentitySet seen;
   for (const auto& p : params) {
     const auto& grad = p.grad();
     if (!grad.defined() || !seen.insert(p)) {

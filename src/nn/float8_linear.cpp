@@ -46,7 +46,7 @@ torch::Tensor scaled_mm(const Operand& a, const Operand& b,
                         torch::Dtype out_dtype, const torch::Tensor& bias,
                         bool fast_accum, const std::string& layer,
                         const std::string& product) {
-  lamp::detail::check_scaled_mm_operands(a.data, b.data, layer, product);
+  lamp::nn::detail::check_scaled_mm_operands(a.data, b.data, layer, product);
   c10::optional<torch::Tensor> bias_arg;
   if (bias.defined()) {
     bias_arg = bias;

@@ -141,7 +141,7 @@ TextData tokenized_text_windows(const torch::Tensor& bytes,
 }
 
 struct SentencePiece::Impl {
-  std::unique_ptr<const lamp::data::detail::SentencePieceModel> model;
+  std::unique_ptr<const detail::SentencePieceModel> model;
   std::string origin;
 };
 
@@ -149,7 +149,7 @@ namespace {
 
 // The module loaded, or why it could not be.
 struct LoadedModule {
-  const lamp::data::detail::SentencePieceModule* module = nullptr;
+  const detail::SentencePieceModule* module = nullptr;
   std::string error;
 };
 
@@ -190,12 +190,12 @@ LoadedModule open_module() {
                (why != nullptr ? why : "dlopen failed");
       continue;
     }
-    using Entry = const lamp::data::detail::SentencePieceModule* (*)();
+    using Entry = const detail::SentencePieceModule* (*)();
     auto entry = reinterpret_cast<Entry>(
-        ::dlsym(handle, lamp::data::detail::kSentencePieceModuleEntry));
+        ::dlsym(handle, detail::kSentencePieceModuleEntry));
     const auto* module = entry != nullptr ? entry() : nullptr;
     if (module == nullptr ||
-        module->version != lamp::data::detail::kSentencePieceModuleVersion) {
+        module->version != detail::kSentencePieceModuleVersion) {
       tried += (tried.empty() ? "" : "; ") + quoted(path) +
                " is another lamp's module (another version)";
       continue;
@@ -212,7 +212,7 @@ LoadedModule open_module() {
   return loaded;
 }
 
-const lamp::data::detail::SentencePieceModule& module(const char* caller) {
+const detail::SentencePieceModule& module(const char* caller) {
   static const LoadedModule loaded = open_module();
   TORCH_CHECK(loaded.module != nullptr, caller, ": ", loaded.error);
   return *loaded.module;
@@ -232,7 +232,7 @@ SentencePiece SentencePiece::from_serialized(const std::string& bytes,
               " is empty; give a SentencePiece model (the .model file "
               "spm_train writes).");
   std::string error;
-  std::unique_ptr<const lamp::data::detail::SentencePieceModel> model(
+  std::unique_ptr<const detail::SentencePieceModel> model(
       api.load(bytes, &error));
   TORCH_CHECK(model != nullptr, caller, ": ", quoted(origin),
               " is not a SentencePiece model, or a damaged one (SentencePiece "
@@ -265,7 +265,7 @@ void SentencePiece::save(const std::string& path) const {
   write_file_atomically(path, serialized());
 }
 
-const lamp::data::detail::SentencePieceModel& SentencePiece::model() const {
+const detail::SentencePieceModel& SentencePiece::model() const {
   TORCH_CHECK(!empty(), "lamp::data::SentencePiece: no model loaded.");
   return *impl_->model;
 }

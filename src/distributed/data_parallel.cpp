@@ -118,8 +118,7 @@ struct DataParallel::Impl {
     }
   }
 
-  void use_shard_buckets(
-      std::vector<lamp::distributed::detail::ShardBucket> specs) {
+  void use_shard_buckets(std::vector<detail::ShardBucket> specs) {
     std::lock_guard<std::mutex> lock(mutex);
     std::unordered_map<const c10::TensorImpl*, size_t> index;
     for (size_t k = 0; k < params.size(); ++k) {
@@ -477,10 +476,10 @@ std::unique_ptr<OptimizerSharding> DataParallel::optimizer_sharding() {
   }
   if (impl_->options.zero_stage() == 2) {
     std::weak_ptr<Impl> weak = impl_;
-    return lamp::distributed::detail::stage2_sharding(
+    return detail::stage2_sharding(
         group_,
         static_cast<int64_t>(impl_->options.bucket_cap_mb() * 1024.0 * 1024.0),
-        [weak](std::vector<lamp::distributed::detail::ShardBucket> buckets) {
+        [weak](std::vector<detail::ShardBucket> buckets) {
           if (auto impl = weak.lock()) {
             impl->use_shard_buckets(std::move(buckets));
           }

@@ -15,7 +15,7 @@ namespace lamp {
 namespace distributed {
 namespace {
 
-using lamp::distributed::detail::bytes_of;
+using detail::bytes_of;
 
 // The state tensors' bytes of the optimizers whose state lamp knows.
 int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state) {
@@ -41,7 +41,7 @@ int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state) {
 struct ShardedOptimizer::Impl {
   explicit Impl(std::shared_ptr<ProcessGroup> group)
       : shards(std::move(group)) {}
-  lamp::distributed::detail::ZeroSharding shards;
+  detail::ZeroSharding shards;
   std::vector<torch::Tensor> params;
   std::vector<ShardLayout> layouts;
   std::unique_ptr<torch::optim::Optimizer> optimizer;

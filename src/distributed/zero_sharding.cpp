@@ -456,8 +456,7 @@ torch::Tensor ZeroSharding::layout_tensor() const {
 
 std::unique_ptr<OptimizerSharding> optimizer_sharding(
     std::shared_ptr<ProcessGroup> group) {
-  return std::make_unique<lamp::distributed::detail::ZeroSharding>(
-      std::move(group));
+  return std::make_unique<detail::ZeroSharding>(std::move(group));
 }
 
 namespace detail {

@@ -93,7 +93,7 @@ Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
     TORCH_WARN_ONCE("lamp::nn::float8: Float8Recipe::fused_casts runs ATen ",
                     "ops instead of lamp's CUDA kernel: ", why, ".");
   }
-  const double max = lamp::nn::detail::float8_max(dtype);
+  const double max = detail::float8_max(dtype);
   // max |t| = max(-min t, max t): one pass over t with no |t| temporary,
   // exact in t's dtype, NaN propagating as with abs().amax(). (On LibTorch
   // 2.15's CPU, aminmax takes a third of abs().amax()'s time, and
@@ -111,14 +111,13 @@ Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
         finite, torch::maximum(s.pending_amax, amax), s.pending_amax));
     s.saturated.add_(torch::logical_and(finite, amax * scale > max));
   } else {
-    scale = lamp::nn::detail::amax_to_scale(amax, max, margin);
+    scale = detail::amax_to_scale(amax, max, margin);
   }
   s.last_scale.copy_(scale);
   s.casts.add_(1);
   // A scale from t's own amax cannot take a value past the range: no clamp
   // (a pass over t fewer). Delayed scales come from earlier amaxes.
-  auto data =
-      lamp::nn::detail::cast_to_float8(t, scale, dtype, /*saturate=*/delayed);
+  auto data = detail::cast_to_float8(t, scale, dtype, /*saturate=*/delayed);
   auto transposed = transpose ? data.t().contiguous() : torch::Tensor();
   return {std::move(data), scale.reciprocal(), std::move(transposed)};
 }

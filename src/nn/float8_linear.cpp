@@ -46,7 +46,7 @@ torch::Tensor scaled_mm(const Operand& a, const Operand& b,
                         torch::Dtype out_dtype, const torch::Tensor& bias,
                         bool fast_accum, const std::string& layer,
                         const std::string& product) {
-  lamp::nn::detail::check_scaled_mm_operands(a.data, b.data, layer, product);
+  detail::check_scaled_mm_operands(a.data, b.data, layer, product);
   c10::optional<torch::Tensor> bias_arg;
   if (bias.defined()) {
     bias_arg = bias;
@@ -183,7 +183,7 @@ torch::Tensor float8_linear(const torch::Tensor& input,
                             const torch::Tensor& bias, Float8StateImpl& state) {
   const std::string who =
       "lamp::nn::float8_linear: layer '" + state.name() + "'";
-  lamp::nn::detail::check_linear_arguments(input, weight, bias, who);
+  detail::check_linear_arguments(input, weight, bias, who);
   for (const auto* t : {&input, &weight}) {
     TORCH_CHECK(
         t->scalar_type() == torch::kFloat || is_low_precision(t->scalar_type()),

@@ -47,9 +47,8 @@ struct Rule {
 
   // Writes the device step counts into the state's `step` (a host read each);
   // the device counts stay in use (a captured CUDA graph holds them).
-  static void write_steps_to_host(
-      torch::optim::Optimizer& optimizer,
-      const lamp::optim::detail::DeviceSteps& steps) {
+  static void write_steps_to_host(torch::optim::Optimizer& optimizer,
+                                  const detail::DeviceSteps& steps) {
     auto& state = optimizer.state();
     for (const auto& item : steps) {
       const auto it =
@@ -64,15 +63,15 @@ struct Rule {
 
   // Leaving the fused path: the counts go back to the state for good.
   static void sync_steps_to_host(torch::optim::Optimizer& optimizer,
-                                 lamp::optim::detail::DeviceSteps& steps) {
+                                 detail::DeviceSteps& steps) {
     write_steps_to_host(optimizer, steps);
     steps.clear();
   }
 
   template <typename LrOn>
   static void fused(torch::optim::Optimizer& optimizer,
-                    lamp::optim::detail::DeviceSteps& device_steps,
-                    const LrOn& lr_on, const torch::Tensor& grad_scale,
+                    detail::DeviceSteps& device_steps, const LrOn& lr_on,
+                    const torch::Tensor& grad_scale,
                     const torch::Tensor& found_inf) {
     auto& groups = optimizer.param_groups();
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -172,7 +171,7 @@ using AdamWRule =
 // `lr_on(group, lr, device)` is the group's device learning rate (or none).
 template <typename R, typename Base, typename LrOn>
 void run(Base& optimizer, Implementation implementation,
-         lamp::optim::detail::DeviceSteps& device_steps, const LrOn& lr_on,
+         detail::DeviceSteps& device_steps, const LrOn& lr_on,
          const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
   if (implementation != Implementation::kFused) {
     if (!internal::prepare_scaled_step(optimizer, grad_scale, found_inf)) {

@@ -73,8 +73,8 @@ std::vector<torch::optim::OptimizerParamGroup> param_groups(
   for (auto& p : params) {
     (decays_by_shape(p) ? decay : no_decay).push_back(std::move(p));
   }
-  return lamp::optim::detail::groups_by_decay(std::move(decay),
-                                              std::move(no_decay), defaults);
+  return detail::groups_by_decay(std::move(decay), std::move(no_decay),
+                                 defaults);
 }
 
 } // namespace

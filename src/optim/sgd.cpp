@@ -112,7 +112,7 @@ struct Parts {
 Parts split(torch::optim::Optimizer& optimizer,
             const std::vector<torch::Tensor>& params,
             const std::vector<torch::Tensor>& grads,
-            const lamp::optim::detail::FirstSteps& first_steps) {
+            const detail::FirstSteps& first_steps) {
   Parts parts;
   for (size_t i = 0; i < params.size(); ++i) {
     auto buffer = buffer_of(optimizer, params[i]);
@@ -146,8 +146,7 @@ Parts split(torch::optim::Optimizer& optimizer,
 
 void fused_group(
     torch::optim::Optimizer& optimizer,
-    torch::optim::OptimizerParamGroup& group,
-    lamp::optim::detail::FirstSteps& first_steps,
+    torch::optim::OptimizerParamGroup& group, detail::FirstSteps& first_steps,
     const std::function<torch::Tensor(const torch::Device&)>& lr_on,
     const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
   const auto& o = static_cast<const SGDOptions&>(group.options());

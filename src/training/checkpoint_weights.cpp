@@ -76,10 +76,9 @@ void read_trainer_checkpoint(const std::string& path, const char* purpose,
   const auto where = "lamp: " + path;
   const auto format =
       lamp::detail::read_string(archive, "format", where.c_str());
-  TORCH_CHECK(format == lamp::training::detail::kCheckpointFormat,
-              "lamp: ", path, " is a '", format,
-              "' checkpoint, not one of lamp's trainer ('",
-              lamp::training::detail::kCheckpointFormat, "').");
+  TORCH_CHECK(format == detail::kCheckpointFormat, "lamp: ", path, " is a '",
+              format, "' checkpoint, not one of lamp's trainer ('",
+              detail::kCheckpointFormat, "').");
 }
 
 } // namespace
@@ -94,10 +93,8 @@ CheckpointSettings read_checkpoint_settings(const std::string& path) {
       lamp::detail::read_string(archive, "model_name", where.c_str());
   settings.epochs_done =
       lamp::detail::read_int(archive, "next_epoch", where.c_str());
-  settings.settings =
-      lamp::training::detail::read_stored_settings(archive, path);
-  settings.program_settings =
-      lamp::training::detail::read_program_settings(archive, path);
+  settings.settings = detail::read_stored_settings(archive, path);
+  settings.program_settings = detail::read_program_settings(archive, path);
   settings.global_step =
       lamp::detail::read_int(archive, "global_step", where.c_str());
   return settings;
@@ -112,7 +109,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& path) {
   weights.path = path;
   weights.model_name = lamp::detail::read_string(archive, "model_name", where);
   weights.epochs_done = lamp::detail::read_int(archive, "next_epoch", where);
-  weights.history = lamp::training::detail::read_history(archive, path);
+  weights.history = detail::read_history(archive, path);
   torch::serialize::InputArchive step_archive;
   lamp::detail::read_archive(archive, "train_step", step_archive, where);
   torch::serialize::InputArchive model_archive;

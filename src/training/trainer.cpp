@@ -23,7 +23,7 @@ namespace training {
 namespace {
 
 namespace F = torch::nn::functional;
-using lamp::training::detail::DivergenceWatch;
+using detail::DivergenceWatch;
 
 NamedOptimizerFactory optimizer_factory(const optim::OptimizerOptions& o) {
   return [o](const NamedParameters& params) {
@@ -216,8 +216,8 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
       load_weights_from_checkpoint(*model_, weights, step_->master_weights());
     }
     history_ = weights.history;
-    history_.push_back({lamp::training::detail::kInitFrom, 0,
-                        weights.epochs_done, o.epochs(), o.init_from()});
+    history_.push_back(
+        {detail::kInitFrom, 0, weights.epochs_done, o.epochs(), o.init_from()});
   }
   if (!o.resume().empty()) {
     load_checkpoint(o.resume());
@@ -323,7 +323,7 @@ void Trainer::check_ranks_agree(distributed::ProcessGroup& group) const {
   // another evaluation batch size makes the ranks' evaluations disagree,
   // another max_steps makes one rank stop while the other waits, another
   // limit_eval_batches makes one rank evaluate batches the other skips.
-  auto settings = lamp::training::detail::describe_run_settings(
+  auto settings = detail::describe_run_settings(
       {o, train_loader_.options(), train_data_, test_data_});
   settings.insert(
       settings.end(),
@@ -721,7 +721,7 @@ std::string Trainer::locate_numerics() {
   if (!last_inputs_.defined() || (group && group->is_distributed())) {
     return ""; // a backward on one rank alone would wait for the others
   }
-  const auto finding = lamp::training::detail::rerun_under_check(
+  const auto finding = detail::rerun_under_check(
       model_, *step_, forward_, options_.task(), last_inputs_, last_targets_,
       global_step_, loss_scaled());
   return finding.empty()

@@ -26,7 +26,7 @@ namespace lamp {
 namespace training {
 namespace {
 
-using lamp::training::detail::kCheckpointFormat;
+using detail::kCheckpointFormat;
 
 // Anything at `path` (data/files.h: POSIX, not std::filesystem).
 bool exists(const std::string& path) {
@@ -100,7 +100,7 @@ void on_every_rank(distributed::ProcessGroup& group, const std::string& what,
 
 void Trainer::save_checkpoint(const std::string& path) const {
   // A diverged model never replaces a good checkpoint.
-  const auto bad = lamp::training::detail::first_non_finite(*model_);
+  const auto bad = detail::first_non_finite(*model_);
   TORCH_CHECK(
       bad.empty(), "lamp: not writing the checkpoint ", path, ": ", bad,
       " has inf/NaN values; the previous checkpoint was left as it was.");
@@ -109,7 +109,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   archive.write("format", c10::IValue(std::string(kCheckpointFormat)));
   archive.write("model_name", c10::IValue(model_name_));
   // The settings a resumed run must repeat to continue the same run.
-  lamp::training::detail::write_run_settings(
+  detail::write_run_settings(
       archive, {o, train_loader_.options(), train_data_, test_data_});
   archive.write("train_images", c10::IValue(train_loader_.size()));
   archive.write("steps_per_epoch",
@@ -140,8 +140,8 @@ void Trainer::save_checkpoint(const std::string& path) const {
   archive.write("epoch_non_finite", c10::IValue(epoch_non_finite));
   archive.write("best_test_loss", c10::IValue(best_test_loss_));
   archive.write("global_step", c10::IValue(global_step_));
-  lamp::training::detail::write_history(archive, history_);
-  lamp::training::detail::write_program_settings(archive, o.program_settings());
+  detail::write_history(archive, history_);
+  detail::write_program_settings(archive, o.program_settings());
   // The data order and augmentation come from (seed, epoch); the global CPU
   // generator (weight init, dropout in users' models) is saved as well.
   archive.write("cpu_rng_state",
@@ -328,9 +328,9 @@ void Trainer::load_checkpoint(const std::string& path) {
               " but this run's dataset has ", train_loader_.size(),
               "; resume with the same ",
               name_option(o, "data", "training dataset"), ".");
-  const int64_t checkpoint_epochs = lamp::training::detail::check_run_settings(
+  const int64_t checkpoint_epochs = detail::check_run_settings(
       archive, path, {o, train_loader_.options(), train_data_, test_data_});
-  auto history = lamp::training::detail::read_history(archive, path);
+  auto history = detail::read_history(archive, path);
   const int64_t batches = train_loader_.batches_per_epoch();
   const auto& group = o.process_group();
   const int rank = group ? group->rank() : 0;
@@ -393,10 +393,8 @@ void Trainer::load_checkpoint(const std::string& path) {
               "anew from an epoch's start; resume it on the ranks it had "
               "until the epoch ends (or another whole-epoch checkpoint), then "
               "reshard.");
-  const auto& stored_program =
-      lamp::training::detail::read_program_settings(archive, path);
-  lamp::training::detail::check_program_settings(stored_program,
-                                                 o.program_settings(), path);
+  const auto& stored_program = detail::read_program_settings(archive, path);
+  detail::check_program_settings(stored_program, o.program_settings(), path);
   torch::Tensor rng_state;
   try {
     archive.read("cpu_rng_state", rng_state);
@@ -495,14 +493,13 @@ void Trainer::load_checkpoint(const std::string& path) {
   best_test_loss_ = best_test_loss;
   checkpoint_step_ = o.checkpoint() == path ? global_step_ : -1;
   if (resharding) {
-    history.push_back({lamp::training::detail::kResharded, next_epoch,
-                       checkpoint_epochs, o.epochs(), "", saved_shards,
-                       shards_now});
+    history.push_back({detail::kResharded, next_epoch, checkpoint_epochs,
+                       o.epochs(), "", saved_shards, shards_now});
   }
   if (checkpoint_epochs < o.epochs()) {
     // A continuation with more epochs (a constant schedule).
-    history.push_back({lamp::training::detail::kContinued, next_epoch,
-                       checkpoint_epochs, o.epochs(), ""});
+    history.push_back(
+        {detail::kContinued, next_epoch, checkpoint_epochs, o.epochs(), ""});
   }
   history_ = std::move(history);
 }

@@ -7,6 +7,7 @@
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -165,6 +166,7 @@ TEST(GptWeights, ExportsReadBackBitForBitInEveryLayout) {
     GPT copy(options);
     lamp::models::load_gpt_weights(*copy, weights);
     expect_same_parameters(source, copy);
+    std::remove(path.c_str());
   }
 }
 
@@ -262,6 +264,9 @@ TEST(GptWeights, FilesThatAreNotAGptAreRefused) {
   error = error_of([&] { lamp::models::read_gpt_weights(text); });
   EXPECT_TRUE(contains(error, "is not a file written by Python's torch.save"))
       << error;
+  for (const auto& path : {untied, foreign, linear, text}) {
+    std::remove(path.c_str());
+  }
 }
 
 // lamp::is_torch_save_file tells Python's files from lamp's checkpoints
@@ -273,6 +278,7 @@ TEST(GptWeights, TorchSaveFilesAreToldApart) {
   torch::save(gpt, archive);
   EXPECT_FALSE(lamp::is_torch_save_file(archive));
   EXPECT_FALSE(lamp::is_torch_save_file(temp_path("gpt_missing.pt")));
+  std::remove(archive.c_str());
 }
 
 } // namespace

@@ -27,13 +27,25 @@ void parse(const std::string& text, bool& value) {
   value = text == "true";
 }
 
+// A setting the trainer names by this flag that the table holds no value
+// of (a path, a per-run choice).
+RunFlag named(const char* flag, const char* key) {
+  RunFlag row{};
+  row.flag = flag;
+  row.key = key;
+  return row;
+}
+
 // A flag bound to `member`: stored under `stored` (nullptr: not stored),
 // the same when equal to the stored value (or, `at_least`, not below it),
 // recorded under `recorded` (nullptr: not recorded).
 template <typename T>
 RunFlag field(const char* flag, const char* key, const char* stored,
               const char* recorded, T C::*member, bool at_least = false) {
-  RunFlag row{flag, key, stored, recorded, std::is_same<T, bool>::value};
+  RunFlag row = named(flag, key);
+  row.stored = stored;
+  row.recorded = recorded;
+  row.is_switch = std::is_same<T, bool>::value;
   row.set = [member](C& c, const std::string& v) { parse(v, c.*member); };
   row.same = [member, at_least](const C& c, const std::string& v) {
     T stored_value{};
@@ -44,12 +56,6 @@ RunFlag field(const char* flag, const char* key, const char* stored,
     return nlohmann::ordered_json(c.*member);
   };
   return row;
-}
-
-// A setting the trainer names by this flag that the table holds no value
-// of (a path, a per-run choice).
-RunFlag named(const char* flag, const char* key) {
-  return {flag, key, nullptr, nullptr};
 }
 
 // The mode --precision (or --fp16) names (parsed already), as checkpoints

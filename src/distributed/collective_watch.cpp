@@ -35,43 +35,40 @@ std::string whole_seconds(Clock::duration d) {
          " s";
 }
 
-struct Entry {
-  int64_t id = 0;
-  std::string what;
-  c10::intrusive_ptr<c10d::Work> work;
-  Clock::time_point start;
-  int reports = 0;
-  bool waited = false;    // end() was called
-  bool announced = false; // this rank's store entry names it
-};
-
-bool finished(const Entry& e) {
-  return e.waited && (!e.work || e.work->isCompleted());
-}
-
-// The watch's own store connection, made on first use; one call at a time.
-class Asker {
- public:
-  explicit Asker(std::function<c10::intrusive_ptr<c10d::Store>()> connect)
-      : connect_(std::move(connect)) {}
-  template <typename F>
-  auto ask(F call) -> decltype(call(std::declval<c10d::Store&>())) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!store_) {
-      store_ = connect_();
-    }
-    return call(*store_);
-  }
-
- private:
-  std::mutex mutex_;
-  std::function<c10::intrusive_ptr<c10d::Store>()> connect_;
-  c10::intrusive_ptr<c10d::Store> store_;
-};
-
 } // namespace
 
 struct CollectiveWatch::State {
+  struct Entry {
+    int64_t id = 0;
+    std::string what;
+    c10::intrusive_ptr<c10d::Work> work;
+    Clock::time_point start;
+    int reports = 0;
+    bool waited = false;    // end() was called
+    bool announced = false; // this rank's store entry names it
+    bool finished() const { return waited && (!work || work->isCompleted()); }
+  };
+
+  // The watch's own store connection, made on first use; one call at a time.
+  class Asker {
+   public:
+    explicit Asker(std::function<c10::intrusive_ptr<c10d::Store>()> connect)
+        : connect_(std::move(connect)) {}
+    template <typename F>
+    auto ask(F call) -> decltype(call(std::declval<c10d::Store&>())) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!store_) {
+        store_ = connect_();
+      }
+      return call(*store_);
+    }
+
+   private:
+    std::mutex mutex_;
+    std::function<c10::intrusive_ptr<c10d::Store>()> connect_;
+    c10::intrusive_ptr<c10d::Store> store_;
+  };
+
   std::shared_ptr<Asker> asker;
   Settings settings;
   std::mutex mutex;
@@ -86,7 +83,7 @@ struct CollectiveWatch::State {
   // to delete (returned).
   std::vector<int64_t> prune_locked() {
     std::vector<int64_t> announced;
-    while (!pending.empty() && finished(pending.front())) {
+    while (!pending.empty() && pending.front().finished()) {
       if (pending.front().announced) {
         announced.push_back(pending.front().id);
       }
@@ -193,7 +190,7 @@ struct CollectiveWatch::State {
       // The oldest collective: the one every later one waits behind.
       auto& oldest = pending.front();
       const auto waited = Clock::now() - oldest.start;
-      if (finished(oldest) ||
+      if (oldest.finished() ||
           waited < settings.interval * (oldest.reports + 1)) {
         continue;
       }
@@ -225,7 +222,7 @@ CollectiveWatch::CollectiveWatch(
     std::function<c10::intrusive_ptr<c10d::Store>()> connect, Settings settings)
     : state_(std::make_shared<State>()) {
   TORCH_INTERNAL_ASSERT(settings.interval.count() > 0 && settings.report);
-  state_->asker = std::make_shared<Asker>(std::move(connect));
+  state_->asker = std::make_shared<State::Asker>(std::move(connect));
   state_->settings = std::move(settings);
   thread_ = std::thread([state = state_] {
     state->run();
@@ -252,7 +249,7 @@ CollectiveWatch::~CollectiveWatch() {
 int64_t CollectiveWatch::begin(std::string what,
                                c10::intrusive_ptr<c10d::Work> work) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  Entry entry;
+  State::Entry entry;
   entry.id = state_->next_id++;
   entry.what = std::move(what);
   entry.work = std::move(work);
@@ -264,15 +261,16 @@ int64_t CollectiveWatch::begin(std::string what,
 void CollectiveWatch::end(int64_t id) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   auto& pending = state_->pending;
-  const auto it = std::find_if(pending.begin(), pending.end(),
-                               [id](const Entry& e) { return e.id == id; });
+  const auto it =
+      std::find_if(pending.begin(), pending.end(),
+                   [id](const State::Entry& e) { return e.id == id; });
   if (it == pending.end()) {
     return;
   }
   it->waited = true;
   // Announced entries are the thread's to remove (it deletes their store
   // entry); the others go as soon as they are done.
-  if (!it->announced && finished(*it)) {
+  if (!it->announced && it->finished()) {
     pending.erase(it);
   }
 }

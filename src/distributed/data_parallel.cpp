@@ -21,24 +21,6 @@ namespace distributed {
 
 namespace {
 
-struct Bucket {
-  std::vector<size_t> params;   // indices into DataParallel::Impl::params
-  std::vector<int64_t> offsets; // element offset of each in `buffer`
-  torch::Tensor buffer;         // flat, in the communication dtype
-  int64_t pending = 0;          // parameters not yet ready in this backward
-  std::unique_ptr<ProcessGroup::Work> work;
-  // How a wait report names its all-reduce; made once, not every step.
-  std::string name;
-  // ZeRO stage 2 (use_shard_buckets): `buffer` is made when the backward
-  // first writes to it and freed after its reduce-scatter into `shard_out`
-  // (this rank's part, `dtype`), which the sync copies into `shard_grad`.
-  int64_t padded_numel = 0;
-  int64_t numel = 0; // the parameters' elements; the padding follows
-  torch::Dtype dtype = torch::kFloat;
-  torch::Tensor shard_out;
-  torch::Tensor shard_grad;
-};
-
 // "float [32, 1, 3, 3]", and whether it is trained, for comparing models
 // across ranks.
 std::string describe(const torch::Tensor& t) {
@@ -76,6 +58,25 @@ std::vector<RankSetting> model_settings(const torch::nn::Module& model,
 } // namespace
 
 struct DataParallel::Impl {
+  // A bucket's parameters and their flat communication buffer.
+  struct Bucket {
+    std::vector<size_t> params;   // indices into Impl::params
+    std::vector<int64_t> offsets; // element offset of each in `buffer`
+    torch::Tensor buffer;         // flat, in the communication dtype
+    int64_t pending = 0;          // parameters not yet ready in this backward
+    std::unique_ptr<ProcessGroup::Work> work;
+    // How a wait report names its all-reduce; made once, not every step.
+    std::string name;
+    // ZeRO stage 2 (use_shard_buckets): `buffer` is made when the backward
+    // first writes to it and freed after its reduce-scatter into `shard_out`
+    // (this rank's part, `dtype`), which the sync copies into `shard_grad`.
+    int64_t padded_numel = 0;
+    int64_t numel = 0; // the parameters' elements; the padding follows
+    torch::Dtype dtype = torch::kFloat;
+    torch::Tensor shard_out;
+    torch::Tensor shard_grad;
+  };
+
   std::shared_ptr<ProcessGroup> group;
   DataParallelOptions options;
   std::vector<torch::Tensor> params;

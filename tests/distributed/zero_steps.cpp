@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -368,9 +370,12 @@ void train_both(Pair& pair, int step, const ProcessGroup& g) {
   train(*pair.replicated_step, pair.replicated, tokens);
 }
 
+// One rank's archive; MASTER_PORT keeps two runs of the suite apart.
 std::string archive_path(const char* what, int rank, const ProcessGroup& g) {
-  return ::testing::TempDir() + "zero_step_" + what + "_" +
-         std::to_string(rank) + "_of_" + std::to_string(g.world_size()) + ".pt";
+  const char* port = std::getenv("MASTER_PORT"); // set: g was made from it
+  return ::testing::TempDir() + "zero_step_" + (port ? port : "") + "_" + what +
+         "_" + std::to_string(rank) + "_of_" + std::to_string(g.world_size()) +
+         ".pt";
 }
 
 TEST(Ranks, TrainStepZeroResumesExactlyAndRefusesOtherShards) {
@@ -453,7 +458,9 @@ TEST(Ranks, TrainStepZeroResumesExactlyAndRefusesOtherShards) {
                             "(ZeRO) but this TrainStep keeps it whole"),
             std::string::npos)
       << into_whole;
-  g->barrier();
+  g->barrier(); // every rank done with every rank's files
+  std::remove(sharded_path.c_str());
+  std::remove(replicated_path.c_str());
 }
 
 // A sharded FP32 step with AdamW's decay groups on `group`.
@@ -626,7 +633,9 @@ TEST(Ranks, TrainStepZeroReshardsForAnotherNumberOfRanks) {
             std::string::npos)
       << into_whole;
   expect_same_state(gathered_state(*back.step, *g), before, "after refusals");
-  g->barrier();
+  g->barrier(); // every rank done with every rank's files
+  std::remove(archive_path("reshard3", g->rank(), *g).c_str());
+  std::remove(archive_path("reshard5", g->rank(), *g).c_str());
 }
 
 // A GPT with a side head that only some steps use: on the others its

@@ -477,6 +477,35 @@ TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
   }
 }
 
+// A stop during the evaluation at the end of an epoch that a resume
+// started inside says where it stopped in the epoch's terms: after all 7
+// steps (3 of them before the resume), not the 4 this run took.
+TEST(StepRuns, AStopInAResumedEpochsEvaluationCountsTheWholeEpoch) {
+  const auto checkpoint = temp_path("stop_resumed_eval.pt");
+  std::remove(checkpoint.c_str());
+  text_run([&](TrainerOptions& o) {
+    o.max_steps(3).checkpoint(checkpoint);
+  })->trainer->fit();
+  int64_t calls = 0;
+  auto resumed = text_run([&](TrainerOptions& o) {
+    // Calls 1-4 come before steps 4-7, call 5 before the first evaluation
+    // batch.
+    o.resume(checkpoint).checkpoint(checkpoint).stop_requested([&] {
+      return ++calls == 5;
+    });
+  });
+  resumed->trainer->fit();
+  const auto& stop = resumed->trainer->stop_point();
+  EXPECT_TRUE(stop.stopped);
+  EXPECT_TRUE(stop.in_evaluation);
+  EXPECT_EQ(stop.epoch, 1);
+  EXPECT_EQ(stop.steps, 7);
+  EXPECT_EQ(stop.steps_in_epoch, 7);
+  EXPECT_EQ(stop.global_step, 7);
+  EXPECT_EQ(stop.checkpoint_step, 7);
+  std::remove(checkpoint.c_str());
+}
+
 // A fresh run stopped before its first step has trained nothing: it writes
 // no checkpoint (one of step 0 would be refused by every resume), and its
 // stop point says none was written.

@@ -211,6 +211,30 @@ TEST(Trainer, CudaGraphsWhereTheyApply_CUDA) {
   EXPECT_GT(stats[0][2].test_accuracy, 0.5);
 }
 
+// A checkpoint of a run on a GPU holds the GPU's generator (dropout draws
+// from it there): a resume goes on drawing what the run would have drawn
+// next, not its seed's numbers again.
+TEST(Trainer, ResumeRestoresTheCudaGenerator_CUDA) {
+  if (!lamp::cuda_available()) {
+    GTEST_SKIP() << "no CUDA GPU";
+  }
+  const auto checkpoint = temp_path("cuda_rng.pt");
+  std::remove(checkpoint.c_str());
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  make_run(lamp::Precision::kFP32,
+           TrainerOptions().epochs(1).max_steps(2).checkpoint(checkpoint), 0.05,
+           32, torch::kCUDA)
+      ->trainer->fit();
+  const auto next = torch::rand({16}, cuda);
+  torch::rand({1000}, cuda); // the generator moves on
+  torch::cuda::manual_seed(123);
+  auto resumed = make_run(lamp::Precision::kFP32,
+                          TrainerOptions().epochs(1).resume(checkpoint), 0.05,
+                          32, torch::kCUDA);
+  EXPECT_TRUE(torch::equal(torch::rand({16}, cuda), next));
+  std::remove(checkpoint.c_str());
+}
+
 // Each optimizer trains the small problem from the same start, and a
 // checkpoint remembers which one it was: resuming with another is refused.
 TEST(Trainer, TrainsWithEachOptimizerAndRefusesToSwitchOnResume) {
@@ -772,6 +796,52 @@ TEST(Trainer, AccumulatesClipsAndReportsEachBatch) {
                         "use 3 or another multiple of 3"),
             std::string::npos)
       << ragged;
+}
+
+// A stop asked for inside an accumulation cycle (after the cycle's second
+// of 3 batches) finishes the cycle, since the half-summed gradients cannot
+// be saved, then stops and writes its checkpoint; the resume ends where the
+// straight run does, to the bit.
+TEST(Trainer, AStopInsideAnAccumulationCycleFinishesTheCycle) {
+  const auto checkpoint = temp_path("stop_in_cycle.pt");
+  std::remove(checkpoint.c_str());
+  const auto options = with(TrainerOptions().epochs(2),
+                            [](auto& o) { o.step().accumulation_steps(3); });
+  const auto full =
+      make_run(lamp::Precision::kFP32, options, 1e-3)->trainer->fit();
+  ASSERT_EQ(full.size(), 2u);
+  bool stop = false;
+  {
+    auto first = make_run(
+        lamp::Precision::kFP32,
+        with(options,
+             [&](auto& o) {
+               o.checkpoint(checkpoint).stop_requested([&] { return stop; });
+             }),
+        1e-3);
+    std::vector<int64_t> steps;
+    first->trainer->fit(nullptr, [&](const lamp::training::BatchProgress& p) {
+      steps.push_back(p.global_step);
+      stop = stop || p.global_step == 2;
+    });
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+    const auto& at = first->trainer->stop_point();
+    EXPECT_TRUE(at.stopped);
+    EXPECT_FALSE(at.in_evaluation);
+    EXPECT_EQ(at.steps, 3);
+    EXPECT_EQ(at.global_step, 3);
+    EXPECT_EQ(at.checkpoint_step, 3);
+  }
+  auto resumed =
+      make_run(lamp::Precision::kFP32,
+               with(options, [&](auto& o) { o.resume(checkpoint); }), 1e-3);
+  EXPECT_EQ(resumed->trainer->global_step(), 3);
+  const auto rest = resumed->trainer->fit();
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].train_loss, full[0].train_loss);
+  EXPECT_EQ(rest[1].train_loss, full[1].train_loss);
+  EXPECT_EQ(rest[1].test_loss, full[1].test_loss);
+  std::remove(checkpoint.c_str());
 }
 
 // Without TrainerOptions::option_name the library names its own options;

@@ -117,6 +117,26 @@ CheckpointWeights read_checkpoint_weights(const std::string& path) {
   torch::OrderedDict<std::string, torch::Tensor> saved;
   flatten(model_archive, "", saved, where);
   const auto masters = read_masters(step_archive, where);
+  c10::IValue shards;
+  if (masters.empty() && archive.try_read("zero_shards", shards)) {
+    // ZeRO keeps each rank's part of the FP32 masters in that rank's shard
+    // file, as flat optimizer state; only a resume puts them back together.
+    for (const auto& item : saved) {
+      const auto dtype = item.value().scalar_type();
+      if (dtype == torch::kHalf || dtype == torch::kBFloat16) {
+        TORCH_WARN_ONCE(
+            "lamp: ", path,
+            " is a checkpoint of a run with sharded optimizer state (ZeRO) in ",
+            dtype,
+            ": its FP32 master weights are spread over its ranks' shard "
+            "files, so the weights read from it are the model's ",
+            dtype,
+            " copy, the masters rounded. --resume it to go on from the "
+            "masters themselves.");
+        break;
+      }
+    }
+  }
   for (const auto& item : saved) {
     const auto master = masters.find(item.key());
     const auto& value = master != masters.end() ? master->second : item.value();

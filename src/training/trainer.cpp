@@ -480,8 +480,12 @@ bool Trainer::train_epoch(
   run.non_finite_before = watch.read_non_finite_losses();
   synchronize(device);
   run.start = std::chrono::steady_clock::now();
+  const int64_t accumulation = o.step().accumulation_steps();
   for (int64_t i = run.first_batch; i < run.last_batch; ++i) {
-    if (stop_here(run, i, /*in_evaluation=*/false)) {
+    // Asked only where an accumulation cycle starts: the train step cannot
+    // save the half-summed gradients of a cycle, so a stop inside one
+    // finishes it first (epochs and resumes start at a cycle's start).
+    if (i % accumulation == 0 && stop_here(run, i, /*in_evaluation=*/false)) {
       save_at_stop();
       return false;
     }
@@ -691,7 +695,8 @@ bool Trainer::evaluate_epoch(
   // for its shapes is evaluation time, not the training step's warm-up.
   const auto eval_start = std::chrono::steady_clock::now();
   const auto evaluated = run_evaluation(on_eval_batch, run.stats.epoch, [&] {
-    return stop_here(run, run.stats.steps, /*in_evaluation=*/true);
+    return stop_here(run, run.stats.resumed_steps + run.stats.steps,
+                     /*in_evaluation=*/true);
   });
   if (!evaluated) {
     return false;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -146,6 +147,13 @@ void Trainer::save_checkpoint(const std::string& path) const {
   // generator (weight init, dropout in users' models) is saved as well.
   archive.write("cpu_rng_state",
                 at::detail::getDefaultCPUGenerator().get_state());
+  const auto device = train_loader_.device();
+  if (device.is_cuda()) {
+    // Dropout on a GPU draws from the device's generator.
+    auto generator = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    archive.write("cuda_rng_state", generator.get_state());
+  }
   torch::serialize::OutputArchive step_archive;
   step_->save(step_archive);
   const auto& group = o.process_group();
@@ -484,6 +492,22 @@ void Trainer::load_checkpoint(const std::string& path) {
   }
   at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
   generator.set_state(rng_state);
+  torch::Tensor cuda_rng_state;
+  // Written by a run on a GPU (none before lamp 0.5, nor on a CPU): a run
+  // resumed on a GPU from one without goes on from its seed's state.
+  if (train_loader_.device().is_cuda() &&
+      archive.try_read("cuda_rng_state", cuda_rng_state)) {
+    auto cuda_generator =
+        at::globalContext().defaultGenerator(train_loader_.device());
+    std::lock_guard<std::mutex> lock(cuda_generator.mutex());
+    try {
+      cuda_generator.set_state(cuda_rng_state);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "lamp: ", path,
+                  ": the saved CUDA random number generator state is damaged (",
+                  e.what_without_backtrace(), ").");
+    }
+  }
   start_epoch_ = next_epoch;
   start_step_in_epoch_ = epoch_step;
   // The saved step unless resharding (then epoch_step is 0).

@@ -210,8 +210,21 @@ fi
 # nearly every value of the largest tensor (a weight) is finer than BF16:
 # its low 16 bits are not zero, as they are in BF16 weights widened to FP32
 # (what an export of the model's own weights would hold).
-ranks bf16 --epochs 1 --precision bf16 --zero 1 --export-state-dict "$work/bf16.pt"
+ranks bf16 --epochs 1 --precision bf16 --zero 1 --export-state-dict "$work/bf16.pt" \
+  --checkpoint "$work/bf16_run.pt"
 if both_ok bf16; then
+  # Its checkpoint's masters are in the shard files: a start from its
+  # weights takes the BF16 copy, and says so.
+  nranks 1 bf16_init --epochs 1 --max-steps 1 --precision bf16 --init-from "$work/bf16_run.pt"
+  if all_ok bf16_init; then
+    if grep -qF "its FP32 master weights are spread over its ranks' shard files" \
+        "$work/bf16_init.rank0.log"; then
+      pass bf16_init_from_shards_says_it_takes_the_copy
+    else
+      fail "bf16_init_from_shards_says_it_takes_the_copy: no warning"
+      tail -3 "$work/bf16_init.rank0.log" | sed 's/^/      /'
+    fi
+  fi
   finer=$(python3 - "$work/bf16.pt" <<'PY'
 import array, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z:

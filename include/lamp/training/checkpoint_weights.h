@@ -36,7 +36,9 @@ struct CheckpointWeights {
   /// ("layer1.0.bn1.running_mean"), in the model's order, on the CPU. A
   /// parameter the run kept FP32 master weights for (precision half or
   /// bf16) is its master value, not the FP16/BF16 model copy, which is the
-  /// master rounded.
+  /// master rounded; except where that run sharded its optimizer state
+  /// (ZeRO), whose masters only a resume gathers: then the copy, with a
+  /// warning.
   torch::OrderedDict<std::string, torch::Tensor> tensors;
 };
 

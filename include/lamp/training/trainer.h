@@ -219,7 +219,8 @@ struct TrainerOptions {
   /// library's name for it ("TrainerOptions::optimizer().lr"). Unset: the
   /// library's name. A program passes its flags' names ("--lr").
   TORCH_ARG(OptionNamer, option_name) = nullptr;
-  /// Asked before every training step and every evaluation batch of fit():
+  /// Asked before every training step that starts an accumulation cycle
+  /// (every step without accumulation) and every evaluation batch of fit():
   /// when it returns true, fit() stops there, at a step boundary, and
   /// returns (Trainer::stop_point() says where). With `checkpoint`
   /// it is written at the step it stopped on, unless the file already holds

@@ -311,6 +311,79 @@ TEST(TrainStep, Bf16ModeConvertsTheModelAndOptimizesFp32Masters) {
 // A model network_to_half() already converted trains in the mode it was
 // converted for, keeping its names; one converted for another mode is
 // refused with the parameter, its dtype and what to pass instead.
+// A step or forward given no function to run says so, rather than
+// throwing std::bad_function_call from inside the step.
+TEST(TrainStep, RefusesAMissingFunctionNamingIt) {
+  torch::nn::Linear model(3, 2);
+  lamp::TrainStep step(model.ptr(), sgd(0.1), Precision::kFP32);
+  const auto x = torch::randn({4, 3});
+  lamp_test::expect_error([&] { step.step(std::function<torch::Tensor()>()); },
+                          "lamp::TrainStep::step: no loss closure given");
+  lamp_test::expect_error(
+      [&] {
+        step.step(x, torch::randn({4, 2}), lamp::TrainStep::BatchLossFn());
+      },
+      "lamp::TrainStep::step: no loss function given");
+  lamp_test::expect_error(
+      [&] {
+        step.forward(std::function<torch::Tensor(const torch::Tensor&)>(), x);
+      },
+      "lamp::TrainStep::forward: no forward function given");
+  // Nothing ran: the next step trains as ever.
+  EXPECT_TRUE(step.step([&] { return model(x).sum(); }).optimizer_stepped());
+}
+
+// An optimizer step that throws (out of memory, say) discards its cycle:
+// the next step unscales its own gradients, as a fresh step does, and ends
+// where a run without the failed step ends, to the bit (without the reset,
+// the scaler would remember the failed step's unscale and step on
+// gradients 65,536 times too large).
+TEST(TrainStep, AStepThatThrowsDiscardsItsCycle) {
+  struct FailingSGD : torch::optim::SGD {
+    FailingSGD(std::vector<torch::Tensor> params, bool* fail)
+        : torch::optim::SGD(std::move(params), torch::optim::SGDOptions(0.1)),
+          fail(fail) {}
+    torch::Tensor step(LossClosure closure = nullptr) override {
+      if (*fail) {
+        *fail = false;
+        TORCH_CHECK(false, "out of memory (the test's)");
+      }
+      return torch::optim::SGD::step(std::move(closure));
+    }
+    bool* fail;
+  };
+  torch::manual_seed(4);
+  const auto x = torch::randn({8, 5});
+  const auto y = torch::randn({8, 2});
+  torch::nn::Linear a(5, 2), b(5, 2);
+  {
+    torch::NoGradGuard no_grad;
+    b->weight.copy_(a->weight);
+    b->bias.copy_(a->bias);
+  }
+  const auto options =
+      lamp::TrainStepOptions(Precision::kAMPBF16).force_loss_scaling(true);
+  bool fail = true;
+  lamp::TrainStep failing(
+      a.ptr(),
+      [&](std::vector<torch::Tensor> params) {
+        return std::make_unique<FailingSGD>(std::move(params), &fail);
+      },
+      options);
+  lamp::TrainStep clean(b.ptr(), sgd(0.1, 0.0), options);
+  lamp_test::expect_error(
+      [&] { failing.step([&] { return torch::mse_loss(a(x), y); }); },
+      "out of memory (the test's)");
+  EXPECT_FALSE(fail);
+  for (int i = 0; i < 2; ++i) {
+    failing.step([&] { return torch::mse_loss(a(x), y); });
+    clean.step([&] { return torch::mse_loss(b(x), y); });
+  }
+  EXPECT_TRUE(BitEqual(a->weight, b->weight));
+  EXPECT_TRUE(BitEqual(a->bias, b->bias));
+  EXPECT_EQ(failing.scaler().get_scale(), clean.scaler().get_scale());
+}
+
 TEST(TrainStep, ChecksTheConversionOfAConvertedModel) {
   SmallNet model;
   auto half = lamp::network_to_half(model, torch::kBFloat16);
@@ -326,6 +399,19 @@ TEST(TrainStep, ChecksTheConversionOfAConvertedModel) {
         "parameter 'conv1.weight' is BFloat16 but precision '" +
             lamp::to_string(precision) + "' trains FP32 parameters");
   }
+  // A model its owner converted with options of its own stays so: the head
+  // it kept FP32 is not rounded to BF16 by the step's default options.
+  SmallNet kept;
+  const auto head = kept->fc->weight.detach().clone();
+  lamp::network_to_half(kept, lamp::HalfOptions(torch::kBFloat16)
+                                  .keep_fp32([](const std::string& name,
+                                                const torch::nn::Module&) {
+                                    return name == "fc";
+                                  }));
+  lamp::TrainStep kept_step(kept.ptr(), sgd(0.1), Precision::kBF16);
+  EXPECT_EQ(kept->conv1->weight.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(kept->fc->weight.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::equal(kept->fc->weight, head));
   SmallNet fp16;
   lamp::convert_network(*fp16, torch::kHalf);
   lamp_test::expect_error(

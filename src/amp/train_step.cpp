@@ -147,6 +147,15 @@ GradScalerOptions scaler_options(const TrainStepOptions& options,
   return GradScalerOptions().enabled(false);
 }
 
+bool has_parameter_of(const torch::nn::Module& model, torch::Dtype dtype) {
+  for (const auto& parameter : model.parameters()) {
+    if (parameter.scalar_type() == dtype) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // The model's floating parameters must be FP32, or already in the dtype the
 // mode converts to (a model network_to_half() converted): a low-precision
 // model in an FP32-parameter mode would train without master weights, and
@@ -260,7 +269,12 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   const auto dtype = policy_.model_dtype;
   if (dtype) {
     options_.half().dtype(*dtype);
-    convert_network(*model_, options_.half());
+    // A model with parameters in the dtype was converted by its owner
+    // (network_to_half, with options of its own: norms or a head kept FP32):
+    // converting it again with these options would round what it kept.
+    if (!has_parameter_of(*model_, *dtype)) {
+      convert_network(*model_, options_.half());
+    }
   }
   if (const auto& make_sync = options_.gradient_sync()) {
     // After the conversion, so that replicas synchronise in the dtype they
@@ -327,6 +341,8 @@ torch::Tensor TrainStep::cast_input(const torch::Tensor& input) const {
 torch::Tensor TrainStep::forward(
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,
     const torch::Tensor& input) const {
+  TORCH_CHECK(forward != nullptr,
+              "lamp::TrainStep::forward: no forward function given.");
   c10::optional<Autocast> autocast;
   if (const auto& dtype = policy_.autocast_dtype) {
     autocast.emplace(device_.type(), *dtype);
@@ -343,12 +359,49 @@ constexpr const char* kStepMemory =
 } // namespace
 
 StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
+  TORCH_CHECK(loss_fn != nullptr,
+              "lamp::TrainStep::step: no loss closure given.");
   detail::InUseGuard in_use(in_use_, kStepCaller);
   return with_memory_context(kStepMemory, -1,
                              [&] { return eager_step(loss_fn); });
 }
 
 StepResult TrainStep::eager_step(
+    const std::function<torch::Tensor()>& loss_fn) {
+  try {
+    return eager_step_once(loss_fn);
+  } catch (...) {
+    discard_cycle();
+    throw;
+  }
+}
+
+void TrainStep::discard_cycle() noexcept {
+  // The next step starts a cycle afresh: it clears the gradients this one
+  // left half summed (or scaled).
+  micro_step_ = 0;
+  if (graphs_ && graphs_->capturing()) {
+    return; // a failed capture is the graph's to undo, and reads nothing
+  }
+  try {
+    // The scaler forgets this step's unscale and overflow check, which the
+    // next step makes again; without this it would skip its own unscale and
+    // step on gradients still multiplied by the scale. The scale stays.
+    if (scaler_.is_enabled()) {
+      scaler_.update(scaler_.get_scale());
+    }
+    // An optimizer that threw inside its step may have moved some masters:
+    // the model follows them, as a finished step's would.
+    if (master_) {
+      master_->master_params_to_model_params();
+    }
+  } catch (...) {
+    // The step's own error is the one to report; a scaler never used has
+    // nothing to forget.
+  }
+}
+
+StepResult TrainStep::eager_step_once(
     const std::function<torch::Tensor()>& loss_fn) {
   if (micro_step_ == 0) {
     for (auto& p : model_params_) {

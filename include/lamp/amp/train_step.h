@@ -84,7 +84,8 @@ struct TrainStepOptions {
   /// `skip_non_finite`.
   TORCH_ARG(bool, force_loss_scaling) = false;
   /// Conversion options of the "half"/"bf16" modes; the dtype comes from the
-  /// precision.
+  /// precision. Unused for a model that has parameters in that dtype
+  /// already (converted by its owner, with the options the owner chose).
   TORCH_ARG(HalfOptions, half) = {};
   /// In the modes without loss scaling ("fp32", "tf32", "amp-bf16", "bf16"),
   /// still check the gradients and skip optimizer steps with inf/NaN (a
@@ -273,8 +274,9 @@ struct StepResult {
 /// the synchronous path, one host read of the overflow flag per step.
 ///
 /// In "half"/"bf16" the model is converted in place (lamp::convert_network,
-/// BatchNorm kept FP32; a model network_to_half() converted already stays as
-/// it is) and the optimizer is built over the master weights. Inputs are
+/// BatchNorm kept FP32; a model with parameters in the mode's dtype, one
+/// network_to_half() converted, stays as it is, whatever it kept FP32) and
+/// the optimizer is built over the master weights. Inputs are
 /// cast in one place: the batch form of step() and forward() cast them; a
 /// closure given to step(loss_fn) runs a model that casts its own
 /// (network_to_half's output), or calls cast_input(). "fp32" turns TF32 off
@@ -350,7 +352,12 @@ class TrainStep {
   TrainStep& operator=(const TrainStep&) = delete;
 
   /// Runs one micro-batch: forward and loss through `loss_fn`, backward, and
-  /// at the end of an accumulation cycle the optimizer step.
+  /// at the end of an accumulation cycle the optimizer step. A step that
+  /// throws (out of memory, a loss_fn that throws) discards its accumulation
+  /// cycle, so that the next step starts one afresh: the gradients summed so
+  /// far are cleared, the scaler forgets the cycle's unscale and overflow
+  /// check (its scale stays), and the model takes the master weights'
+  /// values. Catch it and step again with a smaller batch, say.
   StepResult step(const std::function<torch::Tensor()>& loss_fn);
 
   /// The loss of one batch: `input` already cast (cast_input), `target` as
@@ -467,6 +474,8 @@ class TrainStep {
 
  private:
   StepResult eager_step(const std::function<torch::Tensor()>& loss_fn);
+  StepResult eager_step_once(const std::function<torch::Tensor()>& loss_fn);
+  void discard_cycle() noexcept;
   StepResult batch_step(const torch::Tensor& input, const torch::Tensor& target,
                         const BatchLossFn& loss_fn);
   torch::Tensor current_scale() const;

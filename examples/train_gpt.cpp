@@ -194,20 +194,38 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                "without training or writing anything");
 }
 
+// The tokenizer's identity in checkpoints (not its path, which may move):
+// its pieces and its model file's CRC-32.
+constexpr const char* kTokenizerModelSetting = "tokenizer model";
+
+std::string tokenizer_fingerprint(const lamp::data::SentencePiece& tokenizer) {
+  const auto bytes = tokenizer.serialized();
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08x",
+                static_cast<unsigned>(lamp::crc32(bytes.data(), bytes.size())));
+  return tokenizer.describe() + ", model crc32 " + crc;
+}
+
 // The settings of train_gpt's own that shape the run, by flag: stored in
 // the checkpoint, so that --resume alone rebuilds the same model.
 std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
   const auto& m = f.model;
-  return {{"--layers", std::to_string(m.layers())},
-          {"--heads", std::to_string(m.heads())},
-          {"--width", std::to_string(m.width())},
-          {"--context", std::to_string(m.context())},
-          {"--dropout", lamp_examples::exact_number(m.dropout())},
-          {"--vocab-size", std::to_string(m.vocab_size())},
-          {"--bias", f.bias},
-          {"--norm", f.norm},
-          {"--gelu", f.gelu},
-          {"--tokenizer", f.tokenizer_path}};
+  return {
+      {"--layers", std::to_string(m.layers())},
+      {"--heads", std::to_string(m.heads())},
+      {"--width", std::to_string(m.width())},
+      {"--context", std::to_string(m.context())},
+      {"--dropout", lamp_examples::exact_number(m.dropout())},
+      {"--vocab-size", std::to_string(m.vocab_size())},
+      {"--bias", f.bias},
+      {"--norm", f.norm},
+      {"--gelu", f.gelu},
+      // Its path may change (a moved file); its model may not, which
+      // train_gpt checks itself (load_tokenizer) to name the fix.
+      {"--tokenizer", f.tokenizer_path, /*checked=*/false},
+      {kTokenizerModelSetting,
+       f.tokenizer.empty() ? std::string() : tokenizer_fingerprint(f.tokenizer),
+       /*checked=*/false}};
 }
 
 // The text flags into the model's options, once the command line (and a
@@ -415,11 +433,53 @@ int64_t print_samples(
   return generated;
 }
 
+// The value `name` has in the resumed checkpoint's settings; `found` false
+// where it holds none (a checkpoint written before the setting was stored).
+std::string resumed_setting(const lamp_examples::ProgramConfig& config,
+                            const std::string& name, bool& found) {
+  found = false;
+  std::string value;
+  for (const auto& setting : config.resumed_program_settings) {
+    if (setting.name == name) {
+      found = true;
+      value = setting.value;
+    }
+  }
+  return value;
+}
+
 // --tokenizer's model, loaded (the caller checks that the model's
-// vocabulary holds its pieces); the text is then token ids, not bytes.
-void load_tokenizer(GptFlags& flags) {
+// vocabulary holds its pieces); the text is then token ids, not bytes. A
+// resumed run takes the tokenizer it was trained with, from wherever the
+// file now is: a missing file or another model is refused.
+void load_tokenizer(GptFlags& flags,
+                    const lamp_examples::ProgramConfig& config) {
+  bool stored = false;
+  const auto stored_path = resumed_setting(config, "--tokenizer", stored);
+  const bool resumed = !config.resume.empty() && stored;
+  if (resumed) {
+    TORCH_CHECK(!stored_path.empty(), "--tokenizer ", flags.tokenizer_path,
+                " with --resume ", config.resume,
+                ", a run trained without a tokenizer; leave out --tokenizer.");
+    TORCH_CHECK(std::ifstream(flags.tokenizer_path).good(), "--tokenizer ",
+                flags.tokenizer_path, ", the tokenizer ", config.resume,
+                " was trained with, cannot be read: ", std::strerror(errno),
+                "; where the file has moved, give --tokenizer PATH.");
+  }
   flags.tokenizer = lamp::data::SentencePiece::load(flags.tokenizer_path);
   flags.byte_text = false;
+  bool fingerprinted = false;
+  const auto stored_model =
+      resumed_setting(config, kTokenizerModelSetting, fingerprinted);
+  if (resumed && fingerprinted) {
+    const auto here = tokenizer_fingerprint(flags.tokenizer);
+    TORCH_CHECK(here == stored_model, "--tokenizer ", flags.tokenizer_path,
+                " is not the tokenizer ", config.resume, " was trained with (",
+                here, " here, ", stored_model,
+                " there); give the file the run "
+                "used (it was ",
+                stored_path, ").");
+  }
 }
 
 // The model's vocabulary for a tokenizer's ids (or a data's vocabulary of
@@ -517,7 +577,7 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
               "--train-tokenizer (--tokenizer FILE decodes the samples).");
   token_text_for_sampling(config.data, flags);
   if (!flags.tokenizer_path.empty()) {
-    load_tokenizer(flags);
+    load_tokenizer(flags, config);
     TORCH_CHECK(flags.tokenizer.vocab_size() <= flags.model.vocab_size(),
                 "--tokenizer ", flags.tokenizer_path, " has ",
                 flags.tokenizer.vocab_size(),
@@ -672,7 +732,7 @@ int main(int argc, char** argv) {
                       "gives the spm_train command), then give --tokenizer "
                       "alone.");
         } else if (!flags.tokenizer_path.empty()) {
-          load_tokenizer(flags);
+          load_tokenizer(flags, config);
         }
         const bool vocab_given =
             flags.app->get_option("--vocab-size")->count() > 0 ||
@@ -755,9 +815,7 @@ int main(int argc, char** argv) {
           spec.train = std::move(text.train);
           spec.test = std::move(text.validation);
         }
-        if (!flags.prompt_ids.empty() || !flags.byte_text) {
-          prompt_ids(flags); // a bad prompt is refused before training
-        }
+        prompt_ids(flags); // a bad prompt is refused before training
         const auto name = flags.model.name();
         config.sequence_length = flags.model.context();
         config.flops_per_example =

@@ -18,6 +18,7 @@
 #include <ftw.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "lamp/data/datasets.h"
@@ -1012,6 +1013,42 @@ TEST(TokenFiles, RefusesBadFilesNamingThemAndTheFix) {
   wide[17] = 70000;
   write_tokens(dir, iota_ids(40, 0, 1, 7), wide, 4);
   expect_error(read(70000), {"val.bin", "holds the id 70000 at token 17"});
+  // An id beyond int32's range is named as written, not as int32 reads it.
+  wide[17] = 4294967295;
+  write_tokens(dir, iota_ids(40, 0, 1, 7), wide, 4);
+  expect_error(read(70000), {"val.bin", "holds the id 4294967295 at token 17"});
+}
+
+// The mapping reserves no memory: a (sparse) file twice the size of RAM and
+// swap maps, writably, reads and widens, where a mapping that reserved its
+// size would be refused by Linux's overcommit check.
+TEST(TokenFiles, MapsAFileLargerThanMemory) {
+  TempDir dir;
+  struct sysinfo info {};
+  ASSERT_EQ(::sysinfo(&info), 0);
+  const uint64_t memory = (static_cast<uint64_t>(info.totalram) +
+                           static_cast<uint64_t>(info.totalswap)) *
+                          info.mem_unit;
+  const uint64_t size = (2 * memory + 4095) / 4096 * 4096;
+  const auto path = dir.file("train.bin");
+  write_file(path, token_bytes({1, 2, 3}, 2));
+  if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0) {
+    GTEST_SKIP() << "this file system holds no sparse file of " << size
+                 << " bytes";
+  }
+  lamp_test::Warnings warnings;
+  const auto ids = lamp::data::map_token_file(path, 2);
+  std::remove(path.c_str()); // the mapping keeps the file
+  // Writable (copy-on-write), not the read-only mapping of strict
+  // overcommit, which this system does not have.
+  const auto policy = read_bytes("/proc/sys/vm/overcommit_memory");
+  if (policy.empty() || policy[0] != '2') {
+    EXPECT_TRUE(warnings.containing("mapped read-only").empty());
+  }
+  EXPECT_EQ(ids.numel(), static_cast<int64_t>(size / 2));
+  EXPECT_TRUE(BitEqual(lamp::data::widen_token_ids(ids.slice(0, 0, 4), true),
+                       as_tensor({1, 2, 3, 0})));
+  EXPECT_EQ(ids[ids.numel() - 1].item<int64_t>(), 0);
 }
 
 // Above 2^26 targets, the fingerprint covers the sampled examples' targets

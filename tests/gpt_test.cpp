@@ -155,6 +155,17 @@ TEST(ReadTextBytes, RefusesWhatIsNotTextNamingTheFileAndTheFix) {
   EXPECT_NE(short_error.find("at least 90 bytes, or a shorter context"),
             std::string::npos)
       << short_error;
+  // A fraction so near 0 that its part needs more bytes than int64 counts
+  // (the validation part rounds to none): the message asks for another
+  // fraction rather than a text of a size the count overflows.
+  const auto tiny_error =
+      error_of([&] { lamp::data::read_text_windows(short_text, 8, 1e-17); });
+  EXPECT_NE(tiny_error.find("50 for training and 0 for validation"),
+            std::string::npos)
+      << tiny_error;
+  EXPECT_NE(tiny_error.find("give a validation_fraction further from 0 and 1"),
+            std::string::npos)
+      << tiny_error;
   for (const auto& p : {empty, nul, one, two, short_text}) {
     ::unlink(p.c_str());
   }

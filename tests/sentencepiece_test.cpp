@@ -246,6 +246,20 @@ TEST(SentencePiece, TrainingRefusesBadOptions) {
   EXPECT_EQ(unigram.decode(unigram.encode(text)), text);
 }
 
+// A line whose first 16 KiB hold no start of a UTF-8 character (bytes
+// that are not UTF-8 text) is still cut into pieces the trainer can take,
+// rather than never moving past it; the text around it trains as ever.
+TEST(SentencePiece, TrainsPastALongRunOfContinuationBytes) {
+  LAMP_SKIP_WITHOUT_SENTENCEPIECE();
+  const auto text =
+      corpus(300) + "ab\n" + std::string(20000, '\xA0') + "\n" + corpus(100);
+  const auto tokenizer = lamp::data::train_sentencepiece(
+      text, lamp::data::SentencePieceTrainOptions().vocab_size(300), "t");
+  EXPECT_EQ(tokenizer.vocab_size(), 300);
+  const auto words = corpus(20);
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode(words)), words);
+}
+
 // The split point moves past a character's continuation bytes; each part
 // is encoded on its own and cut by text_windows(); a part too short for the
 // context is refused with the counts; and a tokenizer that cannot give the

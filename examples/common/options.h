@@ -116,6 +116,9 @@ struct ProgramConfig {
   // model shape and dropout), by flag, as the parsed flags hold them; stored
   // in checkpoints, taken back by --resume and checked.
   std::function<std::vector<lamp::training::ProgramSetting>()> program_settings;
+  // Set by apply_resume_settings(): the program settings the resumed
+  // checkpoint holds, for the checks a program makes itself.
+  std::vector<lamp::training::ProgramSetting> resumed_program_settings;
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).

@@ -70,6 +70,7 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
                              : "the program that wrote it (train_mnist or "
                                "train_cifar10)",
               ".");
+  config.resumed_program_settings = checkpoint.program_settings;
   auto stored = checkpoint.settings;
   stored.push_back({"model_name", checkpoint.model_name});
   std::string differences, fix;

@@ -88,6 +88,11 @@ class TextLines final : public sentencepiece::SentenceIterator {
              utf8_continuation(static_cast<unsigned char>(text_[cut]))) {
         --cut;
       }
+      if (cut == position_ && cut < end) {
+        // No character starts in the line's first max_bytes_ (bytes that
+        // are not UTF-8): cut there anyway, or the line would never move.
+        cut = position_ + max_bytes_;
+      }
       line_.assign(text_, position_, cut - position_);
       position_ = cut == end ? end + 1 : cut;
       if (!line_.empty()) {

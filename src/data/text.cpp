@@ -145,15 +145,22 @@ TextData read_text_windows(const std::string& path, int64_t context,
   data.validation_tokens = data.validation_bytes;
   const int64_t smallest = std::min(data.train_bytes, data.validation_bytes);
   if (smallest < context + 1) {
-    const auto needed = static_cast<int64_t>(
+    // In double: a fraction within 1e-16 of 0 or 1 needs more bytes than
+    // int64 counts.
+    const double needed =
         std::ceil(static_cast<double>(context + 1) /
-                  std::min(validation_fraction, 1.0 - validation_fraction)));
+                  std::min(validation_fraction, 1.0 - validation_fraction));
     TORCH_CHECK(false, caller, ": ", quoted(path), " holds ", data.bytes,
                 " bytes: ", data.train_bytes, " for training and ",
                 data.validation_bytes,
                 " for validation, but each part needs at least context + 1 = ",
-                context + 1, " bytes; give a text of at least ", needed,
-                " bytes, or a shorter context.");
+                context + 1, " bytes; ",
+                needed < 9e15
+                    ? "give a text of at least " +
+                          std::to_string(static_cast<int64_t>(needed)) +
+                          " bytes, or a shorter context."
+                    : std::string("give a validation_fraction further from 0 "
+                                  "and 1."));
   }
   data.train = text_windows(bytes.slice(0, 0, data.train_bytes), context);
   data.validation = text_windows(bytes.slice(0, data.train_bytes), context);

@@ -51,7 +51,10 @@ void check_ids(const torch::Tensor& ids, int64_t vocab_size,
     if (fits) {
       continue;
     }
-    const auto wide = widen_token_ids(chunk, /*unsigned_ids=*/true);
+    auto wide = widen_token_ids(chunk, /*unsigned_ids=*/true);
+    if (chunk.scalar_type() == torch::kInt) {
+      wide.bitwise_and_(int64_t{0xFFFFFFFF}); // uint32 ids of 2^31 and up
+    }
     const auto bad = (wide.ge(vocab_size) | wide.lt(0)).nonzero();
     const int64_t at = bad[0][0].item<int64_t>();
     const int64_t id = wide[at].item<int64_t>();
@@ -120,15 +123,33 @@ torch::Tensor map_token_file(const std::string& path, int64_t id_bytes) {
   TORCH_CHECK(fd >= 0, caller, ": cannot open ", quoted(path), ": ",
               std::strerror(errno), "; check its permissions.");
   // Private and writable: a stray in-place operation changes a private
-  // copy of its pages, never the file, and never faults.
-  void* base =
-      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
+  // copy of its pages, never the file, and never faults. MAP_NORESERVE:
+  // Linux counts a private writable mapping in full against the memory it
+  // may commit, so without it a file larger than RAM and swap (OpenWebText's
+  // 18 GB on a 16 GB machine) is refused, though its pages are the file's.
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+  int map_errno = errno;
+  bool read_only = false;
+  if (base == MAP_FAILED && map_errno == ENOMEM) {
+    // Strict overcommit (vm.overcommit_memory = 2) ignores MAP_NORESERVE; a
+    // read-only mapping commits nothing. The tensor's users only read it.
+    base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    map_errno = errno;
+    read_only = base != MAP_FAILED;
+  }
   ::close(fd); // the mapping keeps the file
   TORCH_CHECK(base != MAP_FAILED, caller, ": cannot map ", quoted(path), " (",
               internal::byte_count(size),
               ") into memory: ", std::strerror(map_errno),
               "; check the address-space limit (ulimit -v).");
+  if (read_only) {
+    TORCH_WARN_ONCE(caller, ": ", quoted(path),
+                    " is mapped read-only (this system's strict overcommit "
+                    "would not commit a writable copy of ",
+                    internal::byte_count(size),
+                    "): an in-place operation on its ids would fault.");
+  }
   const auto numel = static_cast<int64_t>(size / id_bytes);
   return torch::from_blob(
       base, {numel}, [size](void* p) { ::munmap(p, size); },

@@ -698,6 +698,17 @@ def sample_only(train_gpt, work):
         r = run(args)
         if r.returncode != 1 or pattern not in r.stderr:
             fail(f"{args[1:]}: exit {r.returncode}, {r.stderr.strip()!r}")
+    # A training run's missing prompt file is refused before the first step,
+    # not after the training it would have thrown away.
+    never = fresh(work, "never.pt")
+    r = run([train_gpt, "--data", text, "--epochs", "1", "--max-steps", "20",
+             "--checkpoint", never, "--prompt-file",
+             os.path.join(work, "missing.txt")] + COMMON)
+    if r.returncode != 1 or "cannot read --prompt-file" not in r.stderr or \
+            os.path.exists(never):
+        fail(f"training with a missing --prompt-file: exit {r.returncode}, "
+             f"{r.stderr.strip()!r}, checkpoint written: "
+             f"{os.path.exists(never)}")
     print(f"  --sample-only: the run's sample again ({len(again)} "
           f"characters), the same without the cache; {speed[-1]}")
 
@@ -948,6 +959,34 @@ def tokenizer(train_gpt, work, gpt_md):
     if sample_of(only.stdout).split("\ntrain_gpt: ")[0] + "\n" != sample:
         fail(f"--sample-only's sample {sample_of(only.stdout)!r} is not the "
              f"run's end {sample!r}")
+
+    # A moved tokenizer: --resume alone names the flag that finds it, and
+    # --tokenizer NEW_PATH takes it; another model is refused, naming both.
+    moved = fresh(work, "moved.model")
+    os.rename(model, moved)
+    r = run([train_gpt, "--resume", checkpoint, "--max-steps", "14",
+             "--no-progress"])
+    if r.returncode != 1 or f"--tokenizer {model}, the tokenizer " \
+            f"{checkpoint} was trained with, cannot be read" not in r.stderr \
+            or "where the file has moved, give --tokenizer PATH" not in r.stderr:
+        fail(f"--resume with its tokenizer moved: exit {r.returncode}, "
+             f"{r.stderr.strip()!r}")
+    r = expect_success([train_gpt, "--resume", checkpoint, "--tokenizer",
+                        moved, "--max-steps", "14", "--no-progress"])
+    if f"encoded by {moved}" not in r.stdout:
+        fail(f"--resume --tokenizer MOVED: {r.stdout[:600]!r}")
+    os.rename(moved, model)
+    other = fresh(work, "other.model")
+    expect_success(base + ["--train-tokenizer", "320", "--tokenizer", other,
+                           "--max-steps", "1"])
+    r = run([train_gpt, "--resume", checkpoint, "--tokenizer", other,
+             "--max-steps", "14", "--no-progress"])
+    if r.returncode != 1 or f"--tokenizer {other} is not the tokenizer " \
+            f"{checkpoint} was trained with (320 pieces" not in r.stderr or \
+            f"give the file the run used (it was {model})" not in r.stderr:
+        fail(f"--resume with another tokenizer: exit {r.returncode}, "
+             f"{r.stderr.strip()!r}")
+    print("  a moved tokenizer is found with --tokenizer; another refused")
 
     # Refusals, each naming the problem and the fix.
     damaged = fresh(work, "damaged.model")

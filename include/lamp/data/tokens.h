@@ -32,7 +32,11 @@ int64_t token_id_bytes(int64_t vocab_size);
 /// to the tensor never changes the file), 1-D on the CPU: int16 for
 /// `id_bytes` 2 (ids of 32,768 and above read as negative numbers: widen
 /// them with widen_token_ids()), int32 for 4. The mapping lives as long as
-/// the tensor or a view of it.
+/// the tensor or a view of it. It reserves no memory: a file larger than RAM
+/// and swap maps, and its pages are read as they are used. Where the system
+/// overcommits strictly (`vm.overcommit_memory` 2) and refuses a writable
+/// copy of a large file, the mapping is read-only, with a warning: writing
+/// to the tensor then faults.
 ///
 /// Throws c10::Error naming the file and the fix when it is missing, not a
 /// regular file, empty, or not a whole number of ids (its size in bytes not

@@ -6,13 +6,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "distributed/collective_watch.h"
 #include "lamp/data/loader.h"
 #include "lamp/distributed.h"
 #include "test_util.h"
@@ -110,6 +117,44 @@ TEST(Environment, RejectsPartialOrMalformedVariables) {
                  "WORLD_SIZE=1073741824 is more ranks than one rendezvous "
                  "can gather (at most 1048576)");
   }
+  {
+    // A LOCAL_RANK outside this machine's processes would pick another
+    // rank's GPU.
+    ScopedEnv env({{"RANK", "1"},
+                   {"WORLD_SIZE", "4"},
+                   {"LOCAL_RANK", "2"},
+                   {"LOCAL_WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29500"}});
+    expect_error([] { Environment::from_env(); },
+                 "LOCAL_RANK=2 must be smaller than LOCAL_WORLD_SIZE=2; "
+                 "check the variables");
+  }
+  {
+    // Without LOCAL_WORLD_SIZE, the bound is the job's size.
+    ScopedEnv env({{"RANK", "0"},
+                   {"WORLD_SIZE", "2"},
+                   {"LOCAL_RANK", "5"},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29500"}});
+    expect_error([] { Environment::from_env(); },
+                 "LOCAL_RANK=5 must be smaller than WORLD_SIZE=2 "
+                 "(LOCAL_WORLD_SIZE is not set)");
+  }
+}
+
+TEST(Environment, ALocalRankBeyondACudaDeviceIndexIsRefusedForCuda) {
+  // c10::DeviceIndex is int8_t: LOCAL_RANK=256 would become cuda:0 (and
+  // 200 a negative index). A CPU job may have that many local ranks.
+  ScopedEnv env({{"RANK", "0"},
+                 {"WORLD_SIZE", "1"},
+                 {"LOCAL_RANK", "256"},
+                 {"LOCAL_WORLD_SIZE", "512"}});
+  EXPECT_EQ(Environment::from_env()->local_rank, 256);
+  EXPECT_EQ(ProcessGroup::from_environment(torch::kCPU)->local_rank(), 256);
+  expect_error([] { ProcessGroup::from_environment(torch::kCUDA); },
+               "LOCAL_RANK=256 picks the CUDA device of that index, but a "
+               "device index is at most 127; check LOCAL_RANK");
 }
 
 // The CPU rendezvous needs Gloo: without it, create() refuses before any
@@ -318,6 +363,81 @@ TEST(ProcessGroup, RejectsABackendThatDoesNotFitTheDevice) {
             lamp::distributed::ProcessGroupOptions().backend("nccl"));
       },
       "NCCL backend communicates CUDA tensors");
+}
+
+TEST(DataParallel, RefusesABucketCapThatIsNotAFiniteSize) {
+  // inf and 1e13 MiB overflow the cap in bytes (an int64_t); NaN, 0 and
+  // negative sizes mean nothing.
+  torch::nn::Linear model(2, 2);
+  auto group = std::make_shared<ProcessGroup>(torch::kCPU);
+  const auto with_cap = [&](double cap) {
+    lamp::distributed::DataParallel dp(
+        model.ptr(), group,
+        lamp::distributed::DataParallelOptions().bucket_cap_mb(cap));
+    return dp.bucket_count();
+  };
+  const std::vector<std::pair<double, std::string>> refused = {
+      {std::numeric_limits<double>::infinity(), "inf"},
+      {std::numeric_limits<double>::quiet_NaN(), "nan"},
+      {1e13, "1e+13"},
+      {0.0, "0"},
+      {-1.0, "-1"}};
+  for (const auto& cap : refused) {
+    expect_error([&] { with_cap(cap.first); },
+                 "DataParallelOptions::bucket_cap_mb must be a size in MiB in "
+                 "(0, 1048576], got " +
+                     cap.second + "; pass a positive finite size");
+  }
+  expect_error([&] { with_cap(1048576.5); }, "got 1.04858e+06;");
+  // The largest accepted cap holds both parameters in one bucket.
+  EXPECT_EQ(with_cap(1048576.0), 1);
+}
+
+// Every store entry seems present to a check and is gone by the read that
+// follows: the rank deleted it in between.
+struct EntriesDeletedAfterTheCheck : c10d::HashStore {
+  bool check(const std::vector<std::string>& /*keys*/) override { return true; }
+};
+
+TEST(CollectiveWatch, AnEntryDeletedWhileItIsReadCountsAsAbsent) {
+  // Rank 0 of 2 waits; rank 1's entry disappears while the report reads it.
+  // The report names rank 1 at once, rather than waiting in a read for the
+  // store's timeout and saying that rank 0's store gave no answer.
+  auto store = c10::make_intrusive<EntriesDeletedAfterTheCheck>();
+  store->setTimeout(std::chrono::seconds(6));
+  struct Lines {
+    std::mutex mutex;
+    std::condition_variable added;
+    std::vector<std::string> lines;
+  };
+  auto seen = std::make_shared<Lines>();
+  lamp::detail::CollectiveWatch::Settings settings;
+  settings.rank = 0;
+  settings.world_size = 2;
+  settings.timeout = std::chrono::seconds(60);
+  settings.interval = std::chrono::milliseconds(200);
+  settings.report = [seen](const std::string& line) {
+    std::lock_guard<std::mutex> lock(seen->mutex);
+    seen->lines.push_back(line);
+    seen->added.notify_all();
+  };
+  {
+    lamp::detail::CollectiveWatch watch(
+        [store] { return c10::intrusive_ptr<c10d::Store>(store); }, settings);
+    const auto id = watch.begin("the test's all-reduce", {});
+    {
+      std::unique_lock<std::mutex> lock(seen->mutex);
+      seen->added.wait_for(lock, std::chrono::seconds(10),
+                           [&] { return !seen->lines.empty(); });
+    }
+    watch.end(id);
+  }
+  std::lock_guard<std::mutex> lock(seen->mutex);
+  ASSERT_FALSE(seen->lines.empty());
+  EXPECT_NE(seen->lines[0].find("in the test's all-reduce (collective 0) for "
+                                "rank 1, which has not reached it; giving up"),
+            std::string::npos)
+      << seen->lines[0];
 }
 
 lamp::data::Dataset numbered(int64_t n) {

@@ -104,14 +104,23 @@ struct CollectiveWatch::State {
       return asker->ask([&](c10d::Store& store) {
         const std::string mine = std::to_string(id) + "\t" + what;
         store.set(key(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+        // A compare-set expecting a value no entry has reads an entry in
+        // one call that never waits: the store answers the entry, or the
+        // expected value where there is none (TCPStore and HashStore, both
+        // LibTorch 1.13 and 2.x, both TCPStore servers), and changes
+        // nothing. A check, then a get, would wait for the store's timeout
+        // when the rank deletes its entry in between.
+        const std::vector<uint8_t> none{0};
         std::vector<std::string> others;
         for (int r = 0; r < world; ++r) {
-          if (r == rank || !store.check({key(r)})) {
+          if (r == rank) {
             others.emplace_back();
             continue;
           }
-          const auto bytes = store.get(key(r));
-          others.emplace_back(bytes.begin(), bytes.end());
+          const auto bytes = store.compareSet(key(r), none, none);
+          others.emplace_back(bytes == none
+                                  ? std::string()
+                                  : std::string(bytes.begin(), bytes.end()));
         }
         return others;
       });

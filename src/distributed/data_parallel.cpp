@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -53,6 +54,11 @@ std::vector<RankSetting> model_settings(const torch::nn::Module& model,
     settings.emplace_back("buffer " + b.key(), describe(b.value()));
   }
   return settings;
+}
+
+// The constructor has checked that bucket_cap_mb fits.
+int64_t bucket_cap_bytes(const DataParallelOptions& options) {
+  return static_cast<int64_t>(options.bucket_cap_mb() * 1024.0 * 1024.0);
 }
 
 } // namespace
@@ -230,10 +236,18 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
               "lamp::distributed::DataParallel: the model is null.");
   TORCH_CHECK(group_ != nullptr,
               "lamp::distributed::DataParallel: the process group is null.");
+  // NaN fails every comparison; inf and anything near 2^43 MiB would
+  // overflow bucket_cap_bytes()'s int64_t.
   TORCH_CHECK(
-      options.bucket_cap_mb() > 0,
-      "lamp::distributed::DataParallel: bucket_cap_mb must be positive, got ",
-      options.bucket_cap_mb(), ".");
+      std::isfinite(options.bucket_cap_mb()) && options.bucket_cap_mb() > 0 &&
+          options.bucket_cap_mb() <= DataParallelOptions::kMaxBucketCapMb,
+      "lamp::distributed::DataParallel: DataParallelOptions::bucket_cap_mb "
+      "must be a size in MiB in (0, ",
+      DataParallelOptions::kMaxBucketCapMb, "], got ", options.bucket_cap_mb(),
+      "; pass a positive finite size such as the default 25 (",
+      DataParallelOptions::kMaxBucketCapMb,
+      " MiB, 1 TiB, already puts all the parameters of a dtype in one "
+      "bucket).");
   const auto comm = options.communication_dtype();
   TORCH_CHECK(
       !comm || *comm == torch::kHalf || *comm == torch::kBFloat16 ||
@@ -269,7 +283,9 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
       "the model given to DataParallel", model_settings(*model, options),
       "Every rank must build the same model, in the same precision, with the same DataParallelOptions.");
   {
-    std::vector<torch::Tensor> state = impl.params;
+    // Frozen parameters too: one initialised from each rank's own seed
+    // would otherwise differ for the whole run. A tied one goes once.
+    std::vector<torch::Tensor> state = unique_parameters(*model);
     state.insert(state.end(), impl.buffers.begin(), impl.buffers.end());
     group_->broadcast_(state, 0, "the broadcast of rank 0's model");
   }
@@ -294,8 +310,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model,
   }
 
   // Buckets: reverse registration order, one dtype each, up to the cap.
-  const int64_t cap_bytes =
-      static_cast<int64_t>(options.bucket_cap_mb() * 1024.0 * 1024.0);
+  const int64_t cap_bytes = bucket_cap_bytes(options);
   impl.bucket_of.resize(impl.params.size());
   impl.offset_of.resize(impl.params.size());
   impl.ready.assign(impl.params.size(), false);
@@ -478,8 +493,7 @@ std::unique_ptr<OptimizerSharding> DataParallel::optimizer_sharding() {
   if (impl_->options.zero_stage() == 2) {
     std::weak_ptr<Impl> weak = impl_;
     return detail::stage2_sharding(
-        group_,
-        static_cast<int64_t>(impl_->options.bucket_cap_mb() * 1024.0 * 1024.0),
+        group_, bucket_cap_bytes(impl_->options),
         [weak](std::vector<detail::ShardBucket> buckets) {
           if (auto impl = weak.lock()) {
             impl->use_shard_buckets(std::move(buckets));

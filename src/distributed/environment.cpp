@@ -62,7 +62,16 @@ c10::optional<Environment> Environment::from_env() {
   TORCH_CHECK(env.rank < env.world_size, "lamp::distributed: RANK=", env.rank,
               " must be smaller than WORLD_SIZE=", env.world_size, ".");
   env.local_rank = env_int("LOCAL_RANK", env.rank, 0);
+  const bool local_world_set = getenv_string("LOCAL_WORLD_SIZE").has_value();
   env.local_world_size = env_int("LOCAL_WORLD_SIZE", env.world_size, 1);
+  TORCH_CHECK(env.local_rank < env.local_world_size,
+              "lamp::distributed: LOCAL_RANK=", env.local_rank,
+              " must be smaller than ",
+              (local_world_set ? "LOCAL_WORLD_SIZE=" : "WORLD_SIZE="),
+              env.local_world_size,
+              (local_world_set ? "" : " (LOCAL_WORLD_SIZE is not set)"),
+              "; check the variables (torchrun sets LOCAL_RANK to 0 ... "
+              "nproc_per_node - 1 and LOCAL_WORLD_SIZE to nproc_per_node).");
   if (env.world_size > 1) {
     const auto addr = getenv_string("MASTER_ADDR");
     const auto port = getenv_string("MASTER_PORT");

@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -158,7 +159,21 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(
     torch::Device device, ProcessGroupOptions options) {
   const auto env = Environment::from_env();
   if (device.is_cuda() && !device.has_index()) {
-    device = torch::Device(torch::kCUDA, env ? env->local_rank : 0);
+    const int local_rank = env ? env->local_rank : 0;
+    // c10::DeviceIndex is int8_t: a larger index would wrap (LOCAL_RANK=256
+    // to cuda:0). Checked here rather than in from_env(), where a CPU job
+    // may have more local ranks than a device index holds.
+    TORCH_CHECK(
+        local_rank <= std::numeric_limits<c10::DeviceIndex>::max(),
+        "lamp::distributed::ProcessGroup::from_environment: LOCAL_RANK=",
+        local_rank,
+        " picks the CUDA device of that index, but a device "
+        "index is at most ",
+        static_cast<int>(std::numeric_limits<c10::DeviceIndex>::max()),
+        "; check LOCAL_RANK (torchrun sets it below nproc_per_node, at most "
+        "one process per GPU), or pass a device with its index.");
+    device =
+        torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
   }
   if (!env) {
     return std::make_shared<ProcessGroup>(device);

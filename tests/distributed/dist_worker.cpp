@@ -177,6 +177,25 @@ TEST(TwoRanks, BroadcastsRankZerosBuffersBeforeForward) {
   EXPECT_TRUE(BitEqual(net->bn1->running_mean, torch::ones({8})));
 }
 
+TEST(TwoRanks, BroadcastsRankZerosFrozenParameters) {
+  // A frozen layer initialised from each rank's own seed starts as rank 0's
+  // on every rank, as the trained ones do; it is still not reduced.
+  auto g = group();
+  torch::manual_seed(g->rank());
+  lamp_test::SmallNet net;
+  net->conv1->weight.requires_grad_(false);
+  // A cap below every parameter's size: one bucket per reduced parameter.
+  lamp::distributed::DataParallel dp(
+      net.ptr(), g,
+      lamp::distributed::DataParallelOptions().bucket_cap_mb(1e-6));
+  for (const auto& p : net->named_parameters()) {
+    EXPECT_TRUE(BitEqual(p.value(), from_rank0(*g, p.value()))) << p.key();
+  }
+  EXPECT_FALSE(net->conv1->weight.requires_grad());
+  EXPECT_EQ(dp.bucket_count(),
+            static_cast<int64_t>(net->parameters().size()) - 1);
+}
+
 // The message of `f`'s c10::Error; fails the test without one.
 std::string error_of(const std::function<void()>& f) {
   try {

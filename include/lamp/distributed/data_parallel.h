@@ -23,8 +23,12 @@ namespace distributed {
 
 /// How DataParallel synchronises gradients.
 struct DataParallelOptions {
+  /// The largest bucket_cap_mb DataParallel accepts: 2^20 MiB (1 TiB), more
+  /// than any device holds, far below where the size in bytes overflows.
+  static constexpr int64_t kMaxBucketCapMb = int64_t{1} << 20;
   /// Gradient bucket size in MiB (DDP's bucket_cap_mb): all-reduces of about
   /// this size start as soon as their gradients are ready during backward.
+  /// Finite, positive and at most kMaxBucketCapMb.
   TORCH_ARG(double, bucket_cap_mb) = 25.0;
   /// Broadcast rank 0's buffers (BatchNorm running statistics) before every
   /// forward, as DDP's broadcast_buffers=True does. Off: each rank keeps its
@@ -61,8 +65,8 @@ struct DataParallelOptions {
 ///  1. construction checks that every rank has the same model (parameter
 ///     and buffer names, shapes, dtypes, which are trained) and the same
 ///     options, refusing on every rank with the first difference, then
-///     broadcasts rank 0's parameters and buffers, so every rank starts from
-///     the same weights;
+///     broadcasts rank 0's parameters (frozen ones too) and buffers, so
+///     every rank starts from the same weights;
 ///  2. before each forward (before_forward()), rank 0's buffers are
 ///     broadcast (broadcast_buffers);
 ///  3. during backward, a hook after each parameter's gradient accumulation
@@ -98,8 +102,11 @@ class DataParallel final : public GradientSync {
  public:
   /// Registers the gradient hooks on `model`'s trainable parameters and
   /// broadcasts rank 0's parameters and buffers: a collective, so every rank
-  /// constructs its DataParallel at the same point. TORCH_CHECK error for a
-  /// null model or group, a bucket_cap_mb that is not positive, a
+  /// constructs its DataParallel at the same point. Every parameter is
+  /// broadcast, frozen ones (requires_grad false) too; only the trainable
+  /// ones are hooked and averaged. TORCH_CHECK error for a null model or
+  /// group, a bucket_cap_mb that is not finite, positive and at most
+  /// DataParallelOptions::kMaxBucketCapMb, a
   /// communication_dtype other than kHalf, kBFloat16 or kFloat, a
   /// trainable parameter that is not on the group's device, or a model or
   /// options that differ between the ranks (on every rank, naming the first

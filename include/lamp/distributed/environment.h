@@ -20,7 +20,7 @@ struct Environment {
   /// WORLD_SIZE: the number of processes in the job.
   int world_size = 1;
   /// LOCAL_RANK: the rank among the processes on this machine, which picks
-  /// its CUDA device.
+  /// its CUDA device; 0 <= local_rank < local_world_size.
   int local_rank = 0;
   /// LOCAL_WORLD_SIZE: the number of processes on this machine.
   int local_world_size = 1;
@@ -38,8 +38,9 @@ struct Environment {
   /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
   /// MASTER_PORT (and torchrun's agent-store variables). Without RANK and
   /// WORLD_SIZE: nullopt (a plain single-process run). A partial or
-  /// malformed set (RANK without WORLD_SIZE, RANK >= WORLD_SIZE, a port that
-  /// is not a number, ...) throws, naming the variable.
+  /// malformed set (RANK without WORLD_SIZE, RANK >= WORLD_SIZE, LOCAL_RANK
+  /// >= LOCAL_WORLD_SIZE, or >= WORLD_SIZE without it, a port that is not a
+  /// number, ...) throws, naming the variable.
   static c10::optional<Environment> from_env();
 };
 

@@ -101,7 +101,8 @@ class ProcessGroup {
 
   /// From Environment::from_env(); a single-process group when torchrun's
   /// variables are absent. For a CUDA `device` without an index the device
-  /// becomes cuda:LOCAL_RANK.
+  /// becomes cuda:LOCAL_RANK; a LOCAL_RANK above the largest device index
+  /// (127, c10::DeviceIndex) is refused.
   static std::shared_ptr<ProcessGroup> from_environment(
       torch::Device device, ProcessGroupOptions options = {});
 

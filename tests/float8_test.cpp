@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -565,6 +566,43 @@ TEST(Float8, DelayedScalingAdaptsToAPlantedHugeActivation) {
   EXPECT_TRUE(BitEqual(state->scale[0], scale_before[0]));
 }
 
+// A tiny positive amax in the history (2e-38: max / amax is past FP32's
+// range) gives the largest finite float as the scale, as in Transformer
+// Engine, not inf: the next step's casts stay finite (its zeros stay 0, an
+// inf scale would make them NaN), its values saturate and are counted, and
+// the step after has adapted.
+TEST(Float8, DelayedScalingKeepsTheScaleFiniteAfterATinyAmax) {
+  torch::manual_seed(12);
+  torch::nn::Linear layer(32, 16);
+  auto state = F8::Float8State(delayed(4), "layer");
+  const auto step = [&](const torch::Tensor& x, const torch::Tensor& dy) {
+    const auto xi = x.clone().requires_grad_();
+    layer->zero_grad();
+    const auto y = F8::float8_linear(xi, layer->weight, layer->bias, *state);
+    y.backward(dy);
+    F8::update_float8_scales(*state);
+    return std::vector<torch::Tensor>{y.detach(), xi.grad(),
+                                      layer->weight.grad()};
+  };
+  auto tiny = torch::zeros({16, 32});
+  tiny[0][0] = 2e-38f;
+  step(tiny, torch::full({16, 16}, 2e-38f));
+  const float largest = std::numeric_limits<float>::max();
+  EXPECT_EQ(state->scale[0].item<float>(), largest);
+  EXPECT_EQ(state->scale[2].item<float>(), largest);
+  EXPECT_TRUE(torch::isfinite(state->scale).all().item<bool>());
+
+  const auto x = torch::relu(torch::randn({16, 32})); // half of it zeros
+  for (const auto& t : step(x, torch::randn({16, 16}))) {
+    EXPECT_TRUE(torch::isfinite(t).all().item<bool>());
+  }
+  const auto stats = F8::float8_stats(*state);
+  EXPECT_EQ(stats[0].saturated_casts[0], 1);
+  EXPECT_EQ(stats[0].saturated_casts[2], 1);
+  EXPECT_FLOAT_EQ(state->scale[0].item<float>(),
+                  448.0f / x.max().item<float>());
+}
+
 // The conversion: eligible Linears only, the others listed with the
 // reason, parameters and state dict unchanged, lamp::nn::linear computing
 // in FP8 afterwards, and a second conversion refused.
@@ -619,6 +657,40 @@ TEST(Float8, ConvertsEligibleLayersAndSaysWhyNotTheOthers) {
   EXPECT_EQ(tied_conversion.skipped[0].first, "out");
   EXPECT_NE(tied_conversion.skipped[0].second.find("shared with another"),
             std::string::npos);
+}
+
+// A Linear without in or out features has no product to compute: left out
+// with the reason, as any other ineligible layer (0 is a multiple of 16),
+// and applied as before.
+TEST(Float8, LayersWithoutFeaturesStayUnconverted) {
+  auto model = std::make_shared<torch::nn::Module>();
+  const auto no_out =
+      model->register_module("no_out", torch::nn::Linear(16, 0));
+  // LibTorch's Linear(0, 16) cannot initialise its weight (a bound of
+  // 1 / sqrt(0)): a Linear(16, 16) given a [16, 0] weight.
+  const auto no_in = model->register_module("no_in", torch::nn::Linear(16, 16));
+  {
+    torch::NoGradGuard no_grad;
+    no_in->weight.set_(torch::empty({16, 0}));
+  }
+  model->register_module("fc", torch::nn::Linear(16, 16));
+  const auto conversion = F8::convert_to_float8(*model);
+  EXPECT_EQ(conversion.converted, (std::vector<std::string>{"fc"}));
+  ASSERT_EQ(conversion.skipped.size(), 2u);
+  EXPECT_EQ(conversion.skipped[0].first, "no_out");
+  EXPECT_EQ(conversion.skipped[0].second,
+            "its weight is [0, 16]; a layer without in or out features has "
+            "no product to compute in FP8");
+  EXPECT_EQ(conversion.skipped[1].first, "no_in");
+  EXPECT_NE(conversion.skipped[1].second.find("its weight is [16, 0]; a "
+                                              "layer without in or out"),
+            std::string::npos)
+      << conversion.skipped[1].second;
+  EXPECT_EQ(F8::float8_left_out(*model), conversion.skipped);
+  EXPECT_EQ(lamp::nn::linear(torch::randn({8, 16}), no_out).sizes(),
+            (std::vector<int64_t>{8, 0}));
+  EXPECT_TRUE(BitEqual(lamp::nn::linear(torch::randn({8, 0}), no_in),
+                       no_in->bias.detach().expand({8, 16})));
 }
 
 // The tensor report marks the converted layers' weights and gives the
@@ -735,6 +807,48 @@ TEST(Float8, StateRoundTripsExactly) {
       message_missing.find("the archive has no FP8 state for layer 'fc1'"),
       std::string::npos)
       << message_missing;
+}
+
+// clone() refuses a converted model: LibTorch's Cloneable::clone()
+// rebuilds each Linear with reset(), which registers no "float8" child.
+// What docs/float8.md says to do instead: clone before converting and
+// convert the clone, which starts with fresh state; save_float8_state() and
+// load_float8_state() carry the original's scales across, and the two then
+// compute the same bits.
+TEST(Float8, CloneBeforeConvertingAndConvertTheClone) {
+  torch::manual_seed(16);
+  torch::nn::Sequential model(torch::nn::Linear(32, 16),
+                              torch::nn::Linear(16, 16));
+  const auto copy =
+      std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
+  ASSERT_NE(copy, nullptr);
+  F8::convert_to_float8(*model, delayed(4));
+  const auto refused = error_of([&] { model->clone(); });
+  EXPECT_NE(refused.find("does not have the same number of child modules"),
+            std::string::npos)
+      << refused;
+  const auto forward = [](torch::nn::SequentialImpl& m,
+                          const torch::Tensor& x) {
+    const auto h =
+        lamp::nn::linear(x, torch::nn::Linear(m.ptr<torch::nn::LinearImpl>(0)));
+    return lamp::nn::linear(h,
+                            torch::nn::Linear(m.ptr<torch::nn::LinearImpl>(1)));
+  };
+  for (int i = 0; i < 2; ++i) {
+    forward(*model, torch::randn({16, 32}) * (i + 2)).sum().backward();
+    F8::update_float8_scales(*model);
+  }
+
+  const auto conversion = F8::convert_to_float8(*copy, delayed(4));
+  EXPECT_EQ(conversion.converted, (std::vector<std::string>{"0", "1"}));
+  for (const auto& layer : F8::float8_stats(*copy)) {
+    EXPECT_EQ(layer.scales, (std::vector<double>{1, 1, 1})) << layer.name;
+  }
+  torch::serialize::OutputArchive out;
+  F8::save_float8_state(*model, out);
+  F8::load_float8_state(*copy, *lamp_test::reopened(out));
+  const auto x = torch::randn({16, 32});
+  EXPECT_TRUE(BitEqual(forward(*copy, x), forward(*model, x)));
 }
 
 namespace {
@@ -1195,6 +1309,96 @@ TEST(Float8, GivesTheGradientsAskedForAndOnlyThose) {
   }
 }
 
+// Operands of any layout: a transposed (column-major) input and a gradient
+// that arrives transposed (from a .t() after the layer) give the results of
+// their contiguous copies bit for bit, and stay within FP8's error of the
+// unconverted layer (the bounds of ProductsAreWithinTheFormatsErrorOfFp32),
+// instead of breaking _scaled_mm's rule of a row-major first operand.
+TEST(Float8, TakesInputsAndGradientsOfAnyLayout) {
+  const auto relative = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a - b).norm() / b.norm()).item<double>();
+  };
+  for (const auto& recipe : {F8::Float8Recipe(), delayed(4)}) {
+    torch::manual_seed(14);
+    torch::nn::Linear plain(64, 32);
+    torch::nn::Linear fp8(64, 32);
+    {
+      torch::NoGradGuard no_grad;
+      fp8->weight.copy_(plain->weight);
+      fp8->bias.copy_(plain->bias);
+    }
+    F8::convert_to_float8(*fp8, recipe);
+    ASSERT_NE(F8::float8_state(*fp8), nullptr);
+
+    // Forward: x^T, [32, 64] with strides [1, 32].
+    const auto x = torch::randn({64, 32});
+    const auto y = lamp::nn::linear(x.t(), fp8);
+    EXPECT_TRUE(BitEqual(y, lamp::nn::linear(x.t().contiguous(), fp8)));
+    EXPECT_LT(relative(y, lamp::nn::linear(x.t(), plain)), 0.08);
+
+    // Backward: dY = r^T, [48, 32] with strides [1, 48], against the same
+    // gradient contiguous and against the unconverted layer.
+    const auto input = torch::randn({48, 64});
+    const auto r = torch::randn({32, 48});
+    const auto backward = [&](torch::nn::Linear layer, bool strided) {
+      const auto xi = input.clone().requires_grad_();
+      layer->zero_grad();
+      const auto out = lamp::nn::linear(xi, layer);
+      if (strided) {
+        (out.t().contiguous() * r).sum().backward();
+      } else {
+        out.backward(r.t().contiguous());
+      }
+      return std::vector<torch::Tensor>{xi.grad(), layer->weight.grad(),
+                                        layer->bias.grad()};
+    };
+    const auto got = backward(fp8, true);
+    const auto contiguous = backward(fp8, false);
+    const auto want = backward(plain, true);
+    EXPECT_TRUE(BitEqual(got[0], contiguous[0]));
+    EXPECT_TRUE(BitEqual(got[1], contiguous[1]));
+    // dB is a sum in FP32 outside the products, in an order its layout
+    // picks: a few ulps apart.
+    EXPECT_TRUE(AllClose(got[2], contiguous[2], 1e-5, 1e-5));
+    EXPECT_LT(relative(got[0], want[0]), 0.12);
+    EXPECT_LT(relative(got[1], want[1]), 0.12);
+    EXPECT_TRUE(AllClose(got[2], want[2], 1e-5, 1e-5));
+  }
+}
+
+// A batch without rows gets the unconverted layer's empty output (of
+// autocast's dtype under autocast) and gradients (zeros for the weight and
+// the bias), and records no cast: an empty tensor has no amax to scale by.
+TEST(Float8, RowlessInputsGiveTheUnconvertedEmptyResult) {
+  for (const auto& recipe : {F8::Float8Recipe(), delayed(4)}) {
+    torch::manual_seed(15);
+    auto model = std::make_shared<torch::nn::Module>();
+    const auto layer = model->register_module("fc", torch::nn::Linear(64, 32));
+    F8::convert_to_float8(*model, recipe);
+    for (const auto& shape :
+         std::vector<std::vector<int64_t>>{{0, 64}, {2, 0, 64}}) {
+      const auto x = torch::randn(shape).requires_grad_();
+      layer->zero_grad();
+      const auto y = lamp::nn::linear(x, layer);
+      auto out_shape = shape;
+      out_shape.back() = 32;
+      EXPECT_EQ(y.sizes(), out_shape);
+      EXPECT_EQ(y.scalar_type(), torch::kFloat);
+      y.sum().backward();
+      EXPECT_EQ(x.grad().sizes(), x.sizes());
+      EXPECT_TRUE(BitEqual(layer->weight.grad(), torch::zeros({32, 64})));
+      EXPECT_TRUE(BitEqual(layer->bias.grad(), torch::zeros({32})));
+    }
+    {
+      lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+      EXPECT_EQ(lamp::nn::linear(torch::randn({0, 64}), layer).scalar_type(),
+                torch::kBFloat16);
+    }
+    EXPECT_EQ(F8::float8_stats(*model)[0].casts,
+              (std::vector<int64_t>{0, 0, 0}));
+  }
+}
+
 // The one-pass cast against the ATen ops it replaces: the same FP8 bits
 // (NaNs compared as NaNs), the same inverse scale and the same state, for
 // both recipes, the three source dtypes, sizes of no vector width's or
@@ -1303,7 +1507,8 @@ TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
 
 // Many layers' states of delayed scaling, each with its own recipe (history
 // length, amax_compute, margin) and pending amaxes from a seed, one of them
-// 0 (its scale must stay) in every third layer.
+// 0 (its scale must stay) in every third layer, and one of them tiny (its
+// scale must stay finite) in every fifth.
 struct ScaleUpdateLayers : torch::nn::Module {
   ScaleUpdateLayers(int64_t count, bool fused, torch::Device device,
                     uint64_t seed) {
@@ -1320,10 +1525,14 @@ struct ScaleUpdateLayers : torch::nn::Module {
       states.push_back(register_module(c10::str("s", i), state));
     }
   }
-  // A step's amaxes: positive, with an operand of every third layer at 0.
+  // A step's amaxes: positive, with an operand of every fifth layer at
+  // 2e-38 (max / amax past FP32's range) and one of every third at 0.
   void see(int64_t step) {
     for (size_t i = 0; i < states.size(); ++i) {
       auto amax = torch::rand({3}) * 100 + 0.01;
+      if ((i + static_cast<size_t>(step)) % 5 == 0) {
+        amax[static_cast<int64_t>((i + 1) % 3)] = 2e-38f;
+      }
       if ((i + static_cast<size_t>(step)) % 3 == 0) {
         amax[static_cast<int64_t>(i % 3)] = 0.0f;
       }
@@ -1342,13 +1551,15 @@ void see_both(ScaleUpdateLayers& a, ScaleUpdateLayers& b, uint64_t seed,
   b.see(step);
 }
 
-// The two sets' states agree bit for bit, their pending amaxes zeroed.
+// The two sets' states agree bit for bit, their scales finite, their
+// pending amaxes zeroed.
 void expect_same_states(const ScaleUpdateLayers& a, const ScaleUpdateLayers& b,
                         const std::string& when) {
   ASSERT_EQ(a.states.size(), b.states.size());
   for (size_t i = 0; i < a.states.size(); ++i) {
     SCOPED_TRACE(c10::str(when, ", layer ", i));
     EXPECT_TRUE(BitEqual(b.states[i]->scale.cpu(), a.states[i]->scale.cpu()));
+    EXPECT_TRUE(torch::isfinite(b.states[i]->scale).all().item<bool>());
     EXPECT_TRUE(BitEqual(b.states[i]->amax_history.cpu(),
                          a.states[i]->amax_history.cpu()));
     EXPECT_TRUE(BitEqual(b.states[i]->pending_amax.cpu(), torch::zeros({3})));
@@ -1379,8 +1590,9 @@ TEST(Float8, FusedScaleUpdateRunsTheATenOpsOnTheCpu) {
 
 // The one-kernel update against the ATen ops: 70 layers (two launches of at
 // most 64), histories of 1, 16 and 1024 steps, both amax_compute rules,
-// margins 0 and 2, amaxes of 0 that keep the scale; five steps, so that the
-// longer histories shift with values in them. The same bits throughout.
+// margins 0 and 2, amaxes of 0 that keep the scale, tiny ones whose scale
+// is the largest finite float; five steps, so that the longer histories
+// shift with values in them. The same bits throughout.
 // Then the update captured in a CUDA graph and replayed gives the eager
 // update's bits.
 TEST(Float8, FusedScaleUpdateMatchesTheATenOps_CUDA) {

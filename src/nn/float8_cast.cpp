@@ -93,12 +93,16 @@ Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
     TORCH_WARN_ONCE("lamp::nn::float8: Float8Recipe::fused_casts runs ATen ",
                     "ops instead of lamp's CUDA kernel: ", why, ".");
   }
+  // _scaled_mm takes its operands row-major (or their transposes), and the
+  // cast keeps its input's strides: a transposed input or a gradient from a
+  // .t() is made contiguous first, as the fused cast does.
+  const auto input = t.contiguous();
   const double max = detail::float8_max(dtype);
   // max |t| = max(-min t, max t): one pass over t with no |t| temporary,
   // exact in t's dtype, NaN propagating as with abs().amax(). (On LibTorch
   // 2.15's CPU, aminmax takes a third of abs().amax()'s time, and
   // linalg_vector_norm(t, inf) ten times it.)
-  const auto extrema = torch::aminmax(t);
+  const auto extrema = torch::aminmax(input);
   const auto amax =
       torch::maximum(std::get<0>(extrema).neg(), std::get<1>(extrema))
           .to(torch::kFloat);
@@ -117,7 +121,7 @@ Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
   s.casts.add_(1);
   // A scale from t's own amax cannot take a value past the range: no clamp
   // (a pass over t fewer). Delayed scales come from earlier amaxes.
-  auto data = detail::cast_to_float8(t, scale, dtype, /*saturate=*/delayed);
+  auto data = detail::cast_to_float8(input, scale, dtype, /*saturate=*/delayed);
   auto transposed = transpose ? data.t().contiguous() : torch::Tensor();
   return {std::move(data), scale.reciprocal(), std::move(transposed)};
 }

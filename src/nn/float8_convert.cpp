@@ -44,6 +44,11 @@ std::string ineligible_reason(const torch::nn::LinearImpl& layer,
     return std::string("its weight is ") + c10::toString(weight.scalar_type()) +
            "; FP8 layers take FP32, BF16 or FP16 weights";
   }
+  if (in == 0 || out == 0) {
+    return "its weight is [" + std::to_string(out) + ", " + std::to_string(in) +
+           "]; a layer without in or out features has no product to compute "
+           "in FP8";
+  }
   if (in % 16 != 0 || out % 16 != 0) {
     return "its weight is [" + std::to_string(out) + ", " + std::to_string(in) +
            "]; CUDA's FP8 products need in and out features that are "

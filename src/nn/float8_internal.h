@@ -50,10 +50,12 @@ std::vector<Float8StateImpl*> states_of(const torch::nn::Module& model);
 bool is_low_precision(torch::Dtype dtype);
 
 #if LAMP_TORCH_FLOAT8
-// One operand cast for a product: its FP8 data and the factor that undoes
-// its scale (what _scaled_mm multiplies the product by); `transposed`, when
-// the cast was asked for it, is data^T contiguous (the layout the backward's
-// products take it in).
+// One operand cast for a product: its FP8 data, contiguous whatever the
+// layout of the tensor cast (the row-major operand _scaled_mm takes, or the
+// transpose of its column-major one), and the factor that undoes its scale
+// (what _scaled_mm multiplies the product by); `transposed`, when the cast
+// was asked for it, is data^T contiguous (the layout the backward's products
+// take it in).
 struct Cast {
   torch::Tensor data;
   torch::Tensor inverse_scale;

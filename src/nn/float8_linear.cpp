@@ -199,6 +199,12 @@ torch::Tensor float8_linear(const torch::Tensor& input,
   const auto reason = float8_unavailable_reason(input.device());
   TORCH_CHECK(reason.empty(), who, ": FP8 cannot run: ", reason, ".");
 #if LAMP_TORCH_FLOAT8
+  if (input.numel() == 0) {
+    // No rows (or no in features): no amax to scale by (aminmax refuses an
+    // empty tensor) and nothing to compute, so the unconverted product's
+    // empty result and gradients, with no cast recorded.
+    return linear(input, weight, bias);
+  }
   const auto device_type = input.device().type();
   const auto out_dtype = lamp::detail::autocast_enabled(device_type)
                              ? lamp::detail::autocast_dtype(device_type)

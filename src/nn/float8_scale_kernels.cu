@@ -9,6 +9,8 @@
 // rounds a double scalar multiplying an FP32 tensor; so the bits agree.
 #include "nn/float8_scale_kernels.h"
 
+#include <cfloat>
+
 #include "platform/cuda_reduce.cuh"
 
 namespace lamp {
@@ -53,7 +55,10 @@ __global__ void update_scales_kernel(Float8ScaleArgs args) {
                                  amax, -INFINITY, NanMaxOp{})
                            : pending;
   if (threadIdx.x == 0) {
-    const float fresh = (1.0f / amax) * layer.max_over_margin[operand];
+    // At most the largest finite float, as the ATen ops clamp it (a tiny
+    // amax would give an inf scale).
+    const float fresh =
+        fminf((1.0f / amax) * layer.max_over_margin[operand], FLT_MAX);
     if (amax > 0.0f) {
       layer.scale[operand] = fresh;
     }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -80,6 +81,10 @@ void update_float8_scales(
     auto fresh = amax.reciprocal();
     fresh.narrow(0, 0, 2).mul_(448.0 / headroom);   // input, weight: E4M3
     fresh.narrow(0, 2, 1).mul_(57344.0 / headroom); // grad_output: E5M2
+    // A tiny amax (2e-38) takes max / amax past FP32's range: an inf scale
+    // would make the next cast's zeros NaN and its inverse scale 0. The
+    // largest finite float instead, as Transformer Engine clamps it.
+    fresh.clamp_max_(std::numeric_limits<float>::max());
     // An amax of 0 (a tensor not seen yet, or all zeros) keeps the scale;
     // non-finite amaxes never enter the history (cast_operand).
     state->scale.copy_(torch::where(amax > 0, fresh, state->scale));

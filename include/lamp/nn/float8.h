@@ -21,10 +21,12 @@
 /// would fail on a GPU fails on the CPU (whose emulated _scaled_mm accepts
 /// anything) with the same message: every dimension a multiple of 16, the
 /// first operand row-major and the second column-major, never E5M2 on both
-/// sides. A Linear whose in or out features are not multiples of 16 is not
-/// converted (the conversion says so and why); rows of the input (batch x
-/// sequence) that are not a multiple of 16 are padded with zero rows, which
-/// change neither the products nor the amaxes.
+/// sides. A Linear whose in or out features are 0 or not multiples of 16 is
+/// not converted (the conversion says so and why); rows of the input (batch
+/// x sequence) that are not a multiple of 16 are padded with zero rows, which
+/// change neither the products nor the amaxes, and an input or gradient of
+/// any strides (a transposed one) is cast into the layout the product takes.
+/// An input without rows gives the unconverted product's empty result.
 ///
 /// Needs LibTorch 2.x with float8 types, and a CUDA GPU of compute
 /// capability 8.9 or newer or a LibTorch with the CPU emulation
@@ -188,10 +190,11 @@ using Float8Predicate =
 /// state dicts load as before.
 ///
 /// A layer is converted when `predicate` (default: all) accepts it and it
-/// is eligible: FP32, BF16 or FP16 weights; in and out features multiples
-/// of 16 (CUDA's rule); a weight no other module shares (a tied embedding
-/// would be cast once per use). The others are listed with the reason.
-/// Converting a model twice is an error naming the first converted layer.
+/// is eligible: FP32, BF16 or FP16 weights; in and out features non-zero
+/// multiples of 16 (CUDA's rule); a weight no other module shares (a tied
+/// embedding would be cast once per use). The others are listed with the
+/// reason. Converting a model twice is an error naming the first converted
+/// layer.
 ///
 /// Example:
 /// \code
@@ -204,6 +207,11 @@ using Float8Predicate =
 /// \endcode
 /// \warning Delayed scaling needs update_float8_scales() after every
 /// backward (TrainStep calls it); without it the scales stay at 1.
+/// \warning A converted model cannot be clone()d: LibTorch's
+/// Cloneable::clone() rebuilds each Linear with reset(), which registers no
+/// "float8" child, and refuses it ("does not have the same number of child
+/// modules"). Clone before converting and convert the clone;
+/// save_float8_state() and load_float8_state() carry the scales across.
 Float8Conversion convert_to_float8(torch::nn::Module& model,
                                    const Float8Recipe& recipe = {},
                                    const Float8Predicate& predicate = nullptr);
@@ -225,10 +233,12 @@ std::vector<std::pair<std::string, std::string>> float8_left_out(
 /// y = input weight^T + bias in FP8 (the file comment's three products),
 /// with `state`'s recipe. The output dtype is the autocast dtype of the
 /// input's device where autocast is on, else the input's; dX is in the
-/// input's dtype and dW in the weight's. Errors name the layer and the
-/// shape that breaks a rule. Differentiable once: a backward with
-/// create_graph=true refuses (leave the layer out of convert_to_float8()
-/// for higher-order gradients).
+/// input's dtype and dW in the weight's. The input and the incoming gradient
+/// may have any strides. An input without elements (no rows) gives
+/// torch::linear's empty result and gradients, and records no cast. Errors
+/// name the layer and the shape that breaks a rule. Differentiable once: a
+/// backward with create_graph=true refuses (leave the layer out of
+/// convert_to_float8() for higher-order gradients).
 torch::Tensor float8_linear(const torch::Tensor& input,
                             const torch::Tensor& weight,
                             const torch::Tensor& bias, Float8StateImpl& state);
@@ -236,12 +246,13 @@ torch::Tensor float8_linear(const torch::Tensor& input,
 /// Ends a step of delayed scaling in every converted layer: each operand's
 /// pending amax (the largest finite amax since the last call) enters its
 /// history, the scale of the next step becomes max / amax / 2^margin with
-/// the amax the recipe reads from the history (kept where that amax is 0),
-/// and the pending amaxes restart. `all_reduce_max`, when given, replaces a
-/// tensor of every layer's pending amaxes by their maximum over the ranks
-/// before that (data-parallel replicas then agree on the scales). Without
-/// tensor-to-host copies: it can be captured in a CUDA graph. Current
-/// scaling has nothing to update.
+/// the amax the recipe reads from the history (kept where that amax is 0;
+/// at most the largest finite float, as Transformer Engine clamps it, where
+/// a tiny amax would make it inf), and the pending amaxes restart.
+/// `all_reduce_max`, when given, replaces a tensor of every layer's pending
+/// amaxes by their maximum over the ranks before that (data-parallel
+/// replicas then agree on the scales). Without tensor-to-host copies: it
+/// can be captured in a CUDA graph. Current scaling has nothing to update.
 void update_float8_scales(
     torch::nn::Module& model,
     const std::function<void(torch::Tensor&)>& all_reduce_max = nullptr);

@@ -305,6 +305,41 @@ TEST(StepRuns, AWorseEvaluationLeavesTheBestCheckpoint) {
   std::remove(best.c_str());
 }
 
+// A best test loss measured on another subset of the test set (a resume
+// that evaluates more or fewer batches) is no measure of the next
+// evaluation's: the first evaluation after such a resume is the new best,
+// whichever subset's loss is the lower. At a learning rate of 1e-12 the
+// weights hardly move, so one of the two directions below would keep the
+// old subset's best if it were compared.
+TEST(StepRuns, ABestOfAnotherEvaluationSubsetStartsAfresh) {
+  const auto checkpoint = temp_path("subset.pt");
+  for (const auto& limits : {std::pair<int64_t, int64_t>{1, 0}, {0, 1}}) {
+    std::remove(checkpoint.c_str());
+    const auto setup = [](TrainerOptions& o) {
+      o.steps(4).eval_every(2).min_lr(0).optimizer().lr(1e-12);
+    };
+    double first_best = 0;
+    text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.max_steps(2).checkpoint(checkpoint).limit_eval_batches(limits.first);
+    })->trainer->fit(nullptr, nullptr, nullptr, [&](const StepEvaluation& e) {
+      first_best = e.best_test_loss;
+    });
+    std::vector<StepEvaluation> after;
+    text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.resume(checkpoint).limit_eval_batches(limits.second);
+    })->trainer->fit(nullptr, nullptr, nullptr, [&](const StepEvaluation& e) {
+      after.push_back(e);
+    });
+    ASSERT_EQ(after.size(), 1u);
+    EXPECT_NE(after[0].test_loss, first_best);
+    EXPECT_EQ(after[0].best_test_loss, after[0].test_loss)
+        << "limits " << limits.first << " then " << limits.second;
+  }
+  std::remove(checkpoint.c_str());
+}
+
 // A resumed run carries on the lowest test loss of the run before the
 // stop: an evaluation after the resume that is worse than that best leaves
 // the best checkpoint alone, and the evaluations report the straight run's

@@ -137,10 +137,12 @@ std::string temporary_name(const std::string& path) {
          std::to_string(++writes);
 }
 
-// Removes PATH.tmp-* files in PATH's folder: called by the lock's holder,
-// when no other live run can be writing one.
+// Removes PATH.tmp-* files in PATH's folder, and the temporaries of its
+// ranks' shard files (PATH.rank<r>-of-<n>.step<s>.tmp-*): called by the
+// lock's holder, when no other live run can be writing one.
 void remove_stale_temporaries(const std::string& path) {
   const std::string prefix = base_name(path) + kTemporaryInfix;
+  const std::string shard_prefix = base_name(path) + ".rank";
   const std::string folder = parent_folder(path);
   DIR* dir = ::opendir(folder.c_str());
   if (dir == nullptr) {
@@ -148,39 +150,44 @@ void remove_stale_temporaries(const std::string& path) {
   }
   while (const dirent* entry = ::readdir(dir)) {
     const std::string name = entry->d_name;
-    if (name.compare(0, prefix.size(), prefix) == 0) {
+    const bool shard_temporary =
+        name.compare(0, shard_prefix.size(), shard_prefix) == 0 &&
+        name.find(kTemporaryInfix, shard_prefix.size()) != std::string::npos;
+    if (name.compare(0, prefix.size(), prefix) == 0 || shard_temporary) {
       ::unlink((folder + "/" + name).c_str());
     }
   }
   ::closedir(dir);
 }
 
-// The names written beside `path` (its temporary files, whose counter is
-// given all the digits of a uint64; ".lock" is shorter) must fit the
-// folder's file system, or the first write fails after an epoch of training.
-void check_name_length(const std::string& path, const std::string& what) {
+} // namespace
+
+namespace detail {
+
+// The names written beside `path` (`longest_suffix`, then a temporary
+// file's, whose counter is given all the digits of a uint64; ".lock" is
+// shorter) must fit the folder's file system, or the first write fails
+// after an epoch of training.
+void check_name_length(const std::string& path, const std::string& what,
+                       const std::string& longest_suffix) {
   const long name_max = ::pathconf(parent_folder(path).c_str(), _PC_NAME_MAX);
   if (name_max <= 0) {
     return; // no limit, or none the system can tell
   }
   const std::string name = base_name(path);
   const std::string suffix =
-      kTemporaryInfix + std::to_string(::getpid()) + "-" +
+      longest_suffix + kTemporaryInfix + std::to_string(::getpid()) + "-" +
       std::to_string(std::numeric_limits<uint64_t>::max());
   const size_t longest = name.size() + suffix.size();
   TORCH_CHECK(longest <= static_cast<size_t>(name_max), "lamp: ", what, " ",
               path, ": its file name is ", name.size(),
               " characters, and the temporary file written beside it (", name,
-              kTemporaryInfix, "<pid>-<n>) can take ", longest,
+              longest_suffix, kTemporaryInfix, "<pid>-<n>) can take ", longest,
               ", more than the ", name_max,
               " characters its file system allows (NAME_MAX of ",
               parent_folder(path), "); use a file name of at most ",
               name_max - static_cast<long>(suffix.size()), " characters.");
 }
-
-} // namespace
-
-namespace detail {
 
 std::string read_regular_file(const std::string& path) {
   struct stat info {};
@@ -256,7 +263,7 @@ void check_checkpoint_path(const std::string& path, const std::string& what) {
   TORCH_CHECK(::stat(folder.c_str(), &info) == 0 && S_ISDIR(info.st_mode),
               "lamp: ", what, " ", path, ": the folder ", folder,
               " does not exist; create it or choose another path.");
-  check_name_length(path, what);
+  detail::check_name_length(path, what, "");
   if (::lstat(path.c_str(), &info) == 0) {
     TORCH_CHECK(
         S_ISREG(info.st_mode), "lamp: ", what, " ", path,

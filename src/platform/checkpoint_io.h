@@ -11,6 +11,13 @@
 namespace lamp {
 namespace detail {
 
+// Throws, naming `what`, `path` and the longest name it may have, when
+// `path`'s file name followed by `longest_suffix` (what is written beside
+// it: "" for the file itself, ".rank1-of-2.step100" for a rank's shard) and
+// a temporary file's suffix is longer than its folder's file system allows.
+void check_name_length(const std::string& path, const std::string& what,
+                       const std::string& longest_suffix);
+
 // The whole of a regular file, checked against the memory there is to hold
 // it; a TORCH_CHECK error naming the path otherwise.
 std::string read_regular_file(const std::string& path);

@@ -13,6 +13,7 @@
 #include "lamp/platform/checkpoint_file.h"
 #include "lamp/training/checkpoint_weights.h"
 #include "platform/archive.h"
+#include "platform/checkpoint_io.h"
 #include "platform/paths.h"
 #include "training/divergence_watch.h"
 #include "training/epoch_run.h"
@@ -170,6 +171,16 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
     // writing the same checkpoint fail now, not after the first epoch.
     check_checkpoint_path(o.checkpoint(), "checkpoint");
     lock_ = std::make_unique<CheckpointLock>(o.checkpoint());
+  }
+  if (!o.checkpoint().empty() && group && group->is_distributed() &&
+      o.zero_stage() > 0) {
+    // Every rank writes its shard beside the checkpoint, under a longer
+    // name (its step's digits at most those of the run's last step).
+    const int world = group->world_size();
+    lamp::detail::check_name_length(o.checkpoint(), "checkpoint",
+                                    ".rank" + std::to_string(world - 1) +
+                                        "-of-" + std::to_string(world) +
+                                        ".step" + std::to_string(total_steps_));
   }
   if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
     check_checkpoint_path(o.best_checkpoint(), "best_checkpoint");
@@ -621,8 +632,15 @@ bool Trainer::evaluate_at_step(
   run.stats.eval_seconds += e.eval_seconds;
   watch.check_test_loss(run.epoch, e.test_loss);
   const auto& o = options_;
+  if (best_test_examples_ != 0 && best_test_examples_ != e.test_examples) {
+    // The best was measured on another subset of the test set (a resume
+    // with another limit_eval_batches), no measure of this one's losses:
+    // this evaluation starts the best afresh.
+    best_test_loss_ = std::numeric_limits<double>::infinity();
+  }
   if (e.test_loss < best_test_loss_) {
     best_test_loss_ = e.test_loss;
+    best_test_examples_ = e.test_examples;
     if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
       save_checkpoint(o.best_checkpoint());
       e.best_written = true;

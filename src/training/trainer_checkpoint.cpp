@@ -140,6 +140,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   archive.write("epoch_loss_sum", c10::IValue(epoch_loss_sum));
   archive.write("epoch_non_finite", c10::IValue(epoch_non_finite));
   archive.write("best_test_loss", c10::IValue(best_test_loss_));
+  archive.write("best_test_examples", c10::IValue(best_test_examples_));
   archive.write("global_step", c10::IValue(global_step_));
   detail::write_history(archive, history_);
   detail::write_program_settings(archive, o.program_settings());
@@ -374,6 +375,11 @@ void Trainer::load_checkpoint(const std::string& path) {
       archive.try_read("best_test_loss", present)
           ? lamp::detail::read_number(archive, "best_test_loss", where.c_str())
           : std::numeric_limits<double>::infinity();
+  // Written since lamp 0.5; before, the subset is unknown (0).
+  const int64_t best_test_examples =
+      archive.try_read("best_test_examples", present)
+          ? integer("best_test_examples")
+          : 0;
   // The steps the position stands for, next_epoch * steps_per_epoch +
   // epoch_step, or -1 where a damaged checkpoint's counts are negative or
   // their product overflows int64.
@@ -515,6 +521,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   resumed_loss_sum_ = epoch_loss_sum;
   resumed_non_finite_ = epoch_non_finite;
   best_test_loss_ = best_test_loss;
+  best_test_examples_ = best_test_examples;
   checkpoint_step_ = o.checkpoint() == path ? global_step_ : -1;
   if (resharding) {
     history.push_back({detail::kResharded, next_epoch, checkpoint_epochs,

@@ -4,7 +4,9 @@
 # exactly (and the replicated run's too), and a missing, mixed-up or other-stage checkpoint is refused on
 # both ranks, naming the rank and the file; --reshard moves a checkpoint
 # from 2 ranks to 1 and on to 3, but not one written inside an epoch; a run
-# resumed into another checkpoint leaves the first one's shard files.
+# resumed into another checkpoint leaves the first one's shard files; a
+# checkpoint name too long for its shards' names is refused before training,
+# and a killed run's shard temporaries are removed by the next run.
 #   zero_program.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
 set -uo pipefail
 # shellcheck source=tests/distributed/free_port.sh
@@ -326,6 +328,28 @@ if all_ok inside_first; then
     pass reshard_inside_an_epoch_refused
   else
     fail "reshard_inside_an_epoch_refused: exit ${rcs[0]}"; tail -3 "$log" | sed 's/^/      /'
+  fi
+fi
+
+# 9. The ranks' shard files take longer names than the checkpoint: a name
+# whose own temporaries fit NAME_MAX (255) but whose shards' do not is
+# refused before training, on every rank. And a killed run's shard
+# temporaries are removed by the next run on the checkpoint, its shard
+# files kept.
+long="$work/$(printf 'c%.0s' $(seq 212)).pt"
+# The checkpoint's own name is named (215 characters), not the shard's at
+# its first write (232), which is where the refusal used to come.
+pattern="its file name is 215 characters, and the temporary file written beside it (${long##*/}.rank1-of-2.step2.tmp-<pid>-<n>) can take"
+both_refuse shard_name_too_long "$pattern" "$pattern" --epochs 1 --zero 1 --checkpoint "$long"
+touch "$work/s.pt.rank1-of-2.step2.tmp-99999-1"
+ranks stale --epochs 1 --zero 1 --checkpoint "$work/s.pt"
+if both_ok stale; then
+  if [ -e "$work/s.pt.rank1-of-2.step2.tmp-99999-1" ]; then
+    fail "stale_shard_temporaries_removed: the killed run's temporary is still there"
+  elif [ ! -e "$work/s.pt.rank1-of-2.step2" ]; then
+    fail "stale_shard_temporaries_removed: the run's own shard file is missing"
+  else
+    pass stale_shard_temporaries_removed
   fi
 fi
 

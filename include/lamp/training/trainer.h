@@ -133,7 +133,9 @@ struct TrainerOptions {
   /// `limit_val_batches`. The test loss and accuracy are then over that
   /// subset, which EpochStats::test_batches and test_batches_in_set say.
   /// Not stored in checkpoints (a resumed run may evaluate more or fewer
-  /// batches); with a process group the ranks must agree on it, and rank r
+  /// batches: its first evaluation of another subset then starts the best
+  /// test loss afresh); with a process group the ranks must agree on it, and
+  /// rank r
   /// evaluates batches r, r + ranks, ... of the first limit_eval_batches.
   TORCH_ARG(int64_t, limit_eval_batches) = 0;
   /// Write a checkpoint here after every complete epoch; empty = none. The
@@ -644,6 +646,9 @@ class Trainer {
   // The lowest test loss of TrainerOptions::eval_every's evaluations (inf
   // before the first), stored in checkpoints.
   double best_test_loss_ = std::numeric_limits<double>::infinity();
+  // The test examples best_test_loss_ was measured on (0: unknown): a
+  // resume may evaluate another subset (limit_eval_batches).
+  int64_t best_test_examples_ = 0;
   // The global step TrainerOptions::checkpoint holds (-1: none yet).
   int64_t checkpoint_step_ = -1;
   // TrainerOptions::eval_every: the finite losses (FP64, on the device) and

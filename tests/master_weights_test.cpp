@@ -201,6 +201,38 @@ TEST(MasterWeights, MissingModelGradLeavesMasterWithoutOneAndUnchanged) {
   }
 }
 
+// Weights loaded into the model after the masters were made reach them
+// with model_params_to_master_params(), in place (flat or not), so that the
+// copy back keeps them; without it the masters' old values overwrite them.
+TEST(MasterWeights, TakesTheModelsWeightsBack) {
+  for (const bool flat : {false, true}) {
+    SCOPED_TRACE(flat ? "flat" : "per tensor");
+    torch::manual_seed(2);
+    torch::nn::Linear layer(4, 3);
+    layer->to(torch::kBFloat16);
+    lamp::MasterWeights master(layer->parameters(), flat);
+    const auto before = master.master_params()[0].data_ptr();
+    const auto loaded = torch::randn({3, 4}).to(torch::kBFloat16);
+    {
+      torch::NoGradGuard no_grad;
+      layer->weight.copy_(loaded);
+    }
+    master.model_params_to_master_params();
+    EXPECT_EQ(master.master_params()[0].data_ptr(), before);
+    EXPECT_EQ(master.master_params()[0].scalar_type(), torch::kFloat);
+    EXPECT_TRUE(
+        torch::equal(master.master_params()[0], loaded.to(torch::kFloat)));
+    EXPECT_TRUE(master.master_params()[0].requires_grad());
+    if (flat) {
+      EXPECT_TRUE(
+          torch::equal(master.flat_buffer().narrow(0, 0, 12).view({3, 4}),
+                       loaded.to(torch::kFloat)));
+    }
+    master.master_params_to_model_params();
+    EXPECT_TRUE(torch::equal(layer->weight, loaded));
+  }
+}
+
 TEST(MasterWeights, RoundTripBackToTheModel) {
   for (bool flat : {false, true}) {
     auto params = half_params_with_grads(torch::kBFloat16, 5);

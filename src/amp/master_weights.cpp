@@ -176,6 +176,13 @@ void MasterWeights::master_params_to_model_params() {
   lamp::master_params_to_model_params(model_, master_, /*flat_master=*/false);
 }
 
+void MasterWeights::model_params_to_master_params() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < master_.size(); ++i) {
+    master_[i].copy_(model_[i]); // in place: the optimizer's references stay
+  }
+}
+
 namespace {
 // Named masters are saved under their parameters' names, marked so; older
 // archives (and unnamed masters) use positions "0", "1", ...

@@ -76,6 +76,16 @@ class MasterWeights {
   /// parameter's dtype).
   void master_params_to_model_params();
 
+  /// The other way: copies the model's parameters into the masters, widened
+  /// to FP32, in place (the optimizer's references to them stay valid). For
+  /// weights changed in the model after the masters were made (a
+  /// torch::load into the model): without it, the next step copies the
+  /// masters back over them.
+  /// \warning The masters then hold the model's FP16/BF16 values, rounded;
+  /// FP32 weights are better loaded with lamp::training::
+  /// load_weights_from_checkpoint() or MasterWeights::load().
+  void model_params_to_master_params();
+
   /// Names the parameters, in the order they were given (such as the keys of
   /// `model->named_parameters()`): save() then keys the tensors by name, and
   /// load() finds them by name (also after the parameters' order changed)

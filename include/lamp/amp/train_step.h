@@ -393,6 +393,11 @@ class TrainStep {
   GradScaler& scaler() { return scaler_; }
   /// The master weights in "half"/"bf16"; nullptr otherwise (also when
   /// the optimizer state is sharded: the shards are the masters then).
+  /// \warning The masters are made from the model's weights when the
+  /// TrainStep is built, and each step copies them into the model: load
+  /// weights into the model before building it, or call
+  /// master_weights()->model_params_to_master_params() after, or the next
+  /// step overwrites them.
   MasterWeights* master_weights() { return master_.get(); }
   /// The sharding of the optimizer state over the ranks when the gradient
   /// synchroniser shards it (DataParallelOptions::zero_stage 1 or 2); nullptr

@@ -31,6 +31,15 @@ lamp::OptimizerFactory sgd(double lr, double momentum = 0.9) {
   };
 }
 
+// A second Linear(5, 2) with `a`'s weights, for two runs from one start.
+torch::nn::Linear twin_of(const torch::nn::Linear& a) {
+  torch::nn::Linear b(5, 2);
+  torch::NoGradGuard no_grad;
+  b->weight.copy_(a->weight);
+  b->bias.copy_(a->bias);
+  return b;
+}
+
 bool fp16_runs_on_cpu(Precision p) {
   return !lamp::uses_fp16(p) || lamp::fp16_compute_available(torch::kCPU);
 }
@@ -355,12 +364,8 @@ TEST(TrainStep, AStepThatThrowsDiscardsItsCycle) {
   torch::manual_seed(4);
   const auto x = torch::randn({8, 5});
   const auto y = torch::randn({8, 2});
-  torch::nn::Linear a(5, 2), b(5, 2);
-  {
-    torch::NoGradGuard no_grad;
-    b->weight.copy_(a->weight);
-    b->bias.copy_(a->bias);
-  }
+  torch::nn::Linear a(5, 2);
+  auto b = twin_of(a);
   const auto options =
       lamp::TrainStepOptions(Precision::kAMPBF16).force_loss_scaling(true);
   bool fail = true;
@@ -424,12 +429,8 @@ TEST(TrainStep, AccumulationMatchesOneLargeBatch) {
   torch::manual_seed(3);
   const auto x = torch::randn({16, 5});
   const auto y = torch::randn({16, 2});
-  torch::nn::Linear a(5, 2), b(5, 2);
-  {
-    torch::NoGradGuard no_grad;
-    b->weight.copy_(a->weight);
-    b->bias.copy_(a->bias);
-  }
+  torch::nn::Linear a(5, 2);
+  auto b = twin_of(a);
   lamp::TrainStep big(a.ptr(), sgd(0.1), Precision::kFP32);
   lamp::TrainStep small(
       b.ptr(), sgd(0.1),

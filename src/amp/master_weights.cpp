@@ -9,6 +9,7 @@
 #include "lamp/platform/out_of_memory.h"
 #include "lamp/platform/parameters.h"
 #include "platform/archive.h"
+#include "platform/compat.h"
 
 namespace lamp {
 namespace {
@@ -178,9 +179,8 @@ void MasterWeights::master_params_to_model_params() {
 
 void MasterWeights::model_params_to_master_params() {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < master_.size(); ++i) {
-    master_[i].copy_(model_[i]); // in place: the optimizer's references stay
-  }
+  // In place: the optimizer's references to the masters stay valid.
+  detail::foreach_copy_(master_, model_);
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include "training/divergence_watch.h"
 #include "training/epoch_run.h"
 #include "training/run_settings.h"
+#include "training/shard_files.h"
 
 namespace lamp {
 namespace training {
@@ -177,10 +178,10 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
     // Every rank writes its shard beside the checkpoint, under a longer
     // name (its step's digits at most those of the run's last step).
     const int world = group->world_size();
+    const auto shard =
+        detail::shard_path(o.checkpoint(), world - 1, world, total_steps_);
     lamp::detail::check_name_length(o.checkpoint(), "checkpoint",
-                                    ".rank" + std::to_string(world - 1) +
-                                        "-of-" + std::to_string(world) +
-                                        ".step" + std::to_string(total_steps_));
+                                    shard.substr(o.checkpoint().size()));
   }
   if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
     check_checkpoint_path(o.best_checkpoint(), "best_checkpoint");

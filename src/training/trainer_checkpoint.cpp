@@ -22,6 +22,7 @@
 #include "training/divergence_watch.h"
 #include "training/epoch_run.h"
 #include "training/run_settings.h"
+#include "training/shard_files.h"
 
 namespace lamp {
 namespace training {
@@ -36,13 +37,6 @@ bool exists(const std::string& path) {
 
 // The format of a rank's shard file of a sharded checkpoint.
 constexpr const char* kShardFormat = "lamp-classifier-trainer-shard-1";
-
-// Rank `rank`'s shard file of the checkpoint at `path`, at `step`.
-std::string shard_path(const std::string& path, int rank, int world,
-                       int64_t step) {
-  return path + ".rank" + std::to_string(rank) + "-of-" +
-         std::to_string(world) + ".step" + std::to_string(step);
-}
 
 // Runs `work` on every rank, then agrees: when it failed on any rank, every
 // rank throws, the failed ones their own error, the others naming them with
@@ -168,7 +162,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   // leaves the previous manifest with its files, or the new one with its.
   const int rank = group->rank();
   const int world = group->world_size();
-  const auto mine = shard_path(path, rank, world, global_step_);
+  const auto mine = detail::shard_path(path, rank, world, global_step_);
   // Each shard's checksum, recorded in the manifest: a shard file that
   // another run (or a later step) has written since is refused on resume.
   auto checksums = torch::zeros({world}, torch::kLong);
@@ -193,8 +187,8 @@ void Trainer::save_checkpoint(const std::string& path) const {
     }
     c10::List<std::string> shards;
     for (int r = 1; r < world; ++r) {
-      shards.push_back(
-          lamp::detail::base_name(shard_path(path, r, world, global_step_)));
+      shards.push_back(lamp::detail::base_name(
+          detail::shard_path(path, r, world, global_step_)));
     }
     archive.write("zero_shards", c10::IValue(shards));
     archive.write("zero_shard_crc32", checksums.narrow(0, 1, world - 1));
@@ -241,8 +235,8 @@ std::string read_shard(const std::string& path, const c10::IValue& entry,
                        torch::serialize::InputArchive& train_step) {
   TORCH_CHECK(entry.isString(), "lamp: ", path,
               ": the manifest's list of shard files is damaged.");
-  const auto own = shard_path(path, static_cast<int>(k),
-                              static_cast<int>(saved_world), global_step);
+  const auto own = detail::shard_path(
+      path, static_cast<int>(k), static_cast<int>(saved_world), global_step);
   const auto named = lamp::detail::join_path(lamp::detail::parent_folder(path),
                                              entry.toStringRef());
   std::vector<std::string> candidates{own};
@@ -490,8 +484,9 @@ void Trainer::load_checkpoint(const std::string& path) {
       // Only this checkpoint's own: a shard read under the name it was
       // written under belongs to the checkpoint it was copied from.
       if (k % world == rank &&
-          files[k] == shard_path(path, static_cast<int>(k),
-                                 static_cast<int>(saved_world), global_step)) {
+          files[k] == detail::shard_path(path, static_cast<int>(k),
+                                         static_cast<int>(saved_world),
+                                         global_step)) {
         previous_shards_.push_back(files[k]);
       }
     }

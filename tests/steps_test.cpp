@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "platform/paths.h"
 #include "test_util.h"
 #include "trainer_util.h"
 
@@ -757,6 +758,23 @@ TEST(StepRuns, RefusesBadStepOptionsNamingThem) {
           .find("--best-checkpoint is written after the evaluations of "
                 "--eval-every, which is off"),
       std::string::npos);
+  // The best checkpoint is another file than the checkpoint (whatever its
+  // spelling) and than the weights the run starts from.
+  const auto named = temp_path("same.pt");
+  const auto folder = lamp::detail::parent_folder(named);
+  const auto dotted = folder + "/./" + lamp::detail::base_name(named);
+  EXPECT_NE(refused([&](TrainerOptions& o) {
+              o.eval_every(2).checkpoint(named).best_checkpoint(dotted);
+            })
+                .find(" are the same file; give the best checkpoint its own "
+                      "name"),
+            std::string::npos);
+  EXPECT_NE(refused([&](TrainerOptions& o) {
+              o.eval_every(2).init_from(named).best_checkpoint(dotted);
+            })
+                .find(" are the same file, which the run's first evaluation "
+                      "would write over"),
+            std::string::npos);
   EXPECT_NE(refused([](TrainerOptions& o) {
               o.eval_every(3).step().accumulation_steps(7);
             })

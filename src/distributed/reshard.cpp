@@ -3,8 +3,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "platform/archive.h"
@@ -148,6 +150,81 @@ void reshard_optimizer(std::vector<torch::serialize::InputArchive>& optimizers,
     }
   }
   out.write("state", state_out);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> gather_saved_masters(
+    std::vector<torch::serialize::InputArchive>& shards,
+    const std::string& where) {
+  const auto* caller = where.c_str();
+  std::vector<std::pair<std::string, torch::Tensor>> masters;
+  c10::IValue names;
+  if (shards.empty() || !shards[0].try_read("names", names)) {
+    return masters;
+  }
+  TORCH_CHECK(names.isList(), where,
+              ": the shards' list of parameter names is damaged.");
+  const auto world = static_cast<int64_t>(shards.size());
+  torch::Tensor layout;
+  TORCH_CHECK(shards[0].try_read("layout", layout) &&
+                  layout.scalar_type() == torch::kLong && layout.dim() == 1,
+              where, ": rank 0's shard layout is missing or damaged.");
+  for (int64_t k = 0; k < world; ++k) {
+    const auto their_world =
+        lamp::detail::read_int(shards[k], "world_size", caller);
+    const auto rank = lamp::detail::read_int(shards[k], "rank", caller);
+    torch::Tensor theirs;
+    TORCH_CHECK(their_world == world && rank == k &&
+                    shards[k].try_read("layout", theirs) &&
+                    theirs.sizes() == layout.sizes() &&
+                    theirs.scalar_type() == torch::kLong &&
+                    torch::equal(theirs, layout),
+                where, ": shard ", k, " of ", world, " is not rank ", k,
+                "'s of the same run (it says rank ", rank, " of ", their_world,
+                ").");
+  }
+  // [group, dtype, count, numel...] per unit (ZeroSharding::layout_tensor).
+  const auto values = layout.contiguous();
+  const auto* v = values.data_ptr<int64_t>();
+  const int64_t n = values.numel();
+  const auto& listed = names.toListRef();
+  size_t next_name = 0;
+  int64_t unit = 0;
+  for (int64_t at = 0; at < n; ++unit) {
+    TORCH_CHECK(at + 3 <= n && v[at + 2] >= 0 && v[at + 2] <= n - at - 3, where,
+                ": the shard layout is damaged.");
+    const int64_t count = v[at + 2];
+    const auto* numels = v + at + 3;
+    at += 3 + count;
+    int64_t numel = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      TORCH_CHECK(numels[j] >= 0 &&
+                      numel <= std::numeric_limits<int64_t>::max() - numels[j],
+                  where, ": the shard layout is damaged.");
+      numel += numels[j];
+    }
+    const int64_t shard = numel / world + (numel % world != 0 ? 1 : 0);
+    std::vector<torch::Tensor> pieces;
+    for (int64_t k = 0; k < world; ++k) {
+      pieces.push_back(lamp::detail::read_checked_tensor(
+          shards[k], "shard_" + std::to_string(unit),
+          torch::empty({shard}, torch::kFloat),
+          "rank " + std::to_string(k) + "'s shard " + std::to_string(unit),
+          /*finite=*/true, caller));
+    }
+    const auto flat = torch::cat(pieces);
+    int64_t offset = 0;
+    for (int64_t j = 0; j < count; ++j, ++next_name) {
+      TORCH_CHECK(next_name < listed.size() && listed[next_name].isString(),
+                  where,
+                  ": the shards name fewer parameters than they lay out.");
+      masters.emplace_back(listed[next_name].toStringRef(),
+                           flat.narrow(0, offset, numels[j]));
+      offset += numels[j];
+    }
+  }
+  TORCH_CHECK(next_name == listed.size(), where, ": the shards name ",
+              listed.size(), " parameters but lay out ", next_name, ".");
+  return masters;
 }
 
 } // namespace detail

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lamp {
@@ -39,6 +40,16 @@ void reshard_optimizer(std::vector<torch::serialize::InputArchive>& optimizers,
                        const std::vector<std::vector<ReshardSizes>>& groups,
                        int rank, torch::serialize::OutputArchive& out,
                        const std::string& where);
+
+/// The FP32 master weights that the saved ranks' shard archives hold
+/// (ZeroSharding::save's, every saved rank's in rank order), put back
+/// together: each trainable parameter's by its name in the model, flat, in
+/// the order the shards lay them out. Empty when the archives do not name
+/// their parameters (written before they did). Throws, naming `where`, when
+/// the archives are not one run's ranks or their shards are damaged.
+std::vector<std::pair<std::string, torch::Tensor>> gather_saved_masters(
+    std::vector<torch::serialize::InputArchive>& shards,
+    const std::string& where);
 
 } // namespace detail
 } // namespace distributed

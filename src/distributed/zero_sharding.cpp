@@ -131,6 +131,7 @@ void ZeroSharding::shard(torch::optim::Optimizer& optimizer,
   std::vector<torch::Tensor> listed;
   std::vector<size_t> groups;
   std::vector<std::string> listed_names;
+  std::vector<std::string> model_names;
   auto& param_groups = optimizer.param_groups();
   for (size_t g = 0; g < param_groups.size(); ++g) {
     for (const auto& p : param_groups[g].params()) {
@@ -142,6 +143,7 @@ void ZeroSharding::shard(torch::optim::Optimizer& optimizer,
       listed.push_back(p);
       groups.push_back(g);
       listed_names.push_back("'" + names[it->second] + "'");
+      model_names.push_back(names[it->second]);
     }
   }
   given_ = params;
@@ -150,6 +152,7 @@ void ZeroSharding::shard(torch::optim::Optimizer& optimizer,
     given_index_.push_back(index.at(p.unsafeGetTensorImpl()));
   }
   build(std::move(listed), groups, listed_names);
+  model_names_ = std::move(model_names);
   group_count_ = param_groups.size();
   if (install_) {
     TORCH_CHECK(
@@ -268,6 +271,17 @@ void ZeroSharding::save(torch::serialize::OutputArchive& archive) const {
   for (size_t u = 0; u < shards_.size(); ++u) {
     archive.write("shard_" + std::to_string(u), shards_[u].detach(),
                   /*is_buffer=*/true);
+  }
+  if (!model_names_.empty()) {
+    // The units' members in their order: with the layout, each master's
+    // place in the shards (gather_saved_masters).
+    c10::List<std::string> names;
+    for (const auto& unit : units_) {
+      for (const auto i : unit.members) {
+        names.push_back(model_names_[i]);
+      }
+    }
+    archive.write("names", c10::IValue(names));
   }
 }
 

@@ -106,6 +106,10 @@ class ZeroSharding final : public OptimizerSharding {
   std::vector<torch::Tensor> given_;
   std::vector<size_t> given_index_;
   std::vector<torch::Tensor> params_;
+  // Each of params_'s name in the model, unquoted (shard()'s only): saved
+  // with the shards, so that the masters can be read back whole by name
+  // (gather_saved_masters).
+  std::vector<std::string> model_names_;
   std::vector<Unit> units_;
   size_t group_count_ = 0;            // the optimizer's param groups
   std::vector<torch::Tensor> shards_; // FP32, one per unit

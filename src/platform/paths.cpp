@@ -52,5 +52,24 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  if (a == b) {
+    return true;
+  }
+  struct stat sa {};
+  struct stat sb {};
+  const bool a_there = ::stat(a.c_str(), &sa) == 0;
+  const bool b_there = ::stat(b.c_str(), &sb) == 0;
+  if (a_there || b_there) {
+    return a_there && b_there && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+  }
+  // Neither written yet: the same name in the same folder.
+  return base_name(a) == base_name(b) &&
+         ::stat(parent_folder(a).c_str(), &sa) == 0 &&
+         ::stat(parent_folder(b).c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 } // namespace detail
 } // namespace lamp

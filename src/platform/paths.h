@@ -22,6 +22,10 @@ std::string join_path(const std::string& directory, const std::string& name);
 std::string parent_folder(const std::string& path);
 // The last component of `path`.
 std::string base_name(const std::string& path);
+// Whether `a` and `b` name one file: the same file where either exists (by
+// device and inode: "./x" and "x", a hard link, a symbolic link), else the
+// same name in the same folder.
+bool same_file(const std::string& a, const std::string& b);
 
 } // namespace detail
 } // namespace lamp

@@ -7,11 +7,13 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/reshard.h"
 #include "lamp/amp/master_weights.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "platform/archive.h"
 #include "platform/paths.h"
 #include "training/run_settings.h"
+#include "training/shard_files.h"
 
 namespace lamp {
 namespace training {
@@ -66,6 +68,75 @@ std::string shape(const torch::Tensor& tensor) {
   return c10::str(tensor.sizes());
 }
 
+// Whether a model's saved tensors hold FP16 or BF16 parameters (a half or
+// bf16 run, whose FP32 masters are kept apart from them).
+bool holds_half_weights(
+    const torch::OrderedDict<std::string, torch::Tensor>& saved) {
+  for (const auto& item : saved) {
+    const auto dtype = item.value().scalar_type();
+    if (dtype == torch::kHalf || dtype == torch::kBFloat16) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The FP32 masters of a sharded checkpoint (`archive`, the manifest at
+// `path`, whose train_step is `step_archive` and list of shard files
+// `shards`), gathered from every saved rank's shard, by parameter name and
+// in the shape of `saved`'s tensor of that name. Throws when a shard file is
+// missing, another's or damaged, or its shards were written before they
+// named their parameters.
+std::unordered_map<std::string, torch::Tensor> read_sharded_masters(
+    torch::serialize::InputArchive& archive,
+    torch::serialize::InputArchive& step_archive, const c10::IValue& shards,
+    const torch::OrderedDict<std::string, torch::Tensor>& saved,
+    const std::string& path, const std::string& model_name) {
+  const std::string where = "lamp: " + path;
+  TORCH_CHECK(shards.isList(), where,
+              ": the manifest's list of shard files is damaged.");
+  const auto saved_world = static_cast<int64_t>(shards.toListRef().size()) + 1;
+  const auto global_step =
+      lamp::detail::read_int(archive, "global_step", where.c_str());
+  torch::Tensor checksums;
+  if (archive.try_read("zero_shard_crc32", checksums)) {
+    TORCH_CHECK(checksums.scalar_type() == torch::kLong &&
+                    checksums.dim() == 1 &&
+                    checksums.size(0) == saved_world - 1,
+                where, ": the manifest's list of shard checksums is damaged.");
+  }
+  std::vector<torch::serialize::InputArchive> optimizer_shards(saved_world);
+  for (int64_t k = 0; k < saved_world; ++k) {
+    torch::serialize::InputArchive train_step;
+    auto* step = &step_archive;
+    if (k > 0) {
+      const int64_t checksum =
+          checksums.defined() ? checksums[k - 1].item<int64_t>() : -1;
+      detail::read_shard(path, shards.toListRef()[k - 1], k, saved_world,
+                         global_step, checksum, model_name, train_step);
+      step = &train_step;
+    }
+    lamp::detail::read_archive(*step, "optimizer_shard", optimizer_shards[k],
+                               where.c_str());
+  }
+  const auto gathered =
+      distributed::detail::gather_saved_masters(optimizer_shards, where);
+  TORCH_CHECK(!gathered.empty(), where,
+              ": its shards were written before they named their parameters.");
+  std::unordered_map<std::string, torch::Tensor> masters;
+  for (const auto& item : gathered) {
+    const auto* tensor = saved.find(item.first);
+    TORCH_CHECK(tensor != nullptr && tensor->numel() == item.second.numel(),
+                where, ": the shards hold a master weight of ",
+                item.second.numel(), " elements for '", item.first, "', ",
+                tensor == nullptr ? std::string("which the model lacks")
+                                  : "a parameter of " + shape(*tensor),
+                "; the checkpoint is damaged.");
+    masters.emplace(item.first, item.second.view(tensor->sizes()));
+  }
+  return masters;
+}
+
 // The checkpoint at `path` read into `archive`, its checksum and format
 // checked; `purpose` ends the message for a missing file ("to resume from").
 void read_trainer_checkpoint(const std::string& path, const char* purpose,
@@ -116,25 +187,25 @@ CheckpointWeights read_checkpoint_weights(const std::string& path) {
   lamp::detail::read_archive(step_archive, "model", model_archive, where);
   torch::OrderedDict<std::string, torch::Tensor> saved;
   flatten(model_archive, "", saved, where);
-  const auto masters = read_masters(step_archive, where);
+  auto masters = read_masters(step_archive, where);
   c10::IValue shards;
-  if (masters.empty() && archive.try_read("zero_shards", shards)) {
+  if (masters.empty() && archive.try_read("zero_shards", shards) &&
+      holds_half_weights(saved)) {
     // ZeRO keeps each rank's part of the FP32 masters in that rank's shard
-    // file, as flat optimizer state; only a resume puts them back together.
-    for (const auto& item : saved) {
-      const auto dtype = item.value().scalar_type();
-      if (dtype == torch::kHalf || dtype == torch::kBFloat16) {
-        TORCH_WARN_ONCE(
-            "lamp: ", path,
-            " is a checkpoint of a run with sharded optimizer state (ZeRO) in ",
-            dtype,
-            ": its FP32 master weights are spread over its ranks' shard "
-            "files, so the weights read from it are the model's ",
-            dtype,
-            " copy, the masters rounded. --resume it to go on from the "
-            "masters themselves.");
-        break;
-      }
+    // file, as flat optimizer state: they are read back whole from there.
+    try {
+      masters = read_sharded_masters(archive, step_archive, shards, saved, path,
+                                     weights.model_name);
+    } catch (const c10::Error& e) {
+      TORCH_WARN("lamp: ", path,
+                 " is a checkpoint of a run with sharded optimizer state "
+                 "(ZeRO), whose FP32 master weights are in its ranks' shard "
+                 "files, and they could not be read: ",
+                 e.what_without_backtrace(),
+                 " The weights read from it are the model's FP16/BF16 copy, "
+                 "the masters rounded; give the checkpoint with its .rank* "
+                 "files to start from the masters themselves.");
+      masters.clear();
     }
   }
   for (const auto& item : saved) {

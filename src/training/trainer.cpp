@@ -311,9 +311,21 @@ void Trainer::check_step_options(int64_t batches) const {
                 " is written after the evaluations of ",
                 name("eval_every", "TrainerOptions::eval_every"),
                 ", which is off; give it too.");
-    TORCH_CHECK(o.best_checkpoint() != o.checkpoint(), "lamp: ", best, " and ",
-                checkpoint, " are the same file (", o.checkpoint(),
-                "); give the best checkpoint its own name.");
+    TORCH_CHECK(
+        o.checkpoint().empty() ||
+            !lamp::detail::same_file(o.best_checkpoint(), o.checkpoint()),
+        "lamp: ", best, " ", o.best_checkpoint(), " and ", checkpoint, " ",
+        o.checkpoint(),
+        " are the same file; give the best checkpoint its own name.");
+    // A new run's first evaluation is its best so far (a resume's is
+    // measured against the best it resumes with).
+    TORCH_CHECK(
+        o.init_from().empty() ||
+            !lamp::detail::same_file(o.best_checkpoint(), o.init_from()),
+        "lamp: ", best, " ", o.best_checkpoint(), " and ",
+        name("init_from", "TrainerOptions::init_from"), " ", o.init_from(),
+        " are the same file, which the run's first evaluation would "
+        "write over; give the best checkpoint another name.");
     // Its shard files would be cleaned up as the last checkpoint's.
     TORCH_CHECK(o.zero_stage() == 0, "lamp: ", best,
                 " is not available with sharded optimizer state (",

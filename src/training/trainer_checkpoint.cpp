@@ -222,17 +222,13 @@ std::string shard_description(torch::serialize::InputArchive& shard) {
          std::to_string(step.toInt());
 }
 
-// Reads saved rank `k`'s (of `saved_world`) shard file into `train_step`,
-// after checking that it is that rank's of this checkpoint, and the very
-// file the manifest at `path` was written with when it records the shards'
-// checksums (`checksum` >= 0); returns the file's path. The file is the
-// checkpoint's own (`path`.rank<k>-of-<n>.step<s>: a copy carries its
-// shards under its own name), else the one the manifest names in `entry`
-// (the name it was written under).
-std::string read_shard(const std::string& path, const c10::IValue& entry,
-                       int64_t k, int64_t saved_world, int64_t global_step,
-                       int64_t checksum, const std::string& model_name,
-                       torch::serialize::InputArchive& train_step) {
+} // namespace
+
+std::string detail::read_shard(const std::string& path,
+                               const c10::IValue& entry, int64_t k,
+                               int64_t saved_world, int64_t global_step,
+                               int64_t checksum, const std::string& model_name,
+                               torch::serialize::InputArchive& train_step) {
   TORCH_CHECK(entry.isString(), "lamp: ", path,
               ": the manifest's list of shard files is damaged.");
   const auto own = detail::shard_path(
@@ -298,8 +294,6 @@ std::string read_shard(const std::string& path, const c10::IValue& entry,
   lamp::detail::read_archive(shard, "train_step", train_step, w);
   return file;
 }
-
-} // namespace
 
 void Trainer::load_checkpoint(const std::string& path) {
   TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path,
@@ -462,8 +456,9 @@ void Trainer::load_checkpoint(const std::string& path) {
         } else {
           const int64_t checksum =
               checksums.defined() ? checksums[k - 1].item<int64_t>() : -1;
-          files[k] = read_shard(path, shards.toListRef()[k - 1], k, saved_world,
-                                global_step, checksum, model_name_, into);
+          files[k] = detail::read_shard(path, shards.toListRef()[k - 1], k,
+                                        saved_world, global_step, checksum,
+                                        model_name_, into);
         }
         if (!moved) {
           break;

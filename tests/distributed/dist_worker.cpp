@@ -26,6 +26,7 @@
 #include "platform/compat.h"
 #include "test_util.h"
 #include "trainer_util.h"
+#include "training/shard_files.h"
 
 namespace {
 
@@ -745,6 +746,91 @@ TEST(Ranks, ShardedOptimizerRefusesRanksWithOtherParameters) {
                          "sharded optimizer: parameter 1 is (absent) on rank"),
             std::string::npos)
       << message;
+}
+
+// A bf16 run with sharded optimizer state keeps its FP32 master weights in
+// its ranks' shard files: the weights read from its checkpoint (those
+// TrainerOptions::init_from starts from) are those masters put back
+// together, bit for bit, and a new bf16 run takes them as its masters;
+// without a shard file, the BF16 copy, with a warning that names the file.
+TEST(Ranks, CheckpointWeightsGatherTheMastersOfAShardedRun) {
+  auto g = any_group();
+  using lamp::training::TrainerOptions;
+  const auto path = ::testing::TempDir() + "lamp_zero_masters_" +
+                    std::string(std::getenv("MASTER_PORT")) + ".pt";
+  for (const int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    std::vector<torch::Tensor> masters;
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> copies;
+    {
+      auto run = lamp_test::make_run(lamp::Precision::kBF16,
+                                     TrainerOptions(lamp::Precision::kBF16)
+                                         .epochs(1)
+                                         .process_group(g)
+                                         .zero_stage(stage)
+                                         .checkpoint(path));
+      run->trainer->fit();
+      auto* sharding = run->trainer->train_step().optimizer_sharding();
+      ASSERT_NE(sharding, nullptr);
+      masters = sharding->gather_masters();
+      for (const auto& p : run->model->named_parameters()) {
+        names.push_back(p.key());
+        copies.push_back(p.value().detach().clone());
+      }
+    }
+    g->barrier();
+    ASSERT_EQ(masters.size(), names.size());
+    const auto weights = lamp::training::read_checkpoint_weights(path);
+    bool finer = false; // than the BF16 copy: the masters, not the copy
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto* read = weights.tensors.find(names[i]);
+      ASSERT_NE(read, nullptr) << names[i];
+      EXPECT_TRUE(BitEqual(*read, masters[i])) << names[i];
+      finer = finer || !BitEqual(*read, copies[i].to(torch::kFloat));
+    }
+    EXPECT_TRUE(finer);
+    if (g->rank() == 0) {
+      // A new run without sharding starts from them as its masters.
+      auto fresh = lamp_test::make_run(
+          lamp::Precision::kBF16,
+          TrainerOptions(lamp::Precision::kBF16).init_from(path));
+      const auto* started = fresh->trainer->train_step().master_weights();
+      ASSERT_NE(started, nullptr);
+      ASSERT_EQ(started->master_params().size(), masters.size());
+      for (size_t i = 0; i < masters.size(); ++i) {
+        EXPECT_TRUE(BitEqual(started->master_params()[i], masters[i]))
+            << names[i];
+      }
+      // The last rank's shard file gone: the copy, and why.
+      const int world = g->world_size();
+      const auto shard = lamp::training::detail::shard_path(
+          path, world - 1, world,
+          lamp::training::read_checkpoint_settings(path).global_step);
+      ASSERT_EQ(std::rename(shard.c_str(), (shard + ".away").c_str()), 0)
+          << shard;
+      lamp_test::Warnings warnings;
+      const auto copy = lamp::training::read_checkpoint_weights(path);
+      ASSERT_EQ(std::rename((shard + ".away").c_str(), shard.c_str()), 0);
+      const auto said = warnings.containing("could not be read");
+      ASSERT_EQ(said.size(), 1u);
+      EXPECT_NE(said[0].find(shard), std::string::npos) << said[0];
+      for (size_t i = 0; i < names.size(); ++i) {
+        EXPECT_TRUE(BitEqual(copy.tensors[names[i]], copies[i])) << names[i];
+      }
+    }
+    g->barrier();
+  }
+  if (g->rank() == 0) {
+    const auto step =
+        lamp::training::read_checkpoint_settings(path).global_step;
+    for (int k = 1; k < g->world_size(); ++k) {
+      std::remove(
+          lamp::training::detail::shard_path(path, k, g->world_size(), step)
+              .c_str());
+    }
+    std::remove(path.c_str());
+  }
 }
 
 TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {

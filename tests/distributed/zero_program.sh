@@ -5,6 +5,7 @@
 # both ranks, naming the rank and the file; --reshard moves a checkpoint
 # from 2 ranks to 1 and on to 3, but not one written inside an epoch; a run
 # resumed into another checkpoint leaves the first one's shard files; a
+# bf16 run's masters are read from its shard files by --init-from; a
 # checkpoint name too long for its shards' names is refused before training,
 # and a killed run's shard temporaries are removed by the next run.
 #   zero_program.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
@@ -216,16 +217,32 @@ ranks bf16 --epochs 1 --precision bf16 --zero 1 --export-state-dict "$work/bf16.
   --checkpoint "$work/bf16_run.pt"
 if both_ok bf16; then
   # Its checkpoint's masters are in the shard files: a start from its
-  # weights takes the BF16 copy, and says so.
+  # weights reads them there, without a word; with a shard file gone, it
+  # takes the BF16 copy and says why.
   nranks 1 bf16_init --epochs 1 --max-steps 1 --precision bf16 --init-from "$work/bf16_run.pt"
   if all_ok bf16_init; then
-    if grep -qF "its FP32 master weights are spread over its ranks' shard files" \
-        "$work/bf16_init.rank0.log"; then
-      pass bf16_init_from_shards_says_it_takes_the_copy
+    if grep -qF "could not be read" "$work/bf16_init.rank0.log"; then
+      fail "bf16_init_from_shards_reads_the_masters: it warned"
+      grep -F "could not be read" "$work/bf16_init.rank0.log" | sed 's/^/      /'
     else
-      fail "bf16_init_from_shards_says_it_takes_the_copy: no warning"
-      tail -3 "$work/bf16_init.rank0.log" | sed 's/^/      /'
+      pass bf16_init_from_shards_reads_the_masters
     fi
+  fi
+  shard=$(ls "$work"/bf16_run.pt.rank1-of-2.step* 2> /dev/null | head -1)
+  if [ -n "$shard" ] && mv "$shard" "$work/away"; then
+    nranks 1 bf16_init_gone --epochs 1 --max-steps 1 --precision bf16 \
+      --init-from "$work/bf16_run.pt"
+    mv "$work/away" "$shard"
+    if all_ok bf16_init_gone; then
+      if grep -q "could not be read.*$(basename "$shard")" "$work/bf16_init_gone.rank0.log"; then
+        pass bf16_init_from_shards_without_one_says_it_takes_the_copy
+      else
+        fail "bf16_init_from_shards_without_one_says_it_takes_the_copy: no warning naming the file"
+        tail -3 "$work/bf16_init_gone.rank0.log" | sed 's/^/      /'
+      fi
+    fi
+  else
+    fail "bf16_init_from_shards_without_one: no shard file of rank 1"
   fi
   finer=$(python3 - "$work/bf16.pt" <<'PY'
 import array, sys, zipfile

@@ -36,9 +36,11 @@ struct CheckpointWeights {
   /// ("layer1.0.bn1.running_mean"), in the model's order, on the CPU. A
   /// parameter the run kept FP32 master weights for (precision half or
   /// bf16) is its master value, not the FP16/BF16 model copy, which is the
-  /// master rounded; except where that run sharded its optimizer state
-  /// (ZeRO), whose masters only a resume gathers: then the copy, with a
-  /// warning.
+  /// master rounded. A run that sharded its optimizer state (ZeRO) kept its
+  /// masters in its ranks' shard files: they are read from there (every
+  /// rank's, named by the checkpoint, beside it), and where they cannot be
+  /// (a shard file missing or damaged), the copy is taken, with a warning
+  /// that says why.
   torch::OrderedDict<std::string, torch::Tensor> tensors;
 };
 

@@ -118,7 +118,9 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, checkpoint_every) = 0;
   /// With `eval_every`: a second checkpoint, written (atomically, as
   /// `checkpoint`) after each evaluation whose test loss is the lowest of
-  /// the run so far; it resumes like `checkpoint`. Empty = none.
+  /// the run so far; it resumes like `checkpoint`. Empty = none. It must
+  /// be another file than `checkpoint` and `init_from` (compared as files:
+  /// "./run.pt" is "run.pt").
   TORCH_ARG(std::string, best_checkpoint) = "";
   /// Settings of the program that shape the run beyond the trainer's own (a
   /// model's shape and dropout, the data's path): stored in checkpoints

@@ -30,7 +30,10 @@ struct Config {
 int run(const Config& config) {
   const int64_t threads = lamp_examples::use_threads(config.threads);
   const auto device = lamp_examples::resolve_device(config.device);
-  const auto precision = lamp::parse_precision(config.precision);
+  // "auto" becomes the mode the device's rule picks, before the model is
+  // converted for it.
+  const auto requested = lamp::parse_precision(config.precision);
+  const auto precision = lamp::resolve_precision(requested, device);
   torch::manual_seed(config.seed);
 
   // Ten classes by brightness: each image is noise plus an offset whose
@@ -82,11 +85,13 @@ int run(const Config& config) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   std::printf(
-      "%s on %s (%lld %s): %lld steps in %.3f s, final loss %.4f, %lld "
+      "%s%s on %s (%lld %s): %lld steps in %.3f s, final loss %.4f, %lld "
       "skipped\n",
-      lamp::to_string(precision).c_str(), device.str().c_str(),
-      static_cast<long long>(threads), threads == 1 ? "thread" : "threads",
-      static_cast<long long>(config.steps), seconds, result.loss.item<double>(),
+      lamp::to_string(precision).c_str(),
+      requested == lamp::Precision::kAuto ? " (auto)" : "",
+      device.str().c_str(), static_cast<long long>(threads),
+      threads == 1 ? "thread" : "threads", static_cast<long long>(config.steps),
+      seconds, result.loss.item<double>(),
       static_cast<long long>(train.scaler().steps_skipped()));
   return 0;
 }
@@ -100,7 +105,8 @@ int main(int argc, char** argv) {
                "train_step_demo"};
   app.add_option(
          "--precision", config.precision,
-         "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | fp8")
+         "fp32 | tf32 | amp | amp-bf16 | half | bf16 (fp16 = half) | fp8 | "
+         "auto (the device's fastest mode that keeps fp32's accuracy)")
       ->check(CLI::IsMember(cli::precision_flag_values()))
       ->capture_default_str();
   app.add_option("--device", config.device, "cpu, cuda or cuda:N")

@@ -279,16 +279,18 @@ void print_run_complete(const ProgramConfig& config, const RunSpec& spec,
                         const Trainer& trainer) {
   const auto done = std::to_string(trainer.global_step());
   const auto total = std::to_string(trainer.total_steps());
-  const auto length = config.steps > 0
-                          ? "--steps " + std::to_string(config.steps)
-                          : "--epochs " + std::to_string(config.epochs);
+  // The flag that measures this run is the one that lengthens it.
+  const std::string flag = config.steps > 0 ? "--steps" : "--epochs";
+  const auto length =
+      flag + " " +
+      std::to_string(config.steps > 0 ? config.steps : config.epochs);
   print_out(
       "%s: the run is complete (%s of %s steps, %s, in %s); nothing "
-      "to train. Give a longer run with --steps or --epochs where the "
-      "schedule allows it (constant), or start a new one from these "
-      "weights with --init-from %s.\n",
+      "to train. Give a larger %s where the schedule allows it "
+      "(constant), or start a new run from these weights with "
+      "--init-from %s.\n",
       spec.program.c_str(), done.c_str(), total.c_str(), length.c_str(),
-      config.resume.c_str(), config.resume.c_str());
+      config.resume.c_str(), flag.c_str(), config.resume.c_str());
 }
 
 // Resuming a run whose checkpoint is at or past --max-steps trains nothing

@@ -6,6 +6,7 @@
 #include <lamp/platform/backends.h>
 #include <lamp/platform/warnings.h>
 #include <lamp/version.h>
+#include <torch/cuda.h>
 #include <torch/types.h>
 
 #include <fcntl.h>
@@ -44,6 +45,43 @@ bool parse_integer(const std::string& text, int64_t& value) {
   }
   value = parsed;
   return true;
+}
+
+// The name of the integer validators, by which parse_command_line() finds
+// the flags they check.
+const char* const kIntegerCheck = "lamp-integer";
+
+// `text` without the leading zeros of a decimal integer ("010" -> "10",
+// "-007" -> "-7", "00" -> "0"); anything else is left for the checks.
+std::string drop_leading_zeros(std::string& text) {
+  const size_t sign =
+      !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  if (text.size() <= sign + 1 ||
+      text.find_first_not_of("0123456789", sign) != std::string::npos) {
+    return "";
+  }
+  const size_t first = text.find_first_not_of('0', sign);
+  text.erase(sign, std::min(first, text.size() - 1) - sign);
+  return "";
+}
+
+// CLI11 converts integers with strtoll(text, nullptr, 0) (2.1.2), which
+// reads "010" as octal 8 and refuses "08", whereas the checks read decimal:
+// every flag of `app` (and of its option groups) that an integer validator
+// checks gets its text without leading zeros first. (A transform runs
+// before the checks; a check may not change the text.)
+void read_integers_as_decimal(CLI::App& app) {
+  for (auto* option : app.get_options()) {
+    try {
+      option->get_validator(kIntegerCheck);
+    } catch (const CLI::OptionNotFound&) {
+      continue; // not an integer flag of ours
+    }
+    option->transform(CLI::Validator(drop_leading_zeros, ""));
+  }
+  for (auto* group : app.get_subcommands([](CLI::App*) { return true; })) {
+    read_integers_as_decimal(*group);
+  }
 }
 
 // The message for text that parse_integer() refuses.
@@ -244,6 +282,7 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
                        char** argv) {
   // Before any file of the program's is opened.
   open_standard_descriptors();
+  read_integers_as_decimal(app);
   try {
     app.parse(argc, argv);
     return -1;
@@ -280,6 +319,15 @@ torch::Device resolve_device(const std::string& name) {
   TORCH_CHECK(
       !device.is_cuda() || lamp::cuda_available(), "--device ", name,
       ": no CUDA GPU is available to this process (or this LibTorch was built without CUDA); use --device cpu.");
+  if (device.is_cuda() && device.has_index()) {
+    const auto gpus = static_cast<int64_t>(torch::cuda::device_count());
+    TORCH_CHECK(device.index() < gpus, "--device ", name,
+                ": this process sees ", gpus,
+                gpus == 1 ? " CUDA GPU" : " CUDA GPUs", ", cuda:0",
+                gpus == 1 ? "" : " to cuda:" + std::to_string(gpus - 1),
+                "; give one of them (CUDA_VISIBLE_DEVICES sets which GPUs "
+                "the process sees).");
+  }
   return device;
 }
 
@@ -331,7 +379,7 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
         }
         return "";
       },
-      "");
+      "", kIntegerCheck);
 }
 
 CLI::Validator integer_at_least(int64_t lo) {
@@ -347,7 +395,7 @@ CLI::Validator integer_at_least(int64_t lo) {
         }
         return "";
       },
-      "");
+      "", kIntegerCheck);
 }
 
 // CLI11 converts an out-of-range or negative value for a uint64_t to a
@@ -363,7 +411,7 @@ CLI::Validator unsigned_integer() {
         }
         return "'" + text + "' is not an integer in 0..18446744073709551615";
       },
-      "");
+      "", kIntegerCheck);
 }
 
 CLI::Validator real_in(double lo, double hi, bool lo_open, bool hi_open) {
@@ -397,6 +445,14 @@ CLI::Validator positive_real() {
 
 CLI::Validator non_negative_real() {
   return real_in(0.0, std::numeric_limits<double>::infinity());
+}
+
+CLI::Validator non_empty_path(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        return text.empty() ? "the path is empty; give " + what : "";
+      },
+      "");
 }
 
 } // namespace lamp_examples

@@ -65,8 +65,11 @@ void add_version_flag(CLI::App& app, const std::string& program);
 /// it.
 void open_standard_descriptors();
 
-/// Parses the command line (after open_standard_descriptors()). Returns -1
-/// when the program should go on;
+/// Parses the command line (after open_standard_descriptors()). Every flag
+/// checked by integer_in(), integer_at_least() or unsigned_integer() is read
+/// as a decimal number: "010" is 10 and "08" is 8 (CLI11 alone would read
+/// "010" as octal 8 and refuse "08"). Returns -1 when the program should go
+/// on;
 /// otherwise the exit status: 0 after --help or --version, kUsageError after
 /// a usage error, which is printed as one line on stderr:
 /// "PROGRAM: error: --epochs: 'abc' is not an integer (see PROGRAM --help)".
@@ -75,7 +78,8 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
 
 /// The device named by --device: "" is cuda when a GPU is available, else
 /// cpu; otherwise cpu, cuda or cuda:N, each checked (a clear error for
-/// "tpu", "cpu:1", or cuda without a GPU).
+/// "tpu", "cpu:1", cuda without a GPU, or cuda:N beyond the GPUs this
+/// process sees).
 torch::Device resolve_device(const std::string& name);
 
 /// Runs the program's body: a c10::Error or std::exception is printed as
@@ -105,5 +109,9 @@ CLI::Validator real_in(double lo, double hi, bool lo_open = false,
                        bool hi_open = false);
 CLI::Validator positive_real();
 CLI::Validator non_negative_real();
+
+/// Refuses an empty path ("--checkpoint ''" would otherwise write nothing,
+/// or resume nothing, without a word): "the path is empty; give " + `what`.
+CLI::Validator non_empty_path(const std::string& what);
 
 } // namespace lamp_examples

@@ -12,17 +12,22 @@ namespace lamp_examples {
 namespace {
 
 // The command line that continues the run from `from`: this one, with
-// --resume FROM in place of any --resume it had.
+// --resume FROM in place of any --resume it had, and without --init-from,
+// which --resume excludes (the checkpoint holds the weights it started
+// from, trained on).
 std::string resume_command(const ProgramConfig& config,
                            const std::string& from) {
   std::vector<std::string> args;
   const auto& line = config.command_line;
   for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == "--resume") {
+    if (line[i] == "--resume" || line[i] == "--init-from") {
       ++i; // and its value
       continue;
     }
     if (line[i].rfind("--resume=", 0) == 0) {
+      continue;
+    }
+    if (line[i].rfind("--init-from=", 0) == 0) {
       continue;
     }
     args.push_back(line[i]);

@@ -19,7 +19,9 @@ namespace lamp_examples {
 /// display, writes an "interrupted" record to `log` (when given), prints one
 /// line on stderr and returns the exit status, 128 + `signal` (130 for
 /// SIGINT, 143 for SIGTERM); the line names the step the checkpoint holds
-/// (the trainer writes it at the stop, StopPoint::checkpoint_step).
+/// (the trainer writes it at the stop, StopPoint::checkpoint_step) and the
+/// command that continues the run: this one with --resume CHECKPOINT in
+/// place of its --resume or --init-from.
 int report_interruption(const ProgramConfig& config, const std::string& program,
                         const lamp::training::Trainer& trainer,
                         Progress& progress, JsonLog* log, int signal);

@@ -185,18 +185,22 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
               "seed of initialisation, data order and augmentation",
               unsigned_integer());
   app.add_option(
-      "--checkpoint", c.checkpoint,
-      "write a checkpoint here after every epoch, every --checkpoint-every steps, at the run's end and when a signal stops it (with --eval-every also the best one, named with .best before the extension)");
+         "--checkpoint", c.checkpoint,
+         "write a checkpoint here after every epoch, every --checkpoint-every steps, at the run's end and when a signal stops it (with --eval-every also the best one, named with .best before the extension)")
+      ->check(non_empty_path("the file to write the checkpoint to"));
   add_checked(
       app, "--checkpoint-every", c.checkpoint_every,
       "also write --checkpoint every N steps, inside epochs (0 = after epochs only); a resume from it continues bit for bit",
       integer_at_least(0));
   app.add_option(
-      "--export-state-dict", c.export_state_dict,
-      "after training, write the weights here as a Python state_dict (FP32) for torch.load + model.load_state_dict");
-  auto* resume = app.add_option(
-      "--resume", c.resume,
-      "resume from this checkpoint (with more --epochs: continue a finished --schedule constant run)");
+         "--export-state-dict", c.export_state_dict,
+         "after training, write the weights here as a Python state_dict (FP32) for torch.load + model.load_state_dict")
+      ->check(non_empty_path("the file to write the weights to"));
+  auto* resume =
+      app.add_option(
+             "--resume", c.resume,
+             "resume from this checkpoint (with more --epochs, or more --steps for a run of --steps: continue a finished --schedule constant run)")
+          ->check(non_empty_path("the checkpoint to resume from"));
   app.add_flag(
          "--reshard", c.reshard,
          "with --resume: accept a checkpoint of another number of ranks and go on with this one (the optimizer state re-sharded, the data split anew: another global batch)")
@@ -204,6 +208,7 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
   app.add_option(
          "--init-from", c.init_from,
          "start a new run from this checkpoint's weights alone (fine-tuning: no optimizer state or position; the model must match)")
+      ->check(non_empty_path("the checkpoint whose weights to start from"))
       ->excludes(resume);
   add_checked(
       app, "--dist-timeout", c.dist_timeout,
@@ -218,8 +223,9 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
 // What the run reports while it trains, and when it stops early.
 void add_report_options(CLI::App& app, ProgramConfig& c) {
   app.add_option(
-      "--log-json", c.log_json,
-      "append JSON Lines records to this file: a run header, one per epoch, one per --log-every steps");
+         "--log-json", c.log_json,
+         "append JSON Lines records to this file: a run header, one per epoch, one per --log-every steps")
+      ->check(non_empty_path("the file to append the records to"));
   add_checked(
       app, "--log-every", c.log_every,
       "every N steps print a progress line (and with --log-json write a step record, so that scripts/plot.py draws curves within epochs); 0 = no step records, a line every 30 s when the output is not a terminal",

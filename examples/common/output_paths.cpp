@@ -11,9 +11,12 @@
 namespace lamp_examples {
 namespace {
 
+// How messages name the best checkpoint, which no flag of its own names.
+const char* const kBestCopy = "--checkpoint's best copy";
+
 // A path the run reads or writes, and how to tell it from the others.
 struct NamedPath {
-  std::string flag; // "--log-json", or "--data" for a data file
+  std::string flag; // "--log-json", "--data" for a data file, kBestCopy
   std::string path;
   bool written = false;
   bool exists = false; // then `device` and `inode` identify it
@@ -81,6 +84,7 @@ void check_distinct_paths(const ProgramConfig& config,
     }
   };
   add("--checkpoint", config.checkpoint, true);
+  add(kBestCopy, best_checkpoint_path(config), true);
   add("--export-state-dict", config.export_state_dict, true);
   add("--log-json", config.log_json, true);
   add("--resume", config.resume, false);
@@ -90,7 +94,8 @@ void check_distinct_paths(const ProgramConfig& config,
   }
   for (size_t i = 0; i < paths.size(); ++i) {
     const auto& a = paths[i];
-    if (a.flag == "--checkpoint") {
+    // Each checkpoint the run writes has a lock and temporary files.
+    if (a.flag == "--checkpoint" || a.flag == kBestCopy) {
       for (size_t j = 0; j < paths.size(); ++j) {
         if (j != i) {
           check_not_a_companion(paths[j], a);

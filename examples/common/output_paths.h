@@ -11,15 +11,17 @@
 
 namespace lamp_examples {
 
-/// Refuses, before training, any two of --checkpoint, --resume, --init-from,
-/// --export-state-dict, --log-json and `data_files` (the files --data names)
-/// that are one file, where one of them is written; --resume and
-/// --checkpoint may name the same file (continuing a run). Files that exist
-/// are compared by device and inode (hard links, symbolic links, other
-/// spellings), the others by their folder's real path and their name. Any of
-/// them named like the checkpoint's lock file (`CHECKPOINT.lock`) or
-/// temporary files (`CHECKPOINT.tmp-*`), which the run creates and removes,
-/// is refused too. Throws c10::Error naming both flags and paths.
+/// Refuses, before training, any two of --checkpoint, its best copy
+/// (best_checkpoint_path(), written with --eval-every), --resume,
+/// --init-from, --export-state-dict, --log-json and `data_files` (the files
+/// --data names) that are one file, where one of them is written; --resume
+/// and --checkpoint may name the same file (continuing a run), the best
+/// copy and --resume may not. Files that exist are compared by device and
+/// inode (hard links, symbolic links, other spellings), the others by their
+/// folder's real path and their name. Any of them named like the lock file
+/// (`CHECKPOINT.lock`) or temporary files (`CHECKPOINT.tmp-*`) of either
+/// checkpoint, which the run creates and removes, is refused too. Throws
+/// c10::Error naming both flags and paths.
 void check_distinct_paths(const ProgramConfig& config,
                           const std::vector<std::string>& data_files);
 

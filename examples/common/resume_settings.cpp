@@ -73,6 +73,19 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
   config.resumed_program_settings = checkpoint.program_settings;
   auto stored = checkpoint.settings;
   stored.push_back({"model_name", checkpoint.model_name});
+  // A run measured in steps takes its stored --steps when none is given,
+  // which sizes its epochs: an --epochs given would go unheard.
+  for (const auto& setting : stored) {
+    TORCH_CHECK(setting.key != "steps" ||
+                    std::strtoll(setting.value.c_str(), nullptr, 10) == 0 ||
+                    given_count(app, "--epochs") == 0,
+                "lamp: ", config.resume, " is a run of --steps ", setting.value,
+                " (its length in optimizer steps), which --epochs ",
+                config.epochs,
+                " cannot change: leave --epochs out, and give a larger "
+                "--steps to lengthen the run (where its schedule allows: "
+                "constant).");
+  }
   std::string differences, fix;
   // The program's own settings, by flag: a flag left out takes the stored
   // value (as if given), a checked one given with another value is a

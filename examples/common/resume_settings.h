@@ -19,7 +19,9 @@ namespace lamp_examples {
 /// with another value is refused, every difference listed at once (flag,
 /// stored value, given value) with the way to continue; more --epochs than
 /// stored is left to the trainer, which continues a constant schedule and
-/// refuses the others. A checkpoint of another program's kind of model (a
+/// refuses the others; --epochs on a checkpoint of a run measured in
+/// --steps is refused (a larger --steps lengthens it). A checkpoint
+/// of another program's kind of model (a
 /// GPT of train_gpt in an image program, an image model in train_gpt) is
 /// refused naming the program that takes it. Throws c10::Error; does
 /// nothing without --resume.

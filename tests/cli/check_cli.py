@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the command-line conventions of lamp's programs (ctest runs it).
 
-  check_cli.py conventions PROGRAM...     usage errors, --help, --version
+  check_cli.py conventions PROGRAM...     usage errors, --help, --version;
+                                          train_step_demo --precision auto
   check_cli.py flag-table PAGE PROGRAM...  the flag table of the Markdown
                                           PAGE (docs/programs.md), under its
                                           "Flags" heading, lists exactly the
@@ -30,8 +31,12 @@
   check_cli.py continue TRAIN_MNIST DATA_DIR WORK_DIR
                                           --resume with more --epochs (a
                                           constant schedule continues, the
-                                          others are refused), --init-from
-                                          and its usage and model errors
+                                          others are refused), a --steps run
+                                          lengthened by --steps (--epochs
+                                          refused), --init-from and its
+                                          usage and model errors, the best
+                                          checkpoint never the --init-from
+                                          file
   check_cli.py numerics TRAIN_MNIST DATA_DIR
                                           --check-numerics: a clean run
                                           passes, a diverging one stops
@@ -44,7 +49,10 @@
   check_cli.py messages TRAIN_MNIST DATA_DIR
                                           a file given as --data, an unknown
                                           flag's nearest flag, Lightning's
-                                          precision names
+                                          precision names, empty paths
+                                          refused, integers read as decimal
+                                          ("010" is 10), a --device cuda:N
+                                          beyond the GPUs
   check_cli.py signals TRAIN_MNIST DATA_DIR WORK_DIR LIBLAMP_FAIL_IO
                                           SIGINT/SIGTERM at the start, mid-
                                           epoch, in evaluation, during a
@@ -52,7 +60,8 @@
                                           signal: exit 130/143, one line, an
                                           "interrupted" record, no lock left,
                                           and the resume command it gives
-                                          continues bit-identically
+                                          continues bit-identically (without
+                                          the --init-from a run began with)
 
 Each check prints what it ran and exits 1 at the first mismatch.
 """
@@ -163,6 +172,16 @@ def conventions(programs):
             ]
         for args, pattern in cases:
             expect_usage_error(program, args, pattern)
+        if name == "train_step_demo":
+            # "auto" is resolved for the device before the model is
+            # converted: the summary names the mode it became.
+            r = run([program, "--precision", "auto", "--steps", "2"])
+            if r.returncode != 0 or not re.search(
+                    r"^(fp32|tf32|amp|amp-bf16|half|bf16) \(auto\) on cpu ",
+                    r.stdout, re.M):
+                fail(f"{name} --precision auto: exit {r.returncode}, "
+                     f"{r.stdout!r} {r.stderr!r}")
+            print("  " + r.stdout.strip().splitlines()[-1][:100])
         # A runtime error: one line "NAME: error: ..." and exit 1.
         r = run([program, "--device", "tpu"] +
                 (["--data", "/nonexistent-lamp-data"] if trainer else []))
@@ -686,7 +705,34 @@ def continue_and_init_from(train_mnist, data, work):
          r".*continue_onecycle\.pt are the same file"])
     expect_runtime_error(base + ["--init-from", path("nowhere.pt")],
                          [r"no checkpoint at .*nowhere\.pt"])
-    for p in (constant, onecycle):
+    # Nor written over by the best copy of --checkpoint (--eval-every).
+    best = path("continue_best.best.pt")
+    with open(onecycle, "rb") as f:
+        weights = f.read()
+    with open(best, "wb") as f:
+        f.write(weights)
+    expect_runtime_error(
+        base + ["--epochs", "1", "--eval-every", "2", "--init-from", best,
+                "--checkpoint", path("continue_best.pt")],
+        [r"--checkpoint's best copy .*continue_best\.best\.pt and --init-from "
+         r".*continue_best\.best\.pt are the same file, which the run would "
+         r"write over while reading it"])
+    with open(best, "rb") as f:
+        if f.read() != weights:
+            fail("the --init-from file was written over by the best copy")
+    # A run of --steps is lengthened by --steps; --epochs, which its stored
+    # --steps would override, is refused.
+    steps = path("continue_steps.pt")
+    expect_success(base + ["--steps", "4", "--schedule", "constant",
+                           "--checkpoint", steps], [r"steps 4 \(1 epoch\)"])
+    expect_runtime_error(
+        base + ["--resume", steps, "--epochs", "3"],
+        [r"continue_steps\.pt is a run of --steps 4 \(its length in optimizer "
+         r"steps\), which --epochs 3 cannot change: leave --epochs out, and "
+         r"give a larger --steps"])
+    expect_success(base + ["--resume", steps, "--checkpoint", steps, "--steps",
+                           "6"], [r"steps 6 \(1 epoch\), resuming at epoch 1"])
+    for p in (constant, onecycle, best, steps):
         os.remove(p)
     print("  continued, refused, started from weights")
 
@@ -805,6 +851,34 @@ def messages(train_mnist, data):
     r = run([train_mnist, "--no-such-flag"])
     if "did you mean" in r.stderr:
         fail(f"a flag far from every flag got a suggestion: {r.stderr!r}")
+    # An empty path is no path: refused, not a run that reads or writes
+    # nothing (a program that took it would run one step).
+    for flag in ("--checkpoint", "--resume", "--init-from", "--log-json",
+                 "--export-state-dict"):
+        expect_usage_error(train_mnist, [flag, "", "--data", data, "--epochs",
+                                         "1", "--max-steps", "1"],
+                           rf"^train_mnist: error: {flag}: the path is empty; "
+                           r"give the \w")
+    # A GPU index beyond the GPUs there are (a CPU-only machine has none).
+    expect_runtime_error(
+        [train_mnist, "--data", data, "--device", "cuda:99"],
+        [r"^train_mnist: error: --device cuda:99: (no CUDA GPU is available "
+         r"to this process|this process sees \d+ CUDA GPUs?, cuda:0.*; give "
+         r"one of them)"])
+    # Integers are decimal, whatever their leading zeros (CLI11 alone reads
+    # "010" as octal 8 and refuses "08").
+    with tempfile.TemporaryDirectory() as work:
+        log = os.path.join(work, "decimal.jsonl")
+        expect_success([train_mnist, "--data", data, "--batch-size", "010",
+                        "--epochs", "08", "--seed", "010", "--max-steps", "1",
+                        "--no-progress", "--log-json", log],
+                       [r", batch 10, 8 epochs, "])
+        header = read_records(log)[0]
+        if (header["batch_size"], header["epochs"], header["seed"]) != \
+                (10, 8, 10):
+            fail(f"--batch-size 010 --epochs 08 --seed 010 ran with "
+                 f"batch_size {header['batch_size']}, epochs "
+                 f"{header['epochs']}, seed {header['seed']}")
     # Lightning's precision names are lamp's modes.
     base = [train_mnist, "--data", data, "--epochs", "1", "--batch-size", "32",
             "--no-progress", "--max-steps", "1", "--device", "cpu"]
@@ -820,8 +894,27 @@ def messages(train_mnist, data):
                 fail(f"--precision {lightning}: {r.stdout!r}")
         elif f"precision '{lamp_mode}'" not in r.stderr:
             fail(f"--precision {lightning} is not {lamp_mode}: {r.stderr!r}")
-    print("  a file as --data, did you mean, Lightning's names: said")
+    print("  a file as --data, did you mean, Lightning's names, empty paths, "
+          "decimal integers: said")
 
+
+
+def catches_signal(p, signum, timeout):
+    """Waits until process `p` catches signal `signum` (installed a handler
+    for it: its bit in /proc/PID/status's SigCgt mask); False when `p` ends
+    first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            with open(f"/proc/{p.pid}/status") as status:
+                for line in status:
+                    if line.startswith("SigCgt:") and \
+                            int(line.split()[1], 16) >> (int(signum) - 1) & 1:
+                        return True
+        except OSError:
+            return False
+        time.sleep(0.05)
+    return False
 
 def signals(train_mnist, data, work, shim):
     """7 training steps of 32 images per epoch, 3 epochs; the signals come
@@ -919,6 +1012,23 @@ def signals(train_mnist, data, work, shim):
     for name, env, rc, line, record in cases:
         interrupted(name, resume_joined if name == "signal_hangup" else resume,
                     env, rc, line, record)
+    # A run started from weights (--init-from): the command it gives resumes
+    # from its checkpoint, without the --init-from that --resume excludes.
+    log = fresh(work, "signal_init_from.jsonl")
+    ck = fresh(work, "signal_init_from.pt")
+    r = run(base + ["--init-from", first, "--checkpoint", ck, "--log-json", log],
+            env=dict(os.environ, LD_PRELOAD=shim, LAMP_FAULT_PATH=log,
+                     LAMP_FAULT_RAISE_ON='"global_step":3,'))
+    last = read_records(log)[-1]
+    command = shlex.split(last.get("resume_command") or "")
+    if r.returncode != 130 or last.get("record") != "interrupted" or \
+            last.get("checkpoint_step") != 3 or \
+            any(a.startswith("--init-from") for a in command) or \
+            command[-2:] != ["--resume", ck]:
+        fail(f"a run from --init-from stopped: exit {r.returncode}, the last "
+             f"record {last}")
+    expect_success(command, [r"resuming at epoch 1 step 4", r"epoch 3/3"])
+    print("  a run from --init-from stopped: its command resumes without it")
     # A new run stopped before its first step: nothing trained, so nothing
     # written (a checkpoint of step 0 would resume nothing); the line says
     # to start over.
@@ -969,7 +1079,12 @@ def signals(train_mnist, data, work, shim):
     p = subprocess.Popen(base + ["--dist-timeout", "60"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    time.sleep(1.5)
+    # Once the program catches SIGINT (its handler is installed just before
+    # the rendezvous), not after a fixed time: a loaded machine takes
+    # longer than any such time to load LibTorch, and the signal's default
+    # action would end the program unheard.
+    catching = catches_signal(p, signal.SIGINT, timeout=60)
+    time.sleep(0.5)
     p.send_signal(signal.SIGINT)
     start = time.monotonic()
     try:
@@ -980,9 +1095,10 @@ def signals(train_mnist, data, work, shim):
     took = time.monotonic() - start
     wanted = ("train_mnist: interrupted (SIGINT) while waiting for the other "
               "ranks at the rendezvous; nothing was trained or written")
-    if p.returncode != 130 or wanted not in err or took > 5:
+    if p.returncode != 130 or wanted not in err or took > 5 or not catching:
         fail(f"SIGINT at the rendezvous: exit {p.returncode} after {took:.1f}"
-             f" s, stderr {err!r}")
+             f" s{'' if catching else ' (it never caught SIGINT)'}, "
+             f"stderr {err!r}")
     print(f"  SIGINT at the rendezvous: exit 130 after {took:.1f} s")
 
 

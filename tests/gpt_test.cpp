@@ -278,6 +278,29 @@ TEST(GptModel, ParameterCountIsTheBuiltModels) {
             std::string::npos);
 }
 
+// A count whose terms overflow int64_t before their sum is checked is
+// refused all the same (vocab_size and context near INT64_MAX); a model
+// without blocks is counted whatever a block of its width would hold.
+TEST(GptModel, ParameterCountRefusesEveryTermBeyondInt64) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const auto& options :
+       {GPTOptions().vocab_size(kMax), GPTOptions().context(kMax - 1),
+        GPTOptions().vocab_size(kMax).context(kMax)}) {
+    EXPECT_NE(lamp_test::error_of([&] {
+                lamp::models::gpt_parameter_count(options);
+              }).find("parameters, more than an int64_t counts"),
+              std::string::npos)
+        << options.name();
+  }
+  EXPECT_THROW(lamp::models::gpt_parameter_count(GPTOptions().vocab_size(-1)),
+               c10::Error);
+  // No blocks, width 2^40: wte and wpe 2 * 2^40, ln_f's weight and bias.
+  const int64_t wide = int64_t{1} << 40;
+  EXPECT_EQ(lamp::models::gpt_parameter_count(
+                GPTOptions().layers(0).width(wide).vocab_size(1).context(1)),
+            4 * wide);
+}
+
 TEST(GptModel, InitialisesAsGpt2) {
   torch::manual_seed(0);
   GPT gpt(GPTOptions().layers(8).heads(4).width(128).context(64));
@@ -597,6 +620,33 @@ TEST(GptModel, RefusesShapesAndInputsItCannotRun) {
             std::string::npos);
 }
 
+// The attention and the block built alone refuse what the GPT refuses,
+// naming themselves: no integer division by zero heads, no raw view error
+// from heads that do not divide the width, no raw dropout error.
+TEST(GptModel, BlocksBuiltAloneRefuseOptionsTheyCannotRun) {
+  struct Case {
+    GPTOptions options;
+    const char* message;
+  };
+  for (const auto& c :
+       {Case{tiny().heads(0), "heads and width must be at least 1, got 0"},
+        Case{tiny().heads(3), "3 heads do not divide the width 16"},
+        Case{tiny().dropout(1.5), "dropout must be in [0, 1), got 1.5"}}) {
+    const auto attention =
+        error_of([&] { lamp::models::CausalSelfAttention attn(c.options); });
+    EXPECT_NE(
+        attention.find(std::string("lamp::models::CausalSelfAttention: ") +
+                       c.message),
+        std::string::npos)
+        << attention;
+    const auto block =
+        error_of([&] { lamp::models::GPTBlock built(c.options); });
+    EXPECT_NE(block.find(std::string("lamp::models::GPTBlock: ") + c.message),
+              std::string::npos)
+        << block;
+  }
+}
+
 TEST(GptModel, TrainingFlopsCountTheParametersAsNanoGptDoes) {
   const auto options = tiny().layers(3).width(32).context(16);
   GPT gpt(options);
@@ -830,6 +880,86 @@ TEST(Generate, KvCacheGivesTheUncachedTokens) {
     EXPECT_EQ(with.size(0), prompt_length + 20);
   }
   EXPECT_EQ(gpt->kv_cache(), nullptr);
+}
+
+// A cache the caller left set on the GPT holds other tokens: generate()
+// runs without it (with its own cache, or none: cache off, or a context
+// other than the model's) and sets it back unchanged, so the tokens are
+// those drawn with no cache set, and the caller's cache continues its
+// sequence afterwards.
+TEST(Generate, SetsTheCallersKvCacheAsideAndBackUnchanged) {
+  torch::manual_seed(7);
+  GPT gpt(tiny());
+  gpt->eval();
+  const auto forward = [&](const torch::Tensor& x) { return gpt->forward(x); };
+  const auto prompt = torch::randint(0, 256, {3}, torch::kLong);
+  const auto ids = torch::randint(0, 256, {1, 6}, torch::kLong);
+  torch::Tensor whole;
+  {
+    torch::NoGradGuard no_grad;
+    whole = gpt->forward(ids);
+  }
+  lamp::models::GPTKVCache mine(*gpt);
+  struct Case {
+    bool kv_cache;
+    int64_t context;
+  };
+  for (const auto& c : {Case{false, 8}, Case{true, 8}, Case{true, 6}}) {
+    SCOPED_TRACE(std::to_string(c.kv_cache) + " " + std::to_string(c.context));
+    const auto options =
+        lamp::models::GenerateOptions().tokens(10).seed(4).kv_cache(c.kv_cache);
+    const auto expected =
+        lamp::models::generate(*gpt, forward, prompt, c.context, options);
+    mine.clear();
+    gpt->set_kv_cache(&mine);
+    {
+      torch::NoGradGuard no_grad;
+      gpt->forward(ids.slice(1, 0, 5));
+    }
+    const auto got =
+        lamp::models::generate(*gpt, forward, prompt, c.context, options);
+    EXPECT_TRUE(torch::equal(got, expected));
+    EXPECT_EQ(gpt->kv_cache(), &mine);
+    EXPECT_EQ(mine.length(), 5);
+    torch::NoGradGuard no_grad;
+    const auto next = gpt->forward(ids.slice(1, 5, 6));
+    // The cached forward's rounding, as in
+    // GptKvCache.PiecesGiveTheWholeSequencesLogits.
+    EXPECT_TRUE(lamp_test::AllClose(next, whole.slice(1, 5, 6), 1e-4, 1e-5));
+    gpt->set_kv_cache(nullptr);
+  }
+}
+
+// A temperature so small that the logits divided by it overflow samples the
+// most likely token (top_k 1's tokens), not a NaN distribution; logits that
+// are not finite are refused with what they are.
+TEST(Generate, ATinyTemperatureSamplesTheMostLikelyToken) {
+  torch::manual_seed(3);
+  GPT gpt(tiny());
+  const auto forward = [&](const torch::Tensor& x) { return gpt->forward(x); };
+  const auto prompt = torch::tensor({72, 105}, torch::kLong);
+  const auto greedy = lamp::models::generate(
+      *gpt, forward, prompt, 8,
+      lamp::models::GenerateOptions().tokens(8).top_k(1));
+  for (const double temperature :
+       {1e-300, std::numeric_limits<double>::denorm_min()}) {
+    const auto cold = lamp::models::generate(
+        *gpt, forward, prompt, 8,
+        lamp::models::GenerateOptions().tokens(8).temperature(temperature));
+    EXPECT_TRUE(torch::equal(cold, greedy)) << temperature;
+  }
+  torch::nn::Linear module(1, 1);
+  const auto nan_forward = [](const torch::Tensor& x) {
+    return torch::full({x.size(0), x.size(1), 4},
+                       std::numeric_limits<float>::quiet_NaN());
+  };
+  const auto error = error_of([&] {
+    lamp::models::generate(*module, nan_forward,
+                           torch::zeros({1}, torch::kLong), 4);
+  });
+  EXPECT_NE(error.find("logits at the last position are not finite"),
+            std::string::npos)
+      << error;
 }
 
 // A model of fixed next-token probabilities 0.5, 0.3, 0.15, 0.05:

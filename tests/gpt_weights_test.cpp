@@ -170,6 +170,68 @@ TEST(GptWeights, ExportsReadBackBitForBitInEveryLayout) {
   }
 }
 
+// `dict` written with torch.save's format, read back.
+lamp::models::GPTWeights saved_and_read(
+    const c10::Dict<std::string, torch::Tensor>& dict,
+    const std::string& name) {
+  const auto path = temp_path(name);
+  lamp::save_pickle(dict, path);
+  auto weights = lamp::models::read_gpt_weights(path);
+  std::remove(path.c_str());
+  return weights;
+}
+
+// `source`'s weights in `weights` give `source`'s logits.
+void expect_loads_as(GPT& source, const lamp::models::GPTWeights& weights) {
+  torch::manual_seed(4);
+  GPT copy(source->options());
+  lamp::models::load_gpt_weights(*copy, weights);
+  expect_same_parameters(source, copy);
+  source->eval();
+  copy->eval();
+  torch::NoGradGuard no_grad;
+  const auto tokens = torch::randint(0, 16, {2, 8}, torch::kLong);
+  EXPECT_TRUE(torch::equal(copy->forward(tokens), source->forward(tokens)));
+}
+
+// The state dict of nanoGPT's DDP-wrapped compiled model ("module." before
+// "_orig_mod.", the order nanoGPT's train.py wraps in) reads as nanoGPT's.
+TEST(GptWeights, DdpOfACompiledModelReadsAsNanoGpts) {
+  torch::manual_seed(7);
+  GPT source(fixture_shape());
+  perturb(source);
+  c10::Dict<std::string, torch::Tensor> wrapped;
+  for (const auto& item :
+       lamp::models::gpt_state_dict(*source, GPTLayout::kNanoGPT)) {
+    wrapped.insert("module._orig_mod." + item.key(), item.value());
+  }
+  const auto weights = saved_and_read(wrapped, "gpt_ddp_compiled.pt");
+  EXPECT_EQ(weights.layout, GPTLayout::kNanoGPT);
+  expect_loads_as(source, weights);
+}
+
+// GPT-2's weights without "transformer." and the head (GPT2Model's state
+// dict, Hugging Face's gpt2 pytorch_model.bin) read as Hugging Face's, their
+// Conv1D weights transposed back: c_attn's shape tells them from lamp's.
+TEST(GptWeights, Gpt2WeightsWithoutThePrefixReadAsHuggingFaces) {
+  torch::manual_seed(8);
+  GPT source(fixture_shape());
+  perturb(source);
+  c10::Dict<std::string, torch::Tensor> bare;
+  const std::string prefix = "transformer.";
+  for (const auto& item :
+       lamp::models::gpt_state_dict(*source, GPTLayout::kHuggingFace)) {
+    if (item.key().compare(0, prefix.size(), prefix) == 0) {
+      bare.insert(item.key().substr(prefix.size()), item.value());
+    }
+  }
+  ASSERT_TRUE(bare.contains("h.0.attn.c_attn.weight"));
+  ASSERT_FALSE(bare.contains("lm_head.weight"));
+  const auto weights = saved_and_read(bare, "gpt_gpt2_bare.pt");
+  EXPECT_EQ(weights.layout, GPTLayout::kHuggingFace);
+  expect_loads_as(source, weights);
+}
+
 // A model whose context is shorter than the file's takes wpe's first rows
 // (nanoGPT's crop_block_size); a longer one is refused naming wpe.
 TEST(GptWeights, AShorterContextTakesTheFirstPositions) {

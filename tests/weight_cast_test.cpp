@@ -180,6 +180,41 @@ TEST(CastWeightsOnce, NestedGuardsFindTheirOwnCasts) {
   EXPECT_TRUE(cast_weight(b.first->weight).is_same(b.first->weight));
 }
 
+// Guards destroyed out of order (optionals reset first to last) leave the
+// nesting one by one: the others keep handing out their casts, and with
+// all gone every parameter is its own again, the forward autocast's.
+TEST(CastWeightsOnce, GuardsDestroyedOutOfOrderLeaveTheRestWorking) {
+  torch::manual_seed(9);
+  TwoLayers a, b, c;
+  const auto x = torch::randn({3, 12});
+  lamp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+  const auto want = c.forward(x);
+  const auto cast_of = [](const torch::Tensor& p) {
+    return !cast_weight(p).is_same(p);
+  };
+  std::optional<CastWeightsOnce> outer, middle, inner;
+  outer.emplace(a);
+  middle.emplace(b);
+  inner.emplace(c);
+  middle.reset();
+  EXPECT_TRUE(cast_of(a.first->weight));
+  EXPECT_FALSE(cast_of(b.first->weight));
+  EXPECT_TRUE(cast_of(c.first->weight));
+  outer.reset(); // before the innermost
+  EXPECT_FALSE(cast_of(a.first->weight));
+  EXPECT_TRUE(cast_of(c.first->weight));
+  inner.reset();
+  for (const auto* model : {&a, &b, &c}) {
+    EXPECT_FALSE(cast_of(model->first->weight));
+    EXPECT_FALSE(cast_of(model->second->weight));
+  }
+  EXPECT_TRUE(BitEqual(c.forward(x), want));
+  // A guard made now is the innermost, and alone.
+  CastWeightsOnce again(b);
+  EXPECT_TRUE(cast_of(b.first->weight));
+  EXPECT_FALSE(cast_of(c.first->weight));
+}
+
 TEST(CastWeightsOnce, CastsFrozenLayersWithoutANode) {
   // A frozen layer's casts send no gradient back (no weight gradient is
   // computed for them, as with autocast's own casts); the trainable

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -30,6 +31,18 @@ namespace {
 
 namespace F = torch::nn::functional;
 
+// What a block reads of `o` (its heads, width and dropout), for `who`.
+void check_block_options(const GPTOptions& o, const char* who) {
+  TORCH_CHECK(o.heads() >= 1 && o.width() >= 1, who,
+              ": heads and width must be at least 1, got ", o.heads(), " and ",
+              o.width(), ".");
+  TORCH_CHECK(o.width() % o.heads() == 0, who, ": ", o.heads(),
+              " heads do not divide the width ", o.width(),
+              "; give a width that is a multiple of the heads.");
+  TORCH_CHECK(o.dropout() >= 0 && o.dropout() < 1, who,
+              ": dropout must be in [0, 1), got ", o.dropout(), ".");
+}
+
 void check_options(const GPTOptions& o) {
   const char* who = "lamp::models::GPT";
   TORCH_CHECK(o.layers() >= 1 && o.heads() >= 1 && o.width() >= 1 &&
@@ -39,11 +52,7 @@ void check_options(const GPTOptions& o) {
               "least 1, got ",
               o.layers(), ", ", o.heads(), ", ", o.width(), ", ", o.context(),
               ", ", o.vocab_size(), ".");
-  TORCH_CHECK(o.width() % o.heads() == 0, who, ": ", o.heads(),
-              " heads do not divide the width ", o.width(),
-              "; give a width that is a multiple of the heads.");
-  TORCH_CHECK(o.dropout() >= 0 && o.dropout() < 1, who,
-              ": dropout must be in [0, 1), got ", o.dropout(), ".");
+  check_block_options(o, who);
 }
 
 constexpr double kNormEps = 1e-5;
@@ -203,6 +212,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTOptions& options)
     : heads_(options.heads()),
       dropout_(options.dropout()),
       fused_bias_grad_(options.fused_bias_grad()) {
+  check_block_options(options, "lamp::models::CausalSelfAttention");
   const int64_t c = options.width();
   c_attn = register_module("c_attn", make_linear(options, c, 3 * c));
   c_proj = register_module("c_proj", make_linear(options, c, c));
@@ -266,6 +276,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options)
       fused_add_norm_(options.fused_add_norm()),
       fused_mlp_(options.fused_mlp()),
       fused_bias_grad_(options.fused_bias_grad()) {
+  check_block_options(options, "lamp::models::GPTBlock");
   const int64_t c = options.width();
   ln_1 = make_norm(options, c);
   register_module("ln_1", ln_1.ptr());
@@ -473,23 +484,34 @@ NamedModel make_gpt(const GPTOptions& options) {
 }
 
 int64_t gpt_parameter_count(const GPTOptions& o) {
+  const char* who = "lamp::models::gpt_parameter_count";
   const int64_t c = o.width();
+  TORCH_CHECK(
+      o.layers() >= 0 && c >= 0 && o.vocab_size() >= 0 && o.context() >= 0, who,
+      ": ", o.name(),
+      " has a negative count; layers, width, vocab_size and context "
+      "must be >= 0.");
+  // Every term in double, where no sum overflows: a bound of each int64_t
+  // product and sum below.
   const double c_d = static_cast<double>(c);
   const double estimate =
       static_cast<double>(o.layers()) * (12.0 * c_d * c_d + 13.0 * c_d) +
-      static_cast<double>(o.vocab_size() + o.context() + 2) * c_d;
-  TORCH_CHECK(o.layers() >= 0 && c >= 0 && o.vocab_size() >= 0 &&
-                  o.context() >= 0 && estimate < 9.2e18,
-              "lamp::models::gpt_parameter_count: ", o.name(), " has about ",
-              estimate,
-              " parameters, more than an int64_t counts; use a smaller width "
-              "or fewer layers.");
+      (static_cast<double>(o.vocab_size()) + static_cast<double>(o.context()) +
+       2.0) *
+          c_d;
+  TORCH_CHECK(estimate < 9.2e18, who, ": ", o.name(), " has about ", estimate,
+              " parameters, more than an int64_t counts; use a smaller width, "
+              "fewer layers, or a smaller vocab_size or context.");
   // A norm: its weight, and its bias for a LayerNorm with biases.
   const int64_t norm = o.norm() == GPTNorm::kLayerNorm && o.bias() ? 2 * c : c;
   // Per block: ln_1 and ln_2; c_attn 3c^2 (+ 3c), its c_proj c^2 (+ c), the
-  // MLP's c_fc 4c^2 (+ 4c) and c_proj 4c^2 (+ c).
-  const int64_t per_block = 12 * c * c + (o.bias() ? 9 * c : 0) + 2 * norm;
-  return o.layers() * per_block + (o.vocab_size() + o.context()) * c + norm;
+  // MLP's c_fc 4c^2 (+ 4c) and c_proj 4c^2 (+ c). Not computed without
+  // blocks, where a width too wide for one is no error.
+  const int64_t blocks =
+      o.layers() == 0
+          ? 0
+          : o.layers() * (12 * c * c + (o.bias() ? 9 * c : 0) + 2 * norm);
+  return blocks + (o.vocab_size() + o.context()) * c + norm;
 }
 
 double gpt_training_flops(const GPTOptions& o) {
@@ -545,7 +567,23 @@ class CacheScope {
 // probabilities first reach top_p, the most likely always kept).
 torch::Tensor next_token_probabilities(torch::Tensor logits,
                                        const GenerateOptions& options) {
-  logits = logits.to(torch::kFloat).cpu().div(options.temperature());
+  logits = logits.to(torch::kFloat).cpu();
+  const float top = logits.max().item<float>();
+  TORCH_CHECK(std::isfinite(top),
+              "lamp::models::generate: the model's logits at the last "
+              "position are not finite (their maximum is ",
+              top,
+              "): the weights or the forward have overflowed or hold NaN; "
+              "check the model (a run whose loss went NaN) before sampling.");
+  // The maximum subtracted first (softmax's own shift, the same
+  // distribution): a temperature so small that logits / temperature would
+  // overflow to inf (and softmax to NaN) leaves the most likely tokens at 0
+  // and sends the others to -inf, sampling the most likely token. In double,
+  // where such a temperature is not 0 as it would be as a float.
+  logits = (logits - top)
+               .to(torch::kDouble)
+               .div(options.temperature())
+               .to(torch::kFloat);
   if (options.top_k() > 0 && options.top_k() < logits.size(0)) {
     const auto kth = std::get<0>(logits.topk(options.top_k()))
                          .select(0, options.top_k() - 1);
@@ -597,14 +635,17 @@ torch::Tensor generate(
   }
   // The cache serves a GPT of this context only: another `context` slides
   // its own windows.
-  GPTImpl* gpt = options.kv_cache() ? find_gpt(module) : nullptr;
+  GPTImpl* gpt = find_gpt(module);
   std::unique_ptr<GPTKVCache> cache;
-  if (gpt != nullptr && gpt->options().context() == context) {
+  if (options.kv_cache() && gpt != nullptr &&
+      gpt->options().context() == context) {
     cache = std::make_unique<GPTKVCache>(*gpt);
   }
   auto tokens = prompt.to(torch::kLong).cpu();
   try {
-    CacheScope scope(cache ? gpt : nullptr, cache.get());
+    // generate()'s own cache or none: a cache the caller left set holds other
+    // tokens, after which every window here would be placed.
+    CacheScope scope(gpt, cache.get());
     for (int64_t i = 0; i < options.tokens(); ++i) {
       if (options.stop_requested() && options.stop_requested()()) {
         break;

@@ -79,6 +79,21 @@ c10::impl::GenericDict tensors_of(const c10::IValue& value,
   return dict;
 }
 
+// `name` without the prefixes torch.compile ("_orig_mod.") and DDP
+// ("module.") add, in any order and number: nanoGPT wraps the compiled model
+// in DDP, which gives "module._orig_mod.".
+std::string without_wrapper_prefixes(std::string name) {
+  for (;;) {
+    if (starts_with(name, "_orig_mod.")) {
+      name.erase(0, std::string("_orig_mod.").size());
+    } else if (starts_with(name, "module.")) {
+      name.erase(0, std::string("module.").size());
+    } else {
+      return name;
+    }
+  }
+}
+
 } // namespace
 
 std::string gpt_layout_name(GPTLayout layout) {
@@ -136,12 +151,7 @@ GPTWeights read_gpt_weights(const std::string& path) {
     TORCH_CHECK(item.key().isString(), who, ": ", path,
                 " has a key that is not a string (", item.key().tagKind(),
                 "); a state dict's keys are parameter names.");
-    auto name = item.key().toStringRef();
-    for (const std::string prefix : {"_orig_mod.", "module."}) {
-      while (starts_with(name, prefix)) {
-        name = name.substr(prefix.size());
-      }
-    }
+    const auto name = without_wrapper_prefixes(item.key().toStringRef());
     if (!item.value().isTensor()) {
       continue; // not a tensor: nothing of the model's
     }
@@ -208,17 +218,18 @@ GPTWeights read_gpt_weights(const std::string& path) {
   }
   const int64_t width = wte.size(1);
   // The layout: c_attn's weight is [3 width, width] as a Linear, [width,
-  // 3 width] as Hugging Face's Conv1D.
-  if (prefixed) {
-    out.layout = GPTLayout::kNanoGPT;
-    if (out.state.contains("h.0.attn.c_attn.weight")) {
-      const auto c_attn = out.state.at("h.0.attn.c_attn.weight");
-      if (c_attn.dim() == 2 && c_attn.size(0) == width &&
-          c_attn.size(1) == 3 * width) {
-        out.layout = GPTLayout::kHuggingFace;
-      }
-    }
+  // 3 width] as Hugging Face's Conv1D (never both: width >= 1). The shape
+  // decides with or without "transformer.": GPT2Model's state dict and the
+  // gpt2 pytorch_model.bin have Conv1D weights under lamp's own names.
+  bool conv1d = false;
+  if (out.state.contains("h.0.attn.c_attn.weight")) {
+    const auto c_attn = out.state.at("h.0.attn.c_attn.weight");
+    conv1d = width >= 1 && c_attn.dim() == 2 && c_attn.size(0) == width &&
+             c_attn.size(1) == 3 * width;
   }
+  out.layout = conv1d     ? GPTLayout::kHuggingFace
+               : prefixed ? GPTLayout::kNanoGPT
+                          : GPTLayout::kLamp;
   if (out.layout == GPTLayout::kHuggingFace) {
     for (const auto& item : out.state) {
       if (is_conv1d_weight(item.key()) && item.value().dim() == 2) {

@@ -16,7 +16,7 @@ namespace {
 
 // The calling thread's innermost live guard (autocast's state is per thread
 // too, and the casts are only valid inside its region).
-thread_local const CastWeightsOnce* innermost = nullptr;
+thread_local CastWeightsOnce* innermost = nullptr;
 
 // Every tensor of `inputs` cast to `dtype` in one foreach copy.
 torch::autograd::variable_list cast_all(at::TensorList inputs,
@@ -145,11 +145,24 @@ CastWeightsOnce::CastWeightsOnce(torch::nn::Module& module)
       casts_[group.tensors[i].unsafeGetTensorImpl()] = casts[i];
     }
   }
+  if (outer_ != nullptr) {
+    outer_->inner_ = this;
+  }
   innermost = this;
 }
 
 CastWeightsOnce::~CastWeightsOnce() {
-  innermost = outer_;
+  // Unlinked wherever it stands: guards held in optionals or on the heap can
+  // end before one made after them, which must neither lose its place nor
+  // be left pointing at this one.
+  if (inner_ != nullptr) {
+    inner_->outer_ = outer_;
+  } else if (innermost == this) {
+    innermost = outer_;
+  }
+  if (outer_ != nullptr) {
+    outer_->inner_ = inner_;
+  }
 }
 
 torch::Tensor CastWeightsOnce::find(const torch::Tensor& parameter) const {

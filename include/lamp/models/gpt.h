@@ -181,7 +181,9 @@ class GPTKVCache {
 /// "c_proj" projects back.
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  /// Projections for `options`' width; its heads and dropout.
+  /// Projections for `options`' width; its heads and dropout. Throws
+  /// c10::Error on heads or width below 1, heads not dividing the width,
+  /// dropout outside [0, 1).
   explicit CausalSelfAttentionImpl(const GPTOptions& options);
   /// [B, T, width] -> [B, T, width].
   torch::Tensor forward(const torch::Tensor& x);
@@ -213,7 +215,8 @@ TORCH_MODULE(CausalSelfAttention);
 /// held as AnyModule: `ln_1.ptr()` is the module.
 class GPTBlockImpl : public torch::nn::Module {
  public:
-  /// The block's modules for `options`' width and dropout.
+  /// The block's modules for `options`' width and dropout. Throws
+  /// c10::Error as CausalSelfAttentionImpl's constructor does.
   explicit GPTBlockImpl(const GPTOptions& options);
   /// [B, T, width] -> [B, T, width]; with a cache, attention as
   /// CausalSelfAttentionImpl's cached forward for block `layer`.
@@ -340,7 +343,8 @@ NamedModel make_gpt(const GPTOptions& options);
 /// then (vocab + context) width for the embeddings and 2 width for the final
 /// norm (width without its bias). Computed without building the
 /// model, so that a size too large for the memory is refused first; a count
-/// beyond int64_t's range is refused (c10::Error).
+/// beyond int64_t's range, and a negative layers, width, vocab_size or
+/// context, is refused (c10::Error).
 int64_t gpt_parameter_count(const GPTOptions& options);
 
 /// Floating-point operations of one training step (forward and backward)
@@ -354,7 +358,9 @@ struct GenerateOptions {
   /// New tokens to generate.
   TORCH_ARG(int64_t, tokens) = 200;
   /// Divides the logits before the softmax: below 1 sharper, above 1
-  /// flatter; > 0.
+  /// flatter; > 0. The logits' maximum is subtracted first (the same
+  /// distribution), so that however small the temperature nothing
+  /// overflows: near 0 it samples the most likely token, as top_k 1 does.
   TORCH_ARG(double, temperature) = 0.8;
   /// Sample among the k most likely tokens only; 0 = all.
   TORCH_ARG(int64_t, top_k) = 0;
@@ -388,6 +394,13 @@ struct GenerateOptions {
 /// seeded with options.seed(), so the text does not depend on the device's
 /// generator. Returns [T0 + tokens] int64 on the CPU (fewer tokens where
 /// options.stop_requested() stopped it).
+///
+/// A GPTKVCache the caller set on the GPT (GPTImpl::set_kv_cache) is not
+/// used: the GPT runs with generate()'s own cache, or with none, and the
+/// caller's is set back when generate() returns or throws, unchanged (its
+/// tokens and length as they were). Throws c10::Error on the options out of
+/// their ranges and on logits that are not finite (a NaN or +inf, or all
+/// -inf) at the position sampled from.
 torch::Tensor generate(
     torch::nn::Module& module,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,
@@ -440,7 +453,9 @@ struct GPTWeights {
   /// The tensors under lamp's names (kLamp), the head left out (it is
   /// wte's), Hugging Face's Conv1D weights transposed back.
   c10::Dict<std::string, torch::Tensor> state;
-  /// The layout the file had.
+  /// The layout the file had: kHuggingFace wherever c_attn's weight is
+  /// stored [width, 3 width] (Conv1D's), with or without "transformer."
+  /// before the names; else kNanoGPT with the prefix, kLamp without.
   GPTLayout layout = GPTLayout::kLamp;
   /// The shape the tensors give: layers, width, context (wpe's rows),
   /// vocab_size (wte's rows) and bias; heads from a nanoGPT checkpoint's
@@ -453,11 +468,14 @@ struct GPTWeights {
 
 /// Reads a GPT's weights from `path`, a file of Python's torch.save (or
 /// lamp's export): a state dict in lamp's, nanoGPT's or Hugging Face's
-/// GPT-2 layout (told apart by the names and c_attn's shape), or a nanoGPT
+/// GPT-2 layout (told apart by the names and c_attn's shape; GPT-2's
+/// weights also without "transformer.", as GPT2Model's state dict and
+/// Hugging Face's gpt2 pytorch_model.bin hold them), or a nanoGPT
 /// checkpoint (`ckpt.pt`: the state dict under "model", the shape under
 /// "model_args"). Accepts the prefixes torch.compile and DDP add
-/// ("_orig_mod.", "module.") and ignores the attention-mask buffers
-/// ("attn.bias", "attn.masked_bias") that some layouts store. Throws
+/// ("_orig_mod.", "module.", in any order and number: nanoGPT's DDP of a
+/// compiled model gives "module._orig_mod.") and ignores the attention-mask
+/// buffers ("attn.bias", "attn.masked_bias") that some layouts store. Throws
 /// c10::Error naming the file and the problem: not a torch.save file, no
 /// GPT's tensors, an untied head (lm_head.weight other than wte.weight),
 /// blocks with missing tensors.

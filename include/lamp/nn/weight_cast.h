@@ -49,7 +49,10 @@ namespace nn {
 /// - One forward: the casts are the parameters' values at construction;
 ///   construct it after the optimizer's step and destroy it before the
 ///   next (a scope around the forward). Guards nest, the innermost wins;
-///   the guard is the calling thread's (as autocast's state is).
+///   one destroyed before a guard made after it (std::optional or heap
+///   guards, reset out of order) leaves the nesting, and the others keep
+///   handing out their casts. The guard is the calling thread's (as
+///   autocast's state is): construct and destroy it on one thread.
 ///
 /// Example (what lamp::models::GPT does with GPTOptions::fused_weight_cast):
 /// \code
@@ -79,7 +82,11 @@ class CastWeightsOnce {
   friend torch::Tensor cast_weight(const torch::Tensor& parameter);
 
   std::unordered_map<const void*, torch::Tensor> casts_;
-  const CastWeightsOnce* outer_;
+  /// The guard that was innermost when this one was made, or nullptr:
+  /// cast_weight() walks the thread's guards from the innermost outwards.
+  CastWeightsOnce* outer_;
+  /// The guard made next, inside this one, while it lives, or nullptr.
+  CastWeightsOnce* inner_ = nullptr;
 };
 
 /// `parameter` as the calling thread's innermost live CastWeightsOnce cast

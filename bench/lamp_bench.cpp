@@ -4,8 +4,10 @@
 //              --channels-last --cudnn-benchmark --json results.json
 //
 // Method: a fixed synthetic batch already on the device (speed does not
-// depend on pixel values), `--warmup` untimed steps, then `--steps` timed
-// steps between two device synchronisations. Reported: images/s, seconds per
+// depend on pixel values), `--warmup` untimed steps (with --cuda-graph at
+// least the graph's eager steps and its capture, so that no timed step pays
+// for the capture), then `--steps` timed steps between two device
+// synchronisations. Reported: images/s, seconds per
 // `--epoch-images` epoch, peak memory (CUDA allocator, or RSS on CPU),
 // achieved TFLOP/s from the analytic FLOP count and, with --matmul-peak, the
 // fraction of a large matmul's TFLOP/s measured on the same device.
@@ -41,6 +43,11 @@
 #include "profiler.h"
 
 namespace {
+
+// The most timed steps a calibrated run may take (--min-seconds asks for
+// more when the steps are fast), and the most --min-seconds may ask for.
+constexpr int64_t kMaxTimedSteps = 100000;
+constexpr double kMaxMinSeconds = 3600;
 
 struct Config {
   std::string model = "resnet18";
@@ -397,8 +404,16 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
     last = step->step(images, labels, batch_loss);
     return last;
   };
+  // A CUDA graph is captured after its eager warm-up steps, in the step
+  // after them: both belong to the warm-up, as peer_pytorch.py's graph
+  // tool captures in its own.
+  const int64_t warmup =
+      step->cuda_graph_enabled()
+          ? std::max(c.warmup, step->options().graph_warmup_steps() + 1)
+          : c.warmup;
+  result["warmup"] = warmup;
   lamp::reset_peak_device_memory(device);
-  for (int64_t i = 0; i < c.warmup; ++i)
+  for (int64_t i = 0; i < warmup; ++i)
     run_step();
   lamp::synchronize(device);
   // The steady state's memory: the warm-up's peak includes cuDNN's
@@ -422,12 +437,16 @@ nlohmann::json run_one(const Config& c, const std::string& precision_name,
       run_step();
     lamp::synchronize(device);
     seconds = seconds_since(start);
-    if (seconds >= c.min_seconds || steps >= 100000) {
+    if (seconds >= c.min_seconds || steps >= kMaxTimedSteps) {
       break;
     }
-    steps = static_cast<int64_t>(steps * 1.2 * c.min_seconds /
-                                 std::max(seconds, 1e-6)) +
-            1;
+    // Capped before the run, and as a double: the count --min-seconds asks
+    // for can exceed int64.
+    const double wanted =
+        steps * 1.2 * c.min_seconds / std::max(seconds, 1e-6) + 1;
+    steps = wanted >= static_cast<double>(kMaxTimedSteps)
+                ? kMaxTimedSteps
+                : static_cast<int64_t>(wanted);
   }
   std::vector<double> rates = {steps * c.batch_size / seconds};
   for (int64_t r = 1; r < c.repeats; ++r) {
@@ -628,9 +647,6 @@ int run(const Config& c) {
     } else {
       std::printf("%-9s %-9s skipped: %s\n", c.model.c_str(), precision.c_str(),
                   result["skipped"].get<std::string>().c_str());
-      if (!trace_paths[requested].empty()) {
-        std::remove(trace_paths[requested].c_str()); // emptied, not written
-      }
     }
     if (result.contains("profile")) {
       std::printf("%s", result["profile"]["text"].get<std::string>().c_str());
@@ -779,16 +795,18 @@ int main(int argc, char** argv) {
   app.add_flag("--cudnn-benchmark", c.cudnn_benchmark);
   app.add_option("--device", c.device,
                  "cpu, cuda or cuda:N (default: cuda when available)");
-  app.add_option("--warmup", c.warmup, "untimed steps")
+  app.add_option("--warmup", c.warmup,
+                 "untimed steps (with --cuda-graph at least the graph's eager "
+                 "steps and its capture: 4)")
       ->check(lamp_examples::integer_at_least(0))
       ->capture_default_str();
   app.add_option("--steps", c.steps, "timed steps")
       ->check(lamp_examples::integer_at_least(1))
       ->capture_default_str();
-  app.add_option(
-         "--min-seconds", c.min_seconds,
-         "time at least this long: more steps than --steps when they are faster")
-      ->check(lamp_examples::non_negative_real())
+  app.add_option("--min-seconds", c.min_seconds,
+                 "time at least this long, 0..3600: more steps than --steps "
+                 "when they are faster, up to 100000")
+      ->check(lamp_examples::real_in(0, kMaxMinSeconds))
       ->capture_default_str();
   app.add_option(
          "--repeats", c.repeats,

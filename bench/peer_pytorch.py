@@ -53,6 +53,7 @@ import gc
 import inspect
 import json
 import math
+import os
 import platform
 import resource
 import sys
@@ -1232,16 +1233,24 @@ def steady_state(step, device):
     return warmup_peak
 
 
+# The most timed steps a calibrated run may take, and the most --min-seconds
+# may ask for: lamp_bench's limits.
+MAX_TIMED_STEPS = 100000
+MAX_MIN_SECONDS = 3600.0
+
+
 def timed_runs(step, args):
-    """Calibrates the step count to at least --min-seconds, so that launch
-    jitter and clock steps average out, then times --repeats runs of that
-    count back to back. Returns (steps, images/s of each run)."""
+    """Calibrates the step count to at least --min-seconds (at most
+    MAX_TIMED_STEPS steps, capped before they run), so that launch jitter
+    and clock steps average out, then times --repeats runs of that count
+    back to back. Returns (steps, images/s of each run)."""
     steps = args.steps
     while True:
         seconds = time_steps(step, steps, args.device)
-        if seconds >= args.min_seconds or steps >= 100000:
+        if seconds >= args.min_seconds or steps >= MAX_TIMED_STEPS:
             break
-        steps = int(steps * 1.2 * args.min_seconds / max(seconds, 1e-6)) + 1
+        wanted = steps * 1.2 * args.min_seconds / max(seconds, 1e-6) + 1
+        steps = MAX_TIMED_STEPS if wanted >= MAX_TIMED_STEPS else int(wanted)
     rates = [steps * args.batch_size / seconds]
     for _ in range(1, args.repeats):
         rates.append(steps * args.batch_size /
@@ -1364,6 +1373,19 @@ def non_negative_int(text):
     return value
 
 
+def min_seconds(text):
+    """--min-seconds: a finite number of seconds in 0..MAX_MIN_SECONDS."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % text)
+    if not 0 <= value <= MAX_MIN_SECONDS:  # NaN fails too
+        raise argparse.ArgumentTypeError(
+            "%s is out of range: give a number in [0, %g]"
+            % (text, MAX_MIN_SECONDS))
+    return value
+
+
 def precision_list(text):
     names = [name.strip() for name in text.split(",") if name.strip()]
     aliases = {"fp16": "half"}
@@ -1477,9 +1499,10 @@ def parse_args(argv):
                              "scaler, optimizer) in one CUDA graph and "
                              "replay it (CUDA only; with --optimizer-impl "
                              "fused under loss scaling)")
-    parser.add_argument("--min-seconds", type=float, default=0.0,
-                        help="time at least this long: more steps than "
-                             "--steps when they are faster (default 0)")
+    parser.add_argument("--min-seconds", type=min_seconds, default=0.0,
+                        help="time at least this long, 0..3600: more steps "
+                             "than --steps when they are faster, up to "
+                             "%d (default 0)" % MAX_TIMED_STEPS)
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when available, else cpu")
     parser.add_argument("--warmup", type=non_negative_int, default=5,
@@ -1574,6 +1597,18 @@ def parse_args(argv):
     return args
 
 
+def host_memory():
+    """glibc's malloc thresholds as the environment sets them
+    ("MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456", as
+    bench/run.sh gives this process: lamp_bench's keep_host_memory()), or
+    "glibc defaults"."""
+    names = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+             "GLIBC_TUNABLES")
+    settings = ["%s=%s" % (name, os.environ[name]) for name in names
+                if os.environ.get(name)]
+    return " ".join(settings) or "glibc defaults"
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.threads is not None:
@@ -1604,6 +1639,7 @@ def main(argv=None):
         "cuda_version": torch.version.cuda,
         "cudnn_version": (torch.backends.cudnn.version()
                           if torch.backends.cudnn.is_available() else None),
+        "host_memory": host_memory(),
         "results": [],
     }
     print("%s: torch %s, %s (%s), %d threads" % (

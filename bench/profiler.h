@@ -27,16 +27,20 @@ struct ProfileCapture {
   int64_t trace_events = 0;
 };
 
-/// Refuses a trace path that cannot be written, before anything runs: opens
-/// it for writing (creating or emptying it) and throws c10::Error naming the
-/// path and the system's reason when that fails.
+/// Refuses a trace path that cannot be written, before anything runs,
+/// without touching it: creates and removes a file beside it (the folder
+/// must take the trace's temporary file), and refuses a path that exists and
+/// is not a regular file. Throws c10::Error naming the path and the reason.
 void check_trace_path(const std::string& path);
 
 /// Runs `step` `steps` times, each inside a kStepScope RecordFunction scope,
 /// under LibTorch's profiler: host ops with their input shapes and FLOP
 /// estimates, and on a CUDA device its kernels, memcpys and memsets. Writes
-/// the Chrome trace to `trace_path` and reads it back (a file that does not
-/// parse as a trace with events is an error).
+/// the Chrome trace to a temporary file beside `trace_path`
+/// (`trace_path.tmp-<pid>`), reads it back (a file that does not parse as a
+/// trace with events is an error) and renames it over `trace_path`: a run
+/// that fails or dies first leaves an earlier trace at `trace_path` as it
+/// was.
 ProfileCapture profile_steps(const torch::Device& device, int64_t steps,
                              const std::function<void()>& step,
                              const std::string& trace_path);

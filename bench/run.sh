@@ -143,6 +143,20 @@ elif [ "$peer_status" = ok ] && [ "$quick" = 1 ]; then
   compile_status="not run (--quick: torch.compile takes 30 s or more on a CPU)"
 fi
 
+# The peer's malloc as lamp_bench's: lamp_bench calls lamp::keep_host_memory()
+# (--keep-host-memory on, its default), which sets glibc's mmap threshold to
+# 32 MiB and its trim threshold to 256 MiB, so that the memory a step frees
+# serves the next one instead of being unmapped and faulted in again. The
+# Python peer gets the same two settings through glibc's variables; where
+# the environment already tunes malloc, keep_host_memory() leaves it alone
+# and both sides run with the environment's.
+peer_env=()
+if [ -z "${MALLOC_MMAP_THRESHOLD_:-}${MALLOC_TRIM_THRESHOLD_:-}" ] &&
+  [[ "${GLIBC_TUNABLES:-}" != *glibc.malloc.mmap_threshold* ]] &&
+  [[ "${GLIBC_TUNABLES:-}" != *glibc.malloc.trim_threshold* ]]; then
+  peer_env=(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456)
+fi
+
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 manifest="$work/manifest.tsv"
@@ -242,8 +256,9 @@ print(json.load(open(sys.argv[1]))["threads"])' "$json")")
   if [ ${#runnable[@]} -gt 0 ]; then
     local list
     list=$(IFS=,; echo "${runnable[*]}")
-    run_one "$list" "$json" "$python" bench/peer_pytorch.py "${args[@]}" \
-      "${peer_args[@]}" --tools "$list" --json "$json"
+    run_one "$list" "$json" env "${peer_env[@]}" "$python" \
+      bench/peer_pytorch.py "${args[@]}" "${peer_args[@]}" --tools "$list" \
+      --json "$json"
   fi
   for i in "${!peers[@]}"; do
     if [ "${peer_statuses[$i]}" = ok ]; then

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,13 +25,48 @@
 #include "lamp/amp/master_weights.h"
 #include "lamp/distributed.h"
 #include "lamp/models/gpt.h"
+#include "positional_args.h"
 
 namespace {
 
 using lamp::distributed::ProcessGroup;
 
-int64_t arg(int argc, char** argv, int i, int64_t fallback) {
-  return argc > i ? std::atoll(argv[i]) : fallback;
+constexpr const char* kUsage =
+    "usage: lamp_sharded_step [bf16|fp32 LAYERS WIDTH CONTEXT BATCH STEPS "
+    "ROUNDS], run as the ranks of a group (tests/distributed/run_ranks.sh 2 "
+    "lamp_sharded_step bf16 4 256 128 8 10 3)";
+
+struct Args {
+  bool bf16 = true;
+  int64_t layers = 4, width = 256, context = 128, batch = 8, steps = 10,
+          rounds = 2;
+};
+
+// Argument `i` (`what`), read strictly (positional_args.h).
+int64_t arg(int argc, char** argv, int i, const char* what, int64_t lo,
+            int64_t hi, int64_t fallback) {
+  return lamp_bench::positional_integer(argc, argv, i, what, lo, hi, fallback,
+                                        kUsage);
+}
+
+Args parse(int argc, char** argv) {
+  TORCH_CHECK(argc <= 8, "too many arguments (", argc - 1, "); ", kUsage, ".");
+  Args a;
+  if (argc > 1) {
+    const std::string weights = argv[1];
+    TORCH_CHECK(weights == "bf16" || weights == "fp32",
+                "argument 1 (the weights) is '", weights,
+                "', not bf16 or fp32; ", kUsage, ".");
+    a.bf16 = weights == "bf16";
+  }
+  a.layers = arg(argc, argv, 2, "layers", 1, 1000, a.layers);
+  a.width = arg(argc, argv, 3, "width", 1, 65536, a.width);
+  a.context = arg(argc, argv, 4, "context", 1, 1 << 20, a.context);
+  a.batch = arg(argc, argv, 5, "batch", 1, 1 << 20, a.batch);
+  // At least one timed step: the median is of the steps' times.
+  a.steps = arg(argc, argv, 6, "steps", 1, 1000000, a.steps);
+  a.rounds = arg(argc, argv, 7, "rounds", 1, 1000, a.rounds);
+  return a;
 }
 
 std::unique_ptr<torch::optim::Optimizer> adamw(
@@ -51,14 +85,10 @@ int64_t adam_state_bytes(torch::optim::Optimizer& optimizer) {
   return total;
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  const bool bf16 = argc <= 1 || std::string(argv[1]) != "fp32";
-  const int64_t layers = arg(argc, argv, 2, 4), width = arg(argc, argv, 3, 256),
-                context = arg(argc, argv, 4, 128),
-                batch = arg(argc, argv, 5, 8), steps = arg(argc, argv, 6, 10),
-                rounds = arg(argc, argv, 7, 2);
+int run(const Args& a) {
+  const bool bf16 = a.bf16;
+  const int64_t layers = a.layers, width = a.width, context = a.context,
+                batch = a.batch, steps = a.steps, rounds = a.rounds;
   auto group = ProcessGroup::from_environment(torch::kCPU);
   const bool main_rank = group->is_main();
   if (main_rank) {
@@ -154,4 +184,26 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+} // namespace
+
+// Exit statuses: 2 for a bad command line, 1 for an error while running.
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse(argc, argv);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "lamp_sharded_step: error: %s\n",
+                 e.what_without_backtrace());
+    return 2;
+  }
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    const auto* error = dynamic_cast<const c10::Error*>(&e);
+    std::fprintf(stderr, "lamp_sharded_step: error: %s\n",
+                 error != nullptr ? error->what_without_backtrace() : e.what());
+    return 1;
+  }
 }

@@ -21,8 +21,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lamp/amp/train_step.h"
@@ -30,24 +30,48 @@
 #include "lamp/models/gpt.h"
 #include "lamp/optim/adam.h"
 #include "lamp/platform/backends.h"
+#include "positional_args.h"
 
 namespace {
 
-int64_t arg(int argc, char** argv, int i, int64_t fallback) {
-  return argc > i ? std::atoll(argv[i]) : fallback;
+constexpr const char* kUsage =
+    "usage: lamp_zero_step STAGE [LAYERS WIDTH CONTEXT BATCH STEPS], run as "
+    "the ranks of a group (tests/distributed/run_ranks.sh 2 lamp_zero_step "
+    "1 4 256 128 8 10)";
+
+struct Args {
+  int stage = 0;
+  int64_t layers = 4, width = 256, context = 128, batch = 8, steps = 10;
+};
+
+// Argument `i` (`what`), read strictly (positional_args.h).
+int64_t arg(int argc, char** argv, int i, const char* what, int64_t lo,
+            int64_t hi, int64_t fallback) {
+  return lamp_bench::positional_integer(argc, argv, i, what, lo, hi, fallback,
+                                        kUsage);
+}
+
+Args parse(int argc, char** argv) {
+  TORCH_CHECK(argc <= 7, "too many arguments (", argc - 1, "); ", kUsage, ".");
+  Args a;
+  a.stage = static_cast<int>(arg(argc, argv, 1, "stage", 0, 2, a.stage));
+  a.layers = arg(argc, argv, 2, "layers", 1, 1000, a.layers);
+  a.width = arg(argc, argv, 3, "width", 1, 65536, a.width);
+  a.context = arg(argc, argv, 4, "context", 1, 1 << 20, a.context);
+  a.batch = arg(argc, argv, 5, "batch", 1, 1 << 20, a.batch);
+  // At least one timed step: the median is of the steps' times.
+  a.steps = arg(argc, argv, 6, "steps", 1, 1000000, a.steps);
+  return a;
 }
 
 int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  const int stage = static_cast<int>(arg(argc, argv, 1, 0));
-  const int64_t layers = arg(argc, argv, 2, 4), width = arg(argc, argv, 3, 256),
-                context = arg(argc, argv, 4, 128),
-                batch = arg(argc, argv, 5, 8), steps = arg(argc, argv, 6, 10);
+int run(const Args& a) {
+  const int stage = a.stage;
+  const int64_t layers = a.layers, width = a.width, context = a.context,
+                batch = a.batch, steps = a.steps;
   auto group = lamp::distributed::ProcessGroup::from_environment(torch::kCPU);
   torch::manual_seed(0);
   lamp::models::GPT gpt(lamp::models::GPTOptions()
@@ -112,4 +136,26 @@ int main(int argc, char** argv) {
         lamp::peak_host_memory() / 1048576.0);
   }
   return 0;
+}
+
+} // namespace
+
+// Exit statuses: 2 for a bad command line, 1 for an error while running.
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse(argc, argv);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "lamp_zero_step: error: %s\n",
+                 e.what_without_backtrace());
+    return 2;
+  }
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    const auto* error = dynamic_cast<const c10::Error*>(&e);
+    std::fprintf(stderr, "lamp_zero_step: error: %s\n",
+                 error != nullptr ? error->what_without_backtrace() : e.what());
+    return 1;
+  }
 }

@@ -1,9 +1,19 @@
 // lamp::NameTable and the tables of every enum-like choice: each value has
 // one name that parses back to it, aliases parse too, and an unknown name is
-// refused with the list.
+// refused with the list. And numbers as text (platform/number_text.h): the
+// same strings in every C locale.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <clocale>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -12,6 +22,7 @@
 #include "lamp/optim/optimizer.h"
 #include "lamp/platform/names.h"
 #include "lamp/training/schedule.h"
+#include "platform/number_text.h"
 #include "test_util.h"
 
 namespace {
@@ -33,6 +44,75 @@ void expect_round_trip(const lamp::NameTable<T>& table) {
     EXPECT_EQ(table.name(table.parse(name)), name);
   }
 }
+
+// LC_NUMERIC set to a locale whose decimal point is a comma, for the
+// object's lifetime: an installed one, or else one built here by localedef
+// from a definition of LC_NUMERIC alone, in a temporary folder that
+// LOCPATH names while setlocale() loads it. active() is false where neither
+// works (no such locale, no localedef).
+class CommaNumbers {
+ public:
+  CommaNumbers() : saved_(std::setlocale(LC_NUMERIC, nullptr)) {
+    for (const char* name : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8",
+                             "fr_FR.utf8", "ru_RU.UTF-8", "ru_RU.utf8"}) {
+      if (use(name)) {
+        return;
+      }
+    }
+    build();
+  }
+  ~CommaNumbers() {
+    std::setlocale(LC_NUMERIC, saved_.c_str());
+    if (!folder_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(folder_, ignored);
+    }
+  }
+  CommaNumbers(const CommaNumbers&) = delete;
+  CommaNumbers& operator=(const CommaNumbers&) = delete;
+
+  bool active() const { return active_; }
+
+ private:
+  bool use(const char* name) {
+    active_ = std::setlocale(LC_NUMERIC, name) != nullptr &&
+              std::string(std::localeconv()->decimal_point) == ",";
+    if (!active_) {
+      std::setlocale(LC_NUMERIC, saved_.c_str());
+    }
+    return active_;
+  }
+  void build() {
+    std::string folder = ::testing::TempDir() + "lamp_locale_XXXXXX";
+    if (::mkdtemp(&folder[0]) == nullptr) {
+      return;
+    }
+    folder_ = folder;
+    const std::string source = folder_ + "/comma.src";
+    std::ofstream(source) << "LC_NUMERIC\ndecimal_point \",\"\n"
+                             "thousands_sep \".\"\ngrouping 3;3\n"
+                             "END LC_NUMERIC\n";
+    // localedef exits 1 for the categories the definition leaves out; the
+    // locale is judged by whether setlocale() takes it.
+    const std::string command = "localedef -c -i '" + source + "' '" + folder_ +
+                                "/lamp_comma' >/dev/null 2>&1";
+    const int status = std::system(command.c_str());
+    static_cast<void>(status);
+    const char* previous = std::getenv("LOCPATH");
+    const std::string saved_path = previous != nullptr ? previous : "";
+    ::setenv("LOCPATH", folder_.c_str(), 1);
+    use("lamp_comma");
+    if (previous != nullptr) {
+      ::setenv("LOCPATH", saved_path.c_str(), 1);
+    } else {
+      ::unsetenv("LOCPATH");
+    }
+  }
+
+  const std::string saved_;
+  std::string folder_;
+  bool active_ = false;
+};
 
 } // namespace
 
@@ -67,4 +147,51 @@ TEST(NameTable, EveryChoiceOfTheLibraryRoundTrips) {
                                       "constant"}));
   EXPECT_EQ(lamp::optim::optimizer_names(),
             (std::vector<std::string>{"sgd", "adam", "adamw"}));
+}
+
+// exact()'s strings are stored in checkpoints and compared as text on
+// resume, so they are fixed: printf's "%.15g", or "%.17g" where 15 digits do
+// not read back as the value (the golden strings are Python's '%.15g' and
+// '%.17g', which round as glibc's printf does).
+TEST(NumberText, ExactIsFifteenDigitsOrSeventeen) {
+  using lamp::detail::exact;
+  EXPECT_EQ(exact(0.05), "0.05");
+  EXPECT_EQ(exact(0.4914), "0.4914");
+  EXPECT_EQ(exact(3e-4), "0.0003");
+  EXPECT_EQ(exact(2.5e-5), "2.5e-05");
+  EXPECT_EQ(exact(100), "100");
+  EXPECT_EQ(exact(1e15), "1e+15");
+  EXPECT_EQ(exact(1e300), "1e+300");
+  EXPECT_EQ(exact(-0.0), "-0");
+  EXPECT_EQ(exact(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(exact(1.0 / 3), "0.33333333333333331");
+  EXPECT_EQ(exact(123456789012345678.0), "1.2345678901234568e+17");
+  // The smallest subnormal reads back from 15 digits.
+  EXPECT_EQ(exact(std::numeric_limits<double>::denorm_min()),
+            "4.94065645841247e-324");
+  EXPECT_EQ(exact(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(exact(-std::numeric_limits<double>::infinity()), "-inf");
+  EXPECT_EQ(exact(std::nan("")), "nan");
+  EXPECT_EQ(lamp::detail::byte_count(512), "512 bytes");
+  EXPECT_EQ(lamp::detail::byte_count(1610612736), "1.5 GiB (1610612736 bytes)");
+  // 1.25 MiB: a tie, rounded to even as printf's "%.1f" does.
+  EXPECT_EQ(lamp::detail::byte_count(1310720), "1.2 MiB (1310720 bytes)");
+}
+
+// A host program that calls setlocale(LC_ALL, "de_DE.UTF-8") gets the same
+// strings: snprintf would write "0,4914", and a checkpoint's settings would
+// then differ from the same run's in the "C" locale.
+TEST(NumberText, TheSameStringsUnderADecimalCommaLocale) {
+  const CommaNumbers comma;
+  if (!comma.active()) {
+    GTEST_SKIP() << "no locale with a decimal comma is installed, and "
+                    "localedef could not build one";
+  }
+  char text[16];
+  std::snprintf(text, sizeof(text), "%.1f", 0.5);
+  ASSERT_EQ(std::string(text), "0,5"); // the locale is in effect
+  EXPECT_EQ(lamp::detail::exact(0.4914), "0.4914");
+  EXPECT_EQ(lamp::detail::exact(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(lamp::detail::exact(2.5e-5), "2.5e-05");
+  EXPECT_EQ(lamp::detail::byte_count(1610612736), "1.5 GiB (1610612736 bytes)");
 }

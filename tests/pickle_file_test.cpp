@@ -1,10 +1,11 @@
 // lamp::load_pickle on damaged torch.save files, written here byte by byte:
 // a tensor whose view reaches beyond its storage (sizes and strides that
 // overflow int64 among them), a storage shorter than its pickle says, a
-// storage class no torch.save writes. Each is refused with a message that
+// storage class no torch.save writes, a container that contains itself,
+// containers nested without bound. Each is refused with a message that
 // names the file and what is wrong, whether LibTorch's unpickler reads the
 // file (a plain dict) or lamp's own reader does (an OrderedDict, every
-// Python state_dict); none is read out of bounds.
+// Python state_dict); none is read out of bounds or overflows the stack.
 
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
@@ -126,6 +127,31 @@ std::string load_error(const std::string& value, bool ordered,
   return error;
 }
 
+// load_pickle's error for the file of `pickle` ("" when it loads).
+std::string pickle_error(const std::string& pickle, const std::string& name) {
+  const auto path = write_torch_save(pickle, name);
+  const auto error = error_of([&] { lamp::load_pickle(path, "test"); });
+  std::remove(path.c_str());
+  return error;
+}
+
+// `count` lists, each the only item of the one before: built with APPENDS
+// (both readers read it) or APPEND (LibTorch's unpickler lacks it, so lamp's
+// reader builds the nesting).
+std::string nested_lists(int64_t count, bool appends) {
+  std::string pickle = "\x80\x02";
+  if (appends) {
+    for (int64_t i = 1; i < count; ++i) {
+      pickle += "](";
+    }
+    pickle += "]" + std::string(static_cast<size_t>(count - 1), 'e');
+  } else {
+    pickle += std::string(static_cast<size_t>(count), ']') +
+              std::string(static_cast<size_t>(count - 1), 'a');
+  }
+  return pickle + ".";
+}
+
 // The files themselves are sound: an intact view loads through both readers
 // with the storage's values, so the refusals below are of the damage alone.
 TEST(DamagedPythonFiles, AnIntactViewLoadsThroughBothReaders) {
@@ -194,6 +220,99 @@ TEST(DamagedPythonFiles, AStorageClassNoTorchSaveWritesIsRefused) {
               std::string::npos)
         << suffix << ": " << error;
   }
+}
+
+// BINPUT and BINGET of memo entry `n`.
+std::string put(int n) {
+  return op_with("q", static_cast<uint64_t>(n), 1);
+}
+std::string get(int n) {
+  return op_with("h", static_cast<uint64_t>(n), 1);
+}
+
+// d = {}; d["self"] = d; torch.save(d, path): the memo hands the dict back
+// inside itself. Python writes SETITEM, which some LibTorch versions'
+// unpicklers lack (lamp's reader reads it then); SETITEMS and an
+// OrderedDict put the loop before each reader in turn.
+TEST(DamagedPythonFiles, ADictThatContainsItselfIsRefused) {
+  const std::vector<std::string> pickles = {
+      cat({"\x80\x02}", put(0), text("self"), put(1), get(0), "s."}),
+      cat({"\x80\x02}", put(0), "(", text("self"), get(0), "u."}),
+      cat({"\x80\x02", kOrderedDict, put(0), "(", text("self"), get(0), "u."}),
+  };
+  for (size_t i = 0; i < pickles.size(); ++i) {
+    const auto error = pickle_error(pickles[i], "dict_loop");
+    EXPECT_NE(error.find("test: "), std::string::npos) << i << ": " << error;
+    EXPECT_NE(error.find(" holds a container that contains itself"),
+              std::string::npos)
+        << i << ": " << error;
+  }
+}
+
+// l = []; l.append(l): APPEND (Python's, which only lamp's reader reads) and
+// APPENDS (LibTorch's unpickler builds the loop).
+TEST(DamagedPythonFiles, AListThatContainsItselfIsRefused) {
+  for (const auto& pickle : {cat({"\x80\x02]", put(0), get(0), "a."}),
+                             cat({"\x80\x02]", put(0), "(", get(0), "e."})}) {
+    const auto error = pickle_error(pickle, "list_loop");
+    EXPECT_NE(error.find(" holds a container that contains itself"),
+              std::string::npos)
+        << error;
+  }
+}
+
+// 100,000 nested lists (Python itself stops near 1000, its recursion
+// limit): refused, and freed without a recursion that deep, through either
+// reader.
+TEST(DamagedPythonFiles, ContainersNestedWithoutBoundAreRefused) {
+  for (const bool appends : {true, false}) {
+    const auto error = pickle_error(nested_lists(100000, appends), "deep");
+    EXPECT_NE(error.find(" holds containers (lists, tuples, dicts) nested "
+                         "more than 1000 deep"),
+              std::string::npos)
+        << appends << ": " << error;
+  }
+}
+
+// 1000 levels load, 1001 do not.
+TEST(DamagedPythonFiles, NestingUpToTheLimitLoads) {
+  for (const bool appends : {true, false}) {
+    const auto path =
+        write_torch_save(nested_lists(1000, appends), "nesting_limit");
+    c10::IValue value = lamp::load_pickle(path, "test");
+    std::remove(path.c_str());
+    int64_t depth = 1;
+    while (value.isList() && value.toListRef().size() == 1) {
+      value = c10::IValue(value.toListRef()[0]);
+      ++depth;
+    }
+    EXPECT_EQ(depth, 1000) << appends;
+    EXPECT_NE(pickle_error(nested_lists(1001, appends), "nesting_over")
+                  .find("nested more than 1000 deep"),
+              std::string::npos)
+        << appends;
+  }
+}
+
+// A list shared by several others is no cycle: [l0, l1, ..., l60] with
+// l(i) = [l(i-1), l(i-1)] loads, although it has 2^60 paths to l0 (each
+// container is walked once).
+TEST(DamagedPythonFiles, SharedContainersLoad) {
+  std::string pickle = cat({"\x80\x02](]", put(0)});
+  for (int i = 1; i <= 60; ++i) {
+    pickle += cat({"](", get(i - 1), get(i - 1), "e", put(i)});
+  }
+  pickle += "e.";
+  const auto path = write_torch_save(pickle, "shared");
+  const auto value = lamp::load_pickle(path, "test");
+  std::remove(path.c_str());
+  ASSERT_TRUE(value.isList());
+  const auto lists = value.toListRef();
+  ASSERT_EQ(lists.size(), 61u);
+  const auto last = lists[60].toListRef();
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_TRUE(last[0].is(last[1]));
+  EXPECT_TRUE(last[0].is(lists[59]));
 }
 
 } // namespace

@@ -331,17 +331,29 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   }
   file.release();
   // The rename is durable once the folder is: fsync it (file systems that
-  // cannot sync a folder say EINVAL, and have nothing to sync).
-  const int dir =
-      ::open(parent_folder(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    const int rc = ::fsync(dir);
+  // cannot sync a folder say EINVAL, and have nothing to sync). Only a
+  // descriptor opened for reading can be synced (fsync on an O_PATH one
+  // fails with EBADF), and a folder that may be written but not read
+  // (mode 0300) refuses that: the file is written, but not durably.
+  const std::string folder = parent_folder(path);
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
     const int error = errno;
-    ::close(dir);
-    TORCH_CHECK(rc == 0 || error == EINVAL, "lamp: wrote ", path,
-                " but could not sync its folder: ", reason(error),
+    TORCH_CHECK(error == EACCES || error == EPERM, "lamp: wrote ", path,
+                " but could not open its folder to sync it: ", reason(error),
                 "; the new file may not survive a power loss.");
+    TORCH_WARN_ONCE(
+        "lamp: wrote ", path, " but could not sync its folder ", folder, " (",
+        reason(error),
+        ": it may be written but not read), so the new file may not survive a power loss. Give this user read permission on the folder (chmod u+r on a folder of yours) to make lamp's writes durable. (Shown once per process.)");
+    return;
   }
+  const int rc = ::fsync(dir);
+  const int error = errno;
+  ::close(dir);
+  TORCH_CHECK(rc == 0 || error == EINVAL, "lamp: wrote ", path,
+              " but could not sync its folder: ", reason(error),
+              "; the new file may not survive a power loss.");
 }
 
 uint32_t save_checked_archive(torch::serialize::OutputArchive& archive,

@@ -126,7 +126,7 @@ c10::IValue load_pickle(const std::string& path, const std::string& what) {
     error = e.what();
   }
   if (loaded) {
-    detail::check_tensor_views(*loaded, what + ": " + path);
+    detail::check_unpickled(*loaded, what + ": " + path);
     return *loaded;
   }
   // Python's legacy format (torch.save(..., _use_new_zipfile_serialization=

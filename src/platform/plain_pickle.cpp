@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,133 @@ void check_view(int64_t offset, c10::IntArrayRef size, c10::IntArrayRef stride,
               " elements. Save it again in Python.");
 }
 
+// Throws, naming `where` as damaged, unless `tensor` lies within its
+// storage.
+void check_tensor_view(const at::Tensor& tensor, const std::string& where) {
+  if (tensor.defined() && tensor.has_storage()) {
+    const auto item = static_cast<size_t>(tensor.element_size());
+    check_view(tensor.storage_offset(), tensor.sizes(), tensor.strides(),
+               static_cast<int64_t>(tensor.storage().nbytes() / item), where);
+  }
+}
+
+bool is_container(const c10::IValue& value) {
+  return value.isList() || value.isTuple() || value.isGenericDict();
+}
+
+// A container's items: a list's or tuple's elements, a dict's keys and
+// values, in order.
+std::vector<c10::IValue> items_of(const c10::IValue& value) {
+  std::vector<c10::IValue> items;
+  if (value.isTuple()) {
+    const auto& elements = value.toTupleRef().elements();
+    items.assign(elements.begin(), elements.end());
+  } else if (value.isList()) {
+    const auto elements = value.toListRef();
+    items.assign(elements.begin(), elements.end());
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      items.push_back(entry.key());
+      items.push_back(entry.value());
+    }
+  }
+  return items;
+}
+
+// check_unpickled()'s walk, depth first with its own stack: a recursion
+// would overflow the thread's stack on the nesting it is there to refuse.
+// A container walked whole is remembered with its nesting (itself and the
+// deepest chain below it), so that shared containers are walked once (a
+// chain of lists each holding the next one twice has 2^n paths) and their
+// depth still counts wherever they are reached from.
+void walk_unpickled(const c10::IValue& root, const std::string& where) {
+  struct Frame {
+    const void* key;
+    std::vector<c10::IValue> items;
+    size_t next = 0;
+    int64_t nesting = 1;
+  };
+  std::vector<Frame> path;
+  std::unordered_set<const void*> on_path;
+  std::unordered_map<const void*, int64_t> walked;
+  const auto reach = [&](const c10::IValue& value) {
+    if (value.isTensor()) {
+      check_tensor_view(value.toTensor(), where);
+      return;
+    }
+    if (!is_container(value)) {
+      return;
+    }
+    const void* key = value.internalToPointer();
+    TORCH_CHECK(
+        on_path.count(key) == 0, where,
+        " holds a container that contains itself (a list, tuple or dict among its own items, directly or through others), which lamp does not read. Save it again in Python without the cycle.");
+    const auto done = walked.find(key);
+    const int64_t nesting = done != walked.end() ? done->second : 1;
+    TORCH_CHECK(
+        static_cast<int64_t>(path.size()) + nesting <= kMaxPickleNesting, where,
+        " holds containers (lists, tuples, dicts) nested more than ",
+        kMaxPickleNesting,
+        " deep, which lamp does not read. Save it again in Python "
+        "with a flatter structure.");
+    if (done != walked.end()) {
+      if (!path.empty()) {
+        path.back().nesting = std::max(path.back().nesting, nesting + 1);
+      }
+      return;
+    }
+    on_path.insert(key);
+    path.push_back(Frame{key, items_of(value)});
+  };
+  reach(root);
+  while (!path.empty()) {
+    Frame& frame = path.back();
+    if (frame.next < frame.items.size()) {
+      // A copy: reach() may grow `path`, which moves `frame`.
+      const c10::IValue item = frame.items[frame.next++];
+      reach(item);
+      continue;
+    }
+    const int64_t nesting = frame.nesting;
+    walked[frame.key] = nesting;
+    on_path.erase(frame.key);
+    path.pop_back();
+    if (!path.empty()) {
+      path.back().nesting = std::max(path.back().nesting, nesting + 1);
+    }
+  }
+}
+
+// Empties every list and dict in `value` and sets every tuple's items to
+// None, one container at a time: each is then freed with nothing left
+// inside it (no recursion as deep as the nesting), and a container that
+// holds itself loses the reference that kept it alive.
+void take_apart(const c10::IValue& value) {
+  std::vector<c10::IValue> pending;
+  if (is_container(value)) {
+    pending.push_back(value);
+  }
+  while (!pending.empty()) {
+    const c10::IValue container = std::move(pending.back());
+    pending.pop_back();
+    for (auto& item : items_of(container)) {
+      if (is_container(item)) {
+        pending.push_back(std::move(item));
+      }
+    }
+    if (container.isList()) {
+      container.toList().clear();
+    } else if (container.isGenericDict()) {
+      container.toGenericDict().clear();
+    } else {
+      const auto tuple = container.toTuple();
+      for (size_t i = 0; i < tuple->elements().size(); ++i) {
+        tuple->unsafeSetElement(i, c10::IValue());
+      }
+    }
+  }
+}
+
 // Thrown for what this reader does not read; load_pickle() then reports
 // LibTorch's own error.
 struct Unsupported {};
@@ -71,6 +199,18 @@ class Reader {
         where_(where),
         objects_as_none_(objects_as_none),
         storages_(storages) {}
+
+  // Takes apart what the reader built (see take_apart()): after a failure,
+  // whose partial values on the stack and in the memo would otherwise be
+  // freed recursively, however deep they are.
+  void discard() {
+    for (const auto& item : stack_) {
+      take_apart(item.value);
+    }
+    for (const auto& entry : memo_) {
+      take_apart(entry.second.value);
+    }
+  }
 
   c10::IValue run() {
     while (true) {
@@ -486,34 +626,26 @@ c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
                                              const std::string& where,
                                              bool objects_as_none,
                                              const StorageLoader& storages) {
+  Reader reader(data, size, where, objects_as_none, storages);
   try {
-    return Reader(data, size, where, objects_as_none, storages).run();
+    auto value = reader.run();
+    check_unpickled(value, where);
+    return value;
   } catch (const Unsupported&) {
+    reader.discard();
     return c10::nullopt;
+  } catch (...) {
+    reader.discard();
+    throw;
   }
 }
 
-void check_tensor_views(const c10::IValue& value, const std::string& where) {
-  if (value.isTensor()) {
-    const auto& tensor = value.toTensor();
-    if (tensor.defined() && tensor.has_storage()) {
-      const auto item = static_cast<size_t>(tensor.element_size());
-      check_view(tensor.storage_offset(), tensor.sizes(), tensor.strides(),
-                 static_cast<int64_t>(tensor.storage().nbytes() / item), where);
-    }
-  } else if (value.isTuple()) {
-    for (const auto& element : value.toTupleRef().elements()) {
-      check_tensor_views(element, where);
-    }
-  } else if (value.isList()) {
-    for (const auto& element : value.toListRef()) {
-      check_tensor_views(element, where);
-    }
-  } else if (value.isGenericDict()) {
-    for (const auto& entry : value.toGenericDict()) {
-      check_tensor_views(entry.key(), where);
-      check_tensor_views(entry.value(), where);
-    }
+void check_unpickled(const c10::IValue& value, const std::string& where) {
+  try {
+    walk_unpickled(value, where);
+  } catch (...) {
+    take_apart(value);
+    throw;
   }
 }
 

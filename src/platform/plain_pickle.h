@@ -11,6 +11,7 @@
 #include <c10/util/Optional.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -23,6 +24,14 @@ namespace detail {
 using StorageLoader = std::function<at::Tensor(
     const std::string& key, c10::ScalarType dtype, int64_t numel)>;
 
+/// The most containers (lists, tuples, dicts) an unpickled value may hold
+/// one inside another. State dicts and checkpoints nest a few levels;
+/// Python's pickler stops near its recursion limit (1000 by default); and
+/// an IValue is freed recursively, one stack frame or more per level, so a
+/// value nested without bound could overflow the stack of the thread that
+/// drops it.
+constexpr int64_t kMaxPickleNesting = 1000;
+
 /// The value of the pickle `data` (protocols 2 to 5), or nullopt when it
 /// holds something other than plain values (tensors, other classes). With
 /// `storages`, tensors are read too, as torch.save writes them
@@ -33,17 +42,25 @@ using StorageLoader = std::function<at::Tensor(
 /// reads as None instead, and the plain values around it are kept: the
 /// skeleton of a whole checkpoint, to find one entry in. An integer beyond
 /// int64 is a c10::Error that names `where`, the key it is stored under and
-/// what to do.
+/// what to do; so is a value that check_unpickled() refuses.
 c10::optional<c10::IValue> read_plain_pickle(
     const char* data, size_t size, const std::string& where,
     bool objects_as_none = false, const StorageLoader& storages = {});
 
-/// Throws a c10::Error naming `where` as damaged when a tensor in `value`
-/// (itself, or inside its lists, tuples and dicts) is a view that reaches
-/// beyond its storage, or whose sizes and strides overflow int64. LibTorch's
-/// unpickler builds such views from a damaged file without a check;
-/// read_plain_pickle() refuses them as it reads.
-void check_tensor_views(const c10::IValue& value, const std::string& where);
+/// Throws a c10::Error naming `where` when `value` holds a list, tuple or
+/// dict that contains itself (directly or through others), containers
+/// nested more than kMaxPickleNesting deep, or a tensor that is a view
+/// reaching beyond its storage or whose sizes and strides overflow int64.
+/// Pickles can hold all three (a memo entry read back inside its own
+/// container; an opcode stream of any depth; a damaged file), and LibTorch's
+/// unpickler builds them without a check. Shared containers (tied weights,
+/// one list under two keys) are walked once and are no cycle.
+/// \warning A refused value is taken apart before the error is thrown (its
+/// lists and dicts emptied, its tuples' items set to None, one container at
+/// a time), so that freeing it needs no recursion as deep as its nesting,
+/// and a container that holds itself is freed at all: whoever shares it
+/// sees it empty.
+void check_unpickled(const c10::IValue& value, const std::string& where);
 
 } // namespace detail
 } // namespace lamp

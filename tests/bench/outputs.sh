@@ -3,7 +3,9 @@
 #   outputs.sh LAMP_BENCH LIBLAMP_FAIL_IO WORK_DIR
 # A closed stdout pipe, a results file on /dev/full or a full disk, --json
 # and --profile naming one file, and two precisions that resolve to one
-# mode. Prints one line per case; exits 1 if any failed.
+# mode; an earlier trace kept by a run that fails, an absurd --min-seconds;
+# the command lines of lamp_zero_step and lamp_sharded_step (built beside
+# lamp_bench). Prints one line per case; exits 1 if any failed.
 set -uo pipefail
 
 bench="$1" shim="$2" work="$3"
@@ -89,4 +91,56 @@ if [ "$rc" -ne 0 ] && grep -q -- "--precision names fp32 twice" "$work/twice.log
 else
   fail "a mode named twice: exit $rc"; tail -3 "$work/twice.log"
 fi
+
+# 6. A run that fails after the checks (--cuda-graph on a CPU fails at its
+#    first step) leaves an earlier trace as it was: the trace is written
+#    beside it and renamed over it at the end, never emptied up front.
+echo '{"previous": true}' > "$work/kept.json"
+"$bench" "${quick[@]}" --precision fp32 --cuda-graph --profile "$work/kept.json" \
+    > "$work/kept.log" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && grep -q '"previous": true' "$work/kept.json" &&
+   ! ls "$work"/kept.json.tmp-* > /dev/null 2>&1; then
+  pass "a failed run: the earlier trace kept, no temporary file left"
+else
+  fail "a failed run's trace: exit $rc"; ls "$work"; tail -3 "$work/kept.log"
+fi
+
+# 7. --min-seconds beyond an hour is refused before anything runs (1e300
+#    once overflowed the step count it asked for).
+timeout 120 "$bench" "${quick[@]}" --precision fp32 --min-seconds 1e300 > "$work/min.log" 2>&1
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q -- "--min-seconds: 1e300 is out of range" "$work/min.log"; then
+  pass "--min-seconds 1e300: refused"
+else
+  fail "--min-seconds 1e300: exit $rc"; tail -3 "$work/min.log"
+fi
+
+# 8. lamp_zero_step and lamp_sharded_step read their arguments strictly:
+#    a word, a number with a tail, 0 steps, an unknown weights type and one
+#    argument too many are usage errors (exit 2) before any group forms.
+bin="$(dirname "$bench")"
+check_usage() { # PROGRAM EXPECTED-TEXT ARGS...
+  local program="$1" expected="$2"
+  shift 2
+  if [ ! -x "$bin/$program" ]; then
+    fail "$program: not built beside lamp_bench ($bin)"
+    return
+  fi
+  "$bin/$program" "$@" > "$work/usage.log" 2>&1
+  local status=$?
+  if [ "$status" -eq 2 ] && grep -q -- "$expected" "$work/usage.log"; then
+    pass "$program $*: refused"
+  else
+    fail "$program $*: exit $status"; tail -3 "$work/usage.log"
+  fi
+}
+check_usage lamp_zero_step "argument 6 (steps) is 0; give an integer in 1..1000000" 1 4 256 128 8 0
+check_usage lamp_zero_step "argument 6 (steps) is '12abc', not an integer" 1 4 256 128 8 12abc
+check_usage lamp_zero_step "argument 1 (stage) is 'abc', not an integer" abc
+check_usage lamp_zero_step "argument 1 (stage) is 3; give an integer in 0..2" 3
+check_usage lamp_zero_step "too many arguments (7)" 1 4 256 128 8 10 1
+check_usage lamp_sharded_step "argument 6 (steps) is 0; give an integer in 1..1000000" bf16 4 256 128 8 0
+check_usage lamp_sharded_step "argument 1 (the weights) is 'fp16', not bf16 or fp32" fp16
+check_usage lamp_sharded_step "argument 7 (rounds) is 'x', not an integer" fp32 4 256 128 8 10 x
 exit $failed

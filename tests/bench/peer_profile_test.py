@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """bench/peer_pytorch.py --profile-steps: the top-kernels list that is set
 beside lamp_bench --profile's (ranking, per-step numbers, the printed lines)
-from made-up times, then a real profile of a tiny GPT step on the CPU.
-Needs torch (LAMP_PYTHON_TORCH)."""
+from made-up times, then a real profile of a tiny GPT step on the CPU. And
+the calibration of the timed step count to --min-seconds. Needs torch
+(LAMP_PYTHON_TORCH)."""
 
+import argparse
 import contextlib
 import io
 import json
@@ -79,6 +81,49 @@ class ProfileRun(unittest.TestCase):
     def test_no_profile_without_the_flag(self):
         args = peer_pytorch.parse_args(["--model", "gpt", "--device", "cpu"])
         self.assertEqual(args.profile_steps, 0)
+
+
+class Calibration(unittest.TestCase):
+    """timed_runs() with made-up step times: the counts it runs."""
+
+    def counts_run(self, min_seconds, seconds_per_step):
+        counts = []
+
+        def time_steps(step, steps, device):
+            counts.append(steps)
+            return steps * seconds_per_step
+
+        args = argparse.Namespace(steps=5, min_seconds=min_seconds,
+                                  repeats=2, batch_size=1, device="cpu")
+        saved = peer_pytorch.time_steps
+        peer_pytorch.time_steps = time_steps
+        try:
+            steps, rates = peer_pytorch.timed_runs(None, args)
+        finally:
+            peer_pytorch.time_steps = saved
+        return counts, steps, rates
+
+    def test_calibrates_to_the_time_asked_for(self):
+        counts, steps, rates = self.counts_run(1.0, 1e-3)
+        # 5 steps take 5 ms: 1.2 * 1 s / 5 ms * 5 + 1 = 1201 steps.
+        self.assertEqual(counts, [5, 1201, 1201])
+        self.assertEqual(steps, 1201)
+        self.assertEqual(len(rates), 2)
+
+    def test_fast_steps_are_capped_before_they_run(self):
+        # An hour of 1-ns steps would be 4e12 of them.
+        counts, steps, _ = self.counts_run(3600.0, 1e-9)
+        self.assertEqual(max(counts), peer_pytorch.MAX_TIMED_STEPS)
+        self.assertEqual(steps, peer_pytorch.MAX_TIMED_STEPS)
+
+    def test_an_absurd_min_seconds_is_refused(self):
+        for text in ("1e300", "3601", "-1", "nan", "inf", "abc"):
+            with contextlib.redirect_stderr(io.StringIO()), \
+                    self.assertRaises(SystemExit, msg=text):
+                peer_pytorch.parse_args(["--min-seconds", text])
+        self.assertEqual(
+            peer_pytorch.parse_args(["--min-seconds", "3600"]).min_seconds,
+            3600.0)
 
 
 if __name__ == "__main__":

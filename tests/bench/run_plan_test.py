@@ -70,6 +70,36 @@ ONE_FUSION_ROWS = [
 # The Python for the PyTorch side: one without torch.
 NO_TORCH_PYTHON = "#!/bin/sh\nexit 1\n"
 
+# A Python "with torch" for the PyTorch side: every `-c` probe succeeds, and
+# bench/peer_pytorch.py's run appends its malloc variables to
+# $RUN_PLAN_LOG.peer and writes a result per tool of --tools.
+FAKE_PEER_PYTHON = textwrap.dedent("""\
+    #!/usr/bin/env python3
+    import json, os, sys
+    args = sys.argv[1:]
+    if args[:1] == ["-c"]:
+        sys.exit(0)
+    names = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    with open(os.environ["RUN_PLAN_LOG"] + ".peer", "a") as log:
+        log.write(json.dumps({n: os.environ.get(n) for n in names}) + "\\n")
+    def flag(name, default=None):
+        return args[args.index(name) + 1] if name in args else default
+    results = [{"tool": tool, "model": flag("--model"),
+                "batch_size": int(flag("--batch-size")),
+                "precision": flag("--precision"),
+                "channels_last": False, "cudnn_benchmark": False,
+                "steps": 5, "warmup": 1, "epoch_images": 60000,
+                "images_per_second": 100.0,
+                "repeats_images_per_second": [100.0],
+                "skipped": None, "skipped_steps": 0, "steps_run": 6,
+                "peak_memory_bytes": 2 ** 30}
+               for tool in flag("--tools").split(",")]
+    with open(flag("--json"), "w") as out:
+        json.dump({"tool": flag("--tools"), "torch_version": "2.11.0",
+                   "device": "cpu", "device_name": "a stand-in",
+                   "threads": 1, "results": results}, out)
+    """)
+
 
 def executable(path, text):
     with open(path, "w") as f:
@@ -236,6 +266,54 @@ class CudaRunPlan(unittest.TestCase):
             "the resnet18 b512 amp rows", "the small GPT's fp8 rows",
             "lamp's tf32 and fp32 rows"])
         self.assertIn("LAMP_BENCH_BUDGET_S raises it", stderr)
+
+
+class PeerEnvironment(unittest.TestCase):
+    def run_quick(self, extra_env):
+        """Runs bench/run.sh --quick --device cpu with the stand-ins (a Python
+        "with torch") and gives (the peer processes' malloc variables,
+        stderr, the exit code)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            bench = os.path.join(tmp, "lamp_bench")
+            python = os.path.join(tmp, "python")
+            log = os.path.join(tmp, "runs.log")
+            executable(bench, FAKE_BENCH)
+            executable(python, FAKE_PEER_PYTHON)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+            env.update(LAMP_BENCH=bench, LAMP_PYTHON_TORCH=python,
+                       RUN_PLAN_LOG=log, **extra_env)
+            proc = subprocess.run(
+                ["bash", os.path.join(ROOT, "bench", "run.sh"),
+                 "--quick", "--device", "cpu",
+                 "--out", os.path.join(tmp, "out")],
+                cwd=ROOT, env=env, capture_output=True, text=True,
+                timeout=120)
+            peers = []
+            if os.path.exists(log + ".peer"):
+                with open(log + ".peer") as f:
+                    peers = [json.loads(line) for line in f]
+            return peers, proc.stderr, proc.returncode
+
+    def test_the_peer_gets_lamp_bench_s_malloc_thresholds(self):
+        # lamp::keep_host_memory()'s defaults (HostMemoryOptions): a 32 MiB
+        # mmap threshold and a 256 MiB trim threshold.
+        peers, stderr, rc = self.run_quick({})
+        self.assertEqual(rc, 0, stderr)
+        self.assertEqual(len(peers), 3, stderr)  # fp32, amp-bf16, bf16
+        for peer in peers:
+            self.assertEqual(peer, {"MALLOC_MMAP_THRESHOLD_": "33554432",
+                                    "MALLOC_TRIM_THRESHOLD_": "268435456"})
+
+    def test_an_environment_that_tunes_malloc_is_left_to_both(self):
+        # lamp_bench then leaves malloc as the environment sets it, and the
+        # peer runs with the same environment.
+        peers, stderr, rc = self.run_quick({"MALLOC_TRIM_THRESHOLD_": "0"})
+        self.assertEqual(rc, 0, stderr)
+        self.assertEqual(len(peers), 3, stderr)
+        for peer in peers:
+            self.assertEqual(peer, {"MALLOC_MMAP_THRESHOLD_": None,
+                                    "MALLOC_TRIM_THRESHOLD_": "0"})
 
 
 if __name__ == "__main__":

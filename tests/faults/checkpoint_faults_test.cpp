@@ -4,15 +4,19 @@
 // a full disk at every offset of the file, failing syncs, a folder that
 // cannot be written, a second run on the same checkpoint, and damaged bytes
 // everywhere in it. Each case asserts a clear message naming the problem and
-// the last good checkpoint byte for byte.
+// the last good checkpoint byte for byte. And a folder that may be written
+// but not read, whose sync after the rename cannot be done.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -275,6 +279,68 @@ TEST_F(CheckpointFaults, DamageAnywhereIsDetectedOrHarmless) {
   EXPECT_GE(detected, 250);
   std::cout << "damaged checkpoints: " << detected << " detected, " << harmless
             << " harmless (bytes the reader does not use)\n";
+}
+
+// A folder that may be written but not read (mode 0300): the file is
+// written, but the folder's fsync after the rename needs a descriptor opened
+// for reading, so the rename is not durable, which a warning says, naming
+// the folder and the fix. root reads every folder: where the tests run as
+// root the write runs in a child process as nobody (65534), the folder's
+// owner.
+TEST(CheckpointFolder, AFolderWithoutReadPermissionWarnsTheRenameIsNotDurable) {
+  std::string pattern = ::testing::TempDir() + "lamp_no_read_XXXXXX";
+  ASSERT_NE(::mkdtemp(&pattern[0]), nullptr);
+  const std::string folder = pattern;
+  const std::string path = folder + "/state.pt";
+  constexpr uid_t kNobody = 65534;
+  const bool root = ::geteuid() == 0;
+  if (root) {
+    ASSERT_EQ(::chown(folder.c_str(), kNobody, kNobody), 0);
+  }
+  ASSERT_EQ(::chmod(folder.c_str(), 0300), 0);
+  // The child's exit status: 0 warned as expected, 1 no such warning, 2 the
+  // write failed, 3 it could not run as an unprivileged user that reaches
+  // the folder.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (root && (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0)) {
+      ::_exit(3);
+    }
+    if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+      ::_exit(3);
+    }
+    int status = 1;
+    try {
+      const lamp_test::Warnings warnings;
+      lamp::write_file_atomically(path, "written");
+      const auto warned =
+          warnings.containing("could not sync its folder " + folder);
+      if (warned.size() == 1 &&
+          warned[0].find("may not survive a power loss") != std::string::npos &&
+          warned[0].find("chmod u+r") != std::string::npos) {
+        status = 0;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      status = 2;
+    }
+    ::_exit(status);
+  }
+  int status = 0;
+  const pid_t waited = ::waitpid(child, &status, 0);
+  ::chmod(folder.c_str(), 0700);
+  const std::string written = file_bytes(path);
+  ::unlink(path.c_str());
+  ::rmdir(folder.c_str());
+  ASSERT_EQ(waited, child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  if (WEXITSTATUS(status) == 3) {
+    GTEST_SKIP() << "cannot run a write as an unprivileged user in " << folder;
+  }
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: no warning naming the folder, 2: the write failed";
+  EXPECT_EQ(written, "written");
 }
 
 } // namespace

@@ -42,7 +42,12 @@ void check_writable_path(const std::string& path, const std::string& what);
 
 /// Replaces `path` with `bytes` atomically and durably (see the file comment).
 /// Throws c10::Error naming the path and the system's reason (e.g. "No space
-/// left on device"); `path` then still holds its previous content.
+/// left on device"); `path` then still holds its previous content, unless
+/// the error is the folder's sync after the rename.
+/// \warning The folder is synced through a descriptor opened for reading: in
+/// a folder that may be written but not read (mode 0300) the file is
+/// written and renamed, but its rename is not made durable, and a warning
+/// (once per process) says so and names the folder.
 void write_file_atomically(const std::string& path, const std::string& bytes);
 
 /// Serialises `archive` into a checksummed envelope and writes it with
@@ -72,7 +77,11 @@ void save_pickle(const c10::IValue& value, const std::string& path);
 /// (torch::pickle_load), tensors on the CPU. Throws c10::Error naming the
 /// path when it cannot be read or is not such a file: a torch::serialize
 /// archive (checkpoints, torch::save's files) is refused with a message
-/// saying so. `what` names the caller in messages.
+/// saying so. So is a file whose value holds a container that contains
+/// itself (`d["self"] = d`), containers nested more than 1000 deep, or a
+/// tensor view beyond its storage: values whose use or freeing could
+/// overflow the stack or read out of bounds. `what` names the caller in
+/// messages.
 c10::IValue load_pickle(const std::string& path, const std::string& what);
 
 /// Whether `path` is a file of Python's `torch.save` (a zip holding

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "lamp/amp/numerics_check.h"
 #include "lamp/models/mnist_cnn.h"
@@ -213,6 +214,79 @@ TEST(NumericsCheck, ParameterFreeOpsAndInputsAreNamedByTheirPlace) {
   EXPECT_NE(before->to_string().find("before any module with parameters"),
             std::string::npos)
       << before->to_string();
+}
+
+// A Linear, then an LSTM, whose forward is one aten::lstm that takes all
+// the LSTM's weights as one Tensor[].
+struct RecurrentNetImpl : torch::nn::Module {
+  RecurrentNetImpl()
+      : fc(register_module("fc", torch::nn::Linear(4, 4))),
+        lstm(register_module("lstm",
+                             torch::nn::LSTM(torch::nn::LSTMOptions(4, 3)))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return std::get<0>(lstm->forward(fc->forward(x)));
+  }
+  torch::nn::Linear fc;
+  torch::nn::LSTM lstm;
+};
+TORCH_MODULE(RecurrentNet);
+
+TEST(NumericsCheck, NamesAnLstmWhoseWeightsArriveAsOneList) {
+  torch::manual_seed(0);
+  RecurrentNet net;
+  fill(net->lstm->named_parameters()["weight_ih_l0"], kNaN);
+  const auto finding =
+      lamp::NumericsCheck(net.ptr(), lamp::NumericsCheckOptions().stop(false))
+          .observe(1, [&] {
+            train_pass(net, torch::rand({3, 2, 4})); // (time, batch, features)
+          });
+  ASSERT_TRUE(finding);
+  EXPECT_FALSE(finding->backward);
+  EXPECT_EQ(finding->module, "lstm") << finding->to_string();
+  EXPECT_NE(finding->module_type.find("LSTMImpl"), std::string::npos)
+      << finding->to_string();
+  EXPECT_TRUE(finding->in_module) << finding->to_string();
+  EXPECT_EQ(finding->op, "aten::lstm");
+}
+
+// Two weights cut from one parameter by chunk(), which returns its pieces
+// as one Tensor[]: the op that uses a piece is still the module's own.
+struct SplitScaleImpl : torch::nn::Module {
+  SplitScaleImpl() { weight = register_parameter("weight", torch::ones({8})); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto parts = weight.chunk(2);
+    return x * parts[0] + parts[1];
+  }
+  torch::Tensor weight;
+};
+TORCH_MODULE(SplitScale);
+
+struct SplitNetImpl : torch::nn::Module {
+  SplitNetImpl()
+      : fc(register_module("fc", torch::nn::Linear(4, 4))),
+        split(register_module("split", SplitScale())) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return split->forward(fc->forward(x));
+  }
+  torch::nn::Linear fc;
+  SplitScale split;
+};
+TORCH_MODULE(SplitNet);
+
+TEST(NumericsCheck, WeightsCutByChunkStillBelongToTheirModule) {
+  torch::manual_seed(0);
+  SplitNet net;
+  fill(net->split->weight[0], kNaN);
+  const auto finding =
+      lamp::NumericsCheck(net.ptr(), lamp::NumericsCheckOptions().stop(false))
+          .observe(1, [&] {
+            train_pass(net, torch::rand({2, 4}));
+          });
+  ASSERT_TRUE(finding);
+  EXPECT_FALSE(finding->backward);
+  EXPECT_EQ(finding->module, "split") << finding->to_string();
+  EXPECT_TRUE(finding->in_module) << finding->to_string();
+  EXPECT_EQ(finding->op, "aten::mul");
 }
 
 // Half-precision modules: values above half of 65504 are flagged although

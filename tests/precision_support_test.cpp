@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "lamp/amp/autocast.h"
 #include "lamp/amp/precision_support.h"
 #include "lamp/amp/train_step.h"
 #include "lamp/platform/backends.h"
@@ -105,23 +106,57 @@ TEST(PrecisionSupport, CpuWithoutBf16HardwareEmulatesItAndPicksFp32) {
 }
 
 TEST(PrecisionSupport, CpuFp16DependsOnTheLibTorchAndTheHardware) {
-  // LibTorch 1.13: no FP16 CPU kernels at all.
-  const auto none = lamp::precision_support(cpu(true, false));
+  // LibTorch 1.13: no FP16 CPU kernels at all, nor FP16 CPU autocast.
+  const auto none = lamp::precision_support(cpu(true, false), false);
   EXPECT_EQ(none.of(Precision::kAMP).level, U);
+  EXPECT_EQ(none.of(Precision::kHalf).level, U);
   EXPECT_TRUE(contains(none.of(Precision::kHalf).reason, "no FP16"));
-  // LibTorch 2.x: the kernels, emulated without AVX512-FP16 or AMX-FP16.
-  const auto emulated = lamp::precision_support(cpu(true, true));
+  // LibTorch 2.4 and newer: the kernels and FP16 autocast, emulated without
+  // AVX512-FP16 or AMX-FP16.
+  const auto emulated = lamp::precision_support(cpu(true, true), true);
   EXPECT_EQ(emulated.of(Precision::kAMP).level, E);
   EXPECT_EQ(emulated.of(Precision::kHalf).level, E);
   EXPECT_TRUE(contains(emulated.of(Precision::kAMP).cost, "slower than fp32"));
   EXPECT_EQ(emulated.automatic, Precision::kAMPBF16);
-  const auto native = lamp::precision_support(cpu(true, true, true));
+  const auto native = lamp::precision_support(cpu(true, true, true), true);
   EXPECT_EQ(native.of(Precision::kAMP).level, N);
   EXPECT_TRUE(contains(native.of(Precision::kAMP).reason, "AVX512-FP16"));
   // A CPU's auto never picks FP16: no loss scaling where BF16 is there.
   EXPECT_EQ(native.automatic, Precision::kAMPBF16);
-  EXPECT_EQ(lamp::precision_support(cpu(false, true, true)).automatic,
+  EXPECT_EQ(lamp::precision_support(cpu(false, true, true), true).automatic,
             Precision::kFP32);
+}
+
+// "amp" is FP16 autocast: LibTorch 2.0 to 2.3 have the FP16 CPU kernels
+// ("half" runs) but their CPU autocast refuses FP16, so "amp" cannot run
+// there, whatever the hardware.
+TEST(PrecisionSupport, CpuAmpNeedsFp16AutocastBesidesTheKernels) {
+  for (const bool fp16_hardware : {false, true}) {
+    SCOPED_TRACE(fp16_hardware ? "AVX512-FP16" : "no FP16 hardware");
+    const auto d = cpu(true, /*fp16_kernels=*/true, fp16_hardware);
+    const auto kernels_only =
+        lamp::precision_support(d, /*cpu_fp16_autocast=*/false);
+    const auto& amp = kernels_only.of(Precision::kAMP);
+    EXPECT_EQ(amp.level, U);
+    EXPECT_TRUE(contains(amp.reason, "CPU autocast takes no FP16"))
+        << amp.reason;
+    EXPECT_TRUE(contains(amp.reason, "LibTorch 2.4")) << amp.reason;
+    EXPECT_EQ(kernels_only.of(Precision::kHalf).level, fp16_hardware ? N : E);
+    const auto both = lamp::precision_support(d, /*cpu_fp16_autocast=*/true);
+    EXPECT_EQ(both.of(Precision::kAMP).level, fp16_hardware ? N : E);
+  }
+  // The one-argument form asks this LibTorch, by the rule lamp::Autocast
+  // (and so TrainStep) refuses FP16 on the CPU with.
+  const bool autocast = lamp::Autocast::is_supported(torch::kCPU, torch::kHalf);
+  const auto d = cpu(true, true);
+  EXPECT_EQ(levels(lamp::precision_support(d)),
+            levels(lamp::precision_support(d, autocast)));
+  if (!autocast) {
+    EXPECT_EQ(lamp::precision_support(torch::Device(torch::kCPU))
+                  .of(Precision::kAMP)
+                  .level,
+              U);
+  }
 }
 
 TEST(PrecisionSupport, AnEntryOfATemporaryTableIsACopy) {
@@ -212,6 +247,25 @@ TEST(PrecisionSupport, GpusByComputeCapability) {
       lamp::precision_support(gpu(8, 0)).of(Precision::kFP8).reason,
       LAMP_TORCH_FLOAT8 ? "sm_80 has no FP8 tensor cores (sm_89 and later)"
                         : "this LibTorch has no float8 types"));
+}
+
+// Without a usable GPU nothing runs on CUDA, fp32 included: "auto" still
+// resolves, to fp32, and says that nothing runs rather than that fp32 was
+// the best choice. Wherever a mode runs, auto's mode does.
+TEST(PrecisionSupport, AutoWithoutAGpuIsFp32AndSaysNothingRuns) {
+  const auto none = lamp::precision_support(gpu(0, 0));
+  EXPECT_EQ(none.automatic, Precision::kFP32);
+  EXPECT_EQ(none.of(Precision::kAuto).level, U);
+  EXPECT_TRUE(contains(none.automatic_reason,
+                       "nothing runs here, fp32 included: no usable CUDA GPU"))
+      << none.automatic_reason;
+  EXPECT_TRUE(contains(none.to_string(), "\nauto: fp32 (nothing runs here"))
+      << none.to_string();
+  for (const auto& d :
+       {cpu(false, false), cpu(true, false), gpu(6, 1), gpu(7, 5), gpu(8, 0)}) {
+    const auto s = lamp::precision_support(d);
+    EXPECT_EQ(s.of(Precision::kAuto).level, N) << s.to_string();
+  }
 }
 
 TEST(PrecisionSupport, TableListsEveryModeAndTheChoice) {

@@ -147,4 +147,26 @@ TEST(OpPrecisionReport, CountsBf16ConvolutionsUnderCpuAutocast) {
   EXPECT_TRUE(nothing.calls.empty());
 }
 
+// backward() called inside the autocast guard: autocast is on for the
+// backward ops too. Those it passes through (convolution_backward) are
+// counted, once, in the dtype they compute in; those it casts for (the
+// linear's matmuls) still once, after the cast.
+TEST(OpPrecisionReport, CountsBackwardOpsRunInsideTheAutocastGuard) {
+  torch::manual_seed(0);
+  torch::nn::Sequential net(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::ReLU(),
+      torch::nn::Flatten(), torch::nn::Linear(4 * 6 * 6, 2));
+  const auto x = torch::randn({2, 3, 8, 8});
+  const auto ops = lamp::op_precision_report([&] {
+    lamp::Autocast autocast(torch::kCPU);
+    net->forward(x).to(torch::kFloat).sum().backward();
+  });
+  EXPECT_EQ(ops.count("aten::convolution", torch::kBFloat16), 1)
+      << ops.to_string();
+  EXPECT_EQ(ops.count("aten::convolution_backward", torch::kBFloat16), 1)
+      << ops.to_string();
+  EXPECT_EQ(ops.count("aten::addmm", torch::kBFloat16), 1) << ops.to_string();
+  EXPECT_EQ(ops.total(torch::kFloat), 0) << ops.to_string();
+}
+
 } // namespace

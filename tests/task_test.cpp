@@ -264,4 +264,25 @@ TEST(PeakFlops, TheDatasheetsDensePeaksByDeviceAndPrecision) {
   EXPECT_EQ(lamp::peak_flops(h100, Precision::kAuto), 0.0);
 }
 
+// A model is a whole word of the name: the names other GPUs go by, which
+// hold a table entry's name inside a longer word or add a board the table
+// does not have, get 0, not that entry's peaks.
+TEST(PeakFlops, MatchesModelsAsWholeWordsOfTheDeviceName) {
+  using lamp::Precision;
+  for (const char* a100 : {"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB",
+                           "NVIDIA A100 80GB PCIe"}) {
+    EXPECT_DOUBLE_EQ(lamp::peak_flops(a100, Precision::kAMPBF16), 312e12)
+        << a100;
+  }
+  EXPECT_DOUBLE_EQ(lamp::peak_flops("NVIDIA GH200 480GB", Precision::kBF16),
+                   989.4e12);
+  EXPECT_DOUBLE_EQ(lamp::peak_flops("NVIDIA H100 PCIe", Precision::kTF32),
+                   378e12);
+  for (const char* other :
+       {"NVIDIA RTX A1000 6GB Laptop GPU", "NVIDIA RTX A1000", "NVIDIA A10",
+        "NVIDIA H200 NVL", "NVIDIA H100 NVL"}) {
+    EXPECT_EQ(lamp::peak_flops(other, Precision::kAMPBF16), 0.0) << other;
+  }
+}
+
 } // namespace

@@ -91,6 +91,25 @@ torch::Tensor max_abs_of(const torch::Tensor& t) {
   return t.detach().abs().max().to(torch::kFloat);
 }
 
+// Calls `f` on each defined tensor of `value`: the tensor itself, or the
+// elements of a list. Ops take and return lists too: an RNN passes all its
+// weights to aten::lstm, aten::gru or aten::rnn_tanh as one Tensor[], and
+// chunk() or unbind() return their pieces as one.
+template <typename F>
+void for_each_tensor(const c10::IValue& value, const F& f) {
+  if (value.isTensor()) {
+    if (value.toTensor().defined()) {
+      f(value.toTensor());
+    }
+  } else if (value.isList()) {
+    for (const auto& element : value.toListRef()) {
+      if (element.isTensor() && element.toTensor().defined()) {
+        f(element.toTensor());
+      }
+    }
+  }
+}
+
 // Records the tensors of `value`; in forward only those autograd tracks (the
 // model's activations, not the gradients zero_grad() resets in grad mode).
 void add_records(Observation& obs, const c10::IValue& value, bool backward,
@@ -106,33 +125,24 @@ void add_records(Observation& obs, const c10::IValue& value, bool backward,
                              /*parameter=*/""});
     }
   };
-  if (value.isTensor()) {
-    add(value.toTensor());
-  } else if (value.isTensorList()) {
-    for (const auto& t : value.toTensorVector()) {
-      add(t);
-    }
-  }
+  for_each_tensor(value, add);
 }
 
-// The module whose parameter or buffer is among `inputs` (or -1), and
-// whether every tensor input is one.
+// The module whose parameter or buffer is among `inputs`, alone or in a
+// list (or -1), and whether every tensor input is one.
 std::pair<int, bool> owner_of(const Observation& obs,
                               c10::ArrayRef<const c10::IValue> inputs) {
   int owner = -1;
   bool all = true;
   for (const auto& input : inputs) {
-    if (input.isTensor()) {
-      const auto& t = input.toTensor();
-      if (t.defined()) {
-        const auto found = obs.owner.find(t.unsafeGetTensorImpl());
-        if (found == obs.owner.end()) {
-          all = false;
-        } else if (owner < 0) {
-          owner = found->second;
-        }
+    for_each_tensor(input, [&](const torch::Tensor& t) {
+      const auto found = obs.owner.find(t.unsafeGetTensorImpl());
+      if (found == obs.owner.end()) {
+        all = false;
+      } else if (owner < 0) {
+        owner = found->second;
       }
-    }
+    });
   }
   return {owner, owner >= 0 && all};
 }
@@ -192,16 +202,18 @@ std::unique_ptr<at::ObserverContext> check_op_inputs(
   if (owner >= 0 && !context->derived && active->last_forward_module < 0) {
     // The first module's op: its other inputs are the model's input.
     for (const auto& input : fn.inputs()) {
-      if (input.isTensor() && input.toTensor().defined() &&
-          active->owner.count(input.toTensor().unsafeGetTensorImpl()) == 0) {
-        auto m = max_abs_of(input.toTensor());
-        if (m.defined()) {
-          active->records.push_back(
-              {false, -1, false, std::string("input of ") + fn.name(),
-               input.toTensor().scalar_type(), std::move(m),
-               /*parameter=*/""});
+      for_each_tensor(input, [&](const torch::Tensor& t) {
+        if (active->owner.count(t.unsafeGetTensorImpl()) != 0) {
+          return;
         }
-      }
+        auto m = max_abs_of(t);
+        if (m.defined()) {
+          active->records.push_back({false, -1, false,
+                                     std::string("input of ") + fn.name(),
+                                     t.scalar_type(), std::move(m),
+                                     /*parameter=*/""});
+        }
+      });
     }
   }
   context->module = owner >= 0 ? owner : active->last_forward_module;
@@ -231,11 +243,10 @@ void check_op_outputs(const at::RecordFunction& fn,
   }
   for (const auto& output : fn.outputs()) {
     if (op.derived) {
-      if (output.isTensor() && output.toTensor().defined()) {
-        const auto& t = output.toTensor();
+      for_each_tensor(output, [&](const torch::Tensor& t) {
         active->owner.emplace(t.unsafeGetTensorImpl(), op.module);
         active->derived.push_back(t);
-      }
+      });
     } else {
       add_records(*active, output, /*backward=*/false, op.module, op.in_module,
                   fn.name());

@@ -1,11 +1,43 @@
 // The peak FLOP/s table behind MFU (lamp/amp/peak_flops.h).
 #include "lamp/amp/peak_flops.h"
 
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
 namespace lamp {
 namespace {
 
-bool contains(const std::string& text, const char* part) {
-  return text.find(part) != std::string::npos;
+// The words of a device name, upper-cased, split at spaces, '-' and '_':
+// "NVIDIA A100-SXM4-80GB" is NVIDIA, A100, SXM4, 80GB. Models are matched
+// as whole words: a substring would take "NVIDIA RTX A1000" for an A100.
+std::vector<std::string> words_of(const std::string& name) {
+  std::vector<std::string> words(1);
+  for (const char c : name) {
+    if (c == ' ' || c == '-' || c == '_') {
+      if (!words.back().empty()) {
+        words.emplace_back();
+      }
+    } else {
+      words.back() +=
+          static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+  }
+  if (words.back().empty()) {
+    words.pop_back();
+  }
+  return words;
+}
+
+bool has_word(const std::vector<std::string>& words, const char* word) {
+  return std::find(words.begin(), words.end(), word) != words.end();
+}
+
+bool has_word_starting(const std::vector<std::string>& words,
+                       const std::string& prefix) {
+  return std::any_of(words.begin(), words.end(), [&](const std::string& w) {
+    return w.compare(0, prefix.size(), prefix) == 0;
+  });
 }
 
 // A GPU's dense peaks in TFLOP/s, from NVIDIA's datasheets.
@@ -15,16 +47,27 @@ struct Peaks {
 
 // 0 peaks: not in the table.
 Peaks peaks_of(const std::string& name) {
-  if (contains(name, "H200") ||
-      (contains(name, "H100") &&
-       (contains(name, "HBM3") || contains(name, "SXM")))) {
-    return {66.9, 494.7, 989.4, 989.4}; // H100 SXM5; H200 and GH200 alike
+  const auto words = words_of(name);
+  // The NVL boards (H100 NVL, H200 NVL) share the SXM parts' chip, not their
+  // clocks or peaks: not in the table, rather than given the SXM's.
+  if (has_word(words, "NVL")) {
+    return {0, 0, 0, 0};
   }
-  if (contains(name, "H100") && contains(name, "PCIe")) {
-    return {51.2, 378.0, 756.0, 756.0};
+  const Peaks h100_sxm{66.9, 494.7, 989.4, 989.4};
+  if (has_word(words, "H200") || has_word(words, "GH200")) {
+    return h100_sxm; // H200 SXM and GH200: the H100 SXM5's peaks
   }
-  if (contains(name, "A100")) {
-    return {19.5, 156.0, 312.0, 312.0};
+  if (has_word(words, "H100")) {
+    if (has_word(words, "PCIE")) {
+      return {51.2, 378.0, 756.0, 756.0};
+    }
+    if (has_word(words, "HBM3") || has_word_starting(words, "SXM")) {
+      return h100_sxm;
+    }
+    return {0, 0, 0, 0};
+  }
+  if (has_word(words, "A100")) {
+    return {19.5, 156.0, 312.0, 312.0}; // SXM4 and PCIe alike
   }
   return {0, 0, 0, 0};
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "lamp/amp/autocast.h"
 #include "lamp/nn/float8.h"
 #include "platform/compat.h"
 
@@ -79,7 +80,8 @@ ModeSupport same_as_fp32(std::string reason) {
   return m;
 }
 
-std::vector<ModeSupport> cpu_modes(const DeviceCapabilities& d) {
+std::vector<ModeSupport> cpu_modes(const DeviceCapabilities& d,
+                                   bool fp16_autocast) {
   const bool bf16 = d.avx512_bf16 || d.amx_bf16;
   const auto bf16_level =
       bf16 ? SupportLevel::kNative : SupportLevel::kEmulated;
@@ -101,11 +103,20 @@ std::vector<ModeSupport> cpu_modes(const DeviceCapabilities& d) {
                          "runs through conversions to FP32";
     fp16_cost = fp16 ? "" : kCpuFp16Cost;
   }
+  // "amp" is FP16 autocast: the kernels alone are not enough where the
+  // autocast guard refuses FP16 on the CPU (LibTorch 2.0 to 2.3 have the
+  // kernels, not the autocast).
+  auto amp =
+      fp16_autocast
+          ? mode(Precision::kAMP, fp16_level, fp16_reason, fp16_cost)
+          : mode(
+                Precision::kAMP, SupportLevel::kUnavailable,
+                "this LibTorch's CPU autocast takes no FP16 (LibTorch 2.4 and newer autocast the CPU to FP16)");
   return {
       mode(Precision::kFP32, SupportLevel::kNative, "FP32 on the CPU"),
       same_as_fp32(
           "TF32 is a tensor-core format of NVIDIA GPUs (sm_80 and later); on the CPU this mode computes in FP32, as fp32 does"),
-      mode(Precision::kAMP, fp16_level, fp16_reason, fp16_cost),
+      std::move(amp),
       mode(Precision::kAMPBF16, bf16_level, bf16_reason, bf16_cost),
       mode(Precision::kHalf, fp16_level, fp16_reason, fp16_cost),
       mode(Precision::kBF16, bf16_level, bf16_reason, bf16_cost),
@@ -168,6 +179,13 @@ std::pair<Precision, std::string> automatic_mode(
   const auto level = [&](Precision p) {
     return modes[static_cast<size_t>(p)].level;
   };
+  if (level(Precision::kFP32) == SupportLevel::kUnavailable) {
+    // A CUDA device without a GPU: "auto" still names a mode, so that it
+    // resolves, and the run fails on the device rather than on the mode.
+    return {Precision::kFP32,
+            "nothing runs here, fp32 included: " +
+                modes[static_cast<size_t>(Precision::kFP32)].reason};
+  }
   if (level(Precision::kAMPBF16) == SupportLevel::kNative) {
     return {
         Precision::kAMPBF16,
@@ -237,10 +255,16 @@ std::string PrecisionSupport::to_string() const {
 }
 
 PrecisionSupport precision_support(const DeviceCapabilities& device) {
+  return precision_support(device,
+                           Autocast::is_supported(torch::kCPU, torch::kHalf));
+}
+
+PrecisionSupport precision_support(const DeviceCapabilities& device,
+                                   bool cpu_fp16_autocast) {
   PrecisionSupport support;
   support.device = device;
   if (device.type == torch::kCPU) {
-    support.modes = cpu_modes(device);
+    support.modes = cpu_modes(device, cpu_fp16_autocast);
   } else if (device.type == torch::kCUDA) {
     support.modes = cuda_modes(device);
   } else {

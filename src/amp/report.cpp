@@ -3,6 +3,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 
 #include <cstdio>
@@ -167,6 +168,18 @@ bool counted_op(const char* name) {
   return false;
 }
 
+// Whether autocast has a kernel of its own for the op of `fn` under `key`:
+// one that casts the inputs and calls the op again. Every other op falls
+// through autocast (its fallback) and computes in the call itself.
+bool autocast_wraps(const at::RecordFunction& fn, c10::DispatchKey key) {
+  const auto name = fn.operator_name();
+  if (!name) {
+    return false;
+  }
+  const auto op = c10::Dispatcher::singleton().findOp(*name);
+  return op && op->hasKernelForDispatchKey(key);
+}
+
 std::unique_ptr<at::ObserverContext> record_op_dtypes(
     const at::RecordFunction& fn) {
   const char* name = fn.name();
@@ -175,11 +188,14 @@ std::unique_ptr<at::ObserverContext> record_op_dtypes(
   }
   for (const auto& input : fn.inputs()) {
     if (input.isTensor() && input.toTensor().defined()) {
-      // Under autocast these ops are dispatched twice: first with their FP32
-      // inputs into autocast's kernel, which casts them and calls the op again
-      // with the autocast key excluded. Count only the call that computes:
-      // the one made while the key is excluded (inside autocast's kernel, or
-      // with autocast off, which is how ATen switches it off).
+      // Under autocast the ops it wraps (convolution, mm, addmm, ...) are
+      // dispatched twice: first with their FP32 inputs into autocast's
+      // kernel, which casts them and calls the op again with the autocast
+      // key excluded. Count only the call that computes: the one made while
+      // the key is excluded (inside autocast's kernel, or with autocast off,
+      // which is how ATen switches it off), or, for an op autocast passes
+      // through (convolution_backward and attention's backward, in a
+      // backward() run inside the autocast guard), its only call.
       const auto& tensor = input.toTensor();
       const auto autocast_key = tensor.is_cuda()
                                     ? c10::DispatchKey::AutocastCUDA
@@ -187,7 +203,8 @@ std::unique_ptr<at::ObserverContext> record_op_dtypes(
       // lamp's own scope is entered once, with the inputs autocast gave it.
       const bool own_scope = std::strcmp(name, kMathAttentionScope) == 0;
       if (!own_scope && (tensor.is_cpu() || tensor.is_cuda()) &&
-          !c10::impl::tls_is_dispatch_key_excluded(autocast_key)) {
+          !c10::impl::tls_is_dispatch_key_excluded(autocast_key) &&
+          autocast_wraps(fn, autocast_key)) {
         return nullptr;
       }
       std::lock_guard<std::mutex> lock(op_mutex);

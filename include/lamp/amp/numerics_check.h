@@ -98,9 +98,13 @@ struct NumericsFinding {
 ///     that registered it (`named_modules()`, the paths of state_dict);
 ///  2. forward: each outermost op run with grad mode on (the model's ops;
 ///     the optimizer's updates run under no_grad and are left out) belongs
-///     to the module whose parameters or buffers it reads, or, when it reads
-///     none (relu, pooling, a residual sum), follows the last module that
-///     ran. The largest magnitude of each floating-point output is recorded;
+///     to the module whose parameters or buffers it reads, alone or in a
+///     list (an LSTM, GRU or RNN hands all its weights to aten::lstm,
+///     aten::gru or aten::rnn_tanh as one Tensor[]), or, when it reads none
+///     (relu, pooling, a residual sum), follows the last module that ran.
+///     An op that reads only parameters (a transpose, chunk()) makes more of
+///     its module's weights, each of its outputs, list elements included.
+///     The largest magnitude of each floating-point output is recorded;
 ///  3. backward: each autograd node carries the sequence number of the
 ///     forward op that made it, so the gradients it receives (the gradient
 ///     of that op's output) go to that op's module; a parameter's

@@ -60,7 +60,10 @@ struct PrecisionSupport {
   /// One entry per concrete mode (concrete_precisions()), in enum order.
   std::vector<ModeSupport> modes;
   /// What Precision::kAuto resolves to on this device: never kAuto, never a
-  /// mode that is emulated or unavailable.
+  /// mode that is emulated or unavailable, save where every mode is
+  /// unavailable (a CUDA device without a usable GPU): there it is kFP32,
+  /// so that "auto" resolves, and automatic_reason says that nothing runs
+  /// (the run then fails on the device, as with any mode).
   Precision automatic = Precision::kFP32;
   /// Why "auto" chose it ("the CPU has AVX512-BF16: autocast BF16 ...").
   std::string automatic_reason;
@@ -85,14 +88,24 @@ PrecisionSupport precision_support(const torch::Device& device);
 ///
 /// CPU: fp32 native; tf32 the same as fp32 (TF32 is a GPU format);
 /// amp-bf16 and bf16 native with AVX512-BF16 or AMX-BF16, else emulated;
-/// amp and half unavailable where the LibTorch has no FP16 CPU kernels
-/// (1.13), native with AVX512-FP16 or AMX-FP16, else emulated.
-/// CUDA: nothing without a GPU (compute capability 0.0); fp32 native; tf32
-/// native from sm_80, the same as fp32 before; amp and half native from
-/// sm_70, emulated before; amp-bf16 and bf16 native from sm_80, emulated
-/// before. "auto": amp-bf16 where BF16 is native (CPU with BF16 hardware,
-/// sm_80 and later), amp on sm_70 to sm_75, fp32 elsewhere.
+/// half unavailable where the LibTorch has no FP16 CPU kernels (1.13), amp
+/// unavailable there and where its CPU autocast takes no FP16 (before
+/// LibTorch 2.4: lamp::Autocast::is_supported(torch::kCPU, torch::kHalf));
+/// otherwise both native with AVX512-FP16 or AMX-FP16, else emulated.
+/// CUDA: nothing without a GPU (compute capability 0.0), fp32 included;
+/// fp32 native; tf32 native from sm_80, the same as fp32 before; amp and
+/// half native from sm_70, emulated before; amp-bf16 and bf16 native from
+/// sm_80, emulated before. "auto": amp-bf16 where BF16 is native (CPU with
+/// BF16 hardware, sm_80 and later), amp on sm_70 to sm_75, fp32 elsewhere
+/// (also without a GPU, where nothing runs).
 PrecisionSupport precision_support(const DeviceCapabilities& device);
+
+/// The same table, with whether the LibTorch's CPU autocast takes FP16
+/// given instead of asked of the LibTorch lamp was built with: "amp" on a
+/// CPU needs it besides the FP16 kernels (DeviceCapabilities::fp16_kernels),
+/// "half" only the kernels. Other devices ignore it.
+PrecisionSupport precision_support(const DeviceCapabilities& device,
+                                   bool cpu_fp16_autocast);
 
 /// `precision`, with kAuto replaced by what it resolves to on `device`;
 /// other modes are returned as they are.

@@ -101,7 +101,11 @@ struct OpPrecisionReport {
 /// calls per input dtype, through ATen's RecordFunction observers (the layer
 /// under LibTorch's profiler), on every thread, so autograd's backward ops
 /// count too. Under autocast the op is seen after the cast: an AMP step shows
-/// its convolutions in FP16/BF16.
+/// its convolutions in FP16/BF16. Each call that computes counts once:
+/// autocast's entry into an op it casts for (convolution, mm, addmm) is not
+/// a second call, and the ops it passes through (convolution_backward,
+/// attention's backward) count as well when backward() runs inside the
+/// autocast guard.
 ///
 /// Example:
 /// \code

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -64,8 +63,11 @@ class CommaNumbers {
   ~CommaNumbers() {
     std::setlocale(LC_NUMERIC, saved_.c_str());
     if (!folder_.empty()) {
-      std::error_code ignored;
-      std::filesystem::remove_all(folder_, ignored);
+      // Not std::filesystem::remove_all: the torch wheels' copy of it
+      // crashes (src/platform/paths.cpp).
+      const std::string command = "rm -rf '" + folder_ + "'";
+      const int status = std::system(command.c_str());
+      static_cast<void>(status);
     }
   }
   CommaNumbers(const CommaNumbers&) = delete;

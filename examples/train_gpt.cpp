@@ -139,7 +139,8 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->capture_default_str();
   app.add_option("--prompt-file", f.prompt_file,
                  "a file whose text the sample continues (instead of "
-                 "--prompt)");
+                 "--prompt)")
+      ->check(lamp_examples::non_empty_path("the file of the prompt"));
   app.add_option("--prompt-ids", f.prompt_ids,
                  "token ids the sample continues, comma-separated (instead "
                  "of --prompt: token files without a vocabulary's pieces, "

@@ -425,7 +425,10 @@ def steps(train_gpt, work):
             (["--temperature", "nan"], "--temperature: 'nan' is not a finite "
                                        "number"),
             (["--checkpoint-every", "5"], "--checkpoint-every says how often "
-                                          "to write --checkpoint")]:
+                                          "to write --checkpoint"),
+            # An empty path is an error, not "no prompt".
+            (["--prompt-file", ""], "--prompt-file: the path is empty; give "
+                                    "the file of the prompt")]:
         r = run([train_gpt, "--data", text] + args + COMMON)
         if r.returncode != 2 or message not in r.stderr:
             fail(f"{' '.join(args)}: exit {r.returncode}, expected 2 with "

@@ -1,15 +1,18 @@
 #pragma once
 
-// The positional arguments of the benchmarks run as a group's ranks
-// (lamp_zero_step, lamp_sharded_step): read strictly, so that "abc" or
-// "12abc" is an error rather than 0 or 12.
+// The command line of the benchmarks run as a group's ranks
+// (lamp_zero_step, lamp_sharded_step): positional arguments read strictly,
+// so that "abc" or "12abc" is an error rather than 0 or 12, and their main.
 
 #include <c10/util/Exception.h>
 
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <system_error>
+
+#include "common/cli.h"
 
 namespace lamp_bench {
 
@@ -32,6 +35,23 @@ inline int64_t positional_integer(int argc, char** argv, int i,
   TORCH_CHECK(value >= lo && value <= hi, "argument ", i, " (", what, ") is ",
               value, "; give an integer in ", lo, "..", hi, ". ", usage, ".");
   return value;
+}
+
+// `run(parse(argc, argv))` as `program`'s main: a bad command line is one
+// line and exit status 2, an error while running one line and 1
+// (lamp_examples::guarded_main).
+template <class Args>
+int rank_benchmark_main(const char* program, int argc, char** argv,
+                        Args (*parse)(int, char**), int (*run)(const Args&)) {
+  Args args;
+  try {
+    args = parse(argc, argv);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program,
+                 e.what_without_backtrace());
+    return lamp_examples::kUsageError;
+  }
+  return lamp_examples::guarded_main(program, [&] { return run(args); });
 }
 
 } // namespace lamp_bench

@@ -190,20 +190,6 @@ int run(const Args& a) {
 
 // Exit statuses: 2 for a bad command line, 1 for an error while running.
 int main(int argc, char** argv) {
-  Args args;
-  try {
-    args = parse(argc, argv);
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "lamp_sharded_step: error: %s\n",
-                 e.what_without_backtrace());
-    return 2;
-  }
-  try {
-    return run(args);
-  } catch (const std::exception& e) {
-    const auto* error = dynamic_cast<const c10::Error*>(&e);
-    std::fprintf(stderr, "lamp_sharded_step: error: %s\n",
-                 error != nullptr ? error->what_without_backtrace() : e.what());
-    return 1;
-  }
+  return lamp_bench::rank_benchmark_main("lamp_sharded_step", argc, argv, parse,
+                                         run);
 }

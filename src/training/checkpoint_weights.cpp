@@ -98,22 +98,14 @@ std::unordered_map<std::string, torch::Tensor> read_sharded_masters(
   const auto saved_world = static_cast<int64_t>(shards.toListRef().size()) + 1;
   const auto global_step =
       lamp::detail::read_int(archive, "global_step", where.c_str());
-  torch::Tensor checksums;
-  if (archive.try_read("zero_shard_crc32", checksums)) {
-    TORCH_CHECK(checksums.scalar_type() == torch::kLong &&
-                    checksums.dim() == 1 &&
-                    checksums.size(0) == saved_world - 1,
-                where, ": the manifest's list of shard checksums is damaged.");
-  }
+  const auto checksums = detail::shard_checksums(archive, path, saved_world);
   std::vector<torch::serialize::InputArchive> optimizer_shards(saved_world);
   for (int64_t k = 0; k < saved_world; ++k) {
     torch::serialize::InputArchive train_step;
     auto* step = &step_archive;
     if (k > 0) {
-      const int64_t checksum =
-          checksums.defined() ? checksums[k - 1].item<int64_t>() : -1;
       detail::read_shard(path, shards.toListRef()[k - 1], k, saved_world,
-                         global_step, checksum, model_name, train_step);
+                         global_step, checksums[k], model_name, train_step);
       step = &train_step;
     }
     lamp::detail::read_archive(*step, "optimizer_shard", optimizer_shards[k],

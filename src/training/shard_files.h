@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lamp {
 namespace training {
@@ -21,6 +22,14 @@ inline std::string shard_path(const std::string& path, int rank, int world,
   return path + ".rank" + std::to_string(rank) + "-of-" +
          std::to_string(world) + ".step" + std::to_string(step);
 }
+
+// The CRC-32 of each of `saved_world` ranks' shard files that the manifest
+// `archive` (at `path`) records: entry k for rank k (rank 0's, in the
+// manifest itself, and every one of a manifest written before they were
+// recorded: -1). Throws when the list is damaged.
+std::vector<int64_t> shard_checksums(torch::serialize::InputArchive& archive,
+                                     const std::string& path,
+                                     int64_t saved_world);
 
 // Reads saved rank `k`'s (of `saved_world`) shard file of the checkpoint at
 // `path` into `train_step`, after checking that it is that rank's of this

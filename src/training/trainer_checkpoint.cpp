@@ -224,6 +224,23 @@ std::string shard_description(torch::serialize::InputArchive& shard) {
 
 } // namespace
 
+std::vector<int64_t> detail::shard_checksums(
+    torch::serialize::InputArchive& archive, const std::string& path,
+    int64_t saved_world) {
+  std::vector<int64_t> checksums(saved_world, -1);
+  torch::Tensor recorded;
+  if (archive.try_read("zero_shard_crc32", recorded)) {
+    TORCH_CHECK(recorded.scalar_type() == torch::kLong && recorded.dim() == 1 &&
+                    recorded.size(0) == saved_world - 1,
+                "lamp: ", path,
+                ": the manifest's list of shard checksums is damaged.");
+    for (int64_t k = 1; k < saved_world; ++k) {
+      checksums[k] = recorded[k - 1].item<int64_t>();
+    }
+  }
+  return checksums;
+}
+
 std::string detail::read_shard(const std::string& path,
                                const c10::IValue& entry, int64_t k,
                                int64_t saved_world, int64_t global_step,
@@ -428,14 +445,9 @@ void Trainer::load_checkpoint(const std::string& path) {
           ? static_cast<int64_t>(shards.toListRef().size()) + 1
           : world;
   const bool moved = saved_world != world; // the optimizer state
-  // The shards' checksums (manifests before they were recorded: none).
-  torch::Tensor checksums;
-  if (sharded && archive.try_read("zero_shard_crc32", checksums)) {
-    TORCH_CHECK(
-        checksums.scalar_type() == torch::kLong && checksums.dim() == 1 &&
-            checksums.size(0) == saved_world - 1,
-        "lamp: ", path, ": the manifest's list of shard checksums is damaged.");
-  }
+  const auto checksums =
+      sharded ? detail::shard_checksums(archive, path, saved_world)
+              : std::vector<int64_t>();
   std::vector<torch::serialize::InputArchive> saved;
   std::vector<std::string> files(saved_world);
   if (sharded) {
@@ -454,10 +466,8 @@ void Trainer::load_checkpoint(const std::string& path) {
           lamp::detail::read_archive(archive, "train_step", into,
                                      where.c_str());
         } else {
-          const int64_t checksum =
-              checksums.defined() ? checksums[k - 1].item<int64_t>() : -1;
           files[k] = detail::read_shard(path, shards.toListRef()[k - 1], k,
-                                        saved_world, global_step, checksum,
+                                        saved_world, global_step, checksums[k],
                                         model_name_, into);
         }
         if (!moved) {

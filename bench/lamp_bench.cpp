@@ -817,7 +817,8 @@ int main(int argc, char** argv) {
                  "images per epoch, 0 = 50000 (cnn: 60000)")
       ->check(lamp_examples::integer_at_least(0))
       ->capture_default_str();
-  app.add_option("--json", c.json, "write the results here");
+  app.add_option("--json", c.json, "write the results here")
+      ->check(lamp_examples::non_empty_path("the results file"));
   app.add_flag("--matmul-peak", c.matmul_peak,
                "also measure a large matmul's TFLOP/s");
   app.add_option("--optimizer", c.optimizer, "sgd | adam | adamw")
@@ -834,11 +835,7 @@ int main(int argc, char** argv) {
   app.add_option(
          "--profile", c.profile,
          "after the timed steps, profile --profile-steps more with LibTorch's profiler: write their Chrome trace to this file (with several precisions, one file each, named FILE-PRECISION.EXT) and print the time per kernel class")
-      ->check(CLI::Validator(
-          [](std::string& path) -> std::string {
-            return path.empty() ? "give the trace file's path" : "";
-          },
-          ""));
+      ->check(lamp_examples::non_empty_path("the trace file"));
   app.add_option("--profile-steps", c.profile_steps,
                  "steps to profile with --profile, 1..1000")
       ->check(lamp_examples::integer_in(1, 1000))

@@ -67,7 +67,7 @@ struct GptFlags {
 };
 
 void add_gpt_options(CLI::App& app, GptFlags& f) {
-  const auto positive = CLI::Range(int64_t{1}, int64_t{1} << 20);
+  const auto positive = lamp_examples::integer_in(1, int64_t{1} << 20);
   app.add_option("--layers", f.model.layers(), "transformer blocks")
       ->capture_default_str()
       ->check(positive);
@@ -86,14 +86,15 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
   app.add_option("--dropout", f.model.dropout(),
                  "dropout in training, in [0, 1)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.999999));
+      ->check(lamp_examples::real_in(0.0, 1.0, /*lo_open=*/false,
+                                     /*hi_open=*/true));
   app.add_option("--vocab-size", f.model.vocab_size(),
                  "token ids the model embeds and predicts (256: bytes; "
                  "token files: meta.pkl's vocab_size padded to a multiple of "
                  "64, or the tokenizer's when there is no meta.pkl; "
                  "--init-from a Python state dict: its wte's rows)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+      ->check(lamp_examples::integer_in(1, int64_t{1} << 31));
   app.add_option("--bias", f.bias,
                  "true | false: biases in the Linears and LayerNorms (false: "
                  "none, as nanoGPT's bias=False)")
@@ -119,7 +120,7 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "tokens (bytes of a text) to generate after training (0: "
                  "none; Ctrl-C stops it)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+      ->check(lamp_examples::integer_in(0, int64_t{1} << 20));
   app.add_option("--temperature", f.temperature,
                  "the sample's temperature, in [0.001, 100]: below 1 surer, "
                  "above 1 wilder")
@@ -128,7 +129,7 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
   app.add_option("--top-k", f.top_k,
                  "sample among the k most likely tokens only (0: all)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+      ->check(lamp_examples::integer_in(0, int64_t{1} << 31));
   app.add_option("--top-p", f.top_p,
                  "sample among the most likely tokens whose probabilities "
                  "first reach p (nucleus sampling), in (0, 1]; 1: all")
@@ -146,7 +147,7 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "of --prompt: token files without a vocabulary's pieces, "
                  "such as GPT-2's)")
       ->delimiter(',')
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+      ->check(lamp_examples::integer_in(0, int64_t{1} << 31));
   app.add_option("--tokenizer", f.tokenizer_path,
                  "a SentencePiece model (FILE.model) that encodes --data's "
                  "text and decodes the samples (default: none, the text's "
@@ -155,11 +156,11 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "train a SentencePiece model of N pieces (BPE, byte "
                  "fallback) on the training part of --data's text and write "
                  "it to --tokenizer's file first")
-      ->check(CLI::Range(int64_t{260}, int64_t{1} << 20));
+      ->check(lamp_examples::integer_in(260, int64_t{1} << 20));
   app.add_option("--num-samples", f.num_samples,
                  "samples to draw, the k-th with --seed + k")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(lamp_examples::integer_in(1, int64_t{1} << 20));
   app.add_flag("--activation-checkpointing", f.model.activation_checkpointing(),
                "keep only each block's input for the backward, which runs "
                "the block again (the same gradients; less memory, about a "

@@ -398,6 +398,34 @@ TEST(Float8, ConversionTakesFp16AndChecksBothFeatureCounts) {
   EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
 }
 
+// A direct float8_linear call with a weight convert_to_float8 would have
+// skipped is refused before any cast: the state (amaxes, counts) is as it
+// was, so the layer's next eligible use scales as if the call never was.
+TEST(Float8, DirectCallWithAnIneligibleWeightTouchesNoState) {
+  torch::manual_seed(0);
+  for (const auto recipe :
+       {F8::Float8Recipe(),
+        F8::Float8Recipe().scaling(F8::Float8Scaling::kDelayed)}) {
+    auto state = F8::Float8State(recipe, "narrow");
+    const auto before_amax = state->pending_amax.clone();
+    const auto before_counters = state->counters.clone();
+    const auto before_scale = state->scale.clone();
+    torch::nn::Linear narrow(40, 32);
+    const auto message = error_of([&] {
+      F8::float8_linear(torch::randn({16, 40}).mul_(100), narrow->weight,
+                        narrow->bias, *state);
+    });
+    EXPECT_NE(message.find("lamp::nn::float8_linear: layer 'narrow': CUDA's "
+                           "_scaled_mm needs the weight's sizes to be "
+                           "multiples of 16, got [32, 40]"),
+              std::string::npos)
+        << message;
+    EXPECT_TRUE(BitEqual(state->pending_amax, before_amax));
+    EXPECT_TRUE(BitEqual(state->counters, before_counters));
+    EXPECT_TRUE(BitEqual(state->scale, before_scale));
+  }
+}
+
 // Against the products in FP32, FP8's error is that of its grids: a
 // rounding of relative size up to 2^-4 (E4M3, 3 mantissa bits) or 2^-3
 // (E5M2), uniformly spread, so 2^-4/sqrt(3) = 3.6% and 7.2% RMS per operand,

@@ -446,6 +446,41 @@ TEST(GradScaler, LoadAcceptsPythonIntegersAndRejectsInvalidState) {
   EXPECT_EQ(scaler.options().growth_interval(), 7);
 }
 
+// Python's set_growth_interval() lowers the interval without touching the
+// tracker, so its state_dict() can hold a tracker at or past the interval:
+// the load takes it as interval - 1 (as lamp's set_growth_interval clamps
+// it), says so, and the next finite step grows the scale.
+TEST(GradScaler, LoadClampsATrackerPastALoweredInterval) {
+  // Python's state: scale 256, growth_interval 10, this tracker.
+  const auto python_state = [](int64_t tracker) {
+    torch::serialize::OutputArchive out;
+    out.write("scale", c10::IValue(256.0));
+    out.write("growth_factor", c10::IValue(2.0));
+    out.write("backoff_factor", c10::IValue(0.5));
+    out.write("growth_interval", c10::IValue(int64_t{10}));
+    out.write("_growth_tracker", c10::IValue(tracker));
+    return lamp_test::reopened(out);
+  };
+  lamp::GradScaler scaler;
+  lamp_test::Warnings warnings;
+  scaler.load(*python_state(1500));
+  const auto said = warnings.containing("_growth_tracker is 1500");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("at or past growth_interval=10"), std::string::npos)
+      << said[0];
+  EXPECT_NE(said[0].find("it is taken as 9"), std::string::npos) << said[0];
+  EXPECT_EQ(scaler.growth_tracker(), 9);
+  Rig rig;
+  EXPECT_TRUE(scripted_step(scaler, rig, 1.0f));
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+  // A tracker just below the interval loads as it is, without a word.
+  lamp_test::Warnings quiet;
+  scaler.load(*python_state(9));
+  EXPECT_TRUE(quiet.containing("_growth_tracker").empty());
+  EXPECT_EQ(scaler.growth_tracker(), 9);
+}
+
 // A state archive with Python's keys and lamp's; `changes` replaces or adds
 // values.
 std::shared_ptr<torch::serialize::InputArchive> state_archive(
@@ -473,35 +508,34 @@ std::shared_ptr<torch::serialize::InputArchive> state_archive(
 // scaler has made its tensors yet. The tracker and the overflow count live in
 // int32 tensors and must lie where update() can bring them back to zero.
 TEST(GradScaler, RefusedLoadLeavesTheWholeStateAsItWas) {
-  const std::vector<std::pair<std::map<std::string, c10::IValue>, std::string>> corrupt = {
-      {{{"_growth_tracker", c10::IValue(int64_t{1} << 40)}},
-       "_growth_tracker is 1099511627776, outside [0, growth_interval=2000)"},
-      {{{"_growth_tracker", c10::IValue(int64_t{5000})}},
-       "_growth_tracker is 5000"},
-      {{{"_growth_tracker", c10::IValue(int64_t{2000})}},
-       "_growth_tracker is 2000"},
-      {{{"_growth_tracker", c10::IValue(int64_t{-1})}},
-       "_growth_tracker is -1"},
-      {{{"growth_interval", c10::IValue(int64_t{1} << 40)},
-        {"_growth_tracker", c10::IValue(int64_t{1} << 35)}},
-       "growth_interval"},
-      {{{"_overflow_count", c10::IValue(int64_t{3})}},
-       "_overflow_count is 3, outside [0, hysteresis=2]"},
-      {{{"_overflow_count", c10::IValue(int64_t{-1})}},
-       "_overflow_count is -1"},
-      {{{"scale", c10::IValue(1e300)}}, "float32"},
-      {{{"scale", c10::IValue(1e-50)}}, "float32"},
-      {{{"scale", c10::IValue(std::nan(""))}}, "finite and positive"},
-      {{{"growth_factor", c10::IValue(1.0)}}, "growth_factor"},
-      {{{"backoff_factor", c10::IValue(1.5)}}, "backoff_factor"},
-      {{{"hysteresis", c10::IValue(int64_t{0})}}, "hysteresis"},
-      {{{"growth_factor", c10::IValue(std::string("2"))}},
-       "'growth_factor' has type String in the archive where a number is expected"},
-      {{{"_growth_tracker", c10::IValue(2.0)}},
-       "'_growth_tracker' has type Double in the archive where an integer is expected"},
-      {{{"dynamic", c10::IValue(int64_t{1})}},
-       "'dynamic' has type Int in the archive where a bool is expected"},
-  };
+  const std::vector<std::pair<std::map<std::string, c10::IValue>, std::string>>
+      corrupt = {
+          {{{"_growth_tracker", c10::IValue(int64_t{1} << 40)}},
+           "_growth_tracker is 1099511627776, outside [0, 2^31 - 1]"},
+          {{{"_growth_tracker", c10::IValue(int64_t{1} << 31)}},
+           "_growth_tracker is 2147483648"},
+          {{{"_growth_tracker", c10::IValue(int64_t{-1})}},
+           "_growth_tracker is -1"},
+          {{{"growth_interval", c10::IValue(int64_t{1} << 40)},
+            {"_growth_tracker", c10::IValue(int64_t{1} << 35)}},
+           "growth_interval"},
+          {{{"_overflow_count", c10::IValue(int64_t{3})}},
+           "_overflow_count is 3, outside [0, hysteresis=2]"},
+          {{{"_overflow_count", c10::IValue(int64_t{-1})}},
+           "_overflow_count is -1"},
+          {{{"scale", c10::IValue(1e300)}}, "float32"},
+          {{{"scale", c10::IValue(1e-50)}}, "float32"},
+          {{{"scale", c10::IValue(std::nan(""))}}, "finite and positive"},
+          {{{"growth_factor", c10::IValue(1.0)}}, "growth_factor"},
+          {{{"backoff_factor", c10::IValue(1.5)}}, "backoff_factor"},
+          {{{"hysteresis", c10::IValue(int64_t{0})}}, "hysteresis"},
+          {{{"growth_factor", c10::IValue(std::string("2"))}},
+           "'growth_factor' has type String in the archive where a number is expected"},
+          {{{"_growth_tracker", c10::IValue(2.0)}},
+           "'_growth_tracker' has type Double in the archive where an integer is expected"},
+          {{{"dynamic", c10::IValue(int64_t{1})}},
+           "'dynamic' has type Int in the archive where a bool is expected"},
+      };
   const auto options = lamp::GradScalerOptions()
                            .init_scale(64)
                            .growth_interval(7)
@@ -666,8 +700,8 @@ TEST(GradScaler, LoadStateDictIsCheckedAndAllOrNothing) {
   };
   const std::vector<std::pair<c10::Dict<std::string, c10::IValue>, std::string>>
       corrupt = {
-          {with("_growth_tracker", int64_t{2000}),
-           "lamp::GradScaler::load_state_dict: _growth_tracker is 2000"},
+          {with("_growth_tracker", int64_t{-2}),
+           "lamp::GradScaler::load_state_dict: _growth_tracker is -2"},
           {with("scale", 1e300), "not representable in float32"},
           {with("growth_factor", std::string("2")),
            "'growth_factor' has type String"},

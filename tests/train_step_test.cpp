@@ -801,7 +801,7 @@ TEST(TrainStep, LoadRefusesNonFiniteOrCorruptStateAndChangesNothing) {
          return t.checkpoint();
        },
        true},
-      {"lamp::GradScaler::load: _growth_tracker is 5, outside [0, growth_interval=3)",
+      {"lamp::GradScaler::load: _growth_tracker is -5, outside [0, 2^31 - 1]",
        [](Trained& t) {
          // TrainStep::save's layout, with the scaler's tracker out of range.
          torch::serialize::OutputArchive archive;
@@ -817,7 +817,7 @@ TEST(TrainStep, LoadRefusesNonFiniteOrCorruptStateAndChangesNothing) {
          scaler.write("growth_factor", c10::IValue(2.0));
          scaler.write("backoff_factor", c10::IValue(0.5));
          scaler.write("growth_interval", c10::IValue(int64_t{3}));
-         scaler.write("_growth_tracker", c10::IValue(int64_t{5}));
+         scaler.write("_growth_tracker", c10::IValue(int64_t{-5}));
          archive.write("scaler", scaler);
          if (auto* m = t.step->master_weights()) {
            m->save(master);

@@ -143,7 +143,7 @@ void GradScaler::load_from(Source& source, const char* caller) {
   options.growth_factor(detail::read_number(source, "growth_factor", caller));
   options.backoff_factor(detail::read_number(source, "backoff_factor", caller));
   options.growth_interval(detail::read_int(source, "growth_interval", caller));
-  const int64_t tracker = detail::read_int(source, "_growth_tracker", caller);
+  int64_t tracker = detail::read_int(source, "_growth_tracker", caller);
   int64_t overflow_count = 0;
   // lamp's own keys are optional, so a state saved by Python loads too.
   if (source.try_read("min_scale", value)) {
@@ -171,12 +171,26 @@ void GradScaler::load_from(Source& source, const char* caller) {
         detail::read_int(source, "_min_scale_overflows", caller);
   }
   detail::check_options(options, scale, caller);
-  // update() resets the tracker when it reaches growth_interval: one at or
-  // beyond it would never reset, and the scale would never grow again.
-  TORCH_CHECK(tracker >= 0 && tracker < options.growth_interval(), caller,
-              ": _growth_tracker is ", tracker,
-              ", outside [0, growth_interval=", options.growth_interval(),
-              "); the state is corrupt or from another scaler.");
+  // The tracker lives in an int32 tensor, as Python's does.
+  TORCH_CHECK(tracker >= 0 && tracker <= std::numeric_limits<int32_t>::max(),
+              caller, ": _growth_tracker is ", tracker,
+              ", outside [0, 2^31 - 1]; the state is corrupt or from another "
+              "scaler.");
+  // update() grows the scale when the tracker reaches growth_interval. One
+  // at or past it comes from Python's set_growth_interval() lowering the
+  // interval (Python's scaler then never grows again until an overflow);
+  // it is clamped as lamp's set_growth_interval() clamps it: the next
+  // finite step grows the scale.
+  if (tracker >= options.growth_interval()) {
+    TORCH_WARN(caller, ": _growth_tracker is ", tracker,
+               ", at or past growth_interval=", options.growth_interval(),
+               " (the interval was lowered after the tracker counted); it "
+               "is taken as ",
+               options.growth_interval() - 1,
+               ", as set_growth_interval() does: the next step without an "
+               "overflow grows the scale.");
+    tracker = options.growth_interval() - 1;
+  }
   // The count saturates at hysteresis.
   TORCH_CHECK(overflow_count >= 0 && overflow_count <= options.hysteresis(),
               caller, ": _overflow_count is ", overflow_count,

@@ -198,6 +198,15 @@ torch::Tensor float8_linear(const torch::Tensor& input,
               "after convert_to_float8.");
   const auto reason = float8_unavailable_reason(input.device());
   TORCH_CHECK(reason.empty(), who, ": FP8 cannot run: ", reason, ".");
+  // What convert_to_float8() checks, checked here for a direct call before
+  // any cast is made (the product's own check comes after the casts, which
+  // would have counted and moved the layer's amaxes). The rows are padded.
+  TORCH_CHECK(weight.size(0) % 16 == 0 && weight.size(1) % 16 == 0, who,
+              ": CUDA's _scaled_mm needs the weight's sizes to be multiples "
+              "of 16, got ",
+              weight.sizes(),
+              "; keep this layer out of convert_to_float8 (its predicate) or "
+              "give it sizes that are multiples of 16.");
 #if LAMP_TORCH_FLOAT8
   if (input.numel() == 0) {
     // No rows (or no in features): no amax to scale by (aminmax refuses an

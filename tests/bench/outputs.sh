@@ -116,6 +116,18 @@ else
   fail "--min-seconds 1e300: exit $rc"; tail -3 "$work/min.log"
 fi
 
+# 7b. An empty --json or --profile path is refused before anything runs
+#     (an empty --json once meant no results file, without a word).
+for flag in --json --profile; do
+  timeout 120 "$bench" "${quick[@]}" --precision fp32 "$flag" '' > "$work/empty.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 2 ] && grep -q -- "$flag: the path is empty; give the" "$work/empty.log"; then
+    pass "$flag '': refused"
+  else
+    fail "$flag '': exit $rc"; tail -3 "$work/empty.log"
+  fi
+done
+
 # 8. lamp_zero_step and lamp_sharded_step read their arguments strictly:
 #    a word, a number with a tail, 0 steps, an unknown weights type and one
 #    argument too many are usage errors (exit 2) before any group forms.

@@ -434,6 +434,30 @@ def steps(train_gpt, work):
             fail(f"{' '.join(args)}: exit {r.returncode}, expected 2 with "
                  f"{message!r}: {r.stderr!r}")
         print("  " + " ".join(args) + ": " + r.stderr.strip()[:150])
+    # The shape flags read decimal integers whatever their leading zeros
+    # (CLI11 alone read --heads 010 as octal 8, which divides the width 32,
+    # and said "Value 08 not in range" of --layers 08), with lamp's message
+    # for a value out of range.
+    for flag, value, status, message in [
+            ("--heads", "010", 1, "10 heads do not divide the width 32"),
+            ("--layers", "0", 2, "--layers: 0 is out of range: give an "
+                                 "integer in 1..1048576"),
+            ("--width", "08", 0, "gpt(layers=2, heads=2, width=8,"),
+            ("--dropout", "1", 2, "--dropout: 1 is out of range: give a "
+                                  "number in [0, 1)"),
+            ("--top-k", "x", 2, "--top-k: 'x' is not an integer")]:
+        args = list(COMMON)
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+        args[args.index("--sample-tokens") + 1] = "0"
+        r = run([train_gpt, "--data", text, "--max-steps", "1"] + args)
+        if r.returncode != status or message not in (r.stdout + r.stderr):
+            fail(f"{flag} {value}: exit {r.returncode}, expected {status} "
+                 f"with {message!r}: {r.stdout[-300:]!r} {r.stderr!r}")
+        print(f"  {flag} {value}: exit {status}, " +
+              (r.stderr.strip() or r.stdout.strip())[:120])
 
 
 def sample_signal(train_gpt, work):

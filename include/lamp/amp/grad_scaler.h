@@ -268,8 +268,11 @@ class GradScaler {
   void save(torch::serialize::OutputArchive& archive) const;
   /// Loads what save() wrote. Every field is checked first (its type; a
   /// scale that FP32 holds; the options' ranges; `_growth_tracker` in
-  /// [0, growth_interval), `_overflow_count` in [0, hysteresis]): a refused
-  /// load leaves the scaler as it was. lamp's own keys are optional; a
+  /// [0, 2^31), `_overflow_count` in [0, hysteresis]): a refused load
+  /// leaves the scaler as it was. A `_growth_tracker` at or past
+  /// `growth_interval` (Python's `set_growth_interval` lowered the interval
+  /// after it counted) is taken as `growth_interval - 1`, with a warning, as
+  /// set_growth_interval() clamps it. lamp's own keys are optional; a
   /// missing one keeps this scaler's option.
   void load(torch::serialize::InputArchive& archive);
 

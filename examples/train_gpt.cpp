@@ -68,19 +68,19 @@ struct GptFlags {
 
 void add_gpt_options(CLI::App& app, GptFlags& f) {
   const auto positive = lamp_examples::integer_in(1, int64_t{1} << 20);
-  app.add_option("--layers", f.model.layers(), "transformer blocks")
+  app.add_option("--layers", f.model.layers(), "transformer blocks, 1..1048576")
       ->capture_default_str()
       ->check(positive);
   app.add_option("--heads", f.model.heads(),
-                 "attention heads per block (dividing --width)")
+                 "attention heads per block (dividing --width), 1..1048576")
       ->capture_default_str()
       ->check(positive);
-  app.add_option("--width", f.model.width(), "embedding width")
+  app.add_option("--width", f.model.width(), "embedding width, 1..1048576")
       ->capture_default_str()
       ->check(positive);
   app.add_option("--context", f.model.context(),
                  "tokens (bytes) per training sequence, and the longest the "
-                 "model attends over")
+                 "model attends over, 1..1048576")
       ->capture_default_str()
       ->check(positive);
   app.add_option("--dropout", f.model.dropout(),
@@ -92,7 +92,8 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
                  "token ids the model embeds and predicts (256: bytes; "
                  "token files: meta.pkl's vocab_size padded to a multiple of "
                  "64, or the tokenizer's when there is no meta.pkl; "
-                 "--init-from a Python state dict: its wte's rows)")
+                 "--init-from a Python state dict: its wte's rows), "
+                 "1..2147483648")
       ->capture_default_str()
       ->check(lamp_examples::integer_in(1, int64_t{1} << 31));
   app.add_option("--bias", f.bias,
@@ -118,7 +119,7 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->check(CLI::IsMember({"nanogpt", "huggingface", "lamp"}));
   app.add_option("--sample-tokens", f.sample_tokens,
                  "tokens (bytes of a text) to generate after training (0: "
-                 "none; Ctrl-C stops it)")
+                 "none; Ctrl-C stops it), 0..1048576")
       ->capture_default_str()
       ->check(lamp_examples::integer_in(0, int64_t{1} << 20));
   app.add_option("--temperature", f.temperature,
@@ -127,7 +128,8 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->capture_default_str()
       ->check(lamp_examples::real_in(1e-3, 100.0));
   app.add_option("--top-k", f.top_k,
-                 "sample among the k most likely tokens only (0: all)")
+                 "sample among the k most likely tokens only (0: all), "
+                 "0..2147483648")
       ->capture_default_str()
       ->check(lamp_examples::integer_in(0, int64_t{1} << 31));
   app.add_option("--top-p", f.top_p,
@@ -151,14 +153,15 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
   app.add_option("--tokenizer", f.tokenizer_path,
                  "a SentencePiece model (FILE.model) that encodes --data's "
                  "text and decodes the samples (default: none, the text's "
-                 "bytes); with --train-tokenizer, the file to write");
+                 "bytes); with --train-tokenizer, the file to write")
+      ->check(lamp_examples::non_empty_path("the SentencePiece model"));
   app.add_option("--train-tokenizer", f.train_tokenizer,
                  "train a SentencePiece model of N pieces (BPE, byte "
                  "fallback) on the training part of --data's text and write "
-                 "it to --tokenizer's file first")
+                 "it to --tokenizer's file first; N in 260..1048576")
       ->check(lamp_examples::integer_in(260, int64_t{1} << 20));
   app.add_option("--num-samples", f.num_samples,
-                 "samples to draw, the k-th with --seed + k")
+                 "samples to draw, the k-th with --seed + k, 1..1048576")
       ->capture_default_str()
       ->check(lamp_examples::integer_in(1, int64_t{1} << 20));
   app.add_flag("--activation-checkpointing", f.model.activation_checkpointing(),

@@ -70,12 +70,23 @@ std::string drop_leading_zeros(std::string& text) {
 // every flag of `app` (and of its option groups) that an integer validator
 // checks gets its text without leading zeros first. (A transform runs
 // before the checks; a check may not change the text.)
+// An integer flag without one of those checks would still be read by CLI11
+// alone (octal, CLI11's messages): the program is refused until it has one.
 void read_integers_as_decimal(CLI::App& app) {
   for (auto* option : app.get_options()) {
     try {
       option->get_validator(kIntegerCheck);
     } catch (const CLI::OptionNotFound&) {
-      continue; // not an integer flag of ours
+      // CLI11 names an integer option's type INT or UINT ("INT:..." with a
+      // described check).
+      const auto type = option->get_type_name();
+      const bool integer =
+          type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0;
+      TORCH_CHECK(!integer, "the flag ", option->get_name(),
+                  " reads an integer without lamp_examples' integer checks; "
+                  "give it ->check(integer_in(...)), integer_at_least(...) "
+                  "or unsigned_integer(), which read it as decimal.");
+      continue; // not an integer flag
     }
     option->transform(CLI::Validator(drop_leading_zeros, ""));
   }

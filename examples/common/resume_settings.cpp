@@ -99,6 +99,12 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
       continue; // another program's flag: the model name tells it apart
     }
     if (option->count() == 0) {
+      if (setting.value.empty() && option->get_default_str().empty()) {
+        // Stored as left out (train_gpt's --tokenizer of a byte-level
+        // run): left out again, where the flag's check refuses an empty
+        // value typed on the command line.
+        continue;
+      }
       option->clear();
       option->add_result(setting.value);
       option->run_callback();

@@ -428,7 +428,9 @@ def steps(train_gpt, work):
                                           "to write --checkpoint"),
             # An empty path is an error, not "no prompt".
             (["--prompt-file", ""], "--prompt-file: the path is empty; give "
-                                    "the file of the prompt")]:
+                                    "the file of the prompt"),
+            (["--tokenizer", ""], "--tokenizer: the path is empty; give the "
+                                  "SentencePiece model")]:
         r = run([train_gpt, "--data", text] + args + COMMON)
         if r.returncode != 2 or message not in r.stderr:
             fail(f"{' '.join(args)}: exit {r.returncode}, expected 2 with "

@@ -451,17 +451,29 @@ TEST(GradScaler, LoadAcceptsPythonIntegersAndRejectsInvalidState) {
 // the load takes it as interval - 1 (as lamp's set_growth_interval clamps
 // it), says so, and the next finite step grows the scale.
 TEST(GradScaler, LoadClampsATrackerPastALoweredInterval) {
-  // Python's state: scale 256, growth_interval 10, this tracker.
-  const auto python_state = [](int64_t tracker) {
+  // Python's state: scale 256, growth_interval 10, this tracker (and, when
+  // given, lamp's _overflow_count).
+  const auto python_state = [](int64_t tracker, int64_t overflow_count = -1) {
     torch::serialize::OutputArchive out;
     out.write("scale", c10::IValue(256.0));
     out.write("growth_factor", c10::IValue(2.0));
     out.write("backoff_factor", c10::IValue(0.5));
     out.write("growth_interval", c10::IValue(int64_t{10}));
     out.write("_growth_tracker", c10::IValue(tracker));
+    if (overflow_count >= 0) {
+      out.write("_overflow_count", c10::IValue(overflow_count));
+    }
     return lamp_test::reopened(out);
   };
   lamp::GradScaler scaler;
+  {
+    // A load that another field refuses says nothing of the tracker.
+    lamp_test::Warnings refused;
+    expect_error([&] { scaler.load(*python_state(1500, 5)); },
+                 "_overflow_count is 5");
+    EXPECT_TRUE(refused.containing("_growth_tracker").empty());
+    EXPECT_EQ(scaler.growth_tracker(), 0);
+  }
   lamp_test::Warnings warnings;
   scaler.load(*python_state(1500));
   const auto said = warnings.containing("_growth_tracker is 1500");

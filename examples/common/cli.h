@@ -70,10 +70,9 @@ void open_standard_descriptors();
 /// as a decimal number: "010" is 10 and "08" is 8 (CLI11 alone would read
 /// "010" as octal 8 and refuse "08"); an integer flag without one of those
 /// checks is a programming error, thrown before parsing. Returns -1 when the
-/// program should go
-/// on;
-/// otherwise the exit status: 0 after --help or --version, kUsageError after
-/// a usage error, which is printed as one line on stderr:
+/// program should go on; otherwise the exit status: 0 after --help or
+/// --version, kUsageError after a usage error, which is printed as one line
+/// on stderr:
 /// "PROGRAM: error: --epochs: 'abc' is not an integer (see PROGRAM --help)".
 int parse_command_line(CLI::App& app, const std::string& program, int argc,
                        char** argv);

@@ -176,6 +176,19 @@ void GradScaler::load_from(Source& source, const char* caller) {
               caller, ": _growth_tracker is ", tracker,
               ", outside [0, 2^31 - 1]; the state is corrupt or from another "
               "scaler.");
+  // The count saturates at hysteresis.
+  TORCH_CHECK(overflow_count >= 0 && overflow_count <= options.hysteresis(),
+              caller, ": _overflow_count is ", overflow_count,
+              ", outside [0, hysteresis=", options.hysteresis(),
+              "]; the state is corrupt or from another scaler.");
+
+  // An int32 tensor; a count at or past the patience stops at the next check.
+  TORCH_CHECK(min_scale_overflows >= 0 &&
+                  min_scale_overflows <= std::numeric_limits<int32_t>::max(),
+              caller, ": _min_scale_overflows is ", min_scale_overflows,
+              ", outside [0, 2^31 - 1]; the state is corrupt.");
+
+  // Every check has passed (a refused load says nothing of the tracker).
   // update() grows the scale when the tracker reaches growth_interval. One
   // at or past it comes from Python's set_growth_interval() lowering the
   // interval (Python's scaler then never grows again until an overflow);
@@ -191,18 +204,6 @@ void GradScaler::load_from(Source& source, const char* caller) {
                "overflow grows the scale.");
     tracker = options.growth_interval() - 1;
   }
-  // The count saturates at hysteresis.
-  TORCH_CHECK(overflow_count >= 0 && overflow_count <= options.hysteresis(),
-              caller, ": _overflow_count is ", overflow_count,
-              ", outside [0, hysteresis=", options.hysteresis(),
-              "]; the state is corrupt or from another scaler.");
-
-  // An int32 tensor; a count at or past the patience stops at the next check.
-  TORCH_CHECK(min_scale_overflows >= 0 &&
-                  min_scale_overflows <= std::numeric_limits<int32_t>::max(),
-              caller, ": _min_scale_overflows is ", min_scale_overflows,
-              ", outside [0, 2^31 - 1]; the state is corrupt.");
-
   options_ = options;
   init_scale_ = scale;
   init_min_scale_overflows_ = min_scale_overflows;

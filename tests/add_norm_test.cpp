@@ -310,6 +310,21 @@ TEST(AddNorm, DoubleStaysDouble) {
   expect_close(got, want, 1e-12, "double");
 }
 
+TEST(AddNorm, DefaultOutputDtypeIsTheStockNormsUnderAutocast) {
+  // The reference shares add_layer_norm's choice of dtype, so this compares
+  // with torch::layer_norm itself: on the CPU, FP32 for a 16-bit sum with
+  // LibTorch 1.13 (lamp's FP32 kernel), the sum's own dtype with 2.x (its
+  // mixed-dtype kernels); FP64 kept (autocast casts no FP64 tensor).
+  lamp::Autocast guard(torch::kCPU, torch::kBFloat16);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kDouble}) {
+    const auto x = torch::randn({2, 8}).to(dtype);
+    const auto stock = torch::layer_norm(x + x, {8});
+    EXPECT_EQ(add_layer_norm(x, x, {}, {}).normed.scalar_type(),
+              stock.scalar_type())
+        << dtype;
+  }
+}
+
 TEST(AddNorm, NonContiguousInputs) {
   torch::manual_seed(10);
   const auto x = torch::randn({24, 6}).t(); // [6, 24], strided

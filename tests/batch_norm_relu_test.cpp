@@ -233,6 +233,16 @@ TEST(BatchNormRelu, FallbackReasonNamesTheCondition) {
   EXPECT_EQ(reason(x, {}, w, true), "");
   EXPECT_EQ(reason(x, x.clone(), w, true), "");
   EXPECT_NE(reason(x, {}, w, false).find("evaluation mode"), std::string::npos);
+  // An empty batch takes the stock op: the empty output, the running
+  // statistics untouched (the kernels would average over no value).
+  const auto empty = torch::randn({0, 8, 3, 3});
+  EXPECT_NE(reason(empty, {}, w, true).find("the input is empty"),
+            std::string::npos);
+  torch::nn::BatchNorm2d bn(8);
+  const auto mean = bn->running_mean.clone(), var = bn->running_var.clone();
+  EXPECT_EQ(lamp::ops::batch_norm_relu(empty, bn).sizes(), empty.sizes());
+  EXPECT_TRUE(lamp_test::BitEqual(bn->running_mean, mean));
+  EXPECT_TRUE(lamp_test::BitEqual(bn->running_var, var));
   EXPECT_NE(reason(x.flatten(2), {}, w, true).find("not 4-D"),
             std::string::npos);
   EXPECT_NE(reason(x, {}, w.to(torch::kHalf), true).find("float vectors"),

@@ -386,6 +386,41 @@ TEST(ConvBatchNorm, FoldedConvEqualsTheComposition) {
   }
 }
 
+// folded_conv() computes in x's dtype under autocast too: an FP32 x gives
+// what it gives outside autocast, forward and backward, bit for bit (an
+// autocast conv inside made a BF16 output whose backward the FP32 x and
+// weight refused).
+TEST(ConvBatchNorm, FoldedConvUnderAutocastComputesInXsDtype) {
+  for (const bool prologue : {false, true}) {
+    SCOPED_TRACE(prologue ? "prologue" : "no prologue");
+    torch::manual_seed(14);
+    const auto x0 = torch::randn({2, 4, 5, 5});
+    const auto w0 = torch::randn({3, 4, 3, 3}) * 0.3;
+    const auto s = prologue ? torch::rand({4}) + 0.5 : torch::Tensor();
+    const auto b = prologue ? torch::randn({4}) * 0.5 : torch::Tensor();
+    torch::Tensor outputs[2], grads[2][2];
+    for (int autocast = 0; autocast < 2; ++autocast) {
+      const auto x = x0.clone().requires_grad_();
+      const auto w = w0.clone().requires_grad_();
+      c10::optional<lamp::Autocast> guard;
+      if (autocast == 1) {
+        guard.emplace(torch::kCPU, torch::kBFloat16);
+      }
+      const auto c =
+          lamp::ops::folded_conv(x, w, 1, 1, s, b, "autocast.conv",
+                                 lamp::ops::FoldedBackend::kReference);
+      ASSERT_EQ(c.output.scalar_type(), torch::kFloat);
+      (c.output.sum() + c.sum_of_squares.sum() * 0.01).backward();
+      outputs[autocast] = c.output;
+      grads[autocast][0] = x.grad();
+      grads[autocast][1] = w.grad();
+    }
+    EXPECT_TRUE(lamp_test::BitEqual(outputs[1], outputs[0]));
+    EXPECT_TRUE(lamp_test::BitEqual(grads[1][0], grads[0][0]));
+    EXPECT_TRUE(lamp_test::BitEqual(grads[1][1], grads[0][1]));
+  }
+}
+
 // On the CPU, kAuto is the reference: no graph is tried, so no layer is
 // reported as refused, and the reason names why.
 TEST(ConvBatchNorm, FoldedConvOnTheCpuRunsTheReference) {
@@ -473,6 +508,24 @@ TEST(ConvBatchNorm, FoldedBadInputIsNamed) {
        "needs a projection shortcut"},
       {[&] { lamp::ops::folded_residual_block(x, {}); },
        "at least one convolution"},
+      // Empty modules: lamp's message, not the holder's (nor a null
+      // dereference).
+      {[&] {
+         lamp::ops::folded_residual_block(
+             x, {{torch::nn::Conv2d(nullptr), torch::nn::BatchNorm2d(4),
+                  "layer9.0.conv4"}});
+       },
+       "layer9.0.conv4 has no convolution"},
+      {[&] {
+         lamp::ops::folded_batch_norm(torch::randn({2, 4, 3, 3}),
+                                      torch::nn::BatchNorm2d(nullptr));
+       },
+       "folded_batch_norm: the BatchNorm2d is empty"},
+      {[&] {
+         lamp::ops::finalize_batch_norm(torch::ones({4}), torch::ones({4}), 8,
+                                        torch::nn::BatchNorm2d(nullptr));
+       },
+       "finalize_batch_norm: the BatchNorm2d is empty"},
   };
   for (const auto& [run, message] : cases) {
     EXPECT_NE(error_of(run).find(message), std::string::npos) << message;

@@ -820,6 +820,23 @@ TEST(Generate, IsRepeatableBySeedAndGreedyAtTopKOne) {
                   lamp::models::GenerateOptions().temperature(0));
             }).find("temperature must be finite and positive"),
             std::string::npos);
+  // Prompt ids outside the vocabulary (256) and a context above the GPT's
+  // (8) are refused before any forward, naming them.
+  const auto refused = [&](const torch::Tensor& ids, int64_t context) {
+    return error_of([&] {
+      lamp::models::generate(*gpt, forward, ids, context,
+                             lamp::models::GenerateOptions().tokens(10));
+    });
+  };
+  EXPECT_NE(refused(torch::tensor({72, 256}, torch::kLong), 8)
+                .find("the token id 256, outside the GPT's vocabulary of 256"),
+            std::string::npos);
+  EXPECT_NE(refused(torch::tensor({-1, 72}, torch::kLong), 8)
+                .find("the token id -1; ids are >= 0"),
+            std::string::npos);
+  EXPECT_NE(refused(prompt, 16)
+                .find("context 16 is longer than the GPT's context of 8"),
+            std::string::npos);
 }
 
 // With a KV cache, the logits of tokens fed in pieces (a prompt, then one
@@ -1163,4 +1180,50 @@ TEST(ActivationCheckpointing, TheFunctionsGradientsAndRefusals) {
   const auto plain = lamp::nn::activation_checkpoint(body, x, {w});
   EXPECT_FALSE(plain.requires_grad());
   EXPECT_TRUE(lamp_test::BitEqual(plain, body(x)));
+}
+
+TEST(ActivationCheckpointing, ATiedWeightListedTwiceGetsItsGradientOnce) {
+  // A module's parameters() lists a weight registered under two names
+  // twice; the checkpoint's gradient of it equals the plain backward's.
+  torch::manual_seed(9);
+  auto w = torch::randn({4, 4}, torch::requires_grad());
+  const auto x = torch::randn({2, 4});
+  const auto body = [&w](const torch::Tensor& in) {
+    return torch::tanh(in.matmul(w)).matmul(w.t()).sum(1);
+  };
+  body(x).sum().backward();
+  const auto plain = w.grad().clone();
+  w.mutable_grad().reset();
+  lamp::nn::activation_checkpoint(body, x, {w, w}).sum().backward();
+  EXPECT_TRUE(lamp_test::BitEqual(w.grad(), plain));
+}
+
+TEST(ActivationCheckpointing, ABodyReturningItsInputLeavesTheInputAlone) {
+  // An identity body hands back the input itself; the checkpoint's output
+  // is a tensor of its own, and the input keeps its place in the graph.
+  auto x = torch::randn({3}, torch::requires_grad());
+  const auto y = lamp::nn::activation_checkpoint(
+      [](const torch::Tensor& in) { return in; }, x, {});
+  EXPECT_FALSE(y.is_same(x));
+  EXPECT_TRUE(x.is_leaf());
+  (y * 3).sum().backward();
+  EXPECT_TRUE(lamp_test::BitEqual(x.grad(), torch::full({3}, 3.0f)));
+}
+
+TEST(ActivationCheckpointing, HigherOrderGradientsAreRefused) {
+  // The recomputation differentiates a detached copy of the input: a
+  // second derivative would miss the input's terms, so it is refused.
+  torch::manual_seed(10);
+  auto w = torch::randn({4}, torch::requires_grad());
+  const auto x = torch::randn({4}, torch::requires_grad());
+  const auto y = lamp::nn::activation_checkpoint(
+      [&w](const torch::Tensor& in) { return torch::tanh(in * w); }, x, {w});
+  const auto message = error_of([&] {
+    torch::autograd::grad({y.sum()}, {w}, {}, /*retain_graph=*/true,
+                          /*create_graph=*/true);
+  });
+  EXPECT_NE(message.find("lamp::nn::activation_checkpoint is differentiable "
+                         "once"),
+            std::string::npos)
+      << message;
 }

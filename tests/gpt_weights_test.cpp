@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "test_util.h"
@@ -208,6 +209,44 @@ TEST(GptWeights, DdpOfACompiledModelReadsAsNanoGpts) {
   const auto weights = saved_and_read(wrapped, "gpt_ddp_compiled.pt");
   EXPECT_EQ(weights.layout, GPTLayout::kNanoGPT);
   expect_loads_as(source, weights);
+}
+
+// A file missing a block, or one tensor of a block, is refused naming what
+// is missing: it read as a shallower model (the blocks counted up to the
+// first gap), whose load then blamed the blocks after it.
+TEST(GptWeights, BlocksWithMissingTensorsAreRefused) {
+  torch::manual_seed(8);
+  GPT source(fixture_shape().layers(3));
+  const auto whole = lamp::models::gpt_state_dict(*source, GPTLayout::kNanoGPT);
+  const auto read_without =
+      [&](const std::function<bool(const std::string&)>& dropped) {
+        c10::Dict<std::string, torch::Tensor> dict;
+        for (const auto& item : whole) {
+          if (!dropped(item.key())) {
+            dict.insert(item.key(), item.value());
+          }
+        }
+        const auto path = temp_path("gpt_incomplete.pt");
+        lamp::save_pickle(dict, path);
+        const auto error =
+            error_of([&] { lamp::models::read_gpt_weights(path); });
+        std::remove(path.c_str());
+        return error;
+      };
+  auto error = read_without([](const std::string& key) {
+    return key.rfind("transformer.h.1.", 0) == 0;
+  });
+  EXPECT_TRUE(contains(error,
+                       "holds blocks h.0 to h.2 with tensors missing: "
+                       "h.1."))
+      << error;
+  error = read_without([](const std::string& key) {
+    return key == "transformer.h.2.mlp.c_fc.weight";
+  });
+  EXPECT_TRUE(contains(error, "tensors missing: h.2.mlp.c_fc.weight;"))
+      << error;
+  // The whole file reads, as three layers.
+  EXPECT_TRUE(read_without([](const std::string&) { return false; }).empty());
 }
 
 // GPT-2's weights without "transformer." and the head (GPT2Model's state

@@ -345,6 +345,58 @@ TEST(Optim, FusedAdamCountsOnlyTakenStepsInItsCheckpoint) {
   }
 }
 
+// load() replaces the state, as Python's load_state_dict: a checkpoint made
+// before any step holds no state, so after loading it a stepped optimizer's
+// next step is a first step, bit for bit a fresh torch::optim's (LibTorch's
+// load keeps the old momentum and moments beside it).
+template <typename Lamp, typename Torch, typename Options>
+void expect_load_replaces_the_state(const Options& options) {
+  auto params = make_params();
+  Lamp stepped(params, options, Implementation::kPerTensor);
+  for (int i = 0; i < 3; ++i) {
+    set_grads(params, i);
+    stepped.step();
+  }
+  ASSERT_EQ(stepped.state().size(), params.size());
+  std::stringstream stream;
+  {
+    auto other = make_params();
+    Lamp fresh(other, options, Implementation::kPerTensor);
+    torch::serialize::OutputArchive archive;
+    fresh.save(archive);
+    archive.save_to(stream);
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from(stream);
+  stepped.load(archive);
+  EXPECT_TRUE(stepped.state().empty());
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : params) {
+    copies.push_back(p.detach().clone().requires_grad_());
+  }
+  Torch reference(copies, options);
+  set_grads(params, 3);
+  set_grads(copies, 3);
+  stepped.step();
+  reference.step();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(BitEqual(params[i], copies[i])) << i;
+  }
+}
+
+TEST(Optim, LoadReplacesTheStateAsPythons) {
+  {
+    SCOPED_TRACE("SGD");
+    expect_load_replaces_the_state<lamp::optim::SGD, torch::optim::SGD>(
+        torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+  }
+  {
+    SCOPED_TRACE("Adam");
+    expect_load_replaces_the_state<lamp::optim::Adam, torch::optim::Adam>(
+        torch::optim::AdamOptions(1e-2));
+  }
+}
+
 TEST(Optim, ImplementationsAreChosenAndRefusedClearly) {
   torch::Tensor p = torch::zeros({2}, torch::requires_grad());
   lamp::optim::SGD sgd({p}, torch::optim::SGDOptions(0.1));
@@ -425,6 +477,94 @@ TEST(Optim, ClipGradNormMatchesLibTorchs) {
     EXPECT_FALSE(b[1].grad().defined());
   }
   EXPECT_THROW(lamp::optim::clip_grad_norm_(make_params(), 0.0), c10::Error);
+  EXPECT_THROW(lamp::optim::clip_grad_norm_(
+                   make_params(), std::numeric_limits<double>::quiet_NaN()),
+               c10::Error);
+  // An infinite max_norm measures the norm and scales by 1 (Python's and
+  // LibTorch's clip take it too).
+  auto a = make_params(), b = make_params();
+  set_grads(a, 3);
+  set_grads(b, 3);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double expected = torch::nn::utils::clip_grad_norm_(a, inf);
+  const auto got = lamp::optim::clip_grad_norm_(b, inf);
+  EXPECT_NEAR(got.item<double>(), expected, 1e-6 * expected);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(BitEqual(b[i].grad(), a[i].grad())) << i;
+  }
+}
+
+// A rank without gradients still joins the sharded clip's reduction, with
+// a one-element FP32 zero on its parameters' device (where the process
+// group wants it), and clips nothing.
+void expect_empty_rank_reduces_on(const torch::Device& device) {
+  const auto p =
+      torch::zeros({3}, torch::TensorOptions().device(device)).requires_grad_();
+  torch::Tensor seen;
+  const auto norm =
+      lamp::optim::clip_grad_norm_({p}, 1.0, [&](torch::Tensor& square_sum) {
+        seen = square_sum.clone();
+        square_sum.fill_(16.0f); // the other ranks' squares
+      });
+  ASSERT_TRUE(seen.defined());
+  EXPECT_EQ(seen.device(), device);
+  EXPECT_EQ(seen.scalar_type(), torch::kFloat);
+  EXPECT_EQ(seen.numel(), 1);
+  EXPECT_EQ(seen.cpu().item<float>(), 0.0f);
+  EXPECT_EQ(norm.cpu().item<float>(), 4.0f);
+}
+
+TEST(Optim, ShardedClipOnARankWithoutGradients) {
+  expect_empty_rank_reduces_on(torch::kCPU);
+}
+
+TEST(Optim, ShardedClipOnARankWithoutGradients_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  expect_empty_rank_reduces_on(torch::Device(torch::kCUDA, 0));
+}
+
+// A sparse gradient (an Embedding's with sparse(true)) takes torch::optim's
+// own step under kAuto, on every device, as Python's foreach SGD falls back
+// for it; kForEach refuses it naming kPerTensor.
+void expect_sparse_sgd_steps_on(const torch::Device& device) {
+  const auto options = torch::TensorOptions().device(device);
+  torch::manual_seed(21);
+  const auto init = torch::randn({6, 3}, options);
+  const auto ids = torch::tensor({1, 4, 1}, options.dtype(torch::kLong));
+  auto lamp_weight = init.clone().requires_grad_();
+  auto torch_weight = init.clone().requires_grad_();
+  const auto sgd_options = torch::optim::SGDOptions(0.1).momentum(0.9);
+  lamp::optim::SGD sgd({lamp_weight}, sgd_options);
+  torch::optim::SGD reference({torch_weight}, sgd_options);
+  for (int step = 0; step < 2; ++step) {
+    for (auto* w : {&lamp_weight, &torch_weight}) {
+      w->mutable_grad() = torch::Tensor();
+      torch::embedding(*w, ids, -1, false, /*sparse=*/true).sum().backward();
+      ASSERT_TRUE(w->grad().is_sparse());
+    }
+    EXPECT_EQ(sgd.implementation(), Implementation::kPerTensor);
+    sgd.step();
+    reference.step();
+  }
+  EXPECT_TRUE(BitEqual(lamp_weight, torch_weight));
+  lamp::optim::SGD foreach ({lamp_weight}, sgd_options,
+                            Implementation::kForEach);
+  const auto message = lamp_test::error_of([&] {
+    foreach
+      .step();
+  });
+  EXPECT_NE(message.find("Implementation::kPerTensor"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("SparseAdam"), std::string::npos) << message;
+}
+
+TEST(Optim, SparseGradientsTakeThePerTensorStep) {
+  expect_sparse_sgd_steps_on(torch::kCPU);
+}
+
+TEST(Optim, SparseGradientsTakeThePerTensorStep_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  expect_sparse_sgd_steps_on(torch::Device(torch::kCUDA, 0));
 }
 
 // The sync-free path (the fused optimizer unscales and skips on the device)
@@ -590,6 +730,15 @@ TEST(Optim, OptimizerOptionsHoldTheRecipeAndRefuseBadValues) {
   EXPECT_THROW(lamp::optim::make_optimizer(
                    params, lamp::optim::OptimizerOptions().weight_decay(-1)),
                c10::Error);
+  // Nothing to train, with or without the decay groups.
+  for (const bool groups : {false, true}) {
+    EXPECT_NE(lamp_test::error_of([&] {
+                lamp::optim::make_optimizer(
+                    {}, lamp::optim::OptimizerOptions().no_bias_decay(groups));
+              }).find("the parameter list is empty"),
+              std::string::npos)
+        << groups;
+  }
 }
 
 TEST(Optim, NoBiasDecayLeavesBiasesAndNormsUndecayed) {

@@ -87,8 +87,16 @@ TEST(RMSNorm, MatchesTheFormulaWithPythonsParameterAndEps) {
   const auto y = norm(b);
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(lamp_test::AllClose(y.to(torch::kDouble),
-                                  rms_reference(b, norm->weight, 0.0078125),
+                                  rms_reference(b, norm->weight, 1.1920929e-07),
                                   std::ldexp(1.0, -8), 1e-6));
+  // Its default eps is FP32's too, as Python's (the dtype it computes in):
+  // at a GPT-2 embedding's scale (RMS 0.02) BF16's own 2^-7 would move the
+  // output by 80%, far past the tolerance.
+  const auto tiny = (torch::randn({3, 6}) * 0.02).to(torch::kBFloat16);
+  EXPECT_TRUE(
+      lamp_test::AllClose(norm(tiny).to(torch::kDouble),
+                          rms_reference(tiny, norm->weight, 1.1920929e-07),
+                          std::ldexp(1.0, -8), 1e-6));
   // Gradients reach the input and the weight.
   const auto g = x.clone().requires_grad_();
   norm(g).pow(2).sum().backward();
@@ -180,6 +188,33 @@ TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
     EXPECT_TRUE(lamp_test::AllClose(
         attention(q, k, v, additive, 0.0, false).to(torch::kDouble),
         attention_reference(q, k, v, keep), 1e-5, 1e-6));
+  }
+  // A query whose every key is masked (a padded row) gets zero weights,
+  // as Python's math path and fused kernels give it, and no NaN reaches
+  // the output or any gradient.
+  const auto none = keep.clone();
+  none.select(0, 2).fill_(false);
+  const auto none_additive = torch::zeros({5, 7}).masked_fill(
+      none.logical_not(), -std::numeric_limits<float>::infinity());
+  for (const auto& [name, attention] : attention_paths()) {
+    for (const auto& mask : {none, none_additive}) {
+      SCOPED_TRACE(name + (mask.scalar_type() == torch::kBool
+                               ? ", a boolean mask"
+                               : ", an additive mask"));
+      const auto qg = q.clone().requires_grad_();
+      const auto kg = k.clone().requires_grad_();
+      const auto vg = v.clone().requires_grad_();
+      const auto out = attention(qg, kg, vg, mask, 0.0, false);
+      EXPECT_TRUE(
+          lamp_test::BitEqual(out.select(2, 2), torch::zeros({2, 3, 4})));
+      EXPECT_TRUE(lamp_test::AllClose(
+          out.narrow(2, 0, 2).to(torch::kDouble),
+          attention_reference(q, k, v, keep).narrow(2, 0, 2), 1e-5, 1e-6));
+      out.pow(2).sum().backward();
+      for (const auto* g : {&qg, &kg, &vg}) {
+        EXPECT_TRUE(torch::isfinite(g->grad()).all().item<bool>());
+      }
+    }
   }
   // Shapes that do not fit, and a causal call with a mask, are named.
   EXPECT_NE(lamp_test::error_of([&] {

@@ -642,6 +642,24 @@ torch::Tensor generate(
     cache = std::make_unique<GPTKVCache>(*gpt);
   }
   auto tokens = prompt.to(torch::kLong).cpu();
+  // Checked here, on the host, rather than by the embedding's lookup (a raw
+  // index error, or a device-side assert on CUDA) or by the forward once
+  // the text has outgrown the GPT's context (every token drawn lost).
+  const int64_t lowest = tokens.min().item<int64_t>();
+  const int64_t highest = tokens.max().item<int64_t>();
+  TORCH_CHECK(lowest >= 0, who, ": the prompt holds the token id ", lowest,
+              "; ids are >= 0.");
+  if (gpt != nullptr) {
+    const int64_t vocab = gpt->options().vocab_size();
+    TORCH_CHECK(highest < vocab, who, ": the prompt holds the token id ",
+                highest, ", outside the GPT's vocabulary of ", vocab,
+                " (ids 0..", vocab - 1,
+                "); encode it with the tokenizer the model was trained "
+                "with.");
+    TORCH_CHECK(context <= gpt->options().context(), who, ": context ", context,
+                " is longer than the GPT's context of ",
+                gpt->options().context(), "; give at most that.");
+  }
   try {
     // generate()'s own cache or none: a cache the caller left set holds other
     // tokens, after which every window here would be placed.

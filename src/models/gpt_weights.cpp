@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -237,15 +238,39 @@ GPTWeights read_gpt_weights(const std::string& path) {
       }
     }
   }
-  // The shape the tensors give.
+  // The shape the tensors give: the blocks h.0 to h.N, each with every
+  // tensor any of them has (a block or a tensor left out would otherwise
+  // read as a shallower model, or be blamed on the wrong blocks).
   int64_t layers = 0;
-  while (out.state.contains("h." + std::to_string(layers) +
-                            ".attn.c_attn.weight")) {
-    ++layers;
+  std::set<std::string> block_tensors;
+  std::set<std::pair<int64_t, std::string>> present;
+  for (const auto& item : out.state) {
+    const auto& key = item.key();
+    const auto dot = key.find('.', 2);
+    if (key.rfind("h.", 0) != 0 || dot == std::string::npos || dot == 2 ||
+        key.find_first_not_of("0123456789", 2) != dot || dot - 2 > 6) {
+      continue;
+    }
+    const int64_t block = std::stoll(key.substr(2, dot - 2));
+    layers = std::max(layers, block + 1);
+    block_tensors.insert(key.substr(dot + 1));
+    present.emplace(block, key.substr(dot + 1));
   }
-  TORCH_CHECK(layers >= 1, who, ": ", path,
+  TORCH_CHECK(out.state.contains("h.0.attn.c_attn.weight"), who, ": ", path,
               " holds embeddings but no transformer block "
               "(h.0.attn.c_attn.weight); it is not a GPT's state dict.");
+  std::vector<std::string> absent;
+  for (int64_t block = 0; block < layers; ++block) {
+    for (const auto& tensor : block_tensors) {
+      if (present.count({block, tensor}) == 0) {
+        absent.push_back("h." + std::to_string(block) + "." + tensor);
+      }
+    }
+  }
+  TORCH_CHECK(absent.empty(), who, ": ", path, " holds blocks h.0 to h.",
+              layers - 1, " with tensors missing: ", some_names(absent),
+              "; the file is incomplete (a block or a tensor left out when "
+              "it was written): write it again from the whole model.");
   out.options.layers(layers)
       .width(width)
       .vocab_size(wte.size(0))

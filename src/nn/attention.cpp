@@ -38,7 +38,20 @@ torch::Tensor math_attention(const torch::Tensor& query,
                  ? scores.masked_fill(attn_mask.logical_not(), minus_inf)
                  : scores + attn_mask.to(wide);
   }
-  auto weights = torch::softmax(scores, -1).to(value.scalar_type());
+  torch::Tensor weights;
+  if (attn_mask.defined()) {
+    // A query whose every key is masked (a padded row) attends to nothing:
+    // zero weights, as Python's math path gives them (at::_safe_softmax),
+    // not a softmax of -infs, whose NaNs would also reach every gradient
+    // through the backward. Its scores are zeroed first, so that no NaN
+    // arises in either pass. (A causal mask keeps each query's first key.)
+    const auto masked_row = (scores == minus_inf).all(-1, /*keepdim=*/true);
+    weights = torch::softmax(scores.masked_fill(masked_row, 0.0), -1)
+                  .masked_fill(masked_row, 0.0);
+  } else {
+    weights = torch::softmax(scores, -1);
+  }
+  weights = weights.to(value.scalar_type());
   if (dropout_p > 0) {
     weights = torch::dropout(weights, dropout_p, /*train=*/true);
   }

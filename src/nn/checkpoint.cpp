@@ -13,6 +13,7 @@
 
 #include "platform/compat.h"
 #include "platform/cuda_graph.h"
+#include "platform/differentiable_once.h"
 
 namespace lamp {
 namespace nn {
@@ -121,6 +122,11 @@ class ActivationCheckpointBackward : public torch::autograd::Node {
 
   torch::autograd::variable_list apply(
       torch::autograd::variable_list&& grads) override {
+    // Higher-order gradients would reach a detached copy of the input, not
+    // the input: refused rather than missing terms.
+    lamp::detail::refuse_higher_order_gradients(
+        "lamp::nn::activation_checkpoint",
+        "Call the body without the checkpoint for them.");
     TORCH_CHECK(!released_,
                 "lamp::nn::activation_checkpoint: its backward ran a second "
                 "time, after the first released what it recomputes from; "
@@ -213,6 +219,18 @@ torch::Tensor activation_checkpoint(
                 "the CUDA graph (--cuda-graph off).");
     rng_state = generator.get_state();
   }
+  // Each tensor once: a module's parameters() lists a tied weight once per
+  // name, and two edges to one tensor would add its gradient twice.
+  std::vector<torch::Tensor> distinct;
+  for (const auto& p : parameters) {
+    bool seen = false;
+    for (const auto& q : distinct) {
+      seen = seen || (p.defined() && q.defined() && p.is_same(q));
+    }
+    if (!seen) {
+      distinct.push_back(p);
+    }
+  }
   const auto autocast = AutocastState::now();
   torch::Tensor y;
   {
@@ -227,13 +245,20 @@ torch::Tensor activation_checkpoint(
   TORCH_CHECK(y.defined(),
               "lamp::nn::activation_checkpoint: body returned an undefined "
               "tensor.");
-  if (y.is_view()) {
-    y = y.clone(); // the history goes on a tensor of its own
+  // The history goes on a tensor of its own: not a view, nor the input or
+  // a parameter handed back as it is (an identity body, a to() that casts
+  // nothing), whose own history set_history would overwrite.
+  bool own = !y.is_view() && !y.is_same(input);
+  for (const auto& p : distinct) {
+    own = own && !(p.defined() && y.is_same(p));
+  }
+  if (!own) {
+    y = y.clone();
   }
   auto node = lamp::detail::make_autograd_node<ActivationCheckpointBackward>(
-      body, input, parameters, autocast, generator, rng_state);
+      body, input, distinct, autocast, generator, rng_state);
   node->set_next_edges(
-      torch::autograd::collect_next_edges(input, at::TensorList(parameters)));
+      torch::autograd::collect_next_edges(input, at::TensorList(distinct)));
   torch::autograd::set_history(y, node);
   return y;
 }

@@ -65,15 +65,21 @@ at::ScalarType sum_dtype(const torch::Tensor& x, const torch::Tensor& branch) {
   return at::promote_types(x.scalar_type(), branch.scalar_type());
 }
 
-// The output's dtype: the option, else what the unfused norm gives (a
-// LayerNorm on autocast's FP32 list where autocast is on for the device).
+// The output's dtype: the option, else what the unfused norm gives under
+// autocast: FP32 where a LayerNorm is on autocast's FP32 list (CUDA's) or
+// runs lamp's FP32 kernel (the CPU's with LibTorch 1.13); the sum's dtype
+// where mixed-dtype kernels take it as it is (the CPU's with 2.x), and
+// without autocast. Autocast casts no FP64 tensor: an FP64 sum stays FP64.
 at::ScalarType normed_dtype(const torch::Tensor& x, at::ScalarType sum,
                             bool rms, const AddNormOptions& options) {
   if (options.output_dtype().has_value()) {
     return *options.output_dtype();
   }
   const auto device_type = x.device().type();
-  if (!rms && lamp::detail::autocast_on(device_type)) {
+  const bool fp32_policy =
+      device_type != torch::kCPU || !LAMP_TORCH_CPU_MIXED_DTYPE_NORMS;
+  if (!rms && fp32_policy && sum != torch::kDouble &&
+      lamp::detail::autocast_on(device_type)) {
     return torch::kFloat;
   }
   return sum;

@@ -361,6 +361,11 @@ std::string batch_norm_relu_fallback_reason(const torch::Tensor& input,
   if (!input.defined() || input.dim() != 4) {
     return "the input is not 4-D [N, C, H, W].";
   }
+  if (input.numel() == 0) {
+    // The stock op returns the empty output and leaves the running
+    // statistics alone; the kernels would average over no value.
+    return "the input is empty.";
+  }
   if (!reference && !input.is_cuda()) {
     return "the input is on " + input.device().str() + ", not CUDA.";
   }

@@ -2,6 +2,8 @@
 // fused graphs in plain ATen ops (lamp/ops/conv_batch_norm.h).
 #include "lamp/ops/conv_batch_norm.h"
 
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -254,6 +256,11 @@ class FoldedConvFunction
       const torch::Tensor& weight, const torch::Tensor& scale,
       const torch::Tensor& bias, int64_t stride, int64_t padding,
       const std::string& name, bool graphs, bool prologue) {
+    // In x's dtype, as documented: autocast must not cast the convolution
+    // (an FP32 x would give a 16-bit y, which the backward's FP32 x and
+    // weight refuse).
+    c10::impl::ExcludeDispatchKeyGuard forward_casts_nothing(
+        c10::autocast_dispatch_keyset);
     const auto s = prologue ? scale : torch::Tensor();
     const auto b = prologue ? bias : torch::Tensor();
     torch::Tensor y, sum, sum_of_squares;
@@ -287,6 +294,9 @@ class FoldedConvFunction
       torch::autograd::variable_list grad_outputs) {
     lamp::detail::refuse_higher_order_gradients("lamp::ops::folded_conv",
                                                 kStockModulesGiveThem);
+    // A CPU backward runs on the caller's thread, under its autocast.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(
+        c10::autocast_dispatch_keyset);
     const auto saved = ctx->get_saved_variables();
     const auto& x = saved[0];
     const auto& weight = saved[1];
@@ -461,6 +471,9 @@ std::pair<int64_t, int64_t> conv_geometry(const torch::nn::Conv2d& conv,
 }
 
 void check_layer(const ConvBatchNormLayer& layer) {
+  TORCH_CHECK(!layer.conv.is_empty(),
+              "lamp::ops::folded_residual_block: ", layer.name,
+              " has no convolution.");
   TORCH_CHECK(!layer.bn.is_empty(),
               "lamp::ops::folded_residual_block: ", layer.name,
               " has no BatchNorm.");
@@ -598,6 +611,9 @@ torch::Tensor apply_batch_norm_backward(const torch::Tensor& y,
 torch::Tensor folded_batch_norm(const torch::Tensor& y,
                                 const torch::nn::BatchNorm2d& bn) {
   check_nchw(y, "lamp::ops::folded_batch_norm");
+  TORCH_CHECK(!bn.is_empty(),
+              "lamp::ops::folded_batch_norm: the BatchNorm2d is empty "
+              "(nullptr).");
   auto& impl = *bn.ptr();
   const auto& options = impl.options;
   TORCH_CHECK(y.size(1) == options.num_features(),
@@ -707,6 +723,9 @@ FoldedBatchNorm finalize_batch_norm(const torch::Tensor& sum,
                                     const torch::Tensor& sum_of_squares,
                                     int64_t count,
                                     const torch::nn::BatchNorm2d& bn) {
+  TORCH_CHECK(!bn.is_empty(),
+              "lamp::ops::finalize_batch_norm: the BatchNorm2d is empty "
+              "(nullptr).");
   auto& impl = *bn.ptr();
   const auto& options = impl.options;
   TORCH_CHECK(options.affine(),

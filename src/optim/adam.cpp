@@ -245,8 +245,10 @@ void Adam::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void Adam::load(torch::serialize::InputArchive& archive) {
-  // After the load: one that throws keeps the device step counts.
-  torch::optim::Adam::load(archive);
+  // After the load: one that throws keeps the device step counts. The state
+  // replaced, so that no parameter keeps moments without their step count.
+  internal::load_replacing_state(*this,
+                                 [&] { torch::optim::Adam::load(archive); });
   device_steps_.clear();
   state_replaced();
 }
@@ -288,8 +290,10 @@ void AdamW::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void AdamW::load(torch::serialize::InputArchive& archive) {
-  // After the load: one that throws keeps the device step counts.
-  torch::optim::AdamW::load(archive);
+  // After the load: one that throws keeps the device step counts. The state
+  // replaced, so that no parameter keeps moments without their step count.
+  internal::load_replacing_state(*this,
+                                 [&] { torch::optim::AdamW::load(archive); });
   device_steps_.clear();
   state_replaced();
 }

@@ -19,10 +19,11 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
 torch::Tensor clip_grad_norm_(
     const std::vector<torch::Tensor>& params, double max_norm,
     const std::function<void(torch::Tensor&)>& reduce_square_sum) {
-  TORCH_CHECK(
-      std::isfinite(max_norm) && max_norm > 0,
-      "lamp::optim::clip_grad_norm_: max_norm must be finite and positive, got ",
-      max_norm, ".");
+  // An infinite max_norm measures the norm and scales by 1, as in Python.
+  TORCH_CHECK(max_norm > 0,
+              "lamp::optim::clip_grad_norm_: max_norm must be positive (inf "
+              "only measures the norm), got ",
+              max_norm, ".");
   torch::NoGradGuard no_grad;
   std::map<std::string, std::vector<torch::Tensor>> grads;
   std::vector<std::string> order; // devices in the order first seen
@@ -46,8 +47,14 @@ torch::Tensor clip_grad_norm_(
     if (!reduce_square_sum) {
       return torch::zeros({});
     }
-    // The other ranks' gradients still count.
-    auto square_sum = torch::zeros({1});
+    // The other ranks' gradients still count. On the parameters' device,
+    // where the other ranks' sums are (a process group refuses a tensor on
+    // another).
+    auto square_sum = torch::zeros(
+        {1}, torch::TensorOptions()
+                 .dtype(torch::kFloat)
+                 .device(params.empty() ? torch::Device(torch::kCPU)
+                                        : params[0].device()));
     reduce_square_sum(square_sum);
     return square_sum.sqrt().reshape({});
   }

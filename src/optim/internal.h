@@ -75,6 +75,24 @@ void add_param_groups_as_given(
     torch::optim::Optimizer& optimizer,
     std::vector<torch::optim::OptimizerParamGroup> groups, const char* caller);
 
+/// `load(archive)` (the base class's load) with the state replaced, not
+/// merged: LibTorch's load writes the states the archive holds and keeps
+/// every other, so a parameter absent from the checkpoint kept its old
+/// momentum or moments beside lamp's fresh bookkeeping (its step count,
+/// its first-step flags). After it the state is the checkpoint's, as after
+/// Python's load_state_dict; a load that throws puts the old state back.
+template <typename Load>
+void load_replacing_state(torch::optim::Optimizer& optimizer, Load&& load) {
+  auto previous = std::move(optimizer.state());
+  optimizer.state().clear();
+  try {
+    load();
+  } catch (...) {
+    optimizer.state() = std::move(previous);
+    throw;
+  }
+}
+
 /// Runs `closure` with grad mode on, as torch::optim's step does.
 torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure);
 

@@ -82,6 +82,12 @@ std::vector<torch::optim::OptimizerParamGroup> param_groups(
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     std::vector<torch::Tensor> params, const OptimizerOptions& options) {
   const auto kind = optimizer_table().parse(options.name());
+  // As Python's optimizers: nothing to train is a mistake upstream (every
+  // parameter frozen, or the wrong module), not an optimizer without groups.
+  TORCH_CHECK(
+      !params.empty(),
+      "lamp::optim::make_optimizer: the parameter list is empty; pass the "
+      "parameters to train (every one frozen, or another module's list?).");
   TORCH_CHECK(
       options.lr() > 0 && std::isfinite(options.lr()),
       "lamp::optim::make_optimizer: OptimizerOptions::lr must be a positive finite number, got ",
@@ -198,7 +204,7 @@ std::map<std::pair<std::string, torch::ScalarType>, Bucket> buckets(
     }
     TORCH_CHECK(
         !grad.is_sparse(), caller,
-        ": sparse gradients are not supported; use a dense embedding or torch::optim's SparseAdam.");
+        ": the fused and foreach implementations take no sparse gradient; use Implementation::kPerTensor (torch::optim's own step: SGD takes them, Adam does not) or a dense embedding.");
     auto& bucket = out[{p.device().str(), p.scalar_type()}];
     bucket.params.push_back(p);
     bucket.grads.push_back(grad);
@@ -248,14 +254,18 @@ Implementation resolve(Implementation requested,
   if (fused) {
     return Implementation::kFused;
   }
+  // A sparse gradient (an Embedding with sparse(true)) takes torch::optim's
+  // own step, as Python's foreach optimizers fall back for it.
+  bool cuda = false;
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
-      if (p.is_cuda()) {
-        return Implementation::kForEach;
+      if (p.grad().defined() && p.grad().is_sparse()) {
+        return Implementation::kPerTensor;
       }
+      cuda = cuda || p.is_cuda();
     }
   }
-  return Implementation::kPerTensor;
+  return cuda ? Implementation::kForEach : Implementation::kPerTensor;
 }
 
 torch::Tensor skip_flag(const torch::Tensor& found_inf) {

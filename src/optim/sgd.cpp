@@ -329,7 +329,10 @@ void SGD::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void SGD::load(torch::serialize::InputArchive& archive) {
-  torch::optim::SGD::load(archive);
+  // A buffer no step has taken is not saved: replaced, not kept beside the
+  // cleared flags (the next step would update it as a taken one).
+  internal::load_replacing_state(*this,
+                                 [&] { torch::optim::SGD::load(archive); });
   first_steps_.clear();
   state_replaced();
 }

@@ -398,9 +398,11 @@ struct GenerateOptions {
 /// A GPTKVCache the caller set on the GPT (GPTImpl::set_kv_cache) is not
 /// used: the GPT runs with generate()'s own cache, or with none, and the
 /// caller's is set back when generate() returns or throws, unchanged (its
-/// tokens and length as they were). Throws c10::Error on the options out of
-/// their ranges and on logits that are not finite (a NaN or +inf, or all
-/// -inf) at the position sampled from.
+/// tokens and length as they were). Throws c10::Error, before any forward,
+/// on the options out of their ranges, on a prompt id outside [0, vocab)
+/// (the GPT's vocabulary; ids below 0 for any model) and on a `context`
+/// above the GPT's; and on logits that are not finite (a NaN or +inf, or
+/// all -inf) at the position sampled from.
 torch::Tensor generate(
     torch::nn::Module& module,
     const std::function<torch::Tensor(const torch::Tensor&)>& forward,

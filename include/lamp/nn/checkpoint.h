@@ -17,7 +17,8 @@ namespace nn {
 /// `body(input)`, run without keeping its intermediates: the backward runs
 /// `body` again on the saved input, with grad mode on, and takes the
 /// gradients of `input` and of `parameters` (the tensors `body` uses that
-/// may need gradients: a module's parameters()) from that second forward.
+/// may need gradients: a module's parameters(), where a tied weight listed
+/// under two names counts once) from that second forward.
 ///
 /// The second forward runs as the first did, so that its results are the
 /// same bit for bit: under the same autocast state (enabled and dtype, on
@@ -32,10 +33,11 @@ namespace nn {
 /// gradient).
 ///
 /// Throws c10::Error, naming the fix, from the backward when it runs a
-/// second time (retain_graph is not supported) or when `input` was changed
-/// in place after the forward; and from the forward when `preserve_rng`
-/// meets a CUDA graph capture (a generator's state cannot be read there:
-/// use no dropout, or no graph).
+/// second time (retain_graph is not supported), when `input` was changed
+/// in place after the forward, or when asked for higher-order gradients
+/// (create_graph=true: differentiable once); and from the forward when
+/// `preserve_rng` meets a CUDA graph capture (a generator's state cannot be
+/// read there: use no dropout, or no graph).
 torch::Tensor activation_checkpoint(
     const std::function<torch::Tensor(const torch::Tensor&)>& body,
     const torch::Tensor& input, const std::vector<torch::Tensor>& parameters,

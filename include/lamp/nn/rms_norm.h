@@ -23,8 +23,9 @@ struct RMSNormOptions {
   /* implicit */ RMSNormOptions(std::vector<int64_t> normalized_shape);
   /// The trailing shape normalised over (and the weight's shape).
   TORCH_ARG(std::vector<int64_t>, normalized_shape);
-  /// Added to the mean square; unset: the machine epsilon of the input's
-  /// dtype (torch.finfo(x.dtype).eps), as in Python.
+  /// Added to the mean square; unset: the machine epsilon of the dtype it
+  /// computes in (FP32's 2^-23 for FP32, FP16 and BF16 inputs, FP64's for
+  /// FP64), as Python's torch.nn.RMSNorm since PyTorch 2.7.
   TORCH_ARG(c10::optional<double>, eps) = c10::nullopt;
   /// A learnable per-element scale `weight`, initialised to ones.
   TORCH_ARG(bool, elementwise_affine) = true;
@@ -34,8 +35,8 @@ struct RMSNormOptions {
 /// `normalized_shape`. Computed in FP32 whatever the input's dtype (as
 /// autocast's FP32 list treats the other norms), and returned in the input's
 /// dtype; `weight` may be FP32 beside a 16-bit input. `eps` unset: the
-/// machine epsilon of the input's dtype. Errors name a trailing shape that
-/// does not match.
+/// machine epsilon of the dtype it computes in (RMSNormOptions::eps).
+/// Errors name a trailing shape that does not match.
 torch::Tensor rms_norm(const torch::Tensor& input,
                        const std::vector<int64_t>& normalized_shape,
                        const torch::Tensor& weight = {},

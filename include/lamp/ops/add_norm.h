@@ -24,8 +24,10 @@ struct AddNormOptions {
   /// positive. 1e-5: LayerNorm's default, and lamp's GPT's for both norms.
   TORCH_ARG(double, eps) = 1e-5;
   /// The dtype of the normalised output. Unset: what the unfused norm
-  /// returns (FP32 for a LayerNorm under autocast, as autocast's FP32 list
-  /// gives; else the sum's dtype). A GPT sets autocast's dtype here where
+  /// returns: under autocast, FP32 for a LayerNorm of a 16-bit or FP32 sum
+  /// on CUDA (autocast's FP32 list) and on the CPU with LibTorch 1.13
+  /// (lamp's FP32 kernel), the sum's dtype on the CPU with 2.x (its
+  /// mixed-dtype kernels); else the sum's dtype, FP64 always. A GPT sets autocast's dtype here where
   /// the next op is a linear that would cast to it anyway: the same bits,
   /// one pass over memory less.
   TORCH_ARG(c10::optional<at::ScalarType>, output_dtype) = c10::nullopt;

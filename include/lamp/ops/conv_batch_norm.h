@@ -178,7 +178,8 @@ enum class FoldedBackend {
 /// Differentiable in x, weight, in_scale and in_bias, with gradients flowing
 /// in through all three outputs (a statistic's gradient adds
 /// d_sum + 2 d_sum_of_squares y to the output's). `weight` is
-/// [C_out, C_in, kH, kW] and is used in x's dtype; `stride` and `padding`
+/// [C_out, C_in, kH, kW] and is used in x's dtype (autocast, where it is
+/// on, casts neither: an FP32 x convolves in FP32); `stride` and `padding`
 /// apply to both spatial dimensions; no bias, groups or dilation. `name`
 /// labels the layer in the fallback line. Throws c10::Error on shapes that
 /// do not fit.

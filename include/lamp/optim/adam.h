@@ -55,7 +55,10 @@ class Adam : public FusedOptimizer<torch::optim::Adam> {
   /// sync), so that a checkpoint loads into torch::optim::Adam too.
   void save(torch::serialize::OutputArchive& archive) const override;
   /// Reads torch::optim::Adam's format (torch::optim::Adam's checkpoints
-  /// too); the fused path then starts from the loaded step counts.
+  /// too); the fused path then starts from the loaded step counts. The
+  /// state becomes the checkpoint's, as with Python's load_state_dict: a
+  /// parameter it holds no state for starts afresh (torch::optim's load
+  /// would keep its old moments).
   void load(torch::serialize::InputArchive& archive) override;
 
   void step_scaled(const torch::Tensor& grad_scale,

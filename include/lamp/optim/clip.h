@@ -20,6 +20,8 @@ namespace optim {
 /// kernels (`at::_foreach_norm`), the coefficient stays on the device.
 /// Parameters without a gradient are ignored; an inf/NaN gradient gives a
 /// non-finite norm and non-finite gradients (GradScaler then skips the step).
+/// `max_norm` must be positive; infinity only measures the norm, as in
+/// Python.
 ///
 /// Example:
 /// \code
@@ -33,7 +35,8 @@ torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params,
 /// clip_grad_norm_() for parameters sharded among ranks (each rank holds
 /// part of every gradient, as with ZeRO): `reduce_square_sum` replaces this
 /// rank's sum of squared gradient elements (a one-element FP32 tensor on
-/// the first gradient's device, 0 when the rank holds no gradient) in
+/// the first gradient's device; 0, on the first parameter's device, when
+/// the rank holds no gradient) in
 /// place by its sum over the ranks, so every rank clips with the global
 /// norm and returns it. Also with no gradient at all: every rank must call
 /// the reduction the same number of times. A null `reduce_square_sum` is

@@ -33,7 +33,8 @@ namespace optim {
 enum class Implementation {
   /// kFused where this LibTorch has the fused kernels for the parameters'
   /// device and dtype (LibTorch >= 2.4, CPU or CUDA), otherwise kForEach on
-  /// CUDA and kPerTensor on CPU.
+  /// CUDA and kPerTensor on CPU; kPerTensor for a step with a sparse
+  /// gradient (as Python's foreach optimizers fall back for one).
   kAuto,
   /// ATen's fused kernels (`_fused_sgd_`, `_fused_adam_`, `_fused_adamw_`):
   /// one kernel launch per (device, dtype) group of parameters, computed in
@@ -262,8 +263,8 @@ const std::vector<std::string>& optimizer_names();
 
 /// Builds lamp::optim::SGD, Adam or AdamW over `params` from `options` (one
 /// param group, or two with no_bias_decay: the decayed parameters first);
-/// an unknown name is an error listing the valid ones, and so is a
-/// learning rate that is not positive and finite, a negative momentum or
+/// an unknown name is an error listing the valid ones, and so is an empty
+/// parameter list (as in Python), a learning rate that is not positive and finite, a negative momentum or
 /// weight decay, or a beta outside [0, 1).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     std::vector<torch::Tensor> params, const OptimizerOptions& options);

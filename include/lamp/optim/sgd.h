@@ -70,6 +70,8 @@ class SGD : public FusedOptimizer<torch::optim::SGD> {
   /// has taken yet (see above; reads their device flags, a host sync).
   void save(torch::serialize::OutputArchive& archive) const override;
   /// Reads torch::optim::SGD's format (torch::optim::SGD's checkpoints too).
+  /// The state becomes the checkpoint's, as with Python's load_state_dict:
+  /// a parameter it holds no buffer for starts its momentum afresh.
   void load(torch::serialize::InputArchive& archive) override;
 
   void step_scaled(const torch::Tensor& grad_scale,

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "lamp/platform/parameters.h"
 #include "platform/compat.h"
 #include "platform/cuda_graph.h"
 #include "platform/differentiable_once.h"
@@ -222,12 +223,9 @@ torch::Tensor activation_checkpoint(
   // Each tensor once: a module's parameters() lists a tied weight once per
   // name, and two edges to one tensor would add its gradient twice.
   std::vector<torch::Tensor> distinct;
+  lamp::detail::TensorIdentitySet seen;
   for (const auto& p : parameters) {
-    bool seen = false;
-    for (const auto& q : distinct) {
-      seen = seen || (p.defined() && q.defined() && p.is_same(q));
-    }
-    if (!seen) {
+    if (!p.defined() || seen.insert(p)) {
       distinct.push_back(p);
     }
   }

@@ -10,6 +10,7 @@
 namespace {
 
 using lamp::Autocast;
+using lamp_test::expect_error;
 
 TEST(Autocast, DefaultDtypeIsBf16OnCpuAndFp16OnCuda) {
   EXPECT_EQ(Autocast::default_dtype(torch::kCPU), torch::kBFloat16);
@@ -150,6 +151,13 @@ TEST(Autocast, RefusesUnsupportedDtypesAndDevicesBeforeChangingState) {
   EXPECT_THROW(Autocast(torch::kCPU, torch::kFloat), c10::Error);
   EXPECT_THROW(Autocast(torch::kCUDA, torch::kDouble), c10::Error);
   EXPECT_THROW(Autocast(torch::kMeta), c10::Error);
+  // A device autocast does not know is named, whatever the dtype.
+  expect_error(
+      [] { Autocast guard(torch::kMeta, torch::kHalf); },
+      "device type meta is not supported; use torch::kCPU or torch::kCUDA");
+  expect_error(
+      [] { Autocast guard(torch::kMeta, torch::kBFloat16, /*enabled=*/false); },
+      "device type meta is not supported");
   EXPECT_FALSE(Autocast::is_enabled(torch::kCPU));
   if (Autocast::is_supported(torch::kCPU, torch::kHalf)) {
     Autocast guard(torch::kCPU, torch::kHalf);

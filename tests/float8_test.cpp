@@ -9,9 +9,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -151,11 +153,15 @@ TEST(Float8, CastsSaturateAndScalesFollowTheFormula) {
   EXPECT_EQ(e4m3[1].item<float>(), -448.0f);
   EXPECT_EQ(e4m3[2].item<float>(), 0.3125f);
   EXPECT_TRUE(std::isnan(e4m3[3].item<float>()));
-  EXPECT_EQ(e4m3[4].item<float>(), 448.0f);
+  // inf is an overflow upstream, not a value past the range: NaN, in both
+  // formats, never +-max.
+  EXPECT_TRUE(std::isnan(e4m3[4].item<float>()));
   const auto e5m2 = F8::detail::cast_to_float8(t, torch::full({}, 2.0f), kE5M2)
                         .to(torch::kFloat);
   EXPECT_EQ(e5m2[0].item<float>(), 2048.0f); // 2000 to E5M2: 2^11
   EXPECT_EQ(e5m2[2].item<float>(), 0.625f);  // 0.6: step 2^-3 there
+  EXPECT_EQ(e5m2[1].item<float>(), -2048.0f);
+  EXPECT_TRUE(std::isnan(e5m2[4].item<float>()));
 
   EXPECT_FLOAT_EQ(
       F8::detail::amax_to_scale(torch::full({}, 2.0f), 448.0, 0).item<float>(),
@@ -177,11 +183,14 @@ TEST(Float8, CastsSaturateAndScalesFollowTheFormula) {
 // reached). Checked bit for bit against the clamped cast in each input
 // dtype, format and a few margins, on random tensors, on amaxes whose
 // scale rounds the product above max, and on zeros, tiny values and
-// non-finite ones.
+// non-finite ones (a NaN compared as a NaN: an inf amax makes every value
+// 0 or NaN, and the NaN's sign bit is the platform's).
 TEST(Float8, CurrentScalingCastsNeedNoClamp) {
   torch::manual_seed(5);
   const auto bits = [](const torch::Tensor& f8) {
-    return f8.view(torch::kByte);
+    const auto nan = torch::isnan(f8.to(torch::kFloat));
+    return torch::where(nan, torch::full({}, 255, torch::kByte),
+                        f8.view(torch::kByte));
   };
   std::vector<torch::Tensor> inputs;
   for (const double magnitude : {1e-30, 1e-13, 1e-3, 1.0, 3.7, 1e4, 1e30}) {
@@ -423,6 +432,15 @@ TEST(Float8, DirectCallWithAnIneligibleWeightTouchesNoState) {
     EXPECT_TRUE(BitEqual(state->pending_amax, before_amax));
     EXPECT_TRUE(BitEqual(state->counters, before_counters));
     EXPECT_TRUE(BitEqual(state->scale, before_scale));
+    // No out features: nothing to cast, torch::linear's empty result.
+    torch::nn::Linear none(16, 0);
+    const auto x = torch::randn({4, 16}).requires_grad_();
+    const auto y = F8::float8_linear(x, none->weight, none->bias, *state);
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{4, 0}));
+    y.sum().backward();
+    EXPECT_TRUE(BitEqual(x.grad(), torch::zeros({4, 16})));
+    EXPECT_TRUE(BitEqual(state->pending_amax, before_amax));
+    EXPECT_TRUE(BitEqual(state->counters, before_counters));
   }
 }
 
@@ -671,6 +689,14 @@ TEST(Float8, ConvertsEligibleLayersAndSaysWhyNotTheOthers) {
               F8::convert_to_float8(*model);
             }).find("the model is converted already (layer 'fc1'"),
             std::string::npos);
+  // A model that is itself a Linear.
+  torch::nn::Linear single(16, 16);
+  F8::convert_to_float8(*single);
+  const auto again = error_of([&] { F8::convert_to_float8(*single); });
+  EXPECT_NE(again.find("the model is converted already (the model itself "
+                       "has an FP8 state)"),
+            std::string::npos)
+      << again;
 
   // A weight shared with another module (tied) stays out.
   torch::nn::Linear out(torch::nn::LinearOptions(16, 32).bias(false));
@@ -828,6 +854,25 @@ TEST(Float8, StateRoundTripsExactly) {
         << refused;
   }
 
+  // The other way: FP8 state for a layer this model computes otherwise.
+  Mlp fewer;
+  F8::convert_to_float8(
+      *fewer, delayed(5),
+      [](const std::string& name, const torch::nn::LinearImpl&) {
+        return name == "fc1";
+      });
+  const auto fc1_before = F8::float8_state(*fewer->fc1)->scale.clone();
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { F8::check_float8_state(*fewer, *archive); },
+           [&] { F8::load_float8_state(*fewer, *archive); }}) {
+    const auto extra = error_of(call);
+    EXPECT_NE(extra.find("the archive has FP8 state for layer 'fc2', which "
+                         "this model does not compute in FP8"),
+              std::string::npos)
+        << extra;
+  }
+  EXPECT_TRUE(BitEqual(F8::float8_state(*fewer->fc1)->scale, fc1_before));
+
   torch::serialize::OutputArchive empty;
   const auto message_missing = error_of(
       [&] { F8::load_float8_state(*fresh, *lamp_test::reopened(empty)); });
@@ -835,6 +880,102 @@ TEST(Float8, StateRoundTripsExactly) {
       message_missing.find("the archive has no FP8 state for layer 'fc1'"),
       std::string::npos)
       << message_missing;
+}
+
+// The FP8 state is no part of the model's torch::save archive: a plain
+// model's file loads into a converted model and the other way, and the two
+// archives hold the same entries.
+TEST(Float8, ConvertedAndPlainModelsShareTheirArchive) {
+  torch::manual_seed(13);
+  Mlp plain;
+  std::stringstream plain_file;
+  torch::save(plain, plain_file);
+  Mlp converted;
+  F8::convert_to_float8(*converted, delayed(3));
+  torch::load(converted, plain_file);
+  for (const auto& p : plain->named_parameters()) {
+    EXPECT_TRUE(BitEqual(converted->named_parameters()[p.key()], p.value()))
+        << p.key();
+  }
+  EXPECT_NE(F8::float8_state(*converted->fc1), nullptr);
+  std::stringstream converted_file;
+  torch::save(converted, converted_file);
+  Mlp reloaded;
+  torch::load(reloaded, converted_file);
+  EXPECT_TRUE(BitEqual(reloaded->fc1->weight, plain->fc1->weight));
+  torch::serialize::OutputArchive plain_archive, converted_archive;
+  plain->save(plain_archive);
+  converted->save(converted_archive);
+  torch::serialize::InputArchive fc1_plain, fc1_converted;
+  lamp_test::reopened(plain_archive)->read("fc1", fc1_plain);
+  lamp_test::reopened(converted_archive)->read("fc1", fc1_converted);
+  EXPECT_EQ(fc1_converted.keys(), fc1_plain.keys());
+}
+
+// A scale made from the very amax it casts (a frozen weight, the same batch
+// again) puts the largest value on max within FP32's rounding: no
+// saturation, though amax * scale reads above max for many amaxes. A real
+// jump still counts.
+TEST(Float8, SteadyAmaxIsNotCountedAsSaturated) {
+  // Amaxes whose fl(fl(1 / amax) * max) * amax lands above max, the
+  // arithmetic of the delayed scale: the case that was counted.
+  const auto candidates = torch::rand({4096}) * 10 + 0.5;
+  const auto scales = candidates.reciprocal() * 448.0f;
+  const auto above = candidates.mul(scales).gt(448.0f);
+  const auto amaxes = candidates.masked_select(above);
+  ASSERT_GT(amaxes.numel(), 0);
+  const float amax = amaxes[0].item<float>();
+  torch::nn::Linear layer(32, 16);
+  {
+    torch::NoGradGuard no_grad;
+    layer->weight.uniform_(-0.5, 0.5); // amax >= 0.5 is the largest
+    layer->weight[0][0] = amax;
+  }
+  layer->weight.set_requires_grad(false);
+  auto state = F8::Float8State(delayed(4), "frozen");
+  torch::manual_seed(14);
+  auto x = torch::rand({16, 32}) * 0.5;
+  x[0][0] = amax;
+  for (int step = 0; step < 4; ++step) {
+    const auto xi = x.clone().requires_grad_();
+    F8::float8_linear(xi, layer->weight, layer->bias, *state)
+        .backward(torch::ones({16, 16}));
+    F8::update_float8_scales(*state);
+  }
+  auto stats = F8::float8_stats(*state)[0];
+  EXPECT_EQ(stats.saturated_casts, (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(stats.casts[0], 4);
+  // One value above the history's amax by a part in a thousand: counted.
+  x[0][1] = amax * 1.001f;
+  F8::float8_linear(x, layer->weight, layer->bias, *state);
+  stats = F8::float8_stats(*state)[0];
+  EXPECT_EQ(stats.saturated_casts[0], 1);
+}
+
+// Under delayed scaling an overflowed (inf) gradient stays non-finite
+// through the FP8 casts, so a loss scaler sees it and skips the step,
+// instead of training on gradients clipped to E5M2's max; the input's inf
+// likewise reaches the output.
+TEST(Float8, DelayedScalingLetsAnOverflowReachTheScaler) {
+  torch::manual_seed(15);
+  torch::nn::Linear layer(32, 16);
+  auto state = F8::Float8State(delayed(4), "layer");
+  const auto x = torch::randn({16, 32}).requires_grad_();
+  F8::float8_linear(x, layer->weight, layer->bias, *state)
+      .backward(torch::randn({16, 16}));
+  F8::update_float8_scales(*state);
+  x.mutable_grad() = torch::Tensor();
+  layer->zero_grad();
+  auto dy = torch::randn({16, 16});
+  dy[0][0] = INFINITY;
+  F8::float8_linear(x, layer->weight, layer->bias, *state).backward(dy);
+  EXPECT_FALSE(torch::isfinite(x.grad()).all().item<bool>());
+  EXPECT_FALSE(torch::isfinite(layer->weight.grad()).all().item<bool>());
+  EXPECT_EQ(F8::float8_stats(*state)[0].non_finite_casts[2], 1);
+  auto x_inf = x.detach().clone();
+  x_inf[3][3] = INFINITY;
+  const auto y = F8::float8_linear(x_inf, layer->weight, layer->bias, *state);
+  EXPECT_FALSE(torch::isfinite(y[3]).all().item<bool>());
 }
 
 // clone() refuses a converted model: LibTorch's Cloneable::clone()

@@ -206,6 +206,26 @@ TEST(GradScaler, UpdateWithNewScaleSetsIt) {
   EXPECT_THROW(scaler.update(-1.0), c10::Error);
 }
 
+// A new scale the FP32 scale tensor cannot hold is refused, as the
+// constructor refuses it: 1e39 would be inf, 1e-46 a scale of 0 that never
+// recovers. max_scale's clamp comes first.
+TEST(GradScaler, UpdateRefusesAScaleFloat32CannotHold) {
+  lamp::GradScaler scaler;
+  Rig rig;
+  scripted_step(scaler, rig, 1.0f);
+  for (double scale : {1e39, 1e-46}) {
+    expect_error([&] { scaler.update(scale); },
+                 "lamp::GradScaler::update: the scale");
+    expect_error([&] { scaler.update(scale); },
+                 "is not representable in float32");
+    EXPECT_EQ(scaler.get_scale(), 65536.0);
+  }
+  lamp::GradScaler bounded(lamp::GradScalerOptions().max_scale(16777216.0));
+  scripted_step(bounded, rig, 1.0f);
+  bounded.update(1e39);
+  EXPECT_EQ(bounded.get_scale(), 16777216.0);
+}
+
 TEST(GradScaler, StateErrorsMatchPython) {
   Rig rig;
   lamp::GradScaler fresh;
@@ -653,6 +673,15 @@ TEST(GradScaler, StateDictHasPythonsKeysAndTypes) {
                 .state_dict()
                 .size(),
             0u);
+
+  // With hysteresis 1 an overflow backs off at once, whatever the overflow
+  // count reads after it (the portable update counts it, ATen's does not):
+  // a default scaler's state stays Python's after an overflowing step.
+  lamp::GradScaler overflowed;
+  scripted_step(overflowed, rig, kInf);
+  EXPECT_EQ(overflowed.get_scale(), 32768.0);
+  EXPECT_EQ(overflowed.state_dict().size(), 5u);
+  EXPECT_FALSE(overflowed.state_dict().contains("min_scale"));
 }
 
 // save_state_dict()/load_state_dict(path) keep all of lamp's state, the

@@ -186,6 +186,127 @@ TEST(MasterWeights, GradientCopyWithAndWithoutUnscale) {
   }
 }
 
+// The names key the saved masters: a repeated name (each module's own
+// named_parameters()) would save one master over another and load it into
+// both; the archive's own keys would clash with save()'s entries.
+TEST(MasterWeights, SetParameterNamesRefusesRepeatedEmptyAndReservedNames) {
+  auto params = half_params_with_grads(torch::kHalf, 7);
+  params.push_back(torch::randn({4, 3}).to(torch::kHalf).requires_grad_());
+  lamp::MasterWeights master(params, /*flat=*/false);
+  expect_error(
+      [&] {
+        master.set_parameter_names({"weight", "bias", "bn", "weight"});
+      },
+      "parameters 0 and 3 are both named 'weight'; the names key the saved masters and must be unique");
+  expect_error(
+      [&] {
+        master.set_parameter_names({"a", "", "b", "c"});
+      },
+      "parameter 1 has an empty name");
+  for (const std::string reserved : {"count", "keyed_by"}) {
+    expect_error(
+        [&] {
+          master.set_parameter_names({"a", "b", reserved, "c"});
+        },
+        "parameter 2 is named '" + reserved +
+            "', a name the saved archive uses for itself");
+  }
+  // Refused names leave the masters unnamed: saved by position, each
+  // master comes back as itself.
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      master.master_params()[i].fill_(static_cast<double>(i + 1));
+    }
+  }
+  std::stringstream stream;
+  torch::save(master, stream);
+  lamp::MasterWeights loaded(params, /*flat=*/false);
+  torch::load(loaded, stream);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(loaded.master_params()[i].min().item<float>(),
+              static_cast<float>(i + 1))
+        << i;
+  }
+}
+
+// A loss scale whose inverse FP32 cannot hold would make every gradient
+// inf/NaN (1/1e-40) or zero (1/1e46): refused, the gradients untouched.
+TEST(MasterWeights, RefusesALossScaleWhoseInverseFp32CannotHold) {
+  for (bool flat : {false, true}) {
+    auto params = half_params_with_grads(torch::kHalf, 8);
+    lamp::MasterWeights master(params, flat);
+    master.model_grads_to_master_grads();
+    const auto before = master.master_params()[0].grad().clone();
+    for (double scale : {1e-40, 1e46}) {
+      expect_error([&] { master.model_grads_to_master_grads(scale); },
+                   "is not representable in float32");
+      EXPECT_TRUE(BitEqual(master.master_params()[0].grad(), before));
+    }
+  }
+}
+
+// An Embedding with sparse=true gives a sparse gradient: the master gets it
+// as a sparse FP32 gradient (coalesced in FP32, unscaled), which the
+// optimizers step; a flat master cannot hold one and says so.
+TEST(MasterWeights, SparseGradientsBecomeSparseFp32MasterGradients) {
+  for (bool flat : {false, true}) {
+    auto params = half_params_with_grads(torch::kHalf, 9);
+    auto table = torch::zeros({10, 4}, torch::kHalf).requires_grad_();
+    // Row 1 twice: 60000 + 60000 overflows FP16 unless coalesced in FP32.
+    const auto indices = torch::tensor({1, 1, 3}, torch::kLong).view({1, 3});
+    const auto values = torch::full({3, 4}, 60000.0, torch::kHalf);
+    table.mutable_grad() =
+        torch::sparse_coo_tensor(indices, values, {10, 4}).to(torch::kHalf);
+    params.push_back(table);
+    lamp::MasterWeights master(params, flat);
+    for (int round = 0; round < 2; ++round) {
+      master.model_grads_to_master_grads(/*loss_scale=*/2.0);
+      const auto grad = master.master_params().back().grad();
+      ASSERT_TRUE(grad.defined());
+      EXPECT_TRUE(grad.is_sparse());
+      EXPECT_EQ(grad.scalar_type(), torch::kFloat);
+      auto expected = torch::zeros({10, 4});
+      expected[1].fill_(60000.0);
+      expected[3].fill_(30000.0);
+      EXPECT_TRUE(BitEqual(grad.to_dense(), expected)) << "round " << round;
+      // The dense ones as before.
+      EXPECT_TRUE(BitEqual(master.master_params()[0].grad(),
+                           params[0].grad().to(torch::kFloat) / 2));
+    }
+    torch::optim::SGD sgd(master.master_params(), 1.0);
+    sgd.step();
+    const auto rows = master.master_params().back().detach();
+    EXPECT_EQ(rows[1].min().item<float>(), -60000.0f);
+    EXPECT_EQ(rows[3].min().item<float>(), -30000.0f);
+    EXPECT_EQ(rows[0].abs().max().item<float>(), 0.0f);
+    // A dense gradient after a sparse one.
+    table.mutable_grad() = torch::ones({10, 4}, torch::kHalf);
+    master.model_grads_to_master_grads();
+    EXPECT_FALSE(master.master_params().back().grad().is_sparse());
+    EXPECT_TRUE(
+        BitEqual(master.master_params().back().grad(), torch::ones({10, 4})));
+  }
+  auto model = torch::zeros({10, 4}, torch::kHalf).requires_grad_();
+  model.mutable_grad() =
+      torch::sparse_coo_tensor(torch::tensor({2}, torch::kLong).view({1, 1}),
+                               torch::ones({1, 4}, torch::kHalf), {10, 4});
+  const std::vector<torch::Tensor> model_params = {model};
+  const std::vector<torch::Tensor> per_tensor = {
+      torch::zeros({10, 4}).requires_grad_()};
+  lamp::model_grads_to_master_grads(model_params, per_tensor,
+                                    /*flat_master=*/false);
+  EXPECT_TRUE(per_tensor[0].grad().is_sparse());
+  const std::vector<torch::Tensor> flat_master = {
+      torch::zeros({40}).requires_grad_()};
+  expect_error(
+      [&] {
+        lamp::model_grads_to_master_grads(model_params, flat_master,
+                                          /*flat_master=*/true);
+      },
+      "parameter 0 has a sparse gradient (an Embedding with sparse=true), which a flat master cannot hold");
+}
+
 TEST(MasterWeights, MissingModelGradLeavesMasterWithoutOneAndUnchanged) {
   for (bool flat : {false, true}) {
     auto params = half_params_with_grads(torch::kHalf, 4);

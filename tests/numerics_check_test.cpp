@@ -375,6 +375,25 @@ TEST(NumericsCheck, FindsLargeNegativeValuesByTheirMagnitude) {
   EXPECT_EQ(minus_inf->max_abs, kInf);
 }
 
+// FP64 values are judged in FP64: a finite 1e200 is not inf, and the
+// largest magnitude is reported exactly; a real inf still stops.
+TEST(NumericsCheck, Fp64ValuesBeyondFp32sRangeAreFinite) {
+  torch::manual_seed(0);
+  torch::nn::Linear fc(2, 2);
+  fc->to(torch::kDouble);
+  lamp::NumericsCheck check(fc.ptr(), lamp::NumericsCheckOptions().stop(false));
+  const auto x = torch::full({1, 2}, 1e200, torch::kDouble);
+  EXPECT_FALSE(check.observe(1, [&] { fc->forward(x).sum().backward(); }));
+  auto with_inf = x.clone();
+  with_inf[0][1] = std::numeric_limits<double>::infinity();
+  const auto finding = check.observe(2, [&] { fc->forward(with_inf); });
+  ASSERT_TRUE(finding);
+  EXPECT_TRUE(finding->non_finite);
+  EXPECT_EQ(finding->dtype, torch::kDouble);
+  EXPECT_FALSE(finding->in_module);
+  EXPECT_EQ(finding->max_abs, std::numeric_limits<double>::infinity());
+}
+
 // Under loss scaling only gradients are scaled: an FP16 activation at the
 // edge of the range is reported in a loss-scaled step as in any other, and
 // it is not marked loss-scaled.

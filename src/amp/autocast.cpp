@@ -39,7 +39,9 @@ Autocast::Autocast(torch::DeviceType device_type,
       enabled_(enabled) {
   // Everything is checked before the first state change, so a refused guard
   // leaves the thread's autocast state untouched. As in Python, a disabled
-  // guard does not care about the dtype.
+  // guard does not care about the dtype. The device comes first, so that a
+  // device autocast does not know is named as the problem, not the dtype.
+  detail::check_autocast_device(device_type_);
   TORCH_CHECK(
       !enabled_ || is_supported(device_type_, dtype_),
       "lamp::Autocast: autocast on ", device_type_, " cannot run in ", dtype_,

@@ -368,8 +368,14 @@ void GradScaler::update(double new_scale) {
       std::isfinite(new_scale) && new_scale > 0,
       "lamp::GradScaler::update: new_scale must be finite and positive, got ",
       new_scale, ".");
-  scale_.fill_(std::min(std::max(new_scale, options_.min_scale()),
-                        options_.max_scale()));
+  // Clamped first, so that max_scale's bound holds for any new_scale; then
+  // what the FP32 scale tensor cannot hold is refused, as the constructor
+  // and load() refuse it (FP32 would make it inf, or 0: a scale that never
+  // recovers).
+  const double clamped =
+      std::min(std::max(new_scale, options_.min_scale()), options_.max_scale());
+  detail::check_scale(clamped, "lamp::GradScaler::update");
+  scale_.fill_(clamped);
   states_.clear();
 }
 

@@ -33,8 +33,7 @@ void check_growth_interval(int64_t interval, const char* caller) {
 
 namespace detail {
 
-void check_options(const GradScalerOptions& o, double scale,
-                   const char* caller) {
+void check_scale(double scale, const char* caller) {
   TORCH_CHECK(std::isfinite(scale) && scale > 0, caller,
               ": the scale must be finite and positive, got ", scale, ".");
   // The scale lives in an FP32 tensor, made at the first scale().
@@ -45,6 +44,11 @@ void check_options(const GradScalerOptions& o, double scale,
       " is not representable in float32 (the dtype of the scale tensor); use a scale in [",
       std::numeric_limits<float>::denorm_min(), ", ",
       std::numeric_limits<float>::max(), "].");
+}
+
+void check_options(const GradScalerOptions& o, double scale,
+                   const char* caller) {
+  check_scale(scale, caller);
   check_growth_factor(o.growth_factor(), caller);
   check_backoff_factor(o.backoff_factor(), caller);
   check_growth_interval(o.growth_interval(), caller);

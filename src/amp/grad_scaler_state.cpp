@@ -57,11 +57,13 @@ c10::Dict<std::string, c10::IValue> GradScaler::state_dict() const {
     return full;
   }
   // Python's keys alone where lamp's hold what Python's scaler does anyway,
-  // so that a default scaler's file equals Python's.
+  // so that a default scaler's file equals Python's. With hysteresis 1 the
+  // overflow count decides nothing (every overflow backs off), and whether
+  // it reads 0 or 1 after an overflow depends on the update's path (the
+  // portable update counts it, ATen's fused one does not).
   const bool as_python = full.at("min_scale").toDouble() == 0.0 &&
                          std::isinf(full.at("max_scale").toDouble()) &&
                          full.at("hysteresis").toInt() == 1 &&
-                         full.at("_overflow_count").toInt() == 0 &&
                          full.at("dynamic").toBool() &&
                          full.at("min_scale_patience").toInt() == 0 &&
                          full.at("_min_scale_overflows").toInt() == 0;

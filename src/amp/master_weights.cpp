@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -134,11 +136,21 @@ void MasterWeights::model_grads_to_master_grads(double loss_scale) {
   // Same unscale factor as GradScaler: 1/scale computed in double, applied in
   // FP32.
   const float inv_scale = static_cast<float>(1.0 / loss_scale);
-  bool all_defined = true;
+  TORCH_CHECK(
+      std::isfinite(inv_scale) && inv_scale > 0.0f,
+      "lamp::MasterWeights::model_grads_to_master_grads: 1/loss_scale for loss_scale=",
+      loss_scale,
+      " is not representable in float32 (the gradients would become inf/NaN or 0); use a loss scale in [",
+      1.0 / static_cast<double>(std::numeric_limits<float>::max()), ", ",
+      1.0 / static_cast<double>(std::numeric_limits<float>::denorm_min()),
+      "].");
+  // Sparse gradients (an Embedding with sparse=true) stay sparse: the masters
+  // get sparse FP32 gradients, not a flat buffer's dense views.
+  bool all_dense = true;
   for (const auto& p : model_) {
-    all_defined = all_defined && p.grad().defined();
+    all_dense = all_dense && p.grad().defined() && !p.grad().is_sparse();
   }
-  if (flat() && all_defined) {
+  if (flat() && all_dense) {
     std::vector<torch::Tensor> grads;
     grads.reserve(model_.size());
     for (const auto& p : model_) {
@@ -155,15 +167,23 @@ void MasterWeights::model_grads_to_master_grads(double loss_scale) {
   }
   if (flat()) {
     for (size_t i = 0; i < master_.size(); ++i) {
-      master_[i].mutable_grad() =
-          model_[i].grad().defined() ? flat_grad_views_[i] : torch::Tensor();
+      const auto& grad = model_[i].grad();
+      master_[i].mutable_grad() = grad.defined() && !grad.is_sparse()
+                                      ? flat_grad_views_[i]
+                                      : torch::Tensor();
     }
   }
   lamp::model_grads_to_master_grads(model_, master_, /*flat_master=*/false);
   if (inv_scale != 1.0f) {
     std::vector<torch::Tensor> grads;
     for (const auto& m : master_) {
-      if (m.grad().defined()) {
+      if (!m.grad().defined()) {
+        continue;
+      }
+      if (m.grad().is_sparse()) {
+        // Coalesced (unique indices): scaling the values scales the sum.
+        m.grad().mul_(inv_scale);
+      } else {
         grads.push_back(m.grad());
       }
     }
@@ -213,6 +233,24 @@ void MasterWeights::set_parameter_names(std::vector<std::string> names) {
       kept.push_back(std::move(names[i]));
     }
     names = std::move(kept);
+  }
+  // The names key the saved tensors, next to the archive's own entries: a
+  // repeated name would save one tensor over another and load it into both.
+  std::map<std::string, size_t> first;
+  for (size_t i = 0; i < names.size(); ++i) {
+    TORCH_CHECK(!names[i].empty(),
+                "lamp::MasterWeights::set_parameter_names: parameter ", i,
+                " has an empty name; the names key the saved masters.");
+    TORCH_CHECK(
+        names[i] != "count" && names[i] != kKeyedBy,
+        "lamp::MasterWeights::set_parameter_names: parameter ", i,
+        " is named '", names[i],
+        "', a name the saved archive uses for itself; rename it (prefix the names, e.g. \"model.\" + name).");
+    const auto seen = first.emplace(names[i], i);
+    TORCH_CHECK(
+        seen.second, "lamp::MasterWeights::set_parameter_names: parameters ",
+        seen.first->second, " and ", i, " are both named '", names[i],
+        "'; the names key the saved masters and must be unique (prefix each module's names, e.g. \"body.\" + name, \"head.\" + name).");
   }
   names_ = std::move(names);
 }
@@ -297,6 +335,10 @@ void model_grads_to_master_grads(
           model_params[i].grad().defined(),
           "lamp::model_grads_to_master_grads: with flat_master every model parameter needs a gradient, but parameter ",
           i, " has none.");
+      TORCH_CHECK(
+          !model_params[i].grad().is_sparse(),
+          "lamp::model_grads_to_master_grads: parameter ", i,
+          " has a sparse gradient (an Embedding with sparse=true), which a flat master cannot hold; use flat_master=false (a sparse FP32 gradient per master) or a dense Embedding.");
       grads.push_back(model_params[i].grad().reshape({-1}));
     }
     auto master = master_params[0];
@@ -313,7 +355,13 @@ void model_grads_to_master_grads(
       master.mutable_grad() = torch::Tensor();
       continue;
     }
-    if (!master.grad().defined()) {
+    if (grad.is_sparse()) {
+      // A sparse FP32 gradient, as the optimizers and GradScaler take it;
+      // coalesced in FP32, so that repeated FP16 indices cannot overflow.
+      master.mutable_grad() = grad.to(torch::kFloat).coalesce();
+      continue;
+    }
+    if (!master.grad().defined() || master.grad().is_sparse()) {
       master.mutable_grad() = torch::empty_like(master);
     }
     master.grad().copy_(grad);

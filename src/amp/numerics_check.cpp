@@ -34,7 +34,7 @@ struct Record {
   bool in_module = false;
   std::string op;
   torch::ScalarType dtype = torch::kFloat;
-  torch::Tensor max_abs; // 0-dim FP32
+  torch::Tensor max_abs; // 0-dim FP64
   std::string parameter; // a parameter's gradient: the parameter's name
 };
 
@@ -80,15 +80,16 @@ struct OpContext : at::ObserverContext {
   uint64_t seq_begin = 0;
 };
 
-// The largest magnitude of `t` as a 0-dim FP32 tensor (NaN where it holds
-// one), or undefined for tensors that are not checked.
+// The largest magnitude of `t` as a 0-dim FP64 tensor (NaN where it holds
+// one), or undefined for tensors that are not checked. FP64, not FP32: a
+// finite double beyond FP32's range must not read as inf.
 torch::Tensor max_abs_of(const torch::Tensor& t) {
   if (!t.defined() || !t.is_floating_point() || t.numel() == 0 ||
       t.layout() != torch::kStrided) {
     return {};
   }
   // max() propagates NaN; a reduction in the tensor's dtype is exact.
-  return t.detach().abs().max().to(torch::kFloat);
+  return t.detach().abs().max().to(torch::kDouble);
 }
 
 // Calls `f` on each defined tensor of `value`: the tensor itself, or the
@@ -272,8 +273,8 @@ void build_module_map(torch::nn::Module& model, Observation& obs) {
 }
 
 // The largest magnitudes of `records`, read to the host at once per device.
-std::vector<float> read_max_abs(const std::vector<Record>& records) {
-  std::vector<float> values(records.size());
+std::vector<double> read_max_abs(const std::vector<Record>& records) {
+  std::vector<double> values(records.size());
   std::map<std::string, std::vector<size_t>> by_device;
   for (size_t i = 0; i < records.size(); ++i) {
     by_device[records[i].max_abs.device().str()].push_back(i);
@@ -285,7 +286,7 @@ std::vector<float> read_max_abs(const std::vector<Record>& records) {
       parts.push_back(records[i].max_abs);
     }
     const auto host = torch::stack(parts).to(torch::kCPU).contiguous();
-    const float* data = host.data_ptr<float>();
+    const double* data = host.data_ptr<double>();
     for (size_t j = 0; j < group.second.size(); ++j) {
       values[group.second[j]] = data[j];
     }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <utility>
 
@@ -53,10 +54,14 @@ torch::Tensor cast_to_float8(const torch::Tensor& t, const torch::Tensor& scale,
   // own, and the product is never rounded to 16 bits. The product is a new
   // FP32 tensor (never `t` itself), clamped in place: a value past the range
   // becomes +-max (saturation), never a NaN, whatever the LibTorch's
-  // conversion does with it.
+  // conversion does with it. An infinite value of `t` is no value past the
+  // range but an overflow that happened before: it becomes NaN (in both
+  // formats, whatever the conversion does with inf), so that a loss scaler
+  // or a non-finite check downstream sees it instead of +-max.
   auto scaled = t * scale.to(torch::kFloat).reshape({1});
   if (saturate) {
-    scaled.clamp_(-max, max);
+    scaled.clamp_(-max, max).masked_fill_(
+        torch::isinf(t), std::numeric_limits<float>::quiet_NaN());
   }
   return scaled.to(dtype);
 }
@@ -113,7 +118,8 @@ Cast cast_operand(const torch::Tensor& t, const OperandState& s, bool delayed,
     scale = s.scale;
     s.pending_amax.copy_(torch::where(
         finite, torch::maximum(s.pending_amax, amax), s.pending_amax));
-    s.saturated.add_(torch::logical_and(finite, amax * scale > max));
+    s.saturated.add_(torch::logical_and(
+        finite, amax * scale > max * internal::kSaturationSlack));
   } else {
     scale = detail::amax_to_scale(amax, max, margin);
   }

@@ -70,6 +70,8 @@ Cast fused_cast_operand(const torch::Tensor& t, const OperandState& s,
                  : kernels::Float8Format::kE4M3;
   const double max = detail::float8_max(dtype);
   a.max = static_cast<float>(max);
+  // The ATen ops' comparison: an FP32 product against the threshold in FP32.
+  a.saturated_above = static_cast<float>(max * internal::kSaturationSlack);
   // As amax_to_scale's ATen ops round it: the quotient in double, then FP32.
   a.max_over_margin =
       static_cast<float>(max / std::ldexp(1.0, static_cast<int>(margin)));

@@ -44,14 +44,20 @@ __device__ unsigned block_max(unsigned v) {
   return lamp::detail::cuda::block_reduce<kThreads>(v, 0u, MaxOp{});
 }
 
-// v in FP8, rounded to nearest even: clamped to +-max first (a NaN stays
-// NaN, as with ATen's clamp_), or converted as ATen converts (out of range:
-// NaN in E4M3, infinity in E5M2).
-__device__ __forceinline__ __nv_fp8_storage_t to_fp8(float v, float max,
+// x * scale in FP8, rounded to nearest even: clamped to +-max first (a NaN
+// stays NaN, as with ATen's clamp_, and an infinite x becomes NaN, as
+// detail::cast_to_float8 makes it), or converted as ATen converts (out of
+// range: NaN in E4M3, infinity in E5M2).
+__device__ __forceinline__ __nv_fp8_storage_t to_fp8(float x, float scale,
+                                                     float max,
                                                      Float8Format format,
                                                      bool saturate) {
-  if (saturate && !isnan(v)) {
-    v = fminf(fmaxf(v, -max), max);
+  float v = x * scale;
+  if (saturate) {
+    v = isinf(x) ? __int_as_float(0x7fffffff) : v;
+    if (!isnan(v)) {
+      v = fminf(fmaxf(v, -max), max);
+    }
   }
   return __nv_cvt_float_to_fp8(
       v, saturate ? __NV_SATFINITE : __NV_NOSAT,
@@ -85,7 +91,7 @@ __device__ void finish(const Float8CastArgs& a, unsigned block_amax) {
     if (finite) {
       *a.pending_amax = fmaxf(*a.pending_amax, amax);
     }
-    *a.saturated += finite && amax * scale > a.max ? 1.0f : 0.0f;
+    *a.saturated += finite && amax * scale > a.saturated_above ? 1.0f : 0.0f;
   } else {
     // clamp_min keeps a NaN; fmaxf would drop it.
     scale = a.max_over_margin / (isnan(amax) ? amax : fmaxf(amax, kAmaxFloor));
@@ -110,7 +116,7 @@ __global__ void amax_kernel(Float8CastArgs a, bool cast) {
     const float v = load(x, i);
     bits = max(bits, magnitude_bits(v));
     if (cast) {
-      out[i] = to_fp8(v * scale, a.max, a.format, /*saturate=*/true);
+      out[i] = to_fp8(v, scale, a.max, a.format, /*saturate=*/true);
     }
   }
   finish(a, block_max(bits));
@@ -125,7 +131,7 @@ __global__ void cast_kernel(Float8CastArgs a) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < a.numel; i += stride) {
-    out[i] = to_fp8(load(x, i) * scale, a.max, a.format, /*saturate=*/false);
+    out[i] = to_fp8(load(x, i), scale, a.max, a.format, /*saturate=*/false);
   }
 }
 
@@ -164,7 +170,7 @@ __global__ void cast_transpose_kernel(Float8CastArgs a, bool reduce) {
         if (reduce) {
           bits = max(bits, magnitude_bits(v));
         }
-        const auto q = to_fp8(v * scale, a.max, a.format, /*saturate=*/reduce);
+        const auto q = to_fp8(v, scale, a.max, a.format, /*saturate=*/reduce);
         out[r * a.cols + c] = q;
         tile[j][tx] = q;
       }

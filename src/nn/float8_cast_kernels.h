@@ -22,7 +22,8 @@ enum class Float8Format { kE4M3, kE5M2 };
 /// the device. Every float pointer below `output` is one FP32 value.
 ///
 /// Delayed scaling: one kernel reads each element once, writes
-/// clamp(x * scale, +-max) in FP8 and reduces max |x|; the last block to
+/// clamp(x * scale, +-max) in FP8 (NaN for an infinite x) and reduces
+/// max |x|; the last block to
 /// finish reads the blocks' amaxes and updates the state. Current scaling:
 /// one kernel reduces max |x| and its last block computes the scale
 /// (max / 2^margin / max(amax, 1e-12)) and the state; a second writes x *
@@ -40,6 +41,7 @@ struct Float8CastArgs {
   void* output = nullptr; // numel FP8 bytes
   Float8Format format = Float8Format::kE4M3;
   float max = 448.0f;             // the format's largest finite value
+  float saturated_above = 448.0f; // delayed: amax * scale above it saturated
   float max_over_margin = 448.0f; // max / 2^margin (current scaling)
   bool delayed = false;
   const float* scale = nullptr; // delayed: the scale to cast with

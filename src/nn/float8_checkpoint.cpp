@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,27 @@ std::vector<std::pair<Float8StateImpl*, std::vector<torch::Tensor>>>
 read_float8_state(const torch::nn::Module& model,
                   torch::serialize::InputArchive& archive, const char* who) {
   std::vector<std::pair<Float8StateImpl*, std::vector<torch::Tensor>>> read;
+  // Both ways: a layer saved in FP8 that this model computes otherwise
+  // would lose its scales and history without a word.
+  std::set<std::string> converted;
+  for (const auto* state : states_of(model)) {
+    converted.insert(state->name());
+  }
+  const std::string head = "float8/", tail = "/recipe";
+  for (const auto& key : archive.keys()) {
+    if (key.size() <= head.size() + tail.size() ||
+        key.compare(0, head.size(), head) != 0 ||
+        key.compare(key.size() - tail.size(), tail.size(), tail) != 0) {
+      continue;
+    }
+    const auto name =
+        key.substr(head.size(), key.size() - head.size() - tail.size());
+    TORCH_CHECK(converted.count(name) != 0, who,
+                ": the archive has FP8 state for layer '", name,
+                "', which this model does not compute in FP8; convert the "
+                "model as it was when saved (the same predicate, dtypes and "
+                "sizes).");
+  }
   for (auto* state : states_of(model)) {
     const auto prefix = std::string("float8/") + state->name() + "/";
     torch::Tensor recipe;

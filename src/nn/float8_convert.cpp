@@ -91,10 +91,17 @@ Float8Conversion convert_to_float8(torch::nn::Module& model,
   check_recipe(recipe, who);
   const auto modules = modules_of(model);
   for (const auto& item : modules) {
-    TORCH_CHECK(dynamic_cast<Float8StateImpl*>(item.second) == nullptr, who,
-                ": the model is converted already (layer '",
-                item.first.substr(0, item.first.rfind('.')),
-                "' has an FP8 state); convert it once.");
+    if (dynamic_cast<Float8StateImpl*>(item.second) == nullptr) {
+      continue;
+    }
+    // The state is the child "float8" of its layer; a model that is itself
+    // a Linear holds it at the top ("float8", no dot).
+    const auto dot = item.first.rfind('.');
+    TORCH_CHECK(false, who, ": the model is converted already (",
+                dot == std::string::npos
+                    ? std::string("the model itself")
+                    : "layer '" + item.first.substr(0, dot) + "'",
+                " has an FP8 state); convert it once.");
   }
   const auto holders = holders_of(modules);
   Float8Conversion result;

@@ -27,6 +27,12 @@ inline constexpr int64_t kSaturated = 0;
 inline constexpr int64_t kNonFinite = 1;
 inline constexpr int64_t kLastScale = 2;
 inline constexpr int64_t kCasts = 3;
+// A delayed cast counts as saturated where its tensor's amax times the
+// scale exceeds the format's max by more than FP32's rounding: a scale made
+// from this very amax (a frozen weight, the same batch again) gives
+// amax * scale up to max (1 + 3 2^-24), which converts to max unclamped,
+// and is not a saturation. The ATen ops and the CUDA kernel share it.
+inline constexpr double kSaturationSlack = 1.0 + 1.0 / (1 << 20);
 
 // "current" or "delayed", for messages.
 const char* scaling_name(Float8Scaling scaling);

@@ -208,10 +208,10 @@ torch::Tensor float8_linear(const torch::Tensor& input,
               "; keep this layer out of convert_to_float8 (its predicate) or "
               "give it sizes that are multiples of 16.");
 #if LAMP_TORCH_FLOAT8
-  if (input.numel() == 0) {
-    // No rows (or no in features): no amax to scale by (aminmax refuses an
-    // empty tensor) and nothing to compute, so the unconverted product's
-    // empty result and gradients, with no cast recorded.
+  if (input.numel() == 0 || weight.numel() == 0) {
+    // No rows, no in features or no out features: no amax to scale by
+    // (aminmax refuses an empty tensor) and nothing to compute, so the
+    // unconverted product's result and gradients, with no cast recorded.
     return linear(input, weight, bias);
   }
   const auto device_type = input.device().type();

@@ -158,7 +158,10 @@ class GradScaler {
   /// together) and resets every optimizer to READY.
   void update();
   /// Sets the scale to `new_scale` instead (Python's `update(new_scale)`),
-  /// clamped to [min_scale, max_scale].
+  /// clamped to [min_scale, max_scale]. A clamped value FP32 cannot hold
+  /// (beyond FLT_MAX, or below its smallest subnormal) is refused, as the
+  /// constructor refuses it, where Python would fail on the first or keep a
+  /// scale of 0.
   void update(double new_scale);
 
   /// The current scale (syncs with the device); the init scale before the

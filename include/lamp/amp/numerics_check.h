@@ -28,8 +28,9 @@ struct NumericsCheckOptions {
   /// FP16 values count as at the edge of the range above this fraction of
   /// FP16's largest finite value, 65504: at the default 0.5, above 32752,
   /// one doubling (a residual sum, a larger learning rate) from overflow.
-  /// In (0, 1]; 1 flags inf/NaN only. BF16 and FP32 share FP32's range and
-  /// are checked for inf/NaN only.
+  /// In (0, 1]; 1 flags inf/NaN only. BF16, FP32 and FP64 are checked for
+  /// inf/NaN only, each in its own range (a finite double beyond FP32's
+  /// range is finite).
   TORCH_ARG(double, fp16_range_fraction) = 0.5;
   /// Throw a c10::Error at a finding that stops (NumericsFinding::stops());
   /// false: observe() only returns it.

@@ -107,12 +107,14 @@ struct Float8LayerStats {
   /// The layer's name in the model ("h.0.mlp.c_fc").
   std::string name;
   /// Per operand (Float8Operand order): casts whose tensor exceeded the
-  /// range its scale allowed and was clamped to the format's max
-  /// (delayed scaling after a jump; current scaling never saturates).
+  /// range its scale allowed, by more than FP32's rounding, and was clamped
+  /// to the format's max (delayed scaling after a jump; current scaling
+  /// never saturates).
   std::vector<int64_t> saturated_casts;
   /// Per operand: casts whose amax was inf or NaN. Delayed scaling keeps
   /// such an amax out of the history (a NaN would otherwise freeze the
-  /// scale for amax_history_len steps).
+  /// scale for amax_history_len steps), and casts an infinite value to NaN,
+  /// not to +-max, so that the overflow reaches the loss scaler.
   std::vector<int64_t> non_finite_casts;
   /// Per operand: the scale the next cast uses (delayed), or the last
   /// cast used (current).
@@ -142,6 +144,11 @@ class Float8StateImpl : public torch::nn::Cloneable<Float8StateImpl> {
   void to(torch::Dtype dtype, bool non_blocking = false) override;
   /// Moves the state tensors to `device`.
   void to(torch::Device device, bool non_blocking = false) override;
+  /// false: torch::save(model) leaves the state out (it has no parameters
+  /// or buffers; save_float8_state() saves it), so a converted model's
+  /// archive is an unconverted one's and torch::load reads either into
+  /// either.
+  bool is_serializable() const override { return false; }
 
   /// The recipe the layer was converted with.
   const Float8Recipe& recipe() const { return recipe_; }
@@ -299,7 +306,9 @@ void check_scaled_mm_operands(const torch::Tensor& a, const torch::Tensor& b,
                               const std::string& product);
 
 /// fp8(clamp(t * scale, -max, max)) in `dtype` (E4M3 or E5M2); `scale` a
-/// one-element FP32 tensor. The reference of every cast the layers make.
+/// one-element FP32 tensor; an infinite value of `t` becomes NaN (an
+/// overflow upstream stays visible, never +-max). The reference of every
+/// cast the layers make.
 /// `saturate` false leaves the clamp out, one pass over `t` fewer, for a
 /// scale made from t's own amax by amax_to_scale (current scaling): then
 /// |t * scale| is at most max (1 + 2^-23), which converts to the bits its

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <clocale>
 #include <limits>
 #include <new>
 #include <string>
@@ -34,6 +35,30 @@ TEST(OutOfMemory, BadAllocNamesTheAllocationItsSizeAndTheFix) {
                   "(3.0 MiB): std::bad_alloc.");
   expect_contains(error, "Use a smaller batch size");
   expect_contains(error, "ulimit -v");
+}
+
+// The size reads with a decimal point whatever locale the host program set
+// (a German one prints "1,5" with printf). Skipped where no such locale is
+// installed.
+TEST(OutOfMemory, TheSizeReadsTheSameInEveryLocale) {
+  const std::string before = std::setlocale(LC_NUMERIC, nullptr);
+  const char* comma = nullptr;
+  for (const char* name : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8",
+                           "fr_FR.utf8", "ru_RU.UTF-8"}) {
+    if (std::setlocale(LC_NUMERIC, name) != nullptr) {
+      comma = name;
+      break;
+    }
+  }
+  if (comma == nullptr) {
+    GTEST_SKIP() << "no locale with a decimal comma is installed";
+  }
+  const auto error = error_of([] {
+    lamp::with_memory_context("the buffer", 3 * 1024 * 1024 / 2,
+                              []() -> int { throw std::bad_alloc(); });
+  });
+  std::setlocale(LC_NUMERIC, before.c_str());
+  expect_contains(error, "the buffer (1.5 MiB)");
 }
 
 TEST(OutOfMemory, AllocatorErrorsAreNamedOthersPassUnchanged) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lamp/platform/checkpoint_file.h"
+#include "platform/plain_pickle.h"
 #include "test_util.h"
 #include "trainer_util.h"
 
@@ -271,6 +272,40 @@ TEST(DamagedPythonFiles, ContainersNestedWithoutBoundAreRefused) {
                          "more than 1000 deep"),
               std::string::npos)
         << appends << ": " << error;
+  }
+}
+
+// Values the read builds and then drops, however deep (an object's
+// arguments or state, read as None; a dict value set twice; a memo entry
+// put twice), are taken apart one container at a time: freed as they are,
+// a million nested tuples would overflow the stack. The result is whole.
+TEST(DamagedPythonFiles, DeepValuesTheReadDropsAreFreedWithoutRecursion) {
+  const std::string deep = "N" + std::string(1000000, '\x85'); // TUPLE1s
+  const std::string object = "cfoo\nBar\n";
+  const std::vector<std::pair<std::string, std::string>> pickles = {
+      {"an object's arguments", cat({"\x80\x02}(", text("args"), object, "(",
+                                     deep, "tR", text("a"), "K\x01u."})},
+      {"a NEWOBJ's arguments", cat({"\x80\x02}(", text("args"), object, "(",
+                                    deep, "t\x81", text("a"), "K\x01u."})},
+      {"an object's state (BUILD)",
+       cat({"\x80\x02", kOrderedDict, "(", text("a"), "K\x01u", deep, "b."})},
+      {"a dict value set twice",
+       cat({"\x80\x02}(", text("a"), deep, text("a"), "K\x01u."})},
+      {"a memo entry put twice", cat({"\x80\x02}(", text("a"), deep, put(0),
+                                      text("a"), "K\x01", put(0), "u."})},
+      {"a memo entry left in the memo",
+       cat({"\x80\x02}(", text("b"), deep, put(0), "u(", text("b"), "K\x02",
+            text("a"), "K\x01u."})},
+  };
+  for (const auto& pickle : pickles) {
+    const auto value = lamp::detail::read_plain_pickle(
+        pickle.second.data(), pickle.second.size(), pickle.first,
+        /*objects_as_none=*/true);
+    ASSERT_TRUE(value.has_value()) << pickle.first;
+    ASSERT_TRUE(value->isGenericDict()) << pickle.first;
+    const auto dict = value->toGenericDict();
+    EXPECT_EQ(dict.at(c10::IValue(std::string("a"))).toInt(), 1)
+        << pickle.first;
   }
 }
 

@@ -75,10 +75,16 @@ class TemporaryFile {
 
 [[noreturn]] void write_failed(const std::string& path, const std::string& what,
                                int error) {
-  TORCH_CHECK(
-      false, "lamp: could not write ", path, ": ", what, ": ", reason(error),
-      ". ", path,
-      " keeps its previous content; free space or choose another folder, then run again.");
+  // The advice that fits the error: space, permission, or either.
+  const char* fix =
+      error == ENOSPC || error == EDQUOT || error == EFBIG
+          ? "free space or choose another folder"
+      : error == EACCES || error == EPERM || error == EROFS
+          ? "make the folder writable or choose another folder"
+          : "free space or make the folder writable, or choose another folder";
+  TORCH_CHECK(false, "lamp: could not write ", path, ": ", what, ": ",
+              reason(error), ". ", path, " keeps its previous content; ", fix,
+              ", then run again.");
 }
 
 // Writes all of `size` bytes, retrying short writes and EINTR; returns 0 or
@@ -501,6 +507,17 @@ CheckpointLock::CheckpointLock(const std::string& path)
     TORCH_CHECK(false, "lamp: cannot write the lock file ", lock_path_, ": ",
                 reason(error),
                 ". Free space or choose another checkpoint folder.");
+  }
+  // A lock file a killed run left opens without creating anything: the
+  // folder's writability is shown by a file created in it, now, not by the
+  // first checkpoint's write an epoch later.
+  try {
+    check_writable_path(path, "checkpoint");
+  } catch (...) {
+    ::unlink(lock_path_.c_str());
+    ::close(fd_);
+    fd_ = -1;
+    throw;
   }
 }
 

@@ -1,6 +1,6 @@
 #include "lamp/platform/out_of_memory.h"
 
-#include <cstdio>
+#include <charconv>
 
 #include "platform/memory.h"
 #include "platform/number_text.h"
@@ -24,10 +24,14 @@ void throw_out_of_memory(const std::string& what, int64_t bytes,
                          const std::string& cause) {
   std::string size;
   if (bytes >= 0) {
+    // std::to_chars, not printf: a host program's locale would print a
+    // decimal comma.
     char text[64];
-    std::snprintf(text, sizeof(text), " (%.1f MiB)",
-                  static_cast<double>(bytes) / (1024.0 * 1024.0));
-    size = text;
+    const auto written =
+        std::to_chars(text, text + sizeof(text),
+                      static_cast<double>(bytes) / (1024.0 * 1024.0),
+                      std::chars_format::fixed, 1);
+    size = " (" + std::string(text, written.ptr) + " MiB)";
   }
   TORCH_CHECK(
       false, "lamp: out of memory while allocating ", what, size, ": ", cause,

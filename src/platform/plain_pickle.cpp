@@ -186,6 +186,57 @@ void take_apart(const c10::IValue& value) {
   }
 }
 
+// take_apart() of `value`, but the containers in `keep` (and what they
+// hold) are left as they are: the garbage of a read taken apart around the
+// result that shares some of its containers.
+void take_apart_except(const c10::IValue& value,
+                       const std::unordered_set<const void*>& keep) {
+  std::vector<c10::IValue> pending;
+  if (is_container(value) && keep.count(value.internalToPointer()) == 0) {
+    pending.push_back(value);
+  }
+  while (!pending.empty()) {
+    const c10::IValue container = std::move(pending.back());
+    pending.pop_back();
+    for (auto& item : items_of(container)) {
+      if (is_container(item) && keep.count(item.internalToPointer()) == 0) {
+        pending.push_back(std::move(item));
+      }
+    }
+    if (container.isList()) {
+      container.toList().clear();
+    } else if (container.isGenericDict()) {
+      container.toGenericDict().clear();
+    } else {
+      const auto tuple = container.toTuple();
+      for (size_t i = 0; i < tuple->elements().size(); ++i) {
+        tuple->unsafeSetElement(i, c10::IValue());
+      }
+    }
+  }
+}
+
+// The containers `value` reaches (itself included), walked with a stack of
+// their own.
+std::unordered_set<const void*> containers_of(const c10::IValue& value) {
+  std::unordered_set<const void*> seen;
+  std::vector<c10::IValue> pending;
+  if (is_container(value)) {
+    seen.insert(value.internalToPointer());
+    pending.push_back(value);
+  }
+  while (!pending.empty()) {
+    const c10::IValue container = std::move(pending.back());
+    pending.pop_back();
+    for (auto& item : items_of(container)) {
+      if (is_container(item) && seen.insert(item.internalToPointer()).second) {
+        pending.push_back(std::move(item));
+      }
+    }
+  }
+  return seen;
+}
+
 // Thrown for what this reader does not read; load_pickle() then reports
 // LibTorch's own error.
 struct Unsupported {};
@@ -209,6 +260,26 @@ class Reader {
     }
     for (const auto& entry : memo_) {
       take_apart(entry.second.value);
+    }
+    for (const auto& value : dropped_) {
+      take_apart(value);
+    }
+  }
+
+  // After a read that gave `value`: takes apart what the read built and
+  // dropped (objects' arguments and states, replaced dict values and memo
+  // entries, the memo itself), around the containers `value` holds, which
+  // stay whole. Freed as they are, a deep one would recurse as deep.
+  void discard_all_but(const c10::IValue& value) {
+    const auto keep = containers_of(value);
+    for (const auto& item : stack_) {
+      take_apart_except(item.value, keep);
+    }
+    for (const auto& entry : memo_) {
+      take_apart_except(entry.second.value, keep);
+    }
+    for (const auto& dropped : dropped_) {
+      take_apart_except(dropped, keep);
     }
   }
 
@@ -288,13 +359,13 @@ class Reader {
           push(c10::IValue(bytes(little_endian(8))));
           break;
         case 'q': // BINPUT
-          memo_[little_endian(1)] = top();
+          memoize(little_endian(1));
           break;
         case 'r': // LONG_BINPUT
-          memo_[little_endian(4)] = top();
+          memoize(little_endian(4));
           break;
         case 0x94: // MEMOIZE
-          memo_[memo_.size()] = top();
+          memoize(memo_.size());
           break;
         case 'h':   // BINGET
         case 'j': { // LONG_BINGET
@@ -322,10 +393,12 @@ class Reader {
           auto callable = pop();
           if (callable.tensor_function != TensorFunction::kNone) {
             push(rebuild(callable.tensor_function, args.value));
+            drop(std::move(args.value));
             break;
           }
           if (callable.other_class) {
             push(c10::IValue()); // a tensor, a storage, a device...
+            drop(std::move(args.value));
             break;
           }
           require(callable.ordered_dict_class && args.value.isTuple() &&
@@ -335,7 +408,7 @@ class Reader {
         }
         case 0x81: { // NEWOBJ: an object as None
           require_items(2);
-          pop();
+          drop(pop().value);
           require(pop().other_class);
           push(c10::IValue());
           break;
@@ -350,7 +423,7 @@ class Reader {
         case 'b': // BUILD: an object's attributes (a state dict's _metadata)
           require(objects_as_none_ || storages_);
           require_items(2);
-          pop();
+          drop(pop().value);
           break;
         case 's': // SETITEM
           set_items(stack_.size() - require_items(2));
@@ -500,6 +573,20 @@ class Reader {
     return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
   }
   void push(c10::IValue value) { stack_.push_back(Item{std::move(value)}); }
+  // Kept until the read ends, then taken apart (discard_all_but()): a value
+  // the read drops.
+  void drop(c10::IValue value) {
+    if (is_container(value)) {
+      dropped_.push_back(std::move(value));
+    }
+  }
+  void memoize(uint64_t key) {
+    const auto old = memo_.find(key);
+    if (old != memo_.end()) {
+      drop(old->second.value);
+    }
+    memo_[key] = top();
+  }
   Item pop() {
     require(!stack_.empty());
     auto item = std::move(stack_.back());
@@ -558,6 +645,10 @@ class Reader {
     for (size_t i = start; i < stack_.size(); i += 2) {
       const auto& key = stack_[i].value;
       require(key.isString() || key.isInt() || key.isBool());
+      const auto replaced = dict.find(key);
+      if (replaced != dict.end()) {
+        drop(replaced->value());
+      }
       dict.insert_or_assign(key, stack_[i + 1].value);
     }
     stack_.resize(start);
@@ -618,6 +709,7 @@ class Reader {
   std::vector<Item> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Item> memo_;
+  std::vector<c10::IValue> dropped_;
 };
 
 } // namespace
@@ -630,6 +722,7 @@ c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
   try {
     auto value = reader.run();
     check_unpickled(value, where);
+    reader.discard_all_but(value);
     return value;
   } catch (const Unsupported&) {
     reader.discard();

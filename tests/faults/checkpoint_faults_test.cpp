@@ -178,6 +178,35 @@ TEST_F(CheckpointFaults, UnwritableFolderFailsBeforeTraining) {
   EXPECT_EQ(file_bytes(checkpoint_), good_);
 }
 
+// A lock file a killed run left in a folder that has become read-only opens
+// without creating anything: the folder is still refused before training,
+// and a write refused for permission says to make the folder writable, not
+// to free space.
+TEST_F(CheckpointFaults, AStaleLockInAnUnwritableFolderFailsBeforeTraining) {
+  run_.reset(); // releases the lock
+  write_bytes(checkpoint_ + ".lock", "999999");
+  {
+    const Fault fault(checkpoint_, "LAMP_FAULT_OPEN", "2");
+    const auto message =
+        error_of([&] { make_run(lamp::Precision::kAMPBF16, options()); });
+    EXPECT_NE(message.find("checkpoint " + checkpoint_ +
+                           ": cannot create a file in its folder "
+                           "(Permission denied); make the folder writable"),
+              std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(file_bytes(checkpoint_), good_);
+  const Fault fault(checkpoint_, "LAMP_FAULT_OPEN", "1");
+  const auto write = error_of(
+      [&] { lamp::write_file_atomically(checkpoint_, "new content"); });
+  EXPECT_NE(write.find("Permission denied. " + checkpoint_ +
+                       " keeps its previous content; make the folder writable "
+                       "or choose another folder"),
+            std::string::npos)
+      << write;
+  EXPECT_EQ(file_bytes(checkpoint_), good_);
+}
+
 // Two live runs on one checkpoint: the second is refused, naming the first's
 // pid. A lock left by a killed run is stale and taken over, and the
 // temporary files a killed writer left are removed.

@@ -13,6 +13,10 @@
  *   LAMP_FAULT_CLOSE=1           close() closes, then reports EIO (as NFS
  *                                does for a write that failed late).
  *   LAMP_FAULT_OPEN=1            open() with O_CREAT fails with EACCES.
+ *   LAMP_FAULT_OPEN=2            only open() with O_CREAT | O_EXCL fails so:
+ *                                files that exist open, none can be created
+ *                                (a folder made read-only, a lock file left
+ *                                in it).
  *   LAMP_FAULT_RAISE_ON=TEXT     after the first write() whose data holds
  *                                TEXT ("*": any write), the process raises
  *                                LAMP_FAULT_RAISE_SIGNAL (default SIGINT)
@@ -181,7 +185,9 @@ int close(int fd) {
 
 /* Sets errno and returns 1 when this open must fail. */
 static int refuse_open(const char* path, int flags) {
-  if ((flags & O_CREAT) != 0 && setting("LAMP_FAULT_OPEN") > 0 &&
+  const long long open = setting("LAMP_FAULT_OPEN");
+  if ((flags & O_CREAT) != 0 &&
+      (open == 1 || (open == 2 && (flags & O_EXCL) != 0)) &&
       path_matches(path)) {
     errno = EACCES;
     return 1;

@@ -8,6 +8,7 @@
 //   train_gpt --init-from gpt2_state_dict.pt --heads 12 --gelu tanh
 //             --context 256 --export-state-dict tuned.pt
 #include <lamp/lamp.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <cerrno>
@@ -329,6 +330,10 @@ torch::Tensor prompt_ids(const GptFlags& flags) {
   }
   std::string prompt = flags.prompt;
   if (!flags.prompt_file.empty()) {
+    struct stat st {};
+    TORCH_CHECK(
+        ::stat(flags.prompt_file.c_str(), &st) != 0 || !S_ISDIR(st.st_mode),
+        "--prompt-file ", flags.prompt_file, " is a folder; give a text file.");
     std::ifstream file(flags.prompt_file, std::ios::binary);
     TORCH_CHECK(file.good(), "cannot read --prompt-file ", flags.prompt_file,
                 ": ", std::strerror(errno), "; give a readable text file.");
@@ -648,6 +653,7 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
 int main(int argc, char** argv) {
   lamp_examples::ProgramConfig config;
   config.model = "gpt";
+  config.dropped_on_resume = {"--train-tokenizer"};
   config.models = {"gpt"};
   // nanoGPT's character-level recipe (config/train_shakespeare_char.py):
   // 5000 steps, warm-up 100 then cosine to lr/10, evaluations of 200
@@ -692,6 +698,20 @@ int main(int argc, char** argv) {
           config.init_from.clear();
         }
         if (flags.sample_only) {
+          // What only training writes or uses, refused rather than ignored
+          // (as typed: a resume gives some of them the checkpoint's values).
+          for (const std::string flag :
+               {"--export-state-dict", "--log-json", "--checkpoint",
+                "--checkpoint-every", "--max-steps", "--eval-every", "--steps",
+                "--epochs"}) {
+            for (const auto& arg : config.command_line) {
+              TORCH_CHECK(arg != flag && arg.rfind(flag + "=", 0) != 0,
+                          "--sample-only trains and writes nothing: leave out ",
+                          flag, ".");
+            }
+          }
+          TORCH_CHECK(!flags.prompt.empty(),
+                      "--prompt is empty; give at least one character.");
           lamp_examples::RunSpec spec;
           spec.instead_of_training = [&config, &flags, python] {
             return sample_only(config, flags, python);

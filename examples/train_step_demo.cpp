@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 
@@ -93,6 +94,9 @@ int run(const Config& config) {
       threads == 1 ? "thread" : "threads", static_cast<long long>(config.steps),
       seconds, result.loss.item<double>(),
       static_cast<long long>(train.scaler().steps_skipped()));
+  // A run that diverged is a failure, as in the other programs.
+  TORCH_CHECK(std::isfinite(result.loss.item<double>()),
+              "the final loss is not finite: the run diverged; lower --lr.");
   return 0;
 }
 

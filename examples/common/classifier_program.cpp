@@ -49,13 +49,16 @@ std::string step_flags_error(const CLI::App& app, const ProgramConfig& c) {
     return "--warmup-steps and --min-lr shape --schedule warmup-cosine, not " +
            c.schedule + "; add --schedule warmup-cosine or leave them out";
   }
-  if (c.schedule == "warmup-cosine" && c.steps > 0 &&
-      c.warmup_steps >= c.steps) {
+  // A warm-up the command line gives, against a length it gives (a
+  // program's default warm-up longer than the run is resized to 2% of it,
+  // size_epochs_for_steps; a resume's stored one is the trainer's to check).
+  if (c.schedule == "warmup-cosine" && c.steps > 0 && given("--warmup-steps") &&
+      (given("--steps") || !given("--resume")) && c.warmup_steps >= c.steps) {
     return "--warmup-steps " + std::to_string(c.warmup_steps) +
            " is not shorter than --steps " + std::to_string(c.steps) +
            "; give fewer warm-up steps or a longer run";
   }
-  if (c.schedule == "warmup-cosine" && c.min_lr > c.lr) {
+  if (c.schedule == "warmup-cosine" && given("--min-lr") && c.min_lr > c.lr) {
     return "--min-lr " + short_number(c.min_lr) + " is above --lr " +
            short_number(c.lr) +
            "; the cosine decays from --lr down to --min-lr";
@@ -769,6 +772,14 @@ int program_main(int argc, char** argv, const std::string& program,
     }
   }
   config.warmup_given = app.get_option("--warmup-steps")->count() > 0;
+  // A program's default --min-lr above a given --lr (a fine-tuning rate)
+  // becomes a tenth of it, nanoGPT's ratio, as a default warm-up longer
+  // than the run becomes 2% of it.
+  const auto* min_lr_flag = app.get_option_no_throw("--min-lr");
+  if (min_lr_flag != nullptr && min_lr_flag->count() == 0 &&
+      config.min_lr > config.lr) {
+    config.min_lr = config.lr / 10;
+  }
   // Flags that contradict each other, refused as usage errors before
   // anything is read.
   const auto usage = step_flags_error(app, config);
@@ -800,7 +811,10 @@ int program_main(int argc, char** argv, const std::string& program,
     // Before the data is read: a resume that contradicts its checkpoint
     // fails at once.
     config.requested_precision = precision_from(config); // parsed once
-    apply_resume_settings(app, config, program);
+    const auto* sample_only = app.get_option_no_throw("--sample-only");
+    apply_resume_settings(app, config, program,
+                          sample_only != nullptr && sample_only->count() > 0);
+    config.logged_flags = run_flag_settings(app, config);
     apply_threads(config);
     auto spec = make_spec();
     spec.program = program;

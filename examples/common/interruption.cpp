@@ -14,23 +14,30 @@ namespace {
 // The command line that continues the run from `from`: this one, with
 // --resume FROM in place of any --resume it had, and without --init-from,
 // which --resume excludes (the checkpoint holds the weights it started
-// from, trained on).
+// from, trained on), or the program's other flags --resume refuses.
 std::string resume_command(const ProgramConfig& config,
                            const std::string& from) {
+  std::vector<std::string> dropped = {"--resume", "--init-from"};
+  dropped.insert(dropped.end(), config.dropped_on_resume.begin(),
+                 config.dropped_on_resume.end());
   std::vector<std::string> args;
   const auto& line = config.command_line;
   for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == "--resume" || line[i] == "--init-from") {
-      ++i; // and its value
-      continue;
+    bool drop = false;
+    for (const auto& flag : dropped) {
+      if (line[i] == flag) {
+        ++i; // and its value
+        drop = true;
+        break;
+      }
+      if (line[i].rfind(flag + "=", 0) == 0) {
+        drop = true;
+        break;
+      }
     }
-    if (line[i].rfind("--resume=", 0) == 0) {
-      continue;
+    if (!drop) {
+      args.push_back(line[i]);
     }
-    if (line[i].rfind("--init-from=", 0) == 0) {
-      continue;
-    }
-    args.push_back(line[i]);
   }
   args.push_back("--resume");
   args.push_back(from);

@@ -139,7 +139,8 @@ void JsonLog::write_run(const ProgramConfig& config) {
   // Every flag's value, from the table the ranks compare (rank_check.h):
   // a flag added to a program is recorded without a list to update.
   nlohmann::ordered_json flags = nlohmann::ordered_json::object();
-  for (const auto& flag : config.rank_flags) {
+  for (const auto& flag :
+       config.logged_flags.empty() ? config.rank_flags : config.logged_flags) {
     flags[flag.first] = flag.second;
   }
   nlohmann::ordered_json record = {
@@ -274,7 +275,7 @@ void JsonLog::write_interrupted(const nlohmann::ordered_json& fields) {
 void JsonLog::write_error(const std::string& message) {
   try {
     write("error", {{"message", message}});
-  } catch (const c10::Error&) {
+  } catch (const std::exception&) {
     // The log itself failed (the reason the run stops, or a second one):
     // the message still reaches stderr.
   }
@@ -302,7 +303,12 @@ void JsonLog::write(const char* kind, const nlohmann::ordered_json& fields) {
     line[item.key()] = item.value();
   }
   errno = 0;
-  out_ << line.dump() << "\n";
+  // Paths and arguments are bytes on Linux, not always UTF-8 (a Latin-1
+  // file name): such bytes are written as U+FFFD, so every line stays JSON
+  // and the run goes on, as it does without --log-json.
+  out_ << line.dump(-1, ' ', false,
+                    nlohmann::ordered_json::error_handler_t::replace)
+       << "\n";
   out_.flush();
   TORCH_CHECK(
       out_.good(), "--log-json: writing to ", path_, " failed (",

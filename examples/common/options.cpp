@@ -77,7 +77,7 @@ void add_model_options(CLI::App& app, ProgramConfig& c) {
               integer_in(1, kMaxEpochs));
   add_checked(
       app, "--steps", c.steps,
-      "the run's length in optimizer steps (nanoGPT's max_iters): the schedule is sized for it and the last epoch may end inside (default 0: --epochs decides)",
+      "the run's length in batches (nanoGPT's max_iters times its gradient_accumulation_steps: with --accumulation-steps N, N batches make one optimizer step, and --warmup-steps and --eval-every count batches too); the schedule is sized for it and the last epoch may end inside",
       integer_in(1, int64_t{1} << 40));
   add_checked(app, "--batch-size", c.batch_size,
               c.examples + " per step (at most the training " + c.examples +
@@ -121,7 +121,8 @@ void add_optimizer_options(CLI::App& app, ProgramConfig& c) {
               integer_in(0, int64_t{1} << 40));
   add_checked(app, "--min-lr", c.min_lr,
               "--schedule warmup-cosine: the learning rate the cosine reaches "
-              "at the run's end, in [0, --lr]",
+              "at the run's end, in [0, --lr] (a program's default above "
+              "--lr becomes --lr/10)",
               non_negative_real());
   add_checked(app, "--beta1", c.beta1, "adam/adamw: beta1, in [0, 1)",
               real_in(0.0, 1.0, false, true));

@@ -83,9 +83,16 @@ struct ProgramConfig {
   bool check_numerics = false;
   double dist_timeout = 600; // seconds a rank waits for the others
   int64_t zero = 0;          // 1: optimizer state sharded over the ranks (ZeRO)
-  // The flags the ranks of a data-parallel run compare (rank_check.h).
+  // The flags the ranks of a data-parallel run compare (rank_check.h), as
+  // typed; and the same table after a resume took the checkpoint's values
+  // for the flags left out, which the log's run record gives.
   std::vector<std::pair<std::string, std::string>> rank_flags;
+  std::vector<std::pair<std::string, std::string>> logged_flags;
   std::vector<std::string> command_line; // for the log's run record
+  // Set by the program: flags (with their values) that a command resuming
+  // the run leaves out, because --resume refuses them (train_gpt's
+  // --train-tokenizer: the checkpoint keeps its tokenizer).
+  std::vector<std::string> dropped_on_resume;
   // Set by the program, not a shared flag: tokens per example for a model of
   // sequences (train_gpt's --context), 0 for images. Rates are then tokens/s
   // and the epoch line gives perplexities.

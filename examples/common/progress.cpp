@@ -286,6 +286,14 @@ void Progress::print_epoch(const lamp::training::EpochStats& s) {
 
 void Progress::print_evaluation(const lamp::training::StepEvaluation& e,
                                 int64_t total_steps) {
+  // The evaluation's time is no training time (the epoch's figures leave it
+  // out too): the step line's window and the bar's rate start that much
+  // later.
+  const auto evaluating =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(e.eval_seconds));
+  line_start_ += evaluating;
+  epoch_start_ += evaluating;
   clear();
   const bool language_model = tokens_per_example_ > 0;
   const char* split = language_model ? "val" : "test";

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "run_flags.h"
+
 namespace lamp_examples {
 namespace {
 
@@ -67,6 +69,29 @@ std::vector<std::pair<std::string, std::string>> rank_flag_settings(
       }
     }
     settings.emplace_back("--" + names[0], value);
+  }
+  return settings;
+}
+
+std::vector<std::pair<std::string, std::string>> run_flag_settings(
+    const CLI::App& app, const ProgramConfig& config) {
+  auto settings = rank_flag_settings(app);
+  for (const auto& row : run_flags()) {
+    const auto* option = app.get_option_no_throw(row.flag);
+    if (row.stored == nullptr || !row.value || option == nullptr ||
+        option->count() != 0) {
+      continue; // not stored, or as typed
+    }
+    const auto value = row.value(config);
+    std::string text = row.is_switch
+                           ? (value.get<bool>() ? "given" : "not given")
+                       : value.is_string() ? value.get<std::string>()
+                                           : canonical(value.dump());
+    for (auto& setting : settings) {
+      if (setting.first == row.flag) {
+        setting.second = text.empty() ? "not given" : text;
+      }
+    }
   }
   return settings;
 }

@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "options.h"
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,12 @@ namespace lamp_examples {
 /// given counts.
 std::vector<std::pair<std::string, std::string>> rank_flag_settings(
     const CLI::App& app);
+
+/// rank_flag_settings(app) with the values `config` holds for the stored
+/// flags the command line left out: after a resume, the checkpoint's (the
+/// run record's `flags`, what the run trains with).
+std::vector<std::pair<std::string, std::string>> run_flag_settings(
+    const CLI::App& app, const ProgramConfig& config);
 
 /// Refuses, on every rank, a run whose ranks were given different flags
 /// (`flags`, from rank_flag_settings) or read different data (by

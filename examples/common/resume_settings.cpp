@@ -52,7 +52,7 @@ std::string stored_flag_text(const RunFlag& flag, const std::string& value) {
 } // namespace
 
 void apply_resume_settings(CLI::App& app, ProgramConfig& config,
-                           const std::string& program) {
+                           const std::string& program, bool sampling) {
   if (config.resume.empty()) {
     return;
   }
@@ -80,8 +80,7 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
                     std::strtoll(setting.value.c_str(), nullptr, 10) == 0 ||
                     given_count(app, "--epochs") == 0,
                 "lamp: ", config.resume, " is a run of --steps ", setting.value,
-                " (its length in optimizer steps), which --epochs ",
-                config.epochs,
+                " (its length in batches), which --epochs ", config.epochs,
                 " cannot change: leave --epochs out, and give a larger "
                 "--steps to lengthen the run (where its schedule allows: "
                 "constant).");
@@ -133,7 +132,7 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
       }
       if (given_count(app, flag.flag) == 0) {
         flag.set(config, setting.value);
-      } else if (!flag.same(config, setting.value)) {
+      } else if (!sampling && !flag.same(config, setting.value)) {
         differences +=
             std::string(differences.empty() ? "" : "; ") + flag.flag + " " +
             (flag.is_switch ? (setting.value == "true" ? "on" : "off")

@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <tuple>
 
@@ -283,15 +284,28 @@ void check_checkpoint_path(const std::string& path, const std::string& what) {
   }
 }
 
-void check_writable_path(const std::string& path, const std::string& what) {
-  check_checkpoint_path(path, what);
+namespace {
+
+// A new file beside `path`, removed when the result goes: proof that files
+// can be created in the folder (an existing one, such as a lock file, may
+// open in a folder that allows no new one).
+std::unique_ptr<TemporaryFile> create_beside(const std::string& path,
+                                             const std::string& what) {
   const std::string temporary = temporary_name(path);
   const int fd =
       ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   TORCH_CHECK(fd >= 0, "lamp: ", what, " ", path,
               ": cannot create a file in its folder (", reason(errno),
               "); make the folder writable or choose another path.");
-  TemporaryFile probe(temporary, fd);
+  return std::make_unique<TemporaryFile>(temporary, fd);
+}
+
+} // namespace
+
+void check_writable_path(const std::string& path, const std::string& what) {
+  check_checkpoint_path(path, what);
+  const auto probe = create_beside(path, what);
+  const int fd = probe->fd();
   // One block written and synced: a folder on a full disk (or over quota)
   // fails now. It cannot promise the space the file will need later.
   const std::string block(4096, '\0');
@@ -509,10 +523,10 @@ CheckpointLock::CheckpointLock(const std::string& path)
                 ". Free space or choose another checkpoint folder.");
   }
   // A lock file a killed run left opens without creating anything: the
-  // folder's writability is shown by a file created in it, now, not by the
-  // first checkpoint's write an epoch later.
+  // folder's writability is shown by a file created in it (nothing written
+  // to it), now, not by the first checkpoint's write an epoch later.
   try {
-    check_writable_path(path, "checkpoint");
+    create_beside(path, "checkpoint");
   } catch (...) {
     ::unlink(lock_path_.c_str());
     ::close(fd_);

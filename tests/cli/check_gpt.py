@@ -82,6 +82,7 @@ import os
 import pickle
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -234,6 +235,20 @@ def resume(train_gpt, work):
         fail("the resumed run's sample differs from the straight run's")
     print(f"  epoch 2 after --resume: bit-identical losses "
           f"({got[0]['train_loss']!r}, {got[0]['test_loss']!r}) and sample")
+    # --resume alone: the run record's flags are the ones the run trains
+    # with (the checkpoint's), not the command line's defaults.
+    alone = fresh(work, "resume-alone.jsonl")
+    expect_success([train_gpt, "--resume", ck, "--log-json", alone,
+                    "--no-progress", "--sample-tokens", "0", "--max-steps",
+                    str(steps + 2)])
+    flags = records(alone, "run")[0]["flags"]
+    want_flags = {"--layers": "2", "--width": "32", "--heads": "2",
+                  "--context": "32", "--seed": "3", "--precision": "fp32",
+                  "--batch-size": "16", "--epochs": "2"}
+    if {k: flags.get(k) for k in want_flags} != want_flags:
+        fail(f"--resume alone's run record flags "
+             f"{ {k: flags.get(k) for k in want_flags} }, the run's "
+             f"{want_flags}")
     # Another shape is refused, naming every difference.
     r = run([train_gpt, "--resume", ck, "--data", text, "--layers", "3",
              "--dropout", "0.1"] + COMMON[len(SHAPE):])
@@ -436,6 +451,53 @@ def steps(train_gpt, work):
             fail(f"{' '.join(args)}: exit {r.returncode}, expected 2 with "
                  f"{message!r}: {r.stderr!r}")
         print("  " + " ".join(args) + ": " + r.stderr.strip()[:150])
+    # The program's defaults fit the run: a --warmup-steps 100 and a
+    # --min-lr 1e-4 left out become 2% of a shorter run and a tenth of a
+    # smaller --lr (a fine-tuning rate), instead of usage errors naming
+    # flags that were never given.
+    log = fresh(work, "steps-defaults.jsonl")
+    expect_success([train_gpt, "--data", text, "--steps", "20", "--lr", "5e-5",
+                    "--log-json", log, "--precision", "fp32"] + COMMON)
+    run_record = records(log, "run")[0]
+    if run_record["warmup_steps"] != 0 or \
+            abs(run_record["min_lr"] - 5e-6) > 1e-18:
+        fail(f"defaults for --steps 20 --lr 5e-5: warm-up "
+             f"{run_record['warmup_steps']}, min lr {run_record['min_lr']}")
+    # A finished constant-schedule run is lengthened by a larger --steps;
+    # the default warm-up of a schedule it does not have is no reason to
+    # refuse.
+    constant = fresh(work, "steps-constant.pt")
+    expect_success([train_gpt, "--data", text, "--steps", "20", "--schedule",
+                    "constant", "--checkpoint", constant, "--precision",
+                    "fp32"] + COMMON)
+    longer = expect_success([train_gpt, "--resume", constant, "--checkpoint",
+                             constant, "--steps", "30", "--no-progress",
+                             "--sample-tokens", "0"])
+    if "step 21" not in longer.stdout:
+        fail(f"--resume --steps 30 of a 20-step constant run: "
+             f"{longer.stdout[:300]!r}")
+    print("  defaults fit the run (--steps 20: warm-up 0; --lr 5e-5: min lr "
+          "5e-6); a constant-schedule run lengthened to 30 steps")
+    # A path that is not UTF-8 (a Latin-1 file name, bytes on Linux): the run
+    # and its JSON log go on, the bytes written as U+FFFD.
+    latin1 = os.fsencode(work) + b"/ck\xe9.pt"
+    if os.path.exists(latin1):
+        os.remove(latin1)
+    log = fresh(work, "steps-latin1.jsonl")
+    r = subprocess.run([train_gpt, "--data", text, "--max-steps", "3",
+                        "--checkpoint", latin1, "--log-json", log] + COMMON,
+                       capture_output=True, timeout=600)
+    if r.returncode != 0:
+        fail(f"a Latin-1 --checkpoint with --log-json: exit {r.returncode}, "
+             f"{r.stderr[-300:]!r}")
+    with open(log, encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    command = [x for x in lines if x["record"] == "run"][0]["command_line"]
+    if not any("ck\ufffd.pt" in arg for arg in command):
+        fail(f"the run record's command line {command!r} lacks the path")
+    os.remove(latin1)
+    print("  a Latin-1 --checkpoint: trained, the log's lines JSON, the path "
+          "written with U+FFFD")
     # The shape flags read decimal integers whatever their leading zeros
     # (CLI11 alone read --heads 010 as octal 8, which divides the width 32,
     # and said "Value 08 not in range" of --layers 08), with lamp's message
@@ -719,14 +781,35 @@ def sample_only(train_gpt, work):
         fail(f"a prompt longer than the context: {r.stdout[:300]!r}")
     if sorted(os.listdir(work)) != sorted(before + ["long-prompt.txt"]):
         fail("--sample-only wrote files")
+    # Another --seed samples anew: sampling compares no training flag with
+    # the checkpoint's.
+    other = list(base)
+    other[other.index("--seed") + 1] = "7"
+    r = expect_success(other)
+    if "(--seed 7," not in r.stdout or only(r.stdout) == again:
+        fail(f"--sample-only --seed 7: {r.stdout[-300:]!r}")
     for args, pattern in [
             ([train_gpt, "--sample-only", "--no-progress"],
              "give --resume CHECKPOINT"),
             (base + ["--prompt-file", os.path.join(work, "missing.txt")],
-             "cannot read --prompt-file")]:
+             "cannot read --prompt-file"),
+            (base + ["--prompt-file", work], f"--prompt-file {work} is a "
+                                             "folder; give a text file"),
+            (base + ["--prompt", ""], "--prompt is empty"),
+            (base + ["--export-state-dict", os.path.join(work, "x.pt")],
+             "--sample-only trains and writes nothing: leave out "
+             "--export-state-dict"),
+            (base + ["--log-json=" + os.path.join(work, "x.jsonl")],
+             "--sample-only trains and writes nothing: leave out "
+             "--log-json"),
+            (base + ["--max-steps", "3"],
+             "--sample-only trains and writes nothing: leave out "
+             "--max-steps")]:
         r = run(args)
         if r.returncode != 1 or pattern not in r.stderr:
             fail(f"{args[1:]}: exit {r.returncode}, {r.stderr.strip()!r}")
+    if sorted(os.listdir(work)) != sorted(before + ["long-prompt.txt"]):
+        fail("a refused --sample-only wrote files")
     # A training run's missing prompt file is refused before the first step,
     # not after the training it would have thrown away.
     never = fresh(work, "never.pt")
@@ -988,6 +1071,38 @@ def tokenizer(train_gpt, work, gpt_md):
     if sample_of(only.stdout).split("\ntrain_gpt: ")[0] + "\n" != sample:
         fail(f"--sample-only's sample {sample_of(only.stdout)!r} is not the "
              f"run's end {sample!r}")
+
+    # A --train-tokenizer run stopped by a signal gives the command that
+    # continues it, without the --train-tokenizer that --resume refuses.
+    stopped = fresh(work, "tokenizer-stopped.pt")
+    stopped_model = fresh(work, "tokenizer-stopped.model")
+    p = subprocess.Popen(
+        [train_gpt, "--data", text, "--precision", "fp32", "--seed", "3",
+         "--steps", "100000", "--log-every", "1", "--train-tokenizer", "400",
+         "--tokenizer", stopped_model, "--checkpoint", stopped] + COMMON,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        errors="replace")
+    for line in p.stdout:
+        if line.startswith("epoch ") and "  step " in line:
+            break
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=300)
+    held = re.search(r"holds step (\d+).*continue with: (.*)$", err, re.M)
+    if p.returncode != 143 or not held:
+        fail(f"a stopped --train-tokenizer run: exit {p.returncode}, "
+             f"{err[-400:]!r}")
+    command = shlex.split(held.group(2))
+    if "--train-tokenizer" in command or \
+            any(a.startswith("--train-tokenizer=") for a in command):
+        fail(f"the command that continues it keeps --train-tokenizer: "
+             f"{held.group(2)!r}")
+    continued = expect_success(command + ["--max-steps",
+                                          str(int(held.group(1)) + 2)])
+    if f"encoded by {stopped_model}" not in continued.stdout:
+        fail(f"the continued run did not take the tokenizer: "
+             f"{continued.stdout[:600]!r}")
+    print(f"  stopped at step {held.group(1)}, continued with the command it "
+          f"gave (no --train-tokenizer)")
 
     # A moved tokenizer: --resume alone names the flag that finds it, and
     # --tokenizer NEW_PATH takes it; another model is refused, naming both.

@@ -275,11 +275,11 @@ TEST(DamagedPythonFiles, ContainersNestedWithoutBoundAreRefused) {
   }
 }
 
-// Values the read builds and then drops, however deep (an object's
-// arguments or state, read as None; a dict value set twice; a memo entry
-// put twice), are taken apart one container at a time: freed as they are,
-// a million nested tuples would overflow the stack. The result is whole.
-TEST(DamagedPythonFiles, DeepValuesTheReadDropsAreFreedWithoutRecursion) {
+// Values the read builds and then drops (an object's arguments or state,
+// read as None; a dict value set twice; a memo entry put twice), nested a
+// million deep: refused as any nesting past the limit, without a recursion
+// as deep (freed as they were, they overflowed the stack).
+TEST(DamagedPythonFiles, DeepValuesTheReadDropsAreRefusedWithoutRecursion) {
   const std::string deep = "N" + std::string(1000000, '\x85'); // TUPLE1s
   const std::string object = "cfoo\nBar\n";
   const std::vector<std::pair<std::string, std::string>> pickles = {
@@ -298,14 +298,41 @@ TEST(DamagedPythonFiles, DeepValuesTheReadDropsAreFreedWithoutRecursion) {
             text("a"), "K\x01u."})},
   };
   for (const auto& pickle : pickles) {
-    const auto value = lamp::detail::read_plain_pickle(
-        pickle.second.data(), pickle.second.size(), pickle.first,
-        /*objects_as_none=*/true);
-    ASSERT_TRUE(value.has_value()) << pickle.first;
-    ASSERT_TRUE(value->isGenericDict()) << pickle.first;
-    const auto dict = value->toGenericDict();
-    EXPECT_EQ(dict.at(c10::IValue(std::string("a"))).toInt(), 1)
-        << pickle.first;
+    const auto error = error_of([&] {
+      lamp::detail::read_plain_pickle(pickle.second.data(),
+                                      pickle.second.size(), pickle.first,
+                                      /*objects_as_none=*/true);
+    });
+    EXPECT_NE(error.find(pickle.first + " holds containers (lists, tuples, "
+                                        "dicts) nested more than 1000 deep"),
+              std::string::npos)
+        << error;
+  }
+  // Dropped values within the limit are no reason to refuse.
+  const std::string shallow = "N" + std::string(999, '\x85');
+  const auto pickle =
+      cat({"\x80\x02}(", text("a"), shallow, text("a"), "K\x01u."});
+  const auto value = lamp::detail::read_plain_pickle(
+      pickle.data(), pickle.size(), "shallow", /*objects_as_none=*/true);
+  ASSERT_TRUE(value.has_value());
+  EXPECT_EQ(value->toGenericDict().at(c10::IValue(std::string("a"))).toInt(),
+            1);
+}
+
+// Nesting too deep anywhere in a file, not only in the value it holds, is
+// refused before LibTorch's reader is given it: that reader, failing after
+// it built the nesting (an unknown global after it; an OrderedDict on
+// LibTorch 1.13), freed it by a recursion that overflowed the stack.
+TEST(DamagedPythonFiles, DeepNestingBeforeWhatLibTorchRefusesIsRefused) {
+  const std::string deep = "N" + std::string(1000000, '\x85');
+  for (const auto& pickle :
+       {dict_of(deep, /*ordered=*/true),
+        cat({"\x80\x02}(", text("a"), deep, "cos\nsystem\nu."}),
+        cat({"\x80\x02", kOrderedDict, "(", text("a"), "K\x01u", deep,
+             "b."})}) {
+    const auto error = pickle_error(pickle, "deep_garbage");
+    EXPECT_NE(error.find("nested more than 1000 deep"), std::string::npos)
+        << error;
   }
 }
 

@@ -115,6 +115,17 @@ c10::optional<c10::IValue> detail::read_pickle_skeleton(
 
 c10::IValue load_pickle(const std::string& path, const std::string& what) {
   const std::string bytes = detail::read_regular_file(path);
+  if (detail::is_torch_save_zip(bytes)) {
+    // lamp's reader first, its objects and tensors as None: it refuses
+    // containers nested too deep anywhere in the pickle, which LibTorch's
+    // reader, failing after it built them, would free by a recursion that
+    // overflows the stack.
+    const std::string pickle = zip_pickle(bytes);
+    if (!pickle.empty()) {
+      detail::read_plain_pickle(pickle.data(), pickle.size(),
+                                what + ": " + path, /*objects_as_none=*/true);
+    }
+  }
   std::string error;
   c10::optional<c10::IValue> loaded;
   try {

@@ -97,8 +97,11 @@ std::vector<c10::IValue> items_of(const c10::IValue& value) {
 // A container walked whole is remembered with its nesting (itself and the
 // deepest chain below it), so that shared containers are walked once (a
 // chain of lists each holding the next one twice has 2^n paths) and their
-// depth still counts wherever they are reached from.
-void walk_unpickled(const c10::IValue& root, const std::string& where) {
+// depth still counts wherever they are reached from. `whole` false: the
+// nesting alone is checked (what a read built and dropped, or built before
+// it gave up: no tensors to check, and a cycle there harms nothing).
+void walk_unpickled(const c10::IValue& root, const std::string& where,
+                    bool whole = true) {
   struct Frame {
     const void* key;
     std::vector<c10::IValue> items;
@@ -110,13 +113,18 @@ void walk_unpickled(const c10::IValue& root, const std::string& where) {
   std::unordered_map<const void*, int64_t> walked;
   const auto reach = [&](const c10::IValue& value) {
     if (value.isTensor()) {
-      check_tensor_view(value.toTensor(), where);
+      if (whole) {
+        check_tensor_view(value.toTensor(), where);
+      }
       return;
     }
     if (!is_container(value)) {
       return;
     }
     const void* key = value.internalToPointer();
+    if (!whole && on_path.count(key) != 0) {
+      return;
+    }
     TORCH_CHECK(
         on_path.count(key) == 0, where,
         " holds a container that contains itself (a list, tuple or dict among its own items, directly or through others), which lamp does not read. Save it again in Python without the cycle.");
@@ -186,57 +194,6 @@ void take_apart(const c10::IValue& value) {
   }
 }
 
-// take_apart() of `value`, but the containers in `keep` (and what they
-// hold) are left as they are: the garbage of a read taken apart around the
-// result that shares some of its containers.
-void take_apart_except(const c10::IValue& value,
-                       const std::unordered_set<const void*>& keep) {
-  std::vector<c10::IValue> pending;
-  if (is_container(value) && keep.count(value.internalToPointer()) == 0) {
-    pending.push_back(value);
-  }
-  while (!pending.empty()) {
-    const c10::IValue container = std::move(pending.back());
-    pending.pop_back();
-    for (auto& item : items_of(container)) {
-      if (is_container(item) && keep.count(item.internalToPointer()) == 0) {
-        pending.push_back(std::move(item));
-      }
-    }
-    if (container.isList()) {
-      container.toList().clear();
-    } else if (container.isGenericDict()) {
-      container.toGenericDict().clear();
-    } else {
-      const auto tuple = container.toTuple();
-      for (size_t i = 0; i < tuple->elements().size(); ++i) {
-        tuple->unsafeSetElement(i, c10::IValue());
-      }
-    }
-  }
-}
-
-// The containers `value` reaches (itself included), walked with a stack of
-// their own.
-std::unordered_set<const void*> containers_of(const c10::IValue& value) {
-  std::unordered_set<const void*> seen;
-  std::vector<c10::IValue> pending;
-  if (is_container(value)) {
-    seen.insert(value.internalToPointer());
-    pending.push_back(value);
-  }
-  while (!pending.empty()) {
-    const c10::IValue container = std::move(pending.back());
-    pending.pop_back();
-    for (auto& item : items_of(container)) {
-      if (is_container(item) && seen.insert(item.internalToPointer()).second) {
-        pending.push_back(std::move(item));
-      }
-    }
-  }
-  return seen;
-}
-
 // Thrown for what this reader does not read; load_pickle() then reports
 // LibTorch's own error.
 struct Unsupported {};
@@ -266,20 +223,19 @@ class Reader {
     }
   }
 
-  // After a read that gave `value`: takes apart what the read built and
-  // dropped (objects' arguments and states, replaced dict values and memo
-  // entries, the memo itself), around the containers `value` holds, which
-  // stay whole. Freed as they are, a deep one would recurse as deep.
-  void discard_all_but(const c10::IValue& value) {
-    const auto keep = containers_of(value);
+  // Refuses (naming `where`) containers nested too deep anywhere in what the
+  // read built, the result or not: Python's pickler cannot write such
+  // nesting, and LibTorch's reader, given the file after this one, would
+  // overflow the stack freeing it.
+  void check_built(const std::string& where) const {
     for (const auto& item : stack_) {
-      take_apart_except(item.value, keep);
+      walk_unpickled(item.value, where, /*whole=*/false);
     }
     for (const auto& entry : memo_) {
-      take_apart_except(entry.second.value, keep);
+      walk_unpickled(entry.second.value, where, /*whole=*/false);
     }
-    for (const auto& dropped : dropped_) {
-      take_apart_except(dropped, keep);
+    for (const auto& value : dropped_) {
+      walk_unpickled(value, where, /*whole=*/false);
     }
   }
 
@@ -573,8 +529,7 @@ class Reader {
     return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
   }
   void push(c10::IValue value) { stack_.push_back(Item{std::move(value)}); }
-  // Kept until the read ends, then taken apart (discard_all_but()): a value
-  // the read drops.
+  // Kept until the read ends, for check_built(): a value the read drops.
   void drop(c10::IValue value) {
     if (is_container(value)) {
       dropped_.push_back(std::move(value));
@@ -722,9 +677,17 @@ c10::optional<c10::IValue> read_plain_pickle(const char* data, size_t size,
   try {
     auto value = reader.run();
     check_unpickled(value, where);
-    reader.discard_all_but(value);
+    reader.check_built(where); // then freed as deep as it is: 1000 at most
     return value;
   } catch (const Unsupported&) {
+    // What this reader does not read may still be nested too deep for
+    // LibTorch's reader: refused here, before that reader is given it.
+    try {
+      reader.check_built(where);
+    } catch (...) {
+      reader.discard();
+      throw;
+    }
     reader.discard();
     return c10::nullopt;
   } catch (...) {

@@ -42,7 +42,10 @@ constexpr int64_t kMaxPickleNesting = 1000;
 /// reads as None instead, and the plain values around it are kept: the
 /// skeleton of a whole checkpoint, to find one entry in. An integer beyond
 /// int64 is a c10::Error that names `where`, the key it is stored under and
-/// what to do; so is a value that check_unpickled() refuses.
+/// what to do; so is a value that check_unpickled() refuses, and containers
+/// nested more than kMaxPickleNesting deep anywhere in what the read built
+/// (values it dropped, or built before it found what it does not read and
+/// returned nullopt).
 c10::optional<c10::IValue> read_plain_pickle(
     const char* data, size_t size, const std::string& where,
     bool objects_as_none = false, const StorageLoader& storages = {});

@@ -512,6 +512,52 @@ TEST(Trainer, DivergenceInShortEpochsStopsAndKeepsTheCheckpoint) {
   std::remove(checkpoint.c_str());
 }
 
+// Inside an epoch no evaluation or epoch check has looked at the model: a
+// periodic checkpoint, or the one at a stop, whose step's loss was inf/NaN
+// (steps skipped, the weights finite but the model diverged) is not
+// written over the last good one, and a warning says so.
+TEST(Trainer, ACheckpointInsideAnEpochIsNotWrittenAfterANonFiniteLoss) {
+  const auto checkpoint = temp_path("non_finite_every.pt");
+  std::remove(checkpoint.c_str());
+  auto net = std::make_shared<lamp_test::SmallNet>(nullptr);
+  int64_t steps = 0;
+  auto run = make_run(
+      lamp::Precision::kFP32,
+      with(
+          TrainerOptions().epochs(1).checkpoint(checkpoint).checkpoint_every(2),
+          [&](TrainerOptions& o) {
+            o.step().skip_non_finite(true);
+            // From step 3 on, every loss is NaN.
+            o.training_loss([&, net](const torch::Tensor& x,
+                                     const torch::Tensor& y) {
+              const auto loss =
+                  torch::nn::functional::cross_entropy((*net)->forward(x), y);
+              return ++steps > 2
+                         ? loss * std::numeric_limits<float>::quiet_NaN()
+                         : loss;
+            });
+            // A stop after step 5.
+            o.stop_requested([&] { return steps == 5; });
+          }));
+  *net = run->model;
+  const lamp_test::Warnings warnings;
+  run->trainer->fit();
+  EXPECT_EQ(run->trainer->stop_point().global_step, 5);
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(checkpoint).global_step,
+            2);
+  EXPECT_EQ(run->trainer->stop_point().checkpoint_step, 2);
+  const auto warned = warnings.containing(
+      "was not written: that step's loss "
+      "was inf/NaN");
+  ASSERT_EQ(warned.size(), 2u); // step 4 (periodic) and step 5 (the stop)
+  EXPECT_NE(warned[0].find("the checkpoint of step 4"), std::string::npos)
+      << warned[0];
+  EXPECT_NE(warned[0].find("(it keeps step 2)"), std::string::npos)
+      << warned[0];
+  run.reset();
+  std::remove(checkpoint.c_str());
+}
+
 // Steps skipped for inf gradients (the loss stays finite) are counted across
 // epochs: 8 in a row stop the run in its second epoch of 6 steps.
 TEST(Trainer, SkippedStepsCountAcrossEpochs) {

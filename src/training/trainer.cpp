@@ -461,13 +461,44 @@ void Trainer::save_at_stop() {
       global_step_ == 0 || !single_process()) {
     return;
   }
-  write_checkpoint();
+  write_checkpoint_if_finite();
   stop_point_.checkpoint_step = checkpoint_step_;
 }
 
 void Trainer::write_checkpoint() {
   save_checkpoint(options_.checkpoint());
   checkpoint_step_ = global_step_;
+}
+
+void Trainer::write_checkpoint_if_finite() {
+  if (last_loss_.defined()) {
+    auto non_finite = torch::isfinite(last_loss_)
+                          .logical_not()
+                          .to(torch::kFloat)
+                          .reshape({1});
+    const auto& group = options_.process_group();
+    if (group && group->is_distributed() &&
+        step_->optimizer_sharding() != nullptr) {
+      // Every rank writes its shard: one answer for all of them.
+      group->all_reduce_(non_finite, lamp::distributed::ReduceOp::kMax,
+                         "whether a rank's latest loss was inf/NaN, before "
+                         "a checkpoint");
+    }
+    if (non_finite.item<float>() > 0) {
+      TORCH_WARN(
+          "lamp: the checkpoint of step ", global_step_,
+          " was not written: that step's loss was inf/NaN, and a "
+          "model whose loss is no longer finite does not replace ",
+          options_.checkpoint(),
+          checkpoint_step_ >= 0
+              ? " (it keeps step " + std::to_string(checkpoint_step_) + ")"
+              : std::string(),
+          ". The next evaluation or the epoch's end stops a run that "
+          "has diverged.");
+      return;
+    }
+  }
+  write_checkpoint();
 }
 
 bool Trainer::checkpoint_is_mine() const {
@@ -565,6 +596,7 @@ bool Trainer::train_epoch(
     ++global_step_;
     start_step_in_epoch_ = i + 1; // the position a checkpoint holds
     watch.record(run.epoch, result);
+    last_loss_ = result.loss;
     if (on_batch) {
       BatchProgress progress;
       progress.epoch = run.epoch + 1;
@@ -596,7 +628,7 @@ bool Trainer::train_epoch(
     if (o.checkpoint_every() > 0 && global_step_ % o.checkpoint_every() == 0 &&
         i + 1 < run.last_batch && checkpoint_is_mine() &&
         checkpoint_step_ != global_step_) {
-      write_checkpoint();
+      write_checkpoint_if_finite();
     }
   }
   return true;

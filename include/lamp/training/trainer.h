@@ -114,7 +114,10 @@ struct TrainerOptions {
   /// (0 = after epochs only). A checkpoint written inside an epoch holds the
   /// position in it: a resume continues at the next step, with the same
   /// data, the same random numbers and the same weights, to the bit, as the
-  /// run that went straight on.
+  /// run that went straight on. One whose step's loss was inf/NaN is not
+  /// written (nor the one at a stop_requested stop), with a warning: the
+  /// file keeps the last good one until an evaluation or the epoch's check
+  /// decides whether the run has diverged.
   TORCH_ARG(int64_t, checkpoint_every) = 0;
   /// With `eval_every`: a second checkpoint, written (atomically, as
   /// `checkpoint`) after each evaluation whose test loss is the lowest of
@@ -658,6 +661,9 @@ class Trainer {
   torch::Tensor interval_loss_sum_;
   int64_t interval_steps_ = 0;
   int64_t interval_non_finite_before_ = 0;
+  // The latest step's loss (a device tensor, read only where a checkpoint
+  // is about to be written).
+  torch::Tensor last_loss_;
   std::vector<RunHistoryEntry> history_;
   StopPoint stop_point_;
   // data::fingerprint() of the training and test data, stored in
@@ -681,6 +687,11 @@ class Trainer {
   bool checkpoint_is_mine() const;
   // Writes TrainerOptions::checkpoint at this step and records it.
   void write_checkpoint();
+  // write_checkpoint(), unless the latest step's loss was inf/NaN (on any
+  // rank, where the ranks write it together): a model whose loss is no
+  // longer finite does not replace the checkpoint inside an epoch, where
+  // no evaluation or epoch check has looked at it; a warning says so.
+  void write_checkpoint_if_finite();
   // Where fit() leaves `run` inside its epoch: its sums, which a
   // save_checkpoint() after fit() stores with the position.
   void keep_epoch_sums(const EpochRun& run);

@@ -69,7 +69,10 @@ class MasterWeights {
 
   /// Copies the model's gradients into the master gradients, divided by
   /// `loss_scale` in the same pass. A parameter without a gradient leaves its
-  /// master without one (as Apex does), so optimizers skip it.
+  /// master without one (as Apex does), so optimizers skip it. A sparse
+  /// gradient (an Embedding with sparse=true) gives its master a sparse FP32
+  /// one, coalesced in FP32. A `loss_scale` whose inverse FP32 cannot hold
+  /// is refused.
   void model_grads_to_master_grads(double loss_scale = 1.0);
 
   /// Copies the FP32 master values into the model's parameters (cast to each
@@ -91,7 +94,10 @@ class MasterWeights {
   /// load() finds them by name (also after the parameters' order changed)
   /// and names them in its messages. Either one name per model_params()
   /// entry, or one per tensor as given to the constructor (with a tied
-  /// weight's second name, which is dropped with its tensor).
+  /// weight's second name, which is dropped with its tensor). The names must
+  /// be unique and non-empty, and neither "count" nor "keyed_by" (the
+  /// archive's own keys); otherwise a c10::Error, and the names stay as
+  /// they were.
   void set_parameter_names(std::vector<std::string> names);
 
   /// Writes the FP32 master values; they are saved, never rebuilt from FP16.
@@ -146,8 +152,9 @@ prep_param_lists(const torch::nn::Module& model, bool flat_master = false);
 
 /// Apex's `model_grads_to_master_grads`: copies each model gradient into the
 /// matching master gradient (allocating it if needed; a missing model
-/// gradient leaves the master without one). With `flat_master`, all model
-/// gradients are flattened into `master_params[0]`'s gradient.
+/// gradient leaves the master without one; a sparse one becomes a sparse
+/// FP32 gradient). With `flat_master`, all model gradients are flattened
+/// into `master_params[0]`'s gradient (a sparse one is refused).
 void model_grads_to_master_grads(
     const std::vector<torch::Tensor>& model_params,
     const std::vector<torch::Tensor>& master_params, bool flat_master = false);

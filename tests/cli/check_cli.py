@@ -727,9 +727,9 @@ def continue_and_init_from(train_mnist, data, work):
                            "--checkpoint", steps], [r"steps 4 \(1 epoch\)"])
     expect_runtime_error(
         base + ["--resume", steps, "--epochs", "3"],
-        [r"continue_steps\.pt is a run of --steps 4 \(its length in optimizer "
-         r"steps\), which --epochs 3 cannot change: leave --epochs out, and "
-         r"give a larger --steps"])
+        [r"continue_steps\.pt is a run of --steps 4 \(its length in batches\), "
+         r"which --epochs 3 cannot change: leave --epochs out, and give a "
+         r"larger --steps"])
     expect_success(base + ["--resume", steps, "--checkpoint", steps, "--steps",
                            "6"], [r"steps 6 \(1 epoch\), resuming at epoch 1"])
     for p in (constant, onecycle, best, steps):

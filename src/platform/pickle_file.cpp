@@ -54,11 +54,16 @@ void save_pickle(const c10::IValue& value, const std::string& path) {
 namespace {
 
 // The pickle inside a torch.save zip ("<name>/data.pkl"), or "" when the
-// zip cannot be read.
-std::string zip_pickle(const std::string& bytes) {
+// zip cannot be read; `torchscript` (when given) says whether the zip is a
+// TorchScript archive (code constants beside the pickle), from the same
+// read of the zip.
+std::string zip_pickle(const std::string& bytes, bool* torchscript = nullptr) {
   try {
     std::istringstream stream(bytes);
     caffe2::serialize::PyTorchStreamReader reader(&stream);
+    if (torchscript != nullptr) {
+      *torchscript = reader.hasRecord("constants.pkl");
+    }
     const auto record = reader.getRecord("data.pkl");
     return std::string(static_cast<const char*>(std::get<0>(record).get()),
                        std::get<1>(record));
@@ -115,16 +120,15 @@ c10::optional<c10::IValue> detail::read_pickle_skeleton(
 
 c10::IValue load_pickle(const std::string& path, const std::string& what) {
   const std::string bytes = detail::read_regular_file(path);
-  if (detail::is_torch_save_zip(bytes)) {
+  bool torchscript = false;
+  const std::string pickle = zip_pickle(bytes, &torchscript);
+  if (!pickle.empty() && !torchscript) {
     // lamp's reader first, its objects and tensors as None: it refuses
     // containers nested too deep anywhere in the pickle, which LibTorch's
     // reader, failing after it built them, would free by a recursion that
     // overflows the stack.
-    const std::string pickle = zip_pickle(bytes);
-    if (!pickle.empty()) {
-      detail::read_plain_pickle(pickle.data(), pickle.size(),
-                                what + ": " + path, /*objects_as_none=*/true);
-    }
+    detail::read_plain_pickle(pickle.data(), pickle.size(), what + ": " + path,
+                              /*objects_as_none=*/true);
   }
   std::string error;
   c10::optional<c10::IValue> loaded;
@@ -151,7 +155,6 @@ c10::IValue load_pickle(const std::string& path, const std::string& what) {
   // LibTorch's unpickler refuses some values Python writes (an OrderedDict,
   // so every state_dict; integers of 5 to 7 bytes): read those here, with
   // their tensors.
-  const std::string pickle = zip_pickle(bytes);
   if (!pickle.empty()) {
     c10::optional<c10::IValue> plain;
     try {

@@ -336,6 +336,46 @@ TEST(DamagedPythonFiles, DeepNestingBeforeWhatLibTorchRefusesIsRefused) {
   }
 }
 
+// The same through LIST and DICT, the container opcodes of protocols 0 and
+// 1 that LibTorch's reader reads: lamp's reader reads them too, so that it
+// sees the nesting they build before LibTorch's reader is given the file
+// (stopping at them, it had seen none of it).
+TEST(DamagedPythonFiles, DeepNestingByListAndDictOpcodesIsRefused) {
+  constexpr size_t kDeep = 1000000;
+  std::string dicts;
+  for (size_t i = 0; i < kDeep; ++i) {
+    dicts += cat({"(", text("a")});
+  }
+  dicts += "(d" + std::string(kDeep, 'd');
+  const std::string lists = std::string(kDeep, '(') + std::string(kDeep, 'l');
+  for (const auto& deep : {lists, dicts}) {
+    const auto error = pickle_error(
+        cat({"\x80\x02}(", text("a"), deep, "cos\nsystem\nu."}), "deep_old");
+    EXPECT_NE(error.find("nested more than 1000 deep"), std::string::npos)
+        << error;
+  }
+}
+
+// LIST and DICT read as EMPTY_LIST and EMPTY_DICT filled from the mark.
+TEST(DamagedPythonFiles, ListAndDictOpcodesRead) {
+  const auto pickle =
+      cat({"\x80\x02(", text("a"), "(K\x01K\x02l", text("b"), "(d", "d."});
+  const auto value = lamp::detail::read_plain_pickle(
+      pickle.data(), pickle.size(), "protocol 1");
+  ASSERT_TRUE(value.has_value());
+  const auto dict = value->toGenericDict();
+  ASSERT_EQ(dict.size(), 2u);
+  const auto list = dict.at(c10::IValue(std::string("a"))).toListRef();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].toInt(), 1);
+  EXPECT_EQ(list[1].toInt(), 2);
+  EXPECT_EQ(dict.at(c10::IValue(std::string("b"))).toGenericDict().size(), 0u);
+  // A DICT whose keys and values do not pair up is not read.
+  const auto odd = cat({"\x80\x02(", text("a"), "d."});
+  EXPECT_FALSE(lamp::detail::read_plain_pickle(odd.data(), odd.size(), "odd")
+                   .has_value());
+}
+
 // 1000 levels load, 1001 do not.
 TEST(DamagedPythonFiles, NestingUpToTheLimitLoads) {
   for (const bool appends : {true, false}) {

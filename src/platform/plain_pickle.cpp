@@ -4,6 +4,7 @@
 #include <ATen/core/List.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -267,6 +268,20 @@ class Reader {
         case 't': // TUPLE
           push(tuple(pop_mark()));
           break;
+        case 'l': { // LIST: the items since the mark
+          const size_t start = pop_mark();
+          stack_.insert(stack_.begin() + static_cast<std::ptrdiff_t>(start),
+                        Item{c10::impl::GenericList(c10::AnyType::get())});
+          append(start + 1);
+          break;
+        }
+        case 'd': { // DICT: the keys and values since the mark
+          const size_t start = pop_mark();
+          stack_.insert(stack_.begin() + static_cast<std::ptrdiff_t>(start),
+                        Item{empty_dict()});
+          set_items(start + 1);
+          break;
+        }
         case 0x85: // TUPLE1
         case 0x86: // TUPLE2
         case 0x87: // TUPLE3

@@ -32,8 +32,10 @@ using StorageLoader = std::function<at::Tensor(
 /// drops it.
 constexpr int64_t kMaxPickleNesting = 1000;
 
-/// The value of the pickle `data` (protocols 2 to 5), or nullopt when it
-/// holds something other than plain values (tensors, other classes). With
+/// The value of the pickle `data` (protocols 2 to 5, and the LIST and DICT
+/// opcodes of protocols 0 and 1, which LibTorch's unpickler reads too), or
+/// nullopt when it holds something other than plain values (tensors, other
+/// classes). With
 /// `storages`, tensors are read too, as torch.save writes them
 /// (torch._utils._rebuild_tensor_v2 of a typed storage, and
 /// _rebuild_parameter around one): a Python state_dict (an OrderedDict of

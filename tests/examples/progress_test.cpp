@@ -1,0 +1,87 @@
+// The programs' progress display (examples/common/progress.h): what its step
+// lines report.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "common/progress.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// A step of a one-epoch run of two batches, `examples` each, every loss 1.
+lamp::training::BatchProgress step(int64_t batch, int64_t examples) {
+  lamp::training::BatchProgress p;
+  p.epoch = 1;
+  p.batch = batch;
+  p.batches = p.batches_in_epoch = 2;
+  p.examples = examples;
+  p.global_step = batch;
+  p.lr = 0.1;
+  p.loss = torch::ones({1});
+  p.epoch_loss_sum = torch::full({}, static_cast<double>(batch),
+                                 torch::TensorOptions(torch::kDouble));
+  p.non_finite_losses = torch::zeros({}, torch::TensorOptions(torch::kLong));
+  return p;
+}
+
+// The step line's rate ("... 1234 img/s ...") of the line for `batch`.
+double line_rate(const std::string& printed, int64_t batch) {
+  const std::regex line("step " + std::to_string(batch) +
+                        "/2  loss [0-9.]+  ([0-9]+) img/s");
+  std::smatch match;
+  if (!std::regex_search(printed, match, line)) {
+    ADD_FAILURE() << "no line for step " << batch << " in:\n" << printed;
+    return -1;
+  }
+  return std::stod(match[1]);
+}
+
+// A step line after an --eval-every evaluation reports the steps' rate: the
+// evaluation's time (StepEvaluation::eval_seconds) is not training time, as
+// the epoch's figures leave it out. The clock is read around each update(),
+// which reads it once inside, so the rate has bounds whatever the machine's
+// load; the evaluation's 0.3 s, counted in, would give a rate far below them.
+TEST(Progress, AStepLineAfterAnEvaluationLeavesTheEvaluationsTimeOut) {
+  constexpr int64_t kExamples = 1000000;
+  constexpr double kEvalSeconds = 0.3;
+  lamp_examples::Progress progress(/*bar=*/false, /*timed_lines=*/false,
+                                   /*log_every=*/1, /*show_scale=*/false,
+                                   /*epochs=*/1, /*log=*/nullptr);
+  ::testing::internal::CaptureStdout();
+  const auto before_first = Clock::now();
+  progress.update(step(1, kExamples));
+  const auto after_first = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  lamp::training::StepEvaluation evaluation;
+  evaluation.global_step = 1;
+  evaluation.epoch = 1;
+  evaluation.eval_seconds = kEvalSeconds;
+  progress.print_evaluation(evaluation, /*total_steps=*/2);
+  const auto before_second = Clock::now();
+  progress.update(step(2, kExamples));
+  const auto after_second = Clock::now();
+  const auto printed = ::testing::internal::GetCapturedStdout();
+
+  // The rate's window starts inside the first update() and ends inside the
+  // second; the evaluation's time comes off it.
+  const double longest = seconds(after_second - before_first) - kEvalSeconds;
+  const double shortest = seconds(before_second - after_first) - kEvalSeconds;
+  ASSERT_GT(shortest, 0.05); // the 0.4 s sleep, less the evaluation
+  // Printed with "%.0f": within half a unit of the rate.
+  const double rate = line_rate(printed, 2);
+  EXPECT_GE(rate, kExamples / longest - 0.5) << printed;
+  EXPECT_LE(rate, kExamples / shortest + 0.5) << printed;
+}
+
+} // namespace

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -41,7 +42,7 @@ struct GptFlags {
   std::string gelu = "exact";
   std::string layout = "nanogpt";
   lamp::models::GPTLayout export_layout = lamp::models::GPTLayout::kNanoGPT;
-  const CLI::App* app = nullptr; // which flags were given
+  CLI::App* app = nullptr; // which flags were given (and --init-from's shape)
   int64_t sample_tokens = 300;
   double temperature = 0.8;
   int64_t top_k = 0;
@@ -301,6 +302,46 @@ lamp::models::GPTWeights python_weights(lamp_examples::ProgramConfig& config,
   return weights;
 }
 
+// --init-from a lamp checkpoint of train_gpt: the model takes the shape its
+// run stored (--layers, --heads, --width, --context, --vocab-size, --bias,
+// --norm, --gelu), as from a Python file; a shape flag given with another
+// value is refused, naming the flags to leave out. A checkpoint that stores
+// no shape (written before lamp 0.5) is loaded as the flags give it.
+void checkpoint_shape(const lamp_examples::ProgramConfig& config,
+                      GptFlags& flags) {
+  const auto checkpoint =
+      lamp::training::read_checkpoint_settings(config.init_from);
+  const auto now = gpt_settings(flags);
+  std::string differences;
+  for (const auto& setting : checkpoint.program_settings) {
+    static const std::vector<std::string> shape = {
+        "--layers",     "--heads", "--width", "--context",
+        "--vocab-size", "--bias",  "--norm",  "--gelu"};
+    if (std::find(shape.begin(), shape.end(), setting.name) == shape.end()) {
+      continue;
+    }
+    auto* option = flags.app->get_option(setting.name);
+    if (option->count() == 0) {
+      option->clear();
+      option->add_result(setting.value);
+      option->run_callback();
+      continue;
+    }
+    for (const auto& is : now) {
+      if (is.name == setting.name && is.value != setting.value) {
+        differences += std::string(differences.empty() ? "" : "; ") +
+                       setting.name + " " + is.value + " here, " +
+                       setting.value + " there";
+      }
+    }
+  }
+  TORCH_CHECK(
+      differences.empty(), "--init-from ", config.init_from,
+      " holds a GPT of another shape than the flags give: ", differences,
+      ". Leave these flags out: the model takes the checkpoint's "
+      "shape.");
+}
+
 // The prompt's token ids: --prompt-ids; else --prompt-file's text, else
 // --prompt's, as bytes or encoded with the data's pieces; else, for token
 // files without pieces, the first validation token.
@@ -308,6 +349,9 @@ torch::Tensor prompt_ids(const GptFlags& flags) {
   const auto given = [&](const char* flag) {
     return flags.app != nullptr && flags.app->get_option(flag)->count() > 0;
   };
+  TORCH_CHECK(!given("--prompt") || flags.prompt_file.empty(),
+              "give one of --prompt and --prompt-file (the file's text is "
+              "the prompt).");
   if (!flags.prompt_ids.empty()) {
     TORCH_CHECK(!given("--prompt") && flags.prompt_file.empty(),
                 "give one of --prompt, --prompt-file and --prompt-ids.");
@@ -545,18 +589,48 @@ lamp::data::SentencePiece train_tokenizer(
 // --sample-only's text where the run's --data (given, or stored in the
 // checkpoint) is a folder of token files: meta.pkl's pieces, and the first
 // validation token for a prompt. What cannot be read is left out (the
-// samples then show ids, and --prompt-ids gives the prompt).
-void token_text_for_sampling(const std::string& data, GptFlags& flags) {
+// samples then show ids, and --prompt-ids gives the prompt); pieces the
+// model's vocabulary does not hold, or token files given for a model its
+// run trained on a text's bytes, are refused (their text would not be the
+// model's).
+void token_text_for_sampling(const lamp_examples::ProgramConfig& config,
+                             GptFlags& flags) {
+  const auto& data = config.data;
   if (data.empty() || !lamp::data::is_token_folder(data)) {
     return;
   }
+  bool stored = false;
+  const auto run_data = resumed_setting(config, "--data", stored);
+  struct stat st {};
+  TORCH_CHECK(!stored || run_data == data || run_data.empty() ||
+                  ::stat(run_data.c_str(), &st) != 0 ||
+                  lamp::data::is_token_folder(run_data),
+              "--sample-only: ", config.resume,
+              "'s run trained on the text of ", run_data,
+              " (its bytes), not on token files: the pieces of --data ", data,
+              " would not give the model's text. Leave out --data.");
   flags.byte_text = false;
   int64_t vocab = flags.model.vocab_size();
-  try {
-    const auto meta = data + "/meta.pkl";
-    if (std::ifstream(meta).good()) {
-      vocab = lamp::data::read_token_meta(meta, &flags.pieces);
+  const auto meta = data + "/meta.pkl";
+  if (std::ifstream(meta).good()) {
+    lamp::data::TokenPieces pieces;
+    int64_t meta_vocab = 0;
+    try {
+      meta_vocab = lamp::data::read_token_meta(meta, &pieces);
+    } catch (const c10::Error&) {
+      // Samples then show ids; the prompt must come from --prompt-ids.
     }
+    if (meta_vocab > 0) {
+      TORCH_CHECK(meta_vocab <= vocab, "--sample-only: ", meta,
+                  " is a vocabulary of ", meta_vocab,
+                  " pieces, more than the model's ", vocab,
+                  ": its text would not be the model's. Give the --data "
+                  "folder the model was trained on.");
+      vocab = meta_vocab;
+      flags.pieces = std::move(pieces);
+    }
+  }
+  try {
     const auto val = lamp::data::map_token_file(
         data + "/val.bin", lamp::data::token_id_bytes(vocab));
     flags.first_token =
@@ -585,7 +659,7 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
   TORCH_CHECK(flags.train_tokenizer == 0,
               "--sample-only trains nothing, a tokenizer neither; leave out "
               "--train-tokenizer (--tokenizer FILE decodes the samples).");
-  token_text_for_sampling(config.data, flags);
+  token_text_for_sampling(config, flags);
   if (!flags.tokenizer_path.empty()) {
     load_tokenizer(flags, config);
     TORCH_CHECK(flags.tokenizer.vocab_size() <= flags.model.vocab_size(),
@@ -595,6 +669,16 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
                 flags.model.vocab_size(),
                 "; give the tokenizer the model was trained with.");
   }
+  // A model of fewer ids than the 256 bytes was trained on token files:
+  // its ids read as bytes would be another alphabet's text.
+  TORCH_CHECK(!flags.byte_text || !flags.tokenizer.empty() ||
+                  flags.model.vocab_size() >= 256,
+              "--sample-only: the model's vocabulary of ",
+              flags.model.vocab_size(),
+              " ids is not the bytes of a text (256), and --data ", config.data,
+              " is no folder of token files to decode them with. Give --data "
+              "the folder the model was trained on (its meta.pkl holds the "
+              "pieces).");
   lamp::models::GPT gpt(flags.model);
   if (!python->path.empty()) {
     lamp::models::load_gpt_weights(*gpt, *python);
@@ -622,6 +706,17 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
              precision == lamp::Precision::kFP8) {
     dtype = torch::kBFloat16;
   }
+  // An FP16 run (amp, half) sampled where FP16 does not run (LibTorch 1.13's
+  // CPU): the flag that samples it in another precision.
+  TORCH_CHECK(
+      dtype != torch::kHalf ||
+          (lamp::fp16_compute_available(device) &&
+           lamp::Autocast::is_supported(device.type(), torch::kHalf)),
+      "--sample-only: precision '", lamp::to_string(precision), "' (",
+      flags.app->get_option("--precision")->count() > 0 ? "given" : "the run's",
+      ") runs FP16, which this LibTorch cannot run on ", device,
+      "; give --precision fp32 (or amp-bf16) to sample in another "
+      "precision from the same FP32 weights.");
   std::unique_ptr<lamp::Autocast> autocast;
   if (dtype) {
     autocast = std::make_unique<lamp::Autocast>(device.type(), *dtype);
@@ -685,6 +780,10 @@ int main(int argc, char** argv) {
       "meta.pkl) with lamp, then print a sample of its text",
       config,
       [&] {
+        if (!config.init_from.empty() &&
+            !lamp::is_torch_save_file(config.init_from)) {
+          checkpoint_shape(config, flags);
+        }
         to_model_options(flags);
         // --init-from a Python file: its shape now, its weights once the
         // model is built; the trainer reads lamp's checkpoints only.

@@ -452,6 +452,10 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
   if (!config.auto_line.empty()) {
     print_out("%s: %s\n", spec.program.c_str(), config.auto_line.c_str());
   }
+  if (!config.resume_line.empty() && group.is_main()) {
+    print_out("%s: resumed from %s: %s\n", spec.program.c_str(),
+              config.resume.c_str(), config.resume_line.c_str());
+  }
   const std::string note =
       spec.kernel_note ? spec.kernel_note(device, precision) : "";
   // One line per fused code the note names.

@@ -418,6 +418,9 @@ lamp::training::TrainerOptions trainer_options_from(
                      std::to_string(config.limit_eval_batches), false});
   program.push_back(
       {"--checkpoint-every", std::to_string(config.checkpoint_every), false});
+  // Where the run writes, for --resume alone to continue (resume_settings).
+  program.push_back({"--checkpoint", config.checkpoint, false});
+  program.push_back({"--log-json", config.log_json, false});
   options.program_settings(std::move(program));
   return options;
 }

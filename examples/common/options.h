@@ -116,6 +116,9 @@ struct ProgramConfig {
   // line that says what auto chose and why (auto_precision.h).
   std::string auto_stored;
   std::string auto_line;
+  // What --resume alone continues of the run's outputs, and what it does
+  // not (apply_resume_settings), for a line after the run's first.
+  std::string resume_line;
   // Set by the program before add_options(): --data may name a file (a
   // text), not only a folder.
   bool data_may_be_file = false;

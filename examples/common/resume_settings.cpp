@@ -3,6 +3,7 @@
 #include <lamp/lamp.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -49,6 +50,63 @@ std::string stored_flag_text(const RunFlag& flag, const std::string& value) {
   return std::string(flag.flag) + " " + value;
 }
 
+// The value `flag` has among the checkpoint's program settings ("" where it
+// holds none: a run without the flag, or a checkpoint written before it was
+// stored).
+std::string stored_value(
+    const std::vector<lamp::training::ProgramSetting>& settings,
+    const std::string& flag) {
+  for (const auto& setting : settings) {
+    if (setting.name == flag) {
+      return setting.value;
+    }
+  }
+  return "";
+}
+
+// --resume PATH without --checkpoint or --log-json continues the run's own
+// outputs: its checkpoint is PATH where PATH has the name of the file the
+// run wrote (not its .best copy, or a copy under another name), and its log
+// where that file is still there. What is not continued, and why, goes on
+// config.resume_line.
+void continue_outputs(
+    const CLI::App& app, ProgramConfig& config,
+    const std::vector<lamp::training::ProgramSetting>& settings) {
+  std::vector<std::string> said;
+  if (given_count(app, "--checkpoint") == 0) {
+    const auto run_checkpoint = stored_value(settings, "--checkpoint");
+    if (!run_checkpoint.empty() &&
+        std::filesystem::path(run_checkpoint).filename() ==
+            std::filesystem::path(config.resume).filename()) {
+      config.checkpoint = config.resume;
+      said.push_back("checkpoints to " + config.resume);
+    } else {
+      said.push_back("no checkpoint is written: " +
+                     (run_checkpoint.empty()
+                          ? std::string("the run's checkpoint is not known")
+                          : config.resume + " is not the run's checkpoint (" +
+                                run_checkpoint + ")") +
+                     "; give --checkpoint PATH to save this run");
+    }
+  }
+  if (given_count(app, "--log-json") == 0) {
+    const auto run_log = stored_value(settings, "--log-json");
+    if (!run_log.empty()) {
+      std::error_code error;
+      if (std::filesystem::is_regular_file(run_log, error)) {
+        config.log_json = run_log;
+        said.push_back("logs to " + run_log);
+      } else {
+        said.push_back("no log is written: the run's log " + run_log +
+                       " is not there; give --log-json PATH to write one");
+      }
+    }
+  }
+  for (const auto& part : said) {
+    config.resume_line += (config.resume_line.empty() ? "" : "; ") + part;
+  }
+}
+
 } // namespace
 
 void apply_resume_settings(CLI::App& app, ProgramConfig& config,
@@ -56,11 +114,24 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
   if (config.resume.empty()) {
     return;
   }
+  const bool gpt_program = program == "train_gpt";
+  // A file Python wrote holds weights, no run to continue: a GPT's start a
+  // new run (train_gpt's --init-from takes nanoGPT's ckpt.pt and state
+  // dicts).
+  TORCH_CHECK(!lamp::is_torch_save_file(config.resume), "lamp: ", config.resume,
+              " is a file in PyTorch's own format (Python's torch.save, or "
+              "--export-state-dict), not a checkpoint lamp's --checkpoint "
+              "wrote: it holds weights, no run to continue. ",
+              gpt_program ? "To start a new run from a GPT's weights in it "
+                            "(nanoGPT's ckpt.pt, a state dict), give "
+                            "--init-from " +
+                                config.resume + "."
+                          : std::string("Python reads it (torch.load, then "
+                                        "model.load_state_dict)."));
   const auto checkpoint =
       lamp::training::read_checkpoint_settings(config.resume);
   // train_gpt's models are named by their shape, "gpt(layers=...)".
   const bool gpt_checkpoint = checkpoint.model_name.rfind("gpt(", 0) == 0;
-  const bool gpt_program = program == "train_gpt";
   TORCH_CHECK(gpt_checkpoint == gpt_program, "lamp: ", config.resume,
               " is a checkpoint of ",
               gpt_checkpoint ? "train_gpt" : "an image classifier",
@@ -92,10 +163,16 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
   const auto now = config.program_settings
                        ? config.program_settings()
                        : std::vector<lamp::training::ProgramSetting>{};
+  if (!sampling) {
+    continue_outputs(app, config, checkpoint.program_settings);
+  }
   for (const auto& setting : checkpoint.program_settings) {
     auto* option = app.get_option_no_throw(setting.name);
-    if (option == nullptr) {
-      continue; // another program's flag: the model name tells it apart
+    if (option == nullptr || setting.name == "--checkpoint" ||
+        setting.name == "--log-json") {
+      // Another program's flag (the model name tells it apart), or the
+      // outputs, which continue_outputs() continued.
+      continue;
     }
     if (option->count() == 0) {
       if (setting.value.empty() && option->get_default_str().empty()) {

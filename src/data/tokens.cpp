@@ -298,7 +298,8 @@ TokenData read_token_files(const std::string& folder, int64_t context,
     TORCH_CHECK(vocab_size > 0, caller, ": ", quoted(folder),
                 " has no meta.pkl to give the vocabulary's size; give "
                 "--vocab-size (the tokenizer's: GPT-2's is 50257, as in "
-                "nanoGPT's openwebtext and shakespeare).");
+                "nanoGPT's openwebtext and shakespeare; 50304 pads it as "
+                "nanoGPT's model does).");
     data.vocab_size = vocab_size;
   }
   data.id_bytes = token_id_bytes(data.vocab_size);

@@ -261,8 +261,9 @@ void load_weights_from_checkpoint(torch::nn::Module& model,
         false, "lamp: ", weights.path, " holds the weights of another ",
         "model ('", weights.model_name, "', ", weights.tensors.size(),
         " tensors) than this one (", targets.size(), " tensors): ", listed,
-        ". Start from a checkpoint of this model (the same model, built "
-        "for data of the same channels and classes).");
+        ". Start from a checkpoint of this model: the same architecture "
+        "and sizes (an image model built for data of the same channels and "
+        "classes).");
   }
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> master_of;
   if (master != nullptr) {

@@ -71,6 +71,7 @@ import os
 import re
 import shlex
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -796,10 +797,21 @@ def resume_defaults(train_mnist, data, work):
     ck = fresh(work, "resume_defaults.pt")
     expect_success(base + flags + ["--epochs", "2", "--max-steps", "7",
                                    "--checkpoint", ck], [r"epoch 1/2"])
-    # --resume alone: the checkpoint's settings, epoch 2 as the straight run's.
+    # --resume alone: the checkpoint's settings, epoch 2 as the straight
+    # run's; it saves the run to the file it resumes (a copy of the
+    # checkpoint, by the same name, which the checks below do not use).
     log = fresh(work, "resume_alone.jsonl")
-    expect_success(base + ["--resume", ck, "--log-json", log],
-                   [r"batch 32, 2 epochs, resuming at epoch 2", r"epoch 2/2"])
+    os.makedirs(os.path.join(work, "alone"), exist_ok=True)
+    alone = os.path.join(work, "alone", os.path.basename(ck))
+    shutil.copyfile(ck, alone)
+    expect_success(base + ["--resume", alone, "--log-json", log],
+                   [r"batch 32, 2 epochs, resuming at epoch 2",
+                    rf"resumed from {re.escape(alone)}: checkpoints to "
+                    rf"{re.escape(alone)}\n", r"epoch 2/2"])
+    r = run(base + ["--resume", alone])
+    if r.returncode != 0 or "the run is complete" not in r.stdout:
+        fail(f"--resume alone did not save the run to {alone}: "
+             f"{r.stdout[:400]!r}")
     header = read_records(log)[0]
     want = {"batch_size": 32, "lr": 0.02, "seed": 5, "momentum": 0.8,
             "schedule": "cosine", "epochs": 2}

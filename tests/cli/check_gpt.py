@@ -218,8 +218,10 @@ def resume(train_gpt, work):
     ck = fresh(work, "resume.pt")
     expect_success(base + ["--max-steps", str(steps), "--checkpoint", ck])
     resumed = fresh(work, "resume-resumed.jsonl")
+    # Saved elsewhere: the checks below resume `ck` at the end of epoch 1.
     r = expect_success([train_gpt, "--resume", ck, "--data", text,
-                        "--log-json", resumed] + COMMON)
+                        "--log-json", resumed, "--checkpoint",
+                        fresh(work, "resume-epoch2.pt")] + COMMON)
     got = records(resumed)
     want = records(straight)
     if [g["epoch"] for g in got] != [2]:
@@ -258,6 +260,23 @@ def resume(train_gpt, work):
              f"{r.stderr!r}")
     print("  another --layers and --dropout: " +
           r.stderr.strip().splitlines()[-1][:160])
+    # --init-from a lamp checkpoint: the model takes the run's shape (no
+    # shape flag given); another --layers is refused, naming both.
+    start = [train_gpt, "--init-from", ck, "--data", text, "--epochs", "1",
+             "--max-steps", "1", "--precision", "fp32", "--no-progress",
+             "--sample-tokens", "0", "--batch-size", "16"]
+    r = expect_success(start)
+    if "gpt(layers=2, heads=2, width=32, context=32, vocab=256)" \
+            not in r.stdout:
+        fail(f"--init-from did not take the checkpoint's shape: "
+             f"{r.stdout[:400]!r}")
+    r = run(start + ["--layers", "3"])
+    if r.returncode != 1 or "holds a GPT of another shape than the flags " \
+            "give: --layers 3 here, 2 there" not in r.stderr:
+        fail(f"--init-from with --layers 3: exit {r.returncode}, "
+             f"{r.stderr!r}")
+    print("  --init-from takes the checkpoint's shape; another --layers "
+          "refused")
 
 
 def fp8_recipe(train_gpt, work):
@@ -385,18 +404,40 @@ def steps(train_gpt, work):
     best = ck[:-3] + ".best.pt"
     if os.path.exists(best):
         os.remove(best)
+    # The resumed run is given neither --checkpoint nor --log-json: it
+    # continues the run's own (checked below).
+    resumed_log = fresh(work, "steps-resumed.jsonl")
     expect_success([train_gpt, "--data", text, "--checkpoint", ck,
-                    "--checkpoint-every", "10", "--max-steps", "23"] +
-                   run_flags + common)
+                    "--checkpoint-every", "10", "--max-steps", "23",
+                    "--log-json", resumed_log] + run_flags + common)
     if not os.path.exists(best):
         fail(f"no best checkpoint at {best}")
-    resumed_log = fresh(work, "steps-resumed.jsonl")
+    best_bytes = open(best, "rb").read()
+    # The .best copy resumed alone is no place to save the run: nothing is
+    # written, and the line names the flag.
+    r = expect_success([train_gpt, "--resume", best, "--no-progress",
+                        "--max-steps", "24", "--sample-tokens", "0"])
+    if f"{best} is not the run's checkpoint ({ck}); give --checkpoint PATH" \
+            not in r.stdout or open(best, "rb").read() != best_bytes:
+        fail(f"--resume of the .best copy alone: {r.stdout[:600]!r}")
     r = expect_success([train_gpt, "--resume", ck, "--no-progress",
-                        "--sample-tokens", "60", "--log-json", resumed_log,
-                        "--log-every", "1"])
+                        "--sample-tokens", "60", "--log-every", "1"])
     if "resuming at epoch" not in r.stdout or "step 24" not in r.stdout:
         fail(f"the header does not say where it resumes: {r.stdout[:300]!r}")
-    got = records(resumed_log, "evaluation")
+    continued = f"resumed from {ck}: checkpoints to {ck}; logs to {resumed_log}"
+    if continued not in r.stdout:
+        fail(f"--resume alone does not say it continues the run's outputs "
+             f"({continued!r}): {r.stdout[:600]!r}")
+    done = run([train_gpt, "--resume", ck, "--no-progress"])
+    if done.returncode != 0 or "the run is complete (40 of 40 steps" \
+            not in done.stdout:
+        fail(f"--resume alone did not save the run to {ck}: a second resume "
+             f"gave exit {done.returncode}, {done.stdout[:400]!r}")
+    # The log holds the stopped run's, the .best copy's and the resumed
+    # run's records: the last run's are the resumed one's.
+    resumed_id = records(resumed_log, "run")[-1]["run_id"]
+    got = [e for e in records(resumed_log, "evaluation")
+           if e["run_id"] == resumed_id]
     if [e["global_step"] for e in got] != [30, 40] or \
             [e["test_loss"] for e in got] != [e["test_loss"] for e in evals[2:]]:
         fail(f"resumed evaluations {got} differ from the straight run's "
@@ -409,14 +450,16 @@ def steps(train_gpt, work):
     want = {s["global_step"]: s["loss"] for s in step_records
             if s["global_step"] > 23}
     have = {s["global_step"]: s["loss"]
-            for s in records(resumed_log, "step")}
+            for s in records(resumed_log, "step") if s["run_id"] == resumed_id}
     if have != want:
         first = min(want)
         fail(f"resumed step losses {sorted(have.items())[:2]} ... differ "
              f"from the straight run's (step {first}: {want[first]!r})")
-    print(f"  --resume (no data, no shape) at step 23: evaluations at 30 and 40 "
-          f"bit-identical ({got[-1]['test_loss']!r}), so are the step "
-          f"losses from step 24, the same sample")
+    print(f"  --resume (no data, no shape, no outputs) at step 23: "
+          f"evaluations at 30 and 40 bit-identical "
+          f"({got[-1]['test_loss']!r}), so are the step losses from step 24, "
+          f"the same sample; the run's checkpoint and log continued, its "
+          f".best copy left as it was")
     # The data file changed under the checkpoint: refused, naming it.
     with open(text, "a") as f:
         f.write("One more line.\n")
@@ -738,6 +781,13 @@ def export(train_gpt, work, python, interop):
     if r.returncode != 1 or "--width 64 here, 32 there" not in r.stderr:
         fail(f"--init-from with another --width: exit {r.returncode}, "
              f"{r.stderr}")
+    # --resume of a Python file (nanoGPT's init_from='resume' on its
+    # ckpt.pt): no run to continue; the message names --init-from.
+    r = run([train_gpt, "--resume", state, "--no-progress"])
+    if r.returncode != 1 or "holds weights, no run to continue. To start a " \
+            f"new run from a GPT's weights in it (nanoGPT's ckpt.pt, a state " \
+            f"dict), give --init-from {state}." not in r.stderr:
+        fail(f"--resume of a Python file: exit {r.returncode}, {r.stderr}")
 
 
 def sample_only(train_gpt, work):
@@ -796,6 +846,8 @@ def sample_only(train_gpt, work):
             (base + ["--prompt-file", work], f"--prompt-file {work} is a "
                                              "folder; give a text file"),
             (base + ["--prompt", ""], "--prompt is empty"),
+            (base + ["--prompt", "x", "--prompt-file", prompt],
+             "give one of --prompt and --prompt-file"),
             (base + ["--export-state-dict", os.path.join(work, "x.pt")],
              "--sample-only trains and writes nothing: leave out "
              "--export-state-dict"),
@@ -821,8 +873,25 @@ def sample_only(train_gpt, work):
         fail(f"training with a missing --prompt-file: exit {r.returncode}, "
              f"{r.stderr.strip()!r}, checkpoint written: "
              f"{os.path.exists(never)}")
+    # The run's precision where it cannot run here: refused naming the flag
+    # that samples in another, wherever training in it is refused too
+    # (FP16 on LibTorch 1.13's CPU); sampled where it runs.
+    fp16 = run([train_gpt, "--data", text, "--epochs", "1", "--max-steps",
+                "1", "--precision", "amp", "--sample-tokens", "0",
+                "--no-progress"] + SHAPE)
+    r = run(base + ["--precision", "amp"])
+    if fp16.returncode == 0:
+        if r.returncode != 0:
+            fail(f"--sample-only --precision amp where amp trains: exit "
+                 f"{r.returncode}, {r.stderr.strip()!r}")
+    elif r.returncode != 1 or "--sample-only: precision 'amp' (given) runs " \
+            "FP16, which this LibTorch cannot run on cpu; give --precision " \
+            "fp32" not in r.stderr:
+        fail(f"--sample-only --precision amp where amp does not train: exit "
+             f"{r.returncode}, {r.stderr.strip()!r}")
     print(f"  --sample-only: the run's sample again ({len(again)} "
-          f"characters), the same without the cache; {speed[-1]}")
+          f"characters), the same without the cache; {speed[-1]}; "
+          f"--precision amp {'sampled' if r.returncode == 0 else 'refused'}")
 
 
 def write_token_folder(folder, ids, split, code="H", meta=None):
@@ -906,8 +975,27 @@ def token_files(train_gpt, work):
     if not sample.startswith("The ") or \
             any(c not in chars for c in decoded(sample)):
         fail(f"--sample-only did not decode with meta.pkl: {sample!r}")
+    # Ids of one alphabet are not another's text: this model's ids read as
+    # a text's bytes (--data a text), and a byte-level model's read with
+    # these pieces, are refused, not sampled as garbage.
+    byte_model = fresh(work, "bytes.pt")
+    expect_success([train_gpt, "--data", make_text(work), "--precision",
+                    "fp32", "--max-steps", "2", "--epochs", "1",
+                    "--checkpoint", byte_model] + COMMON)
+    for source, data, message in [
+            (checkpoint, make_text(work),
+             f"the model's vocabulary of {padded} ids is not the bytes of a "
+             "text (256)"),
+            (byte_model, chars_folder,
+             f"{byte_model}'s run trained on the text of {make_text(work)} "
+             f"(its bytes), not on token files")]:
+        r = run([train_gpt, "--sample-only", "--resume", source, "--data",
+                 data, "--sample-tokens", "5", "--no-progress"])
+        if r.returncode != 1 or message not in r.stderr:
+            fail(f"--sample-only --resume {source} --data {data}: exit "
+                 f"{r.returncode}, {r.stderr!r} (wanted {message!r})")
     print(f"  characters: vocabulary {v} -> {padded}, losses {losses}, "
-          f"sample {sample[:40]!r}")
+          f"sample {sample[:40]!r}; ids read as another alphabet refused")
 
     # uint16 ids above 32,767 (int16's range), no meta.pkl: --vocab-size.
     rng = random.Random(11)
@@ -1115,6 +1203,8 @@ def tokenizer(train_gpt, work, gpt_md):
             or "where the file has moved, give --tokenizer PATH" not in r.stderr:
         fail(f"--resume with its tokenizer moved: exit {r.returncode}, "
              f"{r.stderr.strip()!r}")
+    # The resumed run saves the checkpoint again, with the tokenizer's new
+    # path.
     r = expect_success([train_gpt, "--resume", checkpoint, "--tokenizer",
                         moved, "--max-steps", "14", "--no-progress"])
     if f"encoded by {moved}" not in r.stdout:
@@ -1127,7 +1217,7 @@ def tokenizer(train_gpt, work, gpt_md):
              "--max-steps", "14", "--no-progress"])
     if r.returncode != 1 or f"--tokenizer {other} is not the tokenizer " \
             f"{checkpoint} was trained with (320 pieces" not in r.stderr or \
-            f"give the file the run used (it was {model})" not in r.stderr:
+            f"give the file the run used (it was {moved})" not in r.stderr:
         fail(f"--resume with another tokenizer: exit {r.returncode}, "
              f"{r.stderr.strip()!r}")
     print("  a moved tokenizer is found with --tokenizer; another refused")

@@ -235,6 +235,8 @@ name=stdout_closed
     --log-json "$work/pipe.jsonl" 2> "$work/$name.log" | head -1 > /dev/null
 status=${PIPESTATUS[0]}
 logged=$(grep -c '"record":"epoch"' "$work/pipe.jsonl")
+# Read before the resume below, which continues the log.
+last_record=$(tail -1 "$work/pipe.jsonl")
 # One step past the checkpoint (2 steps an epoch): a --max-steps it has
 # reached already would end before the header, saying so.
 "$train" "${common[@]}" --epochs 1000 --resume "$work/pipe.pt" \
@@ -244,7 +246,7 @@ elif ! grep -q "cannot write to standard output (Broken pipe)" "$work/$name.log"
   fail "$name: no message naming stdout"; sed 's/^/      /' "$work/$name.log" | tail -3
 elif ! grep -qE "resuming at epoch $((logged + 1))(,|$)" "$work/${name}_resume.log"; then
   fail "$name: the log records $logged epochs, the checkpoint another count"
-elif ! tail -1 "$work/pipe.jsonl" | grep -q '"record":"error".*standard output'; then
+elif ! grep -q '"record":"error".*standard output' <<< "$last_record"; then
   fail "$name: the log does not end with the error"
 else pass "$name"; fi
 

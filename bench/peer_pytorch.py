@@ -58,6 +58,7 @@ import platform
 import resource
 import sys
 import time
+import traceback
 import warnings
 
 import torch
@@ -868,12 +869,22 @@ class PeerStep:
             self.max_grad_norm = None
         self.scaler = make_grad_scaler(device) \
             if uses_loss_scaling(precision) else None
+        def forward_loss(inputs, targets):
+            logits = model(inputs)
+            if logits.dim() == 3:  # gpt: one prediction per position
+                logits = logits.flatten(0, 1)
+            return F.cross_entropy(logits.float(), targets.flatten())
+
+        # The compile tools compile the loss with the model, as nanoGPT's
+        # train.py does (its model returns the loss): Inductor fuses the
+        # logits' cast, log-softmax and NLL, which lamp fuses too
+        # (--fused-head-loss).
         if args.compile:
-            self.forward = torch.compile(model) \
+            self.forward_loss = torch.compile(forward_loss) \
                 if args.compile_mode == "default" \
-                else torch.compile(model, mode=args.compile_mode)
+                else torch.compile(forward_loss, mode=args.compile_mode)
         else:
-            self.forward = model
+            self.forward_loss = forward_loss
 
         generator = torch.Generator().manual_seed(1)
         if shape is not None:
@@ -921,10 +932,7 @@ class PeerStep:
         """Forward, loss, backward, gradient clipping (gpt), optimizer (and
         scaler) step: the step but zero_grad. Returns the loss."""
         with self._autocast(cache_enabled):
-            logits = self.forward(self.inputs)
-            if logits.dim() == 3:  # gpt: one prediction per position
-                logits = logits.flatten(0, 1)
-            loss = F.cross_entropy(logits.float(), self.targets.flatten())
+            loss = self.forward_loss(self.inputs, self.targets)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
@@ -1042,7 +1050,7 @@ def gpt_shape(args):
                     vocab_size=args.gpt_vocab, gelu=args.gpt_gelu)
 
 
-def run_configuration(args, precision, tf32_defaults):
+def run_configuration(args, precision, tf32_defaults, keep_going=False):
     tool = tool_of(args)
     shape = gpt_shape(args)
     result = {
@@ -1051,7 +1059,11 @@ def run_configuration(args, precision, tf32_defaults):
         "precision": precision,
         "channels_last": args.channels_last,
         "cudnn_benchmark": args.cudnn_benchmark,
-        "optimizer_impl": tool.optimizer_impl,
+        # What torch runs: "foreach" passes no choice, and torch's default
+        # is foreach on CUDA but the per-parameter loop on a CPU.
+        "optimizer_impl": "for-loop (torch's CPU default)"
+                          if tool.optimizer_impl == "foreach"
+                          and args.device != "cuda" else tool.optimizer_impl,
         "compile_mode": tool.compile_mode if tool.compile else None,
         "cuda_graph": tool.cuda_graph,
         "steps": args.steps,
@@ -1116,13 +1128,22 @@ def run_configuration(args, precision, tf32_defaults):
                                  "seconds_per_step": profiled,
                                  "top_kernels": kernels}
         result.update(step.health())
-    except (RuntimeError, NotImplementedError, TypeError) as error:
-        result["skipped"] = skip_reason(error, device)
+    except Exception as error:  # noqa: BLE001: sorted below
+        known = isinstance(error, (RuntimeError, NotImplementedError,
+                                   TypeError))
+        result["skipped"] = skip_reason(error, device) if known else None
         if result["skipped"] is None:
-            raise
+            if not keep_going:
+                raise
+            # One tool of several failed (a torch.compile that cannot
+            # build, a capture that fails): its own cell says why, and the
+            # process's other tools keep their results.
+            traceback.print_exc()
+            result["failed"] = "%s: %s" % (type(error).__name__,
+                                           _first_line(error))
     step = None
     release(tool, device)
-    if result["skipped"] is None:
+    if result["skipped"] is None and not result.get("failed"):
         images_per_second = sorted(rates)[(len(rates) - 1) // 2]
         result.update({
             "steps": steps,
@@ -1334,6 +1355,8 @@ def describe(result):
             layout, "on" if result["cudnn_benchmark"] else "off")
     if result["skipped"]:
         return head + ": skipped (%s)" % result["skipped"]
+    if result.get("failed"):
+        return head + ": failed (%s)" % result["failed"]
     if result["model"] == "gpt":
         rate = "%.1f sequences/s, %.0f tokens/s, %.3f TFLOP/s" % (
             result["images_per_second"], result["tokens_per_second"],
@@ -1654,7 +1677,8 @@ def main(argv=None):
                  tool_args.optimizer_impl, tool_args.cuda_graph) = TOOLS[tool]
             for precision in args.precision:
                 result = run_configuration(tool_args, precision,
-                                           tf32_defaults)
+                                           tf32_defaults,
+                                           keep_going=len(tools) > 1)
                 result["tool"] = tool
                 report["results"].append(result)
                 print("%s: %s" % (tool, describe(result)), flush=True)

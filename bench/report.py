@@ -2,12 +2,15 @@
 """Joins bench/run.sh's per-run JSON files into one JSON report and markdown
 tables. Standard library only (no torch): run.sh calls it as
 
-  report.py MANIFEST OUT_DIR DEVICE SUFFIX PEER_PYTHON STEM_FILE
+  report.py MANIFEST OUT_DIR DEVICE SUFFIX PEER_PYTHON STEM_FILE [NOT_RUN_FILE]
 
 MANIFEST has a line per configuration and tool (tab-separated: tool, model,
 batch, precision, channels_last 0/1, cudnn_benchmark 0/1, status, JSON path);
 the report lands in OUT_DIR/<device>-<date><SUFFIX>.{json,md} and its stem in
-STEM_FILE.
+STEM_FILE (where STEM_FILE already names one, from this run's earlier call,
+the report replaces it). NOT_RUN_FILE's lines (rows a time budget skipped,
+a run stopped before its end) head the markdown under "Not run" and are the
+JSON's "not_run".
 
 Per configuration (row) and tool: the median images/s of the repeated runs
 and their spread, (max - min) / median, flagged above NOISY_SPREAD; a result
@@ -299,6 +302,8 @@ def cell_rate(entry, notes, scale=1):
         return entry["status"]
     if entry.get("skipped"):
         return "skipped " + notes.ref(entry["skipped"])
+    if entry.get("failed"):  # one tool of the peer's several
+        return "failed " + notes.ref(entry["failed"])
     text = "%.0f" % (entry["images_per_second"] * scale)
     if len(entry.get("runs_images_per_second", [])) > 1:
         text += " (%.1f%%)" % (100 * entry["spread"])
@@ -358,23 +363,27 @@ def main_table(rows, order, present, notes):
     lines = [
         "| model | batch | mode | unit | %s | lamp vs eager, fused "
         "optimizer | lamp graph vs PyTorch graph | **best lamp vs best "
-        "PyTorch** | best PyTorch | best lamp MFU |"
+        "PyTorch** | best lamp | best PyTorch | best lamp MFU |"
         % " | ".join(TITLES[t] for t in present),
-        "|---|---|---|---|%s---|---|---|---|---|" % ("---|" * len(present)),
+        "|---|---|---|---|%s---|---|---|---|---|---|" % ("---|" * len(present)),
     ]
     for key in order:
         row = rows[key]
         ratios = row_ratios(row)
         headline = times(ratios["best_lamp_vs_best_pytorch"])
         unit, scale = row_unit(key, row)
-        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            model_text(key, row), key[1], mode_text(key), unit,
-            " | ".join(cell_rate(row.get(t), notes, scale)
-                       for t in present),
-            times(ratios["lamp_vs_pytorch_fused"]),
-            times(ratios["lamp_graph_vs_pytorch_graph"]),
-            "**%s**" % headline if headline != "-" else headline,
-            TITLES.get(ratios["best_pytorch"], "-"), best_mfu(row)))
+        # Which lamp tool the headline is, an opt-in one (the GPT's fused
+        # kernels, the folded BatchNorm) named as such.
+        lines.append(
+            "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                model_text(key, row), key[1], mode_text(key), unit,
+                " | ".join(cell_rate(row.get(t), notes, scale)
+                           for t in present),
+                times(ratios["lamp_vs_pytorch_fused"]),
+                times(ratios["lamp_graph_vs_pytorch_graph"]),
+                "**%s**" % headline if headline != "-" else headline,
+                TITLES.get(ratios["best_lamp"], "-"),
+                TITLES.get(ratios["best_pytorch"], "-"), best_mfu(row)))
     return lines
 
 
@@ -474,6 +483,7 @@ def fusion_table(rows, order):
                 cells.append("-" if entry is None else (
                     entry["status"] if entry.get("status") != "ok"
                     else "skipped" if entry.get("skipped")
+                    else "failed" if entry.get("failed")
                     else "garbage" if garbage(entry) else "-"))
                 continue
             row_ratios_by_tool[tool] = value
@@ -727,15 +737,37 @@ def write_whole(path, text):
         raise
 
 
+def read_not_run(path):
+    """The lines of NOT_RUN_FILE: the rows run.sh did not run (a time
+    budget spent) and whether the run ended before its last row."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip()]
+
+
 def main(argv):
-    manifest_path, out_dir, device, suffix, peer_python, stem_path = argv
+    manifest_path, out_dir, device, suffix, peer_python, stem_path = argv[:6]
+    not_run = read_not_run(argv[6] if len(argv) > 6 else None)
     headers, runs, order = read_manifest(manifest_path)
     date = datetime.datetime.now(datetime.timezone.utc)
     lines, merged, device_name = build(headers, runs, order, device,
                                        peer_python, date)
+    if not_run:
+        # Said where the tables are read: a row the run skipped is no row
+        # of this device's to compare.
+        lines[1:1] = ["", "**Not run:**", ""] + \
+            ["- " + line for line in not_run]
+        merged["not_run"] = not_run
     slug = "cpu" if device == "cpu" else \
         re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or device
-    stem = free_stem(os.path.join(out_dir, "%s-%s%s" % (
+    # The same run writes its report as its rows finish: each write
+    # replaces the last (the stem it chose first), a new run never does.
+    previous = ""
+    if os.path.exists(stem_path):
+        with open(stem_path) as f:
+            previous = f.read().strip()
+    stem = previous or free_stem(os.path.join(out_dir, "%s-%s%s" % (
         slug, date.strftime("%Y-%m-%d"), suffix)))
     write_whole(stem + ".json", json.dumps(merged, indent=2) + "\n")
     write_whole(stem + ".md", "\n".join(lines) + "\n")

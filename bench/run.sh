@@ -161,8 +161,32 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 manifest="$work/manifest.tsv"
 : >"$manifest"
+# What the run did not run, for the report: rows a time budget skipped.
+not_run="$work/not_run.txt"
+: >"$not_run"
 runs=0
 failures=0
+suffix=""
+[ "$quick" = 1 ] && suffix="-quick"
+[ "$suite" = float8 ] && suffix="-float8"
+[ "$suite" = conv-bn ] && suffix="-conv-bn"
+[ "$suite" = gpt ] && suffix="-gpt"
+
+# report_so_far: the report of the rows finished, written after each row
+# and replaced by the next: a run the device call's time limit kills (which
+# removes $work) leaves the rows it had measured, marked as a run that did
+# not end.
+report_so_far() {
+  mkdir -p "$out_dir"
+  { cat "$not_run"
+    echo "the rows after these: the run had not ended when this report was" \
+      "written (stopped, or killed at a time limit)"
+  } >"$work/not_run_yet.txt"
+  if ! python3 bench/report.py "$manifest" "$out_dir" "$device" "$suffix" \
+      "$python" "$work/stem" "$work/not_run_yet.txt" >/dev/null; then
+    echo "run.sh: the report of the rows so far failed (see above)" >&2
+  fi
+}
 
 # run_tools "TOOLS" MODEL BATCH PRECISION CHANNELS_LAST CUDNN_BENCHMARK WARMUP
 #           STEPS [FLAG...]
@@ -268,6 +292,7 @@ print(json.load(open(sys.argv[1]))["threads"])' "$json")")
         "$precision" "$cl" "$cb" "$json"
     fi
   done
+  report_so_far
 }
 
 # run_one LABEL JSON COMMAND...: runs a benchmark process; a failure (or no
@@ -317,6 +342,9 @@ time_left() {
   echo "run.sh: $what skipped: ${SECONDS}s of the ${budget}s budget" \
     "spent, about ${need}s more needed (LAMP_BENCH_BUDGET_S raises it;" \
     "--suite gpt and --suite float8 run the GPT's rows alone)" >&2
+  echo "$what: skipped by the time budget (${SECONDS} s of" \
+    "LAMP_BENCH_BUDGET_S=${budget} spent, about ${need} s more needed)" \
+    >>"$not_run"
   return 1
 }
 
@@ -363,7 +391,7 @@ elif [ "$suite" = float8 ]; then
   # FP8 pays where the matrix products dominate the step: 4096-wide MLPs,
   # batch x sequence >= 8192. lamp's GPT with width 4096
   # has exactly those MLPs (4096 -> 16384 -> 4096) beside 4096-wide
-  # attention projections: 2 blocks, 403 M parameters, 8 sequences of 1024
+  # attention projections: 2 blocks, 408 M parameters, 8 sequences of 1024
   # tokens. Tools: each side's best for FP8 (Python's is torch.compile,
   # which fuses the casts); the CUDA-graph step for lamp. nanoGPT's small
   # shape, where the casts' memory traffic weighs more, is in the default
@@ -376,7 +404,7 @@ elif [ "$suite" = float8 ]; then
   else
     # A CPU has no FP8 units: its emulated _scaled_mm says what the casts
     # and the emulation cost, at a width a CPU steps through in seconds
-    # (1 block of width 1024, 8 sequences of 128 tokens: 12.6 M parameters).
+    # (1 block of width 1024, 8 sequences of 128 tokens: 13.0 M parameters).
     for p in amp-bf16 fp8; do
       run_gpt "lamp pytorch-fused pytorch-compile-fused" 8 "$p" 2 10 1 8 1024 128
     done
@@ -440,7 +468,7 @@ else
     run_gpt "lamp-graph lamp-graph-fused pytorch-graph pytorch-compile-fused" \
       8 amp-bf16 5 20 12 12 768 1024 --gpt-vocab 50304 --gpt-gelu tanh
   fi
-  # Where FP8 should pay (the float8 suite's 4096-wide GPT: 2 blocks, 403 M
+  # Where FP8 should pay (the float8 suite's 4096-wide GPT: 2 blocks, 408 M
   # parameters, 8 sequences of 1024 tokens), lamp's graph step with and
   # without its fused kernels (in fp8 the one-pass casts too) beside the
   # compiled Python twin.
@@ -484,13 +512,8 @@ else
 fi
 
 mkdir -p "$out_dir"
-suffix=""
-[ "$quick" = 1 ] && suffix="-quick"
-[ "$suite" = float8 ] && suffix="-float8"
-[ "$suite" = conv-bn ] && suffix="-conv-bn"
-[ "$suite" = gpt ] && suffix="-gpt"
 python3 bench/report.py "$manifest" "$out_dir" "$device" "$suffix" "$python" \
-  "$work/stem"
+  "$work/stem" "$not_run"
 
 # The bar chart beside them, by scripts/plot.py with Debian's python3 (its
 # interpreter, where python3-matplotlib installs). Without matplotlib the

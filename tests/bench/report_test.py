@@ -61,13 +61,19 @@ PEERS = [
 ]
 
 
-def run_main(manifest, out, device, suffix, stem_file):
+def run_main(manifest, out, device, suffix, stem_file, not_run=()):
     """report.main as bench/run.sh calls it, its tables unprinted; the stem
     it wrote to `stem_file`."""
+    extra = []
+    if not_run:
+        extra = [stem_file + ".not_run"]
+        with open(extra[0], "w") as f:
+            f.write("\n".join(not_run) + "\n")
     with open(os.devnull, "w") as quiet:
         stdout, sys.stdout = sys.stdout, quiet
         try:
-            report.main([manifest, out, device, suffix, "python3", stem_file])
+            report.main([manifest, out, device, suffix, "python3",
+                         stem_file] + extra)
         finally:
             sys.stdout = stdout
     with open(stem_file) as f:
@@ -158,8 +164,8 @@ class Report(unittest.TestCase):
                                16030.0 / 17000.0)
         cells = self.table_row(None, "| resnet50 | 512 | amp,")
         self.assertIn("19100 (1.0%) garbage: non-finite params", cells)
-        self.assertEqual(cells[-3:], ["**0.94x**", report.TITLES[
-            "pytorch-compile-ro-fused"], "-"])
+        self.assertEqual(cells[-4:], ["**0.94x**", report.TITLES[
+            "lamp-graph"], report.TITLES["pytorch-compile-ro-fused"], "-"])
 
     def test_spread_over_5_percent_is_flagged(self):
         entry = self.row["pytorch-compile-ro-fused"]
@@ -445,11 +451,54 @@ class Statuses(unittest.TestCase):
                 headers, runs, order, "cpu", "python3",
                 report.datetime.datetime(2026, 11, 24, 12, 0))
         text = "\n".join(lines)
-        self.assertIn("| not run (no torch) | skipped [1] | - | - | - | - |",
-                      text)
+        self.assertIn("| not run (no torch) | skipped [1] | - | - | - | "
+                      "lamp | - | - |", text)
         self.assertIn("[1] the whole-step CUDA graph needs a CUDA device",
                       text)
         self.assertIsNone(merged["rows"][0]["ratios"]["best_pytorch"])
+
+    def test_a_failed_tool_of_the_peer_is_its_own_cell(self):
+        # One tool of the peer's process failed (a torch.compile that cannot
+        # build): its cell says so with the reason, the others keep theirs.
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp"], [LAMP])
+            fixture.add(["pytorch-eager", "pytorch-compile-fused"], [
+                PEERS[0],
+                dict(result([1.0]), tool="pytorch-compile-fused",
+                     images_per_second=None,
+                     failed="InductorError: InvalidCxxCompiler")])
+            headers, runs, order = report.read_manifest(fixture.manifest())
+            lines, merged, _ = report.build(
+                headers, runs, order, "cpu", "python3",
+                report.datetime.datetime(2026, 11, 24, 12, 0))
+        text = "\n".join(lines)
+        self.assertIn("failed [1]", text)
+        self.assertIn("[1] InductorError: InvalidCxxCompiler", text)
+        self.assertIsNotNone(merged["rows"][0]["ratios"]["best_pytorch"])
+
+    def test_rows_not_run_head_the_report_and_a_rewrite_keeps_its_stem(self):
+        # run.sh writes the report after each row (the rows so far, and that
+        # the run had not ended), then at the end: one stem, replaced.
+        with tempfile.TemporaryDirectory() as tmp:
+            manifest = standard(tmp).manifest()
+            out = os.path.join(tmp, "out")
+            os.mkdir(out)
+            stem_file = os.path.join(tmp, "stem")
+            first = run_main(manifest, out, "cpu", "", stem_file,
+                             ["the GPT-2 124M rows: skipped by the time budget",
+                              "the rows after these: the run had not ended"])
+            with open(first + ".md") as f:
+                text = f.read()
+            self.assertIn("**Not run:**\n\n- the GPT-2 124M rows: skipped by "
+                          "the time budget\n- the rows after these", text)
+            with open(first + ".json") as f:
+                self.assertEqual(len(json.load(f)["not_run"]), 2)
+            last = run_main(manifest, out, "cpu", "", stem_file)
+            self.assertEqual(last, first)
+            with open(last + ".md") as f:
+                self.assertNotIn("Not run", f.read())
+            self.assertEqual(len(os.listdir(out)), 2)
 
     def test_main_writes_json_markdown_and_stem(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -437,6 +437,15 @@ class GPTRows(unittest.TestCase):
         self.assertEqual(merged["rows"][0]["unit"], "sequences/s")
 
 
+def built(fixture):
+    """The markdown (one string) and JSON of the fixture's report."""
+    headers, runs, order = report.read_manifest(fixture.manifest())
+    lines, merged, _ = report.build(
+        headers, runs, order, "cpu", "python3",
+        report.datetime.datetime(2026, 11, 24, 12, 0))
+    return "\n".join(lines), merged
+
+
 class Statuses(unittest.TestCase):
     def test_not_run_skipped_and_failed_cells(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -446,11 +455,7 @@ class Statuses(unittest.TestCase):
             fixture.add(["pytorch-graph"], [dict(
                 result([1.0]), tool="pytorch-graph", images_per_second=None,
                 skipped="the whole-step CUDA graph needs a CUDA device")])
-            headers, runs, order = report.read_manifest(fixture.manifest())
-            lines, merged, _ = report.build(
-                headers, runs, order, "cpu", "python3",
-                report.datetime.datetime(2026, 11, 24, 12, 0))
-        text = "\n".join(lines)
+            text, merged = built(fixture)
         self.assertIn("| not run (no torch) | skipped [1] | - | - | - | "
                       "lamp | - | - |", text)
         self.assertIn("[1] the whole-step CUDA graph needs a CUDA device",
@@ -468,11 +473,7 @@ class Statuses(unittest.TestCase):
                 dict(result([1.0]), tool="pytorch-compile-fused",
                      images_per_second=None,
                      failed="InductorError: InvalidCxxCompiler")])
-            headers, runs, order = report.read_manifest(fixture.manifest())
-            lines, merged, _ = report.build(
-                headers, runs, order, "cpu", "python3",
-                report.datetime.datetime(2026, 11, 24, 12, 0))
-        text = "\n".join(lines)
+            text, merged = built(fixture)
         self.assertIn("failed [1]", text)
         self.assertIn("[1] InductorError: InvalidCxxCompiler", text)
         self.assertIsNotNone(merged["rows"][0]["ratios"]["best_pytorch"])

@@ -836,6 +836,17 @@ int main(int argc, char** argv) {
         config.model = "gpt";
         lamp_examples::RunSpec spec;
         const bool token_files = lamp::data::is_token_folder(config.data);
+        // A nanoGPT data folder before its prepare.py ran: read as text, it
+        // would train on input.txt, prepare.py and readme.md joined.
+        struct stat prepare {};
+        TORCH_CHECK(
+            token_files ||
+                ::stat((config.data + "/prepare.py").c_str(), &prepare) != 0,
+            "--data ", config.data,
+            " holds nanoGPT's prepare.py but no train.bin and val.bin: run "
+            "it to make the token files, or give the text file itself "
+            "(such as ",
+            config.data, "/input.txt) to train on its bytes.");
         if (flags.train_tokenizer > 0) {
           TORCH_CHECK(!flags.tokenizer_path.empty(),
                       "--train-tokenizer needs --tokenizer FILE.model, the "

@@ -207,7 +207,10 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
     record["context"] = sequence_length_;
     record["tokens_per_second"] = s.tokens_per_second;
     record["train_perplexity"] = lamp::training::perplexity(s.train_loss);
-    record["test_perplexity"] = s.test_perplexity();
+    // Nothing evaluated (--eval-every): no perplexity, not exp(0) = 1.
+    record["test_perplexity"] =
+        s.evaluated ? nlohmann::ordered_json(s.test_perplexity())
+                    : nlohmann::ordered_json(nullptr);
   }
   if (flops_per_example_ > 0) {
     // Model FLOPs utilisation: the model's FLOPs per second over the

@@ -120,9 +120,9 @@ void add_optimizer_options(CLI::App& app, ProgramConfig& c) {
               "program's default longer than the run becomes 2% of it)",
               integer_in(0, int64_t{1} << 40));
   add_checked(app, "--min-lr", c.min_lr,
-              "--schedule warmup-cosine: the learning rate the cosine reaches "
-              "at the run's end, in [0, --lr] (a program's default above "
-              "--lr becomes --lr/10)",
+              "--schedule warmup-cosine: the learning rate the cosine decays "
+              "toward (the step after the run's last would take it), in [0, "
+              "--lr] (a program's default above --lr becomes --lr/10)",
               non_negative_real());
   add_checked(app, "--beta1", c.beta1, "adam/adamw: beta1, in [0, 1)",
               real_in(0.0, 1.0, false, true));

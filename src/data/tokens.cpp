@@ -224,6 +224,28 @@ int64_t read_token_meta(const std::string& meta_path, TokenPieces* pieces) {
                 "); prepare the data again, or remove it and give "
                 "--vocab-size.");
   }
+  if (!value) {
+    // Why, in the words of the script that wrote it: a protocol before 2
+    // (no PROTO opcode first), or an entry that is an object (numpy's
+    // integers and strings pickle as objects).
+    TORCH_CHECK(bytes.empty() || static_cast<uint8_t>(bytes[0]) == 0x80, caller,
+                ": ", quoted(meta_path),
+                " is pickled with protocol 0 or 1, which lamp does not read; "
+                "pickle it with protocol 2 or later (pickle.dump(meta, f), "
+                "Python 3's default), or remove it and give --vocab-size.");
+    const auto skeleton = lamp::detail::read_plain_pickle(
+        bytes.data(), bytes.size(), meta_path, /*objects_as_none=*/true);
+    if (skeleton && skeleton->isGenericDict()) {
+      for (const auto& entry : skeleton->toGenericDict()) {
+        const bool object_value = entry.value().isNone();
+        TORCH_CHECK(!entry.key().isString() || !object_value, caller, ": ",
+                    quoted(meta_path), "'s ", entry.key().toStringRef(),
+                    " is a Python object, not a plain value (a numpy "
+                    "integer or string?); write it as Python's own (int(...), "
+                    "str(...)) in the script that made it.");
+      }
+    }
+  }
   TORCH_CHECK(value && value->isGenericDict(), caller, ": ", quoted(meta_path),
               " is not a readable pickle of a dict of plain values "
               "(nanoGPT's meta.pkl holds vocab_size, itos and stoi); prepare "

@@ -383,6 +383,13 @@ def steps(train_gpt, work):
     straight = expect_success([train_gpt, "--data", text, "--log-json",
                                straight_log] + run_flags + common)
     evals = records(straight_log, "evaluation")
+    # The epoch record of a run evaluated by steps: no test perplexity
+    # (exp of the 0 its test_loss reads is no measurement).
+    epoch = records(straight_log)[-1]
+    if epoch["evaluated"] or epoch["test_perplexity"] is not None:
+        fail(f"a run evaluated by steps: its epoch record's evaluated "
+             f"{epoch['evaluated']}, test_perplexity "
+             f"{epoch['test_perplexity']!r} (wanted null)")
     if [e["global_step"] for e in evals] != [10, 20, 30, 40]:
         fail(f"evaluations at {[e['global_step'] for e in evals]}, expected "
              f"10, 20, 30, 40")
@@ -674,6 +681,16 @@ def bad_data(train_gpt, work):
     os.makedirs(folder, exist_ok=True)
     write("no-text/index.dat", b"\x00\x01")
     expect_error("folder without text", folder, ["no-text", "holds no text file"])
+    # nanoGPT's data folder before its prepare.py ran: not its files joined
+    # as one text.
+    unprepared = os.path.join(work, "unprepared")
+    os.makedirs(unprepared, exist_ok=True)
+    with open(make_text(work), "rb") as f:
+        write("unprepared/input.txt", f.read())
+    write("unprepared/prepare.py", b"import os\n" * 40)
+    expect_error("nanoGPT's folder before prepare.py", unprepared,
+                 ["holds nanoGPT's prepare.py but no train.bin and val.bin: "
+                  "run it", f"{unprepared}/input.txt"])
 
     # A model too large for the memory: refused before it is built, naming
     # its size and the flags that make it (width 2^20: 12 * 2^40 parameters
@@ -1060,6 +1077,18 @@ def token_files(train_gpt, work):
         f.write(b"\x80\x04\x95garbage")
     expect_error("damaged meta.pkl", ["--data", bad],
                  ["meta.pkl", "is not a readable pickle"])
+    # What Python reads but lamp does not, named in the script's terms: a
+    # protocol before 2, and an entry that is an object (as numpy's ints).
+    with open(os.path.join(bad, "meta.pkl"), "wb") as f:
+        pickle.dump(meta, f, protocol=0)
+    expect_error("meta.pkl of protocol 0", ["--data", bad],
+                 ["is pickled with protocol 0 or 1, which lamp does not read"])
+    import fractions
+    with open(os.path.join(bad, "meta.pkl"), "wb") as f:
+        pickle.dump(dict(meta, vocab_size=fractions.Fraction(v)), f)
+    expect_error("meta.pkl's vocab_size an object", ["--data", bad],
+                 ["'s vocab_size is a Python object, not a plain value",
+                  "int(...)"])
     write_token_folder(bad, ids, split, meta=meta)
     expect_error("vocabulary below meta.pkl's",
                  ["--data", bad, "--vocab-size", str(v - 1)],

@@ -637,6 +637,19 @@ TEST(GradScaler, DisabledScalerIsANoOp) {
   in.load_from(stream);
   lamp::GradScaler enabled;
   expect_error([&] { enabled.load(in); }, "disabled GradScaler");
+  // Another archive (a module's) is not blamed on a disabled scaler: its
+  // keys are named.
+  torch::nn::Linear linear(2, 1);
+  torch::serialize::OutputArchive module_out;
+  linear->save(module_out);
+  std::stringstream module_stream;
+  module_out.save_to(module_stream);
+  torch::serialize::InputArchive module_in;
+  module_in.load_from(module_stream);
+  expect_error([&] { enabled.load(module_in); },
+               "lamp::GradScaler::load: the archive holds no GradScaler "
+               "state (its 'scale', '_growth_tracker', ...); its keys are "
+               "'weight', 'bias'.");
 }
 
 // Python's scaler.state_dict(): its keys and types, and lamp's keys only

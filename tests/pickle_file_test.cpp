@@ -376,6 +376,22 @@ TEST(DamagedPythonFiles, ListAndDictOpcodesRead) {
                    .has_value());
 }
 
+// A torch.save file of a Python object (torch.save(scaler, path), not its
+// state_dict()) is named as such, with the fix, not as "not a file written
+// by Python's torch.save".
+TEST(DamagedPythonFiles, APythonObjectIsNamedWithTheFix) {
+  const auto error = pickle_error(
+      cat({"\x80\x02", "ctorch.amp.grad_scaler\nGradScaler\n)\x81}(",
+           text("_scale"), "G?\xf0\x00\x00\x00\x00\x00\x00", "ub."}),
+      "object");
+  EXPECT_NE(error.find("is a file of Python's torch.save, but it holds a "
+                       "Python object lamp does not read"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("torch.save(obj.state_dict(), path)"), std::string::npos)
+      << error;
+}
+
 // 1000 levels load, 1001 do not.
 TEST(DamagedPythonFiles, NestingUpToTheLimitLoads) {
   for (const bool appends : {true, false}) {

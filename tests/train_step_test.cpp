@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "lamp/amp/precision_support.h"
 #include "lamp/amp/train_step.h"
@@ -644,6 +645,42 @@ TEST(TrainStep, RefusesAModelWithoutTrainableParameters) {
   }
 }
 
+// An optimizer built over model->parameters() rather than the factory's
+// argument steps the 16-bit model where TrainStep trains FP32 masters (which
+// it copies over the model after each step): it would train nothing, so it
+// is refused at construction, as is an optimizer of no parameters. In fp32
+// the model's parameters are what TrainStep hands: fine.
+TEST(TrainStep, RefusesAFactoryOptimizerOverOtherTensorsOrNone) {
+  for (const auto precision : {Precision::kFP32, Precision::kBF16}) {
+    torch::nn::Linear linear(3, 2);
+    const lamp::OptimizerFactory over_model =
+        [linear](std::vector<torch::Tensor>) {
+          return std::make_unique<torch::optim::SGD>(
+              linear->parameters(), torch::optim::SGDOptions(0.1));
+        };
+    if (precision == Precision::kFP32) {
+      lamp::TrainStep step(linear.ptr(), over_model, precision);
+      continue;
+    }
+    expect_error(
+        [&] { lamp::TrainStep(linear.ptr(), over_model, precision); },
+        "lamp::TrainStep: 2 of the 2 parameters of the factory's optimizer "
+        "are not among those TrainStep handed the factory (in this mode, the "
+        "FP32 master copies): build the optimizer over the factory's "
+        "argument, not model->parameters()");
+  }
+  torch::nn::Linear linear(3, 2);
+  expect_error(
+      [&] {
+        lamp::TrainStep(linear.ptr(), [](std::vector<torch::Tensor>) {
+          return std::make_unique<torch::optim::SGD>(
+              std::vector<torch::Tensor>{}, torch::optim::SGDOptions(0.1));
+        });
+      },
+      "lamp::TrainStep: the optimizer factory's optimizer holds no "
+      "parameters");
+}
+
 // A SmallNet with `classes` outputs and its TrainStep after two steps (so
 // that momentum buffers exist), with the scaler on in every mode.
 struct Trained {
@@ -767,6 +804,66 @@ TEST(TrainStep, LoadRefusesAnotherModelsShapesAndChangesNothing) {
     before.expect_equal(Snapshot(live), mode);
     EXPECT_EQ(live.model->fc->weight.sizes(), (std::vector<int64_t>{4, 16}));
   }
+}
+
+// A checkpoint of a deeper or shallower model (another --layers) names the
+// part only one of them has, by its path, not "corrupt" or the optimizer.
+TEST(TrainStep, LoadRefusesAModelOfAnotherDepthNamingThePart) {
+  const auto model = [](int blocks) {
+    torch::nn::ModuleList list;
+    for (int i = 0; i < blocks; ++i) {
+      list->push_back(torch::nn::Linear(4, 4));
+    }
+    auto net = std::make_shared<torch::nn::Module>();
+    net->register_module("blocks", list);
+    return net;
+  };
+  const auto checkpoint_of = [&](int blocks) {
+    lamp::TrainStep step(model(blocks), sgd(0.1));
+    torch::serialize::OutputArchive archive;
+    step.save(archive);
+    std::stringstream stream;
+    archive.save_to(stream);
+    return stream.str();
+  };
+  for (
+      const auto& [saved, live, message] :
+      std::vector<std::tuple<int, int, std::string>>{
+          {2, 1,
+           "lamp::TrainStep::load: the archive holds 'blocks.1', which this "
+           "model does not have: it was saved from another model (another "
+           "depth or architecture)."},
+          {1, 2,
+           "lamp::TrainStep::load: the model has 'blocks.1', which the archive "
+           "does not hold: it was saved from another model (another depth "
+           "or architecture)."}}) {
+    const auto checkpoint = checkpoint_of(saved);
+    lamp::TrainStep step(model(live), sgd(0.1));
+    expect_error([&] { load(step, checkpoint); }, message);
+  }
+}
+
+// Another kind of optimizer's state (SGD's into AdamW) is refused by name,
+// before anything is loaded (LibTorch's load stops at an INTERNAL ASSERT).
+TEST(TrainStep, LoadRefusesAnotherKindOfOptimizerAndChangesNothing) {
+  const auto checkpoint = Trained(Precision::kBF16, 3, 1).checkpoint();
+  torch::manual_seed(2);
+  SmallNet model(3);
+  lamp::TrainStep live(
+      model.ptr(),
+      [](std::vector<torch::Tensor> params) {
+        return std::make_unique<torch::optim::AdamW>(
+            params, torch::optim::AdamWOptions(1e-3));
+      },
+      lamp::TrainStepOptions(Precision::kBF16).force_loss_scaling(true));
+  const auto weight = model->fc->weight.detach().clone();
+  expect_error([&] { load(live, checkpoint); },
+               "lamp::TrainStep::load: the optimizer state was written by "
+               "another kind of optimizer (its options: dampening, lr, "
+               "momentum, nesterov, weight_decay; this optimizer's: amsgrad, "
+               "betas, eps, lr, weight_decay); build the optimizer the run "
+               "saved with.");
+  EXPECT_TRUE(BitEqual(model->fc->weight, weight));
 }
 
 // A checkpoint written after training diverged (or damaged) is refused with

@@ -71,6 +71,22 @@ c10::Dict<std::string, c10::IValue> GradScaler::state_dict() const {
 }
 
 void GradScaler::load(torch::serialize::InputArchive& archive) {
+  c10::IValue scale;
+  const auto keys = archive.keys();
+  if (options_.enabled() && !keys.empty() &&
+      !archive.try_read("scale", scale)) {
+    // Another archive (a module's, a TrainStep's), not an empty one.
+    std::string held;
+    for (const auto& key : keys) {
+      held += (held.empty() ? "'" : ", '") + key + "'";
+    }
+    TORCH_CHECK(false,
+                "lamp::GradScaler::load: the archive holds no GradScaler "
+                "state (its 'scale', '_growth_tracker', ...); its keys are ",
+                held,
+                ". Give the archive the scaler was saved to (a TrainStep's "
+                "checkpoint is loaded by TrainStep::load).");
+  }
   load_from(archive, "lamp::GradScaler::load");
 }
 

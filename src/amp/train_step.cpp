@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -118,6 +119,39 @@ void check_mode_runs_on(const PrecisionPolicy& policy,
         device.is_cuda() ? "." : " on the CPU, or train on a CUDA device.");
   }
   warn_precision_once(policy.precision, device);
+}
+
+// Refuses an optimizer that holds no parameter, or a trainable tensor
+// TrainStep did not hand the factory (`handed`): one built over
+// model->parameters() in a mode with FP32 masters steps the 16-bit model
+// tensors, which the masters overwrite after every step; it trains nothing,
+// without a word. Frozen tensors (requires_grad false) are let through: they
+// take no step.
+void check_factory_optimizer(const torch::optim::Optimizer& optimizer,
+                             const std::vector<torch::Tensor>& handed,
+                             bool masters) {
+  std::unordered_set<const c10::TensorImpl*> given;
+  for (const auto& p : handed) {
+    given.insert(p.unsafeGetTensorImpl());
+  }
+  int64_t held = 0, foreign = 0;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      ++held;
+      foreign += p.requires_grad() && given.count(p.unsafeGetTensorImpl()) == 0;
+    }
+  }
+  TORCH_CHECK(held > 0,
+              "lamp::TrainStep: the optimizer factory's optimizer holds no "
+              "parameters; build it over the parameters TrainStep hands the "
+              "factory.");
+  TORCH_CHECK(foreign == 0, "lamp::TrainStep: ", foreign, " of the ", held,
+              " parameters of the factory's optimizer are not among those "
+              "TrainStep handed the factory",
+              masters ? " (in this mode, the FP32 master copies)" : "",
+              ": build the optimizer over the factory's argument, not "
+              "model->parameters(); an optimizer over other tensors trains "
+              "nothing.");
 }
 
 // The options with precision kAuto resolved for the model's device.
@@ -311,6 +345,7 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
   optimizer_ = make_optimizer(named_params);
   TORCH_CHECK(optimizer_ != nullptr,
               "lamp::TrainStep: the optimizer factory returned null.");
+  check_factory_optimizer(*optimizer_, params, master_ != nullptr);
   if (sharding_) {
     // The optimizer's param groups, built over the model's parameters, now
     // step this rank's FP32 shards of them.

@@ -18,6 +18,29 @@ namespace detail {
 void check_module_archive(const torch::nn::Module& module,
                           torch::serialize::InputArchive& archive,
                           const std::string& prefix, const char* caller) {
+  // What Module::save writes for this module: its own parameters and
+  // buffers, one archive per serializable child. Anything else is another
+  // model's (a deeper one's blocks), which Module::load would ignore.
+  std::vector<std::string> expected;
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    expected.push_back(p.key());
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    expected.push_back(b.key());
+  }
+  for (const auto& child : module.named_children()) {
+    if (child.value()->is_serializable()) {
+      expected.push_back(child.key());
+    }
+  }
+  for (const auto& key : archive.keys()) {
+    TORCH_CHECK(
+        std::find(expected.begin(), expected.end(), key) != expected.end(),
+        caller, ": the archive holds '", prefix, key,
+        "', which this model does not have: it was saved from another "
+        "model (another depth or architecture). Load it into the "
+        "model it was saved from.");
+  }
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {
     if (p.value().defined()) {
       read_checked_tensor(archive, p.key(), p.value(),
@@ -37,7 +60,11 @@ void check_module_archive(const torch::nn::Module& module,
       continue;
     }
     torch::serialize::InputArchive child_archive;
-    read_archive(archive, child.key(), child_archive, caller);
+    TORCH_CHECK(archive.try_read(child.key(), child_archive), caller,
+                ": the model has '", prefix, child.key(),
+                "', which the archive does not hold: it was saved from "
+                "another model (another depth or architecture). Load it into "
+                "the model it was saved from.");
     check_module_archive(*child.value(), child_archive,
                          prefix + child.key() + ".", caller);
   }
@@ -114,6 +141,29 @@ void check_optimizer_archive(
     torch::serialize::InputArchive group_archive;
     read_archive(groups_archive, "param_groups/" + std::to_string(g),
                  group_archive, caller);
+    // Another kind of optimizer (SGD's state into AdamW) has other options:
+    // LibTorch's load would stop at an INTERNAL ASSERT reading them.
+    torch::serialize::InputArchive saved_options;
+    read_archive(group_archive, "options", saved_options, caller);
+    torch::serialize::OutputArchive options_out;
+    groups[g].options().serialize(options_out);
+    auto options = reread(options_out);
+    auto saved_keys = saved_options.keys();
+    auto keys = options.keys();
+    std::sort(saved_keys.begin(), saved_keys.end());
+    std::sort(keys.begin(), keys.end());
+    const auto joined = [](const std::vector<std::string>& names) {
+      std::string text;
+      for (const auto& name : names) {
+        text += (text.empty() ? "" : ", ") + name;
+      }
+      return text;
+    };
+    TORCH_CHECK(saved_keys == keys, caller,
+                ": the optimizer state was written by another kind of "
+                "optimizer (its options: ",
+                joined(saved_keys), "; this optimizer's: ", joined(keys),
+                "); build the optimizer the run saved with.");
     const auto& params = groups[g].params();
     const int64_t saved_params =
         read_size(group_archive, "params/size", caller);

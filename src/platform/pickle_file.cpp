@@ -204,6 +204,17 @@ c10::IValue load_pickle(const std::string& path, const std::string& what) {
       return *plain;
     }
   }
+  // A torch.save file of a Python object (not its state_dict()): the
+  // object's class is what neither reader knows.
+  TORCH_CHECK(
+      pickle.empty() || torchscript ||
+          error.find("found unknown type") == std::string::npos,
+      what, ": ", path,
+      " is a file of Python's torch.save, but it holds a Python object lamp "
+      "does not read (",
+      error,
+      "). Save plain values instead: an object's state_dict() "
+      "(torch.save(obj.state_dict(), path)), not the object itself.");
   // torch::save archives and TorchScript modules keep their pickle under
   // "constants.pkl"/"data.pkl" next to code, which pickle_load does not read
   // as a plain torch.save file.

@@ -1086,6 +1086,7 @@ def run_configuration(args, precision, tf32_defaults, keep_going=False):
             "gpt_width": shape.width,
             "context": shape.context,
             "vocab_size": shape.vocab_size,
+            "gpt_gelu": shape.gelu,  # as lamp_bench records it
             "parameters": expected_parameters("gpt", shape),
             "flops_per_token": gpt_flops_per_token(shape),
             "tokens_per_second": None,

@@ -397,6 +397,30 @@ class GPTRows(unittest.TestCase):
         self.assertIn("two GPT shapes", str(refused.exception))
         self.assertIn("their shapes", str(refused.exception))
 
+    def test_flop_rates_follow_the_median_shown(self):
+        # Two repeats: lamp_bench stored the FLOP rates of the lower one
+        # (100 sequences/s); the cell shows their median, 150.
+        entry = gpt([100.0, 200.0], mfu=0.1, tflops=10.0)
+        entry["images_per_second"] = 100.0
+        merged = report.summary([dict(entry, status="ok")])
+        self.assertEqual(merged["images_per_second"], 150.0)
+        self.assertAlmostEqual(merged["mfu"], 0.15)
+        self.assertAlmostEqual(merged["tflops"], 15.0)
+
+    def test_two_gelus_in_one_row_are_refused(self):
+        # Both sides record their GELU (the peer since it does): a row
+        # whose two sides ran different models is no comparison.
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = Fixture(tmp)
+            fixture.add(["lamp"], [gpt([30.0], gpt_gelu="exact")],
+                        key=GPT_KEY)
+            fixture.add(["pytorch-eager"], [gpt([30.0], gpt_gelu="tanh")],
+                        key=GPT_KEY)
+            with self.assertRaises(SystemExit) as refused:
+                report.read_manifest(fixture.manifest())
+        self.assertIn("'exact'", str(refused.exception))
+        self.assertIn("'tanh'", str(refused.exception))
+
     def test_two_gpt_shapes_run_sh_names_are_two_rows(self):
         # GPT-2 124M and the 4096-wide GPT, both 8 sequences in amp-bf16:
         # each in its own row, in manifest order, each with its own tools.

@@ -681,6 +681,33 @@ TEST(TrainStep, RefusesAFactoryOptimizerOverOtherTensorsOrNone) {
       "parameters");
 }
 
+// What a closure returns is checked before the backward: one element, and
+// a gradient to take (not detached, not under NoGradGuard, not an integer),
+// named as the loss's fault rather than autograd's "element 0 of tensors
+// does not require grad".
+TEST(TrainStep, RefusesALossWithoutAGradientOrOfManyElements) {
+  torch::nn::Linear linear(3, 2);
+  lamp::TrainStep step(linear.ptr(), sgd(0.1));
+  const auto x = torch::ones({4, 3});
+  expect_error([&] { step.step([&] { return linear(x); }); },
+               "loss_fn must return a one-element loss tensor, got [4, 2]");
+  expect_error([&] { step.step([&] { return linear(x).sum().detach(); }); },
+               "lamp::TrainStep::step: the loss loss_fn returned has no "
+               "gradient to take (a Float tensor that does not require grad)");
+  expect_error(
+      [&] {
+        step.step([&] {
+          torch::NoGradGuard no_grad;
+          return linear(x).sum();
+        });
+      },
+      "has no gradient to take");
+  expect_error([&] { step.step([&] { return x.to(torch::kLong).sum(); }); },
+               "(a Long tensor that does not require grad)");
+  // A loss that has one still trains.
+  step.step([&] { return linear(x).sum(); });
+}
+
 // A SmallNet with `classes` outputs and its TrainStep after two steps (so
 // that momentum buffers exist), with the scaler on in every mode.
 struct Trained {

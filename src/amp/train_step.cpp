@@ -462,6 +462,15 @@ StepResult TrainStep::eager_step_once(
       loss.defined() && loss.numel() == 1,
       "lamp::TrainStep::step: loss_fn must return a one-element loss tensor, got ",
       (loss.defined() ? loss.sizes() : at::IntArrayRef{}), ".");
+  // Autograd's own word for these ("element 0 of tensors does not require
+  // grad") names neither the loss nor the cause.
+  TORCH_CHECK(loss.requires_grad(),
+              "lamp::TrainStep::step: the loss loss_fn returned has no "
+              "gradient to take (a ",
+              loss.scalar_type(),
+              " tensor that does not require grad): compute it from the "
+              "model's output, not detached, not under a NoGradGuard, and "
+              "in a floating-point type.");
   const auto accumulation = options_.accumulation_steps();
   if (gradient_sync_) {
     // Only the backward that ends an accumulation cycle communicates.

@@ -708,6 +708,54 @@ TEST(TrainStep, RefusesALossWithoutAGradientOrOfManyElements) {
   step.step([&] { return linear(x).sum(); });
 }
 
+// A closure that hands the 16-bit model an FP32 input (cast_input()
+// forgotten) fails in LibTorch; the error keeps LibTorch's words and names
+// the fix. Other errors, and the same closure in a mode whose model stays
+// FP32, are not touched.
+TEST(TrainStep, AForgottenCastInputNamesTheFix) {
+  torch::nn::Linear linear(3, 2);
+  lamp::TrainStep step(linear.ptr(), sgd(0.1), Precision::kBF16);
+  const auto x = torch::ones({4, 3});
+  expect_error([&] { step.step([&] { return linear(x).sum(); }); },
+               "The model's floating-point weights are BFloat16 in this "
+               "mode: pass each input through step.cast_input(x) inside "
+               "loss_fn, or call step.step(input, target, loss)");
+  try {
+    step.step(
+        [&]() -> torch::Tensor { TORCH_CHECK(false, "the data ran out"); });
+    ADD_FAILURE() << "the closure's error was lost";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(std::string(e.what_without_backtrace()).find("cast_input"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
+  // A loss whose target has the wrong type names no 16-bit type: no hint.
+  try {
+    step.step([&] {
+      return torch::nn::functional::cross_entropy(linear(step.cast_input(x)),
+                                                  torch::zeros({4}));
+    });
+    ADD_FAILURE() << "a Float class target ran";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(std::string(e.what_without_backtrace()).find("cast_input"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
+  // With the cast it trains.
+  step.step([&] { return linear(step.cast_input(x)).sum(); });
+
+  torch::nn::Linear fp32_linear(3, 2);
+  lamp::TrainStep fp32_step(fp32_linear.ptr(), sgd(0.1));
+  try {
+    fp32_step.step([&] { return fp32_linear(x.to(torch::kDouble)).sum(); });
+    ADD_FAILURE() << "an FP64 input to an FP32 Linear ran";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(std::string(e.what_without_backtrace()).find("cast_input"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
 // A SmallNet with `classes` outputs and its TrainStep after two steps (so
 // that momentum buffers exist), with the scaler on in every mode.
 struct Trained {

@@ -391,6 +391,36 @@ constexpr const char* kStepCaller = "lamp::TrainStep::step";
 // state, graph pools) is reported as the step's.
 constexpr const char* kStepMemory =
     "the activations, gradients and optimizer state of a training step";
+
+// A closure that feeds the 16-bit model an FP32 input (cast_input()
+// forgotten) fails inside LibTorch with words that name neither TrainStep
+// nor the fix ("mat1 and mat2 must have the same dtype", "Input type (float)
+// and bias type (c10::BFloat16) should be the same", 1.13's "expected scalar
+// type BFloat16 but found Float"). Such an error keeps its words and gains
+// the fix: an operands' mismatch, or a dtype error that names the model's
+// 16-bit type. Any other error passes through as it came (a loss's target of
+// the wrong type, "expected scalar type Long but found Float", names no
+// 16-bit type).
+[[noreturn]] void rethrow_with_cast_hint(
+    const c10::Error& error, const c10::optional<torch::Dtype>& model_dtype) {
+  const std::string message = error.what_without_backtrace();
+  const auto says = [&](const char* words) {
+    return message.find(words) != std::string::npos;
+  };
+  const bool operands_differ =
+      says("must have the same dtype") || says("should be the same");
+  const bool names_model_dtype = model_dtype &&
+                                 (says("dtype") || says("scalar type")) &&
+                                 says(c10::toString(*model_dtype));
+  if (!model_dtype || !(operands_differ || names_model_dtype)) {
+    throw;
+  }
+  TORCH_CHECK(false, "lamp::TrainStep::step: loss_fn failed: ", message,
+              "\nThe model's floating-point weights are ", *model_dtype,
+              " in this mode: pass each input through step.cast_input(x) "
+              "inside loss_fn, or call step.step(input, target, loss), "
+              "which casts it.");
+}
 } // namespace
 
 StepResult TrainStep::step(const std::function<torch::Tensor()>& loss_fn) {
@@ -456,7 +486,11 @@ StepResult TrainStep::eager_step_once(
           device_.type(), *dtype, /*enabled=*/true,
           graph_enabled_ ? c10::optional<bool>(false) : c10::nullopt);
     }
-    loss = loss_fn();
+    try {
+      loss = loss_fn();
+    } catch (const c10::Error& e) {
+      rethrow_with_cast_hint(e, policy_.model_dtype);
+    }
   }
   TORCH_CHECK(
       loss.defined() && loss.numel() == 1,

@@ -249,6 +249,15 @@ TEST(BatchNormRelu, FallbackReasonNamesTheCondition) {
             std::string::npos);
   EXPECT_NE(reason(x, {}, torch::ones({4}), true).find("C = 8"),
             std::string::npos);
+  // A parameter on another device (the meta device stands for one here)
+  // is not handed to the kernels.
+  EXPECT_NE(reason(x, {}, torch::empty({8}, torch::kMeta), true)
+                .find("on the input's device"),
+            std::string::npos);
+  EXPECT_NE(lamp::ops::batch_norm_relu_fallback_reason(
+                x, {}, w, b, m, torch::empty({8}, torch::kMeta), true)
+                .find("running statistics"),
+            std::string::npos);
   EXPECT_NE(reason(x, x.to(torch::kDouble), w, true).find("residual differs"),
             std::string::npos);
   EXPECT_NE(reason(x, x.contiguous(at::MemoryFormat::ChannelsLast), w, true)

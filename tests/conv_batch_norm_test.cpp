@@ -500,6 +500,18 @@ TEST(ConvBatchNorm, FoldedBadInputIsNamed) {
        "one value per input channel (4)"},
       {[&] { lamp::ops::folded_conv(x, w, 0, 1, {}, {}); },
        "stride must be at least 1"},
+      // A tensor on another device (the meta device stands for one here)
+      // is named before any kernel is handed its pointer.
+      {[&] {
+         lamp::ops::folded_conv(x, torch::empty({3, 4, 3, 3}, torch::kMeta), 1,
+                                1, {}, {}, "stem");
+       },
+       "stem: the weight is on meta, the activations on cpu"},
+      {[&] {
+         lamp::ops::folded_conv(x, w, 1, 1, torch::ones({4}),
+                                torch::empty({4}, torch::kMeta));
+       },
+       "the prologue's bias is on meta"},
       {[&] { lamp::ops::folded_residual_block(x, {biased}); },
        "layer9.0.conv1 must be a convolution without bias"},
       {[&] { lamp::ops::folded_residual_block(x, {mismatched}); },

@@ -186,9 +186,12 @@ struct FusedBatchNormAddRelu
   }
 };
 
-bool is_float_vector(const torch::Tensor& t, int64_t channels) {
+// An FP32 vector of `channels` values on `device` (the input's): a
+// parameter left on another device would hand cuDNN pointers it cannot read.
+bool is_float_vector(const torch::Tensor& t, int64_t channels,
+                     const torch::Device& device) {
   return t.scalar_type() == torch::kFloat && t.dim() == 1 &&
-         t.numel() == channels && t.is_contiguous();
+         t.numel() == channels && t.is_contiguous() && t.device() == device;
 }
 
 // Checks shared by both paths, with the stock ops' wording where they have
@@ -387,17 +390,19 @@ std::string batch_norm_relu_fallback_reason(const torch::Tensor& input,
   }
   const int64_t channels = input.size(1);
   if (!weight.defined() || !bias.defined() ||
-      !is_float_vector(weight, channels) || !is_float_vector(bias, channels)) {
+      !is_float_vector(weight, channels, input.device()) ||
+      !is_float_vector(bias, channels, input.device())) {
     return "weight and bias are not both float vectors of C = " +
            std::to_string(channels) +
-           " elements (an affine BatchNorm kept in FP32, as network_to_half "
-           "does).";
+           " elements on the input's device (an affine BatchNorm kept in "
+           "FP32, as network_to_half does, moved with the model).";
   }
   if (running_mean.defined() != running_var.defined() ||
-      (running_mean.defined() && (!is_float_vector(running_mean, channels) ||
-                                  !is_float_vector(running_var, channels)))) {
+      (running_mean.defined() &&
+       (!is_float_vector(running_mean, channels, input.device()) ||
+        !is_float_vector(running_var, channels, input.device())))) {
     return "the running statistics are not both float vectors of C elements "
-           "(or both absent).";
+           "on the input's device (or both absent).";
   }
   if (!reference && was_refused(input, residual.defined())) {
     return "cuDNN refused this configuration earlier in this process.";

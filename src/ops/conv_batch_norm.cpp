@@ -684,6 +684,19 @@ FoldedConv folded_conv(const torch::Tensor& x, const torch::Tensor& weight,
   TORCH_CHECK(stride >= 1 && padding >= 0, "lamp::ops::folded_conv: ", name,
               ": stride must be at least 1 and padding at least 0, got ",
               stride, " and ", padding, ".");
+  // A tensor on another device would reach cuDNN's graphs as a pointer they
+  // cannot read.
+  for (const auto& [what, t] :
+       {std::pair<const char*, const torch::Tensor&>{"weight", weight},
+        std::pair<const char*, const torch::Tensor&>{"prologue's scale",
+                                                     in_scale},
+        std::pair<const char*, const torch::Tensor&>{"prologue's bias",
+                                                     in_bias}}) {
+    TORCH_CHECK(!t.defined() || t.device() == x.device(),
+                "lamp::ops::folded_conv: ", name, ": the ", what, " is on ",
+                t.device(), ", the activations on ", x.device(),
+                ": move the model and its inputs to one device.");
+  }
   TORCH_CHECK(in_scale.defined() == in_bias.defined(),
               "lamp::ops::folded_conv: ", name,
               ": the prologue needs both a scale and a bias, or neither.");

@@ -442,6 +442,15 @@ TEST(GeluMlp, WhatTheEpiloguesCannotTakeRunsTheATenOps_CUDA) {
       "ATen ops: the epilogues want the widths to be multiples of 8, got in "
       "60, hidden 240, out 60");
   expect_bit_equal(run(odd, fused(tanh)), run(odd, stock(tanh)), "width 60");
+  // An empty layer: cuBLASLt documents no product of an empty dimension.
+  const auto empty = make_inputs({16, 64}, 0, 64, torch::kBFloat16,
+                                 torch::kBFloat16, true, 45, cuda);
+  EXPECT_NE(lamp::ops::gelu_mlp_path(empty.x, empty.fc_weight,
+                                     empty.proj_weight, tanh)
+                .find("no empty layer, got hidden 0"),
+            std::string::npos);
+  expect_bit_equal(run(empty, fused(tanh)), run(empty, stock(tanh)),
+                   "hidden 0");
 }
 
 TEST(GeluMlp, EpiloguesRunInACapturedGraph_CUDA) {

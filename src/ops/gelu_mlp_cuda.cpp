@@ -33,6 +33,12 @@ std::string gelu_mlp_epilogue_unavailable_reason(at::ScalarType dtype,
                "dtypes), not ") +
            c10::toString(dtype);
   }
+  // cuBLASLt documents no product of an empty dimension (the bias
+  // gradient's epilogue might leave its output unwritten).
+  if (hidden == 0 || out == 0) {
+    return "the epilogues take no empty layer, got hidden " +
+           std::to_string(hidden) + ", out " + std::to_string(out);
+  }
   for (const auto size : {in, hidden, out}) {
     if (size % 8 != 0) {
       return "the epilogues want the widths to be multiples of 8, got in " +

@@ -506,12 +506,12 @@ TEST(ConvBatchNorm, FoldedBadInputIsNamed) {
          lamp::ops::folded_conv(x, torch::empty({3, 4, 3, 3}, torch::kMeta), 1,
                                 1, {}, {}, "stem");
        },
-       "stem: the weight is on meta, the activations on cpu"},
+       "stem: the weight (meta) must be on x's device (cpu)"},
       {[&] {
          lamp::ops::folded_conv(x, w, 1, 1, torch::ones({4}),
                                 torch::empty({4}, torch::kMeta));
        },
-       "the prologue's bias is on meta"},
+       "the prologue's bias (meta) must be on x's device"},
       {[&] { lamp::ops::folded_residual_block(x, {biased}); },
        "layer9.0.conv1 must be a convolution without bias"},
       {[&] { lamp::ops::folded_residual_block(x, {mismatched}); },

@@ -403,16 +403,18 @@ constexpr const char* kStepMemory =
 // 16-bit type).
 [[noreturn]] void rethrow_with_cast_hint(
     const c10::Error& error, const c10::optional<torch::Dtype>& model_dtype) {
+  if (!model_dtype) {
+    throw;
+  }
   const std::string message = error.what_without_backtrace();
   const auto says = [&](const char* words) {
     return message.find(words) != std::string::npos;
   };
   const bool operands_differ =
       says("must have the same dtype") || says("should be the same");
-  const bool names_model_dtype = model_dtype &&
-                                 (says("dtype") || says("scalar type")) &&
+  const bool names_model_dtype = (says("dtype") || says("scalar type")) &&
                                  says(c10::toString(*model_dtype));
-  if (!model_dtype || !(operands_differ || names_model_dtype)) {
+  if (!operands_differ && !names_model_dtype) {
     throw;
   }
   TORCH_CHECK(false, "lamp::TrainStep::step: loss_fn failed: ", message,

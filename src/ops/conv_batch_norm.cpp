@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/argument_checks.h"
 #include "ops/channel_affine.h"
 #include "ops/conv_batch_norm_cudnn.h"
 #include "platform/compat.h"
@@ -686,17 +687,11 @@ FoldedConv folded_conv(const torch::Tensor& x, const torch::Tensor& weight,
               stride, " and ", padding, ".");
   // A tensor on another device would reach cuDNN's graphs as a pointer they
   // cannot read.
-  for (const auto& [what, t] :
-       {std::pair<const char*, const torch::Tensor&>{"weight", weight},
-        std::pair<const char*, const torch::Tensor&>{"prologue's scale",
-                                                     in_scale},
-        std::pair<const char*, const torch::Tensor&>{"prologue's bias",
-                                                     in_bias}}) {
-    TORCH_CHECK(!t.defined() || t.device() == x.device(),
-                "lamp::ops::folded_conv: ", name, ": the ", what, " is on ",
-                t.device(), ", the activations on ", x.device(),
-                ": move the model and its inputs to one device.");
-  }
+  const std::string who = "lamp::ops::folded_conv: " + name;
+  lamp::detail::check_floating_on_device(who.c_str(), x,
+                                         {{"the weight", weight},
+                                          {"the prologue's scale", in_scale},
+                                          {"the prologue's bias", in_bias}});
   TORCH_CHECK(in_scale.defined() == in_bias.defined(),
               "lamp::ops::folded_conv: ", name,
               ": the prologue needs both a scale and a bias, or neither.");

@@ -2,14 +2,18 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "lamp/platform/backends.h"
 #include "lamp/platform/host_memory.h"
+#include "platform/loaded_library.h"
 #include "test_util.h"
 
 namespace {
@@ -215,6 +219,57 @@ TEST(Backends, LibtorchVersionGivesTheHeadersVersionAndTheDebianPackage) {
     EXPECT_EQ(package.rfind("libtorch", 0), 0u) << package;
     EXPECT_NE(package.find(' '), std::string::npos) << package;
   }
+}
+
+// The folder the C library was loaded from, where the system's other
+// libraries lie too.
+std::string system_library_folder() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&std::printf), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return "";
+  }
+  const std::string path = info.dli_fname;
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+TEST(LoadedLibrary, TakesTheProcesssCopyAndNeverLoadsOneOfItsOwn) {
+  // lamp hands ATen's cuDNN handles to the cuDNN it finds: only the copy
+  // LibTorch loaded may serve, never one loaded beside it.
+  void* libc = lamp::detail::loaded_library("libc.so.6");
+  ASSERT_NE(libc, nullptr);
+  EXPECT_EQ(libc, dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD));
+  EXPECT_EQ(lamp::detail::loaded_library("liblamp-no-such-library.so.1"),
+            nullptr);
+
+  // An installed library this process has not loaded stays unloaded.
+  const std::string folder = system_library_folder();
+  std::string unloaded;
+  for (const char* soname :
+       {"libexpat.so.1", "libbz2.so.1.0", "libffi.so.8", "libzstd.so.1",
+        "liblzma.so.5", "libgmp.so.10", "libz.so.1"}) {
+    if (!folder.empty() && access((folder + soname).c_str(), R_OK) == 0 &&
+        dlopen(soname, RTLD_LAZY | RTLD_NOLOAD) == nullptr) {
+      unloaded = soname;
+      break;
+    }
+  }
+  if (unloaded.empty()) {
+    GTEST_SKIP() << "every candidate library is loaded already or absent in "
+                 << folder;
+  }
+  EXPECT_EQ(lamp::detail::loaded_library(unloaded), nullptr) << unloaded;
+  EXPECT_EQ(dlopen(unloaded.c_str(), RTLD_LAZY | RTLD_NOLOAD), nullptr)
+      << unloaded << " was loaded";
+
+  const auto why = lamp::detail::not_loaded_reason("libcudnn.so.9", "cuDNN", 9);
+  EXPECT_NE(why.find("LibTorch has not loaded libcudnn.so.9"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("cuDNN this lamp was built for, version 9"),
+            std::string::npos)
+      << why;
 }
 
 } // namespace

@@ -653,6 +653,61 @@ TEST(ConvBatchNorm, CudnnGraphsMatchTheReference_CUDA) {
   }
 }
 
+// Under torch.backends.cudnn.deterministic the graphs take only engines
+// without cuDNN's NONDETERMINISTIC note (a shape left without one runs the
+// reference, whose ATen convolutions honour the setting too): two runs of
+// one layer give the same bits, the output, its sums and every gradient.
+TEST(ConvBatchNorm, DeterministicCudnnRepeatsToTheBit_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  struct Restore {
+    bool was = at::globalContext().deterministicCuDNN();
+    ~Restore() { at::globalContext().setDeterministicCuDNN(was); }
+  } restore;
+  at::globalContext().setDeterministicCuDNN(true);
+  const torch::Device cuda(torch::kCUDA);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::manual_seed(24);
+  const auto x = (torch::randn({32, 64, 16, 16}, cuda) + 0.2)
+                     .to(torch::kHalf)
+                     .contiguous(cl);
+  const auto w = (torch::randn({128, 64, 3, 3}, cuda) / 24.0)
+                     .to(torch::kHalf)
+                     .contiguous(cl);
+  const auto s = torch::rand({64}, cuda) + 0.5;
+  const auto b = torch::randn({64}, cuda) * 0.5;
+  const auto py = torch::randn({32, 128, 16, 16}, cuda);
+  const auto ps = torch::randn({128}, cuda) * 1e-3;
+  const auto before = lamp::ops::folded_conv_fallbacks().size();
+  ConvSide sides[2];
+  for (auto& side : sides) {
+    side = conv_side(
+        x, w, s, b,
+        [&](const auto& xl, const auto& wl, const auto& sl, const auto& bl) {
+          return lamp::ops::folded_conv(xl, wl, 1, 1, sl, bl,
+                                        "deterministic.conv");
+        });
+    ((side.got.output.to(torch::kFloat) * py).sum() +
+     (side.got.sum * ps).sum() + (side.got.sum_of_squares * ps).sum())
+        .backward();
+  }
+  EXPECT_TRUE(torch::equal(sides[0].got.output, sides[1].got.output));
+  EXPECT_TRUE(torch::equal(sides[0].got.sum, sides[1].got.sum));
+  EXPECT_TRUE(
+      torch::equal(sides[0].got.sum_of_squares, sides[1].got.sum_of_squares));
+  const char* names[] = {"x", "weight", "scale", "bias"};
+  for (size_t i = 0; i < sides[0].leaves.size(); ++i) {
+    EXPECT_TRUE(
+        torch::equal(sides[0].leaves[i].grad(), sides[1].leaves[i].grad()))
+        << names[i] << "'s gradient";
+  }
+  const auto after = lamp::ops::folded_conv_fallbacks().size();
+  std::cout << "[          ] deterministic.conv: "
+            << (after > before ? "cuDNN had no deterministic engine for a "
+                                 "pass, the reference ran"
+                               : "cuDNN's deterministic engines ran")
+            << std::endl;
+}
+
 // A shape cuDNN's fusion engines do not take (5 channels: not a multiple of
 // the 8 their 16-bit kernels align to) still trains, as the reference, and
 // the refusal names the layer once; where this cuDNN does take it, the

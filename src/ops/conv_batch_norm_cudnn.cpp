@@ -3,8 +3,8 @@
 // lamp::ops::folded_conv(), built with cudnn-frontend (header-only).
 //
 // cudnn-frontend loads cuDNN dynamically here: its handle is the libcudnn
-// LibTorch loaded (dlopen with RTLD_NOLOAD finds it by its soname), so lamp
-// links nothing of cuDNN, as src/ops/cudnn_batch_norm.cpp. The graphs run on
+// LibTorch loaded (platform/loaded_library.h), so lamp links and loads
+// nothing of cuDNN, as src/ops/cudnn_batch_norm.cpp. The graphs run on
 // ATen's cuDNN handle (one per device and thread) and current stream, with
 // workspaces from ATen's caching allocator: they order with the ops around
 // them and CUDA graphs capture them like ATen's own convolutions.
@@ -19,15 +19,18 @@
 // Each shape's graph is built once (validate, heuristics A then fallback,
 // support check, plans) and cached; a graph cuDNN refuses is remembered as
 // refused, with its reason, so that layer runs the ATen reference from then
-// on without asking again.
+// on without asking again; so is a graph that fails to run. Under
+// torch.backends.cudnn.deterministic or use_deterministic_algorithms the
+// plans keep only engines without cuDNN's NONDETERMINISTIC note (a shape
+// with none left runs the ATen reference, which honours them too).
 #define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 #include <cudnn_frontend.h>
 
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
 #include <ATen/record_function.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <dlfcn.h>
 
 #include <exception>
 #include <functional>
@@ -39,6 +42,7 @@
 #include <vector>
 
 #include "ops/conv_batch_norm_cudnn.h"
+#include "platform/loaded_library.h"
 
 // cudnn-frontend's dynamic loading reads the library handle from here.
 namespace cudnn_frontend {
@@ -81,14 +85,9 @@ enum Uid : int64_t {
 const std::string& load_reason() {
   static const std::string reason = []() -> std::string {
     const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
-    void* library = dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    void* library = loaded_library(soname);
     if (library == nullptr) {
-      library = dlopen(soname.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    }
-    if (library == nullptr) {
-      return "no " + soname +
-             " could be loaded (the cuDNN this lamp was built for, version " +
-             std::to_string(CUDNN_MAJOR) + ").";
+      return not_loaded_reason(soname, "cuDNN", CUDNN_MAJOR) + ".";
     }
     fe::cudnn_dlhandle = library;
     try {
@@ -183,6 +182,10 @@ struct Shape {
   int64_t padding = 0;
   c10::ScalarType dtype = c10::kHalf;
   bool prologue = false;
+  // Only engines without cuDNN's NONDETERMINISTIC note, as ATen's own
+  // convolutions under torch.backends.cudnn.deterministic or
+  // use_deterministic_algorithms.
+  bool deterministic = false;
 };
 
 Shape shape_of(const torch::Tensor& x, const torch::Tensor& weight,
@@ -198,13 +201,17 @@ Shape shape_of(const torch::Tensor& x, const torch::Tensor& weight,
   s.padding = padding;
   s.dtype = x.scalar_type();
   s.prologue = prologue;
+  const auto& context = at::globalContext();
+  s.deterministic =
+      context.deterministicCuDNN() || context.deterministicAlgorithms();
   return s;
 }
 
 std::string key_of(const char* kind, const Shape& s, int device) {
   std::ostringstream key;
   key << kind << '/' << device << '/' << static_cast<int>(s.dtype) << '/'
-      << s.prologue << '/' << s.stride << '/' << s.padding;
+      << s.prologue << '/' << s.deterministic << '/' << s.stride << '/'
+      << s.padding;
   for (const auto* dims : {&s.x, &s.w}) {
     for (const auto d : *dims) {
       key << ',' << d;
@@ -215,6 +222,7 @@ std::string key_of(const char* kind, const Shape& s, int device) {
 
 // One cached graph: built, or refused with cuDNN's reason.
 struct Entry {
+  std::string key;
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace = 0;
   // The prologue's scale and bias in the activations' dtype rather than
@@ -226,8 +234,10 @@ struct Entry {
 using Builder = std::function<std::shared_ptr<fe::graph::Graph>(
     const Shape&, fe::DataType_t scale_type)>;
 
-// Validates, plans and builds `graph`; "" or cuDNN's reason.
-std::string finish(fe::graph::Graph& graph, cudnnHandle_t handle) {
+// Validates, plans and builds `graph` (with only deterministic engines where
+// `deterministic`); "" or cuDNN's reason.
+std::string finish(fe::graph::Graph& graph, cudnnHandle_t handle,
+                   bool deterministic) {
   const auto step = [](fe::error_t status, const char* what) -> std::string {
     if (status.is_good()) {
       return "";
@@ -245,8 +255,12 @@ std::string finish(fe::graph::Graph& graph, cudnnHandle_t handle) {
                    {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
                "execution plans");
   }
+  if (why.empty() && deterministic) {
+    graph.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+  }
   if (why.empty()) {
-    why = step(graph.check_support(), "support");
+    why = step(graph.check_support(),
+               deterministic ? "support (deterministic engines)" : "support");
   }
   if (why.empty()) {
     why = step(graph.build_plans(), "plans");
@@ -254,19 +268,34 @@ std::string finish(fe::graph::Graph& graph, cudnnHandle_t handle) {
   return why;
 }
 
+// The graph cache and its lock. Kept for the process and never destroyed,
+// as PyTorch keeps its cuDNN handles and plans: at exit the CUDA context
+// may be gone before static destructors run, and a plan destroyed then
+// calls into a torn-down driver.
+std::mutex& cache_mutex() {
+  static auto* mutex = new std::mutex();
+  return *mutex;
+}
+
+std::unordered_map<std::string, std::shared_ptr<Entry>>& graph_cache() {
+  static auto* entries =
+      new std::unordered_map<std::string, std::shared_ptr<Entry>>();
+  return *entries;
+}
+
 // The cached entry of `key`, built on first use: variants in order (FP32
 // scale and bias first, then the activations' dtype where `variants` is 2).
 std::shared_ptr<Entry> entry(const std::string& key, const Shape& shape,
                              const Builder& build, int variants,
                              cudnnHandle_t handle) {
-  static std::mutex mutex;
-  static std::unordered_map<std::string, std::shared_ptr<Entry>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto& cache = graph_cache();
   auto found = cache.find(key);
   if (found != cache.end()) {
     return found->second;
   }
   auto result = std::make_shared<Entry>();
+  result->key = key;
   std::string reasons;
   for (int variant = 0; variant < variants; ++variant) {
     const auto scale_type =
@@ -274,7 +303,7 @@ std::shared_ptr<Entry> entry(const std::string& key, const Shape& shape,
     std::string why;
     try {
       auto graph = build(shape, scale_type);
-      why = finish(*graph, handle);
+      why = finish(*graph, handle, shape.deterministic);
       if (why.empty()) {
         int64_t workspace = 0;
         const auto status = graph->get_workspace_size(workspace);
@@ -309,21 +338,27 @@ cudnnHandle_t current_handle() {
 }
 
 // Runs `e` inside a profiler scope named `scope` ("lamp::folded_conv_*":
-// lamp_bench --profile counts its kernels as the folded class).
-void execute(const char* scope, const Entry& e, cudnnHandle_t handle,
-             std::unordered_map<int64_t, void*>& pack,
-             const torch::Tensor& like) {
+// lamp_bench --profile counts its kernels as the folded class); "" or why
+// it failed. A graph that fails to run is refused from then on (the cache
+// holds a refused entry for its key), so its layer runs the ATen reference.
+std::string execute(const char* scope, const Entry& e, cudnnHandle_t handle,
+                    std::unordered_map<int64_t, void*>& pack,
+                    const torch::Tensor& like) {
   RECORD_FUNCTION(scope, std::vector<c10::IValue>());
   auto workspace = at::empty({std::max<int64_t>(e.workspace, 1)},
                              like.options().dtype(torch::kByte));
-  const auto status = e.graph->execute(handle, pack, workspace.data_ptr());
-  if (!status.is_good()) {
-    auto copy = status;
-    TORCH_CHECK(false, kFoldedConvWho,
-                ": cuDNN's fused graph failed: ", copy.get_message(),
-                ". To run without it, use --fused-bn on in lamp's programs "
-                "and lamp_bench, or ResNetOptions::fold_batch_norm(false).");
+  auto status = e.graph->execute(handle, pack, workspace.data_ptr());
+  if (status.is_good()) {
+    return "";
   }
+  const auto message = status.get_message();
+  auto refused = std::make_shared<Entry>();
+  refused->key = e.key;
+  refused->refused = "cuDNN's graph failed to run: " +
+                     (message.empty() ? std::string("no message") : message);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  graph_cache()[e.key] = refused;
+  return refused->refused;
 }
 
 torch::Tensor channels_last(const torch::Tensor& t) {
@@ -420,16 +455,19 @@ std::shared_ptr<fe::graph::Graph> wgrad_graph(const Shape& s,
   return graph;
 }
 
-// The graph of `kind` for this call, or nullptr with `why` set.
+// The graph of `kind` for this call and `handle` set to ATen's cuDNN handle
+// on the current stream, or nullptr with `why` set. cuDNN is found first:
+// the handle's stream is set through it.
 std::shared_ptr<Entry> graph_for(const char* kind, const Builder& build,
                                  int variants, const Shape& shape,
                                  const torch::Tensor& like,
-                                 cudnnHandle_t handle, std::string& why) {
+                                 cudnnHandle_t& handle, std::string& why) {
   const auto& load = load_reason();
   if (!load.empty()) {
     why = load;
     return nullptr;
   }
+  handle = current_handle();
   auto e = entry(key_of(kind, shape, like.get_device()), shape, build, variants,
                  handle);
   if (!e->graph) {
@@ -455,7 +493,7 @@ bool cudnn_conv_genstats(const torch::Tensor& x_in,
   const auto x = channels_last(x_in);
   const auto weight = channels_last(weight_in.to(x.scalar_type()));
   const Shape shape = shape_of(x, weight, stride, padding, scale.defined());
-  auto handle = current_handle();
+  cudnnHandle_t handle = nullptr;
   auto e = graph_for("forward", forward_graph, shape.prologue ? 2 : 1, shape, x,
                      handle, why);
   if (!e) {
@@ -477,8 +515,8 @@ bool cudnn_conv_genstats(const torch::Tensor& x_in,
     pack[kScale] = s.data_ptr();
     pack[kBias] = b.data_ptr();
   }
-  execute("lamp::folded_conv_forward", *e, handle, pack, x);
-  return true;
+  why = execute("lamp::folded_conv_forward", *e, handle, pack, x);
+  return why.empty();
 }
 
 bool cudnn_dgrad_drelu_dscale(const torch::Tensor& dy_in,
@@ -493,7 +531,7 @@ bool cudnn_dgrad_drelu_dscale(const torch::Tensor& dy_in,
   const auto dy = channels_last(dy_in.to(x.scalar_type()));
   const auto weight = channels_last(weight_in.to(x.scalar_type()));
   const Shape shape = shape_of(x, weight, stride, padding, true);
-  auto handle = current_handle();
+  cudnnHandle_t handle = nullptr;
   auto e = graph_for("dgrad", dgrad_graph, 1, shape, x, handle, why);
   if (!e) {
     return false;
@@ -508,8 +546,11 @@ bool cudnn_dgrad_drelu_dscale(const torch::Tensor& dy_in,
   d_scale = at::empty({c}, fp32);
   d_bias = at::empty({c}, fp32);
   // dbn_weight's equivalent scales and bias (of a BatchNorm with mean 0 and
-  // inverse variance 1): outputs of the pattern, unused here.
-  auto spare = at::empty({3, c}, fp32);
+  // inverse variance 1): outputs of the pattern, unused here. Each row
+  // starts on 16 bytes, as cuDNN takes its tensors (rows of 4-float
+  // multiples; the allocator's blocks start on 512).
+  const int64_t row = (c + 3) / 4 * 4;
+  auto spare = at::empty({3, row}, fp32);
   std::unordered_map<int64_t, void*> pack = {
       {kDy, dy.data_ptr()},
       {kW, weight.data_ptr()},
@@ -524,8 +565,8 @@ bool cudnn_dgrad_drelu_dscale(const torch::Tensor& dy_in,
       {kEqScaleDy, spare[0].data_ptr()},
       {kEqScaleX, spare[1].data_ptr()},
       {kEqBias, spare[2].data_ptr()}};
-  execute("lamp::folded_conv_dgrad", *e, handle, pack, x);
-  return true;
+  why = execute("lamp::folded_conv_dgrad", *e, handle, pack, x);
+  return why.empty();
 }
 
 bool cudnn_wgrad_prologue(const torch::Tensor& dy_in, const torch::Tensor& x_in,
@@ -537,7 +578,7 @@ bool cudnn_wgrad_prologue(const torch::Tensor& dy_in, const torch::Tensor& x_in,
   const auto x = channels_last(x_in);
   const auto dy = channels_last(dy_in.to(x.scalar_type()));
   const Shape shape = shape_of(x, weight, stride, padding, true);
-  auto handle = current_handle();
+  cudnnHandle_t handle = nullptr;
   auto e = graph_for("wgrad", wgrad_graph, 2, shape, x, handle, why);
   if (!e) {
     return false;
@@ -550,8 +591,8 @@ bool cudnn_wgrad_prologue(const torch::Tensor& dy_in, const torch::Tensor& x_in,
                                              {kBias, b.data_ptr()},
                                              {kDy, dy.data_ptr()},
                                              {kDw, dw.data_ptr()}};
-  execute("lamp::folded_conv_wgrad", *e, handle, pack, x);
-  return true;
+  why = execute("lamp::folded_conv_wgrad", *e, handle, pack, x);
+  return why.empty();
 }
 
 } // namespace detail

@@ -8,8 +8,11 @@
 // cache), runs it on ATen's cuDNN handle and current stream with a workspace
 // from ATen's allocator, so CUDA graphs capture it like ATen's own
 // convolutions. Each returns false and sets `why` when cuDNN refuses the
-// graph for the shape (before anything was written); the caller then runs
-// the ATen reference for that layer.
+// graph for the shape (before anything was written) or fails to run it
+// (refused from then on); the caller then runs the ATen reference for that
+// layer, into outputs of its own. Under torch.backends.cudnn.deterministic
+// or use_deterministic_algorithms only engines without cuDNN's
+// NONDETERMINISTIC note are taken.
 //
 // Tensors: x, y, dy NHWC (channels_last-contiguous), half or bfloat16, on
 // one CUDA device; weight [K, C, R, S] channels_last in x's dtype; scale and

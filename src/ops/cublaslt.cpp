@@ -43,10 +43,7 @@ const CublasLt& lt() {
         "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
     void* library = loaded_library(soname);
     if (library == nullptr) {
-      a.unavailable = "no " + soname +
-                      " could be loaded (the cuBLASLt this lamp was built "
-                      "for, version " +
-                      std::to_string(CUBLAS_VER_MAJOR) + ")";
+      a.unavailable = not_loaded_reason(soname, "cuBLASLt", CUBLAS_VER_MAJOR);
       return a;
     }
     const auto need = [&](const char* symbol, auto& function) {
@@ -69,21 +66,27 @@ const CublasLt& lt() {
   return api;
 }
 
-// lamp's own cuBLASLt handle per device, made once, kept for the process.
-cublasLtHandle_t lt_handle(int device, const char* who) {
-  static std::mutex mutex;
-  static std::vector<cublasLtHandle_t> handles;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (handles.size() <= static_cast<size_t>(device)) {
-    handles.resize(static_cast<size_t>(device) + 1, nullptr);
+// lamp's own cuBLASLt handle per device in `handle`, made once (on the
+// device current, the caller's) and kept for the process, never destroyed
+// (at exit the CUDA context may be gone first). A failed creation is
+// cublasLtCreate's status, tried again on the next call.
+cublasStatus_t lt_handle(int device, cublasLtHandle_t& handle) {
+  static auto* mutex = new std::mutex();
+  static auto* handles = new std::vector<cublasLtHandle_t>();
+  std::lock_guard<std::mutex> lock(*mutex);
+  if (handles->size() <= static_cast<size_t>(device)) {
+    handles->resize(static_cast<size_t>(device) + 1, nullptr);
   }
-  auto& handle = handles[static_cast<size_t>(device)];
-  if (handle == nullptr) {
-    const auto status = lt().create(&handle);
-    TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, who,
-                ": cublasLtCreate failed (", lt().status_string(status), ").");
+  auto& made = (*handles)[static_cast<size_t>(device)];
+  auto status = CUBLAS_STATUS_SUCCESS;
+  if (made == nullptr) {
+    status = lt().create(&made);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      made = nullptr;
+    }
   }
-  return handle;
+  handle = made;
+  return status;
 }
 
 // cuBLASLt's descriptors, destroyed on every way out.
@@ -134,12 +137,16 @@ const std::string& cublaslt_unavailable_reason() {
 }
 
 std::string run_lt_product(const LtProduct& p, at::ScalarType dtype,
-                           const torch::Tensor& like, const char* who) {
+                           const torch::Tensor& like) {
   const int device = like.get_device();
-  const auto handle = lt_handle(device, who);
+  cublasLtHandle_t handle = nullptr;
+  auto status = lt_handle(device, handle);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    return failure("cublasLtCreate", status);
+  }
   const auto type = data_type(dtype);
   cublasLtMatmulDesc_t raw_desc = nullptr;
-  auto status = lt().desc_create(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  status = lt().desc_create(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (status != CUBLAS_STATUS_SUCCESS) {
     return failure("cublasLtMatmulDescCreate", status);
   }

@@ -48,11 +48,11 @@ const std::string& cublaslt_unavailable_reason();
 /// Runs `p` in `dtype` (kHalf or kBFloat16) on the current stream of
 /// `like`'s device, with a workspace from the caching allocator (a CUDA
 /// graph's pool while one is captured). "" on success, else why not (a
-/// status cuBLASLt returned, or no algorithm for this product and
-/// epilogue): nothing is written then. `who` names the op in a thrown
-/// error where no handle can be made.
+/// status cuBLASLt returned, its handle's creation included, or no
+/// algorithm for this product and epilogue): nothing is written then, and
+/// the caller runs the ATen ops.
 std::string run_lt_product(const LtProduct& p, at::ScalarType dtype,
-                           const torch::Tensor& like, const char* who);
+                           const torch::Tensor& like);
 
 /// Whether `t` is undefined or starts on 16 bytes, as cuBLASLt's epilogues
 /// want their operands.

@@ -53,10 +53,7 @@ const Cudnn& cudnn() {
     const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
     void* library = loaded_library(soname);
     if (library == nullptr) {
-      a.unavailable = "no " + soname +
-                      " could be loaded (the cuDNN this lamp was built for, "
-                      "version " +
-                      std::to_string(CUDNN_MAJOR) + ").";
+      a.unavailable = not_loaded_reason(soname, "cuDNN", CUDNN_MAJOR) + ".";
       return a;
     }
     const auto need = [&](const char* symbol, auto& function) {

@@ -15,12 +15,6 @@
 
 namespace lamp {
 namespace detail {
-namespace {
-
-constexpr const char* kGeluMlpCudaWho = "lamp::ops::gelu_mlp";
-
-} // namespace
-
 std::string gelu_mlp_epilogue_unavailable_reason(at::ScalarType dtype,
                                                  int64_t rows, int64_t in,
                                                  int64_t hidden, int64_t out) {
@@ -81,7 +75,7 @@ bool gelu_mlp_fc_forward(const torch::Tensor& x, const torch::Tensor& fc_weight,
   p.bias = fc_bias.defined() ? fc_bias.data_ptr() : nullptr;
   p.aux = pre_out.data_ptr();
   p.ld_aux = hidden;
-  why = run_lt_product(p, x.scalar_type(), x, kGeluMlpCudaWho);
+  why = run_lt_product(p, x.scalar_type(), x);
   if (!why.empty()) {
     return false;
   }
@@ -124,7 +118,7 @@ bool gelu_mlp_proj_backward(const torch::Tensor& grad,
   p.bias = want_bias ? bias_out.data_ptr() : nullptr;
   p.aux = pre.data_ptr();
   p.ld_aux = hidden;
-  why = run_lt_product(p, grad.scalar_type(), grad, kGeluMlpCudaWho);
+  why = run_lt_product(p, grad.scalar_type(), grad);
   if (!why.empty()) {
     return false;
   }

@@ -68,7 +68,7 @@ bool linear_weight_bias_grad(const torch::Tensor& grad,
   p.ldd = in;
   p.epilogue = CUBLASLT_EPILOGUE_BGRADB;
   p.bias = bias_out.data_ptr();
-  why = run_lt_product(p, grad.scalar_type(), grad, "lamp::ops::linear_bgrad");
+  why = run_lt_product(p, grad.scalar_type(), grad);
   if (!why.empty()) {
     return false;
   }

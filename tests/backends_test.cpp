@@ -4,9 +4,7 @@
 
 #include <dlfcn.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -221,19 +219,8 @@ TEST(Backends, LibtorchVersionGivesTheHeadersVersionAndTheDebianPackage) {
   }
 }
 
-// The folder the C library was loaded from, where the system's other
-// libraries lie too.
-std::string system_library_folder() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&std::printf), &info) == 0 ||
-      info.dli_fname == nullptr) {
-    return "";
-  }
-  const std::string path = info.dli_fname;
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
-}
-
+// LAMP_TEST_UNLOADED_LIBRARY: the path of a shared library built beside the
+// tests that no test program links (tests/tools/unloaded_library.cpp).
 TEST(LoadedLibrary, TakesTheProcesssCopyAndNeverLoadsOneOfItsOwn) {
   // lamp hands ATen's cuDNN handles to the cuDNN it finds: only the copy
   // LibTorch loaded may serve, never one loaded beside it.
@@ -243,25 +230,22 @@ TEST(LoadedLibrary, TakesTheProcesssCopyAndNeverLoadsOneOfItsOwn) {
   EXPECT_EQ(lamp::detail::loaded_library("liblamp-no-such-library.so.1"),
             nullptr);
 
-  // An installed library this process has not loaded stays unloaded.
-  const std::string folder = system_library_folder();
-  std::string unloaded;
-  for (const char* soname :
-       {"libexpat.so.1", "libbz2.so.1.0", "libffi.so.8", "libzstd.so.1",
-        "liblzma.so.5", "libgmp.so.10", "libz.so.1"}) {
-    if (!folder.empty() && access((folder + soname).c_str(), R_OK) == 0 &&
-        dlopen(soname, RTLD_LAZY | RTLD_NOLOAD) == nullptr) {
-      unloaded = soname;
-      break;
-    }
+  // A library this process has not loaded stays unloaded; once loaded, its
+  // copy is the one found.
+  const std::string unloaded = LAMP_TEST_UNLOADED_LIBRARY;
+  ASSERT_EQ(dlopen(unloaded.c_str(), RTLD_LAZY | RTLD_NOLOAD), nullptr)
+      << unloaded << " was loaded before the test";
+  EXPECT_EQ(lamp::detail::loaded_library(unloaded), nullptr);
+  ASSERT_EQ(dlopen(unloaded.c_str(), RTLD_LAZY | RTLD_NOLOAD), nullptr)
+      << "loaded_library() loaded " << unloaded;
+  void* loaded = dlopen(unloaded.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(loaded, nullptr) << dlerror();
+  void* found = lamp::detail::loaded_library(unloaded);
+  EXPECT_EQ(found, loaded);
+  if (found != nullptr) {
+    dlclose(found);
   }
-  if (unloaded.empty()) {
-    GTEST_SKIP() << "every candidate library is loaded already or absent in "
-                 << folder;
-  }
-  EXPECT_EQ(lamp::detail::loaded_library(unloaded), nullptr) << unloaded;
-  EXPECT_EQ(dlopen(unloaded.c_str(), RTLD_LAZY | RTLD_NOLOAD), nullptr)
-      << unloaded << " was loaded";
+  dlclose(loaded);
 
   const auto why = lamp::detail::not_loaded_reason("libcudnn.so.9", "cuDNN", 9);
   EXPECT_NE(why.find("LibTorch has not loaded libcudnn.so.9"),

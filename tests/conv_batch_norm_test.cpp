@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd_nodes.h"
+#include "ops/conv_batch_norm_cudnn.h"
 #include "test_util.h"
 #include "ulps.h"
 
@@ -650,6 +651,23 @@ TEST(ConvBatchNorm, CudnnGraphsMatchTheReference_CUDA) {
         }
       }
     }
+  }
+  // Each graph with the plan cuDNN took and its scale and bias's dtype, for
+  // the log: every FP16 pass was built (checked above), so each of its
+  // three kinds has a plan.
+  const auto graphs = lamp::detail::cudnn_graph_descriptions();
+  for (const char* kind : {"forward cuda:", "dgrad cuda:", "wgrad cuda:"}) {
+    bool built = false;
+    for (const auto& line : graphs) {
+      built =
+          built || (line.rfind(kind, 0) == 0 &&
+                    line.find(" Half x 32x64x16x16 ") != std::string::npos &&
+                    line.find(": plan ") != std::string::npos);
+    }
+    EXPECT_TRUE(built) << "no FP16 " << kind << " graph built";
+  }
+  for (const auto& line : graphs) {
+    std::cout << "[          ] " << line << std::endl;
   }
 }
 

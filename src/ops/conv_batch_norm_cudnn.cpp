@@ -32,6 +32,7 @@
 #include <ATen/record_function.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -207,15 +208,25 @@ Shape shape_of(const torch::Tensor& x, const torch::Tensor& weight,
   return s;
 }
 
+// The cache's key, which cudnn_graph_descriptions() shows: "forward cuda:0
+// Half x 32x64x16x16 w 128x64x3x3 stride 1 padding 1, prologue".
 std::string key_of(const char* kind, const Shape& s, int device) {
   std::ostringstream key;
-  key << kind << '/' << device << '/' << static_cast<int>(s.dtype) << '/'
-      << s.prologue << '/' << s.deterministic << '/' << s.stride << '/'
-      << s.padding;
-  for (const auto* dims : {&s.x, &s.w}) {
-    for (const auto d : *dims) {
-      key << ',' << d;
+  key << kind << " cuda:" << device << ' ' << c10::toString(s.dtype);
+  const char* names[] = {" x ", " w "};
+  const std::vector<int64_t>* dims[] = {&s.x, &s.w};
+  for (int i = 0; i < 2; ++i) {
+    key << names[i];
+    for (size_t d = 0; d < dims[i]->size(); ++d) {
+      key << (d == 0 ? "" : "x") << (*dims[i])[d];
     }
+  }
+  key << " stride " << s.stride << " padding " << s.padding;
+  if (s.prologue) {
+    key << ", prologue";
+  }
+  if (s.deterministic) {
+    key << ", deterministic";
   }
   return key.str();
 }
@@ -228,6 +239,8 @@ struct Entry {
   // The prologue's scale and bias in the activations' dtype rather than
   // FP32 (the second variant tried, as cuDNN's own samples have them).
   bool io_scale = false;
+  // cuDNN's name of the plan taken (its engine and knobs).
+  std::string plan;
   std::string refused;
 };
 
@@ -311,6 +324,9 @@ std::shared_ptr<Entry> entry(const std::string& key, const Shape& shape,
           result->graph = graph;
           result->workspace = workspace;
           result->io_scale = variant == 1;
+          if (!graph->get_plan_name(result->plan).is_good()) {
+            result->plan = "unnamed";
+          }
           break;
         }
         why = "workspace size unknown";
@@ -481,6 +497,21 @@ std::shared_ptr<Entry> graph_for(const char* kind, const Builder& build,
 
 std::string cudnn_graph_unavailable_reason() {
   return load_reason();
+}
+
+std::vector<std::string> cudnn_graph_descriptions() {
+  std::vector<std::string> lines;
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  for (const auto& [key, e] : graph_cache()) {
+    lines.push_back(
+        key + ": " +
+        (e->graph ? "plan " + e->plan + ", scale and bias in " +
+                        (e->io_scale ? "the activations' dtype" : "FP32") +
+                        ", workspace " + std::to_string(e->workspace) + " bytes"
+                  : e->refused));
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
 }
 
 bool cudnn_conv_genstats(const torch::Tensor& x_in,

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lamp {
 namespace detail {
@@ -30,6 +31,13 @@ namespace detail {
 /// not (no cudnn-frontend at build time, no CUDA, libcudnn not loaded, a
 /// cuDNN older than the patterns need).
 std::string cudnn_graph_unavailable_reason();
+
+/// The graphs this process built or was refused, a line each, sorted:
+/// "forward cuda:0 Half x 32x64x16x16 w 128x64x3x3 stride 1 padding 1,
+/// prologue: plan <cuDNN's engine and knobs>, scale and bias in FP32,
+/// workspace N bytes", or the key and why cuDNN refused it (or why it failed
+/// to run). Empty where the graphs are not built.
+std::vector<std::string> cudnn_graph_descriptions();
 
 /// y = conv(relu(scale x + bias)) (prologue when scale is defined) or
 /// conv(x), and y's per-channel sum and sum of squares (genstats).

@@ -19,6 +19,10 @@ std::string cudnn_graph_unavailable_reason() {
 #endif
 }
 
+std::vector<std::string> cudnn_graph_descriptions() {
+  return {};
+}
+
 bool cudnn_conv_genstats(const torch::Tensor&, const torch::Tensor&, int64_t,
                          int64_t, const torch::Tensor&, const torch::Tensor&,
                          torch::Tensor&, torch::Tensor&, torch::Tensor&,

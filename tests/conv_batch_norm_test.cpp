@@ -609,6 +609,8 @@ TEST(ConvBatchNorm, CudnnGraphsMatchTheReference_CUDA) {
         }
         const lamp::ops::FoldedConv got[2] = {sides[0].got, sides[1].got};
         torch::manual_seed(22);
+        // NCHW on purpose, as a loss or a pooled head hands it on: the
+        // backward makes it channels_last for the kernel and the graphs.
         const auto py = torch::randn(got[0].output.sizes(), cuda).to(dtype);
         const auto ps = torch::randn({128}, cuda) * 1e-3;
         const auto pq = torch::randn({128}, cuda) * 1e-4;
@@ -619,8 +621,9 @@ TEST(ConvBatchNorm, CudnnGraphsMatchTheReference_CUDA) {
         }
         const auto after = lamp::ops::folded_conv_fallbacks();
         if (dtype == torch::kHalf) {
-          ASSERT_EQ(after.size(), before)
-              << "cuDNN refused a graph:" << fallback_lines();
+          // EXPECT: the other cases still run and print what they took.
+          EXPECT_EQ(after.size(), before)
+              << "a pass ran the ATen ops:" << fallback_lines();
         } else if (after.size() > before) {
           // cuDNN 9.19 on an H200 (sm_90) refuses this pattern in BF16: its
           // genstats and BatchNorm-statistics engines take FP16 alone. The
@@ -695,7 +698,6 @@ TEST(ConvBatchNorm, DeterministicCudnnRepeatsToTheBit_CUDA) {
   const auto b = torch::randn({64}, cuda) * 0.5;
   const auto py = torch::randn({32, 128, 16, 16}, cuda);
   const auto ps = torch::randn({128}, cuda) * 1e-3;
-  const auto before = lamp::ops::folded_conv_fallbacks().size();
   ConvSide sides[2];
   for (auto& side : sides) {
     side = conv_side(
@@ -718,12 +720,18 @@ TEST(ConvBatchNorm, DeterministicCudnnRepeatsToTheBit_CUDA) {
         torch::equal(sides[0].leaves[i].grad(), sides[1].leaves[i].grad()))
         << names[i] << "'s gradient";
   }
-  const auto after = lamp::ops::folded_conv_fallbacks().size();
-  std::cout << "[          ] deterministic.conv: "
-            << (after > before ? "cuDNN had no deterministic engine for a "
-                                 "pass, the reference ran"
-                               : "cuDNN's deterministic engines ran")
-            << std::endl;
+  // The graphs built with deterministic engines, printed: at least one pass
+  // must have run one, else the test compared the reference with itself.
+  int built = 0;
+  for (const auto& line : lamp::detail::cudnn_graph_descriptions()) {
+    if (line.find(" Half x 32x64x16x16 ") != std::string::npos &&
+        line.find(", deterministic: ") != std::string::npos) {
+      built += line.find(", deterministic: plan ") != std::string::npos;
+      std::cout << "[          ] " << line << std::endl;
+    }
+  }
+  EXPECT_GT(built, 0) << "no pass ran a deterministic cuDNN graph:"
+                      << fallback_lines();
 }
 
 // A shape cuDNN's fusion engines do not take (5 channels: not a multiple of

@@ -221,10 +221,15 @@ TEST(Trainer, ResumeRestoresTheCudaGenerator_CUDA) {
   const auto checkpoint = temp_path("cuda_rng.pt");
   std::remove(checkpoint.c_str());
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  make_run(lamp::Precision::kFP32,
-           TrainerOptions().epochs(1).max_steps(2).checkpoint(checkpoint), 0.05,
-           32, torch::kCUDA)
-      ->trainer->fit();
+  auto first =
+      make_run(lamp::Precision::kFP32,
+               TrainerOptions().epochs(1).max_steps(2).checkpoint(checkpoint),
+               0.05, 32, torch::kCUDA);
+  // Away from make_run's seed, which the resumed run's make_run sets again:
+  // only a restored generator gives the same draws as this one.
+  torch::cuda::manual_seed(77);
+  torch::rand({3}, cuda);
+  first->trainer->fit();
   const auto next = torch::rand({16}, cuda);
   torch::rand({1000}, cuda); // the generator moves on
   torch::cuda::manual_seed(123);
@@ -232,6 +237,10 @@ TEST(Trainer, ResumeRestoresTheCudaGenerator_CUDA) {
                           TrainerOptions().epochs(1).resume(checkpoint), 0.05,
                           32, torch::kCUDA);
   EXPECT_TRUE(torch::equal(torch::rand({16}, cuda), next));
+  // A run that does not resume draws otherwise.
+  make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1), 0.05, 32,
+           torch::kCUDA);
+  EXPECT_FALSE(torch::equal(torch::rand({16}, cuda), next));
   std::remove(checkpoint.c_str());
 }
 

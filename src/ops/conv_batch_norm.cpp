@@ -228,6 +228,17 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> convolve_backward(
                                   {need_input, need_weight, false});
 }
 
+// An incoming gradient in the layout lamp's kernel and cuDNN's graphs take
+// (`kernel`): autograd hands on whatever layout the next op made, an NCHW
+// gradient from a pooled head (adaptive_avg_pool2d's backward expands to
+// NCHW) or an NCHW loss, which the kernel refuses. One copy where the layout
+// differs; undefined stays undefined.
+torch::Tensor kernel_layout(const torch::Tensor& grad, bool kernel) {
+  return kernel && grad.defined()
+             ? grad.contiguous(torch::MemoryFormat::ChannelsLast)
+             : grad;
+}
+
 // The sums' gradients folded into the output's: d(sum y)/dy = 1 and
 // d(sum y^2)/dy = 2 y per channel: grad_y + grad_sum + (2 grad_sum_of_squares)
 // y in FP32, rounded to y's dtype, in one pass on the kernel.
@@ -309,8 +320,9 @@ class FoldedConvFunction
     const std::string name = ctx->saved_data["name"].toStringRef();
     const bool graphs = ctx->saved_data["graphs"].toBool();
     const bool prologue = ctx->saved_data["prologue"].toBool();
-    const auto grad = total_output_gradient(grad_outputs[0], grad_outputs[1],
-                                            grad_outputs[2], y, graphs, name);
+    const auto grad = total_output_gradient(
+        kernel_layout(grad_outputs[0], graphs), grad_outputs[1],
+        grad_outputs[2], y, graphs, name);
     torch::autograd::variable_list grads(9);
     if (!prologue) {
       auto back =
@@ -418,7 +430,7 @@ class FoldedBlockEndFunction
     const bool projected = ctx->saved_data["projected"].toBool();
     const bool kernel = ctx->saved_data["kernel"].toBool();
     const std::string name = ctx->saved_data["name"].toStringRef();
-    const auto& dz = grad_outputs[0];
+    const auto dz = kernel_layout(grad_outputs[0], kernel);
     // g = dz where z > 0, else 0 (FP32): each input's gradient is g times
     // its scale, rounded to its dtype; the scales' and biases' are sums.
     lamp::detail::ChannelAffine gated;

@@ -1679,11 +1679,14 @@ TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
 // 0 (its scale must stay) in every third layer, and one of them tiny (its
 // scale must stay finite) in every fifth.
 struct ScaleUpdateLayers : torch::nn::Module {
+  // `last_len`: the last layer's history length where not 0.
   ScaleUpdateLayers(int64_t count, bool fused, torch::Device device,
-                    uint64_t seed) {
+                    uint64_t seed, int64_t last_len = 0) {
     torch::manual_seed(seed);
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t len = std::vector<int64_t>{1, 16, 1024}[i % 3];
+      const int64_t len = i == count - 1 && last_len > 0
+                              ? last_len
+                              : std::vector<int64_t>{1, 16, 1024}[i % 3];
       auto recipe = delayed(len).margin(i % 4 == 0 ? 2 : 0).fused_casts(fused);
       if (i % 2 == 1) {
         recipe.amax_compute(F8::Float8AmaxCompute::kMostRecent);
@@ -1767,11 +1770,19 @@ TEST(Float8, FusedScaleUpdateRunsTheATenOpsOnTheCpu) {
 TEST(Float8, FusedScaleUpdateMatchesTheATenOps_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA);
-  ScaleUpdateLayers plain(70, false, cuda, 11);
-  ScaleUpdateLayers fused(70, true, cuda, 11);
-  ASSERT_EQ(F8::internal::fused_scale_update_unavailable_reason(
-                *fused.states.front()),
-            "");
+  // The last layer's history is the longest the kernel takes: 12,224 FP32
+  // columns in shared memory beside block_reduce's partials, under the
+  // 48 KiB a block takes without opting in (12,288 would not launch).
+  constexpr int64_t kLongest = 12224;
+  ScaleUpdateLayers plain(70, false, cuda, 11, kLongest);
+  ScaleUpdateLayers fused(70, true, cuda, 11, kLongest);
+  for (const auto* state : {&fused.states.front(), &fused.states.back()}) {
+    ASSERT_EQ(F8::internal::fused_scale_update_unavailable_reason(**state), "");
+  }
+  ScaleUpdateLayers longer(1, true, cuda, 11, kLongest + 1);
+  EXPECT_EQ(F8::internal::fused_scale_update_unavailable_reason(
+                *longer.states.front()),
+            "the kernel shifts histories of up to 12224 steps, not 12225");
   for (int64_t step = 0; step < 5; ++step) {
     see_both(plain, fused, 200 + step, step);
     F8::update_float8_scales(plain);

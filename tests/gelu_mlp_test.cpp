@@ -18,6 +18,7 @@
 #include "lamp/models/gpt.h"
 #include "lamp/nn/float8.h"
 #include "lamp/platform/backends.h"
+#include "ops/epilogue_fallbacks.h"
 #include "platform/compat.h"
 #include "test_util.h"
 #include "tiny_gpt.h"
@@ -156,6 +157,28 @@ TEST(GeluMlp, MatchesTheStockCompositionBitForBitInFP32) {
         expect_bit_equal(run(i, fused(o)), run(i, stock(o)),
                          std::string(approximate) + (bias ? " bias" : "") +
                              " in " + std::to_string(in));
+      }
+    }
+  }
+}
+
+TEST(GeluMlp, AnEmptyLayerMatchesTheStockComposition) {
+  // A hidden or output width of 0: the biases, of no element, still get
+  // their empty gradients, as linear's do, and everything else its zeros.
+  const auto o = GeluMlpOptions().approximate("tanh");
+  for (const auto& [hidden, out] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {48, 0}}) {
+    for (const bool bias : {true, false}) {
+      const auto i =
+          make_inputs({5, 24}, hidden, out, torch::kFloat, torch::kFloat, bias,
+                      static_cast<uint64_t>(hidden + out));
+      const auto got = run(i, fused(o));
+      expect_bit_equal(got, run(i, stock(o)),
+                       "hidden " + std::to_string(hidden) + ", out " +
+                           std::to_string(out) + (bias ? ", bias" : ""));
+      if (bias) {
+        ASSERT_TRUE(got.fc_bias.defined());
+        EXPECT_EQ(got.fc_bias.sizes(), torch::IntArrayRef({hidden}));
       }
     }
   }
@@ -365,6 +388,7 @@ TEST(GeluMlp, EpiloguesMatchTheStockComposition_CUDA) {
   // for FP16.
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const torch::Device cuda(torch::kCUDA);
   for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
     for (const bool bias : {true, false}) {
@@ -393,11 +417,15 @@ TEST(GeluMlp, EpiloguesMatchTheStockComposition_CUDA) {
   // ATen ops would meet the same bounds).
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 TEST(GeluMlp, EpiloguesUnderAutocast_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const auto i =
       make_inputs({8, 128, 384}, 1536, 384, torch::kFloat, torch::kFloat, true,
                   41, torch::Device(torch::kCUDA));
@@ -413,6 +441,9 @@ TEST(GeluMlp, EpiloguesUnderAutocast_CUDA) {
   // ATen ops would meet the same bounds).
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 TEST(GeluMlp, WhatTheEpiloguesCannotTakeRunsTheATenOps_CUDA) {
@@ -456,6 +487,7 @@ TEST(GeluMlp, WhatTheEpiloguesCannotTakeRunsTheATenOps_CUDA) {
 TEST(GeluMlp, EpiloguesRunInACapturedGraph_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const torch::Device cuda(torch::kCUDA);
   const auto i = make_inputs({64, 128}, 512, 128, torch::kBFloat16,
                              torch::kBFloat16, true, 45, cuda);
@@ -488,6 +520,9 @@ TEST(GeluMlp, EpiloguesRunInACapturedGraph_CUDA) {
   // ATen ops would meet the same bounds).
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 } // namespace

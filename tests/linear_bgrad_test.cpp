@@ -19,6 +19,7 @@
 #include "lamp/models/gpt.h"
 #include "lamp/nn/float8.h"
 #include "lamp/ops/gelu_mlp.h"
+#include "ops/epilogue_fallbacks.h"
 #include "platform/compat.h"
 #include "test_util.h"
 #include "tiny_gpt.h"
@@ -457,6 +458,7 @@ TEST(LinearBgrad, EpilogueMeetsTheBoundOfTheStockOps_CUDA) {
   // product, within the bound above, as ATen's two kernels are.
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const torch::Device cuda(torch::kCUDA);
   for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
     for (const auto& [shape, out] :
@@ -489,6 +491,9 @@ TEST(LinearBgrad, EpilogueMeetsTheBoundOfTheStockOps_CUDA) {
   // ATen ops would meet the same bounds).
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 TEST(LinearBgrad, EpilogueUnderAutocast_CUDA) {
@@ -496,6 +501,7 @@ TEST(LinearBgrad, EpilogueUnderAutocast_CUDA) {
   // the bound of the BF16 values autocast computed with.
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const auto i = make_inputs({8, 128, 384}, 1152, torch::kFloat, torch::kFloat,
                              true, 41, torch::Device(torch::kCUDA));
   lamp::Autocast guard(torch::kCUDA, torch::kBFloat16);
@@ -511,6 +517,9 @@ TEST(LinearBgrad, EpilogueUnderAutocast_CUDA) {
   // ATen ops would meet the same bounds).
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 TEST(LinearBgrad, WhatTheEpilogueCannotTakeRunsTheATenOps_CUDA) {
@@ -538,6 +547,7 @@ TEST(LinearBgrad, EpilogueTakesAViewAlignedOn16Bytes_CUDA) {
   // the bound, without falling back.
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const torch::Device cuda(torch::kCUDA);
   const auto i = make_inputs({65, 64}, 128, torch::kBFloat16, torch::kBFloat16,
                              true, 47, cuda);
@@ -552,11 +562,15 @@ TEST(LinearBgrad, EpilogueTakesAViewAlignedOn16Bytes_CUDA) {
   EXPECT_TRUE(Within(b.grad(), bnd.bias, bnd.bias_err));
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 TEST(LinearBgrad, EpilogueRunsInACapturedGraph_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const torch::Device cuda(torch::kCUDA);
   const auto i = make_inputs({64, 128}, 256, torch::kBFloat16, torch::kBFloat16,
                              true, 45, cuda);
@@ -577,6 +591,9 @@ TEST(LinearBgrad, EpilogueRunsInACapturedGraph_CUDA) {
   // ATen ops would meet the same bounds).
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
@@ -585,6 +602,7 @@ TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
   // kept, against the option off.
   LAMP_SKIP_WITHOUT_CUDA();
   const lamp_test::Warnings warnings;
+  const auto fallbacks = lamp::detail::epilogue_fallback_count().load();
   const torch::Device cuda(torch::kCUDA);
   torch::manual_seed(46);
   const auto opts = torch::TensorOptions().device(cuda).dtype(torch::kBFloat16);
@@ -617,6 +635,9 @@ TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
   // ATen ops would meet the same bounds).
   EXPECT_EQ(warnings.containing("instead of cuBLASLt"),
             std::vector<std::string>{});
+  // Every call, not only the first to warn in this process.
+  EXPECT_EQ(lamp::detail::epilogue_fallback_count().load(), fallbacks)
+      << "a product ran the ATen ops";
 }
 
 } // namespace

@@ -19,9 +19,15 @@ namespace kernels {
 namespace {
 
 constexpr int kThreads = 256;
-// 12,288 columns of FP32 in shared memory: 48 KiB, what any block may take
-// without opting in to more.
-constexpr int kMaxHistory = 12288;
+// The columns of FP32 in dynamic shared memory beside block_reduce's static
+// partials (36 bytes; 256 kept): a block may take 48 KiB in all without
+// opting in to more, so 12,224 columns, not 12,288 (a history that long
+// would fail to launch).
+constexpr int kStaticSharedBytes = 256;
+constexpr int kMaxHistory =
+    static_cast<int>((48 * 1024 - kStaticSharedBytes) / sizeof(float));
+static_assert((kThreads / 32 + 1) * sizeof(float) <= kStaticSharedBytes,
+              "block_reduce's partials fit beside the history");
 static_assert(sizeof(Float8ScaleArgs) <= 4096,
               "a kernel's parameters take at most 4 KiB");
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ops/argument_checks.h"
+#include "ops/epilogue_fallbacks.h"
 #include "ops/gelu_mlp_cuda.h"
 #include "ops/linear_bgrad_cuda.h"
 #include "platform/autocast_on.h"
@@ -83,9 +84,11 @@ std::string epilogue_unavailable_reason(const torch::Tensor& x,
       proj_weight.size(0));
 }
 
-torch::Tensor cast_or_undefined(const torch::Tensor& t, at::ScalarType dtype) {
-  return t.defined() && t.numel() > 0 ? t.to(dtype).contiguous()
-                                      : torch::Tensor();
+// A bias passed (`present`, of any size: an empty layer's has no element
+// and still gets its empty gradient, as linear's) in `dtype`, else undefined.
+torch::Tensor cast_or_undefined(const torch::Tensor& t, bool present,
+                                at::ScalarType dtype) {
+  return present ? t.to(dtype).contiguous() : torch::Tensor();
 }
 
 // y = x w^T (+ b) as torch::linear runs a 2-d input.
@@ -95,26 +98,27 @@ torch::Tensor product(const torch::Tensor& x, const torch::Tensor& w,
 }
 
 // The MLP on [rows, in], epilogues or ATen ops, and its backward. Inputs:
-// x, fc_weight, fc_bias, proj_weight, proj_bias (an absent bias empty).
+// x, fc_weight, fc_bias, proj_weight, proj_bias (an absent bias an empty
+// placeholder, which has_fc_bias / has_proj_bias tell from a bias of an
+// empty layer).
 class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
-                               const torch::Tensor& x,
-                               const torch::Tensor& fc_weight,
-                               const torch::Tensor& fc_bias,
-                               const torch::Tensor& proj_weight,
-                               const torch::Tensor& proj_bias,
-                               const std::string& approximate, bool epilogue,
-                               bool fused_bias_grad, at::ScalarType compute) {
+  static torch::Tensor forward(
+      torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+      const torch::Tensor& fc_weight, const torch::Tensor& fc_bias,
+      const torch::Tensor& proj_weight, const torch::Tensor& proj_bias,
+      bool has_fc_bias, bool has_proj_bias, const std::string& approximate,
+      bool epilogue, bool fused_bias_grad, at::ScalarType compute) {
     const auto xc = x.to(compute).contiguous();
     const auto w1 = fc_weight.to(compute).contiguous();
-    const auto b1 = cast_or_undefined(fc_bias, compute);
+    const auto b1 = cast_or_undefined(fc_bias, has_fc_bias, compute);
     const auto w2 = proj_weight.to(compute).contiguous();
-    const auto b2 = cast_or_undefined(proj_bias, compute);
+    const auto b2 = cast_or_undefined(proj_bias, has_proj_bias, compute);
     torch::Tensor pre, h;
     std::string why;
     if (epilogue &&
         !lamp::detail::gelu_mlp_fc_forward(xc, w1, b1, pre, h, why)) {
+      lamp::detail::note_epilogue_fallback();
       TORCH_WARN_ONCE(kGeluMlpWho,
                       ": running ATen ops instead of cuBLASLt's "
                       "epilogues: ",
@@ -172,6 +176,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     std::string why;
     if (epilogue && !lamp::detail::gelu_mlp_proj_backward(
                         g, w2, pre, want_fc_bias, d_pre, d_b1, why)) {
+      lamp::detail::note_epilogue_fallback();
       TORCH_WARN_ONCE(kGeluMlpWho,
                       ": running ATen ops instead of cuBLASLt's "
                       "epilogues in the backward: ",
@@ -185,7 +190,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
         d_b1 = d_pre.sum(0);
       }
     }
-    torch::autograd::variable_list out(9);
+    torch::autograd::variable_list out(11);
     if (ctx->needs_input_grad(0)) {
       out[0] = d_pre.mm(w1).to(dtype("x"));
     }
@@ -199,6 +204,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     if (epilogue && ctx->saved_data["fused_bias_grad"].toBool() &&
         ctx->needs_input_grad(3) && want_proj_bias &&
         !lamp::detail::linear_weight_bias_grad(g, h, d_w2, d_b2, why)) {
+      lamp::detail::note_epilogue_fallback();
       TORCH_WARN_ONCE(kGeluMlpWho,
                       ": summing the second bias's gradient with ATen ops "
                       "instead of cuBLASLt's epilogue: ",
@@ -227,6 +233,7 @@ torch::Tensor gelu_mlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
   const std::string why =
       epilogue_unavailable_reason(x, fc_weight, proj_weight, options, compute);
   if (!why.empty() && x.is_cuda()) {
+    lamp::detail::note_epilogue_fallback();
     TORCH_WARN_ONCE(kGeluMlpWho,
                     ": running ATen ops instead of cuBLASLt's "
                     "epilogues: ",
@@ -244,7 +251,8 @@ torch::Tensor gelu_mlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
   };
   return GeluMlpFunction::apply(x.reshape({-1, in}), fc_weight,
                                 or_empty(fc_bias), proj_weight,
-                                or_empty(proj_bias), options.approximate(),
+                                or_empty(proj_bias), fc_bias.defined(),
+                                proj_bias.defined(), options.approximate(),
                                 why.empty(), options.fused_bias_grad(), compute)
       .view(shape);
 }

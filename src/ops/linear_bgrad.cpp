@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ops/argument_checks.h"
+#include "ops/epilogue_fallbacks.h"
 #include "ops/linear_bgrad_cuda.h"
 #include "platform/autocast_on.h"
 #include "platform/compat.h"
@@ -108,6 +109,7 @@ class LinearBgradFunction
     std::string why;
     if (want_weight && want_bias && ctx->saved_data["epilogue"].toBool() &&
         !lamp::detail::linear_weight_bias_grad(g, xc, d_weight, d_bias, why)) {
+      lamp::detail::note_epilogue_fallback();
       TORCH_WARN_ONCE(kLinearBgradWho,
                       ": running ATen ops instead of cuBLASLt's epilogue "
                       "in the backward: ",
@@ -145,6 +147,7 @@ torch::Tensor linear_bgrad(const torch::Tensor& x, const torch::Tensor& weight,
   const auto compute = lamp::detail::linear_compute_dtype(x);
   const std::string why = epilogue_unavailable_reason(x, weight, bias, compute);
   if (!why.empty() && x.is_cuda()) {
+    lamp::detail::note_epilogue_fallback();
     TORCH_WARN_ONCE(kLinearBgradWho,
                     ": running ATen ops instead of cuBLASLt's epilogue: ", why,
                     ".");

@@ -13,6 +13,7 @@
 
 #include "autograd_nodes.h"
 #include "graph_replay.h"
+#include "kernel_checks.h"
 #include "lamp/amp/autocast.h"
 #include "lamp/models/gpt.h"
 #include "lamp/nn/rms_norm.h"
@@ -30,6 +31,7 @@ using lamp::ops::AddNormOptions;
 using lamp::ops::AddNormResult;
 using lamp_test::AllClose;
 using lamp_test::expect_error;
+using lamp_test::expect_norm_outputs_close;
 
 struct Inputs {
   torch::Tensor x, branch, weight, bias;
@@ -60,9 +62,7 @@ Inputs make_inputs(std::vector<int64_t> shape, torch::Dtype x_dtype,
   return in;
 }
 
-struct Outputs {
-  torch::Tensor sum, normed, x, branch, weight, bias;
-};
+using Outputs = lamp_test::NormOutputs;
 
 torch::Tensor leaf(const torch::Tensor& t) {
   return t.defined() ? t.detach().clone().requires_grad_() : torch::Tensor();
@@ -115,30 +115,6 @@ double peak(const torch::Tensor& t) {
   return t.abs().max().item<double>();
 }
 
-// Every output and gradient of `got` within `rtol` (relative to each
-// tensor's largest entry) of `want`; dtypes equal.
-void expect_close(const Outputs& got, const Outputs& want, double rtol,
-                  const std::string& what) {
-  SCOPED_TRACE(what);
-  const std::vector<
-      std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>>
-      pairs = {{"sum", {got.sum, want.sum}},
-               {"normed", {got.normed, want.normed}},
-               {"grad x", {got.x, want.x}},
-               {"grad branch", {got.branch, want.branch}},
-               {"grad weight", {got.weight, want.weight}},
-               {"grad bias", {got.bias, want.bias}}};
-  for (const auto& [name, p] : pairs) {
-    SCOPED_TRACE(name);
-    ASSERT_EQ(p.first.defined(), p.second.defined());
-    if (!p.first.defined()) {
-      continue;
-    }
-    EXPECT_EQ(p.first.scalar_type(), p.second.scalar_type());
-    EXPECT_TRUE(AllClose(p.first, p.second, 0, rtol * peak(p.second) + 1e-30));
-  }
-}
-
 TEST(AddNorm, LayerNormMatchesTheStockOpsInFP32) {
   // Widths of one, of no vector width's multiple and of a GPT's; FP32 sums
   // of up to 1000 terms in another order than ATen's: 1e-5 of the largest
@@ -150,7 +126,8 @@ TEST(AddNorm, LayerNormMatchesTheStockOpsInFP32) {
         run(in, [](auto&&... a) { return layer_norm_fused(a...); });
     const auto want =
         run(in, [](auto&&... a) { return layer_norm_stock(a...); });
-    expect_close(got, want, 1e-5, "width " + std::to_string(width));
+    expect_norm_outputs_close(got, want, 1e-5,
+                              "width " + std::to_string(width));
     // The sum is x + branch, bit for bit, and so are its gradients' parts
     // that come from the sum alone (checked below without the norm).
     EXPECT_TRUE(lamp_test::BitEqual(got.sum, want.sum));
@@ -188,7 +165,8 @@ TEST(AddNorm, RmsNormMatchesLampsRmsNorm) {
       return add_rms_norm(x, b, w);
     });
     const auto want = run(in, stock);
-    expect_close(got, want, 1e-5, "width " + std::to_string(width));
+    expect_norm_outputs_close(got, want, 1e-5,
+                              "width " + std::to_string(width));
     // The reference is lamp::nn::rms_norm's arithmetic, to the bit.
     const auto ref = run(in, [](const torch::Tensor& x, const torch::Tensor& b,
                                 const torch::Tensor& w, const torch::Tensor&) {
@@ -207,7 +185,8 @@ TEST(AddNorm, WithoutTheWeightOrTheBias) {
         run(in, [](auto&&... a) { return layer_norm_fused(a...); });
     const auto want =
         run(in, [](auto&&... a) { return layer_norm_stock(a...); });
-    expect_close(got, want, 1e-5, weight ? "weight only" : "neither");
+    expect_norm_outputs_close(got, want, 1e-5,
+                              weight ? "weight only" : "neither");
   }
   const auto in = make_inputs({6, 40}, torch::kFloat, torch::kFloat,
                               torch::kFloat, false, false, 4);
@@ -233,7 +212,8 @@ TEST(AddNorm, GradientsFromOneOutputAlone) {
     const auto want = run(
         in, [](auto&&... a) { return layer_norm_stock(a...); }, use_sum,
         !use_sum);
-    expect_close(got, want, 1e-5, use_sum ? "sum only" : "normed only");
+    expect_norm_outputs_close(got, want, 1e-5,
+                              use_sum ? "sum only" : "normed only");
   }
   const auto sum_only = run(
       in, [](auto&&... a) { return layer_norm_fused(a...); }, true, false);
@@ -273,7 +253,7 @@ TEST(AddNorm, AutocastFP32StreamAndBF16Branch) {
   const auto got = run(in, [](auto&&... a) { return layer_norm_fused(a...); });
   const auto want = run(in, [](auto&&... a) { return layer_norm_stock(a...); });
   EXPECT_EQ(got.sum.scalar_type(), torch::kFloat);
-  expect_close(got, want, 1e-5, "autocast, default output");
+  expect_norm_outputs_close(got, want, 1e-5, "autocast, default output");
   const auto narrow = AddNormOptions().output_dtype(torch::kBFloat16);
   const auto got16 =
       run(in, [&](auto&&... a) { return layer_norm_fused(a..., narrow); });
@@ -307,7 +287,7 @@ TEST(AddNorm, DoubleStaysDouble) {
                               torch::kDouble, true, true, 9);
   const auto got = run(in, [](auto&&... a) { return layer_norm_fused(a...); });
   const auto want = run(in, [](auto&&... a) { return layer_norm_stock(a...); });
-  expect_close(got, want, 1e-12, "double");
+  expect_norm_outputs_close(got, want, 1e-12, "double");
 }
 
 TEST(AddNorm, DefaultOutputDtypeIsTheStockNormsUnderAutocast) {
@@ -559,11 +539,11 @@ TEST(AddNorm, KernelMatchesTheStockOps_CUDA) {
             run(in, [&](auto&&... a) { return layer_norm_fused(a..., o); });
         const auto want =
             run(in, [&](auto&&... a) { return layer_norm_stock(a..., o); });
-        expect_close(got, want, c.rtol,
-                     std::string(c10::toString(c.x)) + "+" +
-                         c10::toString(c.branch) + " width " +
-                         std::to_string(width) + " rows " +
-                         std::to_string(rows));
+        expect_norm_outputs_close(got, want, c.rtol,
+                                  std::string(c10::toString(c.x)) + "+" +
+                                      c10::toString(c.branch) + " width " +
+                                      std::to_string(width) + " rows " +
+                                      std::to_string(rows));
         const auto got_rms =
             run(in, [&](const torch::Tensor& x, const torch::Tensor& b,
                         const torch::Tensor& w, const torch::Tensor&) {
@@ -574,7 +554,7 @@ TEST(AddNorm, KernelMatchesTheStockOps_CUDA) {
                         const torch::Tensor& w, const torch::Tensor&) {
               return add_rms_norm_reference(x, b, w, o);
             });
-        expect_close(got_rms, want_rms, c.rtol, "RMSNorm");
+        expect_norm_outputs_close(got_rms, want_rms, c.rtol, "RMSNorm");
       }
     }
   }
@@ -635,7 +615,7 @@ TEST(AddNorm, DoubleFallsBackToTheATenOps_CUDA) {
             "ATen ops: the kernel takes FP32, FP16 and BF16, not Double");
   const auto got = run(in, [](auto&&... a) { return layer_norm_fused(a...); });
   const auto want = run(in, [](auto&&... a) { return layer_norm_stock(a...); });
-  expect_close(got, want, 1e-12, "double on CUDA");
+  expect_norm_outputs_close(got, want, 1e-12, "double on CUDA");
 }
 
 } // namespace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "graph_replay.h"
+#include "kernel_checks.h"
 #include "test_util.h"
 
 namespace {
@@ -29,6 +30,7 @@ using lamp::detail::gated_sums_kernel_unavailable_reason;
 using lamp::detail::gated_sums_reference;
 using lamp::detail::GatedSums;
 using lamp_test::BitEqual;
+using lamp_test::SumsAgree;
 
 torch::Tensor pc(const torch::Tensor& t) {
   return t.view({1, -1, 1, 1});
@@ -246,24 +248,6 @@ TEST(ChannelAffine, GatedSumsReferenceIsTheBlockEndsSums) {
   EXPECT_EQ(why, gated_sums_kernel_unavailable_reason(o.dz, o.z, o.y, {}));
   EXPECT_FALSE(why.empty());
   EXPECT_TRUE(BitEqual(got.ga, sums_as_written(o, true, false).ga));
-}
-
-// |kernel - reference| <= 1e-5 of the sum of the terms' magnitudes, per
-// channel: both add FP32 values, in another order (each block its rows in
-// sequence, then the blocks, against ATen's tree), each rounding within
-// 2^-24 of the running sum; a wrong gate, tensor or channel is off by a
-// whole term.
-::testing::AssertionResult SumsAgree(const torch::Tensor& got,
-                                     const torch::Tensor& want,
-                                     const torch::Tensor& magnitude) {
-  const auto error = (got - want).abs();
-  const auto bound = 1e-5 * magnitude + 1e-12;
-  if (got.sizes() == want.sizes() && error.le(bound).all().item<bool>()) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "largest error " << error.max().item<double>() << " over bound "
-         << (error / bound).max().item<double>() << "x";
 }
 
 TEST(ChannelAffine, GatedSumsKernelMatchesTheReference_CUDA) {

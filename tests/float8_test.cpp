@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_checks.h"
 #include "lamp/amp/autocast.h"
 #include "lamp/amp/report.h"
 #include "lamp/amp/train_step.h"
@@ -37,6 +38,11 @@ namespace F8 = lamp::nn;
 using lamp::Precision;
 using lamp_test::AllClose;
 using lamp_test::BitEqual;
+#if LAMP_TORCH_FLOAT8
+using lamp_test::expect_same_states;
+using lamp_test::ScaleUpdateLayers;
+using lamp_test::see_both;
+#endif
 using lamp_test::error_of;
 
 // Two eligible layers and a head of 10 outputs (not a multiple of 16).
@@ -1672,70 +1678,6 @@ TEST(Float8, FusedCastReplaysInACapturedGraph_CUDA) {
                        want.data.to(torch::kFloat).cpu(), 0, 0));
   EXPECT_TRUE(AllClose(transposed.to(torch::kFloat).cpu(),
                        want.data.to(torch::kFloat).t().cpu(), 0, 0));
-}
-
-// Many layers' states of delayed scaling, each with its own recipe (history
-// length, amax_compute, margin) and pending amaxes from a seed, one of them
-// 0 (its scale must stay) in every third layer, and one of them tiny (its
-// scale must stay finite) in every fifth.
-struct ScaleUpdateLayers : torch::nn::Module {
-  // `last_len`: the last layer's history length where not 0.
-  ScaleUpdateLayers(int64_t count, bool fused, torch::Device device,
-                    uint64_t seed, int64_t last_len = 0) {
-    torch::manual_seed(seed);
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t len = i == count - 1 && last_len > 0
-                              ? last_len
-                              : std::vector<int64_t>{1, 16, 1024}[i % 3];
-      auto recipe = delayed(len).margin(i % 4 == 0 ? 2 : 0).fused_casts(fused);
-      if (i % 2 == 1) {
-        recipe.amax_compute(F8::Float8AmaxCompute::kMostRecent);
-      }
-      auto state = F8::Float8State(recipe, c10::str("layer", i));
-      state->to(device);
-      state->scale.copy_(torch::rand({3}) * 10);
-      states.push_back(register_module(c10::str("s", i), state));
-    }
-  }
-  // A step's amaxes: positive, with an operand of every fifth layer at
-  // 2e-38 (max / amax past FP32's range) and one of every third at 0.
-  void see(int64_t step) {
-    for (size_t i = 0; i < states.size(); ++i) {
-      auto amax = torch::rand({3}) * 100 + 0.01;
-      if ((i + static_cast<size_t>(step)) % 5 == 0) {
-        amax[static_cast<int64_t>((i + 1) % 3)] = 2e-38f;
-      }
-      if ((i + static_cast<size_t>(step)) % 3 == 0) {
-        amax[static_cast<int64_t>(i % 3)] = 0.0f;
-      }
-      states[i]->pending_amax.copy_(amax);
-    }
-  }
-  std::vector<F8::Float8State> states;
-};
-
-// Both sets see one step's amaxes, drawn from the same seed.
-void see_both(ScaleUpdateLayers& a, ScaleUpdateLayers& b, uint64_t seed,
-              int64_t step) {
-  torch::manual_seed(seed);
-  a.see(step);
-  torch::manual_seed(seed);
-  b.see(step);
-}
-
-// The two sets' states agree bit for bit, their scales finite, their
-// pending amaxes zeroed.
-void expect_same_states(const ScaleUpdateLayers& a, const ScaleUpdateLayers& b,
-                        const std::string& when) {
-  ASSERT_EQ(a.states.size(), b.states.size());
-  for (size_t i = 0; i < a.states.size(); ++i) {
-    SCOPED_TRACE(c10::str(when, ", layer ", i));
-    EXPECT_TRUE(BitEqual(b.states[i]->scale.cpu(), a.states[i]->scale.cpu()));
-    EXPECT_TRUE(torch::isfinite(b.states[i]->scale).all().item<bool>());
-    EXPECT_TRUE(BitEqual(b.states[i]->amax_history.cpu(),
-                         a.states[i]->amax_history.cpu()));
-    EXPECT_TRUE(BitEqual(b.states[i]->pending_amax.cpu(), torch::zeros({3})));
-  }
 }
 
 // Float8Recipe::fused_casts on the CPU: update_float8_scales runs the ATen

@@ -17,6 +17,14 @@
 #include <setjmp.h>
 #include <ucontext.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define LAMP_EMU_ASAN 1
+#else
+#define LAMP_EMU_ASAN 0
+#endif
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +60,7 @@ struct Fiber {
   jmp_buf resume;
   bool started = false;
   char* stack = nullptr; // one of g_stacks
+  void* asan_fake_stack = nullptr;
   State state = State::kReady;
   Context indices;
   unsigned linear = 0;
@@ -74,6 +83,31 @@ ucontext_t g_scheduler;
 // would otherwise allocate (and its first use of each page fault in) 16 MiB.
 std::vector<std::unique_ptr<char[]>> g_stacks;
 jmp_buf g_scheduler_resume;
+// Under AddressSanitizer, each switch between stacks is announced to it
+// (scripts/sanitize.sh): the host thread's stack, as the first switch into
+// a fiber reports it, and the scheduler's fake stack.
+const void* g_host_stack_bottom = nullptr;
+std::size_t g_host_stack_size = 0;
+void* g_scheduler_fake_stack = nullptr;
+
+// About to run on `bottom`'s stack, saving the current stack's fake frames
+// in *fake (LAMP_EMU_ASAN only).
+void start_switch(void** fake, const void* bottom, std::size_t size) {
+#if LAMP_EMU_ASAN
+  __sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+  (void)fake, (void)bottom, (void)size;
+#endif
+}
+
+// Now running on the stack switched to.
+void finish_switch(void* fake, const void** old_bottom, std::size_t* old_size) {
+#if LAMP_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, old_bottom, old_size);
+#else
+  (void)fake, (void)old_bottom, (void)old_size;
+#endif
+}
 Launch* g_launch = nullptr;
 Fiber* g_current = nullptr;
 cudaError_t g_last_error = cudaSuccess;
@@ -90,13 +124,6 @@ std::string describe(const uint3& d) {
   return describe(dim3(d.x, d.y, d.z));
 }
 
-// Ends the running thread's block: the launch fails with `why`.
-[[noreturn]] void fail(const std::string& why) {
-  g_launch->failure = why;
-  g_current->state = State::kDone;
-  _longjmp(g_scheduler_resume, 1); // never resumed
-}
-
 Fiber& running(const char* what) {
   if (g_launch == nullptr || g_current == nullptr) {
     std::fprintf(stderr, "lamp_emu: %s called outside a kernel\n", what);
@@ -105,10 +132,12 @@ Fiber& running(const char* what) {
   return *g_current;
 }
 
-// Runs `f` until it waits at a barrier or ends.
-void resume(Fiber& f) {
+// Runs `f` until it waits at a barrier or ends. Never inlined: no caller's
+// variable lives in the frame that _setjmp saves.
+__attribute__((noinline)) void resume(Fiber& f) {
   g_current = &f;
   if (_setjmp(g_scheduler_resume) == 0) {
+    start_switch(&g_scheduler_fake_stack, f.stack, kStackBytes);
     if (!f.started) {
       f.started = true;
       swapcontext(&g_scheduler, &f.context);
@@ -116,18 +145,34 @@ void resume(Fiber& f) {
       _longjmp(f.resume, 1);
     }
   }
+  finish_switch(g_scheduler_fake_stack, nullptr, nullptr);
   g_current = nullptr;
 }
 
+// Back to the scheduler from the running fiber `f`.
+[[noreturn]] void to_scheduler(Fiber& f) {
+  start_switch(&f.asan_fake_stack, g_host_stack_bottom, g_host_stack_size);
+  _longjmp(g_scheduler_resume, 1);
+}
+
 // The running fiber waits: back to the scheduler until it is resumed.
-void yield(Fiber& f) {
+__attribute__((noinline)) void yield(Fiber& f) {
   if (_setjmp(f.resume) == 0) {
-    _longjmp(g_scheduler_resume, 1);
+    to_scheduler(f);
   }
+  finish_switch(f.asan_fake_stack, nullptr, nullptr);
+}
+
+// Ends the running thread's block: the launch fails with `why`.
+[[noreturn]] void fail(const std::string& why) {
+  g_launch->failure = why;
+  g_current->state = State::kDone;
+  to_scheduler(*g_current); // never resumed
 }
 
 // A fiber's life: the kernel's body once for each block of the launch.
 [[noreturn]] void trampoline() {
+  finish_switch(nullptr, &g_host_stack_bottom, &g_host_stack_size);
   for (;;) {
     g_launch->body(g_launch->state);
     Fiber& f = *g_current;
@@ -185,6 +230,22 @@ bool run_warp(Launch& launch, unsigned w, unsigned threads, bool reverse,
   }
 }
 
+// Makes `f` start at trampoline() on its stack when first resumed. Never
+// inlined: getcontext returns twice, and no caller's variable should live
+// in its frame.
+__attribute__((noinline)) void prepare(Fiber& f) {
+#if LAMP_EMU_ASAN
+  // A stack left mid-frame by an earlier launch's fiber keeps its frames'
+  // poisoned red zones.
+  ASAN_UNPOISON_MEMORY_REGION(f.stack, kStackBytes);
+#endif
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack;
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = nullptr; // a fiber ends by _longjmp, never returns
+  makecontext(&f.context, trampoline, 0);
+}
+
 // Runs one block to its end, warp after warp between its barriers; false
 // (with launch.failure set) where its threads broke a rule.
 bool run_block(Launch& launch, const uint3& block, bool reverse) {
@@ -192,8 +253,10 @@ bool run_block(Launch& launch, const uint3& block, bool reverse) {
   const unsigned threads = b.x * b.y * b.z;
   const unsigned warps = (threads + 31) / 32;
   launch.shared_touched.clear();
-  std::memset(launch.dynamic_shared.data(), kGarbage,
-              launch.dynamic_shared.size());
+  if (!launch.dynamic_shared.empty()) {
+    std::memset(launch.dynamic_shared.data(), kGarbage,
+                launch.dynamic_shared.size());
+  }
   for (unsigned t = 0; t < threads; ++t) {
     Fiber& f = launch.fibers[t];
     f.state = State::kReady;
@@ -205,11 +268,7 @@ bool run_block(Launch& launch, const uint3& block, bool reverse) {
     if (f.started) {
       continue; // it waits at the end of its previous block
     }
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr; // a fiber ends by _longjmp, never returns
-    makecontext(&f.context, trampoline, 0);
+    prepare(f);
   }
   for (;;) {
     for (unsigned k = 0; k < warps; ++k) {

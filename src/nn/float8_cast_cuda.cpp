@@ -49,11 +49,9 @@ Cast fused_cast_operand(const torch::Tensor& t, const OperandState& s,
   }
   auto inverse_scale = torch::empty({}, f32);
   auto cast_scale = torch::empty({}, f32);
-  // A few blocks per multiprocessor, each striding over its share.
-  const int64_t sms =
-      at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t blocks =
-      std::max<int64_t>(1, std::min((input.numel() + 1023) / 1024, 4 * sms));
+  const int64_t blocks = kernels::float8_cast_blocks(
+      input.numel(),
+      at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   auto partial = torch::empty({blocks}, input.options().dtype(torch::kInt));
   auto done = torch::zeros({1}, input.options().dtype(torch::kInt));
 

@@ -63,6 +63,15 @@ struct Float8CastArgs {
 /// Launches the cast on `stream`; returns the first launch error.
 cudaError_t float8_cast(const Float8CastArgs& args, cudaStream_t stream);
 
+/// The cast's blocks for `numel` values: one per 1024 values, at most 4 a
+/// multiprocessor (each striding over its share), at least one.
+inline int64_t float8_cast_blocks(int64_t numel, int64_t multiprocessors) {
+  const int64_t wanted = (numel + 1023) / 1024;
+  const int64_t most = 4 * multiprocessors;
+  const int64_t blocks = wanted < most ? wanted : most;
+  return blocks > 1 ? blocks : 1;
+}
+
 } // namespace kernels
 } // namespace nn
 } // namespace lamp

@@ -86,9 +86,8 @@ AddNormKernelBackward add_norm_kernel_backward(
                       : torch::Tensor();
   // Enough blocks to fill the device a few times over; each adds its rows'
   // parts of the weight's and the bias's gradients in one row of partials.
-  const int64_t sms =
-      at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t blocks = std::max<int64_t>(1, std::min(rows, 4 * sms));
+  const int64_t blocks = kernels::add_norm_backward_blocks(
+      rows, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   const auto f32 = sum.options().dtype(at::kFloat);
   AddNormKernelBackward out;
   out.x = torch::empty_like(sum);

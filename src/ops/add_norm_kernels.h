@@ -71,6 +71,14 @@ struct AddNormBackwardArgs {
 cudaError_t add_norm_backward(const AddNormBackwardArgs& args,
                               cudaStream_t stream);
 
+/// The backward's blocks for `rows` rows: enough to fill the device a few
+/// times over (4 a multiprocessor), at most a row each, at least one.
+inline int64_t add_norm_backward_blocks(int64_t rows, int64_t multiprocessors) {
+  const int64_t most = 4 * multiprocessors;
+  const int64_t blocks = rows < most ? rows : most;
+  return blocks > 1 ? blocks : 1;
+}
+
 } // namespace kernels
 } // namespace detail
 } // namespace lamp

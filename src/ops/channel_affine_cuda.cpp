@@ -19,10 +19,6 @@ const float* floats_or_null(const torch::Tensor& t) {
   return t.defined() ? t.data_ptr<float>() : nullptr;
 }
 
-bool aligned16(const void* p) {
-  return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-}
-
 } // namespace
 
 std::string channel_affine_kernel_unavailable_reason(
@@ -89,11 +85,9 @@ torch::Tensor channel_affine_kernel(const ChannelAffine& op,
   a.channels = like.size(1);
   a.rows = like.numel() / a.channels;
   a.dtype = kernel_code(like.scalar_type());
-  const int64_t per_16_bytes = 16 / static_cast<int64_t>(like.element_size());
-  a.vectorized = a.channels % per_16_bytes == 0 && aligned16(a.u) &&
-                 aligned16(a.gate) && aligned16(a.v) && aligned16(a.out);
-  a.max_blocks =
-      at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 8;
+  a.vectorized = kernels::channel_affine_vectorizable(a);
+  a.max_blocks = kernels::channel_affine_max_blocks(
+      at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   C10_CUDA_CHECK(
       kernels::channel_affine(a, at::cuda::getCurrentCUDAStream().stream()));
   return out;
@@ -133,9 +127,8 @@ GatedSums gated_sums_kernel(const torch::Tensor& u, const torch::Tensor& gate,
   args.channels = u.size(1);
   args.rows = u.numel() / args.channels;
   args.dtype = kernel_code(u.scalar_type());
-  const int64_t most =
-      at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 4;
-  args.blocks = static_cast<int>(args.rows < most ? args.rows : most);
+  args.blocks = kernels::gated_sums_blocks(
+      args.rows, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   const auto f32 = u.options().dtype(at::kFloat);
   auto partial = at::empty({args.blocks, 3, args.channels}, f32);
   auto sums = at::empty({3, args.channels}, f32);

@@ -44,6 +44,23 @@ struct ChannelAffineArgs {
 /// Launches the kernel on `stream`; returns the launch's error.
 cudaError_t channel_affine(const ChannelAffineArgs& args, cudaStream_t stream);
 
+/// Whether `a` (its channels, dtype and pointers set) takes the 16-byte
+/// loads and stores: the channels a multiple of 16 bytes' worth of
+/// elements, every tensor's pointer on a 16-byte boundary.
+inline bool channel_affine_vectorizable(const ChannelAffineArgs& a) {
+  const int64_t element_bytes = a.dtype == Dtype::kFloat ? 4 : 2;
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; // null too
+  };
+  return a.channels % (16 / element_bytes) == 0 && aligned(a.u) &&
+         aligned(a.gate) && aligned(a.v) && aligned(a.out);
+}
+
+/// The grid's cap: 8 blocks a multiprocessor, each striding over its share.
+inline int channel_affine_max_blocks(int multiprocessors) {
+  return multiprocessors * 8;
+}
+
 /// Per-channel sums over the rows of g = gate(u) (as ChannelAffineArgs's)
 /// and of g a and g b: sums[0][c] = sum g, sums[1][c] = sum g a,
 /// sums[2][c] = sum g b (a or b null: that sum is 0). Each of `blocks`
@@ -65,6 +82,12 @@ struct GatedSumsArgs {
 
 /// Launches both kernels on `stream`; returns the first launch error.
 cudaError_t gated_sums(const GatedSumsArgs& args, cudaStream_t stream);
+
+/// The sums' blocks for `rows` rows: 4 a multiprocessor, at most a row each.
+inline int gated_sums_blocks(int64_t rows, int multiprocessors) {
+  const int64_t most = static_cast<int64_t>(multiprocessors) * 4;
+  return static_cast<int>(rows < most ? rows : most);
+}
 
 } // namespace kernels
 } // namespace detail

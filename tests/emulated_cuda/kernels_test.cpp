@@ -121,9 +121,6 @@ torch::Tensor emulated_channel_affine(const ChannelAffine& op,
   const auto floats = [](const torch::Tensor& t) -> const float* {
     return t.defined() ? t.data_ptr<float>() : nullptr;
   };
-  const auto aligned = [](const void* p) {
-    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-  };
   K::ChannelAffineArgs a;
   a.u = data(op.u);
   a.gate = data(op.gate);
@@ -137,9 +134,7 @@ torch::Tensor emulated_channel_affine(const ChannelAffine& op,
   a.channels = like.size(1);
   a.rows = like.numel() / a.channels;
   a.dtype = code(like.scalar_type());
-  const int64_t per_16_bytes = 16 / static_cast<int64_t>(like.element_size());
-  a.vectorized = a.channels % per_16_bytes == 0 && aligned(a.u) &&
-                 aligned(a.gate) && aligned(a.v) && aligned(a.out);
+  a.vectorized = K::channel_affine_vectorizable(a);
   a.max_blocks = max_blocks;
   if (vectorized != nullptr) {
     *vectorized = a.vectorized;
@@ -192,7 +187,7 @@ TEST(EmulatedChannelAffine, EveryFormMatchesTheReferenceToTheBit) {
                      std::to_string(subset));
         const auto want = lamp::detail::channel_affine_reference(op, like);
         // An H200's grid, and one block striding over every value.
-        for (const int max_blocks : {8 * 132, 1}) {
+        for (const int max_blocks : {K::channel_affine_max_blocks(132), 1}) {
           bool vectorized = false;
           const auto got =
               emulated_channel_affine(op, like, max_blocks, &vectorized);
@@ -225,7 +220,8 @@ TEST(EmulatedChannelAffine, MisalignedTensorsRunOneValueAtATime) {
   op.u_scale = torch::rand({64}) + 0.5;
   op.relu = true;
   bool vectorized = true;
-  const auto got = emulated_channel_affine(op, u, 8 * 132, &vectorized);
+  const auto got = emulated_channel_affine(
+      op, u, K::channel_affine_max_blocks(132), &vectorized);
   EXPECT_FALSE(vectorized);
   EXPECT_TRUE(BitEqual(got, lamp::detail::channel_affine_reference(op, u)));
 }
@@ -261,7 +257,7 @@ TEST(EmulatedChannelAffine, GatedSumsMatchTheReference) {
             args.channels = channels;
             args.rows = rows;
             args.dtype = code(dtype);
-            args.blocks = static_cast<int>(std::min(rows, sms * 4));
+            args.blocks = K::gated_sums_blocks(rows, static_cast<int>(sms));
             Guarded partial({args.blocks, 3, channels}, torch::kFloat);
             Guarded sums({3, channels}, torch::kFloat);
             args.partial = static_cast<float*>(partial.data());
@@ -437,9 +433,11 @@ TEST(EmulatedAddNorm, KernelsMatchTheReference) {
   // add_norm_test.cpp's KernelMatchesTheStockOps_CUDA: its dtypes, widths
   // (one, odd, a GPT's, past the 512 threads a row takes) and bounds (one
   // rounding of the narrowest dtype, relative to the largest entry), at 1
-  // and 37 rows, the backward in 1 block, 3 (rows strided over) and one a
-  // row; with and without the weight and the bias. A LayerNorm of width 1
-  // against its exact result (exact_width_one).
+  // and 37 rows, the backward in 1 block, 3 (rows strided over) and the
+  // launcher's count (one a row here); with and without the weight and the
+  // bias. A LayerNorm of width 1 against its exact result
+  // (exact_width_one). Beyond the _CUDA test's dtypes: an FP16 sum with an
+  // FP32 output, autocast's LayerNorm in FP16 amp.
   struct Case {
     torch::Dtype x, branch, normed;
     double rtol;
@@ -470,7 +468,10 @@ TEST(EmulatedAddNorm, KernelsMatchTheReference) {
             if (width == 1 && !rms) {
               want = exact_width_one(in, c.normed, want);
             }
-            for (const int64_t blocks : {int64_t{1}, int64_t{3}, rows}) {
+            // 1 and 3 blocks, and the launcher's count on an H200.
+            for (const int64_t blocks :
+                 {int64_t{1}, int64_t{3},
+                  K::add_norm_backward_blocks(rows, 132)}) {
               if (blocks > rows) {
                 continue;
               }
@@ -517,8 +518,7 @@ I::Cast emulated_cast(const torch::Tensor& t, const I::OperandState& s,
   }
   auto inverse_scale = torch::empty({});
   auto cast_scale = torch::empty({});
-  const int64_t blocks = std::max<int64_t>(
-      1, std::min((input.numel() + 1023) / 1024, 4 * multiprocessors));
+  const int64_t blocks = KF::float8_cast_blocks(input.numel(), multiprocessors);
   auto partial = torch::empty({blocks}, torch::kInt);
   auto done = torch::zeros({1}, torch::kInt);
   KF::Float8CastArgs a;

@@ -15,8 +15,15 @@
 #include "emulated_cuda/emulator.h"
 
 #include <setjmp.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
+#if !defined(__SANITIZE_ADDRESS__) && defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define __SANITIZE_ADDRESS__ 1
+#endif
+#endif
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
@@ -60,6 +67,13 @@ struct Fiber {
   jmp_buf resume;
   bool started = false;
   char* stack = nullptr; // one of g_stacks
+  // Where the fiber waits at __syncthreads: the call's source line.
+  const char* barrier_file = "";
+  int barrier_line = 0;
+  // Under AddressSanitizer, the fiber's fake frames while it is switched
+  // out. They are never freed (a fiber is left where it waits at the end of
+  // a launch), which matters only with detect_stack_use_after_return=1, off
+  // in scripts/sanitize.sh.
   void* asan_fake_stack = nullptr;
   State state = State::kReady;
   Context indices;
@@ -79,9 +93,22 @@ struct Launch {
 };
 
 ucontext_t g_scheduler;
-// The fibers' stacks, kept from launch to launch: a launch of 256 threads
-// would otherwise allocate (and its first use of each page fault in) 16 MiB.
-std::vector<std::unique_ptr<char[]>> g_stacks;
+// The fibers' stacks, kept from launch to launch (a launch of 256 threads
+// would otherwise allocate, and its first use of each page fault in, 16
+// MiB), each above a page that may not be touched: a kernel that overflows
+// its stack stops there with SIGSEGV instead of writing over the heap.
+std::vector<char*> g_stacks;
+
+char* new_stack() {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  void* base = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED || mprotect(base, page, PROT_NONE) != 0) {
+    std::fprintf(stderr, "lamp_emu: no memory for a thread's stack\n");
+    std::abort();
+  }
+  return static_cast<char*>(base) + page;
+}
 jmp_buf g_scheduler_resume;
 // Under AddressSanitizer, each switch between stacks is announced to it
 // (scripts/sanitize.sh): the host thread's stack, as the first switch into
@@ -208,24 +235,29 @@ bool run_warp(Launch& launch, unsigned w, unsigned threads, bool reverse,
         return false;
       }
     }
-    unsigned waiting = 0;
+    // A full-mask shuffle waits for the lanes that have not ended (CUDA:
+    // every non-exited thread the mask names must reach it); a lane that
+    // waits at __syncthreads instead is a divergence a GPU leaves undefined.
+    unsigned waiting = 0, at_barrier = 0;
     for (unsigned t = first; t < last; ++t) {
       waiting += launch.fibers[t].state == State::kAtShuffle ? 1 : 0;
+      at_barrier += launch.fibers[t].state == State::kAtSyncthreads ? 1 : 0;
     }
     if (waiting == 0) {
       return true;
     }
-    if (waiting < 32) {
+    if (at_barrier > 0) {
       std::ostringstream why;
       why << "block " << describe(block) << ": " << waiting << " of warp " << w
-          << "'s " << (last - first)
-          << " lanes wait at a shuffle whose mask names all 32; the others "
-             "ended or wait at __syncthreads";
+          << "'s lanes wait at a shuffle whose mask names all 32, "
+          << at_barrier << " at __syncthreads";
       launch.failure = why.str();
       return false;
     }
     for (unsigned t = first; t < last; ++t) {
-      launch.fibers[t].state = State::kReady;
+      if (launch.fibers[t].state == State::kAtShuffle) {
+        launch.fibers[t].state = State::kReady;
+      }
     }
   }
 }
@@ -277,12 +309,38 @@ bool run_block(Launch& launch, const uint3& block, bool reverse) {
         return false;
       }
     }
-    // Every thread has ended or waits at __syncthreads: those go on.
-    unsigned at_barrier = 0;
+    // Every thread has ended or waits at __syncthreads. A barrier that some
+    // threads ended before, or that the others reach from different lines,
+    // is undefined on a GPU (CUDA allows __syncthreads in conditional code
+    // only where the whole block takes the branch): the launch fails.
+    unsigned at_barrier = 0, ended = 0;
+    const Fiber* site = nullptr;
+    bool one_site = true;
+    for (unsigned t = 0; t < threads; ++t) {
+      const Fiber& f = launch.fibers[t];
+      if (f.state == State::kAtSyncthreads) {
+        one_site = one_site &&
+                   (site == nullptr ||
+                    (site->barrier_line == f.barrier_line &&
+                     std::strcmp(site->barrier_file, f.barrier_file) == 0));
+        site = &f;
+        ++at_barrier;
+      } else {
+        ++ended;
+      }
+    }
+    if (at_barrier > 0 && (ended > 0 || !one_site)) {
+      std::ostringstream why;
+      why << "block " << describe(block) << ": " << at_barrier
+          << " threads wait at __syncthreads"
+          << (one_site ? "" : " from different lines") << ", " << ended
+          << " have ended (a barrier the whole block must reach)";
+      launch.failure = why.str();
+      return false;
+    }
     for (unsigned t = 0; t < threads; ++t) {
       if (launch.fibers[t].state == State::kAtSyncthreads) {
         launch.fibers[t].state = State::kReady;
-        ++at_barrier;
       }
     }
     if (at_barrier == 0) {
@@ -291,8 +349,13 @@ bool run_block(Launch& launch, const uint3& block, bool reverse) {
   }
 }
 
+// The launch's outcome: its message (empty for a clean one) until the next
+// launch; its error until cudaGetLastError() reads it, as CUDA's runtime
+// keeps an error through later calls that succeed.
 void finish(cudaError_t error, const std::string& message) {
-  g_last_error = error;
+  if (error != cudaSuccess) {
+    g_last_error = error;
+  }
   g_last_message = message;
 }
 
@@ -302,8 +365,10 @@ const Context& current() {
   return running("threadIdx").indices;
 }
 
-void sync_threads() {
+void sync_threads(const char* file, int line) {
   Fiber& f = running("__syncthreads");
+  f.barrier_file = file;
+  f.barrier_line = line;
   f.state = State::kAtSyncthreads;
   yield(f);
 }
@@ -324,6 +389,19 @@ void sync_warp(unsigned mask) {
 void* exchange_slot(unsigned lane) {
   const Fiber& f = running("__shfl_xor_sync");
   return &g_launch->exchange[f.linear / 32 * 32 + lane % 32];
+}
+
+void check_source_lane(unsigned lane) {
+  const Fiber& f = running("__shfl_xor_sync");
+  const unsigned source = f.linear / 32 * 32 + lane % 32;
+  if (source >= g_launch->fibers.size() ||
+      g_launch->fibers[source].state == State::kDone) {
+    std::ostringstream why;
+    why << "thread " << describe(f.indices.thread_idx) << " of block "
+        << describe(f.indices.block_idx) << ": a shuffle reads lane "
+        << lane % 32 << ", which has ended or does not exist (undefined)";
+    fail(why.str());
+  }
 }
 
 unsigned lane_id() {
@@ -378,10 +456,10 @@ void launch(const Config& config, std::size_t parameter_bytes,
   launch.state = state;
   launch.fibers.resize(static_cast<std::size_t>(threads));
   while (g_stacks.size() < launch.fibers.size()) {
-    g_stacks.emplace_back(new char[kStackBytes]);
+    g_stacks.push_back(new_stack());
   }
   for (std::size_t t = 0; t < launch.fibers.size(); ++t) {
-    launch.fibers[t].stack = g_stacks[t].get();
+    launch.fibers[t].stack = g_stacks[t];
   }
   launch.exchange.resize((static_cast<std::size_t>(threads) + 31) / 32 * 32);
   launch.dynamic_shared.resize(config.shared_bytes);

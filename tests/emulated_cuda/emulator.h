@@ -10,8 +10,9 @@
 #include <cstdint>
 #include <string>
 
-/// cudaGetLastError() as the emulated kernels' launchers call it (the
-/// launch's error, then cudaSuccess until the next failure).
+/// cudaGetLastError() as the emulated kernels' launchers call it: the last
+/// failed launch's error, kept through later launches that succeed until
+/// this reads it (then cudaSuccess), as CUDA's runtime keeps it.
 extern "C" cudaError_t lamp_emulated_cuda_get_last_error();
 
 namespace lamp_emu {

@@ -95,12 +95,39 @@ TEST(CudaEmulator, SharedMemoryStartsAsGarbage) {
   EXPECT_TRUE(std::isnan(out)) << out;
 }
 
-TEST(CudaEmulator, AShuffleMissingLanesFailsTheLaunch) {
-  EXPECT_EQ(probe::partial_shuffle(32), cudaSuccess);
+TEST(CudaEmulator, AShuffleWaitsForTheLanesThatHaveNotEnded) {
+  // CUDA: every lane the mask names that has not exited must reach the
+  // shuffle. Lanes that ended are not waited for, but reading one is
+  // undefined; a lane waiting at a barrier instead is a divergence.
+  std::vector<int> out(32, -1);
+  ASSERT_EQ(probe::partial_shuffle(32, 1, false, out.data()), cudaSuccess);
   EXPECT_EQ(lamp_emu::last_launch_message(), "");
-  EXPECT_EQ(probe::partial_shuffle(16), cudaErrorLaunchFailure);
-  EXPECT_TRUE(Said("16 of warp 0's 32 lanes wait at a shuffle"));
-  // The error is read once, as CUDA's runtime gives it.
+  ASSERT_EQ(probe::partial_shuffle(16, 1, false, out.data()), cudaSuccess);
+  for (int lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(out[lane], lane < 16 ? lane ^ 1 : lane) << lane;
+  }
+  EXPECT_EQ(probe::partial_shuffle(16, 16, false, out.data()),
+            cudaErrorLaunchFailure);
+  EXPECT_TRUE(Said("a shuffle reads lane 16, which has ended"));
+  EXPECT_EQ(probe::partial_shuffle(16, 1, true, out.data()),
+            cudaErrorLaunchFailure);
+  EXPECT_TRUE(
+      Said("16 of warp 0's lanes wait at a shuffle whose mask names "
+           "all 32, 16 at __syncthreads"));
+}
+
+TEST(CudaEmulator, ABarrierTheWholeBlockDoesNotReachFailsTheLaunch) {
+  std::vector<int> out(64, 0);
+  EXPECT_EQ(probe::early_exit(out.data()), cudaErrorLaunchFailure);
+  EXPECT_TRUE(Said("32 threads wait at __syncthreads, 32 have ended"));
+  EXPECT_EQ(probe::split_barrier(out.data()), cudaErrorLaunchFailure);
+  EXPECT_TRUE(Said("wait at __syncthreads from different lines"));
+}
+
+TEST(CudaEmulator, AnErrorStaysUntilItIsRead) {
+  // As CUDA's runtime: a clean launch after a refused one leaves the
+  // refusal for cudaGetLastError(), which reads it once.
+  EXPECT_EQ(probe::refused_then_clean(), cudaErrorInvalidConfiguration);
   EXPECT_EQ(lamp_emulated_cuda_get_last_error(), cudaSuccess);
 }
 
@@ -133,6 +160,7 @@ TEST(CudaEmulator, BadConfigurationsAreRefused) {
   EXPECT_EQ(probe::large_parameters(), cudaErrorInvalidConfiguration);
   EXPECT_TRUE(Said("4100 bytes of parameters: at most 4096"));
   EXPECT_EQ(lamp_emu::launches() - before, 5);
+  EXPECT_EQ(lamp_emulated_cuda_get_last_error(), cudaSuccess);
 }
 
 } // namespace

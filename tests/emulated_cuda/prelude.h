@@ -59,14 +59,19 @@ struct Context {
 };
 const Context& current();
 
-/// __syncthreads(): waits for every thread of the block.
-void sync_threads();
+/// __syncthreads() at `file`:`line`: waits for every thread of the block,
+/// which must all reach this call (the same source line: a compiler may
+/// copy one call into several places).
+void sync_threads(const char* file, int line);
 /// The rendezvous of a shuffle: every lane of the calling thread's warp.
 void sync_warp(unsigned mask);
 /// The calling thread's lane's 8 bytes of its warp's shuffle exchange, and
 /// another lane's.
 void* exchange_slot(unsigned lane);
 unsigned lane_id();
+/// Fails the launch where a shuffle reads a lane that has ended or does not
+/// exist (undefined on a GPU).
+void check_source_lane(unsigned lane);
 
 /// Registers a static __shared__ variable of the running kernel (its size
 /// counts toward the block's 48 KiB; its bytes are made garbage at the first
@@ -94,10 +99,12 @@ struct Config {
   auto operator()(A&&... args) const;
 };
 
-/// Runs `body` once per thread of the launch, block after block; a bad
-/// configuration or a kernel that breaks the emulator's rules (threads of a
-/// block at different barriers, a shuffle missing a lane, too much shared
-/// memory) is the launch's error, as cudaGetLastError() returns it.
+/// Runs `body` once per thread of the launch, block after block. A bad
+/// configuration (too much shared memory among it), or a kernel whose
+/// threads do what a GPU leaves undefined (a __syncthreads that some of the
+/// block's threads ended before or reach from another call, a shuffle that
+/// a live lane of the warp waits out at a barrier, a shuffle reading an
+/// ended lane), is the launch's error, as cudaGetLastError() returns it.
 void launch(const Config& config, std::size_t parameter_bytes,
             void (*body)(void*), void* state);
 
@@ -144,9 +151,10 @@ T shfl_xor(unsigned mask, T value, int lane_mask) {
   const unsigned lane = lane_id();
   std::memcpy(exchange_slot(lane), &value, sizeof(T));
   sync_warp(mask);
+  const unsigned source = lane ^ static_cast<unsigned>(lane_mask);
+  check_source_lane(source);
   T out;
-  std::memcpy(&out, exchange_slot(lane ^ static_cast<unsigned>(lane_mask)),
-              sizeof(T));
+  std::memcpy(&out, exchange_slot(source), sizeof(T));
   sync_warp(mask); // every lane has read before the next shuffle writes
   return out;
 }
@@ -166,9 +174,8 @@ T bit_cast(const void* from) {
 #define gridDim (::lamp_emu::current().grid_dim)
 #define warpSize 32
 
-inline void __syncthreads() {
-  ::lamp_emu::sync_threads();
-}
+// A macro, so that sync_threads() knows the kernel's line.
+#define __syncthreads() ::lamp_emu::sync_threads(__FILE__, __LINE__)
 // Blocks run one after another and their threads on one host thread: every
 // write is already visible.
 inline void __threadfence() {}
@@ -199,9 +206,11 @@ inline float __fmul_rn(float a, float b) {
 inline float __fadd_rn(float a, float b) {
   return a + b;
 }
-inline float rsqrtf(float x) {
+// A macro: C23's <math.h> (glibc 2.41 on) declares an rsqrtf of its own.
+inline float lamp_emu_rsqrtf(float x) {
   return 1.0f / std::sqrt(x);
 }
+#define rsqrtf lamp_emu_rsqrtf
 inline unsigned __float_as_uint(float v) {
   return ::lamp_emu::bit_cast<unsigned>(&v);
 }

@@ -55,12 +55,34 @@ __global__ void unwritten_shared_kernel(float* out) {
   out[0] = never_written[threadIdx.x];
 }
 
-__global__ void partial_shuffle_kernel(int lanes) {
-  int v = 1;
-  if (static_cast<int>(threadIdx.x) < lanes) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
+__global__ void partial_shuffle_kernel(int lanes, int lane_mask, bool wait,
+                                       int* out) {
+  int v = static_cast<int>(threadIdx.x);
+  if (v < lanes) {
+    v = __shfl_xor_sync(0xffffffffu, v, lane_mask);
   }
-  (void)v;
+  if (wait) {
+    __syncthreads();
+  }
+  out[threadIdx.x] = v;
+}
+
+__global__ void early_exit_kernel(int* out) {
+  if (threadIdx.x >= 32) {
+    return;
+  }
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+__global__ void split_barrier_kernel(int* out) {
+  if (threadIdx.x < 32) {
+    __syncthreads();
+    out[threadIdx.x] = 1;
+  } else {
+    __syncthreads();
+    out[threadIdx.x] = 2;
+  }
 }
 
 __global__ void shared_bytes_kernel(float* out) {
@@ -110,8 +132,24 @@ cudaError_t unwritten_shared(float* out) {
   return cudaGetLastError();
 }
 
-cudaError_t partial_shuffle(int lanes) {
-  partial_shuffle_kernel<<<1, 32>>>(lanes);
+cudaError_t partial_shuffle(int lanes, int lane_mask, bool wait, int* out) {
+  partial_shuffle_kernel<<<1, 32>>>(lanes, lane_mask, wait, out);
+  return cudaGetLastError();
+}
+
+cudaError_t early_exit(int* out) {
+  early_exit_kernel<<<1, 64>>>(out);
+  return cudaGetLastError();
+}
+
+cudaError_t split_barrier(int* out) {
+  split_barrier_kernel<<<1, 64>>>(out);
+  return cudaGetLastError();
+}
+
+cudaError_t refused_then_clean() {
+  empty_kernel<<<0, 32>>>();
+  empty_kernel<<<1, 32>>>();
   return cudaGetLastError();
 }
 

@@ -31,8 +31,20 @@ cudaError_t warp_sum(int threads, int* out);
 /// out[0] = a shared float no thread wrote.
 cudaError_t unwritten_shared(float* out);
 
-/// A shuffle that only the first `lanes` lanes of a warp reach.
-cudaError_t partial_shuffle(int lanes);
+/// A warp of 32 where the first `lanes` lanes shuffle with a full mask
+/// (out[lane] = lane ^ lane_mask) and the others go on (out[lane] = lane),
+/// to a __syncthreads where `wait`, else to their end.
+cudaError_t partial_shuffle(int lanes, int lane_mask, bool wait, int* out);
+
+/// 64 threads, of which the second warp ends before a __syncthreads the
+/// first waits at.
+cudaError_t early_exit(int* out);
+
+/// 64 threads, each warp at a __syncthreads of its own branch.
+cudaError_t split_barrier(int* out);
+
+/// A refused launch, then a clean one, then cudaGetLastError().
+cudaError_t refused_then_clean();
 
 /// A kernel of 32 threads with 40 KiB of static shared memory, launched
 /// with `dynamic_bytes` (at least 128) of dynamic shared memory: out[t] = 3.

@@ -8,9 +8,10 @@
 // written between guard bytes that must come back untouched.
 //
 // What this cannot show: the GPU's own rounding where nvcc contracts a
-// multiply and an add (the tolerances below are the _CUDA tests'), memory
-// ordering between blocks, speed, and the launchers' CUDA calls; the _CUDA
-// tests stay owed to a GPU.
+// multiply and an add (the tolerances below are the _CUDA tests'), races
+// between blocks and lost updates, speed, and the launchers' CUDA calls;
+// the _CUDA tests stay owed to a GPU (docs/testing.md, "CUDA kernels on the
+// CPU").
 #include "emulated_cuda/kernels.h"
 
 #include <gtest/gtest.h>

@@ -71,8 +71,7 @@ Cast fused_cast_operand(const torch::Tensor& t, const OperandState& s,
   // The ATen ops' comparison: an FP32 product against the threshold in FP32.
   a.saturated_above = static_cast<float>(max * internal::kSaturationSlack);
   // As amax_to_scale's ATen ops round it: the quotient in double, then FP32.
-  a.max_over_margin =
-      static_cast<float>(max / std::ldexp(1.0, static_cast<int>(margin)));
+  a.max_over_margin = kernels::float8_max_over_margin(max, margin);
   a.delayed = delayed;
   a.scale = s.scale.data_ptr<float>();
   a.cast_scale = cast_scale.data_ptr<float>();

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace lamp {
@@ -62,6 +63,12 @@ struct Float8CastArgs {
 
 /// Launches the cast on `stream`; returns the first launch error.
 cudaError_t float8_cast(const Float8CastArgs& args, cudaStream_t stream);
+
+/// The format's largest value `max` over 2^margin, as the ATen ops round it:
+/// the quotient in double, then FP32.
+inline float float8_max_over_margin(double max, int64_t margin) {
+  return static_cast<float>(max / std::ldexp(1.0, static_cast<int>(margin)));
+}
 
 /// The cast's blocks for `numel` values: one per 1024 values, at most 4 a
 /// multiprocessor (each striding over its share), at least one.

@@ -51,17 +51,11 @@ void fused_update_scales(const std::vector<Float8StateImpl*>& states) {
         "lamp::nn::update_float8_scales: the fused update takes the layers "
         "of one device");
     const auto& recipe = state->recipe();
-    auto& layer = args.layers[args.count++];
-    layer.history = state->amax_history.data_ptr<float>();
-    layer.pending = state->pending_amax.data_ptr<float>();
-    layer.scale = state->scale.data_ptr<float>();
-    layer.history_len = static_cast<int>(state->amax_history.size(1));
-    layer.history_max = recipe.amax_compute() == Float8AmaxCompute::kMax;
-    // As the ATen ops round it: the quotient in double, then FP32.
-    const double headroom = std::ldexp(1.0, static_cast<int>(recipe.margin()));
-    layer.max_over_margin[0] = static_cast<float>(448.0 / headroom);
-    layer.max_over_margin[1] = static_cast<float>(448.0 / headroom);
-    layer.max_over_margin[2] = static_cast<float>(57344.0 / headroom);
+    args.layers[args.count++] = kernels::scale_layer(
+        state->amax_history.data_ptr<float>(),
+        state->pending_amax.data_ptr<float>(), state->scale.data_ptr<float>(),
+        static_cast<int>(state->amax_history.size(1)),
+        recipe.amax_compute() == Float8AmaxCompute::kMax, recipe.margin());
     if (args.count == kernels::kScaleLayersPerLaunch) {
       launch();
     }

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "nn/float8_cast_kernels.h" // float8_max_over_margin
+
 namespace lamp {
 namespace nn {
 namespace kernels {
@@ -28,6 +30,24 @@ struct Float8ScaleLayer {
   /// and the weight (E4M3), 57344 / 2^m for the gradient (E5M2).
   float max_over_margin[3] = {448.0f, 448.0f, 57344.0f};
 };
+
+/// One layer's entry: its state's tensors (`history` [3, history_len]), how
+/// the recipe reads the history, and its margin's factors (E4M3's 448 for
+/// the input and the weight, E5M2's 57344 for the gradient).
+inline Float8ScaleLayer scale_layer(float* history, float* pending,
+                                    float* scale, int history_len,
+                                    bool history_max, int64_t margin) {
+  Float8ScaleLayer layer;
+  layer.history = history;
+  layer.pending = pending;
+  layer.scale = scale;
+  layer.history_len = history_len;
+  layer.history_max = history_max;
+  layer.max_over_margin[0] = float8_max_over_margin(448.0, margin);
+  layer.max_over_margin[1] = float8_max_over_margin(448.0, margin);
+  layer.max_over_margin[2] = float8_max_over_margin(57344.0, margin);
+  return layer;
+}
 
 /// As many layers as one launch's arguments carry (4 KiB is the limit of a
 /// kernel's parameters on every architecture CUDA 12 builds for).

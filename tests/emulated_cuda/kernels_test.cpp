@@ -589,8 +589,7 @@ I::Cast emulated_cast(const torch::Tensor& t, const I::OperandState& s,
   const double max = F8::detail::float8_max(dtype);
   a.max = static_cast<float>(max);
   a.saturated_above = static_cast<float>(max * I::kSaturationSlack);
-  a.max_over_margin =
-      static_cast<float>(max / std::ldexp(1.0, static_cast<int>(margin)));
+  a.max_over_margin = KF::float8_max_over_margin(max, margin);
   a.delayed = delayed_scaling;
   a.scale = s.scale.data_ptr<float>();
   a.cast_scale = cast_scale.data_ptr<float>();
@@ -688,16 +687,11 @@ void emulated_update(const std::vector<F8::Float8State>& states) {
   };
   for (const auto& state : states) {
     const auto& recipe = state->recipe();
-    auto& layer = args.layers[args.count++];
-    layer.history = state->amax_history.data_ptr<float>();
-    layer.pending = state->pending_amax.data_ptr<float>();
-    layer.scale = state->scale.data_ptr<float>();
-    layer.history_len = static_cast<int>(state->amax_history.size(1));
-    layer.history_max = recipe.amax_compute() == F8::Float8AmaxCompute::kMax;
-    const double headroom = std::ldexp(1.0, static_cast<int>(recipe.margin()));
-    layer.max_over_margin[0] = static_cast<float>(448.0 / headroom);
-    layer.max_over_margin[1] = static_cast<float>(448.0 / headroom);
-    layer.max_over_margin[2] = static_cast<float>(57344.0 / headroom);
+    args.layers[args.count++] = KF::scale_layer(
+        state->amax_history.data_ptr<float>(),
+        state->pending_amax.data_ptr<float>(), state->scale.data_ptr<float>(),
+        static_cast<int>(state->amax_history.size(1)),
+        recipe.amax_compute() == F8::Float8AmaxCompute::kMax, recipe.margin());
     if (args.count == KF::kScaleLayersPerLaunch) {
       launch();
     }

@@ -12,7 +12,7 @@ function(lamp_header_only_package package target header hint_var debian_package)
   if(NOT _lamp_${package}_dir)
     message(FATAL_ERROR
       "lamp: ${package} not found. Install it (apt-get install ${debian_package}), "
-      "point ${hint_var} at its headers, or configure with -DLAMP_BUILD_EXAMPLES=OFF.")
+      "or point ${hint_var} at its headers.")
   endif()
   add_library(${target} INTERFACE IMPORTED GLOBAL)
   target_include_directories(${target} INTERFACE ${_lamp_${package}_dir})

@@ -163,7 +163,9 @@ endif()
 # not zlib1g: lampConfig.cmake's find_dependency(ZLIB) needs zlib.h and
 # libz.so, and a static lamp is linked with -lz in the consumer's build.
 # libsentencepiece0 where lamp has its tokenizer: the SentencePiece module
-# liblamp-dev installs links it (lamp itself does not).
+# liblamp-dev installs links it (lamp itself does not). libicu-dev where
+# lamp splits text with ICU: lampConfig.cmake's find_dependency(ICU) and
+# the consumer's -licuuc need it.
 # lamp's public headers include LibTorch's alone.
 set(CPACK_LAMP_DEB_REFUSED "")
 if(LAMP_TORCH_PACKAGE MATCHES "^([^ ]+) ([0-9]+:)?([0-9]+)\\.([0-9]+)(\\.[0-9]+)?")
@@ -175,6 +177,9 @@ if(LAMP_TORCH_PACKAGE MATCHES "^([^ ]+) ([0-9]+:)?([0-9]+)\\.([0-9]+)(\\.[0-9]+)
       "${_lamp_torch_deb} (>= ${_lamp_torch_from}), ${_lamp_torch_deb} (<< ${_lamp_torch_below}), zlib1g-dev")
   if(LAMP_SENTENCEPIECE_FOUND)
     string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libsentencepiece0")
+  endif()
+  if(LAMP_ICU_FOUND)
+    string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libicu-dev")
   endif()
 else()
   string(CONCAT CPACK_LAMP_DEB_REFUSED

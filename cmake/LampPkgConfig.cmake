@@ -127,13 +127,19 @@ function(lamp_write_pkg_config out_file)
     endif()
   endif()
 
-  # A static lamp brings its own dependencies (zlib) to every program.
+  # A static lamp brings its own dependencies (zlib, ICU's common library
+  # where it was built with it) to every program.
+  set(_private "-lz")
+  if(LAMP_ICU_FOUND)
+    list(APPEND _private "-licuuc")
+  endif()
   get_target_property(_type lamp TYPE)
   if(_type STREQUAL "STATIC_LIBRARY")
-    list(APPEND _libs "-lz")
+    list(APPEND _libs ${_private})
     set(LAMP_PC_LIBS_PRIVATE_LINE "")
   else()
-    set(LAMP_PC_LIBS_PRIVATE_LINE "Libs.private: -lz\n")
+    list(JOIN _private " " _private)
+    set(LAMP_PC_LIBS_PRIVATE_LINE "Libs.private: ${_private}\n")
   endif()
 
   list(JOIN _cflags " " LAMP_PC_CFLAGS)

@@ -60,12 +60,13 @@ struct GptFlags {
   bool byte_text = true;
   lamp::data::TokenPieces pieces;
   int64_t first_token = -1;
-  // --tokenizer: a SentencePiece model's file (stored in checkpoints), and
-  // the model once loaded (or trained, with --train-tokenizer's pieces); it
-  // encodes the text and the prompt and decodes the samples.
+  // --tokenizer: a SentencePiece model's file or GPT-2's tokenizer files
+  // (the path stored in checkpoints), and the tokenizer once loaded (or
+  // trained, with --train-tokenizer's pieces); it encodes the text and the
+  // prompt and decodes the samples.
   std::string tokenizer_path;
   int64_t train_tokenizer = 0;
-  lamp::data::SentencePiece tokenizer;
+  lamp::data::Tokenizer tokenizer;
 };
 
 void add_gpt_options(CLI::App& app, GptFlags& f) {
@@ -153,10 +154,13 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
       ->delimiter(',')
       ->check(lamp_examples::integer_in(0, int64_t{1} << 31));
   app.add_option("--tokenizer", f.tokenizer_path,
-                 "a SentencePiece model (FILE.model) that encodes --data's "
-                 "text and decodes the samples (default: none, the text's "
-                 "bytes); with --train-tokenizer, the file to write")
-      ->check(lamp_examples::non_empty_path("the SentencePiece model"));
+                 "the tokenizer that encodes --data's text and the prompt "
+                 "and decodes the samples: a SentencePiece model "
+                 "(FILE.model), or GPT-2's (tiktoken's gpt2.tiktoken, or "
+                 "Hugging Face's tokenizer.json, vocab.json with merges.txt, "
+                 "or their folder) (default: none, the text's bytes); with "
+                 "--train-tokenizer, the SentencePiece model to write")
+      ->check(lamp_examples::non_empty_path("the tokenizer"));
   app.add_option("--train-tokenizer", f.train_tokenizer,
                  "train a SentencePiece model of N pieces (BPE, byte "
                  "fallback) on the training part of --data's text and write "
@@ -202,15 +206,20 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
 }
 
 // The tokenizer's identity in checkpoints (not its path, which may move):
-// its pieces and its model file's CRC-32.
+// a SentencePiece model's pieces and its model file's CRC-32; a byte-level
+// BPE's ids and the CRC-32 of every id's bytes, the same from each of its
+// file formats (what the model's ids mean).
 constexpr const char* kTokenizerModelSetting = "tokenizer model";
 
-std::string tokenizer_fingerprint(const lamp::data::SentencePiece& tokenizer) {
-  const auto bytes = tokenizer.serialized();
+std::string tokenizer_fingerprint(const lamp::data::Tokenizer& tokenizer) {
+  const auto& bpe = tokenizer.byte_pair();
+  const auto bytes = bpe.empty() ? tokenizer.sentencepiece().serialized()
+                                 : bpe.vocabulary_bytes();
   char crc[16];
   std::snprintf(crc, sizeof(crc), "%08x",
                 static_cast<unsigned>(lamp::crc32(bytes.data(), bytes.size())));
-  return tokenizer.describe() + ", model crc32 " + crc;
+  return tokenizer.describe() +
+         (bpe.empty() ? ", model crc32 " : ", vocabulary crc32 ") + crc;
 }
 
 // The settings of train_gpt's own that shape the run, by flag: stored in
@@ -520,7 +529,7 @@ void load_tokenizer(GptFlags& flags,
                 " was trained with, cannot be read: ", std::strerror(errno),
                 "; where the file has moved, give --tokenizer PATH.");
   }
-  flags.tokenizer = lamp::data::SentencePiece::load(flags.tokenizer_path);
+  flags.tokenizer = lamp::data::Tokenizer::load(flags.tokenizer_path);
   flags.byte_text = false;
   bool fingerprinted = false;
   const auto stored_model =
@@ -914,7 +923,7 @@ int main(int argc, char** argv) {
           spec.train = std::move(tokens.train);
           spec.test = std::move(tokens.validation);
         } else if (!flags.tokenizer_path.empty()) {
-          // Raw text through a SentencePiece tokenizer.
+          // Raw text through the tokenizer.
           const auto bytes = lamp::data::read_text_bytes(config.data);
           if (flags.train_tokenizer > 0) {
             flags.tokenizer = train_tokenizer(config, flags, bytes);

@@ -14,6 +14,8 @@
 
 #include "data/files.h"
 #include "data/sentencepiece_module.h"
+#include "data/token_ids.h"
+#include "lamp/data/tokenizer.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "platform/checkpoint_io.h"
 
@@ -30,51 +32,6 @@ constexpr size_t kMaxSentenceBytes = 16384;
 
 bool utf8_continuation(unsigned char byte) {
   return (byte & 0xC0) == 0x80;
-}
-
-// The round trip checked on the text's first lines (up to this many bytes):
-// enough to meet newlines, runs of spaces and the text's own characters.
-constexpr size_t kRoundTripBytes = 65536;
-
-// `text` escaped as escape_text() does, with newlines and tabs shown as
-// \n and \t too, for a one-line message.
-std::string visible(const std::string& text) {
-  std::string out;
-  for (const char c : escape_text(text)) {
-    out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : std::string(1, c);
-  }
-  return out;
-}
-
-// Warns where `tokenizer` does not give back the text `text` (its first
-// lines): a model that normalizes (spm_train's default, nmt_nfkc, folds
-// newlines and runs of spaces into one space) or has no byte fallback
-// changes what the samples can show, and the model learns the changed text.
-void warn_unless_round_trip(const SentencePiece& tokenizer,
-                            const std::string& text, const std::string& path) {
-  std::string lines = text.substr(0, kRoundTripBytes);
-  if (lines.size() < text.size()) {
-    const size_t newline = lines.rfind('\n');
-    if (newline != std::string::npos) {
-      lines.resize(newline + 1);
-    }
-  }
-  const auto back = tokenizer.decode(tokenizer.encode(lines));
-  if (back == lines) {
-    return;
-  }
-  size_t k = 0;
-  while (k < back.size() && k < lines.size() && back[k] == lines[k]) {
-    ++k;
-  }
-  TORCH_WARN(quoted(tokenizer.origin()), " does not give the text of ",
-             quoted(path), " back as it is: from byte ", k, ", ",
-             quoted(visible(lines.substr(k, 16))), " comes back as ",
-             quoted(visible(back.substr(k, 16))),
-             ". The model learns, and the samples show, the text as the "
-             "tokenizer changes it; a tokenizer trained without "
-             "normalization and with byte fallback (train_sentencepiece()'s "
-             "defaults, and docs/gpt.md's spm_train command) keeps it.");
 }
 
 } // namespace
@@ -105,39 +62,8 @@ TextData tokenized_text_windows(const torch::Tensor& bytes,
                                 const std::string& path,
                                 const SentencePiece& tokenizer, int64_t context,
                                 double validation_fraction) {
-  const char* caller = "lamp::data::tokenized_text_windows";
-  TORCH_CHECK(context >= 1, caller, ": context must be >= 1, got ", context,
-              ".");
-  TORCH_CHECK(!tokenizer.empty(), caller, ": the tokenizer holds no model.");
-  TextData data;
-  data.bytes = bytes.size(0);
-  data.train_bytes = text_split_point(bytes, validation_fraction);
-  data.validation_bytes = data.bytes - data.train_bytes;
-  const auto cpu = bytes.cpu().contiguous();
-  const auto* p = reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>());
-  const auto dtype = token_dtype(tokenizer.vocab_size());
-  const std::string train_text(p, static_cast<size_t>(data.train_bytes));
-  warn_unless_round_trip(tokenizer, train_text, path);
-  const auto train_ids = tokenizer.encode(train_text).to(dtype);
-  const auto validation_ids =
-      tokenizer
-          .encode(std::string(p + data.train_bytes,
-                              static_cast<size_t>(data.validation_bytes)))
-          .to(dtype);
-  data.train_tokens = train_ids.size(0);
-  data.validation_tokens = validation_ids.size(0);
-  if (std::min(data.train_tokens, data.validation_tokens) < context + 1) {
-    TORCH_CHECK(
-        false, caller, ": ", quoted(path), " holds ", data.bytes,
-        " bytes, which ", quoted(tokenizer.origin()), " encodes into ",
-        data.train_tokens, " tokens for training and ", data.validation_tokens,
-        " for validation, but each part needs at least context + 1 "
-        "= ",
-        context + 1, " tokens; give a longer text, or a shorter context.");
-  }
-  data.train = text_windows(train_ids, context);
-  data.validation = text_windows(validation_ids, context);
-  return data;
+  return tokenized_text_windows(bytes, path, Tokenizer(tokenizer), context,
+                                validation_fraction);
 }
 
 struct SentencePiece::Impl {
@@ -298,19 +224,13 @@ torch::Tensor SentencePiece::encode(const std::string& text) const {
   TORCH_CHECK(model().encode(text, &ids, &error),
               "lamp::data::SentencePiece::encode: ", quoted(impl_->origin),
               " failed on a text of ", text.size(), " bytes: ", error);
-  auto out = torch::empty({static_cast<int64_t>(ids.size())}, torch::kLong);
-  std::copy(ids.begin(), ids.end(), out.data_ptr<int64_t>());
-  return out;
+  return internal::token_ids_tensor(ids);
 }
 
 std::string SentencePiece::decode(const torch::Tensor& ids) const {
   const auto& m = model();
-  TORCH_CHECK(ids.dim() == 1 && !ids.is_floating_point() && !ids.is_complex() &&
-                  ids.scalar_type() != torch::kBool,
-              "lamp::data::SentencePiece::decode: ids must be integers [n], "
-              "got ",
-              ids.scalar_type(), " ", ids.sizes(), ".");
-  const auto values = ids.to(torch::kCPU, torch::kLong).contiguous();
+  const auto values =
+      internal::token_ids_on_cpu(ids, "lamp::data::SentencePiece::decode");
   const auto* p = values.data_ptr<int64_t>();
   const int64_t size = m.size();
   std::string text;

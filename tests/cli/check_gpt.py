@@ -67,6 +67,15 @@
       model train_gpt takes,
       spm_train's defaults one it warns about, spm_encode's ids token files
       it decodes; bad models and flags refused by name
+  check_gpt.py gpt2-tokenizer TRAIN_GPT WORK_DIR BYTE_PAIR_DIR
+      --tokenizer with GPT-2's kind of tokenizer (BYTE_PAIR_DIR: the files
+      of tests/python/byte_pair, a small one Python trained): the text
+      encoded, the vocabulary padded to 64, the prompt encoded and the
+      samples decoded; --resume alone finds it, and its other file formats
+      (tiktoken's, vocab.json with merges.txt, the folder) are the same
+      tokenizer to a checkpoint, another vocabulary is refused naming
+      both; token files of its ids decoded with it; damaged files and a
+      folder without them refused naming the file and the fix
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
       the Python twin, whose validation loss is the run's
@@ -495,7 +504,7 @@ def steps(train_gpt, work):
             (["--prompt-file", ""], "--prompt-file: the path is empty; give "
                                     "the file of the prompt"),
             (["--tokenizer", ""], "--tokenizer: the path is empty; give the "
-                                  "SentencePiece model")]:
+                                  "tokenizer")]:
         r = run([train_gpt, "--data", text] + args + COMMON)
         if r.returncode != 2 or message not in r.stderr:
             fail(f"{' '.join(args)}: exit {r.returncode}, expected 2 with "
@@ -1129,6 +1138,111 @@ def decoded_sample(output, what):
     return sample
 
 
+def gpt2_tokenizer(train_gpt, work, files):
+    """--tokenizer with GPT-2's kind of tokenizer: see the module's
+    docstring."""
+    text = make_text(work)
+    with open(text, "rb") as f:
+        size = len(f.read())
+    checkpoint = fresh(work, "bpe.pt")
+    tokenizer_json = os.path.join(files, "tokenizer.json")
+    base = [train_gpt, "--data", text, "--precision", "fp32", "--seed", "3",
+            "--epochs", "1"] + COMMON
+    r = expect_success(base + ["--tokenizer", tokenizer_json, "--max-steps",
+                               "10", "--checkpoint", checkpoint, "--prompt",
+                               "Hello world"])
+    for wanted in (f"text {text}: {size} bytes, encoded by {tokenizer_json} "
+                   "(byte-level BPE (GPT-2's split), 600 ids) into ",
+                   "the model's vocabulary 640 (padded to a multiple of 64)",
+                   "gpt(layers=2, heads=2, width=32, context=32, vocab=640"):
+        if wanted not in r.stdout:
+            fail(f"no '{wanted}' in the output: {r.stdout[:900]!r}")
+    counts = re.search(r"into (\d+) training and (\d+) validation tokens "
+                       r"\(([0-9.]+) bytes a token\)", r.stdout)
+    # 600 tokens learned from docs/gpt.md still merge English words (1.8
+    # bytes a token on this text; bytes alone would be 1).
+    if float(counts.group(3)) < 1.5:
+        fail(f"{counts.group(3)} bytes a token: the text was not merged")
+    sample = sample_of(r.stdout)
+    if not sample.startswith("Hello world"):
+        fail(f"the sample does not continue the prompt's text: {sample!r}")
+    print(f"  {counts.group(3)} bytes a token; sample {sample[:60]!r}")
+
+    # --resume alone finds it; the same tokenizer in its other formats is
+    # the same to the checkpoint, and gives the same sample.
+    resumed = expect_success([train_gpt, "--resume", checkpoint,
+                              "--max-steps", "12", "--no-progress"])
+    if f"encoded by {tokenizer_json}" not in resumed.stdout:
+        fail(f"--resume alone did not take the tokenizer: "
+             f"{resumed.stdout[:600]!r}")
+    samples = set()
+    for other in ("tokens.tiktoken", "vocab.json", ""):
+        path = os.path.join(files, other) if other else files
+        r = expect_success([train_gpt, "--sample-only", "--resume", checkpoint,
+                            "--tokenizer", path, "--prompt", "Hello world",
+                            "--sample-tokens", "40", "--no-progress"])
+        samples.add(sample_of(r.stdout).split("\ntrain_gpt: ")[0])
+    if len(samples) != 1:
+        fail(f"the formats of one tokenizer sample otherwise: {samples!r}")
+    print("  --resume alone finds it; tiktoken's file, vocab.json and the "
+          "folder are the same tokenizer")
+
+    # Another vocabulary (one token's bytes changed) is refused, naming both.
+    with open(os.path.join(files, "tokens.tiktoken")) as f:
+        lines = f.read().splitlines()
+    changed = fresh(work, "changed.tiktoken")
+    with open(changed, "w") as f:
+        f.write("\n".join(lines[:-1] + ["enp6eg== 598"]) + "\n")
+    r = run([train_gpt, "--sample-only", "--resume", checkpoint,
+             "--tokenizer", changed, "--no-progress"])
+    if r.returncode != 1 or f"--tokenizer {changed} is not the tokenizer " \
+            f"{checkpoint} was trained with (byte-level BPE (GPT-2's split), " \
+            "600 ids, vocabulary crc32" not in r.stderr or \
+            f"(it was {tokenizer_json})" not in r.stderr:
+        fail(f"--resume with another vocabulary: exit {r.returncode}, "
+             f"{r.stderr.strip()!r}")
+
+    # Token files of its ids (nanoGPT's prepare.py with tiktoken writes
+    # these for GPT-2): the vocabulary from the tokenizer, samples decoded.
+    ids = []
+    with open(os.path.join(files, "expected.txt")) as f:
+        for line in f:
+            if line.startswith("ids"):
+                ids += [int(i) for i in line.split()[1:]]
+    data = os.path.join(work, "token-files")
+    os.makedirs(data, exist_ok=True)
+    for name, copies in (("train.bin", 8), ("val.bin", 2)):
+        with open(os.path.join(data, name), "wb") as f:
+            f.write(array.array("H", ids * copies).tobytes())
+    r = expect_success([train_gpt, "--data", data, "--tokenizer",
+                        os.path.join(files, "tokens.tiktoken"), "--max-steps",
+                        "2", "--prompt", "Hello world"] + COMMON)
+    if "a vocabulary of 600 (--tokenizer); the model's 640" not in r.stdout or \
+            not sample_of(r.stdout).startswith("Hello world"):
+        fail(f"token files with --tokenizer: {r.stdout[:900]!r}")
+    print("  token files of its ids: vocabulary 600 from --tokenizer, the "
+          "prompt encoded")
+
+    # Refusals, each naming the file and the fix.
+    damaged = fresh(work, "damaged.json")
+    with open(tokenizer_json, "rb") as f:
+        good = f.read()
+    with open(damaged, "wb") as f:
+        f.write(good[:len(good) // 2])
+    empty_dir = os.path.join(work, "no-tokenizer")
+    os.makedirs(empty_dir, exist_ok=True)
+    for args, pattern in [
+            (["--tokenizer", damaged], f"'{damaged}' is not valid JSON"),
+            (["--tokenizer", empty_dir], "none of a tokenizer's files "
+             "(tokenizer.json, or vocab.json with merges.txt"),
+            (["--tokenizer", tokenizer_json, "--vocab-size", "300"],
+             "--vocab-size 300 is smaller than the tokenizer's pieces of 600")]:
+        r = run(base + args + ["--max-steps", "1"])
+        if r.returncode != 1 or pattern not in r.stderr:
+            fail(f"{args}: exit {r.returncode}, {r.stderr.strip()!r}")
+        print(f"  {' '.join(args)[:50]}: {r.stderr.strip().splitlines()[-1][:110]}")
+
+
 def tokenizer(train_gpt, work, gpt_md):
     """--train-tokenizer and --tokenizer: see the module's docstring."""
     with open(gpt_md, encoding="utf-8") as f:
@@ -1631,6 +1745,8 @@ def main(argv):
         token_files(train_gpt, work)
     elif command == "tokenizer":
         tokenizer(train_gpt, work, argv[3])
+    elif command == "gpt2-tokenizer":
+        gpt2_tokenizer(train_gpt, work, argv[3])
     elif command == "sample-signal":
         sample_signal(train_gpt, work)
     elif command == "bad-data":

@@ -1,0 +1,44 @@
+# Whether lamp splits text as GPT-2 does (lamp::data::BytePairEncoding's
+# encode(), train_gpt --tokenizer with GPT-2's tokenizer files) with ICU's
+# character classes: Debian's libicu-dev, found by CMake's FindICU.
+#
+#   LAMP_WITH_ICU  AUTO (default): where ICU is found; ON: fail at configure
+#                  time without it; OFF: never (encode() then throws, naming
+#                  the package to install; decoding needs no ICU)
+#
+# Sets LAMP_ICU_FOUND (ON when lamp links ICU's common library, ICU::uc,
+# privately). The installed lampConfig.cmake finds it again for the
+# consumer, and lamp.pc lists -licuuc (a static lamp brings its
+# dependencies to every program).
+set(LAMP_WITH_ICU AUTO CACHE STRING
+    "Split text as GPT-2 does with ICU's character classes: AUTO (where ICU is found), ON or OFF")
+set_property(CACHE LAMP_WITH_ICU PROPERTY STRINGS AUTO ON OFF)
+
+function(lamp_find_icu)
+  string(TOUPPER "${LAMP_WITH_ICU}" _mode)
+  if(NOT _mode MATCHES "^(AUTO|ON|OFF)$")
+    message(FATAL_ERROR
+      "lamp: LAMP_WITH_ICU='${LAMP_WITH_ICU}' is not AUTO, ON or OFF. Pass "
+      "-DLAMP_WITH_ICU=AUTO (use ICU where libicu-dev is found), ON or OFF.")
+  endif()
+  set(LAMP_ICU_FOUND OFF PARENT_SCOPE)
+  if(_mode STREQUAL "OFF")
+    message(STATUS "lamp: GPT-2's text split (ICU): off (LAMP_WITH_ICU=OFF)")
+    return()
+  endif()
+  find_package(ICU QUIET COMPONENTS uc)
+  if(NOT ICU_FOUND)
+    if(_mode STREQUAL "ON")
+      message(FATAL_ERROR
+        "lamp: LAMP_WITH_ICU=ON but ICU was not found. Install it (apt-get "
+        "install libicu-dev), or pass -DLAMP_WITH_ICU=AUTO or OFF to build "
+        "without GPT-2's text split.")
+    endif()
+    message(STATUS "lamp: GPT-2's text split (ICU): off, ICU was not found; "
+                   "install libicu-dev for train_gpt --tokenizer with GPT-2's "
+                   "tokenizer files")
+    return()
+  endif()
+  message(STATUS "lamp: GPT-2's text split (ICU): on, ICU ${ICU_VERSION}")
+  set(LAMP_ICU_FOUND ON PARENT_SCOPE)
+endfunction()

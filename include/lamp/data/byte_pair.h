@@ -1,0 +1,121 @@
+#pragma once
+
+/// \file
+/// GPT-2's tokenizer: a byte-level byte-pair encoding (BPE), read from the
+/// files Python's tools keep it in, so that C++ reads the token files
+/// nanoGPT's `prepare.py` writes with tiktoken, prompts and samples
+/// GPT-2's own weights, and fine-tunes them on text as GPT-2 saw it.
+///
+/// The formats (BytePairEncoding::load() tells them apart by content):
+/// - tiktoken's: a `.tiktoken` file (`r50k_base.tiktoken`, `gpt2.tiktoken`),
+///   one token a line, its bytes in base64 and its id (its rank: the lower,
+///   the earlier it merges). tiktoken keeps special tokens apart: a file of
+///   n tokens gets GPT-2's `<|endoftext|>` as id n (50256 for GPT-2's);
+/// - Hugging Face's: `tokenizer.json` (a BPE model with the ByteLevel
+///   pre-tokenizer), or `vocab.json` with `merges.txt` beside it, which are
+///   GPT-2's own release files `encoder.json` and `vocab.bpe` under other
+///   names (both pairs are found beside each other). A folder holding
+///   either is read too (`tokenizer.json` first).
+///
+/// The text is split as GPT-2 splits it (the pattern
+/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`,
+/// with Unicode's letters, numbers and white space as ICU classes them),
+/// and each piece's bytes are merged as tiktoken merges them (the pair of
+/// lowest rank first, the leftmost among equals; from Hugging Face's files,
+/// the pair of the earliest merge). So the ids are tiktoken's
+/// `encode_ordinary()`'s, the encoding nanoGPT's `prepare.py` makes: the
+/// text `<|endoftext|>` is text, never the special token. Bytes that are not
+/// UTF-8 are each a piece of their own kind, so that decode(encode(text)) is
+/// any text, byte for byte. Only GPT-2's split is known: the ids of another
+/// encoding's tokens (cl100k_base's, Llama 3's) would differ from its own,
+/// so a `tokenizer.json` with another pre-tokenizer is refused.
+///
+/// Splitting needs ICU's character classes (Debian's `libicu-dev`, found by
+/// lamp's build where installed: CMake's `LAMP_WITH_ICU`, AUTO by default);
+/// without them, encode() throws naming the package, and everything else
+/// works (decoding a model's samples needs no classes).
+///
+/// Example:
+/// \code
+///   auto gpt2 = lamp::data::BytePairEncoding::load("gpt2.tiktoken");
+///   auto ids = gpt2.encode("hello world");  // int64 {31373, 995}
+///   std::string text = gpt2.decode(ids);    // "hello world"
+/// \endcode
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace lamp {
+namespace data {
+
+namespace detail {
+struct BytePairModel;
+} // namespace detail
+
+/// Whether this lamp can split text as GPT-2 does (built with ICU), which
+/// BytePairEncoding::encode() needs.
+bool byte_pair_encode_available();
+
+/// GPT-2's kind of tokenizer (see the file comment): a value, cheap to copy
+/// (copies share the immutable model; safe to use from several threads).
+class BytePairEncoding {
+ public:
+  /// No model: empty() is true, and nothing else may be called.
+  BytePairEncoding() = default;
+
+  /// The tokenizer in `path`: a tiktoken file, a Hugging Face
+  /// `tokenizer.json`, a `vocab.json` or `encoder.json` (its merges read
+  /// from `merges.txt` or `vocab.bpe` beside it), or a folder holding
+  /// `tokenizer.json` or such a pair. Throws c10::Error naming the file and
+  /// the fix when a file is missing, is no tokenizer of these formats, or
+  /// is damaged: a line or token that cannot be read (its line or name),
+  /// two tokens with one id or one token with two, a merge of tokens the
+  /// vocabulary lacks, a byte without a token, a `tokenizer.json` that is
+  /// not a byte-level BPE or splits the text otherwise than GPT-2.
+  static BytePairEncoding load(const std::string& path);
+
+  /// Whether there is no model (a default-constructed one).
+  bool empty() const { return impl_ == nullptr; }
+
+  /// The ids: 0 ... vocab_size() - 1 (the largest id + 1; an id no token
+  /// has, if any, decodes as `<id>`).
+  int64_t vocab_size() const;
+
+  /// Where the tokenizer came from: load()'s path (both files of a pair).
+  const std::string& origin() const;
+
+  /// What it is, for a run's header, the same whatever its file's format:
+  /// "byte-level BPE (GPT-2's split), 50257 ids: 50256 merged or byte
+  /// tokens, special <|endoftext|> 50256".
+  std::string describe() const;
+
+  /// The bytes of every id in order (each one's length, then its bytes),
+  /// with the special tokens' texts: what identifies the vocabulary, the
+  /// same from every format (a checkpoint's fingerprint of it). Two
+  /// tokenizers of equal vocabularies decode every id alike.
+  std::string vocabulary_bytes() const;
+
+  /// `text` as token ids, int64 [n] on the CPU (n is 0 for an empty text):
+  /// tiktoken's `encode_ordinary()`'s (see the file comment). Throws when
+  /// this lamp was built without ICU (byte_pair_encode_available()).
+  torch::Tensor encode(const std::string& text) const;
+
+  /// The text of `ids` (integers [n], any integer type, on any device): the
+  /// tokens' bytes, one after the other, special tokens as their text, and
+  /// ids without a token as `<id>`. A sample cut inside a character gives
+  /// bytes that are not UTF-8; escape_text() shows them.
+  std::string decode(const torch::Tensor& ids) const;
+
+ private:
+  explicit BytePairEncoding(std::shared_ptr<const detail::BytePairModel> impl)
+      : impl_(std::move(impl)) {}
+  const detail::BytePairModel& model() const;
+  std::shared_ptr<const detail::BytePairModel> impl_;
+};
+
+} // namespace data
+} // namespace lamp

@@ -1,0 +1,410 @@
+// lamp::data::BytePairEncoding (GPT-2's kind of tokenizer) and
+// lamp::data::Tokenizer: the ids Python's tokenizers give, from every file
+// format, for texts that exercise GPT-2's split; any bytes back; damaged
+// files refused by name. The files are tests/python/byte_pair/, written by
+// tests/python/make_byte_pair_files.py (Hugging Face's tokenizers and
+// tiktoken), so that these tests need no Python.
+#include <gtest/gtest.h>
+#include <lamp/lamp.h>
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/gpt2_split.h"
+#include "test_util.h"
+
+namespace {
+
+using lamp_test::error_of;
+
+const std::string kFiles = LAMP_SOURCE_DIR "/tests/python/byte_pair";
+
+std::string file(const std::string& name) {
+  return kFiles + "/" + name;
+}
+
+struct Case {
+  std::string text;
+  std::vector<int64_t> ids;
+};
+
+// expected.txt: "text HEX" and "ids N N ..." lines, a pair per text.
+std::vector<Case> expected_cases() {
+  std::ifstream in(file("expected.txt"));
+  std::vector<Case> cases;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("text", 0) == 0) {
+      Case c;
+      const std::string hex = line.size() > 5 ? line.substr(5) : "";
+      for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+        c.text.push_back(
+            static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+      }
+      cases.push_back(c);
+    } else if (line.rfind("ids", 0) == 0 && !cases.empty()) {
+      std::istringstream ids(line.substr(3));
+      int64_t id = 0;
+      while (ids >> id) {
+        cases.back().ids.push_back(id);
+      }
+    }
+  }
+  return cases;
+}
+
+std::vector<int64_t> as_vector(const torch::Tensor& ids) {
+  EXPECT_EQ(ids.scalar_type(), torch::kLong);
+  EXPECT_EQ(ids.dim(), 1);
+  return std::vector<int64_t>(ids.data_ptr<int64_t>(),
+                              ids.data_ptr<int64_t>() + ids.numel());
+}
+
+torch::Tensor ids_of(const std::vector<int64_t>& ids) {
+  return torch::tensor(ids, torch::kLong);
+}
+
+// Each way to name the same tokenizer.
+std::vector<std::string> every_format() {
+  return {file("tokenizer.json"), file("vocab.json"), file("tokens.tiktoken"),
+          kFiles};
+}
+
+// lamp built with ICU where the build found it (CMake's LAMP_WITH_ICU):
+// then encoding must work, never skip.
+bool can_encode() {
+  EXPECT_EQ(lamp::data::byte_pair_encode_available(),
+            static_cast<bool>(LAMP_TEST_EXPECT_ICU));
+  return lamp::data::byte_pair_encode_available();
+}
+
+class Scratch {
+ public:
+  explicit Scratch(const std::string& name) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = ::testing::TempDir() + "/lamp_bpe_" + info->name() + "_" +
+           std::to_string(::getpid()) + "_" + name;
+    std::string command = "rm -rf '" + dir_ + "' && mkdir -p '" + dir_ + "'";
+    EXPECT_EQ(std::system(command.c_str()), 0);
+  }
+  ~Scratch() {
+    std::string command = "rm -rf '" + dir_ + "'";
+    (void)std::system(command.c_str());
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> pieces(const std::string& text) {
+  std::vector<std::string> out;
+  lamp::data::detail::gpt2_split(text, [&](size_t begin, size_t end) {
+    out.push_back(text.substr(begin, end - begin));
+  });
+  return out;
+}
+
+// The pieces are the matches of GPT-2's pattern as Python's regex module
+// finds them (tiktoken's r50k pattern, checked with regex 2024 on Python
+// 3.11): contractions, a space leading a run of one kind, runs of white
+// space giving their last character to the next piece, Unicode's spaces
+// (U+00A0, U+3000, U+0085, U+2028) and digits.
+TEST(Gpt2Split, PiecesAreThePatternsMatches) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  using Pieces = std::vector<std::string>;
+  EXPECT_EQ(pieces("It's  a test,\n\n  x"),
+            (Pieces{"It", "'s", " ", " a", " test", ",", "\n\n ", " x"}));
+  EXPECT_EQ(
+      pieces("don't 42nd\u00a0\u3000word  "),
+      (Pieces{"don", "'t", " 42", "nd", "\u00a0", "\u3000", "word", "  "}));
+  EXPECT_EQ(pieces("a\u0085b \u2028c"),
+            (Pieces{"a", "\u0085", "b", " ", "\u2028", "c"}));
+  EXPECT_EQ(pieces("x86_64 -> ok!!  "),
+            (Pieces{"x", "86", "_", "64", " ->", " ok", "!!", "  "}));
+  EXPECT_EQ(pieces("   "), (Pieces{"   "}));
+  EXPECT_EQ(pieces(""), (Pieces{}));
+  // A byte that begins no UTF-8 character is one of its own, of the third
+  // kind ([^\s\p{L}\p{N}]): apart from the letters beside it, with the
+  // punctuation after it, led by a space.
+  EXPECT_EQ(pieces("ab\xFF"
+                   "cd"),
+            (Pieces{"ab", "\xFF", "cd"}));
+  EXPECT_EQ(pieces("a \xFF!b"), (Pieces{"a", " \xFF!", "b"}));
+  EXPECT_EQ(pieces("\xC3"
+                   "a\xE6\x97"),
+            (Pieces{"\xC3", "a", "\xE6\x97"}));
+}
+
+TEST(BytePairEncoding, EveryFormatEncodesAsPython) {
+  const auto cases = expected_cases();
+  ASSERT_EQ(cases.size(), 22u) << "expected.txt was not read";
+  for (const auto& path : every_format()) {
+    SCOPED_TRACE(path);
+    const auto bpe = lamp::data::BytePairEncoding::load(path);
+    EXPECT_EQ(bpe.vocab_size(), 600);
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c.text);
+      EXPECT_EQ(bpe.decode(ids_of(c.ids)), c.text);
+      if (can_encode()) {
+        EXPECT_EQ(as_vector(bpe.encode(c.text)), c.ids);
+      }
+    }
+  }
+}
+
+TEST(BytePairEncoding, FormatsAgreeOnTheVocabulary) {
+  const auto json = lamp::data::BytePairEncoding::load(file("tokenizer.json"));
+  const auto pair = lamp::data::BytePairEncoding::load(file("vocab.json"));
+  const auto tiktoken =
+      lamp::data::BytePairEncoding::load(file("tokens.tiktoken"));
+  EXPECT_EQ(json.vocabulary_bytes(), pair.vocabulary_bytes());
+  EXPECT_EQ(json.vocabulary_bytes(), tiktoken.vocabulary_bytes());
+  EXPECT_EQ(json.describe(), "byte-level BPE (GPT-2's split), 600 ids");
+  EXPECT_EQ(tiktoken.describe(), json.describe());
+  EXPECT_EQ(pair.origin(), file("vocab.json") + " with " + file("merges.txt"));
+  EXPECT_EQ(lamp::data::BytePairEncoding::load(kFiles).origin(),
+            file("tokenizer.json"));
+  // The special token follows tiktoken's tokens, as GPT-2's 50256 does.
+  EXPECT_EQ(tiktoken.decode(ids_of({599})), "<|endoftext|>");
+  EXPECT_EQ(json.decode(ids_of({599})), "<|endoftext|>");
+  // Another vocabulary differs: one token's bytes changed.
+  // Another vocabulary of as many ids differs: the last token's bytes
+  // changed to "zzzz".
+  Scratch scratch("vocab");
+  const auto text = read(file("tokens.tiktoken"));
+  const size_t last = text.rfind('\n', text.size() - 2);
+  const auto other = lamp::data::BytePairEncoding::load(scratch.write(
+      "other.tiktoken", text.substr(0, last + 1) + "enp6eg== 598\n"));
+  EXPECT_EQ(other.vocab_size(), tiktoken.vocab_size());
+  EXPECT_NE(other.vocabulary_bytes(), tiktoken.vocabulary_bytes());
+}
+
+TEST(BytePairEncoding, AnyBytesComeBack) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  const auto bpe = lamp::data::BytePairEncoding::load(file("tokens.tiktoken"));
+  std::mt19937 random(7);
+  // Random bytes (mostly not UTF-8), then text-like runs of the pattern's
+  // kinds with stray continuation and lead bytes among them.
+  for (int trial = 0; trial < 50; ++trial) {
+    std::string text;
+    const int length = static_cast<int>(random() % 300);
+    for (int i = 0; i < length; ++i) {
+      text.push_back(static_cast<char>(random() % 256));
+    }
+    EXPECT_EQ(bpe.decode(bpe.encode(text)), text) << "trial " << trial;
+  }
+  const std::string parts[] = {
+      " ",     "  ",          "\n",   "\t",       "word",
+      " word", "12",          "'s",   "'ll",      "!!",
+      "é",     "\x80",        "\xC3", "\xE6\x97", "\xF0\x9F\x99\x82",
+      "\xA0",  "\xE3\x80\x80"};
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    const int count = static_cast<int>(random() % 12);
+    for (int i = 0; i < count; ++i) {
+      text += parts[random() % (sizeof(parts) / sizeof(parts[0]))];
+    }
+    EXPECT_EQ(bpe.decode(bpe.encode(text)), text) << "trial " << trial;
+  }
+  // A byte that begins no character is its own, beside text.
+  EXPECT_EQ(bpe.decode(bpe.encode("a\xFF"
+                                  "b")),
+            "a\xFF"
+            "b");
+  EXPECT_EQ(bpe.encode("").numel(), 0);
+}
+
+TEST(BytePairEncoding, DecodesIdsWithoutATokenAsTheirNumber) {
+  const auto bpe = lamp::data::BytePairEncoding::load(file("tokenizer.json"));
+  EXPECT_EQ(bpe.decode(ids_of({-1, 600, 123456789})), "<-1><600><123456789>");
+  // Any integer type, any shape [n].
+  EXPECT_EQ(bpe.decode(ids_of({72}).to(torch::kShort)),
+            bpe.decode(ids_of({72})));
+  EXPECT_NE(error_of([&] {
+              bpe.decode(torch::ones({2}, torch::kFloat));
+            }).find("ids must be integers [n], got Float"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              bpe.decode(torch::ones({2, 2}, torch::kLong));
+            }).find("ids must be integers [n]"),
+            std::string::npos);
+  const lamp::data::BytePairEncoding empty;
+  EXPECT_TRUE(empty.empty());
+  EXPECT_NE(
+      error_of([&] { empty.vocab_size(); }).find("no tokenizer was loaded"),
+      std::string::npos);
+}
+
+// Each damaged or foreign file is refused, naming the file, what is wrong
+// and the fix.
+TEST(BytePairEncoding, RefusesDamagedAndForeignFiles) {
+  Scratch scratch("files");
+  const auto refusal = [&](const std::string& path) {
+    return error_of([&] { lamp::data::BytePairEncoding::load(path); });
+  };
+  const auto expect_refused = [&](const std::string& path,
+                                  const std::string& why) {
+    const auto message = refusal(path);
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+  };
+  expect_refused(scratch.dir() + "/missing.tiktoken", "missing.tiktoken");
+  expect_refused(scratch.write("empty.tiktoken", ""),
+                 "is no tokenizer lamp reads as a byte-level BPE");
+  expect_refused(scratch.write("merges.txt", "#version: 0.2\nh e\n"),
+                 "it looks like a merges file: give the vocab.json beside it");
+  const auto tiktoken = read(file("tokens.tiktoken"));
+  expect_refused(scratch.write("bad64.tiktoken", tiktoken + "Q!== 700\n"),
+                 "line 600 of '" + scratch.dir() +
+                     "/bad64.tiktoken' ('Q!== 700') is not base64");
+  expect_refused(scratch.write("noid.tiktoken", tiktoken + "QUJD x\n"),
+                 "has no id (a whole number) after its space");
+  expect_refused(scratch.write("twice.tiktoken", tiktoken + "QUJD 3\n"),
+                 "has the id 3, which another token has already");
+  expect_refused(scratch.write("same.tiktoken", tiktoken + "IQ== 700\n"),
+                 "holds one token as both id 0 and id 700");
+  // Without the byte 0x21 ("!", the file's first line).
+  expect_refused(scratch.write("nobyte.tiktoken",
+                               tiktoken.substr(tiktoken.find('\n') + 1)),
+                 "has no token for the byte 0x21: it is not a byte-level BPE");
+
+  // Hugging Face's pair: the merges beside the vocabulary, of its tokens.
+  const auto vocab = read(file("vocab.json"));
+  const auto merges = read(file("merges.txt"));
+  Scratch alone("alone");
+  expect_refused(alone.write("vocab.json", vocab),
+                 "is a vocabulary without its merges: neither");
+  alone.write("merges.txt", merges + "Ġzz qq\n");
+  expect_refused(alone.dir() + "/vocab.json",
+                 "merges 'Ġzz' and 'qq', but the vocabulary lacks 'Ġzz'");
+  alone.write("merges.txt", merges + "one two three\n");
+  expect_refused(alone.dir() + "/vocab.json",
+                 "is not a merge, two tokens with a space between");
+  Scratch gpt2("gpt2");
+  gpt2.write("encoder.json", vocab);
+  gpt2.write("vocab.bpe", merges);
+  EXPECT_EQ(lamp::data::BytePairEncoding::load(gpt2.dir()).vocabulary_bytes(),
+            lamp::data::BytePairEncoding::load(file("vocab.json"))
+                .vocabulary_bytes());
+  expect_refused(alone.write("spm.json", "{\"▁the\": 5}"),
+                 "is not spelled in GPT-2's byte map");
+  expect_refused(scratch.dir(), "none of a tokenizer's files");
+
+  // tokenizer.json: GPT-2's kind only.
+  const auto json = read(file("tokenizer.json"));
+  expect_refused(scratch.write("cut.json", json.substr(0, json.size() / 2)),
+                 "is not valid JSON (at byte");
+  const auto with = [&](const std::string& from, const std::string& to) {
+    auto changed = json;
+    const auto at = changed.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return changed.replace(at, from.size(), to);
+  };
+  expect_refused(scratch.write("unigram.json", with("\"type\": \"BPE\"",
+                                                    "\"type\": \"Unigram\"")),
+                 "is a tokenizer of the kind 'Unigram', not a BPE");
+  expect_refused(
+      scratch.write("split.json",
+                    with("\"pre_tokenizer\": {\n    \"type\": \"ByteLevel\"",
+                         "\"pre_tokenizer\": {\"type\": \"Sequence\"")),
+      "splits the text otherwise than GPT-2 (its pre-tokenizer is "
+      "'Sequence'");
+  expect_refused(
+      scratch.write("prefix.json", with("\"add_prefix_space\": false",
+                                        "\"add_prefix_space\": true")),
+      "with add_prefix_space or without its pattern");
+  expect_refused(
+      scratch.write("nfc.json", with("\"normalizer\": null",
+                                     "\"normalizer\": {\"type\": \"NFC\"}")),
+      "normalizes the text first (its normalizer is 'NFC')");
+  expect_refused(
+      scratch.write("fallback.json", with("\"byte_fallback\": false",
+                                          "\"byte_fallback\": true")),
+      "has byte_fallback");
+}
+
+TEST(Tokenizer, LoadsEitherKindByItsContent) {
+  for (const auto& path : every_format()) {
+    const auto tokenizer = lamp::data::Tokenizer::load(path);
+    EXPECT_FALSE(tokenizer.byte_pair().empty()) << path;
+    EXPECT_TRUE(tokenizer.sentencepiece().empty()) << path;
+    EXPECT_EQ(tokenizer.vocab_size(), 600);
+    EXPECT_EQ(tokenizer.describe(), "byte-level BPE (GPT-2's split), 600 ids");
+    EXPECT_EQ(tokenizer.decode(ids_of({39, 450, 346, 274, 269, 437})),
+              "Hello world");
+  }
+  // Any other file is read as a SentencePiece model, and refused as one.
+  Scratch scratch("kinds");
+  const auto message = error_of([&] {
+    lamp::data::Tokenizer::load(scratch.write("x.model", "\x01\x02garbage"));
+  });
+  EXPECT_NE(message.find("x.model"), std::string::npos) << message;
+  if (lamp::data::sentencepiece_available()) {
+    const auto model = lamp::data::train_sentencepiece(
+        std::string(2000, 'a') + " the lamp trains\n",
+        lamp::data::SentencePieceTrainOptions().vocab_size(270));
+    const auto path = scratch.dir() + "/sp.model";
+    model.save(path);
+    const auto tokenizer = lamp::data::Tokenizer::load(path);
+    EXPECT_FALSE(tokenizer.sentencepiece().empty());
+    EXPECT_TRUE(tokenizer.byte_pair().empty());
+    EXPECT_EQ(tokenizer.describe(), model.describe());
+    EXPECT_EQ(tokenizer.vocab_size(), model.vocab_size());
+  }
+  const lamp::data::Tokenizer none;
+  EXPECT_TRUE(none.empty());
+}
+
+TEST(Tokenizer, CutsATextIntoWindowsWithABytePairEncoding) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  const auto tokenizer = lamp::data::Tokenizer::load(file("tokenizer.json"));
+  std::string text;
+  for (int i = 0; i < 60; ++i) {
+    text += "The model trains in mixed precision, step " + std::to_string(i) +
+            ".\n";
+  }
+  const auto bytes =
+      torch::from_blob(const_cast<char*>(text.data()),
+                       {static_cast<int64_t>(text.size())}, torch::kUInt8)
+          .clone();
+  const auto data =
+      lamp::data::tokenized_text_windows(bytes, "steps.txt", tokenizer, 8);
+  const int64_t split = lamp::data::text_split_point(bytes, 0.1);
+  const auto train_ids = tokenizer.encode(text.substr(0, split));
+  EXPECT_EQ(data.train_tokens, train_ids.numel());
+  EXPECT_EQ(data.validation_tokens,
+            tokenizer.encode(text.substr(split)).numel());
+  const auto expected = lamp::data::text_windows(train_ids, 8);
+  EXPECT_EQ(data.train.inputs.scalar_type(), torch::kShort);
+  EXPECT_TRUE(
+      torch::equal(data.train.inputs.to(torch::kLong), expected.inputs));
+  EXPECT_TRUE(
+      torch::equal(data.train.targets.to(torch::kLong), expected.targets));
+}
+
+} // namespace

@@ -199,6 +199,15 @@ TEST(BytePairEncoding, FormatsAgreeOnTheVocabulary) {
       "other.tiktoken", text.substr(0, last + 1) + "enp6eg== 598\n"));
   EXPECT_EQ(other.vocab_size(), tiktoken.vocab_size());
   EXPECT_NE(other.vocabulary_bytes(), tiktoken.vocabulary_bytes());
+  // A file that leaves an id out (p50k_base's 50256) gives it to
+  // <|endoftext|>.
+  const size_t line_300 = text.find("\n", text.find(" 299\n")) + 1;
+  const auto gapped = lamp::data::BytePairEncoding::load(scratch.write(
+      "gap.tiktoken",
+      text.substr(0, line_300) + text.substr(text.find('\n', line_300) + 1)));
+  EXPECT_EQ(gapped.vocab_size(), 599);
+  EXPECT_EQ(gapped.decode(ids_of({300, 598})),
+            "<|endoftext|>" + tiktoken.decode(ids_of({598})));
 }
 
 TEST(BytePairEncoding, AnyBytesComeBack) {

@@ -354,9 +354,13 @@ void read_tiktoken(detail::BytePairModel& m, const std::string& text,
   });
   TORCH_CHECK(!m.tokens.empty(), quoted(path),
               " holds no token; give a .tiktoken file of a byte-level BPE.");
-  // tiktoken keeps special tokens apart from the file: GPT-2's follows its
-  // tokens (r50k_base's and gpt2's <|endoftext|> is 50256).
-  m.specials.emplace(static_cast<int64_t>(m.tokens.size()), kEndOfText);
+  // tiktoken keeps special tokens apart from the file: <|endoftext|> takes
+  // the first id without a token, after the last (r50k_base's and gpt2's
+  // 50256) or in a gap the file leaves for it (p50k_base's 50256 among
+  // 50,281 ids, GPT-2's split too).
+  const auto gap = std::find(m.has_token.begin(), m.has_token.end(), false);
+  m.specials.emplace(static_cast<int64_t>(gap - m.has_token.begin()),
+                     kEndOfText);
   m.ranks_are_ids = true;
   m.whole_piece_first = true;
 }

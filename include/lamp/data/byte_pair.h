@@ -9,8 +9,10 @@
 /// The formats (BytePairEncoding::load() tells them apart by content):
 /// - tiktoken's: a `.tiktoken` file (`r50k_base.tiktoken`, `gpt2.tiktoken`),
 ///   one token a line, its bytes in base64 and its id (its rank: the lower,
-///   the earlier it merges). tiktoken keeps special tokens apart: a file of
-///   n tokens gets GPT-2's `<|endoftext|>` as id n (50256 for GPT-2's);
+///   the earlier it merges). tiktoken keeps special tokens apart: GPT-2's
+///   `<|endoftext|>` takes the first id without a token, after the last
+///   (50256 for GPT-2's 50,256 tokens) or in a gap the file leaves
+///   (`p50k_base.tiktoken`'s 50256);
 /// - Hugging Face's: `tokenizer.json` (a BPE model with the ByteLevel
 ///   pre-tokenizer), or `vocab.json` with `merges.txt` beside it, which are
 ///   GPT-2's own release files `encoder.json` and `vocab.bpe` under other

@@ -371,6 +371,13 @@ TEST(Tokenizer, LoadsEitherKindByItsContent) {
     lamp::data::Tokenizer::load(scratch.write("x.model", "\x01\x02garbage"));
   });
   EXPECT_NE(message.find("x.model"), std::string::npos) << message;
+  // Hugging Face's merges.txt for its vocab.json: named as such.
+  const auto merges =
+      error_of([&] { lamp::data::Tokenizer::load(file("merges.txt")); });
+  EXPECT_NE(merges.find("it looks like a merges file: give the vocab.json "
+                        "beside it"),
+            std::string::npos)
+      << merges;
   if (lamp::data::sentencepiece_available()) {
     const auto model = lamp::data::train_sentencepiece(
         std::string(2000, 'a') + " the lamp trains\n",

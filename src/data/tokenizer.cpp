@@ -74,7 +74,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
     return BytePairEncoding::load(path);
   }
   // A JSON file (Hugging Face's) or tiktoken's text, whose first line is a
-  // base64 token, a space and its id; a SentencePiece model is binary.
+  // base64 token, a space and its id, is a BPE; a SentencePiece model is
+  // binary.
   std::ifstream file(path, std::ios::binary);
   std::string head(256, '\0');
   file.read(&head[0], static_cast<std::streamsize>(head.size()));
@@ -89,7 +90,10 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
   const bool tiktoken = i > 0 && i + 1 < head.size() && head[i] == ' ' &&
                         std::isdigit(static_cast<unsigned char>(head[i + 1]));
-  if (json || tiktoken) {
+  // Hugging Face's merges.txt given for its vocab.json: BytePairEncoding
+  // names the mistake.
+  const bool merges = head.rfind("#version", 0) == 0;
+  if (json || tiktoken || merges) {
     return BytePairEncoding::load(path);
   }
   return SentencePiece::load(path);

@@ -10,20 +10,15 @@
 #
 # Sets LAMP_GLOO_FOUND (ON when Gloo is built) and, when it is,
 # LAMP_GLOO_INCLUDE_DIR_USED (the folder holding gloo/).
-set(LAMP_WITH_GLOO AUTO CACHE STRING
-    "Build lamp's Gloo backend: AUTO (where gloo/*.h is found), ON or OFF")
-set_property(CACHE LAMP_WITH_GLOO PROPERTY STRINGS AUTO ON OFF)
+include(${CMAKE_CURRENT_LIST_DIR}/LampAutoOption.cmake)
+lamp_auto_option(LAMP_WITH_GLOO
+                 "Build lamp's Gloo backend: AUTO (where gloo/*.h is found), ON or OFF")
 
 function(lamp_find_gloo)
   # The Gloo headers c10d's ProcessGroupGloo.hpp includes.
   set(_headers gloo/algorithm.h gloo/common/error.h gloo/context.h
                gloo/rendezvous/store.h gloo/transport/device.h)
-  string(TOUPPER "${LAMP_WITH_GLOO}" _mode)
-  if(NOT _mode MATCHES "^(AUTO|ON|OFF)$")
-    message(FATAL_ERROR
-      "lamp: LAMP_WITH_GLOO='${LAMP_WITH_GLOO}' is not AUTO, ON or OFF. Pass "
-      "-DLAMP_WITH_GLOO=AUTO (build Gloo where its headers are found), ON or OFF.")
-  endif()
+  lamp_auto_option_mode(LAMP_WITH_GLOO "build Gloo where its headers are found" _mode)
   set(LAMP_GLOO_FOUND OFF PARENT_SCOPE)
   set(LAMP_GLOO_INCLUDE_DIR_USED "" PARENT_SCOPE)
   if(_mode STREQUAL "OFF")

@@ -10,17 +10,12 @@
 # privately). The installed lampConfig.cmake finds it again for the
 # consumer, and lamp.pc lists -licuuc (a static lamp brings its
 # dependencies to every program).
-set(LAMP_WITH_ICU AUTO CACHE STRING
-    "Split text as GPT-2 does with ICU's character classes: AUTO (where ICU is found), ON or OFF")
-set_property(CACHE LAMP_WITH_ICU PROPERTY STRINGS AUTO ON OFF)
+include(${CMAKE_CURRENT_LIST_DIR}/LampAutoOption.cmake)
+lamp_auto_option(LAMP_WITH_ICU
+                 "Split text as GPT-2 does with ICU's character classes: AUTO (where ICU is found), ON or OFF")
 
 function(lamp_find_icu)
-  string(TOUPPER "${LAMP_WITH_ICU}" _mode)
-  if(NOT _mode MATCHES "^(AUTO|ON|OFF)$")
-    message(FATAL_ERROR
-      "lamp: LAMP_WITH_ICU='${LAMP_WITH_ICU}' is not AUTO, ON or OFF. Pass "
-      "-DLAMP_WITH_ICU=AUTO (use ICU where libicu-dev is found), ON or OFF.")
-  endif()
+  lamp_auto_option_mode(LAMP_WITH_ICU "use ICU where libicu-dev is found" _mode)
   set(LAMP_ICU_FOUND OFF PARENT_SCOPE)
   if(_mode STREQUAL "OFF")
     message(STATUS "lamp: GPT-2's text split (ICU): off (LAMP_WITH_ICU=OFF)")

@@ -12,18 +12,13 @@
 # pkg-config's imported target PkgConfig::lamp_sentencepiece, which lamp links
 # privately. The installed lampConfig.cmake defines the same target for the
 # consumer (a static lamp brings its dependencies to every program).
-set(LAMP_WITH_SENTENCEPIECE AUTO CACHE STRING
-    "Build lamp's SentencePiece tokenizer: AUTO (where libsentencepiece is found), ON or OFF")
-set_property(CACHE LAMP_WITH_SENTENCEPIECE PROPERTY STRINGS AUTO ON OFF)
+include(${CMAKE_CURRENT_LIST_DIR}/LampAutoOption.cmake)
+lamp_auto_option(LAMP_WITH_SENTENCEPIECE
+                 "Build lamp's SentencePiece tokenizer: AUTO (where libsentencepiece is found), ON or OFF")
 
 function(lamp_find_sentencepiece)
-  string(TOUPPER "${LAMP_WITH_SENTENCEPIECE}" _mode)
-  if(NOT _mode MATCHES "^(AUTO|ON|OFF)$")
-    message(FATAL_ERROR
-      "lamp: LAMP_WITH_SENTENCEPIECE='${LAMP_WITH_SENTENCEPIECE}' is not AUTO, "
-      "ON or OFF. Pass -DLAMP_WITH_SENTENCEPIECE=AUTO (build the tokenizer "
-      "where libsentencepiece-dev is found), ON or OFF.")
-  endif()
+  lamp_auto_option_mode(LAMP_WITH_SENTENCEPIECE
+                        "build the tokenizer where libsentencepiece-dev is found" _mode)
   set(LAMP_SENTENCEPIECE_FOUND OFF PARENT_SCOPE)
   set(LAMP_SENTENCEPIECE_VERSION "" PARENT_SCOPE)
   set(LAMP_SENTENCEPIECE_LDFLAGS "" PARENT_SCOPE)

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/byte_pair_format.h"
 #include "data/files.h"
 #include "data/gpt2_split.h"
 #include "data/token_ids.h"
@@ -245,12 +246,6 @@ bool from_gpt2_characters(const std::string& token, std::string& bytes) {
   return !bytes.empty();
 }
 
-std::string read_all(const std::string& path, const char* caller) {
-  const auto size = internal::regular_file_size(path, caller);
-  const auto bytes = internal::read_file_bytes(path, size, caller);
-  return std::string(bytes.begin(), bytes.end());
-}
-
 Json parse_json(const std::string& text, const std::string& path) {
   try {
     return Json::parse(text);
@@ -433,7 +428,8 @@ std::pair<std::string, std::string> merge_of(const std::string& text,
 }
 
 void read_merges_file(detail::BytePairModel& m, const std::string& path) {
-  const auto text = read_all(path, "lamp::data::BytePairEncoding::load");
+  const auto text =
+      internal::read_small_file(path, "lamp::data::BytePairEncoding::load");
   std::vector<std::pair<std::string, std::string>> pairs;
   std::vector<std::string> where;
   for_each_line(text, [&](int64_t line, std::string_view view) {
@@ -564,23 +560,6 @@ void read_tokenizer_json(detail::BytePairModel& m, const Json& json,
   m.whole_piece_first = ignore.is_boolean() && ignore.get<bool>();
 }
 
-bool tiktoken_line(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() &&
-         (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '+' ||
-          text[i] == '/' || text[i] == '=')) {
-    ++i;
-  }
-  if (i == 0 || i >= text.size() || text[i] != ' ') {
-    return false;
-  }
-  size_t j = i + 1;
-  while (j < text.size() && text[j] >= '0' && text[j] <= '9') {
-    ++j;
-  }
-  return j > i + 1 && (j == text.size() || text[j] == '\n' || text[j] == '\r');
-}
-
 std::string beside(const std::string& path, const std::string& name) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? name : path.substr(0, slash + 1) + name;
@@ -592,6 +571,38 @@ std::string base_name(const std::string& path) {
 }
 
 } // namespace
+
+namespace internal {
+
+BytePairFile byte_pair_file_kind(const std::string& head) {
+  if (head.rfind("#version", 0) == 0) {
+    return BytePairFile::kMerges;
+  }
+  size_t i = head.find_first_not_of(" \t\r\n");
+  if (i == std::string::npos) {
+    return BytePairFile::kNone;
+  }
+  if (head[i] == '{') {
+    return BytePairFile::kJson;
+  }
+  const size_t start = i;
+  while (i < head.size() &&
+         (std::isalnum(static_cast<unsigned char>(head[i])) || head[i] == '+' ||
+          head[i] == '/' || head[i] == '=')) {
+    ++i;
+  }
+  if (i == start || i >= head.size() || head[i] != ' ') {
+    return BytePairFile::kNone;
+  }
+  size_t j = i + 1;
+  while (j < head.size() && head[j] >= '0' && head[j] <= '9') {
+    ++j;
+  }
+  const bool line_ends = j == head.size() || head[j] == '\n' || head[j] == '\r';
+  return j > i + 1 && line_ends ? BytePairFile::kTiktoken : BytePairFile::kNone;
+}
+
+} // namespace internal
 
 bool byte_pair_encode_available() {
   return detail::gpt2_split_available();
@@ -618,10 +629,10 @@ BytePairEncoding BytePairEncoding::load(const std::string& path) {
                   "vocab.bpe); give the folder that holds them, or the file.");
     }
   }
-  const auto text = read_all(file, caller);
-  const size_t first = text.find_first_not_of(" \t\r\n");
+  const auto text = internal::read_small_file(file, caller);
+  const auto kind = internal::byte_pair_file_kind(text.substr(0, 256));
   m->origin = file;
-  if (first != std::string::npos && text[first] == '{') {
+  if (kind == internal::BytePairFile::kJson) {
     const auto json = parse_json(text, file);
     // A vocab.json may hold the token "model": tokenizer.json's is an object.
     if (json.is_object() && json.contains("model") &&
@@ -649,17 +660,16 @@ BytePairEncoding BytePairEncoding::load(const std::string& path) {
       m->origin = file + " with " + merges;
     }
   } else {
-    TORCH_CHECK(
-        first != std::string::npos && tiktoken_line(text.substr(first, 200)),
-        caller, ": ", quoted(file),
-        " is no tokenizer lamp reads as a byte-level BPE: not "
-        "tiktoken's form (a token's bytes in base64 and its id a "
-        "line), nor Hugging Face's tokenizer.json or vocab.json",
-        text.rfind("#version", 0) == 0
-            ? " (it looks like a merges file: give the vocab.json "
-              "beside it)"
-            : "",
-        "; give one of those.");
+    TORCH_CHECK(kind == internal::BytePairFile::kTiktoken, caller, ": ",
+                quoted(file),
+                " is no tokenizer lamp reads as a byte-level BPE: not "
+                "tiktoken's form (a token's bytes in base64 and its id a "
+                "line), nor Hugging Face's tokenizer.json or vocab.json",
+                kind == internal::BytePairFile::kMerges
+                    ? " (it looks like a merges file: give the vocab.json "
+                      "beside it)"
+                    : "",
+                "; give one of those.");
     read_tiktoken(*m, text, file);
     m->index(file);
   }

@@ -127,6 +127,12 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t size,
   return bytes;
 }
 
+std::string read_small_file(const std::string& path, const char* caller) {
+  const auto bytes =
+      read_file_bytes(path, regular_file_size(path, caller), caller);
+  return std::string(bytes.begin(), bytes.end());
+}
+
 } // namespace internal
 } // namespace data
 } // namespace lamp

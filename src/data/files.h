@@ -42,6 +42,9 @@ void read_whole_file(const std::string& path, uint64_t size, uint8_t* dst,
 // The first `size` bytes of `path`.
 std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t size,
                                      const char* caller);
+// The whole of a small regular file (meta.pkl, a tokenizer's files), as
+// bytes in a string.
+std::string read_small_file(const std::string& path, const char* caller);
 
 } // namespace internal
 } // namespace data

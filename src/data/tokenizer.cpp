@@ -3,11 +3,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cctype>
 #include <fstream>
 #include <string>
 #include <utility>
 
+#include "data/byte_pair_format.h"
 #include "data/files.h"
 #include "lamp/data/datasets.h"
 
@@ -73,27 +73,14 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (internal::directory_exists(path)) {
     return BytePairEncoding::load(path);
   }
-  // A JSON file (Hugging Face's) or tiktoken's text, whose first line is a
-  // base64 token, a space and its id, is a BPE; a SentencePiece model is
-  // binary.
+  // A BPE's files are text (JSON, tiktoken's lines, or a merges.txt given
+  // for its vocab.json, whose mistake BytePairEncoding names); a
+  // SentencePiece model is binary.
   std::ifstream file(path, std::ios::binary);
   std::string head(256, '\0');
   file.read(&head[0], static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<size_t>(std::max<std::streamsize>(file.gcount(), 0)));
-  const size_t first = head.find_first_not_of(" \t\r\n");
-  const bool json = first != std::string::npos && head[first] == '{';
-  size_t i = 0;
-  while (i < head.size() &&
-         (std::isalnum(static_cast<unsigned char>(head[i])) || head[i] == '+' ||
-          head[i] == '/' || head[i] == '=')) {
-    ++i;
-  }
-  const bool tiktoken = i > 0 && i + 1 < head.size() && head[i] == ' ' &&
-                        std::isdigit(static_cast<unsigned char>(head[i + 1]));
-  // Hugging Face's merges.txt given for its vocab.json: BytePairEncoding
-  // names the mistake.
-  const bool merges = head.rfind("#version", 0) == 0;
-  if (json || tiktoken || merges) {
+  if (internal::byte_pair_file_kind(head) != internal::BytePairFile::kNone) {
     return BytePairEncoding::load(path);
   }
   return SentencePiece::load(path);

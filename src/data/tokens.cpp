@@ -79,13 +79,6 @@ Dataset windows_of(const torch::Tensor& ids, int64_t context,
   return data;
 }
 
-// The whole of a small file (meta.pkl), as bytes.
-std::string read_small_file(const std::string& path, const char* caller) {
-  const auto size = internal::regular_file_size(path, caller);
-  const auto bytes = internal::read_file_bytes(path, size, caller);
-  return std::string(bytes.begin(), bytes.end());
-}
-
 } // namespace
 
 bool is_token_folder(const std::string& path) {
@@ -213,7 +206,7 @@ torch::Tensor TokenPieces::encode(const std::string& text) const {
 
 int64_t read_token_meta(const std::string& meta_path, TokenPieces* pieces) {
   const char* caller = "lamp::data::read_token_meta";
-  const auto bytes = read_small_file(meta_path, caller);
+  const auto bytes = internal::read_small_file(meta_path, caller);
   c10::optional<c10::IValue> value;
   try {
     value =

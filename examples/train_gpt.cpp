@@ -60,7 +60,7 @@ struct GptFlags {
   bool byte_text = true;
   lamp::data::TokenPieces pieces;
   int64_t first_token = -1;
-  // --tokenizer: a SentencePiece model's file or GPT-2's tokenizer files
+  // --tokenizer: a SentencePiece model's file or a byte-level BPE's files
   // (the path stored in checkpoints), and the tokenizer once loaded (or
   // trained, with --train-tokenizer's pieces); it encodes the text and the
   // prompt and decodes the samples.
@@ -156,9 +156,11 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
   app.add_option("--tokenizer", f.tokenizer_path,
                  "the tokenizer that encodes --data's text and the prompt "
                  "and decodes the samples: a SentencePiece model "
-                 "(FILE.model), or GPT-2's (tiktoken's gpt2.tiktoken, or "
-                 "Hugging Face's tokenizer.json, vocab.json with merges.txt, "
-                 "or their folder) (default: none, the text's bytes); with "
+                 "(FILE.model), or a byte-level BPE such as GPT-2's, "
+                 "GPT-4's or Llama 3's (tiktoken's gpt2.tiktoken or "
+                 "cl100k_base.tiktoken, or Hugging Face's tokenizer.json, "
+                 "vocab.json with merges.txt, or their folder) (default: "
+                 "none, the text's bytes); with "
                  "--train-tokenizer, the SentencePiece model to write")
       ->check(lamp_examples::non_empty_path("the tokenizer"));
   app.add_option("--train-tokenizer", f.train_tokenizer,

@@ -14,11 +14,12 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "data/gpt2_split.h"
+#include "data/byte_pair_split.h"
 #include "test_util.h"
 
 namespace {
@@ -36,19 +37,25 @@ struct Case {
   std::vector<int64_t> ids;
 };
 
+std::string from_hex(const std::string& hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    bytes.push_back(
+        static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return bytes;
+}
+
 // expected.txt: "text HEX" and "ids N N ..." lines, a pair per text.
-std::vector<Case> expected_cases() {
-  std::ifstream in(file("expected.txt"));
+std::vector<Case> expected_cases(
+    const std::string& path = file("expected.txt")) {
+  std::ifstream in(path);
   std::vector<Case> cases;
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("text", 0) == 0) {
       Case c;
-      const std::string hex = line.size() > 5 ? line.substr(5) : "";
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-        c.text.push_back(
-            static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-      }
+      c.text = from_hex(line.size() > 5 ? line.substr(5) : "");
       cases.push_back(c);
     } else if (line.rfind("ids", 0) == 0 && !cases.empty()) {
       std::istringstream ids(line.substr(3));
@@ -116,11 +123,14 @@ std::string read(const std::string& path) {
                      std::istreambuf_iterator<char>());
 }
 
-std::vector<std::string> pieces(const std::string& text) {
+std::vector<std::string> pieces(
+    const std::string& text,
+    lamp::data::BytePairSplit split = lamp::data::BytePairSplit::kGpt2) {
   std::vector<std::string> out;
-  lamp::data::detail::gpt2_split(text, [&](size_t begin, size_t end) {
-    out.push_back(text.substr(begin, end - begin));
-  });
+  lamp::data::detail::byte_pair_split(
+      text, split, [&](size_t begin, size_t end) {
+        out.push_back(text.substr(begin, end - begin));
+      });
   return out;
 }
 
@@ -155,6 +165,226 @@ TEST(Gpt2Split, PiecesAreThePatternsMatches) {
   EXPECT_EQ(pieces("\xC3"
                    "a\xE6\x97"),
             (Pieces{"\xC3", "a", "\xE6\x97"}));
+}
+
+struct SplitCase {
+  std::string split;
+  std::string text;
+  std::vector<std::string> pieces;
+};
+
+// splits.txt: "split NAME", then "text HEX" and "pieces HEX HEX ..." lines.
+std::vector<SplitCase> split_cases() {
+  std::ifstream in(file("splits.txt"));
+  std::vector<SplitCase> cases;
+  std::string line;
+  std::string split;
+  while (std::getline(in, line)) {
+    if (line.rfind("split ", 0) == 0) {
+      split = line.substr(6);
+    } else if (line.rfind("text", 0) == 0) {
+      cases.push_back(
+          {split, from_hex(line.size() > 5 ? line.substr(5) : ""), {}});
+    } else if (line.rfind("pieces", 0) == 0 && !cases.empty()) {
+      std::istringstream hex(line.substr(6));
+      std::string piece;
+      while (hex >> piece) {
+        cases.back().pieces.push_back(from_hex(piece));
+      }
+    }
+  }
+  return cases;
+}
+
+lamp::data::BytePairSplit split_named(const std::string& name) {
+  using lamp::data::BytePairSplit;
+  if (name == "cl100k") {
+    return BytePairSplit::kCl100k;
+  }
+  if (name == "llama3") {
+    return BytePairSplit::kLlama3;
+  }
+  return name == "o200k" ? BytePairSplit::kO200k : BytePairSplit::kGpt2;
+}
+
+// Every split's pieces of every text are its pattern's matches as Python's
+// regex module finds them (which, merged one by one, give tiktoken's ids:
+// the script that wrote them checked it).
+TEST(BytePairSplit, PiecesAreThePatternsMatches) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  const auto cases = split_cases();
+  ASSERT_EQ(cases.size(), 4u * 34u) << "splits.txt was not read";
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.split + ": " + c.text);
+    EXPECT_EQ(pieces(c.text, split_named(c.split)), c.pieces);
+  }
+}
+
+// Where the splits differ, by hand: cl100k_base's white space ending the
+// text is one piece, Llama 3's is cut after its last line break; o200k_base
+// cuts CamelCase and keeps contractions with their word; a byte that
+// begins no character may lead letters, as punctuation does.
+TEST(BytePairSplit, TheSplitsDifferWhereTheirPatternsDo) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  using lamp::data::BytePairSplit;
+  using Pieces = std::vector<std::string>;
+  EXPECT_EQ(pieces("ab\n  ", BytePairSplit::kCl100k), (Pieces{"ab", "\n  "}));
+  EXPECT_EQ(pieces("ab\n  ", BytePairSplit::kLlama3),
+            (Pieces{"ab", "\n", "  "}));
+  EXPECT_EQ(pieces("ab\n  ", BytePairSplit::kO200k),
+            (Pieces{"ab", "\n", "  "}));
+  EXPECT_EQ(pieces("ab\n  ", BytePairSplit::kGpt2), (Pieces{"ab", "\n  "}));
+  EXPECT_EQ(pieces("CamelCase it's 12345", BytePairSplit::kO200k),
+            (Pieces{"Camel", "Case", " it's", " ", "123", "45"}));
+  // Upper, then a letter of both classes (U+3005), then upper: the first
+  // alternative gives back the upper letters after the last of both.
+  EXPECT_EQ(pieces("A\u3005B x", BytePairSplit::kO200k),
+            (Pieces{"A\u3005", "B", " x"}));
+  EXPECT_EQ(pieces("CamelCase it's 12345", BytePairSplit::kCl100k),
+            (Pieces{"CamelCase", " it", "'s", " ", "123", "45"}));
+  EXPECT_EQ(pieces("CamelCase it's 12345", BytePairSplit::kGpt2),
+            (Pieces{"CamelCase", " it", "'s", " 12345"}));
+  EXPECT_EQ(pieces("ab\xFF"
+                   "cd",
+                   BytePairSplit::kCl100k),
+            (Pieces{"ab",
+                    "\xFF"
+                    "cd"}));
+  EXPECT_EQ(pieces("ab\xFF"
+                   "cd",
+                   BytePairSplit::kO200k),
+            (Pieces{"ab",
+                    "\xFF"
+                    "cd"}));
+  EXPECT_EQ(pieces("\xC3\n\xE6\x97", BytePairSplit::kO200k),
+            (Pieces{"\xC3\n", "\xE6\x97"}));
+}
+
+// The other splits' tokenizers give Python's ids: cl100k_base's pattern
+// from a tiktoken file (tiktoken's ids), Llama 3's from Hugging Face's
+// tokenizer.json (which names it) and from the same tokens in tiktoken's
+// form, o200k_base's from both.
+TEST(BytePairEncoding, OtherSplitsEncodeAsPython) {
+  using lamp::data::BytePairEncoding;
+  using lamp::data::BytePairSplit;
+  struct Check {
+    std::string path;
+    BytePairSplit asked;
+    BytePairSplit split;
+    std::string expected;
+  };
+  const Check checks[] = {
+      {"cl100k/tokens.tiktoken", BytePairSplit::kCl100k, BytePairSplit::kCl100k,
+       "cl100k/expected.txt"},
+      {"cl100k/tokens.tiktoken", BytePairSplit::kLlama3, BytePairSplit::kLlama3,
+       "cl100k/expected_llama3.txt"},
+      {"cl100k/tokenizer.json", BytePairSplit::kAuto, BytePairSplit::kLlama3,
+       "cl100k/expected_llama3.txt"},
+      {"cl100k", BytePairSplit::kLlama3, BytePairSplit::kLlama3,
+       "cl100k/expected_llama3.txt"},
+      {"o200k/tokenizer.json", BytePairSplit::kAuto, BytePairSplit::kO200k,
+       "o200k/expected.txt"},
+      {"o200k/tokens.tiktoken", BytePairSplit::kO200k, BytePairSplit::kO200k,
+       "o200k/expected.txt"},
+  };
+  for (const auto& check : checks) {
+    SCOPED_TRACE(check.path + " as " +
+                 lamp::data::byte_pair_split_name(check.asked));
+    const auto bpe = BytePairEncoding::load(file(check.path), check.asked);
+    EXPECT_EQ(bpe.split(), check.split);
+    EXPECT_EQ(bpe.vocab_size(), 600);
+    EXPECT_EQ(bpe.describe(),
+              "byte-level BPE (" +
+                  lamp::data::byte_pair_split_name(check.split) +
+                  " split), 600 ids");
+    const auto cases = expected_cases(file(check.expected));
+    ASSERT_EQ(cases.size(), 34u);
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c.text);
+      EXPECT_EQ(bpe.decode(ids_of(c.ids)), c.text);
+      if (can_encode()) {
+        EXPECT_EQ(as_vector(bpe.encode(c.text)), c.ids);
+      }
+    }
+  }
+  // A tiktoken file names no split: GPT-2's, unless asked.
+  EXPECT_EQ(BytePairEncoding::load(file("o200k/tokens.tiktoken")).split(),
+            BytePairSplit::kGpt2);
+  // A tokenizer.json names its own, and another asked for is refused.
+  const auto message = error_of([&] {
+    BytePairEncoding::load(file("o200k/tokenizer.json"),
+                           BytePairSplit::kCl100k);
+  });
+  EXPECT_NE(message.find("splits the text as o200k_base's pattern, not as "
+                         "cl100k_base's, which was asked for"),
+            std::string::npos)
+      << message;
+}
+
+std::string base64(const std::string& bytes) {
+  static const char* digits =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t bits = static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) {
+      bits |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i + 1])) << 8;
+    }
+    if (i + 2 < bytes.size()) {
+      bits |= static_cast<uint8_t>(bytes[i + 2]);
+    }
+    out += digits[(bits >> 18) & 63];
+    out += digits[(bits >> 12) & 63];
+    out += i + 1 < bytes.size() ? digits[(bits >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? digits[bits & 63] : '=';
+  }
+  return out;
+}
+
+// tiktoken's files of cl100k_base and o200k_base are known by their number
+// of tokens, and take tiktoken's split and special tokens; one token more
+// or fewer is no longer either (GPT-2's split, <|endoftext|> after the
+// last).
+TEST(BytePairEncoding, KnowsTiktokensEncodingsByTheirSize) {
+  using lamp::data::BytePairSplit;
+  Scratch scratch("sizes");
+  const auto tiktoken_of = [&](const std::string& name, int64_t count) {
+    std::string text;
+    for (int64_t id = 0; id < count; ++id) {
+      const std::string bytes = id < 256 ? std::string(1, static_cast<char>(id))
+                                         : "t" + std::to_string(id);
+      text += base64(bytes) + " " + std::to_string(id) + "\n";
+    }
+    return lamp::data::BytePairEncoding::load(scratch.write(name, text));
+  };
+  const auto cl100k = tiktoken_of("cl100k.tiktoken", 100256);
+  EXPECT_EQ(cl100k.split(), BytePairSplit::kCl100k);
+  EXPECT_EQ(cl100k.vocab_size(), 100277);
+  EXPECT_EQ(cl100k.describe(),
+            "byte-level BPE (cl100k_base's split), "
+            "100277 ids");
+  EXPECT_EQ(cl100k.decode(ids_of(
+                {100255, 100256, 100257, 100258, 100260, 100261, 100276})),
+            "t100255<100256><|endoftext|><|fim_prefix|><|fim_suffix|>"
+            "<100261><|endofprompt|>");
+  const auto o200k = tiktoken_of("o200k.tiktoken", 199998);
+  EXPECT_EQ(o200k.split(), BytePairSplit::kO200k);
+  EXPECT_EQ(o200k.vocab_size(), 200019);
+  EXPECT_EQ(o200k.decode(ids_of({199999, 200000, 200018})),
+            "<|endoftext|><200000><|endofprompt|>");
+  const auto other = tiktoken_of("other.tiktoken", 100257);
+  EXPECT_EQ(other.split(), BytePairSplit::kGpt2);
+  EXPECT_EQ(other.vocab_size(), 100258);
+  EXPECT_EQ(other.decode(ids_of({100257})), "<|endoftext|>");
+  // Asked for, a split is taken whatever the size.
+  EXPECT_EQ(lamp::data::BytePairEncoding::load(
+                scratch.dir() + "/cl100k.tiktoken", BytePairSplit::kGpt2)
+                .split(),
+            BytePairSplit::kGpt2);
 }
 
 TEST(BytePairEncoding, EveryFormatEncodesAsPython) {
@@ -339,8 +569,19 @@ TEST(BytePairEncoding, RefusesDamagedAndForeignFiles) {
       scratch.write("split.json",
                     with("\"pre_tokenizer\": {\n    \"type\": \"ByteLevel\"",
                          "\"pre_tokenizer\": {\"type\": \"Sequence\"")),
-      "splits the text otherwise than GPT-2 (its pre-tokenizer is "
-      "'Sequence'");
+      "splits the text otherwise than lamp can (its pre-tokenizer is "
+      "'Sequence')");
+  // A Split by a pattern lamp does not know (Qwen 2's: single digits) is
+  // named.
+  const auto llama3 = read(file("cl100k/tokenizer.json"));
+  const std::string three = "\\p{N}{1,3}";
+  ASSERT_NE(llama3.find(three), std::string::npos);
+  expect_refused(
+      scratch.write("qwen.json",
+                    llama3.substr(0, llama3.find(three)) + "\\p{N}" +
+                        llama3.substr(llama3.find(three) + three.size())),
+      "a Split by the pattern \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n"
+      "\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| ?[^");
   expect_refused(
       scratch.write("prefix.json", with("\"add_prefix_space\": false",
                                         "\"add_prefix_space\": true")),

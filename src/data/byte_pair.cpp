@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "data/byte_pair_format.h"
+#include "data/byte_pair_split.h"
 #include "data/files.h"
-#include "data/gpt2_split.h"
 #include "data/token_ids.h"
 
 namespace lamp {
@@ -61,6 +61,7 @@ struct BytePairModel {
   bool ranks_are_ids = true;
   bool whole_piece_first = true;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
+  BytePairSplit split = BytePairSplit::kGpt2;
 
   void add_token(int64_t id, std::string bytes, const std::string& where);
   void index(const std::string& path);
@@ -349,15 +350,33 @@ void read_tiktoken(detail::BytePairModel& m, const std::string& text,
   });
   TORCH_CHECK(!m.tokens.empty(), quoted(path),
               " holds no token; give a .tiktoken file of a byte-level BPE.");
-  // tiktoken keeps special tokens apart from the file: <|endoftext|> takes
-  // the first id without a token, after the last (r50k_base's and gpt2's
-  // 50256) or in a gap the file leaves for it (p50k_base's 50256 among
-  // 50,281 ids, GPT-2's split too).
+  m.ranks_are_ids = true;
+  m.whole_piece_first = true;
+  // tiktoken keeps an encoding's pattern and special tokens in its code,
+  // apart from the file: the encodings of other splits are known by their
+  // number of tokens (ids 0 ... n - 1), with tiktoken's specials.
+  const auto count = static_cast<size_t>(
+      std::count(m.has_token.begin(), m.has_token.end(), true));
+  if (count == m.tokens.size() && count == 100256) {
+    m.split = BytePairSplit::kCl100k;
+    m.specials = {{100257, kEndOfText},
+                  {100258, "<|fim_prefix|>"},
+                  {100259, "<|fim_middle|>"},
+                  {100260, "<|fim_suffix|>"},
+                  {100276, "<|endofprompt|>"}};
+    return;
+  }
+  if (count == m.tokens.size() && count == 199998) {
+    m.split = BytePairSplit::kO200k;
+    m.specials = {{199999, kEndOfText}, {200018, "<|endofprompt|>"}};
+    return;
+  }
+  // Else (GPT-2's split): <|endoftext|> takes the first id without a token,
+  // after the last (r50k_base's and gpt2's 50256) or in a gap the file
+  // leaves for it (p50k_base's 50256 among 50,281 ids).
   const auto gap = std::find(m.has_token.begin(), m.has_token.end(), false);
   m.specials.emplace(static_cast<int64_t>(gap - m.has_token.begin()),
                      kEndOfText);
-  m.ranks_are_ids = true;
-  m.whole_piece_first = true;
 }
 
 // Hugging Face's vocab (an object of token: id) in GPT-2's byte map.
@@ -447,11 +466,35 @@ void read_merges_file(detail::BytePairModel& m, const std::string& path) {
   read_merges(m, pairs, where);
 }
 
-// Hugging Face's tokenizer.json: a BPE model whose text is split as
-// GPT-2's (the ByteLevel pre-tokenizer with its pattern, no prefix space,
-// no normalizer).
-void read_tokenizer_json(detail::BytePairModel& m, const Json& json,
-                         const std::string& path) {
+// The patterns a Hugging Face Split pre-tokenizer may hold, as the
+// tokenizer.json files of the tokenizers that use them write them (GPT-2's
+// in two forms, cl100k_base's as Llama 3's files and tiktoken before 0.8
+// write it, o200k_base's). tiktoken 0.8's possessive forms are not among
+// them: Hugging Face's regex engine reads `{1,3}+` as a repeat, not as
+// possessive, so its ids would not be tiktoken's.
+struct KnownPattern {
+  const char* regex;
+  BytePairSplit split;
+};
+constexpr KnownPattern kKnownPatterns[] = {
+    {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
+     BytePairSplit::kGpt2},
+    {R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
+     BytePairSplit::kGpt2},
+    {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     BytePairSplit::kLlama3},
+    {R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)",
+     BytePairSplit::kLlama3},
+    {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     BytePairSplit::kO200k},
+};
+
+// Hugging Face's tokenizer.json: a BPE model whose text is split as one of
+// the known patterns splits it (the ByteLevel pre-tokenizer with GPT-2's
+// pattern, or a Split by a pattern and then ByteLevel without one; no
+// prefix space, no normalizer). Returns the split.
+BytePairSplit read_tokenizer_json(detail::BytePairModel& m, const Json& json,
+                                  const std::string& path) {
   const auto kind = [](const Json& part) {
     return part.is_object() && part.contains("type") && part["type"].is_string()
                ? part["type"].get<std::string>()
@@ -466,33 +509,58 @@ void read_tokenizer_json(detail::BytePairModel& m, const Json& json,
   const auto field = [&](const Json& part, const char* name) {
     return part.contains(name) ? part[name] : Json();
   };
+  const auto flag = [&](const Json& part, const char* name, bool absent) {
+    const auto value = field(part, name);
+    return value.is_boolean() ? value.get<bool>() : absent && value.is_null();
+  };
   const auto normalizer = field(json, "normalizer");
   TORCH_CHECK(normalizer.is_null(), quoted(path),
               " normalizes the text first (its normalizer is ",
               quoted(kind(normalizer)),
-              "), which GPT-2's tokenizer does not; lamp reads GPT-2's kind "
-              "only.");
+              "), which a byte-level BPE as GPT-2's does not; lamp reads "
+              "that kind only.");
   const auto split = field(json, "pre_tokenizer");
-  // Absent, a ByteLevel pre-tokenizer's use_regex is true and its
-  // add_prefix_space false.
-  const auto use_regex = field(split, "use_regex");
-  const auto prefix_space = field(split, "add_prefix_space");
-  const bool gpt2_split =
-      kind(split) == "ByteLevel" &&
-      (use_regex.is_null() ||
-       (use_regex.is_boolean() && use_regex.get<bool>())) &&
-      (prefix_space.is_null() ||
-       (prefix_space.is_boolean() && !prefix_space.get<bool>()));
-  TORCH_CHECK(gpt2_split, quoted(path),
-              " splits the text otherwise than "
-              "GPT-2 (its pre-tokenizer is ",
+  // ByteLevel's use_regex is true where absent, add_prefix_space false.
+  const auto byte_level = [&](const Json& part, bool with_pattern) {
+    return kind(part) == "ByteLevel" &&
+           flag(part, "use_regex", true) == with_pattern &&
+           !flag(part, "add_prefix_space", false);
+  };
+  std::string pattern;
+  BytePairSplit found = BytePairSplit::kAuto;
+  if (byte_level(split, true)) {
+    found = BytePairSplit::kGpt2;
+  } else if (kind(split) == "Sequence" &&
+             field(split, "pretokenizers").is_array() &&
+             field(split, "pretokenizers").size() == 2) {
+    const auto& parts = split["pretokenizers"];
+    const auto regex = field(field(parts[0], "pattern"), "Regex");
+    if (kind(parts[0]) == "Split" && regex.is_string() &&
+        field(parts[0], "behavior") == "Isolated" &&
+        !flag(parts[0], "invert", false) && byte_level(parts[1], false)) {
+      pattern = regex.get<std::string>();
+      for (const auto& known : kKnownPatterns) {
+        if (pattern == known.regex) {
+          found = known.split;
+        }
+      }
+    }
+  }
+  TORCH_CHECK(found != BytePairSplit::kAuto, quoted(path),
+              " splits the text otherwise than lamp can (its pre-tokenizer "
+              "is ",
               quoted(kind(split)),
               kind(split) == "ByteLevel"
                   ? std::string(" with add_prefix_space or without its pattern")
                   : std::string(),
-              "): lamp splits as GPT-2's ByteLevel pre-tokenizer does, and "
-              "would give other ids than this tokenizer's own (Llama 3's and "
-              "GPT-4's split with another pattern).");
+              pattern.empty()
+                  ? std::string()
+                  : c10::str(", a Split by the pattern ", quoted(pattern)),
+              "), and would give other ids than this tokenizer's own. lamp "
+              "splits as GPT-2's ByteLevel pre-tokenizer (without "
+              "add_prefix_space), or a Split by the pattern of cl100k_base, "
+              "Llama 3 or o200k_base followed by ByteLevel without its "
+              "pattern.");
   for (const char* name : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto affix = field(model, name);
     TORCH_CHECK(affix.is_null() || affix == "", quoted(path), "'s model has a ",
@@ -556,8 +624,8 @@ void read_tokenizer_json(detail::BytePairModel& m, const Json& json,
     where.push_back(at);
   }
   read_merges(m, pairs, where);
-  const auto ignore = field(model, "ignore_merges");
-  m.whole_piece_first = ignore.is_boolean() && ignore.get<bool>();
+  m.whole_piece_first = flag(model, "ignore_merges", false);
+  return found;
 }
 
 std::string beside(const std::string& path, const std::string& name) {
@@ -605,10 +673,26 @@ BytePairFile byte_pair_file_kind(const std::string& head) {
 } // namespace internal
 
 bool byte_pair_encode_available() {
-  return detail::gpt2_split_available();
+  return detail::byte_pair_split_available();
 }
 
-BytePairEncoding BytePairEncoding::load(const std::string& path) {
+std::string byte_pair_split_name(BytePairSplit split) {
+  switch (split) {
+    case BytePairSplit::kGpt2:
+      return "GPT-2's";
+    case BytePairSplit::kCl100k:
+      return "cl100k_base's";
+    case BytePairSplit::kLlama3:
+      return "Llama 3's";
+    case BytePairSplit::kO200k:
+      return "o200k_base's";
+    default:
+      return "the file's";
+  }
+}
+
+BytePairEncoding BytePairEncoding::load(const std::string& path,
+                                        BytePairSplit split) {
   const char* caller = "lamp::data::BytePairEncoding::load";
   auto m = std::make_shared<detail::BytePairModel>();
   std::string file = path;
@@ -637,7 +721,14 @@ BytePairEncoding BytePairEncoding::load(const std::string& path) {
     // A vocab.json may hold the token "model": tokenizer.json's is an object.
     if (json.is_object() && json.contains("model") &&
         json["model"].is_object()) {
-      read_tokenizer_json(*m, json, file);
+      const auto own = read_tokenizer_json(*m, json, file);
+      TORCH_CHECK(split == BytePairSplit::kAuto || split == own, caller, ": ",
+                  quoted(file), " splits the text as ",
+                  byte_pair_split_name(own), " pattern, not as ",
+                  byte_pair_split_name(split),
+                  ", which was asked for: its ids are its own only with its "
+                  "split; leave the split to the file (BytePairSplit::kAuto).");
+      m->split = own;
     } else {
       // vocab.json (encoder.json): its merges beside it, under either name.
       const bool gpt2_names = base_name(file) == "encoder.json";
@@ -673,6 +764,9 @@ BytePairEncoding BytePairEncoding::load(const std::string& path) {
     read_tiktoken(*m, text, file);
     m->index(file);
   }
+  if (split != BytePairSplit::kAuto) {
+    m->split = split;
+  }
   return BytePairEncoding(std::move(m));
 }
 
@@ -697,9 +791,13 @@ const std::string& BytePairEncoding::origin() const {
   return model().origin;
 }
 
+BytePairSplit BytePairEncoding::split() const {
+  return model().split;
+}
+
 std::string BytePairEncoding::describe() const {
-  return "byte-level BPE (GPT-2's split), " + std::to_string(vocab_size()) +
-         " ids";
+  return "byte-level BPE (" + byte_pair_split_name(split()) + " split), " +
+         std::to_string(vocab_size()) + " ids";
 }
 
 std::string BytePairEncoding::vocabulary_bytes() const {
@@ -730,7 +828,7 @@ torch::Tensor BytePairEncoding::encode(const std::string& text) const {
   // so that a corpus of many distinct pieces keeps its memory).
   std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
   std::vector<int32_t> merged;
-  detail::gpt2_split(text, [&](size_t begin, size_t end) {
+  detail::byte_pair_split(text, m.split, [&](size_t begin, size_t end) {
     const std::string_view piece(text.data() + begin, end - begin);
     if (piece.size() == 1) {
       ids.push_back(m.byte_ids[static_cast<unsigned char>(piece[0])]);

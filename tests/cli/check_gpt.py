@@ -74,7 +74,10 @@
       samples decoded; --resume alone finds it, and its other file formats
       (tiktoken's, vocab.json with merges.txt, the folder) are the same
       tokenizer to a checkpoint, another vocabulary is refused naming
-      both; token files of its ids decoded with it; damaged files and a
+      both; tokenizer.json files of o200k_base's and Llama 3's splits
+      named in the header, the same tokens in tiktoken's file (GPT-2's
+      split) refused for a checkpoint of Llama 3's; token files of its ids
+      decoded with it; damaged files and a
       folder without them refused naming the file and the fix
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
@@ -1201,6 +1204,33 @@ def gpt2_tokenizer(train_gpt, work, files):
             f"(it was {tokenizer_json})" not in r.stderr:
         fail(f"--resume with another vocabulary: exit {r.returncode}, "
              f"{r.stderr.strip()!r}")
+
+    # The other splits: Hugging Face's tokenizer.json names its pattern
+    # (Llama 3's, o200k_base's), the header says it, and the same tokens
+    # from a tiktoken file (which names none: GPT-2's split) are another
+    # tokenizer to the checkpoint, whose ids would differ.
+    for folder, split in (("o200k", "o200k_base's"), ("cl100k", "Llama 3's")):
+        path = os.path.join(files, folder, "tokenizer.json")
+        split_checkpoint = fresh(work, f"bpe-{folder}.pt")
+        r = expect_success(base + ["--tokenizer", path, "--max-steps", "3",
+                                   "--checkpoint", split_checkpoint,
+                                   "--prompt", "Hello world"])
+        wanted = f"encoded by {path} (byte-level BPE ({split} split), 600 ids)"
+        if wanted not in r.stdout or \
+                not sample_of(r.stdout).startswith("Hello world"):
+            fail(f"no '{wanted}' and prompt in the output: {r.stdout[:900]!r}")
+    tiktoken_form = os.path.join(files, "cl100k", "tokens.tiktoken")
+    r = run([train_gpt, "--sample-only", "--resume", split_checkpoint,
+             "--tokenizer", tiktoken_form, "--no-progress"])
+    if r.returncode != 1 or f"--tokenizer {tiktoken_form} is not the " \
+            f"tokenizer {split_checkpoint} was trained with (byte-level BPE " \
+            "(GPT-2's split), 600 ids" not in r.stderr or \
+            "byte-level BPE (Llama 3's split), 600 ids, vocabulary crc32 " \
+            not in r.stderr:
+        fail(f"--resume with the tokens in another split: exit "
+             f"{r.returncode}, {r.stderr.strip()!r}")
+    print("  o200k_base's and Llama 3's splits named; the same tokens split "
+          "as GPT-2's refused")
 
     # Token files of its ids (nanoGPT's prepare.py with tiktoken writes
     # these for GPT-2): the vocabulary from the tokenizer, samples decoded.

@@ -1,36 +1,42 @@
 #pragma once
 
 /// \file
-/// GPT-2's tokenizer: a byte-level byte-pair encoding (BPE), read from the
-/// files Python's tools keep it in, so that C++ reads the token files
-/// nanoGPT's `prepare.py` writes with tiktoken, prompts and samples
-/// GPT-2's own weights, and fine-tunes them on text as GPT-2 saw it.
+/// Byte-level byte-pair encodings (BPEs), the tokenizers of GPT-2, GPT-4
+/// (cl100k_base), GPT-4o (o200k_base) and Llama 3, read from the files
+/// Python's tools keep them in, so that C++ reads the token files nanoGPT's
+/// `prepare.py` writes with tiktoken, prompts and samples GPT-2's own
+/// weights, and fine-tunes them on text as GPT-2 saw it.
 ///
 /// The formats (BytePairEncoding::load() tells them apart by content):
-/// - tiktoken's: a `.tiktoken` file (`r50k_base.tiktoken`, `gpt2.tiktoken`),
-///   one token a line, its bytes in base64 and its id (its rank: the lower,
-///   the earlier it merges). tiktoken keeps special tokens apart: GPT-2's
-///   `<|endoftext|>` takes the first id without a token, after the last
-///   (50256 for GPT-2's 50,256 tokens) or in a gap the file leaves
-///   (`p50k_base.tiktoken`'s 50256);
+/// - tiktoken's: a `.tiktoken` file (`r50k_base.tiktoken`, `gpt2.tiktoken`,
+///   `cl100k_base.tiktoken`), one token a line, its bytes in base64 and its
+///   id (its rank: the lower, the earlier it merges). tiktoken keeps special
+///   tokens apart: those of the encodings lamp knows by their number of
+///   tokens take tiktoken's ids (cl100k_base's `<|endoftext|>` 100257, its
+///   `<|fim_prefix|>` ... `<|endofprompt|>`; o200k_base's 199999 and
+///   200018); any other file's `<|endoftext|>` takes the first id without a
+///   token, after the last (50256 for GPT-2's 50,256 tokens) or in a gap
+///   the file leaves (`p50k_base.tiktoken`'s 50256);
 /// - Hugging Face's: `tokenizer.json` (a BPE model with the ByteLevel
-///   pre-tokenizer), or `vocab.json` with `merges.txt` beside it, which are
+///   pre-tokenizer, alone or after a Split by one of the patterns below,
+///   as Llama 3's), or `vocab.json` with `merges.txt` beside it, which are
 ///   GPT-2's own release files `encoder.json` and `vocab.bpe` under other
 ///   names (both pairs are found beside each other). A folder holding
 ///   either is read too (`tokenizer.json` first).
 ///
-/// The text is split as GPT-2 splits it (the pattern
-/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`,
-/// with Unicode's letters, numbers and white space as ICU classes them),
-/// and each piece's bytes are merged as tiktoken merges them (the pair of
-/// lowest rank first, the leftmost among equals; from Hugging Face's files,
-/// the pair of the earliest merge). So the ids are tiktoken's
+/// The text is split as the tokenizer was trained to (BytePairSplit: the
+/// patterns of GPT-2, cl100k_base, Llama 3 and o200k_base, with Unicode's
+/// letters, marks, numbers and white space as ICU classes them), and each
+/// piece's bytes are merged as tiktoken merges them (the pair of lowest
+/// rank first, the leftmost among equals; from Hugging Face's files, the
+/// pair of the earliest merge). So the ids are tiktoken's
 /// `encode_ordinary()`'s, the encoding nanoGPT's `prepare.py` makes: the
-/// text `<|endoftext|>` is text, never the special token. Bytes that are not
-/// UTF-8 are each a piece of their own kind, so that decode(encode(text)) is
-/// any text, byte for byte. Only GPT-2's split is known: the ids of another
-/// encoding's tokens (cl100k_base's, Llama 3's) would differ from its own,
-/// so a `tokenizer.json` with another pre-tokenizer is refused.
+/// text `<|endoftext|>` is text, never the special token, and no
+/// begin-of-text token is added. Bytes that are not UTF-8 are each a piece
+/// of their own kind, so that decode(encode(text)) is any text, byte for
+/// byte. A `tokenizer.json` that splits otherwise (another pattern, a
+/// normalizer, a prefix space) is refused: its ids would differ from its
+/// own.
 ///
 /// Splitting needs ICU's character classes (Debian's `libicu-dev`, found by
 /// lamp's build where installed: CMake's `LAMP_WITH_ICU`, AUTO by default);
@@ -58,12 +64,40 @@ namespace detail {
 struct BytePairModel;
 } // namespace detail
 
-/// Whether this lamp can split text as GPT-2 does (built with ICU), which
+/// Whether this lamp can split text (built with ICU), which
 /// BytePairEncoding::encode() needs.
 bool byte_pair_encode_available();
 
-/// GPT-2's kind of tokenizer (see the file comment): a value, cheap to copy
-/// (copies share the immutable model; safe to use from several threads).
+/// How a byte-level BPE cuts a text into the pieces it merges within. A
+/// tokenizer gives its own ids only with the split it was trained with.
+enum class BytePairSplit {
+  /// The file's: a `tokenizer.json` names its pattern; a tiktoken file of
+  /// 100,256 tokens is cl100k_base's and one of 199,998 o200k_base's
+  /// (tiktoken's files hold no pattern); any other file, GPT-2's.
+  kAuto,
+  /// GPT-2's (r50k_base, p50k_base: GPT-2's and GPT-3's tokenizers):
+  /// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
+  kGpt2,
+  /// cl100k_base's (GPT-4's and GPT-3.5's) as tiktoken 0.8 and later split:
+  /// contractions in any case, letters led by one other character, numbers
+  /// of up to three digits, punctuation with the line breaks after it.
+  kCl100k,
+  /// cl100k_base's pattern as Llama 3's `tokenizer.json` (and tiktoken
+  /// before 0.8) has it: kCl100k's pieces, but for white space that ends
+  /// the text and holds a line break, which is cut after its last one.
+  kLlama3,
+  /// o200k_base's (GPT-4o's): kCl100k's, with words cut where lower case
+  /// turns to upper (`CamelCase` is two), contractions kept with their word.
+  kO200k,
+};
+
+/// The split's name as describe() and messages give it: "GPT-2's",
+/// "cl100k_base's", "Llama 3's", "o200k_base's" (and "the file's" for
+/// kAuto).
+std::string byte_pair_split_name(BytePairSplit split);
+
+/// A byte-level BPE (see the file comment): a value, cheap to copy (copies
+/// share the immutable model; safe to use from several threads).
 class BytePairEncoding {
  public:
   /// No model: empty() is true, and nothing else may be called.
@@ -77,8 +111,12 @@ class BytePairEncoding {
   /// is damaged: a line or token that cannot be read (its line or name),
   /// two tokens with one id or one token with two, a merge of tokens the
   /// vocabulary lacks, a byte without a token, a `tokenizer.json` that is
-  /// not a byte-level BPE or splits the text otherwise than GPT-2.
-  static BytePairEncoding load(const std::string& path);
+  /// not a byte-level BPE or splits the text otherwise than the patterns
+  /// BytePairSplit names. `split` kAuto takes the file's split; another
+  /// sets it for a file that names none (tiktoken's, `vocab.json`), and is
+  /// refused where a `tokenizer.json` names another.
+  static BytePairEncoding load(const std::string& path,
+                               BytePairSplit split = BytePairSplit::kAuto);
 
   /// Whether there is no model (a default-constructed one).
   bool empty() const { return impl_ == nullptr; }
@@ -90,9 +128,11 @@ class BytePairEncoding {
   /// Where the tokenizer came from: load()'s path (both files of a pair).
   const std::string& origin() const;
 
+  /// How it splits a text (never kAuto).
+  BytePairSplit split() const;
+
   /// What it is, for a run's header, the same whatever its file's format:
-  /// "byte-level BPE (GPT-2's split), 50257 ids: 50256 merged or byte
-  /// tokens, special <|endoftext|> 50256".
+  /// "byte-level BPE (GPT-2's split), 50257 ids".
   std::string describe() const;
 
   /// The bytes of every id in order (each one's length, then its bytes),

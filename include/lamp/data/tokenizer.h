@@ -1,8 +1,8 @@
 #pragma once
 
 /// \file
-/// lamp::data::Tokenizer: a SentencePiece model or GPT-2's kind of
-/// byte-level BPE behind one interface, loaded from whichever file it is
+/// lamp::data::Tokenizer: a SentencePiece model or a byte-level BPE
+/// (GPT-2's, GPT-4's, GPT-4o's, Llama 3's kind) behind one interface, loaded from whichever file it is
 /// in (Tokenizer::load() tells them apart by content), so that a program
 /// takes either where it takes a tokenizer (train_gpt's `--tokenizer`).
 ///
@@ -37,7 +37,8 @@ class Tokenizer {
   Tokenizer(BytePairEncoding model); // NOLINT(google-explicit-constructor)
 
   /// The tokenizer in `path`: a folder or a JSON or tiktoken file is read
-  /// by BytePairEncoding::load() (GPT-2's kind), any other file by
+  /// by BytePairEncoding::load() (GPT-2's kind, the split the file's), any
+  /// other file by
   /// SentencePiece::load() (a `.model` file). Their errors name the file
   /// and the fix.
   static Tokenizer load(const std::string& path);

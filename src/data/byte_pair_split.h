@@ -1,0 +1,50 @@
+#pragma once
+
+// The splits of a text into the pieces a byte-level BPE merges within
+// (internal; lamp::data::BytePairEncoding::encode()).
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "lamp/data/byte_pair.h"
+
+namespace lamp {
+namespace data {
+namespace detail {
+
+// Whether this lamp was built with ICU's character classes, which the
+// splits need.
+bool byte_pair_split_available();
+
+// Calls piece(begin, end) for each piece of `text`, in order, the byte
+// ranges covering the text: the matches of `split`'s pattern as tiktoken's
+// regex finds them (the first alternative that matches, greedy), with
+// \p{L}, \p{Lu}, \p{Ll}, \p{M}, \p{N}, ... Unicode's general categories and
+// \s its White_Space property, as ICU classes them:
+// - kGpt2 (r50k_base, p50k_base):
+//     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+
+//     |\s+(?!\S)|\s+
+// - kCl100k (tiktoken 0.8 and later):
+//     '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+
+//     | ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s
+// - kLlama3: kCl100k without \s++$ (the same pieces, but for white space
+//   that ends the text and holds a line break: there the pieces end after
+//   its last line break, and the rest is a piece of its own);
+// - kO200k:
+//     [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*
+//       [\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//     |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+
+//       [\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//     |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Case-blind contractions take what Unicode's simple case folding does
+// (S, s and U+017F for s). A byte that does not begin a well-formed UTF-8
+// character (Python's text can hold none) is a character of its own, of
+// none of the classes (punctuation's kind). Throws when
+// byte_pair_split_available() is false; `split` is never kAuto.
+void byte_pair_split(const std::string& text, BytePairSplit split,
+                     const std::function<void(size_t, size_t)>& piece);
+
+} // namespace detail
+} // namespace data
+} // namespace lamp

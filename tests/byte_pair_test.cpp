@@ -325,6 +325,34 @@ TEST(BytePairEncoding, OtherSplitsEncodeAsPython) {
       << message;
 }
 
+// Hugging Face's ignore_merges (Llama 3's files set it): a piece that is a
+// token whole is that token, even where the merges never make it. The ids
+// are those Hugging Face's tokenizers 0.23.3 gives for the same file.
+TEST(BytePairEncoding, FollowsIgnoreMerges) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  Scratch scratch("ignore");
+  auto text = read(file("cl100k/tokenizer.json"));
+  const std::string vocab = "\"vocab\": {";
+  ASSERT_NE(text.find(vocab), std::string::npos);
+  // " xyzzy" (its space as GPT-2's byte map writes it, U+0120): no merge
+  // makes it.
+  text.insert(text.find(vocab) + vocab.size(), "\"\u0120xyzzy\": 600, ");
+  const std::string ignore = "\"ignore_merges\": false";
+  ASSERT_NE(text.find(ignore), std::string::npos);
+  const auto merged =
+      lamp::data::BytePairEncoding::load(scratch.write("merged.json", text));
+  EXPECT_EQ(as_vector(merged.encode(" xyzzy and xyzzy")),
+            (std::vector<int64_t>{220, 87, 88, 89, 89, 88, 284, 220, 87, 88, 89,
+                                  89, 88}));
+  text.replace(text.find(ignore), ignore.size(), "\"ignore_merges\": true");
+  const auto whole =
+      lamp::data::BytePairEncoding::load(scratch.write("whole.json", text));
+  EXPECT_EQ(as_vector(whole.encode(" xyzzy and xyzzy")),
+            (std::vector<int64_t>{600, 284, 600}));
+}
+
 std::string base64(const std::string& bytes) {
   static const char* digits =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -157,45 +157,27 @@ size_t spaces_end(const std::string& text, const SpaceRun& run, size_t p) {
   return run.end < text.size() && run.last > p ? run.last : run.end;
 }
 
-// GPT-2's contractions: 's 't 'm 'd, 're 've 'll, as they are cased.
-size_t gpt2_contraction_end(const std::string& text, size_t p) {
-  const size_t n = text.size();
-  if (text[p] != '\'' || p + 1 >= n) {
-    return p;
-  }
-  const char a = text[p + 1];
-  if (a == 's' || a == 't' || a == 'm' || a == 'd') {
-    return p + 2;
-  }
-  if (p + 2 < n) {
-    const char b = text[p + 2];
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
-        (a == 'l' && b == 'l')) {
-      return p + 3;
-    }
-  }
-  return p;
-}
-
-// The same case-blind, (?i:'s|'t|'re|'ve|'m|'ll|'d): Unicode's simple case
+// The contractions 's 't 'm 'd, 're 've 'll: as they are cased (GPT-2's),
+// or, `any_case`, case-blind ((?i:...)), where Unicode's simple case
 // folding adds U+017F (long s, UTF-8 C5 BF) to s and S.
-size_t contraction_end(const std::string& text, size_t p) {
+size_t contraction_end(const std::string& text, size_t p, bool any_case) {
   const size_t n = text.size();
   if (text[p] != '\'' || p + 1 >= n) {
     return p;
   }
-  const auto lower = [](char c) {
-    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  const auto fold = [any_case](char c) {
+    return any_case && c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a')
+                                            : c;
   };
-  const char a = lower(text[p + 1]);
+  const char a = fold(text[p + 1]);
   if (a == 's' || a == 't' || a == 'm' || a == 'd') {
     return p + 2;
   }
-  if (text[p + 1] == '\xC5' && p + 2 < n && text[p + 2] == '\xBF') {
+  if (any_case && text[p + 1] == '\xC5' && p + 2 < n && text[p + 2] == '\xBF') {
     return p + 3;
   }
   if (p + 2 < n) {
-    const char b = lower(text[p + 2]);
+    const char b = fold(text[p + 2]);
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
         (a == 'l' && b == 'l')) {
       return p + 3;
@@ -204,27 +186,31 @@ size_t contraction_end(const std::string& text, size_t p) {
   return p;
 }
 
+// GPT-2's kinds: letters, numbers, white space, and the rest.
+Class gpt2_kind(Class c) {
+  return is_letter(c) ? Class::kLower : (is_other(c) ? Class::kOther : c);
+}
+
 size_t gpt2_piece_end(const std::string& text, size_t p) {
-  const size_t contraction = gpt2_contraction_end(text, p);
+  const size_t contraction = contraction_end(text, p, false);
   if (contraction > p) {
     return contraction;
   }
   // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': a space may lead a run of
   // one kind; a space itself is none of the three.
-  const auto kind = [](Class c) {
-    return is_letter(c) ? Class::kLower : (is_other(c) ? Class::kOther : c);
+  const auto run_of = [&text](size_t from, Class c) {
+    const Class kind = gpt2_kind(c);
+    return run_end(text, from,
+                   [kind](Class d) { return gpt2_kind(d) == kind; });
   };
   const auto first = character_at(text, p);
-  const auto same_as = [&](Class k) {
-    return [&kind, k](Class c) { return kind(c) == k; };
-  };
   if (first.cls != Class::kSpace) {
-    return run_end(text, p, same_as(kind(first.cls)));
+    return run_of(p, first.cls);
   }
   if (text[p] == ' ' && p + 1 < text.size()) {
     const auto next = character_at(text, p + 1);
     if (next.cls != Class::kSpace) {
-      return run_end(text, p + 1, same_as(kind(next.cls)));
+      return run_of(p + 1, next.cls);
     }
   }
   return spaces_end(text, space_run(text, p), p);
@@ -293,7 +279,7 @@ bool may_lead_word(const std::string& text, size_t p, Class c) {
 }
 
 size_t cl100k_piece_end(const std::string& text, size_t p, bool whole_at_end) {
-  const size_t contraction = contraction_end(text, p);
+  const size_t contraction = contraction_end(text, p, true);
   if (contraction > p) {
     return contraction;
   }
@@ -344,7 +330,7 @@ size_t o200k_word_end(const std::string& text, size_t q, bool lower_last) {
     }
     end = run_end(text, upper_end, is_lower_word);
   }
-  return end < n ? contraction_end(text, end) : end;
+  return end < n ? contraction_end(text, end, true) : end;
 }
 
 size_t o200k_piece_end(const std::string& text, size_t p) {

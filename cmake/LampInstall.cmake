@@ -52,7 +52,8 @@ endif()
 # its folder as their RPATH; Debian's LibTorch needs none.
 set(LAMP_INSTALLED_PROGRAMS "")
 if(LAMP_BUILD_EXAMPLES)
-  set(LAMP_INSTALLED_PROGRAMS train_mnist train_cifar10 train_gpt lamp_bench)
+  set(LAMP_INSTALLED_PROGRAMS train_mnist train_cifar10 train_gpt prepare_tokens
+      lamp_bench)
   set_target_properties(${LAMP_INSTALLED_PROGRAMS} PROPERTIES
                         INSTALL_RPATH_USE_LINK_PATH ON)
   install(TARGETS ${LAMP_INSTALLED_PROGRAMS}

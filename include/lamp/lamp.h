@@ -23,6 +23,7 @@
 #include "lamp/data/loader.h"
 #include "lamp/data/sentencepiece.h"
 #include "lamp/data/text.h"
+#include "lamp/data/token_writer.h"
 #include "lamp/data/tokenizer.h"
 #include "lamp/data/tokens.h"
 #include "lamp/distributed.h"

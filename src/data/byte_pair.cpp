@@ -9,6 +9,7 @@
 #include <cctype>
 #include <climits>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -555,7 +556,10 @@ BytePairSplit read_tokenizer_json(detail::BytePairModel& m, const Json& json,
                   : std::string(),
               pattern.empty()
                   ? std::string()
-                  : c10::str(", a Split by the pattern ", quoted(pattern)),
+                  // As a JSON string, as the file writes it: the
+                  // pattern's own quotes and backslashes read unambiguously.
+                  : c10::str(", a Split by the pattern ",
+                             nlohmann::json(pattern).dump()),
               "), and would give other ids than this tokenizer's own. lamp "
               "splits as GPT-2's ByteLevel pre-tokenizer (without "
               "add_prefix_space), or a Split by the pattern of cl100k_base, "
@@ -820,14 +824,39 @@ std::string BytePairEncoding::vocabulary_bytes() const {
   return out;
 }
 
-torch::Tensor BytePairEncoding::encode(const std::string& text) const {
-  const auto& m = model();
-  std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 1);
-  // Texts repeat their words: each piece is merged once a call (bounded,
-  // so that a corpus of many distinct pieces keeps its memory).
+struct BytePairCache::Impl {
+  // The model the pieces are of, held so that no other takes its address.
+  std::shared_ptr<const detail::BytePairModel> model;
+  // Each piece's ids, merged[first, second); the keys view `pieces`,
+  // whose strings a deque never moves.
   std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
+  std::deque<std::string> pieces;
   std::vector<int32_t> merged;
+};
+
+BytePairCache::BytePairCache() : impl_(std::make_unique<Impl>()) {}
+
+BytePairCache::~BytePairCache() = default;
+
+int64_t BytePairCache::size() const {
+  return static_cast<int64_t>(impl_->seen.size());
+}
+
+namespace {
+
+// The pieces a cache holds at most: a corpus of many distinct pieces keeps
+// its memory bounded.
+constexpr size_t kCachedPieces = size_t{1} << 20;
+
+// `text`'s ids onto `ids`, each piece merged once: those in `seen` are
+// copied from `merged`. `key(piece)` gives a new piece's key: the piece
+// itself (a view into the text) for one call, a view of a copy for a cache
+// kept across calls.
+template <typename Key>
+void encode_text(
+    const detail::BytePairModel& m, const std::string& text,
+    std::unordered_map<std::string_view, std::pair<size_t, size_t>>& seen,
+    std::vector<int32_t>& merged, std::vector<int32_t>& ids, Key key) {
   detail::byte_pair_split(text, m.split, [&](size_t begin, size_t end) {
     const std::string_view piece(text.data() + begin, end - begin);
     if (piece.size() == 1) {
@@ -844,14 +873,59 @@ torch::Tensor BytePairEncoding::encode(const std::string& text) const {
     }
     const size_t from = ids.size();
     m.encode_piece(piece, ids);
-    if (seen.size() < (size_t{1} << 20)) {
+    if (seen.size() < kCachedPieces) {
       const size_t start = merged.size();
       merged.insert(merged.end(),
                     ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
-      seen.emplace(piece, std::make_pair(start, merged.size()));
+      seen.emplace(key(piece), std::make_pair(start, merged.size()));
     }
   });
+}
+
+} // namespace
+
+torch::Tensor BytePairEncoding::encode(const std::string& text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  // Texts repeat their words: each piece is merged once a call.
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
+  std::vector<int32_t> merged;
+  encode_text(model(), text, seen, merged, ids,
+              [](std::string_view piece) { return piece; });
   return internal::token_ids_tensor(ids);
+}
+
+torch::Tensor BytePairEncoding::encode(const std::string& text,
+                                       BytePairCache& cache) const {
+  const auto& m = model();
+  auto& c = *cache.impl_;
+  if (c.model != impl_) {
+    c.seen.clear();
+    c.pieces.clear();
+    c.merged.clear();
+    c.model = impl_;
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  encode_text(m, text, c.seen, c.merged, ids, [&c](std::string_view piece) {
+    c.pieces.emplace_back(piece);
+    return std::string_view(c.pieces.back());
+  });
+  return internal::token_ids_tensor(ids);
+}
+
+int64_t BytePairEncoding::special_id(const std::string& text) const {
+  for (const auto& special : model().specials) {
+    if (special.second == text) {
+      return special.first;
+    }
+  }
+  return -1;
+}
+
+int64_t BytePairEncoding::end_of_text_id() const {
+  const int64_t id = special_id(kEndOfText);
+  return id >= 0 ? id : special_id("<|end_of_text|>");
 }
 
 std::string BytePairEncoding::decode(const torch::Tensor& ids) const {

@@ -133,6 +133,82 @@ std::string read_small_file(const std::string& path, const char* caller) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() &&
+         s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+} // namespace
+
+std::vector<std::string> text_files(const std::string& folder,
+                                    const char* caller) {
+  DIR* dir = ::opendir(folder.c_str());
+  TORCH_CHECK(dir != nullptr, caller, ": cannot list the folder ",
+              quoted(folder), "; check its permissions.");
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.empty() || name[0] == '.' || ends_with(name, ".dat")) {
+      continue;
+    }
+    struct stat info {};
+    const auto path = join_path(folder, name);
+    if (::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+      names.push_back(path);
+    }
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::string> text_input_files(const std::string& path,
+                                          const char* caller) {
+  TORCH_CHECK(!path.empty(), caller,
+              ": the path is empty; give a text file or a folder of them.");
+  const auto kind = path_kind(path);
+  TORCH_CHECK(kind != PathKind::kMissing, caller, ": ", quoted(path),
+              " does not exist; give a text file or a folder of them.");
+  TORCH_CHECK(kind != PathKind::kOther, caller, ": ", quoted(path),
+              " is neither a file nor a folder; give a text file or a "
+              "folder of them.");
+  if (kind != PathKind::kDirectory) {
+    return {path};
+  }
+  auto files = text_files(path, caller);
+  TORCH_CHECK(!files.empty(), caller, ": the folder ", quoted(path),
+              " holds no text file (regular files, not *.dat); give a text "
+              "file or a folder of them.");
+  return files;
+}
+
+void TextCheck::add(const uint8_t* data, size_t size) {
+  for (size_t i = 0; i < size; ++i) {
+    const uint8_t b = data[i];
+    TORCH_CHECK(b != 0, caller_, ": ", quoted(path_),
+                " looks binary (a NUL byte at offset ",
+                bytes_ + static_cast<int64_t>(i),
+                "); give a text file (UTF-8 or other byte text).");
+    if (b < 0x20 && b != '\t' && b != '\n' && b != '\r' && b != '\f') {
+      if (first_control_ < 0) {
+        first_control_ = bytes_ + static_cast<int64_t>(i);
+      }
+      ++control_;
+    }
+  }
+  bytes_ += static_cast<int64_t>(size);
+}
+
+void TextCheck::finish() const {
+  TORCH_CHECK(control_ * 10 <= bytes_, caller_, ": ", quoted(path_),
+              " looks binary (", control_, " of ", bytes_,
+              " bytes are control characters, the first at offset ",
+              first_control_,
+              "); give a text file (UTF-8 or other byte text).");
+}
+
 } // namespace internal
 } // namespace data
 } // namespace lamp

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "platform/number_text.h"
@@ -16,6 +17,12 @@ namespace data {
 namespace internal {
 
 std::string quoted(const std::string& s);
+// For a string that is not const, which would otherwise call <iomanip>'s
+// std::quoted (found by argument-dependent lookup, and the better match for
+// a non-const reference): that one writes "s", in double quotes.
+inline std::string quoted(std::string& s) {
+  return quoted(static_cast<const std::string&>(s));
+}
 std::string join(const std::vector<std::string>& items,
                  const std::string& separator);
 std::string hex_byte(uint8_t b);
@@ -45,6 +52,37 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t size,
 // The whole of a small regular file (meta.pkl, a tokenizer's files), as
 // bytes in a string.
 std::string read_small_file(const std::string& path, const char* caller);
+
+// The text files of `folder`, in name order: regular files (not symbolic
+// links), not hidden, not `fortune`'s index files (*.dat); subfolders not
+// entered. Throws naming the folder when it cannot be listed.
+std::vector<std::string> text_files(const std::string& folder,
+                                    const char* caller);
+
+// The files of a text input `path`: the file itself, or a folder's
+// text_files(). Throws naming the path and the fix when it is empty,
+// missing, neither a file nor a folder, or a folder without a text file.
+std::vector<std::string> text_input_files(const std::string& path,
+                                          const char* caller);
+
+// Checks a file's bytes as text, a block at a time (read_text_bytes()'s
+// rule): add() throws at a NUL byte, finish() where more than 10% of the
+// bytes are control characters other than tab, newline, carriage return
+// and form feed; each names the file, the offset and the fix.
+class TextCheck {
+ public:
+  TextCheck(std::string path, const char* caller)
+      : path_(std::move(path)), caller_(caller) {}
+  void add(const uint8_t* data, size_t size);
+  void finish() const;
+
+ private:
+  std::string path_;
+  const char* caller_;
+  int64_t bytes_ = 0;
+  int64_t control_ = 0;
+  int64_t first_control_ = -1;
+};
 
 } // namespace internal
 } // namespace data

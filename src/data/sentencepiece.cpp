@@ -218,6 +218,11 @@ std::string SentencePiece::describe() const {
   return text;
 }
 
+int64_t SentencePiece::end_of_text_id() const {
+  const int id = model().eos_id();
+  return id >= 0 && id < model().size() ? id : -1;
+}
+
 torch::Tensor SentencePiece::encode(const std::string& text) const {
   std::vector<int> ids;
   std::string error;

@@ -55,6 +55,7 @@ class Model final : public SentencePieceModel {
 
   int size() const override { return processor.GetPieceSize(); }
   bool is_byte(int id) const override { return processor.IsByte(id); }
+  int eos_id() const override { return processor.eos_id(); }
   bool encode(const std::string& text, std::vector<int>* ids,
               std::string* error) const override {
     return guarded(error, [&] { return processor.Encode(text, ids); });

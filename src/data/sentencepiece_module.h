@@ -33,6 +33,8 @@ class SentencePieceModel {
   virtual ~SentencePieceModel() = default;
   virtual int size() const = 0;
   virtual bool is_byte(int id) const = 0;
+  // The end-of-sentence piece's id (`</s>`), or -1 where the model has none.
+  virtual int eos_id() const = 0;
   // false and `error` set on failure.
   virtual bool encode(const std::string& text, std::vector<int>* ids,
                       std::string* error) const = 0;
@@ -57,7 +59,7 @@ struct SentencePieceModule {
       size_t max_line_bytes, std::string* model, std::string* error);
 };
 
-constexpr int kSentencePieceModuleVersion = 1;
+constexpr int kSentencePieceModuleVersion = 2;
 
 // The one exported symbol of the module.
 constexpr const char* kSentencePieceModuleEntry = "lamp_sentencepiece_module";

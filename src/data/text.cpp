@@ -1,8 +1,5 @@
 #include "lamp/data/text.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -20,81 +17,18 @@ using internal::quoted;
 
 constexpr const char* kDebianFortunes = "/usr/share/games/fortunes";
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() &&
-         s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// The text files of a folder, in name order: regular files (not links),
-// not hidden, not fortune's "*.dat" indexes.
-std::vector<std::string> text_files(const std::string& folder,
-                                    const char* caller) {
-  DIR* dir = ::opendir(folder.c_str());
-  TORCH_CHECK(dir != nullptr, caller, ": cannot list the folder ",
-              quoted(folder), "; check its permissions.");
-  std::vector<std::string> names;
-  while (const dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name.empty() || name[0] == '.' || ends_with(name, ".dat")) {
-      continue;
-    }
-    struct stat info {};
-    const auto path = internal::join_path(folder, name);
-    if (::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
-      names.push_back(path);
-    }
-  }
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// Throws where `bytes` (read from `path`) are not text.
-void check_text(const std::vector<uint8_t>& bytes, const std::string& path,
-                const char* caller) {
-  int64_t control = 0, first_control = -1;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const uint8_t b = bytes[i];
-    TORCH_CHECK(b != 0, caller, ": ", quoted(path),
-                " looks binary (a NUL byte at offset ", i,
-                "); give a text file (UTF-8 or other byte text).");
-    if (b < 0x20 && b != '\t' && b != '\n' && b != '\r' && b != '\f') {
-      if (first_control < 0) {
-        first_control = static_cast<int64_t>(i);
-      }
-      ++control;
-    }
-  }
-  TORCH_CHECK(control * 10 <= static_cast<int64_t>(bytes.size()), caller, ": ",
-              quoted(path), " looks binary (", control, " of ", bytes.size(),
-              " bytes are control characters, the first at offset ",
-              first_control, "); give a text file (UTF-8 or other byte text).");
-}
-
 } // namespace
 
 torch::Tensor read_text_bytes(const std::string& path) {
   const char* caller = "lamp::data::read_text_bytes";
-  TORCH_CHECK(!path.empty(), caller,
-              ": the path is empty; give a text file or a folder of them.");
-  const auto kind = internal::path_kind(path);
-  TORCH_CHECK(kind != internal::PathKind::kMissing, caller, ": ", quoted(path),
-              " does not exist; give a text file or a folder of them.");
-  TORCH_CHECK(kind != internal::PathKind::kOther, caller, ": ", quoted(path),
-              " is neither a file nor a folder; give a text file or a "
-              "folder of them.");
-  std::vector<std::string> files = {path};
-  if (kind == internal::PathKind::kDirectory) {
-    files = text_files(path, caller);
-    TORCH_CHECK(!files.empty(), caller, ": the folder ", quoted(path),
-                " holds no text file (regular files, not *.dat); give a "
-                "text file or a folder of them.");
-  }
+  const auto files = internal::text_input_files(path, caller);
   std::vector<uint8_t> all;
   for (const auto& file : files) {
     const auto size = internal::regular_file_size(file, caller);
     auto bytes = internal::read_file_bytes(file, size, caller);
-    check_text(bytes, file, caller);
+    internal::TextCheck check(file, caller);
+    check.add(bytes.data(), bytes.size());
+    check.finish();
     all.insert(all.end(), bytes.begin(), bytes.end());
   }
   TORCH_CHECK(!all.empty(), caller, ": ", quoted(path),

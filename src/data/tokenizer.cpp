@@ -9,6 +9,7 @@
 
 #include "data/byte_pair_format.h"
 #include "data/files.h"
+#include "data/round_trip.h"
 #include "lamp/data/datasets.h"
 
 namespace lamp {
@@ -31,10 +32,10 @@ std::string visible(const std::string& text) {
   return out;
 }
 
-// Warns where `tokenizer` does not give back the text `text` (its first
-// lines): a model that normalizes (spm_train's default, nmt_nfkc, folds
-// newlines and runs of spaces into one space) or has no byte fallback
-// changes what the samples can show, and the model learns the changed text.
+} // namespace
+
+namespace internal {
+
 void warn_unless_round_trip(const Tokenizer& tokenizer, const std::string& text,
                             const std::string& path) {
   std::string lines = text.substr(0, kRoundTripBytes);
@@ -63,7 +64,7 @@ void warn_unless_round_trip(const Tokenizer& tokenizer, const std::string& text,
              "byte-level BPE (GPT-2's) does.");
 }
 
-} // namespace
+} // namespace internal
 
 Tokenizer::Tokenizer(SentencePiece model) : sentencepiece_(std::move(model)) {}
 
@@ -104,6 +105,11 @@ torch::Tensor Tokenizer::encode(const std::string& text) const {
                             : byte_pair_.encode(text);
 }
 
+int64_t Tokenizer::end_of_text_id() const {
+  return byte_pair_.empty() ? sentencepiece_.end_of_text_id()
+                            : byte_pair_.end_of_text_id();
+}
+
 std::string Tokenizer::decode(const torch::Tensor& ids) const {
   return byte_pair_.empty() ? sentencepiece_.decode(ids)
                             : byte_pair_.decode(ids);
@@ -125,7 +131,7 @@ TextData tokenized_text_windows(const torch::Tensor& bytes,
   const auto* p = reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>());
   const auto dtype = token_dtype(tokenizer.vocab_size());
   const std::string train_text(p, static_cast<size_t>(data.train_bytes));
-  warn_unless_round_trip(tokenizer, train_text, path);
+  internal::warn_unless_round_trip(tokenizer, train_text, path);
   const auto train_ids = tokenizer.encode(train_text).to(dtype);
   const auto validation_ids =
       tokenizer

@@ -319,6 +319,38 @@ void check_writable_path(const std::string& path, const std::string& what) {
               reason(error), "); free space or choose another path.");
 }
 
+namespace {
+
+// Makes the rename of `path` durable: fsyncs its folder.
+void sync_folder_of(const std::string& path) {
+  // The rename is durable once the folder is: fsync it (file systems that
+  // cannot sync a folder say EINVAL, and have nothing to sync). Only a
+  // descriptor opened for reading can be synced (fsync on an O_PATH one
+  // fails with EBADF), and a folder that may be written but not read
+  // (mode 0300) refuses that: the file is written, but not durably.
+  const std::string folder = parent_folder(path);
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    const int error = errno;
+    TORCH_CHECK(error == EACCES || error == EPERM, "lamp: wrote ", path,
+                " but could not open its folder to sync it: ", reason(error),
+                "; the new file may not survive a power loss.");
+    TORCH_WARN_ONCE(
+        "lamp: wrote ", path, " but could not sync its folder ", folder, " (",
+        reason(error),
+        ": it may be written but not read), so the new file may not survive a power loss. Give this user read permission on the folder (chmod u+r on a folder of yours) to make lamp's writes durable. (Shown once per process.)");
+    return;
+  }
+  const int rc = ::fsync(dir);
+  const int error = errno;
+  ::close(dir);
+  TORCH_CHECK(rc == 0 || error == EINVAL, "lamp: wrote ", path,
+              " but could not sync its folder: ", reason(error),
+              "; the new file may not survive a power loss.");
+}
+
+} // namespace
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   check_checkpoint_path(path, "file");
   const std::string temporary = temporary_name(path);
@@ -350,31 +382,81 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     write_failed(path, "cannot rename " + temporary + " over it", errno);
   }
   file.release();
-  // The rename is durable once the folder is: fsync it (file systems that
-  // cannot sync a folder say EINVAL, and have nothing to sync). Only a
-  // descriptor opened for reading can be synced (fsync on an O_PATH one
-  // fails with EBADF), and a folder that may be written but not read
-  // (mode 0300) refuses that: the file is written, but not durably.
-  const std::string folder = parent_folder(path);
-  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) {
-    const int error = errno;
-    TORCH_CHECK(error == EACCES || error == EPERM, "lamp: wrote ", path,
-                " but could not open its folder to sync it: ", reason(error),
-                "; the new file may not survive a power loss.");
-    TORCH_WARN_ONCE(
-        "lamp: wrote ", path, " but could not sync its folder ", folder, " (",
-        reason(error),
-        ": it may be written but not read), so the new file may not survive a power loss. Give this user read permission on the folder (chmod u+r on a folder of yours) to make lamp's writes durable. (Shown once per process.)");
-    return;
-  }
-  const int rc = ::fsync(dir);
-  const int error = errno;
-  ::close(dir);
-  TORCH_CHECK(rc == 0 || error == EINVAL, "lamp: wrote ", path,
-              " but could not sync its folder: ", reason(error),
-              "; the new file may not survive a power loss.");
+  sync_folder_of(path);
 }
+
+namespace detail {
+
+// Its state: the temporary file's descriptor (-1 once closed) and name,
+// removed unless renamed into place.
+struct StreamingFile::Impl {
+  std::string path;
+  std::string temporary;
+  int fd = -1;
+  uint64_t size = 0;
+  bool committed = false;
+};
+
+StreamingFile::StreamingFile(const std::string& path)
+    : impl_(std::make_unique<Impl>()) {
+  check_checkpoint_path(path, "file");
+  impl_->path = path;
+  impl_->temporary = temporary_name(path);
+  impl_->fd = ::open(impl_->temporary.c_str(),
+                     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (impl_->fd < 0) {
+    write_failed(path, "cannot create " + impl_->temporary, errno);
+  }
+}
+
+StreamingFile::~StreamingFile() {
+  if (impl_->fd >= 0) {
+    ::close(impl_->fd);
+  }
+  if (!impl_->committed) {
+    ::unlink(impl_->temporary.c_str());
+  }
+}
+
+void StreamingFile::write(const void* data, size_t size) {
+  TORCH_CHECK(!impl_->committed, "lamp: ", impl_->path,
+              " is committed; nothing more can be written to it.");
+  size_t written = 0;
+  if (const int error =
+          write_all(impl_->fd, static_cast<const char*>(data), size, written)) {
+    write_failed(impl_->path,
+                 "wrote " + std::to_string(impl_->size + written) +
+                     " bytes to " + impl_->temporary + ", then",
+                 error);
+  }
+  impl_->size += size;
+}
+
+uint64_t StreamingFile::size() const {
+  return impl_->size;
+}
+
+void StreamingFile::commit() {
+  TORCH_CHECK(!impl_->committed, "lamp: ", impl_->path,
+              " is committed already.");
+  const std::string& path = impl_->path;
+  const std::string& temporary = impl_->temporary;
+  if (::fsync(impl_->fd) != 0) {
+    write_failed(path, "fsync of " + temporary + " failed", errno);
+  }
+  const int rc = ::close(impl_->fd);
+  impl_->fd = -1;
+  if (rc != 0) {
+    write_failed(path, "closing " + temporary + " failed", errno);
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    write_failed(path, "cannot rename " + temporary + " over it", errno);
+  }
+  impl_->committed = true;
+  sync_folder_of(path);
+}
+
+} // namespace detail
 
 uint32_t save_checked_archive(torch::serialize::OutputArchive& archive,
                               const std::string& path) {

@@ -6,10 +6,36 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Optional.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 namespace lamp {
 namespace detail {
+
+// A large file written as write_file_atomically() writes a small one, a
+// piece at a time: into a temporary file beside `path`, every write
+// checked; commit() fsyncs it, renames it over `path` and fsyncs the
+// folder. Destroyed without commit() (an error, an interruption), it
+// removes the temporary file, and `path` is as it was. Errors are
+// c10::Errors naming `path`, the system's reason and the fix.
+class StreamingFile {
+ public:
+  explicit StreamingFile(const std::string& path);
+  ~StreamingFile();
+  StreamingFile(const StreamingFile&) = delete;
+  StreamingFile& operator=(const StreamingFile&) = delete;
+
+  void write(const void* data, size_t size);
+  // The bytes written so far.
+  uint64_t size() const;
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Throws, naming `what`, `path` and the longest name it may have, when
 // `path`'s file name followed by `longest_suffix` (what is written beside

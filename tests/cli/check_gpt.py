@@ -79,6 +79,11 @@
       split) refused for a checkpoint of Llama 3's; token files of its ids
       decoded with it; damaged files and a
       folder without them refused naming the file and the fix
+  check_gpt.py prepare-tokens TRAIN_GPT WORK_DIR BYTE_PAIR_DIR PREPARE_TOKENS
+      prepare_tokens writes the token files of a text that train_gpt
+      trains on, the same number of ids as the text through --tokenizer;
+      never over files there; JSON Lines each document ended by
+      <|endoftext|>; a bad JSON line, one document and bad flags refused
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
       the Python twin, whose validation loss is the run's
@@ -1741,6 +1746,85 @@ def resume_04(train_gpt, work, fixtures, refused=False):
           f"straight run)")
 
 
+def fresh_folder(work, name):
+    """A path in WORK_DIR with no folder at it."""
+    path = os.path.join(work, name)
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def prepare_tokens(train_gpt, work, files, prepare):
+    """prepare_tokens: see the module's docstring."""
+    text = make_text(work)
+    tokenizer_json = os.path.join(files, "tokenizer.json")
+    folder = fresh_folder(work, "tokens")
+    r = expect_success([prepare, "--data", text, "--tokenizer",
+                        tokenizer_json, "--out", folder, "--threads", "2"])
+    wrote = re.search(r"wrote \S+train\.bin \((\d+) uint16 ids\) and "
+                      r"\S+val\.bin \((\d+)\)", r.stdout)
+    if not wrote or f"train_gpt --data {folder} --tokenizer" not in r.stdout:
+        fail(f"no files or next step in the output: {r.stdout!r}")
+    train_ids, val_ids = int(wrote.group(1)), int(wrote.group(2))
+    for name, ids in (("train.bin", train_ids), ("val.bin", val_ids)):
+        if os.path.getsize(os.path.join(folder, name)) != 2 * ids:
+            fail(f"{name} does not hold {ids} uint16 ids")
+    # The text through --tokenizer: the same ids, counted by train_gpt.
+    base = [train_gpt, "--precision", "fp32", "--max-steps", "3",
+            "--tokenizer", tokenizer_json] + COMMON
+    r = expect_success(base + ["--data", text])
+    counts = re.search(r"into (\d+) training and (\d+) validation tokens",
+                       r.stdout)
+    if (int(counts.group(1)), int(counts.group(2))) != (train_ids, val_ids):
+        fail(f"prepare_tokens wrote {train_ids} + {val_ids} ids, train_gpt "
+             f"encodes {counts.group(0)}")
+    r = expect_success(base + ["--data", folder])
+    if "tokens " + folder not in r.stdout and folder not in r.stdout:
+        fail(f"train_gpt did not read {folder}: {r.stdout[:600]!r}")
+    print(f"  {train_ids} + {val_ids} ids, as train_gpt encodes the text")
+
+    # Never over token files: refused, the files as they were.
+    before = open(os.path.join(folder, "train.bin"), "rb").read()
+    r = run([prepare, "--data", text, "--tokenizer", tokenizer_json, "--out",
+             folder])
+    if (r.returncode != 1 or "exists; token files are never overwritten"
+            not in r.stderr):
+        fail(f"a second run into {folder}: exit {r.returncode}, "
+             f"{r.stderr!r}")
+    if open(os.path.join(folder, "train.bin"), "rb").read() != before:
+        fail("train.bin changed")
+
+    # JSON Lines: each document ended by <|endoftext|> (599 here).
+    lines = os.path.join(work, "docs.jsonl")
+    with open(lines, "w") as f:
+        for k in range(20):
+            f.write(json.dumps({"id": 10 + k, "text": f"Document {k:02d}.\nIt ends."})
+                    + "\n")
+    r = expect_success([prepare, "--data", lines, "--tokenizer",
+                        tokenizer_json, "--out", fresh_folder(work, "jsonl")])
+    if "20 documents (2 validating), each ended by id 599" not in r.stdout:
+        fail(f"JSON Lines: {r.stdout!r}")
+    with open(lines, "a") as f:
+        f.write('{"text": "cut\n')
+    r = run([prepare, "--data", lines, "--tokenizer", tokenizer_json,
+             "--out", fresh_folder(work, "bad")])
+    if r.returncode != 1 or "docs.jsonl' line 21 is not JSON" not in r.stderr:
+        fail(f"a bad JSON line: exit {r.returncode}, {r.stderr!r}")
+    if os.path.exists(os.path.join(work, "bad", "train.bin")):
+        fail("a refused run left train.bin")
+    r = run([prepare, "--data", text, "--tokenizer", tokenizer_json, "--out",
+             fresh_folder(work, "one"), "--documents", "files"])
+    if r.returncode != 1 or "holds 1 document, 1 for training" not in r.stderr:
+        fail(f"one document: exit {r.returncode}, {r.stderr!r}")
+    for flags, wanted in ((["--end-of-document", "eot"],
+                           "'eot' is not auto, none or an id"),
+                          (["--val-fraction", "1"], "--val-fraction"),
+                          ([], "--out is required")):
+        r = run([prepare, "--data", text, "--tokenizer", tokenizer_json]
+                + (["--out", fresh_folder(work, "flags")] if flags else []) + flags)
+        if r.returncode != 2 or wanted not in r.stderr:
+            fail(f"{flags}: exit {r.returncode}, {r.stderr!r}")
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__)
@@ -1783,6 +1867,8 @@ def main(argv):
         bad_data(train_gpt, work)
     elif command == "ranks":
         ranks(train_gpt, work)
+    elif command == "prepare-tokens":
+        prepare_tokens(train_gpt, work, argv[3], argv[4])
     elif command == "export":
         export(train_gpt, work, argv[3], argv[4])
     else:

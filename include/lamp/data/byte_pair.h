@@ -96,6 +96,28 @@ enum class BytePairSplit {
 /// kAuto).
 std::string byte_pair_split_name(BytePairSplit split);
 
+class BytePairEncoding;
+
+/// The pieces a BytePairEncoding has merged, kept across texts: with one,
+/// encode() merges each distinct piece once however many texts hold it,
+/// which pays on many short texts (documents) that share their words. One
+/// per thread (it is not safe to share); it holds up to 2^20 pieces, and
+/// follows the tokenizer it is used with (another one starts it afresh).
+class BytePairCache {
+ public:
+  BytePairCache();
+  ~BytePairCache();
+  BytePairCache(const BytePairCache&) = delete;
+  BytePairCache& operator=(const BytePairCache&) = delete;
+  /// The pieces held.
+  int64_t size() const;
+
+ private:
+  friend class BytePairEncoding;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// A byte-level BPE (see the file comment): a value, cheap to copy (copies
 /// share the immutable model; safe to use from several threads).
 class BytePairEncoding {
@@ -145,6 +167,18 @@ class BytePairEncoding {
   /// tiktoken's `encode_ordinary()`'s (see the file comment). Throws when
   /// this lamp was built without ICU (byte_pair_encode_available()).
   torch::Tensor encode(const std::string& text) const;
+  /// encode(text), with the pieces merged before taken from `cache` and
+  /// those merged now added to it: the same ids.
+  torch::Tensor encode(const std::string& text, BytePairCache& cache) const;
+
+  /// The id of the special token whose text is `text` (`<|endoftext|>`),
+  /// or -1 where there is none.
+  int64_t special_id(const std::string& text) const;
+
+  /// The id that ends a document: `<|endoftext|>` (GPT-2's, GPT-4's,
+  /// GPT-4o's), else Llama 3's `<|end_of_text|>`; -1 where the tokenizer
+  /// has neither.
+  int64_t end_of_text_id() const;
 
   /// The text of `ids` (integers [n], any integer type, on any device): the
   /// tokens' bytes, one after the other, special tokens as their text, and

@@ -109,6 +109,11 @@ class SentencePiece {
   /// byte fallback, else the `<unk>` id.
   torch::Tensor encode(const std::string& text) const;
 
+  /// The id of the model's end-of-sentence piece (`</s>`, which
+  /// train_sentencepiece()'s models and Llama's have), or -1 where it has
+  /// none: what ends each document in token files (write_token_files()).
+  int64_t end_of_text_id() const;
+
   /// The text of `ids` (integers [n], any integer type, on any device).
   /// Ids outside 0 ... vocab_size() - 1 are shown as `<id>`; control
   /// pieces (`<s>`, `</s>`) as nothing, `<unk>` as SentencePiece's " ⁇ ".

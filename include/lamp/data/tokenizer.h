@@ -58,6 +58,10 @@ class Tokenizer {
   std::string describe() const;
   /// `text` as token ids, int64 [n] on the CPU.
   torch::Tensor encode(const std::string& text) const;
+  /// The id that ends a document (the model's end_of_text_id():
+  /// `<|endoftext|>`, Llama 3's `<|end_of_text|>`, SentencePiece's `</s>`),
+  /// or -1 where it has none.
+  int64_t end_of_text_id() const;
   /// The text of `ids`; ids the model has no token for as `<id>`.
   std::string decode(const torch::Tensor& ids) const;
 

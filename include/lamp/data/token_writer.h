@@ -1,0 +1,131 @@
+#pragma once
+
+/// \file
+/// Token files from text: write_token_files() encodes a text, a folder of
+/// documents or a JSON Lines file with a tokenizer and writes nanoGPT's
+/// `train.bin` and `val.bin` (read_token_files() in lamp/data/tokens.h), as
+/// nanoGPT's `prepare.py` does with tiktoken, without Python and on every
+/// core. Once written, a run maps the ids instead of encoding its text at
+/// every start.
+///
+/// Example (nanoGPT's OpenWebText recipe, GPT-2's tokens, documents ended by
+/// `<|endoftext|>`):
+/// \code
+///   auto gpt2 = lamp::data::Tokenizer::load("gpt2.tiktoken");
+///   auto written = lamp::data::write_token_files(
+///       "openwebtext.jsonl", gpt2, "data/openwebtext",
+///       lamp::data::TokenFileOptions()
+///           .documents(lamp::data::TextDocuments::kJsonLines)
+///           .validation_fraction(0.0005));
+///   // written.train_tokens, written.validation_tokens, ...
+/// \endcode
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "lamp/data/tokenizer.h"
+
+namespace lamp {
+namespace data {
+
+/// What write_token_files() reads as its input's documents.
+enum class TextDocuments {
+  /// One text: a file, or a folder's text files joined in name order
+  /// (read_text_bytes()'s rule), split by bytes as tokenized_text_windows()
+  /// splits it (text_split_point()), each part encoded as one text. The
+  /// ids are those `train_gpt --data PATH --tokenizer FILE` trains on; no
+  /// end-of-document ids.
+  kOneText,
+  /// Each file a document: the file, or each of a folder's text files.
+  kFiles,
+  /// JSON Lines (`.jsonl`, as Hugging Face's `datasets` export them): each
+  /// non-blank line of the file, or of each of a folder's files, a JSON
+  /// object whose field TokenFileOptions::json_field (`text`) is a
+  /// document.
+  kJsonLines,
+};
+
+/// "one text", "files" or "jsonl": the names programs take.
+std::string text_documents_name(TextDocuments documents);
+
+/// How write_token_files() reads and splits its input.
+struct TokenFileOptions {
+  /// What a document is.
+  TORCH_ARG(TextDocuments, documents) = TextDocuments::kOneText;
+  /// The share of the input, by bytes, that validates: its end (the
+  /// documents that start in it, for kFiles and kJsonLines, as nanoGPT
+  /// holds out whole documents). In (0, 1).
+  TORCH_ARG(double, validation_fraction) = 0.1;
+  /// The field of each JSON line that holds its text (kJsonLines).
+  TORCH_ARG(std::string, json_field) = "text";
+  /// Whether an id follows each document (kFiles, kJsonLines), as nanoGPT
+  /// ends each of OpenWebText's with `<|endoftext|>`, so that a window
+  /// across two documents sees where one ends.
+  TORCH_ARG(bool, end_documents) = true;
+  /// That id: -1 takes the tokenizer's end_of_text_id(); else an id below
+  /// its vocabulary.
+  TORCH_ARG(int64_t, end_of_document_id) = -1;
+  /// Threads that encode: 0 takes the machine's (hardware_concurrency).
+  TORCH_ARG(int64_t, threads) = 0;
+  /// The size of the pieces a byte-level BPE's text is cut into for the
+  /// threads: each cut is where the split surely starts a piece (a line
+  /// break between a visible ASCII character and an ASCII letter), so the
+  /// ids are those of the whole text. A SentencePiece model's text is not
+  /// cut (its encoding of a piece may differ from the whole's): one text
+  /// is encoded by one thread, and documents by all of them.
+  TORCH_ARG(int64_t, chunk_bytes) = int64_t{1} << 20;
+  /// Called after each batch is written with the input's bytes read so far
+  /// and its size (a JSON Lines file's, syntax included). What it throws
+  /// stops the writing (a program's Ctrl-C), and nothing is written.
+  TORCH_ARG(std::function<void(int64_t, int64_t)>, progress) = nullptr;
+};
+
+/// What write_token_files() wrote.
+struct TokenFileSummary {
+  std::string train_path;      ///< FOLDER/train.bin
+  std::string validation_path; ///< FOLDER/val.bin
+  int64_t id_bytes = 0;        ///< 2 (uint16) or 4 (uint32): token_id_bytes()
+  int64_t vocab_size = 0;      ///< the tokenizer's
+  /// The id after each document, or -1 for none.
+  int64_t end_of_document_id = -1;
+  int64_t documents = 0;            ///< documents read (1 for kOneText)
+  int64_t validation_documents = 0; ///< of them in val.bin (0 for kOneText)
+  int64_t bytes = 0;                ///< the documents' text
+  int64_t validation_bytes = 0;     ///< of it in val.bin
+  int64_t train_tokens = 0;         ///< ids in train.bin
+  int64_t validation_tokens = 0;    ///< ids in val.bin
+  int64_t threads = 0;              ///< threads that encoded
+};
+
+/// Encodes `path` (a text file, a folder of them, or JSON Lines, as
+/// `options.documents()` says) with `tokenizer` and writes its ids into
+/// `folder`'s `train.bin` and `val.bin`: little-endian uint16, or uint32
+/// for a vocabulary above 65,536 (token_id_bytes()), the layout
+/// read_token_files() and nanoGPT read. The input is read a piece at a
+/// time (a SentencePiece model's one text whole), encoded on
+/// `options.threads()` threads, and the ids written as they come.
+///
+/// Nothing is overwritten, and nothing half-written is left: the files
+/// are written beside their names and renamed into place when both are
+/// whole (val.bin first: a folder is token files once train.bin is there).
+/// `folder` is made if it does not exist (its parent must).
+///
+/// Throws c10::Error naming the file and the fix, with nothing written,
+/// when: `path` is missing, empty, or binary (read_text_bytes()'s rule;
+/// per file); a JSON line is not an object with a string field of that
+/// name (its file and line); `folder` holds `train.bin` or `val.bin`
+/// already; a part would be empty (a text too short, documents that all
+/// fall in one part: more documents, or another validation_fraction);
+/// documents are ended but the tokenizer has no end-of-text id and none
+/// is given, or the one given is not below its vocabulary; an option is
+/// out of its range; or a write fails (the system's reason).
+TokenFileSummary write_token_files(
+    const std::string& path, const Tokenizer& tokenizer,
+    const std::string& folder,
+    const TokenFileOptions& options = TokenFileOptions());
+
+} // namespace data
+} // namespace lamp

@@ -93,28 +93,10 @@ bool can_encode() {
   return lamp::data::byte_pair_encode_available();
 }
 
-class Scratch {
+// A scratch folder of the running test.
+class Scratch : public lamp_test::ScratchFolder {
  public:
-  explicit Scratch(const std::string& name) {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = ::testing::TempDir() + "/lamp_bpe_" + info->name() + "_" +
-           std::to_string(::getpid()) + "_" + name;
-    std::string command = "rm -rf '" + dir_ + "' && mkdir -p '" + dir_ + "'";
-    EXPECT_EQ(std::system(command.c_str()), 0);
-  }
-  ~Scratch() {
-    std::string command = "rm -rf '" + dir_ + "'";
-    (void)std::system(command.c_str());
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    const auto path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
+  explicit Scratch(const std::string& name) : ScratchFolder("lamp_bpe", name) {}
 };
 
 std::string read(const std::string& path) {

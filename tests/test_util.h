@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -13,6 +17,61 @@
 #include "lamp/platform/warnings.h"
 
 namespace lamp_test {
+
+/// A fresh folder under the test's temporary folder for the running test
+/// (`PREFIX_TEST_PID_NAME`), removed with everything in it at the end.
+class ScratchFolder {
+ public:
+  ScratchFolder(const std::string& prefix, const std::string& name) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = ::testing::TempDir() + "/" + prefix + "_" + info->name() + "_" +
+           std::to_string(::getpid()) + "_" + name;
+    const std::string command =
+        "rm -rf '" + dir_ + "' && mkdir -p '" + dir_ + "'";
+    EXPECT_EQ(std::system(command.c_str()), 0);
+  }
+  ~ScratchFolder() {
+    const std::string command = "rm -rf '" + dir_ + "'";
+    (void)std::system(command.c_str());
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+
+  /// Writes `text` to the file `name` in it (its folders made); its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto file = path(name);
+    const std::string command =
+        "mkdir -p '" + file.substr(0, file.rfind('/')) + "'";
+    EXPECT_EQ(std::system(command.c_str()), 0);
+    std::ofstream(file, std::ios::binary) << text;
+    return file;
+  }
+  /// The path of `name` in it.
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  const std::string& dir() const { return dir_; }
+  /// The names in its folder `name`, sorted, hidden ones too (none where
+  /// there is no such folder).
+  std::vector<std::string> list(const std::string& name) const {
+    std::vector<std::string> names;
+    const std::string command = "ls -A '" + path(name) + "' 2>/dev/null";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    char line[4096];
+    while (pipe != nullptr && std::fgets(line, sizeof line, pipe) != nullptr) {
+      std::string entry = line;
+      if (!entry.empty() && entry.back() == '\n') {
+        entry.pop_back();
+      }
+      names.push_back(entry);
+    }
+    if (pipe != nullptr) {
+      ::pclose(pipe);
+    }
+    return names;
+  }
+
+ private:
+  std::string dir_;
+};
 
 /// NaN-aware closeness, with the failing values in the message.
 inline ::testing::AssertionResult AllClose(const torch::Tensor& actual,

@@ -30,54 +30,10 @@ using lamp_test::error_of;
 
 const std::string kFiles = LAMP_SOURCE_DIR "/tests/python/byte_pair";
 
-class Scratch {
+// A scratch folder of the running test.
+class Scratch : public lamp_test::ScratchFolder {
  public:
-  explicit Scratch(const std::string& name) {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = ::testing::TempDir() + "/lamp_tw_" + info->name() + "_" +
-           std::to_string(::getpid()) + "_" + name;
-    const std::string command =
-        "rm -rf '" + dir_ + "' && mkdir -p '" + dir_ + "'";
-    EXPECT_EQ(std::system(command.c_str()), 0);
-  }
-  ~Scratch() {
-    const std::string command = "rm -rf '" + dir_ + "'";
-    (void)std::system(command.c_str());
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  // Writes `text` to `name` (its folders made).
-  std::string write(const std::string& name, const std::string& text) const {
-    const auto path = dir_ + "/" + name;
-    const auto slash = path.rfind('/');
-    const std::string command = "mkdir -p '" + path.substr(0, slash) + "'";
-    EXPECT_EQ(std::system(command.c_str()), 0);
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  const std::string& dir() const { return dir_; }
-  // The names in the folder `name`, sorted (temporary files included).
-  std::vector<std::string> list(const std::string& name) const {
-    std::vector<std::string> names;
-    const std::string command = "ls -A '" + path(name) + "' 2>/dev/null";
-    FILE* pipe = ::popen(command.c_str(), "r");
-    char line[4096];
-    while (pipe != nullptr && std::fgets(line, sizeof line, pipe) != nullptr) {
-      std::string entry = line;
-      if (!entry.empty() && entry.back() == '\n') {
-        entry.pop_back();
-      }
-      names.push_back(entry);
-    }
-    if (pipe != nullptr) {
-      ::pclose(pipe);
-    }
-    return names;
-  }
-
- private:
-  std::string dir_;
+  explicit Scratch(const std::string& name) : ScratchFolder("lamp_tw", name) {}
 };
 
 std::string read(const std::string& path) {

@@ -563,6 +563,9 @@ void vocabulary_for(GptFlags& flags, int64_t vocab, bool vocab_given,
               " (padded to a multiple of 64).");
 }
 
+// The time to encode a text beyond which train_gpt names prepare_tokens.
+constexpr double kEncodeOnceSeconds = 10.0;
+
 // --train-tokenizer: a SentencePiece model of its pieces, trained on the
 // training part of the text `bytes` (the part tokenized_text_windows()
 // trains on, so that validation stays unseen), written to --tokenizer's
@@ -934,8 +937,13 @@ int main(int argc, char** argv) {
           vocabulary_for(flags, flags.tokenizer.vocab_size(), vocab_given,
                          "the tokenizer's pieces",
                          "--tokenizer " + flags.tokenizer_path);
+          const auto encode_start = std::chrono::steady_clock::now();
           auto text = lamp::data::tokenized_text_windows(
               bytes, config.data, flags.tokenizer, flags.model.context());
+          const double encode_seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                            encode_start)
+                  .count();
           lamp_examples::print_out(
               "train_gpt: text %s: %lld bytes, encoded by %s (%s) into %lld "
               "training and %lld validation tokens (%.2f bytes a token); the "
@@ -949,6 +957,17 @@ int main(int argc, char** argv) {
                                       text.validation_tokens),
               static_cast<long long>(flags.model.vocab_size()),
               vocab_given ? "" : " (padded to a multiple of 64)");
+          // A text that takes a while to encode is encoded again at every
+          // start: say how to do it once.
+          if (encode_seconds >= kEncodeOnceSeconds) {
+            lamp_examples::print_out(
+                "train_gpt: encoding took %.1f s, and takes it at every "
+                "start; encode it once, on every core, with prepare_tokens "
+                "--data %s --tokenizer %s --out FOLDER, then train_gpt "
+                "--data FOLDER (docs/gpt.md, \"Token files from text\")\n",
+                encode_seconds, config.data.c_str(),
+                flags.tokenizer_path.c_str());
+          }
           spec.train = std::move(text.train);
           spec.test = std::move(text.validation);
         } else {

@@ -276,6 +276,29 @@ TEST(WriteTokenFiles, SplitsAtTheStartOfACharacter) {
             encoded(gpt2, text.substr(91)));
 }
 
+TEST(WriteTokenFiles, KeepsATextWithoutAPlaceToCutWhole) {
+  if (!lamp::data::byte_pair_encode_available()) {
+    GTEST_SKIP() << "lamp was built without ICU";
+  }
+  // Lines that start with CJK letters, digits or spaces: nowhere to cut
+  // for the threads, so each part is encoded whole.
+  Scratch scratch("whole");
+  std::string text;
+  for (int k = 0; k < 3000; ++k) {
+    text += k % 3 == 0   ? "\xe4\xb8\xad\xe6\x96\x87 text\n"
+            : k % 3 == 1 ? "12 items\n"
+                         : "  indented\n";
+  }
+  const Tokenizer gpt2 = BytePairEncoding::load(kFiles + "/tokenizer.json");
+  write_token_files(scratch.write("text.txt", text), gpt2, scratch.path("out"),
+                    TokenFileOptions().chunk_bytes(64).threads(2));
+  const auto expected = parts(text, 0.1);
+  EXPECT_EQ(ids_in(scratch.path("out/train.bin"), 2),
+            encoded(gpt2, expected.first));
+  EXPECT_EQ(ids_in(scratch.path("out/val.bin"), 2),
+            encoded(gpt2, expected.second));
+}
+
 TEST(WriteTokenFiles, EndsEachFileAsADocument) {
   if (!lamp::data::byte_pair_encode_available()) {
     GTEST_SKIP() << "lamp was built without ICU";

@@ -59,9 +59,13 @@ bool safe_cut(const std::string& text, size_t i) {
          ascii_letter(text[i]) && visible_ascii(text[i - 2]);
 }
 
-// The last safe_cut() in text[1, limit], or 0 where there is none.
-size_t last_safe_cut(const std::string& text, size_t limit) {
-  for (size_t i = std::min(limit, text.size() - 1); i >= 2; --i) {
+// The last safe_cut() in text[from, limit], or 0 where there is none.
+size_t last_safe_cut(const std::string& text, size_t from, size_t limit) {
+  if (text.empty()) {
+    return 0;
+  }
+  for (size_t i = std::min(limit, text.size() - 1);
+       i >= std::max<size_t>(from, 2); --i) {
     if (safe_cut(text, i)) {
       return i;
     }
@@ -324,6 +328,7 @@ void write_one_text(const std::vector<std::string>& files, int64_t total,
   std::string pending;
   int64_t consumed = 0; // the bytes before pending's first
   int64_t read = 0;     // the bytes read
+  size_t searched = 0;  // pending[0, searched) holds no safe_cut()
   const auto advance = [&](bool at_end) {
     const int64_t end = consumed + static_cast<int64_t>(pending.size());
     if (train_part && !split_final && (end >= split + 3 || at_end)) {
@@ -343,6 +348,7 @@ void write_one_text(const std::vector<std::string>& files, int64_t total,
       pending.erase(0, local);
       consumed = split;
       train_part = false;
+      searched = 0;
     }
     if (at_end) {
       sink.add(std::move(pending), !train_part, true);
@@ -354,11 +360,16 @@ void write_one_text(const std::vector<std::string>& files, int64_t total,
     }
     const size_t limit =
         train_part ? static_cast<size_t>(split - consumed) : pending.size();
-    const size_t cut = last_safe_cut(pending, limit);
+    // Each byte searched once: a text without a place to cut (lines that
+    // do not start with an ASCII letter) is kept whole, not searched again.
+    const size_t cut = last_safe_cut(pending, searched, limit);
     if (cut > 0) {
       sink.add(pending.substr(0, cut), !train_part, false);
       pending.erase(0, cut);
       consumed += static_cast<int64_t>(cut);
+      searched = 0;
+    } else {
+      searched = std::min(limit, pending.size() - 1) + 1;
     }
   };
   for (const auto& file : files) {

@@ -118,6 +118,17 @@ std::pair<std::string, std::string> parts(const std::string& text,
   return {text.substr(0, split), text.substr(split)};
 }
 
+// Expects `folder`'s token files (ids of `width` bytes) to hold
+// `tokenizer`'s ids of `text`'s two parts, split as train_gpt splits it.
+void expect_parts_of(const std::string& folder, const Tokenizer& tokenizer,
+                     const std::string& text, int width = 2) {
+  const auto expected = parts(text, 0.1);
+  EXPECT_EQ(ids_in(folder + "/train.bin", width),
+            encoded(tokenizer, expected.first));
+  EXPECT_EQ(ids_in(folder + "/val.bin", width),
+            encoded(tokenizer, expected.second));
+}
+
 std::string base64(const std::string& bytes) {
   static const char* digits =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -292,11 +303,7 @@ TEST(WriteTokenFiles, KeepsATextWithoutAPlaceToCutWhole) {
   const Tokenizer gpt2 = BytePairEncoding::load(kFiles + "/tokenizer.json");
   write_token_files(scratch.write("text.txt", text), gpt2, scratch.path("out"),
                     TokenFileOptions().chunk_bytes(64).threads(2));
-  const auto expected = parts(text, 0.1);
-  EXPECT_EQ(ids_in(scratch.path("out/train.bin"), 2),
-            encoded(gpt2, expected.first));
-  EXPECT_EQ(ids_in(scratch.path("out/val.bin"), 2),
-            encoded(gpt2, expected.second));
+  expect_parts_of(scratch.path("out"), gpt2, text);
 }
 
 TEST(WriteTokenFiles, EndsEachFileAsADocument) {
@@ -466,11 +473,8 @@ TEST(WriteTokenFiles, WritesUint32IdsAboveUint16s) {
   const auto written = write_token_files(input, wide, scratch.path("out"),
                                          TokenFileOptions().chunk_bytes(64));
   EXPECT_EQ(written.id_bytes, 4);
-  const auto expected = parts(text, 0.1);
+  expect_parts_of(scratch.path("out"), wide, text, 4);
   const auto train = ids_in(scratch.path("out/train.bin"), 4);
-  EXPECT_EQ(train, encoded(wide, expected.first));
-  EXPECT_EQ(ids_in(scratch.path("out/val.bin"), 4),
-            encoded(wide, expected.second));
   EXPECT_GT(*std::max_element(train.begin(), train.end()), 65535);
   const auto data =
       lamp::data::read_token_files(scratch.path("out"), 8, wide.vocab_size());
@@ -576,11 +580,7 @@ TEST(WriteTokenFiles, SentencePieceEncodesEachPartWhole) {
   const auto input = scratch.write("text.txt", text);
   write_token_files(input, model, scratch.path("out"),
                     TokenFileOptions().chunk_bytes(64).threads(2));
-  const auto expected = parts(text, 0.1);
-  EXPECT_EQ(ids_in(scratch.path("out/train.bin"), 2),
-            encoded(model, expected.first));
-  EXPECT_EQ(ids_in(scratch.path("out/val.bin"), 2),
-            encoded(model, expected.second));
+  expect_parts_of(scratch.path("out"), model, text);
 }
 
 TEST(WriteTokenFiles, NamesTheEndOfTextOfEachTokenizer) {

@@ -609,6 +609,13 @@ TEST(WriteTokenFiles, NamesTheEndOfTextOfEachTokenizer) {
   EXPECT_EQ(llama3.decode(torch::tensor({id})), "<|end_of_text|>");
   EXPECT_EQ(lamp::data::text_documents_name(TextDocuments::kJsonLines),
             "jsonl");
+  // A missing file is named with every kind of tokenizer file.
+  const auto message =
+      error_of([] { Tokenizer::load("/nonexistent/gpt2.tiktoken"); });
+  EXPECT_NE(message.find("gpt2.tiktoken' does not exist; give a tokenizer: a "
+                         "tiktoken file, a Hugging Face tokenizer.json"),
+            std::string::npos)
+      << message;
 }
 
 } // namespace

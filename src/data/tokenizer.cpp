@@ -74,6 +74,16 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (internal::directory_exists(path)) {
     return BytePairEncoding::load(path);
   }
+  // A missing file of no known kind: name every kind (a `.model` file's
+  // absence SentencePiece::load names).
+  const bool model_file =
+      path.size() >= 6 && path.compare(path.size() - 6, 6, ".model") == 0;
+  TORCH_CHECK(
+      model_file || internal::path_kind(path) != internal::PathKind::kMissing,
+      "lamp::data::Tokenizer::load: ", quoted(path),
+      " does not exist; give a tokenizer: a tiktoken file, a Hugging "
+      "Face tokenizer.json (or vocab.json with merges.txt, or their "
+      "folder), or a SentencePiece .model file.");
   // A BPE's files are text (JSON, tiktoken's lines, or a merges.txt given
   // for its vocab.json, whose mistake BytePairEncoding names); a
   // SentencePiece model is binary.

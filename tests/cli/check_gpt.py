@@ -1823,6 +1823,12 @@ def prepare_tokens(train_gpt, work, files, prepare):
                 + (["--out", fresh_folder(work, "flags")] if flags else []) + flags)
         if r.returncode != 2 or wanted not in r.stderr:
             fail(f"{flags}: exit {r.returncode}, {r.stderr!r}")
+    # The programs' conventions: --help and --version on stdout, exit 0.
+    for flag, wanted in (("--help", "--end-of-document"),
+                         ("--version", "prepare_tokens lamp ")):
+        r = run([prepare, flag])
+        if r.returncode != 0 or wanted not in r.stdout:
+            fail(f"{flag}: exit {r.returncode}, {r.stdout[:300]!r}")
 
 
 def main(argv):

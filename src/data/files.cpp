@@ -184,6 +184,19 @@ std::vector<std::string> text_input_files(const std::string& path,
   return files;
 }
 
+int64_t text_split_byte(int64_t n, double validation_fraction) {
+  return static_cast<int64_t>(
+      std::floor((1.0 - validation_fraction) * static_cast<double>(n)));
+}
+
+int64_t split_at_character(int64_t split, const uint8_t* bytes,
+                           size_t available) {
+  for (size_t k = 0; k < 3 && k < available && (bytes[k] & 0xC0) == 0x80; ++k) {
+    ++split;
+  }
+  return split;
+}
+
 void TextCheck::add(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < size; ++i) {
     const uint8_t b = data[i];

@@ -65,6 +65,16 @@ std::vector<std::string> text_files(const std::string& folder,
 std::vector<std::string> text_input_files(const std::string& path,
                                           const char* caller);
 
+// Where a text of `n` bytes splits into training and validation parts, by
+// bytes: floor((1 - validation_fraction) n), before split_at_character().
+int64_t text_split_byte(int64_t n, double validation_fraction);
+// `split` moved forward to the start of a UTF-8 character, over at most 3
+// continuation bytes (past them the text is not UTF-8 there, and any point
+// is as good as another). `bytes` holds the text's `available` bytes from
+// `split` on.
+int64_t split_at_character(int64_t split, const uint8_t* bytes,
+                           size_t available);
+
 // Checks a file's bytes as text, a block at a time (read_text_bytes()'s
 // rule): add() throws at a NUL byte, finish() where more than 10% of the
 // bytes are control characters other than tab, newline, carriage return

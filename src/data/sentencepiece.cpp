@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -30,10 +29,6 @@ using internal::quoted;
 // trainer's max_sentence_length.
 constexpr size_t kMaxSentenceBytes = 16384;
 
-bool utf8_continuation(unsigned char byte) {
-  return (byte & 0xC0) == 0x80;
-}
-
 } // namespace
 
 int64_t text_split_point(const torch::Tensor& bytes,
@@ -46,16 +41,10 @@ int64_t text_split_point(const torch::Tensor& bytes,
               "lamp::data::text_split_point: bytes must be uint8 [n], got ",
               bytes.scalar_type(), " ", bytes.sizes(), ".");
   const int64_t n = bytes.size(0);
-  auto split = static_cast<int64_t>(
-      std::floor((1.0 - validation_fraction) * static_cast<double>(n)));
+  const int64_t split = internal::text_split_byte(n, validation_fraction);
   const auto cpu = bytes.cpu().contiguous();
-  const auto* p = cpu.data_ptr<uint8_t>();
-  // A well-formed character has at most 3 continuation bytes; past them
-  // the text is not UTF-8 there, and any point is as good as another.
-  for (int k = 0; k < 3 && split < n && utf8_continuation(p[split]); ++k) {
-    ++split;
-  }
-  return split;
+  return internal::split_at_character(split, cpu.data_ptr<uint8_t>() + split,
+                                      static_cast<size_t>(n - split));
 }
 
 TextData tokenized_text_windows(const torch::Tensor& bytes,

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -32,10 +31,6 @@ namespace {
 using internal::quoted;
 
 constexpr const char* kCaller = "lamp::data::write_token_files";
-
-bool utf8_continuation(char byte) {
-  return (static_cast<unsigned char>(byte) & 0xC0) == 0x80;
-}
 
 bool ascii_letter(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
@@ -321,8 +316,7 @@ size_t read_block(std::ifstream& in, const std::string& file, size_t size,
 void write_one_text(const std::vector<std::string>& files, int64_t total,
                     double validation_fraction, TokenSink& sink,
                     TokenFileSummary& summary) {
-  auto split = static_cast<int64_t>(
-      std::floor((1.0 - validation_fraction) * static_cast<double>(total)));
+  int64_t split = internal::text_split_byte(total, validation_fraction);
   bool split_final = false;
   bool train_part = true;
   std::string pending;
@@ -332,14 +326,11 @@ void write_one_text(const std::vector<std::string>& files, int64_t total,
   const auto advance = [&](bool at_end) {
     const int64_t end = consumed + static_cast<int64_t>(pending.size());
     if (train_part && !split_final && (end >= split + 3 || at_end)) {
-      // As text_split_point(): forward to the start of a character, over
-      // at most 3 continuation bytes.
-      for (int k = 0;
-           k < 3 && split < end &&
-           utf8_continuation(pending[static_cast<size_t>(split - consumed)]);
-           ++k) {
-        ++split;
-      }
+      // As text_split_point(): forward to the start of a character.
+      const auto local = static_cast<size_t>(split - consumed);
+      split = internal::split_at_character(
+          split, reinterpret_cast<const uint8_t*>(pending.data()) + local,
+          pending.size() - std::min(local, pending.size()));
       split_final = true;
     }
     if (train_part && split_final && end >= split) {
@@ -549,8 +540,7 @@ TokenFileSummary write_token_files(const std::string& path,
   ::lamp::detail::StreamingFile validation(summary.validation_path);
   TokenSink sink(tokenizer, options, summary.threads, path, total, summary,
                  train, validation);
-  const auto split = static_cast<int64_t>(
-      std::floor((1.0 - fraction) * static_cast<double>(total)));
+  const int64_t split = internal::text_split_byte(total, fraction);
   switch (documents) {
     case TextDocuments::kOneText:
       write_one_text(files, total, fraction, sink, summary);

@@ -43,7 +43,7 @@ using detail::parent_folder;
 constexpr const char* kTemporaryInfix = ".tmp-";
 
 // Closes and removes a temporary file unless release()d: every failure path
-// of write_file_atomically() leaves nothing behind.
+// of check_writable_path()'s test write leaves nothing behind.
 class TemporaryFile {
  public:
   TemporaryFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
@@ -352,37 +352,9 @@ void sync_folder_of(const std::string& path) {
 } // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  check_checkpoint_path(path, "file");
-  const std::string temporary = temporary_name(path);
-  const int fd =
-      ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    write_failed(path, "cannot create " + temporary, errno);
-  }
-  TemporaryFile file(temporary, fd);
-  size_t written = 0;
-  if (const int error = write_all(fd, bytes.data(), bytes.size(), written)) {
-    write_failed(path,
-                 "wrote " + std::to_string(written) + " of " +
-                     std::to_string(bytes.size()) + " bytes to " + temporary,
-                 error);
-  }
-  if (::fsync(fd) != 0) {
-    write_failed(path, "fsync of " + temporary + " failed", errno);
-  }
-  TORCH_CHECK(
-      reads_back_the_same(fd, bytes), "lamp: could not write ", path, ": ",
-      temporary,
-      " does not read back as written (the storage lost or changed data). ",
-      path, " keeps its previous content.");
-  if (const int error = file.close()) {
-    write_failed(path, "closing " + temporary + " failed", error);
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    write_failed(path, "cannot rename " + temporary + " over it", errno);
-  }
-  file.release();
-  sync_folder_of(path);
+  detail::StreamingFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit(&bytes);
 }
 
 namespace detail {
@@ -403,7 +375,7 @@ StreamingFile::StreamingFile(const std::string& path)
   impl_->path = path;
   impl_->temporary = temporary_name(path);
   impl_->fd = ::open(impl_->temporary.c_str(),
-                     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+                     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (impl_->fd < 0) {
     write_failed(path, "cannot create " + impl_->temporary, errno);
   }
@@ -425,8 +397,9 @@ void StreamingFile::write(const void* data, size_t size) {
   if (const int error =
           write_all(impl_->fd, static_cast<const char*>(data), size, written)) {
     write_failed(impl_->path,
-                 "wrote " + std::to_string(impl_->size + written) +
-                     " bytes to " + impl_->temporary + ", then",
+                 "wrote " + std::to_string(impl_->size + written) + " of " +
+                     std::to_string(impl_->size + size) + " bytes to " +
+                     impl_->temporary,
                  error);
   }
   impl_->size += size;
@@ -436,14 +409,20 @@ uint64_t StreamingFile::size() const {
   return impl_->size;
 }
 
-void StreamingFile::commit() {
+void StreamingFile::commit(const std::string* written) {
   TORCH_CHECK(!impl_->committed, "lamp: ", impl_->path,
               " is committed already.");
   const std::string& path = impl_->path;
   const std::string& temporary = impl_->temporary;
-  if (::fsync(impl_->fd) != 0) {
+  const int fd = impl_->fd;
+  if (::fsync(fd) != 0) {
     write_failed(path, "fsync of " + temporary + " failed", errno);
   }
+  TORCH_CHECK(
+      written == nullptr || reads_back_the_same(fd, *written),
+      "lamp: could not write ", path, ": ", temporary,
+      " does not read back as written (the storage lost or changed data). ",
+      path, " keeps its previous content.");
   const int rc = ::close(impl_->fd);
   impl_->fd = -1;
   if (rc != 0) {

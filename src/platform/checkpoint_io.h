@@ -14,12 +14,13 @@
 namespace lamp {
 namespace detail {
 
-// A large file written as write_file_atomically() writes a small one, a
-// piece at a time: into a temporary file beside `path`, every write
-// checked; commit() fsyncs it, renames it over `path` and fsyncs the
-// folder. Destroyed without commit() (an error, an interruption), it
-// removes the temporary file, and `path` is as it was. Errors are
-// c10::Errors naming `path`, the system's reason and the fix.
+// A file written a piece at a time (write_file_atomically() writes its
+// whole through one): into a temporary file beside `path`, every write
+// checked; commit() fsyncs it, with `written` (all that was written) reads
+// it back and compares, renames it over `path` and fsyncs the folder.
+// Destroyed without commit() (an error, an interruption), it removes the
+// temporary file, and `path` is as it was. Errors are c10::Errors naming
+// `path`, the system's reason and the fix.
 class StreamingFile {
  public:
   explicit StreamingFile(const std::string& path);
@@ -30,7 +31,7 @@ class StreamingFile {
   void write(const void* data, size_t size);
   // The bytes written so far.
   uint64_t size() const;
-  void commit();
+  void commit(const std::string* written = nullptr);
 
  private:
   struct Impl;

@@ -165,7 +165,8 @@ endif()
 # libsentencepiece0 where lamp has its tokenizer: the SentencePiece module
 # liblamp-dev installs links it (lamp itself does not). libicu-dev where
 # lamp splits text with ICU: lampConfig.cmake's find_dependency(ICU) and
-# the consumer's -licuuc need it.
+# the consumer's -licuuc need it. libzstd-dev where lamp reads zstd text: a
+# static lamp is linked with -lzstd in the consumer's build.
 # lamp's public headers include LibTorch's alone.
 set(CPACK_LAMP_DEB_REFUSED "")
 if(LAMP_TORCH_PACKAGE MATCHES "^([^ ]+) ([0-9]+:)?([0-9]+)\\.([0-9]+)(\\.[0-9]+)?")
@@ -180,6 +181,9 @@ if(LAMP_TORCH_PACKAGE MATCHES "^([^ ]+) ([0-9]+:)?([0-9]+)\\.([0-9]+)(\\.[0-9]+)
   endif()
   if(LAMP_ICU_FOUND)
     string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libicu-dev")
+  endif()
+  if(LAMP_ZSTD_FOUND)
+    string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libzstd-dev")
   endif()
 else()
   string(CONCAT CPACK_LAMP_DEB_REFUSED

@@ -128,10 +128,13 @@ function(lamp_write_pkg_config out_file)
   endif()
 
   # A static lamp brings its own dependencies (zlib, ICU's common library
-  # where it was built with it) to every program.
+  # and libzstd where it was built with them) to every program.
   set(_private "-lz")
   if(LAMP_ICU_FOUND)
     list(APPEND _private "-licuuc")
+  endif()
+  if(LAMP_ZSTD_FOUND)
+    list(APPEND _private "-lzstd")
   endif()
   get_target_property(_type lamp TYPE)
   if(_type STREQUAL "STATIC_LIBRARY")

@@ -28,19 +28,17 @@ struct Config {
   int64_t threads = 0;
 };
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() &&
-         s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// --documents auto: JSON Lines for a `.jsonl` file, else one text.
+// --documents auto: JSON Lines for a `.jsonl` file (compressed too) or a
+// folder of them, else one text (lamp::data::text_documents_for()).
 lamp::data::TextDocuments documents_of(const Config& config) {
   if (config.documents == "files") {
     return lamp::data::TextDocuments::kFiles;
   }
-  if (config.documents == "jsonl" ||
-      (config.documents == "auto" && ends_with(config.data, ".jsonl"))) {
+  if (config.documents == "jsonl") {
     return lamp::data::TextDocuments::kJsonLines;
+  }
+  if (config.documents == "auto") {
+    return lamp::data::text_documents_for(config.data);
   }
   return lamp::data::TextDocuments::kOneText;
 }
@@ -86,11 +84,20 @@ int run(const Config& config) {
                   "not at all).");
     }
     const auto now = std::chrono::steady_clock::now();
-    if (now - last < std::chrono::seconds(10) || total <= 0) {
+    if (now - last < std::chrono::seconds(10) || total == 0) {
       return;
     }
     last = now;
     const double seconds = std::chrono::duration<double>(now - start).count();
+    if (total < 0) {
+      // Compressed input, decompressed once first to learn its size.
+      cli::print_out(
+          "prepare_tokens: measuring the compressed input: %s of "
+          "text so far, %s/s\n",
+          size_text(static_cast<double>(done)).c_str(),
+          size_text(static_cast<double>(done) / seconds).c_str());
+      return;
+    }
     cli::print_out(
         "prepare_tokens: read %s of %s (%.0f%%), %s/s\n",
         size_text(static_cast<double>(done)).c_str(),
@@ -149,7 +156,8 @@ int main(int argc, char** argv) {
       "files (train.bin, val.bin) for train_gpt --data",
       "prepare_tokens"};
   app.add_option("--data", config.data,
-                 "a text file, a folder of them, or JSON Lines (.jsonl)")
+                 "a text file, a folder of them, or JSON Lines (.jsonl); "
+                 "gzip or zstd compressed too (.gz, .zst)")
       ->check(cli::non_empty_path("a text file, a folder or a .jsonl file"))
       ->capture_default_str();
   app.add_option("--tokenizer", config.tokenizer,
@@ -162,11 +170,12 @@ int main(int argc, char** argv) {
                  "missing; files there are never overwritten)")
       ->required()
       ->check(cli::non_empty_path("a folder"));
-  app.add_option("--documents", config.documents,
-                 "text: the input as one text, split as train_gpt splits "
-                 "it; files: each file a document; jsonl: each line's "
-                 "--json-field a document; auto: jsonl for a .jsonl file, "
-                 "else text")
+  app.add_option(
+         "--documents", config.documents,
+         "text: the input as one text, split as train_gpt splits "
+         "it; files: each file a document; jsonl: each line's "
+         "--json-field a document; auto: jsonl for a .jsonl file (.jsonl.gz, .jsonl.zst, .json.gz, .json.zst) or a folder of them, "
+         "else text")
       ->check(CLI::IsMember({"auto", "text", "files", "jsonl"}))
       ->capture_default_str();
   app.add_option("--json-field", config.json_field,

@@ -16,11 +16,12 @@ LAMP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # tokenizer (train_gpt --tokenizer); sentencepiece: its spm_train and
 # spm_encode, which docs/gpt.md's command and its test run. libicu-dev:
 # the character classes of GPT-2's text split (train_gpt --tokenizer with
-# GPT-2's tokenizer files).
+# GPT-2's tokenizer files). libzstd-dev: zstd-compressed text (.jsonl.zst
+# corpora; gzip needs zlib alone).
 # shellcheck disable=SC2034  # used by the scripts that source this file
 LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
                      libgtest-dev zlib1g-dev nlohmann-json3-dev pkg-config
-                     libsentencepiece-dev sentencepiece libicu-dev
+                     libsentencepiece-dev sentencepiece libicu-dev libzstd-dev
                      doxygen libopenblas0-openmp fortunes)
 
 # The torch wheel version scripts/test.sh builds against by default: the

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "compress_util.h"
 #include "test_util.h"
 
 namespace {
@@ -445,6 +446,158 @@ TEST(WriteTokenFiles, ReadsJsonLinesByField) {
   EXPECT_NE(message.find("line 2's \"text\" is a JSON number, not a string"),
             std::string::npos)
       << message;
+}
+
+// `text` as a JSON string.
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// The token files written into `folder`: train.bin's bytes and val.bin's.
+std::pair<std::string, std::string> files_in(const std::string& folder) {
+  return {read(folder + "/train.bin"), read(folder + "/val.bin")};
+}
+
+TEST(WriteTokenFiles, CompressedInputGivesTheFilesOfItsText) {
+  if (!lamp::data::byte_pair_encode_available()) {
+    GTEST_SKIP() << "lamp was built without ICU";
+  }
+  using lamp::data::text_documents_for;
+  using lamp_test::gzip;
+  Scratch scratch("compressed");
+  const Tokenizer gpt2 = BytePairEncoding::load(kFiles + "/tokenizer.json");
+  // JSON Lines in three shards, each ending with its line break.
+  std::vector<std::string> shards(3);
+  for (int k = 0; k < 60; ++k) {
+    shards[static_cast<size_t>(k / 20)] +=
+        "{\"text\": " + json_string(mixed_text(3 + k % 7, 300 + k)) + "}\n";
+  }
+  const std::string lines = shards[0] + shards[1] + shards[2];
+  const auto jsonl = TokenFileOptions()
+                         .documents(TextDocuments::kJsonLines)
+                         .validation_fraction(0.2)
+                         .chunk_bytes(64)
+                         .threads(2);
+  write_token_files(scratch.write("data.jsonl", lines), gpt2,
+                    scratch.path("plain"), jsonl);
+  const auto expected = files_in(scratch.path("plain"));
+  ASSERT_FALSE(expected.second.empty());
+  std::vector<std::string> inputs = {
+      scratch.write("data.jsonl.gz", gzip(lines)),
+      // Two gzip members (`cat a.gz b.gz`), read as one text.
+      scratch.write("members.jsonl.gz",
+                    gzip(lines.substr(0, 1000)) + gzip(lines.substr(1000))),
+      // A folder of shards: gzip, plain and (where lamp reads it) zstd.
+      scratch.write("shards/a.jsonl.gz", gzip(shards[0])),
+  };
+  scratch.write("shards/b.jsonl", shards[1]);
+#if LAMP_TEST_EXPECT_ZSTD
+  scratch.write("shards/c.jsonl.zst", lamp_test::zstd(shards[2]));
+  inputs.push_back(scratch.write("data.jsonl.zst", lamp_test::zstd(lines)));
+#else
+  scratch.write("shards/c.jsonl.gz", gzip(shards[2]));
+#endif
+  inputs[2] = scratch.path("shards");
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    EXPECT_EQ(text_documents_for(inputs[k]), TextDocuments::kJsonLines)
+        << inputs[k];
+    const auto out = scratch.path("out" + std::to_string(k));
+    const auto written = write_token_files(inputs[k], gpt2, out, jsonl);
+    EXPECT_EQ(files_in(out), expected) << inputs[k];
+    EXPECT_EQ(written.documents, 60) << inputs[k];
+  }
+
+  // One text and files: the same files as from the text itself.
+  const auto text = mixed_text(400, 7);
+  const auto one = TokenFileOptions().chunk_bytes(64).threads(2);
+  write_token_files(scratch.write("text.txt", text), gpt2, scratch.path("text"),
+                    one);
+  write_token_files(scratch.write("text.txt.gz", gzip(text)), gpt2,
+                    scratch.path("text-gz"), one);
+  EXPECT_EQ(files_in(scratch.path("text-gz")), files_in(scratch.path("text")));
+  EXPECT_EQ(text_documents_for(scratch.path("text.txt.gz")),
+            TextDocuments::kOneText);
+  const auto files = TokenFileOptions()
+                         .documents(TextDocuments::kFiles)
+                         .validation_fraction(0.3);
+  for (int k = 0; k < 4; ++k) {
+    const auto document = mixed_text(20 + k, 40 + k);
+    scratch.write("docs/" + std::to_string(k) + ".txt", document);
+    scratch.write("docs-gz/" + std::to_string(k) + ".txt",
+                  k % 2 == 0 ? gzip(document) : document);
+  }
+  write_token_files(scratch.path("docs"), gpt2, scratch.path("docs-out"),
+                    files);
+  write_token_files(scratch.path("docs-gz"), gpt2, scratch.path("docs-gz-out"),
+                    files);
+  EXPECT_EQ(files_in(scratch.path("docs-gz-out")),
+            files_in(scratch.path("docs-out")));
+  EXPECT_EQ(text_documents_for(scratch.path("docs")), TextDocuments::kOneText);
+  EXPECT_EQ(text_documents_for(scratch.path("data.json.gz")),
+            TextDocuments::kJsonLines);
+  EXPECT_EQ(text_documents_for(scratch.path("data.json")),
+            TextDocuments::kOneText);
+
+  // Two gzip members: the size the last one's header gives is not the
+  // text's, so the text is counted and written again (the files above are
+  // the text's). Counting reports a size of -1; a stop there, or anywhere,
+  // leaves no file.
+  std::vector<int64_t> totals;
+  const auto stopped = [&](const std::string& input, const std::string& out) {
+    totals.clear();
+    const auto message = error_of([&] {
+      write_token_files(
+          input, gpt2, out,
+          TokenFileOptions(jsonl).progress([&](int64_t, int64_t total) {
+            totals.push_back(total);
+            TORCH_CHECK(total >= 0, "stopped by a test");
+          }));
+    });
+    EXPECT_NE(message.find("stopped by a test"), std::string::npos) << message;
+    EXPECT_FALSE(totals.empty());
+    EXPECT_EQ(totals.back(), -1);
+    EXPECT_EQ(scratch.list(out.substr(scratch.dir().size() + 1)),
+              std::vector<std::string>{});
+  };
+  stopped(inputs[1], scratch.path("stopped"));
+#if LAMP_TEST_EXPECT_ZSTD
+  // A zstd stream without its size is counted first, before the output
+  // folder is made.
+  const auto streamed =
+      scratch.write("streamed.jsonl.zst", lamp_test::zstd_streamed(lines));
+  stopped(streamed, scratch.path("stopped-zstd"));
+  EXPECT_EQ(totals, std::vector<int64_t>{-1});
+  EXPECT_EQ(::access(scratch.path("stopped-zstd").c_str(), F_OK), -1);
+  write_token_files(streamed, gpt2, scratch.path("streamed"), jsonl);
+  EXPECT_EQ(files_in(scratch.path("streamed")), expected);
+#endif
+
+  // A damaged shard is named; nothing is written.
+  const auto good = gzip(shards[1]);
+  scratch.write("damaged/a.jsonl", shards[0]);
+  scratch.write("damaged/b.jsonl.gz", good.substr(0, good.size() - 9));
+  const auto damaged = error_of([&] {
+    write_token_files(scratch.path("damaged"), gpt2,
+                      scratch.path("damaged-out"), jsonl);
+  });
+  EXPECT_NE(damaged.find("b.jsonl.gz' is truncated"), std::string::npos)
+      << damaged;
+  EXPECT_EQ(::access(scratch.path("damaged-out").c_str(), F_OK), -1);
 }
 
 TEST(WriteTokenFiles, WritesUint32IdsAboveUint16s) {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "data/files.h"
+#include "data/text_reader.h"
+#include "lamp/platform/out_of_memory.h"
 
 namespace lamp {
 namespace data {
@@ -16,20 +18,31 @@ namespace {
 using internal::quoted;
 
 constexpr const char* kDebianFortunes = "/usr/share/games/fortunes";
+// What read_text_bytes() reads of a file at a time (decompressed).
+constexpr size_t kReadBytes = size_t{16} << 20;
 
 } // namespace
 
 torch::Tensor read_text_bytes(const std::string& path) {
   const char* caller = "lamp::data::read_text_bytes";
   const auto files = internal::text_input_files(path, caller);
-  std::vector<uint8_t> all;
+  std::string all;
   for (const auto& file : files) {
-    const auto size = internal::regular_file_size(file, caller);
-    auto bytes = internal::read_file_bytes(file, size, caller);
+    internal::TextReader reader(file, caller);
+    const size_t old = all.size();
+    if (reader.compression() == internal::Compression::kNone) {
+      // One read of the size measured, as the file is.
+      const auto size = internal::regular_file_size(file, caller);
+      lamp::with_memory_context(
+          "the contents of " + quoted(file), static_cast<int64_t>(size),
+          [&] { all.reserve(old + static_cast<size_t>(size)); });
+    }
+    while (reader.read(all, kReadBytes) > 0) {
+    }
     internal::TextCheck check(file, caller);
-    check.add(bytes.data(), bytes.size());
+    check.add(reinterpret_cast<const uint8_t*>(all.data()) + old,
+              all.size() - old);
     check.finish();
-    all.insert(all.end(), bytes.begin(), bytes.end());
   }
   TORCH_CHECK(!all.empty(), caller, ": ", quoted(path),
               " is empty; give a text file with some text in it.");

@@ -1,6 +1,7 @@
 #include "lamp/data/token_writer.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <torch/torch.h>
 
@@ -9,11 +10,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +24,7 @@
 
 #include "data/files.h"
 #include "data/round_trip.h"
+#include "data/text_reader.h"
 #include "lamp/data/tokens.h"
 #include "platform/checkpoint_io.h"
 
@@ -171,19 +175,28 @@ class TokenSink {
     }
   }
 
-  // Encodes the jobs gathered and writes their ids.
+  // Starts encoding the jobs gathered, on the worker threads, and returns
+  // to the reading while they encode: the batch before is waited for
+  // first, and its ids written while this one encodes.
   void flush() {
-    const auto jobs = static_cast<int64_t>(jobs_.size());
+    if (jobs_.empty()) {
+      return;
+    }
+    auto previous = wait();
+    encoding_.jobs = std::move(jobs_);
+    jobs_.clear();
+    pending_bytes_ = 0;
+    const auto jobs = static_cast<int64_t>(encoding_.jobs.size());
     const int64_t workers = std::min(threads_, jobs);
     // A byte-level BPE merges each distinct piece once per thread, across
     // the documents it encodes.
     while (cut_ && static_cast<int64_t>(caches_.size()) < workers) {
       caches_.push_back(std::make_unique<BytePairCache>());
     }
-    std::atomic<int64_t> next{0};
-    const auto work = [&](int64_t worker) {
-      for (int64_t k = next++; k < jobs; k = next++) {
-        auto& job = jobs_[static_cast<size_t>(k)];
+    encoding_.next = 0;
+    const auto work = [this, jobs](int64_t worker) {
+      for (int64_t k = encoding_.next++; k < jobs; k = encoding_.next++) {
+        auto& job = encoding_.jobs[static_cast<size_t>(k)];
         try {
           if (!job.where.empty()) {
             job.text = json_text(job.text, json_field_, job.where);
@@ -196,28 +209,56 @@ class TokenSink {
         }
       }
     };
-    std::vector<std::thread> pool;
-    for (int64_t t = 1; t < workers; ++t) {
-      pool.emplace_back(work, t);
+    for (int64_t t = 0; t < workers; ++t) {
+      encoding_.pool.emplace_back(work, t);
     }
-    work(0);
-    for (auto& thread : pool) {
+    write_all(previous);
+  }
+
+  // Encodes what is gathered and writes every id: the end of the input.
+  void finish() {
+    flush();
+    auto last = wait();
+    write_all(last);
+  }
+
+  ~TokenSink() { wait(); }
+
+ private:
+  // A batch on the worker threads.
+  struct Batch {
+    std::vector<Job> jobs;
+    std::vector<std::thread> pool;
+    std::atomic<int64_t> next{0};
+  };
+
+  // Waits for the batch encoding (if any); its jobs.
+  std::vector<Job> wait() {
+    for (auto& thread : encoding_.pool) {
       thread.join();
     }
-    for (auto& job : jobs_) {
+    encoding_.pool.clear();
+    std::vector<Job> done = std::move(encoding_.jobs);
+    encoding_.jobs.clear();
+    return done;
+  }
+
+  // Writes the ids of `jobs`, encoded, in their order.
+  void write_all(std::vector<Job>& jobs) {
+    if (jobs.empty()) {
+      return;
+    }
+    for (auto& job : jobs) {
       if (job.error) {
         std::rethrow_exception(job.error);
       }
       write(job);
     }
-    jobs_.clear();
-    pending_bytes_ = 0;
     if (progress_) {
       progress_(read_, input_bytes_);
     }
   }
 
- private:
   void push(std::string text, bool validation, bool ends_document) {
     Job job;
     job.text = std::move(text);
@@ -283,39 +324,133 @@ class TokenSink {
   ::lamp::detail::StreamingFile& train_;
   ::lamp::detail::StreamingFile& validation_;
   std::vector<Job> jobs_;
+  Batch encoding_;
   size_t pending_bytes_ = 0;
   std::string buffer_;
   bool round_trip_checked_ = false;
 };
 
-std::ifstream open_input(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  TORCH_CHECK(in.good(), kCaller, ": cannot open ", quoted(file), ": ",
-              std::strerror(errno), "; check its permissions.");
-  return in;
+// The sizes of the input files' texts (decompressed), and which of them
+// are guesses (a gzip file's ISIZE) that the reading checks.
+struct InputSizes {
+  std::vector<int64_t> bytes;
+  std::vector<bool> guessed;
+  int64_t total() const {
+    int64_t sum = 0;
+    for (const int64_t b : bytes) {
+      sum += b;
+    }
+    return sum;
+  }
+};
+
+// A guessed size that the file's text did not match: the sizes are counted
+// and the files written again.
+struct SizeGuessMissed {};
+
+// The sizes of `files`' texts: from their headers where these tell
+// (internal::text_size_from_headers(); its guesses only with `guesses`),
+// else counted, decompressed on up to `threads` threads (a folder of
+// shards in parallel). `progress` is called from this thread with the
+// bytes counted so far and a total of -1 as the count starts and every
+// 50 ms until it ends; what it throws stops the count.
+InputSizes text_sizes(const std::vector<std::string>& files, int64_t threads,
+                      bool guesses,
+                      const std::function<void(int64_t, int64_t)>& progress) {
+  InputSizes result;
+  result.bytes.assign(files.size(), 0);
+  result.guessed.assign(files.size(), false);
+  auto& sizes = result.bytes;
+  std::vector<size_t> compressed;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto header = internal::text_size_from_headers(files[i], kCaller);
+    if (header.bytes >= 0 && (header.exact || guesses)) {
+      sizes[i] = header.bytes;
+      result.guessed[i] = !header.exact;
+    } else {
+      compressed.push_back(i);
+    }
+  }
+  if (compressed.empty()) {
+    return result;
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> finished{0};
+  std::atomic<int64_t> counted{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::exception_ptr> errors(files.size());
+  const auto count = [&] {
+    for (size_t k = next++; k < compressed.size() && !stop; k = next++) {
+      const size_t i = compressed[k];
+      try {
+        sizes[i] = internal::text_file_size(files[i], kCaller, &counted, &stop);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        stop = true;
+      }
+      ++finished;
+    }
+  };
+  const auto workers = static_cast<size_t>(
+      std::min<int64_t>(threads, static_cast<int64_t>(compressed.size())));
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < workers; ++w) {
+    pool.emplace_back(count);
+  }
+  std::exception_ptr stopped;
+  // Once as the count starts, then every 50 ms until it ends.
+  for (bool first = true; first || (finished < compressed.size() && !stop);
+       first = false) {
+    if (!first) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    try {
+      if (progress) {
+        progress(counted, -1);
+      }
+    } catch (...) {
+      stopped = std::current_exception();
+      stop = true;
+    }
+  }
+  for (auto& thread : pool) {
+    thread.join();
+  }
+  if (stopped) {
+    std::rethrow_exception(stopped);
+  }
+  for (const auto& error : errors) {
+    if (error) {
+      std::rethrow_exception(error);
+    }
+  }
+  return result;
 }
 
-// Reads up to `size` bytes of `in` (`file`) onto the end of `text`; the
-// number read.
-size_t read_block(std::ifstream& in, const std::string& file, size_t size,
-                  std::string& text) {
-  const size_t old = text.size();
-  text.resize(old + size);
-  in.read(&text[old], static_cast<std::streamsize>(size));
-  const auto got =
-      static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0));
-  text.resize(old + got);
-  TORCH_CHECK(!in.bad(), kCaller, ": reading ", quoted(file),
-              " failed: ", std::strerror(errno), ".");
-  return got;
+// Checks that `in`, read to its end, held the text size measured: a guess
+// that missed starts the writing again with the sizes counted; a size
+// measured that changed is an error.
+void check_text_size(const InputSizes& sizes, size_t i,
+                     const internal::TextReader& in) {
+  if (in.text_bytes() == sizes.bytes[i]) {
+    return;
+  }
+  if (sizes.guessed[i]) {
+    throw SizeGuessMissed{};
+  }
+  TORCH_CHECK(false, kCaller, ": ", quoted(in.path()), " holds ",
+              in.text_bytes(), " bytes of text, not the ", sizes.bytes[i],
+              " it held when measured; it changed while being read. Leave "
+              "the input as it is while token files are written.");
 }
 
 // kOneText: the files' bytes one after the other, split at
 // text_split_point()'s byte, each part encoded as one text (cut only at
 // safe_cut()s).
-void write_one_text(const std::vector<std::string>& files, int64_t total,
-                    double validation_fraction, TokenSink& sink,
-                    TokenFileSummary& summary) {
+void write_one_text(const std::vector<std::string>& files,
+                    const InputSizes& sizes, double validation_fraction,
+                    TokenSink& sink, TokenFileSummary& summary) {
+  const int64_t total = sizes.total();
   int64_t split = internal::text_split_byte(total, validation_fraction);
   bool split_final = false;
   bool train_part = true;
@@ -363,12 +498,13 @@ void write_one_text(const std::vector<std::string>& files, int64_t total,
       searched = std::min(limit, pending.size() - 1) + 1;
     }
   };
-  for (const auto& file : files) {
-    auto in = open_input(file);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& file = files[i];
+    internal::TextReader in(file, kCaller);
     internal::TextCheck check(file, kCaller);
     while (true) {
       const size_t old = pending.size();
-      const size_t got = read_block(in, file, sink.batch_bytes(), pending);
+      const size_t got = in.read(pending, sink.batch_bytes());
       if (got == 0) {
         break;
       }
@@ -377,6 +513,7 @@ void write_one_text(const std::vector<std::string>& files, int64_t total,
       sink.read_up_to(read);
       advance(false);
     }
+    check_text_size(sizes, i, in);
     check.finish();
   }
   advance(true);
@@ -385,21 +522,23 @@ void write_one_text(const std::vector<std::string>& files, int64_t total,
 }
 
 // kFiles: each file a document, in the part its first byte falls in.
-void write_files(const std::vector<std::string>& files, int64_t split,
-                 TokenSink& sink, TokenFileSummary& summary) {
+void write_files(const std::vector<std::string>& files, const InputSizes& sizes,
+                 int64_t split, TokenSink& sink, TokenFileSummary& summary) {
   int64_t offset = 0;
-  for (const auto& file : files) {
-    const auto size =
-        static_cast<int64_t>(internal::regular_file_size(file, kCaller));
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& file = files[i];
+    const int64_t size = sizes.bytes[i];
     const bool validation = offset >= split;
     offset += size;
     sink.read_up_to(offset);
     if (size == 0) {
       continue;
     }
-    auto in = open_input(file);
+    internal::TextReader in(file, kCaller);
     std::string text;
-    read_block(in, file, static_cast<size_t>(size), text);
+    while (in.read(text, static_cast<size_t>(size) + 1) > 0) {
+    }
+    check_text_size(sizes, i, in);
     internal::TextCheck check(file, kCaller);
     check.add(reinterpret_cast<const uint8_t*>(text.data()), text.size());
     check.finish();
@@ -412,14 +551,16 @@ void write_files(const std::vector<std::string>& files, int64_t split,
 
 // kJsonLines: each non-blank line an object whose field `field` is a
 // document, in the part the line's first byte falls in.
-void write_json_lines(const std::vector<std::string>& files, int64_t split,
-                      TokenSink& sink, TokenFileSummary& summary) {
+void write_json_lines(const std::vector<std::string>& files,
+                      const InputSizes& sizes, int64_t split, TokenSink& sink,
+                      TokenFileSummary& summary) {
   int64_t offset = 0;
   std::string line;
-  for (const auto& file : files) {
-    auto in = open_input(file);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& file = files[i];
+    internal::TextReader in(file, kCaller);
     int64_t number = 0;
-    while (std::getline(in, line)) {
+    while (in.getline(line)) {
       ++number;
       const int64_t start = offset;
       offset += static_cast<int64_t>(line.size()) + 1;
@@ -434,13 +575,18 @@ void write_json_lines(const std::vector<std::string>& files, int64_t split,
                          quoted(file) + " line " + std::to_string(number),
                          validation);
     }
-    TORCH_CHECK(!in.bad(), kCaller, ": reading ", quoted(file),
-                " failed: ", std::strerror(errno), ".");
+    check_text_size(sizes, i, in);
+    // The next file's lines start where this one's text ends (a last line
+    // without '\n' counted as if it had one above).
+    offset = std::accumulate(sizes.bytes.begin(),
+                             sizes.bytes.begin() + static_cast<long>(i) + 1,
+                             int64_t{0});
   }
 }
 
-// Makes `folder` where it does not exist; refuses token files in it.
-void prepare_folder(const std::string& folder) {
+// Refuses token files in `folder`, and a folder that cannot be made; makes
+// it, where it does not exist, when `make`.
+void prepare_folder(const std::string& folder, bool make) {
   TORCH_CHECK(!folder.empty(), kCaller,
               ": the output folder is empty; give a folder for train.bin "
               "and val.bin.");
@@ -451,8 +597,8 @@ void prepare_folder(const std::string& folder) {
                 ": the output folder ", quoted(folder),
                 " does not exist, nor does its parent ", quoted(parent),
                 "; make the parent first, or give another folder.");
-    TORCH_CHECK(::mkdir(folder.c_str(), 0777) == 0 || errno == EEXIST, kCaller,
-                ": cannot make the folder ", quoted(folder), ": ",
+    TORCH_CHECK(!make || ::mkdir(folder.c_str(), 0777) == 0 || errno == EEXIST,
+                kCaller, ": cannot make the folder ", quoted(folder), ": ",
                 std::strerror(errno),
                 "; make it writable, or give another folder.");
   } else {
@@ -469,6 +615,68 @@ void prepare_folder(const std::string& folder) {
   }
 }
 
+// write_token_files() with the input's text sizes measured: `base` holds
+// the summary's ids and threads.
+TokenFileSummary write_parts(const std::string& path,
+                             const Tokenizer& tokenizer,
+                             const std::string& folder,
+                             const TokenFileOptions& options,
+                             const std::vector<std::string>& files,
+                             const InputSizes& sizes,
+                             const TokenFileSummary& base) {
+  TokenFileSummary summary = base;
+  const auto documents = options.documents();
+  const double fraction = options.validation_fraction();
+  const int64_t total = sizes.total();
+  TORCH_CHECK(total > 0, kCaller, ": ", quoted(path),
+              " is empty; give a text with some text in it.");
+  prepare_folder(folder, true);
+  summary.train_path = internal::join_path(folder, "train.bin");
+  summary.validation_path = internal::join_path(folder, "val.bin");
+  ::lamp::detail::StreamingFile train(summary.train_path);
+  ::lamp::detail::StreamingFile validation(summary.validation_path);
+  TokenSink sink(tokenizer, options, summary.threads, path, total, summary,
+                 train, validation);
+  const int64_t split = internal::text_split_byte(total, fraction);
+  switch (documents) {
+    case TextDocuments::kOneText:
+      write_one_text(files, sizes, fraction, sink, summary);
+      summary.bytes = total;
+      break;
+    case TextDocuments::kFiles:
+      write_files(files, sizes, split, sink, summary);
+      summary.bytes = total;
+      break;
+    case TextDocuments::kJsonLines:
+      write_json_lines(files, sizes, split, sink, summary);
+      break;
+  }
+  sink.finish();
+  if (documents == TextDocuments::kOneText) {
+    TORCH_CHECK(summary.train_tokens > 0 && summary.validation_tokens > 0,
+                kCaller, ": ", quoted(path), " holds ", total,
+                " bytes, which encode into ", summary.train_tokens,
+                " tokens for training and ", summary.validation_tokens,
+                " for validation; each part needs some. Give a longer "
+                "text.");
+  } else {
+    const int64_t train_documents =
+        summary.documents - summary.validation_documents;
+    TORCH_CHECK(train_documents > 0 && summary.validation_documents > 0,
+                kCaller, ": ", quoted(path), " holds ", summary.documents,
+                " document", summary.documents == 1 ? "" : "s", ", ",
+                train_documents, " for training and ",
+                summary.validation_documents,
+                " for validation (those that start in the last ", fraction,
+                " of its bytes); each part needs one. Give more "
+                "documents, another validation fraction, or the input as "
+                "one text.");
+  }
+  validation.commit();
+  train.commit();
+  return summary;
+}
+
 } // namespace
 
 std::string text_documents_name(TextDocuments documents) {
@@ -481,6 +689,32 @@ std::string text_documents_name(TextDocuments documents) {
       return "jsonl";
   }
   return "unknown";
+}
+
+TextDocuments text_documents_for(const std::string& path) {
+  const auto json_lines = [](const std::string& file) {
+    for (const char* tail :
+         {".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst"}) {
+      const size_t n = std::strlen(tail);
+      if (file.size() > n && file.compare(file.size() - n, n, tail) == 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (internal::path_kind(path) != internal::PathKind::kDirectory) {
+    return json_lines(path) ? TextDocuments::kJsonLines
+                            : TextDocuments::kOneText;
+  }
+  std::vector<std::string> files;
+  try {
+    files = internal::text_files(path, kCaller);
+  } catch (const c10::Error&) {
+    return TextDocuments::kOneText; // write_token_files() says why
+  }
+  return !files.empty() && std::all_of(files.begin(), files.end(), json_lines)
+             ? TextDocuments::kJsonLines
+             : TextDocuments::kOneText;
 }
 
 TokenFileSummary write_token_files(const std::string& path,
@@ -523,61 +757,38 @@ TokenFileSummary write_token_files(const std::string& path,
     summary.end_of_document_id = id;
   }
   const auto files = internal::text_input_files(path, kCaller);
-  int64_t total = 0;
-  for (const auto& file : files) {
-    total += static_cast<int64_t>(internal::regular_file_size(file, kCaller));
-  }
-  TORCH_CHECK(total > 0, kCaller, ": ", quoted(path),
-              " is empty; give a text with some text in it.");
-  prepare_folder(folder);
-  summary.train_path = internal::join_path(folder, "train.bin");
-  summary.validation_path = internal::join_path(folder, "val.bin");
+  prepare_folder(folder, false);
   summary.threads =
       options.threads() > 0
           ? options.threads()
           : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  ::lamp::detail::StreamingFile train(summary.train_path);
-  ::lamp::detail::StreamingFile validation(summary.validation_path);
-  TokenSink sink(tokenizer, options, summary.threads, path, total, summary,
-                 train, validation);
-  const int64_t split = internal::text_split_byte(total, fraction);
-  switch (documents) {
-    case TextDocuments::kOneText:
-      write_one_text(files, total, fraction, sink, summary);
-      summary.bytes = total;
-      break;
-    case TextDocuments::kFiles:
-      write_files(files, split, sink, summary);
-      summary.bytes = total;
-      break;
-    case TextDocuments::kJsonLines:
-      write_json_lines(files, split, sink, summary);
-      break;
+  // A folder made here is removed again where nothing is written into it.
+  struct RemoveIfMade {
+    std::string folder;
+    bool made;
+    bool keep = false;
+    ~RemoveIfMade() {
+      if (made && !keep) {
+        ::rmdir(folder.c_str()); // only where it is empty
+      }
+    }
+  } made{folder, internal::path_kind(folder) == internal::PathKind::kMissing};
+  // A gzip file's size is guessed from its last member's header; where the
+  // text read does not match, the sizes are counted and the files written
+  // again (nothing of the first try is kept).
+  for (bool guesses = true;; guesses = false) {
+    try {
+      const auto sizes =
+          text_sizes(files, summary.threads, guesses, options.progress());
+      auto written =
+          write_parts(path, tokenizer, folder, options, files, sizes, summary);
+      made.keep = true;
+      return written;
+    } catch (const SizeGuessMissed&) {
+      // Counted sizes are never guesses.
+      TORCH_INTERNAL_ASSERT(guesses, "a counted size missed");
+    }
   }
-  sink.flush();
-  if (documents == TextDocuments::kOneText) {
-    TORCH_CHECK(summary.train_tokens > 0 && summary.validation_tokens > 0,
-                kCaller, ": ", quoted(path), " holds ", total,
-                " bytes, which encode into ", summary.train_tokens,
-                " tokens for training and ", summary.validation_tokens,
-                " for validation; each part needs some. Give a longer "
-                "text.");
-  } else {
-    const int64_t train_documents =
-        summary.documents - summary.validation_documents;
-    TORCH_CHECK(train_documents > 0 && summary.validation_documents > 0,
-                kCaller, ": ", quoted(path), " holds ", summary.documents,
-                " document", summary.documents == 1 ? "" : "s", ", ",
-                train_documents, " for training and ",
-                summary.validation_documents,
-                " for validation (those that start in the last ", fraction,
-                " of its bytes); each part needs one. Give more "
-                "documents, another validation fraction, or the input as "
-                "one text.");
-  }
-  validation.commit();
-  train.commit();
-  return summary;
 }
 
 } // namespace data

@@ -83,7 +83,9 @@
       prepare_tokens writes the token files of a text that train_gpt
       trains on, the same number of ids as the text through --tokenizer;
       never over files there; JSON Lines each document ended by
-      <|endoftext|>; a bad JSON line, one document and bad flags refused
+      <|endoftext|>; the same files from the lines gzip-compressed, and
+      the same ids from train_gpt on the text compressed; a bad JSON line,
+      one document and bad flags refused
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
       the Python twin, whose validation loss is the run's
@@ -93,6 +95,7 @@
 """
 
 import array
+import gzip
 import json
 import math
 import os
@@ -1803,6 +1806,24 @@ def prepare_tokens(train_gpt, work, files, prepare):
                         tokenizer_json, "--out", fresh_folder(work, "jsonl")])
     if "20 documents (2 validating), each ended by id 599" not in r.stdout:
         fail(f"JSON Lines: {r.stdout!r}")
+    # The same lines gzip-compressed (--documents auto for .jsonl.gz): the
+    # same files. train_gpt reads a compressed text as the text.
+    with open(lines, "rb") as f, gzip.open(lines + ".gz", "wb") as g:
+        g.write(f.read())
+    r = expect_success([prepare, "--data", lines + ".gz", "--tokenizer",
+                        tokenizer_json, "--out", fresh_folder(work, "jsonl-gz")])
+    if "docs.jsonl.gz' as jsonl" not in r.stdout:
+        fail(f"a .jsonl.gz not read as JSON Lines: {r.stdout!r}")
+    for name in ("train.bin", "val.bin"):
+        if (open(os.path.join(work, "jsonl", name), "rb").read()
+                != open(os.path.join(work, "jsonl-gz", name), "rb").read()):
+            fail(f"the .jsonl.gz gave another {name} than the .jsonl")
+    with open(text, "rb") as f, gzip.open(text + ".gz", "wb") as g:
+        g.write(f.read())
+    r = expect_success(base + ["--data", text + ".gz"])
+    if f"into {train_ids} training and {val_ids} validation tokens" not in r.stdout:
+        fail(f"train_gpt on the gzip text: {r.stdout[:900]!r}")
+    print("  the same files and ids from gzip-compressed input")
     with open(lines, "a") as f:
         f.write('{"text": "cut\n')
     r = run([prepare, "--data", lines, "--tokenizer", tokenizer_json,

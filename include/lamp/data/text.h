@@ -19,13 +19,16 @@ namespace data {
 /// those of its regular files in name order (symbolic links, hidden files
 /// and `fortune`'s index files `*.dat` left out; subfolders not entered),
 /// one after the other. Any byte text is accepted (UTF-8 stays as its
-/// bytes).
+/// bytes). A file compressed with gzip or zstd (known by its first bytes;
+/// zstd where lamp was built with libzstd) gives its text decompressed.
 ///
 /// Throws c10::Error naming the path and the fix when it is missing, is
 /// neither a file nor a folder, is empty (or a folder without a text file),
-/// or looks binary: a NUL byte, or more than 10% of bytes that are control
-/// characters other than tab, newline, carriage return and form feed (the
-/// message gives the offset of the first).
+/// is a damaged or truncated compressed file or one of a format lamp does
+/// not read (xz, bzip2, lz4, zip, 7z, Parquet), or looks binary: a NUL
+/// byte, or more than 10% of bytes that are control characters other than
+/// tab, newline, carriage return and form feed (the message gives the
+/// offset of the first).
 torch::Tensor read_text_bytes(const std::string& path);
 
 /// A text's training and validation data (read_text_windows()).

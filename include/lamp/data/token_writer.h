@@ -51,6 +51,12 @@ enum class TextDocuments {
 /// "one text", "files" or "jsonl": the names programs take.
 std::string text_documents_name(TextDocuments documents);
 
+/// What `path` most likely holds (`prepare_tokens --documents auto`):
+/// kJsonLines for a JSON Lines file by its name (`.jsonl`, or
+/// `.jsonl`/`.json` compressed: `.gz`, `.zst`, as C4 and Dolma ship theirs),
+/// or a folder whose text files all are; else kOneText.
+TextDocuments text_documents_for(const std::string& path);
+
 /// How write_token_files() reads and splits its input.
 struct TokenFileOptions {
   /// What a document is.
@@ -78,8 +84,12 @@ struct TokenFileOptions {
   /// is encoded by one thread, and documents by all of them.
   TORCH_ARG(int64_t, chunk_bytes) = int64_t{1} << 20;
   /// Called after each batch is written with the input's bytes read so far
-  /// and its size (a JSON Lines file's, syntax included). What it throws
-  /// stops the writing (a program's Ctrl-C), and nothing is written.
+  /// and its size (a JSON Lines file's, syntax included; decompressed).
+  /// Before, while compressed input is measured (decompressed once to
+  /// learn its size, where its headers do not give it), called as it
+  /// starts and every 50 ms with the bytes measured so far and a size of
+  /// -1. What it throws stops the writing (a program's Ctrl-C),
+  /// and nothing is written.
   TORCH_ARG(std::function<void(int64_t, int64_t)>, progress) = nullptr;
 };
 
@@ -108,6 +118,15 @@ struct TokenFileSummary {
 /// time (a SentencePiece model's one text whole), encoded on
 /// `options.threads()` threads, and the ids written as they come.
 ///
+/// Files compressed with gzip or zstd (known by their first bytes, not
+/// their names; zstd where lamp was built with libzstd) are read
+/// decompressed, and give the same token files as the files decompressed.
+/// The validation part is measured on the text, whose size comes from the
+/// files' headers where they give it (zstd's frame sizes; gzip's ISIZE,
+/// checked against the text read: where it misses, the files are written
+/// again), else from decompressing the files once first (on
+/// `options.threads()` threads for a folder of them).
+///
 /// Nothing is overwritten, and nothing half-written is left: the files
 /// are written beside their names and renamed into place when both are
 /// whole (val.bin first: a folder is token files once train.bin is there).
@@ -115,7 +134,9 @@ struct TokenFileSummary {
 ///
 /// Throws c10::Error naming the file and the fix, with nothing written,
 /// when: `path` is missing, empty, or binary (read_text_bytes()'s rule;
-/// per file); a JSON line is not an object with a string field of that
+/// per file); a compressed file is damaged or truncated, or in a format
+/// lamp does not read (xz, bzip2, lz4, zip, 7z, Parquet: the message says
+/// how to convert it); a JSON line is not an object with a string field of that
 /// name (its file and line); `folder` holds `train.bin` or `val.bin`
 /// already; a part would be empty (a text too short, documents that all
 /// fall in one part: more documents, or another validation_fraction);

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <numeric>

@@ -7,6 +7,8 @@
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 
+#include <dirent.h>
+
 #include <atomic>
 #include <random>
 #include <string>
@@ -53,6 +55,18 @@ std::string text_of(size_t bytes, uint32_t seed) {
   }
   text.resize(bytes);
   return text;
+}
+
+// The files this process holds open.
+size_t open_files() {
+  size_t n = 0;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (::readdir(dir) != nullptr) {
+      ++n;
+    }
+    ::closedir(dir);
+  }
+  return n;
 }
 
 // All of a file's text through read(), `block` bytes at a time.
@@ -246,6 +260,7 @@ TEST(TextReader, NamesTheFormatsItDoesNotReadAndTheirFix) {
        "a.parquet' is a Parquet file (a table), and lamp reads text and "
        "JSON Lines. Write its text column as JSON Lines first"},
   };
+  const size_t fds = open_files();
   for (const auto& c : cases) {
     const auto path = scratch.write(c.name, c.bytes);
     const auto message = error_of([&] { TextReader(path, kCaller); });
@@ -254,6 +269,8 @@ TEST(TextReader, NamesTheFormatsItDoesNotReadAndTheirFix) {
     const auto read = error_of([&] { lamp::data::read_text_bytes(path); });
     EXPECT_NE(read.find(c.expected), std::string::npos) << read;
   }
+  // A refused file is closed again.
+  EXPECT_EQ(open_files(), fds);
 }
 
 TEST(TextReader, GetlineKeepsLongLinesAndALastLineWithoutItsBreak) {

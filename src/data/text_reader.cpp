@@ -192,9 +192,21 @@ TextReader::TextReader(std::string path, const char* caller)
   file_ = std::fopen(path_.c_str(), "rb");
   TORCH_CHECK(file_ != nullptr, caller_, ": cannot open ", quoted(path_), ": ",
               std::strerror(errno), "; check that it exists and is readable.");
-  read_input();
-  compression_ = compression_of(reinterpret_cast<const uint8_t*>(input_.data()),
-                                input_.size(), path_, caller_);
+  try {
+    read_input();
+    compression_ =
+        compression_of(reinterpret_cast<const uint8_t*>(input_.data()),
+                       input_.size(), path_, caller_);
+    start_codec();
+  } catch (...) {
+    // No destructor runs for a constructor that throws.
+    std::fclose(file_);
+    file_ = nullptr;
+    throw;
+  }
+}
+
+void TextReader::start_codec() {
   if (compression_ == Compression::kNone) {
     return;
   }

@@ -60,6 +60,8 @@ class TextReader {
   int64_t text_bytes() const { return text_bytes_; }
 
  private:
+  // Makes the decompressor of compression_.
+  void start_codec();
   // Up to `capacity` bytes of the text into `dst`; 0 only at its end.
   size_t fill(char* dst, size_t capacity);
   size_t fill_gzip(char* dst, size_t capacity);

@@ -86,18 +86,6 @@ int64_t zstd_content_size(const uint8_t* bytes, size_t size) {
 
 } // namespace
 
-const char* compression_name(Compression compression) {
-  switch (compression) {
-    case Compression::kNone:
-      return "none";
-    case Compression::kGzip:
-      return "gzip";
-    case Compression::kZstd:
-      return "zstd";
-  }
-  return "unknown";
-}
-
 bool zstd_available() {
   return LAMP_WITH_ZSTD != 0;
 }
@@ -496,27 +484,25 @@ int64_t text_file_size(const std::string& path, const char* caller,
                        std::atomic<int64_t>* counted,
                        const std::atomic<bool>* stop) {
   int64_t size = 0;
-  {
-    TextReader reader(path, caller);
-    if (reader.compression() != Compression::kNone) {
-      std::string block;
-      while (stop == nullptr || !stop->load()) {
-        block.clear();
-        const auto got = static_cast<int64_t>(reader.read(block, kBlockBytes));
-        if (got == 0) {
-          break;
-        }
-        size += got;
-        if (counted != nullptr) {
-          *counted += got;
-        }
-      }
-      return size;
+  if (file_compression(path, caller) == Compression::kNone) {
+    size = static_cast<int64_t>(regular_file_size(path, caller));
+    if (counted != nullptr) {
+      *counted += size;
     }
+    return size;
   }
-  size = static_cast<int64_t>(regular_file_size(path, caller));
-  if (counted != nullptr) {
-    *counted += size;
+  TextReader reader(path, caller);
+  std::string block;
+  while (stop == nullptr || !stop->load()) {
+    block.clear();
+    const auto got = static_cast<int64_t>(reader.read(block, kBlockBytes));
+    if (got == 0) {
+      break;
+    }
+    size += got;
+    if (counted != nullptr) {
+      *counted += got;
+    }
   }
   return size;
 }

@@ -18,9 +18,6 @@ namespace internal {
 
 enum class Compression { kNone, kGzip, kZstd };
 
-// "gzip", "zstd", or "none".
-const char* compression_name(Compression compression);
-
 // Whether this lamp reads zstd files (built with libzstd).
 bool zstd_available();
 

@@ -24,6 +24,9 @@ struct Config {
   std::string documents = "auto";
   std::string json_field = "text";
   double val_fraction = 0.1;
+  std::string val_draw = "end";
+  uint64_t val_seed = 0;
+  bool val_seed_given = false;
   std::string end_of_document = "auto";
   int64_t threads = 0;
 };
@@ -62,12 +65,21 @@ int run(const Config& config) {
               "no --data given and Debian's fortunes are not installed "
               "(apt-get install fortunes); give a text, a folder or a "
               ".jsonl file.");
+  TORCH_CHECK(!config.val_seed_given || config.val_draw == "random",
+              "--val-seed seeds the random draw, and the validating "
+              "documents are the input's end (--val-draw ",
+              config.val_draw,
+              "); give --val-draw random as well, or leave out --val-seed.");
   const int64_t threads = cli::use_threads(config.threads);
   const auto tokenizer = lamp::data::Tokenizer::load(config.tokenizer);
   auto options = lamp::data::TokenFileOptions()
                      .documents(documents_of(config))
                      .json_field(config.json_field)
                      .validation_fraction(config.val_fraction)
+                     .validation_draw(config.val_draw == "random"
+                                          ? lamp::data::ValidationDraw::kRandom
+                                          : lamp::data::ValidationDraw::kEnd)
+                     .validation_seed(config.val_seed)
                      .threads(threads);
   if (config.end_of_document == "none") {
     options.end_documents(false);
@@ -120,13 +132,18 @@ int run(const Config& config) {
   std::string documents;
   if (written.end_of_document_id >= 0 ||
       options.documents() != lamp::data::TextDocuments::kOneText) {
-    documents = std::to_string(written.documents) + " documents (" +
-                std::to_string(written.validation_documents) + " validating)" +
-                (written.end_of_document_id >= 0
-                     ? ", each ended by id " +
-                           std::to_string(written.end_of_document_id)
-                     : std::string(", not separated")) +
-                ", ";
+    documents =
+        std::to_string(written.documents) + " documents (" +
+        std::to_string(written.validation_documents) + " validating" +
+        (options.validation_draw() == lamp::data::ValidationDraw::kRandom
+             ? ", drawn with seed " + std::to_string(options.validation_seed())
+             : std::string()) +
+        ")" +
+        (written.end_of_document_id >= 0
+             ? ", each ended by id " +
+                   std::to_string(written.end_of_document_id)
+             : std::string(", not separated")) +
+        ", ";
   }
   cli::print_out(
       "prepare_tokens: %s%s of text into %lld tokens (%.2f bytes a token) in "
@@ -182,10 +199,23 @@ int main(int argc, char** argv) {
                  "the field of each JSON line that holds its text")
       ->capture_default_str();
   app.add_option("--val-fraction", config.val_fraction,
-                 "the share of the input (its end, by bytes) that validates, "
-                 "in (0, 1)")
+                 "the share of the input that validates, in (0, 1): its end "
+                 "by bytes, or of the documents drawn (--val-draw random)")
       ->check(cli::real_in(0, 1, /*lo_open=*/true, /*hi_open=*/true))
       ->capture_default_str();
+  app.add_option("--val-draw", config.val_draw,
+                 "the documents that validate: end (those in the input's "
+                 "last --val-fraction, by bytes) or random (each with "
+                 "probability --val-fraction, drawn from --val-seed; "
+                 "documents only)")
+      ->check(CLI::IsMember({"end", "random"}))
+      ->capture_default_str();
+  auto* val_seed =
+      app.add_option("--val-seed", config.val_seed,
+                     "the random draw's seed (0..2^64-1): the same seed, the "
+                     "same documents")
+          ->check(cli::unsigned_integer())
+          ->capture_default_str();
   app.add_option("--end-of-document", config.end_of_document,
                  "the id after each document (files, jsonl): auto (the "
                  "tokenizer's <|endoftext|>, <|end_of_text|> or </s>), none, "
@@ -215,5 +245,6 @@ int main(int argc, char** argv) {
   if (status >= 0) {
     return status;
   }
+  config.val_seed_given = val_seed->count() > 0;
   return cli::guarded_main("prepare_tokens", [&] { return run(config); });
 }

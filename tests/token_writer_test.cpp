@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -598,6 +599,143 @@ TEST(WriteTokenFiles, CompressedInputGivesTheFilesOfItsText) {
   EXPECT_NE(damaged.find("b.jsonl.gz' is truncated"), std::string::npos)
       << damaged;
   EXPECT_EQ(::access(scratch.path("damaged-out").c_str(), F_OK), -1);
+}
+
+TEST(WriteTokenFiles, DrawsTheValidatingDocumentsAtRandom) {
+  using lamp::data::drawn_for_validation;
+  using lamp::data::ValidationDraw;
+  // SplitMix64's first outputs for seed 0 (Vigna's splitmix64.c:
+  // 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f) are
+  // u = 0.88331, 0.43153, 0.02643: the third document validates at 0.0265,
+  // not at 0.0264.
+  EXPECT_FALSE(drawn_for_validation(0, 0.8833, 0));
+  EXPECT_TRUE(drawn_for_validation(0, 0.8834, 0));
+  EXPECT_FALSE(drawn_for_validation(1, 0.4315, 0));
+  EXPECT_TRUE(drawn_for_validation(1, 0.4316, 0));
+  EXPECT_FALSE(drawn_for_validation(2, 0.0264, 0));
+  EXPECT_TRUE(drawn_for_validation(2, 0.0265, 0));
+  // The documents of 40 that validate at 0.3, computed in Python from the
+  // formula in the header; the last seed wraps around 2^64.
+  const std::vector<std::pair<uint64_t, std::vector<int64_t>>> drawn = {
+      {0, {2, 4, 6, 8, 18, 27, 31, 32, 33, 36, 37}},
+      {2357, {6, 15, 17, 19, 23, 37}},
+      {UINT64_MAX, {2, 7, 9, 10, 12, 14, 17, 18, 23, 24, 29, 30, 36, 37, 38}},
+  };
+  const auto draw = [](uint64_t seed, int64_t n, double fraction) {
+    std::vector<int64_t> validating;
+    for (int64_t d = 0; d < n; ++d) {
+      if (drawn_for_validation(d, fraction, seed)) {
+        validating.push_back(d);
+      }
+    }
+    return validating;
+  };
+  for (const auto& seed_drawn : drawn) {
+    EXPECT_EQ(draw(seed_drawn.first, 40, 0.3), seed_drawn.second)
+        << "seed " << seed_drawn.first;
+  }
+  // About the fraction: 200,000 documents at 0.1 give 20,000 with a
+  // standard deviation of 134; 5 of them allowed.
+  const auto many = static_cast<double>(draw(11, 200000, 0.1).size());
+  EXPECT_NEAR(many, 20000, 5 * 134.2);
+  EXPECT_NE(
+      error_of([] { drawn_for_validation(-1, 0.5, 0); }).find("must be >= 0"),
+      std::string::npos);
+
+  if (!lamp::data::byte_pair_encode_available()) {
+    GTEST_SKIP() << "lamp was built without ICU";
+  }
+  Scratch scratch("random");
+  const Tokenizer gpt2 = BytePairEncoding::load(kFiles + "/tokenizer.json");
+  const int64_t end = gpt2.end_of_text_id();
+  // 40 documents: as JSON Lines in two shards (the second gzip-compressed),
+  // with blank lines that are no documents; and as a folder of files, one
+  // of them empty (no document either).
+  std::vector<std::string> texts, shards(2);
+  for (int k = 0; k < 40; ++k) {
+    texts.push_back(mixed_text(2 + k % 5, 900 + k));
+    shards[k < 25 ? 0 : 1] += (k % 7 == 3 ? "\n  \n" : "") +
+                              std::string("{\"text\": ") +
+                              json_string(texts.back()) + "}\n";
+    scratch.write("files/" + std::to_string(100 + k) + ".txt", texts.back());
+  }
+  scratch.write("files/120a.txt", "");
+  scratch.write("shards/a.jsonl", shards[0]);
+  scratch.write("shards/b.jsonl.gz", lamp_test::gzip(shards[1]));
+  for (const auto& seed_drawn : drawn) {
+    std::vector<int64_t> train, validation;
+    int64_t validation_bytes = 0;
+    for (int64_t k = 0; k < 40; ++k) {
+      const auto& validating = seed_drawn.second;
+      const bool held_out = std::find(validating.begin(), validating.end(),
+                                      k) != validating.end();
+      auto& part = held_out ? validation : train;
+      const auto ids = encoded(gpt2, texts[static_cast<size_t>(k)]);
+      part.insert(part.end(), ids.begin(), ids.end());
+      part.push_back(end);
+      validation_bytes +=
+          held_out ? static_cast<int64_t>(texts[static_cast<size_t>(k)].size())
+                   : 0;
+    }
+    for (const auto documents :
+         {TextDocuments::kJsonLines, TextDocuments::kFiles}) {
+      for (const int64_t threads : {1, 3}) {
+        const auto name = "s" + std::to_string(seed_drawn.first) + "-" +
+                          lamp::data::text_documents_name(documents) + "-" +
+                          std::to_string(threads);
+        const auto written = write_token_files(
+            scratch.path(documents == TextDocuments::kFiles ? "files"
+                                                            : "shards"),
+            gpt2, scratch.path(name),
+            TokenFileOptions()
+                .documents(documents)
+                .validation_fraction(0.3)
+                .validation_draw(ValidationDraw::kRandom)
+                .validation_seed(seed_drawn.first)
+                .chunk_bytes(64)
+                .threads(threads));
+        EXPECT_EQ(ids_in(scratch.path(name + "/train.bin"), 2), train) << name;
+        EXPECT_EQ(ids_in(scratch.path(name + "/val.bin"), 2), validation)
+            << name;
+        EXPECT_EQ(written.documents, 40) << name;
+        EXPECT_EQ(written.validation_documents,
+                  static_cast<int64_t>(seed_drawn.second.size()))
+            << name;
+        EXPECT_EQ(written.validation_bytes, validation_bytes) << name;
+      }
+    }
+  }
+
+  // One text has no documents to draw; a draw that leaves a part empty
+  // names the seed. Nothing is written.
+  const auto random = TokenFileOptions()
+                          .validation_draw(ValidationDraw::kRandom)
+                          .validation_seed(2357);
+  auto message = error_of([&] {
+    write_token_files(scratch.path("files/100.txt"), gpt2, scratch.path("one"),
+                      random);
+  });
+  EXPECT_NE(message.find("a random draw holds out whole documents, and one "
+                         "text has none"),
+            std::string::npos)
+      << message;
+  message = error_of([&] {
+    write_token_files(scratch.path("shards"), gpt2, scratch.path("none"),
+                      TokenFileOptions(random)
+                          .documents(TextDocuments::kJsonLines)
+                          .validation_fraction(0.001));
+  });
+  EXPECT_NE(message.find("40 for training and 0 for validation (each drawn "
+                         "with probability 0.001, seed 2357); each part needs "
+                         "one. Give more documents, another validation "
+                         "fraction or seed"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(scratch.list("one"), std::vector<std::string>{});
+  EXPECT_EQ(scratch.list("none"), std::vector<std::string>{});
+  EXPECT_EQ(lamp::data::validation_draw_name(ValidationDraw::kEnd), "end");
+  EXPECT_EQ(lamp::data::validation_draw_name(ValidationDraw::kRandom),
+            "random");
 }
 
 TEST(WriteTokenFiles, WritesUint32IdsAboveUint16s) {

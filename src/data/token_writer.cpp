@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -520,14 +521,43 @@ void write_one_text(const std::vector<std::string>& files,
   summary.validation_bytes = total - split;
 }
 
-// kFiles: each file a document, in the part its first byte falls in.
+// Which documents validate (kFiles, kJsonLines): those whose first byte is
+// in the input's end, or those drawn.
+struct Holdout {
+  ValidationDraw draw = ValidationDraw::kEnd;
+  int64_t split = 0; // kEnd: the validating end's first byte
+  double fraction = 0;
+  uint64_t seed = 0;
+
+  // Whether the document at place `document` (from 0), whose first byte is
+  // the input's `start`, validates.
+  bool validates(int64_t start, int64_t document) const {
+    return draw == ValidationDraw::kEnd
+               ? start >= split
+               : drawn_for_validation(document, fraction, seed);
+  }
+
+  // How the documents that validate were chosen, for a message.
+  std::string describe() const {
+    std::ostringstream out;
+    if (draw == ValidationDraw::kEnd) {
+      out << "those that start in the last " << fraction << " of its bytes";
+    } else {
+      out << "each drawn with probability " << fraction << ", seed " << seed;
+    }
+    return out.str();
+  }
+};
+
+// kFiles: each file a document, in the part `holdout` gives it.
 void write_files(const std::vector<std::string>& files, const InputSizes& sizes,
-                 int64_t split, TokenSink& sink, TokenFileSummary& summary) {
+                 const Holdout& holdout, TokenSink& sink,
+                 TokenFileSummary& summary) {
   int64_t offset = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     const auto& file = files[i];
     const int64_t size = sizes.bytes[i];
-    const bool validation = offset >= split;
+    const bool validation = holdout.validates(offset, summary.documents);
     offset += size;
     sink.read_up_to(offset);
     if (size == 0) {
@@ -549,10 +579,10 @@ void write_files(const std::vector<std::string>& files, const InputSizes& sizes,
 }
 
 // kJsonLines: each non-blank line an object whose field `field` is a
-// document, in the part the line's first byte falls in.
+// document, in the part `holdout` gives it.
 void write_json_lines(const std::vector<std::string>& files,
-                      const InputSizes& sizes, int64_t split, TokenSink& sink,
-                      TokenFileSummary& summary) {
+                      const InputSizes& sizes, const Holdout& holdout,
+                      TokenSink& sink, TokenFileSummary& summary) {
   int64_t offset = 0;
   std::string line;
   for (size_t i = 0; i < files.size(); ++i) {
@@ -567,7 +597,7 @@ void write_json_lines(const std::vector<std::string>& files,
       if (line.find_first_not_of(" \t\r") == std::string::npos) {
         continue;
       }
-      const bool validation = start >= split;
+      const bool validation = holdout.validates(start, summary.documents);
       ++summary.documents;
       summary.validation_documents += validation ? 1 : 0;
       sink.add_json_line(std::move(line),
@@ -636,18 +666,22 @@ TokenFileSummary write_parts(const std::string& path,
   ::lamp::detail::StreamingFile validation(summary.validation_path);
   TokenSink sink(tokenizer, options, summary.threads, path, total, summary,
                  train, validation);
-  const int64_t split = internal::text_split_byte(total, fraction);
+  Holdout holdout;
+  holdout.draw = options.validation_draw();
+  holdout.split = internal::text_split_byte(total, fraction);
+  holdout.fraction = fraction;
+  holdout.seed = options.validation_seed();
   switch (documents) {
     case TextDocuments::kOneText:
       write_one_text(files, sizes, fraction, sink, summary);
       summary.bytes = total;
       break;
     case TextDocuments::kFiles:
-      write_files(files, sizes, split, sink, summary);
+      write_files(files, sizes, holdout, sink, summary);
       summary.bytes = total;
       break;
     case TextDocuments::kJsonLines:
-      write_json_lines(files, sizes, split, sink, summary);
+      write_json_lines(files, sizes, holdout, sink, summary);
       break;
   }
   sink.finish();
@@ -665,11 +699,12 @@ TokenFileSummary write_parts(const std::string& path,
                 kCaller, ": ", quoted(path), " holds ", summary.documents,
                 " document", summary.documents == 1 ? "" : "s", ", ",
                 train_documents, " for training and ",
-                summary.validation_documents,
-                " for validation (those that start in the last ", fraction,
-                " of its bytes); each part needs one. Give more "
-                "documents, another validation fraction, or the input as "
-                "one text.");
+                summary.validation_documents, " for validation (",
+                holdout.describe(),
+                "); each part needs one. Give more documents, another "
+                "validation fraction",
+                holdout.draw == ValidationDraw::kRandom ? " or seed" : "",
+                ", or the input as one text.");
   }
   validation.commit();
   train.commit();
@@ -677,6 +712,31 @@ TokenFileSummary write_parts(const std::string& path,
 }
 
 } // namespace
+
+std::string validation_draw_name(ValidationDraw draw) {
+  switch (draw) {
+    case ValidationDraw::kEnd:
+      return "end";
+    case ValidationDraw::kRandom:
+      return "random";
+  }
+  return "unknown";
+}
+
+bool drawn_for_validation(int64_t document, double fraction, uint64_t seed) {
+  TORCH_CHECK(document >= 0,
+              "lamp::data::drawn_for_validation: the "
+              "document's place must be >= 0, got ",
+              document, ".");
+  // SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number
+  // generators", OOPSLA 2014): its output number document + 1.
+  uint64_t z = seed + (static_cast<uint64_t>(document) + 1) *
+                          UINT64_C(0x9E3779B97F4A7C15);
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53 < fraction;
+}
 
 std::string text_documents_name(TextDocuments documents) {
   switch (documents) {
@@ -733,6 +793,12 @@ TokenFileSummary write_token_files(const std::string& path,
               ": the JSON field is empty; name the field that holds each "
               "line's text.");
   const auto documents = options.documents();
+  TORCH_CHECK(options.validation_draw() != ValidationDraw::kRandom ||
+                  documents != TextDocuments::kOneText,
+              kCaller,
+              ": a random draw holds out whole documents, and one text has "
+              "none; read the input as documents (--documents files or "
+              "jsonl), or hold out its end (--val-draw end).");
   TokenFileSummary summary;
   summary.vocab_size = tokenizer.vocab_size();
   summary.id_bytes = token_id_bytes(summary.vocab_size);

@@ -84,8 +84,9 @@
       trains on, the same number of ids as the text through --tokenizer;
       never over files there; JSON Lines each document ended by
       <|endoftext|>; the same files from the lines gzip-compressed, and
-      the same ids from train_gpt on the text compressed; a bad JSON line,
-      one document and bad flags refused
+      the same ids from train_gpt on the text compressed; the documents
+      drawn at random those of the formula; a bad JSON line, one document,
+      a random draw of one text and bad flags refused
   check_gpt.py export TRAIN_GPT WORK_DIR PYTHON INTEROP_PY
       --export-state-dict in nanoGPT's and Hugging Face's layouts loads into
       the Python twin, whose validation loss is the run's
@@ -1806,6 +1807,44 @@ def prepare_tokens(train_gpt, work, files, prepare):
                         tokenizer_json, "--out", fresh_folder(work, "jsonl")])
     if "20 documents (2 validating), each ended by id 599" not in r.stdout:
         fail(f"JSON Lines: {r.stdout!r}")
+    # Drawn at random: the documents SplitMix64 draws (the formula in
+    # token_writer.h, computed here), each with the ids it has above.
+    def ids(path):
+        a = array.array("H")
+        with open(path, "rb") as f:
+            a.frombytes(f.read())
+        return list(a)
+    docs, doc = [], []
+    for i in (ids(os.path.join(work, "jsonl", "train.bin"))
+              + ids(os.path.join(work, "jsonl", "val.bin"))):
+        doc.append(i)
+        if i == 599:
+            docs.append(doc)
+            doc = []
+    mask = (1 << 64) - 1
+    def drawn(k, fraction, seed):
+        z = (seed + (k + 1) * 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        z ^= z >> 31
+        return (z >> 11) / 2.0**53 < fraction
+    drawn_docs = [k for k in range(20) if drawn(k, 0.3, 2357)]
+    folder = fresh_folder(work, "jsonl-random")
+    r = expect_success([prepare, "--data", lines, "--tokenizer",
+                        tokenizer_json, "--out", folder, "--val-draw",
+                        "random", "--val-fraction", "0.3", "--val-seed",
+                        "2357"])
+    if (f"20 documents ({len(drawn_docs)} validating, drawn with seed 2357)"
+            not in r.stdout):
+        fail(f"a random draw: {r.stdout!r}")
+    for name, wanted in (
+            ("train.bin", [k for k in range(20) if k not in drawn_docs]),
+            ("val.bin", drawn_docs)):
+        if ids(os.path.join(folder, name)) != sum((docs[k] for k in wanted),
+                                                  []):
+            fail(f"a random draw: {name} does not hold documents {wanted}")
+    print(f"  drawn at random: documents {drawn_docs} validate, as the "
+          "formula draws them")
     # The same lines gzip-compressed (--documents auto for .jsonl.gz): the
     # same files. train_gpt reads a compressed text as the text.
     with open(lines, "rb") as f, gzip.open(lines + ".gz", "wb") as g:
@@ -1836,8 +1875,22 @@ def prepare_tokens(train_gpt, work, files, prepare):
              fresh_folder(work, "one"), "--documents", "files"])
     if r.returncode != 1 or "holds 1 document, 1 for training" not in r.stderr:
         fail(f"one document: exit {r.returncode}, {r.stderr!r}")
+    r = run([prepare, "--data", lines, "--tokenizer", tokenizer_json,
+             "--out", fresh_folder(work, "seed"), "--val-seed", "3"])
+    if (r.returncode != 1
+            or "give --val-draw random as well, or leave out --val-seed"
+            not in r.stderr):
+        fail(f"--val-seed without --val-draw random: exit {r.returncode}, "
+             f"{r.stderr!r}")
+    r = run([prepare, "--data", text, "--tokenizer", tokenizer_json, "--out",
+             fresh_folder(work, "one-random"), "--val-draw", "random"])
+    if r.returncode != 1 or "one text has none" not in r.stderr:
+        fail(f"one text drawn at random: exit {r.returncode}, {r.stderr!r}")
     for flags, wanted in ((["--end-of-document", "eot"],
                            "'eot' is not auto, none or an id"),
+                          (["--val-draw", "first"], "--val-draw"),
+                          (["--val-draw", "random", "--val-seed", "-1"],
+                           "--val-seed"),
                           (["--val-fraction", "1"], "--val-fraction"),
                           ([], "--out is required")):
         r = run([prepare, "--data", text, "--tokenizer", tokenizer_json]

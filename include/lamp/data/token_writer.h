@@ -48,6 +48,35 @@ enum class TextDocuments {
   kJsonLines,
 };
 
+/// Which documents write_token_files() holds out to validate.
+enum class ValidationDraw {
+  /// Those that start in the last TokenFileOptions::validation_fraction of
+  /// the input's bytes: the end of the input, the same every run.
+  kEnd,
+  /// Each document on its own, with probability validation_fraction, drawn
+  /// from TokenFileOptions::validation_seed and the document's place
+  /// (drawn_for_validation()): a held-out share spread over the whole
+  /// input, as nanoGPT draws OpenWebText's at random, the same for a seed
+  /// however many threads encode. Documents only (kFiles, kJsonLines).
+  kRandom,
+};
+
+/// "end" or "random": the names programs take.
+std::string validation_draw_name(ValidationDraw draw);
+
+/// Whether the random draw (ValidationDraw::kRandom) holds out the
+/// document at `document` (0 for the input's first, counting documents
+/// only: no blank JSON line nor empty file) for validation, with
+/// probability `fraction` and seed `seed`: u < fraction, where u in [0, 1)
+/// is the top 53 bits of SplitMix64's output number `document` + 1 for the
+/// seed (the generator of Java's SplittableRandom; z = seed + (document +
+/// 1) * 0x9E3779B97F4A7C15, z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9,
+/// z = (z ^ z >> 27) * 0x94D049BB133111EB, z ^= z >> 31, u = (z >> 11) /
+/// 2^53, all modulo 2^64). Each document is drawn on its own, so about
+/// `fraction` of them validate (binomially: for 8,013,769 documents and
+/// 0.0005, 4,007 give or take 63); a script can draw the same ones.
+bool drawn_for_validation(int64_t document, double fraction, uint64_t seed);
+
 /// "one text", "files" or "jsonl": the names programs take.
 std::string text_documents_name(TextDocuments documents);
 
@@ -61,10 +90,16 @@ TextDocuments text_documents_for(const std::string& path);
 struct TokenFileOptions {
   /// What a document is.
   TORCH_ARG(TextDocuments, documents) = TextDocuments::kOneText;
-  /// The share of the input, by bytes, that validates: its end (the
-  /// documents that start in it, for kFiles and kJsonLines, as nanoGPT
-  /// holds out whole documents). In (0, 1).
+  /// The share of the input that validates, in (0, 1): by bytes, its end
+  /// (the documents that start in it, for kFiles and kJsonLines, as
+  /// nanoGPT holds out whole documents); or, drawn at random, by
+  /// documents (validation_draw).
   TORCH_ARG(double, validation_fraction) = 0.1;
+  /// Which documents validate: the input's end (kEnd), or drawn at random
+  /// (kRandom; documents only).
+  TORCH_ARG(ValidationDraw, validation_draw) = ValidationDraw::kEnd;
+  /// The random draw's seed: the same seed, the same documents held out.
+  TORCH_ARG(uint64_t, validation_seed) = 0;
   /// The field of each JSON line that holds its text (kJsonLines).
   TORCH_ARG(std::string, json_field) = "text";
   /// Whether an id follows each document (kFiles, kJsonLines), as nanoGPT
@@ -140,8 +175,8 @@ struct TokenFileSummary {
 /// name (its file and line); `folder` holds `train.bin` or `val.bin`
 /// already; a part would be empty (a text too short, documents that all
 /// fall in one part: more documents, or another validation_fraction);
-/// documents are ended but the tokenizer has no end-of-text id and none
-/// is given, or the one given is not below its vocabulary; an option is
+/// a random draw of one text (it has no documents to draw); documents
+/// are ended but the tokenizer has no end-of-text id and none is given, or the one given is not below its vocabulary; an option is
 /// out of its range; or a write fails (the system's reason).
 TokenFileSummary write_token_files(
     const std::string& path, const Tokenizer& tokenizer,

@@ -576,6 +576,40 @@ TEST(WriteTokenFiles, CompressedInputGivesTheFilesOfItsText) {
               std::vector<std::string>{});
   };
   stopped(inputs[1], scratch.path("stopped"));
+  // The last member's size, the guess, is outgrown before the file's end:
+  // the files are written again from there, and no batch is written past
+  // the guess (progress never reports more bytes read than the size it
+  // reports). The guess is the last 60% of the text, at least the file's
+  // size; one text reports the guess in its first try.
+  for (const bool one_text : {false, true}) {
+    const auto& whole = one_text ? text : lines;
+    const auto cut = whole.size() * 2 / 5;
+    const auto input =
+        scratch.write(one_text ? "big-last.txt.gz" : "big-last.jsonl.gz",
+                      gzip(whole.substr(0, cut)) + gzip(whole.substr(cut)));
+    ASSERT_GE(whole.size() - cut, read(input).size());
+    const auto out = scratch.path(one_text ? "big-last" : "big-last-jsonl");
+    std::vector<std::pair<int64_t, int64_t>> reported;
+    write_token_files(input, gpt2, out,
+                      TokenFileOptions(one_text ? one : jsonl)
+                          .progress([&](int64_t done, int64_t total) {
+                            reported.emplace_back(done, total);
+                          }));
+    EXPECT_EQ(files_in(out),
+              files_in(scratch.path(one_text ? "text" : "plain")))
+        << input;
+    bool guessed = false;
+    for (const auto& call : reported) {
+      EXPECT_TRUE(call.second < 0 || call.first <= call.second)
+          << input << ": " << call.first << " bytes read of " << call.second;
+      guessed |= call.second == static_cast<int64_t>(whole.size() - cut);
+    }
+    EXPECT_TRUE(guessed || !one_text) << "the guess was not taken";
+    EXPECT_EQ(reported.back(),
+              std::make_pair(static_cast<int64_t>(whole.size()),
+                             static_cast<int64_t>(whole.size())))
+        << input;
+  }
 #if LAMP_TEST_EXPECT_ZSTD
   // A zstd stream without its size is counted first, before the output
   // folder is made.

@@ -427,6 +427,16 @@ InputSizes text_sizes(const std::vector<std::string>& files, int64_t threads,
   return result;
 }
 
+// Stops the writing as soon as `in`'s text outgrows a guessed size (the
+// last of several gzip members' ISIZE, which is less than the whole text),
+// rather than at the file's end: the files are written again sooner.
+void check_within_guess(const InputSizes& sizes, size_t i,
+                        const internal::TextReader& in) {
+  if (sizes.guessed[i] && in.text_bytes() > sizes.bytes[i]) {
+    throw SizeGuessMissed{};
+  }
+}
+
 // Checks that `in`, read to its end, held the text size measured: a guess
 // that missed starts the writing again with the sizes counted; a size
 // measured that changed is an error.
@@ -508,6 +518,7 @@ void write_one_text(const std::vector<std::string>& files,
       if (got == 0) {
         break;
       }
+      check_within_guess(sizes, i, in);
       check.add(reinterpret_cast<const uint8_t*>(pending.data()) + old, got);
       read += static_cast<int64_t>(got);
       sink.read_up_to(read);
@@ -566,6 +577,7 @@ void write_files(const std::vector<std::string>& files, const InputSizes& sizes,
     internal::TextReader in(file, kCaller);
     std::string text;
     while (in.read(text, static_cast<size_t>(size) + 1) > 0) {
+      check_within_guess(sizes, i, in);
     }
     check_text_size(sizes, i, in);
     internal::TextCheck check(file, kCaller);
@@ -590,6 +602,7 @@ void write_json_lines(const std::vector<std::string>& files,
     internal::TextReader in(file, kCaller);
     int64_t number = 0;
     while (in.getline(line)) {
+      check_within_guess(sizes, i, in);
       ++number;
       const int64_t start = offset;
       offset += static_cast<int64_t>(line.size()) + 1;

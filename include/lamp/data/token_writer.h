@@ -158,8 +158,8 @@ struct TokenFileSummary {
 /// decompressed, and give the same token files as the files decompressed.
 /// The validation part is measured on the text, whose size comes from the
 /// files' headers where they give it (zstd's frame sizes; gzip's ISIZE,
-/// checked against the text read: where it misses, the files are written
-/// again), else from decompressing the files once first (on
+/// checked against the text read: where the text outgrows it, the writing
+/// stops there and starts again with the size counted), else from decompressing the files once first (on
 /// `options.threads()` threads for a folder of them).
 ///
 /// Nothing is overwritten, and nothing half-written is left: the files

@@ -246,6 +246,161 @@ TEST(BytePairSplit, TheSplitsDifferWhereTheirPatternsDo) {
             (Pieces{"\xC3\n", "\xE6\x97"}));
 }
 
+// Lines of what the splits treat apart around line breaks: CJK letters and
+// punctuation, digits, marks, emoji, slashes, contractions, Unicode's white
+// space (U+00A0, U+3000, U+0085, U+2028) before and after breaks, CRLF,
+// runs of breaks and spaces, and bytes that begin no character.
+std::string lines_around_breaks(int lines, uint32_t seed) {
+  static const char* starts[] = {
+      "\xe4\xb8\xad\xe6\x96\x87", // 中文
+      "\xe3\x80\x8c",             // 「
+      "\xe3\x83\xbb",             // ・ (Katakana's middle dot, punctuation)
+      "\xcc\x81"
+      "a", // a combining mark, then a letter
+      "12",
+      "1234",
+      "-",
+      "* item",
+      "/x",
+      "//",
+      "'s",
+      "'ll",
+      "Word",
+      "word",
+      "\xf0\x9f\x98\x80",
+      " x",
+      "  y",
+      "\t",
+      "\xc2\xa0"
+      "a",
+      "\xe3\x80\x80"
+      "b",
+      "\xc2\x85"
+      "c",
+      "\xe2\x80\xa8"
+      "d",
+      "\xff"
+      "e",
+      "\xe6\x97",
+      "(",
+      "\"q\"",
+      "\r",
+      "\n"};
+  static const char* ends[] = {"\xe3\x80\x82", // 。
+                               "\xe6\x96\x87", // 文
+                               ".",
+                               "!",
+                               "a",
+                               "Z",
+                               "9",
+                               "\xcc\x81",
+                               "/",
+                               "\xf0\x9f\x98\x80",
+                               " ",
+                               "  ",
+                               "\xc2\xa0",
+                               "\xe3\x80\x80",
+                               "\xc2\x85",
+                               "\xe2\x80\xa8",
+                               "\r",
+                               "\xff",
+                               "\xe6\x97",
+                               "\xe3\x80\x80\x80",
+                               "'s"};
+  static const char* breaks[] = {"\n", "\n", "\n", "\r\n", "\n\n", "\n \n"};
+  std::mt19937 random(seed);
+  const auto pick = [&random](size_t n) {
+    return static_cast<size_t>(random() % static_cast<uint32_t>(n));
+  };
+  std::string text;
+  for (int line = 0; line < lines; ++line) {
+    text += starts[pick(sizeof(starts) / sizeof(starts[0]))];
+    text += pick(3) == 0 ? " and more" : "";
+    text += ends[pick(sizeof(ends) / sizeof(ends[0]))];
+    text += breaks[pick(sizeof(breaks) / sizeof(breaks[0]))];
+  }
+  return text;
+}
+
+// Where byte_pair_cut_is_safe() says a text may be cut, every split gives
+// the whole text's pieces from the two parts: the pieces before the cut
+// from the first, those after from the second. The places it refuses are
+// needed: each is shown breaking a split.
+TEST(BytePairSplit, ASafeCutGivesTheWholeTextsPieces) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  using lamp::data::BytePairSplit;
+  using lamp::data::detail::byte_pair_cut_is_safe;
+  using Pieces = std::vector<std::string>;
+  const auto text = lines_around_breaks(600, 5);
+  size_t cuts = 0;
+  size_t breaks_refused = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (!byte_pair_cut_is_safe(text, i)) {
+      breaks_refused += i > 0 && i < text.size() && text[i - 1] == '\n';
+      continue;
+    }
+    ++cuts;
+    for (const auto split : {BytePairSplit::kGpt2, BytePairSplit::kCl100k,
+                             BytePairSplit::kLlama3, BytePairSplit::kO200k}) {
+      Pieces whole_before, whole_after;
+      size_t at = 0;
+      for (const auto& piece : pieces(text, split)) {
+        (at < i ? whole_before : whole_after).push_back(piece);
+        at += piece.size();
+        ASSERT_TRUE(at <= i || at - piece.size() >= i)
+            << "a piece of the whole text crosses the cut at byte " << i
+            << " (split " << lamp::data::byte_pair_split_name(split) << ")";
+      }
+      EXPECT_EQ(pieces(text.substr(0, i), split), whole_before)
+          << "the cut at byte " << i << ", split "
+          << lamp::data::byte_pair_split_name(split);
+      EXPECT_EQ(pieces(text.substr(i), split), whole_after)
+          << "the cut at byte " << i << ", split "
+          << lamp::data::byte_pair_split_name(split);
+    }
+  }
+  // 125 of the 790 breaks can be cut after (seed 5): the lines mostly end
+  // or start with white space, or are runs of breaks, to try the refusals.
+  EXPECT_GT(cuts, 100u) << breaks_refused;
+  EXPECT_GT(breaks_refused, 500u) << cuts;
+
+  // Lines that start with CJK letters or punctuation, digits, marks, list
+  // items: cut. After white space, CRLF, and before white space or a
+  // slash: not.
+  EXPECT_TRUE(byte_pair_cut_is_safe("\xe6\x96\x87\n\xe4\xb8\xad", 4));
+  EXPECT_TRUE(byte_pair_cut_is_safe("\xe3\x80\x82\n\xe3\x80\x8c", 4));
+  EXPECT_TRUE(byte_pair_cut_is_safe("a\n12", 2));
+  EXPECT_TRUE(byte_pair_cut_is_safe("a\n- item", 2));
+  EXPECT_TRUE(byte_pair_cut_is_safe("a\xcc\x81\n\xcc\x81", 4));
+  EXPECT_TRUE(byte_pair_cut_is_safe("\xff\n\xff", 2));
+  EXPECT_TRUE(byte_pair_cut_is_safe("\xe3\x80\x80\x80\nb", 5)); // a stray byte
+  EXPECT_FALSE(byte_pair_cut_is_safe("a\r\nb", 3));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a \nb", 3));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a\xe3\x80\x80\nb", 5));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a\xc2\x85\nb", 4));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a\n b", 2));
+  EXPECT_FALSE(
+      byte_pair_cut_is_safe("a\n\xe3\x80\x80"
+                            "b",
+                            2));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a!\n/b", 3));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a\nb", 0));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a\n", 2));
+  // Why: o200k_base's punctuation takes the slash after a break; GPT-2's
+  // white space before a break ends with it only at the text's end; CRLF
+  // likewise.
+  EXPECT_EQ(pieces("!\n/b", BytePairSplit::kO200k), (Pieces{"!\n/", "b"}));
+  EXPECT_EQ(pieces("a\xe3\x80\x80\nb", BytePairSplit::kGpt2),
+            (Pieces{"a", "\xe3\x80\x80", "\n", "b"}));
+  EXPECT_EQ(pieces("a\xe3\x80\x80\n", BytePairSplit::kGpt2),
+            (Pieces{"a", "\xe3\x80\x80\n"}));
+  EXPECT_EQ(pieces("a\r\nb", BytePairSplit::kGpt2),
+            (Pieces{"a", "\r", "\n", "b"}));
+  EXPECT_EQ(pieces("a\r\n", BytePairSplit::kGpt2), (Pieces{"a", "\r\n"}));
+}
+
 // The other splits' tokenizers give Python's ids: cl100k_base's pattern
 // from a tiktoken file (tiktoken's ids), Llama 3's from Hugging Face's
 // tokenizer.json (which names it) and from the same tokens in tiktoken's

@@ -90,9 +90,13 @@ std::string mixed_text(int lines, uint32_t seed) {
                                 "...",
                                 "naïve",
                                 "Über",
-                                "a1b2"};
-  static const char* ends[] = {".\n",  "\n",    "  \n", "\n\n", ",\n",
-                               "\r\n", " \n\n", "!\n/", "\t\n", "\n   "};
+                                "a1b2",
+                                "\xe3\x80\x82",
+                                "- item"};
+  static const char* ends[] = {
+      ".\n",  "\n",    "  \n",           "\n\n",
+      ",\n",  "\r\n",  " \n\n",          "!\n/",
+      "\t\n", "\n   ", "\xe3\x80\x80\n", "\xe3\x80\x82\n"};
   std::mt19937 random(seed);
   const auto pick = [&random](int n) {
     return static_cast<int>(random() % static_cast<uint32_t>(n));
@@ -293,14 +297,14 @@ TEST(WriteTokenFiles, KeepsATextWithoutAPlaceToCutWhole) {
   if (!lamp::data::byte_pair_encode_available()) {
     GTEST_SKIP() << "lamp was built without ICU";
   }
-  // Lines that start with CJK letters, digits or spaces: nowhere to cut
-  // for the threads, so each part is encoded whole.
+  // Lines that end in CRLF or white space, or start with spaces: nowhere
+  // to cut for the threads, so each part is encoded whole.
   Scratch scratch("whole");
   std::string text;
   for (int k = 0; k < 3000; ++k) {
-    text += k % 3 == 0   ? "\xe4\xb8\xad\xe6\x96\x87 text\n"
-            : k % 3 == 1 ? "12 items\n"
-                         : "  indented\n";
+    text += k % 3 == 0   ? "\xe4\xb8\xad\xe6\x96\x87 text\r\n"
+            : k % 3 == 1 ? "12 items\xe3\x80\x80\n"
+                         : "  indented \n";
   }
   const Tokenizer gpt2 = BytePairEncoding::load(kFiles + "/tokenizer.json");
   write_token_files(scratch.write("text.txt", text), gpt2, scratch.path("out"),

@@ -358,6 +358,25 @@ bool byte_pair_split_available() {
   return true;
 }
 
+bool byte_pair_cut_is_safe(const std::string& text, size_t i) {
+  if (i < 2 || i >= text.size() || text[i - 1] != '\n' || text[i] == '/' ||
+      character_at(text, i).cls == Class::kSpace) {
+    return false;
+  }
+  // The character before the break, from its last byte back to the byte
+  // that begins it. Where that does not end at the break, text[i - 2] ends
+  // no well-formed character: the split takes it as one of its own, of
+  // punctuation's kind.
+  size_t start = i - 2;
+  for (int k = 0; k < 3 && start > 0 &&
+                  (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80;
+       ++k) {
+    --start;
+  }
+  const auto before = character_at(text, start);
+  return start + before.bytes != i - 1 || before.cls != Class::kSpace;
+}
+
 void byte_pair_split(const std::string& text, BytePairSplit split,
                      const std::function<void(size_t, size_t)>& piece) {
   TORCH_INTERNAL_ASSERT(split != BytePairSplit::kAuto,
@@ -389,6 +408,12 @@ void byte_pair_split(const std::string& text, BytePairSplit split,
 #else
 
 bool byte_pair_split_available() {
+  return false;
+}
+
+bool byte_pair_cut_is_safe(const std::string& text, size_t i) {
+  (void)text;
+  (void)i;
   return false;
 }
 

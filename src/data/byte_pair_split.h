@@ -45,6 +45,20 @@ bool byte_pair_split_available();
 void byte_pair_split(const std::string& text, BytePairSplit split,
                      const std::function<void(size_t, size_t)>& piece);
 
+// Whether every split starts a piece at text[i] whatever follows, with the
+// pieces of text[0, i) those of the whole text before i, so that encoding
+// text[0, i) and text[i, n) apart gives the whole's ids: text[i - 1] is a
+// line break ('\n') after a character that is not white space, and text[i]
+// begins a character that is neither white space nor '/'. Why: no pattern
+// lets a line break lead a piece of letters, digits or punctuation, so the
+// break ends the piece it is in; that piece is the break alone (no white
+// space before it) or, for cl100k_base's, Llama 3's and o200k_base's
+// punctuation, the punctuation before it with the line breaks (and, for
+// o200k_base's, slashes) after it: text[i] is neither; and at the text's
+// end a lone break is one piece as before a character that is not white
+// space. False where lamp was built without ICU.
+bool byte_pair_cut_is_safe(const std::string& text, size_t i);
+
 } // namespace detail
 } // namespace data
 } // namespace lamp

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/byte_pair_split.h"
 #include "data/files.h"
 #include "data/round_trip.h"
 #include "data/text_reader.h"
@@ -36,26 +37,13 @@ using internal::quoted;
 
 constexpr const char* kCaller = "lamp::data::write_token_files";
 
-bool ascii_letter(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-bool visible_ascii(char c) {
-  return c >= 0x21 && c <= 0x7E;
-}
-
-// Whether every byte-level BPE split lamp has (BytePairSplit) starts a
-// piece at text[i], so that encoding text[0, i) and text[i, n) on their own
-// gives the ids of the whole: a line break between a visible ASCII
-// character and an ASCII letter. In each pattern a piece that holds a line
-// break ends with it (`\s+`, `\s*[\r\n]+`, punctuation's `[\r\n]*`), a
-// letter's piece may be led by one character but never by a line break,
-// and the break alone is its run of white space, so the text's end after
-// it (`\s+(?!\S)`, `\s++$`, Llama 3's rule for white space that ends the
-// text) takes the same piece as the letter after it does.
+// Whether every byte-level BPE split lamp has starts a piece at text[i],
+// so that encoding text[0, i) and text[i, n) on their own gives the ids of
+// the whole: a line break after a character that is not white space, before
+// one that is neither white space nor '/' (detail::byte_pair_cut_is_safe(),
+// which says why).
 bool safe_cut(const std::string& text, size_t i) {
-  return i >= 2 && i < text.size() && text[i - 1] == '\n' &&
-         ascii_letter(text[i]) && visible_ascii(text[i - 2]);
+  return detail::byte_pair_cut_is_safe(text, i);
 }
 
 // The last safe_cut() in text[from, limit], or 0 where there is none.
@@ -496,8 +484,9 @@ void write_one_text(const std::vector<std::string>& files,
     }
     const size_t limit =
         train_part ? static_cast<size_t>(split - consumed) : pending.size();
-    // Each byte searched once: a text without a place to cut (lines that
-    // do not start with an ASCII letter) is kept whole, not searched again.
+    // Each byte searched once: a text without a place to cut (every line
+    // ends in white space or starts with it) is kept whole, not searched
+    // again.
     const size_t cut = last_safe_cut(pending, searched, limit);
     if (cut > 0) {
       sink.add(pending.substr(0, cut), !train_part, false);

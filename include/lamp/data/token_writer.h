@@ -113,7 +113,7 @@ struct TokenFileOptions {
   TORCH_ARG(int64_t, threads) = 0;
   /// The size of the pieces a byte-level BPE's text is cut into for the
   /// threads: each cut is where the split surely starts a piece (a line
-  /// break between a visible ASCII character and an ASCII letter), so the
+  /// break with no white space on either side and no '/' after it), so the
   /// ids are those of the whole text. A SentencePiece model's text is not
   /// cut (its encoding of a piece may differ from the whole's): one text
   /// is encoded by one thread, and documents by all of them.

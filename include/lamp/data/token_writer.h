@@ -159,8 +159,9 @@ struct TokenFileSummary {
 /// The validation part is measured on the text, whose size comes from the
 /// files' headers where they give it (zstd's frame sizes; gzip's ISIZE,
 /// checked against the text read: where the text outgrows it, the writing
-/// stops there and starts again with the size counted), else from decompressing the files once first (on
-/// `options.threads()` threads for a folder of them).
+/// stops there and starts again with the size counted), else from
+/// decompressing the files once first (on `options.threads()` threads for
+/// a folder of them).
 ///
 /// Nothing is overwritten, and nothing half-written is left: the files
 /// are written beside their names and renamed into place when both are
@@ -176,8 +177,9 @@ struct TokenFileSummary {
 /// already; a part would be empty (a text too short, documents that all
 /// fall in one part: more documents, or another validation_fraction);
 /// a random draw of one text (it has no documents to draw); documents
-/// are ended but the tokenizer has no end-of-text id and none is given, or the one given is not below its vocabulary; an option is
-/// out of its range; or a write fails (the system's reason).
+/// are ended but the tokenizer has no end-of-text id and none is given,
+/// or the one given is not below its vocabulary; an option is out of its
+/// range; or a write fails (the system's reason).
 TokenFileSummary write_token_files(
     const std::string& path, const Tokenizer& tokenizer,
     const std::string& folder,

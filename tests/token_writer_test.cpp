@@ -771,9 +771,6 @@ TEST(WriteTokenFiles, DrawsTheValidatingDocumentsAtRandom) {
       << message;
   EXPECT_EQ(scratch.list("one"), std::vector<std::string>{});
   EXPECT_EQ(scratch.list("none"), std::vector<std::string>{});
-  EXPECT_EQ(lamp::data::validation_draw_name(ValidationDraw::kEnd), "end");
-  EXPECT_EQ(lamp::data::validation_draw_name(ValidationDraw::kRandom),
-            "random");
 }
 
 TEST(WriteTokenFiles, WritesUint32IdsAboveUint16s) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "data/split_mix.h"
 #include "lamp/platform/out_of_memory.h"
 
 namespace lamp {
@@ -17,12 +18,9 @@ namespace {
 
 // Independent streams for the order and for each batch's augmentation, all
 // derived from (seed, epoch[, batch]) with a 64-bit mix (SplitMix64's
-// finaliser), so nothing depends on how many numbers were drawn before.
+// output), so nothing depends on how many numbers were drawn before.
 uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return detail::split_mix64(x);
 }
 
 at::Generator generator_for(uint64_t seed, int64_t epoch, int64_t stream) {

@@ -16,7 +16,6 @@
 #include <functional>
 #include <memory>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,6 +24,7 @@
 #include "data/byte_pair_split.h"
 #include "data/files.h"
 #include "data/round_trip.h"
+#include "data/split_mix.h"
 #include "data/text_reader.h"
 #include "lamp/data/tokens.h"
 #include "platform/checkpoint_io.h"
@@ -539,13 +539,11 @@ struct Holdout {
 
   // How the documents that validate were chosen, for a message.
   std::string describe() const {
-    std::ostringstream out;
-    if (draw == ValidationDraw::kEnd) {
-      out << "those that start in the last " << fraction << " of its bytes";
-    } else {
-      out << "each drawn with probability " << fraction << ", seed " << seed;
-    }
-    return out.str();
+    return draw == ValidationDraw::kEnd
+               ? c10::str("those that start in the last ", fraction,
+                          " of its bytes")
+               : c10::str("each drawn with probability ", fraction, ", seed ",
+                          seed);
   }
 };
 
@@ -715,28 +713,15 @@ TokenFileSummary write_parts(const std::string& path,
 
 } // namespace
 
-std::string validation_draw_name(ValidationDraw draw) {
-  switch (draw) {
-    case ValidationDraw::kEnd:
-      return "end";
-    case ValidationDraw::kRandom:
-      return "random";
-  }
-  return "unknown";
-}
-
 bool drawn_for_validation(int64_t document, double fraction, uint64_t seed) {
   TORCH_CHECK(document >= 0,
               "lamp::data::drawn_for_validation: the "
               "document's place must be >= 0, got ",
               document, ".");
-  // SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number
-  // generators", OOPSLA 2014): its output number document + 1.
-  uint64_t z = seed + (static_cast<uint64_t>(document) + 1) *
-                          UINT64_C(0x9E3779B97F4A7C15);
-  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-  z ^= z >> 31;
+  // SplitMix64's output number document + 1 for the seed, its top 53 bits
+  // as a number in [0, 1).
+  const uint64_t z = detail::split_mix64(
+      seed + static_cast<uint64_t>(document) * detail::kSplitMixGamma);
   return static_cast<double>(z >> 11) * 0x1.0p-53 < fraction;
 }
 

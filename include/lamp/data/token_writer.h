@@ -61,9 +61,6 @@ enum class ValidationDraw {
   kRandom,
 };
 
-/// "end" or "random": the names programs take.
-std::string validation_draw_name(ValidationDraw draw);
-
 /// Whether the random draw (ValidationDraw::kRandom) holds out the
 /// document at `document` (0 for the input's first, counting documents
 /// only: no blank JSON line nor empty file) for validation, with

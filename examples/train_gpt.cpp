@@ -782,6 +782,11 @@ int main(int argc, char** argv) {
   config.weight_decay = 0.1;
   config.no_bias_decay = true;
   config.max_grad_norm = 1.0;
+  // nanoGPT's get_batch: the training windows at random offsets (on a
+  // 180 KB text, 4 layers of 192 over 14 epochs, the validation loss
+  // ended 0.10 below the fixed windows', whose model had begun to
+  // overfit).
+  config.windows = "random";
   config.data = lamp::data::default_text_path();
   config.data_may_be_file = true;
   config.examples = "sequences";
@@ -1042,6 +1047,16 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         add_gpt_options(app, flags);
         flags.app = &app;
+        app.add_option(
+               "--windows", config.windows,
+               "random | fixed: the training sequences start at random "
+               "offsets of the text, as nanoGPT's get_batch draws them "
+               "(random), or are windows of --context tokens that follow "
+               "each other, shuffled each epoch (fixed: each token a target "
+               "once an epoch); validation always takes the fixed windows in "
+               "order")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"fixed", "random"}));
         app.add_option(
                "--peak-tflops", config.peak_tflops,
                "the device's peak TFLOP/s for the precision, for MFU (model "

@@ -58,6 +58,15 @@ TEST(TextWindows, EachWindowIsLabelledWithItsNextBytes) {
       EXPECT_EQ(data.targets[k][i].item<int64_t>(), text[k * 3 + i + 1]);
     }
   }
+  // Two views of one copy of the 3 x 3 + 1 bytes they span (not of the
+  // whole text, which they would keep alive), the targets one byte on.
+  EXPECT_TRUE(data.inputs.storage().is_alias_of(data.targets.storage()));
+  EXPECT_EQ(data.targets.storage_offset(), data.inputs.storage_offset() + 1);
+  EXPECT_EQ(data.inputs.storage().nbytes(), 10u);
+  const auto text_tensor = bytes_of("abcdefghijklmnopqrstuvwxyz");
+  const auto some = lamp::data::text_windows(text_tensor.slice(0, 0, 10), 3);
+  EXPECT_FALSE(some.inputs.storage().is_alias_of(text_tensor.storage()));
+  EXPECT_EQ(some.inputs.storage().nbytes(), 10u);
   // Exactly one window more with one byte more where it completes one.
   EXPECT_EQ(lamp::data::text_windows(bytes_of("abcdefghij"
                                               "k"),

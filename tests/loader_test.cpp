@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lamp/data/loader.h"
+#include "lamp/data/text.h"
 #include "test_util.h"
 
 namespace {
@@ -228,6 +229,132 @@ TEST(DeviceLoader, NamesTheChannelOfAZeroStd) {
       << what;
 }
 
+// --------------------------------------------------- random token windows
+
+// 103 distinct ids (30000 + 997 k mod 40000), held as int16 and read as
+// unsigned, as a uint16 token file of a vocabulary above 32,768 is: windows
+// of 10 span 10 x 10 + 1 of them, so the starts are 0 .. 90.
+struct Sequence {
+  torch::Tensor ids; // int64 [103]
+  lamp::data::Dataset windows;
+};
+
+Sequence wide_sequence() {
+  const auto ids = (torch::arange(103) * 997 + 30000).remainder(40000);
+  auto windows = lamp::data::text_windows(ids.to(torch::kShort), 10);
+  windows.unsigned_ids = true;
+  return {ids, windows};
+}
+
+// Where each row of `inputs` starts in `ids` (the ids are distinct), after
+// checking that the row is the T ids from there and `targets` the next.
+std::vector<int64_t> starts_of(const lamp::data::Batch& batch,
+                               const torch::Tensor& ids) {
+  std::vector<int64_t> starts;
+  const int64_t t = batch.inputs.size(1);
+  for (int64_t r = 0; r < batch.inputs.size(0); ++r) {
+    const auto at = ids.eq(batch.inputs[r][0]).nonzero();
+    EXPECT_EQ(at.size(0), 1);
+    const int64_t s = at.numel() == 1 ? at.item<int64_t>() : 0;
+    EXPECT_LE(s + t + 1, ids.size(0)) << "start " << s;
+    if (s + t + 1 <= ids.size(0)) {
+      EXPECT_TRUE(BitEqual(batch.inputs[r], ids.slice(0, s, s + t)));
+      EXPECT_TRUE(BitEqual(batch.targets[r], ids.slice(0, s + 1, s + t + 1)));
+    }
+    starts.push_back(s);
+  }
+  return starts;
+}
+
+TEST(DeviceLoader, RandomWindowsStartAnywhereTheirTokensAre) {
+  const auto seq = wide_sequence();
+  const auto options =
+      LoaderOptions(4).dtype(torch::kLong).seed(3).random_windows(true);
+  DeviceLoader loader(seq.windows, torch::kCPU, options);
+  // As many batches as the fixed windows make: 10 in 4s.
+  EXPECT_EQ(loader.batches_per_epoch(), 3);
+  EXPECT_FALSE(loader.order().defined());
+  // 100 epochs draw 1,000 starts of 91: each is missed with probability
+  // (90/91)^1000 < 2e-5, so every start is drawn (none beyond 90: the
+  // checks of starts_of), not only the 10 multiples of 10.
+  std::vector<int64_t> drawn(91, 0);
+  for (int64_t epoch = 0; epoch < 100; ++epoch) {
+    loader.set_epoch(epoch);
+    for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+      const auto batch = loader.batch(i);
+      EXPECT_EQ(batch.inputs.size(0), i < 2 ? 4 : 2);
+      EXPECT_EQ(batch.inputs.scalar_type(), torch::kLong);
+      for (const int64_t s : starts_of(batch, seq.ids)) {
+        drawn[std::min<int64_t>(s, 90)] += 1;
+      }
+    }
+  }
+  for (int64_t s = 0; s <= 90; ++s) {
+    EXPECT_GT(drawn[s], 0) << "start " << s;
+  }
+  // A batch is (seed, epoch, index)'s, whatever came before.
+  loader.set_epoch(2);
+  const auto batch = loader.batch(1);
+  DeviceLoader again(seq.windows, torch::kCPU, options);
+  again.set_epoch(7);
+  again.set_epoch(2);
+  EXPECT_TRUE(BitEqual(again.batch(1).inputs, batch.inputs));
+  again.set_epoch(3);
+  EXPECT_FALSE(BitEqual(again.batch(1).inputs, batch.inputs));
+  DeviceLoader other(seq.windows, torch::kCPU, LoaderOptions(options).seed(4));
+  other.set_epoch(2);
+  EXPECT_FALSE(BitEqual(other.batch(1).inputs, batch.inputs));
+  // Each shard draws its own windows, as many batches as the others.
+  DeviceLoader first(seq.windows, torch::kCPU,
+                     LoaderOptions(options).num_shards(2).shard(0));
+  DeviceLoader second(seq.windows, torch::kCPU,
+                      LoaderOptions(options).num_shards(2).shard(1));
+  EXPECT_EQ(first.batches_per_epoch(), 2);
+  EXPECT_EQ(second.batches_per_epoch(), 2);
+  EXPECT_FALSE(BitEqual(first.batch(0).inputs, second.batch(0).inputs));
+  starts_of(first.batch(1), seq.ids);
+  starts_of(second.batch(1), seq.ids);
+}
+
+TEST(DeviceLoader, RandomWindowsNeedOneSequenceOfTokens) {
+  const auto seq = wide_sequence();
+  const auto options =
+      LoaderOptions(4).dtype(torch::kLong).random_windows(true);
+  const auto not_one = [&](const lamp::data::Dataset& data) {
+    return error_of([&] { DeviceLoader(data, torch::kCPU, options); });
+  };
+  const std::string fix =
+      "not two views of one sequence, the targets one token on; cut the "
+      "windows with data::text_windows() or read them with "
+      "data::read_token_files(), or leave random_windows unset.";
+  // Copies of the windows, the targets the inputs themselves, the targets
+  // two tokens on.
+  EXPECT_NE(not_one({seq.windows.inputs.clone(), seq.windows.targets.clone()})
+                .find(fix),
+            std::string::npos);
+  EXPECT_NE(not_one({seq.windows.inputs, seq.windows.inputs}).find(fix),
+            std::string::npos);
+  const auto two_on =
+      torch::empty({0}, torch::kShort)
+          .set_(seq.windows.inputs.storage(), 2, {9, 10}, {10, 1});
+  EXPECT_NE(not_one({seq.windows.inputs.slice(0, 0, 9), two_on}).find(fix),
+            std::string::npos);
+  const auto shuffled = error_of([&] {
+    DeviceLoader(seq.windows, torch::kCPU,
+                 LoaderOptions(options).shuffle(false));
+  });
+  EXPECT_NE(shuffled.find("random_windows draws every batch at random, and "
+                          "shuffle(false) asks for the windows in order"),
+            std::string::npos)
+      << shuffled;
+  const auto images = error_of([&] {
+    DeviceLoader(indexed(10), torch::kCPU,
+                 LoaderOptions(4).random_windows(true));
+  });
+  EXPECT_NE(images.find("leave it unset for images"), std::string::npos)
+      << images;
+}
+
 TEST(DeviceLoader, GpuBatchesEqualCpuBatches_CUDA) {
   LAMP_SKIP_WITHOUT_CUDA();
   torch::manual_seed(0);
@@ -247,6 +374,18 @@ TEST(DeviceLoader, GpuBatchesEqualCpuBatches_CUDA) {
   EXPECT_TRUE(gpu.device().has_index());
   EXPECT_TRUE(BitEqual(gpu.batch(0).inputs.cpu(), cpu.batch(0).inputs));
   EXPECT_TRUE(BitEqual(gpu.batch(0).targets.cpu(), cpu.batch(0).targets));
+  // Token windows at random offsets: the same starts on either device.
+  const auto seq = wide_sequence();
+  const auto token_options =
+      LoaderOptions(4).dtype(torch::kLong).seed(3).random_windows(true);
+  DeviceLoader cpu_tokens(seq.windows, torch::kCPU, token_options),
+      gpu_tokens(seq.windows, torch::kCUDA, token_options);
+  cpu_tokens.set_epoch(2);
+  gpu_tokens.set_epoch(2);
+  const auto on_gpu = gpu_tokens.batch(1);
+  EXPECT_TRUE(on_gpu.inputs.is_cuda());
+  EXPECT_TRUE(BitEqual(on_gpu.inputs.cpu(), cpu_tokens.batch(1).inputs));
+  EXPECT_TRUE(BitEqual(on_gpu.targets.cpu(), cpu_tokens.batch(1).targets));
 }
 
 } // namespace

@@ -989,15 +989,16 @@ TEST(Trainer, ResumeRefusesOtherAccumulationBiasDecayClipOrData) {
 }
 
 // Every stored setting shows its own option's value: three runs whose
-// options all differ, and whose six switches take three patterns in which no
-// two switches agree throughout, so that a setting that read another
+// options all differ, and whose seven switches take three patterns in which
+// no two switches agree throughout, so that a setting that read another
 // option's value would show.
 TEST(Trainer, EachStoredSettingShowsItsOwnOption) {
   using Pair = std::pair<std::string, std::string>;
   const auto text = [](bool b) { return std::string(b ? "true" : "false"); };
   for (int k = 0; k < 3; ++k) {
     SCOPED_TRACE("pattern " + std::to_string(k));
-    // Switch i is on where bit k of i + 1 is set: 001 010 011 100 101 110.
+    // Switch i is on where bit k of i + 1 is set: 001 010 011 100 101 110
+    // 111.
     const auto on = [k](int i) { return (((i + 1) >> k) & 1) != 0; };
     auto options = with(TrainerOptions().epochs(7 + k), [&](auto& o) {
       o.option_name(lamp_test::flag_name);
@@ -1033,6 +1034,7 @@ TEST(Trainer, EachStoredSettingShowsItsOwnOption) {
                             .seed(12345678901ULL + k)
                             .shuffle(on(4))
                             .horizontal_flip(on(5))
+                            .random_windows(on(6))
                             .crop_padding(3)
                             .mean({0.1, 0.2, 0.3})
                             .std({0.4, 0.5, 0.6})
@@ -1076,7 +1078,8 @@ TEST(Trainer, EachStoredSettingShowsItsOwnOption) {
         {"--zero-stage", std::to_string(k % 2)},
         {"--fp8-scaling", k == 0 ? "none" : (k == 1 ? "current" : "delayed")},
         {"--fp8-amax-history", k == 0 ? "1024" : std::to_string(5 + k)},
-        {"--fp8-margin", std::to_string(k)}};
+        {"--fp8-margin", std::to_string(k)},
+        {"--windows", on(6) ? "random" : "fixed"}};
     EXPECT_EQ(lamp::training::detail::describe_run_settings(
                   {options, loader, train, test}),
               expected);

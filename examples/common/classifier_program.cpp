@@ -217,6 +217,7 @@ lamp::data::LoaderOptions train_loader_options(const ProgramConfig& config,
   return lamp::data::LoaderOptions(config.batch_size)
       .dtype(config.sequence_length > 0 ? torch::kLong : torch::kFloat)
       .seed(config.seed)
+      .random_windows(config.windows == "random")
       .crop_padding(spec.crop_padding)
       .horizontal_flip(spec.horizontal_flip)
       .mean(spec.mean)
@@ -432,7 +433,10 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       static_cast<long long>(spec.test.size()),
       config.sequence_length > 0
           ? ("sequences of " + std::to_string(config.sequence_length) +
-             " tokens")
+             " tokens" +
+             (config.windows == "random"
+                  ? " (the training ones at random offsets)"
+                  : ""))
                 .c_str()
           : "images",
       static_cast<long long>(config.batch_size),

@@ -59,6 +59,9 @@ struct ProgramConfig {
   bool cudnn_benchmark = false;
   int64_t cudnn_benchmark_limit = 10; // cuDNN's own default
   std::string drop_last = "auto";
+  // train_gpt's --windows: "fixed" (windows that follow each other,
+  // shuffled) or "random" (at random offsets: LoaderOptions::random_windows).
+  std::string windows = "fixed";
   std::string cuda_graph = "auto";
   std::string fused_bn = "on";
   bool channels_last = false;

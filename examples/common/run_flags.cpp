@@ -112,6 +112,8 @@ const std::vector<RunFlag>& run_flags() {
               "max_grad_norm", &C::max_grad_norm),
         field("--zero", "zero_stage", "zero_stage", "zero", &C::zero),
         field("--seed", "seed", "seed", "seed", &C::seed),
+        // train_gpt's; the run record's flags hold it where it is given.
+        field("--windows", "windows", "windows", nullptr, &C::windows),
         // The FP8 recipe; "none" stored by a run outside fp8 leaves the flag
         // (check_flag_combination refuses one given without --precision
         // fp8).

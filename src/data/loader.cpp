@@ -29,6 +29,14 @@ at::Generator generator_for(uint64_t seed, int64_t epoch, int64_t stream) {
           static_cast<uint64_t>(stream)));
 }
 
+// The stream of batch `index`'s random numbers (augmentation, or random
+// windows' starts): each shard its own (the same as before for one).
+at::Generator batch_stream(const LoaderOptions& options, int64_t epoch,
+                           int64_t index) {
+  return generator_for(options.seed(), epoch,
+                       index * options.num_shards() + options.shard());
+}
+
 torch::Tensor channel_tensor(const std::vector<double>& values,
                              const torch::Device& device) {
   return torch::tensor(values, torch::kDouble)
@@ -99,6 +107,15 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
               "are not normalised, cropped, flipped or put in channels_last; "
               "leave mean, std, crop_padding, horizontal_flip and "
               "channels_last unset.");
+  TORCH_CHECK(!options_.random_windows() || options_.dtype() == torch::kLong,
+              "lamp::data::DeviceLoader: random_windows draws token windows "
+              "at random offsets, but the inputs are images [N, C, H, W]; "
+              "leave it unset for images (crop_padding and horizontal_flip "
+              "augment them).");
+  TORCH_CHECK(!options_.random_windows() || options_.shuffle(),
+              "lamp::data::DeviceLoader: random_windows draws every batch at "
+              "random, and shuffle(false) asks for the windows in order; "
+              "leave shuffle set, or random_windows unset.");
   const int64_t channels = images ? data.inputs.size(1) : 0;
   TORCH_CHECK(
       options_.mean().size() == options_.std().size() &&
@@ -136,9 +153,20 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
   // Kept in their own (narrow) types on the device; a batch is widened.
   const auto& in = data.inputs;
   const auto& out = data.targets;
-  if (!images && in.is_contiguous() && out.is_contiguous() &&
-      in.scalar_type() == out.scalar_type() &&
-      in.storage().is_alias_of(out.storage())) {
+  const bool one_sequence = !images && in.is_contiguous() &&
+                            out.is_contiguous() &&
+                            in.scalar_type() == out.scalar_type() &&
+                            in.storage().is_alias_of(out.storage());
+  TORCH_CHECK(!options_.random_windows() ||
+                  (one_sequence && out.sizes() == in.sizes() &&
+                   out.storage_offset() == in.storage_offset() + 1),
+              "lamp::data::DeviceLoader: random_windows draws windows at any "
+              "offset of the sequence the token windows are cut from, but "
+              "these inputs and targets are not two views of one sequence, "
+              "the targets one token on; cut the windows with "
+              "data::text_windows() or read them with "
+              "data::read_token_files(), or leave random_windows unset.");
+  if (one_sequence) {
     // Token windows whose targets are their inputs one id on (the views of
     // read_token_files()): one copy of the ids they span, both views of it.
     const int64_t lo = std::min(in.storage_offset(), out.storage_offset());
@@ -153,6 +181,15 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
     targets_ =
         span.as_strided(out.sizes(), out.strides(), out.storage_offset() - lo);
     device_ = inputs_.device();
+    if (options_.random_windows()) {
+      // Every window whose inputs and targets lie in the span: starts
+      // 0 .. (N - 1) T of the inputs' first token (views, no copy).
+      const int64_t first = in.storage_offset() - lo, tokens = in.numel();
+      const int64_t length = in.size(1);
+      every_input_ = span.slice(0, first, first + tokens).unfold(0, length, 1);
+      every_target_ =
+          span.slice(0, first + 1, first + tokens + 1).unfold(0, length, 1);
+    }
   } else {
     inputs_ = with_memory_context(
         std::string("the dataset's ") + (images ? "images" : "tokens") +
@@ -193,6 +230,9 @@ void DeviceLoader::set_epoch(int64_t epoch) {
     return;
   }
   epoch_ = epoch;
+  if (options_.random_windows()) {
+    return; // each batch draws its own windows (random_windows())
+  }
   if (options_.shuffle()) {
     auto generator = generator_for(options_.seed(), epoch, /*stream=*/-1);
     order_ = torch::randperm(size(), generator, torch::kLong).to(device_);
@@ -217,6 +257,9 @@ Batch DeviceLoader::batch(int64_t index) const {
   const int64_t start = index * options_.batch_size();
   const int64_t end =
       std::min(start + options_.batch_size(), samples_per_epoch());
+  if (options_.random_windows()) {
+    return random_windows(index, end - start);
+  }
   const auto idx = order_.slice(0, start, end);
   auto targets = widen_token_ids(targets_.index_select(0, idx), unsigned_ids_);
   if (options_.dtype() == torch::kLong) {
@@ -235,6 +278,21 @@ Batch DeviceLoader::batch(int64_t index) const {
   return {x, targets};
 }
 
+Batch DeviceLoader::random_windows(int64_t index, int64_t size) const {
+  // The starts are drawn on the CPU, from the batch's own stream (each
+  // shard its own, as augmentation's), so that a batch is the same on
+  // every device; the tokens never leave the device. nanoGPT's get_batch
+  // draws torch.randint(len(data) - block_size, ...): the same range.
+  auto stream = batch_stream(options_, epoch_, index);
+  const auto starts = torch::randint(0, every_input_.size(0), {size}, stream,
+                                     torch::TensorOptions().dtype(torch::kLong))
+                          .to(device_);
+  const auto inputs = every_input_.index_select(0, starts);
+  const auto targets = every_target_.index_select(0, starts);
+  return {widen_token_ids(inputs, unsigned_ids_),
+          widen_token_ids(targets, unsigned_ids_)};
+}
+
 torch::Tensor DeviceLoader::augment(const torch::Tensor& images,
                                     int64_t index) const {
   const int64_t pad = options_.crop_padding();
@@ -245,10 +303,7 @@ torch::Tensor DeviceLoader::augment(const torch::Tensor& images,
                 w = images.size(3);
   // The random numbers are drawn on the CPU (a few per image) so that a
   // batch is the same on every device; the pixels never leave the device.
-  // Each shard its own augmentation stream (the same as before for one).
-  auto generator =
-      generator_for(options_.seed(), epoch_,
-                    index * options_.num_shards() + options_.shard());
+  auto generator = batch_stream(options_, epoch_, index);
   const auto long_cpu = torch::TensorOptions().dtype(torch::kLong);
   auto dy = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);
   auto dx = torch::randint(0, 2 * pad + 1, {b}, generator, long_cpu);

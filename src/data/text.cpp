@@ -66,11 +66,14 @@ Dataset text_windows(const torch::Tensor& tokens, int64_t context) {
               context + 1, ": the window and the next token of its last).");
   const int64_t windows = (n - 1) / context;
   const auto cpu = tokens.cpu().contiguous();
-  // Copies, so that the windows do not hold the whole text alive.
-  auto inputs =
-      cpu.slice(0, 0, windows * context).view({windows, context}).clone();
+  // One copy of the tokens the windows span, so that they do not hold the
+  // whole text alive; the inputs and the targets are two views of it, as
+  // read_token_files()'s are of the mapping (the loader copies the span
+  // once, and can draw windows at any offset of it).
+  const auto span = cpu.slice(0, 0, windows * context + 1).clone();
+  auto inputs = span.slice(0, 0, windows * context).view({windows, context});
   auto targets =
-      cpu.slice(0, 1, windows * context + 1).view({windows, context}).clone();
+      span.slice(0, 1, windows * context + 1).view({windows, context});
   return {std::move(inputs), std::move(targets)};
 }
 

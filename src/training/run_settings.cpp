@@ -211,6 +211,12 @@ const std::vector<RunSetting>& run_settings() {
              float8_recipe_of(r.options).value_or(nn::Float8Recipe()).margin());
        },
        unknown},
+      // Older checkpoints drew every window at a multiple of the context.
+      {"windows", "LoaderOptions::random_windows", Kind::kText,
+       [](const RunContext& r) {
+         return V(std::string(r.loader.random_windows() ? "random" : "fixed"));
+       },
+       V(std::string("fixed"))},
   };
   return settings;
 }

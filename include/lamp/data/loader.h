@@ -48,6 +48,18 @@ struct LoaderOptions {
   /// augmentation (mean, std, crop_padding, horizontal_flip and
   /// channels_last must stay unset).
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat;
+  /// Token windows at random offsets, as nanoGPT's `get_batch` draws them:
+  /// each sequence of a batch starts at a position drawn uniformly from
+  /// every one whose window and next token lie in the tokens the windows
+  /// span (for n' windows of T tokens, 0 .. (n' - 1) T), not only at the
+  /// multiples of T. The positions come from (seed, epoch, batch index,
+  /// shard), so a batch is reproducible on its own and resuming needs no
+  /// RNG state; an epoch serves as many batches as with fixed windows, but
+  /// a token may be seen several times in one, or not at all. Needs token
+  /// windows whose inputs and targets are views of one sequence, the
+  /// targets one token on (text_windows(), read_token_files()), and
+  /// `shuffle`; images refuse it.
+  TORCH_ARG(bool, random_windows) = false;
   /// Produce images in channels_last memory format.
   TORCH_ARG(bool, channels_last) = false;
   /// Data-parallel sharding (Python's DistributedSampler): every epoch's
@@ -132,7 +144,8 @@ class DeviceLoader {
   /// The epoch batch() serves: 0 after construction, then the last
   /// set_epoch() argument.
   int64_t epoch() const { return epoch_; }
-  /// This epoch's sample order (this shard's, int64, on the device).
+  /// This epoch's sample order (this shard's, int64, on the device);
+  /// undefined with LoaderOptions::random_windows, which draws no order.
   const torch::Tensor& order() const { return order_; }
 
   /// Batch `index` (0 <= index < batches_per_epoch()) of the current epoch.
@@ -141,13 +154,18 @@ class DeviceLoader {
 
  private:
   torch::Tensor augment(const torch::Tensor& images, int64_t index) const;
+  Batch random_windows(int64_t index, int64_t size) const;
 
   LoaderOptions options_;
   torch::Device device_;
   torch::Tensor inputs_;      // uint8 [N, C, H, W] or integers [N, T], device_
   torch::Tensor targets_;     // integers [N] or [N, T] on device_
   bool unsigned_ids_ = false; // Dataset::unsigned_ids
-  torch::Tensor mean_;        // [1, C, 1, 1] float on device_, or undefined
+  // With random_windows: every window of the sequence the windows span
+  // (inputs and targets, one token on), [starts, T] views on device_.
+  torch::Tensor every_input_;
+  torch::Tensor every_target_;
+  torch::Tensor mean_; // [1, C, 1, 1] float on device_, or undefined
   torch::Tensor inv_std_;
   torch::Tensor order_;
   int64_t epoch_ = -1;

@@ -50,8 +50,11 @@ struct TextData {
 /// [k, :] = tokens[k context, (k + 1) context) and its targets
 /// [k, :] = tokens[k context + 1, (k + 1) context + 1), each token's next
 /// (both [n', context], in the tokens' type). Every token but the first is
-/// a target exactly once. Throws when n < context + 1 or the tokens are not
-/// integers [n].
+/// a target exactly once. The inputs and the targets are two views of one
+/// copy of the n' context + 1 tokens they span, the targets one token on
+/// (as read_token_files()'s windows are of the mapped file), so that
+/// LoaderOptions::random_windows can draw windows at any offset. Throws
+/// when n < context + 1 or the tokens are not integers [n].
 Dataset text_windows(const torch::Tensor& tokens, int64_t context);
 
 /// read_text_bytes(path), split by the documented rule: the first

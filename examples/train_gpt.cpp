@@ -320,6 +320,11 @@ lamp::models::GPTWeights python_weights(lamp_examples::ProgramConfig& config,
 // no shape (written before lamp 0.5) is loaded as the flags give it.
 void checkpoint_shape(const lamp_examples::ProgramConfig& config,
                       GptFlags& flags) {
+  // Missing: said as --init-from's, not as the resume's the reader names.
+  struct stat file {};
+  TORCH_CHECK(::stat(config.init_from.c_str(), &file) == 0,
+              "lamp: no checkpoint or state dict at ", config.init_from,
+              " to start from (--init-from).");
   const auto checkpoint =
       lamp::training::read_checkpoint_settings(config.init_from);
   const auto now = gpt_settings(flags);
@@ -815,19 +820,24 @@ int main(int argc, char** argv) {
           config.init_from_python = config.init_from;
           config.init_from.clear();
         }
+        if (config.eval_only) {
+          TORCH_CHECK(!flags.sample_only,
+                      "give --eval-only (the validation loss) or "
+                      "--sample-only (samples), not both.");
+          // The sample's flags, refused rather than ignored.
+          lamp_examples::refuse_typed_flags(
+              config,
+              {"--sample-tokens", "--num-samples", "--prompt", "--prompt-file",
+               "--prompt-ids", "--temperature", "--top-k", "--top-p",
+               "--no-kv-cache", "--train-tokenizer"},
+              "--eval-only samples and trains nothing");
+        }
         if (flags.sample_only) {
           // What only training writes or uses, refused rather than ignored
           // (as typed: a resume gives some of them the checkpoint's values).
-          for (const std::string flag :
-               {"--export-state-dict", "--log-json", "--checkpoint",
-                "--checkpoint-every", "--max-steps", "--eval-every", "--steps",
-                "--epochs"}) {
-            for (const auto& arg : config.command_line) {
-              TORCH_CHECK(arg != flag && arg.rfind(flag + "=", 0) != 0,
-                          "--sample-only trains and writes nothing: leave out ",
-                          flag, ".");
-            }
-          }
+          lamp_examples::refuse_typed_flags(
+              config, lamp_examples::training_only_flags(),
+              "--sample-only trains and writes nothing");
           TORCH_CHECK(!flags.prompt.empty(),
                       "--prompt is empty; give at least one character.");
           lamp_examples::RunSpec spec;
@@ -985,7 +995,11 @@ int main(int argc, char** argv) {
           spec.train = std::move(text.train);
           spec.test = std::move(text.validation);
         }
-        prompt_ids(flags); // a bad prompt is refused before training
+        if (!config.eval_only) {
+          // A bad prompt is refused before training; --eval-only has none
+          // (the default one may encode to no token with the tokenizer).
+          prompt_ids(flags);
+        }
         const auto name = flags.model.name();
         config.sequence_length = flags.model.context();
         config.flops_per_example =

@@ -582,6 +582,81 @@ void export_weights(const ProgramConfig& config, const RunSpec& spec,
   }
 }
 
+// A signal during --eval-only's evaluation: unwinds out of it.
+struct EvaluationStopped {};
+
+// --eval-only: the test set's evaluation of the weights the trainer loaded
+// (--resume's or --init-from's), its line, and nothing written. Returns the
+// exit status (128 + the signal that stopped it).
+int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
+                  const ProcessGroup& group, Trainer& trainer,
+                  lamp::Precision precision, const std::string& source) {
+  const bool main_rank = group.is_main();
+  const bool language_model = config.sequence_length > 0;
+  const auto examples = static_cast<long long>(spec.test.size());
+  if (main_rank) {
+    print_out(
+        "%s: evaluating %s: %s, %s%s on %s, %lld %s, batch %lld%s, %lld %s\n",
+        spec.program.c_str(), source.c_str(),
+        (spec.model_name.empty() ? config.model : spec.model_name).c_str(),
+        lamp::to_string(precision).c_str(),
+        config.requested_precision == lamp::Precision::kAuto ? " (auto)" : "",
+        group.device().str().c_str(), examples,
+        language_model ? ("validation sequences of " +
+                          std::to_string(config.sequence_length) + " tokens")
+                             .c_str()
+                       : "test images",
+        static_cast<long long>(config.eval_batch_size),
+        group.is_distributed()
+            ? (" over " + std::to_string(group.world_size()) + " ranks").c_str()
+            : "",
+        static_cast<long long>(config.threads),
+        config.threads == 1 ? "thread" : "threads");
+    if (!config.auto_line.empty()) {
+      print_out("%s: %s\n", spec.program.c_str(), config.auto_line.c_str());
+    }
+  }
+  auto progress = Progress::for_program(config, main_rank, false, nullptr);
+  const auto on_batch = progress.on_eval_batch();
+  const auto start = std::chrono::steady_clock::now();
+  lamp::training::Evaluation e;
+  try {
+    e = trainer.evaluate_subset([&](const lamp::training::EvalProgress& p) {
+      if (stop_signal() != 0) {
+        throw EvaluationStopped{};
+      }
+      if (on_batch) {
+        on_batch(p);
+      }
+    });
+  } catch (const EvaluationStopped&) {
+    progress.clear();
+    if (main_rank) {
+      std::cerr << spec.program << ": interrupted ("
+                << signal_name(stop_signal())
+                << ") while evaluating; nothing was written" << std::endl;
+    }
+    return 128 + stop_signal();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  progress.clear();
+  if (main_rank) {
+    print_out("%s: %s  %lld %s%s in %.2f s\n", spec.program.c_str(),
+              evaluation_text(e.loss, e.accuracy, e.batches, e.batches_in_set,
+                              language_model)
+                  .c_str(),
+              static_cast<long long>(e.examples),
+              language_model ? "sequences" : "images",
+              language_model
+                  ? (" (" + std::to_string(e.predictions) + " tokens)").c_str()
+                  : "",
+              seconds);
+  }
+  return stop_signal() != 0 ? 128 + stop_signal() : 0;
+}
+
 } // namespace
 
 std::pair<std::vector<double>, std::vector<double>> channel_stats(
@@ -633,7 +708,44 @@ void warn_degenerate_data(const lamp::data::Dataset& train,
   }
 }
 
+void refuse_typed_flags(const ProgramConfig& config,
+                        const std::vector<std::string>& flags,
+                        const std::string& why) {
+  for (const auto& flag : flags) {
+    for (const auto& arg : config.command_line) {
+      TORCH_CHECK(arg != flag && arg.rfind(flag + "=", 0) != 0, why,
+                  ": leave out ", flag, ".");
+    }
+  }
+}
+
+const std::vector<std::string>& training_only_flags() {
+  static const std::vector<std::string> flags = {"--export-state-dict",
+                                                 "--log-json",
+                                                 "--checkpoint",
+                                                 "--checkpoint-every",
+                                                 "--max-steps",
+                                                 "--eval-every",
+                                                 "--steps",
+                                                 "--epochs",
+                                                 "--reshard",
+                                                 "--check-numerics"};
+  return flags;
+}
+
 int run(ProgramConfig& config, const RunSpec& spec) {
+  // --eval-only evaluates a checkpoint's weights, not its run: loaded as
+  // --init-from loads them, in this command's precision, on this data.
+  std::string evaluated;
+  if (config.eval_only) {
+    evaluated = !config.resume.empty()      ? config.resume
+                : !config.init_from.empty() ? config.init_from
+                                            : config.init_from_python;
+    if (!config.resume.empty()) {
+      config.init_from = config.resume;
+      config.resume.clear();
+    }
+  }
   // Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
   // otherwise a single-process group.
   std::shared_ptr<ProcessGroup> group;
@@ -703,6 +815,12 @@ int run(ProgramConfig& config, const RunSpec& spec) {
   auto train_loader = build_train_loader(config, spec, group);
   auto trainer =
       build_trainer(config, spec, model, group, std::move(train_loader));
+  if (config.eval_only) {
+    if (config.report_precision && main_rank) {
+      print_precision_report(trainer, model);
+    }
+    return evaluate_only(config, spec, *group, trainer, precision, evaluated);
+  }
   if (trainer.finished()) {
     if (main_rank) {
       print_run_complete(config, spec, trainer);
@@ -821,7 +939,18 @@ int program_main(int argc, char** argv, const std::string& program,
     config.requested_precision = precision_from(config); // parsed once
     const auto* sample_only = app.get_option_no_throw("--sample-only");
     apply_resume_settings(app, config, program,
-                          sample_only != nullptr && sample_only->count() > 0);
+                          config.eval_only ? "--eval-only"
+                          : sample_only != nullptr && sample_only->count() > 0
+                              ? "--sample-only"
+                              : nullptr);
+    if (config.eval_only) {
+      TORCH_CHECK(!config.resume.empty() || !config.init_from.empty(),
+                  "--eval-only evaluates trained weights: give --resume "
+                  "CHECKPOINT (the model's settings come with it) or "
+                  "--init-from FILE.");
+      refuse_typed_flags(config, training_only_flags(),
+                         "--eval-only trains and writes nothing");
+    }
     config.logged_flags = run_flag_settings(app, config);
     apply_threads(config);
     auto spec = make_spec();

@@ -88,6 +88,18 @@ int program_main(
     const std::function<RunSpec()>& make_spec,
     const std::function<void(CLI::App&)>& add_program_options = nullptr);
 
+/// Refuses, naming the first, any of `flags` typed on the command line
+/// (config.command_line: "--flag" or "--flag=value"; a resume's stored
+/// values are not typed): "<why>: leave out <flag>." Throws c10::Error.
+void refuse_typed_flags(const ProgramConfig& config,
+                        const std::vector<std::string>& flags,
+                        const std::string& why);
+
+/// The flags that only training uses or writes by (--checkpoint,
+/// --log-json, --export-state-dict, --steps, ...): refused by the modes
+/// that train nothing (--eval-only, train_gpt's --sample-only).
+const std::vector<std::string>& training_only_flags();
+
 /// A channel whose standard deviation (pixels in [0, 1]) is below this is
 /// nearly blank: channel_stats() warns.
 constexpr double kNearlyBlankStd = 0.01;

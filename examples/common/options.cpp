@@ -211,6 +211,9 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
          "start a new run from this checkpoint's weights alone (fine-tuning: no optimizer state or position; the model must match)")
       ->check(non_empty_path("the checkpoint whose weights to start from"))
       ->excludes(resume);
+  app.add_flag(
+      "--eval-only", c.eval_only,
+      "evaluate --resume's checkpoint or --init-from's weights on the test set (train_gpt: the validation tokens; --data may be another) in --precision, print the loss and accuracy and exit, training and writing nothing (nanoGPT's eval_only)");
   add_checked(
       app, "--dist-timeout", c.dist_timeout,
       "under torchrun: seconds a rank waits for the others (rendezvous, each collective) before it stops with an error naming the ranks it waited for",

@@ -77,6 +77,10 @@ struct ProgramConfig {
   // (train_gpt's --init-from of nanoGPT's or GPT-2's weights): init_from is
   // then cleared, and the header names this file instead.
   std::string init_from_python;
+  // --eval-only: evaluate --resume's or --init-from's weights on the test
+  // set and exit; run() then loads a --resume checkpoint's weights alone,
+  // as --init-from does, and trains and writes nothing.
+  bool eval_only = false;
   std::string log_json;
   int64_t max_steps = 0;
   int64_t limit_eval_batches = 0; // 0 = the whole test set

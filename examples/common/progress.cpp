@@ -114,25 +114,37 @@ std::string epoch_text(const lamp::training::EpochStats& s, int64_t epochs) {
   return text;
 }
 
-// The epoch line's evaluation part: "  test loss 0.3456  test acc 87.65%"
-// ("val" and perplexities for a language model), or "" where the run
-// evaluates by steps instead.
-std::string evaluation_text(const lamp::training::EpochStats& s,
-                            bool language_model) {
-  if (!s.evaluated) {
-    return "";
-  }
-  const auto subset = subset_text(s.test_batches, s.test_batches_in_set);
-  if (language_model) {
-    return "  val loss " + fixed(s.test_loss, 4) + " (ppl " +
-           perplexity_text(s.test_loss) + ")  val acc " +
-           fixed(100.0 * s.test_accuracy, 2) + "%" + subset;
-  }
-  return "  test loss " + fixed(s.test_loss, 4) + "  test acc " +
-         fixed(100.0 * s.test_accuracy, 2) + "%" + subset;
+// The epoch line's evaluation part, or "" where the run evaluates by steps
+// instead.
+std::string epoch_evaluation_text(const lamp::training::EpochStats& s,
+                                  bool language_model) {
+  return s.evaluated ? "  " + evaluation_text(
+                                  s.test_loss, s.test_accuracy, s.test_batches,
+                                  s.test_batches_in_set, language_model)
+                     : "";
+}
+
+// What leads an evaluation's progress: its epoch and `space` ("epoch 2/5 ")
+// inside a run; nothing for --eval-only's (epoch 0).
+std::string evaluating_text(const lamp::training::EvalProgress& p,
+                            int64_t epochs, const char* space) {
+  return p.epoch > 0 ? "epoch " + std::to_string(p.epoch) + "/" +
+                           std::to_string(epochs) + space
+                     : std::string();
 }
 
 } // namespace
+
+std::string evaluation_text(double loss, double accuracy, int64_t batches,
+                            int64_t in_set, bool language_model) {
+  const auto subset = subset_text(batches, in_set);
+  if (language_model) {
+    return "val loss " + fixed(loss, 4) + " (ppl " + perplexity_text(loss) +
+           ")  val acc " + fixed(100.0 * accuracy, 2) + "%" + subset;
+  }
+  return "test loss " + fixed(loss, 4) + "  test acc " +
+         fixed(100.0 * accuracy, 2) + "%" + subset;
+}
 
 void LossWindow::add(const lamp::training::BatchProgress& p) {
   // The epoch's sum starts again (from what a resume inside it carried
@@ -244,8 +256,8 @@ void Progress::update_eval(const lamp::training::EvalProgress& p) {
           ? p.batch % log_every_ == 0
           : timed_lines_ && now - last_line_ >= std::chrono::seconds(30)) {
     clear();
-    print_out("epoch %lld/%lld  evaluating  batch %lld/%lld%s\n",
-              static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
+    print_out("%sevaluating  batch %lld/%lld%s\n",
+              evaluating_text(p, epochs_, "  ").c_str(),
               static_cast<long long>(p.batch),
               static_cast<long long>(p.batches),
               subset_text(p.batches_evaluated, p.batches_in_set).c_str());
@@ -275,7 +287,7 @@ void Progress::print_epoch(const lamp::training::EpochStats& s) {
       "epoch %s  train loss %s%s  %.2f s  %.0f %s%s  peak %s  scale %g  "
       "skipped %lld%s\n",
       epoch_text(s, epochs_).c_str(), train.c_str(),
-      evaluation_text(s, language_model).c_str(), s.seconds,
+      epoch_evaluation_text(s, language_model).c_str(), s.seconds,
       shown_rate(s.examples_per_second), rate_unit(), mfu.c_str(),
       mib(s.peak_memory_bytes).c_str(), s.loss_scale,
       static_cast<long long>(s.skipped_steps),
@@ -383,8 +395,7 @@ void Progress::draw_eval(const lamp::training::EvalProgress& p,
   last_draw_ = now;
   const double elapsed = seconds(now - eval_start_);
   const double eta = elapsed * (p.batches - p.batch) / p.batch;
-  const auto left = "epoch " + std::to_string(p.epoch) + "/" +
-                    std::to_string(epochs_) + " test";
+  const auto left = evaluating_text(p, epochs_, " ") + "test";
   const std::vector<std::string> parts = {
       std::to_string(p.batch) + "/" + std::to_string(p.batches) +
           subset_text(p.batches_evaluated, p.batches_in_set),

@@ -35,6 +35,13 @@ class LossWindow {
   int64_t examples_ = 0;
 };
 
+/// An evaluation's figures as the epoch lines give them: "test loss 0.3456
+/// test acc 87.65%", for a language model "val loss 1.7138 (ppl 5.55)  val
+/// acc 47.12%", then " (first 2 of 10 batches)" where `batches` of the
+/// `in_set` were evaluated.
+std::string evaluation_text(double loss, double accuracy, int64_t batches,
+                            int64_t in_set, bool language_model);
+
 /// Progress inside an epoch, as people expect from tqdm:
 ///  - on a terminal, a bar on stderr fitted to its width, redrawn at most ten
 ///    times a second: batches (up to where --max-steps stops the run),

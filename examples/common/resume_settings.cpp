@@ -110,7 +110,9 @@ void continue_outputs(
 } // namespace
 
 void apply_resume_settings(CLI::App& app, ProgramConfig& config,
-                           const std::string& program, bool sampling) {
+                           const std::string& program,
+                           const char* not_training) {
+  const bool sampling = not_training != nullptr;
   if (config.resume.empty()) {
     return;
   }
@@ -228,6 +230,13 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
       }
     }
   }
+  // Training nothing, only the model's settings are compared: they come
+  // with the checkpoint.
+  TORCH_CHECK(differences.empty() || !sampling, "lamp: ", config.resume,
+              " holds a model of other settings than this command line "
+              "gives: ",
+              differences, ". ", not_training,
+              " takes them from the checkpoint: leave these flags out.");
   TORCH_CHECK(
       differences.empty(), "lamp: ", config.resume,
       " was trained with other settings than this command line gives: ",

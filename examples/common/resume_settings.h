@@ -24,10 +24,13 @@ namespace lamp_examples {
 /// of another program's kind of model (a
 /// GPT of train_gpt in an image program, an image model in train_gpt) is
 /// refused naming the program that takes it. Throws c10::Error; does
-/// nothing without --resume. `sampling` (train_gpt's --sample-only: no
-/// training): the training flags given are taken as given, not compared
-/// (a sample with another --seed); the program's settings still are.
+/// nothing without --resume. `not_training` (--eval-only, or train_gpt's
+/// --sample-only: the flag, for messages; nullptr for a run that trains):
+/// the training flags given are taken as given, not compared (a sample
+/// with another --seed, an evaluation in another --precision); the
+/// program's settings still are.
 void apply_resume_settings(CLI::App& app, ProgramConfig& config,
-                           const std::string& program, bool sampling = false);
+                           const std::string& program,
+                           const char* not_training = nullptr);
 
 } // namespace lamp_examples

@@ -36,7 +36,8 @@
                                           refused), --init-from and its
                                           usage and model errors, the best
                                           checkpoint never the --init-from
-                                          file
+                                          file; --eval-only's figures those
+                                          of the checkpoint's last epoch
   check_cli.py numerics TRAIN_MNIST DATA_DIR
                                           --check-numerics: a clean run
                                           passes, a diverging one stops
@@ -672,10 +673,37 @@ def continue_and_init_from(train_mnist, data, work):
     # A constant schedule continues with more epochs.
     expect_success(base + ["--epochs", "1", "--schedule", "constant",
                            "--checkpoint", constant], [r"epoch 1/1"])
-    expect_success(base + ["--epochs", "2", "--schedule", "constant",
-                           "--checkpoint", constant, "--resume", constant],
-                   [r", 2 epochs, resuming at epoch 2 \(continuing the "
-                    r"1-epoch run\)", r"epoch 2/2"])
+    continued = expect_success(
+        base + ["--epochs", "2", "--schedule", "constant", "--checkpoint",
+                constant, "--resume", constant],
+        [r", 2 epochs, resuming at epoch 2 \(continuing the "
+         r"1-epoch run\)", r"epoch 2/2"])
+    # --eval-only: the checkpoint's test figures, as its last epoch printed
+    # them; nothing written.
+    figures = re.search(r"epoch 2/2 .*(test loss \S+  test acc \S+%)",
+                        continued.stdout).group(1)
+    with open(constant, "rb") as f:
+        written = f.read()
+    expect_success([train_mnist, "--eval-only", "--resume", constant],
+                   [r"^train_mnist: evaluating .*continue_constant\.pt: cnn, "
+                    r"fp32 on cpu, \d+ test images, batch \d+, ",
+                    r"\ntrain_mnist: " + re.escape(figures) +
+                    r"  \d+ images in \S+ s\n$"])
+    expect_success(base + ["--eval-only", "--init-from", constant,
+                           "--precision", "bf16", "--eval-batch-size", "10",
+                           "--eval-batches", "2"],
+                   [r"cnn, bf16 on cpu, \d+ test images, batch 10, ",
+                    r"test acc \S+% \(first 2 of \d+ batches\)  20 images "])
+    expect_runtime_error(base + ["--eval-only", "--resume", constant,
+                                 "--epochs", "3"],
+                         [r"--eval-only trains and writes nothing: leave out "
+                          r"--epochs\."])
+    expect_runtime_error(base + ["--eval-only"],
+                         [r"--eval-only evaluates trained weights: give "
+                          r"--resume CHECKPOINT"])
+    with open(constant, "rb") as f:
+        if f.read() != written:
+            fail("--eval-only wrote the checkpoint")
     # onecycle cannot: its curve depends on the run's length.
     expect_success(base + ["--epochs", "1", "--checkpoint", onecycle],
                    [r"epoch 1/1"])
@@ -735,7 +763,7 @@ def continue_and_init_from(train_mnist, data, work):
                            "6"], [r"steps 6 \(1 epoch\), resuming at epoch 1"])
     for p in (constant, onecycle, best, steps):
         os.remove(p)
-    print("  continued, refused, started from weights")
+    print("  continued, refused, started from weights, evaluated")
 
 
 def numerics(train_mnist, data):

@@ -58,6 +58,11 @@
   check_gpt.py sample-only TRAIN_GPT WORK_DIR
       --sample-only --resume: the run's sample again, with and without the
       KV cache; --num-samples, a long --prompt-file; refusals
+  check_gpt.py eval-only TRAIN_GPT WORK_DIR
+      --eval-only: a run's last validation loss and accuracy again from its
+      checkpoint (--resume alone) and its exported state dict (--init-from);
+      a subset, amp-bf16, another --data; SIGINT exits 130; nothing
+      written; training and sampling flags refused
   check_gpt.py token-files TRAIN_GPT WORK_DIR
       --data a folder of nanoGPT's token files (train.bin, val.bin,
       meta.pkl): the vocabulary from meta.pkl padded to 64, samples decoded
@@ -935,6 +940,143 @@ def sample_only(train_gpt, work):
     print(f"  --sample-only: the run's sample again ({len(again)} "
           f"characters), the same without the cache; {speed[-1]}; "
           f"--precision amp {'sampled' if r.returncode == 0 else 'refused'}")
+
+
+def eval_only(train_gpt, work):
+    """--eval-only: the validation loss and accuracy a run printed at its
+    last evaluation, again from its checkpoint (--resume alone) and from
+    its exported state dict (--init-from); a subset, another precision,
+    another --data; SIGINT stops it; nothing written; refusals."""
+    text = make_text(work)
+    checkpoint = fresh(work, "eval-only.pt")
+    exported = fresh(work, "eval-only-export.pt")
+    trained = expect_success([train_gpt, "--data", text, "--steps", "20",
+                              "--warmup-steps", "2", "--eval-every", "20",
+                              "--precision", "fp32", "--seed", "3",
+                              "--checkpoint", checkpoint,
+                              "--export-state-dict", exported] + COMMON)
+    figures = re.compile(r"val loss \S+ \(ppl \S+\)  val acc \S+%")
+    last = [line for line in trained.stdout.splitlines()
+            if line.startswith("step 20/20")]
+    if not last or not figures.search(last[0]):
+        fail(f"no evaluation at step 20: {trained.stdout[-600:]!r}")
+    want = figures.search(last[0]).group(0)
+    before = sorted(os.listdir(work))
+
+    def evaluated(args, what):
+        r = expect_success([train_gpt, "--eval-only"] + args)
+        lines = r.stdout.splitlines()
+        if len(lines) < 2 or not lines[-1].startswith("train_gpt: val loss"):
+            fail(f"{what}: {r.stdout[-600:]!r}")
+        return lines[0], lines[-1]
+
+    # The checkpoint alone: its shape, data and precision come with it.
+    header, line = evaluated(["--resume", checkpoint], "--resume alone")
+    if not header.startswith(f"train_gpt: evaluating {checkpoint}: gpt("
+                             "layers=2, heads=2, width=32, context=32, "
+                             "vocab=256), fp32 on cpu, ") or \
+            " validation sequences of 32 tokens, batch 64, " not in header:
+        fail(f"--eval-only's first line: {header!r}")
+    if want not in line or "(first " in line:
+        fail(f"--eval-only --resume gave {line!r}; the run printed {want!r}")
+    sequences = int(re.search(r"  (\d+) sequences \((\d+) tokens\)",
+                              line).group(1))
+    # The exported FP32 weights, through --init-from's Python reader.
+    _, line = evaluated(["--init-from", exported, "--heads", "2",
+                         "--context", "32", "--data", text, "--no-progress"],
+                        "--init-from the state dict")
+    if want not in line:
+        fail(f"--eval-only --init-from {exported} gave {line!r}, the run "
+             f"{want!r}")
+    # The first batch alone.
+    _, line = evaluated(["--resume", checkpoint, "--eval-batches", "1"],
+                        "--eval-batches 1")
+    if f"(first 1 of {(sequences + 63) // 64} batches)  64 sequences " \
+            "(2048 tokens) in " not in line:
+        fail(f"--eval-batches 1: {line!r}")
+    # Another precision: the same weights, autocast to BF16.
+    header, line = evaluated(["--resume", checkpoint, "--precision",
+                              "amp-bf16"], "--precision amp-bf16")
+    loss = lambda text_: float(re.search(r"val loss (\S+)", text_).group(1))
+    bf16 = loss(line)
+    # BF16's 8-bit mantissa in the products: within 2% of FP32's loss.
+    if ", amp-bf16 on cpu, " not in header or \
+            abs(bf16 - loss(want)) > 0.02 * loss(want):
+        fail(f"--precision amp-bf16: {header!r} {line!r}; fp32 {want!r}")
+    # Another text: another loss.
+    other = os.path.join(work, "other.txt")
+    with open(other, "w") as f:
+        f.write("".join(reversed(open(text).read())))
+    _, line = evaluated(["--resume", checkpoint, "--data", other],
+                        "another --data")
+    if want in line:
+        fail(f"another --data gave the run's figures: {line!r}")
+    os.remove(other)
+    if sorted(os.listdir(work)) != before:
+        fail(f"--eval-only wrote files: {sorted(os.listdir(work))} against "
+             f"{before}")
+    for args, pattern in [
+            ([], "--eval-only evaluates trained weights: give --resume "
+                 "CHECKPOINT"),
+            (["--resume", checkpoint, "--checkpoint",
+              os.path.join(work, "x.pt")],
+             "--eval-only trains and writes nothing: leave out --checkpoint."),
+            (["--resume", checkpoint, "--log-json=" +
+              os.path.join(work, "x.jsonl")],
+             "--eval-only trains and writes nothing: leave out --log-json."),
+            (["--resume", checkpoint, "--steps", "40"],
+             "--eval-only trains and writes nothing: leave out --steps."),
+            (["--resume", checkpoint, "--sample-tokens", "10"],
+             "--eval-only samples and trains nothing: leave out "
+             "--sample-tokens."),
+            (["--resume", checkpoint, "--sample-only"],
+             "give --eval-only (the validation loss) or --sample-only"),
+            (["--resume", checkpoint, "--layers", "3"],
+             "holds a model of other settings than this command line gives: "
+             "--layers 2 there, 3 here. --eval-only takes them from the "
+             "checkpoint: leave these flags out."),
+            (["--init-from", os.path.join(work, "missing.pt")],
+             "no checkpoint or state dict at " +
+             os.path.join(work, "missing.pt") + " to start from")]:
+        r = run([train_gpt, "--eval-only", "--no-progress"] + args)
+        if r.returncode != 1 or pattern not in r.stderr:
+            fail(f"--eval-only {args}: exit {r.returncode}, "
+                 f"{r.stderr.strip()!r}")
+    if sorted(os.listdir(work)) != before:
+        fail("a refused --eval-only wrote files")
+    # SIGINT during a long evaluation (a 1.5 MB text, one sequence a
+    # batch): it stops there, exit 130, nothing written.
+    long_text = os.path.join(work, "long.txt")
+    with open(text) as f:
+        content = f.read()
+    with open(long_text, "w") as f:
+        f.write(content * 64)
+    out_path = os.path.join(work, "eval-only-signal.out")
+    args = [train_gpt, "--eval-only", "--resume", checkpoint, "--data",
+            long_text, "--eval-batch-size", "1", "--eval-batches", "0",
+            "--no-progress"]
+    print("$ " + " ".join(args))
+    with open(out_path, "w") as out:
+        p = subprocess.Popen(args, stdout=out, stderr=subprocess.PIPE)
+        deadline = time.time() + 300
+        while time.time() < deadline and p.poll() is None and \
+                "evaluating" not in open(out_path).read():
+            time.sleep(0.1)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    shown = open(out_path).read()
+    os.remove(out_path)
+    os.remove(long_text)
+    if p.returncode != 130 or "interrupted (SIGINT) while evaluating; " \
+            "nothing was written" not in err.decode(errors="replace") or \
+            "val loss" in shown:
+        fail(f"SIGINT during --eval-only: exit {p.returncode}, "
+             f"{err.decode(errors='replace')!r}, {shown[-300:]!r}")
+    if sorted(os.listdir(work)) != before:
+        fail("--eval-only stopped by SIGINT wrote files")
+    print(f"  --eval-only: {want} again from the checkpoint and the state "
+          f"dict; amp-bf16 {bf16:.4f}; SIGINT exit 130")
 
 
 def write_token_folder(folder, ids, split, code="H", meta=None):
@@ -2013,6 +2155,8 @@ def main(argv):
         fused_steps(train_gpt, work, argv[3] if len(argv) > 3 else "cpu")
     elif command == "sample-only":
         sample_only(train_gpt, work)
+    elif command == "eval-only":
+        eval_only(train_gpt, work)
     elif command == "token-files":
         token_files(train_gpt, work)
     elif command == "tokenizer":

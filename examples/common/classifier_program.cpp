@@ -618,41 +618,51 @@ int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
   }
   auto progress = Progress::for_program(config, main_rank, false, nullptr);
   const auto on_batch = progress.on_eval_batch();
-  const auto start = std::chrono::steady_clock::now();
-  lamp::training::Evaluation e;
-  try {
-    e = trainer.evaluate_subset([&](const lamp::training::EvalProgress& p) {
-      if (stop_signal() != 0) {
-        throw EvaluationStopped{};
+  const auto stop_or_show = [&](const lamp::training::EvalProgress& p) {
+    if (stop_signal() != 0) {
+      throw EvaluationStopped{};
+    }
+    if (on_batch) {
+      on_batch(p);
+    }
+  };
+  // The test set's evaluation, then with --eval-train the training data's,
+  // a line each.
+  for (const bool training_data : {false, true}) {
+    if (training_data && !config.eval_train) {
+      break;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    lamp::training::Evaluation e;
+    try {
+      e = training_data ? trainer.evaluate_training_data(stop_or_show)
+                        : trainer.evaluate_subset(stop_or_show);
+    } catch (const EvaluationStopped&) {
+      progress.clear();
+      if (main_rank) {
+        std::cerr << spec.program << ": interrupted ("
+                  << signal_name(stop_signal())
+                  << ") while evaluating; nothing was written" << std::endl;
       }
-      if (on_batch) {
-        on_batch(p);
-      }
-    });
-  } catch (const EvaluationStopped&) {
+      return 128 + stop_signal();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     progress.clear();
     if (main_rank) {
-      std::cerr << spec.program << ": interrupted ("
-                << signal_name(stop_signal())
-                << ") while evaluating; nothing was written" << std::endl;
+      print_out(
+          "%s: %s  %lld %s%s in %.2f s\n", spec.program.c_str(),
+          evaluation_text(e.loss, e.accuracy, e.batches, e.batches_in_set,
+                          language_model, training_data)
+              .c_str(),
+          static_cast<long long>(e.examples),
+          language_model ? "sequences" : "images",
+          language_model
+              ? (" (" + std::to_string(e.predictions) + " tokens)").c_str()
+              : "",
+          seconds);
     }
-    return 128 + stop_signal();
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  progress.clear();
-  if (main_rank) {
-    print_out("%s: %s  %lld %s%s in %.2f s\n", spec.program.c_str(),
-              evaluation_text(e.loss, e.accuracy, e.batches, e.batches_in_set,
-                              language_model)
-                  .c_str(),
-              static_cast<long long>(e.examples),
-              language_model ? "sequences" : "images",
-              language_model
-                  ? (" (" + std::to_string(e.predictions) + " tokens)").c_str()
-                  : "",
-              seconds);
   }
   return stop_signal() != 0 ? 128 + stop_signal() : 0;
 }

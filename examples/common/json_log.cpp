@@ -202,6 +202,7 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
       {"non_finite_losses", s.non_finite_losses},
       {"lr", s.lr},
       {"checkpoint_written", s.checkpoint_written}};
+  record["train_eval"] = train_eval_json(s.train_evaluation);
   if (sequence_length_ > 0) {
     // A language model's: per-token rates and perplexities, exp(loss).
     record["context"] = sequence_length_;
@@ -225,6 +226,22 @@ void JsonLog::write_epoch(const lamp::training::EpochStats& s) {
                         : nlohmann::ordered_json(nullptr);
   }
   write("epoch", record);
+}
+
+nlohmann::ordered_json JsonLog::train_eval_json(
+    const c10::optional<lamp::training::Evaluation>& train) const {
+  if (!train) {
+    return nullptr; // no --eval-train, or an epoch not evaluated
+  }
+  nlohmann::ordered_json record = {{"loss", train->loss},
+                                   {"accuracy", train->accuracy},
+                                   {"batches", train->batches},
+                                   {"batches_in_set", train->batches_in_set},
+                                   {examples_, train->examples}};
+  if (sequence_length_ > 0) {
+    record["perplexity"] = train->perplexity();
+  }
+  return record;
 }
 
 void JsonLog::write_step(const lamp::training::BatchProgress& p, double loss,
@@ -264,6 +281,7 @@ void JsonLog::write_evaluation(const lamp::training::StepEvaluation& e) {
       {"best_test_loss", e.best_test_loss},
       {"best_written", e.best_written},
       {"checkpoint_written", e.checkpoint_written}};
+  record["train_eval"] = train_eval_json(e.train_evaluation);
   if (sequence_length_ > 0) {
     record["train_perplexity"] = lamp::training::perplexity(e.train_loss);
     record["test_perplexity"] = e.test_perplexity();

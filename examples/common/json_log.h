@@ -76,6 +76,11 @@ class JsonLog {
  private:
   void write_run(const ProgramConfig& config);
   void write(const char* kind, const nlohmann::ordered_json& fields);
+  // The "train_eval" field of --eval-train's evaluation of the training
+  // data: loss, accuracy, batches, batches_in_set, the examples (and a
+  // language model's perplexity); null without one.
+  nlohmann::ordered_json train_eval_json(
+      const c10::optional<lamp::training::Evaluation>& train) const;
 
   std::string path_;
   // The file opened, by device and inode: checked before every write.

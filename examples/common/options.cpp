@@ -245,6 +245,9 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
       app, "--limit-eval-batches,--eval-batches", c.limit_eval_batches,
       "evaluate only the first N test batches, 0 = all (quick checks; the accuracy is then over that subset, which the epoch line and log say)",
       integer_at_least(0));
+  app.add_flag(
+      "--eval-train", c.eval_train,
+      "every evaluation also evaluates the training data, in eval mode (no dropout or augmentation) over as many batches as the test set's (--eval-batches), the same examples every time, as nanoGPT's estimate_loss(): a training loss that compares with the test loss");
   add_checked(
       app, "--threads", c.threads,
       "intra-op CPU threads (0 = OMP_NUM_THREADS where set, else the physical cores this process may use)",
@@ -383,6 +386,7 @@ lamp::training::TrainerOptions trainer_options_from(
           .eval_batch_size(eval_batch_size)
           .max_steps(config.max_steps)
           .limit_eval_batches(config.limit_eval_batches)
+          .eval_train(config.eval_train)
           .checkpoint(config.checkpoint)
           .resume(config.resume)
           .reshard(config.reshard)
@@ -419,6 +423,8 @@ lamp::training::TrainerOptions trainer_options_from(
   program.push_back({"--eval-every", std::to_string(config.eval_every), false});
   program.push_back({"--limit-eval-batches",
                      std::to_string(config.limit_eval_batches), false});
+  program.push_back(
+      {"--eval-train", config.eval_train ? "true" : "false", false});
   program.push_back(
       {"--checkpoint-every", std::to_string(config.checkpoint_every), false});
   // Where the run writes, for --resume alone to continue (resume_settings).

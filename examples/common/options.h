@@ -84,6 +84,9 @@ struct ProgramConfig {
   std::string log_json;
   int64_t max_steps = 0;
   int64_t limit_eval_batches = 0; // 0 = the whole test set
+  // --eval-train: every evaluation also evaluates the training data, in
+  // eval mode (TrainerOptions::eval_train), as nanoGPT's estimate_loss().
+  bool eval_train = false;
   int64_t log_every = 50; // 0: no step records, timed lines off a terminal
   bool progress = true;
   bool report_precision = false;

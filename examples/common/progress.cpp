@@ -136,14 +136,23 @@ std::string evaluating_text(const lamp::training::EvalProgress& p,
 } // namespace
 
 std::string evaluation_text(double loss, double accuracy, int64_t batches,
-                            int64_t in_set, bool language_model) {
+                            int64_t in_set, bool language_model,
+                            bool training_data) {
   const auto subset = subset_text(batches, in_set);
+  const std::string split =
+      training_data ? "train" : (language_model ? "val" : "test");
   if (language_model) {
-    return "val loss " + fixed(loss, 4) + " (ppl " + perplexity_text(loss) +
-           ")  val acc " + fixed(100.0 * accuracy, 2) + "%" + subset;
+    return split + " loss " + fixed(loss, 4) + " (ppl " +
+           perplexity_text(loss) + ")  " + split + " acc " +
+           fixed(100.0 * accuracy, 2) + "%" + subset;
   }
-  return "test loss " + fixed(loss, 4) + "  test acc " +
+  return split + " loss " + fixed(loss, 4) + "  " + split + " acc " +
          fixed(100.0 * accuracy, 2) + "%" + subset;
+}
+
+std::string eval_mode_text(
+    const c10::optional<lamp::training::Evaluation>& train) {
+  return train ? " (eval mode " + fixed(train->loss, 4) + ")" : "";
 }
 
 void LossWindow::add(const lamp::training::BatchProgress& p) {
@@ -256,8 +265,9 @@ void Progress::update_eval(const lamp::training::EvalProgress& p) {
           ? p.batch % log_every_ == 0
           : timed_lines_ && now - last_line_ >= std::chrono::seconds(30)) {
     clear();
-    print_out("%sevaluating  batch %lld/%lld%s\n",
+    print_out("%sevaluating%s  batch %lld/%lld%s\n",
               evaluating_text(p, epochs_, "  ").c_str(),
+              p.training_data ? " the training data" : "",
               static_cast<long long>(p.batch),
               static_cast<long long>(p.batches),
               subset_text(p.batches_evaluated, p.batches_in_set).c_str());
@@ -273,10 +283,11 @@ void Progress::print_epoch(const lamp::training::EpochStats& s) {
   clear();
   const bool language_model = tokens_per_example_ > 0;
   // A language model: mean loss per token and its perplexity, exp(loss).
-  const std::string train = language_model
-                                ? fixed(s.train_loss, 4) + " (ppl " +
-                                      perplexity_text(s.train_loss) + ")"
-                                : fixed(s.train_loss, 4);
+  const std::string train =
+      (language_model ? fixed(s.train_loss, 4) + " (ppl " +
+                            perplexity_text(s.train_loss) + ")"
+                      : fixed(s.train_loss, 4)) +
+      eval_mode_text(s.train_evaluation);
   // Model FLOPs utilisation, where the device's peak is known.
   const std::string mfu =
       mfu_per_example_ > 0
@@ -312,10 +323,11 @@ void Progress::print_evaluation(const lamp::training::StepEvaluation& e,
   const std::string perplexity =
       language_model ? " (ppl " + perplexity_text(e.test_loss) + ")" : "";
   print_out(
-      "step %lld/%lld  train loss %.4f  %s loss %.4f%s  %s acc %.2f%%%s  lr "
-      "%.4g  %.2f s%s%s\n",
+      "step %lld/%lld  train loss %.4f%s  %s loss %.4f%s  %s acc %.2f%%%s  "
+      "lr %.4g  %.2f s%s%s\n",
       static_cast<long long>(e.global_step),
-      static_cast<long long>(total_steps), e.train_loss, split, e.test_loss,
+      static_cast<long long>(total_steps), e.train_loss,
+      eval_mode_text(e.train_evaluation).c_str(), split, e.test_loss,
       perplexity.c_str(), split, 100.0 * e.test_accuracy,
       subset_text(e.test_batches, e.test_batches_in_set).c_str(), e.lr,
       e.eval_seconds, e.best_written ? "  best, saved" : "",
@@ -395,7 +407,8 @@ void Progress::draw_eval(const lamp::training::EvalProgress& p,
   last_draw_ = now;
   const double elapsed = seconds(now - eval_start_);
   const double eta = elapsed * (p.batches - p.batch) / p.batch;
-  const auto left = evaluating_text(p, epochs_, " ") + "test";
+  const auto left =
+      evaluating_text(p, epochs_, " ") + (p.training_data ? "train" : "test");
   const std::vector<std::string> parts = {
       std::to_string(p.batch) + "/" + std::to_string(p.batches) +
           subset_text(p.batches_evaluated, p.batches_in_set),

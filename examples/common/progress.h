@@ -38,9 +38,16 @@ class LossWindow {
 /// An evaluation's figures as the epoch lines give them: "test loss 0.3456
 /// test acc 87.65%", for a language model "val loss 1.7138 (ppl 5.55)  val
 /// acc 47.12%", then " (first 2 of 10 batches)" where `batches` of the
-/// `in_set` were evaluated.
+/// `in_set` were evaluated; "train loss ..." of the training data's
+/// (`training_data`, --eval-train).
 std::string evaluation_text(double loss, double accuracy, int64_t batches,
-                            int64_t in_set, bool language_model);
+                            int64_t in_set, bool language_model,
+                            bool training_data = false);
+
+/// The training loss's " (eval mode 1.2345)" of an epoch or step line where
+/// --eval-train evaluated the training data; "" without it.
+std::string eval_mode_text(
+    const c10::optional<lamp::training::Evaluation>& train);
 
 /// Progress inside an epoch, as people expect from tqdm:
 ///  - on a terminal, a bar on stderr fitted to its width, redrawn at most ten

@@ -134,6 +134,7 @@ const std::vector<RunFlag>& run_flags() {
         named("--eval-batch-size", "eval_batch_size"),
         named("--max-steps", "max_steps"),
         named("--limit-eval-batches", "limit_eval_batches"),
+        named("--eval-train", "eval_train"),
         named("--check-numerics", "check_numerics"),
         named("--cuda-graph", "cuda_graph"),
         named("--drop-last", "drop_last"),

@@ -346,7 +346,8 @@ void Trainer::check_ranks_agree(distributed::ProcessGroup& group) const {
   // and those that differ across ranks although a resume may change them:
   // another evaluation batch size makes the ranks' evaluations disagree,
   // another max_steps makes one rank stop while the other waits, another
-  // limit_eval_batches makes one rank evaluate batches the other skips.
+  // limit_eval_batches or eval_train makes one rank evaluate batches the
+  // other skips.
   auto settings = detail::describe_run_settings(
       {o, train_loader_.options(), train_data_, test_data_});
   settings.insert(
@@ -361,6 +362,8 @@ void Trainer::check_ranks_agree(distributed::ProcessGroup& group) const {
         std::to_string(o.checkpoint_every())},
        {name("limit_eval_batches", "TrainerOptions::limit_eval_batches"),
         std::to_string(o.limit_eval_batches())},
+       {name("eval_train", "TrainerOptions::eval_train"),
+        o.eval_train() ? "on" : "off"},
        {name("divergence_patience", "TrainerOptions::divergence_patience"),
         std::to_string(o.divergence_patience())},
        {name("check_numerics", "TrainerOptions::check_numerics"),
@@ -639,7 +642,7 @@ bool Trainer::evaluate_at_step(
     const std::function<void(const EvalProgress&)>& on_eval_batch,
     const std::function<void(const StepEvaluation&)>& on_evaluation) {
   const auto eval_start = std::chrono::steady_clock::now();
-  const auto evaluated = run_evaluation(on_eval_batch, run.epoch + 1, [&] {
+  const auto evaluated = run_evaluations(on_eval_batch, run.epoch + 1, [&] {
     return stop_here(run, start_step_in_epoch_, /*in_evaluation=*/true);
   });
   model_->train();
@@ -666,11 +669,13 @@ bool Trainer::evaluate_at_step(
   interval_loss_sum_.zero_();
   interval_steps_ = 0;
   interval_non_finite_before_ = non_finite;
-  e.test_loss = evaluated->loss;
-  e.test_accuracy = evaluated->accuracy;
-  e.test_batches = evaluated->batches;
-  e.test_batches_in_set = evaluated->batches_in_set;
-  e.test_examples = evaluated->examples;
+  const auto& test = evaluated->first;
+  e.test_loss = test.loss;
+  e.test_accuracy = test.accuracy;
+  e.test_batches = test.batches;
+  e.test_batches_in_set = test.batches_in_set;
+  e.test_examples = test.examples;
+  e.train_evaluation = evaluated->second;
   e.lr = run.stats.lr;
   e.eval_seconds = seconds_since(eval_start);
   // Inside the epoch's time: not training, so not in its rate.
@@ -757,15 +762,16 @@ bool Trainer::evaluate_epoch(
   // Timed apart from training and warm-up: the first evaluation's autotuning
   // for its shapes is evaluation time, not the training step's warm-up.
   const auto eval_start = std::chrono::steady_clock::now();
-  const auto evaluated = run_evaluation(on_eval_batch, run.stats.epoch, [&] {
+  const auto evaluated = run_evaluations(on_eval_batch, run.stats.epoch, [&] {
     return stop_here(run, run.stats.resumed_steps + run.stats.steps,
                      /*in_evaluation=*/true);
   });
   if (!evaluated) {
     return false;
   }
-  const auto& eval = *evaluated;
+  const auto& eval = evaluated->first;
   auto& stats = run.stats;
+  stats.train_evaluation = evaluated->second;
   stats.eval_seconds = seconds_since(eval_start);
   stats.test_loss = eval.loss;
   stats.test_accuracy = eval.accuracy;

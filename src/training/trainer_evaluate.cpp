@@ -1,5 +1,6 @@
-// Trainer's evaluation of the test set: alone (evaluate()) and
-// after each epoch of fit(), split over the ranks of a data-parallel run.
+// Trainer's evaluation of the test set (and with TrainerOptions::eval_train
+// of the training data): alone (evaluate()) and after each epoch of fit(),
+// split over the ranks of a data-parallel run.
 #include "lamp/training/trainer.h"
 
 #include <torch/torch.h>
@@ -19,12 +20,60 @@ Evaluation Trainer::evaluate_subset(
   return *run_evaluation(on_batch, epoch, nullptr);
 }
 
-c10::optional<Evaluation> Trainer::run_evaluation(
+Evaluation Trainer::evaluate_training_data(
+    const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch) {
+  return *run_evaluation(on_batch, epoch, nullptr, /*training_data=*/true);
+}
+
+const data::DeviceLoader& Trainer::train_eval_loader() {
+  if (!train_eval_loader_) {
+    // The training loader's data, normalisation and dtype, in batches of
+    // the test set's size, without augmentation or sharding (every rank
+    // evaluates its share of the batches, as of the test set's). One fixed
+    // epoch of the training loader's shuffled order (or random windows):
+    // examples from all of the data, the same ones every evaluation.
+    auto o = train_loader_.options();
+    const auto train = train_loader_.data();
+    o.batch_size(
+         std::min(test_loader_.options().batch_size(), train.targets.size(0)))
+        .shuffle(true)
+        .drop_last(false)
+        .crop_padding(0)
+        .horizontal_flip(false)
+        .num_shards(1)
+        .shard(0);
+    train_eval_loader_ = std::make_unique<data::DeviceLoader>(
+        train, train_loader_.device(), std::move(o));
+    train_eval_loader_->set_epoch(0);
+  }
+  return *train_eval_loader_;
+}
+
+c10::optional<std::pair<Evaluation, c10::optional<Evaluation>>>
+Trainer::run_evaluations(
     const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch,
     const std::function<bool()>& stop) {
+  const auto test = run_evaluation(on_batch, epoch, stop);
+  if (!test) {
+    return c10::nullopt;
+  }
+  c10::optional<Evaluation> train;
+  if (options_.eval_train()) {
+    train = run_evaluation(on_batch, epoch, stop, /*training_data=*/true);
+    if (!train) {
+      return c10::nullopt;
+    }
+  }
+  return std::make_pair(*test, train);
+}
+
+c10::optional<Evaluation> Trainer::run_evaluation(
+    const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch,
+    const std::function<bool()>& stop, bool training_data) {
+  const auto& loader = training_data ? train_eval_loader() : test_loader_;
   torch::NoGradGuard no_grad;
   model_->eval();
-  const auto on_device = torch::TensorOptions().device(test_loader_.device());
+  const auto on_device = torch::TensorOptions().device(loader.device());
   auto loss_sum = torch::zeros({}, on_device.dtype(torch::kDouble));
   auto correct = torch::zeros({}, on_device.dtype(torch::kLong));
   // Data-parallel: rank r evaluates batches r, r + world, ...; the sums
@@ -35,16 +84,16 @@ c10::optional<Evaluation> Trainer::run_evaluation(
   // On CUDA every evaluation batch has the same shape: the last one is padded
   // with zero inputs whose outputs are dropped (eval-mode BatchNorm treats
   // each example alone), so cuDNN autotunes once instead of twice.
-  const int64_t full = test_loader_.options().batch_size();
-  const bool pad = test_loader_.device().is_cuda();
-  const int64_t in_set = test_loader_.batches_per_epoch();
+  const int64_t full = loader.options().batch_size();
+  const bool pad = loader.device().is_cuda();
+  const int64_t in_set = loader.batches_per_epoch();
   const int64_t limit = options_.limit_eval_batches();
   const int64_t batches = limit > 0 ? std::min(limit, in_set) : in_set;
   // This rank's batches, and the examples of all of them (every rank's).
   const int64_t own = rank < batches ? (batches - rank + ranks - 1) / ranks : 0;
   int64_t examples = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    examples += std::min(full, test_loader_.samples_per_epoch() - i * full);
+    examples += std::min(full, loader.samples_per_epoch() - i * full);
   }
   const auto& task = options_.task();
   int64_t done = 0;
@@ -53,7 +102,7 @@ c10::optional<Evaluation> Trainer::run_evaluation(
       model_->train();
       return c10::nullopt;
     }
-    const auto batch = test_loader_.batch(i);
+    const auto batch = loader.batch(i);
     auto inputs = batch.inputs;
     const int64_t n = inputs.size(0);
     if (pad && n < full) {
@@ -73,6 +122,7 @@ c10::optional<Evaluation> Trainer::run_evaluation(
     if (on_batch) {
       EvalProgress progress;
       progress.epoch = epoch;
+      progress.training_data = training_data;
       progress.batch = ++done;
       progress.batches = own;
       progress.batches_evaluated = batches;
@@ -92,8 +142,7 @@ c10::optional<Evaluation> Trainer::run_evaluation(
   }
   Evaluation eval;
   // A language model's sequences: every position is a prediction.
-  eval.predictions =
-      examples * task.predictions_per_example(test_loader_.data());
+  eval.predictions = examples * task.predictions_per_example(loader.data());
   const auto n = static_cast<double>(eval.predictions);
   eval.loss = loss_sum.item<double>() / n;
   eval.accuracy = correct.item<int64_t>() / n;

@@ -63,6 +63,11 @@
       checkpoint (--resume alone) and its exported state dict (--init-from);
       a subset, amp-bf16, another --data; SIGINT exits 130; nothing
       written; training and sampling flags refused
+  check_gpt.py eval-train TRAIN_GPT WORK_DIR
+      --eval-train: every evaluation's line and log record give the
+      training data's loss in eval mode; --eval-only --resume alone (which
+      keeps it) evaluates the same windows to the same figure; without the
+      flag neither line nor record has it
   check_gpt.py token-files TRAIN_GPT WORK_DIR
       --data a folder of nanoGPT's token files (train.bin, val.bin,
       meta.pkl): the vocabulary from meta.pkl padded to 64, samples decoded
@@ -940,6 +945,73 @@ def sample_only(train_gpt, work):
     print(f"  --sample-only: the run's sample again ({len(again)} "
           f"characters), the same without the cache; {speed[-1]}; "
           f"--precision amp {'sampled' if r.returncode == 0 else 'refused'}")
+
+
+def eval_train(train_gpt, work):
+    """--eval-train: the training data's loss in eval mode at every
+    evaluation (line and log), the same figure from --eval-only --resume
+    alone, and neither without the flag."""
+    text = make_text(work)
+    checkpoint = fresh(work, "eval-train.pt")
+    log = fresh(work, "eval-train.jsonl")
+    # Dropout, so that train mode and eval mode differ.
+    common = SHAPE[:-1] + ["0.2"] + COMMON[len(SHAPE):]
+    trained = expect_success([train_gpt, "--data", text, "--steps", "20",
+                              "--warmup-steps", "2", "--eval-every", "10",
+                              "--eval-batches", "2", "--eval-train",
+                              "--precision", "fp32", "--seed", "3",
+                              "--checkpoint", checkpoint, "--log-json", log]
+                             + common)
+    step = re.compile(r"^step (\d+)/20  train loss (\S+) \(eval mode (\S+)\)"
+                      r"  val loss ")
+    lines = [step.match(line) for line in trained.stdout.splitlines()]
+    lines = [m for m in lines if m]
+    if [m.group(1) for m in lines] != ["10", "20"]:
+        fail(f"--eval-train's step lines: {trained.stdout[-800:]!r}")
+    records = [json.loads(line) for line in open(log)]
+    evaluations = [r for r in records if r.get("record") == "evaluation"]
+    if len(evaluations) != 2:
+        fail(f"--eval-train: {len(evaluations)} evaluation records")
+    for m, record in zip(lines, evaluations):
+        train_eval = record.get("train_eval")
+        if not train_eval or train_eval["batches"] != 2 or \
+                train_eval["sequences"] != 128 or \
+                f"{train_eval['loss']:.4f}" != m.group(3) or \
+                abs(train_eval["perplexity"] -
+                    math.exp(train_eval["loss"])) > 1e-9 * \
+                train_eval["perplexity"] or \
+                not 0 < train_eval["accuracy"] < 1:
+            fail(f"step {m.group(1)}: line {m.group(0)!r}, record "
+                 f"{train_eval!r}")
+    epochs = [r for r in records if r.get("record") == "epoch"]
+    if not epochs or epochs[-1].get("train_eval", "missing") is not None:
+        fail(f"an epoch of --eval-every is not evaluated: its train_eval "
+             f"should be null, got {epochs[-1:]!r}")
+    # The checkpoint keeps --eval-train: --eval-only evaluates the same
+    # windows with the same weights, to the same figures.
+    r = expect_success([train_gpt, "--eval-only", "--resume", checkpoint])
+    out = r.stdout.splitlines()
+    if len(out) < 3 or not out[-2].startswith("train_gpt: val loss") or \
+            not out[-1].startswith("train_gpt: train loss " +
+                                   lines[-1].group(3) + " (ppl ") or \
+            "  train acc " not in out[-1] or "(first 2 of " not in out[-1] \
+            or "  128 sequences (4096 tokens) in " not in out[-1]:
+        fail(f"--eval-only of an --eval-train run: {r.stdout[-600:]!r}; "
+             f"the run's last: {lines[-1].group(0)!r}")
+    # Without it: no eval mode figure, a null record.
+    plain_log = fresh(work, "plain.jsonl")
+    plain = expect_success([train_gpt, "--data", text, "--steps", "10",
+                            "--warmup-steps", "2", "--eval-every", "10",
+                            "--eval-batches", "2", "--precision", "fp32",
+                            "--log-json", plain_log] + common)
+    if "eval mode" in plain.stdout:
+        fail(f"a run without --eval-train: {plain.stdout[-400:]!r}")
+    records = [json.loads(line) for line in open(plain_log)]
+    if any(r.get("train_eval", None) is not None for r in records):
+        fail("a run without --eval-train logged train_eval")
+    print(f"  --eval-train: step 20's training data {lines[-1].group(3)} in "
+          f"eval mode against {lines[-1].group(2)} while training; "
+          f"--eval-only: {out[-1]}")
 
 
 def eval_only(train_gpt, work):
@@ -2157,6 +2229,8 @@ def main(argv):
         sample_only(train_gpt, work)
     elif command == "eval-only":
         eval_only(train_gpt, work)
+    elif command == "eval-train":
+        eval_train(train_gpt, work)
     elif command == "token-files":
         token_files(train_gpt, work)
     elif command == "tokenizer":

@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lamp/amp/numerics_check.h"
@@ -143,6 +144,18 @@ struct TrainerOptions {
   /// rank r
   /// evaluates batches r, r + ranks, ... of the first limit_eval_batches.
   TORCH_ARG(int64_t, limit_eval_batches) = 0;
+  /// Each evaluation also evaluates the training data, as nanoGPT's
+  /// `estimate_loss()` does: in eval mode (no dropout) and without
+  /// augmentation, so that its loss compares with the test loss where the
+  /// running training loss (measured in train mode, on augmented batches)
+  /// does not. Over as many batches of eval_batch_size as the test set's
+  /// evaluation (limit_eval_batches; the whole training data when 0), drawn
+  /// once from the training loader's seed: the same examples (or, with
+  /// LoaderOptions::random_windows, the same windows at random offsets)
+  /// every evaluation, from all of the data rather than its start. Results
+  /// in EpochStats::train_evaluation and StepEvaluation::train_evaluation;
+  /// its time is in their eval_seconds. Not stored in checkpoints.
+  TORCH_ARG(bool, eval_train) = false;
   /// Write a checkpoint here after every complete epoch; empty = none. The
   /// write is atomic and durable and the file checksummed
   /// (checkpoint_file.h); the path is locked against other runs for the
@@ -315,6 +328,25 @@ struct RunHistoryEntry {
   int64_t ranks = 0;
 };
 
+/// What one evaluation measured (Trainer::evaluate_subset(), and
+/// Trainer::evaluate_training_data() of TrainerOptions::eval_train).
+struct Evaluation {
+  /// Mean cross-entropy per prediction evaluated (per example; per token
+  /// for a language model).
+  double loss = 0;
+  double accuracy = 0; ///< in [0, 1], of the predictions evaluated
+  /// Batches evaluated (all ranks), the test set's batches, examples
+  /// evaluated: see EpochStats::test_batches.
+  int64_t batches = 0;
+  int64_t batches_in_set = 0; ///< see `batches`
+  int64_t examples = 0;       ///< see `batches`
+  /// The predictions evaluated: `examples`, or for a language model its
+  /// tokens.
+  int64_t predictions = 0;
+  /// exp(loss) (perplexity()).
+  double perplexity() const { return training::perplexity(loss); }
+};
+
 /// What one epoch did.
 struct EpochStats {
   int64_t epoch = 0; ///< 1-based
@@ -345,6 +377,9 @@ struct EpochStats {
   int64_t test_batches = 0;
   int64_t test_batches_in_set = 0; ///< see `test_batches`
   int64_t test_examples = 0;       ///< see `test_batches`
+  /// TrainerOptions::eval_train: the training data's evaluation beside the
+  /// test set's; none without it or where `evaluated` is false.
+  c10::optional<Evaluation> train_evaluation;
   /// Training time of the epoch (no evaluation), without `warmup_seconds`.
   double seconds = 0;
   /// The first epoch of a run: the time of its first training step (with
@@ -446,6 +481,9 @@ struct BatchProgress {
 struct EvalProgress {
   /// The epoch just trained (1-based); 0 for an evaluate() outside fit().
   int64_t epoch = 0;
+  /// Whether the batches are the training data's (TrainerOptions::eval_train)
+  /// rather than the test set's.
+  bool training_data = false;
   int64_t batch = 0;   ///< 1-based, among this rank's
   int64_t batches = 0; ///< this rank's batches in this evaluation
   /// The batches this evaluation covers, all ranks together: the test
@@ -467,8 +505,11 @@ struct StepEvaluation {
   int64_t test_batches = 0; ///< as EpochStats::test_batches
   int64_t test_batches_in_set = 0; ///< as EpochStats::test_batches_in_set
   int64_t test_examples = 0;       ///< as EpochStats::test_examples
-  double lr = 0;                   ///< the learning rate of the last step
-  double eval_seconds = 0;         ///< the evaluation's time
+  /// TrainerOptions::eval_train: the training data's evaluation (in eval
+  /// mode, unlike `train_loss`); none without it.
+  c10::optional<Evaluation> train_evaluation;
+  double lr = 0;           ///< the learning rate of the last step
+  double eval_seconds = 0; ///< the evaluation's time
   /// The lowest test loss of the run so far, this one included.
   double best_test_loss = 0;
   /// Whether this evaluation improved it and TrainerOptions::best_checkpoint
@@ -478,24 +519,6 @@ struct StepEvaluation {
   bool checkpoint_written = false;
   /// exp(test_loss) (perplexity()).
   double test_perplexity() const { return perplexity(test_loss); }
-};
-
-/// What one evaluation measured (Trainer::evaluate_subset()).
-struct Evaluation {
-  /// Mean cross-entropy per prediction evaluated (per example; per token
-  /// for a language model).
-  double loss = 0;
-  double accuracy = 0; ///< in [0, 1], of the predictions evaluated
-  /// Batches evaluated (all ranks), the test set's batches, examples
-  /// evaluated: see EpochStats::test_batches.
-  int64_t batches = 0;
-  int64_t batches_in_set = 0; ///< see `batches`
-  int64_t examples = 0;       ///< see `batches`
-  /// The predictions evaluated: `examples`, or for a language model its
-  /// tokens.
-  int64_t predictions = 0;
-  /// exp(loss) (perplexity()).
-  double perplexity() const { return training::perplexity(loss); }
 };
 
 namespace detail {
@@ -578,6 +601,13 @@ class Trainer {
   /// The same evaluation, with how much of the test set it covered;
   /// `on_batch` (optional) gets each of this rank's batches.
   Evaluation evaluate_subset(
+      const std::function<void(const EvalProgress&)>& on_batch = nullptr,
+      int64_t epoch = 0);
+
+  /// The training data's evaluation of TrainerOptions::eval_train (which
+  /// this call needs not be set for): in eval mode, without augmentation,
+  /// over the batches it describes; `on_batch` as in evaluate_subset().
+  Evaluation evaluate_training_data(
       const std::function<void(const EvalProgress&)>& on_batch = nullptr,
       int64_t epoch = 0);
 
@@ -715,9 +745,19 @@ class Trainer {
       const std::function<void(const EvalProgress&)>& on_eval_batch);
   // evaluate_subset(); inside fit() it stops, returning none, where `stop`
   // (stop_here()) says so before a batch.
+  // `training_data`: the loader of TrainerOptions::eval_train instead of
+  // the test set's.
   c10::optional<Evaluation> run_evaluation(
       const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch,
-      const std::function<bool()>& stop);
+      const std::function<bool()>& stop, bool training_data = false);
+  // run_evaluation() of the test set and, with TrainerOptions::eval_train,
+  // the training data; none where `stop` stopped either.
+  c10::optional<std::pair<Evaluation, c10::optional<Evaluation>>>
+  run_evaluations(const std::function<void(const EvalProgress&)>& on_batch,
+                  int64_t epoch, const std::function<bool()>& stop);
+  // The loader TrainerOptions::eval_train evaluates, made on first use.
+  const data::DeviceLoader& train_eval_loader();
+  std::unique_ptr<data::DeviceLoader> train_eval_loader_;
   void end_epoch(EpochRun& run);
   // TrainerOptions::stop_requested's answer; on true, stop_point_ records
   // where (`run`'s epoch, after `steps` of its steps).

@@ -352,7 +352,28 @@ def logs(train_mnist, data, work):
     epoch = records[3]
     if epoch["epoch"] != 1 or not 0 <= epoch["test_accuracy"] <= 1:
         fail(f"the epoch record is wrong: {epoch}")
-    print(f"  {len(records)} records, two runs, lines at steps 3, 6, 9, 12")
+    if epoch.get("train_eval", "missing") is not None:
+        fail(f"train_eval without --eval-train: {epoch}")
+    # --eval-train: the epoch line's "(eval mode L)" is the record's
+    # train_eval, over the whole training data (no --limit-eval-batches).
+    eval_log = os.path.join(work, "eval_train.jsonl")
+    if os.path.exists(eval_log):
+        os.remove(eval_log)
+    r = run([train_mnist, "--data", data, "--epochs", "1", "--no-progress",
+             "--eval-train", "--log-json", eval_log])
+    line = re.search(r"^epoch 1/1  train loss \S+ \(eval mode (\S+)\)  test "
+                     r"loss ", r.stdout, re.M)
+    train_eval = [x for x in read_records(eval_log)
+                  if x["record"] == "epoch"][-1]["train_eval"]
+    images = header["train_images"]
+    if r.returncode != 0 or not line or not train_eval or \
+            f"{train_eval['loss']:.4f}" != line.group(1) or \
+            train_eval["images"] != images or \
+            train_eval["batches"] != train_eval["batches_in_set"]:
+        fail(f"--eval-train: exit {r.returncode}, {r.stdout[-400:]!r}, "
+             f"{train_eval!r}")
+    print(f"  {len(records)} records, two runs, lines at steps 3, 6, 9, 12; "
+          f"--eval-train: {line.group(0).strip()} ({images} images)")
 
 
 def degenerate(train_mnist, data):

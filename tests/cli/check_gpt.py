@@ -54,7 +54,8 @@
       missing, empty, binary, too short and text-less inputs: exit 1 and a
       message naming the file and the fix
   check_gpt.py ranks TRAIN_GPT WORK_DIR
-      two CPU ranks (Gloo, torchrun's variables): both finish, one log
+      two CPU ranks (Gloo, torchrun's variables): both finish, one log;
+      their --eval-train figure is one process's of the same checkpoint
   check_gpt.py sample-only TRAIN_GPT WORK_DIR
       --sample-only --resume: the run's sample again, with and without the
       KV cache; --num-samples, a long --prompt-file; refusals
@@ -775,6 +776,37 @@ def ranks(train_gpt, work):
         fail(f"the log holds {len(epoch)} epoch records, expected 1 finite")
     print(f"  2 ranks: train loss {epoch[0]['train_loss']:.4f}, validation "
           f"loss {epoch[0]['test_loss']:.4f}; rank 1 wrote nothing")
+    # --eval-train over 2 ranks: 3 batches, 2 on rank 0 and 1 on rank 1,
+    # summed over both: the figure one process gives the same weights.
+    port = str(free_port())
+    checkpoint = fresh(work, "ranks-eval-train.pt")
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        args = [train_gpt, "--data", text, "--steps", "10", "--eval-every",
+                "10", "--eval-batches", "3", "--eval-train", "--precision",
+                "fp32", "--dist-timeout", "60", "--checkpoint",
+                checkpoint] + COMMON
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True,
+                                      errors="replace"))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+        if p.returncode != 0:
+            fail(f"--eval-train, rank {rank}: exit {p.returncode}: "
+                 f"{err.strip()!r}")
+    ranked = re.search(r"^step 10/10  train loss \S+ \(eval mode (\S+)\)",
+                       outs[0][0], re.M)
+    alone = expect_success([train_gpt, "--eval-only", "--resume", checkpoint])
+    single = re.search(r"^train_gpt: train loss (\S+) \(ppl \S+\)  train acc "
+                       r"\S+% \(first 3 of \d+ batches\)  192 sequences",
+                       alone.stdout, re.M)
+    if not ranked or not single or ranked.group(1) != single.group(1):
+        fail(f"--eval-train over 2 ranks: {outs[0][0][-400:]!r}; one "
+             f"process: {alone.stdout[-300:]!r}")
+    print(f"  --eval-train over 2 ranks: {ranked.group(1)}, as one process "
+          "evaluates the checkpoint")
 
 
 def export(train_gpt, work, python, interop):

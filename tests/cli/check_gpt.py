@@ -751,24 +751,31 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ranks(train_gpt, work):
-    text = make_text(work)
+def two_ranks(args, what):
+    """Runs `args` as ranks 0 and 1 (torchrun's variables, a free port);
+    their (stdout, stderr), each rank's exit 0 checked."""
     port = str(free_port())
-    log = fresh(work, "ranks.jsonl")
     procs = []
     for rank in (0, 1):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
                    WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        args = [train_gpt, "--data", text, "--epochs", "1", "--max-steps", "10",
-                "--precision", "fp32", "--dist-timeout", "60",
-                "--log-json", log] + COMMON
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True,
                                       errors="replace"))
     outs = [p.communicate(timeout=300) for p in procs]
     for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
         if p.returncode != 0:
-            fail(f"rank {rank}: exit {p.returncode}: {err.strip()!r}")
+            fail(f"{what}, rank {rank}: exit {p.returncode}: {err.strip()!r}")
+    return outs
+
+
+def ranks(train_gpt, work):
+    text = make_text(work)
+    log = fresh(work, "ranks.jsonl")
+    outs = two_ranks([train_gpt, "--data", text, "--epochs", "1",
+                      "--max-steps", "10", "--precision", "fp32",
+                      "--dist-timeout", "60", "--log-json", log] + COMMON,
+                     "2 ranks")
     if "data-parallel over 2 ranks" not in outs[0][0]:
         fail(f"rank 0 does not say it is data-parallel: {outs[0][0]!r}")
     epoch = records(log)
@@ -778,24 +785,12 @@ def ranks(train_gpt, work):
           f"loss {epoch[0]['test_loss']:.4f}; rank 1 wrote nothing")
     # --eval-train over 2 ranks: 3 batches, 2 on rank 0 and 1 on rank 1,
     # summed over both: the figure one process gives the same weights.
-    port = str(free_port())
     checkpoint = fresh(work, "ranks-eval-train.pt")
-    procs = []
-    for rank in (0, 1):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
-                   WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        args = [train_gpt, "--data", text, "--steps", "10", "--eval-every",
-                "10", "--eval-batches", "3", "--eval-train", "--precision",
-                "fp32", "--dist-timeout", "60", "--checkpoint",
-                checkpoint] + COMMON
-        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True,
-                                      errors="replace"))
-    outs = [p.communicate(timeout=300) for p in procs]
-    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
-        if p.returncode != 0:
-            fail(f"--eval-train, rank {rank}: exit {p.returncode}: "
-                 f"{err.strip()!r}")
+    outs = two_ranks([train_gpt, "--data", text, "--steps", "10",
+                      "--eval-every", "10", "--eval-batches", "3",
+                      "--eval-train", "--precision", "fp32", "--dist-timeout",
+                      "60", "--checkpoint", checkpoint] + COMMON,
+                     "--eval-train over 2 ranks")
     ranked = re.search(r"^step 10/10  train loss \S+ \(eval mode (\S+)\)",
                        outs[0][0], re.M)
     alone = expect_success([train_gpt, "--eval-only", "--resume", checkpoint])

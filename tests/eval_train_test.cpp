@@ -166,14 +166,13 @@ TEST(EvalTrain, EveryEpochAndStepEvaluationReportsItBesideTheTestSet) {
   std::vector<EvalProgress> seen;
   std::vector<double> by_epoch;
   const auto stats = run->trainer->fit(
-      [&](const lamp::training::EpochStats& s) {
+      [&](const lamp::training::EpochStats&) {
         by_epoch.push_back(
             by_hand(
                 *run->model,
                 [&](const torch::Tensor& x) { return run->model->forward(x); },
                 reference_loader(), 2)
                 .first);
-        (void)s;
       },
       nullptr, [&](const EvalProgress& p) { seen.push_back(p); });
   ASSERT_EQ(stats.size(), 2u);

@@ -628,10 +628,10 @@ int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
   };
   // The test set's evaluation, then with --eval-train the training data's,
   // a line each.
-  for (const bool training_data : {false, true}) {
-    if (training_data && !config.eval_train) {
-      break;
-    }
+  const std::vector<bool> splits = config.eval_train
+                                       ? std::vector<bool>{false, true}
+                                       : std::vector<bool>{false};
+  for (const bool training_data : splits) {
     const auto start = std::chrono::steady_clock::now();
     lamp::training::Evaluation e;
     try {

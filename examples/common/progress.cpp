@@ -94,9 +94,12 @@ std::string bar_line(const std::string& left,
 }
 
 // " (first 2 of 10 batches)" where the evaluation covered a subset of the
-// test set, else "".
-std::string subset_text(int64_t batches, int64_t in_set) {
-  return batches < in_set ? " (first " + std::to_string(batches) + " of " +
+// test set, else ""; of the training data (--eval-train), whose batches
+// are a random draw, not its first: " (2 of 10 batches)".
+std::string subset_text(int64_t batches, int64_t in_set,
+                        bool training_data = false) {
+  return batches < in_set ? std::string(training_data ? " (" : " (first ") +
+                                std::to_string(batches) + " of " +
                                 std::to_string(in_set) + " batches)"
                           : "";
 }
@@ -138,7 +141,7 @@ std::string evaluating_text(const lamp::training::EvalProgress& p,
 std::string evaluation_text(double loss, double accuracy, int64_t batches,
                             int64_t in_set, bool language_model,
                             bool training_data) {
-  const auto subset = subset_text(batches, in_set);
+  const auto subset = subset_text(batches, in_set, training_data);
   const std::string split =
       training_data ? "train" : (language_model ? "val" : "test");
   if (language_model) {
@@ -265,12 +268,13 @@ void Progress::update_eval(const lamp::training::EvalProgress& p) {
           ? p.batch % log_every_ == 0
           : timed_lines_ && now - last_line_ >= std::chrono::seconds(30)) {
     clear();
-    print_out("%sevaluating%s  batch %lld/%lld%s\n",
-              evaluating_text(p, epochs_, "  ").c_str(),
-              p.training_data ? " the training data" : "",
-              static_cast<long long>(p.batch),
-              static_cast<long long>(p.batches),
-              subset_text(p.batches_evaluated, p.batches_in_set).c_str());
+    print_out(
+        "%sevaluating%s  batch %lld/%lld%s\n",
+        evaluating_text(p, epochs_, "  ").c_str(),
+        p.training_data ? " the training data" : "",
+        static_cast<long long>(p.batch), static_cast<long long>(p.batches),
+        subset_text(p.batches_evaluated, p.batches_in_set, p.training_data)
+            .c_str());
     last_line_ = now;
   }
   if (bar_ && (p.batch == p.batches ||
@@ -411,7 +415,7 @@ void Progress::draw_eval(const lamp::training::EvalProgress& p,
       evaluating_text(p, epochs_, " ") + (p.training_data ? "train" : "test");
   const std::vector<std::string> parts = {
       std::to_string(p.batch) + "/" + std::to_string(p.batches) +
-          subset_text(p.batches_evaluated, p.batches_in_set),
+          subset_text(p.batches_evaluated, p.batches_in_set, p.training_data),
       "ETA " + (p.batch > 1 ? clock_time(eta) : std::string("?"))};
   draw_bar(left, parts, p.batch, p.batches);
 }

@@ -112,7 +112,7 @@ void continue_outputs(
 void apply_resume_settings(CLI::App& app, ProgramConfig& config,
                            const std::string& program,
                            const char* not_training) {
-  const bool sampling = not_training != nullptr;
+  const bool trains = not_training == nullptr;
   if (config.resume.empty()) {
     return;
   }
@@ -165,7 +165,7 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
   const auto now = config.program_settings
                        ? config.program_settings()
                        : std::vector<lamp::training::ProgramSetting>{};
-  if (!sampling) {
+  if (trains) {
     continue_outputs(app, config, checkpoint.program_settings);
   }
   for (const auto& setting : checkpoint.program_settings) {
@@ -211,7 +211,7 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
       }
       if (given_count(app, flag.flag) == 0) {
         flag.set(config, setting.value);
-      } else if (!sampling && !flag.same(config, setting.value)) {
+      } else if (trains && !flag.same(config, setting.value)) {
         differences +=
             std::string(differences.empty() ? "" : "; ") + flag.flag + " " +
             (flag.is_switch ? (setting.value == "true" ? "on" : "off")
@@ -232,7 +232,7 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
   }
   // Training nothing, only the model's settings are compared: they come
   // with the checkpoint.
-  TORCH_CHECK(differences.empty() || !sampling, "lamp: ", config.resume,
+  TORCH_CHECK(differences.empty() || trains, "lamp: ", config.resume,
               " holds a model of other settings than this command line "
               "gives: ",
               differences, ". ", not_training,

@@ -795,7 +795,7 @@ def ranks(train_gpt, work):
                        outs[0][0], re.M)
     alone = expect_success([train_gpt, "--eval-only", "--resume", checkpoint])
     single = re.search(r"^train_gpt: train loss (\S+) \(ppl \S+\)  train acc "
-                       r"\S+% \(first 3 of \d+ batches\)  192 sequences",
+                       r"\S+% \(3 of \d+ batches\)  192 sequences",
                        alone.stdout, re.M)
     if not ranked or not single or ranked.group(1) != single.group(1):
         fail(f"--eval-train over 2 ranks: {outs[0][0][-400:]!r}; one "
@@ -1021,7 +1021,8 @@ def eval_train(train_gpt, work):
     if len(out) < 3 or not out[-2].startswith("train_gpt: val loss") or \
             not out[-1].startswith("train_gpt: train loss " +
                                    lines[-1].group(3) + " (ppl ") or \
-            "  train acc " not in out[-1] or "(first 2 of " not in out[-1] \
+            "  train acc " not in out[-1] or \
+            not re.search(r" \(2 of \d+ batches\)  ", out[-1]) \
             or "  128 sequences (4096 tokens) in " not in out[-1]:
         fail(f"--eval-only of an --eval-train run: {r.stdout[-600:]!r}; "
              f"the run's last: {lines[-1].group(0)!r}")

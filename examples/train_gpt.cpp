@@ -28,6 +28,7 @@
 #include "common/classifier_program.h"
 #include "common/cli.h"
 #include "common/gpt_kernels.h"
+#include "common/nanogpt_config.h"
 #include "common/stop_signals.h"
 
 namespace {
@@ -1078,5 +1079,6 @@ int main(int argc, char** argv) {
                "H200 and A100 (their datasheets' dense peaks), needed for a "
                "CPU or another GPU (default 0: the table's, or no MFU)")
             ->check(lamp_examples::non_negative_real());
-      });
+      },
+      lamp_examples::nanogpt_config_flags);
 }

@@ -886,14 +886,16 @@ int run(ProgramConfig& config, const RunSpec& spec) {
 int program_main(int argc, char** argv, const std::string& program,
                  const std::string& description, ProgramConfig& config,
                  const std::function<RunSpec()>& make_spec,
-                 const std::function<void(CLI::App&)>& add_program_options) {
+                 const std::function<void(CLI::App&)>& add_program_options,
+                 const PythonConfigReader& python_config) {
   CLI::App app{description, program};
   add_options(app, config);
   if (add_program_options) {
     add_program_options(app);
   }
   add_version_flag(app, program);
-  const int status = parse_command_line(app, program, argc, argv);
+  const int status =
+      parse_command_line(app, program, argc, argv, python_config);
   if (status >= 0) {
     return status;
   }

@@ -6,6 +6,7 @@
 
 #include <lamp/lamp.h>
 
+#include "config_file.h"
 #include "options.h"
 
 #include <functional>
@@ -81,12 +82,14 @@ int run(ProgramConfig& config, const RunSpec& spec);
 /// builds the data with `make_spec` and calls run(); returns the exit status
 /// (0, 1 for errors while running, 2 for usage errors).
 /// `add_program_options` (optional) adds the program's own flags to the
-/// shared ones.
+/// shared ones; `python_config` (optional) reads --config's *.py files
+/// (train_gpt: nanoGPT's).
 int program_main(
     int argc, char** argv, const std::string& program,
     const std::string& description, ProgramConfig& config,
     const std::function<RunSpec()>& make_spec,
-    const std::function<void(CLI::App&)>& add_program_options = nullptr);
+    const std::function<void(CLI::App&)>& add_program_options = nullptr,
+    const PythonConfigReader& python_config = {});
 
 /// Refuses, naming the first, any of `flags` typed on the command line
 /// (config.command_line: "--flag" or "--flag=value"; a resume's stored

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -146,7 +147,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 // "; did you mean --epochs?" for each unexpected flag within a few edits of
-// one of `app`'s (about a third of its length), as git and cargo suggest.
+// one of `app`'s, as git and cargo suggest.
 std::string suggestions(const CLI::App& app) {
   std::string text;
   for (const auto& arg : app.remaining()) {
@@ -154,22 +155,31 @@ std::string suggestions(const CLI::App& app) {
       continue;
     }
     const auto given = arg.substr(0, arg.find('='));
-    std::string best;
-    size_t best_distance = std::max<size_t>(2, given.size() / 3) + 1;
-    for (const auto* option : app.get_options()) {
-      for (const auto& name : option->get_lnames()) {
-        const auto distance = edit_distance(given, "--" + name);
-        if (distance < best_distance) {
-          best_distance = distance;
-          best = "--" + name;
-        }
-      }
-    }
+    const auto best = nearest_flag(app, given);
     if (!best.empty()) {
       text += "; " + given + ": did you mean " + best + "?";
     }
   }
   return text;
+}
+
+// " (from FILE line N (key = value))" where `message` names a flag that
+// the settings file set: a bad value there is found on its line.
+std::string from_settings_file(
+    const std::string& message,
+    const std::map<std::string, std::string>& sources) {
+  for (const auto& [flag, source] : sources) {
+    for (auto at = message.find(flag); at != std::string::npos;
+         at = message.find(flag, at + 1)) {
+      const auto end = at + flag.size();
+      if (end == message.size() ||
+          !(std::isalnum(static_cast<unsigned char>(message[end])) ||
+            message[end] == '-')) {
+        return " (set by " + source + ")";
+      }
+    }
+  }
+  return "";
 }
 
 // The physical cores among the CPUs this process may run on (its affinity
@@ -201,6 +211,30 @@ int64_t physical_cores_available() {
 }
 
 } // namespace
+
+std::string nearest_name(const std::vector<std::string>& names,
+                         const std::string& given) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, given.size() / 3) + 1;
+  for (const auto& name : names) {
+    const auto distance = edit_distance(given, name);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = name;
+    }
+  }
+  return best;
+}
+
+std::string nearest_flag(const CLI::App& app, const std::string& given) {
+  std::vector<std::string> flags;
+  for (const auto* option : app.get_options()) {
+    for (const auto& name : option->get_lnames()) {
+      flags.push_back("--" + name);
+    }
+  }
+  return nearest_name(flags, given);
+}
 
 int64_t use_threads(int64_t flag, std::string* source) {
   int64_t threads = flag;
@@ -290,12 +324,49 @@ void open_standard_descriptors() {
 }
 
 int parse_command_line(CLI::App& app, const std::string& program, int argc,
-                       char** argv) {
+                       char** argv, const PythonConfigReader& python) {
   // Before any file of the program's is opened.
   open_standard_descriptors();
   read_integers_as_decimal(app);
+  if (app.get_option_no_throw("--config") == nullptr) {
+    app.add_option("--config")
+        ->description(
+            "a settings file: the run's flags as key = value lines (width = "
+            "384; a switch: eval-train = true), which the command line's "
+            "override" +
+            std::string(python ? "; or a nanoGPT config/*.py file" : ""))
+        ->type_name("FILE")
+        ->check(non_empty_path("a settings file"));
+  }
+  std::map<std::string, std::string> sources;
+  std::vector<std::string> notes;
+  std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
   try {
-    app.parse(argc, argv);
+    args = with_config_settings(app, args, python, sources, notes);
+  } catch (const ConfigFileError& e) {
+    std::cerr << program << ": error: " << one_line(e.what()) << " (see "
+              << program << " --help)" << std::endl;
+    return kUsageError;
+  }
+  for (const auto& note : notes) {
+    std::cerr << program << ": note: " << note << std::endl;
+  }
+  std::string added;
+  for (size_t i = static_cast<size_t>(std::max(argc - 1, 0)); i < args.size();
+       ++i) {
+    added += " " + args[i];
+  }
+  std::reverse(args.begin(), args.end()); // CLI11 takes them last first
+  try {
+    app.parse(args);
+    // What the settings file gave, as flags: nanoGPT's names and train.py's
+    // defaults become these (one rank says it).
+    const char* rank = std::getenv("RANK");
+    if (!sources.empty() && (rank == nullptr || std::string(rank) == "0")) {
+      std::cout << program << ": --config "
+                << app.get_option("--config")->as<std::string>() << " gives"
+                << added << std::endl;
+    }
     return -1;
   } catch (const CLI::Success& e) { // --help, --version
     return app.exit(e);
@@ -304,7 +375,8 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
     const auto hint =
         dynamic_cast<const CLI::ExtrasError*>(&e) ? suggestions(app) : "";
     std::cerr << program << ": error: " << one_line(e.what()) << hint
-              << " (see " << program << " --help)" << std::endl;
+              << from_settings_file(e.what(), sources) << " (see " << program
+              << " --help)" << std::endl;
     return kUsageError;
   }
 }

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "config_file.h"
+
 namespace lamp_examples {
 
 /// The exit status of a usage error (a bad flag or value), as argparse's.
@@ -65,7 +67,19 @@ void add_version_flag(CLI::App& app, const std::string& program);
 /// it.
 void open_standard_descriptors();
 
-/// Parses the command line (after open_standard_descriptors()). Every flag
+/// The one of `names` nearest to `given` in edits (insertions, deletions,
+/// replacements), within about a third of its length; else "".
+std::string nearest_name(const std::vector<std::string>& names,
+                         const std::string& given);
+
+/// The flag of `app` nearest to `given` ("--epoch" -> "--epochs"): within
+/// about a third of its length in edits, else "".
+std::string nearest_flag(const CLI::App& app, const std::string& given);
+
+/// Parses the command line (after open_standard_descriptors()), with
+/// --config FILE: the flags a settings file sets, where the command line
+/// does not give them (common/config_file.h; `python` reads a *.py file,
+/// where the program takes one). Every flag
 /// checked by integer_in(), integer_at_least() or unsigned_integer() is read
 /// as a decimal number: "010" is 10 and "08" is 8 (CLI11 alone would read
 /// "010" as octal 8 and refuse "08"); an integer flag without one of those
@@ -75,7 +89,7 @@ void open_standard_descriptors();
 /// on stderr:
 /// "PROGRAM: error: --epochs: 'abc' is not an integer (see PROGRAM --help)".
 int parse_command_line(CLI::App& app, const std::string& program, int argc,
-                       char** argv);
+                       char** argv, const PythonConfigReader& python = {});
 
 /// The device named by --device: "" is cuda when a GPU is available, else
 /// cpu; otherwise cpu, cuda or cuda:N, each checked (a clear error for

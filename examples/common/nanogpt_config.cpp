@@ -1,0 +1,411 @@
+#include "nanogpt_config.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "cli.h"
+
+namespace lamp_examples {
+namespace {
+
+// train.py's globals and their defaults (nanoGPT's train.py: GPT-2 124M on
+// OpenWebText), as the reader writes values. device and dtype have none
+// here: train.py's are "cuda" and the GPU's best, which train_gpt's own
+// defaults (the GPU where there is one; --precision auto) stand for.
+const std::vector<std::pair<std::string, std::string>>& train_defaults() {
+  static const std::vector<std::pair<std::string, std::string>> defaults = {
+      {"out_dir", "out"},
+      {"eval_interval", "2000"},
+      {"log_interval", "1"},
+      {"eval_iters", "200"},
+      {"eval_only", "false"},
+      {"always_save_checkpoint", "true"},
+      {"init_from", "scratch"},
+      {"wandb_log", "false"},
+      {"wandb_project", "owt"},
+      {"wandb_run_name", "gpt2"},
+      {"dataset", "openwebtext"},
+      {"gradient_accumulation_steps", "40"},
+      {"batch_size", "12"},
+      {"block_size", "1024"},
+      {"n_layer", "12"},
+      {"n_head", "12"},
+      {"n_embd", "768"},
+      {"dropout", "0"},
+      {"bias", "false"},
+      {"learning_rate", "0.0006"},
+      {"max_iters", "600000"},
+      {"weight_decay", "0.1"},
+      {"beta1", "0.9"},
+      {"beta2", "0.95"},
+      {"grad_clip", "1"},
+      {"decay_lr", "true"},
+      {"warmup_iters", "2000"},
+      {"lr_decay_iters", "600000"},
+      {"min_lr", "6e-05"},
+      {"backend", "nccl"},
+      {"device", ""},
+      {"dtype", ""},
+      {"compile", "true"},
+  };
+  return defaults;
+}
+
+// sample.py's own globals, set only where the file sets them.
+const std::vector<std::pair<std::string, const char*>>& sample_flags() {
+  static const std::vector<std::pair<std::string, const char*>> flags = {
+      {"start", "--prompt"},         {"num_samples", "--num-samples"},
+      {"max_new_tokens", "--sample-tokens"}, {"temperature", "--temperature"},
+      {"top_k", "--top-k"},          {"seed", "--seed"},
+  };
+  return flags;
+}
+
+// GPT-2's shapes by init_from's name, as nanoGPT's GPT.from_pretrained.
+struct Gpt2Shape {
+  const char* name;
+  int layers, heads, width;
+};
+const Gpt2Shape kGpt2Shapes[] = {{"gpt2", 12, 12, 768},
+                                 {"gpt2-medium", 24, 16, 1024},
+                                 {"gpt2-large", 36, 20, 1280},
+                                 {"gpt2-xl", 48, 25, 1600}};
+
+[[noreturn]] void refuse(const std::string& message) {
+  throw ConfigFileError(message);
+}
+
+bool whole_number(const std::string& text, int64_t& value) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
+      text.size() > 18) {
+    return false;
+  }
+  value = std::strtoll(text.c_str(), nullptr, 10);
+  return true;
+}
+
+// The file's settings over train.py's defaults, and the flags they make.
+class Translation {
+ public:
+  Translation(const ConfigFile& file, const GivenFlag& given)
+      : file_(file), given_(given) {
+    std::vector<std::string> names;
+    for (const auto& [key, value] : train_defaults()) {
+      names.push_back(key);
+    }
+    for (const auto& [key, flag] : sample_flags()) {
+      names.push_back(key);
+    }
+    for (const auto& setting : file.settings) {
+      bool known = false;
+      for (const auto& name : names) {
+        known = known || name == setting.key;
+      }
+      if (!known) {
+        const auto nearest = nearest_name(names, setting.key);
+        refuse(file.where(setting) + ": nanoGPT's train.py and sample.py " +
+               "have no setting " + setting.key +
+               (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
+               " (train_gpt refuses it rather than train without it)");
+      }
+    }
+  }
+
+  const ConfigSetting* setting(const std::string& key) const {
+    for (const auto& s : file_.settings) {
+      if (s.key == key) {
+        return &s;
+      }
+    }
+    return nullptr;
+  }
+  bool set(const std::string& key) const { return setting(key) != nullptr; }
+
+  // The key's value: the file's (which must be a value, not an expression
+  // left unevaluated), else train.py's default.
+  std::string value(const std::string& key) const {
+    if (const auto* s = setting(key)) {
+      if (!s->evaluated || s->none) {
+        refuse(file_.where(*s) + ": train_gpt reads numbers, strings, " +
+               "True and False (and the numbers' arithmetic) here; write " +
+               "the value itself.");
+      }
+      return s->value;
+    }
+    for (const auto& [name, value] : train_defaults()) {
+      if (name == key) {
+        return value;
+      }
+    }
+    return "";
+  }
+
+  // Where a key's value comes from.
+  std::string source(const std::string& key) const {
+    if (const auto* s = setting(key)) {
+      return file_.where(*s);
+    }
+    auto shown = value(key);
+    if (shown.find_first_not_of("0123456789.e-") != std::string::npos &&
+        shown != "true" && shown != "false") {
+      shown = "'" + shown + "'";
+    } else if (shown == "true" || shown == "false") {
+      shown = shown == "true" ? "True" : "False";
+    }
+    return "nanoGPT's train.py default (" + key + " = " + shown + ")";
+  }
+
+  int64_t count(const std::string& key, int64_t at_least) const {
+    int64_t n = 0;
+    if (!whole_number(value(key), n) || n < at_least) {
+      refuse(source(key) + ": " + key + " must be a whole number of at " +
+             "least " + std::to_string(at_least) + ".");
+    }
+    return n;
+  }
+
+  bool truth(const std::string& key) const {
+    const auto v = value(key);
+    if (v != "true" && v != "false") {
+      refuse(source(key) + ": " + key + " must be True or False.");
+    }
+    return v == "true";
+  }
+
+  const std::string* given(const std::string& flag) const {
+    return given_(flag);
+  }
+
+  void emit(const std::string& flag, const std::string& value,
+            const std::string& source) {
+    flags_.push_back({flag, value, source});
+  }
+  void emit_key(const std::string& flag, const std::string& key) {
+    emit(flag, value(key), source(key));
+  }
+
+  std::vector<ConfigFlag> flags() const { return flags_; }
+
+ private:
+  const ConfigFile& file_;
+  GivenFlag given_;
+  std::vector<ConfigFlag> flags_;
+};
+
+// torchrun's WORLD_SIZE, or 1 (a bad value is refused later, by the ranks'
+// own check).
+int64_t world_size() {
+  int64_t world = 1;
+  const char* text = std::getenv("WORLD_SIZE");
+  if (text == nullptr || !whole_number(text, world) || world < 1) {
+    return 1;
+  }
+  return world;
+}
+
+// The batches of one of nanoGPT's iterations on each rank: the command
+// line's --accumulation-steps, else gradient_accumulation_steps over the
+// ranks (which train.py asserts it divides).
+int64_t batches_per_iteration(Translation& t) {
+  if (const auto* typed = t.given("--accumulation-steps")) {
+    int64_t batches = 1;
+    return whole_number(*typed, batches) && batches > 0 ? batches : 1;
+  }
+  const auto total = t.count("gradient_accumulation_steps", 1);
+  const auto world = world_size();
+  if (total % world != 0) {
+    refuse(t.source("gradient_accumulation_steps") +
+           ": does not divide among WORLD_SIZE=" + std::to_string(world) +
+           " ranks (nanoGPT asserts it does): make it a multiple of the "
+           "ranks, or give --accumulation-steps (per rank).");
+  }
+  const auto batches = total / world;
+  t.emit("--accumulation-steps", std::to_string(batches),
+         t.source("gradient_accumulation_steps") +
+             (world > 1 ? " over WORLD_SIZE=" + std::to_string(world) + " ranks"
+                        : ""));
+  return batches;
+}
+
+// A count of iterations as batches.
+void emit_iterations(Translation& t, const std::string& flag,
+                     const std::string& key, int64_t batches, int64_t at_least) {
+  const auto n = t.count(key, at_least);
+  t.emit(flag, std::to_string(n * batches),
+         t.source(key) + (batches > 1 ? " times " + std::to_string(batches) +
+                                            " batches an iteration"
+                                      : ""));
+}
+
+// dtype as --precision: train.py's autocast dtypes.
+void emit_precision(Translation& t) {
+  if (t.given("--fp16") != nullptr) {
+    return;
+  }
+  if (!t.set("dtype")) {
+    t.emit("--precision", "auto",
+           "nanoGPT's train.py default (dtype: bfloat16 where the GPU has "
+           "it, else float16)");
+    return;
+  }
+  const auto dtype = t.value("dtype");
+  const char* precision = dtype == "float32"    ? "fp32"
+                          : dtype == "bfloat16" ? "amp-bf16"
+                          : dtype == "float16"  ? "amp"
+                                                : nullptr;
+  if (precision == nullptr) {
+    refuse(t.source("dtype") +
+           ": dtype is 'float32', 'bfloat16' or 'float16' in nanoGPT.");
+  }
+  t.emit("--precision", precision, t.source("dtype"));
+}
+
+// init_from: a new model, lamp's checkpoint in out_dir, or GPT-2's shape
+// for --init-from's weights. Returns whether the file's shape applies
+// (not when it comes from a checkpoint or GPT-2).
+bool emit_start(Translation& t, const std::string& checkpoint) {
+  const auto from = t.value("init_from");
+  if (from == "scratch") {
+    return true;
+  }
+  if (from == "resume") {
+    if (t.given("--resume") == nullptr && t.given("--init-from") == nullptr) {
+      t.emit("--resume", checkpoint, t.source("init_from"));
+    }
+    return false; // the checkpoint's shape, as train.py takes it
+  }
+  for (const auto& shape : kGpt2Shapes) {
+    if (from != shape.name) {
+      continue;
+    }
+    if (t.given("--init-from") == nullptr) {
+      refuse(t.source("init_from") +
+             ": nanoGPT downloads GPT-2's weights; train_gpt downloads "
+             "nothing: give --init-from with " + from +
+             "'s weights (a Hugging Face pytorch_model.bin or "
+             "model.safetensors, or nanoGPT's ckpt.pt; docs/gpt.md, "
+             "\"Weights from Python\").");
+    }
+    const auto where = t.source("init_from");
+    t.emit("--layers", std::to_string(shape.layers), where);
+    t.emit("--heads", std::to_string(shape.heads), where);
+    t.emit("--width", std::to_string(shape.width), where);
+    t.emit("--bias", "true", where);
+    return false;
+  }
+  refuse(t.source("init_from") +
+         ": init_from is 'scratch', 'resume', 'gpt2', 'gpt2-medium', "
+         "'gpt2-large' or 'gpt2-xl' in nanoGPT.");
+}
+
+} // namespace
+
+std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
+                                             const GivenFlag& given,
+                                             std::vector<std::string>& notes) {
+  Translation t(file, given);
+  const auto batches = batches_per_iteration(t);
+  const auto out_dir = t.value("out_dir");
+  const auto checkpoint = (std::filesystem::path(out_dir) / "lamp.pt").string();
+  const auto from = t.value("init_from");
+  const bool file_shape = emit_start(t, checkpoint);
+  if (file_shape) {
+    t.emit_key("--layers", "n_layer");
+    t.emit_key("--heads", "n_head");
+    t.emit_key("--width", "n_embd");
+    t.emit("--bias", t.truth("bias") ? "true" : "false", t.source("bias"));
+  }
+  if (from != "resume") {
+    t.emit_key("--context", "block_size");
+  }
+  t.emit_key("--dropout", "dropout");
+  t.emit_key("--batch-size", "batch_size");
+  // The data: data/DATASET, as train.py reads it, from where it runs.
+  const auto data = (std::filesystem::path("data") / t.value("dataset")).string();
+  t.emit("--data", data, t.source("dataset"));
+  const auto* typed_data = t.given("--data");
+  const auto data_dir = typed_data != nullptr ? *typed_data : data;
+  if (from == "scratch" && t.given("--vocab-size") == nullptr &&
+      t.given("--tokenizer") == nullptr &&
+      !std::filesystem::exists(std::filesystem::path(data_dir) / "meta.pkl")) {
+    t.emit("--vocab-size", "50304",
+           "nanoGPT's train.py without a meta.pkl in " + data_dir +
+               " (GPT-2's 50,257 padded)");
+  }
+  // The optimizer and its schedule.
+  t.emit_key("--lr", "learning_rate");
+  t.emit_key("--weight-decay", "weight_decay");
+  t.emit_key("--beta1", "beta1");
+  t.emit_key("--beta2", "beta2");
+  t.emit_key("--max-grad-norm", "grad_clip");
+  if (t.given("--epochs") == nullptr) {
+    emit_iterations(t, "--steps", "max_iters", batches, 1);
+  }
+  if (t.truth("decay_lr")) {
+    t.emit("--schedule", "warmup-cosine", t.source("decay_lr"));
+    emit_iterations(t, "--warmup-steps", "warmup_iters", batches, 0);
+    t.emit_key("--min-lr", "min_lr");
+    if (t.count("lr_decay_iters", 1) != t.count("max_iters", 1) ||
+        t.given("--steps") != nullptr) {
+      notes.push_back(t.source("lr_decay_iters") +
+                      ": lamp's cosine decays to min_lr over the run's "
+                      "steps (--steps), whatever lr_decay_iters says.");
+    }
+  } else {
+    t.emit("--schedule", "constant", t.source("decay_lr"));
+  }
+  // Evaluations, logs, checkpoints.
+  emit_iterations(t, "--eval-every", "eval_interval", batches, 1);
+  emit_iterations(t, "--checkpoint-every", "eval_interval", batches, 1);
+  emit_iterations(t, "--log-every", "log_interval", batches, 1);
+  t.emit_key("--eval-batches", "eval_iters");
+  t.emit("--eval-only", t.truth("eval_only") ? "true" : "false",
+         t.source("eval_only"));
+  t.emit("--checkpoint", checkpoint, t.source("out_dir"));
+  // train.py makes out_dir; so does a run that trains and writes there.
+  const bool trains = t.given("--eval-only") == nullptr &&
+                      t.given("--sample-only") == nullptr &&
+                      !t.truth("eval_only");
+  if (trains && t.given("--checkpoint") == nullptr) {
+    std::error_code error;
+    std::filesystem::create_directories(out_dir, error);
+    if (error) {
+      refuse(t.source("out_dir") + ": cannot create the folder " + out_dir +
+             " (" + error.message() + "): choose another out_dir, or give "
+             "--checkpoint.");
+    }
+  }
+  // The system.
+  emit_precision(t);
+  if (t.set("device")) {
+    t.emit_key("--device", "device");
+  }
+  t.truth("compile");
+  t.truth("always_save_checkpoint");
+  if (t.set("wandb_log") && t.truth("wandb_log")) {
+    notes.push_back(t.source("wandb_log") +
+                    ": train_gpt does not log to Weights & Biases; "
+                    "--log-json FILE writes the losses, learning rate and "
+                    "MFU as JSON Lines (scripts/plot.py draws them).");
+  }
+  // sample.py's.
+  for (const auto& [key, flag] : sample_flags()) {
+    if (!t.set(key)) {
+      continue;
+    }
+    const auto value = t.value(key);
+    if (key == "start" && value.rfind("FILE:", 0) == 0) {
+      t.emit("--prompt-file", value.substr(5), t.source(key));
+    } else {
+      t.emit(flag, value, t.source(key));
+    }
+  }
+  return t.flags();
+}
+
+} // namespace lamp_examples

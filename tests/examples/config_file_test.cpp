@@ -1,0 +1,505 @@
+// Settings files (examples/common/config_file.h): lamp's key = value lines
+// and Python assignments read, each refusal naming the file and line; the
+// command line winning over the file; nanoGPT's config files as train_gpt's
+// flags (examples/common/nanogpt_config.h), train.py's defaults where a file
+// is silent.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/config_file.h"
+#include "common/nanogpt_config.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using lamp_examples::ConfigFileError;
+
+// A fresh folder for the test's files.
+std::string test_folder() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const auto folder = fs::path(::testing::TempDir()) /
+                      (std::string("config_") + info->name());
+  fs::remove_all(folder);
+  fs::create_directories(folder);
+  return folder.string();
+}
+
+std::string write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The message `body` throws as ConfigFileError ("" when it throws none).
+template <typename F>
+std::string refusal(F&& body) {
+  try {
+    body();
+  } catch (const ConfigFileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_HAS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+std::string literal(const std::string& expression) {
+  std::string text;
+  bool none = false;
+  if (!lamp_examples::evaluate_python_literal(expression, text, none)) {
+    return "<not evaluated>";
+  }
+  return none ? "<None>" : text;
+}
+
+TEST(ConfigFile, PythonLiteralsAsAConfigFileWritesThem) {
+  EXPECT_EQ(literal("5 * 8"), "40");
+  EXPECT_EQ(literal("6e-4"), "0.0006");
+  EXPECT_EQ(literal("1e-3"), "0.001");
+  EXPECT_EQ(literal("1E+2"), "100"); // an integral float as an integer
+  EXPECT_EQ(literal("1e5"), "100000");
+  EXPECT_EQ(literal("2.0"), "2");
+  EXPECT_EQ(literal("1_000_000"), "1000000");
+  EXPECT_EQ(literal("(12 + 4) // 3"), "5");
+  EXPECT_EQ(literal("-7 // 2"), "-4"); // Python floors
+  EXPECT_EQ(literal("-7 % 3"), "2");
+  EXPECT_EQ(literal("7 / 2"), "3.5");
+  EXPECT_EQ(literal("2 ** 10"), "1024");
+  EXPECT_EQ(literal("-2 ** 2"), "-4"); // ** binds tighter than unary minus
+  EXPECT_EQ(literal("2 * 3 ** 2"), "18");
+  EXPECT_EQ(literal("10 - 2 - 3"), "5"); // left to right
+  EXPECT_EQ(literal("0.5"), "0.5");
+  EXPECT_EQ(literal(".25"), "0.25");
+  EXPECT_EQ(literal("True"), "true");
+  EXPECT_EQ(literal("False"), "false");
+  EXPECT_EQ(literal("None"), "<None>");
+  EXPECT_EQ(literal("'out-shakespeare'"), "out-shakespeare");
+  EXPECT_EQ(literal("\"a\\\"b\""), "a\"b");
+  EXPECT_EQ(literal("'FILE:prompt.txt'"), "FILE:prompt.txt");
+  for (const char* refused :
+       {"'ft-' + str(time.time())", "max_iters", "1 / 0", "2 *", "'a' 'b'",
+        "(1 + 2", "1e", "[1, 2]", "'''doc'''", "abs(-1)", ""}) {
+    EXPECT_EQ(literal(refused), "<not evaluated>") << refused;
+  }
+}
+
+TEST(ConfigFile, ReadsKeyValueLines) {
+  const auto folder = test_folder();
+  const auto path = write(folder + "/run.toml",
+                          "# a run\n"
+                          "\n"
+                          "layers = 4   # comment\n"
+                          "eval_every=250\n"
+                          "prompt = \"The #1 \\\"best\\\"\"\n"
+                          "data = '/data/a b'\n"
+                          "eval-train = true\n");
+  const auto file = lamp_examples::read_config_file(path);
+  EXPECT_FALSE(file.python);
+  ASSERT_EQ(file.settings.size(), 5u);
+  EXPECT_EQ(file.settings[0].key, "layers");
+  EXPECT_EQ(file.settings[0].value, "4");
+  EXPECT_EQ(file.settings[0].line, 3);
+  EXPECT_EQ(file.settings[1].key, "eval_every");
+  EXPECT_EQ(file.settings[1].value, "250");
+  EXPECT_EQ(file.settings[2].value, "The #1 \"best\"");
+  EXPECT_TRUE(file.settings[2].quoted);
+  EXPECT_EQ(file.settings[3].value, "/data/a b");
+  EXPECT_EQ(file.settings[4].value, "true");
+  EXPECT_EQ(file.where(file.settings[0]), path + " line 3 (layers = 4)");
+  EXPECT_EQ(file.where(file.settings[3]),
+            path + " line 6 (data = '/data/a b')");
+}
+
+TEST(ConfigFile, RefusesWhatItDoesNotReadNamingTheLine) {
+  const auto folder = test_folder();
+  const auto read = [&](const std::string& text) {
+    const auto path = write(folder + "/bad.toml", text);
+    return refusal([&] { lamp_examples::read_config_file(path); });
+  };
+  EXPECT_HAS(read("layers = 2\nlayers = 3\n"),
+             "bad.toml line 2: layers is set again (first on line 1)");
+  EXPECT_HAS(read("[train]\nlayers = 2\n"), "bad.toml line 1: tables");
+  EXPECT_HAS(read("ids = [1, 2]\n"), "give a list as one string");
+  EXPECT_HAS(read("layers\n"), "bad.toml line 1: 'layers' is not a setting");
+  EXPECT_HAS(read("layers =\n"), "layers has no value");
+  EXPECT_HAS(read("prompt = \"open\n"), "the string \"open is not closed");
+  EXPECT_HAS(read("lay ers = 2\n"), "'lay ers' is not a flag's name");
+  EXPECT_HAS(refusal([&] {
+               lamp_examples::read_config_file(folder + "/missing.toml");
+             }),
+             "--config " + folder + "/missing.toml: no such file");
+  // Python: the last assignment holds, imports are skipped, and what is not
+  // an assignment is refused.
+  const auto py = write(folder + "/c.py",
+                        "import time\n"
+                        "n_layer = 4\n"
+                        "wandb_run_name = 'ft-' + str(time.time())\n"
+                        "n_layer = 6 # again\n");
+  const auto file = lamp_examples::read_config_file(py);
+  EXPECT_TRUE(file.python);
+  ASSERT_EQ(file.settings.size(), 2u);
+  EXPECT_EQ(file.settings[0].value, "6");
+  EXPECT_EQ(file.settings[0].line, 4);
+  EXPECT_FALSE(file.settings[1].evaluated);
+  EXPECT_EQ(file.settings[1].value, "'ft-' + str(time.time())");
+  for (const char* statement : {"print(1)\n", "n_layer += 1\n",
+                                "n_layer == 1\n", "2x = 1\n"}) {
+    write(py, statement);
+    EXPECT_HAS(refusal([&] { lamp_examples::read_config_file(py); }),
+               "c.py line 1: ");
+  }
+}
+
+// A program's flags, for with_config_settings().
+struct Program {
+  CLI::App app{"test"};
+  int64_t layers = 0;
+  std::string data;
+  int64_t batches = 0;
+  bool eval_train = false;
+  std::string config;
+  Program() {
+    app.add_option("--layers", layers);
+    app.add_option("--data", data);
+    app.add_option("--limit-eval-batches,--eval-batches", batches);
+    app.add_flag("--eval-train", eval_train);
+    app.add_option("--config", config);
+  }
+};
+
+std::vector<std::string> expand(const Program& program,
+                                const std::vector<std::string>& args,
+                                const lamp_examples::PythonConfigReader& python =
+                                    {}) {
+  std::map<std::string, std::string> sources;
+  std::vector<std::string> notes;
+  return lamp_examples::with_config_settings(program.app, args, python,
+                                             sources, notes);
+}
+
+TEST(ConfigFile, TheCommandLineWinsOverTheFile) {
+  const auto folder = test_folder();
+  const auto path = write(folder + "/run.toml",
+                          "layers = 4\ndata = 'a b'\nlimit_eval_batches = 5\n"
+                          "eval-train = true\n");
+  Program program;
+  // --eval-batches is --limit-eval-batches by another name: given.
+  EXPECT_EQ(expand(program, {"--config", path, "--layers", "2",
+                             "--eval-batches=7"}),
+            (std::vector<std::string>{"--config", path, "--layers", "2",
+                                      "--eval-batches=7", "--data=a b",
+                                      "--eval-train"}));
+  EXPECT_EQ(expand(program, {"--config=" + path}),
+            (std::vector<std::string>{"--config=" + path, "--layers=4",
+                                      "--data=a b", "--limit-eval-batches=5",
+                                      "--eval-train"}));
+  // Without --config, or with --help: the command line as it is.
+  EXPECT_EQ(expand(program, {"--layers", "2"}),
+            (std::vector<std::string>{"--layers", "2"}));
+  EXPECT_EQ(expand(program, {"--config", path, "--help"}),
+            (std::vector<std::string>{"--config", path, "--help"}));
+  // A switch set false is left out.
+  write(path, "eval-train = false\n");
+  EXPECT_EQ(expand(program, {"--config", path}),
+            (std::vector<std::string>{"--config", path}));
+}
+
+TEST(ConfigFile, RefusesKeysAndValuesTheProgramDoesNotTake) {
+  const auto folder = test_folder();
+  Program program;
+  const auto refused = [&](const std::string& text,
+                           std::vector<std::string> args = {}) {
+    const auto path = write(folder + "/run.toml", text);
+    args.insert(args.begin(), {"--config", path});
+    return refusal([&] { expand(program, args); });
+  };
+  EXPECT_HAS(refused("layer = 4\n"),
+             "run.toml line 1 (layer = 4): --layer is not a flag of this "
+             "program; did you mean --layers?");
+  EXPECT_HAS(refused("eval-train = yes\n"),
+             "--eval-train is a switch: give true");
+  EXPECT_HAS(refused("config = 'other.toml'\n"),
+             "--config belongs on the command line");
+  EXPECT_HAS(refused("eval-batches = 1\nlimit-eval-batches = 2\n"),
+             "both set --limit-eval-batches");
+  EXPECT_HAS(refused("layers = 1\n", {"--config", "x.toml"}),
+             "--config is given 2 times");
+  const auto py = write(folder + "/c.py", "n_layer = 4\n");
+  EXPECT_HAS(refusal([&] { expand(program, {"--config", py}); }),
+             "not Python; nanoGPT's config files are train_gpt's");
+}
+
+// parse_command_line() with a settings file: its values reach the flags, a
+// bad one is refused as a usage error naming its line.
+TEST(ConfigFile, ParseCommandLineReadsTheFile) {
+  const auto folder = test_folder();
+  const auto path = write(folder + "/run.toml", "count = 12\nrate = 0.5\n");
+  int64_t count = 0;
+  double rate = 0;
+  CLI::App app{"test"};
+  app.add_option("--count", count)->check(lamp_examples::integer_in(1, 100));
+  app.add_option("--rate", rate);
+  std::vector<std::string> args = {"prog", "--config", path, "--rate", "0.25"};
+  std::vector<char*> argv;
+  for (auto& arg : args) {
+    argv.push_back(arg.data());
+  }
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(lamp_examples::parse_command_line(
+                app, "prog", static_cast<int>(argv.size()), argv.data()),
+            -1);
+  const auto said = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(count, 12);
+  EXPECT_EQ(rate, 0.25);
+  EXPECT_HAS(said, "prog: --config " + path + " gives --count=12\n");
+
+  write(path, "count = 0101\n");
+  CLI::App again{"test"};
+  again.add_option("--count", count)->check(lamp_examples::integer_in(1, 100));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(lamp_examples::parse_command_line(
+                again, "prog", static_cast<int>(argv.size()) - 2, argv.data()),
+            lamp_examples::kUsageError);
+  const auto printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_HAS(printed, "prog: error: --count: 101 is out of range: give an "
+                      "integer in 1..100 (set by " +
+                          path + " line 1 (count = 0101))");
+}
+
+// nanoGPT's config files as train_gpt's flags.
+struct NanoGpt {
+  std::map<std::string, std::string> given; // what the command line gives
+  std::vector<std::string> notes;
+
+  std::vector<lamp_examples::ConfigFlag> flags(const std::string& path) {
+    const auto file = lamp_examples::read_config_file(path);
+    return lamp_examples::nanogpt_config_flags(
+        file,
+        [this](const std::string& flag) -> const std::string* {
+          const auto found = given.find(flag);
+          return found == given.end() ? nullptr : &found->second;
+        },
+        notes);
+  }
+  // "--flag=value ..." for comparison.
+  std::map<std::string, std::string> values(const std::string& path) {
+    std::map<std::string, std::string> values;
+    for (const auto& flag : flags(path)) {
+      EXPECT_EQ(values.count(flag.flag), 0u) << flag.flag << " twice";
+      values[flag.flag] = flag.value;
+    }
+    return values;
+  }
+};
+
+TEST(NanoGptConfig, TheCharacterModelsRecipe) {
+  const auto folder = test_folder();
+  const auto out = folder + "/out-shakespeare-char";
+  const auto path = write(folder + "/train_shakespeare_char.py",
+                          "out_dir = '" + out +
+                              "'\n"
+                              "eval_interval = 250 # often\n"
+                              "eval_iters = 200\n"
+                              "log_interval = 10\n"
+                              "always_save_checkpoint = False\n"
+                              "wandb_log = False\n"
+                              "wandb_project = 'shakespeare-char'\n"
+                              "dataset = 'shakespeare_char'\n"
+                              "gradient_accumulation_steps = 1\n"
+                              "batch_size = 64\n"
+                              "block_size = 256\n"
+                              "n_layer = 6\nn_head = 6\nn_embd = 384\n"
+                              "dropout = 0.2\n"
+                              "learning_rate = 1e-3\n"
+                              "max_iters = 5000\nlr_decay_iters = 5000\n"
+                              "min_lr = 1e-4\nbeta2 = 0.99\n"
+                              "warmup_iters = 100\n"
+                              "# device = 'cpu'\n");
+  NanoGpt nanogpt;
+  const auto values = nanogpt.values(path);
+  const std::map<std::string, std::string> expected = {
+      {"--accumulation-steps", "1"},
+      {"--layers", "6"},
+      {"--heads", "6"},
+      {"--width", "384"},
+      {"--bias", "false"}, // train.py's default
+      {"--context", "256"},
+      {"--dropout", "0.2"},
+      {"--batch-size", "64"},
+      {"--data", "data/shakespeare_char"},
+      {"--vocab-size", "50304"}, // no data/shakespeare_char/meta.pkl here
+      {"--lr", "0.001"},
+      {"--weight-decay", "0.1"}, // train.py's
+      {"--beta1", "0.9"},        // train.py's
+      {"--beta2", "0.99"},
+      {"--max-grad-norm", "1"}, // train.py's
+      {"--steps", "5000"},
+      {"--schedule", "warmup-cosine"},
+      {"--warmup-steps", "100"},
+      {"--min-lr", "0.0001"},
+      {"--eval-every", "250"},
+      {"--checkpoint-every", "250"},
+      {"--log-every", "10"},
+      {"--eval-batches", "200"},
+      {"--eval-only", "false"},
+      {"--checkpoint", out + "/lamp.pt"},
+      {"--precision", "auto"},
+  };
+  EXPECT_EQ(values, expected);
+  EXPECT_TRUE(nanogpt.notes.empty());
+  EXPECT_TRUE(fs::is_directory(out)); // made, as train.py makes it
+  // Each flag names its line, or train.py's default.
+  for (const auto& flag : nanogpt.flags(path)) {
+    if (flag.flag == "--width") {
+      EXPECT_EQ(flag.source, path + " line 14 (n_embd = 384)");
+    }
+    if (flag.flag == "--beta1") {
+      EXPECT_EQ(flag.source, "nanoGPT's train.py default (beta1 = 0.9)");
+    }
+  }
+}
+
+TEST(NanoGptConfig, TrainPysDefaultsWhereTheFileIsSilent) {
+  const auto folder = test_folder();
+  fs::create_directories(folder + "/data/owt");
+  write(folder + "/data/owt/meta.pkl", "");
+  const auto path = write(folder + "/c.py", "out_dir = '" + folder +
+                                                "/out'\ndataset = '" + folder +
+                                                "/data/owt'\n");
+  NanoGpt nanogpt;
+  const auto values = nanogpt.values(path);
+  // GPT-2 124M on OpenWebText, 40 batches an iteration.
+  EXPECT_EQ(values.at("--layers"), "12");
+  EXPECT_EQ(values.at("--width"), "768");
+  EXPECT_EQ(values.at("--context"), "1024");
+  EXPECT_EQ(values.at("--dropout"), "0");
+  EXPECT_EQ(values.at("--batch-size"), "12");
+  EXPECT_EQ(values.at("--accumulation-steps"), "40");
+  EXPECT_EQ(values.at("--steps"), "24000000");
+  EXPECT_EQ(values.at("--warmup-steps"), "80000");
+  EXPECT_EQ(values.at("--eval-every"), "80000");
+  EXPECT_EQ(values.at("--log-every"), "40");
+  EXPECT_EQ(values.at("--lr"), "0.0006");
+  EXPECT_EQ(values.at("--min-lr"), "6e-05");
+  EXPECT_EQ(values.at("--beta2"), "0.95");
+  EXPECT_EQ(values.count("--vocab-size"), 0u); // meta.pkl's
+  EXPECT_EQ(values.count("--device"), 0u);
+}
+
+TEST(NanoGptConfig, IterationsCountTheBatchesOfEachRank) {
+  const auto folder = test_folder();
+  const auto path = write(folder + "/c.py",
+                          "out_dir = '" + folder +
+                              "/out'\ngradient_accumulation_steps = 5 * 8\n"
+                              "max_iters = 100\nwarmup_iters = 10\n"
+                              "eval_interval = 20\nlog_interval = 1\n"
+                              "lr_decay_iters = 100\n");
+  NanoGpt nanogpt;
+  ::setenv("WORLD_SIZE", "4", 1);
+  const auto four = nanogpt.values(path);
+  ::setenv("WORLD_SIZE", "3", 1);
+  const auto three = refusal([&] { nanogpt.values(path); });
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_EQ(four.at("--accumulation-steps"), "10");
+  EXPECT_EQ(four.at("--steps"), "1000");
+  EXPECT_EQ(four.at("--warmup-steps"), "100");
+  EXPECT_EQ(four.at("--eval-every"), "200");
+  EXPECT_EQ(four.at("--log-every"), "10");
+  EXPECT_HAS(three, "does not divide among WORLD_SIZE=3 ranks");
+  // The command line's --accumulation-steps (per rank) counts instead.
+  nanogpt.given["--accumulation-steps"] = "2";
+  const auto typed = nanogpt.values(path);
+  EXPECT_EQ(typed.count("--accumulation-steps"), 0u);
+  EXPECT_EQ(typed.at("--steps"), "200");
+  EXPECT_TRUE(nanogpt.notes.empty());
+  // A --steps of the command line's: the cosine spans it, said in a note.
+  nanogpt.given["--steps"] = "50";
+  nanogpt.values(path);
+  ASSERT_EQ(nanogpt.notes.size(), 1u);
+  EXPECT_HAS(nanogpt.notes[0], "lamp's cosine decays to min_lr over the run's "
+                               "steps");
+}
+
+TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
+  const auto folder = test_folder();
+  const auto out = folder + "/out";
+  const auto path = folder + "/c.py";
+  NanoGpt nanogpt;
+  // decay_lr = False: a constant rate, no warm-up.
+  write(path, "out_dir = '" + out +
+                  "'\ndecay_lr = False\ndtype = 'float16'\n"
+                  "device = 'cpu'\nstart = 'FILE:prompt.txt'\n"
+                  "max_new_tokens = 100\ntop_k = 200\nseed = 1337\n"
+                  "wandb_log = True\n");
+  auto values = nanogpt.values(path);
+  EXPECT_EQ(values.at("--schedule"), "constant");
+  EXPECT_EQ(values.count("--warmup-steps"), 0u);
+  EXPECT_EQ(values.count("--min-lr"), 0u);
+  EXPECT_EQ(values.at("--precision"), "amp");
+  EXPECT_EQ(values.at("--device"), "cpu");
+  EXPECT_EQ(values.at("--prompt-file"), "prompt.txt");
+  EXPECT_EQ(values.at("--sample-tokens"), "100");
+  EXPECT_EQ(values.at("--top-k"), "200");
+  EXPECT_EQ(values.at("--seed"), "1337");
+  ASSERT_EQ(nanogpt.notes.size(), 1u);
+  EXPECT_HAS(nanogpt.notes[0], "(wandb_log = True): train_gpt does not log to "
+                               "Weights & Biases");
+  // init_from = 'resume': lamp's checkpoint in out_dir, with its shape.
+  write(path, "out_dir = '" + out + "'\ninit_from = 'resume'\nn_layer = 2\n");
+  values = nanogpt.values(path);
+  EXPECT_EQ(values.at("--resume"), out + "/lamp.pt");
+  EXPECT_EQ(values.count("--layers"), 0u);
+  EXPECT_EQ(values.count("--context"), 0u);
+  // init_from = 'gpt2-medium': GPT-2's shape, given --init-from's weights.
+  write(path, "out_dir = '" + out +
+                  "'\ninit_from = 'gpt2-medium'\nblock_size = 256\n");
+  EXPECT_HAS(refusal([&] { nanogpt.values(path); }),
+             "train_gpt downloads nothing: give --init-from");
+  nanogpt.given["--init-from"] = "gpt2-medium.safetensors";
+  values = nanogpt.values(path);
+  EXPECT_EQ(values.at("--layers"), "24");
+  EXPECT_EQ(values.at("--heads"), "16");
+  EXPECT_EQ(values.at("--width"), "1024");
+  EXPECT_EQ(values.at("--bias"), "true");
+  EXPECT_EQ(values.at("--context"), "256"); // cropped, as train.py crops
+  EXPECT_EQ(values.count("--vocab-size"), 0u);
+}
+
+TEST(NanoGptConfig, RefusesWhatNanoGptDoesNotHave) {
+  const auto folder = test_folder();
+  const auto path = folder + "/c.py";
+  NanoGpt nanogpt;
+  const auto refused = [&](const std::string& text) {
+    write(path, "out_dir = '" + folder + "/out'\n" + text);
+    return refusal([&] { nanogpt.flags(path); });
+  };
+  EXPECT_HAS(refused("n_layers = 4\n"),
+             "c.py line 2 (n_layers = 4): nanoGPT's train.py and sample.py "
+             "have no setting n_layers; did you mean n_layer?");
+  EXPECT_HAS(refused("dtype = 'float64'\n"),
+             "dtype is 'float32', 'bfloat16' or 'float16'");
+  EXPECT_HAS(refused("init_from = 'gpt3'\n"), "init_from is 'scratch'");
+  EXPECT_HAS(refused("max_iters = 2.5\n"),
+             "max_iters must be a whole number of at least 1");
+  EXPECT_HAS(refused("bias = 'yes'\n"), "bias must be True or False");
+  EXPECT_HAS(refused("n_layer = N_LAYER\n"),
+             "(n_layer = N_LAYER): train_gpt reads numbers");
+  EXPECT_HAS(refused("eval_iters = None\n"),
+             "(eval_iters = None): train_gpt reads numbers");
+  // An expression left unevaluated is refused only where it is used.
+  write(path, "out_dir = '" + folder +
+                  "/out'\nimport time\nwandb_run_name = 'r' + "
+                  "str(time.time())\n");
+  EXPECT_NO_THROW(nanogpt.flags(path));
+}
+
+} // namespace

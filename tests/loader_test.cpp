@@ -316,6 +316,56 @@ TEST(DeviceLoader, RandomWindowsStartAnywhereTheirTokensAre) {
   starts_of(second.batch(1), seq.ids);
 }
 
+// An epoch of random windows whole accumulation cycles: its batches rounded
+// down to a multiple, each batch of its windows still full; fewer batches
+// than the multiple, and fixed windows, left as they are.
+TEST(DeviceLoader, RandomWindowsRoundAnEpochToWholeCycles) {
+  const auto seq = wide_sequence(); // 10 windows
+  const auto options =
+      LoaderOptions(2).dtype(torch::kLong).seed(3).random_windows(true);
+  const auto batches = [&](int64_t multiple, int64_t batch_size = 2,
+                           bool drop_last = false) {
+    return DeviceLoader(seq.windows, torch::kCPU,
+                        LoaderOptions(options)
+                            .batch_size(batch_size)
+                            .drop_last(drop_last)
+                            .batches_multiple_of(multiple))
+        .batches_per_epoch();
+  };
+  EXPECT_EQ(batches(1), 5);
+  EXPECT_EQ(batches(2), 4);
+  EXPECT_EQ(batches(4), 4);
+  EXPECT_EQ(batches(5), 5);
+  EXPECT_EQ(batches(3, 3), 3);       // 4 batches of 3 (the last of 1)
+  EXPECT_EQ(batches(3, 3, true), 3); // 3 whole ones
+  EXPECT_EQ(batches(6), 5);          // fewer than one multiple: as they are
+  DeviceLoader loader(seq.windows, torch::kCPU,
+                      LoaderOptions(options).batches_multiple_of(4));
+  loader.set_epoch(1);
+  for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+    EXPECT_EQ(loader.batch(i).inputs.size(0), 2);
+    starts_of(loader.batch(i), seq.ids);
+  }
+  EXPECT_NE(error_of([&] {
+              loader.batch(4);
+            }).find("index 4 is outside this epoch's 4 batches"),
+            std::string::npos);
+  // The batches a multiple would drop of fixed windows are examples.
+  const auto fixed = error_of([&] {
+    DeviceLoader(seq.windows, torch::kCPU,
+                 LoaderOptions(2).dtype(torch::kLong).batches_multiple_of(2));
+  });
+  EXPECT_NE(fixed.find("batches_multiple_of(2) rounds an epoch of "
+                       "random_windows down"),
+            std::string::npos)
+      << fixed;
+  EXPECT_NE(error_of([&] {
+              DeviceLoader(seq.windows, torch::kCPU,
+                           LoaderOptions(options).batches_multiple_of(0));
+            }).find("batches_multiple_of must be at least 1, got 0"),
+            std::string::npos);
+}
+
 TEST(DeviceLoader, RandomWindowsNeedOneSequenceOfTokens) {
   const auto seq = wide_sequence();
   const auto options =

@@ -218,6 +218,9 @@ lamp::data::LoaderOptions train_loader_options(const ProgramConfig& config,
       .dtype(config.sequence_length > 0 ? torch::kLong : torch::kFloat)
       .seed(config.seed)
       .random_windows(config.windows == "random")
+      // An epoch of random windows whole accumulation cycles, on any data.
+      .batches_multiple_of(
+          config.windows == "random" ? config.accumulation_steps : 1)
       .crop_padding(spec.crop_padding)
       .horizontal_flip(spec.horizontal_flip)
       .mean(spec.mean)

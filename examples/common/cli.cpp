@@ -346,7 +346,7 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
   } catch (const ConfigFileError& e) {
     std::cerr << program << ": error: " << one_line(e.what()) << " (see "
               << program << " --help)" << std::endl;
-    return kUsageError;
+    return kUsageError; // a settings file's
   }
   for (const auto& note : notes) {
     std::cerr << program << ": note: " << note << std::endl;
@@ -377,7 +377,7 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
     std::cerr << program << ": error: " << one_line(e.what()) << hint
               << from_settings_file(e.what(), sources) << " (see " << program
               << " --help)" << std::endl;
-    return kUsageError;
+    return kUsageError; // as argparse's
   }
 }
 

@@ -249,21 +249,23 @@ std::string number_text(const Number& n) {
 }
 
 // A line of lamp's own settings file, as a setting; false for a blank one.
-bool read_toml_line(const std::string& path, int number,
-                    const std::string& raw, ConfigSetting& setting) {
+bool read_toml_line(const std::string& path, int number, const std::string& raw,
+                    ConfigSetting& setting) {
   const auto line = trim(without_comment(raw));
   if (line.empty()) {
     return false;
   }
   const auto at = path + " line " + std::to_string(number) + ": ";
   if (line[0] == '[') {
-    refuse(at + "tables ([name]) are not read: write the flags as key = "
-                "value lines, without sections.");
+    refuse(at +
+           "tables ([name]) are not read: write the flags as key = "
+           "value lines, without sections.");
   }
   const auto equals = line.find('=');
   if (equals == std::string::npos) {
-    refuse(at + "'" + line + "' is not a setting: write key = value, as in "
-                                "width = 384.");
+    refuse(at + "'" + line +
+           "' is not a setting: write key = value, as in "
+           "width = 384.");
   }
   setting.key = trim(line.substr(0, equals));
   auto value = trim(line.substr(equals + 1));
@@ -319,8 +321,8 @@ bool read_python_line(const std::string& path, int number,
   if (!setting.evaluated) {
     setting.value = expression;
   }
-  setting.quoted = setting.evaluated &&
-                   (expression[0] == '"' || expression[0] == '\'');
+  setting.quoted =
+      setting.evaluated && (expression[0] == '"' || expression[0] == '\'');
   return true;
 }
 
@@ -382,9 +384,8 @@ ConfigFile read_config_file(const std::string& path) {
   while (std::getline(in, raw)) {
     ++number;
     ConfigSetting setting;
-    const bool read = file.python
-                          ? read_python_line(path, number, raw, setting)
-                          : read_toml_line(path, number, raw, setting);
+    const bool read = file.python ? read_python_line(path, number, raw, setting)
+                                  : read_toml_line(path, number, raw, setting);
     if (!read) {
       continue;
     }

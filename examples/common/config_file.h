@@ -98,7 +98,8 @@ using PythonConfigReader = std::function<std::vector<ConfigFlag>(
 /// false, and --config given twice.
 std::vector<std::string> with_config_settings(
     const CLI::App& app, const std::vector<std::string>& args,
-    const PythonConfigReader& python, std::map<std::string, std::string>& sources,
+    const PythonConfigReader& python,
+    std::map<std::string, std::string>& sources,
     std::vector<std::string>& notes);
 
 } // namespace lamp_examples

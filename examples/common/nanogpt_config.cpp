@@ -59,9 +59,12 @@ const std::vector<std::pair<std::string, std::string>>& train_defaults() {
 // sample.py's own globals, set only where the file sets them.
 const std::vector<std::pair<std::string, const char*>>& sample_flags() {
   static const std::vector<std::pair<std::string, const char*>> flags = {
-      {"start", "--prompt"},         {"num_samples", "--num-samples"},
-      {"max_new_tokens", "--sample-tokens"}, {"temperature", "--temperature"},
-      {"top_k", "--top-k"},          {"seed", "--seed"},
+      {"start", "--prompt"},
+      {"num_samples", "--num-samples"},
+      {"max_new_tokens", "--sample-tokens"},
+      {"temperature", "--temperature"},
+      {"top_k", "--top-k"},
+      {"seed", "--seed"},
   };
   return flags;
 }
@@ -81,7 +84,8 @@ const Gpt2Shape kGpt2Shapes[] = {{"gpt2", 12, 12, 768},
 }
 
 bool whole_number(const std::string& text, int64_t& value) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
+  if (text.empty() ||
+      text.find_first_not_of("0123456789") != std::string::npos ||
       text.size() > 18) {
     return false;
   }
@@ -234,7 +238,8 @@ int64_t batches_per_iteration(Translation& t) {
 
 // A count of iterations as batches.
 void emit_iterations(Translation& t, const std::string& flag,
-                     const std::string& key, int64_t batches, int64_t at_least) {
+                     const std::string& key, int64_t batches,
+                     int64_t at_least) {
   const auto n = t.count(key, at_least);
   t.emit(flag, std::to_string(n * batches),
          t.source(key) + (batches > 1 ? " times " + std::to_string(batches) +
@@ -286,7 +291,8 @@ bool emit_start(Translation& t, const std::string& checkpoint) {
     if (t.given("--init-from") == nullptr) {
       refuse(t.source("init_from") +
              ": nanoGPT downloads GPT-2's weights; train_gpt downloads "
-             "nothing: give --init-from with " + from +
+             "nothing: give --init-from with " +
+             from +
              "'s weights (a Hugging Face pytorch_model.bin or "
              "model.safetensors, or nanoGPT's ckpt.pt; docs/gpt.md, "
              "\"Weights from Python\").");
@@ -326,7 +332,8 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   t.emit_key("--dropout", "dropout");
   t.emit_key("--batch-size", "batch_size");
   // The data: data/DATASET, as train.py reads it, from where it runs.
-  const auto data = (std::filesystem::path("data") / t.value("dataset")).string();
+  const auto data =
+      (std::filesystem::path("data") / t.value("dataset")).string();
   t.emit("--data", data, t.source("dataset"));
   const auto* typed_data = t.given("--data");
   const auto data_dir = typed_data != nullptr ? *typed_data : data;
@@ -361,22 +368,26 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   }
   // Evaluations, logs, checkpoints.
   emit_iterations(t, "--eval-every", "eval_interval", batches, 1);
-  emit_iterations(t, "--checkpoint-every", "eval_interval", batches, 1);
   emit_iterations(t, "--log-every", "log_interval", batches, 1);
   t.emit_key("--eval-batches", "eval_iters");
   t.emit("--eval-only", t.truth("eval_only") ? "true" : "false",
          t.source("eval_only"));
-  t.emit("--checkpoint", checkpoint, t.source("out_dir"));
-  // train.py makes out_dir; so does a run that trains and writes there.
+  // A run that trains saves in out_dir, which train.py makes; --eval-only
+  // and --sample-only write nothing.
   const bool trains = t.given("--eval-only") == nullptr &&
                       t.given("--sample-only") == nullptr &&
                       !t.truth("eval_only");
+  if (trains) {
+    t.emit("--checkpoint", checkpoint, t.source("out_dir"));
+    emit_iterations(t, "--checkpoint-every", "eval_interval", batches, 1);
+  }
   if (trains && t.given("--checkpoint") == nullptr) {
     std::error_code error;
     std::filesystem::create_directories(out_dir, error);
     if (error) {
       refuse(t.source("out_dir") + ": cannot create the folder " + out_dir +
-             " (" + error.message() + "): choose another out_dir, or give "
+             " (" + error.message() +
+             "): choose another out_dir, or give "
              "--checkpoint.");
     }
   }

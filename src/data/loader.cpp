@@ -112,6 +112,17 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
               "at random offsets, but the inputs are images [N, C, H, W]; "
               "leave it unset for images (crop_padding and horizontal_flip "
               "augment them).");
+  TORCH_CHECK(options_.batches_multiple_of() >= 1,
+              "lamp::data::DeviceLoader: batches_multiple_of must be at "
+              "least 1, got ",
+              options_.batches_multiple_of(), ".");
+  TORCH_CHECK(options_.batches_multiple_of() == 1 || options_.random_windows(),
+              "lamp::data::DeviceLoader: batches_multiple_of(",
+              options_.batches_multiple_of(),
+              ") rounds an epoch of random_windows down; without them the "
+              "batches it would drop are examples never served. Set "
+              "random_windows, or pick a batch size whose batches per epoch "
+              "are a multiple of it.");
   TORCH_CHECK(!options_.random_windows() || options_.shuffle(),
               "lamp::data::DeviceLoader: random_windows draws every batch at "
               "random, and shuffle(false) asks for the windows in order; "
@@ -220,7 +231,9 @@ int64_t DeviceLoader::samples_per_epoch() const {
 int64_t DeviceLoader::batches_per_epoch() const {
   const int64_t n = samples_per_epoch(), b = options_.batch_size();
   // Not (n + b - 1) / b, which overflows for b near INT64_MAX.
-  return n / b + (!options_.drop_last() && n % b != 0 ? 1 : 0);
+  const int64_t batches = n / b + (!options_.drop_last() && n % b != 0 ? 1 : 0);
+  const int64_t multiple = options_.batches_multiple_of();
+  return batches >= multiple ? batches / multiple * multiple : batches;
 }
 
 void DeviceLoader::set_epoch(int64_t epoch) {

@@ -38,6 +38,7 @@ const data::DeviceLoader& Trainer::train_eval_loader() {
          std::min(test_loader_.options().batch_size(), train.targets.size(0)))
         .shuffle(true)
         .drop_last(false)
+        .batches_multiple_of(1)
         .crop_padding(0)
         .horizontal_flip(false)
         .num_shards(1)

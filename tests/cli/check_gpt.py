@@ -64,6 +64,11 @@
       checkpoint (--resume alone) and its exported state dict (--init-from);
       a subset, amp-bf16, another --data; SIGINT exits 130; nothing
       written; training and sampling flags refused
+  check_gpt.py config TRAIN_GPT WORK_DIR
+      --config: a nanoGPT config file trains its recipe (train.py's
+      defaults where it is silent, the command line winning), lamp's
+      key = value file of the same flags the same run to the bit,
+      --eval-only with it the run's last loss; bad files refused by line
   check_gpt.py eval-train TRAIN_GPT WORK_DIR
       --eval-train: every evaluation's line and log record give the
       training data's loss in eval mode; --eval-only --resume alone (which
@@ -972,6 +977,127 @@ def sample_only(train_gpt, work):
     print(f"  --sample-only: the run's sample again ({len(again)} "
           f"characters), the same without the cache; {speed[-1]}; "
           f"--precision amp {'sampled' if r.returncode == 0 else 'refused'}")
+
+
+def config(train_gpt, work):
+    """--config: a nanoGPT config file (config/*.py), run from the folder
+    whose data/ it names, trains its recipe, train.py's defaults where it is
+    silent and the command line's flags winning, saving in out_dir/lamp.pt;
+    lamp's own key = value file of the flags it gave trains the same run to
+    the bit; --eval-only with the file gives the run's last validation
+    loss; bad files are usage errors naming the line."""
+    nano = fresh_folder(work, "nanogpt")
+    with open(make_text(work)) as f:
+        text = f.read()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = [stoi[c] for c in text]
+    write_token_folder(os.path.join(nano, "data", "chars"), ids,
+                       int(0.9 * len(ids)),
+                       meta={"vocab_size": len(chars),
+                             "itos": dict(enumerate(chars)), "stoi": stoi})
+    os.makedirs(os.path.join(nano, "config"))
+    recipe = os.path.join("config", "train_chars.py")
+    with open(os.path.join(nano, recipe), "w") as f:
+        f.write("# nanoGPT's form: assignments, comments, an import\n"
+                "import time\n"
+                "out_dir = 'out-chars'\n"
+                "eval_interval = 5  # iterations\n"
+                "eval_iters = 2\n"
+                "log_interval = 1\n"
+                "wandb_run_name = 'chars-' + str(time.time())\n"
+                "dataset = 'chars'\n"
+                "gradient_accumulation_steps = 2\n"
+                "batch_size = 8\n"
+                "block_size = 32\n"
+                "n_layer = 2\nn_head = 2\nn_embd = 16 * 2\n"
+                "dropout = 0.0\n"
+                "learning_rate = 1e-3\n"
+                "max_iters = 10\nlr_decay_iters = 10\n"
+                "warmup_iters = 2\n"
+                "min_lr = 1e-4\nbeta2 = 0.99\n"
+                "device = 'cpu'\ndtype = 'float32'\ncompile = False\n")
+    flags = ["--no-progress", "--sample-tokens", "20", "--seed", "3"]
+    r = expect_success([train_gpt, "--config", recipe] + flags, cwd=nano)
+    gives = r.stdout.splitlines()[0]
+    wanted = ("train_gpt: --config config/train_chars.py gives "
+              "--accumulation-steps=2 --layers=2 --heads=2 --width=32 "
+              "--bias=false --context=32 --dropout=0 --batch-size=8 "
+              "--data=data/chars --lr=0.001 --weight-decay=0.1 --beta1=0.9 "
+              "--beta2=0.99 --max-grad-norm=1 --steps=20 "
+              "--schedule=warmup-cosine --warmup-steps=4 --min-lr=0.0001 "
+              "--eval-every=10 --log-every=2 --eval-batches=2 "
+              "--checkpoint=out-chars/lamp.pt --checkpoint-every=10 "
+              "--precision=fp32 --device=cpu")
+    if gives != wanted:
+        fail(f"the config's flags:\n  {gives}\nwanted\n  {wanted}")
+    if "gpt(layers=2, heads=2, width=32, context=32, vocab=64, bias=false)" \
+            not in r.stdout or ", batch 8, steps 20 " not in r.stdout:
+        fail(f"the config's model and run: {r.stdout[:900]!r}")
+    step = re.compile(r"^step 20/20  train loss \S+  val loss (\S+) ")
+    last = [m.group(1) for m in map(step.match, r.stdout.splitlines()) if m]
+    if len(last) != 1 or not os.path.exists(
+            os.path.join(nano, "out-chars", "lamp.pt")):
+        fail(f"the config's run: {r.stdout[-900:]!r}")
+    print(f"  nanoGPT's config file: val loss {last[0]} at step 20, "
+          f"out-chars/lamp.pt written")
+    # The same flags in lamp's own file: the same run, to the bit.
+    settings = os.path.join(nano, "run.toml")
+    with open(settings, "w") as f:
+        for flag in gives.split(" gives ")[1].split():
+            key, value = flag[2:].split("=", 1)
+            if key not in ("checkpoint", "checkpoint-every"):
+                f.write(f'{key.replace("-", "_")} = "{value}"  # typed\n')
+    again = expect_success([train_gpt, "--config", settings] + flags,
+                           cwd=nano)
+    twin = [m.group(1) for m in map(step.match, again.stdout.splitlines()) if m]
+    if twin != last:
+        fail(f"lamp's file of the same flags: {twin} against {last}")
+    print(f"  lamp's key = value file of the same flags: val loss {twin[0]}")
+    # The command line wins over the file.
+    r = expect_success([train_gpt, "--config", recipe, "--layers", "1",
+                        "--max-steps", "2", "--checkpoint",
+                        os.path.join(work, "override.pt")] + flags, cwd=nano)
+    if " --layers=" in r.stdout.splitlines()[0] or \
+            "gpt(layers=1, heads=2" not in r.stdout:
+        fail(f"--layers 1 over the file's n_layer = 2: {r.stdout[:600]!r}")
+    # --eval-only with the file: the run's last validation loss.
+    r = expect_success([train_gpt, "--config", recipe, "--eval-only",
+                        "--resume", os.path.join("out-chars", "lamp.pt")],
+                       cwd=nano)
+    if not r.stdout.splitlines()[-1].startswith(
+            f"train_gpt: val loss {last[0]} (ppl "):
+        fail(f"--eval-only with the config: {r.stdout[-400:]!r}, the run's "
+             f"{last[0]}")
+    print(f"  --eval-only with the file: val loss {last[0]} again")
+    # Bad files: exit 2, the file and line named.
+    for name, lines, wanted in (
+            ("a name nanoGPT lacks", "n_layers = 2\n",
+             "bad.py line 1 (n_layers = 2): nanoGPT's train.py and "
+             "sample.py have no setting n_layers; did you mean n_layer?"),
+            ("GPT-2 without its weights", "init_from = 'gpt2'\n",
+             "train_gpt downloads nothing: give --init-from"),
+            ("an expression", "n_layer = 2 * n_head\n",
+             "bad.py line 1 (n_layer = 2 * n_head): train_gpt reads numbers"),
+            ("a statement", "print('hi')\n", "is not an assignment"),
+            ("a bad value", "n_layer = 0\n",
+             "--layers: 0 is out of range: give an integer in 1..1048576 "
+             "(set by " + os.path.join(nano, "bad.py") +
+             " line 1 (n_layer = 0))")):
+        bad = os.path.join(nano, "bad.py")
+        with open(bad, "w") as f:
+            f.write(lines)
+        r = run([train_gpt, "--config", bad], cwd=nano)
+        if r.returncode != 2 or wanted not in r.stderr or \
+                "terminate" in r.stderr:
+            fail(f"{name}: exit {r.returncode}: {r.stderr.strip()!r}")
+        print(f"  {name}: {r.stderr.strip()[:150]}")
+    with open(settings, "w") as f:
+        f.write("layer = 2\n")
+    r = run([train_gpt, "--config", settings], cwd=nano)
+    if r.returncode != 2 or "run.toml line 1 (layer = 2): --layer is not a " \
+            "flag of this program; did you mean --layers?" not in r.stderr:
+        fail(f"an unknown key: exit {r.returncode}: {r.stderr.strip()!r}")
 
 
 def eval_train(train_gpt, work):
@@ -2259,6 +2385,8 @@ def main(argv):
         eval_only(train_gpt, work)
     elif command == "eval-train":
         eval_train(train_gpt, work)
+    elif command == "config":
+        config(train_gpt, work)
     elif command == "token-files":
         token_files(train_gpt, work)
     elif command == "tokenizer":

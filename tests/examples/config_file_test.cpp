@@ -26,8 +26,8 @@ using lamp_examples::ConfigFileError;
 // A fresh folder for the test's files.
 std::string test_folder() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const auto folder = fs::path(::testing::TempDir()) /
-                      (std::string("config_") + info->name());
+  const auto folder =
+      fs::path(::testing::TempDir()) / (std::string("config_") + info->name());
   fs::remove_all(folder);
   fs::create_directories(folder);
   return folder.string();
@@ -151,8 +151,8 @@ TEST(ConfigFile, RefusesWhatItDoesNotReadNamingTheLine) {
   EXPECT_EQ(file.settings[0].line, 4);
   EXPECT_FALSE(file.settings[1].evaluated);
   EXPECT_EQ(file.settings[1].value, "'ft-' + str(time.time())");
-  for (const char* statement : {"print(1)\n", "n_layer += 1\n",
-                                "n_layer == 1\n", "2x = 1\n"}) {
+  for (const char* statement :
+       {"print(1)\n", "n_layer += 1\n", "n_layer == 1\n", "2x = 1\n"}) {
     write(py, statement);
     EXPECT_HAS(refusal([&] { lamp_examples::read_config_file(py); }),
                "c.py line 1: ");
@@ -176,14 +176,13 @@ struct Program {
   }
 };
 
-std::vector<std::string> expand(const Program& program,
-                                const std::vector<std::string>& args,
-                                const lamp_examples::PythonConfigReader& python =
-                                    {}) {
+std::vector<std::string> expand(
+    const Program& program, const std::vector<std::string>& args,
+    const lamp_examples::PythonConfigReader& python = {}) {
   std::map<std::string, std::string> sources;
   std::vector<std::string> notes;
-  return lamp_examples::with_config_settings(program.app, args, python,
-                                             sources, notes);
+  return lamp_examples::with_config_settings(program.app, args, python, sources,
+                                             notes);
 }
 
 TEST(ConfigFile, TheCommandLineWinsOverTheFile) {
@@ -193,15 +192,15 @@ TEST(ConfigFile, TheCommandLineWinsOverTheFile) {
                           "eval-train = true\n");
   Program program;
   // --eval-batches is --limit-eval-batches by another name: given.
-  EXPECT_EQ(expand(program, {"--config", path, "--layers", "2",
-                             "--eval-batches=7"}),
-            (std::vector<std::string>{"--config", path, "--layers", "2",
-                                      "--eval-batches=7", "--data=a b",
-                                      "--eval-train"}));
-  EXPECT_EQ(expand(program, {"--config=" + path}),
-            (std::vector<std::string>{"--config=" + path, "--layers=4",
-                                      "--data=a b", "--limit-eval-batches=5",
-                                      "--eval-train"}));
+  EXPECT_EQ(
+      expand(program, {"--config", path, "--layers", "2", "--eval-batches=7"}),
+      (std::vector<std::string>{"--config", path, "--layers", "2",
+                                "--eval-batches=7", "--data=a b",
+                                "--eval-train"}));
+  EXPECT_EQ(
+      expand(program, {"--config=" + path}),
+      (std::vector<std::string>{"--config=" + path, "--layers=4", "--data=a b",
+                                "--limit-eval-batches=5", "--eval-train"}));
   // Without --config, or with --help: the command line as it is.
   EXPECT_EQ(expand(program, {"--layers", "2"}),
             (std::vector<std::string>{"--layers", "2"}));
@@ -234,7 +233,9 @@ TEST(ConfigFile, RefusesKeysAndValuesTheProgramDoesNotTake) {
   EXPECT_HAS(refused("layers = 1\n", {"--config", "x.toml"}),
              "--config is given 2 times");
   const auto py = write(folder + "/c.py", "n_layer = 4\n");
-  EXPECT_HAS(refusal([&] { expand(program, {"--config", py}); }),
+  EXPECT_HAS(refusal([&] {
+               expand(program, {"--config", py});
+             }),
              "not Python; nanoGPT's config files are train_gpt's");
 }
 
@@ -270,9 +271,10 @@ TEST(ConfigFile, ParseCommandLineReadsTheFile) {
                 again, "prog", static_cast<int>(argv.size()) - 2, argv.data()),
             lamp_examples::kUsageError);
   const auto printed = ::testing::internal::GetCapturedStderr();
-  EXPECT_HAS(printed, "prog: error: --count: 101 is out of range: give an "
-                      "integer in 1..100 (set by " +
-                          path + " line 1 (count = 0101))");
+  EXPECT_HAS(printed,
+             "prog: error: --count: 101 is out of range: give an "
+             "integer in 1..100 (set by " +
+                 path + " line 1 (count = 0101))");
 }
 
 // nanoGPT's config files as train_gpt's flags.
@@ -372,9 +374,9 @@ TEST(NanoGptConfig, TrainPysDefaultsWhereTheFileIsSilent) {
   const auto folder = test_folder();
   fs::create_directories(folder + "/data/owt");
   write(folder + "/data/owt/meta.pkl", "");
-  const auto path = write(folder + "/c.py", "out_dir = '" + folder +
-                                                "/out'\ndataset = '" + folder +
-                                                "/data/owt'\n");
+  const auto path =
+      write(folder + "/c.py", "out_dir = '" + folder + "/out'\ndataset = '" +
+                                  folder + "/data/owt'\n");
   NanoGpt nanogpt;
   const auto values = nanogpt.values(path);
   // GPT-2 124M on OpenWebText, 40 batches an iteration.
@@ -397,12 +399,12 @@ TEST(NanoGptConfig, TrainPysDefaultsWhereTheFileIsSilent) {
 
 TEST(NanoGptConfig, IterationsCountTheBatchesOfEachRank) {
   const auto folder = test_folder();
-  const auto path = write(folder + "/c.py",
-                          "out_dir = '" + folder +
-                              "/out'\ngradient_accumulation_steps = 5 * 8\n"
-                              "max_iters = 100\nwarmup_iters = 10\n"
-                              "eval_interval = 20\nlog_interval = 1\n"
-                              "lr_decay_iters = 100\n");
+  const auto path =
+      write(folder + "/c.py", "out_dir = '" + folder +
+                                  "/out'\ngradient_accumulation_steps = 5 * 8\n"
+                                  "max_iters = 100\nwarmup_iters = 10\n"
+                                  "eval_interval = 20\nlog_interval = 1\n"
+                                  "lr_decay_iters = 100\n");
   NanoGpt nanogpt;
   ::setenv("WORLD_SIZE", "4", 1);
   const auto four = nanogpt.values(path);
@@ -425,8 +427,9 @@ TEST(NanoGptConfig, IterationsCountTheBatchesOfEachRank) {
   nanogpt.given["--steps"] = "50";
   nanogpt.values(path);
   ASSERT_EQ(nanogpt.notes.size(), 1u);
-  EXPECT_HAS(nanogpt.notes[0], "lamp's cosine decays to min_lr over the run's "
-                               "steps");
+  EXPECT_HAS(nanogpt.notes[0],
+             "lamp's cosine decays to min_lr over the run's "
+             "steps");
 }
 
 TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
@@ -451,8 +454,27 @@ TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
   EXPECT_EQ(values.at("--top-k"), "200");
   EXPECT_EQ(values.at("--seed"), "1337");
   ASSERT_EQ(nanogpt.notes.size(), 1u);
-  EXPECT_HAS(nanogpt.notes[0], "(wandb_log = True): train_gpt does not log to "
-                               "Weights & Biases");
+  EXPECT_HAS(nanogpt.notes[0],
+             "(wandb_log = True): train_gpt does not log to "
+             "Weights & Biases");
+  // --eval-only (the file's or the command line's) and --sample-only write
+  // no checkpoint, and make no out_dir.
+  for (const auto& mode : {"file", "--eval-only", "--sample-only"}) {
+    SCOPED_TRACE(mode);
+    NanoGpt quiet;
+    const auto elsewhere = folder + "/elsewhere";
+    write(path, "out_dir = '" + elsewhere + "'\n" +
+                    (std::string(mode) == "file" ? "eval_only = True\n" : ""));
+    if (std::string(mode) != "file") {
+      quiet.given[mode] = "";
+    }
+    const auto read = quiet.values(path);
+    EXPECT_EQ(read.count("--checkpoint"), 0u);
+    EXPECT_EQ(read.count("--checkpoint-every"), 0u);
+    EXPECT_FALSE(fs::exists(elsewhere));
+    EXPECT_EQ(read.at("--eval-only"),
+              std::string(mode) == "file" ? "true" : "false");
+  }
   // init_from = 'resume': lamp's checkpoint in out_dir, with its shape.
   write(path, "out_dir = '" + out + "'\ninit_from = 'resume'\nn_layer = 2\n");
   values = nanogpt.values(path);

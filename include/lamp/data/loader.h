@@ -60,6 +60,15 @@ struct LoaderOptions {
   /// targets one token on (text_windows(), read_token_files()), and
   /// `shuffle`; images refuse it.
   TORCH_ARG(bool, random_windows) = false;
+  /// With random_windows: an epoch's batches rounded down to a multiple of
+  /// this (where it has at least that many), so that gradient accumulation
+  /// over this many batches (TrainerOptions' accumulation_steps) ends with
+  /// the epoch on any data, as nanoGPT's iterations of
+  /// gradient_accumulation_steps batches do; every batch draws its windows
+  /// anyway, so no token is left out for good. 1 (the default) keeps the
+  /// count; above 1 it is refused without random_windows, where the
+  /// batches that would go are examples of their own.
+  TORCH_ARG(int64_t, batches_multiple_of) = 1;
   /// Produce images in channels_last memory format.
   TORCH_ARG(bool, channels_last) = false;
   /// Data-parallel sharding (Python's DistributedSampler): every epoch's

@@ -76,6 +76,7 @@ TEST(ConfigFile, PythonLiteralsAsAConfigFileWritesThem) {
   EXPECT_EQ(literal("2 ** 10"), "1024");
   EXPECT_EQ(literal("-2 ** 2"), "-4"); // ** binds tighter than unary minus
   EXPECT_EQ(literal("2 * 3 ** 2"), "18");
+  EXPECT_EQ(literal("2 ** -1"), "0.5"); // a signed exponent
   EXPECT_EQ(literal("10 - 2 - 3"), "5"); // left to right
   EXPECT_EQ(literal("0.5"), "0.5");
   EXPECT_EQ(literal(".25"), "0.25");

@@ -212,6 +212,23 @@ int64_t physical_cores_available() {
 
 } // namespace
 
+std::string shell_command(const std::vector<std::string>& args) {
+  std::string line;
+  for (const auto& arg : args) {
+    const bool plain =
+        !arg.empty() &&
+        arg.find_first_not_of(
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+            "0123456789_./=:,+-@%") == std::string::npos;
+    std::string quoted = "'";
+    for (const char c : arg) {
+      quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    line += (line.empty() ? "" : " ") + (plain ? arg : quoted + "'");
+  }
+  return line;
+}
+
 std::string nearest_name(const std::vector<std::string>& names,
                          const std::string& given) {
   std::string best;
@@ -351,11 +368,10 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
   for (const auto& note : notes) {
     std::cerr << program << ": note: " << note << std::endl;
   }
-  std::string added;
-  for (size_t i = static_cast<size_t>(std::max(argc - 1, 0)); i < args.size();
-       ++i) {
-    added += " " + args[i];
-  }
+  const std::vector<std::string> added(
+      args.begin() + std::min<ptrdiff_t>(std::max(argc - 1, 0),
+                                         static_cast<ptrdiff_t>(args.size())),
+      args.end());
   std::reverse(args.begin(), args.end()); // CLI11 takes them last first
   try {
     app.parse(args);
@@ -364,8 +380,8 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
     const char* rank = std::getenv("RANK");
     if (!sources.empty() && (rank == nullptr || std::string(rank) == "0")) {
       std::cout << program << ": --config "
-                << app.get_option("--config")->as<std::string>() << " gives"
-                << added << std::endl;
+                << app.get_option("--config")->as<std::string>() << " gives "
+                << shell_command(added) << std::endl;
     }
     return -1;
   } catch (const CLI::Success& e) { // --help, --version

@@ -67,6 +67,10 @@ void add_version_flag(CLI::App& app, const std::string& program);
 /// it.
 void open_standard_descriptors();
 
+/// `args` as one shell command line, each argument quoted where the shell
+/// would split or expand it ('a b' -> "'a b'").
+std::string shell_command(const std::vector<std::string>& args);
+
 /// The one of `names` nearest to `given` in edits (insertions, deletions,
 /// replacements), within about a third of its length; else "".
 std::string nearest_name(const std::vector<std::string>& names,

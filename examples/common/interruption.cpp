@@ -60,23 +60,6 @@ std::string where_stopped(const lamp::training::StopPoint& stop) {
 
 } // namespace
 
-std::string shell_command(const std::vector<std::string>& args) {
-  std::string line;
-  for (const auto& arg : args) {
-    const bool plain =
-        !arg.empty() &&
-        arg.find_first_not_of(
-            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-            "0123456789_./=:,+-@%") == std::string::npos;
-    std::string quoted = "'";
-    for (const char c : arg) {
-      quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    line += (line.empty() ? "" : " ") + (plain ? arg : quoted + "'");
-  }
-  return line;
-}
-
 int report_interruption(const ProgramConfig& config, const std::string& program,
                         const lamp::training::Trainer& trainer,
                         Progress& progress, JsonLog* log, int signal) {

@@ -26,8 +26,4 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
                         const lamp::training::Trainer& trainer,
                         Progress& progress, JsonLog* log, int signal);
 
-/// `args` as one shell command line, each argument quoted where the shell
-/// would split or expand it ('a b' -> "'a b'").
-std::string shell_command(const std::vector<std::string>& args);
-
 } // namespace lamp_examples

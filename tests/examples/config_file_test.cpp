@@ -76,7 +76,7 @@ TEST(ConfigFile, PythonLiteralsAsAConfigFileWritesThem) {
   EXPECT_EQ(literal("2 ** 10"), "1024");
   EXPECT_EQ(literal("-2 ** 2"), "-4"); // ** binds tighter than unary minus
   EXPECT_EQ(literal("2 * 3 ** 2"), "18");
-  EXPECT_EQ(literal("2 ** -1"), "0.5"); // a signed exponent
+  EXPECT_EQ(literal("2 ** -1"), "0.5");  // a signed exponent
   EXPECT_EQ(literal("10 - 2 - 3"), "5"); // left to right
   EXPECT_EQ(literal("0.5"), "0.5");
   EXPECT_EQ(literal(".25"), "0.25");
@@ -244,12 +244,15 @@ TEST(ConfigFile, RefusesKeysAndValuesTheProgramDoesNotTake) {
 // bad one is refused as a usage error naming its line.
 TEST(ConfigFile, ParseCommandLineReadsTheFile) {
   const auto folder = test_folder();
-  const auto path = write(folder + "/run.toml", "count = 12\nrate = 0.5\n");
+  const auto path =
+      write(folder + "/run.toml", "count = 12\nrate = 0.5\nname = 'a b'\n");
   int64_t count = 0;
   double rate = 0;
+  std::string name;
   CLI::App app{"test"};
   app.add_option("--count", count)->check(lamp_examples::integer_in(1, 100));
   app.add_option("--rate", rate);
+  app.add_option("--name", name);
   std::vector<std::string> args = {"prog", "--config", path, "--rate", "0.25"};
   std::vector<char*> argv;
   for (auto& arg : args) {
@@ -262,7 +265,10 @@ TEST(ConfigFile, ParseCommandLineReadsTheFile) {
   const auto said = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(count, 12);
   EXPECT_EQ(rate, 0.25);
-  EXPECT_HAS(said, "prog: --config " + path + " gives --count=12\n");
+  EXPECT_EQ(name, "a b");
+  // As the shell would take them back.
+  EXPECT_HAS(said,
+             "prog: --config " + path + " gives --count=12 '--name=a b'\n");
 
   write(path, "count = 0101\n");
   CLI::App again{"test"};

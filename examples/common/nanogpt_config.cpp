@@ -337,9 +337,13 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   t.emit("--data", data, t.source("dataset"));
   const auto* typed_data = t.given("--data");
   const auto data_dir = typed_data != nullptr ? *typed_data : data;
+  // Token files without a meta.pkl: train.py's GPT-2 vocabulary (a text's
+  // bytes, or a folder not there, keep train_gpt's own rules).
+  const std::filesystem::path folder(data_dir);
   if (from == "scratch" && t.given("--vocab-size") == nullptr &&
       t.given("--tokenizer") == nullptr &&
-      !std::filesystem::exists(std::filesystem::path(data_dir) / "meta.pkl")) {
+      std::filesystem::exists(folder / "train.bin") &&
+      !std::filesystem::exists(folder / "meta.pkl")) {
     t.emit("--vocab-size", "50304",
            "nanoGPT's train.py without a meta.pkl in " + data_dir +
                " (GPT-2's 50,257 padded)");

@@ -345,7 +345,6 @@ TEST(NanoGptConfig, TheCharacterModelsRecipe) {
       {"--dropout", "0.2"},
       {"--batch-size", "64"},
       {"--data", "data/shakespeare_char"},
-      {"--vocab-size", "50304"}, // no data/shakespeare_char/meta.pkl here
       {"--lr", "0.001"},
       {"--weight-decay", "0.1"}, // train.py's
       {"--beta1", "0.9"},        // train.py's
@@ -380,6 +379,16 @@ TEST(NanoGptConfig, TheCharacterModelsRecipe) {
 TEST(NanoGptConfig, TrainPysDefaultsWhereTheFileIsSilent) {
   const auto folder = test_folder();
   fs::create_directories(folder + "/data/owt");
+  write(folder + "/data/owt/train.bin", "");
+  const auto gpt2 =
+      write(folder + "/gpt2.py", "out_dir = '" + folder + "/out'\ndataset = '" +
+                                     folder + "/data/owt'\n");
+  NanoGpt tokens;
+  // Token files without a meta.pkl: GPT-2's vocabulary, padded, as
+  // train.py takes it; not where --tokenizer gives one.
+  EXPECT_EQ(tokens.values(gpt2).at("--vocab-size"), "50304");
+  tokens.given["--tokenizer"] = "gpt2.tiktoken";
+  EXPECT_EQ(tokens.values(gpt2).count("--vocab-size"), 0u);
   write(folder + "/data/owt/meta.pkl", "");
   const auto path =
       write(folder + "/c.py", "out_dir = '" + folder + "/out'\ndataset = '" +

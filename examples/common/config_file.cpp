@@ -381,8 +381,25 @@ ConfigFile read_config_file(const std::string& path) {
   }
   std::string raw;
   int number = 0;
+  std::string docstring; // the quotes that end the one being skipped
   while (std::getline(in, raw)) {
     ++number;
+    // A Python file's docstrings ("""...""" or '''...'''), on one line or
+    // several.
+    const auto text = trim(raw);
+    if (!docstring.empty()) {
+      if (text.find(docstring) != std::string::npos) {
+        docstring.clear();
+      }
+      continue;
+    }
+    if (file.python &&
+        (text.rfind("\"\"\"", 0) == 0 || text.rfind("'''", 0) == 0)) {
+      if (text.find(text.substr(0, 3), 3) == std::string::npos) {
+        docstring = text.substr(0, 3);
+      }
+      continue;
+    }
     ConfigSetting setting;
     const bool read = file.python ? read_python_line(path, number, raw, setting)
                                   : read_toml_line(path, number, raw, setting);

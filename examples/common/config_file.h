@@ -12,8 +12,8 @@
 // A flag given on the command line wins over the file's, as nanoGPT's
 // `--key=value` wins over its config file. A file named *.py is read as
 // Python assignments (`n_embd = 384  # comment`, `'strings'`, True/False,
-// numbers and their arithmetic, `import` lines skipped), for a program that
-// knows what such a file's names mean (train_gpt: nanoGPT's).
+// numbers and their arithmetic; `import` lines and docstrings skipped), for
+// a program that knows what such a file's names mean (train_gpt: nanoGPT's).
 
 #include <CLI/CLI.hpp>
 

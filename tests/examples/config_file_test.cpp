@@ -141,6 +141,10 @@ TEST(ConfigFile, RefusesWhatItDoesNotReadNamingTheLine) {
   // Python: the last assignment holds, imports are skipped, and what is not
   // an assignment is refused.
   const auto py = write(folder + "/c.py",
+                        "\"\"\"A recipe.\n"
+                        "n_layer = 1 inside the docstring\n"
+                        "\"\"\"\n"
+                        "'''one line'''\n"
                         "import time\n"
                         "n_layer = 4\n"
                         "wandb_run_name = 'ft-' + str(time.time())\n"
@@ -149,7 +153,7 @@ TEST(ConfigFile, RefusesWhatItDoesNotReadNamingTheLine) {
   EXPECT_TRUE(file.python);
   ASSERT_EQ(file.settings.size(), 2u);
   EXPECT_EQ(file.settings[0].value, "6");
-  EXPECT_EQ(file.settings[0].line, 4);
+  EXPECT_EQ(file.settings[0].line, 8);
   EXPECT_FALSE(file.settings[1].evaluated);
   EXPECT_EQ(file.settings[1].value, "'ft-' + str(time.time())");
   for (const char* statement :

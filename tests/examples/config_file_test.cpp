@@ -142,6 +142,7 @@ TEST(ConfigFile, RefusesWhatItDoesNotReadNamingTheLine) {
   // an assignment is refused.
   const auto py = write(folder + "/c.py",
                         "\"\"\"A recipe.\n"
+                        "It sets the shape (nothing here is read).\n"
                         "n_layer = 1 inside the docstring\n"
                         "\"\"\"\n"
                         "'''one line'''\n"
@@ -153,7 +154,7 @@ TEST(ConfigFile, RefusesWhatItDoesNotReadNamingTheLine) {
   EXPECT_TRUE(file.python);
   ASSERT_EQ(file.settings.size(), 2u);
   EXPECT_EQ(file.settings[0].value, "6");
-  EXPECT_EQ(file.settings[0].line, 8);
+  EXPECT_EQ(file.settings[0].line, 9);
   EXPECT_FALSE(file.settings[1].evaluated);
   EXPECT_EQ(file.settings[1].value, "'ft-' + str(time.time())");
   for (const char* statement :

@@ -47,6 +47,11 @@
                                           run as it was; flags that differ
                                           from the checkpoint are refused,
                                           all listed in one message
+  check_cli.py settings-file TRAIN_MNIST DATA_DIR WORK_DIR
+                                          --config: a key = value file's run
+                                          is its flags' run, to the bit; the
+                                          command line wins; --resume alone
+                                          continues it; bad files refused
   check_cli.py messages TRAIN_MNIST DATA_DIR
                                           a file given as --data, an unknown
                                           flag's nearest flag, Lightning's
@@ -960,6 +965,68 @@ def messages(train_mnist, data):
 
 
 
+def settings_file(train_mnist, data, work):
+    """--config: a key = value file trains the run its flags typed train,
+    to the bit; the command line wins over it; a run it started resumes
+    with --resume alone; a key that is no flag, a bad value and a Python
+    file are usage errors naming the file."""
+    base = [train_mnist, "--data", data, "--no-progress"]
+    flags = ["--batch-size", "32", "--lr", "0.02", "--seed", "5",
+             "--momentum", "0.8", "--schedule", "cosine", "--epochs", "2"]
+    typed_log = fresh(work, "settings_typed.jsonl")
+    expect_success(base + flags + ["--log-json", typed_log], [r"epoch 2/2"])
+    settings = os.path.join(work, "settings.toml")
+    log = fresh(work, "settings_file.jsonl")
+    with open(settings, "w") as f:
+        f.write("# the run of the flags above\n"
+                "batch_size = 32\nlr = 2e-2   # = 0.02\nseed = 5\n"
+                "momentum = 0.8\nschedule = \"cosine\"\nepochs = 2\n"
+                f"log-json = '{log}'\n")
+    expect_success(base + ["--config", settings],
+                   [rf"--config {re.escape(settings)} gives --batch-size=32 "
+                    r"--lr=2e-2 --seed=5 --momentum=0\.8 --schedule=cosine "
+                    r"--epochs=2 --log-json=", r"epoch 2/2"])
+    if epoch_losses(log) != epoch_losses(typed_log):
+        fail(f"the settings file's run {epoch_losses(log)} differs from the "
+             f"typed flags' {epoch_losses(typed_log)}")
+    print("  the settings file's run is the typed flags' run, bit for bit")
+    # The command line wins, by any of a flag's names.
+    over = fresh(work, "settings_over.jsonl")
+    expect_success(base + ["--config", settings, "--lr", "0.05",
+                           "--log-json", over, "--max-steps", "2"],
+                   [r"gives --batch-size=32 --seed=5 "])
+    header = read_records(over)[0]
+    if header["lr"] != 0.05 or header["batch_size"] != 32:
+        fail(f"--lr 0.05 over the file's 2e-2: {header}")
+    # A run it started resumes with --resume alone.
+    ck = fresh(work, "settings.pt")
+    expect_success(base + ["--config", settings, "--max-steps", "7",
+                           "--checkpoint", ck, "--log-json",
+                           fresh(work, "settings_part.jsonl")],
+                   [r"epoch 1/2"])
+    expect_success(base + ["--resume", ck],
+                   [r"batch 32, 2 epochs, resuming at epoch 2",
+                    r"epoch 2/2"])
+    # Refusals: usage errors naming the file and line.
+    with open(settings, "a") as f:
+        f.write("epoch = 3\n")
+    expect_usage_error(train_mnist, ["--config", settings],
+                       r"settings\.toml line 9 \(epoch = 3\): --epoch is not "
+                       r"a flag of this program; did you mean --epochs\?")
+    with open(settings, "w") as f:
+        f.write("epochs = 0\n")
+    expect_usage_error(train_mnist, ["--config", settings],
+                       r"--epochs: 0 is out of range: .*\(set by "
+                       rf"{re.escape(settings)} line 1 \(epochs = 0\)\)")
+    python = os.path.join(work, "settings.py")
+    with open(python, "w") as f:
+        f.write("n_layer = 2\n")
+    expect_usage_error(train_mnist, ["--config", python],
+                       r"settings files of key = value lines .*not Python")
+    expect_usage_error(train_mnist, ["--config", settings, "--config",
+                                     settings], r"--config is given 2 times")
+
+
 def catches_signal(p, signum, timeout):
     """Waits until process `p` catches signal `signum` (installed a handler
     for it: its bit in /proc/PID/status's SigCgt mask); False when `p` ends
@@ -1172,7 +1239,8 @@ def main(argv):
               "smoke": smoke, "continue": continue_and_init_from,
               "numerics": numerics, "resume": resume_defaults,
               "messages": messages, "signals": signals,
-              "closed-stdout": closed_stdout, "degenerate": degenerate}
+              "closed-stdout": closed_stdout, "degenerate": degenerate,
+              "settings-file": settings_file}
     if what == "conventions":
         conventions(args)
     elif what == "flag-table":

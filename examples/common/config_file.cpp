@@ -495,10 +495,9 @@ std::vector<std::string> with_config_settings(
       }
       if (option == nullptr) {
         const auto nearest = nearest_flag(app, flag);
-        refuse(file.where(setting) + ": " + flag + " is not a flag of this " +
-               "program" +
-               (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
-               " (the flags: --help)");
+        refuse(file.where(setting) + ": " + flag +
+               " is not a flag of this program" +
+               (nearest.empty() ? "" : "; did you mean " + nearest + "?"));
       }
       flags.push_back({flag, setting.value, file.where(setting)});
     }

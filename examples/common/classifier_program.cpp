@@ -194,6 +194,22 @@ void check_step_count(const ProgramConfig& config, int64_t batches_per_epoch) {
               "); give at most ", total_steps, ", or 0 for no limit.");
 }
 
+// Token windows served once an epoch (--windows fixed) in batches that
+// --accumulation-steps does not divide: the library would refuse it in its
+// own words; here the program's flag that fixes it is named too.
+void check_fixed_windows_accumulate(const ProgramConfig& config,
+                                    int64_t batches_per_epoch) {
+  TORCH_CHECK(config.sequence_length == 0 || config.windows == "random" ||
+                  batches_per_epoch % config.accumulation_steps == 0,
+              "--windows fixed serves each window once an epoch, in ",
+              batches_per_epoch, " batches, which --accumulation-steps ",
+              config.accumulation_steps,
+              " does not divide: give --windows random (nanoGPT's draw, its "
+              "epochs rounded down to whole accumulation cycles), or an "
+              "--accumulation-steps or --batch-size whose cycles fill the "
+              "epoch.");
+}
+
 // --steps: the epochs that hold the run, the last one possibly partial. A
 // program's default warm-up (train_gpt's 100 steps) longer than the run
 // becomes nanoGPT's share of it, 2%.
@@ -254,6 +270,7 @@ lamp::data::DeviceLoader build_train_loader(
       spec.train, group->device(), train_loader_options(config, spec, *group));
   size_epochs_for_steps(config, train_loader.batches_per_epoch());
   check_step_count(config, train_loader.batches_per_epoch());
+  check_fixed_windows_accumulate(config, train_loader.batches_per_epoch());
   return train_loader;
 }
 

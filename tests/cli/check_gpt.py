@@ -1054,6 +1054,19 @@ def config(train_gpt, work):
     if twin != last:
         fail(f"lamp's file of the same flags: {twin} against {last}")
     print(f"  lamp's key = value file of the same flags: val loss {twin[0]}")
+    # Its 2 batches an iteration: an epoch of random windows rounded to
+    # whole cycles (85 batches to 84); fixed windows, which 2 do not
+    # divide here, refused naming the flag.
+    batches = re.search(r"\(partial: 20 of (\d+) steps\)", r.stdout)
+    if batches is None or batches.group(1) != "84":
+        fail(f"an epoch of random windows in whole cycles: {r.stdout[-600:]!r}")
+    r = run([train_gpt, "--config", recipe, "--windows", "fixed",
+             "--checkpoint", os.path.join(work, "fixed.pt")] + flags, cwd=nano)
+    if r.returncode != 1 or "--windows fixed serves each window once an " \
+            "epoch, in 85 batches, which --accumulation-steps 2 does not " \
+            "divide: give --windows random" not in r.stderr:
+        fail(f"fixed windows in 85 batches of 2: exit {r.returncode}: "
+             f"{r.stderr.strip()!r}")
     # The command line wins over the file.
     r = expect_success([train_gpt, "--config", recipe, "--layers", "1",
                         "--max-steps", "2", "--checkpoint",

@@ -1,10 +1,12 @@
 #include "nanogpt_config.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
+#include <cstring>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -81,6 +83,41 @@ const Gpt2Shape kGpt2Shapes[] = {{"gpt2", 12, 12, 768},
 
 [[noreturn]] void refuse(const std::string& message) {
   throw ConfigFileError(message);
+}
+
+// Paths through POSIX calls, not std::filesystem: a program linked with a
+// torch wheel's LibTorch gets the wheel's older copy of it
+// (pytorch/pytorch#133437), whose remove_all() crashes.
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Python's os.path.join(a, b): b alone where it is absolute.
+std::string join(const std::string& a, const std::string& b) {
+  if (a.empty() || (!b.empty() && b[0] == '/')) {
+    return b;
+  }
+  return a.back() == '/' ? a + b : a + "/" + b;
+}
+
+// `path` and the folders above it, as os.makedirs(path, exist_ok=True);
+// "" where it is a folder then, else why not.
+std::string make_folders(const std::string& path) {
+  for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
+    const auto part = path.substr(0, at);
+    if (!part.empty() && ::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
+      return std::strerror(errno);
+    }
+    if (at == std::string::npos) {
+      break;
+    }
+  }
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)
+             ? ""
+             : "something that is not a folder is there";
 }
 
 bool whole_number(const std::string& text, int64_t& value) {
@@ -317,7 +354,7 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   Translation t(file, given);
   const auto batches = batches_per_iteration(t);
   const auto out_dir = t.value("out_dir");
-  const auto checkpoint = (std::filesystem::path(out_dir) / "lamp.pt").string();
+  const auto checkpoint = join(out_dir, "lamp.pt");
   const auto from = t.value("init_from");
   const bool file_shape = emit_start(t, checkpoint);
   if (file_shape) {
@@ -332,18 +369,16 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   t.emit_key("--dropout", "dropout");
   t.emit_key("--batch-size", "batch_size");
   // The data: data/DATASET, as train.py reads it, from where it runs.
-  const auto data =
-      (std::filesystem::path("data") / t.value("dataset")).string();
+  const auto data = join("data", t.value("dataset"));
   t.emit("--data", data, t.source("dataset"));
   const auto* typed_data = t.given("--data");
   const auto data_dir = typed_data != nullptr ? *typed_data : data;
   // Token files without a meta.pkl: train.py's GPT-2 vocabulary (a text's
   // bytes, or a folder not there, keep train_gpt's own rules).
-  const std::filesystem::path folder(data_dir);
   if (from == "scratch" && t.given("--vocab-size") == nullptr &&
       t.given("--tokenizer") == nullptr &&
-      std::filesystem::exists(folder / "train.bin") &&
-      !std::filesystem::exists(folder / "meta.pkl")) {
+      exists(join(data_dir, "train.bin")) &&
+      !exists(join(data_dir, "meta.pkl"))) {
     t.emit("--vocab-size", "50304",
            "nanoGPT's train.py without a meta.pkl in " + data_dir +
                " (GPT-2's 50,257 padded)");
@@ -386,13 +421,10 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
     emit_iterations(t, "--checkpoint-every", "eval_interval", batches, 1);
   }
   if (trains && t.given("--checkpoint") == nullptr) {
-    std::error_code error;
-    std::filesystem::create_directories(out_dir, error);
-    if (error) {
-      refuse(t.source("out_dir") + ": cannot create the folder " + out_dir +
-             " (" + error.message() +
-             "): choose another out_dir, or give "
-             "--checkpoint.");
+    const auto why = make_folders(out_dir);
+    if (!why.empty()) {
+      refuse(t.source("out_dir") + ": cannot make the folder " + out_dir +
+             " (" + why + "): choose another out_dir, or give --checkpoint.");
     }
   }
   // The system.

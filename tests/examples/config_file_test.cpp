@@ -4,11 +4,13 @@
 // flags (examples/common/nanogpt_config.h), train.py's defaults where a file
 // is silent.
 
+#include <ftw.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -20,17 +22,36 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using lamp_examples::ConfigFileError;
+
+// POSIX rather than std::filesystem, whose copy exported by the torch
+// wheels crashes in remove_all() (pytorch/pytorch#133437).
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return std::remove(path);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 // A fresh folder for the test's files.
 std::string test_folder() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const auto folder =
-      fs::path(::testing::TempDir()) / (std::string("config_") + info->name());
-  fs::remove_all(folder);
-  fs::create_directories(folder);
-  return folder.string();
+  std::string base = ::testing::TempDir();
+  if (base.empty() || base.back() != '/') {
+    base += '/';
+  }
+  const auto folder = base + "lamp_config_" + info->name();
+  ::nftw(folder.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  ::mkdir(folder.c_str(), 0777);
+  return folder;
 }
 
 std::string write(const std::string& path, const std::string& text) {
@@ -317,7 +338,7 @@ struct NanoGpt {
 
 TEST(NanoGptConfig, TheCharacterModelsRecipe) {
   const auto folder = test_folder();
-  const auto out = folder + "/out-shakespeare-char";
+  const auto out = folder + "/runs/out-shakespeare-char"; // two to make
   const auto path = write(folder + "/train_shakespeare_char.py",
                           "out_dir = '" + out +
                               "'\n"
@@ -369,7 +390,7 @@ TEST(NanoGptConfig, TheCharacterModelsRecipe) {
   };
   EXPECT_EQ(values, expected);
   EXPECT_TRUE(nanogpt.notes.empty());
-  EXPECT_TRUE(fs::is_directory(out)); // made, as train.py makes it
+  EXPECT_TRUE(is_directory(out)); // made, as train.py makes it
   // Each flag names its line, or train.py's default.
   for (const auto& flag : nanogpt.flags(path)) {
     if (flag.flag == "--width") {
@@ -383,7 +404,8 @@ TEST(NanoGptConfig, TheCharacterModelsRecipe) {
 
 TEST(NanoGptConfig, TrainPysDefaultsWhereTheFileIsSilent) {
   const auto folder = test_folder();
-  fs::create_directories(folder + "/data/owt");
+  ::mkdir((folder + "/data").c_str(), 0777);
+  ::mkdir((folder + "/data/owt").c_str(), 0777);
   write(folder + "/data/owt/train.bin", "");
   const auto gpt2 =
       write(folder + "/gpt2.py", "out_dir = '" + folder + "/out'\ndataset = '" +
@@ -492,7 +514,7 @@ TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
     const auto read = quiet.values(path);
     EXPECT_EQ(read.count("--checkpoint"), 0u);
     EXPECT_EQ(read.count("--checkpoint-every"), 0u);
-    EXPECT_FALSE(fs::exists(elsewhere));
+    EXPECT_FALSE(exists(elsewhere));
     EXPECT_EQ(read.at("--eval-only"),
               std::string(mode) == "file" ? "true" : "false");
   }

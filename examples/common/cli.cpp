@@ -163,7 +163,7 @@ std::string suggestions(const CLI::App& app) {
   return text;
 }
 
-// " (from FILE line N (key = value))" where `message` names a flag that
+// " (set by FILE line N (key = value))" where `message` names a flag that
 // the settings file set: a bad value there is found on its line.
 std::string from_settings_file(
     const std::string& message,

@@ -82,21 +82,16 @@ bool unquote(const std::string& text, std::string& value) {
   return true;
 }
 
-// A number as Python computes it, in a double: exact for the counts and
-// rates a settings file holds (integers within 2^53).
-struct Number {
-  double value = 0;
-};
-
 // Python arithmetic over numbers: + - * / // % ** and parentheses, by
-// precedence. Fails (returns false) on anything else.
+// precedence, in doubles (exact for the counts and rates a settings file
+// holds: integers within 2^53). Fails (returns false) on anything else.
 class Arithmetic {
  public:
   explicit Arithmetic(const std::string& text) : text_(text) {}
 
-  bool evaluate(Number& result) {
+  bool evaluate(double& result) {
     return sum(result) && (skip_space(), at_ == text_.size()) &&
-           std::isfinite(result.value);
+           std::isfinite(result);
   }
 
  private:
@@ -119,7 +114,7 @@ class Arithmetic {
     at_ += t.size();
     return true;
   }
-  bool sum(Number& n) {
+  bool sum(double& n) {
     if (!product(n)) {
       return false;
     }
@@ -128,51 +123,43 @@ class Arithmetic {
       if (!plus && !take("-")) {
         return true;
       }
-      Number rhs;
+      double rhs = 0;
       if (!product(rhs)) {
         return false;
       }
-      n.value = plus ? n.value + rhs.value : n.value - rhs.value;
+      n = plus ? n + rhs : n - rhs;
     }
   }
-  bool product(Number& n) {
+  bool product(double& n) {
     if (!unary(n)) {
       return false;
     }
     for (;;) {
-      int op = 0;
-      if (take("//")) {
-        op = 1;
-      } else if (take("*")) {
-        op = 2;
-      } else if (take("/")) {
-        op = 3;
-      } else if (take("%")) {
-        op = 4;
-      } else {
+      // `//` before `/`; `%` is Python's, the sign of the divisor.
+      const char op = take("//")  ? 'f'
+                      : take("*") ? '*'
+                      : take("/") ? '/'
+                      : take("%") ? '%'
+                                  : 0;
+      if (op == 0) {
         return true;
       }
-      Number rhs;
-      if (!unary(rhs) || (op != 2 && rhs.value == 0)) {
+      double rhs = 0;
+      if (!unary(rhs) || (op != '*' && rhs == 0)) {
         return false; // Python raises ZeroDivisionError
       }
-      if (op == 1) {
-        n.value = std::floor(n.value / rhs.value);
-      } else if (op == 2) {
-        n.value *= rhs.value;
-      } else if (op == 3) {
-        n.value /= rhs.value;
-      } else {
-        n.value -= rhs.value * std::floor(n.value / rhs.value);
-      }
+      n = op == 'f'   ? std::floor(n / rhs)
+          : op == '*' ? n * rhs
+          : op == '/' ? n / rhs
+                      : n - rhs * std::floor(n / rhs);
     }
   }
-  bool unary(Number& n) {
+  bool unary(double& n) {
     if (take("-")) {
       if (!unary(n)) {
         return false;
       }
-      n.value = -n.value;
+      n = -n;
       return true;
     }
     if (take("+")) {
@@ -180,20 +167,20 @@ class Arithmetic {
     }
     return power(n);
   }
-  bool power(Number& n) {
+  bool power(double& n) {
     if (!atom(n)) {
       return false;
     }
     if (take("**")) {
-      Number exponent;
+      double exponent = 0;
       if (!unary(exponent)) {
         return false;
       }
-      n.value = std::pow(n.value, exponent.value);
+      n = std::pow(n, exponent);
     }
     return true;
   }
-  bool atom(Number& n) {
+  bool atom(double& n) {
     if (take("(")) {
       return sum(n) && take(")");
     }
@@ -225,7 +212,7 @@ class Arithmetic {
       return false;
     }
     char* end = nullptr;
-    n.value = std::strtod(digits.c_str(), &end);
+    n = std::strtod(digits.c_str(), &end);
     return end == digits.c_str() + digits.size();
   }
 
@@ -236,12 +223,11 @@ class Arithmetic {
 // An integral float as an integer too ("1e5" -> "100000"): a count written
 // as a float (max_iters = 1e5) is one in Python's comparisons, and the flags
 // read "100000" as an integer and as a real alike.
-std::string number_text(const Number& n) {
-  if (n.value == std::floor(n.value) &&
-      std::fabs(n.value) < 9007199254740992.0) { // 2^53
-    return std::to_string(static_cast<long long>(n.value));
+std::string number_text(double n) {
+  if (n == std::floor(n) && std::fabs(n) < 9007199254740992.0) { // 2^53
+    return std::to_string(static_cast<long long>(n));
   }
-  return exact_number(n.value);
+  return exact_number(n);
 }
 
 [[noreturn]] void refuse(const std::string& message) {
@@ -359,7 +345,7 @@ bool evaluate_python_literal(const std::string& expression, std::string& text,
     return e.rfind("\"\"\"", 0) != 0 && e.rfind("'''", 0) != 0 &&
            unquote(e, text);
   }
-  Number number;
+  double number = 0;
   Arithmetic arithmetic(e);
   if (!arithmetic.evaluate(number)) {
     return false;
@@ -488,16 +474,9 @@ std::vector<std::string> with_config_settings(
     for (const auto& setting : file.settings) {
       auto flag = "--" + setting.key;
       std::replace(flag.begin(), flag.end(), '_', '-');
-      const auto* option = app.get_option_no_throw(flag);
       if (flag == "--config" || flag == "--help" || flag == "--version") {
         refuse(file.where(setting) + ": " + flag +
                " belongs on the command line, not in a settings file.");
-      }
-      if (option == nullptr) {
-        const auto nearest = nearest_flag(app, flag);
-        refuse(file.where(setting) + ": " + flag +
-               " is not a flag of this program" +
-               (nearest.empty() ? "" : "; did you mean " + nearest + "?"));
       }
       flags.push_back({flag, setting.value, file.where(setting)});
     }
@@ -507,8 +486,9 @@ std::vector<std::string> with_config_settings(
   for (const auto& flag : flags) {
     const auto* option = app.get_option_no_throw(flag.flag);
     if (option == nullptr) {
-      refuse(flag.source + ": sets " + flag.flag +
-             ", which this program does not have.");
+      const auto nearest = nearest_flag(app, flag.flag);
+      refuse(flag.source + ": " + flag.flag + " is not a flag of this program" +
+             (nearest.empty() ? "" : "; did you mean " + nearest + "?"));
     }
     if (given.count(option) != 0) {
       continue; // the command line's wins

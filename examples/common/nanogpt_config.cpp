@@ -432,6 +432,7 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   if (t.set("device")) {
     t.emit_key("--device", "device");
   }
+  // No flag of their own, but a value of the wrong kind is still refused.
   t.truth("compile");
   t.truth("always_save_checkpoint");
   if (t.set("wandb_log") && t.truth("wandb_log")) {

@@ -5,17 +5,32 @@
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
+#include <exception>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "distributed/zero_sharding.h"
+#include "platform/archive.h"
 
 namespace lamp {
 namespace distributed {
 namespace {
 
 using detail::bytes_of;
+
+constexpr const char* kLoadCaller = "lamp::distributed::ShardedOptimizer::load";
+
+// "0", "1", ...: the parameters' names in messages (ShardedOptimizer is
+// given tensors, not a model's named parameters).
+std::vector<std::string> index_names(size_t count) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) {
+    names.push_back(std::to_string(i));
+  }
+  return names;
+}
 
 // The state tensors' bytes of the optimizers whose state lamp knows.
 int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state) {
@@ -39,8 +54,9 @@ int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state) {
 } // namespace
 
 struct ShardedOptimizer::Impl {
-  explicit Impl(std::shared_ptr<ProcessGroup> group)
-      : shards(std::move(group)) {}
+  explicit Impl(std::shared_ptr<ProcessGroup> process_group)
+      : group(process_group), shards(std::move(process_group)) {}
+  std::shared_ptr<ProcessGroup> group;
   detail::ZeroSharding shards;
   std::vector<torch::Tensor> params;
   std::vector<ShardLayout> layouts;
@@ -55,10 +71,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<torch::Tensor> params,
               "lamp::distributed::ShardedOptimizer: no optimizer factory.");
   auto& impl = *impl_;
   impl.params = params;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < params.size(); ++i) {
-    names.push_back(std::to_string(i));
-  }
+  const auto names = index_names(params.size());
   impl.shards.build(std::move(params),
                     std::vector<size_t>(impl.params.size(), 0), names);
   impl.layouts = impl.shards.layouts();
@@ -70,7 +83,23 @@ ShardedOptimizer::ShardedOptimizer(std::vector<torch::Tensor> params,
               "lamp::distributed::ShardedOptimizer: the optimizer has ",
               impl.optimizer->param_groups().size(),
               " parameter groups; it must take the shards as one group (one "
-              "set of options for every parameter).");
+              "set of options for every parameter). For param groups, build "
+              "the optimizer over the parameters and pass it instead of a "
+              "factory.");
+}
+
+ShardedOptimizer::ShardedOptimizer(
+    std::vector<torch::Tensor> params,
+    std::unique_ptr<torch::optim::Optimizer> optimizer,
+    std::shared_ptr<ProcessGroup> group)
+    : impl_(std::make_unique<Impl>(std::move(group))) {
+  TORCH_CHECK(optimizer != nullptr,
+              "lamp::distributed::ShardedOptimizer: the optimizer is null.");
+  auto& impl = *impl_;
+  impl.params = params;
+  impl.shards.shard(*optimizer, params, index_names(params.size()));
+  impl.layouts = impl.shards.layouts();
+  impl.optimizer = std::move(optimizer);
 }
 
 ShardedOptimizer::~ShardedOptimizer() = default;
@@ -89,6 +118,57 @@ void ShardedOptimizer::zero_grad() {
   for (auto& p : impl_->params) {
     p.mutable_grad() = torch::Tensor();
   }
+}
+
+void ShardedOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  const auto& impl = *impl_;
+  torch::serialize::OutputArchive shard_archive;
+  impl.shards.save(shard_archive);
+  archive.write("optimizer_shard", shard_archive);
+  torch::serialize::OutputArchive optimizer_archive;
+  impl.optimizer->save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+}
+
+void ShardedOptimizer::load(torch::serialize::InputArchive& archive) {
+  auto& impl = *impl_;
+  torch::serialize::InputArchive shard_archive;
+  torch::serialize::InputArchive optimizer_archive;
+  std::exception_ptr refused;
+  std::string reason;
+  try {
+    lamp::detail::read_archive(archive, "optimizer_shard", shard_archive,
+                               kLoadCaller);
+    // The world size and rank first: another's shards have other shapes.
+    impl.shards.check(shard_archive, kLoadCaller);
+    lamp::detail::read_archive(archive, "optimizer", optimizer_archive,
+                               kLoadCaller);
+    std::unordered_map<const c10::TensorImpl*, std::string> names;
+    const auto& shards = impl.shards.shards();
+    for (size_t u = 0; u < shards.size(); ++u) {
+      names.emplace(shards[u].unsafeGetTensorImpl(),
+                    impl.shards.shard_names()[u]);
+    }
+    lamp::detail::check_optimizer_archive(*impl.optimizer, optimizer_archive,
+                                          names, kLoadCaller);
+  } catch (const c10::Error& error) {
+    refused = std::current_exception();
+    reason = error.what_without_backtrace();
+  }
+  // Every rank loads or none does: the parameters' gather below is a
+  // collective that a refusing rank would leave the others waiting in.
+  impl.group->check_same(
+      "the checkpoint of the sharded optimizer",
+      {{"its archive", refused ? "refused (" + reason + ")" : "accepted"}},
+      "Give every rank the archive its own rank saved, of a run with the "
+      "same ranks, parameters and param groups.");
+  if (refused) {
+    std::rethrow_exception(refused);
+  }
+  // The optimizer first: what its load may still refuse (an option of the
+  // wrong type) it refuses before the shards change.
+  impl.optimizer->load(optimizer_archive);
+  impl.shards.load(shard_archive);
 }
 
 torch::optim::Optimizer& ShardedOptimizer::optimizer() {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -746,6 +747,252 @@ TEST(Ranks, ShardedOptimizerRefusesRanksWithOtherParameters) {
                          "sharded optimizer: parameter 1 is (absent) on rank"),
             std::string::npos)
       << message;
+}
+
+// AdamW with a GPT recipe's param groups: weight decay and a learning rate
+// of their own for the matrices and kernels, none and half the rate for the
+// rest.
+std::unique_ptr<torch::optim::AdamW> grouped_adamw(
+    const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> decay;
+  std::vector<torch::Tensor> no_decay;
+  for (const auto& p : params) {
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  }
+  using torch::optim::AdamWOptions;
+  return std::make_unique<torch::optim::AdamW>(
+      std::vector<torch::optim::OptimizerParamGroup>{
+          {decay, std::make_unique<AdamWOptions>(
+                      AdamWOptions(1e-2).weight_decay(0.1))},
+          {no_decay,
+           std::make_unique<AdamWOptions>(AdamWOptions(5e-3).weight_decay(0))}},
+      AdamWOptions(1e-3));
+}
+
+// One step of SmallNet's loss on the batch `seed` draws, then `step`.
+template <typename Step>
+void small_net_step(lamp_test::SmallNet& net, uint64_t seed, Step step) {
+  torch::manual_seed(seed);
+  const auto images = torch::randn({4, 3, 8, 8});
+  const auto labels = torch::randint(0, 4, {4}, torch::kLong);
+  torch::cross_entropy_loss(net->forward(images), labels).backward();
+  step();
+}
+
+std::vector<torch::Tensor> copies_of(const std::vector<torch::Tensor>& ts) {
+  std::vector<torch::Tensor> result;
+  for (const auto& t : ts) {
+    result.push_back(t.detach().clone());
+  }
+  return result;
+}
+
+TEST(Ranks, ShardedOptimizerTakesAnOptimizerWithParamGroups) {
+  // Five steps of the sharded optimizer with two param groups end where the
+  // whole optimizer with the same groups ends on every rank; each group
+  // keeps its own options and steps its own shard.
+  auto g = any_group();
+  torch::manual_seed(0);
+  lamp_test::SmallNet sharded_net;
+  torch::manual_seed(0);
+  lamp_test::SmallNet whole_net;
+  lamp::distributed::ShardedOptimizer sharded(
+      sharded_net->parameters(), grouped_adamw(sharded_net->parameters()), g);
+  auto whole = grouped_adamw(whole_net->parameters());
+  for (uint64_t step = 0; step < 5; ++step) {
+    sharded.zero_grad();
+    small_net_step(sharded_net, 10 + step, [&] { sharded.step(); });
+    whole->zero_grad();
+    small_net_step(whole_net, 10 + step, [&] { whole->step(); });
+  }
+  const auto mine = sharded_net->parameters();
+  const auto expected = whole_net->parameters();
+  int64_t numel[2] = {0, 0};
+  for (size_t i = 0; i < mine.size(); ++i) {
+    numel[mine[i].dim() >= 2 ? 0 : 1] += mine[i].numel();
+    // As in ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare.
+    EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i])))
+        << "parameter " << i;
+    EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
+        << "parameter " << i << ": max difference "
+        << (mine[i] - expected[i]).abs().max().item<double>();
+  }
+  // One FP32 shard per group, which the group steps with its own options.
+  auto& groups = sharded.optimizer().param_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  ASSERT_EQ(sharded.shards().size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    ASSERT_EQ(groups[k].params().size(), 1u);
+    EXPECT_TRUE(groups[k].params()[0].is_same(sharded.shards()[k]));
+    EXPECT_EQ(sharded.layouts()[k].numel(), numel[k]) << "group " << k;
+  }
+  const auto& decay =
+      static_cast<const torch::optim::AdamWOptions&>(groups[0].options());
+  const auto& no_decay =
+      static_cast<const torch::optim::AdamWOptions&>(groups[1].options());
+  EXPECT_EQ(decay.weight_decay(), 0.1);
+  EXPECT_EQ(no_decay.lr(), 5e-3);
+  // The optimizer must not have stepped, and must hold the parameters.
+  const auto stepped = error_of([&] {
+    lamp::distributed::ShardedOptimizer(whole_net->parameters(),
+                                        std::move(whole), g);
+  });
+  EXPECT_NE(stepped.find("the optimizer has state already; shard it before "
+                         "its first step"),
+            std::string::npos)
+      << stepped;
+  const auto others = error_of([&] {
+    lamp::distributed::ShardedOptimizer(
+        {torch::zeros({3}, torch::requires_grad())},
+        grouped_adamw(whole_net->parameters()), g);
+  });
+  EXPECT_NE(others.find("holds a tensor that is not one of the model's "
+                        "trainable parameters"),
+            std::string::npos)
+      << others;
+}
+
+// Where rank `rank` of a run of `g`'s size saves its archive.
+std::string sharded_archive_path(const ProcessGroup& g, int rank) {
+  return ::testing::TempDir() + "lamp_sharded_optimizer_" +
+         std::string(std::getenv("MASTER_PORT")) + "_" +
+         std::to_string(g.world_size()) + "_" + std::to_string(rank) + ".pt";
+}
+
+TEST(Ranks, ShardedOptimizerResumesExactlyFromItsArchive) {
+  // Three steps, save, two more; a new model and optimizer that load the
+  // archive take the same two steps to the same bits: the shards, the
+  // moments and step counts of each group, and the parameters gathered.
+  auto g = any_group();
+  torch::manual_seed(0);
+  lamp_test::SmallNet net;
+  lamp::distributed::ShardedOptimizer opt(net->parameters(),
+                                          grouped_adamw(net->parameters()), g);
+  for (uint64_t step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    small_net_step(net, 20 + step, [&] { opt.step(); });
+  }
+  const auto path = sharded_archive_path(*g, g->rank());
+  {
+    torch::serialize::OutputArchive archive;
+    opt.save(archive);
+    archive.save_to(path);
+  }
+  const auto saved = copies_of(net->parameters());
+  const auto saved_buffers = copies_of(net->buffers());
+  for (uint64_t step = 3; step < 5; ++step) {
+    opt.zero_grad();
+    small_net_step(net, 20 + step, [&] { opt.step(); });
+  }
+  torch::manual_seed(7); // other initial weights: the load replaces them
+  lamp_test::SmallNet resumed_net;
+  {
+    // The running statistics are the model's to save, not the optimizer's.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < saved_buffers.size(); ++i) {
+      resumed_net->buffers()[i].copy_(saved_buffers[i]);
+    }
+  }
+  lamp::distributed::ShardedOptimizer resumed(
+      resumed_net->parameters(), grouped_adamw(resumed_net->parameters()), g);
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    resumed.load(archive);
+  }
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_TRUE(BitEqual(resumed_net->parameters()[i], saved[i]))
+        << "parameter " << i << " after the load";
+  }
+  for (uint64_t step = 3; step < 5; ++step) {
+    resumed.zero_grad();
+    small_net_step(resumed_net, 20 + step, [&] { resumed.step(); });
+  }
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_TRUE(BitEqual(resumed_net->parameters()[i], net->parameters()[i]))
+        << "parameter " << i << " two steps after the load";
+  }
+  g->barrier();
+  std::remove(path.c_str());
+}
+
+TEST(Ranks, ShardedOptimizerLoadRefusedByOneRankChangesNoRank) {
+  // Rank 0 is given rank 1's archive, the others their own: every rank
+  // refuses, naming rank 0's reason, and no rank's weights or state change
+  // (a rank that loaded alone would wait in the gather for the others).
+  // Then every rank given the next rank's: each names its own reason.
+  auto g = any_group();
+  torch::manual_seed(0);
+  lamp_test::SmallNet net;
+  lamp::distributed::ShardedOptimizer opt(net->parameters(),
+                                          grouped_adamw(net->parameters()), g);
+  opt.zero_grad();
+  small_net_step(net, 30, [&] { opt.step(); });
+  {
+    torch::serialize::OutputArchive archive;
+    opt.save(archive);
+    archive.save_to(sharded_archive_path(*g, g->rank()));
+  }
+  g->barrier();
+  opt.zero_grad();
+  small_net_step(net, 31, [&] { opt.step(); });
+  const auto before = copies_of(net->parameters());
+  const auto shards_before = copies_of(opt.shards());
+  const auto load_from = [&](int rank) {
+    return error_of([&] {
+      torch::serialize::InputArchive archive;
+      archive.load_from(sharded_archive_path(*g, rank));
+      opt.load(archive);
+    });
+  };
+  const int world = g->world_size();
+  const auto one = load_from(g->rank() == 0 ? 1 : g->rank());
+  EXPECT_NE(one.find("the ranks differ in the checkpoint of the sharded "
+                     "optimizer: its archive is refused"),
+            std::string::npos)
+      << one;
+  EXPECT_NE(one.find("holds rank 1's shard of the optimizer state, but this "
+                     "is rank 0"),
+            std::string::npos)
+      << one;
+  const int next = (g->rank() + 1) % world;
+  const auto every = load_from(next);
+  EXPECT_NE(every.find("holds rank " + std::to_string(next) +
+                       "'s shard of the optimizer state, but this is rank " +
+                       std::to_string(g->rank())),
+            std::string::npos)
+      << every;
+  // An archive of something else (the model's) is refused alike on every
+  // rank, each naming what is missing.
+  const auto model_archive = error_of([&] {
+    torch::serialize::OutputArchive written;
+    net->save(written);
+    std::ostringstream bytes;
+    written.save_to(bytes);
+    std::istringstream in(bytes.str());
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    opt.load(archive);
+  });
+  EXPECT_NE(model_archive.find("lamp::distributed::ShardedOptimizer::load: "
+                               "the archive has no 'optimizer_shard'"),
+            std::string::npos)
+      << model_archive;
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(BitEqual(net->parameters()[i], before[i])) << "parameter " << i;
+  }
+  for (size_t u = 0; u < shards_before.size(); ++u) {
+    EXPECT_TRUE(BitEqual(opt.shards()[u], shards_before[u])) << "shard " << u;
+  }
+  // The step counts of the second step, not the first's.
+  ASSERT_FALSE(opt.optimizer().state().empty());
+  for (const auto& entry : opt.optimizer().state()) {
+    EXPECT_EQ(
+        static_cast<const torch::optim::AdamWParamState&>(*entry.second).step(),
+        2);
+  }
+  g->barrier();
+  std::remove(sharded_archive_path(*g, g->rank()).c_str());
 }
 
 // A bf16 run with sharded optimizer state keeps its FP32 master weights in

@@ -8,6 +8,7 @@
 /// weights from the others.
 
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -55,17 +56,39 @@ namespace distributed {
 /// optimizer state (state_bytes()), plus fewer than N elements of padding
 /// per dtype.
 ///
+/// Param groups (weight decay on the matrices only, as GPT recipes split
+/// them; a learning rate per group): build the optimizer over the
+/// parameters yourself and hand it over, before its first step:
+///
+/// \code
+///   std::vector<torch::Tensor> decay, no_decay;
+///   for (const auto& p : model->parameters()) {
+///     (p.dim() >= 2 ? decay : no_decay).push_back(p);
+///   }
+///   auto adamw = std::make_unique<torch::optim::AdamW>(
+///       std::vector<torch::optim::OptimizerParamGroup>{
+///           {decay, std::make_unique<torch::optim::AdamWOptions>(
+///                       torch::optim::AdamWOptions(6e-4).weight_decay(0.1))},
+///           {no_decay, std::make_unique<torch::optim::AdamWOptions>(
+///                          torch::optim::AdamWOptions(6e-4).weight_decay(0))}},
+///       torch::optim::AdamWOptions(6e-4));
+///   lamp::distributed::ShardedOptimizer opt(model->parameters(),
+///                                           std::move(adamw), group);
+/// \endcode
+///
 /// Inside TrainStep the same sharding runs with DataParallelOptions::zero_stage
 /// 1, param groups included (optimizer_sharding()).
 ///
 /// The optimizer must act on each element alone (SGD, Adam, AdamW, their
 /// momentum, weight decay and step counts): one that looks across a
 /// tensor (LAMB's trust ratio, a per-tensor norm) would see shards, not
-/// parameters. One set of options for all parameters: no parameter groups
-/// (weight decay groups are not yet sharded). A parameter without a
-/// gradient in a step counts as a zero gradient, as DataParallel does.
-/// Clip and unscale the gradients before step(): they are whole on every
-/// rank then.
+/// parameters. A parameter without a gradient in a step counts as a zero
+/// gradient, as DataParallel does. Clip and unscale the gradients before
+/// step(): they are whole on every rank then.
+///
+/// save() and load() checkpoint this rank's shards and optimizer state; the
+/// model's weights are the parameters (for FP32 parameters the masters
+/// themselves, for BF16/FP16 ones their rounding).
 class ShardedOptimizer {
  public:
   /// Builds the optimizer of this rank's shard from its FP32 tensors (one
@@ -79,6 +102,15 @@ class ShardedOptimizer {
   /// parameters to train, on the group's device.
   ShardedOptimizer(std::vector<torch::Tensor> params, Factory make_optimizer,
                    std::shared_ptr<ProcessGroup> group);
+  /// An optimizer with param groups of its own: `optimizer` was built over
+  /// `params` (as above) and has not stepped. Each group keeps its options
+  /// and steps this rank's FP32 shards of its parameters instead of them,
+  /// one shard per (group, dtype) in the order of shards(); a parameter in
+  /// no group is not stepped. Every rank must give the same groups (checked
+  /// through the group, as the parameters are).
+  ShardedOptimizer(std::vector<torch::Tensor> params,
+                   std::unique_ptr<torch::optim::Optimizer> optimizer,
+                   std::shared_ptr<ProcessGroup> group);
   ~ShardedOptimizer();
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
@@ -89,6 +121,20 @@ class ShardedOptimizer {
   /// Resets the parameters' gradients (to undefined, as
   /// torch::optim::Optimizer::zero_grad(true) does).
   void zero_grad();
+
+  /// Writes this rank's FP32 shards and its optimizer's state (the options
+  /// of each group, the step counts and moments of its shards), with the
+  /// world size and rank and the layout of the shards. One archive per rank:
+  /// each holds its own shard.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Reads what save() wrote on this rank: the shards, the optimizer's
+  /// state, and the parameters gathered from the shards. A collective:
+  /// every rank calls it together. Every rank checks its archive first (the
+  /// same world size and rank, the same parameters in the same param
+  /// groups, finite shards, state of the shards' shapes); when any rank's
+  /// is refused, every rank throws (naming the reason, or the rank that
+  /// refused) and nothing changes on any rank.
+  void load(torch::serialize::InputArchive& archive);
 
   /// The optimizer of this rank's shard (its learning rate, its state).
   torch::optim::Optimizer& optimizer();

@@ -41,8 +41,19 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The folders test_folder() made, removed when the tests end.
+struct MadeFolders {
+  std::vector<std::string> paths;
+  ~MadeFolders() {
+    for (const auto& path : paths) {
+      ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+  }
+};
+
 // A fresh folder for the test's files.
 std::string test_folder() {
+  static MadeFolders made;
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string base = ::testing::TempDir();
   if (base.empty() || base.back() != '/') {
@@ -51,6 +62,7 @@ std::string test_folder() {
   const auto folder = base + "lamp_config_" + info->name();
   ::nftw(folder.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   ::mkdir(folder.c_str(), 0777);
+  made.paths.push_back(folder);
   return folder;
 }
 

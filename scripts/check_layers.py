@@ -24,7 +24,7 @@ ALLOWED = {
     "ops": {"platform"},
     "optim": {"platform", "nn"},
     "amp": {"platform", "nn", "ops", "optim"},
-    "distributed": {"platform", "amp"},
+    "distributed": {"platform", "optim", "amp"},
     "data": {"platform"},
     "models": {"platform", "nn", "ops", "amp"},
     "training": {"platform", "nn", "ops", "amp", "optim", "distributed",

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "distributed/zero_sharding.h"
+#include "lamp/optim/clip.h"
 #include "platform/archive.h"
 
 namespace lamp {
@@ -51,6 +52,25 @@ int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state) {
   return 0;
 }
 
+// For the lifetime of one call, the scaler's found-inf reduction is the
+// maximum over the group's ranks: each rank checks its own shard of the
+// gradients, and every rank must skip where any found an inf/NaN.
+class RanksAgreeOnOverflow {
+ public:
+  RanksAgreeOnOverflow(GradScaler& scaler,
+                       const GradScaler::FoundInfReduction& reduction)
+      : scaler_(scaler), previous_(scaler.found_inf_reduction()) {
+    scaler_.set_found_inf_reduction(reduction);
+  }
+  ~RanksAgreeOnOverflow() { scaler_.set_found_inf_reduction(previous_); }
+  RanksAgreeOnOverflow(const RanksAgreeOnOverflow&) = delete;
+  RanksAgreeOnOverflow& operator=(const RanksAgreeOnOverflow&) = delete;
+
+ private:
+  GradScaler& scaler_;
+  GradScaler::FoundInfReduction previous_;
+};
+
 } // namespace
 
 struct ShardedOptimizer::Impl {
@@ -58,6 +78,18 @@ struct ShardedOptimizer::Impl {
       : group(process_group), shards(std::move(process_group)) {}
   std::shared_ptr<ProcessGroup> group;
   detail::ZeroSharding shards;
+  // The maximum of a found-inf flag over the ranks (null for one process).
+  GradScaler::FoundInfReduction overflow_reduction = found_inf_reduction(group);
+  // Whether the shards hold this step's gradients (unscale_() or
+  // clip_grad_norm_() copied them before step()).
+  bool gradients_copied = false;
+
+  void copy_gradients() {
+    if (!gradients_copied) {
+      shards.gradients_to_shards();
+      gradients_copied = true;
+    }
+  }
   std::vector<torch::Tensor> params;
   std::vector<ShardLayout> layouts;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -106,18 +138,55 @@ ShardedOptimizer::~ShardedOptimizer() = default;
 
 void ShardedOptimizer::step() {
   auto& impl = *impl_;
-  impl.shards.gradients_to_shards();
+  impl.copy_gradients();
   {
     torch::NoGradGuard no_grad;
     impl.optimizer->step();
   }
+  impl.gradients_copied = false;
   impl.shards.shards_to_parameters();
+}
+
+bool ShardedOptimizer::step(GradScaler& scaler) {
+  auto& impl = *impl_;
+  impl.copy_gradients();
+  bool stepped = false;
+  {
+    RanksAgreeOnOverflow agree(scaler, impl.overflow_reduction);
+    torch::NoGradGuard no_grad;
+    stepped = scaler.step(*impl.optimizer);
+  }
+  impl.gradients_copied = false;
+  // Every rank stepped or every rank skipped: a skipped step changed no
+  // shard, and so no parameter.
+  if (stepped) {
+    impl.shards.shards_to_parameters();
+  }
+  return stepped;
+}
+
+void ShardedOptimizer::unscale_(GradScaler& scaler) {
+  auto& impl = *impl_;
+  impl.copy_gradients();
+  RanksAgreeOnOverflow agree(scaler, impl.overflow_reduction);
+  torch::NoGradGuard no_grad;
+  scaler.unscale_(*impl.optimizer);
+}
+
+torch::Tensor ShardedOptimizer::clip_grad_norm_(double max_norm) {
+  auto& impl = *impl_;
+  impl.copy_gradients();
+  return optim::clip_grad_norm_(impl.shards.shards(), max_norm,
+                                [&impl](torch::Tensor& square_sum) {
+                                  impl.shards.reduce_square_sum(square_sum);
+                                });
 }
 
 void ShardedOptimizer::zero_grad() {
   for (auto& p : impl_->params) {
     p.mutable_grad() = torch::Tensor();
   }
+  impl_->gradients_copied = false;
 }
 
 void ShardedOptimizer::save(torch::serialize::OutputArchive& archive) const {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include "lamp/models/mnist_cnn.h"
 #include "lamp/nn/float8.h"
 #include "lamp/nn/linear.h"
+#include "lamp/optim/clip.h"
 #include "lamp/training/checkpoint_weights.h"
 #include "platform/compat.h"
 #include "test_util.h"
@@ -850,6 +852,132 @@ TEST(Ranks, ShardedOptimizerTakesAnOptimizerWithParamGroups) {
                         "trainable parameters"),
             std::string::npos)
       << others;
+}
+
+TEST(Ranks, ShardedOptimizerScalesTheLossAndSkipsAnOverflowOnEveryRank) {
+  // Scaled losses, and in the fourth step an inf in the last gradient
+  // element, which lies in the last rank's shard alone: every rank skips
+  // that step and backs off its scale, as the whole optimizer with its
+  // GradScaler does, and the other steps end where that one's end.
+  auto g = any_group();
+  torch::manual_seed(0);
+  lamp_test::SmallNet sharded_net;
+  torch::manual_seed(0);
+  lamp_test::SmallNet whole_net;
+  lamp::distributed::ShardedOptimizer sharded(
+      sharded_net->parameters(), grouped_adamw(sharded_net->parameters()), g);
+  auto whole = grouped_adamw(whole_net->parameters());
+  const auto options = lamp::GradScalerOptions().init_scale(1024);
+  lamp::GradScaler sharded_scaler(options);
+  lamp::GradScaler whole_scaler(options);
+  const auto scaled_step = [](lamp_test::SmallNet& net, uint64_t seed,
+                              lamp::GradScaler& scaler, bool overflow) {
+    torch::manual_seed(seed);
+    const auto images = torch::randn({4, 3, 8, 8});
+    const auto labels = torch::randint(0, 4, {4}, torch::kLong);
+    scaler.scale(torch::cross_entropy_loss(net->forward(images), labels))
+        .backward();
+    if (overflow) {
+      net->parameters().back().grad().view(-1)[-1] =
+          std::numeric_limits<float>::infinity();
+    }
+  };
+  for (uint64_t step = 0; step < 5; ++step) {
+    const bool overflow = step == 3;
+    const auto before = copies_of(sharded_net->parameters());
+    sharded.zero_grad();
+    scaled_step(sharded_net, 40 + step, sharded_scaler, overflow);
+    const bool stepped = sharded.step(sharded_scaler);
+    sharded_scaler.update();
+    whole->zero_grad();
+    scaled_step(whole_net, 40 + step, whole_scaler, overflow);
+    EXPECT_EQ(whole_scaler.step(*whole), !overflow);
+    whole_scaler.update();
+    EXPECT_EQ(stepped, !overflow) << "step " << step;
+    EXPECT_EQ(sharded_scaler.get_scale(), whole_scaler.get_scale())
+        << "step " << step;
+    if (overflow) {
+      for (size_t i = 0; i < before.size(); ++i) {
+        EXPECT_TRUE(BitEqual(sharded_net->parameters()[i], before[i]))
+            << "parameter " << i << " of the skipped step";
+      }
+    }
+  }
+  EXPECT_EQ(sharded_scaler.get_scale(), 512.0);
+  EXPECT_EQ(sharded_scaler.steps_skipped(), 1);
+  // The scaler's own reduction (none) is back after each call.
+  EXPECT_FALSE(static_cast<bool>(sharded_scaler.found_inf_reduction()));
+  const auto mine = sharded_net->parameters();
+  const auto expected = whole_net->parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    // As in ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare.
+    EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i])))
+        << "parameter " << i;
+    EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
+        << "parameter " << i << ": max difference "
+        << (mine[i] - expected[i]).abs().max().item<double>();
+  }
+}
+
+TEST(Ranks, ShardedOptimizerClipsWithTheNormOfTheWholeGradient) {
+  // unscale_, clip_grad_norm_ and step(scaler), as PyTorch's sequence on the
+  // whole optimizer: each step's norm is the whole gradient's, the same on
+  // every rank, and the clipped steps end where the whole optimizer's end.
+  auto g = any_group();
+  torch::manual_seed(0);
+  lamp_test::SmallNet sharded_net;
+  torch::manual_seed(0);
+  lamp_test::SmallNet whole_net;
+  lamp::distributed::ShardedOptimizer sharded(
+      sharded_net->parameters(), grouped_adamw(sharded_net->parameters()), g);
+  auto whole = grouped_adamw(whole_net->parameters());
+  const auto options = lamp::GradScalerOptions().init_scale(256);
+  lamp::GradScaler sharded_scaler(options);
+  lamp::GradScaler whole_scaler(options);
+  constexpr double kMaxNorm = 0.05;
+  for (uint64_t step = 0; step < 4; ++step) {
+    torch::Tensor norms[2];
+    for (int k = 0; k < 2; ++k) {
+      auto& net = k == 0 ? sharded_net : whole_net;
+      auto& scaler = k == 0 ? sharded_scaler : whole_scaler;
+      torch::manual_seed(50 + step);
+      const auto images = torch::randn({4, 3, 8, 8});
+      const auto labels = torch::randint(0, 4, {4}, torch::kLong);
+      if (k == 0) {
+        sharded.zero_grad();
+      } else {
+        whole->zero_grad();
+      }
+      scaler.scale(torch::cross_entropy_loss(net->forward(images), labels))
+          .backward();
+      if (k == 0) {
+        sharded.unscale_(sharded_scaler);
+        norms[k] = sharded.clip_grad_norm_(kMaxNorm);
+        EXPECT_TRUE(sharded.step(sharded_scaler));
+      } else {
+        whole_scaler.unscale_(*whole);
+        norms[k] =
+            lamp::optim::clip_grad_norm_(whole_net->parameters(), kMaxNorm);
+        EXPECT_TRUE(whole_scaler.step(*whole));
+      }
+      scaler.update();
+    }
+    // Clipping acts: the norm is above the bound in every step.
+    EXPECT_GT(norms[1].item<double>(), kMaxNorm) << "step " << step;
+    EXPECT_TRUE(BitEqual(norms[0], from_rank0(*g, norms[0])))
+        << "step " << step;
+    // Sums of squares over other partitions of the elements: 1e-5 relative.
+    EXPECT_TRUE(AllClose(norms[0], norms[1], 1e-5, 0))
+        << "step " << step << ": " << norms[0].item<double>() << " against "
+        << norms[1].item<double>();
+  }
+  const auto mine = sharded_net->parameters();
+  const auto expected = whole_net->parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
+        << "parameter " << i << ": max difference "
+        << (mine[i] - expected[i]).abs().max().item<double>();
+  }
 }
 
 // Where rank `rank` of a run of `g`'s size saves its archive.

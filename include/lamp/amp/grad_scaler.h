@@ -259,6 +259,10 @@ class GradScaler {
   void set_found_inf_reduction(FoundInfReduction reduce) {
     found_inf_reduction_ = std::move(reduce);
   }
+  /// The reduction set_found_inf_reduction() installed (nullptr: none).
+  const FoundInfReduction& found_inf_reduction() const {
+    return found_inf_reduction_;
+  }
 
   /// Saves the state into a torch::serialize archive (lamp's checkpoints)
   /// under Python's state-dict keys (`scale`,

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "lamp/amp/grad_scaler.h"
 #include "lamp/amp/optimizer_sharding.h"
 #include "lamp/distributed/process_group.h"
 #include "lamp/distributed/shard_layout.h"
@@ -83,8 +84,19 @@ namespace distributed {
 /// momentum, weight decay and step counts): one that looks across a
 /// tensor (LAMB's trust ratio, a per-tensor norm) would see shards, not
 /// parameters. A parameter without a gradient in a step counts as a zero
-/// gradient, as DataParallel does. Clip and unscale the gradients before
-/// step(): they are whole on every rank then.
+/// gradient, as DataParallel does.
+///
+/// Loss scaling and clipping act on this rank's shard of the gradients, as
+/// PyTorch's sequence does on the whole:
+///
+/// \code
+///   scaler.scale(loss).backward();
+///   dp.finish_gradient_sync();
+///   opt.unscale_(scaler);          // this rank's shard; the ranks agree
+///   opt.clip_grad_norm_(1.0);      // the norm over every rank's shard
+///   opt.step(scaler);              // every rank steps, or every rank skips
+///   scaler.update();
+/// \endcode
 ///
 /// save() and load() checkpoint this rank's shards and optimizer state; the
 /// model's weights are the parameters (for FP32 parameters the masters
@@ -118,6 +130,23 @@ class ShardedOptimizer {
   /// Steps this rank's shard with the parameters' gradients, then gathers
   /// every rank's updated shard into the parameters.
   void step();
+  /// step() through `scaler` (GradScaler::step on the shard's optimizer):
+  /// the shard's gradients unscaled (unless unscale_() did it) and the step
+  /// skipped where any rank's shard held an inf/NaN, on every rank alike.
+  /// Returns whether the optimizer stepped. Call scaler.update() after it.
+  bool step(GradScaler& scaler);
+  /// Copies this rank's part of the parameters' gradients into its shard
+  /// (if not done since the last step) and divides them by the scale
+  /// (GradScaler::unscale_ on the shard's optimizer), the overflow flag
+  /// agreed over the ranks (the maximum): what PyTorch's
+  /// `scaler.unscale_(optimizer)` does, for clipping before step(scaler).
+  void unscale_(GradScaler& scaler);
+  /// Clips the shard's gradients (copied from the parameters' if not done
+  /// since the last step) so that the norm of the whole gradient, over
+  /// every rank's shard, is at most `max_norm` (lamp::optim::clip_grad_norm_'s
+  /// rule), and returns that norm before clipping, the same on every rank.
+  /// A collective. The parameters' own gradients are left as they are.
+  torch::Tensor clip_grad_norm_(double max_norm);
   /// Resets the parameters' gradients (to undefined, as
   /// torch::optim::Optimizer::zero_grad(true) does).
   void zero_grad();

@@ -789,35 +789,58 @@ std::vector<torch::Tensor> copies_of(const std::vector<torch::Tensor>& ts) {
   return result;
 }
 
+// The same SmallNet twice: one trained by the sharded optimizer with
+// grouped_adamw's groups, the other by the whole optimizer with them.
+struct ShardedAndWhole {
+  static lamp_test::SmallNet seeded() {
+    torch::manual_seed(0);
+    return lamp_test::SmallNet();
+  }
+  explicit ShardedAndWhole(std::shared_ptr<ProcessGroup> g)
+      : sharded_net(seeded()),
+        whole_net(seeded()),
+        sharded(sharded_net->parameters(),
+                grouped_adamw(sharded_net->parameters()), std::move(g)),
+        whole(grouped_adamw(whole_net->parameters())) {}
+
+  // Every rank's weights the same bits, and the whole optimizer's within
+  // 1e-5 relative (as in
+  // ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare).
+  void expect_the_same_weights(ProcessGroup& g) const {
+    const auto mine = sharded_net->parameters();
+    const auto expected = whole_net->parameters();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      EXPECT_TRUE(BitEqual(mine[i], from_rank0(g, mine[i])))
+          << "parameter " << i;
+      EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
+          << "parameter " << i << ": max difference "
+          << (mine[i] - expected[i]).abs().max().item<double>();
+    }
+  }
+
+  lamp_test::SmallNet sharded_net;
+  lamp_test::SmallNet whole_net;
+  lamp::distributed::ShardedOptimizer sharded;
+  std::unique_ptr<torch::optim::AdamW> whole;
+};
+
 TEST(Ranks, ShardedOptimizerTakesAnOptimizerWithParamGroups) {
   // Five steps of the sharded optimizer with two param groups end where the
   // whole optimizer with the same groups ends on every rank; each group
   // keeps its own options and steps its own shard.
   auto g = any_group();
-  torch::manual_seed(0);
-  lamp_test::SmallNet sharded_net;
-  torch::manual_seed(0);
-  lamp_test::SmallNet whole_net;
-  lamp::distributed::ShardedOptimizer sharded(
-      sharded_net->parameters(), grouped_adamw(sharded_net->parameters()), g);
-  auto whole = grouped_adamw(whole_net->parameters());
+  ShardedAndWhole pair(g);
+  auto& [sharded_net, whole_net, sharded, whole] = pair;
   for (uint64_t step = 0; step < 5; ++step) {
     sharded.zero_grad();
     small_net_step(sharded_net, 10 + step, [&] { sharded.step(); });
     whole->zero_grad();
     small_net_step(whole_net, 10 + step, [&] { whole->step(); });
   }
-  const auto mine = sharded_net->parameters();
-  const auto expected = whole_net->parameters();
+  pair.expect_the_same_weights(*g);
   int64_t numel[2] = {0, 0};
-  for (size_t i = 0; i < mine.size(); ++i) {
-    numel[mine[i].dim() >= 2 ? 0 : 1] += mine[i].numel();
-    // As in ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare.
-    EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i])))
-        << "parameter " << i;
-    EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
-        << "parameter " << i << ": max difference "
-        << (mine[i] - expected[i]).abs().max().item<double>();
+  for (const auto& p : sharded_net->parameters()) {
+    numel[p.dim() >= 2 ? 0 : 1] += p.numel();
   }
   // One FP32 shard per group, which the group steps with its own options.
   auto& groups = sharded.optimizer().param_groups();
@@ -860,13 +883,8 @@ TEST(Ranks, ShardedOptimizerScalesTheLossAndSkipsAnOverflowOnEveryRank) {
   // that step and backs off its scale, as the whole optimizer with its
   // GradScaler does, and the other steps end where that one's end.
   auto g = any_group();
-  torch::manual_seed(0);
-  lamp_test::SmallNet sharded_net;
-  torch::manual_seed(0);
-  lamp_test::SmallNet whole_net;
-  lamp::distributed::ShardedOptimizer sharded(
-      sharded_net->parameters(), grouped_adamw(sharded_net->parameters()), g);
-  auto whole = grouped_adamw(whole_net->parameters());
+  ShardedAndWhole pair(g);
+  auto& [sharded_net, whole_net, sharded, whole] = pair;
   const auto options = lamp::GradScalerOptions().init_scale(1024);
   lamp::GradScaler sharded_scaler(options);
   lamp::GradScaler whole_scaler(options);
@@ -907,16 +925,7 @@ TEST(Ranks, ShardedOptimizerScalesTheLossAndSkipsAnOverflowOnEveryRank) {
   EXPECT_EQ(sharded_scaler.steps_skipped(), 1);
   // The scaler's own reduction (none) is back after each call.
   EXPECT_FALSE(static_cast<bool>(sharded_scaler.found_inf_reduction()));
-  const auto mine = sharded_net->parameters();
-  const auto expected = whole_net->parameters();
-  for (size_t i = 0; i < mine.size(); ++i) {
-    // As in ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare.
-    EXPECT_TRUE(BitEqual(mine[i], from_rank0(*g, mine[i])))
-        << "parameter " << i;
-    EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
-        << "parameter " << i << ": max difference "
-        << (mine[i] - expected[i]).abs().max().item<double>();
-  }
+  pair.expect_the_same_weights(*g);
 }
 
 TEST(Ranks, ShardedOptimizerClipsWithTheNormOfTheWholeGradient) {
@@ -924,13 +933,8 @@ TEST(Ranks, ShardedOptimizerClipsWithTheNormOfTheWholeGradient) {
   // whole optimizer: each step's norm is the whole gradient's, the same on
   // every rank, and the clipped steps end where the whole optimizer's end.
   auto g = any_group();
-  torch::manual_seed(0);
-  lamp_test::SmallNet sharded_net;
-  torch::manual_seed(0);
-  lamp_test::SmallNet whole_net;
-  lamp::distributed::ShardedOptimizer sharded(
-      sharded_net->parameters(), grouped_adamw(sharded_net->parameters()), g);
-  auto whole = grouped_adamw(whole_net->parameters());
+  ShardedAndWhole pair(g);
+  auto& [sharded_net, whole_net, sharded, whole] = pair;
   const auto options = lamp::GradScalerOptions().init_scale(256);
   lamp::GradScaler sharded_scaler(options);
   lamp::GradScaler whole_scaler(options);
@@ -971,13 +975,7 @@ TEST(Ranks, ShardedOptimizerClipsWithTheNormOfTheWholeGradient) {
         << "step " << step << ": " << norms[0].item<double>() << " against "
         << norms[1].item<double>();
   }
-  const auto mine = sharded_net->parameters();
-  const auto expected = whole_net->parameters();
-  for (size_t i = 0; i < mine.size(); ++i) {
-    EXPECT_TRUE(AllClose(mine[i], expected[i], 1e-5, 1e-6))
-        << "parameter " << i << ": max difference "
-        << (mine[i] - expected[i]).abs().max().item<double>();
-  }
+  pair.expect_the_same_weights(*g);
 }
 
 // Where rank `rank` of a run of `g`'s size saves its archive.

@@ -274,6 +274,123 @@ TEST(StepRuns, EvaluatesEveryNStepsAndKeepsTheBestCheckpoint) {
   std::remove(best.c_str());
 }
 
+// eval_at_start: an evaluation before the first step (nanoGPT's step 0),
+// of the untrained model, that trains, saves and counts nothing: the run's
+// weights and later evaluations are the run's without it, to the bit, and
+// its first evaluation after training is still its first best.
+TEST(StepRuns, EvalAtStartEvaluatesTheUntrainedModelAndChangesNothing) {
+  const auto checkpoint = temp_path("at_start.pt");
+  const auto best = temp_path("at_start_best.pt");
+  std::vector<StepEvaluation> evals[2];
+  lamp::models::GPT trained[2];
+  double untrained_loss = 0;
+  for (const bool at_start : {true, false}) {
+    std::remove(checkpoint.c_str());
+    std::remove(best.c_str());
+    auto run = text_run([&](TrainerOptions& o) {
+      o.steps(10)
+          .eval_every(4)
+          .checkpoint_every(4)
+          .eval_at_start(at_start)
+          .checkpoint(checkpoint)
+          .best_checkpoint(best);
+    });
+    if (at_start) {
+      untrained_loss = run->trainer->evaluate().first;
+    }
+    auto& mine = evals[at_start ? 0 : 1];
+    run->trainer->fit(nullptr, nullptr, nullptr, [&](const StepEvaluation& e) {
+      mine.push_back(e);
+      // Nothing written at the start: no checkpoint of step 0 on disk.
+      if (e.before_training) {
+        EXPECT_FALSE(exists(checkpoint));
+        EXPECT_FALSE(exists(best));
+      }
+    });
+    trained[at_start ? 0 : 1] = run->gpt;
+  }
+  ASSERT_EQ(evals[0].size(), 4u);
+  ASSERT_EQ(evals[1].size(), 3u);
+  const auto& first = evals[0][0];
+  EXPECT_TRUE(first.before_training);
+  EXPECT_EQ(first.global_step, 0);
+  EXPECT_EQ(first.epoch, 1);
+  EXPECT_TRUE(std::isnan(first.train_loss));
+  EXPECT_EQ(first.test_loss, untrained_loss);
+  EXPECT_EQ(first.test_examples, 23);
+  EXPECT_FALSE(first.best_written);
+  EXPECT_FALSE(first.checkpoint_written);
+  EXPECT_EQ(first.best_test_loss, std::numeric_limits<double>::infinity());
+  // The first step's rate: a third of the way up the warm-up.
+  EXPECT_DOUBLE_EQ(first.lr, 1e-2 / 3);
+  for (size_t k = 0; k < evals[1].size(); ++k) {
+    const auto& with = evals[0][k + 1];
+    const auto& without = evals[1][k];
+    EXPECT_FALSE(with.before_training);
+    EXPECT_EQ(with.global_step, without.global_step);
+    EXPECT_EQ(with.train_loss, without.train_loss) << with.global_step;
+    EXPECT_EQ(with.test_loss, without.test_loss) << with.global_step;
+    EXPECT_EQ(with.best_written, without.best_written) << with.global_step;
+    EXPECT_EQ(with.checkpoint_written, without.checkpoint_written);
+  }
+  EXPECT_TRUE(evals[0][1].best_written);
+  expect_same_weights(trained[0], trained[1], "with and without eval_at_start");
+  std::remove(checkpoint.c_str());
+  std::remove(best.c_str());
+}
+
+// A resumed run's start evaluation is at the step it resumes (its weights
+// as loaded); a stop asked for during it writes nothing; without
+// eval_every it is refused.
+TEST(StepRuns, EvalAtStartOfAResumeAStopInItAndWithoutEvalEvery) {
+  const auto checkpoint = temp_path("at_start_resume.pt");
+  std::remove(checkpoint.c_str());
+  double loss_at_6 = 0;
+  {
+    auto run = text_run([&](TrainerOptions& o) {
+      o.steps(10).max_steps(6).checkpoint(checkpoint);
+    });
+    run->trainer->fit();
+    loss_at_6 = run->trainer->evaluate().first;
+  }
+  std::vector<StepEvaluation> evals;
+  auto resumed = text_run([&](TrainerOptions& o) {
+    o.steps(10).eval_every(4).eval_at_start(true).resume(checkpoint);
+  });
+  resumed->trainer->fit(nullptr, nullptr, nullptr,
+                        [&](const StepEvaluation& e) { evals.push_back(e); });
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_TRUE(evals[0].before_training);
+  EXPECT_EQ(evals[0].global_step, 6);
+  EXPECT_EQ(evals[0].test_loss, loss_at_6);
+  EXPECT_EQ(evals[1].global_step, 8);
+  EXPECT_EQ(evals[2].global_step, 10);
+
+  const auto stopped_path = temp_path("at_start_stop.pt");
+  std::remove(stopped_path.c_str());
+  int evaluations = 0;
+  auto stopped = text_run([&](TrainerOptions& o) {
+    o.steps(10).eval_every(4).eval_at_start(true).checkpoint(stopped_path);
+    o.stop_requested([] { return true; });
+  });
+  stopped->trainer->fit(nullptr, nullptr, nullptr,
+                        [&](const StepEvaluation&) { ++evaluations; });
+  EXPECT_EQ(evaluations, 0);
+  EXPECT_TRUE(stopped->trainer->stop_point().stopped);
+  EXPECT_EQ(stopped->trainer->stop_point().global_step, 0);
+  EXPECT_FALSE(exists(stopped_path));
+
+  const auto message = error_of(
+      [] { text_run([](TrainerOptions& o) { o.eval_at_start(true); }); });
+  EXPECT_NE(message.find("--eval-at-start adds an evaluation before the first "
+                         "step to those of --eval-every, which is off; give "
+                         "it too."),
+            std::string::npos)
+      << message;
+  std::remove(checkpoint.c_str());
+  std::remove(stopped_path.c_str());
+}
+
 // An evaluation that does not improve on the best leaves the best
 // checkpoint as it was: a learning rate far too high makes the validation
 // loss go up and down, and the best checkpoint stays at the lowest.

@@ -280,7 +280,8 @@ void JsonLog::write_evaluation(const lamp::training::StepEvaluation& e) {
       {"eval_seconds", e.eval_seconds},
       {"best_test_loss", e.best_test_loss},
       {"best_written", e.best_written},
-      {"checkpoint_written", e.checkpoint_written}};
+      {"checkpoint_written", e.checkpoint_written},
+      {"before_training", e.before_training}};
   record["train_eval"] = train_eval_json(e.train_evaluation);
   if (sequence_length_ > 0) {
     record["train_perplexity"] = lamp::training::perplexity(e.train_loss);

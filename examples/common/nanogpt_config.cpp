@@ -416,6 +416,11 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   const bool trains = t.given("--eval-only") == nullptr &&
                       t.given("--sample-only") == nullptr &&
                       !t.truth("eval_only");
+  const auto* eval_every = t.given("--eval-every");
+  if (trains && (eval_every == nullptr || *eval_every != "0")) {
+    t.emit("--eval-at-start", "true",
+           "nanoGPT's train.py (it evaluates at iteration 0)");
+  }
   if (trains) {
     t.emit("--checkpoint", checkpoint, t.source("out_dir"));
     emit_iterations(t, "--checkpoint-every", "eval_interval", batches, 1);

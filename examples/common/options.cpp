@@ -248,6 +248,9 @@ void add_report_options(CLI::App& app, ProgramConfig& c) {
   app.add_flag(
       "--eval-train", c.eval_train,
       "every evaluation also evaluates the training data, in eval mode (no dropout or augmentation) over as many batches as the test set's (--eval-batches), the same examples every time, as nanoGPT's estimate_loss(): a training loss that compares with the test loss");
+  app.add_flag(
+      "--eval-at-start", c.eval_at_start,
+      "with --eval-every, also evaluate before the first step, as nanoGPT's step 0: the untrained model (a language model's loss near ln(vocabulary)), or a resumed run's weights as loaded; it writes no checkpoint and is not counted as the best");
   add_checked(
       app, "--threads", c.threads,
       "intra-op CPU threads (0 = OMP_NUM_THREADS where set, else the physical cores this process may use)",
@@ -387,6 +390,7 @@ lamp::training::TrainerOptions trainer_options_from(
           .max_steps(config.max_steps)
           .limit_eval_batches(config.limit_eval_batches)
           .eval_train(config.eval_train)
+          .eval_at_start(config.eval_at_start)
           .checkpoint(config.checkpoint)
           .resume(config.resume)
           .reshard(config.reshard)
@@ -425,6 +429,8 @@ lamp::training::TrainerOptions trainer_options_from(
                      std::to_string(config.limit_eval_batches), false});
   program.push_back(
       {"--eval-train", config.eval_train ? "true" : "false", false});
+  program.push_back(
+      {"--eval-at-start", config.eval_at_start ? "true" : "false", false});
   program.push_back(
       {"--checkpoint-every", std::to_string(config.checkpoint_every), false});
   // Where the run writes, for --resume alone to continue (resume_settings).

@@ -87,6 +87,9 @@ struct ProgramConfig {
   // --eval-train: every evaluation also evaluates the training data, in
   // eval mode (TrainerOptions::eval_train), as nanoGPT's estimate_loss().
   bool eval_train = false;
+  // --eval-at-start: with --eval-every, an evaluation before the first step
+  // (TrainerOptions::eval_at_start), nanoGPT's step 0.
+  bool eval_at_start = false;
   int64_t log_every = 50; // 0: no step records, timed lines off a terminal
   bool progress = true;
   bool report_precision = false;

@@ -326,12 +326,21 @@ void Progress::print_evaluation(const lamp::training::StepEvaluation& e,
   const char* split = language_model ? "val" : "test";
   const std::string perplexity =
       language_model ? " (ppl " + perplexity_text(e.test_loss) + ")" : "";
+  // Before the first step (--eval-at-start) no step has a training loss;
+  // --eval-train's evaluation stands alone.
+  std::string train;
+  if (!e.before_training) {
+    train = "train loss " + fixed(e.train_loss, 4) +
+            eval_mode_text(e.train_evaluation) + "  ";
+  } else if (e.train_evaluation) {
+    train =
+        "train loss (eval mode " + fixed(e.train_evaluation->loss, 4) + ")  ";
+  }
   print_out(
-      "step %lld/%lld  train loss %.4f%s  %s loss %.4f%s  %s acc %.2f%%%s  "
+      "step %lld/%lld  %s%s loss %.4f%s  %s acc %.2f%%%s  "
       "lr %.4g  %.2f s%s%s\n",
       static_cast<long long>(e.global_step),
-      static_cast<long long>(total_steps), e.train_loss,
-      eval_mode_text(e.train_evaluation).c_str(), split, e.test_loss,
+      static_cast<long long>(total_steps), train.c_str(), split, e.test_loss,
       perplexity.c_str(), split, 100.0 * e.test_accuracy,
       subset_text(e.test_batches, e.test_batches_in_set).c_str(), e.lr,
       e.eval_seconds, e.best_written ? "  best, saved" : "",

@@ -135,6 +135,7 @@ const std::vector<RunFlag>& run_flags() {
         named("--max-steps", "max_steps"),
         named("--limit-eval-batches", "limit_eval_batches"),
         named("--eval-train", "eval_train"),
+        named("--eval-at-start", "eval_at_start"),
         named("--check-numerics", "check_numerics"),
         named("--cuda-graph", "cuda_graph"),
         named("--drop-last", "drop_last"),

@@ -22,6 +22,9 @@ struct Trainer::EpochRun {
   int64_t first_batch = 0; // 0-based: > 0 where a resume starts inside it
   int64_t last_batch = 0;  // 1-based: `batches`, or fewer where the run ends
   int64_t end_step = 0;    // the global step the run ends on
+  // TrainerOptions::eval_at_start: evaluate before the epoch's first step
+  // (the run's first epoch only).
+  bool evaluate_first = false;
   EpochStats stats;
   // FP64, on the device: the epoch's finite losses (those before a resume
   // inside it too).

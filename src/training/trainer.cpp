@@ -305,6 +305,11 @@ void Trainer::check_step_options(int64_t batches) const {
       "lamp: ", name("checkpoint_every", "TrainerOptions::checkpoint_every"),
       " says how often to write ", checkpoint, ", which is not given; give ",
       checkpoint, " PATH or leave it out.");
+  TORCH_CHECK(!o.eval_at_start() || o.eval_every() > 0,
+              "lamp: ", name("eval_at_start", "TrainerOptions::eval_at_start"),
+              " adds an evaluation before the first step to those of ",
+              name("eval_every", "TrainerOptions::eval_every"),
+              ", which is off; give it too.");
   const auto best = name("best_checkpoint", "TrainerOptions::best_checkpoint");
   if (!o.best_checkpoint().empty()) {
     TORCH_CHECK(o.eval_every() > 0, "lamp: ", best,
@@ -399,6 +404,8 @@ std::vector<EpochStats> Trainer::fit(
   interval_non_finite_before_ = 0;
   const int64_t end_step =
       o.max_steps() > 0 ? std::min(total_steps_, o.max_steps()) : total_steps_;
+  // start_epoch_ moves on as epochs end (the checkpoint's position).
+  bool first_epoch_of_fit = true;
   for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
     if (global_step_ >= end_step) {
       break;
@@ -408,6 +415,9 @@ std::vector<EpochStats> Trainer::fit(
     run.batches = train_loader_.batches_per_epoch();
     run.first_batch = epoch == start_epoch_ ? start_step_in_epoch_ : 0;
     run.end_step = end_step;
+    run.evaluate_first =
+        first_epoch_of_fit && o.eval_at_start() && o.eval_every() > 0;
+    first_epoch_of_fit = false;
     run.watch = &watch;
     run.last_batch =
         std::min(run.batches, run.first_batch + (end_step - global_step_));
@@ -538,6 +548,12 @@ bool Trainer::train_epoch(
   run.non_finite_before = watch.read_non_finite_losses();
   synchronize(device);
   run.start = std::chrono::steady_clock::now();
+  if (run.evaluate_first &&
+      !evaluate_at_step(run, watch, on_eval_batch, on_evaluation,
+                        /*before_training=*/true)) {
+    save_at_stop();
+    return false;
+  }
   const int64_t accumulation = o.step().accumulation_steps();
   for (int64_t i = run.first_batch; i < run.last_batch; ++i) {
     // Asked only where an accumulation cycle starts: the train step cannot
@@ -548,8 +564,7 @@ bool Trainer::train_epoch(
       return false;
     }
     auto& stats = run.stats;
-    stats.lr = learning_rate(o.schedule(), o.optimizer().lr(), global_step_,
-                             total_steps_, o.warmup_steps(), o.min_lr());
+    stats.lr = next_learning_rate();
     set_learning_rate(step_->optimizer(), stats.lr);
     const auto batch = train_loader_.batch(i);
     // The run's first step (cuDNN autotuning, allocator and cache warm-up;
@@ -637,10 +652,17 @@ bool Trainer::train_epoch(
   return true;
 }
 
+double Trainer::next_learning_rate() const {
+  const auto& o = options_;
+  return learning_rate(o.schedule(), o.optimizer().lr(), global_step_,
+                       total_steps_, o.warmup_steps(), o.min_lr());
+}
+
 bool Trainer::evaluate_at_step(
     EpochRun& run, DivergenceWatch& watch,
     const std::function<void(const EvalProgress&)>& on_eval_batch,
-    const std::function<void(const StepEvaluation&)>& on_evaluation) {
+    const std::function<void(const StepEvaluation&)>& on_evaluation,
+    bool before_training) {
   const auto eval_start = std::chrono::steady_clock::now();
   const auto evaluated = run_evaluations(on_eval_batch, run.epoch + 1, [&] {
     return stop_here(run, start_step_in_epoch_, /*in_evaluation=*/true);
@@ -649,9 +671,32 @@ bool Trainer::evaluate_at_step(
   if (!evaluated) {
     return false;
   }
+  const auto& o = options_;
   StepEvaluation e;
   e.global_step = global_step_;
   e.epoch = run.epoch + 1;
+  const auto& test = evaluated->first;
+  e.test_loss = test.loss;
+  e.test_accuracy = test.accuracy;
+  e.test_batches = test.batches;
+  e.test_batches_in_set = test.batches_in_set;
+  e.test_examples = test.examples;
+  e.train_evaluation = evaluated->second;
+  if (before_training) {
+    // Nothing trained since the run started: no training loss, nothing to
+    // save, no best (a fresh run's untrained model would be its first); the
+    // rate of the first step.
+    e.before_training = true;
+    e.train_loss = std::numeric_limits<double>::quiet_NaN();
+    e.lr = next_learning_rate();
+    e.eval_seconds = seconds_since(eval_start);
+    run.stats.eval_seconds += e.eval_seconds;
+    e.best_test_loss = best_test_loss_;
+    if (on_evaluation) {
+      on_evaluation(e);
+    }
+    return true;
+  }
   auto interval_sum = interval_loss_sum_;
   const auto& group = options_.process_group();
   if (group && group->is_distributed()) {
@@ -669,19 +714,11 @@ bool Trainer::evaluate_at_step(
   interval_loss_sum_.zero_();
   interval_steps_ = 0;
   interval_non_finite_before_ = non_finite;
-  const auto& test = evaluated->first;
-  e.test_loss = test.loss;
-  e.test_accuracy = test.accuracy;
-  e.test_batches = test.batches;
-  e.test_batches_in_set = test.batches_in_set;
-  e.test_examples = test.examples;
-  e.train_evaluation = evaluated->second;
   e.lr = run.stats.lr;
   e.eval_seconds = seconds_since(eval_start);
   // Inside the epoch's time: not training, so not in its rate.
   run.stats.eval_seconds += e.eval_seconds;
   watch.check_test_loss(run.epoch, e.test_loss);
-  const auto& o = options_;
   if (best_test_examples_ != 0 && best_test_examples_ != e.test_examples) {
     // The best was measured on another subset of the test set (a resume
     // with another limit_eval_batches), no measure of this one's losses:

@@ -74,6 +74,10 @@
       training data's loss in eval mode; --eval-only --resume alone (which
       keeps it) evaluates the same windows to the same figure; without the
       flag neither line nor record has it
+  check_gpt.py eval-at-start TRAIN_GPT WORK_DIR
+      --eval-at-start: an evaluation before the first step (no training
+      loss) in the line and the log; --resume alone keeps it, at the step
+      it resumes, to the run's figure there; refused without --eval-every
   check_gpt.py token-files TRAIN_GPT WORK_DIR
       --data a folder of nanoGPT's token files (train.bin, val.bin,
       meta.pkl): the vocabulary from meta.pkl padded to 64, samples decoded
@@ -1027,7 +1031,8 @@ def config(train_gpt, work):
               "--beta2=0.99 --max-grad-norm=1 --steps=20 "
               "--schedule=warmup-cosine --warmup-steps=4 --min-lr=0.0001 "
               "--eval-every=10 --log-every=2 --eval-batches=2 "
-              "--checkpoint=out-chars/lamp.pt --checkpoint-every=10 "
+              "--eval-at-start --checkpoint=out-chars/lamp.pt "
+              "--checkpoint-every=10 "
               "--precision=fp32 --device=cpu")
     if gives != wanted:
         fail(f"the config's flags:\n  {gives}\nwanted\n  {wanted}")
@@ -1039,19 +1044,29 @@ def config(train_gpt, work):
     if len(last) != 1 or not os.path.exists(
             os.path.join(nano, "out-chars", "lamp.pt")):
         fail(f"the config's run: {r.stdout[-900:]!r}")
-    print(f"  nanoGPT's config file: val loss {last[0]} at step 20, "
-          f"out-chars/lamp.pt written")
+    # nanoGPT's iteration 0: the untrained model's validation loss, near
+    # ln(64) = 4.16 for 64 token ids, no training loss, nothing saved.
+    start = re.compile(r"^step 0/20  val loss (\S+) \(ppl \S+\)  val acc "
+                       r"\S+  lr 0.00025  \S+ s$")
+    first = [m.group(1) for m in map(start.match, r.stdout.splitlines()) if m]
+    if len(first) != 1 or abs(float(first[0]) - math.log(64)) > 0.5:
+        fail(f"the evaluation at step 0: {r.stdout[:1500]!r}")
+    print(f"  nanoGPT's config file: val loss {first[0]} at step 0, "
+          f"{last[0]} at step 20, out-chars/lamp.pt written")
     # The same flags in lamp's own file: the same run, to the bit.
     settings = os.path.join(nano, "run.toml")
     with open(settings, "w") as f:
         for flag in gives.split(" gives ")[1].split():
-            key, value = flag[2:].split("=", 1)
+            key, _, value = flag[2:].partition("=")
+            value = value or "true"  # a switch: --eval-at-start
             if key not in ("checkpoint", "checkpoint-every"):
                 f.write(f'{key.replace("-", "_")} = "{value}"  # typed\n')
     again = expect_success([train_gpt, "--config", settings] + flags,
                            cwd=nano)
     twin = [m.group(1) for m in map(step.match, again.stdout.splitlines()) if m]
-    if twin != last:
+    twin_first = [m.group(1)
+                  for m in map(start.match, again.stdout.splitlines()) if m]
+    if twin != last or twin_first != first:
         fail(f"lamp's file of the same flags: {twin} against {last}")
     print(f"  lamp's key = value file of the same flags: val loss {twin[0]}")
     # Its 2 batches an iteration: an epoch of random windows rounded to
@@ -1179,6 +1194,55 @@ def eval_train(train_gpt, work):
     print(f"  --eval-train: step 20's training data {lines[-1].group(3)} in "
           f"eval mode against {lines[-1].group(2)} while training; "
           f"--eval-only: {out[-1]}")
+
+
+def eval_at_start(train_gpt, work):
+    """--eval-at-start: an evaluation before the first step (nanoGPT's step
+    0), with --eval-train's figure and no training loss, in the line and the
+    log; --resume alone keeps it, evaluating the loaded weights at the step
+    it resumes to the figure the run printed there; without --eval-every it
+    is refused."""
+    text = make_text(work)
+    checkpoint = fresh(work, "at-start.pt")
+    log = fresh(work, "at-start.jsonl")
+    flags = ["--data", text, "--steps", "20", "--warmup-steps", "2",
+             "--eval-every", "10", "--eval-batches", "2", "--eval-train",
+             "--precision", "fp32", "--seed", "3"] + COMMON
+    first = expect_success([train_gpt, "--max-steps", "10", "--eval-at-start",
+                            "--checkpoint", checkpoint, "--log-json", log]
+                           + flags)
+    step = re.compile(r"^step (\d+)/20  (?:train loss (?:([\d.]+) )?"
+                      r"(?:\(eval mode (\S+)\)  )?)?val loss (\S+) ")
+    lines = [m for m in map(step.match, first.stdout.splitlines()) if m]
+    if [m.group(1) for m in lines] != ["0", "10"] or lines[0].group(2) or \
+            not lines[0].group(3) or not lines[1].group(2):
+        fail(f"--eval-at-start's step lines: {first.stdout[-900:]!r}")
+    evaluations = [r for r in map(json.loads, open(log))
+                   if r.get("record") == "evaluation"]
+    if [(r["global_step"], r["before_training"], r["train_loss"] is None)
+            for r in evaluations] != [(0, True, True), (10, False, False)] \
+            or evaluations[0]["train_eval"] is None \
+            or evaluations[0]["best_written"] \
+            or f"{evaluations[0]['test_loss']:.4f}" != lines[0].group(4):
+        fail(f"--eval-at-start's records: {evaluations!r}")
+    resumed = expect_success([train_gpt, "--resume", checkpoint])
+    again = [m for m in map(step.match, resumed.stdout.splitlines()) if m]
+    if [m.group(1) for m in again] != ["10", "20"] or again[0].group(2) or \
+            again[0].group(4) != lines[1].group(4) or \
+            again[0].group(3) != lines[1].group(3):
+        fail(f"--resume alone of an --eval-at-start run: "
+             f"{resumed.stdout[-900:]!r}; the run's step 10: "
+             f"{lines[1].group(0)!r}")
+    r = run([train_gpt, "--data", text, "--eval-every", "0", "--epochs", "1",
+             "--eval-at-start"] + COMMON)
+    if r.returncode != 1 or "--eval-at-start adds an evaluation before the " \
+            "first step to those of --eval-every, which is off; give it " \
+            "too." not in r.stderr or "terminate" in r.stderr:
+        fail(f"--eval-at-start without --eval-every: exit {r.returncode}: "
+             f"{r.stderr.strip()!r}")
+    print(f"  --eval-at-start: val loss {lines[0].group(4)} at step 0 "
+          f"(training data {lines[0].group(3)} in eval mode), "
+          f"{lines[1].group(4)} at step 10 and again on --resume alone")
 
 
 def eval_only(train_gpt, work):
@@ -2398,6 +2462,8 @@ def main(argv):
         eval_only(train_gpt, work)
     elif command == "eval-train":
         eval_train(train_gpt, work)
+    elif command == "eval-at-start":
+        eval_at_start(train_gpt, work)
     elif command == "config":
         config(train_gpt, work)
     elif command == "token-files":

@@ -397,12 +397,17 @@ TEST(NanoGptConfig, TheCharacterModelsRecipe) {
       {"--log-every", "10"},
       {"--eval-batches", "200"},
       {"--eval-only", "false"},
+      {"--eval-at-start", "true"}, // nanoGPT's iteration 0
       {"--checkpoint", out + "/lamp.pt"},
       {"--precision", "auto"},
   };
   EXPECT_EQ(values, expected);
   EXPECT_TRUE(nanogpt.notes.empty());
   EXPECT_TRUE(is_directory(out)); // made, as train.py makes it
+  // No evaluation at the start where the command line turns them off.
+  NanoGpt no_evaluations;
+  no_evaluations.given["--eval-every"] = "0";
+  EXPECT_EQ(no_evaluations.values(path).count("--eval-at-start"), 0u);
   // Each flag names its line, or train.py's default.
   for (const auto& flag : nanogpt.flags(path)) {
     if (flag.flag == "--width") {
@@ -526,6 +531,7 @@ TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
     const auto read = quiet.values(path);
     EXPECT_EQ(read.count("--checkpoint"), 0u);
     EXPECT_EQ(read.count("--checkpoint-every"), 0u);
+    EXPECT_EQ(read.count("--eval-at-start"), 0u);
     EXPECT_FALSE(exists(elsewhere));
     EXPECT_EQ(read.at("--eval-only"),
               std::string(mode) == "file" ? "true" : "false");

@@ -156,6 +156,13 @@ struct TrainerOptions {
   /// in EpochStats::train_evaluation and StepEvaluation::train_evaluation;
   /// its time is in their eval_seconds. Not stored in checkpoints.
   TORCH_ARG(bool, eval_train) = false;
+  /// With `eval_every`: also evaluate before the run's first step, as
+  /// nanoGPT's step 0 does (a fresh run's untrained model, whose loss a
+  /// language model's should be near ln(vocabulary); a resumed run's
+  /// weights as loaded). It goes to fit()'s `on_evaluation` with
+  /// StepEvaluation::before_training set: no training loss (NaN), and it
+  /// writes no checkpoint and does not count as the best test loss.
+  TORCH_ARG(bool, eval_at_start) = false;
   /// Write a checkpoint here after every complete epoch; empty = none. The
   /// write is atomic and durable and the file checksummed
   /// (checkpoint_file.h); the path is locked against other runs for the
@@ -498,7 +505,7 @@ struct StepEvaluation {
   int64_t global_step = 0; ///< the steps trained before it
   int64_t epoch = 0;       ///< 1-based: the epoch it fell in
   /// Mean training loss of the finite losses since the previous evaluation
-  /// of this run (or its start).
+  /// of this run (or its start); NaN before_training.
   double train_loss = 0;
   double test_loss = 0;     ///< mean cross-entropy per prediction evaluated
   double test_accuracy = 0; ///< in [0, 1], as EpochStats::test_accuracy
@@ -517,6 +524,9 @@ struct StepEvaluation {
   bool best_written = false;
   /// Whether TrainerOptions::checkpoint was written at this step.
   bool checkpoint_written = false;
+  /// TrainerOptions::eval_at_start's evaluation, before the run's first
+  /// step: no training loss, no checkpoint, not a best.
+  bool before_training = false;
   /// exp(test_loss) (perplexity()).
   double test_perplexity() const { return perplexity(test_loss); }
 };
@@ -735,10 +745,14 @@ class Trainer {
       const std::function<void(const BatchProgress&)>& on_batch,
       const std::function<void(const EvalProgress&)>& on_eval_batch,
       const std::function<void(const StepEvaluation&)>& on_evaluation);
+  // The schedule's rate for the next step (global_step_ + 1).
+  double next_learning_rate() const;
+  // `before_training`: TrainerOptions::eval_at_start's evaluation.
   bool evaluate_at_step(
       EpochRun& run, detail::DivergenceWatch& watch,
       const std::function<void(const EvalProgress&)>& on_eval_batch,
-      const std::function<void(const StepEvaluation&)>& on_evaluation);
+      const std::function<void(const StepEvaluation&)>& on_evaluation,
+      bool before_training = false);
   void finish_epoch(EpochRun& run, detail::DivergenceWatch& watch);
   bool evaluate_epoch(
       EpochRun& run, detail::DivergenceWatch& watch,

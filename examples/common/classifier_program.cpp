@@ -438,6 +438,39 @@ std::string fused_batch_norm_off_reason(const ProgramConfig& config,
   return "";
 }
 
+// 1234567 as "1,234,567".
+std::string grouped(int64_t n) {
+  auto digits = std::to_string(n);
+  for (auto at = static_cast<int64_t>(digits.size()) - 3; at > (n < 0 ? 1 : 0);
+       at -= 3) {
+    digits.insert(static_cast<size_t>(at), ",");
+  }
+  return digits;
+}
+
+// A language model's tokens an optimizer step, nanoGPT's "tokens per
+// iteration" (every rank's accumulated batches), and over the run.
+std::string token_budget_line(const ProgramConfig& config,
+                              const ProcessGroup& group, Trainer& trainer) {
+  const int64_t batch_tokens = config.batch_size * config.sequence_length;
+  const int64_t accumulation = config.accumulation_steps;
+  const int64_t ranks = group.world_size();
+  std::string parts = std::to_string(config.batch_size) + " sequences of " +
+                      std::to_string(config.sequence_length) + " tokens";
+  if (accumulation > 1) {
+    parts += " x " + std::to_string(accumulation) + " accumulated batches";
+  }
+  if (ranks > 1) {
+    parts += " x " + std::to_string(ranks) + " ranks";
+  }
+  return grouped(batch_tokens * accumulation * ranks) +
+         " tokens an optimizer step (" + parts +
+         ": nanoGPT's tokens per iteration), " +
+         grouped(batch_tokens * ranks * trainer.total_steps()) +
+         " over the run's " + std::to_string(trainer.total_steps()) +
+         (trainer.total_steps() == 1 ? " batch" : " batches");
+}
+
 void print_run_header(const ProgramConfig& config, const RunSpec& spec,
                       const ProcessGroup& group, Trainer& trainer,
                       lamp::Precision precision) {
@@ -473,6 +506,10 @@ void print_run_header(const ProgramConfig& config, const RunSpec& spec,
       step.cuda_graph_enabled() ? ", CUDA graphs" : "",
       static_cast<long long>(config.threads),
       config.threads == 1 ? "thread" : "threads");
+  if (config.sequence_length > 0) {
+    print_out("%s: %s\n", spec.program.c_str(),
+              token_budget_line(config, group, trainer).c_str());
+  }
   if (!config.auto_line.empty()) {
     print_out("%s: %s\n", spec.program.c_str(), config.auto_line.c_str());
   }

@@ -787,6 +787,14 @@ def ranks(train_gpt, work):
                      "2 ranks")
     if "data-parallel over 2 ranks" not in outs[0][0]:
         fail(f"rank 0 does not say it is data-parallel: {outs[0][0]!r}")
+    # Every rank's batch in an optimizer step's tokens, and the run's.
+    budget = re.search(r"^train_gpt: 1,024 tokens an optimizer step \(16 "
+                       r"sequences of 32 tokens x 2 ranks: nanoGPT's tokens "
+                       r"per iteration\), ([\d,]+) over the run's (\d+) "
+                       r"batches$", outs[0][0], re.M)
+    if not budget or int(budget.group(1).replace(",", "")) != \
+            1024 * int(budget.group(2)):
+        fail(f"the tokens of a data-parallel step: {outs[0][0][:900]!r}")
     epoch = records(log)
     if len(epoch) != 1 or not math.isfinite(epoch[0]["train_loss"]):
         fail(f"the log holds {len(epoch)} epoch records, expected 1 finite")
@@ -1039,6 +1047,12 @@ def config(train_gpt, work):
     if "gpt(layers=2, heads=2, width=32, context=32, vocab=64, bias=false)" \
             not in r.stdout or ", batch 8, steps 20 " not in r.stdout:
         fail(f"the config's model and run: {r.stdout[:900]!r}")
+    # nanoGPT's "tokens per iteration": 8 x 32 x 2 accumulated batches.
+    budget = ("train_gpt: 512 tokens an optimizer step (8 sequences of 32 "
+              "tokens x 2 accumulated batches: nanoGPT's tokens per "
+              "iteration), 5,120 over the run's 20 batches")
+    if budget not in r.stdout.splitlines():
+        fail(f"the tokens of a step: {r.stdout[:1200]!r}")
     step = re.compile(r"^step 20/20  train loss \S+  val loss (\S+) ")
     last = [m.group(1) for m in map(step.match, r.stdout.splitlines()) if m]
     if len(last) != 1 or not os.path.exists(

@@ -438,14 +438,17 @@ std::string fused_batch_norm_off_reason(const ProgramConfig& config,
   return "";
 }
 
-// 1234567 as "1,234,567".
+// 1234567 as "1,234,567" (a count: not negative).
 std::string grouped(int64_t n) {
-  auto digits = std::to_string(n);
-  for (auto at = static_cast<int64_t>(digits.size()) - 3; at > (n < 0 ? 1 : 0);
-       at -= 3) {
-    digits.insert(static_cast<size_t>(at), ",");
+  const auto digits = std::to_string(n);
+  std::string text;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) {
+      text += ',';
+    }
+    text += digits[i];
   }
-  return digits;
+  return text;
 }
 
 // A language model's tokens an optimizer step, nanoGPT's "tokens per

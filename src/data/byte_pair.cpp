@@ -942,8 +942,15 @@ std::string BytePairEncoding::decode(const torch::Tensor& ids) const {
       continue;
     }
     const auto special = m.specials.find(id);
-    text += special != m.specials.end() ? special->second
-                                        : "<" + std::to_string(id) + ">";
+    if (special != m.specials.end()) {
+      text += special->second;
+      continue;
+    }
+    // "<id>", appended piece by piece: GCC 12 at -O2 warns, wrongly, of an
+    // overflow in "<" + std::string.
+    text += '<';
+    text += std::to_string(id);
+    text += '>';
   }
   return text;
 }

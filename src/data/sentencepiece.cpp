@@ -245,7 +245,10 @@ std::string SentencePiece::decode(const torch::Tensor& ids) const {
       run.push_back(static_cast<int>(p[i]));
     } else {
       flush();
-      text += "<" + std::to_string(p[i]) + ">";
+      // Piece by piece, as in BytePairEncoding::decode.
+      text += '<';
+      text += std::to_string(p[i]);
+      text += '>';
     }
   }
   flush();

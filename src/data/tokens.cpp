@@ -167,7 +167,10 @@ std::string TokenPieces::decode(const torch::Tensor& ids) const {
         !pieces[p[i]].empty()) {
       text += pieces[p[i]];
     } else {
-      text += "<" + std::to_string(p[i]) + ">";
+      // Piece by piece, as in BytePairEncoding::decode.
+      text += '<';
+      text += std::to_string(p[i]);
+      text += '>';
     }
   }
   return text;

@@ -5,12 +5,12 @@
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
-#include <exception>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "distributed/on_every_rank.h"
 #include "distributed/zero_sharding.h"
 #include "lamp/optim/clip.h"
 #include "platform/archive.h"
@@ -83,6 +83,9 @@ struct ShardedOptimizer::Impl {
   // Whether the shards hold this step's gradients (unscale_() or
   // clip_grad_norm_() copied them before step()).
   bool gradients_copied = false;
+  std::vector<torch::Tensor> params;
+  std::vector<ShardLayout> layouts;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
 
   void copy_gradients() {
     if (!gradients_copied) {
@@ -90,9 +93,6 @@ struct ShardedOptimizer::Impl {
       gradients_copied = true;
     }
   }
-  std::vector<torch::Tensor> params;
-  std::vector<ShardLayout> layouts;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
 };
 
 ShardedOptimizer::ShardedOptimizer(std::vector<torch::Tensor> params,
@@ -203,37 +203,25 @@ void ShardedOptimizer::load(torch::serialize::InputArchive& archive) {
   auto& impl = *impl_;
   torch::serialize::InputArchive shard_archive;
   torch::serialize::InputArchive optimizer_archive;
-  std::exception_ptr refused;
-  std::string reason;
-  try {
-    lamp::detail::read_archive(archive, "optimizer_shard", shard_archive,
-                               kLoadCaller);
-    // The world size and rank first: another's shards have other shapes.
-    impl.shards.check(shard_archive, kLoadCaller);
-    lamp::detail::read_archive(archive, "optimizer", optimizer_archive,
-                               kLoadCaller);
-    std::unordered_map<const c10::TensorImpl*, std::string> names;
-    const auto& shards = impl.shards.shards();
-    for (size_t u = 0; u < shards.size(); ++u) {
-      names.emplace(shards[u].unsafeGetTensorImpl(),
-                    impl.shards.shard_names()[u]);
-    }
-    lamp::detail::check_optimizer_archive(*impl.optimizer, optimizer_archive,
-                                          names, kLoadCaller);
-  } catch (const c10::Error& error) {
-    refused = std::current_exception();
-    reason = error.what_without_backtrace();
-  }
   // Every rank loads or none does: the parameters' gather below is a
   // collective that a refusing rank would leave the others waiting in.
-  impl.group->check_same(
-      "the checkpoint of the sharded optimizer",
-      {{"its archive", refused ? "refused (" + reason + ")" : "accepted"}},
-      "Give every rank the archive its own rank saved, of a run with the "
-      "same ranks, parameters and param groups.");
-  if (refused) {
-    std::rethrow_exception(refused);
-  }
+  detail::on_every_rank(
+      *impl.group, "checking the sharded optimizer's archive", [&] {
+        lamp::detail::read_archive(archive, "optimizer_shard", shard_archive,
+                                   kLoadCaller);
+        // The world size and rank first: another's shards have other shapes.
+        impl.shards.check(shard_archive, kLoadCaller);
+        lamp::detail::read_archive(archive, "optimizer", optimizer_archive,
+                                   kLoadCaller);
+        std::unordered_map<const c10::TensorImpl*, std::string> names;
+        const auto& shards = impl.shards.shards();
+        for (size_t u = 0; u < shards.size(); ++u) {
+          names.emplace(shards[u].unsafeGetTensorImpl(),
+                        impl.shards.shard_names()[u]);
+        }
+        lamp::detail::check_optimizer_archive(
+            *impl.optimizer, optimizer_archive, names, kLoadCaller);
+      });
   // The optimizer first: what its load may still refuse (an option of the
   // wrong type) it refuses before the shards change.
   impl.optimizer->load(optimizer_archive);

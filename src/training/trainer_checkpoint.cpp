@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/on_every_rank.h"
 #include "lamp/platform/checkpoint_file.h"
 #include "platform/archive.h"
 #include "platform/paths.h"
@@ -29,6 +30,7 @@ namespace training {
 namespace {
 
 using detail::kCheckpointFormat;
+using distributed::detail::on_every_rank;
 
 // Anything at `path` (data/files.h: POSIX, not std::filesystem).
 bool exists(const std::string& path) {
@@ -37,59 +39,6 @@ bool exists(const std::string& path) {
 
 // The format of a rank's shard file of a sharded checkpoint.
 constexpr const char* kShardFormat = "lamp-classifier-trainer-shard-1";
-
-// Runs `work` on every rank, then agrees: when it failed on any rank, every
-// rank throws, the failed ones their own error, the others naming them with
-// the first one's message (its first kMessageBytes bytes), so that no rank
-// goes on to a collective the others never reach and rank 0, which the user
-// reads, says why.
-void on_every_rank(distributed::ProcessGroup& group, const std::string& what,
-                   const std::function<void()>& work) {
-  constexpr int64_t kMessageBytes = 1000;
-  std::string error;
-  try {
-    work();
-  } catch (const c10::Error& e) {
-    error = e.what_without_backtrace();
-  }
-  // Row r: 1 where rank r failed, then its message's bytes (a sum of rows
-  // that only rank r fills is an all-gather).
-  auto rows =
-      torch::zeros({group.world_size(), 1 + kMessageBytes}, torch::kInt);
-  if (!error.empty()) {
-    auto row = rows[group.rank()];
-    row[0] = 1;
-    const auto n =
-        std::min<int64_t>(kMessageBytes, static_cast<int64_t>(error.size()));
-    for (int64_t i = 0; i < n; ++i) {
-      row[1 + i] = static_cast<int>(static_cast<unsigned char>(error[i]));
-    }
-  }
-  group.all_reduce_(rows, distributed::ReduceOp::kSum,
-                    "the agreement on " + what);
-  TORCH_CHECK(error.empty(), error);
-  const auto a = rows.accessor<int, 2>();
-  std::string ranks, first;
-  for (int r = 0; r < group.world_size(); ++r) {
-    if (a[r][0] == 0) {
-      continue;
-    }
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    if (!first.empty()) {
-      continue;
-    }
-    for (int64_t i = 1; i <= kMessageBytes && a[r][i] != 0; ++i) {
-      first += static_cast<char>(a[r][i]);
-    }
-    while (!first.empty() && (first.back() == '.' || first.back() == ' ')) {
-      first.pop_back(); // the message around it ends the sentence
-    }
-  }
-  TORCH_CHECK(
-      ranks.empty(), "lamp: rank ", ranks, " failed in ", what, ": ", first,
-      static_cast<int64_t>(first.size()) >= kMessageBytes ? " [...]" : "",
-      " (rank ", group.rank(), " stops too).");
-}
 
 } // namespace
 

@@ -1,0 +1,29 @@
+#pragma once
+
+// Work that may fail on some ranks only, agreed on before any rank goes on
+// to a collective the failed ones would never reach: the sharded
+// checkpoints' writes and reads (Trainer) and ShardedOptimizer::load's
+// checks.
+
+#include <functional>
+#include <string>
+
+#include "lamp/distributed/process_group.h"
+
+namespace lamp {
+namespace distributed {
+namespace detail {
+
+/// Runs `work` on this rank, then agrees with the others (one all-reduce
+/// on the group's device): when it threw a c10::Error on any rank, every
+/// rank throws, a failed rank its own error, the others one that names the
+/// failed ranks and the first one's message (its first 1000 bytes), so that
+/// rank 0, which the user reads, says why. `what` names the work ("reading
+/// the checkpoint's shards"). A collective: every rank calls it at the same
+/// point. One process: `work`, its error as it is.
+void on_every_rank(ProcessGroup& group, const std::string& what,
+                   const std::function<void()>& work);
+
+} // namespace detail
+} // namespace distributed
+} // namespace lamp

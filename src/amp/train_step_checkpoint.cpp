@@ -53,60 +53,72 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
   // Every part is read and checked before the first is loaded: a refused
   // checkpoint leaves model, optimizer, scaler and master weights as they
   // were.
-  const auto precision = detail::read_string(archive, "precision", kLoadCaller);
-  TORCH_CHECK(
-      precision == to_string(options_.precision()),
-      "lamp::TrainStep::load: the checkpoint was saved with precision '",
-      precision, "' but this TrainStep uses '", to_string(options_.precision()),
-      "'; resume with the same precision.");
   torch::serialize::InputArchive shard_archive;
-  const bool sharded = archive.try_read("optimizer_shard", shard_archive);
-  TORCH_CHECK(
-      sharded == (sharding_ != nullptr), kLoadCaller,
-      ": the checkpoint holds the optimizer state ",
-      sharded ? "of one rank's shard (ZeRO)" : "whole",
-      " but this TrainStep keeps it ",
-      sharding_ ? "sharded (DataParallelOptions::zero_stage 1)" : "whole",
-      "; resume with the same zero_stage.");
-  if (sharding_) {
-    // The world size and rank first: another's shards have other shapes.
-    sharding_->check(shard_archive, kLoadCaller);
-  }
   torch::serialize::InputArchive model_archive;
-  detail::read_archive(archive, "model", model_archive, kLoadCaller);
-  detail::check_module_archive(*model_, model_archive, "", kLoadCaller);
   torch::serialize::InputArchive optimizer_archive;
-  detail::read_archive(archive, "optimizer", optimizer_archive, kLoadCaller);
-  detail::check_optimizer_archive(*optimizer_, optimizer_archive, param_names_,
-                                  kLoadCaller);
   torch::serialize::InputArchive scaler_archive;
-  detail::read_archive(archive, "scaler", scaler_archive, kLoadCaller);
-  // A step without loss scaling saved with skip_non_finite off (lamp 0.3's
-  // default) has an empty scaler section; the skip-only scaler (a static
-  // scale of 1) then has nothing to restore.
-  c10::IValue saved_scale;
-  const bool load_scaler = scaler_archive.try_read("scale", saved_scale) ||
-                           policy_.loss_scaling ||
-                           options_.force_loss_scaling();
-  if (load_scaler) {
-    // A scaler with the same options runs all of load()'s checks.
-    GradScaler(scaler_.options()).load(scaler_archive);
-  }
   torch::serialize::InputArchive master_archive;
-  if (master_) {
-    detail::read_archive(archive, "master_weights", master_archive,
-                         kLoadCaller);
-    master_->read(master_archive);
-  }
   torch::serialize::InputArchive float8_archive;
-  const bool has_float8 = archive.try_read("float8", float8_archive);
-  TORCH_CHECK(has_float8 == float8_, kLoadCaller, ": the checkpoint ",
-              has_float8 ? "has" : "has no",
-              " FP8 scaling state but this TrainStep's model ",
-              float8_ ? "has" : "has no",
-              " FP8 layers; resume with the same TrainStepOptions::float8.");
-  if (float8_) {
-    nn::check_float8_state(*model_, float8_archive);
+  bool load_scaler = false;
+  const auto check = [&] {
+    const auto precision =
+        detail::read_string(archive, "precision", kLoadCaller);
+    TORCH_CHECK(precision == to_string(options_.precision()),
+                "lamp::TrainStep::load: the checkpoint was saved with "
+                "precision '",
+                precision, "' but this TrainStep uses '",
+                to_string(options_.precision()),
+                "'; resume with the same precision.");
+    const bool sharded = archive.try_read("optimizer_shard", shard_archive);
+    TORCH_CHECK(
+        sharded == (sharding_ != nullptr), kLoadCaller,
+        ": the checkpoint holds the optimizer state ",
+        sharded ? "of one rank's shard (ZeRO)" : "whole",
+        " but this TrainStep keeps it ",
+        sharding_ ? "sharded (DataParallelOptions::zero_stage 1)" : "whole",
+        "; resume with the same zero_stage.");
+    if (sharding_) {
+      // The world size and rank first: another's shards have other shapes.
+      sharding_->check(shard_archive, kLoadCaller);
+    }
+    detail::read_archive(archive, "model", model_archive, kLoadCaller);
+    detail::check_module_archive(*model_, model_archive, "", kLoadCaller);
+    detail::read_archive(archive, "optimizer", optimizer_archive, kLoadCaller);
+    detail::check_optimizer_archive(*optimizer_, optimizer_archive,
+                                    param_names_, kLoadCaller);
+    detail::read_archive(archive, "scaler", scaler_archive, kLoadCaller);
+    // A step without loss scaling saved with skip_non_finite off (lamp
+    // 0.3's default) has an empty scaler section; the skip-only scaler (a
+    // static scale of 1) then has nothing to restore.
+    c10::IValue saved_scale;
+    load_scaler = scaler_archive.try_read("scale", saved_scale) ||
+                  policy_.loss_scaling || options_.force_loss_scaling();
+    if (load_scaler) {
+      // A scaler with the same options runs all of load()'s checks.
+      GradScaler(scaler_.options()).load(scaler_archive);
+    }
+    if (master_) {
+      detail::read_archive(archive, "master_weights", master_archive,
+                           kLoadCaller);
+      master_->read(master_archive);
+    }
+    const bool has_float8 = archive.try_read("float8", float8_archive);
+    TORCH_CHECK(has_float8 == float8_, kLoadCaller, ": the checkpoint ",
+                has_float8 ? "has" : "has no",
+                " FP8 scaling state but this TrainStep's model ",
+                float8_ ? "has" : "has no",
+                " FP8 layers; resume with the same TrainStepOptions::float8.");
+    if (float8_) {
+      nn::check_float8_state(*model_, float8_archive);
+    }
+  };
+  if (sharding_) {
+    // Every rank checks its archive before any loads: the load ends in a
+    // gather of the shards, which a rank that refused alone would leave
+    // the others waiting in.
+    sharding_->agree("checking the checkpoint", check);
+  } else {
+    check();
   }
 
   // Captured graphs hold the old parameters' and state's memory: each shape
@@ -140,25 +152,31 @@ void TrainStep::load_resharded(
               ": this TrainStep keeps the optimizer state whole; re-sharding "
               "is for a step with DataParallelOptions::zero_stage 1. Use "
               "load() with the checkpoint of a whole run.");
-  TORCH_CHECK(!every_rank.empty(), kCaller, ": no archives given.");
-  std::vector<torch::serialize::InputArchive> shards(every_rank.size());
-  std::vector<torch::serialize::InputArchive> optimizers(every_rank.size());
-  for (size_t k = 0; k < every_rank.size(); ++k) {
-    TORCH_CHECK(every_rank[k].try_read("optimizer_shard", shards[k]), kCaller,
-                ": archive ", k,
-                " holds the optimizer state whole, not one rank's shard; "
-                "resume it with load() and zero_stage 0.");
-    detail::read_archive(every_rank[k], "optimizer", optimizers[k], kCaller);
-  }
-  torch::serialize::OutputArchive shard_out;
-  torch::serialize::OutputArchive optimizer_out;
-  sharding_->reshard(shards, optimizers, shard_out, optimizer_out, kCaller);
-  // Rank 0's archive with this rank's shard and optimizer state in place of
-  // its own, then the checked, all-or-nothing load().
   torch::serialize::OutputArchive mine;
-  detail::copy_archive(every_rank[0], mine, {"optimizer", "optimizer_shard"});
-  mine.write("optimizer", optimizer_out);
-  mine.write("optimizer_shard", shard_out);
+  // Every rank re-shards before any loads (each reads every archive; one
+  // may fail where the others do not).
+  sharding_->agree("re-sharding the checkpoint", [&] {
+    TORCH_CHECK(!every_rank.empty(), kCaller,
+                ": no archives given; pass what every rank of the saved run "
+                "wrote, in rank order.");
+    std::vector<torch::serialize::InputArchive> shards(every_rank.size());
+    std::vector<torch::serialize::InputArchive> optimizers(every_rank.size());
+    for (size_t k = 0; k < every_rank.size(); ++k) {
+      TORCH_CHECK(every_rank[k].try_read("optimizer_shard", shards[k]), kCaller,
+                  ": archive ", k,
+                  " holds the optimizer state whole, not one rank's shard; "
+                  "resume it with load() and zero_stage 0.");
+      detail::read_archive(every_rank[k], "optimizer", optimizers[k], kCaller);
+    }
+    torch::serialize::OutputArchive shard_out;
+    torch::serialize::OutputArchive optimizer_out;
+    sharding_->reshard(shards, optimizers, shard_out, optimizer_out, kCaller);
+    // Rank 0's archive with this rank's shard and optimizer state in place
+    // of its own, then the checked, all-or-nothing load().
+    detail::copy_archive(every_rank[0], mine, {"optimizer", "optimizer_shard"});
+    mine.write("optimizer", optimizer_out);
+    mine.write("optimizer_shard", shard_out);
+  });
   auto archive = detail::reread(mine);
   load(archive);
 }

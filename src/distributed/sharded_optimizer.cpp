@@ -22,6 +22,8 @@ namespace {
 using detail::bytes_of;
 
 constexpr const char* kLoadCaller = "lamp::distributed::ShardedOptimizer::load";
+constexpr const char* kReshardCaller =
+    "lamp::distributed::ShardedOptimizer::load_resharded";
 
 // "0", "1", ...: the parameters' names in messages (ShardedOptimizer is
 // given tensors, not a model's named parameters).
@@ -226,6 +228,41 @@ void ShardedOptimizer::load(torch::serialize::InputArchive& archive) {
   // wrong type) it refuses before the shards change.
   impl.optimizer->load(optimizer_archive);
   impl.shards.load(shard_archive);
+}
+
+void ShardedOptimizer::load_resharded(
+    std::vector<torch::serialize::InputArchive>& every_rank) {
+  auto& impl = *impl_;
+  torch::serialize::OutputArchive mine;
+  // Every rank re-shards before any loads: each reads every archive, and
+  // one may fail where the others do not.
+  detail::on_every_rank(
+      *impl.group, "re-sharding the sharded optimizer's archives", [&] {
+        TORCH_CHECK(!every_rank.empty(), kReshardCaller,
+                    ": no archives given; pass what every rank of the saved "
+                    "run wrote, in rank order.");
+        std::vector<torch::serialize::InputArchive> shards(every_rank.size());
+        std::vector<torch::serialize::InputArchive> optimizers(
+            every_rank.size());
+        for (size_t k = 0; k < every_rank.size(); ++k) {
+          TORCH_CHECK(every_rank[k].try_read("optimizer_shard", shards[k]) &&
+                          every_rank[k].try_read("optimizer", optimizers[k]),
+                      kReshardCaller, ": archive ", k,
+                      " is not a sharded optimizer's (it has no "
+                      "'optimizer_shard' and 'optimizer' sections); give "
+                      "what ShardedOptimizer::save() wrote on each rank.");
+        }
+        torch::serialize::OutputArchive shard_out;
+        torch::serialize::OutputArchive optimizer_out;
+        impl.shards.reshard(shards, optimizers, shard_out, optimizer_out,
+                            kReshardCaller);
+        mine.write("optimizer_shard", shard_out);
+        mine.write("optimizer", optimizer_out);
+      });
+  // What this rank would have saved in their run: load()'s checks and its
+  // all-or-nothing load.
+  auto archive = lamp::detail::reread(mine);
+  load(archive);
 }
 
 torch::optim::Optimizer& ShardedOptimizer::optimizer() {

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "distributed/on_every_rank.h"
 #include "distributed/reshard.h"
 #include "distributed/shard_buckets.h"
 #include "lamp/distributed/sharded_optimizer.h"
@@ -293,7 +294,10 @@ void ZeroSharding::check(torch::serialize::InputArchive& archive,
   TORCH_CHECK(world == group_->world_size(), where,
               ": the optimizer state was sharded over ", world,
               world == 1 ? " rank" : " ranks", " but this run has ",
-              group_->world_size(), "; resume with ", world, " ranks.");
+              group_->world_size(), "; resume with ", world,
+              world == 1 ? " rank" : " ranks",
+              ", or re-shard it: give every saved rank's archive, in rank "
+              "order, to load_resharded().");
   TORCH_CHECK(rank == group_->rank(), where, ": holds rank ", rank,
               "'s shard of the optimizer state, but this is rank ",
               group_->rank(), "; give each rank its own shard.");
@@ -323,6 +327,11 @@ void ZeroSharding::load(torch::serialize::InputArchive& archive) {
   // Every rank's parameters from the loaded shards: the model's own
   // weights in the archive are the same values, rounded to its dtype.
   shards_to_parameters();
+}
+
+void ZeroSharding::agree(const std::string& what,
+                         const std::function<void()>& work) {
+  on_every_rank(*group_, what, work);
 }
 
 void ZeroSharding::reshard(

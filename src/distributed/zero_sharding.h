@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,8 @@ class ZeroSharding final : public OptimizerSharding {
   void check(torch::serialize::InputArchive& archive,
              const std::string& where) const override;
   void load(torch::serialize::InputArchive& archive) override;
+  void agree(const std::string& what,
+             const std::function<void()>& work) override;
   void reshard(std::vector<torch::serialize::InputArchive>& shards,
                std::vector<torch::serialize::InputArchive>& optimizers,
                torch::serialize::OutputArchive& shard_out,

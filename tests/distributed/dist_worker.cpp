@@ -26,6 +26,7 @@
 #include "lamp/nn/linear.h"
 #include "lamp/optim/clip.h"
 #include "lamp/training/checkpoint_weights.h"
+#include "platform/archive.h"
 #include "platform/compat.h"
 #include "test_util.h"
 #include "trainer_util.h"
@@ -1121,6 +1122,153 @@ TEST(Ranks, ShardedOptimizerLoadRefusedByOneRankChangesNoRank) {
         2);
   }
   g->barrier();
+  std::remove(sharded_archive_path(*g, g->rank()).c_str());
+}
+
+// Every rank's shards and AdamW moments put together (gathered over `g`,
+// without the padding), then each shard's step count.
+std::vector<torch::Tensor> whole_state(lamp::distributed::ShardedOptimizer& opt,
+                                       ProcessGroup& g) {
+  std::vector<torch::Tensor> out;
+  for (size_t u = 0; u < opt.shards().size(); ++u) {
+    const auto& shard = opt.shards()[u];
+    const auto& state = static_cast<const torch::optim::AdamWParamState&>(
+        *opt.optimizer().state().at(lamp::detail::optimizer_state_key(shard)));
+    for (const auto& t : std::vector<torch::Tensor>{
+             shard.detach(), state.exp_avg(), state.exp_avg_sq()}) {
+      auto flat = torch::empty({t.numel() * g.world_size()}, t.options());
+      g.all_gather_(flat, t.contiguous());
+      out.push_back(flat.narrow(0, 0, opt.layouts()[u].numel()));
+    }
+    out.push_back(torch::full({1}, state.step(), torch::kLong));
+  }
+  return out;
+}
+
+void expect_bit_equal(const std::vector<torch::Tensor>& a,
+                      const std::vector<torch::Tensor>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(BitEqual(a[i], b[i])) << what << ": tensor " << i;
+  }
+}
+
+TEST(Ranks, ShardedOptimizerReshardsForAnotherNumberOfRanks) {
+  // N ranks take three steps and save; a run of one rank (each rank its
+  // own) loads their N archives and holds the same weights and state bit
+  // for bit, then takes two more steps as the N ranks do; N ranks load its
+  // one archive back, bit for bit again. Refusals change nothing.
+  auto g = any_group();
+  const int world = g->world_size();
+  torch::manual_seed(0);
+  lamp_test::SmallNet net;
+  lamp::distributed::ShardedOptimizer wide(net->parameters(),
+                                           grouped_adamw(net->parameters()), g);
+  for (uint64_t step = 0; step < 3; ++step) {
+    wide.zero_grad();
+    small_net_step(net, 40 + step, [&] { wide.step(); });
+  }
+  {
+    torch::serialize::OutputArchive archive;
+    wide.save(archive);
+    archive.save_to(sharded_archive_path(*g, g->rank()));
+  }
+  g->barrier(); // every rank's archive written
+  const auto every_rank = [&] {
+    std::vector<torch::serialize::InputArchive> all(world);
+    for (int k = 0; k < world; ++k) {
+      all[k].load_from(sharded_archive_path(*g, k));
+    }
+    return all;
+  };
+
+  // N ranks -> 1.
+  auto alone = std::make_shared<ProcessGroup>(torch::kCPU);
+  torch::manual_seed(7); // other initial weights: the load replaces them
+  lamp_test::SmallNet one_net;
+  lamp::distributed::ShardedOptimizer one(
+      one_net->parameters(), grouped_adamw(one_net->parameters()), alone);
+  auto archives = every_rank();
+  one.load_resharded(archives);
+  expect_bit_equal(one_net->parameters(), net->parameters(), "N ranks -> 1");
+  expect_bit_equal(whole_state(one, *alone), whole_state(wide, *g),
+                   "N ranks -> 1");
+  for (uint64_t step = 3; step < 5; ++step) {
+    wide.zero_grad();
+    small_net_step(net, 40 + step, [&] { wide.step(); });
+    one.zero_grad();
+    small_net_step(one_net, 40 + step, [&] { one.step(); });
+  }
+  // The same elementwise update on other shard boundaries (1e-5, as in
+  // ShardedOptimizerMatchesTheReplicatedOneAndHoldsItsShare).
+  for (size_t i = 0; i < net->parameters().size(); ++i) {
+    EXPECT_TRUE(
+        AllClose(one_net->parameters()[i], net->parameters()[i], 1e-5, 1e-6))
+        << "parameter " << i << " two steps after N ranks -> 1";
+  }
+
+  // 1 -> N ranks: every rank gives the one archive.
+  torch::serialize::OutputArchive single_out;
+  one.save(single_out);
+  std::vector<torch::serialize::InputArchive> single(1);
+  single[0] = lamp::detail::reread(single_out);
+  torch::manual_seed(9);
+  lamp_test::SmallNet back_net;
+  lamp::distributed::ShardedOptimizer back(
+      back_net->parameters(), grouped_adamw(back_net->parameters()), g);
+  back.load_resharded(single);
+  expect_bit_equal(back_net->parameters(), one_net->parameters(),
+                   "1 -> N ranks");
+  expect_bit_equal(whole_state(back, *g), whole_state(one, *alone),
+                   "1 -> N ranks");
+
+  // Refused with nothing changed on any rank: rank 0 alone given the
+  // archives out of order (the others name its reason), no archives, an
+  // archive of something else, and one rank's archive into load().
+  const auto params_before = copies_of(back_net->parameters());
+  const auto state_before = whole_state(back, *g);
+  if (world > 1) {
+    auto reversed = every_rank();
+    if (g->rank() == 0) {
+      std::reverse(reversed.begin(), reversed.end());
+    }
+    const auto order = error_of([&] { back.load_resharded(reversed); });
+    const std::string reason =
+        "lamp::distributed::ShardedOptimizer::load_resharded: archive 0 of " +
+        std::to_string(world) + " holds rank " + std::to_string(world - 1) +
+        " of " + std::to_string(world) + "'s shard";
+    EXPECT_EQ(
+        order.find(g->rank() == 0 ? reason
+                                  : "lamp: rank 0 failed in re-sharding the "
+                                    "sharded optimizer's archives: " +
+                                        reason),
+        0u)
+        << order;
+  }
+  std::vector<torch::serialize::InputArchive> none;
+  const auto empty = error_of([&] { back.load_resharded(none); });
+  EXPECT_NE(empty.find("load_resharded: no archives given"), std::string::npos)
+      << empty;
+  std::vector<torch::serialize::InputArchive> model_archive(1);
+  {
+    torch::serialize::OutputArchive written;
+    net->save(written);
+    model_archive[0] = lamp::detail::reread(written);
+  }
+  const auto other = error_of([&] { back.load_resharded(model_archive); });
+  EXPECT_NE(other.find("archive 0 is not a sharded optimizer's"),
+            std::string::npos)
+      << other;
+  auto single_again = lamp::detail::reread(single_out);
+  const auto into_load = error_of([&] { back.load(single_again); });
+  EXPECT_NE(into_load.find("sharded over 1 rank but this run has " +
+                           std::to_string(world) +
+                           "; resume with 1 rank, or re-shard it"),
+            std::string::npos)
+      << into_load;
+  expect_bit_equal(back_net->parameters(), params_before, "after refusals");
+  expect_bit_equal(whole_state(back, *g), state_before, "after refusals");
+  g->barrier(); // every rank done with every rank's archive
   std::remove(sharded_archive_path(*g, g->rank()).c_str());
 }
 

@@ -656,6 +656,68 @@ TORCH_MODULE(SideHeadGpt);
 // gradient is checked to be that zero itself: both steps share the data
 // parallel sync, so a sync that handed on the last step's gradient would
 // otherwise pass for both.
+TEST(Ranks, TrainStepZeroLoadRefusedByOneRankChangesNoRank) {
+  // Rank 0 is given rank 1's archive, the others their own: every rank
+  // refuses, rank 0 with its reason and the others naming it, and no
+  // rank's state changes (a rank that loaded alone would wait in the
+  // gather of the shards for the others). The same for load_resharded(),
+  // rank 0 alone given the archives out of order.
+  auto g = ranks();
+  const int n = g->world_size();
+  auto s = sharded_on(g);
+  train(*s.step, s.model, batch(0, *g));
+  {
+    torch::serialize::OutputArchive archive;
+    s.step->save(archive);
+    archive.save_to(archive_path("one_refuses", g->rank(), *g));
+  }
+  g->barrier(); // every rank's file written
+  train(*s.step, s.model, batch(1, *g));
+  const auto before = gathered_state(*s.step, *g);
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : s.model->parameters()) {
+    weights.push_back(p.detach().clone());
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from(
+      archive_path("one_refuses", g->rank() == 0 ? 1 : g->rank(), *g));
+  const auto load = message_of([&] { s.step->load(archive); });
+  const std::string reason =
+      "lamp::TrainStep::load: holds rank 1's shard of the optimizer state, "
+      "but this is rank 0";
+  EXPECT_EQ(load.find(g->rank() == 0
+                          ? reason
+                          : "lamp: rank 0 failed in checking the checkpoint: " +
+                                reason),
+            0u)
+      << load;
+  std::vector<torch::serialize::InputArchive> all(n);
+  for (int k = 0; k < n; ++k) {
+    all[k].load_from(archive_path("one_refuses", k, *g));
+  }
+  if (g->rank() == 0) {
+    std::reverse(all.begin(), all.end());
+  }
+  const auto resharded = message_of([&] { s.step->load_resharded(all); });
+  const std::string order = "lamp::TrainStep::load_resharded: archive 0 of " +
+                            std::to_string(n) + " holds rank " +
+                            std::to_string(n - 1);
+  EXPECT_EQ(
+      resharded.find(g->rank() == 0 ? order
+                                    : "lamp: rank 0 failed in re-sharding the "
+                                      "checkpoint: " +
+                                          order),
+      0u)
+      << resharded;
+  expect_same_state(gathered_state(*s.step, *g), before, "after refusals");
+  const auto params = s.model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(BitEqual(params[i], weights[i])) << "parameter " << i;
+  }
+  g->barrier(); // every rank done with every rank's files
+  std::remove(archive_path("one_refuses", g->rank(), *g).c_str());
+}
+
 TEST(Ranks, TrainStepZeroStepsAParameterWithoutAGradientAsZero) {
   auto g = ranks();
   for (const int stage : {1, 2}) {

@@ -70,6 +70,18 @@ class OptimizerSharding {
                      const std::string& where) const = 0;
   /// Loads what check() accepted.
   virtual void load(torch::serialize::InputArchive& archive) = 0;
+  /// Runs `work` (checks that may fail on some replicas only: each reads
+  /// its own archive) and agrees with the other replicas before any goes
+  /// on: when it threw on any replica, every replica throws, so that none
+  /// goes on alone into a collective the others never reach. `what` names
+  /// the work in the other replicas' message ("checking the checkpoint").
+  /// TrainStep's load() and load_resharded() check through it. A
+  /// collective. The default, for one replica, runs `work`.
+  virtual void agree(const std::string& what,
+                     const std::function<void()>& work) {
+    (void)what;
+    work();
+  }
   /// Re-shards a checkpoint of a run over another number of replicas: from
   /// what each of its N replicas saved (`shards[k]`: replica k's save();
   /// `optimizers[k]`: its optimizer's save()), writes what this replica

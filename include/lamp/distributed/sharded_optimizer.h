@@ -100,7 +100,8 @@ namespace distributed {
 ///
 /// save() and load() checkpoint this rank's shards and optimizer state; the
 /// model's weights are the parameters (for FP32 parameters the masters
-/// themselves, for BF16/FP16 ones their rounding).
+/// themselves, for BF16/FP16 ones their rounding). load_resharded() resumes
+/// them on another number of ranks.
 class ShardedOptimizer {
  public:
   /// Builds the optimizer of this rank's shard from its FP32 tensors (one
@@ -164,6 +165,19 @@ class ShardedOptimizer {
   /// is refused, every rank throws (naming the reason, or the rank that
   /// refused) and nothing changes on any rank.
   void load(torch::serialize::InputArchive& archive);
+  /// load() of the archives that every rank of a run over any number of
+  /// ranks saved: `every_rank[k]` is what rank k's save() wrote. Each rank
+  /// passes all of them, in rank order, and takes its own shard of the
+  /// master weights and optimizer state, cut anew for this group's number
+  /// of ranks (one rank's archive for a run of N, or N's for one). The
+  /// parameters and param groups must be the same; each state tensor the
+  /// size of a shard (torch::optim's SGD, Adam, AdamW, RMSprop, Adagrad) is
+  /// joined and cut anew, every other value (a step count) must be the same
+  /// in every archive. Each rank holds every rank's state while it loads. A
+  /// collective, all or nothing as load() is: when any rank refuses (the
+  /// archives out of order or of two saves, a damaged shard), every rank
+  /// throws and nothing changes.
+  void load_resharded(std::vector<torch::serialize::InputArchive>& every_rank);
 
   /// The optimizer of this rank's shard (its learning rate, its state).
   torch::optim::Optimizer& optimizer();

@@ -28,6 +28,7 @@
 #include "lamp/training/checkpoint_weights.h"
 #include "platform/archive.h"
 #include "platform/compat.h"
+#include "sharded_state.h"
 #include "test_util.h"
 #include "trainer_util.h"
 #include "training/shard_files.h"
@@ -38,6 +39,8 @@ using lamp::distributed::ProcessGroup;
 using lamp::distributed::ProcessGroupOptions;
 using lamp_test::AllClose;
 using lamp_test::BitEqual;
+using lamp_test::expect_same_state;
+using lamp_test::gathered_state;
 
 std::shared_ptr<ProcessGroup> group(
     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
@@ -1125,26 +1128,6 @@ TEST(Ranks, ShardedOptimizerLoadRefusedByOneRankChangesNoRank) {
   std::remove(sharded_archive_path(*g, g->rank()).c_str());
 }
 
-// Every rank's shards and AdamW moments put together (gathered over `g`,
-// without the padding), then each shard's step count.
-std::vector<torch::Tensor> whole_state(lamp::distributed::ShardedOptimizer& opt,
-                                       ProcessGroup& g) {
-  std::vector<torch::Tensor> out;
-  for (size_t u = 0; u < opt.shards().size(); ++u) {
-    const auto& shard = opt.shards()[u];
-    const auto& state = static_cast<const torch::optim::AdamWParamState&>(
-        *opt.optimizer().state().at(lamp::detail::optimizer_state_key(shard)));
-    for (const auto& t : std::vector<torch::Tensor>{
-             shard.detach(), state.exp_avg(), state.exp_avg_sq()}) {
-      auto flat = torch::empty({t.numel() * g.world_size()}, t.options());
-      g.all_gather_(flat, t.contiguous());
-      out.push_back(flat.narrow(0, 0, opt.layouts()[u].numel()));
-    }
-    out.push_back(torch::full({1}, state.step(), torch::kLong));
-  }
-  return out;
-}
-
 void expect_bit_equal(const std::vector<torch::Tensor>& a,
                       const std::vector<torch::Tensor>& b, const char* what) {
   ASSERT_EQ(a.size(), b.size()) << what;
@@ -1191,8 +1174,8 @@ TEST(Ranks, ShardedOptimizerReshardsForAnotherNumberOfRanks) {
   auto archives = every_rank();
   one.load_resharded(archives);
   expect_bit_equal(one_net->parameters(), net->parameters(), "N ranks -> 1");
-  expect_bit_equal(whole_state(one, *alone), whole_state(wide, *g),
-                   "N ranks -> 1");
+  expect_same_state(gathered_state(one.optimizer(), *alone),
+                    gathered_state(wide.optimizer(), *g), "N ranks -> 1");
   for (uint64_t step = 3; step < 5; ++step) {
     wide.zero_grad();
     small_net_step(net, 40 + step, [&] { wide.step(); });
@@ -1219,14 +1202,14 @@ TEST(Ranks, ShardedOptimizerReshardsForAnotherNumberOfRanks) {
   back.load_resharded(single);
   expect_bit_equal(back_net->parameters(), one_net->parameters(),
                    "1 -> N ranks");
-  expect_bit_equal(whole_state(back, *g), whole_state(one, *alone),
-                   "1 -> N ranks");
+  expect_same_state(gathered_state(back.optimizer(), *g),
+                    gathered_state(one.optimizer(), *alone), "1 -> N ranks");
 
   // Refused with nothing changed on any rank: rank 0 alone given the
   // archives out of order (the others name its reason), no archives, an
   // archive of something else, and one rank's archive into load().
   const auto params_before = copies_of(back_net->parameters());
-  const auto state_before = whole_state(back, *g);
+  const auto state_before = gathered_state(back.optimizer(), *g);
   if (world > 1) {
     auto reversed = every_rank();
     if (g->rank() == 0) {
@@ -1267,7 +1250,8 @@ TEST(Ranks, ShardedOptimizerReshardsForAnotherNumberOfRanks) {
             std::string::npos)
       << into_load;
   expect_bit_equal(back_net->parameters(), params_before, "after refusals");
-  expect_bit_equal(whole_state(back, *g), state_before, "after refusals");
+  expect_same_state(gathered_state(back.optimizer(), *g), state_before,
+                    "after refusals");
   g->barrier(); // every rank done with every rank's archive
   std::remove(sharded_archive_path(*g, g->rank()).c_str());
 }

@@ -24,6 +24,7 @@
 #include "lamp/optim/sgd.h"
 #include "lamp/platform/parameters.h"
 #include "platform/compat.h"
+#include "sharded_state.h"
 #include "test_util.h"
 
 namespace {
@@ -33,6 +34,8 @@ using lamp::distributed::ProcessGroup;
 using lamp::distributed::ProcessGroupOptions;
 using lamp_test::AllClose;
 using lamp_test::BitEqual;
+using lamp_test::expect_same_state;
+using lamp_test::gathered_state;
 
 std::shared_ptr<ProcessGroup> ranks() {
   return ProcessGroup::from_environment(
@@ -487,45 +490,6 @@ torch::Tensor whole_batch(int step, int world) {
   return torch::randint(0, 29, {2 * world, 9}, torch::kLong);
 }
 
-// Per shard: the master weights, AdamW's two moments (gathered over `g`,
-// padding included) and the step count.
-std::vector<torch::Tensor> gathered_state(lamp::TrainStep& step,
-                                          ProcessGroup& g) {
-  std::vector<torch::Tensor> out;
-  auto& optimizer = step.optimizer();
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) {
-      const auto& state = static_cast<torch::optim::AdamWParamState&>(
-          *optimizer.state().at(lamp::detail::optimizer_state_key(p)));
-      for (const auto& t : std::vector<torch::Tensor>{
-               p.detach(), state.exp_avg(), state.exp_avg_sq()}) {
-        auto flat = torch::empty({t.numel() * g.world_size()}, t.options());
-        g.all_gather_(flat, t.contiguous());
-        out.push_back(flat);
-      }
-      out.push_back(torch::full({1}, state.step(), torch::kLong));
-    }
-  }
-  return out;
-}
-
-// The same state, whatever the padding: equal bit for bit over the shorter
-// length, zeros beyond it.
-void expect_same_state(const std::vector<torch::Tensor>& a,
-                       const std::vector<torch::Tensor>& b, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto n = std::min(a[i].numel(), b[i].numel());
-    EXPECT_TRUE(BitEqual(a[i].narrow(0, 0, n), b[i].narrow(0, 0, n)))
-        << what << ": tensor " << i;
-    for (const auto& t : {a[i], b[i]}) {
-      EXPECT_EQ(t.narrow(0, n, t.numel() - n).count_nonzero().item<int64_t>(),
-                0)
-          << what << ": padding of tensor " << i;
-    }
-  }
-}
-
 // Weights of two runs that took the same steps on other splits of the same
 // batches: the same sums in another order (1e-5, as above).
 void expect_close_weights(const lamp::models::GPT& a,
@@ -586,23 +550,25 @@ TEST(Ranks, TrainStepZeroReshardsForAnotherNumberOfRanks) {
     auto again = sharded_on(alone_group);
     auto at5 = load_all("reshard5");
     again.step->load_resharded(at5);
-    expect_same_state(gathered_state(*again.step, *alone_group),
-                      gathered_state(*wide.step, *g), "N ranks -> 1");
+    expect_same_state(gathered_state(again.step->optimizer(), *alone_group),
+                      gathered_state(wide.step->optimizer(), *g),
+                      "N ranks -> 1");
   }
 
   // 1 -> N: every rank gives the same single archive.
   auto single = saved_alone(*alone.step);
   auto back = sharded_on(g);
   back.step->load_resharded(single);
-  expect_same_state(gathered_state(*back.step, *g),
-                    gathered_state(*alone.step, *alone_group), "1 -> N ranks");
+  expect_same_state(gathered_state(back.step->optimizer(), *g),
+                    gathered_state(alone.step->optimizer(), *alone_group),
+                    "1 -> N ranks");
   train(*back.step, back.model, batch(5, *g));
   train(*alone.step, alone.model, whole_batch(5, n));
   expect_close_weights(back.model, alone.model, "1 -> N ranks");
 
   // Refused, naming the problem, with nothing changed: archives out of
   // order, of two steps, of a whole run, and into a whole step.
-  const auto before = gathered_state(*back.step, *g);
+  const auto before = gathered_state(back.step->optimizer(), *g);
   if (n > 1) {
     auto reversed = load_all("reshard3");
     std::reverse(reversed.begin(), reversed.end());
@@ -632,7 +598,8 @@ TEST(Ranks, TrainStepZeroReshardsForAnotherNumberOfRanks) {
   EXPECT_NE(into_whole.find("this TrainStep keeps the optimizer state whole"),
             std::string::npos)
       << into_whole;
-  expect_same_state(gathered_state(*back.step, *g), before, "after refusals");
+  expect_same_state(gathered_state(back.step->optimizer(), *g), before,
+                    "after refusals");
   g->barrier(); // every rank done with every rank's files
   std::remove(archive_path("reshard3", g->rank(), *g).c_str());
   std::remove(archive_path("reshard5", g->rank(), *g).c_str());
@@ -673,7 +640,7 @@ TEST(Ranks, TrainStepZeroLoadRefusedByOneRankChangesNoRank) {
   }
   g->barrier(); // every rank's file written
   train(*s.step, s.model, batch(1, *g));
-  const auto before = gathered_state(*s.step, *g);
+  const auto before = gathered_state(s.step->optimizer(), *g);
   std::vector<torch::Tensor> weights;
   for (const auto& p : s.model->parameters()) {
     weights.push_back(p.detach().clone());
@@ -709,7 +676,8 @@ TEST(Ranks, TrainStepZeroLoadRefusedByOneRankChangesNoRank) {
                                           order),
       0u)
       << resharded;
-  expect_same_state(gathered_state(*s.step, *g), before, "after refusals");
+  expect_same_state(gathered_state(s.step->optimizer(), *g), before,
+                    "after refusals");
   const auto params = s.model->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_TRUE(BitEqual(params[i], weights[i])) << "parameter " << i;

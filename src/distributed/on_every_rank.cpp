@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 
 namespace lamp {
 namespace distributed {
@@ -13,16 +14,32 @@ void on_every_rank(ProcessGroup& group, const std::string& what,
                    const std::function<void()>& work) {
   constexpr int64_t kMessageBytes = 1000;
   std::string error;
+  // Any exception, not c10::Error alone: a rank that left here without the
+  // all-reduce (std::bad_alloc, a std::runtime_error from a user's
+  // OptimizerSharding::agree work) would leave the others waiting in it
+  // until the group's timeout. This rank rethrows it as it was.
+  std::exception_ptr thrown;
+  bool failed = true;
   try {
     work();
+    failed = false;
   } catch (const c10::Error& e) {
     error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    thrown = std::current_exception();
+    error = e.what();
+  } catch (...) {
+    thrown = std::current_exception();
+    error = "an exception that is not a std::exception";
+  }
+  if (failed && error.empty()) {
+    error = "an exception without a message";
   }
   // Row r: 1 where rank r failed, then its message's bytes (a sum of rows
   // that only rank r fills is an all-gather).
   auto rows =
       torch::zeros({group.world_size(), 1 + kMessageBytes}, torch::kInt);
-  if (!error.empty()) {
+  if (failed) {
     auto row = rows[group.rank()];
     row[0] = 1;
     const auto n =
@@ -34,7 +51,10 @@ void on_every_rank(ProcessGroup& group, const std::string& what,
   // On the group's device (NCCL reduces CUDA tensors only), read back here.
   auto reduced = rows.to(group.device());
   group.all_reduce_(reduced, ReduceOp::kSum, "the agreement on " + what);
-  TORCH_CHECK(error.empty(), error);
+  if (thrown) {
+    std::rethrow_exception(thrown);
+  }
+  TORCH_CHECK(!failed, error);
   rows = reduced.cpu();
   const auto a = rows.accessor<int, 2>();
   std::string ranks, first;

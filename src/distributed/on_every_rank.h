@@ -15,10 +15,12 @@ namespace distributed {
 namespace detail {
 
 /// Runs `work` on this rank, then agrees with the others (one all-reduce
-/// on the group's device): when it threw a c10::Error on any rank, every
-/// rank throws, a failed rank its own error, the others one that names the
-/// failed ranks and the first one's message (its first 1000 bytes), so that
-/// rank 0, which the user reads, says why. `what` names the work ("reading
+/// on the group's device): when it threw on any rank (any exception, a
+/// std::bad_alloc as well as a c10::Error), every rank throws, a failed
+/// rank its own error (a c10::Error's message without its backtrace, any
+/// other exception as it was thrown), the others a c10::Error that names
+/// the failed ranks and the first one's message (its first 1000 bytes), so
+/// that rank 0, which the user reads, says why. `what` names the work ("reading
 /// the checkpoint's shards"). A collective: every rank calls it at the same
 /// point. One process: `work`, its error as it is.
 void on_every_rank(ProcessGroup& group, const std::string& what,

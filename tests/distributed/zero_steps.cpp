@@ -12,7 +12,9 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -684,6 +686,95 @@ TEST(Ranks, TrainStepZeroLoadRefusedByOneRankChangesNoRank) {
   }
   g->barrier(); // every rank done with every rank's files
   std::remove(archive_path("one_refuses", g->rank(), *g).c_str());
+}
+
+TEST(Ranks, AgreeStopsEveryRankWhateverTheWorkThrows) {
+  // OptimizerSharding::agree() with work that throws something other than
+  // a c10::Error on one rank (a user's std::runtime_error, a bad_alloc, an
+  // int): that rank gets its exception back as it was, every other rank an
+  // error naming it, at once (a rank that left without the agreement's
+  // all-reduce would leave the others waiting in it until the timeout).
+  auto g = ranks();
+  const int n = g->world_size();
+  const int failing = n - 1;
+  auto s = sharded_on(g);
+  auto& sharding = *s.step->optimizer_sharding();
+  const auto others = [&](const std::string& reason) {
+    return "lamp: rank " + std::to_string(failing) +
+           " failed in the test's work: " + reason + " (rank " +
+           std::to_string(g->rank()) + " stops too).";
+  };
+  // A std::runtime_error: its type and message on the failing rank.
+  try {
+    sharding.agree("the test's work", [&] {
+      if (g->rank() == failing) {
+        throw std::runtime_error("the disk is full");
+      }
+    });
+    ADD_FAILURE() << "rank " << g->rank() << ": agree() returned";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(g->rank(), failing) << e.what_without_backtrace();
+    EXPECT_EQ(e.what_without_backtrace(), others("the disk is full"));
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(g->rank(), failing);
+    EXPECT_STREQ(e.what(), "the disk is full");
+  }
+  // A std::bad_alloc, on rank 0 this time.
+  try {
+    sharding.agree("the test's work", [&] {
+      if (g->rank() == 0) {
+        throw std::bad_alloc();
+      }
+    });
+    ADD_FAILURE() << "rank " << g->rank() << ": agree() returned";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(g->rank(), 0) << e.what_without_backtrace();
+    EXPECT_EQ(std::string(e.what_without_backtrace())
+                  .find("lamp: rank 0 failed in the test's work: "),
+              0u)
+        << e.what_without_backtrace();
+  } catch (const std::bad_alloc&) {
+    EXPECT_EQ(g->rank(), 0);
+  }
+  // Something that is not an exception at all.
+  try {
+    sharding.agree("the test's work", [&] {
+      if (g->rank() == failing) {
+        throw 42;
+      }
+    });
+    ADD_FAILURE() << "rank " << g->rank() << ": agree() returned";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(g->rank(), failing) << e.what_without_backtrace();
+    EXPECT_EQ(e.what_without_backtrace(),
+              others("an exception that is not a std::exception"));
+  } catch (int thrown) {
+    EXPECT_EQ(g->rank(), failing);
+    EXPECT_EQ(thrown, 42);
+  }
+  // An exception whose what() is empty still stops every rank, saying so.
+  struct Silent : std::exception {
+    const char* what() const noexcept override { return ""; }
+  };
+  try {
+    sharding.agree("the test's work", [&] {
+      if (g->rank() == failing) {
+        throw Silent();
+      }
+    });
+    ADD_FAILURE() << "rank " << g->rank() << ": agree() returned";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(g->rank(), failing) << e.what_without_backtrace();
+    EXPECT_EQ(e.what_without_backtrace(),
+              others("an exception without a message"));
+  } catch (const Silent&) {
+    EXPECT_EQ(g->rank(), failing);
+  }
+  // And work that throws nowhere goes on everywhere.
+  int ran = 0;
+  sharding.agree("the test's work", [&] { ++ran; });
+  EXPECT_EQ(ran, 1);
+  g->barrier(); // the group still works after the refusals
 }
 
 TEST(Ranks, TrainStepZeroStepsAParameterWithoutAGradientAsZero) {

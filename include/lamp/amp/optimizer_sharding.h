@@ -72,8 +72,10 @@ class OptimizerSharding {
   virtual void load(torch::serialize::InputArchive& archive) = 0;
   /// Runs `work` (checks that may fail on some replicas only: each reads
   /// its own archive) and agrees with the other replicas before any goes
-  /// on: when it threw on any replica, every replica throws, so that none
-  /// goes on alone into a collective the others never reach. `what` names
+  /// on: when it threw on any replica (any exception, a std::bad_alloc as
+  /// well as a c10::Error), every replica throws, so that none goes on
+  /// alone into a collective the others never reach; the replica that
+  /// threw gets its exception back, the others a c10::Error naming it. `what` names
   /// the work in the other replicas' message ("checking the checkpoint").
   /// TrainStep's load() and load_resharded() check through it. A
   /// collective. The default, for one replica, runs `work`.

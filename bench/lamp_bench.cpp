@@ -849,8 +849,9 @@ int main(int argc, char** argv) {
       "--report-precision", c.report_precision,
       "print each model's parameter/buffer dtypes and the dtypes its convolutions/matmuls ran in during one training step");
   lamp_examples::add_version_flag(app, "lamp_bench");
-  const int status =
-      lamp_examples::parse_command_line(app, "lamp_bench", argc, argv);
+  lamp_examples::SettingsSources sources; // the flags --config set
+  const int status = lamp_examples::parse_command_line(app, "lamp_bench", argc,
+                                                       argv, {}, &sources);
   if (status >= 0) {
     return status;
   }
@@ -865,5 +866,6 @@ int main(int argc, char** argv) {
   // --json is written; a write beyond `ulimit -f` fails with EFBIG.
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGXFSZ, SIG_IGN);
-  return lamp_examples::guarded_main("lamp_bench", [&] { return run(c); });
+  return lamp_examples::guarded_main(
+      "lamp_bench", [&] { return run(c); }, sources);
 }

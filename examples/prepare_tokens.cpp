@@ -241,10 +241,13 @@ int main(int argc, char** argv) {
       ->check(cli::integer_in(0, 4096))
       ->capture_default_str();
   cli::add_version_flag(app, "prepare_tokens");
-  const int status = cli::parse_command_line(app, "prepare_tokens", argc, argv);
+  cli::SettingsSources sources; // the flags --config set, for the errors
+  const int status =
+      cli::parse_command_line(app, "prepare_tokens", argc, argv, {}, &sources);
   if (status >= 0) {
     return status;
   }
   config.val_seed_given = val_seed->count() > 0;
-  return cli::guarded_main("prepare_tokens", [&] { return run(config); });
+  return cli::guarded_main(
+      "prepare_tokens", [&] { return run(config); }, sources);
 }

@@ -133,10 +133,12 @@ int main(int argc, char** argv) {
       ->check(cli::integer_in(0, 4096))
       ->capture_default_str();
   cli::add_version_flag(app, "train_step_demo");
+  cli::SettingsSources sources; // the flags --config set, for the errors
   const int status =
-      cli::parse_command_line(app, "train_step_demo", argc, argv);
+      cli::parse_command_line(app, "train_step_demo", argc, argv, {}, &sources);
   if (status >= 0) {
     return status;
   }
-  return cli::guarded_main("train_step_demo", [&] { return run(config); });
+  return cli::guarded_main(
+      "train_step_demo", [&] { return run(config); }, sources);
 }

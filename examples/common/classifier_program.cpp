@@ -954,8 +954,9 @@ int program_main(int argc, char** argv, const std::string& program,
     add_program_options(app);
   }
   add_version_flag(app, program);
+  SettingsSources sources; // the flags --config set, for the errors
   const int status =
-      parse_command_line(app, program, argc, argv, python_config);
+      parse_command_line(app, program, argc, argv, python_config, &sources);
   if (status >= 0) {
     return status;
   }
@@ -982,17 +983,21 @@ int program_main(int argc, char** argv, const std::string& program,
   // anything is read.
   const auto usage = step_flags_error(app, config);
   if (!usage.empty()) {
-    std::cerr << program << ": error: " << usage << " (see " << program
+    std::cerr << program << ": error: " << usage
+              << settings_file_note(usage, sources) << " (see " << program
               << " --help)" << std::endl;
     return kUsageError;
   }
   if (config.precision_support) {
-    return guarded_main(program, [&] {
-      print_out("%s", lamp::precision_support(resolve_device(config.device))
-                          .to_string()
-                          .c_str());
-      return 0;
-    });
+    return guarded_main(
+        program,
+        [&] {
+          print_out("%s", lamp::precision_support(resolve_device(config.device))
+                              .to_string()
+                              .c_str());
+          return 0;
+        },
+        sources);
   }
   config.command_line.assign(argv, argv + argc);
   config.rank_flags = rank_flag_settings(app);
@@ -1005,33 +1010,37 @@ int program_main(int argc, char** argv, const std::string& program,
   // Freed tensors' memory serves the next step instead of being faulted in
   // again (include/lamp/platform/host_memory.h).
   lamp::keep_host_memory();
-  return guarded_main(program, [&] {
-    // Before the data is read: a resume that contradicts its checkpoint
-    // fails at once.
-    config.requested_precision = precision_from(config); // parsed once
-    const auto* sample_only = app.get_option_no_throw("--sample-only");
-    apply_resume_settings(app, config, program,
-                          config.eval_only ? "--eval-only"
-                          : sample_only != nullptr && sample_only->count() > 0
-                              ? "--sample-only"
-                              : nullptr);
-    if (config.eval_only) {
-      TORCH_CHECK(!config.resume.empty() || !config.init_from.empty(),
-                  "--eval-only evaluates trained weights: give --resume "
-                  "CHECKPOINT (the model's settings come with it) or "
-                  "--init-from FILE.");
-      refuse_typed_flags(config, training_only_flags(),
-                         "--eval-only trains and writes nothing");
-    }
-    config.logged_flags = run_flag_settings(app, config);
-    apply_threads(config);
-    auto spec = make_spec();
-    spec.program = program;
-    if (spec.instead_of_training) {
-      return spec.instead_of_training();
-    }
-    return run(config, spec);
-  });
+  return guarded_main(
+      program,
+      [&] {
+        // Before the data is read: a resume that contradicts its checkpoint
+        // fails at once.
+        config.requested_precision = precision_from(config); // parsed once
+        const auto* sample_only = app.get_option_no_throw("--sample-only");
+        apply_resume_settings(
+            app, config, program,
+            config.eval_only ? "--eval-only"
+            : sample_only != nullptr && sample_only->count() > 0
+                ? "--sample-only"
+                : nullptr);
+        if (config.eval_only) {
+          TORCH_CHECK(!config.resume.empty() || !config.init_from.empty(),
+                      "--eval-only evaluates trained weights: give --resume "
+                      "CHECKPOINT (the model's settings come with it) or "
+                      "--init-from FILE.");
+          refuse_typed_flags(config, training_only_flags(),
+                             "--eval-only trains and writes nothing");
+        }
+        config.logged_flags = run_flag_settings(app, config);
+        apply_threads(config);
+        auto spec = make_spec();
+        spec.program = program;
+        if (spec.instead_of_training) {
+          return spec.instead_of_training();
+        }
+        return run(config, spec);
+      },
+      sources);
 }
 
 } // namespace lamp_examples

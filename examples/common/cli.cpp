@@ -163,25 +163,6 @@ std::string suggestions(const CLI::App& app) {
   return text;
 }
 
-// " (set by FILE line N (key = value))" where `message` names a flag that
-// the settings file set: a bad value there is found on its line.
-std::string from_settings_file(
-    const std::string& message,
-    const std::map<std::string, std::string>& sources) {
-  for (const auto& [flag, source] : sources) {
-    for (auto at = message.find(flag); at != std::string::npos;
-         at = message.find(flag, at + 1)) {
-      const auto end = at + flag.size();
-      if (end == message.size() ||
-          !(std::isalnum(static_cast<unsigned char>(message[end])) ||
-            message[end] == '-')) {
-        return " (set by " + source + ")";
-      }
-    }
-  }
-  return "";
-}
-
 // The physical cores among the CPUs this process may run on (its affinity
 // mask, as taskset or a container's cpuset sets it): hyperthreads of one
 // core count once, by the core and package ids Linux gives in sysfs. Where
@@ -211,6 +192,34 @@ int64_t physical_cores_available() {
 }
 
 } // namespace
+
+std::string settings_file_note(const std::string& message,
+                               const SettingsSources& sources) {
+  // Each flag the message names that the file set, where the message first
+  // names it (a flag whose name goes on, --steps-per-x, is not --steps).
+  std::vector<std::pair<size_t, std::string>> named;
+  for (const auto& [flag, source] : sources) {
+    for (auto at = message.find(flag); at != std::string::npos;
+         at = message.find(flag, at + 1)) {
+      const auto end = at + flag.size();
+      if (end == message.size() ||
+          !(std::isalnum(static_cast<unsigned char>(message[end])) ||
+            message[end] == '-')) {
+        named.emplace_back(at, source);
+        break;
+      }
+    }
+  }
+  if (named.empty()) {
+    return "";
+  }
+  std::sort(named.begin(), named.end());
+  std::string note = " (set by ";
+  for (size_t i = 0; i < named.size(); ++i) {
+    note.append(i == 0 ? "" : "; ").append(named[i].second);
+  }
+  return note + ")";
+}
 
 std::string shell_command(const std::vector<std::string>& args) {
   std::string line;
@@ -341,7 +350,8 @@ void open_standard_descriptors() {
 }
 
 int parse_command_line(CLI::App& app, const std::string& program, int argc,
-                       char** argv, const PythonConfigReader& python) {
+                       char** argv, const PythonConfigReader& python,
+                       SettingsSources* set_by) {
   // Before any file of the program's is opened.
   open_standard_descriptors();
   read_integers_as_decimal(app);
@@ -355,7 +365,9 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
         ->type_name("FILE")
         ->check(non_empty_path("a settings file"));
   }
-  std::map<std::string, std::string> sources;
+  SettingsSources local;
+  SettingsSources& sources = set_by != nullptr ? *set_by : local;
+  sources.clear();
   std::vector<std::string> notes;
   std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
   try {
@@ -391,7 +403,7 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
     const auto hint =
         dynamic_cast<const CLI::ExtrasError*>(&e) ? suggestions(app) : "";
     std::cerr << program << ": error: " << one_line(e.what()) << hint
-              << from_settings_file(e.what(), sources) << " (see " << program
+              << settings_file_note(e.what(), sources) << " (see " << program
               << " --help)" << std::endl;
     return kUsageError; // as argparse's
   }
@@ -435,7 +447,8 @@ std::string error_message(const std::exception& error) {
   return c10_error ? c10_error->what_without_backtrace() : error.what();
 }
 
-int guarded_main(const std::string& program, const std::function<int()>& body) {
+int guarded_main(const std::string& program, const std::function<int()>& body,
+                 const SettingsSources& sources) {
   // The library's warnings (and LibTorch's) as one line each, in the
   // programs' own form, instead of c10's with a C++ source location.
   lamp::WarningSink warnings([&program](const std::string& message) {
@@ -447,6 +460,14 @@ int guarded_main(const std::string& program, const std::function<int()>& body) {
     return body();
   } catch (const std::exception& e) {
     message = error_message(e);
+  }
+  // The note inside the sentence: "... or less (set by run.toml line 2
+  // (batch-size = 99999))."
+  const auto note = settings_file_note(message, sources);
+  if (!note.empty() && message.back() == '.') {
+    message.insert(message.size() - 1, note);
+  } else {
+    message += note;
   }
   std::cout.flush();
   std::cerr << program << ": error: " << message << std::endl;

@@ -92,8 +92,17 @@ std::string nearest_flag(const CLI::App& app, const std::string& given);
 /// --version, kUsageError after a usage error, which is printed as one line
 /// on stderr:
 /// "PROGRAM: error: --epochs: 'abc' is not an integer (see PROGRAM --help)".
+/// `sources`, where given, gets where the settings file set each flag.
 int parse_command_line(CLI::App& app, const std::string& program, int argc,
-                       char** argv, const PythonConfigReader& python = {});
+                       char** argv, const PythonConfigReader& python = {},
+                       SettingsSources* sources = nullptr);
+
+/// " (set by SOURCE)" for the flags `message` names that a settings file
+/// set, in the order the message names them ("; " between two), or "":
+/// an error about a flag's value, found after parsing ("--warmup-steps
+/// 100 is not shorter than --steps 40"), says which line gave it.
+std::string settings_file_note(const std::string& message,
+                               const SettingsSources& sources);
 
 /// The device named by --device: "" is cuda when a GPU is available, else
 /// cpu; otherwise cpu, cuda or cuda:N, each checked (a clear error for
@@ -102,8 +111,11 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
 torch::Device resolve_device(const std::string& name);
 
 /// Runs the program's body: a c10::Error or std::exception is printed as
-/// "PROGRAM: error: ..." and gives kRuntimeError.
-int guarded_main(const std::string& program, const std::function<int()>& body);
+/// "PROGRAM: error: ..." and gives kRuntimeError; where the message names a
+/// flag that a settings file set (`sources`), the line that set it follows
+/// (settings_file_note()).
+int guarded_main(const std::string& program, const std::function<int()>& body,
+                 const SettingsSources& sources = {});
 
 /// An exception's message as guarded_main() prints it (a c10::Error's
 /// without its backtrace).

@@ -414,8 +414,7 @@ ConfigFile read_config_file(const std::string& path) {
 
 std::vector<std::string> with_config_settings(
     const CLI::App& app, const std::vector<std::string>& args,
-    const PythonConfigReader& python,
-    std::map<std::string, std::string>& sources,
+    const PythonConfigReader& python, SettingsSources& sources,
     std::vector<std::string>& notes) {
   std::string path;
   int configs = 0;

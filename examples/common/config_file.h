@@ -88,6 +88,10 @@ using PythonConfigReader = std::function<std::vector<ConfigFlag>(
     const ConfigFile& file, const GivenFlag& given,
     std::vector<std::string>& notes)>;
 
+/// Where a settings file set each flag it set: "--width" -> "run.toml line
+/// 3 (width = 384)".
+using SettingsSources = std::map<std::string, std::string>;
+
 /// `args` (the command line after the program's name) with the settings of
 /// its --config file added as flags, after the command line's own, except
 /// those the command line gives (by any of the flag's names). Without
@@ -98,8 +102,7 @@ using PythonConfigReader = std::function<std::vector<ConfigFlag>(
 /// false, and --config given twice.
 std::vector<std::string> with_config_settings(
     const CLI::App& app, const std::vector<std::string>& args,
-    const PythonConfigReader& python,
-    std::map<std::string, std::string>& sources,
+    const PythonConfigReader& python, SettingsSources& sources,
     std::vector<std::string>& notes);
 
 } // namespace lamp_examples

@@ -1018,6 +1018,28 @@ def settings_file(train_mnist, data, work):
     expect_usage_error(train_mnist, ["--config", settings],
                        r"--epochs: 0 is out of range: .*\(set by "
                        rf"{re.escape(settings)} line 1 \(epochs = 0\)\)")
+    # Refused after parsing, the file's lines still named: two flags that
+    # contradict each other (a usage error, both lines in the message's
+    # order) and a value the data refuses (a runtime error, the line inside
+    # the sentence).
+    with open(settings, "w") as f:
+        f.write("steps = 10\nschedule = warmup-cosine\nwarmup-steps = 20\n")
+    # (After the line saying what the file gave, on stdout.)
+    r = run([train_mnist, "--config", settings])
+    wanted = (f"train_mnist: error: --warmup-steps 20 is not shorter than "
+              f"--steps 10; give fewer warm-up steps or a longer run (set by "
+              f"{settings} line 3 (warmup-steps = 20); {settings} line 1 "
+              f"(steps = 10)) (see train_mnist --help)\n")
+    if r.returncode != 2 or r.stderr != wanted:
+        fail(f"a warm-up the file makes too long: exit {r.returncode}, "
+             f"stderr {r.stderr!r}, expected {wanted!r}")
+    with open(settings, "w") as f:
+        f.write("batch-size = 99999\n")
+    expect_runtime_error(base + ["--config", settings, "--epochs", "1"],
+                         [r"--batch-size 99999 is larger than the \d+ "
+                          r"training images; use --batch-size \d+ or less "
+                          rf"\(set by {re.escape(settings)} line 1 "
+                          r"\(batch-size = 99999\)\)\.$"])
     python = os.path.join(work, "settings.py")
     with open(python, "w") as f:
         f.write("n_layer = 2\n")

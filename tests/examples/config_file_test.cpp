@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -320,6 +321,75 @@ TEST(ConfigFile, ParseCommandLineReadsTheFile) {
              "prog: error: --count: 101 is out of range: give an "
              "integer in 1..100 (set by " +
                  path + " line 1 (count = 0101))");
+}
+
+TEST(ConfigFile, ErrorsAfterParsingNameTheLinesThatSetTheirFlags) {
+  // What parse_command_line() records, and the note an error found later
+  // gets from it: each flag the message names, in the message's order.
+  const auto folder = test_folder();
+  const auto path =
+      write(folder + "/later.toml",
+            "steps = 10\nwarmup-steps = 20\nsteps-per-epoch = 3\n");
+  int64_t steps = 0, warmup = 0, per_epoch = 0;
+  CLI::App app{"test"};
+  app.add_option("--steps", steps)->check(lamp_examples::integer_in(1, 100));
+  app.add_option("--warmup-steps", warmup)
+      ->check(lamp_examples::integer_in(0, 100));
+  app.add_option("--steps-per-epoch", per_epoch)
+      ->check(lamp_examples::integer_in(1, 100));
+  std::vector<std::string> args = {"prog", "--config", path};
+  std::vector<char*> argv;
+  for (auto& arg : args) {
+    argv.push_back(arg.data());
+  }
+  lamp_examples::SettingsSources sources;
+  sources["--stale"] = "from an earlier parse"; // cleared
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(lamp_examples::parse_command_line(app, "prog",
+                                              static_cast<int>(argv.size()),
+                                              argv.data(), {}, &sources),
+            -1);
+  ::testing::internal::GetCapturedStdout();
+  const lamp_examples::SettingsSources expected = {
+      {"--steps", path + " line 1 (steps = 10)"},
+      {"--warmup-steps", path + " line 2 (warmup-steps = 20)"},
+      {"--steps-per-epoch", path + " line 3 (steps-per-epoch = 3)"}};
+  EXPECT_EQ(sources, expected);
+  using lamp_examples::settings_file_note;
+  // Two flags, in the order the message names them (not the map's).
+  EXPECT_EQ(settings_file_note(
+                "--warmup-steps 20 is not shorter than --steps 10", sources),
+            " (set by " + path + " line 2 (warmup-steps = 20); " + path +
+                " line 1 (steps = 10))");
+  // A flag whose name goes on is another flag: --steps-per-epoch alone.
+  EXPECT_EQ(settings_file_note("--steps-per-epoch 3 is too many", sources),
+            " (set by " + path + " line 3 (steps-per-epoch = 3))");
+  // Named twice, noted once; a flag the file did not set, not at all.
+  EXPECT_EQ(settings_file_note("--steps 10: --steps must be more", sources),
+            " (set by " + path + " line 1 (steps = 10))");
+  EXPECT_EQ(settings_file_note("--lr 5 is too high", sources), "");
+  EXPECT_EQ(settings_file_note("--steps 10 is too few", {}), "");
+  // guarded_main() puts the note inside the sentence.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(lamp_examples::guarded_main(
+                "prog",
+                []() -> int {
+                  TORCH_CHECK(false, "--steps 10 is too few; give 20.");
+                },
+                sources),
+            lamp_examples::kRuntimeError);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "prog: error: --steps 10 is too few; give 20 (set by " + path +
+                " line 1 (steps = 10)).\n");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(
+      lamp_examples::guarded_main(
+          "prog", []() -> int { throw std::runtime_error("--steps 10 lost"); },
+          sources),
+      lamp_examples::kRuntimeError);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "prog: error: --steps 10 lost (set by " + path +
+                " line 1 (steps = 10))\n");
 }
 
 // nanoGPT's config files as train_gpt's flags.

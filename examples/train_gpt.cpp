@@ -61,6 +61,10 @@ struct GptFlags {
   bool byte_text = true;
   lamp::data::TokenPieces pieces;
   int64_t first_token = -1;
+  // The ids the samples are drawn from: the data's or the tokenizer's
+  // vocabulary, below the model's padded one (0: every id, where the
+  // text's vocabulary is not known).
+  int64_t sample_vocab = 0;
   // --tokenizer: a SentencePiece model's file or a byte-level BPE's files
   // (the path stored in checkpoints), and the tokenizer once loaded (or
   // trained, with --train-tokenizer's pieces); it encodes the text and the
@@ -456,6 +460,7 @@ int64_t print_samples(
             .temperature(flags.temperature)
             .top_k(flags.top_k)
             .top_p(flags.top_p)
+            .vocab_size(flags.sample_vocab)
             .kv_cache(!flags.no_kv_cache)
             .seed(seed)
             .stop_requested([] { return lamp_examples::stop_signal() != 0; }));
@@ -489,6 +494,11 @@ int64_t print_samples(
                            ", --top-k " + std::to_string(flags.top_k);
     if (flags.top_p < 1.0) {
       settings += ", --top-p " + lamp_examples::exact_number(flags.top_p);
+    }
+    if (flags.sample_vocab > 0 &&
+        flags.sample_vocab < flags.model.vocab_size()) {
+      settings += ", ids 0.." + std::to_string(flags.sample_vocab - 1) +
+                  " of the model's " + std::to_string(flags.model.vocab_size());
     }
     if (made < flags.sample_tokens) {
       settings += ", stopped by " +
@@ -539,6 +549,7 @@ void load_tokenizer(GptFlags& flags,
   }
   flags.tokenizer = lamp::data::Tokenizer::load(flags.tokenizer_path);
   flags.byte_text = false;
+  flags.sample_vocab = flags.tokenizer.vocab_size();
   bool fingerprinted = false;
   const auto stored_model =
       resumed_setting(config, kTokenizerModelSetting, fingerprinted);
@@ -647,6 +658,7 @@ void token_text_for_sampling(const lamp_examples::ProgramConfig& config,
                   ": its text would not be the model's. Give the --data "
                   "folder the model was trained on.");
       vocab = meta_vocab;
+      flags.sample_vocab = meta_vocab;
       flags.pieces = std::move(pieces);
     }
   }
@@ -936,6 +948,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(flags.model.vocab_size()),
               vocab_given ? "" : " (padded to a multiple of 64)");
           flags.byte_text = false;
+          flags.sample_vocab = tokens.vocab_size;
           flags.pieces = std::move(tokens.pieces);
           flags.first_token =
               lamp::data::widen_token_ids(tokens.validation.inputs[0][0],
@@ -949,6 +962,7 @@ int main(int argc, char** argv) {
           if (flags.train_tokenizer > 0) {
             flags.tokenizer = train_tokenizer(config, flags, bytes);
             flags.byte_text = false;
+            flags.sample_vocab = flags.tokenizer.vocab_size();
           }
           vocabulary_for(flags, flags.tokenizer.vocab_size(), vocab_given,
                          "the tokenizer's pieces",
@@ -991,6 +1005,7 @@ int main(int argc, char** argv) {
                       flags.model.vocab_size(),
                       " is smaller than the text's 256 byte values; give at "
                       "least 256.");
+          flags.sample_vocab = 256; // the bytes of a text
           auto text =
               lamp::data::read_text_windows(config.data, flags.model.context());
           spec.train = std::move(text.train);

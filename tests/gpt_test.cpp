@@ -1016,6 +1016,64 @@ TEST(Generate, TopPKeepsTheMostLikelyTokensReachingIt) {
             std::string::npos);
 }
 
+// A model padded beyond its tokenizer: logits favouring the padded ids
+// (2 and 3, never a target) most. vocab_size 2 samples ids 0 and 1 only,
+// in their own proportions; a vocab_size of every id is the default's
+// draws; one beyond the logits or the GPT's vocabulary is refused.
+TEST(Generate, VocabSizeSamplesTheTokenizersIdsOnly) {
+  torch::nn::Linear module(1, 1);
+  const auto logits = torch::log(torch::tensor({0.1, 0.1, 0.4, 0.4}));
+  const auto forward = [&](const torch::Tensor& x) {
+    return logits.view({1, 1, 4}).expand({x.size(0), x.size(1), 4});
+  };
+  const auto draw = [&](const lamp::models::GenerateOptions& options) {
+    return lamp::models::generate(*module, forward,
+                                  torch::zeros({1}, torch::kLong), 4, options);
+  };
+  const auto options =
+      lamp::models::GenerateOptions().tokens(400).temperature(1);
+  const auto within =
+      draw(lamp::models::GenerateOptions(options).vocab_size(2));
+  std::set<int64_t> seen;
+  for (int64_t i = 1; i < within.size(0); ++i) {
+    seen.insert(within[i].item<int64_t>());
+  }
+  // 400 draws of p = 0.5 miss one of the two with probability 2^-399.
+  EXPECT_EQ(seen, (std::set<int64_t>{0, 1}));
+  // Without it the padded ids take about 80% of the draws.
+  const auto all = draw(options);
+  EXPECT_GT(all.slice(0, 1).ge(2).sum().item<int64_t>(), 200);
+  EXPECT_TRUE(torch::equal(
+      draw(lamp::models::GenerateOptions(options).vocab_size(4)), all));
+  // The greedy token of the tokenizer's ids, not the padded ones'.
+  const auto greedy = draw(
+      lamp::models::GenerateOptions(options).tokens(3).top_k(1).vocab_size(1));
+  EXPECT_TRUE(torch::equal(greedy, torch::zeros({4}, torch::kLong)));
+  EXPECT_NE(error_of([&] {
+              draw(lamp::models::GenerateOptions(options).vocab_size(5));
+            }).find("vocab_size 5 is more than the model's 4 logits"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              draw(lamp::models::GenerateOptions(options).vocab_size(-1));
+            }).find("vocab_size must be >= 0"),
+            std::string::npos);
+  torch::manual_seed(3);
+  GPT gpt(tiny());
+  const auto gpt_forward = [&](const torch::Tensor& x) {
+    return gpt->forward(x);
+  };
+  const auto refused = error_of([&] {
+    lamp::models::generate(*gpt, gpt_forward, torch::tensor({1}, torch::kLong),
+                           8,
+                           lamp::models::GenerateOptions().vocab_size(
+                               gpt->options().vocab_size() + 1));
+  });
+  EXPECT_NE(refused.find("is more than the GPT's vocabulary of " +
+                         std::to_string(gpt->options().vocab_size())),
+            std::string::npos)
+      << refused;
+}
+
 } // namespace
 
 namespace {

@@ -562,11 +562,19 @@ class CacheScope {
   GPTKVCache* previous_;
 };
 
-// The next token's distribution from the last position's logits: the
-// temperature, then top-k, then top-p (the most likely tokens whose
-// probabilities first reach top_p, the most likely always kept).
+// The next token's distribution from the last position's logits: the ids
+// below vocab_size, the temperature, then top-k, then top-p (the most
+// likely tokens whose probabilities first reach top_p, the most likely
+// always kept).
 torch::Tensor next_token_probabilities(torch::Tensor logits,
                                        const GenerateOptions& options) {
+  if (options.vocab_size() > 0) {
+    TORCH_CHECK(options.vocab_size() <= logits.size(0),
+                "lamp::models::generate: vocab_size ", options.vocab_size(),
+                " is more than the model's ", logits.size(0),
+                " logits; give at most that (0: all of them).");
+    logits = logits.narrow(0, 0, options.vocab_size());
+  }
   logits = logits.to(torch::kFloat).cpu();
   const float top = logits.max().item<float>();
   TORCH_CHECK(std::isfinite(top),
@@ -624,6 +632,9 @@ torch::Tensor generate(
               options.top_k(), ".");
   TORCH_CHECK(options.top_p() > 0 && options.top_p() <= 1, who,
               ": top_p must be in (0, 1], got ", options.top_p(), ".");
+  TORCH_CHECK(options.vocab_size() >= 0, who,
+              ": vocab_size must be >= 0 (0: every id), got ",
+              options.vocab_size(), ".");
   const bool was_training = module.is_training();
   module.eval();
   torch::NoGradGuard no_grad;
@@ -656,6 +667,9 @@ torch::Tensor generate(
                 " (ids 0..", vocab - 1,
                 "); encode it with the tokenizer the model was trained "
                 "with.");
+    TORCH_CHECK(options.vocab_size() <= vocab, who, ": vocab_size ",
+                options.vocab_size(), " is more than the GPT's vocabulary of ",
+                vocab, "; give at most that (0: all of it).");
     TORCH_CHECK(context <= gpt->options().context(), who, ": context ", context,
                 " is longer than the GPT's context of ",
                 gpt->options().context(), "; give at most that.");

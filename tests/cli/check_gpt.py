@@ -1450,16 +1450,17 @@ def token_files(train_gpt, work):
         fail(f"no data line {wanted!r}: {r.stdout[:600]!r}")
     if f"vocab={padded}" not in r.stdout:
         fail(f"the model is not of vocabulary {padded}: {r.stdout[:600]!r}")
-    # The data's characters, and, from a model trained 20 steps, perhaps
-    # a padding id (v and above: no piece, shown as <id>).
-    import re
-    decoded = lambda sample: re.sub(
-        r"<(\d+)>", lambda m: "" if v <= int(m.group(1)) < padded else m[0],
-        sample.rstrip("\n"))
+    # The data's characters only: never a padding id (v and above: no
+    # piece, shown as <id>), which a model trained 20 steps still gives
+    # probability; the sample line says which ids it draws from.
+    decoded = lambda sample: sample.rstrip("\n")
     sample = sample_of(r.stdout)
     if not sample.startswith("The ") or \
             any(c not in chars for c in decoded(sample)):
         fail(f"the sample is not the data's characters: {sample!r}")
+    if f", ids 0..{v - 1} of the model's {padded}):" not in r.stdout:
+        fail(f"the sample line does not say it draws ids 0..{v - 1}: "
+             f"{r.stdout[-600:]!r}")
     losses = [rec["test_loss"] for rec in records(log)]
     if not losses or not all(math.isfinite(x) and x < math.log(padded)
                              for x in losses):
@@ -1477,6 +1478,9 @@ def token_files(train_gpt, work):
     if not sample.startswith("The ") or \
             any(c not in chars for c in decoded(sample)):
         fail(f"--sample-only did not decode with meta.pkl: {sample!r}")
+    if f", ids 0..{v - 1} of the model's {padded}):" not in r.stdout:
+        fail(f"--sample-only does not draw ids 0..{v - 1} alone: "
+             f"{r.stdout[:600]!r}")
     # Ids of one alphabet are not another's text: this model's ids read as
     # a text's bytes (--data a text), and a byte-level model's read with
     # these pieces, are refused, not sampled as garbage.
@@ -1787,17 +1791,13 @@ def tokenizer(train_gpt, work, gpt_md):
     print(f"  trained 400 pieces, {counts.group(3)} bytes a token; sample "
           f"{sample[:60]!r}")
 
-    # --tokenizer alone encodes the same; --resume alone and --sample-only
-    # find it through the checkpoint (written at step 10, where the first
-    # run ended).
+    # --tokenizer alone encodes the same; --sample-only and --resume alone
+    # find it through the checkpoint. --sample-only first: the checkpoint is
+    # then the one written at step 10, where the first run ended (the
+    # resumed run writes step 12's over it).
     again = expect_success(base + ["--tokenizer", model, "--max-steps", "2"])
     if counts.group(0) not in again.stdout:
         fail(f"--tokenizer alone encodes otherwise: {again.stdout[:600]!r}")
-    resumed = expect_success([train_gpt, "--resume", checkpoint,
-                              "--max-steps", "12", "--no-progress"])
-    if f"encoded by {model}" not in resumed.stdout:
-        fail(f"--resume alone did not take the tokenizer: "
-             f"{resumed.stdout[:600]!r}")
     only = expect_success([train_gpt, "--sample-only", "--resume",
                            checkpoint,
                            "--sample-tokens", "60", "--seed", "3",
@@ -1805,6 +1805,11 @@ def tokenizer(train_gpt, work, gpt_md):
     if sample_of(only.stdout).split("\ntrain_gpt: ")[0] + "\n" != sample:
         fail(f"--sample-only's sample {sample_of(only.stdout)!r} is not the "
              f"run's end {sample!r}")
+    resumed = expect_success([train_gpt, "--resume", checkpoint,
+                              "--max-steps", "12", "--no-progress"])
+    if f"encoded by {model}" not in resumed.stdout:
+        fail(f"--resume alone did not take the tokenizer: "
+             f"{resumed.stdout[:600]!r}")
 
     # A --train-tokenizer run stopped by a signal gives the command that
     # continues it, without the --train-tokenizer that --resume refuses.

@@ -364,6 +364,13 @@ struct GenerateOptions {
   TORCH_ARG(double, temperature) = 0.8;
   /// Sample among the k most likely tokens only; 0 = all.
   TORCH_ARG(int64_t, top_k) = 0;
+  /// Sample ids below this only: the tokenizer's vocabulary where the
+  /// model's is padded beyond it (nanoGPT pads GPT-2's 50,257 ids to
+  /// 50,304; train_gpt pads a meta.pkl's 65 to 128). The padded ids were
+  /// never a target, have no text, and an undertrained model still gives
+  /// them probability. 0 = every id of the logits. At most the logits'
+  /// size (and the GPT's vocabulary).
+  TORCH_ARG(int64_t, vocab_size) = 0;
   /// Sample among the most likely tokens whose probabilities sum to at
   /// least top_p (nucleus sampling), after top_k; 1 = all. In (0, 1].
   TORCH_ARG(double, top_p) = 1.0;
@@ -399,7 +406,8 @@ struct GenerateOptions {
 /// used: the GPT runs with generate()'s own cache, or with none, and the
 /// caller's is set back when generate() returns or throws, unchanged (its
 /// tokens and length as they were). Throws c10::Error, before any forward,
-/// on the options out of their ranges, on a prompt id outside [0, vocab)
+/// on the options out of their ranges (a vocab_size above the GPT's
+/// vocabulary among them), on a prompt id outside [0, vocab)
 /// (the GPT's vocabulary; ids below 0 for any model) and on a `context`
 /// above the GPT's; and on logits that are not finite (a NaN or +inf, or
 /// all -inf) at the position sampled from.

@@ -711,6 +711,19 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
               " is no folder of token files to decode them with. Give --data "
               "the folder the model was trained on (its meta.pkl holds the "
               "pieces).");
+  // A checkpoint of a run on a text's bytes (its --data a file or folder
+  // of text that is still there): the bytes' ids, as the run's own samples
+  // drew them. A Python file's model (GPT-2's ids, --prompt-ids) draws
+  // from every id.
+  if (flags.byte_text && flags.tokenizer.empty() && !config.resume.empty()) {
+    bool stored = false;
+    const auto run_data = resumed_setting(config, "--data", stored);
+    struct stat st {};
+    if (stored && !run_data.empty() && ::stat(run_data.c_str(), &st) == 0 &&
+        !lamp::data::is_token_folder(run_data)) {
+      flags.sample_vocab = 256;
+    }
+  }
   lamp::models::GPT gpt(flags.model);
   if (!python->path.empty()) {
     lamp::models::load_gpt_weights(*gpt, *python);

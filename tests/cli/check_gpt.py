@@ -913,6 +913,25 @@ def sample_only(train_gpt, work):
     uncached = only(expect_success(base + ["--no-kv-cache"]).stdout)
     if uncached != again:
         fail(f"without the KV cache: {uncached!r}, with it {again!r}")
+    # A byte model with room beyond the bytes (--vocab-size 300): the run
+    # and --sample-only both draw the 256 bytes alone, the same text.
+    wide = fresh(work, "sample-only-300.pt")
+    wide_run = expect_success([train_gpt, "--data", text, "--epochs", "1",
+                               "--max-steps", "5", "--precision", "fp32",
+                               "--vocab-size", "300", "--checkpoint", wide,
+                               "--seed", "5"] + COMMON)
+    wide_only = expect_success([train_gpt, "--sample-only", "--resume", wide,
+                                "--sample-tokens", "60", "--seed", "5",
+                                "--no-progress"])
+    for output in (wide_run.stdout, wide_only.stdout):
+        if ", ids 0..255 of the model's 300):" not in output:
+            fail(f"a byte model of 300 ids does not draw the bytes alone: "
+                 f"{output[-500:]!r}")
+    if only(wide_only.stdout) != sample_of(wide_run.stdout):
+        fail(f"--sample-only of the 300-id byte model gave "
+             f"{only(wide_only.stdout)!r}, the run's end "
+             f"{sample_of(wide_run.stdout)!r}")
+    os.remove(wide)
     speed = [line for line in r.stdout.splitlines() if "tokens/s" in line]
     if not speed or not speed[-1].startswith("train_gpt: 60 tokens in "):
         fail(f"no speed line for 60 tokens: {speed!r}")

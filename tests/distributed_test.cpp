@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -569,6 +570,27 @@ TEST(ShardLayout, RefusesABadWorldSizeOrRank) {
               ShardLayout({4}, 2).pieces(2);
             }).find("rank 2 is outside world size 2"),
             std::string::npos);
+}
+
+TEST(ProcessGroup, AgreeOfOneProcessRunsTheWorkAndKeepsItsError) {
+  // One process has no one to agree with: the work runs once and its error
+  // comes back as it was thrown, type and message.
+  lamp::distributed::ProcessGroup group;
+  int ran = 0;
+  group.agree("reading the data", [&] { ++ran; });
+  EXPECT_EQ(ran, 1);
+  try {
+    group.agree("reading the data",
+                [] { throw std::runtime_error("the disk is full"); });
+    ADD_FAILURE() << "agree() returned";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "the disk is full");
+  }
+  EXPECT_EQ(lamp_test::error_of([&] {
+              group.agree("reading the data",
+                          [] { TORCH_CHECK(false, "no such file: x.bin."); });
+            }),
+            "no such file: x.bin.");
 }
 
 TEST(ProcessGroup, ShardedCollectivesOfOneProcessCopyAndCheckShapes) {

@@ -803,7 +803,41 @@ const std::vector<std::string>& training_only_flags() {
   return flags;
 }
 
-int run(ProgramConfig& config, const RunSpec& spec) {
+namespace {
+
+// Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
+// otherwise a single-process group. Null when a signal stopped the wait at
+// the rendezvous (said on stderr).
+std::shared_ptr<ProcessGroup> join_ranks(const ProgramConfig& config,
+                                         const std::string& program) {
+  try {
+    return ProcessGroup::from_environment(
+        resolve_device(config.device),
+        lamp::distributed::ProcessGroupOptions()
+            .timeout(std::chrono::milliseconds(
+                static_cast<int64_t>(config.dist_timeout * 1000.0)))
+            // The first signal stops a rank that waits for the others.
+            .stop_requested([] { return stop_signal() != 0; }));
+  } catch (const c10::Error&) {
+    if (stop_signal() == 0) {
+      throw;
+    }
+    std::cerr << program << ": interrupted (" << signal_name(stop_signal())
+              << ") while waiting for the other ranks at the rendezvous; "
+              << "nothing was trained or written; run the command again to "
+                 "start"
+              << (config.resume.empty() || config.eval_only
+                      ? " over"
+                      : " from " + config.resume)
+              << std::endl;
+    return nullptr;
+  }
+}
+
+} // namespace
+
+int run(ProgramConfig& config, const RunSpec& spec,
+        const std::shared_ptr<ProcessGroup>& group) {
   // --eval-only evaluates a checkpoint's weights, not its run: loaded as
   // --init-from loads them, in this command's precision, on this data.
   std::string evaluated;
@@ -816,34 +850,7 @@ int run(ProgramConfig& config, const RunSpec& spec) {
       config.resume.clear();
     }
   }
-  // Under torchrun: one rank per process, the CUDA device of LOCAL_RANK;
-  // otherwise a single-process group.
-  std::shared_ptr<ProcessGroup> group;
-  try {
-    group = ProcessGroup::from_environment(
-        resolve_device(config.device),
-        lamp::distributed::ProcessGroupOptions()
-            .timeout(std::chrono::milliseconds(
-                static_cast<int64_t>(config.dist_timeout * 1000.0)))
-            // The first signal stops a rank that waits for the others.
-            .stop_requested([] { return stop_signal() != 0; }));
-  } catch (const c10::Error&) {
-    if (stop_signal() == 0) {
-      throw;
-    }
-    std::cerr << spec.program << ": interrupted (" << signal_name(stop_signal())
-              << ") while waiting for the other ranks at the rendezvous; "
-              << "nothing was trained or written; run the command again to "
-                 "start"
-              << (config.resume.empty() ? " over" : " from " + config.resume)
-              << std::endl;
-    return 128 + stop_signal();
-  }
-  // Before anything is broadcast: the same flags on every rank.
-  check_ranks_agree(*group, config.rank_flags);
   const bool main_rank = group->is_main();
-  check_before_training(config, spec, main_rank);
-  check_model_fits(config, spec, group->device());
   // "auto" is resolved here, once, before the model is converted for it
   // (and before the run's seed is set: a measurement builds models); the
   // library, the header and the log receive the resolved mode.
@@ -1013,32 +1020,51 @@ int program_main(int argc, char** argv, const std::string& program,
   return guarded_main(
       program,
       [&] {
-        // Before the data is read: a resume that contradicts its checkpoint
-        // fails at once.
         config.requested_precision = precision_from(config); // parsed once
-        const auto* sample_only = app.get_option_no_throw("--sample-only");
-        apply_resume_settings(
-            app, config, program,
-            config.eval_only ? "--eval-only"
-            : sample_only != nullptr && sample_only->count() > 0
-                ? "--sample-only"
-                : nullptr);
-        if (config.eval_only) {
-          TORCH_CHECK(!config.resume.empty() || !config.init_from.empty(),
-                      "--eval-only evaluates trained weights: give --resume "
-                      "CHECKPOINT (the model's settings come with it) or "
-                      "--init-from FILE.");
-          refuse_typed_flags(config, training_only_flags(),
-                             "--eval-only trains and writes nothing");
+        // The ranks meet before any reads a file: a rank that cannot read
+        // its data or its copy of the checkpoint (a node without the file)
+        // then stops every rank at once, instead of leaving them waiting
+        // at the rendezvous until --dist-timeout for a rank that "never
+        // came".
+        const auto group = join_ranks(config, program);
+        if (!group) {
+          return 128 + stop_signal();
         }
-        config.logged_flags = run_flag_settings(app, config);
-        apply_threads(config);
-        auto spec = make_spec();
-        spec.program = program;
+        // Before anything is read or broadcast: the same flags on every
+        // rank.
+        check_ranks_agree(*group, config.rank_flags);
+        RunSpec spec;
+        group->agree("preparing the run", [&] {
+          // Before the data is read: a resume that contradicts its
+          // checkpoint fails at once.
+          const auto* sample_only = app.get_option_no_throw("--sample-only");
+          apply_resume_settings(
+              app, config, program,
+              config.eval_only ? "--eval-only"
+              : sample_only != nullptr && sample_only->count() > 0
+                  ? "--sample-only"
+                  : nullptr);
+          if (config.eval_only) {
+            TORCH_CHECK(!config.resume.empty() || !config.init_from.empty(),
+                        "--eval-only evaluates trained weights: give --resume "
+                        "CHECKPOINT (the model's settings come with it) or "
+                        "--init-from FILE.");
+            refuse_typed_flags(config, training_only_flags(),
+                               "--eval-only trains and writes nothing");
+          }
+          config.logged_flags = run_flag_settings(app, config);
+          apply_threads(config);
+          spec = make_spec();
+          spec.program = program;
+          if (!spec.instead_of_training) {
+            check_before_training(config, spec, group->is_main());
+            check_model_fits(config, spec, group->device());
+          }
+        });
         if (spec.instead_of_training) {
           return spec.instead_of_training();
         }
-        return run(config, spec);
+        return run(config, spec, group);
       },
       sources);
 }

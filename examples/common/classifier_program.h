@@ -10,6 +10,7 @@
 #include "options.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,13 +70,15 @@ struct RunSpec {
       kernel_note;
 };
 
-/// Resolves the device, builds model, loaders and trainer, trains and prints
+/// On `group` (the ranks, joined before the data was read; one process:
+/// a group of one), builds model, loaders and trainer, trains and prints
 /// one line per epoch (and per --eval-every evaluation); when the checkpoint
 /// resumed from has already trained all the run's steps, says so and
 /// returns. With --steps, sets config.epochs to the epochs that hold them. Returns the exit status: 0, or
 /// 128 + the signal when SIGINT/SIGTERM stopped the run (interruption.h).
 /// Throws c10::Error / std::exception on bad input.
-int run(ProgramConfig& config, const RunSpec& spec);
+int run(ProgramConfig& config, const RunSpec& spec,
+        const std::shared_ptr<lamp::distributed::ProcessGroup>& group);
 
 /// A training program's whole main(): parses the flags into `config` (whose
 /// fields hold the program's defaults) with the conventions of cli.h, then

@@ -80,5 +80,11 @@ void on_every_rank(ProcessGroup& group, const std::string& what,
 }
 
 } // namespace detail
+
+void ProcessGroup::agree(const std::string& what,
+                         const std::function<void()>& work) {
+  detail::on_every_rank(*this, what, work);
+}
+
 } // namespace distributed
 } // namespace lamp

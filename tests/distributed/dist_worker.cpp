@@ -565,6 +565,53 @@ std::shared_ptr<ProcessGroup> any_group() {
       torch::kCPU, ProcessGroupOptions().timeout(std::chrono::seconds(60)));
 }
 
+TEST(Ranks, GroupAgreeStopsEveryRankAtOnce) {
+  // ProcessGroup::agree, as a trainer of one's own calls it around reading
+  // its data: a c10::Error on the last rank (a node without the file) is
+  // that rank's own message, without the backtrace, and on every other rank
+  // a message naming it; two failed ranks are both named, with the first
+  // one's reason. Nothing waits for the timeout.
+  auto g = any_group();
+  const int n = g->world_size();
+  const int last = n - 1;
+  const auto message = [&](const std::function<void()>& work) {
+    try {
+      g->agree("reading the data", work);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("(no error)");
+  };
+  const auto one = message([&] {
+    TORCH_CHECK(g->rank() != last, "no such file: /data/train.bin.");
+  });
+  EXPECT_EQ(one, g->rank() == last
+                     ? "no such file: /data/train.bin."
+                     : "lamp: rank " + std::to_string(last) +
+                           " failed in reading the data: no such file: "
+                           "/data/train.bin (rank " +
+                           std::to_string(g->rank()) + " stops too).");
+  // Every rank but 0 fails, each with its own reason: rank 0 names them
+  // all and the first one's reason.
+  const auto many = message([&] {
+    TORCH_CHECK(g->rank() == 0, "rank ", g->rank(), "'s disk is full");
+  });
+  std::string failed;
+  for (int r = 1; r < n; ++r) {
+    failed += (r > 1 ? ", " : "") + std::to_string(r);
+  }
+  EXPECT_EQ(many, g->rank() == 0 ? "lamp: rank " + failed +
+                                       " failed in reading the data: rank 1's "
+                                       "disk is full (rank 0 stops too)."
+                                 : "rank " + std::to_string(g->rank()) +
+                                       "'s disk is full");
+  // Work that succeeds everywhere runs once on each rank and returns.
+  int ran = 0;
+  EXPECT_EQ(message([&] { ++ran; }), "(no error)");
+  EXPECT_EQ(ran, 1);
+  g->barrier(); // the group still works after the refusals
+}
+
 using ShardFactory = lamp::distributed::ShardedOptimizer::Factory;
 
 ShardFactory sgd_momentum() {

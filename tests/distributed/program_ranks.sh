@@ -107,6 +107,38 @@ both_refuse init_from_on_one_rank "--init-from is not given on rank 0 and given 
 # same path), found by the trainer's fingerprints of the data.
 both_refuse different_data "the ranks differ in the trainer's settings: training data is 200 images 1x28x28, labels crc32 [0-9a-f]+, images crc32 [0-9a-f]+ on rank 0 and 200 images 1x28x28, labels crc32 [0-9a-f]+, images crc32 [0-9a-f]+ on rank 1" \
   "--epochs 1 --data $work/data/mnist" "--epochs 1 --data $work/data/mnist-other"
+# one_fails NAME BAD PATTERN "RANK0 FLAGS" "RANK1 FLAGS": rank BAD cannot
+# read a file of its own (a node without the data, a damaged copy of the
+# checkpoint); both ranks exit 1 at once, not after --dist-timeout (20 s),
+# BAD printing PATTERN and the other naming rank BAD with it.
+one_fails() {
+  local name="$1" bad="$2" pattern="$3" start took r
+  start=$(date +%s)
+  ranks "$name" "$4" "$5"
+  took=$(($(date +%s) - start))
+  for r in 0 1; do
+    local rc_var="rc$r" log="$work/$name.rank$r.log" want="$pattern"
+    [ "$r" = "$bad" ] || want="lamp: rank $bad failed in preparing the run: .*$pattern.* \(rank $r stops too\)\.$"
+    if [ "${!rc_var}" -ne 1 ]; then
+      fail "$name: rank $r exited ${!rc_var}, expected 1"; tail -3 "$log" | sed 's/^/      /'; return
+    fi
+    if ! grep -qE -- "$want" "$log"; then
+      fail "$name: rank $r's output lacks '$want'"; tail -3 "$log" | sed 's/^/      /'; return
+    fi
+  done
+  if [ "$took" -ge 15 ]; then
+    fail "$name: the ranks took $took s to stop"; return
+  fi
+  pass "$name ($took s)"
+}
+one_fails data_missing_on_one_rank 1 "train data not found in '$work/data/absent'" \
+  "--epochs 1" "--epochs 1 --data $work/data/absent"
+one_fails data_missing_on_rank_0 0 "train data not found in '$work/data/absent'" \
+  "--epochs 1 --data $work/data/absent" "--epochs 1"
+# An output only rank 0 writes, into a folder its node lacks: refused before
+# training on both ranks, not after it on rank 0 alone.
+one_fails export_folder_missing_on_rank_0 0 "--export-state-dict $work/absent/weights.pt: the folder $work/absent does not exist" \
+  "--epochs 1 --export-state-dict $work/absent/weights.pt" "--epochs 1 --export-state-dict $work/weights.pt"
 # Numbers are compared by value, not by spelling.
 ranks spelling "--epochs 1 --lr 0.05" "--epochs 1 --lr 5e-2"
 if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ]; then pass same_value_other_spelling
@@ -198,6 +230,13 @@ if [ "$rc0" -eq 0 ] && [ "$rc" -eq 1 ] &&
 else
   fail "one_rank_resumes_two_rank_checkpoint: exits $rc0/$rc"; tail -3 "$work/one_rank_resume.log" | sed 's/^/      /'
 fi
+
+# One rank's copy of the checkpoint damaged (cut short): every rank stops
+# at once, before the rendezvous's timeout, and nothing is trained.
+head -c 3000 "$work/two.pt" > "$work/two-damaged.pt"
+one_fails damaged_checkpoint_on_one_rank 1 "$work/two-damaged.pt is damaged or not a checkpoint written by lamp" \
+  "--epochs 2 --schedule constant --resume $work/two.pt" \
+  "--epochs 2 --schedule constant --resume $work/two-damaged.pt"
 
 echo "program ranks: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

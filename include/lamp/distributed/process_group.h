@@ -180,6 +180,24 @@ class ProcessGroup {
                   const std::vector<RankSetting>& settings,
                   const std::string& advice = "");
 
+  /// Runs `work` on this rank, then agrees with the others on whether it
+  /// succeeded everywhere (one all-reduce on the group's device), so that a
+  /// failure on some ranks (one node's missing file, a damaged copy of a
+  /// checkpoint) stops every rank at once instead of leaving the others
+  /// waiting in their next collective until the timeout. When `work` threw
+  /// on any rank (any exception, not c10::Error alone), every rank throws: a
+  /// rank that failed its own error (a c10::Error's message without its
+  /// backtrace, any other exception as it was thrown), the others a
+  /// c10::Error that names the failed ranks and the first one's message (its
+  /// first 1000 bytes): "lamp: rank 1 failed in reading the data: ... (rank
+  /// 0 stops too)." `what` names the work. A collective: every rank calls it
+  /// at the same point. One process: `work`, its error as it is.
+  ///
+  /// \code
+  ///   group->agree("reading the data", [&] { data = read_my_data(path); });
+  /// \endcode
+  void agree(const std::string& what, const std::function<void()>& work);
+
   /// An all-reduce (sum) that runs in the background; wait() blocks until it
   /// is done and rethrows its error. Used for overlapping gradient buckets.
   class Work {

@@ -216,7 +216,15 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
   if (!o.init_from().empty()) {
     // After the step converted the model: a half or bf16 run's master
     // weights get the checkpoint's FP32 values, not the model's rounding.
-    const auto weights = read_checkpoint_weights(o.init_from());
+    CheckpointWeights weights;
+    const auto read = [&] { weights = read_checkpoint_weights(o.init_from()); };
+    if (group) {
+      // Each rank reads its own copy: one missing or damaged stops every
+      // rank now, not the others in their first collective.
+      group->agree("reading its copy of the checkpoint", read);
+    } else {
+      read();
+    }
     auto* sharding = step_->optimizer_sharding();
     if (sharding != nullptr) {
       // The shards were copied from the initial weights: load the FP32

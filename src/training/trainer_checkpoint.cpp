@@ -262,10 +262,20 @@ std::string detail::read_shard(const std::string& path,
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
-  TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path,
-              " to resume from.");
   torch::serialize::InputArchive archive;
-  load_checked_archive(archive, path);
+  const auto read = [&] {
+    TORCH_CHECK(exists(path), "lamp: no checkpoint at ", path,
+                " to resume from.");
+    load_checked_archive(archive, path);
+  };
+  if (const auto& group = options_.process_group()) {
+    // Each rank reads its own copy (a node's disk): one that is missing or
+    // damaged stops every rank now, not the others in the comparison of
+    // the ranks' checkpoints below until the group's timeout.
+    group->agree("reading its copy of the checkpoint", read);
+  } else {
+    read();
+  }
   // Everything is read and checked before anything of this run changes.
   const std::string where = "lamp: " + path;
   const auto integer = [&](const char* key) {

@@ -1463,6 +1463,41 @@ TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
                       "--init-from is given on rank 0 and not given on rank 1"),
             std::string::npos)
       << init;
+  // Rank 1's copy damaged (cut short on its node's disk): resumed or
+  // initialised from, every rank stops at once, rank 1 with its reason and
+  // rank 0 naming it, not rank 0 waiting for rank 1 in the comparison of
+  // the checkpoints (or in its first collective) until the timeout.
+  if (g->rank() == 1) {
+    const auto bytes = lamp_test::file_bytes(path);
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        << bytes.substr(0, bytes.size() / 2);
+  }
+  // Each rank's path has its own pid: rank 0 sees rank 1's by its name.
+  const std::string damaged =
+      "rank1.pt is damaged or not a checkpoint written by lamp";
+  for (const bool resume : {true, false}) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto refused = error_of([&] {
+      lamp_test::make_run(
+          lamp::Precision::kFP32,
+          resume ? TrainerOptions(options)
+                       .process_group(g)
+                       .checkpoint(path)
+                       .resume(path)
+                 : TrainerOptions(options).process_group(g).init_from(path));
+    });
+    EXPECT_EQ(refused.find(g->rank() == 1
+                               ? "lamp: " + path
+                               : "lamp: rank 1 failed in reading its copy of "
+                                 "the checkpoint: lamp: "),
+              0u)
+        << (resume ? "resume: " : "init_from: ") << refused;
+    EXPECT_NE(refused.find(damaged), std::string::npos)
+        << (resume ? "resume: " : "init_from: ") << refused;
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(30))
+        << (resume ? "resume" : "init_from");
+  }
   std::remove(path.c_str());
   // Copies from the same epoch at other steps (a stale copy written by
   // checkpoint_every, or another max_steps cut): the ranks would resume

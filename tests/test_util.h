@@ -212,4 +212,22 @@ class Warnings {
     }                                                \
   } while (0)
 
+/// An optimizer `Base` whose load refuses after Base's has loaded, where
+/// `fail` is set: an optimizer of one's own whose own check, made last,
+/// fails after the load changed the state and (here) group 0's learning
+/// rate. Throws "LoadFailsLast: its own check failed."
+template <typename Base>
+class LoadFailsLast : public Base {
+ public:
+  using Base::Base;
+  bool fail = false;
+  void load(torch::serialize::InputArchive& archive) override {
+    Base::load(archive);
+    if (fail) {
+      this->param_groups()[0].options().set_lr(12.5);
+      TORCH_CHECK(false, "LoadFailsLast: its own check failed.");
+    }
+  }
+};
+
 } // namespace lamp_test

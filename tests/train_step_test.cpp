@@ -918,6 +918,72 @@ TEST(TrainStep, LoadRefusesAModelOfAnotherDepthNamingThePart) {
   }
 }
 
+// An optimizer's own load that refuses after it has loaded (LoadFailsLast)
+// is refused with its message, and TrainStep::load puts back the momentum
+// buffers and the learning rate it had changed: a load that throws changes
+// nothing.
+TEST(TrainStep, AnOptimizerLoadThatFailsLatePutsItsStateBack) {
+  torch::manual_seed(0);
+  SmallNet model(3);
+  lamp::TrainStep step(model.ptr(), [](std::vector<torch::Tensor> params) {
+    return std::make_unique<lamp_test::LoadFailsLast<lamp::optim::SGD>>(
+        std::move(params), torch::optim::SGDOptions(0.05).momentum(0.9));
+  });
+  const auto problem = lamp_test::make_problem(16, 3, 0);
+  const auto train = [&] {
+    step.step([&] {
+      return torch::nn::functional::cross_entropy(
+          model->forward(step.cast_input(problem.inputs)), problem.targets);
+    });
+  };
+  const auto momenta = [&] {
+    std::map<std::string, torch::Tensor> out;
+    for (const auto& item : step.optimizer().state()) {
+      std::ostringstream key;
+      key << item.first;
+      out[key.str()] = dynamic_cast<torch::optim::SGDParamState&>(*item.second)
+                           .momentum_buffer()
+                           .clone();
+    }
+    return out;
+  };
+  train();
+  torch::serialize::OutputArchive saved;
+  step.save(saved);
+  std::stringstream stream;
+  saved.save_to(stream);
+  const auto checkpoint = stream.str();
+  train();
+  train();
+  const auto before = momenta();
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : model->parameters()) {
+    weights.push_back(p.detach().clone());
+  }
+  auto& optimizer = dynamic_cast<lamp_test::LoadFailsLast<lamp::optim::SGD>&>(
+      step.optimizer());
+  optimizer.fail = true;
+  expect_error([&] { load(step, checkpoint); },
+               "LoadFailsLast: its own check failed.");
+  EXPECT_EQ(optimizer.param_groups()[0].options().get_lr(), 0.05);
+  const auto after = momenta();
+  ASSERT_EQ(after.size(), before.size());
+  for (const auto& item : before) {
+    EXPECT_TRUE(BitEqual(after.at(item.first), item.second)) << item.first;
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_TRUE(BitEqual(model->parameters()[i], weights[i])) << i;
+  }
+  // The same load without the failure takes the checkpoint's momenta.
+  optimizer.fail = false;
+  load(step, checkpoint);
+  const auto loaded = momenta();
+  ASSERT_EQ(loaded.size(), before.size());
+  for (const auto& item : before) {
+    EXPECT_FALSE(BitEqual(loaded.at(item.first), item.second)) << item.first;
+  }
+}
+
 // Another kind of optimizer's state (SGD's into AdamW) is refused by name,
 // before anything is loaded (LibTorch's load stops at an INTERNAL ASSERT).
 TEST(TrainStep, LoadRefusesAnotherKindOfOptimizerAndChangesNothing) {

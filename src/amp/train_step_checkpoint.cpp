@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "amp/graph_step.h"
+#include "optim/state_snapshot.h"
 #include "platform/archive.h"
 
 // TrainStep's checkpoint: save() and the all-or-nothing load().
@@ -128,8 +129,23 @@ void TrainStep::load(torch::serialize::InputArchive& archive) {
   }
   micro_step_ = 0;
   // The optimizer first: what its load may still refuse (an option of the
-  // wrong type) it refuses before changing anything.
-  optimizer_->load(optimizer_archive);
+  // wrong type, an optimizer of one's own) it refuses before anything else
+  // changes, and what it had changed is put back. A sharded step's ranks
+  // agree on it: a load that failed on one rank alone would leave that
+  // rank's state as it was and the others' loaded, and them waiting in the
+  // gather of the shards below.
+  optim::internal::StateSnapshot snapshot(*optimizer_);
+  const auto load_optimizer = [&] { optimizer_->load(optimizer_archive); };
+  try {
+    if (sharding_) {
+      sharding_->agree("loading the optimizer's state", load_optimizer);
+    } else {
+      load_optimizer();
+    }
+  } catch (...) {
+    snapshot.restore();
+    throw;
+  }
   model_->load(model_archive);
   if (load_scaler) {
     scaler_.load(scaler_archive);

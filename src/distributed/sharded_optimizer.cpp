@@ -13,6 +13,7 @@
 #include "distributed/on_every_rank.h"
 #include "distributed/zero_sharding.h"
 #include "lamp/optim/clip.h"
+#include "optim/state_snapshot.h"
 #include "platform/archive.h"
 
 namespace lamp {
@@ -225,8 +226,17 @@ void ShardedOptimizer::load(torch::serialize::InputArchive& archive) {
             *impl.optimizer, optimizer_archive, names, kLoadCaller);
       });
   // The optimizer first: what its load may still refuse (an option of the
-  // wrong type) it refuses before the shards change.
-  impl.optimizer->load(optimizer_archive);
+  // wrong type, an optimizer of one's own) it refuses before the shards
+  // change, and what it had changed is put back, on every rank when it
+  // failed on any.
+  optim::internal::StateSnapshot snapshot(*impl.optimizer);
+  try {
+    detail::on_every_rank(*impl.group, "loading the optimizer's state",
+                          [&] { impl.optimizer->load(optimizer_archive); });
+  } catch (...) {
+    snapshot.restore();
+    throw;
+  }
   impl.shards.load(shard_archive);
 }
 

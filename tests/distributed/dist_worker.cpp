@@ -41,6 +41,7 @@ using lamp_test::AllClose;
 using lamp_test::BitEqual;
 using lamp_test::expect_same_state;
 using lamp_test::gathered_state;
+using lamp_test::LoadFailsLast;
 
 std::shared_ptr<ProcessGroup> group(
     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
@@ -1091,6 +1092,75 @@ TEST(Ranks, ShardedOptimizerResumesExactlyFromItsArchive) {
   }
   g->barrier();
   std::remove(path.c_str());
+}
+
+TEST(Ranks, ShardedOptimizerLoadFailingOnOneRankChangesNoRank) {
+  // The optimizer's own load fails on the last rank alone, after the
+  // checks passed everywhere: every rank refuses (that rank with its own
+  // message, the others naming it) and every rank keeps its shards, its
+  // moments and step counts and its learning rate, the ranks whose load
+  // succeeded as well. Then a load that fails nowhere takes the archive's.
+  auto g = any_group();
+  const int last = g->world_size() - 1;
+  torch::manual_seed(0);
+  lamp_test::SmallNet net;
+  LoadFailsLast<torch::optim::AdamW>* flaky = nullptr;
+  lamp::distributed::ShardedOptimizer opt(
+      net->parameters(),
+      [&flaky](std::vector<torch::Tensor> params) {
+        auto made = std::make_unique<LoadFailsLast<torch::optim::AdamW>>(
+            std::move(params), torch::optim::AdamWOptions(1e-2));
+        flaky = made.get();
+        return made;
+      },
+      g);
+  opt.zero_grad();
+  small_net_step(net, 30, [&] { opt.step(); });
+  torch::serialize::OutputArchive saved;
+  opt.save(saved);
+  std::stringstream bytes;
+  saved.save_to(bytes);
+  const auto archive = bytes.str();
+  opt.zero_grad();
+  small_net_step(net, 31, [&] { opt.step(); });
+  const auto state_of = [&] {
+    std::vector<torch::Tensor> out = copies_of(opt.shards());
+    for (const auto& p : flaky->param_groups()[0].params()) {
+      const auto& state = static_cast<torch::optim::AdamWParamState&>(
+          *flaky->state().at(lamp::detail::optimizer_state_key(p)));
+      out.push_back(state.exp_avg().clone());
+      out.push_back(state.exp_avg_sq().clone());
+      out.push_back(torch::full({1}, state.step(), torch::kLong));
+    }
+    return out;
+  };
+  const auto before = state_of();
+  const auto load = [&] {
+    std::istringstream in(archive);
+    torch::serialize::InputArchive from;
+    from.load_from(in);
+    opt.load(from);
+  };
+  ASSERT_NE(flaky, nullptr);
+  flaky->fail = g->rank() == last;
+  const auto refused = lamp_test::error_of(load);
+  const std::string reason = "LoadFailsLast: its own check failed";
+  EXPECT_EQ(refused,
+            g->rank() == last
+                ? reason + "."
+                : "lamp: rank " + std::to_string(last) +
+                      " failed in loading the optimizer's state: " + reason +
+                      " (rank " + std::to_string(g->rank()) + " stops too).");
+  EXPECT_EQ(flaky->param_groups()[0].options().get_lr(), 1e-2);
+  const auto after = state_of();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(BitEqual(after[i], before[i])) << "tensor " << i;
+  }
+  flaky->fail = false;
+  load();
+  EXPECT_EQ(state_of().back().item<int64_t>(), 1); // the archive's count
+  EXPECT_EQ(before.back().item<int64_t>(), 2);
 }
 
 TEST(Ranks, ShardedOptimizerLoadRefusedByOneRankChangesNoRank) {

@@ -38,6 +38,7 @@ using lamp_test::AllClose;
 using lamp_test::BitEqual;
 using lamp_test::expect_same_state;
 using lamp_test::gathered_state;
+using lamp_test::LoadFailsLast;
 
 std::shared_ptr<ProcessGroup> ranks() {
   return ProcessGroup::from_environment(
@@ -686,6 +687,79 @@ TEST(Ranks, TrainStepZeroLoadRefusedByOneRankChangesNoRank) {
   }
   g->barrier(); // every rank done with every rank's files
   std::remove(archive_path("one_refuses", g->rank(), *g).c_str());
+}
+
+TEST(Ranks, TrainStepZeroOptimizerLoadFailingOnOneRankChangesNoRank) {
+  // The optimizer's own load fails on the last rank alone, after every
+  // rank's archive passed the checks: every rank stops (that rank with its
+  // own message, the others naming it) and every rank puts back the
+  // state it had, the ones whose load succeeded too; none waits in the
+  // gather of the shards for the others. Then a load that fails nowhere
+  // takes the archive's state on every rank.
+  auto g = ranks();
+  const int last = g->world_size() - 1;
+  torch::manual_seed(0);
+  auto model = lamp::models::GPT(tiny_gpt());
+  const auto exempt = lamp::optim::no_decay_names(*model);
+  lamp::TrainStep step(
+      model.ptr(),
+      [exempt](const lamp::NamedParameters& named) {
+        const auto defaults = torch::optim::AdamWOptions(3e-3)
+                                  .betas({0.9, 0.95})
+                                  .weight_decay(0.1);
+        return std::make_unique<LoadFailsLast<lamp::optim::AdamW>>(
+            lamp::optim::decay_groups(named, exempt, defaults), defaults);
+      },
+      lamp::TrainStepOptions(lamp::Precision::kFP32)
+          .gradient_sync(lamp::distributed::data_parallel(
+              g, DataParallelOptions().zero_stage(1))));
+  train(step, model, batch(0, *g));
+  torch::serialize::OutputArchive saved;
+  step.save(saved);
+  std::stringstream bytes;
+  saved.save_to(bytes);
+  const auto archive = bytes.str();
+  train(step, model, batch(1, *g));
+  {
+    // The fused AdamW (LibTorch 2.4+) counts its steps on the device until
+    // a save writes them into the state.
+    torch::serialize::OutputArchive counts;
+    step.optimizer().save(counts);
+  }
+  const auto before = gathered_state(step.optimizer(), *g);
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : model->parameters()) {
+    weights.push_back(p.detach().clone());
+  }
+  auto& optimizer =
+      dynamic_cast<LoadFailsLast<lamp::optim::AdamW>&>(step.optimizer());
+  const auto load = [&] {
+    std::istringstream in(archive);
+    torch::serialize::InputArchive from;
+    from.load_from(in);
+    step.load(from);
+  };
+  optimizer.fail = g->rank() == last;
+  const std::string reason = "LoadFailsLast: its own check failed";
+  EXPECT_EQ(message_of(load),
+            g->rank() == last
+                ? reason + "."
+                : "lamp: rank " + std::to_string(last) +
+                      " failed in loading the optimizer's state: " + reason +
+                      " (rank " + std::to_string(g->rank()) + " stops too).");
+  EXPECT_EQ(optimizer.param_groups()[0].options().get_lr(), 3e-3);
+  expect_same_state(gathered_state(step.optimizer(), *g), before,
+                    "after the failed load");
+  const auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(BitEqual(params[i], weights[i])) << "parameter " << i;
+  }
+  optimizer.fail = false;
+  load();
+  const auto loaded = gathered_state(step.optimizer(), *g);
+  ASSERT_EQ(loaded.size(), before.size());
+  EXPECT_EQ(loaded.back().item<int64_t>(), 1); // the archive's step count
+  EXPECT_EQ(before.back().item<int64_t>(), 2);
 }
 
 TEST(Ranks, AgreeStopsEveryRankWhateverTheWorkThrows) {

@@ -455,10 +455,14 @@ class TrainStep {
   /// optimizer state), no NaN or inf in weights, masters or optimizer state,
   /// and the scaler's fields. A refused checkpoint leaves model, optimizer,
   /// scaler and master weights as they were; the message names the tensor.
-  /// Sharded, the archive must be this rank's, of the same world size and
-  /// layout (refused otherwise), and load() is a collective: every rank
-  /// loads at the same point (the loaded shards are gathered into every
-  /// rank's parameters).
+  /// What only the optimizer's own load() refuses (an option of the wrong
+  /// type, a check of an optimizer of one's own) is refused before anything
+  /// else is loaded, and the optimizer's state and options it had changed
+  /// are put back. Sharded, the archive must be this rank's, of the same
+  /// world size and layout (refused otherwise), and load() is a collective:
+  /// every rank loads at the same point (the loaded shards are gathered into
+  /// every rank's parameters), and a refusal on one rank, the optimizer's
+  /// own included, is an error on every rank, none of which changes.
   void load(torch::serialize::InputArchive& archive);
   /// load() of a checkpoint saved by every rank of a sharded run
   /// (optimizer_sharding()) over any number of ranks: `every_rank[k]` is

@@ -167,25 +167,40 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
   train_data_ = data::fingerprint(train_loader_.data());
   test_data_ = data::fingerprint(test_loader_.data());
   const auto& group = o.process_group();
-  if (!o.checkpoint().empty() && (!group || group->is_main())) {
+  const bool sharded_files = !o.checkpoint().empty() && group &&
+                             group->is_distributed() && o.zero_stage() > 0;
+  const auto check_paths = [&] {
     // Before any training: a bad path, an unwritable folder or another run
     // writing the same checkpoint fail now, not after the first epoch.
-    check_checkpoint_path(o.checkpoint(), "checkpoint");
-    lock_ = std::make_unique<CheckpointLock>(o.checkpoint());
-  }
-  if (!o.checkpoint().empty() && group && group->is_distributed() &&
-      o.zero_stage() > 0) {
-    // Every rank writes its shard beside the checkpoint, under a longer
-    // name (its step's digits at most those of the run's last step).
-    const int world = group->world_size();
-    const auto shard =
-        detail::shard_path(o.checkpoint(), world - 1, world, total_steps_);
-    lamp::detail::check_name_length(o.checkpoint(), "checkpoint",
-                                    shard.substr(o.checkpoint().size()));
-  }
-  if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
-    check_checkpoint_path(o.best_checkpoint(), "best_checkpoint");
-    best_lock_ = std::make_unique<CheckpointLock>(o.best_checkpoint());
+    // Sharded, every rank writes its shard into the folder (each node's
+    // own, where it is not shared).
+    if (!o.checkpoint().empty() &&
+        (!group || group->is_main() || sharded_files)) {
+      check_checkpoint_path(o.checkpoint(), "checkpoint");
+    }
+    if (!o.checkpoint().empty() && (!group || group->is_main())) {
+      lock_ = std::make_unique<CheckpointLock>(o.checkpoint());
+    }
+    if (sharded_files) {
+      // The shards' names are longer (their step's digits at most those
+      // of the run's last step).
+      const int world = group->world_size();
+      const auto shard =
+          detail::shard_path(o.checkpoint(), world - 1, world, total_steps_);
+      lamp::detail::check_name_length(o.checkpoint(), "checkpoint",
+                                      shard.substr(o.checkpoint().size()));
+    }
+    if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
+      check_checkpoint_path(o.best_checkpoint(), "best_checkpoint");
+      best_lock_ = std::make_unique<CheckpointLock>(o.best_checkpoint());
+    }
+  };
+  if (group) {
+    // Rank 0 alone checks (and locks) the files it alone writes: one
+    // refusal stops every rank, the others naming it.
+    group->agree("checking the checkpoint's path", check_paths);
+  } else {
+    check_paths();
   }
   if (group) {
     check_ranks_agree(*group);

@@ -1533,6 +1533,31 @@ TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
                       "--init-from is given on rank 0 and not given on rank 1"),
             std::string::npos)
       << init;
+  // A checkpoint folder missing on one node: rank 0's, which writes the
+  // checkpoint, or with ZeRO rank 1's, which writes its shard there too.
+  // Every rank stops before training, the others naming it, not after the
+  // first epoch's training or in the comparison of the settings.
+  const auto absent = ::testing::TempDir() + "lamp_absent_folder/run.pt";
+  for (const int stage : {0, 1}) {
+    const int bad = stage == 0 ? 0 : 1;
+    const auto refused = error_of([&] {
+      lamp_test::make_run(
+          lamp::Precision::kFP32,
+          TrainerOptions(options).process_group(g).zero_stage(stage).checkpoint(
+              g->rank() == bad ? absent : path));
+    });
+    const std::string reason = "lamp: checkpoint " + absent + ": the folder " +
+                               ::testing::TempDir() +
+                               "lamp_absent_folder does not exist";
+    EXPECT_EQ(refused.find(g->rank() == bad
+                               ? reason
+                               : "lamp: rank " + std::to_string(bad) +
+                                     " failed in checking the checkpoint's "
+                                     "path: " +
+                                     reason),
+              0u)
+        << "zero stage " << stage << ": " << refused;
+  }
   // Rank 1's copy damaged (cut short on its node's disk): resumed or
   // initialised from, every rank stops at once, rank 1 with its reason and
   // rank 0 naming it, not rank 0 waiting for rank 1 in the comparison of

@@ -6,6 +6,7 @@
 // checks.
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "lamp/distributed/process_group.h"
@@ -25,6 +26,18 @@ namespace detail {
 /// point. One process: `work`, its error as it is.
 void on_every_rank(ProcessGroup& group, const std::string& what,
                    const std::function<void()>& work);
+
+/// on_every_rank() where there may be no group (a Trainer without one):
+/// then `work` alone, its error as it is.
+inline void on_every_rank(const std::shared_ptr<ProcessGroup>& group,
+                          const std::string& what,
+                          const std::function<void()>& work) {
+  if (group) {
+    on_every_rank(*group, what, work);
+  } else {
+    work();
+  }
+}
 
 } // namespace detail
 } // namespace distributed

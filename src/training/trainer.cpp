@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "distributed/on_every_rank.h"
 #include "lamp/amp/precision_support.h"
 #include "lamp/distributed/data_parallel.h"
 #include "lamp/optim/optimizer.h"
@@ -26,6 +27,7 @@ namespace {
 
 namespace F = torch::nn::functional;
 using detail::DivergenceWatch;
+using distributed::detail::on_every_rank;
 
 NamedOptimizerFactory optimizer_factory(const optim::OptimizerOptions& o) {
   return [o](const NamedParameters& params) {
@@ -195,13 +197,9 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
       best_lock_ = std::make_unique<CheckpointLock>(o.best_checkpoint());
     }
   };
-  if (group) {
-    // Rank 0 alone checks (and locks) the files it alone writes: one
-    // refusal stops every rank, the others naming it.
-    group->agree("checking the checkpoint's path", check_paths);
-  } else {
-    check_paths();
-  }
+  // Rank 0 alone checks (and locks) the files it alone writes: one refusal
+  // stops every rank, the others naming it.
+  on_every_rank(group, "checking the checkpoint's path", check_paths);
   if (group) {
     check_ranks_agree(*group);
   }
@@ -233,13 +231,9 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
     // weights get the checkpoint's FP32 values, not the model's rounding.
     CheckpointWeights weights;
     const auto read = [&] { weights = read_checkpoint_weights(o.init_from()); };
-    if (group) {
-      // Each rank reads its own copy: one missing or damaged stops every
-      // rank now, not the others in their first collective.
-      group->agree("reading its copy of the checkpoint", read);
-    } else {
-      read();
-    }
+    // Each rank reads its own copy: one missing or damaged stops every rank
+    // now, not the others in their first collective.
+    on_every_rank(group, "reading its copy of the checkpoint", read);
     auto* sharding = step_->optimizer_sharding();
     if (sharding != nullptr) {
       // The shards were copied from the initial weights: load the FP32

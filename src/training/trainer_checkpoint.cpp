@@ -268,14 +268,11 @@ void Trainer::load_checkpoint(const std::string& path) {
                 " to resume from.");
     load_checked_archive(archive, path);
   };
-  if (const auto& group = options_.process_group()) {
-    // Each rank reads its own copy (a node's disk): one that is missing or
-    // damaged stops every rank now, not the others in the comparison of
-    // the ranks' checkpoints below until the group's timeout.
-    group->agree("reading its copy of the checkpoint", read);
-  } else {
-    read();
-  }
+  // Each rank reads its own copy (a node's disk): one that is missing or
+  // damaged stops every rank now, not the others in the comparison of the
+  // ranks' checkpoints below until the group's timeout.
+  on_every_rank(options_.process_group(), "reading its copy of the checkpoint",
+                read);
   // Everything is read and checked before anything of this run changes.
   const std::string where = "lamp: " + path;
   const auto integer = [&](const char* key) {

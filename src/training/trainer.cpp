@@ -495,8 +495,27 @@ void Trainer::save_at_stop() {
   stop_point_.checkpoint_step = checkpoint_step_;
 }
 
+void Trainer::write_on_main_rank(const std::string& what,
+                                 const std::function<void()>& write) {
+  const auto& group = options_.process_group();
+  if (!group || !group->is_distributed() ||
+      step_->optimizer_sharding() != nullptr) {
+    write(); // alone, or sharded: every rank writes, agreeing inside
+    return;
+  }
+  // Rank 0 writes; the others wait for its answer here, not in the next
+  // step's collective, which a rank 0 stopped by a full disk never reaches
+  // (NCCL's peers waited there until --dist-timeout).
+  on_every_rank(*group, what, [&] {
+    if (group->is_main()) {
+      write();
+    }
+  });
+}
+
 void Trainer::write_checkpoint() {
-  save_checkpoint(options_.checkpoint());
+  write_on_main_rank("writing the checkpoint",
+                     [&] { save_checkpoint(options_.checkpoint()); });
   checkpoint_step_ = global_step_;
 }
 
@@ -507,9 +526,9 @@ void Trainer::write_checkpoint_if_finite() {
                           .to(torch::kFloat)
                           .reshape({1});
     const auto& group = options_.process_group();
-    if (group && group->is_distributed() &&
-        step_->optimizer_sharding() != nullptr) {
-      // Every rank writes its shard: one answer for all of them.
+    if (group && group->is_distributed()) {
+      // Every rank writes its shard, or agrees on rank 0's write: one
+      // answer for all of them.
       group->all_reduce_(non_finite, lamp::distributed::ReduceOp::kMax,
                          "whether a rank's latest loss was inf/NaN, before "
                          "a checkpoint");
@@ -534,7 +553,8 @@ void Trainer::write_checkpoint_if_finite() {
 bool Trainer::checkpoint_is_mine() const {
   const auto& group = options_.process_group();
   // Sharded, every rank writes its shard (save_checkpoint is then a
-  // collective); otherwise rank 0 writes the whole checkpoint.
+  // collective); otherwise rank 0 writes the whole checkpoint (and the
+  // others agree on its write).
   return !options_.checkpoint().empty() &&
          (!group || group->is_main() || step_->optimizer_sharding() != nullptr);
 }
@@ -661,8 +681,7 @@ bool Trainer::train_epoch(
     }
     // Inside the epoch only: its end writes its own checkpoint.
     if (o.checkpoint_every() > 0 && global_step_ % o.checkpoint_every() == 0 &&
-        i + 1 < run.last_batch && checkpoint_is_mine() &&
-        checkpoint_step_ != global_step_) {
+        i + 1 < run.last_batch && checkpoint_step_ != global_step_) {
       write_checkpoint_if_finite();
     }
   }
@@ -745,18 +764,20 @@ bool Trainer::evaluate_at_step(
   if (e.test_loss < best_test_loss_) {
     best_test_loss_ = e.test_loss;
     best_test_examples_ = e.test_examples;
-    if (!o.best_checkpoint().empty() && (!group || group->is_main())) {
-      save_checkpoint(o.best_checkpoint());
-      e.best_written = true;
+    if (!o.best_checkpoint().empty()) { // never sharded
+      write_on_main_rank("writing the best checkpoint",
+                         [&] { save_checkpoint(o.best_checkpoint()); });
+      e.best_written = !group || group->is_main();
     }
   }
   e.best_test_loss = best_test_loss_;
   // The evaluation's step is the natural point to save, as nanoGPT does;
   // checkpoint_every decides whether it is one.
-  if (o.checkpoint_every() > 0 && global_step_ % o.checkpoint_every() == 0 &&
-      checkpoint_is_mine() && checkpoint_step_ != global_step_) {
+  const bool checkpoint_due =
+      o.checkpoint_every() > 0 && global_step_ % o.checkpoint_every() == 0;
+  if (checkpoint_due && checkpoint_step_ != global_step_) {
     write_checkpoint();
-    e.checkpoint_written = true;
+    e.checkpoint_written = checkpoint_is_mine();
   }
   if (on_evaluation) {
     on_evaluation(e);
@@ -872,11 +893,11 @@ void Trainer::end_epoch(EpochRun& run) {
   }
   // A partial epoch (the run ended inside it) writes the position inside
   // it: a longer run resumes there.
-  if (checkpoint_is_mine()) {
+  if (!options_.checkpoint().empty()) {
     if (checkpoint_step_ != global_step_) {
       write_checkpoint(); // else an evaluation at this step wrote it
     }
-    stats.checkpoint_written = true;
+    stats.checkpoint_written = checkpoint_is_mine();
   }
   if (stop_point_.stopped) { // during the epoch's evaluation
     stop_point_.checkpoint_step = checkpoint_step_;

@@ -2,7 +2,9 @@
 // starts two of these through run_ranks.sh (RANK, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT as torchrun sets them), each running the same test.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1675,6 +1677,126 @@ TEST(TwoRanks, CheckpointEveryWritesInsideEpochs) {
   if (g->rank() == 0) {
     std::remove(path.c_str());
     std::remove(between.c_str());
+  }
+}
+
+// Rank 0 writes a data-parallel run's whole checkpoint: when it cannot (a
+// full disk, its folder gone), every rank stops at that step, rank 0 with
+// its reason and rank 1 naming it, not rank 1 in the next step's gradient
+// all-reduce (Gloo: "Connection closed by peer" once rank 0's process has
+// gone; NCCL: at --dist-timeout). The checkpoint keeps its last good step.
+TEST(TwoRanks, ACheckpointRankZeroCannotWriteStopsEveryRank) {
+  auto g = group();
+  using lamp::training::TrainerOptions;
+  const auto folder = ::testing::TempDir() + "lamp_write_fails_" +
+                      std::string(std::getenv("MASTER_PORT"));
+  const auto away = folder + ".away";
+  if (g->rank() == 0) {
+    ASSERT_EQ(::mkdir(folder.c_str(), 0755), 0) << folder;
+  }
+  g->barrier();
+  // 6 steps an epoch. The checkpoint is written at step 2
+  // (checkpoint_every) and fails at step 4; the best checkpoint fails at
+  // the first evaluation (step 2). The folder moved away is its node's disk
+  // gone bad: the write's own messages are tested in faults.*.
+  struct Case {
+    std::string name;
+    std::string path;
+    TrainerOptions options;
+    int64_t gone_after; ///< the step whose on_batch moves the folder away
+    int64_t fails_at;   ///< the step whose write fails
+    int64_t kept;       ///< the step the checkpoint keeps (0: none written)
+  };
+  const auto base =
+      TrainerOptions(lamp::Precision::kFP32).epochs(2).process_group(g);
+  const std::vector<Case> cases = {
+      {"checkpoint", folder + "/run.pt",
+       TrainerOptions(base).checkpoint(folder + "/run.pt").checkpoint_every(2),
+       4, 4, 2},
+      {"best checkpoint", folder + "/best.pt",
+       TrainerOptions(base).eval_every(2).best_checkpoint(folder + "/best.pt"),
+       1, 2, 0}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto run = lamp_test::make_run(lamp::Precision::kFP32, c.options);
+    const auto on_batch = [&](const lamp::training::BatchProgress& p) {
+      if (g->rank() == 0 && p.global_step == c.gone_after) {
+        ASSERT_EQ(std::rename(folder.c_str(), away.c_str()), 0) << folder;
+      }
+    };
+    const auto start = std::chrono::steady_clock::now();
+    const auto refused =
+        lamp_test::error_of([&] { run->trainer->fit(nullptr, on_batch); });
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(30));
+    if (g->rank() == 0) {
+      EXPECT_EQ(refused.find("lamp: file " + c.path + ": the folder "), 0u)
+          << refused;
+      ASSERT_EQ(std::rename(away.c_str(), folder.c_str()), 0) << away;
+      if (c.kept > 0) {
+        EXPECT_EQ(lamp::training::read_checkpoint_settings(c.path).global_step,
+                  c.kept);
+      } else {
+        EXPECT_FALSE(lamp_test::exists(c.path)) << c.path;
+      }
+    } else {
+      EXPECT_EQ(refused.find("lamp: rank 0 failed in writing the " + c.name +
+                             ": lamp: file " + c.path + ": the folder "),
+                0u)
+          << refused;
+    }
+    EXPECT_EQ(run->trainer->global_step(), c.fails_at);
+    g->barrier();
+  }
+  if (g->rank() == 0) {
+    std::remove((folder + "/run.pt").c_str());
+    ::rmdir(folder.c_str());
+  }
+}
+
+// A checkpoint inside an epoch is not written after a step whose loss was
+// inf/NaN: on any rank, so that every rank decides alike whether to wait
+// for rank 0's write (one rank in that agreement and the other in the next
+// step's gradient all-reduce would pair collectives that do not match).
+TEST(TwoRanks, ANonFiniteLossOnOneRankSkipsTheCheckpointOnEveryRank) {
+  auto g = group();
+  using lamp::training::TrainerOptions;
+  const auto path = ::testing::TempDir() + "lamp_non_finite_" +
+                    std::string(std::getenv("MASTER_PORT")) + ".pt";
+  auto net = std::make_shared<lamp_test::SmallNet>(nullptr);
+  int64_t steps = 0;
+  const auto options =
+      TrainerOptions(lamp::Precision::kFP32)
+          .epochs(1)
+          .process_group(g)
+          .checkpoint(path)
+          .checkpoint_every(2)
+          // Rank 1's loss of step 4 is NaN (both ranks skip that step:
+          // its gradients are all-reduced); a stop after step 5.
+          .training_loss(
+              [&, net](const torch::Tensor& x, const torch::Tensor& y) {
+                const auto loss =
+                    torch::nn::functional::cross_entropy((*net)->forward(x), y);
+                return ++steps == 4 && g->rank() == 1
+                           ? loss * std::numeric_limits<float>::quiet_NaN()
+                           : loss;
+              })
+          .stop_requested([&] { return steps == 5; });
+  auto run = lamp_test::make_run(lamp::Precision::kFP32, options);
+  *net = run->model;
+  const lamp_test::Warnings warnings;
+  run->trainer->fit();
+  EXPECT_EQ(run->trainer->stop_point().global_step, 5);
+  EXPECT_EQ(run->trainer->stop_point().checkpoint_step, 2);
+  const auto warned = warnings.containing(
+      "the checkpoint of step 4 was not written: that step's loss was "
+      "inf/NaN");
+  EXPECT_EQ(warned.size(), 1u);
+  g->barrier();
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 2);
+  g->barrier();
+  if (g->rank() == 0) {
+    std::remove(path.c_str());
   }
 }
 

@@ -725,7 +725,13 @@ class Trainer {
   bool single_process() const;
   // Whether this rank writes (its part of) TrainerOptions::checkpoint.
   bool checkpoint_is_mine() const;
-  // Writes TrainerOptions::checkpoint at this step and records it.
+  // `write` on rank 0 of a data-parallel run whose checkpoint is whole, the
+  // other ranks agreeing on it (one refusal, a full disk, stops every rank
+  // at once, naming it); alone or sharded, `write` on this rank.
+  void write_on_main_rank(const std::string& what,
+                          const std::function<void()>& write);
+  // Writes TrainerOptions::checkpoint at this step and records it: every
+  // rank calls it at the same steps.
   void write_checkpoint();
   // write_checkpoint(), unless the latest step's loss was inf/NaN (on any
   // rank, where the ranks write it together): a model whose loss is no

@@ -218,6 +218,14 @@ void add_gpt_options(CLI::App& app, GptFlags& f) {
 // file formats (what the model's ids mean).
 constexpr const char* kTokenizerModelSetting = "tokenizer model";
 
+// What the run's ids are, in checkpoints: a text's bytes (kTextBytes: the
+// samples draw ids 0..255 whatever --vocab-size), or token ids (token files
+// or a tokenizer's). --sample-only then knows the bytes without --data's
+// text, which may have moved.
+constexpr const char* kTrainedOnSetting = "trained on";
+constexpr const char* kTextBytes = "a text's bytes";
+constexpr const char* kTokenIds = "token ids";
+
 std::string tokenizer_fingerprint(const lamp::data::Tokenizer& tokenizer) {
   const auto& bpe = tokenizer.byte_pair();
   const auto bytes = bpe.empty() ? tokenizer.sentencepiece().serialized()
@@ -248,6 +256,8 @@ std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
       {"--tokenizer", f.tokenizer_path, /*checked=*/false},
       {kTokenizerModelSetting,
        f.tokenizer.empty() ? std::string() : tokenizer_fingerprint(f.tokenizer),
+       /*checked=*/false},
+      {kTrainedOnSetting, f.byte_text ? kTextBytes : kTokenIds,
        /*checked=*/false}};
 }
 
@@ -711,17 +721,35 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
               " is no folder of token files to decode them with. Give --data "
               "the folder the model was trained on (its meta.pkl holds the "
               "pieces).");
-  // A checkpoint of a run on a text's bytes (its --data a file or folder
-  // of text that is still there): the bytes' ids, as the run's own samples
-  // drew them. A Python file's model (GPT-2's ids, --prompt-ids) draws
-  // from every id.
+  // A checkpoint of a run on a text's bytes: the bytes' ids, as the run's
+  // own samples drew them, wherever its text is now. A Python file's model
+  // (GPT-2's ids, --prompt-ids) draws from every id.
   if (flags.byte_text && flags.tokenizer.empty() && !config.resume.empty()) {
     bool stored = false;
     const auto run_data = resumed_setting(config, "--data", stored);
+    bool known = false;
+    const auto trained_on = resumed_setting(config, kTrainedOnSetting, known);
     struct stat st {};
-    if (stored && !run_data.empty() && ::stat(run_data.c_str(), &st) == 0 &&
-        !lamp::data::is_token_folder(run_data)) {
+    if (!known) {
+      // Written before lamp stored it: a text that is still there says so.
+      if (stored && !run_data.empty() && ::stat(run_data.c_str(), &st) == 0 &&
+          !lamp::data::is_token_folder(run_data)) {
+        flags.sample_vocab = 256;
+      }
+    } else if (trained_on == kTextBytes) {
       flags.sample_vocab = 256;
+    } else {
+      // Token files, and --data no folder of them (they have moved, or
+      // --data names a text): their ids read as bytes would be another
+      // text. As ids, with the prompt's ids given.
+      TORCH_CHECK(!flags.prompt_ids.empty(), "--sample-only: ", config.resume,
+                  "'s run trained on the token files of ", run_data,
+                  ", whose ids are not a text's bytes, and --data ",
+                  config.data,
+                  " is no folder of token files. Give --data the folder they "
+                  "are in now (its meta.pkl decodes the samples), or "
+                  "--prompt-ids to sample ids.");
+      flags.byte_text = false;
     }
   }
   lamp::models::GPT gpt(flags.model);

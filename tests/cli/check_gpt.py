@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""train_gpt through its command line, on a generated text.
+"""train_gpt through its command line, on a generated text. Each case
+empties its WORK_DIR first.
 
   check_gpt.py modes TRAIN_GPT WORK_DIR PRECISION...
       a 30-step run in each precision: exit 0, finite losses below the
@@ -914,12 +915,16 @@ def sample_only(train_gpt, work):
     if uncached != again:
         fail(f"without the KV cache: {uncached!r}, with it {again!r}")
     # A byte model with room beyond the bytes (--vocab-size 300): the run
-    # and --sample-only both draw the 256 bytes alone, the same text.
+    # and --sample-only both draw the 256 bytes alone, the same text, though
+    # the run's text has moved since (the checkpoint says it was bytes).
     wide = fresh(work, "sample-only-300.pt")
-    wide_run = expect_success([train_gpt, "--data", text, "--epochs", "1",
+    moved = fresh(work, "moved-text.txt")
+    shutil.copyfile(text, moved)
+    wide_run = expect_success([train_gpt, "--data", moved, "--epochs", "1",
                                "--max-steps", "5", "--precision", "fp32",
                                "--vocab-size", "300", "--checkpoint", wide,
                                "--seed", "5"] + COMMON)
+    os.remove(moved)
     wide_only = expect_success([train_gpt, "--sample-only", "--resume", wide,
                                 "--sample-tokens", "60", "--seed", "5",
                                 "--no-progress"])
@@ -946,7 +951,8 @@ def sample_only(train_gpt, work):
     if "the prompt's 140 tokens are more than the context of 32" not in r.stdout:
         fail(f"a prompt longer than the context: {r.stdout[:300]!r}")
     if sorted(os.listdir(work)) != sorted(before + ["long-prompt.txt"]):
-        fail("--sample-only wrote files")
+        fail(f"--sample-only wrote files: {sorted(os.listdir(work))} "
+             f"against {sorted(before + ['long-prompt.txt'])}")
     # Another --seed samples anew: sampling compares no training flag with
     # the checkpoint's.
     other = list(base)
@@ -1539,11 +1545,36 @@ def token_files(train_gpt, work):
     if not re.fullmatch(r"(<\d+>)+", sample.strip()) or \
             any(int(t) >= 40960 for t in re.findall(r"\d+", sample)):
         fail(f"the sample is not ids below 40960: {sample[:200]!r}")
+    ids_model = fresh(work, "uint16.pt")
     r = expect_success([train_gpt, "--data", folder, "--vocab-size", "40960",
                         "--max-steps", "2", "--epochs", "1", "--prompt-ids",
-                        "40000,32768", "--precision", "fp32"] + COMMON)
+                        "40000,32768", "--precision", "fp32", "--checkpoint",
+                        ids_model] + COMMON)
     if not sample_of(r.stdout).startswith("<40000><32768>"):
         fail(f"--prompt-ids: {sample_of(r.stdout)[:80]!r}")
+    # Its token files moved away: --sample-only does not read its ids as a
+    # text's bytes (the checkpoint says they are token ids); it samples ids
+    # from --prompt-ids, and without them says what to give.
+    os.rename(folder, folder + ".moved")
+    try:
+        r = run([train_gpt, "--sample-only", "--resume", ids_model,
+                 "--sample-tokens", "5", "--no-progress"])
+        wanted = (f"{ids_model}'s run trained on the token files of {folder}, "
+                  "whose ids are not a text's bytes")
+        if r.returncode != 1 or wanted not in r.stderr or \
+                "--prompt-ids to sample ids" not in r.stderr:
+            fail(f"--sample-only of moved token files: exit {r.returncode}, "
+                 f"{r.stderr.strip()!r}")
+        r = expect_success([train_gpt, "--sample-only", "--resume", ids_model,
+                            "--sample-tokens", "5", "--prompt-ids", "40000",
+                            "--no-progress"])
+        sample = sample_of(r.stdout).split("\ntrain_gpt: ")[0]
+        if not re.fullmatch(r"<40000>(<\d+>){5}", sample.strip()):
+            fail(f"--sample-only of moved token files, --prompt-ids: "
+                 f"{sample[:200]!r}")
+    finally:
+        os.rename(folder + ".moved", folder)
+    os.remove(ids_model)
     # uint32 ids for a vocabulary above 65,536.
     big = [rng.choice((1, 65536, 69999)) for _ in range(2000)]
     folder32 = write_token_folder(os.path.join(work, "uint32"), big, 1800,
@@ -2469,7 +2500,11 @@ def main(argv):
         print(__doc__)
         return 2
     command, train_gpt, work = argv[0], argv[1], argv[2]
-    os.makedirs(work, exist_ok=True)
+    # Each case owns its WORK_DIR and starts it empty: a run stopped midway
+    # (a failure, a timeout) leaves files that the checks of what a
+    # command wrote would count against the next run's.
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
     if command == "modes":
         modes(train_gpt, work, argv[3:])
     elif command == "resume":

@@ -1,6 +1,7 @@
 #include "distributed/collective_watch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -27,6 +28,26 @@ constexpr std::chrono::seconds kStoreAnswer{2};
 
 std::string key(int rank) {
   return "wait/" + std::to_string(rank);
+}
+
+// Where a rank leaves its reason for stopping (CollectiveWatch::leave_word).
+std::string stopped_key(int rank) {
+  return "stopped/" + std::to_string(rank);
+}
+
+// The longest reason a rank leaves: the first lines of an error.
+constexpr size_t kMaxWord = 1000;
+
+// A store entry read in one call that never waits: a compare-set expecting
+// a value no entry has answers the entry, or the expected value where there
+// is none (TCPStore and HashStore, both LibTorch 1.13 and 2.x, both TCPStore
+// servers), and changes nothing. A check, then a get, would wait for the
+// store's timeout where the entry goes in between. "" where there is none.
+std::string read_entry(c10d::Store& store, const std::string& name) {
+  const std::vector<uint8_t> none{0};
+  const auto bytes = store.compareSet(name, none, none);
+  return bytes == none ? std::string()
+                       : std::string(bytes.begin(), bytes.end());
 }
 
 std::string whole_seconds(Clock::duration d) {
@@ -71,6 +92,9 @@ struct CollectiveWatch::State {
 
   std::shared_ptr<Asker> asker;
   Settings settings;
+  // A collective of this rank has failed: its error is the other ranks'
+  // stop, no reason of its own to leave them.
+  std::atomic<bool> collective_failed{false};
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<Entry> pending; // in ticket order
@@ -100,27 +124,18 @@ struct CollectiveWatch::State {
       return "for the other ranks";
     }
     const int rank = settings.rank;
+    // Each other rank's entry and the reason it left for stopping.
+    using Entries = std::vector<std::pair<std::string, std::string>>;
     auto answer = detached([asker = asker, rank, world, id, what] {
       return asker->ask([&](c10d::Store& store) {
         const std::string mine = std::to_string(id) + "\t" + what;
         store.set(key(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-        // A compare-set expecting a value no entry has reads an entry in
-        // one call that never waits: the store answers the entry, or the
-        // expected value where there is none (TCPStore and HashStore, both
-        // LibTorch 1.13 and 2.x, both TCPStore servers), and changes
-        // nothing. A check, then a get, would wait for the store's timeout
-        // when the rank deletes its entry in between.
-        const std::vector<uint8_t> none{0};
-        std::vector<std::string> others;
+        Entries others(static_cast<size_t>(world));
         for (int r = 0; r < world; ++r) {
-          if (r == rank) {
-            others.emplace_back();
-            continue;
+          if (r != rank) {
+            others[static_cast<size_t>(r)] = {
+                read_entry(store, key(r)), read_entry(store, stopped_key(r))};
           }
-          const auto bytes = store.compareSet(key(r), none, none);
-          others.emplace_back(bytes == none
-                                  ? std::string()
-                                  : std::string(bytes.begin(), bytes.end()));
         }
         return others;
       });
@@ -129,7 +144,7 @@ struct CollectiveWatch::State {
       return "for the other ranks (rank 0's store gave no answer in " +
              whole_seconds(kStoreAnswer) + ": rank 0 may have stopped)";
     }
-    std::vector<std::string> entries;
+    Entries entries;
     try {
       entries = answer.get();
     } catch (const std::exception& e) {
@@ -143,8 +158,13 @@ struct CollectiveWatch::State {
       if (r == settings.rank) {
         continue;
       }
-      const auto& entry = entries[static_cast<size_t>(r)];
-      if (entry.empty()) {
+      const auto& entry = entries[static_cast<size_t>(r)].first;
+      const auto& word = entries[static_cast<size_t>(r)].second;
+      // A rank that stopped will not come, whatever its entry says.
+      if (!word.empty()) {
+        elsewhere << "; rank " << r << " stopped: " << word;
+      }
+      if (entry.empty() || !word.empty()) {
         absent.push_back(r);
       } else if (entry != here) {
         const auto tab = entry.find('\t');
@@ -220,6 +240,64 @@ struct CollectiveWatch::State {
     }
   }
 };
+
+void CollectiveWatch::note_collective_failed() const {
+  state_->collective_failed = true;
+}
+
+void CollectiveWatch::leave_word(const std::string& why) {
+  if (state_->collective_failed) {
+    return;
+  }
+  const int rank = state_->settings.rank;
+  const std::string word = why.substr(0, kMaxWord);
+  auto done = detached([asker = state_->asker, rank, word] {
+    asker->ask([&](c10d::Store& store) {
+      store.set(stopped_key(rank),
+                std::vector<uint8_t>(word.begin(), word.end()));
+    });
+    return true;
+  });
+  // Not an error where the store does not answer: the word is a courtesy.
+  if (done.wait_for(kStoreAnswer) == std::future_status::ready) {
+    try {
+      done.get();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+std::string CollectiveWatch::words_of_stopped_ranks() const {
+  const int rank = state_->settings.rank;
+  const int world = state_->settings.world_size;
+  if (world > kMaxRanksAsked) {
+    return "";
+  }
+  auto answer = detached([asker = state_->asker, rank, world] {
+    return asker->ask([&](c10d::Store& store) {
+      std::string words;
+      for (int r = 0; r < world; ++r) {
+        if (r == rank) {
+          continue;
+        }
+        const auto word = read_entry(store, stopped_key(r));
+        if (!word.empty()) {
+          words += (words.empty() ? "rank " : "; rank ") + std::to_string(r) +
+                   " stopped: " + word;
+        }
+      }
+      return words;
+    });
+  });
+  if (answer.wait_for(kStoreAnswer) != std::future_status::ready) {
+    return "";
+  }
+  try {
+    return answer.get();
+  } catch (const std::exception&) {
+    return ""; // rank 0, which serves the store, has gone
+  }
+}
 
 std::chrono::milliseconds CollectiveWatch::default_interval(
     std::chrono::milliseconds timeout) {

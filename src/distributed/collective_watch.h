@@ -81,6 +81,19 @@ class CollectiveWatch {
     int64_t id_;
   };
 
+  /// A collective of this rank has failed (another rank stopped): a later
+  /// leave_word() leaves nothing.
+  void note_collective_failed() const;
+  /// Leaves this rank's reason for stopping in the store ("stopped/RANK",
+  /// its first 1000 bytes), where the other ranks' reports and failed
+  /// collectives read it. Waits at most 2 s; nothing where the store does
+  /// not answer, or after a collective of this rank failed.
+  void leave_word(const std::string& why);
+  /// The reasons the other ranks left ("rank 1 stopped: ..."; "" where none
+  /// did, the group is larger than a report reads, or the store does not
+  /// answer within 2 s: rank 0, which serves it, has gone).
+  std::string words_of_stopped_ranks() const;
+
   /// The interval of ProcessGroupOptions::collective_wait_report() = 0: a
   /// quarter of the timeout, at most 30 s.
   static std::chrono::milliseconds default_interval(

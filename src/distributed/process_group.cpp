@@ -56,18 +56,29 @@ struct CollectiveSite {
   int world_size = 1;
   std::string backend;
   std::chrono::milliseconds timeout{0};
+  // Where the reasons other ranks left for stopping are read (null: none).
+  const lamp::detail::CollectiveWatch* watch = nullptr;
 };
 
 [[noreturn]] void fail_collective_at(const CollectiveSite& site,
                                      const char* what,
                                      const std::exception& error) {
-  TORCH_CHECK(
-      false, "lamp::distributed: ", what, " failed on rank ", site.rank, " of ",
-      site.world_size, " (", site.backend,
-      "): ", lamp::detail::error_text(error),
-      ". Another rank has probably exited or stopped answering (the timeout is ",
-      site.timeout.count() / 1000.0,
-      " s, --dist-timeout / ProcessGroupOptions::timeout); see its output.");
+  // A rank that stopped on its own error left its reason (Trainer::fit,
+  // ProcessGroup::leave_word): named here, on the rank the user reads.
+  std::string words;
+  if (site.watch != nullptr) {
+    site.watch->note_collective_failed();
+    words = site.watch->words_of_stopped_ranks();
+  }
+  TORCH_CHECK(false, "lamp::distributed: ", what, " failed on rank ", site.rank,
+              " of ", site.world_size, " (", site.backend,
+              "): ", lamp::detail::error_text(error),
+              words.empty() ? ". Another rank has probably exited or stopped "
+                              "answering"
+                            : "; " + words,
+              " (the timeout is ", site.timeout.count() / 1000.0,
+              " s, --dist-timeout / ProcessGroupOptions::timeout); see its "
+              "output.");
 }
 
 class WorkHandle final : public ProcessGroup::Work {
@@ -133,7 +144,7 @@ void wait_watched(const ProcessGroup& group,
     work->wait();
   } catch (const std::exception& e) {
     fail_collective_at(CollectiveSite{group.rank(), group.world_size(),
-                                      group.backend(), group.timeout()},
+                                      group.backend(), group.timeout(), watch},
                        call, e);
   }
 }
@@ -298,7 +309,8 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::all_reduce_async_(
       impl_->watch->begin(named(purpose, "all_reduce_async_"), work);
   return std::make_unique<WorkHandle>(
       std::move(work), staged ? tensors[0] : torch::Tensor(), tensor,
-      CollectiveSite{rank_, world_size_, backend_name_, timeout_},
+      CollectiveSite{rank_, world_size_, backend_name_, timeout_,
+                     impl_->watch.get()},
       impl_->watch.get(), watched);
 }
 
@@ -386,7 +398,8 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::reduce_scatter_async_(
   const int64_t n = shard.numel();
   const bool staged = needs_fp32_reduction(backend_name_, flat);
   auto input = staged ? flat.to(torch::kFloat) : flat;
-  const CollectiveSite site{rank_, world_size_, backend_name_, timeout_};
+  const CollectiveSite site{rank_, world_size_, backend_name_, timeout_,
+                            impl_->watch.get()};
   const auto name = named(purpose, "reduce_scatter_async_");
   c10::intrusive_ptr<c10d::Work> work;
   if (has_reduce_scatter_) {
@@ -428,10 +441,17 @@ std::unique_ptr<ProcessGroup::Work> ProcessGroup::reduce_scatter_async_(
                                       site, impl_->watch.get(), watched);
 }
 
+void ProcessGroup::leave_word(const std::string& why) const {
+  if (is_distributed() && impl_ && impl_->watch) {
+    impl_->watch->leave_word(why);
+  }
+}
+
 void ProcessGroup::fail_collective(const char* what,
                                    const std::exception& error) const {
-  fail_collective_at(
-      CollectiveSite{rank_, world_size_, backend_name_, timeout_}, what, error);
+  fail_collective_at(CollectiveSite{rank_, world_size_, backend_name_, timeout_,
+                                    impl_ ? impl_->watch.get() : nullptr},
+                     what, error);
 }
 
 void ProcessGroup::broadcast_(std::vector<torch::Tensor> tensors, int root,

@@ -405,6 +405,26 @@ std::vector<EpochStats> Trainer::fit(
     const std::function<void(const BatchProgress&)>& on_batch,
     const std::function<void(const EvalProgress&)>& on_eval_batch,
     const std::function<void(const StepEvaluation&)>& on_evaluation) {
+  try {
+    return fit_epochs(on_epoch, on_batch, on_eval_batch, on_evaluation);
+  } catch (const std::exception& e) {
+    // This rank's own error (its step, its callbacks, a file it writes):
+    // the other ranks, whose next collective fails or waits for it, name
+    // it, rank 0 among them.
+    if (const auto& group = options_.process_group()) {
+      const auto* error = dynamic_cast<const c10::Error*>(&e);
+      group->leave_word(error != nullptr ? error->what_without_backtrace()
+                                         : e.what());
+    }
+    throw;
+  }
+}
+
+std::vector<EpochStats> Trainer::fit_epochs(
+    const std::function<void(const EpochStats&)>& on_epoch,
+    const std::function<void(const BatchProgress&)>& on_batch,
+    const std::function<void(const EvalProgress&)>& on_eval_batch,
+    const std::function<void(const StepEvaluation&)>& on_evaluation) {
   const auto& o = options_;
   const auto device = train_loader_.device();
   // Divergence is tracked across epochs, so that it is caught however short

@@ -1800,6 +1800,59 @@ TEST(TwoRanks, ANonFiniteLossOnOneRankSkipsTheCheckpointOnEveryRank) {
   }
 }
 
+// A rank that stops on an error of its own in Trainer::fit (here its loss
+// throws) leaves its reason: rank 0, whose output the user reads, names it
+// while its collective waits for that rank (its report) and when the
+// collective fails as the rank exits, not only "Another rank has probably
+// exited".
+TEST(TwoRanks, ARankThatStopsOnItsOwnErrorIsNamedByTheOthers) {
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mutex = std::make_shared<std::mutex>();
+  auto g = reporting_group(lines, mutex, std::chrono::seconds(30));
+  using lamp::training::TrainerOptions;
+  auto net = std::make_shared<lamp_test::SmallNet>(nullptr);
+  int64_t steps = 0;
+  const std::string reason = "rank 1's data reader broke at step 3";
+  auto run = lamp_test::make_run(
+      lamp::Precision::kFP32,
+      TrainerOptions(lamp::Precision::kFP32)
+          .epochs(1)
+          .process_group(g)
+          .training_loss([&, net](const torch::Tensor& x,
+                                  const torch::Tensor& y) {
+            if (++steps == 3 && g->rank() == 1) {
+              throw std::runtime_error(reason);
+            }
+            return torch::nn::functional::cross_entropy((*net)->forward(x), y);
+          }));
+  *net = run->model;
+  const auto start = std::chrono::steady_clock::now();
+  std::string error; // rank 1's is its own std::runtime_error
+  try {
+    run->trainer->fit();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (g->rank() == 1) {
+    // Gone after rank 0 has reported its wait (a GPU's NCCL rank 0 would
+    // wait so until the timeout), as a failed process goes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    std::_Exit(error == reason ? 0 : 1);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_NE(error.find("; rank 1 stopped: " + reason + " (the timeout is"),
+            std::string::npos)
+      << error;
+  const auto text = joined(*lines, *mutex);
+  EXPECT_NE(text.find("for rank 1, which has not reached it; rank 1 "
+                      "stopped: " +
+                      reason + "; giving up after 30 s"),
+            std::string::npos)
+      << text;
+}
+
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
   auto g = group(std::chrono::seconds(10));
   g->barrier();

@@ -198,6 +198,19 @@ class ProcessGroup {
   /// \endcode
   void agree(const std::string& what, const std::function<void()>& work);
 
+  /// Before this rank stops on an error of its own that the others do not
+  /// share (an exception in its training step, a file it cannot write), tells
+  /// them why: another rank's collective that then fails ("Connection closed
+  /// by peer") or waits past its report interval names it, "rank 1 stopped:
+  /// ...", on rank 0, whose output the user reads. Trainer::fit calls it
+  /// with its error. Best effort, through the rendezvous store: at most 2 s,
+  /// and nothing where the store does not answer (outside torchrun rank 0
+  /// serves it, so rank 0's own reason reaches no one once it has exited).
+  /// Nothing for a single process, nor once a collective of this rank has
+  /// failed (its error is then another rank's stop, not a reason of its
+  /// own).
+  void leave_word(const std::string& why) const;
+
   /// An all-reduce (sum) that runs in the background; wait() blocks until it
   /// is done and rethrows its error. Used for overlapping gradient buckets.
   class Work {

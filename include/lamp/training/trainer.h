@@ -723,6 +723,12 @@ class Trainer {
   // checkpoint_every and best_checkpoint.
   void check_step_options(int64_t batches) const;
   bool single_process() const;
+  // fit()'s work; fit() leaves its error's word for the other ranks.
+  std::vector<EpochStats> fit_epochs(
+      const std::function<void(const EpochStats&)>& on_epoch,
+      const std::function<void(const BatchProgress&)>& on_batch,
+      const std::function<void(const EvalProgress&)>& on_eval_batch,
+      const std::function<void(const StepEvaluation&)>& on_evaluation);
   // Whether this rank writes (its part of) TrainerOptions::checkpoint.
   bool checkpoint_is_mine() const;
   // `write` on rank 0 of a data-parallel run whose checkpoint is whole, the

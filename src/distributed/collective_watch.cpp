@@ -95,6 +95,8 @@ struct CollectiveWatch::State {
   // A collective of this rank has failed: its error is the other ranks'
   // stop, no reason of its own to leave them.
   std::atomic<bool> collective_failed{false};
+  // This rank's reason is in the store (leave_word("") takes it back).
+  std::atomic<bool> word_left{false};
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<Entry> pending; // in ticket order
@@ -246,18 +248,24 @@ void CollectiveWatch::note_collective_failed() const {
 }
 
 void CollectiveWatch::leave_word(const std::string& why) {
-  if (state_->collective_failed) {
-    return;
+  if (why.empty() ? !state_->word_left.exchange(false)
+                  : state_->collective_failed.load()) {
+    return; // no word to take back, or no reason of this rank's own
   }
   const int rank = state_->settings.rank;
   const std::string word = why.substr(0, kMaxWord);
   auto done = detached([asker = state_->asker, rank, word] {
     asker->ask([&](c10d::Store& store) {
-      store.set(stopped_key(rank),
-                std::vector<uint8_t>(word.begin(), word.end()));
+      if (word.empty()) {
+        store.deleteKey(stopped_key(rank));
+      } else {
+        store.set(stopped_key(rank),
+                  std::vector<uint8_t>(word.begin(), word.end()));
+      }
     });
     return true;
   });
+  state_->word_left = !word.empty();
   // Not an error where the store does not answer: the word is a courtesy.
   if (done.wait_for(kStoreAnswer) == std::future_status::ready) {
     try {

@@ -87,7 +87,8 @@ class CollectiveWatch {
   /// Leaves this rank's reason for stopping in the store ("stopped/RANK",
   /// its first 1000 bytes), where the other ranks' reports and failed
   /// collectives read it. Waits at most 2 s; nothing where the store does
-  /// not answer, or after a collective of this rank failed.
+  /// not answer, or after a collective of this rank failed. "" takes back
+  /// a reason left before (nothing, no store call, where there is none).
   void leave_word(const std::string& why);
   /// The reasons the other ranks left ("rank 1 stopped: ..."; "" where none
   /// did, the group is larger than a report reads, or the store does not

@@ -405,6 +405,9 @@ std::vector<EpochStats> Trainer::fit(
     const std::function<void(const BatchProgress&)>& on_batch,
     const std::function<void(const EvalProgress&)>& on_eval_batch,
     const std::function<void(const StepEvaluation&)>& on_evaluation) {
+  if (const auto& group = options_.process_group()) {
+    group->leave_word(""); // an earlier fit()'s reason, if it left one
+  }
   try {
     return fit_epochs(on_epoch, on_batch, on_eval_batch, on_evaluation);
   } catch (const std::exception& e) {

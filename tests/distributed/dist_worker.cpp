@@ -1853,6 +1853,35 @@ TEST(TwoRanks, ARankThatStopsOnItsOwnErrorIsNamedByTheOthers) {
       << text;
 }
 
+// A reason taken back (leave_word(""), as fit() does as it starts: the
+// rank caught its error and went on) is not named when that rank later
+// exits without one.
+TEST(TwoRanks, AReasonTakenBackIsNotNamed) {
+  auto g = group(std::chrono::seconds(10));
+  if (g->rank() == 1) {
+    g->leave_word("an old reason");
+    g->leave_word("");
+  }
+  g->barrier();
+  if (g->rank() == 1) {
+    std::_Exit(0); // gone without a word
+  }
+  auto t = torch::ones({4});
+  std::string message;
+  try {
+    // The peer may need a moment to be gone; keep talking until it fails.
+    for (int i = 0; i < 100; ++i) {
+      g->all_reduce_(t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } catch (const c10::Error& e) {
+    message = e.what_without_backtrace();
+  }
+  EXPECT_NE(message.find("Another rank has probably exited"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("an old reason"), std::string::npos) << message;
+}
+
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
   auto g = group(std::chrono::seconds(10));
   g->barrier();

@@ -208,7 +208,9 @@ class ProcessGroup {
   /// serves it, so rank 0's own reason reaches no one once it has exited).
   /// Nothing for a single process, nor once a collective of this rank has
   /// failed (its error is then another rank's stop, not a reason of its
-  /// own).
+  /// own). An empty `why` takes back the reason this rank left before (a
+  /// trainer that caught its error and goes on with the group; fit() does
+  /// so as it starts); without one it costs nothing.
   void leave_word(const std::string& why) const;
 
   /// An all-reduce (sum) that runs in the background; wait() blocks until it

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "distributed/on_every_rank.h"
+#include "distributed/rendezvous.h"
 #include "lamp/amp/precision_support.h"
 #include "lamp/distributed/data_parallel.h"
 #include "lamp/optim/optimizer.h"
@@ -415,9 +416,7 @@ std::vector<EpochStats> Trainer::fit(
     // the other ranks, whose next collective fails or waits for it, name
     // it, rank 0 among them.
     if (const auto& group = options_.process_group()) {
-      const auto* error = dynamic_cast<const c10::Error*>(&e);
-      group->leave_word(error != nullptr ? error->what_without_backtrace()
-                                         : e.what());
+      group->leave_word(lamp::detail::error_text(e));
     }
     throw;
   }

@@ -1853,6 +1853,23 @@ TEST(TwoRanks, ARankThatStopsOnItsOwnErrorIsNamedByTheOthers) {
       << text;
 }
 
+// Rank 0's error once rank 1 has exited: the peer may need a moment to be
+// gone, so rank 0 keeps talking until an all-reduce fails ("" and a test
+// failure where none does).
+std::string error_once_rank_1_is_gone(ProcessGroup& g) {
+  auto t = torch::ones({4});
+  try {
+    for (int i = 0; i < 100; ++i) {
+      g.all_reduce_(t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  ADD_FAILURE() << "all_reduce_ kept succeeding with rank 1 gone";
+  return "";
+}
+
 // A reason taken back (leave_word(""), as fit() does as it starts: the
 // rank caught its error and went on) is not named when that rank later
 // exits without one.
@@ -1866,17 +1883,7 @@ TEST(TwoRanks, AReasonTakenBackIsNotNamed) {
   if (g->rank() == 1) {
     std::_Exit(0); // gone without a word
   }
-  auto t = torch::ones({4});
-  std::string message;
-  try {
-    // The peer may need a moment to be gone; keep talking until it fails.
-    for (int i = 0; i < 100; ++i) {
-      g->all_reduce_(t);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  } catch (const c10::Error& e) {
-    message = e.what_without_backtrace();
-  }
+  const auto message = error_once_rank_1_is_gone(*g);
   EXPECT_NE(message.find("Another rank has probably exited"), std::string::npos)
       << message;
   EXPECT_EQ(message.find("an old reason"), std::string::npos) << message;
@@ -1889,18 +1896,8 @@ TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
     std::_Exit(0); // gone without a word, like a crashed rank
   }
   const auto start = std::chrono::steady_clock::now();
-  auto t = torch::ones({4});
-  try {
-    // The peer may need a moment to be gone; keep talking until it fails.
-    for (int i = 0; i < 100; ++i) {
-      g->all_reduce_(t);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "all_reduce_ kept succeeding with rank 1 gone";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 0 of 2"), std::string::npos)
-        << e.what();
-  }
+  const auto message = error_once_rank_1_is_gone(*g);
+  EXPECT_NE(message.find("rank 0 of 2"), std::string::npos) << message;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

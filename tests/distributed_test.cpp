@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -400,12 +401,10 @@ struct EntriesDeletedAfterTheCheck : c10d::HashStore {
   bool check(const std::vector<std::string>& /*keys*/) override { return true; }
 };
 
-TEST(CollectiveWatch, AnEntryDeletedWhileItIsReadCountsAsAbsent) {
-  // Rank 0 of 2 waits; rank 1's entry disappears while the report reads it.
-  // The report names rank 1 at once, rather than waiting in a read for the
-  // store's timeout and saying that rank 0's store gave no answer.
-  auto store = c10::make_intrusive<EntriesDeletedAfterTheCheck>();
-  store->setTimeout(std::chrono::seconds(6));
+// The first report of a collective that rank 0 of 2 waits in, with the
+// watch's store `store` and Settings::store_gone `store_gone`.
+std::string first_wait_report(c10::intrusive_ptr<c10d::Store> store,
+                              std::function<std::string()> store_gone) {
   struct Lines {
     std::mutex mutex;
     std::condition_variable added;
@@ -422,9 +421,9 @@ TEST(CollectiveWatch, AnEntryDeletedWhileItIsReadCountsAsAbsent) {
     seen->lines.push_back(line);
     seen->added.notify_all();
   };
+  settings.store_gone = std::move(store_gone);
   {
-    lamp::detail::CollectiveWatch watch(
-        [store] { return c10::intrusive_ptr<c10d::Store>(store); }, settings);
+    lamp::detail::CollectiveWatch watch([store] { return store; }, settings);
     const auto id = watch.begin("the test's all-reduce", {});
     {
       std::unique_lock<std::mutex> lock(seen->mutex);
@@ -434,11 +433,56 @@ TEST(CollectiveWatch, AnEntryDeletedWhileItIsReadCountsAsAbsent) {
     watch.end(id);
   }
   std::lock_guard<std::mutex> lock(seen->mutex);
-  ASSERT_FALSE(seen->lines.empty());
-  EXPECT_NE(seen->lines[0].find("in the test's all-reduce (collective 0) for "
-                                "rank 1, which has not reached it; giving up"),
+  return seen->lines.empty() ? std::string() : seen->lines[0];
+}
+
+TEST(CollectiveWatch, AnEntryDeletedWhileItIsReadCountsAsAbsent) {
+  // Rank 0 of 2 waits; rank 1's entry disappears while the report reads it.
+  // The report names rank 1 at once, rather than waiting in a read for the
+  // store's timeout and saying that rank 0's store gave no answer.
+  auto store = c10::make_intrusive<EntriesDeletedAfterTheCheck>();
+  store->setTimeout(std::chrono::seconds(6));
+  const auto line = first_wait_report(store, nullptr);
+  EXPECT_NE(line.find("in the test's all-reduce (collective 0) for "
+                      "rank 1, which has not reached it; giving up"),
             std::string::npos)
-      << seen->lines[0];
+      << line;
+}
+
+// A store whose connection is closed: every call fails.
+struct ClosedStore : c10d::HashStore {
+  using c10d::HashStore::set;
+  [[noreturn]] static void fail() {
+    throw std::runtime_error("Connection reset by peer");
+  }
+  void set(const std::string& /*key*/,
+           const std::vector<uint8_t>& /*value*/) override {
+    fail();
+  }
+  std::vector<uint8_t> compareSet(
+      const std::string& /*key*/, const std::vector<uint8_t>& /*expected*/,
+      const std::vector<uint8_t>& /*desired*/) override {
+    fail();
+  }
+};
+
+TEST(CollectiveWatch, AStoreThatFailsIsExplainedByTheServerGone) {
+  // The store's server (rank 0) gone: the report says what store_gone()
+  // found, not the connection's error alone; while the server is there,
+  // the store's error.
+  const auto gone = first_wait_report(c10::make_intrusive<ClosedStore>(), [] {
+    return std::string("rank 0 has gone without a word (test)");
+  });
+  EXPECT_NE(gone.find("(collective 0) for the other ranks; rank 0 has gone "
+                      "without a word (test); giving up after 60 s"),
+            std::string::npos)
+      << gone;
+  const auto there = first_wait_report(c10::make_intrusive<ClosedStore>(),
+                                       [] { return std::string(); });
+  EXPECT_NE(there.find("for the other ranks; rank 0's store: Connection reset "
+                       "by peer; giving up"),
+            std::string::npos)
+      << there;
 }
 
 lamp::data::Dataset numbered(int64_t n) {

@@ -70,7 +70,8 @@ struct CollectiveWatch::State {
     bool finished() const { return waited && (!work || work->isCompleted()); }
   };
 
-  // The watch's own store connection, made on first use; one call at a time.
+  // The watch's own store connection, made as the watch starts (or on
+  // first use, where the store did not answer then); one call at a time.
   class Asker {
    public:
     explicit Asker(std::function<c10::intrusive_ptr<c10d::Store>()> connect)
@@ -143,14 +144,20 @@ struct CollectiveWatch::State {
       });
     });
     if (answer.wait_for(kStoreAnswer) != std::future_status::ready) {
-      return "for the other ranks (rank 0's store gave no answer in " +
-             whole_seconds(kStoreAnswer) + ": rank 0 may have stopped)";
+      const auto gone = store_gone();
+      return "for the other ranks; " +
+             (gone.empty() ? "rank 0's store gave no answer in " +
+                                 whole_seconds(kStoreAnswer) +
+                                 ": rank 0 may have stopped"
+                           : gone);
     }
     Entries entries;
     try {
       entries = answer.get();
     } catch (const std::exception& e) {
-      return "for the other ranks (rank 0's store: " + error_text(e) + ")";
+      const auto gone = store_gone();
+      return "for the other ranks; " +
+             (gone.empty() ? "rank 0's store: " + error_text(e) : gone);
     }
     std::vector<int> absent;
     std::ostringstream elsewhere;
@@ -184,6 +191,11 @@ struct CollectiveWatch::State {
                   (absent.size() > 1 ? ", which have" : ", which has") +
                   " not reached it";
     return text + elsewhere.str();
+  }
+
+  // Settings::store_gone's words, "" where it is not set.
+  std::string store_gone() const {
+    return settings.store_gone ? settings.store_gone() : std::string();
   }
 
   void forget(const std::vector<int64_t>& announced) const {
@@ -281,6 +293,12 @@ std::string CollectiveWatch::words_of_stopped_ranks() const {
   if (world > kMaxRanksAsked) {
     return "";
   }
+  // Rank 0 gone: no store to read the reasons from (its own, if it left
+  // one, went with it), and a connection to it would wait in vain.
+  const auto gone = state_->store_gone();
+  if (!gone.empty()) {
+    return gone;
+  }
   auto answer = detached([asker = state_->asker, rank, world] {
     return asker->ask([&](c10d::Store& store) {
       std::string words;
@@ -298,12 +316,12 @@ std::string CollectiveWatch::words_of_stopped_ranks() const {
     });
   });
   if (answer.wait_for(kStoreAnswer) != std::future_status::ready) {
-    return "";
+    return state_->store_gone();
   }
   try {
     return answer.get();
   } catch (const std::exception&) {
-    return ""; // rank 0, which serves the store, has gone
+    return state_->store_gone(); // gone in between
   }
 }
 
@@ -319,6 +337,16 @@ CollectiveWatch::CollectiveWatch(
   TORCH_INTERNAL_ASSERT(settings.interval.count() > 0 && settings.report);
   state_->asker = std::make_shared<State::Asker>(std::move(connect));
   state_->settings = std::move(settings);
+  // Connected now, while rank 0 is surely there. LibTorch 1.13's TCPStore
+  // client runs a thread that ends the process (std::terminate, "Connection
+  // reset by peer") when the server dies with the client's connection
+  // still in its backlog, which a connection made as a collective fails
+  // (rank 0 dying) can be: 1 in 10 killed rank 0s so. Bounded: a store that
+  // does not answer leaves the connection to the first use.
+  auto connected = detached([asker = state_->asker] {
+    return asker->ask([](c10d::Store& /*store*/) { return true; });
+  });
+  connected.wait_for(kStoreAnswer);
   thread_ = std::thread([state = state_] {
     state->run();
     state->done.set_value();

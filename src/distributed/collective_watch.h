@@ -41,10 +41,14 @@ class CollectiveWatch {
     /// The first report after this long, then one each time as long again.
     std::chrono::milliseconds interval{0};
     std::function<void(const std::string&)> report;
+    /// Whether the store's server (rank 0) has gone: "" while it is there,
+    /// else the words that say so (RendezvousStore::server_gone; empty:
+    /// never asked).
+    std::function<std::string()> store_gone;
   };
 
-  /// `connect` makes the watch's own connection to the group's store, on
-  /// its first report (a TCPStore client serves one call at a time, and the
+  /// `connect` makes the watch's own connection to the group's store, as
+  /// the watch starts (a TCPStore client serves one call at a time, and the
   /// group's may be blocked in check_same()'s wait for another rank).
   CollectiveWatch(std::function<c10::intrusive_ptr<c10d::Store>()> connect,
                   Settings settings);
@@ -90,9 +94,10 @@ class CollectiveWatch {
   /// not answer, or after a collective of this rank failed. "" takes back
   /// a reason left before (nothing, no store call, where there is none).
   void leave_word(const std::string& why);
-  /// The reasons the other ranks left ("rank 1 stopped: ..."; "" where none
-  /// did, the group is larger than a report reads, or the store does not
-  /// answer within 2 s: rank 0, which serves it, has gone).
+  /// The reasons the other ranks left ("rank 1 stopped: ..."), or that
+  /// rank 0 has gone without one (Settings::store_gone: its store is closed);
+  /// "" where no rank left a reason, the group is larger than a report
+  /// reads, or the store does not answer within 2 s.
   std::string words_of_stopped_ranks() const;
 
   /// The interval of ProcessGroupOptions::collective_wait_report() = 0: a

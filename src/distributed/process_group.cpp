@@ -70,12 +70,16 @@ struct CollectiveSite {
     site.watch->note_collective_failed();
     words = site.watch->words_of_stopped_ranks();
   }
+  // Of two ranks, the other is the one.
+  const std::string other = site.world_size == 2
+                                ? "Rank " + std::to_string(1 - site.rank)
+                                : std::string("Another rank");
   TORCH_CHECK(false, "lamp::distributed: ", what, " failed on rank ", site.rank,
               " of ", site.world_size, " (", site.backend,
               "): ", lamp::detail::error_text(error),
-              words.empty() ? ". Another rank has probably exited or stopped "
-                              "answering"
-                            : "; " + words,
+              words.empty()
+                  ? ". " + other + " has probably exited or stopped answering"
+                  : "; " + words,
               " (the timeout is ", site.timeout.count() / 1000.0,
               " s, --dist-timeout / ProcessGroupOptions::timeout); see its "
               "output.");
@@ -267,7 +271,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
               ? options.collective_wait_report()
               : lamp::detail::CollectiveWatch::default_interval(
                     options.timeout()),
-          report});
+          report, std::move(joined.server_gone)});
   group->impl_->store = std::move(store);
   return group;
 }

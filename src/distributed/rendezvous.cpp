@@ -93,6 +93,23 @@ std::string listener_at(const std::string& host, int port) {
 
 namespace {
 
+// What store_gone() says of rank 0's rendezvous store at host:port.
+std::string store_server_gone(const std::string& host, int port,
+                              const std::string& address) {
+  const auto closed = listener_at(host, port);
+  if (closed.empty()) {
+    return "";
+  }
+  // Refused: the host is there, the store's process is not.
+  const bool refused = closed.find("refused") != std::string::npos;
+  return "rank 0 has gone without a word (its rendezvous store at " + address +
+         ": " + closed + "): " +
+         (refused ? "its process has ended: killed (by a signal, or by the "
+                    "out-of-memory killer: see the system log, dmesg) or "
+                    "crashed"
+                  : "its host is down or cannot be reached from here");
+}
+
 using distributed::Environment;
 using distributed::ProcessGroupOptions;
 
@@ -112,6 +129,12 @@ class Rendezvous {
     RendezvousStore joined;
     auto store = connect(start, &joined.connect_again);
     joined.store = store;
+    if (!env_.agent_store && env_.rank != 0) {
+      joined.server_gone = [host = env_.master_addr, port = env_.master_port,
+                            address = address_] {
+        return store_server_gone(host, port, address);
+      };
+    }
     check_job(store);
     // add(), not set(): a rank that another process already signed in under
     // is a second job on this port (or two processes given one RANK).

@@ -60,6 +60,12 @@ struct RendezvousStore {
   /// a thread that must not wait behind `store`'s calls (a TCPStore client
   /// serves one call at a time).
   std::function<c10::intrusive_ptr<c10d::Store>()> connect_again;
+  /// Whether rank 0, which serves the store, has gone, for the message of
+  /// a collective that failed or waits: "" while something accepts
+  /// connections at the store's address, else what a connection finds and
+  /// what that means. Empty on rank 0 and where torchrun's agent serves
+  /// the store (it outlives the ranks).
+  std::function<std::string()> server_gone;
 };
 
 /// Joins the rendezvous at `address` (MASTER_ADDR:MASTER_PORT): rank 0 (or

@@ -383,10 +383,9 @@ TEST(TwoRanks, AFailedBucketAllReduceGivesTheCollectiveMessage) {
   });
   EXPECT_NE(message.find(" failed on rank 0 of 2 (gloo): "), std::string::npos)
       << message;
-  EXPECT_NE(
-      message.find("Another rank has probably exited or stopped answering "
-                   "(the timeout is 5 s"),
-      std::string::npos)
+  EXPECT_NE(message.find("Rank 1 has probably exited or stopped answering "
+                         "(the timeout is 5 s"),
+            std::string::npos)
       << message;
 }
 
@@ -1853,10 +1852,10 @@ TEST(TwoRanks, ARankThatStopsOnItsOwnErrorIsNamedByTheOthers) {
       << text;
 }
 
-// Rank 0's error once rank 1 has exited: the peer may need a moment to be
-// gone, so rank 0 keeps talking until an all-reduce fails ("" and a test
-// failure where none does).
-std::string error_once_rank_1_is_gone(ProcessGroup& g) {
+// This rank's error once the other has exited: the peer may need a moment
+// to be gone, so this rank keeps talking until an all-reduce fails ("" and
+// a test failure where none does).
+std::string error_once_the_other_is_gone(ProcessGroup& g) {
   auto t = torch::ones({4});
   try {
     for (int i = 0; i < 100; ++i) {
@@ -1866,7 +1865,7 @@ std::string error_once_rank_1_is_gone(ProcessGroup& g) {
   } catch (const c10::Error& e) {
     return e.what_without_backtrace();
   }
-  ADD_FAILURE() << "all_reduce_ kept succeeding with rank 1 gone";
+  ADD_FAILURE() << "all_reduce_ kept succeeding with the other rank gone";
   return "";
 }
 
@@ -1883,10 +1882,36 @@ TEST(TwoRanks, AReasonTakenBackIsNotNamed) {
   if (g->rank() == 1) {
     std::_Exit(0); // gone without a word
   }
-  const auto message = error_once_rank_1_is_gone(*g);
-  EXPECT_NE(message.find("Another rank has probably exited"), std::string::npos)
+  const auto message = error_once_the_other_is_gone(*g);
+  EXPECT_NE(message.find("Rank 1 has probably exited"), std::string::npos)
       << message;
   EXPECT_EQ(message.find("an old reason"), std::string::npos) << message;
+}
+
+// Rank 0, which serves the rendezvous store, gone without a word (killed,
+// out of memory): rank 1's failed collective says so, and that nothing
+// listens at the store, rather than that some rank has probably exited.
+TEST(TwoRanks, ARankZeroGoneWithoutAWordIsNamed) {
+  auto g = group(std::chrono::seconds(10));
+  g->barrier();
+  if (g->rank() == 0) {
+    std::_Exit(0); // gone without a word, its store with it
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto message = error_once_the_other_is_gone(*g);
+  EXPECT_NE(message.find(" failed on rank 1 of 2 (gloo): "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("; rank 0 has gone without a word (its rendezvous "
+                         "store at 127.0.0.1:"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(": nothing listens there (connection refused)): its "
+                         "process has ended: killed"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("probably exited"), std::string::npos) << message;
+  // No wait for a store that is not there.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
 }
 
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
@@ -1896,7 +1921,7 @@ TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {
     std::_Exit(0); // gone without a word, like a crashed rank
   }
   const auto start = std::chrono::steady_clock::now();
-  const auto message = error_once_rank_1_is_gone(*g);
+  const auto message = error_once_the_other_is_gone(*g);
   EXPECT_NE(message.find("rank 0 of 2"), std::string::npos) << message;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

@@ -104,9 +104,9 @@ std::string store_server_gone(const std::string& host, int port,
   const bool refused = closed.find("refused") != std::string::npos;
   return "rank 0 has gone without a word (its rendezvous store at " + address +
          ": " + closed + "): " +
-         (refused ? "its process has ended: killed (by a signal, or by the "
-                    "out-of-memory killer: see the system log, dmesg) or "
-                    "crashed"
+         (refused ? "its process has ended, killed (by a signal, or by the "
+                    "out-of-memory killer: see the system log, dmesg), "
+                    "crashed, or done with fewer collectives than this rank"
                   : "its host is down or cannot be reached from here");
 }
 

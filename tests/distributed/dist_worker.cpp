@@ -1906,7 +1906,7 @@ TEST(TwoRanks, ARankZeroGoneWithoutAWordIsNamed) {
             std::string::npos)
       << message;
   EXPECT_NE(message.find(": nothing listens there (connection refused)): its "
-                         "process has ended: killed"),
+                         "process has ended, killed"),
             std::string::npos)
       << message;
   EXPECT_EQ(message.find("probably exited"), std::string::npos) << message;

@@ -929,7 +929,7 @@ int run(ProgramConfig& config, const RunSpec& spec,
     if (trainer.stop_point().stopped) {
       return main_rank ? report_interruption(config, spec.program, trainer,
                                              progress, log.get(), stop_signal())
-                       : 128 + stop_signal();
+                       : interrupted_status(stop_signal());
     }
     if (!config.export_state_dict.empty()) {
       export_weights(config, spec, model, trainer, main_rank);

@@ -74,10 +74,9 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
   if (written) {
     what = config.checkpoint + " holds step " + std::to_string(saved);
     if (saved < stop.global_step) {
-      // A data-parallel run writes only where every rank stops together.
+      // Not written at the stop: its step's loss was inf/NaN (warned).
       what += " (the " + std::to_string(stop.global_step - saved) +
-              " steps after it are not saved: ranks of a data-parallel run "
-              "stop at steps of their own)";
+              " steps after it are not saved)";
     } else {
       what += ": nothing trained is lost";
     }
@@ -96,7 +95,9 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
           : "continue with: " + resume_command(config, from);
   if (log) {
     log->write_interrupted(
-        {{"signal", signal_name(signal)},
+        {{"signal", signal != 0 ? nlohmann::ordered_json(signal_name(signal))
+                                : nlohmann::ordered_json(nullptr)},
+         {"asked_by_rank", stop.asked_by_rank},
          {"epoch", stop.epoch},
          {"steps", stop.steps},
          {"steps_in_epoch", stop.steps_in_epoch},
@@ -112,9 +113,17 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
                                                resume_command(config, from))}});
   }
   std::cout.flush();
-  std::cerr << program << ": interrupted (" << signal_name(signal) << ") "
-            << where_stopped(stop) << "; " << what << "; " << next << std::endl;
-  return 128 + signal;
+  const std::string why =
+      signal != 0 ? "interrupted (" + std::string(signal_name(signal)) + ")"
+                  : "stopped with rank " + std::to_string(stop.asked_by_rank) +
+                        ", which was asked to stop,";
+  std::cerr << program << ": " << why << " " << where_stopped(stop) << "; "
+            << what << "; " << next << std::endl;
+  return interrupted_status(signal);
+}
+
+int interrupted_status(int signal) {
+  return signal != 0 ? 128 + signal : 1;
 }
 
 } // namespace lamp_examples

@@ -435,6 +435,7 @@ std::vector<EpochStats> Trainer::fit_epochs(
                         [this] { return locate_numerics(); });
   std::vector<EpochStats> history;
   stop_point_ = StopPoint();
+  stop_checks_ = 0;
   // The schedule spans the whole run even where max_steps stops early, so
   // that a run cut short and resumed follows the same learning rates.
   interval_loss_sum_ = torch::zeros(
@@ -489,12 +490,46 @@ std::vector<EpochStats> Trainer::fit_epochs(
 bool Trainer::stop_here(const EpochRun& run, int64_t steps,
                         bool in_evaluation) {
   const auto& stop = options_.stop_requested();
-  if (!stop || !stop()) {
+  if (!stop) {
     return false;
   }
-  stop_point_ = {true,          run.epoch + 1, steps,           run.batches,
-                 in_evaluation, global_step_,  checkpoint_step_};
+  int asked_by = -1;
+  if (single_process()) {
+    if (!stop()) {
+      return false;
+    }
+    asked_by = 0;
+  } else {
+    // The ranks stop at one step, all of them: a rank that stopped alone
+    // left the others in a collective it never called, or in another one
+    // than its own (Gloo ends the process on the sizes that differ).
+    // Evaluations run to their end (their batches call no collective to
+    // agree in); a CUDA group's answer is read at every 32nd cycle.
+    const int64_t every = options_.process_group()->device().is_cuda() ? 32 : 1;
+    if (in_evaluation || stop_checks_++ % every != 0) {
+      return false;
+    }
+    asked_by = rank_asked_to_stop(stop());
+    if (asked_by < 0) {
+      return false;
+    }
+  }
+  stop_point_ = {
+      true,         run.epoch + 1,    steps,   run.batches, in_evaluation,
+      global_step_, checkpoint_step_, asked_by};
   return true;
+}
+
+int Trainer::rank_asked_to_stop(bool asked) {
+  auto& group = *options_.process_group();
+  // Rank + 1, or 0: exact in FP32 for every WORLD_SIZE lamp accepts.
+  auto answer = torch::full(
+      {1}, asked ? group.rank() + 1 : 0,
+      torch::TensorOptions().dtype(torch::kFloat).device(group.device()));
+  group.all_reduce_(answer, lamp::distributed::ReduceOp::kMax,
+                    "whether a rank was asked to stop "
+                    "(TrainerOptions::stop_requested)");
+  return static_cast<int>(answer.item<float>()) - 1;
 }
 
 bool Trainer::single_process() const {
@@ -504,13 +539,11 @@ bool Trainer::single_process() const {
 
 void Trainer::save_at_stop() {
   const auto& o = options_;
-  // Ranks may be asked to stop at different steps, and a checkpoint is
-  // written by all of them (sharded) or from the state they share: in a
-  // data-parallel run only the points every rank reaches together write one.
-  // A fresh run stopped before its first step has trained nothing: a
-  // checkpoint of step 0 would be one no resume accepts.
+  // Every rank of a data-parallel run stops at this step (stop_here()), so
+  // they write it together. A fresh run stopped before its first step has
+  // trained nothing: a checkpoint of step 0 would be one no resume accepts.
   if (o.checkpoint().empty() || checkpoint_step_ == global_step_ ||
-      global_step_ == 0 || !single_process()) {
+      global_step_ == 0) {
     return;
   }
   write_checkpoint_if_finite();

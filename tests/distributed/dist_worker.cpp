@@ -1620,7 +1620,7 @@ TEST(TwoRanks, TrainersRefuseOtherSettingsDataOrCheckpoints) {
 // checkpoint_every writes inside epochs on several ranks too: a
 // data-parallel run stopped (killed, preempted) inside its epoch keeps the
 // last checkpoint_every checkpoint, and both ranks resume from it; a stop
-// between checkpoints writes none of its own.
+// between checkpoints writes its own (the ranks stop at one step).
 TEST(TwoRanks, CheckpointEveryWritesInsideEpochs) {
   auto g = group();
   using lamp::training::TrainerOptions;
@@ -1669,13 +1669,57 @@ TEST(TwoRanks, CheckpointEveryWritesInsideEpochs) {
   EXPECT_EQ(resumed->trainer->global_step(), 2);
   EXPECT_EQ(resumed->trainer->start_step_in_epoch(), 2);
   g->barrier();
-  // Between those points nothing is written: each rank may have been asked
-  // at another step, so the checkpoint keeps the last point both reached.
-  const auto between = stop_after("between", 5, 4);
+  // Between those points the stop writes its step: the ranks agree on it.
+  const auto between = stop_after("between", 5, 5);
   g->barrier();
   if (g->rank() == 0) {
     std::remove(path.c_str());
     std::remove(between.c_str());
+  }
+}
+
+// One rank asked to stop (its node preempted, a signal to its process
+// alone): every rank stops at that step, says which rank asked, and the
+// checkpoint holds it. Before, that rank stopped alone and left the others
+// in their next collective, or in another one than its own.
+TEST(TwoRanks, ARankAskedToStopStopsEveryRankAtItsStep) {
+  auto g = group();
+  using lamp::training::TrainerOptions;
+  const auto path = ::testing::TempDir() + "lamp_asked_" +
+                    std::string(std::getenv("MASTER_PORT")) + ".pt";
+  const lamp::training::Trainer* trainer = nullptr;
+  // 6 steps an epoch (each rank reads all 192 examples), evaluated at step
+  // 3 (rank 0 evaluates the one test batch, rank 1 none); rank 1 alone is
+  // asked, from step 4 on; rank 0 is asked nothing but how often (once
+  // before each step, never in the evaluation).
+  int64_t asked = 0;
+  auto run = lamp_test::make_run(lamp::Precision::kFP32,
+                                 TrainerOptions(lamp::Precision::kFP32)
+                                     .epochs(3)
+                                     .eval_every(3)
+                                     .process_group(g)
+                                     .checkpoint(path)
+                                     .stop_requested([&] {
+                                       ++asked;
+                                       return g->rank() == 1 &&
+                                              trainer != nullptr &&
+                                              trainer->global_step() >= 4;
+                                     }));
+  trainer = run->trainer.get();
+  run->trainer->fit();
+  const auto& stop = run->trainer->stop_point();
+  EXPECT_TRUE(stop.stopped);
+  EXPECT_EQ(stop.global_step, 4);
+  EXPECT_EQ(stop.asked_by_rank, 1);
+  EXPECT_FALSE(stop.in_evaluation);
+  EXPECT_EQ(stop.checkpoint_step, 4);
+  // Steps 0..4 were asked before (the evaluation at step 3 is not).
+  EXPECT_EQ(asked, 5);
+  g->barrier();
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 4);
+  g->barrier();
+  if (g->rank() == 0) {
+    std::remove(path.c_str());
   }
 }
 
@@ -1785,14 +1829,15 @@ TEST(TwoRanks, ANonFiniteLossOnOneRankSkipsTheCheckpointOnEveryRank) {
   *net = run->model;
   const lamp_test::Warnings warnings;
   run->trainer->fit();
+  // The stop after step 5 writes that step (its loss is finite).
   EXPECT_EQ(run->trainer->stop_point().global_step, 5);
-  EXPECT_EQ(run->trainer->stop_point().checkpoint_step, 2);
+  EXPECT_EQ(run->trainer->stop_point().checkpoint_step, 5);
   const auto warned = warnings.containing(
       "the checkpoint of step 4 was not written: that step's loss was "
       "inf/NaN");
   EXPECT_EQ(warned.size(), 1u);
   g->barrier();
-  EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 2);
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 5);
   g->barrier();
   if (g->rank() == 0) {
     std::remove(path.c_str());

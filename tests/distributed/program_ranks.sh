@@ -50,6 +50,22 @@ ranks() {
   wait "${pids[1]}"; rc1=$?
 }
 
+# in_background NAME PORT [WRAPPER...]: starts both ranks, with the common
+# flags and "${args[@]}", in the background and bare (no `timeout` in
+# between, so that a signal sent to $pid0 or $pid1 reaches the program), rank
+# 0 under WRAPPER when given; their outputs go to $work/NAME.rank{0,1}.log.
+in_background() {
+  local name="$1" port="$2" r
+  shift 2
+  for r in 0 1; do
+    local -a wrapper=()
+    [ "$r" = 0 ] && wrapper=("$@")
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" LOCAL_RANK="$r" \
+      "${wrapper[@]}" "$train" "${common[@]}" "${args[@]}" > "$work/$name.rank$r.log" 2>&1 &
+    eval "pid$r=$!"
+  done
+}
+
 # both_refuse NAME PATTERN "RANK0 FLAGS" "RANK1 FLAGS": both ranks exit 1
 # before training, each printing PATTERN.
 both_refuse() {
@@ -164,15 +180,9 @@ fi
 # with the collective's message once --dist-timeout has passed.
 port=$(free_port)
 with_defaults --epochs 100000 --dist-timeout 4
-for r in 0 1; do
-  # Rank 0 under `timeout`: one that waited its default 10 minutes fails
-  # in 60 s. Rank 1 bare, to be stopped itself.
-  limit=()
-  [ "$r" = 0 ] && limit=(timeout -s KILL 60)
-  MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" LOCAL_RANK="$r" \
-    "${limit[@]}" "$train" "${common[@]}" "${args[@]}" > "$work/stopped.rank$r.log" 2>&1 &
-  eval "pid$r=$!"
-done
+# Rank 0 under `timeout`: one that waited its default 10 minutes fails in
+# 60 s. Rank 1 bare, to be stopped itself.
+in_background stopped "$port" timeout -s KILL 60
 for _ in $(seq 200); do grep -q "^epoch 2/" "$work/stopped.rank0.log" && break; sleep 0.1; done
 kill -STOP "$pid1"
 start=$(date +%s)
@@ -194,12 +204,7 @@ fi
 # there) or another job's (another WORLD_SIZE), instead of joining it.
 port=$(free_port)
 with_defaults --epochs 100000
-for r in 0 1; do
-  # Bare (no `timeout` in between), so that the kill below reaches them.
-  MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$r" LOCAL_RANK="$r" \
-    "$train" "${common[@]}" "${args[@]}" > "$work/busy.rank$r.log" 2>&1 &
-  eval "busy$r=$!"
-done
+in_background busy "$port"
 for _ in $(seq 300); do grep -q "^epoch 1/" "$work/busy.rank0.log" && break; sleep 0.1; done
 for case in "2 already joined the rendezvous at 127.0.0.1:$port as rank 1" \
             "3 belongs to another job (world_size=2; this rank's is world_size=3)"; do
@@ -215,7 +220,7 @@ for case in "2 already joined the rendezvous at 127.0.0.1:$port as rank 1" \
     tail -3 "$work/intruder$world.log" | sed 's/^/      /'
   fi
 done
-kill -9 "$busy0" "$busy1" 2> /dev/null; wait "$busy0" "$busy1" 2> /dev/null
+kill -9 "$pid0" "$pid1" 2> /dev/null; wait "$pid0" "$pid1" 2> /dev/null
 
 # A checkpoint of 2 ranks resumed by 1: the message says how many ranks to
 # start and how, not a library option.
@@ -238,6 +243,33 @@ head -c 3000 "$work/two.pt" > "$work/two-damaged.pt"
 one_fails damaged_checkpoint_on_one_rank 1 "$work/two-damaged.pt is damaged or not a checkpoint written by lamp" \
   "--epochs 2 --schedule constant --resume $work/two.pt" \
   "--epochs 2 --schedule constant --resume $work/two-damaged.pt"
+
+# SIGINT to rank 1 alone (its node preempted, a signal to its process):
+# both ranks stop at one step and write it; rank 1 exits 130, rank 0 (not
+# signalled) exits 1 naming rank 1; both resume from the checkpoint.
+port=$(free_port)
+with_defaults --epochs 100000 --checkpoint "$work/asked.pt" --log-json "$work/asked.jsonl"
+in_background asked "$port"
+for _ in $(seq 300); do grep -q "^epoch 2/" "$work/asked.rank0.log" && break; sleep 0.1; done
+kill -INT "$pid1"
+wait "$pid0"; stop0=$?
+wait "$pid1"; stop1=$?
+step=$(grep -o '"asked_by_rank":1,.*"global_step":[0-9]*' "$work/asked.jsonl" | grep -o '[0-9]*$')
+ranks asked_resumed "--epochs 100000 --max-steps $((${step:-0} + 2)) --resume $work/asked.pt" \
+  "--epochs 100000 --max-steps $((${step:-0} + 2)) --resume $work/asked.pt"
+if [ "$stop0" -eq 1 ] && [ "$stop1" -eq 130 ] && [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] &&
+    [ -n "$step" ] &&
+    grep -q "stopped with rank 1, which was asked to stop, .*holds step $step: nothing trained is lost" \
+      "$work/asked.rank0.log" &&
+    grep -q '"signal":null,"asked_by_rank":1' "$work/asked.jsonl" &&
+    grep -q "resuming at epoch " "$work/asked_resumed.rank0.log" &&
+    ! grep -q "error" "$work/asked.rank0.log" "$work/asked.rank1.log" \
+      "$work/asked_resumed.rank0.log" "$work/asked_resumed.rank1.log"; then
+  pass "one_rank_asked_to_stop (step $step)"
+else
+  fail "one_rank_asked_to_stop: exits $stop0/$stop1, resumed $rc0/$rc1, step '$step'"
+  tail -n 2 "$work/asked.rank0.log" "$work/asked.rank1.log" "$work/asked_resumed.rank0.log" | sed 's/^/      /'
+fi
 
 echo "program ranks: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -251,9 +251,11 @@ struct TrainerOptions {
   /// when it returns true, fit() stops there, at a step boundary, and
   /// returns (Trainer::stop_point() says where). With `checkpoint`
   /// it is written at the step it stopped on, unless the file already holds
-  /// that step, so that nothing trained is lost (in a data-parallel run only
-  /// where it stopped during an epoch's evaluation, a point all ranks reach
-  /// together: ranks can be asked at different steps). The programs set it
+  /// that step, so that nothing trained is lost. In a data-parallel run the
+  /// ranks stop together, at the same step, when any of them is asked: one
+  /// all-reduce of the answers at the cycle's start (on a CUDA group at
+  /// every 32nd cycle, where reading the answer waits for the GPU); an
+  /// evaluation runs to its end there. The programs set it
   /// from SIGINT/SIGTERM: make it cheap and async-signal-safe to feed (read a
   /// flag a signal handler sets). Unset: fit() runs to the end.
   TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
@@ -288,6 +290,10 @@ struct StopPoint {
   /// The global step TrainerOptions::checkpoint holds after the stop (-1:
   /// no checkpoint given, or none written or resumed from in this run).
   int64_t checkpoint_step = -1;
+  /// The rank whose stop_requested asked for the stop (in a data-parallel
+  /// run the highest of those that did; 0 in a single process), or -1
+  /// where none did.
+  int asked_by_rank = -1;
 };
 
 /// Cross-entropy, FP32, of `output` against `labels`, as a mean (`sum`
@@ -788,6 +794,11 @@ class Trainer {
   // TrainerOptions::stop_requested's answer; on true, stop_point_ records
   // where (`run`'s epoch, after `steps` of its steps).
   bool stop_here(const EpochRun& run, int64_t steps, bool in_evaluation);
+  // The rank asked to stop, over the ranks of a data-parallel run (-1:
+  // none), from this rank's `asked`: one all-reduce, at a cycle's start.
+  int rank_asked_to_stop(bool asked);
+  // stop_here()'s calls at cycles' starts in this fit() (the checks due).
+  int64_t stop_checks_ = 0;
   // The divergence messages' pointer to the first module with inf/NaN (""
   // when none is found).
   std::string locate_numerics();

@@ -699,10 +699,16 @@ int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
                         : trainer.evaluate_subset(stop_or_show);
     } catch (const EvaluationStopped&) {
       progress.clear();
+      const std::string what = "interrupted (" +
+                               std::string(signal_name(stop_signal())) +
+                               ") while evaluating; nothing was written";
+      // The ranks not signalled go on to the evaluation's all-reduce, which
+      // fails once this one has gone: its message names this reason.
+      if (group.is_distributed()) {
+        group.leave_word(what);
+      }
       if (main_rank) {
-        std::cerr << spec.program << ": interrupted ("
-                  << signal_name(stop_signal())
-                  << ") while evaluating; nothing was written" << std::endl;
+        std::cerr << spec.program << ": " << what << std::endl;
       }
       return 128 + stop_signal();
     }

@@ -1417,8 +1417,41 @@ def eval_only(train_gpt, work):
              f"{err.decode(errors='replace')!r}, {shown[-300:]!r}")
     if sorted(os.listdir(work)) != before:
         fail("--eval-only stopped by SIGINT wrote files")
+    # Two ranks, SIGINT to rank 1 alone: it stops (130) and leaves its
+    # reason; rank 0 evaluates its half, fails in the evaluation's
+    # all-reduce and names that reason (1).
+    with open(long_text, "w") as f:
+        f.write(content * 32)
+    port = str(free_port())
+    logs = [os.path.join(work, f"eval-only-rank{rank}.log") for rank in (0, 1)]
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        with open(logs[rank], "w") as out:
+            procs.append(subprocess.Popen(
+                args[:-1] + ["--dist-timeout", "60", "--no-progress"],
+                env=env, stdout=out, stderr=subprocess.STDOUT))
+    deadline = time.time() + 300
+    while time.time() < deadline and procs[0].poll() is None and \
+            "evaluating" not in open(logs[0]).read():
+        time.sleep(0.1)
+    time.sleep(0.5)
+    procs[1].send_signal(signal.SIGINT)
+    codes = [p.wait(timeout=300) for p in procs]
+    shown = [open(log).read() for log in logs]
+    for log in logs:
+        os.remove(log)
+    os.remove(long_text)
+    if codes != [1, 130] or "rank 1 stopped: interrupted (SIGINT) while " \
+            "evaluating; nothing was written" not in shown[0]:
+        fail(f"SIGINT to rank 1 of 2 during --eval-only: exits {codes}, "
+             f"{shown[0][-500:]!r}")
+    if sorted(os.listdir(work)) != before:
+        fail("--eval-only of 2 ranks stopped by SIGINT wrote files")
     print(f"  --eval-only: {want} again from the checkpoint and the state "
-          f"dict; amp-bf16 {bf16:.4f}; SIGINT exit 130")
+          f"dict; amp-bf16 {bf16:.4f}; SIGINT exit 130, to rank 1 of 2 "
+          f"named by rank 0")
 
 
 def write_token_folder(folder, ids, split, code="H", meta=None):

@@ -341,7 +341,7 @@ CollectiveWatch::CollectiveWatch(
   // client runs a thread that ends the process (std::terminate, "Connection
   // reset by peer") when the server dies with the client's connection
   // still in its backlog, which a connection made as a collective fails
-  // (rank 0 dying) can be: 1 in 10 killed rank 0s so. Bounded: a store that
+  // (rank 0 dying) can be: 1 of 25 killed rank 0s ended so. Bounded: a store that
   // does not answer leaves the connection to the first use.
   auto connected = detached([asker = state_->asker] {
     return asker->ask([](c10d::Store& /*store*/) { return true; });

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -96,7 +97,15 @@ namespace {
 // What store_gone() says of rank 0's rendezvous store at host:port.
 std::string store_server_gone(const std::string& host, int port,
                               const std::string& address) {
-  const auto closed = listener_at(host, port);
+  // A process's sockets close together as it ends: the collective's may be
+  // seen closed a moment before the store's listener is. Asked again, for
+  // up to 250 ms, before the store counts as there (only a failed or
+  // waiting collective asks).
+  auto closed = listener_at(host, port);
+  for (int again = 0; again < 5 && closed.empty(); ++again) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    closed = listener_at(host, port);
+  }
   if (closed.empty()) {
     return "";
   }

@@ -522,14 +522,18 @@ bool Trainer::stop_here(const EpochRun& run, int64_t steps,
 
 int Trainer::rank_asked_to_stop(bool asked) {
   auto& group = *options_.process_group();
+  // One tensor for the run's checks, not one a step.
+  if (!stop_answer_.defined()) {
+    stop_answer_ = torch::empty(
+        {1},
+        torch::TensorOptions().dtype(torch::kFloat).device(group.device()));
+  }
   // Rank + 1, or 0: exact in FP32 for every WORLD_SIZE lamp accepts.
-  auto answer = torch::full(
-      {1}, asked ? group.rank() + 1 : 0,
-      torch::TensorOptions().dtype(torch::kFloat).device(group.device()));
-  group.all_reduce_(answer, lamp::distributed::ReduceOp::kMax,
+  stop_answer_.fill_(asked ? group.rank() + 1 : 0);
+  group.all_reduce_(stop_answer_, lamp::distributed::ReduceOp::kMax,
                     "whether a rank was asked to stop "
                     "(TrainerOptions::stop_requested)");
-  return static_cast<int>(answer.item<float>()) - 1;
+  return static_cast<int>(stop_answer_.item<float>()) - 1;
 }
 
 bool Trainer::single_process() const {

@@ -799,6 +799,8 @@ class Trainer {
   int rank_asked_to_stop(bool asked);
   // stop_here()'s calls at cycles' starts in this fit() (the checks due).
   int64_t stop_checks_ = 0;
+  // rank_asked_to_stop()'s all-reduced answer, on the group's device.
+  torch::Tensor stop_answer_;
   // The divergence messages' pointer to the first module with inf/NaN (""
   // when none is found).
   std::string locate_numerics();

@@ -284,6 +284,53 @@ void emit_iterations(Translation& t, const std::string& flag,
                                       : ""));
 }
 
+// warmup_iters as --warmup-steps. A run the command line makes no longer
+// than the file's warm-up (--steps 50 against warmup_iters = 100, a first
+// try of a config), or a file whose max_iters is no longer than train.py's
+// default warm-up, is not refused: the warm-up becomes the share of the run
+// it is of max_iters in the file (2% for train_shakespeare_char.py), or
+// train_gpt's own 2% where the file leaves it no share, as the cosine
+// already fits the run's steps. A file that sets both itself, the warm-up
+// no shorter than its max_iters, is refused by the program (nanoGPT would
+// warm up through the whole run and never reach learning_rate).
+void emit_warmup(Translation& t, int64_t batches,
+                 std::vector<std::string>& notes) {
+  const auto warmup = t.count("warmup_iters", 0);
+  const auto file_iterations = t.count("max_iters", 1);
+  const auto* typed_steps = t.given("--steps");
+  int64_t run = file_iterations * batches; // the run's steps, where known
+  if (typed_steps != nullptr && !whole_number(*typed_steps, run)) {
+    run = 0; // not a count: the parser refuses it
+  }
+  const bool run_known = t.given("--epochs") == nullptr && run > 0;
+  const bool both_in_file = typed_steps == nullptr && t.set("warmup_iters");
+  if (t.given("--warmup-steps") != nullptr || !run_known || both_in_file ||
+      warmup * batches < run) {
+    emit_iterations(t, "--warmup-steps", "warmup_iters", batches, 0);
+    return;
+  }
+  const bool share = warmup < file_iterations;
+  const auto iterations =
+      share ? run / batches * warmup / file_iterations : run / batches / 50;
+  const auto steps = std::to_string(iterations * batches);
+  const auto percent = share
+                           ? short_number(100.0 * static_cast<double>(warmup) /
+                                          static_cast<double>(file_iterations))
+                           : std::string("2");
+  const auto why = t.source("warmup_iters") +
+                   " is not shorter than the run's " + std::to_string(run) +
+                   " steps";
+  t.emit("--warmup-steps", steps, why + ": " + percent + "% of the run");
+  notes.push_back(
+      why + ": the warm-up is " + steps + (steps == "1" ? " step" : " steps") +
+      " instead, " + percent + "% of the run" +
+      (share ? ", the share of max_iters = " + std::to_string(file_iterations) +
+                   " it is in the file"
+             : ", train_gpt's own share (nanoGPT would warm up through the "
+               "whole run and never reach learning_rate)") +
+      "; give --warmup-steps to choose.");
+}
+
 // dtype as --precision: train.py's autocast dtypes.
 void emit_precision(Translation& t) {
   if (t.given("--fp16") != nullptr) {
@@ -394,7 +441,7 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   }
   if (t.truth("decay_lr")) {
     t.emit("--schedule", "warmup-cosine", t.source("decay_lr"));
-    emit_iterations(t, "--warmup-steps", "warmup_iters", batches, 0);
+    emit_warmup(t, batches, notes);
     t.emit_key("--min-lr", "min_lr");
     if (t.count("lr_decay_iters", 1) != t.count("max_iters", 1) ||
         t.given("--steps") != nullptr) {

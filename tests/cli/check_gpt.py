@@ -1128,6 +1128,20 @@ def config(train_gpt, work):
     if " --layers=" in r.stdout.splitlines()[0] or \
             "gpt(layers=1, heads=2" not in r.stdout:
         fail(f"--layers 1 over the file's n_layer = 2: {r.stdout[:600]!r}")
+    # A first try shorter than the file's warm-up (2 iterations of 2
+    # batches against --steps 2): its share of max_iters, said in a note.
+    r = expect_success([train_gpt, "--config", recipe, "--steps", "2",
+                        "--checkpoint", os.path.join(work, "short.pt")] +
+                       flags, cwd=nano)
+    note = ("train_gpt: note: config/train_chars.py line 19 (warmup_iters = "
+            "2) is not shorter than the run's 2 steps: the warm-up is 0 "
+            "steps instead, 20% of the run, the share of max_iters = 10 it "
+            "is in the file; give --warmup-steps to choose.")
+    if note not in r.stderr.splitlines() or \
+            " --warmup-steps=0 " not in r.stdout.splitlines()[0]:
+        fail(f"--steps 2 against warmup_iters = 2: {r.stderr!r}, "
+             f"{r.stdout[:600]!r}")
+    print("  --steps 2 against the file's warm-up: " + note[19:90] + "...")
     # --eval-only with the file: the run's last validation loss.
     r = expect_success([train_gpt, "--config", recipe, "--eval-only",
                         "--resume", os.path.join("out-chars", "lamp.pt")],

@@ -527,6 +527,89 @@ TEST(NanoGptConfig, TrainPysDefaultsWhereTheFileIsSilent) {
   EXPECT_EQ(values.count("--device"), 0u);
 }
 
+// A first try of a config, --steps 50 against its warmup_iters = 100, is
+// not refused: the warm-up keeps its share of max_iters, and a note
+// says so; so does a file whose max_iters is no longer than train.py's
+// default warm-up (train_gpt's 2%). A warm-up the command line gives, a run
+// in --epochs, or a file that sets both itself keep the file's value (the
+// program refuses the last, naming the line).
+TEST(NanoGptConfig, AWarmUpLongerThanTheRunKeepsItsShare) {
+  // The notes on the warm-up (lr_decay_iters has one of its own).
+  const auto warmup_notes = [](const NanoGpt& n) {
+    std::vector<std::string> found;
+    for (const auto& note : n.notes) {
+      if (note.find("(warmup_iters = ") != std::string::npos) {
+        found.push_back(note);
+      }
+    }
+    return found;
+  };
+  const auto folder = test_folder();
+  const auto path =
+      write(folder + "/c.py", "out_dir = '" + folder +
+                                  "/out'\nmax_iters = 1000\nwarmup_iters = "
+                                  "100\ngradient_accumulation_steps = 2\n");
+  NanoGpt first_try;
+  first_try.given["--steps"] = "100"; // 50 iterations of 2 batches
+  EXPECT_EQ(first_try.values(path).at("--warmup-steps"), "10");
+  const auto first_notes = warmup_notes(first_try);
+  ASSERT_EQ(first_notes.size(), 1u);
+  EXPECT_NE(first_notes[0].find(
+                path + " line 3 (warmup_iters = 100) is not shorter than the "
+                       "run's 100 steps: the warm-up is 10 steps instead, "
+                       "10% of the run, the share of max_iters = 1000 it is "
+                       "in the file; give --warmup-steps to choose."),
+            std::string::npos)
+      << first_notes[0];
+  for (const auto& flag : first_try.flags(path)) {
+    if (flag.flag == "--warmup-steps") {
+      EXPECT_EQ(flag.source, path +
+                                 " line 3 (warmup_iters = 100) is not shorter "
+                                 "than the run's 100 steps: 10% of the run");
+    }
+  }
+  // Shorter than the run: the file's, unchanged.
+  NanoGpt longer;
+  longer.given["--steps"] = "202";
+  EXPECT_EQ(longer.values(path).at("--warmup-steps"), "200");
+  EXPECT_TRUE(warmup_notes(longer).empty());
+  // What the command line says of the warm-up, or a run in epochs: as given.
+  NanoGpt typed;
+  typed.given["--steps"] = "100";
+  typed.given["--warmup-steps"] = "150";
+  EXPECT_EQ(typed.values(path).at("--warmup-steps"), "200");
+  EXPECT_TRUE(warmup_notes(typed).empty());
+  NanoGpt epochs;
+  epochs.given["--epochs"] = "1";
+  EXPECT_EQ(epochs.values(path).at("--warmup-steps"), "200");
+  EXPECT_TRUE(warmup_notes(epochs).empty());
+  // max_iters = 1000 under train.py's default warmup_iters = 2000: 2% of
+  // the run, 20 iterations.
+  const auto short_file =
+      write(folder + "/s.py", "out_dir = '" + folder +
+                                  "/out'\nmax_iters = 1000\n"
+                                  "gradient_accumulation_steps = 1\n");
+  NanoGpt defaults;
+  EXPECT_EQ(defaults.values(short_file).at("--warmup-steps"), "20");
+  const auto default_notes = warmup_notes(defaults);
+  ASSERT_EQ(default_notes.size(), 1u);
+  EXPECT_NE(default_notes[0].find(
+                "nanoGPT's train.py default (warmup_iters = 2000) is not "
+                "shorter than the run's 1000 steps: the warm-up is 20 steps "
+                "instead, 2% of the run, train_gpt's own share"),
+            std::string::npos)
+      << default_notes[0];
+  // A file that sets both: its own contradiction, left for the program.
+  const auto both = write(folder + "/b.py", "out_dir = '" + folder +
+                                                "/out'\nmax_iters = 50\n"
+                                                "warmup_iters = 100\n"
+                                                "gradient_accumulation_steps = "
+                                                "1\n");
+  NanoGpt contradiction;
+  EXPECT_EQ(contradiction.values(both).at("--warmup-steps"), "100");
+  EXPECT_TRUE(warmup_notes(contradiction).empty());
+}
+
 TEST(NanoGptConfig, IterationsCountTheBatchesOfEachRank) {
   const auto folder = test_folder();
   const auto path =

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "distributed/collective_watch.h"
+#include "distributed/rank_address.h"
 #include "lamp/data/loader.h"
 #include "lamp/distributed.h"
 #include "test_util.h"
@@ -403,8 +404,10 @@ struct EntriesDeletedAfterTheCheck : c10d::HashStore {
 
 // The first report of a collective that rank 0 of 2 waits in, with the
 // watch's store `store` and Settings::store_gone `store_gone`.
-std::string first_wait_report(c10::intrusive_ptr<c10d::Store> store,
-                              std::function<std::string()> store_gone) {
+std::string first_wait_report(
+    c10::intrusive_ptr<c10d::Store> store,
+    std::function<std::string()> store_gone,
+    std::vector<std::pair<int, std::string>> addresses = {}) {
   struct Lines {
     std::mutex mutex;
     std::condition_variable added;
@@ -422,6 +425,7 @@ std::string first_wait_report(c10::intrusive_ptr<c10d::Store> store,
     seen->added.notify_all();
   };
   settings.store_gone = std::move(store_gone);
+  settings.addresses = std::move(addresses);
   {
     lamp::detail::CollectiveWatch watch([store] { return store; }, settings);
     const auto id = watch.begin("the test's all-reduce", {});
@@ -483,6 +487,100 @@ TEST(CollectiveWatch, AStoreThatFailsIsExplainedByTheServerGone) {
                        "by peer; giving up"),
             std::string::npos)
       << there;
+}
+
+// A rank's listener accepts connections while it is open and refuses them
+// once closed (its process ended): ranks_gone() says nothing of the first
+// and names the second, with its address and what that means.
+TEST(RankListener, ARankWhoseListenerClosedIsNamedAsGone) {
+  auto listener = lamp::detail::RankListener::open("127.0.0.1", 29500);
+  const auto address = listener.address();
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  auto other = lamp::detail::RankListener::open("127.0.0.1", 29500);
+  ASSERT_FALSE(other.address().empty());
+  EXPECT_NE(other.address(), address);
+  EXPECT_EQ(lamp::detail::ranks_gone({{3, address}, {4, other.address()}}), "");
+  listener = lamp::detail::RankListener(); // closed, as its process ends
+  const auto gone =
+      lamp::detail::ranks_gone({{3, address}, {4, other.address()}});
+  EXPECT_EQ(gone, "rank 3 has gone without a word (its address " + address +
+                      ": nothing listens there (connection refused)): its "
+                      "process has ended, killed (by a signal, or by the "
+                      "out-of-memory killer: see the system log, dmesg), "
+                      "crashed, or done with fewer collectives than this "
+                      "rank");
+  // Two gone: both named.
+  other = lamp::detail::RankListener();
+  const auto both = lamp::detail::ranks_gone({{3, address}, {4, address}});
+  EXPECT_NE(both.find("rank 3 has gone without a word"), std::string::npos);
+  EXPECT_NE(both.find("than this rank; so has rank 4 (its address " + address +
+                      ": nothing listens there (connection refused))"),
+            std::string::npos)
+      << both;
+  // After rank 0's words: each one with its address only.
+  EXPECT_EQ(lamp::detail::ranks_gone({{3, address}}, true),
+            "so has rank 3 (its address " + address +
+                ": nothing listens there (connection refused))");
+  EXPECT_EQ(lamp::detail::ranks_gone({}), "");
+  // Where the rendezvous is reached over IPv6 (where this machine has
+  // its loopback), the address is written in brackets and read back.
+  auto six = lamp::detail::RankListener::open("::1", 29500);
+  if (!six.address().empty()) {
+    EXPECT_EQ(six.address().rfind("[::1]:", 0), 0u) << six.address();
+    EXPECT_EQ(lamp::detail::ranks_gone({{1, six.address()}}), "");
+  }
+}
+
+// A collective that waits for a rank that has not come, and whose listener
+// refuses: the report names it as gone.
+TEST(CollectiveWatch, AWaitReportNamesAnAbsentRankThatHasGone) {
+  std::string address;
+  {
+    auto listener = lamp::detail::RankListener::open("127.0.0.1", 29500);
+    address = listener.address();
+  }
+  ASSERT_FALSE(address.empty());
+  const auto line = first_wait_report(c10::make_intrusive<c10d::HashStore>(),
+                                      nullptr, {{1, address}});
+  EXPECT_NE(line.find("(collective 0) for rank 1, which has not reached it; "
+                      "rank 1 has gone without a word (its address " +
+                      address +
+                      ": nothing listens there (connection refused)): its "
+                      "process has ended, killed"),
+            std::string::npos)
+      << line;
+}
+
+// A failed collective of rank 1 of 3 whose rank 0 has gone, the store with
+// it, and rank 2 too: both named, what that means said once; rank 0's
+// listener is not asked (its store was).
+TEST(CollectiveWatch, RankZeroGoneAndAnotherRankAreNamedTogether) {
+  std::string zero, two;
+  {
+    auto a = lamp::detail::RankListener::open("127.0.0.1", 29500);
+    auto b = lamp::detail::RankListener::open("127.0.0.1", 29500);
+    zero = a.address();
+    two = b.address();
+  }
+  ASSERT_FALSE(zero.empty());
+  ASSERT_FALSE(two.empty());
+  lamp::detail::CollectiveWatch::Settings settings;
+  settings.rank = 1;
+  settings.world_size = 3;
+  settings.timeout = std::chrono::seconds(60);
+  settings.interval = std::chrono::seconds(30);
+  settings.report = [](const std::string& /*line*/) {};
+  const std::string rank_zero =
+      "rank 0 has gone without a word (its rendezvous store at 127.0.0.1:1: "
+      "nothing listens there (connection refused)): " +
+      lamp::detail::ended_process_words();
+  settings.store_gone = [&] { return rank_zero; };
+  settings.addresses = {{0, zero}, {2, two}};
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  lamp::detail::CollectiveWatch watch([store] { return store; }, settings);
+  EXPECT_EQ(watch.words_of_stopped_ranks(),
+            rank_zero + "; so has rank 2 (its address " + two +
+                ": nothing listens there (connection refused))");
 }
 
 lamp::data::Dataset numbered(int64_t n) {

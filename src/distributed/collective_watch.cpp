@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/rank_address.h"
 #include "distributed/rendezvous.h"
 
 namespace lamp {
@@ -119,6 +120,14 @@ struct CollectiveWatch::State {
     return announced;
   }
 
+  // What the store holds of another rank: its entry (the collective it
+  // waits in) and the reason it left for stopping.
+  struct Seen {
+    std::string entry;
+    std::string word;
+  };
+  using Entries = std::vector<Seen>;
+
   // Who the collective numbered `id` waits for, from the other ranks' store
   // entries, as the report's words ("for rank 1"); runs off the lock.
   std::string whom(int64_t id, const std::string& what) const {
@@ -127,8 +136,6 @@ struct CollectiveWatch::State {
       return "for the other ranks";
     }
     const int rank = settings.rank;
-    // Each other rank's entry and the reason it left for stopping.
-    using Entries = std::vector<std::pair<std::string, std::string>>;
     auto answer = detached([asker = asker, rank, world, id, what] {
       return asker->ask([&](c10d::Store& store) {
         const std::string mine = std::to_string(id) + "\t" + what;
@@ -160,6 +167,8 @@ struct CollectiveWatch::State {
              (gone.empty() ? "rank 0's store: " + error_text(e) : gone);
     }
     std::vector<int> absent;
+    // The absent ranks that left no reason, where they listen.
+    std::vector<std::pair<int, std::string>> silent;
     std::ostringstream elsewhere;
     // Another collective, or the same number under another name.
     const std::string here = std::to_string(id) + "\t" + what;
@@ -167,14 +176,18 @@ struct CollectiveWatch::State {
       if (r == settings.rank) {
         continue;
       }
-      const auto& entry = entries[static_cast<size_t>(r)].first;
-      const auto& word = entries[static_cast<size_t>(r)].second;
+      const auto& entry = entries[static_cast<size_t>(r)].entry;
+      const auto& word = entries[static_cast<size_t>(r)].word;
       // A rank that stopped will not come, whatever its entry says.
       if (!word.empty()) {
         elsewhere << "; rank " << r << " stopped: " << word;
       }
       if (entry.empty() || !word.empty()) {
         absent.push_back(r);
+        const auto& address = address_of(r);
+        if (word.empty() && !address.empty()) {
+          silent.emplace_back(r, address);
+        }
       } else if (entry != here) {
         const auto tab = entry.find('\t');
         elsewhere << "; rank " << r << " waits in collective "
@@ -190,7 +203,19 @@ struct CollectiveWatch::State {
                   rank_list(absent) +
                   (absent.size() > 1 ? ", which have" : ", which has") +
                   " not reached it";
-    return text + elsewhere.str();
+    // Which of them has ended (killed outright, or crashed).
+    const auto gone = ranks_gone(silent);
+    return text + elsewhere.str() + (gone.empty() ? "" : "; " + gone);
+  }
+
+  // Where rank r listens (Settings::addresses), "" where it is not known.
+  std::string address_of(int r) const {
+    for (const auto& [rank, address] : settings.addresses) {
+      if (rank == r) {
+        return address;
+      }
+    }
+    return "";
   }
 
   // Settings::store_gone's words, "" where it is not set.
@@ -293,11 +318,25 @@ std::string CollectiveWatch::words_of_stopped_ranks() const {
   if (world > kMaxRanksAsked) {
     return "";
   }
+  const auto& addresses = state_->settings.addresses;
   // Rank 0 gone: no store to read the reasons from (its own, if it left
-  // one, went with it), and a connection to it would wait in vain.
+  // one, went with it), and a connection to it would wait in vain. Rank 0
+  // may have ended on a failed collective of its own: any other rank found
+  // ended is named too.
+  const auto with_others_gone = [&addresses](const std::string& gone) {
+    std::vector<std::pair<int, std::string>> others;
+    for (const auto& entry : addresses) {
+      if (entry.first != 0) {
+        others.push_back(entry);
+      }
+    }
+    const auto more = ranks_gone(
+        others, gone.find(ended_process_words()) != std::string::npos);
+    return more.empty() ? gone : gone + "; " + more;
+  };
   const auto gone = state_->store_gone();
   if (!gone.empty()) {
-    return gone;
+    return with_others_gone(gone);
   }
   auto answer = detached([asker = state_->asker, rank, world] {
     return asker->ask([&](c10d::Store& store) {
@@ -315,14 +354,21 @@ std::string CollectiveWatch::words_of_stopped_ranks() const {
       return words;
     });
   });
-  if (answer.wait_for(kStoreAnswer) != std::future_status::ready) {
-    return state_->store_gone();
+  std::string words;
+  if (answer.wait_for(kStoreAnswer) == std::future_status::ready) {
+    try {
+      words = answer.get();
+    } catch (const std::exception&) {
+      // Gone in between, or another store error: the listeners tell.
+    }
   }
-  try {
-    return answer.get();
-  } catch (const std::exception&) {
-    return state_->store_gone(); // gone in between
+  if (!words.empty()) {
+    return words;
   }
+  // No reason left: which ranks have ended without one (killed outright).
+  const auto gone_since = state_->store_gone();
+  return gone_since.empty() ? ranks_gone(addresses)
+                            : with_others_gone(gone_since);
 }
 
 std::chrono::milliseconds CollectiveWatch::default_interval(

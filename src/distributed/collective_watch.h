@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace lamp {
 namespace detail {
@@ -31,7 +33,9 @@ namespace detail {
 /// collective's number and name into the group's store and deletes it once
 /// done; the other ranks' entries tell a rank that waits too (the same
 /// number), one in another collective (the ranks call them in different
-/// orders) and one that has not come (no entry: stopped, slow or gone).
+/// orders) and one that has not come (no entry: stopped, slow or gone);
+/// of those that have not come, the ones whose listeners refuse
+/// connections (Settings::addresses) are named as gone.
 class CollectiveWatch {
  public:
   struct Settings {
@@ -45,6 +49,10 @@ class CollectiveWatch {
     /// else the words that say so (RendezvousStore::server_gone; empty:
     /// never asked).
     std::function<std::string()> store_gone;
+    /// Where the other ranks listen (rank, RankListener::address()): of
+    /// the ranks a collective waits for or failed on, the ones found ended
+    /// are named (ranks_gone()).
+    std::vector<std::pair<int, std::string>> addresses;
   };
 
   /// `connect` makes the watch's own connection to the group's store, as
@@ -95,9 +103,11 @@ class CollectiveWatch {
   /// a reason left before (nothing, no store call, where there is none).
   void leave_word(const std::string& why);
   /// The reasons the other ranks left ("rank 1 stopped: ..."), or that
-  /// rank 0 has gone without one (Settings::store_gone: its store is closed);
-  /// "" where no rank left a reason, the group is larger than a report
-  /// reads, or the store does not answer within 2 s.
+  /// rank 0 has gone without one (Settings::store_gone: its store is
+  /// closed; with any other rank found ended), or, where none left one,
+  /// which ranks have gone without one (their listeners refuse:
+  /// Settings::addresses); "" where none of these is found or the group
+  /// is larger than a report reads.
   std::string words_of_stopped_ranks() const;
 
   /// The interval of ProcessGroupOptions::collective_wait_report() = 0: a

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <iostream>
@@ -17,6 +18,7 @@
 
 #include "distributed/backend.h"
 #include "distributed/collective_watch.h"
+#include "distributed/rank_address.h"
 #include "distributed/rendezvous.h"
 
 namespace lamp {
@@ -42,6 +44,9 @@ c10d::AllreduceOptions reduce_options(ReduceOp op) {
 } // namespace
 
 struct ProcessGroup::Impl {
+  // Where the other ranks find this process alive (its address is in the
+  // store): a rank killed outright is named by the others.
+  lamp::detail::RankListener listener;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<lamp::detail::C10dBackend> backend;
   // Last: it goes first, with the works it holds.
@@ -159,6 +164,35 @@ bool needs_fp32_reduction(const std::string& backend, const torch::Tensor& t) {
   return backend == "gloo" && t.scalar_type() == torch::kBFloat16;
 }
 
+// The longest RankListener::address() ("[IPv6]:PORT" is at most 53
+// bytes); one longer is not shared.
+constexpr int64_t kAddressBytes = 64;
+
+// Every other rank's RankListener::address(), as (rank, address), from one
+// all-gather as the group starts ("" for this rank's: none listens).
+std::vector<std::pair<int, std::string>> gather_addresses(
+    ProcessGroup& group, const std::string& mine) {
+  auto shard = torch::zeros({kAddressBytes}, torch::kUInt8);
+  if (static_cast<int64_t>(mine.size()) < kAddressBytes) {
+    std::copy(mine.begin(), mine.end(), shard.data_ptr<uint8_t>());
+  }
+  auto flat = torch::zeros({group.world_size() * kAddressBytes},
+                           shard.options().device(group.device()));
+  group.all_gather_(flat, shard.to(group.device()),
+                    "the gather of the ranks' addresses");
+  const auto all = flat.cpu();
+  const auto* bytes = reinterpret_cast<const char*>(all.data_ptr<uint8_t>());
+  std::vector<std::pair<int, std::string>> addresses;
+  for (int r = 0; r < group.world_size(); ++r) {
+    const auto* address = bytes + r * kAddressBytes;
+    std::string text(address, strnlen(address, kAddressBytes));
+    if (r != group.rank() && !text.empty()) {
+      addresses.emplace_back(r, std::move(text));
+    }
+  }
+  return addresses;
+}
+
 class DoneWork final : public ProcessGroup::Work {
  public:
   void wait() override {}
@@ -259,6 +293,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
                 " backend at ", group->address_,
                 " (every rank had arrived): ", lamp::detail::error_text(e));
   }
+  // Where every rank listens, gathered once: a rank whose collective fails
+  // or waits finds which have ended, rank 0 among them (whose store may
+  // have gone with it).
+  group->impl_->listener =
+      lamp::detail::RankListener::open(env.master_addr, env.master_port);
+  auto addresses = gather_addresses(*group, group->impl_->listener.address());
   const auto report = options.wait_report() ? options.wait_report()
                                             : [](const std::string& line) {
                                                 std::cerr << line << std::endl;
@@ -271,7 +311,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
               ? options.collective_wait_report()
               : lamp::detail::CollectiveWatch::default_interval(
                     options.timeout()),
-          report, std::move(joined.server_gone)});
+          report, std::move(joined.server_gone), std::move(addresses)});
   group->impl_->store = std::move(store);
   return group;
 }

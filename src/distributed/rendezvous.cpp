@@ -22,6 +22,8 @@
 #include <thread>
 #include <utility>
 
+#include "distributed/rank_address.h"
+
 namespace lamp {
 namespace detail {
 
@@ -113,9 +115,7 @@ std::string store_server_gone(const std::string& host, int port,
   const bool refused = closed.find("refused") != std::string::npos;
   return "rank 0 has gone without a word (its rendezvous store at " + address +
          ": " + closed + "): " +
-         (refused ? "its process has ended, killed (by a signal, or by the "
-                    "out-of-memory killer: see the system log, dmesg), "
-                    "crashed, or done with fewer collectives than this rank"
+         (refused ? ended_process_words()
                   : "its host is down or cannot be reached from here");
 }
 

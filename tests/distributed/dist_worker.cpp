@@ -383,8 +383,12 @@ TEST(TwoRanks, AFailedBucketAllReduceGivesTheCollectiveMessage) {
   });
   EXPECT_NE(message.find(" failed on rank 0 of 2 (gloo): "), std::string::npos)
       << message;
-  EXPECT_NE(message.find("Rank 1 has probably exited or stopped answering "
-                         "(the timeout is 5 s"),
+  // Its listener refuses: named as gone, not as "probably exited".
+  EXPECT_NE(message.find(": nothing listens there (connection refused)): its "
+                         "process has ended, killed (by a signal, or by the "
+                         "out-of-memory killer: see the system log, dmesg), "
+                         "crashed, or done with fewer collectives than this "
+                         "rank (the timeout is 5 s"),
             std::string::npos)
       << message;
 }
@@ -1914,6 +1918,20 @@ std::string error_once_the_other_is_gone(ProcessGroup& g) {
   return "";
 }
 
+// `message` names `rank` as gone without a word, found where `where`
+// says ("its address" or "its rendezvous store at") on this machine.
+void expect_gone_named(const std::string& message, const std::string& rank,
+                       const std::string& where) {
+  EXPECT_NE(message.find("; " + rank + " has gone without a word (" + where +
+                         " 127.0.0.1:"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(": nothing listens there (connection refused)): its "
+                         "process has ended, killed"),
+            std::string::npos)
+      << message;
+}
+
 // A reason taken back (leave_word(""), as fit() does as it starts: the
 // rank caught its error and went on) is not named when that rank later
 // exits without one.
@@ -1928,8 +1946,7 @@ TEST(TwoRanks, AReasonTakenBackIsNotNamed) {
     std::_Exit(0); // gone without a word
   }
   const auto message = error_once_the_other_is_gone(*g);
-  EXPECT_NE(message.find("Rank 1 has probably exited"), std::string::npos)
-      << message;
+  expect_gone_named(message, "rank 1", "its address");
   EXPECT_EQ(message.find("an old reason"), std::string::npos) << message;
 }
 
@@ -1946,17 +1963,39 @@ TEST(TwoRanks, ARankZeroGoneWithoutAWordIsNamed) {
   const auto message = error_once_the_other_is_gone(*g);
   EXPECT_NE(message.find(" failed on rank 1 of 2 (gloo): "), std::string::npos)
       << message;
-  EXPECT_NE(message.find("; rank 0 has gone without a word (its rendezvous "
-                         "store at 127.0.0.1:"),
-            std::string::npos)
-      << message;
-  EXPECT_NE(message.find(": nothing listens there (connection refused)): its "
-                         "process has ended, killed"),
-            std::string::npos)
-      << message;
+  expect_gone_named(message, "rank 0", "its rendezvous store at");
   EXPECT_EQ(message.find("probably exited"), std::string::npos) << message;
   // No wait for a store that is not there.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+}
+
+// In a group of three, a rank killed outright (a signal, the out-of-memory
+// killer, a crash) leaves no reason, but its listener has closed with its
+// process: the others' failed collectives name it, rather than "Another
+// rank has probably exited".
+TEST(ThreeRanks, ARankGoneWithoutAWordIsNamed) {
+  auto g = ProcessGroup::from_environment(
+      torch::kCPU, ProcessGroupOptions().timeout(std::chrono::seconds(10)));
+  ASSERT_EQ(g->world_size(), 3);
+  g->barrier();
+  if (g->rank() == 2) {
+    std::_Exit(0); // gone without a word, like a crashed rank
+  }
+  const auto message = error_once_the_other_is_gone(*g);
+  EXPECT_NE(message.find(" failed on rank " + std::to_string(g->rank()) +
+                         " of 3 (gloo): "),
+            std::string::npos)
+      << message;
+  expect_gone_named(message, "rank 2", "its address");
+  EXPECT_EQ(message.find("rank 0 has gone"), std::string::npos) << message;
+  EXPECT_EQ(message.find("rank 1 has gone"), std::string::npos) << message;
+  EXPECT_EQ(message.find("Another rank"), std::string::npos) << message;
+  // Rank 0 serves the store: it stays until rank 1 has failed too (within
+  // milliseconds; its own collective fails as rank 2's connection closes),
+  // whose message would otherwise name rank 0 as well.
+  if (g->rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+  }
 }
 
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {

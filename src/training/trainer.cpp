@@ -502,11 +502,11 @@ bool Trainer::stop_here(const EpochRun& run, int64_t steps,
   } else {
     // The ranks stop at one step, all of them: a rank that stopped alone
     // left the others in a collective it never called, or in another one
-    // than its own (Gloo ends the process on the sizes that differ).
-    // Evaluations run to their end (their batches call no collective to
-    // agree in); a CUDA group's answer is read at every 32nd cycle.
+    // than its own (Gloo ends the process on the sizes that differ). In an
+    // evaluation, at one turn (run_evaluation() gives every rank as many).
+    // A CUDA group's answer is read at every 32nd cycle or turn.
     const int64_t every = options_.process_group()->device().is_cuda() ? 32 : 1;
-    if (in_evaluation || stop_checks_++ % every != 0) {
+    if (stop_checks_++ % every != 0) {
       return false;
     }
     asked_by = rank_asked_to_stop(stop());

@@ -98,10 +98,18 @@ c10::optional<Evaluation> Trainer::run_evaluation(
   }
   const auto& task = options_.task();
   int64_t done = 0;
-  for (int64_t i = rank; i < batches; i += ranks) {
+  // Every rank takes as many turns as the one with the most batches, a
+  // rank past its last batch only asking `stop`: a data-parallel stop is
+  // agreed at one turn on every rank (stop() all-reduces).
+  const int64_t turns = (batches + ranks - 1) / ranks;
+  for (int64_t turn = 0; turn < turns; ++turn) {
     if (stop && stop()) {
       model_->train();
       return c10::nullopt;
+    }
+    const int64_t i = rank + turn * ranks;
+    if (i >= batches) {
+      continue;
     }
     const auto batch = loader.batch(i);
     auto inputs = batch.inputs;

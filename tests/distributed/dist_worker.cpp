@@ -1693,9 +1693,10 @@ TEST(TwoRanks, ARankAskedToStopStopsEveryRankAtItsStep) {
                     std::string(std::getenv("MASTER_PORT")) + ".pt";
   const lamp::training::Trainer* trainer = nullptr;
   // 6 steps an epoch (each rank reads all 192 examples), evaluated at step
-  // 3 (rank 0 evaluates the one test batch, rank 1 none); rank 1 alone is
-  // asked, from step 4 on; rank 0 is asked nothing but how often (once
-  // before each step, never in the evaluation).
+  // 3 (rank 0 evaluates the one test batch, rank 1 none, but both take
+  // its turn); rank 1 alone is asked, from step 4 on; rank 0 is asked
+  // nothing but how often (once before each step and at each turn of the
+  // evaluation).
   int64_t asked = 0;
   auto run = lamp_test::make_run(lamp::Precision::kFP32,
                                  TrainerOptions(lamp::Precision::kFP32)
@@ -1717,10 +1718,44 @@ TEST(TwoRanks, ARankAskedToStopStopsEveryRankAtItsStep) {
   EXPECT_EQ(stop.asked_by_rank, 1);
   EXPECT_FALSE(stop.in_evaluation);
   EXPECT_EQ(stop.checkpoint_step, 4);
-  // Steps 0..4 were asked before (the evaluation at step 3 is not).
-  EXPECT_EQ(asked, 5);
+  // Before steps 0..4, and at the evaluation's one turn.
+  EXPECT_EQ(asked, 6);
   g->barrier();
   EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 4);
+  g->barrier();
+  if (g->rank() == 0) {
+    std::remove(path.c_str());
+  }
+}
+
+// A rank asked to stop during an evaluation (at its 4th question: before
+// steps 0, 1 and 2, then the evaluation at step 3): every rank stops in that
+// evaluation, at one turn, though rank 1 has no batch of its own there, and
+// the checkpoint holds step 3.
+TEST(TwoRanks, ARankAskedToStopInAnEvaluationStopsEveryRankThere) {
+  auto g = group();
+  using lamp::training::TrainerOptions;
+  const auto path = ::testing::TempDir() + "lamp_asked_in_evaluation_" +
+                    std::string(std::getenv("MASTER_PORT")) + ".pt";
+  int64_t asked = 0;
+  auto run = lamp_test::make_run(
+      lamp::Precision::kFP32,
+      TrainerOptions(lamp::Precision::kFP32)
+          .epochs(3)
+          .eval_every(3)
+          .process_group(g)
+          .checkpoint(path)
+          .stop_requested([&] { return ++asked == 4 && g->rank() == 1; }));
+  const auto history = run->trainer->fit();
+  const auto& stop = run->trainer->stop_point();
+  EXPECT_TRUE(stop.stopped);
+  EXPECT_TRUE(stop.in_evaluation);
+  EXPECT_EQ(stop.global_step, 3);
+  EXPECT_EQ(stop.asked_by_rank, 1);
+  EXPECT_EQ(stop.checkpoint_step, 3);
+  EXPECT_EQ(asked, 4);
+  g->barrier();
+  EXPECT_EQ(lamp::training::read_checkpoint_settings(path).global_step, 3);
   g->barrier();
   if (g->rank() == 0) {
     std::remove(path.c_str());

@@ -254,8 +254,9 @@ struct TrainerOptions {
   /// that step, so that nothing trained is lost. In a data-parallel run the
   /// ranks stop together, at the same step, when any of them is asked: one
   /// all-reduce of the answers at the cycle's start (on a CUDA group at
-  /// every 32nd cycle, where reading the answer waits for the GPU); an
-  /// evaluation runs to its end there. The programs set it
+  /// every 32nd cycle, where reading the answer waits for the GPU), and in
+  /// an evaluation at each turn of the ranks' batches (each rank takes as
+  /// many turns as the one with the most). The programs set it
   /// from SIGINT/SIGTERM: make it cheap and async-signal-safe to feed (read a
   /// flag a signal handler sets). Unset: fit() runs to the end.
   TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;

@@ -118,7 +118,13 @@ std::vector<std::string> probe_listeners(
 RankListener RankListener::open(const std::string& host, int port) {
   RankListener listener;
   auto local = route_to(host, port);
-  if (local.ss_family != AF_INET && local.ss_family != AF_INET6) {
+  // A link-local IPv6 address is reached only through its interface, which
+  // the address's text does not carry: none, rather than one the others
+  // would find unreachable.
+  if ((local.ss_family != AF_INET && local.ss_family != AF_INET6) ||
+      (local.ss_family == AF_INET6 &&
+       IN6_IS_ADDR_LINKLOCAL(
+           &reinterpret_cast<const sockaddr_in6&>(local).sin6_addr))) {
     return listener;
   }
   // Any port: the system's pick, read back below.
@@ -201,7 +207,8 @@ std::string ranks_gone(const std::vector<std::pair<int, std::string>>& ranks,
     const auto where = "(its address " + address + ": " + found[i] + ")";
     if (found[i].find("refused") == std::string::npos) {
       words += rank + " does not answer at its address " + address + " (" +
-               found[i] + "): its host is down or cannot be reached from here";
+               found[i] +
+               "): its host may be down, or cannot be reached from here";
     } else if (explained) {
       words += "so has " + rank + " " + where; // what that means, once
     } else {

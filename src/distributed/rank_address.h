@@ -54,8 +54,8 @@ std::string ended_process_words();
 /// ended_process_words() for the first refused, "so has rank 3 (its
 /// address ...: ...)" for each one after it (each one where `explained`:
 /// the words came before), "rank 4 does not answer at its address ... (...):
-/// its host is down or cannot be reached from here" for each that does not
-/// answer; "" where every one accepts.
+/// its host may be down, or cannot be reached from here" for each that does
+/// not answer; "" where every one accepts.
 std::string ranks_gone(const std::vector<std::pair<int, std::string>>& ranks,
                        bool explained = false);
 

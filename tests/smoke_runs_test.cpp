@@ -203,6 +203,49 @@ TEST(Trainer, LimitEvalBatchesEvaluatesTheFirstBatchesOnly) {
   EXPECT_EQ(seen[0].epoch, 1);
 }
 
+// evaluate_unless_stopped(): evaluate_subset()'s figures where nothing asks
+// to stop; where stop_requested asks before the 3rd of 4 batches, false
+// after 2 batches, the result untouched and the stop point saying so; the
+// training data's evaluation alike.
+TEST(Trainer, EvaluateUnlessStoppedStopsWhereAsked) {
+  int64_t asked = 0;
+  int64_t stop_at = 0; // the question answered yes (0: none)
+  auto run = make_eval_run(
+      TrainerOptions().stop_requested([&] { return ++asked == stop_at; }));
+  const auto whole = run->trainer->evaluate_subset();
+  lamp::training::Evaluation result;
+  ASSERT_TRUE(run->trainer->evaluate_unless_stopped(result));
+  EXPECT_EQ(result.loss, whole.loss);
+  EXPECT_EQ(result.accuracy, whole.accuracy);
+  EXPECT_EQ(result.batches, 4);
+  EXPECT_EQ(asked, 4); // before each batch
+  EXPECT_FALSE(run->trainer->stop_point().stopped);
+  asked = 0;
+  stop_at = 3;
+  std::vector<EvalProgress> seen;
+  lamp::training::Evaluation untouched;
+  untouched.loss = -1;
+  EXPECT_FALSE(run->trainer->evaluate_unless_stopped(
+      untouched, false, [&](const EvalProgress& p) { seen.push_back(p); }, 7));
+  EXPECT_EQ(untouched.loss, -1);
+  EXPECT_EQ(seen.size(), 2u);
+  const auto& stop = run->trainer->stop_point();
+  EXPECT_TRUE(stop.stopped);
+  EXPECT_TRUE(stop.in_evaluation);
+  EXPECT_EQ(stop.epoch, 7);
+  EXPECT_EQ(stop.asked_by_rank, 0);
+  // The training data's: its own figures, and stopped alike.
+  asked = 0;
+  stop_at = 0;
+  ASSERT_TRUE(run->trainer->evaluate_unless_stopped(result, true));
+  EXPECT_EQ(result.loss, run->trainer->evaluate_training_data().loss);
+  EXPECT_FALSE(run->trainer->stop_point().stopped);
+  asked = 0;
+  stop_at = 1;
+  EXPECT_FALSE(run->trainer->evaluate_unless_stopped(result, true));
+  EXPECT_TRUE(run->trainer->stop_point().stopped);
+}
+
 TEST(Trainer, LimitEvalBatchesOfZeroOrBeyondTheSetEvaluatesItAll) {
   // 64 images in batches of 10: 7 batches, the last of 4 images.
   for (const int64_t limit : {0, 7, 100}) {

@@ -642,12 +642,10 @@ void export_weights(const ProgramConfig& config, const RunSpec& spec,
   }
 }
 
-// A signal during --eval-only's evaluation: unwinds out of it.
-struct EvaluationStopped {};
-
 // --eval-only: the test set's evaluation of the weights the trainer loaded
 // (--resume's or --init-from's), its line, and nothing written. Returns the
-// exit status (128 + the signal that stopped it).
+// exit status (128 + the signal that stopped it; 1 on a rank that another
+// rank's signal stopped).
 int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
                   const ProcessGroup& group, Trainer& trainer,
                   lamp::Precision precision, const std::string& source) {
@@ -678,14 +676,6 @@ int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
   }
   auto progress = Progress::for_program(config, main_rank, false, nullptr);
   const auto on_batch = progress.on_eval_batch();
-  const auto stop_or_show = [&](const lamp::training::EvalProgress& p) {
-    if (stop_signal() != 0) {
-      throw EvaluationStopped{};
-    }
-    if (on_batch) {
-      on_batch(p);
-    }
-  };
   // The test set's evaluation, then with --eval-train the training data's,
   // a line each.
   const std::vector<bool> splits = config.eval_train
@@ -694,23 +684,22 @@ int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
   for (const bool training_data : splits) {
     const auto start = std::chrono::steady_clock::now();
     lamp::training::Evaluation e;
-    try {
-      e = training_data ? trainer.evaluate_training_data(stop_or_show)
-                        : trainer.evaluate_subset(stop_or_show);
-    } catch (const EvaluationStopped&) {
+    // A signal stops the evaluation; over ranks, every rank at one batch.
+    if (!trainer.evaluate_unless_stopped(e, training_data, on_batch)) {
       progress.clear();
-      const std::string what = "interrupted (" +
-                               std::string(signal_name(stop_signal())) +
-                               ") while evaluating; nothing was written";
-      // The ranks not signalled go on to the evaluation's all-reduce, which
-      // fails once this one has gone: its message names this reason.
-      if (group.is_distributed()) {
-        group.leave_word(what);
-      }
+      const int signal = stop_signal();
       if (main_rank) {
-        std::cerr << spec.program << ": " << what << std::endl;
+        std::cout.flush();
+        std::cerr
+            << spec.program << ": "
+            << (signal != 0
+                    ? "interrupted (" + std::string(signal_name(signal)) + ")"
+                    : "stopped with rank " +
+                          std::to_string(trainer.stop_point().asked_by_rank) +
+                          ", which was asked to stop,")
+            << " while evaluating; nothing was written" << std::endl;
       }
-      return 128 + stop_signal();
+      return interrupted_status(signal);
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

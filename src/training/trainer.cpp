@@ -489,35 +489,34 @@ std::vector<EpochStats> Trainer::fit_epochs(
 
 bool Trainer::stop_here(const EpochRun& run, int64_t steps,
                         bool in_evaluation) {
-  const auto& stop = options_.stop_requested();
-  if (!stop) {
+  const int asked_by = rank_asking_to_stop();
+  if (asked_by < 0) {
     return false;
-  }
-  int asked_by = -1;
-  if (single_process()) {
-    if (!stop()) {
-      return false;
-    }
-    asked_by = 0;
-  } else {
-    // The ranks stop at one step, all of them: a rank that stopped alone
-    // left the others in a collective it never called, or in another one
-    // than its own (Gloo ends the process on the sizes that differ). In an
-    // evaluation, at one turn (run_evaluation() gives every rank as many).
-    // A CUDA group's answer is read at every 32nd cycle or turn.
-    const int64_t every = options_.process_group()->device().is_cuda() ? 32 : 1;
-    if (stop_checks_++ % every != 0) {
-      return false;
-    }
-    asked_by = rank_asked_to_stop(stop());
-    if (asked_by < 0) {
-      return false;
-    }
   }
   stop_point_ = {
       true,         run.epoch + 1,    steps,   run.batches, in_evaluation,
       global_step_, checkpoint_step_, asked_by};
   return true;
+}
+
+int Trainer::rank_asking_to_stop() {
+  const auto& stop = options_.stop_requested();
+  if (!stop) {
+    return -1;
+  }
+  if (single_process()) {
+    return stop() ? 0 : -1;
+  }
+  // The ranks stop at one step, all of them: a rank that stopped alone
+  // left the others in a collective it never called, or in another one
+  // than its own (Gloo ends the process on the sizes that differ). In an
+  // evaluation, at one turn (run_evaluation() gives every rank as many).
+  // A CUDA group's answer is read at every 32nd cycle or turn.
+  const int64_t every = options_.process_group()->device().is_cuda() ? 32 : 1;
+  if (stop_checks_++ % every != 0) {
+    return -1;
+  }
+  return rank_asked_to_stop(stop());
 }
 
 int Trainer::rank_asked_to_stop(bool asked) {

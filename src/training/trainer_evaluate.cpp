@@ -20,6 +20,30 @@ Evaluation Trainer::evaluate_subset(
   return *run_evaluation(on_batch, epoch, nullptr);
 }
 
+bool Trainer::evaluate_unless_stopped(
+    Evaluation& result, bool training_data,
+    const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch) {
+  stop_checks_ = 0; // every rank's count starts here
+  stop_point_ = StopPoint();
+  const auto evaluated = run_evaluation(
+      on_batch, epoch,
+      [&] {
+        const int asked_by = rank_asking_to_stop();
+        if (asked_by < 0) {
+          return false;
+        }
+        stop_point_ = {
+            true, epoch, 0, 0, true, global_step_, checkpoint_step_, asked_by};
+        return true;
+      },
+      training_data);
+  if (!evaluated) {
+    return false;
+  }
+  result = *evaluated;
+  return true;
+}
+
 Evaluation Trainer::evaluate_training_data(
     const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch) {
   return *run_evaluation(on_batch, epoch, nullptr, /*training_data=*/true);

@@ -1762,6 +1762,28 @@ TEST(TwoRanks, ARankAskedToStopInAnEvaluationStopsEveryRankThere) {
   }
 }
 
+// evaluate_unless_stopped() over two ranks (--eval-only's): rank 1 asked at
+// the evaluation's one turn, though it has no batch of its own there; both
+// stop, naming it. Asked nothing, both have the whole evaluation.
+TEST(TwoRanks, EvaluateUnlessStoppedStopsEveryRankAtOneTurn) {
+  auto g = group();
+  bool ask = false;
+  auto run = lamp_test::make_run(
+      lamp::Precision::kFP32,
+      lamp::training::TrainerOptions(lamp::Precision::kFP32)
+          .process_group(g)
+          .stop_requested([&] { return ask && g->rank() == 1; }));
+  lamp::training::Evaluation result;
+  ASSERT_TRUE(run->trainer->evaluate_unless_stopped(result));
+  EXPECT_EQ(result.loss, run->trainer->evaluate_subset().loss);
+  ask = true;
+  EXPECT_FALSE(run->trainer->evaluate_unless_stopped(result));
+  const auto& stop = run->trainer->stop_point();
+  EXPECT_TRUE(stop.stopped);
+  EXPECT_TRUE(stop.in_evaluation);
+  EXPECT_EQ(stop.asked_by_rank, 1);
+}
+
 // Rank 0 writes a data-parallel run's whole checkpoint: when it cannot (a
 // full disk, its folder gone), every rank stops at that step, rank 0 with
 // its reason and rank 1 naming it, not rank 1 in the next step's gradient

@@ -274,7 +274,8 @@ struct TrainerOptions {
 
 /// Where fit() stopped when TrainerOptions::stop_requested asked it to.
 struct StopPoint {
-  /// Whether fit() stopped early on request.
+  /// Whether fit() (or Trainer::evaluate_unless_stopped()) stopped early on
+  /// request.
   bool stopped = false;
   /// The epoch it stopped in (1-based).
   int64_t epoch = 0;
@@ -621,6 +622,18 @@ class Trainer {
       const std::function<void(const EvalProgress&)>& on_batch = nullptr,
       int64_t epoch = 0);
 
+  /// evaluate_subset() (with `training_data`, evaluate_training_data())
+  /// that stops where TrainerOptions::stop_requested asks, as fit()'s
+  /// evaluations do: false then, with `result` untouched and stop_point()
+  /// saying which rank asked (StopPoint::in_evaluation; its steps 0). In a
+  /// data-parallel run every rank stops at one turn of the batches: one
+  /// all-reduce a turn (every 32nd on CUDA), each rank taking as many turns
+  /// as the one with the most batches. True, with `result`, otherwise.
+  bool evaluate_unless_stopped(
+      Evaluation& result, bool training_data = false,
+      const std::function<void(const EvalProgress&)>& on_batch = nullptr,
+      int64_t epoch = 0);
+
   /// The training data's evaluation of TrainerOptions::eval_train (which
   /// this call needs not be set for): in eval mode, without augmentation,
   /// over the batches it describes; `on_batch` as in evaluate_subset().
@@ -795,10 +808,14 @@ class Trainer {
   // TrainerOptions::stop_requested's answer; on true, stop_point_ records
   // where (`run`'s epoch, after `steps` of its steps).
   bool stop_here(const EpochRun& run, int64_t steps, bool in_evaluation);
+  // The rank whose stop_requested asks now (in a data-parallel run agreed
+  // over the ranks at every check due), or -1.
+  int rank_asking_to_stop();
   // The rank asked to stop, over the ranks of a data-parallel run (-1:
   // none), from this rank's `asked`: one all-reduce, at a cycle's start.
   int rank_asked_to_stop(bool asked);
-  // stop_here()'s calls at cycles' starts in this fit() (the checks due).
+  // rank_asking_to_stop()'s calls in this fit() or
+  // evaluate_unless_stopped() (the checks due).
   int64_t stop_checks_ = 0;
   // rank_asked_to_stop()'s all-reduced answer, on the group's device.
   torch::Tensor stop_answer_;

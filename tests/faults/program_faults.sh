@@ -158,6 +158,14 @@ for i in $(seq "$kills"); do
       "$train" "${common[@]}" --epochs 1000 --checkpoint "$k" "${resume[@]}" \
       > "$work/kill_$i.log" 2>&1 &
   pid=$!
+  # Timed from its lock (its pid in it), taken as it starts: on a loaded
+  # machine the start alone can take the 1-2 s (a run once had no kill
+  # land after a checkpoint was written).
+  for _ in $(seq 600); do
+    [ "$(cat "$k.lock" 2> /dev/null)" = "$pid" ] ||
+      ! kill -0 "$pid" 2> /dev/null && break
+    sleep 0.1
+  done
   sleep "$(printf '1.%02d' $((RANDOM % 100)))"
   kill -9 "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
   ls "$k".tmp-* > /dev/null 2>&1 && in_write=$((in_write + 1))

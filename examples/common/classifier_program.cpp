@@ -690,14 +690,9 @@ int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
       const int signal = stop_signal();
       if (main_rank) {
         std::cout.flush();
-        std::cerr
-            << spec.program << ": "
-            << (signal != 0
-                    ? "interrupted (" + std::string(signal_name(signal)) + ")"
-                    : "stopped with rank " +
-                          std::to_string(trainer.stop_point().asked_by_rank) +
-                          ", which was asked to stop,")
-            << " while evaluating; nothing was written" << std::endl;
+        std::cerr << spec.program << ": "
+                  << stop_reason(signal, trainer.stop_point().asked_by_rank)
+                  << " while evaluating; nothing was written" << std::endl;
       }
       return interrupted_status(signal);
     }

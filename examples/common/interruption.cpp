@@ -113,13 +113,15 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
                                                resume_command(config, from))}});
   }
   std::cout.flush();
-  const std::string why =
-      signal != 0 ? "interrupted (" + std::string(signal_name(signal)) + ")"
-                  : "stopped with rank " + std::to_string(stop.asked_by_rank) +
-                        ", which was asked to stop,";
-  std::cerr << program << ": " << why << " " << where_stopped(stop) << "; "
-            << what << "; " << next << std::endl;
+  std::cerr << program << ": " << stop_reason(signal, stop.asked_by_rank) << " "
+            << where_stopped(stop) << "; " << what << "; " << next << std::endl;
   return interrupted_status(signal);
+}
+
+std::string stop_reason(int signal, int asked_by_rank) {
+  return signal != 0 ? "interrupted (" + std::string(signal_name(signal)) + ")"
+                     : "stopped with rank " + std::to_string(asked_by_rank) +
+                           ", which was asked to stop,";
 }
 
 int interrupted_status(int signal) {

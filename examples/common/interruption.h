@@ -27,6 +27,11 @@ int report_interruption(const ProgramConfig& config, const std::string& program,
                         const lamp::training::Trainer& trainer,
                         Progress& progress, JsonLog* log, int signal);
 
+/// Why this rank stopped, as its line says it: "interrupted (SIGINT)", or
+/// for `signal` 0 "stopped with rank R, which was asked to stop," (R the
+/// StopPoint::asked_by_rank `asked_by_rank`).
+std::string stop_reason(int signal, int asked_by_rank);
+
 /// The exit status of a run stopped on `signal`: 128 + `signal` (130 for
 /// SIGINT, 143 for SIGTERM), or 1 for a rank that was not signalled and
 /// stopped with the one that was (its run did not end as its command says).

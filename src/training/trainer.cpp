@@ -21,6 +21,7 @@
 #include "training/epoch_run.h"
 #include "training/run_settings.h"
 #include "training/shard_files.h"
+#include "training/stop_cadence.h"
 
 namespace lamp {
 namespace training {
@@ -435,7 +436,7 @@ std::vector<EpochStats> Trainer::fit_epochs(
                         [this] { return locate_numerics(); });
   std::vector<EpochStats> history;
   stop_point_ = StopPoint();
-  stop_checks_ = 0;
+  restart_stop_checks();
   // The schedule spans the whole run even where max_steps stops early, so
   // that a run cut short and resumed follows the same learning rates.
   interval_loss_sum_ = torch::zeros(
@@ -489,7 +490,7 @@ std::vector<EpochStats> Trainer::fit_epochs(
 
 bool Trainer::stop_here(const EpochRun& run, int64_t steps,
                         bool in_evaluation) {
-  const int asked_by = rank_asking_to_stop();
+  const int asked_by = rank_asking_to_stop(in_evaluation);
   if (asked_by < 0) {
     return false;
   }
@@ -499,7 +500,16 @@ bool Trainer::stop_here(const EpochRun& run, int64_t steps,
   return true;
 }
 
-int Trainer::rank_asking_to_stop() {
+void Trainer::restart_stop_checks() {
+  if (!stop_cadence_) {
+    stop_cadence_ = std::make_shared<detail::StopCadence>();
+  }
+  stop_cadence_->restart();
+  stop_cadence_in_evaluation_ = false;
+  stop_asked_ = false;
+}
+
+int Trainer::rank_asking_to_stop(bool in_evaluation) {
   const auto& stop = options_.stop_requested();
   if (!stop) {
     return -1;
@@ -511,28 +521,56 @@ int Trainer::rank_asking_to_stop() {
   // left the others in a collective it never called, or in another one
   // than its own (Gloo ends the process on the sizes that differ). In an
   // evaluation, at one turn (run_evaluation() gives every rank as many).
-  // A CUDA group's answer is read at every 32nd cycle or turn.
-  const int64_t every = options_.process_group()->device().is_cuda() ? 32 : 1;
-  if (stop_checks_++ % every != 0) {
+  // The question is asked at every cycle and its answer kept until the
+  // ranks check, at the cycles stop_cadence_ makes due on every rank
+  // alike: each cycle of a CPU group's training, whose step all-reduces
+  // anyway; about every 0.1 s of a CPU group's evaluation (StopCadence);
+  // every 32nd cycle or turn of a CUDA group, where reading the answer
+  // waits for the GPU.
+  stop_asked_ = stop() || stop_asked_;
+  if (in_evaluation != stop_cadence_in_evaluation_) {
+    // Every rank starts and ends its evaluations at the same cycle.
+    stop_cadence_->restart();
+    stop_cadence_in_evaluation_ = in_evaluation;
+  }
+  if (!stop_cadence_->due()) {
     return -1;
   }
-  return rank_asked_to_stop(stop());
+  const bool cuda = options_.process_group()->device().is_cuda();
+  const auto now = detail::StopCadence::Clock::now();
+  const int64_t proposal = cuda            ? 32
+                           : in_evaluation ? stop_cadence_->proposal(now)
+                                           : 1;
+  const int asked_by = rank_asked_to_stop(stop_asked_, proposal, in_evaluation);
+  stop_asked_ = false;
+  return asked_by;
 }
 
-int Trainer::rank_asked_to_stop(bool asked) {
+int Trainer::rank_asked_to_stop(bool asked, int64_t proposal,
+                                bool in_evaluation) {
   auto& group = *options_.process_group();
   // One tensor for the run's checks, not one a step.
   if (!stop_answer_.defined()) {
     stop_answer_ = torch::empty(
-        {1},
+        {2},
         torch::TensorOptions().dtype(torch::kFloat).device(group.device()));
   }
-  // Rank + 1, or 0: exact in FP32 for every WORLD_SIZE lamp accepts.
-  stop_answer_.fill_(asked ? group.rank() + 1 : 0);
+  // Rank + 1, or 0; and minus the cycles proposed until the next check,
+  // whose maximum is minus the fewest: exact in FP32 for every WORLD_SIZE
+  // lamp accepts, and every proposal (at most StopCadence::kMostCycles).
+  stop_answer_.select(0, 0).fill_(asked ? group.rank() + 1 : 0);
+  stop_answer_.select(0, 1).fill_(-proposal);
   group.all_reduce_(stop_answer_, lamp::distributed::ReduceOp::kMax,
-                    "whether a rank was asked to stop "
-                    "(TrainerOptions::stop_requested)");
-  return static_cast<int>(stop_answer_.item<float>()) - 1;
+                    in_evaluation
+                        ? "whether a rank was asked to stop in the evaluation "
+                          "(TrainerOptions::stop_requested)"
+                        : "whether a rank was asked to stop "
+                          "(TrainerOptions::stop_requested)");
+  const auto agreed = stop_answer_.cpu();
+  const auto* values = agreed.data_ptr<float>();
+  stop_cadence_->agree(-static_cast<int64_t>(values[1]),
+                       detail::StopCadence::Clock::now());
+  return static_cast<int>(values[0]) - 1;
 }
 
 bool Trainer::single_process() const {

@@ -23,12 +23,12 @@ Evaluation Trainer::evaluate_subset(
 bool Trainer::evaluate_unless_stopped(
     Evaluation& result, bool training_data,
     const std::function<void(const EvalProgress&)>& on_batch, int64_t epoch) {
-  stop_checks_ = 0; // every rank's count starts here
+  restart_stop_checks(); // every rank's checks start here
   stop_point_ = StopPoint();
   const auto evaluated = run_evaluation(
       on_batch, epoch,
       [&] {
-        const int asked_by = rank_asking_to_stop();
+        const int asked_by = rank_asking_to_stop(/*in_evaluation=*/true);
         if (asked_by < 0) {
           return false;
         }

@@ -1784,6 +1784,61 @@ TEST(TwoRanks, EvaluateUnlessStoppedStopsEveryRankAtOneTurn) {
   EXPECT_EQ(stop.asked_by_rank, 1);
 }
 
+// An evaluation's stop checks come at the turns the ranks agree on
+// (training/stop_cadence.h), not at every turn: 224 turns of a batch of one
+// example each, rank 0 taking about 1 ms longer a turn than rank 1, so that
+// the two propose different cadences (a rank counting down its own would
+// check at turns the other does not, and the collectives would pair
+// wrongly). Rank 1 is asked at one turn only, its 3rd: the ranks check at
+// the first two turns, then after as many as fill 0.1 s, so the answer is
+// kept until a later check (unless a turn took 0.1 s), where both ranks
+// stop, after the same batches.
+TEST(TwoRanks, AnEvaluationsStopChecksComeAtTurnsTheRanksAgreeOn) {
+  auto g = group();
+  const auto test = lamp_test::image_problem(false);
+  const int64_t copies = 7; // 448 examples
+  const lamp::data::Dataset many{test.inputs.repeat({copies, 1, 1, 1}),
+                                 test.targets.repeat({copies})};
+  torch::manual_seed(5);
+  lamp_test::SmallNet model;
+  int64_t asked = 0;
+  lamp::training::Trainer trainer(
+      model.ptr(),
+      [model](const torch::Tensor& x) mutable { return model->forward(x); },
+      "smallnet",
+      lamp::data::DeviceLoader(lamp_test::image_problem(true), torch::kCPU,
+                               lamp_test::train_loader_options(32)),
+      lamp::data::DeviceLoader(many, torch::kCPU,
+                               lamp::data::LoaderOptions(1).shuffle(false)),
+      lamp::training::TrainerOptions(lamp::Precision::kFP32)
+          .process_group(g)
+          .stop_requested([&] { return ++asked == 3 && g->rank() == 1; }));
+  int64_t done = 0;
+  lamp::training::Evaluation result;
+  const bool evaluated = trainer.evaluate_unless_stopped(
+      result, /*training_data=*/false,
+      [&](const lamp::training::EvalProgress& progress) {
+        done = progress.batch;
+        if (g->rank() == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      });
+  EXPECT_FALSE(evaluated);
+  const auto& stop = trainer.stop_point();
+  EXPECT_TRUE(stop.stopped);
+  EXPECT_TRUE(stop.in_evaluation);
+  EXPECT_EQ(stop.asked_by_rank, 1);
+  // Asked at every turn, the one it stopped at included.
+  EXPECT_EQ(asked, done + 1);
+  EXPECT_GE(done, 3);
+  EXPECT_LT(done, many.inputs.size(0) / 2);
+  // The same batches on both ranks: the largest and the smallest agree.
+  auto counts = torch::tensor(
+      {static_cast<double>(done), -static_cast<double>(done)}, torch::kDouble);
+  g->all_reduce_(counts, lamp::distributed::ReduceOp::kMax, "the counts");
+  EXPECT_EQ(counts[0].item<double>(), -counts[1].item<double>());
+}
+
 // Rank 0 writes a data-parallel run's whole checkpoint: when it cannot (a
 // full disk, its folder gone), every rank stops at that step, rank 0 with
 // its reason and rank 1 naming it, not rank 1 in the next step's gradient

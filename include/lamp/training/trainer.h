@@ -252,13 +252,16 @@ struct TrainerOptions {
   /// returns (Trainer::stop_point() says where). With `checkpoint`
   /// it is written at the step it stopped on, unless the file already holds
   /// that step, so that nothing trained is lost. In a data-parallel run the
-  /// ranks stop together, at the same step, when any of them is asked: one
-  /// all-reduce of the answers at the cycle's start (on a CUDA group at
-  /// every 32nd cycle, where reading the answer waits for the GPU), and in
-  /// an evaluation at each turn of the ranks' batches (each rank takes as
-  /// many turns as the one with the most). The programs set it
-  /// from SIGINT/SIGTERM: make it cheap and async-signal-safe to feed (read a
-  /// flag a signal handler sets). Unset: fit() runs to the end.
+  /// ranks stop together, at the same step, when any of them is asked: a
+  /// true answer is kept until the ranks check, in one all-reduce of the
+  /// answers, at the next cycle's start (on a CUDA group at every 32nd
+  /// cycle, where reading the answer waits for the GPU); in an evaluation
+  /// at one turn of the ranks' batches (each rank takes as many turns as
+  /// the one with the most), checking at the turns the ranks agree on:
+  /// about every 0.1 s of evaluation, at most every 256th turn (every 32nd
+  /// on a CUDA group). The programs set it from SIGINT/SIGTERM: make it
+  /// cheap and async-signal-safe to feed (read a flag a signal handler
+  /// sets). Unset: fit() runs to the end.
   TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
   /// The training step's loss from the inputs and targets, in place of
   /// `task().loss(forward(inputs), targets)`: a model that computes its
@@ -541,6 +544,7 @@ struct StepEvaluation {
 
 namespace detail {
 class DivergenceWatch;
+class StopCadence;
 } // namespace detail
 
 /// Trains a model with cross-entropy on a DeviceLoader, for its
@@ -808,15 +812,23 @@ class Trainer {
   // TrainerOptions::stop_requested's answer; on true, stop_point_ records
   // where (`run`'s epoch, after `steps` of its steps).
   bool stop_here(const EpochRun& run, int64_t steps, bool in_evaluation);
-  // The rank whose stop_requested asks now (in a data-parallel run agreed
-  // over the ranks at every check due), or -1.
-  int rank_asking_to_stop();
+  // The rank whose stop_requested asks now, before a step's cycle or at
+  // an evaluation's turn (in a data-parallel run agreed over the ranks at
+  // the checks stop_cadence_ makes due), or -1.
+  int rank_asking_to_stop(bool in_evaluation);
   // The rank asked to stop, over the ranks of a data-parallel run (-1:
-  // none), from this rank's `asked`: one all-reduce, at a cycle's start.
-  int rank_asked_to_stop(bool asked);
-  // rank_asking_to_stop()'s calls in this fit() or
-  // evaluate_unless_stopped() (the checks due).
-  int64_t stop_checks_ = 0;
+  // none), from this rank's `asked`, and the cycles until the next check
+  // agreed from each rank's `proposal`: one all-reduce.
+  int rank_asked_to_stop(bool asked, int64_t proposal, bool in_evaluation);
+  // Starts the stop checks anew (fit(), evaluate_unless_stopped()).
+  void restart_stop_checks();
+  // When the ranks next check (every cycle of a CPU group's training).
+  std::shared_ptr<detail::StopCadence> stop_cadence_;
+  // Whether stop_cadence_ counts an evaluation's turns, not steps.
+  bool stop_cadence_in_evaluation_ = false;
+  // Whether stop_requested said true since the last check: asked at every
+  // cycle, answered at the next check.
+  bool stop_asked_ = false;
   // rank_asked_to_stop()'s all-reduced answer, on the group's device.
   torch::Tensor stop_answer_;
   // The divergence messages' pointer to the first module with inf/NaN (""

@@ -8,6 +8,7 @@
 #include <future>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,10 @@ std::string key(int rank) {
 std::string stopped_key(int rank) {
   return "stopped/" + std::to_string(rank);
 }
+
+// How long the rank that serves the store waits, after leaving what its
+// failed collective found, for the other ranks to read it and end.
+constexpr std::chrono::seconds kReadersTime{2};
 
 // The longest reason a rank leaves: the first lines of an error.
 constexpr size_t kMaxWord = 1000;
@@ -289,6 +294,10 @@ void CollectiveWatch::leave_word(const std::string& why) {
                   : state_->collective_failed.load()) {
     return; // no word to take back, or no reason of this rank's own
   }
+  put_word(why);
+}
+
+void CollectiveWatch::put_word(const std::string& why) {
   const int rank = state_->settings.rank;
   const std::string word = why.substr(0, kMaxWord);
   auto done = detached([asker = state_->asker, rank, word] {
@@ -312,7 +321,40 @@ void CollectiveWatch::leave_word(const std::string& why) {
   }
 }
 
+std::string CollectiveWatch::words_of_failure(const std::string& what) {
+  note_collective_failed();
+  bool from_listeners = false;
+  const auto words = stopped_ranks(&from_listeners);
+  if (!from_listeners || words.empty()) {
+    return words;
+  }
+  // Found by this rank alone: left for the others, with "than this rank"
+  // said of this one. Not a reason of its own: the next fit() takes it
+  // back as any other (leave_word("")).
+  const auto here = ended_process_words();
+  const auto there =
+      ended_process_words("rank " + std::to_string(state_->settings.rank));
+  std::string word = "its collective (" + what + ") failed: " + words;
+  for (auto at = word.find(here); at != std::string::npos;
+       at = word.find(here, at + there.size())) {
+    word.replace(at, here.size(), there);
+  }
+  put_word(word);
+  if (state_->settings.serves_store) {
+    // Its process ending takes the store, and the words, with it.
+    const auto until = Clock::now() + kReadersTime;
+    while (Clock::now() < until && !ranks_ended(state_->settings.addresses)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  return words;
+}
+
 std::string CollectiveWatch::words_of_stopped_ranks() const {
+  return stopped_ranks(nullptr);
+}
+
+std::string CollectiveWatch::stopped_ranks(bool* from_listeners) const {
   const int rank = state_->settings.rank;
   const int world = state_->settings.world_size;
   if (world > kMaxRanksAsked) {
@@ -367,8 +409,13 @@ std::string CollectiveWatch::words_of_stopped_ranks() const {
   }
   // No reason left: which ranks have ended without one (killed outright).
   const auto gone_since = state_->store_gone();
-  return gone_since.empty() ? ranks_gone(addresses)
-                            : with_others_gone(gone_since);
+  if (!gone_since.empty()) {
+    return with_others_gone(gone_since);
+  }
+  if (from_listeners != nullptr) {
+    *from_listeners = true;
+  }
+  return ranks_gone(addresses);
 }
 
 std::chrono::milliseconds CollectiveWatch::default_interval(

@@ -53,6 +53,9 @@ class CollectiveWatch {
     /// the ranks a collective waits for or failed on, the ones found ended
     /// are named (ranks_gone()).
     std::vector<std::pair<int, std::string>> addresses;
+    /// This rank's process serves the group's store (rank 0 outside
+    /// torchrun): words it leaves go with it when it ends.
+    bool serves_store = false;
   };
 
   /// `connect` makes the watch's own connection to the group's store, as
@@ -96,6 +99,17 @@ class CollectiveWatch {
   /// A collective of this rank has failed (another rank stopped): a later
   /// leave_word() leaves nothing.
   void note_collective_failed() const;
+  /// For a collective of this rank, `what`, that has failed:
+  /// note_collective_failed(), then words_of_stopped_ranks(). Where those
+  /// name ranks found ended without a reason (their listeners refuse),
+  /// they are left in the store as this rank's reason ("its collective
+  /// (what) failed: rank 2 has gone without a word ..."), so that a rank
+  /// whose collective fails after this one has ended names the rank that
+  /// was gone first, not this one as gone too. Where this rank serves the
+  /// store, it then waits until the other ranks have ended (their
+  /// listeners refuse), at most 2 s: their collectives fail within
+  /// milliseconds of its own, and they read its words as they do.
+  std::string words_of_failure(const std::string& what);
   /// Leaves this rank's reason for stopping in the store ("stopped/RANK",
   /// its first 1000 bytes), where the other ranks' reports and failed
   /// collectives read it. Waits at most 2 s; nothing where the store does
@@ -116,6 +130,12 @@ class CollectiveWatch {
       std::chrono::milliseconds timeout);
 
  private:
+  // words_of_stopped_ranks(), and whether they came from the listeners
+  // alone (no reason in the store, rank 0's store there).
+  std::string stopped_ranks(bool* from_listeners) const;
+  // Writes `why` into the store as this rank's word ("" deletes it).
+  void put_word(const std::string& why);
+
   struct State;
   std::shared_ptr<State> state_;
   std::thread thread_;

@@ -62,7 +62,7 @@ struct CollectiveSite {
   std::string backend;
   std::chrono::milliseconds timeout{0};
   // Where the reasons other ranks left for stopping are read (null: none).
-  const lamp::detail::CollectiveWatch* watch = nullptr;
+  lamp::detail::CollectiveWatch* watch = nullptr;
 };
 
 [[noreturn]] void fail_collective_at(const CollectiveSite& site,
@@ -72,8 +72,7 @@ struct CollectiveSite {
   // ProcessGroup::leave_word): named here, on the rank the user reads.
   std::string words;
   if (site.watch != nullptr) {
-    site.watch->note_collective_failed();
-    words = site.watch->words_of_stopped_ranks();
+    words = site.watch->words_of_failure(what);
   }
   // Of two ranks, the other is the one.
   const std::string other = site.world_size == 2
@@ -311,7 +310,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(
               ? options.collective_wait_report()
               : lamp::detail::CollectiveWatch::default_interval(
                     options.timeout()),
-          report, std::move(joined.server_gone), std::move(addresses)});
+          report, std::move(joined.server_gone), std::move(addresses),
+          /*serves_store=*/!env.agent_store && env.rank == 0});
   group->impl_->store = std::move(store);
   return group;
 }

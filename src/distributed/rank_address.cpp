@@ -170,10 +170,20 @@ RankListener& RankListener::operator=(RankListener&& other) noexcept {
   return *this;
 }
 
-std::string ended_process_words() {
+std::string ended_process_words(const std::string& than) {
   return "its process has ended, killed (by a signal, or by the "
          "out-of-memory killer: see the system log, dmesg), crashed, or "
-         "done with fewer collectives than this rank";
+         "done with fewer collectives than " +
+         than;
+}
+
+bool ranks_ended(const std::vector<std::pair<int, std::string>>& ranks) {
+  for (const auto& found : probe_listeners(ranks)) {
+    if (found.find("refused") == std::string::npos) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string ranks_gone(const std::vector<std::pair<int, std::string>>& ranks,

@@ -43,8 +43,9 @@ class RankListener {
 /// The words for a process found ended, after "... has gone without a word
 /// (...): ": "its process has ended, killed (by a signal, or by the
 /// out-of-memory killer: see the system log, dmesg), crashed, or done with
-/// fewer collectives than this rank".
-std::string ended_process_words();
+/// fewer collectives than this rank" (`than`: the rank that found it, in
+/// words another rank reads).
+std::string ended_process_words(const std::string& than = "this rank");
 
 /// What connections to other ranks' listeners (rank, RankListener::address)
 /// find, all at once (at most a second each, asked again for up to 250 ms
@@ -58,6 +59,10 @@ std::string ended_process_words();
 /// not answer; "" where every one accepts.
 std::string ranks_gone(const std::vector<std::pair<int, std::string>>& ranks,
                        bool explained = false);
+
+/// Whether every one of `ranks`' listeners refuses connections: their
+/// processes have all ended (true where there are none).
+bool ranks_ended(const std::vector<std::pair<int, std::string>>& ranks);
 
 } // namespace detail
 } // namespace lamp

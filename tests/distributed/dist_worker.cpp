@@ -2032,11 +2032,15 @@ std::string error_once_the_other_is_gone(ProcessGroup& g) {
 
 // `message` names `rank` as gone without a word, found where `where`
 // says ("its address" or "its rendezvous store at") on this machine.
+// Directly, or through the words another rank's failed collective left
+// ("rank 0 stopped: its collective (all_reduce_) failed: rank 2 has gone
+// ...": that rank found it first).
 void expect_gone_named(const std::string& message, const std::string& rank,
                        const std::string& where) {
-  EXPECT_NE(message.find("; " + rank + " has gone without a word (" + where +
-                         " 127.0.0.1:"),
-            std::string::npos)
+  const auto named =
+      rank + " has gone without a word (" + where + " 127.0.0.1:";
+  EXPECT_TRUE(message.find("; " + named) != std::string::npos ||
+              message.find(") failed: " + named) != std::string::npos)
       << message;
   EXPECT_NE(message.find(": nothing listens there (connection refused)): its "
                          "process has ended, killed"),
@@ -2081,18 +2085,25 @@ TEST(TwoRanks, ARankZeroGoneWithoutAWordIsNamed) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
 }
 
+// A group of three whose rank 2 ends without a word, like a crashed rank,
+// once all have arrived: returned on ranks 0 and 1.
+std::shared_ptr<ProcessGroup> three_ranks_then_rank_two_gone() {
+  auto g = ProcessGroup::from_environment(
+      torch::kCPU, ProcessGroupOptions().timeout(std::chrono::seconds(10)));
+  EXPECT_EQ(g->world_size(), 3) << "run through run_ranks.sh 3";
+  g->barrier();
+  if (g->rank() == 2) {
+    std::_Exit(0);
+  }
+  return g;
+}
+
 // In a group of three, a rank killed outright (a signal, the out-of-memory
 // killer, a crash) leaves no reason, but its listener has closed with its
 // process: the others' failed collectives name it, rather than "Another
 // rank has probably exited".
 TEST(ThreeRanks, ARankGoneWithoutAWordIsNamed) {
-  auto g = ProcessGroup::from_environment(
-      torch::kCPU, ProcessGroupOptions().timeout(std::chrono::seconds(10)));
-  ASSERT_EQ(g->world_size(), 3);
-  g->barrier();
-  if (g->rank() == 2) {
-    std::_Exit(0); // gone without a word, like a crashed rank
-  }
+  auto g = three_ranks_then_rank_two_gone();
   const auto message = error_once_the_other_is_gone(*g);
   EXPECT_NE(message.find(" failed on rank " + std::to_string(g->rank()) +
                          " of 3 (gloo): "),
@@ -2108,6 +2119,63 @@ TEST(ThreeRanks, ARankGoneWithoutAWordIsNamed) {
   if (g->rank() == 0) {
     std::this_thread::sleep_for(std::chrono::seconds(3));
   }
+}
+
+// Rank 2 of 3 killed outright; rank 1's collective fails first, while
+// rank 0 is busy elsewhere, and rank 1 ends. Rank 0's collective, failing
+// later, finds both gone, but names rank 2 through the words rank 1 left,
+// not rank 1 as gone without a word too.
+TEST(ThreeRanks, ARankFailingLaterNamesTheGoneRankThroughTheFirst) {
+  auto g = three_ranks_then_rank_two_gone();
+  if (g->rank() == 1) {
+    const auto message = error_once_the_other_is_gone(*g);
+    expect_gone_named(message, "rank 2", "its address");
+    EXPECT_EQ(message.find("rank 0"), std::string::npos) << message;
+    // Its failure ends it, as a program's would (its checks' verdict in
+    // its status, as gtest's summary is not reached).
+    std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto message = error_once_the_other_is_gone(*g);
+  EXPECT_NE(message.find("; rank 1 stopped: its collective (all_reduce_) "
+                         "failed: rank 2 has gone without a word (its "
+                         "address 127.0.0.1:"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("done with fewer collectives than rank 1"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("rank 1 has gone"), std::string::npos) << message;
+}
+
+// Rank 2 of 3 killed outright; rank 0's collective fails first, and rank 0
+// would end at once, taking its store and the words it left with it. It
+// waits (at most 2 s) until rank 1, failing a moment later, has read them
+// and ended: rank 1 names rank 2 through rank 0's words, not rank 0 as
+// gone without a word.
+TEST(ThreeRanks, RankZeroWaitsForTheOthersToReadWhatItFound) {
+  auto g = three_ranks_then_rank_two_gone();
+  if (g->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto message = error_once_the_other_is_gone(*g);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (g->rank() == 0) {
+    expect_gone_named(message, "rank 2", "its address");
+    EXPECT_LT(seconds, 5.0); // its wait ends as rank 1 does, 2 s at most
+  } else {
+    EXPECT_NE(message.find("; rank 0 stopped: its collective (all_reduce_) "
+                           "failed: rank 2 has gone without a word (its "
+                           "address 127.0.0.1:"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("rank 0 has gone"), std::string::npos) << message;
+  }
+  // Both end on their failure, as a program's ranks would.
+  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
 }
 
 TEST(TwoRanks, ARankThatExitsMakesTheOtherFailWithinTheTimeout) {

@@ -105,17 +105,19 @@ string(CONCAT CPACK_PACKAGE_DESCRIPTION
   "lamp gives C++ programs built on LibTorch the mixed-precision tools of\n"
   "Python's torch.amp, NVIDIA Apex and fastai: a dynamic gradient scaler, an\n"
   "autocast guard, network_to_half with FP32 BatchNorm, FP32 master weights\n"
-  "and a training step for six precision modes.\n"
+  "and a training step for seven precision modes.\n"
   "This package holds the headers, the ${_lamp_kind} library, the CMake package\n"
   "(find_package(lamp), target lamp::lamp) and lamp.pc for pkg-config,\n"
   "built for LibTorch ${LAMP_TORCH_VERSION}.")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")
 string(CONCAT CPACK_COMPONENT_TOOLS_DESCRIPTION
   "LibTorch Automatic Mixed Precision (training and benchmark programs)\n"
-  "lamp's programs: train_mnist and train_cifar10 train a CNN or a ResNet in\n"
-  "fp32, tf32, amp, amp-bf16, half, bf16 or the mode the hardware suits, with\n"
-  "checkpoints, JSON logs and data-parallel training under torchrun;\n"
-  "lamp_bench measures a training step's throughput in every mode.\n"
+  "lamp's programs: train_mnist and train_cifar10 train a CNN or a ResNet,\n"
+  "train_gpt a GPT on a text or on token files, in fp32, tf32, amp, amp-bf16,\n"
+  "half, bf16, fp8 or the mode the hardware suits, with checkpoints, JSON logs\n"
+  "and data-parallel training under torchrun; prepare_tokens encodes a text\n"
+  "or JSON Lines into token files for train_gpt; lamp_bench measures a\n"
+  "training step's throughput in every mode.\n"
   "Built for LibTorch ${LAMP_TORCH_VERSION}.")
 set(CPACK_RESOURCE_FILE_LICENSE "${PROJECT_SOURCE_DIR}/LICENSE")
 set(CPACK_GENERATOR TGZ)

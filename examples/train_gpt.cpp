@@ -757,10 +757,16 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
     lamp::models::load_gpt_weights(*gpt, *python);
   } else {
     const auto weights = lamp::training::read_checkpoint_weights(source);
+    // Another GPT's shape is --resume's to take; another model no flag
+    // makes a GPT of.
+    const bool a_gpt = weights.model_name.rfind("gpt(", 0) == 0;
     TORCH_CHECK(weights.model_name == flags.model.name(),
                 "--sample-only: ", source, " holds the model '",
                 weights.model_name, "', not the flags' ", flags.model.name(),
-                "; give it with --resume, which takes its shape.");
+                a_gpt ? "; give it with --resume, which takes its shape."
+                      : ": it is no GPT. Give a checkpoint train_gpt wrote, "
+                        "or a GPT's state dict (nanoGPT's ckpt.pt, GPT-2's "
+                        "weights) to --init-from.");
     // The trainer's own loader: every parameter and buffer, by name and
     // shape.
     lamp::training::load_weights_from_checkpoint(*gpt, weights);

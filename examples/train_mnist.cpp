@@ -34,6 +34,14 @@ int main(int argc, char** argv) {
         std::tie(spec.mean, spec.std) = lamp_examples::channel_stats(
             spec.train.inputs, "the training images of '" + config.data + "'");
         const int64_t channels = spec.train.inputs.size(1);
+        // The CNN's dense layer fixes MNIST's size; ResNet pools any size.
+        const auto height = spec.train.inputs.size(2);
+        const auto width = spec.train.inputs.size(3);
+        TORCH_CHECK(config.model != "cnn" || (height == 28 && width == 28),
+                    "--data ", config.data, " holds images of ", height, "x",
+                    width,
+                    "; --model cnn takes MNIST's 28x28 only: give --model "
+                    "resnet18 (any size), or images of 28x28.");
         spec.make_model = [channels](const std::string& name,
                                      const std::string& fused_bn) {
           return lamp::models::make_model(name, 10, channels, fused_bn != "off",

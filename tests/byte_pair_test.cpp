@@ -690,6 +690,12 @@ TEST(BytePairEncoding, RefusesDamagedAndForeignFiles) {
                  "has the id 3, which another token has already");
   expect_refused(scratch.write("same.tiktoken", tiktoken + "IQ== 700\n"),
                  "holds one token as both id 0 and id 700");
+  // An id far beyond the others is refused, not a table of 2^30 tokens
+  // (34 GB) made for it.
+  expect_refused(scratch.write("far.tiktoken", tiktoken + "QUJD 1073741823\n"),
+                 "/far.tiktoken' holds 600 tokens but one has the id "
+                 "1073741823: a byte-level BPE's ids are its tokens' ranks, "
+                 "0 ... 599 with few gaps; the file is damaged");
   // Without the byte 0x21 ("!", the file's first line).
   expect_refused(scratch.write("nobyte.tiktoken",
                                tiktoken.substr(tiktoken.find('\n') + 1)),
@@ -713,6 +719,12 @@ TEST(BytePairEncoding, RefusesDamagedAndForeignFiles) {
   EXPECT_EQ(lamp::data::BytePairEncoding::load(gpt2.dir()).vocabulary_bytes(),
             lamp::data::BytePairEncoding::load(file("vocab.json"))
                 .vocabulary_bytes());
+  Scratch far("far");
+  far.write("merges.txt", merges);
+  far.write("vocab.json",
+            "{\"Ġzzz\": 1073741823, " + vocab.substr(vocab.find('{') + 1));
+  expect_refused(far.dir() + "/vocab.json",
+                 "tokens but one has the id 1073741823");
   expect_refused(alone.write("spm.json", "{\"▁the\": 5}"),
                  "is not spelled in GPT-2's byte map");
   expect_refused(scratch.dir(), "none of a tokenizer's files");

@@ -79,6 +79,9 @@ void check_before_training(const ProgramConfig& config, const RunSpec& spec,
                            bool main_rank) {
   check_flag_combination(config);
   check_distinct_paths(config, spec.data_files);
+  if (main_rank) { // the rank that writes the checkpoint (or its index)
+    check_earlier_checkpoints(config);
+  }
   const auto train = spec.train.inputs.sizes().slice(1);
   const auto test = spec.test.inputs.sizes().slice(1);
   const auto& examples = config.examples;

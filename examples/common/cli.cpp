@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <lamp/amp/precision.h>
+#include <lamp/platform/address_space.h>
 #include <lamp/platform/backends.h>
 #include <lamp/platform/warnings.h>
 #include <lamp/version.h>
@@ -280,6 +281,14 @@ int64_t use_threads(int64_t flag, std::string* source) {
       from = "cores";
     }
   }
+  // Under `ulimit -v`, at::set_num_threads() waits forever for a pool
+  // thread it could not start: the threads' room is checked first, as the
+  // run's is later (lamp/platform/address_space.h).
+  lamp::check_address_space(
+      lamp::address_space(),
+      lamp::address_space_needed(static_cast<int>(threads), 0),
+      "a pool of " + std::to_string(threads) + " compute threads (" + from +
+          ")");
   at::set_num_threads(static_cast<int>(threads));
   if (source != nullptr) {
     *source = from;

@@ -84,7 +84,10 @@ bool unquote(const std::string& text, std::string& value) {
 
 // Python arithmetic over numbers: + - * / // % ** and parentheses, by
 // precedence, in doubles (exact for the counts and rates a settings file
-// holds: integers within 2^53). Fails (returns false) on anything else.
+// holds: integers within 2^53). Fails (returns false) on anything else,
+// and on an expression nested deeper than kMostDepth (parentheses, signs
+// and exponents together), as Python refuses 200 nested parentheses: each
+// level is a recursion, and a line of 200,000 '(' would overflow the stack.
 class Arithmetic {
  public:
   explicit Arithmetic(const std::string& text) : text_(text) {}
@@ -155,6 +158,16 @@ class Arithmetic {
     }
   }
   bool unary(double& n) {
+    // Every recursion (a parenthesis, a sign, an exponent) passes here.
+    if (depth_ >= kMostDepth) {
+      return false;
+    }
+    ++depth_;
+    const bool evaluated = signed_power(n);
+    --depth_;
+    return evaluated;
+  }
+  bool signed_power(double& n) {
     if (take("-")) {
       if (!unary(n)) {
         return false;
@@ -216,8 +229,10 @@ class Arithmetic {
     return end == digits.c_str() + digits.size();
   }
 
+  static constexpr int kMostDepth = 200;
   const std::string& text_;
   size_t at_ = 0;
+  int depth_ = 0;
 };
 
 // An integral float as an integer too ("1e5" -> "100000"): a count written
@@ -323,6 +338,11 @@ std::string ConfigFile::where(const ConfigSetting& setting) const {
   } else if (python && setting.evaluated &&
              (value == "true" || value == "false")) {
     value = value == "true" ? "True" : "False";
+  }
+  // A message quotes a line, not a page: a damaged file's line may be long.
+  constexpr size_t kMostQuoted = 80;
+  if (value.size() > kMostQuoted) {
+    value = value.substr(0, kMostQuoted - 3) + "...";
   }
   return path + " line " + std::to_string(setting.line) + " (" + setting.key +
          " = " + value + ")";

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -273,12 +274,26 @@ int64_t batches_per_iteration(Translation& t) {
   return batches;
 }
 
+// n of the file's iterations as batches (steps), refused where the count
+// would not fit lamp's 64-bit step counts (Python's integers have no bound).
+int64_t steps_of(const Translation& t, const std::string& key, int64_t n,
+                 int64_t batches) {
+  if (batches > 0 && n > std::numeric_limits<int64_t>::max() / batches) {
+    refuse(t.source(key) + ": " + key + " = " + std::to_string(n) +
+           " iterations of " + std::to_string(batches) +
+           " batches each is more steps than lamp counts (2^63 - 1): give "
+           "a smaller " +
+           key + ".");
+  }
+  return n * batches;
+}
+
 // A count of iterations as batches.
 void emit_iterations(Translation& t, const std::string& flag,
                      const std::string& key, int64_t batches,
                      int64_t at_least) {
   const auto n = t.count(key, at_least);
-  t.emit(flag, std::to_string(n * batches),
+  t.emit(flag, std::to_string(steps_of(t, key, n, batches)),
          t.source(key) + (batches > 1 ? " times " + std::to_string(batches) +
                                             " batches an iteration"
                                       : ""));
@@ -298,20 +313,25 @@ void emit_warmup(Translation& t, int64_t batches,
   const auto warmup = t.count("warmup_iters", 0);
   const auto file_iterations = t.count("max_iters", 1);
   const auto* typed_steps = t.given("--steps");
-  int64_t run = file_iterations * batches; // the run's steps, where known
+  // the run's steps, where known
+  int64_t run = steps_of(t, "max_iters", file_iterations, batches);
   if (typed_steps != nullptr && !whole_number(*typed_steps, run)) {
     run = 0; // not a count: the parser refuses it
   }
   const bool run_known = t.given("--epochs") == nullptr && run > 0;
   const bool both_in_file = typed_steps == nullptr && t.set("warmup_iters");
   if (t.given("--warmup-steps") != nullptr || !run_known || both_in_file ||
-      warmup * batches < run) {
+      steps_of(t, "warmup_iters", warmup, batches) < run) {
     emit_iterations(t, "--warmup-steps", "warmup_iters", batches, 0);
     return;
   }
   const bool share = warmup < file_iterations;
+  // warmup < file_iterations: the share is below run / batches, though
+  // the product before the division may not fit 64 bits.
   const auto iterations =
-      share ? run / batches * warmup / file_iterations : run / batches / 50;
+      share ? static_cast<int64_t>(static_cast<__int128>(run / batches) *
+                                   warmup / file_iterations)
+            : run / batches / 50;
   const auto steps = std::to_string(iterations * batches);
   const auto percent = share
                            ? short_number(100.0 * static_cast<double>(warmup) /

@@ -189,6 +189,9 @@ void add_input_output_options(CLI::App& app, ProgramConfig& c) {
          "--checkpoint", c.checkpoint,
          "write a checkpoint here after every epoch, every --checkpoint-every steps, at the run's end and when a signal stops it (with --eval-every also the best one, named with .best before the extension)")
       ->check(non_empty_path("the file to write the checkpoint to"));
+  app.add_flag(
+      "--overwrite-checkpoint", c.overwrite_checkpoint,
+      "let a run write --checkpoint (and its best copy) over an earlier run's; without it a run refuses to start where they exist, unless it resumes that checkpoint (--resume)");
   add_checked(
       app, "--checkpoint-every", c.checkpoint_every,
       "also write --checkpoint every N steps, inside epochs (0 = after epochs only); a resume from it continues bit for bit",

@@ -69,6 +69,9 @@ struct ProgramConfig {
   std::string device; // default: cuda when available, else cpu
   uint64_t seed = 0;
   std::string checkpoint;
+  // Whether the run may write `checkpoint` (and its best copy) over an
+  // earlier run's (check_earlier_checkpoints()).
+  bool overwrite_checkpoint = false;
   std::string export_state_dict;
   std::string resume;
   bool reshard = false; // with resume: another number of ranks

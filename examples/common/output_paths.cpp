@@ -4,7 +4,10 @@
 #include <libgen.h>
 #include <sys/stat.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -72,7 +75,58 @@ void check_not_a_companion(const NamedPath& p, const NamedPath& checkpoint) {
               temporary, "*), which the run removes; choose another path.");
 }
 
+// "1.3 MB, written 2026-12-07 01:10 UTC": what tells an earlier run's file.
+std::string size_and_time(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return "unreadable";
+  }
+  char size[32];
+  const double bytes = static_cast<double>(info.st_size);
+  if (bytes >= 1e9) {
+    std::snprintf(size, sizeof size, "%.1f GB", bytes / 1e9);
+  } else if (bytes >= 1e6) {
+    std::snprintf(size, sizeof size, "%.1f MB", bytes / 1e6);
+  } else {
+    std::snprintf(size, sizeof size, "%.0f kB", std::ceil(bytes / 1e3));
+  }
+  std::tm utc{};
+  char when[32] = "";
+  const time_t written = info.st_mtime;
+  if (::gmtime_r(&written, &utc) != nullptr) {
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &utc);
+  }
+  return std::string(size) + ", written " + when;
+}
+
 } // namespace
+
+void check_earlier_checkpoints(const ProgramConfig& config) {
+  if (config.checkpoint.empty() || config.overwrite_checkpoint) {
+    return;
+  }
+  const auto checkpoint = identify("--checkpoint", config.checkpoint, true);
+  // Resuming --checkpoint: it and its best copy are the run's own.
+  if (!config.resume.empty() &&
+      same_file(checkpoint, identify("--resume", config.resume, false))) {
+    return;
+  }
+  for (const auto& path :
+       {checkpoint, identify(kBestCopy, best_checkpoint_path(config), true)}) {
+    if (path.path.empty() || !path.exists) {
+      continue;
+    }
+    const bool best = path.flag == kBestCopy;
+    TORCH_CHECK(false, shown(path), " is there already (",
+                size_and_time(path.path), "): this run would write over it",
+                best ? "" : ", and it does not resume it", ". Give ",
+                best ? ""
+                     : "--resume " + config.checkpoint +
+                           " to continue the run that wrote it, ",
+                "another --checkpoint, or --overwrite-checkpoint to start "
+                "anew over it.");
+  }
+}
 
 void check_distinct_paths(const ProgramConfig& config,
                           const std::vector<std::string>& data_files) {

@@ -25,4 +25,14 @@ namespace lamp_examples {
 void check_distinct_paths(const ProgramConfig& config,
                           const std::vector<std::string>& data_files);
 
+/// Refuses, before training, a run that would write --checkpoint or its
+/// best copy over a file that is there already and is not the run's own:
+/// the run does not resume --checkpoint (--resume names another file, or
+/// none), and --overwrite-checkpoint is not given. A new run started where
+/// `--resume` was meant would otherwise replace the earlier run's
+/// checkpoint at its first save. Throws c10::Error naming the file, its
+/// size and time, and the three ways on (--resume it, another
+/// --checkpoint, --overwrite-checkpoint).
+void check_earlier_checkpoints(const ProgramConfig& config);
+
 } // namespace lamp_examples

@@ -6,7 +6,7 @@
 /// Major version of these headers (the X of X.Y.Z).
 #define LAMP_VERSION_MAJOR 0
 /// Minor version of these headers (the Y of X.Y.Z).
-#define LAMP_VERSION_MINOR 4
+#define LAMP_VERSION_MINOR 5
 /// Patch version of these headers (the Z of X.Y.Z).
 #define LAMP_VERSION_PATCH 0
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,11 @@ struct BytePairModel {
   // Each id's bytes, and whether it has a token (ids may have gaps).
   std::vector<std::string> tokens;
   std::vector<bool> has_token;
+  // The tokens as read, laid out by id in `tokens` once all are in
+  // (lay_out()): an id far beyond the others is refused there, not
+  // allocated, whatever order the file holds them in.
+  std::vector<std::pair<int32_t, std::string>> read;
+  std::unordered_set<int32_t> read_ids;
   // Special tokens' texts by id: decoded, never encoded (tiktoken's
   // encode_ordinary()).
   std::unordered_map<int64_t, std::string> specials;
@@ -65,6 +71,7 @@ struct BytePairModel {
   BytePairSplit split = BytePairSplit::kGpt2;
 
   void add_token(int64_t id, std::string bytes, const std::string& where);
+  void lay_out(const std::string& path);
   void index(const std::string& path);
   std::pair<int32_t, int32_t> rank(std::string_view piece, size_t begin,
                                    size_t end, int32_t left,
@@ -78,18 +85,42 @@ void detail::BytePairModel::add_token(int64_t id, std::string bytes,
                                       const std::string& where) {
   TORCH_CHECK(id >= 0 && id < (int64_t{1} << 30), where, " has the id ", id,
               ", outside 0 ... 2^30 - 1; give the tokenizer's own file.");
-  if (static_cast<size_t>(id) >= tokens.size()) {
-    tokens.resize(static_cast<size_t>(id) + 1);
-    has_token.resize(static_cast<size_t>(id) + 1, false);
-  }
-  TORCH_CHECK(!has_token[static_cast<size_t>(id)], where, " has the id ", id,
+  TORCH_CHECK(read_ids.insert(static_cast<int32_t>(id)).second, where,
+              " has the id ", id,
               ", which another token has already; the file is damaged: "
               "give the tokenizer's own file.");
   TORCH_CHECK(!bytes.empty(), where,
               " is an empty token; the file is damaged: give the "
               "tokenizer's own file.");
-  tokens[static_cast<size_t>(id)] = std::move(bytes);
-  has_token[static_cast<size_t>(id)] = true;
+  read.emplace_back(static_cast<int32_t>(id), std::move(bytes));
+}
+
+// The tokens read, by id. A byte-level BPE's ids are its tokens' ranks,
+// 0 ... n - 1: tiktoken's files leave a gap or two where its special
+// tokens go, Hugging Face's none. So a largest id beyond twice the tokens
+// (and some slack for a small vocabulary with its specials) is a damaged
+// id, refused before a table of that length is made: one id near 2^30
+// would ask 34 GB of a 50,000-token file.
+void detail::BytePairModel::lay_out(const std::string& path) {
+  constexpr int64_t kSlack = 1024;
+  int64_t last = -1;
+  for (const auto& token : read) {
+    last = std::max<int64_t>(last, token.first);
+  }
+  const auto n = static_cast<int64_t>(read.size());
+  TORCH_CHECK(last < 2 * n + kSlack, quoted(path), " holds ", n,
+              " tokens but one has the id ", last,
+              ": a byte-level BPE's ids are its tokens' ranks, 0 ... ", n - 1,
+              " with few gaps; the file is damaged: give the tokenizer's own "
+              "file.");
+  tokens.assign(static_cast<size_t>(last + 1), std::string());
+  has_token.assign(static_cast<size_t>(last + 1), false);
+  for (auto& [id, bytes] : read) {
+    tokens[static_cast<size_t>(id)] = std::move(bytes);
+    has_token[static_cast<size_t>(id)] = true;
+  }
+  read = {};
+  read_ids = {};
 }
 
 // The lookups, once every token is in; refuses a vocabulary that lacks a
@@ -349,6 +380,7 @@ void read_tiktoken(detail::BytePairModel& m, const std::string& text,
                 "damaged: give the tokenizer's own file.");
     m.add_token(id, std::move(bytes), where);
   });
+  m.lay_out(path);
   TORCH_CHECK(!m.tokens.empty(), quoted(path),
               " holds no token; give a .tiktoken file of a byte-level BPE.");
   m.ranks_are_ids = true;
@@ -400,6 +432,7 @@ void read_vocab(detail::BytePairModel& m, const Json& vocab,
                 "T5's, is read from its .model file instead).");
     m.add_token(id.get<int64_t>(), bytes, where);
   }
+  m.lay_out(path);
 }
 
 // Hugging Face's merges, best first: "A B" strings (merges.txt's lines,

@@ -470,9 +470,11 @@ uint32_t load_checked_archive(torch::serialize::InputArchive& archive,
   // A damaged zip can make the reader throw anything, including bad_alloc
   // for a size read from flipped bits: all of it means "damaged".
   const auto damaged = [&path](const std::string& what) {
-    TORCH_CHECK(false, "lamp: ", path,
-                " is damaged or not a checkpoint written by lamp (", what,
-                "). Resume from an intact copy or start a new run.");
+    TORCH_CHECK(
+        false, "lamp: ", path,
+        " is damaged or not a checkpoint written by lamp (", what,
+        "). Give an intact copy of it (a resume, --init-from), or start "
+        "a new run.");
   };
   TORCH_CHECK(!detail::is_torch_save_zip(bytes), "lamp: ", path,
               " is a state dict in PyTorch's own format (written by "

@@ -787,9 +787,46 @@ def continue_and_init_from(train_mnist, data, work):
          r"larger --steps"])
     expect_success(base + ["--resume", steps, "--checkpoint", steps, "--steps",
                            "6"], [r"steps 6 \(1 epoch\), resuming at epoch 1"])
-    for p in (constant, onecycle, best, steps):
+    # An earlier run's checkpoint is not written over by a new run: refused
+    # before training, the file left as it was; --resume continues it (as
+    # above), --overwrite-checkpoint starts anew over it.
+    with open(constant, "rb") as f:
+        before = f.read()
+    earlier = (r"--checkpoint .*continue_constant\.pt is there already "
+               r"\(\d+ kB, written \d{4}-\d\d-\d\d \d\d:\d\d UTC\): this "
+               r"run would write over it, and it does not resume it\. Give "
+               r"--resume .*continue_constant\.pt to continue the run that "
+               r"wrote it, another --checkpoint, or --overwrite-checkpoint to "
+               r"start anew over it\.")
+    expect_runtime_error(base + ["--epochs", "1", "--checkpoint", constant],
+                         [earlier])
+    # Nor by a run resuming another checkpoint.
+    expect_runtime_error(base + ["--steps", "8", "--resume", steps,
+                                 "--checkpoint", constant],
+                         [earlier])
+    with open(constant, "rb") as f:
+        if f.read() != before:
+            fail("a refused run wrote over the earlier run's checkpoint")
+    expect_success(base + ["--epochs", "1", "--max-steps", "2", "--checkpoint",
+                           constant, "--overwrite-checkpoint"], [r"2 of \d+ steps"])
+    with open(constant, "rb") as f:
+        if f.read() == before:
+            fail("--overwrite-checkpoint did not write the checkpoint")
+    # The best copy (--eval-every) of another run, its checkpoint gone.
+    other = path("continue_other.pt")
+    expect_success(base + ["--epochs", "1", "--max-steps", "2", "--eval-every",
+                           "1", "--checkpoint", other], [r"2 of \d+ steps"])
+    os.remove(other)
+    expect_runtime_error(
+        base + ["--epochs", "1", "--eval-every", "1", "--checkpoint", other],
+        [r"--checkpoint's best copy .*continue_other\.best\.pt is there "
+         r"already \(\d+ kB, written [^)]*\): this run would write over it\. "
+         r"Give another --checkpoint, or --overwrite-checkpoint"])
+    for p in (constant, onecycle, best, steps,
+              os.path.join(work, "continue_other.best.pt")):
         os.remove(p)
-    print("  continued, refused, started from weights, evaluated")
+    print("  continued, refused, started from weights, evaluated, "
+          "an earlier run's checkpoint kept")
 
 
 def numerics(train_mnist, data):

@@ -125,6 +125,16 @@ TEST(ConfigFile, PythonLiteralsAsAConfigFileWritesThem) {
         "(1 + 2", "1e", "[1, 2]", "'''doc'''", "abs(-1)", ""}) {
     EXPECT_EQ(literal(refused), "<not evaluated>") << refused;
   }
+  // Nested as deep as Python takes (it refuses 200 nested parentheses),
+  // and far deeper refused (a recursion a level: not a stack overflow).
+  EXPECT_EQ(literal(std::string(150, '(') + "7" + std::string(150, ')')), "7");
+  EXPECT_EQ(literal(std::string(150, '-') + "7"), "7");
+  EXPECT_EQ(literal("2 ** " + std::string(149, '-') + "1"), "0.5");
+  EXPECT_EQ(literal(std::string(200000, '(') + "1" + std::string(200000, ')')),
+            "<not evaluated>");
+  EXPECT_EQ(literal(std::string(300000, '-') + "1"), "<not evaluated>");
+  EXPECT_EQ(literal(std::string(201, '(') + "1" + std::string(201, ')')),
+            "<not evaluated>");
 }
 
 TEST(ConfigFile, ReadsKeyValueLines) {
@@ -731,6 +741,25 @@ TEST(NanoGptConfig, RefusesWhatNanoGptDoesNotHave) {
              "(n_layer = N_LAYER): train_gpt reads numbers");
   EXPECT_HAS(refused("eval_iters = None\n"),
              "(eval_iters = None): train_gpt reads numbers");
+  // A damaged line is quoted in part, not whole.
+  const auto deep = refused("n_layer = " + std::string(100000, '(') + "1" +
+                            std::string(100000, ')') + "\n");
+  EXPECT_HAS(deep, "(n_layer = (((");
+  EXPECT_HAS(deep, "...): train_gpt reads numbers");
+  EXPECT_LT(deep.size(), 400u) << deep.size();
+  // Counts beyond lamp's 64-bit steps: each is exact (below 2^53), their
+  // product is not.
+  EXPECT_HAS(refused("gradient_accumulation_steps = 2**20\n"
+                     "max_iters = 2**50\n"),
+             "max_iters = 1125899906842624 iterations of 1048576 batches "
+             "each is more steps than lamp counts (2^63 - 1): give a smaller "
+             "max_iters.");
+  EXPECT_HAS(refused("gradient_accumulation_steps = 2**20\n"
+                     "max_iters = 1000\nwarmup_iters = 2**50\n"),
+             "warmup_iters = 1125899906842624 iterations of 1048576 batches");
+  EXPECT_HAS(refused("gradient_accumulation_steps = 2**20\n"
+                     "eval_interval = 2**50\n"),
+             "eval_interval = 1125899906842624 iterations of 1048576");
   // An expression left unevaluated is refused only where it is used.
   write(path, "out_dir = '" + folder +
                   "/out'\nimport time\nwandb_run_name = 'r' + "

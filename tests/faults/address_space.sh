@@ -31,6 +31,18 @@ else
   fail "tight limit: exit $rc" "$work/tight.log"
 fi
 
+# Many threads under the same limit: at::set_num_threads() would wait
+# forever for a pool thread it could not start; refused before it.
+(ulimit -v "$limit" && exec timeout -k 5 30 "$train" "${args[@]}" --threads 64) > "$work/threads.log" 2>&1
+rc=$?
+if [ "$rc" -eq 1 ] &&
+   grep -q "the address-space limit (ulimit -v) is $limit KiB" "$work/threads.log" &&
+   grep -q "so a pool of 64 compute threads (--threads) is not started" "$work/threads.log"; then
+  pass "64 threads under a tight limit refused, not hung"
+else
+  fail "64 threads under a tight limit: exit $rc" "$work/threads.log"
+fi
+
 # The limit the refusal asks for (and a little more for the program's own
 # growth beyond the estimate) trains.
 enough=$(grep -Eo "ulimit -v [0-9]+\)" "$work/tight.log" | grep -Eo "[0-9]+")

@@ -10,6 +10,8 @@
 //                        14x14 (test images of another size)
 //   DIR/mnist-degenerate/... every image the same and nearly blank, every
 //                        label 0 (data the programs warn about)
+//   DIR/mnist-10px/...   images of 10x10, training and test (not MNIST's
+//                        size: the CNN refuses them, ResNet takes them)
 // Each image is a noisy pattern whose brightness depends on its label, so a
 // few steps of training have something to learn. No LibTorch: it builds fast.
 #include <zlib.h>
@@ -104,7 +106,7 @@ bool write_mnist(const std::string& dir, const std::string& prefix, int count,
 void usage(std::FILE* to, const char* program) {
   std::fprintf(
       to,
-      "usage: %s OUTPUT_DIR\nWrites small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist, OUTPUT_DIR/mnist-blank, OUTPUT_DIR/mnist-other, OUTPUT_DIR/mnist-small-test and OUTPUT_DIR/mnist-degenerate.\n",
+      "usage: %s OUTPUT_DIR\nWrites small CIFAR-10 (binary) and MNIST (IDX, gzip) datasets under OUTPUT_DIR/cifar, OUTPUT_DIR/mnist, OUTPUT_DIR/mnist-blank, OUTPUT_DIR/mnist-other, OUTPUT_DIR/mnist-small-test, OUTPUT_DIR/mnist-degenerate and OUTPUT_DIR/mnist-10px.\n",
       program);
 }
 
@@ -130,9 +132,10 @@ int main(int argc, char** argv) {
                     blank = root + "/mnist-blank",
                     other = root + "/mnist-other",
                     small_test = root + "/mnist-small-test",
-                    degenerate = root + "/mnist-degenerate";
+                    degenerate = root + "/mnist-degenerate",
+                    ten = root + "/mnist-10px";
   for (const auto& dir :
-       {root, cifar, mnist, blank, other, small_test, degenerate}) {
+       {root, cifar, mnist, blank, other, small_test, degenerate, ten}) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       std::perror(dir.c_str());
       return 1;
@@ -154,6 +157,8 @@ int main(int argc, char** argv) {
        write_degenerate_mnist(degenerate, "t10k", 10);
   ok = ok && write_mnist(small_test, "train", 200) &&
        write_mnist(small_test, "t10k", 100, false, /*side=*/14);
+  ok = ok && write_mnist(ten, "train", 40, false, /*side=*/10) &&
+       write_mnist(ten, "t10k", 20, false, /*side=*/10);
   if (!ok) {
     std::fprintf(stderr, "make_test_data: could not write the files under %s\n",
                  root.c_str());

@@ -65,18 +65,5 @@ NamedModel make_model(const std::string& name, int64_t num_classes = 10,
 /// inputs too (data::LoaderOptions::channels_last). Returns `module`.
 torch::nn::Module& to_channels_last(torch::nn::Module& module);
 
-/// lamp 0.2's network_to_half() for a model built by name: converts
-/// `model.module` in place and puts an InputCast in front of its forward.
-/// lamp::network_to_half() now keeps parameter names itself; use it.
-[[deprecated(
-    "use lamp::network_to_half(model.module, model.forward, options), which keeps parameter names")]] inline NamedModel
-network_to_half(NamedModel model, const HalfOptions& options = {}) {
-  auto half = lamp::network_to_half(model.module, model.forward, options);
-  model.forward = [half](const torch::Tensor& x) mutable {
-    return half->forward(x);
-  };
-  return model;
-}
-
 } // namespace models
 } // namespace lamp

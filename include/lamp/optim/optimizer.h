@@ -252,12 +252,6 @@ struct OptimizerOptions {
   TORCH_ARG(Implementation, implementation) = Implementation::kAuto;
 };
 
-/// lamp 0.2's name of OptimizerOptions, whose defaults were then
-/// nesterov false and weight_decay 0.
-using OptimizerConfig [[deprecated(
-    "use lamp::optim::OptimizerOptions (note its recipe defaults: nesterov true, weight_decay 5e-4)")]] =
-    OptimizerOptions;
-
 /// The optimizer names make_optimizer() accepts.
 const std::vector<std::string>& optimizer_names();
 

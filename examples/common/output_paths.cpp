@@ -113,7 +113,12 @@ void check_earlier_checkpoints(const ProgramConfig& config) {
   }
   for (const auto& path :
        {checkpoint, identify(kBestCopy, best_checkpoint_path(config), true)}) {
-    if (path.path.empty() || !path.exists) {
+    // Only a regular file can be an earlier run's checkpoint; a device, a
+    // FIFO, a folder or a link is refused as a checkpoint path by the
+    // trainer's own check (check_checkpoint_path), with its reason.
+    struct stat info {};
+    if (path.path.empty() || !path.exists ||
+        ::lstat(path.path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
       continue;
     }
     const bool best = path.flag == kBestCopy;

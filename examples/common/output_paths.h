@@ -26,7 +26,8 @@ void check_distinct_paths(const ProgramConfig& config,
                           const std::vector<std::string>& data_files);
 
 /// Refuses, before training, a run that would write --checkpoint or its
-/// best copy over a file that is there already and is not the run's own:
+/// best copy over a regular file that is there already and is not the
+/// run's own (other kinds of file are the trainer's to refuse):
 /// the run does not resume --checkpoint (--resume names another file, or
 /// none), and --overwrite-checkpoint is not given. A new run started where
 /// `--resume` was meant would otherwise replace the earlier run's

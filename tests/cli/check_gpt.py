@@ -1019,8 +1019,8 @@ def sample_only(train_gpt, work):
 def config(train_gpt, work):
     """--config: a nanoGPT config file (config/*.py), run from the folder
     whose data/ it names, trains its recipe, train.py's defaults where it is
-    silent and the command line's flags winning, saving in out_dir/lamp.pt;
-    lamp's own key = value file of the flags it gave trains the same run to
+    silent and the command line's flags winning, saving in out_dir/lamp.pt
+    (the file run again is refused, not a new run over it); lamp's own key = value file of the flags it gave trains the same run to
     the bit; --eval-only with the file gives the run's last validation
     loss; bad files are usage errors naming the line."""
     nano = fresh_folder(work, "nanogpt")
@@ -1092,6 +1092,21 @@ def config(train_gpt, work):
         fail(f"the evaluation at step 0: {r.stdout[:1500]!r}")
     print(f"  nanoGPT's config file: val loss {first[0]} at step 0, "
           f"{last[0]} at step 20, out-chars/lamp.pt written")
+    # The same file again (init_from = 'scratch'): refused before training,
+    # not a new run over out-chars/lamp.pt, which is kept as it was.
+    saved = os.path.join(nano, "out-chars", "lamp.pt")
+    with open(saved, "rb") as f:
+        before = f.read()
+    refused = run([train_gpt, "--config", recipe] + flags, cwd=nano)
+    if refused.returncode != 1 or "--checkpoint out-chars/lamp.pt is " \
+            "there already (" not in refused.stderr or "Give --resume " \
+            "out-chars/lamp.pt to continue the run that wrote it" \
+            not in refused.stderr:
+        fail(f"the config run again over its checkpoint: exit "
+             f"{refused.returncode}: {refused.stderr.strip()!r}")
+    with open(saved, "rb") as f:
+        if f.read() != before:
+            fail("a refused run of the config wrote its checkpoint")
     # The same flags in lamp's own file: the same run, to the bit.
     settings = os.path.join(nano, "run.toml")
     with open(settings, "w") as f:

@@ -127,7 +127,8 @@ run "$name" 1 "log.jsonl" -- env LD_PRELOAD="$shim" \
     LAMP_FAULT_PATH="$work/log.jsonl" LAMP_FAULT_WRITE_AFTER=0 \
     "$train" "${common[@]}" --epochs 1 --log-json "$work/log.jsonl" && pass "$name"
 
-# A second live run on the same checkpoint is refused, naming the first.
+# A second live run on the same checkpoint is refused, naming the first,
+# even where it may write over an earlier run's (--overwrite-checkpoint).
 "$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt" \
     > "$work/first_run.log" 2>&1 &
 first=$!
@@ -140,7 +141,8 @@ name=second_run_refused
 if [ ! -s "$work/shared.pt.lock" ]; then
   fail "$name: the first run took no lock in 60 s"; sed 's/^/      /' "$work/first_run.log" | tail -3
 elif run "$name" 1 "another run \(pid $first\)" -- \
-    "$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt"; then
+    "$train" "${common[@]}" --epochs 1000 --checkpoint "$work/shared.pt" \
+    --overwrite-checkpoint; then
   pass "$name"
 fi
 kill -9 "$first" 2> /dev/null; wait "$first" 2> /dev/null

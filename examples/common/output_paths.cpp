@@ -4,8 +4,7 @@
 #include <libgen.h>
 #include <sys/stat.h>
 
-#include <cmath>
-#include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <ctime>
 #include <string>
@@ -75,28 +74,32 @@ void check_not_a_companion(const NamedPath& p, const NamedPath& checkpoint) {
               temporary, "*), which the run removes; choose another path.");
 }
 
-// "1.3 MB, written 2026-12-07 01:10 UTC": what tells an earlier run's file.
+// "9.9 MiB, written 2026-12-07 01:10 UTC": what tells an earlier run's
+// file. Binary units, as lamp's other messages ("peak 618 MiB"), in
+// integer arithmetic: a decimal point in every locale.
 std::string size_and_time(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
     return "unreadable";
   }
-  char size[32];
-  const double bytes = static_cast<double>(info.st_size);
-  if (bytes >= 1e9) {
-    std::snprintf(size, sizeof size, "%.1f GB", bytes / 1e9);
-  } else if (bytes >= 1e6) {
-    std::snprintf(size, sizeof size, "%.1f MB", bytes / 1e6);
-  } else {
-    std::snprintf(size, sizeof size, "%.0f kB", std::ceil(bytes / 1e3));
+  const auto bytes = static_cast<uint64_t>(info.st_size);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  uint64_t unit_bytes = 1024;
+  int unit = 0;
+  while (unit < 3 && bytes >= unit_bytes * 1024) {
+    unit_bytes *= 1024;
+    ++unit;
   }
+  const uint64_t tenths = (bytes * 10 + unit_bytes - 1) / unit_bytes;
+  const std::string size = std::to_string(tenths / 10) + "." +
+                           std::to_string(tenths % 10) + " " + units[unit];
   std::tm utc{};
   char when[32] = "";
   const time_t written = info.st_mtime;
   if (::gmtime_r(&written, &utc) != nullptr) {
     std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &utc);
   }
-  return std::string(size) + ", written " + when;
+  return size + ", written " + when;
 }
 
 } // namespace

@@ -793,7 +793,7 @@ def continue_and_init_from(train_mnist, data, work):
     with open(constant, "rb") as f:
         before = f.read()
     earlier = (r"--checkpoint .*continue_constant\.pt is there already "
-               r"\(\d+ kB, written \d{4}-\d\d-\d\d \d\d:\d\d UTC\): this "
+               r"\(\d+\.\d KiB, written \d{4}-\d\d-\d\d \d\d:\d\d UTC\): this "
                r"run would write over it, and it does not resume it\. Give "
                r"--resume .*continue_constant\.pt to continue the run that "
                r"wrote it, another --checkpoint, or --overwrite-checkpoint to "
@@ -820,7 +820,7 @@ def continue_and_init_from(train_mnist, data, work):
     expect_runtime_error(
         base + ["--epochs", "1", "--eval-every", "1", "--checkpoint", other],
         [r"--checkpoint's best copy .*continue_other\.best\.pt is there "
-         r"already \(\d+ kB, written [^)]*\): this run would write over it\. "
+         r"already \(\d+\.\d KiB, written [^)]*\): this run would write over it\. "
          r"Give another --checkpoint, or --overwrite-checkpoint"])
     for p in (constant, onecycle, best, steps,
               os.path.join(work, "continue_other.best.pt")):

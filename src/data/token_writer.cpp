@@ -28,6 +28,7 @@
 #include "data/text_reader.h"
 #include "lamp/data/tokens.h"
 #include "platform/checkpoint_io.h"
+#include "platform/worker_threads.h"
 
 namespace lamp {
 namespace data {
@@ -36,6 +37,31 @@ namespace {
 using internal::quoted;
 
 constexpr const char* kCaller = "lamp::data::write_token_files";
+
+// The warning that fewer threads started than asked, given once a
+// write_token_files() call.
+class FewerThreads {
+ public:
+  // Warns that `started` of `asked` threads started to `what` (the system
+  // said `refused`): the work goes on on those, or on the calling thread.
+  void warn(int64_t started, int64_t asked, const std::string& refused,
+            const char* what) {
+    if (warned_) {
+      return;
+    }
+    warned_ = true;
+    TORCH_WARN(kCaller, ": ", started, " of ", asked, " threads started to ",
+               what, " (the system refused the next: ", refused,
+               "); the work goes on on ",
+               started > 0 ? "those" : "the calling thread",
+               ", more slowly. Give fewer threads (TokenFileOptions::threads, "
+               "--threads), or raise the limit that refused it (ulimit -u, "
+               "ulimit -v).");
+  }
+
+ private:
+  bool warned_ = false;
+};
 
 // Whether every byte-level BPE split lamp has starts a piece at text[i],
 // so that encoding text[0, i) and text[i, n) on their own gives the ids of
@@ -107,7 +133,8 @@ class TokenSink {
   TokenSink(const Tokenizer& tokenizer, const TokenFileOptions& options,
             int64_t threads, std::string path, int64_t input_bytes,
             TokenFileSummary& summary, ::lamp::detail::StreamingFile& train,
-            ::lamp::detail::StreamingFile& validation)
+            ::lamp::detail::StreamingFile& validation,
+            FewerThreads& fewer_threads)
       : tokenizer_(tokenizer),
         path_(std::move(path)),
         input_bytes_(input_bytes),
@@ -119,7 +146,8 @@ class TokenSink {
         threads_(threads),
         summary_(summary),
         train_(train),
-        validation_(validation) {}
+        validation_(validation),
+        fewer_threads_(fewer_threads) {}
 
   // The bytes a batch gathers before it is encoded.
   size_t batch_bytes() const { return batch_bytes_; }
@@ -197,8 +225,14 @@ class TokenSink {
         }
       }
     };
-    for (int64_t t = 0; t < workers; ++t) {
-      encoding_.pool.emplace_back(work, t);
+    const int64_t started = encoding_.pool.start(workers, work);
+    if (started < workers) {
+      fewer_threads_.warn(started, workers, encoding_.pool.refused(), "encode");
+      summary_.threads =
+          std::min(summary_.threads, std::max<int64_t>(1, started));
+      if (started == 0) {
+        work(0);
+      }
     }
     write_all(previous);
   }
@@ -216,16 +250,13 @@ class TokenSink {
   // A batch on the worker threads.
   struct Batch {
     std::vector<Job> jobs;
-    std::vector<std::thread> pool;
+    ::lamp::detail::Workers pool;
     std::atomic<int64_t> next{0};
   };
 
   // Waits for the batch encoding (if any); its jobs.
   std::vector<Job> wait() {
-    for (auto& thread : encoding_.pool) {
-      thread.join();
-    }
-    encoding_.pool.clear();
+    encoding_.pool.join();
     std::vector<Job> done = std::move(encoding_.jobs);
     encoding_.jobs.clear();
     return done;
@@ -316,6 +347,7 @@ class TokenSink {
   size_t pending_bytes_ = 0;
   std::string buffer_;
   bool round_trip_checked_ = false;
+  FewerThreads& fewer_threads_;
 };
 
 // The sizes of the input files' texts (decompressed), and which of them
@@ -339,12 +371,14 @@ struct SizeGuessMissed {};
 // The sizes of `files`' texts: from their headers where these tell
 // (internal::text_size_from_headers(); its guesses only with `guesses`),
 // else counted, decompressed on up to `threads` threads (a folder of
-// shards in parallel). `progress` is called from this thread with the
+// shards in parallel; fewer where the system refuses some, said through
+// `fewer_threads`). `progress` is called from this thread with the
 // bytes counted so far and a total of -1 as the count starts and every
 // 50 ms until it ends; what it throws stops the count.
 InputSizes text_sizes(const std::vector<std::string>& files, int64_t threads,
                       bool guesses,
-                      const std::function<void(int64_t, int64_t)>& progress) {
+                      const std::function<void(int64_t, int64_t)>& progress,
+                      FewerThreads& fewer_threads) {
   InputSizes result;
   result.bytes.assign(files.size(), 0);
   result.guessed.assign(files.size(), false);
@@ -379,11 +413,17 @@ InputSizes text_sizes(const std::vector<std::string>& files, int64_t threads,
       ++finished;
     }
   };
-  const auto workers = static_cast<size_t>(
-      std::min<int64_t>(threads, static_cast<int64_t>(compressed.size())));
-  std::vector<std::thread> pool;
-  for (size_t w = 0; w < workers; ++w) {
-    pool.emplace_back(count);
+  const int64_t workers =
+      std::min<int64_t>(threads, static_cast<int64_t>(compressed.size()));
+  ::lamp::detail::Workers pool;
+  const int64_t started =
+      pool.start(workers, [&count](int64_t /*worker*/) { count(); });
+  if (started < workers) {
+    fewer_threads.warn(started, workers, pool.refused(),
+                       "count the compressed text");
+    if (started == 0) {
+      count();
+    }
   }
   std::exception_ptr stopped;
   // Once as the count starts, then every 50 ms until it ends.
@@ -401,9 +441,7 @@ InputSizes text_sizes(const std::vector<std::string>& files, int64_t threads,
       stop = true;
     }
   }
-  for (auto& thread : pool) {
-    thread.join();
-  }
+  pool.join();
   if (stopped) {
     std::rethrow_exception(stopped);
   }
@@ -646,13 +684,11 @@ void prepare_folder(const std::string& folder, bool make) {
 
 // write_token_files() with the input's text sizes measured: `base` holds
 // the summary's ids and threads.
-TokenFileSummary write_parts(const std::string& path,
-                             const Tokenizer& tokenizer,
-                             const std::string& folder,
-                             const TokenFileOptions& options,
-                             const std::vector<std::string>& files,
-                             const InputSizes& sizes,
-                             const TokenFileSummary& base) {
+TokenFileSummary write_parts(
+    const std::string& path, const Tokenizer& tokenizer,
+    const std::string& folder, const TokenFileOptions& options,
+    const std::vector<std::string>& files, const InputSizes& sizes,
+    const TokenFileSummary& base, FewerThreads& fewer_threads) {
   TokenFileSummary summary = base;
   const auto documents = options.documents();
   const double fraction = options.validation_fraction();
@@ -665,7 +701,7 @@ TokenFileSummary write_parts(const std::string& path,
   ::lamp::detail::StreamingFile train(summary.train_path);
   ::lamp::detail::StreamingFile validation(summary.validation_path);
   TokenSink sink(tokenizer, options, summary.threads, path, total, summary,
-                 train, validation);
+                 train, validation, fewer_threads);
   Holdout holdout;
   holdout.draw = options.validation_draw();
   holdout.split = internal::text_split_byte(total, fraction);
@@ -825,15 +861,16 @@ TokenFileSummary write_token_files(const std::string& path,
       }
     }
   } made{folder, internal::path_kind(folder) == internal::PathKind::kMissing};
+  FewerThreads fewer_threads;
   // A gzip file's size is guessed from its last member's header; where the
   // text read does not match, the sizes are counted and the files written
   // again (nothing of the first try is kept).
   for (bool guesses = true;; guesses = false) {
     try {
-      const auto sizes =
-          text_sizes(files, summary.threads, guesses, options.progress());
-      auto written =
-          write_parts(path, tokenizer, folder, options, files, sizes, summary);
+      const auto sizes = text_sizes(files, summary.threads, guesses,
+                                    options.progress(), fewer_threads);
+      auto written = write_parts(path, tokenizer, folder, options, files, sizes,
+                                 summary, fewer_threads);
       made.keep = true;
       return written;
     } catch (const SizeGuessMissed&) {

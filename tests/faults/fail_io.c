@@ -23,11 +23,16 @@
  *                                LAMP_FAULT_RAISE_COUNT times (default 1):
  *                                a signal at an exact point of a run (a JSON
  *                                log record, a checkpoint being written).
+ *
+ * And threads, for any path: after lamp_fail_threads_after(N), N more
+ * pthread_create() calls start their thread and every later one fails with
+ * EAGAIN (as under `ulimit -u`), until lamp_fail_threads_after(-1).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -221,4 +226,30 @@ int openat(int dir, const char* path, int flags, ...) {
   REAL("openat", openat_fn);
   MODE_ARGUMENT(flags, mode);
   return refuse_open(path, flags) ? -1 : real(dir, path, flags, mode);
+}
+
+/* pthread_create() calls left to start before the rest fail; -1: no limit. */
+static long long threads_left = -1;
+
+void lamp_fail_threads_after(long long n) {
+  __atomic_store_n(&threads_left, n, __ATOMIC_SEQ_CST);
+}
+
+typedef int (*pthread_create_fn)(pthread_t*, const pthread_attr_t*,
+                                 void* (*)(void*), void*);
+
+int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                   void* (*start)(void*), void* arg) {
+  REAL("pthread_create", pthread_create_fn);
+  long long left = __atomic_load_n(&threads_left, __ATOMIC_SEQ_CST);
+  while (left >= 0) {
+    if (left == 0) {
+      return EAGAIN;
+    }
+    if (__atomic_compare_exchange_n(&threads_left, &left, left - 1, 0,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+      break;
+    }
+  }
+  return real(thread, attr, start, arg);
 }

@@ -139,7 +139,9 @@ struct TokenFileSummary {
   int64_t validation_bytes = 0;     ///< of it in val.bin
   int64_t train_tokens = 0;         ///< ids in train.bin
   int64_t validation_tokens = 0;    ///< ids in val.bin
-  int64_t threads = 0;              ///< threads that encoded
+  /// Threads that encoded: options.threads() (or the machine's), fewer
+  /// where the system could not start them all (the fewest of any batch).
+  int64_t threads = 0;
 };
 
 /// Encodes `path` (a text file, a folder of them, or JSON Lines, as
@@ -158,7 +160,10 @@ struct TokenFileSummary {
 /// checked against the text read: where the text outgrows it, the writing
 /// stops there and starts again with the size counted), else from
 /// decompressing the files once first (on `options.threads()` threads for
-/// a folder of them).
+/// a folder of them). Where the system cannot start every thread (`ulimit
+/// -u`, `ulimit -v`), the work goes on on those it started (or on the
+/// calling thread), with one warning (TORCH_WARN) naming the limit, and
+/// gives the same files.
 ///
 /// Nothing is overwritten, and nothing half-written is left: the files
 /// are written beside their names and renamed into place when both are

@@ -1121,3 +1121,105 @@ TEST(Optim, ParamGroupsKeepTheirExplicitOptionsOnEveryLibTorch) {
     check(adamw, w, b);
   }
 }
+
+// Every group's options are checked, at construction and at each step: a
+// group holding another optimizer's options (the step would read SGD's as
+// Adam's: undefined behaviour) and values no step can use were accepted,
+// LibTorch checking only the defaults and only their signs.
+TEST(Optim, EveryParamGroupsOptionsAreChecked) {
+  using torch::optim::AdamOptions;
+  using torch::optim::AdamWOptions;
+  using torch::optim::OptimizerParamGroup;
+  using torch::optim::SGDOptions;
+  const auto w = torch::ones({3, 2}).requires_grad_();
+  const auto b = torch::ones({3}).requires_grad_();
+  // Group 0 takes the defaults; group 1 holds `options`.
+  const auto groups = [&](std::unique_ptr<torch::optim::OptimizerOptions> o) {
+    std::vector<OptimizerParamGroup> result;
+    result.emplace_back(std::vector<torch::Tensor>{w});
+    result.emplace_back(std::vector<torch::Tensor>{b}, std::move(o));
+    return result;
+  };
+  const auto refused = [](const std::function<void()>& build,
+                          const std::string& expected) {
+    const auto message = lamp_test::error_of(build);
+    EXPECT_NE(message.find(expected), std::string::npos)
+        << "expected '" << expected << "' in: " << message;
+  };
+  refused(
+      [&] {
+        lamp::optim::Adam(groups(std::make_unique<SGDOptions>(0.1)),
+                          AdamOptions(1e-3));
+      },
+      "lamp::optim::Adam: param group 1 holds another optimizer's options "
+      "(or none); give it torch::optim::AdamOptions");
+  refused(
+      [&] {
+        lamp::optim::AdamW(groups(std::make_unique<AdamOptions>(0.1)),
+                           AdamWOptions(1e-3));
+      },
+      "give it torch::optim::AdamWOptions");
+  refused(
+      [&] {
+        lamp::optim::SGD(groups(std::make_unique<AdamWOptions>(0.1)),
+                         SGDOptions(0.1));
+      },
+      "give it torch::optim::SGDOptions");
+  refused(
+      [&] {
+        lamp::optim::Adam(groups(std::make_unique<AdamOptions>(
+                              AdamOptions(0.1).betas({1.5, 0.999}))),
+                          AdamOptions(1e-3));
+      },
+      "param group 1's options betas[0] is 1.5; give one in [0, 1)");
+  refused(
+      [&] {
+        lamp::optim::AdamW(
+            groups(std::make_unique<AdamWOptions>(AdamWOptions(0.1).eps(-1))),
+            AdamWOptions(1e-3));
+      },
+      "param group 1's options eps is -1; give a finite eps >= 0.");
+  refused(
+      [&] {
+        lamp::optim::SGD(groups(std::make_unique<SGDOptions>(-0.5)),
+                         SGDOptions(0.1));
+      },
+      "param group 1's options lr is -0.5; give a finite lr >= 0.");
+  refused(
+      [&] {
+        lamp::optim::SGD(groups(std::make_unique<SGDOptions>(
+                             SGDOptions(0.1).nesterov(true))),
+                         SGDOptions(0.1).momentum(0.9));
+      },
+      "param group 1's options ask for Nesterov momentum with momentum 0 and "
+      "dampening 0; Nesterov needs momentum > 0 and dampening 0.");
+  // Values the defaults' own check lets through: one group, "its options".
+  refused(
+      [&] {
+        lamp::optim::AdamW({w}, AdamWOptions(1e-3).weight_decay(INFINITY));
+      },
+      "lamp::optim::AdamW: its options weight_decay is inf; give a finite "
+      "weight_decay >= 0.");
+  refused([&] { lamp::optim::SGD({w}, SGDOptions(0.1).momentum(INFINITY)); },
+          "its options momentum is inf");
+  // At a step: a learning rate set to NaN since, a group added with
+  // another optimizer's options; nothing is updated.
+  w.mutable_grad() = torch::ones_like(w);
+  b.mutable_grad() = torch::ones_like(b);
+  lamp::optim::Adam adam({w}, AdamOptions(1e-3));
+  adam.param_groups()[0].options().set_lr(std::nan(""));
+  refused([&] { adam.step(); }, "lamp::optim::Adam: its options lr is nan");
+  adam.param_groups()[0].options().set_lr(1e-3);
+  adam.add_param_group(
+      OptimizerParamGroup({b}, std::make_unique<SGDOptions>(0.1)));
+  refused([&] { adam.step(); }, "param group 1 holds another optimizer's");
+  EXPECT_TRUE(torch::equal(w, torch::ones({3, 2})));
+  EXPECT_TRUE(torch::equal(b, torch::ones({3})));
+  // OptimizerOptions: an infinite weight decay or momentum.
+  for (const auto& options :
+       {lamp::optim::OptimizerOptions().weight_decay(INFINITY),
+        lamp::optim::OptimizerOptions().momentum(INFINITY)}) {
+    refused([&] { lamp::optim::make_optimizer({w}, options); },
+            "momentum and weight_decay must be finite and >= 0");
+  }
+}

@@ -173,6 +173,7 @@ template <typename R, typename Base, typename LrOn>
 void run(Base& optimizer, Implementation implementation,
          detail::DeviceSteps& device_steps, const LrOn& lr_on,
          const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  internal::check_param_groups(optimizer, R::kCaller);
   if (implementation != Implementation::kFused) {
     if (!internal::prepare_scaled_step(optimizer, grad_scale, found_inf)) {
       return;
@@ -217,12 +218,15 @@ Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                      std::move(defaults)) {
   internal::add_param_groups_as_given(*this, std::move(param_groups),
                                       AdamRule::kCaller);
+  internal::check_param_groups(*this, AdamRule::kCaller);
 }
 
 Adam::Adam(std::vector<torch::Tensor> params,
            torch::optim::AdamOptions defaults, Implementation implementation)
     : FusedOptimizer(implementation, AdamRule::kCaller,
-                     unique_tensors(std::move(params)), std::move(defaults)) {}
+                     unique_tensors(std::move(params)), std::move(defaults)) {
+  internal::check_param_groups(*this, AdamRule::kCaller);
+}
 
 void Adam::step_scaled(const torch::Tensor& grad_scale,
                        const torch::Tensor& found_inf) {
@@ -262,12 +266,15 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                      std::move(defaults)) {
   internal::add_param_groups_as_given(*this, std::move(param_groups),
                                       AdamWRule::kCaller);
+  internal::check_param_groups(*this, AdamWRule::kCaller);
 }
 
 AdamW::AdamW(std::vector<torch::Tensor> params,
              torch::optim::AdamWOptions defaults, Implementation implementation)
     : FusedOptimizer(implementation, AdamWRule::kCaller,
-                     unique_tensors(std::move(params)), std::move(defaults)) {}
+                     unique_tensors(std::move(params)), std::move(defaults)) {
+  internal::check_param_groups(*this, AdamWRule::kCaller);
+}
 
 void AdamW::step_scaled(const torch::Tensor& grad_scale,
                         const torch::Tensor& found_inf) {

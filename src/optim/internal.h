@@ -4,7 +4,10 @@
 // parameters for the multi-tensor kernels, and the fallback for a scaled
 // step on the paths without on-device skipping.
 
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
 #include <torch/types.h>
 
 #include <map>
@@ -74,6 +77,20 @@ std::vector<torch::optim::OptimizerParamGroup> unique_param_groups(
 void add_param_groups_as_given(
     torch::optim::Optimizer& optimizer,
     std::vector<torch::optim::OptimizerParamGroup> groups, const char* caller);
+
+/// Refuses `optimizer`'s param groups whose options are another optimizer's
+/// (SGDOptions in an Adam: the step would read them as its own, undefined
+/// behaviour) or hold values it cannot step with: lr, eps, weight_decay,
+/// momentum and dampening negative or not finite, a beta outside [0, 1),
+/// Nesterov without momentum or with dampening. LibTorch checks only the
+/// defaults, and only their signs. A TORCH_CHECK error naming `caller`, the
+/// group, the value and the fix. At construction and at every step: a
+/// group may be added (add_param_group) or changed (options()) between.
+void check_param_groups(const torch::optim::SGD& optimizer, const char* caller);
+void check_param_groups(const torch::optim::Adam& optimizer,
+                        const char* caller);
+void check_param_groups(const torch::optim::AdamW& optimizer,
+                        const char* caller);
 
 /// `load(archive)` (the base class's load) with the state replaced, not
 /// merged: LibTorch's load writes the states the archive holds and keeps

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -93,8 +94,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
       "lamp::optim::make_optimizer: OptimizerOptions::lr must be a positive finite number, got ",
       options.lr(), ".");
   TORCH_CHECK(
-      options.momentum() >= 0 && options.weight_decay() >= 0,
-      "lamp::optim::make_optimizer: OptimizerOptions::momentum and weight_decay must be >= 0, got ",
+      options.momentum() >= 0 && options.weight_decay() >= 0 &&
+          std::isfinite(options.momentum()) &&
+          std::isfinite(options.weight_decay()),
+      "lamp::optim::make_optimizer: OptimizerOptions::momentum and weight_decay must be finite and >= 0, got ",
       options.momentum(), " and ", options.weight_decay(), ".");
   for (const auto& beta : {std::make_pair("beta1", options.beta1()),
                            std::make_pair("beta2", options.beta2())}) {
@@ -325,6 +328,90 @@ void add_param_groups_as_given(
       optimizer.param_groups().back().set_options(group.options().clone());
     }
   }
+}
+
+namespace {
+
+// "its options" (one group) or "param group 2's options".
+std::string group_name(const torch::optim::Optimizer& optimizer, size_t g) {
+  return optimizer.param_groups().size() == 1
+             ? "its options"
+             : "param group " + std::to_string(g) + "'s options";
+}
+
+// Group `g`'s options as `Options`, or an error naming `type`.
+template <typename Options>
+const Options& options_as(const torch::optim::Optimizer& optimizer, size_t g,
+                          const char* caller, const char* type) {
+  const auto& group = optimizer.param_groups()[g];
+  const auto* options = group.has_options()
+                            ? dynamic_cast<const Options*>(&group.options())
+                            : nullptr;
+  TORCH_CHECK(options != nullptr, caller, ": param group ", g,
+              " holds another optimizer's options (or none); give it ", type,
+              ", or no options to take the optimizer's defaults.");
+  return *options;
+}
+
+// A value of group `g`'s options that must be finite and >= 0. (The
+// group's name is made only for the message: this runs at every step.)
+void check_finite_non_negative(double value, const char* name,
+                               const torch::optim::Optimizer& optimizer,
+                               size_t g, const char* caller) {
+  TORCH_CHECK(std::isfinite(value) && value >= 0, caller, ": ",
+              group_name(optimizer, g), " ", name, " is ", value,
+              "; give a finite ", name, " >= 0.");
+}
+
+template <typename Options>
+void check_adam_groups(const torch::optim::Optimizer& optimizer,
+                       const char* caller, const char* type) {
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& o = options_as<Options>(optimizer, g, caller, type);
+    check_finite_non_negative(o.lr(), "lr", optimizer, g, caller);
+    check_finite_non_negative(o.eps(), "eps", optimizer, g, caller);
+    check_finite_non_negative(o.weight_decay(), "weight_decay", optimizer, g,
+                              caller);
+    for (const auto& beta : {std::make_pair(0, std::get<0>(o.betas())),
+                             std::make_pair(1, std::get<1>(o.betas()))}) {
+      TORCH_CHECK(0 <= beta.second && beta.second < 1, caller, ": ",
+                  group_name(optimizer, g), " betas[", beta.first, "] is ",
+                  beta.second,
+                  "; give one in [0, 1) (Python's defaults: 0.9, 0.999).");
+    }
+  }
+}
+
+} // namespace
+
+void check_param_groups(const torch::optim::SGD& optimizer,
+                        const char* caller) {
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& o = options_as<torch::optim::SGDOptions>(
+        optimizer, g, caller, "torch::optim::SGDOptions");
+    check_finite_non_negative(o.lr(), "lr", optimizer, g, caller);
+    check_finite_non_negative(o.momentum(), "momentum", optimizer, g, caller);
+    check_finite_non_negative(o.dampening(), "dampening", optimizer, g, caller);
+    check_finite_non_negative(o.weight_decay(), "weight_decay", optimizer, g,
+                              caller);
+    TORCH_CHECK(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
+                caller, ": ", group_name(optimizer, g),
+                " ask for Nesterov momentum with momentum ", o.momentum(),
+                " and dampening ", o.dampening(),
+                "; Nesterov needs momentum > 0 and dampening 0.");
+  }
+}
+
+void check_param_groups(const torch::optim::Adam& optimizer,
+                        const char* caller) {
+  check_adam_groups<torch::optim::AdamOptions>(optimizer, caller,
+                                               "torch::optim::AdamOptions");
+}
+
+void check_param_groups(const torch::optim::AdamW& optimizer,
+                        const char* caller) {
+  check_adam_groups<torch::optim::AdamWOptions>(optimizer, caller,
+                                                "torch::optim::AdamWOptions");
 }
 
 torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {

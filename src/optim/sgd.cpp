@@ -216,12 +216,15 @@ SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                      std::vector<torch::optim::OptimizerParamGroup>{},
                      std::move(defaults)) {
   internal::add_param_groups_as_given(*this, std::move(param_groups), kCaller);
+  internal::check_param_groups(*this, kCaller);
 }
 
 SGD::SGD(std::vector<torch::Tensor> params, torch::optim::SGDOptions defaults,
          Implementation implementation)
     : FusedOptimizer(implementation, kCaller, unique_tensors(std::move(params)),
-                     std::move(defaults)) {}
+                     std::move(defaults)) {
+  internal::check_param_groups(*this, kCaller);
+}
 
 void SGD::step_scaled(const torch::Tensor& grad_scale,
                       const torch::Tensor& found_inf) {
@@ -229,6 +232,7 @@ void SGD::step_scaled(const torch::Tensor& grad_scale,
 }
 
 void SGD::run(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  internal::check_param_groups(*this, kCaller);
   const auto implementation = this->implementation();
   if (implementation != Implementation::kFused) {
     settle_first_steps();

@@ -110,10 +110,12 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
               "lamp: ", name("lr", "TrainerOptions::optimizer().lr"),
               " must be positive and finite, got ", optimizer.lr(), ".");
   TORCH_CHECK(
-      optimizer.momentum() >= 0 && optimizer.weight_decay() >= 0,
+      optimizer.momentum() >= 0 && optimizer.weight_decay() >= 0 &&
+          std::isfinite(optimizer.momentum()) &&
+          std::isfinite(optimizer.weight_decay()),
       "lamp: ", name("momentum", "TrainerOptions::optimizer().momentum"),
       " and ", name("weight_decay", "TrainerOptions::optimizer().weight_decay"),
-      " must be >= 0, got ", optimizer.momentum(), " and ",
+      " must be finite and >= 0, got ", optimizer.momentum(), " and ",
       optimizer.weight_decay(), ".");
   const int64_t accumulation = o.step().accumulation_steps();
   TORCH_CHECK(

@@ -38,10 +38,14 @@ using DeviceSteps = std::unordered_map<const c10::TensorImpl*,
 /// step does not count); save() writes it back into the state's `step`.
 class Adam : public FusedOptimizer<torch::optim::Adam> {
  public:
-  /// As torch::optim::Adam's constructor (which checks the options), plus
-  /// the implementation of the step. kFused where the fused kernels do not
-  /// apply is a TORCH_CHECK error at the first step() or implementation()
-  /// call, not here: the parameters may still move to their device.
+  /// As torch::optim::Adam's constructor, plus the implementation of the
+  /// step. Every group's options are checked, here and at each step (a
+  /// group added or changed since): options of another optimizer (not
+  /// torch::optim::AdamOptions), an lr, eps or weight_decay negative or not
+  /// finite, or a beta outside [0, 1) is a TORCH_CHECK error naming the
+  /// group. kFused where the fused kernels do not apply is an error at the
+  /// first step() or implementation() call, not here: the parameters may
+  /// still move to their device.
   Adam(std::vector<torch::optim::OptimizerParamGroup> param_groups,
        torch::optim::AdamOptions defaults = {},
        Implementation implementation = Implementation::kAuto);
@@ -76,8 +80,9 @@ class Adam : public FusedOptimizer<torch::optim::Adam> {
 /// (torch::optim::AdamW's rule; its default weight_decay is 1e-2).
 class AdamW : public FusedOptimizer<torch::optim::AdamW> {
  public:
-  /// As torch::optim::AdamW's constructor (which checks the options), plus
-  /// the implementation of the step; kFused is checked as in Adam.
+  /// As torch::optim::AdamW's constructor, plus the implementation of the
+  /// step; the groups' options (torch::optim::AdamWOptions) and kFused are
+  /// checked as in Adam.
   AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
         torch::optim::AdamWOptions defaults = {},
         Implementation implementation = Implementation::kAuto);

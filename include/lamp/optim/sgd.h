@@ -55,9 +55,13 @@ using FirstSteps = std::unordered_map<const c10::TensorImpl*,
 /// \endcode
 class SGD : public FusedOptimizer<torch::optim::SGD> {
  public:
-  /// As torch::optim::SGD's constructor (which checks the options), plus the
-  /// implementation of the step. kFused where the fused kernels do not apply
-  /// is a TORCH_CHECK error at the first step() or implementation() call,
+  /// As torch::optim::SGD's constructor, plus the implementation of the
+  /// step. Every group's options are checked, here and at each step (a
+  /// group added or changed since): options of another optimizer (not
+  /// torch::optim::SGDOptions), an lr, momentum, dampening or weight_decay
+  /// negative or not finite, or Nesterov without momentum or with dampening
+  /// is a TORCH_CHECK error naming the group. kFused where the fused kernels
+  /// do not apply is an error at the first step() or implementation() call,
   /// not here: the parameters may still move to their device.
   SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups,
       torch::optim::SGDOptions defaults,

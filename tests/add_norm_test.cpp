@@ -344,6 +344,15 @@ TEST(AddNorm, RefusesWhatDoesNotFit) {
   expect_error([&] { add_rms_norm(x, {}, w); }, "must both be given");
   expect_error([&] { add_layer_norm(x, x, w, {}, AddNormOptions().eps(0)); },
                "eps must be positive");
+  // An infinite eps gave every row its bias; an integer output truncated
+  // the normalised values and dropped their gradient.
+  expect_error([&] { add_rms_norm(x, x, w, AddNormOptions().eps(INFINITY)); },
+               "eps must be positive and finite, got inf");
+  expect_error(
+      [&] {
+        add_layer_norm(x, x, w, {}, AddNormOptions().output_dtype(torch::kInt));
+      },
+      "output_dtype must be a floating-point type, got Int");
   expect_error([&] { add_layer_norm(x, x, torch::ones({8}, torch::kInt), {}); },
                "the weight must be floating point");
 }

@@ -739,6 +739,15 @@ TEST(BytePairEncoding, RefusesDamagedAndForeignFiles) {
     EXPECT_NE(at, std::string::npos) << from;
     return changed.replace(at, from.size(), to);
   };
+  // An added token's id far beyond the tokens' too: a vocabulary of 2^30
+  // ids (a 2 GiB vocabulary_bytes()) was made for it.
+  expect_refused(
+      scratch.write("far_added.json",
+                    with("\"added_tokens\": [",
+                         "\"added_tokens\": [{\"id\": 1073741823, "
+                         "\"content\": \"<|x|>\"}, ")),
+      "'s added token '<|x|>' has the id 1073741823, outside 0 ... 2221 (its "
+      "599 tokens' ids with few gaps) or another's; the file is damaged");
   expect_refused(scratch.write("unigram.json", with("\"type\": \"BPE\"",
                                                     "\"type\": \"Unigram\"")),
                  "is a tokenizer of the kind 'Unigram', not a BPE");

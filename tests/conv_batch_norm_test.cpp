@@ -292,6 +292,57 @@ TEST(ConvBatchNorm, BadInputIsNamed) {
               lamp::ops::folded_batch_norm(torch::randn({2, 4, 2, 2}), plain);
             }).find("must be affine"),
             std::string::npos);
+  // The functional steps: a one-value scale broadcast to every channel, a
+  // gradient broadcast to the output's shape, statistics of another width
+  // were taken without a word (or with a bare broadcasting error).
+  const auto y = torch::randn({2, 4, 3, 3});
+  const auto stats = lamp::ops::channel_statistics(y);
+  const auto folded = lamp::ops::finalize_batch_norm(
+      stats, bn->weight, bn->bias, {}, {}, 0.1, 1e-5);
+  auto one_scale = folded;
+  one_scale.scale = torch::ones({1});
+  const auto refused = [](const std::function<void()>& call,
+                          const std::string& expected) {
+    const auto message = error_of(call);
+    EXPECT_NE(message.find(expected), std::string::npos)
+        << "expected '" << expected << "' in: " << message;
+  };
+  refused([&] { lamp::ops::scale_bias_relu(y, one_scale); },
+          "lamp::ops::scale_bias_relu: the folded scale must be [4] (one "
+          "value per channel), got [1].");
+  refused([&] { lamp::ops::scale_bias_add_relu(y, one_scale, y); },
+          "scale_bias_add_relu: the folded scale must be [4]");
+  refused([&] { lamp::ops::batch_norm_backward(y, y, one_scale); },
+          "batch_norm_backward: the folded scale must be [4]");
+  const auto back = lamp::ops::batch_norm_backward(y, y, folded);
+  refused(
+      [&] { lamp::ops::apply_batch_norm_backward(y, y.narrow(3, 0, 1), back); },
+      "apply_batch_norm_backward: the gradient [2, 4, 3, 1] must have the "
+      "output's shape [2, 4, 3, 3].");
+  auto short_back = back;
+  short_back.c = back.c.narrow(0, 0, 2);
+  refused([&] { lamp::ops::apply_batch_norm_backward(y, y, short_back); },
+          "the backward's c must be [4]");
+  auto narrow = stats;
+  narrow.sum_of_squares = stats.sum_of_squares.narrow(0, 0, 3);
+  refused(
+      [&] {
+        lamp::ops::finalize_batch_norm(narrow, bn->weight, bn->bias, {}, {},
+                                       0.1, 1e-5);
+      },
+      "finalize_batch_norm: the statistics' sum_of_squares must be [4]");
+  refused(
+      [&] {
+        lamp::ops::finalize_batch_norm(stats, torch::ones({3}), bn->bias, {},
+                                       {}, 0.1, 1e-5);
+      },
+      "finalize_batch_norm: the weight must be [4]");
+  refused(
+      [&] {
+        lamp::ops::fold_running_batch_norm(
+            bn->weight, bn->bias, bn->running_mean, torch::ones({5}), 1e-5);
+      },
+      "fold_running_batch_norm: the running variance must be [4]");
 }
 
 // One side of a folded_conv() comparison: fresh leaves (x, weight and, with

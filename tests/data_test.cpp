@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <regex>
 #include <stdexcept>
 #include <string>
@@ -932,6 +933,12 @@ TEST(TokenFiles, WindowsFollowTheTextRuleWithoutCopying) {
   write_tokens(dir, iota_ids(103, 0, 997, 32768), iota_ids(41, 0, 1, 32768));
   EXPECT_FALSE(
       lamp::data::read_token_files(dir.str(), 10, 32768).train.unsigned_ids);
+  expect_error(
+      [&] {
+        lamp::data::read_token_files(
+            dir.str(), std::numeric_limits<int64_t>::max(), 32768);
+      },
+      {"read_token_files: context must be in 1 ... 2^40"});
 }
 
 // meta.pkl gives the vocabulary (over the one given) and its pieces: the

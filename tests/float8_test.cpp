@@ -879,6 +879,38 @@ TEST(Float8, StateRoundTripsExactly) {
   }
   EXPECT_TRUE(BitEqual(F8::float8_state(*fewer->fc1)->scale, fc1_before));
 
+  // Damaged values: a scale of 0 (every value cast to 0), an infinite amax
+  // in the history (the scale set to 0 for as many steps as it holds), a
+  // negative counter; refused by layer, nothing loaded.
+  const auto fresh_fc1 = F8::float8_state(*fresh->fc1)->scale.clone();
+  const auto damaged =
+      [&](const std::function<void(F8::Float8StateImpl&)>& damage,
+          const std::string& expected) {
+        Mlp source;
+        F8::convert_to_float8(*source, delayed(5));
+        {
+          torch::NoGradGuard no_grad;
+          damage(*F8::float8_state(*source->fc2));
+        }
+        torch::serialize::OutputArchive out;
+        F8::save_float8_state(*source, out);
+        const auto message = error_of(
+            [&] { F8::load_float8_state(*fresh, *lamp_test::reopened(out)); });
+        EXPECT_NE(message.find(expected), std::string::npos) << message;
+        EXPECT_TRUE(BitEqual(F8::float8_state(*fresh->fc1)->scale, fresh_fc1));
+      };
+  damaged([](F8::Float8StateImpl& state) { state.scale[1].fill_(0.0); },
+          "layer 'fc2': its scale holds 0, where a scale is finite and > 0; "
+          "the archive is damaged: load an intact copy.");
+  damaged(
+      [](F8::Float8StateImpl& state) {
+        state.amax_history[2][0].fill_(INFINITY);
+      },
+      "layer 'fc2': its amax_history holds inf, where a value is finite and "
+      ">= 0");
+  damaged([](F8::Float8StateImpl& state) { state.counters[0][0].fill_(-1); },
+          "its counters holds -1");
+
   torch::serialize::OutputArchive empty;
   const auto message_missing = error_of(
       [&] { F8::load_float8_state(*fresh, *lamp_test::reopened(empty)); });

@@ -87,6 +87,17 @@ TEST(TextWindows, EachWindowIsLabelledWithItsNextBytes) {
               lamp::data::text_windows(bytes_of("abc"), 3);
             }).find("it needs 4"),
             std::string::npos);
+  // A context whose window (context + 1) overflowed int64: refused by its
+  // range, as 0 is.
+  for (const int64_t context : {int64_t{0}, (int64_t{1} << 40) + 1,
+                                std::numeric_limits<int64_t>::max()}) {
+    EXPECT_NE(
+        error_of([&] { lamp::data::text_windows(bytes_of("abc"), context); })
+            .find("context must be in 1 ... 2^40, got " +
+                  std::to_string(context)),
+        std::string::npos)
+        << context;
+  }
 }
 
 TEST(ReadTextWindows, SplitsTheFirstNinetyPercentForTraining) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
@@ -227,6 +228,15 @@ TEST(DeviceLoader, NamesTheChannelOfAZeroStd) {
   EXPECT_NE(what.find("channel 1 of the images has the same value everywhere"),
             std::string::npos)
       << what;
+  // A mean that is not finite made every image NaN, without a word.
+  const auto nan_mean = error_of([] {
+    DeviceLoader(
+        indexed(10, 3), torch::kCPU,
+        LoaderOptions(4).mean({0.5, std::nan(""), 0.5}).std({0.2, 0.2, 0.2}));
+  });
+  EXPECT_NE(nan_mean.find("mean[1] is nan; every mean must be finite"),
+            std::string::npos)
+      << nan_mean;
 }
 
 // --------------------------------------------------- random token windows

@@ -108,6 +108,18 @@ TEST(RMSNorm, MatchesTheFormulaWithPythonsParameterAndEps) {
                          "the input, whose sizes are [3, 5]"),
             std::string::npos)
       << message;
+  // An eps that is negative or not finite made rows NaN, without a word;
+  // 0 is Python's too.
+  for (const double eps :
+       {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    const auto refused = lamp_test::error_of(
+        [&] { lamp::nn::rms_norm(x, {6}, norm->weight, eps); });
+    EXPECT_NE(refused.find("lamp::nn::rms_norm: eps must be finite and >= 0"),
+              std::string::npos)
+        << refused;
+  }
+  EXPECT_TRUE(
+      lamp::nn::rms_norm(x, {6}, {}, 0.0).isfinite().all().item<bool>());
 }
 
 TEST(RMSNorm, IsKeptInFp32AsTheOtherNorms) {
@@ -224,6 +236,12 @@ TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
   EXPECT_NE(lamp_test::error_of([&] {
               lamp::nn::scaled_dot_product_attention(q, k, v, keep, 0.0, true);
             }).find("is_causal and attn_mask exclude each other"),
+            std::string::npos);
+  // Heads of size 0: lamp's math path gave NaN (0 * an infinite scale).
+  EXPECT_NE(lamp_test::error_of([&] {
+              lamp::nn::scaled_dot_product_attention(q.narrow(-1, 0, 0),
+                                                     k.narrow(-1, 0, 0), v);
+            }).find("has heads of size 0 (E)"),
             std::string::npos);
 }
 

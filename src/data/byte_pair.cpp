@@ -101,8 +101,11 @@ void detail::BytePairModel::add_token(int64_t id, std::string bytes,
 // (and some slack for a small vocabulary with its specials) is a damaged
 // id, refused before a table of that length is made: one id near 2^30
 // would ask 34 GB of a 50,000-token file.
+// The same bound holds for a tokenizer.json's added tokens (its specials).
+constexpr int64_t kIdSlack = 1024;
+
 void detail::BytePairModel::lay_out(const std::string& path) {
-  constexpr int64_t kSlack = 1024;
+  constexpr int64_t kSlack = kIdSlack;
   int64_t last = -1;
   for (const auto& token : read) {
     last = std::max<int64_t>(last, token.first);
@@ -625,12 +628,16 @@ BytePairSplit read_tokenizer_json(detail::BytePairModel& m, const Json& json,
                          static_cast<size_t>(id) < m.has_token.size() &&
                          m.has_token[static_cast<size_t>(id)];
       if (!known) {
+        // As the tokens' ids (lay_out()): near their ranks, not 2^30 away,
+        // which would make a vocabulary of 2^30 ids.
+        const auto tokens = static_cast<int64_t>(m.has_token.size());
         TORCH_CHECK(
-            id >= 0 && id < (int64_t{1} << 30) && m.specials.count(id) == 0,
+            id >= 0 && id < 2 * tokens + kIdSlack && m.specials.count(id) == 0,
             quoted(path), "'s added token ", token_shown(content),
-            " has the id ", id,
-            ", outside 0 ... 2^30 - 1 or another's; the file is "
-            "damaged: give the tokenizer's own file.");
+            " has the id ", id, ", outside 0 ... ", 2 * tokens + kIdSlack - 1,
+            " (its ", tokens,
+            " tokens' ids with few gaps) or another's; the "
+            "file is damaged: give the tokenizer's own file.");
         m.specials.emplace(id, content);
       }
     }

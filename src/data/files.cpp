@@ -28,6 +28,11 @@ std::string quoted(const std::string& s) {
   return "'" + s + "'";
 }
 
+void check_context(int64_t context, const char* caller) {
+  TORCH_CHECK(context >= 1 && context <= kMostContext, caller,
+              ": context must be in 1 ... 2^40, got ", context, ".");
+}
+
 std::string join(const std::vector<std::string>& items,
                  const std::string& separator) {
   std::string out;

@@ -17,6 +17,12 @@ namespace data {
 namespace internal {
 
 std::string quoted(const std::string& s);
+// The largest context a language model's windows take: 2^40 tokens, far
+// beyond any model's, so that context + 1 and the sizes made of it never
+// overflow int64.
+constexpr int64_t kMostContext = int64_t{1} << 40;
+// Throws naming `caller` unless 1 <= context <= kMostContext.
+void check_context(int64_t context, const char* caller);
 // For a string that is not const, which would otherwise call <iomanip>'s
 // std::quoted (found by argument-dependent lookup, and the better match for
 // a non-const reference): that one writes "s", in double quotes.

@@ -135,6 +135,11 @@ DeviceLoader::DeviceLoader(const Dataset& data, const torch::Device& device,
       "lamp::data::DeviceLoader: mean and std need one value per channel (",
       channels, "), got ", options_.mean().size(), " and ",
       options_.std().size(), ".");
+  for (size_t c = 0; c < options_.mean().size(); ++c) {
+    const double m = options_.mean()[c];
+    TORCH_CHECK(std::isfinite(m), "lamp::data::DeviceLoader: mean[", c, "] is ",
+                m, "; every mean must be finite (in [0, 1] pixel units).");
+  }
   for (size_t c = 0; c < options_.std().size(); ++c) {
     const double s = options_.std()[c];
     TORCH_CHECK(

@@ -52,9 +52,7 @@ torch::Tensor read_text_bytes(const std::string& path) {
 }
 
 Dataset text_windows(const torch::Tensor& tokens, int64_t context) {
-  TORCH_CHECK(context >= 1,
-              "lamp::data::text_windows: context must be >= 1, got ", context,
-              ".");
+  internal::check_context(context, "lamp::data::text_windows");
   TORCH_CHECK(tokens.dim() == 1 && !tokens.is_floating_point() &&
                   !tokens.is_complex() && tokens.scalar_type() != torch::kBool,
               "lamp::data::text_windows: tokens must be integers [n] (uint8 "
@@ -80,8 +78,7 @@ Dataset text_windows(const torch::Tensor& tokens, int64_t context) {
 TextData read_text_windows(const std::string& path, int64_t context,
                            double validation_fraction) {
   const char* caller = "lamp::data::read_text_windows";
-  TORCH_CHECK(context >= 1, caller, ": context must be >= 1, got ", context,
-              ".");
+  internal::check_context(context, caller);
   TORCH_CHECK(validation_fraction > 0 && validation_fraction < 1, caller,
               ": validation_fraction must be in (0, 1), got ",
               validation_fraction, ".");

@@ -130,8 +130,7 @@ TextData tokenized_text_windows(const torch::Tensor& bytes,
                                 const Tokenizer& tokenizer, int64_t context,
                                 double validation_fraction) {
   const char* caller = "lamp::data::tokenized_text_windows";
-  TORCH_CHECK(context >= 1, caller, ": context must be >= 1, got ", context,
-              ".");
+  internal::check_context(context, caller);
   TORCH_CHECK(!tokenizer.empty(), caller, ": the tokenizer holds no model.");
   TextData data;
   data.bytes = bytes.size(0);

@@ -293,8 +293,7 @@ int64_t read_token_meta(const std::string& meta_path, TokenPieces* pieces) {
 TokenData read_token_files(const std::string& folder, int64_t context,
                            int64_t vocab_size) {
   const char* caller = "lamp::data::read_token_files";
-  TORCH_CHECK(context >= 1, caller, ": context must be >= 1, got ", context,
-              ".");
+  internal::check_context(context, caller);
   TORCH_CHECK(vocab_size >= 0, caller, ": vocab_size must be >= 0, got ",
               vocab_size, ".");
   TokenData data;

@@ -170,6 +170,9 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& query,
               " and value ", value.sizes(),
               " do not fit: the query's and key's last sizes must be equal "
               "(E), and the key's and value's second-to-last (S).");
+  TORCH_CHECK(query.size(-1) > 0, kWho, ": query ", query.sizes(),
+              " has heads of size 0 (E); the scale 1 / sqrt(E) is then "
+              "infinite. Give heads of at least one value.");
   TORCH_CHECK(!(is_causal && attn_mask.defined()), kWho,
               ": is_causal and attn_mask exclude each other; fold the causal "
               "mask into attn_mask.");

@@ -108,6 +108,20 @@ read_float8_state(const torch::nn::Module& model,
           who, ": layer '", state->name(), "': ", key, " is ", t.sizes(), " ",
           t.scalar_type(), ", expected ", part->sizes(), " ",
           part->scalar_type(), " (damaged archive?).");
+      // The values too: a scale of 0 or NaN casts every value to 0 or
+      // NaN, and a non-finite amax in the history (which the steps never
+      // put there) sets the scale to 0, or keeps it, for as many steps as
+      // the history holds.
+      const bool scale = part == &state->scale;
+      const auto values = t.to(torch::kDouble);
+      const auto bad = torch::isfinite(values).logical_not().logical_or(
+          scale ? values.le(0) : values.lt(0));
+      TORCH_CHECK(
+          !bad.any().item<bool>(), who, ": layer '", state->name(), "': its ",
+          key, " holds ", values.masked_select(bad)[0].item<double>(),
+          ", where a ",
+          scale ? "scale is finite and > 0" : "value is finite and >= 0",
+          "; the archive is damaged: load an intact copy.");
       tensors.push_back(t);
     }
     read.emplace_back(state, std::move(tensors));

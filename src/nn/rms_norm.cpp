@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -29,6 +30,10 @@ torch::Tensor rms_norm(const torch::Tensor& input,
   const auto n = static_cast<int64_t>(normalized_shape.size());
   TORCH_CHECK(input.defined() && input.is_floating_point(),
               "lamp::nn::rms_norm: the input must be a floating-point tensor.");
+  TORCH_CHECK(!eps.has_value() || (std::isfinite(*eps) && *eps >= 0),
+              "lamp::nn::rms_norm: eps must be finite and >= 0, got ", *eps,
+              " (a negative eps makes the rows of small values NaN); leave "
+              "it unset for the machine epsilon.");
   TORCH_CHECK(n >= 1 && input.dim() >= n &&
                   input.sizes().slice(input.dim() - n) ==
                       torch::IntArrayRef(normalized_shape),

@@ -8,6 +8,8 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include <string>
 #include <vector>
 
@@ -57,8 +59,15 @@ void check_arguments(const torch::Tensor& x, const torch::Tensor& branch,
     TORCH_CHECK(t.device() == x.device(), who, ": the ", name, " (", t.device(),
                 ") must be on x's device (", x.device(), ").");
   }
-  TORCH_CHECK(options.eps() > 0, who, ": eps must be positive, got ",
-              options.eps(), ".");
+  TORCH_CHECK(options.eps() > 0 && std::isfinite(options.eps()), who,
+              ": eps must be positive and finite, got ", options.eps(),
+              " (an infinite eps makes every row its bias).");
+  TORCH_CHECK(!options.output_dtype().has_value() ||
+                  at::isFloatingType(*options.output_dtype()),
+              who, ": output_dtype must be a floating-point type, got ",
+              *options.output_dtype(),
+              " (the normalised values would be truncated, without a "
+              "gradient).");
 }
 
 at::ScalarType sum_dtype(const torch::Tensor& x, const torch::Tensor& branch) {

@@ -6,7 +6,9 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <mutex>
 #include <set>
 #include <string>
@@ -38,6 +40,32 @@ void check_nchw(const torch::Tensor& y, const char* who) {
               "expected, got ",
               y.defined() ? y.sizes() : c10::IntArrayRef{}, ".");
   TORCH_CHECK(y.numel() > 0, who, ": the output ", y.sizes(), " is empty.");
+}
+
+// Each of `tensors` ({name, tensor}) defined and [channels]; `optional`
+// ones may be undefined.
+void check_channels(
+    const char* who, int64_t channels,
+    std::initializer_list<std::pair<const char*, const torch::Tensor*>> tensors,
+    bool optional = false) {
+  for (const auto& [name, t] : tensors) {
+    if (optional && !t->defined()) {
+      continue;
+    }
+    TORCH_CHECK(t->defined() && t->dim() == 1 && t->size(0) == channels, who,
+                ": ", name, " must be [", channels,
+                "] (one value per channel), got ",
+                t->defined() ? t->sizes() : c10::IntArrayRef{}, ".");
+  }
+}
+
+// A FoldedBatchNorm's tensors, [channels] each.
+void check_folded(const FoldedBatchNorm& f, int64_t channels, const char* who) {
+  check_channels(who, channels,
+                 {{"the folded scale", &f.scale},
+                  {"the folded bias", &f.bias},
+                  {"the folded mean", &f.mean},
+                  {"the folded inv_std", &f.inv_std}});
 }
 
 // The affine of an affine-less BatchNorm: weight 1, bias 0.
@@ -534,10 +562,25 @@ FoldedBatchNorm finalize_batch_norm(const ChannelStatistics& stats,
                                     const torch::Tensor& running_mean,
                                     const torch::Tensor& running_var,
                                     double momentum, double eps) {
-  TORCH_CHECK(stats.count >= 2,
-              "lamp::ops::finalize_batch_norm: BatchNorm in training needs "
+  const char* who = "lamp::ops::finalize_batch_norm";
+  TORCH_CHECK(stats.count >= 2, who,
+              ": BatchNorm in training needs "
               "more than one value per channel, got ",
               stats.count, " (a batch of one 1x1 image).");
+  TORCH_CHECK(stats.sum.defined() && stats.sum.dim() == 1, who,
+              ": the statistics' sum must be [C] (channel_statistics()).");
+  const int64_t channels = stats.sum.size(0);
+  check_channels(who, channels,
+                 {{"the statistics' sum_of_squares", &stats.sum_of_squares}});
+  check_channels(who, channels,
+                 {{"the weight", &weight},
+                  {"the bias", &bias},
+                  {"the running mean", &running_mean},
+                  {"the running variance", &running_var}},
+                 /*optional=*/true);
+  TORCH_CHECK(std::isfinite(eps) && eps >= 0 && std::isfinite(momentum), who,
+              ": eps (", eps, ") must be finite and >= 0, and momentum (",
+              momentum, ") finite.");
   const double n = static_cast<double>(stats.count);
   const auto mean = stats.sum / n;
   // The biased variance, as BatchNorm normalises by; one pass, so a
@@ -563,9 +606,19 @@ FoldedBatchNorm fold_running_batch_norm(const torch::Tensor& weight,
                                         const torch::Tensor& running_mean,
                                         const torch::Tensor& running_var,
                                         double eps) {
-  TORCH_CHECK(running_mean.defined() && running_var.defined(),
-              "lamp::ops::fold_running_batch_norm: eval mode needs the "
-              "running statistics.");
+  const char* who = "lamp::ops::fold_running_batch_norm";
+  TORCH_CHECK(running_mean.defined() && running_var.defined(), who,
+              ": eval mode needs the running statistics.");
+  TORCH_CHECK(running_mean.dim() == 1, who,
+              ": the running mean must be [C], got ", running_mean.sizes(),
+              ".");
+  check_channels(who, running_mean.size(0),
+                 {{"the running variance", &running_var}});
+  check_channels(who, running_mean.size(0),
+                 {{"the weight", &weight}, {"the bias", &bias}},
+                 /*optional=*/true);
+  TORCH_CHECK(std::isfinite(eps) && eps >= 0, who,
+              ": eps must be finite and >= 0, got ", eps, ".");
   return fold(running_mean.to(torch::kFloat), running_var.to(torch::kFloat),
               weight, bias, eps);
 }
@@ -573,6 +626,9 @@ FoldedBatchNorm fold_running_batch_norm(const torch::Tensor& weight,
 torch::Tensor scale_bias_relu(const torch::Tensor& y,
                               const FoldedBatchNorm& folded) {
   check_nchw(y, "lamp::ops::scale_bias_relu");
+  check_channels(
+      "lamp::ops::scale_bias_relu", y.size(1),
+      {{"the folded scale", &folded.scale}, {"the folded bias", &folded.bias}});
   return torch::relu(y.to(torch::kFloat) * per_channel(folded.scale) +
                      per_channel(folded.bias))
       .to(y.scalar_type());
@@ -582,6 +638,9 @@ torch::Tensor scale_bias_add_relu(const torch::Tensor& y,
                                   const FoldedBatchNorm& folded,
                                   const torch::Tensor& residual) {
   check_nchw(y, "lamp::ops::scale_bias_add_relu");
+  check_channels(
+      "lamp::ops::scale_bias_add_relu", y.size(1),
+      {{"the folded scale", &folded.scale}, {"the folded bias", &folded.bias}});
   TORCH_CHECK(residual.defined() && residual.sizes() == y.sizes(),
               "lamp::ops::scale_bias_add_relu: the residual must have the "
               "output's shape ",
@@ -599,6 +658,7 @@ BatchNormBackward batch_norm_backward(const torch::Tensor& y,
   TORCH_CHECK(grad_z.sizes() == y.sizes(),
               "lamp::ops::batch_norm_backward: the gradient ", grad_z.sizes(),
               " must have the output's shape ", y.sizes(), ".");
+  check_folded(folded, y.size(1), "lamp::ops::batch_norm_backward");
   const auto yf = y.to(torch::kFloat);
   const auto g = grad_z.to(torch::kFloat);
   const double m = static_cast<double>(y.numel() / y.size(1));
@@ -615,6 +675,16 @@ BatchNormBackward batch_norm_backward(const torch::Tensor& y,
 torch::Tensor apply_batch_norm_backward(const torch::Tensor& y,
                                         const torch::Tensor& grad_z,
                                         const BatchNormBackward& backward) {
+  const char* who = "lamp::ops::apply_batch_norm_backward";
+  check_nchw(y, who);
+  TORCH_CHECK(grad_z.defined() && grad_z.sizes() == y.sizes(), who,
+              ": the gradient ",
+              grad_z.defined() ? grad_z.sizes() : c10::IntArrayRef{},
+              " must have the output's shape ", y.sizes(), ".");
+  check_channels(who, y.size(1),
+                 {{"the backward's a", &backward.a},
+                  {"the backward's b", &backward.b},
+                  {"the backward's c", &backward.c}});
   return (grad_z.to(torch::kFloat) * per_channel(backward.a) +
           y.to(torch::kFloat) * per_channel(backward.b) +
           per_channel(backward.c))

@@ -45,7 +45,8 @@ Implementation resolve(Implementation requested,
 /// ATen's fused SGD/Adam skip only on found_inf == 1, and lamp's Adam
 /// subtracts the flag from its step counts; a flag summed over ranks or
 /// accumulation cycles (2, 3, ...) or averaged (0.5) would step on garbage.
-/// One kernel (sign), no host read; undefined stays undefined.
+/// A negative or NaN flag skips too, as on the other paths. No host read;
+/// undefined stays undefined.
 torch::Tensor skip_flag(const torch::Tensor& found_inf);
 
 /// Refuses to make optimizer state for `p` while a CUDA graph is being

@@ -272,7 +272,8 @@ Implementation resolve(Implementation requested,
 }
 
 torch::Tensor skip_flag(const torch::Tensor& found_inf) {
-  return found_inf.defined() ? torch::sign(found_inf) : found_inf;
+  return found_inf.defined() ? found_inf.ne(0).to(found_inf.scalar_type())
+                             : found_inf;
 }
 
 void check_not_capturing(const torch::Tensor& p, const char* caller) {

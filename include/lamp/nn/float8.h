@@ -275,7 +275,9 @@ void save_float8_state(const torch::nn::Module& model,
 /// Reads what save_float8_state() wrote into the converted layers of
 /// `model`, exactly, all or nothing: every layer is checked before the
 /// first is loaded. Errors name the layer when the archive lacks it, has
-/// another recipe (history length, margin, ...) or damaged tensors.
+/// another recipe (history length, margin, ...) or damaged tensors: of
+/// another shape or dtype, a scale not finite and > 0, an amax or counter
+/// not finite and >= 0.
 void load_float8_state(torch::nn::Module& model,
                        torch::serialize::InputArchive& archive);
 

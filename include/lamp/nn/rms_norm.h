@@ -25,7 +25,8 @@ struct RMSNormOptions {
   TORCH_ARG(std::vector<int64_t>, normalized_shape);
   /// Added to the mean square; unset: the machine epsilon of the dtype it
   /// computes in (FP32's 2^-23 for FP32, FP16 and BF16 inputs, FP64's for
-  /// FP64), as Python's torch.nn.RMSNorm since PyTorch 2.7.
+  /// FP64), as Python's torch.nn.RMSNorm since PyTorch 2.7. Finite and
+  /// >= 0 (else rms_norm() throws).
   TORCH_ARG(c10::optional<double>, eps) = c10::nullopt;
   /// A learnable per-element scale `weight`, initialised to ones.
   TORCH_ARG(bool, elementwise_affine) = true;

@@ -239,6 +239,15 @@ std::string tokenizer_fingerprint(const lamp::data::Tokenizer& tokenizer) {
 
 // The settings of train_gpt's own that shape the run, by flag: stored in
 // the checkpoint, so that --resume alone rebuilds the same model.
+// "1,2,3": --prompt-ids as typed.
+std::string joined_ids(const std::vector<int64_t>& ids) {
+  std::string text;
+  for (const auto id : ids) {
+    text += (text.empty() ? "" : ",") + std::to_string(id);
+  }
+  return text;
+}
+
 std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
   const auto& m = f.model;
   return {
@@ -258,7 +267,66 @@ std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
        f.tokenizer.empty() ? std::string() : tokenizer_fingerprint(f.tokenizer),
        /*checked=*/false},
       {kTrainedOnSetting, f.byte_text ? kTextBytes : kTokenIds,
-       /*checked=*/false}};
+       /*checked=*/false},
+      // The samples at the run's end: a resume draws them as the run it
+      // continues would have (resume_sampling()).
+      {"--sample-tokens", std::to_string(f.sample_tokens), false},
+      {"--temperature", lamp_examples::exact_number(f.temperature), false},
+      {"--top-k", std::to_string(f.top_k), false},
+      {"--top-p", lamp_examples::exact_number(f.top_p), false},
+      {"--num-samples", std::to_string(f.num_samples), false},
+      {"--prompt", f.prompt, false},
+      {"--prompt-file", f.prompt_file, false},
+      {"--prompt-ids", joined_ids(f.prompt_ids), false}};
+}
+
+// The sample flags a resume takes back from its checkpoint where the
+// command line does not give them: each number alone; the prompt (one of
+// --prompt, --prompt-file and --prompt-ids) only where none is given, the
+// one the run used.
+const std::vector<std::string>& sample_settings() {
+  static const std::vector<std::string> names = {
+      "--sample-tokens", "--temperature", "--top-k",       "--top-p",
+      "--num-samples",   "--prompt",      "--prompt-file", "--prompt-ids"};
+  return names;
+}
+
+void resume_sampling(const lamp_examples::ProgramConfig& config,
+                     GptFlags& flags) {
+  if (config.resume.empty()) {
+    return;
+  }
+  std::map<std::string, std::string> stored;
+  for (const auto& setting : config.resumed_program_settings) {
+    stored[setting.name] = setting.value;
+  }
+  const auto take_back = [&](const std::string& name) {
+    auto* option = flags.app->get_option(name);
+    const auto it = stored.find(name);
+    if (option->count() > 0 || it == stored.end() || it->second.empty()) {
+      return;
+    }
+    option->clear();
+    option->add_result(it->second);
+    option->run_callback();
+  };
+  for (const auto* name : {"--sample-tokens", "--temperature", "--top-k",
+                           "--top-p", "--num-samples"}) {
+    take_back(name);
+  }
+  bool prompt_given = false;
+  for (const auto* name : {"--prompt", "--prompt-file", "--prompt-ids"}) {
+    prompt_given = prompt_given || flags.app->get_option(name)->count() > 0;
+  }
+  if (prompt_given) {
+    return;
+  }
+  for (const auto* name : {"--prompt-ids", "--prompt-file", "--prompt"}) {
+    if (stored.count(name) > 0 && !stored[name].empty()) {
+      take_back(name);
+      return;
+    }
+  }
 }
 
 // The text flags into the model's options, once the command line (and a
@@ -390,6 +458,14 @@ torch::Tensor prompt_ids(const GptFlags& flags) {
       TORCH_CHECK(id < flags.model.vocab_size(), "--prompt-ids holds ", id,
                   ", not below the model's vocabulary of ",
                   flags.model.vocab_size(), "; give ids the model knows.");
+      // The model's padding ids (a vocabulary rounded up, as nanoGPT's
+      // 50,304) stand for no text, and no sample draws them.
+      TORCH_CHECK(flags.sample_vocab <= 0 || id < flags.sample_vocab,
+                  "--prompt-ids holds ", id,
+                  ", one of the model's padding ids: the data's are 0 ... ",
+                  flags.sample_vocab - 1,
+                  " (the ids above stand for no text); give ids of the "
+                  "data.");
     }
     return torch::tensor(flags.prompt_ids, torch::kLong);
   }
@@ -857,6 +933,9 @@ int main(int argc, char** argv) {
   config.examples = "sequences";
   GptFlags flags;
   config.program_settings = [&flags] { return gpt_settings(flags); };
+  config.resumed_by_program = sample_settings();
+  // nanoGPT's --key=value overrides, named by meaning, not spelling.
+  lamp_examples::set_flag_hint(lamp_examples::nanogpt_flag_hint);
   return lamp_examples::program_main(
       argc, argv, "train_gpt",
       "Train a GPT on a text's bytes (default: Debian's fortunes) or on "
@@ -868,6 +947,7 @@ int main(int argc, char** argv) {
             !lamp::is_torch_save_file(config.init_from)) {
           checkpoint_shape(config, flags);
         }
+        resume_sampling(config, flags);
         to_model_options(flags);
         // --init-from a Python file: its shape now, its weights once the
         // model is built; the trainer reads lamp's checkpoints only.
@@ -925,6 +1005,18 @@ int main(int argc, char** argv) {
         config.model = "gpt";
         lamp_examples::RunSpec spec;
         const bool token_files = lamp::data::is_token_folder(config.data);
+        // Before either reader: a path that is gone (a data folder moved
+        // since the run that --resume continues) is neither token files
+        // nor a text, and the text's checks would name another flag.
+        struct stat data_stat {};
+        TORCH_CHECK(
+            ::stat(config.data.c_str(), &data_stat) == 0 || errno != ENOENT,
+            "--data ", config.data, " does not exist",
+            config.resume.empty()
+                ? std::string("; give a text file, a folder of them, or a "
+                              "folder of token files (train.bin, val.bin).")
+                : "; with --resume it is the checkpoint's data unless "
+                  "given anew: give --data where the data is now.");
         // A nanoGPT data folder before its prepare.py ran: read as text, it
         // would train on input.txt, prepare.py and readme.md joined.
         struct stat prepare {};
@@ -936,6 +1028,18 @@ int main(int argc, char** argv) {
             "it to make the token files, or give the text file itself "
             "(such as ",
             config.data, "/input.txt) to train on its bytes.");
+        // JSON Lines read as a text train on the braces, the field names
+        // and the escapes; prepare_tokens reads their documents.
+        if (!token_files && lamp::data::text_documents_for(config.data) ==
+                                lamp::data::TextDocuments::kJsonLines) {
+          lamp_examples::print_out(
+              "train_gpt: note: %s looks like JSON Lines, which train_gpt "
+              "reads as one text, braces, field names and escapes too; to "
+              "train on the documents' text, encode them with "
+              "prepare_tokens --data %s --tokenizer FILE --out FOLDER, then "
+              "give --data FOLDER\n",
+              config.data.c_str(), config.data.c_str());
+        }
         if (flags.train_tokenizer > 0) {
           TORCH_CHECK(!flags.tokenizer_path.empty(),
                       "--train-tokenizer needs --tokenizer FILE.model, the "

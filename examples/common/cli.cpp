@@ -25,6 +25,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <utility>
@@ -128,6 +129,24 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// CLI11's words for a flag given twice or without its value, as lamp's
+// other usage errors say them; any other message as it is.
+std::string usage_words(const std::string& message) {
+  static const std::regex twice(
+      R"(^(--[A-Za-z0-9_-]+): At Most 1 required but received (\d+)$)");
+  static const std::regex missing(
+      R"(^(--[A-Za-z0-9_-]+): 1 required (\S+) missing$)");
+  std::smatch m;
+  if (std::regex_match(message, m, twice)) {
+    return m[1].str() + " is given " + m[2].str() + " times; give it once";
+  }
+  if (std::regex_match(message, m, missing)) {
+    return m[1].str() + " needs a value (" + m[2].str() +
+           "); give one after it, or leave the flag out";
+  }
+  return message;
+}
+
 // Levenshtein distance: the edits (insert, delete, replace) from a to b.
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -147,8 +166,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+std::function<std::string(const std::string&)>& flag_hint() {
+  static std::function<std::string(const std::string&)> hint;
+  return hint;
+}
+
 // "; did you mean --epochs?" for each unexpected flag within a few edits of
-// one of `app`'s, as git and cargo suggest.
+// one of `app`'s, as git and cargo suggest; the program's own hint first.
 std::string suggestions(const CLI::App& app) {
   std::string text;
   for (const auto& arg : app.remaining()) {
@@ -156,6 +180,11 @@ std::string suggestions(const CLI::App& app) {
       continue;
     }
     const auto given = arg.substr(0, arg.find('='));
+    const auto own = flag_hint() ? flag_hint()(given) : std::string();
+    if (!own.empty()) {
+      text += "; " + given + ": " + own;
+      continue;
+    }
     const auto best = nearest_flag(app, given);
     if (!best.empty()) {
       text += "; " + given + ": did you mean " + best + "?";
@@ -205,7 +234,7 @@ std::string settings_file_note(const std::string& message,
       const auto end = at + flag.size();
       if (end == message.size() ||
           !(std::isalnum(static_cast<unsigned char>(message[end])) ||
-            message[end] == '-')) {
+            message[end] == '-' || message[end] == '_')) {
         named.emplace_back(at, source);
         break;
       }
@@ -251,6 +280,10 @@ std::string nearest_name(const std::vector<std::string>& names,
     }
   }
   return best;
+}
+
+void set_flag_hint(std::function<std::string(const std::string& flag)> hint) {
+  flag_hint() = std::move(hint);
 }
 
 std::string nearest_flag(const CLI::App& app, const std::string& given) {
@@ -411,9 +444,9 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
     // An unknown flag: the nearest known one, as a hint.
     const auto hint =
         dynamic_cast<const CLI::ExtrasError*>(&e) ? suggestions(app) : "";
-    std::cerr << program << ": error: " << one_line(e.what()) << hint
-              << settings_file_note(e.what(), sources) << " (see " << program
-              << " --help)" << std::endl;
+    std::cerr << program << ": error: " << usage_words(one_line(e.what()))
+              << hint << settings_file_note(e.what(), sources) << " (see "
+              << program << " --help)" << std::endl;
     return kUsageError; // as argparse's
   }
 }

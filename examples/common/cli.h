@@ -80,6 +80,13 @@ std::string nearest_name(const std::vector<std::string>& names,
 /// about a third of its length in edits, else "".
 std::string nearest_flag(const CLI::App& app, const std::string& given);
 
+/// A program's own hint for an unknown flag ("--max_iters" -> "nanoGPT's
+/// max_iters is --steps ..."), given instead of nearest_flag()'s where it
+/// returns one: a name from another tool is matched by meaning, which
+/// spelling misses (--max_iters is not --max-steps). Process-wide; set
+/// before parse_command_line().
+void set_flag_hint(std::function<std::string(const std::string& flag)> hint);
+
 /// Parses the command line (after open_standard_descriptors()), with
 /// --config FILE: the flags a settings file sets, where the command line
 /// does not give them (common/config_file.h; `python` reads a *.py file,

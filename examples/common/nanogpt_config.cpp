@@ -72,6 +72,46 @@ const std::vector<std::pair<std::string, const char*>>& sample_flags() {
   return flags;
 }
 
+// train.py's names as train_gpt's flags, for the hint of a --key=value
+// override on the command line (sample.py's: sample_flags()).
+const std::vector<std::pair<std::string, const char*>>& flag_of_name() {
+  static const std::vector<std::pair<std::string, const char*>> flags = {
+      {"n_layer", "--layers"},
+      {"n_head", "--heads"},
+      {"n_embd", "--width"},
+      {"block_size", "--context"},
+      {"dropout", "--dropout"},
+      {"bias", "--bias"},
+      {"batch_size", "--batch-size"},
+      {"learning_rate", "--lr"},
+      {"weight_decay", "--weight-decay"},
+      {"beta1", "--beta1"},
+      {"beta2", "--beta2"},
+      {"grad_clip", "--max-grad-norm"},
+      {"min_lr", "--min-lr"},
+      {"gradient_accumulation_steps", "--accumulation-steps"},
+      {"max_iters",
+       "--steps, counted in batches (max_iters x gradient_accumulation_steps)"},
+      {"lr_decay_iters",
+       "no flag: the schedule decays over the whole run, --steps"},
+      {"warmup_iters", "--warmup-steps, counted in batches"},
+      {"eval_interval", "--eval-every, counted in batches"},
+      {"log_interval", "--log-every, counted in batches"},
+      {"eval_iters", "--eval-batches"},
+      {"eval_only", "--eval-only"},
+      {"decay_lr", "--schedule (decay_lr=False: --schedule constant)"},
+      {"dataset", "--data (dataset=NAME: --data data/NAME)"},
+      {"out_dir", "--checkpoint (out_dir=DIR: --checkpoint DIR/lamp.pt)"},
+      {"init_from",
+       "--resume CHECKPOINT (init_from=resume), or --init-from FILE for "
+       "GPT-2's weights"},
+      {"dtype", "--precision"},
+      {"device", "--device"},
+      {"compile", "no flag: CUDA graphs stand for torch.compile"},
+  };
+  return flags;
+}
+
 // GPT-2's shapes by init_from's name, as nanoGPT's GPT.from_pretrained.
 struct Gpt2Shape {
   const char* name;
@@ -158,6 +198,29 @@ class Translation {
     }
   }
 
+  // Whether train.py and sample.py take `key` as a number.
+  static bool numeric(const std::string& key) {
+    static const char* const kNumbers[] = {
+        "eval_interval",  "log_interval",
+        "eval_iters",     "gradient_accumulation_steps",
+        "batch_size",     "block_size",
+        "n_layer",        "n_head",
+        "n_embd",         "dropout",
+        "learning_rate",  "max_iters",
+        "weight_decay",   "beta1",
+        "beta2",          "grad_clip",
+        "warmup_iters",   "lr_decay_iters",
+        "min_lr",         "num_samples",
+        "max_new_tokens", "temperature",
+        "top_k",          "seed"};
+    for (const char* name : kNumbers) {
+      if (key == name) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   const ConfigSetting* setting(const std::string& key) const {
     for (const auto& s : file_.settings) {
       if (s.key == key) {
@@ -167,6 +230,11 @@ class Translation {
     return nullptr;
   }
   bool set(const std::string& key) const { return setting(key) != nullptr; }
+  // Whether the file sets `key` to None.
+  bool none(const std::string& key) const {
+    const auto* s = setting(key);
+    return s != nullptr && s->none;
+  }
 
   // The key's value: the file's (which must be a value, not an expression
   // left unevaluated), else train.py's default.
@@ -176,6 +244,12 @@ class Translation {
         refuse(file_.where(*s) + ": train_gpt reads numbers, strings, " +
                "True and False (and the numbers' arithmetic) here; write " +
                "the value itself.");
+      }
+      // A number in quotes: train.py would fail on it (a TypeError in its
+      // arithmetic), where a flag would read it as the number.
+      if (s->quoted && numeric(key)) {
+        refuse(file_.where(*s) + ": " + key + " is a number in nanoGPT, " +
+               "but this is a string; write it without quotes.");
       }
       return s->value;
     }
@@ -518,6 +592,11 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
     if (!t.set(key)) {
       continue;
     }
+    if (key == "top_k" && t.none(key)) {
+      // sample.py's top_k = None: no cut, as --top-k 0.
+      t.emit(flag, "0", t.source(key));
+      continue;
+    }
     const auto value = t.value(key);
     if (key == "start" && value.rfind("FILE:", 0) == 0) {
       t.emit("--prompt-file", value.substr(5), t.source(key));
@@ -526,6 +605,21 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
     }
   }
   return t.flags();
+}
+
+std::string nanogpt_flag_hint(const std::string& flag) {
+  const auto name = flag.rfind("--", 0) == 0 ? flag.substr(2) : flag;
+  auto names = flag_of_name();
+  names.insert(names.end(), sample_flags().begin(), sample_flags().end());
+  for (const auto& [key, flags] : names) {
+    if (key == name) {
+      const std::string text = flags;
+      return text.rfind("no flag", 0) == 0
+                 ? "nanoGPT's " + key + " has " + text
+                 : "nanoGPT's " + key + " is train_gpt's " + text;
+    }
+  }
+  return "";
 }
 
 } // namespace lamp_examples

@@ -57,4 +57,11 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
                                              const GivenFlag& given,
                                              std::vector<std::string>& notes);
 
+/// For an unknown flag spelled as nanoGPT's --key=value override
+/// ("--max_iters"): which of train_gpt's flags it is, for the error's hint
+/// (set_flag_hint()): "nanoGPT's max_iters is train_gpt's --steps, counted
+/// in batches (max_iters x gradient_accumulation_steps)". "" for any other
+/// name.
+std::string nanogpt_flag_hint(const std::string& flag);
+
 } // namespace lamp_examples

@@ -145,6 +145,10 @@ struct ProgramConfig {
   // Set by apply_resume_settings(): the program settings the resumed
   // checkpoint holds, for the checks a program makes itself.
   std::vector<lamp::training::ProgramSetting> resumed_program_settings;
+  // Set by the program: stored settings it takes back itself, from
+  // resumed_program_settings, where flags that exclude one another (one
+  // prompt of three kinds) cannot each be taken back alone.
+  std::vector<std::string> resumed_by_program;
 };
 
 /// Binds every shared flag to `config` (defaults are whatever `config` holds).

@@ -2,6 +2,7 @@
 
 #include <lamp/lamp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -171,9 +172,13 @@ void apply_resume_settings(CLI::App& app, ProgramConfig& config,
   for (const auto& setting : checkpoint.program_settings) {
     auto* option = app.get_option_no_throw(setting.name);
     if (option == nullptr || setting.name == "--checkpoint" ||
-        setting.name == "--log-json") {
-      // Another program's flag (the model name tells it apart), or the
-      // outputs, which continue_outputs() continued.
+        setting.name == "--log-json" ||
+        std::find(config.resumed_by_program.begin(),
+                  config.resumed_by_program.end(),
+                  setting.name) != config.resumed_by_program.end()) {
+      // Another program's flag (the model name tells it apart), the
+      // outputs, which continue_outputs() continued, or what the program
+      // takes back itself.
       continue;
     }
     if (option->count() == 0) {

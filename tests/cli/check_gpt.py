@@ -22,6 +22,11 @@ empties its WORK_DIR first.
       fp8, and a history without delayed scaling, are refused by name
   check_gpt.py sample TRAIN_GPT WORK_DIR
       the same --seed gives the same sample, another seed another
+  check_gpt.py first-hour TRAIN_GPT WORK_DIR
+      what a nanoGPT user meets first, each named: data moved since the
+      run --resume continues, nanoGPT's --key=value names, a flag given
+      twice, a config's number in quotes, JSON Lines read as a text, a
+      padding id as the prompt; --resume keeps the run's sample flags
   check_gpt.py steps TRAIN_GPT WORK_DIR
       a run measured in steps with evaluations and checkpoints every N
       steps; --resume alone from inside an epoch is bit-identical; a changed
@@ -2404,6 +2409,104 @@ def resume_04(train_gpt, work, fixtures, refused=False):
           f"straight run)")
 
 
+def first_hour(train_gpt, work):
+    """What a nanoGPT user meets in the first hour, each said by name: a
+    resume whose data folder moved, nanoGPT's --key=value names on the
+    command line (by meaning), a flag given twice, the sample flags a resume
+    keeps, a config's number in quotes and top_k = None, JSON Lines read as
+    a text, a prompt id among the model's padding."""
+    text = make_text(work)
+    base = [train_gpt, "--precision", "fp32"] + COMMON  # --sample-tokens last
+    # The data folder moved after the run: named, not "--vocab-size".
+    folder = fresh_folder(work, "moved")
+    os.makedirs(folder)
+    shutil.copy(text, os.path.join(folder, "a.txt"))
+    ck = fresh(work, "moved.pt")
+    expect_success(base[:-2] + ["--data", folder, "--steps", "4",
+                                "--max-steps", "2", "--checkpoint", ck,
+                                "--sample-tokens", "7",
+                           "--num-samples", "2", "--top-k", "5", "--prompt",
+                           "The"])
+    moved = folder + "-now"
+    shutil.rmtree(moved, ignore_errors=True)
+    os.rename(folder, moved)
+    r = run([train_gpt, "--resume", ck])
+    if r.returncode != 1 or f"--data {folder} does not exist; with --resume " \
+            "it is the checkpoint's data unless given anew" not in r.stderr:
+        fail(f"a resume of moved data: exit {r.returncode}, {r.stderr!r}")
+    # Given where it is now, the run goes on, drawing the samples the run
+    # asked for (2 of 7 tokens, top-k 5, after "The").
+    r = expect_success([train_gpt, "--resume", ck, "--data", moved])
+    heads = re.findall(r"train_gpt: sample (\d) of 2 \(--seed \d, "
+                       r"--temperature 0.8, --top-k 5\):\nThe", r.stdout)
+    if heads != ["1", "2"]:
+        fail(f"--resume alone did not keep the sample flags: {r.stdout!r}")
+    # A prompt given anew replaces the stored one (no "give one of" error).
+    r = expect_success([train_gpt, "--resume", ck, "--data", moved,
+                        "--prompt-ids", "65,66", "--sample-only"])
+    if "\nAB" not in r.stdout:
+        fail(f"--prompt-ids on a resume: {r.stdout!r}")
+    print("  moved data named; the resume keeps the run's sample flags")
+
+    # nanoGPT's names: the flag they are, not the nearest spelling; the
+    # config line that set --lr is not blamed for --lr_decay_iters.
+    cfg = os.path.join(work, "good.py")
+    with open(cfg, "w") as f:
+        f.write("learning_rate = 1e-3\nn_layer = 1\n")
+    for flag, want in (("--max_iters=3", "nanoGPT's max_iters is train_gpt's "
+                        "--steps, counted in batches"),
+                       ("--block_size=8", "nanoGPT's block_size is "
+                        "train_gpt's --context"),
+                       ("--init_from=resume", "train_gpt's --resume "
+                        "CHECKPOINT (init_from=resume)")):
+        r = run([train_gpt, "--config", cfg, flag])
+        if r.returncode != 2 or want not in r.stderr or "did you mean" \
+                in r.stderr:
+            fail(f"{flag}: exit {r.returncode}, {r.stderr!r}")
+    r = run([train_gpt, "--config", cfg, "--lr_decay_iters=5"])
+    if r.returncode != 2 or "set by" in r.stderr:
+        fail(f"--lr_decay_iters blamed on a config line: {r.stderr!r}")
+    r = run([train_gpt, "--steps", "2", "--steps", "3"])
+    if r.returncode != 2 or "--steps is given 2 times; give it once (see" \
+            not in r.stderr:
+        fail(f"a flag twice: exit {r.returncode}, {r.stderr!r}")
+    print("  " + r.stderr.strip())
+    r = run([train_gpt, "--prompt-file"])
+    if r.returncode != 2 or "--prompt-file needs a value (TEXT); give one " \
+            "after it, or leave the flag out" not in r.stderr:
+        fail(f"a flag without its value: exit {r.returncode}, {r.stderr!r}")
+    # A number in quotes, refused; top_k = None is --top-k 0.
+    with open(cfg, "w") as f:
+        f.write("n_layer = '2'\n")
+    r = run([train_gpt, "--config", cfg])
+    if r.returncode != 2 or "n_layer is a number in nanoGPT, but this is " \
+            "a string" not in r.stderr:
+        fail(f"a quoted number: exit {r.returncode}, {r.stderr!r}")
+    with open(cfg, "w") as f:
+        f.write("top_k = None\n")
+    r = run([train_gpt, "--config", cfg, "--eval-only"])
+    if "--top-k=0" not in r.stdout:
+        fail(f"top_k = None: {r.stdout!r} {r.stderr!r}")
+
+    # JSON Lines read as a text: a note naming prepare_tokens.
+    lines = os.path.join(work, "docs.jsonl")
+    with open(lines, "w") as f:
+        for k in range(400):
+            f.write(json.dumps({"text": f"Document {k}: some words."}) + "\n")
+    r = expect_success(base + ["--data", lines, "--steps", "1"])
+    if "looks like JSON Lines, which train_gpt reads as one text" \
+            not in r.stdout or "prepare_tokens --data" not in r.stdout:
+        fail(f"JSON Lines as a text: {r.stdout[:600]!r}")
+    # A prompt id among the padding of a model wider than the data's 256.
+    r = run(base + ["--data", text, "--steps", "1", "--vocab-size", "300",
+                    "--prompt-ids", "280"])
+    if r.returncode != 1 or "--prompt-ids holds 280, one of the model's " \
+            "padding ids: the data's are 0 ... 255" not in r.stderr:
+        fail(f"a padding id as the prompt: exit {r.returncode}, "
+             f"{r.stderr!r}")
+    print("  JSON Lines noted; a padding id refused")
+
+
 def fresh_folder(work, name):
     """A path in WORK_DIR with no folder at it."""
     path = os.path.join(work, name)
@@ -2613,6 +2716,8 @@ def main(argv):
         sample_signal(train_gpt, work)
     elif command == "bad-data":
         bad_data(train_gpt, work)
+    elif command == "first-hour":
+        first_hour(train_gpt, work)
     elif command == "ranks":
         ranks(train_gpt, work)
     elif command == "prepare-tokens":

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/cli.h"
+#include "common/output_paths.h"
 #include "common/stop_signals.h"
 
 namespace {
@@ -122,6 +123,20 @@ int run(const Config& config) {
                  lamp::data::text_documents_name(options.documents()).c_str(),
                  config.tokenizer.c_str(), tokenizer.describe().c_str(),
                  static_cast<long long>(threads), threads == 1 ? "" : "s");
+  // --out and the folders above it are made where missing, as nanoGPT's
+  // os.makedirs: the library makes --out itself (and removes it again where
+  // nothing is written), its parent here.
+  auto parent = config.out;
+  while (parent.size() > 1 && parent.back() == '/') {
+    parent.pop_back();
+  }
+  const auto slash = parent.rfind('/');
+  parent = slash == std::string::npos ? std::string() : parent.substr(0, slash);
+  if (!parent.empty()) {
+    const auto why = lamp_examples::make_folders(parent);
+    TORCH_CHECK(why.empty(), "--out ", config.out, ": cannot make the folder ",
+                parent, " above it (", why, "); give another --out.");
+  }
   const auto written = lamp::data::write_token_files(config.data, tokenizer,
                                                      config.out, options);
   const double seconds =

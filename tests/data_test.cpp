@@ -1001,7 +1001,8 @@ TEST(TokenFiles, RefusesBadFilesNamingThemAndTheFix) {
   expect_error(read(7), {"val.bin", "holds 8 uint16 ids",
                          "no window of context 8", "shorter --context"});
   write_tokens(dir, ids, ids);
-  expect_error(read(0), {"has no meta.pkl", "give --vocab-size"});
+  expect_error(read(0),
+               {"has no meta.pkl", "give --tokenizer FILE", "or --vocab-size"});
   write_file(dir.file("meta.pkl"), {0x80, 0x04, 0x95, 'x'});
   expect_error(read(0), {"meta.pkl", "is not a readable pickle"});
   write_file(dir.file("meta.pkl"), meta_pickle(0, {}));

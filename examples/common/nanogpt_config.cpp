@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "output_paths.h"
 
 namespace lamp_examples {
 namespace {
@@ -141,24 +142,6 @@ std::string join(const std::string& a, const std::string& b) {
     return b;
   }
   return a.back() == '/' ? a + b : a + "/" + b;
-}
-
-// `path` and the folders above it, as os.makedirs(path, exist_ok=True);
-// "" where it is a folder then, else why not.
-std::string make_folders(const std::string& path) {
-  for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
-    const auto part = path.substr(0, at);
-    if (!part.empty() && ::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      return std::strerror(errno);
-    }
-    if (at == std::string::npos) {
-      break;
-    }
-  }
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)
-             ? ""
-             : "something that is not a folder is there";
 }
 
 bool whole_number(const std::string& text, int64_t& value) {

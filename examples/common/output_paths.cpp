@@ -4,8 +4,10 @@
 #include <libgen.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <string>
 #include <vector>
@@ -177,6 +179,22 @@ void check_distinct_paths(const ProgramConfig& config,
                   "--checkpoint may name the same file).");
     }
   }
+}
+
+std::string make_folders(const std::string& path) {
+  for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
+    const auto part = path.substr(0, at);
+    if (!part.empty() && ::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
+      return std::strerror(errno);
+    }
+    if (at == std::string::npos) {
+      break;
+    }
+  }
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)
+             ? ""
+             : "something that is not a folder is there";
 }
 
 } // namespace lamp_examples

@@ -36,4 +36,9 @@ void check_distinct_paths(const ProgramConfig& config,
 /// --checkpoint, --overwrite-checkpoint).
 void check_earlier_checkpoints(const ProgramConfig& config);
 
+/// `path` and the folders above it, made as Python's os.makedirs(path,
+/// exist_ok=True) makes them; "" where `path` is a folder then, else why
+/// not (the system's words).
+std::string make_folders(const std::string& path);
+
 } // namespace lamp_examples

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -302,13 +303,33 @@ SentencePiece train_sentencepiece(const std::string& text,
       // the status.
       {"minloglevel", "2"}};
   std::string serialized, error;
-  TORCH_CHECK(
-      api.train(text, arguments, kMaxSentenceBytes, &serialized, &error),
-      caller, ": SentencePiece could not train a model of ",
-      options.vocab_size(), " pieces on ", origin, " (", text.size(),
-      " bytes): ", error,
-      ". Give a vocabulary size in the range it names, or a longer "
-      "text.");
+  if (!api.train(text, arguments, kMaxSentenceBytes, &serialized, &error)) {
+    // SentencePiece's bounds, in lamp's words: its status quotes a source
+    // line and an option lamp does not have.
+    std::smatch m;
+    static const std::regex too_few(
+        R"(smaller than required_chars\. (\d+) vs (\d+))");
+    static const std::regex too_many(R"(set it to a value <= (\d+))");
+    if (std::regex_search(error, m, too_few)) {
+      TORCH_CHECK(
+          false, caller, ": ", options.vocab_size(), " pieces are too few for ",
+          origin, " (", text.size(), " bytes): its characters",
+          options.byte_fallback() ? " and the 256 byte pieces" : "", " need ",
+          m[2].str(), " at least. Give a vocabulary of at least ", m[2].str(),
+          " pieces.");
+    }
+    if (std::regex_search(error, m, too_many)) {
+      TORCH_CHECK(false, caller, ": ", options.vocab_size(),
+                  " pieces are more than ", origin, " (", text.size(),
+                  " bytes) holds: at most ", m[1].str(),
+                  ". Give a vocabulary of at most ", m[1].str(),
+                  " pieces, or a longer text.");
+    }
+    TORCH_CHECK(false, caller, ": SentencePiece could not train a model of ",
+                options.vocab_size(), " pieces on ", origin, " (", text.size(),
+                " bytes): ", error,
+                ". Give another vocabulary size, or a longer text.");
+  }
   return SentencePiece::from_serialized(serialized,
                                         "a model trained from " + origin);
 }

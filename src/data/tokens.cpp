@@ -224,11 +224,21 @@ int64_t read_token_meta(const std::string& meta_path, TokenPieces* pieces) {
     // Why, in the words of the script that wrote it: a protocol before 2
     // (no PROTO opcode first), or an entry that is an object (numpy's
     // integers and strings pickle as objects).
-    TORCH_CHECK(bytes.empty() || static_cast<uint8_t>(bytes[0]) == 0x80, caller,
-                ": ", quoted(meta_path),
+    const auto first = bytes.empty() ? 0x80 : static_cast<uint8_t>(bytes[0]);
+    // Protocols 0 and 1 begin a dict, a list or a tuple with one of these
+    // opcodes; anything else is no pickle.
+    const bool old_protocol =
+        first == '(' || first == '}' || first == ']' || first == ')';
+    TORCH_CHECK(first == 0x80 || !old_protocol, caller, ": ", quoted(meta_path),
                 " is pickled with protocol 0 or 1, which lamp does not read; "
                 "pickle it with protocol 2 or later (pickle.dump(meta, f), "
                 "Python 3's default), or remove it and give --vocab-size.");
+    TORCH_CHECK(first == 0x80, caller, ": ", quoted(meta_path),
+                " is not a pickle (it begins with the byte ",
+                internal::hex_byte(first),
+                ", a pickle of protocol 2 or later with 0x80); the file is "
+                "damaged: prepare the data again, or remove it and give "
+                "--vocab-size.");
     const auto skeleton = lamp::detail::read_plain_pickle(
         bytes.data(), bytes.size(), meta_path, /*objects_as_none=*/true);
     if (skeleton && skeleton->isGenericDict()) {
@@ -314,9 +324,10 @@ TokenData read_token_files(const std::string& folder, int64_t context,
   } else {
     TORCH_CHECK(vocab_size > 0, caller, ": ", quoted(folder),
                 " has no meta.pkl to give the vocabulary's size; give "
-                "--vocab-size (the tokenizer's: GPT-2's is 50257, as in "
-                "nanoGPT's openwebtext and shakespeare; 50304 pads it as "
-                "nanoGPT's model does).");
+                "--tokenizer FILE (the tokenizer that wrote the files, "
+                "whose size it is), or --vocab-size (the tokenizer's: "
+                "GPT-2's is 50257, as in nanoGPT's openwebtext and "
+                "shakespeare; 50304 pads it as nanoGPT's model does).");
     data.vocab_size = vocab_size;
   }
   data.id_bytes = token_id_bytes(data.vocab_size);

@@ -1623,11 +1623,17 @@ def token_files(train_gpt, work):
         fail(f"--prompt-ids: {sample_of(r.stdout)[:80]!r}")
     # Its token files moved away: --sample-only does not read its ids as a
     # text's bytes (the checkpoint says they are token ids); it samples ids
-    # from --prompt-ids, and without them says what to give.
+    # from --prompt-ids (the run's, which the resume takes back), and with
+    # a text prompt instead says what to give.
     os.rename(folder, folder + ".moved")
     try:
+        r = expect_success([train_gpt, "--sample-only", "--resume", ids_model,
+                            "--sample-tokens", "5", "--no-progress"])
+        if not sample_of(r.stdout).startswith("<40000><32768>"):
+            fail(f"--sample-only did not take back the run's --prompt-ids: "
+                 f"{sample_of(r.stdout)[:80]!r}")
         r = run([train_gpt, "--sample-only", "--resume", ids_model,
-                 "--sample-tokens", "5", "--no-progress"])
+                 "--sample-tokens", "5", "--prompt", "x", "--no-progress"])
         wanted = (f"{ids_model}'s run trained on the token files of {folder}, "
                   "whose ids are not a text's bytes")
         if r.returncode != 1 or wanted not in r.stderr or \
@@ -1680,11 +1686,17 @@ def token_files(train_gpt, work):
     expect_error("empty val.bin", ["--data", bad], ["val.bin", "is empty"])
     write_token_folder(bad, ids, split)
     expect_error("no meta.pkl", ["--data", bad],
-                 ["has no meta.pkl", "give --vocab-size"])
+                 ["has no meta.pkl", "give --tokenizer FILE",
+                  "or --vocab-size"])
     with open(os.path.join(bad, "meta.pkl"), "wb") as f:
         f.write(b"\x80\x04\x95garbage")
     expect_error("damaged meta.pkl", ["--data", bad],
                  ["meta.pkl", "is not a readable pickle"])
+    with open(os.path.join(bad, "meta.pkl"), "wb") as f:
+        f.write(b"hello\n")
+    expect_error("meta.pkl that is no pickle", ["--data", bad],
+                 ["meta.pkl' is not a pickle (it begins with the byte 0x68",
+                  "the file is damaged"])
     # What Python reads but lamp does not, named in the script's terms: a
     # protocol before 2, and an entry that is an object (as numpy's ints).
     with open(os.path.join(bad, "meta.pkl"), "wb") as f:
@@ -2008,7 +2020,7 @@ def tokenizer(train_gpt, work, gpt_md):
             (["--train-tokenizer", "100", "--tokenizer", wrote], 2,
              "--train-tokenizer"),
             (["--train-tokenizer", "60000", "--tokenizer", wrote], 1,
-             "could not train a model of 60000 pieces on the training part "
+             "60000 pieces are more than the training part "
              f"of {text}"),
             (["--tokenizer", os.path.join(work, "missing.model")], 1,
              "missing.model' does not exist; give a SentencePiece model"),
@@ -2526,6 +2538,12 @@ def prepare_tokens(train_gpt, work, files, prepare):
     if not wrote or f"train_gpt --data {folder} --tokenizer" not in r.stdout:
         fail(f"no files or next step in the output: {r.stdout!r}")
     train_ids, val_ids = int(wrote.group(1)), int(wrote.group(2))
+    # --out under folders that are not there yet: made, as os.makedirs.
+    deep = os.path.join(fresh_folder(work, "deep"), "a", "b")
+    expect_success([prepare, "--data", text, "--tokenizer", tokenizer_json,
+                    "--out", deep])
+    if sorted(os.listdir(deep)) != ["train.bin", "val.bin"]:
+        fail(f"--out {deep}: {os.listdir(deep)}")
     for name, ids in (("train.bin", train_ids), ("val.bin", val_ids)):
         if os.path.getsize(os.path.join(folder, name)) != 2 * ids:
             fail(f"{name} does not hold {ids} uint16 ids")

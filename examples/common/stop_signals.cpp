@@ -34,11 +34,20 @@ void install_stop_signals() {
   // SA_RESTART: a read or write the signal interrupts is resumed, not failed
   // with EINTR (the checkpoint and log writes check every call).
   action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  // A closed terminal or ssh session: a stop like SIGTERM's, which writes
-  // the interrupted record and removes the checkpoint's lock.
-  sigaction(SIGHUP, &action, nullptr);
+  // A closed terminal or ssh session (SIGHUP): a stop like SIGTERM's, which
+  // writes the interrupted record and removes the checkpoint's lock. A
+  // signal the parent left ignored stays ignored, as Python and the shell's
+  // tools keep it: nohup's SIGHUP (the run outlives the session, as nohup
+  // asks), a background job's SIGINT in a script (Ctrl-C is the foreground
+  // job's).
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction inherited {};
+    if (sigaction(signal, nullptr, &inherited) == 0 &&
+        inherited.sa_handler == SIG_IGN) {
+      continue;
+    }
+    sigaction(signal, &action, nullptr);
+  }
 }
 
 int stop_signal() {

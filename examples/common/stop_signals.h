@@ -9,7 +9,9 @@
 
 namespace lamp_examples {
 
-/// Installs the handlers. The first signal only sets a flag (nothing else is
+/// Installs the handlers, for each signal the process did not inherit as
+/// ignored (nohup's SIGHUP, a background job's SIGINT: those stay ignored).
+/// The first signal only sets a flag (nothing else is
 /// safe in a handler); a second writes one line on stderr and calls _exit()
 /// with 128 + its number: checkpoint writes are atomic (written under a
 /// temporary name, then renamed), so the last checkpoint saved stays whole.

@@ -1199,6 +1199,18 @@ def signals(train_mnist, data, work, shim):
     for name, env, rc, line, record in cases:
         interrupted(name, resume_joined if name == "signal_hangup" else resume,
                     env, rc, line, record)
+    # Under nohup (SIGHUP ignored by the parent) a hangup is ignored, as
+    # nohup asks: the run goes on to its end. (It stopped the run.)
+    log = fresh(work, "signal_nohup.jsonl")
+    r = run(base + ["--log-json", log],
+            env=dict(os.environ, LD_PRELOAD=shim, LAMP_FAULT_PATH=log,
+                     LAMP_FAULT_RAISE_ON='"global_step":10,',
+                     LAMP_FAULT_RAISE_SIGNAL="1"),
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    if r.returncode != 0 or "epoch 3/3" not in r.stdout or \
+            read_records(log)[-1].get("record") == "interrupted":
+        fail(f"SIGHUP under nohup: exit {r.returncode}, stderr {r.stderr!r}")
+    print("  SIGHUP inherited as ignored (nohup): the run trains to its end")
     # A run started from weights (--init-from): the command it gives resumes
     # from its checkpoint, without the --init-from that --resume excludes.
     log = fresh(work, "signal_init_from.jsonl")

@@ -410,6 +410,15 @@ void checkpoint_shape(const lamp_examples::ProgramConfig& config,
               " to start from (--init-from).");
   const auto checkpoint =
       lamp::training::read_checkpoint_settings(config.init_from);
+  // train_gpt's models are named by their shape, "gpt(layers=...)"
+  // (--sample-only names another model itself, in its terms).
+  TORCH_CHECK(flags.sample_only || checkpoint.model_name.rfind("gpt(", 0) == 0,
+              "--init-from ", config.init_from,
+              " is a checkpoint of an image classifier (its "
+              "model: ",
+              checkpoint.model_name,
+              "), not of a GPT; give a checkpoint train_gpt wrote, or a "
+              "GPT's weights Python saved (nanoGPT's ckpt.pt, a state dict).");
   const auto now = gpt_settings(flags);
   std::string differences;
   for (const auto& setting : checkpoint.program_settings) {

@@ -226,9 +226,15 @@ int64_t physical_cores_available() {
 std::string settings_file_note(const std::string& message,
                                const SettingsSources& sources) {
   // Each flag the message names that the file set, where the message first
-  // names it (a flag whose name goes on, --steps-per-x, is not --steps).
+  // names it (a flag whose name goes on, --steps-per-x, is not --steps);
+  // or names its value as the library does ("precision 'amp'").
   std::vector<std::pair<size_t, std::string>> named;
   for (const auto& [flag, source] : sources) {
+    const auto value = message.find(" " + flag.substr(2) + " '");
+    if (value != std::string::npos) {
+      named.emplace_back(value + 1, source);
+      continue;
+    }
     for (auto at = message.find(flag); at != std::string::npos;
          at = message.find(flag, at + 1)) {
       const auto end = at + flag.size();

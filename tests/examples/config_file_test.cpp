@@ -379,6 +379,13 @@ TEST(ConfigFile, ErrorsAfterParsingNameTheLinesThatSetTheirFlags) {
             " (set by " + path + " line 1 (steps = 10))");
   EXPECT_EQ(settings_file_note("--lr 5 is too high", sources), "");
   EXPECT_EQ(settings_file_note("--steps 10 is too few", {}), "");
+  // A name with an underscore after it is another name (nanoGPT's
+  // --steps_x), not --steps.
+  EXPECT_EQ(settings_file_note("not expected: --steps_x=5", sources), "");
+  // The value as the library names it: "steps '10'" (TrainStep's
+  // "precision 'amp'", which a nanoGPT file's dtype set).
+  EXPECT_EQ(settings_file_note("lamp::X: steps '10' cannot run here", sources),
+            " (set by " + path + " line 1 (steps = 10))");
   // guarded_main() puts the note inside the sentence.
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(lamp_examples::guarded_main(

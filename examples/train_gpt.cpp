@@ -280,6 +280,21 @@ std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
       {"--prompt-ids", joined_ids(f.prompt_ids), false}};
 }
 
+// The value `name` has in the resumed checkpoint's settings; `found` false
+// where it holds none (a checkpoint written before the setting was stored).
+std::string resumed_setting(const lamp_examples::ProgramConfig& config,
+                            const std::string& name, bool& found) {
+  found = false;
+  std::string value;
+  for (const auto& setting : config.resumed_program_settings) {
+    if (setting.name == name) {
+      found = true;
+      value = setting.value;
+    }
+  }
+  return value;
+}
+
 // The sample flags a resume takes back from its checkpoint where the
 // command line does not give them: each number alone; the prompt (one of
 // --prompt, --prompt-file and --prompt-ids) only where none is given, the
@@ -296,34 +311,30 @@ void resume_sampling(const lamp_examples::ProgramConfig& config,
   if (config.resume.empty()) {
     return;
   }
-  std::map<std::string, std::string> stored;
-  for (const auto& setting : config.resumed_program_settings) {
-    stored[setting.name] = setting.value;
-  }
+  // Whether `name` was taken back: stored, not empty, not given.
   const auto take_back = [&](const std::string& name) {
     auto* option = flags.app->get_option(name);
-    const auto it = stored.find(name);
-    if (option->count() > 0 || it == stored.end() || it->second.empty()) {
-      return;
+    bool found = false;
+    const auto value = resumed_setting(config, name, found);
+    if (option->count() > 0 || value.empty()) {
+      return false;
     }
     option->clear();
-    option->add_result(it->second);
+    option->add_result(value);
     option->run_callback();
+    return true;
   };
   for (const auto* name : {"--sample-tokens", "--temperature", "--top-k",
                            "--top-p", "--num-samples"}) {
     take_back(name);
   }
-  bool prompt_given = false;
   for (const auto* name : {"--prompt", "--prompt-file", "--prompt-ids"}) {
-    prompt_given = prompt_given || flags.app->get_option(name)->count() > 0;
-  }
-  if (prompt_given) {
-    return;
+    if (flags.app->get_option(name)->count() > 0) {
+      return;
+    }
   }
   for (const auto* name : {"--prompt-ids", "--prompt-file", "--prompt"}) {
-    if (stored.count(name) > 0 && !stored[name].empty()) {
-      take_back(name);
+    if (take_back(name)) {
       return;
     }
   }
@@ -607,21 +618,6 @@ int64_t print_samples(
                              lamp::data::escape_text(out).c_str());
   }
   return generated;
-}
-
-// The value `name` has in the resumed checkpoint's settings; `found` false
-// where it holds none (a checkpoint written before the setting was stored).
-std::string resumed_setting(const lamp_examples::ProgramConfig& config,
-                            const std::string& name, bool& found) {
-  found = false;
-  std::string value;
-  for (const auto& setting : config.resumed_program_settings) {
-    if (setting.name == name) {
-      found = true;
-      value = setting.value;
-    }
-  }
-  return value;
 }
 
 // --tokenizer's model, loaded (the caller checks that the model's

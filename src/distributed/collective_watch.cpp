@@ -440,10 +440,16 @@ CollectiveWatch::CollectiveWatch(
     return asker->ask([](c10d::Store& /*store*/) { return true; });
   });
   connected.wait_for(kStoreAnswer);
-  thread_ = std::thread([state = state_] {
-    state->run();
-    state->done.set_value();
-  });
+  try {
+    thread_ = std::thread([state = state_] {
+      state->run();
+      state->done.set_value();
+    });
+  } catch (const std::system_error& error) {
+    TORCH_CHECK(false, "rank ", state_->settings.rank, " of ",
+                state_->settings.world_size, ": ",
+                thread_refused("watch its collectives", error));
+  }
 }
 
 CollectiveWatch::~CollectiveWatch() {

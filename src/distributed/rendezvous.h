@@ -3,6 +3,7 @@
 // The meeting of the ranks before a process group's backend starts, and the
 // message helpers that ProcessGroup shares with it. Private to src/.
 
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -11,11 +12,13 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "lamp/distributed/environment.h"
 #include "lamp/distributed/process_group.h"
+#include "platform/worker_threads.h"
 
 namespace lamp {
 namespace detail {
@@ -38,18 +41,30 @@ std::string listener_at(const std::string& host, int port);
 
 /// `call()`'s result, computed on a thread of its own that is left behind
 /// (detached) if the caller stops waiting: a store call can block forever,
-/// and std::async's future would wait for it on destruction.
+/// and std::async's future would wait for it on destruction. Never throws:
+/// where the system will not start the thread, the future holds the error
+/// (thread_refused()'s words), as it holds the call's own, so that a caller
+/// on the watch's thread or in an error's report goes on as for a store
+/// that failed.
 template <typename F>
 auto detached(F call) -> std::future<decltype(call())> {
   auto result = std::make_shared<std::promise<decltype(call())>>();
   auto future = result->get_future();
-  std::thread([call = std::move(call), result] {
+  try {
+    std::thread([call = std::move(call), result] {
+      try {
+        result->set_value(call());
+      } catch (...) {
+        result->set_exception(std::current_exception());
+      }
+    }).detach();
+  } catch (const std::system_error& error) {
     try {
-      result->set_value(call());
+      TORCH_CHECK(false, thread_refused("ask the ranks' store", error));
     } catch (...) {
       result->set_exception(std::current_exception());
     }
-  }).detach();
+  }
   return future;
 }
 

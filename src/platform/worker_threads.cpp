@@ -5,6 +5,15 @@
 namespace lamp {
 namespace detail {
 
+std::string thread_refused(const std::string& purpose,
+                           const std::system_error& error) {
+  return "the system would not start a thread to " + purpose + " (" +
+         error.code().message() +
+         "): a limit on the processes' threads or memory is reached (ulimit "
+         "-u, ulimit -v, a container's pids limit); raise it, or run fewer "
+         "processes or threads.";
+}
+
 int64_t Workers::start(int64_t count,
                        const std::function<void(int64_t)>& work) {
   join();

@@ -9,12 +9,18 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 #include "compress_util.h"
+#include "distributed/collective_watch.h"
+#include "distributed/rendezvous.h"
 #include "lamp/data/token_writer.h"
 #include "lamp/data/tokenizer.h"
 #include "lamp/platform/warnings.h"
@@ -137,6 +143,59 @@ TEST_F(ThreadFaults, TokenFilesAreWrittenOnTheThreadsThatStarted) {
     EXPECT_NE(warnings[0].find("Give fewer threads"), std::string::npos)
         << warnings[0];
   }
+}
+
+// The process group's helpers: a store call on a thread of its own
+// (detached()) holds the refusal in its future, as it holds a store's error,
+// where it threw std::system_error at its caller (on the collective watch's
+// thread: std::terminate); the watch of a new group says what refused it.
+TEST_F(ThreadFaults, TheProcessGroupsHelpersNameARefusedThread) {
+  const std::string words =
+      "the system would not start a thread to ask the ranks' store "
+      "(Resource temporarily unavailable): a limit on the processes' "
+      "threads or memory is reached (ulimit -u, ulimit -v, a container's "
+      "pids limit); raise it, or run fewer processes or threads.";
+  {
+    std::future<int> answer;
+    {
+      ThreadLimit limit(0);
+      answer = lamp::detail::detached([] { return 7; });
+    }
+    ASSERT_EQ(answer.wait_for(std::chrono::seconds(0)),
+              std::future_status::ready);
+    try {
+      answer.get();
+      ADD_FAILURE() << "a refused thread gave an answer";
+    } catch (const c10::Error& e) {
+      EXPECT_EQ(lamp::detail::error_text(e), words.substr(0, words.size() - 1));
+    }
+  }
+  EXPECT_EQ(lamp::detail::detached([] { return 7; }).get(), 7);
+
+  lamp::detail::CollectiveWatch::Settings settings;
+  settings.rank = 1;
+  settings.world_size = 2;
+  settings.timeout = std::chrono::seconds(60);
+  settings.interval = std::chrono::seconds(30);
+  settings.report = [](const std::string& /*line*/) {};
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto connect = [store] {
+    return c10::intrusive_ptr<c10d::Store>(store);
+  };
+  try {
+    ThreadLimit limit(0);
+    lamp::detail::CollectiveWatch watch(connect, settings);
+    ADD_FAILURE() << "the watch started without its thread";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(lamp::detail::error_text(e),
+              "rank 1 of 2: the system would not start a thread to watch its "
+              "collectives (Resource temporarily unavailable): a limit on "
+              "the processes' threads or memory is reached (ulimit -u, "
+              "ulimit -v, a container's pids limit); raise it, or run fewer "
+              "processes or threads");
+  }
+  // With room, the same watch starts and ends.
+  lamp::detail::CollectiveWatch watch(connect, settings);
 }
 
 } // namespace

@@ -61,6 +61,18 @@ std::string size_text(double bytes) {
   return text;
 }
 
+// "12.3 s", "42 ms", "0.38 ms": a time with figures to show, never "0.0 s".
+std::string time_text(double seconds) {
+  char text[32];
+  if (seconds >= 1) {
+    std::snprintf(text, sizeof text, "%.1f s", seconds);
+  } else {
+    std::snprintf(text, sizeof text, seconds >= 0.01 ? "%.0f ms" : "%.2f ms",
+                  seconds * 1000);
+  }
+  return text;
+}
+
 int run(const Config& config) {
   TORCH_CHECK(!config.data.empty(),
               "no --data given and Debian's fortunes are not installed "
@@ -162,13 +174,14 @@ int run(const Config& config) {
   }
   cli::print_out(
       "prepare_tokens: %s%s of text into %lld tokens (%.2f bytes a token) in "
-      "%.1f s, %s/s\n",
+      "%s, %s/s\n",
       documents.c_str(), size_text(static_cast<double>(written.bytes)).c_str(),
       static_cast<long long>(tokens),
       tokens > 0
           ? static_cast<double>(written.bytes) / static_cast<double>(tokens)
           : 0.0,
-      seconds, size_text(static_cast<double>(written.bytes) / seconds).c_str());
+      time_text(seconds).c_str(),
+      size_text(static_cast<double>(written.bytes) / seconds).c_str());
   cli::print_out("prepare_tokens: wrote %s (%lld %s ids) and %s (%lld)\n",
                  written.train_path.c_str(),
                  static_cast<long long>(written.train_tokens), width,

@@ -161,11 +161,15 @@ std::string eval_mode_text(
 void LossWindow::add(const lamp::training::BatchProgress& p) {
   // The epoch's sum starts again (from what a resume inside it carried
   // on): so does the window.
+  // Its examples are those the clock timed: the epoch's first batch has
+  // ended when the clock starts (Progress::update()), so its loss counts
+  // and its examples do not.
   if (p.batch == p.resumed_batches + 1) {
     sum_at_ = p.resumed_loss_sum;
     non_finite_at_ = p.non_finite_before_epoch;
     batch_at_ = p.resumed_batches;
     examples_ = 0;
+    return; // not timed: its examples do not count
   }
   examples_ += p.examples;
 }
@@ -238,11 +242,15 @@ Progress::on_eval_batch() {
 
 void Progress::update(const lamp::training::BatchProgress& p) {
   const auto now = std::chrono::steady_clock::now();
+  // The clock starts as the epoch's first batch ends: the examples timed
+  // are those after it (a line or the bar that counted them would
+  // overstate the rate, most at the first line).
   if (p.batch == p.resumed_batches + 1) {
     epoch_start_ = line_start_ = last_line_ = now;
     epoch_examples_ = 0;
+  } else {
+    epoch_examples_ += p.examples;
   }
-  epoch_examples_ += p.examples;
   if (bar_) {
     bar_window_.add(p);
   }
@@ -365,7 +373,11 @@ void Progress::write_line(const lamp::training::BatchProgress& p,
                           std::chrono::steady_clock::time_point now) {
   const auto window = line_window_.take(p);
   const double elapsed = seconds(now - line_start_);
-  const double rate = elapsed > 0 ? window.second / elapsed : 0.0;
+  // Nothing timed yet (a line after the epoch's first batch alone, as with
+  // --log-every 1): "?" and null in the record, not 0.
+  const bool timed = elapsed > 0 && window.second > 0;
+  const double rate = timed ? window.second / elapsed
+                            : std::numeric_limits<double>::quiet_NaN();
   const auto scale = scale_text(p);
   clear();
   // The record first: stdout gone stops the run with the log complete.
@@ -377,11 +389,12 @@ void Progress::write_line(const lamp::training::BatchProgress& p,
           ? "  grad norm " + short_number(p.grad_norm.item<double>())
           : "";
   print_out(
-      "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f %s  lr %.4g%s%s%s\n",
+      "epoch %lld/%lld  step %lld/%lld  loss %.4f  %s %s  lr %.4g%s%s%s\n",
       static_cast<long long>(p.epoch), static_cast<long long>(epochs_),
       static_cast<long long>(p.batch), static_cast<long long>(p.batches),
-      window.first, shown_rate(rate), rate_unit(), p.lr, norm.c_str(),
-      scale.empty() ? "" : "  ", scale.c_str());
+      window.first, timed ? fixed(shown_rate(rate), 0).c_str() : "?",
+      rate_unit(), p.lr, norm.c_str(), scale.empty() ? "" : "  ",
+      scale.c_str());
   line_start_ = last_line_ = now;
 }
 
@@ -401,7 +414,9 @@ void Progress::draw(const lamp::training::BatchProgress& p,
   const double elapsed = seconds(now - epoch_start_);
   const double rate = elapsed > 0 ? epoch_examples_ / elapsed : 0.0;
   const int64_t done = p.batch - p.resumed_batches; // in this run
-  const double eta = elapsed * (p.batches - p.batch) / done;
+  // The clock has timed the batches after the first.
+  const double eta =
+      done > 1 ? elapsed * (p.batches - p.batch) / (done - 1) : 0.0;
   const double loss = bar_window_.take(p).first;
   const auto left =
       "epoch " + std::to_string(p.epoch) + "/" + std::to_string(epochs_);

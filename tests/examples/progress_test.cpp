@@ -84,4 +84,41 @@ TEST(Progress, AStepLineAfterAnEvaluationLeavesTheEvaluationsTimeOut) {
   EXPECT_LE(rate, kExamples / shortest + 0.5) << printed;
 }
 
+// The clock starts as the epoch's first batch ends, so a line's rate counts
+// the batches after it: with --log-every 1 the first line has nothing timed
+// and says "?" (not "0 img/s"); with --log-every 2 the line for batches 1
+// and 2 is batch 2's examples over the time since batch 1 (counting batch
+// 1's examples too would double the rate, far outside the bounds).
+TEST(Progress, AnEpochsFirstLineCountsOnlyTheBatchesTimed) {
+  constexpr int64_t kExamples = 1000000;
+  {
+    lamp_examples::Progress progress(/*bar=*/false, /*timed_lines=*/false,
+                                     /*log_every=*/1, /*show_scale=*/false,
+                                     /*epochs=*/1, /*log=*/nullptr);
+    ::testing::internal::CaptureStdout();
+    progress.update(step(1, kExamples));
+    const auto printed = ::testing::internal::GetCapturedStdout();
+    EXPECT_NE(printed.find("step 1/2  loss 1.0000  ? img/s  lr 0.1"),
+              std::string::npos)
+        << printed;
+  }
+  lamp_examples::Progress progress(/*bar=*/false, /*timed_lines=*/false,
+                                   /*log_every=*/2, /*show_scale=*/false,
+                                   /*epochs=*/1, /*log=*/nullptr);
+  ::testing::internal::CaptureStdout();
+  const auto before_first = Clock::now();
+  progress.update(step(1, kExamples));
+  const auto after_first = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto before_second = Clock::now();
+  progress.update(step(2, kExamples));
+  const auto after_second = Clock::now();
+  const auto printed = ::testing::internal::GetCapturedStdout();
+  const double longest = seconds(after_second - before_first);
+  const double shortest = seconds(before_second - after_first);
+  const double rate = line_rate(printed, 2);
+  EXPECT_GE(rate, kExamples / longest - 0.5) << printed;
+  EXPECT_LE(rate, kExamples / shortest + 0.5) << printed;
+}
+
 } // namespace

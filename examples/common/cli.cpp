@@ -147,6 +147,43 @@ std::string usage_words(const std::string& message) {
   return message;
 }
 
+// "" or the usage error for an empty item in a delimited flag's value
+// ("--prompt-ids 1,,2", "1,2,"): CLI11 splits the value and drops the
+// empty items without a word, so a typo would give another list.
+std::string empty_list_item(const CLI::App& app,
+                            const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind("--", 0) != 0) {
+      continue;
+    }
+    const auto equals = args[i].find('=');
+    const auto* option = app.get_option_no_throw(args[i].substr(0, equals));
+    if (option == nullptr || option->get_delimiter() == '\0') {
+      continue;
+    }
+    const char comma = option->get_delimiter();
+    // Its values: after '=', else the arguments up to the next flag.
+    std::vector<std::string> values;
+    if (equals != std::string::npos) {
+      values.push_back(args[i].substr(equals + 1));
+    }
+    for (size_t j = i + 1;
+         equals == std::string::npos && j < args.size() && args[j][0] != '-';
+         ++j) {
+      values.push_back(args[j]);
+    }
+    for (const auto& value : values) {
+      if (!value.empty() &&
+          (value.front() == comma || value.back() == comma ||
+           value.find(std::string(2, comma)) != std::string::npos)) {
+        return option->get_name() + ": '" + value + "' has an empty item; " +
+               "give the items with one '" + comma + "' between each two";
+      }
+    }
+  }
+  return "";
+}
+
 // Levenshtein distance: the edits (insert, delete, replace) from a to b.
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -427,6 +464,12 @@ int parse_command_line(CLI::App& app, const std::string& program, int argc,
   }
   for (const auto& note : notes) {
     std::cerr << program << ": note: " << note << std::endl;
+  }
+  if (const auto empty = empty_list_item(app, args); !empty.empty()) {
+    std::cerr << program << ": error: " << empty
+              << settings_file_note(empty, sources) << " (see " << program
+              << " --help)" << std::endl;
+    return kUsageError;
   }
   const std::vector<std::string> added(
       args.begin() + std::min<ptrdiff_t>(std::max(argc - 1, 0),

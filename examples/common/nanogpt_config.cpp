@@ -431,17 +431,17 @@ void emit_precision(Translation& t) {
   t.emit("--precision", precision, t.source("dtype"));
 }
 
-// init_from: a new model, lamp's checkpoint in out_dir, or GPT-2's shape
-// for --init-from's weights. Returns whether the file's shape applies
-// (not when it comes from a checkpoint or GPT-2).
-bool emit_start(Translation& t, const std::string& checkpoint) {
-  const auto from = t.value("init_from");
+// init_from (`from`, set by `where`): a new model, lamp's checkpoint in
+// out_dir, or GPT-2's shape for --init-from's weights. Returns whether the
+// file's shape applies (not when it comes from a checkpoint or GPT-2).
+bool emit_start(Translation& t, const std::string& checkpoint,
+                const std::string& from, const std::string& where) {
   if (from == "scratch") {
     return true;
   }
   if (from == "resume") {
     if (t.given("--resume") == nullptr && t.given("--init-from") == nullptr) {
-      t.emit("--resume", checkpoint, t.source("init_from"));
+      t.emit("--resume", checkpoint, where);
     }
     return false; // the checkpoint's shape, as train.py takes it
   }
@@ -450,7 +450,7 @@ bool emit_start(Translation& t, const std::string& checkpoint) {
       continue;
     }
     if (t.given("--init-from") == nullptr) {
-      refuse(t.source("init_from") +
+      refuse(where +
              ": nanoGPT downloads GPT-2's weights; train_gpt downloads "
              "nothing: give --init-from with " +
              from +
@@ -458,16 +458,51 @@ bool emit_start(Translation& t, const std::string& checkpoint) {
              "model.safetensors, or nanoGPT's ckpt.pt; docs/gpt.md, "
              "\"Weights from Python\").");
     }
-    const auto where = t.source("init_from");
     t.emit("--layers", std::to_string(shape.layers), where);
     t.emit("--heads", std::to_string(shape.heads), where);
     t.emit("--width", std::to_string(shape.width), where);
     t.emit("--bias", "true", where);
     return false;
   }
-  refuse(t.source("init_from") +
+  refuse(where +
          ": init_from is 'scratch', 'resume', 'gpt2', 'gpt2-medium', "
          "'gpt2-large' or 'gpt2-xl' in nanoGPT.");
+}
+
+// The device and dtype, the settings without a flag of their own, and
+// sample.py's.
+void emit_system_and_sampling(Translation& t, std::vector<std::string>& notes) {
+  // The system.
+  emit_precision(t);
+  if (t.set("device")) {
+    t.emit_key("--device", "device");
+  }
+  // No flag of their own, but a value of the wrong kind is still refused.
+  t.truth("compile");
+  t.truth("always_save_checkpoint");
+  if (t.set("wandb_log") && t.truth("wandb_log")) {
+    notes.push_back(t.source("wandb_log") +
+                    ": train_gpt does not log to Weights & Biases; "
+                    "--log-json FILE writes the losses, learning rate and "
+                    "MFU as JSON Lines (scripts/plot.py draws them).");
+  }
+  // sample.py's.
+  for (const auto& [key, flag] : sample_flags()) {
+    if (!t.set(key)) {
+      continue;
+    }
+    if (key == "top_k" && t.none(key)) {
+      // sample.py's top_k = None: no cut, as --top-k 0.
+      t.emit(flag, "0", t.source(key));
+      continue;
+    }
+    const auto value = t.value(key);
+    if (key == "start" && value.rfind("FILE:", 0) == 0) {
+      t.emit("--prompt-file", value.substr(5), t.source(key));
+    } else {
+      t.emit(flag, value, t.source(key));
+    }
+  }
 }
 
 } // namespace
@@ -476,11 +511,29 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
                                              const GivenFlag& given,
                                              std::vector<std::string>& notes) {
   Translation t(file, given);
-  const auto batches = batches_per_iteration(t);
   const auto out_dir = t.value("out_dir");
   const auto checkpoint = join(out_dir, "lamp.pt");
-  const auto from = t.value("init_from");
-  const bool file_shape = emit_start(t, checkpoint);
+  // --sample-only stands for sample.py, whose init_from is 'resume' unless
+  // the file says otherwise (train.py's is 'scratch'): a file of sample.py's
+  // settings and out_dir samples from out_dir's checkpoint, as there.
+  const bool sampling = t.given("--sample-only") != nullptr;
+  const bool sample_default = sampling && !t.set("init_from");
+  const auto from =
+      sample_default ? std::string("resume") : t.value("init_from");
+  const bool file_shape = emit_start(
+      t, checkpoint, from,
+      sample_default ? "nanoGPT's sample.py default (init_from = 'resume')"
+                     : t.source("init_from"));
+  if (sampling) {
+    // sample.py: the checkpoint's model, and its data (for meta.pkl) unless
+    // the file sets dataset; train.py's other settings are not used.
+    if (t.set("dataset")) {
+      t.emit("--data", join("data", t.value("dataset")), t.source("dataset"));
+    }
+    emit_system_and_sampling(t, notes);
+    return t.flags();
+  }
+  const auto batches = batches_per_iteration(t);
   if (file_shape) {
     t.emit_key("--layers", "n_layer");
     t.emit_key("--heads", "n_head");
@@ -536,10 +589,9 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   t.emit("--eval-only", t.truth("eval_only") ? "true" : "false",
          t.source("eval_only"));
   // A run that trains saves in out_dir, which train.py makes; --eval-only
-  // and --sample-only write nothing.
-  const bool trains = t.given("--eval-only") == nullptr &&
-                      t.given("--sample-only") == nullptr &&
-                      !t.truth("eval_only");
+  // writes nothing.
+  const bool trains =
+      t.given("--eval-only") == nullptr && !t.truth("eval_only");
   const auto* eval_every = t.given("--eval-every");
   if (trains && (eval_every == nullptr || *eval_every != "0")) {
     t.emit("--eval-at-start", "true",
@@ -556,37 +608,7 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
              " (" + why + "): choose another out_dir, or give --checkpoint.");
     }
   }
-  // The system.
-  emit_precision(t);
-  if (t.set("device")) {
-    t.emit_key("--device", "device");
-  }
-  // No flag of their own, but a value of the wrong kind is still refused.
-  t.truth("compile");
-  t.truth("always_save_checkpoint");
-  if (t.set("wandb_log") && t.truth("wandb_log")) {
-    notes.push_back(t.source("wandb_log") +
-                    ": train_gpt does not log to Weights & Biases; "
-                    "--log-json FILE writes the losses, learning rate and "
-                    "MFU as JSON Lines (scripts/plot.py draws them).");
-  }
-  // sample.py's.
-  for (const auto& [key, flag] : sample_flags()) {
-    if (!t.set(key)) {
-      continue;
-    }
-    if (key == "top_k" && t.none(key)) {
-      // sample.py's top_k = None: no cut, as --top-k 0.
-      t.emit(flag, "0", t.source(key));
-      continue;
-    }
-    const auto value = t.value(key);
-    if (key == "start" && value.rfind("FILE:", 0) == 0) {
-      t.emit("--prompt-file", value.substr(5), t.source(key));
-    } else {
-      t.emit(flag, value, t.source(key));
-    }
-  }
+  emit_system_and_sampling(t, notes);
   return t.flags();
 }
 

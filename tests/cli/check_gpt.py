@@ -26,7 +26,8 @@ empties its WORK_DIR first.
       what a nanoGPT user meets first, each named: data moved since the
       run --resume continues, nanoGPT's --key=value names, a flag given
       twice, a config's number in quotes, JSON Lines read as a text, a
-      padding id as the prompt; --resume keeps the run's sample flags
+      padding id or an empty item in --prompt-ids as the prompt; --resume
+      keeps the run's sample flags
   check_gpt.py steps TRAIN_GPT WORK_DIR
       a run measured in steps with evaluations and checkpoints every N
       steps; --resume alone from inside an epoch is bit-identical; a changed
@@ -1061,6 +1062,7 @@ def config(train_gpt, work):
                 "device = 'cpu'\ndtype = 'float32'\ncompile = False\n")
     flags = ["--no-progress", "--sample-tokens", "20", "--seed", "3"]
     r = expect_success([train_gpt, "--config", recipe] + flags, cwd=nano)
+    trained = r
     gives = r.stdout.splitlines()[0]
     wanted = ("train_gpt: --config config/train_chars.py gives "
               "--accumulation-steps=2 --layers=2 --heads=2 --width=32 "
@@ -1171,6 +1173,39 @@ def config(train_gpt, work):
         fail(f"--eval-only with the config: {r.stdout[-400:]!r}, the run's "
              f"{last[0]}")
     print(f"  --eval-only with the file: val loss {last[0]} again")
+    # sample.py's file (out_dir and its own settings): --sample-only takes
+    # sample.py's init_from = 'resume', the checkpoint's model and data (and
+    # the run's --seed 3, the second sample's 4), and none of train.py's
+    # training settings.
+    sampler = os.path.join(nano, "config", "sample_chars.py")
+    with open(sampler, "w") as f:
+        f.write("out_dir = 'out-chars'\nmax_new_tokens = 12\n"
+                "num_samples = 2\ndevice = 'cpu'\n")
+    r = expect_success([train_gpt, "--config", os.path.join(
+        "config", "sample_chars.py"), "--sample-only"], cwd=nano)
+    wanted = ("train_gpt: --config config/sample_chars.py gives "
+              "--resume=out-chars/lamp.pt --precision=auto --device=cpu "
+              "--num-samples=2 --sample-tokens=12")
+    if r.stdout.splitlines()[0] != wanted or \
+            "train_gpt: sample 2 of 2 (--seed 4," not in r.stdout or \
+            "sampling from out-chars/lamp.pt: gpt(layers=2, heads=2, " \
+            "width=32, context=32, vocab=64" not in r.stdout:
+        fail(f"sample.py's file under --sample-only: {r.stdout[:900]!r} "
+             f"{r.stderr!r}")
+    # The training recipe under --sample-only: its dataset, the checkpoint
+    # in its out_dir, the same samples as the run's own at its end.
+    r = expect_success([train_gpt, "--config", recipe, "--sample-only",
+                        "--sample-tokens", "20", "--seed", "3"], cwd=nano)
+    if r.stdout.splitlines()[0] != (
+            "train_gpt: --config config/train_chars.py gives "
+            "--resume=out-chars/lamp.pt --data=data/chars --precision=fp32 "
+            "--device=cpu") or \
+            r.stdout.split("):\n", 1)[-1].split("\ntrain_gpt: ")[0] \
+            not in trained.stdout:
+        fail(f"the recipe under --sample-only: {r.stdout[:900]!r} "
+             f"{r.stderr!r}")
+    print("  sample.py's file and the recipe under --sample-only sample "
+          "out-chars/lamp.pt")
     # Bad files: exit 2, the file and line named.
     for name, lines, wanted in (
             ("a name nanoGPT lacks", "n_layers = 2\n",
@@ -2426,7 +2461,8 @@ def first_hour(train_gpt, work):
     resume whose data folder moved, nanoGPT's --key=value names on the
     command line (by meaning), a flag given twice, the sample flags a resume
     keeps, a config's number in quotes and top_k = None, JSON Lines read as
-    a text, a prompt id among the model's padding."""
+    a text, a prompt id among the model's padding, an empty item in
+    --prompt-ids."""
     text = make_text(work)
     base = [train_gpt, "--precision", "fp32"] + COMMON  # --sample-tokens last
     # The data folder moved after the run: named, not "--vocab-size".
@@ -2516,7 +2552,16 @@ def first_hour(train_gpt, work):
             "padding ids: the data's are 0 ... 255" not in r.stderr:
         fail(f"a padding id as the prompt: exit {r.returncode}, "
              f"{r.stderr!r}")
-    print("  JSON Lines noted; a padding id refused")
+    # An empty item in the list (CLI11 alone drops it: 1,2), refused.
+    for ids in ("65,,66", "65,66,", "--prompt-ids=,65"):
+        args = [ids] if ids.startswith("--") else ["--prompt-ids", ids]
+        r = run(base + ["--data", text, "--steps", "1"] + args)
+        shown = ids.split("=")[-1]
+        if r.returncode != 2 or f"--prompt-ids: '{shown}' has an empty " \
+                "item; give the items with one ',' between each two" \
+                not in r.stderr:
+            fail(f"--prompt-ids {ids}: exit {r.returncode}, {r.stderr!r}")
+    print("  JSON Lines noted; a padding id and an empty id refused")
 
 
 def fresh_folder(work, name):
@@ -2538,6 +2583,12 @@ def prepare_tokens(train_gpt, work, files, prepare):
     if not wrote or f"train_gpt --data {folder} --tokenizer" not in r.stdout:
         fail(f"no files or next step in the output: {r.stdout!r}")
     train_ids, val_ids = int(wrote.group(1)), int(wrote.group(2))
+    # Its time in figures that show it: a run this short in milliseconds,
+    # not "0.0 s".
+    took = re.search(r"bytes a token\) in ([0-9.]+) (ms|s), ", r.stdout)
+    if not took or float(took.group(1)) == 0 or \
+            (took.group(2) == "s" and float(took.group(1)) < 1):
+        fail(f"prepare_tokens's time: {r.stdout!r}")
     # --out under folders that are not there yet: made, as os.makedirs.
     deep = os.path.join(fresh_folder(work, "deep"), "a", "b")
     expect_success([prepare, "--data", text, "--tokenizer", tokenizer_json,

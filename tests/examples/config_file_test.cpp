@@ -703,8 +703,30 @@ TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
     EXPECT_EQ(read.count("--checkpoint-every"), 0u);
     EXPECT_EQ(read.count("--eval-at-start"), 0u);
     EXPECT_FALSE(exists(elsewhere));
-    EXPECT_EQ(read.at("--eval-only"),
-              std::string(mode) == "file" ? "true" : "false");
+    if (std::string(mode) != "--sample-only") {
+      EXPECT_EQ(read.at("--eval-only"),
+                std::string(mode) == "file" ? "true" : "false");
+      continue;
+    }
+    // --sample-only reads the file as sample.py: init_from = 'resume' where
+    // it sets none, the checkpoint's data (the file sets no dataset), and
+    // none of train.py's training settings.
+    EXPECT_EQ(read.at("--resume"), elsewhere + "/lamp.pt");
+    for (const auto* flag :
+         {"--eval-only", "--data", "--steps", "--batch-size", "--lr",
+          "--layers", "--accumulation-steps", "--schedule"}) {
+      EXPECT_EQ(read.count(flag), 0u) << flag;
+    }
+  }
+  // --sample-only with a file that sets init_from and dataset: those, as
+  // sample.py takes them.
+  {
+    NanoGpt sampling;
+    sampling.given["--sample-only"] = "";
+    write(path, "init_from = 'scratch'\ndataset = 'chars'\n");
+    const auto read = sampling.values(path);
+    EXPECT_EQ(read.count("--resume"), 0u);
+    EXPECT_EQ(read.at("--data"), "data/chars");
   }
   // init_from = 'resume': lamp's checkpoint in out_dir, with its shape.
   write(path, "out_dir = '" + out + "'\ninit_from = 'resume'\nn_layer = 2\n");

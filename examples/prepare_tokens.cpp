@@ -64,7 +64,7 @@ std::string size_text(double bytes) {
 // "12.3 s", "42 ms", "0.38 ms": a time with figures to show, never "0.0 s".
 std::string time_text(double seconds) {
   char text[32];
-  if (seconds >= 1) {
+  if (seconds >= 0.9995) { // 1.0 s, not "1000 ms"
     std::snprintf(text, sizeof text, "%.1f s", seconds);
   } else {
     std::snprintf(text, sizeof text, seconds >= 0.01 ? "%.0f ms" : "%.2f ms",

@@ -149,10 +149,15 @@ std::string usage_words(const std::string& message) {
 
 // "" or the usage error for an empty item in a delimited flag's value
 // ("--prompt-ids 1,,2", "1,2,"): CLI11 splits the value and drops the
-// empty items without a word, so a typo would give another list.
+// empty items without a word, so a typo would give another list. Values
+// in several arguments may end or start with the delimiter where another
+// follows or comes before ("--prompt-ids 1, 2").
 std::string empty_list_item(const CLI::App& app,
                             const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      break; // positional arguments only after it
+    }
     if (args[i].rfind("--", 0) != 0) {
       continue;
     }
@@ -172,9 +177,11 @@ std::string empty_list_item(const CLI::App& app,
          ++j) {
       values.push_back(args[j]);
     }
-    for (const auto& value : values) {
+    for (size_t k = 0; k < values.size(); ++k) {
+      const auto& value = values[k];
       if (!value.empty() &&
-          (value.front() == comma || value.back() == comma ||
+          ((k == 0 && value.front() == comma) ||
+           (k + 1 == values.size() && value.back() == comma) ||
            value.find(std::string(2, comma)) != std::string::npos)) {
         return option->get_name() + ": '" + value + "' has an empty item; " +
                "give the items with one '" + comma + "' between each two";

@@ -279,6 +279,20 @@ class Translation {
   const std::string* given(const std::string& flag) const {
     return given_(flag);
   }
+  // Whether the command line turns the switch `flag` on: given bare, or
+  // with a value CLI11 reads as on (--sample-only=false is off).
+  bool switched_on(const std::string& flag) const {
+    const auto* typed = given(flag);
+    if (typed == nullptr) {
+      return false;
+    }
+    for (const char* off : {"false", "0", "off", "no", "disable"}) {
+      if (*typed == off) {
+        return false;
+      }
+    }
+    return true;
+  }
 
   void emit(const std::string& flag, const std::string& value,
             const std::string& source) {
@@ -516,7 +530,7 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   // --sample-only stands for sample.py, whose init_from is 'resume' unless
   // the file says otherwise (train.py's is 'scratch'): a file of sample.py's
   // settings and out_dir samples from out_dir's checkpoint, as there.
-  const bool sampling = t.given("--sample-only") != nullptr;
+  const bool sampling = t.switched_on("--sample-only");
   const bool sample_default = sampling && !t.set("init_from");
   const auto from =
       sample_default ? std::string("resume") : t.value("init_from");
@@ -590,8 +604,7 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
          t.source("eval_only"));
   // A run that trains saves in out_dir, which train.py makes; --eval-only
   // writes nothing.
-  const bool trains =
-      t.given("--eval-only") == nullptr && !t.truth("eval_only");
+  const bool trains = !t.switched_on("--eval-only") && !t.truth("eval_only");
   const auto* eval_every = t.given("--eval-every");
   if (trains && (eval_every == nullptr || *eval_every != "0")) {
     t.emit("--eval-at-start", "true",

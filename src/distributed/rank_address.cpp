@@ -90,25 +90,35 @@ bool split_address(const std::string& address, std::string& host, int& port) {
 }
 
 // listener_at() for each rank's address at once: what each found ("" where
-// something accepts; a rank whose probe did not end in time: "it does not
-// answer").
+// something accepts, or where no probe could start: a rank is not called
+// gone unless a probe found it so; a rank whose probe did not end in time:
+// "it does not answer"). Never throws: it runs on the collective watch's
+// thread and inside an error's report.
 std::vector<std::string> probe_listeners(
     const std::vector<std::pair<int, std::string>>& ranks) {
   std::vector<std::future<std::string>> answers;
   for (const auto& [rank, address] : ranks) {
-    answers.push_back(detached([address = address] {
-      std::string host;
-      int port = 0;
-      return split_address(address, host, port) ? listener_at(host, port)
-                                                : std::string();
-    }));
+    answers.push_back(detached(
+        [address = address] {
+          std::string host;
+          int port = 0;
+          return split_address(address, host, port) ? listener_at(host, port)
+                                                    : std::string();
+        },
+        "probe whether a rank still listens"));
   }
   const auto deadline = std::chrono::steady_clock::now() + kProbeTime;
   std::vector<std::string> found;
   for (auto& answer : answers) {
-    found.push_back(answer.wait_until(deadline) == std::future_status::ready
-                        ? answer.get()
-                        : std::string("it does not answer"));
+    if (answer.wait_until(deadline) != std::future_status::ready) {
+      found.emplace_back("it does not answer");
+      continue;
+    }
+    try {
+      found.push_back(answer.get());
+    } catch (const std::exception&) {
+      found.emplace_back(); // no thread to probe with: not known gone
+    }
   }
   return found;
 }

@@ -43,11 +43,12 @@ std::string listener_at(const std::string& host, int port);
 /// (detached) if the caller stops waiting: a store call can block forever,
 /// and std::async's future would wait for it on destruction. Never throws:
 /// where the system will not start the thread, the future holds the error
-/// (thread_refused()'s words), as it holds the call's own, so that a caller
-/// on the watch's thread or in an error's report goes on as for a store
-/// that failed.
+/// (thread_refused()'s words for `purpose`), as it holds the call's own, so
+/// that a caller on the watch's thread or in an error's report goes on as
+/// for a call that failed.
 template <typename F>
-auto detached(F call) -> std::future<decltype(call())> {
+auto detached(F call, const char* purpose = "ask the ranks' store")
+    -> std::future<decltype(call())> {
   auto result = std::make_shared<std::promise<decltype(call())>>();
   auto future = result->get_future();
   try {
@@ -60,7 +61,7 @@ auto detached(F call) -> std::future<decltype(call())> {
     }).detach();
   } catch (const std::system_error& error) {
     try {
-      TORCH_CHECK(false, thread_refused("ask the ranks' store", error));
+      TORCH_CHECK(false, thread_refused(purpose, error));
     } catch (...) {
       result->set_exception(std::current_exception());
     }

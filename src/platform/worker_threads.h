@@ -18,9 +18,9 @@ namespace lamp {
 namespace detail {
 
 /// The message for a thread the system would not start (`error`, from
-/// std::thread's constructor) to do `purpose` ("watch rank 1's
-/// collectives"): the system's words, the limit and the fix, in place of
-/// the bare "Resource temporarily unavailable".
+/// std::thread's constructor) to do `purpose` ("watch its collectives"):
+/// the system's words, the limit and the fix, in place of the bare
+/// "Resource temporarily unavailable".
 std::string thread_refused(const std::string& purpose,
                            const std::system_error& error);
 

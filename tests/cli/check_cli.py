@@ -84,13 +84,14 @@ import sys
 import tempfile
 import time
 
-# The programs keep a signal they inherit ignored (as `nohup` relies on for
-# SIGHUP), and a shell script's background job inherits SIGINT ignored. The
-# checks send SIGINT, so the programs they start must not inherit it ignored
-# from whatever started the checks: a handler here is reset to the default
-# in each program started (check_gpt.py imports this module).
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+# The programs keep a signal they inherit ignored, as Python does: nohup's
+# SIGHUP, the SIGINT of a shell script's background job. The checks send
+# both, so the programs they start must not inherit them ignored from
+# whatever started the checks: each is set to its default here, which the
+# programs inherit (check_gpt.py imports this module).
+for _signal in (signal.SIGINT, signal.SIGHUP):
+    if signal.getsignal(_signal) == signal.SIG_IGN:
+        signal.signal(_signal, signal.SIG_DFL)
 
 
 def fail(message):

@@ -2561,6 +2561,11 @@ def first_hour(train_gpt, work):
                 "item; give the items with one ',' between each two" \
                 not in r.stderr:
             fail(f"--prompt-ids {ids}: exit {r.returncode}, {r.stderr!r}")
+    # The list in two arguments, the first with its comma: as one list.
+    r = expect_success(base + ["--data", text, "--steps", "1",
+                               "--prompt-ids", "65,", "66"])
+    if "\nAB" not in r.stdout:
+        fail(f"--prompt-ids 65, 66: {r.stdout[-400:]!r}")
     print("  JSON Lines noted; a padding id and an empty id refused")
 
 

@@ -262,7 +262,9 @@ kill -INT "$pid1"
 for _ in $(seq 600); do
   kill -0 "$pid0" 2> /dev/null || kill -0 "$pid1" 2> /dev/null || break; sleep 0.1
 done
-kill -9 "$pid0" "$pid1" 2> /dev/null
+for pid in "$pid0" "$pid1"; do
+  kill -0 "$pid" 2> /dev/null && kill -9 "$pid"
+done
 wait "$pid0"; stop0=$?
 wait "$pid1"; stop1=$?
 step=$(grep -o '"asked_by_rank":1,.*"global_step":[0-9]*' "$work/asked.jsonl" | grep -o '[0-9]*$')

@@ -718,6 +718,16 @@ TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
       EXPECT_EQ(read.count(flag), 0u) << flag;
     }
   }
+  // --sample-only=false: the file's run, as without the flag.
+  {
+    NanoGpt training;
+    training.given["--sample-only"] = "false";
+    write(path, "out_dir = '" + folder + "/trains'\n");
+    const auto read = training.values(path);
+    EXPECT_EQ(read.count("--resume"), 0u);
+    EXPECT_EQ(read.at("--checkpoint"), folder + "/trains/lamp.pt");
+    EXPECT_EQ(read.at("--layers"), "12");
+  }
   // --sample-only with a file that sets init_from and dataset: those, as
   // sample.py takes them.
   {

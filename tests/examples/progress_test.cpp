@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <regex>
 #include <string>
 #include <thread>
@@ -119,6 +120,48 @@ TEST(Progress, AnEpochsFirstLineCountsOnlyTheBatchesTimed) {
   const double rate = line_rate(printed, 2);
   EXPECT_GE(rate, kExamples / longest - 0.5) << printed;
   EXPECT_LE(rate, kExamples / shortest + 0.5) << printed;
+}
+
+// The bar's rate and ETA count the batches its clock timed, too: after
+// batch 2 of 100 it has timed one batch, so the rate is one batch's
+// examples over the time since batch 1, and 98 batches remain at that pace
+// (counting batch 1 would double the rate and halve the ETA).
+TEST(Progress, TheBarsRateAndEtaCountOnlyTheBatchesTimed) {
+  constexpr int64_t kExamples = 1000000;
+  constexpr int64_t kBatches = 100;
+  const auto batch = [](int64_t b) {
+    auto p = step(b, kExamples);
+    p.batches = p.batches_in_epoch = kBatches;
+    return p;
+  };
+  // Room for every part of the line (stderr, captured, is no terminal).
+  setenv("COLUMNS", "120", 1);
+  lamp_examples::Progress progress(/*bar=*/true, /*timed_lines=*/false,
+                                   /*log_every=*/0, /*show_scale=*/false,
+                                   /*epochs=*/1, /*log=*/nullptr);
+  ::testing::internal::CaptureStderr();
+  const auto before_first = Clock::now();
+  progress.update(batch(1));
+  const auto after_first = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto before_second = Clock::now();
+  progress.update(batch(2));
+  const auto after_second = Clock::now();
+  const auto drawn = ::testing::internal::GetCapturedStderr();
+  const double longest = seconds(after_second - before_first);
+  const double shortest = seconds(before_second - after_first);
+  // The last drawing's figures.
+  const std::regex figures(
+      "2/100 loss 1.0000 ([0-9]+) img/s ETA ([0-9]+):([0-9]+)");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(drawn, match, figures)) << drawn;
+  const double rate = std::stod(match[1]);
+  EXPECT_GE(rate, kExamples / longest - 0.5) << drawn;
+  EXPECT_LE(rate, kExamples / shortest + 0.5) << drawn;
+  // The ETA, rounded to whole seconds.
+  const double eta = 60.0 * std::stod(match[2]) + std::stod(match[3]);
+  EXPECT_GE(eta, (kBatches - 2) * shortest - 0.5) << drawn;
+  EXPECT_LE(eta, (kBatches - 2) * longest + 0.5) << drawn;
 }
 
 } // namespace

@@ -20,6 +20,7 @@
 
 #include "compress_util.h"
 #include "distributed/collective_watch.h"
+#include "distributed/rank_address.h"
 #include "distributed/rendezvous.h"
 #include "lamp/data/token_writer.h"
 #include "lamp/data/tokenizer.h"
@@ -171,6 +172,20 @@ TEST_F(ThreadFaults, TheProcessGroupsHelpersNameARefusedThread) {
     }
   }
   EXPECT_EQ(lamp::detail::detached([] { return 7; }).get(), 7);
+  // The probes of the other ranks' listeners (on the watch's thread, and in
+  // a failed collective's report): a rank no probe could reach is not
+  // called gone, and nothing is thrown, where the refusal escaped them.
+  // 127.0.0.1:1: nothing listens there, which a probe that ran would say.
+  const std::vector<std::pair<int, std::string>> ranks = {{1, "127.0.0.1:1"}};
+  {
+    ThreadLimit limit(0);
+    EXPECT_EQ(lamp::detail::ranks_gone(ranks), "");
+  }
+  EXPECT_NE(lamp::detail::ranks_gone(ranks).find("rank 1 has gone without a "
+                                                 "word (its address "
+                                                 "127.0.0.1:1: nothing "
+                                                 "listens there"),
+            std::string::npos);
 
   lamp::detail::CollectiveWatch::Settings settings;
   settings.rank = 1;

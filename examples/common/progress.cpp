@@ -160,10 +160,9 @@ std::string eval_mode_text(
 
 void LossWindow::add(const lamp::training::BatchProgress& p) {
   // The epoch's sum starts again (from what a resume inside it carried
-  // on): so does the window.
-  // Its examples are those the clock timed: the epoch's first batch has
-  // ended when the clock starts (Progress::update()), so its loss counts
-  // and its examples do not.
+  // on): so does the window. Its examples are those the clock timed: the
+  // epoch's first batch has ended when the clock starts (Progress::update()),
+  // so its loss counts and its examples do not.
   if (p.batch == p.resumed_batches + 1) {
     sum_at_ = p.resumed_loss_sum;
     non_finite_at_ = p.non_finite_before_epoch;

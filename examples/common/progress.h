@@ -25,7 +25,8 @@ class LossWindow {
  public:
   void add(const lamp::training::BatchProgress& p);
   /// {mean finite loss (NaN when none was finite), examples} since the last
-  /// take() in this epoch.
+  /// take() in this epoch; the examples leave out the epoch's first batch,
+  /// which ends before the rate's clock starts.
   std::pair<double, int64_t> take(const lamp::training::BatchProgress& p);
 
  private:

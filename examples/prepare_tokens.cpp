@@ -104,9 +104,7 @@ int run(const Config& config) {
   auto last = start;
   options.progress([&](int64_t done, int64_t total) {
     if (const int signal = cli::stop_signal()) {
-      TORCH_CHECK(false, "stopped by ", cli::signal_name(signal),
-                  "; nothing was written (the files are written whole or "
-                  "not at all).");
+      TORCH_CHECK(false, "stopped by ", cli::signal_name(signal)); // run()'s
     }
     const auto now = std::chrono::steady_clock::now();
     if (now - last < std::chrono::seconds(10) || total == 0) {
@@ -149,8 +147,22 @@ int run(const Config& config) {
     TORCH_CHECK(why.empty(), "--out ", config.out, ": cannot make the folder ",
                 parent, " above it (", why, "); give another --out.");
   }
-  const auto written = lamp::data::write_token_files(config.data, tokenizer,
-                                                     config.out, options);
+  lamp::data::TokenFileSummary written;
+  try {
+    written = lamp::data::write_token_files(config.data, tokenizer, config.out,
+                                            options);
+  } catch (const c10::Error&) {
+    const int signal = cli::stop_signal();
+    if (signal == 0) {
+      throw;
+    }
+    // Stopped, as the other programs stop: 128 + the signal's number.
+    std::fprintf(stderr,
+                 "prepare_tokens: stopped by %s; nothing was written (the "
+                 "files are written whole or not at all)\n",
+                 cli::signal_name(signal));
+    return 128 + signal;
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

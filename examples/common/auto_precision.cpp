@@ -83,7 +83,9 @@ AutoPrecision resolve_auto_precision(
   using lamp::Precision;
   if (!stored.empty()) {
     const auto precision = lamp::parse_precision(stored);
-    return {precision, "auto: " + stored + " (the mode " + config.resume +
+    // --eval-only has moved --resume's path to --init-from's.
+    const auto& from = config.resume.empty() ? config.init_from : config.resume;
+    return {precision, "auto: " + stored + " (the mode " + from +
                            " was trained in, chosen when its run began)"};
   }
   const auto device = group.device();

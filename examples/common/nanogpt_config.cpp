@@ -83,7 +83,7 @@ const std::vector<std::pair<std::string, const char*>>& flag_of_name() {
       {"block_size", "--context"},
       {"dropout", "--dropout"},
       {"bias", "--bias"},
-      {"batch_size", "--batch-size"},
+      {"batch_size", "--batch-size (and --eval-batch-size)"},
       {"learning_rate", "--lr"},
       {"weight_decay", "--weight-decay"},
       {"beta1", "--beta1"},
@@ -455,6 +455,20 @@ bool emit_start(Translation& t, const std::string& checkpoint,
   }
   if (from == "resume") {
     if (t.given("--resume") == nullptr && t.given("--init-from") == nullptr) {
+      // nanoGPT's own checkpoint beside it holds no lamp run to continue;
+      // its weights start one.
+      const auto folder = checkpoint.substr(0, checkpoint.rfind('/') + 1);
+      const auto nanogpt = folder + "ckpt.pt";
+      if (!exists(checkpoint) && exists(nanogpt)) {
+        refuse(where + ": there is no lamp checkpoint " + checkpoint +
+               " to resume; " + nanogpt +
+               " is nanoGPT's own, which train_gpt does not continue (its "
+               "optimizer state and iteration are PyTorch's). Give "
+               "--init-from " +
+               nanogpt +
+               " to start from its weights (a new run; with --sample-only, "
+               "to sample from them).");
+      }
       t.emit("--resume", checkpoint, where);
     }
     return false; // the checkpoint's shape, as train.py takes it
@@ -462,6 +476,11 @@ bool emit_start(Translation& t, const std::string& checkpoint,
   for (const auto& shape : kGpt2Shapes) {
     if (from != shape.name) {
       continue;
+    }
+    if (t.given("--resume") != nullptr) {
+      // A fine-tuning run continued: its checkpoint holds the weights and
+      // the shape (and --resume excludes --init-from).
+      return false;
     }
     if (t.given("--init-from") == nullptr) {
       refuse(where +
@@ -583,7 +602,11 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   if (t.given("--epochs") == nullptr) {
     emit_iterations(t, "--steps", "max_iters", batches, 1);
   }
-  if (t.truth("decay_lr")) {
+  // A --schedule the command line gives decides what of the file's
+  // schedule applies: warm-up and min_lr shape warmup-cosine alone.
+  const auto* typed_schedule = t.given("--schedule");
+  if (typed_schedule != nullptr ? *typed_schedule == "warmup-cosine"
+                                : t.truth("decay_lr")) {
     t.emit("--schedule", "warmup-cosine", t.source("decay_lr"));
     emit_warmup(t, batches, notes);
     t.emit_key("--min-lr", "min_lr");
@@ -600,6 +623,15 @@ std::vector<ConfigFlag> nanogpt_config_flags(const ConfigFile& file,
   emit_iterations(t, "--eval-every", "eval_interval", batches, 1);
   emit_iterations(t, "--log-every", "log_interval", batches, 1);
   t.emit_key("--eval-batches", "eval_iters");
+  // estimate_loss() draws eval_iters batches of batch_size (the command
+  // line's --batch-size=N where it gives one).
+  const auto* typed_batch = t.given("--batch-size");
+  t.emit("--eval-batch-size",
+         typed_batch != nullptr ? *typed_batch : t.value("batch_size"),
+         typed_batch != nullptr
+             ? "--batch-size, as nanoGPT's estimate_loss() draws batches of "
+               "batch_size"
+             : t.source("batch_size"));
   t.emit("--eval-only", t.truth("eval_only") ? "true" : "false",
          t.source("eval_only"));
   // A run that trains saves in out_dir, which train.py makes; --eval-only

@@ -430,6 +430,10 @@ lamp::training::TrainerOptions trainer_options_from(
   program.push_back({"--eval-every", std::to_string(config.eval_every), false});
   program.push_back({"--limit-eval-batches",
                      std::to_string(config.limit_eval_batches), false});
+  // With --limit-eval-batches, the batch size picks the evaluated examples:
+  // another one would score another subset and start the best afresh.
+  program.push_back(
+      {"--eval-batch-size", std::to_string(config.eval_batch_size), false});
   program.push_back(
       {"--eval-train", config.eval_train ? "true" : "false", false});
   program.push_back(

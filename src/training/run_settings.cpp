@@ -299,6 +299,19 @@ void check_may_continue(torch::serialize::InputArchive& archive,
       ".");
 }
 
+// The run's steps where the checkpoint stores them (0: a run of epochs, or
+// a checkpoint written before the row).
+int64_t stored_steps(torch::serialize::InputArchive& archive,
+                     const std::string& where) {
+  for (const auto& setting : run_settings()) {
+    if (std::string(setting.key) == "steps") {
+      const auto value = read(archive, setting, where.c_str());
+      return value.isNone() ? 0 : value.toInt();
+    }
+  }
+  return 0;
+}
+
 } // namespace
 
 void write_run_settings(torch::serialize::OutputArchive& archive,
@@ -328,6 +341,11 @@ int64_t check_run_settings(torch::serialize::InputArchive& archive,
         name_option(run.options, setting.key, setting.library_name);
     if (std::string(setting.key) == "epochs" &&
         run.options.epochs() > stored_epochs) {
+      if (run.options.steps() > 0 && stored_steps(archive, where) > 0) {
+        // A run of steps lengthened: its epochs follow from its steps,
+        // whose row checks it (and names --steps, not --epochs).
+        continue;
+      }
       check_may_continue(archive, path, run, "epochs", stored_epochs,
                          run.options.epochs());
       continue; // the schedule's own row checks that it is the same

@@ -543,6 +543,14 @@ def precision(train_mnist, data, work):
         fail(f"--precision auto on a resume: exit {r.returncode}, "
              f"{r.stdout!r} {r.stderr!r}")
     print("  resumed: " + kept.group(0)[:120])
+    # --eval-only --resume says the checkpoint's path too.
+    r = run([train_mnist, "--data", data, "--no-progress", "--eval-only",
+             "--precision", "auto", "--resume", ck])
+    if r.returncode != 0 or not re.search(
+            r"^train_mnist: auto: \S+ \(the mode \S*precision_auto\.pt was "
+            r"trained in", r.stdout, re.M):
+        fail(f"--eval-only --precision auto --resume: exit {r.returncode}, "
+             f"{r.stdout!r} {r.stderr!r}")
 
     # A mode without effect and a flag without effect: one warning each, in
     # the programs' form, and the run goes on.

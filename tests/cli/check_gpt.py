@@ -304,6 +304,22 @@ def resume(train_gpt, work):
         fail(f"--resume alone's run record flags "
              f"{ {k: flags.get(k) for k in want_flags} }, the run's "
              f"{want_flags}")
+    # --eval-batch-size too: with --eval-batches it picks the evaluated
+    # windows, and train_gpt's default of 64 would score others (and start
+    # the best loss afresh).
+    small = fresh(work, "resume-eval-batch.pt")
+    expect_success([train_gpt, "--data", text, "--max-steps", "1",
+                    "--eval-batch-size", "8", "--eval-batches", "2",
+                    "--checkpoint", small, "--precision", "fp32"] + SHAPE +
+                   ["--no-progress", "--batch-size", "16",
+                    "--sample-tokens", "0"])
+    r = expect_success([train_gpt, "--resume", small, "--eval-only"])
+    if not all(said in r.stdout for said in
+               ("batch 8,", "(first 2 of", " 16 sequences")):
+        fail(f"--eval-only --resume alone of a run of --eval-batch-size 8 "
+             f"--eval-batches 2: {r.stdout[-400:]!r}")
+    print("  --resume alone keeps --eval-batch-size 8 (2 batches, 16 "
+          "windows evaluated)")
     # Another shape is refused, naming every difference.
     r = run([train_gpt, "--resume", ck, "--data", text, "--layers", "3",
              "--dropout", "0.1"] + COMMON[len(SHAPE):])
@@ -559,8 +575,10 @@ def steps(train_gpt, work):
     # smaller --lr (a fine-tuning rate), instead of usage errors naming
     # flags that were never given.
     log = fresh(work, "steps-defaults.jsonl")
+    cosine = fresh(work, "steps-cosine.pt")
     expect_success([train_gpt, "--data", text, "--steps", "20", "--lr", "5e-5",
-                    "--log-json", log, "--precision", "fp32"] + COMMON)
+                    "--log-json", log, "--precision", "fp32", "--checkpoint",
+                    cosine] + COMMON)
     run_record = records(log, "run")[0]
     if run_record["warmup_steps"] != 0 or \
             abs(run_record["min_lr"] - 5e-6) > 1e-18:
@@ -581,6 +599,17 @@ def steps(train_gpt, work):
              f"{longer.stdout[:300]!r}")
     print("  defaults fit the run (--steps 20: warm-up 0; --lr 5e-5: min lr "
           "5e-6); a constant-schedule run lengthened to 30 steps")
+    # A warmup-cosine run of steps is not lengthened, by a --steps that
+    # spans more epochs too: the refusal names --steps, the flag the run
+    # is measured in (not --epochs, which it would refuse next).
+    r = run([train_gpt, "--resume", cosine, "--steps", "100000"])
+    if r.returncode != 1 or "was trained for 20 steps with --schedule " \
+            "warmup-cosine" not in r.stderr or \
+            "resume with --steps 20." not in r.stderr or \
+            "--epochs" in r.stderr:
+        fail(f"--steps 100000 over a warmup-cosine run of 20: exit "
+             f"{r.returncode}, {r.stderr!r}")
+    print("  " + r.stderr.strip()[:150])
     # A path that is not UTF-8 (a Latin-1 file name, bytes on Linux): the run
     # and its JSON log go on, the bytes written as U+FFFD.
     latin1 = os.fsencode(work) + b"/ck\xe9.pt"
@@ -1071,6 +1100,7 @@ def config(train_gpt, work):
               "--beta2=0.99 --max-grad-norm=1 --steps=20 "
               "--schedule=warmup-cosine --warmup-steps=4 --min-lr=0.0001 "
               "--eval-every=10 --log-every=2 --eval-batches=2 "
+              "--eval-batch-size=8 "
               "--eval-at-start --checkpoint=out-chars/lamp.pt "
               "--checkpoint-every=10 "
               "--precision=fp32 --device=cpu")
@@ -1091,9 +1121,10 @@ def config(train_gpt, work):
             os.path.join(nano, "out-chars", "lamp.pt")):
         fail(f"the config's run: {r.stdout[-900:]!r}")
     # nanoGPT's iteration 0: the untrained model's validation loss, near
-    # ln(64) = 4.16 for 64 token ids, no training loss, nothing saved.
+    # ln(64) = 4.16 for 64 token ids, no training loss, nothing saved;
+    # eval_iters = 2 batches of batch_size = 8, as estimate_loss() draws.
     start = re.compile(r"^step 0/20  val loss (\S+) \(ppl \S+\)  val acc "
-                       r"\S+  lr 0.00025  \S+ s$")
+                       r"\S+ \(first 2 of 10 batches\)  lr 0.00025  \S+ s$")
     first = [m.group(1) for m in map(start.match, r.stdout.splitlines()) if m]
     if len(first) != 1 or abs(float(first[0]) - math.log(64)) > 0.5:
         fail(f"the evaluation at step 0: {r.stdout[:1500]!r}")
@@ -1164,15 +1195,23 @@ def config(train_gpt, work):
         fail(f"--steps 2 against warmup_iters = 2: {r.stderr!r}, "
              f"{r.stdout[:600]!r}")
     print("  --steps 2 against the file's warm-up: " + note[19:90] + "...")
-    # --eval-only with the file: the run's last validation loss.
-    r = expect_success([train_gpt, "--config", recipe, "--eval-only",
-                        "--resume", os.path.join("out-chars", "lamp.pt")],
-                       cwd=nano)
-    if not r.stdout.splitlines()[-1].startswith(
-            f"train_gpt: val loss {last[0]} (ppl "):
-        fail(f"--eval-only with the config: {r.stdout[-400:]!r}, the run's "
-             f"{last[0]}")
-    print(f"  --eval-only with the file: val loss {last[0]} again")
+    # --eval-only with the file: the run's last validation loss; the same
+    # with a fine-tuning recipe (init_from = 'gpt2') continued, whose
+    # --resume brings the weights and the shape (no --init-from asked for).
+    tuned = os.path.join("config", "tune_chars.py")
+    with open(os.path.join(nano, recipe)) as f:
+        recipe_text = f.read()
+    with open(os.path.join(nano, tuned), "w") as f:
+        f.write(recipe_text + "init_from = 'gpt2'\n")
+    for file in (recipe, tuned):
+        r = expect_success([train_gpt, "--config", file, "--eval-only",
+                            "--resume", os.path.join("out-chars", "lamp.pt")],
+                           cwd=nano)
+        if not r.stdout.splitlines()[-1].startswith(
+                f"train_gpt: val loss {last[0]} (ppl "):
+            fail(f"--eval-only with {file}: {r.stdout[-400:]!r}, the run's "
+                 f"{last[0]}")
+        print(f"  --eval-only with {file}: val loss {last[0]} again")
     # sample.py's file (out_dir and its own settings): --sample-only takes
     # sample.py's init_from = 'resume', the checkpoint's model and data (and
     # the run's --seed 3, the second sample's 4), and none of train.py's
@@ -2627,6 +2666,34 @@ def prepare_tokens(train_gpt, work, files, prepare):
              f"{r.stderr!r}")
     if open(os.path.join(folder, "train.bin"), "rb").read() != before:
         fail("train.bin changed")
+
+    # Stopped by SIGTERM while it encodes: exit 143 as the other programs,
+    # a line saying nothing was written, and no folder or file left.
+    # 16 MB of words drawn from 200,000 (6 s here, on one thread).
+    words = random.Random(1)
+    vocabulary = ["".join(words.choices("abcdefghijklmnopqrstuvwxyz",
+                                        k=words.randint(2, 9)))
+                  for _ in range(200000)]
+    long_text = os.path.join(work, "long.txt")
+    with open(long_text, "w") as f:
+        for _ in range(250000):
+            f.write(" ".join(words.choices(vocabulary, k=12)) + "\n")
+    stopped = os.path.join(fresh_folder(work, "stopped"), "out")
+    p = subprocess.Popen([prepare, "--data", long_text, "--tokenizer",
+                          tokenizer_json, "--out", stopped, "--threads", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    first = p.stdout.readline()  # encoding begins
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    if p.returncode != 143 or err != (
+            "prepare_tokens: stopped by SIGTERM; nothing was written (the "
+            "files are written whole or not at all)\n") or \
+            os.path.exists(stopped):
+        fail(f"SIGTERM while encoding: exit {p.returncode}, {first!r} "
+             f"{out!r} {err!r}, {stopped} there: {os.path.exists(stopped)}")
+    print("  SIGTERM while encoding: exit 143, nothing written")
 
     # JSON Lines: each document ended by <|endoftext|> (599 here).
     lines = os.path.join(work, "docs.jsonl")

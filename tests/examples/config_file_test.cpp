@@ -251,6 +251,31 @@ TEST(ConfigFile, TheCommandLineWinsOverTheFile) {
       expand(program, {"--config=" + path}),
       (std::vector<std::string>{"--config=" + path, "--layers=4", "--data=a b",
                                 "--limit-eval-batches=5", "--eval-train"}));
+  // A flag the command line's flags exclude is left out too, with a note:
+  // --resume over a file's --init-from.
+  {
+    const auto start = write(folder + "/start.toml", "init-from = 'a.pt'\n");
+    CLI::App app{"test"};
+    std::string resume, init_from, config;
+    auto* resumed = app.add_option("--resume", resume);
+    app.add_option("--init-from", init_from)->excludes(resumed);
+    app.add_option("--config", config);
+    std::map<std::string, std::string> sources;
+    std::vector<std::string> notes;
+    EXPECT_EQ(
+        lamp_examples::with_config_settings(
+            app, {"--config", start, "--resume", "b.pt"}, {}, sources, notes),
+        (std::vector<std::string>{"--config", start, "--resume", "b.pt"}));
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_HAS(notes[0],
+               "start.toml line 1 (init-from = 'a.pt'): left out, "
+               "as the command line's --resume excludes "
+               "--init-from.");
+    EXPECT_EQ(
+        lamp_examples::with_config_settings(app, {"--config", start}, {},
+                                            sources, notes),
+        (std::vector<std::string>{"--config", start, "--init-from=a.pt"}));
+  }
   // Without --config, or with --help: the command line as it is.
   EXPECT_EQ(expand(program, {"--layers", "2"}),
             (std::vector<std::string>{"--layers", "2"}));
@@ -483,6 +508,7 @@ TEST(NanoGptConfig, TheCharacterModelsRecipe) {
       {"--checkpoint-every", "250"},
       {"--log-every", "10"},
       {"--eval-batches", "200"},
+      {"--eval-batch-size", "64"}, // estimate_loss()'s batches
       {"--eval-only", "false"},
       {"--eval-at-start", "true"}, // nanoGPT's iteration 0
       {"--checkpoint", out + "/lamp.pt"},
@@ -495,6 +521,29 @@ TEST(NanoGptConfig, TheCharacterModelsRecipe) {
   NanoGpt no_evaluations;
   no_evaluations.given["--eval-every"] = "0";
   EXPECT_EQ(no_evaluations.values(path).count("--eval-at-start"), 0u);
+  // nanoGPT evaluates batches of the batch_size it trains with, the
+  // command line's where it gives one.
+  NanoGpt smaller_batches;
+  smaller_batches.given["--batch-size"] = "12";
+  EXPECT_EQ(smaller_batches.values(path).at("--eval-batch-size"), "12");
+  // A --schedule typed over decay_lr: constant takes none of the file's
+  // warm-up and min_lr (which it would refuse), warmup-cosine takes them
+  // where decay_lr is False.
+  NanoGpt constant;
+  constant.given["--schedule"] = "constant";
+  const auto constant_values = constant.values(path);
+  EXPECT_EQ(constant_values.count("--warmup-steps"), 0u);
+  EXPECT_EQ(constant_values.count("--min-lr"), 0u);
+  const auto no_decay = write(folder + "/no_decay.py",
+                              "decay_lr = False\nwarmup_iters = 7\n"
+                              "gradient_accumulation_steps = 1\n"
+                              "min_lr = 2e-4\nmax_iters = 100\n");
+  NanoGpt cosine;
+  cosine.given["--schedule"] = "warmup-cosine";
+  const auto cosine_values = cosine.values(no_decay);
+  EXPECT_EQ(cosine_values.at("--warmup-steps"), "7");
+  EXPECT_EQ(cosine_values.at("--min-lr"), "0.0002");
+  EXPECT_EQ(NanoGpt().values(no_decay).count("--warmup-steps"), 0u);
   // Each flag names its line, or train.py's default.
   for (const auto& flag : nanogpt.flags(path)) {
     if (flag.flag == "--width") {
@@ -744,6 +793,21 @@ TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
   EXPECT_EQ(values.at("--resume"), out + "/lamp.pt");
   EXPECT_EQ(values.count("--layers"), 0u);
   EXPECT_EQ(values.count("--context"), 0u);
+  // Only nanoGPT's own ckpt.pt there: no run of lamp's to continue; its
+  // weights start one.
+  write(out + "/ckpt.pt", "");
+  EXPECT_HAS(refusal([&] { nanogpt.values(path); }),
+             "c.py line 2 (init_from = 'resume'): there is no lamp "
+             "checkpoint " +
+                 out + "/lamp.pt to resume; " + out +
+                 "/ckpt.pt is nanoGPT's own, which train_gpt does not "
+                 "continue (its optimizer state and iteration are PyTorch's). "
+                 "Give --init-from " +
+                 out + "/ckpt.pt to start from its weights");
+  NanoGpt from_weights;
+  from_weights.given["--init-from"] = out + "/ckpt.pt";
+  EXPECT_EQ(from_weights.values(path).count("--resume"), 0u);
+  ::remove((out + "/ckpt.pt").c_str());
   // init_from = 'gpt2-medium': GPT-2's shape, given --init-from's weights.
   write(path, "out_dir = '" + out +
                   "'\ninit_from = 'gpt2-medium'\nblock_size = 256\n");
@@ -757,6 +821,14 @@ TEST(NanoGptConfig, ScheduleStartPrecisionAndSampling) {
   EXPECT_EQ(values.at("--bias"), "true");
   EXPECT_EQ(values.at("--context"), "256"); // cropped, as train.py crops
   EXPECT_EQ(values.count("--vocab-size"), 0u);
+  // The fine-tuning run continued: its checkpoint holds the weights and the
+  // shape, so neither --init-from nor GPT-2's shape flags.
+  NanoGpt continued;
+  continued.given["--resume"] = out + "/lamp.pt";
+  values = continued.values(path);
+  EXPECT_EQ(values.count("--layers"), 0u);
+  EXPECT_EQ(values.count("--bias"), 0u);
+  EXPECT_EQ(values.at("--context"), "256");
 }
 
 TEST(NanoGptConfig, RefusesWhatNanoGptDoesNotHave) {

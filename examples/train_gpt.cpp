@@ -72,6 +72,10 @@ struct GptFlags {
   std::string tokenizer_path;
   int64_t train_tokenizer = 0;
   lamp::data::Tokenizer tokenizer;
+  // --init-from a lamp checkpoint: its path and its run's settings (the
+  // tokenizer its model reads the ids of, what it trained on).
+  std::string start_checkpoint;
+  std::vector<lamp::training::ProgramSetting> start_settings;
 };
 
 void add_gpt_options(CLI::App& app, GptFlags& f) {
@@ -280,19 +284,26 @@ std::vector<lamp::training::ProgramSetting> gpt_settings(const GptFlags& f) {
       {"--prompt-ids", joined_ids(f.prompt_ids), false}};
 }
 
-// The value `name` has in the resumed checkpoint's settings; `found` false
-// where it holds none (a checkpoint written before the setting was stored).
-std::string resumed_setting(const lamp_examples::ProgramConfig& config,
-                            const std::string& name, bool& found) {
+// The value `name` has in a checkpoint's settings; `found` false where
+// they hold none (a checkpoint written before the setting was stored).
+std::string setting_value(
+    const std::vector<lamp::training::ProgramSetting>& settings,
+    const std::string& name, bool& found) {
   found = false;
   std::string value;
-  for (const auto& setting : config.resumed_program_settings) {
+  for (const auto& setting : settings) {
     if (setting.name == name) {
       found = true;
       value = setting.value;
     }
   }
   return value;
+}
+
+// setting_value() of the resumed checkpoint.
+std::string resumed_setting(const lamp_examples::ProgramConfig& config,
+                            const std::string& name, bool& found) {
+  return setting_value(config.resumed_program_settings, name, found);
 }
 
 // The sample flags a resume takes back from its checkpoint where the
@@ -407,6 +418,74 @@ lamp::models::GPTWeights python_weights(lamp_examples::ProgramConfig& config,
   return weights;
 }
 
+// --init-from a lamp checkpoint: the model reads the ids its run's did. A
+// run with a tokenizer: the same tokenizer (its stored path where none is
+// given and --data is no folder of token files; load_tokenizer() checks the
+// model's fingerprint). A run on a text's bytes: bytes again, not a
+// tokenizer's or token files' ids. A run on token files: token files again,
+// or the tokenizer that made them; a text's bytes are refused (with
+// --sample-only, --prompt-ids samples the ids). A checkpoint that does not
+// store what it trained on (before lamp 0.5) is not checked.
+void start_ids(const lamp_examples::ProgramConfig& config, GptFlags& flags,
+               const std::vector<lamp::training::ProgramSetting>& settings) {
+  flags.start_checkpoint = config.init_from;
+  flags.start_settings = settings;
+  std::string tokenizer, model, trained_on, data;
+  for (const auto& setting : settings) {
+    if (setting.name == "--tokenizer") {
+      tokenizer = setting.value;
+    } else if (setting.name == kTokenizerModelSetting) {
+      model = setting.value;
+    } else if (setting.name == kTrainedOnSetting) {
+      trained_on = setting.value;
+    } else if (setting.name == "--data") {
+      data = setting.value;
+    }
+  }
+  if (trained_on.empty()) {
+    return;
+  }
+  const bool token_folder = lamp::data::is_token_folder(config.data);
+  const auto& from = config.init_from;
+  if (!model.empty()) {
+    TORCH_CHECK(flags.train_tokenizer == 0, "--init-from ", from,
+                "'s model reads the ids of its run's tokenizer (", model,
+                "); --train-tokenizer would make others. Leave it out: the "
+                "model takes that tokenizer.");
+    if (flags.tokenizer_path.empty() && !token_folder) {
+      flags.tokenizer_path = tokenizer; // as the shape: the checkpoint's
+    }
+    return;
+  }
+  if (trained_on == kTextBytes) {
+    TORCH_CHECK(flags.tokenizer_path.empty() && flags.train_tokenizer == 0 &&
+                    !token_folder,
+                "--init-from ", from,
+                "'s model was trained on a text's bytes (ids 0..255), not on ",
+                token_folder ? "token files' ids (--data " + config.data + ")"
+                             : std::string("a tokenizer's ids"),
+                ": give a text as --data, without --tokenizer, to train it on "
+                "or sample its bytes.");
+    return;
+  }
+  // Token files without a tokenizer stored.
+  if (token_folder || !flags.tokenizer_path.empty() ||
+      flags.train_tokenizer > 0) {
+    return;
+  }
+  if (flags.sample_only && !flags.prompt_ids.empty()) {
+    flags.byte_text = false; // ids in, ids out
+    return;
+  }
+  TORCH_CHECK(false, "--init-from ", from,
+              "'s model was trained on the token files of ",
+              data.empty() ? std::string("another run") : data,
+              ", whose ids are not a text's bytes (--data ", config.data,
+              "): give --data a folder of token files made the same way, or "
+              "--tokenizer the tokenizer that made them",
+              flags.sample_only ? ", or --prompt-ids to sample ids" : "", ".");
+}
+
 // --init-from a lamp checkpoint of train_gpt: the model takes the shape its
 // run stored (--layers, --heads, --width, --context, --vocab-size, --bias,
 // --norm, --gelu), as from a Python file; a shape flag given with another
@@ -459,6 +538,7 @@ void checkpoint_shape(const lamp_examples::ProgramConfig& config,
       " holds a GPT of another shape than the flags give: ", differences,
       ". Leave these flags out: the model takes the checkpoint's "
       "shape.");
+  start_ids(config, flags, checkpoint.program_settings);
 }
 
 // The prompt's token ids: --prompt-ids; else --prompt-file's text, else
@@ -622,19 +702,31 @@ int64_t print_samples(
 
 // --tokenizer's model, loaded (the caller checks that the model's
 // vocabulary holds its pieces); the text is then token ids, not bytes. A
-// resumed run takes the tokenizer it was trained with, from wherever the
-// file now is: a missing file or another model is refused.
+// resumed run, or one started from a lamp checkpoint, takes the tokenizer
+// its model was trained with, from wherever the file now is: a missing
+// file or another model is refused.
 void load_tokenizer(GptFlags& flags,
                     const lamp_examples::ProgramConfig& config) {
+  // The checkpoint whose model the ids are for: --resume's, or --init-from's
+  // lamp checkpoint (checkpoint_shape()).
+  const bool resuming = !config.resume.empty();
+  const auto& from = resuming ? config.resume : flags.start_checkpoint;
+  const auto& settings =
+      resuming ? config.resumed_program_settings : flags.start_settings;
+  const auto setting = [&](const std::string& name, bool& found) {
+    return setting_value(settings, name, found);
+  };
   bool stored = false;
-  const auto stored_path = resumed_setting(config, "--tokenizer", stored);
-  const bool resumed = !config.resume.empty() && stored;
+  const auto stored_path = setting("--tokenizer", stored);
+  const bool resumed = resuming && stored;
   if (resumed) {
     TORCH_CHECK(!stored_path.empty(), "--tokenizer ", flags.tokenizer_path,
                 " with --resume ", config.resume,
                 ", a run trained without a tokenizer; leave out --tokenizer.");
+  }
+  if (stored && !stored_path.empty()) {
     TORCH_CHECK(std::ifstream(flags.tokenizer_path).good(), "--tokenizer ",
-                flags.tokenizer_path, ", the tokenizer ", config.resume,
+                flags.tokenizer_path, ", the tokenizer ", from,
                 " was trained with, cannot be read: ", std::strerror(errno),
                 "; where the file has moved, give --tokenizer PATH.");
   }
@@ -642,13 +734,14 @@ void load_tokenizer(GptFlags& flags,
   flags.byte_text = false;
   flags.sample_vocab = flags.tokenizer.vocab_size();
   bool fingerprinted = false;
-  const auto stored_model =
-      resumed_setting(config, kTokenizerModelSetting, fingerprinted);
-  if (resumed && fingerprinted) {
+  const auto stored_model = setting(kTokenizerModelSetting, fingerprinted);
+  // (--init-from a run on token files: the tokenizer that made them may be
+  // given, and there is nothing to compare it with.)
+  if (fingerprinted && !stored_model.empty()) {
     const auto here = tokenizer_fingerprint(flags.tokenizer);
     TORCH_CHECK(here == stored_model, "--tokenizer ", flags.tokenizer_path,
-                " is not the tokenizer ", config.resume, " was trained with (",
-                here, " here, ", stored_model,
+                " is not the tokenizer ", from, " was trained with (", here,
+                " here, ", stored_model,
                 " there); give the file the run "
                 "used (it was ",
                 stored_path, ").");

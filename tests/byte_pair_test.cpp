@@ -8,14 +8,17 @@
 #include <lamp/lamp.h>
 #include <torch/torch.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -388,6 +391,26 @@ TEST(BytePairSplit, ASafeCutGivesTheWholeTextsPieces) {
   EXPECT_FALSE(byte_pair_cut_is_safe("a!\n/b", 3));
   EXPECT_FALSE(byte_pair_cut_is_safe("a\nb", 0));
   EXPECT_FALSE(byte_pair_cut_is_safe("a\n", 2));
+  // Past 2 GiB, where ICU's int32_t indexes end: a text mapped but not
+  // filled (its pages never touched, but for the last), with white space
+  // of three bytes (U+3000) after the break and before it.
+  {
+    const size_t far = (size_t{1} << 31) + 100;
+    const size_t size = far + 4096;
+    void* mapped = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    auto* bytes = static_cast<char*>(mapped);
+    const std::string after = "a\n\xe3\x80\x80"; // the cut before U+3000
+    std::memcpy(bytes + far - 2, after.data(), after.size());
+    EXPECT_FALSE(byte_pair_cut_is_safe(std::string_view(bytes, far + 3), far));
+    const std::string before = "\xe3\x80\x80\nb"; // U+3000 before the break
+    std::memcpy(bytes + far - 4, before.data(), before.size());
+    EXPECT_FALSE(byte_pair_cut_is_safe(std::string_view(bytes, far + 1), far));
+    bytes[far - 4] = 'a'; // "a\x80\x80\nb": stray bytes before the break
+    EXPECT_TRUE(byte_pair_cut_is_safe(std::string_view(bytes, far + 1), far));
+    ::munmap(mapped, size);
+  }
   // Why: o200k_base's punctuation takes the slash after a break; GPT-2's
   // white space before a break ends with it only at the text's end; CRLF
   // likewise.

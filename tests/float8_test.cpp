@@ -1243,6 +1243,46 @@ TEST(Float8, PrecisionModeFp8ConvertsAndWarnsAboutUnusedLayers) {
   EXPECT_EQ(warnings.size(), count);
 }
 
+// Precision "fp8" over a model its owner converted (here: delayed scaling,
+// the head left out): the TrainStep keeps that conversion, as without the
+// mode, instead of converting again with the default recipe (which refused
+// the model as converted already).
+TEST(Float8, PrecisionModeFp8KeepsTheOwnersConversion) {
+  lamp::WarningSink quiet([](const std::string&) {});
+  torch::manual_seed(10);
+  auto fc1 = torch::nn::Linear(32, 32);
+  auto head = torch::nn::Linear(32, 16);
+  torch::nn::Sequential model(fc1, head);
+  const auto converted = F8::convert_to_float8(
+      *model, F8::Float8Recipe().scaling(F8::Float8Scaling::kDelayed),
+      [](const std::string& name, const torch::nn::LinearImpl&) {
+        return name == "0";
+      });
+  ASSERT_EQ(converted.converted, std::vector<std::string>{"0"});
+  lamp::TrainStep step(
+      model.ptr(),
+      [](std::vector<torch::Tensor> p) {
+        return std::make_unique<torch::optim::SGD>(std::move(p), 0.1);
+      },
+      Precision::kFP8);
+  EXPECT_TRUE(step.policy().float8);
+  EXPECT_TRUE(step.float8_conversion().converted.empty());
+  ASSERT_NE(F8::float8_state(*fc1), nullptr);
+  EXPECT_EQ(F8::float8_state(*fc1)->recipe().scaling(),
+            F8::Float8Scaling::kDelayed);
+  EXPECT_EQ(F8::float8_state(*head), nullptr);
+  const auto x = torch::randn({16, 32});
+  const auto ops = lamp::op_precision_report([&] {
+    step.step([&] {
+      return head->forward(lamp::nn::linear(x, fc1))
+          .to(torch::kFloat)
+          .square()
+          .mean();
+    });
+  });
+  EXPECT_EQ(ops.count("aten::_scaled_mm", kE4M3), 1) << ops.to_string();
+}
+
 // --- On a GPU with FP8 tensor cores (compute capability 8.9 or newer); the
 // reason is printed where the test cannot run.
 

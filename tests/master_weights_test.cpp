@@ -61,13 +61,46 @@ TEST(MasterWeights, TorchSaveAndLoadKeepTheFp32Values) {
     torch::save(saved, stream);
     lamp::MasterWeights loaded(params, flat);
     const auto before = loaded.master_params()[0].data_ptr();
+    // The model's values before the load (which copies the masters into
+    // it): the masters loaded are not these.
+    std::vector<torch::Tensor> model_values;
+    for (const auto& p : params) {
+      model_values.push_back(p.detach().to(torch::kFloat).clone());
+    }
     torch::load(loaded, stream);
     EXPECT_EQ(loaded.master_params()[0].data_ptr(), before);
     for (size_t i = 0; i < params.size(); ++i) {
       EXPECT_TRUE(BitEqual(loaded.master_params()[i].detach(),
                            saved.master_params()[i].detach()));
-      EXPECT_FALSE(BitEqual(loaded.master_params()[i].detach(),
-                            params[i].detach().to(torch::kFloat)));
+      EXPECT_FALSE(
+          BitEqual(loaded.master_params()[i].detach(), model_values[i]));
+    }
+  }
+}
+
+// load() leaves the model as the masters it loaded say: its 16-bit weights
+// follow them, not the values the model was built with (a resume's first
+// forward pass, or an evaluation straight after the load, would otherwise
+// run on those).
+TEST(MasterWeights, LoadCopiesTheMastersToTheModel) {
+  for (bool flat : {false, true}) {
+    auto trained = half_params_with_grads(torch::kHalf, 1);
+    lamp::MasterWeights saved(trained, flat);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& m : saved.master_params()) {
+        m.mul_(-2).add_(0.25);
+      }
+    }
+    saved.master_params_to_model_params();
+    std::stringstream stream;
+    torch::save(saved, stream);
+    auto built = half_params_with_grads(torch::kHalf, 2);
+    lamp::MasterWeights loaded(built, flat);
+    torch::load(loaded, stream);
+    for (size_t i = 0; i < built.size(); ++i) {
+      EXPECT_TRUE(BitEqual(built[i].detach(), trained[i].detach()))
+          << "parameter " << i << (flat ? ", flat masters" : "");
     }
   }
 }

@@ -914,6 +914,12 @@ TEST(WriteTokenFiles, NamesTheEndOfTextOfEachTokenizer) {
   EXPECT_EQ(gpt2.byte_pair().special_id("<|endoftext|>"),
             gpt2.end_of_text_id());
   EXPECT_EQ(gpt2.byte_pair().special_id("<|nothing|>"), -1);
+  // GPT-2's own vocab.json (as its encoder.json) lists <|endoftext|> among
+  // its tokens, where the tokenizer.json names it an added token: the same
+  // id.
+  const Tokenizer vocab = BytePairEncoding::load(kFiles + "/vocab.json");
+  EXPECT_EQ(vocab.end_of_text_id(), 599);
+  EXPECT_EQ(vocab.end_of_text_id(), gpt2.end_of_text_id());
   // The tiktoken file's <|endoftext|> is the id after its tokens.
   const Tokenizer tiktoken =
       BytePairEncoding::load(kFiles + "/tokens.tiktoken");

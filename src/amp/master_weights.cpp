@@ -293,6 +293,9 @@ void MasterWeights::load(torch::serialize::InputArchive& archive) {
   for (size_t i = 0; i < master_.size(); ++i) {
     master_[i].copy_(saved[i]);
   }
+  // The model follows its masters: a forward pass after the load runs on
+  // the weights loaded, not on those the model was built with.
+  master_params_to_model_params();
 }
 
 std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>

@@ -277,9 +277,10 @@ TrainStep::TrainStep(std::shared_ptr<torch::nn::Module> model,
       " have requires_grad=false); set requires_grad_(true) on the ones to train before building the TrainStep.");
   check_model_dtype(*model_, policy_);
   // "fp8" converts with the default recipe (current scaling) unless
-  // TrainStepOptions::float8 names one.
+  // TrainStepOptions::float8 names one, or the model's owner converted it
+  // (a recipe and layers of their own): that conversion is kept.
   auto recipe = options_.float8();
-  if (!recipe && policy_.float8) {
+  if (!recipe && policy_.float8 && !nn::has_float8_layers(*model_)) {
     recipe = nn::Float8Recipe();
   }
   if (recipe) {

@@ -955,12 +955,16 @@ torch::Tensor BytePairEncoding::encode(const std::string& text,
 }
 
 int64_t BytePairEncoding::special_id(const std::string& text) const {
-  for (const auto& special : model().specials) {
+  const auto& m = model();
+  for (const auto& special : m.specials) {
     if (special.second == text) {
       return special.first;
     }
   }
-  return -1;
+  // GPT-2's own files (encoder.json, vocab.json, a tokenizer.json whose
+  // vocabulary holds it) list <|endoftext|> among the tokens, as id 50256.
+  const auto token = m.ids.find(text);
+  return token == m.ids.end() ? -1 : token->second;
 }
 
 int64_t BytePairEncoding::end_of_text_id() const {

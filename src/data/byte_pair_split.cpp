@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #if LAMP_WITH_ICU
@@ -81,7 +82,7 @@ Class class_of(UChar32 c) {
 
 // The character at byte `i` (i < size): ASCII without ICU's call, a byte
 // that begins no well-formed character as one of kOther.
-Character character_at(const std::string& text, size_t i) {
+Character character_at(std::string_view text, size_t i) {
   const auto byte = static_cast<unsigned char>(text[i]);
   if (byte < 0x80) {
     const char c = static_cast<char>(byte);
@@ -99,22 +100,25 @@ Character character_at(const std::string& text, size_t i) {
     }
     return {Class::kOther, 1};
   }
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const auto length = static_cast<int32_t>(text.size());
-  auto at = static_cast<int32_t>(i);
+  // ICU indexes with int32_t: from the character's own first byte, at most
+  // 4 bytes on, so that a text past 2 GiB is read as any other.
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data()) + i;
+  const auto length =
+      static_cast<int32_t>(std::min<size_t>(4, text.size() - i));
+  int32_t at = 0;
   UChar32 c = 0;
   U8_NEXT(s, at, length, c);
   const Character stray{Class::kOther, 1}; // a byte that begins none
-  return c < 0 ? stray : Character{class_of(c), static_cast<size_t>(at) - i};
+  return c < 0 ? stray : Character{class_of(c), static_cast<size_t>(at)};
 }
 
-bool is_line_break(const std::string& text, size_t i) {
+bool is_line_break(std::string_view text, size_t i) {
   return text[i] == '\r' || text[i] == '\n';
 }
 
 // The end of the run of characters from `i` that `in` takes.
 template <typename In>
-size_t run_end(const std::string& text, size_t i, In in) {
+size_t run_end(std::string_view text, size_t i, In in) {
   while (i < text.size()) {
     const auto c = character_at(text, i);
     if (!in(c.cls)) {
@@ -133,7 +137,7 @@ struct SpaceRun {
   size_t after_break;
 };
 
-SpaceRun space_run(const std::string& text, size_t p) {
+SpaceRun space_run(std::string_view text, size_t p) {
   SpaceRun run{p, p, p};
   while (run.end < text.size()) {
     const auto c = character_at(text, run.end);
@@ -153,14 +157,14 @@ SpaceRun space_run(const std::string& text, size_t p) {
 // something else follows (that character leads the next piece), when the
 // run has more than one; else the run (one character, or all of them at
 // the text's end).
-size_t spaces_end(const std::string& text, const SpaceRun& run, size_t p) {
+size_t spaces_end(std::string_view text, const SpaceRun& run, size_t p) {
   return run.end < text.size() && run.last > p ? run.last : run.end;
 }
 
 // The contractions 's 't 'm 'd, 're 've 'll: as they are cased (GPT-2's),
 // or, `any_case`, case-blind ((?i:...)), where Unicode's simple case
 // folding adds U+017F (long s, UTF-8 C5 BF) to s and S.
-size_t contraction_end(const std::string& text, size_t p, bool any_case) {
+size_t contraction_end(std::string_view text, size_t p, bool any_case) {
   const size_t n = text.size();
   if (text[p] != '\'' || p + 1 >= n) {
     return p;
@@ -191,7 +195,7 @@ Class gpt2_kind(Class c) {
   return is_letter(c) ? Class::kLower : (is_other(c) ? Class::kOther : c);
 }
 
-size_t gpt2_piece_end(const std::string& text, size_t p) {
+size_t gpt2_piece_end(std::string_view text, size_t p) {
   const size_t contraction = contraction_end(text, p, false);
   if (contraction > p) {
     return contraction;
@@ -218,7 +222,7 @@ size_t gpt2_piece_end(const std::string& text, size_t p) {
 
 // ' ?[^\s\p{L}\p{N}]+' then the line breaks after it (and, for o200k_base,
 // slashes), or `p` where it does not match.
-size_t punctuation_end(const std::string& text, size_t p, bool slashes) {
+size_t punctuation_end(std::string_view text, size_t p, bool slashes) {
   const size_t n = text.size();
   size_t q = p;
   if (text[p] == ' ' && p + 1 < n && is_other(character_at(text, p + 1).cls)) {
@@ -235,7 +239,7 @@ size_t punctuation_end(const std::string& text, size_t p, bool slashes) {
 }
 
 // \p{N}{1,3}
-size_t digits_end(const std::string& text, size_t p) {
+size_t digits_end(std::string_view text, size_t p) {
   size_t q = p;
   for (int i = 0; i < 3 && q < text.size(); ++i) {
     const auto c = character_at(text, q);
@@ -253,7 +257,7 @@ size_t digits_end(const std::string& text, size_t p) {
 // '\s*[\r\n]+'), the run of white space to its last line break, else
 // '\s+(?!\S)|\s+'. With `whole_at_end`, '\s++$' comes first: a run that
 // ends the text is one piece.
-size_t after_words_end(const std::string& text, size_t p, Class first,
+size_t after_words_end(std::string_view text, size_t p, Class first,
                        bool slashes, bool whole_at_end) {
   if (first == Class::kNumber) {
     return digits_end(text, p);
@@ -274,11 +278,11 @@ size_t after_words_end(const std::string& text, size_t p, Class first,
 
 // '[^\r\n\p{L}\p{N}]': the character that may lead a word (a space,
 // punctuation, a mark).
-bool may_lead_word(const std::string& text, size_t p, Class c) {
+bool may_lead_word(std::string_view text, size_t p, Class c) {
   return !is_letter(c) && c != Class::kNumber && !is_line_break(text, p);
 }
 
-size_t cl100k_piece_end(const std::string& text, size_t p, bool whole_at_end) {
+size_t cl100k_piece_end(std::string_view text, size_t p, bool whole_at_end) {
   const size_t contraction = contraction_end(text, p, true);
   if (contraction > p) {
     return contraction;
@@ -302,7 +306,7 @@ size_t cl100k_piece_end(const std::string& text, size_t p, bool whole_at_end) {
 // gives back upper characters until a lower one follows: the run of upper
 // ones, if a lower one follows it, else to the last of them that is also
 // lower.
-size_t o200k_word_end(const std::string& text, size_t q, bool lower_last) {
+size_t o200k_word_end(std::string_view text, size_t q, bool lower_last) {
   const size_t n = text.size();
   size_t upper_end = q;
   size_t last_lower = n; // the last upper character that is lower too
@@ -333,7 +337,7 @@ size_t o200k_word_end(const std::string& text, size_t q, bool lower_last) {
   return end < n ? contraction_end(text, end, true) : end;
 }
 
-size_t o200k_piece_end(const std::string& text, size_t p) {
+size_t o200k_piece_end(std::string_view text, size_t p) {
   const auto first = character_at(text, p);
   const bool may_lead = may_lead_word(text, p, first.cls);
   for (const bool lower_last : {true, false}) {
@@ -358,7 +362,7 @@ bool byte_pair_split_available() {
   return true;
 }
 
-bool byte_pair_cut_is_safe(const std::string& text, size_t i) {
+bool byte_pair_cut_is_safe(std::string_view text, size_t i) {
   if (i < 2 || i >= text.size() || text[i - 1] != '\n' || text[i] == '/' ||
       character_at(text, i).cls == Class::kSpace) {
     return false;
@@ -377,7 +381,7 @@ bool byte_pair_cut_is_safe(const std::string& text, size_t i) {
   return start + before.bytes != i - 1 || before.cls != Class::kSpace;
 }
 
-void byte_pair_split(const std::string& text, BytePairSplit split,
+void byte_pair_split(std::string_view text, BytePairSplit split,
                      const std::function<void(size_t, size_t)>& piece) {
   TORCH_INTERNAL_ASSERT(split != BytePairSplit::kAuto,
                         "byte_pair_split: the split is not resolved");
@@ -411,13 +415,13 @@ bool byte_pair_split_available() {
   return false;
 }
 
-bool byte_pair_cut_is_safe(const std::string& text, size_t i) {
+bool byte_pair_cut_is_safe(std::string_view text, size_t i) {
   (void)text;
   (void)i;
   return false;
 }
 
-void byte_pair_split(const std::string& text, BytePairSplit split,
+void byte_pair_split(std::string_view text, BytePairSplit split,
                      const std::function<void(size_t, size_t)>& piece) {
   (void)split;
   (void)piece;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "lamp/data/byte_pair.h"
 
@@ -42,7 +43,7 @@ bool byte_pair_split_available();
 // character (Python's text can hold none) is a character of its own, of
 // none of the classes (punctuation's kind). Throws when
 // byte_pair_split_available() is false; `split` is never kAuto.
-void byte_pair_split(const std::string& text, BytePairSplit split,
+void byte_pair_split(std::string_view text, BytePairSplit split,
                      const std::function<void(size_t, size_t)>& piece);
 
 // Whether every split starts a piece at text[i] whatever follows, with the
@@ -57,7 +58,7 @@ void byte_pair_split(const std::string& text, BytePairSplit split,
 // o200k_base's, slashes) after it: text[i] is neither; and at the text's
 // end a lone break is one piece as before a character that is not white
 // space. False where lamp was built without ICU.
-bool byte_pair_cut_is_safe(const std::string& text, size_t i);
+bool byte_pair_cut_is_safe(std::string_view text, size_t i);
 
 } // namespace detail
 } // namespace data

@@ -30,14 +30,20 @@ torch::Tensor read_text_bytes(const std::string& path) {
   for (const auto& file : files) {
     internal::TextReader reader(file, caller);
     const size_t old = all.size();
-    if (reader.compression() == internal::Compression::kNone) {
-      // One read of the size measured, as the file is.
+    const bool plain = reader.compression() == internal::Compression::kNone;
+    if (plain) {
+      // One read of the size measured, as the file is, and a byte to see
+      // its end.
       const auto size = internal::regular_file_size(file, caller);
       lamp::with_memory_context(
           "the contents of " + quoted(file), static_cast<int64_t>(size),
-          [&] { all.reserve(old + static_cast<size_t>(size)); });
+          [&] { all.reserve(old + static_cast<size_t>(size) + 1); });
     }
-    while (reader.read(all, kReadBytes) > 0) {
+    // A plain file's reads stay within the room reserved: a read past it
+    // would double the string (twice the file in memory, and a copy).
+    while (reader.read(all,
+                       plain ? std::max<size_t>(all.capacity() - all.size(), 1)
+                             : kReadBytes) > 0) {
     }
     internal::TextCheck check(file, caller);
     check.add(reinterpret_cast<const uint8_t*>(all.data()) + old,

@@ -1872,6 +1872,43 @@ def gpt2_tokenizer(train_gpt, work, files):
     print("  --resume alone finds it; tiktoken's file, vocab.json and the "
           "folder are the same tokenizer")
 
+    # --init-from the checkpoint (fine-tuning, sampling): the model reads
+    # its run's tokenizer's ids, taken where none is given, as its shape;
+    # another tokenizer is refused, and so is one for a model of bytes, or
+    # a text's bytes for a model of token files.
+    r = expect_success([train_gpt, "--init-from", checkpoint, "--data", text,
+                        "--max-steps", "1", "--precision", "fp32",
+                        "--no-progress", "--batch-size", "16",
+                        "--sample-tokens", "0"])
+    if f"encoded by {tokenizer_json}" not in r.stdout:
+        fail(f"--init-from did not take the run's tokenizer: "
+             f"{r.stdout[:600]!r}")
+    r = expect_success([train_gpt, "--sample-only", "--init-from", checkpoint,
+                        "--prompt", "Hello world", "--sample-tokens", "40",
+                        "--seed", "3"])
+    if sample_of(r.stdout).split("\ntrain_gpt: ")[0] not in samples:
+        fail(f"--sample-only --init-from samples otherwise than --resume: "
+             f"{r.stdout!r} against {samples!r}")
+    other = os.path.join(files, "cl100k", "tokens.tiktoken")
+    r = run([train_gpt, "--sample-only", "--init-from", checkpoint,
+             "--tokenizer", other])
+    if r.returncode != 1 or f"--tokenizer {other} is not the tokenizer " \
+            f"{checkpoint} was trained with" not in r.stderr:
+        fail(f"--init-from with another tokenizer: exit {r.returncode}, "
+             f"{r.stderr.strip()!r}")
+    bytes_checkpoint = fresh(work, "bytes.pt")
+    expect_success(base + ["--max-steps", "1", "--checkpoint",
+                           bytes_checkpoint])
+    r = run([train_gpt, "--init-from", bytes_checkpoint, "--data", text,
+             "--tokenizer", tokenizer_json, "--max-steps", "1"])
+    if r.returncode != 1 or f"--init-from {bytes_checkpoint}'s model was " \
+            "trained on a text's bytes (ids 0..255), not on a tokenizer's " \
+            "ids" not in r.stderr:
+        fail(f"--init-from a model of bytes with --tokenizer: exit "
+             f"{r.returncode}, {r.stderr.strip()!r}")
+    print("  --init-from takes the run's tokenizer; another, or one for a "
+          "model of bytes, refused")
+
     # Another vocabulary (one token's bytes changed) is refused, naming both.
     with open(os.path.join(files, "tokens.tiktoken")) as f:
         lines = f.read().splitlines()
@@ -1934,6 +1971,27 @@ def gpt2_tokenizer(train_gpt, work, files):
         fail(f"token files with --tokenizer: {r.stdout[:900]!r}")
     print("  token files of its ids: vocabulary 600 from --tokenizer, the "
           "prompt encoded")
+    # A model of token files (no tokenizer stored) started on a text's
+    # bytes is refused; ids sampled with --prompt-ids.
+    files_checkpoint = fresh(work, "token-files.pt")
+    expect_success([train_gpt, "--data", data, "--vocab-size", "640",
+                    "--max-steps", "1", "--checkpoint", files_checkpoint] +
+                   COMMON)
+    r = run([train_gpt, "--init-from", files_checkpoint, "--data", text,
+             "--max-steps", "1"])
+    if r.returncode != 1 or f"--init-from {files_checkpoint}'s model was " \
+            f"trained on the token files of {data}, whose ids are not a " \
+            "text's bytes" not in r.stderr:
+        fail(f"--init-from a model of token files on a text: exit "
+             f"{r.returncode}, {r.stderr.strip()!r}")
+    r = expect_success([train_gpt, "--sample-only", "--init-from",
+                        files_checkpoint, "--prompt-ids", "3,4",
+                        "--sample-tokens", "5"])
+    if not re.search(r"^<3><4>(<\d+>){5}$", r.stdout, re.M):
+        fail(f"--sample-only --init-from a model of token files with "
+             f"--prompt-ids: {r.stdout!r}")
+    print("  --init-from a model of token files: a text refused, ids "
+          "sampled")
 
     # Refusals, each naming the file and the fix.
     damaged = fresh(work, "damaged.json")

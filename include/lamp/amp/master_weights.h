@@ -106,9 +106,11 @@ class MasterWeights {
   /// both).
   void save(torch::serialize::OutputArchive& archive) const;
   /// Reads what save() wrote into the existing master tensors, keeping the
-  /// optimizer's references to them valid. Every tensor is checked before
-  /// the first is copied (the count; each one's shape and dtype; no NaN or
-  /// inf): a refused load leaves the masters as they were.
+  /// optimizer's references to them valid, then copies them to the model
+  /// (master_params_to_model_params()), which follows its masters. Every
+  /// tensor is checked before the first is copied (the count; each one's
+  /// shape and dtype; no NaN or inf): a refused load leaves the masters and
+  /// the model as they were.
   void load(torch::serialize::InputArchive& archive);
   /// load()'s reading and checking alone: the saved tensors, with nothing
   /// changed.

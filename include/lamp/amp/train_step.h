@@ -121,8 +121,10 @@ struct TrainStepOptions {
   /// converts the eligible layers (lamp::nn::convert_to_float8(), refused
   /// when none is) and lists the others in float8_conversion(). Combine with
   /// "amp-bf16" for Transformer Engine's setting (BF16 around FP8
-  /// products). Also without this option, a model converted before the
-  /// TrainStep is built has its scales managed: after each cycle's backward
+  /// products). Also without this option (and under precision "fp8",
+  /// which then keeps the owner's conversion instead of converting with
+  /// the default recipe), a model converted before the TrainStep is built
+  /// has its scales managed: after each cycle's backward
   /// the delayed scales are updated (update_float8_scales(), the amaxes
   /// agreed over the replicas of a data-parallel run), and save()/load()
   /// carry the scales and histories. Unset: no conversion.

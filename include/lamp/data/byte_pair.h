@@ -172,7 +172,9 @@ class BytePairEncoding {
   torch::Tensor encode(const std::string& text, BytePairCache& cache) const;
 
   /// The id of the special token whose text is `text` (`<|endoftext|>`),
-  /// or -1 where there is none.
+  /// else of the vocabulary's token of those bytes (GPT-2's `vocab.json`
+  /// and `encoder.json` list `<|endoftext|>` among their tokens), or -1
+  /// where there is neither.
   int64_t special_id(const std::string& text) const;
 
   /// The id that ends a document: `<|endoftext|>` (GPT-2's, GPT-4's,

@@ -430,21 +430,14 @@ void start_ids(const lamp_examples::ProgramConfig& config, GptFlags& flags,
                const std::vector<lamp::training::ProgramSetting>& settings) {
   flags.start_checkpoint = config.init_from;
   flags.start_settings = settings;
-  std::string tokenizer, model, trained_on, data;
-  for (const auto& setting : settings) {
-    if (setting.name == "--tokenizer") {
-      tokenizer = setting.value;
-    } else if (setting.name == kTokenizerModelSetting) {
-      model = setting.value;
-    } else if (setting.name == kTrainedOnSetting) {
-      trained_on = setting.value;
-    } else if (setting.name == "--data") {
-      data = setting.value;
-    }
-  }
-  if (trained_on.empty()) {
+  bool found = false;
+  const auto trained_on = setting_value(settings, kTrainedOnSetting, found);
+  if (!found) {
     return;
   }
+  const auto tokenizer = setting_value(settings, "--tokenizer", found);
+  const auto model = setting_value(settings, kTokenizerModelSetting, found);
+  const auto data = setting_value(settings, "--data", found);
   const bool token_folder = lamp::data::is_token_folder(config.data);
   const auto& from = config.init_from;
   if (!model.empty()) {

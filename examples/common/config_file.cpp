@@ -515,15 +515,15 @@ std::vector<std::string> with_config_settings(
     // As over a flag the file sets itself, over one the command line's
     // flags exclude: --resume over a file's --init-from, the run the file
     // started continued.
-    const auto excluded_by =
-        std::find_if(given.begin(), given.end(), [&](const auto& typed) {
-          return option->get_excludes().count(
-                     const_cast<CLI::Option*>(typed.first)) != 0;
-        });
-    if (excluded_by != given.end()) {
+    const CLI::Option* excluded_by = nullptr;
+    for (const auto* excluding : option->get_excludes()) {
+      if (given.count(excluding) != 0) {
+        excluded_by = excluding;
+      }
+    }
+    if (excluded_by != nullptr) {
       notes.push_back(flag.source + ": left out, as the command line's " +
-                      excluded_by->first->get_name() + " excludes " +
-                      flag.flag + ".");
+                      excluded_by->get_name() + " excludes " + flag.flag + ".");
       continue;
     }
     const auto earlier = set_by.find(option);

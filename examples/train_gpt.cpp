@@ -33,6 +33,9 @@
 
 namespace {
 
+// The text a sample continues where none is given.
+constexpr const char* kDefaultPrompt = "\n";
+
 // train_gpt's own flags: the model's shape and the sample's.
 struct GptFlags {
   lamp::models::GPTOptions model;
@@ -48,7 +51,7 @@ struct GptFlags {
   double temperature = 0.8;
   int64_t top_k = 0;
   double top_p = 1.0;
-  std::string prompt = "\n";
+  std::string prompt = kDefaultPrompt;
   std::string prompt_file;
   int64_t num_samples = 1;
   std::vector<int64_t> prompt_ids;
@@ -322,12 +325,18 @@ void resume_sampling(const lamp_examples::ProgramConfig& config,
   if (config.resume.empty()) {
     return;
   }
-  // Whether `name` was taken back: stored, not empty, not given.
+  // Whether `name` was taken back: stored, not empty, not given. Not the
+  // default prompt ("\n", stored where none was given): taken back, it
+  // would count as given, which token files without pieces refuse (their
+  // default is the first validation id). Not --sample-tokens 0 for
+  // --sample-only, which is there to sample: its default, then.
   const auto take_back = [&](const std::string& name) {
     auto* option = flags.app->get_option(name);
     bool found = false;
     const auto value = resumed_setting(config, name, found);
-    if (option->count() > 0 || value.empty()) {
+    if (option->count() > 0 || value.empty() ||
+        (name == "--prompt" && value == kDefaultPrompt) ||
+        (name == "--sample-tokens" && value == "0" && flags.sample_only)) {
       return false;
     }
     option->clear();
@@ -459,6 +468,7 @@ void start_ids(const lamp_examples::ProgramConfig& config, GptFlags& flags,
                              : std::string("a tokenizer's ids"),
                 ": give a text as --data, without --tokenizer, to train it on "
                 "or sample its bytes.");
+    flags.sample_vocab = 256; // never the model's padding ids
     return;
   }
   // Token files without a tokenizer stored.
@@ -888,6 +898,21 @@ int sample_only(lamp_examples::ProgramConfig& config, GptFlags& flags,
               " is no folder of token files to decode them with. Give --data "
               "the folder the model was trained on (its meta.pkl holds the "
               "pieces).");
+  // A Python file's model (GPT-2's ids) with nothing to decode its ids: not
+  // a text's bytes unless its vocabulary is theirs, or --data gives the
+  // text it was trained on. Ids in, ids out.
+  if (!python->path.empty() && flags.byte_text && flags.tokenizer.empty() &&
+      flags.model.vocab_size() != 256 &&
+      flags.app->get_option("--data")->count() == 0) {
+    TORCH_CHECK(!flags.prompt_ids.empty(), "--sample-only: ", source,
+                "'s model has a vocabulary of ", flags.model.vocab_size(),
+                " ids, not a text's 256 bytes, and nothing here decodes its "
+                "ids: give --tokenizer (GPT-2's tokenizer.json or vocab.json "
+                "for GPT-2's weights), --data the token files (with their "
+                "meta.pkl) or the text it was trained on, or --prompt-ids to "
+                "sample ids.");
+    flags.byte_text = false;
+  }
   // A checkpoint of a run on a text's bytes: the bytes' ids, as the run's
   // own samples drew them, wherever its text is now. A Python file's model
   // (GPT-2's ids, --prompt-ids) draws from every id.
@@ -1253,9 +1278,10 @@ int main(int argc, char** argv) {
           spec.train = std::move(text.train);
           spec.test = std::move(text.validation);
         }
-        if (!config.eval_only) {
-          // A bad prompt is refused before training; --eval-only has none
-          // (the default one may encode to no token with the tokenizer).
+        if (!config.eval_only && flags.sample_tokens > 0) {
+          // A bad prompt is refused before training; --eval-only and
+          // --sample-tokens 0 sample nothing (the default prompt may encode
+          // to no token with the tokenizer).
           prompt_ids(flags);
         }
         const auto name = flags.model.name();

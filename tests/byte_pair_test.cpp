@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -339,12 +340,16 @@ TEST(BytePairSplit, ASafeCutGivesTheWholeTextsPieces) {
   const auto text = lines_around_breaks(600, 5);
   size_t cuts = 0;
   size_t breaks_refused = 0;
+  size_t before_space = 0;  // cuts "word| word"
+  size_t before_return = 0; // cuts "word|\r\n"
   for (size_t i = 0; i <= text.size(); ++i) {
     if (!byte_pair_cut_is_safe(text, i)) {
       breaks_refused += i > 0 && i < text.size() && text[i - 1] == '\n';
       continue;
     }
     ++cuts;
+    before_space += text[i] == ' ';
+    before_return += text[i] == '\r';
     for (const auto split : {BytePairSplit::kGpt2, BytePairSplit::kCl100k,
                              BytePairSplit::kLlama3, BytePairSplit::kO200k}) {
       Pieces whole_before, whole_after;
@@ -366,8 +371,11 @@ TEST(BytePairSplit, ASafeCutGivesTheWholeTextsPieces) {
   }
   // 125 of the 790 breaks can be cut after (seed 5): the lines mostly end
   // or start with white space, or are runs of breaks, to try the refusals.
-  EXPECT_GT(cuts, 100u) << breaks_refused;
+  // And before the space of " and more", and "\r" after a letter or digit.
+  EXPECT_GT(cuts - before_space - before_return, 100u) << breaks_refused;
   EXPECT_GT(breaks_refused, 500u) << cuts;
+  EXPECT_GT(before_space, 100u);
+  EXPECT_GT(before_return, 10u);
 
   // Lines that start with CJK letters or punctuation, digits, marks, list
   // items: cut. After white space, CRLF, and before white space or a
@@ -391,6 +399,23 @@ TEST(BytePairSplit, ASafeCutGivesTheWholeTextsPieces) {
   EXPECT_FALSE(byte_pair_cut_is_safe("a!\n/b", 3));
   EXPECT_FALSE(byte_pair_cut_is_safe("a\nb", 0));
   EXPECT_FALSE(byte_pair_cut_is_safe("a\n", 2));
+  // Between words, and before a CRLF after a letter or digit: cut. Not
+  // where either side of the space is no letter, nor before a CRLF after
+  // punctuation.
+  EXPECT_TRUE(byte_pair_cut_is_safe("one two", 3));
+  EXPECT_TRUE(byte_pair_cut_is_safe("\xe6\x96\x87 \xe4\xb8\xad", 3));
+  EXPECT_TRUE(byte_pair_cut_is_safe("a\r\nb", 1));
+  EXPECT_TRUE(byte_pair_cut_is_safe("a12\r\n", 3));
+  EXPECT_TRUE(byte_pair_cut_is_safe("a\r", 1));
+  EXPECT_FALSE(byte_pair_cut_is_safe("one ", 3));
+  EXPECT_FALSE(byte_pair_cut_is_safe("one  two", 3));
+  EXPECT_FALSE(byte_pair_cut_is_safe("one 2", 3));
+  EXPECT_FALSE(byte_pair_cut_is_safe("one. two", 4));
+  EXPECT_FALSE(byte_pair_cut_is_safe("\xe3\x80\x80 two", 3));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a\x80 b", 2)); // a stray byte
+  EXPECT_FALSE(byte_pair_cut_is_safe("a.\r\nb", 2));
+  EXPECT_FALSE(byte_pair_cut_is_safe("a \r\nb", 2));
+  EXPECT_FALSE(byte_pair_cut_is_safe("\r\nb", 0));
   // Past 2 GiB, where ICU's int32_t indexes end: a text mapped but not
   // filled (its pages never touched, but for the last), with white space
   // of three bytes (U+3000) after the break and before it.
@@ -422,6 +447,9 @@ TEST(BytePairSplit, ASafeCutGivesTheWholeTextsPieces) {
   EXPECT_EQ(pieces("a\r\nb", BytePairSplit::kGpt2),
             (Pieces{"a", "\r", "\n", "b"}));
   EXPECT_EQ(pieces("a\r\n", BytePairSplit::kGpt2), (Pieces{"a", "\r\n"}));
+  // Punctuation takes the CRLF after it.
+  EXPECT_EQ(pieces("a.\r\nb", BytePairSplit::kCl100k),
+            (Pieces{"a", ".\r\n", "b"}));
 }
 
 // The other splits' tokenizers give Python's ids: cl100k_base's pattern
@@ -590,6 +618,81 @@ TEST(BytePairEncoding, EveryFormatEncodesAsPython) {
       }
     }
   }
+}
+
+// Pieces of thousands of bytes, each merged through a heap (a run of one
+// letter, a word made of 600 words, digits, punctuation, spaces before a
+// word): Python's ids, from tiktoken's ranks and Hugging Face's merges, on
+// their own, in a longer text, and from a cache.
+TEST(BytePairEncoding, MergesLongPiecesAsPython) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  const auto cases = expected_cases(file("expected_long.txt"));
+  ASSERT_EQ(cases.size(), 5u) << "expected_long.txt was not read";
+  // The texts one after another, a line each, the spaces first (a line
+  // break before them would join their piece).
+  std::string all;
+  std::vector<int64_t> all_ids;
+  for (const size_t i : std::vector<size_t>{4, 0, 1, 2, 3}) {
+    const auto& c = cases[i];
+    // Longer than any piece merged by scanning (128 bytes) by far.
+    EXPECT_GT(pieces(c.text).front().size(), 1500u) << c.text.substr(0, 20);
+    if (!all.empty()) {
+      all += "\n";
+      all_ids.push_back(-1); // the "\n"'s id, filled below
+    }
+    all += c.text;
+    all_ids.insert(all_ids.end(), c.ids.begin(), c.ids.end());
+  }
+  for (const auto& path : every_format()) {
+    SCOPED_TRACE(path);
+    const auto bpe = lamp::data::BytePairEncoding::load(path);
+    lamp::data::BytePairCache cache;
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c.text.substr(0, 20));
+      EXPECT_EQ(as_vector(bpe.encode(c.text)), c.ids);
+      EXPECT_EQ(as_vector(bpe.encode(c.text, cache)), c.ids);
+    }
+    auto expected = all_ids;
+    const auto newline = as_vector(bpe.encode("\n"));
+    ASSERT_EQ(newline.size(), 1u);
+    std::replace(expected.begin(), expected.end(), int64_t{-1}, newline[0]);
+    EXPECT_EQ(as_vector(bpe.encode(all)), expected);
+  }
+}
+
+// A cache holds each piece of more than one byte once, across texts (its
+// keys outlive the texts they came from), gives the ids encode() gives,
+// is shared by copies of a tokenizer, and starts afresh with another.
+TEST(BytePairCache, KeepsPiecesAcrossTextsAndFollowsItsTokenizer) {
+  if (!can_encode()) {
+    GTEST_SKIP() << "this lamp was built without ICU";
+  }
+  const auto gpt2 = lamp::data::BytePairEncoding::load(file("tokenizer.json"));
+  lamp::data::BytePairCache cache;
+  EXPECT_EQ(cache.size(), 0);
+  const auto encoded = [&](const lamp::data::BytePairEncoding& bpe,
+                           const std::string& text) {
+    // A text that is gone once encoded: the cache keeps copies.
+    auto ids = as_vector(bpe.encode(std::string(text), cache));
+    EXPECT_EQ(ids, as_vector(bpe.encode(text))) << text;
+    return ids;
+  };
+  encoded(gpt2, "hello world hello");
+  EXPECT_EQ(cache.size(), 3); // "hello", " world", " hello"
+  const auto again = encoded(gpt2, " world again, hello world hello");
+  EXPECT_EQ(cache.size(), 4); // and " again"; "," (one byte) not held
+  EXPECT_EQ(again, encoded(gpt2, " world again, hello world hello"));
+  const auto copy = gpt2; // the same model: the same pieces
+  encoded(copy, "hello again");
+  EXPECT_EQ(cache.size(), 4);
+  const auto other =
+      lamp::data::BytePairEncoding::load(file("cl100k/tokenizer.json"));
+  encoded(other, "hello world");
+  EXPECT_EQ(cache.size(), 2); // afresh: "hello", " world"
+  encoded(gpt2, "hello");
+  EXPECT_EQ(cache.size(), 1);
 }
 
 TEST(BytePairEncoding, FormatsAgreeOnTheVocabulary) {

@@ -160,6 +160,27 @@ TEST(Environment, ALocalRankBeyondACudaDeviceIndexIsRefusedForCuda) {
                "device index is at most 127; check LOCAL_RANK");
 }
 
+TEST(Environment, ALocalRankBeyondTheVisibleDevicesIsRefusedForCuda) {
+  // cuda:100 on a machine of fewer GPUs (this one's CPU sees none): named
+  // now, with the variables to check, not CUDA's "invalid device ordinal"
+  // at the first use. Unset, LOCAL_RANK is RANK's: said so.
+  ScopedEnv env({{"RANK", "100"},
+                 {"WORLD_SIZE", "101"},
+                 {"LOCAL_RANK", "100"},
+                 {"LOCAL_WORLD_SIZE", "101"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", "29500"}});
+  const auto devices = torch::cuda::device_count();
+  ASSERT_LT(devices, 101) << "a machine of 101 GPUs";
+  expect_error([] { ProcessGroup::from_environment(torch::kCUDA); },
+               "LOCAL_RANK=100 picks cuda:100, but this process sees " +
+                   std::to_string(devices) + " CUDA device");
+  ::unsetenv("LOCAL_RANK");
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  expect_error([] { ProcessGroup::from_environment(torch::kCUDA); },
+               "LOCAL_RANK=100 (not set: RANK's value) picks cuda:100");
+}
+
 // The CPU rendezvous needs Gloo: without it, create() refuses before any
 // wait (Gloo.AutoOnTheCpuWithTwoRanksFailsAtOnceWithoutIt).
 #define LAMP_SKIP_WITHOUT_GLOO()                                             \

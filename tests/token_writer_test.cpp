@@ -297,12 +297,13 @@ TEST(WriteTokenFiles, KeepsATextWithoutAPlaceToCutWhole) {
   if (!lamp::data::byte_pair_encode_available()) {
     GTEST_SKIP() << "lamp was built without ICU";
   }
-  // Lines that end in CRLF or white space, or start with spaces: nowhere
-  // to cut for the threads, so each part is encoded whole.
+  // Lines that end in punctuation and CRLF or in white space, or start
+  // with spaces, with no two words apart: nowhere to cut for the threads,
+  // so each part is encoded whole.
   Scratch scratch("whole");
   std::string text;
   for (int k = 0; k < 3000; ++k) {
-    text += k % 3 == 0   ? "\xe4\xb8\xad\xe6\x96\x87 text\r\n"
+    text += k % 3 == 0   ? "\xe4\xb8\xad\xe6\x96\x87, text.\r\n"
             : k % 3 == 1 ? "12 items\xe3\x80\x80\n"
                          : "  indented \n";
   }

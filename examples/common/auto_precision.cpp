@@ -106,9 +106,12 @@ AutoPrecision resolve_auto_precision(
     }
     choice[0] = seconds[1] < seconds[0] ? 1 : 0;
   }
-  // Every rank trains in the main rank's choice.
+  // Every rank trains in the main rank's choice (gathered on the group's
+  // device: NCCL's collectives take no CPU tensor).
+  choice = choice.to(group.device());
   group.all_reduce_(choice, lamp::distributed::ReduceOp::kSum,
                     "the agreement on --precision auto's choice");
+  choice = choice.cpu();
   const auto chosen =
       candidates.at(static_cast<size_t>(choice.item<int64_t>()));
   std::string line = "auto: " + lamp::to_string(chosen);

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 #include <deque>
+#include <queue>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,6 +33,8 @@ using Json = nlohmann::json;
 
 constexpr const char* kEndOfText = "<|endoftext|>";
 constexpr int32_t kNoRank = INT32_MAX;
+// The longest piece whose merges encode_piece() finds by scanning its pairs.
+constexpr size_t kScannedPieceBytes = 128;
 
 // A pair of adjacent tokens, as Hugging Face's merges key them.
 uint64_t pair_key(int32_t left, int32_t right) {
@@ -77,6 +80,8 @@ struct BytePairModel {
                                    size_t end, int32_t left,
                                    int32_t right) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  void merge_long_piece(std::string_view piece,
+                        std::vector<int32_t>& out) const;
 };
 
 } // namespace detail
@@ -173,7 +178,11 @@ std::pair<int32_t, int32_t> detail::BytePairModel::rank(std::string_view piece,
 }
 
 // tiktoken's byte_pair_merge: the piece's bytes as tokens, then the pair of
-// lowest rank merged, the leftmost among equals, until none merges.
+// lowest rank merged, the leftmost among equals, until none merges. A
+// short piece (most are a word) finds each pair by a scan; a longer one
+// through a heap (merge_long_piece), or its scans' n^2 would take minutes
+// for a piece of a few hundred kB (a run of one character, a line of
+// digits or dashes).
 void detail::BytePairModel::encode_piece(std::string_view piece,
                                          std::vector<int32_t>& out) const {
   if (whole_piece_first) {
@@ -182,6 +191,10 @@ void detail::BytePairModel::encode_piece(std::string_view piece,
       out.push_back(at->second);
       return;
     }
+  }
+  if (piece.size() > kScannedPieceBytes) {
+    merge_long_piece(piece, out);
+    return;
   }
   struct Symbol {
     size_t begin;
@@ -229,6 +242,77 @@ void detail::BytePairModel::encode_piece(std::string_view piece,
   }
   for (const auto& symbol : s) {
     out.push_back(symbol.id);
+  }
+}
+
+// encode_piece()'s merges in n log n: the symbols linked both ways, each
+// named by the byte it begins at (so that the leftmost of equal ranks is
+// the smallest), the pairs that merge in a heap by (rank, begin). A symbol
+// re-ranked or merged away counts up its version, which makes its older
+// entries stale: they are dropped as they come up.
+void detail::BytePairModel::merge_long_piece(std::string_view piece,
+                                             std::vector<int32_t>& out) const {
+  constexpr size_t kNone = SIZE_MAX;
+  const size_t n = piece.size();
+  struct Symbol {
+    int32_t id;
+    int32_t merged; // the token merging it with the next makes
+    uint32_t version;
+    size_t previous;
+    size_t next;
+  };
+  std::vector<Symbol> s(n);
+  for (size_t i = 0; i < n; ++i) {
+    s[i] = {byte_ids[static_cast<unsigned char>(piece[i])], -1, 0,
+            i == 0 ? kNone : i - 1, i + 1 < n ? i + 1 : kNone};
+  }
+  struct Pair {
+    int32_t rank;
+    size_t begin;
+    uint32_t version;
+  };
+  const auto later = [](const Pair& a, const Pair& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.begin > b.begin;
+  };
+  std::priority_queue<Pair, std::vector<Pair>, decltype(later)> pairs(later);
+  const auto rank_at = [&](size_t i) {
+    auto& symbol = s[i];
+    ++symbol.version;
+    if (symbol.next == kNone) {
+      return;
+    }
+    const size_t after = s[symbol.next].next;
+    const auto r = rank(piece, i, after == kNone ? n : after, symbol.id,
+                        s[symbol.next].id);
+    if (r.first != kNoRank) {
+      symbol.merged = r.second;
+      pairs.push({r.first, i, symbol.version});
+    }
+  };
+  for (size_t i = 0; i < n; ++i) {
+    rank_at(i);
+  }
+  while (!pairs.empty()) {
+    const Pair pair = pairs.top();
+    pairs.pop();
+    auto& left = s[pair.begin];
+    if (pair.version != left.version) {
+      continue;
+    }
+    auto& right = s[left.next];
+    ++right.version;
+    left.id = left.merged;
+    left.next = right.next;
+    if (left.next != kNone) {
+      s[left.next].previous = pair.begin;
+    }
+    rank_at(pair.begin);
+    if (left.previous != kNone) {
+      rank_at(left.previous);
+    }
+  }
+  for (size_t i = 0; i != kNone; i = s[i].next) {
+    out.push_back(s[i].id);
   }
 }
 

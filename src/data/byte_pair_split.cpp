@@ -112,6 +112,21 @@ Character character_at(std::string_view text, size_t i) {
   return c < 0 ? stray : Character{class_of(c), static_cast<size_t>(at)};
 }
 
+// The class of the character that ends at text[end - 1] (end > 0): from
+// its last byte back to the byte that begins it. Where that does not end
+// at text[end - 1], the byte there ends no well-formed character: the
+// split takes it as one of its own, of punctuation's kind (kOther).
+Class class_ending_at(std::string_view text, size_t end) {
+  size_t start = end - 1;
+  for (int k = 0; k < 3 && start > 0 &&
+                  (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80;
+       ++k) {
+    --start;
+  }
+  const auto c = character_at(text, start);
+  return start + c.bytes == end ? c.cls : Class::kOther;
+}
+
 bool is_line_break(std::string_view text, size_t i) {
   return text[i] == '\r' || text[i] == '\n';
 }
@@ -363,22 +378,20 @@ bool byte_pair_split_available() {
 }
 
 bool byte_pair_cut_is_safe(std::string_view text, size_t i) {
-  if (i < 2 || i >= text.size() || text[i - 1] != '\n' || text[i] == '/' ||
-      character_at(text, i).cls == Class::kSpace) {
+  if (i == 0 || i >= text.size()) {
     return false;
   }
-  // The character before the break, from its last byte back to the byte
-  // that begins it. Where that does not end at the break, text[i - 2] ends
-  // no well-formed character: the split takes it as one of its own, of
-  // punctuation's kind.
-  size_t start = i - 2;
-  for (int k = 0; k < 3 && start > 0 &&
-                  (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80;
-       ++k) {
-    --start;
+  if (text[i] == ' ') {
+    return i + 1 < text.size() && is_letter(character_at(text, i + 1).cls) &&
+           is_letter(class_ending_at(text, i));
   }
-  const auto before = character_at(text, start);
-  return start + before.bytes != i - 1 || before.cls != Class::kSpace;
+  if (text[i] == '\r') {
+    const auto before = class_ending_at(text, i);
+    return is_letter(before) || before == Class::kNumber;
+  }
+  return i >= 2 && text[i - 1] == '\n' && text[i] != '/' &&
+         character_at(text, i).cls != Class::kSpace &&
+         class_ending_at(text, i - 1) != Class::kSpace;
 }
 
 void byte_pair_split(std::string_view text, BytePairSplit split,

@@ -48,16 +48,26 @@ void byte_pair_split(std::string_view text, BytePairSplit split,
 
 // Whether every split starts a piece at text[i] whatever follows, with the
 // pieces of text[0, i) those of the whole text before i, so that encoding
-// text[0, i) and text[i, n) apart gives the whole's ids: text[i - 1] is a
-// line break ('\n') after a character that is not white space, and text[i]
-// begins a character that is neither white space nor '/'. Why: no pattern
-// lets a line break lead a piece of letters, digits or punctuation, so the
-// break ends the piece it is in; that piece is the break alone (no white
-// space before it) or, for cl100k_base's, Llama 3's and o200k_base's
-// punctuation, the punctuation before it with the line breaks (and, for
-// o200k_base's, slashes) after it: text[i] is neither; and at the text's
-// end a lone break is one piece as before a character that is not white
-// space. False where lamp was built without ICU.
+// text[0, i) and text[i, n) apart gives the whole's ids. Three places are:
+// - After a line break: text[i - 1] is '\n' after a character that is not
+//   white space, and text[i] begins a character that is neither white
+//   space nor '/'. No pattern lets a line break lead a piece of letters,
+//   digits or punctuation, so the break ends the piece it is in; that
+//   piece is the break alone (no white space before it) or, for
+//   cl100k_base's, Llama 3's and o200k_base's punctuation, the punctuation
+//   before it with the line breaks (and, for o200k_base's, slashes) after
+//   it: text[i] is neither; and at the text's end a lone break is one
+//   piece as before a character that is not white space.
+// - Before a space between two letters ("word| word"): the first word's
+//   piece ends at the space, which no pattern of letters takes after them,
+//   and the space leads the next word's piece in every split (" ?\p{L}+",
+//   "[^\r\n\p{L}\p{N}]?\p{L}+").
+// - Before a '\r' after a letter or a digit: the word's or number's piece
+//   ends there, and the break begins the next. (After punctuation, three
+//   splits take the breaks into its piece: not there.)
+// So a text of Windows' line breaks ("\r\n", where a cut after the break
+// would change GPT-2's pieces of the white space) or of one long line is
+// cut as often as any. False where lamp was built without ICU.
 bool byte_pair_cut_is_safe(std::string_view text, size_t i);
 
 } // namespace detail

@@ -65,9 +65,10 @@ class FewerThreads {
 
 // Whether every byte-level BPE split lamp has starts a piece at text[i],
 // so that encoding text[0, i) and text[i, n) on their own gives the ids of
-// the whole: a line break after a character that is not white space, before
-// one that is neither white space nor '/' (detail::byte_pair_cut_is_safe(),
-// which says why).
+// the whole: after a line break between characters that are not white
+// space (nor '/' after it), before a space between two letters, before a
+// '\r' after a letter or digit (detail::byte_pair_cut_is_safe(), which says
+// why).
 bool safe_cut(const std::string& text, size_t i) {
   return detail::byte_pair_cut_is_safe(text, i);
 }
@@ -522,8 +523,8 @@ void write_one_text(const std::vector<std::string>& files,
     }
     const size_t limit =
         train_part ? static_cast<size_t>(split - consumed) : pending.size();
-    // Each byte searched once: a text without a place to cut (every line
-    // ends in white space or starts with it) is kept whole, not searched
+    // Each byte searched once: a text without a place to cut (no two
+    // words apart, no line that may be cut) is kept whole, not searched
     // again.
     const size_t cut = last_safe_cut(pending, searched, limit);
     if (cut > 0) {
@@ -698,8 +699,11 @@ TokenFileSummary write_parts(
   prepare_folder(folder, true);
   summary.train_path = internal::join_path(folder, "train.bin");
   summary.validation_path = internal::join_path(folder, "val.bin");
-  ::lamp::detail::StreamingFile train(summary.train_path);
-  ::lamp::detail::StreamingFile validation(summary.validation_path);
+  // Unnamed until both are whole: a run killed while it writes (SIGKILL,
+  // the OOM killer) leaves no temporary files behind.
+  ::lamp::detail::StreamingFile train(summary.train_path, /*unnamed=*/true);
+  ::lamp::detail::StreamingFile validation(summary.validation_path,
+                                           /*unnamed=*/true);
   TokenSink sink(tokenizer, options, summary.threads, path, total, summary,
                  train, validation, fewer_threads);
   Holdout holdout;

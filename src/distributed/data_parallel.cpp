@@ -428,7 +428,9 @@ void DataParallel::finish_gradient_sync() {
     return;
   }
   torch::NoGradGuard no_grad;
-  // Parameters without a gradient in this backward count as zero.
+  // Parameters without a gradient in this backward: what they accumulated
+  // in the micro-batches before it (set_sync(false); a branch the last one
+  // did not take), as on one process, else zero.
   for (size_t b = impl.next_bucket; b < impl.buckets.size(); ++b) {
     auto& bucket = impl.buckets[b];
     if (impl.shard_buckets) {
@@ -437,8 +439,17 @@ void DataParallel::finish_gradient_sync() {
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t k = bucket.params[j];
       if (!impl.ready[k]) {
-        bucket.buffer.narrow(0, bucket.offsets[j], impl.params[k].numel())
-            .zero_();
+        auto slice =
+            bucket.buffer.narrow(0, bucket.offsets[j], impl.params[k].numel());
+        auto& grad = impl.params[k].mutable_grad();
+        if (grad.defined()) {
+          slice.copy_(grad.flatten());
+          if (impl.shard_buckets) {
+            grad.reset(); // as mark_ready(): the bucket has it
+          }
+        } else {
+          slice.zero_();
+        }
         impl.ready[k] = true;
       }
     }

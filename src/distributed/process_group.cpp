@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -220,6 +221,26 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(
         static_cast<int>(std::numeric_limits<c10::DeviceIndex>::max()),
         "; check LOCAL_RANK (torchrun sets it below nproc_per_node, at most "
         "one process per GPU), or pass a device with its index.");
+    // A device this process does not see fails at its first use with
+    // CUDA's "invalid device ordinal", naming neither; the other ranks
+    // would wait for it at the rendezvous.
+    const int devices = static_cast<int>(torch::cuda::device_count());
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    TORCH_CHECK(
+        local_rank < devices,
+        "lamp::distributed::ProcessGroup::from_environment: LOCAL_RANK=",
+        local_rank,
+        std::getenv("LOCAL_RANK") == nullptr && env ? " (not set: RANK's value)"
+                                                    : "",
+        " picks cuda:", local_rank, ", but this process sees ", devices,
+        " CUDA device", devices == 1 ? "" : "s", " (CUDA_VISIBLE_DEVICES ",
+        visible != nullptr ? std::string("= '") + visible + "'"
+                           : std::string("unset"),
+        "); start at most ", devices,
+        " processes a node (torchrun --nproc-per-node), give each process "
+        "its LOCAL_RANK on its node (a launcher other than torchrun: from "
+        "SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK), or pass a device with "
+        "its index.");
     device =
         torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
   }

@@ -363,17 +363,38 @@ namespace detail {
 // removed unless renamed into place.
 struct StreamingFile::Impl {
   std::string path;
-  std::string temporary;
+  std::string temporary;  // its name, once it has one
+  std::string written_to; // what error messages call it
   int fd = -1;
+  bool unnamed = false; // no name until commit() links it as `temporary`
   uint64_t size = 0;
   bool committed = false;
 };
 
-StreamingFile::StreamingFile(const std::string& path)
+StreamingFile::StreamingFile(const std::string& path, bool unnamed)
     : impl_(std::make_unique<Impl>()) {
   check_checkpoint_path(path, "file");
   impl_->path = path;
   impl_->temporary = temporary_name(path);
+  impl_->written_to = impl_->temporary;
+#ifdef O_TMPFILE
+  // commit() names it through /proc/self/fd: where /proc is not mounted, a
+  // named one.
+  if (unnamed && ::access("/proc/self/fd", F_OK) == 0) {
+    const std::string folder = parent_folder(path);
+    impl_->fd = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+    impl_->unnamed = impl_->fd >= 0;
+    if (impl_->unnamed) {
+      impl_->written_to = "an unnamed temporary file in " + folder;
+      return;
+    }
+    // EOPNOTSUPP (a file system without them), EISDIR or EINVAL (a kernel
+    // older than 3.11) and the rest: a named one, whose open() says what
+    // is wrong if anything is.
+  }
+#else
+  (void)unnamed;
+#endif
   impl_->fd = ::open(impl_->temporary.c_str(),
                      O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (impl_->fd < 0) {
@@ -399,7 +420,7 @@ void StreamingFile::write(const void* data, size_t size) {
     write_failed(impl_->path,
                  "wrote " + std::to_string(impl_->size + written) + " of " +
                      std::to_string(impl_->size + size) + " bytes to " +
-                     impl_->temporary,
+                     impl_->written_to,
                  error);
   }
   impl_->size += size;
@@ -416,13 +437,27 @@ void StreamingFile::commit(const std::string* written) {
   const std::string& temporary = impl_->temporary;
   const int fd = impl_->fd;
   if (::fsync(fd) != 0) {
-    write_failed(path, "fsync of " + temporary + " failed", errno);
+    write_failed(path, "fsync of " + impl_->written_to + " failed", errno);
   }
   TORCH_CHECK(
       written == nullptr || reads_back_the_same(fd, *written),
-      "lamp: could not write ", path, ": ", temporary,
+      "lamp: could not write ", path, ": ", impl_->written_to,
       " does not read back as written (the storage lost or changed data). ",
       path, " keeps its previous content.");
+  if (impl_->unnamed) {
+    // Named through /proc (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH),
+    // then renamed as a named one: linkat() cannot replace a file.
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, temporary.c_str(),
+                 AT_SYMLINK_FOLLOW) != 0) {
+      write_failed(path,
+                   "cannot give " + impl_->written_to + " the name " +
+                       temporary + " (through " + self +
+                       ", which needs /proc mounted)",
+                   errno);
+    }
+    impl_->unnamed = false;
+  }
   const int rc = ::close(impl_->fd);
   impl_->fd = -1;
   if (rc != 0) {

@@ -21,9 +21,16 @@ namespace detail {
 // Destroyed without commit() (an error, an interruption), it removes the
 // temporary file, and `path` is as it was. Errors are c10::Errors naming
 // `path`, the system's reason and the fix.
+//
+// `unnamed`: the temporary file has no name until commit() (Linux's
+// O_TMPFILE), so that a process killed while writing (SIGKILL, the OOM
+// killer: a long write of token files) leaves nothing behind; where the
+// folder's file system has no such files, a named one as otherwise.
+// Checkpoints keep named ones: the lock's holder removes those a killed
+// run left, and the fault tests find them by name.
 class StreamingFile {
  public:
-  explicit StreamingFile(const std::string& path);
+  explicit StreamingFile(const std::string& path, bool unnamed = false);
   ~StreamingFile();
   StreamingFile(const StreamingFile&) = delete;
   StreamingFile& operator=(const StreamingFile&) = delete;

@@ -114,6 +114,8 @@ void Trainer::save_checkpoint(const std::string& path) const {
   const auto mine = detail::shard_path(path, rank, world, global_step_);
   // Each shard's checksum, recorded in the manifest: a shard file that
   // another run (or a later step) has written since is refused on resume.
+  // Gathered on the group's device (NCCL's collectives take no CPU tensor),
+  // written into on the CPU.
   auto checksums = torch::zeros({world}, torch::kLong);
   on_every_rank(*group, "writing the checkpoint's shards", [&] {
     if (rank == 0) {
@@ -128,8 +130,10 @@ void Trainer::save_checkpoint(const std::string& path) const {
     shard.write("train_step", step_archive);
     checksums[rank] = static_cast<int64_t>(save_checked_archive(shard, mine));
   });
-  group->all_reduce_(checksums, distributed::ReduceOp::kSum,
+  auto gathered = checksums.to(group->device());
+  group->all_reduce_(gathered, distributed::ReduceOp::kSum,
                      "the gathering of the shards' checksums");
+  checksums = gathered.cpu();
   on_every_rank(*group, "writing the checkpoint's manifest", [&] {
     if (rank != 0) {
       return;

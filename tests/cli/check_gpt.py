@@ -955,9 +955,11 @@ def sample_only(train_gpt, work):
     wide = fresh(work, "sample-only-300.pt")
     moved = fresh(work, "moved-text.txt")
     shutil.copyfile(text, moved)
+    wide_export = fresh(work, "sample-only-300-export.pt")
     wide_run = expect_success([train_gpt, "--data", moved, "--epochs", "1",
                                "--max-steps", "5", "--precision", "fp32",
                                "--vocab-size", "300", "--checkpoint", wide,
+                               "--export-state-dict", wide_export,
                                "--seed", "5"] + COMMON)
     os.remove(moved)
     wide_only = expect_success([train_gpt, "--sample-only", "--resume", wide,
@@ -971,6 +973,30 @@ def sample_only(train_gpt, work):
         fail(f"--sample-only of the 300-id byte model gave "
              f"{only(wide_only.stdout)!r}, the run's end "
              f"{sample_of(wide_run.stdout)!r}")
+    # --init-from it: the same (its run's bytes alone).
+    wide_init = expect_success([train_gpt, "--sample-only", "--init-from",
+                                wide, "--data", text, "--sample-tokens", "60",
+                                "--seed", "5", "--no-progress"])
+    if ", ids 0..255 of the model's 300):" not in wide_init.stdout or \
+            only(wide_init.stdout) != sample_of(wide_run.stdout):
+        fail(f"--sample-only --init-from the 300-id byte model: "
+             f"{wide_init.stdout[-500:]!r}")
+    # Its exported state dict, a Python file, without --data: nothing says
+    # its 300 ids are bytes, so ids in (--prompt-ids), ids out.
+    python_file = [train_gpt, "--sample-only", "--init-from", wide_export,
+                   "--heads", "2", "--context", "32", "--sample-tokens", "5",
+                   "--no-progress"]
+    refused = run(python_file)
+    if refused.returncode != 1 or "'s model has a vocabulary of 300 ids, " \
+            "not a text's 256 bytes, and nothing here decodes its ids" \
+            not in refused.stderr:
+        fail(f"--sample-only of a Python file of 300 ids, a text prompt: exit "
+             f"{refused.returncode}, {refused.stderr!r}")
+    ids = only(expect_success(python_file + ["--prompt-ids", "65,66"]).stdout)
+    if not re.fullmatch(r"<65><66>(<\d+>){5}", ids.strip()):
+        fail(f"--sample-only of a Python file of 300 ids, --prompt-ids: "
+             f"{ids!r}")
+    os.remove(wide_export)
     os.remove(wide)
     speed = [line for line in r.stdout.splitlines() if "tokens/s" in line]
     if not speed or not speed[-1].startswith("train_gpt: 60 tokens in "):
@@ -1688,6 +1714,26 @@ def token_files(train_gpt, work):
     if not re.fullmatch(r"(<\d+>)+", sample.strip()) or \
             any(int(t) >= 40960 for t in re.findall(r"\d+", sample)):
         fail(f"the sample is not ids below 40960: {sample[:200]!r}")
+    # A resume of a run with the default prompt (val.bin's first id, as
+    # the run has no pieces to encode "\n" with) goes on, and samples
+    # alone, not refused as a text prompt; one of a run that sampled
+    # nothing (--sample-tokens 0) samples the default 300 tokens.
+    default_model = fresh(work, "uint16-default.pt")
+    train = [train_gpt, "--data", folder, "--vocab-size", "40960",
+             "--precision", "fp32", "--checkpoint", default_model] + COMMON
+    expect_success(train + ["--steps", "4", "--max-steps", "2"])
+    r = expect_success([train_gpt, "--resume", default_model])
+    if not sample_of(r.stdout).startswith(f"<{wide[3600]}>"):
+        fail(f"--resume of a run with the default prompt: "
+             f"{sample_of(r.stdout)[:80]!r}")
+    quiet_model = fresh(work, "uint16-quiet.pt")
+    train[train.index(default_model)] = quiet_model
+    expect_success(train[:-2] + ["--sample-tokens", "0", "--steps", "2"])
+    r = expect_success([train_gpt, "--sample-only", "--resume", quiet_model,
+                        "--no-progress"])
+    sample = sample_of(r.stdout).split("\ntrain_gpt: ")[0]
+    if not re.fullmatch(rf"<{wide[3600]}>(<\d+>){{300}}", sample.strip()):
+        fail(f"--sample-only of a run of --sample-tokens 0: {sample[:120]!r}")
     ids_model = fresh(work, "uint16.pt")
     r = expect_success([train_gpt, "--data", folder, "--vocab-size", "40960",
                         "--max-steps", "2", "--epochs", "1", "--prompt-ids",
@@ -2193,6 +2239,9 @@ def tokenizer(train_gpt, work, gpt_md):
             f"{plain}.model" not in r.stderr:
         fail(f"the default prompt with a tokenizer that drops newlines: exit "
              f"{r.returncode}, {r.stderr!r}")
+    # With nothing to sample (--sample-tokens 0), the prompt is not asked.
+    expect_success(base[:-2] + ["--tokenizer", plain + ".model",
+                                "--max-steps", "2", "--sample-tokens", "0"])
     r = expect_success(base + ["--tokenizer", plain + ".model",
                                "--max-steps", "2", "--prompt", "The "])
     if "does not give the text of" not in r.stderr or \
@@ -2736,13 +2785,20 @@ def prepare_tokens(train_gpt, work, files, prepare):
     with open(long_text, "w") as f:
         for _ in range(250000):
             f.write(" ".join(words.choices(vocabulary, k=12)) + "\n")
+
+    def encoding(out, wait):
+        """prepare_tokens of long_text into `out`, `wait` s into its work
+        (its first line says the encoding begins); it and that line."""
+        p = subprocess.Popen([prepare, "--data", long_text, "--tokenizer",
+                              tokenizer_json, "--out", out, "--threads", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        first = p.stdout.readline()
+        time.sleep(wait)
+        return p, first
+
     stopped = os.path.join(fresh_folder(work, "stopped"), "out")
-    p = subprocess.Popen([prepare, "--data", long_text, "--tokenizer",
-                          tokenizer_json, "--out", stopped, "--threads", "1"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    first = p.stdout.readline()  # encoding begins
-    time.sleep(0.3)
+    p, first = encoding(stopped, 0.3)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=120)
     if p.returncode != 143 or err != (
@@ -2752,6 +2808,22 @@ def prepare_tokens(train_gpt, work, files, prepare):
         fail(f"SIGTERM while encoding: exit {p.returncode}, {first!r} "
              f"{out!r} {err!r}, {stopped} there: {os.path.exists(stopped)}")
     print("  SIGTERM while encoding: exit 143, nothing written")
+
+    # Killed while it writes (SIGKILL, the OOM killer): the files were
+    # unnamed, so nothing is left in the folder, which takes a run again.
+    killed = os.path.join(fresh_folder(work, "killed"), "out")
+    p, first = encoding(killed, 1.0)  # the files open, ids written
+    p.kill()
+    p.communicate(timeout=60)
+    left = os.listdir(killed) if os.path.isdir(killed) else []
+    if p.returncode != -signal.SIGKILL or left:
+        fail(f"SIGKILL while encoding: exit {p.returncode}, {first!r}, "
+             f"left in {killed}: {left}")
+    expect_success([prepare, "--data", text, "--tokenizer", tokenizer_json,
+                    "--out", killed])
+    if sorted(os.listdir(killed)) != ["train.bin", "val.bin"]:
+        fail(f"a run after the kill: {sorted(os.listdir(killed))}")
+    print("  SIGKILL while encoding: nothing left, the folder used again")
 
     # JSON Lines: each document ended by <|endoftext|> (599 here).
     lines = os.path.join(work, "docs.jsonl")

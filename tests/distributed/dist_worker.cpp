@@ -137,6 +137,32 @@ TEST(TwoRanks, SeveralBucketsGiveTheSameResult) {
       3);
 }
 
+// With accumulation (set_sync(false) for the first micro-batch), a
+// parameter whose gradient came in the first micro-batch but not in the
+// synced last one (a branch it did not take) keeps what it accumulated,
+// averaged over the ranks as one process would have it, not zeroed.
+TEST(TwoRanks, AGradientAccumulatedBeforeTheLastMicroBatchIsKept) {
+  auto g = group();
+  auto model = std::make_shared<torch::nn::Module>();
+  auto a = model->register_parameter("a", torch::ones({3}));
+  auto b = model->register_parameter("b", torch::ones({2}));
+  auto unused = model->register_parameter("unused", torch::ones({2}));
+  lamp::distributed::DataParallel dp(model, g);
+  const double r = g->rank() + 1;
+  dp.before_forward();
+  dp.set_sync(false);
+  ((a * r).sum() + (b * (10 * r)).sum()).backward();
+  dp.set_sync(true);
+  dp.before_forward();
+  (a * r).sum().backward();
+  dp.finish_gradient_sync();
+  // a: 2r on rank r, b: 10r; their means over ranks 1 and 2: 3 and 15,
+  // exact in FP32. `unused` has none anywhere: zero.
+  EXPECT_TRUE(BitEqual(a.grad(), torch::full({3}, 3.0f)));
+  EXPECT_TRUE(BitEqual(b.grad(), torch::full({2}, 15.0f)));
+  EXPECT_TRUE(BitEqual(unused.grad(), torch::zeros({2})));
+}
+
 TEST(TwoRanks, Bf16ModelAndBf16CommunicationStayClose) {
   // bf16: BF16 weights and gradients (communicated in BF16) with FP32
   // masters. Both runs round to BF16 in different places (the half-batch

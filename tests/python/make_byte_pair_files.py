@@ -40,6 +40,11 @@ without one (as Llama 3's tokenizer.json):
   o200k/           o200k_base's pattern: tokenizer.json, tokens.tiktoken,
                    expected.txt
 
+expected_long.txt: as expected.txt, for LONG_TEXTS (pieces of thousands of
+bytes, whose merges lamp orders in a heap), from the committed GPT-2 files:
+
+  python tests/python/make_byte_pair_files.py --long tests/python/byte_pair
+
 and splits.txt: for each split ("split NAME" lines: gpt2, cl100k, llama3,
 o200k) and each text of TEXTS and SPLIT_TEXTS, a line "text HEX" and a
 line "pieces HEX HEX ..." (each piece's UTF-8 bytes): the matches of the
@@ -135,6 +140,39 @@ SPLIT_TEXTS = [
     "\u0301abc e\u0301t\u00e9 \u0915\u093f\u0924\u093e\u092c",
     "don't DON'T They'RE we'Ve",
 ]
+
+
+def long_texts():
+    """Texts of one long piece each in GPT-2's split, whose merges are many:
+    a run of one letter, a word of thousands of letters made of words (of
+    lamp's docs' vocabulary, drawn with a fixed seed), a run of digits, of
+    punctuation, and of spaces before a word."""
+    import random
+    draw = random.Random(7)
+    words = ["precision", "training", "scale", "loss", "the", "gradient", "step",
+             "master", "weights", "token", "model", "and", "of", "mixed", "half"]
+    return [
+        "a" * 3000,
+        "".join(draw.choice(words) for _ in range(600)),
+        "3141592653589793" * 150,
+        "-=" * 900 + "!!?",
+        " " * 2500 + "word",
+    ]
+
+
+def write_long(folder):
+    """expected_long.txt from the committed GPT-2 files in `folder`."""
+    ranks = {}
+    with open(os.path.join(folder, "tokens.tiktoken"), encoding="ascii") as f:
+        for line in f:
+            token, id_ = line.split()
+            ranks[base64.b64decode(token)] = int(id_)
+    tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    special = tokenizer.token_to_id("<|endoftext|>")
+    twin = tiktoken.Encoding("fixture", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": special})
+    write_expected(os.path.join(folder, "expected_long.txt"), twin, tokenizer, True,
+                   long_texts())
 
 
 def gpt2_bytes_to_unicode():
@@ -262,4 +300,7 @@ def main(folder):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--long":
+        write_long(sys.argv[2])
+    else:
+        main(sys.argv[1])

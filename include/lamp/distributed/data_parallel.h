@@ -35,8 +35,11 @@ struct DataParallelOptions {
   /// own statistics (they then differ between ranks).
   TORCH_ARG(bool, broadcast_buffers) = true;
   /// Communicate FP32 gradients in this dtype (kHalf or kBFloat16: half the
-  /// bytes), averaged before the cast, restored to FP32 after (Python's
-  /// fp16_compress_hook / bf16_compress_hook). nullopt: in their own dtype.
+  /// bytes), cast and then averaged, restored to FP32 after, in the order
+  /// of Python's fp16_compress_hook / bf16_compress_hook: a gradient beyond
+  /// kHalf's range (65504, which a GradScaler's scale can reach) becomes
+  /// inf, and the scaler skips the step and backs off. nullopt: in their
+  /// own dtype.
   TORCH_ARG(c10::optional<torch::Dtype>, communication_dtype) = c10::nullopt;
   /// Shard the optimizer state over the ranks (ZeRO, as DeepSpeed's stages
   /// and PyTorch's ZeroRedundancyOptimizer). 0: every rank keeps all of it
@@ -75,8 +78,10 @@ struct DataParallelOptions {
 ///     every rank, overlapping the rest of backward;
 ///  4. finish_gradient_sync() waits for the buckets and writes the averaged
 ///     gradients back into the parameters' .grad. A parameter that got no
-///     gradient in this backward counts as zero, so that every rank steps
-///     identically (it then has a zero .grad after the sync).
+///     gradient in this backward counts with the .grad it holds (what it
+///     accumulated in the micro-batches before, under set_sync(false)), or
+///     as zero where it has none, so that every rank steps identically (it
+///     then has a zero .grad after the sync).
 /// Buckets hold parameters of one dtype and device, filled in reverse
 /// registration order (roughly the order backward produces gradients).
 /// With gradient accumulation, call set_sync(false) for the micro-steps

@@ -48,6 +48,10 @@ void ZeroSharding::build(std::vector<torch::Tensor> params,
   const int world = group_->world_size();
   const int rank = group_->rank();
   std::vector<RankSetting> settings;
+  // Each tensor once: a weight tied between two modules, listed twice by
+  // Module::parameters(), would be laid out twice, its gradient counted
+  // twice in the clipping norm and its masters and state kept twice.
+  std::unordered_map<const c10::TensorImpl*, size_t> first;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     const auto& name = names[i];
@@ -55,6 +59,13 @@ void ZeroSharding::build(std::vector<torch::Tensor> params,
                 "lamp::distributed::ShardedOptimizer: parameter ", name, " is ",
                 p.defined() ? "not floating point" : "undefined",
                 "; give the model's trainable parameters.");
+    const auto seen = first.emplace(p.unsafeGetTensorImpl(), i);
+    TORCH_CHECK(seen.second, "lamp::distributed::ShardedOptimizer: parameter ",
+                name, " is parameter ", names[seen.first->second],
+                " again (a weight tied between two modules, which "
+                "Module::parameters() lists twice): give each parameter "
+                "once, lamp::unique_parameters(*model), to the optimizer "
+                "and the ShardedOptimizer.");
     TORCH_CHECK(p.device() == group_->device(),
                 "lamp::distributed::ShardedOptimizer: parameter ", name,
                 " is on ", p.device(), " but the group communicates on ",

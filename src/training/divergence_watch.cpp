@@ -34,10 +34,12 @@ std::string bf16_advice(const torch::Device& device) {
 
 DivergenceWatch::DivergenceWatch(const torch::Device& device,
                                  const TrainerOptions& options,
-                                 const GradScaler& scaler, Locate locate)
+                                 const GradScaler& scaler, Locate locate,
+                                 ReduceMax reduce_max)
     : options_(options),
       scaler_(scaler),
       locate_(std::move(locate)),
+      reduce_max_(std::move(reduce_max)),
       bf16_advice_(bf16_advice(device)),
       patience_(options.divergence_patience()) {
   const auto on_device = torch::TensorOptions().device(device);
@@ -67,10 +69,13 @@ void DivergenceWatch::record(int64_t epoch, const StepResult& result) {
   window_ = 0;
   check_skip_run(epoch);
   const int64_t seen = read_non_finite_losses();
-  if (seen - non_finite_at_window_ >= patience_) {
+  const int64_t mine = seen - non_finite_at_window_;
+  const int64_t worst = reduce_max_ ? reduce_max_(mine) : mine;
+  if (worst >= patience_) {
     diverged(epoch,
              "the loss was inf/NaN for " + std::to_string(patience_) +
-                 " steps in a row",
+                 " steps in a row" +
+                 (mine >= patience_ ? "" : " on another rank"),
              lower_lr() + " or clip gradients.");
   }
   non_finite_at_window_ = seen;

@@ -28,18 +28,25 @@ class DivergenceWatch {
  public:
   /// Names the first module with inf/NaN, as a phrase, or "" when unknown.
   using Locate = std::function<std::string()>;
+  /// The maximum of a count over the ranks (a collective every rank calls
+  /// at the same step), so that they stop together.
+  using ReduceMax = std::function<int64_t(int64_t)>;
 
   /// Counters on `device`; messages name settings through `options`, quote
-  /// `scaler`'s scale and add what `locate` (optional) finds.
+  /// `scaler`'s scale and add what `locate` (optional) finds. `reduce_max`
+  /// (optional: one process) decides a window's non-finite losses over the
+  /// ranks.
   DivergenceWatch(const torch::Device& device, const TrainerOptions& options,
-                  const GradScaler& scaler, Locate locate = nullptr);
+                  const GradScaler& scaler, Locate locate = nullptr,
+                  ReduceMax reduce_max = nullptr);
 
   /// Starts an epoch's counts (skipped steps).
   void begin_epoch();
   /// Counts one step: its loss (inf/NaN or not) and, at the end of an
   /// accumulation cycle, whether the optimizer step was skipped. Then, once
   /// per `patience` steps, reads the counters: a run of `patience` skipped
-  /// steps, or a loss non-finite for the whole window, stops the run.
+  /// steps, or a loss non-finite for the whole window (on any rank, with
+  /// `reduce_max`), stops the run.
   void record(int64_t epoch, const StepResult& result);
 
   /// Non-finite losses since the watch began: the live device counter
@@ -68,6 +75,7 @@ class DivergenceWatch {
   const TrainerOptions& options_;
   const GradScaler& scaler_;
   Locate locate_;
+  ReduceMax reduce_max_;
   // ", clip gradients, or train in bf16/amp-bf16." and what BF16 costs on
   // the device where it is emulated.
   std::string bf16_advice_;

@@ -31,6 +31,31 @@ namespace F = torch::nn::functional;
 using detail::DivergenceWatch;
 using distributed::detail::on_every_rank;
 
+// A rank's sum of finite losses and count of inf/NaN ones, as the means
+// over the ranks: the mean loss they give is every rank's finite losses
+// over every rank's finite steps, the same on each whatever its own count.
+struct RanksMean {
+  double loss_sum;
+  double non_finite;
+};
+
+RanksMean ranks_mean(const std::shared_ptr<distributed::ProcessGroup>& group,
+                     const torch::Tensor& loss_sum, int64_t non_finite,
+                     const std::string& purpose) {
+  if (!group || !group->is_distributed()) {
+    return {loss_sum.item<double>(), static_cast<double>(non_finite)};
+  }
+  const auto fp64 = torch::TensorOptions().dtype(torch::kDouble);
+  auto both =
+      torch::stack({loss_sum.reshape({}).to(torch::kDouble).cpu(),
+                    torch::full({}, static_cast<double>(non_finite), fp64)})
+          .to(group->device());
+  group->all_reduce_(both, distributed::ReduceOp::kSum, purpose);
+  // Divided as the means were before: a count the ranks share stays exact.
+  both = both.div(group->world_size()).cpu();
+  return {both[0].item<double>(), both[1].item<double>()};
+}
+
 NamedOptimizerFactory optimizer_factory(const optim::OptimizerOptions& o) {
   return [o](const NamedParameters& params) {
     return optim::make_optimizer(params.values(), o);
@@ -434,8 +459,23 @@ std::vector<EpochStats> Trainer::fit_epochs(
   const auto device = train_loader_.device();
   // Divergence is tracked across epochs, so that it is caught however short
   // the epochs are.
-  DivergenceWatch watch(device, o, step_->scaler(),
-                        [this] { return locate_numerics(); });
+  // Over the ranks, a window of non-finite losses on one of them stops
+  // them all (one alone would leave the others waiting in a collective).
+  DivergenceWatch::ReduceMax reduce_max;
+  if (const auto& group = o.process_group(); group && group->is_distributed()) {
+    reduce_max = [group](int64_t count) {
+      auto value = torch::full(
+          {1}, count,
+          torch::TensorOptions().dtype(torch::kLong).device(group->device()));
+      group->all_reduce_(value, lamp::distributed::ReduceOp::kMax,
+                         "the most inf/NaN losses of a rank in the last "
+                         "divergence_patience steps");
+      return value.item<int64_t>();
+    };
+  }
+  DivergenceWatch watch(
+      device, o, step_->scaler(), [this] { return locate_numerics(); },
+      std::move(reduce_max));
   std::vector<EpochStats> history;
   stop_point_ = StopPoint();
   restart_stop_checks();
@@ -831,20 +871,15 @@ bool Trainer::evaluate_at_step(
     }
     return true;
   }
-  auto interval_sum = interval_loss_sum_;
-  const auto& group = options_.process_group();
-  if (group && group->is_distributed()) {
-    interval_sum = interval_sum.clone();
-    group->all_reduce_(interval_sum, lamp::distributed::ReduceOp::kSum,
-                       "the all-reduce of the training loss since the last "
-                       "evaluation");
-    interval_sum.div_(group->world_size());
-  }
   const int64_t non_finite = watch.read_non_finite_losses();
-  const int64_t finite_steps =
-      interval_steps_ - (non_finite - interval_non_finite_before_);
-  e.train_loss =
-      finite_steps > 0 ? interval_sum.item<double>() / finite_steps : 0.0;
+  const auto interval =
+      ranks_mean(options_.process_group(), interval_loss_sum_,
+                 non_finite - interval_non_finite_before_,
+                 "the all-reduce of the training loss since the last "
+                 "evaluation");
+  const double finite_steps =
+      static_cast<double>(interval_steps_) - interval.non_finite;
+  e.train_loss = finite_steps > 0 ? interval.loss_sum / finite_steps : 0.0;
   interval_loss_sum_.zero_();
   interval_steps_ = 0;
   interval_non_finite_before_ = non_finite;
@@ -865,6 +900,7 @@ bool Trainer::evaluate_at_step(
     if (!o.best_checkpoint().empty()) { // never sharded
       write_on_main_rank("writing the best checkpoint",
                          [&] { save_checkpoint(o.best_checkpoint()); });
+      const auto& group = o.process_group();
       e.best_written = !group || group->is_main();
     }
   }
@@ -894,24 +930,27 @@ void Trainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
     stats.seconds -= stats.warmup_seconds;
     run.examples -= run.warmup_examples;
   }
-  const auto& group = options_.process_group();
-  if (group && group->is_distributed()) {
-    // All ranks together: the mean of the ranks' mean losses, every rank's
-    // examples.
-    group->all_reduce_(run.loss_sum, lamp::distributed::ReduceOp::kSum,
-                       "the all-reduce of the epoch's training loss");
-    run.loss_sum.div_(group->world_size());
-    run.examples *= group->world_size();
-  }
   stats.global_step = global_step_;
   stats.skipped_steps = watch.read_epoch_skipped();
   stats.non_finite_losses = run.non_finite();
-  const int64_t finite_steps =
-      stats.resumed_steps + stats.steps - stats.non_finite_losses;
-  stats.train_loss =
-      finite_steps > 0 ? run.loss_sum.item<double>() / finite_steps : 0.0;
-  watch.check_epoch(run.epoch, stats.resumed_steps + stats.steps,
-                    stats.non_finite_losses, stats.train_loss, *model_);
+  // All ranks together: their finite losses over their finite steps, the
+  // same on every rank, and every rank's examples.
+  const auto epoch = ranks_mean(options_.process_group(), run.loss_sum,
+                                stats.non_finite_losses,
+                                "the all-reduce of the epoch's training loss");
+  run.loss_sum.fill_(epoch.loss_sum);
+  if (const auto& group = options_.process_group();
+      group && group->is_distributed()) {
+    run.examples *= group->world_size();
+  }
+  const int64_t steps = stats.resumed_steps + stats.steps;
+  const double finite_steps = static_cast<double>(steps) - epoch.non_finite;
+  stats.train_loss = finite_steps > 0 ? epoch.loss_sum / finite_steps : 0.0;
+  // Every step's loss inf/NaN on every rank (the mean count is `steps` only
+  // then): decided alike on each.
+  watch.check_epoch(run.epoch, steps,
+                    static_cast<int64_t>(std::floor(epoch.non_finite)),
+                    stats.train_loss, *model_);
   stats.examples_per_second =
       stats.seconds > 0 ? run.examples / stats.seconds : 0.0;
   if (options_.task().is_language_model()) {

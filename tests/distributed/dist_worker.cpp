@@ -834,6 +834,23 @@ TEST(Ranks, ShardedOptimizerRefusesRanksWithOtherParameters) {
       << message;
 }
 
+// A weight tied between two modules, given twice (Module::parameters()):
+// refused on every rank, naming both places and lamp::unique_parameters.
+TEST(Ranks, ShardedOptimizerRefusesATiedWeightTwice) {
+  auto g = any_group();
+  const auto tied = torch::zeros({4}, torch::requires_grad());
+  const std::vector<torch::Tensor> params{
+      tied, torch::zeros({2}, torch::requires_grad()), tied};
+  const auto message = error_of(
+      [&] { lamp::distributed::ShardedOptimizer(params, sgd_momentum(), g); });
+  EXPECT_NE(message.find("parameter 2 is parameter 0 again (a weight tied "
+                         "between two modules"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("lamp::unique_parameters(*model)"), std::string::npos)
+      << message;
+}
+
 // AdamW with a GPT recipe's param groups: weight decay and a learning rate
 // of their own for the matrices and kernels, none and half the rate for the
 // rest.
@@ -1943,6 +1960,78 @@ TEST(TwoRanks, ACheckpointRankZeroCannotWriteStopsEveryRank) {
 // inf/NaN: on any rank, so that every rank decides alike whether to wait
 // for rank 0's write (one rank in that agreement and the other in the next
 // step's gradient all-reduce would pair collectives that do not match).
+// A loss of `value` (its gradients zero: the weights stay as they are).
+torch::Tensor loss_of_value(const torch::Tensor& loss, double value) {
+  return loss * 0 + value;
+}
+
+// Rank 1's losses inf/NaN at two steps, rank 0's none: the epoch's loss is
+// every rank's finite losses over every rank's finite steps, the same on
+// both (each divided the ranks' summed losses by its own count before).
+TEST(TwoRanks, AnEpochsLossIsEveryRanksFiniteLossesOverTheirSteps) {
+  auto g = group();
+  auto net = std::make_shared<lamp_test::SmallNet>(nullptr);
+  int64_t steps = 0;
+  const auto options =
+      lamp::training::TrainerOptions(lamp::Precision::kFP32)
+          .epochs(1)
+          .process_group(g)
+          .training_loss(
+              [&, net](const torch::Tensor& x, const torch::Tensor& y) {
+                const auto loss =
+                    torch::nn::functional::cross_entropy((*net)->forward(x), y);
+                ++steps;
+                if (g->rank() == 0) {
+                  return loss_of_value(loss, 1.0);
+                }
+                return loss_of_value(
+                    loss, steps == 2 || steps == 3
+                              ? std::numeric_limits<double>::quiet_NaN()
+                              : 3.0);
+              });
+  auto run = lamp_test::make_run(lamp::Precision::kFP32, options);
+  *net = run->model;
+  const auto history = run->trainer->fit();
+  ASSERT_EQ(history.size(), 1u);
+  const double n = static_cast<double>(steps);
+  ASSERT_GT(n, 3);
+  // (n x 1 + (n - 2) x 3) / (2n - 2), to FP64's rounding of a few sums.
+  const double expected = (n + 3 * (n - 2)) / (2 * n - 2);
+  EXPECT_NEAR(history[0].train_loss, expected, 1e-12 * expected);
+  const auto mine = torch::tensor({history[0].train_loss}, torch::kDouble);
+  EXPECT_TRUE(BitEqual(mine, from_rank0(*g, mine)));
+}
+
+// Rank 1's loss inf/NaN at every step, rank 0's finite: at the end of the
+// first window of divergence_patience steps both stop with the message
+// (rank 0 saying it was another rank's), rather than rank 1 alone, which
+// left rank 0 waiting in the next collective until the timeout.
+TEST(TwoRanks, ANonFiniteWindowOnOneRankStopsEveryRank) {
+  auto g = group(std::chrono::seconds(20));
+  auto net = std::make_shared<lamp_test::SmallNet>(nullptr);
+  const auto options =
+      lamp::training::TrainerOptions(lamp::Precision::kFP32)
+          .epochs(1)
+          .divergence_patience(3)
+          .process_group(g)
+          .training_loss([&, net](const torch::Tensor& x,
+                                  const torch::Tensor& y) {
+            const auto loss =
+                torch::nn::functional::cross_entropy((*net)->forward(x), y);
+            return loss_of_value(
+                loss, g->rank() == 1 ? std::numeric_limits<double>::quiet_NaN()
+                                     : 1.0);
+          });
+  auto run = lamp_test::make_run(lamp::Precision::kFP32, options);
+  *net = run->model;
+  const auto message = error_of([&] { run->trainer->fit(); });
+  EXPECT_NE(message.find("training diverged in epoch 1: the loss was inf/NaN "
+                         "for 3 steps in a row" +
+                         std::string(g->rank() == 0 ? " on another rank" : "")),
+            std::string::npos)
+      << message;
+}
+
 TEST(TwoRanks, ANonFiniteLossOnOneRankSkipsTheCheckpointOnEveryRank) {
   auto g = group();
   using lamp::training::TrainerOptions;

@@ -46,6 +46,10 @@ namespace distributed {
 ///   }
 /// \endcode
 ///
+/// Each parameter once: for a model with a weight tied between two modules
+/// (a GPT's embedding and head), which Module::parameters() lists twice,
+/// give lamp::unique_parameters(*model); a tensor given twice is refused.
+///
 /// The parameters of each dtype lie end to end in a ShardLayout over the
 /// group's ranks; rank r's shard of each is one FP32 tensor (the master
 /// weights, exact for FP16/BF16 models as MasterWeights is) with its

@@ -28,7 +28,7 @@ std::string to_string(SupportLevel level) {
 
 namespace {
 
-// The costs measured for the emulated modes (docs/precision.md has the
+// The costs measured for the emulated modes (docs/precision-modes.md has the
 // runs). lamp_bench --model cnn --batch-size 64, one process per mode.
 constexpr const char* kCpuBf16Cost =
     "measured 16x slower than fp32 (lamp_bench's MNIST CNN on an AVX2 AMD EPYC: 1,339 against 83 images/s)";
@@ -173,7 +173,7 @@ std::vector<ModeSupport> cuda_modes(const DeviceCapabilities& d) {
   };
 }
 
-// What "auto" picks, and why: the table of docs/precision.md.
+// What "auto" picks, and why: the table of docs/precision-modes.md.
 std::pair<Precision, std::string> automatic_mode(
     const DeviceCapabilities& d, const std::vector<ModeSupport>& modes) {
   const auto level = [&](Precision p) {

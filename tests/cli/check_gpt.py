@@ -1520,13 +1520,15 @@ def eval_only(train_gpt, work):
                  f"{r.stderr.strip()!r}")
     if sorted(os.listdir(work)) != before:
         fail("a refused --eval-only wrote files")
-    # SIGINT during a long evaluation (a 1.5 MB text, one sequence a
-    # batch): it stops there, exit 130, nothing written.
+    # SIGINT during a long evaluation (a 6 MB text, one sequence a batch:
+    # seconds where LibTorch 2.11 evaluates the 1.5 MB of before in 0.4 s,
+    # less than the half second the signal waits): it stops there, exit
+    # 130, nothing written.
     long_text = os.path.join(work, "long.txt")
     with open(text) as f:
         content = f.read()
     with open(long_text, "w") as f:
-        f.write(content * 64)
+        f.write(content * 256)
     out_path = os.path.join(work, "eval-only-signal.out")
     args = [train_gpt, "--eval-only", "--resume", checkpoint, "--data",
             long_text, "--eval-batch-size", "1", "--eval-batches", "0",
@@ -1554,7 +1556,7 @@ def eval_only(train_gpt, work):
     # Two ranks, SIGINT to rank 1 alone: both stop at the same batch, rank
     # 1 with 130, rank 0 with 1 naming it, before the evaluation's end.
     with open(long_text, "w") as f:
-        f.write(content * 32)
+        f.write(content * 256)
     port = str(free_port())
     logs = [os.path.join(work, f"eval-only-rank{rank}.log") for rank in (0, 1)]
     procs = []

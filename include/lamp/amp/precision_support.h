@@ -40,7 +40,7 @@ struct ModeSupport {
   /// TF32 (the CPU, GPUs before sm_80). Native, and no faster than fp32.
   bool same_as_fp32 = false;
   /// What it costs against fp32 where it is emulated, as measured
-  /// (docs/precision.md): "measured 16x slower than fp32 (MNIST CNN, AVX2
+  /// (docs/precision-modes.md): "measured 16x slower than fp32 (MNIST CNN, AVX2
   /// AMD EPYC)"; empty where nothing was measured.
   std::string cost;
 };

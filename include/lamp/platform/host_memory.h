@@ -11,9 +11,9 @@
 /// back once it passes a small threshold; every step then zero-fills its
 /// activations' pages again in page faults. On a small GPT on one CPU
 /// thread that was about 8,800 faults a step and 5% to 10% of the step
-/// (docs/performance.md). Python processes often escape it by accident
-/// (an early large free raises glibc's adaptive thresholds); C++ programs
-/// do not.
+/// (docs/backends.md, "Host memory"). Python processes often escape it by
+/// accident (an early large free raises glibc's adaptive thresholds); C++
+/// programs do not.
 
 #include <cstddef>
 #include <string>

@@ -191,6 +191,49 @@ TEST(Backends, AllocatedAndReservedDeviceMemory_CUDA) {
   EXPECT_LT(lamp::reserved_device_memory(device), reserved + (256 << 20));
 }
 
+// The answer network_to_half's keep_norm_fp32 relies on, against the
+// kernels themselves: a LayerNorm of FP16/BF16 input with FP32 parameters.
+TEST(Backends, MixedDtypeNormAnswersAsTheKernelsRun) {
+  std::vector<torch::Device> devices = {torch::kCPU};
+  if (lamp::cuda_available()) {
+    devices.emplace_back(torch::kCUDA, 0);
+  }
+  for (const auto& device : devices) {
+    for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+      bool runs = true;
+      try {
+        const auto fp32 = torch::TensorOptions().device(device);
+        torch::layer_norm(torch::randn({3, 5}, fp32).to(dtype), {5},
+                          torch::rand({5}, fp32), torch::rand({5}, fp32));
+      } catch (const c10::Error&) {
+        runs = false;
+      }
+      EXPECT_EQ(lamp::mixed_dtype_norm_available(device, dtype), runs)
+          << device << " " << dtype;
+    }
+    EXPECT_FALSE(lamp::mixed_dtype_norm_available(device, torch::kFloat));
+  }
+  if (!lamp::cuda_available()) {
+    EXPECT_FALSE(lamp::mixed_dtype_norm_available(torch::kCUDA, torch::kHalf));
+  }
+}
+
+// A GPU index beyond those this process sees: lamp's message, not ATen's
+// internal assert from its device-property query.
+TEST(Backends, AGpuThisProcessDoesNotSeeIsNamed_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const torch::Device absent(
+      torch::kCUDA, static_cast<c10::DeviceIndex>(torch::cuda::device_count()));
+  try {
+    lamp::device_name(absent);
+    FAIL() << "named a GPU this process does not see";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("does not exist: this process sees"), std::string::npos)
+        << what;
+  }
+}
+
 TEST(Backends, CudnnBenchmarkLimitRoundTripsAndRefusesNegatives) {
   const int before = lamp::cudnn_benchmark_limit();
   lamp::set_cudnn_benchmark_limit(3);

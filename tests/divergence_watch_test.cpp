@@ -1,7 +1,8 @@
 // The trainer's divergence counting, step by step: the exact patience
 // boundary of a run of skipped steps, a taken step that ends the run, the
-// window over non-finite losses that moves on (so that scattered inf/NaN
-// losses never add up to a false stop), and the per-epoch skip counter.
+// run of non-finite losses in a row (scattered inf/NaN losses never add up
+// to a false stop; a run across two windows is one run), and the per-epoch
+// skip counter.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -124,7 +125,7 @@ TEST(DivergenceWatch, ATakenStepEndsTheRunOfSkippedSteps) {
                c10::Error);
 }
 
-TEST(DivergenceWatch, NonFiniteLossesStopOnlyWhenAWholeWindowHasThem) {
+TEST(DivergenceWatch, NonFiniteLossesStopAtPatienceOfThemInARow) {
   // One NaN loss in every window of 3 steps, over 30 steps: 10 in all,
   // never 3 in a row.
   {
@@ -150,6 +151,25 @@ TEST(DivergenceWatch, NonFiniteLossesStopOnlyWhenAWholeWindowHasThem) {
     EXPECT_NE(message.find("the loss was inf/NaN for 3 steps in a row"),
               std::string::npos)
         << message;
+  }
+  // Three in a row across two windows (one at the end of the first, two at
+  // the start of the second): stopped at the second window's check. Counted
+  // per window, neither held three.
+  {
+    Watched w(3);
+    EXPECT_EQ(stopping_step(w.watch, {step(false), step(false),
+                                      step(false, false), step(false, false),
+                                      step(false, false), step(false)}),
+              6u);
+  }
+  // Two in a row, twice, across the windows: never three.
+  {
+    Watched w(3);
+    EXPECT_EQ(stopping_step(
+                  w.watch, {step(false), step(false, false), step(false, false),
+                            step(false), step(false, false), step(false, false),
+                            step(false), step(false), step(false)}),
+              0u);
   }
 }
 

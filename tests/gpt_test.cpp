@@ -638,6 +638,28 @@ TEST(GptModel, RefusesShapesAndInputsItCannotRun) {
               gpt->forward(torch::zeros({1, 4}));
             }).find("token ids must be integers"),
             std::string::npos);
+  // Ids beyond the vocabulary (256) or below 0: named, not the embedding's
+  // "index out of range in self".
+  for (const int64_t bad : {256, -1}) {
+    auto ids = torch::zeros({2, 4}, torch::kLong);
+    ids[1][3] = bad;
+    EXPECT_NE(
+        error_of([&] {
+          gpt->forward(ids);
+        }).find("token ids must be in [0, 256), got " + std::to_string(bad)),
+        std::string::npos)
+        << bad;
+  }
+  // The KV cache with gradients on: refused before its buffers are written
+  // (a backward through them failed on an in-place write).
+  lamp::models::GPTKVCache cache(*gpt, 1);
+  gpt->set_kv_cache(&cache);
+  EXPECT_NE(error_of([&] {
+              gpt->forward(torch::zeros({1, 4}, torch::kLong));
+            }).find("the KV cache serves generation, without gradients"),
+            std::string::npos);
+  EXPECT_EQ(cache.length(), 0);
+  gpt->set_kv_cache(nullptr);
 }
 
 // The attention and the block built alone refuse what the GPT refuses,

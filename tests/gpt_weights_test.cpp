@@ -326,6 +326,31 @@ TEST(GptWeights, WhatDoesNotFitIsRefusedNamingTheTensors) {
   GPT rms(fixture_shape().norm(GPTNorm::kRMSNorm));
   error = error_of([&] { lamp::models::load_gpt_weights(*rms, weights); });
   EXPECT_TRUE(contains(error, "not in the model h.0.ln_1.bias")) << error;
+  // Other heads than nanoGPT's ckpt.pt records (2): no tensor's shape
+  // differs, so only the record tells; the model is left as it was.
+  GPT one_head(fixture_shape().bias(false).heads(1));
+  const auto kept = one_head->wte->weight.clone();
+  error = error_of([&] { lamp::models::load_gpt_weights(*one_head, ckpt); });
+  EXPECT_TRUE(contains(error,
+                       "holds a GPT of 2 attention heads, the model "
+                       "has 1; build it with GPTOptions::heads(2)"))
+      << error;
+  EXPECT_TRUE(torch::equal(one_head->wte->weight, kept));
+}
+
+// A file holding one name twice once the wrappers' prefixes are off (two
+// models saved together) is refused: one of them was silently dropped.
+TEST(GptWeights, ANameGivenTwiceIsRefused) {
+  auto dict = lamp::load_pickle(fixture("nanogpt_state_dict.pt"), "test")
+                  .toGenericDict();
+  dict.insert("module.transformer.wte.weight",
+              dict.at("transformer.wte.weight").toTensor() + 1);
+  const auto path = temp_path("gpt_twice.pt");
+  lamp::save_pickle(dict, path);
+  const auto error = error_of([&] { lamp::models::read_gpt_weights(path); });
+  EXPECT_TRUE(contains(error, "holds transformer.wte.weight twice")) << error;
+  EXPECT_TRUE(contains(error, "module.transformer.wte.weight")) << error;
+  std::remove(path.c_str());
 }
 
 // Files that are not one GPT's weights, each refused with what it is.

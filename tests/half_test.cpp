@@ -101,9 +101,11 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32RefusesNormsThatCannotTakeLowPrecision) {
                           lamp::HalfOptions(GetParam()).keep_norm_fp32(true));
     FAIL() << "kept a LayerNorm in FP32 that cannot take low-precision input";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("keep_norm_fp32 would keep 'ln'"),
+    const std::string what = e.what();
+    EXPECT_NE(what.find("lamp::network_to_half: keep_norm_fp32 keeps 'ln'"),
               std::string::npos)
-        << e.what();
+        << what;
+    EXPECT_NE(what.find("keep_norm_fp32(false)"), std::string::npos) << what;
   }
   for (const auto& item : dtypes(*zoo)) { // refused before any change
     EXPECT_TRUE(item.second == torch::kFloat || item.second == torch::kLong)
@@ -135,6 +137,27 @@ TEST_P(NetworkToHalfDtype, KeepNormFP32KeepsLayerGroupAndInstanceNorm) {
                       name == "head.1.running_mean" ||
                       name == "head.1.running_var";
     EXPECT_EQ(item.second, kept ? torch::kFloat : GetParam()) << name;
+  }
+}
+
+// A subtree the keep_fp32 predicate keeps casts its own inputs: its
+// LayerNorm is kept in FP32 with it, not refused for keep_norm_fp32's
+// sake (on LibTorch 1.13's CPU, which refuses a LayerNorm kept alone).
+TEST_P(NetworkToHalfDtype, KeepNormFP32LeavesSubtreesTheyKeepToThePredicate) {
+  torch::nn::ModuleList block(
+      torch::nn::Linear(4, 4),
+      torch::nn::LayerNorm(torch::nn::LayerNormOptions({4})));
+  torch::nn::ModuleList net(torch::nn::Linear(4, 4), block);
+  lamp::convert_network(*net, lamp::HalfOptions(GetParam())
+                                  .keep_norm_fp32(true)
+                                  .keep_fp32([](const std::string& name,
+                                                const torch::nn::Module&) {
+                                    return name == "1";
+                                  }));
+  for (const auto& item : dtypes(*net)) {
+    EXPECT_EQ(item.second,
+              starts_with(item.first, "1.") ? torch::kFloat : GetParam())
+        << item.first;
   }
 }
 
@@ -354,6 +377,38 @@ TEST(NetworkToHalf, ConvertsAndRunsOnGpu_CUDA) {
   EXPECT_EQ(model->bn1->weight.scalar_type(), torch::kFloat);
   out.to(torch::kFloat).sum().backward();
   EXPECT_EQ(model->conv1->weight.grad().scalar_type(), torch::kHalf);
+}
+
+// A model converted on the CPU (LibTorch 2.x's CPU LayerNorm takes FP32
+// parameters with low-precision inputs) and moved to a GPU: the GPU's
+// LayerNorm runs it, or the forward says why it cannot, never ATen's
+// "expected scalar type" from inside the model.
+TEST(NetworkToHalf, KeptNormsMovedToAGpuRunOrAreRefusedClearly_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  if (!lamp::mixed_dtype_norm_available(torch::kCPU, torch::kBFloat16)) {
+    GTEST_SKIP() << "this LibTorch's CPU cannot keep the norm: nothing to move";
+  }
+  torch::nn::Sequential model(
+      torch::nn::Linear(4, 4),
+      torch::nn::LayerNorm(torch::nn::LayerNormOptions({4})));
+  auto net = lamp::network_to_half(
+      model, lamp::HalfOptions(torch::kBFloat16).keep_norm_fp32(true));
+  EXPECT_EQ(net->forward(torch::randn({2, 4})).scalar_type(), torch::kBFloat16);
+  net->to(torch::kCUDA);
+  const auto x = torch::randn({2, 4}, torch::kCUDA);
+  if (lamp::mixed_dtype_norm_available(torch::kCUDA, torch::kBFloat16)) {
+    EXPECT_EQ(net->forward(x).scalar_type(), torch::kBFloat16);
+    return;
+  }
+  try {
+    net->forward(x);
+    FAIL() << "ran a kept norm the GPU cannot run";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("lamp::HalfNetwork: keep_norm_fp32 keeps '1'"),
+              std::string::npos)
+        << what;
+  }
 }
 
 } // namespace

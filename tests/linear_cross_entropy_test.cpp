@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lamp/amp/autocast.h"
@@ -283,6 +285,67 @@ TEST(LinearCrossEntropy, RefusesWhatDoesNotFit) {
   expect_error(
       [&] { linear_cross_entropy_reference(x, w, h.targets.view({6})); },
       "linear_cross_entropy_reference");
+}
+
+TEST(LinearCrossEntropy, RowsWhoseTargetIsMinus100AreLeftOut) {
+  // F::cross_entropy's ignore_index: padded rows have no loss and no
+  // gradient, and the mean is over the other rows. 111 rows, a third of
+  // them padding, across both chunks of 64.
+  auto h = make_head(3, 37, 48, 300);
+  h.targets.index_put_({torch::randint(0, 2, {3, 37}, torch::kLong).eq(1)},
+                       -100);
+  const auto padded = h.targets.eq(-100).sum().item<int64_t>();
+  ASSERT_GT(padded, 20);
+  ASSERT_LT(padded, 90);
+  for (const bool sum : {false, true}) {
+    SCOPED_TRACE(sum ? "sum" : "mean");
+    const auto want = reference(h, sum);
+    for (const int64_t chunk : {0, 7, 111}) {
+      const auto got =
+          fused(h, LinearCrossEntropyOptions().chunk_rows(chunk).sum(sum));
+      expect_fp32_close(got, want);
+      // The padded rows' inputs get no gradient at all.
+      const auto rows = got.grad_input.view({111, 48});
+      EXPECT_EQ(rows.index({h.targets.view({111}).eq(-100)})
+                    .ne(0)
+                    .sum()
+                    .item<int64_t>(),
+                0);
+    }
+  }
+  // Every row padded: a mean over no rows, NaN as the reference's.
+  auto all = h;
+  all.targets = torch::full_like(h.targets, -100);
+  EXPECT_TRUE(std::isnan(fused(all).loss.item<double>()));
+  EXPECT_TRUE(std::isnan(reference(all).loss.item<double>()));
+}
+
+TEST(LinearCrossEntropy, RefusesATargetOutsideTheVocabularyOnTheCpu) {
+  const auto h = make_head(2, 3, 8, 20);
+  for (const int64_t bad : {20, -1, -101}) {
+    auto targets = h.targets.clone();
+    targets[1][2] = bad;
+    expect_error(
+        [&] {
+          linear_cross_entropy(h.input.detach(), h.weight.detach(), targets);
+        },
+        "a target of " + std::to_string(bad) +
+            " is outside the vocabulary [0, 20)");
+  }
+}
+
+TEST(LinearCrossEntropy, TheMeansFactorIsAppliedInFP32) {
+  // 192 rows: 1/192 is no power of two, and BF16 would round it (to 8
+  // bits) if it met the BF16 gradient in BF16. The mean's input gradient
+  // is the sum's, times 1/192 in FP32, rounded to BF16 once.
+  const auto h = make_head(3, 64, 32, 100, torch::kBFloat16);
+  const auto mean = fused(h, LinearCrossEntropyOptions().chunk_rows(64));
+  const auto sum =
+      fused(h, LinearCrossEntropyOptions().chunk_rows(64).sum(true));
+  const auto expected = (sum.grad_input.to(torch::kFloat) *
+                         torch::full({}, 1.0 / 192, torch::kFloat))
+                            .to(torch::kBFloat16);
+  EXPECT_TRUE(lamp_test::BitEqual(mean.grad_input, expected));
 }
 
 TEST(LinearCrossEntropy, ChunkRowsFollowTheVocabulary) {

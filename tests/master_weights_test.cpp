@@ -572,6 +572,22 @@ TEST(Fp16Util, CopyFunctionsMatchApexInBothLayouts) {
   EXPECT_THROW(lamp::master_params_to_model_params(
                    lists.first, {torch::zeros({7})}, /*flat_master=*/true),
                c10::Error);
+  // A flat master of the right count but not 1-D FP32: lamp's message, not
+  // narrow()'s or copy_()'s.
+  for (const auto& flat :
+       {torch::zeros({2, 4}), torch::zeros({8}, torch::kHalf)}) {
+    try {
+      lamp::master_params_to_model_params(lists.first, {flat},
+                                          /*flat_master=*/true);
+      FAIL() << "took a flat master of shape " << flat.sizes() << " and "
+             << flat.scalar_type();
+    } catch (const c10::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("the master must be one contiguous 1-D FP32 tensor"),
+                std::string::npos)
+          << what;
+    }
+  }
 }
 
 } // namespace

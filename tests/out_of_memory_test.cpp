@@ -8,14 +8,17 @@
 #include <unistd.h>
 
 #include <clocale>
+#include <cstdio>
 #include <limits>
 #include <new>
 #include <string>
 
 #include "lamp/amp/master_weights.h"
 #include "lamp/platform/address_space.h"
+#include "lamp/platform/checkpoint_file.h"
 #include "lamp/platform/out_of_memory.h"
 #include "test_util.h"
+#include "trainer_util.h"
 
 namespace {
 
@@ -155,6 +158,42 @@ TEST(AddressSpace, ALimitWithTooLittleRoomIsRefusedNamingItAndTheFix) {
                   "so training is not started: raise the limit to at least "
                   "1537024 KiB (ulimit -v 1537024) or remove it (ulimit -v "
                   "unlimited), or use fewer threads (OMP_NUM_THREADS).");
+}
+
+// A checkpoint the host cannot hold twice in memory (the archive, then its
+// checksummed envelope) is refused in lamp's words, and the checkpoint
+// written before it is left whole.
+TEST(OutOfMemory, ACheckpointTheHostCannotHoldKeepsThePreviousOne) {
+  const auto path = lamp_test::temp_path("oom_checkpoint.pt");
+  {
+    torch::serialize::OutputArchive small;
+    small.write("x", torch::ones({4}));
+    lamp::save_checked_archive(small, path);
+  }
+  torch::serialize::OutputArchive large;
+  large.write("x", torch::ones({64 * kMiB / 4})); // 64 MiB
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &saved), 0);
+  // Room for about one copy of it, not for the two being built.
+  const auto soft =
+      static_cast<rlim_t>(lamp::address_space().mapped + 80 * kMiB);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < soft) {
+    GTEST_SKIP() << "the hard address-space limit is below the test's";
+  }
+  struct rlimit lowered = saved;
+  lowered.rlim_cur = soft;
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &lowered), 0);
+  const auto error = error_of([&] { lamp::save_checked_archive(large, path); });
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &saved), 0);
+  expect_contains(
+      error, "lamp: out of memory while allocating the checkpoint " + path +
+                 " in host memory");
+  torch::serialize::InputArchive read;
+  lamp::load_checked_archive(read, path);
+  torch::Tensor x;
+  read.read("x", x);
+  EXPECT_TRUE(torch::equal(x, torch::ones({4})));
+  std::remove(path.c_str());
 }
 
 TEST(AddressSpace, ReadsTheSoftLimitAndWhatIsMapped) {

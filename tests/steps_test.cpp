@@ -584,13 +584,36 @@ TEST(StepRuns, AnEvaluationAtAnEpochsLastStepWritesAResumableCheckpoint) {
   std::remove(continued.c_str());
 }
 
+// The evaluations a run reported, field by field, against another's.
+void expect_same_evaluations(const std::vector<StepEvaluation>& got,
+                             const std::vector<StepEvaluation>& want,
+                             const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(what + ", evaluation at step " +
+                 std::to_string(want[i].global_step));
+    EXPECT_EQ(got[i].global_step, want[i].global_step);
+    EXPECT_EQ(got[i].epoch, want[i].epoch);
+    EXPECT_EQ(got[i].train_loss, want[i].train_loss);
+    EXPECT_EQ(got[i].test_loss, want[i].test_loss);
+    EXPECT_EQ(got[i].lr, want[i].lr);
+    EXPECT_EQ(got[i].best_test_loss, want[i].best_test_loss);
+  }
+}
+
 // A stop asked for during training or during a step's evaluation writes
 // the checkpoint at that step; the resumed run ends where the straight one
-// does, to the bit.
+// does, to the bit, and reports its evaluations: the one a stop
+// interrupted runs first, and each one's training loss covers the steps
+// since the one before, those before the resume too.
 TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
   const auto setup = [](TrainerOptions& o) { o.steps(14).eval_every(5); };
   auto straight = text_run(setup);
-  straight->trainer->fit();
+  std::vector<StepEvaluation> straight_evaluations;
+  straight->trainer->fit(
+      nullptr, nullptr, nullptr,
+      [&](const StepEvaluation& e) { straight_evaluations.push_back(e); });
+  ASSERT_EQ(straight_evaluations.size(), 3u); // steps 5, 10 and 14
   struct Case {
     const char* name;
     int64_t stop_at_call; // stop_requested's call that answers true
@@ -605,6 +628,10 @@ TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
     const auto checkpoint = temp_path("stop.pt");
     std::remove(checkpoint.c_str());
     int64_t calls = 0;
+    std::vector<StepEvaluation> evaluations;
+    const auto keep = [&](const StepEvaluation& e) {
+      evaluations.push_back(e);
+    };
     {
       auto first = text_run([&](TrainerOptions& o) {
         setup(o);
@@ -612,7 +639,7 @@ TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
           return ++calls == c.stop_at_call;
         });
       });
-      first->trainer->fit();
+      first->trainer->fit(nullptr, nullptr, nullptr, keep);
       const auto& stop = first->trainer->stop_point();
       EXPECT_TRUE(stop.stopped) << c.name;
       EXPECT_EQ(stop.in_evaluation, c.in_evaluation) << c.name;
@@ -624,10 +651,47 @@ TEST(StepRuns, AStopSavesItsStepAndResumesBitIdentically) {
       o.checkpoint(checkpoint).resume(checkpoint);
     });
     EXPECT_EQ(resumed->trainer->global_step(), c.step) << c.name;
-    resumed->trainer->fit();
+    resumed->trainer->fit(nullptr, nullptr, nullptr, keep);
     expect_same_weights(straight->gpt, resumed->gpt, c.name);
+    expect_same_evaluations(evaluations, straight_evaluations, c.name);
     std::remove(checkpoint.c_str());
   }
+}
+
+// The run's last evaluation stopped: every step is trained, and the
+// resumed run (which trains nothing) runs that evaluation, once: the
+// checkpoint it wrote no longer says it is pending.
+TEST(StepRuns, AStopInTheLastEvaluationIsRunByTheResume) {
+  const auto setup = [](TrainerOptions& o) { o.steps(7).eval_every(7); };
+  auto straight = text_run(setup);
+  std::vector<StepEvaluation> want;
+  straight->trainer->fit(nullptr, nullptr, nullptr,
+                         [&](const StepEvaluation& e) { want.push_back(e); });
+  ASSERT_EQ(want.size(), 1u);
+  const auto checkpoint = temp_path("stop_last_eval.pt");
+  std::remove(checkpoint.c_str());
+  int64_t calls = 0;
+  text_run([&](TrainerOptions& o) {
+    setup(o);
+    // Calls 1-7 come before the steps, 8 before the evaluation's first
+    // batch.
+    o.checkpoint(checkpoint).stop_requested([&] { return ++calls == 8; });
+  })->trainer->fit();
+  for (const int64_t expected : {1, 0}) {
+    std::vector<StepEvaluation> got;
+    auto resumed = text_run([&](TrainerOptions& o) {
+      setup(o);
+      o.checkpoint(checkpoint).resume(checkpoint);
+    });
+    EXPECT_TRUE(resumed->trainer->finished());
+    resumed->trainer->fit(nullptr, nullptr, nullptr,
+                          [&](const StepEvaluation& e) { got.push_back(e); });
+    ASSERT_EQ(static_cast<int64_t>(got.size()), expected);
+    if (expected == 1) {
+      expect_same_evaluations(got, want, "the resume");
+    }
+  }
+  std::remove(checkpoint.c_str());
 }
 
 // A stop during the evaluation at the end of an epoch that a resume
@@ -909,7 +973,13 @@ TEST(StepRuns, CheckpointEveryWritesInsideEpochs) {
     auto run = text_run([&](TrainerOptions& o) {
       o.steps(10).checkpoint(checkpoint).checkpoint_every(3).max_steps(5);
     });
-    run->trainer->fit();
+    const auto history = run->trainer->fit();
+    // The one written inside the epoch (step 3) is timed apart from its
+    // training; its end's (step 5) comes after the epoch's times.
+    ASSERT_EQ(history.size(), 1u);
+    EXPECT_TRUE(history[0].partial());
+    EXPECT_GT(history[0].checkpoint_seconds, 0.0);
+    EXPECT_GT(history[0].seconds, 0.0);
   }
   // Steps 3 (inside epoch 1) and 5 (the run's end).
   const auto settings = lamp::training::read_checkpoint_settings(checkpoint);

@@ -280,7 +280,9 @@ TEST(PeakFlops, MatchesModelsAsWholeWordsOfTheDeviceName) {
                    378e12);
   for (const char* other :
        {"NVIDIA RTX A1000 6GB Laptop GPU", "NVIDIA RTX A1000", "NVIDIA A10",
-        "NVIDIA H200 NVL", "NVIDIA H100 NVL"}) {
+        "NVIDIA H200 NVL", "NVIDIA H100 NVL",
+        "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+        "NVIDIA H100 80GB HBM3 MIG 3g.40gb"}) {
     EXPECT_EQ(lamp::peak_flops(other, Precision::kAMPBF16), 0.0) << other;
   }
 }

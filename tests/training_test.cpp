@@ -170,6 +170,24 @@ TEST(Trainer, ReportsEpochStatistics) {
   EXPECT_EQ(stats[2].warmup_seconds, 0.0);
 }
 
+// An evaluation leaves the model in the mode it found it in: a caller's
+// model in eval mode stays there (it was put back in training mode), and
+// fit()'s evaluations hand a training model back to training.
+TEST(Trainer, AnEvaluationLeavesTheModelsModeAsItWas) {
+  auto run = make_run(lamp::Precision::kFP32, TrainerOptions().epochs(1));
+  run->model->eval();
+  run->trainer->evaluate();
+  EXPECT_FALSE(run->model->is_training());
+  run->model->train();
+  run->trainer->evaluate();
+  EXPECT_TRUE(run->model->is_training());
+  bool training_after_evaluation = false;
+  run->trainer->fit([&](const lamp::training::EpochStats&) {
+    training_after_evaluation = run->model->is_training();
+  });
+  EXPECT_TRUE(training_after_evaluation);
+}
+
 // The trainer's default, CudaGraphMode::kAuto: eager steps on the CPU (and
 // the reason), CUDA graphs on a GPU, where they train as eager steps do and
 // their pool's memory is in the peak of the epochs after the capture.
@@ -242,6 +260,66 @@ TEST(Trainer, ResumeRestoresTheCudaGenerator_CUDA) {
            torch::kCUDA);
   EXPECT_FALSE(torch::equal(torch::rand({16}, cuda), next));
   std::remove(checkpoint.c_str());
+}
+
+// A damaged GPU generator state is refused before the checkpoint changes
+// anything of the run: the model keeps its weights (it was checked after
+// the model, the optimizer and the scaler had been replaced).
+TEST(Trainer, ADamagedCudaGeneratorStateChangesNothing_CUDA) {
+  LAMP_SKIP_WITHOUT_CUDA();
+  const auto checkpoint = temp_path("cuda_rng_whole.pt");
+  const auto forged = temp_path("cuda_rng_damaged.pt");
+  const auto options = TrainerOptions().epochs(1).max_steps(2);
+  make_run(lamp::Precision::kFP32,
+           TrainerOptions(options).checkpoint(checkpoint), 0.05, 32,
+           torch::kCUDA)
+      ->trainer->fit();
+  torch::serialize::InputArchive original;
+  lamp::load_checked_archive(original, checkpoint);
+  torch::serialize::OutputArchive archive;
+  for (const auto& key : original.keys()) {
+    // Nested archives (optional ones, and the step's, written below) and
+    // the tensors, written as the trainer writes them.
+    if (key == "train_step" || key == "cuda_rng_state" ||
+        key == "cpu_rng_state" || key == "history" ||
+        key == "program_settings") {
+      continue;
+    }
+    c10::IValue value;
+    ASSERT_TRUE(original.try_read(key, value)) << key;
+    archive.write(key, value);
+  }
+  torch::Tensor rng;
+  original.read("cpu_rng_state", rng);
+  archive.write("cpu_rng_state", rng);
+  torch::serialize::InputArchive step;
+  ASSERT_TRUE(original.try_read("train_step", step));
+  auto other =
+      make_run(lamp::Precision::kFP32, options, 0.05, 32, torch::kCUDA);
+  other->trainer->train_step().load(step);
+  torch::serialize::OutputArchive step_out;
+  other->trainer->train_step().save(step_out);
+  archive.write("train_step", step_out);
+  archive.write("cuda_rng_state", torch::zeros({3}, torch::kByte));
+  lamp::save_checked_archive(archive, forged);
+  auto run = make_run(lamp::Precision::kFP32, options, 0.05, 32, torch::kCUDA);
+  run->trainer->fit();
+  std::vector<torch::Tensor> before;
+  for (const auto& p : run->model->parameters()) {
+    before.push_back(p.detach().clone());
+  }
+  const auto error = error_of([&] { run->trainer->load_checkpoint(forged); });
+  EXPECT_NE(error.find("the saved CUDA random number generator state is "
+                       "damaged"),
+            std::string::npos)
+      << error;
+  const auto after = run->model->parameters();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(torch::equal(after[i], before[i])) << i;
+  }
+  std::remove(checkpoint.c_str());
+  std::remove(forged.c_str());
 }
 
 // Each optimizer trains the small problem from the same start, and a

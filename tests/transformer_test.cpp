@@ -237,6 +237,33 @@ TEST(Attention, MatchesTheFormulaCausalMaskedAndAdditive) {
               lamp::nn::scaled_dot_product_attention(q, k, v, keep, 0.0, true);
             }).find("is_causal and attn_mask exclude each other"),
             std::string::npos);
+  // Leading sizes that do not broadcast (grouped keys not repeated), a
+  // mask that does not broadcast to [L, S], and a mask of integers: named
+  // by lamp, not by matmul or ATen's kernels. One key head broadcasts.
+  EXPECT_NE(lamp_test::error_of([&] {
+              lamp::nn::scaled_dot_product_attention(q, k.narrow(1, 0, 2),
+                                                     v.narrow(1, 0, 2));
+            }).find("differ in their leading sizes"),
+            std::string::npos);
+  EXPECT_EQ(lamp_test::error_of([&] {
+              lamp::nn::scaled_dot_product_attention(q, k.narrow(1, 0, 1),
+                                                     v.narrow(1, 0, 1));
+            }),
+            "");
+  for (const auto& mask :
+       {torch::ones({5, 6}, torch::kBool), torch::ones({4, 7}, torch::kBool),
+        torch::ones({3, 3, 5, 7}, torch::kBool)}) {
+    EXPECT_NE(lamp_test::error_of([&] {
+                lamp::nn::scaled_dot_product_attention(q, k, v, mask);
+              }).find("does not broadcast to the scores [..., L, S]"),
+              std::string::npos)
+        << mask.sizes();
+  }
+  EXPECT_NE(lamp_test::error_of([&] {
+              lamp::nn::scaled_dot_product_attention(q, k, v,
+                                                     keep.to(torch::kLong));
+            }).find("attn_mask must be bool (true: attend), FP32"),
+            std::string::npos);
   // Heads of size 0: lamp's math path gave NaN (0 * an infinite scale).
   EXPECT_NE(lamp_test::error_of([&] {
               lamp::nn::scaled_dot_product_attention(q.narrow(-1, 0, 0),

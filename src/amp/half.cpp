@@ -106,22 +106,36 @@ bool keep_fp32(const torch::nn::Module& module, const std::string& name,
          (options.keep_fp32() && options.keep_fp32()(name, module));
 }
 
+// Refuses a LayerNorm/GroupNorm that keep_norm_fp32 keeps where its
+// parameters' device cannot run it on `dtype` inputs. BatchNorm and the
+// subtrees the keep_fp32 predicate keeps are not looked into: they get
+// low-precision inputs by design and cast them themselves.
 void check_kept_norms_can_run(const torch::nn::Module& module,
                               const std::string& name,
-                              const HalfOptions& options) {
+                              const HalfOptions& options, const char* caller) {
+  if (is_batchnorm(module) ||
+      (options.keep_fp32() && options.keep_fp32()(name, module))) {
+    return;
+  }
   if (needs_mixed_dtype_kernels(module)) {
     for (const auto& p : module.parameters()) {
       TORCH_CHECK(
-          mixed_dtype_norm_available(p.device(), options.dtype()),
-          "lamp::network_to_half: keep_norm_fp32 would keep '", name,
-          "' in FP32, but this LibTorch's LayerNorm/GroupNorm on ", p.device(),
+          mixed_dtype_norm_available(p.device(), options.dtype()), caller,
+          ": keep_norm_fp32 keeps '", name, "' in FP32, but this LibTorch's (",
+          TORCH_VERSION, ") LayerNorm/GroupNorm on ", p.device(),
           " cannot take ", options.dtype(),
-          " inputs with FP32 parameters. Use keep_norm_fp32(false) here, or convert the model after moving it to CUDA.");
+          " inputs with FP32 parameters. Convert with keep_norm_fp32(false) "
+          "(the norms then run in ",
+          options.dtype(),
+          " as the rest of the model), or keep such a norm with "
+          "HalfOptions::keep_fp32 inside a module that casts its input to "
+          "FP32.");
     }
     return;
   }
   for (const auto& child : module.named_children()) {
-    check_kept_norms_can_run(*child.value(), join(name, child.key()), options);
+    check_kept_norms_can_run(*child.value(), join(name, child.key()), options,
+                             caller);
   }
 }
 
@@ -175,7 +189,8 @@ torch::nn::Module& convert_network(torch::nn::Module& module,
   detail::check_half_dtype(options.dtype(), "lamp::network_to_half");
   check_not_converted_otherwise(module, options.dtype());
   if (options.keep_norm_fp32()) {
-    check_kept_norms_can_run(module, "", options); // before changing anything
+    check_kept_norms_can_run(module, "", options,
+                             "lamp::network_to_half"); // before any change
   }
   torch::NoGradGuard no_grad;
   Converted converted;
@@ -216,8 +231,11 @@ void InputCastImpl::pretty_print(std::ostream& stream) const {
 HalfNetworkImpl::HalfNetworkImpl(
     std::shared_ptr<torch::nn::Module> model,
     std::function<torch::Tensor(const torch::Tensor&)> forward,
-    torch::Dtype dtype)
-    : model_(std::move(model)), forward_(std::move(forward)), cast_(dtype) {
+    const HalfOptions& options)
+    : model_(std::move(model)),
+      forward_(std::move(forward)),
+      options_(options),
+      cast_(options.dtype()) {
   TORCH_CHECK(
       model_ != nullptr && forward_ != nullptr,
       "lamp::network_to_half: the model or its forward function is null.");
@@ -236,6 +254,14 @@ HalfNetworkImpl::HalfNetworkImpl(
 }
 
 torch::Tensor HalfNetworkImpl::forward(const torch::Tensor& input) {
+  // A model converted where its kept norms run may have moved since (to a
+  // GPU, whose LayerNorm takes no FP32 parameters with FP16/BF16 inputs):
+  // looked at again on each new device, on the host.
+  if (options_.keep_norm_fp32() &&
+      (!checked_device_ || *checked_device_ != input.device())) {
+    check_kept_norms_can_run(*model_, "", options_, "lamp::HalfNetwork");
+    checked_device_ = input.device();
+  }
   return forward_(cast_->forward(input));
 }
 
@@ -253,8 +279,11 @@ HalfNetwork network_to_half(
     std::function<torch::Tensor(const torch::Tensor&)> forward,
     const HalfOptions& options) {
   TORCH_CHECK(model != nullptr, "lamp::network_to_half: the model is null.");
+  TORCH_CHECK(forward != nullptr,
+              "lamp::network_to_half: the forward function is null; give the "
+              "function that runs the model (nothing was converted).");
   convert_network(*model, options);
-  return HalfNetwork(std::move(model), std::move(forward), options.dtype());
+  return HalfNetwork(std::move(model), std::move(forward), options);
 }
 
 } // namespace lamp

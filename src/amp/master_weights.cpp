@@ -44,10 +44,26 @@ void check_pairing(const std::vector<torch::Tensor>& model_params,
     for (const auto& p : model_params) {
       numel += p.numel();
     }
-    TORCH_CHECK(master_params[0].numel() == numel, caller,
-                ": the flat master holds ", master_params[0].numel(),
-                " values but the model parameters hold ", numel,
+    const auto& flat = master_params[0];
+    TORCH_CHECK(flat.defined() && flat.dim() == 1 && flat.is_contiguous() &&
+                    flat.scalar_type() == torch::kFloat,
+                caller,
+                ": with flat_master, the master must be one contiguous 1-D "
+                "FP32 tensor, got ",
+                flat.defined()
+                    ? flat.toString() + " of shape " + c10::str(flat.sizes())
+                    : std::string("an undefined tensor"),
+                "; pass the lists returned by prep_param_lists(model, true).");
+    TORCH_CHECK(flat.numel() == numel, caller, ": the flat master holds ",
+                flat.numel(), " values but the model parameters hold ", numel,
                 "; pass the two lists returned by prep_param_lists().");
+    for (size_t i = 0; i < model_params.size(); ++i) {
+      TORCH_CHECK(model_params[i].device() == flat.device(), caller,
+                  ": model parameter ", i, " is on ", model_params[i].device(),
+                  ", the flat master on ", flat.device(),
+                  "; a flat master needs every parameter on its device "
+                  "(prep_param_lists(model, false) otherwise).");
+    }
     return;
   }
   TORCH_CHECK(model_params.size() == master_params.size(), caller,
@@ -309,6 +325,14 @@ prep_param_lists(const torch::nn::Module& model, bool flat_master) {
   TORCH_CHECK(
       !model_params.empty(),
       "lamp::prep_param_lists: the model has no parameter that requires grad.");
+  for (size_t i = 0; i < model_params.size(); ++i) {
+    TORCH_CHECK(
+        !flat_master || model_params[i].device() == model_params[0].device(),
+        "lamp::prep_param_lists: flat_master needs every parameter on one "
+        "device, but parameter ",
+        i, " is on ", model_params[i].device(), " and parameter 0 on ",
+        model_params[0].device(), "; use flat_master=false.");
+  }
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> master_params;
   if (flat_master) {

@@ -50,7 +50,9 @@ Peaks peaks_of(const std::string& name) {
   const auto words = words_of(name);
   // The NVL boards (H100 NVL, H200 NVL) share the SXM parts' chip, not their
   // clocks or peaks: not in the table, rather than given the SXM's.
-  if (has_word(words, "NVL")) {
+  // A MIG slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") has a share of the
+  // chip's units: the whole chip's peak would understate its MFU.
+  if (has_word(words, "NVL") || has_word(words, "MIG")) {
     return {0, 0, 0, 0};
   }
   const Peaks h100_sxm{66.9, 494.7, 989.4, 989.4};

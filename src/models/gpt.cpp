@@ -406,6 +406,28 @@ torch::Tensor GPTImpl::features(const torch::Tensor& tokens) {
               " tokens after the ", past,
               " of the KV cache do not fit the context of ", options_.context(),
               "; clear() the cache and give the last context tokens again.");
+  TORCH_CHECK(ids.device() == wte->weight.device(), who,
+              ": the token ids are "
+              "on ",
+              ids.device(), ", the model on ", wte->weight.device(),
+              "; move the ids to the model's device (ids.to(device)).");
+  // What the embedding would refuse with an index error (on a GPU a
+  // device-side assert that ends the process's CUDA): checked on the CPU,
+  // where it costs one pass; a GPU's ids are the loader's, checked as read.
+  if (ids.device().is_cpu() && ids.numel() > 0) {
+    const auto low = ids.min().item<int64_t>();
+    const auto high = ids.max().item<int64_t>();
+    TORCH_CHECK(low >= 0 && high < options_.vocab_size(), who, ": token ids ",
+                "must be in [0, ", options_.vocab_size(), "), got ",
+                low < 0 ? low : high,
+                "; the ids come from another "
+                "tokenizer or vocabulary than the model's (vocab_size ",
+                options_.vocab_size(), ").");
+  }
+  TORCH_CHECK(cache_ == nullptr || !torch::GradMode::is_enabled(), who,
+              ": the KV cache serves generation, without gradients (its "
+              "buffers are written in place each call); run it under "
+              "torch::NoGradGuard, or without the cache to train.");
   ids = ids.to(torch::kLong);
   const auto positions = torch::arange(
       past, past + t,

@@ -157,7 +157,12 @@ GPTWeights read_gpt_weights(const std::string& path) {
       continue; // not a tensor: nothing of the model's
     }
     prefixed = prefixed || starts_with(name, kTransformer);
-    named[name] = item.value().toTensor();
+    const bool fresh = named.emplace(name, item.value().toTensor()).second;
+    TORCH_CHECK(fresh, who, ": ", path, " holds ", name,
+                " twice once the prefixes of torch.compile and DDP "
+                "(_orig_mod., module.) are taken off (one of them is ",
+                item.key().toStringRef(),
+                "): two models' state dicts in one file; write one model's.");
   }
   // The head: tied to wte in every layout lamp reads.
   const auto head = named.find(kHead);
@@ -318,6 +323,12 @@ void load_gpt_weights(GPTImpl& gpt, const GPTWeights& weights) {
     }
   }
   const auto model = gpt.options().name();
+  // Heads shape no tensor: only a file that records them can be checked.
+  TORCH_CHECK(
+      !weights.heads_known || weights.options.heads() == gpt.options().heads(),
+      who, ": ", path, " holds a GPT of ", weights.options.heads(),
+      " attention heads, the model has ", gpt.options().heads(),
+      "; build it with GPTOptions::heads(", weights.options.heads(), ").");
   TORCH_CHECK(other_shape.empty(), who, ": ", path, " (",
               gpt_layout_name(weights.layout), " layout) does not fit ", model,
               ": its tensors have other shapes: ", some_names(other_shape),

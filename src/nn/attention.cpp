@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -69,6 +70,20 @@ constexpr SdpaBackend kAllBackends[] = {
 
 int index_of(SdpaBackend backend) {
   return static_cast<int>(backend);
+}
+
+// Whether the leading sizes of `a` broadcast against those of `b`,
+// aligned from the right (the last `skip` sizes of each left out).
+bool leading_broadcast(c10::IntArrayRef a, c10::IntArrayRef b, size_t skip) {
+  const size_t na = a.size() - std::min(skip, a.size());
+  const size_t nb = b.size() - std::min(skip, b.size());
+  for (size_t i = 1; i <= std::min(na, nb); ++i) {
+    const int64_t x = a[na - i], y = b[nb - i];
+    if (x != y && x != 1 && y != 1) {
+      return false;
+    }
+  }
+  return true;
 }
 
 } // namespace
@@ -173,6 +188,40 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& query,
   TORCH_CHECK(query.size(-1) > 0, kWho, ": query ", query.sizes(),
               " has heads of size 0 (E); the scale 1 / sqrt(E) is then "
               "infinite. Give heads of at least one value.");
+  TORCH_CHECK(leading_broadcast(query.sizes(), key.sizes(), 2) &&
+                  leading_broadcast(query.sizes(), value.sizes(), 2) &&
+                  leading_broadcast(key.sizes(), value.sizes(), 2),
+              kWho, ": query ", query.sizes(), ", key ", key.sizes(),
+              " and value ", value.sizes(),
+              " differ in their leading sizes (batch, heads); give the key "
+              "and value as many heads as the query (grouped keys repeated "
+              "with repeat_interleave over the heads' dimension).");
+  if (attn_mask.defined()) {
+    const auto dtype = attn_mask.scalar_type();
+    TORCH_CHECK(dtype == torch::kBool || dtype == torch::kFloat ||
+                    dtype == query.scalar_type(),
+                kWho,
+                ": attn_mask must be bool (true: attend), FP32 or the "
+                "query's dtype (",
+                query.scalar_type(),
+                ", added to the "
+                "scores), got ",
+                dtype, ".");
+    const int64_t l = query.size(-2), s = key.size(-2);
+    const auto m = attn_mask.sizes();
+    const bool fits =
+        attn_mask.dim() <= query.dim() &&
+        (attn_mask.dim() < 1 || m.back() == s || m.back() == 1) &&
+        (attn_mask.dim() < 2 || m[m.size() - 2] == l || m[m.size() - 2] == 1) &&
+        leading_broadcast(m, query.sizes(), 2);
+    TORCH_CHECK(fits, kWho, ": attn_mask ", m,
+                " does not broadcast to the "
+                "scores [..., L, S] = [..., ",
+                l, ", ", s, "] of query ", query.sizes(), " and key ",
+                key.sizes(),
+                "; give it as [L, S] "
+                "or [B, heads or 1, L, S].");
+  }
   TORCH_CHECK(!(is_causal && attn_mask.defined()), kWho,
               ": is_causal and attn_mask exclude each other; fold the causal "
               "mask into attn_mask.");

@@ -5,9 +5,12 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstdint>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "ops/cudnn_batch_norm.h"
@@ -379,6 +382,17 @@ std::string batch_norm_relu_fallback_reason(const torch::Tensor& input,
   }
   if (!reference && !input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     return "the input is not channels_last-contiguous (NHWC).";
+  }
+  // ATen's own limits before it picks cuDNN's BatchNorm: some cuDNN kernels
+  // index in 32 bits, and its training kernels take at most 880801 images.
+  if (!reference && input.numel() >= std::numeric_limits<int32_t>::max()) {
+    return "the input has " + std::to_string(input.numel()) +
+           " elements, 2^31 - 1 or more, beyond cuDNN's 32-bit indexing.";
+  }
+  if (!reference && input.size(0) > 880801) {
+    return "the batch of " + std::to_string(input.size(0)) +
+           " images is larger than cuDNN's training BatchNorm takes "
+           "(880801).";
   }
   if (!training) {
     return "evaluation mode (running statistics): the fused kernels train.";

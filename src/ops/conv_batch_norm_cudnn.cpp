@@ -39,6 +39,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -234,6 +235,8 @@ std::string key_of(const char* kind, const Shape& s, int device) {
 // One cached graph: built, or refused with cuDNN's reason.
 struct Entry {
   std::string key;
+  // The key in the cache: `key` and the thread that built it.
+  std::string cache_key;
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace = 0;
   // The prologue's scale and bias in the activations' dtype rather than
@@ -298,17 +301,25 @@ std::unordered_map<std::string, std::shared_ptr<Entry>>& graph_cache() {
 
 // The cached entry of `key`, built on first use: variants in order (FP32
 // scale and bias first, then the activations' dtype where `variants` is 2).
+// Each thread builds and runs its own plans, as ATen keeps its cuDNN plan
+// cache per thread (a plan is not run from two threads at once, and is
+// built with the handle of the thread that runs it). A trainer's forward
+// and its backward (autograd's device thread) use keys of their own anyway.
 std::shared_ptr<Entry> entry(const std::string& key, const Shape& shape,
                              const Builder& build, int variants,
                              cudnnHandle_t handle) {
+  std::ostringstream thread;
+  thread << key << " thread " << std::this_thread::get_id();
+  const auto cache_key = thread.str();
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = graph_cache();
-  auto found = cache.find(key);
+  auto found = cache.find(cache_key);
   if (found != cache.end()) {
     return found->second;
   }
   auto result = std::make_shared<Entry>();
   result->key = key;
+  result->cache_key = cache_key;
   std::string reasons;
   for (int variant = 0; variant < variants; ++variant) {
     const auto scale_type =
@@ -339,7 +350,7 @@ std::shared_ptr<Entry> entry(const std::string& key, const Shape& shape,
   if (!result->graph) {
     result->refused = "cuDNN refused the graph: " + reasons;
   }
-  cache.emplace(key, result);
+  cache.emplace(cache_key, result);
   return result;
 }
 
@@ -370,10 +381,11 @@ std::string execute(const char* scope, const Entry& e, cudnnHandle_t handle,
   const auto message = status.get_message();
   auto refused = std::make_shared<Entry>();
   refused->key = e.key;
+  refused->cache_key = e.cache_key;
   refused->refused = "cuDNN's graph failed to run: " +
                      (message.empty() ? std::string("no message") : message);
   std::lock_guard<std::mutex> lock(cache_mutex());
-  graph_cache()[e.key] = refused;
+  graph_cache()[e.cache_key] = refused;
   return refused->refused;
 }
 
@@ -502,15 +514,18 @@ std::string cudnn_graph_unavailable_reason() {
 std::vector<std::string> cudnn_graph_descriptions() {
   std::vector<std::string> lines;
   std::lock_guard<std::mutex> lock(cache_mutex());
-  for (const auto& [key, e] : graph_cache()) {
+  for (const auto& item : graph_cache()) {
+    const auto& e = item.second;
     lines.push_back(
-        key + ": " +
+        e->key + ": " +
         (e->graph ? "plan " + e->plan + ", scale and bias in " +
                         (e->io_scale ? "the activations' dtype" : "FP32") +
                         ", workspace " + std::to_string(e->workspace) + " bytes"
                   : e->refused));
   }
   std::sort(lines.begin(), lines.end());
+  // One line per graph where threads built the same.
+  lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
   return lines;
 }
 

@@ -43,7 +43,9 @@ std::string gelu_mlp_epilogue_unavailable_reason(at::ScalarType dtype,
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (rows > kMax || in > kMax || hidden > kMax || out > kMax) {
     return "cuBLASLt takes sizes below 2^31, got " + std::to_string(rows) +
-           " rows";
+           " rows, " + std::to_string(in) + " inputs, " +
+           std::to_string(hidden) + " hidden and " + std::to_string(out) +
+           " outputs";
   }
   return "";
 }

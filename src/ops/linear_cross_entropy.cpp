@@ -23,6 +23,9 @@ constexpr const char* kLinearCrossEntropyWho =
     "lamp::ops::linear_cross_entropy";
 // Chunks are a multiple of this many rows (whole tiles of the products).
 constexpr int64_t kRowMultiple = 64;
+// The target of a row without a loss (padding): F::cross_entropy's default
+// ignore_index.
+constexpr int64_t kIgnoreIndex = -100;
 
 bool autocast_eligible(at::ScalarType dtype) {
   return dtype == torch::kFloat || dtype == torch::kBFloat16 ||
@@ -63,8 +66,22 @@ std::pair<torch::Tensor, torch::Tensor> rows_of(const torch::Tensor& input,
   const int64_t rows = targets.numel();
   TORCH_CHECK(rows > 0, who, ": no rows (input ", input.sizes(),
               "): an empty batch has no loss; give at least one row.");
-  return {input.reshape({rows, weight.size(1)}),
-          targets.reshape({rows}).to(torch::kLong)};
+  auto flat = targets.reshape({rows}).to(torch::kLong);
+  // What gather would refuse with an index error (on a GPU a device-side
+  // assert that ends the process's CUDA): checked on the CPU, where it costs
+  // a pass over the targets; a GPU's are not (that would wait for it).
+  if (flat.device().is_cpu()) {
+    const auto vocab = weight.size(0);
+    const auto bad = flat.ne(kIgnoreIndex)
+                         .logical_and(flat.lt(0).logical_or(flat.ge(vocab)));
+    TORCH_CHECK(!bad.any().item<bool>(), who, ": a target of ",
+                flat.masked_select(bad)[0].item<int64_t>(),
+                " is outside the vocabulary [0, ", vocab, ") of the weight ",
+                weight.sizes(),
+                " (and not -100, which marks a row without a loss); the "
+                "targets come from another vocabulary than the weight's.");
+  }
+  return {input.reshape({rows, weight.size(1)}), flat};
 }
 
 // The dtype the products run in: autocast's where it is on for the device
@@ -84,6 +101,7 @@ at::ScalarType compute_dtype(const torch::Tensor& input,
 
 struct Chunked {
   torch::Tensor loss_sum;    // FP32, 0-dim: the rows' losses summed
+  torch::Tensor counted;     // FP32, 0-dim: the rows with a loss
   torch::Tensor grad_input;  // [rows, width], compute dtype, or undefined
   torch::Tensor grad_weight; // [vocab, width], FP32, or undefined
 };
@@ -101,6 +119,7 @@ Chunked chunked_pass(const torch::Tensor& input, const torch::Tensor& weight,
   const auto w = weight.to(compute);
   Chunked out;
   out.loss_sum = torch::zeros({}, input.options().dtype(torch::kFloat));
+  out.counted = targets.ne(kIgnoreIndex).sum().to(torch::kFloat);
   // The one-hot's -1 for every row of a chunk, made once (not per chunk).
   torch::Tensor minus_one;
   if (gradients) {
@@ -113,12 +132,18 @@ Chunked chunked_pass(const torch::Tensor& input, const torch::Tensor& weight,
   }
   for (int64_t start = 0; start < rows; start += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - start);
-    const auto x = input.narrow(0, start, n).to(compute);
-    const auto t = targets.narrow(0, start, n).unsqueeze(1);
+    auto x = input.narrow(0, start, n).to(compute);
+    // Rows whose target is -100 have no loss and no gradient: their target
+    // read as 0, their loss, their input's gradient and their input row in
+    // the weight's gradient zeroed, not the logits (the largest tensor).
+    const auto given = targets.narrow(0, start, n).unsqueeze(1);
+    const auto kept = given.ne(kIgnoreIndex);
+    const auto t = given.masked_fill(kept.logical_not(), 0);
     // As linear then .to(kFloat): the product rounded to the compute dtype.
     auto logits = torch::mm(x, w.t()).to(torch::kFloat);
     const auto lse = logits.logsumexp(1, /*keepdim=*/true);
-    out.loss_sum.add_((lse - logits.gather(1, t)).sum());
+    out.loss_sum.add_(
+        (lse - logits.gather(1, t)).masked_fill_(kept.logical_not(), 0).sum());
     if (!gradients) {
       continue;
     }
@@ -126,7 +151,8 @@ Chunked chunked_pass(const torch::Tensor& input, const torch::Tensor& weight,
     logits.sub_(lse).exp_();
     logits.scatter_add_(1, t, minus_one.narrow(0, 0, n));
     const auto g = logits.to(compute);
-    out.grad_input.narrow(0, start, n).copy_(torch::mm(g, w));
+    out.grad_input.narrow(0, start, n).copy_(torch::mm(g, w).mul_(kept));
+    x = x.mul(kept);
     if (compute == torch::kFloat) {
       out.grad_weight.addmm_(g.t(), x);
     } else {
@@ -148,12 +174,12 @@ class LinearCrossEntropyFunction
     const auto in2d = input.reshape({rows, weight.size(1)});
     auto pass = chunked_pass(in2d, weight, targets.reshape({rows}), chunk_rows,
                              compute, /*gradients=*/true);
-    ctx->save_for_backward({pass.grad_input, pass.grad_weight});
+    ctx->save_for_backward({pass.grad_input, pass.grad_weight, pass.counted});
     ctx->saved_data["input_shape"] = input.sizes().vec();
     ctx->saved_data["input_dtype"] = input.scalar_type();
     ctx->saved_data["weight_dtype"] = weight.scalar_type();
-    ctx->saved_data["factor"] = sum ? 1.0 : 1.0 / static_cast<double>(rows);
-    return sum ? pass.loss_sum : pass.loss_sum / static_cast<double>(rows);
+    ctx->saved_data["sum"] = sum;
+    return sum ? pass.loss_sum : pass.loss_sum / pass.counted;
   }
 
   static torch::autograd::variable_list backward(
@@ -164,14 +190,19 @@ class LinearCrossEntropyFunction
         "linear_cross_entropy_reference (the stock composition) gives them.");
     const auto saved = ctx->get_saved_variables();
     const auto& d = ctx->saved_data;
-    // The loss's gradient (a GradScaler's scale, usually) times 1/rows for
-    // the mean: one FP32 factor, applied once to each kept gradient.
-    const auto factor =
-        grad_outputs[0].to(torch::kFloat) * d.at("factor").toDouble();
+    // The loss's gradient (a GradScaler's scale, usually) over the rows
+    // with a loss for the mean: one FP32 factor, applied once to each kept
+    // gradient.
+    auto factor = grad_outputs[0].to(torch::kFloat);
+    if (!d.at("sum").toBool()) {
+      factor = factor / saved[2];
+    }
     torch::autograd::variable_list grads(6);
     if (ctx->needs_input_grad(0)) {
-      // In the kept gradient's dtype, computed in FP32 and rounded once.
-      grads[0] = (saved[0] * factor)
+      // In the kept gradient's dtype, computed in FP32 and rounded once: a
+      // 16-bit 2-D gradient times a 0-dim FP32 factor would run in 16 bits
+      // (ATen's promotion), the factor rounded first.
+      grads[0] = (saved[0].to(torch::kFloat) * factor)
                      .to(d.at("input_dtype").toScalarType())
                      .view(d.at("input_shape").toIntVector());
     }
@@ -229,8 +260,7 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& input,
   if (!wants_grad) {
     auto pass = chunked_pass(flat.first, weight, flat.second, chunk, compute,
                              /*gradients=*/false);
-    return options.sum() ? pass.loss_sum
-                         : pass.loss_sum / static_cast<double>(rows);
+    return options.sum() ? pass.loss_sum : pass.loss_sum / pass.counted;
   }
   return LinearCrossEntropyFunction::apply(input, weight, flat.second, chunk,
                                            options.sum(), compute);

@@ -9,6 +9,9 @@
 #include <sys/resource.h>
 
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "platform/cuda_name.h"
 
@@ -74,13 +77,17 @@ bool probe_cpu_fp16_compute() {
   }
 }
 
-bool probe_cpu_mixed_dtype_norm(torch::Dtype dtype) {
+// Runs LayerNorm and GroupNorm on tiny `dtype` inputs with FP32 parameters
+// on `device`. The kernels refuse the mix on the host (a dtype check before
+// any launch), so the answer needs no synchronization.
+bool probe_mixed_dtype_norm(const torch::Device& device, torch::Dtype dtype) {
   torch::NoGradGuard no_grad;
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   try {
-    const auto x = torch::ones({2, 4}, dtype);
-    torch::layer_norm(x, {4}, torch::ones({4}), torch::zeros({4}));
-    torch::group_norm(x, 2, torch::ones({4}), torch::zeros({4}));
+    const auto fp32 = torch::TensorOptions().device(device);
+    const auto x = torch::ones({2, 4}, fp32.dtype(dtype));
+    torch::layer_norm(x, {4}, torch::ones({4}, fp32), torch::zeros({4}, fp32));
+    torch::group_norm(x, 2, torch::ones({4}, fp32), torch::zeros({4}, fp32));
     return true;
   } catch (const c10::Error&) {
     return false;
@@ -91,15 +98,25 @@ bool probe_cpu_mixed_dtype_norm(torch::Dtype dtype) {
 
 bool mixed_dtype_norm_available(const torch::Device& device,
                                 torch::Dtype dtype) {
-  if (device.is_cuda()) {
-    return true;
-  }
-  if (!device.is_cpu()) {
+  if (!(device.is_cpu() || device.is_cuda()) ||
+      !(dtype == torch::kHalf || dtype == torch::kBFloat16)) {
     return false;
   }
-  static const bool half = probe_cpu_mixed_dtype_norm(torch::kHalf);
-  static const bool bfloat16 = probe_cpu_mixed_dtype_norm(torch::kBFloat16);
-  return dtype == torch::kHalf ? half : dtype == torch::kBFloat16 && bfloat16;
+  // Once per device type and dtype: the kernels are one build's, whichever
+  // GPU runs them. ATen's CUDA LayerNorm and GroupNorm (through 2.15) read
+  // their parameters in the input's dtype and refuse FP32 ones; 2.x's CPU
+  // kernels take them, 1.13's do not.
+  static std::mutex mutex;
+  static std::map<std::pair<bool, torch::Dtype>, bool> answers;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device.is_cuda(), dtype);
+  const auto found = answers.find(key);
+  if (found != answers.end()) {
+    return found->second;
+  }
+  const bool available = probe_mixed_dtype_norm(device, dtype);
+  answers.emplace(key, available);
+  return available;
 }
 
 std::string libtorch_version() {

@@ -1,5 +1,6 @@
 #include "lamp/platform/checkpoint_file.h"
 
+#include "lamp/platform/out_of_memory.h"
 #include "platform/checkpoint_io.h"
 #include "platform/memory.h"
 #include "platform/paths.h"
@@ -18,9 +19,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <new>
 #include <sstream>
+#include <string>
 #include <tuple>
 
 namespace lamp {
@@ -472,13 +476,46 @@ void StreamingFile::commit(const std::string* written) {
 
 } // namespace detail
 
-uint32_t save_checked_archive(torch::serialize::OutputArchive& archive,
-                              const std::string& path) {
-  std::string payload;
-  archive.save_to([&payload](const void* data, size_t size) {
-    payload.append(static_cast<const char*>(data), size);
+namespace {
+
+// Where an archive's bytes are written in memory. It never throws into
+// LibTorch's zip writer: one that fails part-way is finalized again by its
+// destructor (LibTorch 1.13), which then throws too and ends the process.
+// An allocation that fails is remembered, the rest of the bytes dropped,
+// and bytes() throws it once the writer is done.
+class MemorySink {
+ public:
+  size_t write(const void* data, size_t size) {
+    if (!failed_) {
+      try {
+        bytes_.append(static_cast<const char*>(data), size);
+      } catch (const std::bad_alloc&) {
+        failed_ = true;
+        std::string().swap(bytes_);
+      }
+    }
     return size;
-  });
+  }
+  std::function<size_t(const void*, size_t)> writer() {
+    return [this](const void* data, size_t size) { return write(data, size); };
+  }
+  std::string& bytes() {
+    if (failed_) {
+      throw std::bad_alloc();
+    }
+    return bytes_;
+  }
+
+ private:
+  std::string bytes_;
+  bool failed_ = false;
+};
+
+uint32_t save_in_memory_then_write(torch::serialize::OutputArchive& archive,
+                                   const std::string& path) {
+  MemorySink archive_sink;
+  archive.save_to(archive_sink.writer());
+  auto& payload = archive_sink.bytes();
   torch::serialize::OutputArchive envelope;
   envelope.write(kEnvelopeKey, c10::IValue(std::string(kEnvelope)));
   envelope.write("payload_bytes",
@@ -489,13 +526,24 @@ uint32_t save_checked_archive(torch::serialize::OutputArchive& archive,
       "payload",
       torch::from_blob(&payload[0], {static_cast<int64_t>(payload.size())},
                        torch::kUInt8));
-  std::string bytes;
-  envelope.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  write_file_atomically(path, bytes);
+  MemorySink envelope_sink;
+  envelope.save_to(envelope_sink.writer());
+  write_file_atomically(path, envelope_sink.bytes());
   return crc;
+}
+
+} // namespace
+
+uint32_t save_checked_archive(torch::serialize::OutputArchive& archive,
+                              const std::string& path) {
+  // The checkpoint is built in memory twice (the archive, then the envelope
+  // holding it) before it is written: a host that cannot hold that says so
+  // in lamp's words, the previous checkpoint left as it was.
+  return with_memory_context(
+      "the checkpoint " + path +
+          " in host memory (twice its size, before "
+          "it is written; the previous checkpoint is left as it was)",
+      -1, [&] { return save_in_memory_then_write(archive, path); });
 }
 
 uint32_t load_checked_archive(torch::serialize::InputArchive& archive,

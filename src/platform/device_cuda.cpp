@@ -36,8 +36,18 @@ std::string cuda_versions() {
 }
 
 namespace {
+// The device's index, refused with lamp's words where this process sees no
+// such GPU (ATen's property queries assert: "INTERNAL ASSERT FAILED").
 c10::DeviceIndex cuda_index(const torch::Device& device) {
-  return device.has_index() ? device.index() : c10::cuda::current_device();
+  if (!device.has_index()) {
+    return c10::cuda::current_device();
+  }
+  const int count = c10::cuda::device_count();
+  TORCH_CHECK(device.index() < count, "lamp: ", device,
+              " does not exist: this process sees ", count, " CUDA device",
+              count == 1 ? "" : "s", " (cuda:0 to cuda:", count - 1,
+              "; CUDA_VISIBLE_DEVICES chooses which); give one of those.");
+  return device.index();
 }
 } // namespace
 

@@ -47,6 +47,8 @@ DivergenceWatch::DivergenceWatch(const torch::Device& device,
   longest_skip_run_ = torch::zeros({}, on_device.dtype(torch::kFloat));
   epoch_skipped_ = torch::zeros({}, on_device.dtype(torch::kFloat));
   non_finite_ = torch::zeros({}, on_device.dtype(torch::kLong));
+  consecutive_non_finite_ = torch::zeros({}, on_device.dtype(torch::kLong));
+  longest_non_finite_run_ = torch::zeros({}, on_device.dtype(torch::kLong));
 }
 
 void DivergenceWatch::begin_epoch() {
@@ -54,7 +56,12 @@ void DivergenceWatch::begin_epoch() {
 }
 
 void DivergenceWatch::record(int64_t epoch, const StepResult& result) {
-  non_finite_ += torch::isfinite(result.loss).logical_not();
+  const auto bad = torch::isfinite(result.loss).logical_not();
+  non_finite_ += bad;
+  // The losses non-finite in a row, however the windows fall across them.
+  consecutive_non_finite_.add_(1).mul_(bad);
+  torch::maximum_out(longest_non_finite_run_, longest_non_finite_run_,
+                     consecutive_non_finite_);
   if (result.cycle_ended) {
     const auto flag =
         result.found_inf.to(epoch_skipped_.device(), /*non_blocking=*/true);
@@ -68,8 +75,7 @@ void DivergenceWatch::record(int64_t epoch, const StepResult& result) {
   }
   window_ = 0;
   check_skip_run(epoch);
-  const int64_t seen = read_non_finite_losses();
-  const int64_t mine = seen - non_finite_at_window_;
+  const int64_t mine = longest_non_finite_run_.item<int64_t>();
   const int64_t worst = reduce_max_ ? reduce_max_(mine) : mine;
   if (worst >= patience_) {
     diverged(epoch,
@@ -78,7 +84,6 @@ void DivergenceWatch::record(int64_t epoch, const StepResult& result) {
                  (mine >= patience_ ? "" : " on another rank"),
              lower_lr() + " or clip gradients.");
   }
-  non_finite_at_window_ = seen;
 }
 
 int64_t DivergenceWatch::read_non_finite_losses() const {

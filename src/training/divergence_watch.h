@@ -45,8 +45,8 @@ class DivergenceWatch {
   /// Counts one step: its loss (inf/NaN or not) and, at the end of an
   /// accumulation cycle, whether the optimizer step was skipped. Then, once
   /// per `patience` steps, reads the counters: a run of `patience` skipped
-  /// steps, or a loss non-finite for the whole window (on any rank, with
-  /// `reduce_max`), stops the run.
+  /// steps, or of `patience` non-finite losses in a row (on any rank, with
+  /// `reduce_max`; across windows too), stops the run.
   void record(int64_t epoch, const StepResult& result);
 
   /// Non-finite losses since the watch began: the live device counter
@@ -84,7 +84,10 @@ class DivergenceWatch {
   torch::Tensor longest_skip_run_;
   torch::Tensor epoch_skipped_;
   torch::Tensor non_finite_; // int64, since the watch began
-  int64_t non_finite_at_window_ = 0;
+  // int64: the inf/NaN losses in a row up to the last step, and the most
+  // in a row since the watch began.
+  torch::Tensor consecutive_non_finite_;
+  torch::Tensor longest_non_finite_run_;
   int64_t window_ = 0;
 };
 

@@ -25,6 +25,9 @@ struct Trainer::EpochRun {
   // TrainerOptions::eval_at_start: evaluate before the epoch's first step
   // (the run's first epoch only).
   bool evaluate_first = false;
+  // The evaluation a stop interrupted at the resumed step: run before the
+  // epoch's first step, as the evaluation it was (not eval_at_start's).
+  bool evaluate_pending = false;
   EpochStats stats;
   // FP64, on the device: the epoch's finite losses (those before a resume
   // inside it too).

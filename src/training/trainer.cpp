@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -45,11 +46,12 @@ RanksMean ranks_mean(const std::shared_ptr<distributed::ProcessGroup>& group,
   if (!group || !group->is_distributed()) {
     return {loss_sum.item<double>(), static_cast<double>(non_finite)};
   }
-  const auto fp64 = torch::TensorOptions().dtype(torch::kDouble);
-  auto both =
-      torch::stack({loss_sum.reshape({}).to(torch::kDouble).cpu(),
-                    torch::full({}, static_cast<double>(non_finite), fp64)})
-          .to(group->device());
+  // Stacked where the group reduces: one copy to the host, after it.
+  const auto on_group =
+      torch::TensorOptions().dtype(torch::kDouble).device(group->device());
+  auto both = torch::stack(
+      {loss_sum.reshape({}).to(on_group),
+       torch::full({}, static_cast<double>(non_finite), on_group)});
   group->all_reduce_(both, distributed::ReduceOp::kSum, purpose);
   // Divided as the means were before: a count the ranks share stays exact.
   both = both.div(group->world_size()).cpu();
@@ -481,12 +483,41 @@ std::vector<EpochStats> Trainer::fit_epochs(
   restart_stop_checks();
   // The schedule spans the whole run even where max_steps stops early, so
   // that a run cut short and resumed follows the same learning rates.
-  interval_loss_sum_ = torch::zeros(
-      {}, torch::TensorOptions().device(device).dtype(torch::kDouble));
-  interval_steps_ = 0;
-  interval_non_finite_before_ = 0;
+  // The interval since the last evaluation goes on from where the resumed
+  // checkpoint (or the last fit()) left it; the watch counts from 0.
+  interval_loss_sum_ =
+      torch::full({}, resumed_interval_loss_sum_,
+                  torch::TensorOptions().device(device).dtype(torch::kDouble));
+  interval_steps_ = resumed_interval_steps_;
+  interval_non_finite_before_ = -resumed_interval_non_finite_;
   const int64_t end_step =
       o.max_steps() > 0 ? std::min(total_steps_, o.max_steps()) : total_steps_;
+  // What save_checkpoint() reads inside an epoch; cleared however the
+  // epoch ends (an error unwinding through it too).
+  struct ActiveRun {
+    const EpochRun*& slot;
+    ~ActiveRun() { slot = nullptr; }
+  };
+  const bool pending = evaluation_pending_ && o.eval_every() > 0;
+  if (pending && global_step_ >= end_step) {
+    // The run's last evaluation was stopped: every step is trained, and
+    // no epoch runs to hold it.
+    EpochRun run;
+    run.epoch = start_step_in_epoch_ > 0 ? start_epoch_ : start_epoch_ - 1;
+    run.batches = train_loader_.batches_per_epoch();
+    run.end_step = end_step;
+    run.watch = &watch;
+    run.loss_sum = torch::full(
+        {}, resumed_loss_sum_,
+        torch::TensorOptions().device(device).dtype(torch::kDouble));
+    run.non_finite_resumed = resumed_non_finite_;
+    ActiveRun active{active_run_ = &run};
+    if (!pending_evaluation(run, watch, on_eval_batch, on_evaluation)) {
+      save_at_stop();
+    }
+    keep_interval_sums(watch);
+    return history;
+  }
   // start_epoch_ moves on as epochs end (the checkpoint's position).
   bool first_epoch_of_fit = true;
   for (int64_t epoch = start_epoch_; epoch < o.epochs(); ++epoch) {
@@ -498,18 +529,16 @@ std::vector<EpochStats> Trainer::fit_epochs(
     run.batches = train_loader_.batches_per_epoch();
     run.first_batch = epoch == start_epoch_ ? start_step_in_epoch_ : 0;
     run.end_step = end_step;
-    run.evaluate_first =
-        first_epoch_of_fit && o.eval_at_start() && o.eval_every() > 0;
+    // The evaluation a stop interrupted stands for eval_at_start's (the
+    // same step and weights).
+    run.evaluate_pending = first_epoch_of_fit && pending;
+    run.evaluate_first = first_epoch_of_fit && !pending && o.eval_at_start() &&
+                         o.eval_every() > 0;
     first_epoch_of_fit = false;
     run.watch = &watch;
     run.last_batch =
         std::min(run.batches, run.first_batch + (end_step - global_step_));
-    // What save_checkpoint() reads inside the epoch; cleared however the
-    // epoch ends (an error unwinding through it too).
-    struct ActiveRun {
-      const EpochRun*& slot;
-      ~ActiveRun() { slot = nullptr; }
-    } active{active_run_ = &run};
+    ActiveRun active{active_run_ = &run};
     if (!train_epoch(run, watch, on_batch, on_eval_batch, on_evaluation)) {
       keep_epoch_sums(run);
       break; // stopped on request, its checkpoint written where asked for
@@ -527,6 +556,7 @@ std::vector<EpochStats> Trainer::fit_epochs(
       on_epoch(run.stats);
     }
   }
+  keep_interval_sums(watch);
   return history;
 }
 
@@ -652,9 +682,15 @@ void Trainer::write_on_main_rank(const std::string& what,
 }
 
 void Trainer::write_checkpoint() {
+  // Timed after the steps queued before it (training time) are done.
+  synchronize(train_loader_.device());
+  const auto start = std::chrono::steady_clock::now();
+  gather_rank_sums();
   write_on_main_rank("writing the checkpoint",
                      [&] { save_checkpoint(options_.checkpoint()); });
   checkpoint_step_ = global_step_;
+  const double took = seconds_since(start);
+  checkpoint_seconds_ += took;
 }
 
 void Trainer::write_checkpoint_if_finite() {
@@ -723,9 +759,15 @@ bool Trainer::train_epoch(
   run.non_finite_before = watch.read_non_finite_losses();
   synchronize(device);
   run.start = std::chrono::steady_clock::now();
+  checkpoint_seconds_ = 0;
   if (run.evaluate_first &&
       !evaluate_at_step(run, watch, on_eval_batch, on_evaluation,
                         /*before_training=*/true)) {
+    save_at_stop();
+    return false;
+  }
+  if (run.evaluate_pending &&
+      !pending_evaluation(run, watch, on_eval_batch, on_evaluation)) {
     save_at_stop();
     return false;
   }
@@ -813,6 +855,8 @@ bool Trainer::train_epoch(
     if (o.eval_every() > 0 &&
         (global_step_ % o.eval_every() == 0 || global_step_ == run.end_step)) {
       if (!evaluate_at_step(run, watch, on_eval_batch, on_evaluation)) {
+        // Its checkpoint says so: the resumed run evaluates this step first.
+        evaluation_pending_ = true;
         save_at_stop();
         return false;
       }
@@ -826,10 +870,35 @@ bool Trainer::train_epoch(
   return true;
 }
 
-double Trainer::next_learning_rate() const {
+double Trainer::learning_rate_at(int64_t step) const {
   const auto& o = options_;
-  return learning_rate(o.schedule(), o.optimizer().lr(), global_step_,
-                       total_steps_, o.warmup_steps(), o.min_lr());
+  return learning_rate(o.schedule(), o.optimizer().lr(), step, total_steps_,
+                       o.warmup_steps(), o.min_lr());
+}
+
+double Trainer::next_learning_rate() const {
+  return learning_rate_at(global_step_);
+}
+
+bool Trainer::pending_evaluation(
+    EpochRun& run, DivergenceWatch& watch,
+    const std::function<void(const EvalProgress&)>& on_eval_batch,
+    const std::function<void(const StepEvaluation&)>& on_evaluation) {
+  const auto& o = options_;
+  // The rate of the step it follows, as the interrupted one reported.
+  run.stats.lr = learning_rate_at(std::max<int64_t>(global_step_ - 1, 0));
+  const int64_t written_before = checkpoint_step_;
+  if (!evaluate_at_step(run, watch, on_eval_batch, on_evaluation)) {
+    return false; // still pending
+  }
+  // The checkpoint of this step said it was pending (evaluate_at_step()
+  // writes none at a step written already): written again, so that a later
+  // resume does not evaluate it once more.
+  if (!o.checkpoint().empty() && written_before == global_step_ &&
+      checkpoint_step_ == global_step_) {
+    write_checkpoint();
+  }
+  return true;
 }
 
 bool Trainer::evaluate_at_step(
@@ -845,6 +914,8 @@ bool Trainer::evaluate_at_step(
   if (!evaluated) {
     return false;
   }
+  // Done: the checkpoints written from here on hold no pending one.
+  evaluation_pending_ = false;
   const auto& o = options_;
   StepEvaluation e;
   e.global_step = global_step_;
@@ -898,8 +969,12 @@ bool Trainer::evaluate_at_step(
     best_test_loss_ = e.test_loss;
     best_test_examples_ = e.test_examples;
     if (!o.best_checkpoint().empty()) { // never sharded
+      synchronize(train_loader_.device());
+      const auto start = std::chrono::steady_clock::now();
+      gather_rank_sums();
       write_on_main_rank("writing the best checkpoint",
                          [&] { save_checkpoint(o.best_checkpoint()); });
+      checkpoint_seconds_ += seconds_since(start);
       const auto& group = o.process_group();
       e.best_written = !group || group->is_main();
     }
@@ -925,7 +1000,10 @@ void Trainer::finish_epoch(EpochRun& run, DivergenceWatch& watch) {
   synchronize(device);
   // Training time only: the evaluations of eval_every inside the epoch
   // (their time is in eval_seconds) are left out.
-  stats.seconds = seconds_since(run.start) - stats.eval_seconds;
+  // Nor the checkpoints written inside it.
+  stats.checkpoint_seconds = checkpoint_seconds_;
+  stats.seconds =
+      seconds_since(run.start) - stats.eval_seconds - stats.checkpoint_seconds;
   if (stats.warmup_seconds > 0 && run.examples > run.warmup_examples) {
     stats.seconds -= stats.warmup_seconds;
     run.examples -= run.warmup_examples;
@@ -1018,6 +1096,16 @@ std::string Trainer::locate_numerics() {
 void Trainer::keep_epoch_sums(const EpochRun& run) {
   resumed_loss_sum_ = run.loss_sum.item<double>();
   resumed_non_finite_ = run.non_finite();
+}
+
+void Trainer::keep_interval_sums(const DivergenceWatch& watch) {
+  if (options_.eval_every() == 0) {
+    return; // no interval between evaluations inside the run
+  }
+  resumed_interval_loss_sum_ = interval_loss_sum_.item<double>();
+  resumed_interval_steps_ = interval_steps_;
+  resumed_interval_non_finite_ =
+      watch.read_non_finite_losses() - interval_non_finite_before_;
 }
 
 void Trainer::end_epoch(EpochRun& run) {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -42,6 +43,49 @@ constexpr const char* kShardFormat = "lamp-classifier-trainer-shard-1";
 
 } // namespace
 
+std::array<double, 4> Trainer::local_sums() const {
+  const int64_t batches = train_loader_.batches_per_epoch();
+  double epoch_loss_sum = resumed_loss_sum_;
+  int64_t epoch_non_finite = resumed_non_finite_;
+  double interval_loss_sum = resumed_interval_loss_sum_;
+  int64_t interval_non_finite = resumed_interval_non_finite_;
+  if (active_run_ != nullptr) {
+    epoch_loss_sum = active_run_->loss_sum.item<double>();
+    epoch_non_finite = active_run_->non_finite();
+    // Counted only where there are evaluations inside the run.
+    if (options_.eval_every() > 0 && interval_loss_sum_.defined()) {
+      interval_loss_sum = interval_loss_sum_.item<double>();
+      interval_non_finite = active_run_->watch->read_non_finite_losses() -
+                            interval_non_finite_before_;
+    }
+  }
+  if (start_step_in_epoch_ % batches == 0) { // an epoch's start: none yet
+    epoch_loss_sum = 0;
+    epoch_non_finite = 0;
+  }
+  return {epoch_loss_sum, static_cast<double>(epoch_non_finite),
+          interval_loss_sum, static_cast<double>(interval_non_finite)};
+}
+
+void Trainer::gather_rank_sums() {
+  const auto& group = options_.process_group();
+  if (!group || !group->is_distributed()) {
+    return; // save_checkpoint() reads this process's own
+  }
+  const auto mine = local_sums();
+  auto rows = torch::zeros({group->world_size(), 4}, torch::kDouble);
+  for (int k = 0; k < 4; ++k) {
+    rows[group->rank()][k] = mine[static_cast<size_t>(k)];
+  }
+  // Gathered on the group's device (NCCL takes no CPU tensor).
+  auto gathered = rows.to(group->device());
+  group->all_reduce_(gathered, distributed::ReduceOp::kSum,
+                     "the gathering of the ranks' loss sums for the "
+                     "checkpoint");
+  rank_sums_ = gathered.cpu();
+  rank_sums_step_ = global_step_;
+}
+
 void Trainer::save_checkpoint(const std::string& path) const {
   // A diverged model never replaces a good checkpoint.
   const auto bad = detail::first_non_finite(*model_);
@@ -60,28 +104,38 @@ void Trainer::save_checkpoint(const std::string& path) const {
                 c10::IValue(train_loader_.batches_per_epoch()));
   // The position: the epoch in progress and its steps done (0 after a
   // whole epoch), with the sums of that epoch's losses so far, so that a
-  // resume inside it reports the straight run's loss.
+  // resume inside it reports the straight run's loss; and those since the
+  // last evaluation (eval_every), so that the next one covers the straight
+  // run's steps.
   const int64_t batches = train_loader_.batches_per_epoch();
   int64_t next_epoch = start_epoch_;
   int64_t epoch_step = start_step_in_epoch_;
-  double epoch_loss_sum = resumed_loss_sum_;
-  int64_t epoch_non_finite = resumed_non_finite_;
-  if (active_run_ != nullptr) {
-    epoch_loss_sum = active_run_->loss_sum.item<double>();
-    epoch_non_finite = active_run_->non_finite();
-  }
   if (epoch_step >= batches) { // trained whole, not yet ended
     ++next_epoch;
     epoch_step = 0;
   }
-  if (epoch_step == 0) {
-    epoch_loss_sum = 0;
-    epoch_non_finite = 0;
+  // Every rank's sums where the ranks gathered them for this step (every
+  // rank resumes its own), else this process's.
+  const auto& ranks = o.process_group();
+  torch::Tensor sums;
+  if (ranks && ranks->is_distributed() && rank_sums_step_ == global_step_) {
+    sums = rank_sums_;
+  } else {
+    const auto mine = local_sums();
+    sums = torch::tensor({mine[0], mine[1], mine[2], mine[3]}, torch::kDouble)
+               .reshape({1, 4});
   }
   archive.write("next_epoch", c10::IValue(next_epoch));
   archive.write("epoch_step", c10::IValue(epoch_step));
-  archive.write("epoch_loss_sum", c10::IValue(epoch_loss_sum));
-  archive.write("epoch_non_finite", c10::IValue(epoch_non_finite));
+  // Rank 0's, as lamp 0.5's checkpoints before the ranks' sums.
+  archive.write("epoch_loss_sum", c10::IValue(sums[0][0].item<double>()));
+  archive.write("epoch_non_finite",
+                c10::IValue(static_cast<int64_t>(sums[0][1].item<double>())));
+  archive.write("rank_sums", sums);
+  archive.write("interval_steps",
+                c10::IValue(active_run_ != nullptr ? interval_steps_
+                                                   : resumed_interval_steps_));
+  archive.write("evaluation_pending", c10::IValue(evaluation_pending_));
   archive.write("best_test_loss", c10::IValue(best_test_loss_));
   archive.write("best_test_examples", c10::IValue(best_test_examples_));
   archive.write("global_step", c10::IValue(global_step_));
@@ -372,6 +426,56 @@ void Trainer::load_checkpoint(const std::string& path) {
               "anew from an epoch's start; resume it on the ranks it had "
               "until the epoch ends (or another whole-epoch checkpoint), then "
               "reshard.");
+  // Since lamp 0.6: the steps since the last evaluation, whether a stop
+  // interrupted the one at this step, and each rank's sums (its epoch's and
+  // its interval's finite losses and non-finite ones). Before: none of
+  // them; every rank then takes rank 0's epoch sums.
+  const int64_t interval_steps = archive.try_read("interval_steps", present)
+                                     ? integer("interval_steps")
+                                     : 0;
+  bool evaluation_pending = false;
+  if (archive.try_read("evaluation_pending", present)) {
+    TORCH_CHECK(present.isBool(), "lamp: ", path,
+                ": 'evaluation_pending' is not a boolean; the checkpoint is "
+                "damaged.");
+    evaluation_pending = present.toBool();
+  }
+  TORCH_CHECK(interval_steps >= 0 && interval_steps <= global_step,
+              "lamp: ", path, " holds ", interval_steps,
+              " steps since its last "
+              "evaluation, at step ",
+              global_step, "; the checkpoint is damaged.");
+  std::array<double, 4> own = {epoch_loss_sum,
+                               static_cast<double>(epoch_non_finite), 0.0, 0.0};
+  torch::Tensor rank_sums;
+  if (archive.try_read("rank_sums", rank_sums)) {
+    const bool shaped = rank_sums.scalar_type() == torch::kDouble &&
+                        rank_sums.dim() == 2 && rank_sums.size(0) >= 1 &&
+                        rank_sums.size(1) == 4;
+    bool sound = shaped && torch::isfinite(rank_sums).all().item<bool>();
+    if (sound) {
+      const auto counts =
+          rank_sums.index({torch::indexing::Slice(), torch::tensor({1, 3})});
+      const auto limits = torch::tensor({static_cast<double>(epoch_step),
+                                         static_cast<double>(interval_steps)},
+                                        torch::kDouble);
+      sound = counts.eq(counts.round()).all().item<bool>() &&
+              counts.ge(0).all().item<bool>() &&
+              counts.le(limits).all().item<bool>();
+    }
+    TORCH_CHECK(sound, "lamp: ", path, ": the ranks' loss sums ('rank_sums', ",
+                rank_sums.sizes(), ") are not finite sums and counts within ",
+                "the steps; the checkpoint is damaged.");
+    // The ranks it was written by: each takes its own. On another number
+    // of ranks (a reshard, at an epoch's start): none, and the first
+    // evaluation covers the steps from here.
+    if (rank_sums.size(0) == world) {
+      for (int k = 0; k < 4; ++k) {
+        own[static_cast<size_t>(k)] = rank_sums[rank][k].item<double>();
+      }
+    }
+  }
+  const bool own_interval = rank_sums.defined() && rank_sums.size(0) == world;
   const auto& stored_program = detail::read_program_settings(archive, path);
   detail::check_program_settings(stored_program, o.program_settings(), path);
   torch::Tensor rng_state;
@@ -383,6 +487,23 @@ void Trainer::load_checkpoint(const std::string& path) {
     TORCH_CHECK(false, "lamp: ", path,
                 ": the saved random number generator state is damaged (",
                 e.what_without_backtrace(), ").");
+  }
+  torch::Tensor cuda_rng_state;
+  // Written by a run on a GPU (none before lamp 0.5, nor on a CPU): a run
+  // resumed on a GPU from one without goes on from its seed's state. Tried
+  // on a copy of the generator first, as the CPU's.
+  if (train_loader_.device().is_cuda() &&
+      archive.try_read("cuda_rng_state", cuda_rng_state)) {
+    try {
+      at::globalContext()
+          .defaultGenerator(train_loader_.device())
+          .clone()
+          .set_state(cuda_rng_state);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "lamp: ", path,
+                  ": the saved CUDA random number generator state is damaged (",
+                  e.what_without_backtrace(), ").");
+    }
   }
   torch::serialize::InputArchive step_archive;
   lamp::detail::read_archive(archive, "train_step", step_archive,
@@ -441,7 +562,10 @@ void Trainer::load_checkpoint(const std::string& path) {
   } else {
     step_->load(sharded ? saved[0] : step_archive);
   }
-  if (sharded && o.checkpoint() == path) {
+  // The run's own checkpoint, however the two paths are spelled ("./a.pt",
+  // "a.pt"): its shards are replaced by the next, and it holds this step.
+  const bool own_checkpoint = lamp::detail::same_file(o.checkpoint(), path);
+  if (sharded && own_checkpoint) {
     // The next checkpoint replaces the shard files: saved rank k's go with
     // this run's rank k % world.
     previous_shards_.clear();
@@ -458,31 +582,26 @@ void Trainer::load_checkpoint(const std::string& path) {
   }
   at::Generator generator = at::detail::getDefaultCPUGenerator(); // a handle
   generator.set_state(rng_state);
-  torch::Tensor cuda_rng_state;
-  // Written by a run on a GPU (none before lamp 0.5, nor on a CPU): a run
-  // resumed on a GPU from one without goes on from its seed's state.
-  if (train_loader_.device().is_cuda() &&
-      archive.try_read("cuda_rng_state", cuda_rng_state)) {
+  if (cuda_rng_state.defined()) { // checked above
     auto cuda_generator =
         at::globalContext().defaultGenerator(train_loader_.device());
     std::lock_guard<std::mutex> lock(cuda_generator.mutex());
-    try {
-      cuda_generator.set_state(cuda_rng_state);
-    } catch (const c10::Error& e) {
-      TORCH_CHECK(false, "lamp: ", path,
-                  ": the saved CUDA random number generator state is damaged (",
-                  e.what_without_backtrace(), ").");
-    }
+    cuda_generator.set_state(cuda_rng_state);
   }
   start_epoch_ = next_epoch;
   start_step_in_epoch_ = epoch_step;
   // The saved step unless resharding (then epoch_step is 0).
   global_step_ = next_epoch * batches + epoch_step;
-  resumed_loss_sum_ = epoch_loss_sum;
-  resumed_non_finite_ = epoch_non_finite;
+  resumed_loss_sum_ = epoch_step > 0 ? own[0] : 0.0;
+  resumed_non_finite_ = epoch_step > 0 ? static_cast<int64_t>(own[1]) : 0;
+  resumed_interval_loss_sum_ = own_interval ? own[2] : 0.0;
+  resumed_interval_non_finite_ =
+      own_interval ? static_cast<int64_t>(own[3]) : 0;
+  resumed_interval_steps_ = own_interval ? interval_steps : 0;
+  evaluation_pending_ = evaluation_pending;
   best_test_loss_ = best_test_loss;
   best_test_examples_ = best_test_examples;
-  checkpoint_step_ = o.checkpoint() == path ? global_step_ : -1;
+  checkpoint_step_ = own_checkpoint ? global_step_ : -1;
   if (resharding) {
     history.push_back({detail::kResharded, next_epoch, checkpoint_epochs,
                        o.epochs(), "", saved_shards, shards_now});

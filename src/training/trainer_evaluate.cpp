@@ -6,6 +6,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <string>
+
+#include "lamp/platform/out_of_memory.h"
 
 namespace lamp {
 namespace training {
@@ -97,6 +100,14 @@ c10::optional<Evaluation> Trainer::run_evaluation(
     const std::function<bool()>& stop, bool training_data) {
   const auto& loader = training_data ? train_eval_loader() : test_loader_;
   torch::NoGradGuard no_grad;
+  // The model's mode as it was, however the evaluation ends (an error
+  // included): fit() trains after it, a caller's evaluate() of a model in
+  // eval mode leaves it there.
+  struct ModeBack {
+    torch::nn::Module& model;
+    bool training;
+    ~ModeBack() { model.train(training); }
+  } mode_back{*model_, model_->is_training()};
   model_->eval();
   const auto on_device = torch::TensorOptions().device(loader.device());
   auto loss_sum = torch::zeros({}, on_device.dtype(torch::kDouble));
@@ -128,7 +139,6 @@ c10::optional<Evaluation> Trainer::run_evaluation(
   const int64_t turns = (batches + ranks - 1) / ranks;
   for (int64_t turn = 0; turn < turns; ++turn) {
     if (stop && stop()) {
-      model_->train();
       return c10::nullopt;
     }
     const int64_t i = rank + turn * ranks;
@@ -145,13 +155,20 @@ c10::optional<Evaluation> Trainer::run_evaluation(
           torch::cat({inputs, torch::zeros(padding_sizes, inputs.options())})
               .contiguous(inputs.suggest_memory_format());
     }
-    // Cast and autocast as the training step runs the model.
-    auto output = step_->forward(forward_, inputs).to(torch::kFloat);
-    if (output.size(0) != n) {
-      output = output.slice(0, 0, n);
-    }
-    loss_sum += task.loss(output, batch.targets, /*sum=*/true);
-    correct += task.correct(output, batch.targets);
+    // Cast and autocast as the training step runs the model; the outputs
+    // in FP32 (a language model's logits: batch x context x vocabulary).
+    with_memory_context(
+        "the outputs of an evaluation batch of " + std::to_string(full) +
+            " examples (TrainerOptions::eval_batch_size; the programs' "
+            "--eval-batch-size: a smaller one)",
+        -1, [&] {
+          auto output = step_->forward(forward_, inputs).to(torch::kFloat);
+          if (output.size(0) != n) {
+            output = output.slice(0, 0, n);
+          }
+          loss_sum += task.loss(output, batch.targets, /*sum=*/true);
+          correct += task.correct(output, batch.targets);
+        });
     if (on_batch) {
       EvalProgress progress;
       progress.epoch = epoch;
@@ -164,7 +181,6 @@ c10::optional<Evaluation> Trainer::run_evaluation(
       on_batch(progress);
     }
   }
-  model_->train();
   if (ranks > 1) {
     group->all_reduce_(loss_sum, lamp::distributed::ReduceOp::kSum,
                        "the evaluation's all-reduce of the loss");

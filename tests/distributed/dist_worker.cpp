@@ -2002,6 +2002,49 @@ TEST(TwoRanks, AnEpochsLossIsEveryRanksFiniteLossesOverTheirSteps) {
   EXPECT_TRUE(BitEqual(mine, from_rank0(*g, mine)));
 }
 
+// Rank 0's losses 1, rank 1's 3, every step: a run stopped inside its
+// epoch and resumed reports the epoch's loss of the straight run, 2. The
+// checkpoint holds each rank's sums and each rank resumes its own (both
+// resumed rank 0's before, which made the resumed epoch's loss rank 0's
+// first steps and the ranks' later ones).
+TEST(TwoRanks, AResumeInsideAnEpochReportsTheRanksStraightLoss) {
+  auto g = group();
+  using lamp::training::TrainerOptions;
+  const auto path = ::testing::TempDir() + "lamp_rank_sums_" +
+                    std::string(std::getenv("MASTER_PORT")) + ".pt";
+  auto net = std::make_shared<lamp_test::SmallNet>(nullptr);
+  const auto options = [&](TrainerOptions o) {
+    return o.epochs(1).process_group(g).checkpoint(path).training_loss(
+        [&, net](const torch::Tensor& x, const torch::Tensor& y) {
+          const auto loss =
+              torch::nn::functional::cross_entropy((*net)->forward(x), y);
+          return loss_of_value(loss, g->rank() == 0 ? 1.0 : 3.0);
+        });
+  };
+  {
+    auto first = lamp_test::make_run(
+        lamp::Precision::kFP32,
+        options(TrainerOptions(lamp::Precision::kFP32).max_steps(2)));
+    *net = first->model;
+    first->trainer->fit();
+    ASSERT_EQ(first->trainer->global_step(), 2);
+  }
+  auto resumed = lamp_test::make_run(
+      lamp::Precision::kFP32,
+      options(TrainerOptions(lamp::Precision::kFP32).resume(path)));
+  *net = resumed->model;
+  ASSERT_EQ(resumed->trainer->start_step_in_epoch(), 2);
+  const auto history = resumed->trainer->fit();
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_GT(history[0].steps, 0);
+  EXPECT_EQ(history[0].resumed_steps, 2);
+  EXPECT_DOUBLE_EQ(history[0].train_loss, 2.0);
+  g->barrier();
+  if (g->rank() == 0) {
+    std::remove(path.c_str());
+  }
+}
+
 // Rank 1's loss inf/NaN at every step, rank 0's finite: at the end of the
 // first window of divergence_patience steps both stop with the message
 // (rank 0 saying it was another rank's), rather than rank 1 alone, which

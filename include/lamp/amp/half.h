@@ -30,13 +30,20 @@ struct HalfOptions {
   /// The low-precision dtype: torch::kHalf or torch::kBFloat16.
   TORCH_ARG(torch::Dtype, dtype);
   /// Keep BatchNorm1d/2d/3d (affine or not) in FP32: weight, bias and running
-  /// statistics. BatchNorm statistics over a batch need FP32's range.
+  /// statistics. BatchNorm statistics over a batch need FP32's range. Known
+  /// by type (lamp::nn::is_batch_norm(): LibTorch's classes and those derived
+  /// from them); a BatchNorm of your own (over torch::nn::BatchNormImplBase,
+  /// a SyncBatchNorm) is not, where Apex's isinstance(_BatchNorm) would
+  /// know it: keep it with keep_fp32.
   TORCH_ARG(bool, keep_batchnorm_fp32) = true;
   /// Also keep LayerNorm, GroupNorm and InstanceNorm1d/2d/3d in FP32. Needs
   /// LayerNorm/GroupNorm kernels that take low-precision inputs with FP32
-  /// parameters (CUDA, LibTorch 2.x CPU; not LibTorch 1.13's CPU): see
+  /// parameters (LibTorch 2.x's CPU; not 1.13's CPU, nor CUDA's): see
   /// lamp::mixed_dtype_norm_available(). Where they are missing, conversion
-  /// refuses with an error instead of a model that fails at forward.
+  /// refuses with an error instead of a model that fails at forward, and
+  /// so does the HalfNetwork's forward on inputs of a device without them
+  /// (a model converted on the CPU and moved to a GPU). Subtrees kept by
+  /// keep_fp32 are not checked: they cast their inputs themselves.
   TORCH_ARG(bool, keep_norm_fp32) = false;
   /// Keep any module for which this returns true (and its subtree) in FP32.
   TORCH_ARG(KeepPredicate, keep_fp32) = nullptr;
@@ -96,13 +103,15 @@ torch::nn::Module& bn_convert_float(torch::nn::Module& module);
 /// prefix every name with "1."); train()/eval() reach the model too.
 class HalfNetworkImpl : public torch::nn::Module {
  public:
-  /// Wraps `model` (already converted) with `forward` running it, behind an
-  /// InputCast to `dtype`.
+  /// Wraps `model` (already converted with `options`, or a dtype) with
+  /// `forward` running it, behind an InputCast to options.dtype().
   HalfNetworkImpl(std::shared_ptr<torch::nn::Module> model,
                   std::function<torch::Tensor(const torch::Tensor&)> forward,
-                  torch::Dtype dtype);
+                  const HalfOptions& options);
   /// `forward` of the model on `input` cast to dtype() (floating inputs;
-  /// others pass unchanged).
+  /// others pass unchanged). With HalfOptions::keep_norm_fp32, refuses (on
+  /// the first input of each device) norms kept in FP32 that the model's
+  /// device cannot run on low-precision inputs.
   torch::Tensor forward(const torch::Tensor& input);
   /// The dtype inputs are cast to: torch::kHalf or torch::kBFloat16.
   torch::Dtype dtype() const { return cast_->dtype(); }
@@ -116,7 +125,9 @@ class HalfNetworkImpl : public torch::nn::Module {
  private:
   std::shared_ptr<torch::nn::Module> model_;
   std::function<torch::Tensor(const torch::Tensor&)> forward_;
+  HalfOptions options_;
   InputCast cast_;
+  c10::optional<torch::Device> checked_device_;
 };
 /// The module holder of HalfNetworkImpl, as network_to_half() returns it.
 TORCH_MODULE(HalfNetwork);

@@ -24,7 +24,8 @@ namespace lamp {
 /// A model is recognised by a whole word of the name (words end at spaces,
 /// '-' and '_', case aside): "NVIDIA RTX A1000 6GB Laptop GPU" is not an
 /// A100. The NVL boards ("NVIDIA H100 NVL", "NVIDIA H200 NVL") run at other
-/// clocks than the SXM parts and are not in the table.
+/// clocks than the SXM parts and are not in the table, nor are MIG slices
+/// (a name with the word "MIG"), which have a share of the chip's units.
 ///
 /// fp8 is held against the BF16 peak: only the Linear layers' products run
 /// in FP8, the rest (attention, the head) in BF16; its FP8 peak is twice

@@ -143,6 +143,7 @@ class GPTImpl;
 /// \code
 ///   lamp::models::GPTKVCache cache(*gpt);
 ///   gpt->eval();
+///   torch::NoGradGuard no_grad;  // forward() refuses the cache otherwise
 ///   gpt->set_kv_cache(&cache);
 ///   auto logits = gpt->forward(prompt);              // [1, T0, vocab]
 ///   logits = gpt->forward(next_token.view({1, 1}));  // position T0
@@ -285,8 +286,9 @@ class GPTImpl : public torch::nn::Module {
   /// kLong serves them), T <= context -> logits [B, T, vocab_size], in the
   /// parameters' dtype (or autocast's). Throws on a T above context, ids
   /// that are not integers and any other shape (lamp 0.4's [B, 1, 1, T]
-  /// included). The ids must be below vocab_size (not checked here, which
-  /// would wait for the device every step).
+  /// included), ids on another device than the model's, and (on the CPU)
+  /// ids outside [0, vocab_size). A GPU's ids are not range-checked here,
+  /// which would wait for the device every step.
   torch::Tensor forward(const torch::Tensor& tokens);
 
   /// What forward() computes before the output head: the final norm's
@@ -312,8 +314,9 @@ class GPTImpl : public torch::nn::Module {
   /// forward gives at those positions (to rounding). The cache must be of
   /// this model's shape and is not owned; nullptr turns caching off.
   /// forward() refuses tokens beyond the cache's capacity (clear it and
-  /// give the last `context` tokens again). Meant for generation in eval
-  /// mode, one caller at a time.
+  /// give the last `context` tokens again), and the cache where gradients
+  /// are on (its buffers are written in place: torch::NoGradGuard). Meant
+  /// for generation in eval mode, one caller at a time.
   void set_kv_cache(GPTKVCache* cache) { cache_ = cache; }
   /// The cache set_kv_cache() gave, or nullptr.
   GPTKVCache* kv_cache() const { return cache_; }
@@ -488,14 +491,16 @@ struct GPTWeights {
 /// buffers ("attn.bias", "attn.masked_bias") that some layouts store. Throws
 /// c10::Error naming the file and the problem: not a torch.save file, no
 /// GPT's tensors, an untied head (lm_head.weight other than wte.weight),
-/// blocks with missing tensors.
+/// blocks with missing tensors, a name given twice (once the prefixes are
+/// taken off).
 GPTWeights read_gpt_weights(const std::string& path);
 
 /// Copies `weights` into `gpt`, strictly: every parameter of `gpt` must be
 /// there with its shape, and nothing else; a `gpt` whose context is shorter
 /// than the file's takes wpe's first rows (nanoGPT's crop_block_size).
 /// Throws c10::Error naming the tensors missing, unexpected or of another
-/// shape (with both shapes), leaving `gpt` unchanged.
+/// shape (with both shapes), or other heads than the file records
+/// (GPTWeights::heads_known), leaving `gpt` unchanged.
 void load_gpt_weights(GPTImpl& gpt, const GPTWeights& weights);
 
 } // namespace models

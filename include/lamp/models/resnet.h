@@ -184,7 +184,9 @@ struct ResNetOptions {
 ///     512 * expansion features to `num_classes` logits.
 ///
 /// Children: "conv1", "bn1", "layer1".."layer4", "linear". Any input size of
-/// at least 8x8 works (28x28 MNIST images too), thanks to the adaptive pool.
+/// at least 8x8 works (28x28 MNIST images too), thanks to the adaptive pool;
+/// in training, BatchNorm needs more than one value per channel at the last
+/// stage (1x1 there for inputs up to 8x8, so a batch of at least 2).
 ///
 /// Example:
 /// \code

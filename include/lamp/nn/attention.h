@@ -16,13 +16,16 @@ namespace nn {
 /// softmax(query key^T / sqrt(E) + mask) value over the last two
 /// dimensions ([..., L, E] queries, [..., S, E] keys, [..., S, Ev] values),
 /// as Python's torch.nn.functional.scaled_dot_product_attention:
-/// `attn_mask` a boolean mask (true: attend) or an additive float mask
-/// broadcastable to [..., L, S]; `is_causal` masks every key after its query
-/// (with no attn_mask); `dropout_p` drops attention weights (pass 0 in
-/// evaluation). On LibTorch 2.x this is ATen's op, which picks a fused
-/// kernel (flash, memory-efficient, cuDNN) where one applies; on 1.13 it is
-/// the math formula, the softmax in FP32 for 16-bit inputs. Errors name
-/// mismatched shapes and a causal call with a mask.
+/// `attn_mask` a boolean mask (true: attend) or an additive mask (FP32 or
+/// the query's dtype) broadcastable to [..., L, S]; `is_causal` masks every
+/// key after its query (with no attn_mask); `dropout_p` drops attention
+/// weights (pass 0 in evaluation). The leading sizes (batch, heads) of
+/// query, key and value must broadcast. On LibTorch 2.x this is ATen's op,
+/// which picks a fused kernel (flash, memory-efficient, cuDNN) where one
+/// applies; on 1.13 it is the math formula, the softmax in FP32 for 16-bit
+/// inputs. Errors name mismatched shapes (the last two sizes, the leading
+/// ones, a mask that does not broadcast), a mask of another dtype and a
+/// causal call with a mask.
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& query,
                                            const torch::Tensor& key,
                                            const torch::Tensor& value,

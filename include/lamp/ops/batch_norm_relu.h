@@ -75,7 +75,9 @@ torch::Tensor batch_norm_add_relu(const torch::Tensor& input,
 /// composition for these arguments, or "" when they take the fused path.
 /// The fused path needs: this lamp built with cuDNN (a CUDA LibTorch whose
 /// cuDNN headers were found at configure time), a CUDA input, 4-D, half or
-/// bfloat16, channels_last-contiguous (`residual` the same), training mode,
+/// bfloat16, channels_last-contiguous (`residual` the same), of fewer than
+/// 2^31 - 1 elements and at most 880801 images (ATen's limits for cuDNN's
+/// BatchNorm), training mode,
 /// float weight and bias of C elements (network_to_half keeps BatchNorm in
 /// FP32), float running statistics (or none), and a configuration that
 /// cuDNN has not refused before in this process. `residual` may be

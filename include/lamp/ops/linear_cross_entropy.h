@@ -37,9 +37,12 @@ struct LinearCrossEntropyOptions {
 /// - `input` [..., width] (a GPT's hidden states [B, T, width] after its
 ///   final norm), `weight` [vocab, width] (the tied token embedding),
 ///   `targets` of the input's leading shape ([B, T]), any integer type, each
-///   in [0, vocab): an id outside it is not checked (that would wait for the
-///   device) and gives an indexing error on the CPU.
-/// - Returns a 0-dim FP32 tensor.
+///   in [0, vocab) or -100 (F::cross_entropy's ignore_index: a padded row,
+///   without a loss or a gradient, left out of the mean). On the CPU a
+///   target outside these is refused; on a GPU it is not checked (that
+///   would wait for the device) and ends in a device-side assert.
+/// - Returns a 0-dim FP32 tensor: NaN for a mean over rows that are all
+///   -100, as F::cross_entropy's.
 /// - Precision: the products run in autocast's dtype (BF16/FP16) where
 ///   autocast is on for the input's device, as linear would under it, else
 ///   in the input's (the weight cast to it); the softmax, the loss and
@@ -62,8 +65,8 @@ struct LinearCrossEntropyOptions {
 ///
 /// Throws c10::Error, naming the argument and the fix, on a shape that does
 /// not fit (the widths, the targets' shape), no rows, targets that are not
-/// integers, inputs that are not floating point, tensors on different
-/// devices, or a negative chunk_rows.
+/// integers (or, on the CPU, outside the vocabulary), inputs that are not
+/// floating point, tensors on different devices, or a negative chunk_rows.
 ///
 /// Example (a GPT's training loss, as models::GPTImpl::loss() computes it):
 /// \code

@@ -70,9 +70,10 @@ bool fp16_compute_available(const torch::Device& device);
 
 /// Whether LayerNorm and GroupNorm on `device` accept `dtype` (FP16/BF16)
 /// inputs with FP32 parameters, which HalfOptions::keep_norm_fp32 relies on.
-/// LibTorch 1.13's CPU kernels do not ("expected scalar type BFloat16 but
-/// found Float"); 2.x's and CUDA's do. Found out once per process and dtype
-/// by running the two ops on tiny tensors.
+/// LibTorch 2.x's CPU kernels do; 1.13's CPU kernels and CUDA's (through
+/// 2.15) do not ("expected scalar type BFloat16 but found Float"). Found out
+/// once per process, device type and dtype by running the two ops on tiny
+/// tensors on `device` (false for other device types and dtypes).
 bool mixed_dtype_norm_available(const torch::Device& device,
                                 torch::Dtype dtype);
 

@@ -9,6 +9,7 @@
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -97,10 +98,12 @@ struct TrainerOptions {
   /// Schedule::kWarmupCosine's linear warm-up, in steps (must be shorter
   /// than the run); 0 for the other schedules.
   TORCH_ARG(int64_t, warmup_steps) = 0;
-  /// Schedule::kWarmupCosine's floor, which the cosine reaches at the run's
-  /// last step, in [0, lr]; 0 for the other schedules.
+  /// Schedule::kWarmupCosine's floor, in [0, lr], which the cosine reaches
+  /// at step `total_steps` (one past the run's last step, which is a hair
+  /// above it; warmup_cosine_lr()); 0 for the other schedules.
   TORCH_ARG(double, min_lr) = 0.0;
-  /// Stop after this many optimizer steps in total (0 = no limit): smoke runs.
+  /// Stop after this many steps (batches; with accumulation_steps N, N of
+  /// them make one optimizer step) in total (0 = no limit): smoke runs.
   /// Unlike `steps` it does not resize the schedule: a run stopped here and
   /// resumed follows the learning rates of the whole run.
   TORCH_ARG(int64_t, max_steps) = 0;
@@ -288,7 +291,12 @@ struct StopPoint {
   /// The training steps the epoch has in all.
   int64_t steps_in_epoch = 0;
   /// It stopped during an evaluation (the epoch's, or one of
-  /// TrainerOptions::eval_every): the steps before it were trained.
+  /// TrainerOptions::eval_every): the steps before it were trained. One of
+  /// eval_every's is pending in the checkpoint: the resumed run runs it
+  /// first (its StepEvaluation, the best checkpoint and the training loss
+  /// of the steps since the one before, as the straight run's). The epoch's
+  /// is not: the resumed run starts the next epoch, and --eval-only (or
+  /// evaluate()) of the checkpoint gives its test loss.
   bool in_evaluation = false;
   /// The steps trained in all, this run's and those resumed from.
   int64_t global_step = 0;
@@ -377,7 +385,9 @@ struct EpochStats {
   /// max_steps or TrainerOptions::steps ended the run inside it (partial()).
   int64_t steps_in_epoch = 0;
   int64_t global_step = 0; ///< optimizer steps so far, all epochs
-  /// Mean training loss over the steps whose loss was finite.
+  /// Mean training loss over the steps whose loss was finite: a mean of the
+  /// steps' mean losses (as nanoGPT's), so that a short last batch
+  /// (drop_last false) weighs as much as a full one.
   double train_loss = 0;
   /// Steps whose loss was inf/NaN (skipped by loss scaling or
   /// skip_non_finite; a run of them stops training, see Trainer).
@@ -398,7 +408,8 @@ struct EpochStats {
   /// TrainerOptions::eval_train: the training data's evaluation beside the
   /// test set's; none without it or where `evaluated` is false.
   c10::optional<Evaluation> train_evaluation;
-  /// Training time of the epoch (no evaluation), without `warmup_seconds`.
+  /// Training time of the epoch (no evaluation, no checkpoint written inside
+  /// it), without `warmup_seconds`.
   double seconds = 0;
   /// The first epoch of a run: the time of its first training step (with
   /// CUDA graphs: its eager warm-up steps and the capture), where cuDNN
@@ -411,6 +422,10 @@ struct EpochStats {
   /// TrainerOptions::eval_every that of the evaluations inside it, which
   /// `seconds` leaves out.
   double eval_seconds = 0;
+  /// The time of the checkpoints written inside the epoch (checkpoint_every,
+  /// eval_every's best and regular ones), which `seconds` leaves out; the
+  /// one written at its end is after it.
+  double checkpoint_seconds = 0;
   /// Training examples (images, sequences) per second over `seconds`,
   /// warm-up excluded; with a process group, of all ranks together.
   double examples_per_second = 0;
@@ -557,9 +572,9 @@ class StopCadence;
 ///     device and runs a lamp::TrainStep in the chosen precision;
 ///  2. after each epoch it evaluates on the test set (under the same
 ///     precision; the first limit_eval_batches batches where that is set),
-///     reports EpochStats and writes the checkpoint (after whole epochs
-///     only: an epoch cut short by max_steps is reported partial() and
-///     writes none);
+///     reports EpochStats and writes the checkpoint (an epoch cut short by
+///     max_steps is reported partial(), its checkpoint holding the position
+///     inside it, where a longer run resumes);
 ///  3. resuming loads model, master weights, optimizer, scaler and the
 ///     position, and continues exactly: the data order and augmentation of an
 ///     epoch depend only on (seed, epoch).
@@ -725,6 +740,21 @@ class Trainer {
   torch::Tensor interval_loss_sum_;
   int64_t interval_steps_ = 0;
   int64_t interval_non_finite_before_ = 0;
+  // The interval a checkpoint carried (or the last fit() left): the next
+  // evaluation covers its steps too, as the straight run's does.
+  double resumed_interval_loss_sum_ = 0;
+  int64_t resumed_interval_steps_ = 0;
+  int64_t resumed_interval_non_finite_ = 0;
+  // A stop came inside the evaluation (eval_every) at the checkpoint's
+  // step: fit() runs that evaluation first.
+  bool evaluation_pending_ = false;
+  // Every rank's sums ([ranks, 4], FP64, on the CPU: the epoch's finite
+  // losses and non-finite count, the interval's), gathered by every rank
+  // for the checkpoint of step rank_sums_step_.
+  torch::Tensor rank_sums_;
+  int64_t rank_sums_step_ = -1;
+  // The time of the checkpoints written since the epoch's start.
+  double checkpoint_seconds_ = 0;
   // The latest step's loss (a device tensor, read only where a checkpoint
   // is about to be written).
   torch::Tensor last_loss_;
@@ -771,6 +801,21 @@ class Trainer {
   // Where fit() leaves `run` inside its epoch: its sums, which a
   // save_checkpoint() after fit() stores with the position.
   void keep_epoch_sums(const EpochRun& run);
+  // Where fit() leaves the interval since the last evaluation.
+  void keep_interval_sums(const detail::DivergenceWatch& watch);
+  // This rank's sums at the current position, as a checkpoint stores them:
+  // {epoch loss sum, epoch non-finite, interval loss sum, interval
+  // non-finite} (a host read of device sums inside fit()).
+  std::array<double, 4> local_sums() const;
+  // rank_sums_ at this step: a collective every rank calls before a
+  // checkpoint's write (a no-op in one process).
+  void gather_rank_sums();
+  // The evaluation a stop interrupted (evaluation_pending_), before the
+  // first step of `run`; false where it is stopped again.
+  bool pending_evaluation(
+      EpochRun& run, detail::DivergenceWatch& watch,
+      const std::function<void(const EvalProgress&)>& on_eval_batch,
+      const std::function<void(const StepEvaluation&)>& on_evaluation);
   // After a stop: the checkpoint at the step it stopped on, where nothing
   // of the run would otherwise be lost and this process may write it.
   void save_at_stop();
@@ -781,8 +826,10 @@ class Trainer {
       const std::function<void(const BatchProgress&)>& on_batch,
       const std::function<void(const EvalProgress&)>& on_eval_batch,
       const std::function<void(const StepEvaluation&)>& on_evaluation);
-  // The schedule's rate for the next step (global_step_ + 1).
+  // The schedule's rate for the next step (global_step_ + 1), and for the
+  // step of 0-based index `step`.
   double next_learning_rate() const;
+  double learning_rate_at(int64_t step) const;
   // `before_training`: TrainerOptions::eval_at_start's evaluation.
   bool evaluate_at_step(
       EpochRun& run, detail::DivergenceWatch& watch,

@@ -313,6 +313,13 @@ TEST(LinearCrossEntropy, RowsWhoseTargetIsMinus100AreLeftOut) {
                 0);
     }
   }
+  // Without a gradient wanted (the loss alone): the same mean.
+  {
+    const auto want = reference(h).loss;
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(AllClose(linear_cross_entropy(h.input, h.weight, h.targets),
+                         want, 1e-6, 1e-6));
+  }
   // Every row padded: a mean over no rows, NaN as the reference's.
   auto all = h;
   all.targets = torch::full_like(h.targets, -100);

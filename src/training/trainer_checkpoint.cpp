@@ -426,10 +426,10 @@ void Trainer::load_checkpoint(const std::string& path) {
               "anew from an epoch's start; resume it on the ranks it had "
               "until the epoch ends (or another whole-epoch checkpoint), then "
               "reshard.");
-  // Since lamp 0.6: the steps since the last evaluation, whether a stop
-  // interrupted the one at this step, and each rank's sums (its epoch's and
-  // its interval's finite losses and non-finite ones). Before: none of
-  // them; every rank then takes rank 0's epoch sums.
+  // Written after lamp 0.5.0: the steps since the last evaluation, whether
+  // a stop interrupted the one at this step, and each rank's sums (its
+  // epoch's and its interval's finite losses and non-finite ones). Before:
+  // none of them; every rank then takes rank 0's epoch sums.
   const int64_t interval_steps = archive.try_read("interval_steps", present)
                                      ? integer("interval_steps")
                                      : 0;

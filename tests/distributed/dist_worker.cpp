@@ -2003,30 +2003,35 @@ TEST(TwoRanks, AnEpochsLossIsEveryRanksFiniteLossesOverTheirSteps) {
 }
 
 // Rank 0's losses 1, rank 1's 3, every step: a run stopped inside its
-// epoch and resumed reports the epoch's loss of the straight run, 2. The
-// checkpoint holds each rank's sums and each rank resumes its own (both
-// resumed rank 0's before, which made the resumed epoch's loss rank 0's
-// first steps and the ranks' later ones).
+// epoch (after 2 of its 3 steps) and resumed reports the epoch's loss of
+// the straight run, 2. The checkpoint holds each rank's sums and each rank
+// resumes its own: both resumed rank 0's before, which made the epoch's
+// loss rank 0's first steps and the ranks' last one, 4/3.
 TEST(TwoRanks, AResumeInsideAnEpochReportsTheRanksStraightLoss) {
   auto g = group();
   using lamp::training::TrainerOptions;
   const auto path = ::testing::TempDir() + "lamp_rank_sums_" +
                     std::string(std::getenv("MASTER_PORT")) + ".pt";
   auto net = std::make_shared<lamp_test::SmallNet>(nullptr);
+  int64_t steps = 0;
   const auto options = [&](TrainerOptions o) {
     return o.epochs(1).process_group(g).checkpoint(path).training_loss(
         [&, net](const torch::Tensor& x, const torch::Tensor& y) {
           const auto loss =
               torch::nn::functional::cross_entropy((*net)->forward(x), y);
+          ++steps;
           return loss_of_value(loss, g->rank() == 0 ? 1.0 : 3.0);
         });
   };
   {
     auto first = lamp_test::make_run(
         lamp::Precision::kFP32,
-        options(TrainerOptions(lamp::Precision::kFP32).max_steps(2)));
+        options(TrainerOptions(lamp::Precision::kFP32).stop_requested([&] {
+          return steps == 2;
+        })));
     *net = first->model;
     first->trainer->fit();
+    ASSERT_TRUE(first->trainer->stop_point().stopped);
     ASSERT_EQ(first->trainer->global_step(), 2);
   }
   auto resumed = lamp_test::make_run(

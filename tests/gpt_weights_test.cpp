@@ -11,7 +11,9 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "lamp/platform/warnings.h"
 #include "test_util.h"
 #include "trainer_util.h"
 
@@ -336,6 +338,46 @@ TEST(GptWeights, WhatDoesNotFitIsRefusedNamingTheTensors) {
                        "has 1; build it with GPTOptions::heads(2)"))
       << error;
   EXPECT_TRUE(torch::equal(one_head->wte->weight, kept));
+}
+
+// A state dict for nanoGPT or Hugging Face of a model they run otherwise
+// (RMSNorm, the other GELU) loads there strictly and computes other
+// outputs: the export says so. lamp's own layout, and models they run as
+// lamp does, say nothing.
+TEST(GptWeights, AnExportTheirGptRunsOtherwiseWarns) {
+  struct Case {
+    GPTOptions options;
+    GPTLayout layout;
+    std::string warning; // "" for none
+  };
+  const auto rms = fixture_shape().bias(false).norm(GPTNorm::kRMSNorm);
+  const std::vector<Case> cases = {
+      {rms, GPTLayout::kNanoGPT, "the model runs RMSNorm, where nanogpt's"},
+      {rms, GPTLayout::kHuggingFace, "RMSNorm, where huggingface's"},
+      {rms, GPTLayout::kLamp, ""},
+      {fixture_shape().gelu(GPTGelu::kTanh), GPTLayout::kNanoGPT,
+       "the tanh GELU, where nanoGPT's MLP runs the exact one"},
+      {fixture_shape(), GPTLayout::kHuggingFace,
+       "the exact GELU, where Hugging Face's GPT-2 runs the tanh one"},
+      {fixture_shape(), GPTLayout::kNanoGPT, ""},
+      {fixture_shape().gelu(GPTGelu::kTanh), GPTLayout::kHuggingFace, ""}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.options.name() + " as " +
+                 lamp::models::gpt_layout_name(c.layout));
+    GPT gpt(c.options);
+    std::vector<std::string> warnings;
+    {
+      lamp::WarningSink sink(
+          [&](const std::string& message) { warnings.push_back(message); });
+      lamp::models::gpt_state_dict(*gpt, c.layout);
+    }
+    if (c.warning.empty()) {
+      EXPECT_TRUE(warnings.empty()) << warnings.front();
+    } else {
+      ASSERT_EQ(warnings.size(), 1u);
+      EXPECT_TRUE(contains(warnings[0], c.warning)) << warnings[0];
+    }
+  }
 }
 
 // A file holding one name twice once the wrappers' prefixes are off (two

@@ -109,9 +109,55 @@ std::string gpt_layout_name(GPTLayout layout) {
   return "unknown";
 }
 
+namespace {
+
+// The GPT that `module` is or holds (network_to_half's wrappers), or
+// nullptr.
+const GPTImpl* gpt_inside(const torch::nn::Module& module) {
+  if (const auto* gpt = dynamic_cast<const GPTImpl*>(&module)) {
+    return gpt;
+  }
+  for (const auto& child : module.modules(/*include_self=*/false)) {
+    if (const auto* gpt = dynamic_cast<const GPTImpl*>(child.get())) {
+      return gpt;
+    }
+  }
+  return nullptr;
+}
+
+// What of `options` nanoGPT's or Hugging Face's GPT-2 computes otherwise,
+// with the same tensors: "" where nothing does.
+std::string runs_otherwise(const GPTOptions& options, GPTLayout layout) {
+  if (options.norm() == GPTNorm::kRMSNorm) {
+    return "RMSNorm, where " + gpt_layout_name(layout) +
+           "'s GPT runs LayerNorm on the same weights";
+  }
+  if (layout == GPTLayout::kNanoGPT && options.gelu() == GPTGelu::kTanh) {
+    return "the tanh GELU, where nanoGPT's MLP runs the exact one "
+           "(nn.GELU())";
+  }
+  if (layout == GPTLayout::kHuggingFace && options.gelu() == GPTGelu::kExact) {
+    return "the exact GELU, where Hugging Face's GPT-2 runs the tanh one "
+           "unless its config's activation_function is \"gelu\"";
+  }
+  return "";
+}
+
+} // namespace
+
 c10::Dict<std::string, torch::Tensor> gpt_state_dict(
     const torch::nn::Module& gpt, GPTLayout layout,
     const StateDictOptions& options) {
+  if (const auto* model = gpt_inside(gpt);
+      model != nullptr && layout != GPTLayout::kLamp) {
+    const auto otherwise = runs_otherwise(model->options(), layout);
+    if (!otherwise.empty()) {
+      TORCH_WARN("lamp::models::gpt_state_dict: the model runs ", otherwise,
+                 ": the ", gpt_layout_name(layout),
+                 " state dict loads there, strictly, and computes other "
+                 "outputs.");
+    }
+  }
   const auto own = python_state_dict(gpt, options);
   TORCH_CHECK(own.contains("wte.weight") && own.contains("wpe.weight"),
               "lamp::models::gpt_state_dict: the model is not a "

@@ -316,5 +316,19 @@ class PeerEnvironment(unittest.TestCase):
                                     "MALLOC_TRIM_THRESHOLD_": "0"})
 
 
+class Flags(unittest.TestCase):
+    def test_quick_goes_with_the_default_suite_only(self):
+        # --quick runs the MNIST CNN alone: another suite's compiled columns
+        # would read "not run" and its headline compare against the rest.
+        for suite in ("gpt", "conv-bn", "float8"):
+            proc = subprocess.run(
+                ["bash", os.path.join(ROOT, "bench", "run.sh"), "--quick",
+                 "--suite", suite, "--device", "cuda"],
+                cwd=ROOT, capture_output=True, text=True, timeout=60)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn(f"--quick and --suite {suite} do not go together",
+                          proc.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -263,15 +263,25 @@ def best(row, tools):
     return max(rated)[1] if rated else None
 
 
+def unusable(row, tools):
+    """The tools of `tools` the row ran, or meant to, whose result is not
+    usable (failed, skipped or not run), in `tools`' order."""
+    return [t for t in tools
+            if row.get(t) is not None and rate(row.get(t)) is None]
+
+
 def row_ratios(row):
     """The row's like-for-like ratios and the headline, best lamp vs best
-    PyTorch (None where a side has no usable result)."""
+    PyTorch (None where a side has no usable result), with the PyTorch tools
+    the headline could not weigh (a torch.compile that failed leaves it
+    against the rest: `pytorch_unusable` says so)."""
     out = {name: ratio(rate(row.get(a)), rate(row.get(b)))
            for name, (a, b) in LIKE_FOR_LIKE.items()}
     lamp_best = best(row, RANKED_LAMP_TOOLS)
     pytorch_best = best(row, PYTORCH_TOOLS)
     out["best_lamp"] = lamp_best
     out["best_pytorch"] = pytorch_best
+    out["pytorch_unusable"] = unusable(row, PYTORCH_TOOLS)
     out["best_lamp_vs_best_pytorch"] = ratio(
         rate(row.get(lamp_best)), rate(row.get(pytorch_best)))
     return out
@@ -380,6 +390,12 @@ def main_table(rows, order, present, notes):
         row = rows[key]
         ratios = row_ratios(row)
         headline = times(ratios["best_lamp_vs_best_pytorch"])
+        headline_cell = "**%s**" % headline if headline != "-" else headline
+        if headline != "-" and ratios["pytorch_unusable"]:
+            # Against the PyTorch tools that ran: one that failed or was
+            # skipped might have been the best.
+            headline_cell += " (without %s)" % ", ".join(
+                TITLES.get(t, t) for t in ratios["pytorch_unusable"])
         unit, scale = row_unit(key, row)
         # Which lamp tool the headline is, an opt-in one (the GPT's fused
         # kernels, the folded BatchNorm) named as such.
@@ -390,7 +406,7 @@ def main_table(rows, order, present, notes):
                            for t in present),
                 times(ratios["lamp_vs_pytorch_fused"]),
                 times(ratios["lamp_graph_vs_pytorch_graph"]),
-                "**%s**" % headline if headline != "-" else headline,
+                headline_cell,
                 TITLES.get(ratios["best_lamp"], "-"),
                 TITLES.get(ratios["best_pytorch"], "-"), best_mfu(row)))
     return lines

@@ -164,8 +164,13 @@ class Report(unittest.TestCase):
                                16030.0 / 17000.0)
         cells = self.table_row(None, "| resnet50 | 512 | amp,")
         self.assertIn("19100 (1.0%) garbage: non-finite params", cells)
-        self.assertEqual(cells[-4:], ["**0.94x**", report.TITLES[
-            "lamp-graph"], report.TITLES["pytorch-compile-ro-fused"], "-"])
+        # The headline names the PyTorch tool it left out.
+        self.assertEqual(cells[-4:], [
+            "**0.94x** (without %s)"
+            % report.TITLES["pytorch-compile-fused"],
+            report.TITLES["lamp-graph"],
+            report.TITLES["pytorch-compile-ro-fused"], "-"])
+        self.assertEqual(ratios["pytorch_unusable"], ["pytorch-compile-fused"])
 
     def test_spread_over_5_percent_is_flagged(self):
         entry = self.row["pytorch-compile-ro-fused"]
@@ -500,7 +505,12 @@ class Statuses(unittest.TestCase):
             text, merged = built(fixture)
         self.assertIn("failed [1]", text)
         self.assertIn("[1] InductorError: InvalidCxxCompiler", text)
-        self.assertIsNotNone(merged["rows"][0]["ratios"]["best_pytorch"])
+        ratios = merged["rows"][0]["ratios"]
+        self.assertEqual(ratios["best_pytorch"], "pytorch-eager")
+        # The headline is against the tools that ran, and says which did
+        # not: the failed one might have been the best.
+        self.assertEqual(ratios["pytorch_unusable"], ["pytorch-compile-fused"])
+        self.assertRegex(text, r"\*\*[0-9.]+x\*\* \(without [^)]*compile[^)]*\)")
 
     def test_rows_not_run_head_the_report_and_a_rewrite_keeps_its_stem(self):
         # run.sh writes the report after each row (the rows so far, and that

@@ -654,6 +654,16 @@ def set_tf32(precision, defaults):
 # ---------------------------------------------------------------------------
 
 
+def warmup_steps(tool, requested):
+    """The untimed steps `tool` takes before its timed ones: `requested`
+    (--warmup), at least 3 for a whole-step CUDA graph (the optimizer's
+    and the scaler's state exist before capture only after eager steps:
+    PyTorch's example takes 3) and for torch.compile, which compiles on its
+    first step and, with CUDA graphs (reduce-overhead, max-autotune),
+    records them on the next ones: none of that is a steady step."""
+    return max(requested, 3) if tool.cuda_graph or tool.compile else requested
+
+
 class Tool(collections.namedtuple(
         "Tool", "compile compile_mode optimizer_impl cuda_graph")):
     """One way a Python user runs the step: torch.compile on the model (and
@@ -1108,10 +1118,7 @@ def run_configuration(args, precision, tf32_defaults, keep_going=False):
     if reason is not None:
         result["skipped"] = reason
         return result
-    if tool.cuda_graph:
-        # The optimizer's momentum buffers and the scaler's state exist
-        # before capture only after an eager step (PyTorch's example: 3).
-        result["warmup"] = max(args.warmup, 3)
+    result["warmup"] = warmup_steps(tool, args.warmup)
 
     gc.collect()
     baseline = memory_baseline(device)

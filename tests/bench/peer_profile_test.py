@@ -21,6 +21,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 import peer_pytorch  # noqa: E402
 
 
+class Warmup(unittest.TestCase):
+    def test_compile_and_graph_tools_warm_up_at_least_three_steps(self):
+        # torch.compile's compilation and its CUDA graphs' recording, and
+        # the whole-step graph's capture, stay out of the timed steps
+        # whatever --warmup says; the eager tools take it as given.
+        for name, tool in peer_pytorch.TOOLS.items():
+            want_floor = tool.compile or tool.cuda_graph
+            for requested in (0, 1, 5):
+                self.assertEqual(
+                    peer_pytorch.warmup_steps(tool, requested),
+                    max(requested, 3) if want_floor else requested, name)
+
+
 class TopKernels(unittest.TestCase):
     TIMES = [("gemm_b", 3.0), ("gemm_a", 3.0), ("layer_norm", 1.0),
              ("flash_fwd", 6.0), ("layer_norm", 1.0), ("layer_norm", 1.0),

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -411,12 +412,13 @@ torch::Tensor GPTImpl::features(const torch::Tensor& tokens) {
               "on ",
               ids.device(), ", the model on ", wte->weight.device(),
               "; move the ids to the model's device (ids.to(device)).");
-  // What the embedding would refuse with an index error (on a GPU a
-  // device-side assert that ends the process's CUDA): checked on the CPU,
-  // where it costs one pass; a GPU's ids are the loader's, checked as read.
+  // What the embedding would refuse with an index error: checked on the
+  // CPU, in one pass over the ids; a GPU's are not (that would wait for the
+  // device every step).
   if (ids.device().is_cpu() && ids.numel() > 0) {
-    const auto low = ids.min().item<int64_t>();
-    const auto high = ids.max().item<int64_t>();
+    const auto range = torch::aminmax(ids);
+    const auto low = std::get<0>(range).item<int64_t>();
+    const auto high = std::get<1>(range).item<int64_t>();
     TORCH_CHECK(low >= 0 && high < options_.vocab_size(), who, ": token ids ",
                 "must be in [0, ", options_.vocab_size(), "), got ",
                 low < 0 ? low : high,

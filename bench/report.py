@@ -727,6 +727,7 @@ def build(headers, runs, order, device, peer_python, date):
         "tools": {t: headers.get(t) or {"status": version((t,))}
                   for t in present},
         "rows": [dict(dict(zip(KEY, k)), unit=row_unit(k, rows[k])[0],
+                      model_text=model_text(k, rows[k]),
                       ratios=row_ratios(rows[k]),
                       **({"fusions_vs_lamp_graph": fusion_ratios[k]}
                          if k in fusion_ratios else {}),

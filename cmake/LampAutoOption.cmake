@@ -3,10 +3,16 @@
 # (fail at configure time without it) or OFF.
 include_guard(GLOBAL)
 
-# lamp_auto_option(OPTION DOC): the cache variable OPTION, AUTO by default.
+# lamp_auto_option(OPTION DOC): the cache variable OPTION, AUTO by default;
+# a plain variable of the project that includes lamp (set(OPTION OFF)
+# before FetchContent_MakeAvailable) decides instead, from the first
+# configure on (with policy CMP0126 OLD, creating the cache entry would drop
+# it that once).
 macro(lamp_auto_option option doc)
-  set(${option} AUTO CACHE STRING "${doc}")
-  set_property(CACHE ${option} PROPERTY STRINGS AUTO ON OFF)
+  if(NOT DEFINED ${option} OR DEFINED CACHE{${option}})
+    set(${option} AUTO CACHE STRING "${doc}")
+    set_property(CACHE ${option} PROPERTY STRINGS AUTO ON OFF)
+  endif()
 endmacro()
 
 # lamp_auto_option_mode(OPTION AUTO_MEANS OUT): OPTION's value upper-cased

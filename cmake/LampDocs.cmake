@@ -8,9 +8,15 @@
 # documentation error). Without Doxygen there is neither: configure says how
 # to install it.
 function(lamp_add_docs)
+  # A subproject (FetchContent, add_subdirectory) leaves the global name
+  # docs, and its build folder, to the project that includes it.
+  if(NOT LAMP_TOP_LEVEL)
+    message(STATUS "lamp: lamp is a subproject: no lamp docs target")
+    return()
+  endif()
   if(TARGET docs)
-    message(STATUS "lamp: a target named docs exists already (lamp is a "
-                   "subproject): no lamp docs target")
+    message(STATUS "lamp: a target named docs exists already: no lamp docs "
+                   "target")
     return()
   endif()
   find_package(Doxygen QUIET)

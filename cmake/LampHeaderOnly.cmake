@@ -3,7 +3,11 @@
 # the folder in the cache variable HINT_VAR that holds HEADER (for machines
 # without a package manager, where the headers are carried along).
 function(lamp_header_only_package package target header hint_var debian_package)
-  set(${hint_var} "" CACHE PATH "${package} headers, when no ${package} package is installed")
+  # A plain variable of an including project keeps its value (see
+  # lamp_auto_option: CMP0126).
+  if(NOT DEFINED ${hint_var} OR DEFINED CACHE{${hint_var}})
+    set(${hint_var} "" CACHE PATH "${package} headers, when no ${package} package is installed")
+  endif()
   find_package(${package} CONFIG QUIET)
   if(TARGET ${target})
     return()

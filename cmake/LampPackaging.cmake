@@ -30,6 +30,14 @@
 function(lamp_default_maintainer out)
   set(_name "$ENV{DEBFULLNAME}")
   set(_email "$ENV{DEBEMAIL}")
+  # DEBEMAIL may hold "Name <address>" (devscripts takes it so): its name
+  # where DEBFULLNAME gives none, and its address.
+  if(_email MATCHES "^(.*[^ ]) *<([^<>]+)>$")
+    if(_name STREQUAL "")
+      set(_name "${CMAKE_MATCH_1}")
+    endif()
+    set(_email "${CMAKE_MATCH_2}")
+  endif()
   find_program(LAMP_GIT git)
   mark_as_advanced(LAMP_GIT)
   foreach(_field name email)
@@ -40,6 +48,12 @@ function(lamp_default_maintainer out)
                       ERROR_QUIET)
     endif()
   endforeach()
+  # What the environment gives must make a Maintainer field; else the
+  # account's, so that no setting of it stops the configure (only a
+  # LAMP_PACKAGE_MAINTAINER given so does).
+  if(NOT "${_name} <${_email}>" MATCHES "^[^<>]+ <[^<> ]+@[^<> ]+>$")
+    set(_name "")
+  endif()
   if("${_name}" STREQUAL "" OR "${_email}" STREQUAL "")
     cmake_host_system_information(RESULT _host QUERY FQDN)
     set(_user "$ENV{USER}")

@@ -7,7 +7,9 @@ LAMP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Debian packages every build needs (pkg-config: the packaging.pkg_config
 # test; doxygen: the API reference, target docs; the Debian package test
-# uses dpkg-deb, which every Debian system has). libopenblas0-openmp:
+# uses dpkg-deb, which every Debian system has, and dpkg-dev's
+# dpkg-shlibdeps, which lamp-tools' Depends come from: without it CPack
+# writes the package with none). libopenblas0-openmp:
 # Debian's LibTorch runs its FP32 CPU matmuls through the system's
 # libblas.so.3, which is otherwise the unoptimised reference BLAS (a GPT
 # step in FP32 measured 12.6x slower with it, same losses); the OpenMP
@@ -22,7 +24,7 @@ LAMP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LAMP_BUILD_PACKAGES=(cmake g++ make libtorch-dev libgloo-dev libcli11-dev
                      libgtest-dev zlib1g-dev nlohmann-json3-dev pkg-config
                      libsentencepiece-dev sentencepiece libicu-dev libzstd-dev
-                     doxygen libopenblas0-openmp fortunes)
+                     doxygen dpkg-dev libopenblas0-openmp fortunes)
 
 # The torch wheel version scripts/test.sh builds against by default: the
 # newest on PyPI that lamp is tested with. LAMP_TORCH_VERSION picks another

@@ -714,10 +714,40 @@ def read_bench(path):
     return report
 
 
+UNIT_NAMES = {"img/s": "images/s", "tokens/s": "tokens/s",
+              "sequences/s": "sequences/s"}
+
+
+def bench_panels(rows):
+    """The chart's panels, in the rows' order: (title, y-axis unit, rows),
+    one per model, and per GPT shape (bench/report.py's "model_text": two
+    shapes of one batch and mode are two panels, their rates apart by
+    orders of magnitude), in the rows' unit (images/s before the unit was
+    recorded)."""
+    panels = {}
+    for row in rows:
+        title = str(row.get("model_text") or row.get("model"))
+        unit = UNIT_NAMES.get(row.get("unit"), "images/s")
+        panels.setdefault((title, unit), []).append(row)
+    return [(title, unit, group) for (title, unit), group in panels.items()]
+
+
+def bench_rate(entry, unit):
+    """A result's rate in `unit` and its repeated runs' rates: tokens/s from
+    images (sequences) per second times the tokens a sequence has."""
+    rate = entry.get("images_per_second")
+    runs = entry.get("runs_images_per_second") or [rate]
+    tokens = entry.get("tokens_per_second")
+    if unit == "tokens/s" and isinstance(tokens, (int, float)) and rate:
+        scale = tokens / rate
+        return tokens, [r * scale for r in runs]
+    return rate, runs
+
+
 def plot_bench(path, out_dir, title):
-    """A bar chart of images/s: one panel per model (their rates differ by
-    orders of magnitude), one group per configuration, one bar per tool; the
-    whiskers span the repeated runs."""
+    """A bar chart of each row's rate: one panel per model and GPT shape
+    (their rates differ by orders of magnitude), one group per
+    configuration, one bar per tool; the whiskers span the repeated runs."""
     report = read_bench(path)
     rows = report["rows"]
     tools = [t for t in report.get("tools") or {}
@@ -728,20 +758,16 @@ def plot_bench(path, out_dir, title):
                         path)
     plt = load_matplotlib()
     from matplotlib.patches import Patch
-    models = []
-    for row in rows:
-        if row.get("model") not in models:
-            models.append(row.get("model"))
-    fig, axes = plt.subplots(1, len(models), squeeze=False, dpi=100,
+    panels = bench_panels(rows)
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, dpi=100,
                              figsize=(max(6, 3 + 2.2 * len(rows)), 5))
     width = 0.8 / len(tools)
-    for ax, model in zip(axes[0], models):
-        group = [r for r in rows if r.get("model") == model]
+    for ax, (model, unit, group) in zip(axes[0], panels):
         for t, tool in enumerate(tools):
             xs, ys, low, high = [], [], [], []
             for g, row in enumerate(group):
                 entry = row.get(tool) or {}
-                rate = entry.get("images_per_second")
+                rate, rates = bench_rate(entry, unit)
                 x = g + (t - (len(tools) - 1) / 2) * width
                 if entry.get("status") != "ok" or entry.get("skipped") or \
                         not isinstance(rate, (int, float)):
@@ -751,7 +777,6 @@ def plot_bench(path, out_dir, title):
                         ax.annotate(why, (x, 0), ha="center", va="bottom",
                                     fontsize="x-small", rotation=90)
                     continue
-                rates = entry.get("runs_images_per_second") or [rate]
                 xs.append(x)
                 ys.append(rate)
                 low.append(rate - min(rates))
@@ -763,8 +788,8 @@ def plot_bench(path, out_dir, title):
         ax.set_xlim(-0.5, len(group) - 0.5)
         ax.set_xticks(range(len(group)))
         ax.set_xticklabels([config_name(r) for r in group], fontsize="small")
-        ax.set_ylabel("images/s (higher is better)")
-        ax.set_title(str(model))
+        ax.set_ylabel("%s (higher is better)" % unit)
+        ax.set_title(model, fontsize="small" if len(model) > 20 else None)
         ax.margins(y=0.15)
         ax.grid(True, axis="y", alpha=0.3)
     # Handles of their own: a tool without a single bar still gets its entry.

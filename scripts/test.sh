@@ -109,7 +109,9 @@ if [ "$torch" = both ]; then
     [ "$t" = debian ] || skip_sources=1
     LAMP_SUMMARY_FILE="$summary" LAMP_SKIP_SOURCE_CHECKS="$skip_sources" \
       bash "$LAMP_ROOT/scripts/test.sh" "${args[@]}" || status=1
-    [ -z "$stopped" ] || break
+    # A signal to this process alone (the running build may go on to pass)
+    # still fails the run: the next build did not run.
+    [ -z "$stopped" ] || { status=1; break; }
   done
   echo
   cat "$summary"

@@ -19,6 +19,7 @@
 #include "lamp/nn/rms_norm.h"
 #include "lamp/platform/backends.h"
 #include "platform/compat.h"
+#include "platform/kernel_runs.h"
 #include "test_util.h"
 
 namespace {
@@ -355,6 +356,47 @@ TEST(AddNorm, RefusesWhatDoesNotFit) {
       "output_dtype must be a floating-point type, got Int");
   expect_error([&] { add_layer_norm(x, x, torch::ones({8}, torch::kInt), {}); },
                "the weight must be floating point");
+  // A tensor on another device (the meta device stands for one) is named
+  // before a kernel is handed its pointer (a host weight's pointer in a
+  // CUDA kernel faults on the device).
+  const auto meta = torch::empty({8}, torch::kMeta);
+  expect_error([&] { add_layer_norm(x, x, meta, {}); },
+               "the weight (meta) must be on x's device (cpu)");
+  expect_error([&] { add_layer_norm(x, x, w, meta); },
+               "the bias (meta) must be on x's device (cpu)");
+  expect_error([&] { add_rms_norm(x, x, meta); },
+               "the weight (meta) must be on x's device (cpu)");
+  expect_error(
+      [&] {
+        add_layer_norm(x, torch::empty({2, 8}, torch::kMeta), w, {});
+      },
+      "and the branch (meta) must be on one device");
+}
+
+// An eps other than the GPT's 1e-5 reaches the arithmetic, checked
+// against the stock ops directly (not the reference, which shares the
+// option): rows of variance about 1.3e-4, where eps 1e-3 against 1e-5
+// scales LayerNorm's normalised values by about 1/3, and RMSNorm's eps 1e-6
+// (Llama's) against 1e-5 by about 3.5%; FP32's rounding is near 1e-6 of
+// them.
+TEST(AddNorm, TheEpsGivenIsTheEpsUsed) {
+  torch::manual_seed(37);
+  const auto x = torch::randn({5, 24}) * 0.01;
+  const auto branch = torch::randn({5, 24}) * 0.005;
+  const auto w = torch::randn({24});
+  const auto b = torch::randn({24});
+  const auto s = x + branch;
+  const auto layer =
+      add_layer_norm(x, branch, w, b, AddNormOptions().eps(1e-3));
+  EXPECT_TRUE(AllClose(layer.normed, torch::layer_norm(s, {24}, w, b, 1e-3),
+                       1e-5, 1e-6));
+  EXPECT_FALSE(AllClose(layer.normed, torch::layer_norm(s, {24}, w, b, 1e-5),
+                        1e-2, 1e-3));
+  const auto rms = add_rms_norm(x, branch, w, AddNormOptions().eps(1e-6));
+  EXPECT_TRUE(
+      AllClose(rms.normed, lamp::nn::rms_norm(s, {24}, w, 1e-6), 1e-5, 1e-6));
+  EXPECT_FALSE(
+      AllClose(rms.normed, lamp::nn::rms_norm(s, {24}, w, 1e-5), 1e-2, 1e-3));
 }
 
 TEST(AddNorm, PathNamesTheATenOpsOnTheCPU) {
@@ -544,8 +586,17 @@ TEST(AddNorm, KernelMatchesTheStockOps_CUDA) {
         EXPECT_EQ(lamp::ops::add_norm_path(in.x, in.branch),
                   "lamp's CUDA kernel");
         const auto o = AddNormOptions().output_dtype(c.output);
+        const auto launches =
+            lamp::detail::kernel_runs(lamp::detail::KernelPath::kAddNorm)
+                .load();
         const auto got =
             run(in, [&](auto&&... a) { return layer_norm_fused(a..., o); });
+        // The forward and the backward kernel ran (the ATen ops, which
+        // meet the same bounds, count none).
+        EXPECT_EQ(lamp::detail::kernel_runs(lamp::detail::KernelPath::kAddNorm)
+                          .load() -
+                      launches,
+                  2);
         const auto want =
             run(in, [&](auto&&... a) { return layer_norm_stock(a..., o); });
         expect_norm_outputs_close(got, want, c.rtol,

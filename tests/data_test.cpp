@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -274,6 +275,14 @@ TEST(Cifar10, MissingFilesNameEveryFileAndTheBinaryArchive) {
                {"missing test_batch.bin", "cifar-10-binary.tar.gz"});
   expect_error([&] { lamp::data::read_cifar10(dir.file("nowhere"), false); },
                {"does not exist"});
+  // A folder in a batch file's place is named as one, not as missing (the
+  // folder's listing, in the message, would show the name).
+  ASSERT_EQ(::mkdir(dir.file("data_batch_3.bin").c_str(), 0755), 0);
+  expect_error([&] { lamp::data::read_cifar10(dir.str(), true); },
+               {dir.file("data_batch_3.bin") +
+                "' is a folder, not the data "
+                "file of that name; put data_batch_3.bin of CIFAR-10's "
+                "binary version"});
 }
 
 TEST(Cifar10, RecognisesThePythonVersion) {
@@ -543,6 +552,16 @@ TEST(Idx, RejectsMissingFilesAndDirectories) {
                {dir.file("absent"), "does not exist"});
   expect_error([&] { lamp::data::read_idx(dir.str()); },
                {"is not a regular file"});
+}
+
+TEST(Mnist, AFolderInAFilesPlaceIsNamed) {
+  TempDir dir;
+  ASSERT_EQ(::mkdir(dir.file("t10k-images-idx3-ubyte").c_str(), 0755), 0);
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx_bytes({2}, {0, 1}));
+  expect_error([&] { lamp::data::read_mnist(dir.str(), false); },
+               {dir.file("t10k-images-idx3-ubyte") + "' is a folder",
+                "put the IDX file t10k-images-idx3-ubyte (or its .gz) there "
+                "instead"});
 }
 
 // ------------------------------------------------------------------- MNIST

@@ -30,6 +30,7 @@
 #include "nn/float8_scale_cuda.h"
 #include "platform/compat.h"
 #include "platform/cuda_graph.h"
+#include "platform/kernel_runs.h"
 #include "test_util.h"
 
 namespace {
@@ -1330,54 +1331,71 @@ static ::testing::AssertionResult WithinAccumulationError(
 TEST(Float8, GpuProductsMatchTheCpuEmulation_CUDA) {
   LAMP_SKIP_WITHOUT_FP8_GPU();
   torch::manual_seed(21);
-  for (const bool delayed_scaling : {false, true}) {
-    SCOPED_TRACE(delayed_scaling ? "delayed" : "current");
-    const auto recipe =
-        delayed_scaling ? delayed(4).margin(1) : F8::Float8Recipe();
-    torch::nn::Linear cpu_layer(64, 32);
-    auto cpu_state = F8::Float8State(recipe, "layer");
-    auto gpu_state = F8::Float8State(recipe, "layer");
-    gpu_state->to(torch::kCUDA);
-    const auto w = cpu_layer->weight.detach();
-    const auto b = cpu_layer->bias.detach();
-    const auto w_gpu = w.to(torch::kCUDA).requires_grad_();
-    const auto b_gpu = b.to(torch::kCUDA).requires_grad_();
-    for (int i = 0; i < 3; ++i) {
-      const auto x = (torch::randn({3, 16, 64}) * (i + 1)).requires_grad_();
-      const auto x_gpu = x.detach().to(torch::kCUDA).requires_grad_();
-      const auto dy = torch::randn({3, 16, 32});
-      const auto y =
-          F8::float8_linear(x, cpu_layer->weight, cpu_layer->bias, *cpu_state);
-      const auto y_gpu = F8::float8_linear(x_gpu, w_gpu, b_gpu, *gpu_state);
-      const auto g = torch::autograd::grad({y}, {x, cpu_layer->weight}, {dy});
-      const auto g_gpu =
-          torch::autograd::grad({y_gpu}, {x_gpu, w_gpu}, {dy.to(torch::kCUDA)});
-      // The magnitudes of each product's terms, summed: |X| |W|^T,
-      // |dY| |W| and |dY|^T |X| (bias left out, added exactly).
-      const auto x2 = x.detach().reshape({48, 64}).abs();
-      const auto dy2 = dy.reshape({48, 32}).abs();
-      EXPECT_TRUE(WithinAccumulationError(y_gpu.cpu().reshape({48, 32}),
-                                          y.detach().reshape({48, 32}),
-                                          x2.mm(w.abs().t()), 1.0 / 128))
-          << "step " << i;
-      EXPECT_TRUE(WithinAccumulationError(g_gpu[0].cpu().reshape({48, 64}),
-                                          g[0].reshape({48, 64}),
-                                          dy2.mm(w.abs()), 1.0 / 1024))
-          << "step " << i;
-      EXPECT_TRUE(WithinAccumulationError(g_gpu[1].cpu(), g[1], dy2.t().mm(x2),
-                                          1.0 / 1024))
-          << "step " << i;
-      EXPECT_TRUE(BitEqual(gpu_state->counters.cpu(), cpu_state->counters))
-          << "step " << i;
-      if (delayed_scaling) {
-        F8::update_float8_scales(*cpu_state);
-        F8::update_float8_scales(*gpu_state);
-        EXPECT_TRUE(BitEqual(gpu_state->scale.cpu(), cpu_state->scale));
-        EXPECT_TRUE(
-            BitEqual(gpu_state->amax_history.cpu(), cpu_state->amax_history));
+  // The GPU's casts by ATen ops, then by lamp's one-pass kernels
+  // (fused_casts: the same bits), against the CPU's emulation.
+  for (const bool fused : {false, true})
+    for (const bool delayed_scaling : {false, true}) {
+      SCOPED_TRACE(std::string(delayed_scaling ? "delayed" : "current") +
+                   (fused ? ", fused casts" : ""));
+      const auto recipe =
+          delayed_scaling ? delayed(4).margin(1) : F8::Float8Recipe();
+      torch::nn::Linear cpu_layer(64, 32);
+      auto cpu_state = F8::Float8State(recipe, "layer");
+      auto gpu_state =
+          F8::Float8State(F8::Float8Recipe(recipe).fused_casts(fused), "layer");
+      const auto casts = [] {
+        return lamp::detail::kernel_runs(lamp::detail::KernelPath::kFloat8Cast)
+            .load();
+      };
+      gpu_state->to(torch::kCUDA);
+      const auto w = cpu_layer->weight.detach();
+      const auto b = cpu_layer->bias.detach();
+      const auto w_gpu = w.to(torch::kCUDA).requires_grad_();
+      const auto b_gpu = b.to(torch::kCUDA).requires_grad_();
+      for (int i = 0; i < 3; ++i) {
+        const auto x = (torch::randn({3, 16, 64}) * (i + 1)).requires_grad_();
+        const auto x_gpu = x.detach().to(torch::kCUDA).requires_grad_();
+        const auto dy = torch::randn({3, 16, 32});
+        const auto y = F8::float8_linear(x, cpu_layer->weight, cpu_layer->bias,
+                                         *cpu_state);
+        const auto casts_before = casts();
+        const auto y_gpu = F8::float8_linear(x_gpu, w_gpu, b_gpu, *gpu_state);
+        const auto g = torch::autograd::grad({y}, {x, cpu_layer->weight}, {dy});
+        const auto g_gpu = torch::autograd::grad({y_gpu}, {x_gpu, w_gpu},
+                                                 {dy.to(torch::kCUDA)});
+        // fused_casts(true) takes lamp's kernel for the layer's casts; off,
+        // none of them.
+        if (fused) {
+          EXPECT_GT(casts(), casts_before) << "step " << i;
+        } else {
+          EXPECT_EQ(casts(), casts_before) << "step " << i;
+        }
+        // The magnitudes of each product's terms, summed: |X| |W|^T,
+        // |dY| |W| and |dY|^T |X| (bias left out, added exactly).
+        const auto x2 = x.detach().reshape({48, 64}).abs();
+        const auto dy2 = dy.reshape({48, 32}).abs();
+        EXPECT_TRUE(WithinAccumulationError(y_gpu.cpu().reshape({48, 32}),
+                                            y.detach().reshape({48, 32}),
+                                            x2.mm(w.abs().t()), 1.0 / 128))
+            << "step " << i;
+        EXPECT_TRUE(WithinAccumulationError(g_gpu[0].cpu().reshape({48, 64}),
+                                            g[0].reshape({48, 64}),
+                                            dy2.mm(w.abs()), 1.0 / 1024))
+            << "step " << i;
+        EXPECT_TRUE(WithinAccumulationError(g_gpu[1].cpu(), g[1],
+                                            dy2.t().mm(x2), 1.0 / 1024))
+            << "step " << i;
+        EXPECT_TRUE(BitEqual(gpu_state->counters.cpu(), cpu_state->counters))
+            << "step " << i;
+        if (delayed_scaling) {
+          F8::update_float8_scales(*cpu_state);
+          F8::update_float8_scales(*gpu_state);
+          EXPECT_TRUE(BitEqual(gpu_state->scale.cpu(), cpu_state->scale));
+          EXPECT_TRUE(
+              BitEqual(gpu_state->amax_history.cpu(), cpu_state->amax_history));
+        }
       }
     }
-  }
 }
 
 // The whole FP8 step as one CUDA graph equals the eager step to the bit,
@@ -1690,9 +1708,18 @@ TEST(Float8, FusedCastMatchesTheATenCast_CUDA) {
               const auto want =
                   I::cast_operand(t, I::operand_state(*a, 0), delayed_scaling,
                                   1, fmt, false, transpose);
+              const auto casts = lamp::detail::kernel_runs(
+                                     lamp::detail::KernelPath::kFloat8Cast)
+                                     .load();
               const auto got =
                   I::fused_cast_operand(t, I::operand_state(*f, 0),
                                         delayed_scaling, 1, fmt, transpose);
+              // lamp's kernel cast it (the ATen cast counts none).
+              EXPECT_EQ(lamp::detail::kernel_runs(
+                            lamp::detail::KernelPath::kFloat8Cast)
+                                .load() -
+                            casts,
+                        1);
               EXPECT_EQ(got.data.scalar_type(), fmt);
               EXPECT_TRUE(
                   AllClose(as_float(got.data), as_float(want.data), 0, 0));
@@ -1797,10 +1824,19 @@ TEST(Float8, FusedScaleUpdateMatchesTheATenOps_CUDA) {
   EXPECT_EQ(F8::internal::fused_scale_update_unavailable_reason(
                 *longer.states.front()),
             "the kernel shifts histories of up to 12224 steps, not 12225");
+  const auto updates = [] {
+    return lamp::detail::kernel_runs(
+               lamp::detail::KernelPath::kFloat8ScaleUpdate)
+        .load();
+  };
   for (int64_t step = 0; step < 5; ++step) {
     see_both(plain, fused, 200 + step, step);
+    const auto before_plain = updates();
     F8::update_float8_scales(plain);
+    // The ATen ops launch none of lamp's kernels; the fused states do.
+    EXPECT_EQ(updates(), before_plain);
     F8::update_float8_scales(fused);
+    EXPECT_GT(updates(), before_plain) << "the fused update ran the ATen ops";
     expect_same_states(plain, fused, c10::str("eager step ", step));
   }
   const auto body = [&] { F8::update_float8_scales(fused); };

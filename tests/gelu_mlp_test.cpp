@@ -20,6 +20,7 @@
 #include "lamp/platform/backends.h"
 #include "ops/epilogue_fallbacks.h"
 #include "platform/compat.h"
+#include "platform/kernel_runs.h"
 #include "test_util.h"
 #include "tiny_gpt.h"
 
@@ -296,6 +297,14 @@ TEST(GeluMlp, RefusesWhatDoesNotFit) {
                            i.proj_weight, i.proj_bias);
       },
       "lamp::ops::gelu_mlp_reference: fc_bias must be floating point");
+  // A tensor on another device (the meta device stands for one) is named
+  // before the epilogues are handed its pointer.
+  expect_error(call(i.x, i.fc_weight.to(torch::kMeta), i.fc_bias, i.proj_weight,
+                    i.proj_bias),
+               "fc_weight (meta) must be on x's device (cpu)");
+  expect_error(call(i.x, i.fc_weight, i.fc_bias, i.proj_weight,
+                    i.proj_bias.to(torch::kMeta)),
+               "proj_bias (meta) must be on x's device (cpu)");
 }
 
 TEST(GeluMlp, PathNamesTheATenOpsOnTheCPU) {
@@ -400,7 +409,15 @@ TEST(GeluMlp, EpiloguesMatchTheStockComposition_CUDA) {
         const auto o = GeluMlpOptions().approximate("tanh");
         EXPECT_EQ(lamp::ops::gelu_mlp_path(i.x, i.fc_weight, i.proj_weight, o),
                   "cuBLASLt epilogues");
+        const auto products =
+            lamp::detail::kernel_runs(lamp::detail::KernelPath::kLtEpilogue)
+                .load();
         const auto got = run(i, fused(o));
+        // Products with cuBLASLt's epilogues ran (the ATen ops count none).
+        EXPECT_GT(
+            lamp::detail::kernel_runs(lamp::detail::KernelPath::kLtEpilogue)
+                .load(),
+            products);
         EXPECT_EQ(lamp_test::count_nodes_named(
                       gelu_mlp(leaf(i.x), i.fc_weight, i.fc_bias, i.proj_weight,
                                i.proj_bias, o),

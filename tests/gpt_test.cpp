@@ -483,6 +483,36 @@ TEST(GptModel, EveryOptionComputesItsArithmetic) {
             "bias=false, norm=rmsnorm, gelu=tanh)");
 }
 
+// A bias-free LayerNorm clone()d (a user's copy of one block's norm, for an
+// EMA or a probe) is the same norm: no bias grown by LibTorch's LayerNorm
+// reset(), the same weight in its own storage, the same output.
+TEST(GptModel, ABiasFreeNormClonesWithoutABias) {
+  torch::manual_seed(29);
+  GPT gpt(tiny().bias(false));
+  auto& norm = *gpt->ln_f.ptr();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : norm.parameters()) {
+      p.add_(torch::randn_like(p) * 0.2);
+    }
+  }
+  norm.eval();
+  const auto copy = norm.clone();
+  ASSERT_EQ(copy->named_parameters().size(), 1u);
+  ASSERT_TRUE(copy->named_parameters().contains("weight"));
+  EXPECT_FALSE(copy->is_training());
+  const auto weight = copy->named_parameters()["weight"];
+  EXPECT_TRUE(torch::equal(weight, norm.named_parameters()["weight"]));
+  EXPECT_NE(weight.data_ptr(), norm.named_parameters()["weight"].data_ptr());
+  EXPECT_TRUE(weight.requires_grad());
+  const auto x = torch::randn({2, 16});
+  auto* as_norm = copy->as<torch::nn::LayerNorm>();
+  ASSERT_NE(as_norm, nullptr);
+  EXPECT_FALSE(as_norm->bias.defined());
+  EXPECT_TRUE(
+      torch::equal(as_norm->forward(x), gpt->ln_f.forward<torch::Tensor>(x)));
+}
+
 // The model computes nanoGPT's function: in eval mode (dropout off, though
 // the model has some) its logits are the reference's; a token's position
 // matters (the same tokens in another order give other logits at the same

@@ -21,6 +21,7 @@
 #include "lamp/ops/gelu_mlp.h"
 #include "ops/epilogue_fallbacks.h"
 #include "platform/compat.h"
+#include "platform/kernel_runs.h"
 #include "test_util.h"
 #include "tiny_gpt.h"
 
@@ -244,6 +245,12 @@ TEST(LinearBgrad, RefusesWhatDoesNotFit) {
                "bias must be floating point, got Int");
   expect_error(call(i.x, torch::Tensor(), i.bias),
                "x and weight must be given");
+  // A tensor on another device (the meta device stands for one) is named
+  // before the epilogue is handed its pointer.
+  expect_error(call(i.x, i.weight, i.bias.to(torch::kMeta)),
+               "bias (meta) must be on x's device (cpu)");
+  expect_error(call(i.x, i.weight.to(torch::kMeta), i.bias),
+               "weight (meta) must be on x's device (cpu)");
   expect_error([&] { linear_bgrad_path(i.x, i.weight.t(), i.bias); },
                "lamp::ops::linear_bgrad_path: x must be [..., 16]");
 }
@@ -474,7 +481,16 @@ TEST(LinearBgrad, EpilogueMeetsTheBoundOfTheStockOps_CUDA) {
       // Both with ATen's products under the same setting, so that the
       // forward and the input's gradient can be compared bit for bit.
       const FP32PartialSums fp32_partial_sums;
+      const auto products =
+          lamp::detail::kernel_runs(lamp::detail::KernelPath::kLtEpilogue)
+              .load();
       const auto got = run(i, linear_bgrad);
+      // The backward's weight and bias gradients in one cuBLASLt product
+      // (the ATen ops count none).
+      EXPECT_EQ(lamp::detail::kernel_runs(lamp::detail::KernelPath::kLtEpilogue)
+                        .load() -
+                    products,
+                1);
       const auto want = run(i, stock);
       EXPECT_TRUE(BitEqual(got.y, want.y));
       EXPECT_TRUE(BitEqual(got.x, want.x));
@@ -613,8 +629,18 @@ TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
   const auto b2 = leaf(0.1 * torch::randn({128}, opts));
   const auto g = torch::randn({256, 128}, opts) + 0.5;
   const auto base = lamp::ops::GeluMlpOptions().approximate("tanh");
+  // cuBLASLt's products with an epilogue, which the ATen ops do not count:
+  // the option on runs one more (the second layer's weight and bias
+  // gradients), else it did not take effect.
+  const auto products = [] {
+    return lamp::detail::kernel_runs(lamp::detail::KernelPath::kLtEpilogue)
+        .load();
+  };
+  const auto before_off = products();
   const auto off = torch::autograd::grad(
       {(lamp::ops::gelu_mlp(x, w1, b1, w2, b2, base) * g).sum()}, {w2, b2});
+  const auto products_off = products() - before_off;
+  const auto before_on = products();
   const auto on = torch::autograd::grad(
       {(lamp::ops::gelu_mlp(
             x, w1, b1, w2, b2,
@@ -622,6 +648,10 @@ TEST(LinearBgrad, GeluMlpTakesItsSecondBiasGradientFromTheEpilogue_CUDA) {
         g)
            .sum()},
       {w2, b2});
+  const auto products_on = products() - before_on;
+  EXPECT_GT(products_off, 0);
+  EXPECT_EQ(products_on, products_off + 1)
+      << "fused_bias_grad(true) ran no product of its own";
   // The bias gradient needs no GELU output: its bound is g's own.
   const auto bnd = bounds(x.narrow(1, 0, 1), g);
   EXPECT_TRUE(Within(on[1], bnd.bias, bnd.bias_err));

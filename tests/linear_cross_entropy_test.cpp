@@ -282,6 +282,11 @@ TEST(LinearCrossEntropy, RefusesWhatDoesNotFit) {
       "chunk_rows must be >= 0");
   expect_error([&] { linear_cross_entropy(x.to(torch::kInt), w, h.targets); },
                "floating point");
+  // A tensor on another device (the meta device stands for one) is named.
+  expect_error(
+      [&] { linear_cross_entropy(x, w.to(torch::kMeta), h.targets); },
+      "the input (cpu), the weight (meta) and the targets (cpu) must be on "
+      "one device");
   expect_error(
       [&] { linear_cross_entropy_reference(x, w, h.targets.view({6})); },
       "linear_cross_entropy_reference");
@@ -320,11 +325,22 @@ TEST(LinearCrossEntropy, RowsWhoseTargetIsMinus100AreLeftOut) {
     EXPECT_TRUE(AllClose(linear_cross_entropy(h.input, h.weight, h.targets),
                          want, 1e-6, 1e-6));
   }
-  // Every row padded: a mean over no rows, NaN as the reference's.
+  // Every row padded: a mean over no rows, NaN as the reference's, and
+  // gradients of zero as the reference's (no row takes the mean's 1/0): a
+  // micro-batch of padding alone adds nothing to accumulated gradients.
   auto all = h;
   all.targets = torch::full_like(h.targets, -100);
-  EXPECT_TRUE(std::isnan(fused(all).loss.item<double>()));
-  EXPECT_TRUE(std::isnan(reference(all).loss.item<double>()));
+  for (const bool sum : {false, true}) {
+    SCOPED_TRACE(sum ? "sum" : "mean");
+    const auto got = fused(all, LinearCrossEntropyOptions().sum(sum));
+    const auto want = reference(all, sum);
+    EXPECT_EQ(std::isnan(got.loss.item<double>()), !sum);
+    EXPECT_EQ(std::isnan(want.loss.item<double>()), !sum);
+    EXPECT_TRUE(
+        torch::equal(want.grad_input, torch::zeros_like(want.grad_input)));
+    EXPECT_TRUE(torch::equal(got.grad_input, want.grad_input));
+    EXPECT_TRUE(torch::equal(got.grad_weight, want.grad_weight));
+  }
 }
 
 TEST(LinearCrossEntropy, RefusesATargetOutsideTheVocabularyOnTheCpu) {

@@ -20,6 +20,7 @@
 #include "lamp/platform/checkpoint_file.h"
 #include "lamp/training/schedule.h"
 #include "lamp/training/trainer.h"
+#include "platform/checkpoint_io.h"
 #include "test_util.h"
 #include "trainer_util.h"
 // describe_run_settings() is internal to the library (src/), for its ranks.
@@ -564,6 +565,80 @@ TEST(Trainer, RefusesBadCheckpointsAndPaths) {
   std::remove(checkpoint.c_str());
 }
 
+// A test loader that would score a part of the test set, or altered
+// examples, under the whole set's name is refused, each reason named: the
+// evaluation shares the test batches among the ranks itself.
+TEST(Trainer, RefusesATestLoaderThatIsNotTheWholeTestSet) {
+  lamp_test::SmallNet model;
+  const auto make = [&](const lamp::data::LoaderOptions& test_options) {
+    return error_of([&] {
+      Trainer(
+          model.ptr(),
+          [model](const torch::Tensor& x) mutable { return model->forward(x); },
+          "smallnet",
+          lamp::data::DeviceLoader(image_problem(true), torch::kCPU,
+                                   lamp_test::train_loader_options(32)),
+          lamp::data::DeviceLoader(image_problem(false), torch::kCPU,
+                                   test_options),
+          TrainerOptions().epochs(1));
+    });
+  };
+  const auto plain = lamp::data::LoaderOptions(16).shuffle(false);
+  EXPECT_EQ(make(plain), "");
+  const auto sharded =
+      make(lamp::data::LoaderOptions(plain).num_shards(2).shard(1));
+  EXPECT_NE(sharded.find("the test loader has num_shards(2) (the evaluation "
+                         "shares the test batches among the ranks itself)"),
+            std::string::npos)
+      << sharded;
+  const auto dropping = make(lamp::data::LoaderOptions(plain).drop_last(true));
+  EXPECT_NE(dropping.find("drop_last(true) (the last partial batch would go "
+                          "unscored)"),
+            std::string::npos)
+      << dropping;
+  EXPECT_NE(make(lamp::data::LoaderOptions(plain).horizontal_flip(true))
+                .find("crop_padding or horizontal_flip"),
+            std::string::npos);
+  EXPECT_NE(make(lamp::data::LoaderOptions(plain).crop_padding(2))
+                .find("crop_padding or horizontal_flip"),
+            std::string::npos);
+}
+
+// A run started afresh over a sharded checkpoint (another world size,
+// another step) removes the shard files no manifest at that name can name
+// any more, and nothing else: before, they stayed beside it for good.
+TEST(Trainer, TheFirstCheckpointRemovesTheShardsEarlierRunsLeft) {
+  const auto checkpoint = temp_path("left_shards.pt");
+  const auto write = [](const std::string& path) {
+    std::ofstream(path) << "an earlier run's shard";
+  };
+  const std::vector<std::string> stale = {checkpoint + ".rank1-of-2.step4",
+                                          checkpoint + ".rank3-of-4.step12"};
+  // Names that only look like one: kept.
+  const std::vector<std::string> others = {
+      checkpoint + ".rank1-of-2.step4.bak", checkpoint + ".rank1-of-2.step",
+      checkpoint + ".rankA-of-2.step4", checkpoint + ".best.rank1-of-2.step4",
+      temp_path("other.pt.rank1-of-2.step4")};
+  for (const auto& path : stale) {
+    write(path);
+  }
+  for (const auto& path : others) {
+    write(path);
+  }
+  make_run(lamp::Precision::kFP32,
+           TrainerOptions().epochs(1).checkpoint(checkpoint))
+      ->trainer->fit();
+  EXPECT_TRUE(exists(checkpoint));
+  for (const auto& path : stale) {
+    EXPECT_FALSE(exists(path)) << path;
+  }
+  for (const auto& path : others) {
+    EXPECT_TRUE(exists(path)) << path;
+    std::remove(path.c_str());
+  }
+  std::remove(checkpoint.c_str());
+}
+
 // Divergence is counted across epochs, and an epoch that ends with a NaN
 // mean loss ends the run: 6 steps per epoch, far below the patience of 100,
 // used to train NaN to the end and write the NaN weights over the
@@ -725,11 +800,11 @@ TEST(Trainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   torch::serialize::InputArchive original;
   lamp::load_checked_archive(original, checkpoint);
   const std::vector<std::string> keys = {
-      "format",         "model_name",      "optimizer",    "precision",
-      "batch_size",     "epochs",          "lr",           "schedule",
-      "momentum",       "weight_decay",    "train_images", "steps_per_epoch",
-      "next_epoch",     "global_step",     "seed",         "epoch_step",
-      "epoch_loss_sum", "epoch_non_finite"};
+      "format",         "model_name",       "optimizer",    "precision",
+      "batch_size",     "epochs",           "lr",           "schedule",
+      "momentum",       "weight_decay",     "train_images", "steps_per_epoch",
+      "next_epoch",     "global_step",      "seed",         "epoch_step",
+      "epoch_loss_sum", "epoch_non_finite", "mean"};
   // Writes the checkpoint's fields with `changes` (a None value drops one).
   const auto forge = [&](const std::map<std::string, c10::IValue>& changes) {
     torch::serialize::OutputArchive archive;
@@ -759,6 +834,21 @@ TEST(Trainer, ResumeChecksEveryFieldOfAHandMadeCheckpoint) {
   };
   forge({});
   EXPECT_EQ(resume_error(), "");
+  // The mean and std (train_mnist measures them from the data) agree to
+  // 1e-12 of each value: the same measurement rounded otherwise (another
+  // LibTorch's sums) resumes; another measurement, or another number of
+  // channels, does not.
+  forge({{"mean", c10::IValue(std::string(
+                      "0.50000000000000011, 0.5, 0.49999999999999994"))}});
+  EXPECT_EQ(resume_error(), "");
+  for (const char* other_mean : {"0.5000001, 0.5, 0.5", "0.5, 0.5", "none"}) {
+    forge({{"mean", c10::IValue(std::string(other_mean))}});
+    EXPECT_NE(resume_error().find(std::string(other_mean) +
+                                  " but this run uses 0.5, 0.5, 0.5"),
+              std::string::npos)
+        << other_mean << ": " << resume_error();
+  }
+  forge({});
   // `keys` are those of a checkpoint written before max_grad_norm and the
   // data's fingerprints were stored: they are not checked.
   auto other = image_problem(true);
@@ -831,6 +921,78 @@ TEST(CheckpointFile, CheckWritablePathRefusesFoldersThatCannotTakeAFile) {
   EXPECT_NE(message.find("cannot create a file in its folder"),
             std::string::npos)
       << message;
+}
+
+// A killed run with this process's pid (a container's trainer is pid 1 on
+// every run) left temporaries under the names this process would take
+// first: the writes pass over them (before, O_EXCL failed with "File
+// exists" and the advice to make the folder writable), and leave them as
+// they were. Run as its own process (ctest), this process's names start at
+// the first of those.
+TEST(CheckpointFile, AKilledRunsTemporariesUnderOurNamesAreStepped) {
+  const auto path = temp_path("stepped.pt");
+  const auto tokens = temp_path("stepped.bin");
+  std::vector<std::string> left;
+  // The named writes step over 500 names; the unnamed one's names are
+  // taken beyond where they leave the counter.
+  for (const auto& [p, names] :
+       std::vector<std::pair<std::string, int>>{{path, 500}, {tokens, 1200}}) {
+    for (int k = 1; k <= names; ++k) {
+      left.push_back(p + ".tmp-" + std::to_string(::getpid()) + "-" +
+                     std::to_string(k));
+      std::ofstream(left.back()) << "a killed run's";
+    }
+  }
+  EXPECT_EQ(
+      error_of([&] { lamp::check_writable_path(path, "--export-state-dict"); }),
+      "");
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("x", torch::arange(3, torch::kFloat));
+  EXPECT_EQ(error_of([&] { lamp::save_pickle(dict, path); }), "");
+  EXPECT_TRUE(torch::equal(
+      lamp::load_pickle(path, "test").toGenericDict().at("x").toTensor(),
+      torch::arange(3, torch::kFloat)));
+  // An unnamed temporary (O_TMPFILE), named at the commit.
+  {
+    lamp::detail::StreamingFile file(tokens, /*unnamed=*/true);
+    file.write("ids", 3);
+    EXPECT_EQ(error_of([&] { file.commit(); }), "");
+  }
+  EXPECT_EQ(file_bytes(tokens), "ids");
+  for (const auto& name : left) {
+    std::ifstream in(name);
+    std::string text;
+    std::getline(in, text);
+    EXPECT_EQ(text, "a killed run's") << name;
+    std::remove(name.c_str());
+  }
+  std::remove(path.c_str());
+  std::remove(tokens.c_str());
+}
+
+// The lock file is opened as a file of its own: a symbolic link at its name
+// would have its target truncated to a pid, a folder gave "make it
+// writable". Both are refused naming what to remove; a file stays the lock.
+TEST(CheckpointFile, TheLockIsAFileOfItsOwn) {
+  const auto path = temp_path("locked.pt");
+  const auto target = temp_path("notes.txt");
+  std::ofstream(target) << "my notes";
+  ASSERT_EQ(::symlink(target.c_str(), (path + ".lock").c_str()), 0);
+  const auto linked = error_of([&] { lamp::CheckpointLock lock(path); });
+  EXPECT_NE(linked.find(path + ".lock is a symbolic link; the checkpoint's "
+                               "lock file must be a file of its own: remove "
+                               "the link."),
+            std::string::npos)
+      << linked;
+  EXPECT_EQ(file_bytes(target), "my notes");
+  std::remove((path + ".lock").c_str());
+  ASSERT_EQ(::mkdir((path + ".lock").c_str(), 0755), 0);
+  const auto folder = error_of([&] { lamp::CheckpointLock lock(path); });
+  EXPECT_NE(folder.find(path + ".lock is a folder"), std::string::npos)
+      << folder;
+  ::rmdir((path + ".lock").c_str());
+  EXPECT_EQ(error_of([&] { lamp::CheckpointLock lock(path); }), "");
+  std::remove(target.c_str());
 }
 
 TEST(CheckpointFile, PickleFilesRoundTrip) {

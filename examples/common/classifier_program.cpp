@@ -14,11 +14,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -724,11 +727,32 @@ int evaluate_only(const ProgramConfig& config, const RunSpec& spec,
 
 std::pair<std::vector<double>, std::vector<double>> channel_stats(
     const torch::Tensor& images, const std::string& what) {
+  TORCH_CHECK(images.scalar_type() == torch::kByte && images.dim() == 4, what,
+              " must be uint8 [N, C, H, W], got ", images.scalar_type(), " ",
+              images.sizes(), ".");
   std::vector<double> mean, std;
   for (int64_t c = 0; c < images.size(1); ++c) {
-    const auto x = images.select(1, c).to(torch::kDouble).div_(255.0);
-    mean.push_back(x.mean().item<double>());
-    std.push_back(x.std().item<double>());
+    // From the channel's histogram, exact integer counts summed in a fixed
+    // order: the same bits on every machine and thread count (a checkpoint
+    // stores them, and a resume and the ranks compare them), with no
+    // FP64 copy of the channel (8 bytes a pixel).
+    const auto counts =
+        torch::bincount(images.select(1, c).reshape({-1}), {}, 256);
+    const auto* count = counts.data_ptr<int64_t>();
+    int64_t n = 0;
+    double sum = 0;
+    for (int v = 0; v < 256; ++v) {
+      n += count[v];
+      sum += static_cast<double>(v) * static_cast<double>(count[v]);
+    }
+    const double m = sum / static_cast<double>(n);
+    double squares = 0; // about the mean: no cancellation
+    for (int v = 0; v < 256; ++v) {
+      squares += static_cast<double>(count[v]) * (v - m) * (v - m);
+    }
+    // The unbiased estimate, as torch::std's default, of pixels in [0, 1].
+    mean.push_back(m / 255.0);
+    std.push_back(std::sqrt(squares / static_cast<double>(n - 1)) / 255.0);
     TORCH_CHECK(
         std.back() > 0, what, " have zero variance in channel ", c,
         " (every pixel is ", static_cast<int>(mean.back() * 255 + 0.5),
@@ -829,7 +853,91 @@ std::shared_ptr<ProcessGroup> join_ranks(const ProgramConfig& config,
 
 } // namespace
 
-int run(ProgramConfig& config, const RunSpec& spec,
+namespace {
+
+// The numbers of a stored list setting ("0.1307, 0.3081"); empty for
+// "none" or text that is not a list of numbers.
+std::vector<double> stored_numbers(const std::string& text) {
+  std::vector<double> values;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      values.push_back(std::stod(item, &used));
+      if (item.find_first_not_of(' ', used) != std::string::npos) {
+        return {};
+      }
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  return values;
+}
+
+bool numbers_agree(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(std::abs(a[i] - b[i]) <=
+          1e-12 * std::max(std::abs(a[i]), std::abs(b[i])))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// --eval-only of a lamp checkpoint normalises as the run it evaluates did:
+// with the mean and std it stored (train_mnist measures them from its
+// training images), not those of --data's training images, which may be
+// another set's. `spec` itself where the checkpoint stores none, or other
+// channels, or is not a lamp checkpoint (its load then says why).
+RunSpec with_stored_statistics(const ProgramConfig& config, const RunSpec& spec,
+                               bool main_rank) {
+  if (!config.eval_only || config.init_from.empty() || spec.mean.empty()) {
+    return spec;
+  }
+  std::vector<double> mean, std;
+  try {
+    for (const auto& setting :
+         lamp::training::read_checkpoint_settings(config.init_from).settings) {
+      if (setting.key == "mean") {
+        mean = stored_numbers(setting.value);
+      } else if (setting.key == "std") {
+        std = stored_numbers(setting.value);
+      }
+    }
+  } catch (const c10::Error&) {
+    return spec;
+  }
+  if (mean.size() != spec.mean.size() || std.size() != spec.std.size()) {
+    return spec;
+  }
+  if (main_rank &&
+      !(numbers_agree(mean, spec.mean) && numbers_agree(std, spec.std))) {
+    const auto list = [](const std::vector<double>& values) {
+      std::string text;
+      for (const double v : values) {
+        text += (text.empty() ? "" : ", ") + c10::str(v);
+      }
+      return text;
+    };
+    std::cout << spec.program << ": normalising with the mean (" << list(mean)
+              << ") and std (" << list(std) << ") " << config.init_from
+              << " was trained with, not those of " << config.data
+              << "'s training images (" << list(spec.mean) << "; "
+              << list(spec.std) << ")" << std::endl;
+  }
+  RunSpec stored = spec;
+  stored.mean = mean;
+  stored.std = std;
+  return stored;
+}
+
+} // namespace
+
+int run(ProgramConfig& config, const RunSpec& given_spec,
         const std::shared_ptr<ProcessGroup>& group) {
   // --eval-only evaluates a checkpoint's weights, not its run: loaded as
   // --init-from loads them, in this command's precision, on this data.
@@ -844,6 +952,7 @@ int run(ProgramConfig& config, const RunSpec& spec,
     }
   }
   const bool main_rank = group->is_main();
+  const RunSpec spec = with_stored_statistics(config, given_spec, main_rank);
   // "auto" is resolved here, once, before the model is converted for it
   // (and before the run's seed is set: a measurement builds models); the
   // library, the header and the log receive the resolved mode.

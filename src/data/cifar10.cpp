@@ -93,6 +93,11 @@ Dataset read_cifar10(const std::string& directory, bool train) {
   const auto files = cifar10_files(directory, train);
   std::vector<std::string> missing;
   for (size_t i = 0; i < files.size(); ++i) {
+    refuse_non_file(
+        files[i], caller,
+        "put " + names[i] +
+            " of CIFAR-10's binary version (cifar-10-binary.tar.gz) "
+            "in its place");
     if (!regular_file_exists(files[i])) {
       missing.push_back(names[i]);
     }

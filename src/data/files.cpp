@@ -90,6 +90,16 @@ std::string describe_directory(const std::string& directory) {
 }
 
 // The size of the regular file at `path`; a clear error when there is none.
+void refuse_non_file(const std::string& path, const char* caller,
+                     const std::string& fix) {
+  const PathKind kind = path_kind(path);
+  TORCH_CHECK(
+      kind == PathKind::kFile || kind == PathKind::kMissing, caller, ": ",
+      quoted(path),
+      kind == PathKind::kDirectory ? " is a folder" : " is not a regular file",
+      ", not the data file of that name; ", fix, ".");
+}
+
 uint64_t regular_file_size(const std::string& path, const char* caller) {
   uint64_t size = 0;
   const PathKind kind = path_kind(path, &size);

@@ -46,6 +46,11 @@ using ::lamp::detail::regular_file_exists;
 // "'dir' holds a, b, c": what a directory does hold, for "file not found"
 // messages (the usual mistake is one directory level too high or too low).
 std::string describe_directory(const std::string& directory);
+// Throws, naming `path` and `fix`, where something other than a regular
+// file (a folder, a device, a pipe) is at `path`: the readers' "missing"
+// would otherwise name a file their folder listing shows.
+void refuse_non_file(const std::string& path, const char* caller,
+                     const std::string& fix);
 // The size of the regular file at `path`; a clear error when there is none.
 uint64_t regular_file_size(const std::string& path, const char* caller);
 // Reads the first `size` bytes of `path` (all of it when `size` is the size

@@ -323,6 +323,11 @@ Dataset read_mnist(const std::string& directory, bool train) {
     const auto gz = plain + ".gz";
     looked_for.push_back(plain);
     looked_for.push_back(gz);
+    for (const auto& path : {plain, gz}) {
+      refuse_non_file(path, caller,
+                      "put the IDX file " + names[i] +
+                          " (or its .gz) there instead, or remove it");
+    }
     if (regular_file_exists(plain)) {
       paths[i] = plain;
     } else if (regular_file_exists(gz)) {

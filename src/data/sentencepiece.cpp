@@ -1,6 +1,7 @@
 #include "lamp/data/sentencepiece.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <torch/torch.h>
 
@@ -69,6 +70,48 @@ struct LoadedModule {
   std::string error;
 };
 
+// The folder of `path` ("" for a bare name).
+std::string folder_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+// Where the module is when lamp was installed under some prefix P, from
+// `relative` (its path under P, e.g. "lib/lamp/liblamp_sentencepiece.so"):
+// P/bin/../<relative> beside a program (this process's executable, which a
+// static lamp is part of), and <folder>/lamp/<name> beside a shared
+// liblamp in P/<libdir>. Empty where `relative` is.
+std::vector<std::string> installed_beside_lamp(const std::string& relative) {
+  std::vector<std::string> found;
+  if (relative.empty()) {
+    return found;
+  }
+  const auto name = relative.substr(relative.rfind('/') + 1);
+  std::vector<std::string> folders;
+  // An object of lamp's: dladdr() names the file it was loaded from.
+  static const char in_lamp = 0;
+  Dl_info info{};
+  if (::dladdr(&in_lamp, &info) != 0 && info.dli_fname != nullptr &&
+      info.dli_fname[0] == '/') {
+    folders.push_back(folder_of(info.dli_fname));
+  }
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    folders.push_back(folder_of(exe));
+  }
+  for (const auto& folder : folders) {
+    for (const auto& path :
+         {folder + "/lamp/" + name, folder + "/../" + relative}) {
+      if (std::find(found.begin(), found.end(), path) == found.end()) {
+        found.push_back(path);
+      }
+    }
+  }
+  return found;
+}
+
 LoadedModule open_module() {
   LoadedModule loaded;
   if (!LAMP_WITH_SENTENCEPIECE) {
@@ -78,14 +121,16 @@ LoadedModule open_module() {
         "(CMake's LAMP_WITH_SENTENCEPIECE=AUTO finds it).";
     return loaded;
   }
-  // LAMP_SENTENCEPIECE_MODULE where set; else the installed module, else
-  // the one of the build tree lamp was built in.
+  // LAMP_SENTENCEPIECE_MODULE where set; else the module installed beside
+  // this lamp, wherever its prefix went; else where this configure would
+  // install it, else the one of the build tree lamp was built in.
   std::vector<std::string> candidates;
   if (const char* path = std::getenv("LAMP_SENTENCEPIECE_MODULE")) {
     candidates.emplace_back(path);
   } else {
-    candidates = {LAMP_SENTENCEPIECE_MODULE_INSTALLED,
-                  LAMP_SENTENCEPIECE_MODULE_BUILT};
+    candidates = installed_beside_lamp(LAMP_SENTENCEPIECE_MODULE_RELATIVE);
+    candidates.emplace_back(LAMP_SENTENCEPIECE_MODULE_INSTALLED);
+    candidates.emplace_back(LAMP_SENTENCEPIECE_MODULE_BUILT);
   }
   std::string tried;
   for (const auto& path : candidates) {

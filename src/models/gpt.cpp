@@ -76,6 +76,20 @@ class BiasFreeLayerNormImpl : public torch::nn::LayerNormImpl {
     torch::nn::LayerNormImpl::reset();
     drop_bias();
   }
+  // LayerNormImpl's clone() would rebuild a LayerNorm, with a bias.
+  std::shared_ptr<torch::nn::Module> clone(
+      const c10::optional<torch::Device>& device =
+          c10::nullopt) const override {
+    auto copy = std::make_shared<BiasFreeLayerNormImpl>(*this);
+    copy->parameters_.clear();
+    copy->reset(); // its own weight, not this one's
+    torch::NoGradGuard no_grad;
+    copy->weight.set_data(device && weight.device() != *device
+                              ? weight.to(*device)
+                              : weight.clone());
+    copy->weight.requires_grad_(weight.requires_grad());
+    return copy;
+  }
 
  private:
   void drop_bias() {

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "nn/float8_cast_kernels.h"
+#include "platform/kernel_runs.h"
 
 namespace lamp {
 namespace nn {
@@ -91,6 +92,7 @@ Cast fused_cast_operand(const torch::Tensor& t, const OperandState& s,
   }
   C10_CUDA_CHECK(
       kernels::float8_cast(a, at::cuda::getCurrentCUDAStream().stream()));
+  lamp::detail::note_kernel_run(lamp::detail::KernelPath::kFloat8Cast);
   return {data, inverse_scale, transposed};
 }
 #endif

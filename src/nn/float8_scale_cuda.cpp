@@ -10,6 +10,7 @@
 #include <string>
 
 #include "nn/float8_scale_kernels.h"
+#include "platform/kernel_runs.h"
 
 namespace lamp {
 namespace nn {
@@ -43,6 +44,7 @@ void fused_update_scales(const std::vector<Float8StateImpl*>& states) {
   kernels::Float8ScaleArgs args;
   const auto launch = [&] {
     C10_CUDA_CHECK(kernels::float8_update_scales(args, stream));
+    lamp::detail::note_kernel_run(lamp::detail::KernelPath::kFloat8ScaleUpdate);
     args.count = 0;
   };
   for (auto* state : states) {

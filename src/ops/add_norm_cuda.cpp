@@ -12,6 +12,7 @@
 
 #include "ops/add_norm_kernels.h"
 #include "ops/kernel_tensors.h"
+#include "platform/kernel_runs.h"
 
 namespace lamp {
 namespace detail {
@@ -65,6 +66,7 @@ AddNormKernelForward add_norm_kernel_forward(
   args.normed_dtype = kernel_code(normed_dtype);
   C10_CUDA_CHECK(kernels::add_norm_forward(
       args, at::cuda::getCurrentCUDAStream().stream()));
+  note_kernel_run(KernelPath::kAddNorm);
   return out;
 }
 
@@ -128,6 +130,7 @@ AddNormKernelBackward add_norm_kernel_backward(
       gy.defined() ? kernel_code(gy.scalar_type()) : kernels::Dtype::kFloat;
   C10_CUDA_CHECK(kernels::add_norm_backward(
       args, at::cuda::getCurrentCUDAStream().stream()));
+  note_kernel_run(KernelPath::kAddNorm);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "platform/kernel_runs.h"
 #include "platform/loaded_library.h"
 
 namespace lamp {
@@ -251,6 +252,9 @@ std::string run_lt_product(const LtProduct& p, at::ScalarType dtype,
                        layout_d.get(), &heuristic.algo, workspace.data_ptr(),
                        workspace_bytes,
                        at::cuda::getCurrentCUDAStream(device).stream());
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    note_kernel_run(KernelPath::kLtEpilogue);
+  }
   return failure("cublasLtMatmul", status);
 }
 

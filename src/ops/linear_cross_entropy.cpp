@@ -195,7 +195,12 @@ class LinearCrossEntropyFunction
     // gradient.
     auto factor = grad_outputs[0].to(torch::kFloat);
     if (!d.at("sum").toBool()) {
-      factor = factor / saved[2];
+      // No row with a loss (every target -100): the stock composition's
+      // mean is NaN, and its gradient zero, as no row takes the 1/0 factor;
+      // 0 * inf here would make every gradient NaN.
+      const auto& counted = saved[2];
+      factor = torch::where(counted > 0, factor / counted,
+                            torch::zeros_like(factor));
     }
     torch::autograd::variable_list grads(6);
     if (ctx->needs_input_grad(0)) {

@@ -86,6 +86,14 @@ class TemporaryFile {
           ? "free space or choose another folder"
       : error == EACCES || error == EPERM || error == EROFS
           ? "make the folder writable or choose another folder"
+      // A file bind-mounted on its own (docker -v ./ckpt.pt:/app/ckpt.pt)
+      // cannot be renamed over.
+      : error == EBUSY
+          ? "the path is a mount point (a file mounted on its own cannot be "
+            "replaced); mount its folder instead, or choose another path"
+      : error == ENAMETOOLONG ? "choose a shorter path"
+      : error == EIO
+          ? "check the storage device (an I/O error)"
           : "free space or make the folder writable, or choose another folder";
   TORCH_CHECK(false, "lamp: could not write ", path, ": ", what, ": ",
               reason(error), ". ", path, " keeps its previous content; ", fix,
@@ -146,6 +154,25 @@ std::string temporary_name(const std::string& path) {
   static std::atomic<uint64_t> writes{0};
   return path + kTemporaryInfix + std::to_string(::getpid()) + "-" +
          std::to_string(++writes);
+}
+
+// Tries at most this many temporary names beside a path: a name that exists
+// (a killed run's with this process's pid, usual in containers, where the
+// trainer is pid 1 every time) is passed over for the next.
+constexpr int kTemporaryNameTries = 1000;
+
+// Creates a new temporary file beside `path` (O_EXCL) under the first free
+// name, given in `name`; -1 with errno set where none could be created.
+int create_temporary(const std::string& path, std::string& name) {
+  for (int attempt = 0; attempt < kTemporaryNameTries; ++attempt) {
+    name = temporary_name(path);
+    const int fd =
+        ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) {
+      return fd;
+    }
+  }
+  return -1; // errno is EEXIST
 }
 
 // Removes PATH.tmp-* files in PATH's folder, and the temporaries of its
@@ -295,9 +322,8 @@ namespace {
 // open in a folder that allows no new one).
 std::unique_ptr<TemporaryFile> create_beside(const std::string& path,
                                              const std::string& what) {
-  const std::string temporary = temporary_name(path);
-  const int fd =
-      ::open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  std::string temporary;
+  const int fd = create_temporary(path, temporary);
   TORCH_CHECK(fd >= 0, "lamp: ", what, " ", path,
               ": cannot create a file in its folder (", reason(errno),
               "); make the folder writable or choose another path.");
@@ -371,6 +397,7 @@ struct StreamingFile::Impl {
   std::string written_to; // what error messages call it
   int fd = -1;
   bool unnamed = false; // no name until commit() links it as `temporary`
+  bool named = false;   // `temporary` is this object's own file
   uint64_t size = 0;
   bool committed = false;
 };
@@ -399,18 +426,20 @@ StreamingFile::StreamingFile(const std::string& path, bool unnamed)
 #else
   (void)unnamed;
 #endif
-  impl_->fd = ::open(impl_->temporary.c_str(),
-                     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  impl_->fd = create_temporary(path, impl_->temporary);
   if (impl_->fd < 0) {
     write_failed(path, "cannot create " + impl_->temporary, errno);
   }
+  impl_->named = true;
+  impl_->written_to = impl_->temporary;
 }
 
 StreamingFile::~StreamingFile() {
   if (impl_->fd >= 0) {
     ::close(impl_->fd);
   }
-  if (!impl_->committed) {
+  // Only a name this object made: another file of that name is not ours.
+  if (!impl_->committed && impl_->named) {
     ::unlink(impl_->temporary.c_str());
   }
 }
@@ -452,15 +481,27 @@ void StreamingFile::commit(const std::string* written) {
     // Named through /proc (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH),
     // then renamed as a named one: linkat() cannot replace a file.
     const std::string self = "/proc/self/fd/" + std::to_string(fd);
-    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, temporary.c_str(),
-                 AT_SYMLINK_FOLLOW) != 0) {
+    int linked = -1;
+    for (int attempt = 0; attempt < kTemporaryNameTries; ++attempt) {
+      if (attempt > 0) {
+        impl_->temporary = temporary_name(path); // that one exists
+      }
+      linked = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD,
+                        impl_->temporary.c_str(), AT_SYMLINK_FOLLOW);
+      if (linked == 0 || errno != EEXIST) {
+        break;
+      }
+    }
+    if (linked != 0) {
+      const int error = errno;
       write_failed(path,
                    "cannot give " + impl_->written_to + " the name " +
                        temporary + " (through " + self +
                        ", which needs /proc mounted)",
-                   errno);
+                   error);
     }
     impl_->unnamed = false;
+    impl_->named = true;
   }
   const int rc = ::close(impl_->fd);
   impl_->fd = -1;
@@ -626,10 +667,29 @@ CheckpointLock::CheckpointLock(const std::string& path)
   // our flock: then the lock is on a file no one else will find, so open the
   // path again until the file locked is the one the path names.
   for (int attempt = 0;; ++attempt) {
-    fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    // Not through a symbolic link: truncating the lock would write over
+    // whatever it points at.
+    fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                 0666);
+    const int open_error = errno;
+    TORCH_CHECK(fd_ >= 0 || open_error != ELOOP, "lamp: ", lock_path_,
+                " is a symbolic link; the checkpoint's lock file must be a "
+                "file of its own: remove the link.");
+    TORCH_CHECK(fd_ >= 0 || open_error != EISDIR, "lamp: ", lock_path_,
+                " is a folder; the checkpoint's lock file takes that name: "
+                "remove or rename the folder.");
+    TORCH_CHECK(
+        fd_ >= 0 || open_error != EACCES ||
+            lamp::detail::path_kind(lock_path_) !=
+                lamp::detail::PathKind::kFile,
+        "lamp: cannot open the lock file ", lock_path_, ": ",
+        reason(open_error),
+        ". Another user's run may have left it (its run wrote the pid in "
+        "it): remove it if no run writes to ",
+        path, ".");
     TORCH_CHECK(
         fd_ >= 0, "lamp: cannot create the lock file ", lock_path_,
-        " for the checkpoint ", path, ": ", reason(errno),
+        " for the checkpoint ", path, ": ", reason(open_error),
         ". Checkpoints are written into that folder; make it writable or choose another path.");
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
@@ -642,8 +702,16 @@ CheckpointLock::CheckpointLock(const std::string& path)
           n > 0 ? std::string(owner, static_cast<size_t>(n)) : "unknown",
           ") is writing checkpoints to ", path,
           "; two runs would overwrite each other's. Wait for it to end or choose another checkpoint path.");
+      // A file system without flock() (Lustre without -o flock, NFS
+      // without a lock manager) answers so.
       TORCH_CHECK(false, "lamp: cannot lock ", lock_path_, ": ", reason(error),
-                  ".");
+                  error == ENOSYS || error == ENOLCK || error == EOPNOTSUPP ||
+                          error == EINVAL
+                      ? ". Its file system takes no file locks (Lustre "
+                        "mounted without -o flock, NFS without a lock "
+                        "manager): mount it with locking, or write "
+                        "checkpoints to a local folder."
+                      : ".");
     }
     struct stat held {
     }, named{};

@@ -41,9 +41,16 @@ void run_on_side_stream(const torch::Device& device,
   const auto current = c10::cuda::getCurrentCUDAStream();
   const auto side = c10::cuda::getStreamFromPool(false, current.device_index());
   wait_for(current, side);
-  {
+  // The current stream waits for the side stream's work however `body`
+  // ends: a body that throws part-way (out of memory in the optimizer) has
+  // queued kernels there that later work on the current stream, and the
+  // caching allocator's reuse of its blocks, must not overtake.
+  try {
     c10::cuda::CUDAStreamGuard stream_guard(side);
     body();
+  } catch (...) {
+    wait_for(side, current);
+    throw;
   }
   wait_for(side, current);
 }

@@ -2,7 +2,11 @@
 
 #include <c10/util/Optional.h>
 
+#include <algorithm>
+#include <cmath>
+#include <exception>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,7 @@ enum class Kind {
   kReal,     // double, shown exactly
   kBool,     // "trained with/without it"
   kData,     // a data::fingerprint(): "trained on other data"
+  kReals,    // doubles as joined() text, equal to 1e-12 of each
 };
 
 struct RunSetting {
@@ -63,6 +68,39 @@ std::string joined(const std::vector<double>& values) {
     text += (text.empty() ? "" : ", ") + exact(value);
   }
   return text.empty() ? "none" : text;
+}
+
+// Whether two joined() lists hold as many numbers, each within 1e-12 of the
+// other (relative): the same measurement rounded otherwise. "none" matches
+// itself only.
+bool reals_match(const std::string& a, const std::string& b) {
+  const auto parse = [](const std::string& text, std::vector<double>& out) {
+    std::istringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      size_t used = 0;
+      try {
+        out.push_back(std::stod(item, &used));
+      } catch (const std::exception&) {
+        return false;
+      }
+      if (item.find_first_not_of(' ', used) != std::string::npos) {
+        return false;
+      }
+    }
+    return !out.empty();
+  };
+  std::vector<double> x, y;
+  if (!parse(a, x) || !parse(b, y) || x.size() != y.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(std::abs(x[i] - y[i]) <=
+          1e-12 * std::max(std::abs(x[i]), std::abs(y[i])))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // Not stored, because they change no result beyond rounding or stop a run
@@ -153,9 +191,11 @@ const std::vector<RunSetting>& run_settings() {
       {"horizontal_flip", "LoaderOptions::horizontal_flip", Kind::kBool,
        [](const RunContext& r) { return V(r.loader.horizontal_flip()); },
        unknown},
-      {"mean", "LoaderOptions::mean", Kind::kText,
+      // Measured from the data by the programs (train_mnist): values that
+      // another LibTorch's sums (other threads) round otherwise are equal.
+      {"mean", "LoaderOptions::mean", Kind::kReals,
        [](const RunContext& r) { return V(joined(r.loader.mean())); }, unknown},
-      {"std", "LoaderOptions::std", Kind::kText,
+      {"std", "LoaderOptions::std", Kind::kReals,
        [](const RunContext& r) { return V(joined(r.loader.std())); }, unknown},
       {"image_dtype", "LoaderOptions::dtype", Kind::kText,
        [](const RunContext& r) {
@@ -226,6 +266,7 @@ std::string show(Kind kind, const c10::IValue& value) {
   switch (kind) {
     case Kind::kText:
     case Kind::kData:
+    case Kind::kReals:
       return value.toStringRef();
     case Kind::kInteger:
       return std::to_string(value.toInt());
@@ -251,6 +292,7 @@ c10::IValue read(torch::serialize::InputArchive& archive,
   switch (setting.kind) {
     case Kind::kText:
     case Kind::kData:
+    case Kind::kReals:
       return c10::IValue(
           lamp::detail::read_string(archive, setting.key, where));
     case Kind::kInteger:
@@ -333,8 +375,10 @@ int64_t check_run_settings(torch::serialize::InputArchive& archive,
     }
     const auto stored = show(setting.kind, stored_value);
     const auto now = show(setting.kind, setting.value(run));
-    if (stored == now || (setting.kind == Kind::kData &&
-                          data::fingerprints_match(stored, now))) {
+    if (stored == now ||
+        (setting.kind == Kind::kData &&
+         data::fingerprints_match(stored, now)) ||
+        (setting.kind == Kind::kReals && reals_match(stored, now))) {
       continue; // data: lamp 0.4 wrote byte sequences' fingerprints as images'
     }
     const auto name =

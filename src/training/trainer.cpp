@@ -197,6 +197,32 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, Forward forward,
   total_steps_ = o.steps() > 0 ? o.steps() : o.epochs() * batches;
   o.task().check(train_loader_.data(), "the training data");
   o.task().check(test_loader_.data(), "the test data");
+  // The test set is scored whole, each example once and as it is: the
+  // evaluation splits its batches over the ranks itself, so a sharded test
+  // loader would score a part of it (a rank's share of a share), and
+  // drop_last or augmentation other examples, under the whole set's name.
+  {
+    const auto& t = test_loader_.options();
+    std::string why;
+    const auto add = [&why](const std::string& what) {
+      why += (why.empty() ? "" : ", ") + what;
+    };
+    if (t.num_shards() != 1) {
+      add("num_shards(" + std::to_string(t.num_shards()) +
+          ") (the evaluation shares the test batches among the ranks itself)");
+    }
+    if (t.drop_last()) {
+      add("drop_last(true) (the last partial batch would go unscored)");
+    }
+    if (t.crop_padding() != 0 || t.horizontal_flip()) {
+      add("crop_padding or horizontal_flip (the test images would be "
+          "altered at random)");
+    }
+    TORCH_CHECK(why.empty(), "lamp: the test loader has ", why,
+                "; build it with LoaderOptions' defaults for these, as the "
+                "training loader's augmentation and sharding are for "
+                "training only.");
+  }
   train_data_ = data::fingerprint(train_loader_.data());
   test_data_ = data::fingerprint(test_loader_.data());
   const auto& group = o.process_group();

@@ -4,7 +4,9 @@
 #include "lamp/training/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <dirent.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -40,6 +42,51 @@ bool exists(const std::string& path) {
 
 // The format of a rank's shard file of a sharded checkpoint.
 constexpr const char* kShardFormat = "lamp-classifier-trainer-shard-1";
+
+// Whether `text` from `at` is one or more digits and then `then` ("" for
+// the end); moves `at` past them.
+bool digits_then(const std::string& text, size_t& at, const std::string& then) {
+  const size_t start = at;
+  while (at < text.size() && text[at] >= '0' && text[at] <= '9') {
+    ++at;
+  }
+  if (at == start || text.compare(at, then.size(), then) != 0) {
+    return false;
+  }
+  at += then.size();
+  return then.empty() ? at == text.size() : true;
+}
+
+// Removes the shard files beside `path` (detail::shard_path's names: any
+// rank, world size and step) that are not in `keep` (base names): those of
+// checkpoints earlier runs wrote under this name, at another world size or
+// step, which no manifest at `path` names once the new one is written. A
+// run started afresh over a sharded checkpoint left them for good before.
+// A file another rank removed first is no error.
+void remove_other_shards(const std::string& path,
+                         const std::vector<std::string>& keep) {
+  const std::string prefix = lamp::detail::base_name(path) + ".rank";
+  const std::string folder = lamp::detail::parent_folder(path);
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) {
+    return;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    names.emplace_back(entry->d_name);
+  }
+  ::closedir(dir);
+  for (const auto& name : names) {
+    size_t at = prefix.size();
+    const bool shard = name.compare(0, prefix.size(), prefix) == 0 &&
+                       digits_then(name, at, "-of-") &&
+                       digits_then(name, at, ".step") &&
+                       digits_then(name, at, "");
+    if (shard && std::find(keep.begin(), keep.end(), name) == keep.end()) {
+      ::unlink(lamp::detail::join_path(folder, name).c_str());
+    }
+  }
+}
 
 } // namespace
 
@@ -155,9 +202,17 @@ void Trainer::save_checkpoint(const std::string& path) const {
   torch::serialize::OutputArchive step_archive;
   step_->save(step_archive);
   const auto& group = o.process_group();
+  // The first write of this run's checkpoint removes the shard files that
+  // earlier runs (another world size, another step) left under its name.
+  const bool first_write = !checkpoint_written_before_ &&
+                           lamp::detail::same_file(path, options_.checkpoint());
   if (step_->optimizer_sharding() == nullptr || !group) {
     archive.write("train_step", step_archive);
     save_checked_archive(archive, path);
+    if (first_write) {
+      remove_other_shards(path, {});
+      checkpoint_written_before_ = true;
+    }
     return;
   }
   // Sharded: the other ranks' shard files first, then rank 0's manifest
@@ -206,6 +261,15 @@ void Trainer::save_checkpoint(const std::string& path) const {
     if (previous != mine) {
       std::remove(previous.c_str()); // the manifest no longer names it
     }
+  }
+  if (first_write) {
+    std::vector<std::string> ours;
+    for (int r = 1; r < world; ++r) {
+      ours.push_back(lamp::detail::base_name(
+          detail::shard_path(path, r, world, global_step_)));
+    }
+    remove_other_shards(path, ours);
+    checkpoint_written_before_ = true;
   }
   previous_shards_.clear();
   if (rank > 0) {

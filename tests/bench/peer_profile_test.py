@@ -96,6 +96,66 @@ class ProfileRun(unittest.TestCase):
         self.assertEqual(args.profile_steps, 0)
 
 
+class FailedTools(unittest.TestCase):
+    """A tool of several that fails: its cell says why, the others' results
+    are written, and the process's exit says that not all of it ran."""
+
+    def run_two_tools(self, error):
+        """pytorch-eager and pytorch-fused on a tiny CPU GPT, the fused one's
+        warm-up raising `error`: (main's return, the written results)."""
+        real = peer_pytorch.PeerStep
+
+        class Failing(real):
+            def warm_up(self, steps):
+                if self.optimizer_impl == "fused":
+                    raise error
+                return real.warm_up(self, steps)
+
+        def make(args, precision):
+            step = Failing(args, precision)
+            step.optimizer_impl = args.optimizer_impl
+            return step
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "peer.json")
+            peer_pytorch.PeerStep = make
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), \
+                        contextlib.redirect_stderr(io.StringIO()):
+                    rc = peer_pytorch.main([
+                        "--model", "gpt", "--gpt-layers", "1",
+                        "--gpt-heads", "2", "--gpt-width", "32",
+                        "--context", "16", "--batch-size", "2",
+                        "--device", "cpu", "--warmup", "1", "--steps", "2",
+                        "--threads", "1", "--tools",
+                        "pytorch-eager,pytorch-fused", "--json", path])
+            finally:
+                peer_pytorch.PeerStep = real
+            with open(path) as f:
+                return rc, json.load(f)["results"]
+
+    def test_a_mistake_fails_the_run_and_keeps_the_other_results(self):
+        # A TypeError that names no missing argument is a mistake in the
+        # step, not something this torch lacks: a failure, not a skip.
+        rc, results = self.run_two_tools(
+            TypeError("unsupported operand type(s) for +: 'int' and 'str'"))
+        self.assertEqual(rc, peer_pytorch.PARTLY_FAILED)
+        by_tool = {r["tool"]: r for r in results}
+        self.assertGreater(by_tool["pytorch-eager"]["images_per_second"], 0)
+        self.assertIsNone(by_tool["pytorch-eager"].get("failed"))
+        self.assertIsNone(by_tool["pytorch-fused"]["skipped"])
+        self.assertIn("TypeError: unsupported operand",
+                      by_tool["pytorch-fused"]["failed"])
+
+    def test_what_this_torch_lacks_is_a_skip(self):
+        rc, results = self.run_two_tools(TypeError(
+            "__init__() got an unexpected keyword argument 'fused'"))
+        self.assertEqual(rc, 0)
+        fused = {r["tool"]: r for r in results}["pytorch-fused"]
+        self.assertIn("not supported by torch", fused["skipped"])
+        self.assertIsNone(fused.get("failed"))
+
+
 class Calibration(unittest.TestCase):
     """timed_runs() with made-up step times: the counts it runs."""
 

@@ -270,6 +270,11 @@ class GPTRows(unittest.TestCase):
         rows = {r["model"] + r["precision"]: r for r in merged["rows"]}
         self.assertEqual(rows["gptamp-bf16"]["unit"], "tokens/s")
         self.assertEqual(rows["resnet50amp"]["unit"], "img/s")
+        # The JSON's rows name the GPT's shape as the table does (two
+        # shapes of one batch and mode are otherwise one label in a chart).
+        self.assertEqual(rows["gptamp-bf16"]["model_text"],
+                         GPT_ROW.split(" | ")[0][2:])
+        self.assertEqual(rows["resnet50amp"]["model_text"], "resnet50")
         self.assertAlmostEqual(
             rows["gptamp-bf16"]["lamp"]["tokens_per_second"], 31.0 * 1024)
         self.assertAlmostEqual(

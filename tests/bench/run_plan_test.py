@@ -94,10 +94,16 @@ FAKE_PEER_PYTHON = textwrap.dedent("""\
                 "skipped": None, "skipped_steps": 0, "steps_run": 6,
                 "peak_memory_bytes": 2 ** 30}
                for tool in flag("--tools").split(",")]
+    # $FAIL_TOOL's run fails as peer_pytorch.py reports one of several.
+    for result in results:
+        if result["tool"] == os.environ.get("FAIL_TOOL"):
+            del result["images_per_second"]
+            result["failed"] = "TypeError: a stand-in's mistake"
     with open(flag("--json"), "w") as out:
         json.dump({"tool": flag("--tools"), "torch_version": "2.11.0",
                    "device": "cpu", "device_name": "a stand-in",
                    "threads": 1, "results": results}, out)
+    sys.exit(3 if any(r.get("failed") for r in results) else 0)
     """)
 
 
@@ -293,6 +299,12 @@ class PeerEnvironment(unittest.TestCase):
             if os.path.exists(log + ".peer"):
                 with open(log + ".peer") as f:
                     peers = [json.loads(line) for line in f]
+            self.reports = {}
+            out = os.path.join(tmp, "out")
+            for name in (os.listdir(out) if os.path.isdir(out) else []):
+                if name.endswith(".md"):
+                    with open(os.path.join(out, name)) as f:
+                        self.reports[name] = f.read()
             return peers, proc.stderr, proc.returncode
 
     def test_the_peer_gets_lamp_bench_s_malloc_thresholds(self):
@@ -314,6 +326,27 @@ class PeerEnvironment(unittest.TestCase):
         for peer in peers:
             self.assertEqual(peer, {"MALLOC_MMAP_THRESHOLD_": None,
                                     "MALLOC_TRIM_THRESHOLD_": "0"})
+
+
+    def test_a_failed_tool_fails_the_run_and_keeps_the_others(self):
+        # peer_pytorch.py's exit 3: one tool of its process failed, the JSON
+        # holds the others' results. The run fails (exit 1, counted), and
+        # the report keeps the other tools' rates and the failed one's cell.
+        peers, stderr, rc = self.run_quick({"FAIL_TOOL": "pytorch-fused"})
+        self.assertEqual(rc, 1, stderr)
+        self.assertIn("some of its tools failed", stderr)
+        self.assertIn("run.sh: 3 of ", stderr)  # fp32, amp-bf16, bf16
+        self.assertNotIn("failed (exit 3)", stderr)
+        md = "".join(self.reports.values())
+        self.assertIn("a stand-in's mistake", md)
+        # Each mode's row: PyTorch eager's stand-in rate, then the failed
+        # fused cell, and the headline naming it as left out.
+        rows = [line for line in md.splitlines()
+                if line.startswith("| cnn | 64 |") and "failed [1]" in line]
+        self.assertEqual(len(rows), 3, md)
+        for row in rows:
+            self.assertIn("| img/s | 100 (0.0%) | 100 | failed [1] |", row)
+            self.assertIn("(without eager, fused optimizer", row)
 
 
 class Flags(unittest.TestCase):

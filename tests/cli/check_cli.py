@@ -73,6 +73,7 @@ Each check prints what it ran and exits 1 at the first mismatch.
 """
 
 import json
+import gzip
 import os
 import re
 import shlex
@@ -732,6 +733,24 @@ def continue_and_init_from(train_mnist, data, work):
                     r"fp32 on cpu, \d+ test images, batch \d+, ",
                     r"\ntrain_mnist: " + re.escape(figures) +
                     r"  \d+ images in \S+ s\n$"])
+    # On another folder whose training images are another set's (here
+    # inverted) and whose test images are the same: the checkpoint's own
+    # mean and std normalise them, so the figures are the run's, and a line
+    # says whose statistics were used.
+    other = os.path.join(work, "eval_other_stats")
+    shutil.rmtree(other, ignore_errors=True)
+    shutil.copytree(data, other)
+    images = os.path.join(other, "train-images-idx3-ubyte.gz")
+    with gzip.open(images, "rb") as f:
+        raw = f.read()
+    with gzip.open(images, "wb") as f:
+        f.write(raw[:16] + bytes(255 - b for b in raw[16:]))
+    expect_success([train_mnist, "--eval-only", "--resume", constant,
+                    "--data", other],
+                   [r"normalising with the mean \(\S+\) and std \(\S+\) "
+                    r".*continue_constant\.pt was trained with, not those of "
+                    r".*eval_other_stats's training images",
+                    r"\ntrain_mnist: " + re.escape(figures) + r"  \d+ images"])
     expect_success(base + ["--eval-only", "--init-from", constant,
                            "--precision", "bf16", "--eval-batch-size", "10",
                            "--eval-batches", "2"],

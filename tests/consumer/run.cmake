@@ -123,6 +123,17 @@ if(DEFINED OTHER_TORCH_DIR)
                   RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
   # CMake wraps long messages: compare with the line breaks taken out.
   string(REGEX REPLACE "[ \t\r\n]+" " " _flat "${_out}")
+  # A CUDA wheel's CMake config needs the CUDA toolkit before lamp's config
+  # is reached: without a CUDA compiler here, nothing can be refused.
+  find_program(_nvcc_now nvcc)
+  if(NOT _rc EQUAL 0 AND NOT _nvcc_now AND
+     NOT _flat MATCHES "lamp was built with LibTorch" AND
+     _flat MATCHES "CUDA")
+    message(STATUS "lamp consumer test skipped: the LibTorch at "
+                   "${OTHER_TORCH_DIR} is CUDA-built and its CMake config "
+                   "needs a CUDA toolkit (nvcc), which this machine lacks")
+    return()
+  endif()
   if(_rc EQUAL 0 OR NOT _flat MATCHES "lamp was built with LibTorch .* but find_package\\(Torch\\) found LibTorch"
      OR NOT _flat MATCHES "CMAKE_PREFIX_PATH")
     message(FATAL_ERROR

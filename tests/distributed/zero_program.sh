@@ -7,7 +7,8 @@
 # resumed into another checkpoint leaves the first one's shard files; a
 # bf16 run's masters are read from its shard files by --init-from; a
 # checkpoint name too long for its shards' names is refused before training,
-# and a killed run's shard temporaries are removed by the next run.
+# a killed run's shard temporaries are removed by the next run, and a run
+# started afresh over a sharded checkpoint removes the earlier run's shards.
 #   zero_program.sh TRAIN_MNIST MAKE_TEST_DATA WORK_DIR
 set -uo pipefail
 # shellcheck source=tests/distributed/free_port.sh
@@ -368,6 +369,23 @@ if both_ok stale; then
   else
     pass stale_shard_temporaries_removed
   fi
+fi
+
+# 10. A run started afresh (--overwrite-checkpoint) over e.pt, whose last
+# manifest (case 6) was written by 3 ranks: the 3 ranks' shard files go
+# with it at its first checkpoint, its own stay.
+if compgen -G "$work/e.pt.rank2-of-3.step*" > /dev/null; then
+  ranks afresh --epochs 1 --zero 1 --checkpoint "$work/e.pt" --overwrite-checkpoint
+  if both_ok afresh; then
+    if compgen -G "$work/e.pt.rank*-of-3.step*" > /dev/null ||
+        [ ! -e "$work/e.pt.rank1-of-2.step2" ]; then
+      fail "afresh_run_removes_the_earlier_shards: $(cd "$work" && ls e.pt*)"
+    else
+      pass afresh_run_removes_the_earlier_shards
+    fi
+  fi
+else
+  fail "afresh_run_removes_the_earlier_shards: case 6 left no 3-rank shard files"
 fi
 
 echo "$passed passed, $failed failed"

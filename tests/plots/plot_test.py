@@ -493,6 +493,39 @@ def write_bench(folder):
     return path
 
 
+class BenchPanels(unittest.TestCase):
+    def test_a_panel_per_model_and_gpt_shape_in_the_row_s_unit(self):
+        # GPT-2 124M's row and the 4096-wide one share batch 8 and amp-bf16:
+        # two panels, in tokens/s; the CNN rows of one model share theirs;
+        # a row from before the unit was recorded is in images/s.
+        def row(model, text=None, unit=None):
+            return dict({"model": model, "batch_size": 8,
+                         "precision": "amp-bf16"},
+                        **({"model_text": text} if text else {}),
+                        **({"unit": unit} if unit else {}))
+        small = "gpt (12 layers, 12 heads, width 768, context 1024, vocab 50304)"
+        wide = "gpt (2 layers, 32 heads, width 4096, context 1024, vocab 256)"
+        rows = [row("gpt", small, "tokens/s"), row("gpt", wide, "tokens/s"),
+                row("resnet50", "resnet50", "img/s"),
+                row("resnet50", "resnet50", "img/s"), row("cnn")]
+        panels = plot.bench_panels(rows)
+        self.assertEqual([(title, unit, len(group))
+                          for title, unit, group in panels],
+                         [(small, "tokens/s", 1), (wide, "tokens/s", 1),
+                          ("resnet50", "images/s", 2),
+                          ("cnn", "images/s", 1)])
+
+    def test_rates_in_tokens_scale_the_repeats(self):
+        entry = {"images_per_second": 10.0, "tokens_per_second": 10240.0,
+                 "runs_images_per_second": [9.0, 10.0, 11.0]}
+        self.assertEqual(plot.bench_rate(entry, "tokens/s"),
+                         (10240.0, [9216.0, 10240.0, 11264.0]))
+        self.assertEqual(plot.bench_rate(entry, "images/s"),
+                         (10.0, [9.0, 10.0, 11.0]))
+        self.assertEqual(plot.bench_rate({"images_per_second": 5.0},
+                                         "tokens/s"), (5.0, [5.0]))
+
+
 class PlotBench(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()

@@ -718,6 +718,9 @@ class Trainer {
   // file of the checkpoint at options_.checkpoint(), removed once the next
   // manifest no longer names it; "" on rank 0 and before the first.
   mutable std::vector<std::string> previous_shards_;
+  // Whether this trainer has written options_.checkpoint() yet: its first
+  // write removes the shard files earlier runs left under that name.
+  mutable bool checkpoint_written_before_ = false;
   int64_t warmup_steps_left_ = 1; // steps of the run still timed as warm-up
   int64_t start_epoch_ = 0;
   int64_t start_step_in_epoch_ = 0;

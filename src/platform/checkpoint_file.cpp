@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -39,6 +38,8 @@ std::string reason(int error) {
 }
 
 using detail::base_name;
+using detail::folder_names;
+using detail::join_path;
 using detail::parent_folder;
 
 // Temporary files are named PATH.tmp-<pid>-<n>: unique per process and write,
@@ -182,20 +183,14 @@ void remove_stale_temporaries(const std::string& path) {
   const std::string prefix = base_name(path) + kTemporaryInfix;
   const std::string shard_prefix = base_name(path) + ".rank";
   const std::string folder = parent_folder(path);
-  DIR* dir = ::opendir(folder.c_str());
-  if (dir == nullptr) {
-    return;
-  }
-  while (const dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
+  for (const auto& name : folder_names(folder)) {
     const bool shard_temporary =
         name.compare(0, shard_prefix.size(), shard_prefix) == 0 &&
         name.find(kTemporaryInfix, shard_prefix.size()) != std::string::npos;
     if (name.compare(0, prefix.size(), prefix) == 0 || shard_temporary) {
-      ::unlink((folder + "/" + name).c_str());
+      ::unlink(join_path(folder, name).c_str());
     }
   }
-  ::closedir(dir);
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 #include "platform/paths.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 namespace lamp {
@@ -69,6 +70,22 @@ bool same_file(const std::string& a, const std::string& b) {
          ::stat(parent_folder(a).c_str(), &sa) == 0 &&
          ::stat(parent_folder(b).c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
          sa.st_ino == sb.st_ino;
+}
+
+std::vector<std::string> folder_names(const std::string& folder) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) {
+    return names;
+  }
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") {
+      names.push_back(name);
+    }
+  }
+  ::closedir(dir);
+  return names;
 }
 
 } // namespace detail

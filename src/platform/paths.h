@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lamp {
 namespace detail {
@@ -22,6 +23,9 @@ std::string join_path(const std::string& directory, const std::string& name);
 std::string parent_folder(const std::string& path);
 // The last component of `path`.
 std::string base_name(const std::string& path);
+// The names in `folder` (not "." and ".."), in the order the folder lists
+// them; empty where it cannot be listed.
+std::vector<std::string> folder_names(const std::string& folder);
 // Whether `a` and `b` name one file: the same file where either exists (by
 // device and inode: "./x" and "x", a hard link, a symbolic link), else the
 // same name in the same folder.

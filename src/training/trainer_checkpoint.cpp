@@ -4,7 +4,6 @@
 #include "lamp/training/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <dirent.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -67,16 +66,7 @@ void remove_other_shards(const std::string& path,
                          const std::vector<std::string>& keep) {
   const std::string prefix = lamp::detail::base_name(path) + ".rank";
   const std::string folder = lamp::detail::parent_folder(path);
-  DIR* dir = ::opendir(folder.c_str());
-  if (dir == nullptr) {
-    return;
-  }
-  std::vector<std::string> names;
-  while (const dirent* entry = ::readdir(dir)) {
-    names.emplace_back(entry->d_name);
-  }
-  ::closedir(dir);
-  for (const auto& name : names) {
+  for (const auto& name : lamp::detail::folder_names(folder)) {
     size_t at = prefix.size();
     const bool shard = name.compare(0, prefix.size(), prefix) == 0 &&
                        digits_then(name, at, "-of-") &&

@@ -70,12 +70,6 @@ struct LoadedModule {
   std::string error;
 };
 
-// The folder of `path` ("" for a bare name).
-std::string folder_of(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash);
-}
-
 // Where the module is when lamp was installed under some prefix P, from
 // `relative` (its path under P, e.g. "lib/lamp/liblamp_sentencepiece.so"):
 // P/bin/../<relative> beside a program (this process's executable, which a
@@ -93,13 +87,13 @@ std::vector<std::string> installed_beside_lamp(const std::string& relative) {
   Dl_info info{};
   if (::dladdr(&in_lamp, &info) != 0 && info.dli_fname != nullptr &&
       info.dli_fname[0] == '/') {
-    folders.push_back(folder_of(info.dli_fname));
+    folders.push_back(lamp::detail::parent_folder(info.dli_fname));
   }
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n > 0) {
     exe[n] = '\0';
-    folders.push_back(folder_of(exe));
+    folders.push_back(lamp::detail::parent_folder(exe));
   }
   for (const auto& folder : folders) {
     for (const auto& path :
